@@ -1,0 +1,31 @@
+# The two commands of rlops: `make demo` and `make test`. Each creates .venv with the pinned
+# dependency set (requirements/lock.txt) when it is missing.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-slow bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements/lock.txt setup.cfg
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/lock.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m rlops.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(PY) bench/env_throughput.py
+
+clean:
+	rm -rf $(VENV) rlops-data

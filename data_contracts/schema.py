@@ -1,0 +1,360 @@
+"""Trace and label schemas, and the Great Expectations suites that enforce them.
+
+A :class:`Contract` is a list of :class:`ColumnSpec` (name, kind, required, bounds, allowed
+values, ...). From it come three things every consumer shares:
+
+* the column order and the stored dtypes (:meth:`Contract.arrow_schema`), so every parquet
+  partition of a scenario has the same schema;
+* the Great Expectations 1.x suites, one per validation *stage* (:meth:`Contract.suites`);
+* readable reasons: each expectation carries ``meta={"column": ..., "check": ...}``.
+
+Stages exist because some checks only make sense once a value has the right type:
+
+====== ===================================================================================
+stage  checks (each row only reaches stage *k* if it passed every stage before it)
+====== ===================================================================================
+0      required columns exist, required values are not null, each value has the right
+       JSON type (run on the raw, untyped rows)
+1      values: numeric bounds and finiteness, allowed values, id lengths, the action mask
+       pattern and length, the timestamp parses, JSON text parses (on typed columns)
+2      JSON documents match their JSON schema (label items only)
+====== ===================================================================================
+
+The scenario's state fields come from the caller as plain descriptions
+``(name, kind, min, max, enum_values)`` (see :class:`StateField`), so this module does not
+depend on the sandbox.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    import great_expectations as gx
+
+Kind = Literal["str", "int", "float", "bool", "timestamp", "json", "mask"]
+KINDS: tuple[str, ...] = ("str", "int", "float", "bool", "timestamp", "json", "mask")
+
+#: JSON types accepted in the landing zone for each kind (GE ``type_list`` names).
+#: ``json`` columns may arrive as a nested object/list; they are serialised to text first.
+RAW_TYPES: dict[str, list[str]] = {
+    "str": ["str"],
+    "int": ["int"],
+    "float": ["int", "float"],
+    "bool": ["bool"],
+    "timestamp": ["str", "int", "float"],  # ISO-8601 text, or epoch seconds
+    "json": ["str"],
+    "mask": ["str"],
+}
+
+_ARROW_TYPES: dict[str, pa.DataType] = {
+    "str": pa.string(),
+    "int": pa.int64(),
+    "float": pa.float64(),
+    "bool": pa.bool_(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "json": pa.string(),
+    "mask": pa.string(),
+}
+
+#: Kinds whose conversion can fail on a value of the right JSON type, and the check text.
+_CONVERSION_CHECK: dict[str, str] = {
+    "timestamp": "not a valid ISO-8601 timestamp or epoch seconds",
+    "int": "integer outside the 64-bit range",
+}
+
+STATE_PREFIX = "state."
+#: Unknown input keys are kept, serialised as one JSON object in this column.
+EXTRA_COLUMN = "extra"
+#: Columns whose name starts with this prefix are bookkeeping (source file, line number);
+#: they travel with the rows but are not part of the contract.
+META_PREFIX = "_"
+_FINITE = sys.float_info.max
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One column of a contract.
+
+    ``required`` means present and non-null on every row. Bounds are inclusive. ``values``
+    restricts the allowed values; ``length`` fixes the string length (action masks);
+    ``min_length`` rejects empty ids; ``json_schema`` validates JSON text (stage 2).
+    """
+
+    name: str
+    kind: Kind
+    required: bool = True
+    min: float | None = None
+    max: float | None = None
+    values: tuple[Any, ...] | None = None
+    regex: str | None = None
+    length: int | None = None
+    min_length: int | None = None
+    finite: bool = False
+    json_schema: dict[str, Any] | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"column {self.name!r}: unknown kind {self.kind!r}; expected one of "
+                             f"{', '.join(KINDS)}")
+        if self.kind in _CONVERSION_CHECK and not self.required:
+            # A value that fails conversion becomes null; only a required column's not-null
+            # check can then tell it from a genuinely missing value.
+            raise ValueError(f"column {self.name!r}: {self.kind} columns must be required")
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return _ARROW_TYPES[self.kind]
+
+
+@dataclass(frozen=True)
+class StateField:
+    """A scenario state field as the contract needs it: ``(name, kind, min, max, enum_values)``.
+
+    ``kind`` is ``int``, ``float``, ``bool`` or ``enum``; ``name`` is the dotted path of the
+    production field (``user_profile.credit_score``), with or without the ``state.`` prefix.
+    """
+
+    name: str
+    kind: str
+    min: float | None = None
+    max: float | None = None
+    enum_values: tuple[Any, ...] | None = None
+
+    @classmethod
+    def coerce(cls, item: Any) -> StateField:
+        """Accept a ``StateField``, a tuple/list ``(name, kind[, min[, max[, enum_values]]])``,
+        or a mapping with those keys (``values`` is accepted for ``enum_values``)."""
+        if isinstance(item, StateField):
+            return item
+        if isinstance(item, Mapping):
+            values = item.get("enum_values", item.get("values"))
+            return cls(str(item["name"]), str(item["kind"]), item.get("min"), item.get("max"),
+                       tuple(values) if values is not None else None)
+        if isinstance(item, Sequence) and not isinstance(item, str) and 2 <= len(item) <= 5:
+            name, kind, lo, hi, values = (list(item) + [None] * 5)[:5]
+            return cls(str(name), str(kind), lo, hi, tuple(values) if values is not None else None)
+        raise ValueError(f"state field description {item!r}: expected (name, kind, min, max, "
+                         "enum_values) or a mapping with those keys")
+
+    def column_spec(self) -> ColumnSpec:
+        col = self.name if self.name.startswith(STATE_PREFIX) else STATE_PREFIX + self.name
+        kind = self.kind.lower()
+        if kind in ("int", "float"):
+            return ColumnSpec(col, kind, min=self.min, max=self.max, finite=kind == "float")  # type: ignore[arg-type]
+        if kind == "bool":
+            return ColumnSpec(col, "bool")
+        if kind == "enum":
+            if not self.enum_values:
+                raise ValueError(f"state field {self.name!r}: kind 'enum' needs enum_values")
+            if not all(isinstance(v, str) for v in self.enum_values):
+                raise ValueError(f"state field {self.name!r}: enum values must be strings, got "
+                                 f"{list(self.enum_values)!r}")
+            return ColumnSpec(col, "str", values=tuple(self.enum_values))
+        raise ValueError(f"state field {self.name!r}: unknown kind {self.kind!r}; expected int, "
+                         "float, bool or enum")
+
+
+@dataclass(frozen=True)
+class Contract:
+    """An ordered set of column specs plus the metadata that names its suites."""
+
+    name: str
+    columns: tuple[ColumnSpec, ...]
+    _by_name: dict[str, ColumnSpec] = field(init=False, repr=False, compare=False)
+    _suites: dict[frozenset[str] | None, list[Any]] = field(init=False, repr=False,
+                                                             compare=False)
+
+    def __post_init__(self) -> None:
+        by_name: dict[str, ColumnSpec] = {}
+        for spec in self.columns:
+            if spec.name in by_name:
+                raise ValueError(f"contract {self.name!r}: column {spec.name!r} declared twice")
+            by_name[spec.name] = spec
+        object.__setattr__(self, "_by_name", by_name)
+        object.__setattr__(self, "_suites", {})
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def required_columns(self) -> list[str]:
+        return [c.name for c in self.columns if c.required]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __getitem__(self, name: str) -> ColumnSpec:
+        return self._by_name[name]
+
+    def arrow_schema(self) -> pa.Schema:
+        """The stored schema: every contract column, in order, nullable where not required."""
+        return pa.schema([pa.field(c.name, c.arrow_type, nullable=not c.required)
+                          for c in self.columns])
+
+    def suites(self, present: Iterable[str] | None = None) -> list[gx.ExpectationSuite]:
+        """The GE suites, one per stage, restricted to the columns ``present`` in a batch.
+
+        Expectations on an absent optional column are left out (there is nothing to check);
+        an absent required column is caught by its ``ExpectColumnToExist``.
+        """
+        key = None if present is None else frozenset(present)
+        if key not in self._suites:  # chunks of one input share their column set
+            self._suites[key] = build_suites(self, key)
+        return self._suites[key]
+
+
+def _exp(stage: int, make: Any, column: str, check: str, **kwargs: Any) -> tuple[int, Any]:
+    return stage, make(column=column, meta={"column": column, "check": check}, **kwargs)
+
+
+def _column_expectations(spec: ColumnSpec, present: bool) -> list[tuple[int, Any]]:
+    import great_expectations as gx
+
+    e = gx.expectations
+    c = spec.name
+    out: list[tuple[int, Any]] = []
+    if spec.required:
+        out.append(_exp(0, e.ExpectColumnToExist, c, "required column is missing from the input"))
+    if not present:
+        return out
+    if spec.required:
+        out.append(_exp(0, e.ExpectColumnValuesToNotBeNull, c, "required value is missing"))
+    out.append(_exp(0, e.ExpectColumnValuesToBeInTypeList, c,
+                    f"expected {spec.kind} ({' or '.join(RAW_TYPES[spec.kind])}), wrong type",
+                    type_list=RAW_TYPES[spec.kind]))
+    if spec.kind in _CONVERSION_CHECK:
+        # Stage 1 sees the converted value; one that did not convert is null there.
+        out.append(_exp(1, e.ExpectColumnValuesToNotBeNull, c, _CONVERSION_CHECK[spec.kind]))
+    if spec.min is not None or spec.max is not None:
+        out.append(_exp(1, e.ExpectColumnValuesToBeBetween, c,
+                        f"outside [{spec.min}, {spec.max}]",
+                        min_value=spec.min, max_value=spec.max))
+    if spec.finite:
+        out.append(_exp(1, e.ExpectColumnValuesToBeBetween, c, "not a finite number",
+                        min_value=-_FINITE, max_value=_FINITE))
+    if spec.values is not None:
+        out.append(_exp(1, e.ExpectColumnValuesToBeInSet, c,
+                        f"not one of {list(spec.values)}", value_set=list(spec.values)))
+    if spec.min_length is not None:
+        out.append(_exp(1, e.ExpectColumnValueLengthsToBeBetween, c,
+                        f"shorter than {spec.min_length} characters", min_value=spec.min_length))
+    if spec.regex is not None:
+        out.append(_exp(1, e.ExpectColumnValuesToMatchRegex, c,
+                        f"does not match {spec.regex}", regex=spec.regex))
+    if spec.length is not None:
+        out.append(_exp(1, e.ExpectColumnValueLengthsToEqual, c,
+                        f"length is not {spec.length}", value=spec.length))
+    if spec.kind == "json":
+        out.append(_exp(1, e.ExpectColumnValuesToBeJsonParseable, c, "not valid JSON"))
+        if spec.json_schema is not None:
+            # A separate stage: MatchJsonSchema fails the whole column on unparseable text.
+            out.append(_exp(2, e.ExpectColumnValuesToMatchJsonSchema, c,
+                            f"does not match JSON schema {spec.json_schema}",
+                            json_schema=spec.json_schema))
+    return out
+
+
+def build_suites(contract: Contract, present: frozenset[str] | None) -> list[gx.ExpectationSuite]:
+    """Build one ``gx.ExpectationSuite`` per stage (empty stages are left out)."""
+    import great_expectations as gx
+
+    staged: dict[int, list[Any]] = {}
+    for spec in contract.columns:
+        is_present = present is None or spec.name in present
+        for stage, expectation in _column_expectations(spec, is_present):
+            staged.setdefault(stage, []).append(expectation)
+    suites = []
+    for stage in sorted(staged):
+        suite = gx.ExpectationSuite(name=f"{contract.name}.stage{stage}")
+        for expectation in staged[stage]:
+            suite.add_expectation(expectation)
+        suites.append(suite)
+    return suites
+
+
+# --------------------------------------------------------------------------- trace records
+
+def trace_base_columns(actions: Sequence[str], scenario: str | None = None,
+                       reward_fn_versions: Sequence[str] | None = None,
+                       ) -> tuple[list[ColumnSpec], list[ColumnSpec]]:
+    """The scenario-independent trace columns, as (columns before the state, columns after);
+    :func:`trace_contract` puts the ``state.<field>`` columns between them."""
+    n = len(actions)
+    return [
+        ColumnSpec("trace_id", "str", min_length=1,
+                   description="the traced interaction (production request/conversation id)"),
+        ColumnSpec("episode_id", "str", min_length=1, description="one episode; unique with step"),
+        ColumnSpec("step", "int", min=0, description="0-based step index in the episode"),
+        ColumnSpec("ts", "timestamp", description="when the step was taken (UTC)"),
+        ColumnSpec("scenario", "str", values=(scenario,) if scenario else None),
+        ColumnSpec("source", "str", values=("sandbox", "live")),
+        ColumnSpec("test_group", "str", required=False, description="A/B group, passed through"),
+        ColumnSpec("policy_version", "str", min_length=1),
+        ColumnSpec("reward_fn_version", "str", required=False,
+                   values=tuple(reward_fn_versions) if reward_fn_versions else None),
+    ], [
+        ColumnSpec("action", "str", values=tuple(actions)),
+        ColumnSpec("action_mask", "mask", regex=r"^[01]*1[01]*$", length=n,
+                   description=f"'0'/'1' per action in scenario order ({n} chars), one legal"),
+        ColumnSpec("logp", "float", required=False, max=0.0, finite=True),
+        ColumnSpec("entropy", "float", required=False, min=0.0, finite=True),
+        ColumnSpec("value", "float", required=False, finite=True),
+        ColumnSpec("reward_total", "float", required=False, finite=True),
+        ColumnSpec("reward_breakdown", "json", required=False),
+        ColumnSpec("done", "bool"),
+        ColumnSpec("latency_ms", "float", required=False, min=0.0, finite=True),
+        ColumnSpec("error", "str", required=False),
+        ColumnSpec("fallback", "bool", required=False,
+                   description="the policy client fell back to the rule engine"),
+        ColumnSpec("terminated", "bool", required=False),
+        ColumnSpec("truncated", "bool", required=False),
+        ColumnSpec(EXTRA_COLUMN, "json", required=False,
+                   description="input keys the contract does not know, as one JSON object"),
+    ]
+
+
+def trace_contract(scenario: str, actions: Sequence[str],
+                   expected_state_fields: Iterable[Any] = (),
+                   reward_fn_versions: Sequence[str] | None = None) -> Contract:
+    """The trace contract of one scenario.
+
+    ``actions`` are the scenario's action names in mask order; ``expected_state_fields`` is
+    the scenario's field list as ``(name, kind, min, max, enum_values)`` descriptions (or
+    :class:`StateField`/mappings); ``reward_fn_versions`` optionally restricts that column.
+    """
+    if not actions:
+        raise ValueError(f"trace contract for scenario {scenario!r}: the action list is empty; "
+                         "expected the scenario's action names in mask order")
+    if len(set(actions)) != len(actions):
+        raise ValueError(f"trace contract for scenario {scenario!r}: duplicate action names in "
+                         f"{list(actions)!r}")
+    head, tail = trace_base_columns(actions, scenario, reward_fn_versions)
+    state = [StateField.coerce(f).column_spec() for f in expected_state_fields]
+    return Contract(name=f"trace.{scenario}", columns=tuple(head + state + tail))
+
+
+# --------------------------------------------------------------------------- label queue items
+
+def label_contract(scenario: str, actions: Sequence[str]) -> Contract:
+    """Label queue items: a state to label, the candidate actions, and (once labelled) the
+    chosen action and who chose it. ``label``/``annotator`` are null while pending."""
+    return Contract(name=f"label.{scenario}", columns=(
+        ColumnSpec("item_id", "str", min_length=1),
+        ColumnSpec("scenario", "str", values=(scenario,)),
+        ColumnSpec("state", "json", json_schema={"type": "object"},
+                   description="the state as a JSON object of dotted field names"),
+        ColumnSpec("candidate_actions", "json",
+                   json_schema={"type": "array", "minItems": 1,
+                                "items": {"enum": list(actions)}}),
+        ColumnSpec("label", "str", required=False, values=tuple(actions)),
+        ColumnSpec("annotator", "str", required=False, min_length=1),
+        ColumnSpec("ts", "timestamp"),
+    ))

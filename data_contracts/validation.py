@@ -1,0 +1,265 @@
+"""Run a :class:`~data_contracts.schema.Contract` on a DataFrame with Great Expectations and
+split the rows into accepted and quarantined.
+
+The split comes from GE itself: every suite runs with ``result_format="COMPLETE"``, and each
+failed expectation's ``unexpected_index_list`` names the offending rows. A row that fails
+an expectation with no row list (a missing required column, a check that could not run) is
+quarantined together with every other row of that stage, so nothing is ever accepted
+unchecked. Rows in = rows accepted + rows quarantined, always.
+
+One GE run per stage per batch (not per row): GE's pandas checks are vectorised, so a
+100k-row chunk costs a fraction of a second plus a fixed overhead per expectation.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from data_contracts.schema import EXTRA_COLUMN, META_PREFIX, ColumnSpec, Contract
+
+if TYPE_CHECKING:
+    import great_expectations as gx
+
+log = logging.getLogger(__name__)
+
+REASON_COLUMN = "quarantine_reason"
+_MAX_VALUE_REPR = 80
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    """``accepted``: typed rows in contract column order (plus any ``_`` bookkeeping columns);
+    ``quarantined``: the input rows as given plus ``quarantine_reason``."""
+
+    accepted: pd.DataFrame
+    quarantined: pd.DataFrame
+
+    @property
+    def rows_in(self) -> int:
+        return len(self.accepted) + len(self.quarantined)
+
+
+@functools.lru_cache(maxsize=1)
+def _batch_definition() -> Any:
+    """One in-memory GE context per process: no files, no analytics, no progress bars."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
+
+    config = DataContextConfig(
+        analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False),
+        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
+    )
+    context = gx.get_context(mode="ephemeral", project_config=config)
+    source = context.data_sources.add_pandas("rlops_contracts")
+    asset = source.add_dataframe_asset("rows")
+    return asset.add_batch_definition_whole_dataframe("whole_frame")
+
+
+def run_suite(frame: pd.DataFrame, suite: gx.ExpectationSuite) -> Any:
+    """Validate ``frame`` against ``suite`` in the shared ephemeral context (COMPLETE results)."""
+    batch = _batch_definition().get_batch(batch_parameters={"dataframe": frame})
+    return batch.validate(suite, result_format={"result_format": "COMPLETE"})
+
+
+# --------------------------------------------------------------------------- normalisation
+
+def _is_missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _json_text(v: Any) -> Any:
+    """Nested JSON (dict/list) becomes text so it is stored as one string column."""
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, separators=(",", ":"), default=str)
+    return v
+
+
+def _mask_text(v: Any) -> Any:
+    """A list of booleans (or 0/1) becomes the stored '0'/'1' string; anything else is left
+    as it is so the type check reports it."""
+    if isinstance(v, (list, tuple)) and all(
+            isinstance(b, bool) or (isinstance(b, int) and b in (0, 1)) for b in v):
+        return "".join("1" if b else "0" for b in v)
+    return v
+
+
+def _fold_extra(df: pd.DataFrame, unknown: list[str]) -> pd.Series:
+    """Merge the unknown columns (and an incoming ``extra`` object) into one JSON object."""
+    base = df[EXTRA_COLUMN] if EXTRA_COLUMN in df else pd.Series(None, index=df.index,
+                                                                   dtype=object)
+    out = []
+    for incoming, rec in zip(base.tolist(), df[unknown].to_dict("records"), strict=True):
+        merged = dict(incoming) if isinstance(incoming, dict) else {}
+        merged.update({k: v for k, v in rec.items() if not _is_missing(v)})
+        if not merged and not _is_missing(incoming) and not isinstance(incoming, dict):
+            out.append(incoming)  # not an object: the type check will say so
+        else:
+            out.append(json.dumps(merged, separators=(",", ":"), default=str) if merged
+                       else None)
+    return pd.Series(out, index=df.index, dtype=object)
+
+
+def normalize(df: pd.DataFrame, contract: Contract) -> pd.DataFrame:
+    """Raw rows → object columns the stage-0 suite can check, losing nothing.
+
+    Nested JSON in ``json`` columns is serialised, list masks become '0'/'1' strings, and
+    columns the contract does not know are folded into ``extra``.
+    """
+    known = [c for c in df.columns if c in contract or str(c).startswith(META_PREFIX)]
+    unknown = [c for c in df.columns if c not in known]
+    out = df[known].astype(object)
+    if unknown and EXTRA_COLUMN in contract:
+        out[EXTRA_COLUMN] = _fold_extra(df, unknown)
+    for name in out.columns:
+        if name not in contract:
+            continue
+        kind = contract[name].kind
+        if kind == "json":
+            out[name] = out[name].map(_json_text)
+        elif kind == "mask":
+            out[name] = out[name].map(_mask_text)
+    return out
+
+
+# --------------------------------------------------------------------------- typing
+
+def _typed_column(col: pd.Series, spec: ColumnSpec) -> pd.Series:
+    """Cast a column whose values already passed the stage-0 type check."""
+    kind = spec.kind
+    if kind in ("str", "json", "mask"):
+        return col.astype("str")
+    if kind == "float":
+        return pd.to_numeric(col, errors="coerce").astype("float64")
+    if kind == "int":
+        try:
+            return col.astype("Int64") if col.isna().any() else col.astype("int64")
+        except (OverflowError, TypeError, ValueError):
+            # Beyond 64 bits: null here, and the stage-1 not-null check quarantines the row.
+            fits = col.map(lambda v: v if isinstance(v, int) and -2**63 <= v < 2**63 else None)
+            return fits.astype("Int64")
+    if kind == "bool":
+        return col.astype("boolean") if col.isna().any() else col.astype(bool)
+    if kind == "timestamp":
+        is_text = col.map(lambda v: isinstance(v, str)).astype(bool)
+        text = pd.to_datetime(col.where(is_text), format="ISO8601", utc=True, errors="coerce")
+        seconds = pd.to_numeric(col.where(~is_text), errors="coerce")
+        epoch = pd.to_datetime(seconds, unit="s", utc=True, errors="coerce")
+        return text.where(is_text, epoch).dt.as_unit("us")
+    raise AssertionError(f"unhandled kind {kind}")
+
+
+def _null_column(spec: ColumnSpec, index: pd.Index) -> pd.Series:
+    dtype = {"str": "str", "json": "str", "mask": "str", "float": "float64", "int": "Int64",
+             "bool": "boolean", "timestamp": "datetime64[us, UTC]"}[spec.kind]
+    return pd.Series(pd.NA if dtype in ("Int64", "boolean") else None, index=index, dtype=dtype)
+
+
+def to_typed(raw: pd.DataFrame, contract: Contract) -> pd.DataFrame:
+    """Contract columns in contract order with their stored dtypes (absent ones all-null),
+    followed by the bookkeeping columns."""
+    cols = {spec.name: (_typed_column(raw[spec.name], spec) if spec.name in raw
+                        else _null_column(spec, raw.index)) for spec in contract.columns}
+    for name in raw.columns:
+        if str(name).startswith(META_PREFIX):
+            cols[name] = raw[name]
+    return pd.DataFrame(cols, index=raw.index)
+
+
+# --------------------------------------------------------------------------- reasons
+
+def _short(v: Any) -> str:
+    text = repr(v.item() if isinstance(v, np.generic) else v)
+    return text if len(text) <= _MAX_VALUE_REPR else text[:_MAX_VALUE_REPR - 3] + "..."
+
+
+def _reasons_from(result: Any, frame_index: pd.Index) -> tuple[np.ndarray, list[str]]:
+    """(row labels, reason per row) for one failed expectation result."""
+    cfg = result.expectation_config
+    column = cfg.meta.get("column", cfg.kwargs.get("column"))
+    head = f"{cfg.type}[{column}]: {cfg.meta.get('check', 'failed')}"
+    raised = isinstance(result.exception_info, dict) and any(
+        isinstance(v, dict) and v.get("raised_exception") for v in
+        [result.exception_info, *result.exception_info.values()])
+    idx = None if raised else result.result.get("unexpected_index_list")
+    if idx is None:
+        # No row list: a table-level failure or a check that could not run. Fail the stage's
+        # rows rather than accept them unchecked.
+        detail = _exception_message(result.exception_info) if raised else ""
+        reason = head + (f" (check could not run: {detail})" if detail else "")
+        return frame_index.to_numpy(), [reason] * len(frame_index)
+    values = result.result.get("unexpected_list") or [None] * len(idx)
+    if cfg.type == "expect_column_values_to_not_be_null":
+        return np.asarray(idx), [head] * len(idx)
+    if cfg.type == "expect_column_values_to_be_in_type_list":
+        return np.asarray(idx), [f"{head} (got {type(v).__name__} {_short(v)})" for v in values]
+    return np.asarray(idx), [f"{head} (got {_short(v)})" for v in values]
+
+
+def _exception_message(info: Any) -> str:
+    if not isinstance(info, dict):
+        return str(info or "")
+    if info.get("exception_message"):
+        return str(info["exception_message"])
+    for v in info.values():
+        if isinstance(v, dict) and v.get("exception_message"):
+            return str(v["exception_message"])
+    return ""
+
+
+# --------------------------------------------------------------------------- entry point
+
+def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
+    """Validate ``df`` against ``contract`` with its GE suites; see the module docstring."""
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"validate_frame: expected a pandas DataFrame, got {type(df).__name__}")
+    df = df.reset_index(drop=True)
+    n = len(df)
+    if n == 0:
+        return ValidationResult(to_typed(normalize(df, contract), contract),
+                                df.assign(**{REASON_COLUMN: pd.Series([], dtype="str")}))
+    raw = normalize(df, contract)
+    alive = np.ones(n, dtype=bool)
+    labels: list[np.ndarray] = []
+    reasons: list[str] = []
+    typed: pd.DataFrame | None = None
+    for stage, suite in enumerate(contract.suites(raw.columns)):
+        if not alive.any():
+            break
+        if stage == 1:  # values are checked on typed columns, for rows whose types are right
+            typed = to_typed(raw[alive], contract)
+        source = raw if typed is None else typed
+        frame = source.loc[alive[source.index]]
+        failed_here: list[np.ndarray] = []
+        for result in run_suite(frame, suite).results:
+            if result.success:
+                continue
+            rows, texts = _reasons_from(result, frame.index)
+            labels.append(rows)
+            reasons.extend(texts)
+            failed_here.append(rows)
+        if failed_here:
+            alive[np.concatenate(failed_here).astype(np.int64)] = False
+    if typed is None:
+        typed = to_typed(raw[alive], contract)
+    accepted = typed.loc[alive[typed.index]].reset_index(drop=True)
+    quarantined = df.loc[~alive].copy()
+    if labels:
+        per_row = (pd.Series(reasons, index=np.concatenate(labels).astype(np.int64), dtype="str")
+                   .groupby(level=0, sort=True).agg("; ".join))
+        quarantined[REASON_COLUMN] = per_row.reindex(quarantined.index).astype("str")
+    else:
+        quarantined[REASON_COLUMN] = pd.Series([], dtype="str")
+    return ValidationResult(accepted, quarantined.reset_index(drop=True))

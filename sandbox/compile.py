@@ -1,0 +1,401 @@
+"""Compile a :class:`ScenarioSpec` into batched tensor programs: state layout, initial sampling,
+action masks, effects, termination and the observation encoder.
+
+The state of N episodes is one float32 tensor ``S[N, C]``: the scenario's fields in declaration
+order (ints, enum codes and bools stored as floats) followed by the built-in ``episode.*``
+variables. Every program here maps whole columns at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from sandbox.errors import ExprError, PackError
+from sandbox.expr import BOOL, NUM, CompiledExpr, ExprType, compile_expr, standard_normal
+from sandbox.rng import StepRandom, combine
+from sandbox.spec import ActionSpec, FieldSpec, InitSpec, ScenarioSpec, SimulationProfile
+
+Tensor = torch.Tensor
+
+EPISODE_VARS: tuple[tuple[str, str], ...] = (
+    ("episode.step", "int"),
+    ("episode.elapsed_ms", "float"),
+    ("episode.last_action", "enum"),
+    ("episode.repeat_count", "int"),
+    ("episode.error", "bool"),
+    ("episode.errors", "int"),
+    ("episode.latency_ms", "float"),
+    ("episode.segment", "int"),
+)
+
+
+@dataclass(frozen=True)
+class ObsLayout:
+    """The flat observation is ``[features | action mask | last-k action codes]``."""
+
+    n_features: int
+    n_actions: int
+    history_len: int
+    feature_names: tuple[str, ...]
+
+    @property
+    def dim(self) -> int:
+        return self.n_features + self.n_actions + self.history_len
+
+
+@dataclass
+class _Effect:
+    when: CompiledExpr | None
+    prob: CompiledExpr | None
+    assigns: list[tuple[int, CompiledExpr | float, FieldSpec]]
+
+
+@dataclass
+class _InitProgram:
+    col: int
+    field: FieldSpec
+    sample: Callable[[Tensor, StepRandom], Tensor]
+
+
+class CompiledScenario:
+    """The compiled form of a scenario; shared by every environment built from the pack."""
+
+    def __init__(self, spec: ScenarioSpec):
+        self.spec = spec
+        self.file = spec.file
+        self.action_names = tuple(a.name for a in spec.actions)
+        self.n_actions = len(spec.actions)
+        self.columns: dict[str, int] = {}
+        self.kinds: dict[str, str] = {}
+        self.types: dict[str, ExprType] = {}
+        for f in spec.fields:
+            self._add_column(f.path, f.type, f.values)
+        for name, kind in EPISODE_VARS:
+            values = ("none", *self.action_names) if name == "episode.last_action" else ()
+            self._add_column(name, kind, values)
+        self.n_cols = len(self.columns)
+        self.fields = {f.path: f for f in spec.fields}
+        self.col_min = torch.full((self.n_cols,), -float("inf"))
+        self.col_max = torch.full((self.n_cols,), float("inf"))
+        for f in spec.fields:
+            j = self.columns[f.path]
+            if f.type in ("int", "float"):
+                self.col_min[j] = -float("inf") if f.min is None else f.min
+                self.col_max[j] = float("inf") if f.max is None else f.max
+            elif f.type == "enum":
+                self.col_min[j], self.col_max[j] = 0, len(f.values) - 1
+            else:
+                self.col_min[j], self.col_max[j] = 0, 1
+        self.int_cols = torch.tensor([self.kinds[p] in ("int", "enum", "bool") for p in self.columns])
+        self.visible: dict[str, CompiledExpr] = {}
+        for f in spec.fields:
+            if f.visible_when is not None:
+                self.visible[f.path] = self._expr(f.visible_when, BOOL, f.line, f"{f.path}.visible_when")
+        self.init_programs = self._compile_inits(spec.fields, {}, 0)
+        self.profiles = {name: self._compile_profile(p) for name, p in spec.profiles.items()}
+        self.preconditions = [self._expr(a.precondition, BOOL, a.line, f"actions.{a.name}.precondition")
+                              for a in spec.actions]
+        self.required = [self._required(a) for a in spec.actions]
+        self.effects = [self._effects(a) for a in spec.actions]
+        self.terminal = [self._expr(a.terminal, BOOL, a.line, f"actions.{a.name}.terminal") for a in spec.actions]
+        self.terminal_when = (None if spec.terminal_when is None else
+                              self._expr(spec.terminal_when, BOOL, None, "terminal_when"))
+        self.rules = [(self._expr(r.when, BOOL, r.line, f"rule_policy[{i}].when"), self.action_names.index(r.action))
+                      for i, r in enumerate(spec.rule_policy)]
+        self.human_takeover = torch.tensor([a.human_takeover for a in spec.actions])
+        self.layout = self._layout()
+
+    # ---- columns and expressions -------------------------------------------------------------
+    def _add_column(self, path: str, kind: str, values: tuple[str, ...]) -> None:
+        self.columns[path] = len(self.columns)
+        self.kinds[path] = kind
+        self.types[path] = ExprType(kind, values, path) if kind == "enum" else (BOOL if kind == "bool" else NUM)
+
+    def resolve(self, path: str) -> tuple[int, ExprType] | None:
+        if path in self.columns:
+            return self.columns[path], self.types[path]
+        return None
+
+    def _expr(self, source: Any, want: ExprType, line: int | None, where: str,
+              resolve: Callable[[str], Any] | None = None, allow_random: bool = False) -> CompiledExpr:
+        try:
+            return compile_expr(source, resolve or self.resolve, want=want, allow_random=allow_random)
+        except ExprError as exc:
+            raise PackError(self.file, line, where, f"illegal expression: {exc}") from None
+
+    # ---- initial state -------------------------------------------------------------------------
+    def _compile_inits(self, fields: tuple[FieldSpec, ...], overrides: dict[str, InitSpec],
+                       salt: int) -> list[_InitProgram]:
+        programs = []
+        declared: set[str] = set()
+
+        def resolve_earlier(path: str) -> tuple[int, ExprType] | None:
+            if path in self.columns and (path in declared or path.startswith("episode.")):
+                return self.columns[path], self.types[path]
+            if path in self.columns:
+                raise ExprError(f"field '{path}' is used before it is initialised (declare it earlier)")
+            return None
+
+        for k, f in enumerate(fields):
+            init = overrides.get(f.path, f.init)
+            programs.append(_InitProgram(self.columns[f.path], f,
+                                         self._init_sampler(f, init, resolve_earlier, salt * 1000 + k)))
+            declared.add(f.path)
+        return programs
+
+    def _init_param(self, v: Any, f: FieldSpec, init: InitSpec, resolve: Callable, name: str) -> Any:
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            if isinstance(v, (list, dict)):
+                return v
+            raise PackError(self.file, init.line, f"{f.path}.init.{name}",
+                            f"type mismatch: expected a number or an expression, got {v!r}")
+        if isinstance(v, str):
+            return self._expr(v, NUM, init.line, f"{f.path}.init.{name}", resolve)
+        return float(v)
+
+    def _init_sampler(self, f: FieldSpec, init: InitSpec, resolve: Callable, draw_base: int
+                      ) -> Callable[[Tensor, StepRandom], Tensor]:
+        where = f"{f.path}.init"
+        if init.expr is not None:
+            e = self._expr(init.expr, BOOL if f.type == "bool" else NUM, init.line, where, resolve)
+            return lambda S, R: e(S, R).float()
+        if init.dist is None:
+            v = init.value
+            code = float(f.values.index(v)) if f.type == "enum" else float(v)
+            return lambda S, R: torch.full((S.shape[0],), code, device=S.device)
+        p = {k: self._init_param(v, f, init, resolve, k) for k, v in init.params.items()}
+
+        def val(x: Any, S: Tensor) -> Tensor:
+            return x(S) if isinstance(x, CompiledExpr) else torch.full((S.shape[0],), x, device=S.device)
+
+        d = draw_base * 4
+        if init.dist == "normal":
+            return lambda S, R: (val(p["mean"], S).double() + val(p["std"], S).double()
+                                 * standard_normal(R.uniform(d), R.uniform(d + 1)).double()).float()
+        if init.dist == "lognormal":
+            return lambda S, R: torch.exp(val(p["mean"], S).double() + val(p["sigma"], S).double()
+                                          * standard_normal(R.uniform(d), R.uniform(d + 1)).double()).float()
+        if init.dist == "uniform":
+            if f.type == "int":
+                return lambda S, R: torch.floor(val(p["low"], S) + (val(p["high"], S) - val(p["low"], S) + 1)
+                                                * R.uniform(d))
+            return lambda S, R: val(p["low"], S) + (val(p["high"], S) - val(p["low"], S)) * R.uniform(d)
+        if init.dist == "bernoulli":
+            return lambda S, R: (R.uniform(d) < val(p["p"], S)).float()
+        probs = p["probs"]
+        weights = [float(probs.get(v, 0.0)) for v in f.values] if isinstance(probs, dict) else [float(x) for x in probs]
+        if any(w < 0 for w in weights) or sum(weights) <= 0:
+            raise PackError(self.file, init.line, where, "probs must be non-negative and not all zero")
+        cum = torch.tensor(weights, dtype=torch.float64).cumsum(0)
+        cum = (cum / cum[-1]).float()
+        cum[-1] = 2.0  # u < 1 always lands in the last bucket at worst
+
+        def categorical(S: Tensor, R: StepRandom) -> Tensor:
+            u = R.uniform(d)
+            return (u.unsqueeze(1) >= cum.to(S.device)).sum(dim=1).float()
+        return categorical
+
+    def _compile_profile(self, profile: SimulationProfile) -> dict[str, Any]:
+        shifts = []
+        for k, shift in enumerate(profile.population, start=1):
+            programs = self._compile_inits(self.spec.fields, shift.init, k)
+            shifts.append((shift.probability, {prog.col: prog for prog in programs if prog.field.path in shift.init}))
+        err = []
+        for a in self.spec.actions:
+            api_rate = profile.error_rates.get(a.api, 0.0) if a.api else 0.0
+            err.append(1.0 - (1.0 - a.error_rate) * (1.0 - api_rate))
+        return {"profile": profile, "shifts": shifts, "error_rate": torch.tensor(err),
+                "jitter": profile.latency_jitter_ms}
+
+    def sample_initial(self, key: Tensor, profile: str) -> Tensor:
+        """Initial states for episode keys ``key[N]`` under a simulation profile."""
+        prog = self.profiles[profile]
+        n = key.shape[0]
+        S = torch.zeros((n, self.n_cols), dtype=torch.float32, device=key.device)
+        segment = torch.zeros(n, dtype=torch.float32, device=key.device)
+        if prog["shifts"]:
+            u = StepRandom(combine(key, 0x5E6)).uniform(0)
+            acc = 0.0
+            for k, (prob, _) in enumerate(prog["shifts"], start=1):
+                segment = torch.where((u >= acc) & (u < acc + prob), torch.full_like(segment, k), segment)
+                acc += prob
+        S[:, self.columns["episode.segment"]] = segment
+        R = StepRandom(combine(key, 0x1A17))
+        for base in self.init_programs:
+            value = base.sample(S, R)
+            for k, (_, overridden) in enumerate(prog["shifts"], start=1):
+                if base.col in overridden:
+                    value = torch.where(segment == k, overridden[base.col].sample(S, R), value)
+            S[:, base.col] = value
+        S[:, self.columns["episode.last_action"]] = 0.0
+        return self.clamp(S)
+
+    def clamp(self, S: Tensor) -> Tensor:
+        """Round integer-like columns and clip every column to its declared range."""
+        lo, hi, ints = self.col_min.to(S.device), self.col_max.to(S.device), self.int_cols.to(S.device)
+        S = torch.where(ints, torch.round(S), S)
+        return torch.maximum(torch.minimum(S, hi), lo)
+
+    # ---- masks, effects, termination -----------------------------------------------------------
+    def _required(self, a: ActionSpec) -> list[CompiledExpr]:
+        out = []
+        for path in a.required_fields:
+            f = self.fields[path]
+            if not f.observed:
+                raise PackError(self.file, a.line, f"actions.{a.name}.required_fields",
+                                f"required field '{path}' is never observable (observed: false)")
+            if path in self.visible:
+                out.append(self.visible[path])
+        return out
+
+    def action_masks(self, S: Tensor) -> Tensor:
+        """Legal actions ``[N, A]``: precondition holds and every required field is present."""
+        cols = []
+        for pre, req in zip(self.preconditions, self.required):
+            m = pre(S)
+            for r in req:
+                m = m & r(S)
+            cols.append(m)
+        return torch.stack(cols, dim=1)
+
+    def _effects(self, a: ActionSpec) -> list[_Effect]:
+        out = []
+        for j, e in enumerate(a.effects):
+            where = f"actions.{a.name}.effects[{j}]"
+            when = None if e.when is None else self._expr(e.when, BOOL, e.line, f"{where}.when",
+                                                          allow_random=True)
+            prob = None if e.prob is None else self._expr(e.prob, NUM, e.line, f"{where}.prob", allow_random=True)
+            assigns: list[tuple[int, CompiledExpr | float, FieldSpec]] = []
+            for target, value in e.set.items():
+                f = self.fields[target]
+                if f.type == "enum" and isinstance(value, str) and value in f.values:
+                    assigns.append((self.columns[target], float(f.values.index(value)), f))
+                    continue
+                if f.type == "bool" and isinstance(value, bool):
+                    assigns.append((self.columns[target], float(value), f))
+                    continue
+                want = self.types[target] if f.type == "enum" else (BOOL if f.type == "bool" else NUM)
+                ce = self._expr(value, want, e.line, f"{where}.set.{target}", allow_random=True)
+                if f.type == "enum" and ce.type != want:
+                    raise PackError(self.file, e.line, f"{where}.set.{target}",
+                                    f"type mismatch: expected a value of {want}, got {ce.type}")
+                assigns.append((self.columns[target], ce, f))
+            out.append(_Effect(when, prob, assigns))
+        return out
+
+    def apply_effects(self, S: Tensor, actions: Tensor, ok: Tensor, R: StepRandom) -> Tensor:
+        """Next state: each action's effects applied to the rows that took it without error.
+        Effects apply in order; each sees the assignments of the ones before it."""
+        S_next = S.clone()
+        draw = 0
+        for a, effects in enumerate(self.effects):
+            if not effects:
+                continue
+            sel = (actions == a) & ok
+            for e in effects:
+                cond = sel if e.when is None else sel & e.when(S_next, R)
+                if e.prob is not None:
+                    cond = cond & (R.uniform(100 + draw) < e.prob(S_next, R))
+                    draw += 1
+                new_vals = []
+                for col, value, _ in e.assigns:
+                    v = value(S_next, R).float() if isinstance(value, CompiledExpr) else value
+                    new_vals.append((col, v))
+                for col, v in new_vals:
+                    S_next[:, col] = torch.where(cond, v, S_next[:, col])
+        return S_next
+
+    def terminated(self, S_next: Tensor, actions: Tensor, ok: Tensor) -> Tensor:
+        term = torch.zeros(S_next.shape[0], dtype=torch.bool, device=S_next.device)
+        for a, t in enumerate(self.terminal):
+            term = term | ((actions == a) & ok & t(S_next))
+        if self.terminal_when is not None:
+            term = term | self.terminal_when(S_next)
+        return term
+
+    def rule_actions(self, S: Tensor, masks: Tensor) -> Tensor:
+        """The pack's rule engine: the first legal rule that holds; else the first legal action."""
+        n = S.shape[0]
+        choice = torch.full((n,), -1, dtype=torch.long, device=S.device)
+        for cond, a in reversed(self.rules):
+            hit = cond(S) & masks[:, a]
+            choice = torch.where(hit, torch.full_like(choice, a), choice)
+        fallback = masks.float().argmax(dim=1)
+        return torch.where(choice >= 0, choice, fallback)
+
+    # ---- observation -------------------------------------------------------------------------
+    def _layout(self) -> ObsLayout:
+        names: list[str] = []
+        self._num_cols, num_off, num_scale = [], [], []
+        self._enum_cols: list[tuple[int, int]] = []
+        self._bool_cols: list[int] = []
+        self._vis: list[tuple[int, CompiledExpr]] = []
+        for f in self.spec.fields:
+            if not f.observed:
+                continue
+            j = self.columns[f.path]
+            if f.type in ("int", "float"):
+                off, scale = _numeric_scale(f)
+                self._num_cols.append(j)
+                num_off.append(off)
+                num_scale.append(scale)
+                names.append(f.path)
+        for f in self.spec.fields:
+            if f.observed and f.type == "enum":
+                self._enum_cols.append((self.columns[f.path], len(f.values)))
+                names.extend(f"{f.path}={v}" for v in f.values)
+        for f in self.spec.fields:
+            if f.observed and f.type == "bool":
+                self._bool_cols.append(self.columns[f.path])
+                names.append(f.path)
+        for f in self.spec.fields:
+            if f.observed and f.path in self.visible:
+                self._vis.append((self.columns[f.path], self.visible[f.path]))
+                names.append(f"{f.path}?present")
+        names += ["episode.progress", "episode.error"]
+        self._num_off = torch.tensor(num_off)
+        self._num_scale = torch.tensor(num_scale)
+        return ObsLayout(len(names), self.n_actions, self.spec.history_len, tuple(names))
+
+    def encode(self, S: Tensor, masks: Tensor, history: Tensor) -> Tensor:
+        """Observation ``[N, layout.dim]``; a field that is not yet visible reads as 0."""
+        dev = S.device
+        S_obs = S
+        if self._vis:
+            S_obs = S.clone()
+            vis_bits = []
+            for col, vis in self._vis:
+                v = vis(S)
+                S_obs[:, col] = torch.where(v, S[:, col], torch.zeros_like(S[:, col]))
+                vis_bits.append(v.float())
+        parts = [(S_obs[:, self._num_cols] - self._num_off.to(dev)) * self._num_scale.to(dev)]
+        for col, n in self._enum_cols:
+            parts.append(torch.nn.functional.one_hot(S_obs[:, col].long().clamp(0, n - 1), n).float())
+        if self._bool_cols:
+            parts.append(S_obs[:, self._bool_cols])
+        if self._vis:
+            parts.append(torch.stack(vis_bits, dim=1))
+        parts.append((S[:, self.columns["episode.step"]] / self.spec.horizon).unsqueeze(1))
+        parts.append(S[:, self.columns["episode.error"]].unsqueeze(1))
+        parts.append(masks.float())
+        parts.append(history.float())
+        return torch.cat(parts, dim=1)
+
+
+def _numeric_scale(f: FieldSpec) -> tuple[float, float]:
+    """Offset and scale that map a numeric field to roughly [-1, 1]."""
+    if f.bounded and f.max > f.min:  # type: ignore[operator]
+        mid = (f.max + f.min) / 2  # type: ignore[operator]
+        return mid, 2.0 / (f.max - f.min)  # type: ignore[operator]
+    init = f.init
+    if init.dist == "normal" and all(isinstance(init.params[k], (int, float)) for k in ("mean", "std")):
+        return float(init.params["mean"]), 1.0 / max(float(init.params["std"]) * 2, 1e-6)
+    if init.dist == "lognormal" and all(isinstance(init.params[k], (int, float)) for k in ("mean", "sigma")):
+        import math
+        m = math.exp(float(init.params["mean"]))
+        return m, 1.0 / max(m * 2, 1e-6)
+    lo = f.min if f.min is not None else 0.0
+    return lo, 1.0 / max(abs(lo), 1.0)

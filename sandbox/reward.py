@@ -1,0 +1,335 @@
+"""Reward-function runtime: versioned Python modules whose components carry rule references.
+
+A reward module in a pack looks like::
+
+    from sandbox.reward import component, rule_ref
+
+    WEIGHTS = {"risk": 1.0, "compliance": 1.0}   # per objective
+    WEIGHT_SCHEDULE = [(200_000, {"compliance": 1.5})]  # optional: from env step N on
+    CLIP = 5.0                                    # |total| bound
+    REPEAT_PENALTY = {"penalty": 0.2, "after": 2, "rule_ref": "OPS_2.3"}
+
+    @component(objective="compliance", reason="approved amount above the income cap")
+    @rule_ref("CREDIT_POLICY_3.4")
+    def amount_cap(t):
+        approved = t.action.isin(["approve", "approve_reduced"])
+        cap = t.s.user_profile.income_monthly * 3
+        return torch.where(approved & (t.ns.decision.approved_amount > cap), -0.4, 0.0)
+
+Each component receives a :class:`Transition` of the whole batch and returns one score per
+episode, so a reward costs array ops. The runtime weights, sums, clips (the clip shows up as its
+own ``clip`` entry so the breakdown always sums to the total), adds the repeated-action penalty
+and external ``reward_hook`` scores, and holds back components with ``settle_on`` until that
+action happens (or the episode ends). The version of a reward function is the sha256 of its source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from sandbox.errors import PackError
+
+Tensor = torch.Tensor
+
+
+# ---- authoring API ---------------------------------------------------------------------------
+def rule_ref(ref: str) -> Callable[[Callable], Callable]:
+    """Tie a reward component to a clause of the pack's ``rules.yaml``."""
+    def deco(fn: Callable) -> Callable:
+        fn.__rule_ref__ = ref  # type: ignore[attr-defined]
+        return fn
+    return deco
+
+
+def component(objective: str = "default", reason: str | None = None,
+              settle_on: str | None = None) -> Callable[[Callable], Callable]:
+    """Mark a function as a reward component of ``objective``. ``reason`` is the sentence shown
+    in breakdowns (default: the docstring's first line). ``settle_on`` names an action: the
+    component's scores accumulate and are paid when that action runs or the episode ends."""
+    def deco(fn: Callable) -> Callable:
+        fn.__component__ = {"objective": objective, "settle_on": settle_on,  # type: ignore[attr-defined]
+                            "reason": reason or (inspect.getdoc(fn) or fn.__name__).splitlines()[0]}
+        return fn
+    return deco
+
+
+class EnumColumn:
+    """An enum column: compare with value names (``col == 'approved'``, ``col.isin([...])``)."""
+
+    def __init__(self, codes: Tensor, values: tuple[str, ...], name: str):
+        self.codes, self.values, self.name = codes, values, name
+
+    def _code(self, value: str) -> float:
+        if value not in self.values:
+            raise KeyError(f"'{value}' is not a value of {self.name} (expected one of {list(self.values)})")
+        return float(self.values.index(value))
+
+    def __eq__(self, value: object) -> Tensor:  # type: ignore[override]
+        return self.codes == self._code(str(value))
+
+    def __ne__(self, value: object) -> Tensor:  # type: ignore[override]
+        return self.codes != self._code(str(value))
+
+    def isin(self, values: list[str]) -> Tensor:
+        out = torch.zeros_like(self.codes, dtype=torch.bool)
+        for v in values:
+            out = out | (self.codes == self._code(v))
+        return out
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class StateView:
+    """Attribute access to state columns: ``t.s.user_profile.credit_score`` → tensor ``[N]``."""
+
+    def __init__(self, S: Tensor, layout: "ColumnLayout", prefix: str = ""):
+        self._S, self._layout, self._prefix = S, layout, prefix
+
+    def __getattr__(self, name: str) -> Any:
+        path = f"{self._prefix}{name}"
+        col = self._layout.columns.get(path)
+        if col is None:
+            if any(p.startswith(path + ".") for p in self._layout.columns):
+                return StateView(self._S, self._layout, path + ".")
+            raise AttributeError(f"unknown state field '{path}'")
+        kind, values = self._layout.kinds[path]
+        x = self._S[:, col]
+        if kind == "bool":
+            return x > 0.5
+        if kind == "enum":
+            return EnumColumn(x, values, path)
+        return x
+
+    def __getitem__(self, path: str) -> Any:
+        head, _, rest = path.rpartition(".")
+        view = self
+        for part in head.split(".") if head else []:
+            view = getattr(view, part)
+        return getattr(view, rest)
+
+
+@dataclass(frozen=True)
+class ColumnLayout:
+    columns: dict[str, int]
+    kinds: dict[str, tuple[str, tuple[str, ...]]]
+
+
+@dataclass
+class Transition:
+    """One batched step handed to every reward component."""
+
+    s: StateView
+    ns: StateView
+    action: EnumColumn
+    error: Tensor
+    latency_ms: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    external: dict[str, Tensor] = field(default_factory=dict)
+
+
+# ---- loading -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Component:
+    name: str
+    fn: Callable[[Transition], Any]
+    objective: str
+    rule_ref: str
+    reason: str
+    settle_on: str | None
+    line: int
+
+
+@dataclass(frozen=True)
+class RewardFunction:
+    """A loaded reward module. ``version`` is the sha256 of its source."""
+
+    path: str
+    label: str
+    version: str
+    source: str
+    components: tuple[Component, ...]
+    weights: dict[str, float]
+    schedule: tuple[tuple[int, dict[str, float]], ...]
+    clip: float | None
+    repeat_penalty: dict[str, Any] | None
+
+    @property
+    def rule_refs(self) -> list[str]:
+        refs = [c.rule_ref for c in self.components]
+        if self.repeat_penalty and self.repeat_penalty.get("rule_ref"):
+            refs.append(self.repeat_penalty["rule_ref"])
+        return sorted(set(refs))
+
+    def weights_at(self, global_step: int) -> dict[str, float]:
+        w = dict(self.weights)
+        for start, update in self.schedule:
+            if global_step >= start:
+                w.update(update)
+        return w
+
+
+def load_reward_fn(path: Path, rules: dict[str, Any], actions: tuple[str, ...]) -> RewardFunction:
+    """Import a reward module by path and check its components against ``rules`` and ``actions``."""
+    source = path.read_text()
+    mod_name = f"rlops_reward_{hashlib.sha256(str(path).encode()).hexdigest()[:10]}_{path.stem}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise PackError(str(path), exc.lineno, "", f"syntax error in reward module: {exc.msg}") from None
+    except Exception as exc:  # noqa: BLE001 - any import failure is an authoring error
+        tb = exc.__traceback__
+        line = None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == str(path):
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        raise PackError(str(path), line, "", f"reward module failed to import: {type(exc).__name__}: {exc}") from None
+    components = []
+    for name, fn in inspect.getmembers(module, inspect.isfunction):
+        meta = getattr(fn, "__component__", None)
+        if meta is None or fn.__module__ != mod_name:
+            continue
+        line = inspect.getsourcelines(fn)[1]
+        ref = getattr(fn, "__rule_ref__", None)
+        if ref is None:
+            raise PackError(str(path), line, name, "reward component has no @rule_ref(...) "
+                                                   "(every component must cite a rule of rules.yaml)")
+        if ref not in rules:
+            raise PackError(str(path), line, name, f"dangling rule ref '{ref}': not defined in rules.yaml "
+                                                   f"(known: {sorted(rules)})")
+        if meta["settle_on"] is not None and meta["settle_on"] not in actions:
+            raise PackError(str(path), line, name, f"settle_on names undefined action '{meta['settle_on']}' "
+                                                   f"(actions: {list(actions)})")
+        components.append(Component(name, fn, meta["objective"], ref, meta["reason"], meta["settle_on"], line))
+    if not components:
+        raise PackError(str(path), None, "", "reward module defines no @component functions")
+    components.sort(key=lambda c: c.line)
+    weights = {str(k): float(v) for k, v in (getattr(module, "WEIGHTS", {}) or {}).items()}
+    objectives = {c.objective for c in components}
+    for obj in objectives:
+        weights.setdefault(obj, 1.0)
+    schedule = tuple(sorted((int(s), {str(k): float(v) for k, v in w.items()})
+                            for s, w in (getattr(module, "WEIGHT_SCHEDULE", []) or [])))
+    for _, w in schedule:
+        unknown = set(w) - objectives
+        if unknown:
+            raise PackError(str(path), None, "WEIGHT_SCHEDULE", f"unknown objective(s) {sorted(unknown)} "
+                                                                f"(objectives: {sorted(objectives)})")
+    rp = getattr(module, "REPEAT_PENALTY", None)
+    if rp and rp.get("rule_ref") and rp["rule_ref"] not in rules:
+        raise PackError(str(path), None, "REPEAT_PENALTY", f"dangling rule ref '{rp['rule_ref']}'")
+    clip = getattr(module, "CLIP", None)
+    sys.modules.pop(mod_name, None)
+    return RewardFunction(str(path), str(getattr(module, "VERSION_LABEL", path.stem)),
+                          hashlib.sha256(source.encode()).hexdigest(), source, tuple(components), weights,
+                          schedule, None if clip is None else float(clip), rp)
+
+
+class RewardError(RuntimeError):
+    """A reward component raised or returned something that is not one score per episode."""
+
+
+@dataclass
+class RewardHook:
+    name: str
+    fn: Callable[[Transition], Tensor]
+    weight: float = 1.0
+    rule_ref: str | None = None
+
+
+class RewardRuntime:
+    """Evaluates a :class:`RewardFunction` on batched transitions; holds delayed settlements."""
+
+    def __init__(self, fn: RewardFunction, n: int, device: torch.device, action_names: tuple[str, ...]):
+        self.n, self.device, self.action_names = n, device, action_names
+        self.hooks: list[RewardHook] = []
+        self.set_function(fn)
+
+    def set_function(self, fn: RewardFunction) -> None:
+        self.fn = fn
+        self.pending = torch.zeros((self.n, len(fn.components)), device=self.device)
+        self._settle_codes = [None if c.settle_on is None else self.action_names.index(c.settle_on)
+                              for c in fn.components]
+        self._weights_cache: tuple[int, Tensor] | None = None
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.fn.components] + ["repeat_penalty"] + [f"hook:{h.name}" for h in self.hooks] + ["clip"]
+
+    @property
+    def rule_refs(self) -> list[str | None]:
+        rp = (self.fn.repeat_penalty or {}).get("rule_ref")
+        return [c.rule_ref for c in self.fn.components] + [rp] + [h.rule_ref for h in self.hooks] + [None]
+
+    @property
+    def reasons(self) -> list[str]:
+        return ([c.reason for c in self.fn.components] + ["same action repeated"]
+                + [f"external score {h.name}" for h in self.hooks] + ["total clipped to the bound"])
+
+    def _weights(self, global_step: int) -> Tensor:
+        w = self.fn.weights_at(global_step)
+        vec = torch.tensor([w[c.objective] for c in self.fn.components], device=self.device)
+        return vec
+
+    def compute(self, t: Transition, actions: Tensor, repeat_count: Tensor, done: Tensor,
+                global_step: int) -> tuple[Tensor, Tensor]:
+        """Total ``[N]`` and breakdown ``[N, len(names)]`` (weighted; sums to the total)."""
+        cols = []
+        for c in self.fn.components:
+            try:
+                v = c.fn(t)
+            except Exception as exc:  # noqa: BLE001 - reported with the component's name
+                raise RewardError(f"{self.fn.path}:{c.line}: reward component '{c.name}' raised "
+                                  f"{type(exc).__name__}: {exc}") from exc
+            v = torch.as_tensor(v, dtype=torch.float32, device=self.device)
+            if v.dim() == 0:
+                v = v.expand(self.n)
+            if v.shape != (self.n,):
+                raise RewardError(f"{self.fn.path}:{c.line}: reward component '{c.name}' returned shape "
+                                  f"{tuple(v.shape)}, expected ({self.n},)")
+            cols.append(v.float())
+        raw = torch.stack(cols, dim=1) * self._weights(global_step)
+        if any(code is not None for code in self._settle_codes):
+            for j, code in enumerate(self._settle_codes):
+                if code is None:
+                    continue
+                acc = self.pending[:, j] + raw[:, j]
+                pay = done | (actions == code)
+                raw[:, j] = torch.where(pay, acc, torch.zeros_like(acc))
+                self.pending[:, j] = torch.where(pay, torch.zeros_like(acc), acc)
+        extra = []
+        rp = self.fn.repeat_penalty
+        if rp:
+            extra.append(torch.where(repeat_count >= float(rp.get("after", 1)), -float(rp["penalty"]), 0.0))
+        else:
+            extra.append(torch.zeros(self.n, device=self.device))
+        for h in self.hooks:
+            extra.append(torch.as_tensor(h.fn(t), dtype=torch.float32, device=self.device).expand(self.n) * h.weight)
+        parts = torch.cat([raw, torch.stack(extra, dim=1)], dim=1)
+        total_raw = parts.sum(dim=1)
+        total = total_raw if self.fn.clip is None else total_raw.clamp(-self.fn.clip, self.fn.clip)
+        breakdown = torch.cat([parts, (total - total_raw).unsqueeze(1)], dim=1)
+        return total, breakdown
+
+    def reset_rows(self, rows: Tensor) -> None:
+        self.pending = torch.where(rows.unsqueeze(1), torch.zeros_like(self.pending), self.pending)
+
+
+def render_breakdown(total: float, scores: list[float], names: list[str], reasons: list[str],
+                     refs: list[str | None]) -> dict[str, Any]:
+    """The JSON form of one step's reward: non-zero components with their reason and rule."""
+    items = [{"component": n, "score": round(float(s), 6), "reason": r, "rule_ref": ref}
+             for n, s, r, ref in zip(names, scores, reasons, refs) if abs(float(s)) > 1e-12]
+    return {"total": round(float(total), 6), "breakdown": items}

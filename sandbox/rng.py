@@ -1,0 +1,62 @@
+"""Counter-based randomness: every draw is a hash of (instance seed, episode, state hash, draw id).
+
+No generator state is carried between steps, so the same state sequence replays the same random
+events anywhere: in a batch of 4096 or alone, on CPU or GPU, after a checkpoint restore.
+Arithmetic is done on int64 tensors holding 32-bit values; products are masked back to 32 bits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+Tensor = torch.Tensor
+M32 = 0xFFFFFFFF
+_GOLDEN = 0x9E3779B1
+
+
+def mix32(x: Tensor) -> Tensor:
+    """A 32-bit avalanche hash (lowbias32) on int64 tensors with values in [0, 2**32)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & M32
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & M32
+    return x ^ (x >> 16)
+
+
+def combine(a: Tensor, b: Tensor | int) -> Tensor:
+    """Hash two 32-bit keys into one."""
+    return mix32((a * _GOLDEN + b) & M32)
+
+
+def to_unit(h: Tensor) -> Tensor:
+    """Map a 32-bit hash to a float32 uniform in [0, 1) with 24 bits of resolution."""
+    return (h >> 8).to(torch.float32) * (1.0 / 16777216.0)
+
+
+def seed_key(seeds: Tensor, episodes: Tensor) -> Tensor:
+    """Key of one episode of one instance: a hash of its seed (any int64) and episode counter."""
+    lo = seeds & M32
+    hi = (seeds >> 32) & M32
+    return combine(combine(mix32(lo), hi), episodes & M32)
+
+
+def state_hash(S: Tensor, col_weights: Tensor) -> Tensor:
+    """A hash of each row of the float32 state tensor: its bit patterns, weighted, summed, mixed."""
+    bits = S.contiguous().view(torch.int32).to(torch.int64) & M32
+    return mix32((bits * col_weights).sum(dim=1) & M32)
+
+
+def column_weights(n_cols: int, device: torch.device | str = "cpu") -> Tensor:
+    """Odd weights below 2**24 so that the weighted sum of 32-bit values fits in int64."""
+    idx = torch.arange(n_cols, dtype=torch.int64, device=device)
+    return (mix32(idx + 12345) & 0xFFFFFF) | 1
+
+
+class StepRandom:
+    """The random source of one step: ``uniform(draw_id)`` gives one uniform per row."""
+
+    def __init__(self, key: Tensor):
+        self.key = key
+
+    def uniform(self, draw_id: int) -> Tensor:
+        return to_unit(combine(self.key, draw_id + 1))

@@ -1,0 +1,118 @@
+"""Shared pytest setup: repo root on ``sys.path``, markers, and fixtures for S3, MLflow and storage.
+
+Fixtures:
+
+* ``moto_s3`` — endpoint URL of a moto S3 server (real HTTP on 127.0.0.1, free port) with fake
+  AWS credentials in the environment; the server's state is wiped after each test.
+* ``moto_bucket`` — ``s3://rlops-test`` created on that server.
+* ``tmp_tracking`` — an MLflow tracking URI ``sqlite:///<tmp>/mlflow.db`` (a copy of a
+  pre-migrated database, so each test does not pay for MLflow's schema migrations), with
+  ``MLFLOW_TRACKING_URI`` and ``RLOPS_ARTIFACT_ROOT`` set.
+* ``tmp_storage_root`` — a ``file://`` storage root under the test's tmp folder, also set as
+  ``RLOPS_STORAGE_ROOT``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: takes more than a few seconds (deselect with -m 'not slow')")
+    config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped when none is present")
+    config.addinivalue_line("markers", "distributed: needs the compose services (Postgres, Redis, "
+                                       "S3, MLflow server)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not any("gpu" in item.keywords for item in items):
+        return
+    try:
+        import torch
+        has_cuda = bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - no torch means no GPU either
+        has_cuda = False
+    if not has_cuda:
+        skip = pytest.mark.skip(reason="no CUDA device")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+# --------------------------------------------------------------------------- S3 (moto server)
+@pytest.fixture(scope="session")
+def _moto_server() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def moto_s3(_moto_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    """Endpoint URL of a live moto S3 server, with fake credentials in the environment."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    # Never pick up a developer's real profile or credentials file.
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RLOPS_S3_ENDPOINT_URL", _moto_server)
+    yield _moto_server
+    req = urllib.request.Request(f"{_moto_server}/moto-api/reset", method="POST", data=b"")
+    urllib.request.urlopen(req, timeout=10).close()
+
+
+@pytest.fixture
+def moto_bucket(moto_s3: str) -> str:
+    """``s3://rlops-test``, created on the moto server."""
+    import boto3
+    boto3.client("s3", endpoint_url=moto_s3).create_bucket(Bucket="rlops-test")
+    return "s3://rlops-test"
+
+
+# --------------------------------------------------------------------------- MLflow
+@pytest.fixture(scope="session")
+def _mlflow_template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from mlflow import MlflowClient
+    db = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()  # runs the migrations
+    return db
+
+
+@pytest.fixture
+def tmp_tracking(_mlflow_template_db: Path, tmp_path: Path,
+                 monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh MLflow tracking URI ``sqlite:///<tmp>/mlflow.db`` with its artifact root in tmp."""
+    folder = tmp_path / "mlflow"
+    folder.mkdir()
+    shutil.copyfile(_mlflow_template_db, folder / "mlflow.db")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("RLOPS_ARTIFACT_ROOT", str(folder / "artifacts"))
+    monkeypatch.delenv("MLFLOW_REGISTRY_URI", raising=False)
+    return uri
+
+
+# --------------------------------------------------------------------------- storage
+@pytest.fixture
+def tmp_storage_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A ``file://`` storage root under the test's tmp folder (also ``RLOPS_STORAGE_ROOT``)."""
+    root = f"file://{tmp_path / 'storage'}"
+    monkeypatch.setenv("RLOPS_STORAGE_ROOT", root)
+    return root
