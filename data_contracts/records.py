@@ -122,16 +122,18 @@ def quarantine_frame(quarantined: pd.DataFrame, scenario: str) -> pd.DataFrame:
     def col(name: str) -> pd.Series:
         return q[name] if name in q else pd.Series([None] * n, dtype=object)
 
-    if "raw" in q:
-        raw = q["raw"].astype("str")
-    elif RAW_COLUMN in q and not q[RAW_COLUMN].isna().any():
-        raw = q[RAW_COLUMN].astype("str")
-    else:  # rows that did not come from text: keep them as JSON
-        payload = q[[c for c in q.columns if not str(c).startswith(META_PREFIX)
-                     and c != REASON_COLUMN]]
-        raw = pd.Series([json.dumps({k: v for k, v in r.items() if not _is_missing(v)},
-                                    default=str) for r in payload.to_dict("records")],
-                        dtype="str")
+    # The original text where there is one (a parsed line's ``_raw``, an unparseable line's
+    # ``raw``); rows that never were text (e.g. sandbox rows) are kept as JSON.
+    raw = pd.Series([None] * n, dtype=object)
+    for name in ("raw", RAW_COLUMN):
+        if name in q:
+            raw = raw.where(raw.notna(), q[name].astype(object))
+    missing = raw.isna().to_numpy()
+    if missing.any():
+        payload = q.loc[missing, [c for c in q.columns if not str(c).startswith(META_PREFIX)
+                                  and c not in (REASON_COLUMN, "raw")]]
+        raw[missing] = [json.dumps({k: v for k, v in r.items() if not _is_missing(v)},
+                                   default=str) for r in payload.to_dict("records")]
     return pd.DataFrame({
         "ts": _best_effort_ts(col("ts")) if n else pd.Series([], dtype="datetime64[us, UTC]"),
         "scenario": pd.Series([scenario] * n, dtype="str"),
@@ -139,7 +141,7 @@ def quarantine_frame(quarantined: pd.DataFrame, scenario: str) -> pd.DataFrame:
         "episode_id": _text(col("episode_id")),
         "step": _text(col("step")),
         REASON_COLUMN: q[REASON_COLUMN].astype("str"),
-        "raw": raw,
+        "raw": raw.astype("str"),
         "source_uri": _text(col(SOURCE_COLUMN)),
         "line_no": pd.to_numeric(col(LINE_COLUMN), errors="coerce").astype("Int64"),
     })

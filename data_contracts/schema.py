@@ -234,8 +234,10 @@ def _column_expectations(spec: ColumnSpec, present: bool) -> list[tuple[int, Any
         # Stage 1 sees the converted value; one that did not convert is null there.
         out.append(_exp(1, e.ExpectColumnValuesToNotBeNull, c, _CONVERSION_CHECK[spec.kind]))
     if spec.min is not None or spec.max is not None:
-        out.append(_exp(1, e.ExpectColumnValuesToBeBetween, c,
-                        f"outside [{spec.min}, {spec.max}]",
+        bound = (f"above the maximum {spec.max}" if spec.min is None else
+                 f"below the minimum {spec.min}" if spec.max is None else
+                 f"outside [{spec.min}, {spec.max}]")
+        out.append(_exp(1, e.ExpectColumnValuesToBeBetween, c, bound,
                         min_value=spec.min, max_value=spec.max))
     if spec.finite:
         out.append(_exp(1, e.ExpectColumnValuesToBeBetween, c, "not a finite number",
@@ -271,13 +273,9 @@ def build_suites(contract: Contract, present: frozenset[str] | None) -> list[gx.
         is_present = present is None or spec.name in present
         for stage, expectation in _column_expectations(spec, is_present):
             staged.setdefault(stage, []).append(expectation)
-    suites = []
-    for stage in sorted(staged):
-        suite = gx.ExpectationSuite(name=f"{contract.name}.stage{stage}")
-        for expectation in staged[stage]:
-            suite.add_expectation(expectation)
-        suites.append(suite)
-    return suites
+    # Built in one call: ``add_expectation`` would look for a stored copy in a context.
+    return [gx.ExpectationSuite(name=f"{contract.name}.stage{stage}", expectations=staged[stage])
+            for stage in sorted(staged)]
 
 
 # --------------------------------------------------------------------------- trace records

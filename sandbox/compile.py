@@ -16,9 +16,12 @@ import torch
 from sandbox.errors import ExprError, PackError
 from sandbox.expr import BOOL, NUM, CompiledExpr, ExprType, compile_expr, standard_normal
 from sandbox.rng import StepRandom, combine
-from sandbox.spec import ActionSpec, FieldSpec, InitSpec, ScenarioSpec, SimulationProfile
+from sandbox.init_sampler import InitSampler
+from sandbox.spec import ActionSpec, FieldSpec, ScenarioSpec, SimulationProfile
 
 Tensor = torch.Tensor
+
+STEP_DRAWS = 4  # latency (2, Box–Muller), jitter, API error
 
 EPISODE_VARS: tuple[tuple[str, str], ...] = (
     ("episode.step", "int"),
@@ -51,13 +54,7 @@ class _Effect:
     when: CompiledExpr | None
     prob: CompiledExpr | None
     assigns: list[tuple[int, CompiledExpr | float, FieldSpec]]
-
-
-@dataclass
-class _InitProgram:
-    col: int
-    field: FieldSpec
-    sample: Callable[[Tensor, StepRandom], Tensor]
+    prob_draw: int
 
 
 class CompiledScenario:
@@ -94,7 +91,7 @@ class CompiledScenario:
         for f in spec.fields:
             if f.visible_when is not None:
                 self.visible[f.path] = self._expr(f.visible_when, BOOL, f.line, f"{f.path}.visible_when")
-        self.init_programs = self._compile_inits(spec.fields, {}, 0)
+        self.init = InitSampler(self, {})
         self.profiles = {name: self._compile_profile(p) for name, p in spec.profiles.items()}
         self.preconditions = [self._expr(a.precondition, BOOL, a.line, f"actions.{a.name}.precondition")
                               for a in spec.actions]
@@ -120,89 +117,18 @@ class CompiledScenario:
         return None
 
     def _expr(self, source: Any, want: ExprType, line: int | None, where: str,
-              resolve: Callable[[str], Any] | None = None, allow_random: bool = False) -> CompiledExpr:
+              resolve: Callable[[str], Any] | None = None, allow_random: bool = False,
+              draw_offset: int = 0) -> CompiledExpr:
         try:
-            return compile_expr(source, resolve or self.resolve, want=want, allow_random=allow_random)
+            return compile_expr(source, resolve or self.resolve, want=want, allow_random=allow_random,
+                                draw_offset=draw_offset)
         except ExprError as exc:
             raise PackError(self.file, line, where, f"illegal expression: {exc}") from None
 
     # ---- initial state -------------------------------------------------------------------------
-    def _compile_inits(self, fields: tuple[FieldSpec, ...], overrides: dict[str, InitSpec],
-                       salt: int) -> list[_InitProgram]:
-        programs = []
-        declared: set[str] = set()
-
-        def resolve_earlier(path: str) -> tuple[int, ExprType] | None:
-            if path in self.columns and (path in declared or path.startswith("episode.")):
-                return self.columns[path], self.types[path]
-            if path in self.columns:
-                raise ExprError(f"field '{path}' is used before it is initialised (declare it earlier)")
-            return None
-
-        for k, f in enumerate(fields):
-            init = overrides.get(f.path, f.init)
-            programs.append(_InitProgram(self.columns[f.path], f,
-                                         self._init_sampler(f, init, resolve_earlier, salt * 1000 + k)))
-            declared.add(f.path)
-        return programs
-
-    def _init_param(self, v: Any, f: FieldSpec, init: InitSpec, resolve: Callable, name: str) -> Any:
-        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-            if isinstance(v, (list, dict)):
-                return v
-            raise PackError(self.file, init.line, f"{f.path}.init.{name}",
-                            f"type mismatch: expected a number or an expression, got {v!r}")
-        if isinstance(v, str):
-            return self._expr(v, NUM, init.line, f"{f.path}.init.{name}", resolve)
-        return float(v)
-
-    def _init_sampler(self, f: FieldSpec, init: InitSpec, resolve: Callable, draw_base: int
-                      ) -> Callable[[Tensor, StepRandom], Tensor]:
-        where = f"{f.path}.init"
-        if init.expr is not None:
-            e = self._expr(init.expr, BOOL if f.type == "bool" else NUM, init.line, where, resolve)
-            return lambda S, R: e(S, R).float()
-        if init.dist is None:
-            v = init.value
-            code = float(f.values.index(v)) if f.type == "enum" else float(v)
-            return lambda S, R: torch.full((S.shape[0],), code, device=S.device)
-        p = {k: self._init_param(v, f, init, resolve, k) for k, v in init.params.items()}
-
-        def val(x: Any, S: Tensor) -> Tensor:
-            return x(S) if isinstance(x, CompiledExpr) else torch.full((S.shape[0],), x, device=S.device)
-
-        d = draw_base * 4
-        if init.dist == "normal":
-            return lambda S, R: (val(p["mean"], S).double() + val(p["std"], S).double()
-                                 * standard_normal(R.uniform(d), R.uniform(d + 1)).double()).float()
-        if init.dist == "lognormal":
-            return lambda S, R: torch.exp(val(p["mean"], S).double() + val(p["sigma"], S).double()
-                                          * standard_normal(R.uniform(d), R.uniform(d + 1)).double()).float()
-        if init.dist == "uniform":
-            if f.type == "int":
-                return lambda S, R: torch.floor(val(p["low"], S) + (val(p["high"], S) - val(p["low"], S) + 1)
-                                                * R.uniform(d))
-            return lambda S, R: val(p["low"], S) + (val(p["high"], S) - val(p["low"], S)) * R.uniform(d)
-        if init.dist == "bernoulli":
-            return lambda S, R: (R.uniform(d) < val(p["p"], S)).float()
-        probs = p["probs"]
-        weights = [float(probs.get(v, 0.0)) for v in f.values] if isinstance(probs, dict) else [float(x) for x in probs]
-        if any(w < 0 for w in weights) or sum(weights) <= 0:
-            raise PackError(self.file, init.line, where, "probs must be non-negative and not all zero")
-        cum = torch.tensor(weights, dtype=torch.float64).cumsum(0)
-        cum = (cum / cum[-1]).float()
-        cum[-1] = 2.0  # u < 1 always lands in the last bucket at worst
-
-        def categorical(S: Tensor, R: StepRandom) -> Tensor:
-            u = R.uniform(d)
-            return (u.unsqueeze(1) >= cum.to(S.device)).sum(dim=1).float()
-        return categorical
-
     def _compile_profile(self, profile: SimulationProfile) -> dict[str, Any]:
-        shifts = []
-        for k, shift in enumerate(profile.population, start=1):
-            programs = self._compile_inits(self.spec.fields, shift.init, k)
-            shifts.append((shift.probability, {prog.col: prog for prog in programs if prog.field.path in shift.init}))
+        shifts = [(shift.probability, InitSampler(self, shift.init, only=set(shift.init)))
+                  for shift in profile.population]
         err = []
         for a in self.spec.actions:
             api_rate = profile.error_rates.get(a.api, 0.0) if a.api else 0.0
@@ -223,13 +149,18 @@ class CompiledScenario:
                 segment = torch.where((u >= acc) & (u < acc + prob), torch.full_like(segment, k), segment)
                 acc += prob
         S[:, self.columns["episode.segment"]] = segment
-        R = StepRandom(combine(key, 0x1A17))
-        for base in self.init_programs:
-            value = base.sample(S, R)
-            for k, (_, overridden) in enumerate(prog["shifts"], start=1):
-                if base.col in overridden:
-                    value = torch.where(segment == k, overridden[base.col].sample(S, R), value)
-            S[:, base.col] = value
+        R = StepRandom(combine(key, 0x1A17), 2 * len(self.spec.fields))
+        U = R.block()
+        Z = standard_normal(U[:, 0::2], U[:, 1::2]).double()
+        self.init.write_vector(S, U, Z)
+        for k, (_, shift) in enumerate(prog["shifts"], start=1):
+            shift.write_vector(S, U, Z, rows=segment == k)
+        for col, sample in self.init.sequential.items():
+            value = sample(S, R)
+            for k, (_, shift) in enumerate(prog["shifts"], start=1):
+                if col in shift.sequential:
+                    value = torch.where(segment == k, shift.sequential[col](S, R), value)
+            S[:, col] = value
         S[:, self.columns["episode.last_action"]] = 0.0
         return self.clamp(S)
 
@@ -262,12 +193,24 @@ class CompiledScenario:
         return torch.stack(cols, dim=1)
 
     def _effects(self, a: ActionSpec) -> list[_Effect]:
+        # Draw ids 0-3 belong to the step itself (latency, jitter, error); an action's random
+        # events take the ids after them. Only one action applies per row, so actions share ids.
         out = []
+        self._draw = STEP_DRAWS
+
+        def expr(source: Any, want: ExprType, where: str) -> CompiledExpr:
+            ce = self._expr(source, want, a.line if e.line is None else e.line, where, allow_random=True,
+                            draw_offset=self._draw)
+            self._draw += ce.random_draws
+            return ce
+
         for j, e in enumerate(a.effects):
             where = f"actions.{a.name}.effects[{j}]"
-            when = None if e.when is None else self._expr(e.when, BOOL, e.line, f"{where}.when",
-                                                          allow_random=True)
-            prob = None if e.prob is None else self._expr(e.prob, NUM, e.line, f"{where}.prob", allow_random=True)
+            when = None if e.when is None else expr(e.when, BOOL, f"{where}.when")
+            prob = None if e.prob is None else expr(e.prob, NUM, f"{where}.prob")
+            prob_draw = self._draw
+            if prob is not None:
+                self._draw += 1
             assigns: list[tuple[int, CompiledExpr | float, FieldSpec]] = []
             for target, value in e.set.items():
                 f = self.fields[target]
@@ -278,19 +221,19 @@ class CompiledScenario:
                     assigns.append((self.columns[target], float(value), f))
                     continue
                 want = self.types[target] if f.type == "enum" else (BOOL if f.type == "bool" else NUM)
-                ce = self._expr(value, want, e.line, f"{where}.set.{target}", allow_random=True)
+                ce = expr(value, want, f"{where}.set.{target}")
                 if f.type == "enum" and ce.type != want:
                     raise PackError(self.file, e.line, f"{where}.set.{target}",
                                     f"type mismatch: expected a value of {want}, got {ce.type}")
                 assigns.append((self.columns[target], ce, f))
-            out.append(_Effect(when, prob, assigns))
+            out.append(_Effect(when, prob, assigns, prob_draw))
+        self.step_draws = max(getattr(self, "step_draws", STEP_DRAWS), self._draw)
         return out
 
     def apply_effects(self, S: Tensor, actions: Tensor, ok: Tensor, R: StepRandom) -> Tensor:
         """Next state: each action's effects applied to the rows that took it without error.
         Effects apply in order; each sees the assignments of the ones before it."""
         S_next = S.clone()
-        draw = 0
         for a, effects in enumerate(self.effects):
             if not effects:
                 continue
@@ -298,8 +241,7 @@ class CompiledScenario:
             for e in effects:
                 cond = sel if e.when is None else sel & e.when(S_next, R)
                 if e.prob is not None:
-                    cond = cond & (R.uniform(100 + draw) < e.prob(S_next, R))
-                    draw += 1
+                    cond = cond & (R.uniform(e.prob_draw) < e.prob(S_next, R))
                 new_vals = []
                 for col, value, _ in e.assigns:
                     v = value(S_next, R).float() if isinstance(value, CompiledExpr) else value

@@ -117,7 +117,8 @@ class BatchedEnv:
         else:
             self.seeds = int(seed or 0) + torch.arange(n, dtype=torch.int64, device=self.device)
         self.episodes = torch.zeros(n, dtype=torch.int64, device=self.device)
-        self.S = self.scenario.sample_initial(seed_key(self.seeds, self.episodes), self.profile)
+        self._ep_key = seed_key(self.seeds, self.episodes)
+        self.S = self.scenario.sample_initial(self._ep_key, self.profile)
         self.history = torch.zeros((n, self.layout.history_len), dtype=torch.long, device=self.device)
         self.ep_return = torch.zeros(n, device=self.device)
         self.reward.reset_rows(torch.ones(n, dtype=torch.bool, device=self.device))
@@ -142,6 +143,7 @@ class BatchedEnv:
         self.history, self.ep_return = sd["history"].to(self.device), sd["ep_return"].to(self.device)
         self.reward.pending = sd["pending"].to(self.device)
         self.global_step = int(sd["global_step"])
+        self._ep_key = seed_key(self.seeds, self.episodes)
         self._masks = self.scenario.action_masks(self.S)
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, StepInfo]:
@@ -156,7 +158,7 @@ class BatchedEnv:
             raise IllegalActionError(
                 f"action {int(actions[bad])} ({self._action_name(int(actions[bad]))}) is not legal in "
                 f"episode {bad}; legal: {[self.action_names[j] for j in self._masks[bad].nonzero().flatten().tolist()]}")
-        R = StepRandom(combine(seed_key(self.seeds, self.episodes), state_hash(S, self._col_w)))
+        R = StepRandom(combine(self._ep_key, state_hash(S, self._col_w)), self.scenario.step_draws)
         # ---- latency and API errors of the chosen action (profile-dependent)
         a_idx = actions.clamp(0, self.n_actions - 1)
         latency = (self._lat_mean[a_idx] + self._lat_std[a_idx] * standard_normal(R.uniform(0), R.uniform(1))).clamp_min(0)
@@ -200,8 +202,7 @@ class BatchedEnv:
                         segment=S_next[:, self._c_segment].clone())
         self.S, self._masks = S_next, masks_next
         self._check_live(done)
-        self._autoreset(done)
-        return self.observe(), reward, terminated, truncated, info
+        return self._autoreset(done, final_obs), reward, terminated, truncated, info
 
     # ---- internals -------------------------------------------------------------------------------
     def _action_name(self, a: int) -> str:
@@ -216,21 +217,29 @@ class BatchedEnv:
                 f"actions {[self._action_name(int(a) - 1) for a in self.history[i] if int(a) > 0]}; "
                 "every reachable state needs at least one legal action")
 
-    def _autoreset(self, done: Tensor) -> None:
+    def _autoreset(self, done: Tensor, final_obs: Tensor) -> Tensor:
+        """Start the next episode where one ended; return the observation after the reset."""
         self.episodes = self.episodes + done.long()
+        self._ep_key = torch.where(done, seed_key(self.seeds, self.episodes), self._ep_key)
         self.ep_return = torch.where(done, torch.zeros_like(self.ep_return), self.ep_return)
         self.history = torch.where(done.unsqueeze(1), torch.zeros_like(self.history), self.history)
         if self.device.type == "cpu":
-            # Sampling only the finished rows is cheaper on CPU; the values are identical.
+            # Sampling and encoding only the finished rows is cheaper on CPU; values are identical.
             idx = done.nonzero().squeeze(1)
-            if idx.numel():
-                fresh = self.scenario.sample_initial(seed_key(self.seeds[idx], self.episodes[idx]), self.profile)
-                self.S[idx] = fresh
-                self._masks[idx] = self.scenario.action_masks(fresh)
-        else:
-            fresh = self.scenario.sample_initial(seed_key(self.seeds, self.episodes), self.profile)
-            self.S = torch.where(done.unsqueeze(1), fresh, self.S)
-            self._masks = self.scenario.action_masks(self.S)
+            if not idx.numel():
+                return final_obs
+            fresh = self.scenario.sample_initial(self._ep_key[idx], self.profile)
+            fresh_masks = self.scenario.action_masks(fresh)
+            self.S[idx] = fresh
+            self._masks[idx] = fresh_masks
+            obs = final_obs.clone()
+            obs[idx] = self.scenario.encode(fresh, fresh_masks, self.history[idx])
+            return obs
+        # On an accelerator a data-dependent index would synchronise: recompute every row instead.
+        fresh = self.scenario.sample_initial(self._ep_key, self.profile)
+        self.S = torch.where(done.unsqueeze(1), fresh, self.S)
+        self._masks = self.scenario.action_masks(self.S)
+        return self.observe()
 
 
 __all__ = ["BatchedEnv", "StepInfo", "IllegalActionError", "NoLegalActionError"]

@@ -57,6 +57,7 @@ class CompiledExpr:
     fn: Compiled
     fields: frozenset[str]
     random_draws: int
+    """How many random draw ids the expression uses, from the offset it was compiled with."""
 
     def __call__(self, S: Tensor, rng: RandomSource | None = None) -> Tensor:
         out = self.fn(S, rng)
@@ -112,12 +113,13 @@ def _minmax(op: Callable[[Tensor, Tensor], Tensor], args: list[Value]) -> Value:
 
 
 class _Compiler:
-    def __init__(self, source: str, resolve: Resolver, allow_random: bool):
+    def __init__(self, source: str, resolve: Resolver, allow_random: bool, draw_offset: int = 0):
         self.source = source
         self.resolve = resolve
         self.allow_random = allow_random
         self.fields: set[str] = set()
-        self.draws = 0
+        self.draw_offset = draw_offset
+        self.draws = draw_offset
 
     def fail(self, node: ast.AST, msg: str) -> ExprError:
         return ExprError(f"{msg} in expression {self.source!r}")
@@ -376,7 +378,7 @@ def standard_normal(u1: Tensor, u2: Tensor) -> Tensor:
 
 
 def compile_expr(source: Any, resolve: Resolver, *, want: ExprType | None = None,
-                 allow_random: bool = False) -> CompiledExpr:
+                 allow_random: bool = False, draw_offset: int = 0) -> CompiledExpr:
     """Parse, check and compile ``source``. Raises :class:`ExprError` with a readable message."""
     if isinstance(source, bool):
         source = "true" if source else "false"
@@ -388,10 +390,10 @@ def compile_expr(source: Any, resolve: Resolver, *, want: ExprType | None = None
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as exc:
         raise ExprError(f"syntax error in expression {source!r}: {exc.msg}") from None
-    comp = _Compiler(source, resolve, allow_random)
+    comp = _Compiler(source, resolve, allow_random, draw_offset)
     fn, typ, _ = comp.visit(tree)
     if typ.kind == "str":
         raise ExprError(f"a bare string is not a value in expression {source!r}")
     if want is not None and want.kind != typ.kind:
         raise ExprError(f"type mismatch: expected {want}, got {typ} in expression {source!r}")
-    return CompiledExpr(source, typ, fn, frozenset(comp.fields), comp.draws)
+    return CompiledExpr(source, typ, fn, frozenset(comp.fields), comp.draws - draw_offset)

@@ -279,9 +279,12 @@ class RewardRuntime:
                 + [f"external score {h.name}" for h in self.hooks] + ["total clipped to the bound"])
 
     def _weights(self, global_step: int) -> Tensor:
-        w = self.fn.weights_at(global_step)
-        vec = torch.tensor([w[c.objective] for c in self.fn.components], device=self.device)
-        return vec
+        active = sum(1 for start, _ in self.fn.schedule if global_step >= start)
+        if self._weights_cache is None or self._weights_cache[0] != active:
+            w = self.fn.weights_at(global_step)
+            vec = torch.tensor([w[c.objective] for c in self.fn.components], device=self.device)
+            self._weights_cache = (active, vec)
+        return self._weights_cache[1]
 
     def compute(self, t: Transition, actions: Tensor, repeat_count: Tensor, done: Tensor,
                 global_step: int) -> tuple[Tensor, Tensor]:

@@ -53,10 +53,25 @@ def column_weights(n_cols: int, device: torch.device | str = "cpu") -> Tensor:
 
 
 class StepRandom:
-    """The random source of one step: ``uniform(draw_id)`` gives one uniform per row."""
+    """The random source of one step: ``uniform(draw_id)`` gives one uniform per row.
 
-    def __init__(self, key: Tensor):
+    The first ``n_draws`` uniforms of every row are hashed in one batched op (a [N, n_draws]
+    block) rather than one op chain per draw; later ids are hashed on demand.
+    """
+
+    def __init__(self, key: Tensor, n_draws: int = 0):
         self.key = key
+        self.n_draws = n_draws
+        self._block: Tensor | None = None
+
+    def block(self) -> Tensor:
+        """The ``[N, n_draws]`` block of uniforms for draw ids ``0 .. n_draws - 1``."""
+        if self._block is None:
+            ids = torch.arange(1, self.n_draws + 1, dtype=torch.int64, device=self.key.device)
+            self._block = to_unit(mix32((self.key.unsqueeze(1) * _GOLDEN + ids) & M32))
+        return self._block
 
     def uniform(self, draw_id: int) -> Tensor:
-        return to_unit(combine(self.key, draw_id + 1))
+        if draw_id < self.n_draws:
+            return self.block()[:, draw_id]
+        return to_unit(mix32((self.key * _GOLDEN + draw_id + 1) & M32))

@@ -28,10 +28,12 @@ if str(REPO_ROOT) not in sys.path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: takes more than a few seconds (deselect with -m 'not slow')")
-    config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped when none is present")
-    config.addinivalue_line("markers", "distributed: needs the compose services (Postgres, Redis, "
-                                       "S3, MLflow server)")
+    # Also listed in pyproject.toml; registering here keeps the markers known when pytest is
+    # run with another rootdir or config file.
+    config.addinivalue_line("markers", "slow: long-running behaviour tests (run with -m slow)")
+    config.addinivalue_line("markers", "gpu: needs CUDA (skipped when no CUDA device is present)")
+    config.addinivalue_line("markers", "distributed: starts Airflow with the CeleryExecutor on "
+                                       "local Postgres and Redis")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
