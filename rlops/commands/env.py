@@ -1,0 +1,115 @@
+"""``rlops env validate | describe | rollout``: work with scenario packs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    env = sub.add_parser("env", help="validate, describe and roll out scenario packs")
+    env_sub = env.add_subparsers(dest="env_command", required=True, metavar="ACTION")
+
+    p = env_sub.add_parser("validate", help="load and check a pack (exit 2 on any error)")
+    p.add_argument("pack", help="path of the pack folder (e.g. scenarios/credit_approval)")
+    p.set_defaults(func=cmd_validate)
+
+    p = env_sub.add_parser("describe", help="fields, actions, profiles and reward functions of a pack")
+    p.add_argument("pack")
+    p.add_argument("--state", action="store_true", help="list the state fields only")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_describe)
+
+    p = env_sub.add_parser("rollout", help="run a reference policy and write trace rows")
+    p.add_argument("pack")
+    p.add_argument("--policy", choices=["random", "rules"], default="rules")
+    p.add_argument("--episodes", type=int, default=1000)
+    p.add_argument("--profile", default=None, help="simulation profile (default: the pack's default)")
+    p.add_argument("--reward-version", default=None, help="reward function label, e.g. v1 (default: newest)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="output file: .jsonl or .parquet")
+    p.set_defaults(func=cmd_rollout)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from sandbox.pack import load_pack
+    pack = load_pack(args.pack)
+    print(f"ok: {pack.name} — {len(pack.scenario.spec.fields)} fields, {pack.scenario.n_actions} actions, "
+          f"profiles {sorted(pack.scenario.profiles)}, reward functions {sorted(pack.reward_fns)}, "
+          f"{len(pack.rules)} rules")
+    return 0
+
+
+def describe(pack: Any) -> dict[str, Any]:
+    spec = pack.scenario.spec
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "horizon": spec.horizon,
+        "state": [{"path": f.path, "type": f.type, "min": f.min, "max": f.max, "unit": f.unit,
+                   "values": list(f.values) or None, "observed": f.observed, "visible_when": f.visible_when,
+                   "init": f.init.dist or ("expr" if f.init.expr else "value")} for f in spec.fields],
+        "actions": [{"name": a.name, "description": a.description, "required_fields": list(a.required_fields),
+                     "precondition": a.precondition, "terminal": a.terminal, "api": a.api,
+                     "human_takeover": a.human_takeover} for a in spec.actions],
+        "profiles": {n: {"latency_jitter_ms": list(p.latency_jitter_ms), "error_rates": p.error_rates,
+                         "population": [{"name": s.name, "probability": s.probability} for s in p.population]}
+                     for n, p in spec.profiles.items()},
+        "reward_functions": {label: {"version": fn.version, "components": [c.name for c in fn.components],
+                                     "rule_refs": fn.rule_refs} for label, fn in pack.reward_fns.items()},
+        "observation_dim": pack.scenario.layout.dim,
+    }
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    from sandbox.pack import load_pack
+    d = describe(load_pack(args.pack))
+    if args.state:
+        d = {"name": d["name"], "state": d["state"]}
+    if args.json:
+        print(json.dumps(d, indent=2))
+        return 0
+    print(f"{d['name']}: {d.get('description', '').strip()}")
+    print("\nstate:")
+    for f in d["state"]:
+        rng = f" [{f['min']}, {f['max']}]" if f["min"] is not None or f["max"] is not None else ""
+        vals = f" {f['values']}" if f["values"] else ""
+        hidden = "  (hidden)" if not f["observed"] else ""
+        print(f"  {f['path']:<36} {f['type']:<6}{rng}{vals}{' ' + f['unit'] if f['unit'] else ''}{hidden}")
+    if args.state:
+        return 0
+    print("\nactions:")
+    for a in d["actions"]:
+        print(f"  {a['name']:<22} {a['description']}")
+    print("\nprofiles: " + ", ".join(d["profiles"]))
+    for label, fn in d["reward_functions"].items():
+        print(f"reward {label}: sha256 {fn['version'][:12]}…, components {', '.join(fn['components'])}")
+    return 0
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from rlops.cli import UserError
+    from sandbox.pack import load_pack
+    from sandbox.policies import random_policy, rule_policy
+    from sandbox.traces import rollout_traces
+    out = Path(args.out)
+    if out.suffix not in (".jsonl", ".parquet"):
+        raise UserError(f"--out {out}: expected a .jsonl or .parquet file name")
+    if args.episodes < 1:
+        raise UserError(f"--episodes {args.episodes}: expected a positive number of episodes")
+    pack = load_pack(args.pack)
+    if args.profile is not None and args.profile not in pack.scenario.profiles:
+        raise UserError(f"--profile {args.profile}: pack {pack.name} has profiles {sorted(pack.scenario.profiles)}")
+    policy = random_policy(args.seed) if args.policy == "random" else rule_policy
+    df = rollout_traces(pack, policy, args.episodes, seed=args.seed, profile=args.profile,
+                        reward_version=args.reward_version, policy_version=args.policy)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".parquet":
+        df.to_parquet(out, index=False)
+    else:
+        df.to_json(out, orient="records", lines=True, date_format="iso")
+    print(f"wrote {len(df)} trace rows of {args.episodes} episodes ({args.policy}, profile "
+          f"{args.profile or pack.scenario.spec.default_profile}) to {out}")
+    return 0
