@@ -109,7 +109,8 @@ class Episode:
             **self.attrs, "episode_id": self.episode_id, "step": self.steps,
             "ts": ts or _now().isoformat(timespec="microseconds"),
             **flatten_state(state), "action": action,
-            "latency_ms": latency_ms, "error": error, "done": False}
+            "latency_ms": latency_ms, "error": error, "done": False, "terminated": False,
+            "truncated": False}
         rec.update(notes)
         if "action_mask" in rec:
             rec["action_mask"] = mask_text(rec["action_mask"])

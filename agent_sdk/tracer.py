@@ -2,7 +2,7 @@
 
 Two pieces: a :class:`Tracer` that buffers trace records and writes them as immutable
 JSON-lines files (a local folder or an ``s3://`` prefix), and the :func:`rollout` decorator
-that turns one call of your episode function into traced steps.
+that turns one call of your episode function into traced steps (:mod:`agent_sdk.rollout`).
 
 Quick start::
 
@@ -44,13 +44,9 @@ This module needs only the standard library (and boto3 for ``s3://``).
 from __future__ import annotations
 
 import atexit
-import contextvars
-import functools
-import inspect
 import itertools
 import json
 import logging
-import math
 import os
 import re
 import socket
@@ -58,15 +54,12 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
-
-from agent_sdk.interfaces import ActionExecutor, ExecutionResult, RewardProvider, StateObserver
+from typing import Any
 
 log = logging.getLogger(__name__)
-F = TypeVar("F", bound=Callable[..., Any])
 
 _SEQ = itertools.count()  # process-wide, so two tracers never pick the same file name
 _TMP_PREFIX = ".tmp-"

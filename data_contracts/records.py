@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 
 from data_contracts.schema import META_PREFIX, STATE_PREFIX
-from data_contracts.validation import REASON_COLUMN, _is_missing
+from data_contracts.validation import REASON_COLUMN, _is_missing, parse_timestamps
 
 #: Bookkeeping columns carried next to each parsed row (never part of the contract).
 RAW_COLUMN = "_raw"
@@ -54,11 +54,12 @@ def flatten_state(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_json_lines(lines: Sequence[str], sources: Sequence[str] | str = "",
-                     line_nos: Sequence[int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                     line_nos: Sequence[int] | None = None, *, flatten: bool = True,
+                     ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Parse landing-zone lines into ``(rows, unparseable)``.
 
     ``rows`` has one object column per key (a nested ``state`` object is flattened to
-    ``state.<dotted.path>`` columns) plus ``_raw``/``_source``/``_line_no``; ``unparseable``
+    ``state.<dotted.path>`` columns unless ``flatten`` is false) plus ``_raw``/``_source``/``_line_no``; ``unparseable``
     has ``raw``, ``quarantine_reason``, ``_source`` and ``_line_no`` for each line that is
     not valid JSON or not a JSON object. ``len(rows) + len(unparseable) == len(lines)``.
     """
@@ -83,7 +84,7 @@ def parse_json_lines(lines: Sequence[str], sources: Sequence[str] | str = "",
         if not isinstance(rec, dict):
             bad.append((i, f"json: line is a JSON {type(rec).__name__}, expected an object"))
             continue
-        if isinstance(rec.get("state"), dict):
+        if flatten and isinstance(rec.get("state"), dict):
             rec = flatten_state(rec)
         records.append(rec)
         keep.append(i)
@@ -102,15 +103,6 @@ def parse_json_lines(lines: Sequence[str], sources: Sequence[str] | str = "",
 
 def _text(col: pd.Series) -> pd.Series:
     return col.map(lambda v: None if _is_missing(v) else str(v)).astype("str")
-
-
-def _best_effort_ts(col: pd.Series) -> pd.Series:
-    is_text = col.map(lambda v: isinstance(v, str)).astype(bool)
-    is_num = col.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
-    text = pd.to_datetime(col.where(is_text), format="ISO8601", utc=True, errors="coerce")
-    secs = pd.to_numeric(col.where(is_num.astype(bool)), errors="coerce")
-    epoch = pd.to_datetime(secs, unit="s", utc=True, errors="coerce")
-    return text.where(is_text, epoch).dt.as_unit("us")
 
 
 def quarantine_frame(quarantined: pd.DataFrame, scenario: str) -> pd.DataFrame:
@@ -135,7 +127,7 @@ def quarantine_frame(quarantined: pd.DataFrame, scenario: str) -> pd.DataFrame:
         raw[missing] = [json.dumps({k: v for k, v in r.items() if not _is_missing(v)},
                                    default=str) for r in payload.to_dict("records")]
     return pd.DataFrame({
-        "ts": _best_effort_ts(col("ts")) if n else pd.Series([], dtype="datetime64[us, UTC]"),
+        "ts": parse_timestamps(col("ts")) if n else pd.Series([], dtype="datetime64[us, UTC]"),
         "scenario": pd.Series([scenario] * n, dtype="str"),
         "trace_id": _text(col("trace_id")),
         "episode_id": _text(col("episode_id")),

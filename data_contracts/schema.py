@@ -47,7 +47,8 @@ RAW_TYPES: dict[str, list[str]] = {
     "int": ["int"],
     "float": ["int", "float"],
     "bool": ["bool"],
-    "timestamp": ["str", "int", "float"],  # ISO-8601 text, or epoch seconds
+    # ISO-8601 text or epoch seconds; datetime values from in-process producers (sandbox).
+    "timestamp": ["str", "int", "float", "Timestamp", "datetime64"],
     "json": ["str"],
     "mask": ["str"],
 }

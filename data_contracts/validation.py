@@ -157,9 +157,12 @@ def _narrow(col: pd.Series, kind: str) -> pd.Series:
     """
     if kind not in _CLEAN or pd.api.types.infer_dtype(col, skipna=True) not in _CLEAN[kind]:
         return col
-    if kind == "float":
-        return col.astype("float64")
-    return col if col.isna().any() else col.astype(_NATURAL[kind])
+    if col.isna().any() and kind != "float":
+        return col
+    try:
+        return col.astype(_NATURAL[kind])
+    except (OverflowError, TypeError, ValueError):  # e.g. an integer beyond 64 bits
+        return col
 
 
 # --------------------------------------------------------------------------- typing
@@ -181,12 +184,26 @@ def _typed_column(col: pd.Series, spec: ColumnSpec) -> pd.Series:
     if kind == "bool":
         return col.astype("boolean") if col.isna().any() else col.astype(bool)
     if kind == "timestamp":
-        is_text = col.map(lambda v: isinstance(v, str)).astype(bool)
-        text = pd.to_datetime(col.where(is_text), format="ISO8601", utc=True, errors="coerce")
-        seconds = pd.to_numeric(col.where(~is_text), errors="coerce")
-        epoch = pd.to_datetime(seconds, unit="s", utc=True, errors="coerce")
-        return text.where(is_text, epoch).dt.as_unit("us")
+        return parse_timestamps(col)
     raise AssertionError(f"unhandled kind {kind}")
+
+
+def parse_timestamps(col: pd.Series) -> pd.Series:
+    """UTC timestamps from ISO-8601 text, epoch seconds or datetime values (naive ones are
+    taken as UTC); anything unreadable becomes NaT."""
+    if isinstance(col.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(col):
+        return pd.to_datetime(col, utc=True).dt.as_unit("us")
+    is_text = col.map(lambda v: isinstance(v, str)).astype(bool)
+    is_num = col.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                     ).astype(bool)
+    text = pd.to_datetime(col.where(is_text), format="ISO8601", utc=True, errors="coerce")
+    seconds = pd.to_numeric(col.where(is_num), errors="coerce")
+    epoch = pd.to_datetime(seconds, unit="s", utc=True, errors="coerce")
+    rest = ~(is_text | is_num) & col.notna()
+    other = pd.Series(pd.NaT, index=col.index, dtype="datetime64[us, UTC]")
+    if rest.any():
+        other[rest] = pd.to_datetime(col[rest].tolist(), utc=True, errors="coerce")
+    return text.where(is_text, epoch.where(is_num, other)).dt.as_unit("us")
 
 
 def _null_column(spec: ColumnSpec, index: pd.Index) -> pd.Series:

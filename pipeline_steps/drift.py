@@ -323,19 +323,23 @@ def _kind(col: pd.Series) -> str:
     return f"unsupported ({dt})"
 
 
-def _test_field(name: str, baseline: pd.DataFrame, target: pd.DataFrame) -> FieldDrift:
-    if name not in baseline.columns or name not in target.columns:
-        side = "baseline" if name in baseline.columns else "target"
-        n = len(baseline) if side == "baseline" else len(target)
-        return _error(name, f"field only in the {side}; cannot compare",
-                      *((n, 0) if side == "baseline" else (0, n)))
-    kb, kt = _kind(baseline[name]), _kind(target[name])
+def _test_field(name: str, b: pd.Series | None, t: pd.Series | None,
+                n_rows: tuple[int, int]) -> FieldDrift:
+    if b is None or t is None:
+        side, n = ("baseline", (n_rows[0], 0)) if t is None else ("target", (0, n_rows[1]))
+        return _error(name, f"field only in the {side}; cannot compare", *n)
+    kb, kt = _kind(b), _kind(t)
     if kb != kt or kb.startswith("unsupported"):
         return _error(name, f"baseline is {kb}, target is {kt}; expected both numeric or "
-                      "both categorical", len(baseline), len(target))
-    if kb == "numeric":
-        return _ks_field(name, baseline[name], target[name])
-    return _chi2_field(name, baseline[name], target[name])
+                      "both categorical", *n_rows)
+    return _ks_field(name, b, t) if kb == "numeric" else _chi2_field(name, b, t)
+
+
+def _cpu_count() -> int:
+    try:  # the CPUs this process may use (containers, taskset), not the machine's
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
 
 
 def default_fields(baseline: pd.DataFrame, target: pd.DataFrame) -> list[str]:
@@ -373,17 +377,25 @@ def detect_drift(baseline: pd.DataFrame, target: pd.DataFrame,
         raise ValueError(f"detect_drift: threshold={threshold!r} must be in (0, 1]")
     if min_effect < 0.0 or not math.isfinite(min_effect):
         raise ValueError(f"detect_drift: min_effect={min_effect!r} must be a finite number >= 0")
+    for side, frame in (("baseline", baseline), ("target", target)):
+        if not frame.columns.is_unique:
+            dup = sorted({str(c) for c in frame.columns[frame.columns.duplicated()]})
+            raise ValueError(f"detect_drift: the {side} has duplicate columns {dup}")
     names = default_fields(baseline, target) if fields is None else list(dict.fromkeys(fields))
     unknown = [f for f in names if f not in baseline.columns and f not in target.columns]
     if unknown:
         raise ValueError(f"detect_drift: field(s) {unknown} are in neither the baseline nor the "
                          f"target; baseline columns are {list(baseline.columns)}")
-    n_workers = max(1, min(len(names), workers or os.cpu_count() or 1))
+    # columns are taken here, in one thread; the workers only read arrays
+    jobs = [(f, baseline[f] if f in baseline.columns else None,
+             target[f] if f in target.columns else None) for f in names]
+    n_rows = (len(baseline), len(target))
+    n_workers = max(1, min(len(names), workers or _cpu_count()))
     if n_workers == 1:
-        results = [_test_field(f, baseline, target) for f in names]
+        results = [_test_field(*job, n_rows) for job in jobs]
     else:
         with ThreadPoolExecutor(n_workers, thread_name_prefix="drift") as pool:
-            results = list(pool.map(lambda f: _test_field(f, baseline, target), names))
+            results = list(pool.map(lambda job: _test_field(*job, n_rows), jobs))
     tested = [i for i, r in enumerate(results) if r.test != "error"]
     raw = [results[i].p_value for i in tested]
     adjusted = benjamini_hochberg(raw) if bh else np.asarray(raw, dtype=np.float64)

@@ -298,6 +298,8 @@ class CompiledScenario:
                 self._vis.append((self.columns[f.path], self.visible[f.path]))
                 names.append(f"{f.path}?present")
         names += ["episode.progress", "episode.error"]
+        self._num_idx = torch.tensor(self._num_cols, dtype=torch.long)
+        self._bool_idx = torch.tensor(self._bool_cols, dtype=torch.long)
         self._num_off = torch.tensor(num_off)
         self._num_scale = torch.tensor(num_scale)
         return ObsLayout(len(names), self.n_actions, self.spec.history_len, tuple(names))
@@ -313,11 +315,11 @@ class CompiledScenario:
                 v = vis(S)
                 S_obs[:, col] = torch.where(v, S[:, col], torch.zeros_like(S[:, col]))
                 vis_bits.append(v.float())
-        parts = [(S_obs[:, self._num_cols] - self._num_off.to(dev)) * self._num_scale.to(dev)]
+        parts = [(S_obs.index_select(1, self._num_idx.to(dev)) - self._num_off.to(dev)) * self._num_scale.to(dev)]
         for col, n in self._enum_cols:
             parts.append(torch.nn.functional.one_hot(S_obs[:, col].long().clamp(0, n - 1), n).float())
         if self._bool_cols:
-            parts.append(S_obs[:, self._bool_cols])
+            parts.append(S_obs.index_select(1, self._bool_idx.to(dev)))
         if self._vis:
             parts.append(torch.stack(vis_bits, dim=1))
         parts.append((S[:, self.columns["episode.step"]] / self.spec.horizon).unsqueeze(1))

@@ -230,11 +230,9 @@ class BatchedEnv:
                 return final_obs
             fresh = self.scenario.sample_initial(self._ep_key[idx], self.profile)
             fresh_masks = self.scenario.action_masks(fresh)
-            self.S[idx] = fresh
-            self._masks[idx] = fresh_masks
-            obs = final_obs.clone()
-            obs[idx] = self.scenario.encode(fresh, fresh_masks, self.history[idx])
-            return obs
+            self.S.index_copy_(0, idx, fresh)
+            self._masks.index_copy_(0, idx, fresh_masks)
+            return final_obs.index_copy(0, idx, self.scenario.encode(fresh, fresh_masks, self.history[idx]))
         # On an accelerator a data-dependent index would synchronise: recompute every row instead.
         fresh = self.scenario.sample_initial(self._ep_key, self.profile)
         self.S = torch.where(done.unsqueeze(1), fresh, self.S)

@@ -141,8 +141,8 @@ class InitSampler:
         dev = S.device
         ks, kind = v.draws.to(dev), v.kind.to(dev)
         p1, p2 = v.p1.to(dev), v.p2.to(dev)
-        z = Z[:, ks]
-        u = U[:, 2 * ks].double()
+        z = Z.index_select(1, ks)
+        u = U.index_select(1, 2 * ks).double()
         gauss = p1 + p2 * z
         value = torch.where(kind == _CONST, p1, gauss)
         value = torch.where(kind == _LOGNORMAL, torch.exp(gauss), value)
@@ -150,4 +150,6 @@ class InitSampler:
         value = torch.where(kind == _UNIFORM, torch.where(v.int_uniform.to(dev), torch.floor(uni), uni), value)
         cols = v.cols.to(dev)
         value = value.float()
-        S[:, cols] = value if rows is None else torch.where(rows.unsqueeze(1), value, S[:, cols])
+        if rows is not None:
+            value = torch.where(rows.unsqueeze(1), value, S.index_select(1, cols))
+        S.index_copy_(1, cols, value)

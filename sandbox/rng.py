@@ -42,7 +42,9 @@ def seed_key(seeds: Tensor, episodes: Tensor) -> Tensor:
 
 def state_hash(S: Tensor, col_weights: Tensor) -> Tensor:
     """A hash of each row of the float32 state tensor: its bit patterns, weighted, summed, mixed."""
-    bits = S.contiguous().view(torch.int32).to(torch.int64) & M32
+    # Signed 32-bit patterns times weights below 2**24 stay far inside int64; the low 32 bits of
+    # the sum are the same as for the unsigned patterns.
+    bits = S.contiguous().view(torch.int32).to(torch.int64)
     return mix32((bits * col_weights).sum(dim=1) & M32)
 
 
