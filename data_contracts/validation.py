@@ -18,6 +18,7 @@ import json
 import logging
 import math
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -155,7 +156,14 @@ def _narrow(col: pd.Series, kind: str) -> pd.Series:
     the batch (GE fingerprints every batch) is far cheaper on numeric columns than on
     object ones. Columns with any odd value stay ``object`` and are checked per value.
     """
-    if kind not in _CLEAN or pd.api.types.infer_dtype(col, skipna=True) not in _CLEAN[kind]:
+    inferred = pd.api.types.infer_dtype(col, skipna=True)
+    if kind == "timestamp" and inferred in ("datetime", "datetime64"):
+        # Python datetimes → pandas Timestamps, the datetime type GE's type list names.
+        return pd.Series(pd.to_datetime(col, utc=True), index=col.index).astype(object)
+    if kind == "timestamp" and inferred.startswith("mixed"):
+        return col.map(lambda v: pd.Timestamp(v) if isinstance(v, datetime) else v
+                       ).astype(object)
+    if kind not in _CLEAN or inferred not in _CLEAN[kind]:
         return col
     if col.isna().any() and kind != "float":
         return col

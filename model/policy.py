@@ -222,6 +222,16 @@ class PolicyNetwork(nn.Module):
         return out
 
 
+def as_act_fn(policy: PolicyNetwork, deterministic: bool = True, seed: int = 0) -> Any:
+    """Adapt a policy to ``act(env) -> actions`` over a batched environment (``sandbox.policies``)."""
+    gen: dict[str, torch.Generator] = {}
+
+    def act(env: Any) -> Tensor:
+        g = None if deterministic else gen.setdefault("g", torch.Generator(env.device).manual_seed(seed))
+        return policy.act(env.observe(), deterministic=deterministic, generator=g).action.to(env.device)
+    return act
+
+
 # ---------------------------------------------------------------------------- serving export
 class ServingPolicy(nn.Module):
     """Greedy serving head: ``obs[N, D] → (action, probs, logp, entropy, value)``; exportable."""
@@ -307,6 +317,6 @@ def policy_metadata(directory: str | Path) -> dict[str, Any]:
     return json.loads((Path(directory) / CONFIG_FILE).read_text()).get("metadata", {})
 
 
-__all__ = ["PolicyConfig", "PolicyNetwork", "ActOutput", "ServingPolicy", "SavedPolicy", "mask_value",
+__all__ = ["PolicyConfig", "PolicyNetwork", "ActOutput", "as_act_fn", "ServingPolicy", "SavedPolicy", "mask_value",
            "masked_logits", "masked_log_probs", "masked_entropy", "gumbel_sample", "export_policy",
            "load_exported", "save_policy", "load_policy", "policy_metadata"]

@@ -182,7 +182,8 @@ def _build_policy(cfg: PPOConfig, env: Any, init_from: str | Path | PolicyNetwor
 
 def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
           init_from: str | Path | PolicyNetwork | None = None, resume_from: str | Path | None = None,
-          reward_source: Callable[[int], Any] | None = None) -> TrainResult:
+          reward_source: Callable[[int], Any] | None = None,
+          on_iteration: Callable[[int, PolicyNetwork, dict[str, float]], bool | None] | None = None) -> TrainResult:
     """Train a masked PPO policy on a batched environment.
 
     Args:
@@ -194,6 +195,8 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
             (starting fresh when there is none); the run continues exactly where it stopped.
         reward_source: called with the iteration number before each iteration; a returned reward
             function (not None) replaces the environment's one (hot reload).
+        on_iteration: called after each iteration with ``(iteration, policy, metrics)``; returning
+            True stops the run there (e.g. once a held-out evaluation reaches a target).
     """
     # ---- setup: device, seeds, policy, optimizer
     device = resolve_device(cfg.device)
@@ -392,11 +395,15 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
         bar.set_postfix(ret=f"{ep_return:.3f}", kl=f"{last_kl:.4f}", refresh=False)
         bar.update(1)
         tracker.log_metrics(metrics, step=global_step)
+        if on_iteration is not None and on_iteration(iteration, policy, metrics):
+            policy.eval()
+            break
     bar.close()
 
     wall = elapsed_before + time.perf_counter() - t_start
     final = history[-1]["episodic_return"] if history else float("nan")
-    return TrainResult(policy.eval(), num_iterations, global_step, wall, final, stagnated, history, switches,
+    done_iters = int(history[-1]["iteration"]) if history else start_iter
+    return TrainResult(policy.eval(), done_iters, global_step, wall, final, stagnated, history, switches,
                        last_ckpt, reward_version)
 
 

@@ -106,9 +106,9 @@ class DriftReport:
     @property
     def summary(self) -> str:
         """One sentence for people: ``"3 of 12 fields drifted (…)"``."""
-        rule = f"p < {self.threshold:g}{' after BH' if self.bh else ''} and effect ≥ " \
-               f"{self.min_effect:g}"
-        text = f"{len(self.drifted_fields)} of {len(self.tested)} fields drifted ({rule})."
+        bh = " after BH" if self.bh else ""
+        text = (f"{len(self.drifted_fields)} of {len(self.tested)} fields drifted "
+                f"(p < {self.threshold:g}{bh} and effect ≥ {self.min_effect:g}).")
         if self.errors:
             text += f" {len(self.errors)} field(s) could not be compared."
         return text
@@ -126,12 +126,11 @@ class DriftReport:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DriftReport:
-        keys = FieldDrift.__dataclass_fields__
-        rows = [FieldDrift(**{k: (math.nan if v is None and k not in ("error",) else v)
-                              for k, v in f.items() if k in keys}) for f in data["fields"]]
-        return cls(fields=rows, threshold=data["threshold"], min_effect=data["min_effect"],
-                   bh=data["bh"], n_baseline_rows=data.get("n_baseline_rows", 0),
-                   n_target_rows=data.get("n_target_rows", 0), meta=data.get("meta") or {})
+        """Inverse of :meth:`to_dict` (e.g. a ``report.json`` read back)."""
+        rows = [FieldDrift(**{k: (math.nan if v is None and k != "error" else v)
+                              for k, v in f.items()}) for f in data["fields"]]
+        keep = {k: data[k] for k in cls.__dataclass_fields__ if k in data and k != "fields"}
+        return cls(fields=rows, **keep)
 
 
 # --------------------------------------------------------------------------- KS statistic
@@ -279,8 +278,8 @@ def _ks_field(name: str, b: pd.Series, t: pd.Series) -> FieldDrift:
         xb, xt = xb.astype(np.float64), xt.astype(np.float64)
     sb, st = _sorted_no_nan(xb), _sorted_no_nan(xt)
     if sb.size == 0 or st.size == 0:
-        return _error(name, f"no non-missing values in the {'baseline' if sb.size == 0 else 'target'}"
-                      f" ({sb.size} vs {st.size} values)", sb.size, st.size)
+        side = "baseline" if sb.size == 0 else "target"
+        return _error(name, f"no non-missing values in the {side}", sb.size, st.size)
     d, p, method = ks_pvalue(ks_statistic(sb, st), sb.size, st.size)
     return FieldDrift(name, "ks", d, p, d, False, int(sb.size), int(st.size),
                       effect_name="ks_statistic", method=method)

@@ -74,7 +74,7 @@ def _numeric_plot(ax: Any, b: np.ndarray, t: np.ndarray) -> None:
         lo, hi = lo - 0.5, hi + 0.5
     bins = np.linspace(lo, hi, _BINS + 1)
     for values, label, color in ((b, "baseline", _COLORS[0]), (t, "target", _COLORS[1])):
-        counts, _ = np.histogram(np.clip(values, lo, hi), bins=bins)
+        counts, _ = np.histogram(values, bins=bins)  # the outer 0.5% tails are left out
         share = counts / max(values.size, 1)
         ax.stairs(share, bins, label=f"{label} (n={values.size:,})", color=color,
                   fill=label == "baseline", alpha=0.35 if label == "baseline" else 1.0,
@@ -111,7 +111,9 @@ def field_plot(f: FieldDrift, baseline: pd.DataFrame, target: pd.DataFrame) -> s
     else:
         _category_plot(ax, baseline[f.field], target[f.field])
     verdict = "DRIFTED" if f.drifted else "stable"
-    ax.set_title(f"{f.field} — {verdict}", fontsize=10,
+    measure = "KS distance" if f.test == "ks" else "share moved"
+    ax.set_title(f"{f.field} — {verdict} ({measure} {f.effect:.3f}, p = {_fmt_p(f.p_value)})",
+                 fontsize=10,
                  color="#B00020" if f.drifted else "#222222")
     ax.legend(fontsize=8, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
@@ -146,14 +148,14 @@ def render_html(report: DriftReport, baseline: pd.DataFrame, target: pd.DataFram
             f"<tr class='{'drifted' if f.drifted else ''}'><td>{esc(f.field)}</td>"
             f"<td>{'yes' if f.drifted else 'no'}</td><td>{f.effect:.4f}</td>"
             f"<td>{esc(effect_label)}</td><td>{_fmt_p(f.p_value)}</td>"
-            f"<td>{_fmt_p(f.p_adjusted) if report.bh else ''}</td>"
+            + (f"<td>{_fmt_p(f.p_adjusted)}</td>" if report.bh else "") +
             f"<td>{f.n_baseline:,} / {f.n_target:,}</td></tr>")
         plots.append(f"<div class='field'><img alt='{esc(f.field)}' src='data:image/png;base64,"
                      f"{field_plot(f, baseline, target)}'></div>")
     errors = "".join(f"<tr><td>{esc(f.field)}</td><td style='text-align:left'>"
                      f"{esc(f.error or '')}</td></tr>" for f in report.errors)
     alert = " alert" if report.drifted_fields else ""
-    bh_head = "p (BH)" if report.bh else ""
+    bh_head = "<th>p-value after BH</th>" if report.bh else ""
     return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">
 <title>{esc(title)}</title><style>{_CSS}</style></head><body>
 <h1>{esc(title)}</h1><p class="sub">{sub}</p>
@@ -164,7 +166,7 @@ clear (p-value below {report.threshold:g}) and large enough to matter (effect at
 {report.min_effect:g}). The effect is the largest gap between the two cumulative distributions
 for numbers, and the share of rows that would have to change category for categories.</p>
 <table><thead><tr><th>Field</th><th>Drifted</th><th>Effect</th><th>Effect measure</th>
-<th>p-value</th><th>{bh_head}</th><th>Rows (baseline / target)</th></tr></thead>
+<th>p-value</th>{bh_head}<th>Rows (baseline / target)</th></tr></thead>
 <tbody>{''.join(rows)}</tbody></table>
 {f"<h2>Fields that could not be compared</h2><table>{errors}</table>" if errors else ""}
 <h2>Distributions</h2>{''.join(plots)}

@@ -34,7 +34,9 @@ class ExprType:
     name: str = ""
 
     def __str__(self) -> str:
-        return f"enum {self.name}" if self.kind == "enum" else ("number" if self.kind == "num" else "bool")
+        if self.kind == "enum":
+            return f"enum {self.name}"
+        return {"num": "number", "bool": "bool", "str": "string"}.get(self.kind, self.kind)
 
 
 NUM = ExprType("num")
@@ -63,6 +65,9 @@ class CompiledExpr:
         out = self.fn(S, rng)
         if not isinstance(out, Tensor):
             out = torch.full((S.shape[0],), float(out), dtype=S.dtype, device=S.device)
+        elif out.dim() == 0:
+            # A call on constants (``exp(0)``, ``clip(5, 0, 3)``) is a 0-d tensor: one per row.
+            out = out.to(S.device).expand(S.shape[0]).contiguous()
         return out.bool() if self.type.kind == "bool" else out.to(S.dtype)
 
 
@@ -90,10 +95,23 @@ _NUM_FUNCS: dict[str, tuple[int, Callable[..., Any]]] = {
     "exp": (1, lambda x: torch.exp(torch.as_tensor(x))),
     "log": (1, lambda x: torch.log(torch.as_tensor(x))),
     "sigmoid": (1, lambda x: torch.sigmoid(torch.as_tensor(x))),
-    "clip": (3, lambda x, lo, hi: torch.clamp(torch.as_tensor(x), lo, hi)),
+    "clip": (3, lambda x, lo, hi: _clip(x, lo, hi)),
 }
 _RANDOM_FUNCS = {"uniform": 2, "normal": 2, "bernoulli": 1}
 _CONSTS = {"true": True, "false": False, "True": True, "False": False}
+
+
+def _clip(x: Value, lo: Value, hi: Value) -> Tensor:
+    """``clip`` with bounds that may be numbers or tensors, in any mix (``torch.clamp`` takes
+    either two numbers or two tensors)."""
+    ref = next((v for v in (x, lo, hi) if isinstance(v, Tensor)), None)
+
+    def t(v: Value) -> Tensor:
+        if isinstance(v, Tensor):
+            return v
+        return torch.tensor(float(v), dtype=torch.float32 if ref is None else ref.dtype,
+                            device=None if ref is None else ref.device)
+    return torch.minimum(torch.maximum(t(x), t(lo)), t(hi))
 
 
 def _as_float(v: Value) -> Value:

@@ -1,0 +1,46 @@
+"""
+### label_queue — hourly
+
+Scores the window's traces by the champion's masked policy entropy per state cluster; clusters
+that stay uncertain (mean normalised entropy over 0.8) enqueue their latest 100 states for human
+labelling, exported as Label Studio tasks. Finished annotations are imported back and feed the
+reward model at the next `retrain_full`.
+"""
+
+from airflow.sdk import dag, task
+
+from rlops.dag_defaults import DEFAULT_ARGS, START_DATE, dag_params
+
+
+@dag(
+    dag_id="label_queue",
+    schedule="@hourly",
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    params=dag_params(),
+    tags=["rlops", "labelling"],
+    doc_md=__doc__,
+)
+def label_queue():
+    @task
+    def validate_conf(**context) -> dict:
+        from pipeline_steps import tasks
+        return tasks.validate_conf(context["params"], context)
+
+    @task
+    def enqueue_uncertain_states(conf: dict) -> dict:
+        from pipeline_steps import tasks
+        return tasks.label_queue(conf)
+
+    @task
+    def ingest_labels(conf: dict, queued: dict) -> dict:
+        from pipeline_steps import tasks
+        return tasks.ingest_labels(conf)
+
+    conf = validate_conf()
+    ingest_labels(conf, enqueue_uncertain_states(conf))
+
+
+label_queue()

@@ -1,0 +1,60 @@
+"""
+### retrain_full — hourly, and on demand after drift
+
+Retrains the reward model on the labelled traces, trains a PPO policy from scratch on the
+freshest sandbox calibration, stress-tests reward function and policy, then runs the gated
+evaluation against the `champion` and promotes on success. `drift_monitor` triggers this DAG
+as an emergency retrain when live traffic drifts away from the sandbox.
+
+`train_policy` runs on the **gpu** Celery queue (pool `gpu`).
+Conf: `scenario`, `reward_fn_version`, `timesteps`, `mode`, `dry_run`.
+"""
+
+from airflow.sdk import dag, task
+
+from rlops.dag_defaults import DEFAULT_ARGS, GPU_POOL, GPU_QUEUE, START_DATE, dag_params
+
+
+@dag(
+    dag_id="retrain_full",
+    schedule="@hourly",
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    params=dag_params(timesteps=300_000, mode="full"),
+    tags=["rlops", "training", "full"],
+    doc_md=__doc__,
+)
+def retrain_full():
+    @task
+    def validate_conf(**context) -> dict:
+        from pipeline_steps import tasks
+        return tasks.validate_conf(context["params"], context)
+
+    @task
+    def train_reward_model(conf: dict) -> dict:
+        from pipeline_steps import tasks
+        return tasks.train_reward_model(conf)
+
+    @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=1)
+    def train_policy(conf: dict, reward_model: dict) -> dict:
+        from pipeline_steps import tasks
+        return tasks.train_policy(conf, mode="full")
+
+    @task
+    def stress_test(conf: dict, trained: dict) -> dict:
+        from pipeline_steps import tasks
+        return tasks.stress_test(conf, trained)
+
+    @task
+    def evaluate_and_promote(conf: dict, trained: dict, stressed: dict) -> dict:
+        from pipeline_steps import tasks
+        return tasks.evaluate_and_promote(conf, trained, stressed)
+
+    conf = validate_conf()
+    trained = train_policy(conf, train_reward_model(conf))
+    evaluate_and_promote(conf, trained, stress_test(conf, trained))
+
+
+retrain_full()

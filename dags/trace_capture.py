@@ -1,0 +1,41 @@
+"""
+### trace_capture — every 15 minutes
+
+Compacts the JSON-lines trace files that live agents wrote to the landing zone into the trace
+store (parquet partitioned by scenario/date/hour), validating every row against the data
+contract: rows that break it go to the quarantine partition with their reason
+(rows in = accepted + quarantined). With no live agent, it samples the `champion` running in
+the pack's `live` simulation profile instead. Re-running an interval overwrites its partition.
+"""
+
+from airflow.sdk import dag, task
+
+from rlops.dag_defaults import DEFAULT_ARGS, START_DATE, dag_params
+
+
+@dag(
+    dag_id="trace_capture",
+    schedule="*/15 * * * *",
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    params=dag_params(),
+    tags=["rlops", "data"],
+    doc_md=__doc__,
+)
+def trace_capture():
+    @task
+    def validate_conf(**context) -> dict:
+        from pipeline_steps import tasks
+        return tasks.validate_conf(context["params"], context)
+
+    @task
+    def capture(conf: dict) -> dict:
+        from pipeline_steps import tasks
+        return tasks.capture(conf)
+
+    capture(validate_conf())
+
+
+trace_capture()
