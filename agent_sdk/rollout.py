@@ -64,7 +64,9 @@ class Episode:
         self.steps = 0
         self.last_state: Mapping[str, Any] | None = None
         self._notes: dict[str, Any] = {}
-        self._pending: tuple[dict[str, Any], Mapping[str, Any], str] | None = None
+        # (record, state, action, next state if the executor reported it)
+        self._pending: tuple[dict[str, Any], Mapping[str, Any], str,
+                             Mapping[str, Any] | None] | None = None
         self._ended = False
 
     @property
@@ -116,12 +118,11 @@ class Episode:
             rec["action_mask"] = mask_text(rec["action_mask"])
         self.steps += 1
         self.last_state = state
-        self._pending = (rec, state, action)
+        self._pending = (rec, state, action, next_state)
         if done:
             self._finish(next_state=next_state, done=True, terminated=True)
         elif next_state is not None:
-            self._finish(next_state=next_state)
-            self.last_state = next_state
+            self.last_state = next_state  # stays pending: it may still be the last step
 
     def end(self, *, truncated: bool = False, error: str | None = None) -> None:
         """Finish the episode: the last step becomes ``done`` (``truncated`` when the
@@ -137,8 +138,9 @@ class Episode:
                 error: str | None = None) -> None:
         if self._pending is None:
             return
-        rec, state, action = self._pending
+        rec, state, action, reported = self._pending
         self._pending = None
+        next_state = reported if reported is not None else next_state
         if done:
             rec.update(done=True, terminated=terminated, truncated=truncated)
             if error and not rec.get("error"):
@@ -199,6 +201,9 @@ class TracedExecutor:
                 **kwargs: Any) -> Any:
         ep = self._episode
         state = ep.last_state if state is None else state
+        if state is None:  # refuse before acting, not after
+            raise ValueError(f"execute({action!r}): no state passed and none observed yet; "
+                             "call observer.observe() first or pass the state")
         ts = _now().isoformat(timespec="microseconds")
         t0 = time.perf_counter()
         try:

@@ -3,10 +3,12 @@
 Reads the JSON-lines files an agent's :class:`agent_sdk.Tracer` wrote for one data interval,
 validates every row against the scenario's trace contract (Great Expectations), and writes
 
-* accepted rows to ``<trace_root>/scenario=<s>/date=YYYY-MM-DD/hour=HH/part-<run_key>-NNNNN.parquet``
-  (partitioned by each row's ``ts``, UTC);
+* accepted rows to ``<trace_root>/scenario=<s>/date=YYYY-MM-DD/hour=HH/`` as
+  ``part-<run_key>-NNNNN.parquet`` (partitioned by each row's ``ts``, UTC);
 * quarantined rows, with ``quarantine_reason`` and their original text, to
-  ``<trace_root>/quarantine/scenario=<s>/date=…/hour=…/part-<run_key>-NNNNN.parquet``;
+  ``<quarantine_root>/scenario=<s>/date=…/hour=…/part-<run_key>-NNNNN.parquet``
+  (by default ``quarantine/`` next to the trace root, so a reader of the trace root never
+  meets a row of another schema);
 * a manifest ``<trace_root>/_manifests/scenario=<s>/<run_key>.json`` listing those files.
 
 Rows in = rows accepted + rows quarantined, always (a line that is not JSON is quarantined
@@ -18,7 +20,8 @@ duplicate. ``dry_run`` reads and validates everything and reports what it would 
 
 Landing-zone layout (what the tracer writes)::
 
-    <landing>/scenario=<s>/date=YYYY-MM-DD/hour=HH/<YYYYmmddTHHMMSSffffff>Z-<host>-<pid>-<seq>.jsonl
+    <landing>/scenario=<s>/date=YYYY-MM-DD/hour=HH/
+        <YYYYmmddTHHMMSSffffff>Z-<host>-<pid>-<seq>.jsonl
 
 A file belongs to the interval ``[start, end)`` that holds the UTC time at the front of its
 name (a name without one counts from the start of its hour folder).
@@ -38,14 +41,21 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from data_contracts.records import QUARANTINE_SCHEMA, parse_json_lines, quarantine_frame
+from data_contracts.records import (
+    LINE_COLUMN,
+    QUARANTINE_SCHEMA,
+    SOURCE_COLUMN,
+    parse_json_lines,
+    quarantine_frame,
+)
 from data_contracts.schema import META_PREFIX, Contract, trace_contract
-from data_contracts.validation import validate_frame
+from data_contracts.validation import REASON_COLUMN, validate_frame
 from pipeline_steps.storage import Storage, partition_path
 
 QUARANTINE_DIR = "quarantine"
 MANIFEST_DIR = "_manifests"
 _NAME_TIME = re.compile(r"^(\d{8}T\d{12})Z")
+_RUN_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,19 @@ def join_uri(base: str, *parts: str) -> str:
     """``base`` (any storage URI) with ``parts`` appended; :meth:`Storage.join` only joins
     under the storage root, and the landing zone and trace store may live elsewhere."""
     return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts if p)])
+
+
+def default_quarantine_root(trace_root_uri: str) -> str:
+    """``quarantine/`` next to the trace root (``…/traces`` → ``…/quarantine``)."""
+    parent = trace_root_uri.rstrip("/").rsplit("/", 1)[0]
+    return join_uri(parent, QUARANTINE_DIR)
+
+
+def check_run_key(run_key: str) -> str:
+    if not _RUN_KEY.match(run_key):
+        raise ValueError(f"run key {run_key!r}: expected 1-64 letters, digits, '.', '_' or '-' "
+                         "(it becomes part of file names)")
+    return run_key
 
 
 def run_key_for(interval_start: datetime | str, interval_end: datetime | str) -> str:
@@ -159,8 +182,9 @@ def write_trace_partitions(storage: Storage, df: pd.DataFrame, trace_root_uri: s
     written = []
     for scenario, rows in df.groupby("scenario", sort=True):
         for date, hour, group in partition_groups(rows, pd.to_datetime(rows["ts"], utc=True)):
-            uri = join_uri(trace_root_uri, partition_path(scenario=scenario, date=date,
-                                                              hour=hour), _part_name(run_key, part))
+            uri = join_uri(trace_root_uri,
+                           partition_path(scenario=scenario, date=date, hour=hour),
+                           _part_name(run_key, part))
             if not dry_run:
                 table = pa.Table.from_pandas(group[columns], schema=schema, preserve_index=False)
                 storage.write_parquet(uri, table)
@@ -168,21 +192,22 @@ def write_trace_partitions(storage: Storage, df: pd.DataFrame, trace_root_uri: s
     return written
 
 
-def write_quarantine_partitions(storage: Storage, quarantined: pd.DataFrame, trace_root_uri: str,
-                                scenario: str, run_key: str, *, fallback_ts: datetime,
-                                part: int = 0, dry_run: bool = False) -> list[str]:
+def write_quarantine_partitions(storage: Storage, quarantined: pd.DataFrame,
+                                quarantine_root_uri: str, scenario: str, run_key: str, *,
+                                fallback_ts: datetime, part: int = 0,
+                                dry_run: bool = False) -> list[str]:
     """Write quarantined rows (input rows + ``quarantine_reason``) to
-    ``quarantine/scenario=/date=/hour=`` partitions; rows whose ``ts`` is unreadable go to
-    the partition of ``fallback_ts``. Returns the file URIs."""
+    ``<quarantine_root>/scenario=/date=/hour=`` partitions; rows whose ``ts`` is unreadable go
+    to the partition of ``fallback_ts``. Returns the file URIs."""
     if quarantined.empty:
         return []
     frame = quarantine_frame(quarantined, scenario)
     ts = frame["ts"].fillna(pd.Timestamp(fallback_ts)).dt.as_unit("us")
     written = []
     for date, hour, group in partition_groups(frame, ts):
-        uri = join_uri(trace_root_uri, QUARANTINE_DIR,
-                           partition_path(scenario=scenario, date=date, hour=hour),
-                           _part_name(run_key, part))
+        uri = join_uri(quarantine_root_uri,
+                       partition_path(scenario=scenario, date=date, hour=hour),
+                       _part_name(run_key, part))
         if not dry_run:
             table = pa.Table.from_pandas(group, schema=QUARANTINE_SCHEMA, preserve_index=False)
             storage.write_parquet(uri, table)
@@ -208,32 +233,55 @@ def landing_files(storage: Storage, landing_uri: str, scenario: str,
 
 @dataclass
 class LineChunk:
-    """Up to ``chunk_rows`` non-blank lines, with the file and 1-based line number of each."""
+    """Up to ``chunk_rows`` non-blank lines, with the file and 1-based line number of each;
+    ``undecodable`` holds the lines that are not UTF-8 (as ``(text, source, line_no)``, the
+    text decoded with replacement characters)."""
 
     index: int
-    lines: list[str]
-    sources: list[str]
-    line_nos: list[int]
+    lines: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    line_nos: list[int] = field(default_factory=list)
+    undecodable: list[tuple[str, str, int]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.lines) + len(self.undecodable)
+
+    def undecodable_rows(self) -> pd.DataFrame:
+        """The undecodable lines, shaped like :func:`parse_json_lines`'s unparseable rows."""
+        return pd.DataFrame({
+            "raw": pd.Series([t for t, _, _ in self.undecodable], dtype="str"),
+            REASON_COLUMN: pd.Series(["encoding: line is not valid UTF-8"] * len(
+                self.undecodable), dtype="str"),
+            SOURCE_COLUMN: pd.Series([s for _, s, _ in self.undecodable], dtype="str"),
+            LINE_COLUMN: pd.Series([n for _, _, n in self.undecodable], dtype="int64")})
 
 
-def iter_line_chunks(storage: Storage, files: Sequence[str], chunk_rows: int) -> Iterator[LineChunk]:
+def iter_line_chunks(storage: Storage, files: Sequence[str],
+                     chunk_rows: int) -> Iterator[LineChunk]:
     """Stream the files line by line, yielding chunks; blank lines are not rows."""
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
-    chunk = LineChunk(0, [], [], [])
+    chunk = LineChunk(0)
     for uri in files:
-        with storage.open_stream(uri) as stream:
+        # Read as latin-1 (every byte is a character) and decode each line as UTF-8 here, so
+        # one bad byte quarantines its line instead of failing the whole file.
+        with storage.open_stream(uri, encoding="latin-1") as stream:
             for no, line in enumerate(stream, start=1):
-                text = line.rstrip("\r\n")
-                if not text.strip():
+                raw = line.rstrip("\r\n").encode("latin-1")
+                if not raw.strip():
                     continue
-                chunk.lines.append(text)
-                chunk.sources.append(uri)
-                chunk.line_nos.append(no)
-                if len(chunk.lines) >= chunk_rows:
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    chunk.undecodable.append((raw.decode("utf-8", "replace"), uri, no))
+                else:
+                    chunk.lines.append(text)
+                    chunk.sources.append(uri)
+                    chunk.line_nos.append(no)
+                if len(chunk) >= chunk_rows:
                     yield chunk
-                    chunk = LineChunk(chunk.index + 1, [], [], [])
-    if chunk.lines:
+                    chunk = LineChunk(chunk.index + 1)
+    if len(chunk):
         yield chunk
 
 
@@ -242,10 +290,17 @@ def iter_line_chunks(storage: Storage, files: Sequence[str], chunk_rows: int) ->
 def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str, scenario: str,
                          contract: Contract, interval_start: datetime | str,
                          interval_end: datetime | str, chunk_rows: int = 100_000,
-                         dry_run: bool = False) -> CaptureResult:
-    """Capture one data interval of ``scenario`` from the landing zone (see module docstring)."""
+                         dry_run: bool = False, quarantine_root_uri: str | None = None,
+                         run_key: str | None = None) -> CaptureResult:
+    """Capture one data interval of ``scenario`` from the landing zone (see module docstring).
+
+    ``run_key`` names the output files (default: derived from the interval, see
+    :func:`run_key_for`); pass the pipeline's own key to share one naming across steps.
+    """
     start, end = as_utc(interval_start), as_utc(interval_end)
-    run_key = run_key_for(start, end)
+    derived = run_key_for(start, end)  # also rejects an empty or reversed interval
+    run_key = check_run_key(run_key) if run_key else derived
+    quarantine_root = quarantine_root_uri or default_quarantine_root(trace_root_uri)
     files = landing_files(storage, landing_uri, scenario, start, end)
     manifest_uri = join_uri(trace_root_uri, MANIFEST_DIR, f"scenario={scenario}",
                                 f"{run_key}.json")
@@ -269,21 +324,22 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
     for chunk in iter_line_chunks(storage, files, chunk_rows):
         rows, unparseable = parse_json_lines(chunk.lines, chunk.sources, chunk.line_nos)
         accepted, quarantined = validate_rows(rows, contract)
-        if len(unparseable):
-            quarantined = pd.concat([quarantined, unparseable], ignore_index=True)
-        if len(accepted) + len(quarantined) != len(chunk.lines):
+        extra = [f for f in (unparseable, chunk.undecodable_rows()) if len(f)]
+        if extra:
+            quarantined = pd.concat([quarantined, *extra], ignore_index=True)
+        if len(accepted) + len(quarantined) != len(chunk):
             raise AssertionError(f"capture lost rows in chunk {chunk.index} of {run_key}: "
-                                 f"{len(chunk.lines)} in, {len(accepted)} accepted, "
+                                 f"{len(chunk)} in, {len(accepted)} accepted, "
                                  f"{len(quarantined)} quarantined")
         new = write_trace_partitions(storage, accepted, trace_root_uri, run_key,
                                      contract=contract, part=chunk.index, dry_run=dry_run)
         accepted_parts += new
-        newq = write_quarantine_partitions(storage, quarantined, trace_root_uri, scenario,
+        newq = write_quarantine_partitions(storage, quarantined, quarantine_root, scenario,
                                            run_key, fallback_ts=start, part=chunk.index,
                                            dry_run=dry_run)
         quarantine_parts += newq
         written += new + newq
-        rows_in += len(chunk.lines)
+        rows_in += len(chunk)
         rows_accepted += len(accepted)
         rows_quarantined += len(quarantined)
         save_manifest("running")  # a crash from here on is cleaned up by the next run
@@ -295,7 +351,7 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
     return CaptureResult(
         partitions=folders(accepted_parts), rows_in=rows_in, rows_accepted=rows_accepted,
         rows_quarantined=rows_quarantined,
-        quarantine_uri=(join_uri(trace_root_uri, QUARANTINE_DIR, f"scenario={scenario}")
+        quarantine_uri=(join_uri(quarantine_root, f"scenario={scenario}")
                         if rows_quarantined else None),
         run_key=run_key, files_read=files, files_written=written,
         quarantine_partitions=folders(quarantine_parts),
@@ -315,6 +371,19 @@ def contract_from_file(storage: Storage, uri: str, scenario: str) -> Contract:
                           spec.get("reward_fn_versions"))
 
 
+def store_uris(params: dict[str, Any], storage: Storage | None = None) -> tuple[str, str, str]:
+    """``(landing_uri, trace_root_uri, quarantine_root_uri)`` from the ``capture`` block of
+    params: folders under ``storage.root``, or full URIs when they contain ``://``."""
+    storage = storage or Storage.from_params(params)
+    cfg = params.get("capture") or {}
+
+    def where(key: str, default: str) -> str:
+        value = str(cfg.get(key) or default)
+        return value if "://" in value else storage.join(value)
+    return (where("landing_dir", "landing"), where("trace_dir", "traces"),
+            where("quarantine_dir", QUARANTINE_DIR))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from rlops.config import load_params
 
@@ -331,14 +400,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
     params = load_params()
-    cfg = params.get("capture") or {}
     storage = Storage.from_params(params)
+    landing, traces, quarantine = store_uris(params, storage)
     scenario = args.scenario or params["scenario"]
     result = capture_landing_zone(
-        storage, args.landing_uri or storage.join(cfg.get("landing_dir", "landing")),
-        args.trace_root or storage.join(cfg.get("trace_dir", "traces")), scenario,
+        storage, args.landing_uri or landing, args.trace_root or traces, scenario,
         contract_from_file(storage, args.contract, scenario), args.start, args.end,
-        chunk_rows=args.chunk_rows or int(cfg.get("chunk_rows", 100_000)), dry_run=args.dry_run)
+        chunk_rows=args.chunk_rows or int((params.get("capture") or {}).get("chunk_rows",
+                                                                           100_000)),
+        dry_run=args.dry_run, quarantine_root_uri=quarantine)
     json.dump(result.to_dict(), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

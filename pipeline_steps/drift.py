@@ -2,27 +2,25 @@
 
 Per field, one two-sample test:
 
-* numeric fields: the Kolmogorov–Smirnov test, with the statistic and p-value of
-  ``scipy.stats.ks_2samp(baseline, target)`` (its default ``method='auto'``: exact for samples
-  of at most 10 000 values, Smirnov's asymptotic distribution otherwise). The statistic is the
-  same float, bit for bit; the p-value comes from scipy's own distribution code, except for one
-  slow case (see :func:`_kstwo_sf`) where an equivalent series is summed in extended precision
-  and agrees with scipy to a few units in the last place;
-* categorical fields (strings, categories, booleans): a chi-square test of the 2×k table of
-  category counts (``scipy.stats.chi2_contingency``); a missing value is a category of its own,
-  so a change in how often ``error`` is empty is drift too.
+* numeric fields: Kolmogorov–Smirnov, with the statistic and p-value of
+  ``scipy.stats.ks_2samp(baseline, target)`` (``method='auto'``: exact for samples of at most
+  10 000 values, asymptotic otherwise). The statistic is the same float, bit for bit; the
+  p-value comes from scipy's distribution code, except in one slow case (:func:`_kstwo_sf`)
+  where the same series is summed in extended precision, a few ulps from scipy's value;
+* categorical fields (strings, categories, booleans): chi-square on the 2×k table of category
+  counts (``scipy.stats.chi2_contingency``); a missing value is a category of its own, so a
+  change in how often ``error`` is empty is drift too.
 
 A p-value alone is a poor alarm on large windows: at a million rows a 0.01σ shift already has
-p < 1e-8. A field is therefore *drifted* only when ``p < threshold`` **and** the effect size is
-at least ``min_effect``. The effect is the KS statistic itself for numeric fields and the
-total-variation distance for categorical ones; both are "the largest difference in probability
-of one event" (a half-line for KS, any set of categories for TV), so one floor serves both.
-With ``bh=True`` the p-values are first adjusted for testing many fields at once
-(Benjamini–Hochberg).
+p < 1e-8. A field is *drifted* only when ``p < threshold`` **and** the effect is at least
+``min_effect``: the KS statistic for numeric fields, the total-variation distance for
+categorical ones. Both are "the largest difference in probability of one event" (a half-line
+for KS, any set of categories for TV), so one floor serves both. ``bh=True`` first adjusts the
+p-values for testing many fields at once (Benjamini–Hochberg).
 
-The fields looked at by default are the ``state.<field>`` columns of the trace record plus the
-operational columns ``latency_ms`` and ``error``. A field present on one side only, or with a
-different kind on each side, is reported as an error entry; the other fields are still tested.
+Default fields: the ``state.<field>`` columns of the trace record plus the operational columns
+``latency_ms`` and ``error``. A field present on one side only, or of a different kind on each
+side, becomes an error entry in the report; the other fields are still tested.
 """
 
 from __future__ import annotations
@@ -49,7 +47,7 @@ except ImportError:  # pragma: no cover - depends on the scipy release
 
 OPERATIONAL_FIELDS = ("latency_ms", "error")
 STATE_PREFIX = "state."
-MISSING = "<missing>"
+MISSING = "(no value)"
 DEFAULT_THRESHOLD = 0.01
 DEFAULT_MIN_EFFECT = 0.05
 
@@ -57,6 +55,8 @@ _MAX_EXACT_N = 10_000  # scipy's MAX_AUTO_N: 'auto' is exact when both samples a
 _BLOCK = 64            # block size of the bound-and-refine search for the ECDF gap
 _FAST_SMIRNOV_MIN_N = 4096
 _SMIRNOV_MAX_COMPUTE_N = 1_000_000  # above this scipy uses a closed-form approximation
+# the fast Smirnov sum needs x87 80-bit long double (64-bit mantissa); elsewhere scipy sums
+_HAS_X87_LONG_DOUBLE = np.finfo(np.longdouble).nmant == 63
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def _max_ecdf_gap(a: np.ndarray, b: np.ndarray) -> float:
         cb = np.searchsorted(b, a[starts], side="right")
         best = np.max((starts + 1) / na - cb / nb)
         upper = np.minimum(starts + _BLOCK, na) / na - cb / nb
-        cand = starts[upper >= best - 1e-9]  # margin far above float error, far below 1/(na*nb)
+        cand = starts[upper >= best - 1e-9]  # > float error; a wider margin only adds blocks
         idx = (cand[:, None] + np.arange(_BLOCK)).ravel()
         idx = idx[idx < na]
     return float(np.max((idx + 1) / na - np.searchsorted(b, a[idx], side="right") / nb))
@@ -171,12 +171,11 @@ def ks_statistic(sorted_a: np.ndarray, sorted_b: np.ndarray) -> float:
 def ks_pvalue(d: float, n1: int, n2: int) -> tuple[float, float, str]:
     """``(statistic, p_value, method)`` as ``ks_2samp(method='auto')`` reports them."""
     if max(n1, n2) <= _MAX_EXACT_N:
-        if _attempt_exact_2kssamp is None:  # pragma: no cover - older/newer scipy layout
-            raise RuntimeError("scipy layout changed: use scipy.stats.ks_2samp for small samples")
+        if _attempt_exact_2kssamp is None:  # pragma: no cover - another scipy layout
+            raise RuntimeError("this scipy has no _attempt_exact_2kssamp; use ks_2samp itself")
         ok, d, prob = _attempt_exact_2kssamp(n1, n2, math.gcd(n1, n2), d, "two-sided")
-        if ok:
+        if ok:  # else, like scipy, the asymptotic p-value of the rounded statistic
             return float(d), float(np.clip(prob, 0.0, 1.0)), "exact"
-        # like scipy: the exact count overflowed, fall back to the asymptotic p-value
     m, n = sorted([float(n1), float(n2)], reverse=True)
     prob = _kstwo_sf(float(d), float(np.round(m * n / (m + n))))
     return float(d), float(np.clip(prob, 0.0, 1.0)), "asymp"
@@ -191,7 +190,8 @@ def _kstwo_sf(d: float, n_eff: float) -> float:
     extended precision (:func:`_smirnov_sf`); every other case goes to scipy itself.
     """
     n = int(n_eff)
-    if _FAST_SMIRNOV_MIN_N <= n <= _SMIRNOV_MAX_COMPUTE_N and 0.0 < d < 0.5:
+    if _HAS_X87_LONG_DOUBLE and _FAST_SMIRNOV_MIN_N <= n <= _SMIRNOV_MAX_COMPUTE_N \
+            and 0.0 < d < 0.5:
         t = n * d
         if 1.0 < t < n - 1 and 2.2 <= t * d < 370.0:  # scipy's own branch conditions
             return min(2.0 * _smirnov_sf(n, d), 1.0)
@@ -218,8 +218,7 @@ def _stirlerr_table() -> np.ndarray:
 
 def _stirlerr(k: np.ndarray) -> np.ndarray:
     """Stirling's error term for integer-valued float ``k >= 1`` (series for k >= 64)."""
-    k2 = k * k
-    s = _STIRLING
+    k2, s = k * k, _STIRLING
     out = (s[0] - (s[1] - (s[2] - (s[3] - (s[4] - s[5] / k2) / k2) / k2) / k2) / k2) / k
     small = k < 64
     if small.any():
@@ -234,7 +233,8 @@ def _smirnov_sf(n: int, x: float) -> float:
     ``exp(stirlerr(n) - stirlerr(v) - stirlerr(n-v) - bd0(v, n p) - bd0(n-v, n q))`` times a
     smooth factor; the deviance terms carry all the cancellation and are computed in long
     double, so the float64 result is within a few ulps of scipy's double-double sum. Terms
-    below ``e^-60`` of the largest (found with a float64 pass) are skipped.
+    below ``e^-80`` of the largest (by a float64 pass without the smooth factor, which varies
+    by less than ``n`` over the sum) are skipped: together under ``1e-20`` of the result.
     """
     ld = np.longdouble
     n_below = n - math.floor(Fraction(x) * n) - 1  # last v with 1 - x - v/n > 0
@@ -242,7 +242,7 @@ def _smirnov_sf(n: int, x: float) -> float:
     v = np.arange(1, n_below + 1, dtype=np.float64)
     nv = n - v
     rough = v * np.log1p(nx_f / v) - nv * np.log1p(nx_f / (nv - nx_f))
-    keep = np.flatnonzero(rough >= rough.max() - 60.0)
+    keep = np.flatnonzero(rough >= rough.max() - 80.0)
     v, nv = v[keep[0]:keep[-1] + 1], nv[keep[0]:keep[-1] + 1]
     nx = ld(n) * ld(x)
     vl, nvl = v.astype(ld), nv.astype(ld)
@@ -260,16 +260,14 @@ def _smirnov_sf(n: int, x: float) -> float:
 
 # --------------------------------------------------------------------------- per-field tests
 def _numeric_values(col: pd.Series) -> np.ndarray:
-    if isinstance(col.dtype, np.dtype) and col.dtype.kind in "iu":
-        return col.to_numpy()
-    return col.to_numpy(dtype=np.float64, na_value=np.nan)
+    is_int = isinstance(col.dtype, np.dtype) and col.dtype.kind in "iu"  # NaN-free: keep ints
+    return col.to_numpy() if is_int else col.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def _sorted_no_nan(values: np.ndarray) -> np.ndarray:
     s = np.sort(values)  # NaNs sort last, so dropping them is one binary search
-    if s.dtype.kind == "f" and s.size and np.isnan(s[-1]):
-        s = s[:np.searchsorted(s, np.nan, side="left")]
-    return s
+    nan_tail = s.dtype.kind == "f" and s.size and np.isnan(s[-1])
+    return s[:np.searchsorted(s, np.nan, side="left")] if nan_tail else s
 
 
 def _ks_field(name: str, b: pd.Series, t: pd.Series) -> FieldDrift:
@@ -280,7 +278,11 @@ def _ks_field(name: str, b: pd.Series, t: pd.Series) -> FieldDrift:
     if sb.size == 0 or st.size == 0:
         side = "baseline" if sb.size == 0 else "target"
         return _error(name, f"no non-missing values in the {side}", sb.size, st.size)
-    d, p, method = ks_pvalue(ks_statistic(sb, st), sb.size, st.size)
+    if _attempt_exact_2kssamp is None and max(sb.size, st.size) <= _MAX_EXACT_N:
+        ref = scipy.stats.ks_2samp(sb, st)  # pragma: no cover - small samples, another scipy
+        d, p, method = float(ref.statistic), float(ref.pvalue), "exact"
+    else:
+        d, p, method = ks_pvalue(ks_statistic(sb, st), sb.size, st.size)
     return FieldDrift(name, "ks", d, p, d, False, int(sb.size), int(st.size),
                       effect_name="ks_statistic", method=method)
 
@@ -306,18 +308,15 @@ def _chi2_field(name: str, b: pd.Series, t: pd.Series) -> FieldDrift:
 
 
 def _error(name: str, why: str, nb: int = 0, nt: int = 0) -> FieldDrift:
-    nan = math.nan
-    return FieldDrift(name, "error", nan, nan, nan, False, int(nb), int(nt), error=why)
+    return FieldDrift(name, "error", *[math.nan] * 3, False, int(nb), int(nt), error=why)
 
 
 def _kind(col: pd.Series) -> str:
-    dt = col.dtype
-    if pd.api.types.is_bool_dtype(dt):
-        return "categorical"
-    if pd.api.types.is_numeric_dtype(dt):
+    dt, types = col.dtype, pd.api.types
+    if types.is_numeric_dtype(dt) and not types.is_bool_dtype(dt):
         return "numeric"
-    if isinstance(dt, pd.CategoricalDtype) or pd.api.types.is_string_dtype(dt) \
-            or dt == object:
+    if types.is_bool_dtype(dt) or isinstance(dt, pd.CategoricalDtype) or dt == object \
+            or types.is_string_dtype(dt):
         return "categorical"
     return f"unsupported ({dt})"
 
@@ -335,10 +334,8 @@ def _test_field(name: str, b: pd.Series | None, t: pd.Series | None,
 
 
 def _cpu_count() -> int:
-    try:  # the CPUs this process may use (containers, taskset), not the machine's
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
+    """The CPUs this process may use (containers, taskset), not the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def default_fields(baseline: pd.DataFrame, target: pd.DataFrame) -> list[str]:
@@ -351,13 +348,10 @@ def default_fields(baseline: pd.DataFrame, target: pd.DataFrame) -> list[str]:
 def benjamini_hochberg(p_values: Sequence[float]) -> np.ndarray:
     """Benjamini–Hochberg adjusted p-values (step-up, monotone, capped at 1)."""
     p = np.asarray(p_values, dtype=np.float64)
-    m = p.size
-    if m == 0:
-        return p.copy()
     order = np.argsort(p)
-    scaled = p[order] * m / np.arange(1, m + 1)
+    scaled = p[order] * p.size / np.arange(1, p.size + 1)
     adjusted = np.minimum(np.minimum.accumulate(scaled[::-1])[::-1], 1.0)
-    out = np.empty(m)
+    out = np.empty(p.size)
     out[order] = adjusted
     return out
 

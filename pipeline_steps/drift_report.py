@@ -28,8 +28,8 @@ import json
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -46,7 +46,8 @@ _METRIC_UNSAFE = re.compile(r"[^A-Za-z0-9_\-. :/]")
 
 @dataclass(frozen=True)
 class DriftResult:
-    """What :func:`run_drift` did (or, with ``dry_run``, would do)."""
+    """What :func:`run_drift` did (or, with ``dry_run``, would do); ``to_dict`` is the small
+    summary a DAG task returns, ``report`` the full :class:`DriftReport`."""
 
     drifted_fields: list[str]
     n_fields: int
@@ -55,9 +56,10 @@ class DriftResult:
     html_uri: str
     run_id: str | None = None
     dry_run: bool = False
+    report: DriftReport | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "report"}
 
 
 # --------------------------------------------------------------------------- plots
@@ -183,10 +185,11 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
               out_uri: str | None = None, *, fields: Sequence[str] | None = None,
               threshold: float | None = None, min_effect: float | None = None,
               bh: bool | None = None, dry_run: bool = False, track: bool = True,
-              scenario: str | None = None) -> tuple[DriftResult, DriftReport]:
+              scenario: str | None = None) -> DriftResult:
     """Read both windows, test them, write ``report.json``/``report.html`` under ``out_uri``
     (default ``<storage.root>/<drift.report_dir>/<hash of the two URIs>``) and log them to
-    MLflow. Arguments left ``None`` come from the ``drift`` block of params."""
+    MLflow. Arguments left ``None`` come from the ``drift`` block of params. ``dry_run``
+    tests and reports what it would write, but writes and logs nothing."""
     from pipeline_steps.storage import Storage
 
     cfg = dict(params.get("drift") or {})
@@ -208,15 +211,15 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
     out = (out_uri or _default_out(storage, cfg, baseline_uri, target_uri)).rstrip("/")
     json_uri, html_uri = f"{out}/report.json", f"{out}/report.html"
     result = DriftResult(report.drifted_fields, len(report.tested), report.summary, json_uri,
-                         html_uri, dry_run=dry_run)
+                         html_uri, dry_run=dry_run, report=report)
     if dry_run:
-        return result, report
+        return result
     page = render_html(report, baseline, target, title=f"Drift report — {scenario}")
     report_json = report.to_json()
     storage.write_text(json_uri, report_json)
     storage.write_text(html_uri, page)
     if not track:
-        return result, report
+        return result
     from pipeline_steps.tracking import Tracker
 
     tracker = Tracker.from_params(params, scenario=scenario)
@@ -234,7 +237,7 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
         run.log_text(report_json, "drift/report.json")
         run.log_text(page, "drift/report.html")
         run_id = run.run_id
-    return DriftResult(**{**result.to_dict(), "run_id": run_id}), report
+    return replace(result, run_id=run_id)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -260,13 +263,13 @@ def cmd_drift_detect(args: argparse.Namespace) -> int:
 
     fields = [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None
     try:
-        result, report = run_drift(load_params(), args.baseline, args.target, args.out,
-                                   fields=fields, threshold=args.threshold,
-                                   min_effect=args.min_effect, bh=args.bh,
-                                   dry_run=args.dry_run, track=not args.no_track)
+        result = run_drift(load_params(), args.baseline, args.target, args.out, fields=fields,
+                           threshold=args.threshold, min_effect=args.min_effect, bh=args.bh,
+                           dry_run=args.dry_run, track=not args.no_track)
     except (ValueError, StorageError) as exc:
         print(f"error: drift-detect: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    report = cast(DriftReport, result.report)  # run_drift always attaches it
     if args.json:
         print(json.dumps({**report.to_dict(), "result": result.to_dict()}, indent=2, default=str))
     else:
@@ -289,3 +292,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def add_cli(sub: argparse._SubParsersAction) -> None:
+    """Register ``rlops drift-detect``."""
+    p = sub.add_parser("drift-detect", help="compare two trace windows field by field (KS / chi-square)")
+    add_arguments(p)
+    p.set_defaults(func=cmd_drift_detect)

@@ -19,8 +19,8 @@ class UserError(Exception):
 
 
 def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from rlops.commands import env
-    return [env.register]
+    from rlops.commands import env, pipeline
+    return [env.register, pipeline.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -134,6 +134,7 @@ class CompiledScenario:
             api_rate = profile.error_rates.get(a.api, 0.0) if a.api else 0.0
             err.append(1.0 - (1.0 - a.error_rate) * (1.0 - api_rate))
         return {"profile": profile, "shifts": shifts, "error_rate": torch.tensor(err),
+                "shift_vector_cols": [set(s.vector.cols.tolist()) for _, s in shifts],
                 "jitter": profile.latency_jitter_ms}
 
     def sample_initial(self, key: Tensor, profile: str) -> Tensor:
@@ -155,11 +156,17 @@ class CompiledScenario:
         self.init.write_vector(S, U, Z)
         for k, (_, shift) in enumerate(prog["shifts"], start=1):
             shift.write_vector(S, U, Z, rows=segment == k)
-        for col, sample in self.init.sequential.items():
-            value = sample(S, R)
-            for k, (_, shift) in enumerate(prog["shifts"], start=1):
+        # A shift's override wins whatever form either init has: a sampled override replaces the
+        # base value of the shift's rows, and a constant one (written above) survives a sampled base.
+        shifts = prog["shifts"]
+        for col in sorted(set(self.init.sequential).union(*(sh.sequential for _, sh in shifts))):
+            base = self.init.sequential.get(col)
+            value = base(S, R) if base is not None else S[:, col]
+            for k, (_, shift) in enumerate(shifts, start=1):
                 if col in shift.sequential:
                     value = torch.where(segment == k, shift.sequential[col](S, R), value)
+                elif base is not None and col in prog["shift_vector_cols"][k - 1]:
+                    value = torch.where(segment == k, S[:, col], value)
             S[:, col] = value
         S[:, self.columns["episode.last_action"]] = 0.0
         return self.clamp(S)
@@ -220,6 +227,10 @@ class CompiledScenario:
                 if f.type == "bool" and isinstance(value, bool):
                     assigns.append((self.columns[target], float(value), f))
                     continue
+                if f.type == "enum" and isinstance(value, str) and value.isidentifier() and value not in self.columns:
+                    raise PackError(self.file, e.line, f"{where}.set.{target}",
+                                    f"unknown enum value '{value}' (expected one of {list(f.values)} "
+                                    "or an expression of that enum)")
                 want = self.types[target] if f.type == "enum" else (BOOL if f.type == "bool" else NUM)
                 ce = expr(value, want, f"{where}.set.{target}")
                 if f.type == "enum" and ce.type != want:
@@ -271,6 +282,7 @@ class CompiledScenario:
     # ---- observation -------------------------------------------------------------------------
     def _layout(self) -> ObsLayout:
         names: list[str] = []
+        owners: list[str] = []  # the field behind each value feature
         self._num_cols, num_off, num_scale = [], [], []
         self._enum_cols: list[tuple[int, int]] = []
         self._bool_cols: list[int] = []
@@ -285,18 +297,25 @@ class CompiledScenario:
                 num_off.append(off)
                 num_scale.append(scale)
                 names.append(f.path)
+                owners.append(f.path)
         for f in self.spec.fields:
             if f.observed and f.type == "enum":
                 self._enum_cols.append((self.columns[f.path], len(f.values)))
                 names.extend(f"{f.path}={v}" for v in f.values)
+                owners.extend([f.path] * len(f.values))
         for f in self.spec.fields:
             if f.observed and f.type == "bool":
                 self._bool_cols.append(self.columns[f.path])
                 names.append(f.path)
+                owners.append(f.path)
+        vis_index: dict[str, int] = {}
         for f in self.spec.fields:
             if f.observed and f.path in self.visible:
+                vis_index[f.path] = len(self._vis)
                 self._vis.append((self.columns[f.path], self.visible[f.path]))
                 names.append(f"{f.path}?present")
+        # For each value feature, the visibility bit that gates it (-1: always visible).
+        self._feat_vis = torch.tensor([vis_index.get(o, -1) for o in owners], dtype=torch.long)
         names += ["episode.progress", "episode.error"]
         self._num_idx = torch.tensor(self._num_cols, dtype=torch.long)
         self._bool_idx = torch.tensor(self._bool_cols, dtype=torch.long)
@@ -307,21 +326,18 @@ class CompiledScenario:
     def encode(self, S: Tensor, masks: Tensor, history: Tensor) -> Tensor:
         """Observation ``[N, layout.dim]``; a field that is not yet visible reads as 0."""
         dev = S.device
-        S_obs = S
-        if self._vis:
-            S_obs = S.clone()
-            vis_bits = []
-            for col, vis in self._vis:
-                v = vis(S)
-                S_obs[:, col] = torch.where(v, S[:, col], torch.zeros_like(S[:, col]))
-                vis_bits.append(v.float())
-        parts = [(S_obs.index_select(1, self._num_idx.to(dev)) - self._num_off.to(dev)) * self._num_scale.to(dev)]
+        parts = [(S.index_select(1, self._num_idx.to(dev)) - self._num_off.to(dev)) * self._num_scale.to(dev)]
         for col, n in self._enum_cols:
-            parts.append(torch.nn.functional.one_hot(S_obs[:, col].long().clamp(0, n - 1), n).float())
+            parts.append(torch.nn.functional.one_hot(S[:, col].long().clamp(0, n - 1), n).float())
         if self._bool_cols:
-            parts.append(S_obs.index_select(1, self._bool_idx.to(dev)))
+            parts.append(S.index_select(1, self._bool_idx.to(dev)))
         if self._vis:
-            parts.append(torch.stack(vis_bits, dim=1))
+            # Every feature of a field not yet visible (its scaled value, its one-hot block) is 0,
+            # so a hidden field carries nothing but its ``?present`` bit.
+            bits = torch.stack([vis(S) for _, vis in self._vis], dim=1)
+            feat_vis = self._feat_vis.to(dev)
+            gate = torch.where(feat_vis >= 0, bits.index_select(1, feat_vis.clamp_min(0)), True)
+            parts = [torch.where(gate, torch.cat(parts, dim=1), 0.0), bits.float()]
         parts.append((S[:, self.columns["episode.step"]] / self.spec.horizon).unsqueeze(1))
         parts.append(S[:, self.columns["episode.error"]].unsqueeze(1))
         parts.append(masks.float())

@@ -165,6 +165,8 @@ class BatchedEnv:
         lo, hi = self._jitter
         if hi > 0:
             latency = latency + lo + (hi - lo) * R.uniform(2)
+        # An illegal action is not executed, so it takes no time either.
+        latency = torch.where(legal, latency, torch.zeros_like(latency))
         error = (R.uniform(3) < self._err_rate[a_idx]) & legal
         ok = legal & ~error
         # ---- transition

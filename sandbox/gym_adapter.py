@@ -37,6 +37,7 @@ class ScenarioGymEnv(gym.Env):
         self._instance_seed = seed
         self._env.reset(seed)
         self._needs_reset = False
+        self._mid_episode = False
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -44,8 +45,15 @@ class ScenarioGymEnv(gym.Env):
         if seed is not None:
             self._instance_seed = seed
             self._env.reset(seed)
-        # Without a seed the next episode of the same instance is already loaded (autoreset).
+        elif self._mid_episode:
+            # Abandon the running episode: start the instance's next one, dropping its pending
+            # settlements, exactly as if it had ended here.
+            done = torch.ones(1, dtype=torch.bool, device=self._env.device)
+            self._env.reward.reset_rows(done)
+            self._env._autoreset(done, self._env.observe())
+        # Otherwise the next episode of the same instance is already loaded (autoreset).
         self._needs_reset = False
+        self._mid_episode = False
         return self._env.observe()[0].numpy().copy(), {}
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -54,6 +62,7 @@ class ScenarioGymEnv(gym.Env):
         obs, reward, term, trunc, info = self._env.step(torch.tensor([int(action)]))
         done = bool(term[0] or trunc[0])
         self._needs_reset = done
+        self._mid_episode = not done
         out_obs = (info.final_obs if done else obs)[0].numpy().copy()
         return out_obs, float(reward[0]), bool(term[0]), bool(trunc[0]), {
             "illegal_action": bool(info.illegal[0]), "error": bool(info.error[0]),

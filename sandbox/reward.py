@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,25 +217,55 @@ def load_reward_fn(path: Path, rules: dict[str, Any], actions: tuple[str, ...]) 
     if not components:
         raise PackError(str(path), None, "", "reward module defines no @component functions")
     components.sort(key=lambda c: c.line)
-    weights = {str(k): float(v) for k, v in (getattr(module, "WEIGHTS", {}) or {}).items()}
-    objectives = {c.objective for c in components}
-    for obj in objectives:
-        weights.setdefault(obj, 1.0)
-    schedule = tuple(sorted((int(s), {str(k): float(v) for k, v in w.items()})
-                            for s, w in (getattr(module, "WEIGHT_SCHEDULE", []) or [])))
-    for _, w in schedule:
-        unknown = set(w) - objectives
-        if unknown:
-            raise PackError(str(path), None, "WEIGHT_SCHEDULE", f"unknown objective(s) {sorted(unknown)} "
-                                                                f"(objectives: {sorted(objectives)})")
-    rp = getattr(module, "REPEAT_PENALTY", None)
-    if rp and rp.get("rule_ref") and rp["rule_ref"] not in rules:
-        raise PackError(str(path), None, "REPEAT_PENALTY", f"dangling rule ref '{rp['rule_ref']}'")
-    clip = getattr(module, "CLIP", None)
+    weights, schedule, clip, rp = _settings(path, module, source, {c.objective for c in components}, rules)
     sys.modules.pop(mod_name, None)
     return RewardFunction(str(path), str(getattr(module, "VERSION_LABEL", path.stem)),
                           hashlib.sha256(source.encode()).hexdigest(), source, tuple(components), weights,
-                          schedule, None if clip is None else float(clip), rp)
+                          schedule, clip, rp)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _settings(path: Path, module: Any, source: str, objectives: set[str], rules: dict[str, Any]
+              ) -> tuple[dict[str, float], tuple[tuple[int, dict[str, float]], ...], float | None,
+                         dict[str, Any] | None]:
+    """Check the module-level WEIGHTS, WEIGHT_SCHEDULE, CLIP and REPEAT_PENALTY; a bad value is a
+    PackError at the line that assigns it (a typo in an objective name would silently weigh 1)."""
+    def bad(name: str, msg: str) -> PackError:
+        m = re.search(rf"^{name}\s*[:=]", source, re.M)
+        return PackError(str(path), None if m is None else source.count("\n", 0, m.start()) + 1, name, msg)
+
+    def weight_map(name: str, w: Any) -> dict[str, float]:
+        if not isinstance(w, dict) or not all(isinstance(k, str) and _is_num(v) for k, v in w.items()):
+            raise bad(name, f"expected a mapping objective → number, got {w!r}")
+        unknown = set(w) - objectives
+        if unknown:
+            raise bad(name, f"unknown objective(s) {sorted(unknown)} (objectives: {sorted(objectives)})")
+        return {k: float(v) for k, v in w.items()}
+
+    weights = weight_map("WEIGHTS", getattr(module, "WEIGHTS", None) or {})
+    for obj in objectives:
+        weights.setdefault(obj, 1.0)
+    raw = getattr(module, "WEIGHT_SCHEDULE", None) or []
+    if not isinstance(raw, (list, tuple)) or not all(
+            isinstance(s, (list, tuple)) and len(s) == 2 and isinstance(s[0], int) and not isinstance(s[0], bool)
+            and s[0] >= 0 for s in raw):
+        raise bad("WEIGHT_SCHEDULE", "expected a list of (env step, {objective: weight}) pairs")
+    schedule = tuple(sorted((int(s), weight_map("WEIGHT_SCHEDULE", w)) for s, w in raw))
+    clip = getattr(module, "CLIP", None)
+    if clip is not None and not (_is_num(clip) and clip > 0):
+        raise bad("CLIP", f"expected a positive number (the bound on |total|), got {clip!r}")
+    rp = getattr(module, "REPEAT_PENALTY", None)
+    if rp is not None:
+        if not (isinstance(rp, dict) and set(rp) <= {"penalty", "after", "rule_ref"} and _is_num(rp.get("penalty"))
+                and rp["penalty"] >= 0 and isinstance(rp.get("after", 1), int) and rp.get("after", 1) >= 1):
+            raise bad("REPEAT_PENALTY", "expected {'penalty': number >= 0, 'after': int >= 1, 'rule_ref': "
+                                        f"rule id}}, got {rp!r}")
+        if rp.get("rule_ref") is not None and rp["rule_ref"] not in rules:
+            raise bad("REPEAT_PENALTY", f"dangling rule ref '{rp['rule_ref']}': not defined in rules.yaml")
+    return weights, schedule, None if clip is None else float(clip), rp
 
 
 class RewardError(RuntimeError):

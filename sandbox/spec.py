@@ -229,7 +229,7 @@ def _parse_field(c: _Ctx, node: LDict, parent: LDict, path: str) -> FieldSpec:
     if "init" not in node:
         raise c.err(node, None, path, "missing 'init' (a value, a distribution or an expr)")
     init = _parse_init(c, node["init"], node, "init", f"{path}.init")
-    _check_init_value(c, node, path, t, lo, hi, values, init)
+    _check_init_value(c, node, "init", f"{path}.init", t, lo, hi, values, init)
     observed = node.get("observed", True)
     if not isinstance(observed, bool):
         raise c.err(node, "observed", path, f"type mismatch: 'observed' expects a bool, got {_kind(observed)}")
@@ -238,36 +238,51 @@ def _parse_field(c: _Ctx, node: LDict, parent: LDict, path: str) -> FieldSpec:
                      description=str(node.get("description", "")), line=parent.line_of(path.rsplit(".", 1)[-1]))
 
 
-def _check_init_value(c: _Ctx, node: LDict, path: str, t: str, lo: float | None, hi: float | None,
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_init_value(c: _Ctx, node: LDict, key: str, where: str, t: str, lo: float | None, hi: float | None,
                       values: tuple[str, ...], init: InitSpec) -> None:
-    where = f"{path}.init"
+    """Check an initial value or distribution against its field (``node[key]`` holds it)."""
     if init.value is not None:
         v = init.value
         if t == "bool" and not isinstance(v, bool):
-            raise c.err(node, "init", where, f"type mismatch: expected a bool, got {_kind(v)}")
+            raise c.err(node, key, where, f"type mismatch: expected a bool, got {_kind(v)}")
         if t == "enum" and v not in values:
-            raise c.err(node, "init", where, f"unknown enum value {v!r} (expected one of {list(values)})")
+            raise c.err(node, key, where, f"unknown enum value {v!r} (expected one of {list(values)})")
         if t in ("int", "float"):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise c.err(node, "init", where, f"type mismatch: expected a number, got {_kind(v)}")
+                raise c.err(node, key, where, f"type mismatch: expected a number, got {_kind(v)}")
             if (lo is not None and v < lo) or (hi is not None and v > hi):
-                raise c.err(node, "init", where, f"bad range: initial value {v:g} outside [{lo}, {hi}]")
+                raise c.err(node, key, where, f"bad range: initial value {v:g} outside [{lo}, {hi}]")
     if init.dist == "categorical":
         if t != "enum":
-            raise c.err(node, "init", where, f"a categorical distribution needs an enum field, not {t}")
+            raise c.err(node, key, where, f"a categorical distribution needs an enum field, not {t}")
         probs = init.params["probs"]
         if isinstance(probs, dict):
             unknown = [k for k in probs if k not in values]
             if unknown:
-                raise c.err(node, "init", where, f"unknown enum value {unknown[0]!r} in probs "
+                raise c.err(node, key, where, f"unknown enum value {unknown[0]!r} in probs "
                                                  f"(expected one of {list(values)})")
         elif not (isinstance(probs, list) and len(probs) == len(values)):
-            raise c.err(node, "init", where, f"probs needs {len(values)} numbers (one per enum value) "
+            raise c.err(node, key, where, f"probs needs {len(values)} numbers (one per enum value) "
                                              "or a mapping value → probability")
+        weights = list(probs.values()) if isinstance(probs, dict) else probs
+        if not all(_is_num(w) and w >= 0 for w in weights) or sum(weights) <= 0:
+            raise c.err(node, key, where, "bad range: probs must be non-negative numbers, not all zero")
+    num = {k: float(v) for k, v in init.params.items() if _is_num(v)}
+    if init.dist == "bernoulli" and "p" in num and not 0.0 <= num["p"] <= 1.0:
+        raise c.err(node, key, where, f"bad range: probability p {num['p']:g} must be within [0, 1]")
+    for k in ("std", "sigma"):
+        if num.get(k, 0.0) < 0:
+            raise c.err(node, key, where, f"bad range: {k} {num[k]:g} must be >= 0")
+    if num.get("low", -float("inf")) > num.get("high", float("inf")):
+        raise c.err(node, key, where, f"bad range: low {num['low']:g} is greater than high {num['high']:g}")
     if init.dist == "bernoulli" and t != "bool":
-        raise c.err(node, "init", where, f"a bernoulli distribution needs a bool field, not {t}")
+        raise c.err(node, key, where, f"a bernoulli distribution needs a bool field, not {t}")
     if init.dist in ("normal", "lognormal", "uniform") and t not in ("int", "float"):
-        raise c.err(node, "init", where, f"distribution '{init.dist}' needs an int or float field, not {t}")
+        raise c.err(node, key, where, f"distribution '{init.dist}' needs an int or float field, not {t}")
 
 
 def _walk_fields(c: _Ctx, node: LDict, prefix: str, out: list[FieldSpec]) -> None:
@@ -311,7 +326,10 @@ def _parse_action(c: _Ctx, node: Any, parent: LList, i: int, paths: set[str]) ->
         for target in assigns:
             if target not in paths:
                 raise c.err(assigns, target, f"{ew}.set", f"unknown field '{target}'")
-        effects.append(EffectSpec(set=dict(assigns), when=e.get("when"), prob=e.get("prob"), line=e.line))
+        prob = e.get("prob")
+        if _is_num(prob) and not 0.0 <= prob <= 1.0:
+            raise c.err(e, "prob", f"{ew}.prob", f"bad range: probability {prob:g} must be within [0, 1]")
+        effects.append(EffectSpec(set=dict(assigns), when=e.get("when"), prob=prob, line=e.line))
     lat = node.get("latency_ms", 0.0)
     if isinstance(lat, dict):
         c.check_keys(lat, {"mean", "std"}, f"{where}.latency_ms")
@@ -320,17 +338,26 @@ def _parse_action(c: _Ctx, node: Any, parent: LList, i: int, paths: set[str]) ->
     else:
         lat_mean = c.number(node, "latency_ms", where) if "latency_ms" in node else 0.0
         lat_std = 0.0
+    if lat_mean < 0 or lat_std < 0:
+        raise c.err(node, "latency_ms", f"{where}.latency_ms", "bad range: latency mean and std must be >= 0")
+    api, takeover = node.get("api"), node.get("human_takeover", False)
+    if api is not None and not isinstance(api, str):
+        raise c.err(node, "api", f"{where}.api", f"type mismatch: expected an API name, got {_kind(api)}")
+    if not isinstance(takeover, bool):
+        raise c.err(node, "human_takeover", f"{where}.human_takeover",
+                    f"type mismatch: 'human_takeover' expects a bool, got {_kind(takeover)}")
     err = c.number(node, "error_rate", where) if "error_rate" in node else 0.0
     if not 0.0 <= err <= 1.0:
         raise c.err(node, "error_rate", where, f"bad range: error_rate {err:g} must be within [0, 1]")
     return ActionSpec(name=name, description=str(node.get("description", "")), required_fields=tuple(req),
                       precondition=node.get("precondition", True), effects=tuple(effects),
-                      terminal=node.get("terminal", False), api=node.get("api"), latency_mean_ms=lat_mean,
-                      latency_std_ms=lat_std, error_rate=err, human_takeover=bool(node.get("human_takeover", False)),
+                      terminal=node.get("terminal", False), api=api, latency_mean_ms=lat_mean,
+                      latency_std_ms=lat_std, error_rate=err, human_takeover=takeover,
                       line=parent.line_of(i))
 
 
-def _parse_profiles(c: _Ctx, node: Any, root: LDict, paths: set[str]) -> dict[str, SimulationProfile]:
+def _parse_profiles(c: _Ctx, node: Any, root: LDict, fields: dict[str, FieldSpec],
+                    apis: set[str]) -> dict[str, SimulationProfile]:
     if node is None:
         return {"sandbox": SimulationProfile("sandbox")}
     node = c.mapping(node, root, "simulation", "simulation")
@@ -348,12 +375,20 @@ def _parse_profiles(c: _Ctx, node: Any, root: LDict, paths: set[str]) -> dict[st
             if jitter[0] > jitter[1] or jitter[0] < 0:
                 raise c.err(j, "min", f"{where}.latency_jitter_ms", "bad range: need 0 <= min <= max")
         rates = {}
-        for api, r in (p.get("error_rates") or {}).items():
+        rates_node = c.mapping(p["error_rates"], p, "error_rates", f"{where}.error_rates") \
+            if p.get("error_rates") is not None else {}
+        for api, r in rates_node.items():
+            if api not in apis:
+                # A misspelt API would silently never fail: name the APIs the actions call.
+                raise c.err(rates_node, api, f"{where}.error_rates.{api}",
+                            f"unknown api '{api}' (APIs of the actions: {sorted(apis)})")
             if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
                 raise c.err(p["error_rates"], api, f"{where}.error_rates.{api}",
                             f"bad range: an error rate is a number within [0, 1], got {_kind(r)}")
             rates[api] = float(r)
         shifts = []
+        if not isinstance(p.get("population") or [], list):
+            raise c.err(p, "population", f"{where}.population", "expected a list of population shifts")
         for k, s in enumerate(p.get("population") or []):
             sw = f"{where}.population[{k}]"
             s = c.mapping(s, p["population"], k, sw)
@@ -365,9 +400,12 @@ def _parse_profiles(c: _Ctx, node: Any, root: LDict, paths: set[str]) -> dict[st
             inits = {}
             init_node = c.mapping(s.get("init"), s, "init", f"{sw}.init")
             for fpath, spec in init_node.items():
-                if fpath not in paths:
+                if fpath not in fields:
                     raise c.err(init_node, fpath, f"{sw}.init", f"unknown field '{fpath}'")
+                f = fields[fpath]
                 inits[fpath] = _parse_init(c, spec, init_node, fpath, f"{sw}.init.{fpath}")
+                _check_init_value(c, init_node, fpath, f"{sw}.init.{fpath}", f.type, f.min, f.max, f.values,
+                                  inits[fpath])
             shifts.append(PopulationShift(str(s.get("name", f"shift{k}")), prob, inits, s.line))
         if sum(s.probability for s in shifts) > 1.0 + 1e-9:
             raise c.err(p, "population", f"{where}.population", "population shift probabilities sum over 1")
@@ -404,7 +442,8 @@ def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
         raise c.err(acts_node, names.index(dup, names.index(dup) + 1), f"actions.{dup}", f"duplicate action '{dup}'")
-    profiles = _parse_profiles(c, doc.get("simulation"), doc, paths)
+    profiles = _parse_profiles(c, doc.get("simulation"), doc, {f.path: f for f in fields},
+                               {a.api for a in actions if a.api})
     default_profile = doc.get("default_profile", "sandbox" if "sandbox" in profiles else next(iter(profiles)))
     if default_profile not in profiles:
         raise c.err(doc, "default_profile", "default_profile", f"unknown profile '{default_profile}'")

@@ -177,7 +177,7 @@ def test_missing_error_values_are_a_category() -> None:
     assert err.field == "error" and err.test == "chi2" and err.n_baseline == 1000
     assert err.drifted and err.effect == pytest.approx(0.13)
     assert lat.test == "ks" and lat.drifted and set(rep.drifted_fields) == {"error", "latency_ms"}
-    assert MISSING == "<missing>"
+    assert MISSING == "(no value)"
 
 
 def test_effect_floor_keeps_tiny_shift_on_large_sample_undrifted() -> None:
@@ -266,10 +266,12 @@ def test_run_drift_writes_reports_and_logs_to_mlflow(tmp_storage_root: str,
     storage.write_parquet(t_uri, t)
     out = storage.join("reports", "2026-01-01T10")
 
-    dry, _ = run_drift(params, b_uri, t_uri, out, dry_run=True)
+    dry = run_drift(params, b_uri, t_uri, out, dry_run=True)
     assert dry.dry_run and not storage.exists(dry.report_uri)
 
-    result, rep = run_drift(params, b_uri, t_uri, out)
+    result = run_drift(params, b_uri, t_uri, out)
+    rep = result.report
+    assert rep is not None and "report" not in result.to_dict()
     assert set(result.drifted_fields) == {"state.age", "latency_ms"}
     saved = storage.read_json(result.report_uri)
     assert saved["drifted_fields"] == result.drifted_fields
@@ -281,6 +283,24 @@ def test_run_drift_writes_reports_and_logs_to_mlflow(tmp_storage_root: str,
         next(f.effect for f in rep.fields if f.field == "state.age"))
     arts = {a.path for a in client.list_artifacts(result.run_id, "drift")}
     assert arts == {"drift/report.json", "drift/report.html"}
+
+
+def test_run_drift_reads_and_writes_s3(moto_bucket: str,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline_steps.storage import Storage
+    from rlops.config import load_params
+
+    monkeypatch.setenv("RLOPS_STORAGE_ROOT", f"{moto_bucket}/root")
+    params = load_params()
+    storage = Storage.from_params(params)
+    b, t = _frames()
+    storage.write_parquet(storage.join("traces", "b", "part-0.parquet"), b)
+    storage.write_parquet(storage.join("traces", "t", "part-0.parquet"), t)
+    result = run_drift(params, storage.join("traces", "b"), storage.join("traces", "t"),
+                       track=False)
+    assert result.report_uri.startswith(f"{moto_bucket}/root/drift/")
+    assert storage.read_json(result.report_uri)["summary"] == result.summary
+    assert result.run_id is None and len(result.drifted_fields) == 2
 
 
 def test_cli_exit_codes(tmp_storage_root: str, capsys: pytest.CaptureFixture[str]) -> None:
