@@ -266,7 +266,7 @@ def _column_expectations(spec: ColumnSpec, present: bool) -> list[tuple[int, Any
 
 
 def build_suites(contract: Contract, present: frozenset[str] | None) -> list[gx.ExpectationSuite]:
-    """Build one ``gx.ExpectationSuite`` per stage (empty stages are left out)."""
+    """Build one ``gx.ExpectationSuite`` per stage, in stage order."""
     import great_expectations as gx
 
     staged: dict[int, list[Any]] = {}
@@ -275,8 +275,10 @@ def build_suites(contract: Contract, present: frozenset[str] | None) -> list[gx.
         for stage, expectation in _column_expectations(spec, is_present):
             staged.setdefault(stage, []).append(expectation)
     # Built in one call: ``add_expectation`` would look for a stored copy in a context.
-    return [gx.ExpectationSuite(name=f"{contract.name}.stage{stage}", expectations=staged[stage])
-            for stage in sorted(staged)]
+    # The list index is the stage number (a stage with nothing to check is an empty suite).
+    return [gx.ExpectationSuite(name=f"{contract.name}.stage{stage}",
+                                expectations=staged.get(stage, []))
+            for stage in range(max(staged, default=-1) + 1)]
 
 
 # --------------------------------------------------------------------------- trace records

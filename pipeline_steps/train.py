@@ -190,10 +190,7 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
                         init: "PolicyNetwork | None", base: dict[str, Any], fp: str, fn_version: str,
                         tmp: Path) -> dict[str, Any]:
     from model.checkpoint import latest_checkpoint
-    from model.policy import save_policy
     from model.ppo import train
-    from pipeline_steps.pyfunc_policy import save_pyfunc_policy
-    from agent_sdk.policy_client import observation_columns
     settings = ctx.section("train")
     resumed = latest_checkpoint(cfg.checkpoint_dir)
     run.log_params({"scenario": ctx.scenario, "run_key": ctx.run_key, "num_envs": base["num_envs"],
@@ -211,27 +208,39 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
         run.log_dict({"columns": list(result.history[0]), "data": [list(r.values()) for r in result.history]},
                      "metrics/history.json")
 
-    meta = {"scenario": ctx.scenario, "action_names": list(pack.scenario.action_names),
-            "obs_columns": observation_columns(pack.scenario.layout, pack.scenario.action_names),
-            "reward_fn_version": base["reward_fn_version"], "mode": base["mode"], "run_key": ctx.run_key}
-    policy_dir = save_policy(result.policy, tmp / "policy", metadata=meta).directory
-    model_dir = save_pyfunc_policy(policy_dir, tmp / MODEL_ARTIFACT)
-    run.log_artifact(model_dir, MODEL_ARTIFACT)
     tags = {"reward_fn_version": base["reward_fn_version"], "reward_fn_label": base["reward_fn_label"],
             "reward_fn_model_version": fn_version, "calibration_version": base["calibration_version"],
             "data_version": base["data_version"], "parent_champion": base["parent_champion"] or "none",
             "mode": base["mode"], "timesteps": result.global_step, "train_seconds": round(train_seconds, 3),
             "run_key": ctx.run_key, "train_fingerprint": fp, "run_id": run.run_id,
             "stagnated": str(result.stagnated).lower(), "eval_mean_return": round(evaluation["mean_return"], 6)}
-    version = ctx.tracker.register_model(run.run_id, MODEL_ARTIFACT, policy_model_name(ctx.scenario), tags=tags,
-                                         description=f"{base['mode']} PPO retrain, run key {ctx.run_key}")
-    run.set_tags({"model_version": version})
+    version = register_policy(ctx, run, pack, result.policy, tags, tmp,
+                              description=f"{base['mode']} PPO retrain, run key {ctx.run_key}")
     return {**base, "model_version": version, "run_id": run.run_id, "reused": False,
             "mean_return": evaluation["mean_return"], "completion_rate": evaluation["completion_rate"],
             "train_return": result.final_return, "iterations": result.iterations,
             "timesteps": result.global_step, "train_seconds": round(train_seconds, 3),
             "stagnated": result.stagnated, "reward_fn_model_version": fn_version,
             "resumed_from": resumed.name if resumed else None}
+
+
+def register_policy(ctx: StepContext, run: Any, pack: "Pack", policy: "PolicyNetwork", tags: dict[str, Any],
+                    tmp: Path, description: str | None = None) -> str:
+    """Log ``policy`` as the pyfunc model ``policy_model/`` of ``run`` and register it as a new
+    ``<scenario>-policy`` version with ``tags``; returns the version."""
+    from agent_sdk.policy_client import observation_columns
+    from model.policy import save_policy
+    from pipeline_steps.pyfunc_policy import save_pyfunc_policy
+    meta = {"scenario": ctx.scenario, "action_names": list(pack.scenario.action_names),
+            "obs_columns": observation_columns(pack.scenario.layout, pack.scenario.action_names),
+            **{k: str(v) for k, v in tags.items() if k in ("reward_fn_version", "mode", "run_key")}}
+    work = Path(tempfile.mkdtemp(prefix="policy-", dir=tmp))
+    policy_dir = save_policy(policy, work / "policy", metadata=meta).directory
+    run.log_artifact(save_pyfunc_policy(policy_dir, work / MODEL_ARTIFACT), MODEL_ARTIFACT)
+    version = ctx.tracker.register_model(run.run_id, MODEL_ARTIFACT, policy_model_name(ctx.scenario),
+                                         tags=tags, description=description)
+    run.set_tags({"model_version": version})
+    return version
 
 
 def _layout_of(obj: Any) -> tuple[int, int, int]:

@@ -181,6 +181,8 @@ _FIELD_KEYS = {"type", "min", "max", "unit", "values", "init", "observed", "visi
 
 
 def _parse_init(c: _Ctx, node: Any, parent: Any, key: Any, path: str) -> InitSpec:
+    if node is None or (isinstance(node, dict) and not node):
+        raise c.err(parent, key, path, "expected an initial value, a distribution or an expr, got nothing")
     if not isinstance(node, dict):
         return InitSpec(value=node, line=getattr(parent, "line_of", lambda _k: None)(key))
     c.check_keys(node, {"dist", "expr", "value", *{p for ps in DISTS.values() for p in ps}}, path)
@@ -361,7 +363,10 @@ def _parse_profiles(c: _Ctx, node: Any, root: LDict, fields: dict[str, FieldSpec
     if node is None:
         return {"sandbox": SimulationProfile("sandbox")}
     node = c.mapping(node, root, "simulation", "simulation")
+    c.check_keys(node, {"profiles"}, "simulation")
     profiles_node = c.mapping(node.get("profiles"), node, "profiles", "simulation.profiles")
+    if not profiles_node:
+        raise c.err(node, "profiles", "simulation.profiles", "expected at least one simulation profile")
     out = {}
     for pname, p in profiles_node.items():
         where = f"simulation.profiles.{pname}"
@@ -426,6 +431,8 @@ def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
     for key in ("name", "state", "actions"):
         if key not in doc:
             raise PackError(file, None, key, f"missing required key '{key}'")
+    if not isinstance(doc["name"], str) or not doc["name"].strip():
+        raise c.err(doc, "name", "name", f"type mismatch: the scenario name is a string, got {_kind(doc['name'])}")
     horizon = doc.get("horizon", 20)
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
         raise c.err(doc, "horizon", "horizon", f"type mismatch: horizon expects a positive int, got {_kind(horizon)}")
