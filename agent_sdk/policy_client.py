@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import hashlib
 import logging
+import os
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,17 +195,22 @@ class PolicyClient:
             challenger version's ``traffic_fraction`` tag (0 when absent).
         timeout_ms: a policy decision slower than this falls back to the rule engine.
         load: load the policies now (otherwise call :meth:`refresh`).
+        http_max_retries, http_timeout_s: bounds on MLflow server calls while loading (MLflow's
+            own defaults retry for minutes); variables the deployment set itself win.
     """
 
     def __init__(self, tracking_uri: str, scenario: str, pack_path: str | Path,
                  challenger_fraction: float | None = None, timeout_ms: float = 50.0, load: bool = True,
-                 model_name: str | None = None):
+                 model_name: str | None = None, http_max_retries: int = 2, http_timeout_s: int = 10):
         from sandbox.pack import load_pack
         self.tracking_uri, self.scenario = tracking_uri, scenario
         self.model_name = model_name or f"{scenario}-policy"
         self.encoder = ObservationEncoder(load_pack(pack_path, check_liveness=False))
         self.challenger_fraction_override = challenger_fraction
         self.timeout_s = float(timeout_ms) / 1000.0
+        self._http_env = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(int(http_max_retries)),
+                          "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(http_timeout_s)),
+                          "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
         self.policies: dict[str, LoadedPolicy] = {}
         self.load_errors: dict[str, str] = {}
         self.fallbacks: collections.Counter[str] = collections.Counter()
@@ -220,7 +227,8 @@ class PolicyClient:
         A failure keeps the policy loaded before (if any) and is kept in :attr:`load_errors`."""
         for alias in (CHAMPION, CHALLENGER):
             try:
-                loaded = self._load(alias)
+                with self._http_limits():
+                    loaded = self._load(alias)
             except Exception as exc:  # noqa: BLE001 - any failure means "serve what we have"
                 self.load_errors[alias] = f"{type(exc).__name__}: {exc}"
                 log.warning("policy client: cannot load %s of %s: %s", alias, self.model_name, exc)
@@ -232,6 +240,16 @@ class PolicyClient:
                     self.policies[alias] = loaded
             self.load_errors.pop(alias, None)
         return {a: (p.version if (p := self.policies.get(a)) else None) for a in (CHAMPION, CHALLENGER)}
+
+    @contextlib.contextmanager
+    def _http_limits(self) -> Iterator[None]:
+        added = [k for k in self._http_env if k not in os.environ]
+        os.environ.update({k: self._http_env[k] for k in added})
+        try:
+            yield
+        finally:
+            for k in added:
+                os.environ.pop(k, None)
 
     def _load(self, alias: str) -> LoadedPolicy | None:
         import mlflow.pyfunc

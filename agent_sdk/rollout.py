@@ -18,6 +18,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agent_sdk.interfaces import ExecutionResult, RewardProvider
@@ -42,6 +43,17 @@ def current_episode() -> Episode:
     return ep
 
 
+@dataclass
+class _Pending:
+    """The record of the last step, written once its next state is known."""
+
+    rec: dict[str, Any]
+    state: Mapping[str, Any]
+    action: str
+    next_state: Mapping[str, Any] | None
+    noted_before: bool
+
+
 class Episode:
     """One traced episode: its ids, the step counter and the step awaiting its next state.
 
@@ -64,9 +76,7 @@ class Episode:
         self.steps = 0
         self.last_state: Mapping[str, Any] | None = None
         self._notes: dict[str, Any] = {}
-        # (record, state, action, next state if the executor reported it)
-        self._pending: tuple[dict[str, Any], Mapping[str, Any], str,
-                             Mapping[str, Any] | None] | None = None
+        self._pending: _Pending | None = None
         self._ended = False
 
     @property
@@ -83,10 +93,21 @@ class Episode:
         self.attrs.update(attrs)
 
     def annotate(self, **fields: Any) -> None:
-        """Fields for the next step: ``action_mask`` (list of bools or '0'/'1' string),
-        ``logp``, ``entropy``, ``value``, ``fallback``, ``reward_total``,
-        ``reward_breakdown``, or any extra key (kept in the record's ``extra``)."""
-        self._notes.update(fields)
+        """Step fields: ``action_mask`` (list of bools or '0'/'1' string), ``logp``,
+        ``entropy``, ``value``, ``fallback``, ``reward_total``, ``reward_breakdown``, or any
+        extra key (kept in the record's ``extra``).
+
+        Call it before executing the action or right after: the fields go to the step just
+        executed (until the next state is observed) unless that step was annotated before it
+        ran; otherwise they are kept for the next step.
+        """
+        pending = self._pending
+        if pending is not None and not pending.noted_before:
+            pending.rec.update(fields)
+            if "action_mask" in fields:
+                pending.rec["action_mask"] = mask_text(fields["action_mask"])
+        else:
+            self._notes.update(fields)
 
     def observe(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
         """Record the state just observed (it is the next state of the previous step)."""
@@ -118,11 +139,13 @@ class Episode:
             rec["action_mask"] = mask_text(rec["action_mask"])
         self.steps += 1
         self.last_state = state
-        self._pending = (rec, state, action, next_state)
+        # Kept pending until the next state is known (for the reward provider) and so that
+        # fields annotated right after the action still reach this record.
+        self._pending = _Pending(rec, state, action, next_state, noted_before=bool(notes))
         if done:
-            self._finish(next_state=next_state, done=True, terminated=True)
-        elif next_state is not None:
-            self.last_state = next_state  # stays pending: it may still be the last step
+            rec.update(done=True, terminated=True)
+        if next_state is not None:
+            self.last_state = next_state
 
     def end(self, *, truncated: bool = False, error: str | None = None) -> None:
         """Finish the episode: the last step becomes ``done`` (``truncated`` when the
@@ -138,10 +161,11 @@ class Episode:
                 error: str | None = None) -> None:
         if self._pending is None:
             return
-        rec, state, action, reported = self._pending
-        self._pending = None
-        next_state = reported if reported is not None else next_state
-        if done:
+        pending, self._pending = self._pending, None
+        rec, state, action = pending.rec, pending.state, pending.action
+        if pending.next_state is not None:
+            next_state = pending.next_state
+        if done and not rec["done"]:
             rec.update(done=True, terminated=terminated, truncated=truncated)
             if error and not rec.get("error"):
                 rec["error"] = error

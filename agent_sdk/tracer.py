@@ -6,7 +6,7 @@ that turns one call of your episode function into traced steps (:mod:`agent_sdk.
 
 Quick start::
 
-    from agent_sdk import ExecutionResult, Tracer, rollout, current_episode
+    from agent_sdk import Tracer, current_episode, rollout
 
     tracer = Tracer("s3://acme-traces/landing", flush_every=500)   # or a local folder
 
@@ -14,9 +14,8 @@ Quick start::
     def handle_application(app_id: str, observer, executor, policy) -> str:
         state = observer.observe()                      # traced: the state of this step
         while True:
-            decision = policy.decide(state)             # your policy client
-            current_episode().annotate(action_mask=decision.mask, logp=decision.logp,
-                                       entropy=decision.entropy, value=decision.value)
+            decision = policy.decide(state)             # e.g. agent_sdk.policy_client
+            current_episode().annotate(**decision.trace_fields())  # mask, logp, entropy, …
             result = executor.execute(decision.action, state)   # traced: one step
             if result.done:
                 return decision.action
@@ -117,7 +116,7 @@ class Tracer:
     or boto3's own configuration).
     """
 
-    def __init__(self, landing_uri: str, *, flush_every: int = 1000,
+    def __init__(self, landing_uri: str | os.PathLike[str], *, flush_every: int = 1000,
                  flush_interval_s: float | None = 60.0, max_buffer: int = 100_000,
                  endpoint_url: str | None = None, host: str | None = None,
                  fsync: bool = True) -> None:

@@ -28,7 +28,7 @@ depend on the sandbox.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -66,7 +66,6 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
 #: Kinds whose conversion can fail on a value of the right JSON type, and the check text.
 _CONVERSION_CHECK: dict[str, str] = {
     "timestamp": "not a valid ISO-8601 timestamp or epoch seconds",
-    "int": "integer outside the 64-bit range",
 }
 
 STATE_PREFIX = "state."
@@ -84,7 +83,9 @@ class ColumnSpec:
 
     ``required`` means present and non-null on every row. Bounds are inclusive. ``values``
     restricts the allowed values; ``length`` fixes the string length (action masks);
-    ``min_length`` rejects empty ids; ``json_schema`` validates JSON text (stage 2).
+    ``min_length`` rejects empty ids; ``json_schema`` validates JSON text (stage 2);
+    ``true_text`` lets a ``str`` column take a boolean flag: true becomes this text, false
+    becomes null (simulated steps flag an error, live ones describe it).
     """
 
     name: str
@@ -98,6 +99,7 @@ class ColumnSpec:
     min_length: int | None = None
     finite: bool = False
     json_schema: dict[str, Any] | None = None
+    true_text: str | None = None
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -107,7 +109,8 @@ class ColumnSpec:
         if self.kind in _CONVERSION_CHECK and not self.required:
             # A value that fails conversion becomes null; only a required column's not-null
             # check can then tell it from a genuinely missing value.
-            raise ValueError(f"column {self.name!r}: {self.kind} columns must be required")
+            raise ValueError(f"column {self.name!r}: {self.kind} columns must be required "
+                             "(a value that does not convert is told apart by a not-null check)")
 
     @property
     def arrow_type(self) -> pa.DataType:
@@ -120,6 +123,8 @@ class StateField:
 
     ``kind`` is ``int``, ``float``, ``bool`` or ``enum``; ``name`` is the dotted path of the
     production field (``user_profile.credit_score``), with or without the ``state.`` prefix.
+    ``nullable``: the field may be null, because it is not visible to the agent in every
+    state (a scenario field with ``visible_when``); otherwise a null is quarantined.
     """
 
     name: str
@@ -127,39 +132,64 @@ class StateField:
     min: float | None = None
     max: float | None = None
     enum_values: tuple[Any, ...] | None = None
+    nullable: bool = False
 
     @classmethod
     def coerce(cls, item: Any) -> StateField:
-        """Accept a ``StateField``, a tuple/list ``(name, kind[, min[, max[, enum_values]]])``,
-        or a mapping with those keys (``values`` is accepted for ``enum_values``)."""
+        """Accept a ``StateField``; a tuple/list ``(name, kind[, min[, max[, enum_values[,
+        nullable]]]])``; a mapping with those keys (``values`` for ``enum_values``); or a
+        scenario field object with ``path``, ``type``, ``min``, ``max``, ``values`` and
+        ``visible_when`` attributes (a field with ``visible_when`` is nullable)."""
         if isinstance(item, StateField):
             return item
         if isinstance(item, Mapping):
-            values = item.get("enum_values", item.get("values"))
-            return cls(str(item["name"]), str(item["kind"]), item.get("min"), item.get("max"),
-                       tuple(values) if values is not None else None)
-        if isinstance(item, Sequence) and not isinstance(item, str) and 2 <= len(item) <= 5:
-            name, kind, lo, hi, values = (list(item) + [None] * 5)[:5]
-            return cls(str(name), str(kind), lo, hi, tuple(values) if values is not None else None)
-        raise ValueError(f"state field description {item!r}: expected (name, kind, min, max, "
-                         "enum_values) or a mapping with those keys")
+            get = item.get
+        elif isinstance(item, Sequence) and not isinstance(item, str) and 2 <= len(item) <= 6:
+            name, kind, lo, hi, values, nullable = (list(item) + [None] * 6)[:6]
+            return cls(str(name), str(kind), lo, hi, _values(values), bool(nullable))
+        elif hasattr(item, "path") or (hasattr(item, "name") and hasattr(item, "kind")):
+            def get(key: str, default: Any = None) -> Any:
+                return getattr(item, key, default)
+        else:
+            raise ValueError(f"state field description {item!r}: expected (name, kind, min, max, "
+                             "enum_values), a mapping with those keys, or a scenario field")
+        name, kind = get("name", get("path")), get("kind", get("type"))
+        if name is None or kind is None:
+            raise ValueError(f"state field description {item!r}: needs a name (or path) and a "
+                             "kind (or type)")
+        values = get("enum_values", get("values"))
+        nullable = bool(get("nullable", False)) or get("visible_when") is not None
+        return cls(str(name), str(kind), get("min"), get("max"), _values(values), nullable)
 
     def column_spec(self) -> ColumnSpec:
         col = self.name if self.name.startswith(STATE_PREFIX) else STATE_PREFIX + self.name
         kind = self.kind.lower()
+        required = not self.nullable
         if kind in ("int", "float"):
-            return ColumnSpec(col, kind, min=self.min, max=self.max, finite=kind == "float")  # type: ignore[arg-type]
+            return ColumnSpec(col, kind, required=required, min=self.min,  # type: ignore[arg-type]
+                              max=self.max, finite=kind == "float")
         if kind == "bool":
-            return ColumnSpec(col, "bool")
+            return ColumnSpec(col, "bool", required=required)
         if kind == "enum":
             if not self.enum_values:
                 raise ValueError(f"state field {self.name!r}: kind 'enum' needs enum_values")
             if not all(isinstance(v, str) for v in self.enum_values):
                 raise ValueError(f"state field {self.name!r}: enum values must be strings, got "
                                  f"{list(self.enum_values)!r}")
-            return ColumnSpec(col, "str", values=tuple(self.enum_values))
+            return ColumnSpec(col, "str", required=required, values=tuple(self.enum_values))
         raise ValueError(f"state field {self.name!r}: unknown kind {self.kind!r}; expected int, "
                          "float, bool or enum")
+
+
+def _values(values: Any) -> tuple[Any, ...] | None:
+    return tuple(values) if values else None
+
+
+def _observed(item: Any) -> bool:
+    """Scenario fields marked ``observed: false`` never appear in a production trace."""
+    flag = item.get("observed", True) if isinstance(item, Mapping) else getattr(
+        item, "observed", True)
+    return flag is not False
 
 
 @dataclass(frozen=True)
@@ -312,7 +342,8 @@ def trace_base_columns(actions: Sequence[str], scenario: str | None = None,
         ColumnSpec("reward_breakdown", "json", required=False),
         ColumnSpec("done", "bool"),
         ColumnSpec("latency_ms", "float", required=False, min=0.0, finite=True),
-        ColumnSpec("error", "str", required=False),
+        ColumnSpec("error", "str", required=False, true_text="error",
+                   description="what went wrong executing the action; null: nothing"),
         ColumnSpec("fallback", "bool", required=False,
                    description="the policy client fell back to the rule engine"),
         ColumnSpec("terminated", "bool", required=False),
@@ -323,13 +354,16 @@ def trace_base_columns(actions: Sequence[str], scenario: str | None = None,
 
 
 def trace_contract(scenario: str, actions: Sequence[str],
-                   expected_state_fields: Iterable[Any] = (),
+                   expected_state_fields: Iterable[Any] | Callable[[], Iterable[Any]] = (),
                    reward_fn_versions: Sequence[str] | None = None) -> Contract:
     """The trace contract of one scenario.
 
     ``actions`` are the scenario's action names in mask order; ``expected_state_fields`` is
-    the scenario's field list as ``(name, kind, min, max, enum_values)`` descriptions (or
-    :class:`StateField`/mappings); ``reward_fn_versions`` optionally restricts that column.
+    the scenario's field list (or a callable returning it): ``(name, kind, min, max,
+    enum_values[, nullable])`` descriptions, mappings, :class:`StateField`\ s, or the
+    scenario's own field objects (``pack.scenario.spec.fields``; fields with
+    ``observed: false`` are left out, fields with ``visible_when`` may be null);
+    ``reward_fn_versions`` optionally restricts that column.
     """
     if not actions:
         raise ValueError(f"trace contract for scenario {scenario!r}: the action list is empty; "
@@ -338,7 +372,9 @@ def trace_contract(scenario: str, actions: Sequence[str],
         raise ValueError(f"trace contract for scenario {scenario!r}: duplicate action names in "
                          f"{list(actions)!r}")
     head, tail = trace_base_columns(actions, scenario, reward_fn_versions)
-    state = [StateField.coerce(f).column_spec() for f in expected_state_fields]
+    if callable(expected_state_fields):
+        expected_state_fields = expected_state_fields()
+    state = [StateField.coerce(f).column_spec() for f in expected_state_fields if _observed(f)]
     return Contract(name=f"trace.{scenario}", columns=tuple(head + state + tail))
 
 

@@ -44,9 +44,9 @@ class RewardModelConfig:
     """Adam step size (cosine-decayed to 0 over training)."""
     weight_decay: float = 1e-5
     """AdamW weight decay."""
-    epochs: int = 40
+    epochs: int = 100
     """Passes over the training split."""
-    batch_size: int = 1024
+    batch_size: int = 256
     """Pairs (or rows) per gradient step."""
     holdout_fraction: float = 0.2
     """Share of the data kept out of training for the reported metrics."""

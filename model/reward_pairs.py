@@ -111,8 +111,10 @@ def build_preference_pairs(pack: Any, n_pairs: int, seed: int = 0, reward_versio
                            device: str = "cpu") -> PreferencePairs:
     """``n_pairs`` preference pairs from states visited by a rule/random behaviour mix.
 
-    Only states with at least two legal actions give pairs; the two candidates are distinct legal
-    actions drawn uniformly. Returns fewer pairs only if 10 rounds of rollouts cannot supply them.
+    Only states with at least two legal actions give pairs; states are drawn in proportion to the
+    number of action pairs they offer and the two candidates are distinct legal actions drawn
+    uniformly. ``continuation`` (default: the rule engine) plays after the candidate action; pass
+    the pack's oracle to score actions by the optimal expected return-to-go. Returns fewer pairs only if 10 rounds of rollouts cannot supply them.
     """
     gen = torch.Generator().manual_seed(seed)
     chunks: list[PreferencePairs] = []
@@ -136,7 +138,11 @@ def build_preference_pairs(pack: Any, n_pairs: int, seed: int = 0, reward_versio
             continue
         snap = {k: (snaps[0][k] if k == "global_step" else torch.cat([s[k] for s in snaps])) for k in snaps[0]}
         states, mask = torch.cat(feats), torch.cat(masks)
-        pick = torch.randperm(states.shape[0], generator=gen)[:2 * (n_pairs - have)]
+        # Uniform over candidate (state, action pair) combinations: a state with n legal actions
+        # offers n(n-1)/2 pairs, so decision points weigh more than two-way choices.
+        n_legal = mask.sum(dim=1).double()
+        want = min(2 * (n_pairs - have), states.shape[0])
+        pick = torch.multinomial(n_legal * (n_legal - 1) / 2, want, replacement=False, generator=gen)
         snap = {k: (v if k == "global_step" else v[pick]) for k, v in snap.items()}
         a, b = _two_legal_actions(mask[pick], gen)
         both = {k: (v if k == "global_step" else torch.cat([v, v])) for k, v in snap.items()}

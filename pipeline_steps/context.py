@@ -4,9 +4,9 @@ A step is a plain function taking a :class:`StepContext` (plus its own small arg
 returning a small JSON-able dict; the same dict is what the CLI prints with ``--json`` and what an
 Airflow task pushes to XCom. Storage layout under ``storage.root``::
 
-    landing/<scenario>/*.jsonl                     live agents' trace files (agent_sdk.Tracer)
+    landing/scenario=<s>/date=<d>/hour=<h>/*.jsonl live agents' trace files (agent_sdk.Tracer)
     traces/scenario=<s>/date=<d>/hour=<h>/part-<run_key>.parquet
-    quarantine/scenario=<s>/date=<d>/hour=<h>/part-<run_key>.parquet
+    quarantine/scenario=<s>/date=<d>/hour=<h>/part-<run_key>.parquet   rows that broke the contract
     calibrations/<scenario>/<version>.json         sandbox calibrations (+ latest.json)
     reports/<step>/<scenario>/<run_key>/...        drift, stress, evaluation, audit reports
 

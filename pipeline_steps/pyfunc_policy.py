@@ -100,9 +100,10 @@ def _pins() -> list[str]:
     return [f"{pkg}=={version(pkg)}" for pkg in ("mlflow", "torch", "numpy", "pandas")]
 
 
-def save_pyfunc_policy(policy_dir: str | Path, dst: str | Path) -> Path:
+def save_pyfunc_policy(policy_dir: str | Path, dst: str | Path, input_example: pd.DataFrame | None = None) -> Path:
     """Write the pyfunc model for a policy saved by ``save_policy`` (whose metadata carries
-    ``action_names`` and ``obs_columns``) to the new folder ``dst``."""
+    ``action_names`` and ``obs_columns``) to the new folder ``dst``. ``input_example`` (encoded
+    observations) is stored with the model as the serving example."""
     from model.policy import CONFIG_FILE
     import model as model_pkg
     meta = json.loads((Path(policy_dir) / CONFIG_FILE).read_text()).get("metadata", {})
@@ -115,7 +116,7 @@ def save_pyfunc_policy(policy_dir: str | Path, dst: str | Path) -> Path:
         artifacts={POLICY_ARTIFACT: str(policy_dir)},
         code_paths=[str(Path(model_pkg.__file__).resolve().parent)],
         signature=policy_signature(meta["obs_columns"], meta["action_names"]),
-        pip_requirements=_pins(),
+        pip_requirements=_pins(), input_example=input_example,
         metadata={"rlops_kind": "policy", "n_actions": len(meta["action_names"])})
     return Path(dst)
 

@@ -5,7 +5,7 @@ Reward function (always): ≥1000 edge states per action, every action stepped o
 the nominal and a harsh simulation; fails on NaN, ±inf, ``|r|`` over the clip bound (``CLIP`` of
 the module, else ``stress.reward_bound``), a breakdown that does not sum to the total, a component
 that raises, and a gaming probe that out-earns the honest baseline (see
-:mod:`pipeline_steps.stress_checks`).
+:mod:`pipeline_steps.stress_checks` and :mod:`pipeline_steps.stress_probes`).
 
 Policy (with ``--policy-version``): the greedy policy on ``stress.policy_episodes`` seeded
 episodes in the nominal profile (``calibrated``, else ``live``, else the pack's default, unless
@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline_steps.stress_checks import (HARSH, STRESS_PROFILE, RewardStress, check_reward, edge_states,
-                                          perturbed_pack, run_gaming_probes, visibility_coverage)
+                                          perturbed_pack, visibility_coverage)
+from pipeline_steps.stress_probes import run_gaming_probes
 from pipeline_steps.trace_states import add_common_args, context_from_args, html_page, html_table
 
 if TYPE_CHECKING:

@@ -236,7 +236,9 @@ def register_policy(ctx: StepContext, run: Any, pack: "Pack", policy: "PolicyNet
             **{k: str(v) for k, v in tags.items() if k in ("reward_fn_version", "mode", "run_key")}}
     work = Path(tempfile.mkdtemp(prefix="policy-", dir=tmp))
     policy_dir = save_policy(policy, work / "policy", metadata=meta).directory
-    run.log_artifact(save_pyfunc_policy(policy_dir, work / MODEL_ARTIFACT), MODEL_ARTIFACT)
+    import pandas as pd
+    example = pd.DataFrame(pack.make_env(2, seed=0).observe().double().numpy(), columns=meta["obs_columns"])
+    run.log_artifact(save_pyfunc_policy(policy_dir, work / MODEL_ARTIFACT, example), MODEL_ARTIFACT)
     version = ctx.tracker.register_model(run.run_id, MODEL_ARTIFACT, policy_model_name(ctx.scenario),
                                          tags=tags, description=description)
     run.set_tags({"model_version": version})

@@ -282,11 +282,13 @@ class CompiledScenario:
     # ---- observation -------------------------------------------------------------------------
     def _layout(self) -> ObsLayout:
         names: list[str] = []
-        owners: list[str] = []  # the field behind each value feature
         self._num_cols, num_off, num_scale = [], [], []
         self._enum_cols: list[tuple[int, int]] = []
         self._bool_cols: list[int] = []
-        self._vis: list[tuple[int, CompiledExpr]] = []
+        # (column, visibility, fill): a hidden field's raw value is replaced by ``fill``, chosen so
+        # that every feature it owns reads 0 (a number's offset, enum code -1, bool 0).
+        self._vis: list[tuple[int, CompiledExpr, float]] = []
+        fill: dict[str, float] = {}
         for f in self.spec.fields:
             if not f.observed:
                 continue
@@ -297,25 +299,21 @@ class CompiledScenario:
                 num_off.append(off)
                 num_scale.append(scale)
                 names.append(f.path)
-                owners.append(f.path)
+                fill[f.path] = off
         for f in self.spec.fields:
             if f.observed and f.type == "enum":
                 self._enum_cols.append((self.columns[f.path], len(f.values)))
                 names.extend(f"{f.path}={v}" for v in f.values)
-                owners.extend([f.path] * len(f.values))
+                fill[f.path] = -1.0
         for f in self.spec.fields:
             if f.observed and f.type == "bool":
                 self._bool_cols.append(self.columns[f.path])
                 names.append(f.path)
-                owners.append(f.path)
-        vis_index: dict[str, int] = {}
+                fill[f.path] = 0.0
         for f in self.spec.fields:
             if f.observed and f.path in self.visible:
-                vis_index[f.path] = len(self._vis)
-                self._vis.append((self.columns[f.path], self.visible[f.path]))
+                self._vis.append((self.columns[f.path], self.visible[f.path], fill[f.path]))
                 names.append(f"{f.path}?present")
-        # For each value feature, the visibility bit that gates it (-1: always visible).
-        self._feat_vis = torch.tensor([vis_index.get(o, -1) for o in owners], dtype=torch.long)
         names += ["episode.progress", "episode.error"]
         self._num_idx = torch.tensor(self._num_cols, dtype=torch.long)
         self._bool_idx = torch.tensor(self._bool_cols, dtype=torch.long)
@@ -326,18 +324,24 @@ class CompiledScenario:
     def encode(self, S: Tensor, masks: Tensor, history: Tensor) -> Tensor:
         """Observation ``[N, layout.dim]``; a field that is not yet visible reads as 0."""
         dev = S.device
-        parts = [(S.index_select(1, self._num_idx.to(dev)) - self._num_off.to(dev)) * self._num_scale.to(dev)]
-        for col, n in self._enum_cols:
-            parts.append(torch.nn.functional.one_hot(S[:, col].long().clamp(0, n - 1), n).float())
-        if self._bool_cols:
-            parts.append(S.index_select(1, self._bool_idx.to(dev)))
+        S_obs = S
         if self._vis:
             # Every feature of a field not yet visible (its scaled value, its one-hot block) is 0,
             # so a hidden field carries nothing but its ``?present`` bit.
-            bits = torch.stack([vis(S) for _, vis in self._vis], dim=1)
-            feat_vis = self._feat_vis.to(dev)
-            gate = torch.where(feat_vis >= 0, bits.index_select(1, feat_vis.clamp_min(0)), True)
-            parts = [torch.where(gate, torch.cat(parts, dim=1), 0.0), bits.float()]
+            S_obs = S.clone()
+            vis_bits = []
+            for col, vis, fill in self._vis:
+                v = vis(S)
+                S_obs[:, col] = torch.where(v, S[:, col], fill)
+                vis_bits.append(v.float())
+        parts = [(S_obs.index_select(1, self._num_idx.to(dev)) - self._num_off.to(dev)) * self._num_scale.to(dev)]
+        for col, n in self._enum_cols:
+            # Code + 1 with the first column dropped: code -1 (hidden) is an all-zero block.
+            parts.append(torch.nn.functional.one_hot((S_obs[:, col] + 1).long().clamp(0, n), n + 1)[:, 1:].float())
+        if self._bool_cols:
+            parts.append(S_obs.index_select(1, self._bool_idx.to(dev)))
+        if self._vis:
+            parts.append(torch.stack(vis_bits, dim=1))
         parts.append((S[:, self.columns["episode.step"]] / self.spec.horizon).unsqueeze(1))
         parts.append(S[:, self.columns["episode.error"]].unsqueeze(1))
         parts.append(masks.float())

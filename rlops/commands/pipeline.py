@@ -7,7 +7,9 @@ import importlib
 
 # (module, function) pairs; each function takes the subparsers object and adds its commands.
 _STEP_CLIS: list[tuple[str, str]] = [
+    ("pipeline_steps.capture_step", "add_cli"),
     ("pipeline_steps.drift_report", "add_cli"),
+    ("pipeline_steps.reward_model_step", "add_cli"),
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import great_expectations as gx
@@ -107,7 +108,7 @@ BAD_ROWS = [
     ("negative latency", "latency_ms", -3.0, "expect_column_values_to_be_between", "latency_ms"),
     ("breakdown not JSON", "reward_breakdown", "{not json",
      "expect_column_values_to_be_json_parseable", "reward_breakdown"),
-    ("64-bit overflow", "step", 2**70, "expect_column_values_to_not_be_null", "step"),
+    ("64-bit overflow", "step", 2**70, "expect_column_values_to_be_in_type_list", "step"),
 ]
 
 
@@ -185,21 +186,44 @@ def test_unknown_keys_are_kept_in_extra(contract):
     assert json.loads(acc["extra"].iloc[0]) == {"crm_ticket": "T-9", "state.new": 1}
 
 
-def test_typed_frames_from_a_simulator_validate(contract):
+def test_typed_frames_from_a_simulator_validate():
+    """Rows as the sandbox builds them: numpy/nullable dtypes, a field hidden until it is
+    fetched (null), a boolean error flag, scenario field objects as the field list."""
+    fields = [
+        SimpleNamespace(path="user_profile.credit_score", type="int", min=300, max=850,
+                        values=(), visible_when="system_status.credit_report_fetched"),
+        SimpleNamespace(path="user_profile.income", type="float", min=0, max=None, values=(),
+                        visible_when=None),
+        SimpleNamespace(path="application.channel", type="enum", min=None, max=None,
+                        values=("web", "branch"), visible_when=None),
+        SimpleNamespace(path="hidden.default_u", type="float", min=0, max=1, values=(),
+                        visible_when=None, observed=False),
+    ]
+    contract = trace_contract("credit_approval", ACTIONS, lambda: fields)
+    assert "state.hidden.default_u" not in contract
+    assert not contract["state.user_profile.credit_score"].required
     n = 50
+    score = pd.array([None] * 10 + [640] * (n - 10), dtype="Int64")
     df = pd.DataFrame({
         "trace_id": [f"t{i}" for i in range(n)], "episode_id": [f"e{i}" for i in range(n)],
         "step": np.arange(n), "ts": pd.Timestamp("2026-01-05T10:00Z"),
         "scenario": "credit_approval", "source": "sandbox", "policy_version": "7",
-        "state.user_profile.credit_score": np.full(n, 640), "state.user_profile.income":
-        np.linspace(0, 1e4, n), "state.application.channel": "branch",
-        "state.flags.vip": np.zeros(n, bool), "action": "screen", "action_mask": "10000",
-        "logp": np.full(n, -0.1), "done": np.zeros(n, bool),
+        "state.user_profile.credit_score": score,
+        "state.user_profile.income": np.linspace(0, 1e4, n),
+        "state.application.channel": "branch", "action": "screen", "action_mask": "10000",
+        "logp": np.full(n, -0.1), "reward_breakdown": json.dumps({"total": 1, "breakdown": []}),
+        "done": np.zeros(n, bool), "error": np.arange(n) % 7 == 0,
+        "fallback": np.zeros(n, bool),
     }, index=np.arange(100, 100 + n))
-    df.loc[df.index[3], "state.user_profile.credit_score"] = 10
+    df.loc[df.index[30], "state.user_profile.credit_score"] = 10
     result = validate_frame(df, contract)
     assert len(result.accepted) == n - 1 and len(result.quarantined) == 1
-    assert result.quarantined["step"].iloc[0] == 3
+    assert result.quarantined["step"].iloc[0] == 30
+    acc = result.accepted
+    assert acc["state.user_profile.credit_score"].isna().sum() == 10
+    assert acc["error"].iloc[0] == "error" and acc["error"].iloc[1:7].isna().all()
+    pa.Table.from_pandas(acc[contract.column_names], schema=contract.arrow_schema(),
+                         preserve_index=False)
 
 
 def test_malformed_json_lines_are_kept_with_their_text():
@@ -231,7 +255,7 @@ def test_quarantine_frame_has_the_stored_shape(contract):
 _MUTATIONS = [None] + [(b[1], b[2]) for b in BAD_ROWS]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(st.lists(st.integers(0, len(_MUTATIONS) - 1), min_size=1, max_size=30))
 def test_rows_in_equals_accepted_plus_quarantined(contract, picks):
@@ -290,6 +314,8 @@ def test_state_field_descriptions():
     assert StateField.coerce(("a.b", "float")).column_spec().name == "state.a.b"
     assert StateField.coerce({"name": "state.c", "kind": "enum", "values": ["x"]}
                              ).column_spec().values == ("x",)
+    assert StateField.coerce(("a", "int", 0, 9, None, True)).column_spec().required is False
+    assert StateField.coerce({"name": "a", "kind": "bool", "visible_when": "x"}).nullable
     with pytest.raises(ValueError, match="unknown kind 'text'"):
         StateField.coerce(("a", "text")).column_spec()
     with pytest.raises(ValueError, match="needs enum_values"):

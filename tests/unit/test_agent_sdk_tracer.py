@@ -294,3 +294,32 @@ def test_manual_episode(tmp_path):
     recs = lines(tmp_path)
     assert [r["state.a"] for r in recs] == [1, 1] and recs[0]["custom_note"] == "hello"
     assert recs[-1]["done"] and recs[0]["source"] == "sandbox"
+
+
+def test_annotate_before_or_after_executing(tmp_path):
+    """``decide → annotate → execute`` and ``decide → execute → annotate`` both attach the
+    fields to the step they describe, the terminal step included."""
+    tracer = Tracer(tmp_path)
+
+    @rollout(tracer, scenario="s", policy_version="1")
+    def after(observer: Any, executor: Any, episode: Episode) -> None:
+        state = observer.observe()
+        for i, action in enumerate(("screen", "fraud_check", "approve")):
+            executor.execute(action, state)
+            episode.annotate(logp=-float(i), fallback=i == 1)
+            state = observer.observe() if action != "approve" else state
+
+    @rollout(tracer, scenario="s", policy_version="1")
+    def before_without_observing(executor: Any, episode: Episode) -> None:
+        state = {"a": 1}
+        for i, action in enumerate(("screen", "fraud_check", "approve")):
+            episode.annotate(logp=-float(i))
+            executor.execute(action, state)
+
+    after(Observer(), Executor())
+    before_without_observing(executor=Executor())
+    tracer.close()
+    recs = lines(tmp_path)
+    assert [r["logp"] for r in recs] == [0.0, -1.0, -2.0] * 2
+    assert [r["fallback"] for r in recs[:3]] == [False, True, False]
+    assert [r["done"] for r in recs] == [False, False, True] * 2

@@ -25,7 +25,7 @@ def credit() -> Pack:
 
 @pytest.fixture(scope="module")
 def counter() -> Pack:
-    return load_pack(COUNTER)
+    return load_pack(COUNTER, check_liveness=False)
 
 
 def col(pack: Pack, path: str) -> int:
@@ -45,8 +45,9 @@ def priority_policy(priorities: torch.Tensor):
 
 
 # ------------------------------------------------------------------------------------ loading
-def test_credit_pack_loads_with_liveness_check() -> None:
-    pack = load_pack(CREDIT)
+def test_credit_pack_loads(credit: Pack) -> None:
+    # (The liveness check of load_pack runs in test_cli_env's validate test.)
+    pack = credit
     assert pack.name == "credit_approval"
     assert pack.scenario.action_names == ("initiate_fraud_check", "fetch_credit_report", "approve",
                                           "approve_reduced", "reject", "escalate_to_human", "send_notification")
@@ -132,7 +133,7 @@ def test_required_fields_hide_actions_until_visible(credit: Pack) -> None:
 
 @pytest.mark.parametrize("profile", ["sandbox", "live"])
 def test_every_reachable_state_has_a_legal_action(credit: Pack, profile: str) -> None:
-    env = credit.make_env(512, profile=profile, seed=17)  # illegal_action="raise"
+    env = credit.make_env(256, profile=profile, seed=17)  # illegal_action="raise"
     policy = random_policy(seed=4)
     c = credit.scenario.columns
     a_approve = credit.scenario.action_names.index("approve")
@@ -148,7 +149,7 @@ def test_every_reachable_state_has_a_legal_action(credit: Pack, profile: str) ->
         _, _, term, trunc, info = env.step(policy(env))
         assert not bool(info.illegal.any())
         ends += int((term | trunc).sum())
-    assert ends > 512, "random rollouts went through autoresets"
+    assert ends > 256, "random rollouts went through autoresets"
 
 
 def test_rule_policy_completes_every_episode(credit: Pack) -> None:
@@ -389,3 +390,46 @@ def test_population_shift_overrides_every_kind_of_init(counter: Pack) -> None:
     level = S[:, col(counter, "level")]
     assert (level[shifted] >= 0.9).all()
     assert float(level[~shifted].min()) < 0.5
+
+
+def _counter_variant(tmp_path: Path, old: str, new: str) -> Pack:
+    dst = tmp_path / "counter"
+    dst.mkdir()
+    for f in ("rules.yaml", "reward_v1.py"):
+        (dst / f).write_text((COUNTER / f).read_text())
+    text = (COUNTER / "scenario.yaml").read_text()
+    assert old in text
+    (dst / "scenario.yaml").write_text(text.replace(old, new))
+    return load_pack(dst, check_liveness=False)
+
+
+def test_a_hidden_enum_reads_as_an_all_zero_block(tmp_path: Path) -> None:
+    pack = _counter_variant(tmp_path, "mode: {type: enum, values: [idle, busy], init: idle}",
+                            "mode: {type: enum, values: [idle, busy], init: idle, visible_when: \"counter > 0\"}")
+    names = pack.scenario.layout.feature_names
+    block = [names.index("mode=idle"), names.index("mode=busy")]
+    present = names.index("mode?present")
+    env = pack.make_env(2)
+    obs = env.observe()
+    assert (obs[:, block] == 0).all() and (obs[:, present] == 0).all()
+    obs, *_ = env.step(act(pack, "bump", 2))
+    assert obs[:, block].tolist() == [[0.0, 1.0], [0.0, 1.0]] and (obs[:, present] == 1).all()
+
+
+def test_effect_when_and_prob(tmp_path: Path) -> None:
+    pack = _counter_variant(
+        tmp_path, "      - set: {counter: \"counter + 1\", mode: busy}",
+        "      - set: {counter: \"counter + 1\"}\n        prob: 0.25\n"
+        "      - set: {mode: busy}\n        when: \"counter >= 1\"\n"
+        "      - set: {level: \"uniform(0.5, 0.75)\", flag: \"bernoulli(0.5)\"}")
+    env = pack.make_env(4000, seed=1)
+    S0 = env.S.clone()
+    env.step(act(pack, "bump", 4000))
+    S = env.S
+    bumped = S[:, col(pack, "counter")] == 1
+    assert 0.22 < float(bumped.float().mean()) < 0.28
+    # Effects apply in order: ``when`` sees the counter the first effect just set.
+    assert torch.equal(S[:, col(pack, "mode")] == 1, bumped)
+    level = S[:, col(pack, "level")]
+    assert bool(((level >= 0.5) & (level < 0.75)).all()) and not torch.equal(level, S0[:, col(pack, "level")])
+    assert 0.45 < float(S[:, col(pack, "flag")].mean()) < 0.55

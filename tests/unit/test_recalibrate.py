@@ -1,0 +1,100 @@
+"""Recalibration: traces rolled out in the credit pack's ``live`` profile pull the sandbox toward
+live — field distributions (KS of age and income drop), per-API error rates and the latency jitter
+— and the new version is written, logged and loadable through ``StepContext.load_pack``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import ks_2samp
+
+from pipeline_steps.context import StepContext
+from pipeline_steps.recalibrate import PROFILE, RecalConfig, fit_calibration, fit_field, initial_values, recalibrate
+from rlops.config import load_params
+from sandbox.pack import Pack, load_pack
+from sandbox.policies import rule_policy
+from sandbox.traces import rollout_traces
+
+REPO = Path(__file__).resolve().parents[2]
+LIVE = {"fraud_api": 0.012, "credit_bureau": 0.02, "sms": 0.037}
+
+
+@pytest.fixture(scope="module")
+def credit() -> Pack:
+    return load_pack(REPO / "scenarios" / "credit_approval", check_liveness=False)
+
+
+@pytest.fixture(scope="module")
+def live_traces(credit: Pack) -> pd.DataFrame:
+    df = rollout_traces(credit, rule_policy, 3000, seed=11, profile="live", source="live")
+    sandbox = rollout_traces(credit, rule_policy, 200, seed=99, source="sandbox")  # must be ignored
+    return pd.concat([df, sandbox], ignore_index=True)
+
+
+def test_fit_field_is_the_mle_of_the_declared_family(credit: Pack) -> None:
+    rng = np.random.default_rng(0)
+    age = credit.scenario.fields["user_profile.age"]
+    x = rng.normal(50, 7, 5000)
+    fit = fit_field(age, x)
+    assert fit == {"dist": "normal", "mean": pytest.approx(x.mean()), "std": pytest.approx(x.std())}
+    income = credit.scenario.fields["user_profile.income_monthly"]
+    y = rng.lognormal(8.0, 0.3, 5000)
+    assert fit_field(income, y)["mean"] == pytest.approx(np.log(y).mean())
+    emp = credit.scenario.fields["user_profile.employment"]
+    assert fit_field(emp, np.array([0, 0, 3, 1.0]))["probs"] == {"salaried": 0.5, "self_employed": 0.25,
+                                                                "unemployed": 0.0, "retired": 0.25}
+
+
+def test_fit_moves_fields_errors_and_latency_toward_live(credit: Pack, live_traces: pd.DataFrame) -> None:
+    live = live_traces[live_traces["source"] == "live"].reset_index(drop=True)
+    cal = fit_calibration(credit, live, RecalConfig())
+    assert set(cal["fields"]) >= {"user_profile.age", "user_profile.income_monthly", "user_profile.employment",
+                                  "user_profile.credit_score", "application.loan_amount"}
+    assert not {"hidden.default_u", "hidden.is_fraud", "system_status.fraud_flag"} & set(cal["fields"])
+    prof = cal["simulation"]["profiles"][PROFILE]
+    lo, hi = prof["latency_jitter_ms"]["min"], prof["latency_jitter_ms"]["max"]
+    assert abs(lo - 200) < 60 and abs(hi - 1500) < 60  # sandbox: 0..100, live: 200..1500
+    for api, rate in LIVE.items():  # sandbox: 0
+        assert prof["error_rates"][api] == pytest.approx(rate, abs=0.01)
+    # credit_score is hidden at step 0; its initial value is read where it first becomes visible
+    assert cal["fit"]["fields"]["user_profile.credit_score"]["n"] > 2500
+
+
+def test_step_writes_a_version_that_load_pack_uses(credit: Pack, live_traces: pd.DataFrame, tmp_path: Path,
+                                                   tmp_tracking: str) -> None:
+    params = load_params(overrides={"storage": {"root": f"file://{tmp_path / 'storage'}"},
+                                    "tracking": {"uri": tmp_tracking}})
+    ctx = StepContext.create("credit_approval", "20261130T0500", params=params)
+    uri = ctx.uri("traces", "scenario=credit_approval", "date=2026-11-30", "hour=04", "part-0.parquet")
+    ctx.storage.write_parquet(uri, live_traces)
+    out = recalibrate(ctx, ctx.uri("traces"))
+    assert out["calibration_uri"].endswith("calibrations/credit_approval/20261130T0500.json")
+    assert ctx.storage.read_json(out["latest_uri"])["version"] == "20261130T0500"
+    for path in ("user_profile.age", "user_profile.income_monthly"):
+        assert out["check"][path]["after"] < out["check"][path]["before"], out["check"][path]
+    assert out["check"]["user_profile.employment"]["after"] < out["check"]["user_profile.employment"]["before"]
+
+    pack = ctx.load_pack()  # the latest calibration
+    assert PROFILE in pack.scenario.profiles
+    live_age = initial_values(credit, live_traces[live_traces["source"] == "live"], "user_profile.age", False)
+    col = pack.scenario.columns["user_profile.age"]
+    env_before, env_after = credit.make_env(4000, seed=1), pack.make_env(4000, profile=PROFILE, seed=1)
+    ks_before = ks_2samp(env_before.S[:, col].numpy(), live_age).statistic
+    ks_after = ks_2samp(env_after.S[:, col].numpy(), live_age).statistic
+    assert ks_after < 0.7 * ks_before, (ks_before, ks_after)  # one normal vs a two-population mix
+    assert pack.scenario.spec.profiles[PROFILE].error_rates["sms"] == pytest.approx(0.037, abs=0.01)
+
+    from pipeline_steps.tracking import Tracker
+    runs = Tracker(tmp_tracking, "credit_approval").client.search_runs(
+        [Tracker(tmp_tracking, "credit_approval").experiment_id], "tags.`rlops.step` = 'recalibrate'")
+    assert len(runs) == 1 and "user_profile.age.mean" in runs[0].data.params
+    again = recalibrate(ctx, ctx.uri("traces"))  # same run key: the same version, overwritten
+    assert again["calibration_uri"] == out["calibration_uri"]
+
+
+def test_no_live_rows_is_a_clear_error(credit: Pack, live_traces: pd.DataFrame) -> None:
+    with pytest.raises(ValueError, match="no live trace rows"):
+        fit_calibration(credit, live_traces.iloc[:0], RecalConfig())
