@@ -7,9 +7,11 @@ scenario's rule engine as the fallback.
 
     client = PolicyClient("http://mlflow:5000", "credit_approval", "scenarios/credit_approval",
                           timeout_ms=50)
-    decision = client.decide(state, key=applicant_id, history=["initiate_fraud_check"])
+    decision = client.decide(state, key=applicant_id, history=actions_so_far)
+    episode = current_episode()                                 # inside an @rollout function
+    episode.set(test_group=decision.test_group, policy_version=decision.policy_version)
+    episode.annotate(**decision.trace_fields())                 # mask, logp, entropy, value, fallback
     executor.execute(decision.action, state)
-    current_episode().annotate(**decision.trace_fields())     # mask, logp, …, fallback
 
 * The policies are the registered versions behind the aliases ``champion`` and ``challenger``
   of ``<scenario>-policy`` (MLflow pyfunc models, see ``pipeline_steps/pyfunc_policy.py``),

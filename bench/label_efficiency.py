@@ -17,7 +17,8 @@ marks the states it has not learned), sampled on ``--episodes`` episodes. Accura
 held-out decision states (where an approve/reject decision is legal) from fresh episodes: the
 oracle's decision against every other legal decision. The figure of merit is the number of labels
 each strategy needs to reach 98% of the accuracy random selection reaches with the largest
-budget. The last line printed is one JSON object.
+budget (and, second, how many active labels match random's accuracy at the largest budget).
+The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -157,10 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     for b, a, r in zip(budgets, active, random_):
         print(f"{b:>8}{a:>12.4f}{r:>12.4f}")
     ratio = (n_random / n_active) if n_active and n_random else None
-    print(f"labels to reach {target:.4f}: active {n_active}, random {n_random}"
-          + (f", ratio {ratio:.2f}x" if ratio else ""))
-    print(json.dumps({"target_accuracy": round(target, 4), "labels_active": n_active, "labels_random": n_random,
+    n_match = needed(budgets, active, random_[-1])  # active labels for random's accuracy at the largest budget
+    r1 = lambda x: None if x is None else round(x, 1)  # noqa: E731
+    print(f"labels to reach {target:.4f}: active {r1(n_active)}, random {r1(n_random)}"
+          + (f", ratio {ratio:.2f}x" if ratio else "")
+          + f"; active labels to match random's {random_[-1]:.4f} at {budgets[-1]}: {r1(n_match)}")
+    print(json.dumps({"target_accuracy": round(target, 4), "labels_active": r1(n_active), "labels_random": r1(n_random),
                       "label_ratio_random_over_active": None if ratio is None else round(ratio, 3),
+                      "labels_active_to_match_random_at_max_budget": r1(n_match),
                       "budgets": budgets, "active_accuracy": [round(a, 4) for a in active],
                       "random_accuracy": [round(r, 4) for r in random_], "reward_model": "model.reward_model",
                       "pool_steps": len(pool), "test_pairs": len(test),

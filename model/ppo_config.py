@@ -13,9 +13,9 @@ class PPOConfig:
     """Masked PPO settings. Defaults are tuned for the credit-approval pack on 2 CPU cores."""
 
     # ---- budget and rollout
-    total_timesteps: int = 1_500_000
+    total_timesteps: int = 1_000_000
     """Environment steps to train for, all envs together (rounded down to whole iterations)."""
-    num_steps: int = 16
+    num_steps: int = 8
     """Rollout length per env and iteration; a batch is ``num_envs × num_steps`` transitions."""
     # ---- optimisation
     learning_rate: float = 2.5e-3

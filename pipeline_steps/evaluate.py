@@ -114,7 +114,8 @@ def live_ab_gates(ctx: StepContext, pack: "Pack", candidate: str, cfg: GateConfi
     """A/B gates from captured traces of the last ``window_hours`` before the run key: episodes
     of group ``challenger`` served by the candidate against groups ``champion``/``control``."""
     import pandas as pd
-    trace_root = ctx.uri(str(ctx.section("capture").get("trace_dir") or "traces"))
+    trace_dir = str(ctx.section("capture").get("trace_dir") or "traces")
+    trace_root = trace_dir.rstrip("/") if "://" in trace_dir else ctx.uri(trace_dir)
     end = _run_time(ctx.run_key)
     frames = []
     for h in range(window_hours + 1):
@@ -125,11 +126,14 @@ def live_ab_gates(ctx: StepContext, pack: "Pack", candidate: str, cfg: GateConfi
     if not frames:
         return [], "no captured traces in the window"
     traces = pd.concat(frames, ignore_index=True)
+    if "source" in traces:  # sandbox rollouts in the store are not live traffic
+        traces = traces[traces["source"].fillna("live").astype(str).eq("live")]
     if "test_group" not in traces:
         return [], "captured traces carry no test_group"
     group = traces["test_group"].fillna("").astype(str)
-    served = traces.loc[group.eq("challenger") & traces["policy_version"].astype(str).eq(str(candidate)),
-                        "episode_id"].unique()
+    by_candidate = (traces["policy_version"].astype(str).eq(str(candidate)) if "policy_version" in traces
+                    else True)
+    served = traces.loc[group.eq("challenger") & by_candidate, "episode_id"].unique()
     ch_rows = traces[group.eq("challenger") & traces["episode_id"].isin(served)]
     ctl_rows = traces[group.isin(["champion", "control"])]
     if ch_rows.empty or ctl_rows.empty:
@@ -332,8 +336,12 @@ def _gate_lines(res: dict[str, Any]) -> list[str]:
     for g in res.get("gates", []):
         fmt = lambda v: "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa: E731
         lines.append(f"  {g['gate']:<28} {fmt(g['candidate']):>12} {fmt(g['champion']):>12}  "
-                     f"{g['threshold']:<34} {'pass' if g['passed'] else 'FAIL'}")
+                     f"{g['threshold']:<34} {_verdict(g)}")
     return lines
+
+
+def _verdict(g: dict[str, Any]) -> str:
+    return "FAIL" if not g["passed"] else ("skip" if g["detail"].startswith("skipped") else "pass")
 
 
 def _bad_input(fn: Any, *a: Any, **kw: Any) -> Any:

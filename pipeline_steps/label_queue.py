@@ -17,7 +17,8 @@ run
 
 export
     Pending items as Label Studio tasks (``[{"data": {...}}]``) plus the labelling config; items
-    become ``exported``.
+    become ``exported``. Re-running the export of a run key writes the same tasks again (plus any
+    new pending items); items exported under another run key are not sent twice.
 import
     A Label Studio JSON export: per task the latest non-cancelled annotation's chosen action is
     stored as the item's label (it must be one of the item's legal actions). Tasks in = labels
@@ -40,7 +41,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pipeline_steps.label_store import EXPORTED, PENDING, LabelStore
+from pipeline_steps.label_store import EXPORTED, LabelStore
 from pipeline_steps.trace_states import (STATE_PREFIX, action_codes, add_common_args, context_from_args, mask_matrix,
                                          normalized_entropy, parse_ts, read_traces, run_key_window, state_features,
                                          states_from_traces, trace_store_uri)
@@ -342,7 +343,7 @@ def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[s
 def label_queue_export(ctx: "StepContext", out_uri: str | None = None) -> dict[str, Any]:
     cfg = QueueConfig.from_section(ctx.section("label_queue"))
     store = store_for(ctx, cfg)
-    items = store.items_frame(ctx.scenario, status=[PENDING, EXPORTED])
+    items = store.export_batch(ctx.scenario, ctx.run_key)
     uri = out_uri or ctx.uri(cfg.export_dir, ctx.scenario, f"tasks-{ctx.run_key}.json")
     result = {"tasks": len(items), "tasks_uri": uri, "config_uri": uri.rsplit("/", 1)[0] + "/label_config.xml",
               "dry_run": ctx.dry_run}
@@ -350,7 +351,7 @@ def label_queue_export(ctx: "StepContext", out_uri: str | None = None) -> dict[s
         ctx.storage.write_json(uri, to_tasks(items))
         from sandbox.pack import load_pack  # the action names are all the config needs
         ctx.storage.write_text(result["config_uri"], label_config(load_pack(ctx.pack_dir, check_liveness=False)))
-        store.mark(items["item_id"].tolist(), EXPORTED)
+        store.mark(items["item_id"].tolist(), EXPORTED, export_key=ctx.run_key)
     return result
 
 

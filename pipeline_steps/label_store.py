@@ -4,7 +4,8 @@
     one row per state waiting for (or given) a human label: the state as JSON of its visible
     fields, the legal (candidate) actions, the mask and the earlier actions of its episode (to
     rebuild the policy's observation), the trace it came from, its cluster and entropy, and a
-    ``status``: ``pending`` → ``exported`` (sent to Label Studio) → ``labelled``.
+    ``status``: ``pending`` → ``exported`` (sent to Label Studio, with the run key of that
+    export) → ``labelled``.
 ``labels``
     the chosen action per item, who chose it and when; one row per item (a newer annotation of
     the same item replaces the older one).
@@ -72,7 +73,7 @@ class LabelStore:
             sa.Column("state", sa.Text, nullable=False), sa.Column("candidate_actions", sa.Text, nullable=False),
             sa.Column("action_mask", sa.String(256), nullable=False), sa.Column("history", sa.Text),
             sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-            sa.Column("exported_at", sa.DateTime(timezone=True)))
+            sa.Column("exported_at", sa.DateTime(timezone=True)), sa.Column("export_key", sa.String(64)))
         self.labels = sa.Table(
             "labels", md,
             sa.Column("item_id", sa.String(64), primary_key=True),
@@ -106,13 +107,14 @@ class LabelStore:
             for chunk in _chunks(ids):
                 existing |= set(conn.execute(sa.select(t.c.item_id).where(t.c.item_id.in_(chunk))).scalars())
             fresh = [{**_item_row(it), "scenario": scenario, "run_key": run_key, "status": PENDING,
-                      "created_at": now, "exported_at": None}
+                      "created_at": now, "exported_at": None, "export_key": None}
                      for it in _unique(items) if it["item_id"] not in existing]
             if fresh:
                 conn.execute(t.insert(), fresh)
         return EnqueueResult(len(fresh), int(replaced), len(items) - len(fresh))
 
-    def items_frame(self, scenario: str, status: Iterable[str] | None = None, run_key: str | None = None) -> pd.DataFrame:
+    def items_frame(self, scenario: str, status: Iterable[str] | None = None, run_key: str | None = None
+                    ) -> pd.DataFrame:
         self.create()
         t = self.items
         q = sa.select(t).where(t.c.scenario == scenario)
@@ -120,17 +122,29 @@ class LabelStore:
             q = q.where(t.c.status.in_(list(status)))
         if run_key is not None:
             q = q.where(t.c.run_key == run_key)
+        return self._frame(q)
+
+    def export_batch(self, scenario: str, export_key: str) -> pd.DataFrame:
+        """Pending items plus those an earlier export under ``export_key`` already sent, so that
+        re-running an export writes the same tasks again (and new pending ones)."""
+        self.create()
+        t = self.items
+        return self._frame(sa.select(t).where((t.c.scenario == scenario) & (
+            (t.c.status == PENDING) | ((t.c.status == EXPORTED) & (t.c.export_key == export_key)))))
+
+    def _frame(self, q: Any) -> pd.DataFrame:
+        t = self.items
         with self.engine.connect() as conn:
             rows = conn.execute(q.order_by(t.c.created_at, t.c.item_id)).mappings().all()
         return pd.DataFrame([dict(r) for r in rows], columns=[c.name for c in t.columns])
 
-    def mark(self, item_ids: Sequence[str], status: str) -> int:
+    def mark(self, item_ids: Sequence[str], status: str, export_key: str | None = None) -> int:
         self.create()
         t = self.items
         n = 0
         values: dict[str, Any] = {"status": status}
         if status == EXPORTED:
-            values["exported_at"] = datetime.now(timezone.utc)
+            values.update(exported_at=datetime.now(timezone.utc), export_key=export_key)
         with self.engine.begin() as conn:
             for chunk in _chunks(list(item_ids)):
                 q = t.update().where(t.c.item_id.in_(chunk))

@@ -161,7 +161,12 @@ def report_dict(reward: RewardStress, policy: list[PolicyStressRow] | None, meta
     reasons += [f"gaming probe '{p.name}' out-earns the honest baseline '{p.baseline}' by {p.advantage:.4g} "
                 f"(95% interval {p.advantage_low:.4g} … {p.advantage_high:.4g})" for p in reward.probes if not p.passed]
     reasons += [f"policy under '{r.scenario}': {r.reason}" for r in policy or [] if not r.passed]
-    return {"passed": passed, "verdict": "pass" if passed else "fail", "reasons": reasons, "meta": meta,
+    warnings = [f"gaming probe '{p.name}' earns more than the rule engine ({p.mean_return:.4g} vs "
+                f"{reward.baselines.get('rules', float('nan')):.4g}) though less than '{p.baseline}': either the rule "
+                "engine is weak in those states or the reward overpays that behaviour — worth a look"
+                for p in reward.probes if p.passed and p.beats_rules]
+    return {"passed": passed, "verdict": "pass" if passed else "fail", "reasons": reasons, "warnings": warnings,
+            "meta": meta,
             "reward": reward.to_dict(), "policy": [asdict(r) for r in policy] if policy is not None else None}
 
 
@@ -173,6 +178,8 @@ def render_html(report: dict[str, Any]) -> str:
              + (f", policy version <b>{meta['policy_version']}</b>" if meta.get("policy_version") else "") + ".</p>"]
     if report["reasons"]:
         parts.append("<h2>Why it failed</h2><ul>" + "".join(f"<li>{_esc(r)}</li>" for r in report["reasons"]) + "</ul>")
+    if report.get("warnings"):
+        parts.append("<h2>Worth a look</h2><ul>" + "".join(f"<li>{_esc(w)}</li>" for w in report["warnings"]) + "</ul>")
     cols = ["action", "states", "legal", "masked", "non_finite", "out_of_bounds", "sum_mismatch", "raised",
             "clipped", "max_abs_reward"]
     bad = {i: "fail" for i, c in enumerate(rw["coverage"])
@@ -233,6 +240,7 @@ def stress_test(ctx: "StepContext", reward_fn: str | None = None, policy_version
     report = report_dict(reward, policy_rows, meta)
     json_uri, html_uri = ctx.report_uri("stress", "report.json"), ctx.report_uri("stress", "report.html")
     result = {"passed": report["passed"], "verdict": report["verdict"], "reasons": report["reasons"],
+              "warnings": report["warnings"],
               "report_uri": json_uri, "html_uri": html_uri, "policy_version": policy_version,
               "reward_fn": fn.label, "reward_version": fn.version, "dry_run": ctx.dry_run, "run_id": None}
     if ctx.dry_run:
@@ -297,6 +305,8 @@ def cmd_stress_test(args: argparse.Namespace) -> int:
               + (f", policy v{args.policy_version}" if args.policy_version else ""))
         for reason in result["reasons"]:
             print(f"  - {reason}")
+        for warning in result["warnings"]:
+            print(f"  ! {warning}")
         print(("would write " if ctx.dry_run else "report: ") + result["html_uri"])
     return 0 if result["passed"] else 1
 

@@ -139,8 +139,11 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
     name = policy_model_name(ctx.scenario)
 
     with tempfile.TemporaryDirectory(prefix="rlops-train-") as tmp:
-        parent, init = (champion_policy(ctx, Path(tmp)) if mode == "incremental" and not ctx.dry_run
-                        else (ctx.tracker.get_alias(name, CHAMPION) if mode == "incremental" else None, None))
+        parent: str | None = None
+        init: PolicyNetwork | None = None
+        if mode == "incremental":  # a dry run only asks who the champion is
+            parent, init = ((ctx.tracker.get_alias(name, CHAMPION), None) if ctx.dry_run
+                            else champion_policy(ctx, Path(tmp)))
         mode_used, note = mode, ""
         if mode == "incremental" and parent is None:
             mode_used, note = "full", "no champion yet: trained from scratch (full) instead of warm-starting"

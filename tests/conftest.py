@@ -14,8 +14,10 @@ Fixtures:
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,16 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+
+# Airflow reads its configuration once, at first import, so its home is fixed here, before any
+# test module imports it: a throwaway SQLite metadata DB, this repository's DAG folder, no
+# example DAGs. (The distributed test starts its own processes with their own environment.)
+_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="rlops-airflow-"))
+os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO_ROOT / "dags")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}"
+os.environ.setdefault("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT", "120")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -4,7 +4,6 @@ per-cluster audit report with its drivers of low scores, written and logged to M
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np

@@ -171,6 +171,9 @@ def test_first_champion_is_judged_against_the_rule_engine(pack: Any, good: Any) 
     cand = register(ctx, pack, good)
     dry = evaluate_candidate(make_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand)
     assert dry["baseline"] == "rules" and "report_uri" not in dry
+    would = promote(make_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand)
+    assert would["action"] == "would_promote" and not would["promoted"] and aliases(ctx) == {}
+    assert "eval_passed" not in ctx.tracker.model_version_tags(NAME, cand)
     res = promote(ctx, cand)
     assert res["promoted"] and res["baseline"] == "rules" and aliases(ctx) == {"champion": cand}
 

@@ -110,6 +110,9 @@ def _round_trip(ctx: StepContext, credit: Pack, df: pd.DataFrame) -> None:
     assert again["queue"] == {"pending": 100}
 
     exported = label_queue_export(ctx)
+    assert label_queue_export(ctx)["tasks"] == 100  # a re-run writes the same tasks
+    later = StepContext.create("credit_approval", "20261130T0600", params=ctx.params)
+    assert label_queue_export(later)["tasks"] == 0  # nothing is sent to Label Studio twice
     tasks = ctx.storage.read_json(exported["tasks_uri"])
     assert len(tasks) == 100 and "<Choices" in ctx.storage.read_text(exported["config_uri"])
     assert {"item_id", "state", "state_text", "candidate_actions"} <= set(tasks[0]["data"])

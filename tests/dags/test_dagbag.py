@@ -1,0 +1,103 @@
+"""DAG files: they import, carry the required settings, and import nothing heavy at parse time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_IDS = {"trace_capture": "*/15 * * * *", "drift_monitor": "@hourly", "label_queue": "@hourly",
+           "retrain_incremental": "*/15 * * * *", "retrain_full": "@hourly"}
+HEAVY = ("torch", "mlflow", "great_expectations", "boto3", "pandas", "sandbox", "model")
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+    return DagBag(dag_folder=str(REPO / "dags"))
+
+
+def test_every_dag_imports_without_errors(dagbag) -> None:
+    assert dagbag.import_errors == {}
+    assert set(dagbag.dag_ids) == set(DAG_IDS)
+
+
+@pytest.mark.parametrize("dag_id", sorted(DAG_IDS))
+def test_dag_settings(dagbag, dag_id: str) -> None:
+    dag = dagbag.dags[dag_id]
+    assert dag.tags and "rlops" in dag.tags
+    assert dag.doc_md and dag_id in dag.doc_md
+    assert dag.max_active_runs == 1
+    assert dag.catchup is False
+    assert dag.schedule == DAG_IDS[dag_id]
+    for task in dag.tasks:
+        assert task.retries >= 1, f"{dag_id}.{task.task_id} has no retries"
+    for name in ("scenario", "reward_fn_version", "timesteps", "mode", "dry_run"):
+        assert name in dag.params, f"{dag_id} lacks the {name} param"
+
+
+@pytest.mark.parametrize("dag_id", ["retrain_incremental", "retrain_full"])
+def test_training_runs_on_the_gpu_queue_and_nothing_else_does(dagbag, dag_id: str) -> None:
+    dag = dagbag.dags[dag_id]
+    for task in dag.tasks:
+        if task.task_id == "train_policy":
+            assert (task.queue, task.pool) == ("gpu", "gpu")
+        else:
+            assert task.queue != "gpu"
+
+
+def test_drift_triggers_an_emergency_full_retrain(dagbag) -> None:
+    dag = dagbag.dags["drift_monitor"]
+    trigger = dag.get_task("trigger_emergency_retrain")
+    assert trigger.trigger_dag_id == "retrain_full"
+    assert "needs_retrain" in trigger.upstream_task_ids or any(
+        "needs_retrain" in dag.get_task(t).upstream_task_ids for t in trigger.upstream_task_ids)
+
+
+def test_dag_files_parse_fast_and_import_nothing_heavy() -> None:
+    """Parse the DAG folder in a fresh interpreter and list the heavy modules it pulled in."""
+    code = f"""
+import json, sys, time
+t = time.perf_counter()
+from airflow.dag_processing.dagbag import DagBag
+import_s = time.perf_counter() - t
+t = time.perf_counter()
+bag = DagBag(dag_folder={str(REPO / 'dags')!r})
+parse_s = time.perf_counter() - t
+heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)
+print(json.dumps({{"parse_s": parse_s, "heavy": heavy, "errors": list(bag.import_errors)}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["errors"] == []
+    assert res["heavy"] == [], f"DAG parsing imported heavy modules: {res['heavy']}"
+    assert res["parse_s"] < 2.0, f"parsing the DAG folder took {res['parse_s']:.2f}s"
+
+
+@pytest.mark.parametrize("key,value", [("timesteps", -5), ("mode", "sideways"), ("reward_fn_version", "latest"),
+                                       ("scenario", "no_such_pack"), ("dry_run", "yes")])
+def test_bad_conf_is_rejected_by_the_typed_params(dagbag, key: str, value: object) -> None:
+    import copy
+
+    from airflow.sdk.definitions.param import ParamValidationError
+    params = copy.deepcopy(dagbag.dags["retrain_full"].params)
+    params.validate()  # the defaults are valid
+    with pytest.raises(ParamValidationError):
+        params[key] = value
+        params.validate()
+
+
+def test_conf_that_passes_types_but_not_the_project_fails_the_first_task() -> None:
+    from pipeline_steps.tasks import ConfError, validate_conf
+    good = {"scenario": "credit_approval", "reward_fn_version": "v1", "timesteps": 5000, "mode": "full",
+            "dry_run": True}
+    assert validate_conf(good)["run_key"]
+    with pytest.raises(ConfError, match="reward_fn_version|no reward function 'v9'"):
+        validate_conf({**good, "reward_fn_version": "v9"})
+    with pytest.raises(ConfError, match="no pack"):
+        validate_conf({**good, "scenario": "no_such_pack"})
