@@ -14,19 +14,18 @@ sandbox and the policy work with:
 * :func:`read_traces` — trace rows from a parquet file or a partitioned folder, pruned to a window;
 * :func:`load_policy_version` — a policy from a local folder or a registry version.
 
+The command-line and HTML helpers are in :mod:`pipeline_steps.cli_common`.
+
 Everything is vectorised over rows; nothing loops per row in Python.
 """
 
 from __future__ import annotations
 
-import argparse
-import base64
-import html
-import io
 import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -256,59 +255,3 @@ def greedy_act(policy: "PolicyNetwork") -> Any:
     def act(env: Any) -> Tensor:
         return policy.act(env.observe(), deterministic=True).action.to(env.device)
     return act
-
-
-# --------------------------------------------------------------------------- CLI and HTML
-def add_common_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenario", help="scenario name under scenarios/, or a pack folder")
-    p.add_argument("--run-key", help="data interval key, e.g. 20261130T0500 (default: now)")
-    p.add_argument("--dry-run", action="store_true", help="compute and print, write nothing")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def context_from_args(args: argparse.Namespace) -> "StepContext":
-    """A :class:`StepContext` from ``--scenario`` (a name or a pack folder), ``--run-key``,
-    ``--dry-run``."""
-    from pipeline_steps.context import StepContext
-    from rlops.config import load_params
-    params = load_params()
-    scenario = getattr(args, "scenario", None)
-    if scenario and Path(scenario).is_dir():
-        folder = Path(scenario).resolve()
-        params["scenarios_dir"], scenario = str(folder.parent), folder.name
-    return StepContext.create(scenario=scenario, run_key=getattr(args, "run_key", None),
-                              dry_run=bool(getattr(args, "dry_run", False)), params=params)
-
-
-def png_base64(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def html_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], classes: dict[int, str] | None = None) -> str:
-    """A plain HTML table; ``classes`` gives a CSS class per row index (e.g. ``fail``)."""
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = []
-    for i, r in enumerate(rows):
-        cls = f' class="{classes[i]}"' if classes and i in classes else ""
-        cells = "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in columns)
-        body.append(f"<tr{cls}>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def html_page(title: str, body: str) -> str:
-    style = ("body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;"
-             "margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;font-size:14px}"
-             "th{background:#f3f3f3}tr.fail td{background:#fde2e2}tr.warn td{background:#fff4d6}"
-             "tr.pass td{background:#e6f4e6}.verdict{font-size:20px;font-weight:bold}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>")
-
-
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, float):
-        return "—" if not np.isfinite(v) else f"{v:.4g}"
-    return str(v)

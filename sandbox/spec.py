@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.errors import PackError
-from sandbox.yaml_lines import LDict, LList
+from sandbox.yaml_lines import LDict, LList, with_lines
 
 FIELD_TYPES = ("int", "float", "enum", "bool")
 DISTS = {
@@ -161,6 +161,14 @@ class _Ctx:
         return float(v)
 
 
+def _line(node: Any, key: Any = None) -> int | None:
+    """Source line of ``node`` (or of its ``key``); None for values that did not come from YAML
+    (a calibration overlay, a generated pack)."""
+    if key is not None and hasattr(node, "line_of"):
+        return node.line_of(key)
+    return getattr(node, "line", None)
+
+
 def _kind(v: Any) -> str:
     if v is None:
         return "nothing"
@@ -187,9 +195,9 @@ def _parse_init(c: _Ctx, node: Any, parent: Any, key: Any, path: str) -> InitSpe
         return InitSpec(value=node, line=getattr(parent, "line_of", lambda _k: None)(key))
     c.check_keys(node, {"dist", "expr", "value", *{p for ps in DISTS.values() for p in ps}}, path)
     if "expr" in node:
-        return InitSpec(expr=node["expr"], line=node.line)
+        return InitSpec(expr=node["expr"], line=_line(node))
     if "value" in node:
-        return InitSpec(value=node["value"], line=node.line)
+        return InitSpec(value=node["value"], line=_line(node))
     dist = node.get("dist")
     if dist not in DISTS:
         raise c.err(node, "dist" if "dist" in node else None, path,
@@ -204,7 +212,7 @@ def _parse_init(c: _Ctx, node: Any, parent: Any, key: Any, path: str) -> InitSpe
         k = sorted(extra)[0]
         raise c.err(node, k, f"{path}.{k}", f"unknown key '{k}' for distribution '{dist}' "
                                             f"(expected {list(DISTS[dist])})")
-    return InitSpec(dist=dist, params=params, line=node.line)
+    return InitSpec(dist=dist, params=params, line=_line(node))
 
 
 def _parse_field(c: _Ctx, node: LDict, parent: LDict, path: str) -> FieldSpec:
@@ -237,7 +245,7 @@ def _parse_field(c: _Ctx, node: LDict, parent: LDict, path: str) -> FieldSpec:
         raise c.err(node, "observed", path, f"type mismatch: 'observed' expects a bool, got {_kind(observed)}")
     return FieldSpec(path=path, type=t, min=lo, max=hi, unit=node.get("unit"), values=values, init=init,
                      observed=observed, visible_when=node.get("visible_when"),
-                     description=str(node.get("description", "")), line=parent.line_of(path.rsplit(".", 1)[-1]))
+                     description=str(node.get("description", "")), line=_line(parent, path.rsplit(".", 1)[-1]))
 
 
 def _is_num(v: Any) -> bool:
@@ -331,7 +339,7 @@ def _parse_action(c: _Ctx, node: Any, parent: LList, i: int, paths: set[str]) ->
         prob = e.get("prob")
         if _is_num(prob) and not 0.0 <= prob <= 1.0:
             raise c.err(e, "prob", f"{ew}.prob", f"bad range: probability {prob:g} must be within [0, 1]")
-        effects.append(EffectSpec(set=dict(assigns), when=e.get("when"), prob=prob, line=e.line))
+        effects.append(EffectSpec(set=dict(assigns), when=e.get("when"), prob=prob, line=_line(e)))
     lat = node.get("latency_ms", 0.0)
     if isinstance(lat, dict):
         c.check_keys(lat, {"mean", "std"}, f"{where}.latency_ms")
@@ -355,7 +363,7 @@ def _parse_action(c: _Ctx, node: Any, parent: LList, i: int, paths: set[str]) ->
                       precondition=node.get("precondition", True), effects=tuple(effects),
                       terminal=node.get("terminal", False), api=api, latency_mean_ms=lat_mean,
                       latency_std_ms=lat_std, error_rate=err, human_takeover=takeover,
-                      line=parent.line_of(i))
+                      line=_line(parent, i))
 
 
 def _parse_profiles(c: _Ctx, node: Any, root: LDict, fields: dict[str, FieldSpec],
@@ -411,10 +419,10 @@ def _parse_profiles(c: _Ctx, node: Any, root: LDict, fields: dict[str, FieldSpec
                 inits[fpath] = _parse_init(c, spec, init_node, fpath, f"{sw}.init.{fpath}")
                 _check_init_value(c, init_node, fpath, f"{sw}.init.{fpath}", f.type, f.min, f.max, f.values,
                                   inits[fpath])
-            shifts.append(PopulationShift(str(s.get("name", f"shift{k}")), prob, inits, s.line))
+            shifts.append(PopulationShift(str(s.get("name", f"shift{k}")), prob, inits, _line(s)))
         if sum(s.probability for s in shifts) > 1.0 + 1e-9:
             raise c.err(p, "population", f"{where}.population", "population shift probabilities sum over 1")
-        out[pname] = SimulationProfile(pname, jitter, rates, tuple(shifts), profiles_node.line_of(pname))
+        out[pname] = SimulationProfile(pname, jitter, rates, tuple(shifts), _line(profiles_node, pname))
     return out
 
 
@@ -427,6 +435,7 @@ def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
     c = _Ctx(file)
     if not isinstance(doc, dict):
         raise PackError(file, None, "", f"expected a mapping at the top level, got {_kind(doc)}")
+    doc = with_lines(doc)
     c.check_keys(doc, _TOP_KEYS, "")
     for key in ("name", "state", "actions"):
         if key not in doc:
@@ -464,7 +473,7 @@ def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
         if r.get("action") not in names:
             raise c.err(r, "action" if "action" in r else None, f"rule_policy[{i}].action",
                         f"undefined action '{r.get('action')}' in a rule (actions: {names})")
-        rules.append(RuleStep(r.get("when", True), r["action"], rp.line_of(i)))
+        rules.append(RuleStep(r.get("when", True), r["action"], _line(rp, i)))
     hl = doc.get("history_len", 4)
     if isinstance(hl, bool) or not isinstance(hl, int) or hl < 1:
         raise c.err(doc, "history_len", "history_len", "history_len expects a positive int")

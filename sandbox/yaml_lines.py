@@ -35,6 +35,21 @@ class LList(list):
         return self.item_lines[index] if 0 <= index < len(self.item_lines) else self.line
 
 
+def with_lines(obj: Any) -> Any:
+    """``obj`` with every plain dict and list turned into :class:`LDict` / :class:`LList` (keeping
+    the lines they already have), so a document built in code — a calibration overlay on a parsed
+    scenario — validates like parsed YAML, its errors just carry no line."""
+    if isinstance(obj, dict):
+        d = LDict((k, with_lines(v)) for k, v in obj.items())
+        d.line, d.key_lines = getattr(obj, "line", None), dict(getattr(obj, "key_lines", {}))
+        return d
+    if isinstance(obj, list):
+        lst = LList(with_lines(v) for v in obj)
+        lst.line, lst.item_lines = getattr(obj, "line", None), list(getattr(obj, "item_lines", []))
+        return lst
+    return obj
+
+
 class _LineLoader(yaml.SafeLoader):
     pass
 

@@ -100,6 +100,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if args.episodes < 1:
         raise UserError(f"--episodes {args.episodes}: expected a positive number of episodes")
     pack = load_pack(args.pack)
+    if args.reward_version is not None and args.reward_version not in pack.reward_fns:
+        raise UserError(f"--reward-version {args.reward_version}: pack {pack.name} has reward functions "
+                        f"{sorted(pack.reward_fns)}")
     if args.profile is not None and args.profile not in pack.scenario.profiles:
         raise UserError(f"--profile {args.profile}: pack {pack.name} has profiles {sorted(pack.scenario.profiles)}")
     policy = random_policy(args.seed) if args.policy == "random" else rule_policy

@@ -148,14 +148,12 @@ def test_rollout_bad_arguments(argv: list[str], message: str, tmp_path: Path,
     assert not list(tmp_path.iterdir()), "nothing written"
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError,
-                   reason="rlops/commands/env.py cmd_rollout does not check --reward-version: Pack.reward_fn "
-                          "raises KeyError, which main() does not catch (traceback, exit 1)")
 def test_rollout_unknown_reward_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run(capsys, "env", "rollout", str(CREDIT), "--reward-version", "v9", "--episodes", "5",
                        "--out", str(tmp_path / "t.jsonl"))
-    assert rc == 2
-    assert "no reward function 'v9'" in err and "['v0', 'v1']" in err
+    assert rc == 2 and out == "" and "Traceback" not in err
+    assert err.startswith("error: --reward-version v9") and "['v0', 'v1']" in err
+    assert not (tmp_path / "t.jsonl").exists()
 
 
 def test_unknown_pack_and_missing_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

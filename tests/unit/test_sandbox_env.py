@@ -456,3 +456,25 @@ def test_cuda_matches_cpu(credit: Pack, profile: str) -> None:
     for t, (a, b) in enumerate(zip(runs["cpu"], runs["cuda"])):
         for k, (x, y) in enumerate(zip(a, b)):
             assert torch.equal(x, y), f"step {t}, output {k}: cpu and cuda differ"
+
+
+def test_calibration_overlay_loads_and_is_validated() -> None:
+    # A calibration is built in code (plain dicts, no YAML lines) and validated like the YAML.
+    calibration = {
+        "fields": {"user_profile.age": {"dist": "normal", "mean": 60, "std": 5}},
+        "simulation": {"profiles": {"live": {"latency_jitter_ms": {"min": 10, "max": 20},
+                                             "error_rates": {"sms": 0.5},
+                                             "population": [{"name": "young", "probability": 0.5,
+                                                             "init": {"user_profile.age": 20}}]}}},
+    }
+    pack = load_pack(CREDIT, calibration=calibration, check_liveness=False)
+    env = pack.make_env(2000, profile="live", seed=0)
+    age, seg = env.S[:, col(pack, "user_profile.age")], env.S[:, col(pack, "episode.segment")]
+    assert (age[seg == 1] == 20).all()
+    assert abs(float(age[seg == 0].mean()) - 60) < 1.0
+    assert pack.scenario.spec.profiles["live"].error_rates == {"sms": 0.5}
+    from sandbox.errors import PackError
+    bad = {"fields": {"user_profile.age": {"dist": "normal", "mean": 60, "std": -5}}}
+    with pytest.raises(PackError, match="bad range: std -5 must be >= 0") as info:
+        load_pack(CREDIT, calibration=bad, check_liveness=False)
+    assert info.value.path == "user_profile.age.init"
