@@ -50,9 +50,19 @@ def latent_columns(scenario: Any) -> list[tuple[int, float, float]]:
     return out
 
 
-def _snapshot(env: Any, rows: Tensor) -> dict[str, Tensor]:
-    sd = env.state_dict()
+def _take(sd: dict[str, Tensor], rows: Tensor) -> dict[str, Tensor]:
     return {k: (v if k == "global_step" else v[rows].clone()) for k, v in sd.items()}
+
+
+def _snapshot(env: Any, rows: Tensor) -> dict[str, Tensor]:
+    return _take(env.state_dict(), rows)
+
+
+def _sub_env(env: Any, sd: dict[str, Tensor], n: int) -> Any:
+    sim = type(env)(env.scenario, env.reward_fn, num_envs=n, profile=env.profile, device=env.device,
+                    illegal_action="noop")
+    sim.load_state_dict(sd)
+    return sim
 
 
 def expected_action_values(env: Any, snapshot: dict[str, Tensor], actions: Tensor, replicas: int = 16,
@@ -70,19 +80,26 @@ def expected_action_values(env: Any, snapshot: dict[str, Tensor], actions: Tenso
         sd["S"][:, col] = (lo + (hi - lo) * strata).float().to(sd["S"].device).repeat(M)
     replica = torch.arange(K, device=sd["seeds"].device).repeat(M)
     sd["seeds"] = sd["seeds"] * 7919 + replica * 104_729 + seed  # a distinct random stream per replica
-    sim = type(env)(env.scenario, env.reward_fn, num_envs=M * K, profile=env.profile, device=env.device,
-                    illegal_action="noop")
-    sim.load_state_dict(sd)
+    sim = _sub_env(env, sd, M * K)
     _, reward, term, trunc, info = sim.step(actions.to(env.device).repeat_interleave(K))
     done = term | trunc
     outcomes = outcome_features(info.latency_ms, info.error, done).view(M, K, N_OUTCOME)[:, 0]
-    ret, live = reward.clone(), ~done
+    ret = reward.clone()
+    rows = (~done).nonzero().squeeze(1)  # rows of `ret` still in their episode, in sim order
+    if 0 < rows.numel() < M * K:
+        sim = _sub_env(env, _take(sim.state_dict(), ~done), rows.numel())
     for _ in range(env.horizon):
-        if not bool(live.any()):
+        if rows.numel() == 0:
             break
         _, reward, term, trunc, _ = sim.step(continuation(sim))
-        ret += torch.where(live, reward, torch.zeros_like(reward))
-        live = live & ~(term | trunc)
+        ret[rows] += reward
+        ended = term | trunc
+        if bool(ended.any()):
+            # Finished rows leave the simulation, so the continuation (which may be costly,
+            # like an oracle's look-ahead) only ever runs on episodes that are still going.
+            rows = rows[~ended]
+            if rows.numel():
+                sim = _sub_env(env, _take(sim.state_dict(), ~ended), rows.numel())
     return ret.view(M, K).mean(dim=1), outcomes
 
 

@@ -26,15 +26,12 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
-import torch
+from pipeline_steps.cli_common import add_common_args, context_from_args, html_page, html_table, png_base64
 
-from pipeline_steps.trace_states import (STATE_PREFIX, add_common_args, context_from_args, html_page, html_table,
-                                         load_policy_version, mask_matrix, observations_from_traces, png_base64,
-                                         read_traces, run_key_window, state_features, trace_store_uri)
+if TYPE_CHECKING:  # numpy, pandas, torch are imported where they run: registering the CLI stays light
+    import numpy as np
+    import pandas as pd
 
-if TYPE_CHECKING:
     from pipeline_steps.context import StepContext
     from sandbox.pack import Pack
 
@@ -44,6 +41,7 @@ _LOW_QUANTILE = 0.25
 # --------------------------------------------------------------------------- replay
 def find_episode(storage: Any, uri: str, trace_id: str) -> pd.DataFrame:
     """All rows of the episode(s) holding ``trace_id``, reading only the files that hold them."""
+    import pandas as pd
     files = [uri] if uri.endswith(".parquet") else [f for f in storage.list(uri, suffix=".parquet")
                                                     if "/quarantine/" not in f]
     episodes: set[str] = set()
@@ -63,6 +61,9 @@ def find_episode(storage: Any, uri: str, trace_id: str) -> pd.DataFrame:
 def decision_path(ctx: "StepContext", pack: "Pack", rows: pd.DataFrame, trace_id: str,
                   depth: int | None = None) -> dict[str, Any]:
     """The steps of ``trace_id``'s episode up to its (last) matching step, at most ``depth`` of them."""
+    import numpy as np
+
+    from pipeline_steps.trace_states import STATE_PREFIX, mask_matrix
     ep = str(rows.loc[rows["trace_id"].astype(str) == trace_id, "episode_id"].iloc[-1])
     episode = rows[rows["episode_id"].astype(str) == ep].reset_index(drop=True)
     focus = int(episode.loc[episode["trace_id"].astype(str) == trace_id, "step"].max())
@@ -94,6 +95,9 @@ def decision_path(ctx: "StepContext", pack: "Pack", rows: pd.DataFrame, trace_id
 
 
 def _probabilities(ctx: "StepContext", pack: "Pack", episode: pd.DataFrame) -> tuple[np.ndarray | None, str]:
+    import torch
+
+    from pipeline_steps.trace_states import load_policy_version, observations_from_traces
     version = str(episode["policy_version"].iloc[0])
     if not (version.isdigit() or Path(version).is_dir()):  # e.g. "rules": the rule engine, no network
         return None, f"logp of the chosen action (policy {version!r} is not a saved policy)"
@@ -122,6 +126,7 @@ def render_path(path: dict[str, Any]) -> str:
 
 
 def replay(ctx: "StepContext", trace_id: str, depth: int | None = None, traces_uri: str | None = None) -> dict[str, Any]:
+    from pipeline_steps.trace_states import trace_store_uri
     pack = ctx.load_pack()
     rows = find_episode(ctx.storage, traces_uri or trace_store_uri(ctx), trace_id)
     return decision_path(ctx, pack, rows, trace_id, depth)
@@ -130,6 +135,7 @@ def replay(ctx: "StepContext", trace_id: str, depth: int | None = None, traces_u
 # --------------------------------------------------------------------------- audit
 def component_frame(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str | None]]:
     """Per-row component scores (one column per component) and each component's rule ref."""
+    import pandas as pd
     refs: dict[str, str | None] = {}
     recs = []
     for text in df["reward_breakdown"].fillna("{}"):
@@ -149,6 +155,9 @@ def to_go(df: pd.DataFrame, values: pd.DataFrame) -> pd.DataFrame:
 
 def describe_cluster(pack: "Pack", rows: pd.DataFrame, everything: pd.DataFrame, top: int = 4) -> list[str]:
     """The few fields that set a cluster apart, in words."""
+    import pandas as pd
+
+    from pipeline_steps.trace_states import STATE_PREFIX
     scored = []
     for f in pack.scenario.spec.fields:
         col = STATE_PREFIX + f.path
@@ -174,7 +183,10 @@ def describe_cluster(pack: "Pack", rows: pd.DataFrame, everything: pd.DataFrame,
 
 def audit_clusters(pack: "Pack", df: pd.DataFrame, clusters: int = 8, seed: int = 7, top_actions: int = 3,
                    ) -> list[dict[str, Any]]:
-    from pipeline_steps.label_queue import kmeans
+    import pandas as pd
+
+    from pipeline_steps.label_select import kmeans
+    from pipeline_steps.trace_states import state_features
     labels, _ = kmeans(state_features(pack, df), clusters, seed)
     comp, refs = component_frame(df)
     reward = pd.to_numeric(df["reward_total"], errors="coerce").fillna(0.0)
@@ -251,6 +263,7 @@ def render_audit_html(report: dict[str, Any]) -> str:
 
 
 def audit(ctx: "StepContext", policy_version: str | None = None, traces_uri: str | None = None) -> dict[str, Any]:
+    from pipeline_steps.trace_states import read_traces, run_key_window, trace_store_uri
     cfg = dict(ctx.section("audit"))
     pack = ctx.load_pack()
     window = run_key_window(ctx.run_key, float(cfg.get("window_hours", 24)))
@@ -334,13 +347,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _missing(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
+    import pandas as pd
+    return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or v is pd.NaT
 
 
 def _plain(v: Any) -> Any:
     if _missing(v):
         return None
-    return v.item() if isinstance(v, np.generic) else v
+    return v.item() if hasattr(v, "item") and not isinstance(v, (str, bytes)) else v
 
 
 def main(argv: list[str] | None = None) -> int:

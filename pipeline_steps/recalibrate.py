@@ -35,14 +35,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
-import torch
+from pipeline_steps.cli_common import add_common_args, context_from_args
 
-from pipeline_steps.trace_states import (STATE_PREFIX, action_codes, add_common_args, context_from_args, error_flags,
-                                         field_values, read_traces, run_key_window, trace_store_uri)
+if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: registering the CLI stays light
+    import numpy as np
+    import pandas as pd
 
-if TYPE_CHECKING:
     from pipeline_steps.context import StepContext
     from sandbox.pack import Pack
     from sandbox.spec import FieldSpec
@@ -87,6 +85,10 @@ def changed_by_actions(pack: "Pack") -> set[str]:
 
 def initial_values(pack: "Pack", df: pd.DataFrame, path: str, changed: bool) -> np.ndarray:
     """A field's initial value per episode (see module docstring); NaNs dropped."""
+    import numpy as np
+    import pandas as pd
+
+    from pipeline_steps.trace_states import STATE_PREFIX, field_values
     col = STATE_PREFIX + path
     if col not in df.columns:
         return np.zeros(0)
@@ -99,6 +101,7 @@ def initial_values(pack: "Pack", df: pd.DataFrame, path: str, changed: bool) -> 
 
 def fit_field(f: "FieldSpec", x: np.ndarray) -> dict[str, Any]:
     """The MLE init spec of ``f``'s declared family from values ``x`` (enum codes, bools 0/1)."""
+    import numpy as np
     dist = f.init.dist
     if dist == "normal":
         return {"dist": "normal", "mean": float(x.mean()), "std": max(float(x.std()), 1e-6)}
@@ -124,6 +127,10 @@ def declared(f: "FieldSpec") -> dict[str, Any]:
 # --------------------------------------------------------------------------- simulation fits
 def fit_simulation(pack: "Pack", df: pd.DataFrame, min_rows: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(profile, fit details)``: the ``calibrated`` profile and what it was fitted from."""
+    import numpy as np
+    import pandas as pd
+
+    from pipeline_steps.trace_states import action_codes, error_flags
     spec = pack.scenario.spec
     base = spec.profiles[spec.default_profile]
     codes = action_codes(pack, df["action"])
@@ -198,6 +205,8 @@ def check_calibration(before: "Pack", before_profile: str, after: "Pack", df: pd
                       fitted: list[str], samples: int = 20_000, seed: int = 7) -> dict[str, dict[str, float]]:
     """Distance of sandbox initial states to live initial values, before and after, per field:
     KS statistic for numbers, total-variation distance for enums and bools."""
+    import numpy as np
+    import torch
     from scipy.stats import ks_2samp
     key = torch.arange(samples, dtype=torch.int64) * 7919 + seed
     S_before = before.scenario.sample_initial(key, before_profile)
@@ -226,6 +235,7 @@ def active_profile(pack: "Pack") -> str:
 
 def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, Any]:
     """Fit, check and write a new calibration version; returns a summary."""
+    from pipeline_steps.trace_states import read_traces, run_key_window, trace_store_uri
     from sandbox.pack import load_pack
     cfg = RecalConfig.from_section(ctx.section("recalibrate"))
     uri = traces_uri or trace_store_uri(ctx)

@@ -28,13 +28,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline_steps.stress_checks import (HARSH, STRESS_PROFILE, RewardStress, check_reward, edge_states,
-                                          perturbed_pack, visibility_coverage)
-from pipeline_steps.stress_probes import run_gaming_probes
-from pipeline_steps.trace_states import add_common_args, context_from_args, html_page, html_table
+from pipeline_steps.cli_common import add_common_args, context_from_args, html_page, html_table
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the computations (torch, the sandbox) are imported where they run
     from pipeline_steps.context import StepContext
+    from pipeline_steps.stress_checks import RewardStress
     from sandbox.pack import Pack
     from sandbox.policies import ActFn
     from sandbox.reward import RewardFunction
@@ -93,6 +91,9 @@ class PolicyStressRow:
 # --------------------------------------------------------------------------- computations
 def stress_reward_fn(pack: "Pack", fn: "RewardFunction", cfg: StressConfig, probes: bool = True) -> RewardStress:
     """The reward-function half: edge checks in two simulations, then the gaming probes."""
+    from pipeline_steps.stress_checks import (HARSH, STRESS_PROFILE, RewardStress, check_reward, edge_states,
+                                              perturbed_pack, visibility_coverage)
+    from pipeline_steps.stress_probes import run_gaming_probes
     S, counts = edge_states(pack, fn, cfg.edge_states, cfg.seed)
     harsh = perturbed_pack(pack, action_error_rate=HARSH["error_rate"], jitter_ms=HARSH["jitter_ms"])
     bound = fn.clip if fn.clip is not None else cfg.reward_bound
@@ -120,6 +121,7 @@ def nominal_profile(pack: "Pack", configured: str | None = None) -> str:
 
 def stress_policy(pack: "Pack", fn: "RewardFunction", act: "ActFn", cfg: StressConfig) -> list[PolicyStressRow]:
     """Nominal run, then one run per perturbation on the same seeded episodes."""
+    from pipeline_steps.stress_checks import STRESS_PROFILE, perturbed_pack
     from sandbox.env import BatchedEnv
     from sandbox.policies import evaluate_policy
     base = nominal_profile(pack, cfg.policy_profile)

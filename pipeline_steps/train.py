@@ -135,7 +135,8 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
     data_version = str(data_version or (cal or {}).get("data_version") or f"run_key={ctx.run_key}")
     settings = ctx.section("train")
     num_envs = int(settings.get("num_envs", 1024))
-    profile = settings.get("profile") or None
+    # Default: the sandbox as last recalibrated to live traffic, else the pack's default profile.
+    profile = settings.get("profile") or ("calibrated" if "calibrated" in pack.scenario.profiles else None)
     name = policy_model_name(ctx.scenario)
 
     with tempfile.TemporaryDirectory(prefix="rlops-train-") as tmp:

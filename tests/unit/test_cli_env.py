@@ -137,7 +137,8 @@ def test_rollout_is_reproducible(tmp_path: Path, capsys: pytest.CaptureFixture[s
 @pytest.mark.parametrize("argv, message", [
     (["--episodes", "5", "--out", "traces.csv"], "expected a .jsonl or .parquet file name"),
     (["--episodes", "0", "--out", "t.jsonl"], "--episodes 0: expected a positive number of episodes"),
-    (["--profile", "prod", "--out", "t.jsonl"], "--profile prod: pack credit_approval has profiles ['live', 'sandbox']"),
+    (["--profile", "prod", "--out", "t.jsonl"],
+     "--profile prod: pack credit_approval has profiles ['live', 'sandbox']"),
 ])
 def test_rollout_bad_arguments(argv: list[str], message: str, tmp_path: Path,
                                capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -294,8 +293,7 @@ def test_the_generator_covers_every_feature() -> None:
                     "CLIP", "REPEAT_PENALTY", "WEIGHT_SCHEDULE", "settle_on=\"finish\""}
 
 
-@pytest.mark.parametrize("seed", [0])
-def test_example_pack_roundtrip(seed: int, tmp_path: Path) -> None:
+def test_example_pack_roundtrip(tmp_path: Path) -> None:
     # One hand-made instance of the generated shape, so a failure of the property above can be
     # reproduced without Hypothesis.
     fields = {"n0": {"type": "int", "min": 0, "max": 3, "init": 0},

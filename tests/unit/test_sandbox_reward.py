@@ -176,7 +176,8 @@ def test_weights_and_schedule_switch_at_the_step(tmp_path: Path) -> None:
     seen = []
     for _ in range(5):
         _, reward, _, _, info = env.step(act(pack, "bump", 4))
-        seen.append((round(float(entry(env, info, "progress")[0]), 6), round(float(entry(env, info, "step_cost")[0]), 6)))
+        seen.append((round(float(entry(env, info, "progress")[0]), 6),
+                     round(float(entry(env, info, "step_cost")[0]), 6)))
     assert seen == [(2.0, -0.1)] * 3 + [(5.0, 0.0)] * 2
     assert env.global_step == 20
 
