@@ -36,7 +36,8 @@ import torch
 
 from model.policy import PolicyConfig, PolicyNetwork
 from model.reward_model import RewardModelConfig, pairwise_accuracy, train_reward_model
-from pipeline_steps.label_queue import QueueConfig, labels_as_pairs, queue_items, select_uncertain
+from pipeline_steps.label_queue import QueueConfig
+from pipeline_steps.label_select import labels_as_pairs, queue_items, select_uncertain
 from sandbox.pack import Pack, load_pack
 from sandbox.policies import load_oracle
 from sandbox.traces import rollout_traces

@@ -62,6 +62,7 @@ def decision_path(ctx: "StepContext", pack: "Pack", rows: pd.DataFrame, trace_id
                   depth: int | None = None) -> dict[str, Any]:
     """The steps of ``trace_id``'s episode up to its (last) matching step, at most ``depth`` of them."""
     import numpy as np
+    import pandas as pd
 
     from pipeline_steps.trace_states import STATE_PREFIX, mask_matrix
     ep = str(rows.loc[rows["trace_id"].astype(str) == trace_id, "episode_id"].iloc[-1])

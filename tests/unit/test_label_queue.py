@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 from pipeline_steps.context import StepContext
-from pipeline_steps.label_queue import (QueueConfig, kmeans, label_queue_export, label_queue_import, label_queue_run,
-                                        labels_as_imitation_batch, labels_as_pairs, select_uncertain)
+from pipeline_steps.label_queue import QueueConfig, label_queue_export, label_queue_import, label_queue_run
+from pipeline_steps.label_select import kmeans, labels_as_imitation_batch, labels_as_pairs, select_uncertain
 from pipeline_steps.label_store import LabelStore
 from rlops.config import load_params
 from sandbox.pack import Pack, load_pack
@@ -177,6 +177,14 @@ def test_dry_run_writes_nothing(credit: Pack, tmp_path: Path) -> None:
     out = label_queue_run(ctx, ctx.uri("traces"))
     assert out["items"] == 100 and "inserted" not in out
     assert not (tmp_path / "queue.db").exists()
+
+
+def test_computations_are_reachable_from_the_step_module() -> None:
+    import pipeline_steps.label_queue as lq
+    import pipeline_steps.label_select as ls
+    assert lq.labels_as_pairs is ls.labels_as_pairs and lq.select_uncertain is ls.select_uncertain
+    with pytest.raises(AttributeError):
+        lq.no_such_name  # noqa: B018
 
 
 def test_unknown_config_key_is_a_clear_error() -> None:
