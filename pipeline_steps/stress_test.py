@@ -120,15 +120,25 @@ def nominal_profile(pack: "Pack", configured: str | None = None) -> str:
 
 
 def stress_policy(pack: "Pack", fn: "RewardFunction", act: "ActFn", cfg: StressConfig) -> list[PolicyStressRow]:
-    """Nominal run, then one run per perturbation on the same seeded episodes."""
+    """Nominal run, then one run per perturbation on the same seeded episodes.
+
+    A perturbation can make every policy earn less (three times the latency costs handling time
+    whatever the decisions), so the return floor is the lower of two bars: the policy's nominal
+    return minus ``return_floor`` of it, and what the production fallback (the pack's rule
+    engine) earns under the same perturbation. A policy fails when it degrades more than allowed
+    *and* falls below the fallback.
+    """
     from pipeline_steps.stress_checks import STRESS_PROFILE, perturbed_pack
     from sandbox.env import BatchedEnv
-    from sandbox.policies import evaluate_policy
+    from sandbox.policies import evaluate_policy, rule_policy
     base = nominal_profile(pack, cfg.policy_profile)
 
-    def run(p: "Pack", profile: str) -> dict[str, float]:
+    def run_with(p: "Pack", profile: str, policy: "ActFn") -> dict[str, float]:
         env = BatchedEnv(p.scenario, fn, num_envs=cfg.policy_episodes, profile=profile, illegal_action="noop")
-        return evaluate_policy(p, act, cfg.policy_episodes, seed=cfg.gaming_seed, env=env).summary()
+        return evaluate_policy(p, policy, cfg.policy_episodes, seed=cfg.gaming_seed, env=env).summary()
+
+    def run(p: "Pack", profile: str) -> dict[str, float]:
+        return run_with(p, profile, act)
 
     nom = run(pack, base)
     rows = [PolicyStressRow("nominal", base, nom["mean_return"], nom["completion_rate"],
@@ -144,7 +154,8 @@ def stress_policy(pack: "Pack", fn: "RewardFunction", act: "ActFn", cfg: StressC
         p = perturbed_pack(pack, base, latency=float(spec.get("latency", 1.0)),
                            errors=float(spec.get("errors", 1.0)), segment=spec.get("segment"))
         s = run(p, STRESS_PROFILE)
-        min_ret = nom["mean_return"] - r_floor * abs(nom["mean_return"])
+        fallback = run_with(p, STRESS_PROFILE, rule_policy)["mean_return"]
+        min_ret = min(nom["mean_return"] - r_floor * abs(nom["mean_return"]), fallback)
         min_comp = c_floor * nom["completion_rate"]
         why = []
         if s["mean_return"] < min_ret:

@@ -15,6 +15,7 @@ _STEP_CLIS: list[tuple[str, str]] = [
     ("pipeline_steps.train", "add_cli"),               # train, train-status
     ("pipeline_steps.stress_test", "add_cli"),         # stress-test
     ("pipeline_steps.evaluate", "add_cli"),            # evaluate, promote, rollback
+    ("pipeline_steps.audit", "add_cli"),               # replay, audit
 ]
 
 

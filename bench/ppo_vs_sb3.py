@@ -1,0 +1,169 @@
+"""rlops masked PPO on the batched sandbox vs sb3-contrib MaskablePPO on the Gymnasium adapter.
+
+Both learn the credit-approval pack (reward v1, sandbox profile) with the same network width
+(actor and critic 64-64 tanh) on the same device and torch thread count. Reported per peer:
+
+* env-steps/s over its training (evaluation time excluded);
+* wall time until its greedy policy reaches 95% of the oracle's mean return on held-out episodes
+  (checked after every rlops iteration / every SB3 rollout, evaluation time excluded).
+
+A peer still short of the target at its time cap reports ``null``; the time ratio is then a lower
+bound (cap / rlops time), flagged in the JSON. The whole benchmark stays under 10 minutes.
+``--device cuda`` runs rlops with many thousands of envs on the GPU (SB3 stays on the CPU, where it
+is fastest for this network); without CUDA it prints a skip line and exits 0.
+
+Usage: python bench/ppo_vs_sb3.py [--device cpu|cuda] [--threads 2] [--sb3-cap-s 330]
+The last line of output is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from model.policy import as_act_fn  # noqa: E402
+from model.ppo import PPOConfig, train  # noqa: E402
+from sandbox.pack import load_pack  # noqa: E402
+from sandbox.policies import evaluate_policy, load_oracle  # noqa: E402
+
+PACK = Path(__file__).resolve().parent.parent / "scenarios" / "credit_approval"
+EVAL_SEED = 3_000_000  # held out: training uses instance seeds from 0
+REWARD, PROFILE = "v1", "sandbox"
+
+
+def _eval(pack: Any, act: Any, episodes: int, device: str = "cpu") -> float:
+    return evaluate_policy(pack, act, episodes=episodes, seed=EVAL_SEED, reward_version=REWARD, profile=PROFILE,
+                           device=device).mean_return
+
+
+def run_rlops(pack: Any, target: float, args: argparse.Namespace) -> dict[str, Any]:
+    env = pack.make_env(num_envs=args.num_envs, reward_version=REWARD, profile=PROFILE, device=args.device, seed=0)
+    cfg = PPOConfig(device=args.device, total_timesteps=args.rlops_timesteps, seed=1)
+    state: dict[str, Any] = {"eval_s": 0.0, "t0": time.perf_counter(), "hit": None, "ret": None}
+
+    def on_iteration(it: int, policy: Any, m: dict[str, float]) -> bool:
+        train_s = time.perf_counter() - state["t0"] - state["eval_s"]
+        t = time.perf_counter()
+        ret = _eval(pack, as_act_fn(policy), args.eval_episodes, args.device)
+        state["eval_s"] += time.perf_counter() - t
+        state["ret"] = ret
+        if state["hit"] is None and ret >= target:
+            state["hit"] = {"s": train_s, "steps": int(m["global_step"]), "return": ret}
+        return train_s > args.rlops_cap_s
+
+    result = train(cfg, env, on_iteration=on_iteration)
+    train_s = time.perf_counter() - state["t0"] - state["eval_s"]
+    hit = state["hit"]
+    return {"sps": result.global_step / train_s, "steps": result.global_step, "train_s": train_s,
+            "s_to_target": hit["s"] if hit else None, "steps_to_target": hit["steps"] if hit else None,
+            "final_return": state["ret"]}
+
+
+def run_sb3(pack: Any, target: float, args: argparse.Namespace) -> dict[str, Any]:
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from sandbox.gym_adapter import ScenarioGymEnv
+
+    env = ScenarioGymEnv(pack, reward_version=REWARD, profile=PROFILE, seed=0)
+    model = MaskablePPO("MlpPolicy", env, seed=1, device="cpu", verbose=0,
+                        policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}})
+
+    def act(benv: Any) -> torch.Tensor:
+        a, _ = model.predict(benv.observe().cpu().numpy(), action_masks=benv.action_masks().cpu().numpy(),
+                             deterministic=True)
+        return torch.as_tensor(a, dtype=torch.long)
+
+    class Probe(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.t0 = time.perf_counter()
+            self.eval_s, self.hit, self.ret, self.stop = 0.0, None, None, False
+
+        def train_s(self) -> float:
+            return time.perf_counter() - self.t0 - self.eval_s
+
+        def _on_step(self) -> bool:
+            return not self.stop and self.train_s() < args.sb3_cap_s
+
+        def _on_rollout_end(self) -> None:
+            s = self.train_s()
+            t = time.perf_counter()
+            self.ret = _eval(pack, act, args.eval_episodes)
+            self.eval_s += time.perf_counter() - t
+            if self.ret >= target:
+                self.hit = {"s": s, "steps": self.num_timesteps, "return": self.ret}
+                self.stop = True
+
+    probe = Probe()
+    model.learn(total_timesteps=50_000_000, callback=probe)
+    train_s = probe.train_s()
+    hit = probe.hit
+    return {"sps": model.num_timesteps / train_s, "steps": model.num_timesteps, "train_s": train_s,
+            "s_to_target": hit["s"] if hit else None, "steps_to_target": hit["steps"] if hit else None,
+            "final_return": probe.ret}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--num-envs", type=int, default=None, help="rlops envs (default 2048 on CPU, 32768 on CUDA)")
+    p.add_argument("--rlops-timesteps", type=int, default=1_000_000)
+    p.add_argument("--rlops-cap-s", type=float, default=150.0)
+    p.add_argument("--sb3-cap-s", type=float, default=330.0)
+    p.add_argument("--eval-episodes", type=int, default=4096)
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("skipped: --device cuda but no CUDA device is present")
+        print(json.dumps({"skipped": True, "reason": "no CUDA device", "device": "cuda"}))
+        return 0
+    args.num_envs = args.num_envs or (32768 if args.device == "cuda" else 2048)
+    torch.set_num_threads(args.threads)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+    pack = load_pack(PACK)
+    oracle = _eval(pack, load_oracle(pack), args.eval_episodes)
+    target = 0.95 * oracle
+    print(f"oracle return {oracle:.4f} on {args.eval_episodes} held-out episodes; target {target:.4f}; "
+          f"{args.threads} torch threads; load average {load:.2f}", flush=True)
+    rl = run_rlops(pack, target, args)
+    print(f"rlops  ({args.device}, {args.num_envs} envs): {rl}", flush=True)
+    sb = run_sb3(pack, target, args)
+    print(f"sb3    (cpu, 1 env): {sb}", flush=True)
+
+    sps_ratio = rl["sps"] / sb["sps"]
+    lower_bound = sb["s_to_target"] is None
+    time_ratio = None
+    if rl["s_to_target"] is not None:
+        time_ratio = (args.sb3_cap_s if lower_bound else sb["s_to_target"]) / rl["s_to_target"]
+    fmt = lambda x, spec: "n/a" if x is None else format(x, spec)  # noqa: E731
+    print(f"\n{'':24}{'rlops':>14}{'sb3':>14}{'ratio':>12}")
+    print(f"{'env-steps/s':24}{rl['sps']:>14,.0f}{sb['sps']:>14,.0f}{sps_ratio:>11.1f}x")
+    print(f"{'s to 95% of oracle':24}{fmt(rl['s_to_target'], '14.1f')}{fmt(sb['s_to_target'], '14.1f')}"
+          f"{('>' if lower_bound else ' ') + fmt(time_ratio, '.1f') + 'x':>12}")
+    print(f"{'steps to target':24}{fmt(rl['steps_to_target'], '14,d')}{fmt(sb['steps_to_target'], '14,d')}")
+    print(f"{'final greedy return':24}{fmt(rl['final_return'], '14.4f')}{fmt(sb['final_return'], '14.4f')}")
+    print(json.dumps({
+        "rlops_sps": round(rl["sps"], 1), "sb3_sps": round(sb["sps"], 1), "sps_ratio": round(sps_ratio, 1),
+        "rlops_s_to_target": None if rl["s_to_target"] is None else round(rl["s_to_target"], 2),
+        "sb3_s_to_target": None if sb["s_to_target"] is None else round(sb["s_to_target"], 2),
+        "time_ratio": None if time_ratio is None else round(time_ratio, 1),
+        "time_ratio_is_lower_bound": lower_bound, "oracle_return": round(oracle, 4),
+        "rlops_steps_to_target": rl["steps_to_target"], "sb3_steps_to_target": sb["steps_to_target"],
+        "sb3_cap_s": args.sb3_cap_s, "device": args.device, "threads": args.threads, "num_envs": args.num_envs,
+        "load_average": round(load, 2)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

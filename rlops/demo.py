@@ -1,0 +1,126 @@
+"""``make demo``: the whole rlops loop on the credit-approval pack, embedded (no servers).
+
+1. validate the pack; 2. capture an interval of traffic from the pack's ``live`` profile (the
+production rule engine serving, as before any RL policy exists); 3. detect its drift against the
+sandbox; 4. recalibrate the sandbox to it; 5. train the reward model; 6. train a PPO policy in the
+calibrated sandbox; 7. stress-test reward function and policy; 8. evaluate it against the rule
+engine on the same seeded episodes and promote it to ``champion`` if every gate passes.
+
+Everything lands in ``./rlops-data`` (trace store, reports, checkpoints) and the SQLite MLflow
+store ``./rlops-data/mlflow.db``. Budgets come from the ``demo:`` block of params.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+import warnings
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from rlops.config import load_params, resolve_local
+
+STEPS = 8
+
+
+def _say(i: int, text: str) -> None:
+    print(f"[{i}/{STEPS}] {text}", flush=True)
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def run(scenario: str | None = None) -> int:
+    from pipeline_steps.capture_step import capture_step
+    from pipeline_steps.context import StepContext
+    from pipeline_steps.drift_check import drift_check
+    from pipeline_steps.evaluate import promote
+    from pipeline_steps.recalibrate import recalibrate
+    from pipeline_steps.reward_model_step import train_reward_model_step
+    from pipeline_steps.stress_test import stress_test
+    from pipeline_steps.train import train_policy
+    from sandbox.pack import load_pack
+
+    params = load_params()
+    demo = params.get("demo") or {}
+    scenario = scenario or str(params.get("scenario"))
+    run_key = datetime.now(timezone.utc).replace(minute=0).strftime("%Y%m%dT%H%M")
+    overrides = {"capture": {"episodes": int(demo.get("capture_episodes", 3000))},
+                 "drift": {"baseline_episodes": int(demo.get("capture_episodes", 3000))},
+                 "reward_model": {"pairs": int(demo.get("reward_model_pairs", 2000))}}
+    ctx = StepContext.create(scenario, run_key, params=load_params(overrides=overrides))
+    started = time.perf_counter()
+    print(f"rlops demo — scenario {scenario}, run key {run_key}, data in {resolve_local('rlops-data')}\n")
+
+    pack, dt = _timed(lambda: load_pack(ctx.pack_dir))
+    _say(1, f"pack {pack.name}: {len(pack.scenario.spec.fields)} fields, {pack.scenario.n_actions} actions, "
+            f"profiles {sorted(pack.scenario.profiles)}, reward functions {sorted(pack.reward_fns)} ({dt:.1f}s)")
+
+    cap, dt = _timed(lambda: capture_step(ctx, simulate=True, profile="live"))
+    _say(2, f"captured {cap['rows_in']} trace rows of live traffic served by {cap['policy_version']}: "
+            f"{cap['rows_accepted']} accepted, {cap['rows_quarantined']} quarantined ({dt:.1f}s)")
+
+    drift, dt = _timed(lambda: drift_check(ctx))
+    _say(3, f"drift vs sandbox: {drift['summary']} {drift['drifted_fields']}; live mean return "
+            f"{drift['live_mean_return']} vs sandbox {drift['sandbox_mean_return']} ({dt:.1f}s)\n"
+            f"      report: {drift['html_uri']}")
+
+    cal, dt = _timed(lambda: recalibrate(ctx, traces_uri=drift["target_uri"]))
+    moved = ", ".join(f"{k} {v['before']:.3f}→{v['after']:.3f}" for k, v in list(cal.get("check", {}).items())[:3])
+    _say(4, f"sandbox recalibrated to live: version {cal['version']}, profile '{cal['profile']}' ({moved}) "
+            f"({dt:.1f}s)")
+
+    rm, dt = _timed(lambda: train_reward_model_step(ctx))
+    _say(5, f"reward model v{rm['model_version']}: held-out pairwise accuracy {rm['heldout_pairwise_accuracy']:.3f} "
+            f"({dt:.1f}s)")
+
+    timesteps = int(demo.get("timesteps", 400_000))
+    _say(6, f"training a policy with masked PPO for {timesteps:,} steps in the calibrated sandbox …")
+    tr, dt = _timed(lambda: train_policy(ctx, mode="full", timesteps=timesteps))
+    print(f"      candidate {scenario}-policy v{tr['model_version']}: mean return {tr['mean_return']:.3f} "
+          f"({dt:.1f}s)", flush=True)
+
+    st, dt = _timed(lambda: stress_test(ctx, policy_version=str(tr["model_version"])))
+    _say(7, f"stress test: {st['verdict']}{'' if st['passed'] else ' — ' + '; '.join(st['reasons'])} ({dt:.1f}s)")
+
+    pr, dt = _timed(lambda: promote(ctx, candidate=str(tr["model_version"])))
+    _say(8, f"gated evaluation vs {pr.get('baseline') or 'champion'} ({dt:.1f}s):")
+    _print_gates(pr.get("gates", []))
+    champion = ctx.tracker.get_alias(f"{scenario}-policy", "champion")
+    print(f"\n{'PROMOTED' if pr.get('promoted') else 'NOT PROMOTED'}: {pr.get('reason', '')}")
+    print(f"champion: {scenario}-policy v{champion}" if champion else "champion: none (the rule engine serves)")
+    print(f"total {time.perf_counter() - started:.0f}s\n\nSee it in the MLflow UI:\n"
+          f"  .venv/bin/mlflow ui --backend-store-uri {ctx.tracker.tracking_uri}\n"
+          f"then open http://127.0.0.1:5000 (experiment '{scenario}', model '{scenario}-policy').")
+    return 0 if pr.get("promoted") else 1
+
+
+def _print_gates(gates: list[dict[str, Any]]) -> None:
+    def fmt(v: Any) -> str:
+        return "—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+    rows = [(g["gate"], fmt(g["candidate"]), fmt(g["champion"]), str(g["threshold"]), "pass" if g["passed"] else "FAIL")
+            for g in gates]
+    head = ("gate", "candidate", "champion", "threshold", "")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
+    for r in [head, *rows]:
+        print("      " + "  ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rlops.demo", description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default=None)
+    args = ap.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+    return run(args.scenario)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
