@@ -146,12 +146,16 @@ def main(argv: list[str] | None = None) -> int:
     time_ratio = None
     if rl["s_to_target"] is not None:
         time_ratio = (args.sb3_cap_s if lower_bound else sb["s_to_target"]) / rl["s_to_target"]
-    fmt = lambda x, spec: "n/a" if x is None else format(x, spec)  # noqa: E731
+    def fmt(x: Any, spec: str) -> str:
+        width = int(spec.split(".")[0].rstrip(",d")) if spec[0].isdigit() else 0
+        return f"{'n/a':>{width}}" if x is None else format(x, spec)
+
     print(f"\n{'':24}{'rlops':>14}{'sb3':>14}{'ratio':>12}")
     print(f"{'env-steps/s':24}{rl['sps']:>14,.0f}{sb['sps']:>14,.0f}{sps_ratio:>11.1f}x")
     print(f"{'s to 95% of oracle':24}{fmt(rl['s_to_target'], '14.1f')}{fmt(sb['s_to_target'], '14.1f')}"
           f"{('>' if lower_bound else ' ') + fmt(time_ratio, '.1f') + 'x':>12}")
-    print(f"{'steps to target':24}{fmt(rl['steps_to_target'], '14,d')}{fmt(sb['steps_to_target'], '14,d')}")
+    print(f"{'steps to target':24}{fmt(rl['steps_to_target'], '14,d')}{fmt(sb['steps_to_target'], '14,d')}"
+          f"{'(lower bound)' if lower_bound else '':>14}")
     print(f"{'final greedy return':24}{fmt(rl['final_return'], '14.4f')}{fmt(sb['final_return'], '14.4f')}")
     print(json.dumps({
         "rlops_sps": round(rl["sps"], 1), "sb3_sps": round(sb["sps"], 1), "sps_ratio": round(sps_ratio, 1),

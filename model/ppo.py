@@ -228,7 +228,7 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
         policy.load_state_dict(ck["policy"])
         optimizer.load_state_dict(ck["optimizer"])
         torch.set_rng_state(ck["torch_rng"].cpu())
-        gen.set_state(ck["generator"].cpu() if device.type == "cpu" else ck["generator"])
+        gen.set_state(ck["generator"].cpu())  # generator states are CPU byte tensors, CUDA ones too
         env.load_state_dict(ck["env"])
         start_iter, global_step, elapsed_before = int(ck["iteration"]), int(ck["global_step"]), float(ck["elapsed_s"])
         stagnation.load_state_dict(ck["stagnation"])

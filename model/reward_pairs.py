@@ -2,12 +2,13 @@
 
 A pair is two candidate actions in the same sandbox state; the one with the higher *true
 expected reward* is preferred. The true expected reward of action ``a`` in state ``s`` is the
-expected return-to-go of taking ``a`` and then following a continuation policy (the pack's rule
-engine by default), so rewards that settle later (a loan's outcome is paid at notification) count
+expected return-to-go of taking ``a`` and then following a continuation policy (the pack's oracle
+when it ships one, else its rule engine), so rewards that settle later (a loan's outcome is paid at notification) count
 toward the decision that caused them. The expectation is taken over
 
 * the scenario's *latent draws* — unobserved fields initialised from a constant ``uniform``
-  distribution (the credit pack's ``hidden.default_u``), integrated by stratified replicas; and
+  distribution (the credit pack's ``hidden.default_u``), integrated by ``replicas`` stratified
+  replicas (midpoints of ``replicas`` equal strata); and
 * transition randomness (latency, API errors), by giving each replica its own instance seed.
 
 Pairs whose two values differ by less than ``min_gap`` carry no preference and are dropped.
@@ -17,6 +18,7 @@ Everything runs as batched environment steps; environments are built from ``pack
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -65,7 +67,7 @@ def _sub_env(env: Any, sd: dict[str, Tensor], n: int) -> Any:
     return sim
 
 
-def expected_action_values(env: Any, snapshot: dict[str, Tensor], actions: Tensor, replicas: int = 16,
+def expected_action_values(env: Any, snapshot: dict[str, Tensor], actions: Tensor, replicas: int = 8,
                            continuation: ActFn | None = None, seed: int = 0) -> tuple[Tensor, Tensor]:
     """Expected return-to-go of ``actions[m]`` in snapshot row ``m`` → ``(values [M], outcomes [M, 3])``.
 
@@ -122,18 +124,36 @@ def _behaviour(env: Any, gen: torch.Generator, explore: float) -> Tensor:
     return torch.where(coin, random_a, rule_continuation(env))
 
 
+def resolve_continuation(pack: Any, continuation: ActFn | str | None) -> ActFn:
+    """``"auto"``/None: the pack's oracle (``oracle.py``) when it has one, else its rule engine;
+    ``"rules"``: the rule engine; a callable ``act(env) -> actions`` is used as given."""
+    if callable(continuation):
+        return continuation
+    if continuation in (None, "auto"):
+        if (Path(pack.path) / "oracle.py").exists():
+            from sandbox.policies import load_oracle  # only packs that ship an oracle need it
+            oracle = load_oracle(pack)
+            if oracle is not None:
+                return oracle
+        return rule_continuation
+    if continuation == "rules":
+        return rule_continuation
+    raise ValueError(f"continuation must be 'auto', 'rules' or a callable act(env) -> actions, got {continuation!r}")
+
+
 def build_preference_pairs(pack: Any, n_pairs: int, seed: int = 0, reward_version: str | None = None,
-                           profile: str | None = None, replicas: int = 16, min_gap: float = 0.02,
-                           explore: float = 0.5, continuation: ActFn | None = None,
+                           profile: str | None = None, replicas: int = 8, min_gap: float = 0.02,
+                           explore: float = 0.5, continuation: ActFn | str | None = "auto",
                            device: str = "cpu") -> PreferencePairs:
     """``n_pairs`` preference pairs from states visited by a rule/random behaviour mix.
 
     Only states with at least two legal actions give pairs; states are drawn in proportion to the
     number of action pairs they offer and the two candidates are distinct legal actions drawn
-    uniformly. ``continuation`` (default: the rule engine) plays after the candidate action; pass
-    the pack's oracle to score actions by the optimal expected return-to-go. Returns fewer pairs only if 10 rounds of rollouts cannot supply them.
+    uniformly. ``continuation`` plays after the candidate action (see :func:`resolve_continuation`):
+    with the pack's oracle an action is scored by the best expected return-to-go it leaves open. Returns fewer pairs only if 10 rounds of rollouts cannot supply them.
     """
     gen = torch.Generator().manual_seed(seed)
+    continuation = resolve_continuation(pack, continuation)
     chunks: list[PreferencePairs] = []
     have = 0
     for round_ in range(10):
@@ -209,4 +229,4 @@ def collect_reward_dataset(pack: Any, episodes: int, seed: int = 0, reward_versi
 
 
 __all__ = ["N_OUTCOME", "outcome_features", "latent_columns", "expected_action_values", "build_preference_pairs",
-           "collect_reward_dataset", "rule_continuation"]
+           "collect_reward_dataset", "rule_continuation", "resolve_continuation"]

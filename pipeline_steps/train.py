@@ -356,6 +356,7 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     add_common_args(p)
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--all", action="store_true", help="every logged metric, not the usual columns")
+    p.add_argument("--csv", default=None, metavar="FILE", help="also write the table as CSV (e.g. for dvc plots)")
     p.set_defaults(func=cmd_train_status)
 
 
@@ -398,6 +399,9 @@ def cmd_train_status(args: argparse.Namespace) -> int:
         return 1
     import pandas as pd
     table = pd.DataFrame(res["rows"], columns=res["columns"])
+    if args.csv:
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.csv, index=False)
     lines = [f"run {res['run_id']} ({res['run_name']}): {res['status']}, {len(table)} iterations",
              table.to_string(index=False, float_format=lambda v: f"{v:.4g}") if len(table) else "(no metrics)"]
     print_result(res, args.json, lines)

@@ -8,6 +8,7 @@ arguments), 3 drift found with ``--fail-on-drift``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable, Sequence
 
@@ -35,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Progress bars of artifact downloads drown the step summaries on a terminal.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from sandbox.errors import PackError
     from rlops.config import ConfigError
     try:

@@ -14,6 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = env_sub.add_parser("validate", help="load and check a pack (exit 2 on any error)")
     p.add_argument("pack", help="path of the pack folder (e.g. scenarios/credit_approval)")
+    p.add_argument("--json", action="store_true", help="machine-readable summary")
     p.set_defaults(func=cmd_validate)
 
     p = env_sub.add_parser("describe", help="fields, actions, profiles and reward functions of a pack")
@@ -36,6 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from sandbox.pack import load_pack
     pack = load_pack(args.pack)
+    if args.json:
+        print(json.dumps({"pack": pack.name, "valid": True, "fields": len(pack.scenario.spec.fields),
+                          "actions": pack.scenario.n_actions, "profiles": sorted(pack.scenario.profiles),
+                          "reward_functions": {k: fn.version for k, fn in pack.reward_fns.items()},
+                          "rules": len(pack.rules)}, indent=2))
+        return 0
     print(f"ok: {pack.name} — {len(pack.scenario.spec.fields)} fields, {pack.scenario.n_actions} actions, "
           f"profiles {sorted(pack.scenario.profiles)}, reward functions {sorted(pack.reward_fns)}, "
           f"{len(pack.rules)} rules")

@@ -9,6 +9,7 @@ import importlib
 _STEP_CLIS: list[tuple[str, str]] = [
     ("pipeline_steps.capture_step", "add_cli"),        # trace-capture
     ("pipeline_steps.drift_report", "add_cli"),        # drift-detect
+    ("pipeline_steps.drift_check", "add_cli"),         # drift-check
     ("pipeline_steps.recalibrate", "add_cli"),         # recalibrate
     ("pipeline_steps.label_queue", "add_cli"),         # label-queue run|export|import
     ("pipeline_steps.reward_model_step", "add_cli"),   # train-reward-model

@@ -11,9 +11,9 @@ import torch
 
 from model.reward_model import (PreferencePairs, RewardModelConfig, bradley_terry_loss, load_reward_model,
                                 pairwise_accuracy, save_reward_model, score, spearman, train_reward_model)
-from model.reward_pairs import build_preference_pairs, collect_reward_dataset, latent_columns
+from model.reward_pairs import (build_preference_pairs, collect_reward_dataset, latent_columns, resolve_continuation,
+                                rule_continuation)
 from sandbox.pack import load_pack
-from sandbox.policies import load_oracle
 
 PACK = Path(__file__).resolve().parents[2] / "scenarios" / "credit_approval"
 DECISIONS = {"approve", "approve_reduced", "reject"}
@@ -26,9 +26,9 @@ def pack() -> Any:
 
 @pytest.fixture(scope="module")
 def pairs(pack: Any) -> PreferencePairs:
-    # True expected reward = expected return-to-go of the action followed by the pack's oracle.
-    return build_preference_pairs(pack, 5000, seed=0, reward_version="v1", profile="sandbox",
-                                  continuation=load_oracle(pack), replicas=8)
+    # True expected reward = expected return-to-go of the action followed by the pack's oracle
+    # (continuation "auto": the credit pack ships oracle.py).
+    return build_preference_pairs(pack, 5000, seed=0, reward_version="v1", profile="sandbox")
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +104,7 @@ def test_wrong_data_for_the_loss_is_rejected(pack: Any) -> None:
         RewardModelConfig(loss="hinge")
     with pytest.raises(ValueError, match="unknown reward_model settings"):
         RewardModelConfig.from_params({"epochs": 3, "lr": 0.1})
+    assert resolve_continuation(pack, "rules") is rule_continuation
+    assert resolve_continuation(pack, "auto") is not rule_continuation  # the pack's oracle
+    with pytest.raises(ValueError, match="continuation"):
+        resolve_continuation(pack, "greedy")
