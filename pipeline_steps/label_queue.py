@@ -98,6 +98,13 @@ def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[s
     df = read_traces(ctx.storage, uri, window)
     if not df.empty and "scenario" in df.columns:
         df = df[df["scenario"] == ctx.scenario].reset_index(drop=True)
+    if not df.empty and "policy_version" in df.columns:
+        # Entropy is a property of a learned policy: steps decided by the rule engine (before any
+        # champion, or as a fallback) carry none and would read as perfectly certain.
+        learned = df["policy_version"].astype(str) != "rules"
+        if "fallback" in df.columns:
+            learned &= ~df["fallback"].fillna(False).astype(bool)
+        df = df[learned].reset_index(drop=True)
     missing = {"episode_id", "step", "ts", "action", "action_mask", "entropy"} - set(df.columns)
     if not df.empty and missing:
         raise ValueError(f"trace rows at {uri} lack column(s) {sorted(missing)}; expected the trace record")

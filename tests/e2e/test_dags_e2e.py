@@ -38,7 +38,6 @@ def _xcom(run, task_id: str):
     return ti.xcom_pull(task_ids=task_id)
 
 
-@pytest.mark.slow
 def test_the_loop_through_the_dags(airflow_db: str, rlops_home: Path) -> None:
     from pipeline_steps.context import StepContext
     from pipeline_steps.tracking import CHAMPION, PREVIOUS, policy_model_name
@@ -57,7 +56,7 @@ def test_the_loop_through_the_dags(airflow_db: str, rlops_home: Path) -> None:
     assert list((rlops_home / "data" / "calibrations" / "credit_approval").glob("latest.json"))
 
     # ---- retrain_full: reward model, PPO from scratch, stress, gates → first champion
-    run, states = _run("retrain_full", WHEN, timesteps=300_000, mode="full")
+    run, states = _run("retrain_full", WHEN, timesteps=200_000, mode="full")
     assert str(run.state) == "success", states
     ctx = StepContext.create("credit_approval", "check")
     name = policy_model_name("credit_approval")

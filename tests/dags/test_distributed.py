@@ -1,0 +1,104 @@
+"""The distributed deployment, for real: Airflow 3 with the CeleryExecutor on the local PostgreSQL
+and Redis, a scheduler, a dag-processor, an API server and two Celery workers — one on the
+``default`` queue, one on ``gpu`` — running ``retrain_incremental`` end to end with tiny budgets.
+
+Checks that the run succeeds, that ``train_policy`` ran on the gpu queue's worker and every other
+task on the default queue's, and that MLflow holds the new policy version. Skipped when Postgres
+(127.0.0.1:5432, user postgres, trust auth) or Redis (127.0.0.1:6379) is not reachable;
+``.ci/run`` starts both when they are installed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rlops.config import REPO_ROOT, deep_merge
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # pytest's default import mode adds it too
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from distributed_cluster import AirflowCluster, ClusterError, services_unavailable  # noqa: E402
+
+pytestmark = pytest.mark.distributed
+
+DAG_ID = "retrain_incremental"
+CONF = {"scenario": "credit_approval", "reward_fn_version": "v1", "timesteps": 4000,
+        "mode": "incremental", "dry_run": False}
+# Small enough for 2 CPU cores and a few minutes in all; every step still does its real work.
+TINY: dict[str, Any] = {
+    "train": {"num_envs": 256, "eval_episodes": 200},
+    "evaluate": {"episodes": 800, "bootstrap_samples": 300, "latency_samples": 30},
+    "stress": {"edge_states": 1000, "gaming_episodes": 300, "policy_episodes": 200},
+    "reward_model": {"pairs": 400, "epochs": 5},
+}
+RUN_TIMEOUT_S = 480
+
+
+def _project_env(root: Path, tracking_uri: str) -> dict[str, str]:
+    """rlops settings for every cluster process: its own params file, storage, MLflow, queue DB."""
+    params = deep_merge(yaml.safe_load((REPO_ROOT / "params.yaml").read_text()), TINY)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    return {
+        "RLOPS_PARAMS": str(root / "params.yaml"),
+        "RLOPS_HOME": str(root),
+        "RLOPS_STORAGE_ROOT": f"file://{root / 'data'}",
+        "RLOPS_QUEUE_DB": f"sqlite:///{root / 'queue.db'}",
+        "MLFLOW_TRACKING_URI": tracking_uri,
+        "RLOPS_ARTIFACT_ROOT": os.environ["RLOPS_ARTIFACT_ROOT"],
+    }
+
+
+def test_retrain_on_celery_workers(tmp_path: Path, tmp_tracking: str) -> None:
+    reason = services_unavailable()
+    if reason:
+        pytest.skip(reason)
+    pytest.importorskip("airflow.providers.celery", reason="apache-airflow-providers-celery is not installed")
+
+    cluster = AirflowCluster(home=tmp_path / "airflow", repo=REPO_ROOT,
+                             project_env=_project_env(tmp_path / "rlops", tmp_tracking))
+    run_id = ""
+    try:
+        cluster.prepare()
+        cluster.start_services()
+        default_node = cluster.start_worker("default")
+        gpu_node = cluster.start_worker("gpu")
+        cluster.wait_for_api()
+        cluster.api("POST", "/api/v2/pools", {"name": "gpu", "slots": 1, "description": "GPU training slots"})
+        cluster.wait_for_dag(DAG_ID)
+        run_id = cluster.trigger(DAG_ID, CONF)
+        state = cluster.wait_for_run(DAG_ID, run_id, timeout=RUN_TIMEOUT_S)
+        tis = cluster.task_instances(DAG_ID, run_id)
+        placement = {t: (ti["state"], ti["queue"], ti["hostname"]) for t, ti in tis.items()}
+        if state != "success":
+            print(cluster.task_logs(DAG_ID), cluster.process_logs(), sep="\n")
+        assert state == "success", placement
+
+        # Training ran on the gpu queue, on the worker that serves it (and in its pool) ...
+        train = tis["train_policy"]
+        assert (train["queue"], train["hostname"], train["pool"]) == ("gpu", gpu_node, "gpu"), placement
+        # ... and everything else on the default queue's worker.
+        for task_id, ti in tis.items():
+            if task_id != "train_policy":
+                assert (ti["queue"], ti["hostname"]) == ("default", default_node), placement
+        assert set(tis) == {"validate_conf", "train_policy", "stress_test", "evaluate_and_promote"}
+
+        # The candidate is a new registered version of the scenario's policy in MLflow.
+        trained = cluster.xcom(DAG_ID, run_id, "train_policy")
+        assert trained["model_version"] and trained["worker_host"]
+        from mlflow import MlflowClient
+        versions = MlflowClient(tracking_uri=tmp_tracking).search_model_versions(
+            "name='credit_approval-policy'")
+        assert str(trained["model_version"]) in {str(v.version) for v in versions}
+    except ClusterError:
+        print(cluster.task_logs(DAG_ID), sep="\n")
+        raise
+    finally:
+        strays = cluster.close()
+        if strays:
+            print(f"killed processes that had left their groups: {strays}")
