@@ -5,7 +5,8 @@ Both learn the credit-approval pack (reward v1, sandbox profile) with the same n
 
 * env-steps/s over its training (evaluation time excluded);
 * wall time until its greedy policy reaches 95% of the oracle's mean return on held-out episodes
-  (checked after every rlops iteration / every SB3 rollout, evaluation time excluded).
+  (checked after every update — each rlops iteration, each SB3 rollout + update — evaluation
+  time excluded).
 
 A peer still short of the target at its time cap reports ``null``; the time ratio is then a lower
 bound (cap / rlops time), flagged in the JSON. The whole benchmark stays under 10 minutes.
@@ -95,7 +96,8 @@ def run_sb3(pack: Any, target: float, args: argparse.Namespace) -> dict[str, Any
         def _on_step(self) -> bool:
             return not self.stop and self.train_s() < args.sb3_cap_s
 
-        def _on_rollout_end(self) -> None:
+        def _on_rollout_start(self) -> None:
+            # Called after every update: the policy evaluated is the one training has produced so far.
             s = self.train_s()
             t = time.perf_counter()
             self.ret = _eval(pack, act, args.eval_episodes)

@@ -43,7 +43,7 @@ WORKER_NAME_VAR = "RLOPS_CELERY_HOSTNAME"
 """Environment variable that carries a worker's Celery node name to :func:`worker_hostname`."""
 _REDIS_LOCK = "rlops:distributed-test:lock"
 _ENV_PREFIXES = ("AIRFLOW", "RLOPS_", "MLFLOW_", "AWS_", "PYTHONPATH")
-_FAILED = {"failed", "upstream_failed", "up_for_retry"}
+_FAILED = {"failed", "upstream_failed"}
 
 
 def worker_hostname() -> str:
@@ -138,7 +138,7 @@ class AirflowCluster:
     def env(self, **extra: str) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIXES)}
         pg = f"postgres@{PG_HOST}:{PG_PORT}/{self.db_name}"
-        secret = self._secret("jwt")
+        secret = self._secret("jwt", 32)
         cfg = {
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
@@ -157,7 +157,7 @@ class AirflowCluster:
             # Workers reach the metadata DB only through the API server's execution API, with
             # per-task JWTs the scheduler signs: one shared secret.
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.api_url}/execution/",
-            "AIRFLOW__API_AUTH__JWT_SECRET": secret.hex(),
+            "AIRFLOW__API_AUTH__JWT_SECRET": secret.hex(),  # 64 characters: HS512 wants >= 64
             "AIRFLOW__API__SECRET_KEY": self._secret("api").hex(),
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.api_port),
@@ -313,7 +313,8 @@ class AirflowCluster:
         return json.loads(value) if isinstance(value, str) else value
 
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float) -> str:
-        """Until the run ends (or a task fails / is up for retry, which fails fast); its state."""
+        """Until the run ends (or a task fails for good, which ends the wait early); its state.
+        A task that is up for retry is waited for: retries are part of the DAGs' contract."""
         rid = urllib.request.quote(run_id, safe="")
         state: dict[str, str] = {}
 
@@ -339,6 +340,12 @@ class AirflowCluster:
         raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}\n{self.process_logs(tail=3000)}")
 
     # ---------------------------------------------------------------- logs
+    def tasks_received(self, name: str) -> set[str]:
+        """Task ids a process (``worker-<queue>``) logged as Celery workloads it executed."""
+        text = (self.proc_logs / f"{name}.log").read_text(errors="replace")
+        return {line.split("task_id='", 1)[1].split("'", 1)[0] for line in text.splitlines()
+                if "Executing workload in Celery" in line and "task_id='" in line}
+
     def task_logs(self, dag_id: str, tail: int = 6000) -> str:
         files = sorted((self.home / "logs").glob(f"dag_id={dag_id}/**/*.log"))
         return "\n".join(f"===== {f.relative_to(self.home)}\n{f.read_text(errors='replace')[-tail:]}" for f in files)
@@ -361,6 +368,8 @@ def _kill_strays(marker: str) -> list[str]:
     group. Only processes this cluster started carry its unique ``AIRFLOW_HOME``."""
     needle = b"\0" + marker.encode() + b"\0"
     found: list[int] = []
+    if not Path("/proc").is_dir():  # not Linux: the process groups are all there is
+        return []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == os.getpid():
             continue

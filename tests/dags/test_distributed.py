@@ -87,6 +87,9 @@ def test_retrain_on_celery_workers(tmp_path: Path, tmp_tracking: str) -> None:
             if task_id != "train_policy":
                 assert (ti["queue"], ti["hostname"]) == ("default", default_node), placement
         assert set(tis) == {"validate_conf", "train_policy", "stress_test", "evaluate_and_promote"}
+        # The workers' own logs agree: each executed exactly its queue's tasks.
+        assert cluster.tasks_received("worker-gpu") == {"train_policy"}
+        assert cluster.tasks_received("worker-default") == set(tis) - {"train_policy"}
 
         # The candidate is a new registered version of the scenario's policy in MLflow.
         trained = cluster.xcom(DAG_ID, run_id, "train_policy")
