@@ -26,7 +26,7 @@ class PPOConfig:
     """Discount factor."""
     gae_lambda: float = 0.95
     """λ of generalised advantage estimation."""
-    num_minibatches: int = 4
+    num_minibatches: int = 8
     """Minibatches per epoch (minibatch size = batch size / this)."""
     update_epochs: int = 4
     """Passes over each batch."""

@@ -322,7 +322,8 @@ class AirflowCluster:
             state["run"] = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{rid}")["state"]
             if state["run"] in ("success", "failed"):
                 return True
-            bad = {t: ti["state"] for t, ti in self.task_instances(dag_id, run_id).items() if ti["state"] in _FAILED}
+            tis = self.task_instances(dag_id, run_id)
+            bad = {t: ti["state"] for t, ti in tis.items() if ti["state"] in _FAILED}
             if bad:
                 state["run"] = f"task(s) {bad}"
                 return True
@@ -348,7 +349,8 @@ class AirflowCluster:
 
     def task_logs(self, dag_id: str, tail: int = 6000) -> str:
         files = sorted((self.home / "logs").glob(f"dag_id={dag_id}/**/*.log"))
-        return "\n".join(f"===== {f.relative_to(self.home)}\n{f.read_text(errors='replace')[-tail:]}" for f in files)
+        return "\n".join(f"===== {f.relative_to(self.home)}\n{f.read_text(errors='replace')[-tail:]}"
+                         for f in files)
 
     def process_logs(self, tail: int = 3000) -> str:
         files = sorted(self.proc_logs.glob("*.log")) if self.proc_logs.is_dir() else []

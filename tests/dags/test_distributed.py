@@ -62,7 +62,6 @@ def test_retrain_on_celery_workers(tmp_path: Path, tmp_tracking: str) -> None:
 
     cluster = AirflowCluster(home=tmp_path / "airflow", repo=REPO_ROOT,
                              project_env=_project_env(tmp_path / "rlops", tmp_tracking))
-    run_id = ""
     try:
         cluster.prepare()
         cluster.start_services()
@@ -99,7 +98,7 @@ def test_retrain_on_celery_workers(tmp_path: Path, tmp_tracking: str) -> None:
             "name='credit_approval-policy'")
         assert str(trained["model_version"]) in {str(v.version) for v in versions}
     except ClusterError:
-        print(cluster.task_logs(DAG_ID), sep="\n")
+        print(cluster.task_logs(DAG_ID))
         raise
     finally:
         strays = cluster.close()
