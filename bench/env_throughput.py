@@ -70,7 +70,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0, help="measuring time per configuration")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--sizes", default="1,64,4096")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads; the env is op-overhead bound, one thread avoids the "
+                         "parallel-region cost and leaves the second core to the learner")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     pack = load_pack(args.pack)
     sizes = [int(s) for s in args.sizes.split(",")]
     sps = {}

@@ -3,7 +3,8 @@
 Both learn the credit-approval pack (reward v1, sandbox profile) with the same network width
 (actor and critic 64-64 tanh) on the same device and torch thread count. Reported per peer:
 
-* env-steps/s over its training (evaluation time excluded);
+* env-steps/s over its training (evaluation time excluded; rlops trains until it has reached the
+  target and done ``--rlops-min-steps``, SB3 until the target or its cap);
 * wall time until its greedy policy reaches 95% of the oracle's mean return on held-out episodes
   (checked after every update — each rlops iteration, each SB3 rollout + update — evaluation
   time excluded).
@@ -59,7 +60,8 @@ def run_rlops(pack: Any, target: float, args: argparse.Namespace) -> dict[str, A
         state["ret"] = ret
         if state["hit"] is None and ret >= target:
             state["hit"] = {"s": train_s, "steps": int(m["global_step"]), "return": ret}
-        return train_s > args.rlops_cap_s
+        enough = state["hit"] is not None and m["global_step"] >= args.rlops_min_steps
+        return enough or train_s > args.rlops_cap_s
 
     result = train(cfg, env, on_iteration=on_iteration)
     train_s = time.perf_counter() - state["t0"] - state["eval_s"]
@@ -133,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--num-envs", type=int, default=None, help="rlops envs (default 2048 on CPU, 32768 on CUDA)")
-    p.add_argument("--rlops-timesteps", type=int, default=1_000_000)
+    p.add_argument("--rlops-timesteps", type=int, default=1_000_000, help="PPOConfig.total_timesteps (LR schedule)")
+    p.add_argument("--rlops-min-steps", type=int, default=300_000,
+                   help="rlops keeps training after the target until this many steps (for its steps/s)")
     p.add_argument("--rlops-cap-s", type=float, default=150.0)
     p.add_argument("--sb3-cap-s", type=float, default=330.0)
     p.add_argument("--eval-episodes", type=int, default=4096)

@@ -174,8 +174,7 @@ class CompiledScenario:
     def clamp(self, S: Tensor) -> Tensor:
         """Round integer-like columns and clip every column to its declared range."""
         lo, hi, ints = self.col_min.to(S.device), self.col_max.to(S.device), self.int_cols.to(S.device)
-        S = torch.where(ints, torch.round(S), S)
-        return torch.maximum(torch.minimum(S, hi), lo)
+        return torch.clamp(torch.where(ints, torch.round(S), S), lo, hi)
 
     # ---- masks, effects, termination -----------------------------------------------------------
     def _required(self, a: ActionSpec) -> list[CompiledExpr]:
@@ -258,7 +257,10 @@ class CompiledScenario:
                     v = value(S_next, R).float() if isinstance(value, CompiledExpr) else value
                     new_vals.append((col, v))
                 for col, v in new_vals:
-                    S_next[:, col] = torch.where(cond, v, S_next[:, col])
+                    if isinstance(v, float):  # a constant: one in-place op instead of select + where + copy
+                        S_next[:, col].masked_fill_(cond, v)
+                    else:
+                        S_next[:, col] = torch.where(cond, v, S_next[:, col])
         return S_next
 
     def terminated(self, S_next: Tensor, actions: Tensor, ok: Tensor) -> Tensor:

