@@ -17,9 +17,9 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -28,27 +28,10 @@ from model.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from model.ewc import EWCPenalty, make_ewc, smoothing_kl
 from model.policy import PolicyConfig, PolicyNetwork, gumbel_sample, load_policy, masked_entropy
 from model.ppo_config import PPOConfig, resolve_device
+from rlops.metrics_sink import MetricsSink, NullSink
 from rlops.seeding import seed_everything
 
 log = logging.getLogger(__name__)
-
-
-class MetricsSink(Protocol):
-    """Anything a training loop can report to (an MLflow run handle, a list, nothing)."""
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
-
-    def log_params(self, params: Mapping[str, Any]) -> None: ...
-
-
-class NullSink:
-    """Discards metrics and params."""
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        return None
-
-    def log_params(self, params: Mapping[str, Any]) -> None:
-        return None
 
 
 @dataclass

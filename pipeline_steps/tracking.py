@@ -25,11 +25,12 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rlops.config import resolve_local
+from rlops.metrics_sink import ListSink, MetricsSink, NullSink
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -57,41 +58,10 @@ def reward_fn_model_name(scenario: str) -> str:
 
 
 # --------------------------------------------------------------------------- metric sinks
-@runtime_checkable
-class MetricsTracker(Protocol):
-    """What a training loop needs to report progress."""
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
-
-    def log_params(self, params: Mapping[str, Any]) -> None: ...
-
-
-class NullTracker:
-    """Discards everything (for runs that must not touch MLflow)."""
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        return None
-
-    def log_params(self, params: Mapping[str, Any]) -> None:
-        return None
-
-
-@dataclass
-class ListTracker:
-    """Keeps metric rows (``{"step": …, **metrics}``) and params in memory."""
-
-    rows: list[dict[str, float]] = field(default_factory=list)
-    params: dict[str, Any] = field(default_factory=dict)
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        self.rows.append({"step": step, **{k: float(v) for k, v in metrics.items()}})
-
-    def log_params(self, params: Mapping[str, Any]) -> None:
-        self.params.update(params)
-
-    def series(self, key: str) -> list[float]:
-        """The values logged for ``key``, in logging order."""
-        return [row[key] for row in self.rows if key in row]
+# One protocol for everything a training loop reports to; the names below are this module's API.
+MetricsTracker = MetricsSink
+NullTracker = NullSink
+ListTracker = ListSink
 
 
 # --------------------------------------------------------------------------- records
