@@ -155,6 +155,18 @@ def test_bad_configurations_fail_with_a_clear_message(pack: Any, tmp_path: Path)
             train(PPOConfig(total_timesteps=2048, **{**SMALL, "device": "cuda"}), _env(pack))
 
 
+@pytest.mark.gpu
+def test_training_on_cuda_keeps_env_and_learner_on_the_gpu(pack: Any) -> None:
+    env = pack.make_env(num_envs=4096, reward_version="v1", profile="sandbox", device="cuda", seed=0)
+    cfg = PPOConfig(total_timesteps=4096 * 8 * 3, **{**SMALL, "device": "auto"})
+    r1 = train(cfg, env)
+    r2 = train(cfg, pack.make_env(num_envs=4096, reward_version="v1", profile="sandbox", device="cuda", seed=0))
+    assert next(r1.policy.parameters()).device.type == "cuda"
+    assert r1.history[-1]["illegal_actions"] == 0
+    assert [h["episodic_return"] for h in r1.history] == pytest.approx([h["episodic_return"] for h in r2.history],
+                                                                        rel=1e-4)
+
+
 def _greedy_return(pack: Any, policy: Any, episodes: int) -> Any:
     return evaluate_policy(pack, as_act_fn(policy), episodes=episodes, seed=HELD_OUT_SEED, reward_version="v1",
                            profile="sandbox")
