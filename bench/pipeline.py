@@ -41,7 +41,14 @@ def run_dag(dag_id: str, when: datetime, conf: dict) -> tuple[str, float]:
     dag = DagBag(dag_folder=str(REPO / "dags" / f"{dag_id}.py")).dags[dag_id]
     t0 = time.perf_counter()
     run = dag.test(logical_date=when, run_conf=conf)
-    return str(run.state), time.perf_counter() - t0
+    secs = time.perf_counter() - t0
+    for ti in run.get_task_instances():  # what each task did, so the timing can be trusted
+        out = ti.xcom_pull(task_ids=ti.task_id) if ti.state == "success" else None
+        keys = ("rows_in", "drifted_fields", "retrain", "model_version", "heldout_pairwise_accuracy",
+                "mean_return", "timesteps", "note", "verdict", "promoted", "reason")
+        brief = {k: out[k] for k in keys if isinstance(out, dict) and k in out}
+        print(f"  {dag_id}.{ti.task_id}: {ti.state} {json.dumps(brief, default=str)[:300]}", flush=True)
+    return str(run.state), secs
 
 
 def main() -> None:
