@@ -317,6 +317,8 @@ class CompiledScenario:
                 self._vis.append((self.columns[f.path], self.visible[f.path], fill[f.path]))
                 names.append(f"{f.path}?present")
         names += ["episode.progress", "episode.error"]
+        self._onehot_cols = torch.tensor([c for c, n in self._enum_cols for _ in range(n)], dtype=torch.long)
+        self._onehot_codes = torch.tensor([float(v) for _, n in self._enum_cols for v in range(n)])
         self._num_idx = torch.tensor(self._num_cols, dtype=torch.long)
         self._bool_idx = torch.tensor(self._bool_cols, dtype=torch.long)
         self._num_off = torch.tensor(num_off)
@@ -337,9 +339,11 @@ class CompiledScenario:
                 S_obs[:, col] = torch.where(v, S[:, col], fill)
                 vis_bits.append(v.float())
         parts = [(S_obs.index_select(1, self._num_idx.to(dev)) - self._num_off.to(dev)) * self._num_scale.to(dev)]
-        for col, n in self._enum_cols:
-            # Code + 1 with the first column dropped: code -1 (hidden) is an all-zero block.
-            parts.append(torch.nn.functional.one_hot((S_obs[:, col] + 1).long().clamp(0, n), n + 1)[:, 1:].float())
+        if self._enum_cols:
+            # Every enum's one-hot block in one comparison: feature j is "code of its field == its
+            # value index"; a hidden field (code -1) matches nothing and reads as all zeros.
+            codes = S_obs.index_select(1, self._onehot_cols.to(dev))
+            parts.append((codes == self._onehot_codes.to(dev)).float())
         if self._bool_cols:
             parts.append(S_obs.index_select(1, self._bool_idx.to(dev)))
         if self._vis:

@@ -235,7 +235,6 @@ class BatchedEnv:
     def _autoreset(self, done: Tensor, final_obs: Tensor) -> Tensor:
         """Start the next episode where one ended; return the observation after the reset."""
         self.episodes = self.episodes + done.long()
-        self._ep_key = torch.where(done, seed_key(self.seeds, self.episodes), self._ep_key)
         self.ep_return = torch.where(done, torch.zeros_like(self.ep_return), self.ep_return)
         self.history = torch.where(done.unsqueeze(1), torch.zeros_like(self.history), self.history)
         if self.device.type == "cpu":
@@ -243,12 +242,14 @@ class BatchedEnv:
             idx = done.nonzero().squeeze(1)
             if not idx.numel():
                 return final_obs
+            self._ep_key.index_copy_(0, idx, seed_key(self.seeds[idx], self.episodes[idx]))
             fresh = self.scenario.sample_initial(self._ep_key[idx], self.profile)
             fresh_masks = self.scenario.action_masks(fresh)
             self.S.index_copy_(0, idx, fresh)
             self._masks.index_copy_(0, idx, fresh_masks)
             return final_obs.index_copy(0, idx, self.scenario.encode(fresh, fresh_masks, self.history[idx]))
         # On an accelerator a data-dependent index would synchronise: recompute every row instead.
+        self._ep_key = torch.where(done, seed_key(self.seeds, self.episodes), self._ep_key)
         fresh = self.scenario.sample_initial(self._ep_key, self.profile)
         self.S = torch.where(done.unsqueeze(1), fresh, self.S)
         self._masks = self.scenario.action_masks(self.S)

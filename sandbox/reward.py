@@ -31,6 +31,7 @@ import inspect
 import re
 import sys
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
@@ -98,7 +99,7 @@ class StateView:
         path = f"{self._prefix}{name}"
         col = self._layout.columns.get(path)
         if col is None:
-            if any(p.startswith(path + ".") for p in self._layout.columns):
+            if path in self._layout.groups:
                 return StateView(self._S, self._layout, path + ".")
             raise AttributeError(f"unknown state field '{path}'")
         kind, values = self._layout.kinds[path]
@@ -121,6 +122,11 @@ class StateView:
 class ColumnLayout:
     columns: dict[str, int]
     kinds: dict[str, tuple[str, tuple[str, ...]]]
+
+    @cached_property
+    def groups(self) -> frozenset[str]:
+        """Every dotted prefix that names a group of fields (``user_profile``, ``a.b``…)."""
+        return frozenset(p.rsplit(".", k)[0] for p in self.columns for k in range(1, p.count(".") + 1))
 
 
 @dataclass
