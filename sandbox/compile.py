@@ -190,11 +190,20 @@ class CompiledScenario:
 
     def action_masks(self, S: Tensor) -> Tensor:
         """Legal actions ``[N, A]``: precondition holds and every required field is present."""
+        # Actions often share a precondition ("still pending") and required fields: evaluate
+        # each distinct expression once per call.
+        memo: dict[str, Tensor] = {}
+
+        def ev(e: CompiledExpr) -> Tensor:
+            if e.source not in memo:
+                memo[e.source] = e(S)
+            return memo[e.source]
+
         cols = []
         for pre, req in zip(self.preconditions, self.required):
-            m = pre(S)
+            m = ev(pre)
             for r in req:
-                m = m & r(S)
+                m = m & ev(r)
             cols.append(m)
         return torch.stack(cols, dim=1)
 
