@@ -324,7 +324,7 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--episodes", type=int, default=None, help="held-out episodes (default: params)")
         if cmd == "promote":
             p.add_argument("--staged", action="store_true",
-                           help="roll out as challenger (5% → 15% → 100%) instead of switching at once")
+                           help="roll out as challenger (5%% → 15%% → 100%%) instead of switching at once")
         p.set_defaults(func=cmd_evaluate if cmd == "evaluate" else cmd_promote)
     p = sub.add_parser("rollback", help="point the champion back at the previous version")
     add_common_args(p)
