@@ -4,7 +4,8 @@
 MaskablePPO looks for). ``ScenarioVectorEnv`` exposes the batched environment as a
 ``gymnasium.vector.VectorEnv`` with same-step autoreset (the final observation is in
 ``infos["final_obs"]``). An action outside the mask is not executed: the state stays as it was,
-the reward is 0 and ``info["illegal_action"]`` is True.
+``info["illegal_action"]`` is True, and the reward is what the reward function gives a step that
+did nothing (for the credit pack, the per-step handling cost).
 """
 
 from __future__ import annotations
