@@ -11,19 +11,15 @@ is logged to MLflow.
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import dag, task
 
-from rlops.dag_defaults import DEFAULT_ARGS, START_DATE, dag_params
+from rlops.dag_defaults import dag_settings
 
 
 @dag(
     dag_id="drift_monitor",
     schedule="@hourly",
-    start_date=START_DATE,
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    params=dag_params(),
     tags=["rlops", "monitoring"],
     doc_md=__doc__,
+    **dag_settings(),
 )
 def drift_monitor():
     @task

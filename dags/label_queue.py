@@ -9,19 +9,15 @@ reward model at the next `retrain_full`.
 
 from airflow.sdk import dag, task
 
-from rlops.dag_defaults import DEFAULT_ARGS, START_DATE, dag_params
+from rlops.dag_defaults import dag_settings
 
 
 @dag(
     dag_id="label_queue",
     schedule="@hourly",
-    start_date=START_DATE,
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    params=dag_params(),
     tags=["rlops", "labelling"],
     doc_md=__doc__,
+    **dag_settings(),
 )
 def label_queue():
     @task

@@ -12,19 +12,15 @@ Conf: `scenario`, `reward_fn_version`, `timesteps`, `mode`, `dry_run`.
 
 from airflow.sdk import dag, task
 
-from rlops.dag_defaults import DEFAULT_ARGS, GPU_POOL, GPU_QUEUE, START_DATE, dag_params
+from rlops.dag_defaults import GPU_POOL, GPU_QUEUE, dag_settings
 
 
 @dag(
     dag_id="retrain_full",
     schedule="@hourly",
-    start_date=START_DATE,
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    params=dag_params(timesteps=300_000, mode="full"),
     tags=["rlops", "training", "full"],
     doc_md=__doc__,
+    **dag_settings(timesteps=300_000, mode="full"),
 )
 def retrain_full():
     @task

@@ -10,19 +10,15 @@ the pack's `live` simulation profile instead. Re-running an interval overwrites 
 
 from airflow.sdk import dag, task
 
-from rlops.dag_defaults import DEFAULT_ARGS, START_DATE, dag_params
+from rlops.dag_defaults import dag_settings
 
 
 @dag(
     dag_id="trace_capture",
     schedule="*/15 * * * *",
-    start_date=START_DATE,
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    params=dag_params(),
     tags=["rlops", "data"],
     doc_md=__doc__,
+    **dag_settings(),
 )
 def trace_capture():
     @task

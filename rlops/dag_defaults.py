@@ -45,3 +45,10 @@ def dag_params(timesteps: int = 200_000, mode: str = "full") -> dict[str, Param]
                       description="train from scratch or warm-start from the champion"),
         "dry_run": Param(False, type="boolean", description="report what would change, write nothing"),
     }
+
+
+def dag_settings(timesteps: int = 200_000, mode: str = "full") -> dict[str, Any]:
+    """What every rlops DAG shares: start date, no catch-up, one run at a time, retries with
+    backoff and the typed params. Each DAG file adds its id, schedule, tags and doc."""
+    return {"start_date": START_DATE, "catchup": False, "max_active_runs": 1, "default_args": DEFAULT_ARGS,
+            "params": dag_params(timesteps=timesteps, mode=mode)}
