@@ -91,6 +91,10 @@ class CompiledScenario:
         for f in spec.fields:
             if f.visible_when is not None:
                 self.visible[f.path] = self._expr(f.visible_when, BOOL, f.line, f"{f.path}.visible_when")
+        random_fields = [f.path for f in spec.fields if InitSampler.is_random(f.init) or any(
+            InitSampler.is_random(sh.init[f.path]) for p in spec.profiles.values() for sh in p.population
+            if f.path in sh.init)]
+        self.draw_slots = {path: k for k, path in enumerate(random_fields)}
         self.init = InitSampler(self, {})
         self.profiles = {name: self._compile_profile(p) for name, p in spec.profiles.items()}
         self.preconditions = [self._expr(a.precondition, BOOL, a.line, f"actions.{a.name}.precondition")
@@ -150,7 +154,7 @@ class CompiledScenario:
                 segment = torch.where((u >= acc) & (u < acc + prob), torch.full_like(segment, k), segment)
                 acc += prob
         S[:, self.columns["episode.segment"]] = segment
-        R = StepRandom(combine(key, 0x1A17), 2 * len(self.spec.fields))
+        R = StepRandom(combine(key, 0x1A17), 2 * max(len(self.draw_slots), 1))
         U = R.block()
         Z = standard_normal(U[:, 0::2], U[:, 1::2]).double()
         self.init.write_vector(S, U, Z)
@@ -168,7 +172,6 @@ class CompiledScenario:
                 elif base is not None and col in prog["shift_vector_cols"][k - 1]:
                     value = torch.where(segment == k, S[:, col], value)
             S[:, col] = value
-        S[:, self.columns["episode.last_action"]] = 0.0
         return self.clamp(S)
 
     def clamp(self, S: Tensor) -> Tensor:

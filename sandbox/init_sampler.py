@@ -4,7 +4,8 @@ Fields whose initial distribution has constant parameters (the common case) are 
 one block of uniforms, one Box–Muller transform and a handful of ops for all of them, whatever
 their number. Fields whose parameters are expressions over earlier fields (``bernoulli`` with an
 expression ``p``, ``expr`` inits) are then evaluated one by one in declaration order.
-Field ``k`` always owns random draw ids ``2k`` and ``2k + 1``.
+Every field drawn at random (in the base state or in any population shift) owns a draw slot
+``k`` — random draw ids ``2k`` and ``2k + 1`` — so constant fields cost no hashing.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ _CONST, _NORMAL, _LOGNORMAL, _UNIFORM = 0, 1, 2, 3
 @dataclass
 class _VectorPart:
     cols: Tensor       # state columns
-    draws: Tensor      # field index k (draw ids 2k, 2k+1)
+    draws: Tensor      # the field's draw slot k (draw ids 2k, 2k+1)
     kind: Tensor
     p1: Tensor
     p2: Tensor
@@ -54,10 +55,11 @@ class InitSampler:
                 raise ExprError(f"field '{path}' is used before it is initialised (declare it earlier)")
             return None
 
-        for k, f in enumerate(scn.spec.fields):
+        for f in scn.spec.fields:
             init = overrides.get(f.path, f.init)
             if only is None or f.path in only:
                 col = scn.columns[f.path]
+                k = scn.draw_slots.get(f.path, 0)  # fields drawn at random own slot k: ids 2k, 2k+1
                 v = self._vector_form(f, init)
                 if v is not None:
                     vec.append((col, k, *v))
@@ -70,6 +72,10 @@ class InitSampler:
                                   torch.tensor(p2, dtype=torch.float64), torch.tensor(iu, dtype=torch.bool))
 
     # ---- compile --------------------------------------------------------------------------------
+    @staticmethod
+    def is_random(init: InitSpec) -> bool:
+        return init.dist is not None
+
     @staticmethod
     def _vector_form(f: FieldSpec, init: InitSpec) -> tuple[int, float, float, bool] | None:
         if init.expr is not None:

@@ -37,21 +37,22 @@ def seed_key(seeds: Tensor, episodes: Tensor) -> Tensor:
     """Key of one episode of one instance: a hash of its seed (any int64) and episode counter."""
     lo = seeds & M32
     hi = (seeds >> 32) & M32
-    return combine(combine(mix32(lo), hi), episodes & M32)
+    # One avalanche over an odd-weighted combination (mod 2**32) of the three 32-bit parts.
+    return mix32((lo * 0x9E3779B1 + hi * 0x85EBCA77 + (episodes & M32) * 0xC2B2AE3D) & M32)
 
 
 def state_hash(S: Tensor, col_weights: Tensor) -> Tensor:
     """A hash of each row of the float32 state tensor: its bit patterns, weighted, summed, mixed."""
-    # Signed 32-bit patterns times weights below 2**24 stay far inside int64; the low 32 bits of
-    # the sum are the same as for the unsigned patterns.
-    bits = S.contiguous().view(torch.int32).to(torch.int64)
-    return mix32((bits * col_weights).sum(dim=1) & M32)
+    # Products and the row sum wrap around in int32: arithmetic modulo 2**32 is exact and
+    # order-free, so a row hashes the same in any batch size, on any device.
+    bits = S.contiguous().view(torch.int32)
+    return mix32((bits * col_weights).sum(dim=1, dtype=torch.int32).to(torch.int64) & M32)
 
 
 def column_weights(n_cols: int, device: torch.device | str = "cpu") -> Tensor:
-    """Odd weights below 2**24 so that the weighted sum of 32-bit values fits in int64."""
+    """Odd int32 weights (below 2**24), one per state column, for :func:`state_hash`."""
     idx = torch.arange(n_cols, dtype=torch.int64, device=device)
-    return (mix32(idx + 12345) & 0xFFFFFF) | 1
+    return ((mix32(idx + 12345) & 0xFFFFFF) | 1).to(torch.int32)
 
 
 class StepRandom:
