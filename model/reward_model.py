@@ -98,6 +98,16 @@ class PreferencePairs:
                                self.rejected_outcomes[idx], pick(self.chosen_value), pick(self.rejected_value),
                                self.n_actions)
 
+    @classmethod
+    def cat(cls, parts: "list[PreferencePairs]") -> "PreferencePairs":
+        """One set of pairs from several (true values kept only when every part has them)."""
+        def join(name: str) -> Tensor | None:
+            vals = [getattr(p, name) for p in parts]
+            return None if any(v is None for v in vals) else torch.cat(vals)
+        return cls(*(join(f) for f in ("states", "chosen", "rejected", "chosen_outcomes", "rejected_outcomes",
+                                       "chosen_value", "rejected_value")),
+                   n_actions=max(p.n_actions for p in parts))
+
 
 @dataclass
 class RewardDataset:

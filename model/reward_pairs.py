@@ -200,9 +200,7 @@ def build_preference_pairs(pack: Any, n_pairs: int, seed: int = 0, reward_versio
     if not chunks:
         raise ValueError("no state with two or more legal actions was visited; the scenario offers no choices "
                          "to build preference pairs from")
-    return PreferencePairs(*(torch.cat([getattr(c, f) for c in chunks]) for f in
-                             ("states", "chosen", "rejected", "chosen_outcomes", "rejected_outcomes",
-                              "chosen_value", "rejected_value")), n_actions=chunks[0].n_actions)
+    return PreferencePairs.cat(chunks)
 
 
 def collect_reward_dataset(pack: Any, episodes: int, seed: int = 0, reward_version: str | None = None,

@@ -23,20 +23,6 @@ if TYPE_CHECKING:
     from sandbox.pack import Pack
 
 
-def _concat_pairs(a: "PreferencePairs", b: "PreferencePairs") -> "PreferencePairs":
-    import torch
-
-    from model.reward_model import PreferencePairs
-
-    def cat(x: Any, y: Any) -> Any:
-        return None if x is None or y is None else torch.cat([x, y])
-    return PreferencePairs(torch.cat([a.states, b.states]), torch.cat([a.chosen, b.chosen]),
-                           torch.cat([a.rejected, b.rejected]), torch.cat([a.chosen_outcomes, b.chosen_outcomes]),
-                           torch.cat([a.rejected_outcomes, b.rejected_outcomes]),
-                           cat(a.chosen_value, b.chosen_value), cat(a.rejected_value, b.rejected_value),
-                           max(a.n_actions, b.n_actions))
-
-
 def human_pairs(ctx: StepContext, pack: "Pack") -> "PreferencePairs | None":
     """Pairs from the label queue's finished labels (None when there are none)."""
     from pipeline_steps.label_queue import QueueConfig, labels_as_pairs, store_for
@@ -52,7 +38,7 @@ def human_pairs(ctx: StepContext, pack: "Pack") -> "PreferencePairs | None":
 def train_reward_model_step(ctx: StepContext, reward_version: str | None = None, pairs: int | None = None
                             ) -> dict[str, Any]:
     """Build pairs, train, log and register; returns the version and its held-out metrics."""
-    from model.reward_model import RewardModelConfig, save_reward_model, train_reward_model
+    from model.reward_model import PreferencePairs, RewardModelConfig, save_reward_model, train_reward_model
     from model.reward_pairs import build_preference_pairs
     from pipeline_steps.tracking import reward_model_name
 
@@ -70,7 +56,7 @@ def train_reward_model_step(ctx: StepContext, reward_version: str | None = None,
     data = build_preference_pairs(pack, n_pairs, seed=seed, reward_version=label)
     labelled = human_pairs(ctx, pack)
     if labelled is not None:
-        data = _concat_pairs(data, labelled)
+        data = PreferencePairs.cat([data, labelled])
     cfg = RewardModelConfig.from_params(section, seed=seed)
     model, metrics = train_reward_model(cfg, data)
     name = reward_model_name(ctx.scenario)
