@@ -14,7 +14,7 @@ scenario's rule engine as the fallback.
     executor.execute(decision.action, state)
 
 * The policies are the registered versions behind the aliases ``champion`` and ``challenger``
-  of ``<scenario>-policy`` (MLflow pyfunc models, see ``pipeline_steps/pyfunc_policy.py``),
+  of ``<scenario>-policy`` (MLflow pyfunc models, see ``pipeline_steps/infra/pyfunc_policy.py``),
   downloaded and loaded once (and again on :meth:`PolicyClient.refresh`).
 * A request goes to the challenger when a stable hash of its ``key`` (e.g. the user id) falls
   below the challenger's traffic fraction: the model version tag ``traffic_fraction`` written

@@ -3,7 +3,7 @@
 A simulated labeller (the credit pack's oracle: the decision with the highest expected return
 given the applicant's true default probability) labels states chosen two ways from the same pool
 of traces, and a reward model (``model.reward_model``, Bradley–Terry on "labelled action ≻ every
-other legal action" pairs from :func:`pipeline_steps.label_queue.labels_as_pairs`) is trained on
+other legal action" pairs from :func:`pipeline_steps.labels.step.labels_as_pairs`) is trained on
 each label set:
 
 * **active** — the label queue's selection: states clustered by k-means, clusters ranked by mean
@@ -36,8 +36,8 @@ import torch
 
 from model.policy import PolicyConfig, PolicyNetwork
 from model.reward_model import RewardModelConfig, pairwise_accuracy, train_reward_model
-from pipeline_steps.label_queue import QueueConfig
-from pipeline_steps.label_select import labels_as_pairs, queue_items, select_uncertain
+from pipeline_steps.labels.step import QueueConfig
+from pipeline_steps.labels.select import labels_as_pairs, queue_items, select_uncertain
 from sandbox.pack import Pack, load_pack
 from sandbox.policies import load_oracle
 from sandbox.traces import rollout_traces

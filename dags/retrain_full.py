@@ -12,7 +12,7 @@ Conf: `scenario`, `reward_fn_version`, `timesteps`, `mode`, `dry_run`.
 
 from airflow.sdk import dag, task
 
-from rlops.dag_defaults import GPU_POOL, GPU_QUEUE, dag_settings
+from pipeline_steps.orchestration.settings import GPU_POOL, GPU_QUEUE, dag_settings
 
 
 @dag(
@@ -25,27 +25,27 @@ from rlops.dag_defaults import GPU_POOL, GPU_QUEUE, dag_settings
 def retrain_full():
     @task
     def validate_conf(**context) -> dict:
-        from pipeline_steps import tasks
+        from pipeline_steps.orchestration import tasks
         return tasks.validate_conf(context["params"], context)
 
     @task
     def train_reward_model(conf: dict) -> dict:
-        from pipeline_steps import tasks
+        from pipeline_steps.orchestration import tasks
         return tasks.train_reward_model(conf)
 
     @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=1)
     def train_policy(conf: dict, reward_model: dict) -> dict:
-        from pipeline_steps import tasks
+        from pipeline_steps.orchestration import tasks
         return tasks.train_policy(conf, mode="full")
 
     @task
     def stress_test(conf: dict, trained: dict) -> dict:
-        from pipeline_steps import tasks
+        from pipeline_steps.orchestration import tasks
         return tasks.stress_test(conf, trained)
 
     @task
     def evaluate_and_promote(conf: dict, trained: dict, stressed: dict) -> dict:
-        from pipeline_steps import tasks
+        from pipeline_steps.orchestration import tasks
         return tasks.evaluate_and_promote(conf, trained, stressed)
 
     conf = validate_conf()

@@ -10,7 +10,7 @@ the pack's `live` simulation profile instead. Re-running an interval overwrites 
 
 from airflow.sdk import dag, task
 
-from rlops.dag_defaults import dag_settings
+from pipeline_steps.orchestration.settings import dag_settings
 
 
 @dag(
@@ -23,12 +23,12 @@ from rlops.dag_defaults import dag_settings
 def trace_capture():
     @task
     def validate_conf(**context) -> dict:
-        from pipeline_steps import tasks
+        from pipeline_steps.orchestration import tasks
         return tasks.validate_conf(context["params"], context)
 
     @task
     def capture(conf: dict) -> dict:
-        from pipeline_steps import tasks
+        from pipeline_steps.orchestration import tasks
         return tasks.capture(conf)
 
     capture(validate_conf())

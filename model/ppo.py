@@ -28,8 +28,8 @@ from model.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from model.ewc import EWCPenalty, make_ewc, smoothing_kl
 from model.policy import PolicyConfig, PolicyNetwork, gumbel_sample, load_policy, masked_entropy
 from model.ppo_config import PPOConfig, resolve_device
-from rlops.metrics_sink import MetricsSink, NullSink
-from rlops.seeding import seed_everything
+from common.metrics_sink import MetricsSink, NullSink
+from common.seeding import seed_everything
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_DRIFT = 0, 1, 2, 3
-
-
-class UserError(Exception):
-    """Bad input from the user: printed as one paragraph, exit code 2, no traceback."""
+from common.errors import ExitCode, RlopsError
 
 
 def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
@@ -27,6 +23,8 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlops", description="Train, test and promote agent decision "
                                      "policies with reinforcement learning.")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for register in _registrars():
         register(sub)
@@ -38,13 +36,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Progress bars of artifact downloads drown the step summaries on a terminal.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    from sandbox.errors import PackError
-    from rlops.config import ConfigError
     try:
         return int(args.func(args) or 0)
-    except (PackError, ConfigError, UserError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    except RlopsError as exc:
+        if args.debug:
+            raise
+        hint = f" ({exc.hint})" if exc.hint else ""
+        print(f"error: {exc}{hint}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an internal error: a short message, the traceback only on request
+        if args.debug:
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc} (rerun with `rlops --debug ...` for "
+              "the traceback)", file=sys.stderr)
+        return int(ExitCode.FAILED)
 
 
 if __name__ == "__main__":

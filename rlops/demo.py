@@ -21,7 +21,7 @@ import warnings
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from rlops.config import load_params, resolve_local
+from common.config import load_params, resolve_local
 
 STEPS = 8
 
@@ -37,14 +37,14 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def run(scenario: str | None = None) -> int:
-    from pipeline_steps.capture_step import capture_step
-    from pipeline_steps.context import StepContext
-    from pipeline_steps.drift_check import drift_check
-    from pipeline_steps.evaluate import promote
-    from pipeline_steps.recalibrate import recalibrate
-    from pipeline_steps.reward_model_step import train_reward_model_step
-    from pipeline_steps.stress_test import stress_test
-    from pipeline_steps.train import train_policy
+    from pipeline_steps.capture.step import capture_step
+    from pipeline_steps.infra.context import StepContext
+    from pipeline_steps.drift.check import drift_check
+    from pipeline_steps.promotion.evaluate import promote
+    from pipeline_steps.drift.calibrate import recalibrate
+    from pipeline_steps.training.reward_model import train_reward_model_step
+    from pipeline_steps.stress.step import stress_test
+    from pipeline_steps.training.policy import train_policy
     from sandbox.pack import load_pack
 
     params = load_params()

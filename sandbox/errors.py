@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.errors import UserError
+
 
 @dataclass
-class PackError(Exception):
+class PackError(UserError):
     """A scenario pack that cannot be loaded. Nothing of the pack is returned when this is raised."""
 
     file: str

@@ -59,7 +59,7 @@ def _version_key(label: str) -> tuple[int, str]:
 
 
 def load_pack(path: str | Path, calibration: dict[str, Any] | None = None, check_liveness: bool = True) -> Pack:
-    """Load and validate a pack folder. ``calibration`` (see :mod:`pipeline_steps.recalibrate`)
+    """Load and validate a pack folder. ``calibration`` (see :mod:`pipeline_steps.drift.calibrate`)
     replaces field initial distributions and simulation profiles before compiling."""
     root = Path(path)
     if not root.is_dir():

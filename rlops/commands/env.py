@@ -97,7 +97,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from rlops.cli import UserError
+    from common.errors import UserError
     from sandbox.pack import load_pack
     from sandbox.policies import random_policy, rule_policy
     from sandbox.traces import rollout_traces

@@ -7,16 +7,16 @@ import importlib
 
 # (module, function) pairs; each function takes the subparsers object and adds its commands.
 _STEP_CLIS: list[tuple[str, str]] = [
-    ("pipeline_steps.capture_step", "add_cli"),        # trace-capture
-    ("pipeline_steps.drift_report", "add_cli"),        # drift-detect
-    ("pipeline_steps.drift_check", "add_cli"),         # drift-check
-    ("pipeline_steps.recalibrate", "add_cli"),         # recalibrate
-    ("pipeline_steps.label_queue", "add_cli"),         # label-queue run|export|import
-    ("pipeline_steps.reward_model_step", "add_cli"),   # train-reward-model
-    ("pipeline_steps.train", "add_cli"),               # train, train-status
-    ("pipeline_steps.stress_test", "add_cli"),         # stress-test
-    ("pipeline_steps.evaluate", "add_cli"),            # evaluate, promote, rollback
-    ("pipeline_steps.audit", "add_cli"),               # replay, audit
+    ("pipeline_steps.capture.step", "add_cli"),        # trace-capture
+    ("pipeline_steps.drift.report", "add_cli"),        # drift-detect
+    ("pipeline_steps.drift.check", "add_cli"),         # drift-check
+    ("pipeline_steps.drift.calibrate", "add_cli"),         # recalibrate
+    ("pipeline_steps.labels.step", "add_cli"),         # label-queue run|export|import
+    ("pipeline_steps.training.reward_model", "add_cli"),   # train-reward-model
+    ("pipeline_steps.training.policy", "add_cli"),               # train, train-status
+    ("pipeline_steps.stress.step", "add_cli"),         # stress-test
+    ("pipeline_steps.promotion.evaluate", "add_cli"),            # evaluate, promote, rollback
+    ("pipeline_steps.audit.replay", "add_cli"),               # replay, audit
 ]
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rlops.config import REPO_ROOT, deep_merge
+from common.config import REPO_ROOT, deep_merge
 
 # Budgets small enough for 2 CPU cores, large enough that the steps do real work.
 TINY: dict[str, Any] = {

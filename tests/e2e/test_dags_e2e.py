@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rlops.config import REPO_ROOT
+from common.config import REPO_ROOT
 
 WHEN = datetime(2026, 11, 30, 5, 0, tzinfo=timezone.utc)
 CONF = {"scenario": "credit_approval", "reward_fn_version": "v1", "dry_run": False}
@@ -39,8 +39,8 @@ def _xcom(run, task_id: str):
 
 
 def test_the_loop_through_the_dags(airflow_db: str, rlops_home: Path) -> None:
-    from pipeline_steps.context import StepContext
-    from pipeline_steps.tracking import CHAMPION, PREVIOUS, policy_model_name
+    from pipeline_steps.infra.context import StepContext
+    from pipeline_steps.infra.registry import CHAMPION, PREVIOUS, policy_model_name
 
     # ---- trace_capture: simulated live traffic lands in the trace store, validated
     run, states = _run("trace_capture", WHEN)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlops.config import REPO_ROOT, deep_merge
+from common.config import REPO_ROOT, deep_merge
 
 STAGES = ["validate", "capture", "drift", "recalibrate", "reward_model", "train", "stress", "evaluate"]
 

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from model.policy import PolicyConfig, PolicyNetwork, save_policy
-from pipeline_steps.audit import audit, audit_clusters, replay
-from pipeline_steps.audit import main as audit_main
-from pipeline_steps.context import StepContext
-from pipeline_steps.trace_states import error_flags, mask_matrix, normalized_entropy, observations_from_traces
-from rlops.config import load_params
+from pipeline_steps.audit.replay import audit, audit_clusters, replay
+from pipeline_steps.audit.replay import main as audit_main
+from pipeline_steps.infra.context import StepContext
+from pipeline_steps.infra.trace_states import error_flags, mask_matrix, normalized_entropy, observations_from_traces
+from common.config import load_params
 from sandbox.pack import Pack, load_pack
 from sandbox.policies import random_policy, rule_policy
 from sandbox.traces import rollout_traces
@@ -142,7 +142,7 @@ def test_audit_step_writes_html_and_logs(credit: Pack, tmp_path: Path, tmp_track
     assert body["meta"]["policy_version"] == "9" and len(body["clusters"]) == out["clusters"] <= 4
     with pytest.raises(ValueError, match="no trace rows"):
         audit(ctx, policy_version="nope")
-    from pipeline_steps.tracking import Tracker
+    from pipeline_steps.infra.registry import Tracker
     tr = Tracker(tmp_tracking, "credit_approval")
     assert tr.client.list_artifacts(out["run_id"], "audit")
     assert body["meta"]["traces_uri"].endswith("scenario=credit_approval")

@@ -14,14 +14,14 @@ import pandas as pd
 import pytest
 
 from data_contracts import trace_contract
-from pipeline_steps.capture import (
+from pipeline_steps.capture.core import (
     capture_landing_zone,
     landing_files,
     run_key_for,
     validate_rows,
     write_trace_partitions,
 )
-from pipeline_steps.storage import Storage
+from pipeline_steps.infra.storage import Storage
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = "credit_approval"
@@ -269,8 +269,8 @@ def test_memory_stays_bounded_on_a_million_rows(tmp_path):
         from datetime import datetime, timedelta, timezone
         sys.path.insert(0, {str(REPO)!r})
         from data_contracts import trace_contract
-        from pipeline_steps.capture import capture_landing_zone
-        from pipeline_steps.storage import Storage
+        from pipeline_steps.capture.core import capture_landing_zone
+        from pipeline_steps.infra.storage import Storage
         n, root = int(sys.argv[1]), sys.argv[2]
         start = datetime(2026, 1, 5, 10, tzinfo=timezone.utc)
         folder = f"{{root}}/landing/scenario=s/date=2026-01-05/hour=10"
@@ -298,7 +298,7 @@ def test_memory_stays_bounded_on_a_million_rows(tmp_path):
 
 
 def test_cli_and_explicit_run_key(zone, contract, monkeypatch, capsys, tmp_path):
-    from pipeline_steps.capture import main
+    from pipeline_steps.capture.core import main
     spec = tmp_path / "contract.json"
     spec.write_text(json.dumps({"actions": ACTIONS, "state_fields": FIELDS}))
     monkeypatch.setenv("RLOPS_STORAGE_ROOT", f"file://{tmp_path}")

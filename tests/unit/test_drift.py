@@ -14,10 +14,10 @@ import scipy.stats
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline_steps.drift import (MISSING, DriftReport, _kstwo_sf, benjamini_hochberg,
+from pipeline_steps.drift.stats import (MISSING, DriftReport, _kstwo_sf, benjamini_hochberg,
                                   default_fields, detect_drift, ks_pvalue, ks_statistic)
-from pipeline_steps.drift_report import main as drift_main
-from pipeline_steps.drift_report import render_html, run_drift
+from pipeline_steps.drift.report import main as drift_main
+from pipeline_steps.drift.report import render_html, run_drift
 
 
 def same_p(ours: float, ref: float) -> bool:
@@ -255,8 +255,8 @@ def test_run_drift_writes_reports_and_logs_to_mlflow(tmp_storage_root: str,
                                                      tmp_tracking: str) -> None:
     from mlflow import MlflowClient
 
-    from pipeline_steps.storage import Storage
-    from rlops.config import load_params
+    from pipeline_steps.infra.storage import Storage
+    from common.config import load_params
 
     params = load_params()
     storage = Storage.from_params(params)
@@ -287,8 +287,8 @@ def test_run_drift_writes_reports_and_logs_to_mlflow(tmp_storage_root: str,
 
 def test_run_drift_reads_and_writes_s3(moto_bucket: str,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline_steps.storage import Storage
-    from rlops.config import load_params
+    from pipeline_steps.infra.storage import Storage
+    from common.config import load_params
 
     monkeypatch.setenv("RLOPS_STORAGE_ROOT", f"{moto_bucket}/root")
     params = load_params()
@@ -304,8 +304,8 @@ def test_run_drift_reads_and_writes_s3(moto_bucket: str,
 
 
 def test_cli_exit_codes(tmp_storage_root: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from pipeline_steps.storage import Storage
-    from rlops.config import load_params
+    from pipeline_steps.infra.storage import Storage
+    from common.config import load_params
 
     storage = Storage.from_params(load_params())
     b, t = _frames()

@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline_steps.context import StepContext
-from pipeline_steps.tracking import Tracker, policy_model_name
-from rlops.config import REPO_ROOT, deep_merge
+from pipeline_steps.infra.context import StepContext
+from pipeline_steps.infra.registry import Tracker, policy_model_name
+from common.config import REPO_ROOT, deep_merge
 
 SCENARIO = "credit_approval"
 NAME = policy_model_name(SCENARIO)
@@ -91,7 +91,7 @@ def make_ctx(run_key: str = RUN_KEY, dry_run: bool = False, **evaluate: Any) -> 
 
 
 def register(ctx: StepContext, pack: Any, policy: Any, **tags: Any) -> str:
-    from pipeline_steps.train import register_policy
+    from pipeline_steps.training.policy import register_policy
     with ctx.tracker.start_run("test-policy") as run, tempfile.TemporaryDirectory() as tmp:
         return register_policy(ctx, run, pack, policy, {"mode": "full", **tags}, Path(tmp))
 
@@ -102,7 +102,7 @@ def aliases(ctx: StepContext) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- statistics
 def test_paired_bootstrap_and_tests() -> None:
-    from pipeline_steps.gates import paired_bootstrap, two_proportion_z, welch_greater
+    from pipeline_steps.promotion.gates import paired_bootstrap, two_proportion_z, welch_greater
     rng = np.random.default_rng(0)
     d = rng.normal(0.3, 1.0, 2000)
     mean, lo, hi = paired_bootstrap(d, 1000, 0.95, seed=1)
@@ -118,7 +118,7 @@ def test_paired_bootstrap_and_tests() -> None:
 
 # --------------------------------------------------------------------------- promotion
 def test_good_candidate_beats_bad_champion_and_is_promoted(pack: Any, good: Any, approve_all: Any) -> None:
-    from pipeline_steps.evaluate import promote
+    from pipeline_steps.promotion.evaluate import promote
     ctx = make_ctx()
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
@@ -139,7 +139,7 @@ def test_good_candidate_beats_bad_champion_and_is_promoted(pack: Any, good: Any,
     assert {"gates.json", "gates.html"} <= arts
     assert ctx.tracker.model_version_tags(NAME, cand)["eval_passed"] == "true"
     # rollback puts the old champion back
-    from pipeline_steps.evaluate import rollback
+    from pipeline_steps.promotion.evaluate import rollback
     rb = rollback(make_ctx())
     assert rb["champion"] == bad_v and aliases(ctx) == {"champion": bad_v}
 
@@ -147,7 +147,7 @@ def test_good_candidate_beats_bad_champion_and_is_promoted(pack: Any, good: Any,
 def test_worse_candidate_fails_and_champion_stays(pack: Any, good: Any, approve_all: Any,
                                                   capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline_steps.evaluate import add_cli
+    from pipeline_steps.promotion.evaluate import add_cli
     ctx = make_ctx()
     champ = register(ctx, pack, good)
     ctx.tracker.set_alias(NAME, "champion", champ)
@@ -156,7 +156,7 @@ def test_worse_candidate_fails_and_champion_stays(pack: Any, good: Any, approve_
     add_cli(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["promote", "--candidate", cand, "--json", "--run-key", RUN_KEY])
     # the CLI builds its context from params; give it the test's overrides
-    import pipeline_steps.evaluate as ev
+    import pipeline_steps.promotion.evaluate as ev
     monkeypatch.setattr(ev, "context_from_args", lambda a: make_ctx())
     assert args.func(args) == 1
     res = json.loads(capsys.readouterr().out)
@@ -166,7 +166,7 @@ def test_worse_candidate_fails_and_champion_stays(pack: Any, good: Any, approve_
 
 
 def test_first_champion_is_judged_against_the_rule_engine(pack: Any, good: Any) -> None:
-    from pipeline_steps.evaluate import evaluate_candidate, promote
+    from pipeline_steps.promotion.evaluate import evaluate_candidate, promote
     ctx = make_ctx(min_improvement=-0.15, segment_tolerance=0.3)
     cand = register(ctx, pack, good)
     dry = evaluate_candidate(make_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand)
@@ -186,7 +186,7 @@ def _closed_port() -> int:
 
 def test_mlflow_unreachable_during_the_move_leaves_champion(pack: Any, good: Any, approve_all: Any,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    import pipeline_steps.evaluate as ev
+    import pipeline_steps.promotion.evaluate as ev
     ctx = make_ctx()
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
@@ -211,7 +211,7 @@ def test_mlflow_unreachable_during_the_move_leaves_champion(pack: Any, good: Any
 
     def flaky(self: Tracker, name: str, alias: str, version: str) -> None:
         if alias == "champion" and version == cand:
-            from pipeline_steps.tracking import TrackingError
+            from pipeline_steps.infra.registry import TrackingError
             raise TrackingError("connection reset")
         orig_set(self, name, alias, version)
     monkeypatch.setattr(Tracker, "set_alias", flaky)
@@ -221,7 +221,7 @@ def test_mlflow_unreachable_during_the_move_leaves_champion(pack: Any, good: Any
 
 def test_nan_reward_and_failed_stress_test_block_promotion(pack: Any, good: Any, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline_steps.evaluate import promote
+    from pipeline_steps.promotion.evaluate import promote
     from sandbox.pack import load_pack
     # a pack copy whose reward v2 yields NaN for low credit scores
     scen = tmp_path / "scenarios" / SCENARIO
@@ -249,7 +249,7 @@ def test_nan_reward_and_failed_stress_test_block_promotion(pack: Any, good: Any,
 
 
 def test_staged_rollout_advances_5_15_100(pack: Any, good: Any, approve_all: Any) -> None:
-    from pipeline_steps.evaluate import promote
+    from pipeline_steps.promotion.evaluate import promote
     ctx = make_ctx(episodes=300)
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
@@ -266,8 +266,8 @@ def test_staged_rollout_advances_5_15_100(pack: Any, good: Any, approve_all: Any
 
 
 def test_live_ab_traffic_feeds_gates(pack: Any, good: Any, approve_all: Any) -> None:
-    from pipeline_steps.evaluate import evaluate_candidate
-    from pipeline_steps.storage import partition_path
+    from pipeline_steps.promotion.evaluate import evaluate_candidate
+    from pipeline_steps.infra.storage import partition_path
     ctx = make_ctx(ab_min_episodes=50)
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
@@ -295,7 +295,7 @@ def test_live_ab_traffic_feeds_gates(pack: Any, good: Any, approve_all: Any) -> 
 
 
 def test_bad_input_is_reported(pack: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from pipeline_steps.evaluate import evaluate_candidate, rollback
+    from pipeline_steps.promotion.evaluate import evaluate_candidate, rollback
     ctx = make_ctx()
     with pytest.raises(ValueError, match="no version '42'"):
         evaluate_candidate(ctx, "42")

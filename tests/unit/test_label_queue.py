@@ -15,11 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline_steps.context import StepContext
-from pipeline_steps.label_queue import QueueConfig, label_queue_export, label_queue_import, label_queue_run
-from pipeline_steps.label_select import kmeans, labels_as_imitation_batch, labels_as_pairs, select_uncertain
-from pipeline_steps.label_store import LabelStore
-from rlops.config import load_params
+from pipeline_steps.infra.context import StepContext
+from pipeline_steps.labels.step import QueueConfig, label_queue_export, label_queue_import, label_queue_run
+from pipeline_steps.labels.select import kmeans, labels_as_imitation_batch, labels_as_pairs, select_uncertain
+from pipeline_steps.labels.store import LabelStore
+from common.config import load_params
 from sandbox.pack import Pack, load_pack
 from sandbox.policies import rule_policy
 from sandbox.traces import rollout_traces
@@ -180,8 +180,8 @@ def test_dry_run_writes_nothing(credit: Pack, tmp_path: Path) -> None:
 
 
 def test_computations_are_reachable_from_the_step_module() -> None:
-    import pipeline_steps.label_queue as lq
-    import pipeline_steps.label_select as ls
+    import pipeline_steps.labels.step as lq
+    import pipeline_steps.labels.select as ls
     assert lq.labels_as_pairs is ls.labels_as_pairs and lq.select_uncertain is ls.select_uncertain
     with pytest.raises(AttributeError):
         lq.no_such_name  # noqa: B018

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from agent_sdk.policy_client import ObservationEncoder, PolicyClient, StateError, hash_fraction
-from pipeline_steps.context import StepContext
-from pipeline_steps.tracking import policy_model_name
-from rlops.config import REPO_ROOT
+from pipeline_steps.infra.context import StepContext
+from pipeline_steps.infra.registry import policy_model_name
+from common.config import REPO_ROOT
 
 SCENARIO = "credit_approval"
 NAME = policy_model_name(SCENARIO)
@@ -46,7 +46,7 @@ def preference_policy(pack: Any, prefs: dict[str, float]) -> Any:
 
 
 def register(pack: Any, policy: Any, **tags: Any) -> str:
-    from pipeline_steps.train import register_policy
+    from pipeline_steps.training.policy import register_policy
     ctx = StepContext.create(run_key="20260105T1000")
     with ctx.tracker.start_run("test-policy") as run, tempfile.TemporaryDirectory() as tmp:
         return register_policy(ctx, run, pack, policy, {"mode": "full", **tags}, Path(tmp))

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from scipy.stats import ks_2samp
 
-from pipeline_steps.context import StepContext
-from pipeline_steps.recalibrate import PROFILE, RecalConfig, fit_calibration, fit_field, initial_values, recalibrate
-from rlops.config import load_params
+from pipeline_steps.infra.context import StepContext
+from pipeline_steps.drift.calibrate import PROFILE, RecalConfig, fit_calibration, fit_field, initial_values, recalibrate
+from common.config import load_params
 from sandbox.pack import Pack, load_pack
 from sandbox.policies import rule_policy
 from sandbox.traces import rollout_traces
@@ -87,7 +87,7 @@ def test_step_writes_a_version_that_load_pack_uses(credit: Pack, live_traces: pd
     assert ks_after < 0.7 * ks_before, (ks_before, ks_after)  # one normal vs a two-population mix
     assert pack.scenario.spec.profiles[PROFILE].error_rates["sms"] == pytest.approx(0.037, abs=0.01)
 
-    from pipeline_steps.tracking import Tracker
+    from pipeline_steps.infra.registry import Tracker
     runs = Tracker(tmp_tracking, "credit_approval").client.search_runs(
         [Tracker(tmp_tracking, "credit_approval").experiment_id], "tags.`rlops.step` = 'recalibrate'")
     assert len(runs) == 1 and "user_profile.age.mean" in runs[0].data.params

@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline_steps.storage import (Storage, StorageError, StorageNotFoundError, get_storage,
+from pipeline_steps.infra.storage import (Storage, StorageError, StorageNotFoundError, get_storage,
                                     normalize_uri, partition_path)
-from rlops.config import load_params
+from common.config import load_params
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -111,7 +111,7 @@ def test_local_atomic_write_leaves_no_temp_files(tmp_storage_root: str,
 
     def boom(src: str, dst: str) -> None:
         raise OSError("disk full")
-    monkeypatch.setattr("pipeline_steps.storage.os.replace", boom)
+    monkeypatch.setattr("pipeline_steps.infra.storage.os.replace", boom)
     with pytest.raises(StorageError, match="disk full"):
         storage.write_bytes(uri, b"new")
     monkeypatch.undo()

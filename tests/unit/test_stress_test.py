@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline_steps.stress_checks import edge_states, field_edges, perturbed_pack, STRESS_PROFILE
-from pipeline_steps.stress_test import StressConfig, main, stress_reward_fn
+from pipeline_steps.stress.checks import edge_states, field_edges, perturbed_pack, STRESS_PROFILE
+from pipeline_steps.stress.step import StressConfig, main, stress_reward_fn
 from sandbox.pack import Pack, load_pack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,7 +127,7 @@ def test_perturbed_pack_scales_latency_errors_and_segment(credit: Pack) -> None:
 
 def _register_random_policy(tracking_uri: str, scenario: str, pack: Pack, tmp_path: Path) -> str:
     from model.policy import PolicyConfig, PolicyNetwork, save_policy
-    from pipeline_steps.tracking import Tracker, policy_model_name
+    from pipeline_steps.infra.registry import Tracker, policy_model_name
     torch.manual_seed(0)
     folder = tmp_path / "policy"
     save_policy(PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout)), folder)
@@ -154,8 +154,8 @@ def fast_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_step_writes_report_logs_and_tags_policy(credit: Pack, tmp_path: Path, tmp_tracking: str,
                                                  tmp_storage_root: str, fast_params: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from pipeline_steps.storage import Storage
-    from pipeline_steps.tracking import Tracker, policy_model_name
+    from pipeline_steps.infra.storage import Storage
+    from pipeline_steps.infra.registry import Tracker, policy_model_name
     version = _register_random_policy(tmp_tracking, "credit_approval", credit, tmp_path)
     code = main(["--scenario", str(CREDIT), "--reward-fn", "v1", "--policy-version", version,
                  "--run-key", "20261130T0500", "--json"])

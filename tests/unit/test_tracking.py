@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_steps.tracking import (ListTracker, MetricsTracker, NullTracker, Tracker,
+from pipeline_steps.infra.registry import (ListTracker, MetricsTracker, NullTracker, Tracker,
                                      TrackingError, policy_model_name, reward_fn_model_name,
                                      reward_model_name)
-from rlops.config import load_params
+from common.config import load_params
 
 SCENARIO = "credit_approval"
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from pipeline_steps.context import StepContext
-from pipeline_steps.tracking import policy_model_name, reward_fn_model_name
-from rlops.config import REPO_ROOT, deep_merge
+from pipeline_steps.infra.context import StepContext
+from pipeline_steps.infra.registry import policy_model_name, reward_fn_model_name
+from common.config import REPO_ROOT, deep_merge
 
 SCENARIO = "credit_approval"
 NAME = policy_model_name(SCENARIO)
@@ -47,7 +47,7 @@ def test_full_run_registers_lineage_and_a_servable_pyfunc(tmp_tracking: str, tmp
                                                           tmp_path: Path, pack: Any) -> None:
     import mlflow.pyfunc
     from agent_sdk.policy_client import ObservationEncoder
-    from pipeline_steps.train import train_policy, train_status
+    from pipeline_steps.training.policy import train_policy, train_status
     ctx = make_ctx(tmp_path)
     res = train_policy(ctx, "full", timesteps=TINY)
     assert res["mode"] == "full" and res["parent_champion"] is None and not res["reused"]
@@ -86,7 +86,7 @@ def test_full_run_registers_lineage_and_a_servable_pyfunc(tmp_tracking: str, tmp
 
 def test_incremental_without_champion_trains_full_and_says_so(tmp_tracking: str, tmp_storage_root: str,
                                                               tmp_path: Path) -> None:
-    from pipeline_steps.train import train_policy
+    from pipeline_steps.training.policy import train_policy
     res = train_policy(make_ctx(tmp_path), "incremental", timesteps=TINY)
     assert res["requested_mode"] == "incremental" and res["mode"] == "full"
     assert "no champion" in res["note"] and res["parent_champion"] is None
@@ -96,7 +96,7 @@ def test_incremental_without_champion_trains_full_and_says_so(tmp_tracking: str,
 def test_incremental_warm_starts_from_the_champion(tmp_tracking: str, tmp_storage_root: str,
                                                    tmp_path: Path, ewc_lambda: float) -> None:
     from model.policy import load_policy
-    from pipeline_steps.train import download_policy, train_policy
+    from pipeline_steps.training.policy import download_policy, train_policy
     ctx = make_ctx(tmp_path, run_key="20260105T1000")
     first = train_policy(ctx, "full", timesteps=TINY)
     ctx.tracker.set_alias(NAME, "champion", first["model_version"])
@@ -116,8 +116,8 @@ def test_incremental_warm_starts_from_the_champion(tmp_tracking: str, tmp_storag
 
 def test_resume_continues_from_the_last_checkpoint(tmp_tracking: str, tmp_storage_root: str,
                                                    tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import pipeline_steps.train as train_mod
-    from pipeline_steps.train import train_policy
+    import pipeline_steps.training.policy as train_mod
+    from pipeline_steps.training.policy import train_policy
     register = train_mod.register_policy
 
     def crash(*a: Any, **kw: Any) -> Any:
@@ -133,7 +133,7 @@ def test_resume_continues_from_the_last_checkpoint(tmp_tracking: str, tmp_storag
 def test_dry_run_writes_nothing(tmp_tracking: str, tmp_storage_root: str, tmp_path: Path,
                                 capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from mlflow import MlflowClient
-    from pipeline_steps.train import add_cli
+    from pipeline_steps.training.policy import add_cli
     params = tmp_path / "params.yaml"
     params.write_text((REPO_ROOT / "params.yaml").read_text() + f"\nlocal_dir: {tmp_path / 'local'}\n")
     monkeypatch.setenv("RLOPS_PARAMS", str(params))

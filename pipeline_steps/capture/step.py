@@ -1,0 +1,153 @@
+"""``rlops trace-capture``: one interval of traces into the validated trace store.
+
+Two sources, one contract:
+
+* **landing zone** (production): the JSON-lines files live agents wrote through
+  ``agent_sdk.Tracer`` for the interval are compacted by :func:`capture_landing_zone`;
+* **simulation** (no live agent yet, demos, shadow runs): the ``champion`` policy (or the pack's
+  rule engine while there is none) runs in a named simulation profile, ``live`` by default, and a
+  ``sample_rate`` fraction of its episodes is recorded, as a live sampler would.
+
+Either way every row is validated against the scenario's trace contract (Great Expectations);
+rows that break it go to quarantine with their reason, and rows in = accepted + quarantined.
+The interval is the run key's start plus ``capture.interval_minutes``; its files are named after
+the run key, so a re-run overwrites them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline_steps.infra.context import StepContext
+
+if TYPE_CHECKING:
+    from sandbox.pack import Pack
+    from sandbox.traces import TracePolicy
+
+
+def interval_of(ctx: StepContext) -> tuple[datetime, datetime]:
+    """``[start, end)`` of the run key (``YYYYmmddTHHMM``); other keys mean the last interval."""
+    minutes = int(ctx.section("capture").get("interval_minutes", 15))
+    try:
+        start = datetime.strptime(ctx.run_key[:13], "%Y%m%dT%H%M").replace(tzinfo=timezone.utc)
+    except ValueError:
+        now = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+        start = now - timedelta(minutes=minutes)
+    return start, start + timedelta(minutes=minutes)
+
+
+def contract_for(pack: "Pack") -> Any:
+    from data_contracts.schema import trace_contract
+    return trace_contract(pack.name, pack.scenario.action_names, pack.scenario.spec.fields)
+
+
+def champion_trace_policy(ctx: StepContext, pack: "Pack") -> tuple["TracePolicy", str]:
+    """The champion as a tracing policy (sampled actions with logp/entropy/value), or the rule
+    engine when no champion is registered yet."""
+    from sandbox.policies import rule_policy
+    try:
+        from pipeline_steps.training.policy import champion_policy
+        version, policy = champion_policy(ctx, Path(tempfile.mkdtemp(prefix="rlops-champion-")))
+    except Exception as exc:  # noqa: BLE001 - a registry outage must not stop capture
+        ctx.extra.setdefault("warnings", []).append(f"champion unavailable ({exc}); traced the rule engine")
+        version, policy = None, None
+    if policy is None:
+        return rule_policy, "rules"
+    import torch
+    gen = torch.Generator().manual_seed(int(ctx.params.get("seed", 0)))
+
+    def act(env: Any) -> Any:
+        out = policy.act(env.observe(), deterministic=False, generator=gen)
+        return out.action, {"logp": out.logp, "entropy": out.entropy, "value": out.value}
+    return act, f"{ctx.scenario}-policy/{version}"
+
+
+def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int | None = None,
+                 sample_rate: float | None = None, profile: str | None = None) -> dict[str, Any]:
+    """Capture the run key's interval. ``simulate=None`` uses the landing zone when it has files
+    for the interval and falls back to simulation when ``capture.simulate_when_empty`` is on."""
+    from pipeline_steps.capture.core import capture_landing_zone, landing_files, store_uris
+    cfg = ctx.section("capture")
+    pack = ctx.load_pack()
+    landing, traces, quarantine = store_uris(ctx.params, ctx.storage)
+    start, end = interval_of(ctx)
+    has_files = bool(landing_files(ctx.storage, landing, ctx.scenario, start, end))
+    if simulate is None:
+        simulate = not has_files and bool(cfg.get("simulate_when_empty", True))
+    base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "interval": [start.isoformat(), end.isoformat()],
+            "dry_run": ctx.dry_run}
+    if not simulate:
+        res = capture_landing_zone(ctx.storage, landing, traces, ctx.scenario, contract_for(pack), start, end,
+                                   chunk_rows=int(cfg.get("chunk_rows", 100_000)), dry_run=ctx.dry_run,
+                                   quarantine_root_uri=quarantine, run_key=ctx.run_key)
+        return {**base, "source": "landing_zone", **_counts(res.rows_in, res.rows_accepted, res.rows_quarantined),
+                "partitions": res.partitions, "quarantine_uri": res.quarantine_uri}
+    return {**base, **simulate_capture(ctx, pack, traces, quarantine, start,
+                                       int(episodes or cfg.get("episodes", 2000)),
+                                       float(sample_rate if sample_rate is not None else cfg.get("sample_rate", 1.0)),
+                                       profile or cfg.get("profile") or _live_profile(pack))}
+
+
+def _live_profile(pack: "Pack") -> str:
+    return "live" if "live" in pack.scenario.profiles else pack.scenario.spec.default_profile
+
+
+def _counts(rows_in: int, accepted: int, quarantined: int) -> dict[str, int]:
+    if rows_in != accepted + quarantined:  # the invariant every capture keeps
+        raise RuntimeError(f"capture lost rows: {rows_in} in, {accepted} accepted, {quarantined} quarantined")
+    return {"rows_in": rows_in, "rows_accepted": accepted, "rows_quarantined": quarantined}
+
+
+def simulate_capture(ctx: StepContext, pack: "Pack", traces: str, quarantine: str, start: datetime,
+                     episodes: int, sample_rate: float, profile: str) -> dict[str, Any]:
+    from pipeline_steps.capture.core import validate_rows, write_quarantine_partitions, write_trace_partitions
+    from sandbox.traces import rollout_traces
+    if profile not in pack.scenario.profiles:
+        raise ValueError(f"capture profile '{profile}': pack {pack.name} has {sorted(pack.scenario.profiles)}")
+    policy, version = champion_trace_policy(ctx, pack)
+    seed = int(start.timestamp()) // 60  # each interval sees other applicants
+    df = rollout_traces(pack, policy, episodes, seed=seed, profile=profile,
+                        reward_version=str(ctx.params.get("reward_fn_version") or "v1"), policy_version=version,
+                        source="live" if profile == "live" else "sandbox", start_ts=start, sample_rate=sample_rate)
+    contract = contract_for(pack)
+    accepted, quarantined = validate_rows(df, contract)
+    parts = write_trace_partitions(ctx.storage, accepted, traces, ctx.run_key, contract=contract,
+                                   dry_run=ctx.dry_run)
+    qparts = write_quarantine_partitions(ctx.storage, quarantined, quarantine, ctx.scenario, ctx.run_key,
+                                         fallback_ts=start, dry_run=ctx.dry_run) if len(quarantined) else []
+    return {"source": f"simulation:{profile}", "policy_version": version, "episodes": episodes,
+            "sample_rate": sample_rate, **_counts(len(df), len(accepted), len(quarantined)),
+            "partitions": parts, "quarantine_partitions": qparts, "warnings": ctx.extra.get("warnings", [])}
+
+
+def add_cli(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("trace-capture", help="landing zone (or simulated champion traffic) → validated trace store")
+    p.add_argument("--scenario", default=None)
+    p.add_argument("--run-key", default=None, help="interval start YYYYmmddTHHMM (default: now)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--simulate", dest="simulate", action="store_true", default=None,
+                     help="run the champion in a simulation profile instead of reading the landing zone")
+    src.add_argument("--landing-zone", dest="simulate", action="store_false")
+    p.add_argument("--episodes", type=int, default=None)
+    p.add_argument("--sample-rate", type=float, default=None)
+    p.add_argument("--profile", default=None)
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    ctx = StepContext.create(args.scenario, args.run_key, args.dry_run)
+    res = capture_step(ctx, args.simulate, args.episodes, args.sample_rate, args.profile)
+    if args.json:
+        print(json.dumps(res, indent=2, default=str))
+    else:
+        verb = "would write" if ctx.dry_run else "wrote"
+        print(f"{res['source']}: {res['rows_in']} rows in, {res['rows_accepted']} accepted, "
+              f"{res['rows_quarantined']} quarantined; {verb} {len(res['partitions'])} partition file(s)")
+    return 0

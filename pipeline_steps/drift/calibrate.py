@@ -1,0 +1,303 @@
+"""``rlops recalibrate --traces URI``: make the sandbox look like live traffic.
+
+Fields
+    Every observed field whose initial distribution has constant parameters is refitted by
+    maximum likelihood within its declared family: normal → mean/std, lognormal → mean/sigma of
+    the log, uniform → min/max, categorical → frequencies, bernoulli → rate. The values are the
+    fields' *initial* values: step-0 rows of live episodes for fields an action can change, and
+    the first row where the field is visible for fields no action changes (the credit score only
+    appears once the report is fetched, but it never changes). Fields with fewer than
+    ``min_rows`` values keep their declared distribution (reported as skipped).
+
+Simulation
+    Latency jitter: the residual ``latency_ms − declared mean latency of the action`` has mean
+    ``(lo + hi) / 2`` and variance ``(hi − lo)² / 12 + E[declared std²]``; solving these two
+    moment equations gives the jitter range. Per-API error rates: for the rows of actions
+    calling an API, ``1 − (1 − observed rate) / (1 − the actions' own error rate)``.
+
+Output
+    ``calibrations/<scenario>/<version>.json`` (version = run key; a re-run overwrites it) and
+    ``latest.json``. Fitted field initial distributions apply to **every** profile (an initial
+    distribution belongs to the scenario, not to a profile; profiles with population shifts
+    still apply them on top). The fitted simulation is a profile named ``calibrated`` (replacing
+    an earlier one), based on the pack's default profile without population shifts, since the
+    fitted fields already carry the live population mix. Train with ``profile="calibrated"``.
+    The calibration also records the fit and a check: KS statistics (total-variation distance
+    for categorical fields) of sandbox initial states against live before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from pipeline_steps.infra.cli_common import add_common_args, context_from_args
+
+if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: registering the CLI stays light
+    import numpy as np
+    import pandas as pd
+
+    from pipeline_steps.infra.context import StepContext
+    from sandbox.pack import Pack
+    from sandbox.spec import FieldSpec
+
+PROFILE = "calibrated"
+
+
+@dataclass(frozen=True)
+class RecalConfig:
+    """The ``recalibrate:`` block of params."""
+
+    min_rows: int = 30
+    source: str | None = "live"
+    window_hours: float | None = None
+    check_samples: int = 20_000
+    seed: int = 7
+
+    @classmethod
+    def from_section(cls, cfg: dict[str, Any]) -> "RecalConfig":
+        unknown = sorted(set(cfg) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"params recalibrate: unknown key(s) {unknown} (expected {sorted(cls.__dataclass_fields__)})")
+        return cls(**{k: v for k, v in cfg.items() if v is not None or k in ("source", "window_hours")})
+
+
+# --------------------------------------------------------------------------- field fits
+def fittable(f: "FieldSpec") -> bool:
+    """Observed, and initialised from a distribution whose parameters are constants."""
+    if not f.observed or f.init.dist is None:
+        return False
+    params = f.init.params
+    if f.init.dist == "categorical":
+        probs = params["probs"]
+        vals = probs.values() if isinstance(probs, dict) else probs
+        return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in params.values())
+
+
+def changed_by_actions(pack: "Pack") -> set[str]:
+    return {target for a in pack.scenario.spec.actions for e in a.effects for target in e.set}
+
+
+def initial_values(pack: "Pack", df: pd.DataFrame, path: str, changed: bool) -> np.ndarray:
+    """A field's initial value per episode (see module docstring); NaNs dropped."""
+    import numpy as np
+    import pandas as pd
+
+    from pipeline_steps.infra.trace_states import STATE_PREFIX, field_values
+    col = STATE_PREFIX + path
+    if col not in df.columns:
+        return np.zeros(0)
+    vals = field_values(pack, path, df[col])
+    frame = pd.DataFrame({"e": df["episode_id"].to_numpy(), "s": pd.to_numeric(df["step"]).to_numpy(), "v": vals})
+    frame = frame[frame["s"] == 0] if changed else frame.dropna(subset=["v"])
+    first = frame.sort_values(["e", "s"], kind="stable").drop_duplicates("e")
+    return first["v"].dropna().to_numpy(np.float64)
+
+
+def fit_field(f: "FieldSpec", x: np.ndarray) -> dict[str, Any]:
+    """The MLE init spec of ``f``'s declared family from values ``x`` (enum codes, bools 0/1)."""
+    import numpy as np
+    dist = f.init.dist
+    if dist == "normal":
+        return {"dist": "normal", "mean": float(x.mean()), "std": max(float(x.std()), 1e-6)}
+    if dist == "lognormal":
+        logs = np.log(x[x > 0])
+        if logs.size == 0:
+            raise ValueError(f"field {f.path}: no positive values to fit a lognormal")
+        return {"dist": "lognormal", "mean": float(logs.mean()), "sigma": max(float(logs.std()), 1e-6)}
+    if dist == "uniform":
+        return {"dist": "uniform", "low": float(x.min()), "high": float(x.max())}
+    if dist == "categorical":
+        counts = np.bincount(x.astype(np.int64), minlength=len(f.values))[:len(f.values)]
+        return {"dist": "categorical", "probs": {v: float(c) / float(counts.sum()) for v, c in zip(f.values, counts)}}
+    if dist == "bernoulli":
+        return {"dist": "bernoulli", "p": float(x.mean())}
+    raise ValueError(f"field {f.path}: cannot fit distribution {dist!r}")
+
+
+def declared(f: "FieldSpec") -> dict[str, Any]:
+    return {"dist": f.init.dist, **{k: (dict(v) if isinstance(v, dict) else v) for k, v in f.init.params.items()}}
+
+
+# --------------------------------------------------------------------------- simulation fits
+def fit_simulation(pack: "Pack", df: pd.DataFrame, min_rows: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(profile, fit details)``: the ``calibrated`` profile and what it was fitted from."""
+    import numpy as np
+    import pandas as pd
+
+    from pipeline_steps.infra.trace_states import action_codes, error_flags
+    spec = pack.scenario.spec
+    base = spec.profiles[spec.default_profile]
+    codes = action_codes(pack, df["action"])
+    lat_mean = np.array([a.latency_mean_ms for a in spec.actions])[codes]
+    lat_var = (np.array([a.latency_std_ms for a in spec.actions]) ** 2)[codes]
+    latency = pd.to_numeric(df.get("latency_ms"), errors="coerce").to_numpy(np.float64) \
+        if "latency_ms" in df.columns else np.full(len(df), np.nan)
+    ok = np.isfinite(latency)
+    jitter = list(base.latency_jitter_ms)
+    details: dict[str, Any] = {"latency_rows": int(ok.sum())}
+    if ok.sum() >= min_rows:
+        r = latency[ok] - lat_mean[ok]
+        center = float(r.mean())
+        width = math.sqrt(12.0 * max(float(r.var()) - float(lat_var[ok].mean()), 0.0))
+        lo = max(0.0, center - width / 2)
+        jitter = [lo, max(lo, center + width / 2)]
+        details.update(residual_mean_ms=center, residual_std_ms=float(r.std()))
+    err = error_flags(df["error"]) if "error" in df.columns else np.zeros(len(df), dtype=bool)
+    own_rate = np.array([a.error_rate for a in spec.actions])[codes]
+    apis = np.array([a.api or "" for a in spec.actions], dtype=object)[codes]
+    rates = dict(base.error_rates)
+    per_api: dict[str, Any] = {}
+    for api in sorted({a.api for a in spec.actions if a.api}):
+        rows = apis == api
+        n = int(rows.sum())
+        if n < min_rows:
+            per_api[api] = {"rows": n, "skipped": f"fewer than {min_rows} rows"}
+            continue
+        observed = float(err[rows].mean())
+        own = float(own_rate[rows].mean())
+        rates[api] = float(np.clip(1.0 - (1.0 - observed) / max(1.0 - own, 1e-9), 0.0, 1.0))
+        per_api[api] = {"rows": n, "observed_rate": observed, "api_rate": rates[api]}
+    details["error_rates"] = per_api
+    profile = {"description": "fitted to live traces by rlops recalibrate",
+               "latency_jitter_ms": {"min": float(jitter[0]), "max": float(jitter[1])},
+               "error_rates": {k: float(v) for k, v in rates.items()}}
+    return profile, details
+
+
+# --------------------------------------------------------------------------- the calibration
+def live_rows(df: pd.DataFrame, source: str | None) -> pd.DataFrame:
+    if source and "source" in df.columns:
+        df = df[df["source"] == source]
+    return df.reset_index(drop=True)
+
+
+def fit_calibration(pack: "Pack", df: pd.DataFrame, cfg: RecalConfig) -> dict[str, Any]:
+    """The calibration dict (``fields``, ``simulation``, ``fit``) from live trace rows."""
+    if df.empty:
+        raise ValueError(f"no {cfg.source or ''} trace rows to recalibrate from".replace("  ", " "))
+    missing = {"episode_id", "step", "action"} - set(df.columns)
+    if missing:
+        raise ValueError(f"trace rows lack column(s) {sorted(missing)}; expected the trace record")
+    changed = changed_by_actions(pack)
+    fields, fit, skipped = {}, {}, {}
+    for f in pack.scenario.spec.fields:
+        if not fittable(f):
+            continue
+        x = initial_values(pack, df, f.path, f.path in changed)
+        if x.size < cfg.min_rows:
+            skipped[f.path] = f"{x.size} initial values (< min_rows {cfg.min_rows})"
+            continue
+        fields[f.path] = fit_field(f, x)
+        fit[f.path] = {"n": int(x.size), "declared": declared(f), "fitted": fields[f.path]}
+    profile, sim = fit_simulation(pack, df, cfg.min_rows)
+    return {"fields": fields, "simulation": {"profiles": {PROFILE: profile}},
+            "fit": {"fields": fit, "skipped": skipped, "simulation": sim, "rows": len(df),
+                    "episodes": int(df["episode_id"].nunique())}}
+
+
+def check_calibration(before: "Pack", before_profile: str, after: "Pack", df: pd.DataFrame,
+                      fitted: list[str], samples: int = 20_000, seed: int = 7) -> dict[str, dict[str, float]]:
+    """Distance of sandbox initial states to live initial values, before and after, per field:
+    KS statistic for numbers, total-variation distance for enums and bools."""
+    import numpy as np
+    import torch
+    from scipy.stats import ks_2samp
+    key = torch.arange(samples, dtype=torch.int64) * 7919 + seed
+    S_before = before.scenario.sample_initial(key, before_profile)
+    S_after = after.scenario.sample_initial(key, PROFILE)
+    changed = changed_by_actions(before)
+    out = {}
+    for path in fitted:
+        f = before.scenario.fields[path]
+        live = initial_values(before, df, path, path in changed)
+        col = before.scenario.columns[path]
+        b, a = S_before[:, col].double().numpy(), S_after[:, col].double().numpy()
+        if f.type in ("enum", "bool"):
+            k = len(f.values) if f.type == "enum" else 2
+            share = lambda v: np.bincount(v.astype(np.int64), minlength=k)[:k] / max(v.size, 1)  # noqa: E731
+            dist = lambda u, v: 0.5 * float(np.abs(share(u) - share(v)).sum())  # noqa: E731
+            out[path] = {"metric": "tv", "before": dist(b, live), "after": dist(a, live)}
+        else:
+            out[path] = {"metric": "ks", "before": float(ks_2samp(b, live).statistic),
+                         "after": float(ks_2samp(a, live).statistic)}
+    return out
+
+
+def active_profile(pack: "Pack") -> str:
+    return PROFILE if PROFILE in pack.scenario.profiles else pack.scenario.spec.default_profile
+
+
+def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, Any]:
+    """Fit, check and write a new calibration version; returns a summary."""
+    from pipeline_steps.infra.trace_states import read_traces, run_key_window, trace_store_uri
+    from sandbox.pack import load_pack
+    cfg = RecalConfig.from_section(ctx.section("recalibrate"))
+    uri = traces_uri or trace_store_uri(ctx)
+    window = run_key_window(ctx.run_key, cfg.window_hours) if cfg.window_hours else None
+    df = live_rows(read_traces(ctx.storage, uri, window), cfg.source)
+    if "scenario" in df.columns:
+        df = df[df["scenario"] == ctx.scenario].reset_index(drop=True)
+    written = ctx.load_pack(calibration=None)
+    current = ctx.load_pack()
+    cal = fit_calibration(written, df, cfg)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    cal.update(version=ctx.run_key, scenario=ctx.scenario, created=now, traces_uri=uri)
+    after = load_pack(ctx.pack_dir, calibration=cal, check_liveness=False)
+    cal["check"] = check_calibration(current, active_profile(current), after, df, list(cal["fields"]),
+                                     cfg.check_samples, cfg.seed)
+    version_uri = ctx.uri("calibrations", ctx.scenario, f"{ctx.run_key}.json")
+    latest_uri = ctx.uri("calibrations", ctx.scenario, "latest.json")
+    result = {"version": ctx.run_key, "calibration_uri": version_uri, "latest_uri": latest_uri,
+              "rows": len(df), "fields": sorted(cal["fields"]), "skipped": cal["fit"]["skipped"],
+              "profile": PROFILE, "simulation": cal["simulation"]["profiles"][PROFILE],
+              "check": cal["check"], "dry_run": ctx.dry_run, "run_id": None}
+    if ctx.dry_run:
+        return result
+    ctx.storage.write_json(version_uri, cal)
+    ctx.storage.write_json(latest_uri, cal)
+    with ctx.tracker.start_run("recalibrate", tags={"rlops.step": "recalibrate", "rlops.run_key": ctx.run_key,
+                                                    "calibration_version": ctx.run_key}) as run:
+        flat = {f"{path}.{k}": v for path, spec in cal["fields"].items() for k, v in spec.items() if k != "dist"}
+        flat.update({f"sim.{k}": v for k, v in result["simulation"].items() if k != "description"})
+        run.log_params({**flat, "traces_uri": uri, "calibration_uri": version_uri})
+        run.log_metrics({f"{m}_{when}/{p}": v[when] for p, v in cal["check"].items()
+                         for when in ("before", "after") for m in [v["metric"]]} | {"rows": float(len(df))}, step=0)
+        run.log_dict(cal, f"calibration/{ctx.run_key}.json")
+        result["run_id"] = run.run_id
+    return result
+
+
+def add_cli(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("recalibrate", help="fit the sandbox's field distributions and simulation to live traces")
+    add_common_args(p)
+    p.add_argument("--traces", help="live trace parquet file or folder (default: the scenario's trace store)")
+    p.set_defaults(func=cmd_recalibrate)
+
+
+def cmd_recalibrate(args: argparse.Namespace) -> int:
+    from common.errors import UserError
+    ctx = context_from_args(args)
+    try:
+        result = recalibrate(ctx, args.traces)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UserError(f"recalibrate: {exc}") from exc
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(f"calibration {result['version']}: {len(result['fields'])} fields fitted from {result['rows']} rows, "
+              f"profile '{PROFILE}' jitter {result['simulation']['latency_jitter_ms']}, "
+              f"error rates {result['simulation']['error_rates']}")
+        for path, c in result["check"].items():
+            print(f"  {path:<36} {c['metric']} {c['before']:.4f} → {c['after']:.4f}")
+        print(("would write " if ctx.dry_run else "wrote ") + result["calibration_uri"])
+    return 0
+
+
+__all__ = ["RecalConfig", "fit_calibration", "fit_field", "fit_simulation", "check_calibration", "recalibrate",
+           "add_cli"]

@@ -1,0 +1,92 @@
+"""The drift monitor's step: does live traffic still look like the sandbox we train in?
+
+Baseline: traces of the current champion (the rule engine while there is none) in the
+calibrated sandbox, written to ``sandbox_traces/<scenario>/<run_key>.parquet``. Target: the live
+trace partition of the run key's hour. The field-by-field comparison is :func:`run_drift`; on top
+of it, a champion metric anomaly is flagged when the live mean episode return falls below the
+sandbox's by more than ``drift.anomaly_drop`` (and three standard errors). Either one asks for an
+emergency retrain.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from pipeline_steps.infra.context import StepContext
+
+
+def window_uri(ctx: StepContext) -> str:
+    """The trace-store partition of the run key's hour."""
+    from pipeline_steps.capture.core import join_uri, store_uris
+    from pipeline_steps.infra.storage import partition_path
+    _, traces, _ = store_uris(ctx.params, ctx.storage)
+    try:
+        t = datetime.strptime(ctx.run_key[:13], "%Y%m%dT%H%M").replace(tzinfo=timezone.utc)
+    except ValueError:
+        t = datetime.now(timezone.utc)
+    return join_uri(traces, partition_path(scenario=ctx.scenario, date=f"{t:%Y-%m-%d}", hour=t.hour))
+
+
+def episode_returns(df: Any) -> np.ndarray:
+    return df.groupby("episode_id")["reward_total"].sum().to_numpy(dtype=float) if len(df) else np.zeros(0)
+
+
+def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]:
+    from pipeline_steps.capture.step import champion_trace_policy
+    from pipeline_steps.drift.report import run_drift
+    from sandbox.traces import rollout_traces
+    cfg = ctx.section("drift")
+    target = window_uri(ctx)
+    base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "target_uri": target, "dry_run": ctx.dry_run}
+    if not ctx.storage.list(target, suffix=".parquet"):
+        return {**base, "drifted_fields": [], "anomaly": False, "retrain": False,
+                "summary": f"no live traces at {target}; nothing to compare"}
+    pack = ctx.load_pack()
+    policy, version = champion_trace_policy(ctx, pack)
+    baseline_df = rollout_traces(pack, policy, int(episodes or cfg.get("baseline_episodes", 2000)),
+                                 seed=int(ctx.params.get("seed", 0)), policy_version=version,
+                                 reward_version=str(ctx.params.get("reward_fn_version") or "v1"))
+    baseline = ctx.uri("sandbox_traces", ctx.scenario, f"{ctx.run_key}.parquet")
+    if not ctx.dry_run:
+        ctx.storage.write_parquet(baseline, baseline_df)
+    result = run_drift(ctx.params, baseline, target, ctx.report_uri("drift"), dry_run=ctx.dry_run,
+                       scenario=ctx.scenario) if not ctx.dry_run else None
+    live = ctx.storage.read_parquet(target)
+    r_live, r_base = episode_returns(live), episode_returns(baseline_df)
+    se = float(np.sqrt(r_live.var(ddof=1) / max(len(r_live), 1) + r_base.var(ddof=1) / max(len(r_base), 1))) \
+        if len(r_live) > 1 and len(r_base) > 1 else 0.0
+    drop = float(r_base.mean() - r_live.mean()) if len(r_live) and len(r_base) else 0.0
+    anomaly = drop > max(float(cfg.get("anomaly_drop", 0.1)), 3 * se)
+    drifted = list(result.drifted_fields) if result else []
+    return {**base, "baseline_uri": baseline, "policy_version": version, "drifted_fields": drifted,
+            "report_uri": result.report_uri if result else None, "html_uri": result.html_uri if result else None,
+            "summary": result.summary if result else "dry run: no report written",
+            "live_mean_return": round(float(r_live.mean()), 4) if len(r_live) else None,
+            "sandbox_mean_return": round(float(r_base.mean()), 4), "anomaly": bool(anomaly),
+            "retrain": bool(drifted) or bool(anomaly)}
+
+
+def add_cli(sub: Any) -> None:
+    """Register ``rlops drift-check``."""
+    from pipeline_steps.infra.cli_common import add_common_args
+    p = sub.add_parser("drift-check", help="live traces of the run key's hour vs the calibrated sandbox "
+                                           "(+ champion anomaly); the drift monitor's step")
+    add_common_args(p)
+    p.add_argument("--episodes", type=int, default=None, help="sandbox baseline episodes (default: params)")
+    p.add_argument("--fail-on-drift", action="store_true", help="exit 3 when a retrain is called for")
+    p.set_defaults(func=_cmd)
+
+
+def _cmd(args: Any) -> int:
+    import json
+    ctx = StepContext.create(args.scenario, args.run_key, args.dry_run)
+    res = drift_check(ctx, args.episodes)
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        print(f"{res['summary']} drifted: {res['drifted_fields'] or 'none'}; anomaly: {res['anomaly']}; "
+              f"retrain: {res['retrain']}" + (f"\nreport: {res['html_uri']}" if res.get("html_uri") else ""))
+    return 3 if args.fail_on_drift and res["retrain"] else 0

@@ -1,0 +1,134 @@
+"""What the Airflow tasks call: conf validation, then one step each.
+
+DAG files import this module inside their tasks (never at parse time). Every function takes the
+validated conf (a small dict) and returns a small dict for XCom: URIs, counts, versions — never
+data.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from pipeline_steps.infra.context import StepContext
+
+_VERSION = re.compile(r"^v\d+$")
+
+
+class ConfError(ValueError):
+    """A DAG run's conf that cannot be used; the first task fails with this message."""
+
+
+def run_key_from_context(context: Mapping[str, Any]) -> str:
+    """The data interval start of the run (UTC, minute resolution) — the key every step writes under."""
+    for key in ("data_interval_start", "logical_date"):
+        value = context.get(key)
+        if value is not None:
+            return value.astimezone(timezone.utc).strftime("%Y%m%dT%H%M")
+    run = context.get("dag_run")
+    when = getattr(run, "run_after", None) or datetime.now(timezone.utc)
+    return when.astimezone(timezone.utc).strftime("%Y%m%dT%H%M")
+
+
+def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Check the run's conf against the project (pack exists and loads, reward version exists);
+    Airflow has already checked the types. Returns the conf with its run key."""
+    from sandbox.errors import PackError
+    conf = {k: params.get(k) for k in ("scenario", "reward_fn_version", "timesteps", "mode", "dry_run")}
+    problems = []
+    if not isinstance(conf["scenario"], str) or not conf["scenario"]:
+        problems.append(f"scenario {conf['scenario']!r}: expected the name of a pack under scenarios/")
+    if not isinstance(conf["reward_fn_version"], str) or not _VERSION.match(conf["reward_fn_version"]):
+        problems.append(f"reward_fn_version {conf['reward_fn_version']!r}: expected v<N>, e.g. v1")
+    if not isinstance(conf["timesteps"], int) or conf["timesteps"] < 1000:
+        problems.append(f"timesteps {conf['timesteps']!r}: expected an integer >= 1000")
+    if conf["mode"] not in ("full", "incremental"):
+        problems.append(f"mode {conf['mode']!r}: expected 'full' or 'incremental'")
+    if not isinstance(conf["dry_run"], bool):
+        problems.append(f"dry_run {conf['dry_run']!r}: expected true or false")
+    if not problems:
+        ctx = StepContext.create(conf["scenario"], "validate")
+        if not (ctx.pack_dir / "scenario.yaml").exists():
+            problems.append(f"scenario {conf['scenario']!r}: no pack at {ctx.pack_dir}")
+        else:
+            try:
+                pack = ctx.load_pack(calibration=None)
+                pack.reward_fn(conf["reward_fn_version"])
+            except PackError as exc:
+                problems.append(f"scenario {conf['scenario']!r} does not load: {exc}")
+            except KeyError as exc:
+                problems.append(str(exc).strip("'\""))
+    if problems:
+        raise ConfError("invalid DAG run conf: " + "; ".join(problems))
+    conf["run_key"] = run_key_from_context(context or {})
+    return conf
+
+
+def _ctx(conf: Mapping[str, Any]) -> StepContext:
+    return StepContext.create(conf["scenario"], conf["run_key"], bool(conf.get("dry_run")),
+                              overrides={"reward_fn_version": conf["reward_fn_version"]})
+
+
+def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
+    from pipeline_steps.capture.step import capture_step
+    return capture_step(_ctx(conf))
+
+
+def detect_drift(conf: Mapping[str, Any]) -> dict[str, Any]:
+    from pipeline_steps.drift.check import drift_check
+    return drift_check(_ctx(conf))
+
+
+def recalibrate(conf: Mapping[str, Any], drift: Mapping[str, Any]) -> dict[str, Any]:
+    from pipeline_steps.drift.calibrate import recalibrate as run
+    return run(_ctx(conf), traces_uri=drift.get("target_uri"))
+
+
+def label_queue(conf: Mapping[str, Any]) -> dict[str, Any]:
+    from pipeline_steps.labels.step import label_queue_export, label_queue_run
+    ctx = _ctx(conf)
+    queued = label_queue_run(ctx)
+    exported = label_queue_export(ctx)
+    return {k: v for k, v in {**queued, "export": exported}.items() if k != "cluster_stats"}
+
+
+def ingest_labels(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """Import every Label Studio annotation file in ``labels/<scenario>/inbox/`` (idempotent)."""
+    from pipeline_steps.labels.step import label_queue_import
+    ctx = _ctx(conf)
+    inbox = ctx.uri("labels", ctx.scenario, "inbox")
+    files = ctx.storage.list(inbox, suffix=".json")
+    results = [label_queue_import(ctx, uri) for uri in files]
+    return {"files": len(files), "labels": sum(r["ingested"] for r in results), "dry_run": ctx.dry_run}
+
+
+def train_reward_model(conf: Mapping[str, Any]) -> dict[str, Any]:
+    from pipeline_steps.training.reward_model import train_reward_model_step
+    return train_reward_model_step(_ctx(conf), conf["reward_fn_version"])
+
+
+def train_policy(conf: Mapping[str, Any], mode: str) -> dict[str, Any]:
+    import socket
+
+    from pipeline_steps.training.policy import train_policy as run
+    out = run(_ctx(conf), mode=mode, timesteps=int(conf["timesteps"]), reward_version=conf["reward_fn_version"])
+    # Where training ran: the distributed test checks that it was the gpu queue's worker.
+    return {**out, "worker_host": socket.gethostname()}
+
+
+def stress_test(conf: Mapping[str, Any], trained: Mapping[str, Any]) -> dict[str, Any]:
+    from pipeline_steps.stress.step import stress_test as run
+    if not trained.get("model_version"):
+        return {"skipped": True, "reason": "no candidate was trained", "passed": False}
+    out = run(_ctx(conf), reward_fn=conf["reward_fn_version"], policy_version=str(trained["model_version"]))
+    return {k: out[k] for k in ("passed", "verdict", "reasons", "report_uri", "html_uri") if k in out}
+
+
+def evaluate_and_promote(conf: Mapping[str, Any], trained: Mapping[str, Any],
+                         stressed: Mapping[str, Any]) -> dict[str, Any]:
+    from pipeline_steps.promotion.evaluate import promote
+    if not trained.get("model_version"):
+        return {"promoted": False, "reason": "no candidate was trained"}
+    out = promote(_ctx(conf), candidate=str(trained["model_version"]))
+    return {k: v for k, v in out.items() if k not in ("gates_detail",)}

@@ -1,0 +1,383 @@
+"""Gated evaluation, promotion and rollback of policy versions.
+
+``rlops evaluate --candidate V`` runs :func:`evaluate_candidate`: the candidate and the
+``champion`` (the pack's rule engine while there is no champion — the production fallback)
+play the same seeded held-out episodes in the sandbox (profile ``evaluate.profile``, default
+``live`` when the pack has it), and the gates of :mod:`pipeline_steps.promotion.gates` judge the paired
+outcomes, the candidate's decision latency, its segments, its stress-test verdict and, when the
+trace store holds live A/B traffic for it, the challenger group against the control group.
+The gate table goes to MLflow (an ``evaluate-…`` run: ``gates.json`` table + ``gates.html``)
+and to ``reports/evaluate/<scenario>/<run_key>/v<candidate>/``.
+
+``rlops promote --candidate V`` evaluates and, when every gate passes, moves the alias
+``champion`` to V (the old champion becomes ``previous``; MLflow failing half-way puts the
+aliases back). With ``--staged`` a passing candidate first becomes ``challenger`` with the
+model version tag ``traffic_fraction`` (``evaluate.rollout_stages``, 5% → 15% → 100%); each
+further passing evaluation advances it, and at 100% it becomes champion. A failing gate, an
+unreachable MLflow or storage leaves every alias as it was; the result says why.
+
+``rlops rollback`` points ``champion`` back at ``previous``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline_steps.infra.context import StepContext
+from pipeline_steps.promotion.gates import (Gate, GateConfig, ab_gates, comparison_gates, episode_outcomes, gate_frame,
+                                  gate_table_html, stress_gate)
+from pipeline_steps.infra.storage import StorageError, partition_path
+from pipeline_steps.infra.registry import CHALLENGER, CHAMPION, PREVIOUS, TrackingError, policy_model_name
+from pipeline_steps.training.policy import (add_common_args, context_from_args, download_policy, print_result,
+                                  reward_label)
+
+if TYPE_CHECKING:
+    import torch
+    from model.policy import PolicyNetwork
+    from sandbox.pack import Pack
+
+log = logging.getLogger(__name__)
+
+TRAFFIC_TAG = "traffic_fraction"
+DEFAULT_STAGES = (0.05, 0.15, 1.0)
+
+
+# --------------------------------------------------------------------------- helpers
+def _version_tags(ctx: StepContext, version: str) -> dict[str, str]:
+    """Tags of a policy version; a version that does not exist is bad input (ValueError)."""
+    name = policy_model_name(ctx.scenario)
+    try:
+        return ctx.tracker.model_version_tags(name, version)
+    except TrackingError as exc:
+        code = str(getattr(exc.__cause__, "error_code", ""))
+        if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise ValueError(f"{name} has no version {version!r}; pass a registered version number "
+                             "(see the MLflow model registry or the output of `rlops train`)") from None
+        raise
+
+
+def greedy(policy: "PolicyNetwork") -> Any:
+    """The serving decision rule as a sandbox policy: the most probable legal action."""
+    return lambda env: policy.act(env.observe(), deterministic=True).action
+
+
+def latency_p99_ms(policy: "PolicyNetwork", obs: "torch.Tensor", samples: int = 300) -> float:
+    """p99 of the wall time of one ``act`` call on a single observation (batch 1), in ms."""
+    n = obs.shape[0]
+    for i in range(min(10, n)):  # warm-up: first calls pay for allocator and dispatch caches
+        policy.act(obs[i:i + 1], deterministic=True)
+    times = np.empty(samples)
+    for i in range(samples):
+        row = obs[i % n:i % n + 1]
+        t0 = time.perf_counter()
+        policy.act(row, deterministic=True)
+        times[i] = (time.perf_counter() - t0) * 1000.0
+    return float(np.percentile(times, 99))
+
+
+def segment_masks(pack: "Pack", S0: "torch.Tensor", segment_codes: "torch.Tensor", names: list[str],
+                  expressions: dict[str, str]) -> dict[str, np.ndarray]:
+    """Population segments of the profile plus expression segments over the initial states."""
+    from sandbox.errors import ExprError
+    from sandbox.expr import BOOL, compile_expr
+    out: dict[str, np.ndarray] = {}
+    if len(names) > 1:
+        codes = segment_codes.numpy()
+        out.update({n: codes == i for i, n in enumerate(names)})
+    for name, source in (expressions or {}).items():
+        try:
+            expr = compile_expr(source, pack.scenario.resolve, want=BOOL)
+        except ExprError as exc:
+            raise ValueError(f"evaluate.segments.{name}: {exc} (the expression is evaluated on the initial "
+                             f"state of scenario {pack.name})") from None
+        out[name] = expr(S0).cpu().numpy().astype(bool)
+    return out
+
+
+def _run_time(run_key: str) -> datetime:
+    try:
+        return datetime.strptime(run_key, "%Y%m%dT%H%M").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return datetime.now(timezone.utc)
+
+
+def live_ab_gates(ctx: StepContext, pack: "Pack", candidate: str, cfg: GateConfig,
+                  window_hours: int) -> tuple[list[Gate], str]:
+    """A/B gates from captured traces of the last ``window_hours`` before the run key: episodes
+    of group ``challenger`` served by the candidate against groups ``champion``/``control``."""
+    import pandas as pd
+    trace_dir = str(ctx.section("capture").get("trace_dir") or "traces")
+    trace_root = trace_dir.rstrip("/") if "://" in trace_dir else ctx.uri(trace_dir)
+    end = _run_time(ctx.run_key)
+    frames = []
+    for h in range(window_hours + 1):
+        t = end - timedelta(hours=h)
+        uri = f"{trace_root}/{partition_path(scenario=ctx.scenario, date=t.strftime('%Y-%m-%d'), hour=t.hour)}"
+        if ctx.storage.list(uri, suffix=".parquet"):
+            frames.append(ctx.storage.read_parquet(uri))
+    if not frames:
+        return [], "no captured traces in the window"
+    traces = pd.concat(frames, ignore_index=True)
+    if "source" in traces:  # sandbox rollouts in the store are not live traffic
+        traces = traces[traces["source"].fillna("live").astype(str).eq("live")]
+    if "test_group" not in traces:
+        return [], "captured traces carry no test_group"
+    group = traces["test_group"].fillna("").astype(str)
+    by_candidate = (traces["policy_version"].astype(str).eq(str(candidate)) if "policy_version" in traces
+                    else True)
+    served = traces.loc[group.eq("challenger") & by_candidate, "episode_id"].unique()
+    ch_rows = traces[group.eq("challenger") & traces["episode_id"].isin(served)]
+    ctl_rows = traces[group.isin(["champion", "control"])]
+    if ch_rows.empty or ctl_rows.empty:
+        return [], "no live A/B traffic for this candidate"
+    takeover = {a.name for a in pack.scenario.spec.actions if a.human_takeover}
+    return ab_gates(episode_outcomes(ch_rows, takeover), episode_outcomes(ctl_rows, takeover), cfg), \
+        f"{ch_rows['episode_id'].nunique()} challenger / {ctl_rows['episode_id'].nunique()} control episodes"
+
+
+# --------------------------------------------------------------------------- evaluate
+def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = None) -> dict[str, Any]:
+    """Compare ``candidate`` with the champion (or the rule engine) and judge every gate."""
+    from model.policy import load_policy
+    from sandbox.env import BatchedEnv
+    from sandbox.policies import evaluate_policy, rule_policy
+    settings = ctx.section("evaluate")
+    cfg = GateConfig.from_params(settings)
+    name = policy_model_name(ctx.scenario)
+    candidate = str(candidate)
+    tags = _version_tags(ctx, candidate)
+    champion = ctx.tracker.get_alias(name, CHAMPION)
+    if champion == candidate:
+        raise ValueError(f"{name} v{candidate} is already the champion; evaluate a newer version")
+    pack = ctx.load_pack()
+    profile = settings.get("profile") or ("live" if "live" in pack.scenario.profiles
+                                          else pack.scenario.spec.default_profile)
+    label = settings.get("reward_version") or (tags.get("reward_fn_label")
+                                               if tags.get("reward_fn_label") in pack.reward_fns else None)
+    label = str(label or reward_label(ctx, None))
+    n = int(episodes or settings.get("episodes", 4000))
+    seed = int(settings.get("seed", 1_000_000))
+    notes: list[str] = []
+
+    with tempfile.TemporaryDirectory(prefix="rlops-eval-") as tmp:
+        cand_policy = load_policy(download_policy(ctx, candidate, Path(tmp))).eval()
+        baseline, champ_act = "rules", rule_policy
+        if champion is not None:
+            champ_policy = load_policy(download_policy(ctx, champion, Path(tmp))).eval()
+            if champ_policy.config.obs_dim == cand_policy.config.obs_dim:
+                baseline, champ_act = f"champion v{champion}", greedy(champ_policy)
+            else:
+                notes.append(f"champion v{champion} uses another observation layout: compared with the rule engine")
+
+        def run(act: Any) -> Any:
+            env = BatchedEnv(pack.scenario, pack.reward_fn(label), num_envs=n, profile=profile,
+                             illegal_action="noop")
+            return evaluate_policy(pack, act, seed=seed, env=env), env
+
+        cand_res, env = run(greedy(cand_policy))
+        champ_res, _ = run(champ_act)
+        env.reset(seed)  # the initial states both policies started from
+        segments = segment_masks(pack, env.S, cand_res.segments, cand_res.segment_names,
+                                 settings.get("segments") or {})
+        p99 = latency_p99_ms(cand_policy, env.observe(), int(settings.get("latency_samples", 300)))
+
+    gates = comparison_gates(cand_res, champ_res, cfg, segments, p99, seed=seed)
+    gates.append(stress_gate(tags, cfg))
+    ab, ab_note = live_ab_gates(ctx, pack, candidate, cfg, int(settings.get("ab_window_hours", 24)))
+    gates.extend(ab)
+    notes.append(f"live A/B: {ab_note}")
+    failed = [g.gate for g in gates if not g.passed]
+    report: dict[str, Any] = {
+        "scenario": ctx.scenario, "run_key": ctx.run_key, "candidate": candidate, "champion_version": champion,
+        "baseline": baseline, "passed": not failed, "failed_gates": failed, "episodes": n, "seed": seed,
+        "profile": profile, "reward_fn_label": label, "notes": notes,
+        "candidate_summary": _round(cand_res.summary()), "champion_summary": _round(champ_res.summary()),
+        "gates": [g.to_dict() for g in gates], "dry_run": ctx.dry_run}
+    if not ctx.dry_run:
+        report.update(_record(ctx, report, gates))
+    return report
+
+
+def _round(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in d.items()}
+
+
+def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict[str, Any]:
+    """Write the gate table to storage and to an MLflow run; tag the candidate with the verdict."""
+    cand = report["candidate"]
+    title = f"{ctx.scenario}: policy v{cand} vs {report['baseline']}"
+    facts = {k: report[k] for k in ("passed", "episodes", "seed", "profile", "reward_fn_label", "run_key")}
+    page = gate_table_html(gates, title, {**facts, "notes": "; ".join(report["notes"])})
+    table = gate_frame(gates)
+    table_json = {"columns": list(table.columns), "data": table.astype(object).where(table.notna(), None)
+                  .values.tolist()}
+    uri = ctx.report_uri("evaluate", f"v{cand}")
+    ctx.storage.write_json(f"{uri}/gates.json", table_json)
+    ctx.storage.write_text(f"{uri}/gates.html", page)
+    ctx.storage.write_json(f"{uri}/summary.json", {k: v for k, v in report.items() if k != "gates"})
+    with ctx.tracker.start_run(f"evaluate-v{cand}-{ctx.run_key}",
+                               tags={"rlops.kind": "evaluate", "candidate": cand, "baseline": report["baseline"],
+                                     "passed": str(report["passed"]).lower(), "run_key": ctx.run_key}) as run:
+        run.log_params({"episodes": report["episodes"], "seed": report["seed"], "profile": report["profile"],
+                        "reward_fn_label": report["reward_fn_label"]})
+        metrics = {f"candidate_{k}": float(v) for k, v in report["candidate_summary"].items()}
+        metrics.update({f"champion_{k}": float(v) for k, v in report["champion_summary"].items()})
+        run.log_metrics({k: v for k, v in metrics.items() if np.isfinite(v)}, step=0)
+        run.log_dict(table_json, "gates.json")
+        run.log_text(page, "gates.html")
+    ctx.tracker.set_model_version_tags(policy_model_name(ctx.scenario), cand, {
+        "eval_passed": str(report["passed"]).lower(), "eval_run_id": run.run_id, "eval_baseline": report["baseline"]})
+    return {"report_uri": uri, "eval_run_id": run.run_id}
+
+
+# --------------------------------------------------------------------------- promote / rollback
+def rollout_stages(ctx: StepContext) -> list[float]:
+    stages = [float(s) for s in ctx.section("evaluate").get("rollout_stages") or DEFAULT_STAGES]
+    if not stages or stages != sorted(stages) or not 0 < stages[0] or stages[-1] != 1.0:
+        raise ValueError(f"evaluate.rollout_stages must rise from above 0 to 1.0, got {stages}")
+    return stages
+
+
+def promote(ctx: StepContext, candidate: str, staged: bool = False, episodes: int | None = None) -> dict[str, Any]:
+    """Evaluate and, when every gate passes, promote (or advance a staged roll-out)."""
+    name = policy_model_name(ctx.scenario)
+    candidate = str(candidate)
+    stages = rollout_stages(ctx)
+    out: dict[str, Any] = {"scenario": ctx.scenario, "candidate": candidate, "staged": staged, "promoted": False,
+                           "action": "none", "dry_run": ctx.dry_run}
+    try:
+        report = evaluate_candidate(ctx, candidate, episodes)
+    except (TrackingError, StorageError) as exc:
+        return {**out, "reason": f"evaluation could not complete, nothing changed: {exc}"}
+    out.update({k: report.get(k) for k in ("passed", "failed_gates", "baseline", "report_uri", "eval_run_id")})
+    out["gates"] = report["gates"]
+    if not report["passed"]:
+        return {**out, "reason": f"gate(s) failed: {', '.join(report['failed_gates'])}; champion unchanged"}
+    try:
+        challenger = ctx.tracker.get_alias(name, CHALLENGER)
+        if staged:
+            current = 0.0
+            if challenger == candidate:
+                current = float(ctx.tracker.model_version_tags(name, candidate).get(TRAFFIC_TAG, 0.0))
+            nxt = next((s for s in stages if s > current + 1e-9), 1.0)
+        else:
+            nxt = 1.0
+        if ctx.dry_run:
+            what = "champion" if nxt >= 1.0 else f"challenger at {nxt:.0%} of traffic"
+            return {**out, "action": "would_promote" if nxt >= 1.0 else "would_stage", "traffic_fraction": nxt,
+                    "reason": f"dry run: all gates pass; v{candidate} would become {what}"}
+        if nxt < 1.0:
+            # Tag first, alias second: a client that sees the alias always reads the new fraction.
+            ctx.tracker.set_model_version_tags(name, candidate, {TRAFFIC_TAG: nxt})
+            ctx.tracker.set_alias(name, CHALLENGER, candidate)
+            return {**out, "action": "challenger", "traffic_fraction": nxt, "champion": report["champion_version"],
+                    "reason": f"all gates pass; v{candidate} serves {nxt:.0%} of traffic as challenger"}
+        state = ctx.tracker.move_champion(name, candidate)
+    except TrackingError as exc:
+        return {**out, "reason": f"MLflow failed during promotion; aliases left as they were: {exc}"}
+    out.update({"promoted": True, "action": "champion", "champion": state.champion, "previous": state.previous,
+                "traffic_fraction": 1.0, "reason": f"all gates pass; v{candidate} is the champion"})
+    try:
+        ctx.tracker.set_model_version_tags(name, candidate, {TRAFFIC_TAG: 1.0, "promoted_at": _now()})
+        if challenger == candidate:
+            ctx.tracker.delete_alias(name, CHALLENGER)
+    except TrackingError as exc:  # the champion moved; only bookkeeping is behind
+        out["warning"] = f"champion moved, but updating the challenger alias/tags failed: {exc}"
+    return out
+
+
+def rollback(ctx: StepContext) -> dict[str, Any]:
+    """Point ``champion`` back at ``previous`` (the demoted version is tagged ``rlops.rolled_back``)."""
+    name = policy_model_name(ctx.scenario)
+    previous, current = ctx.tracker.get_alias(name, PREVIOUS), ctx.tracker.get_alias(name, CHAMPION)
+    if previous is None:
+        raise ValueError(f"cannot roll back {name}: there is no 'previous' version (champion is {current}); "
+                         "promote a version explicitly instead")
+    if ctx.dry_run:
+        return {"scenario": ctx.scenario, "dry_run": True, "champion": current, "would_restore": previous,
+                "reason": f"dry run: champion would move from v{current} back to v{previous}"}
+    state = ctx.tracker.rollback(name)
+    return {"scenario": ctx.scenario, "dry_run": False, "rolled_back_from": current, "champion": state.champion,
+            "previous": state.previous, "reason": f"champion restored to v{state.champion}"}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------- CLI
+def add_cli(sub: argparse._SubParsersAction) -> None:
+    """Register ``rlops evaluate``, ``rlops promote`` and ``rlops rollback``."""
+    for cmd, helptext in (("evaluate", "compare a candidate policy with the champion; print the gate table"),
+                          ("promote", "evaluate and, when every gate passes, make the candidate champion")):
+        p = sub.add_parser(cmd, help=helptext)
+        add_common_args(p)
+        p.add_argument("--candidate", required=True, help="registered policy version to judge")
+        p.add_argument("--episodes", type=int, default=None, help="held-out episodes (default: params)")
+        if cmd == "promote":
+            p.add_argument("--staged", action="store_true",
+                           help="roll out as challenger (5%% → 15%% → 100%%) instead of switching at once")
+        p.set_defaults(func=cmd_evaluate if cmd == "evaluate" else cmd_promote)
+    p = sub.add_parser("rollback", help="point the champion back at the previous version")
+    add_common_args(p)
+    p.set_defaults(func=cmd_rollback)
+
+
+def _gate_lines(res: dict[str, Any]) -> list[str]:
+    lines = [f"  {'gate':<28} {'candidate':>12} {'champion':>12}  {'threshold':<34} result"]
+    for g in res.get("gates", []):
+        fmt = lambda v: "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa: E731
+        lines.append(f"  {g['gate']:<28} {fmt(g['candidate']):>12} {fmt(g['champion']):>12}  "
+                     f"{g['threshold']:<34} {_verdict(g)}")
+    return lines
+
+
+def _verdict(g: dict[str, Any]) -> str:
+    return "FAIL" if not g["passed"] else ("skip" if g["detail"].startswith("skipped") else "pass")
+
+
+def _bad_input(fn: Any, *a: Any, **kw: Any) -> Any:
+    from common.errors import UserError
+    try:
+        return fn(*a, **kw)
+    except (ValueError, KeyError) as exc:
+        raise UserError(str(exc).strip("'\"")) from None
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    ctx = context_from_args(args)
+    try:
+        res = _bad_input(evaluate_candidate, ctx, args.candidate, args.episodes)
+    except (TrackingError, StorageError) as exc:
+        print(f"error: {exc}")
+        return 1
+    head = [f"{res['scenario']}: v{res['candidate']} vs {res['baseline']} on {res['episodes']} episodes "
+            f"({res['profile']} profile): {'PASS' if res['passed'] else 'FAIL'}"]
+    print_result(res, args.json, head + _gate_lines(res) + [f"  note: {n}" for n in res["notes"]])
+    return 0 if res["passed"] else 1
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    ctx = context_from_args(args)
+    res = _bad_input(promote, ctx, args.candidate, args.staged, args.episodes)
+    print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"] + _gate_lines(res))
+    return 0 if res["action"] in ("champion", "challenger", "would_promote", "would_stage") else 1
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    ctx = context_from_args(args)
+    try:
+        res = _bad_input(rollback, ctx)
+    except TrackingError as exc:
+        print(f"error: {exc}")
+        return 1
+    print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"])
+    return 0

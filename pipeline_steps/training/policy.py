@@ -1,0 +1,408 @@
+"""Train a candidate policy with masked PPO and register it as a new ``<scenario>-policy`` version.
+
+``rlops train --mode full|incremental`` runs :func:`train_policy`:
+
+* the environment is the scenario pack with the latest sandbox calibration, stepping
+  ``train.num_envs`` episodes at once on the GPU when there is one;
+* the reward function is ``--reward-version`` (else ``reward_fn_version`` of params); its source
+  is registered as a ``<scenario>-reward-fn`` version (the same source is never registered twice);
+* ``full`` trains from scratch for ``train.total_timesteps``; ``incremental`` warm-starts from
+  the current ``champion`` for ``train.incremental_timesteps`` with the EWC penalty
+  (``train.ewc_lambda``), and trains from scratch, saying so, when there is no champion yet;
+* one MLflow run in the scenario's experiment holds the params, per-iteration metrics, a
+  learning-curve plot and the policy as an MLflow pyfunc model (``policy_model/``), registered
+  with lineage tags: ``reward_fn_version`` (sha256), ``reward_fn_model_version``,
+  ``calibration_version``, ``data_version``, ``parent_champion``, ``mode``, ``timesteps``,
+  ``train_seconds`` (and ``run_key``, ``train_fingerprint``).
+
+Settings: the ``ppo:`` block (``model.ppo_config.PPOConfig``), overridden by keys of the
+``train:`` block with the same names, then by arguments. The other ``train:`` keys are this
+step's own (see ``params.yaml``).
+
+Resumable and idempotent: checkpoints go to ``<local_dir>/checkpoints/<scenario>/<run_key>/<mode>``
+and a re-run with the same run key continues from the newest one; a run whose exact inputs
+(fingerprint) were already registered returns that version instead of training again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import tempfile
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline_steps.infra.context import StepContext
+from pipeline_steps.infra.registry import CHAMPION, TrackingError, policy_model_name
+from common.config import resolve_local
+
+if TYPE_CHECKING:
+    from model.policy import PolicyNetwork
+    from sandbox.pack import Pack
+
+log = logging.getLogger(__name__)
+
+MODEL_ARTIFACT = "policy_model"
+"""Artifact folder of a training run that holds the pyfunc model (the registered source)."""
+_STEP_KEYS = {"incremental_timesteps", "num_envs", "profile", "eval_episodes", "eval_seed"}
+
+
+# --------------------------------------------------------------------------- settings
+def ppo_config(ctx: StepContext, mode: str, timesteps: int | None = None, checkpoint_dir: Path | None = None,
+               **overrides: Any) -> Any:
+    """The :class:`PPOConfig` of this run: ``ppo:`` block < ``train:`` keys < arguments.
+    Checkpoints are written every ``checkpoint_every`` iterations (default 10) to
+    ``checkpoint_dir``; without one (dry runs) never."""
+    from model.ppo_config import PPOConfig
+    known = {f.name for f in fields(PPOConfig)}
+    train = ctx.section("train")
+    merged = {k: v for k, v in ctx.section("ppo").items() if k in known}
+    merged.update({k: v for k, v in train.items() if k in known})
+    if mode == "incremental" and train.get("incremental_timesteps"):
+        merged["total_timesteps"] = int(train["incremental_timesteps"])
+    if timesteps is not None:
+        merged["total_timesteps"] = int(timesteps)
+    merged.update({k: v for k, v in overrides.items() if v is not None})
+    merged["mode"] = mode
+    merged["checkpoint_dir"] = str(checkpoint_dir) if checkpoint_dir is not None else None
+    merged["checkpoint_every"] = int(merged.get("checkpoint_every") or 10) if checkpoint_dir is not None else 0
+    unknown = sorted(set(train) - known - _STEP_KEYS - {"mode"})
+    if unknown:
+        log.warning("train: ignoring unknown settings %s", unknown)
+    return PPOConfig.from_params(merged)
+
+
+def reward_label(ctx: StepContext, reward_version: str | None) -> str:
+    return str(reward_version or ctx.pack_params.get("reward_fn_version") or ctx.params.get("reward_fn_version")
+               or "v1")
+
+
+def calibration_info(ctx: StepContext) -> tuple[dict[str, Any] | None, str]:
+    cal = ctx.read_calibration("latest")
+    return cal, str((cal or {}).get("version") or "none")
+
+
+def checkpoint_folder(ctx: StepContext, mode: str, create: bool = True) -> Path:
+    parts = ("checkpoints", ctx.scenario, ctx.run_key, mode)
+    if create:
+        return ctx.local_dir(*parts)
+    return Path(resolve_local(str(ctx.params.get("local_dir") or "rlops-data"))).joinpath(*parts)
+
+
+def fingerprint(**inputs: Any) -> str:
+    """sha256 of everything that decides what a run trains (not where it writes)."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------- warm start
+def champion_policy(ctx: StepContext, dst: Path) -> tuple[str | None, "PolicyNetwork | None"]:
+    """The current champion's version and network (None, None when there is none)."""
+    from model.policy import load_policy
+    name = policy_model_name(ctx.scenario)
+    version = ctx.tracker.get_alias(name, CHAMPION)
+    if version is None:
+        return None, None
+    return version, load_policy(download_policy(ctx, version, dst))
+
+
+def download_policy(ctx: StepContext, version: str, dst: Path) -> Path:
+    """Download a registered policy version; returns the folder of its network."""
+    from pipeline_steps.infra.pyfunc_policy import saved_policy_dir
+    name = policy_model_name(ctx.scenario)
+    source = ctx.tracker.model_version_source(name, version)
+    if not source.startswith("runs:/"):
+        raise TrackingError(f"{name} v{version}: source {source!r} is not a run artifact (runs:/…)")
+    run_id, _, path = source[len("runs:/"):].partition("/")
+    return saved_policy_dir(ctx.tracker.download_artifacts(run_id, path, dst / f"v{version}"))
+
+
+# --------------------------------------------------------------------------- the step
+def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = None,
+                 reward_version: str | None = None, data_version: str | None = None,
+                 **ppo_overrides: Any) -> dict[str, Any]:
+    """Train (or resume) a candidate and register it. Returns a small JSON-able summary."""
+    if mode not in ("full", "incremental"):
+        raise ValueError(f"train mode must be 'full' or 'incremental', got {mode!r}")
+    from model.ppo_config import resolve_device
+    pack = ctx.load_pack()
+    label = reward_label(ctx, reward_version)
+    reward_fn = pack.reward_fn(label)
+    cal, cal_version = calibration_info(ctx)
+    data_version = str(data_version or (cal or {}).get("data_version") or f"run_key={ctx.run_key}")
+    settings = ctx.section("train")
+    num_envs = int(settings.get("num_envs", 1024))
+    # Default: the sandbox as last recalibrated to live traffic, else the pack's default profile.
+    profile = settings.get("profile") or ("calibrated" if "calibrated" in pack.scenario.profiles else None)
+    name = policy_model_name(ctx.scenario)
+
+    with tempfile.TemporaryDirectory(prefix="rlops-train-") as tmp:
+        parent: str | None = None
+        init: PolicyNetwork | None = None
+        if mode == "incremental":  # a dry run only asks who the champion is
+            parent, init = ((ctx.tracker.get_alias(name, CHAMPION), None) if ctx.dry_run
+                            else champion_policy(ctx, Path(tmp)))
+        mode_used, note = mode, ""
+        if mode == "incremental" and parent is None:
+            mode_used, note = "full", "no champion yet: trained from scratch (full) instead of warm-starting"
+        elif init is not None and _layout_of(init) != _layout_of(pack):
+            mode_used, note = "full", (f"champion v{parent} was trained on another observation layout: trained "
+                                       "from scratch (full) instead of warm-starting")
+            parent, init = None, None
+        ckpt = checkpoint_folder(ctx, mode_used, create=not ctx.dry_run)
+        cfg = ppo_config(ctx, mode_used, timesteps, None if ctx.dry_run else ckpt, **ppo_overrides)
+        fp = fingerprint(scenario=ctx.scenario, run_key=ctx.run_key, mode=mode_used, reward=reward_fn.version,
+                         parent=parent, calibration=cal_version, num_envs=num_envs, profile=profile,
+                         ppo={k: v for k, v in cfg.to_params().items()
+                              if k not in ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "progress",
+                                           "device", "torch_threads")})
+        base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "requested_mode": mode, "mode": mode_used,
+                "note": note, "parent_champion": parent, "timesteps_budget": cfg.total_timesteps,
+                "reward_fn_label": label, "reward_fn_version": reward_fn.version,
+                "calibration_version": cal_version, "data_version": data_version, "num_envs": num_envs,
+                "profile": profile or pack.scenario.spec.default_profile, "checkpoint_dir": str(ckpt)}
+        if ctx.dry_run:
+            from model.checkpoint import latest_checkpoint
+            last = latest_checkpoint(ckpt) if ckpt.is_dir() else None
+            return {**base, "dry_run": True, "would_register": name,
+                    "resume_from": str(last) if last else None,
+                    "warm_start": f"champion v{parent}" if parent else "none (from scratch)"}
+
+        existing = ctx.tracker.find_version_by_tag(name, "train_fingerprint", fp)
+        if existing is not None:
+            tags = ctx.tracker.model_version_tags(name, existing)
+            return {**base, "model_version": existing, "run_id": tags.get("run_id"), "reused": True,
+                    "mean_return": _float(tags.get("eval_mean_return")),
+                    "note": (note + "; " if note else "") + "already trained for this run key: returned the "
+                                                            "registered version"}
+
+        _prepare_checkpoints(ckpt, fp)
+        env = pack.make_env(num_envs, reward_version=label, profile=profile,
+                            device=resolve_device(cfg.device).type, seed=cfg.seed)
+        fn_version = ctx.tracker.register_reward_fn(ctx.scenario, reward_fn.path, reward_fn.version,
+                                                    reward_fn.rule_refs, label)
+        run_tags = {"rlops.kind": "train_policy", "mode": mode_used, "run_key": ctx.run_key,
+                    "reward_fn_version": reward_fn.version, "parent_champion": parent or "none"}
+        with ctx.tracker.start_run(f"train-{mode_used}-{ctx.run_key}", tags=run_tags) as run:
+            return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp))
+
+
+def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run: Any,
+                        init: "PolicyNetwork | None", base: dict[str, Any], fp: str, fn_version: str,
+                        tmp: Path) -> dict[str, Any]:
+    from model.checkpoint import latest_checkpoint
+    from model.ppo import train
+    settings = ctx.section("train")
+    resumed = latest_checkpoint(cfg.checkpoint_dir)
+    run.log_params({"scenario": ctx.scenario, "run_key": ctx.run_key, "num_envs": base["num_envs"],
+                    "profile": base["profile"], "reward_fn_label": base["reward_fn_label"],
+                    "resumed_from": resumed.name if resumed else "none"})
+    t0 = time.perf_counter()
+    result = train(cfg, env, tracker=run, init_from=init, resume_from="auto")
+    train_seconds = time.perf_counter() - t0
+
+    evaluation = _evaluate(pack, result.policy, base["reward_fn_label"], int(settings.get("eval_episodes", 1000)),
+                           int(settings.get("eval_seed", 1_000_000)), base["profile"])
+    run.log_metrics({f"eval_{k}": v for k, v in evaluation.items() if k != "episodes"}, step=result.global_step)
+    if result.history:
+        run.log_figure(learning_curve(result.history), "plots/learning_curve.png")
+        run.log_dict({"columns": list(result.history[0]), "data": [list(r.values()) for r in result.history]},
+                     "metrics/history.json")
+
+    tags = {"reward_fn_version": base["reward_fn_version"], "reward_fn_label": base["reward_fn_label"],
+            "reward_fn_model_version": fn_version, "calibration_version": base["calibration_version"],
+            "data_version": base["data_version"], "parent_champion": base["parent_champion"] or "none",
+            "mode": base["mode"], "timesteps": result.global_step, "train_seconds": round(train_seconds, 3),
+            "run_key": ctx.run_key, "train_fingerprint": fp, "run_id": run.run_id,
+            "stagnated": str(result.stagnated).lower(), "eval_mean_return": round(evaluation["mean_return"], 6)}
+    version = register_policy(ctx, run, pack, result.policy, tags, tmp,
+                              description=f"{base['mode']} PPO retrain, run key {ctx.run_key}")
+    return {**base, "model_version": version, "run_id": run.run_id, "reused": False,
+            "mean_return": evaluation["mean_return"], "completion_rate": evaluation["completion_rate"],
+            "train_return": result.final_return, "iterations": result.iterations,
+            "timesteps": result.global_step, "train_seconds": round(train_seconds, 3),
+            "stagnated": result.stagnated, "reward_fn_model_version": fn_version,
+            "resumed_from": resumed.name if resumed else None}
+
+
+def register_policy(ctx: StepContext, run: Any, pack: "Pack", policy: "PolicyNetwork", tags: dict[str, Any],
+                    tmp: Path, description: str | None = None) -> str:
+    """Log ``policy`` as the pyfunc model ``policy_model/`` of ``run`` and register it as a new
+    ``<scenario>-policy`` version with ``tags``; returns the version."""
+    from agent_sdk.policy_client import observation_columns
+    from model.policy import save_policy
+    from pipeline_steps.infra.pyfunc_policy import save_pyfunc_policy
+    meta = {"scenario": ctx.scenario, "action_names": list(pack.scenario.action_names),
+            "obs_columns": observation_columns(pack.scenario.layout, pack.scenario.action_names),
+            **{k: str(v) for k, v in tags.items() if k in ("reward_fn_version", "mode", "run_key")}}
+    work = Path(tempfile.mkdtemp(prefix="policy-", dir=tmp))
+    policy_dir = save_policy(policy, work / "policy", metadata=meta).directory
+    import pandas as pd
+    example = pd.DataFrame(pack.make_env(2, seed=0).observe().double().numpy(), columns=meta["obs_columns"])
+    run.log_artifact(save_pyfunc_policy(policy_dir, work / MODEL_ARTIFACT, example), MODEL_ARTIFACT)
+    version = ctx.tracker.register_model(run.run_id, MODEL_ARTIFACT, policy_model_name(ctx.scenario),
+                                         tags=tags, description=description)
+    run.set_tags({"model_version": version})
+    return version
+
+
+def _layout_of(obj: Any) -> tuple[int, int, int]:
+    c = getattr(obj, "config", None)
+    if c is not None:
+        return (c.n_features, c.n_actions, c.history_len)
+    lay = obj.scenario.layout
+    return (lay.n_features, lay.n_actions, lay.history_len)
+
+
+def _prepare_checkpoints(ckpt: Path, fp: str) -> None:
+    """Keep the checkpoints of the same run (same fingerprint) to resume; drop any other."""
+    from model.checkpoint import list_checkpoints
+    marker = ckpt / "fingerprint.txt"
+    if marker.exists() and marker.read_text().strip() != fp:
+        for old in list_checkpoints(ckpt):
+            old.unlink(missing_ok=True)
+    marker.write_text(fp + "\n")
+
+
+def _evaluate(pack: "Pack", policy: "PolicyNetwork", label: str, episodes: int, seed: int,
+              profile: str | None) -> dict[str, float]:
+    from sandbox.policies import evaluate_policy
+    cpu = policy.to("cpu").eval()
+    res = evaluate_policy(pack, lambda env: cpu.act(env.observe(), deterministic=True).action,
+                          episodes=episodes, seed=seed, reward_version=label, profile=profile)
+    return res.summary()
+
+
+def learning_curve(history: list[dict[str, float]]) -> Any:
+    """Episodic return and entropy against environment steps (a matplotlib figure)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    steps = [r["global_step"] for r in history]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, [r["episodic_return"] for r in history], label="episodic return", color="tab:blue")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("mean episodic return")
+    ax2 = ax.twinx()
+    ax2.plot(steps, [r["entropy"] for r in history], label="entropy", color="tab:orange", alpha=0.6)
+    ax2.set_ylabel("policy entropy")
+    ax.set_title("PPO learning curve")
+    fig.legend(loc="lower right")
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------- train-status
+STATUS_COLUMNS = ("episodic_return", "episodic_length", "entropy", "approx_kl", "value_loss",
+                  "human_takeover_rate", "illegal_actions", "sps", "stagnation")
+
+
+def train_status(ctx: StepContext, run_id: str, all_metrics: bool = False) -> dict[str, Any]:
+    """The per-iteration metrics of a training run, one row per logged step."""
+    def fetch(c: Any) -> dict[str, Any]:
+        run = c.get_run(run_id)
+        keys = sorted(run.data.metrics) if all_metrics else [k for k in STATUS_COLUMNS if k in run.data.metrics]
+        rows: dict[int, dict[str, float]] = {}
+        for key in keys:
+            for m in c.get_metric_history(run_id, key):
+                rows.setdefault(int(m.step), {})[key] = float(m.value)
+        return {"run_id": run_id, "status": run.info.status, "run_name": run.info.run_name,
+                "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
+                "columns": ["step", *keys], "rows": [{"step": s, **rows[s]} for s in sorted(rows)]}
+    return ctx.tracker._call(f"read metrics of run {run_id}", fetch)
+
+
+# --------------------------------------------------------------------------- CLI
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenario", default=None, help="scenario pack name (default: params 'scenario')")
+    p.add_argument("--run-key", default=None, help="data interval key, e.g. 20261130T0500 (default: now)")
+    p.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def context_from_args(args: argparse.Namespace) -> StepContext:
+    from common.errors import UserError
+    try:
+        return StepContext.create(scenario=args.scenario, run_key=args.run_key, dry_run=args.dry_run)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def print_result(result: dict[str, Any], as_json: bool, lines: list[str]) -> None:
+    print(json.dumps(result, indent=2, default=str) if as_json else "\n".join(lines))
+
+
+def add_cli(sub: argparse._SubParsersAction) -> None:
+    """Register ``rlops train`` and ``rlops train-status``."""
+    p = sub.add_parser("train", help="train a candidate policy (masked PPO) and register it")
+    add_common_args(p)
+    p.add_argument("--mode", choices=["full", "incremental"], default="full")
+    p.add_argument("--timesteps", type=int, default=None, help="environment steps (default: params)")
+    p.add_argument("--reward-version", default=None, help="reward function label, e.g. v1")
+    p.add_argument("--device", default=None, help="cpu, cuda or auto (default: params)")
+    p.set_defaults(func=cmd_train)
+    p = sub.add_parser("train-status", help="per-iteration metrics of a training run")
+    add_common_args(p)
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--all", action="store_true", help="every logged metric, not the usual columns")
+    p.add_argument("--csv", default=None, metavar="FILE", help="also write the table as CSV (e.g. for dvc plots)")
+    p.set_defaults(func=cmd_train_status)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from common.errors import UserError
+    ctx = context_from_args(args)
+    if args.timesteps is not None and args.timesteps < 1:
+        raise UserError(f"--timesteps must be a positive number of environment steps, got {args.timesteps}")
+    try:
+        res = train_policy(ctx, args.mode, args.timesteps, args.reward_version, device=args.device)
+    except KeyError as exc:  # unknown reward version
+        raise UserError(str(exc).strip("'\"")) from None
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    except TrackingError as exc:
+        print(f"error: {exc}")
+        return 1
+    if res.get("dry_run"):
+        lines = [f"dry run: would train {res['mode']} ({res['timesteps_budget']:,} steps, {res['num_envs']} envs, "
+                 f"profile {res['profile']}) with reward {res['reward_fn_label']} ({res['reward_fn_version'][:12]})",
+                 f"  warm start: {res['warm_start']}; resume from: {res['resume_from'] or 'nothing'}",
+                 f"  would register a version of {res['would_register']}"]
+    else:
+        lines = [f"{res['scenario']}: registered {policy_model_name(res['scenario'])} v{res['model_version']} "
+                 f"(run {res['run_id']}{', reused' if res['reused'] else ''})",
+                 f"  mode {res['mode']}, parent champion {res['parent_champion'] or 'none'}, "
+                 f"mean return {res['mean_return']}"]
+    if res.get("note"):
+        lines.append(f"  note: {res['note']}")
+    print_result(res, args.json, lines)
+    return 0
+
+
+def cmd_train_status(args: argparse.Namespace) -> int:
+    ctx = context_from_args(args)
+    try:
+        res = train_status(ctx, args.run_id, args.all)
+    except TrackingError as exc:
+        print(f"error: {exc}")
+        return 1
+    import pandas as pd
+    table = pd.DataFrame(res["rows"], columns=res["columns"])
+    if args.csv:
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.csv, index=False)
+    lines = [f"run {res['run_id']} ({res['run_name']}): {res['status']}, {len(table)} iterations",
+             table.to_string(index=False, float_format=lambda v: f"{v:.4g}") if len(table) else "(no metrics)"]
+    print_result(res, args.json, lines)
+    return 0

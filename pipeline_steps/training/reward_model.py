@@ -1,0 +1,105 @@
+"""``rlops train-reward-model``: fit the reward model and register it in MLflow.
+
+Training pairs come from two sources: preference pairs generated in the (calibrated) sandbox —
+two legal actions in the same state, the one with the higher expected return preferred — and the
+human labels collected by the label queue (the labelled action preferred over every other legal
+action). The model is logged to MLflow and registered as ``<scenario>-reward-model`` with its
+held-out pairwise accuracy and rank correlation; ``--score-traces`` then labels historical traces
+with the model's score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline_steps.infra.context import StepContext
+
+if TYPE_CHECKING:
+    from model.reward_model import PreferencePairs
+    from sandbox.pack import Pack
+
+
+def human_pairs(ctx: StepContext, pack: "Pack") -> "PreferencePairs | None":
+    """Pairs from the label queue's finished labels (None when there are none)."""
+    from pipeline_steps.labels.step import QueueConfig, labels_as_pairs, store_for
+    store = store_for(ctx, QueueConfig.from_section(ctx.section("label_queue")))
+    store.create()
+    labels = store.labelled_frame(ctx.scenario)
+    if labels.empty:
+        return None
+    pairs = labels_as_pairs(pack, labels)
+    return pairs if len(pairs) else None
+
+
+def train_reward_model_step(ctx: StepContext, reward_version: str | None = None, pairs: int | None = None
+                            ) -> dict[str, Any]:
+    """Build pairs, train, log and register; returns the version and its held-out metrics."""
+    from model.reward_model import PreferencePairs, RewardModelConfig, save_reward_model, train_reward_model
+    from model.reward_pairs import build_preference_pairs
+    from pipeline_steps.infra.registry import reward_model_name
+
+    section = dict(ctx.section("reward_model"))
+    n_pairs = int(pairs or section.pop("pairs", 4000))
+    section.pop("pairs", None)
+    seed = int(ctx.params.get("seed", 0))
+    label = reward_version or str(ctx.params.get("reward_fn_version") or "v1")
+    pack = ctx.load_pack()
+    fn = pack.reward_fn(label)
+    plan = {"scenario": ctx.scenario, "run_key": ctx.run_key, "sandbox_pairs": n_pairs, "reward_fn": label,
+            "reward_fn_sha256": fn.version}
+    if ctx.dry_run:
+        return {**plan, "dry_run": True}
+    data = build_preference_pairs(pack, n_pairs, seed=seed, reward_version=label)
+    labelled = human_pairs(ctx, pack)
+    if labelled is not None:
+        data = PreferencePairs.cat([data, labelled])
+    cfg = RewardModelConfig.from_params(section, seed=seed)
+    model, metrics = train_reward_model(cfg, data)
+    name = reward_model_name(ctx.scenario)
+    with ctx.tracker.start_run(f"reward-model-{ctx.run_key}", tags={"rlops.step": "train_reward_model",
+                                                                    "rlops.run_key": ctx.run_key}) as run:
+        run.log_params({**plan, "human_pairs": 0 if labelled is None else len(labelled),
+                        **{f"rm.{k}": v for k, v in cfg.__dict__.items()}})
+        for i, loss in enumerate(metrics.history):
+            run.log_metrics({"rm.train_loss": loss}, step=i)
+        run.log_metrics({f"rm.{k}": float(v) for k, v in metrics.to_dict().items()}, step=len(metrics.history))
+        with tempfile.TemporaryDirectory() as tmp:
+            save_reward_model(model, Path(tmp) / "reward_model", metadata={**plan, **metrics.to_dict()})
+            run.log_artifact(Path(tmp) / "reward_model", "reward_model")
+        version = ctx.tracker.register_model(run.run_id, "reward_model", name, tags={
+            "reward_fn_version": fn.version, "reward_fn_label": label, "run_key": ctx.run_key,
+            "pairwise_accuracy": round(metrics.heldout_pairwise_accuracy, 4),
+            "spearman": round(metrics.spearman, 4)})
+    return {**plan, "model_version": version, "run_id": run.run_id, "pairs": len(data),
+            "human_pairs": 0 if labelled is None else len(labelled),
+            "heldout_pairwise_accuracy": round(metrics.heldout_pairwise_accuracy, 4),
+            "spearman": round(metrics.spearman, 4)}
+
+
+def add_cli(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train-reward-model", help="fit the reward model on sandbox pairs and human labels")
+    p.add_argument("--scenario", default=None)
+    p.add_argument("--run-key", default=None)
+    p.add_argument("--reward-version", default=None, help="reward function label (default: params)")
+    p.add_argument("--pairs", type=int, default=None, help="sandbox preference pairs (default: params)")
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    ctx = StepContext.create(args.scenario, args.run_key, args.dry_run)
+    res = train_reward_model_step(ctx, args.reward_version, args.pairs)
+    if args.json:
+        print(json.dumps(res, indent=2))
+    elif res.get("dry_run"):
+        print(f"would train the {ctx.scenario} reward model on {res['sandbox_pairs']} sandbox pairs "
+              f"(+ human labels) for reward {res['reward_fn']}")
+    else:
+        print(f"reward model {ctx.scenario}-reward-model v{res['model_version']}: held-out pairwise accuracy "
+              f"{res['heldout_pairwise_accuracy']:.3f}, Spearman {res['spearman']:.3f} on {res['pairs']} pairs")
+    return 0
