@@ -66,7 +66,7 @@ def main() -> None:
     import logging
     logging.disable(logging.INFO)
     when = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
-    base = {"scenario": params["scenario"], "reward_fn_version": params["reward_fn_version"], "dry_run": False}
+    base = {"scenario": params["scenario"], "reward_fn": params["reward_fn"], "dry_run": False}
     for dag_id in ("trace_capture", "drift_monitor"):  # data for the retrains; not timed
         state, secs = run_dag(dag_id, when, base)
         print(f"prepared {dag_id}: {state} in {secs:.0f}s", flush=True)

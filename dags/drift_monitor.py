@@ -25,7 +25,7 @@ def drift_monitor():
     @task
     def validate_conf(**context) -> dict:
         from pipeline_steps.orchestration import tasks
-        return tasks.validate_conf(context["params"], context)
+        return tasks.validate_conf(context["params"], context, interval_minutes=60)
 
     @task
     def detect_drift(conf: dict) -> dict:
@@ -47,7 +47,7 @@ def drift_monitor():
     emergency = TriggerDagRunOperator(
         task_id="trigger_emergency_retrain",
         trigger_dag_id="retrain_full",
-        conf={"scenario": "{{ params.scenario }}", "reward_fn_version": "{{ params.reward_fn_version }}",
+        conf={"scenario": "{{ params.scenario }}", "reward_fn": "{{ params.reward_fn }}",
               "mode": "full", "dry_run": False},
         wait_for_completion=False,
     )

@@ -23,7 +23,7 @@ def label_queue():
     @task
     def validate_conf(**context) -> dict:
         from pipeline_steps.orchestration import tasks
-        return tasks.validate_conf(context["params"], context)
+        return tasks.validate_conf(context["params"], context, interval_minutes=60)
 
     @task
     def enqueue_uncertain_states(conf: dict) -> dict:

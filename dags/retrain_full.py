@@ -7,7 +7,7 @@ evaluation against the `champion` and promotes on success. `drift_monitor` trigg
 as an emergency retrain when live traffic drifts away from the sandbox.
 
 `train_policy` runs on the **gpu** Celery queue (pool `gpu`).
-Conf: `scenario`, `reward_fn_version`, `timesteps`, `mode`, `dry_run`.
+Conf: `scenario`, `reward_fn`, `timesteps`, `mode`, `dry_run`.
 """
 
 from airflow.sdk import dag, task
@@ -26,7 +26,7 @@ def retrain_full():
     @task
     def validate_conf(**context) -> dict:
         from pipeline_steps.orchestration import tasks
-        return tasks.validate_conf(context["params"], context)
+        return tasks.validate_conf(context["params"], context, interval_minutes=60)
 
     @task
     def train_reward_model(conf: dict) -> dict:

@@ -6,7 +6,7 @@ stress-tests it, compares it with the champion on the same seeded episodes and p
 if every gate passes (the old champion becomes `previous`).
 
 `train_policy` runs on the **gpu** Celery queue (pool `gpu`); the rest on the default queue.
-Conf: `scenario`, `reward_fn_version`, `timesteps`, `mode`, `dry_run` (validated before any work).
+Conf: `scenario`, `reward_fn`, `timesteps`, `mode`, `dry_run` (validated before any work).
 """
 
 from airflow.sdk import dag, task
@@ -25,7 +25,7 @@ def retrain_incremental():
     @task
     def validate_conf(**context) -> dict:
         from pipeline_steps.orchestration import tasks
-        return tasks.validate_conf(context["params"], context)
+        return tasks.validate_conf(context["params"], context, interval_minutes=15)
 
     @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=1)
     def train_policy(conf: dict) -> dict:

@@ -24,7 +24,7 @@ def trace_capture():
     @task
     def validate_conf(**context) -> dict:
         from pipeline_steps.orchestration import tasks
-        return tasks.validate_conf(context["params"], context)
+        return tasks.validate_conf(context["params"], context, interval_minutes=15)
 
     @task
     def capture(conf: dict) -> dict:

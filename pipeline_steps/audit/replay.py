@@ -98,14 +98,24 @@ def decision_path(ctx: "StepContext", pack: "Pack", rows: pd.DataFrame, trace_id
 def _probabilities(ctx: "StepContext", pack: "Pack", episode: pd.DataFrame) -> tuple[np.ndarray | None, str]:
     import torch
 
-    from pipeline_steps.infra.trace_states import load_policy_version, observations_from_traces
+    from common.errors import RlopsError
+    from common.policy_ref import PolicyRef
+    from pipeline_steps.infra.policy_loader import load_policy_ref
+    from pipeline_steps.infra.trace_states import observations_from_traces
     version = str(episode["policy_version"].iloc[0])
-    if not (version.isdigit() or Path(version).is_dir()):  # e.g. "rules": the rule engine, no network
-        return None, f"logp of the chosen action (policy {version!r} is not a saved policy)"
     try:
-        policy = load_policy_version(ctx, version)
-    except Exception:  # noqa: BLE001 - not a loadable version (rule engine, deleted, unreachable)
+        ref = PolicyRef.parse(version, ctx.scenario) if not Path(version).is_dir() else Path(version)
+    except RlopsError:
+        return None, f"logp of the chosen action (policy {version!r} is not a registered policy)"
+    if isinstance(ref, PolicyRef) and ref.is_rules:
+        return None, "logp of the chosen action (served by the rule engine, which has no network)"
+    try:
+        loaded = load_policy_ref(ctx, ref)
+    except Exception:  # noqa: BLE001 - deleted or unreachable: show the recorded logp instead
+        loaded = None
+    if loaded is None:
         return None, "logp of the chosen action (policy version not loadable)"
+    policy = loaded.network
     obs, masks = observations_from_traces(pack, episode)
     with torch.no_grad():
         logp, _ = policy(obs, masks)
@@ -127,9 +137,8 @@ def render_path(path: dict[str, Any]) -> str:
 
 
 def replay(ctx: "StepContext", trace_id: str, depth: int | None = None, traces_uri: str | None = None) -> dict[str, Any]:
-    from pipeline_steps.infra.trace_states import trace_store_uri
     pack = ctx.load_pack()
-    rows = find_episode(ctx.storage, traces_uri or trace_store_uri(ctx), trace_id)
+    rows = find_episode(ctx.storage, traces_uri or ctx.traces.scenario_uri(ctx.scenario), trace_id)
     return decision_path(ctx, pack, rows, trace_id, depth)
 
 
@@ -264,11 +273,11 @@ def render_audit_html(report: dict[str, Any]) -> str:
 
 
 def audit(ctx: "StepContext", policy_version: str | None = None, traces_uri: str | None = None) -> dict[str, Any]:
-    from pipeline_steps.infra.trace_states import read_traces, run_key_window, trace_store_uri
+    from pipeline_steps.infra.trace_store import read_traces
     cfg = dict(ctx.section("audit"))
     pack = ctx.load_pack()
-    window = run_key_window(ctx.run_key, float(cfg.get("window_hours", 24)))
-    uri = traces_uri or trace_store_uri(ctx)
+    window = ctx.key.lookback(float(cfg.get("window_hours", 24)))
+    uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
     df = read_traces(ctx.storage, uri, window if not traces_uri else None)
     if policy_version is not None and not df.empty:
         df = df[df["policy_version"].astype(str) == str(policy_version)]

@@ -31,31 +31,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 
 from data_contracts.records import (
     LINE_COLUMN,
-    QUARANTINE_SCHEMA,
     SOURCE_COLUMN,
     parse_json_lines,
-    quarantine_frame,
 )
-from data_contracts.schema import META_PREFIX, Contract, trace_contract
+from data_contracts.schema import Contract, trace_contract
 from data_contracts.validation import REASON_COLUMN, validate_frame
-from pipeline_steps.infra.storage import Storage, partition_path
-
-QUARANTINE_DIR = "quarantine"
-MANIFEST_DIR = "_manifests"
-_NAME_TIME = re.compile(r"^(\d{8}T\d{12})Z")
-_RUN_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+from common.run_key import RunKey, as_utc
+from pipeline_steps.infra.storage import Storage
+from pipeline_steps.infra.trace_store import (
+    TraceStore,
+    default_quarantine_root,
+    landing_files,
+    write_quarantine_partitions,
+    write_trace_partitions,
+)
 
 
 @dataclass(frozen=True)
@@ -80,155 +79,11 @@ class CaptureResult:
 
 # --------------------------------------------------------------------------- pure helpers
 
-def as_utc(value: datetime | str) -> datetime:
-    """A tz-aware UTC datetime from a datetime (naive means UTC) or an ISO-8601 string."""
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError as exc:
-            raise ValueError(f"interval bound {value!r} is not an ISO-8601 timestamp "
-                             "(e.g. 2026-01-01T10:00:00Z)") from exc
-    if not isinstance(value, datetime):
-        raise TypeError(f"interval bound {value!r}: expected a datetime or ISO-8601 string")
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(
-        timezone.utc)
-
-
-def join_uri(base: str, *parts: str) -> str:
-    """``base`` (any storage URI) with ``parts`` appended; :meth:`Storage.join` only joins
-    under the storage root, and the landing zone and trace store may live elsewhere."""
-    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts if p)])
-
-
-def default_quarantine_root(trace_root_uri: str) -> str:
-    """``quarantine/`` next to the trace root (``…/traces`` → ``…/quarantine``)."""
-    parent = trace_root_uri.rstrip("/").rsplit("/", 1)[0]
-    return join_uri(parent, QUARANTINE_DIR)
-
-
-def check_run_key(run_key: str) -> str:
-    if not _RUN_KEY.match(run_key):
-        raise ValueError(f"run key {run_key!r}: expected 1-64 letters, digits, '.', '_' or '-' "
-                         "(it becomes part of file names)")
-    return run_key
-
-
-def run_key_for(interval_start: datetime | str, interval_end: datetime | str) -> str:
-    """Deterministic key of a data interval, used in every file name a run writes."""
-    start, end = as_utc(interval_start), as_utc(interval_end)
-    if end <= start:
-        raise ValueError(f"capture interval is empty or reversed: start {start.isoformat()} >= "
-                         f"end {end.isoformat()}; expected start < end")
-    return f"{start:%Y%m%dT%H%M%S}Z_{end:%Y%m%dT%H%M%S}Z"
-
-
-def hours_between(start: datetime, end: datetime) -> list[datetime]:
-    """The UTC hour starts that overlap ``[start, end)``."""
-    hour = start.replace(minute=0, second=0, microsecond=0)
-    out = []
-    while hour < end:
-        out.append(hour)
-        hour += timedelta(hours=1)
-    return out
-
-
-def file_time(uri: str, hour_start: datetime) -> datetime:
-    """The write time a landing file's name carries (its hour folder's start otherwise)."""
-    m = _NAME_TIME.match(uri.rsplit("/", 1)[-1])
-    if not m:
-        return hour_start
-    return datetime.strptime(m.group(1), "%Y%m%dT%H%M%S%f").replace(tzinfo=timezone.utc)
-
-
-def partition_groups(df: pd.DataFrame, ts: pd.Series) -> Iterator[tuple[str, str, pd.DataFrame]]:
-    """Split ``df`` by the UTC date and hour of ``ts`` (aligned with ``df``)."""
-    keys = pd.DataFrame({"date": ts.dt.strftime("%Y-%m-%d"), "hour": ts.dt.strftime("%H")},
-                        index=df.index)
-    for (date, hour), idx in keys.groupby(["date", "hour"], sort=True).groups.items():
-        yield str(date), str(hour), df.loc[idx]
-
-
 def validate_rows(df: pd.DataFrame, contract: Contract) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(accepted, quarantined)``: typed rows in contract order, and the input rows that broke
     the contract with a ``quarantine_reason``. ``len(accepted) + len(quarantined) == len(df)``."""
     result = validate_frame(df, contract)
     return result.accepted, result.quarantined
-
-
-# --------------------------------------------------------------------------- writing
-
-def _part_name(run_key: str, part: int) -> str:
-    return f"part-{run_key}-{part:05d}.parquet"
-
-
-def write_trace_partitions(storage: Storage, df: pd.DataFrame, trace_root_uri: str,
-                           run_key: str, *, contract: Contract | None = None, part: int = 0,
-                           dry_run: bool = False) -> list[str]:
-    """Write accepted trace rows to ``scenario=/date=/hour=`` partitions under
-    ``trace_root_uri``, one file per partition named ``part-<run_key>-<part>.parquet``.
-
-    ``df`` holds typed rows (as :func:`validate_rows` returns them); with ``contract`` the
-    file gets exactly the contract's schema. Returns the file URIs (planned ones when
-    ``dry_run``)."""
-    if df.empty:
-        return []
-    for col in ("scenario", "ts"):
-        if col not in df:
-            raise ValueError(f"write_trace_partitions: rows lack the {col!r} column needed to "
-                             "partition them; pass validated trace rows")
-    schema = contract.arrow_schema() if contract is not None else None
-    columns = (contract.column_names if contract is not None
-               else [c for c in df.columns if not str(c).startswith(META_PREFIX)])
-    written = []
-    for scenario, rows in df.groupby("scenario", sort=True):
-        for date, hour, group in partition_groups(rows, pd.to_datetime(rows["ts"], utc=True)):
-            uri = join_uri(trace_root_uri,
-                           partition_path(scenario=scenario, date=date, hour=hour),
-                           _part_name(run_key, part))
-            if not dry_run:
-                table = pa.Table.from_pandas(group[columns], schema=schema, preserve_index=False)
-                storage.write_parquet(uri, table)
-            written.append(uri)
-    return written
-
-
-def write_quarantine_partitions(storage: Storage, quarantined: pd.DataFrame,
-                                quarantine_root_uri: str, scenario: str, run_key: str, *,
-                                fallback_ts: datetime, part: int = 0,
-                                dry_run: bool = False) -> list[str]:
-    """Write quarantined rows (input rows + ``quarantine_reason``) to
-    ``<quarantine_root>/scenario=/date=/hour=`` partitions; rows whose ``ts`` is unreadable go
-    to the partition of ``fallback_ts``. Returns the file URIs."""
-    if quarantined.empty:
-        return []
-    frame = quarantine_frame(quarantined, scenario)
-    ts = frame["ts"].fillna(pd.Timestamp(fallback_ts)).dt.as_unit("us")
-    written = []
-    for date, hour, group in partition_groups(frame, ts):
-        uri = join_uri(quarantine_root_uri,
-                       partition_path(scenario=scenario, date=date, hour=hour),
-                       _part_name(run_key, part))
-        if not dry_run:
-            table = pa.Table.from_pandas(group, schema=QUARANTINE_SCHEMA, preserve_index=False)
-            storage.write_parquet(uri, table)
-        written.append(uri)
-    return written
-
-
-# --------------------------------------------------------------------------- reading
-
-def landing_files(storage: Storage, landing_uri: str, scenario: str,
-                  interval_start: datetime | str, interval_end: datetime | str) -> list[str]:
-    """The landing-zone JSON-lines files of ``scenario`` written in ``[start, end)``, sorted."""
-    start, end = as_utc(interval_start), as_utc(interval_end)
-    files = []
-    for hour in hours_between(start, end):
-        folder = join_uri(landing_uri, partition_path(
-            scenario=scenario, date=f"{hour:%Y-%m-%d}", hour=hour.hour))
-        for uri in storage.list(folder, suffix=".jsonl"):
-            if not uri.rsplit("/", 1)[-1].startswith(".") and start <= file_time(uri, hour) < end:
-                files.append(uri)
-    return sorted(files)
 
 
 @dataclass
@@ -295,15 +150,15 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
     """Capture one data interval of ``scenario`` from the landing zone (see module docstring).
 
     ``run_key`` names the output files (default: derived from the interval, see
-    :func:`run_key_for`); pass the pipeline's own key to share one naming across steps.
+    :class:`~common.run_key.RunKey`); pass the pipeline's own key to share one naming across steps.
     """
     start, end = as_utc(interval_start), as_utc(interval_end)
-    derived = run_key_for(start, end)  # also rejects an empty or reversed interval
-    run_key = check_run_key(run_key) if run_key else derived
+    key = RunKey.covering(start, end)  # rejects an empty or reversed interval
+    run_key = str(RunKey.parse(run_key)) if run_key else str(key)
     quarantine_root = quarantine_root_uri or default_quarantine_root(trace_root_uri)
+    store = TraceStore(storage, landing_uri, trace_root_uri, quarantine_root)
     files = landing_files(storage, landing_uri, scenario, start, end)
-    manifest_uri = join_uri(trace_root_uri, MANIFEST_DIR, f"scenario={scenario}",
-                                f"{run_key}.json")
+    manifest_uri = store.manifest_uri(scenario, run_key)
     if not dry_run and storage.exists(manifest_uri):
         for old in storage.read_json(manifest_uri).get("files", []):
             storage.delete(old)  # the previous run of this interval, complete or not
@@ -351,7 +206,7 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
     return CaptureResult(
         partitions=folders(accepted_parts), rows_in=rows_in, rows_accepted=rows_accepted,
         rows_quarantined=rows_quarantined,
-        quarantine_uri=(join_uri(quarantine_root, f"scenario={scenario}")
+        quarantine_uri=(TraceStore(storage, landing_uri, quarantine_root, quarantine_root).scenario_uri(scenario)
                         if rows_quarantined else None),
         run_key=run_key, files_read=files, files_written=written,
         quarantine_partitions=folders(quarantine_parts),
@@ -371,19 +226,6 @@ def contract_from_file(storage: Storage, uri: str, scenario: str) -> Contract:
                           spec.get("reward_fn_versions"))
 
 
-def store_uris(params: dict[str, Any], storage: Storage | None = None) -> tuple[str, str, str]:
-    """``(landing_uri, trace_root_uri, quarantine_root_uri)`` from the ``capture`` block of
-    params: folders under ``storage.root``, or full URIs when they contain ``://``."""
-    storage = storage or Storage.from_params(params)
-    cfg = params.get("capture") or {}
-
-    def where(key: str, default: str) -> str:
-        value = str(cfg.get(key) or default)
-        return value if "://" in value else storage.join(value)
-    return (where("landing_dir", "landing"), where("trace_dir", "traces"),
-            where("quarantine_dir", QUARANTINE_DIR))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     from common.config import load_params
 
@@ -401,7 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     params = load_params()
     storage = Storage.from_params(params)
-    landing, traces, quarantine = store_uris(params, storage)
+    store = TraceStore.from_params(params, storage)
+    landing, traces, quarantine = store.landing_uri, store.trace_uri, store.quarantine_uri
     scenario = args.scenario or params["scenario"]
     result = capture_landing_zone(
         storage, args.landing_uri or landing, args.trace_root or traces, scenario,

@@ -10,8 +10,8 @@ Two sources, one contract:
 
 Either way every row is validated against the scenario's trace contract (Great Expectations);
 rows that break it go to quarantine with their reason, and rows in = accepted + quarantined.
-The interval is the run key's start plus ``capture.interval_minutes``; its files are named after
-the run key, so a re-run overwrites them.
+The interval is the run key's (:class:`~common.run_key.RunKey`); its files are named after the
+run key, so a re-run overwrites them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,17 +28,6 @@ from pipeline_steps.infra.context import StepContext
 if TYPE_CHECKING:
     from sandbox.pack import Pack
     from sandbox.traces import TracePolicy
-
-
-def interval_of(ctx: StepContext) -> tuple[datetime, datetime]:
-    """``[start, end)`` of the run key (``YYYYmmddTHHMM``); other keys mean the last interval."""
-    minutes = int(ctx.section("capture").get("interval_minutes", 15))
-    try:
-        start = datetime.strptime(ctx.run_key[:13], "%Y%m%dT%H%M").replace(tzinfo=timezone.utc)
-    except ValueError:
-        now = datetime.now(timezone.utc).replace(second=0, microsecond=0)
-        start = now - timedelta(minutes=minutes)
-    return start, start + timedelta(minutes=minutes)
 
 
 def contract_for(pack: "Pack") -> Any:
@@ -71,12 +60,14 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
                  sample_rate: float | None = None, profile: str | None = None) -> dict[str, Any]:
     """Capture the run key's interval. ``simulate=None`` uses the landing zone when it has files
     for the interval and falls back to simulation when ``capture.simulate_when_empty`` is on."""
-    from pipeline_steps.capture.core import capture_landing_zone, landing_files, store_uris
+    from pipeline_steps.capture.core import capture_landing_zone
+    from sandbox.profiles import default_profile
     cfg = ctx.section("capture")
     pack = ctx.load_pack()
-    landing, traces, quarantine = store_uris(ctx.params, ctx.storage)
-    start, end = interval_of(ctx)
-    has_files = bool(landing_files(ctx.storage, landing, ctx.scenario, start, end))
+    store = ctx.traces
+    landing, traces, quarantine = store.landing_uri, store.trace_uri, store.quarantine_uri
+    start, end = ctx.key.start, ctx.key.end
+    has_files = bool(store.landing_files(ctx.scenario, ctx.key))
     if simulate is None:
         simulate = not has_files and bool(cfg.get("simulate_when_empty", True))
     base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "interval": [start.isoformat(), end.isoformat()],
@@ -90,11 +81,7 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
     return {**base, **simulate_capture(ctx, pack, traces, quarantine, start,
                                        int(episodes or cfg.get("episodes", 2000)),
                                        float(sample_rate if sample_rate is not None else cfg.get("sample_rate", 1.0)),
-                                       profile or cfg.get("profile") or _live_profile(pack))}
-
-
-def _live_profile(pack: "Pack") -> str:
-    return "live" if "live" in pack.scenario.profiles else pack.scenario.spec.default_profile
+                                       default_profile(pack, "production", profile or cfg.get("profile")))}
 
 
 def _counts(rows_in: int, accepted: int, quarantined: int) -> dict[str, int]:
@@ -105,14 +92,15 @@ def _counts(rows_in: int, accepted: int, quarantined: int) -> dict[str, int]:
 
 def simulate_capture(ctx: StepContext, pack: "Pack", traces: str, quarantine: str, start: datetime,
                      episodes: int, sample_rate: float, profile: str) -> dict[str, Any]:
-    from pipeline_steps.capture.core import validate_rows, write_quarantine_partitions, write_trace_partitions
+    from pipeline_steps.capture.core import validate_rows
+    from pipeline_steps.infra.trace_store import write_quarantine_partitions, write_trace_partitions
     from sandbox.traces import rollout_traces
     if profile not in pack.scenario.profiles:
         raise ValueError(f"capture profile '{profile}': pack {pack.name} has {sorted(pack.scenario.profiles)}")
     policy, version = champion_trace_policy(ctx, pack)
     seed = int(start.timestamp()) // 60  # each interval sees other applicants
     df = rollout_traces(pack, policy, episodes, seed=seed, profile=profile,
-                        reward_version=str(ctx.params.get("reward_fn_version") or "v1"), policy_version=version,
+                        reward_version=ctx.reward_choice().reward_fn, policy_version=version,
                         source="live" if profile == "live" else "sandbox", start_ts=start, sample_rate=sample_rate)
     contract = contract_for(pack)
     accepted, quarantined = validate_rows(df, contract)

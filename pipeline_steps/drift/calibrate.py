@@ -28,6 +28,8 @@ Output
 
 from __future__ import annotations
 
+from sandbox.profiles import CALIBRATED
+
 import argparse
 import json
 import math
@@ -45,7 +47,7 @@ if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: regist
     from sandbox.pack import Pack
     from sandbox.spec import FieldSpec
 
-PROFILE = "calibrated"
+PROFILE = CALIBRATED  # the profile a calibration writes
 
 
 @dataclass(frozen=True)
@@ -230,16 +232,17 @@ def check_calibration(before: "Pack", before_profile: str, after: "Pack", df: pd
 
 
 def active_profile(pack: "Pack") -> str:
-    return PROFILE if PROFILE in pack.scenario.profiles else pack.scenario.spec.default_profile
+    from sandbox.profiles import default_profile
+    return default_profile(pack, "sandbox")
 
 
 def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, Any]:
     """Fit, check and write a new calibration version; returns a summary."""
-    from pipeline_steps.infra.trace_states import read_traces, run_key_window, trace_store_uri
+    from pipeline_steps.infra.trace_store import read_traces
     from sandbox.pack import load_pack
     cfg = RecalConfig.from_section(ctx.section("recalibrate"))
-    uri = traces_uri or trace_store_uri(ctx)
-    window = run_key_window(ctx.run_key, cfg.window_hours) if cfg.window_hours else None
+    uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
+    window = ctx.key.lookback(cfg.window_hours) if cfg.window_hours else None
     df = live_rows(read_traces(ctx.storage, uri, window), cfg.source)
     if "scenario" in df.columns:
         df = df[df["scenario"] == ctx.scenario].reset_index(drop=True)

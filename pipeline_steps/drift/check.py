@@ -10,7 +10,6 @@ emergency retrain.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -20,14 +19,10 @@ from pipeline_steps.infra.context import StepContext
 
 def window_uri(ctx: StepContext) -> str:
     """The trace-store partition of the run key's hour."""
-    from pipeline_steps.capture.core import join_uri, store_uris
-    from pipeline_steps.infra.storage import partition_path
-    _, traces, _ = store_uris(ctx.params, ctx.storage)
-    try:
-        t = datetime.strptime(ctx.run_key[:13], "%Y%m%dT%H%M").replace(tzinfo=timezone.utc)
-    except ValueError:
-        t = datetime.now(timezone.utc)
-    return join_uri(traces, partition_path(scenario=ctx.scenario, date=f"{t:%Y-%m-%d}", hour=t.hour))
+    from pipeline_steps.infra.trace_store import join_uri, partition_path
+    t = ctx.key.start
+    return join_uri(ctx.traces.trace_uri,
+                    partition_path(scenario=ctx.scenario, date=f"{t:%Y-%m-%d}", hour=t.hour))
 
 
 def episode_returns(df: Any) -> np.ndarray:
@@ -48,7 +43,7 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
     policy, version = champion_trace_policy(ctx, pack)
     baseline_df = rollout_traces(pack, policy, int(episodes or cfg.get("baseline_episodes", 2000)),
                                  seed=int(ctx.params.get("seed", 0)), policy_version=version,
-                                 reward_version=str(ctx.params.get("reward_fn_version") or "v1"))
+                                 reward_version=ctx.reward_choice().reward_fn)
     baseline = ctx.uri("sandbox_traces", ctx.scenario, f"{ctx.run_key}.parquet")
     if not ctx.dry_run:
         ctx.storage.write_parquet(baseline, baseline_df)

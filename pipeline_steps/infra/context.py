@@ -10,40 +10,27 @@ Airflow task pushes to XCom. Storage layout under ``storage.root``::
     calibrations/<scenario>/<version>.json         sandbox calibrations (+ latest.json)
     reports/<step>/<scenario>/<run_key>/...        drift, stress, evaluation, audit reports
 
-A run key names the data interval a run works on (``20261130T0500``), so re-running a step for
-the same interval overwrites its outputs instead of adding to them.
+A run key (:class:`~common.run_key.RunKey`) names the data interval a run works on
+(``20261130T0500``), so re-running a step for the same interval overwrites its outputs instead of
+adding to them.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from common.config import REPO_ROOT, load_params, resolve_local
+from common.run_key import RunKey
 
 if TYPE_CHECKING:
     from pipeline_steps.infra.storage import Storage
+    from pipeline_steps.infra.trace_store import TraceStore
     from pipeline_steps.infra.registry import Tracker
     from sandbox.pack import Pack
-
-_RUN_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-
-def run_key_for(when: datetime | None = None) -> str:
-    """The run key of a data interval starting at ``when`` (UTC, minute resolution)."""
-    when = (when or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    return when.strftime("%Y%m%dT%H%M")
-
-
-def check_run_key(run_key: str) -> str:
-    if not _RUN_KEY.match(run_key):
-        raise ValueError(f"run key {run_key!r}: expected 1-64 letters, digits, '.', '_' or '-'")
-    return run_key
-
+    from sandbox.reward_choice import RewardChoice
 
 @dataclass
 class StepContext:
@@ -56,10 +43,16 @@ class StepContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, scenario: str | None = None, run_key: str | None = None, dry_run: bool = False,
+    def create(cls, scenario: str | None = None, run_key: "RunKey | str | None" = None, dry_run: bool = False,
                params: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None) -> "StepContext":
+        """A context for ``run_key`` (parsed strictly; None means the hour that has just ended)."""
         p = params if params is not None else load_params(overrides=overrides)
-        return cls(p, check_run_key(run_key or run_key_for()), scenario or str(p.get("scenario")), dry_run)
+        return cls(p, str(RunKey.of(run_key)), scenario or str(p.get("scenario")), dry_run)
+
+    @property
+    def key(self) -> RunKey:
+        """The run key as an interval."""
+        return RunKey.parse(self.run_key)
 
     # ---- shared resources ---------------------------------------------------------------------
     @cached_property
@@ -71,6 +64,16 @@ class StepContext:
     def tracker(self) -> "Tracker":
         from pipeline_steps.infra.registry import Tracker
         return Tracker.from_params(self.params, scenario=self.scenario)
+
+    @cached_property
+    def traces(self) -> "TraceStore":
+        from pipeline_steps.infra.trace_store import TraceStore
+        return TraceStore.from_params(self.params, self.storage)
+
+    def reward_choice(self, explicit: str | None = None) -> "RewardChoice":
+        """The reward function that applies to this run (one rule: :mod:`sandbox.reward_choice`)."""
+        from sandbox.reward_choice import choose_reward
+        return choose_reward(self.load_pack(calibration=None), explicit, self.params.get("reward_fn"))
 
     def section(self, name: str) -> dict[str, Any]:
         """A params block (``train``, ``evaluate``…) merged with the pack's own overrides."""

@@ -37,16 +37,14 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+from common.policy_ref import policy_model_name  # noqa: E402,F401  (the registry names models)
+
 CHAMPION, CHALLENGER, PREVIOUS = "champion", "challenger", "previous"
 _PARAM_MAX = 6000  # MLflow's limit on a param value
 
 
 class TrackingError(RuntimeError):
     """An MLflow operation that failed (server unreachable, bad request, missing model…)."""
-
-
-def policy_model_name(scenario: str) -> str:
-    return f"{scenario}-policy"
 
 
 def reward_model_name(scenario: str) -> str:

@@ -499,18 +499,6 @@ class Storage:
         return self.read_parquet_table(uri, columns=columns).to_pandas()
 
 
-def partition_path(**keys: Any) -> str:
-    """Hive-style partition path: ``partition_path(scenario="a", date="2026-01-01", hour=3)``
-    → ``"scenario=a/date=2026-01-01/hour=03"`` (hours zero-padded so they sort)."""
-    parts = []
-    for name, value in keys.items():
-        text = f"{value:02d}" if name == "hour" and isinstance(value, int) else str(value)
-        if "/" in text or not text:
-            raise ValueError(f"partition value {name}={value!r} must be non-empty and contain no '/'")
-        parts.append(f"{name}={text}")
-    return "/".join(parts)
-
-
 def get_storage(root_uri: str, endpoint_url: str | None = None, retries: int = 4,
                 backoff_s: float = 0.5) -> Storage:
     """Shorthand for :class:`Storage` with explicit settings."""

@@ -11,8 +11,6 @@ sandbox and the policy work with:
   rebuilt from the episode's earlier rows;
 * :func:`error_flags` — the ``error`` column as booleans (sandbox rows hold a bool, live rows an
   error message or null);
-* :func:`read_traces` — trace rows from a parquet file or a partitioned folder, pruned to a window;
-* :func:`load_policy_version` — a policy from a local folder or a registry version.
 
 The command-line and HTML helpers are in :mod:`pipeline_steps.infra.cli_common`.
 
@@ -21,27 +19,18 @@ Everything is vectorised over rows; nothing loops per row in Python.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import torch
 
 if TYPE_CHECKING:
-    from model.policy import PolicyNetwork
-    from pipeline_steps.infra.context import StepContext
-    from pipeline_steps.infra.storage import Storage
     from sandbox.pack import Pack
 
 Tensor = torch.Tensor
 STATE_PREFIX = "state."
 _NO_ERROR = frozenset({"", "false", "0", "none", "nan", "null", "<na>"})
-_PART = re.compile(r"/date=(\d{4}-\d{2}-\d{2})(?:/hour=(\d{1,2}))?/")
-_RUN_KEY_TIME = re.compile(r"^(\d{8}T\d{4})")
 
 
 # --------------------------------------------------------------------------- columns
@@ -165,93 +154,3 @@ def normalized_entropy(entropy: np.ndarray, masks: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- reading
-def parse_ts(col: pd.Series) -> pd.Series:
-    """Trace timestamps (ISO text, datetimes) as UTC."""
-    if isinstance(col.dtype, pd.DatetimeTZDtype):
-        return col.dt.tz_convert("UTC")
-    return pd.to_datetime(col, utc=True, format="ISO8601", errors="coerce")
-
-
-def run_key_window(run_key: str, hours: float, interval_hours: float = 1.0
-                   ) -> tuple[datetime, datetime] | None:
-    """``[end - hours, end)`` where ``end`` closes the run key's interval (``20261130T0500`` +
-    ``interval_hours``); None when the run key does not name a time."""
-    m = _RUN_KEY_TIME.match(run_key)
-    if not m:
-        return None
-    start = datetime.strptime(m.group(1), "%Y%m%dT%H%M").replace(tzinfo=timezone.utc)
-    end = start + timedelta(hours=interval_hours)
-    return end - timedelta(hours=hours), end
-
-
-def read_traces(storage: "Storage", uri: str, window: tuple[datetime, datetime] | None = None,
-                columns: Sequence[str] | None = None) -> pd.DataFrame:
-    """Trace rows from one parquet file or every ``*.parquet`` under a folder (``quarantine``
-    partitions excluded). With ``window``, hour partitions outside it are skipped and rows are
-    kept when ``window[0] <= ts < window[1]``."""
-    import pyarrow as pa
-    if uri.endswith(".parquet") and storage.exists(uri):
-        files = [uri]
-    else:
-        files = [f for f in storage.list(uri, suffix=".parquet") if "/quarantine/" not in f]
-    if window is not None:
-        files = [f for f in files if _overlaps(f, window)]
-    if not files:
-        return pd.DataFrame()
-    tables = [storage.read_parquet_table(f, columns=list(columns) if columns else None) for f in files]
-    df = pa.concat_tables(tables, promote_options="default").to_pandas()
-    if window is not None and "ts" in df.columns:
-        ts = parse_ts(df["ts"])
-        df = df[(ts >= window[0]) & (ts < window[1])].reset_index(drop=True)
-    return df
-
-
-def _overlaps(uri: str, window: tuple[datetime, datetime]) -> bool:
-    m = _PART.search(uri)
-    if not m:
-        return True  # not partitioned by time: read it and filter rows by ts
-    day = datetime.strptime(m.group(1), "%Y-%m-%d").replace(tzinfo=timezone.utc)
-    if m.group(2) is None:
-        lo, hi = day, day + timedelta(days=1)
-    else:
-        lo = day + timedelta(hours=int(m.group(2)))
-        hi = lo + timedelta(hours=1)
-    return lo < window[1] and hi > window[0]
-
-
-def trace_store_uri(ctx: "StepContext") -> str:
-    """The scenario's folder in the trace store (``traces/scenario=<s>``)."""
-    trace_dir = str((ctx.params.get("capture") or {}).get("trace_dir") or "traces")
-    return ctx.uri(trace_dir, f"scenario={ctx.scenario}")
-
-
-# --------------------------------------------------------------------------- policies
-def load_policy_version(ctx: "StepContext", version: str) -> "PolicyNetwork":
-    """A policy from a local folder (``policy.json`` + ``policy.pt``) or a version of the
-    registered model ``<scenario>-policy`` (its artifacts are downloaded under ``local_dir``)."""
-    from model.policy import CONFIG_FILE, load_policy
-    from pipeline_steps.infra.registry import policy_model_name
-    local = Path(version)
-    if local.is_dir():
-        return load_policy(local)
-    name = policy_model_name(ctx.scenario)
-    source = ctx.tracker.model_version_source(name, version)
-    dst = ctx.local_dir("policies", ctx.scenario, f"v{version}")
-    if source.startswith("runs:/"):
-        run_id, _, path = source[len("runs:/"):].partition("/")
-        folder = ctx.tracker.download_artifacts(run_id, path, dst)
-    else:
-        import mlflow.artifacts
-        folder = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(dst)))
-    found = sorted(Path(folder).rglob(CONFIG_FILE)) if Path(folder).is_dir() else []
-    if not found:
-        raise FileNotFoundError(f"{name} v{version} (source {source}) holds no {CONFIG_FILE}; expected "
-                                "a folder written by model.policy.save_policy")
-    return load_policy(found[0].parent)
-
-
-def greedy_act(policy: "PolicyNetwork") -> Any:
-    """An ``act(env)`` callable that serves ``policy`` greedily, as the champion is served."""
-    def act(env: Any) -> Tensor:
-        return policy.act(env.observe(), deterministic=True).action.to(env.device)
-    return act

@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pipeline_steps.infra.trace_states import (STATE_PREFIX, action_codes, mask_matrix, normalized_entropy, parse_ts,
-                                         state_features, states_from_traces)
+from pipeline_steps.infra.trace_states import (STATE_PREFIX, action_codes, mask_matrix, normalized_entropy,
+                                               state_features, states_from_traces)
+from pipeline_steps.infra.trace_store import parse_ts
 
 if TYPE_CHECKING:
     from model.reward_model import PreferencePairs

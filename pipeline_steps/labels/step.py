@@ -62,7 +62,6 @@ class QueueConfig:
     db_url: str = "sqlite:///rlops-data/label_queue.db"
     db_schema: str | None = None
     window_hours: float = 24.0
-    interval_hours: float = 1.0
     threshold: float = 0.8
     clusters: int = 16
     states_per_cluster: int = 100
@@ -90,11 +89,11 @@ def store_for(ctx: "StepContext", cfg: QueueConfig) -> "LabelStore":
 def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, Any]:
     """Enqueue the high-entropy clusters of the run key's window."""
     from pipeline_steps.labels.select import queue_items, select_uncertain
-    from pipeline_steps.infra.trace_states import read_traces, run_key_window, trace_store_uri
+    from pipeline_steps.infra.trace_store import read_traces
     cfg = QueueConfig.from_section(ctx.section("label_queue"))
     pack = ctx.load_pack()
-    window = run_key_window(ctx.run_key, cfg.window_hours, cfg.interval_hours)
-    uri = traces_uri or trace_store_uri(ctx)
+    window = ctx.key.lookback(cfg.window_hours)
+    uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
     df = read_traces(ctx.storage, uri, window)
     if not df.empty and "scenario" in df.columns:
         df = df[df["scenario"] == ctx.scenario].reset_index(drop=True)

@@ -37,7 +37,7 @@ def dag_params(timesteps: int = 200_000, mode: str = "full") -> dict[str, Param]
     return {
         "scenario": Param(names[0] if names else "credit_approval", type="string", enum=names,
                           description="scenario pack under scenarios/"),
-        "reward_fn_version": Param("v1", type="string", pattern=r"^v\d+$",
+        "reward_fn": Param("v1", type="string", pattern=r"^v\d+$",
                                    description="reward function of the pack (reward_<version>.py)"),
         "timesteps": Param(timesteps, type="integer", minimum=1_000, maximum=1_000_000_000,
                            description="PPO environment steps for training tasks"),

@@ -8,9 +8,9 @@ data.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
 from typing import Any, Mapping
 
+from common.run_key import RunKey
 from pipeline_steps.infra.context import StepContext
 
 _VERSION = re.compile(r"^v\d+$")
@@ -20,27 +20,25 @@ class ConfError(ValueError):
     """A DAG run's conf that cannot be used; the first task fails with this message."""
 
 
-def run_key_from_context(context: Mapping[str, Any]) -> str:
-    """The data interval start of the run (UTC, minute resolution) — the key every step writes under."""
-    for key in ("data_interval_start", "logical_date"):
-        value = context.get(key)
-        if value is not None:
-            return value.astimezone(timezone.utc).strftime("%Y%m%dT%H%M")
-    run = context.get("dag_run")
-    when = getattr(run, "run_after", None) or datetime.now(timezone.utc)
-    return when.astimezone(timezone.utc).strftime("%Y%m%dT%H%M")
+def run_key_from_context(context: Mapping[str, Any], interval_minutes: int = 60) -> str:
+    """The interval the DAG run owns (see :meth:`RunKey.from_airflow`) — the key every step
+    writes under. A run with no Airflow context (a direct call) owns the interval just ended."""
+    if not context:
+        return str(RunKey.of(None, minutes=interval_minutes))
+    return str(RunKey.from_airflow(context, interval_minutes))
 
 
-def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None = None,
+                  interval_minutes: int = 60) -> dict[str, Any]:
     """Check the run's conf against the project (pack exists and loads, reward version exists);
     Airflow has already checked the types. Returns the conf with its run key."""
     from sandbox.errors import PackError
-    conf = {k: params.get(k) for k in ("scenario", "reward_fn_version", "timesteps", "mode", "dry_run")}
+    conf = {k: params.get(k) for k in ("scenario", "reward_fn", "timesteps", "mode", "dry_run")}
     problems = []
     if not isinstance(conf["scenario"], str) or not conf["scenario"]:
         problems.append(f"scenario {conf['scenario']!r}: expected the name of a pack under scenarios/")
-    if not isinstance(conf["reward_fn_version"], str) or not _VERSION.match(conf["reward_fn_version"]):
-        problems.append(f"reward_fn_version {conf['reward_fn_version']!r}: expected v<N>, e.g. v1")
+    if not isinstance(conf["reward_fn"], str) or not _VERSION.match(conf["reward_fn"]):
+        problems.append(f"reward_fn {conf['reward_fn']!r}: expected v<N>, e.g. v1")
     if not isinstance(conf["timesteps"], int) or conf["timesteps"] < 1000:
         problems.append(f"timesteps {conf['timesteps']!r}: expected an integer >= 1000")
     if conf["mode"] not in ("full", "incremental"):
@@ -48,26 +46,26 @@ def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None =
     if not isinstance(conf["dry_run"], bool):
         problems.append(f"dry_run {conf['dry_run']!r}: expected true or false")
     if not problems:
-        ctx = StepContext.create(conf["scenario"], "validate")
+        ctx = StepContext.create(conf["scenario"])
         if not (ctx.pack_dir / "scenario.yaml").exists():
             problems.append(f"scenario {conf['scenario']!r}: no pack at {ctx.pack_dir}")
         else:
             try:
                 pack = ctx.load_pack(calibration=None)
-                pack.reward_fn(conf["reward_fn_version"])
+                pack.reward_fn(conf["reward_fn"])
             except PackError as exc:
                 problems.append(f"scenario {conf['scenario']!r} does not load: {exc}")
             except KeyError as exc:
                 problems.append(str(exc).strip("'\""))
     if problems:
         raise ConfError("invalid DAG run conf: " + "; ".join(problems))
-    conf["run_key"] = run_key_from_context(context or {})
+    conf["run_key"] = run_key_from_context(context or {}, interval_minutes)
     return conf
 
 
 def _ctx(conf: Mapping[str, Any]) -> StepContext:
     return StepContext.create(conf["scenario"], conf["run_key"], bool(conf.get("dry_run")),
-                              overrides={"reward_fn_version": conf["reward_fn_version"]})
+                              overrides={"reward_fn": conf["reward_fn"]})
 
 
 def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,14 +103,14 @@ def ingest_labels(conf: Mapping[str, Any]) -> dict[str, Any]:
 
 def train_reward_model(conf: Mapping[str, Any]) -> dict[str, Any]:
     from pipeline_steps.training.reward_model import train_reward_model_step
-    return train_reward_model_step(_ctx(conf), conf["reward_fn_version"])
+    return train_reward_model_step(_ctx(conf), conf["reward_fn"])
 
 
 def train_policy(conf: Mapping[str, Any], mode: str) -> dict[str, Any]:
     import socket
 
     from pipeline_steps.training.policy import train_policy as run
-    out = run(_ctx(conf), mode=mode, timesteps=int(conf["timesteps"]), reward_version=conf["reward_fn_version"])
+    out = run(_ctx(conf), mode=mode, timesteps=int(conf["timesteps"]), reward_version=conf["reward_fn"])
     # Where training ran: the distributed test checks that it was the gpu queue's worker.
     return {**out, "worker_host": socket.gethostname()}
 
@@ -121,7 +119,7 @@ def stress_test(conf: Mapping[str, Any], trained: Mapping[str, Any]) -> dict[str
     from pipeline_steps.stress.step import stress_test as run
     if not trained.get("model_version"):
         return {"skipped": True, "reason": "no candidate was trained", "passed": False}
-    out = run(_ctx(conf), reward_fn=conf["reward_fn_version"], policy_version=str(trained["model_version"]))
+    out = run(_ctx(conf), reward_fn=conf["reward_fn"], policy_version=str(trained["model_version"]))
     return {k: out[k] for k in ("passed", "verdict", "reasons", "report_uri", "html_uri") if k in out}
 
 

@@ -25,7 +25,7 @@ import argparse
 import logging
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +34,9 @@ import numpy as np
 from pipeline_steps.infra.context import StepContext
 from pipeline_steps.promotion.gates import (Gate, GateConfig, ab_gates, comparison_gates, episode_outcomes, gate_frame,
                                   gate_table_html, stress_gate)
-from pipeline_steps.infra.storage import StorageError, partition_path
+from pipeline_steps.infra.storage import StorageError
 from pipeline_steps.infra.registry import CHALLENGER, CHAMPION, PREVIOUS, TrackingError, policy_model_name
-from pipeline_steps.training.policy import (add_common_args, context_from_args, download_policy, print_result,
+from pipeline_steps.training.policy import (add_common_args, context_from_args, print_result,
                                   reward_label)
 
 if TYPE_CHECKING:
@@ -64,9 +64,22 @@ def _version_tags(ctx: StepContext, version: str) -> dict[str, str]:
         raise
 
 
-def greedy(policy: "PolicyNetwork") -> Any:
-    """The serving decision rule as a sandbox policy: the most probable legal action."""
-    return lambda env: policy.act(env.observe(), deterministic=True).action
+def _version_of(ctx: StepContext, policy: str) -> str:
+    """The registry version ``policy`` names (``3``, ``<scenario>-policy/3``, ``challenger``…)."""
+    from common.errors import UserError
+    from pipeline_steps.infra.policy_loader import resolve
+    ref = resolve(ctx, policy)
+    if ref is None:
+        raise UserError(f"policy {policy!r}: that alias is not set for {policy_model_name(ctx.scenario)}")
+    return str(ref.version)
+
+
+def _network(ctx: StepContext, version: str, dst: Path) -> "PolicyNetwork":
+    from common.policy_ref import PolicyRef
+    from pipeline_steps.infra.policy_loader import load_policy_ref
+    loaded = load_policy_ref(ctx, PolicyRef(ctx.scenario, version=version), dst)
+    assert loaded is not None  # a version, not an alias
+    return loaded.network
 
 
 def latency_p99_ms(policy: "PolicyNetwork", obs: "torch.Tensor", samples: int = 300) -> float:
@@ -102,30 +115,13 @@ def segment_masks(pack: "Pack", S0: "torch.Tensor", segment_codes: "torch.Tensor
     return out
 
 
-def _run_time(run_key: str) -> datetime:
-    try:
-        return datetime.strptime(run_key, "%Y%m%dT%H%M").replace(tzinfo=timezone.utc)
-    except ValueError:
-        return datetime.now(timezone.utc)
-
-
 def live_ab_gates(ctx: StepContext, pack: "Pack", candidate: str, cfg: GateConfig,
                   window_hours: int) -> tuple[list[Gate], str]:
     """A/B gates from captured traces of the last ``window_hours`` before the run key: episodes
     of group ``challenger`` served by the candidate against groups ``champion``/``control``."""
-    import pandas as pd
-    trace_dir = str(ctx.section("capture").get("trace_dir") or "traces")
-    trace_root = trace_dir.rstrip("/") if "://" in trace_dir else ctx.uri(trace_dir)
-    end = _run_time(ctx.run_key)
-    frames = []
-    for h in range(window_hours + 1):
-        t = end - timedelta(hours=h)
-        uri = f"{trace_root}/{partition_path(scenario=ctx.scenario, date=t.strftime('%Y-%m-%d'), hour=t.hour)}"
-        if ctx.storage.list(uri, suffix=".parquet"):
-            frames.append(ctx.storage.read_parquet(uri))
-    if not frames:
+    traces = ctx.traces.read(ctx.scenario, ctx.key.lookback(window_hours))
+    if traces.empty:
         return [], "no captured traces in the window"
-    traces = pd.concat(frames, ignore_index=True)
     if "source" in traces:  # sandbox rollouts in the store are not live traffic
         traces = traces[traces["source"].fillna("live").astype(str).eq("live")]
     if "test_group" not in traces:
@@ -146,9 +142,11 @@ def live_ab_gates(ctx: StepContext, pack: "Pack", candidate: str, cfg: GateConfi
 # --------------------------------------------------------------------------- evaluate
 def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = None) -> dict[str, Any]:
     """Compare ``candidate`` with the champion (or the rule engine) and judge every gate."""
-    from model.policy import load_policy
+    from pipeline_steps.infra.policy_loader import greedy_act
     from sandbox.env import BatchedEnv
+    from sandbox.profiles import default_profile
     from sandbox.policies import evaluate_policy, rule_policy
+    candidate = _version_of(ctx, candidate)
     settings = ctx.section("evaluate")
     cfg = GateConfig.from_params(settings)
     name = policy_model_name(ctx.scenario)
@@ -158,22 +156,20 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     if champion == candidate:
         raise ValueError(f"{name} v{candidate} is already the champion; evaluate a newer version")
     pack = ctx.load_pack()
-    profile = settings.get("profile") or ("live" if "live" in pack.scenario.profiles
-                                          else pack.scenario.spec.default_profile)
-    label = settings.get("reward_version") or (tags.get("reward_fn_label")
-                                               if tags.get("reward_fn_label") in pack.reward_fns else None)
+    profile = default_profile(pack, "production", settings.get("profile"))
+    label = settings.get("reward_fn") or (tags.get("reward_fn") if tags.get("reward_fn") in pack.reward_fns else None)
     label = str(label or reward_label(ctx, None))
     n = int(episodes or settings.get("episodes", 4000))
     seed = int(settings.get("seed", 1_000_000))
     notes: list[str] = []
 
     with tempfile.TemporaryDirectory(prefix="rlops-eval-") as tmp:
-        cand_policy = load_policy(download_policy(ctx, candidate, Path(tmp))).eval()
+        cand_policy = _network(ctx, candidate, Path(tmp))
         baseline, champ_act = "rules", rule_policy
         if champion is not None:
-            champ_policy = load_policy(download_policy(ctx, champion, Path(tmp))).eval()
+            champ_policy = _network(ctx, champion, Path(tmp))
             if champ_policy.config.obs_dim == cand_policy.config.obs_dim:
-                baseline, champ_act = f"champion v{champion}", greedy(champ_policy)
+                baseline, champ_act = f"champion v{champion}", greedy_act(champ_policy)
             else:
                 notes.append(f"champion v{champion} uses another observation layout: compared with the rule engine")
 
@@ -182,7 +178,7 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
                              illegal_action="noop")
             return evaluate_policy(pack, act, seed=seed, env=env), env
 
-        cand_res, env = run(greedy(cand_policy))
+        cand_res, env = run(greedy_act(cand_policy))
         champ_res, _ = run(champ_act)
         env.reset(seed)  # the initial states both policies started from
         segments = segment_masks(pack, env.S, cand_res.segments, cand_res.segment_names,
@@ -198,7 +194,7 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     report: dict[str, Any] = {
         "scenario": ctx.scenario, "run_key": ctx.run_key, "candidate": candidate, "champion_version": champion,
         "baseline": baseline, "passed": not failed, "failed_gates": failed, "episodes": n, "seed": seed,
-        "profile": profile, "reward_fn_label": label, "notes": notes,
+        "profile": profile, "reward_fn": label, "notes": notes,
         "candidate_summary": _round(cand_res.summary()), "champion_summary": _round(champ_res.summary()),
         "gates": [g.to_dict() for g in gates], "dry_run": ctx.dry_run}
     if not ctx.dry_run:
@@ -214,7 +210,7 @@ def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict
     """Write the gate table to storage and to an MLflow run; tag the candidate with the verdict."""
     cand = report["candidate"]
     title = f"{ctx.scenario}: policy v{cand} vs {report['baseline']}"
-    facts = {k: report[k] for k in ("passed", "episodes", "seed", "profile", "reward_fn_label", "run_key")}
+    facts = {k: report[k] for k in ("passed", "episodes", "seed", "profile", "reward_fn", "run_key")}
     page = gate_table_html(gates, title, {**facts, "notes": "; ".join(report["notes"])})
     table = gate_frame(gates)
     table_json = {"columns": list(table.columns), "data": table.astype(object).where(table.notna(), None)
@@ -227,7 +223,7 @@ def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict
                                tags={"rlops.kind": "evaluate", "candidate": cand, "baseline": report["baseline"],
                                      "passed": str(report["passed"]).lower(), "run_key": ctx.run_key}) as run:
         run.log_params({"episodes": report["episodes"], "seed": report["seed"], "profile": report["profile"],
-                        "reward_fn_label": report["reward_fn_label"]})
+                        "reward_fn": report["reward_fn"]})
         metrics = {f"candidate_{k}": float(v) for k, v in report["candidate_summary"].items()}
         metrics.update({f"champion_{k}": float(v) for k, v in report["champion_summary"].items()})
         run.log_metrics({k: v for k, v in metrics.items() if np.isfinite(v)}, step=0)

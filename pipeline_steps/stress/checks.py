@@ -74,7 +74,7 @@ class RewardStress:
     """Everything the reward-function half of the stress test found."""
 
     reward_fn: str
-    reward_version: str
+    reward_fn_sha256: str
     bound: float
     coverage: list[ActionCoverage]
     findings: list[Finding]

@@ -21,6 +21,8 @@ and ``stress_report=<uri>`` (the evaluation gate reads that tag). Exit code 1 wh
 
 from __future__ import annotations
 
+from common.errors import UserError
+
 import argparse
 import json
 import sys
@@ -108,15 +110,8 @@ def stress_reward_fn(pack: "Pack", fn: "RewardFunction", cfg: StressConfig, prob
 
 
 def nominal_profile(pack: "Pack", configured: str | None = None) -> str:
-    if configured:
-        if configured not in pack.scenario.profiles:
-            raise ValueError(f"stress.policy_profile {configured!r} is not a profile of {pack.name} "
-                             f"({sorted(pack.scenario.profiles)})")
-        return configured
-    for name in ("calibrated", "live"):
-        if name in pack.scenario.profiles:
-            return name
-    return pack.scenario.spec.default_profile
+    from sandbox.profiles import default_profile
+    return default_profile(pack, "sandbox", configured)
 
 
 def stress_policy(pack: "Pack", fn: "RewardFunction", act: "ActFn", cfg: StressConfig) -> list[PolicyStressRow]:
@@ -187,7 +182,7 @@ def render_html(report: dict[str, Any]) -> str:
     rw, meta = report["reward"], report["meta"]
     verdict = "PASS" if report["passed"] else "FAIL"
     parts = [f"<p class='verdict'>{verdict}</p><p>Scenario <b>{meta.get('scenario')}</b>, reward function "
-             f"<b>{rw['reward_fn']}</b> (sha256 {rw['reward_version'][:12]}…), bound ±{rw['bound']:g}"
+             f"<b>{rw['reward_fn']}</b> (sha256 {rw['reward_fn_sha256'][:12]}…), bound ±{rw['bound']:g}"
              + (f", policy version <b>{meta['policy_version']}</b>" if meta.get("policy_version") else "") + ".</p>"]
     if report["reasons"]:
         parts.append("<h2>Why it failed</h2><ul>" + "".join(f"<li>{_esc(r)}</li>" for r in report["reasons"]) + "</ul>")
@@ -228,7 +223,7 @@ def _esc(text: str) -> str:
 
 # --------------------------------------------------------------------------- step
 def resolve_reward_fn(pack: "Pack", reward_fn: str | None) -> "RewardFunction":
-    """A reward function by file path, or by label (``v1``) of the pack; the newest when None."""
+    """A reward function by file path, or by label (``v1``) of the pack."""
     from sandbox.reward import load_reward_fn
     if reward_fn and Path(reward_fn).is_file():
         return load_reward_fn(Path(reward_fn), pack.rules, pack.scenario.action_names)
@@ -240,14 +235,18 @@ def resolve_reward_fn(pack: "Pack", reward_fn: str | None) -> "RewardFunction":
 
 def stress_test(ctx: "StepContext", reward_fn: str | None = None, policy_version: str | None = None) -> dict[str, Any]:
     """Run the stress test; returns ``{passed, verdict, reasons, report_uri, html_uri, …}``."""
-    from pipeline_steps.infra.trace_states import greedy_act, load_policy_version
+    from pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref
     cfg = StressConfig.from_section(ctx.section("stress"))
     pack = ctx.load_pack()
-    fn = resolve_reward_fn(pack, reward_fn)
+    fn = resolve_reward_fn(pack, reward_fn or ctx.reward_choice().reward_fn)
     reward = stress_reward_fn(pack, fn, cfg)
     policy_rows = None
     if policy_version is not None:
-        policy_rows = stress_policy(pack, fn, greedy_act(load_policy_version(ctx, policy_version)), cfg)
+        loaded = load_policy_ref(ctx, policy_version)
+        if loaded is None:
+            raise UserError(f"policy {policy_version!r}: that alias is not set for {ctx.scenario}")
+        policy_version = loaded.version  # the registry version, whatever spelling named it
+        policy_rows = stress_policy(pack, fn, greedy_act(loaded.network), cfg)
     meta = {"scenario": ctx.scenario, "run_key": ctx.run_key, "reward_fn_file": fn.path,
             "policy_version": policy_version, "config": asdict(cfg)}
     report = report_dict(reward, policy_rows, meta)
@@ -255,7 +254,7 @@ def stress_test(ctx: "StepContext", reward_fn: str | None = None, policy_version
     result = {"passed": report["passed"], "verdict": report["verdict"], "reasons": report["reasons"],
               "warnings": report["warnings"],
               "report_uri": json_uri, "html_uri": html_uri, "policy_version": policy_version,
-              "reward_fn": fn.label, "reward_version": fn.version, "dry_run": ctx.dry_run, "run_id": None}
+              "reward_fn": fn.label, "reward_fn_sha256": fn.version, "dry_run": ctx.dry_run, "run_id": None}
     if ctx.dry_run:
         return result
     page = render_html(report)

@@ -4,14 +4,14 @@
 
 * the environment is the scenario pack with the latest sandbox calibration, stepping
   ``train.num_envs`` episodes at once on the GPU when there is one;
-* the reward function is ``--reward-version`` (else ``reward_fn_version`` of params); its source
+* the reward function is ``--reward-fn`` (else the pack's or the project's ``reward_fn``); its source
   is registered as a ``<scenario>-reward-fn`` version (the same source is never registered twice);
 * ``full`` trains from scratch for ``train.total_timesteps``; ``incremental`` warm-starts from
   the current ``champion`` for ``train.incremental_timesteps`` with the EWC penalty
   (``train.ewc_lambda``), and trains from scratch, saying so, when there is no champion yet;
 * one MLflow run in the scenario's experiment holds the params, per-iteration metrics, a
   learning-curve plot and the policy as an MLflow pyfunc model (``policy_model/``), registered
-  with lineage tags: ``reward_fn_version`` (sha256), ``reward_fn_model_version``,
+  with lineage tags: ``reward_fn`` and ``reward_fn_sha256``, ``reward_fn_model_version``,
   ``calibration_version``, ``data_version``, ``parent_champion``, ``mode``, ``timesteps``,
   ``train_seconds`` (and ``run_key``, ``train_fingerprint``).
 
@@ -76,9 +76,9 @@ def ppo_config(ctx: StepContext, mode: str, timesteps: int | None = None, checkp
     return PPOConfig.from_params(merged)
 
 
-def reward_label(ctx: StepContext, reward_version: str | None) -> str:
-    return str(reward_version or ctx.pack_params.get("reward_fn_version") or ctx.params.get("reward_fn_version")
-               or "v1")
+def reward_label(ctx: StepContext, reward_fn: str | None) -> str:
+    """The label of the reward function that applies (see :mod:`sandbox.reward_choice`)."""
+    return ctx.reward_choice(reward_fn).reward_fn
 
 
 def calibration_info(ctx: StepContext) -> tuple[dict[str, Any] | None, str]:
@@ -101,23 +101,9 @@ def fingerprint(**inputs: Any) -> str:
 # --------------------------------------------------------------------------- warm start
 def champion_policy(ctx: StepContext, dst: Path) -> tuple[str | None, "PolicyNetwork | None"]:
     """The current champion's version and network (None, None when there is none)."""
-    from model.policy import load_policy
-    name = policy_model_name(ctx.scenario)
-    version = ctx.tracker.get_alias(name, CHAMPION)
-    if version is None:
-        return None, None
-    return version, load_policy(download_policy(ctx, version, dst))
-
-
-def download_policy(ctx: StepContext, version: str, dst: Path) -> Path:
-    """Download a registered policy version; returns the folder of its network."""
-    from pipeline_steps.infra.pyfunc_policy import saved_policy_dir
-    name = policy_model_name(ctx.scenario)
-    source = ctx.tracker.model_version_source(name, version)
-    if not source.startswith("runs:/"):
-        raise TrackingError(f"{name} v{version}: source {source!r} is not a run artifact (runs:/…)")
-    run_id, _, path = source[len("runs:/"):].partition("/")
-    return saved_policy_dir(ctx.tracker.download_artifacts(run_id, path, dst / f"v{version}"))
+    from pipeline_steps.infra.policy_loader import load_policy_ref
+    loaded = load_policy_ref(ctx, CHAMPION, dst)
+    return (loaded.version, loaded.network) if loaded is not None else (None, None)
 
 
 # --------------------------------------------------------------------------- the step
@@ -128,6 +114,7 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
     if mode not in ("full", "incremental"):
         raise ValueError(f"train mode must be 'full' or 'incremental', got {mode!r}")
     from model.ppo_config import resolve_device
+    from sandbox.profiles import default_profile
     pack = ctx.load_pack()
     label = reward_label(ctx, reward_version)
     reward_fn = pack.reward_fn(label)
@@ -135,8 +122,8 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
     data_version = str(data_version or (cal or {}).get("data_version") or f"run_key={ctx.run_key}")
     settings = ctx.section("train")
     num_envs = int(settings.get("num_envs", 1024))
-    # Default: the sandbox as last recalibrated to live traffic, else the pack's default profile.
-    profile = settings.get("profile") or ("calibrated" if "calibrated" in pack.scenario.profiles else None)
+    # The sandbox as last recalibrated to live traffic, else the pack's default profile.
+    profile = default_profile(pack, "sandbox", settings.get("profile"))
     name = policy_model_name(ctx.scenario)
 
     with tempfile.TemporaryDirectory(prefix="rlops-train-") as tmp:
@@ -161,9 +148,9 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
                                            "device", "torch_threads")})
         base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "requested_mode": mode, "mode": mode_used,
                 "note": note, "parent_champion": parent, "timesteps_budget": cfg.total_timesteps,
-                "reward_fn_label": label, "reward_fn_version": reward_fn.version,
+                "reward_fn": label, "reward_fn_sha256": reward_fn.version,
                 "calibration_version": cal_version, "data_version": data_version, "num_envs": num_envs,
-                "profile": profile or pack.scenario.spec.default_profile, "checkpoint_dir": str(ckpt)}
+                "profile": profile, "checkpoint_dir": str(ckpt)}
         if ctx.dry_run:
             from model.checkpoint import latest_checkpoint
             last = latest_checkpoint(ckpt) if ckpt.is_dir() else None
@@ -185,7 +172,7 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
         fn_version = ctx.tracker.register_reward_fn(ctx.scenario, reward_fn.path, reward_fn.version,
                                                     reward_fn.rule_refs, label)
         run_tags = {"rlops.kind": "train_policy", "mode": mode_used, "run_key": ctx.run_key,
-                    "reward_fn_version": reward_fn.version, "parent_champion": parent or "none"}
+                    "reward_fn_sha256": reward_fn.version, "parent_champion": parent or "none"}
         with ctx.tracker.start_run(f"train-{mode_used}-{ctx.run_key}", tags=run_tags) as run:
             return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp))
 
@@ -198,13 +185,13 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
     settings = ctx.section("train")
     resumed = latest_checkpoint(cfg.checkpoint_dir)
     run.log_params({"scenario": ctx.scenario, "run_key": ctx.run_key, "num_envs": base["num_envs"],
-                    "profile": base["profile"], "reward_fn_label": base["reward_fn_label"],
+                    "profile": base["profile"], "reward_fn": base["reward_fn"],
                     "resumed_from": resumed.name if resumed else "none"})
     t0 = time.perf_counter()
     result = train(cfg, env, tracker=run, init_from=init, resume_from="auto")
     train_seconds = time.perf_counter() - t0
 
-    evaluation = _evaluate(pack, result.policy, base["reward_fn_label"], int(settings.get("eval_episodes", 1000)),
+    evaluation = _evaluate(pack, result.policy, base["reward_fn"], int(settings.get("eval_episodes", 1000)),
                            int(settings.get("eval_seed", 1_000_000)), base["profile"])
     run.log_metrics({f"eval_{k}": v for k, v in evaluation.items() if k != "episodes"}, step=result.global_step)
     if result.history:
@@ -212,7 +199,7 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
         run.log_dict({"columns": list(result.history[0]), "data": [list(r.values()) for r in result.history]},
                      "metrics/history.json")
 
-    tags = {"reward_fn_version": base["reward_fn_version"], "reward_fn_label": base["reward_fn_label"],
+    tags = {"reward_fn_sha256": base["reward_fn_sha256"], "reward_fn": base["reward_fn"],
             "reward_fn_model_version": fn_version, "calibration_version": base["calibration_version"],
             "data_version": base["data_version"], "parent_champion": base["parent_champion"] or "none",
             "mode": base["mode"], "timesteps": result.global_step, "train_seconds": round(train_seconds, 3),
@@ -237,7 +224,7 @@ def register_policy(ctx: StepContext, run: Any, pack: "Pack", policy: "PolicyNet
     from pipeline_steps.infra.pyfunc_policy import save_pyfunc_policy
     meta = {"scenario": ctx.scenario, "action_names": list(pack.scenario.action_names),
             "obs_columns": observation_columns(pack.scenario.layout, pack.scenario.action_names),
-            **{k: str(v) for k, v in tags.items() if k in ("reward_fn_version", "mode", "run_key")}}
+            **{k: str(v) for k, v in tags.items() if k in ("reward_fn_sha256", "mode", "run_key")}}
     work = Path(tempfile.mkdtemp(prefix="policy-", dir=tmp))
     policy_dir = save_policy(policy, work / "policy", metadata=meta).directory
     import pandas as pd
@@ -376,7 +363,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 1
     if res.get("dry_run"):
         lines = [f"dry run: would train {res['mode']} ({res['timesteps_budget']:,} steps, {res['num_envs']} envs, "
-                 f"profile {res['profile']}) with reward {res['reward_fn_label']} ({res['reward_fn_version'][:12]})",
+                 f"profile {res['profile']}) with reward {res['reward_fn']} ({res['reward_fn_sha256'][:12]})",
                  f"  warm start: {res['warm_start']}; resume from: {res['resume_from'] or 'nothing'}",
                  f"  would register a version of {res['would_register']}"]
     else:

@@ -46,7 +46,7 @@ def train_reward_model_step(ctx: StepContext, reward_version: str | None = None,
     n_pairs = int(pairs or section.pop("pairs", 4000))
     section.pop("pairs", None)
     seed = int(ctx.params.get("seed", 0))
-    label = reward_version or str(ctx.params.get("reward_fn_version") or "v1")
+    label = ctx.reward_choice(reward_version).reward_fn
     pack = ctx.load_pack()
     fn = pack.reward_fn(label)
     plan = {"scenario": ctx.scenario, "run_key": ctx.run_key, "sandbox_pairs": n_pairs, "reward_fn": label,
@@ -71,7 +71,7 @@ def train_reward_model_step(ctx: StepContext, reward_version: str | None = None,
             save_reward_model(model, Path(tmp) / "reward_model", metadata={**plan, **metrics.to_dict()})
             run.log_artifact(Path(tmp) / "reward_model", "reward_model")
         version = ctx.tracker.register_model(run.run_id, "reward_model", name, tags={
-            "reward_fn_version": fn.version, "reward_fn_label": label, "run_key": ctx.run_key,
+            "reward_fn_sha256": fn.version, "reward_fn": label, "run_key": ctx.run_key,
             "pairwise_accuracy": round(metrics.heldout_pairwise_accuracy, 4),
             "spearman": round(metrics.spearman, 4)})
     return {**plan, "model_version": version, "run_id": run.run_id, "pairs": len(data),

@@ -36,7 +36,7 @@ def test_dag_settings(dagbag, dag_id: str) -> None:
     assert dag.schedule == DAG_IDS[dag_id]
     for task in dag.tasks:
         assert task.retries >= 1, f"{dag_id}.{task.task_id} has no retries"
-    for name in ("scenario", "reward_fn_version", "timesteps", "mode", "dry_run"):
+    for name in ("scenario", "reward_fn", "timesteps", "mode", "dry_run"):
         assert name in dag.params, f"{dag_id} lacks the {name} param"
 
 
@@ -79,7 +79,7 @@ print(json.dumps({{"parse_s": parse_s, "heavy": heavy, "errors": list(bag.import
     assert res["parse_s"] < 2.0, f"parsing the DAG folder took {res['parse_s']:.2f}s"
 
 
-@pytest.mark.parametrize("key,value", [("timesteps", -5), ("mode", "sideways"), ("reward_fn_version", "latest"),
+@pytest.mark.parametrize("key,value", [("timesteps", -5), ("mode", "sideways"), ("reward_fn", "latest"),
                                        ("scenario", "no_such_pack"), ("dry_run", "yes")])
 def test_bad_conf_is_rejected_by_the_typed_params(dagbag, key: str, value: object) -> None:
     import copy
@@ -94,10 +94,10 @@ def test_bad_conf_is_rejected_by_the_typed_params(dagbag, key: str, value: objec
 
 def test_conf_that_passes_types_but_not_the_project_fails_the_first_task() -> None:
     from pipeline_steps.orchestration.tasks import ConfError, validate_conf
-    good = {"scenario": "credit_approval", "reward_fn_version": "v1", "timesteps": 5000, "mode": "full",
+    good = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 5000, "mode": "full",
             "dry_run": True}
     assert validate_conf(good)["run_key"]
-    with pytest.raises(ConfError, match="reward_fn_version|no reward function 'v9'"):
-        validate_conf({**good, "reward_fn_version": "v9"})
+    with pytest.raises(ConfError, match="reward_fn|no reward function 'v9'"):
+        validate_conf({**good, "reward_fn": "v9"})
     with pytest.raises(ConfError, match="no pack"):
         validate_conf({**good, "scenario": "no_such_pack"})

@@ -27,7 +27,7 @@ from distributed_cluster import AirflowCluster, ClusterError, services_unavailab
 pytestmark = pytest.mark.distributed
 
 DAG_ID = "retrain_incremental"
-CONF = {"scenario": "credit_approval", "reward_fn_version": "v1", "timesteps": 4000,
+CONF = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 4000,
         "mode": "incremental", "dry_run": False}
 # Small enough for 2 CPU cores and a few minutes in all; every step still does its real work.
 TINY: dict[str, Any] = {

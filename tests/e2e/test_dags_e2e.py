@@ -16,7 +16,7 @@ import pytest
 from common.config import REPO_ROOT
 
 WHEN = datetime(2026, 11, 30, 5, 0, tzinfo=timezone.utc)
-CONF = {"scenario": "credit_approval", "reward_fn_version": "v1", "dry_run": False}
+CONF = {"scenario": "credit_approval", "reward_fn": "v1", "dry_run": False}
 
 
 def _dag(dag_id: str):
@@ -42,11 +42,12 @@ def test_the_loop_through_the_dags(airflow_db: str, rlops_home: Path) -> None:
     from pipeline_steps.infra.context import StepContext
     from pipeline_steps.infra.registry import CHAMPION, PREVIOUS, policy_model_name
 
-    # ---- trace_capture: simulated live traffic lands in the trace store, validated
+    # ---- trace_capture: simulated live traffic lands in the trace store, validated. The 05:00
+    # tick owns the quarter hour that has just ended, [04:45, 05:00), never the one starting.
     run, states = _run("trace_capture", WHEN)
     assert str(run.state) == "success", states
     parts = sorted((rlops_home / "data" / "traces").rglob("*.parquet"))
-    assert parts and "hour=05" in str(parts[0])
+    assert parts and all("hour=04" in str(p) and "part-20261130T0445-15m-" in p.name for p in parts)
 
     # ---- drift_monitor: live differs from the sandbox → report, recalibration, emergency retrain
     run, states = _run("drift_monitor", WHEN)
@@ -58,7 +59,7 @@ def test_the_loop_through_the_dags(airflow_db: str, rlops_home: Path) -> None:
     # ---- retrain_full: reward model, PPO from scratch, stress, gates → first champion
     run, states = _run("retrain_full", WHEN, timesteps=200_000, mode="full")
     assert str(run.state) == "success", states
-    ctx = StepContext.create("credit_approval", "check")
+    ctx = StepContext.create("credit_approval")
     name = policy_model_name("credit_approval")
     champion = ctx.tracker.get_alias(name, CHAMPION)
     assert champion is not None, states

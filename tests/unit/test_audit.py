@@ -109,7 +109,7 @@ def test_replay_falls_back_to_logp_for_the_rule_engine(credit: Pack, tmp_path: P
     path = replay(ctx, str(row["trace_id"]))
     assert path["steps"][-1]["step"] == row["step"]
     assert path["steps"][-1]["probabilities"] == {row["action"]: 1.0}
-    assert "not a saved policy" in path["steps"][-1]["probability_source"]
+    assert "rule engine" in path["steps"][-1]["probability_source"]
     assert "user_profile.age" in path["steps"][0]["state"]
     assert "user_profile.credit_score" not in path["steps"][0]["state"]  # not visible before the report
     with pytest.raises(ValueError, match="not found"):

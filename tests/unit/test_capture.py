@@ -14,13 +14,9 @@ import pandas as pd
 import pytest
 
 from data_contracts import trace_contract
-from pipeline_steps.capture.core import (
-    capture_landing_zone,
-    landing_files,
-    run_key_for,
-    validate_rows,
-    write_trace_partitions,
-)
+from common.run_key import RunKey
+from pipeline_steps.capture.core import capture_landing_zone, validate_rows
+from pipeline_steps.infra.trace_store import landing_files, write_trace_partitions
 from pipeline_steps.infra.storage import Storage
 
 REPO = Path(__file__).resolve().parents[2]
@@ -195,11 +191,12 @@ def test_interval_selection_and_errors(zone, contract):
                              END + timedelta(hours=1))) == 3
     empty = run(zone, contract, start=START - timedelta(days=1), end=START - timedelta(hours=23))
     assert (empty.rows_in, empty.partitions, empty.quarantine_uri) == (0, [], None)
-    with pytest.raises(ValueError, match="empty or reversed"):
+    with pytest.raises(ValueError, match="start before end"):
         run(zone, contract, start=END, end=START)
-    with pytest.raises(ValueError, match="not an ISO-8601"):
-        run_key_for("yesterday", END)
-    assert run_key_for("2026-01-05T10:00:00Z", END) == "20260105T100000Z_20260105T110000Z"
+    with pytest.raises(ValueError, match="ISO-8601"):
+        run(zone, contract, start="yesterday", end=END)
+    assert str(RunKey.between("2026-01-05T10:00:00Z", END)) == "20260105T1000"
+    assert str(RunKey.between(START, START + timedelta(minutes=15))) == "20260105T1000-15m"
 
 
 def test_row_writing_helpers_are_reusable(tmp_path, contract):

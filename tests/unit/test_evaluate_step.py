@@ -233,7 +233,7 @@ def test_nan_reward_and_failed_stress_test_block_promotion(pack: Any, good: Any,
     nan_pack = load_pack(scen, check_liveness=False)
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": nan_pack)
     ctx = make_ctx(min_improvement=-1.0, segment_tolerance=5.0)
-    cand = register(ctx, nan_pack, good, reward_fn_label="v2")
+    cand = register(ctx, nan_pack, good, reward_fn="v2")
     res = promote(ctx, cand)
     assert not res["promoted"] and "finite_returns" in res["failed_gates"] and aliases(ctx) == {}
 
@@ -267,7 +267,7 @@ def test_staged_rollout_advances_5_15_100(pack: Any, good: Any, approve_all: Any
 
 def test_live_ab_traffic_feeds_gates(pack: Any, good: Any, approve_all: Any) -> None:
     from pipeline_steps.promotion.evaluate import evaluate_candidate
-    from pipeline_steps.infra.storage import partition_path
+    from pipeline_steps.infra.trace_store import partition_path
     ctx = make_ctx(ab_min_episodes=50)
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
@@ -297,7 +297,7 @@ def test_live_ab_traffic_feeds_gates(pack: Any, good: Any, approve_all: Any) -> 
 def test_bad_input_is_reported(pack: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from pipeline_steps.promotion.evaluate import evaluate_candidate, rollback
     ctx = make_ctx()
-    with pytest.raises(ValueError, match="no version '42'"):
+    with pytest.raises(ValueError, match="no version 42"):
         evaluate_candidate(ctx, "42")
     with pytest.raises(ValueError, match="no 'previous' version"):
         rollback(ctx)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline_steps.infra.storage import (Storage, StorageError, StorageNotFoundError, get_storage,
-                                    normalize_uri, partition_path)
+from pipeline_steps.infra.storage import Storage, StorageError, StorageNotFoundError, get_storage, normalize_uri
+from pipeline_steps.infra.trace_store import partition_path
 from common.config import load_params
 
 

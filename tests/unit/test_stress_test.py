@@ -173,6 +173,6 @@ def test_step_writes_report_logs_and_tags_policy(credit: Pack, tmp_path: Path, t
 def test_cli_exits_1_on_a_nan_reward(tmp_path: Path, tmp_tracking: str, tmp_storage_root: str,
                                      fast_params: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pack, reward_file = pack_with_reward(tmp_path, NAN_COMPONENT)
-    code = main(["--scenario", str(pack.path), "--reward-fn", reward_file, "--run-key", "r1", "--dry-run"])
+    code = main(["--scenario", str(pack.path), "--reward-fn", reward_file, "--run-key", "20261130T0500", "--dry-run"])
     out = capsys.readouterr().out
     assert code == 1 and "FAIL" in out and "debt_ratio_norm" in out

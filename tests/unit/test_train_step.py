@@ -18,7 +18,7 @@ from common.config import REPO_ROOT, deep_merge
 SCENARIO = "credit_approval"
 NAME = policy_model_name(SCENARIO)
 TINY = 16 * 8 * 2  # 16 envs x 8 steps x 2 iterations
-LINEAGE = ("reward_fn_version", "reward_fn_model_version", "calibration_version", "data_version",
+LINEAGE = ("reward_fn", "reward_fn_sha256", "reward_fn_model_version", "calibration_version", "data_version",
            "parent_champion", "mode", "timesteps", "train_seconds")
 
 
@@ -54,11 +54,11 @@ def test_full_run_registers_lineage_and_a_servable_pyfunc(tmp_tracking: str, tmp
     assert res["iterations"] == 2 and res["timesteps"] == TINY and isinstance(res["mean_return"], float)
     tags = ctx.tracker.model_version_tags(NAME, res["model_version"])
     assert set(LINEAGE) <= set(tags)
-    assert tags["reward_fn_version"] == pack.reward_fn("v1").version
+    assert tags["reward_fn_sha256"] == pack.reward_fn("v1").version and tags["reward_fn"] == "v1"
     assert tags["parent_champion"] == "none" and tags["mode"] == "full"
     assert tags["data_version"] == "run_key=20260105T1000" and tags["calibration_version"] == "none"
     fn_tags = ctx.tracker.model_version_tags(reward_fn_model_name(SCENARIO), tags["reward_fn_model_version"])
-    assert fn_tags["sha256"] == tags["reward_fn_version"]
+    assert fn_tags["sha256"] == tags["reward_fn_sha256"]
     # checkpoints for resuming, per-iteration metrics in MLflow
     assert sorted(p.name for p in Path(res["checkpoint_dir"]).glob("ckpt_*.pt"))
     status = train_status(ctx, res["run_id"])
@@ -95,20 +95,20 @@ def test_incremental_without_champion_trains_full_and_says_so(tmp_tracking: str,
 @pytest.mark.parametrize("ewc_lambda", [0.0, 5.0], ids=["plain", "ewc"])
 def test_incremental_warm_starts_from_the_champion(tmp_tracking: str, tmp_storage_root: str,
                                                    tmp_path: Path, ewc_lambda: float) -> None:
-    from model.policy import load_policy
-    from pipeline_steps.training.policy import download_policy, train_policy
+    from pipeline_steps.infra.policy_loader import load_policy_ref
+    from pipeline_steps.training.policy import train_policy
     ctx = make_ctx(tmp_path, run_key="20260105T1000")
     first = train_policy(ctx, "full", timesteps=TINY)
     ctx.tracker.set_alias(NAME, "champion", first["model_version"])
-    ctx2 = make_ctx(tmp_path, run_key="20260105T1015", train={"ewc_lambda": ewc_lambda})
+    ctx2 = make_ctx(tmp_path, run_key="20260105T1015-15m", train={"ewc_lambda": ewc_lambda})
     res = train_policy(ctx2, "incremental", timesteps=TINY)
     assert res["mode"] == "incremental" and res["parent_champion"] == first["model_version"]
     tags = ctx2.tracker.model_version_tags(NAME, res["model_version"])
     assert tags["parent_champion"] == first["model_version"] and tags["mode"] == "incremental"
     # Warm start: after two small updates the weights are still next to the champion's, far from
     # a fresh random initialisation.
-    champ = load_policy(download_policy(ctx2, first["model_version"], tmp_path / "dl"))
-    new = load_policy(download_policy(ctx2, res["model_version"], tmp_path / "dl"))
+    champ = load_policy_ref(ctx2, first["model_version"], tmp_path / "dl").network
+    new = load_policy_ref(ctx2, f"credit_approval-policy/{res['model_version']}", tmp_path / "dl").network
     w_champ, w_new = champ.actor[0].weight, new.actor[0].weight
     assert (w_new - w_champ).abs().max() < 0.2
     assert (w_new - w_champ).abs().max() < 0.2 * (w_champ - torch.randn_like(w_champ)).abs().max()
@@ -144,7 +144,7 @@ def test_dry_run_writes_nothing(tmp_tracking: str, tmp_storage_root: str, tmp_pa
     assert args.func(args) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["dry_run"] and res["mode"] == "full" and res["timesteps_budget"] == 5000
-    assert res["warm_start"] == "none (from scratch)" and res["reward_fn_label"] == "v1"
+    assert res["warm_start"] == "none (from scratch)" and res["reward_fn"] == "v1"
     assert not (tmp_path / "local").exists()
     client = MlflowClient(tmp_tracking)
     assert client.search_registered_models() == []
