@@ -9,14 +9,16 @@ from typing import Any
 from rlops.console import aggregates as agg
 
 WIDTH, HEIGHT = 880, 460
+LABELLED_EDGES = 10  # the busiest transitions carry their action's name; the others show it on hover
 
 
 def decision_map(view: dict[str, Any]) -> str:
     """Nodes (size = traffic, colour = low-reward rate) and the top transitions between them."""
     nodes = view["nodes"]
     pos = agg.layout(nodes, WIDTH, HEIGHT)
-    end = (WIDTH - 40.0, HEIGHT / 2, 12.0)
+    end = (WIDTH - 70.0, HEIGHT / 2, 12.0)
     biggest = max((e["count"] for e in view["edges"]), default=1)
+    labelled = sorted(e["count"] for e in view["edges"])[-LABELLED_EDGES:][:1] or [0]
     parts = [f'<svg id="decision-map" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
              'aria-label="decision map: state clusters and the actions between them">',
              '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
@@ -25,7 +27,7 @@ def decision_map(view: dict[str, Any]) -> str:
         src, dst = pos.get(e["source"]), pos.get(e["target"], end) if e["target"] != agg.END else end
         if src is None or dst is None:
             continue
-        parts.append(_edge(src, dst, e, 0.6 + 4.5 * e["count"] / biggest))
+        parts.append(_edge(src, dst, e, 0.6 + 4.5 * e["count"] / biggest, e["count"] >= labelled[0]))
     parts.append(f'<g class="end-node"><circle cx="{end[0]}" cy="{end[1]}" r="{end[2]}" fill="#ccd"/>'
                  f'<text x="{end[0]}" y="{end[1] + 26}" text-anchor="middle">end</text></g>')
     for n in nodes:
@@ -42,7 +44,8 @@ def decision_map(view: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def _edge(src: tuple[float, float, float], dst: tuple[float, float, float], e: dict[str, Any], width: float) -> str:
+def _edge(src: tuple[float, float, float], dst: tuple[float, float, float], e: dict[str, Any], width: float,
+          label: bool) -> str:
     (x1, y1, r1), (x2, y2, r2) = src, dst
     title = escape(f"{e['action']}: {e['count']:,} steps from cluster {e['source']} to "
                    + ("the end" if e["target"] == agg.END else f"cluster {e['target']}"))
@@ -58,8 +61,9 @@ def _edge(src: tuple[float, float, float], dst: tuple[float, float, float], e: d
         path = f"M {sx:.1f} {sy:.1f} Q {cx:.1f} {cy:.1f} {tx:.1f} {ty:.1f}"
         mx, my = (sx + 2 * cx + tx) / 4, (sy + 2 * cy + ty) / 4
     return (f'<g class="edge"><title>{title}</title><path d="{path}" stroke-width="{width:.2f}" '
-            f'marker-end="url(#arrow)"/><text x="{mx:.1f}" y="{my:.1f}" class="edge-label">{escape(e["action"])}'
-            '</text></g>')
+            f'marker-end="url(#arrow)"/>'
+            + (f'<text x="{mx:.1f}" y="{my:.1f}" class="edge-label">{escape(e["action"])}</text>' if label else "")
+            + "</g>")
 
 
 def sparkline(values: list[float | None], width: int = 120, height: int = 24) -> str:
