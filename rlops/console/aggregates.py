@@ -136,15 +136,15 @@ def layout(nodes: list[dict[str, Any]], width: int = 880, height: int = 460) -> 
         return {}
     steps = np.array([n["mean_step"] for n in nodes])
     lo, hi = float(steps.min()), float(steps.max())
-    cols = np.round((steps - lo) / ((hi - lo) or 1.0) * 4).astype(int)
+    cols = np.round((steps - lo) / ((hi - lo) or 1.0) * 5).astype(int)
     biggest = max(n["steps"] for n in nodes)
     pos: dict[int, tuple[float, float, float]] = {}
     for col in np.unique(cols):
         members = [n for n, c in zip(nodes, cols) if c == col]
         members.sort(key=lambda n: -n["steps"])
         for i, n in enumerate(members):
-            x = 70 + col * (width - 200) / 4
-            y = height * (i + 1) / (len(members) + 1)
+            x = 70 + col * (width - 230) / 5
+            y = height * (i + 1) / (len(members) + 1) + (12 if col % 2 else -12) * (len(members) > 1)
             pos[n["cluster"]] = (float(x), float(y), 10 + 28 * math.sqrt(n["steps"] / biggest))
     return pos
 

@@ -53,7 +53,6 @@ class Links:
 
 def create_app(data: ProjectData, token: str | None = None, mlflow_ui: str | None = None) -> FastAPI:
     app = FastAPI(title="rlops console", docs_url=None, redoc_url=None, openapi_url=None)
-    views = TraceViews(data)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     links = Links(mlflow_ui, data)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
@@ -62,11 +61,15 @@ def create_app(data: ProjectData, token: str | None = None, mlflow_ui: str | Non
         return templates.TemplateResponse(request, name, {"links": links, "scenarios": data.scenarios(), **ctx},
                                           status_code=status)
 
-    def scenario_or_404(scenario: str) -> str:
-        if not SCENARIO_RE.match(scenario) or scenario not in data.scenarios():
-            raise NotFound(f"there is no scenario {scenario!r}")
-        return scenario
+    _install_guard(app, token)
+    _install_error_pages(app, page)
+    _add_trace_routes(app, data, TraceViews(data), page)
+    _add_registry_routes(app, data, page)
+    return app
 
+
+def _install_guard(app: FastAPI, token: str | None) -> None:
+    """Read-only (GET/HEAD) always; with a token, every request must carry it."""
     @app.middleware("http")
     async def guard(request: Request, call_next: Any) -> Response:
         if request.method not in ("GET", "HEAD"):
@@ -87,6 +90,8 @@ def create_app(data: ProjectData, token: str | None = None, mlflow_ui: str | Non
         return HTMLResponse("<h1>401</h1><p>This console needs its token: open it once with ?token=…</p>",
                             status_code=401)
 
+
+def _install_error_pages(app: FastAPI, page: Any) -> None:
     @app.exception_handler(NotFound)
     async def not_found(request: Request, exc: NotFound) -> HTMLResponse:
         return page(request, "error.html", 404, code=404, message=str(exc))
@@ -102,21 +107,26 @@ def create_app(data: ProjectData, token: str | None = None, mlflow_ui: str | Non
         return page(request, "error.html", 500, code=500,
                     message=f"this page could not be built ({type(exc).__name__}); see the console's log")
 
+
+def _scenario(data: ProjectData, scenario: str) -> str:
+    if not SCENARIO_RE.match(scenario) or scenario not in data.scenarios():
+        raise NotFound(f"there is no scenario {scenario!r}")
+    return scenario
+
+
+def _add_trace_routes(app: FastAPI, data: ProjectData, views: TraceViews, page: Any) -> None:
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request) -> HTMLResponse:
-        rows = []
-        for s in data.scenarios():
-            champion = next((v["version"] for v in data.model_versions(s, "policy") if "champion" in v["aliases"]), None)
-            rows.append({"scenario": s, "champion": champion})
+        rows = [{"scenario": s, "champion": _champion(data, s)} for s in data.scenarios()]
         return page(request, "index.html", rows=rows)
 
     @app.get("/s/{scenario}", response_class=HTMLResponse)
     def scenario_home(scenario: str) -> RedirectResponse:
-        return RedirectResponse(f"/s/{scenario_or_404(scenario)}/map", 303)
+        return RedirectResponse(f"/s/{_scenario(data, scenario)}/map", 303)
 
     @app.get("/s/{scenario}/map", response_class=HTMLResponse)
     def decision_map(request: Request, scenario: str, version: str | None = None) -> HTMLResponse:
-        scenario = scenario_or_404(scenario)
+        scenario = _scenario(data, scenario)
         ov = views.overview(scenario)
         if not ov["versions"]:
             return page(request, "map.html", scenario=scenario, view=None, versions={}, version=None, svg="")
@@ -131,7 +141,7 @@ def create_app(data: ProjectData, token: str | None = None, mlflow_ui: str | Non
 
     @app.get("/s/{scenario}/episode/{trace_id}", response_class=HTMLResponse)
     def episode(request: Request, scenario: str, trace_id: str) -> HTMLResponse:
-        scenario = scenario_or_404(scenario)
+        scenario = _scenario(data, scenario)
         if not TRACE_ID_RE.match(trace_id):
             raise NotFound(f"{trace_id!r} is not a trace id")
         path = views.episode(scenario, trace_id)
@@ -140,43 +150,47 @@ def create_app(data: ProjectData, token: str | None = None, mlflow_ui: str | Non
                     aliases=aliases.get(path["registry_version"] or "", []),
                     policy_name=data.model_names(scenario)["policy"])
 
+
+def _add_registry_routes(app: FastAPI, data: ProjectData, page: Any) -> None:
     @app.get("/s/{scenario}/promotion", response_class=HTMLResponse)
     def promotion(request: Request, scenario: str) -> HTMLResponse:
-        scenario = scenario_or_404(scenario)
+        scenario = _scenario(data, scenario)
         return page(request, "promotion.html", scenario=scenario, view=rv.promotion(data, scenario),
                     names=data.model_names(scenario))
 
     @app.get("/s/{scenario}/evaluation/{run_id}", response_class=HTMLResponse)
     def evaluation(request: Request, scenario: str, run_id: str) -> HTMLResponse:
-        scenario = scenario_or_404(scenario)
+        scenario = _scenario(data, scenario)
         return page(request, "evaluation.html", scenario=scenario, view=rv.evaluation(data, scenario, run_id),
                     names=data.model_names(scenario))
 
     @app.get("/s/{scenario}/drift", response_class=HTMLResponse)
     def drift(request: Request, scenario: str) -> HTMLResponse:
-        scenario = scenario_or_404(scenario)
+        scenario = _scenario(data, scenario)
         return page(request, "drift.html", scenario=scenario, view=rv.drift(data, scenario), spark=svg.sparkline)
 
     @app.get("/s/{scenario}/rewards", response_class=HTMLResponse)
     def rewards(request: Request, scenario: str) -> HTMLResponse:
-        scenario = scenario_or_404(scenario)
+        scenario = _scenario(data, scenario)
         return page(request, "rewards.html", scenario=scenario, view=rv.rewards(data, scenario),
                     names=data.model_names(scenario))
 
     @app.get("/s/{scenario}/rewards/diff", response_class=HTMLResponse)
     def reward_diff(request: Request, scenario: str, a: str = "v0", b: str = "v1") -> HTMLResponse:
-        scenario = scenario_or_404(scenario)
+        scenario = _scenario(data, scenario)
         for label in (a, b):
             if not LABEL_RE.match(label):
                 raise NotFound(f"{label!r} is not a reward function version")
         return page(request, "diff.html", scenario=scenario, view=rv.reward_diff(data, scenario, a, b))
 
-    return app
+
+def _champion(data: ProjectData, scenario: str) -> str | None:
+    return next((v["version"] for v in data.model_versions(scenario, "policy") if "champion" in v["aliases"]), None)
 
 
 def _default_version(data: ProjectData, views: TraceViews, scenario: str, versions: dict[str, int]) -> str:
     """The champion's traces when the store has them, else the version with the most rows."""
-    champion = next((v["version"] for v in data.model_versions(scenario, "policy") if "champion" in v["aliases"]), None)
+    champion = _champion(data, scenario)
     if champion is not None:
         for name in versions:
             if views.registry_version(scenario, name) == champion:

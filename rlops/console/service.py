@@ -32,19 +32,25 @@ class TraceViews:
 
     def __init__(self, data: ProjectData) -> None:
         self.data = data
-        self._memory: dict[tuple[str, ...], Any] = {}
+        self._memory: dict[tuple[str, ...], tuple[str, Any]] = {}
         self._locks: dict[tuple[str, ...], threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def _once(self, key: tuple[str, ...], compute: Any) -> Any:
+    def _once(self, slot: tuple[str, ...], dg: str, compute: Any) -> Any:
+        """The value of ``slot`` for content digest ``dg``: computed once (however many requests
+        wait for it); a new digest replaces the slot's old value."""
         with self._guard:
-            if key in self._memory:
-                return self._memory[key]
-            lock = self._locks.setdefault(key, threading.Lock())
-        with lock:  # one computation per key, however many requests wait for it
-            if key not in self._memory:
-                self._memory[key] = compute()
-            return self._memory[key]
+            hit = self._memory.get(slot)
+            if hit is not None and hit[0] == dg:
+                return hit[1]
+            lock = self._locks.setdefault(slot, threading.Lock())
+        with lock:
+            hit = self._memory.get(slot)
+            if hit is None or hit[0] != dg:
+                hit = (dg, compute())
+                with self._guard:
+                    self._memory[slot] = hit
+            return hit[1]
 
     def files_digest(self, scenario: str) -> tuple[list[Any], str]:
         files = self.data.trace_files(scenario)
@@ -54,7 +60,7 @@ class TraceViews:
     def overview(self, scenario: str) -> dict[str, Any]:
         """Row counts per policy version, and the trace-id index (hash → file, row)."""
         files, dg = self.files_digest(scenario)
-        return self._once(("overview", scenario, dg), lambda: self._overview(scenario, files, dg))
+        return self._once(("overview", scenario), dg, lambda: self._overview(scenario, files, dg))
 
     def _overview(self, scenario: str, files: list[Any], dg: str) -> dict[str, Any]:
         folder = self.data.cache_dir(scenario)
@@ -75,6 +81,10 @@ class TraceViews:
                                 np.concatenate(ridx) if ridx else np.array([], dtype=np.int64))
         meta = {"digest": dg, "files": [f.uri for f in files], "rows": int(counts.sum()),
                 "versions": {str(k): int(v) for k, v in counts.sort_values(ascending=False).items()}}
+        for pattern in ("overview-*.json", "index-*.npz", "map-*.json"):  # earlier contents of the store
+            for old in folder.glob(pattern):
+                if dg not in old.name:
+                    old.unlink(missing_ok=True)
         np.savez(index_path, **index)
         meta_path.write_text(json.dumps(meta))
         return {**meta, "index": index}
@@ -86,10 +96,10 @@ class TraceViews:
             raise NotFound(f"policy version {version!r} has no traces in the {scenario} trace store")
         k = int(self.data.section(scenario, "audit").get("clusters", 8))
         key = agg.digest([], ov["digest"], version, str(k), "map-1")
-        return self._once(("map", scenario, key), lambda: self._cached_map(scenario, version, k, key, ov))
+        return self._once(("map", scenario, version), key, lambda: self._cached_map(scenario, version, k, key, ov))
 
     def _cached_map(self, scenario: str, version: str, k: int, key: str, ov: dict[str, Any]) -> dict[str, Any]:
-        path = self.data.cache_dir(scenario) / f"map-{key}.json"
+        path = self.data.cache_dir(scenario) / f"map-{ov['digest']}-{key}.json"
         if path.is_file():
             return json.loads(path.read_text())
         out = self._compute_map(scenario, version, k, ov["files"])

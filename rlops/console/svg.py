@@ -16,12 +16,12 @@ def decision_map(view: dict[str, Any]) -> str:
     """Nodes (size = traffic, colour = low-reward rate) and the top transitions between them."""
     nodes = view["nodes"]
     pos = agg.layout(nodes, WIDTH, HEIGHT)
-    end = (WIDTH - 70.0, HEIGHT / 2, 12.0)
+    end = (WIDTH - 45.0, HEIGHT / 2, 12.0)
     biggest = max((e["count"] for e in view["edges"]), default=1)
     labelled = sorted(e["count"] for e in view["edges"])[-LABELLED_EDGES:][:1] or [0]
     parts = [f'<svg id="decision-map" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
              'aria-label="decision map: state clusters and the actions between them">',
-             '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
+             '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerUnits="userSpaceOnUse" markerWidth="10" markerHeight="10" '
              'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#778"/></marker></defs>']
     for e in view["edges"]:
         src, dst = pos.get(e["source"]), pos.get(e["target"], end) if e["target"] != agg.END else end

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -119,3 +120,24 @@ def test_aggregates_transitions_and_index() -> None:
     assert agg.lookup(index, "u0") == [(0, 3)] and agg.lookup(index, "nope") == []
     X = np.array([[0.0, 0.0], [10.0, 10.0], [9.0, 9.5]])
     assert agg.nearest(X, np.array([[10.0, 10.0], [0.0, 0.0]])).tolist() == [1, 0, 0]
+
+
+def test_a_new_partition_changes_the_digest_and_the_aggregates(demo_home: Any) -> None:
+    import shutil
+
+    from rlops.console.data import ProjectData
+    from rlops.console.service import TraceViews
+    views = TraceViews(ProjectData())
+    before = views.overview(S)
+    src = Path(before["files"][0][len("file://"):])
+    extra = src.parent.parent.parent / "date=2020-01-01" / "hour=0" / src.name
+    extra.parent.mkdir(parents=True)
+    try:
+        shutil.copy(src, extra)
+        fresh = TraceViews(ProjectData())
+        after = fresh.overview(S)
+        assert after["digest"] != before["digest"] and after["rows"] > before["rows"]
+        cache = ProjectData().cache_dir(S)
+        assert not list(cache.glob(f"overview-{before['digest']}.json"))  # stale aggregates are pruned
+    finally:
+        shutil.rmtree(extra.parent.parent)
