@@ -18,7 +18,7 @@ TOKEN_ENV = "RLOPS_CONSOLE_TOKEN"
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("console", help="read-only web console over the registry and the trace store",
-                              description=__doc__.splitlines()[0])
+                              description="Serve the read-only web console over the registry and the trace store.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
     p.add_argument("--token", default=None,

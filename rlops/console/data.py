@@ -7,9 +7,11 @@ here. Nothing in this module writes to the registry or the trace store.
 Project functions used (and where they live today):
 
 * ``rlops.config.load_params``, ``rlops.config.REPO_ROOT``
-* ``pipeline_steps.context.StepContext`` (storage, tracker, pack with its latest calibration)
+* ``pipeline_steps.context.StepContext`` (``create``, ``storage`` — ``list``, ``local_path``,
+  ``join``, ``exists``, ``read_json`` —, ``tracker.client`` / ``tracker.tracking_uri``,
+  ``load_pack``, ``section``, ``uri``, ``local_dir``)
 * ``pipeline_steps.trace_states``: ``trace_store_uri``, ``state_features``, ``mask_matrix``,
-  ``observations_from_traces``, ``STATE_PREFIX``
+  ``observations_from_traces``, ``error_flags``, ``STATE_PREFIX``
 * ``pipeline_steps.label_select.kmeans``
 * ``pipeline_steps.audit``: ``component_frame``, ``to_go``, ``describe_cluster``
 * ``pipeline_steps.train.download_policy`` and ``model.policy.load_policy``
@@ -52,8 +54,9 @@ class TtlCache:
     """A tiny thread-safe cache of values that expire ``ttl`` seconds after they were computed."""
 
     def __init__(self, ttl: float) -> None:
-        self.ttl, self._items, self._lock = ttl, {}, threading.Lock()
-        self._items: dict[Any, tuple[float, Any]]
+        self.ttl = ttl
+        self._items: dict[Any, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
 
     def get(self, key: Any, compute: Callable[[], T]) -> T:
         now = time.monotonic()
