@@ -1,0 +1,75 @@
+"""``rlops console [--host 127.0.0.1] [--port 8765]``: serve the read-only web console.
+
+Only argparse is imported here; FastAPI, uvicorn and the data stack load when the command runs,
+so ``rlops --help`` stays instant. Bound to a loopback address it needs no token; on any other
+address it refuses to start without ``--token`` or ``RLOPS_CONSOLE_TOKEN`` (or put it behind a
+reverse proxy that authenticates, see docs/console.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+
+TOKEN_ENV = "RLOPS_CONSOLE_TOKEN"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("console", help="read-only web console over the registry and the trace store",
+                              description="Serve the read-only web console over the registry and the trace store.")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    p.add_argument("--token", default=None,
+                   help=f"access token, required off loopback (default: ${TOKEN_ENV})")
+    p.add_argument("--mlflow-ui", default=os.environ.get("RLOPS_MLFLOW_UI", "http://127.0.0.1:5000"),
+                   help="base URL of the MLflow UI the pages link into ('' for no links)")
+    p.set_defaults(func=run)
+    return p
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_token(host: str, token: str | None) -> str | None:
+    """The token to require; raises SystemExit(2) when off loopback without one."""
+    token = token or os.environ.get(TOKEN_ENV) or None
+    if token is None and not is_loopback(host):
+        print(f"error: rlops console binds {host}, which is not a loopback address: pass --token or set "
+              f"{TOKEN_ENV} (or bind 127.0.0.1 behind an authenticating reverse proxy)", file=sys.stderr)
+        raise SystemExit(2)
+    return token
+
+
+def run(args: argparse.Namespace) -> int:
+    token = resolve_token(args.host, args.token)
+    import uvicorn
+
+    from rlops.console.app import create_app
+    from rlops.console.data import ProjectData
+    app = create_app(ProjectData(), token=token, mlflow_ui=args.mlflow_ui or None)
+    where = f"http://{args.host}:{args.port}/"
+    print(f"rlops console on {where}" + (" (token required: open it once with ?token=…)" if token else ""),
+          flush=True)
+    uvicorn.run(app, host=args.host, port=int(args.port), log_level="warning")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rlops.console.cli [--host H] [--port P]`` (the same as ``rlops console``)."""
+    ap = argparse.ArgumentParser(prog="rlops")
+    sub = ap.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    args = ap.parse_args(["console", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,318 @@
+"""Every read the console makes of the project: the registry (MLflow), the trace store, the pack.
+
+This is the console's only seam into the rest of the code base: the other console modules import
+project code through this module alone, so a reorganisation of ``pipeline_steps`` is re-pointed
+here. Nothing in this module writes to the registry or the trace store.
+
+Project functions used (and where they live today):
+
+* ``rlops.config.load_params``, ``rlops.config.REPO_ROOT``
+* ``pipeline_steps.context.StepContext`` (``create``, ``storage`` — ``list``, ``local_path``,
+  ``join``, ``exists``, ``read_json`` —, ``tracker.client`` / ``tracker.tracking_uri``,
+  ``load_pack``, ``section``, ``uri``, ``local_dir``)
+* ``pipeline_steps.trace_states``: ``trace_store_uri``, ``state_features``, ``mask_matrix``,
+  ``observations_from_traces``, ``error_flags``, ``STATE_PREFIX``
+* ``pipeline_steps.label_select.kmeans``
+* ``pipeline_steps.audit``: ``component_frame``, ``to_go``, ``describe_cluster``
+* ``pipeline_steps.train.download_policy`` and ``model.policy.load_policy``
+* ``pipeline_steps.tracking``: ``policy_model_name``, ``reward_model_name``, ``reward_fn_model_name``
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from pipeline_steps.context import StepContext
+    from sandbox.pack import Pack
+
+T = TypeVar("T")
+SCENARIO_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_EXCLUDED_PARTS = ("/quarantine/",)
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    """One parquet file of the trace store, with what makes its content change."""
+
+    uri: str
+    size: int
+    mtime_ns: int
+
+
+class TtlCache:
+    """A tiny thread-safe cache of values that expire ``ttl`` seconds after they were computed."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self._items: dict[Any, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, compute: Callable[[], T]) -> T:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._items.get(key)
+        if hit is not None and now - hit[0] < self.ttl:
+            return hit[1]
+        value = compute()
+        with self._lock:
+            self._items[key] = (now, value)
+        return value
+
+
+class ProjectData:
+    """Read-only access to one rlops deployment (params → storage, MLflow, scenario packs)."""
+
+    def __init__(self, params: dict[str, Any] | None = None, registry_ttl_s: float = 15.0) -> None:
+        from rlops.config import load_params
+        self.params = params if params is not None else load_params()
+        self._contexts: dict[str, StepContext] = {}
+        self._packs: dict[str, Pack] = {}
+        self._policies: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+        self.registry_cache = TtlCache(registry_ttl_s)
+        self.listing_cache = TtlCache(3.0)
+
+    # ------------------------------------------------------------------ scenarios and packs
+    def scenarios_dir(self) -> Path:
+        from rlops.config import REPO_ROOT
+        return Path(str(self.params.get("scenarios_dir") or REPO_ROOT / "scenarios"))
+
+    def scenarios(self) -> list[str]:
+        root = self.scenarios_dir()
+        return sorted(p.name for p in root.iterdir() if (p / "scenario.yaml").is_file()) if root.is_dir() else []
+
+    def context(self, scenario: str) -> "StepContext":
+        from pipeline_steps.context import StepContext
+        with self._lock:
+            if scenario not in self._contexts:
+                self._contexts[scenario] = StepContext.create(scenario, "console", params=self.params)
+            return self._contexts[scenario]
+
+    def pack(self, scenario: str) -> "Pack":
+        with self._lock:
+            cached = self._packs.get(scenario)
+        if cached is None:
+            cached = self.context(scenario).load_pack()
+            with self._lock:
+                self._packs[scenario] = cached
+        return cached
+
+    def cache_dir(self, scenario: str) -> Path:
+        return self.context(scenario).local_dir("console-cache", scenario)
+
+    # ------------------------------------------------------------------ trace store
+    def trace_files(self, scenario: str) -> list[TraceFile]:
+        return self.listing_cache.get(("files", scenario), lambda: self._list_trace_files(scenario))
+
+    def _list_trace_files(self, scenario: str) -> list[TraceFile]:
+        from pipeline_steps.trace_states import trace_store_uri
+        ctx = self.context(scenario)
+        uri = trace_store_uri(ctx)
+        try:
+            uris = [u for u in ctx.storage.list(uri, suffix=".parquet") if not any(x in u for x in _EXCLUDED_PARTS)]
+        except FileNotFoundError:
+            return []
+        out = []
+        for u in sorted(uris):
+            if u.startswith("file://"):
+                st = os.stat(u[len("file://"):])
+                out.append(TraceFile(u, st.st_size, st.st_mtime_ns))
+            else:  # object stores: a rewritten partition keeps its key; the listing is what we know
+                out.append(TraceFile(u, 0, 0))
+        return out
+
+    def read_trace_table(self, scenario: str, uri: str, columns: list[str] | None = None,
+                         filters: list[tuple[str, str, Any]] | None = None) -> pd.DataFrame:
+        """One trace file as a frame (only ``columns``; rows kept by pyarrow ``filters``)."""
+        import pyarrow.parquet as pq
+        ctx = self.context(scenario)
+        with ctx.storage.local_path(uri) as path:
+            have = set(pq.read_schema(path).names)
+            cols = [c for c in columns if c in have] if columns else None
+            return pq.read_table(path, columns=cols, filters=filters).to_pandas()
+
+    def trace_schema(self, scenario: str, uri: str) -> list[str]:
+        import pyarrow.parquet as pq
+        with self.context(scenario).storage.local_path(uri) as path:
+            return list(pq.read_schema(path).names)
+
+    # ------------------------------------------------------------------ project computations
+    def state_features(self, scenario: str, df: pd.DataFrame) -> np.ndarray:
+        from pipeline_steps.trace_states import state_features
+        return state_features(self.pack(scenario), df).numpy()
+
+    def kmeans(self, X: np.ndarray, k: int, seed: int) -> np.ndarray:
+        """The centroids ``[k', D]`` of the project's k-means (k-means++ seeding, Lloyd)."""
+        import torch
+
+        from pipeline_steps.label_select import kmeans
+        _, centroids = kmeans(torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)), k, seed)
+        return centroids.numpy()
+
+    def error_flags(self, col: pd.Series) -> np.ndarray:
+        from pipeline_steps.trace_states import error_flags
+        return error_flags(col)
+
+    def components(self, df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str | None]]:
+        from pipeline_steps.audit import component_frame
+        return component_frame(df)
+
+    def return_to_go(self, df: pd.DataFrame, values: pd.DataFrame) -> pd.DataFrame:
+        from pipeline_steps.audit import to_go
+        return to_go(df, values)
+
+    def describe_cluster(self, scenario: str, rows: pd.DataFrame, everything: pd.DataFrame) -> list[str]:
+        from pipeline_steps.audit import describe_cluster
+        return describe_cluster(self.pack(scenario), rows, everything)
+
+    def state_prefix(self) -> str:
+        from pipeline_steps.trace_states import STATE_PREFIX
+        return STATE_PREFIX
+
+    def mask_matrix(self, scenario: str, col: pd.Series) -> np.ndarray:
+        from pipeline_steps.trace_states import mask_matrix
+        return mask_matrix(col, self.pack(scenario).scenario.n_actions)
+
+    def action_names(self, scenario: str) -> list[str]:
+        return list(self.pack(scenario).scenario.action_names)
+
+    def action_probabilities(self, scenario: str, version: str, episode: pd.DataFrame) -> np.ndarray | None:
+        """Probabilities of every action at each row, recomputed with registry version ``version``
+        (None when the rows were not served by a registered version that can be loaded)."""
+        import torch
+
+        from pipeline_steps.trace_states import observations_from_traces
+        policy = self._policy(scenario, version)
+        if policy is None:
+            return None
+        obs, masks = observations_from_traces(self.pack(scenario), episode)
+        with torch.no_grad():
+            logp, _ = policy(obs, masks)
+        return logp.exp().numpy()
+
+    def _policy(self, scenario: str, version: str) -> Any:
+        key = (scenario, version)
+        with self._lock:
+            if key in self._policies:
+                return self._policies[key]
+        from model.policy import load_policy
+        from pipeline_steps.train import download_policy
+        try:
+            dst = Path(tempfile.mkdtemp(prefix="rlops-console-policy-"))
+            policy = load_policy(download_policy(self.context(scenario), version, dst)).eval()
+        except Exception:  # noqa: BLE001 - deleted, unreachable, not a policy: shown as unavailable
+            policy = None
+        with self._lock:
+            self._policies[key] = policy
+        return policy
+
+    # ------------------------------------------------------------------ registry (MLflow)
+    def model_names(self, scenario: str) -> dict[str, str]:
+        from pipeline_steps.tracking import policy_model_name, reward_fn_model_name, reward_model_name
+        return {"policy": policy_model_name(scenario), "reward_model": reward_model_name(scenario),
+                "reward_fn": reward_fn_model_name(scenario)}
+
+    def tracking_uri(self, scenario: str) -> str:
+        return self.context(scenario).tracker.tracking_uri
+
+    def experiment_id(self, scenario: str) -> str | None:
+        def get() -> str | None:
+            exp = self._client(scenario).get_experiment_by_name(scenario)
+            return None if exp is None else str(exp.experiment_id)
+        return self.registry_cache.get(("exp", scenario), get)
+
+    def model_versions(self, scenario: str, kind: str) -> list[dict[str, Any]]:
+        """Every version of the scenario's ``kind`` model (policy, reward_model, reward_fn), newest first."""
+        name = self.model_names(scenario)[kind]
+
+        def get() -> list[dict[str, Any]]:
+            client = self._client(scenario)
+            try:
+                aliases = dict(client.get_registered_model(name).aliases)
+            except Exception:  # noqa: BLE001 - no such model yet
+                return []
+            by_version: dict[str, list[str]] = {}
+            for alias, v in aliases.items():
+                by_version.setdefault(str(v), []).append(alias)
+            out = [{"name": name, "version": str(mv.version), "run_id": mv.run_id, "tags": dict(mv.tags),
+                    "created_ms": int(mv.creation_timestamp or 0), "source": mv.source,
+                    "aliases": sorted(by_version.get(str(mv.version), []))}
+                   for mv in client.search_model_versions(f"name = '{name}'")]
+            return sorted(out, key=lambda d: -int(d["version"]))
+        return self.registry_cache.get(("versions", scenario, kind), get)
+
+    def runs(self, scenario: str, tag: str, value: str) -> list[dict[str, Any]]:
+        """Finished or failed runs of the scenario's experiment whose tag ``tag`` is ``value``, oldest first."""
+        def get() -> list[dict[str, Any]]:
+            exp = self.experiment_id(scenario)
+            if exp is None:
+                return []
+            found = self._client(scenario).search_runs([exp], f"tags.`{tag}` = '{value}'", max_results=5000,
+                                                       order_by=["attributes.start_time ASC"])
+            return [{"run_id": r.info.run_id, "name": r.info.run_name, "status": r.info.status,
+                     "start_ms": int(r.info.start_time or 0), "tags": dict(r.data.tags),
+                     "params": dict(r.data.params), "metrics": dict(r.data.metrics)} for r in found]
+        return self.registry_cache.get(("runs", scenario, tag, value), get)
+
+    def run_artifact_json(self, scenario: str, run_id: str, path: str) -> Any:
+        """A JSON artifact of a run (immutable once logged, so cached for good)."""
+        import json
+        cache = self.cache_dir(scenario) / "artifacts" / run_id / path
+        if not cache.is_file():
+            try:
+                local = self._client(scenario).download_artifacts(run_id, path, tempfile.mkdtemp())
+            except Exception:  # noqa: BLE001 - artifact absent or store unreachable
+                return None
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(Path(local).read_text())
+        return json.loads(cache.read_text())
+
+    def _client(self, scenario: str) -> Any:
+        return self.context(scenario).tracker.client
+
+    # ------------------------------------------------------------------ storage documents
+    def calibrations(self, scenario: str) -> list[dict[str, Any]]:
+        ctx = self.context(scenario)
+
+        def get() -> list[dict[str, Any]]:
+            uri = ctx.uri("calibrations", scenario)
+            try:
+                files = [u for u in ctx.storage.list(uri, suffix=".json") if not u.endswith("/latest.json")]
+            except FileNotFoundError:
+                return []
+            return [ctx.storage.read_json(u) for u in sorted(files)]
+        return self.listing_cache.get(("calibrations", scenario), get)
+
+    def evaluation_report(self, scenario: str, run_key: str, candidate: str) -> dict[str, Any] | None:
+        """``summary.json`` of an evaluation, from ``reports/evaluate/<scenario>/<run_key>/v<candidate>``."""
+        ctx = self.context(scenario)
+        uri = ctx.storage.join("reports", "evaluate", scenario, run_key, f"v{candidate}", "summary.json")
+        return ctx.storage.read_json(uri) if ctx.storage.exists(uri) else None
+
+    def reward_functions(self, scenario: str) -> list[dict[str, Any]]:
+        """The pack's reward functions: label, sha256, source, rule refs with their titles."""
+        pack = self.pack(scenario)
+        rules = pack.rules or {}
+        out = []
+        for label in sorted(pack.reward_fns, key=lambda s: (len(s), s)):
+            fn = pack.reward_fns[label]
+            out.append({"label": label, "sha256": fn.version, "source": fn.source, "path": Path(fn.path).name,
+                        "rule_refs": [{"ref": r, "title": str((rules.get(r) or {}).get("title", "")),
+                                       "text": str((rules.get(r) or {}).get("text", ""))} for r in fn.rule_refs],
+                        "components": [{"name": c.name, "rule_ref": c.rule_ref, "line": c.line}
+                                       for c in fn.components]})
+        return out
+
+    def section(self, scenario: str, name: str) -> dict[str, Any]:
+        return self.context(scenario).section(name)
