@@ -16,7 +16,7 @@ from rlops.console.data import ProjectData
 from rlops.console.service import NotFound
 
 RUN_ID_RE = re.compile(r"^[0-9a-f]{32}$")
-LINEAGE = (("reward function", "reward_fn_label"), ("reward fn sha256", "reward_fn_version"),
+LINEAGE = (("reward function", "reward_fn"), ("reward fn sha256", "reward_fn_sha256"),
            ("reward fn model version", "reward_fn_model_version"), ("reward model", "reward_model_version"),
            ("calibration", "calibration_version"), ("data version", "data_version"), ("mode", "mode"),
            ("parent champion", "parent_champion"))
