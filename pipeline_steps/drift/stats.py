@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import scipy.stats
+from data_contracts.schema import STATE_PREFIX
 
 try:  # scipy's exact small-sample p-value from (n1, n2, D); public ks_2samp is the fallback
     from scipy.stats._stats_py import _attempt_exact_2kssamp
@@ -46,7 +47,6 @@ except ImportError:  # pragma: no cover - depends on the scipy release
     _attempt_exact_2kssamp = None
 
 OPERATIONAL_FIELDS = ("latency_ms", "error")
-STATE_PREFIX = "state."
 MISSING = "(no value)"
 DEFAULT_THRESHOLD = 0.01
 DEFAULT_MIN_EFFECT = 0.05

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 import torch
+from data_contracts.schema import STATE_PREFIX
 
 if TYPE_CHECKING:
     from sandbox.pack import Pack
 
 Tensor = torch.Tensor
-STATE_PREFIX = "state."
 _NO_ERROR = frozenset({"", "false", "0", "none", "nan", "null", "<na>"})
 
 
