@@ -14,7 +14,7 @@ sandbox and the policy work with:
 * :func:`read_traces` — trace rows from a parquet file or a partitioned folder, pruned to a window;
 * :func:`load_policy_version` — a policy from a local folder or a registry version.
 
-The command-line and HTML helpers are in :mod:`pipeline_steps.infra.cli_common`.
+The HTML helpers are in :mod:`pipeline_steps.infra.html`.
 
 Everything is vectorised over rows; nothing loops per row in Python.
 """
