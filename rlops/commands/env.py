@@ -125,18 +125,17 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     policy = random_policy(args.seed) if args.policy == "random" else rule_policy
     df = rollout_traces(pack, policy, args.episodes, seed=args.seed, profile=args.profile,
                         reward_version=args.reward_fn, policy_version=args.policy)
-    verb = "would write" if args.dry_run else "wrote"
+    if not args.dry_run:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix == ".parquet":
+            df.to_parquet(out, index=False)
+        else:
+            df.to_json(out, orient="records", lines=True, date_format="iso")
+    profile = args.profile or pack.scenario.spec.default_profile
     if args.json:
-        print(json.dumps({"rows": len(df), "episodes": args.episodes, "policy": args.policy, "out": str(out),
-                          "profile": args.profile or pack.scenario.spec.default_profile, "dry_run": args.dry_run}))
+        print(json.dumps({"rows": len(df), "episodes": args.episodes, "policy": args.policy, "profile": profile,
+                          "out": str(out), "dry_run": args.dry_run}))
     else:
-        print(f"{verb} {len(df)} trace rows of {args.episodes} episodes ({args.policy}, profile "
-              f"{args.profile or pack.scenario.spec.default_profile}) to {out}")
-    if args.dry_run:
-        return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix == ".parquet":
-        df.to_parquet(out, index=False)
-    else:
-        df.to_json(out, orient="records", lines=True, date_format="iso")
+        print(f"{'would write' if args.dry_run else 'wrote'} {len(df)} trace rows of {args.episodes} episodes "
+              f"({args.policy}, profile {profile}) to {out}")
     return 0

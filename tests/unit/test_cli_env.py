@@ -166,3 +166,13 @@ def test_unknown_pack_and_missing_arguments(tmp_path: Path, capsys: pytest.Captu
     with pytest.raises(SystemExit) as info:
         main(["env", "rollout", "--scenario", str(CREDIT)])  # --out is required
     assert info.value.code == 2
+
+
+def test_rollout_dry_run_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_file = tmp_path / "t.parquet"
+    rc, out, err = run(capsys, "env", "rollout", "--scenario", str(CREDIT), "--episodes", "5", "--out", str(out_file),
+                       "--dry-run", "--json")
+    assert rc == 0 and err == ""
+    res = json.loads(out)
+    assert res["dry_run"] is True and res["episodes"] == 5 and res["rows"] > 0
+    assert not out_file.exists()
