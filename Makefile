@@ -16,7 +16,7 @@ $(STAMP): requirements/lock.txt setup.cfg
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m rlops.demo
+	$(VENV)/bin/rlops demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -1,8 +1,16 @@
-"""The ``rlops`` command line. Each command group registers itself from ``rlops.commands``;
-heavy libraries are imported inside the command that needs them, so ``rlops --help`` is instant.
+"""The ``rlops`` command line: nouns, then verbs.
 
-Exit codes: 0 success, 1 a check failed (stress test, gate), 2 bad input (pack, config,
-arguments), 3 drift found with ``--fail-on-drift``.
+    rlops env {validate,describe,rollout} | capture | drift {detect,check} | calibrate
+          | labels {run,export,import} | train {policy,reward-model,status} | stress
+          | model {evaluate,promote,rollback} | replay | audit | console | demo
+
+Each noun is one module of ``rlops.commands`` holding only its argparse definitions and thin
+handlers; a handler imports its step (and with it torch, pandas, MLflow) when it runs, so
+building the parser — ``rlops --help`` — imports nothing heavy. Every command takes
+``--scenario NAME_OR_PATH``, ``--json`` and ``--dry-run``; results go to stdout, errors to stderr.
+
+Exit codes: 0 success, 1 a check failed (stress test, gate) or a service/internal error,
+2 bad input (pack, config, arguments), 3 drift found with ``--fail-on-drift``.
 """
 
 from __future__ import annotations
@@ -14,15 +22,24 @@ from typing import Callable, Sequence
 
 from common.errors import ExitCode, RlopsError
 
+EXIT_CODES = """exit codes:
+  0  success
+  1  a check failed (stress test, promotion gate), or a service or internal error
+  2  bad input: arguments, scenario pack, params, data
+  3  drift found, with --fail-on-drift
+"""
+
 
 def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from rlops.commands import env, pipeline
-    return [env.register, pipeline.register]
+    from rlops.commands import audit, calibrate, capture, console, demo, drift, env, labels, model, stress, train
+    return [env.register, capture.register, drift.register, calibrate.register, labels.register, train.register,
+            stress.register, model.register, audit.register, console.register, demo.register]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlops", description="Train, test and promote agent decision "
-                                     "policies with reinforcement learning.")
+    parser = argparse.ArgumentParser(
+        prog="rlops", description="Train, test and promote agent decision policies with reinforcement learning.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

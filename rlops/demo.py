@@ -1,4 +1,4 @@
-"""``make demo``: the whole rlops loop on the credit-approval pack, embedded (no servers).
+"""``rlops demo`` (``make demo``): the whole rlops loop on the credit-approval pack, embedded (no servers).
 
 1. validate the pack; 2. capture an interval of traffic from the pack's ``live`` profile (the
 production rule engine serving, as before any RL policy exists); 3. detect its drift against the
@@ -12,12 +12,7 @@ store ``./rlops-data/mlflow.db``. Budgets come from the ``demo:`` block of param
 
 from __future__ import annotations
 
-import argparse
-import logging
-import os
-import sys
 import time
-import warnings
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -110,18 +105,3 @@ def _print_gates(gates: list[dict[str, Any]]) -> None:
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
     for r in [head, *rows]:
         print("      " + "  ".join(c.ljust(w) for c, w in zip(r, widths)))
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m rlops.demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", default=None)
-    args = ap.parse_args(argv)
-    warnings.filterwarnings("ignore")
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    return run(args.scenario)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """``rlops replay`` and ``rlops audit``: why does the agent do what it does?
 
-replay (``rlops replay --trace-id ID [--depth N]``, also ``rlops audit --trace-id ID``)
+replay (``rlops replay --trace-id ID [--depth N]``)
     Finds the episode holding the trace id in the trace store and prints its decision path up to
     that step (the last ``depth`` steps when given): each step's visible state, the legal actions,
     the action probabilities and the reward breakdown. Probabilities are recomputed with the
@@ -20,13 +20,12 @@ audit (``rlops audit [--policy-version V]``)
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline_steps.infra.cli_common import add_common_args, context_from_args, html_page, html_table, png_base64
+from pipeline_steps.infra.html import html_page, html_table, png_base64
 
 if TYPE_CHECKING:  # numpy, pandas, torch are imported where they run: registering the CLI stays light
     import numpy as np
@@ -313,49 +312,6 @@ def audit(ctx: "StepContext", policy_version: str | None = None, traces_uri: str
     return result
 
 
-# --------------------------------------------------------------------------- CLI
-def add_cli(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("replay", help="the decision path of one trace: states, masks, probabilities, rewards")
-    add_common_args(p)
-    p.add_argument("--trace-id", required=True)
-    p.add_argument("--depth", type=int, help="show at most this many steps, ending at the trace's step")
-    p.add_argument("--traces", help="trace parquet file or folder (default: the scenario's trace store)")
-    p.set_defaults(func=cmd_replay)
-    a = sub.add_parser("audit", help="per state cluster: top actions, their rewards, what drives low scores")
-    add_common_args(a)
-    a.add_argument("--policy-version", help="only the steps this policy version took")
-    a.add_argument("--traces", help="trace parquet file or folder (default: the run key's window)")
-    a.add_argument("--trace-id", help="replay one trace instead (same as rlops replay)")
-    a.add_argument("--depth", type=int)
-    a.set_defaults(func=cmd_audit)
-
-
-def cmd_replay(args: argparse.Namespace) -> int:
-    from common.errors import UserError
-    ctx = context_from_args(args)
-    try:
-        path = replay(ctx, args.trace_id, args.depth, args.traces)
-    except (ValueError, FileNotFoundError) as exc:
-        raise UserError(f"replay: {exc}") from exc
-    print(json.dumps(path, indent=2, default=str) if args.json else render_path(path))
-    return 0
-
-
-def cmd_audit(args: argparse.Namespace) -> int:
-    if args.trace_id:
-        return cmd_replay(args)
-    from common.errors import UserError
-    ctx = context_from_args(args)
-    try:
-        result = audit(ctx, args.policy_version, args.traces)
-    except (ValueError, FileNotFoundError) as exc:
-        raise UserError(f"audit: {exc}") from exc
-    print(json.dumps(result, indent=2, default=str) if args.json else
-          f"audit of {result['rows']} steps in {result['clusters']} clusters: "
-          + ("would write " if ctx.dry_run else "wrote ") + result["html_uri"])
-    return 0
-
-
 def _missing(v: Any) -> bool:
     import pandas as pd
     return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or v is pd.NaT
@@ -365,15 +321,3 @@ def _plain(v: Any) -> Any:
     if _missing(v):
         return None
     return v.item() if hasattr(v, "item") and not isinstance(v, (str, bytes)) else v
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pipeline_steps.audit.replay replay|audit ...`` (the same commands as ``rlops``)."""
-    ap = argparse.ArgumentParser(prog="python -m pipeline_steps.audit.replay")
-    add_cli(ap.add_subparsers(dest="command", required=True))
-    args = ap.parse_args(argv)
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

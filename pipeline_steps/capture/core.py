@@ -29,9 +29,6 @@ name (a name without one counts from the start of its hour folder).
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -44,7 +41,7 @@ from data_contracts.records import (
     SOURCE_COLUMN,
     parse_json_lines,
 )
-from data_contracts.schema import Contract, trace_contract
+from data_contracts.schema import Contract
 from data_contracts.validation import REASON_COLUMN, validate_frame
 from common.run_key import RunKey, as_utc
 from pipeline_steps.infra.storage import Storage
@@ -146,12 +143,14 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
                          contract: Contract, interval_start: datetime | str,
                          interval_end: datetime | str, chunk_rows: int = 100_000,
                          dry_run: bool = False, quarantine_root_uri: str | None = None,
-                         run_key: str | None = None) -> CaptureResult:
+                         run_key: str | None = None, progress: bool = False) -> CaptureResult:
     """Capture one data interval of ``scenario`` from the landing zone (see module docstring).
 
     ``run_key`` names the output files (default: derived from the interval, see
     :class:`~common.run_key.RunKey`); pass the pipeline's own key to share one naming across steps.
+    ``progress`` draws a bar of the rows captured so far on stderr.
     """
+    from tqdm.auto import tqdm
     start, end = as_utc(interval_start), as_utc(interval_end)
     key = RunKey.covering(start, end)  # rejects an empty or reversed interval
     run_key = str(RunKey.parse(run_key)) if run_key else str(key)
@@ -176,6 +175,7 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
                 "rows_accepted": rows_accepted, "rows_quarantined": rows_quarantined})
 
     save_manifest("running")
+    bar = tqdm(desc="capture", unit="rows", unit_scale=True, disable=not progress)
     for chunk in iter_line_chunks(storage, files, chunk_rows):
         rows, unparseable = parse_json_lines(chunk.lines, chunk.sources, chunk.line_nos)
         accepted, quarantined = validate_rows(rows, contract)
@@ -198,6 +198,8 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
         rows_accepted += len(accepted)
         rows_quarantined += len(quarantined)
         save_manifest("running")  # a crash from here on is cleaned up by the next run
+        bar.update(len(chunk))
+    bar.close()
     save_manifest("complete")
 
     def folders(uris: list[str]) -> list[str]:
@@ -213,49 +215,3 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
         manifest_uri=None if dry_run else manifest_uri, dry_run=dry_run)
 
 
-# --------------------------------------------------------------------------- CLI
-
-def contract_from_file(storage: Storage, uri: str, scenario: str) -> Contract:
-    """A trace contract from a JSON file ``{"actions": [...], "state_fields": [[name, kind,
-    min, max, enum_values], ...], "reward_fn_versions": [...]}``."""
-    spec = storage.read_json(uri)
-    if not isinstance(spec, dict) or "actions" not in spec:
-        raise ValueError(f"contract file {uri}: expected a JSON object with 'actions' (and "
-                         "'state_fields')")
-    return trace_contract(scenario, spec["actions"], spec.get("state_fields", []),
-                          spec.get("reward_fn_versions"))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from common.config import load_params
-
-    ap = argparse.ArgumentParser(prog="python -m pipeline_steps.capture.core",
-                                 description="Capture landing-zone traces for one interval.")
-    ap.add_argument("--scenario")
-    ap.add_argument("--start", required=True, help="interval start, ISO-8601 (UTC if no zone)")
-    ap.add_argument("--end", required=True, help="interval end (exclusive)")
-    ap.add_argument("--contract", required=True,
-                    help="JSON file with the scenario's actions and state fields")
-    ap.add_argument("--landing-uri")
-    ap.add_argument("--trace-root")
-    ap.add_argument("--chunk-rows", type=int)
-    ap.add_argument("--dry-run", action="store_true")
-    args = ap.parse_args(argv)
-    params = load_params()
-    storage = Storage.from_params(params)
-    store = TraceStore.from_params(params, storage)
-    landing, traces, quarantine = store.landing_uri, store.trace_uri, store.quarantine_uri
-    scenario = args.scenario or params["scenario"]
-    result = capture_landing_zone(
-        storage, args.landing_uri or landing, args.trace_root or traces, scenario,
-        contract_from_file(storage, args.contract, scenario), args.start, args.end,
-        chunk_rows=args.chunk_rows or int((params.get("capture") or {}).get("chunk_rows",
-                                                                           100_000)),
-        dry_run=args.dry_run, quarantine_root_uri=quarantine)
-    json.dump(result.to_dict(), sys.stdout, indent=2)
-    sys.stdout.write("\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""``rlops trace-capture``: one interval of traces into the validated trace store.
+"""``rlops capture``: one interval of traces into the validated trace store.
 
 Two sources, one contract:
 
@@ -16,8 +16,6 @@ run key, so a re-run overwrites them.
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -57,9 +55,11 @@ def champion_trace_policy(ctx: StepContext, pack: "Pack") -> tuple["TracePolicy"
 
 
 def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int | None = None,
-                 sample_rate: float | None = None, profile: str | None = None) -> dict[str, Any]:
+                 sample_rate: float | None = None, profile: str | None = None, progress: bool = False
+                 ) -> dict[str, Any]:
     """Capture the run key's interval. ``simulate=None`` uses the landing zone when it has files
-    for the interval and falls back to simulation when ``capture.simulate_when_empty`` is on."""
+    for the interval and falls back to simulation when ``capture.simulate_when_empty`` is on.
+    ``progress`` draws a bar of the landing-zone rows read (a simulation is one batched rollout)."""
     from pipeline_steps.capture.core import capture_landing_zone
     from sandbox.profiles import default_profile
     cfg = ctx.section("capture")
@@ -75,7 +75,7 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
     if not simulate:
         res = capture_landing_zone(ctx.storage, landing, traces, ctx.scenario, contract_for(pack), start, end,
                                    chunk_rows=int(cfg.get("chunk_rows", 100_000)), dry_run=ctx.dry_run,
-                                   quarantine_root_uri=quarantine, run_key=ctx.run_key)
+                                   quarantine_root_uri=quarantine, run_key=ctx.run_key, progress=progress)
         return {**base, "source": "landing_zone", **_counts(res.rows_in, res.rows_accepted, res.rows_quarantined),
                 "partitions": res.partitions, "quarantine_uri": res.quarantine_uri}
     return {**base, **simulate_capture(ctx, pack, traces, quarantine, start,
@@ -111,31 +111,3 @@ def simulate_capture(ctx: StepContext, pack: "Pack", traces: str, quarantine: st
     return {"source": f"simulation:{profile}", "policy_version": version, "episodes": episodes,
             "sample_rate": sample_rate, **_counts(len(df), len(accepted), len(quarantined)),
             "partitions": parts, "quarantine_partitions": qparts, "warnings": ctx.extra.get("warnings", [])}
-
-
-def add_cli(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("trace-capture", help="landing zone (or simulated champion traffic) → validated trace store")
-    p.add_argument("--scenario", default=None)
-    p.add_argument("--run-key", default=None, help="interval start YYYYmmddTHHMM (default: now)")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--simulate", dest="simulate", action="store_true", default=None,
-                     help="run the champion in a simulation profile instead of reading the landing zone")
-    src.add_argument("--landing-zone", dest="simulate", action="store_false")
-    p.add_argument("--episodes", type=int, default=None)
-    p.add_argument("--sample-rate", type=float, default=None)
-    p.add_argument("--profile", default=None)
-    p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_cmd)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    ctx = StepContext.create(args.scenario, args.run_key, args.dry_run)
-    res = capture_step(ctx, args.simulate, args.episodes, args.sample_rate, args.profile)
-    if args.json:
-        print(json.dumps(res, indent=2, default=str))
-    else:
-        verb = "would write" if ctx.dry_run else "wrote"
-        print(f"{res['source']}: {res['rows_in']} rows in, {res['rows_accepted']} accepted, "
-              f"{res['rows_quarantined']} quarantined; {verb} {len(res['partitions'])} partition file(s)")
-    return 0

@@ -1,4 +1,4 @@
-"""``rlops recalibrate --traces URI``: make the sandbox look like live traffic.
+"""``rlops calibrate --traces URI``: make the sandbox look like live traffic.
 
 Fields
     Every observed field whose initial distribution has constant parameters is refitted by
@@ -28,16 +28,11 @@ Output
 
 from __future__ import annotations
 
-from sandbox.profiles import CALIBRATED
-
-import argparse
-import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
-
-from pipeline_steps.infra.cli_common import add_common_args, context_from_args
+from sandbox.profiles import CALIBRATED
 
 if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: registering the CLI stays light
     import numpy as np
@@ -166,7 +161,7 @@ def fit_simulation(pack: "Pack", df: pd.DataFrame, min_rows: int) -> tuple[dict[
         rates[api] = float(np.clip(1.0 - (1.0 - observed) / max(1.0 - own, 1e-9), 0.0, 1.0))
         per_api[api] = {"rows": n, "observed_rate": observed, "api_rate": rates[api]}
     details["error_rates"] = per_api
-    profile = {"description": "fitted to live traces by rlops recalibrate",
+    profile = {"description": "fitted to live traces by rlops calibrate",
                "latency_jitter_ms": {"min": float(jitter[0]), "max": float(jitter[1])},
                "error_rates": {k: float(v) for k, v in rates.items()}}
     return profile, details
@@ -276,31 +271,4 @@ def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, 
     return result
 
 
-def add_cli(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("recalibrate", help="fit the sandbox's field distributions and simulation to live traces")
-    add_common_args(p)
-    p.add_argument("--traces", help="live trace parquet file or folder (default: the scenario's trace store)")
-    p.set_defaults(func=cmd_recalibrate)
-
-
-def cmd_recalibrate(args: argparse.Namespace) -> int:
-    from common.errors import UserError
-    ctx = context_from_args(args)
-    try:
-        result = recalibrate(ctx, args.traces)
-    except (ValueError, FileNotFoundError) as exc:
-        raise UserError(f"recalibrate: {exc}") from exc
-    if args.json:
-        print(json.dumps(result, indent=2, default=str))
-    else:
-        print(f"calibration {result['version']}: {len(result['fields'])} fields fitted from {result['rows']} rows, "
-              f"profile '{PROFILE}' jitter {result['simulation']['latency_jitter_ms']}, "
-              f"error rates {result['simulation']['error_rates']}")
-        for path, c in result["check"].items():
-            print(f"  {path:<36} {c['metric']} {c['before']:.4f} → {c['after']:.4f}")
-        print(("would write " if ctx.dry_run else "wrote ") + result["calibration_uri"])
-    return 0
-
-
-__all__ = ["RecalConfig", "fit_calibration", "fit_field", "fit_simulation", "check_calibration", "recalibrate",
-           "add_cli"]
+__all__ = ["RecalConfig", "fit_calibration", "fit_field", "fit_simulation", "check_calibration", "recalibrate"]

@@ -62,26 +62,3 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
             "live_mean_return": round(float(r_live.mean()), 4) if len(r_live) else None,
             "sandbox_mean_return": round(float(r_base.mean()), 4), "anomaly": bool(anomaly),
             "retrain": bool(drifted) or bool(anomaly)}
-
-
-def add_cli(sub: Any) -> None:
-    """Register ``rlops drift-check``."""
-    from pipeline_steps.infra.cli_common import add_common_args
-    p = sub.add_parser("drift-check", help="live traces of the run key's hour vs the calibrated sandbox "
-                                           "(+ champion anomaly); the drift monitor's step")
-    add_common_args(p)
-    p.add_argument("--episodes", type=int, default=None, help="sandbox baseline episodes (default: params)")
-    p.add_argument("--fail-on-drift", action="store_true", help="exit 3 when a retrain is called for")
-    p.set_defaults(func=_cmd)
-
-
-def _cmd(args: Any) -> int:
-    import json
-    ctx = StepContext.create(args.scenario, args.run_key, args.dry_run)
-    res = drift_check(ctx, args.episodes)
-    if args.json:
-        print(json.dumps(res, indent=2))
-    else:
-        print(f"{res['summary']} drifted: {res['drifted_fields'] or 'none'}; anomaly: {res['anomaly']}; "
-              f"retrain: {res['retrain']}" + (f"\nreport: {res['html_uri']}" if res.get("html_uri") else ""))
-    return 3 if args.fail_on_drift and res["retrain"] else 0

@@ -1,4 +1,4 @@
-"""Drift step I/O: the HTML report, the storage/MLflow wrapper and the command line.
+"""Drift step I/O: the HTML report and the storage/MLflow wrapper.
 
 :func:`render_html` turns a :class:`~pipeline_steps.drift.stats.DriftReport` into one self-contained
 HTML page (a summary sentence, a table, and per field an overlaid histogram as an embedded PNG)
@@ -8,28 +8,19 @@ parquet windows through :class:`~pipeline_steps.infra.storage.Storage`, runs
 ``out_uri`` (overwriting: a re-run of the same windows replaces its report) and logs both, with
 one metric per field, to an MLflow run of the scenario's experiment.
 
-Command line (also ``rlops drift-detect``)::
-
-    python -m pipeline_steps.drift.report --baseline URI --target URI [--threshold 0.01]
-        [--min-effect 0.05] [--bh] [--fields a,b] [--out URI] [--json] [--fail-on-drift]
-        [--no-track] [--dry-run]
-
-Exit codes: 0 done, 2 bad input, 3 drift found with ``--fail-on-drift``.
+Command line: ``rlops drift detect --baseline URI --target URI [--fail-on-drift] …``.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import html
 import io
-import json
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,8 +28,6 @@ import pandas as pd
 from pipeline_steps.drift.stats import (DEFAULT_MIN_EFFECT, DEFAULT_THRESHOLD, MISSING, DriftReport,
                                   FieldDrift, detect_drift)
 
-from common.errors import ExitCode
-EXIT_OK, EXIT_BAD_INPUT, EXIT_DRIFT = ExitCode.OK, ExitCode.BAD_INPUT, ExitCode.DRIFT
 _TOP_CATEGORIES = 12
 _BINS = 40
 _COLORS = ("#4C72B0", "#DD8452")  # baseline, target
@@ -239,64 +228,3 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
         run.log_text(page, "drift/report.html")
         run_id = run.run_id
     return replace(result, run_id=run_id)
-
-
-# --------------------------------------------------------------------------- CLI
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``drift-detect`` options (shared by ``rlops drift-detect`` and ``-m``)."""
-    p.add_argument("--baseline", required=True, help="parquet file or folder (file://, s3://)")
-    p.add_argument("--target", required=True, help="parquet file or folder to compare")
-    p.add_argument("--threshold", type=float, help="p-value cut-off (params: drift.threshold)")
-    p.add_argument("--min-effect", type=float, help="effect-size floor (drift.min_effect)")
-    p.add_argument("--bh", action="store_true", default=None,
-                   help="Benjamini–Hochberg adjustment across fields")
-    p.add_argument("--fields", help="comma-separated fields (default: state.*, latency_ms, error)")
-    p.add_argument("--out", help="output folder URI for report.json and report.html")
-    p.add_argument("--json", action="store_true", help="print the full report as JSON")
-    p.add_argument("--fail-on-drift", action="store_true", help="exit 3 if any field drifted")
-    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
-    p.add_argument("--dry-run", action="store_true", help="test and print, write nothing")
-
-
-def cmd_drift_detect(args: argparse.Namespace) -> int:
-    from pipeline_steps.infra.storage import StorageError
-    from common.config import load_params
-
-    fields = [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None
-    try:
-        result = run_drift(load_params(), args.baseline, args.target, args.out, fields=fields,
-                           threshold=args.threshold, min_effect=args.min_effect, bh=args.bh,
-                           dry_run=args.dry_run, track=not args.no_track)
-    except (ValueError, StorageError) as exc:
-        print(f"error: drift-detect: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    report = cast(DriftReport, result.report)  # run_drift always attaches it
-    if args.json:
-        print(json.dumps({**report.to_dict(), "result": result.to_dict()}, indent=2, default=str))
-    else:
-        for f in report.fields:
-            line = (f"{f.field:<28} {f.test:<5} error: {f.error}" if f.test == "error" else
-                    f"{f.field:<28} {f.test:<5} effect={f.effect:.4f} p={f.p_value:.3g}"
-                    f"{'  DRIFTED' if f.drifted else ''}")
-            print(line)
-        print(report.summary)
-        print(("would write " if result.dry_run else "wrote ") + result.html_uri)
-    return EXIT_DRIFT if args.fail_on_drift and report.drifted_fields else EXIT_OK
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pipeline_steps.drift.report",
-                                 description="Compare two trace windows field by field.")
-    add_arguments(ap)
-    return cmd_drift_detect(ap.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
-def add_cli(sub: argparse._SubParsersAction) -> None:
-    """Register ``rlops drift-detect``."""
-    p = sub.add_parser("drift-detect", help="compare two trace windows field by field (KS / chi-square)")
-    add_arguments(p)
-    p.set_defaults(func=cmd_drift_detect)

@@ -12,7 +12,7 @@ sandbox and the policy work with:
 * :func:`error_flags` — the ``error`` column as booleans (sandbox rows hold a bool, live rows an
   error message or null);
 
-The command-line and HTML helpers are in :mod:`pipeline_steps.infra.cli_common`.
+The HTML helpers are in :mod:`pipeline_steps.infra.html`.
 
 Everything is vectorised over rows; nothing loops per row in Python.
 """

@@ -1,4 +1,4 @@
-"""``rlops label-queue run | export | import``: send the states the policy is unsure about to people.
+"""``rlops labels run | export | import``: send the states the policy is unsure about to people.
 
 run
     Reads the window's trace rows, computes each state's masked policy entropy normalised by
@@ -31,12 +31,9 @@ other legal action, for the Bradley–Terry reward model) and :func:`labels_as_i
 
 from __future__ import annotations
 
-import argparse
-import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from pipeline_steps.infra.cli_common import add_common_args, context_from_args
 
 if TYPE_CHECKING:
     from pipeline_steps.infra.context import StepContext
@@ -148,38 +145,3 @@ def label_queue_import(ctx: "StepContext", uri: str) -> dict[str, Any]:
     ingested = 0 if ctx.dry_run else store.add_labels(ctx.scenario, labels)
     return {"tasks_in": len(tasks), "labels": len(labels), "ingested": ingested, "rejected": rejected,
             "not_annotated": empty, "dry_run": ctx.dry_run}
-
-
-def add_cli(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("label-queue", help="queue uncertain states for human labels; Label Studio export/import")
-    lq = p.add_subparsers(dest="label_queue_command", required=True, metavar="ACTION")
-    r = lq.add_parser("run", help="enqueue the latest states of high-entropy clusters")
-    add_common_args(r)
-    r.add_argument("--traces", help="trace parquet file or folder (default: the scenario's trace store)")
-    e = lq.add_parser("export", help="write pending items as Label Studio tasks")
-    add_common_args(e)
-    e.add_argument("--out", help="output URI of the tasks JSON")
-    i = lq.add_parser("import", help="ingest a Label Studio JSON export")
-    add_common_args(i)
-    i.add_argument("file", help="URI or path of the Label Studio export (JSON)")
-    for q in (r, e, i):
-        q.set_defaults(func=cmd_label_queue)
-
-
-def cmd_label_queue(args: argparse.Namespace) -> int:
-    from common.errors import UserError
-    ctx = context_from_args(args)
-    try:
-        if args.label_queue_command == "run":
-            result = label_queue_run(ctx, args.traces)
-        elif args.label_queue_command == "export":
-            result = label_queue_export(ctx, args.out)
-        else:
-            result = label_queue_import(ctx, args.file)
-    except (ValueError, FileNotFoundError) as exc:
-        raise UserError(f"label-queue {args.label_queue_command}: {exc}") from exc
-    if args.json:
-        print(json.dumps(result, indent=2, default=str))
-    else:
-        print(", ".join(f"{k}={v}" for k, v in result.items() if not isinstance(v, (list, dict))))
-    return 0

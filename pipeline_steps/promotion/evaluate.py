@@ -1,6 +1,6 @@
 """Gated evaluation, promotion and rollback of policy versions.
 
-``rlops evaluate --candidate V`` runs :func:`evaluate_candidate`: the candidate and the
+``rlops model evaluate --candidate V`` runs :func:`evaluate_candidate`: the candidate and the
 ``champion`` (the pack's rule engine while there is no champion — the production fallback)
 play the same seeded held-out episodes in the sandbox (profile ``evaluate.profile``, default
 ``live`` when the pack has it), and the gates of :mod:`pipeline_steps.promotion.gates` judge the paired
@@ -9,19 +9,18 @@ trace store holds live A/B traffic for it, the challenger group against the cont
 The gate table goes to MLflow (an ``evaluate-…`` run: ``gates.json`` table + ``gates.html``)
 and to ``reports/evaluate/<scenario>/<run_key>/v<candidate>/``.
 
-``rlops promote --candidate V`` evaluates and, when every gate passes, moves the alias
+``rlops model promote --candidate V`` evaluates and, when every gate passes, moves the alias
 ``champion`` to V (the old champion becomes ``previous``; MLflow failing half-way puts the
 aliases back). With ``--staged`` a passing candidate first becomes ``challenger`` with the
 model version tag ``traffic_fraction`` (``evaluate.rollout_stages``, 5% → 15% → 100%); each
 further passing evaluation advances it, and at 100% it becomes champion. A failing gate, an
 unreachable MLflow or storage leaves every alias as it was; the result says why.
 
-``rlops rollback`` points ``champion`` back at ``previous``.
+``rlops model rollback`` points ``champion`` back at ``previous``.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import tempfile
 import time
@@ -36,8 +35,7 @@ from pipeline_steps.promotion.gates import (Gate, GateConfig, ab_gates, comparis
                                   gate_table_html, stress_gate)
 from pipeline_steps.infra.storage import StorageError
 from pipeline_steps.infra.registry import CHALLENGER, CHAMPION, PREVIOUS, TrackingError, policy_model_name
-from pipeline_steps.training.policy import (add_common_args, context_from_args, print_result,
-                                  reward_label)
+from pipeline_steps.training.policy import reward_label
 
 if TYPE_CHECKING:
     import torch
@@ -60,7 +58,7 @@ def _version_tags(ctx: StepContext, version: str) -> dict[str, str]:
         code = str(getattr(exc.__cause__, "error_code", ""))
         if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
             raise ValueError(f"{name} has no version {version!r}; pass a registered version number "
-                             "(see the MLflow model registry or the output of `rlops train`)") from None
+                             "(see the MLflow model registry or the output of `rlops train policy`)") from None
         raise
 
 
@@ -307,73 +305,3 @@ def rollback(ctx: StepContext) -> dict[str, Any]:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-# --------------------------------------------------------------------------- CLI
-def add_cli(sub: argparse._SubParsersAction) -> None:
-    """Register ``rlops evaluate``, ``rlops promote`` and ``rlops rollback``."""
-    for cmd, helptext in (("evaluate", "compare a candidate policy with the champion; print the gate table"),
-                          ("promote", "evaluate and, when every gate passes, make the candidate champion")):
-        p = sub.add_parser(cmd, help=helptext)
-        add_common_args(p)
-        p.add_argument("--candidate", required=True, help="registered policy version to judge")
-        p.add_argument("--episodes", type=int, default=None, help="held-out episodes (default: params)")
-        if cmd == "promote":
-            p.add_argument("--staged", action="store_true",
-                           help="roll out as challenger (5%% → 15%% → 100%%) instead of switching at once")
-        p.set_defaults(func=cmd_evaluate if cmd == "evaluate" else cmd_promote)
-    p = sub.add_parser("rollback", help="point the champion back at the previous version")
-    add_common_args(p)
-    p.set_defaults(func=cmd_rollback)
-
-
-def _gate_lines(res: dict[str, Any]) -> list[str]:
-    lines = [f"  {'gate':<28} {'candidate':>12} {'champion':>12}  {'threshold':<34} result"]
-    for g in res.get("gates", []):
-        fmt = lambda v: "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa: E731
-        lines.append(f"  {g['gate']:<28} {fmt(g['candidate']):>12} {fmt(g['champion']):>12}  "
-                     f"{g['threshold']:<34} {_verdict(g)}")
-    return lines
-
-
-def _verdict(g: dict[str, Any]) -> str:
-    return "FAIL" if not g["passed"] else ("skip" if g["detail"].startswith("skipped") else "pass")
-
-
-def _bad_input(fn: Any, *a: Any, **kw: Any) -> Any:
-    from common.errors import UserError
-    try:
-        return fn(*a, **kw)
-    except (ValueError, KeyError) as exc:
-        raise UserError(str(exc).strip("'\"")) from None
-
-
-def cmd_evaluate(args: argparse.Namespace) -> int:
-    ctx = context_from_args(args)
-    try:
-        res = _bad_input(evaluate_candidate, ctx, args.candidate, args.episodes)
-    except (TrackingError, StorageError) as exc:
-        print(f"error: {exc}")
-        return 1
-    head = [f"{res['scenario']}: v{res['candidate']} vs {res['baseline']} on {res['episodes']} episodes "
-            f"({res['profile']} profile): {'PASS' if res['passed'] else 'FAIL'}"]
-    print_result(res, args.json, head + _gate_lines(res) + [f"  note: {n}" for n in res["notes"]])
-    return 0 if res["passed"] else 1
-
-
-def cmd_promote(args: argparse.Namespace) -> int:
-    ctx = context_from_args(args)
-    res = _bad_input(promote, ctx, args.candidate, args.staged, args.episodes)
-    print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"] + _gate_lines(res))
-    return 0 if res["action"] in ("champion", "challenger", "would_promote", "would_stage") else 1
-
-
-def cmd_rollback(args: argparse.Namespace) -> int:
-    ctx = context_from_args(args)
-    try:
-        res = _bad_input(rollback, ctx)
-    except TrackingError as exc:
-        print(f"error: {exc}")
-        return 1
-    print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"])
-    return 0

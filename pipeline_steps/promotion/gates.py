@@ -177,7 +177,7 @@ def stress_gate(tags: Mapping[str, str], cfg: GateConfig) -> Gate:
     if value is None and not cfg.require_stress_test:
         return Gate("stress_test", "missing", None, "pass (not required)", True, "no stress test recorded")
     return Gate("stress_test", value or "missing", None, "pass", value == "pass",
-                "" if value else "no stress test recorded for this version (run `rlops stress-test`)")
+                "" if value else "no stress test recorded for this version (run `rlops stress`)")
 
 
 # --------------------------------------------------------------------------- live A/B gates

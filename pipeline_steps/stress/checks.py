@@ -1,4 +1,4 @@
-"""The computations behind ``rlops stress-test``: edge states, reward checks and perturbed
+"""The computations behind ``rlops stress``: edge states, reward checks and perturbed
 simulations. Pure functions of a loaded pack; no storage, no MLflow.
 
 Edge states

@@ -1,4 +1,4 @@
-"""Gaming probes of ``rlops stress-test``: can a degenerate policy out-earn an honest one?
+"""Gaming probes of ``rlops stress``: can a degenerate policy out-earn an honest one?
 
 State-blind degenerate policies — *repeat action X whenever it is legal* (first legal action
 otherwise), *stall* (a legal action that changes nothing; else a masked action, which the

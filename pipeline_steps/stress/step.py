@@ -1,4 +1,4 @@
-"""``rlops stress-test``: does a reward function hold up at the edges, and does a policy hold up
+"""``rlops stress``: does a reward function hold up at the edges, and does a policy hold up
 when the simulation gets worse?
 
 Reward function (always): ≥1000 edge states per action, every action stepped on each of them in
@@ -21,16 +21,13 @@ and ``stress_report=<uri>`` (the evaluation gate reads that tag). Exit code 1 wh
 
 from __future__ import annotations
 
-from common.errors import UserError
-
-import argparse
 import json
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline_steps.infra.cli_common import add_common_args, context_from_args, html_page, html_table
+from pipeline_steps.infra.html import html_page, html_table
+from common.errors import UserError
 
 if TYPE_CHECKING:  # the computations (torch, the sandbox) are imported where they run
     from pipeline_steps.infra.context import StepContext
@@ -233,20 +230,29 @@ def resolve_reward_fn(pack: "Pack", reward_fn: str | None) -> "RewardFunction":
         raise ValueError(f"--reward-fn {reward_fn!r}: no such file, and {exc.args[0]}") from None
 
 
-def stress_test(ctx: "StepContext", reward_fn: str | None = None, policy_version: str | None = None) -> dict[str, Any]:
-    """Run the stress test; returns ``{passed, verdict, reasons, report_uri, html_uri, …}``."""
+def stress_test(ctx: "StepContext", reward_fn: str | None = None, policy_version: str | None = None,
+                progress: bool = False) -> dict[str, Any]:
+    """Run the stress test; returns ``{passed, verdict, reasons, report_uri, html_uri, …}``.
+    ``progress`` draws a bar over its stages (reward checks, then the policy runs) on stderr."""
+    from tqdm.auto import tqdm
+
     from pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref
     cfg = StressConfig.from_section(ctx.section("stress"))
     pack = ctx.load_pack()
     fn = resolve_reward_fn(pack, reward_fn or ctx.reward_choice().reward_fn)
-    reward = stress_reward_fn(pack, fn, cfg)
-    policy_rows = None
-    if policy_version is not None:
-        loaded = load_policy_ref(ctx, policy_version)
-        if loaded is None:
-            raise UserError(f"policy {policy_version!r}: that alias is not set for {ctx.scenario}")
-        policy_version = loaded.version  # the registry version, whatever spelling named it
-        policy_rows = stress_policy(pack, fn, greedy_act(loaded.network), cfg)
+    loaded = load_policy_ref(ctx, policy_version) if policy_version is not None else None
+    if policy_version is not None and loaded is None:
+        raise UserError(f"policy {policy_version!r}: that alias is not set for {ctx.scenario}")
+    with tqdm(total=1 + (loaded is not None), desc="stress", unit="stage", disable=not progress) as bar:
+        bar.set_postfix_str("reward checks and gaming probes")
+        reward = stress_reward_fn(pack, fn, cfg)
+        bar.update()
+        policy_rows = None
+        if loaded is not None:
+            policy_version = loaded.version  # the registry version, whatever spelling named it
+            bar.set_postfix_str(f"policy v{policy_version} under {len(cfg.perturbations)} perturbations")
+            policy_rows = stress_policy(pack, fn, greedy_act(loaded.network), cfg)
+            bar.update()
     meta = {"scenario": ctx.scenario, "run_key": ctx.run_key, "reward_fn_file": fn.path,
             "policy_version": policy_version, "config": asdict(cfg)}
     report = report_dict(reward, policy_rows, meta)
@@ -292,44 +298,3 @@ def _track(ctx: "StepContext", report: dict[str, Any], page: str, fn: "RewardFun
     if rf_version is not None:  # tag the registered reward function too, when it is registered
         tracker.set_model_version_tags(reward_fn_model_name(ctx.scenario), rf_version, tags)
     return run_id
-
-
-# --------------------------------------------------------------------------- CLI
-def add_cli(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("stress-test", help="stress a reward function (and a policy) at the edges; exit 1 on fail")
-    add_common_args(p)
-    p.add_argument("--reward-fn", help="reward module file, or a label of the pack (v1); default: the newest")
-    p.add_argument("--policy-version", help="version of <scenario>-policy (or a saved policy folder) to stress")
-    p.set_defaults(func=cmd_stress_test)
-
-
-def cmd_stress_test(args: argparse.Namespace) -> int:
-    from common.errors import UserError
-    ctx = context_from_args(args)
-    try:
-        result = stress_test(ctx, args.reward_fn, args.policy_version)
-    except (ValueError, FileNotFoundError) as exc:
-        raise UserError(f"stress-test: {exc}") from exc
-    if args.json:
-        print(json.dumps(result, indent=2, default=str))
-    else:
-        print(f"stress test {result['verdict'].upper()}: reward {result['reward_fn']}"
-              + (f", policy v{args.policy_version}" if args.policy_version else ""))
-        for reason in result["reasons"]:
-            print(f"  - {reason}")
-        for warning in result["warnings"]:
-            print(f"  ! {warning}")
-        print(("would write " if ctx.dry_run else "report: ") + result["html_uri"])
-    return 0 if result["passed"] else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pipeline_steps.stress.step")
-    sub = ap.add_subparsers(dest="command", required=True)
-    add_cli(sub)
-    args = ap.parse_args(["stress-test", *(argv if argv is not None else sys.argv[1:])])
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

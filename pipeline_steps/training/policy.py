@@ -1,6 +1,6 @@
 """Train a candidate policy with masked PPO and register it as a new ``<scenario>-policy`` version.
 
-``rlops train --mode full|incremental`` runs :func:`train_policy`:
+``rlops train policy --mode full|incremental`` runs :func:`train_policy`:
 
 * the environment is the scenario pack with the latest sandbox calibration, stepping
   ``train.num_envs`` episodes at once on the GPU when there is one;
@@ -26,7 +26,6 @@ and a re-run with the same run key continues from the newest one; a run whose ex
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline_steps.infra.context import StepContext
-from pipeline_steps.infra.registry import CHAMPION, TrackingError, policy_model_name
+from pipeline_steps.infra.registry import CHAMPION, policy_model_name
 from common.config import resolve_local
 
 if TYPE_CHECKING:
@@ -308,88 +307,3 @@ def train_status(ctx: StepContext, run_id: str, all_metrics: bool = False) -> di
                 "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
                 "columns": ["step", *keys], "rows": [{"step": s, **rows[s]} for s in sorted(rows)]}
     return ctx.tracker._call(f"read metrics of run {run_id}", fetch)
-
-
-# --------------------------------------------------------------------------- CLI
-def add_common_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenario", default=None, help="scenario pack name (default: params 'scenario')")
-    p.add_argument("--run-key", default=None, help="data interval key, e.g. 20261130T0500 (default: now)")
-    p.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def context_from_args(args: argparse.Namespace) -> StepContext:
-    from common.errors import UserError
-    try:
-        return StepContext.create(scenario=args.scenario, run_key=args.run_key, dry_run=args.dry_run)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-
-
-def print_result(result: dict[str, Any], as_json: bool, lines: list[str]) -> None:
-    print(json.dumps(result, indent=2, default=str) if as_json else "\n".join(lines))
-
-
-def add_cli(sub: argparse._SubParsersAction) -> None:
-    """Register ``rlops train`` and ``rlops train-status``."""
-    p = sub.add_parser("train", help="train a candidate policy (masked PPO) and register it")
-    add_common_args(p)
-    p.add_argument("--mode", choices=["full", "incremental"], default="full")
-    p.add_argument("--timesteps", type=int, default=None, help="environment steps (default: params)")
-    p.add_argument("--reward-version", default=None, help="reward function label, e.g. v1")
-    p.add_argument("--device", default=None, help="cpu, cuda or auto (default: params)")
-    p.set_defaults(func=cmd_train)
-    p = sub.add_parser("train-status", help="per-iteration metrics of a training run")
-    add_common_args(p)
-    p.add_argument("run_id", metavar="RUN_ID")
-    p.add_argument("--all", action="store_true", help="every logged metric, not the usual columns")
-    p.add_argument("--csv", default=None, metavar="FILE", help="also write the table as CSV (e.g. for dvc plots)")
-    p.set_defaults(func=cmd_train_status)
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    from common.errors import UserError
-    ctx = context_from_args(args)
-    if args.timesteps is not None and args.timesteps < 1:
-        raise UserError(f"--timesteps must be a positive number of environment steps, got {args.timesteps}")
-    try:
-        res = train_policy(ctx, args.mode, args.timesteps, args.reward_version, device=args.device)
-    except KeyError as exc:  # unknown reward version
-        raise UserError(str(exc).strip("'\"")) from None
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    except TrackingError as exc:
-        print(f"error: {exc}")
-        return 1
-    if res.get("dry_run"):
-        lines = [f"dry run: would train {res['mode']} ({res['timesteps_budget']:,} steps, {res['num_envs']} envs, "
-                 f"profile {res['profile']}) with reward {res['reward_fn']} ({res['reward_fn_sha256'][:12]})",
-                 f"  warm start: {res['warm_start']}; resume from: {res['resume_from'] or 'nothing'}",
-                 f"  would register a version of {res['would_register']}"]
-    else:
-        lines = [f"{res['scenario']}: registered {policy_model_name(res['scenario'])} v{res['model_version']} "
-                 f"(run {res['run_id']}{', reused' if res['reused'] else ''})",
-                 f"  mode {res['mode']}, parent champion {res['parent_champion'] or 'none'}, "
-                 f"mean return {res['mean_return']}"]
-    if res.get("note"):
-        lines.append(f"  note: {res['note']}")
-    print_result(res, args.json, lines)
-    return 0
-
-
-def cmd_train_status(args: argparse.Namespace) -> int:
-    ctx = context_from_args(args)
-    try:
-        res = train_status(ctx, args.run_id, args.all)
-    except TrackingError as exc:
-        print(f"error: {exc}")
-        return 1
-    import pandas as pd
-    table = pd.DataFrame(res["rows"], columns=res["columns"])
-    if args.csv:
-        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.csv, index=False)
-    lines = [f"run {res['run_id']} ({res['run_name']}): {res['status']}, {len(table)} iterations",
-             table.to_string(index=False, float_format=lambda v: f"{v:.4g}") if len(table) else "(no metrics)"]
-    print_result(res, args.json, lines)
-    return 0

@@ -1,4 +1,4 @@
-"""``rlops train-reward-model``: fit the reward model and register it in MLflow.
+"""``rlops train reward-model``: fit the reward model and register it in MLflow.
 
 Training pairs come from two sources: preference pairs generated in the (calibrated) sandbox —
 two legal actions in the same state, the one with the higher expected return preferred — and the
@@ -10,8 +10,6 @@ with the model's score.
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,28 +76,3 @@ def train_reward_model_step(ctx: StepContext, reward_version: str | None = None,
             "human_pairs": 0 if labelled is None else len(labelled),
             "heldout_pairwise_accuracy": round(metrics.heldout_pairwise_accuracy, 4),
             "spearman": round(metrics.spearman, 4)}
-
-
-def add_cli(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train-reward-model", help="fit the reward model on sandbox pairs and human labels")
-    p.add_argument("--scenario", default=None)
-    p.add_argument("--run-key", default=None)
-    p.add_argument("--reward-version", default=None, help="reward function label (default: params)")
-    p.add_argument("--pairs", type=int, default=None, help="sandbox preference pairs (default: params)")
-    p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_cmd)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    ctx = StepContext.create(args.scenario, args.run_key, args.dry_run)
-    res = train_reward_model_step(ctx, args.reward_version, args.pairs)
-    if args.json:
-        print(json.dumps(res, indent=2))
-    elif res.get("dry_run"):
-        print(f"would train the {ctx.scenario} reward model on {res['sandbox_pairs']} sandbox pairs "
-              f"(+ human labels) for reward {res['reward_fn']}")
-    else:
-        print(f"reward model {ctx.scenario}-reward-model v{res['model_version']}: held-out pairwise accuracy "
-              f"{res['heldout_pairwise_accuracy']:.3f}, Spearman {res['spearman']:.3f} on {res['pairs']} pairs")
-    return 0

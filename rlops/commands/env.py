@@ -7,36 +7,48 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rlops.commands.common_args import add_common_args, add_reward_fn_arg, pack_dir_from_args
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     env = sub.add_parser("env", help="validate, describe and roll out scenario packs")
     env_sub = env.add_subparsers(dest="env_command", required=True, metavar="ACTION")
 
     p = env_sub.add_parser("validate", help="load and check a pack (exit 2 on any error)")
-    p.add_argument("pack", help="path of the pack folder (e.g. scenarios/credit_approval)")
-    p.add_argument("--json", action="store_true", help="machine-readable summary")
+    add_common_args(p, run_key=False)
     p.set_defaults(func=cmd_validate)
 
     p = env_sub.add_parser("describe", help="fields, actions, profiles and reward functions of a pack")
-    p.add_argument("pack")
+    add_common_args(p, run_key=False)
     p.add_argument("--state", action="store_true", help="list the state fields only")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_describe)
 
     p = env_sub.add_parser("rollout", help="run a reference policy and write trace rows")
-    p.add_argument("pack")
+    add_common_args(p, run_key=False)
     p.add_argument("--policy", choices=["random", "rules"], default="rules")
     p.add_argument("--episodes", type=int, default=1000)
     p.add_argument("--profile", default=None, help="simulation profile (default: the pack's default)")
-    p.add_argument("--reward-version", default=None, help="reward function label, e.g. v1 (default: newest)")
+    add_reward_fn_arg(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output file: .jsonl or .parquet")
     p.set_defaults(func=cmd_rollout)
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def _load_checked_pack(args: argparse.Namespace) -> Any:
+    """Load and validate the pack. The liveness check steps a few hundred tiny episodes, where
+    torch's thread pool costs more than it gains (seconds on a busy machine): one thread."""
+    import torch
     from sandbox.pack import load_pack
-    pack = load_pack(args.pack)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return load_pack(pack_dir_from_args(args))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    pack = _load_checked_pack(args)
     if args.json:
         print(json.dumps({"pack": pack.name, "valid": True, "fields": len(pack.scenario.spec.fields),
                           "actions": pack.scenario.n_actions, "profiles": sorted(pack.scenario.profiles),
@@ -71,8 +83,7 @@ def describe(pack: Any) -> dict[str, Any]:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from sandbox.pack import load_pack
-    d = describe(load_pack(args.pack))
+    d = describe(_load_checked_pack(args))
     if args.state:
         d = {"name": d["name"], "state": d["state"]}
     if args.json:
@@ -98,7 +109,6 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     from common.errors import UserError
-    from sandbox.pack import load_pack
     from sandbox.policies import random_policy, rule_policy
     from sandbox.traces import rollout_traces
     out = Path(args.out)
@@ -106,20 +116,25 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         raise UserError(f"--out {out}: expected a .jsonl or .parquet file name")
     if args.episodes < 1:
         raise UserError(f"--episodes {args.episodes}: expected a positive number of episodes")
-    pack = load_pack(args.pack)
-    if args.reward_version is not None and args.reward_version not in pack.reward_fns:
-        raise UserError(f"--reward-version {args.reward_version}: pack {pack.name} has reward functions "
-                        f"{sorted(pack.reward_fns)}")
-    if args.profile is not None and args.profile not in pack.scenario.profiles:
-        raise UserError(f"--profile {args.profile}: pack {pack.name} has profiles {sorted(pack.scenario.profiles)}")
+    pack = _load_checked_pack(args)
+    from common.config import load_params
+    from sandbox.profiles import default_profile
+    from sandbox.reward_choice import choose_reward
+    reward = choose_reward(pack, args.reward_fn, load_params().get("reward_fn"))
+    profile = default_profile(pack, "sandbox", args.profile)
     policy = random_policy(args.seed) if args.policy == "random" else rule_policy
-    df = rollout_traces(pack, policy, args.episodes, seed=args.seed, profile=args.profile,
-                        reward_version=args.reward_version, policy_version=args.policy)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix == ".parquet":
-        df.to_parquet(out, index=False)
+    df = rollout_traces(pack, policy, args.episodes, seed=args.seed, profile=profile,
+                        reward_version=reward.reward_fn, policy_version=args.policy)
+    if not args.dry_run:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix == ".parquet":
+            df.to_parquet(out, index=False)
+        else:
+            df.to_json(out, orient="records", lines=True, date_format="iso")
+    if args.json:
+        print(json.dumps({"rows": len(df), "episodes": args.episodes, "policy": args.policy, "profile": profile,
+                          "out": str(out), "dry_run": args.dry_run}))
     else:
-        df.to_json(out, orient="records", lines=True, date_format="iso")
-    print(f"wrote {len(df)} trace rows of {args.episodes} episodes ({args.policy}, profile "
-          f"{args.profile or pack.scenario.spec.default_profile}) to {out}")
+        print(f"{'would write' if args.dry_run else 'wrote'} {len(df)} trace rows of {args.episodes} episodes "
+              f"({args.policy}, profile {profile}) to {out}")
     return 0

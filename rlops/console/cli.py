@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
-import sys
 
 TOKEN_ENV = "RLOPS_CONSOLE_TOKEN"
 
@@ -39,12 +38,12 @@ def is_loopback(host: str) -> bool:
 
 
 def resolve_token(host: str, token: str | None) -> str | None:
-    """The token to require; raises SystemExit(2) when off loopback without one."""
+    """The token to require; a UserError (exit 2) when off loopback without one."""
+    from common.errors import UserError
     token = token or os.environ.get(TOKEN_ENV) or None
     if token is None and not is_loopback(host):
-        print(f"error: rlops console binds {host}, which is not a loopback address: pass --token or set "
-              f"{TOKEN_ENV} (or bind 127.0.0.1 behind an authenticating reverse proxy)", file=sys.stderr)
-        raise SystemExit(2)
+        raise UserError(f"rlops console binds {host}, which is not a loopback address: pass --token or set "
+                        f"{TOKEN_ENV} (or bind 127.0.0.1 behind an authenticating reverse proxy)")
     return token
 
 
@@ -60,16 +59,3 @@ def run(args: argparse.Namespace) -> int:
           flush=True)
     uvicorn.run(app, host=args.host, port=int(args.port), log_level="warning")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m rlops.console.cli [--host H] [--port P]`` (the same as ``rlops console``)."""
-    ap = argparse.ArgumentParser(prog="rlops")
-    sub = ap.add_subparsers(dest="command", required=True)
-    add_parser(sub)
-    args = ap.parse_args(["console", *(sys.argv[1:] if argv is None else argv)])
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

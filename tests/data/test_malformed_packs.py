@@ -367,7 +367,7 @@ def test_malformed_pack(broken: tuple[Path, Case], capsys: pytest.CaptureFixture
 
     # The CLI: exit code 2, one line on stderr, no traceback.
     capsys.readouterr()
-    rc = main(["env", "validate", str(pack)])
+    rc = main(["env", "validate", "--scenario", str(pack)])
     out, stderr = capsys.readouterr()
     assert rc == 2
     assert out == ""
@@ -389,7 +389,7 @@ def test_at_least_thirty_cases() -> None:
 
 
 def test_pack_folder_not_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["env", "validate", str(tmp_path / "nope")])
+    rc = main(["env", "validate", "--scenario", str(tmp_path / "nope")])
     assert rc == 2
     assert "scenario pack folder not found" in capsys.readouterr().err
 
@@ -398,7 +398,7 @@ def test_cli_subprocess_reports_without_traceback(tmp_path: Path) -> None:
     pack = tmp_path / "pack"
     shutil.copytree(CREDIT, pack, ignore=shutil.ignore_patterns("__pycache__"))
     edit(S, "terminal: decision.notified", "terminal: \"__import__('os')\"")(pack)
-    proc = subprocess.run([sys.executable, "-m", "rlops.cli", "env", "validate", str(pack)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "rlops.cli", "env", "validate", "--scenario", str(pack)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr

@@ -1,5 +1,5 @@
-"""The DVC pipeline: ``dvc repro`` in a fresh git repository runs every stage through the rlops
-commands and leaves a lock file and metrics behind."""
+"""The DVC pipeline: ``dvc repro`` in a fresh clone (the committed ``.dvc/`` and ``dvc.yaml``, no
+``dvc init``) runs every stage through the rlops commands and leaves a lock file and metrics."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ STAGES = ["validate", "capture", "drift", "recalibrate", "reward_model", "train"
 def dvc_project(tmp_path: Path, tmp_tracking: str) -> Path:
     proj = tmp_path / "proj"
     proj.mkdir()
-    shutil.copy(REPO_ROOT / "dvc.yaml", proj / "dvc.yaml")
+    for name in ("dvc.yaml", ".dvcignore"):
+        shutil.copy(REPO_ROOT / name, proj / name)
+    shutil.copytree(REPO_ROOT / ".dvc", proj / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache", "config.local"))
     shutil.copytree(REPO_ROOT / "scenarios" / "credit_approval", proj / "scenarios" / "credit_approval",
                     ignore=shutil.ignore_patterns("__pycache__"))
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
@@ -58,7 +60,6 @@ def test_dvc_repro_runs_every_stage(dvc_project: Path) -> None:
 
     sh("git", "init", "-q")
     sh("git", "-c", "user.email=ci@example.com", "-c", "user.name=ci", "commit", "-q", "--allow-empty", "-m", "init")
-    sh(str(Path(bin_dir) / "dvc"), "init", "-q")
     sh(str(Path(bin_dir) / "dvc"), "repro")
 
     lock = yaml.safe_load((dvc_project / "dvc.lock").read_text())

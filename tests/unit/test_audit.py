@@ -13,13 +13,13 @@ import torch
 
 from model.policy import PolicyConfig, PolicyNetwork, save_policy
 from pipeline_steps.audit.replay import audit, audit_clusters, replay
-from pipeline_steps.audit.replay import main as audit_main
 from pipeline_steps.infra.context import StepContext
 from pipeline_steps.infra.trace_states import error_flags, mask_matrix, normalized_entropy, observations_from_traces
 from common.config import load_params
 from sandbox.pack import Pack, load_pack
 from sandbox.policies import random_policy, rule_policy
 from sandbox.traces import rollout_traces
+from rlops.cli import main as rlops_main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -154,6 +154,6 @@ def test_replay_cli_prints_the_path(credit: Pack, tmp_path: Path, monkeypatch: p
     ctx = _ctx(tmp_path)
     df = rollout_traces(credit, rule_policy, 5, seed=2)
     _store(ctx, df, "x")
-    assert audit_main(["replay", "--trace-id", str(df["trace_id"].iloc[2])]) == 0
+    assert rlops_main(["replay", "--trace-id", str(df["trace_id"].iloc[2])]) == 0
     text = capsys.readouterr().out
     assert "probabilities:" in text and "legal:" in text and "handling_time" in text

@@ -294,18 +294,7 @@ def test_memory_stays_bounded_on_a_million_rows(tmp_path):
     assert rss[1_000_000] < rss[100_000] * 1.25 + 50_000, rss
 
 
-def test_cli_and_explicit_run_key(zone, contract, monkeypatch, capsys, tmp_path):
-    from pipeline_steps.capture.core import main
-    spec = tmp_path / "contract.json"
-    spec.write_text(json.dumps({"actions": ACTIONS, "state_fields": FIELDS}))
-    monkeypatch.setenv("RLOPS_STORAGE_ROOT", f"file://{tmp_path}")
-    monkeypatch.setenv("RLOPS_HOME", str(tmp_path))
-    assert main(["--scenario", SCENARIO, "--start", "2026-01-05T10:00:00Z", "--end",
-                 "2026-01-05T11:00:00", "--contract", str(spec), "--dry-run"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert (out["rows_in"], out["rows_accepted"], out["dry_run"]) == (8, 5, True)
-    assert out["quarantine_uri"] == f"file://{tmp_path}/quarantine/scenario={SCENARIO}"
-
+def test_explicit_run_key(zone, contract):
     res = run(zone, contract, run_key="20260105T1000")
     assert all("part-20260105T1000-" in f for f in res.files_written)
     with pytest.raises(ValueError, match="run key"):

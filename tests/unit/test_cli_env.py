@@ -40,14 +40,14 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, err = run(capsys, "env", "validate", str(CREDIT))
+    rc, out, err = run(capsys, "env", "validate", "--scenario", str(CREDIT))
     assert rc == 0 and err == ""
     assert out.strip() == ("ok: credit_approval — 18 fields, 7 actions, profiles ['live', 'sandbox'], "
                            "reward functions ['v0', 'v1'], 9 rules")
 
 
 def test_describe_text(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(capsys, "env", "describe", str(CREDIT))
+    rc, out, _ = run(capsys, "env", "describe", "--scenario", str(CREDIT))
     assert rc == 0
     assert out.startswith("credit_approval: A loan application arrives")
     lines = out.splitlines()
@@ -60,7 +60,7 @@ def test_describe_text(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_describe_json(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(capsys, "env", "describe", str(CREDIT), "--json")
+    rc, out, _ = run(capsys, "env", "describe", "--scenario", str(CREDIT), "--json")
     assert rc == 0
     d = json.loads(out)
     assert d["name"] == "credit_approval" and d["horizon"] == 10
@@ -81,15 +81,15 @@ def test_describe_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_describe_state_only(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(capsys, "env", "describe", str(CREDIT), "--state", "--json")
+    rc, out, _ = run(capsys, "env", "describe", "--scenario", str(CREDIT), "--state", "--json")
     assert rc == 0 and set(json.loads(out)) == {"name", "state"}
-    rc, out, _ = run(capsys, "env", "describe", str(CREDIT), "--state")
+    rc, out, _ = run(capsys, "env", "describe", "--scenario", str(CREDIT), "--state")
     assert rc == 0 and "actions:" not in out and "user_profile.age" in out
 
 
 def test_rollout_rules_parquet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_file = tmp_path / "traces" / "rules.parquet"
-    rc, out, err = run(capsys, "env", "rollout", str(CREDIT), "--episodes", "40", "--seed", "3",
+    rc, out, err = run(capsys, "env", "rollout", "--scenario", str(CREDIT), "--episodes", "40", "--seed", "3",
                        "--out", str(out_file))
     assert rc == 0, err
     assert out.strip() == f"wrote 160 trace rows of 40 episodes (rules, profile sandbox) to {out_file}"
@@ -114,8 +114,8 @@ def test_rollout_rules_parquet(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 def test_rollout_random_jsonl_live_v0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_file = tmp_path / "random.jsonl"
-    rc, out, err = run(capsys, "env", "rollout", str(CREDIT), "--policy", "random", "--episodes", "30",
-                       "--profile", "live", "--reward-version", "v0", "--out", str(out_file))
+    rc, out, err = run(capsys, "env", "rollout", "--scenario", str(CREDIT), "--policy", "random", "--episodes", "30",
+                       "--profile", "live", "--reward-fn", "v0", "--out", str(out_file))
     assert rc == 0, err
     assert "(random, profile live)" in out
     rows = [json.loads(x) for x in out_file.read_text().splitlines()]
@@ -128,7 +128,7 @@ def test_rollout_is_reproducible(tmp_path: Path, capsys: pytest.CaptureFixture[s
     frames = []
     for name in ("a", "b"):
         out_file = tmp_path / f"{name}.parquet"
-        assert run(capsys, "env", "rollout", str(CREDIT), "--policy", "random", "--episodes", "20",
+        assert run(capsys, "env", "rollout", "--scenario", str(CREDIT), "--policy", "random", "--episodes", "20",
                    "--seed", "9", "--out", str(out_file))[0] == 0
         frames.append(pd.read_parquet(out_file).drop(columns=["trace_id", "ts"]))
     pd.testing.assert_frame_equal(frames[0], frames[1])
@@ -143,26 +143,36 @@ def test_rollout_is_reproducible(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_rollout_bad_arguments(argv: list[str], message: str, tmp_path: Path,
                                capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    rc, out, err = run(capsys, "env", "rollout", str(CREDIT), *argv)
+    rc, out, err = run(capsys, "env", "rollout", "--scenario", str(CREDIT), *argv)
     assert rc == 2 and out == ""
     assert err.startswith("error: ") and message in err and "Traceback" not in err
     assert not list(tmp_path.iterdir()), "nothing written"
 
 
 def test_rollout_unknown_reward_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, err = run(capsys, "env", "rollout", str(CREDIT), "--reward-version", "v9", "--episodes", "5",
+    rc, out, err = run(capsys, "env", "rollout", "--scenario", str(CREDIT), "--reward-fn", "v9", "--episodes", "5",
                        "--out", str(tmp_path / "t.jsonl"))
     assert rc == 2 and out == "" and "Traceback" not in err
-    assert err.startswith("error: --reward-version v9") and "['v0', 'v1']" in err
+    assert err.startswith("error: --reward-fn v9") and "['v0', 'v1']" in err
     assert not (tmp_path / "t.jsonl").exists()
 
 
 def test_unknown_pack_and_missing_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, _, err = run(capsys, "env", "describe", str(tmp_path / "missing"))
+    rc, _, err = run(capsys, "env", "describe", "--scenario", str(tmp_path / "missing"))
     assert rc == 2 and "scenario pack folder not found" in err
     with pytest.raises(SystemExit) as info:
         main(["env"])
     assert info.value.code == 2
     with pytest.raises(SystemExit) as info:
-        main(["env", "rollout", str(CREDIT)])  # --out is required
+        main(["env", "rollout", "--scenario", str(CREDIT)])  # --out is required
     assert info.value.code == 2
+
+
+def test_rollout_dry_run_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_file = tmp_path / "t.parquet"
+    rc, out, err = run(capsys, "env", "rollout", "--scenario", str(CREDIT), "--episodes", "5", "--out", str(out_file),
+                       "--dry-run", "--json")
+    assert rc == 0 and err == ""
+    res = json.loads(out)
+    assert res["dry_run"] is True and res["episodes"] == 5 and res["rows"] > 0
+    assert not out_file.exists()

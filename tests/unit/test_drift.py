@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from pipeline_steps.drift.stats import (MISSING, DriftReport, _kstwo_sf, benjamini_hochberg,
                                   default_fields, detect_drift, ks_pvalue, ks_statistic)
-from pipeline_steps.drift.report import main as drift_main
+from rlops.cli import main as rlops_main
 from pipeline_steps.drift.report import render_html, run_drift
 
 
@@ -311,13 +311,13 @@ def test_cli_exit_codes(tmp_storage_root: str, capsys: pytest.CaptureFixture[str
     b, t = _frames()
     storage.write_parquet(storage.join("b.parquet"), b)
     storage.write_parquet(storage.join("t.parquet"), t)
-    args = ["--baseline", storage.join("b.parquet"), "--target", storage.join("t.parquet"),
+    args = ["drift", "detect", "--baseline", storage.join("b.parquet"), "--target", storage.join("t.parquet"),
             "--no-track"]
-    assert drift_main(args) == 0
+    assert rlops_main(args) == 0
     assert "2 of 5 fields drifted" in capsys.readouterr().out
-    assert drift_main([*args, "--fail-on-drift", "--json"]) == 3
+    assert rlops_main([*args, "--fail-on-drift", "--json"]) == 3
     assert json.loads(capsys.readouterr().out)["drifted_fields"] == ["state.age", "latency_ms"]
-    assert drift_main([*args, "--fail-on-drift", "--fields", "state.income"]) == 0
-    assert drift_main(["--baseline", storage.join("nope.parquet"), "--target",
+    assert rlops_main([*args, "--fail-on-drift", "--fields", "state.income"]) == 0
+    assert rlops_main(["drift", "detect", "--baseline", storage.join("nope.parquet"), "--target",
                        storage.join("t.parquet"), "--no-track"]) == 2
     assert "nope.parquet" in capsys.readouterr().err

@@ -3,7 +3,6 @@ and any failure (a gate, MLflow, a broken reward function, a failed stress test)
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import socket
@@ -147,18 +146,14 @@ def test_good_candidate_beats_bad_champion_and_is_promoted(pack: Any, good: Any,
 def test_worse_candidate_fails_and_champion_stays(pack: Any, good: Any, approve_all: Any,
                                                   capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline_steps.promotion.evaluate import add_cli
+    from rlops.cli import main
     ctx = make_ctx()
     champ = register(ctx, pack, good)
     ctx.tracker.set_alias(NAME, "champion", champ)
     cand = register(ctx, pack, approve_all)
-    parser = argparse.ArgumentParser()
-    add_cli(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["promote", "--candidate", cand, "--json", "--run-key", RUN_KEY])
     # the CLI builds its context from params; give it the test's overrides
-    import pipeline_steps.promotion.evaluate as ev
-    monkeypatch.setattr(ev, "context_from_args", lambda a: make_ctx())
-    assert args.func(args) == 1
+    monkeypatch.setattr("rlops.commands.model.context_from_args", lambda a: make_ctx())
+    assert main(["model", "promote", "--candidate", cand, "--json", "--run-key", RUN_KEY]) == 1
     res = json.loads(capsys.readouterr().out)
     assert not res["promoted"] and "mean_return" in res["failed_gates"] and "champion unchanged" in res["reason"]
     assert aliases(ctx) == {"champion": champ}

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from pipeline_steps.stress.checks import edge_states, field_edges, perturbed_pack, STRESS_PROFILE
-from pipeline_steps.stress.step import StressConfig, main, stress_reward_fn
+from pipeline_steps.stress.step import StressConfig, stress_reward_fn
+from rlops.cli import main
 from sandbox.pack import Pack, load_pack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -157,7 +158,7 @@ def test_step_writes_report_logs_and_tags_policy(credit: Pack, tmp_path: Path, t
     from pipeline_steps.infra.storage import Storage
     from pipeline_steps.infra.registry import Tracker, policy_model_name
     version = _register_random_policy(tmp_tracking, "credit_approval", credit, tmp_path)
-    code = main(["--scenario", str(CREDIT), "--reward-fn", "v1", "--policy-version", version,
+    code = main(["stress", "--scenario", str(CREDIT), "--reward-fn", "v1", "--policy-version", version,
                  "--run-key", "20261130T0500", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == (0 if out["passed"] else 1)
@@ -173,6 +174,6 @@ def test_step_writes_report_logs_and_tags_policy(credit: Pack, tmp_path: Path, t
 def test_cli_exits_1_on_a_nan_reward(tmp_path: Path, tmp_tracking: str, tmp_storage_root: str,
                                      fast_params: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pack, reward_file = pack_with_reward(tmp_path, NAN_COMPONENT)
-    code = main(["--scenario", str(pack.path), "--reward-fn", reward_file, "--run-key", "20261130T0500", "--dry-run"])
+    code = main(["stress", "--scenario", str(pack.path), "--reward-fn", reward_file, "--run-key", "20261130T0500", "--dry-run"])
     out = capsys.readouterr().out
     assert code == 1 and "FAIL" in out and "debt_ratio_norm" in out

@@ -3,7 +3,6 @@ incremental runs warm-start from the champion; re-runs resume or reuse; dry runs
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -133,15 +132,12 @@ def test_resume_continues_from_the_last_checkpoint(tmp_tracking: str, tmp_storag
 def test_dry_run_writes_nothing(tmp_tracking: str, tmp_storage_root: str, tmp_path: Path,
                                 capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from mlflow import MlflowClient
-    from pipeline_steps.training.policy import add_cli
+    from rlops.cli import main
     params = tmp_path / "params.yaml"
     params.write_text((REPO_ROOT / "params.yaml").read_text() + f"\nlocal_dir: {tmp_path / 'local'}\n")
     monkeypatch.setenv("RLOPS_PARAMS", str(params))
-    parser = argparse.ArgumentParser()
-    add_cli(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["train", "--mode", "incremental", "--timesteps", "5000", "--dry-run", "--json",
-                              "--run-key", "20260105T1100"])
-    assert args.func(args) == 0
+    assert main(["train", "policy", "--mode", "incremental", "--timesteps", "5000", "--dry-run", "--json",
+                 "--run-key", "20260105T1100"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["dry_run"] and res["mode"] == "full" and res["timesteps_budget"] == 5000
     assert res["warm_start"] == "none (from scratch)" and res["reward_fn"] == "v1"

@@ -1,45 +1,14 @@
-"""Command-line and HTML helpers shared by the quality steps (stress test, label queue,
-recalibration, replay/audit). Light on purpose: ``rlops --help`` imports every step module, so
-nothing here (or at the top of those modules) pulls in numpy, pandas or torch."""
+"""HTML helpers shared by the report-writing steps (stress test, replay/audit): self-contained
+pages, plain tables, embedded matplotlib figures. Standard library only."""
 
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import io
 import math
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from pipeline_steps.infra.context import StepContext
-
-
-def add_common_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenario", help="scenario name under scenarios/, or a pack folder")
-    p.add_argument("--run-key", help="data interval key, e.g. 20261130T0500 (default: now)")
-    p.add_argument("--dry-run", action="store_true", help="compute and print, write nothing")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def context_from_args(args: argparse.Namespace) -> "StepContext":
-    """A :class:`StepContext` from ``--scenario`` (a name or a pack folder), ``--run-key`` and
-    ``--dry-run``; a malformed run key is a user error (exit 2)."""
-    from pipeline_steps.infra.context import StepContext
-    from common.errors import UserError
-    from common.config import load_params
-    params = load_params()
-    scenario = getattr(args, "scenario", None)
-    if scenario and Path(scenario).is_dir():
-        folder = Path(scenario).resolve()
-        params["scenarios_dir"], scenario = str(folder.parent), folder.name
-    try:
-        return StepContext.create(scenario=scenario, run_key=getattr(args, "run_key", None),
-                                  dry_run=bool(getattr(args, "dry_run", False)), params=params)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+from typing import Any
 
 
 def png_base64(fig: Any) -> str:

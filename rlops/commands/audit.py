@@ -1,0 +1,49 @@
+"""``rlops replay`` and ``rlops audit``: why does the agent do what it does?"""
+
+from __future__ import annotations
+
+import argparse
+
+from rlops.commands.common_args import add_common_args, context_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("replay", help="the decision path of one trace: states, masks, probabilities, rewards")
+    add_common_args(p)
+    p.add_argument("--trace-id", required=True)
+    p.add_argument("--depth", type=int, help="show at most this many steps, ending at the trace's step")
+    p.add_argument("--traces", help="trace parquet file or folder (default: the scenario's trace store)")
+    p.set_defaults(func=cmd_replay)
+    a = sub.add_parser("audit", help="per state cluster: top actions, their rewards, what drives low scores")
+    add_common_args(a)
+    a.add_argument("--policy-version", help="only the steps this policy version took")
+    a.add_argument("--traces", help="trace parquet file or folder (default: the run key's window)")
+    a.set_defaults(func=cmd_audit)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    import json
+    from common.errors import UserError
+    from pipeline_steps.audit.replay import render_path, replay
+    ctx = context_from_args(args)
+    try:
+        path = replay(ctx, args.trace_id, args.depth, args.traces)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UserError(f"replay: {exc}") from exc
+    print(json.dumps(path, indent=2, default=str) if args.json else render_path(path))
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    import json
+    from common.errors import UserError
+    from pipeline_steps.audit.replay import audit
+    ctx = context_from_args(args)
+    try:
+        result = audit(ctx, args.policy_version, args.traces)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UserError(f"audit: {exc}") from exc
+    print(json.dumps(result, indent=2, default=str) if args.json else
+          f"audit of {result['rows']} steps in {result['clusters']} clusters: "
+          + ("would write " if ctx.dry_run else "wrote ") + result["html_uri"])
+    return 0

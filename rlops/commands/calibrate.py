@@ -1,0 +1,35 @@
+"""``rlops calibrate``: fit the sandbox's field distributions and simulation to live traces."""
+
+from __future__ import annotations
+
+import argparse
+
+from rlops.commands.common_args import add_common_args, context_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("calibrate", help="fit the sandbox's field distributions and simulation to live traces")
+    add_common_args(p)
+    p.add_argument("--traces", help="live trace parquet file or folder (default: the scenario's trace store)")
+    p.set_defaults(func=cmd_calibrate)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import json
+    from common.errors import UserError
+    from pipeline_steps.drift.calibrate import PROFILE, recalibrate
+    ctx = context_from_args(args)
+    try:
+        result = recalibrate(ctx, args.traces)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UserError(f"calibrate: {exc}") from exc
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+        return 0
+    print(f"calibration {result['version']}: {len(result['fields'])} fields fitted from {result['rows']} rows, "
+          f"profile '{PROFILE}' jitter {result['simulation']['latency_jitter_ms']}, "
+          f"error rates {result['simulation']['error_rates']}")
+    for path, c in result["check"].items():
+        print(f"  {path:<36} {c['metric']} {c['before']:.4f} → {c['after']:.4f}")
+    print(("would write " if ctx.dry_run else "wrote ") + result["calibration_uri"])
+    return 0

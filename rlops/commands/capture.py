@@ -1,0 +1,39 @@
+"""``rlops capture``: one interval of traces (landing zone or simulated champion traffic) into the
+validated trace store."""
+
+from __future__ import annotations
+
+import argparse
+
+from rlops.commands.common_args import add_common_args, context_from_args, print_result
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("capture", help="landing zone (or simulated champion traffic) → validated trace store")
+    add_common_args(p)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--simulate", dest="simulate", action="store_true", default=None,
+                     help="run the champion in a simulation profile instead of reading the landing zone")
+    src.add_argument("--landing-zone", dest="simulate", action="store_false",
+                     help="read the landing zone only (default: the landing zone when it has files)")
+    p.add_argument("--episodes", type=int, default=None, help="simulated episodes (default: params)")
+    p.add_argument("--sample-rate", type=float, default=None, help="fraction of episodes recorded (default: params)")
+    p.add_argument("--profile", default=None, help="simulation profile (default: live)")
+    p.set_defaults(func=cmd_capture)
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    from common.errors import UserError
+    from common.progress import show_progress
+    from pipeline_steps.capture.step import capture_step
+    ctx = context_from_args(args)
+    try:
+        res = capture_step(ctx, args.simulate, args.episodes, args.sample_rate, args.profile,
+                           progress=show_progress(args.json))
+    except (ValueError, FileNotFoundError) as exc:
+        raise UserError(f"capture: {exc}") from exc
+    verb = "would write" if ctx.dry_run else "wrote"
+    print_result(res, args.json, [f"{res['source']}: {res['rows_in']} rows in, {res['rows_accepted']} accepted, "
+                                  f"{res['rows_quarantined']} quarantined; {verb} {len(res['partitions'])} "
+                                  "partition file(s)"])
+    return 0

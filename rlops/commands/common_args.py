@@ -1,0 +1,74 @@
+"""The arguments every command shares and the step context built from them.
+
+``--scenario NAME_OR_PATH`` means the same thing everywhere: a pack name under ``scenarios_dir``
+of params, or a pack folder anywhere. Only the standard library is imported here, so building
+the parser stays instant; the step modules are imported inside the handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline_steps.infra.context import StepContext
+
+
+def add_common_args(p: argparse.ArgumentParser, run_key: bool = True) -> None:
+    """``--scenario``, ``--run-key`` (steps that write per data interval), ``--json``, ``--dry-run``."""
+    p.add_argument("--scenario", metavar="NAME_OR_PATH", default=None,
+                   help="scenario pack: a name under scenarios/ or a pack folder (default: params 'scenario')")
+    if run_key:
+        p.add_argument("--run-key", default=None, help="the data interval: 20261130T0500 (an hour) or 20261130T0545-15m, UTC "
+                       "(default: the hour that has just ended)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("--dry-run", action="store_true", help="compute and print; write nothing")
+
+
+def add_reward_fn_arg(p: argparse.ArgumentParser, files: bool = False) -> None:
+    """``--reward-fn``: the one name of the reward-function choice (a pack label such as ``v1``)."""
+    what = "a label of the pack (v1) or a reward module file" if files else "a label of the pack, e.g. v1"
+    p.add_argument("--reward-fn", default=None, metavar="LABEL" + ("|FILE" if files else ""),
+                   help=f"reward function: {what} (default: the pack's params.yaml 'reward_fn', else the project's, else the pack's newest)")
+
+
+def context_from_args(args: argparse.Namespace) -> "StepContext":
+    """A :class:`StepContext` from ``--scenario`` (a name or a pack folder), ``--run-key`` and
+    ``--dry-run``; a malformed run key is a user error (exit 2)."""
+    from common.config import load_params
+    from common.errors import UserError
+    from pipeline_steps.infra.context import StepContext
+    params = load_params()
+    scenario = getattr(args, "scenario", None)
+    if scenario and Path(scenario).is_dir():
+        folder = Path(scenario).resolve()
+        params["scenarios_dir"], scenario = str(folder.parent), folder.name
+    try:
+        return StepContext.create(scenario=scenario, run_key=getattr(args, "run_key", None),
+                                  dry_run=bool(getattr(args, "dry_run", False)), params=params)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def pack_dir_from_args(args: argparse.Namespace) -> Path:
+    """The pack folder ``--scenario`` names (without building a full step context)."""
+    from common.config import REPO_ROOT, load_params
+    scenario = getattr(args, "scenario", None)
+    if scenario and (Path(scenario).is_dir() or "/" in scenario or scenario.startswith(".")):
+        return Path(scenario)
+    params = load_params()
+    root = Path(str(params.get("scenarios_dir") or REPO_ROOT / "scenarios"))
+    return root / str(scenario or params.get("scenario"))
+
+
+def print_result(result: dict[str, Any], as_json: bool, lines: list[str]) -> None:
+    """The result as JSON (``--json``) or as the human-readable lines."""
+    print(json.dumps(result, indent=2, default=str) if as_json else "\n".join(lines))
+
+
+def infrastructure(exc: Exception) -> Exception:
+    """A tracking/storage failure as the error the CLI renders on stderr with exit code 1."""
+    from common.errors import InfrastructureError, RlopsError
+    return exc if isinstance(exc, RlopsError) else InfrastructureError(str(exc))

@@ -1,0 +1,44 @@
+"""``rlops labels run | export | import``: the human label queue and its Label Studio round trip."""
+
+from __future__ import annotations
+
+import argparse
+
+from rlops.commands.common_args import add_common_args, context_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("labels", help="queue uncertain states for human labels; Label Studio export/import")
+    verbs = p.add_subparsers(dest="labels_command", required=True, metavar="ACTION")
+    r = verbs.add_parser("run", help="enqueue the latest states of high-entropy clusters")
+    add_common_args(r)
+    r.add_argument("--traces", help="trace parquet file or folder (default: the scenario's trace store)")
+    e = verbs.add_parser("export", help="write pending items as Label Studio tasks")
+    add_common_args(e)
+    e.add_argument("--out", help="output URI of the tasks JSON")
+    i = verbs.add_parser("import", help="ingest a Label Studio JSON export")
+    add_common_args(i)
+    i.add_argument("file", help="URI or path of the Label Studio export (JSON)")
+    for q in (r, e, i):
+        q.set_defaults(func=cmd_labels)
+
+
+def cmd_labels(args: argparse.Namespace) -> int:
+    import json
+    from common.errors import UserError
+    from pipeline_steps.labels.step import label_queue_export, label_queue_import, label_queue_run
+    ctx = context_from_args(args)
+    try:
+        if args.labels_command == "run":
+            result = label_queue_run(ctx, args.traces)
+        elif args.labels_command == "export":
+            result = label_queue_export(ctx, args.out)
+        else:
+            result = label_queue_import(ctx, args.file)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UserError(f"labels {args.labels_command}: {exc}") from exc
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(", ".join(f"{k}={v}" for k, v in result.items() if not isinstance(v, (list, dict))))
+    return 0

@@ -1,0 +1,75 @@
+"""``rlops model evaluate | promote | rollback``: gated evaluation, promotion and rollback of
+registered policy versions. Exit 1 when a gate fails."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rlops.commands.common_args import add_common_args, context_from_args, infrastructure, print_result
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    model = sub.add_parser("model", help="evaluate, promote or roll back a registered policy version")
+    verbs = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
+    for verb, helptext in (("evaluate", "compare a candidate policy with the champion; print the gate table"),
+                           ("promote", "evaluate and, when every gate passes, make the candidate champion")):
+        p = verbs.add_parser(verb, help=helptext)
+        add_common_args(p)
+        p.add_argument("--candidate", required=True, help="registered policy version to judge")
+        p.add_argument("--episodes", type=int, default=None, help="held-out episodes (default: params)")
+        if verb == "promote":
+            p.add_argument("--staged", action="store_true",
+                           help="roll out as challenger (5%% → 15%% → 100%%) instead of switching at once")
+        p.set_defaults(func=cmd_evaluate if verb == "evaluate" else cmd_promote)
+    p = verbs.add_parser("rollback", help="point the champion back at the previous version")
+    add_common_args(p)
+    p.set_defaults(func=cmd_rollback)
+
+
+def _gate_lines(res: dict[str, Any]) -> list[str]:
+    def fmt(v: Any) -> str:
+        return "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+    lines = [f"  {'gate':<28} {'candidate':>12} {'champion':>12}  {'threshold':<34} result"]
+    for g in res.get("gates", []):
+        verdict = "FAIL" if not g["passed"] else ("skip" if g["detail"].startswith("skipped") else "pass")
+        lines.append(f"  {g['gate']:<28} {fmt(g['candidate']):>12} {fmt(g['champion']):>12}  "
+                     f"{g['threshold']:<34} {verdict}")
+    return lines
+
+
+def _call(fn: Any, *a: Any, **kw: Any) -> Any:
+    """Run a promotion function: bad input (an unknown version, a bad setting) exits 2, an
+    unreachable registry or store exits 1, both with the message on stderr."""
+    from common.errors import UserError
+    from pipeline_steps.infra.registry import TrackingError
+    from pipeline_steps.infra.storage import StorageError
+    try:
+        return fn(*a, **kw)
+    except (TrackingError, StorageError) as exc:
+        raise infrastructure(exc) from exc
+    except (ValueError, KeyError) as exc:
+        raise UserError(str(exc).strip("'\"")) from None
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from pipeline_steps.promotion.evaluate import evaluate_candidate
+    res = _call(evaluate_candidate, context_from_args(args), args.candidate, args.episodes)
+    head = [f"{res['scenario']}: v{res['candidate']} vs {res['baseline']} on {res['episodes']} episodes "
+            f"({res['profile']} profile): {'PASS' if res['passed'] else 'FAIL'}"]
+    print_result(res, args.json, head + _gate_lines(res) + [f"  note: {n}" for n in res["notes"]])
+    return 0 if res["passed"] else 1
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    from pipeline_steps.promotion.evaluate import promote
+    res = _call(promote, context_from_args(args), args.candidate, args.staged, args.episodes)
+    print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"] + _gate_lines(res))
+    return 0 if res["action"] in ("champion", "challenger", "would_promote", "would_stage") else 1
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from pipeline_steps.promotion.evaluate import rollback
+    res = _call(rollback, context_from_args(args))
+    print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"])
+    return 0

@@ -1,0 +1,38 @@
+"""``rlops stress``: a reward function (and a policy) at the edges; exit 1 when anything fails."""
+
+from __future__ import annotations
+
+import argparse
+
+from rlops.commands.common_args import add_common_args, add_reward_fn_arg, context_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stress", help="stress a reward function (and a policy) at the edges; exit 1 on fail")
+    add_common_args(p)
+    add_reward_fn_arg(p, files=True)
+    p.add_argument("--policy-version", help="version of <scenario>-policy (or a saved policy folder) to stress")
+    p.set_defaults(func=cmd_stress)
+
+
+def cmd_stress(args: argparse.Namespace) -> int:
+    import json
+    from common.errors import UserError
+    from common.progress import show_progress
+    from pipeline_steps.stress.step import stress_test
+    ctx = context_from_args(args)
+    try:
+        result = stress_test(ctx, args.reward_fn, args.policy_version, progress=show_progress(args.json))
+    except (ValueError, FileNotFoundError) as exc:
+        raise UserError(f"stress: {exc}") from exc
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(f"stress test {result['verdict'].upper()}: reward {result['reward_fn']}"
+              + (f", policy v{args.policy_version}" if args.policy_version else ""))
+        for reason in result["reasons"]:
+            print(f"  - {reason}")
+        for warning in result["warnings"]:
+            print(f"  ! {warning}")
+        print(("would write " if ctx.dry_run else "report: ") + result["html_uri"])
+    return 0 if result["passed"] else 1

@@ -1,0 +1,108 @@
+"""``rlops train policy | reward-model | status``: train a candidate policy or the reward model,
+and read a training run's per-iteration metrics."""
+
+from __future__ import annotations
+
+import argparse
+
+from rlops.commands.common_args import (add_common_args, add_reward_fn_arg, context_from_args, infrastructure,
+                                        print_result)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    train = sub.add_parser("train", help="train a policy (masked PPO) or the reward model; training status")
+    verbs = train.add_subparsers(dest="train_command", required=True, metavar="ACTION")
+
+    p = verbs.add_parser("policy", help="train a candidate policy (masked PPO) and register it")
+    add_common_args(p)
+    p.add_argument("--mode", choices=["full", "incremental"], default="full")
+    p.add_argument("--timesteps", type=int, default=None, help="environment steps (default: params)")
+    add_reward_fn_arg(p)
+    p.add_argument("--device", default=None, help="cpu, cuda or auto (default: params)")
+    p.set_defaults(func=cmd_policy)
+
+    p = verbs.add_parser("reward-model", help="fit the reward model on sandbox pairs and human labels")
+    add_common_args(p)
+    add_reward_fn_arg(p)
+    p.add_argument("--pairs", type=int, default=None, help="sandbox preference pairs (default: params)")
+    p.set_defaults(func=cmd_reward_model)
+
+    p = verbs.add_parser("status", help="per-iteration metrics of a training run")
+    add_common_args(p)
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--all", action="store_true", help="every logged metric, not the usual columns")
+    p.add_argument("--csv", default=None, metavar="FILE", help="also write the table as CSV (e.g. for dvc plots)")
+    p.set_defaults(func=cmd_status)
+
+
+def cmd_policy(args: argparse.Namespace) -> int:
+    from common.errors import UserError
+    from common.progress import show_progress
+    from pipeline_steps.infra.registry import TrackingError, policy_model_name
+    from pipeline_steps.training.policy import train_policy
+    ctx = context_from_args(args)
+    if args.timesteps is not None and args.timesteps < 1:
+        raise UserError(f"--timesteps must be a positive number of environment steps, got {args.timesteps}")
+    try:
+        res = train_policy(ctx, args.mode, args.timesteps, args.reward_fn, device=args.device,
+                           progress=show_progress(args.json))
+    except KeyError as exc:  # unknown reward function label
+        raise UserError(str(exc).strip("'\"")) from None
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    except TrackingError as exc:
+        raise infrastructure(exc) from exc
+    if res.get("dry_run"):
+        lines = [f"dry run: would train {res['mode']} ({res['timesteps_budget']:,} steps, {res['num_envs']} envs, "
+                 f"profile {res['profile']}) with reward {res['reward_fn']} ({res['reward_fn_sha256'][:12]})",
+                 f"  warm start: {res['warm_start']}; resume from: {res['resume_from'] or 'nothing'}",
+                 f"  would register a version of {res['would_register']}"]
+    else:
+        lines = [f"{res['scenario']}: registered {policy_model_name(res['scenario'])} v{res['model_version']} "
+                 f"(run {res['run_id']}{', reused' if res['reused'] else ''})",
+                 f"  mode {res['mode']}, parent champion {res['parent_champion'] or 'none'}, "
+                 f"mean return {res['mean_return']}"]
+    if res.get("note"):
+        lines.append(f"  note: {res['note']}")
+    print_result(res, args.json, lines)
+    return 0
+
+
+def cmd_reward_model(args: argparse.Namespace) -> int:
+    from common.errors import UserError
+    from pipeline_steps.training.reward_model import train_reward_model_step
+    ctx = context_from_args(args)
+    try:
+        res = train_reward_model_step(ctx, args.reward_fn, args.pairs)
+    except KeyError as exc:
+        raise UserError(str(exc).strip("'\"")) from None
+    if res.get("dry_run"):
+        line = (f"would train the {ctx.scenario} reward model on {res['sandbox_pairs']} sandbox pairs "
+                f"(+ human labels) for reward {res['reward_fn']}")
+    else:
+        line = (f"reward model {ctx.scenario}-reward-model v{res['model_version']}: held-out pairwise accuracy "
+                f"{res['heldout_pairwise_accuracy']:.3f}, Spearman {res['spearman']:.3f} on {res['pairs']} pairs")
+    print_result(res, args.json, [line])
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import pandas as pd
+
+    from pipeline_steps.infra.registry import TrackingError
+    from pipeline_steps.training.policy import train_status
+    ctx = context_from_args(args)
+    try:
+        res = train_status(ctx, args.run_id, args.all)
+    except TrackingError as exc:
+        raise infrastructure(exc) from exc
+    table = pd.DataFrame(res["rows"], columns=res["columns"])
+    if args.csv and not args.dry_run:
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.csv, index=False)
+    lines = [f"run {res['run_id']} ({res['run_name']}): {res['status']}, {len(table)} iterations",
+             table.to_string(index=False, float_format=lambda v: f"{v:.4g}") if len(table) else "(no metrics)"]
+    print_result(res, args.json, lines)
+    return 0
