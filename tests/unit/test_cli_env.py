@@ -138,7 +138,7 @@ def test_rollout_is_reproducible(tmp_path: Path, capsys: pytest.CaptureFixture[s
     (["--episodes", "5", "--out", "traces.csv"], "expected a .jsonl or .parquet file name"),
     (["--episodes", "0", "--out", "t.jsonl"], "--episodes 0: expected a positive number of episodes"),
     (["--profile", "prod", "--out", "t.jsonl"],
-     "--profile prod: pack credit_approval has profiles ['live', 'sandbox']"),
+     "profile 'prod': pack credit_approval has live, sandbox"),
 ])
 def test_rollout_bad_arguments(argv: list[str], message: str, tmp_path: Path,
                                capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -153,7 +153,7 @@ def test_rollout_unknown_reward_version(tmp_path: Path, capsys: pytest.CaptureFi
     rc, out, err = run(capsys, "env", "rollout", "--scenario", str(CREDIT), "--reward-fn", "v9", "--episodes", "5",
                        "--out", str(tmp_path / "t.jsonl"))
     assert rc == 2 and out == "" and "Traceback" not in err
-    assert err.startswith("error: --reward-fn v9") and "['v0', 'v1']" in err
+    assert err.startswith("error: reward function 'v9'") and "has v0, v1" in err
     assert not (tmp_path / "t.jsonl").exists()
 
 
