@@ -42,7 +42,9 @@ def make_oracle(pack: Pack) -> Callable[[BatchedEnv], Tensor]:
     rw = _reward_module(pack)
     idx = {n: names.index(n) for n in names}
     c = {k: cols[k] for k in ("case.identified", "case.offers", "hidden.p_resolved", "customer.annual_value",
-                              "hidden.p_apology", "hidden.p_voucher", "hidden.p_refund")}
+                              "hidden.p_apology", "hidden.p_voucher", "hidden.p_refund", "episode.last_action")}
+    # An action executed `after` + 1 times in a row costs `penalty` (REPEAT_PENALTY in reward_v1.py).
+    repeat_penalty = float(rw.REPEAT_PENALTY["penalty"]) if int(rw.REPEAT_PENALTY.get("after", 1)) == 1 else 0.0
 
     def step_cost(env: BatchedEnv) -> dict[str, float]:
         lo, hi = env.scenario.spec.profiles[env.profile].latency_jitter_ms
@@ -66,26 +68,34 @@ def make_oracle(pack: Pack) -> Callable[[BatchedEnv], Tensor]:
             return (-cost["escalate_to_supervisor"] - rw.SUPERVISOR_COST
                     + outcome(pi + (1 - pi) * SUPERVISOR_RESOLVES))
 
-        def q_values(pi: Tensor, n: int, follow_up: bool = True) -> dict[str, Tensor]:
-            """Expected return of each action from belief ``pi`` after ``n`` offers, acting optimally after.
+        def repeat(last: Tensor, name: str) -> Tensor:  # the repeated-action penalty of doing `name` now
+            return torch.where(last == idx[name], repeat_penalty, 0.0)
+
+        def q_values(pi: Tensor, n: int, last: Tensor, follow_up: bool = True) -> dict[str, Tensor]:
+            """Expected return of each action from belief ``pi`` after ``n`` offers, ``last`` the
+            previous action, acting optimally afterwards.
 
             ``follow_up=False`` leaves the call-back out: once the outcome is known (pi is 0 or 1)
             it only costs, and leaving it out ends the recursion.
             """
             q = {"close_case": close(pi), "escalate_to_supervisor": escalate(pi)}
             if follow_up and n >= 1:
-                q["follow_up"] = (-cost["follow_up"] + pi * value(torch.ones_like(pi), n, False)
-                                  + (1 - pi) * value(torch.zeros_like(pi), n, False))
+                after = torch.full_like(last, idx["follow_up"])
+                q["follow_up"] = (-cost["follow_up"] - repeat(last, "follow_up")
+                                  + pi * value(torch.ones_like(pi), n, after, False)
+                                  + (1 - pi) * value(torch.zeros_like(pi), n, after, False))
             if n < MAX_OFFERS:
                 factor = 1.0 if n == 0 else REOFFER_FACTOR
                 for k, o in enumerate(OFFERS):
-                    q[o] = -offer_cost[k] + value(pi + (1 - pi) * first[k] * factor, n + 1)
+                    q[o] = (-offer_cost[k] - repeat(last, o)
+                            + value(pi + (1 - pi) * first[k] * factor, n + 1, torch.full_like(last, idx[o])))
             return q
 
-        def value(pi: Tensor, n: int, follow_up: bool = True) -> Tensor:
-            return torch.stack(list(q_values(pi, n, follow_up).values())).max(0).values
+        def value(pi: Tensor, n: int, last: Tensor, follow_up: bool = True) -> Tensor:
+            return torch.stack(list(q_values(pi, n, last, follow_up).values())).max(0).values
 
         pi = S[:, c["hidden.p_resolved"]]
+        last = S[:, c["episode.last_action"]].long() - 1  # code 0 is "none"
         offers = S[:, c["case.offers"]].long()
         best = torch.full((env.num_envs,), -float("inf"), device=env.device)
         choice = env.scenario.rule_actions(S, masks)  # identify first (the only legal action then)
@@ -94,7 +104,7 @@ def make_oracle(pack: Pack) -> Callable[[BatchedEnv], Tensor]:
             rows = identified & (offers == n)
             if not bool(rows.any()):
                 continue
-            for name, q in q_values(pi, n).items():
+            for name, q in q_values(pi, n, last).items():
                 a = idx[name]
                 better = rows & masks[:, a] & (q > best)
                 best = torch.where(better, q, best)
