@@ -20,9 +20,8 @@ an optional action-smoothing penalty, and a stagnation flag. See :class:`PPOConf
 from __future__ import annotations
 
 import logging
-import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
