@@ -187,7 +187,7 @@ def test_eval_plateau_stops_after_patience_and_keeps_the_best_weights() -> None:
         seen.append(plateau.update(it, net, None))
     assert [stop for _, stop in seen] == [False, False, False, True]  # 2.005 is within min_delta of 2.0
     assert plateau.best == pytest.approx(2.005) and plateau.best_iteration == 3
-    assert plateau.restore_best(net) and float(net.weight[0, 0]) == 3.0
+    assert plateau.restore_best(net) and float(net.weight[0, 0].detach()) == 3.0
 
 
 def test_defaults_are_derived_from_horizon_and_action_count() -> None:
