@@ -82,7 +82,8 @@ class EvalPlateau:
         assert self.env is not None
         if self.env.reward_fn.version != reward_fn.version:
             self.env.set_reward_fn(reward_fn)
-        return evaluate_policy(None, as_act_fn(policy), seed=self.seed, env=self.env).mean_return  # type: ignore[arg-type]
+        result = evaluate_policy(None, as_act_fn(policy), seed=self.seed, env=self.env)  # type: ignore[arg-type]
+        return result.mean_return
 
     def update(self, iteration: int, policy: Any, reward_fn: Any) -> tuple[float, bool]:
         """Evaluate, remember the best weights, and say whether the return has plateaued."""

@@ -177,7 +177,8 @@ def test_eval_plateau_stops_after_patience_and_keeps_the_best_weights() -> None:
     net = torch.nn.Linear(2, 1)
     plateau = EvalPlateau.__new__(EvalPlateau)
     plateau.every, plateau.seed, plateau.patience, plateau.min_delta = 1, 0, 2, 0.01
-    plateau.env, plateau.best, plateau.since, plateau.best_iteration, plateau.best_state = object(), -math.inf, 0, 0, None
+    plateau.env, plateau.best, plateau.since = object(), -math.inf, 0
+    plateau.best_iteration, plateau.best_state = 0, None
     returns = iter([1.0, 2.0, 2.005, 1.5])
     plateau.evaluate = lambda policy, reward_fn: next(returns)  # type: ignore[method-assign]
     seen = []
