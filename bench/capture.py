@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.loadavg import report as report_load  # noqa: E402
 from data_contracts import parse_json_lines, trace_contract, validate_frame  # noqa: E402
 from pipeline_steps.capture.core import capture_landing_zone  # noqa: E402
 from pipeline_steps.infra.storage import Storage  # noqa: E402
@@ -60,6 +61,7 @@ def make_lines(n: int, seed: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    load_start = report_load("start")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--chunk-rows", type=int, default=100_000)
@@ -110,13 +112,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"capture end to end: {res.rows_in} rows in {capture_s:.2f}s "
           f"({res.rows_in / capture_s:,.0f} rows/s), accepted {res.rows_accepted}, quarantined "
           f"{res.rows_quarantined}, peak RSS {rss1 / 1024:.0f} MiB")
+    load_end = report_load("end")
     print(json.dumps({
         "bench": "capture", "rows": args.rows, "chunk_rows": args.chunk_rows,
         "columns": len(contract.columns), "chunked_rows_per_s": round(chunked_rps),
         "per_row_rows_per_s": round(per_row_rps, 1),
         "speedup": round(chunked_rps / per_row_rps), "split_identical": same,
         "accepted": accepted, "capture_rows_per_s": round(res.rows_in / capture_s),
-        "capture_s": round(capture_s, 2), "peak_rss_mib": round(max(rss0, rss1) / 1024)}))
+        "capture_s": round(capture_s, 2), "peak_rss_mib": round(max(rss0, rss1) / 1024),
+                      "load_average_start": load_start, "load_average_end": load_end}))
     return 0
 
 

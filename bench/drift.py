@@ -25,6 +25,7 @@ import scipy.stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.loadavg import report as report_load  # noqa: E402
 from pipeline_steps.drift.stats import detect_drift  # noqa: E402
 
 SHIFTS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.3, 1.0)
@@ -46,6 +47,7 @@ def ulps(a: float, b: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    load_start = report_load("start")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--fields", type=int, default=32)
@@ -80,11 +82,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{ulps(f.p_value, p_ref):>6.0f}  {f.statistic == d_ref}")
     print(f"rows/side={args.rows} fields={args.fields} threads={args.workers or os.cpu_count()} "
           f"rlops={rlops_s:.3f}s scipy={scipy_s:.3f}s ratio={scipy_s / rlops_s:.1f}x")
+    load_end = report_load("end")
     print(json.dumps({"rlops_s": round(rlops_s, 4), "scipy_s": round(scipy_s, 4),
                       "ratio": round(scipy_s / rlops_s, 2), "max_abs_p_diff": max_abs,
                       "max_p_ulps": max_ulps, "identical_statistics": same_d,
                       "rows": args.rows, "fields": args.fields,
-                      "threads": args.workers or os.cpu_count()}))
+                      "threads": args.workers or os.cpu_count(),
+                      "load_average_start": load_start, "load_average_end": load_end}))
     return 0 if same_d else 1
 
 

@@ -19,6 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.loadavg import report as report_load  # noqa: E402
 from sandbox.gym_adapter import ScenarioGymEnv  # noqa: E402
 from sandbox.pack import load_pack  # noqa: E402
 
@@ -69,6 +70,7 @@ def peak_rss_mb() -> float:
 
 
 def main() -> None:
+    load_start = report_load("start")
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--pack", default="scenarios/credit_approval")
     ap.add_argument("--seconds", type=float, default=5.0, help="measuring time per configuration")
@@ -92,9 +94,11 @@ def main() -> None:
     ratio = sps[largest] / gym_sps
     print(f"ratio at {largest} envs: {ratio:,.1f}x  (bar: >= 100x, >= 1,000,000 steps/s); peak RSS {rss:.0f} MB "
           f"(bar: < 500 MB)  torch threads: {torch.get_num_threads()}")
+    load_end = report_load("end")
     print(json.dumps({"steps_per_s": {k: round(v) for k, v in sps.items()}, "gym_steps_per_s": round(gym_sps),
                       "ratio": round(ratio, 1), "peak_rss_mb": round(rss, 1), "device": args.device,
-                      "torch_threads": torch.get_num_threads()}))
+                      "torch_threads": torch.get_num_threads(),
+                      "load_average_start": load_start, "load_average_end": load_end}))
 
 
 if __name__ == "__main__":

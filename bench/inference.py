@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.loadavg import report as report_load  # noqa: E402
 from model.policy import PolicyConfig, PolicyNetwork, export_policy, load_exported  # noqa: E402
 from sandbox.pack import load_pack  # noqa: E402
 
@@ -44,6 +45,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    load_start = report_load("start")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=1, help="torch threads (a serving worker usually has one)")
     p.add_argument("--iters", type=int, default=5000)
@@ -79,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'eager act, batch 1':22}{res['p50_ms']:>10.3f}{res['p99_ms']:>10.3f}")
     print(f"{'torch.export, batch 1':22}{res['exported_p50_ms']:>10.3f}{res['exported_p99_ms']:>10.3f}")
     print(f"batch 1024 (eager): {per_s:,.0f} decisions/s;  p99 < 1 ms: {'yes' if res['p99_ms'] < 1.0 else 'NO'}")
+    res.update(load_average_start=load_start, load_average_end=report_load("end"))
     print(json.dumps(res))
     return 0
 

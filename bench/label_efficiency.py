@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -34,6 +35,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.loadavg import report as report_load  # noqa: E402
 from model.policy import PolicyConfig, PolicyNetwork
 from model.reward_model import RewardModelConfig, pairwise_accuracy, train_reward_model
 from pipeline_steps.labels.step import QueueConfig
@@ -122,6 +126,7 @@ def needed(budgets: list[int], acc: list[float], target: float) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    load_start = report_load("start")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, default=3000, help="episodes in the trace pool")
     ap.add_argument("--test-episodes", type=int, default=2000)
@@ -164,13 +169,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"labels to reach {target:.4f}: active {r1(n_active)}, random {r1(n_random)}"
           + (f", ratio {ratio:.2f}x" if ratio else "")
           + f"; active labels to match random's {random_[-1]:.4f} at {budgets[-1]}: {r1(n_match)}")
+    load_end = report_load("end")
     print(json.dumps({"target_accuracy": round(target, 4), "labels_active": r1(n_active), "labels_random": r1(n_random),
                       "label_ratio_random_over_active": None if ratio is None else round(ratio, 3),
                       "labels_active_to_match_random_at_max_budget": r1(n_match),
                       "budgets": budgets, "active_accuracy": [round(a, 4) for a in active],
                       "random_accuracy": [round(r, 4) for r in random_], "reward_model": "model.reward_model",
                       "pool_steps": len(pool), "test_pairs": len(test),
-                      "seconds": round(time.perf_counter() - t_start, 1)}))
+                      "seconds": round(time.perf_counter() - t_start, 1),
+                      "load_average_start": load_start, "load_average_end": load_end}))
     return 0
 
 

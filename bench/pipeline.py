@@ -19,6 +19,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.loadavg import report as report_load  # noqa: E402
 
 
 def prepare(home: Path) -> None:
@@ -52,6 +55,7 @@ def run_dag(dag_id: str, when: datetime, conf: dict) -> tuple[str, float]:
 
 
 def main() -> None:
+    load_start = report_load("start")
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--full-timesteps", type=int, default=None, help="default: params demo.timesteps")
     ap.add_argument("--incremental-timesteps", type=int, default=None, help="default: params train.incremental_timesteps")
@@ -74,8 +78,10 @@ def main() -> None:
     print(f"retrain_full        {full_state:<8} {full_s:7.1f}s  ({full_steps:,} PPO steps; bar: < 300 s)", flush=True)
     inc_state, inc_s = run_dag("retrain_incremental", when, {**base, "mode": "incremental", "timesteps": inc_steps})
     print(f"retrain_incremental {inc_state:<8} {inc_s:7.1f}s  ({inc_steps:,} PPO steps; bar: < 180 s)", flush=True)
+    load_end = report_load("end")
     print(json.dumps({"incremental_s": round(inc_s, 1), "full_s": round(full_s, 1), "incremental_state": inc_state,
-                      "full_state": full_state, "full_timesteps": full_steps, "incremental_timesteps": inc_steps}))
+                      "full_state": full_state, "full_timesteps": full_steps, "incremental_timesteps": inc_steps,
+                      "load_average_start": load_start, "load_average_end": load_end}))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ The observation of a scenario is ``[features | action mask | last-k action codes
 * feeds ``[features, mask, history summary]`` to two MLPs: the actor (logits over actions) and the
   critic (state value). Separate trunks, as in CleanRL, keep the value loss from pulling on the
   policy's features;
+* optionally (``obs_norm``) standardises the state features with running statistics it holds as
+  buffers, so a saved, served or exported policy normalises exactly as in training;
 * applies the mask to the logits with a large *finite* negative (never ``-inf``): a masked action
   gets probability 0, log-probabilities stay finite, and a row with every action masked yields a
   uniform distribution instead of NaN.
@@ -29,6 +31,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from model.normalize import RunningMeanStd
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,11 @@ class PolicyConfig:
     """Width of the action-history embedding and of the attention summary."""
     activation: str = "tanh"
     """``tanh`` or ``relu``."""
+    obs_norm: bool = False
+    """Standardise the state features with running statistics held in the network (buffers
+    ``obs_rms.*``, saved and exported with the weights); the mask and history are left as they are."""
+    obs_clip: float = 5.0
+    """Bound on a standardised feature (``obs_norm`` only)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", tuple(int(h) for h in self.hidden_sizes))
@@ -165,6 +174,7 @@ class PolicyNetwork(nn.Module):
         hidden = list(config.hidden_sizes)
         self.actor = _mlp([F + A + ctx_dim, *hidden, A], act, out_gain=0.01)
         self.critic = _mlp([F + A + ctx_dim, *hidden, 1], act, out_gain=1.0)
+        self.obs_rms = RunningMeanStd(F) if config.obs_norm else None
         log.info("policy network: %d parameters (%s)", self.num_parameters(), config)
 
     def num_parameters(self) -> int:
@@ -175,9 +185,20 @@ class PolicyNetwork(nn.Module):
         F, A = self.n_features, self.n_actions
         return obs[:, :F], obs[:, F:F + A] > 0.5, obs[:, F + A:].long()
 
+    def normalized_features(self, obs: Tensor) -> Tensor:
+        """The state features of ``obs`` as the network sees them (standardised when ``obs_norm``)."""
+        features = obs[:, :self.n_features]
+        return features if self.obs_rms is None else self.obs_rms.normalize(features, self.config.obs_clip)
+
+    @torch.no_grad()
+    def update_obs_stats(self, obs: Tensor) -> None:
+        """Fold a batch of observations into the feature statistics (no-op without ``obs_norm``)."""
+        if self.obs_rms is not None:
+            self.obs_rms.update(obs[:, :self.n_features])
+
     def _inputs(self, obs: Tensor) -> Tensor:
         F, A = self.n_features, self.n_actions
-        state = obs[:, :F + A]
+        state = torch.cat([self.normalized_features(obs), obs[:, F:F + A]], dim=-1)
         if not self.use_history:
             return state
         # Single-head attention: the state asks which of the last k actions matter now.

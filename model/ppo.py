@@ -6,6 +6,12 @@ stay on ``env.device`` as whole-batch tensor ops, with no host/device copies ins
 Masks observed during the rollout are stored and reused in the update, so the ratio and the
 entropy are computed over exactly the actions that were legal.
 
+The defaults that make it learn any pack without tuning: state features standardised with running
+statistics kept in the policy (``obs_norm``), rewards scaled by the running std of the discounted
+return (``reward_scale``), a linear entropy schedule, and early stopping when the greedy return on
+a fixed seeded evaluation batch plateaus (handing back the best evaluated weights); rollout length,
+minibatches and γ come from the pack (``PPOConfig.for_pack``).
+
 Beyond the CleanRL core: resumable checkpoints (bit-identical continuation on CPU), reward
 hot-reload between iterations, incremental (warm-start) training with an optional EWC penalty,
 an optional action-smoothing penalty, and a stagnation flag. See :class:`PPOConfig` for knobs.
@@ -14,9 +20,8 @@ an optional action-smoothing penalty, and a stagnation flag. See :class:`PPOConf
 from __future__ import annotations
 
 import logging
-import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +30,9 @@ import torch
 from torch import Tensor
 
 from model.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from model.early_stop import EvalPlateau, StagnationMonitor
 from model.ewc import EWCPenalty, make_ewc, smoothing_kl
+from model.normalize import ReturnScaler
 from model.policy import PolicyConfig, PolicyNetwork, gumbel_sample, load_policy, masked_entropy
 from model.ppo_config import PPOConfig, resolve_device
 from common.metrics_sink import MetricsSink, NullSink
@@ -58,6 +65,9 @@ class TrainResult:
     reward_switches: list[RewardSwitch] = field(default_factory=list)
     last_checkpoint: Path | None = None
     reward_fn_version: str = ""
+    stopped_early: bool = False
+    best_eval_return: float | None = None
+    best_iteration: int | None = None
 
 
 # ---------------------------------------------------------------------------- PPO math
@@ -108,37 +118,6 @@ def explained_variance(values: Tensor, returns: Tensor) -> float:
     return float("nan") if float(var) == 0 else float(1 - (returns - values).var() / var)
 
 
-class StagnationMonitor:
-    """Flags a run whose best mean episodic return has not improved for ``window`` iterations.
-
-    An iteration "moves" the return when it beats the best so far by more than
-    ``tol · max(1, |best|)``; iterations without finished episodes count as not moving.
-    """
-
-    def __init__(self, window: int, tol: float):
-        self.window, self.tol = window, tol
-        self.best, self.since = -math.inf, 0
-
-    def update(self, episodic_return: float) -> bool:
-        if math.isnan(episodic_return):
-            moved = False
-        elif math.isinf(self.best):
-            moved = True
-        else:
-            moved = episodic_return > self.best + self.tol * max(1.0, abs(self.best))
-        if moved:
-            self.best, self.since = episodic_return, 0
-        else:
-            self.since += 1
-        return self.window > 0 and self.since >= self.window
-
-    def state_dict(self) -> dict[str, float]:
-        return {"best": self.best, "since": self.since}
-
-    def load_state_dict(self, sd: Mapping[str, float]) -> None:
-        self.best, self.since = float(sd["best"]), int(sd["since"])
-
-
 # ---------------------------------------------------------------------------- the training loop
 def _build_policy(cfg: PPOConfig, env: Any, init_from: str | Path | PolicyNetwork | None,
                   device: torch.device) -> PolicyNetwork:
@@ -147,7 +126,8 @@ def _build_policy(cfg: PPOConfig, env: Any, init_from: str | Path | PolicyNetwor
             raise ValueError("PPOConfig.mode is 'full' (train from scratch) but init_from was given; "
                              "use mode='incremental' to warm-start from a saved policy")
         return PolicyNetwork(PolicyConfig.from_layout(env.layout, hidden_sizes=tuple(cfg.hidden_sizes),
-                                                      embed_dim=cfg.embed_dim, activation=cfg.activation))
+                                                      embed_dim=cfg.embed_dim, activation=cfg.activation,
+                                                      obs_norm=cfg.obs_norm, obs_clip=cfg.obs_clip))
     if init_from is None:
         raise ValueError("PPOConfig.mode is 'incremental' but no init_from policy was given "
                          "(a saved policy folder or a PolicyNetwork to warm-start from)")
@@ -198,6 +178,9 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
     minibatch_size = max(batch_size // cfg.num_minibatches, 1)
     num_iterations = max(cfg.total_timesteps // batch_size, 1)
     stagnation = StagnationMonitor(cfg.stagnation_window, cfg.stagnation_tol)
+    plateau = EvalPlateau(env, cfg.plateau_eval_every, cfg.plateau_eval_episodes, cfg.plateau_eval_seed,
+                          cfg.plateau_patience, cfg.plateau_min_delta)
+    scaler = ReturnScaler(N, cfg.gamma, device) if cfg.reward_scale else None
     ewc: EWCPenalty | None = None
     start_iter, global_step, elapsed_before = 0, 0, 0.0
     reward_version = env.reward_fn.version
@@ -215,6 +198,10 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
         env.load_state_dict(ck["env"])
         start_iter, global_step, elapsed_before = int(ck["iteration"]), int(ck["global_step"]), float(ck["elapsed_s"])
         stagnation.load_state_dict(ck["stagnation"])
+        if "plateau" in ck:
+            plateau.load_state_dict(ck["plateau"])
+        if scaler is not None and "reward_scaler" in ck:
+            scaler.load_state_dict(ck["reward_scaler"])
         if "ewc" in ck:
             ewc = EWCPenalty.from_state_dict(ck["ewc"], cfg.ewc_lambda)
         reward_version = str(ck["reward_fn_version"])
@@ -238,7 +225,7 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
     next_obs, next_mask = env.observe(), env.action_masks()
     history: list[dict[str, float]] = []
     last_ckpt: Path | None = ckpt_path
-    stagnated = False
+    stagnated = plateaued = False
     t_start = time.perf_counter()
     steps_at_start = global_step
     from tqdm.auto import tqdm
@@ -256,8 +243,11 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
             tracker.log_params({f"reward_fn_switch_{iteration}": f"{reward_version} -> {env.reward_fn.version}"})
             reward_version = env.reward_fn.version
 
+        frac = (iteration - 1.0) / num_iterations
         if cfg.anneal_lr:
-            optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / num_iterations) * cfg.learning_rate
+            optimizer.param_groups[0]["lr"] = (1.0 - frac) * cfg.learning_rate
+        ent_coef = cfg.ent_coef if cfg.ent_coef_final is None else cfg.ent_coef + frac * (cfg.ent_coef_final -
+                                                                                           cfg.ent_coef)
 
         # ---- rollout: T steps of all N envs, no host sync
         ep_ret = torch.zeros((), device=device)
@@ -275,7 +265,8 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
                 logp_buf[t] = logp_all.gather(1, action.unsqueeze(1)).squeeze(1)
                 next_obs, reward, terminated, truncated, info = env.step(action)
                 next_mask = env.action_masks()
-                rew_buf[t], term_buf[t], trunc_buf[t] = reward, terminated, truncated
+                rew_buf[t] = reward if scaler is None else scaler(reward, terminated | truncated)
+                term_buf[t], trunc_buf[t] = terminated, truncated
                 final_obs_buf[t] = info.final_obs
                 done = (terminated | truncated).float()
                 ep_ret += (info.episode_return * done).sum()
@@ -319,7 +310,7 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
                 pg_loss, v_loss, approx_kl, old_approx_kl, clipfrac = ppo_losses(
                     mb_new_logp, b_logp[mb], b_advantages[mb], mb_values, b_values[mb], b_returns[mb],
                     cfg.clip_coef, cfg.clip_vloss, cfg.norm_adv)
-                loss = pg_loss - cfg.ent_coef * mb_entropy + cfg.vf_coef * v_loss
+                loss = pg_loss - ent_coef * mb_entropy + cfg.vf_coef * v_loss
                 ewc_term = ewc(policy) if ewc is not None else torch.zeros((), device=device)
                 smooth = torch.zeros((), device=device)
                 if cfg.smoothing_coef > 0:
@@ -338,6 +329,9 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
             epochs_run = epoch + 1
             if cfg.target_kl is not None and float(approx_kl) > cfg.target_kl:
                 break
+        # The observation statistics move between iterations only, so one iteration's rollout and
+        # update see the same normalisation.
+        policy.update_obs_stats(b_obs)
 
         # ---- metrics (one host copy per iteration)
         s = torch.stack(stats)
@@ -356,8 +350,11 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
             "illegal_actions": float(illegal), "human_takeover_rate": float(takeover) / n_eps if n_eps else 0.0,
             "sps": (global_step - steps_at_start) / max(time.perf_counter() - t_start, 1e-9),
             "stagnation": float(stagnated), "update_epochs_run": float(epochs_run), "iteration": float(iteration),
-            "global_step": float(global_step), "elapsed_s": elapsed,
+            "global_step": float(global_step), "elapsed_s": elapsed, "ent_coef": ent_coef,
+            "reward_scale": float(scaler.rms.var.sqrt()) if scaler is not None else 1.0,
         }
+        if plateau.due(iteration):
+            metrics["eval_return"], plateaued = plateau.update(iteration, policy, env.reward_fn)
         history.append(metrics)
 
         # ---- checkpoint before reporting, so a kill after the report never loses the iteration
@@ -371,6 +368,9 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
                 "reward_fn_version": reward_version, "config": cfg.to_params()}
             if ewc is not None:
                 state["ewc"] = ewc.state_dict()
+            state["plateau"] = plateau.state_dict()
+            if scaler is not None:
+                state["reward_scaler"] = scaler.state_dict()
             last_ckpt = save_checkpoint(cfg.checkpoint_dir, iteration, state, keep=cfg.keep_checkpoints)
         if stagnated and stagnation.since == stagnation.window:
             log.warning("stagnation: the episodic return has not improved for %d iterations (best %.4f)",
@@ -381,13 +381,20 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
         if on_iteration is not None and on_iteration(iteration, policy, metrics):
             policy.eval()
             break
+        if plateaued:
+            log.info("early stop at iteration %d: the evaluation return has not improved for %d evaluations "
+                     "(best %.4f at iteration %d)", iteration, plateau.patience, plateau.best, plateau.best_iteration)
+            break
     bar.close()
+    if cfg.keep_best:
+        plateau.restore_best(policy)
 
     wall = elapsed_before + time.perf_counter() - t_start
     final = history[-1]["episodic_return"] if history else float("nan")
     done_iters = int(history[-1]["iteration"]) if history else start_iter
+    best = None if plateau.best_state is None else plateau.best
     return TrainResult(policy.eval(), done_iters, global_step, wall, final, stagnated, history, switches,
-                       last_ckpt, reward_version)
+                       last_ckpt, reward_version, plateaued, best, plateau.best_iteration if best is not None else None)
 
 
 __all__ = ["PPOConfig", "TrainResult", "RewardSwitch", "MetricsSink", "NullSink", "StagnationMonitor",

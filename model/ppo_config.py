@@ -10,7 +10,9 @@ import torch
 
 @dataclass
 class PPOConfig:
-    """Masked PPO settings. Defaults are tuned for the credit-approval pack on 2 CPU cores."""
+    """Masked PPO settings. The defaults are the same for every pack; what depends on a pack (env
+    count, rollout length, minibatches, γ) is derived from its horizon and action count by
+    :meth:`for_pack` (see ``model.pack_defaults``)."""
 
     # ---- budget and rollout
     total_timesteps: int = 1_000_000
@@ -37,13 +39,23 @@ class PPOConfig:
     clip_vloss: bool = True
     """Clip the value update around the rollout's value estimates."""
     ent_coef: float = 0.01
-    """Weight of the entropy bonus (entropy over legal actions only)."""
+    """Weight of the entropy bonus (entropy over legal actions only); the start value of the schedule."""
+    ent_coef_final: float | None = 0.0
+    """Entropy weight reached at the end of the run, linearly from ``ent_coef`` (None: constant)."""
     vf_coef: float = 0.5
     """Weight of the value loss."""
     max_grad_norm: float = 0.5
     """Global gradient-norm clip."""
     target_kl: float | None = None
     """Stop an iteration's epochs early once the approximate KL exceeds this (None: never)."""
+    # ---- normalisation
+    obs_norm: bool = True
+    """Standardise the state features (already scaled to the pack's declared ranges by the sandbox)
+    with running statistics kept in the policy, so serving normalises identically."""
+    obs_clip: float = 5.0
+    """Bound on a standardised feature."""
+    reward_scale: bool = True
+    """Divide rewards by the running std of the discounted return (value targets of unit scale)."""
     # ---- network
     hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the actor and of the critic."""
@@ -70,6 +82,19 @@ class PPOConfig:
     """Iterations without improvement of the best episodic return that raise the stagnation flag."""
     stagnation_tol: float = 0.01
     """Improvement (relative to ``max(1, |best|)``) that counts as the return having moved."""
+    # ---- early stopping on the evaluation return
+    plateau_eval_every: int = 4
+    """Iterations between greedy evaluations on a fixed seeded batch (0: never evaluate or stop early)."""
+    plateau_eval_episodes: int = 2048
+    """Episodes in that batch."""
+    plateau_eval_seed: int = 9_000_000
+    """First instance seed of that batch (disjoint from training and held-out evaluation seeds)."""
+    plateau_patience: int = 8
+    """Evaluations in a row without improvement that stop the run (0: evaluate but never stop)."""
+    plateau_min_delta: float = 0.002
+    """Improvement of the evaluation return, relative to ``max(1, |best|)``, that counts as progress."""
+    keep_best: bool = True
+    """Hand back the weights with the best evaluation return rather than the last ones."""
     # ---- incremental training and regularisers
     mode: str = "full"
     """``full``: train from scratch; ``incremental``: warm-start from ``init_from``."""
@@ -87,11 +112,13 @@ class PPOConfig:
             problems.append(f"mode must be 'full' or 'incremental', got '{self.mode}'")
         if self.device not in ("cpu", "cuda", "auto") and not str(self.device).startswith("cuda:"):
             problems.append(f"device must be 'cpu', 'cuda' or 'auto', got '{self.device}'")
-        for name in ("total_timesteps", "num_steps", "num_minibatches", "update_epochs"):
+        for name in ("total_timesteps", "num_steps", "num_minibatches", "update_epochs", "plateau_eval_episodes"):
             if int(getattr(self, name)) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
             problems.append(f"gamma must be in (0, 1] and gae_lambda in [0, 1], got {self.gamma}, {self.gae_lambda}")
+        if self.plateau_eval_every < 0 or self.plateau_patience < 0 or self.obs_clip <= 0:
+            problems.append("plateau_eval_every and plateau_patience must be >= 0 and obs_clip > 0")
         if self.checkpoint_every and not self.checkpoint_dir:
             problems.append("checkpoint_every is set but checkpoint_dir is not")
         if problems:
@@ -106,6 +133,14 @@ class PPOConfig:
         if unknown:
             raise ValueError(f"unknown PPO settings {unknown}; expected a subset of {sorted(known)}")
         return cls(**merged)
+
+    @classmethod
+    def for_pack(cls, pack: Any, device: str = "cpu", **overrides: Any) -> "PPOConfig":
+        """The defaults for a pack (a ``Pack`` or ``CompiledScenario``): rollout length, minibatches
+        and γ from its horizon and action count; build the env with
+        ``model.pack_defaults.derive_defaults(pack).num_envs`` episodes."""
+        from model.pack_defaults import derive_defaults
+        return derive_defaults(pack, device=device, **overrides).config
 
     def to_params(self) -> dict[str, Any]:
         """Flat primitives for tracking and checkpoints."""

@@ -207,3 +207,24 @@ def test_default_budget_reaches_95_percent_of_the_oracle_for_any_seed(pack: Any,
     assert int(ev.illegal_actions.sum()) == 0
     assert ev.mean_return >= 0.95 * base["oracle"]
     assert ev.mean_return > base["rules"]
+
+
+def test_early_stopping_on_an_evaluation_plateau_returns_the_best_evaluated_policy(pack: Any) -> None:
+    from model.early_stop import EvalPlateau
+    # Every iteration is evaluated; an improvement must exceed 10 (never), so the run stops after
+    # the first evaluation plus `patience` evaluations without progress.
+    cfg = PPOConfig(total_timesteps=256 * 8 * 20, plateau_eval_every=1, plateau_patience=2, plateau_min_delta=10.0,
+                    plateau_eval_episodes=512, **SMALL)
+    result = train(cfg, _env(pack))
+    assert result.stopped_early and result.iterations == 3
+    evals = [h["eval_return"] for h in result.history]
+    assert result.best_eval_return == max(evals) and result.best_iteration == 1 + evals.index(max(evals))
+    check = EvalPlateau(_env(pack), 1, 512, cfg.plateau_eval_seed, 0, 0.0)
+    assert check.evaluate(result.policy, pack.reward_fn("v1")) == pytest.approx(result.best_eval_return)
+
+
+def test_entropy_weight_follows_its_schedule(pack: Any) -> None:
+    res = train(PPOConfig(total_timesteps=256 * 8 * 4, ent_coef=0.02, ent_coef_final=0.0, **SMALL), _env(pack))
+    assert [h["ent_coef"] for h in res.history] == pytest.approx([0.02, 0.015, 0.01, 0.005])
+    const = train(PPOConfig(total_timesteps=256 * 8 * 2, ent_coef_final=None, **SMALL), _env(pack))
+    assert [h["ent_coef"] for h in const.history] == pytest.approx([0.01, 0.01])

@@ -147,3 +147,50 @@ def test_config_rejects_bad_values() -> None:
         PolicyConfig.from_dict({"n_features": 3, "n_actions": 2, "history_len": 1, "width": 9})
     cfg = PolicyConfig(3, 2, 1, hidden_sizes=[8, 8])
     assert cfg.hidden_sizes == (8, 8) and PolicyConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def _normalising_policy() -> PolicyNetwork:
+    torch.manual_seed(1)
+    net = PolicyNetwork(PolicyConfig(F, A, K, hidden_sizes=(32, 32), embed_dim=8, obs_norm=True))
+    # Features in very different units, as a pack's raw ranges can leave them.
+    net.update_obs_stats(_obs(512, seed=3) * torch.cat([torch.linspace(0.01, 100, F), torch.ones(A + K)]))
+    return net
+
+
+def test_observation_statistics_are_buffers_of_the_policy() -> None:
+    net = _normalising_policy()
+    sd = net.state_dict()
+    assert {"obs_rms.mean", "obs_rms.var", "obs_rms.count"} <= set(sd)
+    assert not any(n.startswith("obs_rms") for n, _ in net.named_parameters())  # not trained by the optimizer
+    obs = _obs(8, seed=4)
+    z = net.normalized_features(obs)
+    assert torch.allclose(z, ((obs[:, :F] - sd["obs_rms.mean"]) / torch.sqrt(sd["obs_rms.var"] + 1e-8)).clamp(-5, 5))
+    plain = PolicyNetwork(PolicyConfig(F, A, K, hidden_sizes=(32, 32), embed_dim=8))
+    assert plain.obs_rms is None and torch.equal(plain.normalized_features(obs), obs[:, :F])
+
+
+def test_saved_and_exported_policy_normalise_identically(tmp_path: Path) -> None:
+    net = _normalising_policy().eval()
+    obs = _obs(64, seed=5)
+    eager = net.act(obs, deterministic=True)
+    save_policy(net, tmp_path / "p")
+    assert json.loads((tmp_path / "p" / "policy.json").read_text())["config"]["obs_norm"] is True
+    loaded = load_policy(tmp_path / "p")
+    assert torch.equal(loaded.obs_rms.mean, net.obs_rms.mean)
+    again = loaded.act(obs, deterministic=True)
+    assert torch.equal(again.action, eager.action) and torch.allclose(again.probs, eager.probs)
+    export_policy(net, tmp_path / "p.pt2")
+    action, probs, *_ = load_exported(tmp_path / "p.pt2")(obs)
+    assert torch.equal(action, eager.action) and torch.allclose(probs, eager.probs, atol=1e-6)
+
+
+def test_a_policy_saved_before_obs_norm_existed_still_loads(policy: PolicyNetwork, tmp_path: Path) -> None:
+    save_policy(policy, tmp_path / "old")
+    doc = json.loads((tmp_path / "old" / "policy.json").read_text())
+    for key in ("obs_norm", "obs_clip"):
+        doc["config"].pop(key)
+    (tmp_path / "old" / "policy.json").write_text(json.dumps(doc))
+    loaded = load_policy(tmp_path / "old")
+    assert loaded.obs_rms is None
+    obs = _obs(16, seed=6)
+    assert torch.equal(loaded.act(obs, deterministic=True).action, policy.act(obs, deterministic=True).action)

@@ -137,3 +137,73 @@ def test_smoothing_kl_uses_the_common_legal_support() -> None:
     expected = float((0.5 * (torch.log(torch.tensor(0.5)) - q.log())).sum())
     assert per_row[2].item() == pytest.approx(expected, rel=1e-5)
     assert not smoothing_kl(lp, m_t, lq, m_n, torch.zeros(3, dtype=torch.bool)).item()
+
+
+# ---------------------------------------------------------------------------- normalisation and defaults
+def test_running_mean_std_equals_the_statistics_of_all_rows_seen() -> None:
+    from model.normalize import RunningMeanStd
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randn(n, 3, generator=g) * torch.tensor([1.0, 5.0, 0.1]) + 2.0 for n in (7, 1, 30)]
+    rms = RunningMeanStd(3, prior_count=0.0 + 1e-12)
+    for b in batches:
+        rms.update(b)
+    every = torch.cat(batches)
+    assert torch.allclose(rms.mean, every.mean(0), atol=1e-5)
+    assert torch.allclose(rms.var, every.var(0, unbiased=False), rtol=1e-4)
+    assert float(rms.count) == pytest.approx(38.0)
+    z = rms.normalize(every, clip=100.0)
+    assert torch.allclose(z.mean(0), torch.zeros(3), atol=1e-4)
+    assert float(rms.normalize(torch.full((1, 3), 1e6), clip=5.0).max()) == 5.0
+
+
+def test_return_scaler_divides_by_the_std_of_the_discounted_return_and_resets_on_done() -> None:
+    from model.normalize import ReturnScaler
+    sc = ReturnScaler(num_envs=2, gamma=0.5, device=torch.device("cpu"))
+    r = torch.tensor([1.0, 2.0])
+    out = sc(r, torch.tensor([False, True]))
+    # After one step the running returns are [1, 2] (var 0.25 with a tiny prior), env 1's is reset.
+    assert torch.allclose(sc.ret, torch.tensor([1.0, 0.0]))
+    assert torch.allclose(out, r / torch.sqrt(sc.rms.var + 1e-8))
+    sc(torch.tensor([1.0, 1.0]), torch.tensor([False, False]))
+    assert torch.allclose(sc.ret, torch.tensor([1.5, 1.0]))  # 0.5 * 1 + 1 and 0.5 * 0 + 1
+    sd = sc.state_dict()
+    other = ReturnScaler(2, 0.5, torch.device("cpu"))
+    other.load_state_dict(sd)
+    assert torch.equal(other.ret, sc.ret) and torch.equal(other.rms.var, sc.rms.var)
+
+
+def test_eval_plateau_stops_after_patience_and_keeps_the_best_weights() -> None:
+    from model.early_stop import EvalPlateau
+    net = torch.nn.Linear(2, 1)
+    plateau = EvalPlateau.__new__(EvalPlateau)
+    plateau.every, plateau.seed, plateau.patience, plateau.min_delta = 1, 0, 2, 0.01
+    plateau.env, plateau.best, plateau.since = object(), -math.inf, 0
+    plateau.best_iteration, plateau.best_state = 0, None
+    returns = iter([1.0, 2.0, 2.005, 1.5])
+    plateau.evaluate = lambda policy, reward_fn: next(returns)  # type: ignore[method-assign]
+    seen = []
+    for it in range(1, 5):
+        with torch.no_grad():
+            net.weight.fill_(float(it))
+        seen.append(plateau.update(it, net, None))
+    assert [stop for _, stop in seen] == [False, False, False, True]  # 2.005 is within min_delta of 2.0
+    assert plateau.best == pytest.approx(2.005) and plateau.best_iteration == 3
+    assert plateau.restore_best(net) and float(net.weight[0, 0].detach()) == 3.0
+
+
+def test_defaults_are_derived_from_horizon_and_action_count() -> None:
+    from types import SimpleNamespace
+
+    from model.pack_defaults import derive_defaults
+    short = SimpleNamespace(horizon=10, actions=[None] * 7)
+    plan = derive_defaults(short)
+    assert (plan.num_envs, plan.config.num_steps, plan.config.num_minibatches, plan.config.gamma) == (2048, 8, 8, 0.99)
+    long = SimpleNamespace(horizon=40, actions=[None] * 12)
+    plan = derive_defaults(long)
+    # 32 steps (half of 40, next power of two); a batch of 12 × 2048 = 24,576 → 768 → 1024 envs.
+    assert (plan.num_envs, plan.config.num_steps, plan.config.num_minibatches) == (1024, 32, 16)
+    assert plan.config.gamma == pytest.approx(0.9975)
+    assert set(plan.reasons) == {"num_steps", "num_envs", "num_minibatches", "gamma"}
+    over = derive_defaults(long, num_envs=64, gamma=0.9, learning_rate=1e-3)
+    assert (over.num_envs, over.config.gamma, over.config.learning_rate) == (64, 0.9, 1e-3)
+    assert derive_defaults(short, device="cuda").num_envs == 2048 * 16
