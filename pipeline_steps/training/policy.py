@@ -51,12 +51,13 @@ _STEP_KEYS = {"incremental_timesteps", "num_envs", "profile", "eval_episodes", "
 
 
 # --------------------------------------------------------------------------- settings
-def ppo_config(ctx: StepContext, mode: str, timesteps: int | None = None, checkpoint_dir: Path | None = None,
-               **overrides: Any) -> Any:
-    """The :class:`PPOConfig` of this run: ``ppo:`` block < ``train:`` keys < arguments.
-    Checkpoints are written every ``checkpoint_every`` iterations (default 10) to
-    ``checkpoint_dir``; without one (dry runs) never."""
-    from model.ppo_config import PPOConfig
+def ppo_config(ctx: StepContext, pack: "Pack", mode: str, timesteps: int | None = None,
+               checkpoint_dir: Path | None = None, **overrides: Any) -> Any:
+    """The :class:`~model.pack_defaults.TrainingPlan` of this run (env count + PPOConfig): what the
+    pack implies < ``ppo:`` block < ``train:`` keys < arguments. Checkpoints are written every
+    ``checkpoint_every`` iterations (default 10) to ``checkpoint_dir``; without one (dry runs) never."""
+    from model.pack_defaults import derive_defaults
+    from model.ppo_config import PPOConfig, resolve_device
     known = {f.name for f in fields(PPOConfig)}
     train = ctx.section("train")
     merged = {k: v for k, v in ctx.section("ppo").items() if k in known}
@@ -72,7 +73,11 @@ def ppo_config(ctx: StepContext, mode: str, timesteps: int | None = None, checkp
     unknown = sorted(set(train) - known - _STEP_KEYS - {"mode"})
     if unknown:
         log.warning("train: ignoring unknown settings %s", unknown)
-    return PPOConfig.from_params(merged)
+    if train.get("num_envs"):
+        merged["num_envs"] = int(train["num_envs"])
+    # What the params leave open (env count, rollout length, γ, minibatches) comes from the pack.
+    merged["device"] = resolve_device(str(merged.get("device") or "auto")).type
+    return derive_defaults(pack, **merged)
 
 
 def reward_label(ctx: StepContext, reward_fn: str | None) -> str:
@@ -120,7 +125,6 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
     cal, cal_version = calibration_info(ctx)
     data_version = str(data_version or (cal or {}).get("data_version") or f"run_key={ctx.run_key}")
     settings = ctx.section("train")
-    num_envs = int(settings.get("num_envs", 1024))
     # The sandbox as last recalibrated to live traffic, else the pack's default profile.
     profile = default_profile(pack, "sandbox", settings.get("profile"))
     name = policy_model_name(ctx.scenario)
@@ -139,7 +143,8 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
                                        "from scratch (full) instead of warm-starting")
             parent, init = None, None
         ckpt = checkpoint_folder(ctx, mode_used, create=not ctx.dry_run)
-        cfg = ppo_config(ctx, mode_used, timesteps, None if ctx.dry_run else ckpt, **ppo_overrides)
+        plan = ppo_config(ctx, pack, mode_used, timesteps, None if ctx.dry_run else ckpt, **ppo_overrides)
+        cfg, num_envs = plan.config, plan.num_envs
         fp = fingerprint(scenario=ctx.scenario, run_key=ctx.run_key, mode=mode_used, reward=reward_fn.version,
                          parent=parent, calibration=cal_version, num_envs=num_envs, profile=profile,
                          ppo={k: v for k, v in cfg.to_params().items()
