@@ -4,49 +4,123 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+from rlops.cli import UserError
+from rlops.config import ConfigError
+
+# Bounds of the arguments, checked before any work: a rollout keeps every row in memory.
+MAX_EPISODES = 100_000
+MAX_ROWS = 2_000_000
+MAX_SEED = 2**31 - 1
+
+
+def _whole_number(text: str) -> int:
+    """A whole number (its range is checked by the command, with the argument's name)."""
+    try:
+        return int(text)
+    except ValueError:  # also a number of more than 4,300 digits
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
+
+
+def _check_ranges(args: argparse.Namespace) -> None:
+    if args.episodes < 1:
+        raise ArgumentError(f"--episodes {args.episodes}: expected a positive number of episodes")
+    if args.episodes > MAX_EPISODES:
+        raise ArgumentError(f"--episodes {args.episodes}: expected at most {MAX_EPISODES} episodes per rollout")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise ArgumentError(f"--seed {args.seed}: expected a whole number from 0 to {MAX_SEED}")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.5 <= value <= 600:  # also false for NaN
+        raise argparse.ArgumentTypeError(f"expected a number of seconds from 0.5 to 600, got {text!r}")
+    return value
+
+
+class ArgumentError(UserError, ConfigError):
+    """A bad argument of an ``env`` command (exit code 2). Also a :class:`ConfigError` because
+    under ``python -m rlops.cli`` the running module is ``__main__``: its ``main`` catches its
+    own ``UserError`` class, not the one of the ``rlops.cli`` module imported here."""
+
+
+def _one_line_errors(parser: argparse.ArgumentParser, leaf: bool = True) -> argparse.ArgumentParser:
+    """A usage error is one line on stderr (``error: rlops env rollout: argument --episodes: ...``)
+    and exit code 2, like every other bad input; ``--help`` still shows the usage."""
+    def error(message: str) -> NoReturn:
+        print(f"error: {parser.prog}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+    parse_known = parser.parse_known_args
+
+    def parse_known_args(args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        # Left to the top-level parser, an unknown option would be reported with its usage.
+        ns, extras = parse_known(args, namespace)
+        if extras:
+            error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns, extras
+    parser.error = error  # type: ignore[method-assign]
+    if leaf:
+        parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+    return parser
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    env = sub.add_parser("env", help="validate, describe and roll out scenario packs")
+    env = _one_line_errors(sub.add_parser("env", help="validate, describe and roll out scenario packs"), leaf=False)
     env_sub = env.add_subparsers(dest="env_command", required=True, metavar="ACTION")
 
-    p = env_sub.add_parser("validate", help="load and check a pack (exit 2 on any error)")
+    p = _one_line_errors(env_sub.add_parser("validate", help="load and check a pack (exit 2 on any error)"))
     p.add_argument("pack", help="path of the pack folder (e.g. scenarios/credit_approval)")
     p.add_argument("--json", action="store_true", help="machine-readable summary")
+    p.add_argument("--timeout", type=_seconds, default=None,
+                   help="seconds the check may take before it is stopped (default 5)")
     p.set_defaults(func=cmd_validate)
 
-    p = env_sub.add_parser("describe", help="fields, actions, profiles and reward functions of a pack")
+    p = _one_line_errors(env_sub.add_parser("describe", help="fields, actions, profiles and reward functions of a pack"))
     p.add_argument("pack")
     p.add_argument("--state", action="store_true", help="list the state fields only")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_describe)
 
-    p = env_sub.add_parser("rollout", help="run a reference policy and write trace rows")
+    p = _one_line_errors(env_sub.add_parser("rollout", help="run a reference policy and write trace rows"))
     p.add_argument("pack")
     p.add_argument("--policy", choices=["random", "rules"], default="rules")
-    p.add_argument("--episodes", type=int, default=1000)
+    p.add_argument("--episodes", type=_whole_number, default=1000)
     p.add_argument("--profile", default=None, help="simulation profile (default: the pack's default)")
     p.add_argument("--reward-version", default=None, help="reward function label, e.g. v1 (default: newest)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_whole_number, default=0)
     p.add_argument("--out", required=True, help="output file: .jsonl or .parquet")
     p.set_defaults(func=cmd_rollout)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from sandbox.pack import load_pack
-    pack = load_pack(args.pack)
+    # The pack's Python runs in a child process with time and memory limits; this process only
+    # reads the verdict (and never imports torch).
+    from sandbox.isolate import TIMEOUT_S, validate_isolated
+    s = validate_isolated(args.pack, timeout_s=args.timeout or TIMEOUT_S)
     if args.json:
-        print(json.dumps({"pack": pack.name, "valid": True, "fields": len(pack.scenario.spec.fields),
-                          "actions": pack.scenario.n_actions, "profiles": sorted(pack.scenario.profiles),
-                          "reward_functions": {k: fn.version for k, fn in pack.reward_fns.items()},
-                          "rules": len(pack.rules)}, indent=2))
+        print(json.dumps(s, indent=2))
         return 0
-    print(f"ok: {pack.name} — {len(pack.scenario.spec.fields)} fields, {pack.scenario.n_actions} actions, "
-          f"profiles {sorted(pack.scenario.profiles)}, reward functions {sorted(pack.reward_fns)}, "
-          f"{len(pack.rules)} rules")
+    print(f"ok: {s['pack']} — {s['fields']} fields, {s['actions']} actions, profiles {s['profiles']}, "
+          f"reward functions {sorted(s['reward_functions'])}, {s['rules']} rules")
     return 0
+
+
+def _load_checked(path: str) -> Any:
+    """The pack at ``path``, after the bounded check in a child process: its code is only run in
+    this process once it is known to import and score in time."""
+    from sandbox.isolate import validate_isolated
+    from sandbox.pack import load_pack
+    validate_isolated(path)
+    return load_pack(path, check_liveness=False)
 
 
 def describe(pack: Any) -> dict[str, Any]:
@@ -71,8 +145,7 @@ def describe(pack: Any) -> dict[str, Any]:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from sandbox.pack import load_pack
-    d = describe(load_pack(args.pack))
+    d = describe(_load_checked(args.pack))
     if args.state:
         d = {"name": d["name"], "state": d["state"]}
     if args.json:
@@ -97,29 +170,65 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from rlops.cli import UserError
-    from sandbox.pack import load_pack
     from sandbox.policies import random_policy, rule_policy
+    from sandbox.reward import RewardError
     from sandbox.traces import rollout_traces
-    out = Path(args.out)
-    if out.suffix not in (".jsonl", ".parquet"):
-        raise UserError(f"--out {out}: expected a .jsonl or .parquet file name")
-    if args.episodes < 1:
-        raise UserError(f"--episodes {args.episodes}: expected a positive number of episodes")
-    pack = load_pack(args.pack)
+    _check_ranges(args)
+    out = _check_out(Path(args.out))
+    pack = _load_checked(args.pack)
     if args.reward_version is not None and args.reward_version not in pack.reward_fns:
-        raise UserError(f"--reward-version {args.reward_version}: pack {pack.name} has reward functions "
+        raise ArgumentError(f"--reward-version {args.reward_version}: pack {pack.name} has reward functions "
                         f"{sorted(pack.reward_fns)}")
     if args.profile is not None and args.profile not in pack.scenario.profiles:
-        raise UserError(f"--profile {args.profile}: pack {pack.name} has profiles {sorted(pack.scenario.profiles)}")
+        raise ArgumentError(f"--profile {args.profile}: pack {pack.name} has profiles {sorted(pack.scenario.profiles)}")
+    if args.episodes * pack.scenario.spec.horizon > MAX_ROWS:
+        raise ArgumentError(f"--episodes {args.episodes}: with a horizon of {pack.scenario.spec.horizon} steps the "
+                        f"rollout could hold {args.episodes * pack.scenario.spec.horizon} rows, over the limit of "
+                        f"{MAX_ROWS}; roll out fewer episodes per call")
     policy = random_policy(args.seed) if args.policy == "random" else rule_policy
-    df = rollout_traces(pack, policy, args.episodes, seed=args.seed, profile=args.profile,
-                        reward_version=args.reward_version, policy_version=args.policy)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix == ".parquet":
-        df.to_parquet(out, index=False)
-    else:
-        df.to_json(out, orient="records", lines=True, date_format="iso")
+    try:
+        df = rollout_traces(pack, policy, args.episodes, seed=args.seed, profile=args.profile,
+                            reward_version=args.reward_version, policy_version=args.policy)
+    except RewardError as exc:
+        raise ArgumentError(f"{exc}; fix the reward function of {pack.name}") from None
+    _write_atomic(df, out)
     print(f"wrote {len(df)} trace rows of {args.episodes} episodes ({args.policy}, profile "
           f"{args.profile or pack.scenario.spec.default_profile}) to {out}")
     return 0
+
+
+def _check_out(out: Path) -> Path:
+    """``--out`` must name a .jsonl/.parquet file in a folder this process can write: found out
+    before the rollout runs, not after."""
+    if out.suffix not in (".jsonl", ".parquet"):
+        raise ArgumentError(f"--out {out}: expected a .jsonl or .parquet file name")
+    if out.is_dir():
+        raise ArgumentError(f"--out {out}: is a folder; expected a file name")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", suffix=".probe"):
+            pass
+    except OSError as exc:
+        raise ArgumentError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+    return out
+
+
+def _write_atomic(df: Any, out: Path) -> None:
+    """Write to a temporary file next to ``out`` and rename it into place, so that a failure
+    leaves the previous file (or none), never a truncated one."""
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        if out.suffix == ".parquet":
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_json(tmp, orient="records", lines=True, date_format="iso")
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp creates 0600; the result gets the usual permissions
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise ArgumentError(f"--out {out}: writing failed ({exc.strerror or exc})") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

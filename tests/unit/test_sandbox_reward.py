@@ -14,7 +14,8 @@ import torch
 from sandbox.env import BatchedEnv
 from sandbox.pack import Pack, load_pack
 from sandbox.policies import random_policy, rule_policy
-from sandbox.reward import RewardError, render_breakdown
+from sandbox.errors import PackError
+from sandbox.reward import RewardError, load_reward_fn, render_breakdown
 
 REPO = Path(__file__).resolve().parents[2]
 CREDIT = REPO / "scenarios" / "credit_approval"
@@ -285,6 +286,18 @@ def test_v1_caps_at_three_incomes_below_550(credit: Pack) -> None:
 
 
 # ------------------------------------------------------------------------------- authoring errors at run time
+def broken_swap(tmp_path: Path, src: str) -> tuple[Pack, BatchedEnv]:
+    """A valid counter pack with an environment, and the environment's reward swapped for the
+    module ``src``. ``load_pack`` refuses such a module (its probe runs every component), so the
+    runtime's own checks are reached through a hot swap of a module loaded on its own."""
+    pack = counter_pack(tmp_path, PROGRESS)
+    (tmp_path / "reward_v9.py").write_text(HEADER + src)
+    fn = load_reward_fn(tmp_path / "reward_v9.py", pack.rules, pack.scenario.action_names)
+    env = pack.make_env(2)
+    env.set_reward_fn(fn)
+    return pack, env
+
+
 def test_component_with_a_wrong_shape_is_reported(tmp_path: Path) -> None:
     src = PROGRESS + '''
 @component(objective="cost")
@@ -293,8 +306,9 @@ def broken(t):
     """wrong shape"""
     return torch.zeros(3, 2)
 '''
-    pack = counter_pack(tmp_path, src)
-    env = pack.make_env(2)
+    with pytest.raises(PackError, match=r"reward component returned shape \(3, 2\), expected one score per episode"):
+        counter_pack(tmp_path / "load", src)
+    pack, env = broken_swap(tmp_path, src)
     with pytest.raises(RewardError, match=r"reward component 'broken' returned shape \(3, 2\), expected \(2,\)"):
         env.step(act(pack, "wait", 2))
 
@@ -306,10 +320,27 @@ def test_component_that_raises_is_reported_with_its_line(tmp_path: Path) -> None
 def typo(t):
     return t.ns.countr
 '''
-    pack = counter_pack(tmp_path, src)
-    env = pack.make_env(2)
-    with pytest.raises(RewardError, match=r"reward_v1\.py:\d+: reward component 'typo' raised AttributeError: "
+    with pytest.raises(PackError, match=r"reward_v1\.py:\d+: reward component raised AttributeError: "
+                                        r"unknown state field 'countr'.* at typo"):
+        counter_pack(tmp_path / "load", src)
+    pack, env = broken_swap(tmp_path, src)
+    with pytest.raises(RewardError, match=r"reward_v9\.py:\d+: reward component 'typo' raised AttributeError: "
                                           r"unknown state field 'countr'"):
+        env.step(act(pack, "wait", 2))
+
+
+def test_component_returning_nan_is_refused(tmp_path: Path) -> None:
+    src = PROGRESS + '''
+@component(objective="cost")
+@rule_ref("R_COST")
+def ratio(t):
+    return t.ns.counter / t.s.counter
+'''
+    with pytest.raises(PackError, match=r"reward component returned nan for an illegal action on a sampled "
+                                        r"initial state \(scores must be finite\) at ratio"):
+        counter_pack(tmp_path / "load", src)
+    pack, env = broken_swap(tmp_path, src)
+    with pytest.raises(RewardError, match=r"reward component 'ratio' returned (nan|inf)"):
         env.step(act(pack, "wait", 2))
 
 
