@@ -163,7 +163,7 @@ def child_main(argv: list[str]) -> int:
     _limit_memory(budget)
     emit({"ready": True})
     try:
-        pack = load_pack(pack_dir, on_stage=on_stage)
+        pack = load_pack(pack_dir, on_stage=on_stage, probe_rewards=True)
         on_stage(pack_dir / "oracle.py", "loading and running the oracle")
         probe_oracle(pack)
         emit({"ok": summary(pack)})

@@ -66,12 +66,14 @@ def _version_key(label: str) -> tuple[int, str]:
 
 
 def load_pack(path: str | Path, calibration: dict[str, Any] | None = None, check_liveness: bool = True,
-              on_stage: StageCallback | None = None) -> Pack:
+              on_stage: StageCallback | None = None, probe_rewards: bool = False) -> Pack:
     """Load and validate a pack folder. ``calibration`` (see :mod:`pipeline_steps.recalibrate`)
     replaces field initial distributions and simulation profiles before compiling.
 
-    Every file must lie inside the folder (:mod:`sandbox.pack_files`); each reward function is
-    probed on edge states (:mod:`sandbox.probe`). Reward modules are imported in this process:
+    Every file must lie inside the folder (:mod:`sandbox.pack_files`). With ``probe_rewards``
+    each reward function is run on edge states (:mod:`sandbox.probe`) and must score them with
+    finite numbers; validation does this, while the stress test and the evaluation gates load
+    broken reward functions on purpose, to report them. Reward modules are imported in this process:
     to bound untrusted pack code in time and memory, validate with
     :func:`sandbox.isolate.validate_isolated` first."""
     stage = on_stage or (lambda _file, _what: None)
@@ -91,7 +93,7 @@ def load_pack(path: str | Path, calibration: dict[str, Any] | None = None, check
     except RecursionError:
         raise PackError(str(scen_file), None, "", "the scenario is nested too deeply") from None
     rules = load_rules(root / "rules.yaml", root)
-    reward_fns = _load_reward_fns(root, rules, scenario, stage)
+    reward_fns = _load_reward_fns(root, rules, scenario, stage, probe_rewards)
     pack = Pack(root, scenario, rules, reward_fns, load_params(root), calibration)
     if check_liveness:
         stage(scen_file, "rolling random episodes (liveness check)")
@@ -100,14 +102,15 @@ def load_pack(path: str | Path, calibration: dict[str, Any] | None = None, check
 
 
 def _load_reward_fns(root: Path, rules: dict[str, Any], scenario: CompiledScenario,
-                     stage: StageCallback) -> dict[str, RewardFunction]:
+                     stage: StageCallback, probe: bool) -> dict[str, RewardFunction]:
     reward_fns = {}
     for p in reward_files(root):
         label = REWARD_FILE.match(p.name).group(1)  # type: ignore[union-attr]
         stage(p, "importing the reward module")
         reward_fns[label] = load_reward_fn(p, rules, scenario.action_names, root)
-        stage(p, "probing the reward function on edge states")
-        probe_reward_fn(scenario, reward_fns[label])
+        if probe:
+            stage(p, "probing the reward function on edge states")
+            probe_reward_fn(scenario, reward_fns[label])
     return reward_fns
 
 

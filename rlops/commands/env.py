@@ -84,7 +84,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds the check may take before it is stopped (default 5)")
     p.set_defaults(func=cmd_validate)
 
-    p = _one_line_errors(env_sub.add_parser("describe", help="fields, actions, profiles and reward functions of a pack"))
+    p = _one_line_errors(env_sub.add_parser("describe",
+                                            help="fields, actions, profiles and reward functions of a pack"))
     p.add_argument("pack")
     p.add_argument("--state", action="store_true", help="list the state fields only")
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -14,6 +14,7 @@ import torch
 from sandbox.env import BatchedEnv
 from sandbox.pack import Pack, load_pack
 from sandbox.policies import random_policy, rule_policy
+from sandbox.traces import rollout_traces
 from sandbox.errors import PackError
 from sandbox.reward import RewardError, load_reward_fn, render_breakdown
 
@@ -45,12 +46,13 @@ def credit() -> Pack:
     return load_pack(CREDIT, check_liveness=False)
 
 
-def counter_pack(tmp_path: Path, reward_src: str, name: str = "counter") -> Pack:
-    """A copy of the counter pack whose ``reward_v1.py`` is ``reward_src``."""
+def counter_pack(tmp_path: Path, reward_src: str, name: str = "counter", probe: bool = False) -> Pack:
+    """A copy of the counter pack whose ``reward_v1.py`` is ``reward_src`` (probed on edge
+    states, as validation does, with ``probe``)."""
     dst = tmp_path / name
     shutil.copytree(COUNTER, dst)
     (dst / "reward_v1.py").write_text(HEADER + reward_src)
-    return load_pack(dst, check_liveness=False)
+    return load_pack(dst, check_liveness=False, probe_rewards=probe)
 
 
 def act(pack: Pack, name: str, n: int = 1) -> torch.Tensor:
@@ -287,9 +289,8 @@ def test_v1_caps_at_three_incomes_below_550(credit: Pack) -> None:
 
 # ------------------------------------------------------------------------------- authoring errors at run time
 def broken_swap(tmp_path: Path, src: str) -> tuple[Pack, BatchedEnv]:
-    """A valid counter pack with an environment, and the environment's reward swapped for the
-    module ``src``. ``load_pack`` refuses such a module (its probe runs every component), so the
-    runtime's own checks are reached through a hot swap of a module loaded on its own."""
+    """A valid counter pack with an environment whose reward is swapped for the module ``src``
+    (validation would refuse such a module: the runtime's own checks are reached this way)."""
     pack = counter_pack(tmp_path, PROGRESS)
     (tmp_path / "reward_v9.py").write_text(HEADER + src)
     fn = load_reward_fn(tmp_path / "reward_v9.py", pack.rules, pack.scenario.action_names)
@@ -307,7 +308,7 @@ def broken(t):
     return torch.zeros(3, 2)
 '''
     with pytest.raises(PackError, match=r"reward component returned shape \(3, 2\), expected one score per episode"):
-        counter_pack(tmp_path / "load", src)
+        counter_pack(tmp_path / "load", src, probe=True)
     pack, env = broken_swap(tmp_path, src)
     with pytest.raises(RewardError, match=r"reward component 'broken' returned shape \(3, 2\), expected \(2,\)"):
         env.step(act(pack, "wait", 2))
@@ -322,7 +323,7 @@ def typo(t):
 '''
     with pytest.raises(PackError, match=r"reward_v1\.py:\d+: reward component raised AttributeError: "
                                         r"unknown state field 'countr'.* at typo"):
-        counter_pack(tmp_path / "load", src)
+        counter_pack(tmp_path / "load", src, probe=True)
     pack, env = broken_swap(tmp_path, src)
     with pytest.raises(RewardError, match=r"reward_v9\.py:\d+: reward component 'typo' raised AttributeError: "
                                           r"unknown state field 'countr'"):
@@ -338,10 +339,10 @@ def ratio(t):
 '''
     with pytest.raises(PackError, match=r"reward component returned nan for an illegal action on a sampled "
                                         r"initial state \(scores must be finite\) at ratio"):
-        counter_pack(tmp_path / "load", src)
-    pack, env = broken_swap(tmp_path, src)
-    with pytest.raises(RewardError, match=r"reward component 'ratio' returned (nan|inf)"):
-        env.step(act(pack, "wait", 2))
+        counter_pack(tmp_path / "load", src, probe=True)
+    pack = counter_pack(tmp_path / "plain", src)
+    with pytest.raises(RewardError, match=r"reward entry 'ratio' is not a finite number .* no trace rows"):
+        rollout_traces(pack, rule_policy, 4)
 
 
 def test_scalar_component_broadcasts_and_reason_defaults_to_docstring(tmp_path: Path) -> None:
