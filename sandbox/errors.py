@@ -20,7 +20,8 @@ class PackError(UserError):
     def __str__(self) -> str:
         where = self.file if self.line is None else f"{self.file}:{self.line}"
         at = f" at {self.path}" if self.path else ""
-        return f"{where}: {self.message}{at}"
+        # One line, always: a message may quote an exception of the pack's own code.
+        return " ".join(f"{where}: {self.message}{at}".split("\n"))
 
 
 class ExprError(ValueError):

@@ -14,6 +14,7 @@ path, ``+ - * / // % **``, unary ``-``/``not``, comparisons (chained too), ``and
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -100,6 +101,14 @@ _NUM_FUNCS: dict[str, tuple[int, Callable[..., Any]]] = {
 _RANDOM_FUNCS = {"uniform": 2, "normal": 2, "bernoulli": 1}
 _CONSTS = {"true": True, "false": False, "True": True, "False": False}
 
+# Bounds on one expression. The compiler and the compiled closures recurse once per AST level, so
+# 3,000 nested ``not`` would exhaust the interpreter's stack; no hand-written rule comes close.
+MAX_EXPR_CHARS = 4000
+MAX_EXPR_DEPTH = 60
+#: The largest magnitude of a constant: the state is float32, and torch refuses to combine a
+#: float32 tensor with a Python number it cannot represent.
+MAX_MAGNITUDE = 1e30
+
 
 def _clip(x: Value, lo: Value, hi: Value) -> Tensor:
     """``clip`` with bounds that may be numbers or tensors, in any mix (``torch.clamp`` takes
@@ -140,7 +149,7 @@ class _Compiler:
         self.draws = draw_offset
 
     def fail(self, node: ast.AST, msg: str) -> ExprError:
-        return ExprError(f"{msg} in expression {self.source!r}")
+        return ExprError(f"{msg} in expression {_show(self.source)}")
 
     # Each visit returns (closure, type, constant-or-None). Constants are folded so that
     # literals cost nothing per step.
@@ -160,7 +169,12 @@ class _Compiler:
         if isinstance(v, bool):
             return (lambda S, R: v), BOOL, v
         if isinstance(v, (int, float)):
-            f = float(v)
+            try:
+                f = float(v)
+            except OverflowError:
+                f = math.inf
+            if not math.isfinite(f) or abs(f) > MAX_MAGNITUDE:
+                raise self.fail(node, f"number literal is too large (at most {MAX_MAGNITUDE:g} in size)")
             return (lambda S, R: f), NUM, f
         if isinstance(v, str):
             return (lambda S, R: v), ExprType("str"), v
@@ -230,9 +244,25 @@ class _Compiler:
         fa, ta, ca = self._numeric(node.left)
         fb, tb, cb = self._numeric(node.right)
         if ca is not None and cb is not None:
-            v = op(ca, cb)
+            v = self._fold(node, op, ca, cb)
             return (lambda S, R: v), NUM, v
         return (lambda S, R: op(fa(S, R), fb(S, R))), NUM, None
+
+    def _fold(self, node: ast.BinOp, op: Callable[[Any, Any], Any], a: float, b: float) -> float:
+        """Constant arithmetic is done once, here: ``1/0`` or ``10**10**10`` are authoring
+        mistakes to report, not values to carry into every step."""
+        text = ast.unparse(node)
+        try:
+            v = op(a, b)
+        except ZeroDivisionError:
+            raise self.fail(node, f"division by zero in '{text}'") from None
+        except (OverflowError, ValueError) as exc:
+            raise self.fail(node, f"'{text}' cannot be computed ({exc})") from None
+        if not isinstance(v, float) or not math.isfinite(v):
+            raise self.fail(node, f"'{text}' is not a finite real number")
+        if abs(v) > MAX_MAGNITUDE:
+            raise self.fail(node, f"'{text}' is too large (at most {MAX_MAGNITUDE:g} in size)")
+        return v
 
     def _numeric(self, node: ast.AST) -> tuple[Compiled, ExprType, Any]:
         """A number operand; a bool counts as 0/1 so that scoring formulas can add conditions."""
@@ -395,6 +425,22 @@ def standard_normal(u1: Tensor, u2: Tensor) -> Tensor:
     return (torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * torch.pi * u2.double())).float()
 
 
+def _show(source: Any) -> str:
+    """The expression as messages quote it: in full unless it is very long."""
+    text = repr(source)
+    return text if len(text) <= 200 else text[:160] + f"... ({len(text)} characters)"
+
+
+def _depth(tree: ast.AST) -> int:
+    """Nesting depth of ``tree``, measured without recursion."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
 def compile_expr(source: Any, resolve: Resolver, *, want: ExprType | None = None,
                  allow_random: bool = False, draw_offset: int = 0) -> CompiledExpr:
     """Parse, check and compile ``source``. Raises :class:`ExprError` with a readable message."""
@@ -403,15 +449,22 @@ def compile_expr(source: Any, resolve: Resolver, *, want: ExprType | None = None
     if isinstance(source, (int, float)):
         source = repr(source)
     if not isinstance(source, str) or not source.strip():
-        raise ExprError(f"expected an expression string, got {source!r}")
+        raise ExprError(f"expected an expression string, got {_show(source)}")
+    if len(source) > MAX_EXPR_CHARS:
+        raise ExprError(f"expression of {len(source)} characters, over the limit of {MAX_EXPR_CHARS}")
     try:
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as exc:
-        raise ExprError(f"syntax error in expression {source!r}: {exc.msg}") from None
+        raise ExprError(f"syntax error in expression {_show(source)}: {exc.msg}") from None
+    except (RecursionError, MemoryError, ValueError):
+        # CPython's parser gives up on deep nesting with one of these instead of a SyntaxError.
+        raise ExprError(f"expression nested deeper than {MAX_EXPR_DEPTH} levels") from None
+    if _depth(tree) > MAX_EXPR_DEPTH:
+        raise ExprError(f"expression nested deeper than {MAX_EXPR_DEPTH} levels")
     comp = _Compiler(source, resolve, allow_random, draw_offset)
     fn, typ, _ = comp.visit(tree)
     if typ.kind == "str":
-        raise ExprError(f"a bare string is not a value in expression {source!r}")
+        raise ExprError(f"a bare string is not a value in expression {_show(source)}")
     if want is not None and want.kind != typ.kind:
-        raise ExprError(f"type mismatch: expected {want}, got {typ} in expression {source!r}")
+        raise ExprError(f"type mismatch: expected {want}, got {typ} in expression {_show(source)}")
     return CompiledExpr(source, typ, fn, frozenset(comp.fields), comp.draws - draw_offset)

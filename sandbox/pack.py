@@ -7,18 +7,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from sandbox.compile import CompiledScenario
 from sandbox.env import BatchedEnv, NoLegalActionError
 from sandbox.errors import PackError
-from sandbox.reward import RewardFunction, load_reward_fn
+from sandbox.precheck import REWARD_FILE, load_params, load_rules, present, reward_files
+from sandbox.probe import probe_reward_fn
+from sandbox.reward import RewardError, RewardFunction, load_reward_fn
 from sandbox.spec import parse_scenario
 from sandbox.yaml_lines import load_yaml
 
-_REWARD_FILE = re.compile(r"^reward_(v\w+)\.py$")
+#: ``on_stage(file, what)`` is told what :func:`load_pack` starts on, so a supervisor that has
+#: to stop a load (:mod:`sandbox.isolate`) can say which file it was busy with.
+StageCallback = Callable[[Path, str], None]
+
+#: Steps per profile of the liveness check: twice the horizon, at most this many.
+MAX_LIVENESS_STEPS = 64
 
 
 @dataclass
@@ -58,51 +65,53 @@ def _version_key(label: str) -> tuple[int, str]:
     return (int(digits) if digits else -1, label)
 
 
-def load_pack(path: str | Path, calibration: dict[str, Any] | None = None, check_liveness: bool = True) -> Pack:
+def load_pack(path: str | Path, calibration: dict[str, Any] | None = None, check_liveness: bool = True,
+              on_stage: StageCallback | None = None, probe_rewards: bool = False) -> Pack:
     """Load and validate a pack folder. ``calibration`` (see :mod:`pipeline_steps.drift.calibrate`)
-    replaces field initial distributions and simulation profiles before compiling."""
+    replaces field initial distributions and simulation profiles before compiling.
+
+    Every file must lie inside the folder (:mod:`sandbox.pack_files`). With ``probe_rewards``
+    each reward function is run on edge states (:mod:`sandbox.probe`) and must score them with
+    finite numbers; validation does this, while the stress test and the evaluation gates load
+    broken reward functions on purpose, to report them. Reward modules are imported in this process:
+    to bound untrusted pack code in time and memory, validate with
+    :func:`sandbox.isolate.validate_isolated` first."""
+    stage = on_stage or (lambda _file, _what: None)
     root = Path(path)
     if not root.is_dir():
         raise PackError(str(root), None, "", "scenario pack folder not found")
     scen_file = root / "scenario.yaml"
-    if not scen_file.exists():
+    if not present(scen_file):
         raise PackError(str(scen_file), None, "", "missing scenario.yaml in the pack")
-    doc = load_yaml(scen_file)
+    stage(scen_file, "reading the scenario")
+    doc = load_yaml(scen_file, root)
     if calibration:
         doc = apply_calibration(doc, calibration)
-    spec = parse_scenario(doc, str(scen_file))
-    scenario = CompiledScenario(spec)
-    rules = _load_rules(root / "rules.yaml")
-    reward_files = sorted(p for p in root.iterdir() if _REWARD_FILE.match(p.name))
-    if not reward_files:
-        raise PackError(str(root), None, "", "no reward function: expected reward_v<N>.py files in the pack")
-    reward_fns = {}
-    for p in reward_files:
-        label = _REWARD_FILE.match(p.name).group(1)  # type: ignore[union-attr]
-        reward_fns[label] = load_reward_fn(p, rules, scenario.action_names)
-    params: dict[str, Any] = {}
-    if (root / "params.yaml").exists():
-        params = load_yaml(root / "params.yaml") or {}
-        if not isinstance(params, dict):
-            raise PackError(str(root / "params.yaml"), None, "", "expected a mapping of parameter overrides")
-    pack = Pack(root, scenario, rules, reward_fns, dict(params), calibration)
+    try:
+        spec = parse_scenario(doc, str(scen_file))
+        scenario = CompiledScenario(spec)
+    except RecursionError:
+        raise PackError(str(scen_file), None, "", "the scenario is nested too deeply") from None
+    rules = load_rules(root / "rules.yaml", root)
+    reward_fns = _load_reward_fns(root, rules, scenario, stage, probe_rewards)
+    pack = Pack(root, scenario, rules, reward_fns, load_params(root), calibration)
     if check_liveness:
+        stage(scen_file, "rolling random episodes (liveness check)")
         check_no_dead_ends(pack)
     return pack
 
 
-def _load_rules(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise PackError(str(path), None, "", "missing rules.yaml (the rule registry reward components cite)")
-    doc = load_yaml(path)
-    rules = doc.get("rules") if isinstance(doc, dict) else None
-    if not isinstance(rules, dict) or not rules:
-        raise PackError(str(path), getattr(doc, "line", None), "rules",
-                        "expected a mapping 'rules:' of rule id → {title, text}")
-    for rid, body in rules.items():
-        if not isinstance(body, dict) or "title" not in body:
-            raise PackError(str(path), rules.line_of(rid), f"rules.{rid}", "each rule needs at least a 'title'")
-    return dict(rules)
+def _load_reward_fns(root: Path, rules: dict[str, Any], scenario: CompiledScenario,
+                     stage: StageCallback, probe: bool) -> dict[str, RewardFunction]:
+    reward_fns = {}
+    for p in reward_files(root):
+        label = REWARD_FILE.match(p.name).group(1)  # type: ignore[union-attr]
+        stage(p, "importing the reward module")
+        reward_fns[label] = load_reward_fn(p, rules, scenario.action_names, root)
+        if probe:
+            stage(p, "probing the reward function on edge states")
+            probe_reward_fn(scenario, reward_fns[label])
+    return reward_fns
 
 
 def apply_calibration(doc: dict[str, Any], calibration: dict[str, Any]) -> dict[str, Any]:
@@ -122,20 +131,47 @@ def apply_calibration(doc: dict[str, Any], calibration: dict[str, Any]) -> dict[
 
 
 def check_no_dead_ends(pack: Pack, episodes: int = 512, seed: int = 0) -> None:
-    """Roll random legal actions through every profile and fail on a state with no legal action."""
-    for profile in pack.scenario.profiles:
+    """Roll random legal actions through every profile (twice the horizon, at most
+    :data:`MAX_LIVENESS_STEPS` steps) and fail on a state with no legal action, a state field that
+    is not a finite number, a non-finite reward, or an action that is never legal."""
+    scn = pack.scenario
+    ever_legal = torch.zeros(scn.n_actions, dtype=torch.bool)
+    for profile in scn.profiles:
         env = pack.make_env(episodes, profile=profile, seed=seed)
+        _check_finite(pack, env.S, f"the initial state (profile {profile})")
         gen = torch.Generator().manual_seed(seed)
-        for _ in range(pack.scenario.spec.horizon * 2):
+        for _ in range(min(scn.spec.horizon * 2, MAX_LIVENESS_STEPS)):
             masks = env.action_masks()
+            ever_legal |= masks.any(dim=0)
             if not bool(masks.any(dim=1).all()):
                 i = int((~masks.any(dim=1)).nonzero()[0, 0])
-                raise PackError(pack.scenario.file, None, "actions",
+                raise PackError(scn.file, None, "actions",
                                 f"the action set can leave a state with no legal action (profile {profile}, "
-                                f"reset state of episode {i}); give every state at least one legal action")
+                                f"reset state of episode {i}); every reachable state needs at least one legal action")
             actions = torch.multinomial(masks.float(), 1, generator=gen).squeeze(1)
             try:
                 env.step(actions)
             except NoLegalActionError as exc:
-                raise PackError(pack.scenario.file, None, "actions",
+                raise PackError(scn.file, None, "actions",
                                 f"the action set can leave a state with no legal action: {exc}") from None
+            except RewardError as exc:
+                raise PackError(pack.reward_fn().path, None, "", f"in a random episode: {exc}") from None
+            _check_finite(pack, env.S, f"a step of a random episode (profile {profile})")
+    never = [a for a, legal in zip(scn.spec.actions, ever_legal.tolist()) if not legal]
+    if never:
+        a = never[0]
+        raise PackError(scn.file, a.line, f"actions.{a.name}",
+                        f"action '{a.name}' was never legal in {episodes} random episodes per profile: its "
+                        "precondition or required fields never hold (an action that can never be taken is a mistake)")
+
+
+def _check_finite(pack: Pack, S: torch.Tensor, when: str) -> None:
+    """Every field of every row of ``S`` must be a finite number."""
+    cols = (~torch.isfinite(S)).any(dim=0).nonzero().flatten()
+    if not cols.numel():
+        return
+    path = next(p for p, j in pack.scenario.columns.items() if j == int(cols[0]))
+    f = pack.scenario.fields.get(path)
+    raise PackError(pack.scenario.file, None if f is None else f.line, path,
+                    f"field '{path}' is not a finite number after {when}: an initial distribution or an "
+                    "effect produces NaN or infinity")

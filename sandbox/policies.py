@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from sandbox.env import BatchedEnv
+from sandbox.errors import PackError
 from sandbox.pack import Pack
+from sandbox.pack_files import check_pack_file
 
 Tensor = torch.Tensor
 ActFn = Callable[[BatchedEnv], Tensor]
@@ -38,15 +41,71 @@ def rule_policy(env: BatchedEnv) -> Tensor:
 
 
 def load_oracle(pack: Pack) -> ActFn | None:
-    """The pack's oracle (``oracle.py`` with ``make_oracle(pack)``), or None when it has none."""
+    """The pack's oracle (``oracle.py`` with ``make_oracle(pack)``), or None when it has none.
+    The file must lie inside the pack; a failure to import or build it is a :class:`PackError`."""
     path = pack.path / "oracle.py"
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return None
+    check_pack_file(path, pack.path)
     spec = importlib.util.spec_from_file_location(f"rlops_oracle_{pack.name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_oracle(pack)
+    try:
+        spec.loader.exec_module(module)
+        make = getattr(module, "make_oracle", None)
+        if not callable(make):
+            raise PackError(str(path), None, "make_oracle", "an oracle module must define make_oracle(pack)")
+        act = make(pack)
+    except PackError:
+        raise
+    except SyntaxError as exc:
+        raise PackError(str(path), exc.lineno, "", f"syntax error in the oracle: {exc.msg}") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - pack code: any failure is an authoring error
+        raise PackError(str(path), _line_in(exc, path), "", f"the oracle failed to load: "
+                                                            f"{type(exc).__name__}: {exc}") from None
+    if not callable(act):
+        raise PackError(str(path), None, "make_oracle", "make_oracle(pack) must return a function act(env)")
+    return act
+
+
+def _line_in(exc: BaseException, path: Path) -> int | None:
+    """The last line of ``path`` in the traceback of ``exc``."""
+    line, tb = None, exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == str(path):
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def probe_oracle(pack: Pack, episodes: int = 16) -> None:
+    """Build the pack's oracle and let it act for one horizon on a small batch: it must return
+    one legal action per episode. A :class:`PackError` otherwise (nothing when there is no oracle)."""
+    act = load_oracle(pack)
+    if act is None:
+        return
+    path = pack.path / "oracle.py"
+    env = pack.make_env(episodes, illegal_action="noop")
+    for _ in range(pack.scenario.spec.horizon):
+        try:
+            actions = act(env)
+        except Exception as exc:  # noqa: BLE001 - pack code
+            raise PackError(str(path), _line_in(exc, path), "", f"the oracle's act(env) raised "
+                                                                f"{type(exc).__name__}: {exc}") from None
+        if not (isinstance(actions, Tensor) and actions.shape == (env.num_envs,)
+                and not actions.is_floating_point() and actions.dtype != torch.bool):
+            raise PackError(str(path), None, "", f"the oracle's act(env) must return an integer tensor "
+                                                 f"[{env.num_envs}] of actions, got {_describe(actions)}")
+        if not bool(((actions >= 0) & (actions < env.n_actions)).all()) or \
+                not bool(env.action_masks().gather(1, actions.long().unsqueeze(1)).all()):
+            raise PackError(str(path), None, "", "the oracle's act(env) returned an action that is not legal")
+        env.step(actions)
+
+
+def _describe(x: object) -> str:
+    if isinstance(x, Tensor):
+        return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
+    return type(x).__name__
 
 
 @dataclass

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from typing import Any, Callable
 import torch
 
 from sandbox.errors import PackError
+from sandbox.pack_files import read_pack_text
 
 Tensor = torch.Tensor
 
@@ -184,9 +186,13 @@ class RewardFunction:
         return w
 
 
-def load_reward_fn(path: Path, rules: dict[str, Any], actions: tuple[str, ...]) -> RewardFunction:
-    """Import a reward module by path and check its components against ``rules`` and ``actions``."""
-    source = path.read_text()
+def load_reward_fn(path: Path, rules: dict[str, Any], actions: tuple[str, ...],
+                   root: Path | None = None) -> RewardFunction:
+    """Import a reward module by path and check its components against ``rules`` and ``actions``.
+    With ``root`` (the pack folder) the file must resolve inside it: a module linked in from
+    elsewhere is refused before it runs. Importing runs the module's code in this process;
+    :mod:`sandbox.isolate` does it first in a child process with time and memory limits."""
+    source = read_pack_text(path, root)
     mod_name = f"rlops_reward_{hashlib.sha256(str(path).encode()).hexdigest()[:10]}_{path.stem}"
     spec = importlib.util.spec_from_file_location(mod_name, path)
     assert spec is not None and spec.loader is not None
@@ -195,7 +201,7 @@ def load_reward_fn(path: Path, rules: dict[str, Any], actions: tuple[str, ...]) 
         spec.loader.exec_module(module)
     except SyntaxError as exc:
         raise PackError(str(path), exc.lineno, "", f"syntax error in reward module: {exc.msg}") from None
-    except Exception as exc:  # noqa: BLE001 - any import failure is an authoring error
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any import failure is an authoring error
         tb = exc.__traceback__
         line = None
         while tb is not None:
@@ -234,6 +240,15 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _finite(v: Any) -> bool:
+    """A number that is not NaN or infinite: a weight, clip or penalty of ``float('inf')`` would
+    turn every reward into ±inf or NaN."""
+    try:
+        return _is_num(v) and math.isfinite(float(v))
+    except OverflowError:
+        return False
+
+
 def _settings(path: Path, module: Any, source: str, objectives: set[str], rules: dict[str, Any]
               ) -> tuple[dict[str, float], tuple[tuple[int, dict[str, float]], ...], float | None,
                          dict[str, Any] | None]:
@@ -244,7 +259,7 @@ def _settings(path: Path, module: Any, source: str, objectives: set[str], rules:
         return PackError(str(path), None if m is None else source.count("\n", 0, m.start()) + 1, name, msg)
 
     def weight_map(name: str, w: Any) -> dict[str, float]:
-        if not isinstance(w, dict) or not all(isinstance(k, str) and _is_num(v) for k, v in w.items()):
+        if not isinstance(w, dict) or not all(isinstance(k, str) and _finite(v) for k, v in w.items()):
             raise bad(name, f"expected a mapping objective → number, got {w!r}")
         unknown = set(w) - objectives
         if unknown:
@@ -261,11 +276,11 @@ def _settings(path: Path, module: Any, source: str, objectives: set[str], rules:
         raise bad("WEIGHT_SCHEDULE", "expected a list of (env step, {objective: weight}) pairs")
     schedule = tuple(sorted((int(s), weight_map("WEIGHT_SCHEDULE", w)) for s, w in raw))
     clip = getattr(module, "CLIP", None)
-    if clip is not None and not (_is_num(clip) and clip > 0):
+    if clip is not None and not (_finite(clip) and clip > 0):
         raise bad("CLIP", f"expected a positive number (the bound on |total|), got {clip!r}")
     rp = getattr(module, "REPEAT_PENALTY", None)
     if rp is not None:
-        if not (isinstance(rp, dict) and set(rp) <= {"penalty", "after", "rule_ref"} and _is_num(rp.get("penalty"))
+        if not (isinstance(rp, dict) and set(rp) <= {"penalty", "after", "rule_ref"} and _finite(rp.get("penalty"))
                 and rp["penalty"] >= 0 and isinstance(rp.get("after", 1), int) and rp.get("after", 1) >= 1):
             raise bad("REPEAT_PENALTY", "expected {'penalty': number >= 0, 'after': int >= 1, 'rule_ref': "
                                         f"rule id}}, got {rp!r}")
@@ -326,20 +341,7 @@ class RewardRuntime:
     def compute(self, t: Transition, actions: Tensor, repeat_count: Tensor, done: Tensor,
                 global_step: int) -> tuple[Tensor, Tensor]:
         """Total ``[N]`` and breakdown ``[N, len(names)]`` (weighted; sums to the total)."""
-        cols = []
-        for c in self.fn.components:
-            try:
-                v = c.fn(t)
-            except Exception as exc:  # noqa: BLE001 - reported with the component's name
-                raise RewardError(f"{self.fn.path}:{c.line}: reward component '{c.name}' raised "
-                                  f"{type(exc).__name__}: {exc}") from exc
-            v = torch.as_tensor(v, dtype=torch.float32, device=self.device)
-            if v.dim() == 0:
-                v = v.expand(self.n)
-            if v.shape != (self.n,):
-                raise RewardError(f"{self.fn.path}:{c.line}: reward component '{c.name}' returned shape "
-                                  f"{tuple(v.shape)}, expected ({self.n},)")
-            cols.append(v.float())
+        cols = [self._component(c, t) for c in self.fn.components]
         raw = torch.stack(cols, dim=1) * self._weights(global_step)
         if any(code is not None for code in self._settle_codes):
             for j, code in enumerate(self._settle_codes):
@@ -362,6 +364,22 @@ class RewardRuntime:
         total = total_raw if self.fn.clip is None else total_raw.clamp(-self.fn.clip, self.fn.clip)
         breakdown = torch.cat([parts, (total - total_raw).unsqueeze(1)], dim=1)
         return total, breakdown
+
+    def _component(self, c: Component, t: Transition) -> Tensor:
+        """One component's scores ``[N]``; anything else is a :class:`RewardError` naming it."""
+        where = f"{self.fn.path}:{c.line}: reward component '{c.name}'"
+        try:
+            v = c.fn(t)
+            v = torch.as_tensor(v, dtype=torch.float32, device=self.device)
+        except Exception as exc:  # noqa: BLE001 - reported with the component's name
+            raise RewardError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+        if v.dim() == 0:
+            v = v.expand(self.n)
+        if v.shape != (self.n,):
+            raise RewardError(f"{where} returned shape {tuple(v.shape)}, expected ({self.n},)")
+        # Non-finite scores pass through: the stress test and the evaluation gates report them,
+        # validation refuses them (sandbox.probe) and trace rows never carry them (sandbox.traces).
+        return v.float()
 
     def reset_rows(self, rows: Tensor) -> None:
         self.pending = torch.where(rows.unsqueeze(1), torch.zeros_like(self.pending), self.pending)

@@ -7,6 +7,7 @@ are compiled by :mod:`sandbox.compile`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,18 @@ DISTS = {
     "bernoulli": ("p",),
 }
 RESERVED_GROUPS = ("episode",)
+
+# Sizes a scenario may declare. Every one of them multiplies the work of validation (the liveness
+# check steps ``horizon`` times) or the memory of an environment, so a typo such as
+# ``horizon: 100000000`` must fail at once with a clear message instead of hanging CI.
+MAX_HORIZON = 1000
+MAX_HISTORY_LEN = 64
+MAX_FIELDS = 1000
+MAX_ACTIONS = 256
+MAX_ENUM_VALUES = 1000
+#: The largest magnitude of a number in a scenario: the state is float32 (at most ~3.4e38), and
+#: a draw of ``normal(0, 1e300)`` must not overflow it.
+MAX_MAGNITUDE = 1e30
 
 
 @dataclass(frozen=True)
@@ -158,6 +171,9 @@ class _Ctx:
         v = node[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise self.err(node, key, f"{path}.{key}", f"type mismatch: expected a number, got {_kind(v)}")
+        if not _finite(v):
+            raise self.err(node, key, f"{path}.{key}", f"bad value: expected a finite number (at most "
+                                                       f"{MAX_MAGNITUDE:g} in size), got {_kind(v)}")
         return float(v)
 
 
@@ -174,6 +190,8 @@ def _kind(v: Any) -> str:
         return "nothing"
     if isinstance(v, bool):
         return f"bool {v}"
+    if isinstance(v, int) and abs(v) > 10**20:
+        return f"a number of {len(str(abs(v)))} digits"
     if isinstance(v, (int, float)):
         return f"number {v}"
     if isinstance(v, str):
@@ -233,6 +251,8 @@ def _parse_field(c: _Ctx, node: LDict, parent: LDict, path: str) -> FieldSpec:
         if not isinstance(vals, list) or not vals or not all(isinstance(v, str) for v in vals):
             raise c.err(node, "values" if "values" in node else None, path,
                         "an enum field needs 'values': a non-empty list of names")
+        if len(vals) > MAX_ENUM_VALUES:
+            raise c.err(node, "values", path, f"an enum field takes at most {MAX_ENUM_VALUES} values, got {len(vals)}")
         if len(set(vals)) != len(vals):
             raise c.err(node, "values", path, "enum values must be unique")
         values = tuple(vals)
@@ -252,6 +272,15 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _finite(v: int | float) -> bool:
+    """YAML spells NaN and infinity ``.nan`` / ``.inf``; a number beyond :data:`MAX_MAGNITUDE`
+    is no better (the state is float32)."""
+    try:
+        return math.isfinite(float(v)) and abs(float(v)) <= MAX_MAGNITUDE
+    except OverflowError:
+        return False
+
+
 def _check_init_value(c: _Ctx, node: LDict, key: str, where: str, t: str, lo: float | None, hi: float | None,
                       values: tuple[str, ...], init: InitSpec) -> None:
     """Check an initial value or distribution against its field (``node[key]`` holds it)."""
@@ -264,6 +293,9 @@ def _check_init_value(c: _Ctx, node: LDict, key: str, where: str, t: str, lo: fl
         if t in ("int", "float"):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise c.err(node, key, where, f"type mismatch: expected a number, got {_kind(v)}")
+            if not _finite(v):
+                raise c.err(node, key, where, f"bad value: expected a finite number (at most {MAX_MAGNITUDE:g} "
+                                             f"in size), got {_kind(v)}")
             if (lo is not None and v < lo) or (hi is not None and v > hi):
                 raise c.err(node, key, where, f"bad range: initial value {v:g} outside [{lo}, {hi}]")
     if init.dist == "categorical":
@@ -279,8 +311,15 @@ def _check_init_value(c: _Ctx, node: LDict, key: str, where: str, t: str, lo: fl
             raise c.err(node, key, where, f"probs needs {len(values)} numbers (one per enum value) "
                                              "or a mapping value → probability")
         weights = list(probs.values()) if isinstance(probs, dict) else probs
-        if not all(_is_num(w) and w >= 0 for w in weights) or sum(weights) <= 0:
+        if not all(_is_num(w) and _finite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
             raise c.err(node, key, where, "bad range: probs must be non-negative numbers, not all zero")
+    for k, v in init.params.items():
+        if k != "probs" and not (_is_num(v) or isinstance(v, str)):
+            raise c.err(node, key, where, f"type mismatch: distribution parameter '{k}' expects a number or an "
+                                         f"expression, got {_kind(v)}")
+        if _is_num(v) and not _finite(v):
+            raise c.err(node, key, where, f"bad value: distribution parameter '{k}' must be a finite number "
+                                         f"(at most {MAX_MAGNITUDE:g} in size), got {_kind(v)}")
     num = {k: float(v) for k, v in init.params.items() if _is_num(v)}
     if init.dist == "bernoulli" and "p" in num and not 0.0 <= num["p"] <= 1.0:
         raise c.err(node, key, where, f"bad range: probability p {num['p']:g} must be within [0, 1]")
@@ -445,14 +484,20 @@ def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
     horizon = doc.get("horizon", 20)
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
         raise c.err(doc, "horizon", "horizon", f"type mismatch: horizon expects a positive int, got {_kind(horizon)}")
+    if horizon > MAX_HORIZON:
+        raise c.err(doc, "horizon", "horizon", f"bad range: horizon {horizon} is over the limit of {MAX_HORIZON} steps")
     fields: list[FieldSpec] = []
     _walk_fields(c, c.mapping(doc["state"], doc, "state", "state"), "", fields)
     if not fields:
         raise c.err(doc, "state", "state", "the state declares no fields")
+    if len(fields) > MAX_FIELDS:
+        raise c.err(doc, "state", "state", f"the state declares {len(fields)} fields, over the limit of {MAX_FIELDS}")
     paths = {f.path for f in fields}
     acts_node = doc["actions"]
     if not isinstance(acts_node, list) or not acts_node:
         raise c.err(doc, "actions", "actions", "expected a non-empty list of actions")
+    if len(acts_node) > MAX_ACTIONS:
+        raise c.err(doc, "actions", "actions", f"{len(acts_node)} actions, over the limit of {MAX_ACTIONS}")
     actions = [_parse_action(c, a, acts_node, i, paths) for i, a in enumerate(acts_node)]
     names = [a.name for a in actions]
     dup = next((n for n in names if names.count(n) > 1), None)
@@ -477,6 +522,9 @@ def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
     hl = doc.get("history_len", 4)
     if isinstance(hl, bool) or not isinstance(hl, int) or hl < 1:
         raise c.err(doc, "history_len", "history_len", "history_len expects a positive int")
+    if hl > MAX_HISTORY_LEN:
+        raise c.err(doc, "history_len", "history_len", f"bad range: history_len {hl} is over the limit of "
+                                                       f"{MAX_HISTORY_LEN}")
     return ScenarioSpec(name=str(doc["name"]), description=str(doc.get("description", "")), horizon=horizon,
                         fields=tuple(fields), actions=tuple(actions), profiles=profiles,
                         default_profile=default_profile, rule_policy=tuple(rules),

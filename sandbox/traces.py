@@ -17,6 +17,7 @@ import torch
 
 from sandbox.env import BatchedEnv
 from sandbox.pack import Pack
+from sandbox.reward import RewardError
 
 Tensor = torch.Tensor
 #: A policy for tracing returns actions, or actions plus a dict of per-row ``logp``, ``entropy``,
@@ -54,6 +55,7 @@ def rollout_traces(pack: Pack, policy: TracePolicy, episodes: int, *, seed: int 
         actions, extras = (out if isinstance(out, tuple) else (out, {}))
         elapsed = S[:, scn.columns["episode.elapsed_ms"]]
         _, reward, term, trunc, info = env.step(actions)
+        _check_finite_reward(env, reward, info.reward_breakdown)
         state = S[:, cols].clone()
         for j, c in enumerate(cols):
             if c in vis:
@@ -66,6 +68,16 @@ def rollout_traces(pack: Pack, policy: TracePolicy, episodes: int, *, seed: int 
         if not bool(live.any()):
             break
     return _to_frame(pack, env, steps, fields, seed, t0, policy_version, source, test_group, sample_rate)
+
+
+def _check_finite_reward(env: BatchedEnv, reward: Tensor, breakdown: Tensor) -> None:
+    """A NaN or infinite reward must not reach a trace row (or anything trained on it)."""
+    if bool(torch.isfinite(reward).all()):
+        return
+    bad = ~torch.isfinite(breakdown)
+    col = int(bad.any(dim=0).nonzero()[0, 0]) if bool(bad.any()) else len(env.reward.names) - 1
+    raise RewardError(f"{env.reward_fn.path}: reward entry '{env.reward.names[col]}' is not a finite number on "
+                      "a sandbox step; no trace rows were written")
 
 
 def _to_frame(pack: Pack, env: BatchedEnv, steps: list[dict[str, Any]], fields: list[str], seed: int,

@@ -55,7 +55,10 @@ def context_from_args(args: argparse.Namespace) -> "StepContext":
 def pack_dir_from_args(args: argparse.Namespace) -> Path:
     """The pack folder ``--scenario`` names (without building a full step context)."""
     from common.config import REPO_ROOT, load_params
+    from common.errors import UserError
     scenario = getattr(args, "scenario", None)
+    if scenario is not None and not scenario.strip():
+        raise UserError("--scenario '': empty path; expected a pack name under scenarios/ or a pack folder")
     if scenario and (Path(scenario).is_dir() or "/" in scenario or scenario.startswith(".")):
         return Path(scenario)
     params = load_params()

@@ -4,61 +4,120 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from common.errors import UserError
 from rlops.commands.common_args import add_common_args, add_reward_fn_arg, pack_dir_from_args
+
+# Bounds of the arguments, checked before any work: a rollout keeps every row in memory.
+MAX_EPISODES = 100_000
+MAX_ROWS = 2_000_000
+MAX_SEED = 2**31 - 1
+
+
+def _whole_number(text: str) -> int:
+    """A whole number (its range is checked by the command, with the argument's name)."""
+    try:
+        return int(text)
+    except ValueError:  # also a number of more than 4,300 digits
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
+
+
+def _check_ranges(args: argparse.Namespace) -> None:
+    if args.episodes < 1:
+        raise ArgumentError(f"--episodes {args.episodes}: expected a positive number of episodes")
+    if args.episodes > MAX_EPISODES:
+        raise ArgumentError(f"--episodes {args.episodes}: expected at most {MAX_EPISODES} episodes per rollout")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise ArgumentError(f"--seed {args.seed}: expected a whole number from 0 to {MAX_SEED}")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.5 <= value <= 600:  # also false for NaN
+        raise argparse.ArgumentTypeError(f"expected a number of seconds from 0.5 to 600, got {text!r}")
+    return value
+
+
+class ArgumentError(UserError):
+    """A bad argument of an ``env`` command (exit code 2)."""
+
+
+def _one_line_errors(parser: argparse.ArgumentParser, leaf: bool = True) -> argparse.ArgumentParser:
+    """A usage error is one line on stderr (``error: rlops env rollout: argument --episodes: ...``)
+    and exit code 2, like every other bad input; ``--help`` still shows the usage."""
+    def error(message: str) -> NoReturn:
+        print(f"error: {parser.prog}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+    parse_known = parser.parse_known_args
+
+    def parse_known_args(args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        # Left to the top-level parser, an unknown option would be reported with its usage.
+        ns, extras = parse_known(args, namespace)
+        if extras:
+            error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns, extras
+    parser.error = error  # type: ignore[method-assign]
+    if leaf:
+        parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+    return parser
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    env = sub.add_parser("env", help="validate, describe and roll out scenario packs")
+    env = _one_line_errors(sub.add_parser("env", help="validate, describe and roll out scenario packs"), leaf=False)
     env_sub = env.add_subparsers(dest="env_command", required=True, metavar="ACTION")
 
-    p = env_sub.add_parser("validate", help="load and check a pack (exit 2 on any error)")
+    p = _one_line_errors(env_sub.add_parser("validate", help="load and check a pack (exit 2 on any error)"))
     add_common_args(p, run_key=False)
+    p.add_argument("--timeout", type=_seconds, default=None,
+                   help="seconds the check may take before it is stopped (default 5)")
     p.set_defaults(func=cmd_validate)
 
-    p = env_sub.add_parser("describe", help="fields, actions, profiles and reward functions of a pack")
+    p = _one_line_errors(env_sub.add_parser("describe",
+                                            help="fields, actions, profiles and reward functions of a pack"))
     add_common_args(p, run_key=False)
     p.add_argument("--state", action="store_true", help="list the state fields only")
     p.set_defaults(func=cmd_describe)
 
-    p = env_sub.add_parser("rollout", help="run a reference policy and write trace rows")
+    p = _one_line_errors(env_sub.add_parser("rollout", help="run a reference policy and write trace rows"))
     add_common_args(p, run_key=False)
     p.add_argument("--policy", choices=["random", "rules"], default="rules")
-    p.add_argument("--episodes", type=int, default=1000)
+    p.add_argument("--episodes", type=_whole_number, default=1000)
     p.add_argument("--profile", default=None, help="simulation profile (default: the pack's default)")
     add_reward_fn_arg(p)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_whole_number, default=0)
     p.add_argument("--out", required=True, help="output file: .jsonl or .parquet")
     p.set_defaults(func=cmd_rollout)
 
 
-def _load_checked_pack(args: argparse.Namespace) -> Any:
-    """Load and validate the pack. The liveness check steps a few hundred tiny episodes, where
-    torch's thread pool costs more than it gains (seconds on a busy machine): one thread."""
-    import torch
-    from sandbox.pack import load_pack
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return load_pack(pack_dir_from_args(args))
-    finally:
-        torch.set_num_threads(threads)
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
-    pack = _load_checked_pack(args)
+    # The pack's Python runs in a child process with time and memory limits; this process only
+    # reads the verdict (and never imports torch).
+    from sandbox.isolate import TIMEOUT_S, validate_isolated
+    s = validate_isolated(str(pack_dir_from_args(args)), timeout_s=args.timeout or TIMEOUT_S)
     if args.json:
-        print(json.dumps({"pack": pack.name, "valid": True, "fields": len(pack.scenario.spec.fields),
-                          "actions": pack.scenario.n_actions, "profiles": sorted(pack.scenario.profiles),
-                          "reward_functions": {k: fn.version for k, fn in pack.reward_fns.items()},
-                          "rules": len(pack.rules)}, indent=2))
+        print(json.dumps(s, indent=2))
         return 0
-    print(f"ok: {pack.name} — {len(pack.scenario.spec.fields)} fields, {pack.scenario.n_actions} actions, "
-          f"profiles {sorted(pack.scenario.profiles)}, reward functions {sorted(pack.reward_fns)}, "
-          f"{len(pack.rules)} rules")
+    print(f"ok: {s['pack']} — {s['fields']} fields, {s['actions']} actions, profiles {s['profiles']}, "
+          f"reward functions {sorted(s['reward_functions'])}, {s['rules']} rules")
     return 0
+
+
+def _load_checked(path: str) -> Any:
+    """The pack at ``path``, after the bounded check in a child process: its code is only run in
+    this process once it is known to import and score in time."""
+    from sandbox.isolate import validate_isolated
+    from sandbox.pack import load_pack
+    validate_isolated(path)
+    return load_pack(path, check_liveness=False)
 
 
 def describe(pack: Any) -> dict[str, Any]:
@@ -83,7 +142,7 @@ def describe(pack: Any) -> dict[str, Any]:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    d = describe(_load_checked_pack(args))
+    d = describe(_load_checked(str(pack_dir_from_args(args))))
     if args.state:
         d = {"name": d["name"], "state": d["state"]}
     if args.json:
@@ -108,33 +167,72 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from common.errors import UserError
-    from sandbox.policies import random_policy, rule_policy
-    from sandbox.traces import rollout_traces
-    out = Path(args.out)
-    if out.suffix not in (".jsonl", ".parquet"):
-        raise UserError(f"--out {out}: expected a .jsonl or .parquet file name")
-    if args.episodes < 1:
-        raise UserError(f"--episodes {args.episodes}: expected a positive number of episodes")
-    pack = _load_checked_pack(args)
     from common.config import load_params
+    from sandbox.policies import random_policy, rule_policy
     from sandbox.profiles import default_profile
+    from sandbox.reward import RewardError
     from sandbox.reward_choice import choose_reward
+    from sandbox.traces import rollout_traces
+    _check_ranges(args)
+    out = _check_out(Path(args.out), create=not args.dry_run)
+    pack = _load_checked(str(pack_dir_from_args(args)))
     reward = choose_reward(pack, args.reward_fn, load_params().get("reward_fn"))
     profile = default_profile(pack, "sandbox", args.profile)
+    if args.episodes * pack.scenario.spec.horizon > MAX_ROWS:
+        raise ArgumentError(f"--episodes {args.episodes}: with a horizon of {pack.scenario.spec.horizon} steps the "
+                            f"rollout could hold {args.episodes * pack.scenario.spec.horizon} rows, over the limit of "
+                            f"{MAX_ROWS}; roll out fewer episodes per call")
     policy = random_policy(args.seed) if args.policy == "random" else rule_policy
-    df = rollout_traces(pack, policy, args.episodes, seed=args.seed, profile=profile,
-                        reward_version=reward.reward_fn, policy_version=args.policy)
+    try:
+        df = rollout_traces(pack, policy, args.episodes, seed=args.seed, profile=profile,
+                            reward_version=reward.reward_fn, policy_version=args.policy)
+    except RewardError as exc:
+        raise ArgumentError(f"{exc}; fix the reward function of {pack.name}") from None
     if not args.dry_run:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if out.suffix == ".parquet":
-            df.to_parquet(out, index=False)
-        else:
-            df.to_json(out, orient="records", lines=True, date_format="iso")
+        _write_atomic(df, out)
     if args.json:
         print(json.dumps({"rows": len(df), "episodes": args.episodes, "policy": args.policy, "profile": profile,
-                          "out": str(out), "dry_run": args.dry_run}))
+                          **reward.as_fields(), "out": str(out), "dry_run": args.dry_run}))
     else:
         print(f"{'would write' if args.dry_run else 'wrote'} {len(df)} trace rows of {args.episodes} episodes "
-              f"({args.policy}, profile {profile}) to {out}")
+              f"({args.policy}, profile {profile}, reward {reward.reward_fn}) to {out}")
     return 0
+
+
+def _check_out(out: Path, create: bool = True) -> Path:
+    """``--out`` must name a .jsonl/.parquet file in a folder this process can write: found out
+    before the rollout runs, not after (a dry run only checks the name)."""
+    if out.suffix not in (".jsonl", ".parquet"):
+        raise ArgumentError(f"--out {out}: expected a .jsonl or .parquet file name")
+    if out.is_dir():
+        raise ArgumentError(f"--out {out}: is a folder; expected a file name")
+    if not create:
+        return out
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", suffix=".probe"):
+            pass
+    except OSError as exc:
+        raise ArgumentError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+    return out
+
+
+def _write_atomic(df: Any, out: Path) -> None:
+    """Write to a temporary file next to ``out`` and rename it into place, so that a failure
+    leaves the previous file (or none), never a truncated one."""
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        if out.suffix == ".parquet":
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_json(tmp, orient="records", lines=True, date_format="iso")
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp creates 0600; the result gets the usual permissions
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise ArgumentError(f"--out {out}: writing failed ({exc.strerror or exc})") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

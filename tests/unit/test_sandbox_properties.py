@@ -102,7 +102,10 @@ def actions(draw: st.DrawFn, fields: dict[str, dict[str, Any]]) -> list[dict[str
     out = []
     for i in range(draw(st.integers(1, 3))):
         a: dict[str, Any] = {"name": f"a{i}", "description": f"generated action {i}",
-                             "precondition": draw(st.one_of(st.just("true"), conditions(fields))),
+                             # Legal at least at the first step: an action that can never be
+                             # legal is rejected by the loader (tested in tests/robustness).
+                             "precondition": draw(st.one_of(st.just("true"), conditions(fields).map(
+                                 lambda c: f"({c}) or episode.step == 0"))),
                              "api": f"api{i % 2}",
                              "latency_ms": {"mean": draw(st.integers(0, 200)), "std": draw(st.integers(0, 50))}}
         effects = []

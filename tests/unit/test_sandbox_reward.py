@@ -14,7 +14,9 @@ import torch
 from sandbox.env import BatchedEnv
 from sandbox.pack import Pack, load_pack
 from sandbox.policies import random_policy, rule_policy
-from sandbox.reward import RewardError, render_breakdown
+from sandbox.traces import rollout_traces
+from sandbox.errors import PackError
+from sandbox.reward import RewardError, load_reward_fn, render_breakdown
 
 REPO = Path(__file__).resolve().parents[2]
 CREDIT = REPO / "scenarios" / "credit_approval"
@@ -44,12 +46,13 @@ def credit() -> Pack:
     return load_pack(CREDIT, check_liveness=False)
 
 
-def counter_pack(tmp_path: Path, reward_src: str, name: str = "counter") -> Pack:
-    """A copy of the counter pack whose ``reward_v1.py`` is ``reward_src``."""
+def counter_pack(tmp_path: Path, reward_src: str, name: str = "counter", probe: bool = False) -> Pack:
+    """A copy of the counter pack whose ``reward_v1.py`` is ``reward_src`` (probed on edge
+    states, as validation does, with ``probe``)."""
     dst = tmp_path / name
     shutil.copytree(COUNTER, dst)
     (dst / "reward_v1.py").write_text(HEADER + reward_src)
-    return load_pack(dst, check_liveness=False)
+    return load_pack(dst, check_liveness=False, probe_rewards=probe)
 
 
 def act(pack: Pack, name: str, n: int = 1) -> torch.Tensor:
@@ -285,6 +288,17 @@ def test_v1_caps_at_three_incomes_below_550(credit: Pack) -> None:
 
 
 # ------------------------------------------------------------------------------- authoring errors at run time
+def broken_swap(tmp_path: Path, src: str) -> tuple[Pack, BatchedEnv]:
+    """A valid counter pack with an environment whose reward is swapped for the module ``src``
+    (validation would refuse such a module: the runtime's own checks are reached this way)."""
+    pack = counter_pack(tmp_path, PROGRESS)
+    (tmp_path / "reward_v9.py").write_text(HEADER + src)
+    fn = load_reward_fn(tmp_path / "reward_v9.py", pack.rules, pack.scenario.action_names)
+    env = pack.make_env(2)
+    env.set_reward_fn(fn)
+    return pack, env
+
+
 def test_component_with_a_wrong_shape_is_reported(tmp_path: Path) -> None:
     src = PROGRESS + '''
 @component(objective="cost")
@@ -293,8 +307,9 @@ def broken(t):
     """wrong shape"""
     return torch.zeros(3, 2)
 '''
-    pack = counter_pack(tmp_path, src)
-    env = pack.make_env(2)
+    with pytest.raises(PackError, match=r"reward component returned shape \(3, 2\), expected one score per episode"):
+        counter_pack(tmp_path / "load", src, probe=True)
+    pack, env = broken_swap(tmp_path, src)
     with pytest.raises(RewardError, match=r"reward component 'broken' returned shape \(3, 2\), expected \(2,\)"):
         env.step(act(pack, "wait", 2))
 
@@ -306,11 +321,28 @@ def test_component_that_raises_is_reported_with_its_line(tmp_path: Path) -> None
 def typo(t):
     return t.ns.countr
 '''
-    pack = counter_pack(tmp_path, src)
-    env = pack.make_env(2)
-    with pytest.raises(RewardError, match=r"reward_v1\.py:\d+: reward component 'typo' raised AttributeError: "
+    with pytest.raises(PackError, match=r"reward_v1\.py:\d+: reward component raised AttributeError: "
+                                        r"unknown state field 'countr'.* at typo"):
+        counter_pack(tmp_path / "load", src, probe=True)
+    pack, env = broken_swap(tmp_path, src)
+    with pytest.raises(RewardError, match=r"reward_v9\.py:\d+: reward component 'typo' raised AttributeError: "
                                           r"unknown state field 'countr'"):
         env.step(act(pack, "wait", 2))
+
+
+def test_component_returning_nan_is_refused(tmp_path: Path) -> None:
+    src = PROGRESS + '''
+@component(objective="cost")
+@rule_ref("R_COST")
+def ratio(t):
+    return t.ns.counter / t.s.counter
+'''
+    with pytest.raises(PackError, match=r"reward component returned nan for an illegal action on a sampled "
+                                        r"initial state \(scores must be finite\) at ratio"):
+        counter_pack(tmp_path / "load", src, probe=True)
+    pack = counter_pack(tmp_path / "plain", src)
+    with pytest.raises(RewardError, match=r"reward entry 'ratio' is not a finite number .* no trace rows"):
+        rollout_traces(pack, rule_policy, 4)
 
 
 def test_scalar_component_broadcasts_and_reason_defaults_to_docstring(tmp_path: Path) -> None:
