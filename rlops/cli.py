@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from common.errors import ExitCode, RlopsError
 
@@ -36,8 +36,18 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
             stress.register, model.register, audit.register, console.register, demo.register]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line on stderr — ``error: rlops env rollout: argument --episodes: …``
+    — and exit code 2, like every other bad input; ``--help`` still shows the full usage.
+    Subcommand parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(int(ExitCode.BAD_INPUT))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="rlops", description="Train, test and promote agent decision policies with reinforcement learning.",
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true",

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from common.errors import UserError
 from rlops.commands.common_args import add_common_args, add_reward_fn_arg, pack_dir_from_args
@@ -50,44 +49,23 @@ class ArgumentError(UserError):
     """A bad argument of an ``env`` command (exit code 2)."""
 
 
-def _one_line_errors(parser: argparse.ArgumentParser, leaf: bool = True) -> argparse.ArgumentParser:
-    """A usage error is one line on stderr (``error: rlops env rollout: argument --episodes: ...``)
-    and exit code 2, like every other bad input; ``--help`` still shows the usage."""
-    def error(message: str) -> NoReturn:
-        print(f"error: {parser.prog}: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-    parse_known = parser.parse_known_args
-
-    def parse_known_args(args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
-        # Left to the top-level parser, an unknown option would be reported with its usage.
-        ns, extras = parse_known(args, namespace)
-        if extras:
-            error(f"unrecognized arguments: {' '.join(extras)}")
-        return ns, extras
-    parser.error = error  # type: ignore[method-assign]
-    if leaf:
-        parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
-    return parser
-
-
 def register(sub: argparse._SubParsersAction) -> None:
-    env = _one_line_errors(sub.add_parser("env", help="validate, describe and roll out scenario packs"), leaf=False)
+    env = sub.add_parser("env", help="validate, describe and roll out scenario packs")
     env_sub = env.add_subparsers(dest="env_command", required=True, metavar="ACTION")
 
-    p = _one_line_errors(env_sub.add_parser("validate", help="load and check a pack (exit 2 on any error)"))
+    p = env_sub.add_parser("validate", help="load and check a pack (exit 2 on any error)")
     add_common_args(p, run_key=False)
     p.add_argument("--timeout", type=_seconds, default=None,
                    help="seconds the check may take before it is stopped (default 5)")
     p.set_defaults(func=cmd_validate)
 
-    p = _one_line_errors(env_sub.add_parser("describe",
-                                            help="fields, actions, profiles and reward functions of a pack"))
+    p = env_sub.add_parser("describe",
+                                            help="fields, actions, profiles and reward functions of a pack")
     add_common_args(p, run_key=False)
     p.add_argument("--state", action="store_true", help="list the state fields only")
     p.set_defaults(func=cmd_describe)
 
-    p = _one_line_errors(env_sub.add_parser("rollout", help="run a reference policy and write trace rows"))
+    p = env_sub.add_parser("rollout", help="run a reference policy and write trace rows")
     add_common_args(p, run_key=False)
     p.add_argument("--policy", choices=["random", "rules"], default="rules")
     p.add_argument("--episodes", type=_whole_number, default=1000)
@@ -177,6 +155,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     out = _check_out(Path(args.out), create=not args.dry_run)
     pack = _load_checked(str(pack_dir_from_args(args)))
     reward = choose_reward(pack, args.reward_fn, load_params().get("reward_fn"))
+    if args.profile is not None and args.profile not in pack.scenario.profiles:
+        raise ArgumentError(f"--profile {args.profile}: pack {pack.name} has profiles "
+                            f"{', '.join(sorted(pack.scenario.profiles))}; expected one of them")
     profile = default_profile(pack, "sandbox", args.profile)
     if args.episodes * pack.scenario.spec.horizon > MAX_ROWS:
         raise ArgumentError(f"--episodes {args.episodes}: with a horizon of {pack.scenario.spec.horizon} steps the "

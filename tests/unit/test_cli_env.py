@@ -92,7 +92,7 @@ def test_rollout_rules_parquet(tmp_path: Path, capsys: pytest.CaptureFixture[str
     rc, out, err = run(capsys, "env", "rollout", "--scenario", str(CREDIT), "--episodes", "40", "--seed", "3",
                        "--out", str(out_file))
     assert rc == 0, err
-    assert out.strip() == f"wrote 160 trace rows of 40 episodes (rules, profile sandbox) to {out_file}"
+    assert out.strip() == f"wrote 160 trace rows of 40 episodes (rules, profile sandbox, reward v1) to {out_file}"
     df = pd.read_parquet(out_file)
     assert len(df) == 160  # the rule engine decides in 4 steps
     assert set(TRACE_COLUMNS) <= set(df.columns)
@@ -117,7 +117,7 @@ def test_rollout_random_jsonl_live_v0(tmp_path: Path, capsys: pytest.CaptureFixt
     rc, out, err = run(capsys, "env", "rollout", "--scenario", str(CREDIT), "--policy", "random", "--episodes", "30",
                        "--profile", "live", "--reward-fn", "v0", "--out", str(out_file))
     assert rc == 0, err
-    assert "(random, profile live)" in out
+    assert "(random, profile live, reward v0)" in out
     rows = [json.loads(x) for x in out_file.read_text().splitlines()]
     assert rows and {r["reward_fn_version"] for r in rows} == {sha("v0")}
     assert {r["policy_version"] for r in rows} == {"random"}
@@ -138,7 +138,7 @@ def test_rollout_is_reproducible(tmp_path: Path, capsys: pytest.CaptureFixture[s
     (["--episodes", "5", "--out", "traces.csv"], "expected a .jsonl or .parquet file name"),
     (["--episodes", "0", "--out", "t.jsonl"], "--episodes 0: expected a positive number of episodes"),
     (["--profile", "prod", "--out", "t.jsonl"],
-     "profile 'prod': pack credit_approval has live, sandbox"),
+     "--profile prod: pack credit_approval has profiles live, sandbox"),
 ])
 def test_rollout_bad_arguments(argv: list[str], message: str, tmp_path: Path,
                                capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -86,7 +86,7 @@ def test_usage_errors_go_to_stderr_with_exit_2(argv: list[str], capsys: pytest.C
         main(argv)
     assert exc.value.code == 2
     out, err = capsys.readouterr()
-    assert out == "" and "usage: rlops" in err and "error:" in err
+    assert out == "" and err.startswith("error: rlops") and len(err.strip().splitlines()) == 1
 
 
 def test_a_bad_input_error_goes_to_stderr_with_exit_2(tmp_path: Path) -> None:
