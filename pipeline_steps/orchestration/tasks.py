@@ -62,12 +62,22 @@ def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None =
     if problems:
         raise ConfError("invalid DAG run conf: " + "; ".join(problems))
     conf["run_key"] = run_key_from_context(context or {})
+    conf["dag_run_id"] = dag_run_id_from_context(context or {})
     return conf
 
 
+def dag_run_id_from_context(context: Mapping[str, Any]) -> str | None:
+    """Airflow's id of the DAG run (tagged on the pass's MLflow runs), when there is one."""
+    run_id = context.get("run_id") or getattr(context.get("dag_run"), "run_id", None)
+    return str(run_id) if run_id else None
+
+
 def _ctx(conf: Mapping[str, Any]) -> StepContext:
-    return StepContext.create(conf["scenario"], conf["run_key"], bool(conf.get("dry_run")),
-                              overrides={"reward_fn_version": conf["reward_fn_version"]})
+    ctx = StepContext.create(conf["scenario"], conf["run_key"], bool(conf.get("dry_run")),
+                             overrides={"reward_fn_version": conf["reward_fn_version"]})
+    if conf.get("dag_run_id"):
+        ctx.extra["dag_run_id"] = str(conf["dag_run_id"])
+    return ctx
 
 
 def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
@@ -132,3 +142,19 @@ def evaluate_and_promote(conf: Mapping[str, Any], trained: Mapping[str, Any],
         return {"promoted": False, "reason": "no candidate was trained"}
     out = promote(_ctx(conf), candidate=str(trained["model_version"]))
     return {k: v for k, v in out.items() if k not in ("gates_detail",)}
+
+
+def validate_promotion_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The promotion DAG's conf: the common checks plus the candidate version."""
+    conf = validate_conf(params, context)
+    candidate = params.get("candidate")
+    if not isinstance(candidate, str) or not candidate.isdigit():
+        raise ConfError(f"invalid DAG run conf: candidate {candidate!r}: expected a policy version number, e.g. 3")
+    conf.update(candidate=candidate, requested_by=str(params.get("requested_by") or "airflow"))
+    return conf
+
+
+def promote_requested(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """Gated promotion of ``conf['candidate']``; the outcome is written back on the version."""
+    from pipeline_steps.promotion.guard import promote_from_alias
+    return promote_from_alias(_ctx(conf), conf["candidate"], requested_by=str(conf.get("requested_by") or "airflow"))
