@@ -69,7 +69,7 @@ def mlflow_trace_lines(tracking_uri: str, experiment: str, start: datetime, end:
             f"attributes.timestamp_ms < {int(end.timestamp() * 1000)}")
     lines, sources, token = [], [], None
     while True:
-        page = client.search_traces(experiment_ids=[exp.experiment_id], filter_string=filt, max_results=page_size,
+        page = client.search_traces(locations=[exp.experiment_id], filter_string=filt, max_results=page_size,
                                     page_token=token, order_by=["timestamp_ms ASC"])
         for trace in page:
             roots = [s for s in trace.data.spans if s.parent_id is None]

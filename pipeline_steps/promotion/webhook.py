@@ -181,8 +181,7 @@ def create_app(params: Mapping[str, Any], settings: WebhookSettings,
     def healthz() -> dict[str, str]:
         return {"status": "ok", "mode": settings.mode}
 
-    @app.post("/mlflow/webhook")
-    async def webhook(request: Request) -> JSONResponse:
+    async def webhook(request):  # type: ignore[no-untyped-def] - annotated below, for FastAPI
         body = await request.body()
         problem = verify(settings.secret, request.headers, body)
         if problem:
@@ -196,6 +195,11 @@ def create_app(params: Mapping[str, Any], settings: WebhookSettings,
             return JSONResponse({"accepted": False, "reason": "event not handled"}, status_code=200)
         receiver.submit(delivery, event)
         return JSONResponse({"accepted": True, "delivery_id": delivery}, status_code=202)
+
+    # Real classes, not the strings ``from __future__ import annotations`` leaves: FastAPI resolves
+    # annotations in this module's globals, where the lazily imported Request is not.
+    webhook.__annotations__ = {"request": Request, "return": JSONResponse}
+    app.add_api_route("/mlflow/webhook", webhook, methods=["POST"])
 
     @app.get("/outcomes/{delivery_id}")
     def outcome(delivery_id: str) -> dict[str, Any]:
