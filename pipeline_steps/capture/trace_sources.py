@@ -26,8 +26,7 @@ if TYPE_CHECKING:
     from pipeline_steps.infra.context import StepContext
     from pipeline_steps.infra.storage import Storage
 
-RECORD_ATTRIBUTE = "rlops.record"   # same name as agent_sdk.mlflow_tracing (which cannot be imported here)
-ROOT_SPAN = "decision"
+from agent_sdk.mlflow_tracing import RECORD_ATTRIBUTE, ROOT_SPAN
 
 
 @dataclass(frozen=True)

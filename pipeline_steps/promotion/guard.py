@@ -65,6 +65,7 @@ def _now() -> str:
 def check_champion(ctx: StepContext) -> ChampionCheck:
     """Detect a ``champion`` alias set outside rlops and handle it per ``promotion.manual_champion``."""
     name, tracker = policy_model_name(ctx.scenario), ctx.tracker
+    mode = manual_mode(ctx)  # a bad setting fails every promotion, not only the first hand-set champion
     current = tracker.get_alias(name, CHAMPION)
     tags = tracker.model_tags(name)
     key = T.alias_written(CHAMPION)
@@ -75,7 +76,6 @@ def check_champion(ctx: StepContext) -> ChampionCheck:
         tracker.set_alias(name, CHAMPION, current)
         return ChampionCheck(ctx.scenario, current, None, "adopted",
                              f"no record of rlops' champion yet: v{current} adopted as the gated champion")
-    mode = manual_mode(ctx)
     if ctx.dry_run:
         return ChampionCheck(ctx.scenario, current, current, f"would_{mode}",
                              f"dry run: champion v{current} was set outside rlops (rlops' champion: "
