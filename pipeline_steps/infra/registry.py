@@ -417,10 +417,10 @@ class Tracker:
 
     # ------------------------------------------------------------------ reward functions
     def register_reward_fn(self, scenario: str, source_path: str | os.PathLike[str], sha256: str,
-                           rule_refs: list[str], version_label: str) -> str:
+                           rule_refs: list[str], version_label: str, parent_run_id: str | None = None) -> str:
         """Register a reward module as a version of ``<scenario>-reward-fn`` (tags: sha256,
         rule_refs, version_label); an existing version with the same sha256 is returned
-        instead of a duplicate."""
+        instead of a duplicate. ``parent_run_id``: the pass the registration happens in."""
         name = reward_fn_model_name(scenario)
         existing = self.find_version_by_tag(name, "sha256", sha256)
         if existing is not None:
@@ -431,8 +431,9 @@ class Tracker:
                                 f"reward_{version_label}.py module of scenario {scenario!r}")
         tags = {"sha256": sha256, "rule_refs": ",".join(rule_refs), "version_label": version_label,
                 "scenario": scenario}
-        with self.start_run(f"reward-fn-{version_label}", tags={K.STEP: K.REWARD_FN, K.SCENARIO: scenario, **tags},
-                            scenario=scenario) as run:
+        with self.start_run(f"{K.REWARD_FN} {version_label} · {scenario}",
+                            tags={K.STEP: K.REWARD_FN, K.SCENARIO: scenario, **tags}, scenario=scenario,
+                            parent_run_id=parent_run_id) as run:
             run.log_artifact(src, artifact_path="reward_fn")
             return self.register_model(run.run_id, "reward_fn", name, tags=tags)
 

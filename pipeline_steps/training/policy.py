@@ -183,8 +183,10 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
         _prepare_checkpoints(ckpt, fp)
         env = pack.make_env(num_envs, reward_version=label, profile=profile,
                             device=resolve_device(cfg.device).type, seed=cfg.seed)
+        from pipeline_steps.infra.pass_run import ensure_pass_run
+        pass_run = ensure_pass_run(ctx.tracker, ctx.scenario, ctx.run_key, ctx.extra.get("dag_run_id"))
         fn_version = ctx.tracker.register_reward_fn(ctx.scenario, reward_fn.path, reward_fn.version,
-                                                    reward_fn.rule_refs, label)
+                                                    reward_fn.rule_refs, label, parent_run_id=pass_run)
         from pipeline_steps.infra.pass_run import step_run
         run_tags = {T.MODE: mode_used, T.REWARD_FN_VERSION: reward_fn.version, T.PARENT_CHAMPION: parent or "none",
                     T.CALIBRATION_VERSION: cal_version}
@@ -276,8 +278,19 @@ def register_policy(ctx: StepContext, run: Any, pack: "Pack", policy: "PolicyNet
     run.log_artifact(save_pyfunc_policy(policy_dir, work / MODEL_ARTIFACT, example), MODEL_ARTIFACT)
     version = ctx.tracker.register_model(run.run_id, MODEL_ARTIFACT, policy_model_name(ctx.scenario),
                                          tags=tags, description=description)
-    run.set_tags({"model_version": version})
+    run.set_tags({T.MODEL_VERSION: version})
+    ctx.tracker.describe(policy_model_name(ctx.scenario), None, MODEL_DESCRIPTION.format(scenario=ctx.scenario))
     return version
+
+
+MODEL_DESCRIPTION = (
+    "Decision policies of the '{scenario}' agent, trained by rlops with masked PPO in the scenario sandbox.\n\n"
+    "Aliases: `champion` serves production; `challenger` serves its `traffic_fraction` share in a staged "
+    "roll-out; `previous` is where `rlops model rollback` returns to. Each version's description names its "
+    "reward function, sandbox calibration and data, and the gate summary of its last evaluation.\n\n"
+    "To promote a version, set the alias `challenger` on it: rlops evaluates it against the champion and "
+    "promotes it only if every gate passes (outcome in the version's `rlops.promotion.*` tags). A `champion` "
+    "alias set by hand is put back and re-gated.")
 
 
 def _layout_of(obj: Any) -> tuple[int, int, int]:
