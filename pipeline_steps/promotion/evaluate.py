@@ -230,20 +230,10 @@ def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict
     ctx.tracker.set_model_version_tags(name, cand, {
         T.VERSION.EVAL_PASSED: str(report["passed"]).lower(), T.VERSION.EVAL_RUN_ID: run.run_id,
         T.VERSION.EVAL_BASELINE: report["baseline"]})
+    from pipeline_steps.infra.descriptions import with_gate_summary
     ctx.tracker.describe(name, cand, with_gate_summary(ctx.tracker.version_description(name, cand), report))
     return {"report_uri": uri, "eval_run_id": run.run_id}
 
-
-def with_gate_summary(description: str, report: dict[str, Any]) -> str:
-    """The version description with its ``Gates:`` paragraph replaced by this evaluation's verdict."""
-    head = description.split("\n\nGates:", 1)[0].split("Gates:", 1)[0].rstrip()
-    failed = report["failed_gates"]
-    lines = [f"Gates ({report['run_key']}, vs {report['baseline']}, {report['episodes']} episodes, "
-             f"{report['profile']} profile): " + ("all passed." if not failed else f"FAILED {', '.join(failed)}.")]
-    for g in report["gates"]:
-        mark = "pass" if g["passed"] else "FAIL"
-        lines.append(f"- {g['gate']}: {mark} ({g['threshold']})")
-    return (head + "\n\n" if head else "") + "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- promote / rollback

@@ -214,6 +214,7 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
                         tmp: Path) -> dict[str, Any]:
     from model.checkpoint import latest_checkpoint
     from model.ppo import train
+    from pipeline_steps.infra.descriptions import version_description
     settings = ctx.section("train")
     resumed = latest_checkpoint(cfg.checkpoint_dir)
     run.log_params({"scenario": ctx.scenario, "run_key": ctx.run_key, "num_envs": base["num_envs"],
@@ -247,20 +248,6 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
             "resumed_from": resumed.name if resumed else None}
 
 
-def version_description(scenario: str, base: dict[str, Any], evaluation: dict[str, Any]) -> str:
-    """What a user reads on the version page of the MLflow UI: what it is, reward, calibration;
-    evaluation appends the gate summary."""
-    return (f"Masked-PPO decision policy for scenario '{scenario}' ({base['mode']} training, run key "
-            f"{base['run_key']}, warm start: {base['parent_champion'] or 'none'}).\n\n"
-            f"Reward function: {base['reward_fn_label']} (sha256 {str(base['reward_fn_version'])[:12]}).\n"
-            f"Sandbox calibration: {base['calibration_version']} (profile {base['profile']}); "
-            f"data: {base['data_version']}.\n"
-            f"Held-out in training: mean return {evaluation['mean_return']:.4f}, completion "
-            f"{evaluation['completion_rate']:.1%}.\n\n"
-            "Gates: not evaluated yet — promotion runs `rlops model evaluate/promote`, or set the alias "
-            "`challenger` on this version to request a gated promotion.")
-
-
 def register_policy(ctx: StepContext, run: Any, pack: "Pack", policy: "PolicyNetwork", tags: dict[str, Any],
                     tmp: Path, description: str | None = None) -> str:
     """Log ``policy`` as the pyfunc model ``policy_model/`` of ``run`` and register it as a new
@@ -279,18 +266,10 @@ def register_policy(ctx: StepContext, run: Any, pack: "Pack", policy: "PolicyNet
     version = ctx.tracker.register_model(run.run_id, MODEL_ARTIFACT, policy_model_name(ctx.scenario),
                                          tags=tags, description=description)
     run.set_tags({T.MODEL_VERSION: version})
+    from pipeline_steps.infra.descriptions import MODEL_DESCRIPTION
     ctx.tracker.describe(policy_model_name(ctx.scenario), None, MODEL_DESCRIPTION.format(scenario=ctx.scenario))
     return version
 
-
-MODEL_DESCRIPTION = (
-    "Decision policies of the '{scenario}' agent, trained by rlops with masked PPO in the scenario sandbox.\n\n"
-    "Aliases: `champion` serves production; `challenger` serves its `traffic_fraction` share in a staged "
-    "roll-out; `previous` is where `rlops model rollback` returns to. Each version's description names its "
-    "reward function, sandbox calibration and data, and the gate summary of its last evaluation.\n\n"
-    "To promote a version, set the alias `challenger` on it: rlops evaluates it against the champion and "
-    "promotes it only if every gate passes (outcome in the version's `rlops.promotion.*` tags). A `champion` "
-    "alias set by hand is put back and re-gated.")
 
 
 def _layout_of(obj: Any) -> tuple[int, int, int]:

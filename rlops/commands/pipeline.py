@@ -17,6 +17,7 @@ _STEP_CLIS: list[tuple[str, str]] = [
     ("pipeline_steps.stress.step", "add_cli"),         # stress-test
     ("pipeline_steps.promotion.evaluate", "add_cli"),            # evaluate, promote, rollback
     ("pipeline_steps.audit.replay", "add_cli"),               # replay, audit
+    ("pipeline_steps.promotion.webhook", "add_cli"),          # webhook serve|register
 ]
 
 
