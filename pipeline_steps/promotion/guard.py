@@ -86,8 +86,8 @@ def check_champion(ctx: StepContext) -> ChampionCheck:
         tracker.delete_alias(name, CHAMPION)
     reason = (f"the champion alias was set to v{current} outside rlops at {_now()}; put back to "
               f"{'v' + recorded if recorded else 'no champion'} (promotion.manual_champion={mode})")
-    tracker.set_model_version_tags(name, current, {T.MANUAL_CHAMPION: "regated" if mode == REGATE else "reverted",
-                                                   T.MANUAL_CHAMPION_REASON: reason})
+    tracker.set_model_version_tags(name, current, {T.MANUAL_CHAMPION_REASON: reason,  # the verdict tag last
+                                                   T.MANUAL_CHAMPION: "regated" if mode == REGATE else "reverted"})
     log.warning("%s: %s", name, reason)
     if mode == REVERT:
         return ChampionCheck(ctx.scenario, recorded, current, "reverted", reason)
@@ -121,9 +121,10 @@ def promote_from_alias(ctx: StepContext, version: str, requested_by: str = UI_RE
             res["reason"] = f"{res.get('reason')}; removing the challenger alias failed: {exc}"
     if not ctx.dry_run:
         try:
+            # The outcome tag last: whoever waits for it then finds the others written.
             tracker.set_model_version_tags(name, version, {
-                T.PROMOTION_OUTCOME: outcome, T.PROMOTION_REASON: str(res.get("reason"))[:5000],
-                T.PROMOTION_REQUESTED_BY: requested_by, T.PROMOTION_AT: _now()})
+                T.PROMOTION_REASON: str(res.get("reason"))[:5000], T.PROMOTION_REQUESTED_BY: requested_by,
+                T.PROMOTION_AT: _now(), T.PROMOTION_OUTCOME: outcome})
         except TrackingError as exc:
             res["warning"] = f"writing the outcome tags failed: {exc}"
     return {**{k: v for k, v in res.items() if k != "gates"}, "outcome": outcome, "version": version,

@@ -137,8 +137,9 @@ def handle_event(params: Mapping[str, Any], settings: WebhookSettings, event: Ma
                 "reward_fn_version": str(params.get("reward_fn_version") or "v1")}
         run_id = trigger_promotion_dag(settings, conf)
         ctx.tracker.set_model_version_tags(name, version, {
-            T.PROMOTION_OUTCOME: "requested", T.PROMOTION_REQUESTED_BY: UI_REQUEST,
-            T.PROMOTION_REASON: f"promotion DAG {settings.dag_id} run {run_id} triggered"})
+            T.PROMOTION_REQUESTED_BY: UI_REQUEST,
+            T.PROMOTION_REASON: f"promotion DAG {settings.dag_id} run {run_id} triggered",
+            T.PROMOTION_OUTCOME: "requested"})  # the outcome tag last
         return {"action": "dag_triggered", "dag_run_id": run_id, "version": version}
     return {"action": "promotion", **promote_from_alias(ctx, version, requested_by=UI_REQUEST)}
 
