@@ -57,7 +57,8 @@ def _scalar(value: Any) -> Any:
 
 
 class MlflowTraceExporter:
-    """Emits trace records as MLflow traces in ``experiment`` (created on first use)."""
+    """Emits trace records as MLflow traces in ``experiment`` (created on first use). With
+    ``tracking_uri`` it sets the process's MLflow tracking URI, which MLflow tracing exports to."""
 
     def __init__(self, experiment: str, tracking_uri: str | None = None) -> None:
         self.experiment, self.tracking_uri = experiment, tracking_uri

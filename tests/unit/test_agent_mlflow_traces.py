@@ -34,6 +34,15 @@ def _nest(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@pytest.fixture(autouse=True)
+def _restore_tracking_uri(tmp_tracking: str) -> Any:
+    """The exporter sets the process's MLflow tracking URI (tracing exports through it); put it
+    back so later tests in this process use their own store."""
+    yield
+    import mlflow
+    mlflow.set_tracking_uri(None)
+
+
 @pytest.fixture(scope="module")
 def sandbox_rows() -> pd.DataFrame:
     """Three episodes of the rule engine: what the toy agent decides, step by step."""
