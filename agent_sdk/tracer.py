@@ -53,7 +53,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -113,13 +113,15 @@ class Tracer:
     ``max_buffer``: if writes keep failing, the oldest records beyond this many are
     dropped (and counted in :attr:`dropped`) rather than let tracing exhaust the agent's
     memory; ``endpoint_url``: an S3-compatible endpoint (default: ``RLOPS_S3_ENDPOINT_URL``
-    or boto3's own configuration).
+    or boto3's own configuration); ``exporters``: objects with ``export(record)`` (and optionally
+    ``flush()``) that also receive every record, e.g.
+    :class:`agent_sdk.mlflow_tracing.MlflowTraceExporter` (decisions as MLflow traces).
     """
 
     def __init__(self, landing_uri: str | os.PathLike[str], *, flush_every: int = 1000,
                  flush_interval_s: float | None = 60.0, max_buffer: int = 100_000,
                  endpoint_url: str | None = None, host: str | None = None,
-                 fsync: bool = True) -> None:
+                 fsync: bool = True, exporters: Sequence[Any] = ()) -> None:
         if flush_every < 1 or max_buffer < flush_every:
             raise ValueError(f"Tracer: need 1 <= flush_every <= max_buffer, got flush_every="
                              f"{flush_every}, max_buffer={max_buffer}")
@@ -142,6 +144,7 @@ class Tracer:
         self.endpoint_url = endpoint_url or os.environ.get("RLOPS_S3_ENDPOINT_URL") or None
         self.host = re.sub(r"[^A-Za-z0-9_.]", "_", host or socket.gethostname())[:64]
         self.fsync = fsync
+        self.exporters = list(exporters)
         self.dropped = 0
         self.files_written: list[str] = []
         self._buffer: list[dict[str, Any]] = []
@@ -167,6 +170,8 @@ class Tracer:
             due = len(self._buffer) >= self.flush_every or (
                 self.flush_interval_s is not None
                 and time.monotonic() - self._oldest >= self.flush_interval_s)
+        for exporter in self.exporters:  # outside the lock: an export may take a network round trip
+            exporter.export(rec)  # exporters log their own failures; they never raise
         if due:
             try:
                 self.flush()
@@ -260,6 +265,8 @@ class Tracer:
         """Flush what is buffered and stop accepting records (idempotent)."""
         if self._closed:
             return
+        for exporter in self.exporters:
+            getattr(exporter, "flush", lambda: None)()
         try:
             self.flush()
         finally:

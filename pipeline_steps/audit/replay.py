@@ -25,6 +25,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline_steps.infra import tags as T
 from pipeline_steps.infra.html import html_page, html_table, png_base64
 
 if TYPE_CHECKING:  # numpy, pandas, torch are imported where they run: registering the CLI stays light
@@ -302,7 +303,8 @@ def audit(ctx: "StepContext", policy_version: str | None = None, traces_uri: str
     body = {k: v for k, v in report.items() if k != "chart"}
     ctx.storage.write_json(json_uri, body)
     ctx.storage.write_text(html_uri, page)
-    with ctx.tracker.start_run("audit", tags={"rlops.step": "audit", "rlops.run_key": ctx.run_key}) as run:
+    from pipeline_steps.infra.pass_run import step_run
+    with step_run(ctx, T.AUDIT) as run:
         run.log_params({"policy_version": policy_version or "", "traces_uri": uri, "report_uri": json_uri})
         run.log_metrics({f"audit.cluster_return/{c['cluster']}": c["mean_return_to_go"] for c in clusters}
                         | {"audit.rows": float(len(df))}, step=0)

@@ -76,12 +76,46 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
         res = capture_landing_zone(ctx.storage, landing, traces, ctx.scenario, contract_for(pack), start, end,
                                    chunk_rows=int(cfg.get("chunk_rows", 100_000)), dry_run=ctx.dry_run,
                                    quarantine_root_uri=quarantine, run_key=ctx.run_key, progress=progress)
-        return {**base, "source": "landing_zone", **_counts(res.rows_in, res.rows_accepted, res.rows_quarantined),
-                "partitions": res.partitions, "quarantine_uri": res.quarantine_uri}
-    return {**base, **simulate_capture(ctx, pack, traces, quarantine, start,
-                                       int(episodes or cfg.get("episodes", 2000)),
-                                       float(sample_rate if sample_rate is not None else cfg.get("sample_rate", 1.0)),
-                                       default_profile(pack, "production", profile or cfg.get("profile")))}
+        out = {**base, "source": "landing_zone", **_counts(res.rows_in, res.rows_accepted, res.rows_quarantined),
+               "partitions": res.partitions, "quarantine_uri": res.quarantine_uri}
+    else:
+        out = {**base, **simulate_capture(ctx, pack, traces, quarantine, start,
+                                          int(episodes or cfg.get("episodes", 2000)),
+                                          float(sample_rate if sample_rate is not None else cfg.get("sample_rate", 1.0)),
+                                          default_profile(pack, "production", profile or cfg.get("profile")))}
+    if not ctx.dry_run and bool(cfg.get("track", True)):
+        track_capture(ctx, out)
+    return out
+
+
+def capture_traces(ctx: StepContext, otlp_uri: str | None = None) -> dict[str, Any]:
+    """Capture the interval's agent decisions from MLflow's trace store, or from an OTLP/JSON export
+    file, under the same contract and quarantine as the landing zone."""
+    from pipeline_steps.capture.trace_sources import capture_trace_lines, mlflow_trace_lines, otlp_trace_lines
+    if otlp_uri:
+        out = capture_trace_lines(ctx, otlp_trace_lines(ctx.storage, otlp_uri), f"otlp:{otlp_uri}")
+    else:
+        start, end = ctx.key.start, ctx.key.end
+        experiment = str(ctx.section("capture").get("mlflow_experiment") or ctx.scenario)
+        found = mlflow_trace_lines(ctx.tracker.tracking_uri, experiment, start, end)
+        out = capture_trace_lines(ctx, found, f"mlflow:{experiment}")
+    if not ctx.dry_run and bool(ctx.section("capture").get("track", True)):
+        track_capture(ctx, out)
+    return out
+
+
+def track_capture(ctx: StepContext, out: dict[str, Any]) -> None:
+    """The capture's step run in the pass: row counts, and the partitions it wrote as datasets."""
+    from pipeline_steps.infra import tags as T
+    from pipeline_steps.infra.datasets import log_dataset_inputs, parquet_dataset
+    from pipeline_steps.infra.pass_run import step_run
+    with step_run(ctx, T.CAPTURE) as run:
+        run.log_params({"source": out.get("source"), "interval": " .. ".join(out["interval"])})
+        run.log_metrics({k: float(out[k]) for k in ("rows_in", "rows_accepted", "rows_quarantined")}, step=0)
+        parts = list(out.get("partitions") or [])[:50]  # a bound on what one run lists as inputs
+        log_dataset_inputs(run, [parquet_dataset(ctx.storage, p, f"traces-{ctx.scenario}") for p in parts],
+                           "captured")
+
 
 
 def _counts(rows_in: int, accepted: int, quarantined: int) -> dict[str, int]:

@@ -259,8 +259,11 @@ def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, 
         return result
     ctx.storage.write_json(version_uri, cal)
     ctx.storage.write_json(latest_uri, cal)
-    with ctx.tracker.start_run("recalibrate", tags={"rlops.step": "recalibrate", "rlops.run_key": ctx.run_key,
-                                                    "calibration_version": ctx.run_key}) as run:
+    from pipeline_steps.infra import tags as T
+    from pipeline_steps.infra.datasets import CALIBRATION, log_dataset_inputs, parquet_dataset
+    from pipeline_steps.infra.pass_run import step_run
+    with step_run(ctx, T.RECALIBRATE, extra_tags={T.CALIBRATION_VERSION: ctx.run_key}) as run:
+        log_dataset_inputs(run, [parquet_dataset(ctx.storage, uri, f"traces-{ctx.scenario}")], CALIBRATION)
         flat = {f"{path}.{k}": v for path, spec in cal["fields"].items() for k, v in spec.items() if k != "dist"}
         flat.update({f"sim.{k}": v for k, v in result["simulation"].items() if k != "description"})
         run.log_params({**flat, "traces_uri": uri, "calibration_uri": version_uri})

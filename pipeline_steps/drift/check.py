@@ -48,7 +48,7 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
     if not ctx.dry_run:
         ctx.storage.write_parquet(baseline, baseline_df)
     result = run_drift(ctx.params, baseline, target, ctx.report_uri("drift"), dry_run=ctx.dry_run,
-                       scenario=ctx.scenario) if not ctx.dry_run else None
+                       scenario=ctx.scenario, ctx=ctx) if not ctx.dry_run else None
     live = ctx.storage.read_parquet(target)
     r_live, r_base = episode_returns(live), episode_returns(baseline_df)
     se = float(np.sqrt(r_live.var(ddof=1) / max(len(r_live), 1) + r_base.var(ddof=1) / max(len(r_base), 1))) \

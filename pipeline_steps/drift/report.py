@@ -175,11 +175,12 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
               out_uri: str | None = None, *, fields: Sequence[str] | None = None,
               threshold: float | None = None, min_effect: float | None = None,
               bh: bool | None = None, dry_run: bool = False, track: bool = True,
-              scenario: str | None = None) -> DriftResult:
+              scenario: str | None = None, ctx: Any = None) -> DriftResult:
     """Read both windows, test them, write ``report.json``/``report.html`` under ``out_uri``
     (default ``<storage.root>/<drift.report_dir>/<hash of the two URIs>``) and log them to
     MLflow. Arguments left ``None`` come from the ``drift`` block of params. ``dry_run``
-    tests and reports what it would write, but writes and logs nothing."""
+    tests and reports what it would write, but writes and logs nothing. With ``ctx`` (a
+    :class:`~pipeline_steps.infra.context.StepContext`) the MLflow run nests under its pass."""
     from pipeline_steps.infra.storage import Storage
 
     cfg = dict(params.get("drift") or {})
@@ -210,10 +211,11 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
     storage.write_text(html_uri, page)
     if not track:
         return result
-    from pipeline_steps.infra.registry import Tracker
+    from pipeline_steps.infra.datasets import DRIFT, log_dataset_inputs, parquet_dataset
 
-    tracker = Tracker.from_params(params, scenario=scenario)
-    with tracker.start_run("drift", tags={"rlops.step": "drift"}) as run:
+    with _drift_run(params, scenario, ctx) as run:
+        log_dataset_inputs(run, [parquet_dataset(storage, baseline_uri, "drift-baseline"),
+                                 parquet_dataset(storage, target_uri, "drift-target")], DRIFT)
         run.log_params({"baseline": baseline_uri, "target": target_uri,
                         "threshold": report.threshold, "min_effect": report.min_effect,
                         "bh": report.bh, "report_uri": json_uri})
@@ -228,3 +230,15 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
         run.log_text(page, "drift/report.html")
         run_id = run.run_id
     return replace(result, run_id=run_id)
+
+
+def _drift_run(params: Mapping[str, Any], scenario: str | None, ctx: Any) -> Any:
+    """The MLflow run of a drift report: a step of the pass with a context, else a run of its own."""
+    from pipeline_steps.infra import tags as T
+    if ctx is not None:
+        from pipeline_steps.infra.pass_run import step_run
+        return step_run(ctx, T.DRIFT)
+    from pipeline_steps.infra.registry import Tracker
+    tracker = Tracker.from_params(params, scenario=scenario)
+    return tracker.start_run(f"{T.DRIFT} · {tracker.scenario} · ad hoc",
+                             tags={T.STEP: T.DRIFT, T.SCENARIO: tracker.scenario})

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from common.config import resolve_local
 from common.metrics_sink import ListSink, MetricsSink, NullSink
+from pipeline_steps.infra import tags as K
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -107,6 +108,10 @@ class RunHandle:
             self._c("log_artifacts", lambda c: c.log_artifacts(self.run_id, str(p), artifact_path))
         else:
             self._c("log_artifact", lambda c: c.log_artifact(self.run_id, str(p), artifact_path))
+
+    def log_inputs(self, datasets: list[Any]) -> None:
+        """Attach MLflow ``DatasetInput``s (see :mod:`pipeline_steps.infra.datasets`)."""
+        self._c("log_inputs", lambda c: c.log_inputs(self.run_id, datasets=datasets))
 
     def log_dict(self, obj: dict[str, Any], artifact_file: str) -> None:
         self._c("log_dict", lambda c: c.log_dict(self.run_id, obj, artifact_file))
@@ -301,12 +306,48 @@ class Tracker:
         return self._call(f"get alias {alias!r} of {name!r}", get)
 
     def set_alias(self, name: str, alias: str, version: str) -> None:
-        self._call(f"set alias {alias!r} of {name!r} to v{version}",
-                   lambda c: c.set_registered_model_alias(name, alias, str(version)))
+        """Point ``alias`` at ``version``. The registered-model tag ``rlops.alias.<alias>`` is
+        written first, so a webhook or check that sees the alias can tell rlops' own move from
+        one made around rlops (by hand in the MLflow UI)."""
+        def move(c: MlflowClient) -> None:
+            c.set_registered_model_tag(name, K.alias_written(alias), str(version))
+            c.set_registered_model_alias(name, alias, str(version))
+        self._call(f"set alias {alias!r} of {name!r} to v{version}", move)
 
     def delete_alias(self, name: str, alias: str) -> None:
-        self._call(f"delete alias {alias!r} of {name!r}",
-                   lambda c: c.delete_registered_model_alias(name, alias))
+        def delete(c: MlflowClient) -> None:
+            c.delete_registered_model_alias(name, alias)
+            c.set_registered_model_tag(name, K.alias_written(alias), "")
+        self._call(f"delete alias {alias!r} of {name!r}", delete)
+
+    def alias_written_by_rlops(self, name: str, alias: str) -> str | None:
+        """The version rlops itself last pointed ``alias`` at (None: rlops never set it)."""
+        return self.model_tags(name).get(K.alias_written(alias)) or None
+
+    def model_tags(self, name: str) -> dict[str, str]:
+        """Tags of the registered model ``name`` (empty when it does not exist)."""
+        def get(c: MlflowClient) -> dict[str, str]:
+            from mlflow.exceptions import MlflowException
+            try:
+                return dict(c.get_registered_model(name).tags)
+            except MlflowException as exc:
+                if _not_found(exc):
+                    return {}
+                raise
+        return self._call(f"get tags of {name!r}", get)
+
+    def describe(self, name: str, version: str | None, text: str) -> None:
+        """Set the description a user reads in the UI: of version ``version``, or of the
+        registered model itself when ``version`` is None."""
+        if version is None:
+            self._call(f"describe {name!r}", lambda c: c.update_registered_model(name, description=text))
+        else:
+            self._call(f"describe {name!r} v{version}",
+                       lambda c: c.update_model_version(name, str(version), description=text))
+
+    def version_description(self, name: str, version: str) -> str:
+        mv = self._call(f"get {name!r} v{version}", lambda c: c.get_model_version(name, str(version)))
+        return str(mv.description or "")
 
     def aliases(self, name: str) -> dict[str, str]:
         """All aliases of ``name`` (alias → version); empty when the model does not exist."""
@@ -369,15 +410,15 @@ class Tracker:
                                 f"(champion is {current}); promote a version explicitly instead")
         state = self._move(name, {CHAMPION: previous, PREVIOUS: None}, "rollback")
         if current is not None and current != previous:
-            self.set_model_version_tags(name, current, {"rlops.rolled_back": "true"})
+            self.set_model_version_tags(name, current, {K.ROLLED_BACK: "true"})
         return state
 
     # ------------------------------------------------------------------ reward functions
     def register_reward_fn(self, scenario: str, source_path: str | os.PathLike[str], sha256: str,
-                           rule_refs: list[str], version_label: str) -> str:
+                           rule_refs: list[str], version_label: str, parent_run_id: str | None = None) -> str:
         """Register a reward module as a version of ``<scenario>-reward-fn`` (tags: sha256,
         rule_refs, version_label); an existing version with the same sha256 is returned
-        instead of a duplicate."""
+        instead of a duplicate. ``parent_run_id``: the pass the registration happens in."""
         name = reward_fn_model_name(scenario)
         existing = self.find_version_by_tag(name, "sha256", sha256)
         if existing is not None:
@@ -388,8 +429,9 @@ class Tracker:
                                 f"reward_{version_label}.py module of scenario {scenario!r}")
         tags = {"sha256": sha256, "rule_refs": ",".join(rule_refs), "version_label": version_label,
                 "scenario": scenario}
-        with self.start_run(f"reward-fn-{version_label}", tags={"rlops.kind": "reward_fn", **tags},
-                            scenario=scenario) as run:
+        with self.start_run(f"{K.REWARD_FN} {version_label} · {scenario}",
+                            tags={K.STEP: K.REWARD_FN, K.SCENARIO: scenario, **tags}, scenario=scenario,
+                            parent_run_id=parent_run_id) as run:
             run.log_artifact(src, artifact_path="reward_fn")
             return self.register_model(run.run_id, "reward_fn", name, tags=tags)
 

@@ -60,12 +60,22 @@ def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None =
     if problems:
         raise ConfError("invalid DAG run conf: " + "; ".join(problems))
     conf["run_key"] = run_key_from_context(context or {}, interval_minutes)
+    conf["dag_run_id"] = dag_run_id_from_context(context or {})
     return conf
 
 
+def dag_run_id_from_context(context: Mapping[str, Any]) -> str | None:
+    """Airflow's id of the DAG run (tagged on the pass's MLflow runs), when there is one."""
+    run_id = context.get("run_id") or getattr(context.get("dag_run"), "run_id", None)
+    return str(run_id) if run_id else None
+
+
 def _ctx(conf: Mapping[str, Any]) -> StepContext:
-    return StepContext.create(conf["scenario"], conf["run_key"], bool(conf.get("dry_run")),
-                              overrides={"reward_fn": conf["reward_fn"]})
+    ctx = StepContext.create(conf["scenario"], conf["run_key"], bool(conf.get("dry_run")),
+                             overrides={"reward_fn": conf["reward_fn"]})
+    if conf.get("dag_run_id"):
+        ctx.extra["dag_run_id"] = str(conf["dag_run_id"])
+    return ctx
 
 
 def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
@@ -130,3 +140,26 @@ def evaluate_and_promote(conf: Mapping[str, Any], trained: Mapping[str, Any],
         return {"promoted": False, "reason": "no candidate was trained"}
     out = promote(_ctx(conf), candidate=str(trained["model_version"]))
     return {k: v for k, v in out.items() if k not in ("gates_detail",)}
+
+
+def validate_promotion_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The promotion DAG's conf: the common checks plus the candidate version."""
+    conf = validate_conf(params, context)
+    from common.errors import UserError
+    from common.policy_ref import PolicyRef
+    candidate = params.get("candidate")
+    try:
+        ref = PolicyRef.parse(str(candidate), conf["scenario"]) if isinstance(candidate, (str, int)) else None
+    except UserError:
+        ref = None
+    if ref is None or ref.version is None:
+        raise ConfError(f"invalid DAG run conf: candidate {candidate!r}: expected a policy version, e.g. 3 or "
+                        f"{conf['scenario']}-policy/3")
+    conf.update(candidate=ref.version, requested_by=str(params.get("requested_by") or "airflow"))
+    return conf
+
+
+def promote_requested(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """Gated promotion of ``conf['candidate']``; the outcome is written back on the version."""
+    from pipeline_steps.promotion.guard import promote_from_alias
+    return promote_from_alias(_ctx(conf), conf["candidate"], requested_by=str(conf.get("requested_by") or "airflow"))

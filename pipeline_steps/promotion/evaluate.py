@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,8 @@ import numpy as np
 from pipeline_steps.infra.context import StepContext
 from pipeline_steps.promotion.gates import (Gate, GateConfig, ab_gates, comparison_gates, episode_outcomes, gate_frame,
                                   gate_table_html, stress_gate)
+from pipeline_steps.infra import tags as T
+from pipeline_steps.infra.policy_metrics import latency_p99_ms, policy_metrics, segment_returns
 from pipeline_steps.infra.storage import StorageError
 from pipeline_steps.infra.registry import CHALLENGER, CHAMPION, PREVIOUS, TrackingError, policy_model_name
 from pipeline_steps.training.policy import reward_label
@@ -78,20 +79,6 @@ def _network(ctx: StepContext, version: str, dst: Path) -> "PolicyNetwork":
     loaded = load_policy_ref(ctx, PolicyRef(ctx.scenario, version=version), dst)
     assert loaded is not None  # a version, not an alias
     return loaded.network
-
-
-def latency_p99_ms(policy: "PolicyNetwork", obs: "torch.Tensor", samples: int = 300) -> float:
-    """p99 of the wall time of one ``act`` call on a single observation (batch 1), in ms."""
-    n = obs.shape[0]
-    for i in range(min(10, n)):  # warm-up: first calls pay for allocator and dispatch caches
-        policy.act(obs[i:i + 1], deterministic=True)
-    times = np.empty(samples)
-    for i in range(samples):
-        row = obs[i % n:i % n + 1]
-        t0 = time.perf_counter()
-        policy.act(row, deterministic=True)
-        times[i] = (time.perf_counter() - t0) * 1000.0
-    return float(np.percentile(times, 99))
 
 
 def segment_masks(pack: "Pack", S0: "torch.Tensor", segment_codes: "torch.Tensor", names: list[str],
@@ -194,7 +181,9 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
         "baseline": baseline, "passed": not failed, "failed_gates": failed, "episodes": n, "seed": seed,
         "profile": profile, "reward_fn": label, "notes": notes,
         "candidate_summary": _round(cand_res.summary()), "champion_summary": _round(champ_res.summary()),
-        "gates": [g.to_dict() for g in gates], "dry_run": ctx.dry_run}
+        "gates": [g.to_dict() for g in gates], "dry_run": ctx.dry_run,
+        "candidate_metrics": policy_metrics(cand_res.summary(), segment_returns(cand_res.returns.cpu().numpy(),
+                                                                                 segments), p99)}
     if not ctx.dry_run:
         report.update(_record(ctx, report, gates))
     return report
@@ -217,19 +206,28 @@ def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict
     ctx.storage.write_json(f"{uri}/gates.json", table_json)
     ctx.storage.write_text(f"{uri}/gates.html", page)
     ctx.storage.write_json(f"{uri}/summary.json", {k: v for k, v in report.items() if k != "gates"})
-    with ctx.tracker.start_run(f"evaluate-v{cand}-{ctx.run_key}",
-                               tags={"rlops.kind": "evaluate", "candidate": cand, "baseline": report["baseline"],
-                                     "passed": str(report["passed"]).lower(), "run_key": ctx.run_key}) as run:
+    from pipeline_steps.infra.datasets import EVALUATION, calibration_dataset, log_dataset_inputs
+    from pipeline_steps.infra.pass_run import step_run
+    with step_run(ctx, T.EVALUATE, label=f"v{cand}", extra_tags={
+            T.CANDIDATE: cand, T.BASELINE: report["baseline"], T.PASSED: str(report["passed"]).lower()}) as run:
+        log_dataset_inputs(run, [calibration_dataset(ctx.storage, ctx.uri("calibrations", ctx.scenario, "latest.json"),
+                                                     f"calibration-{ctx.scenario}")], EVALUATION)
         run.log_params({"episodes": report["episodes"], "seed": report["seed"], "profile": report["profile"],
                         "reward_fn": report["reward_fn"]})
-        metrics = {f"candidate_{k}": float(v) for k, v in report["candidate_summary"].items()}
+        metrics = dict(report["candidate_metrics"])
+        metrics.update({f"candidate_{k}": float(v) for k, v in report["candidate_summary"].items()})
         metrics.update({f"champion_{k}": float(v) for k, v in report["champion_summary"].items()})
         run.log_metrics({k: v for k, v in metrics.items() if np.isfinite(v)}, step=0)
         run.log_dict(table_json, "gates.json")
         run.log_text(page, "gates.html")
-    ctx.tracker.set_model_version_tags(policy_model_name(ctx.scenario), cand, {
-        "eval_passed": str(report["passed"]).lower(), "eval_run_id": run.run_id, "eval_baseline": report["baseline"]})
+    name = policy_model_name(ctx.scenario)
+    ctx.tracker.set_model_version_tags(name, cand, {
+        T.VERSION.EVAL_PASSED: str(report["passed"]).lower(), T.VERSION.EVAL_RUN_ID: run.run_id,
+        T.VERSION.EVAL_BASELINE: report["baseline"]})
+    from pipeline_steps.infra.descriptions import with_gate_summary
+    ctx.tracker.describe(name, cand, with_gate_summary(ctx.tracker.version_description(name, cand), report))
     return {"report_uri": uri, "eval_run_id": run.run_id}
+
 
 
 # --------------------------------------------------------------------------- promote / rollback
@@ -241,13 +239,38 @@ def rollout_stages(ctx: StepContext) -> list[float]:
 
 
 def promote(ctx: StepContext, candidate: str, staged: bool = False, episodes: int | None = None) -> dict[str, Any]:
-    """Evaluate and, when every gate passes, promote (or advance a staged roll-out)."""
+    """Evaluate and, when every gate passes, promote (or advance a staged roll-out). A champion set
+    by hand outside rlops is handled first (:func:`pipeline_steps.promotion.guard.check_champion`).
+    The outcome is recorded as the pass's ``promote`` step run."""
+    out = _promote(ctx, str(candidate), staged, episodes)
+    if not ctx.dry_run:
+        _track_promotion(ctx, out)
+    return out
+
+
+def _track_promotion(ctx: StepContext, out: dict[str, Any]) -> None:
+    from pipeline_steps.infra.pass_run import step_run
+    try:
+        with step_run(ctx, T.PROMOTE, label=f"v{out['candidate']}",
+                      extra_tags={T.CANDIDATE: out["candidate"], T.PASSED: str(bool(out.get("passed"))).lower(),
+                                  T.PROMOTION_ACTION: out["action"]}) as run:
+            run.log_params({"reason": out.get("reason", ""), "staged": out["staged"]})
+            run.log_metrics({"promoted": float(bool(out["promoted"])),
+                             "traffic_fraction": float(out.get("traffic_fraction") or 0.0)}, step=0)
+    except TrackingError as exc:  # the promotion's own outcome stands; only its record is missing
+        out.setdefault("warning", f"recording the promotion in MLflow failed: {exc}")
+
+
+def _promote(ctx: StepContext, candidate: str, staged: bool, episodes: int | None) -> dict[str, Any]:
+    from pipeline_steps.promotion.guard import check_champion
     name = policy_model_name(ctx.scenario)
-    candidate = str(candidate)
     stages = rollout_stages(ctx)
     out: dict[str, Any] = {"scenario": ctx.scenario, "candidate": candidate, "staged": staged, "promoted": False,
                            "action": "none", "dry_run": ctx.dry_run}
     try:
+        check = check_champion(ctx)
+        if check.action != "none":
+            out["champion_check"] = check.to_dict()
         report = evaluate_candidate(ctx, candidate, episodes)
     except (TrackingError, StorageError) as exc:
         return {**out, "reason": f"evaluation could not complete, nothing changed: {exc}"}

@@ -275,8 +275,10 @@ def _track(ctx: "StepContext", report: dict[str, Any], page: str, fn: "RewardFun
     from pipeline_steps.infra.registry import policy_model_name, reward_fn_model_name
     tracker = ctx.tracker
     verdict = report["verdict"]
-    with tracker.start_run("stress-test", tags={"rlops.step": "stress_test", "rlops.run_key": ctx.run_key,
-                                                "stress_test": verdict}) as run:
+    from pipeline_steps.infra import tags as T
+    from pipeline_steps.infra.pass_run import step_run
+    with step_run(ctx, T.STRESS_TEST, label=f"v{policy_version}" if policy_version else None,
+                  extra_tags={T.STRESS_VERDICT: verdict}) as run:
         run.log_params({"reward_fn": fn.label, "reward_sha256": fn.version, "policy_version": policy_version or "",
                         "report_uri": json_uri})
         rw = report["reward"]

@@ -35,6 +35,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline_steps.infra import tags as T
 from pipeline_steps.infra.context import StepContext
 from pipeline_steps.infra.registry import CHAMPION, policy_model_name
 from common.config import resolve_local
@@ -173,12 +174,30 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
         _prepare_checkpoints(ckpt, fp)
         env = pack.make_env(num_envs, reward_version=label, profile=profile,
                             device=resolve_device(cfg.device).type, seed=cfg.seed)
+        from pipeline_steps.infra.pass_run import ensure_pass_run
+        pass_run = ensure_pass_run(ctx.tracker, ctx.scenario, ctx.run_key, ctx.extra.get("dag_run_id"))
         fn_version = ctx.tracker.register_reward_fn(ctx.scenario, reward_fn.path, reward_fn.version,
-                                                    reward_fn.rule_refs, label)
-        run_tags = {"rlops.kind": "train_policy", "mode": mode_used, "run_key": ctx.run_key,
-                    "reward_fn_sha256": reward_fn.version, "parent_champion": parent or "none"}
-        with ctx.tracker.start_run(f"train-{mode_used}-{ctx.run_key}", tags=run_tags) as run:
+                                                    reward_fn.rule_refs, label, parent_run_id=pass_run)
+        from pipeline_steps.infra.pass_run import step_run
+        run_tags = {T.MODE: mode_used, T.REWARD_FN_SHA256: reward_fn.version, T.PARENT_CHAMPION: parent or "none",
+                    T.CALIBRATION_VERSION: cal_version}
+        with step_run(ctx, T.TRAIN_POLICY, label=mode_used, extra_tags=run_tags) as run:
+            log_training_inputs(ctx, run, cal_version, cal)
             return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp))
+
+
+def log_training_inputs(ctx: StepContext, run: Any, cal_version: str, cal: dict[str, Any] | None) -> None:
+    """The calibration the sandbox was fitted with, and the trace partitions it was fitted on, as
+    the run's training datasets (nothing when the pack is used as written)."""
+    from pipeline_steps.infra.datasets import TRAINING, calibration_dataset, log_dataset_inputs, parquet_dataset
+    if cal is None:
+        return
+    refs = [calibration_dataset(ctx.storage, ctx.uri("calibrations", ctx.scenario, f"{cal_version}.json"),
+                                f"calibration-{ctx.scenario}")]
+    traces = cal.get("traces_uri")
+    if traces:
+        refs.append(parquet_dataset(ctx.storage, str(traces), f"traces-{ctx.scenario}"))
+    log_dataset_inputs(run, refs, TRAINING)
 
 
 def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run: Any,
@@ -186,6 +205,7 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
                         tmp: Path) -> dict[str, Any]:
     from model.checkpoint import latest_checkpoint
     from model.ppo import train
+    from pipeline_steps.infra.descriptions import version_description
     settings = ctx.section("train")
     resumed = latest_checkpoint(cfg.checkpoint_dir)
     run.log_params({"scenario": ctx.scenario, "run_key": ctx.run_key, "num_envs": base["num_envs"],
@@ -197,7 +217,7 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
 
     evaluation = _evaluate(pack, result.policy, base["reward_fn"], int(settings.get("eval_episodes", 1000)),
                            int(settings.get("eval_seed", 1_000_000)), base["profile"])
-    run.log_metrics({f"eval_{k}": v for k, v in evaluation.items() if k != "episodes"}, step=result.global_step)
+    run.log_metrics(evaluation["metrics"], step=result.global_step)
     if result.history:
         run.log_figure(learning_curve(result.history), "plots/learning_curve.png")
         run.log_dict({"columns": list(result.history[0]), "data": [list(r.values()) for r in result.history]},
@@ -210,7 +230,7 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
             "run_key": ctx.run_key, "train_fingerprint": fp, "run_id": run.run_id,
             "stagnated": str(result.stagnated).lower(), "eval_mean_return": round(evaluation["mean_return"], 6)}
     version = register_policy(ctx, run, pack, result.policy, tags, tmp,
-                              description=f"{base['mode']} PPO retrain, run key {ctx.run_key}")
+                              description=version_description(ctx.scenario, base, evaluation))
     return {**base, "model_version": version, "run_id": run.run_id, "reused": False,
             "mean_return": evaluation["mean_return"], "completion_rate": evaluation["completion_rate"],
             "train_return": result.final_return, "iterations": result.iterations,
@@ -236,8 +256,11 @@ def register_policy(ctx: StepContext, run: Any, pack: "Pack", policy: "PolicyNet
     run.log_artifact(save_pyfunc_policy(policy_dir, work / MODEL_ARTIFACT, example), MODEL_ARTIFACT)
     version = ctx.tracker.register_model(run.run_id, MODEL_ARTIFACT, policy_model_name(ctx.scenario),
                                          tags=tags, description=description)
-    run.set_tags({"model_version": version})
+    run.set_tags({T.MODEL_VERSION: version})
+    from pipeline_steps.infra.descriptions import MODEL_DESCRIPTION
+    ctx.tracker.describe(policy_model_name(ctx.scenario), None, MODEL_DESCRIPTION.format(scenario=ctx.scenario))
     return version
+
 
 
 def _layout_of(obj: Any) -> tuple[int, int, int]:
@@ -259,12 +282,20 @@ def _prepare_checkpoints(ckpt: Path, fp: str) -> None:
 
 
 def _evaluate(pack: "Pack", policy: "PolicyNetwork", label: str, episodes: int, seed: int,
-              profile: str | None) -> dict[str, float]:
+              profile: str | None) -> dict[str, Any]:
+    """Held-out summary of the trained policy plus its comparable metrics (``metrics``, the keys of
+    :mod:`pipeline_steps.infra.policy_metrics` that evaluation runs log too)."""
+    from pipeline_steps.infra.policy_metrics import latency_p99_ms, policy_metrics, population_masks, segment_returns
+    from sandbox.env import BatchedEnv
     from sandbox.policies import evaluate_policy
     cpu = policy.to("cpu").eval()
-    res = evaluate_policy(pack, lambda env: cpu.act(env.observe(), deterministic=True).action,
-                          episodes=episodes, seed=seed, reward_version=label, profile=profile)
-    return res.summary()
+    env = BatchedEnv(pack.scenario, pack.reward_fn(label), num_envs=episodes, profile=profile, illegal_action="noop")
+    res = evaluate_policy(pack, lambda e: cpu.act(e.observe(), deterministic=True).action, seed=seed, env=env)
+    env.reset(seed)
+    segs = segment_returns(res.returns.cpu().numpy(), population_masks(res.segments, res.segment_names))
+    summary: dict[str, Any] = res.summary()
+    summary["metrics"] = policy_metrics(summary, segs, latency_p99_ms(cpu, env.observe(), 100))
+    return summary
 
 
 def learning_curve(history: list[dict[str, float]]) -> Any:

@@ -58,8 +58,9 @@ def train_reward_model_step(ctx: StepContext, reward_version: str | None = None,
     cfg = RewardModelConfig.from_params(section, seed=seed)
     model, metrics = train_reward_model(cfg, data)
     name = reward_model_name(ctx.scenario)
-    with ctx.tracker.start_run(f"reward-model-{ctx.run_key}", tags={"rlops.step": "train_reward_model",
-                                                                    "rlops.run_key": ctx.run_key}) as run:
+    from pipeline_steps.infra import tags as T
+    from pipeline_steps.infra.pass_run import step_run
+    with step_run(ctx, T.TRAIN_REWARD_MODEL, extra_tags={T.REWARD_FN_SHA256: fn.version}) as run:
         run.log_params({**plan, "human_pairs": 0 if labelled is None else len(labelled),
                         **{f"rm.{k}": v for k, v in cfg.__dict__.items()}})
         for i, loss in enumerate(metrics.history):

@@ -16,6 +16,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="run the champion in a simulation profile instead of reading the landing zone")
     src.add_argument("--landing-zone", dest="simulate", action="store_false",
                      help="read the landing zone only (default: the landing zone when it has files)")
+    src.add_argument("--from-mlflow", action="store_true",
+                     help="read the interval's agent decisions from MLflow's trace store (capture.mlflow_experiment)")
+    src.add_argument("--otlp-file", default=None, metavar="URI",
+                     help="read agent decisions from an OTLP/JSON span export file")
     p.add_argument("--episodes", type=int, default=None, help="simulated episodes (default: params)")
     p.add_argument("--sample-rate", type=float, default=None, help="fraction of episodes recorded (default: params)")
     p.add_argument("--profile", default=None, help="simulation profile (default: live)")
@@ -25,11 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_capture(args: argparse.Namespace) -> int:
     from common.errors import UserError
     from common.progress import show_progress
-    from pipeline_steps.capture.step import capture_step
+    from pipeline_steps.capture.step import capture_step, capture_traces
     ctx = context_from_args(args)
     try:
-        res = capture_step(ctx, args.simulate, args.episodes, args.sample_rate, args.profile,
-                           progress=show_progress(args.json))
+        if args.from_mlflow or args.otlp_file:
+            res = capture_traces(ctx, otlp_uri=args.otlp_file)
+        else:
+            res = capture_step(ctx, args.simulate, args.episodes, args.sample_rate, args.profile,
+                               progress=show_progress(args.json))
     except (ValueError, FileNotFoundError) as exc:
         raise UserError(f"capture: {exc}") from exc
     verb = "would write" if ctx.dry_run else "wrote"

@@ -25,6 +25,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = verbs.add_parser("rollback", help="point the champion back at the previous version")
     add_common_args(p)
     p.set_defaults(func=cmd_rollback)
+    _register_webhook(verbs)
+
+
+def _register_webhook(verbs: argparse._SubParsersAction) -> None:
+    """``rlops model webhook serve|register``: promotion requested from the MLflow UI, still gated."""
+    p = verbs.add_parser("webhook", help="promotion from the MLflow UI: the webhook receiver")
+    hooks = p.add_subparsers(dest="webhook_command", required=True, metavar="ACTION")
+    s = hooks.add_parser("serve", help="serve the receiver of MLflow's webhook calls")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8766)
+    s.add_argument("--mode", choices=["embedded", "airflow"], default=None,
+                   help="embedded: promote in this process; airflow: trigger the promotion DAG (default: params)")
+    s.set_defaults(func=cmd_webhook_serve)
+    r = hooks.add_parser("register", help="create or update the MLflow webhook that calls the receiver")
+    r.add_argument("--url", required=True,
+                   help="public URL of the receiver, e.g. https://rlops.example.com/mlflow/webhook")
+    r.add_argument("--tracking-uri", default=None, help="MLflow server (default: tracking.uri of params)")
+    r.set_defaults(func=cmd_webhook_register)
+
+
+def cmd_webhook_serve(args: argparse.Namespace) -> int:
+    from pipeline_steps.promotion.webhook import serve
+    return serve(args.host, args.port, args.mode)
+
+
+def cmd_webhook_register(args: argparse.Namespace) -> int:
+    from pipeline_steps.promotion.webhook import register
+    print(f"webhook {_call(register, args.url, args.tracking_uri)} → {args.url}")
+    return 0
 
 
 def _gate_lines(res: dict[str, Any]) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_IDS = {"trace_capture": "*/15 * * * *", "drift_monitor": "@hourly", "label_queue": "@hourly",
-           "retrain_incremental": "*/15 * * * *", "retrain_full": "@hourly"}
+           "retrain_incremental": "*/15 * * * *", "retrain_full": "@hourly", "promote": None}
 HEAVY = ("torch", "mlflow", "great_expectations", "boto3", "pandas", "sandbox", "model")
 
 

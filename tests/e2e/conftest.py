@@ -53,3 +53,57 @@ def rlops_home(tmp_path: Path, tmp_tracking: str, monkeypatch: pytest.MonkeyPatc
     for var in ("RLOPS_STORAGE_ROOT", "RLOPS_QUEUE_DB"):
         monkeypatch.delenv(var, raising=False)
     return tmp_path
+
+
+# --------------------------------------------------------------------------- MLflow server
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture()
+def mlflow_server(tmp_path: Path, _mlflow_template_db: Path) -> Any:
+    """A real ``mlflow server`` on 127.0.0.1 (SQL backend: a copy of the pre-migrated SQLite DB,
+    proxied artifacts under tmp) that may call webhooks on ``http`` and private addresses, as a
+    local receiver needs. Yields its URL."""
+    import shutil
+    import time
+    import urllib.request
+
+    from cryptography.fernet import Fernet
+    folder = tmp_path / "mlflow-server"
+    folder.mkdir()
+    shutil.copyfile(_mlflow_template_db, folder / "mlflow.db")
+    port = free_port()
+    env = {**os.environ, "MLFLOW_WEBHOOK_ALLOWED_SCHEMES": "http,https", "MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true",
+           "MLFLOW_WEBHOOK_CACHE_TTL": "1", "MLFLOW_WEBHOOK_REQUEST_MAX_RETRIES": "1",
+           "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": Fernet.generate_key().decode()}
+    log = open(folder / "server.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
+         "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"mlflow server did not start: {(folder / 'server.log').read_text()[-3000:]}")
+        time.sleep(0.5)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 GRAMMAR = {
     "env": ["validate", "describe", "rollout"], "capture": [], "drift": ["detect", "check"], "calibrate": [],
     "labels": ["run", "export", "import"], "train": ["policy", "reward-model", "status"], "stress": [],
-    "model": ["evaluate", "promote", "rollback"], "replay": [], "audit": [], "console": [], "demo": [],
+    "model": ["evaluate", "promote", "rollback", "webhook"], "replay": [], "audit": [], "console": [], "demo": [],
 }
 
 
@@ -60,8 +60,9 @@ def _parser_of(command: list[str]) -> argparse.ArgumentParser:
     return p
 
 
-# demo and console are not steps: no run key, no JSON result, nothing to dry-run.
-@pytest.mark.parametrize("command", [c for c in _leaves() if c not in (["demo"], ["console"])], ids=" ".join)
+# demo, console and the webhook receiver are not steps: no run key, no JSON result, nothing to dry-run.
+@pytest.mark.parametrize("command", [c for c in _leaves() if c not in (["demo"], ["console"], ["model", "webhook", "serve"],
+                                                                 ["model", "webhook", "register"])], ids=" ".join)
 def test_every_command_takes_the_common_options(command: list[str]) -> None:
     options = {s for a in _parser_of(command)._actions for s in a.option_strings}
     assert {"--scenario", "--json", "--dry-run"} <= options, command

@@ -1,0 +1,45 @@
+"""What a user reads in the MLflow UI: descriptions of registered models and their versions.
+
+A policy version's description says what it is (training mode, reward function and its hash,
+sandbox calibration, data) and, once evaluated, the gate summary — one line per gate — which
+each evaluation replaces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MODEL_DESCRIPTION = (
+    "Decision policies of the '{scenario}' agent, trained by rlops with masked PPO in the scenario sandbox.\n\n"
+    "Aliases: `champion` serves production; `challenger` serves its `traffic_fraction` share in a staged "
+    "roll-out; `previous` is where `rlops model rollback` returns to. Each version's description names its "
+    "reward function, sandbox calibration and data, and the gate summary of its last evaluation.\n\n"
+    "To promote a version, set the alias `challenger` on it: rlops evaluates it against the champion and "
+    "promotes it only if every gate passes (outcome in the version's `rlops.promotion.*` tags). A `champion` "
+    "alias set by hand is put back (and re-gated, per promotion.manual_champion).")
+
+
+def version_description(scenario: str, base: dict[str, Any], evaluation: dict[str, Any]) -> str:
+    """What a user reads on the version page of the MLflow UI: what it is, reward, calibration;
+    evaluation appends the gate summary."""
+    return (f"Masked-PPO decision policy for scenario '{scenario}' ({base['mode']} training, run key "
+            f"{base['run_key']}, warm start: {base['parent_champion'] or 'none'}).\n\n"
+            f"Reward function: {base['reward_fn']} (sha256 {str(base['reward_fn_sha256'])[:12]}).\n"
+            f"Sandbox calibration: {base['calibration_version']} (profile {base['profile']}); "
+            f"data: {base['data_version']}.\n"
+            f"Held-out in training: mean return {evaluation['mean_return']:.4f}, completion "
+            f"{evaluation['completion_rate']:.1%}.\n\n"
+            "Gates: not evaluated yet — promotion runs `rlops model evaluate/promote`, or set the alias "
+            "`challenger` on this version to request a gated promotion.")
+
+
+def with_gate_summary(description: str, report: dict[str, Any]) -> str:
+    """The version description with its ``Gates:`` paragraph replaced by this evaluation's verdict."""
+    head = description.split("\n\nGates:", 1)[0].split("Gates:", 1)[0].rstrip()
+    failed = report["failed_gates"]
+    lines = [f"Gates ({report['run_key']}, vs {report['baseline']}, {report['episodes']} episodes, "
+             f"{report['profile']} profile): " + ("all passed." if not failed else f"FAILED {', '.join(failed)}.")]
+    for g in report["gates"]:
+        mark = "pass" if g["passed"] else "FAIL"
+        lines.append(f"- {g['gate']}: {mark} ({g['threshold']})")
+    return (head + "\n\n" if head else "") + "\n".join(lines)
