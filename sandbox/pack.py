@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from sandbox.compile import CompiledScenario
+from sandbox.constraints import parse_constraints
 from sandbox.env import BatchedEnv, NoLegalActionError
 from sandbox.errors import PackError
 from sandbox.reward import RewardFunction, load_reward_fn
@@ -73,6 +74,7 @@ def load_pack(path: str | Path, calibration: dict[str, Any] | None = None, check
     spec = parse_scenario(doc, str(scen_file))
     scenario = CompiledScenario(spec)
     rules = _load_rules(root / "rules.yaml")
+    parse_constraints(rules, scenario, str(root / "rules.yaml"))  # a bad rule constraint fails the load
     reward_files = sorted(p for p in root.iterdir() if _REWARD_FILE.match(p.name))
     if not reward_files:
         raise PackError(str(root), None, "", "no reward function: expected reward_v<N>.py files in the pack")
