@@ -44,6 +44,12 @@ def dag_params(timesteps: int = 200_000, mode: str = "full") -> dict[str, Param]
         "mode": Param(mode, type="string", enum=["full", "incremental"],
                       description="train from scratch or warm-start from the champion"),
         "dry_run": Param(False, type="boolean", description="report what would change, write nothing"),
+        "reward_source": Param(None, type=["null", "string"], enum=[None, "scripted", "model", "blend"],
+                               description="policy training reward: scripted, model, blend (null: params "
+                                           "train.reward_source)"),
+        "reward_blend_lambda": Param(None, type=["null", "number"], minimum=0,
+                                     description="weight of the reward model in 'blend' (null: params "
+                                                 "train.reward_blend_lambda)"),
     }
 
 

@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 
 MODEL_ARTIFACT = "policy_model"
 """Artifact folder of a training run that holds the pyfunc model (the registered source)."""
-_STEP_KEYS = {"incremental_timesteps", "num_envs", "profile", "eval_episodes", "eval_seed"}
+_STEP_KEYS = {"incremental_timesteps", "num_envs", "profile", "eval_episodes", "eval_seed", "reward_source",
+              "reward_blend_lambda", "bc_warm_start", "bc_top_fraction", "bc_epochs"}
 
 
 # --------------------------------------------------------------------------- settings
@@ -123,12 +124,21 @@ def download_policy(ctx: StepContext, version: str, dst: Path) -> Path:
 # --------------------------------------------------------------------------- the step
 def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = None,
                  reward_version: str | None = None, data_version: str | None = None,
-                 **ppo_overrides: Any) -> dict[str, Any]:
-    """Train (or resume) a candidate and register it. Returns a small JSON-able summary."""
+                 reward_source: str | None = None, blend_lambda: float | None = None,
+                 reward_model_version: str | None = None, **ppo_overrides: Any) -> dict[str, Any]:
+    """Train (or resume) a candidate and register it. Returns a small JSON-able summary.
+
+    ``reward_source`` (else ``train.reward_source``): ``scripted``, ``model`` or ``blend``
+    (scripted + ``blend_lambda`` · reward model, see :mod:`model.reward_source`); the last two use
+    ``reward_model_version`` of ``<scenario>-reward-model`` (default: the newest) and, in ``full``
+    mode, warm-start by behaviour cloning from the run key's relabelled traces when there are any.
+    """
     if mode not in ("full", "incremental"):
         raise ValueError(f"train mode must be 'full' or 'incremental', got {mode!r}")
     from model.ppo_config import resolve_device
+    from pipeline_steps.training.dual_track import resolve_reward_source
     pack = ctx.load_pack()
+    source = resolve_reward_source(ctx, reward_source, blend_lambda)
     label = reward_label(ctx, reward_version)
     reward_fn = pack.reward_fn(label)
     cal, cal_version = calibration_info(ctx)
@@ -154,7 +164,13 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
             parent, init = None, None
         ckpt = checkpoint_folder(ctx, mode_used, create=not ctx.dry_run)
         cfg = ppo_config(ctx, mode_used, timesteps, None if ctx.dry_run else ckpt, **ppo_overrides)
+        rm_version, rm_model = None, None
+        if source.needs_model:
+            from pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
+            rm_version, rm_model = ((reward_model_version or latest_reward_model_version(ctx), None) if ctx.dry_run
+                                    else load_reward_model_version(ctx, reward_model_version))
         fp = fingerprint(scenario=ctx.scenario, run_key=ctx.run_key, mode=mode_used, reward=reward_fn.version,
+                         reward_source=source.kind, blend_lambda=source.model_weight, reward_model=rm_version,
                          parent=parent, calibration=cal_version, num_envs=num_envs, profile=profile,
                          ppo={k: v for k, v in cfg.to_params().items()
                               if k not in ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "progress",
@@ -163,7 +179,9 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
                 "note": note, "parent_champion": parent, "timesteps_budget": cfg.total_timesteps,
                 "reward_fn_label": label, "reward_fn_version": reward_fn.version,
                 "calibration_version": cal_version, "data_version": data_version, "num_envs": num_envs,
-                "profile": profile or pack.scenario.spec.default_profile, "checkpoint_dir": str(ckpt)}
+                "profile": profile or pack.scenario.spec.default_profile, "checkpoint_dir": str(ckpt),
+                "reward_source": source.kind, "reward_blend_lambda": source.model_weight,
+                "reward_model_version": rm_version}
         if ctx.dry_run:
             from model.checkpoint import latest_checkpoint
             last = latest_checkpoint(ckpt) if ckpt.is_dir() else None
@@ -182,10 +200,21 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
         _prepare_checkpoints(ckpt, fp)
         env = pack.make_env(num_envs, reward_version=label, profile=profile,
                             device=resolve_device(cfg.device).type, seed=cfg.seed)
+        from model.reward_source import apply_reward_source
+        apply_reward_source(env, source, rm_model)
+        bc: dict[str, Any] = {}
+        if source.needs_model and init is None:
+            from pipeline_steps.training.dual_track import warm_start
+            init, bc = warm_start(ctx, pack, cfg)
+            if init is not None:  # PPO continues from the cloned policy (no EWC: nothing to keep)
+                import dataclasses
+                cfg = dataclasses.replace(cfg, mode="incremental", ewc_lambda=0.0)
+        base["behaviour_cloning"] = bc or None
         fn_version = ctx.tracker.register_reward_fn(ctx.scenario, reward_fn.path, reward_fn.version,
                                                     reward_fn.rule_refs, label)
         run_tags = {"rlops.kind": "train_policy", "mode": mode_used, "run_key": ctx.run_key,
-                    "reward_fn_version": reward_fn.version, "parent_champion": parent or "none"}
+                    "reward_fn_version": reward_fn.version, "parent_champion": parent or "none",
+                    "reward_source": source.kind, "reward_model_version": rm_version or "none"}
         with ctx.tracker.start_run(f"train-{mode_used}-{ctx.run_key}", tags=run_tags) as run:
             return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp))
 
@@ -217,7 +246,10 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
             "data_version": base["data_version"], "parent_champion": base["parent_champion"] or "none",
             "mode": base["mode"], "timesteps": result.global_step, "train_seconds": round(train_seconds, 3),
             "run_key": ctx.run_key, "train_fingerprint": fp, "run_id": run.run_id,
-            "stagnated": str(result.stagnated).lower(), "eval_mean_return": round(evaluation["mean_return"], 6)}
+            "stagnated": str(result.stagnated).lower(), "eval_mean_return": round(evaluation["mean_return"], 6),
+            "reward_source": base["reward_source"], "reward_blend_lambda": base["reward_blend_lambda"],
+            "reward_model_version": base["reward_model_version"] or "none",
+            "bc_steps": (base.get("behaviour_cloning") or {}).get("steps_imitated", 0)}
     version = register_policy(ctx, run, pack, result.policy, tags, tmp,
                               description=f"{base['mode']} PPO retrain, run key {ctx.run_key}")
     return {**base, "model_version": version, "run_id": run.run_id, "reused": False,
@@ -351,6 +383,12 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timesteps", type=int, default=None, help="environment steps (default: params)")
     p.add_argument("--reward-version", default=None, help="reward function label, e.g. v1")
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: params)")
+    p.add_argument("--reward-source", choices=["scripted", "model", "blend"], default=None,
+                   help="per-step reward: the reward function, the reward model, or both (default: params)")
+    p.add_argument("--reward-blend-lambda", type=float, default=None,
+                   help="weight of the reward model's score in 'blend' (default: params train.reward_blend_lambda)")
+    p.add_argument("--reward-model-version", default=None,
+                   help="version of <scenario>-reward-model for 'model'/'blend' (default: the newest)")
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("train-status", help="per-iteration metrics of a training run")
     add_common_args(p)
@@ -366,7 +404,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.timesteps is not None and args.timesteps < 1:
         raise UserError(f"--timesteps must be a positive number of environment steps, got {args.timesteps}")
     try:
-        res = train_policy(ctx, args.mode, args.timesteps, args.reward_version, device=args.device)
+        res = train_policy(ctx, args.mode, args.timesteps, args.reward_version, reward_source=args.reward_source,
+                           blend_lambda=args.reward_blend_lambda, reward_model_version=args.reward_model_version,
+                           device=args.device)
     except KeyError as exc:  # unknown reward version
         raise UserError(str(exc).strip("'\"")) from None
     except ValueError as exc:
