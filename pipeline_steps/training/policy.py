@@ -125,13 +125,16 @@ def download_policy(ctx: StepContext, version: str, dst: Path) -> Path:
 def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = None,
                  reward_version: str | None = None, data_version: str | None = None,
                  reward_source: str | None = None, blend_lambda: float | None = None,
-                 reward_model_version: str | None = None, **ppo_overrides: Any) -> dict[str, Any]:
+                 reward_model_version: str | None = None, reward_switch: tuple[int, str] | None = None,
+                 **ppo_overrides: Any) -> dict[str, Any]:
     """Train (or resume) a candidate and register it. Returns a small JSON-able summary.
 
     ``reward_source`` (else ``train.reward_source``): ``scripted``, ``model`` or ``blend``
     (scripted + ``blend_lambda`` · reward model, see :mod:`model.reward_source`); the last two use
     ``reward_model_version`` of ``<scenario>-reward-model`` (default: the newest) and, in ``full``
     mode, warm-start by behaviour cloning from the run key's relabelled traces when there are any.
+    ``reward_switch`` = ``(iteration, label)`` schedules a reward function switch; requests written
+    by ``rlops train-switch-reward`` for this run key are picked up between iterations too.
     """
     if mode not in ("full", "incremental"):
         raise ValueError(f"train mode must be 'full' or 'incremental', got {mode!r}")
@@ -215,13 +218,17 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
         run_tags = {"rlops.kind": "train_policy", "mode": mode_used, "run_key": ctx.run_key,
                     "reward_fn_version": reward_fn.version, "parent_champion": parent or "none",
                     "reward_source": source.kind, "reward_model_version": rm_version or "none"}
+        from model.reward_source import model_only
+        from pipeline_steps.training.hot_reload import RewardSwitchPoller
+        poller = RewardSwitchPoller(ctx, pack, *(reward_switch or (None, None)),
+                                    wrap=model_only if source.kind == "model" else None)
         with ctx.tracker.start_run(f"train-{mode_used}-{ctx.run_key}", tags=run_tags) as run:
-            return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp))
+            return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp), poller)
 
 
 def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run: Any,
                         init: "PolicyNetwork | None", base: dict[str, Any], fp: str, fn_version: str,
-                        tmp: Path) -> dict[str, Any]:
+                        tmp: Path, poller: Any = None) -> dict[str, Any]:
     from model.checkpoint import latest_checkpoint
     from model.ppo import train
     settings = ctx.section("train")
@@ -230,8 +237,10 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
                     "profile": base["profile"], "reward_fn_label": base["reward_fn_label"],
                     "resumed_from": resumed.name if resumed else "none"})
     t0 = time.perf_counter()
-    result = train(cfg, env, tracker=run, init_from=init, resume_from="auto")
+    result = train(cfg, env, tracker=run, init_from=init, resume_from="auto", reward_source=poller)
     train_seconds = time.perf_counter() - t0
+    from pipeline_steps.training.hot_reload import record_switches
+    switches = record_switches(run, result.reward_switches)
 
     evaluation = _evaluate(pack, result.policy, base["reward_fn_label"], int(settings.get("eval_episodes", 1000)),
                            int(settings.get("eval_seed", 1_000_000)), base["profile"])
@@ -256,7 +265,8 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
             "mean_return": evaluation["mean_return"], "completion_rate": evaluation["completion_rate"],
             "train_return": result.final_return, "iterations": result.iterations,
             "timesteps": result.global_step, "train_seconds": round(train_seconds, 3),
-            "stagnated": result.stagnated, "reward_fn_model_version": fn_version,
+            "stagnated": result.stagnated, "reward_fn_model_version": fn_version, "reward_switches": switches,
+            "reward_fn_version_final": result.reward_fn_version,
             "resumed_from": resumed.name if resumed else None}
 
 

@@ -15,6 +15,7 @@ _STEP_CLIS: list[tuple[str, str]] = [
     ("pipeline_steps.training.reward_model", "add_cli"),   # train-reward-model
     ("pipeline_steps.training.policy", "add_cli"),               # train, train-status
     ("pipeline_steps.training.relabel", "add_cli"),              # relabel
+    ("pipeline_steps.training.hot_reload", "add_cli"),           # train-switch-reward
     ("pipeline_steps.stress.step", "add_cli"),         # stress-test
     ("pipeline_steps.promotion.evaluate", "add_cli"),            # evaluate, promote, rollback
     ("pipeline_steps.audit.replay", "add_cli"),               # replay, audit
