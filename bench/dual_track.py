@@ -60,6 +60,21 @@ def true_return(pack: Any, act: Callable[[Any], torch.Tensor], episodes: int, sa
     return float(evaluate_policy(pack, act, episodes, seed=EVAL_SEED, env=env).summary()["mean_return"])
 
 
+class CenteredRewardModel(torch.nn.Module):
+    """``r(s, a) − mean over actions r(s, ·)``: what the reward model prefers *in* a state, without
+    the per-state offset a Bradley–Terry model is free to pick (which PPO would chase)."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.model = model
+        self.n_features, self.n_actions, self.n_outcome = model.n_features, model.n_actions, model.n_outcome
+
+    def forward(self, states: torch.Tensor, actions: torch.Tensor, outcomes: torch.Tensor | None = None) -> torch.Tensor:
+        all_a = torch.stack([self.model(states, torch.full_like(actions, a), outcomes)
+                             for a in range(self.n_actions)], dim=1)
+        return self.model(states, actions, outcomes) - all_a.mean(dim=1)
+
+
 def greedy(policy: Any) -> Callable[[Any], torch.Tensor]:
     return lambda env: policy.act(env.observe(), deterministic=True).action
 
@@ -219,12 +234,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     scripted = ppo(pack, args.timesteps, 1, args.num_envs)
     t_scripted = time.perf_counter() - t0
     traffic = capture(pack, scripted, oracle, args.traffic, seed=10_000)
-    test = pairs_of(pack, choice_rows(capture(pack, scripted, oracle, 1000, seed=20_000)))
+    held = choice_rows(capture(pack, scripted, oracle, 1000, seed=20_000))
+    # Accuracy where labels carry news: the held-out states where the labeller's action is not the
+    # scripted policy's (what the scripted reward got wrong or cannot see).
+    test = pairs_of(pack, held[held["oracle_action"] != pd.Categorical(
+        held["action"], categories=list(pack.scenario.action_names)).codes].reset_index(drop=True))
     grid = sorted({*(int(x) for x in args.grid.split(",")), args.labels})
     eff = label_efficiency(pack, traffic, test, grid, args.labels, args.seeds)
 
     # blend: the reward model from the queue's labels, BC warm start from relabelled traffic, PPO
-    rm = fit_reward_model(pack, queue_pick(pack, traffic, args.labels, 0), 0)
+    chosen = queue_pick(pack, traffic, args.labels, 0)
+    rm = fit_reward_model(pack, chosen, 0)
     labels = relabel_frame(pack, rm, traffic, "bench")
     bc = None
     init = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))
@@ -232,7 +252,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         obs, masks, actions, _ = step_inputs(pack, traffic)
         bc = behaviour_clone(init, obs, masks, actions, torch.tensor(labels["rm_score"].to_numpy(),
                                                                      dtype=torch.float32), BCConfig(epochs=10))
-    blend = ppo(pack, args.timesteps, 1, args.num_envs, RewardSource("blend", args.lam), rm,
+    blend = ppo(pack, args.timesteps, 1, args.num_envs, RewardSource("blend", args.lam), CenteredRewardModel(rm),
                 init=init if bc is not None else None)
 
     returns = {name: true_return(pack, act, args.episodes, sat) for name, act in
@@ -244,6 +264,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
            "gap_closed": round(gap, 4), "label_savings": round(eff["label_savings"], 3),
            "label_savings_lower_bound": eff["savings_lower_bound"], "labels": args.labels, "blend_lambda": args.lam,
            "timesteps": args.timesteps, "seeds": args.seeds, "label_curves": eff,
+           "queue_labels_per_step": {int(k): int(v) for k, v in chosen["step"].value_counts().sort_index().items()},
+           "queue_labels_disagreeing": int((chosen["oracle_action"] != pd.Categorical(
+               chosen["action"], categories=list(pack.scenario.action_names)).codes).sum()),
            "relabelled_rows": len(labels), "bc_steps": None if bc is None else bc.steps_imitated, "seconds": round(time.perf_counter() - t0, 1),
            "seconds_scripted_ppo": round(t_scripted, 1), "load_avg_start": [round(x, 2) for x in load_start],
            "load_avg_end": [round(x, 2) for x in load_end]}

@@ -45,8 +45,8 @@ def step_inputs(pack: "Pack", df: "pd.DataFrame") -> tuple["torch.Tensor", ...]:
                                if "latency_ms" in df.columns else np.zeros(len(df), np.float32))
     err = torch.from_numpy(np.array(error_flags(df["error"]), dtype=bool) if "error" in df.columns
                            else np.zeros(len(df), bool))
-    done = torch.from_numpy(df["done"].fillna(False).astype(bool).to_numpy() if "done" in df.columns
-                            else np.zeros(len(df), bool))
+    done = torch.from_numpy(np.array(df["done"].fillna(False).astype(bool).to_numpy(), dtype=bool)
+                            if "done" in df.columns else np.zeros(len(df), bool))
     return obs, masks, actions, outcome_features(latency, err, done)
 
 

@@ -77,6 +77,7 @@ def test_select_high_reward_keeps_top_choice_steps() -> None:
 
 def _ctx(tmp_path: Path, **over: Any) -> StepContext:
     overrides = {"local_dir": str(tmp_path / "local"),
+                 "label_queue": {"db_url": f"sqlite:///{tmp_path / 'queue.db'}"},
                  "train": {"num_envs": 16, "eval_episodes": 64, "checkpoint_every": 1, "bc_epochs": 2},
                  "ppo": {"num_steps": 8, "device": "cpu"}}
     return StepContext.create(run_key=RUN_KEY, overrides=deep_merge(overrides, over))
@@ -132,3 +133,26 @@ def test_model_source_without_a_reward_model_is_a_clear_error(tmp_tracking: str,
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
     with pytest.raises(ValueError, match="train one first"):
         train_policy(_ctx(tmp_path), "full", timesteps=256, reward_source="model")
+
+
+def test_warm_start_imitates_human_labels_too(tmp_tracking: str, tmp_storage_root: str, tmp_path: Path,
+                                              pack: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Labels from the queue feed the policy, not only the reward model: with no relabelled traces,
+    the warm start clones the labelled actions."""
+    from model.ppo_config import PPOConfig
+    from pipeline_steps.labels.step import QueueConfig, queue_items, store_for
+    from pipeline_steps.training.dual_track import warm_start
+    from sandbox.policies import rule_policy
+    from sandbox.traces import rollout_traces
+    ctx = _ctx(tmp_path, train={"bc_top_fraction": 1.0})
+    rows = rollout_traces(pack, rule_policy, 100, seed=0)
+    rows = rows[rows["action_mask"].str.count("1") >= 2].head(80).assign(cluster_id=0, cluster_entropy=0.9,
+                                                                        norm_entropy=0.9)
+    store = store_for(ctx, QueueConfig.from_section(ctx.section("label_queue")))
+    store.create()
+    items = queue_items(pack, "credit_approval", rows.reset_index(drop=True), rows)
+    store.enqueue("credit_approval", RUN_KEY, items)
+    store.add_labels("credit_approval", [{"item_id": it["item_id"], "label": it["action_taken"], "annotator": "a",
+                                          "labelled_at": "2026-01-05T10:00:00Z"} for it in items])
+    policy, info = warm_start(ctx, pack, PPOConfig(seed=0))
+    assert policy is not None and info["steps_imitated"] == len(items) and info["accuracy"] > 0.5
