@@ -9,14 +9,17 @@ the pack's oracle (``oracle.py``), the best policy for the true objective.
    the policy's entropy per step).
 2. Label efficiency (``label_savings``): the reward model is trained from N labels chosen either by
    the label queue (:func:`pipeline_steps.labels.select.select_uncertain`: the top-k most
-   uncertain state clusters of the policy) or uniformly at random among the traffic's choice
-   states; its accuracy is the share of (labeller's action, other legal action) pairs it orders
-   right on held-out traffic. ``label_savings`` = labels random selection needs / labels active
+   uncertain state clusters of the policy) or uniformly at random among the captured steps; its
+   accuracy is the share of (labeller's action, other legal action) pairs it orders right on the
+   held-out states where the labeller disagrees with the scripted policy. ``label_savings`` = labels random selection needs / labels active
    selection needs for the accuracy active reaches with ``--labels`` labels (linear
    interpolation on the label grid), averaged over ``--seeds`` seeds.
 3. ``blend``: the reward model trained from ``--labels`` queue-chosen labels relabels the traffic,
    the policy is warm-started by behaviour cloning from the high-score steps and trained with PPO
-   on ``scripted + λ · model`` (:mod:`model.reward_source`), the same budget as ``scripted``.
+   on ``scripted + λ · model`` (:mod:`model.reward_source`; the model's score centred over the
+   actions of the state, :class:`CenteredRewardModel`), the same budget as ``scripted``. The
+   behaviour-cloning warm start is off unless ``--bc``: the captured traffic is the scripted
+   policy's own, so cloning it only reproduces that policy.
 4. True-objective mean returns of scripted, blend, the rule engine and the oracle on the same
    held-out seeded episodes; ``gap_closed = (blend − scripted) / (oracle − scripted)``.
 
@@ -207,7 +210,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--labels", type=int, default=200, help="queue-chosen labels behind the blend reward model")
     ap.add_argument("--grid", default="25,50,100,200,400,800", help="label budgets of the efficiency curves")
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--lam", type=float, default=1.0, help="blend weight of the reward model")
+    ap.add_argument("--lam", type=float, default=0.5, help="blend weight of the (centred) reward model")
     ap.add_argument("--episodes", type=int, default=2000, help="held-out episodes per true-return figure")
     ap.add_argument("--traffic", type=int, default=3000, help="captured episodes of the scripted policy")
     ap.add_argument("--threads", type=int, default=1,
