@@ -7,7 +7,11 @@ evaluation against the `champion` and promotes on success. `drift_monitor` trigg
 as an emergency retrain when live traffic drifts away from the sandbox.
 
 `train_policy` runs on the **gpu** Celery queue (pool `gpu`).
-Conf: `scenario`, `reward_fn`, `timesteps`, `mode`, `dry_run`.
+The reward model relabels the window's captured traces before training; with `reward_source`
+`model` or `blend` (conf, else params `train.reward_source`) the policy trains on the reward model
+just trained, warm-started by behaviour cloning from the relabelled steps.
+Conf: `scenario`, `reward_fn`, `timesteps`, `mode`, `dry_run`, `reward_source`,
+`reward_blend_lambda`.
 """
 
 from airflow.sdk import dag, task
@@ -33,10 +37,15 @@ def retrain_full():
         from pipeline_steps.orchestration import tasks
         return tasks.train_reward_model(conf)
 
-    @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=1)
-    def train_policy(conf: dict, reward_model: dict) -> dict:
+    @task
+    def relabel(conf: dict, reward_model: dict) -> dict:
         from pipeline_steps.orchestration import tasks
-        return tasks.train_policy(conf, mode="full")
+        return tasks.relabel(conf, reward_model)
+
+    @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=1)
+    def train_policy(conf: dict, reward_model: dict, relabelled: dict) -> dict:
+        from pipeline_steps.orchestration import tasks
+        return tasks.train_policy(conf, mode="full", reward_model=reward_model)
 
     @task
     def stress_test(conf: dict, trained: dict) -> dict:
@@ -49,7 +58,8 @@ def retrain_full():
         return tasks.evaluate_and_promote(conf, trained, stressed)
 
     conf = validate_conf()
-    trained = train_policy(conf, train_reward_model(conf))
+    reward_model = train_reward_model(conf)
+    trained = train_policy(conf, reward_model, relabel(conf, reward_model))
     evaluate_and_promote(conf, trained, stress_test(conf, trained))
 
 

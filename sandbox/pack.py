@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 
 from sandbox.compile import CompiledScenario
+from sandbox.constraints import parse_constraints
 from sandbox.env import BatchedEnv, NoLegalActionError
 from sandbox.errors import PackError
 from sandbox.precheck import REWARD_FILE, load_params, load_rules, present, reward_files
@@ -93,6 +94,7 @@ def load_pack(path: str | Path, calibration: dict[str, Any] | None = None, check
     except RecursionError:
         raise PackError(str(scen_file), None, "", "the scenario is nested too deeply") from None
     rules = load_rules(root / "rules.yaml", root)
+    parse_constraints(rules, scenario, str(root / "rules.yaml"))  # a bad rule constraint fails the load
     reward_fns = _load_reward_fns(root, rules, scenario, stage, probe_rewards)
     pack = Pack(root, scenario, rules, reward_fns, load_params(root), calibration)
     if check_liveness:

@@ -269,7 +269,31 @@ def render_audit_html(report: dict[str, Any]) -> str:
                          "driven by:</p>" + html_table(
                              [{**d, "share_of_low_steps": f"{d['share_of_low_steps']:.0%}"} for d in c["drivers"]],
                              ["component", "rule_ref", "share_of_low_steps", "mean_in_low_steps", "mean_in_cluster"]))
+    from pipeline_steps.audit.attribution import render
+    parts.append(render(report.get("attribution")))
     return html_page(f"Policy audit — {meta['scenario']}", "".join(parts))
+
+
+def _attribution(ctx: "StepContext", pack: "Pack", df: pd.DataFrame, clusters: int, seed: int) -> dict[str, Any] | None:
+    """Sparse-outcome attribution (see :mod:`pipeline_steps.audit.attribution`), scored by the run
+    key's reward-model labels when the relabel step wrote them."""
+    from pipeline_steps.audit.attribution import attribute, episode_outcomes
+    from pipeline_steps.infra.trace_states import state_features
+    from pipeline_steps.labels.select import kmeans
+    from pipeline_steps.training.relabel import KEYS, labels_uri
+    if episode_outcomes(df) is None:
+        return None
+    scores, source = None, "the scripted reward (no reward-model labels for this run key)"
+    uri = labels_uri(ctx)
+    if ctx.storage.exists(uri):
+        labels = ctx.storage.read_parquet(uri, columns=[*KEYS, "rm_score", "reward_model_version"])
+        keyed = df[list(KEYS)].astype({"episode_id": str}).assign(step=df["step"].astype("int64"))
+        joined = keyed.merge(labels, on=list(KEYS), how="left")
+        if joined["rm_score"].notna().all():
+            scores = joined["rm_score"].to_numpy()
+            source = f"reward model v{joined['reward_model_version'].iloc[0]}"
+    labels_c, _ = kmeans(state_features(pack, df), clusters, seed)
+    return attribute(pack, df, scores, labels_c.numpy(), source)
 
 
 def audit(ctx: "StepContext", policy_version: str | None = None, traces_uri: str | None = None) -> dict[str, Any]:
@@ -293,7 +317,8 @@ def audit(ctx: "StepContext", policy_version: str | None = None, traces_uri: str
     meta = {"scenario": ctx.scenario, "run_key": ctx.run_key, "policy_version": policy_version, "traces_uri": uri,
             "window": [str(w) for w in window] if window and not traces_uri else None, "rows": len(df),
             "episodes": int(df["episode_id"].nunique())}
-    report = {"meta": meta, "clusters": clusters, "chart": audit_chart(clusters)}
+    report = {"meta": meta, "clusters": clusters, "chart": audit_chart(clusters),
+              "attribution": _attribution(ctx, pack, df, int(cfg.get("clusters", 8)), int(cfg.get("seed", 7)))}
     json_uri, html_uri = ctx.report_uri("audit", "report.json"), ctx.report_uri("audit", "report.html")
     result = {"report_uri": json_uri, "html_uri": html_uri, "clusters": len(clusters), "rows": len(df),
               "dry_run": ctx.dry_run, "run_id": None}

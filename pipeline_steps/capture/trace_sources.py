@@ -122,11 +122,11 @@ def capture_trace_lines(ctx: "StepContext", found: TraceLines, source: str) -> d
     import pandas as pd
 
     from data_contracts.records import parse_json_lines
-    from pipeline_steps.capture.core import (store_uris, validate_rows, write_quarantine_partitions,
-                                             write_trace_partitions)
-    from pipeline_steps.capture.step import _counts, contract_for, interval_of
-    _, traces, quarantine = store_uris(ctx.params, ctx.storage)
-    start, end = interval_of(ctx)
+    from pipeline_steps.capture.core import validate_rows
+    from pipeline_steps.capture.step import _counts, contract_for
+    from pipeline_steps.infra.trace_store import write_quarantine_partitions, write_trace_partitions
+    traces, quarantine = ctx.traces.trace_uri, ctx.traces.quarantine_uri
+    start, end = ctx.key.start, ctx.key.end
     rows, unparseable = parse_json_lines(found.lines, found.sources)
     contract = contract_for(ctx.load_pack())
     accepted, quarantined = validate_rows(rows, contract) if len(rows) else (rows.iloc[0:0], rows.iloc[0:0])

@@ -61,6 +61,9 @@ class ClusterStat:
     min_bucket_entropy: float | None
     buckets_judged: int
     selected: bool
+    why: str = ""
+    """``threshold`` (uncertain in every judged bucket), ``top_k`` (among the run's most uncertain
+    clusters), or why not (``too few states``, ``below threshold``)."""
 
 
 def select_uncertain(pack: "Pack", df: pd.DataFrame, cfg: QueueConfig) -> tuple[pd.DataFrame, list[ClusterStat]]:
@@ -82,11 +85,17 @@ def select_uncertain(pack: "Pack", df: pd.DataFrame, cfg: QueueConfig) -> tuple[
     judged = per_bucket[per_bucket["size"] >= cfg.min_bucket_states]
     min_bucket = judged.groupby(level="c")["mean"].min()
     n_judged = judged.groupby(level="c").size()
+    # Clusters large enough to judge; of those, the ones over the threshold in every judged bucket,
+    # plus the top_k by mean entropy (a confident policy still has its least certain states).
+    big = [int(c) for c, row in overall.iterrows() if row["size"] >= cfg.min_cluster_states and c in min_bucket.index]
+    ranked = sorted(big, key=lambda c: (-float(overall.loc[c, "mean"]), c))[:max(int(cfg.top_k), 0)]
     stats, keep = [], []
     for c, row in overall.iterrows():  # one iteration per cluster (k of them), not per state
         mb = float(min_bucket[c]) if c in min_bucket.index else None
-        ok = bool(row["size"] >= cfg.min_cluster_states and mb is not None and mb > cfg.threshold)
-        stats.append(ClusterStat(int(c), int(row["size"]), float(row["mean"]), mb, int(n_judged.get(c, 0)), ok))
+        why = ("too few states" if int(c) not in big else "threshold" if mb is not None and mb > cfg.threshold
+               else "top_k" if int(c) in ranked else "below threshold")
+        ok = why in ("threshold", "top_k")
+        stats.append(ClusterStat(int(c), int(row["size"]), float(row["mean"]), mb, int(n_judged.get(c, 0)), ok, why))
         if ok:
             keep.append(int(c))
     out = rows.assign(cluster_id=labels.numpy(), norm_entropy=ent, _ts=ts)
@@ -148,12 +157,30 @@ def label_config(pack: "Pack") -> str:
             f'<Choices name="action" toName="state" choice="single" required="true">{choices}</Choices></View>')
 
 
-def to_tasks(items: pd.DataFrame) -> list[dict[str, Any]]:
+def display_value(pack: "Pack | None", path: str, value: Any) -> str:
+    """A state value as a labeller reads it: numbers rounded (thousands separated) with the
+    field's unit (``6,415.46 CNY``, ``42 years``), bools as yes/no, missing as —."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "—"
+    spec = pack.scenario.fields.get(path) if pack is not None else None
+    unit = f" {spec.unit}" if spec is not None and getattr(spec, "unit", None) else ""
+    if isinstance(value, bool) or (spec is not None and spec.type == "bool"):
+        return "yes" if value in (True, 1, 1.0, "true", "True") else "no"
+    if isinstance(value, (int, float, np.number)):
+        v = float(value)
+        if (spec is not None and spec.type == "int") or v.is_integer():
+            return f"{int(round(v)):,}{unit}"
+        text = f"{v:,.2f}" if abs(v) >= 1 else f"{v:.3g}"
+        return text + unit
+    return str(value)
+
+
+def to_tasks(items: pd.DataFrame, pack: "Pack | None" = None) -> list[dict[str, Any]]:
     tasks = []
     for r in items.itertuples(index=False):
         state = json.loads(r.state)
         legal = json.loads(r.candidate_actions)
-        text = "\n".join(f"{k}: {'—' if v is None else v}" for k, v in state.items())
+        text = "\n".join(f"{k}: {display_value(pack, k, v)}" for k, v in state.items())
         tasks.append({"data": {"item_id": r.item_id, "state": state, "state_text": text,
                                "candidate_actions": legal, "legal_text": "Legal actions: " + ", ".join(legal),
                                "policy_action": r.action_taken, "cluster_id": r.cluster_id,

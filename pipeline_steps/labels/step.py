@@ -60,6 +60,7 @@ class QueueConfig:
     db_schema: str | None = None
     window_hours: float = 24.0
     threshold: float = 0.8
+    top_k: int = 2
     clusters: int = 16
     states_per_cluster: int = 100
     min_cluster_states: int = 20
@@ -68,6 +69,7 @@ class QueueConfig:
     kmeans_iters: int = 50
     seed: int = 7
     export_dir: str = "label_queue"
+    uncertainty_policy: str = "auto"
 
     @classmethod
     def from_section(cls, cfg: dict[str, Any]) -> "QueueConfig":
@@ -86,29 +88,35 @@ def store_for(ctx: "StepContext", cfg: QueueConfig) -> "LabelStore":
 def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, Any]:
     """Enqueue the high-entropy clusters of the run key's window."""
     from pipeline_steps.labels.select import queue_items, select_uncertain
+    from pipeline_steps.labels.uncertainty import EXCLUDED_SINGLE, count_single_choice, usable_rows
     from pipeline_steps.infra.trace_store import read_traces
     cfg = QueueConfig.from_section(ctx.section("label_queue"))
     pack = ctx.load_pack()
     window = ctx.key.lookback(cfg.window_hours)
     uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
-    df = read_traces(ctx.storage, uri, window)
-    if not df.empty and "scenario" in df.columns:
-        df = df[df["scenario"] == ctx.scenario].reset_index(drop=True)
-    if not df.empty and "policy_version" in df.columns:
-        # Entropy is a property of a learned policy: steps decided by the rule engine (before any
-        # champion, or as a fallback) carry none and would read as perfectly certain.
-        learned = df["policy_version"].astype(str) != "rules"
-        if "fallback" in df.columns:
-            learned &= ~df["fallback"].fillna(False).astype(bool)
-        df = df[learned].reset_index(drop=True)
-    missing = {"episode_id", "step", "ts", "action", "action_mask", "entropy"} - set(df.columns)
-    if not df.empty and missing:
+    raw = read_traces(ctx.storage, uri, window)
+    missing = {"episode_id", "step", "ts", "action", "action_mask"} - set(raw.columns)
+    if not raw.empty and missing:
         raise ValueError(f"trace rows at {uri} lack column(s) {sorted(missing)}; expected the trace record")
+    # Entropy is a property of a learned policy: rule-engine steps carry none (they would read as
+    # perfectly certain); before any champion a registered candidate's entropy is computed instead.
+    usable = usable_rows(ctx, pack, raw, cfg.uncertainty_policy)
+    df = usable.rows
+    if not df.empty and "entropy" not in df.columns:
+        raise ValueError(f"trace rows at {uri} lack the entropy column; expected the trace record")
+    excluded = dict(usable.excluded)
+    single = count_single_choice(df)
+    if single:
+        excluded[EXCLUDED_SINGLE] = single
     selected, stats = select_uncertain(pack, df, cfg)
     items = queue_items(pack, ctx.scenario, selected, df) if len(selected) else []
     result: dict[str, Any] = {"traces_uri": uri, "window": [str(w) for w in window] if window else None,
-                              "rows_read": len(df), "clusters": len(stats),
+                              "rows_read": len(raw), "rows_judged": len(df) - single,
+                              "rows_excluded": excluded, "uncertainty_from": usable.uncertainty_from,
+                              "clusters": len(stats),
                               "clusters_selected": [s.cluster_id for s in stats if s.selected],
+                              "clusters_by_threshold": [s.cluster_id for s in stats if s.why == "threshold"],
+                              "clusters_by_top_k": [s.cluster_id for s in stats if s.why == "top_k"],
                               "items": len(items), "dry_run": ctx.dry_run,
                               "cluster_stats": [asdict(s) for s in stats]}
     if ctx.dry_run:
@@ -129,9 +137,10 @@ def label_queue_export(ctx: "StepContext", out_uri: str | None = None) -> dict[s
     result = {"tasks": len(items), "tasks_uri": uri, "config_uri": uri.rsplit("/", 1)[0] + "/label_config.xml",
               "dry_run": ctx.dry_run}
     if not ctx.dry_run:
-        ctx.storage.write_json(uri, to_tasks(items))
-        from sandbox.pack import load_pack  # the action names are all the config needs
-        ctx.storage.write_text(result["config_uri"], label_config(load_pack(ctx.pack_dir, check_liveness=False)))
+        from sandbox.pack import load_pack  # action names, field units
+        pack = load_pack(ctx.pack_dir, check_liveness=False)
+        ctx.storage.write_json(uri, to_tasks(items, pack))
+        ctx.storage.write_text(result["config_uri"], label_config(pack))
         store.mark(items["item_id"].tolist(), EXPORTED, export_key=ctx.run_key)
     return result
 

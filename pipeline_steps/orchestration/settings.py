@@ -44,6 +44,17 @@ def dag_params(timesteps: int = 200_000, mode: str = "full") -> dict[str, Param]
         "mode": Param(mode, type="string", enum=["full", "incremental"],
                       description="train from scratch or warm-start from the champion"),
         "dry_run": Param(False, type="boolean", description="report what would change, write nothing"),
+        "reward_source": Param(None, type=["null", "string"], enum=[None, "scripted", "model", "blend"],
+                               description="policy training reward: scripted, model, blend (null: params "
+                                           "train.reward_source)"),
+        "reward_blend_lambda": Param(None, type=["null", "number"], minimum=0,
+                                     description="weight of the reward model in 'blend' (null: params "
+                                                 "train.reward_blend_lambda)"),
+        "reward_switch_to": Param(None, type=["null", "string"],
+                                  description="hot reload: switch training to this reward function (v<N>) at "
+                                              "reward_switch_at_iteration (null: no switch)"),
+        "reward_switch_at_iteration": Param(None, type=["null", "integer"], minimum=1,
+                                            description="PPO iteration of the switch (null: the first)"),
     }
 
 

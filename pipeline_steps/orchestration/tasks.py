@@ -33,8 +33,21 @@ def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None =
     """Check the run's conf against the project (pack exists and loads, reward version exists);
     Airflow has already checked the types. Returns the conf with its run key."""
     from sandbox.errors import PackError
-    conf = {k: params.get(k) for k in ("scenario", "reward_fn", "timesteps", "mode", "dry_run")}
+    conf = {k: params.get(k) for k in ("scenario", "reward_fn", "timesteps", "mode", "dry_run",
+                                       "reward_source", "reward_blend_lambda", "reward_switch_to",
+                                       "reward_switch_at_iteration")}
     problems = []
+    if conf["reward_source"] not in (None, "scripted", "model", "blend"):
+        problems.append(f"reward_source {conf['reward_source']!r}: expected scripted, model, blend (or null: params)")
+    lam = conf["reward_blend_lambda"]
+    if lam is not None and (isinstance(lam, bool) or not isinstance(lam, (int, float)) or lam < 0):
+        problems.append(f"reward_blend_lambda {lam!r}: expected a number >= 0 (or null: params)")
+    if conf["reward_switch_to"] is not None and not (isinstance(conf["reward_switch_to"], str)
+                                                     and _VERSION.match(conf["reward_switch_to"])):
+        problems.append(f"reward_switch_to {conf['reward_switch_to']!r}: expected v<N> (or null: no switch)")
+    at = conf["reward_switch_at_iteration"]
+    if at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 1):
+        problems.append(f"reward_switch_at_iteration {at!r}: expected an iteration number >= 1")
     if not isinstance(conf["scenario"], str) or not conf["scenario"]:
         problems.append(f"scenario {conf['scenario']!r}: expected the name of a pack under scenarios/")
     if not isinstance(conf["reward_fn"], str) or not _VERSION.match(conf["reward_fn"]):
@@ -57,6 +70,11 @@ def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None =
                 problems.append(f"scenario {conf['scenario']!r} does not load: {exc}")
             except KeyError as exc:
                 problems.append(str(exc).strip("'\""))
+            if conf["reward_switch_to"] and not problems:
+                try:
+                    pack.reward_fn(conf["reward_switch_to"])
+                except KeyError as exc:
+                    problems.append("reward_switch_to: " + str(exc).strip("'\""))
     if problems:
         raise ConfError("invalid DAG run conf: " + "; ".join(problems))
     conf["run_key"] = run_key_from_context(context or {}, interval_minutes)
@@ -116,11 +134,27 @@ def train_reward_model(conf: Mapping[str, Any]) -> dict[str, Any]:
     return train_reward_model_step(_ctx(conf), conf["reward_fn"])
 
 
-def train_policy(conf: Mapping[str, Any], mode: str) -> dict[str, Any]:
+def relabel(conf: Mapping[str, Any], reward_model: Mapping[str, Any]) -> dict[str, Any]:
+    """Score the window's captured traces with the reward model just trained."""
+    from pipeline_steps.training.relabel import relabel_step
+    ctx = _ctx(conf)
+    if ctx.dry_run or not reward_model.get("model_version"):
+        return {"skipped": True, "reason": "dry run" if ctx.dry_run else "no reward model was trained"}
+    return relabel_step(ctx, str(reward_model["model_version"]))
+
+
+def train_policy(conf: Mapping[str, Any], mode: str, reward_model: Mapping[str, Any] | None = None
+                 ) -> dict[str, Any]:
     import socket
 
     from pipeline_steps.training.policy import train_policy as run
-    out = run(_ctx(conf), mode=mode, timesteps=int(conf["timesteps"]), reward_version=conf["reward_fn"])
+    # The reward model version this DAG run trained (when it did) is the one a model/blend run uses.
+    rm_version = (reward_model or {}).get("model_version")
+    out = run(_ctx(conf), mode=mode, timesteps=int(conf["timesteps"]), reward_version=conf["reward_fn"],
+              reward_source=conf.get("reward_source"), blend_lambda=conf.get("reward_blend_lambda"),
+              reward_model_version=None if rm_version is None else str(rm_version),
+              reward_switch=((int(conf.get("reward_switch_at_iteration") or 1), conf["reward_switch_to"])
+                             if conf.get("reward_switch_to") else None))
     # Where training ran: the distributed test checks that it was the gpu queue's worker.
     return {**out, "worker_host": socket.gethostname()}
 

@@ -83,6 +83,8 @@ class RewardStress:
     field_coverage: dict[str, int] = field(default_factory=dict)
     visibility: dict[str, dict[str, int]] = field(default_factory=dict)
     dead_ends: int = 0
+    constraints: list[Any] = field(default_factory=list)
+    """One :class:`pipeline_steps.stress.governance.ConstraintResult` per rule constraint."""
 
     @property
     def passed(self) -> bool:

@@ -98,12 +98,17 @@ def stress_reward_fn(pack: "Pack", fn: "RewardFunction", cfg: StressConfig, prob
     bound = fn.clip if fn.clip is not None else cfg.reward_bound
     coverage, findings, dead = check_reward(pack, fn, S, bound, cfg.sum_tolerance,
                                             sims=[("nominal", pack, None), ("harsh", harsh, STRESS_PROFILE)])
+    constraints: list = []
+    if not any(f.check == "raised" for f in findings):
+        from pipeline_steps.stress.governance import check_constraints
+        constraints, broken = check_constraints(pack, fn, S)
+        findings = findings + broken
     results, base = [], {}
     if probes and not any(f.check == "raised" for f in findings):
         results, base = run_gaming_probes(pack, fn, cfg.gaming_episodes, cfg.gaming_seed, cfg.gaming_margin,
                                           cfg.baselines)
     return RewardStress(fn.label, fn.version, bound, coverage, findings, results, base, counts,
-                        visibility_coverage(pack, S), dead)
+                        visibility_coverage(pack, S), dead, constraints)
 
 
 def nominal_profile(pack: "Pack", configured: str | None = None) -> str:
@@ -207,6 +212,12 @@ def render_html(report: dict[str, Any]) -> str:
             report["policy"], ["scenario", "profile", "mean_return", "return_floor", "completion_rate",
                                "completion_floor", "human_takeover_rate", "mean_handling_ms", "passed", "reason"],
             {i: "pass" if r["passed"] else "fail" for i, r in enumerate(report["policy"])}))
+    if rw.get("constraints"):
+        parts.append("<h2>Rule constraints</h2><p>Transitions of the edge states that break a rule's constraint, "
+                     "and how many of them the components citing the rule pay for.</p>" + html_table(
+                         rw["constraints"], ["rule", "constraint", "components", "judged", "violations", "rewarded",
+                                             "passed"],
+                         {i: "pass" if c["passed"] else "fail" for i, c in enumerate(rw["constraints"])}))
     vis = [{"field": k, **v} for k, v in rw["visibility"].items()]
     if vis:
         parts.append("<h2>Visibility coverage</h2>" + html_table(vis, ["field", "visible", "hidden"]))

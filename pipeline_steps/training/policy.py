@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 
 MODEL_ARTIFACT = "policy_model"
 """Artifact folder of a training run that holds the pyfunc model (the registered source)."""
-_STEP_KEYS = {"incremental_timesteps", "num_envs", "profile", "eval_episodes", "eval_seed"}
+_STEP_KEYS = {"incremental_timesteps", "num_envs", "profile", "eval_episodes", "eval_seed", "reward_source",
+              "reward_blend_lambda", "bc_warm_start", "bc_top_fraction", "bc_epochs"}
 
 
 # --------------------------------------------------------------------------- settings
@@ -114,13 +115,25 @@ def champion_policy(ctx: StepContext, dst: Path) -> tuple[str | None, "PolicyNet
 # --------------------------------------------------------------------------- the step
 def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = None,
                  reward_version: str | None = None, data_version: str | None = None,
+                 reward_source: str | None = None, blend_lambda: float | None = None,
+                 reward_model_version: str | None = None, reward_switch: tuple[int, str] | None = None,
                  **ppo_overrides: Any) -> dict[str, Any]:
-    """Train (or resume) a candidate and register it. Returns a small JSON-able summary."""
+    """Train (or resume) a candidate and register it. Returns a small JSON-able summary.
+
+    ``reward_source`` (else ``train.reward_source``): ``scripted``, ``model`` or ``blend``
+    (scripted + ``blend_lambda`` · reward model, see :mod:`model.reward_source`); the last two use
+    ``reward_model_version`` of ``<scenario>-reward-model`` (default: the newest) and, in ``full``
+    mode, warm-start by behaviour cloning from the run key's relabelled traces when there are any.
+    ``reward_switch`` = ``(iteration, label)`` schedules a reward function switch; requests written
+    by ``rlops train-switch-reward`` for this run key are picked up between iterations too.
+    """
     if mode not in ("full", "incremental"):
         raise ValueError(f"train mode must be 'full' or 'incremental', got {mode!r}")
     from model.ppo_config import resolve_device
     from sandbox.profiles import default_profile
+    from pipeline_steps.training.dual_track import resolve_reward_source
     pack = ctx.load_pack()
+    source = resolve_reward_source(ctx, reward_source, blend_lambda)
     label = reward_label(ctx, reward_version)
     reward_fn = pack.reward_fn(label)
     cal, cal_version = calibration_info(ctx)
@@ -146,7 +159,13 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
         ckpt = checkpoint_folder(ctx, mode_used, create=not ctx.dry_run)
         plan = ppo_config(ctx, pack, mode_used, timesteps, None if ctx.dry_run else ckpt, **ppo_overrides)
         cfg, num_envs = plan.config, plan.num_envs
+        rm_version, rm_model = None, None
+        if source.needs_model:
+            from pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
+            rm_version, rm_model = ((reward_model_version or latest_reward_model_version(ctx), None) if ctx.dry_run
+                                    else load_reward_model_version(ctx, reward_model_version))
         fp = fingerprint(scenario=ctx.scenario, run_key=ctx.run_key, mode=mode_used, reward=reward_fn.version,
+                         reward_source=source.kind, blend_lambda=source.model_weight, reward_model=rm_version,
                          parent=parent, calibration=cal_version, num_envs=num_envs, profile=profile,
                          ppo={k: v for k, v in cfg.to_params().items()
                               if k not in ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "progress",
@@ -155,7 +174,9 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
                 "note": note, "parent_champion": parent, "timesteps_budget": cfg.total_timesteps,
                 "reward_fn": label, "reward_fn_sha256": reward_fn.version,
                 "calibration_version": cal_version, "data_version": data_version, "num_envs": num_envs,
-                "profile": profile, "checkpoint_dir": str(ckpt)}
+                "profile": profile, "checkpoint_dir": str(ckpt),
+                "reward_source": source.kind, "reward_blend_lambda": source.model_weight,
+                "reward_model_version": rm_version}
         if ctx.dry_run:
             from model.checkpoint import latest_checkpoint
             last = latest_checkpoint(ckpt) if ckpt.is_dir() else None
@@ -174,16 +195,30 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
         _prepare_checkpoints(ckpt, fp)
         env = pack.make_env(num_envs, reward_version=label, profile=profile,
                             device=resolve_device(cfg.device).type, seed=cfg.seed)
-        from pipeline_steps.infra.pass_run import ensure_pass_run
+        from model.reward_source import apply_reward_source
+        apply_reward_source(env, source, rm_model)
+        bc: dict[str, Any] = {}
+        if source.needs_model and init is None:
+            from pipeline_steps.training.dual_track import warm_start
+            init, bc = warm_start(ctx, pack, cfg)
+            if init is not None:  # PPO continues from the cloned policy (no EWC: nothing to keep)
+                import dataclasses
+                cfg = dataclasses.replace(cfg, mode="incremental", ewc_lambda=0.0)
+        base["behaviour_cloning"] = bc or None
+        from pipeline_steps.infra.pass_run import ensure_pass_run, step_run
         pass_run = ensure_pass_run(ctx.tracker, ctx.scenario, ctx.run_key, ctx.extra.get("dag_run_id"))
         fn_version = ctx.tracker.register_reward_fn(ctx.scenario, reward_fn.path, reward_fn.version,
                                                     reward_fn.rule_refs, label, parent_run_id=pass_run)
-        from pipeline_steps.infra.pass_run import step_run
         run_tags = {T.MODE: mode_used, T.REWARD_FN_SHA256: reward_fn.version, T.PARENT_CHAMPION: parent or "none",
-                    T.CALIBRATION_VERSION: cal_version}
+                    T.CALIBRATION_VERSION: cal_version, T.REWARD_SOURCE: source.kind,
+                    T.REWARD_MODEL_VERSION: rm_version or "none"}
+        from model.reward_source import model_only
+        from pipeline_steps.training.hot_reload import RewardSwitchPoller
+        poller = RewardSwitchPoller(ctx, pack, *(reward_switch or (None, None)),
+                                    wrap=model_only if source.kind == "model" else None)
         with step_run(ctx, T.TRAIN_POLICY, label=mode_used, extra_tags=run_tags) as run:
             log_training_inputs(ctx, run, cal_version, cal)
-            return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp))
+            return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp), poller)
 
 
 def log_training_inputs(ctx: StepContext, run: Any, cal_version: str, cal: dict[str, Any] | None) -> None:
@@ -202,7 +237,7 @@ def log_training_inputs(ctx: StepContext, run: Any, cal_version: str, cal: dict[
 
 def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run: Any,
                         init: "PolicyNetwork | None", base: dict[str, Any], fp: str, fn_version: str,
-                        tmp: Path) -> dict[str, Any]:
+                        tmp: Path, poller: Any = None) -> dict[str, Any]:
     from model.checkpoint import latest_checkpoint
     from model.ppo import train
     from pipeline_steps.infra.descriptions import version_description
@@ -212,8 +247,10 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
                     "profile": base["profile"], "reward_fn": base["reward_fn"],
                     "resumed_from": resumed.name if resumed else "none"})
     t0 = time.perf_counter()
-    result = train(cfg, env, tracker=run, init_from=init, resume_from="auto")
+    result = train(cfg, env, tracker=run, init_from=init, resume_from="auto", reward_source=poller)
     train_seconds = time.perf_counter() - t0
+    from pipeline_steps.training.hot_reload import record_switches
+    switches = record_switches(run, result.reward_switches)
 
     evaluation = _evaluate(pack, result.policy, base["reward_fn"], int(settings.get("eval_episodes", 1000)),
                            int(settings.get("eval_seed", 1_000_000)), base["profile"])
@@ -228,14 +265,18 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
             "data_version": base["data_version"], "parent_champion": base["parent_champion"] or "none",
             "mode": base["mode"], "timesteps": result.global_step, "train_seconds": round(train_seconds, 3),
             "run_key": ctx.run_key, "train_fingerprint": fp, "run_id": run.run_id,
-            "stagnated": str(result.stagnated).lower(), "eval_mean_return": round(evaluation["mean_return"], 6)}
+            "stagnated": str(result.stagnated).lower(), "eval_mean_return": round(evaluation["mean_return"], 6),
+            "reward_source": base["reward_source"], "reward_blend_lambda": base["reward_blend_lambda"],
+            "reward_model_version": base["reward_model_version"] or "none",
+            "bc_steps": (base.get("behaviour_cloning") or {}).get("steps_imitated", 0)}
     version = register_policy(ctx, run, pack, result.policy, tags, tmp,
                               description=version_description(ctx.scenario, base, evaluation))
     return {**base, "model_version": version, "run_id": run.run_id, "reused": False,
             "mean_return": evaluation["mean_return"], "completion_rate": evaluation["completion_rate"],
             "train_return": result.final_return, "iterations": result.iterations,
             "timesteps": result.global_step, "train_seconds": round(train_seconds, 3),
-            "stagnated": result.stagnated, "reward_fn_model_version": fn_version,
+            "stagnated": result.stagnated, "reward_fn_model_version": fn_version, "reward_switches": switches,
+            "reward_fn_sha256_final": result.reward_fn_version,
             "resumed_from": resumed.name if resumed else None}
 
 

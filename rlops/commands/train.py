@@ -19,7 +19,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timesteps", type=int, default=None, help="environment steps (default: params)")
     add_reward_fn_arg(p)
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: params)")
+    p.add_argument("--reward-source", choices=["scripted", "model", "blend"], default=None,
+                   help="per-step reward: the reward function, the reward model, or both (default: params)")
+    p.add_argument("--reward-blend-lambda", type=float, default=None,
+                   help="weight of the reward model's score in 'blend' (default: params train.reward_blend_lambda)")
+    p.add_argument("--reward-model-version", default=None,
+                   help="version of <scenario>-reward-model for 'model'/'blend' (default: the newest)")
     p.set_defaults(func=cmd_policy)
+
+    p = verbs.add_parser("relabel", help="score the window's captured traces with the reward model; "
+                                         "write per-step reward labels next to them")
+    add_common_args(p)
+    p.add_argument("--reward-model-version", default=None, help="version of <scenario>-reward-model (default: newest)")
+    p.add_argument("--traces", default=None, help="trace parquet file or folder (default: the trace store)")
+    p.set_defaults(func=cmd_relabel)
+
+    p = verbs.add_parser("switch-reward", help="switch the reward function of a running training before its "
+                                               "next iteration")
+    add_common_args(p)
+    p.add_argument("--to", required=True, metavar="LABEL", help="reward function label of the pack, e.g. v2")
+    p.set_defaults(func=cmd_switch_reward)
 
     p = verbs.add_parser("reward-model", help="fit the reward model on sandbox pairs and human labels")
     add_common_args(p)
@@ -45,7 +64,8 @@ def cmd_policy(args: argparse.Namespace) -> int:
         raise UserError(f"--timesteps must be a positive number of environment steps, got {args.timesteps}")
     try:
         res = train_policy(ctx, args.mode, args.timesteps, args.reward_fn, device=args.device,
-                           progress=show_progress(args.json))
+                           progress=show_progress(args.json), reward_source=args.reward_source,
+                           blend_lambda=args.reward_blend_lambda, reward_model_version=args.reward_model_version)
     except KeyError as exc:  # unknown reward function label
         raise UserError(str(exc).strip("'\"")) from None
     except ValueError as exc:
@@ -105,4 +125,32 @@ def cmd_status(args: argparse.Namespace) -> int:
     lines = [f"run {res['run_id']} ({res['run_name']}): {res['status']}, {len(table)} iterations",
              table.to_string(index=False, float_format=lambda v: f"{v:.4g}") if len(table) else "(no metrics)"]
     print_result(res, args.json, lines)
+    return 0
+
+
+def cmd_relabel(args: argparse.Namespace) -> int:
+    from common.errors import UserError
+    from pipeline_steps.training.relabel import relabel_step
+    ctx = context_from_args(args)
+    try:
+        res = relabel_step(ctx, args.reward_model_version, args.traces)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UserError(f"train relabel: {exc}") from exc
+    print_result(res, args.json, [f"relabelled {res['rows_out']} of {res['rows_in']} trace rows with reward model "
+                                  f"v{res['reward_model_version']}: {res['labels_uri']}"
+                                  + (f" ({res['note']})" if res.get("note") else "")])
+    return 0
+
+
+def cmd_switch_reward(args: argparse.Namespace) -> int:
+    from common.errors import UserError
+    from pipeline_steps.training.hot_reload import request_switch
+    ctx = context_from_args(args)
+    try:
+        res = request_switch(ctx, args.to)
+    except KeyError as exc:
+        raise UserError(f"train switch-reward --to {args.to}: {str(exc).strip(chr(39))}") from None
+    print_result(res, args.json, [("would ask" if ctx.dry_run else "asked") + f" the training of {ctx.scenario} "
+                                  f"run key {ctx.run_key} to switch to reward {res['reward_fn']} "
+                                  f"({res['reward_fn_sha256'][:12]}) before its next iteration"])
     return 0

@@ -81,7 +81,7 @@ def test_kmeans_is_deterministic_and_groups_identical_points() -> None:
 
 def test_one_high_entropy_cluster_enqueues_exactly_its_latest_100(credit: Pack) -> None:
     df, hot = synthetic_traces(credit)
-    cfg = QueueConfig(clusters=8)
+    cfg = QueueConfig(clusters=8, top_k=0)  # the threshold alone
     selected, stats = select_uncertain(credit, df, cfg)
     latest = hot.sort_values("ts", ascending=False).head(100)
     assert set(selected["episode_id"]) == set(latest["episode_id"])
@@ -96,7 +96,7 @@ def test_one_high_entropy_cluster_enqueues_exactly_its_latest_100(credit: Pack) 
 def _ctx(tmp_path: Path, db_url: str, schema: str | None = None) -> StepContext:
     params = load_params(overrides={
         "storage": {"root": f"file://{tmp_path / 'storage'}"},
-        "label_queue": {"db_url": db_url, "db_schema": schema, "clusters": 8}})
+        "label_queue": {"db_url": db_url, "db_schema": schema, "clusters": 8, "top_k": 0}})
     return StepContext.create("credit_approval", "20261130T0500", params=params)
 
 
