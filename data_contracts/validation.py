@@ -337,3 +337,38 @@ def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
     else:
         quarantined[REASON_COLUMN] = pd.Series([], dtype="str")
     return ValidationResult(accepted, quarantined.reset_index(drop=True))
+
+
+# --------------------------------------------------------------------------- row identity
+
+def reject_outside_interval_and_duplicates(
+        accepted: pd.DataFrame, start: datetime, end: datetime,
+        seen: set[tuple[str, int]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Split typed, accepted trace rows into ``(kept, rejected)``: a row is rejected (with a
+    ``quarantine_reason``) when its ``ts`` lies outside ``[start, end)`` (the run's interval,
+    widened by the lateness the caller allows) or
+    its ``(episode_id, step)`` was already seen in this run (``seen`` is updated in place, so
+    duplicates across chunks are caught too). The first occurrence of a key is kept."""
+    if accepted.empty:
+        return accepted, accepted.assign(**{REASON_COLUMN: pd.Series([], dtype="str")})
+    frame = accepted.reset_index(drop=True)
+    ts = pd.to_datetime(frame["ts"], utc=True)
+    reasons: list[list[str]] = [[] for _ in range(len(frame))]
+    lo, hi = pd.Timestamp(start), pd.Timestamp(end)
+    outside = ~((ts >= lo) & (ts < hi)).to_numpy()
+    for i in np.flatnonzero(outside):
+        reasons[i].append(f"interval: ts {ts.iloc[i].isoformat()} is outside the run's window "
+                          f"[{lo.isoformat()}, {hi.isoformat()})")
+    for i, key in enumerate(zip(frame["episode_id"].astype(str), frame["step"].astype("int64"))):
+        if outside[i]:
+            continue  # not this run's row: it neither claims nor duplicates a key
+        if key in seen:
+            reasons[i].append(f"duplicate: (episode_id, step) = ({key[0]!r}, {int(key[1])}) "
+                              "already captured in this run")
+        else:
+            seen.add(key)
+    bad = np.array([bool(r) for r in reasons], dtype=bool)
+    rejected = frame.loc[bad].copy()
+    rejected[REASON_COLUMN] = pd.Series(["; ".join(r) for r in reasons if r],
+                                        index=rejected.index, dtype="str")
+    return frame.loc[~bad].reset_index(drop=True), rejected.reset_index(drop=True)

@@ -111,8 +111,10 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
                  reward_version: str | None = None, data_version: str | None = None,
                  **ppo_overrides: Any) -> dict[str, Any]:
     """Train (or resume) a candidate and register it. Returns a small JSON-able summary."""
-    if mode not in ("full", "incremental"):
-        raise ValueError(f"train mode must be 'full' or 'incremental', got {mode!r}")
+    from common.arguments import MAX_TIMESTEPS, choice, count
+    choice("--mode", mode, ("full", "incremental"))
+    if timesteps is not None:
+        timesteps = count("--timesteps", timesteps, maximum=MAX_TIMESTEPS)
     from model.ppo_config import resolve_device
     from sandbox.profiles import default_profile
     pack = ctx.load_pack()
