@@ -175,7 +175,12 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
                                                     reward_fn.rule_refs, label)
         run_tags = {"rlops.kind": "train_policy", "mode": mode_used, "run_key": ctx.run_key,
                     "reward_fn_sha256": reward_fn.version, "parent_champion": parent or "none"}
+        # A training killed mid-run left its run RUNNING: this attempt resumes its work, so it closes it.
+        run_tags["train_fingerprint"] = fp
+        stale = ctx.tracker.close_stale_runs({"rlops.kind": "train_policy", "train_fingerprint": fp})
         with ctx.tracker.start_run(f"train-{mode_used}-{ctx.run_key}", tags=run_tags) as run:
+            if stale:
+                run.set_tags({"rlops.closed_stale_runs": ",".join(stale)})
             return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp))
 
 
