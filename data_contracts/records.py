@@ -123,6 +123,10 @@ def json_depth(value: Any, limit: int = MAX_DEPTH) -> int:
     return deepest
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value (use null)")
+
+
 def parse_line(text: str) -> tuple[dict[str, Any] | None, str | None]:
     """One landing-zone line → ``(record, None)`` or ``(None, reason)``. Never raises: every
     way a line can be bad (size, syntax, depth, shape, reserved keys) is a reason."""
@@ -132,7 +136,7 @@ def parse_line(text: str) -> tuple[dict[str, Any] | None, str | None]:
     try:
         # One json.loads per line: parsing is the irreducible per-line cost, and it is the
         # only way to tell exactly which line is broken.
-        rec = json.loads(text)
+        rec = json.loads(text, parse_constant=_no_constant)
     except RecursionError:
         return None, f"depth: JSON nested too deep to parse (more than {MAX_DEPTH} levels allowed)"
     except ValueError as exc:
@@ -144,6 +148,12 @@ def parse_line(text: str) -> tuple[dict[str, Any] | None, str | None]:
         depth = json_depth(rec)
         if depth > MAX_DEPTH:
             return None, f"depth: JSON nested more than {MAX_DEPTH} levels deep"
+    if "\\u" in text:
+        # JSON may escape a lone surrogate (\ud800), which no UTF-8 file can store.
+        try:
+            json.dumps(rec, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return None, f"encoding: the line escapes a lone UTF-16 surrogate ({exc.reason})"
     reserved = [k for k in rec if str(k).startswith(META_PREFIX)]
     if reserved:
         # Keys starting with "_" would collide with bookkeeping columns: keep them in ``extra``.

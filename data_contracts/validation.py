@@ -140,8 +140,22 @@ def normalize(df: pd.DataFrame, contract: Contract) -> pd.DataFrame:
         elif kind == "mask":
             out[name] = out[name].map(_mask_text).astype(object)
         else:
+            if kind in ("int", "float"):
+                out[name] = _no_bools(out[name])
             out[name] = _narrow(out[name], kind)
     return out
+
+
+def _no_bools(col: pd.Series) -> pd.Series:
+    """true/false where a number belongs: Python counts a bool as an int, the contract does not;
+    shown as the JSON text so the type check rejects it."""
+    if col.dtype != object or pd.api.types.infer_dtype(col, skipna=True) in (
+            "integer", "floating", "mixed-integer-float"):
+        return col  # the common case: no value to look at one by one
+    if not col.map(lambda v: isinstance(v, (bool, np.bool_))).any():
+        return col
+    return col.map(lambda v: ("true" if v else "false") if isinstance(v, (bool, np.bool_)) else v
+                   ).astype(object)
 
 
 def _flag_text(col: pd.Series, text: str) -> pd.Series:
