@@ -238,8 +238,21 @@ def parse_timestamps(col: pd.Series) -> pd.Series:
     rest = ~(is_text | is_num) & col.notna()
     other = pd.Series(pd.NaT, index=col.index, dtype="datetime64[us, UTC]")
     if rest.any():
-        other[rest] = pd.to_datetime(col[rest].tolist(), utc=True, errors="coerce")
+        # One by one: a list or object where a time belongs (a quarantined row) must become NaT,
+        # not make to_datetime read the whole column as nested data.
+        one_by_one = pd.Series([_one_timestamp(v) for v in col[rest].tolist()], index=col.index[rest],
+                               dtype=object)
+        other[rest] = pd.to_datetime(one_by_one, utc=True).dt.as_unit("us")
     return text.where(is_text, epoch.where(is_num, other)).dt.as_unit("us")
+
+
+def _one_timestamp(v: Any) -> Any:
+    if isinstance(v, (list, tuple, dict, set)):
+        return pd.NaT
+    try:
+        return pd.to_datetime(v, utc=True, errors="coerce")
+    except (TypeError, ValueError, OverflowError):
+        return pd.NaT
 
 
 def _null_column(spec: ColumnSpec, index: pd.Index) -> pd.Series:

@@ -85,6 +85,8 @@ LINE_PROBES = [
     bad_line("ts_next_day", rec(ts="2026-01-06T10:30:00Z"), "interval"),
     bad_line("ts_epoch_huge", rec(ts=1e20), "ts"),
     bad_line("ts_garbage", rec(ts="yesterday"), "ts"),
+    bad_line("ts_list", rec(ts=[1, 2]), "ts"),
+    bad_line("ts_object", rec(ts={"at": "2026-01-05T10:00:00Z"}), "ts"),
     bad_line("duplicate_episode_step", line(0, "ep-good", trace_id="other"), "duplicate"),
     bad_line("reserved_key_extra_not_object", rec(_secret=1, extra="text"), "_secret"),
     bad_line("step_negative", rec(step=-1), "step"),
@@ -265,7 +267,7 @@ def test_generated_lines_never_crash_and_lose_nothing(lines: list[str]) -> None:
     assert unparseable["quarantine_reason"].str.len().gt(0).all()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=25, deadline=None,  suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(st.lists(st.one_of(JSON.map(json.dumps), st.builds(
     lambda over: json.dumps({**record(0, "g"), **over}),
