@@ -244,15 +244,32 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
 def contract_from_file(storage: Storage, uri: str, scenario: str) -> Contract:
     """A trace contract from a JSON file ``{"actions": [...], "state_fields": [[name, kind,
     min, max, enum_values], ...], "reward_fn_versions": [...]}``."""
-    spec = storage.read_json(uri)
+    from common.errors import UserError
+    try:
+        spec = storage.read_json(uri)
+    except ValueError as exc:  # not JSON (a missing file is a StorageNotFoundError)
+        raise UserError(f"contract file {uri}: not JSON ({exc}); expected a JSON object with "
+                        "'actions' (and 'state_fields')") from None
     if not isinstance(spec, dict) or "actions" not in spec:
-        raise ValueError(f"contract file {uri}: expected a JSON object with 'actions' (and "
-                         "'state_fields')")
+        raise UserError(f"contract file {uri}: expected a JSON object with 'actions' (and "
+                        "'state_fields')")
     return trace_contract(scenario, spec["actions"], spec.get("state_fields", []),
                           spec.get("reward_fn_versions"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pipeline_steps.capture.core``: errors rendered as by ``rlops`` (one line,
+    exit 2 for bad input, 1 for a storage failure)."""
+    from common.errors import RlopsError
+    try:
+        return _main(argv)
+    except RlopsError as exc:
+        hint = f" ({exc.hint})" if exc.hint else ""
+        print(f"error: {exc}{hint}", file=sys.stderr)
+        return int(exc.exit_code)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     from common.config import load_params
 
     ap = argparse.ArgumentParser(prog="python -m pipeline_steps.capture.core",

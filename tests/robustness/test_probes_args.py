@@ -71,6 +71,39 @@ def _validators(tmp: Path) -> Verdict:
 PROBES.append(IOProbe("validators_direct", _validators))
 
 
+def module_cli(id: str, args: list[str], mentions: tuple[str, ...], contract: str | None = '{"actions": ["a"]}') -> IOProbe:
+    """``python -m pipeline_steps.capture.core`` in a real subprocess (its own entry point)."""
+    def run(tmp: Path) -> Verdict:
+        import os
+        import subprocess
+        import sys
+        if contract is not None:
+            (tmp / "contract.json").write_text(contract)
+        argv = [a.replace("{tmp}", str(tmp)) for a in args]
+        proc = subprocess.run([sys.executable, "-m", "pipeline_steps.capture.core", *argv], capture_output=True,
+                              text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
+                              env={**os.environ, "RLOPS_STORAGE_ROOT": f"file://{tmp}"})
+        if "Traceback" in proc.stderr:
+            return "traceback", proc.stderr.strip().splitlines()[-1]
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("error:")]
+        if proc.returncode != 2 or len(lines) != 1 or any(m not in lines[0] for m in mentions):
+            return "accepted", f"exit {proc.returncode}: {proc.stderr.strip()[:300]}"
+        return None
+    return IOProbe(f"capture_module_{id}", run, timeout_s=150)
+
+
+C = ["--contract", "{tmp}/contract.json", "--scenario", "s"]
+PROBES += [
+    module_cli("start_not_a_time", ["--start", "yesterday", "--end", "2026-01-05T11:00:00Z", *C], ("yesterday",)),
+    module_cli("interval_reversed", ["--start", "2026-01-05T11:00:00Z", "--end", "2026-01-05T10:00:00Z", *C],
+               ("start before end",)),
+    module_cli("contract_not_json", ["--start", "2026-01-05T10:00:00Z", "--end", "2026-01-05T11:00:00Z", *C],
+               ("contract file", "not JSON"), contract="{nope"),
+    module_cli("contract_without_actions", ["--start", "2026-01-05T10:00:00Z", "--end", "2026-01-05T11:00:00Z", *C],
+               ("'actions'",), contract='{"fields": []}'),
+]
+
+
 @pytest.fixture
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RLOPS_STORAGE_ROOT", f"file://{tmp_path / 'store'}")
