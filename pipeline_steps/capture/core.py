@@ -12,7 +12,11 @@ validates every row against the scenario's trace contract (Great Expectations), 
 * a manifest ``<trace_root>/_manifests/scenario=<s>/<run_key>.json`` listing those files.
 
 Rows in = rows accepted + rows quarantined, always (a line that is not JSON is quarantined
-with its raw text). Input is streamed in chunks of ``chunk_rows`` lines, so memory stays
+with its raw text). No single line can stop an interval: a line over 1 MiB, nested deeper than
+64 levels, not UTF-8 or with a lone surrogate is quarantined with its reason (see
+:func:`data_contracts.records.parse_line`), as is a row whose ``ts`` lies outside the interval
+(less the allowed lateness) or whose ``(episode_id, step)`` came earlier in the run. A storage
+failure ends the run with the manifest's status ``failed``. Input is streamed in chunks of ``chunk_rows`` lines, so memory stays
 bounded however large the interval is. Re-running an interval first deletes the files its
 last run listed in the manifest (kept up to date after every chunk, so a crashed run is
 cleaned up too), then writes files named after the interval: re-runs overwrite, never
@@ -21,7 +25,7 @@ duplicate. ``dry_run`` reads and validates everything and reports what it would 
 Landing-zone layout (what the tracer writes)::
 
     <landing>/scenario=<s>/date=YYYY-MM-DD/hour=HH/
-        <YYYYmmddTHHMMSSffffff>Z-<host>-<pid>-<seq>.jsonl
+        <YYYYmmddTHHMMSSffffff>Z-<host>-<pid>-<seq>.jsonl     (or .jsonl.gz, any letter case)
 
 A file belongs to the interval ``[start, end)`` that holds the UTC time at the front of its
 name (a name without one counts from the start of its hour folder).
