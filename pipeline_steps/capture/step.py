@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -149,4 +150,6 @@ def _cmd(args: argparse.Namespace) -> int:
         verb = "would write" if ctx.dry_run else "wrote"
         print(f"{res['source']}: {res['rows_in']} rows in, {res['rows_accepted']} accepted, "
               f"{res['rows_quarantined']} quarantined; {verb} {len(res['partitions'])} partition file(s)")
+    for warning in res.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
