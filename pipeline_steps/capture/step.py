@@ -17,7 +17,7 @@ run key, so a re-run overwrites them.
 from __future__ import annotations
 
 import tempfile
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,9 +60,16 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
     """Capture the run key's interval. ``simulate=None`` uses the landing zone when it has files
     for the interval and falls back to simulation when ``capture.simulate_when_empty`` is on.
     ``progress`` draws a bar of the landing-zone rows read (a simulation is one batched rollout)."""
+    from common.arguments import MAX_EPISODES, count, fraction
     from pipeline_steps.capture.core import capture_landing_zone
     from sandbox.profiles import default_profile
     cfg = ctx.section("capture")
+    # Arguments first (an explicit 0 is an error, never "the default"), then any work.
+    n_episodes = count("--episodes", episodes if episodes is not None else cfg.get("episodes", 2000),
+                       maximum=MAX_EPISODES)
+    rate = fraction("--sample-rate", sample_rate if sample_rate is not None else cfg.get("sample_rate", 1.0))
+    lateness = count("capture.max_lateness_minutes", cfg.get("max_lateness_minutes", 60), minimum=0,
+                     maximum=7 * 24 * 60)
     pack = ctx.load_pack()
     store = ctx.traces
     landing, traces, quarantine = store.landing_uri, store.trace_uri, store.quarantine_uri
@@ -75,13 +82,14 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
     if not simulate:
         res = capture_landing_zone(ctx.storage, landing, traces, ctx.scenario, contract_for(pack), start, end,
                                    chunk_rows=int(cfg.get("chunk_rows", 100_000)), dry_run=ctx.dry_run,
-                                   quarantine_root_uri=quarantine, run_key=ctx.run_key, progress=progress)
+                                   quarantine_root_uri=quarantine, run_key=ctx.run_key, progress=progress,
+                                   max_lateness=timedelta(minutes=lateness))
         out = {**base, "source": "landing_zone", **_counts(res.rows_in, res.rows_accepted, res.rows_quarantined),
-               "partitions": res.partitions, "quarantine_uri": res.quarantine_uri}
+               "partitions": res.partitions, "quarantine_uri": res.quarantine_uri,
+               "files_skipped": res.files_skipped,
+               "warnings": [f"landing file not read (expected .jsonl or .jsonl.gz): {u}" for u in res.files_skipped]}
     else:
-        out = {**base, **simulate_capture(ctx, pack, traces, quarantine, start,
-                                          int(episodes or cfg.get("episodes", 2000)),
-                                          float(sample_rate if sample_rate is not None else cfg.get("sample_rate", 1.0)),
+        out = {**base, **simulate_capture(ctx, pack, traces, quarantine, start, n_episodes, rate,
                                           default_profile(pack, "production", profile or cfg.get("profile")))}
     if not ctx.dry_run and bool(cfg.get("track", True)):
         track_capture(ctx, out)
@@ -130,7 +138,9 @@ def simulate_capture(ctx: StepContext, pack: "Pack", traces: str, quarantine: st
     from pipeline_steps.infra.trace_store import write_quarantine_partitions, write_trace_partitions
     from sandbox.traces import rollout_traces
     if profile not in pack.scenario.profiles:
-        raise ValueError(f"capture profile '{profile}': pack {pack.name} has {sorted(pack.scenario.profiles)}")
+        from common.errors import UserError
+        raise UserError(f"capture --profile {profile!r}: pack {pack.name} has no such profile; "
+                        f"expected one of {sorted(pack.scenario.profiles)}")
     policy, version = champion_trace_policy(ctx, pack)
     seed = int(start.timestamp()) // 60  # each interval sees other applicants
     df = rollout_traces(pack, policy, episodes, seed=seed, profile=profile,

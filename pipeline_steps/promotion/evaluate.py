@@ -131,6 +131,9 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     from sandbox.env import BatchedEnv
     from sandbox.profiles import default_profile
     from sandbox.policies import evaluate_policy, rule_policy
+    from common.arguments import MAX_EPISODES, count
+    if episodes is not None:  # before any registry or sandbox work
+        count("--episodes", episodes, maximum=MAX_EPISODES)
     candidate = _version_of(ctx, candidate)
     settings = ctx.section("evaluate")
     cfg = GateConfig.from_params(settings)
@@ -144,7 +147,8 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     profile = default_profile(pack, "production", settings.get("profile"))
     label = settings.get("reward_fn") or (tags.get("reward_fn") if tags.get("reward_fn") in pack.reward_fns else None)
     label = str(label or reward_label(ctx, None))
-    n = int(episodes or settings.get("episodes", 4000))
+    n = count("--episodes", episodes if episodes is not None else settings.get("episodes", 4000),
+              maximum=MAX_EPISODES)
     seed = int(settings.get("seed", 1_000_000))
     notes: list[str] = []
 
