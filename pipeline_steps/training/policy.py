@@ -66,6 +66,8 @@ def ppo_config(ctx: StepContext, pack: "Pack", mode: str, timesteps: int | None 
         merged["total_timesteps"] = int(train["incremental_timesteps"])
     if timesteps is not None:
         merged["total_timesteps"] = int(timesteps)
+    if train.get("num_envs"):
+        merged["num_envs"] = int(train["num_envs"])
     merged.update({k: v for k, v in overrides.items() if v is not None})
     merged["mode"] = mode
     merged["checkpoint_dir"] = str(checkpoint_dir) if checkpoint_dir is not None else None
@@ -73,8 +75,6 @@ def ppo_config(ctx: StepContext, pack: "Pack", mode: str, timesteps: int | None 
     unknown = sorted(set(train) - known - _STEP_KEYS - {"mode"})
     if unknown:
         log.warning("train: ignoring unknown settings %s", unknown)
-    if train.get("num_envs"):
-        merged["num_envs"] = int(train["num_envs"])
     # What the params leave open (env count, rollout length, γ, minibatches) comes from the pack.
     merged["device"] = resolve_device(str(merged.get("device") or "auto")).type
     return derive_defaults(pack, **merged)

@@ -27,6 +27,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pairs", type=int, default=None, help="sandbox preference pairs (default: params)")
     p.set_defaults(func=cmd_reward_model)
 
+    p = verbs.add_parser("tune", help="search PPO settings for a pack (Optuna; first trial = the defaults)")
+    add_common_args(p, run_key=False)
+    p.add_argument("--trials", type=int, default=20, help="at most this many trials (default 20)")
+    p.add_argument("--budget-s", type=float, default=None, metavar="SECONDS",
+                   help="stop starting trials after this many seconds (default: no limit)")
+    p.add_argument("--timesteps", type=int, default=200_000, help="environment steps per trial (default 200000)")
+    p.add_argument("--eval-episodes", type=int, default=500,
+                   help="held-out greedy episodes that score a trial (default 500)")
+    add_reward_fn_arg(p)
+    p.add_argument("--device", default=None, help="cpu, cuda or auto (default: params)")
+    p.add_argument("--write", action="store_true",
+                   help="write the best settings into the pack's params.yaml (ppo: and train: num_envs)")
+    p.set_defaults(func=cmd_tune)
+
     p = verbs.add_parser("status", help="per-iteration metrics of a training run")
     add_common_args(p)
     p.add_argument("run_id", metavar="RUN_ID")
@@ -83,6 +97,43 @@ def cmd_reward_model(args: argparse.Namespace) -> int:
         line = (f"reward model {ctx.scenario}-reward-model v{res['model_version']}: held-out pairwise accuracy "
                 f"{res['heldout_pairwise_accuracy']:.3f}, Spearman {res['spearman']:.3f} on {res['pairs']} pairs")
     print_result(res, args.json, [line])
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from common.errors import UserError
+    from pipeline_steps.infra.registry import TrackingError
+    from pipeline_steps.training.tune import defaults_of, tune
+    ctx = context_from_args(args)
+    if args.trials < 1 or args.timesteps < 1 or args.eval_episodes < 1:
+        raise UserError(f"--trials, --timesteps and --eval-episodes must be positive, got {args.trials}, "
+                        f"{args.timesteps} and {args.eval_episodes}")
+    if args.budget_s is not None and args.budget_s <= 0:
+        raise UserError(f"--budget-s must be a positive number of seconds, got {args.budget_s}")
+    if args.dry_run:
+        base = defaults_of(ctx, ctx.load_pack(), args.timesteps, args.device)
+        res = {"dry_run": True, "scenario": ctx.scenario, "defaults": base, "trials": args.trials,
+               "budget_s": args.budget_s, "timesteps_per_trial": args.timesteps}
+        print_result(res, args.json, [f"dry run: would tune {ctx.scenario} for up to {args.trials} trials of "
+                                      f"{args.timesteps:,} steps from the defaults {base}"])
+        return 0
+    try:
+        out = tune(ctx, args.trials, args.budget_s, args.timesteps, args.eval_episodes, reward_fn=args.reward_fn,
+                   device=args.device, write=args.write)
+    except KeyError as exc:
+        raise UserError(str(exc).strip("'\"")) from None
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    except TrackingError as exc:
+        raise infrastructure(exc) from exc
+    res = out.to_dict()
+    pruned = sum(1 for t in out.trials if t["pruned"])
+    lines = [f"{ctx.scenario}: {len(out.trials)} trials ({pruned} pruned) in {out.wall_s:.0f}s, "
+             f"tuning run {out.parent_run_id}",
+             f"  defaults: greedy return {out.default_value:.4f}  {out.default_params}",
+             f"  best:     greedy return {out.best_value:.4f}  {out.best_params}",
+             f"  written to {out.written}" if out.written else "  (not written; --write puts it in the pack's params.yaml)"]
+    print_result(res, args.json, lines)
     return 0
 
 
