@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 GRAMMAR = {
     "env": ["validate", "describe", "rollout"], "capture": [], "drift": ["detect", "check"], "calibrate": [],
-    "labels": ["run", "export", "import"], "train": ["policy", "reward-model", "status", "tune"], "stress": [],
+    "labels": ["run", "export", "import"], "train": ["policy", "reward-model", "status", "tune"], "profile": [], "stress": [],
     "model": ["evaluate", "promote", "rollback"], "replay": [], "audit": [], "console": [], "demo": [],
 }
 
