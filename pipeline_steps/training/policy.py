@@ -29,6 +29,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import socket
 import tempfile
 import time
 from dataclasses import fields
@@ -175,8 +177,10 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
                             device=resolve_device(cfg.device).type, seed=cfg.seed)
         fn_version = ctx.tracker.register_reward_fn(ctx.scenario, reward_fn.path, reward_fn.version,
                                                     reward_fn.rule_refs, label)
+        # pid + host let `rlops train status --pid` find the run of a training in progress.
         run_tags = {"rlops.kind": "train_policy", "mode": mode_used, "run_key": ctx.run_key,
-                    "reward_fn_sha256": reward_fn.version, "parent_champion": parent or "none"}
+                    "reward_fn_sha256": reward_fn.version, "parent_champion": parent or "none",
+                    "pid": os.getpid(), "host": socket.gethostname()}
         with ctx.tracker.start_run(f"train-{mode_used}-{ctx.run_key}", tags=run_tags) as run:
             return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp))
 
@@ -295,12 +299,48 @@ def _float(v: Any) -> float | None:
 
 
 # --------------------------------------------------------------------------- train-status
-STATUS_COLUMNS = ("episodic_return", "episodic_length", "entropy", "approx_kl", "value_loss",
+STATUS_COLUMNS = ("episodic_return", "episodic_length", "entropy", "approx_kl", "clipfrac", "value_loss",
                   "human_takeover_rate", "illegal_actions", "sps", "stagnation")
+PLATEAU_WINDOW = 10
+"""Iterations without a better training return that make a plateau (``ppo.stagnation_window``)."""
 
 
-def train_status(ctx: StepContext, run_id: str, all_metrics: bool = False) -> dict[str, Any]:
-    """The per-iteration metrics of a training run, one row per logged step."""
+def run_of_pid(ctx: StepContext, pid: int, host: str | None = None) -> str:
+    """The RUNNING training run of this scenario started by process ``pid`` (on ``host``, default
+    this machine); raises LookupError when there is none."""
+    from mlflow.entities import ViewType
+    host = host or socket.gethostname()
+    filt = f"tags.pid = '{pid}' and tags.host = '{host}' and attributes.status = 'RUNNING'"
+    runs = ctx.tracker._call(f"find the run of pid {pid}", lambda c: c.search_runs(
+        [ctx.tracker.experiment_id], filt, ViewType.ACTIVE_ONLY, max_results=1, order_by=["attributes.start_time DESC"]))
+    if not runs:
+        raise LookupError(f"no training in progress with pid {pid} on {host} in experiment '{ctx.scenario}' "
+                          "(a finished run is read by its run id)")
+    return str(runs[0].info.run_id)
+
+
+def plateau_of(returns: list[float], window: int = PLATEAU_WINDOW, tol: float = 0.01) -> tuple[bool, int]:
+    """Whether the training return has not improved for ``window`` iterations (the training loop's
+    own :class:`~model.early_stop.StagnationMonitor`), and for how many iterations it has not."""
+    from model.early_stop import StagnationMonitor
+    monitor, flagged = StagnationMonitor(window, tol), False
+    for r in returns:
+        flagged = monitor.update(r)
+    return flagged, monitor.since
+
+
+def train_status(ctx: StepContext, run_id: str | None = None, all_metrics: bool = False, pid: int | None = None,
+                 last: int | None = None) -> dict[str, Any]:
+    """The per-iteration metrics of a training run (by run id, or the running one of ``pid``),
+    one row per logged step (the ``last`` ones when given), and the plateau flag."""
+    if run_id is None:
+        if pid is None:
+            raise ValueError("train status needs a run id or a process id (--pid)")
+        run_id = run_of_pid(ctx, pid)
+    settings = ctx.section("ppo")
+    window = int(settings.get("stagnation_window") or PLATEAU_WINDOW)
+    tol = float(settings.get("stagnation_tol") or 0.01)
+
     def fetch(c: Any) -> dict[str, Any]:
         run = c.get_run(run_id)
         keys = sorted(run.data.metrics) if all_metrics else [k for k in STATUS_COLUMNS if k in run.data.metrics]
@@ -311,4 +351,10 @@ def train_status(ctx: StepContext, run_id: str, all_metrics: bool = False) -> di
         return {"run_id": run_id, "status": run.info.status, "run_name": run.info.run_name,
                 "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
                 "columns": ["step", *keys], "rows": [{"step": s, **rows[s]} for s in sorted(rows)]}
-    return ctx.tracker._call(f"read metrics of run {run_id}", fetch)
+    res = ctx.tracker._call(f"read metrics of run {run_id}", fetch)
+    returns = [r["episodic_return"] for r in res["rows"] if "episodic_return" in r]
+    res["plateau"], res["iterations_without_improvement"] = plateau_of(returns, window, tol)
+    res["plateau_window"], res["iterations"] = window, len(res["rows"])
+    if last:
+        res["rows"] = res["rows"][-last:]
+    return res

@@ -43,7 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = verbs.add_parser("status", help="per-iteration metrics of a training run")
     add_common_args(p)
-    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("run_id", metavar="RUN_ID", nargs="?", default=None,
+                   help="the training's MLflow run id (or give --pid)")
+    p.add_argument("--pid", type=int, default=None, help="the process id of a training in progress on this machine")
+    p.add_argument("--last", type=int, default=20, metavar="N", help="show the last N iterations (0: all; default 20)")
+    p.add_argument("--follow", action="store_true", help="refresh every --interval seconds until the run ends")
+    p.add_argument("--interval", type=float, default=5.0, metavar="SECONDS", help="refresh period of --follow")
     p.add_argument("--all", action="store_true", help="every logged metric, not the usual columns")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write the table as CSV (e.g. for dvc plots)")
     p.set_defaults(func=cmd_status)
@@ -138,22 +143,40 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    import time
     from pathlib import Path
 
     import pandas as pd
 
+    from common.errors import UserError
     from pipeline_steps.infra.registry import TrackingError
     from pipeline_steps.training.policy import train_status
+    if (args.run_id is None) == (args.pid is None):
+        raise UserError("train status: give either a RUN_ID or --pid PID (the process of a training in progress)")
+    if args.last < 0 or args.interval <= 0:
+        raise UserError(f"--last must be 0 or more and --interval positive, got {args.last} and {args.interval}")
     ctx = context_from_args(args)
-    try:
-        res = train_status(ctx, args.run_id, args.all)
-    except TrackingError as exc:
-        raise infrastructure(exc) from exc
-    table = pd.DataFrame(res["rows"], columns=res["columns"])
+    run_id = args.run_id
+    while True:
+        try:
+            res = train_status(ctx, run_id, args.all, pid=args.pid if run_id is None else None, last=args.last)
+        except LookupError as exc:
+            raise UserError(str(exc).strip("'\"")) from None
+        except TrackingError as exc:
+            raise infrastructure(exc) from exc
+        run_id = res["run_id"]  # a --pid run is followed by its id once found (it outlives the lookup)
+        table = pd.DataFrame(res["rows"], columns=res["columns"])
+        flag = (f"PLATEAU: no better return for {res['iterations_without_improvement']} iterations"
+                if res["plateau"] else f"no plateau ({res['iterations_without_improvement']} iterations since "
+                                       f"the best return, flagged at {res['plateau_window']})")
+        lines = [f"run {res['run_id']} ({res['run_name']}): {res['status']}, {res['iterations']} iterations; {flag}",
+                 table.to_string(index=False, float_format=lambda v: f"{v:.4g}") if len(table) else "(no metrics)"]
+        print_result(res, args.json, lines)
+        if not args.follow or res["status"] != "RUNNING":
+            break
+        print(flush=True)
+        time.sleep(args.interval)
     if args.csv and not args.dry_run:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.csv, index=False)
-    lines = [f"run {res['run_id']} ({res['run_name']}): {res['status']}, {len(table)} iterations",
-             table.to_string(index=False, float_format=lambda v: f"{v:.4g}") if len(table) else "(no metrics)"]
-    print_result(res, args.json, lines)
     return 0
