@@ -59,6 +59,21 @@ def test_two_trials_are_mlflow_runs_and_the_best_is_no_worse_than_the_defaults(
     assert parent.data.metrics["best_value"] == pytest.approx(res.best_value)
 
 
+def test_write_puts_the_best_config_into_the_packs_params(tmp_tracking: str, tmp_storage_root: str,
+                                                          tmp_path: Path) -> None:
+    from pipeline_steps.training.tune import tune
+    ctx = make_ctx(tmp_path)
+    before = ctx.pack_dir.joinpath("params.yaml").read_text()
+    res = tune(ctx, trials=1, timesteps=128, eval_episodes=16, write=True)
+    assert res.written == str(ctx.pack_dir / "params.yaml")
+    text = Path(res.written).read_text()
+    assert text.startswith(before.rstrip("\n"))  # the pack's own lines and comments stay
+    data = yaml.safe_load(text)
+    assert data["train"]["num_envs"] == res.best_params["num_envs"] == 16
+    assert data["ppo"]["learning_rate"] == pytest.approx(res.best_params["learning_rate"])
+    assert data["ppo"]["num_steps"] == 8
+
+
 def test_write_merges_the_best_knobs_and_keeps_comments(tmp_path: Path) -> None:
     from pipeline_steps.training.tune import write_params
     f = tmp_path / "params.yaml"
