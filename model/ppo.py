@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.profiler import record_function  # labelled regions for `rlops profile`; free without a profiler
 
 from model.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from model.early_stop import EvalPlateau, StagnationMonitor
@@ -259,8 +260,9 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
         with torch.no_grad():
             for t in range(T):
                 obs_buf[t], mask_buf[t] = next_obs, next_mask
-                logp_all, value = policy(next_obs, next_mask)
-                action = gumbel_sample(logp_all, gen)
+                with record_function("rlops.policy_forward"):
+                    logp_all, value = policy(next_obs, next_mask)
+                    action = gumbel_sample(logp_all, gen)
                 act_buf[t], val_buf[t] = action, value
                 logp_buf[t] = logp_all.gather(1, action.unsqueeze(1)).squeeze(1)
                 next_obs, reward, terminated, truncated, info = env.step(action)
@@ -282,8 +284,9 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
             if trunc_idx[0].numel():
                 final_values[trunc_idx] = policy.get_value(final_obs_buf[trunc_idx])
             next_value = policy.get_value(next_obs)
-            advantages, returns = compute_gae(rew_buf, val_buf, next_value, term_buf, trunc_buf, final_values,
-                                              cfg.gamma, cfg.gae_lambda)
+            with record_function("rlops.advantages"):
+                advantages, returns = compute_gae(rew_buf, val_buf, next_value, term_buf, trunc_buf, final_values,
+                                                  cfg.gamma, cfg.gae_lambda)
 
         # ---- flatten the batch (index = t * N + n)
         b_obs, b_masks = obs_buf.reshape(batch_size, D), mask_buf.reshape(batch_size, A)
@@ -303,8 +306,10 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
             perm = torch.randperm(batch_size, generator=gen, device=device)
             for start in range(0, batch_size, minibatch_size):
                 mb = perm[start:start + minibatch_size]
-                mb_masks = b_masks[mb]
-                mb_logp_all, mb_values = policy(b_obs[mb], mb_masks)
+                with record_function("rlops.data_movement"):
+                    mb_masks, mb_obs = b_masks[mb], b_obs[mb]
+                with record_function("rlops.policy_forward"):
+                    mb_logp_all, mb_values = policy(mb_obs, mb_masks)
                 mb_new_logp = mb_logp_all.gather(1, b_actions[mb].unsqueeze(1)).squeeze(1)
                 mb_entropy = masked_entropy(mb_logp_all, mb_masks).mean()
                 pg_loss, v_loss, approx_kl, old_approx_kl, clipfrac = ppo_losses(
@@ -321,9 +326,11 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
                     smooth = smoothing_kl(mb_logp_all, mb_masks, nxt_logp, b_masks[nxt], valid)
                 loss = loss + ewc_term + cfg.smoothing_coef * smooth
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-                optimizer.step()
+                with record_function("rlops.backward"):
+                    loss.backward()
+                with record_function("rlops.optimizer"):
+                    torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                    optimizer.step()
                 stats.append(torch.stack([pg_loss.detach(), v_loss.detach(), mb_entropy.detach(), approx_kl,
                                           old_approx_kl, clipfrac, ewc_term.detach(), smooth.detach()]))
             epochs_run = epoch + 1
@@ -334,9 +341,10 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
         policy.update_obs_stats(b_obs)
 
         # ---- metrics (one host copy per iteration)
-        s = torch.stack(stats)
-        means = s.mean(0).tolist()
-        last_kl = s[-1, 3].item()
+        with record_function("rlops.data_movement"):
+            s = torch.stack(stats)
+            means = s.mean(0).tolist()
+            last_kl = s[-1, 3].item()
         n_eps = float(ep_cnt)
         ep_return = float(ep_ret / ep_cnt) if n_eps else float("nan")
         stagnated = stagnation.update(ep_return)

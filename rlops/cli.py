@@ -1,7 +1,7 @@
 """The ``rlops`` command line: nouns, then verbs.
 
     rlops env {validate,describe,rollout} | capture | drift {detect,check} | calibrate
-          | labels {run,export,import} | train {policy,reward-model,status} | stress
+          | labels {run,export,import} | train {policy,reward-model,status,tune} | profile | stress
           | model {evaluate,promote,rollback} | replay | audit | console | demo
 
 Each noun is one module of ``rlops.commands`` holding only its argparse definitions and thin
@@ -31,9 +31,10 @@ EXIT_CODES = """exit codes:
 
 
 def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from rlops.commands import audit, calibrate, capture, console, demo, drift, env, labels, model, stress, train
+    from rlops.commands import (audit, calibrate, capture, console, demo, drift, env, labels, model, profile, stress,
+                                train)
     return [env.register, capture.register, drift.register, calibrate.register, labels.register, train.register,
-            stress.register, model.register, audit.register, console.register, demo.register]
+            profile.register, stress.register, model.register, audit.register, console.register, demo.register]
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -29,6 +29,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import socket
 import tempfile
 import time
 from dataclasses import fields
@@ -68,6 +70,8 @@ def ppo_config(ctx: StepContext, pack: "Pack", mode: str, timesteps: int | None 
         merged["total_timesteps"] = int(train["incremental_timesteps"])
     if timesteps is not None:
         merged["total_timesteps"] = int(timesteps)
+    if train.get("num_envs"):
+        merged["num_envs"] = int(train["num_envs"])
     merged.update({k: v for k, v in overrides.items() if v is not None})
     merged["mode"] = mode
     merged["checkpoint_dir"] = str(checkpoint_dir) if checkpoint_dir is not None else None
@@ -75,8 +79,6 @@ def ppo_config(ctx: StepContext, pack: "Pack", mode: str, timesteps: int | None 
     unknown = sorted(set(train) - known - _STEP_KEYS - {"mode"})
     if unknown:
         log.warning("train: ignoring unknown settings %s", unknown)
-    if train.get("num_envs"):
-        merged["num_envs"] = int(train["num_envs"])
     # What the params leave open (env count, rollout length, γ, minibatches) comes from the pack.
     merged["device"] = resolve_device(str(merged.get("device") or "auto")).type
     return derive_defaults(pack, **merged)
@@ -213,7 +215,9 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
                                                     reward_fn.rule_refs, label, parent_run_id=pass_run)
         run_tags = {T.MODE: mode_used, T.REWARD_FN_SHA256: reward_fn.version, T.PARENT_CHAMPION: parent or "none",
                     T.CALIBRATION_VERSION: cal_version, T.REWARD_SOURCE: source.kind,
-                    T.REWARD_MODEL_VERSION: rm_version or "none", T.TRAIN_FINGERPRINT: fp}
+                    T.REWARD_MODEL_VERSION: rm_version or "none", T.TRAIN_FINGERPRINT: fp,
+                    # pid + host let `rlops train status --pid` find the run of a training in progress.
+                    T.PID: os.getpid(), T.HOST: socket.gethostname()}
         # A training killed mid-run left its run RUNNING: this attempt resumes its work, so it closes it.
         stale = ctx.tracker.close_stale_runs({T.STEP: T.TRAIN_POLICY, T.TRAIN_FINGERPRINT: fp})
         from model.reward_source import model_only
@@ -373,12 +377,48 @@ def _float(v: Any) -> float | None:
 
 
 # --------------------------------------------------------------------------- train-status
-STATUS_COLUMNS = ("episodic_return", "episodic_length", "entropy", "approx_kl", "value_loss",
+STATUS_COLUMNS = ("episodic_return", "episodic_length", "entropy", "approx_kl", "clipfrac", "value_loss",
                   "human_takeover_rate", "illegal_actions", "sps", "stagnation")
+PLATEAU_WINDOW = 10
+"""Iterations without a better training return that make a plateau (``ppo.stagnation_window``)."""
 
 
-def train_status(ctx: StepContext, run_id: str, all_metrics: bool = False) -> dict[str, Any]:
-    """The per-iteration metrics of a training run, one row per logged step."""
+def run_of_pid(ctx: StepContext, pid: int, host: str | None = None) -> str:
+    """The RUNNING training run of this scenario started by process ``pid`` (on ``host``, default
+    this machine); raises LookupError when there is none."""
+    from mlflow.entities import ViewType
+    host = host or socket.gethostname()
+    filt = (f"tags.`{T.PID}` = '{pid}' and tags.`{T.HOST}` = '{host}' and attributes.status = 'RUNNING'")
+    runs = ctx.tracker._call(f"find the run of pid {pid}", lambda c: c.search_runs(
+        [ctx.tracker.experiment_id], filt, ViewType.ACTIVE_ONLY, max_results=1, order_by=["attributes.start_time DESC"]))
+    if not runs:
+        raise LookupError(f"no training in progress with pid {pid} on {host} in experiment '{ctx.scenario}' "
+                          "(a finished run is read by its run id)")
+    return str(runs[0].info.run_id)
+
+
+def plateau_of(returns: list[float], window: int = PLATEAU_WINDOW, tol: float = 0.01) -> tuple[bool, int]:
+    """Whether the training return has not improved for ``window`` iterations (the training loop's
+    own :class:`~model.early_stop.StagnationMonitor`), and for how many iterations it has not."""
+    from model.early_stop import StagnationMonitor
+    monitor, flagged = StagnationMonitor(window, tol), False
+    for r in returns:
+        flagged = monitor.update(r)
+    return flagged, monitor.since
+
+
+def train_status(ctx: StepContext, run_id: str | None = None, all_metrics: bool = False, pid: int | None = None,
+                 last: int | None = None) -> dict[str, Any]:
+    """The per-iteration metrics of a training run (by run id, or the running one of ``pid``),
+    one row per logged step (the ``last`` ones when given), and the plateau flag."""
+    if run_id is None:
+        if pid is None:
+            raise ValueError("train status needs a run id or a process id (--pid)")
+        run_id = run_of_pid(ctx, pid)
+    settings = ctx.section("ppo")
+    window = int(settings.get("stagnation_window") or PLATEAU_WINDOW)
+    tol = float(settings.get("stagnation_tol") or 0.01)
+
     def fetch(c: Any) -> dict[str, Any]:
         run = c.get_run(run_id)
         keys = sorted(run.data.metrics) if all_metrics else [k for k in STATUS_COLUMNS if k in run.data.metrics]
@@ -389,4 +429,10 @@ def train_status(ctx: StepContext, run_id: str, all_metrics: bool = False) -> di
         return {"run_id": run_id, "status": run.info.status, "run_name": run.info.run_name,
                 "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
                 "columns": ["step", *keys], "rows": [{"step": s, **rows[s]} for s in sorted(rows)]}
-    return ctx.tracker._call(f"read metrics of run {run_id}", fetch)
+    res = ctx.tracker._call(f"read metrics of run {run_id}", fetch)
+    returns = [r["episodic_return"] for r in res["rows"] if "episodic_return" in r]
+    res["plateau"], res["iterations_without_improvement"] = plateau_of(returns, window, tol)
+    res["plateau_window"], res["iterations"] = window, len(res["rows"])
+    if last:
+        res["rows"] = res["rows"][-last:]
+    return res

@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 GRAMMAR = {
     "env": ["validate", "describe", "rollout"], "capture": [], "drift": ["detect", "check"], "calibrate": [],
-    "labels": ["run", "export", "import"], "train": ["policy", "reward-model", "status", "relabel", "switch-reward"], "stress": [],
+    "labels": ["run", "export", "import"],
+    "train": ["policy", "reward-model", "status", "relabel", "switch-reward", "tune"], "profile": [], "stress": [],
     "model": ["evaluate", "promote", "rollback", "webhook"], "replay": [], "audit": [], "console": [], "demo": [],
 }
 
