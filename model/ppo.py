@@ -260,7 +260,7 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
         with torch.no_grad():
             for t in range(T):
                 obs_buf[t], mask_buf[t] = next_obs, next_mask
-                with record_function("rlops.policy_forward"):
+                with record_function("rlops/policy_forward"):
                     logp_all, value = policy(next_obs, next_mask)
                     action = gumbel_sample(logp_all, gen)
                 act_buf[t], val_buf[t] = action, value
@@ -284,7 +284,7 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
             if trunc_idx[0].numel():
                 final_values[trunc_idx] = policy.get_value(final_obs_buf[trunc_idx])
             next_value = policy.get_value(next_obs)
-            with record_function("rlops.advantages"):
+            with record_function("rlops/advantages"):
                 advantages, returns = compute_gae(rew_buf, val_buf, next_value, term_buf, trunc_buf, final_values,
                                                   cfg.gamma, cfg.gae_lambda)
 
@@ -306,9 +306,9 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
             perm = torch.randperm(batch_size, generator=gen, device=device)
             for start in range(0, batch_size, minibatch_size):
                 mb = perm[start:start + minibatch_size]
-                with record_function("rlops.data_movement"):
+                with record_function("rlops/data_movement"):
                     mb_masks, mb_obs = b_masks[mb], b_obs[mb]
-                with record_function("rlops.policy_forward"):
+                with record_function("rlops/policy_forward"):
                     mb_logp_all, mb_values = policy(mb_obs, mb_masks)
                 mb_new_logp = mb_logp_all.gather(1, b_actions[mb].unsqueeze(1)).squeeze(1)
                 mb_entropy = masked_entropy(mb_logp_all, mb_masks).mean()
@@ -326,9 +326,9 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
                     smooth = smoothing_kl(mb_logp_all, mb_masks, nxt_logp, b_masks[nxt], valid)
                 loss = loss + ewc_term + cfg.smoothing_coef * smooth
                 optimizer.zero_grad(set_to_none=True)
-                with record_function("rlops.backward"):
+                with record_function("rlops/backward"):
                     loss.backward()
-                with record_function("rlops.optimizer"):
+                with record_function("rlops/optimizer"):
                     torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
                     optimizer.step()
                 stats.append(torch.stack([pg_loss.detach(), v_loss.detach(), mb_entropy.detach(), approx_kl,
@@ -341,7 +341,7 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
         policy.update_obs_stats(b_obs)
 
         # ---- metrics (one host copy per iteration)
-        with record_function("rlops.data_movement"):
+        with record_function("rlops/data_movement"):
             s = torch.stack(stats)
             means = s.mean(0).tolist()
             last_kl = s[-1, 3].item()

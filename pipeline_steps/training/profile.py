@@ -1,9 +1,9 @@
 """Where the time of a training run goes (``rlops profile``).
 
 PPO runs on the pack for a bounded wall time under ``torch.profiler``. The training loop and the
-sandbox mark their phases with ``record_function`` labels (``rlops.env_step`` with
-``rlops.reward`` inside it, ``rlops.policy_forward``, ``rlops.advantages``, ``rlops.backward``,
-``rlops.optimizer``, ``rlops.data_movement``); the report gives each phase's total time and
+sandbox mark their phases with ``record_function`` labels (``rlops/env_step`` with
+``rlops/reward`` inside it, ``rlops/policy_forward``, ``rlops/advantages``, ``rlops/backward``,
+``rlops/optimizer``, ``rlops/data_movement``); the report gives each phase's total time and
 share of the profiled wall time, the ten most expensive operators by self time, and a Chrome
 trace (open it in ``chrome://tracing`` or https://ui.perfetto.dev).
 """
@@ -67,7 +67,7 @@ def profile_training(ctx: StepContext, duration_s: float, device: str | None = N
     on_device = dev.type == "cuda"
     regions: dict[str, dict[str, float]] = {}
     for ev in averages:
-        if ev.key.startswith("rlops.") and ev.key[6:] in REGIONS:
+        if ev.key.startswith("rlops/") and ev.key[6:] in REGIONS:
             cpu_ms = ev.cpu_time_total / 1e3
             row = {"calls": float(ev.count), "cpu_ms": round(cpu_ms, 1), "share": round(cpu_ms / 1e3 / wall, 4)}
             if on_device:

@@ -26,5 +26,5 @@ def test_profile_reports_the_phases_and_writes_a_chrome_trace(tmp_path: Path) ->
     assert all(0 < r["share"] <= 1.0 for r in report.regions.values())
     assert "Self CPU" in report.top_operators
     events = json.loads(trace.read_text())["traceEvents"]
-    assert {"rlops.env_step", "rlops.backward"} <= {e.get("name") for e in events}
+    assert {"rlops/env_step", "rlops/backward"} <= {e.get("name") for e in events}
     assert len(region_lines(report)) == len(REGIONS) + 1

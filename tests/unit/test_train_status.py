@@ -56,5 +56,5 @@ def test_a_training_run_records_its_pid(tmp_tracking: str, tmp_storage_root: str
     ctx = make_ctx(tmp_path)
     res = train_policy(ctx, "full", timesteps=16 * 8 * 2)
     status = train_status(ctx, res["run_id"])
-    assert status["tags"]["pid"] == str(os.getpid()) and status["tags"]["host"] == socket.gethostname()
+    assert status["tags"]["rlops.pid"] == str(os.getpid()) and status["tags"]["rlops.host"] == socket.gethostname()
     assert status["iterations"] == 2 and not status["plateau"] and "clipfrac" in status["columns"]

@@ -131,7 +131,7 @@ def test_resume_continues_from_the_last_checkpoint(tmp_tracking: str, tmp_storag
     monkeypatch.setattr(MlflowClient, "set_terminated", end_run)
     client = MlflowClient(tmp_tracking)
     exp = client.get_experiment_by_name(SCENARIO)
-    left_open = [r for r in client.search_runs([exp.experiment_id], "tags.`rlops.kind` = 'train_policy'")]
+    left_open = [r for r in client.search_runs([exp.experiment_id], "tags.`rlops.step` = 'train_policy'")]
     assert [r.info.status for r in left_open] == ["RUNNING"]
     monkeypatch.setattr(train_mod, "register_policy", register)
     res = train_policy(make_ctx(tmp_path), "full", timesteps=TINY)
