@@ -34,6 +34,8 @@ def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None =
     Airflow has already checked the types. Returns the conf with its run key."""
     from sandbox.errors import PackError
     conf = {k: params.get(k) for k in ("scenario", "reward_fn", "timesteps", "mode", "dry_run")}
+    if "simulate" in params:  # the capture DAG's switch: simulated traffic only when asked for
+        conf["simulate"] = params.get("simulate")
     problems = []
     if not isinstance(conf["scenario"], str) or not conf["scenario"]:
         problems.append(f"scenario {conf['scenario']!r}: expected the name of a pack under scenarios/")
@@ -43,6 +45,8 @@ def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None =
         problems.append(f"timesteps {conf['timesteps']!r}: expected an integer >= 1000")
     if conf["mode"] not in ("full", "incremental"):
         problems.append(f"mode {conf['mode']!r}: expected 'full' or 'incremental'")
+    if not isinstance(conf.get("simulate", False), bool):
+        problems.append(f"simulate {conf['simulate']!r}: expected true or false")
     if not isinstance(conf["dry_run"], bool):
         problems.append(f"dry_run {conf['dry_run']!r}: expected true or false")
     if not problems:
@@ -69,8 +73,10 @@ def _ctx(conf: Mapping[str, Any]) -> StepContext:
 
 
 def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """The landing zone of the run key's interval; simulated traffic only when the conf says
+    ``simulate: true`` (the result then says ``source: simulation:<profile>``)."""
     from pipeline_steps.capture.step import capture_step
-    return capture_step(_ctx(conf))
+    return capture_step(_ctx(conf), simulate=bool(conf.get("simulate", False)))
 
 
 def detect_drift(conf: Mapping[str, Any]) -> dict[str, Any]:

@@ -82,18 +82,26 @@ def _network(ctx: StepContext, version: str, dst: Path) -> "PolicyNetwork":
     return loaded.network
 
 
-def latency_p99_ms(policy: "PolicyNetwork", obs: "torch.Tensor", samples: int = 300) -> float:
-    """p99 of the wall time of one ``act`` call on a single observation (batch 1), in ms."""
+def latency_p99_ms(policy: "PolicyNetwork", obs: "torch.Tensor", samples: int = 300,
+                   other: "PolicyNetwork | None" = None) -> tuple[float, float | None]:
+    """p99 of the wall time of one ``act`` call on a single observation (batch 1), in ms, of
+    ``policy`` and of ``other``: the two are timed alternately on the same rows in this process,
+    so load on the machine slows both alike and their ratio is what a gate can judge."""
     n = obs.shape[0]
-    for i in range(min(10, n)):  # warm-up: first calls pay for allocator and dispatch caches
-        policy.act(obs[i:i + 1], deterministic=True)
-    times = np.empty(samples)
+    nets = [policy] + ([other] if other is not None else [])
+    for net in nets:
+        for i in range(min(10, n)):  # warm-up: first calls pay for allocator and dispatch caches
+            net.act(obs[i:i + 1], deterministic=True)
+    times = np.empty((len(nets), samples))
     for i in range(samples):
         row = obs[i % n:i % n + 1]
-        t0 = time.perf_counter()
-        policy.act(row, deterministic=True)
-        times[i] = (time.perf_counter() - t0) * 1000.0
-    return float(np.percentile(times, 99))
+        order = (0,) if len(nets) == 1 else ((0, 1) if i % 2 == 0 else (1, 0))  # neither always goes first
+        for j in order:
+            t0 = time.perf_counter()
+            nets[j].act(row, deterministic=True)
+            times[j, i] = (time.perf_counter() - t0) * 1000.0
+    p99 = np.percentile(times, 99, axis=1)
+    return float(p99[0]), (float(p99[1]) if other is not None else None)
 
 
 def segment_masks(pack: "Pack", S0: "torch.Tensor", segment_codes: "torch.Tensor", names: list[str],
@@ -165,11 +173,12 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
 
     with tempfile.TemporaryDirectory(prefix="rlops-eval-") as tmp:
         cand_policy = _network(ctx, candidate, Path(tmp))
-        baseline, champ_act = "rules", rule_policy
+        baseline, champ_act, champ_net = "rules", rule_policy, None
         if champion is not None:
             champ_policy = _network(ctx, champion, Path(tmp))
             if champ_policy.config.obs_dim == cand_policy.config.obs_dim:
                 baseline, champ_act = f"champion v{champion}", greedy_act(champ_policy)
+                champ_net = champ_policy
             else:
                 notes.append(f"champion v{champion} uses another observation layout: compared with the rule engine")
 
@@ -183,7 +192,7 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
         env.reset(seed)  # the initial states both policies started from
         segments = segment_masks(pack, env.S, cand_res.segments, cand_res.segment_names,
                                  settings.get("segments") or {})
-        p99 = latency_p99_ms(cand_policy, env.observe(), int(settings.get("latency_samples", 300)))
+        p99 = latency_p99_ms(cand_policy, env.observe(), int(settings.get("latency_samples", 300)), champ_net)
 
     gates = comparison_gates(cand_res, champ_res, cfg, segments, p99, seed=seed)
     gates.append(stress_gate(tags, cfg))
@@ -243,7 +252,22 @@ def rollout_stages(ctx: StepContext) -> list[float]:
 
 
 def promote(ctx: StepContext, candidate: str, staged: bool = False, episodes: int | None = None) -> dict[str, Any]:
-    """Evaluate and, when every gate passes, promote (or advance a staged roll-out)."""
+    """Evaluate and, when every gate passes, promote (or advance a staged roll-out). One promotion
+    of a model at a time (:mod:`pipeline_steps.promotion.lock`): the evaluation and the alias move
+    happen under one lock, and the move is refused if the champion changed meanwhile."""
+    from pipeline_steps.promotion.lock import PromotionBusy, lock_path, promotion_lock
+    path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), policy_model_name(ctx.scenario))
+    try:
+        with promotion_lock(path, float(ctx.section("evaluate").get("lock_timeout_s", 900))) as waited:
+            out = _promote_locked(ctx, candidate, staged, episodes)
+    except PromotionBusy as exc:
+        return {"scenario": ctx.scenario, "candidate": str(candidate), "staged": staged, "promoted": False,
+                "action": "none", "dry_run": ctx.dry_run, "reason": str(exc)}
+    return {**out, "lock_wait_s": round(waited, 3)}
+
+
+def _promote_locked(ctx: StepContext, candidate: str, staged: bool, episodes: int | None) -> dict[str, Any]:
+    from pipeline_steps.promotion.lock import ChampionMoved, check_unchanged
     name = policy_model_name(ctx.scenario)
     candidate = str(candidate)
     stages = rollout_stages(ctx)
@@ -257,6 +281,10 @@ def promote(ctx: StepContext, candidate: str, staged: bool = False, episodes: in
     out["gates"] = report["gates"]
     if not report["passed"]:
         return {**out, "reason": f"gate(s) failed: {', '.join(report['failed_gates'])}; champion unchanged"}
+    try:
+        check_unchanged(report["champion_version"], ctx.tracker.get_alias(name, CHAMPION), name)
+    except ChampionMoved as exc:
+        return {**out, "passed": False, "reason": str(exc)}
     try:
         challenger = ctx.tracker.get_alias(name, CHALLENGER)
         if staged:
