@@ -104,6 +104,20 @@ def latency_p99_ms(policy: "PolicyNetwork", obs: "torch.Tensor", samples: int = 
     return float(p99[0]), (float(p99[1]) if other is not None else None)
 
 
+def timed_p99(cand: "PolicyNetwork", champ: "PolicyNetwork | None", obs: "torch.Tensor", samples: int,
+              bound: float, tries: int = 3) -> tuple[float, float | None]:
+    """:func:`latency_p99_ms` of both, measured again (up to ``tries`` times) while the ratio is
+    over ``bound``, keeping the lowest ratio: a load spike slows one run, a slower network stays
+    slower on every run."""
+    best = latency_p99_ms(cand, obs, samples, champ)
+    for _ in range(tries - 1):
+        if best[1] is None or best[0] <= bound * best[1]:
+            break
+        again = latency_p99_ms(cand, obs, samples, champ)
+        best = min(best, again, key=lambda t: t[0] / t[1])  # type: ignore[operator]
+    return best
+
+
 def segment_masks(pack: "Pack", S0: "torch.Tensor", segment_codes: "torch.Tensor", names: list[str],
                   expressions: dict[str, str]) -> dict[str, np.ndarray]:
     """Population segments of the profile plus expression segments over the initial states."""
@@ -192,12 +206,8 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
         env.reset(seed)  # the initial states both policies started from
         segments = segment_masks(pack, env.S, cand_res.segments, cand_res.segment_names,
                                  settings.get("segments") or {})
-        p99 = latency_p99_ms(cand_policy, env.observe(), int(settings.get("latency_samples", 300)), champ_net)
-        for _ in range(2):  # a load spike slows one run; a slower network stays slower on every run
-            if p99[1] is None or p99[0] <= cfg.latency_p99_ratio * p99[1]:
-                break
-            again = latency_p99_ms(cand_policy, env.observe(), int(settings.get("latency_samples", 300)), champ_net)
-            p99 = min(p99, again, key=lambda t: t[0] / t[1])  # type: ignore[operator]
+        p99 = timed_p99(cand_policy, champ_net, env.observe(), int(settings.get("latency_samples", 300)),
+                        cfg.latency_p99_ratio)
 
     gates = comparison_gates(cand_res, champ_res, cfg, segments, p99, seed=seed)
     gates.append(stress_gate(tags, cfg))
