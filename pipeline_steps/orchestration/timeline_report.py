@@ -33,6 +33,7 @@ def plot(hours: list[Hour], events: list[Event], path: Path, title: str) -> Path
                  label=f.replace("state.", "") if shifted else None)
     ax2.set_yscale("log")
     ax2.axhline(0.01, color="k", ls=":", lw=0.8)
+    ax2.set_ylim(top=2.0)  # p-values live in (0, 1]
     ax2.set_ylabel("drift p-value per field")
     if any(f in h.drifted for h in hours for f in fields):
         ax2.legend(fontsize=7, loc="lower left", ncol=3)
