@@ -28,21 +28,15 @@ randomly initialised network offered to the same gated promotion.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
-import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
-
-from common.run_key import RunKey
-from pipeline_steps.orchestration.events import Event, in_force, production_doc
+from pipeline_steps.orchestration.events import Event, production_doc
 
 
 @dataclass(frozen=True)

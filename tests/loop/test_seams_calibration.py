@@ -14,9 +14,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import numpy as np
 import pytest
 import torch
 
@@ -64,7 +61,6 @@ def _initial(pack, profile: str, n: int = 20_000) -> dict[str, float]:
 
 def test_recalibration_never_edits_the_production_world_and_is_idempotent(ctx: StepContext) -> None:
     from pipeline_steps.drift.calibrate import recalibrate
-    from sandbox.pack import apply_calibration  # noqa: F401 - the overlay under test
     _live_capture(ctx, 1000)
     declared = ctx.load_pack(calibration=None)
     live_before = _initial(declared, "live")
