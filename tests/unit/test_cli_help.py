@@ -19,7 +19,7 @@ GRAMMAR = {
     "env": ["validate", "describe", "rollout"], "capture": [], "drift": ["detect", "check"], "calibrate": [],
     "labels": ["run", "export", "import"],
     "train": ["policy", "reward-model", "status", "relabel", "switch-reward", "tune"], "profile": [], "stress": [],
-    "model": ["evaluate", "promote", "rollback", "webhook"], "replay": [], "audit": [], "console": [], "demo": [],
+    "model": ["evaluate", "promote", "rollback", "webhook"], "replay": [], "audit": [], "simulate": [], "console": [], "demo": [],
 }
 
 
