@@ -61,7 +61,7 @@ def _gate_lines(res: dict[str, Any]) -> list[str]:
         return "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
     lines = [f"  {'gate':<28} {'candidate':>12} {'champion':>12}  {'threshold':<34} result"]
     for g in res.get("gates", []):
-        verdict = "FAIL" if not g["passed"] else ("skip" if g["detail"].startswith("skipped") else "pass")
+        verdict = g.get("status") or ("pass" if g["passed"] else "FAIL")
         lines.append(f"  {g['gate']:<28} {fmt(g['candidate']):>12} {fmt(g['champion']):>12}  "
                      f"{g['threshold']:<34} {verdict}")
     return lines
