@@ -52,6 +52,7 @@ CAPTURE, DRIFT, RECALIBRATE = "capture", "drift", "recalibrate"
 TRAIN_REWARD_MODEL, TRAIN_POLICY, STRESS_TEST = "train_reward_model", "train_policy", "stress_test"
 EVALUATE, PROMOTE, AUDIT, REWARD_FN = "evaluate", "promote", "audit", "reward_fn"
 TUNE, TUNE_TRIAL = "tune", "tune_trial"
+SIMULATE, TIMELINE = "simulate", "timeline"
 
 # --------------------------------------------------------------------------- registered-model tags
 ALIAS_WRITTEN_PREFIX: Final = "rlops.alias."    # + alias name → version rlops last set it to

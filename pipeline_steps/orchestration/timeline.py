@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pipeline_steps.orchestration.events import Event, production_doc
+from pipeline_steps.infra import tags as T
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ def bad_candidate(ctx: Any, seed: int) -> str:
     pack = ctx.load_pack()
     torch.manual_seed(seed)
     net = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout)).eval()
-    with ctx.tracker.start_run("bad-candidate", tags={"rlops.step": "timeline"}) as run, \
+    with ctx.tracker.start_run("bad-candidate", tags={T.STEP: T.TIMELINE}) as run, \
             tempfile.TemporaryDirectory() as tmp:
         return register_policy(ctx, run, pack, net, {"mode": "full", "run_key": ctx.run_key,
                                                      "timeline": "bad_candidate"}, Path(tmp))

@@ -12,6 +12,7 @@ from typing import Any
 
 from pipeline_steps.orchestration.events import Event
 from pipeline_steps.orchestration.timeline import Hour, TimelineConfig
+from pipeline_steps.infra import tags as T
 
 
 def plot(hours: list[Hour], events: list[Event], path: Path, title: str) -> Path:
@@ -88,7 +89,7 @@ def write_report(ctx: Any, cfg: TimelineConfig, events: list[Event], hours: list
            "hours": [asdict(h) for h in hours]}
     path = root / "timeline.json"
     path.write_text(json.dumps(doc, indent=2, default=str))
-    with ctx.tracker.start_run(f"timeline-{cfg.hours}h", tags={"rlops.step": "simulate"}) as run:
+    with ctx.tracker.start_run(f"timeline-{cfg.hours}h", tags={T.STEP: T.SIMULATE}) as run:
         flat = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         flat["bad_candidate_promoted"] = float(bool(metrics.get("bad_candidate_promoted")))
         run.log_metrics(flat, step=0)

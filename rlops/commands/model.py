@@ -81,8 +81,16 @@ def _call(fn: Any, *a: Any, **kw: Any) -> Any:
         raise UserError(str(exc).strip("'\"")) from None
 
 
+def _check_episodes(args: argparse.Namespace) -> None:
+    """``--episodes`` is checked before anything touches the registry."""
+    if args.episodes is not None:
+        from common.arguments import MAX_EPISODES, count
+        args.episodes = count("--episodes", args.episodes, maximum=MAX_EPISODES)
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from pipeline_steps.promotion.evaluate import evaluate_candidate
+    _check_episodes(args)
     res = _call(evaluate_candidate, context_from_args(args), args.candidate, args.episodes)
     head = [f"{res['scenario']}: v{res['candidate']} vs {res['baseline']} on {res['episodes']} episodes "
             f"({res['profile']} profile): {'PASS' if res['passed'] else 'FAIL'}"]
@@ -92,6 +100,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_promote(args: argparse.Namespace) -> int:
     from pipeline_steps.promotion.evaluate import promote
+    _check_episodes(args)
     res = _call(promote, context_from_args(args), args.candidate, args.staged, args.episodes)
     print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"] + _gate_lines(res))
     return 0 if res["action"] in ("champion", "challenger", "would_promote", "would_stage") else 1

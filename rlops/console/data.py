@@ -96,7 +96,7 @@ class ProjectData:
         from pipeline_steps.infra.context import StepContext
         with self._lock:
             if scenario not in self._contexts:
-                self._contexts[scenario] = StepContext.create(scenario, "console", params=self.params)
+                self._contexts[scenario] = StepContext.create(scenario, params=self.params)
             return self._contexts[scenario]
 
     def pack(self, scenario: str) -> "Pack":

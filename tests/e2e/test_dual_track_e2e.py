@@ -21,7 +21,7 @@ def test_retrain_full_trains_on_the_reward_model_it_just_trained(airflow_db: str
     params["train"].update(reward_source="blend", reward_blend_lambda=0.5, num_envs=256, eval_episodes=200)
     params["stress"].update(gaming_episodes=200, policy_episodes=200)
     (rlops_home / "params.yaml").write_text(yaml.safe_dump(params))
-    assert str(_run("trace_capture", WHEN)[0].state) == "success"
+    assert str(_run("trace_capture", WHEN, simulate=True)[0].state) == "success"
 
     run, states = _run("retrain_full", WHEN, timesteps=4_096, mode="full")
     assert states["train_policy"] == "success" and states["relabel"] == "success", states
