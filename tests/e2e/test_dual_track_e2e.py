@@ -32,6 +32,6 @@ def test_retrain_full_trains_on_the_reward_model_it_just_trained(airflow_db: str
     assert relabelled["reward_model_version"] == rm["model_version"]
     assert trained["reward_source"] == "blend" and trained["reward_model_version"] == rm["model_version"]
     assert trained["behaviour_cloning"]["steps_imitated"] > 0
-    tags = StepContext.create("credit_approval", "check").tracker.model_version_tags(
+    tags = StepContext.create("credit_approval").tracker.model_version_tags(
         policy_model_name("credit_approval"), trained["model_version"])
     assert tags["reward_model_version"] == rm["model_version"] and tags["reward_source"] == "blend"
