@@ -112,7 +112,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from pipeline_steps.infra.registry import TrackingError
-    from pipeline_steps.training.policy import train_status
+    from pipeline_steps.training.status import train_status
     ctx = context_from_args(args)
     try:
         res = train_status(ctx, args.run_id, args.all)
