@@ -86,9 +86,15 @@ class ObservationEncoder:
         self._optional = set(scn.visible)  # hidden until their visible_when holds
 
     def state_tensor(self, state: Mapping[str, Any], history: Sequence[str] = (), step: int | None = None,
-                     elapsed_ms: float = 0.0, last_error: bool = False) -> torch.Tensor:
-        """One row ``S[1, C]`` for a production state and the actions taken so far."""
+                     elapsed_ms: float = 0.0, last_error: bool = False, strict: bool = True) -> torch.Tensor:
+        """One row ``S[1, C]`` for a production state and the actions taken so far. Not ``strict``:
+        what cannot be read (a missing or bad field, an unknown action) is left at 0 instead of
+        raising — the best-effort state the rule-engine fallback decides on."""
         scn = self.scenario
+        if not isinstance(state, Mapping):
+            if strict:
+                raise StateError(f"state is a {type(state).__name__}, expected a mapping of field names")
+            state = {}
         flat = {k[len("state."):]: v for k, v in flatten_state(state).items()}
         S = torch.zeros((1, scn.n_cols), dtype=torch.float32)
         missing = []
@@ -98,10 +104,18 @@ class ObservationEncoder:
                 if f.path not in self._optional:
                     missing.append(f.path)
                 continue
-            S[0, scn.columns[f.path]] = self._code(f, v)
-        if missing:
+            try:
+                S[0, scn.columns[f.path]] = self._code(f, v)
+            except StateError:
+                if strict:
+                    raise
+        if missing and strict:
             raise StateError(f"state lacks field(s) {missing}; the scenario {scn.spec.name} needs every "
                              "observed field that has no visible_when condition")
+        if not strict:
+            history = [a for a in history if isinstance(a, str) and a in self.action_names]
+            step = step if isinstance(step, int) and not isinstance(step, bool) else None
+            elapsed_ms = float(elapsed_ms) if isinstance(elapsed_ms, (int, float)) and np.isfinite(elapsed_ms) else 0.0
         codes = [self._action_code(a) for a in history]
         run = 0
         for c in reversed(codes):
@@ -122,9 +136,12 @@ class ObservationEncoder:
         return torch.tensor([[0] * (k - len(codes)) + codes], dtype=torch.long)
 
     def encode(self, state: Mapping[str, Any], history: Sequence[str] = (), step: int | None = None,
-               elapsed_ms: float = 0.0, last_error: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(S[1, C], mask[1, A], obs[1, D])`` for one production state."""
-        S = self.state_tensor(state, history, step, elapsed_ms, last_error)
+               elapsed_ms: float = 0.0, last_error: bool = False, strict: bool = True
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(S[1, C], mask[1, A], obs[1, D])`` for one production state (see :meth:`state_tensor`)."""
+        S = self.state_tensor(state, history, step, elapsed_ms, last_error, strict)
+        if not strict:
+            history = [a for a in history if isinstance(a, str) and a in self.action_names]
         mask = self.scenario.action_masks(S)
         return S, mask, self.scenario.encode(S, mask, self.history_tensor(history))
 
@@ -305,10 +322,11 @@ class PolicyClient:
         group = self.route(key)
         try:
             S, mask, obs = self.encoder.encode(state, history, step, elapsed_ms, last_error)
-        except StateError:
-            # Without an encoded state there is no rule decision either: the caller must handle it.
-            self._count("bad_state")
-            raise
+        except (StateError, TypeError, ValueError) as exc:
+            # The policy must not see a state it cannot read; the rule engine decides on what
+            # can be read (unreadable fields at 0), as documented, and the decision says why.
+            S, mask, _ = self.encoder.encode(state, history, step, elapsed_ms, last_error, strict=False)
+            return self._fallback(S, mask, group, "bad_state", f"unreadable state: {exc}", t0)
         policy = self.policies.get(group) or self.policies.get(CHAMPION)
         if policy is None:
             return self._fallback(S, mask, group, "no_policy", "no champion policy loaded: "
@@ -350,8 +368,8 @@ class PolicyClient:
 
     @property
     def fallback_count(self) -> int:
-        """Decisions answered by the rule engine so far (bad states not included)."""
-        return sum(v for k, v in self.fallbacks.items() if k != "bad_state")
+        """Decisions answered by the rule engine so far (unreadable states included)."""
+        return sum(self.fallbacks.values())
 
     def close(self) -> None:
         import shutil

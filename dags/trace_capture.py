@@ -4,13 +4,19 @@
 Compacts the JSON-lines trace files that live agents wrote to the landing zone into the trace
 store (parquet partitioned by scenario/date/hour), validating every row against the data
 contract: rows that break it go to the quarantine partition with their reason
-(rows in = accepted + quarantined). With no live agent, it samples the `champion` running in
-the pack's `live` simulation profile instead. Re-running an interval overwrites its partition.
+(rows in = accepted + quarantined). With `simulate: true` in the conf (no live agent yet, demos)
+it samples the `champion` running in the pack's `live` simulation profile instead, and says so
+(`source: simulation:live`); by default it never stores simulated traffic. Re-running an interval overwrites its partition.
 """
 
-from airflow.sdk import dag, task
+from airflow.sdk import Param, dag, task
 
 from pipeline_steps.orchestration.settings import dag_settings
+
+_SETTINGS = dag_settings()
+_SETTINGS["params"] = {**_SETTINGS["params"], "simulate": Param(
+    False, type="boolean", description="sample the champion in the `live` simulation profile instead of "
+                                       "reading the landing zone (recorded as source simulation:live)")}
 
 
 @dag(
@@ -18,7 +24,7 @@ from pipeline_steps.orchestration.settings import dag_settings
     schedule="*/15 * * * *",
     tags=["rlops", "data"],
     doc_md=__doc__,
-    **dag_settings(),
+    **_SETTINGS,
 )
 def trace_capture():
     @task

@@ -16,13 +16,21 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from data_contracts.schema import META_PREFIX, STATE_PREFIX
+from data_contracts.schema import EXTRA_COLUMN, META_PREFIX, STATE_PREFIX
 from data_contracts.validation import REASON_COLUMN, _is_missing, parse_timestamps
 
 #: Bookkeeping columns carried next to each parsed row (never part of the contract).
 RAW_COLUMN = "_raw"
 SOURCE_COLUMN = "_source"
 LINE_COLUMN = "_line_no"
+
+#: A line longer than this (characters) is quarantined unparsed; its stored text is cut to
+#: :data:`KEPT_CHARS` (the reason gives the full length), so one huge line cannot exhaust memory.
+MAX_LINE_CHARS = 1 << 20
+#: JSON nested deeper than this is quarantined: nothing a tracer writes comes close, and deep
+#: nesting is what overflows recursive code further down (serialisers, Arrow).
+MAX_DEPTH = 64
+KEPT_CHARS = 4096
 
 #: The stored shape of every quarantine partition.
 QUARANTINE_SCHEMA = pa.schema([
@@ -72,18 +80,12 @@ def parse_json_lines(lines: Sequence[str], sources: Sequence[str] | str = "",
     records: list[dict[str, Any]] = []
     keep: list[int] = []
     bad: list[tuple[int, str]] = []
-    loads = json.loads
     for i, text in enumerate(lines):
-        # One json.loads per line: parsing is the irreducible per-line cost, and it is the
-        # only way to tell exactly which line is broken.
-        try:
-            rec = loads(text)
-        except ValueError as exc:
-            bad.append((i, f"json: line is not valid JSON ({exc})"))
+        rec, reason = parse_line(text)
+        if reason is not None:
+            bad.append((i, reason))
             continue
-        if not isinstance(rec, dict):
-            bad.append((i, f"json: line is a JSON {type(rec).__name__}, expected an object"))
-            continue
+        assert rec is not None
         if flatten and isinstance(rec.get("state"), dict):
             rec = flatten_state(rec)
         records.append(rec)
@@ -93,12 +95,78 @@ def parse_json_lines(lines: Sequence[str], sources: Sequence[str] | str = "",
     rows[SOURCE_COLUMN] = pd.Series([src[i] for i in keep], dtype=object)
     rows[LINE_COLUMN] = pd.Series([nos[i] for i in keep], dtype="int64")
     unparseable = pd.DataFrame({
-        "raw": pd.Series([lines[i] for i, _ in bad], dtype="str"),
+        "raw": pd.Series([_kept(lines[i]) for i, _ in bad], dtype="str"),
         REASON_COLUMN: pd.Series([r for _, r in bad], dtype="str"),
         SOURCE_COLUMN: pd.Series([src[i] for i, _ in bad], dtype="str"),
         LINE_COLUMN: pd.Series([nos[i] for i, _ in bad], dtype="int64"),
     })
     return rows, unparseable
+
+
+def _kept(text: str) -> str:
+    return text if len(text) <= MAX_LINE_CHARS else text[:KEPT_CHARS]
+
+
+def json_depth(value: Any, limit: int = MAX_DEPTH) -> int:
+    """How deeply ``value`` nests (a scalar is 0, ``[]`` is 1), counted without recursion and
+    only up to ``limit + 1``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            stack.extend((v, depth) for v in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value (use null)")
+
+
+def parse_line(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """One landing-zone line → ``(record, None)`` or ``(None, reason)``. Never raises: every
+    way a line can be bad (size, syntax, depth, shape, reserved keys) is a reason."""
+    if len(text) > MAX_LINE_CHARS:
+        return None, (f"size: line has {len(text)} characters, more than {MAX_LINE_CHARS} "
+                      f"allowed (first {KEPT_CHARS} kept)")
+    try:
+        # One json.loads per line: parsing is the irreducible per-line cost, and it is the
+        # only way to tell exactly which line is broken.
+        rec = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        return None, f"depth: JSON nested too deep to parse (more than {MAX_DEPTH} levels allowed)"
+    except ValueError as exc:
+        return None, f"json: line is not valid JSON ({exc})"
+    if not isinstance(rec, dict):
+        return None, f"json: line is a JSON {type(rec).__name__}, expected an object"
+    # Counting brackets is cheap; the exact depth is only worked out when it could be too deep.
+    if text.count("{") + text.count("[") > MAX_DEPTH:
+        depth = json_depth(rec)
+        if depth > MAX_DEPTH:
+            return None, f"depth: JSON nested more than {MAX_DEPTH} levels deep"
+    if "\\u" in text:
+        # JSON may escape a lone surrogate (\ud800), which no UTF-8 file can store.
+        try:
+            json.dumps(rec, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return None, f"encoding: the line escapes a lone UTF-16 surrogate ({exc.reason})"
+    reserved = [k for k in rec if str(k).startswith(META_PREFIX)]
+    if reserved:
+        # Keys starting with "_" would collide with bookkeeping columns: keep them in ``extra``.
+        extra = rec.get(EXTRA_COLUMN)
+        if extra is not None and not isinstance(extra, dict):
+            return None, (f"key {reserved[0]!r}: keys starting with {META_PREFIX!r} are kept in "
+                          f"{EXTRA_COLUMN!r}, but {EXTRA_COLUMN!r} is a {type(extra).__name__}, "
+                          "expected an object")
+        merged = dict(extra or {})
+        for k in reserved:
+            merged[k] = rec.pop(k)
+        rec[EXTRA_COLUMN] = merged
+    return rec, None
 
 
 def _text(col: pd.Series) -> pd.Series:

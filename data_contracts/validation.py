@@ -140,8 +140,22 @@ def normalize(df: pd.DataFrame, contract: Contract) -> pd.DataFrame:
         elif kind == "mask":
             out[name] = out[name].map(_mask_text).astype(object)
         else:
+            if kind in ("int", "float"):
+                out[name] = _no_bools(out[name])
             out[name] = _narrow(out[name], kind)
     return out
+
+
+def _no_bools(col: pd.Series) -> pd.Series:
+    """true/false where a number belongs: Python counts a bool as an int, the contract does not;
+    shown as the JSON text so the type check rejects it."""
+    if col.dtype != object or pd.api.types.infer_dtype(col, skipna=True) in (
+            "integer", "floating", "mixed-integer-float"):
+        return col  # the common case: no value to look at one by one
+    if not col.map(lambda v: isinstance(v, (bool, np.bool_))).any():
+        return col
+    return col.map(lambda v: ("true" if v else "false") if isinstance(v, (bool, np.bool_)) else v
+                   ).astype(object)
 
 
 def _flag_text(col: pd.Series, text: str) -> pd.Series:
@@ -224,8 +238,21 @@ def parse_timestamps(col: pd.Series) -> pd.Series:
     rest = ~(is_text | is_num) & col.notna()
     other = pd.Series(pd.NaT, index=col.index, dtype="datetime64[us, UTC]")
     if rest.any():
-        other[rest] = pd.to_datetime(col[rest].tolist(), utc=True, errors="coerce")
+        # One by one: a list or object where a time belongs (a quarantined row) must become NaT,
+        # not make to_datetime read the whole column as nested data.
+        one_by_one = pd.Series([_one_timestamp(v) for v in col[rest].tolist()], index=col.index[rest],
+                               dtype=object)
+        other[rest] = pd.to_datetime(one_by_one, utc=True).dt.as_unit("us")
     return text.where(is_text, epoch.where(is_num, other)).dt.as_unit("us")
+
+
+def _one_timestamp(v: Any) -> Any:
+    if isinstance(v, (list, tuple, dict, set)):
+        return pd.NaT
+    try:
+        return pd.to_datetime(v, utc=True, errors="coerce")
+    except (TypeError, ValueError, OverflowError):
+        return pd.NaT
 
 
 def _null_column(spec: ColumnSpec, index: pd.Index) -> pd.Series:
@@ -337,3 +364,38 @@ def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
     else:
         quarantined[REASON_COLUMN] = pd.Series([], dtype="str")
     return ValidationResult(accepted, quarantined.reset_index(drop=True))
+
+
+# --------------------------------------------------------------------------- row identity
+
+def reject_outside_interval_and_duplicates(
+        accepted: pd.DataFrame, start: datetime, end: datetime,
+        seen: set[tuple[str, int]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Split typed, accepted trace rows into ``(kept, rejected)``: a row is rejected (with a
+    ``quarantine_reason``) when its ``ts`` lies outside ``[start, end)`` (the run's interval,
+    widened by the lateness the caller allows) or
+    its ``(episode_id, step)`` was already seen in this run (``seen`` is updated in place, so
+    duplicates across chunks are caught too). The first occurrence of a key is kept."""
+    if accepted.empty:
+        return accepted, accepted.assign(**{REASON_COLUMN: pd.Series([], dtype="str")})
+    frame = accepted.reset_index(drop=True)
+    ts = pd.to_datetime(frame["ts"], utc=True)
+    reasons: list[list[str]] = [[] for _ in range(len(frame))]
+    lo, hi = pd.Timestamp(start), pd.Timestamp(end)
+    outside = ~((ts >= lo) & (ts < hi)).to_numpy()
+    for i in np.flatnonzero(outside):
+        reasons[i].append(f"interval: ts {ts.iloc[i].isoformat()} is outside the run's window "
+                          f"[{lo.isoformat()}, {hi.isoformat()})")
+    for i, key in enumerate(zip(frame["episode_id"].astype(str), frame["step"].astype("int64"))):
+        if outside[i]:
+            continue  # not this run's row: it neither claims nor duplicates a key
+        if key in seen:
+            reasons[i].append(f"duplicate: (episode_id, step) = ({key[0]!r}, {int(key[1])}) "
+                              "already captured in this run")
+        else:
+            seen.add(key)
+    bad = np.array([bool(r) for r in reasons], dtype=bool)
+    rejected = frame.loc[bad].copy()
+    rejected[REASON_COLUMN] = pd.Series(["; ".join(r) for r in reasons if r],
+                                        index=rejected.index, dtype="str")
+    return frame.loc[~bad].reset_index(drop=True), rejected.reset_index(drop=True)

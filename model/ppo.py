@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.profiler import record_function  # labelled regions for `rlops profile`; free without a profiler
 
 from model.early_stop import EvalPlateau, StagnationMonitor
 from model.ewc import EWCPenalty
@@ -150,8 +151,9 @@ def collect_rollout(policy: PolicyNetwork, env: Any, gen: torch.Generator, scale
     takeover = torch.zeros((), device=device)
     for t in range(T):
         obs_buf[t], mask_buf[t] = next_obs, next_mask
-        logp_all, value = policy(next_obs, next_mask)
-        action = gumbel_sample(logp_all, gen)
+        with record_function("rlops/policy_forward"):
+            logp_all, value = policy(next_obs, next_mask)
+            action = gumbel_sample(logp_all, gen)
         act_buf[t], val_buf[t] = action, value
         logp_buf[t] = logp_all.gather(1, action.unsqueeze(1)).squeeze(1)
         next_obs, reward, terminated, truncated, info = env.step(action)
@@ -179,8 +181,9 @@ def bootstrap_gae(cfg: PPOConfig, policy: PolicyNetwork, bufs: tuple[Tensor, ...
     if trunc_idx[0].numel():
         final_values[trunc_idx] = policy.get_value(final_obs_buf[trunc_idx])
     next_value = policy.get_value(next_obs)
-    return compute_gae(rew_buf, val_buf, next_value, term_buf, trunc_buf, final_values,
-                       cfg.gamma, cfg.gae_lambda)
+    with record_function("rlops/advantages"):
+        return compute_gae(rew_buf, val_buf, next_value, term_buf, trunc_buf, final_values,
+                           cfg.gamma, cfg.gae_lambda)
 
 
 def ppo_update(cfg: PPOConfig, policy: PolicyNetwork, optimizer: torch.optim.Optimizer, gen: torch.Generator,
@@ -197,8 +200,10 @@ def ppo_update(cfg: PPOConfig, policy: PolicyNetwork, optimizer: torch.optim.Opt
         perm = torch.randperm(batch_size, generator=gen, device=device)
         for start in range(0, batch_size, minibatch_size):
             mb = perm[start:start + minibatch_size]
-            mb_masks = b_masks[mb]
-            mb_logp_all, mb_values = policy(b_obs[mb], mb_masks)
+            with record_function("rlops/data_movement"):
+                mb_masks, mb_obs = b_masks[mb], b_obs[mb]
+            with record_function("rlops/policy_forward"):
+                mb_logp_all, mb_values = policy(mb_obs, mb_masks)
             mb_new_logp = mb_logp_all.gather(1, b_actions[mb].unsqueeze(1)).squeeze(1)
             mb_entropy = masked_entropy(mb_logp_all, mb_masks).mean()
             pg_loss, v_loss, approx_kl, old_approx_kl, clipfrac = ppo_losses(
@@ -210,9 +215,11 @@ def ppo_update(cfg: PPOConfig, policy: PolicyNetwork, optimizer: torch.optim.Opt
                                     batch_size, device)
             loss = loss + ewc_term + cfg.smoothing_coef * smooth
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-            optimizer.step()
+            with record_function("rlops/backward"):
+                loss.backward()
+            with record_function("rlops/optimizer"):
+                torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                optimizer.step()
             stats.append(torch.stack([pg_loss.detach(), v_loss.detach(), mb_entropy.detach(), approx_kl,
                                       old_approx_kl, clipfrac, ewc_term.detach(), smooth.detach()]))
         epochs_run = epoch + 1

@@ -181,8 +181,9 @@ def iteration_metrics(stats: list[Tensor], episodes: tuple[Tensor, Tensor, Tenso
     ``counters``: ``sps``, ``epochs_run``, ``iteration``, ``global_step``, ``elapsed_s``, ``ent_coef``.
     Updates ``stagnation`` with the episodic return."""
     ep_ret, ep_len, ep_cnt, illegal, takeover = episodes
-    s = torch.stack(stats)
-    means = s.mean(0).tolist()
+    with torch.profiler.record_function("rlops/data_movement"):  # the iteration's one host sync
+        s = torch.stack(stats)
+        means = s.mean(0).tolist()
     n_eps = float(ep_cnt)
     ep_return = float(ep_ret / ep_cnt) if n_eps else float("nan")
     stagnated = stagnation.update(ep_return)

@@ -1,8 +1,8 @@
 """The ``rlops`` command line: nouns, then verbs.
 
     rlops env {validate,describe,rollout} | capture | drift {detect,check} | calibrate
-          | labels {run,export,import} | train {policy,reward-model,status} | stress
-          | model {evaluate,promote,rollback} | replay | audit | console | demo
+          | labels {run,export,import} | train {policy,reward-model,status,tune} | profile | stress
+          | model {evaluate,promote,rollback,webhook} | replay | audit | simulate | profile | console | demo
 
 Each noun is one module of ``rlops.commands`` holding only its argparse definitions and thin
 handlers; a handler imports its step (and with it torch, pandas, MLflow) when it runs, so
@@ -31,9 +31,11 @@ EXIT_CODES = """exit codes:
 
 
 def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from rlops.commands import audit, calibrate, capture, console, demo, drift, env, labels, model, stress, train
+    from rlops.commands import (audit, calibrate, capture, console, demo, drift, env, labels, model, profile,
+                                simulate, stress, train)
     return [env.register, capture.register, drift.register, calibrate.register, labels.register, train.register,
-            stress.register, model.register, audit.register, console.register, demo.register]
+            profile.register, stress.register, model.register, audit.register, simulate.register, console.register,
+            demo.register]
 
 
 class OneLineParser(argparse.ArgumentParser):

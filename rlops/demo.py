@@ -1,4 +1,6 @@
-"""``rlops demo`` (``make demo``): the whole rlops loop on the credit-approval pack, embedded (no servers).
+"""``rlops demo`` (``make demo``): the whole rlops loop on one pack, embedded (no servers) — the
+credit-approval pack by default (params ``scenario``), any pack with ``--scenario`` (e.g.
+``complaint_handling``); the pack needs a ``live`` profile, the stand-in for production traffic.
 
 1. validate the pack; 2. capture an interval of traffic from the pack's ``live`` profile (the
 production rule engine serving, as before any RL policy exists); 3. detect its drift against the

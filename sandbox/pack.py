@@ -117,18 +117,29 @@ def _load_reward_fns(root: Path, rules: dict[str, Any], scenario: CompiledScenar
 
 
 def apply_calibration(doc: dict[str, Any], calibration: dict[str, Any]) -> dict[str, Any]:
-    """Overlay a calibration (``fields: {path: init}``, ``simulation: {profiles: …}``) on a scenario."""
+    """Overlay a calibration (``fields: {path: init}``, ``simulation: {profiles: …}``) on a scenario.
+
+    Only the ``calibrated`` profile is created or replaced: the fitted field distributions become
+    a population shift of probability 1 of that profile, so every other profile (above all the
+    production stand-in ``live``) keeps its declared initial distributions and shifts, and
+    applying the same calibration twice gives the same scenario."""
     import copy
+
+    from sandbox.profiles import CALIBRATED
     out = copy.deepcopy(doc)
-    for path, init in (calibration.get("fields") or {}).items():
-        node = out["state"]
-        for part in path.split("."):
-            node = node[part]
-        node["init"] = init
-    if calibration.get("simulation"):
-        sim = out.setdefault("simulation", {"profiles": {}})
-        for name, prof in calibration["simulation"].get("profiles", {}).items():
-            sim["profiles"][name] = prof
+    sim = out.setdefault("simulation", {})
+    profiles = sim.setdefault("profiles", {})
+    for name, prof in ((calibration.get("simulation") or {}).get("profiles") or {}).items():
+        if name != CALIBRATED:
+            raise PackError("calibration", None, f"simulation.profiles.{name}",
+                            f"a calibration writes only the '{CALIBRATED}' profile")
+        profiles[name] = copy.deepcopy(prof)
+    fields = dict(calibration.get("fields") or {})
+    if fields:
+        if CALIBRATED not in profiles:
+            base = profiles[out.get("default_profile") or ("sandbox" if "sandbox" in profiles else next(iter(profiles)))]
+            profiles[CALIBRATED] = {k: copy.deepcopy(v) for k, v in base.items() if k != "population"}
+        profiles[CALIBRATED]["population"] = [{"name": "fitted", "probability": 1.0, "init": fields}]
     return out
 
 

@@ -33,8 +33,13 @@ def observed_fields(pack: Pack) -> list[str]:
 def rollout_traces(pack: Pack, policy: TracePolicy, episodes: int, *, seed: int = 0, profile: str | None = None,
                    reward_version: str | None = None, policy_version: str = "rules", source: str = "sandbox",
                    test_group: str = "control", start_ts: datetime | None = None,
-                   sample_rate: float = 1.0) -> pd.DataFrame:
+                   sample_rate: float = 1.0, episode_prefix: str | None = None) -> pd.DataFrame:
     """One episode per seed ``seed .. seed + episodes - 1``; returns one row per agent step.
+
+    ``episode_prefix`` names the episodes ``<prefix>-<i>`` and their steps ``<episode>-<k>``:
+    the same prefix and seed give the same ids (a re-run reproduces its rows), distinct prefixes
+    never collide. Without one, episodes are ``<pack>-<seed + i>`` and trace ids carry a random
+    run tag.
 
     ``sample_rate`` keeps that fraction of episodes (chosen by a hash of the episode id), as a
     live sampler would. A field that is not yet visible to the agent is recorded as null.
@@ -67,7 +72,8 @@ def rollout_traces(pack: Pack, policy: TracePolicy, episodes: int, *, seed: int 
         live = live & ~(term | trunc)
         if not bool(live.any()):
             break
-    return _to_frame(pack, env, steps, fields, seed, t0, policy_version, source, test_group, sample_rate)
+    return _to_frame(pack, env, steps, fields, seed, t0, policy_version, source, test_group, sample_rate,
+                     episode_prefix)
 
 
 def _check_finite_reward(env: BatchedEnv, reward: Tensor, breakdown: Tensor) -> None:
@@ -81,11 +87,17 @@ def _check_finite_reward(env: BatchedEnv, reward: Tensor, breakdown: Tensor) -> 
 
 
 def _to_frame(pack: Pack, env: BatchedEnv, steps: list[dict[str, Any]], fields: list[str], seed: int,
-              t0: datetime, policy_version: str, source: str, test_group: str, sample_rate: float) -> pd.DataFrame:
+              t0: datetime, policy_version: str, source: str, test_group: str, sample_rate: float,
+              episode_prefix: str | None = None) -> pd.DataFrame:
     n = env.num_envs
     scn = pack.scenario
-    run = uuid.uuid4().hex[:8]
-    ep_ids = np.array([f"{pack.name}-{seed + i}" for i in range(n)], dtype=object)
+    if episode_prefix:
+        ep_ids = np.array([f"{episode_prefix}-{i}" for i in range(n)], dtype=object)
+        trace_id = lambda e, k: f"{e}-{k}"  # noqa: E731
+    else:
+        run = uuid.uuid4().hex[:8]
+        ep_ids = np.array([f"{pack.name}-{seed + i}" for i in range(n)], dtype=object)
+        trace_id = lambda e, k: f"{run}-{e}-{k}"  # noqa: E731
     keep_ep = np.ones(n, dtype=bool)
     if sample_rate < 1.0:
         h = pd.util.hash_array(ep_ids) % 1_000_000
@@ -102,7 +114,7 @@ def _to_frame(pack: Pack, env: BatchedEnv, steps: list[dict[str, Any]], fields: 
         totals = st["reward"][idx].numpy()
         ts = [t0 + timedelta(milliseconds=float(e)) for e in st["elapsed"][idx].numpy()]
         df = pd.DataFrame({
-            "trace_id": [f"{run}-{e}-{k}" for e in ep_ids[idx]],
+            "trace_id": [trace_id(e, k) for e in ep_ids[idx]],
             "episode_id": ep_ids[idx],
             "step": st["step"][idx].numpy().astype(np.int64),
             "ts": [t.isoformat() for t in ts],

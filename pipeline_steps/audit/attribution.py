@@ -77,7 +77,7 @@ def attribute(pack: "Pack", df: pd.DataFrame, scores: np.ndarray | None, cluster
 
 
 def render(section: dict[str, Any] | None) -> str:
-    from pipeline_steps.infra.cli_common import html_table
+    from pipeline_steps.infra.html import html_table
     if not section:
         return ""
     return (f"<h2>Where the low scores come from</h2><p>{section['episodes']:,} episodes carry an outcome (mean "

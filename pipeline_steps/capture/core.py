@@ -12,7 +12,11 @@ validates every row against the scenario's trace contract (Great Expectations), 
 * a manifest ``<trace_root>/_manifests/scenario=<s>/<run_key>.json`` listing those files.
 
 Rows in = rows accepted + rows quarantined, always (a line that is not JSON is quarantined
-with its raw text). Input is streamed in chunks of ``chunk_rows`` lines, so memory stays
+with its raw text). No single line can stop an interval: a line over 1 MiB, nested deeper than
+64 levels, not UTF-8 or with a lone surrogate is quarantined with its reason (see
+:func:`data_contracts.records.parse_line`), as is a row whose ``ts`` lies outside the interval
+(less the allowed lateness) or whose ``(episode_id, step)`` came earlier in the run. A storage
+failure ends the run with the manifest's status ``failed``. Input is streamed in chunks of ``chunk_rows`` lines, so memory stays
 bounded however large the interval is. Re-running an interval first deletes the files its
 last run listed in the manifest (kept up to date after every chunk, so a crashed run is
 cleaned up too), then writes files named after the interval: re-runs overwrite, never
@@ -21,7 +25,7 @@ duplicate. ``dry_run`` reads and validates everything and reports what it would 
 Landing-zone layout (what the tracer writes)::
 
     <landing>/scenario=<s>/date=YYYY-MM-DD/hour=HH/
-        <YYYYmmddTHHMMSSffffff>Z-<host>-<pid>-<seq>.jsonl
+        <YYYYmmddTHHMMSSffffff>Z-<host>-<pid>-<seq>.jsonl     (or .jsonl.gz, any letter case)
 
 A file belongs to the interval ``[start, end)`` that holds the UTC time at the front of its
 name (a name without one counts from the start of its hour folder).
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
@@ -42,13 +46,17 @@ from data_contracts.records import (
     parse_json_lines,
 )
 from data_contracts.schema import Contract
-from data_contracts.validation import REASON_COLUMN, validate_frame
+from data_contracts.validation import (
+    REASON_COLUMN,
+    reject_outside_interval_and_duplicates,
+    validate_frame,
+)
 from common.run_key import RunKey, as_utc
 from pipeline_steps.infra.storage import Storage
 from pipeline_steps.infra.trace_store import (
     TraceStore,
     default_quarantine_root,
-    landing_files,
+    scan_landing,
     write_quarantine_partitions,
     write_trace_partitions,
 )
@@ -65,6 +73,8 @@ class CaptureResult:
     quarantine_uri: str | None
     run_key: str = ""
     files_read: list[str] = field(default_factory=list)
+    #: landing files of the interval that are not JSON lines (``.jsonl``/``.jsonl.gz``): not read
+    files_skipped: list[str] = field(default_factory=list)
     files_written: list[str] = field(default_factory=list)
     quarantine_partitions: list[str] = field(default_factory=list)
     manifest_uri: str | None = None
@@ -117,7 +127,8 @@ def iter_line_chunks(storage: Storage, files: Sequence[str],
     for uri in files:
         # Read as latin-1 (every byte is a character) and decode each line as UTF-8 here, so
         # one bad byte quarantines its line instead of failing the whole file.
-        with storage.open_stream(uri, encoding="latin-1") as stream:
+        with storage.open_stream(uri, encoding="latin-1",
+                                 gzip=uri.lower().endswith(".gz")) as stream:
             for no, line in enumerate(stream, start=1):
                 raw = line.rstrip("\r\n").encode("latin-1")
                 if not raw.strip():
@@ -143,8 +154,15 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
                          contract: Contract, interval_start: datetime | str,
                          interval_end: datetime | str, chunk_rows: int = 100_000,
                          dry_run: bool = False, quarantine_root_uri: str | None = None,
-                         run_key: str | None = None, progress: bool = False) -> CaptureResult:
+                         run_key: str | None = None, progress: bool = False,
+                         max_lateness: timedelta = timedelta(hours=1),
+                         max_clock_skew: timedelta = timedelta(minutes=5)) -> CaptureResult:
     """Capture one data interval of ``scenario`` from the landing zone (see module docstring).
+
+    A row's ``ts`` must lie in ``[start - max_lateness, end + max_clock_skew)``: a tracer names a
+    file when it flushes, so its rows may be older than the file (buffered, or kept through a
+    failing write) but not newer beyond clock skew. Anything else — a bogus year, another day —
+    is quarantined with the reason, as is a second row for one ``(episode_id, step)``.
 
     ``run_key`` names the output files (default: derived from the interval, see
     :class:`~common.run_key.RunKey`); pass the pipeline's own key to share one naming across steps.
@@ -156,7 +174,7 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
     run_key = str(RunKey.parse(run_key)) if run_key else str(key)
     quarantine_root = quarantine_root_uri or default_quarantine_root(trace_root_uri)
     store = TraceStore(storage, landing_uri, trace_root_uri, quarantine_root)
-    files = landing_files(storage, landing_uri, scenario, start, end)
+    files, skipped = scan_landing(storage, landing_uri, scenario, start, end)
     manifest_uri = store.manifest_uri(scenario, run_key)
     if not dry_run and storage.exists(manifest_uri):
         for old in storage.read_json(manifest_uri).get("files", []):
@@ -171,35 +189,48 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
             storage.write_json(manifest_uri, {
                 "run_key": run_key, "scenario": scenario, "status": status,
                 "interval_start": start.isoformat(), "interval_end": end.isoformat(),
-                "files_read": files, "files": written, "rows_in": rows_in,
+                "files_read": files, "files_skipped": skipped, "files": written, "rows_in": rows_in,
                 "rows_accepted": rows_accepted, "rows_quarantined": rows_quarantined})
 
     save_manifest("running")
+    seen: set[tuple[str, int]] = set()
+    window = (start - max_lateness, end + max_clock_skew)
     bar = tqdm(desc="capture", unit="rows", unit_scale=True, disable=not progress)
-    for chunk in iter_line_chunks(storage, files, chunk_rows):
-        rows, unparseable = parse_json_lines(chunk.lines, chunk.sources, chunk.line_nos)
-        accepted, quarantined = validate_rows(rows, contract)
-        extra = [f for f in (unparseable, chunk.undecodable_rows()) if len(f)]
-        if extra:
-            quarantined = pd.concat([quarantined, *extra], ignore_index=True)
-        if len(accepted) + len(quarantined) != len(chunk):
-            raise AssertionError(f"capture lost rows in chunk {chunk.index} of {run_key}: "
-                                 f"{len(chunk)} in, {len(accepted)} accepted, "
-                                 f"{len(quarantined)} quarantined")
-        new = write_trace_partitions(storage, accepted, trace_root_uri, run_key,
-                                     contract=contract, part=chunk.index, dry_run=dry_run)
-        accepted_parts += new
-        newq = write_quarantine_partitions(storage, quarantined, quarantine_root, scenario,
-                                           run_key, fallback_ts=start, part=chunk.index,
-                                           dry_run=dry_run)
-        quarantine_parts += newq
-        written += new + newq
-        rows_in += len(chunk)
-        rows_accepted += len(accepted)
-        rows_quarantined += len(quarantined)
-        save_manifest("running")  # a crash from here on is cleaned up by the next run
-        bar.update(len(chunk))
-    bar.close()
+    try:
+        for chunk in iter_line_chunks(storage, files, chunk_rows):
+            rows, unparseable = parse_json_lines(chunk.lines, chunk.sources, chunk.line_nos)
+            accepted, quarantined = validate_rows(rows, contract)
+            # The run owns its interval and each (episode_id, step) once: the contract's
+            # row-identity rules, which need the interval and every earlier chunk.
+            accepted, foreign = reject_outside_interval_and_duplicates(accepted, *window, seen)
+            extra = [f for f in (foreign, unparseable, chunk.undecodable_rows()) if len(f)]
+            if extra:
+                quarantined = pd.concat([quarantined, *extra], ignore_index=True)
+            if len(accepted) + len(quarantined) != len(chunk):
+                raise AssertionError(f"capture lost rows in chunk {chunk.index} of {run_key}: "
+                                     f"{len(chunk)} in, {len(accepted)} accepted, "
+                                     f"{len(quarantined)} quarantined")
+            new = write_trace_partitions(storage, accepted, trace_root_uri, run_key,
+                                         contract=contract, part=chunk.index, dry_run=dry_run)
+            accepted_parts += new
+            newq = write_quarantine_partitions(storage, quarantined, quarantine_root, scenario,
+                                               run_key, fallback_ts=start, part=chunk.index,
+                                               dry_run=dry_run, window=window)
+            quarantine_parts += newq
+            written += new + newq
+            rows_in += len(chunk)
+            rows_accepted += len(accepted)
+            rows_quarantined += len(quarantined)
+            save_manifest("running")  # a crash from here on is cleaned up by the next run
+            bar.update(len(chunk))
+    except BaseException:
+        try:  # say so: a manifest left at "running" reads as a run still in progress
+            save_manifest("failed")
+        except Exception:  # noqa: BLE001 - the original error is the one to report
+            pass
+        raise
+    finally:
+        bar.close()
     save_manifest("complete")
 
     def folders(uris: list[str]) -> list[str]:
@@ -210,8 +241,6 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
         rows_quarantined=rows_quarantined,
         quarantine_uri=(TraceStore(storage, landing_uri, quarantine_root, quarantine_root).scenario_uri(scenario)
                         if rows_quarantined else None),
-        run_key=run_key, files_read=files, files_written=written,
+        run_key=run_key, files_read=files, files_skipped=skipped, files_written=written,
         quarantine_partitions=folders(quarantine_parts),
         manifest_uri=None if dry_run else manifest_uri, dry_run=dry_run)
-
-

@@ -4,9 +4,12 @@ Two sources, one contract:
 
 * **landing zone** (production): the JSON-lines files live agents wrote through
   ``agent_sdk.Tracer`` for the interval are compacted by :func:`capture_landing_zone`;
-* **simulation** (no live agent yet, demos, shadow runs): the ``champion`` policy (or the pack's
-  rule engine while there is none) runs in a named simulation profile, ``live`` by default, and a
-  ``sample_rate`` fraction of its episodes is recorded, as a live sampler would.
+* **simulation** (no live agent yet, demos, shadow runs) — only when asked (``--simulate``, the
+  capture DAG's ``simulate`` conf, or ``capture.simulate_when_empty``): the ``champion`` policy
+  (or the pack's rule engine while there is none) runs in a named simulation profile, ``live`` by
+  default, and a ``sample_rate`` fraction of its episodes is recorded, as a live sampler would.
+  The result records ``source: simulation:<profile>`` (the rows stand in for live traffic, so
+  they carry the contract's ``live``/``sandbox`` source); episode ids are ``<scenario>-<run key>-<i>``, so they never collide across captures.
 
 Either way every row is validated against the scenario's trace contract (Great Expectations);
 rows that break it go to quarantine with their reason, and rows in = accepted + quarantined.
@@ -17,7 +20,7 @@ run key, so a re-run overwrites them.
 from __future__ import annotations
 
 import tempfile
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,28 +63,36 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
     """Capture the run key's interval. ``simulate=None`` uses the landing zone when it has files
     for the interval and falls back to simulation when ``capture.simulate_when_empty`` is on.
     ``progress`` draws a bar of the landing-zone rows read (a simulation is one batched rollout)."""
+    from common.arguments import MAX_EPISODES, count, fraction
     from pipeline_steps.capture.core import capture_landing_zone
     from sandbox.profiles import default_profile
     cfg = ctx.section("capture")
+    # Arguments first (an explicit 0 is an error, never "the default"), then any work.
+    n_episodes = count("--episodes", episodes if episodes is not None else cfg.get("episodes", 2000),
+                       maximum=MAX_EPISODES)
+    rate = fraction("--sample-rate", sample_rate if sample_rate is not None else cfg.get("sample_rate", 1.0))
+    lateness = count("capture.max_lateness_minutes", cfg.get("max_lateness_minutes", 60), minimum=0,
+                     maximum=7 * 24 * 60)
     pack = ctx.load_pack()
     store = ctx.traces
     landing, traces, quarantine = store.landing_uri, store.trace_uri, store.quarantine_uri
     start, end = ctx.key.start, ctx.key.end
     has_files = bool(store.landing_files(ctx.scenario, ctx.key))
-    if simulate is None:
-        simulate = not has_files and bool(cfg.get("simulate_when_empty", True))
+    if simulate is None:  # simulated traffic is never stored as live unless the configuration asks
+        simulate = not has_files and bool(cfg.get("simulate_when_empty", False))
     base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "interval": [start.isoformat(), end.isoformat()],
             "dry_run": ctx.dry_run}
     if not simulate:
         res = capture_landing_zone(ctx.storage, landing, traces, ctx.scenario, contract_for(pack), start, end,
                                    chunk_rows=int(cfg.get("chunk_rows", 100_000)), dry_run=ctx.dry_run,
-                                   quarantine_root_uri=quarantine, run_key=ctx.run_key, progress=progress)
+                                   quarantine_root_uri=quarantine, run_key=ctx.run_key, progress=progress,
+                                   max_lateness=timedelta(minutes=lateness))
         out = {**base, "source": "landing_zone", **_counts(res.rows_in, res.rows_accepted, res.rows_quarantined),
-               "partitions": res.partitions, "quarantine_uri": res.quarantine_uri}
+               "partitions": res.partitions, "quarantine_uri": res.quarantine_uri,
+               "files_skipped": res.files_skipped,
+               "warnings": [f"landing file not read (expected .jsonl or .jsonl.gz): {u}" for u in res.files_skipped]}
     else:
-        out = {**base, **simulate_capture(ctx, pack, traces, quarantine, start,
-                                          int(episodes or cfg.get("episodes", 2000)),
-                                          float(sample_rate if sample_rate is not None else cfg.get("sample_rate", 1.0)),
+        out = {**base, **simulate_capture(ctx, pack, traces, quarantine, start, n_episodes, rate,
                                           default_profile(pack, "production", profile or cfg.get("profile")))}
     if not ctx.dry_run and bool(cfg.get("track", True)):
         track_capture(ctx, out)
@@ -127,15 +138,21 @@ def _counts(rows_in: int, accepted: int, quarantined: int) -> dict[str, int]:
 def simulate_capture(ctx: StepContext, pack: "Pack", traces: str, quarantine: str, start: datetime,
                      episodes: int, sample_rate: float, profile: str) -> dict[str, Any]:
     from pipeline_steps.capture.core import validate_rows
-    from pipeline_steps.infra.trace_store import write_quarantine_partitions, write_trace_partitions
+    from pipeline_steps.infra.trace_store import (episode_prefix, write_quarantine_partitions,
+                                                  write_trace_partitions)
     from sandbox.traces import rollout_traces
     if profile not in pack.scenario.profiles:
-        raise ValueError(f"capture profile '{profile}': pack {pack.name} has {sorted(pack.scenario.profiles)}")
+        from common.errors import UserError
+        raise UserError(f"capture --profile {profile!r}: pack {pack.name} has no such profile; "
+                        f"expected one of {sorted(pack.scenario.profiles)}")
     policy, version = champion_trace_policy(ctx, pack)
-    seed = int(start.timestamp()) // 60  # each interval sees other applicants
+    # Seed and ids derive from the run key: each interval sees other applicants, ids never collide
+    # across run keys, and re-running a run key reproduces its rows.
+    seed = int(start.timestamp()) // 60 * 1000
     df = rollout_traces(pack, policy, episodes, seed=seed, profile=profile,
                         reward_version=ctx.reward_choice().reward_fn, policy_version=version,
-                        source="live" if profile == "live" else "sandbox", start_ts=start, sample_rate=sample_rate)
+                        source="live" if profile == "live" else "sandbox", start_ts=start, sample_rate=sample_rate,
+                        episode_prefix=episode_prefix(ctx.scenario, ctx.run_key))
     contract = contract_for(pack)
     accepted, quarantined = validate_rows(df, contract)
     parts = write_trace_partitions(ctx.storage, accepted, traces, ctx.run_key, contract=contract,

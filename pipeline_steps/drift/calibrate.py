@@ -17,13 +17,16 @@ Simulation
 
 Output
     ``calibrations/<scenario>/<version>.json`` (version = run key; a re-run overwrites it) and
-    ``latest.json``. Fitted field initial distributions apply to **every** profile (an initial
-    distribution belongs to the scenario, not to a profile; profiles with population shifts
-    still apply them on top). The fitted simulation is a profile named ``calibrated`` (replacing
-    an earlier one), based on the pack's default profile without population shifts, since the
-    fitted fields already carry the live population mix. Train with ``profile="calibrated"``.
-    The calibration also records the fit and a check: KS statistics (total-variation distance
-    for categorical fields) of sandbox initial states against live before and after.
+    ``latest.json``. A calibration writes one profile only, ``calibrated`` (replacing an earlier
+    one): the fitted simulation, based on the pack's default profile, and the fitted field
+    distributions as its population (the fitted fields already carry the live population mix).
+    Every other profile, above all the production stand-in ``live``, is left as declared, so
+    re-running a run key on the same traces writes the same calibration. Train with
+    ``profile="calibrated"``. The calibration also records the fit and a check: KS statistics
+    (total-variation distance for categorical fields) of sandbox initial states against live
+    before and after; a field whose fit matches live worse than the current sandbox (by more than
+    ``worse_tolerance``) is refused and listed under ``rejected``, and every field not fitted is
+    listed under ``skipped`` with the reason.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class RecalConfig:
     window_hours: float | None = None
     check_samples: int = 20_000
     seed: int = 7
+    worse_tolerance: float = 0.01  # a fit whose distance to live grows by more is refused
 
     @classmethod
     def from_section(cls, cfg: dict[str, Any]) -> "RecalConfig":
@@ -74,6 +78,15 @@ def fittable(f: "FieldSpec") -> bool:
         vals = probs.values() if isinstance(probs, dict) else probs
         return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in params.values())
+
+
+def unfittable_reason(f: "FieldSpec") -> str:
+    """Why :func:`fittable` said no, in the words the calibration report uses."""
+    if not f.observed:
+        return "not observed: production traces do not carry it"
+    if f.init.dist is None:
+        return "no sampling distribution (a constant or expression initial value)"
+    return f"the {f.init.dist} distribution's parameters are expressions, not constants"
 
 
 def changed_by_actions(pack: "Pack") -> set[str]:
@@ -185,6 +198,7 @@ def fit_calibration(pack: "Pack", df: pd.DataFrame, cfg: RecalConfig) -> dict[st
     fields, fit, skipped = {}, {}, {}
     for f in pack.scenario.spec.fields:
         if not fittable(f):
+            skipped[f.path] = unfittable_reason(f)
             continue
         x = initial_values(pack, df, f.path, f.path in changed)
         if x.size < cfg.min_rows:
@@ -226,6 +240,11 @@ def check_calibration(before: "Pack", before_profile: str, after: "Pack", df: pd
     return out
 
 
+def worse_fits(check: dict[str, dict[str, float]], tolerance: float) -> list[str]:
+    """Fields whose fitted distribution is farther from live than the current sandbox's."""
+    return sorted(p for p, c in check.items() if c["after"] > c["before"] + tolerance)
+
+
 def active_profile(pack: "Pack") -> str:
     from sandbox.profiles import default_profile
     return default_profile(pack, "sandbox")
@@ -249,10 +268,18 @@ def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, 
     after = load_pack(ctx.pack_dir, calibration=cal, check_liveness=False)
     cal["check"] = check_calibration(current, active_profile(current), after, df, list(cal["fields"]),
                                      cfg.check_samples, cfg.seed)
+    rejected = worse_fits(cal["check"], cfg.worse_tolerance)
+    if rejected:  # keep the current sandbox's distribution of a field whose fit matches live worse
+        cal["fit"]["rejected"] = {p: cal["check"][p] for p in rejected}
+        cal["fields"] = {p: v for p, v in cal["fields"].items() if p not in rejected}
+        after = load_pack(ctx.pack_dir, calibration=cal, check_liveness=False)
+        cal["check"] = check_calibration(current, active_profile(current), after, df, list(cal["fields"]),
+                                         cfg.check_samples, cfg.seed)
     version_uri = ctx.uri("calibrations", ctx.scenario, f"{ctx.run_key}.json")
     latest_uri = ctx.uri("calibrations", ctx.scenario, "latest.json")
     result = {"version": ctx.run_key, "calibration_uri": version_uri, "latest_uri": latest_uri,
               "rows": len(df), "fields": sorted(cal["fields"]), "skipped": cal["fit"]["skipped"],
+              "rejected": cal["fit"].get("rejected", {}),
               "profile": PROFILE, "simulation": cal["simulation"]["profiles"][PROFILE],
               "check": cal["check"], "dry_run": ctx.dry_run, "run_id": None}
     if ctx.dry_run:

@@ -1,7 +1,8 @@
 """The drift monitor's step: does live traffic still look like the sandbox we train in?
 
 Baseline: traces of the current champion (the rule engine while there is none) in the
-calibrated sandbox, written to ``sandbox_traces/<scenario>/<run_key>.parquet``. Target: the live
+calibrated sandbox (the pack under its latest calibration, profile ``calibrated``; the pack's
+default profile before the first calibration), encoded through the trace contract as live rows are, written to ``sandbox_traces/<scenario>/<run_key>.parquet``. Target: the live
 trace partition of the run key's hour. The field-by-field comparison is :func:`run_drift`; on top
 of it, a champion metric anomaly is flagged when the live mean episode return falls below the
 sandbox's by more than ``drift.anomaly_drop`` (and three standard errors). Either one asks for an
@@ -29,9 +30,20 @@ def episode_returns(df: Any) -> np.ndarray:
     return df.groupby("episode_id")["reward_total"].sum().to_numpy(dtype=float) if len(df) else np.zeros(0)
 
 
+def comparable_rows(pack: Any, df: Any) -> Any:
+    """Sandbox trace rows encoded as captured live rows are: through the same trace contract
+    (e.g. ``error`` becomes "error"/null as on live rows, not True/False), so a column's
+    distribution differs only where the worlds differ."""
+    from pipeline_steps.capture.core import validate_rows
+    from pipeline_steps.capture.step import contract_for
+    accepted, _ = validate_rows(df, contract_for(pack))
+    return accepted.reset_index(drop=True)
+
+
 def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]:
     from pipeline_steps.capture.step import champion_trace_policy
     from pipeline_steps.drift.report import run_drift
+    from sandbox.profiles import default_profile
     from sandbox.traces import rollout_traces
     cfg = ctx.section("drift")
     target = window_uri(ctx)
@@ -39,11 +51,12 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
     if not ctx.storage.list(target, suffix=".parquet"):
         return {**base, "drifted_fields": [], "anomaly": False, "retrain": False,
                 "summary": f"no live traces at {target}; nothing to compare"}
-    pack = ctx.load_pack()
+    pack = ctx.load_pack()  # with the latest calibration: the sandbox as it stands now
+    profile = default_profile(pack, "sandbox")
     policy, version = champion_trace_policy(ctx, pack)
-    baseline_df = rollout_traces(pack, policy, int(episodes or cfg.get("baseline_episodes", 2000)),
-                                 seed=int(ctx.params.get("seed", 0)), policy_version=version,
-                                 reward_version=ctx.reward_choice().reward_fn)
+    baseline_df = comparable_rows(pack, rollout_traces(
+        pack, policy, int(episodes or cfg.get("baseline_episodes", 2000)), seed=int(ctx.params.get("seed", 0)),
+        profile=profile, policy_version=version, reward_version=ctx.reward_choice().reward_fn))
     baseline = ctx.uri("sandbox_traces", ctx.scenario, f"{ctx.run_key}.parquet")
     if not ctx.dry_run:
         ctx.storage.write_parquet(baseline, baseline_df)
@@ -56,7 +69,8 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
     drop = float(r_base.mean() - r_live.mean()) if len(r_live) and len(r_base) else 0.0
     anomaly = drop > max(float(cfg.get("anomaly_drop", 0.1)), 3 * se)
     drifted = list(result.drifted_fields) if result else []
-    return {**base, "baseline_uri": baseline, "policy_version": version, "drifted_fields": drifted,
+    return {**base, "baseline_uri": baseline, "policy_version": version, "profile": profile,
+            "calibration": (pack.calibration or {}).get("version"), "drifted_fields": drifted,
             "report_uri": result.report_uri if result else None, "html_uri": result.html_uri if result else None,
             "summary": result.summary if result else "dry run: no report written",
             "live_mean_return": round(float(r_live.mean()), 4) if len(r_live) else None,

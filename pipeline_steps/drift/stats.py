@@ -49,7 +49,7 @@ except ImportError:  # pragma: no cover - depends on the scipy release
 OPERATIONAL_FIELDS = ("latency_ms", "error")
 MISSING = "(no value)"
 DEFAULT_THRESHOLD = 0.01
-DEFAULT_MIN_EFFECT = 0.05
+DEFAULT_MIN_EFFECT = 0.02
 
 _MAX_EXACT_N = 10_000  # scipy's MAX_AUTO_N: 'auto' is exact when both samples are this small
 _BLOCK = 64            # block size of the bound-and-refine search for the ECDF gap

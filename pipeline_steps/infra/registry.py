@@ -175,6 +175,25 @@ class Tracker:
             raise
         self._call("end run", lambda c: c.set_terminated(handle.run_id, status="FINISHED"))
 
+    def close_stale_runs(self, tags: Mapping[str, Any], status: str = "KILLED",
+                         scenario: str | None = None) -> list[str]:
+        """End every run still ``RUNNING`` whose tags match ``tags``, as ``status``, and return
+        their ids: a killed process never ends its run, so the next attempt of the same work
+        closes it (``rlops.closed_by`` says so) instead of leaving it running forever."""
+        if status not in ("KILLED", "FAILED"):
+            raise ValueError(f"close_stale_runs: status {status!r}, expected KILLED or FAILED")
+        exp_id = self.experiment_id_for(scenario or self.scenario)
+        where = " and ".join([*(f"tags.`{k}` = '{_q(str(v))}'" for k, v in tags.items()),
+                              "attributes.status = 'RUNNING'"])
+        runs = self._call("search stale runs", lambda c: list(c.search_runs([exp_id], filter_string=where)))
+        for r in runs:
+            def close(c: MlflowClient, run_id: str = r.info.run_id) -> None:
+                c.set_tag(run_id, K.CLOSED_BY, "a later attempt of the same work (the process ended "
+                          "without closing the run)")
+                c.set_terminated(run_id, status=status)
+            self._call("close stale run", close)
+        return [r.info.run_id for r in runs]
+
     def download_artifacts(self, run_id: str, path: str, dst_dir: str | os.PathLike[str]) -> Path:
         Path(dst_dir).mkdir(parents=True, exist_ok=True)
         return Path(self._call(f"download {path!r} of run {run_id}",

@@ -193,7 +193,8 @@ class Storage(S3Access):
     # ------------------------------------------------------------------ prefixes
     def list(self, prefix_uri: str, suffix: str | None = None) -> list[str]:
         """All object URIs under the folder ``prefix_uri`` (recursive, sorted), optionally
-        only those ending with ``suffix``. A missing prefix gives an empty list."""
+        only those ending with ``suffix``. A missing folder gives an empty list; a missing
+        bucket (or an endpoint answering 404 to the listing) is a :class:`StorageError`."""
         prefix_uri = normalize_uri(prefix_uri)
         if prefix_uri.startswith("s3://"):
             bucket, key = split_s3(prefix_uri)
@@ -207,8 +208,16 @@ class Storage(S3Access):
                 return out
             try:
                 uris = self._retry("list", prefix_uri, pages)
-            except StorageNotFoundError:  # a missing bucket lists as empty, like a missing folder
-                return []
+            except StorageNotFoundError as exc:
+                # A missing folder lists as empty, but a 404 for the listing itself means the
+                # bucket is missing or the endpoint is not S3: reading that as "no objects"
+                # would turn an outage into "0 rows", exit 0.
+                raise StorageError(f"storage list failed for {prefix_uri} against "
+                                   f"{self._endpoint_label(prefix_uri)}: the endpoint answered "
+                                   f"'not found' for the bucket {bucket!r} itself ({exc}); "
+                                   "expected an existing bucket: check storage.root, the "
+                                   "landing/trace URIs and s3_endpoint_url",
+                                   op="list", uri=prefix_uri, attempts=exc.attempts) from exc
         else:
             root = self._path(prefix_uri)
             uris = [] if not root.is_dir() else [
@@ -322,22 +331,33 @@ class Storage(S3Access):
             yield self.download_file(uri, Path(tmp) / uri.rsplit("/", 1)[-1])
 
     @contextmanager
-    def open_stream(self, uri: str, encoding: str = "utf-8") -> Iterator[IO[str]]:
+    def open_stream(self, uri: str, encoding: str = "utf-8",
+                    gzip: bool = False) -> Iterator[IO[str]]:
         """Open ``uri`` as a text stream to iterate line by line (big JSONL files are never
-        loaded whole). Only opening is retried: a broken stream mid-read raises."""
+        loaded whole), gunzipping it on the fly with ``gzip``. Only opening is retried: a broken
+        stream mid-read, or a corrupt gzip file, raises :class:`StorageError` naming the URI."""
+        import gzip as gz
+        import zlib
         uri = normalize_uri(uri)
         if uri.startswith("s3://"):
             bucket, key = split_s3(uri)
             body = self._retry("open", uri, lambda: self.s3_client.get_object(
                 Bucket=bucket, Key=key)["Body"])
-            stream = io.TextIOWrapper(io.BufferedReader(body, 1 << 20), encoding=encoding)
+            raw: IO[bytes] = io.BufferedReader(body, 1 << 20)
         else:
             with self._local_op("open", uri):
-                stream = self._path(uri).open("r", encoding=encoding)
+                raw = self._path(uri).open("rb")
+        binary: IO[bytes] = gz.GzipFile(fileobj=raw, mode="rb") if gzip else raw
+        stream = io.TextIOWrapper(binary, encoding=encoding)
         try:
             yield stream
+        except (OSError, EOFError, zlib.error) as exc:
+            if isinstance(exc, StorageError):
+                raise
+            raise self._error("read", uri, 1, exc, transient=False) from exc
         finally:
             stream.close()
+            raw.close()
 
     # ------------------------------------------------------------------ parquet
     def write_parquet(self, uri: str, data: pd.DataFrame | pa.Table,

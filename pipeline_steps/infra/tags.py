@@ -38,6 +38,11 @@ REWARD_SOURCE: Final = "rlops.reward_source"          # scripted | model | blend
 REWARD_MODEL_VERSION: Final = "rlops.reward_model_version"
 REWARD_FN_SHA256: Final = "rlops.reward_fn_sha256"
 CALIBRATION_VERSION: Final = "rlops.calibration_version"
+TRAIN_FINGERPRINT: Final = "rlops.train_fingerprint"  # the inputs of a training (resume finds its runs)
+CLOSED_STALE_RUNS: Final = "rlops.closed_stale_runs"  # runs of a killed attempt this one closed
+PID: Final = "rlops.pid"                    # process and host of a training in progress
+HOST: Final = "rlops.host"
+CLOSED_BY: Final = "rlops.closed_by"                  # on a run closed as KILLED: the run that did it
 MODEL_VERSION: Final = "rlops.model_version"  # the version a training run registered
 STRESS_VERDICT: Final = "rlops.stress_test"
 PROMOTION_ACTION: Final = "rlops.promotion.action"  # champion | challenger | none, on a promote run
@@ -46,6 +51,7 @@ PROMOTION_ACTION: Final = "rlops.promotion.action"  # champion | challenger | no
 CAPTURE, DRIFT, RECALIBRATE = "capture", "drift", "recalibrate"
 TRAIN_REWARD_MODEL, TRAIN_POLICY, STRESS_TEST = "train_reward_model", "train_policy", "stress_test"
 EVALUATE, PROMOTE, AUDIT, REWARD_FN = "evaluate", "promote", "audit", "reward_fn"
+TUNE, TUNE_TRIAL = "tune", "tune_trial"
 
 # --------------------------------------------------------------------------- registered-model tags
 ALIAS_WRITTEN_PREFIX: Final = "rlops.alias."    # + alias name → version rlops last set it to

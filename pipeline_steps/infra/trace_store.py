@@ -38,6 +38,8 @@ TRACE_DIR = "traces"
 QUARANTINE_DIR = "quarantine"
 MANIFEST_DIR = "_manifests"
 _NAME_TIME = re.compile(r"^(\d{8}T\d{12})Z")
+#: Landing files rlops reads: JSON lines, plain or gzip-compressed, any letter case.
+LANDING_SUFFIXES = (".jsonl", ".jsonl.gz")
 _PART = re.compile(r"/date=(\d{4}-\d{2}-\d{2})(?:/hour=(\d{1,2}))?/")
 
 
@@ -167,14 +169,19 @@ def write_trace_partitions(storage: Storage, df: pd.DataFrame, trace_root_uri: s
 def write_quarantine_partitions(storage: Storage, quarantined: pd.DataFrame,
                                 quarantine_root_uri: str, scenario: str, run_key: str, *,
                                 fallback_ts: datetime, part: int = 0,
-                                dry_run: bool = False) -> list[str]:
+                                dry_run: bool = False,
+                                window: tuple[datetime, datetime] | None = None) -> list[str]:
     """Write quarantined rows (input rows + ``quarantine_reason``) to
-    ``<quarantine_root>/scenario=/date=/hour=`` partitions; rows whose ``ts`` is unreadable go
-    to the partition of ``fallback_ts``. Returns the file URIs."""
+    ``<quarantine_root>/scenario=/date=/hour=`` partitions; rows whose ``ts`` is unreadable (or
+    outside ``window``, so a bogus year never names a folder) go to the partition of
+    ``fallback_ts``. Returns the file URIs."""
     if quarantined.empty:
         return []
     frame = quarantine_frame(quarantined, scenario)
-    ts = frame["ts"].fillna(pd.Timestamp(fallback_ts)).dt.as_unit("us")
+    ts = frame["ts"]
+    if window is not None:
+        ts = ts.where((ts >= pd.Timestamp(window[0])) & (ts < pd.Timestamp(window[1])))
+    ts = ts.fillna(pd.Timestamp(fallback_ts)).dt.as_unit("us")
     written = []
     for date, hour, group in partition_groups(frame, ts):
         uri = join_uri(quarantine_root_uri,
@@ -187,17 +194,28 @@ def write_quarantine_partitions(storage: Storage, quarantined: pd.DataFrame,
     return written
 
 
-def landing_files(storage: Storage, landing_uri: str, scenario: str, start: datetime,
-                  end: datetime) -> list[str]:
-    """The landing-zone JSON-lines files of ``scenario`` written in ``[start, end)``, sorted."""
-    files = []
+def scan_landing(storage: Storage, landing_uri: str, scenario: str, start: datetime,
+                 end: datetime) -> tuple[list[str], list[str]]:
+    """``(files, skipped)`` of ``scenario`` written in ``[start, end)``, both sorted: ``files``
+    are the JSON-lines files, ``*.jsonl`` and ``*.jsonl.gz`` in any letter case; ``skipped``
+    every other visible file there, for the caller to report (nothing is skipped silently)."""
+    files, skipped = [], []
     for hour in RunKey.covering(start, end).hours():
         folder = join_uri(landing_uri, partition_path(
             scenario=scenario, date=f"{hour:%Y-%m-%d}", hour=hour.hour))
-        for uri in storage.list(folder, suffix=".jsonl"):
-            if not uri.rsplit("/", 1)[-1].startswith(".") and start <= file_time(uri, hour) < end:
-                files.append(uri)
-    return sorted(files)
+        for uri in storage.list(folder):
+            name = uri.rsplit("/", 1)[-1]
+            if name.startswith(".") or not start <= file_time(uri, hour) < end:
+                continue
+            (files if name.lower().endswith(LANDING_SUFFIXES) else skipped).append(uri)
+    return sorted(files), sorted(skipped)
+
+
+def landing_files(storage: Storage, landing_uri: str, scenario: str, start: datetime,
+                  end: datetime) -> list[str]:
+    """The landing-zone JSON-lines files of ``scenario`` written in ``[start, end)``, sorted
+    (see :func:`scan_landing`)."""
+    return scan_landing(storage, landing_uri, scenario, start, end)[0]
 
 
 def parse_ts(col: pd.Series) -> pd.Series:

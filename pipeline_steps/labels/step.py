@@ -146,11 +146,6 @@ def label_queue_export(ctx: "StepContext", out_uri: str | None = None) -> dict[s
 
 
 def label_queue_import(ctx: "StepContext", uri: str) -> dict[str, Any]:
-    from pipeline_steps.labels.select import parse_annotations
-    cfg = QueueConfig.from_section(ctx.section("label_queue"))
-    store = store_for(ctx, cfg)
-    tasks = ctx.storage.read_json(uri)
-    labels, rejected, empty = parse_annotations(tasks, store.items_frame(ctx.scenario))
-    ingested = 0 if ctx.dry_run else store.add_labels(ctx.scenario, labels)
-    return {"tasks_in": len(tasks), "labels": len(labels), "ingested": ingested, "rejected": rejected,
-            "not_annotated": empty, "dry_run": ctx.dry_run}
+    from pipeline_steps.labels.importing import import_export
+    return import_export(ctx, store_for(ctx, QueueConfig.from_section(ctx.section("label_queue"))), uri)
+

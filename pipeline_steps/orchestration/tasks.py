@@ -36,6 +36,8 @@ def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None =
     conf = {k: params.get(k) for k in ("scenario", "reward_fn", "timesteps", "mode", "dry_run",
                                        "reward_source", "reward_blend_lambda", "reward_switch_to",
                                        "reward_switch_at_iteration")}
+    if "simulate" in params:  # the capture DAG's switch: simulated traffic only when asked for
+        conf["simulate"] = params.get("simulate")
     problems = []
     if conf["reward_source"] not in (None, "scripted", "model", "blend"):
         problems.append(f"reward_source {conf['reward_source']!r}: expected scripted, model, blend (or null: params)")
@@ -56,6 +58,8 @@ def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None =
         problems.append(f"timesteps {conf['timesteps']!r}: expected an integer >= 1000")
     if conf["mode"] not in ("full", "incremental"):
         problems.append(f"mode {conf['mode']!r}: expected 'full' or 'incremental'")
+    if not isinstance(conf.get("simulate", False), bool):
+        problems.append(f"simulate {conf['simulate']!r}: expected true or false")
     if not isinstance(conf["dry_run"], bool):
         problems.append(f"dry_run {conf['dry_run']!r}: expected true or false")
     if not problems:
@@ -97,8 +101,10 @@ def _ctx(conf: Mapping[str, Any]) -> StepContext:
 
 
 def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """The landing zone of the run key's interval; simulated traffic only when the conf says
+    ``simulate: true`` (the result then says ``source: simulation:<profile>``)."""
     from pipeline_steps.capture.step import capture_step
-    return capture_step(_ctx(conf))
+    return capture_step(_ctx(conf), simulate=bool(conf.get("simulate", False)))
 
 
 def detect_drift(conf: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 Pure functions over per-episode outcomes (``sandbox.policies.EvalResult``) and live A/B
 traces; :mod:`pipeline_steps.promotion.evaluate` feeds them and acts on the verdict. Every gate is one row
-of the gate table — ``gate, candidate, champion, threshold, passed, detail``.
+of the gate table — ``gate, candidate, champion, threshold, passed, status, detail``; ``status``
+is ``pass``, ``FAIL`` or ``skipped`` (a gate that could not be judged: it blocks nothing, and says
+so).
 
 * ``mean_return`` — a paired bootstrap of per-episode return differences (both policies ran
   the same seeded episodes): the lower bound of the two-sided ``confidence`` interval of the
@@ -10,11 +12,14 @@ of the gate table — ``gate, candidate, champion, threshold, passed, detail``.
 * ``completion_rate`` may drop by at most ``completion_epsilon`` (absolute);
   ``handling_ms`` may grow by at most ``handling_epsilon`` (a fraction of the champion's);
   ``human_takeover_rate`` may rise by at most ``takeover_epsilon``; ``illegal_action_rate``
-  must not exceed ``max_illegal_rate`` (0); ``latency_p99_ms`` must stay under its bound.
+  must not exceed ``max_illegal_rate`` (0); ``latency_p99_ratio`` — the candidate's p99 decision
+  time over the champion's, both measured interleaved in one process on the same observations
+  (so machine load cancels out) — must stay under its bound (skipped against the rule engine).
 * ``finite_returns`` — every return of both runs is a finite number (a reward function that
   yields NaN or inf blocks promotion).
 * ``segment:<name>`` — in every segment with at least ``min_segment_episodes`` episodes, the
-  mean paired difference must be at least ``-segment_tolerance``.
+  mean paired difference must be at least ``-segment_tolerance``; a smaller segment is shown
+  ``skipped``, not ``pass``.
 * ``ab:<metric>`` — live traffic: completion and takeover rates (one-sided two-proportion
   z-tests) and handling time (one-sided Welch t-test) of the challenger group against the
   control group; a gate fails when the challenger is worse with p < ``ab_alpha``.
@@ -42,7 +47,7 @@ class GateConfig:
     handling_epsilon: float = 0.05
     takeover_epsilon: float = 0.01
     max_illegal_rate: float = 0.0
-    latency_p99_ms: float = 25.0
+    latency_p99_ratio: float = 1.5
     segment_tolerance: float = 0.05
     min_segment_episodes: int = 100
     ab_alpha: float = 0.05
@@ -75,9 +80,16 @@ class Gate:
     threshold: str
     passed: bool
     detail: str = ""
+    skipped: bool = False
+
+    @property
+    def status(self) -> str:
+        return "skipped" if self.skipped else ("pass" if self.passed else "FAIL")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("skipped")
+        d["status"] = self.status
         for k in ("candidate", "champion"):
             if isinstance(d[k], float):
                 d[k] = None if math.isnan(d[k]) else round(d[k], 6)
@@ -126,10 +138,21 @@ def welch_greater(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 
 # --------------------------------------------------------------------------- sandbox gates
+def latency_gate(cand_p99_ms: float, champ_p99_ms: float | None, cfg: GateConfig) -> Gate:
+    """Candidate p99 over champion p99 (measured together); skipped without a champion network."""
+    if champ_p99_ms is None or not champ_p99_ms > 0:
+        return Gate("latency_p99_ratio", cand_p99_ms, None, f"<= {cfg.latency_p99_ratio:g} x champion", True,
+                    "skipped: no champion network to time against (rule engine)", skipped=True)
+    ratio = cand_p99_ms / champ_p99_ms
+    return Gate("latency_p99_ratio", cand_p99_ms, champ_p99_ms, f"<= {cfg.latency_p99_ratio:g} x champion",
+                bool(ratio <= cfg.latency_p99_ratio), f"ratio {ratio:.3f} (p99 ms, batch 1, interleaved)")
+
+
 def comparison_gates(cand: Any, champ: Any, cfg: GateConfig, segments: Mapping[str, np.ndarray],
-                     latency_p99_ms: float, seed: int = 0) -> list[Gate]:
+                     latency: tuple[float, float | None], seed: int = 0) -> list[Gate]:
     """Gates of a paired sandbox comparison (``cand``/``champ`` are ``EvalResult``s of the same
-    seeded episodes; ``segments`` maps a segment name to a boolean mask over the episodes)."""
+    seeded episodes; ``segments`` maps a segment name to a boolean mask over the episodes;
+    ``latency`` is the candidate's and the champion's p99 in ms, the latter None for rules)."""
     rc, rb = cand.returns.double().numpy(), champ.returns.double().numpy()
     sc, sb = cand.summary(), champ.summary()
     mean, lo, hi = paired_bootstrap(rc - rb, cfg.bootstrap_samples, cfg.confidence, seed)
@@ -153,14 +176,13 @@ def comparison_gates(cand: Any, champ: Any, cfg: GateConfig, segments: Mapping[s
         Gate("illegal_action_rate", sc["illegal_action_rate"], sb["illegal_action_rate"],
              f"<= {cfg.max_illegal_rate:g}", sc["illegal_action_rate"] <= cfg.max_illegal_rate,
              f"{sc['illegal_actions']} illegal actions"),
-        Gate("latency_p99_ms", latency_p99_ms, None, f"< {cfg.latency_p99_ms:g} ms (batch 1)",
-             bool(latency_p99_ms < cfg.latency_p99_ms)),
+        latency_gate(latency[0], latency[1], cfg),
     ]
     for name, rows in segments.items():
         n = int(rows.sum())
         if n < cfg.min_segment_episodes:
             gates.append(Gate(f"segment:{name}", None, None, f"n >= {cfg.min_segment_episodes}", True,
-                              f"skipped: {n} episodes"))
+                              f"skipped: {n} episodes", skipped=True))
             continue
         d = rc[rows] - rb[rows]
         diff = float(d.mean())
@@ -175,7 +197,8 @@ def stress_gate(tags: Mapping[str, str], cfg: GateConfig) -> Gate:
     """The candidate's latest stress-test verdict (model version tag ``stress_test``)."""
     value = tags.get("stress_test")
     if value is None and not cfg.require_stress_test:
-        return Gate("stress_test", "missing", None, "pass (not required)", True, "no stress test recorded")
+        return Gate("stress_test", "missing", None, "pass (not required)", True, "no stress test recorded",
+                    skipped=True)
     return Gate("stress_test", value or "missing", None, "pass", value == "pass",
                 "" if value else "no stress test recorded for this version (run `rlops stress`)")
 
@@ -201,7 +224,7 @@ def ab_gates(challenger: pd.DataFrame, control: pd.DataFrame, cfg: GateConfig) -
     n1, n2 = len(challenger), len(control)
     if min(n1, n2) < cfg.ab_min_episodes:
         return [Gate("ab:live_traffic", float(n1), float(n2), f"n >= {cfg.ab_min_episodes} per group", True,
-                     "skipped: not enough live episodes in a group")]
+                     "skipped: not enough live episodes in a group", skipped=True)]
     gates = []
     for name, col, worse_if_higher in (("completion_rate", "completed", False),
                                        ("human_takeover_rate", "takeover", True)):
@@ -220,7 +243,7 @@ def ab_gates(challenger: pd.DataFrame, control: pd.DataFrame, cfg: GateConfig) -
 # --------------------------------------------------------------------------- rendering
 def gate_frame(gates: list[Gate]) -> pd.DataFrame:
     return pd.DataFrame([g.to_dict() for g in gates],
-                        columns=["gate", "candidate", "champion", "threshold", "passed", "detail"])
+                        columns=["gate", "candidate", "champion", "threshold", "passed", "status", "detail"])
 
 
 def gate_table_html(gates: list[Gate], title: str, facts: Mapping[str, Any]) -> str:
@@ -228,10 +251,10 @@ def gate_table_html(gates: list[Gate], title: str, facts: Mapping[str, Any]) -> 
     rows = []
     for g in gates:
         d = g.to_dict()
-        color = "#e6f4ea" if g.passed else "#fce8e6"
+        color = "#eeeeee" if g.skipped else ("#e6f4ea" if g.passed else "#fce8e6")
         cells = "".join(f"<td>{html.escape('' if d[k] is None else str(d[k]))}</td>"
                         for k in ("gate", "candidate", "champion", "threshold"))
-        rows.append(f"<tr style='background:{color}'>{cells}<td>{'pass' if g.passed else 'FAIL'}</td>"
+        rows.append(f"<tr style='background:{color}'>{cells}<td>{g.status}</td>"
                     f"<td>{html.escape(g.detail)}</td></tr>")
     info = "".join(f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>" for k, v in facts.items())
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
@@ -242,5 +265,5 @@ def gate_table_html(gates: list[Gate], title: str, facts: Mapping[str, Any]) -> 
             + "".join(rows) + "</table></body></html>")
 
 
-__all__ = ["Gate", "GateConfig", "ab_gates", "comparison_gates", "episode_outcomes", "gate_frame",
+__all__ = ["Gate", "GateConfig", "ab_gates", "comparison_gates", "latency_gate", "episode_outcomes", "gate_frame",
            "gate_table_html", "paired_bootstrap", "stress_gate", "two_proportion_z", "welch_greater"]

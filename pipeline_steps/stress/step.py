@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # the computations (torch, the sandbox) are imported where th
     from sandbox.reward import RewardFunction
 
 DEFAULT_PERTURBATIONS: dict[str, dict[str, Any]] = {
-    "latency_x3": {"latency": 3.0}, "errors_x5": {"errors": 5.0}, "elderly": {"segment": "elderly"}}
+    "latency_x3": {"latency": 3.0}, "errors_x5": {"errors": 5.0}}
+"""Pack-independent perturbations; a pack adds its population segments in its own params.yaml."""
 
 
 @dataclass(frozen=True)

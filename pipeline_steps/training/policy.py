@@ -29,6 +29,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import socket
 import tempfile
 import time
 from dataclasses import fields
@@ -68,6 +70,8 @@ def ppo_config(ctx: StepContext, pack: "Pack", mode: str, timesteps: int | None 
         merged["total_timesteps"] = int(train["incremental_timesteps"])
     if timesteps is not None:
         merged["total_timesteps"] = int(timesteps)
+    if train.get("num_envs"):
+        merged["num_envs"] = int(train["num_envs"])
     merged.update({k: v for k, v in overrides.items() if v is not None})
     merged["mode"] = mode
     merged["checkpoint_dir"] = str(checkpoint_dir) if checkpoint_dir is not None else None
@@ -75,8 +79,6 @@ def ppo_config(ctx: StepContext, pack: "Pack", mode: str, timesteps: int | None 
     unknown = sorted(set(train) - known - _STEP_KEYS - {"mode"})
     if unknown:
         log.warning("train: ignoring unknown settings %s", unknown)
-    if train.get("num_envs"):
-        merged["num_envs"] = int(train["num_envs"])
     # What the params leave open (env count, rollout length, γ, minibatches) comes from the pack.
     merged["device"] = resolve_device(str(merged.get("device") or "auto")).type
     return derive_defaults(pack, **merged)
@@ -125,10 +127,12 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
     ``reward_model_version`` of ``<scenario>-reward-model`` (default: the newest) and, in ``full``
     mode, warm-start by behaviour cloning from the run key's relabelled traces when there are any.
     ``reward_switch`` = ``(iteration, label)`` schedules a reward function switch; requests written
-    by ``rlops train-switch-reward`` for this run key are picked up between iterations too.
+    by ``rlops train switch-reward`` for this run key are picked up between iterations too.
     """
-    if mode not in ("full", "incremental"):
-        raise ValueError(f"train mode must be 'full' or 'incremental', got {mode!r}")
+    from common.arguments import MAX_TIMESTEPS, choice, count
+    choice("--mode", mode, ("full", "incremental"))
+    if timesteps is not None:
+        timesteps = count("--timesteps", timesteps, maximum=MAX_TIMESTEPS)
     from model.ppo_config import resolve_device
     from sandbox.profiles import default_profile
     from pipeline_steps.training.dual_track import resolve_reward_source
@@ -180,12 +184,18 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
                                                     reward_fn.rule_refs, label, parent_run_id=pass_run)
         run_tags = {T.MODE: mode_used, T.REWARD_FN_SHA256: reward_fn.version, T.PARENT_CHAMPION: parent or "none",
                     T.CALIBRATION_VERSION: cal_version, T.REWARD_SOURCE: source.kind,
-                    T.REWARD_MODEL_VERSION: rm_version or "none"}
+                    T.REWARD_MODEL_VERSION: rm_version or "none", T.TRAIN_FINGERPRINT: fp,
+                    # pid + host let `rlops train status --pid` find the run of a training in progress.
+                    T.PID: os.getpid(), T.HOST: socket.gethostname()}
+        # A training killed mid-run left its run RUNNING: this attempt resumes its work, so it closes it.
+        stale = ctx.tracker.close_stale_runs({T.STEP: T.TRAIN_POLICY, T.TRAIN_FINGERPRINT: fp})
         from model.reward_source import model_only
         from pipeline_steps.training.hot_reload import RewardSwitchPoller
         poller = RewardSwitchPoller(ctx, pack, *(reward_switch or (None, None)),
                                     wrap=model_only if source.kind == "model" else None)
         with step_run(ctx, T.TRAIN_POLICY, label=mode_used, extra_tags=run_tags) as run:
+            if stale:
+                run.set_tags({T.CLOSED_STALE_RUNS: ",".join(stale)})
             log_training_inputs(ctx, run, cal_version, cal)
             return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp), poller)
 

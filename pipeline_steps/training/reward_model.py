@@ -40,8 +40,10 @@ def train_reward_model_step(ctx: StepContext, reward_version: str | None = None,
     from model.reward_pairs import build_preference_pairs
     from pipeline_steps.infra.registry import reward_model_name
 
+    from common.arguments import MAX_EPISODES, count
     section = dict(ctx.section("reward_model"))
-    n_pairs = int(pairs or section.pop("pairs", 4000))
+    n_pairs = count("--pairs", pairs if pairs is not None else section.get("pairs", 4000),
+                    maximum=MAX_EPISODES)
     section.pop("pairs", None)
     seed = int(ctx.params.get("seed", 0))
     label = ctx.reward_choice(reward_version).reward_fn

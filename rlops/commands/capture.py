@@ -4,6 +4,7 @@ validated trace store."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rlops.commands.common_args import add_common_args, context_from_args, print_result
 
@@ -43,4 +44,6 @@ def cmd_capture(args: argparse.Namespace) -> int:
     print_result(res, args.json, [f"{res['source']}: {res['rows_in']} rows in, {res['rows_accepted']} accepted, "
                                   f"{res['rows_quarantined']} quarantined; {verb} {len(res['partitions'])} "
                                   "partition file(s)"])
+    for warning in res.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
     return 0

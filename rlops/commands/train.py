@@ -46,9 +46,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pairs", type=int, default=None, help="sandbox preference pairs (default: params)")
     p.set_defaults(func=cmd_reward_model)
 
+    p = verbs.add_parser("tune", help="search PPO settings for a pack (Optuna; first trial = the defaults)")
+    add_common_args(p, run_key=False)
+    p.add_argument("--trials", type=int, default=20, help="at most this many trials (default 20)")
+    p.add_argument("--budget-s", type=float, default=None, metavar="SECONDS",
+                   help="stop starting trials after this many seconds (default: no limit)")
+    p.add_argument("--timesteps", type=int, default=200_000, help="environment steps per trial (default 200000)")
+    p.add_argument("--eval-episodes", type=int, default=500,
+                   help="held-out greedy episodes that score a trial (default 500)")
+    add_reward_fn_arg(p)
+    p.add_argument("--device", default=None, help="cpu, cuda or auto (default: params)")
+    p.add_argument("--write", action="store_true",
+                   help="write the best settings into the pack's params.yaml (ppo: and train: num_envs)")
+    p.set_defaults(func=cmd_tune)
+
     p = verbs.add_parser("status", help="per-iteration metrics of a training run")
     add_common_args(p)
-    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("run_id", metavar="RUN_ID", nargs="?", default=None,
+                   help="the training's MLflow run id (or give --pid)")
+    p.add_argument("--pid", type=int, default=None, help="the process id of a training in progress on this machine")
+    p.add_argument("--last", type=int, default=20, metavar="N", help="show the last N iterations (0: all; default 20)")
+    p.add_argument("--follow", action="store_true", help="refresh every --interval seconds until the run ends")
+    p.add_argument("--interval", type=float, default=5.0, metavar="SECONDS", help="refresh period of --follow")
     p.add_argument("--all", action="store_true", help="every logged metric, not the usual columns")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write the table as CSV (e.g. for dvc plots)")
     p.set_defaults(func=cmd_status)
@@ -106,25 +125,80 @@ def cmd_reward_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from common.errors import UserError
+    from pipeline_steps.infra.registry import TrackingError
+    from pipeline_steps.training.tune import defaults_of, tune
+    ctx = context_from_args(args)
+    if args.trials < 1 or args.timesteps < 1 or args.eval_episodes < 1:
+        raise UserError(f"--trials, --timesteps and --eval-episodes must be positive, got {args.trials}, "
+                        f"{args.timesteps} and {args.eval_episodes}")
+    if args.budget_s is not None and args.budget_s <= 0:
+        raise UserError(f"--budget-s must be a positive number of seconds, got {args.budget_s}")
+    if args.dry_run:
+        base = defaults_of(ctx, ctx.load_pack(), args.timesteps, args.device)
+        res = {"dry_run": True, "scenario": ctx.scenario, "defaults": base, "trials": args.trials,
+               "budget_s": args.budget_s, "timesteps_per_trial": args.timesteps}
+        print_result(res, args.json, [f"dry run: would tune {ctx.scenario} for up to {args.trials} trials of "
+                                      f"{args.timesteps:,} steps from the defaults {base}"])
+        return 0
+    try:
+        out = tune(ctx, args.trials, args.budget_s, args.timesteps, args.eval_episodes, reward_fn=args.reward_fn,
+                   device=args.device, write=args.write)
+    except KeyError as exc:
+        raise UserError(str(exc).strip("'\"")) from None
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    except TrackingError as exc:
+        raise infrastructure(exc) from exc
+    res = out.to_dict()
+    pruned = sum(1 for t in out.trials if t["pruned"])
+    lines = [f"{ctx.scenario}: {len(out.trials)} trials ({pruned} pruned) in {out.wall_s:.0f}s, "
+             f"tuning run {out.parent_run_id}",
+             f"  defaults: greedy return {out.default_value:.4f}  {out.default_params}",
+             f"  best:     greedy return {out.best_value:.4f}  {out.best_params}",
+             f"  written to {out.written}" if out.written else "  (not written; --write puts it in the pack's params.yaml)"]
+    print_result(res, args.json, lines)
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
+    import time
     from pathlib import Path
 
     import pandas as pd
 
+    from common.errors import UserError
     from pipeline_steps.infra.registry import TrackingError
     from pipeline_steps.training.status import train_status
+    if (args.run_id is None) == (args.pid is None):
+        raise UserError("train status: give either a RUN_ID or --pid PID (the process of a training in progress)")
+    if args.last < 0 or args.interval <= 0:
+        raise UserError(f"--last must be 0 or more and --interval positive, got {args.last} and {args.interval}")
     ctx = context_from_args(args)
-    try:
-        res = train_status(ctx, args.run_id, args.all)
-    except TrackingError as exc:
-        raise infrastructure(exc) from exc
-    table = pd.DataFrame(res["rows"], columns=res["columns"])
+    run_id = args.run_id
+    while True:
+        try:
+            res = train_status(ctx, run_id, args.all, pid=args.pid if run_id is None else None, last=args.last)
+        except LookupError as exc:
+            raise UserError(str(exc).strip("'\"")) from None
+        except TrackingError as exc:
+            raise infrastructure(exc) from exc
+        run_id = res["run_id"]  # a --pid run is followed by its id once found (it outlives the lookup)
+        table = pd.DataFrame(res["rows"], columns=res["columns"])
+        flag = (f"PLATEAU: no better return for {res['iterations_without_improvement']} iterations"
+                if res["plateau"] else f"no plateau ({res['iterations_without_improvement']} iterations since "
+                                       f"the best return, flagged at {res['plateau_window']})")
+        lines = [f"run {res['run_id']} ({res['run_name']}): {res['status']}, {res['iterations']} iterations; {flag}",
+                 table.to_string(index=False, float_format=lambda v: f"{v:.4g}") if len(table) else "(no metrics)"]
+        print_result(res, args.json, lines)
+        if not args.follow or res["status"] != "RUNNING":
+            break
+        print(flush=True)
+        time.sleep(args.interval)
     if args.csv and not args.dry_run:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.csv, index=False)
-    lines = [f"run {res['run_id']} ({res['run_name']}): {res['status']}, {len(table)} iterations",
-             table.to_string(index=False, float_format=lambda v: f"{v:.4g}") if len(table) else "(no metrics)"]
-    print_result(res, args.json, lines)
     return 0
 
 

@@ -27,7 +27,7 @@ from rlops.console import svg
 from rlops.console.data import SCENARIO_RE, ProjectData
 from rlops.console.service import NotFound, TraceViews
 
-log = logging.getLogger("rlops.console")
+log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
 COOKIE = "rlops_console_token"
 TRACE_ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")

@@ -12,6 +12,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+from pipeline_steps.infra import tags as T
 from rlops.console.data import ProjectData
 from rlops.console.service import NotFound
 
@@ -37,10 +38,10 @@ def promotion(data: ProjectData, scenario: str) -> dict[str, Any]:
     """Versions with lineage and roll-out state, evaluations with their gates, events over time."""
     versions = data.model_versions(scenario, "policy")
     evaluations = []
-    for run in reversed(data.runs(scenario, "rlops.kind", "evaluate")):
+    for run in reversed(data.runs(scenario, T.STEP, T.EVALUATE)):
         gates = _gates(data, scenario, run)
-        evaluations.append({**run, "when": when(run["start_ms"]), "candidate": run["tags"].get("candidate", "?"),
-                            "baseline": run["tags"].get("baseline", "?"), "passed": run["tags"].get("passed") == "true",
+        evaluations.append({**run, "when": when(run["start_ms"]), "candidate": run["tags"].get(T.CANDIDATE, "?"),
+                            "baseline": run["tags"].get(T.BASELINE, "?"), "passed": run["tags"].get(T.PASSED) == "true",
                             "segments": [g for g in gates if str(g.get("gate", "")).startswith("segment:")],
                             "gates": gates})
     events: list[dict[str, Any]] = []
@@ -54,14 +55,14 @@ def promotion(data: ProjectData, scenario: str) -> dict[str, Any]:
         if t.get("promoted_at"):
             ms = datetime.fromisoformat(t["promoted_at"]).timestamp() * 1000
             events.append({"ts": ms, "what": f"v{v['version']} promoted to champion", "run_id": None})
-        if t.get("rlops.rolled_back") == "true":
+        if t.get(T.ROLLED_BACK) == "true":
             events.append({"ts": None, "what": f"v{v['version']} rolled back (champion moved back to previous)",
                            "run_id": None})
     events.sort(key=lambda e: -(e["ts"] or 0))
     stages = [float(s) for s in data.section(scenario, "evaluate").get("rollout_stages") or (0.05, 0.15, 1.0)]
     rows = [{**v, "when": when(v["created_ms"]), "lineage": [(label, v["tags"].get(key)) for label, key in LINEAGE],
              "traffic": v["tags"].get("traffic_fraction"), "eval_run_id": v["tags"].get("eval_run_id"),
-             "stress": v["tags"].get("stress_test"), "rolled_back": v["tags"].get("rlops.rolled_back") == "true"}
+             "stress": v["tags"].get("stress_test"), "rolled_back": v["tags"].get(T.ROLLED_BACK) == "true"}
             for v in versions]
     champion = next((r for r in rows if "champion" in r["aliases"]), None)
     return {"versions": rows, "evaluations": evaluations, "events": [{**e, "when": when(e["ts"])} for e in events],
@@ -71,7 +72,7 @@ def promotion(data: ProjectData, scenario: str) -> dict[str, Any]:
 def evaluation(data: ProjectData, scenario: str, run_id: str) -> dict[str, Any]:
     if not RUN_ID_RE.match(run_id):
         raise NotFound(f"{run_id!r} is not an MLflow run id")
-    run = next((r for r in data.runs(scenario, "rlops.kind", "evaluate") if r["run_id"] == run_id), None)
+    run = next((r for r in data.runs(scenario, T.STEP, T.EVALUATE) if r["run_id"] == run_id), None)
     if run is None:
         raise NotFound(f"no evaluation run {run_id} in the {scenario} experiment")
     t = run["tags"]
@@ -87,7 +88,7 @@ def drift(data: ProjectData, scenario: str, last: int = 12) -> dict[str, Any]:
     """Per-field drift effect and p-value of the last ``last`` drift runs, and each calibration."""
     cfg = data.section(scenario, "drift")
     threshold, min_effect = float(cfg.get("threshold", 0.01)), float(cfg.get("min_effect", 0.0))
-    runs = data.runs(scenario, "rlops.step", "drift")[-last:]
+    runs = data.runs(scenario, T.STEP, T.DRIFT)[-last:]
     fields = sorted({k.split("/", 1)[1] for r in runs for k in r["metrics"] if k.startswith("drift_effect/")})
     table = []
     for f in fields:
@@ -97,7 +98,7 @@ def drift(data: ProjectData, scenario: str, last: int = 12) -> dict[str, Any]:
             cells.append({"effect": e, "p": p, "drifted": e is not None and p is not None and p < threshold
                           and e >= min_effect})
         table.append({"field": f, "cells": cells, "series": [c["effect"] for c in cells]})
-    cal_runs = {r["tags"].get("calibration_version"): r for r in data.runs(scenario, "rlops.step", "recalibrate")}
+    cal_runs = {r["tags"].get(T.CALIBRATION_VERSION): r for r in data.runs(scenario, T.STEP, T.RECALIBRATE)}
     calibrations = []
     for cal in reversed(data.calibrations(scenario)):
         checks = [{"path": p, **c} for p, c in sorted((cal.get("check") or {}).items())]
@@ -110,11 +111,11 @@ def drift(data: ProjectData, scenario: str, last: int = 12) -> dict[str, Any]:
 def rewards(data: ProjectData, scenario: str) -> dict[str, Any]:
     """The pack's reward functions with their registry versions and stress-test verdicts."""
     registered = data.model_versions(scenario, "reward_fn")
-    stress = data.runs(scenario, "rlops.step", "stress_test")
+    stress = data.runs(scenario, T.STEP, T.STRESS_TEST)
     out = []
     for fn in data.reward_functions(scenario):
         versions = [v for v in registered if v["tags"].get("sha256") == fn["sha256"]]
-        verdicts = [{"when": when(r["start_ms"]), "verdict": r["tags"].get("stress_test", "?"), "run_id": r["run_id"],
+        verdicts = [{"when": when(r["start_ms"]), "verdict": r["tags"].get(T.STRESS_VERDICT, "?"), "run_id": r["run_id"],
                      "policy_version": r["params"].get("policy_version") or "—"}
                     for r in reversed(stress) if r["params"].get("reward_sha256") == fn["sha256"]]
         out.append({**fn, "registry": versions, "verdicts": verdicts})

@@ -104,7 +104,6 @@ BAD_ROWS = [
     ("mask of odd items", "action_mask", ["x", "y"], "expect_column_values_to_be_in_type_list",
      "action_mask"),
     ("positive logp", "logp", 0.5, "expect_column_values_to_be_between", "logp"),
-    ("infinite value", "value", float("inf"), "expect_column_values_to_be_between", "value"),
     ("negative latency", "latency_ms", -3.0, "expect_column_values_to_be_between", "latency_ms"),
     ("breakdown not JSON", "reward_breakdown", "{not json",
      "expect_column_values_to_be_json_parseable", "reward_breakdown"),
@@ -148,6 +147,18 @@ def test_each_bad_row_is_quarantined_with_a_readable_reason(contract, what, path
     reason = result.quarantined[REASON_COLUMN].iloc[0]
     assert f"{expectation}[{column}]" in reason, reason
     assert result.quarantined["_line_no"].iloc[0] == 2  # the input row itself is kept
+
+
+def test_infinity_is_refused_by_the_parser_and_by_the_contract(contract):
+    # JSON has no Infinity/NaN: the line is quarantined before validation ...
+    rows, bad = parse_json_lines([json.dumps(set_path(good_row(1), "value", float("inf")))])
+    assert rows.empty and "Infinity is not a JSON value" in bad[REASON_COLUMN].iloc[0]
+    # ... and rows built in memory (sandbox traces) meet the contract's finite check.
+    df = frame([good_row(0), good_row(1)])
+    df.loc[1, "value"] = float("inf")
+    result = validate_frame(df, contract)
+    assert len(result.accepted) == 1
+    assert "expect_column_values_to_be_between[value]" in result.quarantined[REASON_COLUMN].iloc[0]
 
 
 def test_reasons_show_the_offending_value(contract):

@@ -44,7 +44,7 @@ def test_the_loop_through_the_dags(airflow_db: str, rlops_home: Path) -> None:
 
     # ---- trace_capture: simulated live traffic lands in the trace store, validated. The 05:00
     # tick owns the quarter hour that has just ended, [04:45, 05:00), never the one starting.
-    run, states = _run("trace_capture", WHEN)
+    run, states = _run("trace_capture", WHEN, simulate=True)
     assert str(run.state) == "success", states
     parts = sorted((rlops_home / "data" / "traces").rglob("*.parquet"))
     assert parts and all("hour=04" in str(p) and "part-20261130T0445-15m-" in p.name for p in parts)
@@ -68,7 +68,7 @@ def test_the_loop_through_the_dags(airflow_db: str, rlops_home: Path) -> None:
 
     # ---- label_queue: the champion's traffic; uncertain clusters are queued
     later = WHEN.replace(hour=6)
-    assert str(_run("trace_capture", later)[0].state) == "success"
+    assert str(_run("trace_capture", later, simulate=True)[0].state) == "success"
     run, states = _run("label_queue", later)
     assert str(run.state) == "success", states
     from sqlalchemy import create_engine, text

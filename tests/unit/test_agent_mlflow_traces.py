@@ -126,7 +126,8 @@ def test_otlp_json_export_is_a_capture_source(sandbox_rows: pd.DataFrame, tmp_tr
                                               tmp_storage_root: str, tmp_path: Path) -> None:
     from pipeline_steps.capture.step import capture_traces
     from pipeline_steps.infra.context import StepContext
-    recs = sandbox_rows.head(5).to_dict("records")
+    head = sandbox_rows.head(5).astype(object)
+    recs = head.where(head.notna(), None).to_dict("records")  # JSON has null, never NaN (the tracer writes null)
     spans = [_otlp_span(f"t{i}", f"s{i}", {"rlops.record": json.dumps(json.dumps(r, default=str))})
              for i, r in enumerate(recs)]
     spans.append(_otlp_span("t0", "c0", {"latency_ms": "3"}, parent="s0"))  # a child span: not a decision

@@ -17,8 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 GRAMMAR = {
     "env": ["validate", "describe", "rollout"], "capture": [], "drift": ["detect", "check"], "calibrate": [],
-    "labels": ["run", "export", "import"], "train": ["policy", "reward-model", "status", "relabel", "switch-reward"], "stress": [],
-    "model": ["evaluate", "promote", "rollback", "webhook"], "replay": [], "audit": [], "console": [], "demo": [],
+    "labels": ["run", "export", "import"],
+    "train": ["policy", "reward-model", "status", "relabel", "switch-reward", "tune"], "profile": [], "stress": [],
+    "model": ["evaluate", "promote", "rollback", "webhook"], "replay": [], "audit": [], "simulate": [], "console": [], "demo": [],
 }
 
 

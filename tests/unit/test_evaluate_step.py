@@ -127,12 +127,12 @@ def test_good_candidate_beats_bad_champion_and_is_promoted(pack: Any, good: Any,
     assert aliases(ctx) == {"champion": cand, "previous": bad_v}
     gates = {g["gate"]: g for g in res["gates"]}
     assert {"mean_return", "completion_rate", "handling_ms", "human_takeover_rate", "illegal_action_rate",
-            "latency_p99_ms", "segment:base", "segment:elderly", "segment:low_credit_score",
+            "latency_p99_ratio", "segment:base", "segment:elderly", "segment:low_credit_score",
             "stress_test", "finite_returns"} <= set(gates)
     assert gates["mean_return"]["candidate"] > gates["mean_return"]["champion"]
     # the gate table went to storage and to an MLflow run; the version carries the verdict
     table = ctx.storage.read_json(f"{res['report_uri']}/gates.json")
-    assert table["columns"] == ["gate", "candidate", "champion", "threshold", "passed", "detail"]
+    assert table["columns"] == ["gate", "candidate", "champion", "threshold", "passed", "status", "detail"]
     assert "<table>" in ctx.storage.read_text(f"{res['report_uri']}/gates.html")
     arts = {a.path for a in ctx.tracker.client.list_artifacts(res["eval_run_id"])}
     assert {"gates.json", "gates.html"} <= arts

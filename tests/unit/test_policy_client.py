@@ -173,6 +173,16 @@ def test_error_and_timeout_fall_back_to_the_rule_engine(versions: tuple[str, str
         assert d.fallback and "CUDA error" in d.reason and d.action == rule_action
         assert client.fallbacks["timeout"] == 1 and client.fallbacks["error"] == 1 and client.fallback_count == 2
 
+        # An unreadable state never reaches the policy and never raises: the rule engine decides
+        # on what can be read, and the decision says why.
+        model.predict_obs = broken
+        bad = {**STATE, "application": {**STATE["application"], "purpose": "boat"}}
+        for state, history in ((bad, ["no_such_action"]), ("not a mapping", []), ({}, [42])):
+            d = client.decide(state, key="u1", history=history)  # type: ignore[arg-type]
+            assert d.fallback and d.policy_version == "rules" and d.reason.startswith("unreadable state")
+            assert d.action in pack.scenario.action_names and d.trace_fields()["fallback"] is True
+        assert client.fallbacks["bad_state"] == 3 and client.fallback_count == 5
+
 
 def test_no_policy_or_no_mlflow_means_rules(tmp_tracking: str) -> None:
     with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR) as client:  # empty registry

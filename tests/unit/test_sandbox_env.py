@@ -459,22 +459,25 @@ def test_cuda_matches_cpu(credit: Pack, profile: str) -> None:
 
 
 def test_calibration_overlay_loads_and_is_validated() -> None:
-    # A calibration is built in code (plain dicts, no YAML lines) and validated like the YAML.
+    # A calibration is built in code (plain dicts, no YAML lines) and validated like the YAML. It
+    # writes the `calibrated` profile only: fitted fields become that profile's population, and
+    # every other profile (the production stand-in `live` above all) stays as declared.
     calibration = {
         "fields": {"user_profile.age": {"dist": "normal", "mean": 60, "std": 5}},
-        "simulation": {"profiles": {"live": {"latency_jitter_ms": {"min": 10, "max": 20},
-                                             "error_rates": {"sms": 0.5},
-                                             "population": [{"name": "young", "probability": 0.5,
-                                                             "init": {"user_profile.age": 20}}]}}},
+        "simulation": {"profiles": {"calibrated": {"latency_jitter_ms": {"min": 10, "max": 20},
+                                                   "error_rates": {"sms": 0.5}}}},
     }
+    declared = load_pack(CREDIT, check_liveness=False)
     pack = load_pack(CREDIT, calibration=calibration, check_liveness=False)
-    env = pack.make_env(2000, profile="live", seed=0)
-    age, seg = env.S[:, col(pack, "user_profile.age")], env.S[:, col(pack, "episode.segment")]
-    assert (age[seg == 1] == 20).all()
-    assert abs(float(age[seg == 0].mean()) - 60) < 1.0
-    assert pack.scenario.spec.profiles["live"].error_rates == {"sms": 0.5}
+    env = pack.make_env(2000, profile="calibrated", seed=0)
+    assert abs(float(env.S[:, col(pack, "user_profile.age")].mean()) - 60) < 1.0
+    assert pack.scenario.spec.profiles["calibrated"].error_rates == {"sms": 0.5}
+    live, live0 = pack.make_env(2000, profile="live", seed=0), declared.make_env(2000, profile="live", seed=0)
+    assert torch.equal(live.S, live0.S)
+    assert pack.scenario.spec.profiles["live"] == declared.scenario.spec.profiles["live"]
     from sandbox.errors import PackError
+    with pytest.raises(PackError, match="only the 'calibrated' profile"):
+        load_pack(CREDIT, calibration={"simulation": {"profiles": {"live": {}}}}, check_liveness=False)
     bad = {"fields": {"user_profile.age": {"dist": "normal", "mean": 60, "std": -5}}}
-    with pytest.raises(PackError, match="bad range: std -5 must be >= 0") as info:
+    with pytest.raises(PackError, match="bad range: std -5 must be >= 0"):
         load_pack(CREDIT, calibration=bad, check_liveness=False)
-    assert info.value.path == "user_profile.age.init"

@@ -165,7 +165,11 @@ def test_step_writes_report_logs_and_tags_policy(credit: Pack, tmp_path: Path, t
     assert out["reward_fn"] == "v1" and out["report_uri"].endswith(
         "reports/stress/credit_approval/20261130T0500/report.json")
     report = Storage(tmp_storage_root).read_json(out["report_uri"])
-    assert report["reward"]["passed"] and [r["scenario"] for r in report["policy"]] == ["nominal", "latency_x3"]
+    # the pack's own perturbations (its population segment included) win over the project's block
+    import yaml
+    pack_perturbations = list(yaml.safe_load((CREDIT / "params.yaml").read_text())["stress"]["perturbations"])
+    assert pack_perturbations == ["latency_x3", "errors_x5", "elderly"]
+    assert report["reward"]["passed"] and [r["scenario"] for r in report["policy"]] == ["nominal", *pack_perturbations]
     tags = Tracker(tmp_tracking, "credit_approval").model_version_tags(policy_model_name("credit_approval"), version)
     assert tags["stress_test"] == out["verdict"] and tags["stress_report"] == out["report_uri"]
     assert "<table>" in Storage(tmp_storage_root).read_text(out["html_uri"])

@@ -122,12 +122,24 @@ def test_resume_continues_from_the_last_checkpoint(tmp_tracking: str, tmp_storag
 
     def crash(*a: Any, **kw: Any) -> Any:
         raise RuntimeError("worker lost")
+    from mlflow.tracking import MlflowClient
+    end_run = MlflowClient.set_terminated
     monkeypatch.setattr(train_mod, "register_policy", crash)  # dies after training, before registering
+    # ... and like a killed process, never gets to end its MLflow run.
+    monkeypatch.setattr(MlflowClient, "set_terminated", lambda *a, **kw: None)
     with pytest.raises(RuntimeError, match="worker lost"):
         train_policy(make_ctx(tmp_path), "full", timesteps=TINY)
+    monkeypatch.setattr(MlflowClient, "set_terminated", end_run)
+    client = MlflowClient(tmp_tracking)
+    exp = client.get_experiment_by_name(SCENARIO)
+    left_open = [r for r in client.search_runs([exp.experiment_id], "tags.`rlops.step` = 'train_policy'")]
+    assert [r.info.status for r in left_open] == ["RUNNING"]
     monkeypatch.setattr(train_mod, "register_policy", register)
     res = train_policy(make_ctx(tmp_path), "full", timesteps=TINY)
     assert res["resumed_from"] == "ckpt_00000002.pt" and res["iterations"] == 2 and res["model_version"] == "1"
+    stale = client.get_run(left_open[0].info.run_id)  # the resumed training closed it
+    assert stale.info.status == "KILLED" and "rlops.closed_by" in stale.data.tags
+    assert client.get_run(res["run_id"]).data.tags["rlops.closed_stale_runs"] == stale.info.run_id
 
 
 def test_dry_run_writes_nothing(tmp_tracking: str, tmp_storage_root: str, tmp_path: Path,

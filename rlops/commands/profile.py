@@ -1,0 +1,46 @@
+"""``rlops profile``: train for a bounded time under ``torch.profiler`` and show where the time goes."""
+
+from __future__ import annotations
+
+import argparse
+
+from rlops.commands.common_args import add_common_args, add_reward_fn_arg, context_from_args, print_result
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profile", help="profile PPO training on a pack: time per phase, top operators, Chrome trace")
+    add_common_args(p, run_key=False)
+    p.add_argument("--duration", type=float, default=60.0, metavar="SECONDS",
+                   help="wall seconds of training to profile (default 60; the iteration running then finishes)")
+    p.add_argument("--device", default=None, help="cpu, cuda or auto (default: params)")
+    p.add_argument("--trace", default=None, metavar="FILE",
+                   help="Chrome trace file to write (default: <local_dir>/profiles/<scenario>/trace-<time>.json)")
+    add_reward_fn_arg(p)
+    p.set_defaults(func=cmd_profile)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from common.errors import UserError
+    from pipeline_steps.training.profile import REGIONS, profile_training, region_lines
+    if args.duration <= 0:
+        raise UserError(f"--duration must be a positive number of seconds, got {args.duration}")
+    ctx = context_from_args(args)
+    if args.dry_run:
+        res = {"dry_run": True, "scenario": ctx.scenario, "duration_s": args.duration, "regions": list(REGIONS)}
+        print_result(res, args.json, [f"dry run: would profile {args.duration:g}s of PPO training on {ctx.scenario} "
+                                      f"(phases {', '.join(REGIONS)})"])
+        return 0
+    try:
+        report = profile_training(ctx, args.duration, args.device, Path(args.trace) if args.trace else None,
+                                  args.reward_fn)
+    except KeyError as exc:
+        raise UserError(str(exc).strip("'\"")) from None
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    lines = [f"{report.scenario} on {report.device}: {report.iterations} iterations, {report.global_step:,} steps "
+             f"in {report.wall_s:.1f}s (profiled)", "where the time goes:", *region_lines(report),
+             "top 10 operators:", report.top_operators, f"Chrome trace: {report.trace}"]
+    print_result(report.to_dict(), args.json, lines)
+    return 0

@@ -1,0 +1,144 @@
+"""Label-import probes: malformed Label Studio tasks next to a good one. Each malformed task is
+rejected with a reason naming what is wrong, the good one is kept, nothing raises; two tasks that
+label one item differently are a conflict, reported with both labels and applied to neither. The
+file-level probes go through ``rlops labels import``. Prints the four counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from .io_harness import BAD, IOProbe, Verdict, expect_cli_error, failures, report, run_all
+
+ITEMS = pd.DataFrame({"item_id": ["it-1", "it-2"],
+                      "candidate_actions": [json.dumps(["approve", "reject"])] * 2})
+
+
+def task(iid: Any = "it-1", choice: Any = ("approve",), **over: Any) -> dict[str, Any]:
+    ann = {"id": 1, "completed_by": {"email": "a@example.com"}, "updated_at": "2026-01-05T10:00:00Z",
+           "result": [{"from_name": "action", "type": "choices", "value": {"choices": list(choice)}}]}
+    ann.update(over.pop("ann", {}))
+    t: dict[str, Any] = {"id": 7, "data": {"item_id": iid}, "annotations": [ann]}
+    t.update(over)
+    return t
+
+
+GOOD = task("it-2", ("reject",))
+
+
+def malformed(id: str, bad: Any, mention: str) -> IOProbe:
+    def run(tmp: Path) -> Verdict:
+        from pipeline_steps.labels.importing import parse_annotations
+        labels, rejected, empty, conflicts = parse_annotations([bad, GOOD], ITEMS)
+        if [lab["item_id"] for lab in labels] != ["it-2"]:
+            return ("accepted" if len(labels) > 1 else "lost"), f"labels {labels}"
+        if len(rejected) != 1 or mention not in rejected[0]["reason"]:
+            return "accepted", f"rejected {rejected} (expected one naming {mention!r})"
+        return None if not conflicts else ("accepted", f"conflicts {conflicts}")
+    return IOProbe(f"task_{id}", run)
+
+
+def result(value: Any) -> dict[str, Any]:
+    return {"ann": {"result": value}}
+
+
+TASK_PROBES = [
+    malformed("not_an_object", "just text", "expected a JSON object"),
+    malformed("list_task", [1, 2], "expected a JSON object"),
+    malformed("null_task", None, "expected a JSON object"),
+    malformed("no_data", {"annotations": []}, "'data' is missing"),
+    malformed("data_text", {"data": "it-1"}, "'data' is a str"),
+    malformed("item_id_missing", {"data": {}}, "'item_id' is missing"),
+    malformed("item_id_number", task(17), "'item_id' is a int"),
+    malformed("item_id_list", task(["it-1"]), "'item_id' is a list"),
+    malformed("item_unknown", task("it-999"), "not in the label queue"),
+    malformed("annotations_text", task(annotations="done"), "'annotations' is a str"),
+    malformed("annotation_text", task(annotations=["approve"]), "annotation 0 is a str"),
+    malformed("result_text", task(**result("approve")), "'result' is a str"),
+    malformed("result_without_choice", task(**result([])), "no 'action' choice"),
+    malformed("value_missing", task(**result([{"from_name": "action", "type": "choices"}])), "'value' is missing"),
+    malformed("choices_text", task(**result([{"from_name": "action", "type": "choices",
+                                              "value": {"choices": "approve"}}])), "expected a list"),
+    malformed("choices_numbers", task(choice=(1,)), "expected a list of action names"),
+    malformed("choices_two_actions", task(choice=("approve", "reject")), "expected one"),
+    malformed("label_illegal", task(choice=("launch_rocket",)), "not a legal action"),
+    malformed("updated_at_garbage", task(ann={"updated_at": "last tuesday"}), "not ISO-8601"),
+    malformed("updated_at_number", task(ann={"updated_at": 12345}), "expected ISO-8601 text"),
+    malformed("completed_by_list", task(ann={"completed_by": ["a", "b"]}), "'completed_by' is a list"),
+]
+
+
+def _conflict(tmp: Path) -> Verdict:
+    from pipeline_steps.labels.importing import parse_annotations
+    labels, rejected, _, conflicts = parse_annotations(
+        [task("it-1", ("approve",)), task("it-1", ("reject",), ann={"updated_at": "2026-01-06T00:00:00Z"}), GOOD],
+        ITEMS)
+    if any(lab["item_id"] == "it-1" for lab in labels):
+        return "accepted", f"one of two conflicting labels won: {labels}"
+    if len(conflicts) != 1 or sorted(c["label"] for c in conflicts[0]["labels"]) != ["approve", "reject"]:
+        return "lost", f"the conflict is not reported with both labels: {conflicts}"
+    return None
+
+
+def _agreeing_duplicates(tmp: Path) -> Verdict:
+    from pipeline_steps.labels.importing import parse_annotations
+    labels, _, _, conflicts = parse_annotations([task("it-1"), task("it-1"), GOOD], ITEMS)
+    ok = sorted(lab["item_id"] for lab in labels) == ["it-1", "it-2"] and not conflicts
+    return None if ok else ("lost", f"labels {labels}, conflicts {conflicts}")
+
+
+def _cancelled_only(tmp: Path) -> Verdict:
+    from pipeline_steps.labels.importing import parse_annotations
+    labels, rejected, empty, _ = parse_annotations([task(ann={"was_cancelled": True}), GOOD], ITEMS)
+    return None if (len(labels), len(rejected), empty) == (1, 0, 1) else ("lost", f"{labels} {rejected} {empty}")
+
+
+def _export_not_a_list(tmp: Path) -> Verdict:
+    from pipeline_steps.labels.importing import parse_annotations
+    try:
+        parse_annotations({"tasks": []}, ITEMS)
+    except ValueError as exc:
+        return None if "JSON list of tasks" in str(exc) else ("accepted", str(exc))
+    return "accepted", "a JSON object was read as an export"
+
+
+# --------------------------------------------------------------------------- through the CLI
+
+def cli_import(id: str, content: str | None, mentions: tuple[str, ...]) -> IOProbe:
+    def run(tmp: Path) -> Verdict:
+        path = tmp / "export.json"
+        if content is not None:
+            path.write_text(content)
+        return expect_cli_error(["labels", "import", str(path), "--scenario", "credit_approval"], 2, mentions)
+    return IOProbe(f"cli_import_{id}", run)
+
+
+PROBES = [
+    *TASK_PROBES,
+    IOProbe("conflicting_labels_reported_not_overwritten", _conflict),
+    IOProbe("agreeing_duplicates_kept_once", _agreeing_duplicates),
+    IOProbe("cancelled_annotation_not_a_label", _cancelled_only),
+    IOProbe("export_not_a_list", _export_not_a_list),
+    cli_import("missing_file", None, ("export.json",)),
+    cli_import("not_json", "{not json", ("not JSON",)),
+    cli_import("json_object", '{"tasks": []}', ("JSON list of tasks",)),
+    cli_import("empty_file", "", ("not JSON",)),
+]
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("RLOPS_STORAGE_ROOT", f"file://{tmp_path / 'store'}")
+    monkeypatch.setenv("RLOPS_QUEUE_DB", f"sqlite:///{tmp_path / 'queue.db'}")
+    return tmp_path
+
+
+def test_label_probes(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    outcomes = run_all(PROBES, isolated / "probes")
+    with capsys.disabled():
+        print(report("label probes", outcomes))
+    assert not [o for o in outcomes if o.kind in BAD], failures(outcomes)
