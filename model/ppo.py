@@ -15,6 +15,7 @@ minibatches and γ come from the pack (``PPOConfig.for_pack``).
 Beyond the CleanRL core: resumable checkpoints (bit-identical continuation on CPU), reward
 hot-reload between iterations, incremental (warm-start) training with an optional EWC penalty,
 an optional action-smoothing penalty, and a stagnation flag. See :class:`PPOConfig` for knobs.
+Those side concerns are one call each in the loop; their code is in :mod:`model.training_hooks`.
 """
 
 from __future__ import annotations
@@ -30,26 +31,18 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function  # labelled regions for `rlops profile`; free without a profiler
 
-from model.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from model.early_stop import EvalPlateau, StagnationMonitor
-from model.ewc import EWCPenalty, make_ewc, smoothing_kl
+from model.ewc import EWCPenalty
 from model.normalize import ReturnScaler
 from model.policy import PolicyConfig, PolicyNetwork, gumbel_sample, load_policy, masked_entropy
 from model.ppo_config import PPOConfig, resolve_device
 from common.metrics_sink import MetricsSink, NullSink
 from common.seeding import seed_everything
+from model.training_hooks import (RewardSwitch, anneal, check_device, checkpoint_due, checkpoint_to_resume,
+                                  ewc_if_due, hot_reload, iteration_metrics, log_run_params, report_iteration,
+                                  resume, rollout_buffers, save_state, smoothing_term)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RewardSwitch:
-    """A reward function change picked up between two iterations."""
-
-    iteration: int
-    global_step: int
-    old_version: str
-    new_version: str
 
 
 @dataclass
@@ -144,6 +137,107 @@ def _build_policy(cfg: PPOConfig, env: Any, init_from: str | Path | PolicyNetwor
     return copy.deepcopy(policy).to(device)
 
 
+def collect_rollout(policy: PolicyNetwork, env: Any, gen: torch.Generator, scaler: ReturnScaler | None,
+                    bufs: tuple[Tensor, ...], next_obs: Tensor, next_mask: Tensor, T: int, device: torch.device
+                    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor, Tensor, Tensor]]:
+    """T steps of all N envs into ``bufs`` (see :func:`model.training_hooks.rollout_buffers`), no host
+    sync; call under ``torch.no_grad()``. Returns the next observation and mask, and the summed
+    ``(return, length, count, illegal actions, human takeovers)`` of the episodes that ended."""
+    obs_buf, final_obs_buf, mask_buf, act_buf, logp_buf, rew_buf, val_buf, term_buf, trunc_buf = bufs
+    ep_ret = torch.zeros((), device=device)
+    ep_len = torch.zeros((), device=device)
+    ep_cnt = torch.zeros((), device=device)
+    illegal = torch.zeros((), device=device)
+    takeover = torch.zeros((), device=device)
+    for t in range(T):
+        obs_buf[t], mask_buf[t] = next_obs, next_mask
+        with record_function("rlops/policy_forward"):
+            logp_all, value = policy(next_obs, next_mask)
+            action = gumbel_sample(logp_all, gen)
+        act_buf[t], val_buf[t] = action, value
+        logp_buf[t] = logp_all.gather(1, action.unsqueeze(1)).squeeze(1)
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        next_mask = env.action_masks()
+        rew_buf[t] = reward if scaler is None else scaler(reward, terminated | truncated)
+        term_buf[t], trunc_buf[t] = terminated, truncated
+        final_obs_buf[t] = info.final_obs
+        done = (terminated | truncated).float()
+        ep_ret += (info.episode_return * done).sum()
+        ep_len += (info.episode_length * done).sum()
+        ep_cnt += done.sum()
+        illegal += info.illegal.sum()
+        takeover += (info.human_takeover & (terminated | truncated)).sum()
+    return next_obs, next_mask, (ep_ret, ep_len, ep_cnt, illegal, takeover)
+
+
+def bootstrap_gae(cfg: PPOConfig, policy: PolicyNetwork, bufs: tuple[Tensor, ...], next_obs: Tensor
+                  ) -> tuple[Tensor, Tensor]:
+    """Advantages and returns of the rollout in ``bufs``; call under ``torch.no_grad()``."""
+    _, final_obs_buf, _, _, _, rew_buf, val_buf, term_buf, trunc_buf = bufs
+    T, N = rew_buf.shape
+    device = rew_buf.device
+    final_values = torch.zeros((T, N), device=device)
+    trunc_idx = trunc_buf.nonzero(as_tuple=True)  # one sync per iteration
+    if trunc_idx[0].numel():
+        final_values[trunc_idx] = policy.get_value(final_obs_buf[trunc_idx])
+    next_value = policy.get_value(next_obs)
+    with record_function("rlops/advantages"):
+        return compute_gae(rew_buf, val_buf, next_value, term_buf, trunc_buf, final_values,
+                           cfg.gamma, cfg.gae_lambda)
+
+
+def ppo_update(cfg: PPOConfig, policy: PolicyNetwork, optimizer: torch.optim.Optimizer, gen: torch.Generator,
+               ewc: EWCPenalty | None, ent_coef: float, N: int, minibatch_size: int, device: torch.device,
+               batch: tuple[Tensor, ...]) -> tuple[list[Tensor], int]:
+    """``update_epochs`` passes over shuffled minibatches of the flattened ``batch``; returns the
+    per-minibatch loss statistics and how many epochs ran (``target_kl`` may stop early)."""
+    b_obs, b_masks, b_actions, b_logp, b_advantages, b_returns, b_values, b_done = batch
+    batch_size = b_obs.shape[0]
+    policy.train()
+    stats: list[Tensor] = []
+    epochs_run = 0
+    for epoch in range(cfg.update_epochs):
+        perm = torch.randperm(batch_size, generator=gen, device=device)
+        for start in range(0, batch_size, minibatch_size):
+            mb = perm[start:start + minibatch_size]
+            with record_function("rlops/data_movement"):
+                mb_masks, mb_obs = b_masks[mb], b_obs[mb]
+            with record_function("rlops/policy_forward"):
+                mb_logp_all, mb_values = policy(mb_obs, mb_masks)
+            mb_new_logp = mb_logp_all.gather(1, b_actions[mb].unsqueeze(1)).squeeze(1)
+            mb_entropy = masked_entropy(mb_logp_all, mb_masks).mean()
+            pg_loss, v_loss, approx_kl, old_approx_kl, clipfrac = ppo_losses(
+                mb_new_logp, b_logp[mb], b_advantages[mb], mb_values, b_values[mb], b_returns[mb],
+                cfg.clip_coef, cfg.clip_vloss, cfg.norm_adv)
+            loss = pg_loss - ent_coef * mb_entropy + cfg.vf_coef * v_loss
+            ewc_term = ewc(policy) if ewc is not None else torch.zeros((), device=device)
+            smooth = smoothing_term(cfg, policy, mb, mb_logp_all, mb_masks, b_obs, b_masks, b_done, N,
+                                    batch_size, device)
+            loss = loss + ewc_term + cfg.smoothing_coef * smooth
+            optimizer.zero_grad(set_to_none=True)
+            with record_function("rlops/backward"):
+                loss.backward()
+            with record_function("rlops/optimizer"):
+                torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                optimizer.step()
+            stats.append(torch.stack([pg_loss.detach(), v_loss.detach(), mb_entropy.detach(), approx_kl,
+                                      old_approx_kl, clipfrac, ewc_term.detach(), smooth.detach()]))
+        epochs_run = epoch + 1
+        if cfg.target_kl is not None and float(approx_kl) > cfg.target_kl:
+            break
+    return stats, epochs_run
+
+
+def _result(policy: PolicyNetwork, plateau: EvalPlateau, history: list[dict[str, float]], start_iter: int,
+            global_step: int, wall: float, stagnated: bool, switches: list[RewardSwitch], last_ckpt: Path | None,
+            reward_version: str, plateaued: bool) -> TrainResult:
+    final = history[-1]["episodic_return"] if history else float("nan")
+    done_iters = int(history[-1]["iteration"]) if history else start_iter
+    best = None if plateau.best_state is None else plateau.best
+    return TrainResult(policy.eval(), done_iters, global_step, wall, final, stagnated, history, switches,
+                       last_ckpt, reward_version, plateaued, best, plateau.best_iteration if best is not None else None)
+
+
 def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
           init_from: str | Path | PolicyNetwork | None = None, resume_from: str | Path | None = None,
           reward_source: Callable[[int], Any] | None = None,
@@ -163,10 +257,7 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
             True stops the run there (e.g. once a held-out evaluation reaches a target).
     """
     # ---- setup: device, seeds, policy, optimizer
-    device = resolve_device(cfg.device)
-    if env.device.type != device.type:
-        raise ValueError(f"the environment is on {env.device} but PPOConfig.device resolves to {device}; "
-                         f"create it with pack.make_env(..., device='{device.type}') so no step crosses devices")
+    device = check_device(cfg, env)
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     tracker = tracker or NullSink()
@@ -188,40 +279,16 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
     switches: list[RewardSwitch] = []
 
     # ---- resume
-    ckpt_path = latest_checkpoint(cfg.checkpoint_dir) if resume_from == "auto" and cfg.checkpoint_dir else (
-        Path(resume_from) if resume_from not in (None, "auto") else None)
+    ckpt_path = checkpoint_to_resume(cfg, resume_from)
     if ckpt_path is not None:
-        ck = load_checkpoint(ckpt_path, device)
-        policy.load_state_dict(ck["policy"])
-        optimizer.load_state_dict(ck["optimizer"])
-        torch.set_rng_state(ck["torch_rng"].cpu())
-        gen.set_state(ck["generator"].cpu())  # generator states are CPU byte tensors, CUDA ones too
-        env.load_state_dict(ck["env"])
-        start_iter, global_step, elapsed_before = int(ck["iteration"]), int(ck["global_step"]), float(ck["elapsed_s"])
-        stagnation.load_state_dict(ck["stagnation"])
-        if "plateau" in ck:
-            plateau.load_state_dict(ck["plateau"])
-        if scaler is not None and "reward_scaler" in ck:
-            scaler.load_state_dict(ck["reward_scaler"])
-        if "ewc" in ck:
-            ewc = EWCPenalty.from_state_dict(ck["ewc"], cfg.ewc_lambda)
-        reward_version = str(ck["reward_fn_version"])
-        log.info("resumed from %s at iteration %d (step %d)", ckpt_path, start_iter, global_step)
+        start_iter, global_step, elapsed_before, ewc, reward_version = resume(
+            ckpt_path, cfg, device, policy, optimizer, gen, env, stagnation, plateau, scaler)
 
-    tracker.log_params({**cfg.to_params(), "policy_parameters": policy.num_parameters(), "num_envs": N,
-                        "batch_size": batch_size, "minibatch_size": minibatch_size,
-                        "num_iterations": num_iterations, "reward_fn_version": env.reward_fn.version})
+    log_run_params(tracker, cfg, policy, env, batch_size, minibatch_size, num_iterations)
 
     # ---- rollout storage (on the env's device, reused every iteration)
-    obs_buf = torch.zeros((T, N, D), device=device)
-    final_obs_buf = torch.zeros((T, N, D), device=device)
-    mask_buf = torch.zeros((T, N, A), dtype=torch.bool, device=device)
-    act_buf = torch.zeros((T, N), dtype=torch.long, device=device)
-    logp_buf = torch.zeros((T, N), device=device)
-    rew_buf = torch.zeros((T, N), device=device)
-    val_buf = torch.zeros((T, N), device=device)
-    term_buf = torch.zeros((T, N), dtype=torch.bool, device=device)
-    trunc_buf = torch.zeros((T, N), dtype=torch.bool, device=device)
+    bufs = rollout_buffers(T, N, D, A, device)
+    obs_buf, _, mask_buf, act_buf, logp_buf, _, val_buf, term_buf, trunc_buf = bufs
 
     next_obs, next_mask = env.observe(), env.action_masks()
     history: list[dict[str, float]] = []
@@ -233,159 +300,49 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
     bar = tqdm(total=num_iterations, initial=start_iter, disable=not cfg.progress, desc="ppo", unit="it")
     for iteration in range(start_iter + 1, num_iterations + 1):
         # ---- reward hot reload (between iterations only)
-        if reward_source is not None:
-            new_fn = reward_source(iteration)
-            if new_fn is not None and new_fn.version != env.reward_fn.version:
-                env.set_reward_fn(new_fn)
-        if env.reward_fn.version != reward_version:
-            switches.append(RewardSwitch(iteration, global_step, reward_version, env.reward_fn.version))
-            log.warning("reward function switched at iteration %d: %s -> %s", iteration, reward_version[:12],
-                        env.reward_fn.version[:12])
-            tracker.log_params({f"reward_fn_switch_{iteration}": f"{reward_version} -> {env.reward_fn.version}"})
-            reward_version = env.reward_fn.version
-
-        frac = (iteration - 1.0) / num_iterations
-        if cfg.anneal_lr:
-            optimizer.param_groups[0]["lr"] = (1.0 - frac) * cfg.learning_rate
-        ent_coef = cfg.ent_coef if cfg.ent_coef_final is None else cfg.ent_coef + frac * (cfg.ent_coef_final -
-                                                                                           cfg.ent_coef)
+        reward_version = hot_reload(iteration, global_step, env, reward_source, reward_version, switches, tracker)
+        ent_coef = anneal(cfg, optimizer, iteration, num_iterations)  # learning rate and entropy schedules
 
         # ---- rollout: T steps of all N envs, no host sync
-        ep_ret = torch.zeros((), device=device)
-        ep_len = torch.zeros((), device=device)
-        ep_cnt = torch.zeros((), device=device)
-        illegal = torch.zeros((), device=device)
-        takeover = torch.zeros((), device=device)
         policy.eval()
         with torch.no_grad():
-            for t in range(T):
-                obs_buf[t], mask_buf[t] = next_obs, next_mask
-                with record_function("rlops/policy_forward"):
-                    logp_all, value = policy(next_obs, next_mask)
-                    action = gumbel_sample(logp_all, gen)
-                act_buf[t], val_buf[t] = action, value
-                logp_buf[t] = logp_all.gather(1, action.unsqueeze(1)).squeeze(1)
-                next_obs, reward, terminated, truncated, info = env.step(action)
-                next_mask = env.action_masks()
-                rew_buf[t] = reward if scaler is None else scaler(reward, terminated | truncated)
-                term_buf[t], trunc_buf[t] = terminated, truncated
-                final_obs_buf[t] = info.final_obs
-                done = (terminated | truncated).float()
-                ep_ret += (info.episode_return * done).sum()
-                ep_len += (info.episode_length * done).sum()
-                ep_cnt += done.sum()
-                illegal += info.illegal.sum()
-                takeover += (info.human_takeover & (terminated | truncated)).sum()
+            next_obs, next_mask, episodes = collect_rollout(policy, env, gen, scaler, bufs, next_obs, next_mask, T,
+                                                            device)
             global_step += batch_size
 
             # ---- bootstrap truncated episodes from V(final obs), then GAE
-            final_values = torch.zeros((T, N), device=device)
-            trunc_idx = trunc_buf.nonzero(as_tuple=True)  # one sync per iteration
-            if trunc_idx[0].numel():
-                final_values[trunc_idx] = policy.get_value(final_obs_buf[trunc_idx])
-            next_value = policy.get_value(next_obs)
-            with record_function("rlops/advantages"):
-                advantages, returns = compute_gae(rew_buf, val_buf, next_value, term_buf, trunc_buf, final_values,
-                                                  cfg.gamma, cfg.gae_lambda)
+            advantages, returns = bootstrap_gae(cfg, policy, bufs, next_obs)
 
         # ---- flatten the batch (index = t * N + n)
         b_obs, b_masks = obs_buf.reshape(batch_size, D), mask_buf.reshape(batch_size, A)
         b_actions, b_logp = act_buf.reshape(-1), logp_buf.reshape(-1)
         b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), val_buf.reshape(-1)
         b_done = (term_buf | trunc_buf).reshape(-1)
-        if cfg.mode == "incremental" and cfg.ewc_lambda > 0 and ewc is None:
-            # Fisher on the states the warm-started policy just visited, before any update.
-            pick = torch.randperm(batch_size, generator=gen, device=device)[:cfg.ewc_samples]
-            ewc = make_ewc(policy, b_obs[pick], b_masks[pick], cfg.ewc_lambda, gen)
+        ewc = ewc_if_due(cfg, ewc, policy, b_obs, b_masks, batch_size, gen, device)
 
         # ---- update: update_epochs passes over shuffled minibatches
-        policy.train()
-        stats: list[Tensor] = []
-        epochs_run = 0
-        for epoch in range(cfg.update_epochs):
-            perm = torch.randperm(batch_size, generator=gen, device=device)
-            for start in range(0, batch_size, minibatch_size):
-                mb = perm[start:start + minibatch_size]
-                with record_function("rlops/data_movement"):
-                    mb_masks, mb_obs = b_masks[mb], b_obs[mb]
-                with record_function("rlops/policy_forward"):
-                    mb_logp_all, mb_values = policy(mb_obs, mb_masks)
-                mb_new_logp = mb_logp_all.gather(1, b_actions[mb].unsqueeze(1)).squeeze(1)
-                mb_entropy = masked_entropy(mb_logp_all, mb_masks).mean()
-                pg_loss, v_loss, approx_kl, old_approx_kl, clipfrac = ppo_losses(
-                    mb_new_logp, b_logp[mb], b_advantages[mb], mb_values, b_values[mb], b_returns[mb],
-                    cfg.clip_coef, cfg.clip_vloss, cfg.norm_adv)
-                loss = pg_loss - ent_coef * mb_entropy + cfg.vf_coef * v_loss
-                ewc_term = ewc(policy) if ewc is not None else torch.zeros((), device=device)
-                smooth = torch.zeros((), device=device)
-                if cfg.smoothing_coef > 0:
-                    nxt = mb + N  # the same env one step later, same episode unless step t ended it
-                    valid = (nxt < batch_size) & ~b_done[mb]
-                    nxt = torch.where(valid, nxt, mb)
-                    nxt_logp, _ = policy(b_obs[nxt], b_masks[nxt])
-                    smooth = smoothing_kl(mb_logp_all, mb_masks, nxt_logp, b_masks[nxt], valid)
-                loss = loss + ewc_term + cfg.smoothing_coef * smooth
-                optimizer.zero_grad(set_to_none=True)
-                with record_function("rlops/backward"):
-                    loss.backward()
-                with record_function("rlops/optimizer"):
-                    torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-                    optimizer.step()
-                stats.append(torch.stack([pg_loss.detach(), v_loss.detach(), mb_entropy.detach(), approx_kl,
-                                          old_approx_kl, clipfrac, ewc_term.detach(), smooth.detach()]))
-            epochs_run = epoch + 1
-            if cfg.target_kl is not None and float(approx_kl) > cfg.target_kl:
-                break
+        stats, epochs_run = ppo_update(cfg, policy, optimizer, gen, ewc, ent_coef, N, minibatch_size, device,
+                                       (b_obs, b_masks, b_actions, b_logp, b_advantages, b_returns, b_values, b_done))
         # The observation statistics move between iterations only, so one iteration's rollout and
         # update see the same normalisation.
         policy.update_obs_stats(b_obs)
 
         # ---- metrics (one host copy per iteration)
-        with record_function("rlops/data_movement"):
-            s = torch.stack(stats)
-            means = s.mean(0).tolist()
-            last_kl = s[-1, 3].item()
-        n_eps = float(ep_cnt)
-        ep_return = float(ep_ret / ep_cnt) if n_eps else float("nan")
-        stagnated = stagnation.update(ep_return)
         elapsed = elapsed_before + time.perf_counter() - t_start
-        metrics = {
-            "episodic_return": ep_return, "episodic_length": float(ep_len / ep_cnt) if n_eps else float("nan"),
-            "episodes": n_eps, "policy_loss": means[0], "value_loss": means[1], "entropy": means[2],
-            "approx_kl": last_kl, "old_approx_kl": s[-1, 4].item(), "clipfrac": means[5],
-            "explained_variance": explained_variance(b_values, b_returns), "ewc_penalty": means[6],
-            "smoothing_kl": means[7], "learning_rate": optimizer.param_groups[0]["lr"],
-            "illegal_actions": float(illegal), "human_takeover_rate": float(takeover) / n_eps if n_eps else 0.0,
-            "sps": (global_step - steps_at_start) / max(time.perf_counter() - t_start, 1e-9),
-            "stagnation": float(stagnated), "update_epochs_run": float(epochs_run), "iteration": float(iteration),
-            "global_step": float(global_step), "elapsed_s": elapsed, "ent_coef": ent_coef,
-            "reward_scale": float(scaler.rms.var.sqrt()) if scaler is not None else 1.0,
-        }
+        metrics = iteration_metrics(
+            stats, episodes, explained_variance(b_values, b_returns), stagnation,
+            optimizer, scaler, sps=(global_step - steps_at_start) / max(time.perf_counter() - t_start, 1e-9),
+            epochs_run=epochs_run, iteration=iteration, global_step=global_step, elapsed_s=elapsed, ent_coef=ent_coef)
+        stagnated = bool(metrics["stagnation"])
         if plateau.due(iteration):
             metrics["eval_return"], plateaued = plateau.update(iteration, policy, env.reward_fn)
         history.append(metrics)
 
         # ---- checkpoint before reporting, so a kill after the report never loses the iteration
-        if cfg.checkpoint_every and cfg.checkpoint_dir and (iteration % cfg.checkpoint_every == 0
-                                                            or iteration == num_iterations):
-            state: dict[str, Any] = {
-                "iteration": iteration, "global_step": global_step, "elapsed_s": elapsed,
-                "policy": policy.state_dict(), "policy_config": policy.config.to_dict(),
-                "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-                "generator": gen.get_state(), "env": env.state_dict(), "stagnation": stagnation.state_dict(),
-                "reward_fn_version": reward_version, "config": cfg.to_params()}
-            if ewc is not None:
-                state["ewc"] = ewc.state_dict()
-            state["plateau"] = plateau.state_dict()
-            if scaler is not None:
-                state["reward_scaler"] = scaler.state_dict()
-            last_ckpt = save_checkpoint(cfg.checkpoint_dir, iteration, state, keep=cfg.keep_checkpoints)
-        if stagnated and stagnation.since == stagnation.window:
-            log.warning("stagnation: the episodic return has not improved for %d iterations (best %.4f)",
-                        stagnation.window, stagnation.best)
-        bar.set_postfix(ret=f"{ep_return:.3f}", kl=f"{last_kl:.4f}", refresh=False)
-        bar.update(1)
-        tracker.log_metrics(metrics, step=global_step)
+        if checkpoint_due(cfg, iteration, num_iterations):
+            last_ckpt = save_state(cfg, iteration, global_step, elapsed, policy, optimizer, gen, env, stagnation,
+                                   plateau, scaler, ewc, reward_version)
+        report_iteration(metrics, stagnation, bar, tracker, global_step)
         if on_iteration is not None and on_iteration(iteration, policy, metrics):
             policy.eval()
             break
@@ -398,11 +355,8 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
         plateau.restore_best(policy)
 
     wall = elapsed_before + time.perf_counter() - t_start
-    final = history[-1]["episodic_return"] if history else float("nan")
-    done_iters = int(history[-1]["iteration"]) if history else start_iter
-    best = None if plateau.best_state is None else plateau.best
-    return TrainResult(policy.eval(), done_iters, global_step, wall, final, stagnated, history, switches,
-                       last_ckpt, reward_version, plateaued, best, plateau.best_iteration if best is not None else None)
+    return _result(policy, plateau, history, start_iter, global_step, wall, stagnated, switches, last_ckpt,
+                   reward_version, plateaued)
 
 
 __all__ = ["PPOConfig", "TrainResult", "RewardSwitch", "MetricsSink", "NullSink", "StagnationMonitor",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipeline_steps.infra.registry import RunHandle
+    from pipeline_steps.infra.run_handle import RunHandle
     from pipeline_steps.infra.storage import Storage
 
 TRAINING, EVALUATION, CALIBRATION, DRIFT = "training", "evaluation", "calibration", "drift"

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
     from pipeline_steps.infra.context import StepContext
-    from pipeline_steps.infra.registry import RunHandle, Tracker
+    from pipeline_steps.infra.registry import Tracker
+    from pipeline_steps.infra.run_handle import RunHandle
 
 
 def step_run_name(step: str, scenario: str, run_key: str, label: str | None = None) -> str:

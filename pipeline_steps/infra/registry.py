@@ -22,26 +22,26 @@ or a :class:`ListTracker`.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from common.config import resolve_local
 from common.metrics_sink import ListSink, MetricsSink, NullSink
 from pipeline_steps.infra import tags as K
+from pipeline_steps.infra.run_handle import RunHandle
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
+
+    from pipeline_steps.infra.aliases import AliasState
 
 T = TypeVar("T")
 
 from common.policy_ref import policy_model_name  # noqa: E402,F401  (the registry names models)
 
 CHAMPION, CHALLENGER, PREVIOUS = "champion", "challenger", "previous"
-_PARAM_MAX = 6000  # MLflow's limit on a param value
 
 
 class TrackingError(RuntimeError):
@@ -61,67 +61,6 @@ def reward_fn_model_name(scenario: str) -> str:
 MetricsTracker = MetricsSink
 NullTracker = NullSink
 ListTracker = ListSink
-
-
-# --------------------------------------------------------------------------- records
-@dataclass(frozen=True)
-class AliasState:
-    """``champion`` and ``previous`` of a registered model after an alias change."""
-
-    name: str
-    champion: str | None
-    previous: str | None
-
-
-class RunHandle:
-    """One MLflow run; also a :class:`MetricsTracker` for training loops."""
-
-    def __init__(self, tracker: Tracker, run_id: str, artifact_uri: str) -> None:
-        self._tracker, self.run_id, self.artifact_uri = tracker, run_id, artifact_uri
-
-    def _c(self, op: str, fn: Callable[[MlflowClient], T]) -> T:
-        return self._tracker._call(f"{op} (run {self.run_id})", fn)
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        from mlflow.entities import Metric
-        ts = int(time.time() * 1000)
-        items = [Metric(k, float(v), ts, int(step)) for k, v in metrics.items()]
-        for i in range(0, len(items), 1000):  # log_batch takes at most 1000 metrics
-            self._c("log_metrics", lambda c, b=items[i:i + 1000]: c.log_batch(self.run_id,
-                                                                              metrics=b))
-
-    def log_params(self, params: Mapping[str, Any]) -> None:
-        from mlflow.entities import Param
-        items = [Param(k, str(v)[:_PARAM_MAX]) for k, v in params.items()]
-        for i in range(0, len(items), 100):  # log_batch takes at most 100 params
-            self._c("log_params", lambda c, b=items[i:i + 100]: c.log_batch(self.run_id, params=b))
-
-    def set_tags(self, tags: Mapping[str, Any]) -> None:
-        from mlflow.entities import RunTag
-        items = [RunTag(k, str(v)) for k, v in tags.items()]
-        self._c("set_tags", lambda c: c.log_batch(self.run_id, tags=items))
-
-    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
-        """Log a local file, or every file of a local folder, under ``artifact_path``."""
-        p = Path(path)
-        if p.is_dir():
-            self._c("log_artifacts", lambda c: c.log_artifacts(self.run_id, str(p), artifact_path))
-        else:
-            self._c("log_artifact", lambda c: c.log_artifact(self.run_id, str(p), artifact_path))
-
-    def log_inputs(self, datasets: list[Any]) -> None:
-        """Attach MLflow ``DatasetInput``s (see :mod:`pipeline_steps.infra.datasets`)."""
-        self._c("log_inputs", lambda c: c.log_inputs(self.run_id, datasets=datasets))
-
-    def log_dict(self, obj: dict[str, Any], artifact_file: str) -> None:
-        self._c("log_dict", lambda c: c.log_dict(self.run_id, obj, artifact_file))
-
-    def log_text(self, text: str, artifact_file: str) -> None:
-        self._c("log_text", lambda c: c.log_text(self.run_id, text, artifact_file))
-
-    def log_figure(self, figure: Any, artifact_file: str) -> None:
-        """Log a matplotlib (or plotly) figure as an image artifact."""
-        self._c("log_figure", lambda c: c.log_figure(self.run_id, figure, artifact_file))
 
 
 # --------------------------------------------------------------------------- tracker
@@ -380,57 +319,17 @@ class Tracker:
                 raise
         return self._call(f"get aliases of {name!r}", get)
 
-    def _move(self, name: str, target: dict[str, str | None], why: str) -> AliasState:
-        """Set ``champion``/``previous`` to ``target`` (None deletes); restore on failure."""
-        before = {a: self.get_alias(name, a) for a in (CHAMPION, PREVIOUS)}
-        order = [PREVIOUS, CHAMPION]  # previous first: champion is never lost, only duplicated
-        try:
-            for alias in order:
-                if target[alias] == before[alias]:
-                    continue
-                if target[alias] is None:
-                    self.delete_alias(name, alias)
-                else:
-                    self.set_alias(name, alias, str(target[alias]))
-        except Exception as exc:
-            restore_err = ""
-            for alias in order:
-                try:
-                    if before[alias] is None:
-                        self.delete_alias(name, alias)
-                    else:
-                        self.set_alias(name, alias, str(before[alias]))
-                except Exception as rexc:  # noqa: BLE001 - reported below
-                    restore_err += f" Restoring {alias!r} to {before[alias]} also failed: {rexc}."
-            raise TrackingError(
-                f"{why} for {name!r} failed: {exc}. Aliases were "
-                + ("NOT fully restored:" + restore_err if restore_err else
-                   f"restored to champion={before[CHAMPION]}, previous={before[PREVIOUS]}.")
-            ) from exc
-        return AliasState(name, target[CHAMPION], target[PREVIOUS])
-
     def move_champion(self, name: str, new_version: str) -> AliasState:
-        """Make ``new_version`` the champion and keep the current one as ``previous``."""
-        new_version = str(new_version)
-        self._call(f"get {name!r} v{new_version}", lambda c: c.get_model_version(name, new_version))
-        current = self.get_alias(name, CHAMPION)
-        if current == new_version:
-            return AliasState(name, current, self.get_alias(name, PREVIOUS))
-        previous = current if current is not None else self.get_alias(name, PREVIOUS)
-        return self._move(name, {CHAMPION: new_version, PREVIOUS: previous},
-                          f"moving champion to v{new_version}")
+        """Make ``new_version`` the champion and keep the current one as ``previous``
+        (see :func:`pipeline_steps.infra.aliases.move_champion`)."""
+        from pipeline_steps.infra.aliases import move_champion
+        return move_champion(self, name, new_version)
 
     def rollback(self, name: str) -> AliasState:
-        """Point ``champion`` back at ``previous`` and clear ``previous`` (so a second
-        rollback cannot bounce back to the bad version). The demoted version is tagged."""
-        previous, current = self.get_alias(name, PREVIOUS), self.get_alias(name, CHAMPION)
-        if previous is None:
-            raise TrackingError(f"cannot roll back {name!r}: it has no 'previous' alias "
-                                f"(champion is {current}); promote a version explicitly instead")
-        state = self._move(name, {CHAMPION: previous, PREVIOUS: None}, "rollback")
-        if current is not None and current != previous:
-            self.set_model_version_tags(name, current, {K.ROLLED_BACK: "true"})
-        return state
+        """Point ``champion`` back at ``previous`` and clear ``previous``
+        (see :func:`pipeline_steps.infra.aliases.rollback`)."""
+        from pipeline_steps.infra.aliases import rollback
+        return rollback(self, name)
 
     # ------------------------------------------------------------------ reward functions
     def register_reward_fn(self, scenario: str, source_path: str | os.PathLike[str], sha256: str,

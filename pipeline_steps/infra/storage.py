@@ -4,7 +4,8 @@ Two kinds of URI are understood, and one :class:`Storage` handles both, whatever
 
 * ``file:///abs/path`` (the default; a relative ``file://rel`` or plain path is made absolute
   with :func:`common.config.resolve_local`), and
-* ``s3://bucket/key`` through boto3, with ``endpoint_url`` for S3-compatible servers (MinIO, moto).
+* ``s3://bucket/key`` through boto3, with ``endpoint_url`` for S3-compatible servers (MinIO, moto);
+  client, retries and write verification live in :mod:`pipeline_steps.infra.storage_s3`.
 
 Guarantees, so a step can be re-run after any failure:
 
@@ -25,8 +26,6 @@ Typical use::
 
 from __future__ import annotations
 
-from common.errors import InfrastructureError
-
 import io
 import json
 import os
@@ -36,40 +35,19 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any
 
 from common.config import resolve_local
+from pipeline_steps.infra.storage_errors import StorageError, StorageNotFoundError
+from pipeline_steps.infra.storage_s3 import S3Access, split_s3
 
 if TYPE_CHECKING:  # heavy imports stay lazy so DAG parsing does not pay for them
     import pandas as pd
     import pyarrow as pa
 
-T = TypeVar("T")
-
 _TMP_PREFIX = ".tmp-"  # local temp files; hidden from list() so a crashed write is never read
-_THROTTLE_CODES = frozenset({"Throttling", "ThrottlingException", "SlowDown", "RequestTimeout",
-                             "RequestLimitExceeded", "TooManyRequestsException",
-                             "InternalError", "ServiceUnavailable"})
-_NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound", "NoSuchBucket"})
 
-
-class StorageError(InfrastructureError):
-    """An object operation that failed for good (after retries, or on a permanent error)."""
-
-    def __init__(self, message: str, *, op: str = "", uri: str = "", attempts: int = 0) -> None:
-        super().__init__(message)
-        self.op, self.uri, self.attempts = op, uri, attempts
-
-
-class StorageNotFoundError(StorageError, FileNotFoundError):
-    """The object (or local file) does not exist."""
-
-
-def _split_s3(uri: str) -> tuple[str, str]:
-    bucket, _, key = uri[len("s3://"):].partition("/")
-    if not bucket:
-        raise ValueError(f"S3 URI {uri!r} has no bucket; expected s3://bucket/key")
-    return bucket, key
+__all__ = ["Storage", "StorageError", "StorageNotFoundError", "get_storage", "normalize_uri"]
 
 
 def normalize_uri(uri: str) -> str:
@@ -79,7 +57,7 @@ def normalize_uri(uri: str) -> str:
     """
     uri = str(uri)
     if uri.startswith("s3://"):
-        _split_s3(uri)
+        split_s3(uri)
         return uri.rstrip("/") if uri.count("/") > 3 else uri
     if "://" in uri and not uri.startswith("file://"):
         raise ValueError(f"unsupported storage URI {uri!r}; expected file://<path>, a local path "
@@ -89,39 +67,7 @@ def normalize_uri(uri: str) -> str:
     return "file://" + os.path.normpath(path)
 
 
-def _unwrap(exc: BaseException) -> BaseException:
-    """boto3's managed transfers re-raise client errors as S3UploadFailedError; classify the
-    underlying error instead."""
-    from boto3.exceptions import S3UploadFailedError
-    if isinstance(exc, S3UploadFailedError) and exc.__context__ is not None:
-        return exc.__context__
-    return exc
-
-
-def _is_transient_s3(exc: BaseException) -> bool:
-    from boto3.exceptions import RetriesExceededError
-    from botocore.exceptions import (BotoCoreError, ClientError, ConnectionError,
-                                     HTTPClientError, IncompleteReadError)
-    exc = _unwrap(exc)
-    if isinstance(exc, RetriesExceededError):
-        return True
-    if isinstance(exc, (ConnectionError, HTTPClientError, IncompleteReadError)):
-        return True
-    if isinstance(exc, ClientError):
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        return status >= 500 or status == 429 or code in _THROTTLE_CODES
-    return isinstance(exc, BotoCoreError) and "timeout" in type(exc).__name__.lower()
-
-
-def _is_not_found_s3(exc: BaseException) -> bool:
-    from botocore.exceptions import ClientError
-    exc = _unwrap(exc)
-    return isinstance(exc, ClientError) and (
-        str(exc.response.get("Error", {}).get("Code", "")) in _NOT_FOUND_CODES)
-
-
-class Storage:
+class Storage(S3Access):
     """Read and write objects under ``root`` (``file://…`` or ``s3://…``), atomically, with retries.
 
     Methods take full URIs (build them with :meth:`join`), so one instance can also reach
@@ -154,61 +100,6 @@ class Storage:
 
     def __repr__(self) -> str:
         return f"Storage(root={self.root!r}, endpoint_url={self.endpoint_url!r})"
-
-    # ------------------------------------------------------------------ plumbing
-    @property
-    def s3_client(self) -> Any:
-        """The boto3 S3 client (created on first use; botocore's own retries are off so that
-        :attr:`retries` is the real number of attempts)."""
-        if self._s3 is None:
-            import boto3
-            from botocore.config import Config
-            cfg = Config(retries={"total_max_attempts": 1, "mode": "standard"},
-                         connect_timeout=self.connect_timeout_s, read_timeout=self.read_timeout_s,
-                         s3={"addressing_style": "path"} if self.endpoint_url else None)
-            self._s3 = boto3.session.Session().client("s3", endpoint_url=self.endpoint_url,
-                                                      config=cfg)
-        return self._s3
-
-    def _retry(self, op: str, uri: str, fn: Callable[[], T]) -> T:
-        """Run ``fn`` with retries on transient S3 errors; wrap the final failure."""
-        last: BaseException | None = None
-        for attempt in range(1, self.retries + 1):
-            try:
-                return fn()
-            except StorageError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - classified below, re-raised wrapped
-                if _is_not_found_s3(exc):
-                    code = str(getattr(_unwrap(exc), "response", {}).get("Error", {}).get("Code"))
-                    what = (f"bucket {_split_s3(uri)[0]!r} does not exist; create it "
-                            "(Storage.ensure_root) or fix storage.root" if code == "NoSuchBucket"
-                            else "the object does not exist")
-                    raise StorageNotFoundError(f"storage {op} failed for {uri} against "
-                                               f"{self._endpoint_label(uri)}: {what}",
-                                               op=op, uri=uri, attempts=attempt) from exc
-                last = exc
-                if not _is_transient_s3(exc):
-                    raise self._error(op, uri, attempt, exc, transient=False) from exc
-                if attempt < self.retries:
-                    self._sleep(self.backoff_s * (2 ** (attempt - 1)))
-        assert last is not None
-        raise self._error(op, uri, self.retries, last, transient=True) from last
-
-    def _endpoint_label(self, uri: str) -> str:
-        if uri.startswith("s3://"):
-            return self.endpoint_url or "AWS S3 (default endpoint)"
-        return "local filesystem"
-
-    def _error(self, op: str, uri: str, attempts: int, exc: BaseException,
-               transient: bool) -> StorageError:
-        why = ("the error persisted through every retry; check that the endpoint is reachable "
-               "and the credentials are valid" if transient else
-               "the error is not transient, so it was not retried")
-        return StorageError(
-            f"storage {op} failed for {uri} against {self._endpoint_label(uri)} after "
-            f"{attempts} attempt(s): {type(exc).__name__}: {exc}. {why.capitalize()}; "
-            "no partial object was left behind.", op=op, uri=uri, attempts=attempts)
 
     @staticmethod
     def _path(uri: str) -> Path:
@@ -255,7 +146,7 @@ class Storage:
         """Write ``data`` atomically to ``uri``; returns the normalized URI."""
         uri = normalize_uri(uri)
         if uri.startswith("s3://"):
-            bucket, key = _split_s3(uri)
+            bucket, key = split_s3(uri)
 
             def put() -> None:
                 resp = self.s3_client.put_object(Bucket=bucket, Key=key, Body=data)
@@ -266,20 +157,10 @@ class Storage:
                 self._atomic_local(self._path(uri), lambda fh: fh.write(data))
         return uri
 
-    def _verify_s3(self, uri: str, bucket: str, key: str, size: int, etag: str | None) -> None:
-        head = self.s3_client.head_object(Bucket=bucket, Key=key)
-        if int(head["ContentLength"]) != size or (etag and head.get("ETag") != etag):
-            # A mismatch means another writer raced us or the upload was damaged: remove it
-            # rather than leave an object that does not match what the caller asked for.
-            self.s3_client.delete_object(Bucket=bucket, Key=key)
-            raise StorageError(f"write verification failed for {uri}: stored size "
-                               f"{head['ContentLength']} / ETag {head.get('ETag')} != expected "
-                               f"{size} / {etag}; the object was removed", op="write", uri=uri)
-
     def read_bytes(self, uri: str) -> bytes:
         uri = normalize_uri(uri)
         if uri.startswith("s3://"):
-            bucket, key = _split_s3(uri)
+            bucket, key = split_s3(uri)
             return self._retry("read", uri, lambda: self.s3_client.get_object(
                 Bucket=bucket, Key=key)["Body"].read())
         with self._local_op("read", uri):
@@ -301,7 +182,7 @@ class Storage:
         """Whether an object (a local file, not a folder) exists at ``uri``."""
         uri = normalize_uri(uri)
         if uri.startswith("s3://"):
-            bucket, key = _split_s3(uri)
+            bucket, key = split_s3(uri)
             try:
                 self._retry("exists", uri, lambda: self.s3_client.head_object(Bucket=bucket, Key=key))
             except StorageNotFoundError:
@@ -316,7 +197,7 @@ class Storage:
         bucket (or an endpoint answering 404 to the listing) is a :class:`StorageError`."""
         prefix_uri = normalize_uri(prefix_uri)
         if prefix_uri.startswith("s3://"):
-            bucket, key = _split_s3(prefix_uri)
+            bucket, key = split_s3(prefix_uri)
             key = key.rstrip("/") + "/" if key else ""
 
             def pages() -> list[str]:
@@ -350,7 +231,7 @@ class Storage:
         """Delete one object; a missing object is not an error."""
         uri = normalize_uri(uri)
         if uri.startswith("s3://"):
-            bucket, key = _split_s3(uri)
+            bucket, key = split_s3(uri)
             self._retry("delete", uri, lambda: self.s3_client.delete_object(Bucket=bucket, Key=key))
         else:
             with self._local_op("delete", uri):
@@ -360,16 +241,16 @@ class Storage:
         """Delete everything under the folder ``prefix_uri`` (to overwrite a partition
         idempotently); returns how many objects were removed."""
         prefix_uri = normalize_uri(prefix_uri)
-        top = (not _split_s3(prefix_uri)[1] if prefix_uri.startswith("s3://")
+        top = (not split_s3(prefix_uri)[1] if prefix_uri.startswith("s3://")
                else self._path(prefix_uri) == Path("/"))
         if top or prefix_uri == self.root:
             raise ValueError(f"refusing to delete the whole storage root or bucket {prefix_uri}; "
                              "pass a partition prefix under it")
         uris = self.list(prefix_uri)
         if prefix_uri.startswith("s3://"):
-            bucket, _ = _split_s3(prefix_uri)
+            bucket, _ = split_s3(prefix_uri)
             for i in range(0, len(uris), 1000):  # delete_objects takes at most 1000 keys
-                batch = [{"Key": _split_s3(u)[1]} for u in uris[i:i + 1000]]
+                batch = [{"Key": split_s3(u)[1]} for u in uris[i:i + 1000]]
                 self._retry("delete_prefix", prefix_uri, lambda b=batch: self.s3_client.delete_objects(
                     Bucket=bucket, Delete={"Objects": b, "Quiet": True}))
         else:
@@ -382,7 +263,7 @@ class Storage:
     def ensure_root(self) -> None:
         """Create the root folder, or the root bucket when it does not exist yet."""
         if self.root.startswith("s3://"):
-            bucket, _ = _split_s3(self.root)
+            bucket, _ = split_s3(self.root)
             try:
                 self._retry("head_bucket", self.root, lambda: self.s3_client.head_bucket(Bucket=bucket))
             except StorageNotFoundError:
@@ -400,7 +281,7 @@ class Storage:
             raise StorageNotFoundError(f"upload: local file {src} does not exist", op="upload",
                                        uri=uri)
         if uri.startswith("s3://"):
-            bucket, key = _split_s3(uri)
+            bucket, key = split_s3(uri)
 
             def up() -> None:
                 self.s3_client.upload_file(str(src), bucket, key)
@@ -418,7 +299,7 @@ class Storage:
         """Copy the object at ``uri`` to ``local_path`` (atomic replace of the destination)."""
         uri, dst = normalize_uri(uri), Path(local_path)
         if uri.startswith("s3://"):
-            bucket, key = _split_s3(uri)
+            bucket, key = split_s3(uri)
 
             def down(fh: IO[bytes]) -> None:
                 def once() -> None:
@@ -459,7 +340,7 @@ class Storage:
         import zlib
         uri = normalize_uri(uri)
         if uri.startswith("s3://"):
-            bucket, key = _split_s3(uri)
+            bucket, key = split_s3(uri)
             body = self._retry("open", uri, lambda: self.s3_client.get_object(
                 Bucket=bucket, Key=key)["Body"])
             raw: IO[bytes] = io.BufferedReader(body, 1 << 20)

@@ -148,26 +148,11 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
     name = policy_model_name(ctx.scenario)
 
     with tempfile.TemporaryDirectory(prefix="rlops-train-") as tmp:
-        parent: str | None = None
-        init: PolicyNetwork | None = None
-        if mode == "incremental":  # a dry run only asks who the champion is
-            parent, init = ((ctx.tracker.get_alias(name, CHAMPION), None) if ctx.dry_run
-                            else champion_policy(ctx, Path(tmp)))
-        mode_used, note = mode, ""
-        if mode == "incremental" and parent is None:
-            mode_used, note = "full", "no champion yet: trained from scratch (full) instead of warm-starting"
-        elif init is not None and _layout_of(init) != _layout_of(pack):
-            mode_used, note = "full", (f"champion v{parent} was trained on another observation layout: trained "
-                                       "from scratch (full) instead of warm-starting")
-            parent, init = None, None
+        mode_used, note, parent, init = _starting_point(ctx, pack, mode, name, Path(tmp))
         ckpt = checkpoint_folder(ctx, mode_used, create=not ctx.dry_run)
         plan = ppo_config(ctx, pack, mode_used, timesteps, None if ctx.dry_run else ckpt, **ppo_overrides)
         cfg, num_envs = plan.config, plan.num_envs
-        rm_version, rm_model = None, None
-        if source.needs_model:
-            from pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
-            rm_version, rm_model = ((reward_model_version or latest_reward_model_version(ctx), None) if ctx.dry_run
-                                    else load_reward_model_version(ctx, reward_model_version))
+        rm_version, rm_model = _reward_model(ctx, source, reward_model_version)
         fp = fingerprint(scenario=ctx.scenario, run_key=ctx.run_key, mode=mode_used, reward=reward_fn.version,
                          reward_source=source.kind, blend_lambda=source.model_weight, reward_model=rm_version,
                          parent=parent, calibration=cal_version, num_envs=num_envs, profile=profile,
@@ -182,33 +167,17 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
                 "reward_source": source.kind, "reward_blend_lambda": source.model_weight,
                 "reward_model_version": rm_version}
         if ctx.dry_run:
-            from model.checkpoint import latest_checkpoint
-            last = latest_checkpoint(ckpt) if ckpt.is_dir() else None
-            return {**base, "dry_run": True, "would_register": name,
-                    "resume_from": str(last) if last else None,
-                    "warm_start": f"champion v{parent}" if parent else "none (from scratch)"}
-
+            return _dry_run_summary(base, ckpt, name, parent)
         existing = ctx.tracker.find_version_by_tag(name, "train_fingerprint", fp)
         if existing is not None:
-            tags = ctx.tracker.model_version_tags(name, existing)
-            return {**base, "model_version": existing, "run_id": tags.get("run_id"), "reused": True,
-                    "mean_return": _float(tags.get("eval_mean_return")),
-                    "note": (note + "; " if note else "") + "already trained for this run key: returned the "
-                                                            "registered version"}
+            return _reused_summary(ctx, name, existing, base, note)
 
         _prepare_checkpoints(ckpt, fp)
         env = pack.make_env(num_envs, reward_version=label, profile=profile,
                             device=resolve_device(cfg.device).type, seed=cfg.seed)
         from model.reward_source import apply_reward_source
         apply_reward_source(env, source, rm_model)
-        bc: dict[str, Any] = {}
-        if source.needs_model and init is None:
-            from pipeline_steps.training.dual_track import warm_start
-            init, bc = warm_start(ctx, pack, cfg)
-            if init is not None:  # PPO continues from the cloned policy (no EWC: nothing to keep)
-                import dataclasses
-                cfg = dataclasses.replace(cfg, mode="incremental", ewc_lambda=0.0)
-        base["behaviour_cloning"] = bc or None
+        init, cfg, base["behaviour_cloning"] = _behaviour_cloning_start(ctx, pack, cfg, source, init)
         from pipeline_steps.infra.pass_run import ensure_pass_run, step_run
         pass_run = ensure_pass_run(ctx.tracker, ctx.scenario, ctx.run_key, ctx.extra.get("dag_run_id"))
         fn_version = ctx.tracker.register_reward_fn(ctx.scenario, reward_fn.path, reward_fn.version,
@@ -229,6 +198,67 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
                 run.set_tags({T.CLOSED_STALE_RUNS: ",".join(stale)})
             log_training_inputs(ctx, run, cal_version, cal)
             return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp), poller)
+
+
+def _starting_point(ctx: StepContext, pack: "Pack", mode: str, name: str,
+                    tmp: Path) -> tuple[str, str, str | None, "PolicyNetwork | None"]:
+    """``(mode actually used, note, parent champion version, warm-start network)``: an incremental
+    run falls back to full when there is no champion or it has another observation layout."""
+    parent: str | None = None
+    init: PolicyNetwork | None = None
+    if mode == "incremental":  # a dry run only asks who the champion is
+        parent, init = ((ctx.tracker.get_alias(name, CHAMPION), None) if ctx.dry_run
+                        else champion_policy(ctx, tmp))
+    mode_used, note = mode, ""
+    if mode == "incremental" and parent is None:
+        mode_used, note = "full", "no champion yet: trained from scratch (full) instead of warm-starting"
+    elif init is not None and _layout_of(init) != _layout_of(pack):
+        mode_used, note = "full", (f"champion v{parent} was trained on another observation layout: trained "
+                                   "from scratch (full) instead of warm-starting")
+        parent, init = None, None
+    return mode_used, note, parent, init
+
+
+def _reward_model(ctx: StepContext, source: Any, reward_model_version: str | None) -> tuple[str | None, Any]:
+    """``(version, loaded model)`` of the reward model the source needs; a dry run only names it."""
+    if not source.needs_model:
+        return None, None
+    from pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
+    if ctx.dry_run:
+        return reward_model_version or latest_reward_model_version(ctx), None
+    return load_reward_model_version(ctx, reward_model_version)
+
+
+def _dry_run_summary(base: dict[str, Any], ckpt: Path, name: str, parent: str | None) -> dict[str, Any]:
+    from model.checkpoint import latest_checkpoint
+    last = latest_checkpoint(ckpt) if ckpt.is_dir() else None
+    return {**base, "dry_run": True, "would_register": name,
+            "resume_from": str(last) if last else None,
+            "warm_start": f"champion v{parent}" if parent else "none (from scratch)"}
+
+
+def _reused_summary(ctx: StepContext, name: str, existing: str, base: dict[str, Any],
+                    note: str) -> dict[str, Any]:
+    """The already registered version trained with the same fingerprint (idempotent reruns)."""
+    tags = ctx.tracker.model_version_tags(name, existing)
+    return {**base, "model_version": existing, "run_id": tags.get("run_id"), "reused": True,
+            "mean_return": _float(tags.get("eval_mean_return")),
+            "note": (note + "; " if note else "") + "already trained for this run key: returned the "
+                                                    "registered version"}
+
+
+def _behaviour_cloning_start(ctx: StepContext, pack: "Pack", cfg: Any, source: Any,
+                             init: "PolicyNetwork | None") -> tuple["PolicyNetwork | None", Any, dict[str, Any] | None]:
+    """A learned reward with nothing to warm-start from: clone the relabelled traces first.
+    Returns ``(init, cfg, behaviour-cloning summary or None)``."""
+    bc: dict[str, Any] = {}
+    if source.needs_model and init is None:
+        from pipeline_steps.training.dual_track import warm_start
+        init, bc = warm_start(ctx, pack, cfg)
+        if init is not None:  # PPO continues from the cloned policy (no EWC: nothing to keep)
+            import dataclasses
+            cfg = dataclasses.replace(cfg, mode="incremental", ewc_lambda=0.0)
+    return init, cfg, bc or None
 
 
 def log_training_inputs(ctx: StepContext, run: Any, cal_version: str, cal: dict[str, Any] | None) -> None:
@@ -374,65 +404,3 @@ def _float(v: Any) -> float | None:
         return float(v)
     except (TypeError, ValueError):
         return None
-
-
-# --------------------------------------------------------------------------- train-status
-STATUS_COLUMNS = ("episodic_return", "episodic_length", "entropy", "approx_kl", "clipfrac", "value_loss",
-                  "human_takeover_rate", "illegal_actions", "sps", "stagnation")
-PLATEAU_WINDOW = 10
-"""Iterations without a better training return that make a plateau (``ppo.stagnation_window``)."""
-
-
-def run_of_pid(ctx: StepContext, pid: int, host: str | None = None) -> str:
-    """The RUNNING training run of this scenario started by process ``pid`` (on ``host``, default
-    this machine); raises LookupError when there is none."""
-    from mlflow.entities import ViewType
-    host = host or socket.gethostname()
-    filt = (f"tags.`{T.PID}` = '{pid}' and tags.`{T.HOST}` = '{host}' and attributes.status = 'RUNNING'")
-    runs = ctx.tracker._call(f"find the run of pid {pid}", lambda c: c.search_runs(
-        [ctx.tracker.experiment_id], filt, ViewType.ACTIVE_ONLY, max_results=1, order_by=["attributes.start_time DESC"]))
-    if not runs:
-        raise LookupError(f"no training in progress with pid {pid} on {host} in experiment '{ctx.scenario}' "
-                          "(a finished run is read by its run id)")
-    return str(runs[0].info.run_id)
-
-
-def plateau_of(returns: list[float], window: int = PLATEAU_WINDOW, tol: float = 0.01) -> tuple[bool, int]:
-    """Whether the training return has not improved for ``window`` iterations (the training loop's
-    own :class:`~model.early_stop.StagnationMonitor`), and for how many iterations it has not."""
-    from model.early_stop import StagnationMonitor
-    monitor, flagged = StagnationMonitor(window, tol), False
-    for r in returns:
-        flagged = monitor.update(r)
-    return flagged, monitor.since
-
-
-def train_status(ctx: StepContext, run_id: str | None = None, all_metrics: bool = False, pid: int | None = None,
-                 last: int | None = None) -> dict[str, Any]:
-    """The per-iteration metrics of a training run (by run id, or the running one of ``pid``),
-    one row per logged step (the ``last`` ones when given), and the plateau flag."""
-    if run_id is None:
-        if pid is None:
-            raise ValueError("train status needs a run id or a process id (--pid)")
-        run_id = run_of_pid(ctx, pid)
-    settings = ctx.section("ppo")
-    window = int(settings.get("stagnation_window") or PLATEAU_WINDOW)
-    tol = float(settings.get("stagnation_tol") or 0.01)
-
-    def fetch(c: Any) -> dict[str, Any]:
-        run = c.get_run(run_id)
-        keys = sorted(run.data.metrics) if all_metrics else [k for k in STATUS_COLUMNS if k in run.data.metrics]
-        rows: dict[int, dict[str, float]] = {}
-        for key in keys:
-            for m in c.get_metric_history(run_id, key):
-                rows.setdefault(int(m.step), {})[key] = float(m.value)
-        return {"run_id": run_id, "status": run.info.status, "run_name": run.info.run_name,
-                "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
-                "columns": ["step", *keys], "rows": [{"step": s, **rows[s]} for s in sorted(rows)]}
-    res = ctx.tracker._call(f"read metrics of run {run_id}", fetch)
-    returns = [r["episodic_return"] for r in res["rows"] if "episodic_return" in r]
-    res["plateau"], res["iterations_without_improvement"] = plateau_of(returns, window, tol)
-    res["plateau_window"], res["iterations"] = window, len(res["rows"])
-    if last:
-        res["rows"] = res["rows"][-last:]
-    return res

@@ -170,7 +170,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from common.errors import UserError
     from pipeline_steps.infra.registry import TrackingError
-    from pipeline_steps.training.policy import train_status
+    from pipeline_steps.training.status import train_status
     if (args.run_id is None) == (args.pid is None):
         raise UserError("train status: give either a RUN_ID or --pid PID (the process of a training in progress)")
     if args.last < 0 or args.interval <= 0:

@@ -26,7 +26,7 @@ def make_ctx(tmp_path: Path) -> StepContext:
 
 def test_a_running_training_is_found_by_pid_and_a_flat_return_is_a_plateau(
         tmp_tracking: str, tmp_storage_root: str, tmp_path: Path) -> None:
-    from pipeline_steps.training.policy import train_status
+    from pipeline_steps.training.status import train_status
     ctx = make_ctx(tmp_path)
     tags = {"rlops.step": "train_policy", "rlops.pid": os.getpid(), "rlops.host": socket.gethostname()}
     with ctx.tracker.start_run("train-full-x", tags=tags) as run:
@@ -49,7 +49,8 @@ def test_a_running_training_is_found_by_pid_and_a_flat_return_is_a_plateau(
 def test_a_training_run_records_its_pid(tmp_tracking: str, tmp_storage_root: str, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from sandbox.pack import load_pack
-    from pipeline_steps.training.policy import train_policy, train_status
+    from pipeline_steps.training.policy import train_policy
+    from pipeline_steps.training.status import train_status
     pack = load_pack(REPO_ROOT / "scenarios" / SCENARIO)
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
     torch.set_num_threads(1)

@@ -46,7 +46,8 @@ def test_full_run_registers_lineage_and_a_servable_pyfunc(tmp_tracking: str, tmp
                                                           tmp_path: Path, pack: Any) -> None:
     import mlflow.pyfunc
     from agent_sdk.policy_client import ObservationEncoder
-    from pipeline_steps.training.policy import train_policy, train_status
+    from pipeline_steps.training.policy import train_policy
+    from pipeline_steps.training.status import train_status
     ctx = make_ctx(tmp_path)
     res = train_policy(ctx, "full", timesteps=TINY)
     assert res["mode"] == "full" and res["parent_champion"] is None and not res["reused"]
