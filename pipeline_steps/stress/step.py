@@ -202,7 +202,7 @@ def render_html(report: dict[str, Any]) -> str:
         parts.append("<h2>Findings</h2>" + html_table(rows, ["check", "action", "sim", "component", "count",
                                                              "message", "example"], {i: "fail" for i in range(len(rows))}))
     if rw["probes"]:
-        parts.append(f"<h2>Gaming probes</h2><p>Honest baselines: "
+        parts.append("<h2>Gaming probes</h2><p>Honest baselines: "
                      + ", ".join(f"{k} {v:.4g}" for k, v in rw["baselines"].items()) + "</p>"
                      + html_table(rw["probes"], ["name", "mean_return", "baseline", "baseline_return", "advantage",
                                                  "advantage_low", "advantage_high", "beats_rules", "passed"],
