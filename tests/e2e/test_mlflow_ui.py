@@ -31,10 +31,10 @@ SCENARIO = "credit_approval"
 BUDGETS: dict[str, Any] = {
     "capture": {"episodes": 800}, "drift": {"baseline_episodes": 800},
     "reward_model": {"pairs": 800, "epochs": 8},
-    "train": {"num_envs": 512, "eval_episodes": 400, "checkpoint_every": 1000},
+    "train": {"eval_episodes": 400, "checkpoint_every": 1000},
     "stress": {"edge_states": 1000, "gaming_episodes": 500, "policy_episodes": 400},
     "recalibrate": {"check_samples": 2000},
-    "demo": {"capture_episodes": 800, "reward_model_pairs": 800, "timesteps": 4096},
+    "demo": {"capture_episodes": 800, "reward_model_pairs": 800, "timesteps": 150_000},
     "evaluate": {"episodes": 600, "bootstrap_samples": 300, "latency_samples": 30, "require_stress_test": False,
                  "min_improvement": -1000.0, "completion_epsilon": 1.0, "handling_epsilon": 100.0,
                  "takeover_epsilon": 1.0, "max_illegal_rate": 1.0, "latency_p99_ms": 1000.0,
