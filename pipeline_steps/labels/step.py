@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from pipeline_steps.infra.context import StepContext
     from pipeline_steps.labels.store import LabelStore
 
@@ -83,6 +85,13 @@ class QueueConfig:
 def store_for(ctx: "StepContext", cfg: QueueConfig) -> "LabelStore":
     from pipeline_steps.labels.store import LabelStore
     return LabelStore(cfg.db_url, cfg.db_schema)
+
+
+def finished_labels(ctx: "StepContext") -> "pd.DataFrame":
+    """The label queue's finished labels of the scenario (an empty frame when there are none)."""
+    store = store_for(ctx, QueueConfig.from_section(ctx.section("label_queue")))
+    store.create()
+    return store.labelled_frame(ctx.scenario)
 
 
 def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, Any]:

@@ -63,13 +63,6 @@ def uncertainty_policy(ctx: "StepContext", setting: str = "auto") -> tuple[str |
     """``(description, policy)`` whose entropy scores rule-engine rows: ``auto`` = the champion,
     else the newest registered candidate; ``none`` = never; a version number = that version."""
     from pipeline_steps.infra.registry import CHAMPION, policy_model_name
-    from pipeline_steps.infra.policy_loader import load_policy_ref
-
-    def load_policy_version(ctx: "StepContext", version: str) -> "PolicyNetwork":
-        loaded = load_policy_ref(ctx, version)
-        if loaded is None:
-            raise ValueError(f"label_queue.uncertainty_policy {version!r}: that alias is not set")
-        return loaded.network
     from pipeline_steps.infra.versions import latest_model_version
     if setting == "none":
         return None, None
@@ -83,6 +76,15 @@ def uncertainty_policy(ctx: "StepContext", setting: str = "auto") -> tuple[str |
     if latest is None:
         return None, None
     return f"latest candidate {name} v{latest} (no champion yet)", load_policy_version(ctx, latest)
+
+
+def load_policy_version(ctx: "StepContext", version: str) -> "PolicyNetwork":
+    """The network of a registered policy (any spelling :mod:`common.policy_ref` accepts)."""
+    from pipeline_steps.infra.policy_loader import load_policy_ref
+    loaded = load_policy_ref(ctx, version)
+    if loaded is None:
+        raise ValueError(f"label_queue.uncertainty_policy {version!r}: that alias is not set")
+    return loaded.network
 
 
 def policy_entropy(pack: "Pack", policy: "PolicyNetwork", df: pd.DataFrame) -> np.ndarray:

@@ -30,10 +30,8 @@ def resolve_reward_source(ctx: StepContext, kind: str | None = None, blend_lambd
 
 def human_labels(ctx: StepContext, pack: "Pack") -> "tuple[Any, Any, Any] | None":
     """``(obs, masks, actions)`` of the label queue's finished labels (None when there are none)."""
-    from pipeline_steps.labels.step import QueueConfig, labels_as_imitation_batch, store_for
-    store = store_for(ctx, QueueConfig.from_section(ctx.section("label_queue")))
-    store.create()
-    labels = store.labelled_frame(ctx.scenario)
+    from pipeline_steps.labels.step import finished_labels, labels_as_imitation_batch
+    labels = finished_labels(ctx)
     if labels.empty:
         return None
     batch = labels_as_imitation_batch(pack, labels)

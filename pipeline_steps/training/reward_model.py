@@ -23,10 +23,8 @@ if TYPE_CHECKING:
 
 def human_pairs(ctx: StepContext, pack: "Pack") -> "PreferencePairs | None":
     """Pairs from the label queue's finished labels (None when there are none)."""
-    from pipeline_steps.labels.step import QueueConfig, labels_as_pairs, store_for
-    store = store_for(ctx, QueueConfig.from_section(ctx.section("label_queue")))
-    store.create()
-    labels = store.labelled_frame(ctx.scenario)
+    from pipeline_steps.labels.step import finished_labels, labels_as_pairs
+    labels = finished_labels(ctx)
     if labels.empty:
         return None
     pairs = labels_as_pairs(pack, labels)
