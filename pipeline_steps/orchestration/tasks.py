@@ -7,17 +7,45 @@ data.
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
+from common.errors import UserError
 from common.run_key import RunKey
 from pipeline_steps.infra.context import StepContext
 
 _VERSION = re.compile(r"^v\d+$")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-class ConfError(ValueError):
+class ConfError(UserError):
     """A DAG run's conf that cannot be used; the first task fails with this message."""
+
+
+@functools.lru_cache(maxsize=None)
+def _failing_without_retry(cls: type[UserError]) -> type[UserError]:
+    """``cls`` that Airflow also reads as ``AirflowFailException``: the task fails at once."""
+    from airflow.sdk.exceptions import AirflowFailException
+    return type(cls.__name__, (cls, AirflowFailException), {"__module__": cls.__module__, "fails_without_retry": True})
+
+
+def no_retry_on_user_error(fn: F) -> F:
+    """Bad input (a conf, a pack, a file) fails the task without Airflow's retries: retrying cannot
+    mend it, and the run should say so at once. The error keeps its class (a ``ConfError`` is
+    still one) and its message; other errors (storage, tracking server) keep their retries."""
+    @functools.wraps(fn)
+    def task(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            if getattr(exc, "fails_without_retry", False):
+                raise
+            again = _failing_without_retry(type(exc)).__new__(_failing_without_retry(type(exc)))
+            again.__dict__.update(exc.__dict__)
+            again.args = exc.args
+            raise again.with_traceback(exc.__traceback__) from exc
+    return task  # type: ignore[return-value]
 
 
 def run_key_from_context(context: Mapping[str, Any], interval_minutes: int = 60) -> str:
@@ -28,6 +56,7 @@ def run_key_from_context(context: Mapping[str, Any], interval_minutes: int = 60)
     return str(RunKey.from_airflow(context, interval_minutes))
 
 
+@no_retry_on_user_error
 def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None = None,
                   interval_minutes: int = 60) -> dict[str, Any]:
     """Check the run's conf against the project (pack exists and loads, reward version exists);
@@ -100,6 +129,7 @@ def _ctx(conf: Mapping[str, Any]) -> StepContext:
     return ctx
 
 
+@no_retry_on_user_error
 def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
     """The landing zone of the run key's interval; simulated traffic only when the conf says
     ``simulate: true`` (the result then says ``source: simulation:<profile>``)."""
@@ -107,16 +137,19 @@ def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
     return capture_step(_ctx(conf), simulate=bool(conf.get("simulate", False)))
 
 
+@no_retry_on_user_error
 def detect_drift(conf: Mapping[str, Any]) -> dict[str, Any]:
     from pipeline_steps.drift.check import drift_check
     return drift_check(_ctx(conf))
 
 
+@no_retry_on_user_error
 def recalibrate(conf: Mapping[str, Any], drift: Mapping[str, Any]) -> dict[str, Any]:
     from pipeline_steps.drift.calibrate import recalibrate as run
     return run(_ctx(conf), traces_uri=drift.get("target_uri"))
 
 
+@no_retry_on_user_error
 def label_queue(conf: Mapping[str, Any]) -> dict[str, Any]:
     from pipeline_steps.labels.step import label_queue_export, label_queue_run
     ctx = _ctx(conf)
@@ -125,6 +158,7 @@ def label_queue(conf: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in {**queued, "export": exported}.items() if k != "cluster_stats"}
 
 
+@no_retry_on_user_error
 def ingest_labels(conf: Mapping[str, Any]) -> dict[str, Any]:
     """Import every Label Studio annotation file in ``labels/<scenario>/inbox/`` (idempotent)."""
     from pipeline_steps.labels.step import label_queue_import
@@ -135,11 +169,13 @@ def ingest_labels(conf: Mapping[str, Any]) -> dict[str, Any]:
     return {"files": len(files), "labels": sum(r["ingested"] for r in results), "dry_run": ctx.dry_run}
 
 
+@no_retry_on_user_error
 def train_reward_model(conf: Mapping[str, Any]) -> dict[str, Any]:
     from pipeline_steps.training.reward_model import train_reward_model_step
     return train_reward_model_step(_ctx(conf), conf["reward_fn"])
 
 
+@no_retry_on_user_error
 def relabel(conf: Mapping[str, Any], reward_model: Mapping[str, Any]) -> dict[str, Any]:
     """Score the window's captured traces with the reward model just trained."""
     from pipeline_steps.training.relabel import relabel_step
@@ -149,6 +185,7 @@ def relabel(conf: Mapping[str, Any], reward_model: Mapping[str, Any]) -> dict[st
     return relabel_step(ctx, str(reward_model["model_version"]))
 
 
+@no_retry_on_user_error
 def train_policy(conf: Mapping[str, Any], mode: str, reward_model: Mapping[str, Any] | None = None
                  ) -> dict[str, Any]:
     import socket
@@ -165,6 +202,7 @@ def train_policy(conf: Mapping[str, Any], mode: str, reward_model: Mapping[str, 
     return {**out, "worker_host": socket.gethostname()}
 
 
+@no_retry_on_user_error
 def stress_test(conf: Mapping[str, Any], trained: Mapping[str, Any]) -> dict[str, Any]:
     from pipeline_steps.stress.step import stress_test as run
     if not trained.get("model_version"):
@@ -173,6 +211,7 @@ def stress_test(conf: Mapping[str, Any], trained: Mapping[str, Any]) -> dict[str
     return {k: out[k] for k in ("passed", "verdict", "reasons", "report_uri", "html_uri") if k in out}
 
 
+@no_retry_on_user_error
 def evaluate_and_promote(conf: Mapping[str, Any], trained: Mapping[str, Any],
                          stressed: Mapping[str, Any]) -> dict[str, Any]:
     from pipeline_steps.promotion.evaluate import promote
@@ -182,6 +221,7 @@ def evaluate_and_promote(conf: Mapping[str, Any], trained: Mapping[str, Any],
     return {k: v for k, v in out.items() if k not in ("gates_detail",)}
 
 
+@no_retry_on_user_error
 def validate_promotion_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The promotion DAG's conf: the common checks plus the candidate version."""
     conf = validate_conf(params, context)
@@ -199,6 +239,7 @@ def validate_promotion_conf(params: Mapping[str, Any], context: Mapping[str, Any
     return conf
 
 
+@no_retry_on_user_error
 def promote_requested(conf: Mapping[str, Any]) -> dict[str, Any]:
     """Gated promotion of ``conf['candidate']``; the outcome is written back on the version."""
     from pipeline_steps.promotion.guard import promote_from_alias
