@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import torch
 
-from common.config import REPO_ROOT, deep_merge, load_params
+from common.config import deep_merge, load_params
 from pipeline_steps.infra import tags as T
 from pipeline_steps.infra.context import StepContext
-from pipeline_steps.infra.registry import policy_model_name
+from tests.policy_kit import NAME, SCENARIO, approve_all_policy, cloned_rules_policy, credit_pack, register
 
 
 def free_port() -> int:
@@ -31,8 +31,7 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
-SCENARIO = "credit_approval"
-NAME = policy_model_name(SCENARIO)
+
 SECRET = "s3cret-shared-with-mlflow"
 GATES = {"episodes": 500, "bootstrap_samples": 300, "latency_p99_ms": 1000.0, "latency_samples": 30,
          "require_stress_test": False, "min_segment_episodes": 50, "segment_tolerance": 0.1}
@@ -40,57 +39,7 @@ GATES = {"episodes": 500, "bootstrap_samples": 300, "latency_p99_ms": 1000.0, "l
 
 @pytest.fixture(scope="module")
 def pack() -> Any:
-    from sandbox.pack import load_pack
-    return load_pack(REPO_ROOT / "scenarios" / SCENARIO, check_liveness=False)
-
-
-def preference_policy(pack: Any, prefs: dict[str, float]) -> Any:
-    from model.policy import PolicyConfig, PolicyNetwork
-    p = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))
-    with torch.no_grad():
-        p.actor[-1].weight.zero_()
-        p.actor[-1].bias.copy_(torch.tensor([prefs.get(a, 0.0) for a in pack.scenario.action_names]))
-    return p.eval()
-
-
-def approve_all(pack: Any) -> Any:
-    """Checks, then approves everyone: many defaults — a deliberately bad policy."""
-    return preference_policy(pack, {"approve": 5, "initiate_fraud_check": 4, "fetch_credit_report": 3,
-                                    "send_notification": 2, "reject": -1, "escalate_to_human": -2})
-
-
-def cloned_rules(pack: Any) -> Any:
-    """Behaviour-cloned rule engine: far better than approve_all."""
-    from model.policy import PolicyConfig, PolicyNetwork
-    from sandbox.env import BatchedEnv
-    from sandbox.policies import rule_policy
-    env = BatchedEnv(pack.scenario, pack.reward_fn("v1"), num_envs=512, profile="live", illegal_action="noop")
-    env.reset(123)
-    obs, acts = [], []
-    for _ in range(env.horizon):
-        a = rule_policy(env)
-        obs.append(env.observe())
-        acts.append(a)
-        env.step(a)
-    O, A = torch.cat(obs), torch.cat(acts)
-    torch.manual_seed(0)
-    p = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))
-    opt = torch.optim.Adam(p.parameters(), lr=2e-2)
-    for _ in range(200):
-        loss = torch.nn.functional.nll_loss(p(O)[0], A)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return p.eval()
-
-
-def register(ctx: StepContext, pack: Any, policy: Any) -> str:
-    import tempfile
-    from pathlib import Path
-
-    from pipeline_steps.training.policy import register_policy
-    with ctx.tracker.start_run("test-policy") as run, tempfile.TemporaryDirectory() as tmp:
-        return register_policy(ctx, run, pack, policy, {"mode": "full"}, Path(tmp), description="test policy")
+    return credit_pack()
 
 
 def set_alias_via_rest(server: str, alias: str, version: str) -> None:
@@ -145,9 +94,9 @@ def receiver(mlflow_server: str, pack: Any, tmp_path: Any, monkeypatch: pytest.M
 
 def test_aliases_set_in_the_ui_go_through_the_gates(mlflow_server: str, receiver: Any, pack: Any) -> None:
     ctx, app = receiver
-    bad = register(ctx, pack, approve_all(pack))
+    bad = register(ctx, pack, approve_all_policy(pack))
     ctx.tracker.set_alias(NAME, "champion", bad)   # rlops' own champion (recorded)
-    good = register(ctx, pack, cloned_rules(pack))
+    good = register(ctx, pack, cloned_rules_policy(pack))
 
     # a candidate that passes the gates: the champion moves
     set_alias_via_rest(mlflow_server, "challenger", good)
@@ -158,7 +107,7 @@ def test_aliases_set_in_the_ui_go_through_the_gates(mlflow_server: str, receiver
     assert "Gates (" in ctx.tracker.version_description(NAME, good)  # the gate summary, for the UI
 
     # a candidate that fails: the champion stays, the hand-set challenger goes, the tags say why
-    worse = register(ctx, pack, approve_all(pack))
+    worse = register(ctx, pack, approve_all_policy(pack))
     set_alias_via_rest(mlflow_server, "challenger", worse)
     tags = wait_for_tag(ctx, worse, T.PROMOTION_OUTCOME)
     assert tags[T.PROMOTION_OUTCOME] == "rejected"

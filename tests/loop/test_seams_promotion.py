@@ -16,16 +16,40 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
-from tests.unit.test_evaluate_step import (NAME, _fast, aliases, approve_all, good, make_ctx,  # noqa: F401
-                                           pack, preference_policy, register)
+from pipeline_steps.infra.context import StepContext
+from tests.policy_kit import (NAME, approve_all_policy, cloned_rules_policy, credit_pack, preference_policy,
+                              promotion_ctx, register)
+
+
+@pytest.fixture(scope="module")
+def pack() -> Any:
+    return credit_pack()
+
+
+@pytest.fixture(scope="module")
+def approve_all(pack: Any) -> Any:
+    return approve_all_policy(pack)
+
+
+@pytest.fixture(scope="module")
+def good(pack: Any) -> Any:
+    torch.set_num_threads(1)
+    return cloned_rules_policy(pack)
+
+
+@pytest.fixture(autouse=True)
+def _fast(pack: Any, monkeypatch: pytest.MonkeyPatch, tmp_tracking: str, tmp_storage_root: str) -> None:
+    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
+    torch.set_num_threads(1)
 
 
 def test_racing_promotions_gate_each_candidate_against_the_champion_it_replaces(
         pack: Any, good: Any, approve_all: Any) -> None:
     from pipeline_steps.promotion.evaluate import promote
-    ctx = make_ctx()
+    ctx = promotion_ctx()
     bad = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad)
     a, b = register(ctx, pack, good), register(ctx, pack, good)
@@ -34,7 +58,7 @@ def test_racing_promotions_gate_each_candidate_against_the_champion_it_replaces(
 
     def run(version: str) -> None:
         barrier.wait()
-        results[version] = promote(make_ctx(), version)
+        results[version] = promote(promotion_ctx(), version)
 
     threads = [threading.Thread(target=run, args=(v,)) for v in (a, b)]
     for t in threads:
@@ -47,7 +71,7 @@ def test_racing_promotions_gate_each_candidate_against_the_champion_it_replaces(
         assert r["baseline"] == f"champion v{r['previous']}", r
     waited = sorted(r["lock_wait_s"] for r in results.values())
     assert waited[0] == 0.0 or waited[1] > 0.0  # the second one queued behind the first
-    final = aliases(ctx)
+    final = ctx.tracker.aliases(NAME)
     first = next(r for r in promoted if r["previous"] == bad)
     assert final["previous"] in (bad, first["candidate"])
     if len(promoted) == 2:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,64 +14,30 @@ import pandas as pd
 import pytest
 import torch
 
+from common.config import REPO_ROOT
 from pipeline_steps.infra.context import StepContext
-from pipeline_steps.infra.registry import Tracker, policy_model_name
-from common.config import REPO_ROOT, deep_merge
+from pipeline_steps.infra.registry import Tracker
+from tests.policy_kit import (NAME, SCENARIO, approve_all_policy, cloned_rules_policy, credit_pack,
+                              promotion_ctx, register)
 
-SCENARIO = "credit_approval"
-NAME = policy_model_name(SCENARIO)
 RUN_KEY = "20260105T1000"
 
 
 # --------------------------------------------------------------------------- policies
 @pytest.fixture(scope="module")
 def pack() -> Any:
-    from sandbox.pack import load_pack
-    return load_pack(REPO_ROOT / "scenarios" / SCENARIO, check_liveness=False)
-
-
-def preference_policy(pack: Any, prefs: dict[str, float]) -> Any:
-    """A network whose greedy choice is the legal action with the highest preference."""
-    from model.policy import PolicyConfig, PolicyNetwork
-    p = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))
-    with torch.no_grad():
-        p.actor[-1].weight.zero_()
-        p.actor[-1].bias.copy_(torch.tensor([prefs.get(a, 0.0) for a in pack.scenario.action_names]))
-    return p.eval()
+    return credit_pack()
 
 
 @pytest.fixture(scope="module")
 def approve_all(pack: Any) -> Any:
-    """Checks, then approves everyone: many defaults — a deliberately bad policy."""
-    return preference_policy(pack, {"approve": 5, "initiate_fraud_check": 4, "fetch_credit_report": 3,
-                                    "send_notification": 2, "reject": -1, "escalate_to_human": -2})
+    return approve_all_policy(pack)
 
 
 @pytest.fixture(scope="module")
 def good(pack: Any) -> Any:
-    """Behaviour-cloned rule engine (about as good as the rules, far better than approve_all)."""
-    from model.policy import PolicyConfig, PolicyNetwork
-    from sandbox.env import BatchedEnv
-    from sandbox.policies import rule_policy
     torch.set_num_threads(1)
-    env = BatchedEnv(pack.scenario, pack.reward_fn("v1"), num_envs=512, profile="live", illegal_action="noop")
-    env.reset(123)
-    obs, acts = [], []
-    for _ in range(env.horizon):
-        a = rule_policy(env)
-        obs.append(env.observe())
-        acts.append(a)
-        env.step(a)
-    O, A = torch.cat(obs), torch.cat(acts)
-    torch.manual_seed(0)
-    p = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))
-    opt = torch.optim.Adam(p.parameters(), lr=2e-2)
-    for _ in range(200):
-        loss = torch.nn.functional.nll_loss(p(O)[0], A)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return p.eval()
+    return cloned_rules_policy(pack)
 
 
 # --------------------------------------------------------------------------- context
@@ -80,19 +45,6 @@ def good(pack: Any) -> Any:
 def _fast(pack: Any, monkeypatch: pytest.MonkeyPatch, tmp_tracking: str, tmp_storage_root: str) -> None:
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
     torch.set_num_threads(1)
-
-
-def make_ctx(run_key: str = RUN_KEY, dry_run: bool = False, **evaluate: Any) -> StepContext:
-    cfg = {"episodes": 600, "bootstrap_samples": 500, "latency_p99_ms": 1000.0, "latency_samples": 50,
-           "require_stress_test": False, "min_segment_episodes": 50, "segment_tolerance": 0.1}
-    return StepContext.create(run_key=run_key, dry_run=dry_run,
-                              overrides={"evaluate": deep_merge(cfg, evaluate), "tracking": {"http_max_retries": 0}})
-
-
-def register(ctx: StepContext, pack: Any, policy: Any, **tags: Any) -> str:
-    from pipeline_steps.training.policy import register_policy
-    with ctx.tracker.start_run("test-policy") as run, tempfile.TemporaryDirectory() as tmp:
-        return register_policy(ctx, run, pack, policy, {"mode": "full", **tags}, Path(tmp))
 
 
 def aliases(ctx: StepContext) -> dict[str, str]:
@@ -118,7 +70,7 @@ def test_paired_bootstrap_and_tests() -> None:
 # --------------------------------------------------------------------------- promotion
 def test_good_candidate_beats_bad_champion_and_is_promoted(pack: Any, good: Any, approve_all: Any) -> None:
     from pipeline_steps.promotion.evaluate import promote
-    ctx = make_ctx()
+    ctx = promotion_ctx()
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
     cand = register(ctx, pack, good)
@@ -139,7 +91,7 @@ def test_good_candidate_beats_bad_champion_and_is_promoted(pack: Any, good: Any,
     assert ctx.tracker.model_version_tags(NAME, cand)["eval_passed"] == "true"
     # rollback puts the old champion back
     from pipeline_steps.promotion.evaluate import rollback
-    rb = rollback(make_ctx())
+    rb = rollback(promotion_ctx())
     assert rb["champion"] == bad_v and aliases(ctx) == {"champion": bad_v}
 
 
@@ -147,12 +99,12 @@ def test_worse_candidate_fails_and_champion_stays(pack: Any, good: Any, approve_
                                                   capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from rlops.cli import main
-    ctx = make_ctx()
+    ctx = promotion_ctx()
     champ = register(ctx, pack, good)
     ctx.tracker.set_alias(NAME, "champion", champ)
     cand = register(ctx, pack, approve_all)
     # the CLI builds its context from params; give it the test's overrides
-    monkeypatch.setattr("rlops.commands.model.context_from_args", lambda a: make_ctx())
+    monkeypatch.setattr("rlops.commands.model.context_from_args", lambda a: promotion_ctx())
     assert main(["model", "promote", "--candidate", cand, "--json", "--run-key", RUN_KEY]) == 1
     res = json.loads(capsys.readouterr().out)
     assert not res["promoted"] and "mean_return" in res["failed_gates"] and "champion unchanged" in res["reason"]
@@ -162,11 +114,11 @@ def test_worse_candidate_fails_and_champion_stays(pack: Any, good: Any, approve_
 
 def test_first_champion_is_judged_against_the_rule_engine(pack: Any, good: Any) -> None:
     from pipeline_steps.promotion.evaluate import evaluate_candidate, promote
-    ctx = make_ctx(min_improvement=-0.15, segment_tolerance=0.3)
+    ctx = promotion_ctx(min_improvement=-0.15, segment_tolerance=0.3)
     cand = register(ctx, pack, good)
-    dry = evaluate_candidate(make_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand)
+    dry = evaluate_candidate(promotion_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand)
     assert dry["baseline"] == "rules" and "report_uri" not in dry
-    would = promote(make_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand)
+    would = promote(promotion_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand)
     assert would["action"] == "would_promote" and not would["promoted"] and aliases(ctx) == {}
     assert "eval_passed" not in ctx.tracker.model_version_tags(NAME, cand)
     res = promote(ctx, cand)
@@ -182,7 +134,7 @@ def _closed_port() -> int:
 def test_mlflow_unreachable_during_the_move_leaves_champion(pack: Any, good: Any, approve_all: Any,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     import pipeline_steps.promotion.evaluate as ev
-    ctx = make_ctx()
+    ctx = promotion_ctx()
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
     cand = register(ctx, pack, good)
@@ -197,11 +149,11 @@ def test_mlflow_unreachable_during_the_move_leaves_champion(pack: Any, good: Any
     monkeypatch.setattr(ev, "evaluate_candidate", then_outage)
     res = ev.promote(ctx, cand)
     assert res["passed"] and not res["promoted"] and "MLflow failed" in res["reason"]
-    assert make_ctx().tracker.aliases(NAME) == {"champion": bad_v}
+    assert promotion_ctx().tracker.aliases(NAME) == {"champion": bad_v}
 
     # a failure half-way through the move (champion alias write) restores the aliases
     monkeypatch.setattr(ev, "evaluate_candidate", real)
-    ctx2 = make_ctx()
+    ctx2 = promotion_ctx()
     orig_set = Tracker.set_alias
 
     def flaky(self: Tracker, name: str, alias: str, version: str) -> None:
@@ -211,7 +163,7 @@ def test_mlflow_unreachable_during_the_move_leaves_champion(pack: Any, good: Any
         orig_set(self, name, alias, version)
     monkeypatch.setattr(Tracker, "set_alias", flaky)
     res = ev.promote(ctx2, cand)
-    assert not res["promoted"] and aliases(make_ctx()) == {"champion": bad_v}
+    assert not res["promoted"] and aliases(promotion_ctx()) == {"champion": bad_v}
 
 
 def test_nan_reward_and_failed_stress_test_block_promotion(pack: Any, good: Any, tmp_path: Path,
@@ -227,13 +179,13 @@ def test_nan_reward_and_failed_stress_test_block_promotion(pack: Any, good: Any,
     (scen / "reward_v2.py").write_text(src)
     nan_pack = load_pack(scen, check_liveness=False)
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": nan_pack)
-    ctx = make_ctx(min_improvement=-1.0, segment_tolerance=5.0)
+    ctx = promotion_ctx(min_improvement=-1.0, segment_tolerance=5.0)
     cand = register(ctx, nan_pack, good, reward_fn="v2")
     res = promote(ctx, cand)
     assert not res["promoted"] and "finite_returns" in res["failed_gates"] and aliases(ctx) == {}
 
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
-    ctx = make_ctx(min_improvement=-1.0, segment_tolerance=5.0, require_stress_test=True)
+    ctx = promotion_ctx(min_improvement=-1.0, segment_tolerance=5.0, require_stress_test=True)
     cand = register(ctx, pack, good)
     res = promote(ctx, cand)  # no stress test recorded yet
     assert not res["promoted"] and res["failed_gates"] == ["stress_test"]
@@ -245,7 +197,7 @@ def test_nan_reward_and_failed_stress_test_block_promotion(pack: Any, good: Any,
 
 def test_staged_rollout_advances_5_15_100(pack: Any, good: Any, approve_all: Any) -> None:
     from pipeline_steps.promotion.evaluate import promote
-    ctx = make_ctx(episodes=300)
+    ctx = promotion_ctx(episodes=300)
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
     cand = register(ctx, pack, good)
@@ -263,7 +215,7 @@ def test_staged_rollout_advances_5_15_100(pack: Any, good: Any, approve_all: Any
 def test_live_ab_traffic_feeds_gates(pack: Any, good: Any, approve_all: Any) -> None:
     from pipeline_steps.promotion.evaluate import evaluate_candidate
     from pipeline_steps.infra.trace_store import partition_path
-    ctx = make_ctx(ab_min_episodes=50)
+    ctx = promotion_ctx(ab_min_episodes=50)
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
     cand = register(ctx, pack, good)
@@ -291,7 +243,7 @@ def test_live_ab_traffic_feeds_gates(pack: Any, good: Any, approve_all: Any) -> 
 
 def test_bad_input_is_reported(pack: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from pipeline_steps.promotion.evaluate import evaluate_candidate, rollback
-    ctx = make_ctx()
+    ctx = promotion_ctx()
     with pytest.raises(ValueError, match="no version 42"):
         evaluate_candidate(ctx, "42")
     with pytest.raises(ValueError, match="no 'previous' version"):
