@@ -327,6 +327,10 @@ class RewardRuntime:
         self._settle_codes = [None if c.settle_on is None else self.action_names.index(c.settle_on)
                               for c in fn.components]
         self._weights_cache: tuple[int, Tensor] | None = None
+        unknown = sorted({c.role for c in fn.components if c.role is not None} - set(self.role_names))
+        if unknown:
+            raise ValueError(f"{fn.path}: reward components of role(s) {unknown}, but the environment's roles are "
+                             f"{list(self.role_names)}")
         owners = [-1 if c.role is None else self.role_names.index(c.role) for c in fn.components]
         self._owner = torch.tensor(owners, device=self.device) if any(k >= 0 for k in owners) else None
 

@@ -11,7 +11,8 @@ WEIGHTS = {"margin": 1.0, "operations": 1.0, "compliance": 1.0}
 CLIP = 5.0
 
 # The business figures.
-MARGIN, LOSS_GIVEN_DEFAULT = 0.15, 0.6
+MARGIN, LOSS_GIVEN_DEFAULT = 0.4, 0.6
+REDUCED_TAKE_UP = 0.5   # share of applicants who take a reduced offer
 AMOUNT_UNIT_CNY = 10_000.0
 STEP_COST = 0.02
 INCOMPLETE_FILE_COST, REQUEST_COST = 0.5, 0.05
@@ -19,8 +20,8 @@ CAP_SCORE, CAP_INCOMES, CAP_COST = 600, 3.0, 1.0
 
 
 def default_probability(credit_score, amount, income):
-    """The desk's risk model: rises below a score of 580 and past four monthly incomes."""
-    return torch.sigmoid((580.0 - credit_score) / 50.0 + 0.8 * (amount / income - 4.0))
+    """The desk's risk model: rises below a score of 600 and past four monthly incomes."""
+    return torch.sigmoid((600.0 - credit_score) / 40.0 + 0.5 * (amount / income - 4.0))
 
 
 @component(objective="margin", reason="loan approved: margin net of the expected credit loss")
@@ -30,7 +31,8 @@ def loan_margin(t):
     amount = t.ns.decision.approved_amount
     p = default_probability(t.s.applicant.credit_score, amount, t.s.applicant.income_monthly)
     value = amount / AMOUNT_UNIT_CNY * (MARGIN * (1 - p) - LOSS_GIVEN_DEFAULT * p)
-    return torch.where(approved, value, 0.0)
+    take_up = torch.where(t.action == "approve_reduced", REDUCED_TAKE_UP, 1.0)
+    return torch.where(approved, take_up * value, 0.0)
 
 
 @component(objective="operations", reason="handling time of the desk")

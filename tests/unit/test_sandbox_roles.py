@@ -184,7 +184,7 @@ def _step(env: Any, names: list[str]) -> tuple[torch.Tensor, dict[str, torch.Ten
 
 
 def _p_default(score: float, amount: float, income: float) -> float:
-    return 1 / (1 + math.exp(-((580 - score) / 50 + 0.8 * (amount / income - 4))))
+    return 1 / (1 + math.exp(-((600 - score) / 40 + 0.5 * (amount / income - 4))))
 
 
 def test_a_hand_checked_episode_splits_into_team_and_role_parts(pack: Any) -> None:
@@ -206,7 +206,7 @@ def test_a_hand_checked_episode_splits_into_team_and_role_parts(pack: Any) -> No
     assert not bool(env.action_masks()[0, env.action_names.index("approve")])
     reward, parts, breakdown = _step(env, ["decline", "approve"])
     p = _p_default(560, 50_000, 10_000)
-    margin = 5.0 * (0.15 * (1 - p) - 0.6 * p)
+    margin = 5.0 * (0.4 * (1 - p) - 0.6 * p)           # 50,000 CNY = 5 units, margin 40%, loss 60%
     assert parts["team"].tolist() == pytest.approx([-0.02, margin - 0.02], abs=1e-5)
     assert parts["underwriter"].tolist() == pytest.approx([0.0, -1.0])
     assert parts["screener"].tolist() == [0.0, 0.0]
