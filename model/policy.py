@@ -85,10 +85,6 @@ class PolicyConfig:
     def obs_dim(self) -> int:
         return self.n_features + self.n_actions + self.history_len
 
-    @property
-    def n_roles(self) -> int:
-        return max(self.action_roles) + 1 if self.action_roles else 1
-
     @classmethod
     def from_layout(cls, layout: Any, **kwargs: Any) -> "PolicyConfig":
         """Build from an environment's ``ObsLayout`` plus width settings."""
@@ -383,6 +379,6 @@ def policy_metadata(directory: str | Path) -> dict[str, Any]:
     return json.loads((Path(directory) / CONFIG_FILE).read_text()).get("metadata", {})
 
 
-__all__ = ["PolicyConfig", "PolicyNetwork", "RoleHeads", "ActOutput", "as_act_fn", "ServingPolicy", "SavedPolicy", "mask_value",
-           "masked_logits", "masked_log_probs", "masked_entropy", "gumbel_sample", "export_policy",
+__all__ = ["PolicyConfig", "PolicyNetwork", "RoleHeads", "ActOutput", "as_act_fn", "ServingPolicy", "SavedPolicy",
+           "mask_value", "masked_logits", "masked_log_probs", "masked_entropy", "gumbel_sample", "export_policy",
            "load_exported", "save_policy", "load_policy", "policy_metadata"]

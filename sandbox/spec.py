@@ -15,8 +15,8 @@ from sandbox.errors import PackError
 from sandbox.spec_fields import _check_init_value, _Ctx, _is_num, _kind, _line, _parse_init, _walk_fields
 from sandbox.spec_roles import parse_roles
 from sandbox.spec_types import (DISTS, FIELD_TYPES, MAX_ACTIONS, MAX_ENUM_VALUES, MAX_FIELDS, MAX_HISTORY_LEN,
-                                MAX_HORIZON, MAX_MAGNITUDE, MAX_ROLES, RESERVED_GROUPS, ActionSpec, EffectSpec, FieldSpec,
-                                InitSpec, PopulationShift, RoleSpec, RuleStep, ScenarioSpec,
+                                MAX_HORIZON, MAX_MAGNITUDE, MAX_ROLES, RESERVED_GROUPS, ActionSpec, EffectSpec,
+                                FieldSpec, InitSpec, PopulationShift, RoleSpec, RuleStep, ScenarioSpec,
                                 SimulationProfile)
 from sandbox.yaml_lines import LDict, LList, with_lines
 

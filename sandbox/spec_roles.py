@@ -31,9 +31,9 @@ def parse_roles(c: _Ctx, doc: LDict, action_names: list[str]) -> tuple[RoleSpec,
         return ()
     node = doc["roles"]
     if not isinstance(node, list) or len(node) < 2:
-        raise c.err(doc, "roles", "roles", "expected a list of at least two roles, each {name, actions, "
-                                           f"acts_when}} (a scenario with one agent has no roles: block), "
-                                           f"got {_kind(node) if not isinstance(node, list) else f'{len(node)} role(s)'}")
+        got = f"{len(node)} role(s)" if isinstance(node, list) else _kind(node)
+        raise c.err(doc, "roles", "roles", "expected a list of at least two roles, each {name, actions, acts_when} "
+                                           f"(a scenario with one agent has no roles: block), got {got}")
     if len(node) > MAX_ROLES:
         raise c.err(doc, "roles", "roles", f"{len(node)} roles, over the limit of {MAX_ROLES}")
     roles: list[RoleSpec] = []
