@@ -110,3 +110,15 @@ def test_a_short_ppo_run_beats_the_rule_engine_and_a_random_team(pack: Any) -> N
                                  ("random", random_policy(0))]}
     assert returns["ppo"] > returns["rules"] + 0.1, returns
     assert returns["ppo"] > returns["random"] + 0.1, returns
+
+
+def test_evaluation_splits_each_return_into_team_and_role_parts(pack: Any) -> None:
+    result = evaluate_policy(pack, rule_policy, episodes=500, seed=HELD_OUT_SEED)
+    parts = result.extra["role_returns"]
+    assert set(parts) == {"team", "screener", "underwriter"}
+    assert torch.allclose(parts["team"] + parts["screener"] + parts["underwriter"], result.returns, atol=1e-5)
+    # The rule engine asks once for documents and passes every file on: the screener pays for
+    # incomplete files and requests; the underwriter never approves over the cap below 600.
+    assert float(parts["screener"].mean()) < 0 and float(parts["underwriter"].abs().max()) == 0.0
+    credit = load_pack(REPO / "scenarios" / "credit_approval", check_liveness=False)
+    assert "role_returns" not in evaluate_policy(credit, rule_policy, episodes=50).extra
