@@ -62,9 +62,16 @@ class PolicyConfig:
     ``obs_rms.*``, saved and exported with the weights); the mask and history are left as they are."""
     obs_clip: float = 5.0
     """Bound on a standardised feature (``obs_norm`` only)."""
+    action_roles: tuple[int, ...] = ()
+    """Multi-agent scenarios (``roles:``): the role owning each action. The actor then has one head
+    per role over a shared torso, and the head of the role whose actions are legal decides."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", tuple(int(h) for h in self.hidden_sizes))
+        object.__setattr__(self, "action_roles", tuple(int(r) for r in self.action_roles))
+        if self.action_roles and (len(self.action_roles) != self.n_actions or min(self.action_roles) < 0):
+            raise ValueError(f"PolicyConfig.action_roles needs one role index >= 0 per action ({self.n_actions}), "
+                             f"got {list(self.action_roles)}")
         if self.n_actions < 1 or self.n_features < 0 or self.history_len < 0:
             raise ValueError(f"PolicyConfig: need n_actions >= 1, n_features >= 0, history_len >= 0; got "
                              f"{self.n_actions}, {self.n_features}, {self.history_len}")
@@ -81,11 +88,16 @@ class PolicyConfig:
     @classmethod
     def from_layout(cls, layout: Any, **kwargs: Any) -> "PolicyConfig":
         """Build from an environment's ``ObsLayout`` plus width settings."""
+        kwargs.setdefault("action_roles", tuple(getattr(layout, "action_roles", ())))
         return cls(layout.n_features, layout.n_actions, layout.history_len, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["hidden_sizes"] = list(self.hidden_sizes)
+        if self.action_roles:
+            d["action_roles"] = list(self.action_roles)
+        else:
+            del d["action_roles"]  # a single-agent policy's file reads as it always has
         return d
 
     @classmethod
@@ -94,7 +106,8 @@ class PolicyConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"PolicyConfig: unknown keys {unknown} (expected a subset of {sorted(known)})")
-        return cls(**{**d, "hidden_sizes": tuple(d.get("hidden_sizes", (64, 64)))})
+        return cls(**{**d, "hidden_sizes": tuple(d.get("hidden_sizes", (64, 64))),
+                      "action_roles": tuple(d.get("action_roles", ()))})
 
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -156,6 +169,30 @@ def _mlp(sizes: list[int], act: type[nn.Module], out_gain: float) -> nn.Sequenti
     return nn.Sequential(*layers)
 
 
+class RoleHeads(nn.Module):
+    """The actor of a multi-agent policy: a shared torso and one output head per role. A row's
+    logits come from the head of its acting role only, so the policy-gradient of a step reaches
+    the torso and that head, never another role's head."""
+
+    def __init__(self, sizes: list[int], act: type[nn.Module], action_roles: tuple[int, ...]):
+        super().__init__()
+        self.torso = nn.Sequential(_mlp(sizes[:-1], act, out_gain=math.sqrt(2)), act())
+        n_roles = max(action_roles) + 1
+        self.heads = nn.ModuleList(_mlp(sizes[-2:], act, out_gain=0.01) for _ in range(n_roles))
+        self.register_buffer("action_roles", torch.tensor(action_roles, dtype=torch.long), persistent=False)
+
+    def role_of(self, mask: Tensor) -> Tensor:
+        """The acting role of each row: the owner of its first legal action (only the acting
+        role's actions are ever legal, see :meth:`sandbox.compile.CompiledScenario.action_masks`)."""
+        return self.action_roles[mask.to(torch.uint8).argmax(dim=-1)]
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        z = self.torso(x)
+        out = torch.stack([h(z) for h in self.heads], dim=0)                        # [R, N, A]
+        idx = self.role_of(mask).view(1, -1, 1).expand(1, out.shape[1], out.shape[2])
+        return out.gather(0, idx).squeeze(0)
+
+
 class PolicyNetwork(nn.Module):
     """Actor-critic over ``[features | mask | history]`` observations (see module docstring)."""
 
@@ -172,7 +209,10 @@ class PolicyNetwork(nn.Module):
         self.key_value = nn.Linear(E, 2 * E)
         ctx_dim = E if self.use_history else 0
         hidden = list(config.hidden_sizes)
-        self.actor = _mlp([F + A + ctx_dim, *hidden, A], act, out_gain=0.01)
+        if config.action_roles:
+            self.actor: nn.Module = RoleHeads([F + A + ctx_dim, *hidden, A], act, config.action_roles)
+        else:
+            self.actor = _mlp([F + A + ctx_dim, *hidden, A], act, out_gain=0.01)
         self.critic = _mlp([F + A + ctx_dim, *hidden, 1], act, out_gain=1.0)
         self.obs_rms = RunningMeanStd(F) if config.obs_norm else None
         log.info("policy network: %d parameters (%s)", self.num_parameters(), config)
@@ -216,7 +256,8 @@ class PolicyNetwork(nn.Module):
         if mask is None:
             mask = obs[:, self.n_features:self.n_features + self.n_actions] > 0.5
         x = self._inputs(obs)
-        logp = masked_log_probs(self.actor(x), mask)
+        logits = self.actor(x, mask) if self.config.action_roles else self.actor(x)
+        logp = masked_log_probs(logits, mask)
         return logp, self.critic(x).squeeze(-1)
 
     def get_value(self, obs: Tensor) -> Tensor:
@@ -338,6 +379,6 @@ def policy_metadata(directory: str | Path) -> dict[str, Any]:
     return json.loads((Path(directory) / CONFIG_FILE).read_text()).get("metadata", {})
 
 
-__all__ = ["PolicyConfig", "PolicyNetwork", "ActOutput", "as_act_fn", "ServingPolicy", "SavedPolicy", "mask_value",
-           "masked_logits", "masked_log_probs", "masked_entropy", "gumbel_sample", "export_policy",
+__all__ = ["PolicyConfig", "PolicyNetwork", "RoleHeads", "ActOutput", "as_act_fn", "ServingPolicy", "SavedPolicy",
+           "mask_value", "masked_logits", "masked_log_probs", "masked_entropy", "gumbel_sample", "export_policy",
            "load_exported", "save_policy", "load_policy", "policy_metadata"]

@@ -128,10 +128,13 @@ def _build_policy(cfg: PPOConfig, env: Any, init_from: str | Path | PolicyNetwor
     policy = init_from if isinstance(init_from, PolicyNetwork) else load_policy(init_from)
     want = PolicyConfig.from_layout(env.layout)
     got = policy.config
-    if (got.n_features, got.n_actions, got.history_len) != (want.n_features, want.n_actions, want.history_len):
+    if (got.n_features, got.n_actions, got.history_len, got.action_roles) != \
+            (want.n_features, want.n_actions, want.history_len, want.action_roles):
         raise ValueError(f"init_from policy expects observations of {got.n_features} features / "
                          f"{got.n_actions} actions / history {got.history_len}, but the environment produces "
-                         f"{want.n_features} / {want.n_actions} / {want.history_len}; it was trained on another "
+                         f"{want.n_features} / {want.n_actions} / {want.history_len}"
+                         + (f" (roles of the actions {list(got.action_roles)} vs {list(want.action_roles)})"
+                            if got.action_roles != want.action_roles else "") + "; it was trained on another "
                          "scenario layout — train in 'full' mode instead")
     import copy
     return copy.deepcopy(policy).to(device)

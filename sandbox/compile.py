@@ -43,6 +43,9 @@ class ObsLayout:
     n_actions: int
     history_len: int
     feature_names: tuple[str, ...]
+    action_roles: tuple[int, ...] = ()
+    """The role (index into ``role_names``) that owns each action; empty without ``roles:``."""
+    role_names: tuple[str, ...] = ()
 
     @property
     def dim(self) -> int:
@@ -107,6 +110,12 @@ class CompiledScenario:
         self.rules = [(self._expr(r.when, BOOL, r.line, f"rule_policy[{i}].when"), self.action_names.index(r.action))
                       for i, r in enumerate(spec.rule_policy)]
         self.human_takeover = torch.tensor([a.human_takeover for a in spec.actions])
+        self.role_names = tuple(r.name for r in spec.roles)
+        owner = {a: k for k, r in enumerate(spec.roles) for a in r.actions}
+        self.action_roles = tuple(owner[a] for a in self.action_names) if spec.roles else ()
+        self._action_role = torch.tensor(self.action_roles, dtype=torch.long)
+        self.acts_when = [None if r.acts_when is None else
+                          self._expr(r.acts_when, BOOL, r.line, f"roles.{r.name}.acts_when") for r in spec.roles]
         self.layout = self._layout()
 
     # ---- columns and expressions -------------------------------------------------------------
@@ -208,7 +217,24 @@ class CompiledScenario:
             for r in req:
                 m = m & ev(r)
             cols.append(m)
-        return torch.stack(cols, dim=1)
+        masks = torch.stack(cols, dim=1)
+        if self.role_names:
+            # Only the acting role's actions are legal: its turn is part of the state.
+            masks = masks & (self._action_role.to(S.device).unsqueeze(0) == self.acting_role(S).unsqueeze(1))
+        return masks
+
+    def acting_role(self, S: Tensor) -> Tensor:
+        """Index of the role whose turn it is ``[N]`` (long): the first whose ``acts_when`` holds,
+        the last one when it has no condition, ``-1`` when none acts; all zeros without roles."""
+        role = torch.zeros(S.shape[0], dtype=torch.long, device=S.device)
+        if not self.role_names:
+            return role
+        role = role - 1
+        for k in reversed(range(len(self.role_names))):
+            cond = self.acts_when[k]
+            hit = torch.ones_like(role, dtype=torch.bool) if cond is None else cond(S)
+            role = torch.where(hit, torch.full_like(role, k), role)
+        return role
 
     def _effects(self, a: ActionSpec) -> list[_Effect]:
         # Draw ids 0-3 belong to the step itself (latency, jitter, error); an action's random
@@ -335,7 +361,8 @@ class CompiledScenario:
         self._bool_idx = torch.tensor(self._bool_cols, dtype=torch.long)
         self._num_off = torch.tensor(num_off)
         self._num_scale = torch.tensor(num_scale)
-        return ObsLayout(len(names), self.n_actions, self.spec.history_len, tuple(names))
+        return ObsLayout(len(names), self.n_actions, self.spec.history_len, tuple(names), self.action_roles,
+                         self.role_names)
 
     def encode(self, S: Tensor, masks: Tensor, history: Tensor) -> Tensor:
         """Observation ``[N, layout.dim]``; a field that is not yet visible reads as 0."""

@@ -47,6 +47,8 @@ class StepInfo:
     episode_return: Tensor
     episode_length: Tensor
     segment: Tensor
+    role: Tensor
+    """The role that acted (index into ``env.role_names``; 0 in a scenario without roles)."""
 
 
 class BatchedEnv:
@@ -92,7 +94,8 @@ class BatchedEnv:
         self._lat_std = torch.tensor([a.latency_std_ms for a in scenario.spec.actions], device=self.device)
         self._takeover = scenario.human_takeover.to(self.device)
         self._col_w = column_weights(scenario.n_cols, self.device)
-        self.reward = RewardRuntime(reward_fn, num_envs, self.device, self.action_names)
+        self.role_names = scenario.role_names
+        self.reward = RewardRuntime(reward_fn, num_envs, self.device, self.action_names, self.role_names)
         self.global_step = 0
         self.reset(0)
 
@@ -129,6 +132,10 @@ class BatchedEnv:
     def action_masks(self) -> Tensor:
         """Legal actions of the current states, ``[N, A]`` bool."""
         return self._masks
+
+    def acting_role(self) -> Tensor:
+        """Whose turn it is in each episode, ``[N]`` (index into ``role_names``; 0 without roles)."""
+        return self.scenario.acting_role(self.S)
 
     def observe(self) -> Tensor:
         return self.scenario.encode(self.S, self._masks, self.history)
@@ -171,6 +178,7 @@ class BatchedEnv:
             raise IllegalActionError(
                 f"action {int(actions[bad])} ({self._action_name(int(actions[bad]))}) is not legal in "
                 f"episode {bad}; legal: {[self.action_names[j] for j in self._masks[bad].nonzero().flatten().tolist()]}")
+        role = self.scenario.acting_role(S)
         R = StepRandom(combine(self._ep_key, state_hash(S, self._col_w)), self.scenario.step_draws)
         # ---- latency and API errors of the chosen action (profile-dependent)
         a_idx = actions.clamp(0, self.n_actions - 1)
@@ -200,7 +208,7 @@ class BatchedEnv:
         # ---- reward
         t = Transition(StateView(S, self._col_layout), StateView(S_next, self._col_layout),
                        EnumColumn(torch.where(legal, a_idx, -1).float(), self.action_names, "action"),
-                       error, latency, terminated, truncated)
+                       error, latency, terminated, truncated, role=role if self.role_names else None)
         for h in self.reward.hooks:
             t.external[h.name] = torch.zeros(n, device=self.device)
         with torch.profiler.record_function("rlops/reward"):  # a no-op unless a profiler runs
@@ -215,7 +223,7 @@ class BatchedEnv:
         info = StepInfo(final_obs=final_obs, reward_breakdown=breakdown, latency_ms=latency, error=error,
                         illegal=illegal, human_takeover=legal & self._takeover[a_idx] & ok,
                         episode_return=self.ep_return.clone(), episode_length=S_next[:, self._c_step].clone(),
-                        segment=S_next[:, self._c_segment].clone())
+                        segment=S_next[:, self._c_segment].clone(), role=role)
         self.S, self._masks = S_next, masks_next
         self._check_live(done)
         return self._autoreset(done, final_obs), reward, terminated, truncated, info

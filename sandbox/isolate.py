@@ -194,4 +194,12 @@ def summary(pack: Any) -> dict[str, Any]:
     return {"pack": pack.name, "valid": True, "fields": len(pack.scenario.spec.fields),
             "actions": pack.scenario.n_actions, "profiles": sorted(pack.scenario.profiles),
             "reward_functions": {k: fn.version for k, fn in sorted(pack.reward_fns.items())},
-            "rules": len(pack.rules)}
+            "rules": len(pack.rules), **roles_summary(pack.scenario.spec)}
+
+
+def roles_summary(spec: Any) -> dict[str, Any]:
+    """``{"roles": {name: {actions, acts_when}}}`` for a multi-agent scenario; nothing without roles."""
+    if not spec.roles:
+        return {}
+    return {"roles": {r.name: {"actions": list(r.actions), "acts_when": r.acts_when if r.acts_when is not None
+                               else "otherwise", "description": r.description} for r in spec.roles}}

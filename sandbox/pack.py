@@ -109,7 +109,7 @@ def _load_reward_fns(root: Path, rules: dict[str, Any], scenario: CompiledScenar
     for p in reward_files(root):
         label = REWARD_FILE.match(p.name).group(1)  # type: ignore[union-attr]
         stage(p, "importing the reward module")
-        reward_fns[label] = load_reward_fn(p, rules, scenario.action_names, root)
+        reward_fns[label] = load_reward_fn(p, rules, scenario.action_names, root, scenario.role_names)
         if probe:
             stage(p, "probing the reward function on edge states")
             probe_reward_fn(scenario, reward_fns[label])

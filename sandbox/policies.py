@@ -146,6 +146,8 @@ def evaluate_policy(pack: Pack, act: ActFn, episodes: int = 10_000, seed: int = 
     """Run one episode for each seed ``seed .. seed + episodes - 1`` and collect its outcome.
 
     Illegal actions are not executed (the episode's state is left as it was) and are counted.
+    In a scenario with ``roles:``, ``extra["role_returns"]`` splits each return into the team's
+    part and each role's own (``RewardRuntime.by_role``); the parts sum to the return.
     """
     env = env or BatchedEnv(pack.scenario, pack.reward_fn(reward_version), num_envs=episodes, profile=profile,
                             device=device, illegal_action="noop")
@@ -159,12 +161,15 @@ def evaluate_policy(pack: Pack, act: ActFn, episodes: int = 10_000, seed: int = 
     illegal = torch.zeros(n, device=env.device)
     handling = torch.zeros(n, device=env.device)
     segments = env.S[:, env.scenario.columns["episode.segment"]].clone()
+    parts = {k: torch.zeros(n, device=env.device) for k in ("team", *env.role_names)} if env.role_names else {}
     c_elapsed = env.scenario.columns["episode.elapsed_ms"]
     for _ in range(env.horizon):
         elapsed_before = env.S[:, c_elapsed].clone()
         actions = act(env)
         _, reward, terminated, truncated, info = env.step(actions)
         returns += torch.where(live, reward, torch.zeros_like(reward))
+        for k, v in (env.reward.by_role(info.reward_breakdown) if parts else {}).items():
+            parts[k] += torch.where(live, v, torch.zeros_like(v))
         illegal += (live & info.illegal).float()
         takeover |= live & info.human_takeover
         done = live & (terminated | truncated)
@@ -175,5 +180,6 @@ def evaluate_policy(pack: Pack, act: ActFn, episodes: int = 10_000, seed: int = 
         if not bool(live.any()):
             break
     names = ["base"] + [p.name for p in env.scenario.spec.profiles[env.profile].population]
+    extra = {"role_returns": {k: v.cpu() for k, v in parts.items()}} if parts else {}
     return EvalResult(returns.cpu(), lengths.cpu(), completed.cpu(), takeover.cpu(), illegal.cpu(), handling.cpu(),
-                      segments.cpu(), names)
+                      segments.cpu(), names, extra)

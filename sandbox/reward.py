@@ -21,6 +21,9 @@ episode, so a reward costs array ops. The runtime weights, sums, clips (the clip
 own ``clip`` entry so the breakdown always sums to the total), adds the repeated-action penalty
 and external ``reward_hook`` scores, and holds back components with ``settle_on`` until that
 action happens (or the episode ends). The version of a reward function is the sha256 of its source.
+
+In a scenario with ``roles:``, ``@component(role="underwriter")`` scores only the steps where that
+role acts; components without a role are the team's and score every step (see ``by_role``).
 """
 
 from __future__ import annotations
@@ -53,13 +56,14 @@ def rule_ref(ref: str) -> Callable[[Callable], Callable]:
     return deco
 
 
-def component(objective: str = "default", reason: str | None = None,
-              settle_on: str | None = None) -> Callable[[Callable], Callable]:
+def component(objective: str = "default", reason: str | None = None, settle_on: str | None = None,
+              role: str | None = None) -> Callable[[Callable], Callable]:
     """Mark a function as a reward component of ``objective``. ``reason`` is the sentence shown
     in breakdowns (default: the docstring's first line). ``settle_on`` names an action: the
-    component's scores accumulate and are paid when that action runs or the episode ends."""
+    component's scores accumulate and are paid when that action runs or the episode ends.
+    ``role`` (scenarios with ``roles:``) makes it that role's own: it scores only that role's steps."""
     def deco(fn: Callable) -> Callable:
-        fn.__component__ = {"objective": objective, "settle_on": settle_on,  # type: ignore[attr-defined]
+        fn.__component__ = {"objective": objective, "settle_on": settle_on, "role": role,  # type: ignore[attr-defined]
                             "reason": reason or (inspect.getdoc(fn) or fn.__name__).splitlines()[0]}
         return fn
     return deco
@@ -143,6 +147,8 @@ class Transition:
     terminated: Tensor
     truncated: Tensor
     external: dict[str, Tensor] = field(default_factory=dict)
+    role: Tensor | None = None
+    """The acting role's index per episode (scenarios with ``roles:``)."""
 
 
 # ---- loading -----------------------------------------------------------------------------------
@@ -155,6 +161,7 @@ class Component:
     reason: str
     settle_on: str | None
     line: int
+    role: str | None = None
 
 
 @dataclass(frozen=True)
@@ -187,7 +194,7 @@ class RewardFunction:
 
 
 def load_reward_fn(path: Path, rules: dict[str, Any], actions: tuple[str, ...],
-                   root: Path | None = None) -> RewardFunction:
+                   root: Path | None = None, roles: tuple[str, ...] = ()) -> RewardFunction:
     """Import a reward module by path and check its components against ``rules`` and ``actions``.
     With ``root`` (the pack folder) the file must resolve inside it: a module linked in from
     elsewhere is refused before it runs. Importing runs the module's code in this process;
@@ -225,7 +232,11 @@ def load_reward_fn(path: Path, rules: dict[str, Any], actions: tuple[str, ...],
         if meta["settle_on"] is not None and meta["settle_on"] not in actions:
             raise PackError(str(path), line, name, f"settle_on names undefined action '{meta['settle_on']}' "
                                                    f"(actions: {list(actions)})")
-        components.append(Component(name, fn, meta["objective"], ref, meta["reason"], meta["settle_on"], line))
+        role = meta.get("role")
+        if role is not None and role not in roles:
+            raise PackError(str(path), line, name, f"reward component names role {role!r}, but " + (
+                f"the scenario's roles are {list(roles)}" if roles else "the scenario declares no roles: block"))
+        components.append(Component(name, fn, meta["objective"], ref, meta["reason"], meta["settle_on"], line, role))
     if not components:
         raise PackError(str(path), None, "", "reward module defines no @component functions")
     components.sort(key=lambda c: c.line)
@@ -304,8 +315,9 @@ class RewardHook:
 class RewardRuntime:
     """Evaluates a :class:`RewardFunction` on batched transitions; holds delayed settlements."""
 
-    def __init__(self, fn: RewardFunction, n: int, device: torch.device, action_names: tuple[str, ...]):
-        self.n, self.device, self.action_names = n, device, action_names
+    def __init__(self, fn: RewardFunction, n: int, device: torch.device, action_names: tuple[str, ...],
+                 role_names: tuple[str, ...] = ()):
+        self.n, self.device, self.action_names, self.role_names = n, device, action_names, role_names
         self.hooks: list[RewardHook] = []
         self.set_function(fn)
 
@@ -315,6 +327,23 @@ class RewardRuntime:
         self._settle_codes = [None if c.settle_on is None else self.action_names.index(c.settle_on)
                               for c in fn.components]
         self._weights_cache: tuple[int, Tensor] | None = None
+        unknown = sorted({c.role for c in fn.components if c.role is not None} - set(self.role_names))
+        if unknown:
+            raise ValueError(f"{fn.path}: reward components of role(s) {unknown}, but the environment's roles are "
+                             f"{list(self.role_names)}")
+        owners = [-1 if c.role is None else self.role_names.index(c.role) for c in fn.components]
+        self._owner = torch.tensor(owners, device=self.device) if any(k >= 0 for k in owners) else None
+
+    @property
+    def column_roles(self) -> list[str | None]:
+        """The role owning each breakdown column (None: the team's)."""
+        return [c.role for c in self.fn.components] + [None] * (len(self.hooks) + 2)
+
+    def by_role(self, breakdown: Tensor) -> dict[str, Tensor]:
+        """A breakdown ``[N, columns]`` split into ``team`` and each role's own part; they sum to the total."""
+        roles = self.column_roles
+        return {name: breakdown[:, [j for j, r in enumerate(roles) if r == role]].sum(dim=1)
+                for name, role in [("team", None), *((r, r) for r in self.role_names)]}
 
     @property
     def names(self) -> list[str]:
@@ -343,6 +372,10 @@ class RewardRuntime:
         """Total ``[N]`` and breakdown ``[N, len(names)]`` (weighted; sums to the total)."""
         cols = [self._component(c, t) for c in self.fn.components]
         raw = torch.stack(cols, dim=1) * self._weights(global_step)
+        if self._owner is not None and t.role is not None:
+            # A role's own component scores the steps that role takes; team components every step.
+            mine = (self._owner.unsqueeze(0) < 0) | (self._owner.unsqueeze(0) == t.role.unsqueeze(1))
+            raw = torch.where(mine, raw, torch.zeros_like(raw))
         if any(code is not None for code in self._settle_codes):
             for j, code in enumerate(self._settle_codes):
                 if code is None:

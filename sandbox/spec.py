@@ -13,14 +13,16 @@ from typing import Any
 
 from sandbox.errors import PackError
 from sandbox.spec_fields import _check_init_value, _Ctx, _is_num, _kind, _line, _parse_init, _walk_fields
+from sandbox.spec_roles import parse_roles
 from sandbox.spec_types import (DISTS, FIELD_TYPES, MAX_ACTIONS, MAX_ENUM_VALUES, MAX_FIELDS, MAX_HISTORY_LEN,
-                                MAX_HORIZON, MAX_MAGNITUDE, RESERVED_GROUPS, ActionSpec, EffectSpec, FieldSpec,
-                                InitSpec, PopulationShift, RuleStep, ScenarioSpec, SimulationProfile)
+                                MAX_HORIZON, MAX_MAGNITUDE, MAX_ROLES, RESERVED_GROUPS, ActionSpec, EffectSpec,
+                                FieldSpec, InitSpec, PopulationShift, RoleSpec, RuleStep, ScenarioSpec,
+                                SimulationProfile)
 from sandbox.yaml_lines import LDict, LList, with_lines
 
 __all__ = ["DISTS", "FIELD_TYPES", "MAX_ACTIONS", "MAX_ENUM_VALUES", "MAX_FIELDS", "MAX_HISTORY_LEN", "MAX_HORIZON",
-           "MAX_MAGNITUDE", "RESERVED_GROUPS", "ActionSpec", "EffectSpec", "FieldSpec", "InitSpec", "PopulationShift",
-           "RuleStep", "ScenarioSpec", "SimulationProfile", "parse_scenario"]
+           "MAX_MAGNITUDE", "MAX_ROLES", "RESERVED_GROUPS", "ActionSpec", "EffectSpec", "FieldSpec", "InitSpec",
+           "PopulationShift", "RoleSpec", "RuleStep", "ScenarioSpec", "SimulationProfile", "parse_scenario"]
 
 
 _ACTION_KEYS = {"name", "description", "required_fields", "precondition", "effects", "terminal", "api",
@@ -141,7 +143,7 @@ def _parse_profiles(c: _Ctx, node: Any, root: LDict, fields: dict[str, FieldSpec
 
 
 _TOP_KEYS = {"name", "description", "horizon", "state", "actions", "simulation", "rule_policy",
-             "terminal_when", "history_len", "default_profile"}
+             "terminal_when", "history_len", "default_profile", "roles"}
 
 
 def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
@@ -178,6 +180,7 @@ def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
         raise c.err(acts_node, names.index(dup, names.index(dup) + 1), f"actions.{dup}", f"duplicate action '{dup}'")
+    roles = parse_roles(c, doc, names)
     profiles = _parse_profiles(c, doc.get("simulation"), doc, {f.path: f for f in fields},
                                {a.api for a in actions if a.api})
     default_profile = doc.get("default_profile", "sandbox" if "sandbox" in profiles else next(iter(profiles)))
@@ -203,4 +206,4 @@ def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
     return ScenarioSpec(name=str(doc["name"]), description=str(doc.get("description", "")), horizon=horizon,
                         fields=tuple(fields), actions=tuple(actions), profiles=profiles,
                         default_profile=default_profile, rule_policy=tuple(rules),
-                        terminal_when=doc.get("terminal_when"), history_len=hl, file=file)
+                        terminal_when=doc.get("terminal_when"), history_len=hl, file=file, roles=roles)

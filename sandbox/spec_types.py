@@ -24,6 +24,7 @@ MAX_HISTORY_LEN = 64
 MAX_FIELDS = 1000
 MAX_ACTIONS = 256
 MAX_ENUM_VALUES = 1000
+MAX_ROLES = 16
 #: The largest magnitude of a number in a scenario: the state is float32 (at most ~3.4e38), and
 #: a draw of ``normal(0, 1e300)`` must not overflow it.
 MAX_MAGNITUDE = 1e30
@@ -117,6 +118,18 @@ class RuleStep:
 
 
 @dataclass(frozen=True)
+class RoleSpec:
+    """One agent of a multi-agent scenario: the actions it owns and when it is its turn.
+    ``acts_when`` None (only the last role) means "when no role before it acts"."""
+
+    name: str
+    description: str
+    actions: tuple[str, ...]
+    acts_when: Any = None
+    line: int | None = None
+
+
+@dataclass(frozen=True)
 class ScenarioSpec:
     name: str
     description: str
@@ -129,6 +142,7 @@ class ScenarioSpec:
     terminal_when: Any = None
     history_len: int = 4
     file: str = ""
+    roles: tuple[RoleSpec, ...] = ()
 
     def field(self, path: str) -> FieldSpec:
         return next(f for f in self.fields if f.path == path)

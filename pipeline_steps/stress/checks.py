@@ -282,7 +282,7 @@ def step_all(pack: Pack, fn: RewardFunction, S: Tensor, action: int, profile: st
     """
     n = S.shape[0]
     env = BatchedEnv(pack.scenario, fn, num_envs=n, profile=profile, illegal_action="noop")
-    probe = _SettleEveryStep(fn, n, env.device, env.action_names)
+    probe = _SettleEveryStep(fn, n, env.device, env.action_names, env.role_names)
     env.reward = probe
     hist = torch.zeros((n, pack.scenario.layout.history_len), dtype=torch.long)
     hist[:, -1] = S[:, pack.scenario.columns["episode.last_action"]].long()

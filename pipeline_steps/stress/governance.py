@@ -57,7 +57,7 @@ def step_transitions(pack: Pack, fn: RewardFunction, S: Tensor, action: int) -> 
     """Step ``action`` on every row of ``S``: ``(transition matrix, breakdown, component names)``."""
     n = S.shape[0]
     env = BatchedEnv(pack.scenario, fn, num_envs=n, illegal_action="noop")
-    rec = _Recorder(fn, n, env.device, env.action_names)
+    rec = _Recorder(fn, n, env.device, env.action_names, env.role_names)
     env.reward = rec
     hist = torch.zeros((n, pack.scenario.layout.history_len), dtype=torch.long)
     hist[:, -1] = S[:, pack.scenario.columns["episode.last_action"]].long()

@@ -235,7 +235,8 @@ def resolve_reward_fn(pack: "Pack", reward_fn: str | None) -> "RewardFunction":
     """A reward function by file path, or by label (``v1``) of the pack."""
     from sandbox.reward import load_reward_fn
     if reward_fn and Path(reward_fn).is_file():
-        return load_reward_fn(Path(reward_fn), pack.rules, pack.scenario.action_names)
+        return load_reward_fn(Path(reward_fn), pack.rules, pack.scenario.action_names,
+                              roles=pack.scenario.role_names)
     try:
         return pack.reward_fn(Path(reward_fn).stem.removeprefix("reward_") if reward_fn else None)
     except KeyError as exc:

@@ -84,7 +84,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(s, indent=2))
         return 0
-    print(f"ok: {s['pack']} — {s['fields']} fields, {s['actions']} actions, profiles {s['profiles']}, "
+    roles = "".join(f", role {name} ({len(r['actions'])} actions)" for name, r in s.get("roles", {}).items())
+    print(f"ok: {s['pack']} — {s['fields']} fields, {s['actions']} actions{roles}, profiles {s['profiles']}, "
           f"reward functions {sorted(s['reward_functions'])}, {s['rules']} rules")
     return 0
 
@@ -99,6 +100,7 @@ def _load_checked(path: str) -> Any:
 
 
 def describe(pack: Any) -> dict[str, Any]:
+    from sandbox.isolate import roles_summary
     spec = pack.scenario.spec
     return {
         "name": spec.name,
@@ -110,11 +112,14 @@ def describe(pack: Any) -> dict[str, Any]:
         "actions": [{"name": a.name, "description": a.description, "required_fields": list(a.required_fields),
                      "precondition": a.precondition, "terminal": a.terminal, "api": a.api,
                      "human_takeover": a.human_takeover} for a in spec.actions],
+        **roles_summary(spec),
         "profiles": {n: {"latency_jitter_ms": list(p.latency_jitter_ms), "error_rates": p.error_rates,
                          "population": [{"name": s.name, "probability": s.probability} for s in p.population]}
                      for n, p in spec.profiles.items()},
         "reward_functions": {label: {"version": fn.version, "components": [c.name for c in fn.components],
-                                     "rule_refs": fn.rule_refs} for label, fn in pack.reward_fns.items()},
+                                     "rule_refs": fn.rule_refs,
+                                     **({"component_roles": {c.name: c.role or "team" for c in fn.components}}
+                                        if spec.roles else {})} for label, fn in pack.reward_fns.items()},
         "observation_dim": pack.scenario.layout.dim,
     }
 
@@ -138,9 +143,14 @@ def cmd_describe(args: argparse.Namespace) -> int:
     print("\nactions:")
     for a in d["actions"]:
         print(f"  {a['name']:<22} {a['description']}")
+    for name, r in d.get("roles", {}).items():
+        turn = "when no role above acts" if r["acts_when"] == "otherwise" else f"when {r['acts_when']}"
+        print(f"\nrole {name} (acts {turn}): {', '.join(r['actions'])}")
     print("\nprofiles: " + ", ".join(d["profiles"]))
     for label, fn in d["reward_functions"].items():
-        print(f"reward {label}: sha256 {fn['version'][:12]}…, components {', '.join(fn['components'])}")
+        roles = fn.get("component_roles", {})
+        comps = [f"{c} [{roles[c]}]" if roles else c for c in fn["components"]]
+        print(f"reward {label}: sha256 {fn['version'][:12]}…, components {', '.join(comps)}")
     return 0
 
 
