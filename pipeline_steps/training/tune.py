@@ -7,9 +7,9 @@ mean greedy return on held-out seeded episodes (:func:`sandbox.policies.evaluate
 same figure the training step reports. Trial 0 is the defaults themselves, exactly as the training
 step would run them (outside the search space too), and every trial is scored on the same held-out
 episodes, so the best config is at least as good as the defaults by construction and the gap is
-reported; weak trials are pruned from the per-iteration training return (median rule), which only
-stops them early — the comparison is the held-out return. Every trial is an MLflow run
-nested under one tuning run. ``write=True`` merges the best knobs into the pack's ``params.yaml``
+reported. Weak trials are pruned from their training return at equal environment steps (median
+rule); that only stops them early — trials are compared on the held-out return. Every trial is an
+MLflow run nested under one tuning run. ``write=True`` merges the best knobs into the pack's ``params.yaml``
 (PPO settings into ``ppo:``, the env count into ``train:``), keeping its other lines and comments.
 """
 
@@ -79,10 +79,15 @@ def suggest(trial: "optuna.Trial", base: dict[str, Any]) -> dict[str, Any]:
 
 
 class _TrialSink:
-    """Forwards PPO's metrics to the trial's MLflow run and its training return to Optuna."""
+    """Forwards PPO's metrics to the trial's MLflow run and its training return to Optuna.
 
-    def __init__(self, run: Any, trial: "optuna.Trial") -> None:
+    Optuna's pruner compares trials at the same reported step; a trial reports after every
+    ``step_unit`` environment steps (the defaults' batch), not every iteration, so trials with
+    smaller batches are not judged on fewer samples than the others."""
+
+    def __init__(self, run: Any, trial: "optuna.Trial", step_unit: int) -> None:
         self.run, self.trial, self.pruned = run, trial, False
+        self.step_unit, self.reported = max(int(step_unit), 1), -1
 
     def log_metrics(self, metrics: Any, step: int) -> None:
         self.run.log_metrics(metrics, step=step)
@@ -92,8 +97,10 @@ class _TrialSink:
 
     def on_iteration(self, iteration: int, policy: Any, metrics: dict[str, float]) -> bool:
         value = metrics.get("episodic_return", float("nan"))
-        if not math.isnan(value):
-            self.trial.report(float(value), step=iteration)
+        step = int(metrics.get("global_step", 0)) // self.step_unit
+        if not math.isnan(value) and step > self.reported:
+            self.trial.report(float(value), step=step)
+            self.reported = step
             self.pruned = self.trial.should_prune()
         return self.pruned
 
@@ -113,6 +120,7 @@ def tune(ctx: StepContext, trials: int, budget_s: float | None = None, timesteps
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed),
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=2))
     rows: list[dict[str, Any]] = []
+    step_unit = int(base["num_envs"]) * int(base["num_steps"])
     with ctx.tracker.start_run(f"tune-{ctx.scenario}", tags={T.STEP: T.TUNE, "reward_fn": label,
                                                                "profile": str(profile)}) as parent:
         parent.log_params({"trials": trials, "budget_s": budget_s, "timesteps_per_trial": timesteps,
@@ -126,7 +134,7 @@ def tune(ctx: StepContext, trials: int, budget_s: float | None = None, timesteps
             knobs = dict(base) if defaults else suggest(trial, base)
             trial.set_user_attr("knobs", knobs)
             value, run_id, pruned = _run_trial(ctx, pack, trial, knobs, label, profile, timesteps, eval_episodes,
-                                               eval_seed, device, parent.run_id, defaults)
+                                               eval_seed, device, parent.run_id, defaults, step_unit)
             rows.append({"number": trial.number, "run_id": run_id, "value": value, "pruned": pruned,
                          "defaults": defaults, **knobs})
             if pruned:
@@ -153,7 +161,7 @@ def tune(ctx: StepContext, trials: int, budget_s: float | None = None, timesteps
 
 def _run_trial(ctx: StepContext, pack: Any, trial: "optuna.Trial", knobs: dict[str, Any], label: str,
                profile: str | None, timesteps: int, eval_episodes: int, eval_seed: int, device: str | None,
-               parent_id: str, defaults: bool = False) -> tuple[float, str, bool]:
+               parent_id: str, defaults: bool = False, step_unit: int = 1) -> tuple[float, str, bool]:
     from model.ppo import train
     from model.ppo_config import resolve_device
     from pipeline_steps.training.policy import ppo_config
@@ -169,7 +177,7 @@ def _run_trial(ctx: StepContext, pack: Any, trial: "optuna.Trial", knobs: dict[s
     tags = {T.STEP: T.TUNE_TRIAL, "trial": trial.number, "reward_fn": label, "defaults": str(defaults).lower()}
     with ctx.tracker.start_run(f"tune-{ctx.scenario}-trial-{trial.number}", tags=tags,
                                parent_run_id=parent_id) as run:
-        sink = _TrialSink(run, trial)
+        sink = _TrialSink(run, trial, step_unit)
         res = train(cfg, env, tracker=sink, on_iteration=sink.on_iteration)
         if sink.pruned:
             run.set_tags({"optuna_state": "pruned"})

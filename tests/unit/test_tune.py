@@ -104,3 +104,14 @@ def test_write_merges_the_best_knobs_and_keeps_comments(tmp_path: Path) -> None:
     assert data["ppo"] == {"learning_rate": 0.001, "anneal_lr": True, "ent_coef": 0.02, "clip_coef": 0.15,
                            "gamma": 0.99, "num_steps": 16}
     assert data["train"] == {"num_envs": 512} and data["evaluate"] == {"segments": {}}
+
+
+def test_trials_report_to_the_pruner_at_equal_environment_steps() -> None:
+    import optuna
+    from pipeline_steps.training.tune import _TrialSink
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    sink = _TrialSink(None, trial, step_unit=1000)  # a trial whose batch is half the defaults'
+    for i, global_step in enumerate((500, 1000, 1500, 2000), start=1):
+        sink.on_iteration(i, None, {"episodic_return": float(i), "global_step": global_step})
+    assert study.trials[0].intermediate_values == {0: 1.0, 1: 2.0, 2: 4.0}
