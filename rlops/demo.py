@@ -9,7 +9,8 @@ calibrated sandbox; 7. stress-test reward function and policy; 8. evaluate it ag
 engine on the same seeded episodes and promote it to ``champion`` if every gate passes.
 
 Everything lands in ``./rlops-data`` (trace store, reports, checkpoints) and the SQLite MLflow
-store ``./rlops-data/mlflow.db``. Budgets come from the ``demo:`` block of params.yaml.
+store ``./rlops-data/mlflow.db``. Budgets come from the ``demo:`` block of params.yaml, overridden
+by the ``demo:`` block of the pack's params.yaml (a pack whose payoffs come late needs more steps).
 """
 
 from __future__ import annotations
@@ -45,9 +46,13 @@ def run(scenario: str | None = None) -> int:
     from sandbox.pack import load_pack
 
     params = load_params()
-    demo = params.get("demo") or {}
     scenario = scenario or str(params.get("scenario"))
     run_key = datetime.now(timezone.utc).replace(minute=0).strftime("%Y%m%dT%H%M")
+    # The project's demo budgets, with the pack's own (its params.yaml `demo:` block) on top.
+    demo = StepContext.create(scenario, run_key, params=params).section("demo")
+    if demo.get("torch_threads"):
+        import torch
+        torch.set_num_threads(int(demo["torch_threads"]))
     overrides = {"capture": {"episodes": int(demo.get("capture_episodes", 3000))},
                  "drift": {"baseline_episodes": int(demo.get("capture_episodes", 3000))},
                  "reward_model": {"pairs": int(demo.get("reward_model_pairs", 2000))}}

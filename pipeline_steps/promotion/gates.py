@@ -11,7 +11,13 @@ so).
   mean difference must exceed ``min_improvement`` (0: better; slightly negative: non-inferior).
 * ``completion_rate`` may drop by at most ``completion_epsilon`` (absolute);
   ``handling_ms`` may grow by at most ``handling_epsilon`` (a fraction of the champion's);
-  ``human_takeover_rate`` may rise by at most ``takeover_epsilon``; ``illegal_action_rate``
+  ``human_takeover_rate`` may rise by at most ``takeover_epsilon`` — unless the pack declares an
+  operational budget (``completion_min``, ``handling_max_ms``, ``takeover_max``): a candidate
+  within it passes even where it moves away from the champion. A pack whose reward prices hand-overs
+  and handling time, and whose best policy hands over or follows up where the rule engine never
+  does, states there how far the business accepts it; without a budget the gate is pure
+  non-regression. The mean-return and segment gates still demand that the candidate earns more;
+  ``illegal_action_rate``
   must not exceed ``max_illegal_rate`` (0); ``latency_p99_ratio`` — the candidate's p99 decision
   time over the champion's, both measured interleaved in one process on the same observations
   (so machine load cancels out) — must stay under its bound (skipped against the rule engine).
@@ -46,6 +52,9 @@ class GateConfig:
     completion_epsilon: float = 0.01
     handling_epsilon: float = 0.05
     takeover_epsilon: float = 0.01
+    completion_min: float | None = None
+    handling_max_ms: float | None = None
+    takeover_max: float | None = None
     max_illegal_rate: float = 0.0
     latency_p99_ratio: float = 1.5
     segment_tolerance: float = 0.05
@@ -61,7 +70,8 @@ class GateConfig:
         for k, v in block.items():
             if k in known and v is not None:
                 default = getattr(cls, k)
-                values[k] = type(default)(v) if not isinstance(default, bool) else bool(v)
+                values[k] = (bool(v) if isinstance(default, bool) else
+                             float(v) if default is None else type(default)(v))
         cfg = cls(**values)
         if not 0.5 < cfg.confidence < 1:
             raise ValueError(f"evaluate.confidence must be in (0.5, 1), got {cfg.confidence}")
@@ -148,6 +158,37 @@ def latency_gate(cand_p99_ms: float, champ_p99_ms: float | None, cfg: GateConfig
                 bool(ratio <= cfg.latency_p99_ratio), f"ratio {ratio:.3f} (p99 ms, batch 1, interleaved)")
 
 
+def _or_budget(relative: str, budget: float | None, op: str) -> str:
+    return relative if budget is None else f"{relative} or {op} {budget:g}"
+
+
+def completion_gate(cand: float, champ: float, cfg: GateConfig) -> Gate:
+    """No more than ``completion_epsilon`` below the champion, or at least ``completion_min``."""
+    within = cfg.completion_min is not None and cand >= cfg.completion_min
+    relative = cand >= champ - cfg.completion_epsilon
+    return Gate("completion_rate", cand, champ, _or_budget(f">= champion - {cfg.completion_epsilon:g}",
+                                                            cfg.completion_min, ">="),
+                bool(relative or within), "within the pack's operational budget" if within and not relative else "")
+
+
+def handling_gate(cand: float, champ: float, cfg: GateConfig) -> Gate:
+    """No more than ``handling_epsilon`` longer than the champion, or at most ``handling_max_ms``."""
+    within = cfg.handling_max_ms is not None and cand <= cfg.handling_max_ms
+    relative = cand <= champ * (1 + cfg.handling_epsilon)
+    return Gate("handling_ms", cand, champ, _or_budget(f"<= champion x {1 + cfg.handling_epsilon:g}",
+                                                        cfg.handling_max_ms, "<="),
+                bool(relative or within), "within the pack's operational budget" if within and not relative else "")
+
+
+def takeover_gate(cand: float, champ: float, cfg: GateConfig) -> Gate:
+    """No more than ``takeover_epsilon`` above the champion, or at most ``takeover_max``."""
+    within = cfg.takeover_max is not None and cand <= cfg.takeover_max
+    relative = cand <= champ + cfg.takeover_epsilon
+    return Gate("human_takeover_rate", cand, champ, _or_budget(f"<= champion + {cfg.takeover_epsilon:g}",
+                                                                cfg.takeover_max, "<="),
+                bool(relative or within), "within the pack's operational budget" if within and not relative else "")
+
+
 def comparison_gates(cand: Any, champ: Any, cfg: GateConfig, segments: Mapping[str, np.ndarray],
                      latency: tuple[float, float | None], seed: int = 0) -> list[Gate]:
     """Gates of a paired sandbox comparison (``cand``/``champ`` are ``EvalResult``s of the same
@@ -164,15 +205,9 @@ def comparison_gates(cand: Any, champ: Any, cfg: GateConfig, segments: Mapping[s
         Gate("finite_returns", float(np.isfinite(rc).mean()), float(np.isfinite(rb).mean()),
              "all returns finite", bool(np.isfinite(rc).all() and np.isfinite(rb).all()),
              "NaN/inf returns: the reward function is broken" if not np.isfinite(rc).all() else ""),
-        Gate("completion_rate", sc["completion_rate"], sb["completion_rate"],
-             f">= champion - {cfg.completion_epsilon:g}",
-             sc["completion_rate"] >= sb["completion_rate"] - cfg.completion_epsilon),
-        Gate("handling_ms", sc["mean_handling_ms"], sb["mean_handling_ms"],
-             f"<= champion x {1 + cfg.handling_epsilon:g}",
-             sc["mean_handling_ms"] <= sb["mean_handling_ms"] * (1 + cfg.handling_epsilon)),
-        Gate("human_takeover_rate", sc["human_takeover_rate"], sb["human_takeover_rate"],
-             f"<= champion + {cfg.takeover_epsilon:g}",
-             sc["human_takeover_rate"] <= sb["human_takeover_rate"] + cfg.takeover_epsilon),
+        completion_gate(sc["completion_rate"], sb["completion_rate"], cfg),
+        handling_gate(sc["mean_handling_ms"], sb["mean_handling_ms"], cfg),
+        takeover_gate(sc["human_takeover_rate"], sb["human_takeover_rate"], cfg),
         Gate("illegal_action_rate", sc["illegal_action_rate"], sb["illegal_action_rate"],
              f"<= {cfg.max_illegal_rate:g}", sc["illegal_action_rate"] <= cfg.max_illegal_rate,
              f"{sc['illegal_actions']} illegal actions"),
@@ -226,17 +261,23 @@ def ab_gates(challenger: pd.DataFrame, control: pd.DataFrame, cfg: GateConfig) -
         return [Gate("ab:live_traffic", float(n1), float(n2), f"n >= {cfg.ab_min_episodes} per group", True,
                      "skipped: not enough live episodes in a group", skipped=True)]
     gates = []
-    for name, col, worse_if_higher in (("completion_rate", "completed", False),
-                                       ("human_takeover_rate", "takeover", True)):
+    # The pack's operational budget (GateConfig) admits a challenger that is worse but within it.
+    for name, col, worse_if_higher, budget in (("completion_rate", "completed", False, cfg.completion_min),
+                                               ("human_takeover_rate", "takeover", True, cfg.takeover_max)):
         x1, x2 = int(challenger[col].sum()), int(control[col].sum())
         z, p_greater = two_proportion_z(x1, n1, x2, n2)
         p_worse = p_greater if worse_if_higher else (1.0 - p_greater if np.isfinite(p_greater) else p_greater)
-        gates.append(Gate(f"ab:{name}", x1 / n1, x2 / n2, f"not worse at p < {cfg.ab_alpha:g}",
-                          bool(not (p_worse < cfg.ab_alpha)), f"z={z:.3f}, one-sided p={p_worse:.4g}, n={n1}/{n2}"))
+        within = budget is not None and (x1 / n1 <= budget if worse_if_higher else x1 / n1 >= budget)
+        gates.append(Gate(f"ab:{name}", x1 / n1, x2 / n2,
+                          _or_budget(f"not worse at p < {cfg.ab_alpha:g}", budget, "<=" if worse_if_higher else ">="),
+                          bool(not (p_worse < cfg.ab_alpha) or within),
+                          f"z={z:.3f}, one-sided p={p_worse:.4g}, n={n1}/{n2}"))
+    handling = float(challenger["handling_ms"].mean())
     t, p = welch_greater(challenger["handling_ms"].to_numpy(float), control["handling_ms"].to_numpy(float))
-    gates.append(Gate("ab:handling_ms", float(challenger["handling_ms"].mean()), float(control["handling_ms"].mean()),
-                      f"not longer at p < {cfg.ab_alpha:g}", bool(not (p < cfg.ab_alpha)),
-                      f"Welch t={t:.3f}, one-sided p={p:.4g}"))
+    within = cfg.handling_max_ms is not None and handling <= cfg.handling_max_ms
+    gates.append(Gate("ab:handling_ms", handling, float(control["handling_ms"].mean()),
+                      _or_budget(f"not longer at p < {cfg.ab_alpha:g}", cfg.handling_max_ms, "<="),
+                      bool(not (p < cfg.ab_alpha) or within), f"Welch t={t:.3f}, one-sided p={p:.4g}"))
     return gates
 
 
@@ -265,5 +306,6 @@ def gate_table_html(gates: list[Gate], title: str, facts: Mapping[str, Any]) -> 
             + "".join(rows) + "</table></body></html>")
 
 
-__all__ = ["Gate", "GateConfig", "ab_gates", "comparison_gates", "latency_gate", "episode_outcomes", "gate_frame",
+__all__ = ["Gate", "GateConfig", "ab_gates", "comparison_gates", "completion_gate", "handling_gate", "latency_gate",
+           "takeover_gate", "episode_outcomes", "gate_frame",
            "gate_table_html", "paired_bootstrap", "stress_gate", "two_proportion_z", "welch_greater"]

@@ -4,10 +4,12 @@ An Optuna study over a few PPO knobs around what the training step would use on 
 (:func:`pipeline_steps.training.policy.ppo_config`: pack-derived values < ``ppo:`` < ``train:``):
 learning rate, entropy weight, clip range, γ, env count and rollout length. The objective is the
 mean greedy return on held-out seeded episodes (:func:`sandbox.policies.evaluate_policy`), the
-same figure the training step reports. The first trial is the defaults themselves, so the best
-config is at least as good as the defaults by construction and the gap is reported; weak trials
-are pruned from the per-iteration training return (median rule). Every trial is an MLflow run
-nested under one tuning run. ``write=True`` merges the best knobs into the pack's ``params.yaml``
+same figure the training step reports. Trial 0 is the defaults themselves, exactly as the training
+step would run them (outside the search space too), and every trial is scored on the same held-out
+episodes, so the best config is at least as good as the defaults by construction and the gap is
+reported. Weak trials are pruned from their training return at equal environment steps (median
+rule); that only stops them early — trials are compared on the held-out return. Every trial is an
+MLflow run nested under one tuning run. ``write=True`` merges the best knobs into the pack's ``params.yaml``
 (PPO settings into ``ppo:``, the env count into ``train:``), keeping its other lines and comments.
 """
 
@@ -77,10 +79,15 @@ def suggest(trial: "optuna.Trial", base: dict[str, Any]) -> dict[str, Any]:
 
 
 class _TrialSink:
-    """Forwards PPO's metrics to the trial's MLflow run and its training return to Optuna."""
+    """Forwards PPO's metrics to the trial's MLflow run and its training return to Optuna.
 
-    def __init__(self, run: Any, trial: "optuna.Trial") -> None:
+    Optuna's pruner compares trials at the same reported step; a trial reports after every
+    ``step_unit`` environment steps (the defaults' batch), not every iteration, so trials with
+    smaller batches are not judged on fewer samples than the others."""
+
+    def __init__(self, run: Any, trial: "optuna.Trial", step_unit: int) -> None:
         self.run, self.trial, self.pruned = run, trial, False
+        self.step_unit, self.reported = max(int(step_unit), 1), -1
 
     def log_metrics(self, metrics: Any, step: int) -> None:
         self.run.log_metrics(metrics, step=step)
@@ -90,8 +97,10 @@ class _TrialSink:
 
     def on_iteration(self, iteration: int, policy: Any, metrics: dict[str, float]) -> bool:
         value = metrics.get("episodic_return", float("nan"))
-        if not math.isnan(value):
-            self.trial.report(float(value), step=iteration)
+        step = int(metrics.get("global_step", 0)) // self.step_unit
+        if not math.isnan(value) and step > self.reported:
+            self.trial.report(float(value), step=step)
+            self.reported = step
             self.pruned = self.trial.should_prune()
         return self.pruned
 
@@ -110,8 +119,8 @@ def tune(ctx: StepContext, trials: int, budget_s: float | None = None, timesteps
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed),
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=2))
-    study.enqueue_trial(base)  # trial 0: the defaults, never pruned (no trial to compare with yet)
     rows: list[dict[str, Any]] = []
+    step_unit = int(base["num_envs"]) * int(base["num_steps"])
     with ctx.tracker.start_run(f"tune-{ctx.scenario}", tags={T.STEP: T.TUNE, "reward_fn": label,
                                                                "profile": str(profile)}) as parent:
         parent.log_params({"trials": trials, "budget_s": budget_s, "timesteps_per_trial": timesteps,
@@ -119,10 +128,15 @@ def tune(ctx: StepContext, trials: int, budget_s: float | None = None, timesteps
                            **{f"default_{k}": v for k, v in base.items()}})
 
         def objective(trial: "optuna.Trial") -> float:
-            knobs = suggest(trial, base)
+            # Trial 0 runs the defaults as they are, not as a point of the search space (a default
+            # such as ent_coef 0 may lie outside it); the pruner never stops it (nothing to compare).
+            defaults = trial.number == 0
+            knobs = dict(base) if defaults else suggest(trial, base)
+            trial.set_user_attr("knobs", knobs)
             value, run_id, pruned = _run_trial(ctx, pack, trial, knobs, label, profile, timesteps, eval_episodes,
-                                               eval_seed, device, parent.run_id)
-            rows.append({"number": trial.number, "run_id": run_id, "value": value, "pruned": pruned, **knobs})
+                                               eval_seed, device, parent.run_id, defaults, step_unit)
+            rows.append({"number": trial.number, "run_id": run_id, "value": value, "pruned": pruned,
+                         "defaults": defaults, **knobs})
             if pruned:
                 raise optuna.TrialPruned()
             return value
@@ -131,7 +145,7 @@ def tune(ctx: StepContext, trials: int, budget_s: float | None = None, timesteps
         done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         default_value = float(study.trials[0].value) if study.trials[0].value is not None else float("nan")
         best = study.best_trial if done else study.trials[0]
-        best_params = {k: best.params[k] for k in KNOBS}
+        best_params = {k: best.user_attrs["knobs"][k] for k in KNOBS}
         result = TuneResult(ctx.scenario, base, default_value, best_params, float(best.value), rows,
                             parent.run_id)
         parent.log_metrics({"default_value": default_value, "best_value": result.best_value,
@@ -147,21 +161,23 @@ def tune(ctx: StepContext, trials: int, budget_s: float | None = None, timesteps
 
 def _run_trial(ctx: StepContext, pack: Any, trial: "optuna.Trial", knobs: dict[str, Any], label: str,
                profile: str | None, timesteps: int, eval_episodes: int, eval_seed: int, device: str | None,
-               parent_id: str) -> tuple[float, str, bool]:
+               parent_id: str, defaults: bool = False, step_unit: int = 1) -> tuple[float, str, bool]:
     from model.ppo import train
     from model.ppo_config import resolve_device
     from pipeline_steps.training.policy import ppo_config
     from sandbox.policies import evaluate_policy
     batch = int(knobs["num_envs"]) * int(knobs["num_steps"])
+    # Another batch size keeps minibatches near MINIBATCH transitions; the defaults keep their own.
+    minibatches = {} if defaults else {"num_minibatches": max(4, batch // MINIBATCH)}
     plan = ppo_config(ctx, pack, "full", max(timesteps, batch), None, device=device, progress=False,
-                      num_minibatches=max(4, batch // MINIBATCH), **knobs)
+                      **minibatches, **knobs)
     cfg = plan.config
     env = pack.make_env(plan.num_envs, reward_version=label, profile=profile,
                         device=resolve_device(cfg.device).type, seed=cfg.seed)
-    tags = {T.STEP: T.TUNE_TRIAL, "trial": trial.number, "reward_fn": label}
+    tags = {T.STEP: T.TUNE_TRIAL, "trial": trial.number, "reward_fn": label, "defaults": str(defaults).lower()}
     with ctx.tracker.start_run(f"tune-{ctx.scenario}-trial-{trial.number}", tags=tags,
                                parent_run_id=parent_id) as run:
-        sink = _TrialSink(run, trial)
+        sink = _TrialSink(run, trial, step_unit)
         res = train(cfg, env, tracker=sink, on_iteration=sink.on_iteration)
         if sink.pruned:
             run.set_tags({"optuna_state": "pruned"})
