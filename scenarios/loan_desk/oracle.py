@@ -114,7 +114,8 @@ def make_oracle(pack: Pack) -> Callable[[BatchedEnv], Tensor]:
                                                  value(UNDERWRITING, docs, n, k - 1), step_only, stay)}
             if not docs and n < max_requests:
                 asked = clip(step_only - w["operations"] * rw.REQUEST_COST)   # charged even if the mail fails
-                after = answered * value(INTAKE, True, n + 1, k - 1) + (1 - answered) * value(INTAKE, False, n + 1, k - 1)
+                after = (answered * value(INTAKE, True, n + 1, k - 1)
+                         + (1 - answered) * value(INTAKE, False, n + 1, k - 1))
                 q["request_documents"] = attempt("request_documents", asked, after, asked, stay)
             return q
 
