@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 
 Tensor = torch.Tensor
 
+MEMBER_HIDDEN = (64, 64)
+"""Hidden widths of an ensemble member: the queue refits the ensemble every run on at most a few
+thousand labels, where a smaller network than the registered reward model's fits as well."""
 DISAGREEMENT = "disagreement"
 SAMPLED = "sampled"
 
@@ -78,7 +81,7 @@ def fit_reward_ensemble(pack: "Pack", labelled: LabelledStates, members: int, ep
         idx = torch.repeat_interleave(torch.arange(len(pairs)), draw[state_of_pair])
         if idx.numel() < 2:
             continue
-        cfg = RewardModelConfig(hidden_sizes=(64, 64), epochs=epochs, batch_size=128, holdout_fraction=0.0,
+        cfg = RewardModelConfig(hidden_sizes=MEMBER_HIDDEN, epochs=epochs, batch_size=128, holdout_fraction=0.0,
                                 seed=seed + m)
         models.append(train_reward_model(cfg, pairs.subset(idx))[0])
     return models

@@ -94,7 +94,7 @@ class QueueConfig:
     """Items per run (0: every selected cluster's ``states_per_cluster`` states under entropy
     selection; ``states_per_cluster · top_k`` under reward-ensemble selection)."""
     sample_fraction: float = 0.5
-    ensemble_members: int = 5
+    ensemble_members: int = 8
     ensemble_epochs: int = 60
     ensemble_min_labels: int = 20
     spread_clusters: int = 8
