@@ -161,7 +161,8 @@ def queue_selection(ctx: "StepContext", pack: Any, cfg: QueueConfig
 
 
 def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, Any]:
-    """Enqueue the high-entropy clusters of the run key's window."""
+    """Enqueue the states worth labelling in the run key's window (policy entropy, or the reward
+    ensemble's disagreement once labels are finished: see the module docstring)."""
     import pandas as pd
 
     from pipeline_steps.labels.select import item_id, queue_items, select_uncertain
