@@ -8,22 +8,29 @@ the pack's oracle (``oracle.py``), the best policy for the true objective.
 1. ``scripted``: masked PPO on the scripted reward; its greedy traffic is "captured" (traces with
    the policy's entropy per step).
 2. Label efficiency (``label_savings``): the reward model is trained from N labels chosen either by
-   the label queue (:func:`pipeline_steps.labels.select.select_uncertain`: the top-k most
-   uncertain state clusters of the policy) or uniformly at random among the captured steps; its
-   accuracy is the share of (labeller's action, other legal action) pairs it orders right on the
-   held-out states where the labeller disagrees with the scripted policy. ``label_savings`` = labels random selection needs / labels active
-   selection needs for the accuracy active reaches with ``--labels`` labels (linear
-   interpolation on the label grid), averaged over ``--seeds`` seeds.
-3. ``blend``: the reward model trained from ``--labels`` queue-chosen labels relabels the traffic,
-   the policy is warm-started by behaviour cloning from the high-score steps and trained with PPO
-   on ``scripted + λ · model`` (:mod:`model.reward_source`; the model's score centred over the
-   actions of the state, :class:`CenteredRewardModel`), the same budget as ``scripted``. The
-   behaviour-cloning warm start is off unless ``--bc``: the captured traffic is the scripted
-   policy's own, so cloning it only reproduces that policy.
+   the label queue or uniformly at random among the captured steps, the same training for both.
+   The queue is the product's, run after run as ``rlops labels run`` does with ``selection: auto``
+   (:func:`queue_pick`): the first run, before any label, takes the top-k most uncertain state
+   clusters of the policy (:func:`pipeline_steps.labels.select.select_uncertain`); every later
+   run fits a bootstrap reward ensemble on the labels so far and takes the states its members
+   disagree on (:func:`pipeline_steps.labels.disagreement.select_disagreeing`), each run at most
+   doubling the labelled set. Accuracy is the share of (labeller's action, other legal action)
+   pairs the model orders right on the held-out states where the labeller disagrees with the
+   scripted policy. ``label_savings`` = labels random selection needs / labels active selection
+   needs for the accuracy active reaches with ``--labels`` labels (linear interpolation on the
+   label grid; when random never reaches it, the grid's largest budget stands in, a lower
+   bound), averaged over ``--seeds`` seeds.
+3. ``blend``: the reward model trained from the queue's first ``--labels`` labels (seed 0)
+   relabels the traffic, and the policy is trained with PPO on ``scripted + λ · model``
+   (:mod:`model.reward_source`, the model's score centred over the legal actions of the state as
+   the product does), the same budget as ``scripted``. The behaviour-cloning warm start is off
+   unless ``--bc``: the captured traffic is the scripted policy's own, so cloning it only
+   reproduces that policy.
 4. True-objective mean returns of scripted, blend, the rule engine and the oracle on the same
    held-out seeded episodes; ``gap_closed = (blend − scripted) / (oracle − scripted)``.
 
-Run: ``python -m bench.dual_track`` (``--timesteps``, ``--labels``, ``--seeds``, ``--lam``).
+Run: ``python -m bench.dual_track`` (``--timesteps``, ``--labels``, ``--seeds``, ``--lam``,
+``--sample-fraction``).
 """
 
 from __future__ import annotations
@@ -61,21 +68,6 @@ def true_return(pack: Any, act: Callable[[Any], torch.Tensor], episodes: int, sa
     env = BatchedEnv(pack.scenario, pack.reward_fn("v1"), num_envs=episodes, illegal_action="noop")
     env.add_reward_hook("satisfaction", satisfaction)
     return float(evaluate_policy(pack, act, episodes, seed=EVAL_SEED, env=env).summary()["mean_return"])
-
-
-class CenteredRewardModel(torch.nn.Module):
-    """``r(s, a) − mean over actions r(s, ·)``: what the reward model prefers *in* a state, without
-    the per-state offset a Bradley–Terry model is free to pick (which PPO would chase)."""
-
-    def __init__(self, model: Any):
-        super().__init__()
-        self.model = model
-        self.n_features, self.n_actions, self.n_outcome = model.n_features, model.n_actions, model.n_outcome
-
-    def forward(self, states: torch.Tensor, actions: torch.Tensor, outcomes: torch.Tensor | None = None) -> torch.Tensor:
-        all_a = torch.stack([self.model(states, torch.full_like(actions, a), outcomes)
-                             for a in range(self.n_actions)], dim=1)
-        return self.model(states, actions, outcomes) - all_a.mean(dim=1)
 
 
 def greedy(policy: Any) -> Callable[[Any], torch.Tensor]:
@@ -124,19 +116,19 @@ def choice_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["action_mask"].str.count("1") >= 2].reset_index(drop=True)
 
 
+def labelled_states(pack: Any, df: pd.DataFrame) -> Any:
+    """Captured rows with the labeller's answer, as the label queue's reward ensemble takes them."""
+    from pipeline_steps.infra.trace_states import observations_from_traces
+    from pipeline_steps.labels.disagreement import LabelledStates
+    obs, masks = observations_from_traces(pack, df)
+    return LabelledStates(obs, masks, torch.from_numpy(df["oracle_action"].to_numpy().astype(np.int64)))
+
+
 def pairs_of(pack: Any, df: pd.DataFrame) -> Any:
     """Reward-model pairs: the labeller's action preferred over every other legal action."""
-    from model.reward_model import PreferencePairs
-    from pipeline_steps.infra.trace_states import observations_from_traces
-    from pipeline_steps.labels.select import expected_outcomes
-    obs, masks = observations_from_traces(pack, df)
-    chosen = torch.from_numpy(df["oracle_action"].to_numpy().astype(np.int64))
-    others = masks.clone()
-    others[torch.arange(len(chosen)), chosen] = False
-    row, rej = others.nonzero(as_tuple=True)
-    feats = obs[:, :pack.scenario.layout.n_features]
-    out = expected_outcomes(pack)
-    return PreferencePairs(feats[row], chosen[row], rej, out[chosen[row]], out[rej], n_actions=pack.scenario.n_actions)
+    from pipeline_steps.labels.select import choice_pairs
+    states = labelled_states(pack, df)
+    return choice_pairs(pack, states.obs, states.masks, states.chosen)[0]
 
 
 def fit_reward_model(pack: Any, labelled: pd.DataFrame, seed: int) -> Any:
@@ -154,17 +146,37 @@ def accuracy(model: Any, test: Any) -> float:
     return 0.5 if model is None else pairwise_accuracy(model, test)
 
 
-def queue_pick(pack: Any, traffic: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
-    """``n`` states chosen by the label queue: the top-k most uncertain clusters, latest states first."""
-    from pipeline_steps.labels.select import select_uncertain
+def queue_config(seed: int, budget: int, sample_fraction: float) -> Any:
+    """The label queue's settings for one run of ``budget`` items over the captured traffic."""
     from pipeline_steps.labels.step import QueueConfig
-    k = 8
-    cfg = QueueConfig(clusters=32, top_k=k, threshold=1.01, states_per_cluster=int(np.ceil(n / k)) * 3,
-                      min_cluster_states=5, min_bucket_states=1, seed=seed)
-    picked, _ = select_uncertain(pack, traffic.sample(frac=1.0, random_state=seed).reset_index(drop=True), cfg)
-    # Round-robin over the chosen clusters so every one gets its share of the budget.
-    picked = picked.assign(_r=picked.groupby("cluster_id").cumcount()).sort_values(["_r", "cluster_id"])
-    return picked.head(n).drop(columns="_r").reset_index(drop=True)
+    return QueueConfig(clusters=32, top_k=8, threshold=1.01, states_per_cluster=budget, min_cluster_states=5,
+                       min_bucket_states=1, max_items=budget, sample_fraction=sample_fraction, seed=seed)
+
+
+def queue_pick(pack: Any, traffic: pd.DataFrame, stops: list[int], seed: int, sample_fraction: float) -> pd.DataFrame:
+    """States labelled through the label queue run after run, as ``rlops labels run`` does
+    (``selection: auto``), in the order they were labelled: the first run (``stops[0]`` items, no
+    labels yet) by policy entropy (:func:`select_uncertain`), every later one by the disagreement of
+    the reward ensemble fitted on the labels so far (:func:`select_disagreeing`). Each run at most
+    doubles the labelled set and ends at the next of ``stops``, so the first ``stops[i]`` rows are
+    what the queue had labelled at that budget."""
+    from pipeline_steps.labels.disagreement import select_disagreeing
+    from pipeline_steps.labels.select import select_uncertain
+    stops = sorted(stops)
+    shuffled = traffic.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    labelled = select_uncertain(pack, shuffled, queue_config(seed, stops[0], sample_fraction))[0]
+    while len(labelled) < stops[-1]:
+        target = next(n for n in stops if n > len(labelled))
+        budget = min(target - len(labelled), max(stops[0], len(labelled)))
+        done = shuffled.set_index(["episode_id", "step"]).index.isin(
+            pd.MultiIndex.from_frame(labelled[["episode_id", "step"]]))
+        batch, _ = select_disagreeing(pack, shuffled[~done].reset_index(drop=True),
+                                      labelled_states(pack, labelled),
+                                      queue_config(seed + len(labelled), budget, sample_fraction))
+        if batch.empty:
+            break
+        labelled = pd.concat([labelled, batch], ignore_index=True)
+    return labelled.reset_index(drop=True)
 
 
 def random_pick(traffic: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
@@ -185,10 +197,12 @@ def labels_needed(grid: list[int], curve: list[float], target: float) -> float:
 
 
 def label_efficiency(pack: Any, traffic: pd.DataFrame, test: Any, grid: list[int], n_ref: int,
-                     seeds: int) -> dict[str, Any]:
-    per_seed = []
+                     seeds: int, sample_fraction: float) -> dict[str, Any]:
+    per_seed, queued_at = [], {}
     for s in range(seeds):
-        active = [accuracy(fit_reward_model(pack, queue_pick(pack, traffic, n, s), s), test) for n in grid]
+        queued = queue_pick(pack, traffic, grid, s, sample_fraction)
+        queued_at[s] = queued
+        active = [accuracy(fit_reward_model(pack, queued.head(n), s), test) for n in grid]
         rand = [accuracy(fit_reward_model(pack, random_pick(traffic, n, 1000 + s), s), test) for n in grid]
         target = active[grid.index(n_ref)]
         need_rand = labels_needed(grid, rand, target)
@@ -196,10 +210,10 @@ def label_efficiency(pack: Any, traffic: pd.DataFrame, test: Any, grid: list[int
         per_seed.append({"seed": s, "active": [round(a, 4) for a in active], "random": [round(a, 4) for a in rand],
                          "target_accuracy": round(target, 4), "labels_random": need_rand,
                          "labels_active": need_active,
-                         "savings": need_rand / need_active if np.isfinite(need_rand) else float(grid[-1]) / need_active})
+                         "savings": (need_rand if np.isfinite(need_rand) else float(grid[-1])) / need_active})
     return {"grid": grid, "per_seed": per_seed,
             "label_savings": float(np.mean([p["savings"] for p in per_seed])),
-            "savings_lower_bound": any(not np.isfinite(p["labels_random"]) for p in per_seed)}
+            "savings_lower_bound": any(not np.isfinite(p["labels_random"]) for p in per_seed), "queued": queued_at}
 
 
 # --------------------------------------------------------------------------- main
@@ -210,6 +224,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--labels", type=int, default=200, help="queue-chosen labels behind the blend reward model")
     ap.add_argument("--grid", default="25,50,100,200,400,800", help="label budgets of the efficiency curves")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--sample-fraction", type=float, default=0.5,
+                    help="label_queue.sample_fraction: share of each run drawn in proportion to disagreement")
     ap.add_argument("--lam", type=float, default=0.5, help="blend weight of the (centred) reward model")
     ap.add_argument("--episodes", type=int, default=2000, help="held-out episodes per true-return figure")
     ap.add_argument("--traffic", type=int, default=3000, help="captured episodes of the scripted policy")
@@ -243,10 +259,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     test = pairs_of(pack, held[held["oracle_action"] != pd.Categorical(
         held["action"], categories=list(pack.scenario.action_names)).codes].reset_index(drop=True))
     grid = sorted({*(int(x) for x in args.grid.split(",")), args.labels})
-    eff = label_efficiency(pack, traffic, test, grid, args.labels, args.seeds)
+    eff = label_efficiency(pack, traffic, test, grid, args.labels, args.seeds, args.sample_fraction)
 
     # blend: the reward model from the queue's labels, BC warm start from relabelled traffic, PPO
-    chosen = queue_pick(pack, traffic, args.labels, 0)
+    chosen = eff.pop("queued")[0].head(args.labels)
     rm = fit_reward_model(pack, chosen, 0)
     labels = relabel_frame(pack, rm, traffic, "bench")
     bc = None
@@ -255,7 +271,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         obs, masks, actions, _ = step_inputs(pack, traffic)
         bc = behaviour_clone(init, obs, masks, actions, torch.tensor(labels["rm_score"].to_numpy(),
                                                                      dtype=torch.float32), BCConfig(epochs=10))
-    blend = ppo(pack, args.timesteps, 1, args.num_envs, RewardSource("blend", args.lam), CenteredRewardModel(rm),
+    blend = ppo(pack, args.timesteps, 1, args.num_envs, RewardSource("blend", args.lam), rm,
                 init=init if bc is not None else None)
 
     returns = {name: true_return(pack, act, args.episodes, sat) for name, act in
@@ -266,11 +282,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = {"bench": "dual_track", "pack": pack.name, "true_return": {k: round(v, 4) for k, v in returns.items()},
            "gap_closed": round(gap, 4), "label_savings": round(eff["label_savings"], 3),
            "label_savings_lower_bound": eff["savings_lower_bound"], "labels": args.labels, "blend_lambda": args.lam,
+           "label_savings_per_seed": [round(p["savings"], 3) for p in eff["per_seed"]],
+           "queue_sample_fraction": args.sample_fraction,
            "timesteps": args.timesteps, "seeds": args.seeds, "label_curves": eff,
            "queue_labels_per_step": {int(k): int(v) for k, v in chosen["step"].value_counts().sort_index().items()},
            "queue_labels_disagreeing": int((chosen["oracle_action"] != pd.Categorical(
                chosen["action"], categories=list(pack.scenario.action_names)).codes).sum()),
-           "relabelled_rows": len(labels), "bc_steps": None if bc is None else bc.steps_imitated, "seconds": round(time.perf_counter() - t0, 1),
+           "relabelled_rows": len(labels), "bc_steps": None if bc is None else bc.steps_imitated,
+           "seconds": round(time.perf_counter() - t0, 1),
            "seconds_scripted_ppo": round(t_scripted, 1), "load_avg_start": [round(x, 2) for x in load_start],
            "load_avg_end": [round(x, 2) for x in load_end]}
     print(json.dumps(out))

@@ -9,6 +9,14 @@ The model's score enters the environment as a reward hook (:meth:`BatchedEnv.add
 so it shows up in every step's breakdown as ``hook:reward_model``, is clipped with the rest, and
 PPO needs no change. The hook scores the observation *before* the step — the state the action was
 chosen in — with the outcome features the reward model was trained on (latency, error, done).
+
+The score is centred by default (``train.reward_model_centred``): the chosen action's score minus
+the mean score of the state's legal actions (scored with the same outcome features). A
+Bradley–Terry model learns only differences between actions of the same state; the level of its
+scores from state to state is free (the centring term of its loss only pulls it towards 0), and PPO
+would chase that level — steering towards states the model happens to score high — instead of
+taking, in each state, the actions the labels prefer. Centred, the model's term pays nothing on
+average to a policy that picks uniformly among the legal actions, so it shapes choices, not routes.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ class RewardSource:
 
     kind: str = "scripted"
     blend_lambda: float = 1.0
+    centred: bool = True
+    """Score the action relative to the mean over the state's legal actions (see the module doc)."""
 
     def __post_init__(self) -> None:
         if self.kind not in REWARD_SOURCES:
@@ -65,19 +75,32 @@ def model_only(fn: Any) -> Any:
     return dataclasses.replace(fn, weights={k: 0.0 for k in fn.weights}, schedule=(), repeat_penalty=None)
 
 
-def reward_model_hook(env: Any, model: RewardModel) -> Any:
-    """A reward hook that scores each executed step with ``model`` (0 for a masked no-op)."""
+def centred_scores(model: RewardModel, feats: Tensor, actions: Tensor, outcomes: Tensor, masks: Tensor) -> Tensor:
+    """``r(s, a) − mean over the legal actions a' of r(s, a')`` (every action scored with ``outcomes``)."""
+    n = feats.shape[0]
+    every = torch.stack([model(feats, torch.full((n,), a, dtype=torch.long, device=feats.device), outcomes)
+                         for a in range(model.n_actions)], dim=1)
+    legal = masks.to(every.dtype)
+    mean = (every * legal).sum(dim=1) / legal.sum(dim=1).clamp_min(1.0)
+    return every.gather(1, actions.long()[:, None])[:, 0] - mean
+
+
+def reward_model_hook(env: Any, model: RewardModel, centred: bool = False) -> Any:
+    """A reward hook that scores each executed step with ``model`` (0 for a masked no-op);
+    ``centred``: relative to the mean score of the state's legal actions."""
     F = env.layout.n_features
     model = model.to(env.device).eval()
 
     def hook(t: Any) -> Tensor:
         # While the reward is computed the environment still holds the pre-step state, so its
-        # observation is the one the action was chosen on.
+        # observation and masks are those the action was chosen on.
         feats = env.observe()[:, :F]
         codes = t.action.codes
         out = outcome_features(t.latency_ms, t.error, t.terminated | t.truncated)
         with torch.no_grad():
-            score = model(feats, codes.long().clamp_min(0), out)
+            chosen = codes.long().clamp_min(0)
+            score = (centred_scores(model, feats, chosen, out, env.action_masks()) if centred
+                     else model(feats, chosen, out))
         return torch.where(codes >= 0, score, torch.zeros_like(score))
     return hook
 
@@ -95,9 +118,9 @@ def apply_reward_source(env: Any, source: RewardSource, model: RewardModel | Non
                          "another scenario layout")
     if source.kind == "model":
         env.set_reward_fn(model_only(env.reward_fn))
-    env.add_reward_hook(HOOK_NAME, reward_model_hook(env, model), weight=source.model_weight,
+    env.add_reward_hook(HOOK_NAME, reward_model_hook(env, model, source.centred), weight=source.model_weight,
                         rule_ref=None)
 
 
-__all__ = ["REWARD_SOURCES", "HOOK_NAME", "RewardSource", "blend_rewards", "model_only", "reward_model_hook",
-           "apply_reward_source"]
+__all__ = ["REWARD_SOURCES", "HOOK_NAME", "RewardSource", "blend_rewards", "model_only", "centred_scores",
+           "reward_model_hook", "apply_reward_source"]

@@ -63,7 +63,11 @@ class ClusterStat:
     selected: bool
     why: str = ""
     """``threshold`` (uncertain in every judged bucket), ``top_k`` (among the run's most uncertain
-    clusters), or why not (``too few states``, ``below threshold``)."""
+    clusters), or why not (``too few states``, ``below threshold``); under reward-ensemble
+    selection ``disagreement`` and/or ``explore`` (see :mod:`pipeline_steps.labels.disagreement`)
+    or ``not chosen``."""
+    mean_disagreement: float | None = None
+    """Mean reward-ensemble disagreement of the cluster's states (None under entropy selection)."""
 
 
 def select_uncertain(pack: "Pack", df: pd.DataFrame, cfg: QueueConfig) -> tuple[pd.DataFrame, list[ClusterStat]]:
@@ -103,7 +107,18 @@ def select_uncertain(pack: "Pack", df: pd.DataFrame, cfg: QueueConfig) -> tuple[
     out = out.assign(cluster_entropy=out["cluster_id"].map(overall["mean"]))
     out = (out.sort_values(["cluster_id", "_ts", "episode_id", "step"], ascending=[True, False, True, True], kind="stable")
               .groupby("cluster_id", sort=True).head(cfg.states_per_cluster))
-    return out.drop(columns="_ts").reset_index(drop=True), stats
+    out = out.drop(columns="_ts").reset_index(drop=True)
+    return (_round_robin(out, ranked, cfg.max_items) if cfg.max_items > 0 else out), stats
+
+
+def _round_robin(out: pd.DataFrame, ranked: list[int], budget: int) -> pd.DataFrame:
+    """At most ``budget`` rows, taken in turns from the selected clusters (most uncertain cluster
+    first in each turn, each cluster's latest states first), so that every cluster gets its share."""
+    rank = {c: i for i, c in enumerate(ranked)}
+    turn = out.groupby("cluster_id", sort=False).cumcount()
+    order = pd.DataFrame({"turn": turn, "rank": out["cluster_id"].map(lambda c: rank.get(int(c), len(rank) + int(c)))})
+    keep = order.sort_values(["turn", "rank"], kind="stable").index[:int(budget)]
+    return out.loc[keep].reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------- items
@@ -250,18 +265,32 @@ def expected_outcomes(pack: "Pack") -> Tensor:
     return torch.tensor(rows, dtype=torch.float32)
 
 
-def labels_as_pairs(pack: "Pack", labels: pd.DataFrame) -> "PreferencePairs":
-    """Reward-model pairs: each labelled action preferred over every other legal action of its
-    state (``labels`` as :meth:`LabelStore.labelled_frame` returns it)."""
+def choice_pairs(pack: "Pack", obs: Tensor, masks: Tensor, chosen: Tensor) -> tuple["PreferencePairs", Tensor]:
+    """``(pairs, state_of_pair)``: in each labelled state (observation ``obs``, legal ``masks``) the
+    chosen action preferred over every other legal action; ``state_of_pair`` is the row of
+    ``obs`` each pair comes from (what a bootstrap over labelled states resamples)."""
     from model.reward_model import PreferencePairs
-    obs, masks, _ = _item_states(pack, labels)
-    chosen = torch.from_numpy(action_codes(pack, labels["label"]))
+    chosen = chosen.long()
     others = masks.clone()
     others[torch.arange(len(chosen)), chosen] = False
     row, rej = others.nonzero(as_tuple=True)
     feats = obs[:, :pack.scenario.layout.n_features]
     out = expected_outcomes(pack)
-    return PreferencePairs(feats[row], chosen[row], rej, out[chosen[row]], out[rej], n_actions=pack.scenario.n_actions)
+    pairs = PreferencePairs(feats[row], chosen[row], rej, out[chosen[row]], out[rej], n_actions=pack.scenario.n_actions)
+    return pairs, row
+
+
+def labels_as_pairs(pack: "Pack", labels: pd.DataFrame) -> "PreferencePairs":
+    """Reward-model pairs: each labelled action preferred over every other legal action of its
+    state (``labels`` as :meth:`LabelStore.labelled_frame` returns it)."""
+    obs, masks, _ = _item_states(pack, labels)
+    return choice_pairs(pack, obs, masks, torch.from_numpy(action_codes(pack, labels["label"])))[0]
+
+
+def labels_as_choices(pack: "Pack", labels: pd.DataFrame) -> tuple[Tensor, Tensor, Tensor]:
+    """``(obs, masks, chosen)`` of finished labels: the labelled states and the labellers' actions."""
+    obs, masks, _ = _item_states(pack, labels)
+    return obs, masks, torch.from_numpy(action_codes(pack, labels["label"]))
 
 
 @dataclass

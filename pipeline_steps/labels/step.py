@@ -8,6 +8,16 @@ run
     ``threshold`` in every time bucket of the window (``bucket_minutes``; buckets with fewer than
     ``min_bucket_states`` states of the cluster are not judged).
 
+    Once the scenario has ``ensemble_min_labels`` finished labels (``selection: auto``; or always,
+    ``selection: reward_ensemble``) the labels themselves say where the next ones are worth most:
+    a bootstrap ensemble of reward models is fitted on them and the run enqueues the states whose
+    best action the members disagree on, spread over the state clusters, part of the batch drawn in
+    proportion to that disagreement (:mod:`pipeline_steps.labels.disagreement`); states already
+    queued or labelled are left out. Policy entropy marks where the policy hesitates, which is
+    not where a person's answer carries news (two equally good orders of the same checks); the
+    ensemble's disagreement is. The run result says which selection was used (``selection``) and
+    why each item was chosen (``items_by_reason``).
+
     Clustering is k-means (k-means++ seeding, fixed seed, torch) on the encoded state features
     plus the action mask — the very inputs the policy conditions on, already scaled to about
     [-1, 1] with one-hot enums. k-means was chosen over hashing discretised key fields because it
@@ -39,6 +49,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from pipeline_steps.infra.context import StepContext
+    from pipeline_steps.labels.disagreement import LabelledStates
     from pipeline_steps.labels.store import LabelStore
 
 # The computations live in pipeline_steps.labels.select (numpy, pandas, torch); they are importable
@@ -52,6 +63,9 @@ def __getattr__(name: str) -> Any:
         from pipeline_steps.labels import select as label_select
         return getattr(label_select, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+SELECTIONS = ("auto", "entropy", "reward_ensemble")
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,27 @@ class QueueConfig:
     seed: int = 7
     export_dir: str = "label_queue"
     uncertainty_policy: str = "auto"
+    selection: str = "auto"
+    """``entropy`` (policy entropy per state cluster), ``reward_ensemble`` (disagreement of a
+    bootstrap reward ensemble fitted on the finished labels, :mod:`pipeline_steps.labels.disagreement`)
+    or ``auto`` (the ensemble once ``ensemble_min_labels`` labels are finished, entropy before)."""
+    max_items: int = 0
+    """Items per run (0: every selected cluster's ``states_per_cluster`` states under entropy
+    selection; ``states_per_cluster · top_k`` under reward-ensemble selection)."""
+    sample_fraction: float = 0.5
+    ensemble_members: int = 8
+    ensemble_epochs: int = 60
+    ensemble_min_labels: int = 20
+    spread_clusters: int = 8
+
+    def __post_init__(self) -> None:
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"params label_queue.selection {self.selection!r}: expected one of {list(SELECTIONS)}")
+        if not 0.0 <= float(self.sample_fraction) <= 1.0:
+            raise ValueError(f"params label_queue.sample_fraction {self.sample_fraction!r}: expected a share in [0, 1]")
+        if self.ensemble_members < 2 or self.max_items < 0 or self.spread_clusters < 1:
+            raise ValueError("params label_queue: ensemble_members must be >= 2, max_items >= 0 and spread_clusters "
+                             f">= 1 (got {self.ensemble_members}, {self.max_items}, {self.spread_clusters})")
 
     @classmethod
     def from_section(cls, cfg: dict[str, Any]) -> "QueueConfig":
@@ -94,9 +129,43 @@ def finished_labels(ctx: "StepContext") -> "pd.DataFrame":
     return store.labelled_frame(ctx.scenario)
 
 
+EXCLUDED_QUEUED = "already queued or labelled"
+
+
+def queue_selection(ctx: "StepContext", pack: Any, cfg: QueueConfig
+                    ) -> "tuple[LabelledStates | None, str, set[str]]":
+    """``(labelled states, description, item ids already in the queue)``: the finished labels the
+    reward ensemble is fitted on, or None for entropy selection (``selection: entropy``, or
+    ``auto`` with fewer than ``ensemble_min_labels`` finished labels)."""
+    if cfg.selection == "entropy":
+        return None, "entropy (label_queue.selection)", set()
+    from pipeline_steps.labels.disagreement import LabelledStates
+    from pipeline_steps.labels.select import labels_as_choices
+    store = store_for(ctx, cfg)
+    if ctx.dry_run and not store.exists():  # a dry run creates no queue
+        return None, "entropy: no label queue yet (dry run)", set()
+    store.create()
+    labels = store.labelled_frame(ctx.scenario)
+    if cfg.selection == "auto" and len(labels) < cfg.ensemble_min_labels:
+        return None, (f"entropy: {len(labels)} finished label(s), the reward ensemble starts at "
+                      f"{cfg.ensemble_min_labels} (label_queue.ensemble_min_labels)"), set()
+    if len(labels) < 2:
+        raise ValueError(f"label_queue.selection is reward_ensemble but scenario {ctx.scenario} has {len(labels)} "
+                         "finished label(s); the ensemble is fitted on them (at least 2): label the queue's first "
+                         "items (rlops labels export / import) or use selection auto or entropy")
+    obs, masks, chosen = labels_as_choices(pack, labels)
+    known = set(store.items_frame(ctx.scenario)["item_id"].astype(str))
+    return (LabelledStates(obs, masks, chosen),
+            f"reward_ensemble: disagreement of {cfg.ensemble_members} reward models fitted on {len(labels)} "
+            f"finished labels, {cfg.sample_fraction:.0%} of the items drawn in proportion to it", known)
+
+
 def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, Any]:
-    """Enqueue the high-entropy clusters of the run key's window."""
-    from pipeline_steps.labels.select import queue_items, select_uncertain
+    """Enqueue the states worth labelling in the run key's window (policy entropy, or the reward
+    ensemble's disagreement once labels are finished: see the module docstring)."""
+    import pandas as pd
+
+    from pipeline_steps.labels.select import item_id, queue_items, select_uncertain
     from pipeline_steps.labels.uncertainty import EXCLUDED_SINGLE, count_single_choice, usable_rows
     from pipeline_steps.infra.trace_store import read_traces
     cfg = QueueConfig.from_section(ctx.section("label_queue"))
@@ -117,11 +186,23 @@ def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[s
     single = count_single_choice(df)
     if single:
         excluded[EXCLUDED_SINGLE] = single
-    selected, stats = select_uncertain(pack, df, cfg)
+    labelled, selection, known = queue_selection(ctx, pack, cfg)
+    if labelled is None:
+        selected, stats = select_uncertain(pack, df, cfg)
+    else:
+        from pipeline_steps.labels.disagreement import select_disagreeing
+        fresh = pd.Series([item_id(ctx.scenario, e, s) not in known
+                           for e, s in zip(df.get("episode_id", []), df.get("step", []))], index=df.index, dtype=bool)
+        if int((~fresh).sum()):
+            excluded[EXCLUDED_QUEUED] = int((~fresh).sum())
+        selected, stats = select_disagreeing(pack, df[fresh].reset_index(drop=True), labelled, cfg)
     items = queue_items(pack, ctx.scenario, selected, df) if len(selected) else []
     result: dict[str, Any] = {"traces_uri": uri, "window": [str(w) for w in window] if window else None,
                               "rows_read": len(raw), "rows_judged": len(df) - single,
                               "rows_excluded": excluded, "uncertainty_from": usable.uncertainty_from,
+                              "selection": selection,
+                              "items_by_reason": ({} if "why" not in selected.columns else
+                                                  {str(k): int(v) for k, v in selected["why"].value_counts().items()}),
                               "clusters": len(stats),
                               "clusters_selected": [s.cluster_id for s in stats if s.selected],
                               "clusters_by_threshold": [s.cluster_id for s in stats if s.why == "threshold"],

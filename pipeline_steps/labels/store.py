@@ -87,6 +87,14 @@ class LabelStore:
     def __repr__(self) -> str:
         return f"LabelStore({self.engine.url.render_as_string(hide_password=True)!r})"
 
+    def exists(self) -> bool:
+        """Whether the tables are there — asked without creating anything (a dry run's question)."""
+        if self.url.startswith("sqlite:///"):
+            from pathlib import Path
+            if not Path(self.url[len("sqlite:///"):]).exists():
+                return False
+        return bool(sa.inspect(self.engine).has_table(self.labels.name, schema=self.labels.schema))
+
     def create(self) -> None:
         """Create the tables when missing (safe to call from concurrent runs)."""
         if not self._ready:

@@ -25,7 +25,9 @@ def resolve_reward_source(ctx: StepContext, kind: str | None = None, blend_lambd
     from model.reward_source import RewardSource
     train = ctx.section("train")
     lam = blend_lambda if blend_lambda is not None else train.get("reward_blend_lambda")
-    return RewardSource(str(kind or train.get("reward_source") or "scripted"), float(1.0 if lam is None else lam))
+    centred = train.get("reward_model_centred")
+    return RewardSource(str(kind or train.get("reward_source") or "scripted"), float(1.0 if lam is None else lam),
+                        True if centred is None else bool(centred))
 
 
 def human_labels(ctx: StepContext, pack: "Pack") -> "tuple[Any, Any, Any] | None":

@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 MODEL_ARTIFACT = "policy_model"
 """Artifact folder of a training run that holds the pyfunc model (the registered source)."""
 _STEP_KEYS = {"incremental_timesteps", "num_envs", "profile", "eval_episodes", "eval_seed", "reward_source",
-              "reward_blend_lambda", "bc_warm_start", "bc_top_fraction", "bc_epochs"}
+              "reward_blend_lambda", "reward_model_centred", "bc_warm_start", "bc_top_fraction", "bc_epochs"}
 
 
 # --------------------------------------------------------------------------- settings
@@ -155,6 +155,7 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
         rm_version, rm_model = _reward_model(ctx, source, reward_model_version)
         fp = fingerprint(scenario=ctx.scenario, run_key=ctx.run_key, mode=mode_used, reward=reward_fn.version,
                          reward_source=source.kind, blend_lambda=source.model_weight, reward_model=rm_version,
+                         **({"reward_centred": source.centred} if source.needs_model else {}),
                          parent=parent, calibration=cal_version, num_envs=num_envs, profile=profile,
                          ppo={k: v for k, v in cfg.to_params().items()
                               if k not in ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "progress",
@@ -165,6 +166,7 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
                 "calibration_version": cal_version, "data_version": data_version, "num_envs": num_envs,
                 "profile": profile, "checkpoint_dir": str(ckpt),
                 "reward_source": source.kind, "reward_blend_lambda": source.model_weight,
+                "reward_model_centred": source.centred,
                 "reward_model_version": rm_version}
         if ctx.dry_run:
             return _dry_run_summary(base, ckpt, name, parent)

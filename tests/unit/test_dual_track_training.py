@@ -14,7 +14,7 @@ import torch
 from common.config import REPO_ROOT, deep_merge
 from model.behaviour_cloning import select_high_reward
 from model.reward_model import RewardModel
-from model.reward_source import HOOK_NAME, RewardSource, apply_reward_source, blend_rewards
+from model.reward_source import HOOK_NAME, RewardSource, apply_reward_source, blend_rewards, centred_scores
 from pipeline_steps.infra.context import StepContext
 from pipeline_steps.infra.registry import policy_model_name
 
@@ -56,6 +56,23 @@ def test_reward_source_math_on_the_env(pack: Any, kind: str, lam: float) -> None
     want = blend_rewards(scripted, score, RewardSource(kind, lam)).clamp(-5.0, 5.0)  # the pack's CLIP
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(bd.sum(-1), got, atol=1e-5, rtol=1e-5)  # the breakdown still sums to the total
+
+
+def test_centred_score_is_the_models_preference_within_the_legal_actions(pack: Any) -> None:
+    model = _model(pack)
+    env = pack.make_env(16, seed=1)
+    env.step(env.action_masks().float().argmax(dim=1))  # past the first step: other legal sets
+    feats, masks = env.observe()[:, :pack.scenario.layout.n_features], env.action_masks()
+    out, n = torch.rand(16, 3), pack.scenario.n_actions
+    with torch.no_grad():
+        centred = torch.stack([centred_scores(model, feats, torch.full((16,), a), out, masks) for a in range(n)], 1)
+        raw = torch.stack([model(feats, torch.full((16,), a), out) for a in range(n)], 1)
+    # nothing on average over a state's legal actions; the model's own differences between actions
+    torch.testing.assert_close((centred * masks).sum(dim=1), torch.zeros(16), atol=1e-5, rtol=0)
+    torch.testing.assert_close(centred[:, 1] - centred[:, 0], raw[:, 1] - raw[:, 0], atol=1e-5, rtol=1e-5)
+    legal_mean = (raw * masks).sum(dim=1) / masks.sum(dim=1)
+    torch.testing.assert_close(centred[:, 2], raw[:, 2] - legal_mean, atol=1e-5, rtol=1e-5)
+    assert RewardSource("blend").centred and not RewardSource("blend", centred=False).centred
 
 
 def test_blend_rewards_and_validation() -> None:
