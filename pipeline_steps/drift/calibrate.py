@@ -19,7 +19,11 @@ Output
     ``calibrations/<scenario>/<version>.json`` (version = run key; a re-run overwrites it) and
     ``latest.json``. A calibration writes one profile only, ``calibrated`` (replacing an earlier
     one): the fitted simulation, based on the pack's default profile, and the fitted field
-    distributions as its population (the fitted fields already carry the live population mix).
+    distributions as its population. When live traffic is a mixture of populations (a Gaussian
+    mixture of the episodes' initial values, its number of components chosen by BIC, see
+    :mod:`pipeline_steps.drift.mixture`), the population is one segment per component, each
+    with the fields refitted on its episodes (``population`` in the calibration); otherwise it is
+    one segment of probability 1 holding the per-field fits (``fields``).
     Every other profile, above all the production stand-in ``live``, is left as declared, so
     re-running a run key on the same traces writes the same calibration. Train with
     ``profile="calibrated"``. The calibration also records the fit and a check: KS statistics
@@ -58,6 +62,8 @@ class RecalConfig:
     check_samples: int = 20_000
     seed: int = 7
     worse_tolerance: float = 0.01  # a fit whose distance to live grows by more is refused
+    max_components: int = 3  # population segments a calibration may fit (1: one distribution per field)
+    min_component_weight: float = 0.05  # a smaller mixture component is not a segment
 
     @classmethod
     def from_section(cls, cfg: dict[str, Any]) -> "RecalConfig":
@@ -96,37 +102,51 @@ def changed_by_actions(pack: "Pack") -> set[str]:
 def initial_values(pack: "Pack", df: pd.DataFrame, path: str, changed: bool) -> np.ndarray:
     """A field's initial value per episode (see module docstring); NaNs dropped."""
     import numpy as np
+    return initial_series(pack, df, path, changed).to_numpy(np.float64)
+
+
+def initial_series(pack: "Pack", df: pd.DataFrame, path: str, changed: bool) -> pd.Series:
+    """:func:`initial_values` indexed by episode id (episodes in sorted order)."""
+    import numpy as np
     import pandas as pd
 
     from pipeline_steps.infra.trace_states import STATE_PREFIX, field_values
     col = STATE_PREFIX + path
     if col not in df.columns:
-        return np.zeros(0)
+        return pd.Series([], dtype=np.float64)
     vals = field_values(pack, path, df[col])
     frame = pd.DataFrame({"e": df["episode_id"].to_numpy(), "s": pd.to_numeric(df["step"]).to_numpy(), "v": vals})
     frame = frame[frame["s"] == 0] if changed else frame.dropna(subset=["v"])
-    first = frame.sort_values(["e", "s"], kind="stable").drop_duplicates("e")
-    return first["v"].dropna().to_numpy(np.float64)
+    first = frame.sort_values(["e", "s"], kind="stable").drop_duplicates("e").dropna(subset=["v"])
+    return pd.Series(first["v"].to_numpy(np.float64), index=first["e"].to_numpy())
 
 
-def fit_field(f: "FieldSpec", x: np.ndarray) -> dict[str, Any]:
-    """The MLE init spec of ``f``'s declared family from values ``x`` (enum codes, bools 0/1)."""
+def fit_field(f: "FieldSpec", x: np.ndarray, w: np.ndarray | None = None) -> dict[str, Any]:
+    """The MLE init spec of ``f``'s declared family from values ``x`` (enum codes, bools 0/1),
+    each value weighted by ``w`` when given (a population segment's responsibilities)."""
     import numpy as np
     dist = f.init.dist
+    w = np.ones_like(x, dtype=np.float64) if w is None else np.asarray(w, dtype=np.float64)
+
+    def moments(v: np.ndarray, wv: np.ndarray) -> tuple[float, float]:
+        m = float(np.average(v, weights=wv))
+        return m, max(float(np.sqrt(np.average((v - m) ** 2, weights=wv))), 1e-6)
     if dist == "normal":
-        return {"dist": "normal", "mean": float(x.mean()), "std": max(float(x.std()), 1e-6)}
+        mean, std = moments(x, w)
+        return {"dist": "normal", "mean": mean, "std": std}
     if dist == "lognormal":
-        logs = np.log(x[x > 0])
-        if logs.size == 0:
+        pos = x > 0
+        if not pos.any():
             raise ValueError(f"field {f.path}: no positive values to fit a lognormal")
-        return {"dist": "lognormal", "mean": float(logs.mean()), "sigma": max(float(logs.std()), 1e-6)}
+        mean, sigma = moments(np.log(x[pos]), w[pos])
+        return {"dist": "lognormal", "mean": mean, "sigma": sigma}
     if dist == "uniform":
         return {"dist": "uniform", "low": float(x.min()), "high": float(x.max())}
     if dist == "categorical":
-        counts = np.bincount(x.astype(np.int64), minlength=len(f.values))[:len(f.values)]
+        counts = np.bincount(x.astype(np.int64), weights=w, minlength=len(f.values))[:len(f.values)]
         return {"dist": "categorical", "probs": {v: float(c) / float(counts.sum()) for v, c in zip(f.values, counts)}}
     if dist == "bernoulli":
-        return {"dist": "bernoulli", "p": float(x.mean())}
+        return {"dist": "bernoulli", "p": float(np.average(x, weights=w))}
     raise ValueError(f"field {f.path}: cannot fit distribution {dist!r}")
 
 
@@ -194,22 +214,31 @@ def fit_calibration(pack: "Pack", df: pd.DataFrame, cfg: RecalConfig) -> dict[st
     missing = {"episode_id", "step", "action"} - set(df.columns)
     if missing:
         raise ValueError(f"trace rows lack column(s) {sorted(missing)}; expected the trace record")
+    from pipeline_steps.drift.mixture import fit_mixture, mixture_features, segment_population
     changed = changed_by_actions(pack)
-    fields, fit, skipped = {}, {}, {}
+    fields, fit, skipped, values = {}, {}, {}, {}
     for f in pack.scenario.spec.fields:
         if not fittable(f):
             skipped[f.path] = unfittable_reason(f)
             continue
-        x = initial_values(pack, df, f.path, f.path in changed)
+        values[f.path] = initial_series(pack, df, f.path, f.path in changed)
+        x = values[f.path].to_numpy()
         if x.size < cfg.min_rows:
             skipped[f.path] = f"{x.size} initial values (< min_rows {cfg.min_rows})"
             continue
         fields[f.path] = fit_field(f, x)
         fit[f.path] = {"n": int(x.size), "declared": declared(f), "fitted": fields[f.path]}
     profile, sim = fit_simulation(pack, df, cfg.min_rows)
-    return {"fields": fields, "simulation": {"profiles": {PROFILE: profile}},
-            "fit": {"fields": fit, "skipped": skipped, "simulation": sim, "rows": len(df),
-                    "episodes": int(df["episode_id"].nunique())}}
+    out = {"fields": fields, "simulation": {"profiles": {PROFILE: profile}},
+           "fit": {"fields": fit, "skipped": skipped, "simulation": sim, "rows": len(df),
+                   "episodes": int(df["episode_id"].nunique())}}
+    features = mixture_features(pack, fields)
+    mix = fit_mixture(values, fields, features, cfg.max_components, cfg.min_component_weight, cfg.seed)
+    out["fit"]["mixture"] = {"features": features, "components": mix.components if mix else 1,
+                             "bic": mix.bic if mix else {}, "weights": mix.weights if mix else [1.0]}
+    if mix is not None:
+        out["population"] = segment_population(pack, values, fields, mix, cfg.min_rows)
+    return out
 
 
 def check_calibration(before: "Pack", before_profile: str, after: "Pack", df: pd.DataFrame,
@@ -270,8 +299,11 @@ def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, 
                                      cfg.check_samples, cfg.seed)
     rejected = worse_fits(cal["check"], cfg.worse_tolerance)
     if rejected:  # keep the current sandbox's distribution of a field whose fit matches live worse
+        from pipeline_steps.drift.mixture import drop_fields
         cal["fit"]["rejected"] = {p: cal["check"][p] for p in rejected}
         cal["fields"] = {p: v for p, v in cal["fields"].items() if p not in rejected}
+        if "population" in cal:
+            cal["population"] = drop_fields(cal["population"], set(rejected))
         after = load_pack(ctx.pack_dir, calibration=cal, check_liveness=False)
         cal["check"] = check_calibration(current, active_profile(current), after, df, list(cal["fields"]),
                                          cfg.check_samples, cfg.seed)
@@ -279,7 +311,7 @@ def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, 
     latest_uri = ctx.uri("calibrations", ctx.scenario, "latest.json")
     result = {"version": ctx.run_key, "calibration_uri": version_uri, "latest_uri": latest_uri,
               "rows": len(df), "fields": sorted(cal["fields"]), "skipped": cal["fit"]["skipped"],
-              "rejected": cal["fit"].get("rejected", {}),
+              "rejected": cal["fit"].get("rejected", {}), "segments": len(cal.get("population") or []) or 1,
               "profile": PROFILE, "simulation": cal["simulation"]["profiles"][PROFILE],
               "check": cal["check"], "dry_run": ctx.dry_run, "run_id": None}
     if ctx.dry_run:
