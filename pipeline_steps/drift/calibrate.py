@@ -164,20 +164,9 @@ def fit_simulation(pack: "Pack", df: pd.DataFrame, min_rows: int) -> tuple[dict[
     spec = pack.scenario.spec
     base = spec.profiles[spec.default_profile]
     codes = action_codes(pack, df["action"])
-    lat_mean = np.array([a.latency_mean_ms for a in spec.actions])[codes]
-    lat_var = (np.array([a.latency_std_ms for a in spec.actions]) ** 2)[codes]
     latency = pd.to_numeric(df.get("latency_ms"), errors="coerce").to_numpy(np.float64) \
         if "latency_ms" in df.columns else np.full(len(df), np.nan)
-    ok = np.isfinite(latency)
-    jitter = list(base.latency_jitter_ms)
-    details: dict[str, Any] = {"latency_rows": int(ok.sum())}
-    if ok.sum() >= min_rows:
-        r = latency[ok] - lat_mean[ok]
-        center = float(r.mean())
-        width = math.sqrt(12.0 * max(float(r.var()) - float(lat_var[ok].mean()), 0.0))
-        lo = max(0.0, center - width / 2)
-        jitter = [lo, max(lo, center + width / 2)]
-        details.update(residual_mean_ms=center, residual_std_ms=float(r.std()))
+    jitter, own_latency, details = fit_latency(pack, codes, latency, min_rows)
     err = error_flags(df["error"]) if "error" in df.columns else np.zeros(len(df), dtype=bool)
     own_rate = np.array([a.error_rate for a in spec.actions])[codes]
     apis = np.array([a.api or "" for a in spec.actions], dtype=object)[codes]
@@ -197,7 +186,37 @@ def fit_simulation(pack: "Pack", df: pd.DataFrame, min_rows: int) -> tuple[dict[
     profile = {"description": "fitted to live traces by rlops calibrate",
                "latency_jitter_ms": {"min": float(jitter[0]), "max": float(jitter[1])},
                "error_rates": {k: float(v) for k, v in rates.items()}}
+    if own_latency:
+        profile["action_latency_ms"] = own_latency
     return profile, details
+
+
+def fit_latency(pack: "Pack", codes: np.ndarray, latency: np.ndarray, min_rows: int
+                ) -> tuple[list[float], dict[str, dict[str, float]], dict[str, Any]]:
+    """``(jitter range, per-action latency, details)``. An action's latency is its own normal
+    draw plus the profile's uniform jitter, common to all actions. Per action with ``min_rows``
+    rows, the residual against its declared latency has mean ``(lo + hi) / 2`` and variance
+    ``(hi − lo)² / 12 + declared std²``: the jitter is the median over actions of these moment
+    equations (so one action whose own latency changed — an API slowing down — does not bend
+    it), and each action's own mean and std are then what its rows leave after the jitter."""
+    import numpy as np
+    spec = pack.scenario.spec
+    base = spec.profiles[spec.default_profile]
+    ok = np.isfinite(latency)
+    per_action = [(a, latency[ok & (codes == j)]) for j, a in enumerate(spec.actions)]
+    per_action = [(a, x) for a, x in per_action if x.size >= min_rows]
+    details: dict[str, Any] = {"latency_rows": int(ok.sum())}
+    if not per_action:
+        return list(base.latency_jitter_ms), {}, details
+    center = float(np.median([x.mean() - a.latency_mean_ms for a, x in per_action]))
+    spread = float(np.median([x.var() - a.latency_std_ms ** 2 for a, x in per_action]))
+    width = math.sqrt(12.0 * max(spread, 0.0))
+    lo = max(0.0, center - width / 2)
+    hi = max(lo, center + width / 2)
+    own = {a.name: {"mean": max(float(x.mean()) - (lo + hi) / 2, 0.0),
+                    "std": math.sqrt(max(float(x.var()) - (hi - lo) ** 2 / 12.0, 0.0))} for a, x in per_action}
+    details.update(jitter_center_ms=center, jitter_width_ms=width, actions={a.name: int(x.size) for a, x in per_action})
+    return [lo, hi], own, details
 
 
 # --------------------------------------------------------------------------- the calibration

@@ -129,3 +129,25 @@ def test_one_population_stays_one_segment(credit: Pack) -> None:
     one = fit_calibration(credit, rollout_traces(credit, rule_policy, 2000, seed=3, profile="live", source="live"),
                           RecalConfig(max_components=1))
     assert "population" not in one
+
+
+def test_an_api_slowing_down_is_fitted_on_its_own_action(credit: Pack, tmp_path: Path) -> None:
+    """The bureau's latency tripling moved one action's latency; a jitter common to all actions
+    could only spread it over every action, and ``latency_ms`` stayed flagged after recalibrating."""
+    import shutil
+
+    import yaml
+
+    from pipeline_steps.drift.calibrate import fit_simulation
+    from pipeline_steps.orchestration.events import parse_events, production_doc
+    slow = parse_events([{"at_hour": 0, "kind": "latency", "action": "fetch_credit_report", "factor": 3}])
+    shutil.copytree(REPO / "scenarios" / "credit_approval", tmp_path / "world")
+    doc = yaml.safe_load((tmp_path / "world" / "scenario.yaml").read_text())
+    (tmp_path / "world" / "scenario.yaml").write_text(yaml.safe_dump(production_doc(doc, slow), sort_keys=False))
+    world = load_pack(tmp_path / "world", check_liveness=False)
+    profile, _ = fit_simulation(credit, rollout_traces(world, rule_policy, 2000, seed=21, profile="live"), 30)
+    lo, hi = profile["latency_jitter_ms"]["min"], profile["latency_jitter_ms"]["max"]
+    assert abs(lo - 200) < 80 and abs(hi - 1500) < 80, (lo, hi)  # live's jitter, not bent by one action
+    own = profile["action_latency_ms"]
+    assert own["fetch_credit_report"]["mean"] == pytest.approx(1500, abs=100)
+    assert own["initiate_fraud_check"]["mean"] == pytest.approx(300, abs=80)
