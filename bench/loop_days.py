@@ -5,7 +5,9 @@ real task functions of the five DAGs on their schedules (:mod:`pipeline_steps.or
 
 Prints the hour table, the load average at the start and the end, and as the LAST line one JSON
 object: ``detection_delay_h``, ``false_alarms``, ``emergency_retrains``, ``bad_candidate_promoted``,
-``champion_regressions``, ``rows_lost``, ``wall_s`` (bar: < 900 s on two idle cores), the PNG path.
+``champion_regressions``, ``rows_lost``, ``wall_s`` (bar: < 900 s on two idle cores), ``cpu_s`` (the
+process's CPU seconds: on a shared machine ``wall_s`` grows with the load, this does not), the
+policy client's ``fallback_episodes`` and ``challenger_episodes``, the PNG path.
 
     python bench/loop_days.py [--hours 48] [--events FILE] [--workdir DIR]
 """
@@ -41,7 +43,7 @@ def main() -> None:
     print(table(res["hours"], res["metrics"]))
     m = res["metrics"]
     out = {k: m[k] for k in ("detection_delay_h", "false_alarms", "emergency_retrains", "drift_events",
-                             "bad_candidate_promoted", "champion_regressions", "rows_lost", "wall_s")}
+                             "bad_candidate_promoted", "champion_regressions", "rows_lost", "wall_s", "cpu_s")}
     out.update(hours=args.hours, promotions=m["promotions"], fallback_episodes=m["fallback_episodes"],
                challenger_episodes=m["challenger_episodes"], png=res["png"], mlflow_run_id=res["run_id"],
                loadavg_start=[round(x, 2) for x in load_start], loadavg_end=[round(x, 2) for x in load_end],

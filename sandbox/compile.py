@@ -146,7 +146,9 @@ class CompiledScenario:
         for a in self.spec.actions:
             api_rate = profile.error_rates.get(a.api, 0.0) if a.api else 0.0
             err.append(1.0 - (1.0 - a.error_rate) * (1.0 - api_rate))
+        own = [profile.action_latency_ms.get(a.name, (a.latency_mean_ms, a.latency_std_ms)) for a in self.spec.actions]
         return {"profile": profile, "shifts": shifts, "error_rate": torch.tensor(err),
+                "latency_mean": torch.tensor([m for m, _ in own]), "latency_std": torch.tensor([s for _, s in own]),
                 "shift_vector_cols": [set(s.vector.cols.tolist()) for _, s in shifts],
                 "jitter": profile.latency_jitter_ms}
 

@@ -90,8 +90,8 @@ class BatchedEnv:
         prof = scenario.profiles[self.profile]
         self._err_rate = prof["error_rate"].to(self.device)
         self._jitter = prof["jitter"]
-        self._lat_mean = torch.tensor([a.latency_mean_ms for a in scenario.spec.actions], device=self.device)
-        self._lat_std = torch.tensor([a.latency_std_ms for a in scenario.spec.actions], device=self.device)
+        self._lat_mean = prof["latency_mean"].to(self.device)  # the action's own latency in this profile
+        self._lat_std = prof["latency_std"].to(self.device)
         self._takeover = scenario.human_takeover.to(self.device)
         self._col_w = column_weights(scenario.n_cols, self.device)
         self.role_names = scenario.role_names

@@ -99,8 +99,27 @@ def load_pack(path: str | Path, calibration: dict[str, Any] | None = None, check
     pack = Pack(root, scenario, rules, reward_fns, load_params(root), calibration)
     if check_liveness:
         stage(scen_file, "rolling random episodes (liveness check)")
-        check_no_dead_ends(pack)
+        live_key = _liveness_key(doc, reward_fns)
+        if live_key not in _LIVE_PACKS:  # the verdict is a function of the document and the rewards
+            check_no_dead_ends(pack)
+            _LIVE_PACKS[live_key] = None
+            while len(_LIVE_PACKS) > 256:
+                _LIVE_PACKS.pop(next(iter(_LIVE_PACKS)))
     return pack
+
+
+#: Digests of (effective scenario document, reward sources) that passed the liveness check in this
+#: process: the check rolls seeded random episodes, so the same inputs always give the same verdict,
+#: and a scheduler loading the same pack every few minutes need not roll them again.
+_LIVE_PACKS: dict[str, None] = {}
+
+
+def _liveness_key(doc: dict[str, Any], reward_fns: dict[str, RewardFunction]) -> str:
+    import hashlib
+    import json
+    text = json.dumps(doc, sort_keys=True, default=str) + "".join(
+        f"{k}:{fn.version}" for k, fn in sorted(reward_fns.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _load_reward_fns(root: Path, rules: dict[str, Any], scenario: CompiledScenario,
@@ -117,12 +136,14 @@ def _load_reward_fns(root: Path, rules: dict[str, Any], scenario: CompiledScenar
 
 
 def apply_calibration(doc: dict[str, Any], calibration: dict[str, Any]) -> dict[str, Any]:
-    """Overlay a calibration (``fields: {path: init}``, ``simulation: {profiles: …}``) on a scenario.
+    """Overlay a calibration (``fields: {path: init}``, optionally ``population: [{name,
+    probability, init}]``, ``simulation: {profiles: …}``) on a scenario.
 
-    Only the ``calibrated`` profile is created or replaced: the fitted field distributions become
-    a population shift of probability 1 of that profile, so every other profile (above all the
-    production stand-in ``live``) keeps its declared initial distributions and shifts, and
-    applying the same calibration twice gives the same scenario."""
+    Only the ``calibrated`` profile is created or replaced: the fitted population segments (or,
+    without segments, the fitted field distributions as one shift of probability 1) become that
+    profile's population, so every other profile (above all the production stand-in ``live``)
+    keeps its declared initial distributions and shifts, and applying the same calibration twice
+    gives the same scenario."""
     import copy
 
     from sandbox.profiles import CALIBRATED
@@ -139,7 +160,8 @@ def apply_calibration(doc: dict[str, Any], calibration: dict[str, Any]) -> dict[
         if CALIBRATED not in profiles:
             base = profiles[out.get("default_profile") or ("sandbox" if "sandbox" in profiles else next(iter(profiles)))]
             profiles[CALIBRATED] = {k: copy.deepcopy(v) for k, v in base.items() if k != "population"}
-        profiles[CALIBRATED]["population"] = [{"name": "fitted", "probability": 1.0, "init": fields}]
+        segments = calibration.get("population") or [{"name": "fitted", "probability": 1.0, "init": fields}]
+        profiles[CALIBRATED]["population"] = copy.deepcopy(segments)
     return out
 
 

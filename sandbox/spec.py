@@ -83,7 +83,7 @@ def _parse_action(c: _Ctx, node: Any, parent: LList, i: int, paths: set[str]) ->
 
 
 def _parse_profiles(c: _Ctx, node: Any, root: LDict, fields: dict[str, FieldSpec],
-                    apis: set[str]) -> dict[str, SimulationProfile]:
+                    apis: set[str], actions: tuple[str, ...] = ()) -> dict[str, SimulationProfile]:
     if node is None:
         return {"sandbox": SimulationProfile("sandbox")}
     node = c.mapping(node, root, "simulation", "simulation")
@@ -95,7 +95,7 @@ def _parse_profiles(c: _Ctx, node: Any, root: LDict, fields: dict[str, FieldSpec
     for pname, p in profiles_node.items():
         where = f"simulation.profiles.{pname}"
         p = c.mapping(p, profiles_node, pname, where)
-        c.check_keys(p, {"latency_jitter_ms", "error_rates", "population", "description"}, where)
+        c.check_keys(p, {"latency_jitter_ms", "error_rates", "population", "description", "action_latency_ms"}, where)
         jitter = (0.0, 0.0)
         if "latency_jitter_ms" in p:
             j = c.mapping(p["latency_jitter_ms"], p, "latency_jitter_ms", f"{where}.latency_jitter_ms")
@@ -138,7 +138,27 @@ def _parse_profiles(c: _Ctx, node: Any, root: LDict, fields: dict[str, FieldSpec
             shifts.append(PopulationShift(str(s.get("name", f"shift{k}")), prob, inits, _line(s)))
         if sum(s.probability for s in shifts) > 1.0 + 1e-9:
             raise c.err(p, "population", f"{where}.population", "population shift probabilities sum over 1")
-        out[pname] = SimulationProfile(pname, jitter, rates, tuple(shifts), _line(profiles_node, pname))
+        out[pname] = SimulationProfile(pname, jitter, rates, tuple(shifts), _line(profiles_node, pname),
+                                       _action_latency(c, p, where, actions))
+    return out
+
+
+def _action_latency(c: _Ctx, p: LDict, where: str, actions: tuple[str, ...]) -> dict[str, tuple[float, float]]:
+    """A profile's ``action_latency_ms: {action: {mean, std}}`` (an action's own latency there)."""
+    if p.get("action_latency_ms") is None:
+        return {}
+    node = c.mapping(p["action_latency_ms"], p, "action_latency_ms", f"{where}.action_latency_ms")
+    out = {}
+    for name, spec in node.items():
+        w = f"{where}.action_latency_ms.{name}"
+        if name not in actions:
+            raise c.err(node, name, w, f"unknown action '{name}' (actions: {sorted(actions)})")
+        spec = c.mapping(spec, node, name, w)
+        c.check_keys(spec, {"mean", "std"}, w)
+        mean, std = c.number(spec, "mean", w), c.number(spec, "std", w) if "std" in spec else 0.0
+        if mean < 0 or std < 0:
+            raise c.err(node, name, w, "bad range: a latency mean and std are >= 0")
+        out[str(name)] = (mean, std)
     return out
 
 
@@ -182,7 +202,7 @@ def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
         raise c.err(acts_node, names.index(dup, names.index(dup) + 1), f"actions.{dup}", f"duplicate action '{dup}'")
     roles = parse_roles(c, doc, names)
     profiles = _parse_profiles(c, doc.get("simulation"), doc, {f.path: f for f in fields},
-                               {a.api for a in actions if a.api})
+                               {a.api for a in actions if a.api}, tuple(a.name for a in actions))
     default_profile = doc.get("default_profile", "sandbox" if "sandbox" in profiles else next(iter(profiles)))
     if default_profile not in profiles:
         raise c.err(doc, "default_profile", "default_profile", f"unknown profile '{default_profile}'")

@@ -106,6 +106,8 @@ class SimulationProfile:
     error_rates: dict[str, float] = field(default_factory=dict)
     population: tuple[PopulationShift, ...] = ()
     line: int | None = None
+    #: per action, ``(mean, std)`` of its own latency in this profile (the action's declared one else)
+    action_latency_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

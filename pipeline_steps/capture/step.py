@@ -36,8 +36,10 @@ def contract_for(pack: "Pack") -> Any:
     return trace_contract(pack.name, pack.scenario.action_names, pack.scenario.spec.fields)
 
 
-def champion_trace_policy(ctx: StepContext, pack: "Pack") -> tuple["TracePolicy", str]:
-    """The champion as a tracing policy (sampled actions with logp/entropy/value), or the rule
+def champion_trace_policy(ctx: StepContext, pack: "Pack", deterministic: bool = False
+                          ) -> tuple["TracePolicy", str]:
+    """The champion as a tracing policy (sampled actions with logp/entropy/value; its most likely
+    action with ``deterministic``, as the agent SDK's policy client serves it), or the rule
     engine when no champion is registered yet."""
     from sandbox.policies import rule_policy
     try:
@@ -52,7 +54,7 @@ def champion_trace_policy(ctx: StepContext, pack: "Pack") -> tuple["TracePolicy"
     gen = torch.Generator().manual_seed(int(ctx.params.get("seed", 0)))
 
     def act(env: Any) -> Any:
-        out = policy.act(env.observe(), deterministic=False, generator=gen)
+        out = policy.act(env.observe(), deterministic=deterministic, generator=gen)
         return out.action, {"logp": out.logp, "entropy": out.entropy, "value": out.value}
     return act, f"{ctx.scenario}-policy/{version}"
 

@@ -19,7 +19,11 @@ Output
     ``calibrations/<scenario>/<version>.json`` (version = run key; a re-run overwrites it) and
     ``latest.json``. A calibration writes one profile only, ``calibrated`` (replacing an earlier
     one): the fitted simulation, based on the pack's default profile, and the fitted field
-    distributions as its population (the fitted fields already carry the live population mix).
+    distributions as its population. When live traffic is a mixture of populations (a Gaussian
+    mixture of the episodes' initial values, its number of components chosen by BIC, see
+    :mod:`pipeline_steps.drift.mixture`), the population is one segment per component, each
+    with the fields refitted on its episodes (``population`` in the calibration); otherwise it is
+    one segment of probability 1 holding the per-field fits (``fields``).
     Every other profile, above all the production stand-in ``live``, is left as declared, so
     re-running a run key on the same traces writes the same calibration. Train with
     ``profile="calibrated"``. The calibration also records the fit and a check: KS statistics
@@ -58,6 +62,8 @@ class RecalConfig:
     check_samples: int = 20_000
     seed: int = 7
     worse_tolerance: float = 0.01  # a fit whose distance to live grows by more is refused
+    max_components: int = 3  # population segments a calibration may fit (1: one distribution per field)
+    min_component_weight: float = 0.05  # a smaller mixture component is not a segment
 
     @classmethod
     def from_section(cls, cfg: dict[str, Any]) -> "RecalConfig":
@@ -96,37 +102,51 @@ def changed_by_actions(pack: "Pack") -> set[str]:
 def initial_values(pack: "Pack", df: pd.DataFrame, path: str, changed: bool) -> np.ndarray:
     """A field's initial value per episode (see module docstring); NaNs dropped."""
     import numpy as np
+    return initial_series(pack, df, path, changed).to_numpy(np.float64)
+
+
+def initial_series(pack: "Pack", df: pd.DataFrame, path: str, changed: bool) -> pd.Series:
+    """:func:`initial_values` indexed by episode id (episodes in sorted order)."""
+    import numpy as np
     import pandas as pd
 
     from pipeline_steps.infra.trace_states import STATE_PREFIX, field_values
     col = STATE_PREFIX + path
     if col not in df.columns:
-        return np.zeros(0)
+        return pd.Series([], dtype=np.float64)
     vals = field_values(pack, path, df[col])
     frame = pd.DataFrame({"e": df["episode_id"].to_numpy(), "s": pd.to_numeric(df["step"]).to_numpy(), "v": vals})
     frame = frame[frame["s"] == 0] if changed else frame.dropna(subset=["v"])
-    first = frame.sort_values(["e", "s"], kind="stable").drop_duplicates("e")
-    return first["v"].dropna().to_numpy(np.float64)
+    first = frame.sort_values(["e", "s"], kind="stable").drop_duplicates("e").dropna(subset=["v"])
+    return pd.Series(first["v"].to_numpy(np.float64), index=first["e"].to_numpy())
 
 
-def fit_field(f: "FieldSpec", x: np.ndarray) -> dict[str, Any]:
-    """The MLE init spec of ``f``'s declared family from values ``x`` (enum codes, bools 0/1)."""
+def fit_field(f: "FieldSpec", x: np.ndarray, w: np.ndarray | None = None) -> dict[str, Any]:
+    """The MLE init spec of ``f``'s declared family from values ``x`` (enum codes, bools 0/1),
+    each value weighted by ``w`` when given (a population segment's responsibilities)."""
     import numpy as np
     dist = f.init.dist
+    w = np.ones_like(x, dtype=np.float64) if w is None else np.asarray(w, dtype=np.float64)
+
+    def moments(v: np.ndarray, wv: np.ndarray) -> tuple[float, float]:
+        m = float(np.average(v, weights=wv))
+        return m, max(float(np.sqrt(np.average((v - m) ** 2, weights=wv))), 1e-6)
     if dist == "normal":
-        return {"dist": "normal", "mean": float(x.mean()), "std": max(float(x.std()), 1e-6)}
+        mean, std = moments(x, w)
+        return {"dist": "normal", "mean": mean, "std": std}
     if dist == "lognormal":
-        logs = np.log(x[x > 0])
-        if logs.size == 0:
+        pos = x > 0
+        if not pos.any():
             raise ValueError(f"field {f.path}: no positive values to fit a lognormal")
-        return {"dist": "lognormal", "mean": float(logs.mean()), "sigma": max(float(logs.std()), 1e-6)}
+        mean, sigma = moments(np.log(x[pos]), w[pos])
+        return {"dist": "lognormal", "mean": mean, "sigma": sigma}
     if dist == "uniform":
         return {"dist": "uniform", "low": float(x.min()), "high": float(x.max())}
     if dist == "categorical":
-        counts = np.bincount(x.astype(np.int64), minlength=len(f.values))[:len(f.values)]
+        counts = np.bincount(x.astype(np.int64), weights=w, minlength=len(f.values))[:len(f.values)]
         return {"dist": "categorical", "probs": {v: float(c) / float(counts.sum()) for v, c in zip(f.values, counts)}}
     if dist == "bernoulli":
-        return {"dist": "bernoulli", "p": float(x.mean())}
+        return {"dist": "bernoulli", "p": float(np.average(x, weights=w))}
     raise ValueError(f"field {f.path}: cannot fit distribution {dist!r}")
 
 
@@ -144,20 +164,9 @@ def fit_simulation(pack: "Pack", df: pd.DataFrame, min_rows: int) -> tuple[dict[
     spec = pack.scenario.spec
     base = spec.profiles[spec.default_profile]
     codes = action_codes(pack, df["action"])
-    lat_mean = np.array([a.latency_mean_ms for a in spec.actions])[codes]
-    lat_var = (np.array([a.latency_std_ms for a in spec.actions]) ** 2)[codes]
     latency = pd.to_numeric(df.get("latency_ms"), errors="coerce").to_numpy(np.float64) \
         if "latency_ms" in df.columns else np.full(len(df), np.nan)
-    ok = np.isfinite(latency)
-    jitter = list(base.latency_jitter_ms)
-    details: dict[str, Any] = {"latency_rows": int(ok.sum())}
-    if ok.sum() >= min_rows:
-        r = latency[ok] - lat_mean[ok]
-        center = float(r.mean())
-        width = math.sqrt(12.0 * max(float(r.var()) - float(lat_var[ok].mean()), 0.0))
-        lo = max(0.0, center - width / 2)
-        jitter = [lo, max(lo, center + width / 2)]
-        details.update(residual_mean_ms=center, residual_std_ms=float(r.std()))
+    jitter, own_latency, details = fit_latency(pack, codes, latency, min_rows)
     err = error_flags(df["error"]) if "error" in df.columns else np.zeros(len(df), dtype=bool)
     own_rate = np.array([a.error_rate for a in spec.actions])[codes]
     apis = np.array([a.api or "" for a in spec.actions], dtype=object)[codes]
@@ -177,7 +186,37 @@ def fit_simulation(pack: "Pack", df: pd.DataFrame, min_rows: int) -> tuple[dict[
     profile = {"description": "fitted to live traces by rlops calibrate",
                "latency_jitter_ms": {"min": float(jitter[0]), "max": float(jitter[1])},
                "error_rates": {k: float(v) for k, v in rates.items()}}
+    if own_latency:
+        profile["action_latency_ms"] = own_latency
     return profile, details
+
+
+def fit_latency(pack: "Pack", codes: np.ndarray, latency: np.ndarray, min_rows: int
+                ) -> tuple[list[float], dict[str, dict[str, float]], dict[str, Any]]:
+    """``(jitter range, per-action latency, details)``. An action's latency is its own normal
+    draw plus the profile's uniform jitter, common to all actions. Per action with ``min_rows``
+    rows, the residual against its declared latency has mean ``(lo + hi) / 2`` and variance
+    ``(hi − lo)² / 12 + declared std²``: the jitter is the median over actions of these moment
+    equations (so one action whose own latency changed — an API slowing down — does not bend
+    it), and each action's own mean and std are then what its rows leave after the jitter."""
+    import numpy as np
+    spec = pack.scenario.spec
+    base = spec.profiles[spec.default_profile]
+    ok = np.isfinite(latency)
+    per_action = [(a, latency[ok & (codes == j)]) for j, a in enumerate(spec.actions)]
+    per_action = [(a, x) for a, x in per_action if x.size >= min_rows]
+    details: dict[str, Any] = {"latency_rows": int(ok.sum())}
+    if not per_action:
+        return list(base.latency_jitter_ms), {}, details
+    center = float(np.median([x.mean() - a.latency_mean_ms for a, x in per_action]))
+    spread = float(np.median([x.var() - a.latency_std_ms ** 2 for a, x in per_action]))
+    width = math.sqrt(12.0 * max(spread, 0.0))
+    lo = max(0.0, center - width / 2)
+    hi = max(lo, center + width / 2)
+    own = {a.name: {"mean": max(float(x.mean()) - (lo + hi) / 2, 0.0),
+                    "std": math.sqrt(max(float(x.var()) - (hi - lo) ** 2 / 12.0, 0.0))} for a, x in per_action}
+    details.update(jitter_center_ms=center, jitter_width_ms=width, actions={a.name: int(x.size) for a, x in per_action})
+    return [lo, hi], own, details
 
 
 # --------------------------------------------------------------------------- the calibration
@@ -194,22 +233,31 @@ def fit_calibration(pack: "Pack", df: pd.DataFrame, cfg: RecalConfig) -> dict[st
     missing = {"episode_id", "step", "action"} - set(df.columns)
     if missing:
         raise ValueError(f"trace rows lack column(s) {sorted(missing)}; expected the trace record")
+    from pipeline_steps.drift.mixture import fit_mixture, mixture_features, segment_population
     changed = changed_by_actions(pack)
-    fields, fit, skipped = {}, {}, {}
+    fields, fit, skipped, values = {}, {}, {}, {}
     for f in pack.scenario.spec.fields:
         if not fittable(f):
             skipped[f.path] = unfittable_reason(f)
             continue
-        x = initial_values(pack, df, f.path, f.path in changed)
+        values[f.path] = initial_series(pack, df, f.path, f.path in changed)
+        x = values[f.path].to_numpy()
         if x.size < cfg.min_rows:
             skipped[f.path] = f"{x.size} initial values (< min_rows {cfg.min_rows})"
             continue
         fields[f.path] = fit_field(f, x)
         fit[f.path] = {"n": int(x.size), "declared": declared(f), "fitted": fields[f.path]}
     profile, sim = fit_simulation(pack, df, cfg.min_rows)
-    return {"fields": fields, "simulation": {"profiles": {PROFILE: profile}},
-            "fit": {"fields": fit, "skipped": skipped, "simulation": sim, "rows": len(df),
-                    "episodes": int(df["episode_id"].nunique())}}
+    out = {"fields": fields, "simulation": {"profiles": {PROFILE: profile}},
+           "fit": {"fields": fit, "skipped": skipped, "simulation": sim, "rows": len(df),
+                   "episodes": int(df["episode_id"].nunique())}}
+    features = mixture_features(pack, fields)
+    mix = fit_mixture(values, fields, features, cfg.max_components, cfg.min_component_weight, cfg.seed)
+    out["fit"]["mixture"] = {"features": features, "components": mix.components if mix else 1,
+                             "bic": mix.bic if mix else {}, "weights": mix.weights if mix else [1.0]}
+    if mix is not None:
+        out["population"] = segment_population(pack, values, fields, mix, cfg.min_rows)
+    return out
 
 
 def check_calibration(before: "Pack", before_profile: str, after: "Pack", df: pd.DataFrame,
@@ -270,8 +318,11 @@ def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, 
                                      cfg.check_samples, cfg.seed)
     rejected = worse_fits(cal["check"], cfg.worse_tolerance)
     if rejected:  # keep the current sandbox's distribution of a field whose fit matches live worse
+        from pipeline_steps.drift.mixture import drop_fields
         cal["fit"]["rejected"] = {p: cal["check"][p] for p in rejected}
         cal["fields"] = {p: v for p, v in cal["fields"].items() if p not in rejected}
+        if "population" in cal:
+            cal["population"] = drop_fields(cal["population"], set(rejected))
         after = load_pack(ctx.pack_dir, calibration=cal, check_liveness=False)
         cal["check"] = check_calibration(current, active_profile(current), after, df, list(cal["fields"]),
                                          cfg.check_samples, cfg.seed)
@@ -279,7 +330,7 @@ def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, 
     latest_uri = ctx.uri("calibrations", ctx.scenario, "latest.json")
     result = {"version": ctx.run_key, "calibration_uri": version_uri, "latest_uri": latest_uri,
               "rows": len(df), "fields": sorted(cal["fields"]), "skipped": cal["fit"]["skipped"],
-              "rejected": cal["fit"].get("rejected", {}),
+              "rejected": cal["fit"].get("rejected", {}), "segments": len(cal.get("population") or []) or 1,
               "profile": PROFILE, "simulation": cal["simulation"]["profiles"][PROFILE],
               "check": cal["check"], "dry_run": ctx.dry_run, "run_id": None}
     if ctx.dry_run:

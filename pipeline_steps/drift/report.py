@@ -127,8 +127,9 @@ def _fmt_p(p: float) -> str:
 
 
 def render_html(report: DriftReport, baseline: pd.DataFrame, target: pd.DataFrame,
-                title: str = "Drift report") -> str:
-    """The report as one self-contained HTML page (plots embedded as base64 PNG)."""
+                title: str = "Drift report", plots_for: str = "all") -> str:
+    """The report as one self-contained HTML page (plots embedded as base64 PNG; ``plots_for``
+    ``drifted``: histograms of the flagged fields only, for reports written every hour)."""
     esc = html.escape
     meta = report.meta or {}
     sub = " · ".join(f"{esc(str(k))}: {esc(str(v))}" for k, v in meta.items()
@@ -142,8 +143,9 @@ def render_html(report: DriftReport, baseline: pd.DataFrame, target: pd.DataFram
             f"<td>{esc(effect_label)}</td><td>{_fmt_p(f.p_value)}</td>"
             + (f"<td>{_fmt_p(f.p_adjusted)}</td>" if report.bh else "") +
             f"<td>{f.n_baseline:,} / {f.n_target:,}</td></tr>")
-        plots.append(f"<div class='field'><img alt='{esc(f.field)}' src='data:image/png;base64,"
-                     f"{field_plot(f, baseline, target)}'></div>")
+        if plots_for == "all" or f.drifted:
+            plots.append(f"<div class='field'><img alt='{esc(f.field)}' src='data:image/png;base64,"
+                         f"{field_plot(f, baseline, target)}'></div>")
     errors = "".join(f"<tr><td>{esc(f.field)}</td><td style='text-align:left'>"
                      f"{esc(f.error or '')}</td></tr>" for f in report.errors)
     alert = " alert" if report.drifted_fields else ""
@@ -175,12 +177,14 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
               out_uri: str | None = None, *, fields: Sequence[str] | None = None,
               threshold: float | None = None, min_effect: float | None = None,
               bh: bool | None = None, dry_run: bool = False, track: bool = True,
-              scenario: str | None = None, ctx: Any = None) -> DriftResult:
+              scenario: str | None = None, ctx: Any = None, baseline_fit_n: float | None = None) -> DriftResult:
     """Read both windows, test them, write ``report.json``/``report.html`` under ``out_uri``
     (default ``<storage.root>/<drift.report_dir>/<hash of the two URIs>``) and log them to
     MLflow. Arguments left ``None`` come from the ``drift`` block of params. ``dry_run``
     tests and reports what it would write, but writes and logs nothing. With ``ctx`` (a
-    :class:`~pipeline_steps.infra.context.StepContext`) the MLflow run nests under its pass."""
+    :class:`~pipeline_steps.infra.context.StepContext`) the MLflow run nests under its pass.
+    ``drift.cluster`` names the column whose rows are one unit (the episode), ``baseline_fit_n``
+    how many episodes a fitted baseline was estimated from (see :mod:`pipeline_steps.drift.stats`)."""
     from pipeline_steps.infra.storage import Storage
 
     cfg = dict(params.get("drift") or {})
@@ -188,6 +192,8 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
     fields = fields if fields is not None else cfg.get("fields")
     baseline = storage.read_parquet(baseline_uri)
     target = storage.read_parquet(target_uri)
+    unit = cfg.get("cluster")
+    clusters = (baseline[unit], target[unit]) if unit and unit in baseline and unit in target else None
     report = detect_drift(
         baseline, target,
         threshold=float(threshold if threshold is not None else cfg.get("threshold",
@@ -195,7 +201,7 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
         min_effect=float(min_effect if min_effect is not None else cfg.get("min_effect",
                                                                             DEFAULT_MIN_EFFECT)),
         bh=bool(bh if bh is not None else cfg.get("bh", False)),
-        fields=fields, workers=cfg.get("workers"))
+        fields=fields, workers=cfg.get("workers"), clusters=clusters, baseline_fit_n=baseline_fit_n)
     scenario = scenario or str(params.get("scenario") or "default")
     report.meta.update(scenario=scenario, baseline=baseline_uri, target=target_uri,
                        created=pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"))
@@ -205,7 +211,8 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
                          html_uri, dry_run=dry_run, report=report)
     if dry_run:
         return result
-    page = render_html(report, baseline, target, title=f"Drift report — {scenario}")
+    page = render_html(report, baseline, target, title=f"Drift report — {scenario}",
+                       plots_for=str(cfg.get("plots") or "all"))
     report_json = report.to_json()
     storage.write_text(json_uri, report_json)
     storage.write_text(html_uri, page)

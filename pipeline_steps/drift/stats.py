@@ -18,6 +18,14 @@ categorical ones. Both are "the largest difference in probability of one event" 
 for KS, any set of categories for TV), so one floor serves both. ``bh=True`` first adjusts the
 p-values for testing many fields at once (Benjamini–Hochberg).
 
+Trace rows are not independent draws: the rows of one episode repeat its applicant's age, income
+and so on. With ``clusters`` (each row's episode id on either side) a p-value counts the
+episodes that have a value, not the rows (KS: the asymptotic distribution at those sizes;
+chi-square: the table scaled to them), so a window of 1 000 episodes is not tested as if it
+held 5 000 independent applicants. With ``baseline_fit_n`` the baseline is known to be a model
+fitted to that many episodes (a calibrated sandbox): its own estimation error is counted too,
+``1/n = 1/n_sampled + 1/n_fitted``.
+
 Default fields: the ``state.<field>`` columns of the trace record plus the operational columns
 ``latency_ms`` and ``error``. A field present on one side only, or of a different kind on each
 side, becomes an error entry in the report; the other fields are still tested.
@@ -270,7 +278,7 @@ def _sorted_no_nan(values: np.ndarray) -> np.ndarray:
     return s[:np.searchsorted(s, np.nan, side="left")] if nan_tail else s
 
 
-def _ks_field(name: str, b: pd.Series, t: pd.Series) -> FieldDrift:
+def _ks_field(name: str, b: pd.Series, t: pd.Series, n_eff: tuple[float, float] | None = None) -> FieldDrift:
     xb, xt = _numeric_values(b), _numeric_values(t)
     if xb.dtype != xt.dtype:  # int vs float: compare as floats, as scipy's concatenation does
         xb, xt = xb.astype(np.float64), xt.astype(np.float64)
@@ -278,7 +286,10 @@ def _ks_field(name: str, b: pd.Series, t: pd.Series) -> FieldDrift:
     if sb.size == 0 or st.size == 0:
         side = "baseline" if sb.size == 0 else "target"
         return _error(name, f"no non-missing values in the {side}", sb.size, st.size)
-    if _attempt_exact_2kssamp is None and max(sb.size, st.size) <= _MAX_EXACT_N:
+    if n_eff is not None:  # independent units fewer than rows: the asymptotic law at their number
+        d, (nb, nt) = ks_statistic(sb, st), n_eff
+        p, method = min(_kstwo_sf(d, float(np.round(nb * nt / (nb + nt)))), 1.0), f"asymp, n_eff={nb:.0f}/{nt:.0f}"
+    elif _attempt_exact_2kssamp is None and max(sb.size, st.size) <= _MAX_EXACT_N:
         ref = scipy.stats.ks_2samp(sb, st)  # pragma: no cover - small samples, another scipy
         d, p, method = float(ref.statistic), float(ref.pvalue), "exact"
     else:
@@ -293,18 +304,20 @@ def _category_counts(col: pd.Series) -> pd.Series:
     return counts.groupby(level=0).sum()  # str() may merge keys like True and "True"
 
 
-def _chi2_field(name: str, b: pd.Series, t: pd.Series) -> FieldDrift:
+def _chi2_field(name: str, b: pd.Series, t: pd.Series, n_eff: tuple[float, float] | None = None) -> FieldDrift:
     cb, ct = _category_counts(b), _category_counts(t)
     if cb.sum() == 0 or ct.sum() == 0:
         return _error(name, "no rows on one side", int(cb.sum()), int(ct.sum()))
     cats = cb.index.union(ct.index)
     table = np.vstack([cb.reindex(cats, fill_value=0).to_numpy(),
                        ct.reindex(cats, fill_value=0).to_numpy()]).astype(np.float64)
-    res = scipy.stats.chi2_contingency(table)
     nb, nt = table.sum(axis=1)
+    scaled = table if n_eff is None else table * (np.array(n_eff) / np.array([nb, nt]))[:, None]
+    res = scipy.stats.chi2_contingency(scaled)
     tv = 0.5 * float(np.abs(table[0] / nb - table[1] / nt).sum())
     return FieldDrift(name, "chi2", float(res.statistic), float(res.pvalue), tv, False, int(nb),
-                      int(nt), effect_name="total_variation", method=f"dof={int(res.dof)}")
+                      int(nt), effect_name="total_variation", method=f"dof={int(res.dof)}" + (
+                          "" if n_eff is None else f", n_eff={n_eff[0]:.0f}/{n_eff[1]:.0f}"))
 
 
 def _error(name: str, why: str, nb: int = 0, nt: int = 0) -> FieldDrift:
@@ -322,7 +335,8 @@ def _kind(col: pd.Series) -> str:
 
 
 def _test_field(name: str, b: pd.Series | None, t: pd.Series | None,
-                n_rows: tuple[int, int]) -> FieldDrift:
+                n_rows: tuple[int, int], clusters: tuple[pd.Series, pd.Series] | None = None,
+                fit_n: float | None = None) -> FieldDrift:
     if b is None or t is None:
         side, n = ("baseline", (n_rows[0], 0)) if t is None else ("target", (0, n_rows[1]))
         return _error(name, f"field only in the {side}; cannot compare", *n)
@@ -330,7 +344,19 @@ def _test_field(name: str, b: pd.Series | None, t: pd.Series | None,
     if kb != kt or kb.startswith("unsupported"):
         return _error(name, f"baseline is {kb}, target is {kt}; expected both numeric or "
                       "both categorical", *n_rows)
-    return _ks_field(name, b, t) if kb == "numeric" else _chi2_field(name, b, t)
+    numeric = kb == "numeric"
+    n_eff = None
+    if clusters is not None or fit_n:
+        nb, nt = (_units(col, unit, numeric) for col, unit in zip((b, t), clusters or (None, None)))
+        n_eff = (1.0 / (1.0 / nb + 1.0 / fit_n) if fit_n else nb, nt)
+    return _ks_field(name, b, t, n_eff) if numeric else _chi2_field(name, b, t, n_eff)
+
+
+def _units(col: pd.Series, unit: pd.Series | None, numeric: bool) -> float:
+    """Independent draws behind a column: its units (episodes) with a value, or its values (a
+    missing value is a category of its own, so every row of a categorical column counts)."""
+    has = col.notna().to_numpy() if numeric else np.ones(len(col), dtype=bool)
+    return float(max(pd.unique(unit.to_numpy()[has]).size if unit is not None else int(has.sum()), 1))
 
 
 def _cpu_count() -> int:
@@ -359,8 +385,10 @@ def benjamini_hochberg(p_values: Sequence[float]) -> np.ndarray:
 def detect_drift(baseline: pd.DataFrame, target: pd.DataFrame,
                  threshold: float = DEFAULT_THRESHOLD, min_effect: float = DEFAULT_MIN_EFFECT,
                  bh: bool = False, fields: Sequence[str] | None = None,
-                 workers: int | None = None) -> DriftReport:
-    """Test every field of ``baseline`` against ``target`` and flag the drifted ones.
+                 workers: int | None = None, clusters: tuple[pd.Series, pd.Series] | None = None,
+                 baseline_fit_n: float | None = None) -> DriftReport:
+    """Test every field of ``baseline`` against ``target`` and flag the drifted ones
+    (``clusters``, ``baseline_fit_n``: the sample sizes the p-values count, see the module).
 
     ``fields`` defaults to :func:`default_fields`; naming a field that neither frame has is an
     error. Fields are tested in parallel on ``workers`` threads (default: the CPU count); the
@@ -385,10 +413,10 @@ def detect_drift(baseline: pd.DataFrame, target: pd.DataFrame,
     n_rows = (len(baseline), len(target))
     n_workers = max(1, min(len(names), workers or _cpu_count()))
     if n_workers == 1:
-        results = [_test_field(*job, n_rows) for job in jobs]
+        results = [_test_field(*job, n_rows, clusters, baseline_fit_n) for job in jobs]
     else:
         with ThreadPoolExecutor(n_workers, thread_name_prefix="drift") as pool:
-            results = list(pool.map(lambda job: _test_field(*job, n_rows), jobs))
+            results = list(pool.map(lambda job: _test_field(*job, n_rows, clusters, baseline_fit_n), jobs))
     tested = [i for i, r in enumerate(results) if r.test != "error"]
     raw = [results[i].p_value for i in tested]
     adjusted = benjamini_hochberg(raw) if bh else np.asarray(raw, dtype=np.float64)

@@ -11,7 +11,10 @@ Figures (the JSON's ``metrics``):
 * ``champion_regressions`` — promotions after which the next hour's live return fell by more than
   ``evaluate.segment_tolerance`` (and three standard errors); each one is rolled back;
 * ``rows_lost`` — landing-zone rows − accepted − quarantined;
-* ``wall_s`` — the whole run.
+* ``wall_s`` — the whole run; ``cpu_s`` — the CPU seconds this process used for it (a figure that a
+  machine shared with other work does not inflate, as it does ``wall_s``);
+* ``fallback_episodes`` / ``challenger_episodes`` — production episodes the policy client answered
+  with the rule engine / routed to the challenger.
 """
 
 from __future__ import annotations
@@ -56,9 +59,8 @@ class _Run:
         import pandas as pd
 
         from common.run_key import RunKey
-        from sandbox.policies import rule_policy
         from sandbox.traces import rollout_traces
-        from pipeline_steps.orchestration.timeline import client_policy
+        from pipeline_steps.orchestration.timeline import client_policy, no_policy_fallback
         cfg = self.cfg
         start = self.t0 + timedelta(hours=h, minutes=q * cfg.tick_minutes)
         key = RunKey.between(start, start + timedelta(minutes=cfg.tick_minutes))
@@ -72,7 +74,7 @@ class _Run:
                 continue
             loaded = self.client.policies.get(group)
             policy, version = ((client_policy(loaded.model), f"{cfg.scenario}-policy/{loaded.version}")
-                               if loaded else (rule_policy, "rules"))
+                               if loaded else (no_policy_fallback, "rules"))
             seed = int(start.timestamp()) // 60 * 1000 + (500 if group == "challenger" else 0) + cfg.seed
             frames.append(rollout_traces(pack, policy, n, seed=seed, profile="live", reward_version="v1",
                                          policy_version=version, source="live", start_ts=start,
@@ -94,16 +96,36 @@ class _Run:
         steps = self.cfg.full_timesteps if mode == "full" else self.cfg.incremental_timesteps
         trained = self.tasks.train_policy({**conf, "timesteps": steps}, mode)
         stressed = self.tasks.stress_test(conf, trained)
-        return self.promote(conf, trained, stressed, f"{why}: v{trained.get('model_version')}", hour)
+        # A scheduled candidate, and the first policy to replace the rule engine, roll out staged;
+        # an emergency retrain replaces a stale champion at once.
+        staged = self.cfg.staged_rollout and (mode == "incremental" or "champion" not in self.client.policies)
+        return self.promote(conf, trained, stressed, f"{why}: v{trained.get('model_version')}", hour, staged)
 
     def promote(self, conf: dict[str, Any], trained: dict[str, Any], stressed: dict[str, Any], what: str,
-                hour: Hour) -> dict[str, Any]:
-        res = self.tasks.evaluate_and_promote(conf, trained, stressed)
-        hour.actions.append(f"{what} → {'promoted' if res.get('promoted') else 'kept champion'}")
+                hour: Hour, staged: bool = False) -> dict[str, Any]:
+        res = self.tasks.evaluate_and_promote(conf, trained, stressed, staged=staged)
+        staged_to = res.get("traffic_fraction") if res.get("action") == "challenger" else None
+        outcome = ("promoted" if res.get("promoted") else
+                   f"challenger at {staged_to:.0%}" if staged_to is not None else "kept champion")
+        hour.actions.append(f"{what} → {outcome}")
         if res.get("promoted"):
             self.promotions.append({"hour": hour.hour, "version": str(trained["model_version"])})
+        if res.get("promoted") or res.get("action") == "challenger":
             self.client.refresh()
         return res
+
+    def advance_challenger(self, conf: dict[str, Any], hour: Hour) -> None:
+        """The staged roll-out's next step: the challenger is evaluated again (its live A/B
+        traffic included) and moves to the next traffic share, or to champion."""
+        challenger = self.client.policies.get("challenger")
+        if challenger is None:
+            return
+        trained = {"model_version": challenger.version}
+        res = self.promote(conf, trained, {}, f"challenger v{challenger.version}", hour, staged=True)
+        if not res.get("promoted") and res.get("action") != "challenger":
+            from pipeline_steps.infra.registry import CHALLENGER, policy_model_name
+            self.ctx.tracker.delete_alias(policy_model_name(self.cfg.scenario), CHALLENGER)  # failed: no traffic
+            self.client.refresh()
 
     def check_regression(self, hour: Hour) -> None:
         """A promotion at the end of the previous hour made live return fall: roll it back."""
@@ -154,8 +176,10 @@ class _Run:
             self.emergency += 1
             hour.actions.append("recalibrated")
             self.retrain(conf, "full", "emergency retrain_full", hour)
-        elif (h + 1) % self.cfg.incremental_every_h == 0:
-            self.retrain(conf, "incremental", "retrain_incremental", hour)
+        else:
+            self.advance_challenger(conf, hour)
+            if (h + 1) % self.cfg.incremental_every_h == 0:
+                self.retrain(conf, "incremental", "retrain_incremental", hour)
         for e in self.events:
             if e.kind == "bad_candidate" and h <= e.at_hour < h + 1:
                 v = bad_candidate(StepContext.create(self.cfg.scenario, conf["run_key"]), self.cfg.seed + h)
@@ -168,12 +192,12 @@ class _Run:
     def run(self) -> dict[str, Any]:
         import pandas as pd
         for h in range(self.cfg.hours):
-            t = time.monotonic()
+            t, cpu = time.monotonic(), time.process_time()
             df = pd.concat([self.traffic(h, q) for q in range(60 // self.cfg.tick_minutes)], ignore_index=True)
             hour = self.hourly(h, df)
             self.say(f"h{h:02d} return {hour.live_return if hour.live_return is None else round(hour.live_return, 3)}"
                      f" alarm={hour.alarm} champion={hour.champion} {'; '.join(hour.actions)} "
-                     f"({time.monotonic() - t:.0f}s)")
+                     f"({time.monotonic() - t:.0f}s, cpu {time.process_time() - cpu:.0f}s)")
         self.client.close()
         drift_events = [e for e in self.events if e.drift]
         return {"detection_delay_h": [self.detected.get(self.events.index(e)) for e in drift_events],
@@ -201,7 +225,7 @@ def run_timeline(cfg: TimelineConfig, events: list[Event], workdir: str | Path |
     from common.config import load_params
     from pipeline_steps.orchestration.timeline import _environment, simulation_params
     from pipeline_steps.orchestration.timeline_report import write_report
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="rlops-timeline-"))
     root.mkdir(parents=True, exist_ok=True)
     params_file = root / "params.yaml"
@@ -212,6 +236,7 @@ def run_timeline(cfg: TimelineConfig, events: list[Event], workdir: str | Path |
         run = _Run(cfg, events, root, say)
         metrics = run.run()
         metrics["wall_s"] = round(time.monotonic() - t0, 1)
+        metrics["cpu_s"] = round(time.process_time() - cpu0, 1)
         out = write_report(run.ctx, cfg, events, run.hours, metrics, root)
     return {"metrics": metrics, **out, "workdir": str(root)}
 

@@ -213,11 +213,13 @@ def stress_test(conf: Mapping[str, Any], trained: Mapping[str, Any]) -> dict[str
 
 @no_retry_on_user_error
 def evaluate_and_promote(conf: Mapping[str, Any], trained: Mapping[str, Any],
-                         stressed: Mapping[str, Any]) -> dict[str, Any]:
+                         stressed: Mapping[str, Any], staged: bool = False) -> dict[str, Any]:
+    """Gated promotion of the trained candidate; ``staged``: as challenger first (5% → 15% →
+    100% of traffic, one stage per passing evaluation)."""
     from pipeline_steps.promotion.evaluate import promote
     if not trained.get("model_version"):
         return {"promoted": False, "reason": "no candidate was trained"}
-    out = promote(_ctx(conf), candidate=str(trained["model_version"]))
+    out = promote(_ctx(conf), candidate=str(trained["model_version"]), staged=staged)
     return {k: v for k, v in out.items() if k not in ("gates_detail",)}
 
 

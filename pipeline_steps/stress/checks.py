@@ -239,6 +239,8 @@ def perturbed_pack(pack: Pack, base_profile: str | None = None, latency: float =
     jit = prof.get("latency_jitter_ms") or {"min": 0.0, "max": 0.0}
     lo, hi = jitter_ms if jitter_ms is not None else (float(jit["min"]) * latency, float(jit["max"]) * latency)
     prof["latency_jitter_ms"] = {"min": lo, "max": hi}
+    prof["action_latency_ms"] = {name: {k: float(v) * latency for k, v in own.items()}
+                                 for name, own in (prof.get("action_latency_ms") or {}).items()}
     prof["error_rates"] = {api: min(1.0, float(r) * errors) for api, r in (prof.get("error_rates") or {}).items()}
     if segment is not None:
         shift = _find_shift(profiles, segment)

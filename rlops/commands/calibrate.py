@@ -26,7 +26,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2, default=str))
         return 0
-    print(f"calibration {result['version']}: {len(result['fields'])} fields fitted from {result['rows']} rows, "
+    segments = f" in {result['segments']} population segments" if result.get("segments", 1) > 1 else ""
+    print(f"calibration {result['version']}: {len(result['fields'])} fields fitted{segments} "
+          f"from {result['rows']} rows, "
           f"profile '{PROFILE}' jitter {result['simulation']['latency_jitter_ms']}, "
           f"error rates {result['simulation']['error_rates']}")
     for path, c in result["check"].items():

@@ -143,8 +143,8 @@ CASES = [
          "latency_jitter_ms: {min: 2000"),
     Case("unknown_profile_key", edit(S, "      latency_jitter_ms: {min: 200, max: 1500}\n",
                                      "      latency_jitter_ms: {min: 200, max: 1500}\n      latency_ms: 5\n"),
-         S, ("unknown key 'latency_ms'", "expected one of ['description', 'error_rates', 'latency_jitter_ms', "
-             "'population']"), "simulation.profiles.live.latency_ms", "      latency_ms: 5"),
+         S, ("unknown key 'latency_ms'", "expected one of ['action_latency_ms', 'description', 'error_rates', "
+             "'latency_jitter_ms', 'population']"), "simulation.profiles.live.latency_ms", "      latency_ms: 5"),
     Case("population_unknown_field", edit(S, "            user_profile.age: {dist: normal, mean: 72",
                                           "            user_profile.agee: {dist: normal, mean: 72"),
          S, ("unknown field 'user_profile.agee'",), "simulation.profiles.live.population[0].init", "user_profile.agee"),

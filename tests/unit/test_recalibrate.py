@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy.stats import ks_2samp
+import torch
 
 from pipeline_steps.infra.context import StepContext
 from pipeline_steps.drift.calibrate import PROFILE, RecalConfig, fit_calibration, fit_field, initial_values, recalibrate
@@ -98,3 +99,55 @@ def test_step_writes_a_version_that_load_pack_uses(credit: Pack, live_traces: pd
 def test_no_live_rows_is_a_clear_error(credit: Pack, live_traces: pd.DataFrame) -> None:
     with pytest.raises(ValueError, match="no live trace rows"):
         fit_calibration(credit, live_traces.iloc[:0], RecalConfig())
+
+
+def test_a_mixed_live_population_is_fitted_as_population_segments(credit: Pack, live_traces: pd.DataFrame) -> None:
+    """``live`` draws 15% of applicants from an elderly segment (age ~72, mostly retired): one
+    normal per field left age at KS ≈ 0.06 from live, which the hourly drift check flagged after
+    every recalibration. The fit is a mixture now, and the segments carry the other fields too."""
+    live = live_traces[live_traces["source"] == "live"].reset_index(drop=True)
+    cal = fit_calibration(credit, live, RecalConfig())
+    segments = cal["population"]
+    assert cal["fit"]["mixture"]["components"] == len(segments) >= 2
+    assert sum(s["probability"] for s in segments) == pytest.approx(1.0)
+    oldest = max(segments, key=lambda s: s["init"]["user_profile.age"]["mean"])
+    assert oldest["init"]["user_profile.age"]["mean"] > 55
+    assert oldest["init"]["user_profile.employment"]["probs"]["retired"] > 0.3  # the segment, not the field
+    pack = load_pack(REPO / "scenarios" / "credit_approval", calibration=cal, check_liveness=False)
+    fresh = rollout_traces(credit, rule_policy, 3000, seed=10**6, profile="live", source="live")
+    key = torch.arange(20_000, dtype=torch.int64) * 7919 + 5
+    S = pack.scenario.sample_initial(key, PROFILE)
+    for path in ("user_profile.age", "user_profile.income_monthly", "application.loan_amount"):
+        sandbox = S[:, pack.scenario.columns[path]].double().numpy()
+        assert ks_2samp(sandbox, initial_values(credit, fresh, path, False)).statistic < 0.035, path
+
+
+def test_one_population_stays_one_segment(credit: Pack) -> None:
+    df = rollout_traces(credit, rule_policy, 2000, seed=3, profile="sandbox", source="live")
+    cal = fit_calibration(credit, df, RecalConfig())
+    assert "population" not in cal and cal["fit"]["mixture"]["components"] == 1
+    one = fit_calibration(credit, rollout_traces(credit, rule_policy, 2000, seed=3, profile="live", source="live"),
+                          RecalConfig(max_components=1))
+    assert "population" not in one
+
+
+def test_an_api_slowing_down_is_fitted_on_its_own_action(credit: Pack, tmp_path: Path) -> None:
+    """The bureau's latency tripling moved one action's latency; a jitter common to all actions
+    could only spread it over every action, and ``latency_ms`` stayed flagged after recalibrating."""
+    import shutil
+
+    import yaml
+
+    from pipeline_steps.drift.calibrate import fit_simulation
+    from pipeline_steps.orchestration.events import parse_events, production_doc
+    slow = parse_events([{"at_hour": 0, "kind": "latency", "action": "fetch_credit_report", "factor": 3}])
+    shutil.copytree(REPO / "scenarios" / "credit_approval", tmp_path / "world")
+    doc = yaml.safe_load((tmp_path / "world" / "scenario.yaml").read_text())
+    (tmp_path / "world" / "scenario.yaml").write_text(yaml.safe_dump(production_doc(doc, slow), sort_keys=False))
+    world = load_pack(tmp_path / "world", check_liveness=False)
+    profile, _ = fit_simulation(credit, rollout_traces(world, rule_policy, 2000, seed=21, profile="live"), 30)
+    lo, hi = profile["latency_jitter_ms"]["min"], profile["latency_jitter_ms"]["max"]
+    assert abs(lo - 200) < 80 and abs(hi - 1500) < 80, (lo, hi)  # live's jitter, not bent by one action
+    own = profile["action_latency_ms"]
+    assert own["fetch_credit_report"]["mean"] == pytest.approx(1500, abs=100)
+    assert own["initiate_fraud_check"]["mean"] == pytest.approx(300, abs=80)
