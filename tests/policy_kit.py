@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from common.config import REPO_ROOT, deep_merge
@@ -78,3 +79,29 @@ def promotion_ctx(run_key: str = "20260105T1000", dry_run: bool = False, **evalu
            "require_stress_test": False, "min_segment_episodes": 50, "segment_tolerance": 0.1}
     return StepContext.create(run_key=run_key, dry_run=dry_run,
                               overrides={"evaluate": deep_merge(cfg, evaluate), "tracking": {"http_max_retries": 0}})
+
+
+# --------------------------------------------------------------------------- fixtures
+# Imported by name into the promotion test modules (``from tests.policy_kit import pack, ...``).
+@pytest.fixture(scope="module")
+def pack() -> Any:
+    return credit_pack()
+
+
+@pytest.fixture(scope="module")
+def approve_all(pack: Any) -> Any:
+    return approve_all_policy(pack)
+
+
+@pytest.fixture(scope="module")
+def good(pack: Any) -> Any:
+    torch.set_num_threads(1)
+    return cloned_rules_policy(pack)
+
+
+@pytest.fixture
+def promotion_sandbox(pack: Any, monkeypatch: pytest.MonkeyPatch, tmp_tracking: str, tmp_storage_root: str) -> None:
+    """Fresh tracking and storage; every step context loads the already-loaded credit pack."""
+    from pipeline_steps.infra.context import StepContext
+    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
+    torch.set_num_threads(1)

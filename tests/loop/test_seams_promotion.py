@@ -19,31 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline_steps.infra.context import StepContext
-from tests.policy_kit import (NAME, approve_all_policy, cloned_rules_policy, credit_pack, preference_policy,
-                              promotion_ctx, register)
+from tests.policy_kit import NAME, preference_policy, promotion_ctx, register
+from tests.policy_kit import approve_all, good, pack, promotion_sandbox  # noqa: F401  (fixtures)
 
-
-@pytest.fixture(scope="module")
-def pack() -> Any:
-    return credit_pack()
-
-
-@pytest.fixture(scope="module")
-def approve_all(pack: Any) -> Any:
-    return approve_all_policy(pack)
-
-
-@pytest.fixture(scope="module")
-def good(pack: Any) -> Any:
-    torch.set_num_threads(1)
-    return cloned_rules_policy(pack)
-
-
-@pytest.fixture(autouse=True)
-def _fast(pack: Any, monkeypatch: pytest.MonkeyPatch, tmp_tracking: str, tmp_storage_root: str) -> None:
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("promotion_sandbox")
 
 
 def test_racing_promotions_gate_each_candidate_against_the_champion_it_replaces(

@@ -24,13 +24,6 @@ def pack() -> Any:
     return load_pack(PACK)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _eval(pack: Any, act: Any, episodes: int = 10_000) -> Any:
     return evaluate_policy(pack, act, episodes=episodes, seed=HELD_OUT_SEED, reward_version="v1", profile="sandbox")

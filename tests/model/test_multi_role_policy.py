@@ -28,13 +28,6 @@ def pack() -> Any:
     return load_pack(DESK)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _policy(pack: Any) -> PolicyNetwork:
     torch.manual_seed(0)

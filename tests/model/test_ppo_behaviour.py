@@ -28,15 +28,6 @@ def pack() -> Any:
     return load_pack(PACK)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Any:
-    # These runs use small tensors: one thread is as fast and does not stall when other
-    # processes hold the cores (an OpenMP team waits for its slowest thread).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _env(pack: Any, n: int = 256, seed: int = 0, reward: str = "v1") -> Any:
     return pack.make_env(num_envs=n, reward_version=reward, profile="sandbox", seed=seed)

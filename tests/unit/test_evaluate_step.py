@@ -12,39 +12,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from common.config import REPO_ROOT
 from pipeline_steps.infra.context import StepContext
 from pipeline_steps.infra.registry import Tracker
-from tests.policy_kit import (NAME, SCENARIO, approve_all_policy, cloned_rules_policy, credit_pack,
-                              promotion_ctx, register)
+from tests.policy_kit import NAME, SCENARIO, promotion_ctx, register
+from tests.policy_kit import approve_all, good, pack, promotion_sandbox  # noqa: F401  (fixtures)
 
+pytestmark = pytest.mark.usefixtures("promotion_sandbox")
 RUN_KEY = "20260105T1000"
-
-
-# --------------------------------------------------------------------------- policies
-@pytest.fixture(scope="module")
-def pack() -> Any:
-    return credit_pack()
-
-
-@pytest.fixture(scope="module")
-def approve_all(pack: Any) -> Any:
-    return approve_all_policy(pack)
-
-
-@pytest.fixture(scope="module")
-def good(pack: Any) -> Any:
-    torch.set_num_threads(1)
-    return cloned_rules_policy(pack)
-
-
-# --------------------------------------------------------------------------- context
-@pytest.fixture(autouse=True)
-def _fast(pack: Any, monkeypatch: pytest.MonkeyPatch, tmp_tracking: str, tmp_storage_root: str) -> None:
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
-    torch.set_num_threads(1)
 
 
 def aliases(ctx: StepContext) -> dict[str, str]:

@@ -19,6 +19,7 @@ import torch
 from agent_sdk.policy_client import ObservationEncoder, PolicyClient, StateError, hash_fraction
 from pipeline_steps.infra.context import StepContext
 from pipeline_steps.infra.registry import policy_model_name
+from tests.policy_kit import preference_policy
 from common.config import REPO_ROOT
 
 SCENARIO = "credit_approval"
@@ -34,15 +35,6 @@ STATE = {"user_profile": {"age": 30, "income_monthly": 9000.0, "employment": "sa
 def pack() -> Any:
     from sandbox.pack import load_pack
     return load_pack(PACK_DIR, check_liveness=False)
-
-
-def preference_policy(pack: Any, prefs: dict[str, float]) -> Any:
-    from model.policy import PolicyConfig, PolicyNetwork
-    p = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))
-    with torch.no_grad():
-        p.actor[-1].weight.zero_()
-        p.actor[-1].bias.copy_(torch.tensor([prefs.get(a, 0.0) for a in pack.scenario.action_names]))
-    return p.eval()
 
 
 def register(pack: Any, policy: Any, **tags: Any) -> str:
