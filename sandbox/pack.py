@@ -15,7 +15,7 @@ from sandbox.compile import CompiledScenario
 from sandbox.constraints import parse_constraints
 from sandbox.env import BatchedEnv, NoLegalActionError
 from sandbox.errors import PackError
-from sandbox.precheck import REWARD_FILE, load_params, load_rules, present, reward_files
+from sandbox.precheck import REWARD_FILE, load_params, load_rules, reward_files, scenario_file
 from sandbox.probe import probe_reward_fn
 from sandbox.reward import RewardError, RewardFunction, load_reward_fn
 from sandbox.spec import parse_scenario
@@ -79,11 +79,7 @@ def load_pack(path: str | Path, calibration: dict[str, Any] | None = None, check
     :func:`sandbox.isolate.validate_isolated` first."""
     stage = on_stage or (lambda _file, _what: None)
     root = Path(path)
-    if not root.is_dir():
-        raise PackError(str(root), None, "", "scenario pack folder not found")
-    scen_file = root / "scenario.yaml"
-    if not present(scen_file):
-        raise PackError(str(scen_file), None, "", "missing scenario.yaml in the pack")
+    scen_file = scenario_file(root)
     stage(scen_file, "reading the scenario")
     doc = load_yaml(scen_file, root)
     if calibration:

@@ -55,17 +55,23 @@ def reward_files(root: Path) -> list[Path]:
     return files
 
 
+def scenario_file(root: Path) -> Path:
+    """``root/scenario.yaml``, or a :class:`PackError` when the folder or the file is missing."""
+    if not root.is_dir():
+        raise PackError(str(root), None, "", "scenario pack folder not found")
+    scen_file = root / "scenario.yaml"
+    if not present(scen_file):
+        raise PackError(str(scen_file), None, "", "missing scenario.yaml in the pack")
+    return scen_file
+
+
 def precheck_pack(path: str | Path) -> ScenarioSpec:
     """Everything of the pack at ``path`` that can be checked without running it; the parsed
     scenario (expressions not yet compiled) or a :class:`PackError`."""
     if not str(path).strip():
         raise PackError("''", None, "", "expected the path of a pack folder, got an empty path")
     root = Path(path)
-    if not root.is_dir():
-        raise PackError(str(root), None, "", "scenario pack folder not found")
-    scen_file = root / "scenario.yaml"
-    if not present(scen_file):
-        raise PackError(str(scen_file), None, "", "missing scenario.yaml in the pack")
+    scen_file = scenario_file(root)
     try:
         spec = parse_scenario(load_yaml(scen_file, root), str(scen_file))
     except RecursionError:

@@ -10,6 +10,8 @@ Fixtures:
   ``MLFLOW_TRACKING_URI`` and ``RLOPS_ARTIFACT_ROOT`` set.
 * ``tmp_storage_root`` — a ``file://`` storage root under the test's tmp folder, also set as
   ``RLOPS_STORAGE_ROOT``.
+* ``steps_load_pack`` — every step context loads the requesting module's already-loaded ``pack``
+  (validated once per module, not once per step), on one torch thread.
 """
 
 from __future__ import annotations
@@ -130,3 +132,12 @@ def tmp_storage_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     root = f"file://{tmp_path / 'storage'}"
     monkeypatch.setenv("RLOPS_STORAGE_ROOT", root)
     return root
+
+
+@pytest.fixture
+def steps_load_pack(pack: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from pipeline_steps.infra.context import StepContext
+    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
+    torch.set_num_threads(1)

@@ -100,8 +100,5 @@ def good(pack: Any) -> Any:
 
 
 @pytest.fixture
-def promotion_sandbox(pack: Any, monkeypatch: pytest.MonkeyPatch, tmp_tracking: str, tmp_storage_root: str) -> None:
+def promotion_sandbox(steps_load_pack: None, tmp_tracking: str, tmp_storage_root: str) -> None:
     """Fresh tracking and storage; every step context loads the already-loaded credit pack."""
-    from pipeline_steps.infra.context import StepContext
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
-    torch.set_num_threads(1)

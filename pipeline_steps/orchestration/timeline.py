@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
+from unittest import mock
 
 from pipeline_steps.orchestration.events import Event, production_doc
 from pipeline_steps.infra import tags as T
@@ -109,16 +110,8 @@ def _environment(params_file: Path, root: Path) -> Iterator[None]:
     env = {"RLOPS_PARAMS": str(params_file), "RLOPS_STORAGE_ROOT": f"file://{root / 'storage'}",
            "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "RLOPS_ARTIFACT_ROOT": str(root / "artifacts"),
            "RLOPS_QUEUE_DB": f"sqlite:///{root / 'queue.db'}"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, env):
         yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class ProductionWorld:

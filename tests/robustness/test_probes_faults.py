@@ -16,10 +16,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
-from .capture_kit import capture, line, manifest, write_file
+from .capture_kit import capture, line, write_file
 from .io_harness import BAD, IOProbe, Verdict, expect_cli_error, expect_error, failures, report, run_all
 
 
@@ -167,17 +168,8 @@ def moto_probes(endpoint: str) -> list[IOProbe]:
 
 def cli_fault(id: str, env: Callable[[Path], dict[str, str]], argv: list[str], mentions: tuple[str, ...]) -> IOProbe:
     def run(tmp: Path) -> Verdict:
-        values = env(tmp)
-        old = {k: os.environ.get(k) for k in values}
-        os.environ.update(values)
-        try:
+        with mock.patch.dict(os.environ, env(tmp)):
             return expect_cli_error(argv, 1, mentions)
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
     return IOProbe(f"cli_{id}", run, timeout_s=90)
 
 

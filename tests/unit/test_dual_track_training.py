@@ -111,15 +111,13 @@ def _register_reward_model(ctx: StepContext, model: RewardModel) -> str:
         return ctx.tracker.register_model(run.run_id, "reward_model", reward_model_name(SCENARIO))
 
 
+@pytest.mark.usefixtures("steps_load_pack")
 def test_relabel_then_blend_training_tags_the_reward_model(tmp_tracking: str, tmp_storage_root: str,
-                                                           tmp_path: Path, pack: Any,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+                                                           tmp_path: Path, pack: Any) -> None:
     from pipeline_steps.training.policy import train_policy
     from pipeline_steps.training.relabel import labels_uri, relabel_step
     from sandbox.policies import random_policy
     from sandbox.traces import rollout_traces
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
-    torch.set_num_threads(1)
     ctx = _ctx(tmp_path, train={"reward_source": "blend", "reward_blend_lambda": 0.5})
     start = datetime(2026, 1, 5, 10, 5, tzinfo=timezone.utc)
     traces = rollout_traces(pack, random_policy(1), 200, seed=0, start_ts=start, policy_version="rules")
@@ -142,11 +140,10 @@ def test_relabel_then_blend_training_tags_the_reward_model(tmp_tracking: str, tm
     assert float(tags["reward_blend_lambda"]) == 0.5 and int(tags["bc_steps"]) >= 64
 
 
+@pytest.mark.usefixtures("steps_load_pack")
 def test_model_source_without_a_reward_model_is_a_clear_error(tmp_tracking: str, tmp_storage_root: str,
-                                                              tmp_path: Path, pack: Any,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                                              tmp_path: Path, pack: Any) -> None:
     from pipeline_steps.training.policy import train_policy
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
     with pytest.raises(ValueError, match="train one first"):
         train_policy(_ctx(tmp_path), "full", timesteps=256, reward_source="model")
 

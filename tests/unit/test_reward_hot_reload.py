@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from common.config import REPO_ROOT, deep_merge
 from pipeline_steps.infra.context import StepContext
@@ -34,12 +33,10 @@ def _client(ctx: StepContext) -> Any:
     return MlflowClient(ctx.params["tracking"]["uri"])
 
 
+@pytest.mark.usefixtures("steps_load_pack")
 def test_scheduled_switch_is_recorded_and_training_continues(tmp_tracking: str, tmp_storage_root: str,
-                                                             tmp_path: Path, pack: Any,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+                                                             tmp_path: Path, pack: Any) -> None:
     from pipeline_steps.training.policy import train_policy
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
-    torch.set_num_threads(1)
     ctx = _ctx(tmp_path)
     res = train_policy(ctx, "full", timesteps=BUDGET, reward_switch=(2, "v0"))
     v0, v1 = pack.reward_fn("v0").version, pack.reward_fn("v1").version
@@ -49,14 +46,13 @@ def test_scheduled_switch_is_recorded_and_training_continues(tmp_tracking: str, 
     assert tags["reward_switch.2"] == f"{v1} -> {v0}"
 
 
+@pytest.mark.usefixtures("steps_load_pack")
 def test_cli_request_switches_a_training_of_that_run_key(tmp_tracking: str, tmp_storage_root: str,
                                                          tmp_path: Path, pack: Any,
-                                                         monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     from pipeline_steps.training.hot_reload import control_uri
     from pipeline_steps.training.policy import train_policy
     from rlops.cli import main
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
     ctx = _ctx(tmp_path)
     assert main(["train", "switch-reward", "--run-key", RUN_KEY, "--to", "v0"]) == 0
     assert "switch to reward v0" in capsys.readouterr().out

@@ -27,11 +27,7 @@ def pack() -> Any:
     return load_pack(REPO_ROOT / "scenarios" / SCENARIO)
 
 
-@pytest.fixture(autouse=True)
-def _fast(pack: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The pack is validated once per module; every step run gets the same loaded pack.
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("steps_load_pack")
 
 
 def make_ctx(tmp_path: Path, run_key: str = "20260105T1000", dry_run: bool = False,

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 import yaml
 
 from common.config import REPO_ROOT, deep_merge
@@ -23,10 +22,7 @@ def pack() -> Any:
     return load_pack(REPO_ROOT / "scenarios" / SCENARIO)
 
 
-@pytest.fixture(autouse=True)
-def _fast(pack: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("steps_load_pack")
 
 
 def make_ctx(tmp_path: Path, ppo: dict[str, Any] | None = None) -> StepContext:
