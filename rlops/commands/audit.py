@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlops.commands.common_args import add_common_args, context_from_args
+from rlops.commands.common_args import add_common_args, as_user_error, context_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,26 +23,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     import json
-    from common.errors import UserError
     from pipeline_steps.audit.replay import render_path, replay
     ctx = context_from_args(args)
-    try:
+    with as_user_error("replay"):
         path = replay(ctx, args.trace_id, args.depth, args.traces)
-    except (ValueError, FileNotFoundError) as exc:
-        raise UserError(f"replay: {exc}") from exc
     print(json.dumps(path, indent=2, default=str) if args.json else render_path(path))
     return 0
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
     import json
-    from common.errors import UserError
     from pipeline_steps.audit.replay import audit
     ctx = context_from_args(args)
-    try:
+    with as_user_error("audit"):
         result = audit(ctx, args.policy_version, args.traces)
-    except (ValueError, FileNotFoundError) as exc:
-        raise UserError(f"audit: {exc}") from exc
     print(json.dumps(result, indent=2, default=str) if args.json else
           f"audit of {result['rows']} steps in {result['clusters']} clusters: "
           + ("would write " if ctx.dry_run else "wrote ") + result["html_uri"])

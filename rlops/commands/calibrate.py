@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlops.commands.common_args import add_common_args, context_from_args
+from rlops.commands.common_args import add_common_args, as_user_error, context_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,13 +16,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     import json
-    from common.errors import UserError
     from pipeline_steps.drift.calibrate import PROFILE, recalibrate
     ctx = context_from_args(args)
-    try:
+    with as_user_error("calibrate"):
         result = recalibrate(ctx, args.traces)
-    except (ValueError, FileNotFoundError) as exc:
-        raise UserError(f"calibrate: {exc}") from exc
     if args.json:
         print(json.dumps(result, indent=2, default=str))
         return 0

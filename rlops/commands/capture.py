@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rlops.commands.common_args import add_common_args, context_from_args, print_result
+from rlops.commands.common_args import add_common_args, as_user_error, context_from_args, print_result
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,18 +28,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
-    from common.errors import UserError
     from common.progress import show_progress
     from pipeline_steps.capture.step import capture_step, capture_traces
     ctx = context_from_args(args)
-    try:
+    with as_user_error("capture"):
         if args.from_mlflow or args.otlp_file:
             res = capture_traces(ctx, otlp_uri=args.otlp_file)
         else:
             res = capture_step(ctx, args.simulate, args.episodes, args.sample_rate, args.profile,
                                progress=show_progress(args.json))
-    except (ValueError, FileNotFoundError) as exc:
-        raise UserError(f"capture: {exc}") from exc
     verb = "would write" if ctx.dry_run else "wrote"
     print_result(res, args.json, [f"{res['source']}: {res['rows_in']} rows in, {res['rows_accepted']} accepted, "
                                   f"{res['rows_quarantined']} quarantined; {verb} {len(res['partitions'])} "

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
     from pipeline_steps.infra.context import StepContext
@@ -75,3 +76,14 @@ def infrastructure(exc: Exception) -> Exception:
     """A tracking/storage failure as the error the CLI renders on stderr with exit code 1."""
     from common.errors import InfrastructureError, RlopsError
     return exc if isinstance(exc, RlopsError) else InfrastructureError(str(exc))
+
+
+@contextmanager
+def as_user_error(command: str) -> Iterator[None]:
+    """A step's ``ValueError`` or ``FileNotFoundError`` comes from what the user gave it (a path, a
+    version, a window): one paragraph naming the command, exit 2."""
+    try:
+        yield
+    except (ValueError, FileNotFoundError) as exc:
+        from common.errors import UserError
+        raise UserError(f"{command}: {exc}") from exc

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlops.commands.common_args import add_common_args, context_from_args, print_result
+from rlops.commands.common_args import add_common_args, as_user_error, context_from_args, print_result
 
 EXIT_DRIFT = 3
 
@@ -39,16 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_detect(args: argparse.Namespace) -> int:
     import json
-    from common.errors import UserError
     from pipeline_steps.drift.report import run_drift
     ctx = context_from_args(args)
     fields = [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None
-    try:
+    with as_user_error("drift detect"):  # a missing window is bad input; other storage errors exit 1
         result = run_drift(ctx.params, args.baseline, args.target, args.out, fields=fields,
                            threshold=args.threshold, min_effect=args.min_effect, bh=args.bh,
                            dry_run=args.dry_run, track=not args.no_track, scenario=ctx.scenario)
-    except (ValueError, FileNotFoundError) as exc:  # a missing window is bad input; other storage errors exit 1
-        raise UserError(f"drift detect: {exc}") from exc
     report = result.report
     assert report is not None  # run_drift always attaches it
     if args.json:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlops.commands.common_args import add_common_args, context_from_args
+from rlops.commands.common_args import add_common_args, as_user_error, context_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,18 +25,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_labels(args: argparse.Namespace) -> int:
     import json
-    from common.errors import UserError
     from pipeline_steps.labels.step import label_queue_export, label_queue_import, label_queue_run
     ctx = context_from_args(args)
-    try:
+    with as_user_error(f"labels {args.labels_command}"):
         if args.labels_command == "run":
             result = label_queue_run(ctx, args.traces)
         elif args.labels_command == "export":
             result = label_queue_export(ctx, args.out)
         else:
             result = label_queue_import(ctx, args.file)
-    except (ValueError, FileNotFoundError) as exc:
-        raise UserError(f"labels {args.labels_command}: {exc}") from exc
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlops.commands.common_args import add_common_args, add_reward_fn_arg, context_from_args
+from rlops.commands.common_args import add_common_args, add_reward_fn_arg, as_user_error, context_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,14 +17,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_stress(args: argparse.Namespace) -> int:
     import json
-    from common.errors import UserError
     from common.progress import show_progress
     from pipeline_steps.stress.step import stress_test
     ctx = context_from_args(args)
-    try:
+    with as_user_error("stress"):
         result = stress_test(ctx, args.reward_fn, args.policy_version, progress=show_progress(args.json))
-    except (ValueError, FileNotFoundError) as exc:
-        raise UserError(f"stress: {exc}") from exc
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     else:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from rlops.commands.common_args import (add_common_args, add_reward_fn_arg, context_from_args, infrastructure,
-                                        print_result)
+from rlops.commands.common_args import (add_common_args, add_reward_fn_arg, as_user_error, context_from_args,
+                                        infrastructure, print_result)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -203,13 +203,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_relabel(args: argparse.Namespace) -> int:
-    from common.errors import UserError
     from pipeline_steps.training.relabel import relabel_step
     ctx = context_from_args(args)
-    try:
+    with as_user_error("train relabel"):
         res = relabel_step(ctx, args.reward_model_version, args.traces)
-    except (ValueError, FileNotFoundError) as exc:
-        raise UserError(f"train relabel: {exc}") from exc
     print_result(res, args.json, [f"relabelled {res['rows_out']} of {res['rows_in']} trace rows with reward model "
                                   f"v{res['reward_model_version']}: {res['labels_uri']}"
                                   + (f" ({res['note']})" if res.get("note") else "")])
