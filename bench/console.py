@@ -45,8 +45,8 @@ def ensure_demo(home: Path) -> None:
         raise SystemExit("the demo did not promote a champion; the console pages would have no champion")
     from datetime import datetime, timedelta, timezone
 
-    from pipeline_steps.capture.step import capture_step
-    from pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.capture.step import capture_step
+    from rlops.pipeline_steps.infra.context import StepContext
     hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     capture_step(StepContext.create(SCENARIO, hour.strftime("%Y%m%dT%H%M")), simulate=True, profile="live",
                  episodes=2000)
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     from fastapi.testclient import TestClient
 
-    from common.config import load_params
+    from rlops.common.config import load_params
     from rlops.console.app import create_app
     from rlops.console.data import ProjectData
     params = load_params(overrides={"capture": {"trace_dir": "traces-bench"}})

@@ -26,7 +26,7 @@ import scipy.stats
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.loadavg import report as report_load  # noqa: E402
-from pipeline_steps.drift.stats import detect_drift  # noqa: E402
+from rlops.pipeline_steps.drift.stats import detect_drift  # noqa: E402
 
 SHIFTS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.3, 1.0)
 

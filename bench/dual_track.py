@@ -11,9 +11,9 @@ the pack's oracle (``oracle.py``), the best policy for the true objective.
    the label queue or uniformly at random among the captured steps, the same training for both.
    The queue is the product's, run after run as ``rlops labels run`` does with ``selection: auto``
    (:func:`queue_pick`): the first run, before any label, takes the top-k most uncertain state
-   clusters of the policy (:func:`pipeline_steps.labels.select.select_uncertain`); every later
+   clusters of the policy (:func:`rlops.pipeline_steps.labels.select.select_uncertain`); every later
    run fits a bootstrap reward ensemble on the labels so far and takes the states its members
-   disagree on (:func:`pipeline_steps.labels.disagreement.select_disagreeing`), each run at most
+   disagree on (:func:`rlops.pipeline_steps.labels.disagreement.select_disagreeing`), each run at most
    doubling the labelled set. Accuracy is the share of (labeller's action, other legal action)
    pairs the model orders right on the held-out states where the labeller disagrees with the
    scripted policy. ``label_savings`` = labels random selection needs / labels active selection
@@ -22,7 +22,7 @@ the pack's oracle (``oracle.py``), the best policy for the true objective.
    bound), averaged over ``--seeds`` seeds.
 3. ``blend``: the reward model trained from the queue's first ``--labels`` labels (seed 0)
    relabels the traffic, and the policy is trained with PPO on ``scripted + λ · model``
-   (:mod:`model.reward_source`, the model's score centred over the legal actions of the state as
+   (:mod:`rlops.model.reward_source`, the model's score centred over the legal actions of the state as
    the product does), the same budget as ``scripted``. The behaviour-cloning warm start is off
    unless ``--bc``: the captured traffic is the scripted policy's own, so cloning it only
    reproduces that policy.
@@ -63,8 +63,8 @@ def _load_satisfaction(pack: Any) -> Callable[[Any], torch.Tensor]:
 
 def true_return(pack: Any, act: Callable[[Any], torch.Tensor], episodes: int, satisfaction: Any) -> float:
     """Mean true-objective return (scripted + satisfaction) on the held-out seeded episodes."""
-    from sandbox.env import BatchedEnv
-    from sandbox.policies import evaluate_policy
+    from rlops.sandbox.env import BatchedEnv
+    from rlops.sandbox.policies import evaluate_policy
     env = BatchedEnv(pack.scenario, pack.reward_fn("v1"), num_envs=episodes, illegal_action="noop")
     env.add_reward_hook("satisfaction", satisfaction)
     return float(evaluate_policy(pack, act, episodes, seed=EVAL_SEED, env=env).summary()["mean_return"])
@@ -76,9 +76,9 @@ def greedy(policy: Any) -> Callable[[Any], torch.Tensor]:
 
 def ppo(pack: Any, timesteps: int, seed: int, num_envs: int, source: Any = None, model: Any = None,
         init: Any = None) -> Any:
-    from model.ppo import train
-    from model.ppo_config import PPOConfig
-    from model.reward_source import apply_reward_source
+    from rlops.model.ppo import train
+    from rlops.model.ppo_config import PPOConfig
+    from rlops.model.reward_source import apply_reward_source
     cfg = PPOConfig.from_params({"total_timesteps": timesteps, "device": "cpu", "seed": seed, "progress": False,
                                  "mode": "incremental" if init is not None else "full", "ewc_lambda": 0.0})
     env = pack.make_env(num_envs, seed=seed)
@@ -91,8 +91,8 @@ def ppo(pack: Any, timesteps: int, seed: int, num_envs: int, source: Any = None,
 def capture(pack: Any, policy: Any, oracle: Any, episodes: int, seed: int) -> pd.DataFrame:
     """Greedy traffic of ``policy`` as trace rows (with its entropy), plus the labeller's answer
     (``oracle_action``) for every row — computed once, batched, as the episodes run."""
-    from model.policy import masked_entropy
-    from sandbox.traces import rollout_traces
+    from rlops.model.policy import masked_entropy
+    from rlops.sandbox.traces import rollout_traces
     answers: list[torch.Tensor] = []
 
     def act(env: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -118,22 +118,22 @@ def choice_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 def labelled_states(pack: Any, df: pd.DataFrame) -> Any:
     """Captured rows with the labeller's answer, as the label queue's reward ensemble takes them."""
-    from pipeline_steps.infra.trace_states import observations_from_traces
-    from pipeline_steps.labels.disagreement import LabelledStates
+    from rlops.pipeline_steps.infra.trace_states import observations_from_traces
+    from rlops.pipeline_steps.labels.disagreement import LabelledStates
     obs, masks = observations_from_traces(pack, df)
     return LabelledStates(obs, masks, torch.from_numpy(df["oracle_action"].to_numpy().astype(np.int64)))
 
 
 def pairs_of(pack: Any, df: pd.DataFrame) -> Any:
     """Reward-model pairs: the labeller's action preferred over every other legal action."""
-    from pipeline_steps.labels.select import choice_pairs
+    from rlops.pipeline_steps.labels.select import choice_pairs
     states = labelled_states(pack, df)
     return choice_pairs(pack, states.obs, states.masks, states.chosen)[0]
 
 
 def fit_reward_model(pack: Any, labelled: pd.DataFrame, seed: int) -> Any:
     """A reward model from the labelled states (None when they hold fewer than 2 pairs)."""
-    from model.reward_model import RewardModelConfig, train_reward_model
+    from rlops.model.reward_model import RewardModelConfig, train_reward_model
     pairs = pairs_of(pack, labelled)
     if len(pairs) < 2:
         return None
@@ -142,13 +142,13 @@ def fit_reward_model(pack: Any, labelled: pd.DataFrame, seed: int) -> Any:
 
 
 def accuracy(model: Any, test: Any) -> float:
-    from model.reward_model import pairwise_accuracy
+    from rlops.model.reward_model import pairwise_accuracy
     return 0.5 if model is None else pairwise_accuracy(model, test)
 
 
 def queue_config(seed: int, budget: int, sample_fraction: float) -> Any:
     """The label queue's settings for one run of ``budget`` items over the captured traffic."""
-    from pipeline_steps.labels.step import QueueConfig
+    from rlops.pipeline_steps.labels.step import QueueConfig
     return QueueConfig(clusters=32, top_k=8, threshold=1.01, states_per_cluster=budget, min_cluster_states=5,
                        min_bucket_states=1, max_items=budget, sample_fraction=sample_fraction, seed=seed)
 
@@ -160,8 +160,8 @@ def queue_pick(pack: Any, traffic: pd.DataFrame, stops: list[int], seed: int, sa
     the reward ensemble fitted on the labels so far (:func:`select_disagreeing`). Each run at most
     doubles the labelled set and ends at the next of ``stops``, so the first ``stops[i]`` rows are
     what the queue had labelled at that budget."""
-    from pipeline_steps.labels.disagreement import select_disagreeing
-    from pipeline_steps.labels.select import select_uncertain
+    from rlops.pipeline_steps.labels.disagreement import select_disagreeing
+    from rlops.pipeline_steps.labels.select import select_uncertain
     stops = sorted(stops)
     shuffled = traffic.sample(frac=1.0, random_state=seed).reset_index(drop=True)
     labelled = select_uncertain(pack, shuffled, queue_config(seed, stops[0], sample_fraction))[0]
@@ -239,12 +239,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     load_start = os.getloadavg()
     print(f"load average at start: {load_start}", file=sys.stderr)
     t0 = time.perf_counter()
-    from model.behaviour_cloning import BCConfig, behaviour_clone
-    from model.policy import PolicyConfig, PolicyNetwork
-    from model.reward_source import RewardSource
-    from pipeline_steps.training.relabel import relabel_frame, step_inputs
-    from sandbox.pack import load_pack
-    from sandbox.policies import load_oracle, rule_policy
+    from rlops.model.behaviour_cloning import BCConfig, behaviour_clone
+    from rlops.model.policy import PolicyConfig, PolicyNetwork
+    from rlops.model.reward_source import RewardSource
+    from rlops.pipeline_steps.training.relabel import relabel_frame, step_inputs
+    from rlops.sandbox.pack import load_pack
+    from rlops.sandbox.policies import load_oracle, rule_policy
     pack = load_pack(PACK)
     sat = _load_satisfaction(pack)
     oracle = load_oracle(pack)

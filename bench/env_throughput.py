@@ -20,8 +20,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.loadavg import report as report_load  # noqa: E402
-from sandbox.gym_adapter import ScenarioGymEnv  # noqa: E402
-from sandbox.pack import load_pack  # noqa: E402
+from rlops.sandbox.gym_adapter import ScenarioGymEnv  # noqa: E402
+from rlops.sandbox.pack import load_pack  # noqa: E402
 
 
 def batched_steps_per_s(pack, n: int, seconds: float, device: str) -> float:

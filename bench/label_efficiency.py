@@ -2,8 +2,8 @@
 
 A simulated labeller (the credit pack's oracle: the decision with the highest expected return
 given the applicant's true default probability) labels states chosen two ways from the same pool
-of traces, and a reward model (``model.reward_model``, Bradley–Terry on "labelled action ≻ every
-other legal action" pairs from :func:`pipeline_steps.labels.step.labels_as_pairs`) is trained on
+of traces, and a reward model (``rlops.model.reward_model``, Bradley–Terry on "labelled action ≻ every
+other legal action" pairs from :func:`rlops.pipeline_steps.labels.step.labels_as_pairs`) is trained on
 each label set:
 
 * **active** — the label queue's selection: states clustered by k-means, clusters ranked by mean
@@ -38,13 +38,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.loadavg import report as report_load  # noqa: E402
-from model.policy import PolicyConfig, PolicyNetwork
-from model.reward_model import RewardModelConfig, pairwise_accuracy, train_reward_model
-from pipeline_steps.labels.step import QueueConfig
-from pipeline_steps.labels.select import labels_as_pairs, queue_items, select_uncertain
-from sandbox.pack import Pack, load_pack
-from sandbox.policies import load_oracle
-from sandbox.traces import rollout_traces
+from rlops.model.policy import PolicyConfig, PolicyNetwork
+from rlops.model.reward_model import RewardModelConfig, pairwise_accuracy, train_reward_model
+from rlops.pipeline_steps.labels.step import QueueConfig
+from rlops.pipeline_steps.labels.select import labels_as_pairs, queue_items, select_uncertain
+from rlops.sandbox.pack import Pack, load_pack
+from rlops.sandbox.policies import load_oracle
+from rlops.sandbox.traces import rollout_traces
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 11, 30, 5, 0, tzinfo=timezone.utc)
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                       "label_ratio_random_over_active": None if ratio is None else round(ratio, 3),
                       "labels_active_to_match_random_at_max_budget": r1(n_match),
                       "budgets": budgets, "active_accuracy": [round(a, 4) for a in active],
-                      "random_accuracy": [round(r, 4) for r in random_], "reward_model": "model.reward_model",
+                      "random_accuracy": [round(r, 4) for r in random_], "reward_model": "rlops.model.reward_model",
                       "pool_steps": len(pool), "test_pairs": len(test),
                       "seconds": round(time.perf_counter() - t_start, 1),
                       "load_average_start": load_start, "load_average_end": load_end}))

@@ -1,7 +1,7 @@
 """Learning quality with default settings only: every built-in pack, the same defaults.
 
 For each pack under ``scenarios/`` that ships an oracle, trains masked PPO with the settings
-``model.pack_defaults.derive_defaults(pack)`` gives (nothing tuned per pack), then scores on
+``rlops.model.pack_defaults.derive_defaults(pack)`` gives (nothing tuned per pack), then scores on
 10,000 held-out episodes (seeds disjoint from training and from the early-stopping batch):
 
 * ``oracle``, ``rules``, ``random``, ``policy``: mean return (reward v1, the pack's default profile);
@@ -33,11 +33,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from model.pack_defaults import derive_defaults  # noqa: E402
-from model.policy import as_act_fn  # noqa: E402
-from model.ppo import train  # noqa: E402
-from sandbox.pack import load_pack  # noqa: E402
-from sandbox.policies import evaluate_policy, load_oracle, random_policy, rule_policy  # noqa: E402
+from rlops.model.pack_defaults import derive_defaults  # noqa: E402
+from rlops.model.policy import as_act_fn  # noqa: E402
+from rlops.model.ppo import train  # noqa: E402
+from rlops.sandbox.pack import load_pack  # noqa: E402
+from rlops.sandbox.policies import evaluate_policy, load_oracle, random_policy, rule_policy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 HELD_OUT_SEED = 7_000_000          # training uses instance seeds from 0, early stopping 9,000,000 on

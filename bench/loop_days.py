@@ -1,7 +1,7 @@
 """Benchmark: the loop over 48 simulated hours (credit pack) with the four standard events —
 the applicant population ages at hour 10, the credit bureau's latency triples at hour 20, its
 error rate jumps at hour 30, a deliberately worse candidate is offered at hour 40 — running the
-real task functions of the five DAGs on their schedules (:mod:`pipeline_steps.orchestration.simulate`).
+real task functions of the five DAGs on their schedules (:mod:`rlops.pipeline_steps.orchestration.simulate`).
 
 Prints the hour table, the load average at the start and the end, and as the LAST line one JSON
 object: ``detection_delay_h``, ``false_alarms``, ``emergency_retrains``, ``bad_candidate_promoted``,
@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline_steps.orchestration.events import load_events, parse_events, DEFAULT_EVENTS_48H  # noqa: E402
-from pipeline_steps.orchestration.simulate import run_timeline  # noqa: E402
-from pipeline_steps.orchestration.timeline import TimelineConfig  # noqa: E402
-from pipeline_steps.orchestration.timeline_report import table  # noqa: E402
+from rlops.pipeline_steps.orchestration.events import load_events, parse_events, DEFAULT_EVENTS_48H  # noqa: E402
+from rlops.pipeline_steps.orchestration.simulate import run_timeline  # noqa: E402
+from rlops.pipeline_steps.orchestration.timeline import TimelineConfig  # noqa: E402
+from rlops.pipeline_steps.orchestration.timeline_report import table  # noqa: E402
 
 
 def main() -> None:

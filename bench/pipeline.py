@@ -61,7 +61,7 @@ def main() -> None:
     ap.add_argument("--incremental-timesteps", type=int, default=None, help="default: params train.incremental_timesteps")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
-    from common.config import load_params
+    from rlops.common.config import load_params
     params = load_params(REPO / "params.yaml")
     full_steps = args.full_timesteps or int(params["demo"]["timesteps"])
     inc_steps = args.incremental_timesteps or int(params["train"]["incremental_timesteps"])

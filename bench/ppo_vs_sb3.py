@@ -38,11 +38,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from model.pack_defaults import derive_defaults  # noqa: E402
-from model.policy import as_act_fn  # noqa: E402
-from model.ppo import PPOConfig, train  # noqa: E402
-from sandbox.pack import load_pack  # noqa: E402
-from sandbox.policies import evaluate_policy, load_oracle  # noqa: E402
+from rlops.model.pack_defaults import derive_defaults  # noqa: E402
+from rlops.model.policy import as_act_fn  # noqa: E402
+from rlops.model.ppo import PPOConfig, train  # noqa: E402
+from rlops.sandbox.pack import load_pack  # noqa: E402
+from rlops.sandbox.policies import evaluate_policy, load_oracle  # noqa: E402
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 EVAL_SEED = 3_000_000  # held out: training uses instance seeds from 0
@@ -86,7 +86,7 @@ def run_sb3(pack: Any, target: float, args: argparse.Namespace, seed: int) -> di
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.callbacks import BaseCallback
 
-    from sandbox.gym_adapter import ScenarioGymEnv
+    from rlops.sandbox.gym_adapter import ScenarioGymEnv
 
     env = ScenarioGymEnv(pack, reward_version=REWARD, profile=PROFILE, seed=0)
     model = MaskablePPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0,
@@ -133,7 +133,7 @@ def warm_up(pack: Any, args: argparse.Namespace) -> None:
     thread-pool start, first-kernel allocations) inside its measured time."""
     from sb3_contrib import MaskablePPO
 
-    from sandbox.gym_adapter import ScenarioGymEnv
+    from rlops.sandbox.gym_adapter import ScenarioGymEnv
     env = pack.make_env(num_envs=64, reward_version=REWARD, profile=PROFILE, device=args.device, seed=10**7)
     train(PPOConfig(device=args.device, total_timesteps=64 * 8 * 2, seed=0), env)
     genv = ScenarioGymEnv(pack, reward_version=REWARD, profile=PROFILE, seed=10**7)

@@ -1,7 +1,7 @@
 """`rlops train tune` on every built-in pack: does the search find a config at least as good as the
 defaults within its budget, and by how much?
 
-For each pack (``scenarios/*/oracle.py``) runs :func:`pipeline_steps.training.tune.tune` — an
+For each pack (``scenarios/*/oracle.py``) runs :func:`rlops.pipeline_steps.training.tune.tune` — an
 Optuna study whose trial 0 is the pack's defaults, every trial trained for ``--timesteps`` steps
 and scored by its greedy mean return on the same ``--eval-episodes`` held-out seeded episodes —
 until ``--budget-s`` seconds have passed (a trial under way finishes). Prints per pack: the
@@ -29,9 +29,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.loadavg import report as load_report  # noqa: E402
-from common.config import load_params  # noqa: E402
-from pipeline_steps.infra.context import StepContext  # noqa: E402
-from pipeline_steps.training.tune import tune  # noqa: E402
+from rlops.common.config import load_params  # noqa: E402
+from rlops.pipeline_steps.infra.context import StepContext  # noqa: E402
+from rlops.pipeline_steps.training.tune import tune  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EVAL_SEED = 3_000_000          # held-out episodes: disjoint from training (from 7) and early stopping (9,000,000)

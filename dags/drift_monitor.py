@@ -11,7 +11,7 @@ is logged to MLflow.
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import dag, task
 
-from pipeline_steps.orchestration.settings import dag_settings
+from rlops.pipeline_steps.orchestration.settings import dag_settings
 
 
 @dag(
@@ -24,12 +24,12 @@ from pipeline_steps.orchestration.settings import dag_settings
 def drift_monitor():
     @task
     def validate_conf(**context) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.validate_conf(context["params"], context, interval_minutes=60)
 
     @task
     def detect_drift(conf: dict) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.detect_drift(conf)
 
     @task.short_circuit
@@ -38,7 +38,7 @@ def drift_monitor():
 
     @task
     def recalibrate(conf: dict, drift: dict) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.recalibrate(conf, drift)
 
     conf = validate_conf()

@@ -9,7 +9,7 @@ reward model at the next `retrain_full`.
 
 from airflow.sdk import dag, task
 
-from pipeline_steps.orchestration.settings import dag_settings
+from rlops.pipeline_steps.orchestration.settings import dag_settings
 
 
 @dag(
@@ -22,17 +22,17 @@ from pipeline_steps.orchestration.settings import dag_settings
 def label_queue():
     @task
     def validate_conf(**context) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.validate_conf(context["params"], context, interval_minutes=60)
 
     @task
     def enqueue_uncertain_states(conf: dict) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.label_queue(conf)
 
     @task
     def ingest_labels(conf: dict, queued: dict) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.ingest_labels(conf)
 
     conf = validate_conf()

@@ -12,7 +12,7 @@ Conf: `scenario`, `candidate`, `reward_fn`, `dry_run`.
 
 from airflow.sdk import Param, dag, task
 
-from pipeline_steps.orchestration.settings import dag_settings
+from rlops.pipeline_steps.orchestration.settings import dag_settings
 
 _settings = dag_settings()
 _settings["params"] = {
@@ -26,12 +26,12 @@ _settings["params"] = {
 def promote():
     @task
     def validate_conf(**context) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.validate_promotion_conf(context["params"], context)
 
     @task
     def evaluate_and_promote(conf: dict) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.promote_requested(conf)
 
     evaluate_and_promote(validate_conf())

@@ -16,7 +16,7 @@ Conf: `scenario`, `reward_fn`, `timesteps`, `mode`, `dry_run`, `reward_source`,
 
 from airflow.sdk import dag, task
 
-from pipeline_steps.orchestration.settings import GPU_POOL, GPU_QUEUE, dag_settings
+from rlops.pipeline_steps.orchestration.settings import GPU_POOL, GPU_QUEUE, dag_settings
 
 
 @dag(
@@ -29,32 +29,32 @@ from pipeline_steps.orchestration.settings import GPU_POOL, GPU_QUEUE, dag_setti
 def retrain_full():
     @task
     def validate_conf(**context) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.validate_conf(context["params"], context, interval_minutes=60)
 
     @task
     def train_reward_model(conf: dict) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.train_reward_model(conf)
 
     @task
     def relabel(conf: dict, reward_model: dict) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.relabel(conf, reward_model)
 
     @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=1)
     def train_policy(conf: dict, reward_model: dict, relabelled: dict) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.train_policy(conf, mode="full", reward_model=reward_model)
 
     @task
     def stress_test(conf: dict, trained: dict) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.stress_test(conf, trained)
 
     @task
     def evaluate_and_promote(conf: dict, trained: dict, stressed: dict) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.evaluate_and_promote(conf, trained, stressed)
 
     conf = validate_conf()

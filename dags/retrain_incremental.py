@@ -11,7 +11,7 @@ Conf: `scenario`, `reward_fn`, `timesteps`, `mode`, `dry_run` (validated before 
 
 from airflow.sdk import dag, task
 
-from pipeline_steps.orchestration.settings import GPU_POOL, GPU_QUEUE, dag_settings
+from rlops.pipeline_steps.orchestration.settings import GPU_POOL, GPU_QUEUE, dag_settings
 
 
 @dag(
@@ -24,22 +24,22 @@ from pipeline_steps.orchestration.settings import GPU_POOL, GPU_QUEUE, dag_setti
 def retrain_incremental():
     @task
     def validate_conf(**context) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.validate_conf(context["params"], context, interval_minutes=15)
 
     @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=1)
     def train_policy(conf: dict) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.train_policy(conf, mode="incremental")
 
     @task
     def stress_test(conf: dict, trained: dict) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.stress_test(conf, trained)
 
     @task
     def evaluate_and_promote(conf: dict, trained: dict, stressed: dict) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.evaluate_and_promote(conf, trained, stressed)
 
     conf = validate_conf()

@@ -11,7 +11,7 @@ it samples the `champion` running in the pack's `live` simulation profile instea
 
 from airflow.sdk import Param, dag, task
 
-from pipeline_steps.orchestration.settings import dag_settings
+from rlops.pipeline_steps.orchestration.settings import dag_settings
 
 _SETTINGS = dag_settings()
 _SETTINGS["params"] = {**_SETTINGS["params"], "simulate": Param(
@@ -29,12 +29,12 @@ _SETTINGS["params"] = {**_SETTINGS["params"], "simulate": Param(
 def trace_capture():
     @task
     def validate_conf(**context) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.validate_conf(context["params"], context, interval_minutes=15)
 
     @task
     def capture(conf: dict) -> dict:
-        from pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration import tasks
         return tasks.capture(conf)
 
     capture(validate_conf())

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Callable, NoReturn, Sequence
 
-from common.errors import ExitCode, RlopsError
+from rlops.common.errors import ExitCode, RlopsError
 
 EXIT_CODES = """exit codes:
   0  success

@@ -19,7 +19,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from common.config import load_params, resolve_local
+from rlops.common.config import load_params, resolve_local
 
 STEPS = 8
 
@@ -35,15 +35,15 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def run(scenario: str | None = None) -> int:
-    from pipeline_steps.capture.step import capture_step
-    from pipeline_steps.infra.context import StepContext
-    from pipeline_steps.drift.check import drift_check
-    from pipeline_steps.promotion.evaluate import promote
-    from pipeline_steps.drift.calibrate import recalibrate
-    from pipeline_steps.training.reward_model import train_reward_model_step
-    from pipeline_steps.stress.step import stress_test
-    from pipeline_steps.training.policy import train_policy
-    from sandbox.pack import load_pack
+    from rlops.pipeline_steps.capture.step import capture_step
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.drift.check import drift_check
+    from rlops.pipeline_steps.promotion.evaluate import promote
+    from rlops.pipeline_steps.drift.calibrate import recalibrate
+    from rlops.pipeline_steps.training.reward_model import train_reward_model_step
+    from rlops.pipeline_steps.stress.step import stress_test
+    from rlops.pipeline_steps.training.policy import train_policy
+    from rlops.sandbox.pack import load_pack
 
     params = load_params()
     scenario = scenario or str(params.get("scenario"))

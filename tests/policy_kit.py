@@ -11,21 +11,21 @@ from typing import Any
 import pytest
 import torch
 
-from common.config import REPO_ROOT, deep_merge
-from common.policy_ref import policy_model_name
+from rlops.common.config import REPO_ROOT, deep_merge
+from rlops.common.policy_ref import policy_model_name
 
 SCENARIO = "credit_approval"
 NAME = policy_model_name(SCENARIO)
 
 
 def credit_pack() -> Any:
-    from sandbox.pack import load_pack
+    from rlops.sandbox.pack import load_pack
     return load_pack(REPO_ROOT / "scenarios" / SCENARIO, check_liveness=False)
 
 
 def preference_policy(pack: Any, prefs: dict[str, float]) -> Any:
     """A network whose greedy choice is the legal action with the highest preference."""
-    from model.policy import PolicyConfig, PolicyNetwork
+    from rlops.model.policy import PolicyConfig, PolicyNetwork
     p = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))
     with torch.no_grad():
         p.actor[-1].weight.zero_()
@@ -41,9 +41,9 @@ def approve_all_policy(pack: Any) -> Any:
 
 def cloned_rules_policy(pack: Any) -> Any:
     """Behaviour-cloned rule engine (about as good as the rules, far better than approve_all)."""
-    from model.policy import PolicyConfig, PolicyNetwork
-    from sandbox.env import BatchedEnv
-    from sandbox.policies import rule_policy
+    from rlops.model.policy import PolicyConfig, PolicyNetwork
+    from rlops.sandbox.env import BatchedEnv
+    from rlops.sandbox.policies import rule_policy
     env = BatchedEnv(pack.scenario, pack.reward_fn("v1"), num_envs=512, profile="live", illegal_action="noop")
     env.reset(123)
     obs, acts = [], []
@@ -66,7 +66,7 @@ def cloned_rules_policy(pack: Any) -> Any:
 
 def register(ctx: Any, pack: Any, policy: Any, description: str | None = None, **tags: Any) -> str:
     """Register ``policy`` as a new version of the scenario's policy model; returns the version."""
-    from pipeline_steps.training.policy import register_policy
+    from rlops.pipeline_steps.training.policy import register_policy
     with ctx.tracker.start_run("test-policy") as run, tempfile.TemporaryDirectory() as tmp:
         return register_policy(ctx, run, pack, policy, {"mode": "full", **tags}, Path(tmp), description=description)
 
@@ -74,7 +74,7 @@ def register(ctx: Any, pack: Any, policy: Any, description: str | None = None, *
 def promotion_ctx(run_key: str = "20260105T1000", dry_run: bool = False, **evaluate: Any) -> Any:
     """A step context with evaluation budgets small enough for tests (600 episodes, 500 bootstrap
     samples, a loose latency ceiling, no stress test required); ``evaluate`` overrides them."""
-    from pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.context import StepContext
     cfg = {"episodes": 600, "bootstrap_samples": 500, "latency_p99_ms": 1000.0, "latency_samples": 50,
            "require_stress_test": False, "min_segment_episodes": 50, "segment_tolerance": 0.1}
     return StepContext.create(run_key=run_key, dry_run=dry_run,

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     import json
-    from pipeline_steps.audit.replay import render_path, replay
+    from rlops.pipeline_steps.audit.replay import render_path, replay
     ctx = context_from_args(args)
     with as_user_error("replay"):
         path = replay(ctx, args.trace_id, args.depth, args.traces)
@@ -33,7 +33,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     import json
-    from pipeline_steps.audit.replay import audit
+    from rlops.pipeline_steps.audit.replay import audit
     ctx = context_from_args(args)
     with as_user_error("audit"):
         result = audit(ctx, args.policy_version, args.traces)

@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     import json
-    from pipeline_steps.drift.calibrate import PROFILE, recalibrate
+    from rlops.pipeline_steps.drift.calibrate import PROFILE, recalibrate
     ctx = context_from_args(args)
     with as_user_error("calibrate"):
         result = recalibrate(ctx, args.traces)

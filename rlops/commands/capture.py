@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
-    from common.progress import show_progress
-    from pipeline_steps.capture.step import capture_step, capture_traces
+    from rlops.common.progress import show_progress
+    from rlops.pipeline_steps.capture.step import capture_step, capture_traces
     ctx = context_from_args(args)
     with as_user_error("capture"):
         if args.from_mlflow or args.otlp_file:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
-    from pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.context import StepContext
 
 
 def add_common_args(p: argparse.ArgumentParser, run_key: bool = True) -> None:
@@ -38,9 +38,9 @@ def add_reward_fn_arg(p: argparse.ArgumentParser, files: bool = False) -> None:
 def context_from_args(args: argparse.Namespace) -> "StepContext":
     """A :class:`StepContext` from ``--scenario`` (a name or a pack folder), ``--run-key`` and
     ``--dry-run``; a malformed run key is a user error (exit 2)."""
-    from common.config import load_params
-    from common.errors import UserError
-    from pipeline_steps.infra.context import StepContext
+    from rlops.common.config import load_params
+    from rlops.common.errors import UserError
+    from rlops.pipeline_steps.infra.context import StepContext
     params = load_params()
     scenario = getattr(args, "scenario", None)
     if scenario and Path(scenario).is_dir():
@@ -55,8 +55,8 @@ def context_from_args(args: argparse.Namespace) -> "StepContext":
 
 def pack_dir_from_args(args: argparse.Namespace) -> Path:
     """The pack folder ``--scenario`` names (without building a full step context)."""
-    from common.config import REPO_ROOT, load_params
-    from common.errors import UserError
+    from rlops.common.config import REPO_ROOT, load_params
+    from rlops.common.errors import UserError
     scenario = getattr(args, "scenario", None)
     if scenario is not None and not scenario.strip():
         raise UserError("--scenario '': empty path; expected a pack name under scenarios/ or a pack folder")
@@ -74,7 +74,7 @@ def print_result(result: dict[str, Any], as_json: bool, lines: list[str]) -> Non
 
 def infrastructure(exc: Exception) -> Exception:
     """A tracking/storage failure as the error the CLI renders on stderr with exit code 1."""
-    from common.errors import InfrastructureError, RlopsError
+    from rlops.common.errors import InfrastructureError, RlopsError
     return exc if isinstance(exc, RlopsError) else InfrastructureError(str(exc))
 
 
@@ -85,5 +85,5 @@ def as_user_error(command: str) -> Iterator[None]:
     try:
         yield
     except (ValueError, FileNotFoundError) as exc:
-        from common.errors import UserError
+        from rlops.common.errors import UserError
         raise UserError(f"{command}: {exc}") from exc

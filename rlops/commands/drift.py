@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_detect(args: argparse.Namespace) -> int:
     import json
-    from pipeline_steps.drift.report import run_drift
+    from rlops.pipeline_steps.drift.report import run_drift
     ctx = context_from_args(args)
     fields = [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None
     with as_user_error("drift detect"):  # a missing window is bad input; other storage errors exit 1
@@ -61,7 +61,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from pipeline_steps.drift.check import drift_check
+    from rlops.pipeline_steps.drift.check import drift_check
     ctx = context_from_args(args)
     res = drift_check(ctx, args.episodes)
     print_result(res, args.json, [f"{res['summary']} drifted: {res['drifted_fields'] or 'none'}; anomaly: "

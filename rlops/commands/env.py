@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from common.errors import UserError
+from rlops.common.errors import UserError
 from rlops.commands.common_args import add_common_args, add_reward_fn_arg, pack_dir_from_args
 
 # Bounds of the arguments, checked before any work: a rollout keeps every row in memory.
@@ -79,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     # The pack's Python runs in a child process with time and memory limits; this process only
     # reads the verdict (and never imports torch).
-    from sandbox.isolate import TIMEOUT_S, validate_isolated
+    from rlops.sandbox.isolate import TIMEOUT_S, validate_isolated
     s = validate_isolated(str(pack_dir_from_args(args)), timeout_s=args.timeout or TIMEOUT_S)
     if args.json:
         print(json.dumps(s, indent=2))
@@ -93,14 +93,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def _load_checked(path: str) -> Any:
     """The pack at ``path``, after the bounded check in a child process: its code is only run in
     this process once it is known to import and score in time."""
-    from sandbox.isolate import validate_isolated
-    from sandbox.pack import load_pack
+    from rlops.sandbox.isolate import validate_isolated
+    from rlops.sandbox.pack import load_pack
     validate_isolated(path)
     return load_pack(path, check_liveness=False)
 
 
 def describe(pack: Any) -> dict[str, Any]:
-    from sandbox.isolate import roles_summary
+    from rlops.sandbox.isolate import roles_summary
     spec = pack.scenario.spec
     return {
         "name": spec.name,
@@ -155,12 +155,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from common.config import load_params
-    from sandbox.policies import random_policy, rule_policy
-    from sandbox.profiles import default_profile
-    from sandbox.reward import RewardError
-    from sandbox.reward_choice import choose_reward
-    from sandbox.traces import rollout_traces
+    from rlops.common.config import load_params
+    from rlops.sandbox.policies import random_policy, rule_policy
+    from rlops.sandbox.profiles import default_profile
+    from rlops.sandbox.reward import RewardError
+    from rlops.sandbox.reward_choice import choose_reward
+    from rlops.sandbox.traces import rollout_traces
     _check_ranges(args)
     out = _check_out(Path(args.out), create=not args.dry_run)
     pack = _load_checked(str(pack_dir_from_args(args)))

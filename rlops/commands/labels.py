@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_labels(args: argparse.Namespace) -> int:
     import json
-    from pipeline_steps.labels.step import label_queue_export, label_queue_import, label_queue_run
+    from rlops.pipeline_steps.labels.step import label_queue_export, label_queue_import, label_queue_run
     ctx = context_from_args(args)
     with as_user_error(f"labels {args.labels_command}"):
         if args.labels_command == "run":

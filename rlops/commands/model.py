@@ -46,12 +46,12 @@ def _register_webhook(verbs: argparse._SubParsersAction) -> None:
 
 
 def cmd_webhook_serve(args: argparse.Namespace) -> int:
-    from pipeline_steps.promotion.webhook import serve
+    from rlops.pipeline_steps.promotion.webhook import serve
     return serve(args.host, args.port, args.mode)
 
 
 def cmd_webhook_register(args: argparse.Namespace) -> int:
-    from pipeline_steps.promotion.webhook import register
+    from rlops.pipeline_steps.promotion.webhook import register
     print(f"webhook {_call(register, args.url, args.tracking_uri)} → {args.url}")
     return 0
 
@@ -70,9 +70,9 @@ def _gate_lines(res: dict[str, Any]) -> list[str]:
 def _call(fn: Any, *a: Any, **kw: Any) -> Any:
     """Run a promotion function: bad input (an unknown version, a bad setting) exits 2, an
     unreachable registry or store exits 1, both with the message on stderr."""
-    from common.errors import UserError
-    from pipeline_steps.infra.registry import TrackingError
-    from pipeline_steps.infra.storage import StorageError
+    from rlops.common.errors import UserError
+    from rlops.pipeline_steps.infra.registry import TrackingError
+    from rlops.pipeline_steps.infra.storage import StorageError
     try:
         return fn(*a, **kw)
     except (TrackingError, StorageError) as exc:
@@ -84,12 +84,12 @@ def _call(fn: Any, *a: Any, **kw: Any) -> Any:
 def _check_episodes(args: argparse.Namespace) -> None:
     """``--episodes`` is checked before anything touches the registry."""
     if args.episodes is not None:
-        from common.arguments import MAX_EPISODES, count
+        from rlops.common.arguments import MAX_EPISODES, count
         args.episodes = count("--episodes", args.episodes, maximum=MAX_EPISODES)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from pipeline_steps.promotion.evaluate import evaluate_candidate
+    from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
     _check_episodes(args)
     res = _call(evaluate_candidate, context_from_args(args), args.candidate, args.episodes)
     head = [f"{res['scenario']}: v{res['candidate']} vs {res['baseline']} on {res['episodes']} episodes "
@@ -99,7 +99,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    from pipeline_steps.promotion.evaluate import promote
+    from rlops.pipeline_steps.promotion.evaluate import promote
     _check_episodes(args)
     res = _call(promote, context_from_args(args), args.candidate, args.staged, args.episodes)
     print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"] + _gate_lines(res))
@@ -107,7 +107,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from pipeline_steps.promotion.evaluate import rollback
+    from rlops.pipeline_steps.promotion.evaluate import rollback
     res = _call(rollback, context_from_args(args))
     print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"])
     return 0

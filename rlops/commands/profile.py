@@ -22,8 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_profile(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from common.errors import UserError
-    from pipeline_steps.training.profile import REGIONS, profile_training, region_lines
+    from rlops.common.errors import UserError
+    from rlops.pipeline_steps.training.profile import REGIONS, profile_training, region_lines
     if args.duration <= 0:
         raise UserError(f"--duration must be a positive number of seconds, got {args.duration}")
     ctx = context_from_args(args)

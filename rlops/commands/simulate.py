@@ -1,5 +1,5 @@
 """``rlops simulate``: the five DAGs' tasks on their schedules over simulated days, against a
-production world scripted by an events file (see :mod:`pipeline_steps.orchestration.simulate`)."""
+production world scripted by an events file (see :mod:`rlops.pipeline_steps.orchestration.simulate`)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from common.arguments import count
-    from common.config import load_params
-    from pipeline_steps.orchestration.events import load_events, scaled_events
-    from pipeline_steps.orchestration.simulate import TimelineConfig, run_timeline
-    from pipeline_steps.orchestration.timeline_report import table
+    from rlops.common.arguments import count
+    from rlops.common.config import load_params
+    from rlops.pipeline_steps.orchestration.events import load_events, scaled_events
+    from rlops.pipeline_steps.orchestration.simulate import TimelineConfig, run_timeline
+    from rlops.pipeline_steps.orchestration.timeline_report import table
     hours = count("--hours", args.hours, maximum=24 * 60)
     events = load_events(args.events) if args.events else scaled_events(hours)
     scenario = args.scenario or str(load_params().get("scenario"))

@@ -17,8 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_stress(args: argparse.Namespace) -> int:
     import json
-    from common.progress import show_progress
-    from pipeline_steps.stress.step import stress_test
+    from rlops.common.progress import show_progress
+    from rlops.pipeline_steps.stress.step import stress_test
     ctx = context_from_args(args)
     with as_user_error("stress"):
         result = stress_test(ctx, args.reward_fn, args.policy_version, progress=show_progress(args.json))

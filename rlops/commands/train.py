@@ -74,10 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_policy(args: argparse.Namespace) -> int:
-    from common.errors import UserError
-    from common.progress import show_progress
-    from pipeline_steps.infra.registry import TrackingError, policy_model_name
-    from pipeline_steps.training.policy import train_policy
+    from rlops.common.errors import UserError
+    from rlops.common.progress import show_progress
+    from rlops.pipeline_steps.infra.registry import TrackingError, policy_model_name
+    from rlops.pipeline_steps.training.policy import train_policy
     ctx = context_from_args(args)
     if args.timesteps is not None and args.timesteps < 1:
         raise UserError(f"--timesteps must be a positive number of environment steps, got {args.timesteps}")
@@ -108,8 +108,8 @@ def cmd_policy(args: argparse.Namespace) -> int:
 
 
 def cmd_reward_model(args: argparse.Namespace) -> int:
-    from common.errors import UserError
-    from pipeline_steps.training.reward_model import train_reward_model_step
+    from rlops.common.errors import UserError
+    from rlops.pipeline_steps.training.reward_model import train_reward_model_step
     ctx = context_from_args(args)
     try:
         res = train_reward_model_step(ctx, args.reward_fn, args.pairs)
@@ -126,9 +126,9 @@ def cmd_reward_model(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from common.errors import UserError
-    from pipeline_steps.infra.registry import TrackingError
-    from pipeline_steps.training.tune import defaults_of, tune
+    from rlops.common.errors import UserError
+    from rlops.pipeline_steps.infra.registry import TrackingError
+    from rlops.pipeline_steps.training.tune import defaults_of, tune
     ctx = context_from_args(args)
     if args.trials < 1 or args.timesteps < 1 or args.eval_episodes < 1:
         raise UserError(f"--trials, --timesteps and --eval-episodes must be positive, got {args.trials}, "
@@ -168,9 +168,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from common.errors import UserError
-    from pipeline_steps.infra.registry import TrackingError
-    from pipeline_steps.training.status import train_status
+    from rlops.common.errors import UserError
+    from rlops.pipeline_steps.infra.registry import TrackingError
+    from rlops.pipeline_steps.training.status import train_status
     if (args.run_id is None) == (args.pid is None):
         raise UserError("train status: give either a RUN_ID or --pid PID (the process of a training in progress)")
     if args.last < 0 or args.interval <= 0:
@@ -203,7 +203,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_relabel(args: argparse.Namespace) -> int:
-    from pipeline_steps.training.relabel import relabel_step
+    from rlops.pipeline_steps.training.relabel import relabel_step
     ctx = context_from_args(args)
     with as_user_error("train relabel"):
         res = relabel_step(ctx, args.reward_model_version, args.traces)
@@ -214,8 +214,8 @@ def cmd_relabel(args: argparse.Namespace) -> int:
 
 
 def cmd_switch_reward(args: argparse.Namespace) -> int:
-    from common.errors import UserError
-    from pipeline_steps.training.hot_reload import request_switch
+    from rlops.common.errors import UserError
+    from rlops.pipeline_steps.training.hot_reload import request_switch
     ctx = context_from_args(args)
     try:
         res = request_switch(ctx, args.to)

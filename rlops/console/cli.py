@@ -39,7 +39,7 @@ def is_loopback(host: str) -> bool:
 
 def resolve_token(host: str, token: str | None) -> str | None:
     """The token to require; a UserError (exit 2) when off loopback without one."""
-    from common.errors import UserError
+    from rlops.common.errors import UserError
     token = token or os.environ.get(TOKEN_ENV) or None
     if token is None and not is_loopback(host):
         raise UserError(f"rlops console binds {host}, which is not a loopback address: pass --token or set "

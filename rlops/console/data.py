@@ -13,8 +13,8 @@ Project functions used (and where they live today):
 * ``pipeline_steps.trace_states``: ``trace_store_uri``, ``state_features``, ``mask_matrix``,
   ``observations_from_traces``, ``error_flags``, ``STATE_PREFIX``
 * ``pipeline_steps.label_select.kmeans``
-* ``pipeline_steps.audit``: ``component_frame``, ``to_go``, ``describe_cluster``
-* ``pipeline_steps.train.download_policy`` and ``model.policy.load_policy``
+* ``rlops.pipeline_steps.audit``: ``component_frame``, ``to_go``, ``describe_cluster``
+* ``pipeline_steps.train.download_policy`` and ``rlops.model.policy.load_policy``
 * ``pipeline_steps.tracking``: ``policy_model_name``, ``reward_model_name``, ``reward_fn_model_name``
 """
 
@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from pipeline_steps.infra.context import StepContext
-    from sandbox.pack import Pack
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.sandbox.pack import Pack
 
 T = TypeVar("T")
 SCENARIO_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -74,7 +74,7 @@ class ProjectData:
     """Read-only access to one rlops deployment (params → storage, MLflow, scenario packs)."""
 
     def __init__(self, params: dict[str, Any] | None = None, registry_ttl_s: float = 15.0) -> None:
-        from common.config import load_params
+        from rlops.common.config import load_params
         self.params = params if params is not None else load_params()
         self._contexts: dict[str, StepContext] = {}
         self._packs: dict[str, Pack] = {}
@@ -85,7 +85,7 @@ class ProjectData:
 
     # ------------------------------------------------------------------ scenarios and packs
     def scenarios_dir(self) -> Path:
-        from common.config import REPO_ROOT
+        from rlops.common.config import REPO_ROOT
         return Path(str(self.params.get("scenarios_dir") or REPO_ROOT / "scenarios"))
 
     def scenarios(self) -> list[str]:
@@ -93,7 +93,7 @@ class ProjectData:
         return sorted(p.name for p in root.iterdir() if (p / "scenario.yaml").is_file()) if root.is_dir() else []
 
     def context(self, scenario: str) -> "StepContext":
-        from pipeline_steps.infra.context import StepContext
+        from rlops.pipeline_steps.infra.context import StepContext
         with self._lock:
             if scenario not in self._contexts:
                 self._contexts[scenario] = StepContext.create(scenario, params=self.params)
@@ -148,39 +148,39 @@ class ProjectData:
 
     # ------------------------------------------------------------------ project computations
     def state_features(self, scenario: str, df: pd.DataFrame) -> np.ndarray:
-        from pipeline_steps.infra.trace_states import state_features
+        from rlops.pipeline_steps.infra.trace_states import state_features
         return state_features(self.pack(scenario), df).numpy()
 
     def kmeans(self, X: np.ndarray, k: int, seed: int) -> np.ndarray:
         """The centroids ``[k', D]`` of the project's k-means (k-means++ seeding, Lloyd)."""
         import torch
 
-        from pipeline_steps.labels.select import kmeans
+        from rlops.pipeline_steps.labels.select import kmeans
         _, centroids = kmeans(torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)), k, seed)
         return centroids.numpy()
 
     def error_flags(self, col: pd.Series) -> np.ndarray:
-        from pipeline_steps.infra.trace_states import error_flags
+        from rlops.pipeline_steps.infra.trace_states import error_flags
         return error_flags(col)
 
     def components(self, df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str | None]]:
-        from pipeline_steps.audit.replay import component_frame
+        from rlops.pipeline_steps.audit.replay import component_frame
         return component_frame(df)
 
     def return_to_go(self, df: pd.DataFrame, values: pd.DataFrame) -> pd.DataFrame:
-        from pipeline_steps.audit.replay import to_go
+        from rlops.pipeline_steps.audit.replay import to_go
         return to_go(df, values)
 
     def describe_cluster(self, scenario: str, rows: pd.DataFrame, everything: pd.DataFrame) -> list[str]:
-        from pipeline_steps.audit.replay import describe_cluster
+        from rlops.pipeline_steps.audit.replay import describe_cluster
         return describe_cluster(self.pack(scenario), rows, everything)
 
     def state_prefix(self) -> str:
-        from pipeline_steps.infra.trace_states import STATE_PREFIX
+        from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX
         return STATE_PREFIX
 
     def mask_matrix(self, scenario: str, col: pd.Series) -> np.ndarray:
-        from pipeline_steps.infra.trace_states import mask_matrix
+        from rlops.pipeline_steps.infra.trace_states import mask_matrix
         return mask_matrix(col, self.pack(scenario).scenario.n_actions)
 
     def action_names(self, scenario: str) -> list[str]:
@@ -191,7 +191,7 @@ class ProjectData:
         (None when the rows were not served by a registered version that can be loaded)."""
         import torch
 
-        from pipeline_steps.infra.trace_states import observations_from_traces
+        from rlops.pipeline_steps.infra.trace_states import observations_from_traces
         policy = self._policy(scenario, version)
         if policy is None:
             return None
@@ -205,7 +205,7 @@ class ProjectData:
         with self._lock:
             if key in self._policies:
                 return self._policies[key]
-        from pipeline_steps.infra.policy_loader import load_policy_ref
+        from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
         try:
             dst = Path(tempfile.mkdtemp(prefix="rlops-console-policy-"))
             loaded = load_policy_ref(self.context(scenario), version, dst)
@@ -218,7 +218,7 @@ class ProjectData:
 
     # ------------------------------------------------------------------ registry (MLflow)
     def model_names(self, scenario: str) -> dict[str, str]:
-        from pipeline_steps.infra.registry import policy_model_name, reward_fn_model_name, reward_model_name
+        from rlops.pipeline_steps.infra.registry import policy_model_name, reward_fn_model_name, reward_model_name
         return {"policy": policy_model_name(scenario), "reward_model": reward_model_name(scenario),
                 "reward_fn": reward_fn_model_name(scenario)}
 

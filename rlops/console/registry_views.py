@@ -12,7 +12,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra import tags as T
 from rlops.console.data import ProjectData
 from rlops.console.service import NotFound
 

@@ -4,7 +4,7 @@ pays off several steps later."""
 
 import torch
 
-from sandbox.reward import component, rule_ref
+from rlops.sandbox.reward import component, rule_ref
 
 VERSION_LABEL = "v1"
 WEIGHTS = {"cost": 1.0, "retention": 1.0, "efficiency": 1.0}

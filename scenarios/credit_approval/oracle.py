@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from sandbox.env import BatchedEnv
-from sandbox.pack import Pack
+from rlops.sandbox.env import BatchedEnv
+from rlops.sandbox.pack import Pack
 
 DECISIONS = ("approve", "approve_reduced", "reject", "escalate_to_human")
 

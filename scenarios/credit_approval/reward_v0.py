@@ -4,7 +4,7 @@ An agent trained on it approves too much to low-score applicants; reward_v1 fixe
 
 import torch
 
-from sandbox.reward import component, rule_ref
+from rlops.sandbox.reward import component, rule_ref
 
 VERSION_LABEL = "v0"
 WEIGHTS = {"compliance": 1.0, "risk": 1.0, "service": 1.0, "efficiency": 1.0}

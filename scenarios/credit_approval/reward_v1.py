@@ -3,7 +3,7 @@
 
 import torch
 
-from sandbox.reward import component, rule_ref
+from rlops.sandbox.reward import component, rule_ref
 
 VERSION_LABEL = "v1"
 WEIGHTS = {"compliance": 1.0, "risk": 1.0, "service": 1.0, "efficiency": 1.0}

@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 import torch
 
-from sandbox.env import BatchedEnv
-from sandbox.pack import Pack
+from rlops.sandbox.env import BatchedEnv
+from rlops.sandbox.pack import Pack
 
 Tensor = torch.Tensor
 INTAKE, UNDERWRITING = "intake", "underwriting"

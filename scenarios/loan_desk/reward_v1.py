@@ -4,7 +4,7 @@ net of its expected credit loss, handling time) plus each role's own rules
 
 import torch
 
-from sandbox.reward import component, rule_ref
+from rlops.sandbox.reward import component, rule_ref
 
 VERSION_LABEL = "v1"
 WEIGHTS = {"margin": 1.0, "operations": 1.0, "compliance": 1.0}

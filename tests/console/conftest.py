@@ -53,7 +53,7 @@ def _test_params(home: Path) -> Path:
     and smaller budgets than ``make demo`` so the session stays short."""
     import yaml
 
-    from common.config import REPO_ROOT
+    from rlops.common.config import REPO_ROOT
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
     params.setdefault("evaluate", {})["latency_p99_ms"] = 500.0
     params.setdefault("demo", {}).update(capture_episodes=1000, reward_model_pairs=300, timesteps=150_000)
@@ -65,8 +65,8 @@ def _test_params(home: Path) -> Path:
 def _capture_champion_traffic() -> None:
     from datetime import datetime, timedelta, timezone
 
-    from pipeline_steps.capture.step import capture_step
-    from pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.capture.step import capture_step
+    from rlops.pipeline_steps.infra.context import StepContext
     next_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     ctx = StepContext.create(SCENARIO, next_hour.strftime("%Y%m%dT%H%M"))
     capture_step(ctx, simulate=True, profile="live", episodes=1000)

@@ -93,7 +93,7 @@ def test_cli_refuses_a_public_address_without_token(monkeypatch: pytest.MonkeyPa
     from rlops.console.cli import resolve_token
     monkeypatch.delenv("RLOPS_CONSOLE_TOKEN", raising=False)
     assert resolve_token("127.0.0.1", None) is None and resolve_token("::1", None) is None
-    from common.errors import UserError
+    from rlops.common.errors import UserError
     with pytest.raises(UserError, match="not a loopback address"):
         resolve_token("0.0.0.0", None)
     assert resolve_token("0.0.0.0", "t") == "t"

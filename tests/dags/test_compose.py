@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 import yaml
+from rlops.common.config import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 DOCKER = REPO / "docker"
 COMPOSE_FILE = DOCKER / "docker-compose.yaml"
 ENV_EXAMPLE = DOCKER / ".env.example"
@@ -42,7 +43,7 @@ AIRFLOW_SERVICES = (
     "airflow-worker-gpu",
 )
 REQUIRED_SERVICES = (*AIRFLOW_SERVICES, "postgres", "redis", "minio", "minio-init", "mlflow")
-# Environment the rlops code reads (common/config.py adds its overrides in test_project_env).
+# Environment the rlops code reads (rlops/common/config.py adds its overrides in test_project_env).
 PROJECT_ENV = (
     "RLOPS_PARAMS",
     "RLOPS_HOME",
@@ -269,7 +270,7 @@ def test_airflow_services_share_the_common_environment(services: dict[str, dict[
 
 
 def test_project_env_is_set_for_every_airflow_service(services: dict[str, dict[str, Any]]) -> None:
-    from common import config
+    from rlops.common import config
     wanted = set(PROJECT_ENV) | set(config._ENV_OVERRIDES)  # every override the loader knows
     for name in AIRFLOW_SERVICES:
         env = env_of(services[name])

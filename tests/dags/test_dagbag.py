@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from rlops.common.config import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 DAG_IDS = {"trace_capture": "*/15 * * * *", "drift_monitor": "@hourly", "label_queue": "@hourly",
            "retrain_incremental": "*/15 * * * *", "retrain_full": "@hourly", "promote": None}
 HEAVY = ("torch", "mlflow", "great_expectations", "boto3", "pandas", "sandbox", "model")
@@ -93,7 +94,7 @@ def test_bad_conf_is_rejected_by_the_typed_params(dagbag, key: str, value: objec
 
 
 def test_conf_that_passes_types_but_not_the_project_fails_the_first_task() -> None:
-    from pipeline_steps.orchestration.tasks import ConfError, validate_conf
+    from rlops.pipeline_steps.orchestration.tasks import ConfError, validate_conf
     good = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 5000, "mode": "full",
             "dry_run": True}
     assert validate_conf(good)["run_key"]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from common.config import REPO_ROOT, deep_merge
+from rlops.common.config import REPO_ROOT, deep_merge
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # pytest's default import mode adds it too
     sys.path.insert(0, str(Path(__file__).resolve().parent))

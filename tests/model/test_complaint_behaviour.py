@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 import torch
 
-from model.pack_defaults import derive_defaults
-from model.policy import as_act_fn
-from model.ppo import train
-from sandbox.pack import load_pack
-from sandbox.policies import evaluate_policy, load_oracle, random_policy, rule_policy
+from rlops.model.pack_defaults import derive_defaults
+from rlops.model.policy import as_act_fn
+from rlops.model.ppo import train
+from rlops.sandbox.pack import load_pack
+from rlops.sandbox.policies import evaluate_policy, load_oracle, random_policy, rule_policy
+from rlops.common.config import REPO_ROOT
 
-PACK = Path(__file__).resolve().parents[2] / "scenarios" / "complaint_handling"
+PACK = REPO_ROOT / "scenarios" / "complaint_handling"
 HELD_OUT_SEED = 5_000_000
 
 

@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 import torch
 
-from model.policy import (PolicyConfig, PolicyNetwork, RoleHeads, as_act_fn, export_policy, load_exported,
+from rlops.model.policy import (PolicyConfig, PolicyNetwork, RoleHeads, as_act_fn, export_policy, load_exported,
                           load_policy, save_policy)
-from model.ppo import PPOConfig, train
-from sandbox.pack import load_pack
-from sandbox.policies import evaluate_policy, random_policy, rule_policy
+from rlops.model.ppo import PPOConfig, train
+from rlops.sandbox.pack import load_pack
+from rlops.sandbox.policies import evaluate_policy, random_policy, rule_policy
+from rlops.common.config import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 DESK = REPO / "scenarios" / "loan_desk"
 HELD_OUT_SEED = 5_000_000
 

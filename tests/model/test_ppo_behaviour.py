@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 import torch
 
-from model.checkpoint import latest_checkpoint, list_checkpoints
-from model.policy import as_act_fn, save_policy
-from model.ppo import PPOConfig, RewardSwitch, train
-from sandbox.pack import load_pack
-from sandbox.policies import evaluate_policy, load_oracle, random_policy, rule_policy
+from rlops.model.checkpoint import latest_checkpoint, list_checkpoints
+from rlops.model.policy import as_act_fn, save_policy
+from rlops.model.ppo import PPOConfig, RewardSwitch, train
+from rlops.sandbox.pack import load_pack
+from rlops.sandbox.policies import evaluate_policy, load_oracle, random_policy, rule_policy
+from rlops.common.config import REPO_ROOT
 
-PACK = Path(__file__).resolve().parents[2] / "scenarios" / "credit_approval"
+PACK = REPO_ROOT / "scenarios" / "credit_approval"
 HELD_OUT_SEED = 5_000_000  # training envs use seeds 0.. ; evaluation never overlaps them
 SMALL = dict(num_steps=8, num_minibatches=2, update_epochs=2, hidden_sizes=(32, 32), embed_dim=8, device="cpu",
              seed=3, learning_rate=2.5e-3)
@@ -201,7 +202,7 @@ def test_default_budget_reaches_95_percent_of_the_oracle_for_any_seed(pack: Any,
 
 
 def test_early_stopping_on_an_evaluation_plateau_returns_the_best_evaluated_policy(pack: Any) -> None:
-    from model.early_stop import EvalPlateau
+    from rlops.model.early_stop import EvalPlateau
     # Every iteration is evaluated; an improvement must exceed 10 (never), so the run stops after
     # the first evaluation plus `patience` evaluations without progress.
     cfg = PPOConfig(total_timesteps=256 * 8 * 20, plateau_eval_every=1, plateau_patience=2, plateau_min_delta=10.0,

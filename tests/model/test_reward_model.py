@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 import torch
 
-from model.reward_model import (PreferencePairs, RewardModelConfig, bradley_terry_loss, load_reward_model,
+from rlops.model.reward_model import (PreferencePairs, RewardModelConfig, bradley_terry_loss, load_reward_model,
                                 pairwise_accuracy, save_reward_model, score, spearman, train_reward_model)
-from model.reward_pairs import (build_preference_pairs, collect_reward_dataset, latent_columns, resolve_continuation,
+from rlops.model.reward_pairs import (build_preference_pairs, collect_reward_dataset, latent_columns, resolve_continuation,
                                 rule_continuation)
-from sandbox.pack import load_pack
+from rlops.sandbox.pack import load_pack
+from rlops.common.config import REPO_ROOT
 
-PACK = Path(__file__).resolve().parents[2] / "scenarios" / "credit_approval"
+PACK = REPO_ROOT / "scenarios" / "credit_approval"
 DECISIONS = {"approve", "approve_reduced", "reject"}
 
 

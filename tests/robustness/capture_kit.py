@@ -19,7 +19,7 @@ END = START + timedelta(hours=1)
 
 @functools.lru_cache(maxsize=1)
 def contract() -> Any:
-    from data_contracts.schema import trace_contract
+    from rlops.data_contracts.schema import trace_contract
     return trace_contract(SCENARIO, ACTIONS, FIELDS)
 
 
@@ -48,14 +48,14 @@ def write_file(tmp: Path, lines: list[str | bytes], name: str = "", minute: int 
 
 
 def capture(tmp: Path, **kw: Any) -> Any:
-    from pipeline_steps.capture.core import capture_landing_zone
-    from pipeline_steps.infra.storage import Storage
+    from rlops.pipeline_steps.capture.core import capture_landing_zone
+    from rlops.pipeline_steps.infra.storage import Storage
     return capture_landing_zone(Storage(f"file://{tmp}", retries=1), f"file://{tmp / 'landing'}",
                                 f"file://{tmp / 'traces'}", SCENARIO, contract(), START, END, **kw)
 
 
 def reasons(tmp: Path) -> list[str]:
-    from pipeline_steps.infra.storage import Storage
+    from rlops.pipeline_steps.infra.storage import Storage
     q = tmp / "quarantine"
     if not q.is_dir():
         return []

@@ -28,8 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+from rlops.common.config import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 OUTCOMES = ("clean", "traceback", "hang", "accepted", "lost")
 #: The bad outcomes the robustness suite counts (and requires to be zero).
 BAD = ("traceback", "hang", "accepted", "lost")

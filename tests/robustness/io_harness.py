@@ -6,7 +6,7 @@ storage underneath) and a ``run(tmp)`` that feeds it to the code under test and 
 ``"accepted"`` (a bad value went through, or an error did not say what and where) or ``"lost"``
 (rows in != rows accepted + rows quarantined, a line or file dropped without a word). Besides:
 
-* ``traceback`` — an exception escaped that is not an :class:`~common.errors.RlopsError`, or a
+* ``traceback`` — an exception escaped that is not an :class:`~rlops.common.errors.RlopsError`, or a
   command printed a traceback / an ``internal error`` line for what is a user or storage error;
 * ``hang``      — the probe did not finish within its timeout (SIGALRM interrupts it).
 
@@ -66,7 +66,7 @@ def deadline(seconds: float) -> Iterator[None]:
 
 
 def run_probe(probe: IOProbe, scratch: Path) -> Outcome:
-    from common.errors import RlopsError
+    from rlops.common.errors import RlopsError
     tmp = scratch / probe.id
     tmp.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -113,7 +113,7 @@ def failures(outcomes: Sequence[Outcome]) -> str:
 def expect_error(fn: Callable[[], Any], exit_code: int, mentions: Sequence[str] = ()) -> Verdict:
     """``fn()`` must raise an :class:`RlopsError` with ``exit_code`` whose message mentions every
     one of ``mentions``; any other exception propagates (a traceback), a return is "accepted"."""
-    from common.errors import RlopsError
+    from rlops.common.errors import RlopsError
     try:
         got = fn()
     except RlopsError as exc:

@@ -37,7 +37,7 @@ rules:
 REWARD = '''\
 import torch
 
-from sandbox.reward import component, rule_ref
+from rlops.sandbox.reward import component, rule_ref
 
 WEIGHTS = {"service": 1.0}
 CLIP = 5.0

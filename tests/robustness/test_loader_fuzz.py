@@ -14,8 +14,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sandbox.errors import PackError
-from sandbox.pack import load_pack
+from rlops.sandbox.errors import PackError
+from rlops.sandbox.pack import load_pack
 
 from .packs import SCENARIO, write_pack
 

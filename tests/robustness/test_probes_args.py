@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from .io_harness import BAD, IOProbe, Verdict, expect_cli_error, failures, report, run_all
-from common.arguments import MAX_EPISODES, count, fraction
+from rlops.common.arguments import MAX_EPISODES, count, fraction
 
 
 def arg(id: str, argv: list[str], mentions: tuple[str, ...]) -> IOProbe:
@@ -52,7 +52,7 @@ PROBES = [
 
 def _validators(tmp: Path) -> Verdict:
     """The validators themselves, on values argparse would never pass on (bools, text, None)."""
-    from common.errors import UserError
+    from rlops.common.errors import UserError
     for bad in (True, None, "x", 0, 1.5, float("nan"), [1]):
         try:
             count("--n", bad)

@@ -43,7 +43,7 @@ def good_line(id: str, text: str, check: str | None = None) -> IOProbe:
         if bad:
             return bad[0], f"{bad[1]}; reasons {reasons(tmp)}"
         if check:
-            from pipeline_steps.infra.storage import Storage
+            from rlops.pipeline_steps.infra.storage import Storage
             extra = Storage(f"file://{tmp}").read_parquet(f"file://{tmp / 'traces'}")["extra"].dropna().tolist()
             if not any(check in e for e in extra):
                 return "lost", f"{check!r} is not kept in extra: {extra}"
@@ -260,7 +260,7 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st
                 min_size=1, max_size=20))
 def test_generated_lines_never_crash_and_lose_nothing(lines: list[str]) -> None:
     """Any list of lines: parse_json_lines returns one row or one reason per line, never raises."""
-    from data_contracts.records import parse_json_lines
+    from rlops.data_contracts.records import parse_json_lines
     lines = [ln for ln in lines if ln.strip()] or ["{}"]
     rows, unparseable = parse_json_lines(lines)
     assert len(rows) + len(unparseable) == len(lines)

@@ -61,7 +61,7 @@ def error_server(status: int, body: bytes = b"", hang: bool = False) -> tuple[st
 
 
 def s3_storage(endpoint: str, root: str = "s3://rlops-probe/root") -> object:
-    from pipeline_steps.infra.storage import Storage
+    from rlops.pipeline_steps.infra.storage import Storage
     return Storage(root, endpoint_url=endpoint, retries=2, backoff_s=0.01, connect_timeout_s=1.0,
                    read_timeout_s=1.0)
 
@@ -128,7 +128,7 @@ def moto_probes(endpoint: str) -> list[IOProbe]:
             "s3://no-such-bucket/x/landing"), 1, ["no-such-bucket", "list"])
 
     def missing_key_read(tmp: Path) -> Verdict:
-        from pipeline_steps.infra.storage import StorageNotFoundError
+        from rlops.pipeline_steps.infra.storage import StorageNotFoundError
         try:
             s3_storage(endpoint, "s3://rlops-test/x").read_bytes("s3://rlops-test/x/none.json")  # type: ignore[attr-defined]
         except StorageNotFoundError as exc:
@@ -140,7 +140,7 @@ def moto_probes(endpoint: str) -> list[IOProbe]:
         return None if got == [] else ("accepted", f"{got}")
 
     def capture_from_missing_bucket(tmp: Path) -> Verdict:
-        from pipeline_steps.capture.core import capture_landing_zone
+        from rlops.pipeline_steps.capture.core import capture_landing_zone
         from .capture_kit import END, SCENARIO, START, contract
         storage = s3_storage(endpoint, "s3://rlops-test/x")
         return expect_error(lambda: capture_landing_zone(storage, "s3://no-such-landing", "s3://rlops-test/x/traces",  # type: ignore[arg-type]
@@ -148,7 +148,7 @@ def moto_probes(endpoint: str) -> list[IOProbe]:
 
     def capture_reads_gz_from_s3(tmp: Path) -> Verdict:
         import gzip
-        from pipeline_steps.capture.core import capture_landing_zone
+        from rlops.pipeline_steps.capture.core import capture_landing_zone
         from .capture_kit import END, SCENARIO, START, contract
         storage = s3_storage(endpoint, "s3://rlops-test/x")
         key = f"s3://rlops-test/x/landing/scenario={SCENARIO}/date=2026-01-05/hour=10/20260105T100500000000Z-a-1-0.JSONL.gz"
@@ -222,7 +222,7 @@ def mounts(tmp_path: Path) -> Iterator[dict[str, Path | str]]:
 
 
 def local_probes(mounts: dict[str, Path | str]) -> tuple[list[IOProbe], list[str]]:
-    from pipeline_steps.infra.storage import Storage
+    from rlops.pipeline_steps.infra.storage import Storage
     probes, skipped = [], []
     ro, tiny = mounts["ro"], mounts["tiny"]
 
@@ -243,7 +243,7 @@ def local_probes(mounts: dict[str, Path | str]) -> tuple[list[IOProbe], list[str
                                 ["write", "Read-only"])
 
         def ro_capture(tmp: Path) -> Verdict:
-            from pipeline_steps.capture.core import capture_landing_zone
+            from rlops.pipeline_steps.capture.core import capture_landing_zone
             from .capture_kit import END, SCENARIO, START, contract
             write_file(tmp, [line(0, "a")])
             return expect_error(lambda: capture_landing_zone(
@@ -262,7 +262,7 @@ def local_probes(mounts: dict[str, Path | str]) -> tuple[list[IOProbe], list[str
 
         def full_capture(tmp: Path) -> Verdict:
             write_file(tmp, [line(i, "big", extra={"pad": secrets.token_hex(1000)}) for i in range(200)])
-            from pipeline_steps.capture.core import capture_landing_zone
+            from rlops.pipeline_steps.capture.core import capture_landing_zone
             from .capture_kit import END, SCENARIO, START, contract
             verdict = expect_error(lambda: capture_landing_zone(
                 Storage(f"file://{tmp}"), f"file://{tmp / 'landing'}", f"file://{tiny}/traces", SCENARIO, contract(),

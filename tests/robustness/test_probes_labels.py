@@ -32,7 +32,7 @@ GOOD = task("it-2", ("reject",))
 
 def malformed(id: str, bad: Any, mention: str) -> IOProbe:
     def run(tmp: Path) -> Verdict:
-        from pipeline_steps.labels.importing import parse_annotations
+        from rlops.pipeline_steps.labels.importing import parse_annotations
         labels, rejected, empty, conflicts = parse_annotations([bad, GOOD], ITEMS)
         if [lab["item_id"] for lab in labels] != ["it-2"]:
             return ("accepted" if len(labels) > 1 else "lost"), f"labels {labels}"
@@ -73,7 +73,7 @@ TASK_PROBES = [
 
 
 def _conflict(tmp: Path) -> Verdict:
-    from pipeline_steps.labels.importing import parse_annotations
+    from rlops.pipeline_steps.labels.importing import parse_annotations
     labels, rejected, _, conflicts = parse_annotations(
         [task("it-1", ("approve",)), task("it-1", ("reject",), ann={"updated_at": "2026-01-06T00:00:00Z"}), GOOD],
         ITEMS)
@@ -85,20 +85,20 @@ def _conflict(tmp: Path) -> Verdict:
 
 
 def _agreeing_duplicates(tmp: Path) -> Verdict:
-    from pipeline_steps.labels.importing import parse_annotations
+    from rlops.pipeline_steps.labels.importing import parse_annotations
     labels, _, _, conflicts = parse_annotations([task("it-1"), task("it-1"), GOOD], ITEMS)
     ok = sorted(lab["item_id"] for lab in labels) == ["it-1", "it-2"] and not conflicts
     return None if ok else ("lost", f"labels {labels}, conflicts {conflicts}")
 
 
 def _cancelled_only(tmp: Path) -> Verdict:
-    from pipeline_steps.labels.importing import parse_annotations
+    from rlops.pipeline_steps.labels.importing import parse_annotations
     labels, rejected, empty, _ = parse_annotations([task(ann={"was_cancelled": True}), GOOD], ITEMS)
     return None if (len(labels), len(rejected), empty) == (1, 0, 1) else ("lost", f"{labels} {rejected} {empty}")
 
 
 def _export_not_a_list(tmp: Path) -> Verdict:
-    from pipeline_steps.labels.importing import parse_annotations
+    from rlops.pipeline_steps.labels.importing import parse_annotations
     try:
         parse_annotations({"tasks": []}, ITEMS)
     except ValueError as exc:

@@ -2,7 +2,7 @@
 
 import torch
 
-from sandbox.reward import component, rule_ref
+from rlops.sandbox.reward import component, rule_ref
 
 
 @component(objective="progress", reason="the counter went up")

@@ -1,0 +1,14 @@
+"""The learners of rlops.
+
+* :mod:`rlops.model.policy` — the actor-critic policy network (MLP + attention over the action history,
+  the action mask as input and on the logits), serving export and save/load;
+* :mod:`rlops.model.ppo` / :mod:`rlops.model.ppo_config` — masked PPO on a batched sandbox environment
+  (``train(cfg, env, tracker) -> TrainResult``), with checkpoints (:mod:`rlops.model.checkpoint`) and
+  the EWC / action-smoothing regularisers (:mod:`rlops.model.ewc`);
+* :mod:`rlops.model.reward_model` / :mod:`rlops.model.reward_pairs` — the Bradley–Terry reward model and the
+  sandbox preference pairs it learns from.
+
+Submodules are imported explicitly; importing :mod:`rlops.model` itself loads nothing. The learners
+depend on torch only and reach the sandbox through the objects passed in (a pack, an env), so
+:mod:`rlops.model.policy` can ship alone with a served policy.
+"""

@@ -1,0 +1,166 @@
+"""``rlops capture``: one interval of traces into the validated trace store.
+
+Two sources, one contract:
+
+* **landing zone** (production): the JSON-lines files live agents wrote through
+  ``agent_sdk.Tracer`` for the interval are compacted by :func:`capture_landing_zone`;
+* **simulation** (no live agent yet, demos, shadow runs) — only when asked (``--simulate``, the
+  capture DAG's ``simulate`` conf, or ``capture.simulate_when_empty``): the ``champion`` policy
+  (or the pack's rule engine while there is none) runs in a named simulation profile, ``live`` by
+  default, and a ``sample_rate`` fraction of its episodes is recorded, as a live sampler would.
+  The result records ``source: simulation:<profile>`` (the rows stand in for live traffic, so
+  they carry the contract's ``live``/``sandbox`` source); episode ids are ``<scenario>-<run key>-<i>``, so they never collide across captures.
+
+Either way every row is validated against the scenario's trace contract (Great Expectations);
+rows that break it go to quarantine with their reason, and rows in = accepted + quarantined.
+The interval is the run key's (:class:`~rlops.common.run_key.RunKey`); its files are named after the
+run key, so a re-run overwrites them.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlops.pipeline_steps.infra.context import StepContext
+
+if TYPE_CHECKING:
+    from rlops.sandbox.pack import Pack
+    from rlops.sandbox.traces import TracePolicy
+
+
+def contract_for(pack: "Pack") -> Any:
+    from rlops.data_contracts.schema import trace_contract
+    return trace_contract(pack.name, pack.scenario.action_names, pack.scenario.spec.fields)
+
+
+def champion_trace_policy(ctx: StepContext, pack: "Pack", deterministic: bool = False
+                          ) -> tuple["TracePolicy", str]:
+    """The champion as a tracing policy (sampled actions with logp/entropy/value; its most likely
+    action with ``deterministic``, as the agent SDK's policy client serves it), or the rule
+    engine when no champion is registered yet."""
+    from rlops.sandbox.policies import rule_policy
+    try:
+        from rlops.pipeline_steps.training.policy import champion_policy
+        version, policy = champion_policy(ctx, Path(tempfile.mkdtemp(prefix="rlops-champion-")))
+    except Exception as exc:  # noqa: BLE001 - a registry outage must not stop capture
+        ctx.extra.setdefault("warnings", []).append(f"champion unavailable ({exc}); traced the rule engine")
+        version, policy = None, None
+    if policy is None:
+        return rule_policy, "rules"
+    import torch
+    gen = torch.Generator().manual_seed(int(ctx.params.get("seed", 0)))
+
+    def act(env: Any) -> Any:
+        out = policy.act(env.observe(), deterministic=deterministic, generator=gen)
+        return out.action, {"logp": out.logp, "entropy": out.entropy, "value": out.value}
+    return act, f"{ctx.scenario}-policy/{version}"
+
+
+def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int | None = None,
+                 sample_rate: float | None = None, profile: str | None = None, progress: bool = False
+                 ) -> dict[str, Any]:
+    """Capture the run key's interval. ``simulate=None`` uses the landing zone when it has files
+    for the interval and falls back to simulation when ``capture.simulate_when_empty`` is on.
+    ``progress`` draws a bar of the landing-zone rows read (a simulation is one batched rollout)."""
+    from rlops.common.arguments import MAX_EPISODES, count, fraction
+    from rlops.pipeline_steps.capture.core import capture_landing_zone
+    from rlops.sandbox.profiles import default_profile
+    cfg = ctx.section("capture")
+    # Arguments first (an explicit 0 is an error, never "the default"), then any work.
+    n_episodes = count("--episodes", episodes if episodes is not None else cfg.get("episodes", 2000),
+                       maximum=MAX_EPISODES)
+    rate = fraction("--sample-rate", sample_rate if sample_rate is not None else cfg.get("sample_rate", 1.0))
+    lateness = count("capture.max_lateness_minutes", cfg.get("max_lateness_minutes", 60), minimum=0,
+                     maximum=7 * 24 * 60)
+    pack = ctx.load_pack()
+    store = ctx.traces
+    landing, traces, quarantine = store.landing_uri, store.trace_uri, store.quarantine_uri
+    start, end = ctx.key.start, ctx.key.end
+    has_files = bool(store.landing_files(ctx.scenario, ctx.key))
+    if simulate is None:  # simulated traffic is never stored as live unless the configuration asks
+        simulate = not has_files and bool(cfg.get("simulate_when_empty", False))
+    base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "interval": [start.isoformat(), end.isoformat()],
+            "dry_run": ctx.dry_run}
+    if not simulate:
+        res = capture_landing_zone(ctx.storage, landing, traces, ctx.scenario, contract_for(pack), start, end,
+                                   chunk_rows=int(cfg.get("chunk_rows", 100_000)), dry_run=ctx.dry_run,
+                                   quarantine_root_uri=quarantine, run_key=ctx.run_key, progress=progress,
+                                   max_lateness=timedelta(minutes=lateness))
+        out = {**base, "source": "landing_zone", **_counts(res.rows_in, res.rows_accepted, res.rows_quarantined),
+               "partitions": res.partitions, "quarantine_uri": res.quarantine_uri,
+               "files_skipped": res.files_skipped,
+               "warnings": [f"landing file not read (expected .jsonl or .jsonl.gz): {u}" for u in res.files_skipped]}
+    else:
+        out = {**base, **simulate_capture(ctx, pack, traces, quarantine, start, n_episodes, rate,
+                                          default_profile(pack, "production", profile or cfg.get("profile")))}
+    if not ctx.dry_run and bool(cfg.get("track", True)):
+        track_capture(ctx, out)
+    return out
+
+
+def capture_traces(ctx: StepContext, otlp_uri: str | None = None) -> dict[str, Any]:
+    """Capture the interval's agent decisions from MLflow's trace store, or from an OTLP/JSON export
+    file, under the same contract and quarantine as the landing zone."""
+    from rlops.pipeline_steps.capture.trace_sources import capture_trace_lines, mlflow_trace_lines, otlp_trace_lines
+    if otlp_uri:
+        out = capture_trace_lines(ctx, otlp_trace_lines(ctx.storage, otlp_uri), f"otlp:{otlp_uri}")
+    else:
+        start, end = ctx.key.start, ctx.key.end
+        experiment = str(ctx.section("capture").get("mlflow_experiment") or ctx.scenario)
+        found = mlflow_trace_lines(ctx.tracker.tracking_uri, experiment, start, end)
+        out = capture_trace_lines(ctx, found, f"mlflow:{experiment}")
+    if not ctx.dry_run and bool(ctx.section("capture").get("track", True)):
+        track_capture(ctx, out)
+    return out
+
+
+def track_capture(ctx: StepContext, out: dict[str, Any]) -> None:
+    """The capture's step run in the pass: row counts, and the partitions it wrote as datasets."""
+    from rlops.pipeline_steps.infra import tags as T
+    from rlops.pipeline_steps.infra.datasets import log_dataset_inputs, parquet_dataset
+    from rlops.pipeline_steps.infra.pass_run import step_run
+    with step_run(ctx, T.CAPTURE) as run:
+        run.log_params({"source": out.get("source"), "interval": " .. ".join(out["interval"])})
+        run.log_metrics({k: float(out[k]) for k in ("rows_in", "rows_accepted", "rows_quarantined")}, step=0)
+        parts = list(out.get("partitions") or [])[:50]  # a bound on what one run lists as inputs
+        log_dataset_inputs(run, [parquet_dataset(ctx.storage, p, f"traces-{ctx.scenario}") for p in parts],
+                           "captured")
+
+
+
+def _counts(rows_in: int, accepted: int, quarantined: int) -> dict[str, int]:
+    if rows_in != accepted + quarantined:  # the invariant every capture keeps
+        raise RuntimeError(f"capture lost rows: {rows_in} in, {accepted} accepted, {quarantined} quarantined")
+    return {"rows_in": rows_in, "rows_accepted": accepted, "rows_quarantined": quarantined}
+
+
+def simulate_capture(ctx: StepContext, pack: "Pack", traces: str, quarantine: str, start: datetime,
+                     episodes: int, sample_rate: float, profile: str) -> dict[str, Any]:
+    from rlops.pipeline_steps.capture.core import validate_rows
+    from rlops.pipeline_steps.infra.trace_store import (episode_prefix, write_quarantine_partitions,
+                                                  write_trace_partitions)
+    from rlops.sandbox.traces import rollout_traces
+    if profile not in pack.scenario.profiles:
+        from rlops.common.errors import UserError
+        raise UserError(f"capture --profile {profile!r}: pack {pack.name} has no such profile; "
+                        f"expected one of {sorted(pack.scenario.profiles)}")
+    policy, version = champion_trace_policy(ctx, pack)
+    # Seed and ids derive from the run key: each interval sees other applicants, ids never collide
+    # across run keys, and re-running a run key reproduces its rows.
+    seed = int(start.timestamp()) // 60 * 1000
+    df = rollout_traces(pack, policy, episodes, seed=seed, profile=profile,
+                        reward_version=ctx.reward_choice().reward_fn, policy_version=version,
+                        source="live" if profile == "live" else "sandbox", start_ts=start, sample_rate=sample_rate,
+                        episode_prefix=episode_prefix(ctx.scenario, ctx.run_key))
+    contract = contract_for(pack)
+    accepted, quarantined = validate_rows(df, contract)
+    parts = write_trace_partitions(ctx.storage, accepted, traces, ctx.run_key, contract=contract,
+                                   dry_run=ctx.dry_run)
+    qparts = write_quarantine_partitions(ctx.storage, quarantined, quarantine, ctx.scenario, ctx.run_key,
+                                         fallback_ts=start, dry_run=ctx.dry_run) if len(quarantined) else []
+    return {"source": f"simulation:{profile}", "policy_version": version, "episodes": episodes,
+            "sample_rate": sample_rate, **_counts(len(df), len(accepted), len(quarantined)),
+            "partitions": parts, "quarantine_partitions": qparts, "warnings": ctx.extra.get("warnings", [])}

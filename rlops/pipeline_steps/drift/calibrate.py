@@ -1,0 +1,355 @@
+"""``rlops calibrate --traces URI``: make the sandbox look like live traffic.
+
+Fields
+    Every observed field whose initial distribution has constant parameters is refitted by
+    maximum likelihood within its declared family: normal → mean/std, lognormal → mean/sigma of
+    the log, uniform → min/max, categorical → frequencies, bernoulli → rate. The values are the
+    fields' *initial* values: step-0 rows of live episodes for fields an action can change, and
+    the first row where the field is visible for fields no action changes (the credit score only
+    appears once the report is fetched, but it never changes). Fields with fewer than
+    ``min_rows`` values keep their declared distribution (reported as skipped).
+
+Simulation
+    Latency jitter: the residual ``latency_ms − declared mean latency of the action`` has mean
+    ``(lo + hi) / 2`` and variance ``(hi − lo)² / 12 + E[declared std²]``; solving these two
+    moment equations gives the jitter range. Per-API error rates: for the rows of actions
+    calling an API, ``1 − (1 − observed rate) / (1 − the actions' own error rate)``.
+
+Output
+    ``calibrations/<scenario>/<version>.json`` (version = run key; a re-run overwrites it) and
+    ``latest.json``. A calibration writes one profile only, ``calibrated`` (replacing an earlier
+    one): the fitted simulation, based on the pack's default profile, and the fitted field
+    distributions as its population. When live traffic is a mixture of populations (a Gaussian
+    mixture of the episodes' initial values, its number of components chosen by BIC, see
+    :mod:`rlops.pipeline_steps.drift.mixture`), the population is one segment per component, each
+    with the fields refitted on its episodes (``population`` in the calibration); otherwise it is
+    one segment of probability 1 holding the per-field fits (``fields``).
+    Every other profile, above all the production stand-in ``live``, is left as declared, so
+    re-running a run key on the same traces writes the same calibration. Train with
+    ``profile="calibrated"``. The calibration also records the fit and a check: KS statistics
+    (total-variation distance for categorical fields) of sandbox initial states against live
+    before and after; a field whose fit matches live worse than the current sandbox (by more than
+    ``worse_tolerance``) is refused and listed under ``rejected``, and every field not fitted is
+    listed under ``skipped`` with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+from rlops.sandbox.profiles import CALIBRATED
+
+if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: registering the CLI stays light
+    import numpy as np
+    import pandas as pd
+
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.sandbox.pack import Pack
+    from rlops.sandbox.spec import FieldSpec
+
+PROFILE = CALIBRATED  # the profile a calibration writes
+
+
+@dataclass(frozen=True)
+class RecalConfig:
+    """The ``recalibrate:`` block of params."""
+
+    min_rows: int = 30
+    source: str | None = "live"
+    window_hours: float | None = None
+    check_samples: int = 20_000
+    seed: int = 7
+    worse_tolerance: float = 0.01  # a fit whose distance to live grows by more is refused
+    max_components: int = 3  # population segments a calibration may fit (1: one distribution per field)
+    min_component_weight: float = 0.05  # a smaller mixture component is not a segment
+
+    @classmethod
+    def from_section(cls, cfg: dict[str, Any]) -> "RecalConfig":
+        unknown = sorted(set(cfg) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"params recalibrate: unknown key(s) {unknown} (expected {sorted(cls.__dataclass_fields__)})")
+        return cls(**{k: v for k, v in cfg.items() if v is not None or k in ("source", "window_hours")})
+
+
+# --------------------------------------------------------------------------- field fits
+def fittable(f: "FieldSpec") -> bool:
+    """Observed, and initialised from a distribution whose parameters are constants."""
+    if not f.observed or f.init.dist is None:
+        return False
+    params = f.init.params
+    if f.init.dist == "categorical":
+        probs = params["probs"]
+        vals = probs.values() if isinstance(probs, dict) else probs
+        return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in params.values())
+
+
+def unfittable_reason(f: "FieldSpec") -> str:
+    """Why :func:`fittable` said no, in the words the calibration report uses."""
+    if not f.observed:
+        return "not observed: production traces do not carry it"
+    if f.init.dist is None:
+        return "no sampling distribution (a constant or expression initial value)"
+    return f"the {f.init.dist} distribution's parameters are expressions, not constants"
+
+
+def changed_by_actions(pack: "Pack") -> set[str]:
+    return {target for a in pack.scenario.spec.actions for e in a.effects for target in e.set}
+
+
+def initial_values(pack: "Pack", df: pd.DataFrame, path: str, changed: bool) -> np.ndarray:
+    """A field's initial value per episode (see module docstring); NaNs dropped."""
+    import numpy as np
+    return initial_series(pack, df, path, changed).to_numpy(np.float64)
+
+
+def initial_series(pack: "Pack", df: pd.DataFrame, path: str, changed: bool) -> pd.Series:
+    """:func:`initial_values` indexed by episode id (episodes in sorted order)."""
+    import numpy as np
+    import pandas as pd
+
+    from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX, field_values
+    col = STATE_PREFIX + path
+    if col not in df.columns:
+        return pd.Series([], dtype=np.float64)
+    vals = field_values(pack, path, df[col])
+    frame = pd.DataFrame({"e": df["episode_id"].to_numpy(), "s": pd.to_numeric(df["step"]).to_numpy(), "v": vals})
+    frame = frame[frame["s"] == 0] if changed else frame.dropna(subset=["v"])
+    first = frame.sort_values(["e", "s"], kind="stable").drop_duplicates("e").dropna(subset=["v"])
+    return pd.Series(first["v"].to_numpy(np.float64), index=first["e"].to_numpy())
+
+
+def fit_field(f: "FieldSpec", x: np.ndarray, w: np.ndarray | None = None) -> dict[str, Any]:
+    """The MLE init spec of ``f``'s declared family from values ``x`` (enum codes, bools 0/1),
+    each value weighted by ``w`` when given (a population segment's responsibilities)."""
+    import numpy as np
+    dist = f.init.dist
+    w = np.ones_like(x, dtype=np.float64) if w is None else np.asarray(w, dtype=np.float64)
+
+    def moments(v: np.ndarray, wv: np.ndarray) -> tuple[float, float]:
+        m = float(np.average(v, weights=wv))
+        return m, max(float(np.sqrt(np.average((v - m) ** 2, weights=wv))), 1e-6)
+    if dist == "normal":
+        mean, std = moments(x, w)
+        return {"dist": "normal", "mean": mean, "std": std}
+    if dist == "lognormal":
+        pos = x > 0
+        if not pos.any():
+            raise ValueError(f"field {f.path}: no positive values to fit a lognormal")
+        mean, sigma = moments(np.log(x[pos]), w[pos])
+        return {"dist": "lognormal", "mean": mean, "sigma": sigma}
+    if dist == "uniform":
+        return {"dist": "uniform", "low": float(x.min()), "high": float(x.max())}
+    if dist == "categorical":
+        counts = np.bincount(x.astype(np.int64), weights=w, minlength=len(f.values))[:len(f.values)]
+        return {"dist": "categorical", "probs": {v: float(c) / float(counts.sum()) for v, c in zip(f.values, counts)}}
+    if dist == "bernoulli":
+        return {"dist": "bernoulli", "p": float(np.average(x, weights=w))}
+    raise ValueError(f"field {f.path}: cannot fit distribution {dist!r}")
+
+
+def declared(f: "FieldSpec") -> dict[str, Any]:
+    return {"dist": f.init.dist, **{k: (dict(v) if isinstance(v, dict) else v) for k, v in f.init.params.items()}}
+
+
+# --------------------------------------------------------------------------- simulation fits
+def fit_simulation(pack: "Pack", df: pd.DataFrame, min_rows: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(profile, fit details)``: the ``calibrated`` profile and what it was fitted from."""
+    import numpy as np
+    import pandas as pd
+
+    from rlops.pipeline_steps.infra.trace_states import action_codes, error_flags
+    spec = pack.scenario.spec
+    base = spec.profiles[spec.default_profile]
+    codes = action_codes(pack, df["action"])
+    latency = pd.to_numeric(df.get("latency_ms"), errors="coerce").to_numpy(np.float64) \
+        if "latency_ms" in df.columns else np.full(len(df), np.nan)
+    jitter, own_latency, details = fit_latency(pack, codes, latency, min_rows)
+    err = error_flags(df["error"]) if "error" in df.columns else np.zeros(len(df), dtype=bool)
+    own_rate = np.array([a.error_rate for a in spec.actions])[codes]
+    apis = np.array([a.api or "" for a in spec.actions], dtype=object)[codes]
+    rates = dict(base.error_rates)
+    per_api: dict[str, Any] = {}
+    for api in sorted({a.api for a in spec.actions if a.api}):
+        rows = apis == api
+        n = int(rows.sum())
+        if n < min_rows:
+            per_api[api] = {"rows": n, "skipped": f"fewer than {min_rows} rows"}
+            continue
+        observed = float(err[rows].mean())
+        own = float(own_rate[rows].mean())
+        rates[api] = float(np.clip(1.0 - (1.0 - observed) / max(1.0 - own, 1e-9), 0.0, 1.0))
+        per_api[api] = {"rows": n, "observed_rate": observed, "api_rate": rates[api]}
+    details["error_rates"] = per_api
+    profile = {"description": "fitted to live traces by rlops calibrate",
+               "latency_jitter_ms": {"min": float(jitter[0]), "max": float(jitter[1])},
+               "error_rates": {k: float(v) for k, v in rates.items()}}
+    if own_latency:
+        profile["action_latency_ms"] = own_latency
+    return profile, details
+
+
+def fit_latency(pack: "Pack", codes: np.ndarray, latency: np.ndarray, min_rows: int
+                ) -> tuple[list[float], dict[str, dict[str, float]], dict[str, Any]]:
+    """``(jitter range, per-action latency, details)``. An action's latency is its own normal
+    draw plus the profile's uniform jitter, common to all actions. Per action with ``min_rows``
+    rows, the residual against its declared latency has mean ``(lo + hi) / 2`` and variance
+    ``(hi − lo)² / 12 + declared std²``: the jitter is the median over actions of these moment
+    equations (so one action whose own latency changed — an API slowing down — does not bend
+    it), and each action's own mean and std are then what its rows leave after the jitter."""
+    import numpy as np
+    spec = pack.scenario.spec
+    base = spec.profiles[spec.default_profile]
+    ok = np.isfinite(latency)
+    per_action = [(a, latency[ok & (codes == j)]) for j, a in enumerate(spec.actions)]
+    per_action = [(a, x) for a, x in per_action if x.size >= min_rows]
+    details: dict[str, Any] = {"latency_rows": int(ok.sum())}
+    if not per_action:
+        return list(base.latency_jitter_ms), {}, details
+    center = float(np.median([x.mean() - a.latency_mean_ms for a, x in per_action]))
+    spread = float(np.median([x.var() - a.latency_std_ms ** 2 for a, x in per_action]))
+    width = math.sqrt(12.0 * max(spread, 0.0))
+    lo = max(0.0, center - width / 2)
+    hi = max(lo, center + width / 2)
+    own = {a.name: {"mean": max(float(x.mean()) - (lo + hi) / 2, 0.0),
+                    "std": math.sqrt(max(float(x.var()) - (hi - lo) ** 2 / 12.0, 0.0))} for a, x in per_action}
+    details.update(jitter_center_ms=center, jitter_width_ms=width, actions={a.name: int(x.size) for a, x in per_action})
+    return [lo, hi], own, details
+
+
+# --------------------------------------------------------------------------- the calibration
+def live_rows(df: pd.DataFrame, source: str | None) -> pd.DataFrame:
+    if source and "source" in df.columns:
+        df = df[df["source"] == source]
+    return df.reset_index(drop=True)
+
+
+def fit_calibration(pack: "Pack", df: pd.DataFrame, cfg: RecalConfig) -> dict[str, Any]:
+    """The calibration dict (``fields``, ``simulation``, ``fit``) from live trace rows."""
+    if df.empty:
+        raise ValueError(f"no {cfg.source or ''} trace rows to recalibrate from".replace("  ", " "))
+    missing = {"episode_id", "step", "action"} - set(df.columns)
+    if missing:
+        raise ValueError(f"trace rows lack column(s) {sorted(missing)}; expected the trace record")
+    from rlops.pipeline_steps.drift.mixture import fit_mixture, mixture_features, segment_population
+    changed = changed_by_actions(pack)
+    fields, fit, skipped, values = {}, {}, {}, {}
+    for f in pack.scenario.spec.fields:
+        if not fittable(f):
+            skipped[f.path] = unfittable_reason(f)
+            continue
+        values[f.path] = initial_series(pack, df, f.path, f.path in changed)
+        x = values[f.path].to_numpy()
+        if x.size < cfg.min_rows:
+            skipped[f.path] = f"{x.size} initial values (< min_rows {cfg.min_rows})"
+            continue
+        fields[f.path] = fit_field(f, x)
+        fit[f.path] = {"n": int(x.size), "declared": declared(f), "fitted": fields[f.path]}
+    profile, sim = fit_simulation(pack, df, cfg.min_rows)
+    out = {"fields": fields, "simulation": {"profiles": {PROFILE: profile}},
+           "fit": {"fields": fit, "skipped": skipped, "simulation": sim, "rows": len(df),
+                   "episodes": int(df["episode_id"].nunique())}}
+    features = mixture_features(pack, fields)
+    mix = fit_mixture(values, fields, features, cfg.max_components, cfg.min_component_weight, cfg.seed)
+    out["fit"]["mixture"] = {"features": features, "components": mix.components if mix else 1,
+                             "bic": mix.bic if mix else {}, "weights": mix.weights if mix else [1.0]}
+    if mix is not None:
+        out["population"] = segment_population(pack, values, fields, mix, cfg.min_rows)
+    return out
+
+
+def check_calibration(before: "Pack", before_profile: str, after: "Pack", df: pd.DataFrame,
+                      fitted: list[str], samples: int = 20_000, seed: int = 7) -> dict[str, dict[str, float]]:
+    """Distance of sandbox initial states to live initial values, before and after, per field:
+    KS statistic for numbers, total-variation distance for enums and bools."""
+    import numpy as np
+    import torch
+    from scipy.stats import ks_2samp
+    key = torch.arange(samples, dtype=torch.int64) * 7919 + seed
+    S_before = before.scenario.sample_initial(key, before_profile)
+    S_after = after.scenario.sample_initial(key, PROFILE)
+    changed = changed_by_actions(before)
+    out = {}
+    for path in fitted:
+        f = before.scenario.fields[path]
+        live = initial_values(before, df, path, path in changed)
+        col = before.scenario.columns[path]
+        b, a = S_before[:, col].double().numpy(), S_after[:, col].double().numpy()
+        if f.type in ("enum", "bool"):
+            k = len(f.values) if f.type == "enum" else 2
+            share = lambda v: np.bincount(v.astype(np.int64), minlength=k)[:k] / max(v.size, 1)  # noqa: E731
+            dist = lambda u, v: 0.5 * float(np.abs(share(u) - share(v)).sum())  # noqa: E731
+            out[path] = {"metric": "tv", "before": dist(b, live), "after": dist(a, live)}
+        else:
+            out[path] = {"metric": "ks", "before": float(ks_2samp(b, live).statistic),
+                         "after": float(ks_2samp(a, live).statistic)}
+    return out
+
+
+def worse_fits(check: dict[str, dict[str, float]], tolerance: float) -> list[str]:
+    """Fields whose fitted distribution is farther from live than the current sandbox's."""
+    return sorted(p for p, c in check.items() if c["after"] > c["before"] + tolerance)
+
+
+def active_profile(pack: "Pack") -> str:
+    from rlops.sandbox.profiles import default_profile
+    return default_profile(pack, "sandbox")
+
+
+def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, Any]:
+    """Fit, check and write a new calibration version; returns a summary."""
+    from rlops.pipeline_steps.infra.trace_store import read_traces
+    from rlops.sandbox.pack import load_pack
+    cfg = RecalConfig.from_section(ctx.section("recalibrate"))
+    uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
+    window = ctx.key.lookback(cfg.window_hours) if cfg.window_hours else None
+    df = live_rows(read_traces(ctx.storage, uri, window), cfg.source)
+    if "scenario" in df.columns:
+        df = df[df["scenario"] == ctx.scenario].reset_index(drop=True)
+    written = ctx.load_pack(calibration=None)
+    current = ctx.load_pack()
+    cal = fit_calibration(written, df, cfg)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    cal.update(version=ctx.run_key, scenario=ctx.scenario, created=now, traces_uri=uri)
+    after = load_pack(ctx.pack_dir, calibration=cal, check_liveness=False)
+    cal["check"] = check_calibration(current, active_profile(current), after, df, list(cal["fields"]),
+                                     cfg.check_samples, cfg.seed)
+    rejected = worse_fits(cal["check"], cfg.worse_tolerance)
+    if rejected:  # keep the current sandbox's distribution of a field whose fit matches live worse
+        from rlops.pipeline_steps.drift.mixture import drop_fields
+        cal["fit"]["rejected"] = {p: cal["check"][p] for p in rejected}
+        cal["fields"] = {p: v for p, v in cal["fields"].items() if p not in rejected}
+        if "population" in cal:
+            cal["population"] = drop_fields(cal["population"], set(rejected))
+        after = load_pack(ctx.pack_dir, calibration=cal, check_liveness=False)
+        cal["check"] = check_calibration(current, active_profile(current), after, df, list(cal["fields"]),
+                                         cfg.check_samples, cfg.seed)
+    version_uri = ctx.uri("calibrations", ctx.scenario, f"{ctx.run_key}.json")
+    latest_uri = ctx.uri("calibrations", ctx.scenario, "latest.json")
+    result = {"version": ctx.run_key, "calibration_uri": version_uri, "latest_uri": latest_uri,
+              "rows": len(df), "fields": sorted(cal["fields"]), "skipped": cal["fit"]["skipped"],
+              "rejected": cal["fit"].get("rejected", {}), "segments": len(cal.get("population") or []) or 1,
+              "profile": PROFILE, "simulation": cal["simulation"]["profiles"][PROFILE],
+              "check": cal["check"], "dry_run": ctx.dry_run, "run_id": None}
+    if ctx.dry_run:
+        return result
+    ctx.storage.write_json(version_uri, cal)
+    ctx.storage.write_json(latest_uri, cal)
+    from rlops.pipeline_steps.infra import tags as T
+    from rlops.pipeline_steps.infra.datasets import CALIBRATION, log_dataset_inputs, parquet_dataset
+    from rlops.pipeline_steps.infra.pass_run import step_run
+    with step_run(ctx, T.RECALIBRATE, extra_tags={T.CALIBRATION_VERSION: ctx.run_key}) as run:
+        log_dataset_inputs(run, [parquet_dataset(ctx.storage, uri, f"traces-{ctx.scenario}")], CALIBRATION)
+        flat = {f"{path}.{k}": v for path, spec in cal["fields"].items() for k, v in spec.items() if k != "dist"}
+        flat.update({f"sim.{k}": v for k, v in result["simulation"].items() if k != "description"})
+        run.log_params({**flat, "traces_uri": uri, "calibration_uri": version_uri})
+        run.log_metrics({f"{m}_{when}/{p}": v[when] for p, v in cal["check"].items()
+                         for when in ("before", "after") for m in [v["metric"]]} | {"rows": float(len(df))}, step=0)
+        run.log_dict(cal, f"calibration/{ctx.run_key}.json")
+        result["run_id"] = run.run_id
+    return result
+
+
+__all__ = ["RecalConfig", "fit_calibration", "fit_field", "fit_simulation", "check_calibration", "recalibrate"]

@@ -1,0 +1,112 @@
+"""The drift monitor's step: does live traffic still look like the sandbox we train in?
+
+Baseline: traces of the current champion as production serves it (its most likely action, as
+the agent SDK's policy client decides; the rule engine while there is none) in the
+calibrated sandbox (the pack under its latest calibration, profile ``calibrated``; the pack's
+default profile before the first calibration), encoded through the trace contract as live rows are, written to ``sandbox_traces/<scenario>/<run_key>.parquet``. Target: the live
+trace partition of the run key's hour. The field-by-field comparison is :func:`run_drift`, its
+p-values counting episodes (``drift.cluster``) and, once calibrated, the episodes the sandbox was
+fitted to (a fitted baseline carries its own estimation error). The baseline is a function of
+the pack, its calibration, the champion version, the reward function and the budget: an hour
+whose inputs are those of an earlier one reads that baseline back instead of rolling it again
+(``sandbox_traces/<scenario>/by_inputs/<digest>.parquet``). On top
+of it, a champion metric anomaly is flagged when the live mean episode return falls below the
+sandbox's by more than ``drift.anomaly_drop`` (and three standard errors). Either one asks for an
+emergency retrain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlops.pipeline_steps.infra.context import StepContext
+
+
+def window_uri(ctx: StepContext) -> str:
+    """The trace-store partition of the run key's hour."""
+    from rlops.pipeline_steps.infra.trace_store import join_uri, partition_path
+    t = ctx.key.start
+    return join_uri(ctx.traces.trace_uri,
+                    partition_path(scenario=ctx.scenario, date=f"{t:%Y-%m-%d}", hour=t.hour))
+
+
+def episode_returns(df: Any) -> np.ndarray:
+    return df.groupby("episode_id")["reward_total"].sum().to_numpy(dtype=float) if len(df) else np.zeros(0)
+
+
+def comparable_rows(pack: Any, df: Any) -> Any:
+    """Sandbox trace rows encoded as captured live rows are: through the same trace contract
+    (e.g. ``error`` becomes "error"/null as on live rows, not True/False), so a column's
+    distribution differs only where the worlds differ."""
+    from rlops.pipeline_steps.capture.core import validate_rows
+    from rlops.pipeline_steps.capture.step import contract_for
+    accepted, _ = validate_rows(df, contract_for(pack))
+    return accepted.reset_index(drop=True)
+
+
+def baseline_inputs(ctx: StepContext, pack: Any, profile: str, episodes: int, reward_fn: str) -> tuple[str, str]:
+    """Digest of everything the sandbox baseline depends on (the champion read from its alias)."""
+    import hashlib
+    import json
+
+    from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
+    champion = ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION) or "rules"
+    doc = {"scenario": (pack.path / "scenario.yaml").read_text(), "calibration": pack.calibration,
+           "champion": str(champion), "profile": profile, "episodes": episodes, "reward_fn": reward_fn,
+           "reward_sha": pack.reward_fn(reward_fn).version, "seed": int(ctx.params.get("seed", 0))}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:24], str(champion)
+
+
+def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -> tuple[Any, str]:
+    """``(rows, policy version)`` of the champion in the calibrated sandbox, rolled out or read
+    back when an earlier check had the same inputs."""
+    from rlops.pipeline_steps.capture.step import champion_trace_policy
+    from rlops.sandbox.traces import rollout_traces
+    reward_fn = ctx.reward_choice().reward_fn
+    digest, champion = baseline_inputs(ctx, pack, profile, episodes, reward_fn)
+    cached = ctx.uri("sandbox_traces", ctx.scenario, "by_inputs", f"{digest}.parquet")
+    if ctx.storage.exists(cached):
+        df = ctx.storage.read_parquet(cached)
+        return df, str(df["policy_version"].iloc[0]) if len(df) else "rules"
+    policy, version = champion_trace_policy(ctx, pack, deterministic=True)
+    df = comparable_rows(pack, rollout_traces(pack, policy, episodes, seed=int(ctx.params.get("seed", 0)),
+                                              profile=profile, policy_version=version, reward_version=reward_fn))
+    if not ctx.dry_run and version.rsplit("/", 1)[-1] == champion:  # the champion did not move meanwhile
+        ctx.storage.write_parquet(cached, df)
+    return df, version
+
+
+def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]:
+    from rlops.pipeline_steps.drift.report import run_drift
+    from rlops.sandbox.profiles import default_profile
+    cfg = ctx.section("drift")
+    target = window_uri(ctx)
+    base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "target_uri": target, "dry_run": ctx.dry_run}
+    if not ctx.storage.list(target, suffix=".parquet"):
+        return {**base, "drifted_fields": [], "anomaly": False, "retrain": False,
+                "summary": f"no live traces at {target}; nothing to compare"}
+    pack = ctx.load_pack()  # with the latest calibration: the sandbox as it stands now
+    profile = default_profile(pack, "sandbox")
+    baseline_df, version = sandbox_baseline(ctx, pack, profile, int(episodes or cfg.get("baseline_episodes", 2000)))
+    baseline = ctx.uri("sandbox_traces", ctx.scenario, f"{ctx.run_key}.parquet")
+    if not ctx.dry_run:
+        ctx.storage.write_parquet(baseline, baseline_df)
+    fit_n = ((pack.calibration or {}).get("fit") or {}).get("episodes")
+    result = run_drift(ctx.params, baseline, target, ctx.report_uri("drift"), dry_run=ctx.dry_run,
+                       scenario=ctx.scenario, ctx=ctx, baseline_fit_n=fit_n) if not ctx.dry_run else None
+    live = ctx.storage.read_parquet(target)
+    r_live, r_base = episode_returns(live), episode_returns(baseline_df)
+    se = float(np.sqrt(r_live.var(ddof=1) / max(len(r_live), 1) + r_base.var(ddof=1) / max(len(r_base), 1))) \
+        if len(r_live) > 1 and len(r_base) > 1 else 0.0
+    drop = float(r_base.mean() - r_live.mean()) if len(r_live) and len(r_base) else 0.0
+    anomaly = drop > max(float(cfg.get("anomaly_drop", 0.1)), 3 * se)
+    drifted = list(result.drifted_fields) if result else []
+    return {**base, "baseline_uri": baseline, "policy_version": version, "profile": profile,
+            "calibration": (pack.calibration or {}).get("version"), "drifted_fields": drifted,
+            "report_uri": result.report_uri if result else None, "html_uri": result.html_uri if result else None,
+            "summary": result.summary if result else "dry run: no report written",
+            "live_mean_return": round(float(r_live.mean()), 4) if len(r_live) else None,
+            "sandbox_mean_return": round(float(r_base.mean()), 4), "anomaly": bool(anomaly),
+            "retrain": bool(drifted) or bool(anomaly)}

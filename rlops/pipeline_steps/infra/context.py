@@ -1,0 +1,118 @@
+"""What every pipeline step shares: params, storage, tracking, the scenario pack, the run key.
+
+A step is a plain function taking a :class:`StepContext` (plus its own small arguments) and
+returning a small JSON-able dict; the same dict is what the CLI prints with ``--json`` and what an
+Airflow task pushes to XCom. Storage layout under ``storage.root``::
+
+    landing/scenario=<s>/date=<d>/hour=<h>/*.jsonl live agents' trace files (agent_sdk.Tracer)
+    traces/scenario=<s>/date=<d>/hour=<h>/part-<run_key>.parquet
+    quarantine/scenario=<s>/date=<d>/hour=<h>/part-<run_key>.parquet   rows that broke the contract
+    calibrations/<scenario>/<version>.json         sandbox calibrations (+ latest.json)
+    reports/<step>/<scenario>/<run_key>/...        drift, stress, evaluation, audit reports
+
+A run key (:class:`~rlops.common.run_key.RunKey`) names the data interval a run works on
+(``20261130T0500``), so re-running a step for the same interval overwrites its outputs instead of
+adding to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlops.common.config import REPO_ROOT, load_params, resolve_local
+from rlops.common.run_key import RunKey
+
+if TYPE_CHECKING:
+    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.pipeline_steps.infra.trace_store import TraceStore
+    from rlops.pipeline_steps.infra.registry import Tracker
+    from rlops.sandbox.pack import Pack
+    from rlops.sandbox.reward_choice import RewardChoice
+
+@dataclass
+class StepContext:
+    """Params plus lazily built storage, tracker and pack for one step run."""
+
+    params: dict[str, Any]
+    run_key: str
+    scenario: str
+    dry_run: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, scenario: str | None = None, run_key: "RunKey | str | None" = None, dry_run: bool = False,
+               params: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None) -> "StepContext":
+        """A context for ``run_key`` (parsed strictly; None means the hour that has just ended)."""
+        p = params if params is not None else load_params(overrides=overrides)
+        return cls(p, str(RunKey.of(run_key)), scenario or str(p.get("scenario")), dry_run)
+
+    @property
+    def key(self) -> RunKey:
+        """The run key as an interval."""
+        return RunKey.parse(self.run_key)
+
+    # ---- shared resources ---------------------------------------------------------------------
+    @cached_property
+    def storage(self) -> "Storage":
+        from rlops.pipeline_steps.infra.storage import Storage
+        return Storage.from_params(self.params)
+
+    @cached_property
+    def tracker(self) -> "Tracker":
+        from rlops.pipeline_steps.infra.registry import Tracker
+        return Tracker.from_params(self.params, scenario=self.scenario)
+
+    @cached_property
+    def traces(self) -> "TraceStore":
+        from rlops.pipeline_steps.infra.trace_store import TraceStore
+        return TraceStore.from_params(self.params, self.storage)
+
+    def reward_choice(self, explicit: str | None = None) -> "RewardChoice":
+        """The reward function that applies to this run (one rule: :mod:`rlops.sandbox.reward_choice`)."""
+        from rlops.sandbox.reward_choice import choose_reward
+        return choose_reward(self.load_pack(calibration=None), explicit, self.params.get("reward_fn"))
+
+    def section(self, name: str) -> dict[str, Any]:
+        """A params block (``train``, ``evaluate``…) merged with the pack's own overrides."""
+        base = dict(self.params.get(name) or {})
+        pack_params = self.pack_params.get(name) or {}
+        base.update(pack_params)
+        return base
+
+    @property
+    def pack_dir(self) -> Path:
+        root = Path(str(self.params.get("scenarios_dir") or REPO_ROOT / "scenarios"))
+        return root / self.scenario
+
+    @cached_property
+    def pack_params(self) -> dict[str, Any]:
+        import yaml
+        f = self.pack_dir / "params.yaml"
+        return (yaml.safe_load(f.read_text()) or {}) if f.exists() else {}
+
+    def load_pack(self, calibration: str | None = "latest") -> "Pack":
+        """The scenario pack, with the latest sandbox calibration applied unless ``calibration`` is
+        None (``latest`` when none exists yet means the pack as written)."""
+        from rlops.sandbox.pack import load_pack
+        cal = self.read_calibration(calibration) if calibration else None
+        return load_pack(self.pack_dir, calibration=cal)
+
+    def read_calibration(self, version: str = "latest") -> dict[str, Any] | None:
+        uri = self.uri("calibrations", self.scenario, f"{version}.json")
+        return self.storage.read_json(uri) if self.storage.exists(uri) else None
+
+    # ---- locations --------------------------------------------------------------------------------
+    def uri(self, *parts: str) -> str:
+        return self.storage.join(*parts)
+
+    def report_uri(self, step: str, *parts: str) -> str:
+        return self.storage.join("reports", step, self.scenario, self.run_key, *parts)
+
+    def local_dir(self, *parts: str) -> Path:
+        """A local working folder (checkpoints, exported models) under ``RLOPS_HOME/rlops-data``."""
+        d = Path(resolve_local(str(self.params.get("local_dir") or "rlops-data"))).joinpath(*parts)
+        d.mkdir(parents=True, exist_ok=True)
+        return d

@@ -1,0 +1,108 @@
+"""One pipeline pass, one parent run: every step run of a pass nests under it in MLflow.
+
+A pass is keyed by (scenario, run key): the scenario names the experiment, the run key the data
+interval. Airflow runs each task in its own process, so the parent cannot be held in memory; it
+is found by its tags (``rlops.pass = true`` and ``rlops.run_key``) and created when absent. Two
+processes creating it at the same moment both look again afterwards and keep the oldest, so a
+pass ends with one parent. The DAG run id (when a DAG task runs the step) is tagged on the
+parent and on the step run.
+
+Usage in a step::
+
+    with step_run(ctx, tags.TRAIN_POLICY, extra_tags={tags.MODE: "full"}) as run:
+        run.log_metrics(...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from rlops.pipeline_steps.infra import tags as T
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.registry import Tracker
+    from rlops.pipeline_steps.infra.run_handle import RunHandle
+
+
+def step_run_name(step: str, scenario: str, run_key: str, label: str | None = None) -> str:
+    """``train_policy · credit_approval · 20261130T0500`` (``label`` goes after the step)."""
+    head = f"{step} {label}" if label else step
+    return f"{head} · {scenario} · {run_key}"
+
+
+def pass_run_name(scenario: str, run_key: str) -> str:
+    return f"pass · {scenario} · {run_key}"
+
+
+def _q(value: str) -> str:
+    return value.replace("'", "\\'")
+
+
+def find_pass_run(tracker: "Tracker", scenario: str, run_key: str) -> str | None:
+    """Run id of the pass's parent run (the oldest, should two exist), or None."""
+    exp_id = tracker.experiment_id_for(scenario)
+    filt = f"tags.`{T.PASS}` = 'true' and tags.`{T.RUN_KEY}` = '{_q(run_key)}'"
+
+    def search(c: "MlflowClient") -> list[Any]:
+        return list(c.search_runs([exp_id], filter_string=filt, max_results=50,
+                                  order_by=["attributes.start_time ASC"]))
+    runs = tracker._call(f"search pass run {run_key!r}", search)
+    if not runs:
+        return None
+    return str(min(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id)).info.run_id)
+
+
+def ensure_pass_run(tracker: "Tracker", scenario: str, run_key: str, dag_run_id: str | None = None) -> str:
+    """Find or create the parent run of the pass (scenario, run key); returns its run id."""
+    found = find_pass_run(tracker, scenario, run_key)
+    if found is None:
+        exp_id = tracker.experiment_id_for(scenario)
+        run_tags = {T.PASS: "true", T.SCENARIO: scenario, T.RUN_KEY: run_key}
+        if dag_run_id:
+            run_tags[T.DAG_RUN_ID] = dag_run_id
+        created = tracker._call(
+            f"create pass run {run_key!r}",
+            lambda c: c.create_run(exp_id, run_name=pass_run_name(scenario, run_key), tags=run_tags))
+        mine = created.info.run_id
+        found = find_pass_run(tracker, scenario, run_key) or mine
+        if found != mine:  # another process won the race: keep one parent per pass
+            tracker._call("delete duplicate pass run", lambda c: c.delete_run(mine))
+    elif dag_run_id:
+        tracker._call("tag pass run", lambda c: c.set_tag(found, T.DAG_RUN_ID, dag_run_id))
+    return found
+
+
+def _close_parent(tracker: "Tracker", parent: str, failed: bool) -> None:
+    """The parent shows FAILED once any step failed, FINISHED otherwise (ended at the last step)."""
+    status = tracker._call("get pass run", lambda c: c.get_run(parent)).info.status
+    new = "FAILED" if failed or status == "FAILED" else "FINISHED"
+    tracker._call("end pass run", lambda c: c.set_terminated(parent, status=new))
+
+
+@contextmanager
+def step_run(ctx: "StepContext", step: str, label: str | None = None,
+             extra_tags: Mapping[str, Any] | None = None) -> Iterator["RunHandle"]:
+    """A step run nested under the pass's parent run, named after step, scenario and run key."""
+    dag_run_id = ctx.extra.get("dag_run_id")
+    tracker = ctx.tracker
+    parent = ensure_pass_run(tracker, ctx.scenario, ctx.run_key, dag_run_id)
+    run_tags: dict[str, Any] = {T.STEP: step, T.SCENARIO: ctx.scenario, T.RUN_KEY: ctx.run_key,
+                                **(extra_tags or {})}
+    if dag_run_id:
+        run_tags[T.DAG_RUN_ID] = dag_run_id
+    failed = True
+    try:
+        with tracker.start_run(step_run_name(step, ctx.scenario, ctx.run_key, label), tags=run_tags,
+                               parent_run_id=parent) as run:
+            yield run
+            failed = False
+    finally:
+        try:
+            _close_parent(tracker, parent, failed)
+        except Exception:  # noqa: BLE001 - bookkeeping; the step's own outcome matters more
+            pass

@@ -1,0 +1,97 @@
+"""Loading a policy network, in one place: any :class:`~rlops.common.policy_ref.PolicyRef` (a version,
+an alias, a qualified name) or a local folder, to a network and the decision rule it is served with.
+
+Every step that needs a registered policy (capture, drift, training's warm start, stress,
+evaluation, audit) goes through :func:`load_policy_ref`, so a policy means the same thing to all
+of them and a missing one is the same clear error.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlops.common.errors import UserError
+from rlops.common.policy_ref import PolicyRef
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlops.model.policy import PolicyNetwork
+    from rlops.pipeline_steps.infra.context import StepContext
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    """A policy network and the reference it was resolved from (``ref.version`` is set)."""
+
+    ref: PolicyRef
+    network: "PolicyNetwork"
+
+    @property
+    def version(self) -> str:
+        return str(self.ref.version)
+
+
+def resolve(ctx: "StepContext", ref: "str | int | PolicyRef") -> PolicyRef | None:
+    """``ref`` with its alias resolved to a version; None for an alias that is not set. A
+    version the registry does not know is a UserError."""
+    from rlops.pipeline_steps.infra.registry import TrackingError
+    parsed = PolicyRef.parse(ref, ctx.scenario)
+    if parsed.is_rules:
+        raise UserError("policy 'rules' is the pack's rule engine, not a registered policy")
+    if parsed.alias is not None:
+        version = ctx.tracker.get_alias(parsed.model_name, parsed.alias)
+        return parsed.resolved(version) if version is not None else None
+    try:
+        ctx.tracker.model_version_source(parsed.model_name, str(parsed.version))
+    except TrackingError as exc:
+        code = str(getattr(exc.__cause__, "error_code", ""))
+        if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise UserError(f"{parsed.model_name} has no version {parsed.version}; pass a registered "
+                            "version (see the MLflow model registry or the output of `rlops train policy`)"
+                            ) from None
+        raise
+    return parsed
+
+
+def download(ctx: "StepContext", ref: PolicyRef, dst: Path) -> Path:
+    """The folder of a resolved registry version's network, downloaded under ``dst``."""
+    from rlops.model.policy import CONFIG_FILE
+    source = ctx.tracker.model_version_source(ref.model_name, str(ref.version))
+    target = dst / f"v{ref.version}"
+    if source.startswith("runs:/"):
+        run_id, _, path = source[len("runs:/"):].partition("/")
+        folder = ctx.tracker.download_artifacts(run_id, path, target)
+    else:
+        import mlflow.artifacts
+        folder = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(target)))
+    found = sorted(Path(folder).rglob(CONFIG_FILE)) if Path(folder).is_dir() else []
+    if not found:
+        raise UserError(f"{ref} (source {source}) holds no {CONFIG_FILE}; expected a folder written "
+                        "by rlops.model.policy.save_policy")
+    return found[0].parent
+
+
+def load_policy_ref(ctx: "StepContext", ref: "str | int | PolicyRef | Path",
+                    dst: Path | None = None) -> LoadedPolicy | None:
+    """The network behind ``ref`` (a local policy folder works too, for experiments), in eval
+    mode; None when ``ref`` is an alias that is not set (e.g. no champion yet)."""
+    from rlops.model.policy import load_policy
+    local = Path(str(ref)) if not isinstance(ref, PolicyRef) else None
+    if local is not None and local.is_dir():
+        return LoadedPolicy(PolicyRef(ctx.scenario, alias=None, version=local.name), load_policy(local).eval())
+    resolved = resolve(ctx, ref)  # type: ignore[arg-type]
+    if resolved is None:
+        return None
+    folder = dst or Path(tempfile.mkdtemp(prefix="rlops-policy-", dir=ctx.local_dir("policies")))
+    return LoadedPolicy(resolved, load_policy(download(ctx, resolved, folder)).eval())
+
+
+def greedy_act(policy: "PolicyNetwork") -> Any:
+    """The serving decision rule as a sandbox policy: the most probable legal action."""
+    def act(env: Any) -> "torch.Tensor":
+        return policy.act(env.observe(), deterministic=True).action.to(env.device)
+    return act

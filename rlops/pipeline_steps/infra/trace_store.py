@@ -1,0 +1,260 @@
+"""The trace store: where trace rows live, how they are laid out, written and read. One home.
+
+Layout (every URI may be local ``file://`` or ``s3://``; see :mod:`rlops.pipeline_steps.infra.storage`)::
+
+    <landing>/scenario=<s>/date=YYYY-MM-DD/hour=HH/<YYYYmmddTHHMMSSffffff>Z-<host>-<pid>-<seq>.jsonl
+    <traces>/scenario=<s>/date=YYYY-MM-DD/hour=HH/part-<run_key>-NNNNN.parquet
+    <traces>/_manifests/scenario=<s>/<run_key>.json
+    <quarantine>/scenario=<s>/date=YYYY-MM-DD/hour=HH/part-<run_key>-NNNNN.parquet
+
+Rows are partitioned by the UTC date and hour of their ``ts``; a file is named after the run key
+that wrote it, so re-running a run key overwrites instead of duplicating. A landing file belongs to
+the interval that holds the UTC time at the front of its name (its hour folder's start otherwise).
+
+Ids: an episode id is ``<scenario>-<run_key>-<n>`` for simulated traffic (unique across run keys,
+the same on a re-run), a trace id ``<episode_id>-<step>``; live agents bring their own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import pyarrow as pa
+
+from rlops.common.run_key import RunKey
+from rlops.data_contracts.records import QUARANTINE_SCHEMA, quarantine_frame
+from rlops.data_contracts.schema import META_PREFIX, Contract
+
+if TYPE_CHECKING:
+    from rlops.pipeline_steps.infra.storage import Storage
+
+LANDING_DIR = "landing"
+TRACE_DIR = "traces"
+QUARANTINE_DIR = "quarantine"
+MANIFEST_DIR = "_manifests"
+_NAME_TIME = re.compile(r"^(\d{8}T\d{12})Z")
+#: Landing files rlops reads: JSON lines, plain or gzip-compressed, any letter case.
+LANDING_SUFFIXES = (".jsonl", ".jsonl.gz")
+_PART = re.compile(r"/date=(\d{4}-\d{2}-\d{2})(?:/hour=(\d{1,2}))?/")
+
+
+@dataclass(frozen=True)
+class TraceStore:
+    """The three roots of the trace store on one :class:`Storage`."""
+
+    storage: "Storage"
+    landing_uri: str
+    trace_uri: str
+    quarantine_uri: str
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any], storage: "Storage | None" = None) -> "TraceStore":
+        """Roots from the ``capture`` block of params: folders under ``storage.root``, or full
+        URIs when they contain ``://``."""
+        from rlops.pipeline_steps.infra.storage import Storage
+        storage = storage or Storage.from_params(params)
+        cfg = params.get("capture") or {}
+
+        def where(key: str, default: str) -> str:
+            value = str(cfg.get(key) or default)
+            return value if "://" in value else storage.join(value)
+        return cls(storage, where("landing_dir", LANDING_DIR), where("trace_dir", TRACE_DIR),
+                   where("quarantine_dir", QUARANTINE_DIR))
+
+    def scenario_uri(self, scenario: str) -> str:
+        """The scenario's folder of accepted rows (``traces/scenario=<s>``)."""
+        return join_uri(self.trace_uri, partition_path(scenario=scenario))
+
+    def manifest_uri(self, scenario: str, run_key: str) -> str:
+        return join_uri(self.trace_uri, MANIFEST_DIR, f"scenario={scenario}", f"{run_key}.json")
+
+    def landing_files(self, scenario: str, key: RunKey) -> list[str]:
+        return landing_files(self.storage, self.landing_uri, scenario, key.start, key.end)
+
+    def read(self, scenario: str, window: tuple[datetime, datetime] | None = None,
+             columns: Sequence[str] | None = None) -> pd.DataFrame:
+        return read_traces(self.storage, self.scenario_uri(scenario), window, columns)
+
+
+def episode_prefix(scenario: str, run_key: str) -> str:
+    """The prefix of the episode ids simulated traffic gets in one run key: unique across run
+    keys, identical when the run key is re-run."""
+    return f"{scenario}-{run_key}"
+
+
+def trace_id(episode_id: str, step: int) -> str:
+    return f"{episode_id}-{step}"
+
+
+def partition_path(**keys: Any) -> str:
+    """Hive-style partition path: ``partition_path(scenario="a", date="2026-01-01", hour=3)``
+    → ``"scenario=a/date=2026-01-01/hour=03"`` (hours zero-padded so they sort)."""
+    parts = []
+    for name, value in keys.items():
+        text = f"{value:02d}" if name == "hour" and isinstance(value, int) else str(value)
+        if "/" in text or not text:
+            raise ValueError(f"partition value {name}={value!r} must be non-empty and contain no '/'")
+        parts.append(f"{name}={text}")
+    return "/".join(parts)
+
+
+def join_uri(base: str, *parts: str) -> str:
+    """``base`` (any storage URI) with ``parts`` appended; :meth:`Storage.join` only joins
+    under the storage root, and the landing zone and trace store may live elsewhere."""
+    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts if p)])
+
+
+def default_quarantine_root(trace_root_uri: str) -> str:
+    """``quarantine/`` next to the trace root (``…/traces`` → ``…/quarantine``)."""
+    parent = trace_root_uri.rstrip("/").rsplit("/", 1)[0]
+    return join_uri(parent, QUARANTINE_DIR)
+
+
+def file_time(uri: str, hour_start: datetime) -> datetime:
+    """The write time a landing file's name carries (its hour folder's start otherwise)."""
+    m = _NAME_TIME.match(uri.rsplit("/", 1)[-1])
+    if not m:
+        return hour_start
+    return datetime.strptime(m.group(1), "%Y%m%dT%H%M%S%f").replace(tzinfo=timezone.utc)
+
+
+def partition_groups(df: pd.DataFrame, ts: pd.Series) -> Iterator[tuple[str, str, pd.DataFrame]]:
+    """Split ``df`` by the UTC date and hour of ``ts`` (aligned with ``df``)."""
+    keys = pd.DataFrame({"date": ts.dt.strftime("%Y-%m-%d"), "hour": ts.dt.strftime("%H")},
+                        index=df.index)
+    for (date, hour), idx in keys.groupby(["date", "hour"], sort=True).groups.items():
+        yield str(date), str(hour), df.loc[idx]
+
+
+def _part_name(run_key: str, part: int) -> str:
+    return f"part-{run_key}-{part:05d}.parquet"
+
+
+def write_trace_partitions(storage: Storage, df: pd.DataFrame, trace_root_uri: str,
+                           run_key: str, *, contract: Contract | None = None, part: int = 0,
+                           dry_run: bool = False) -> list[str]:
+    """Write accepted trace rows to ``scenario=/date=/hour=`` partitions under
+    ``trace_root_uri``, one file per partition named ``part-<run_key>-<part>.parquet``.
+
+    ``df`` holds typed rows (as :func:`validate_rows` returns them); with ``contract`` the
+    file gets exactly the contract's schema. Returns the file URIs (planned ones when
+    ``dry_run``)."""
+    if df.empty:
+        return []
+    for col in ("scenario", "ts"):
+        if col not in df:
+            raise ValueError(f"write_trace_partitions: rows lack the {col!r} column needed to "
+                             "partition them; pass validated trace rows")
+    schema = contract.arrow_schema() if contract is not None else None
+    columns = (contract.column_names if contract is not None
+               else [c for c in df.columns if not str(c).startswith(META_PREFIX)])
+    written = []
+    for scenario, rows in df.groupby("scenario", sort=True):
+        for date, hour, group in partition_groups(rows, pd.to_datetime(rows["ts"], utc=True)):
+            uri = join_uri(trace_root_uri,
+                           partition_path(scenario=scenario, date=date, hour=hour),
+                           _part_name(run_key, part))
+            if not dry_run:
+                table = pa.Table.from_pandas(group[columns], schema=schema, preserve_index=False)
+                storage.write_parquet(uri, table)
+            written.append(uri)
+    return written
+
+
+def write_quarantine_partitions(storage: Storage, quarantined: pd.DataFrame,
+                                quarantine_root_uri: str, scenario: str, run_key: str, *,
+                                fallback_ts: datetime, part: int = 0,
+                                dry_run: bool = False,
+                                window: tuple[datetime, datetime] | None = None) -> list[str]:
+    """Write quarantined rows (input rows + ``quarantine_reason``) to
+    ``<quarantine_root>/scenario=/date=/hour=`` partitions; rows whose ``ts`` is unreadable (or
+    outside ``window``, so a bogus year never names a folder) go to the partition of
+    ``fallback_ts``. Returns the file URIs."""
+    if quarantined.empty:
+        return []
+    frame = quarantine_frame(quarantined, scenario)
+    ts = frame["ts"]
+    if window is not None:
+        ts = ts.where((ts >= pd.Timestamp(window[0])) & (ts < pd.Timestamp(window[1])))
+    ts = ts.fillna(pd.Timestamp(fallback_ts)).dt.as_unit("us")
+    written = []
+    for date, hour, group in partition_groups(frame, ts):
+        uri = join_uri(quarantine_root_uri,
+                       partition_path(scenario=scenario, date=date, hour=hour),
+                       _part_name(run_key, part))
+        if not dry_run:
+            table = pa.Table.from_pandas(group, schema=QUARANTINE_SCHEMA, preserve_index=False)
+            storage.write_parquet(uri, table)
+        written.append(uri)
+    return written
+
+
+def scan_landing(storage: Storage, landing_uri: str, scenario: str, start: datetime,
+                 end: datetime) -> tuple[list[str], list[str]]:
+    """``(files, skipped)`` of ``scenario`` written in ``[start, end)``, both sorted: ``files``
+    are the JSON-lines files, ``*.jsonl`` and ``*.jsonl.gz`` in any letter case; ``skipped``
+    every other visible file there, for the caller to report (nothing is skipped silently)."""
+    files, skipped = [], []
+    for hour in RunKey.covering(start, end).hours():
+        folder = join_uri(landing_uri, partition_path(
+            scenario=scenario, date=f"{hour:%Y-%m-%d}", hour=hour.hour))
+        for uri in storage.list(folder):
+            name = uri.rsplit("/", 1)[-1]
+            if name.startswith(".") or not start <= file_time(uri, hour) < end:
+                continue
+            (files if name.lower().endswith(LANDING_SUFFIXES) else skipped).append(uri)
+    return sorted(files), sorted(skipped)
+
+
+def landing_files(storage: Storage, landing_uri: str, scenario: str, start: datetime,
+                  end: datetime) -> list[str]:
+    """The landing-zone JSON-lines files of ``scenario`` written in ``[start, end)``, sorted
+    (see :func:`scan_landing`)."""
+    return scan_landing(storage, landing_uri, scenario, start, end)[0]
+
+
+def parse_ts(col: pd.Series) -> pd.Series:
+    """Trace timestamps (ISO text, datetimes) as UTC."""
+    if isinstance(col.dtype, pd.DatetimeTZDtype):
+        return col.dt.tz_convert("UTC")
+    return pd.to_datetime(col, utc=True, format="ISO8601", errors="coerce")
+
+
+def read_traces(storage: "Storage", uri: str, window: tuple[datetime, datetime] | None = None,
+                columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """Trace rows from one parquet file or every ``*.parquet`` under a folder (``quarantine``
+    partitions excluded). With ``window``, hour partitions outside it are skipped and rows are
+    kept when ``window[0] <= ts < window[1]``."""
+    import pyarrow as pa
+    if uri.endswith(".parquet") and storage.exists(uri):
+        files = [uri]
+    else:
+        files = [f for f in storage.list(uri, suffix=".parquet") if "/quarantine/" not in f]
+    if window is not None:
+        files = [f for f in files if _overlaps(f, window)]
+    if not files:
+        return pd.DataFrame()
+    tables = [storage.read_parquet_table(f, columns=list(columns) if columns else None) for f in files]
+    df = pa.concat_tables(tables, promote_options="default").to_pandas()
+    if window is not None and "ts" in df.columns:
+        ts = parse_ts(df["ts"])
+        df = df[(ts >= window[0]) & (ts < window[1])].reset_index(drop=True)
+    return df
+
+
+def _overlaps(uri: str, window: tuple[datetime, datetime]) -> bool:
+    m = _PART.search(uri)
+    if not m:
+        return True  # not partitioned by time: read it and filter rows by ts
+    day = datetime.strptime(m.group(1), "%Y-%m-%d").replace(tzinfo=timezone.utc)
+    if m.group(2) is None:
+        lo, hi = day, day + timedelta(days=1)
+    else:
+        lo = day + timedelta(hours=int(m.group(2)))
+        hi = lo + timedelta(hours=1)
+    return lo < window[1] and hi > window[0]

@@ -1,0 +1,169 @@
+"""Reading a Label Studio JSON export into labels: every task is checked field by field, so a
+malformed task is rejected with its reason (never a crash), and two tasks that give one item
+different labels are a conflict — reported with both annotations and stored for nobody, instead
+of the last one winning silently.
+
+The result of :func:`parse_annotations` is ``(labels, rejected, not_annotated, conflicts)``:
+
+* ``labels``: ``{"item_id", "label", "annotator", "labelled_at"}`` per item, at most one each;
+* ``rejected``: ``{"task", "item_id", "reason"}`` per task that could not be read;
+* ``not_annotated``: how many tasks have no (uncancelled) annotation;
+* ``conflicts``: ``{"item_id", "labels": [{"task", "label", "annotator", "labelled_at"}, ...]}``
+  per item that the export labels in more than one way; the item keeps whatever label it had.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+Label = dict[str, Any]
+
+
+class TaskError(ValueError):
+    """One task of an export that cannot be read (the message says what and where)."""
+
+
+def _field(obj: Any, key: str, kind: type | tuple[type, ...], where: str, *, optional: bool = True) -> Any:
+    """``obj[key]`` checked to be a ``kind`` (None allowed when ``optional``)."""
+    value = obj.get(key) if isinstance(obj, Mapping) else None
+    if value is None:
+        if optional:
+            return None
+        raise TaskError(f"{where}: '{key}' is missing")
+    if not isinstance(value, kind) or isinstance(value, bool) and bool not in (
+            kind if isinstance(kind, tuple) else (kind,)):
+        names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise TaskError(f"{where}: '{key}' is a {type(value).__name__}, expected {names}")
+    return value
+
+
+def _time(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TaskError(f"{where}: time {value!r} is a {type(value).__name__}, expected ISO-8601 text")
+    try:
+        ts = pd.Timestamp(value)
+    except (ValueError, TypeError, OverflowError):
+        ts = pd.NaT
+    if pd.isna(ts):
+        raise TaskError(f"{where}: time {value!r} is not ISO-8601 (e.g. 2026-11-30T05:00:00Z)")
+    return value
+
+
+def _annotator(ann: Mapping[str, Any]) -> str | None:
+    who = ann.get("completed_by")
+    if isinstance(who, Mapping):
+        who = who.get("email") or who.get("id")
+    if who is None or isinstance(who, (str, int)) and not isinstance(who, bool):
+        return None if who is None else str(who)
+    raise TaskError(f"'completed_by' is a {type(who).__name__}, expected a user id, e-mail or object")
+
+
+def read_task(n: int, task: Any, legal: Mapping[str, set[str]], choice_name: str) -> Label | None:
+    """One task → its label, or None when it has no annotation; :class:`TaskError` otherwise."""
+    where = f"task {n}"
+    if not isinstance(task, Mapping):
+        raise TaskError(f"{where}: is a {type(task).__name__}, expected a JSON object")
+    data = _field(task, "data", Mapping, where, optional=False)
+    iid = _field(data, "item_id", str, f"{where} data", optional=False)
+    where = f"task {n} (item {iid})"
+    anns = _field(task, "annotations", list, where) or []
+    for k, a in enumerate(anns):
+        if not isinstance(a, Mapping):
+            raise TaskError(f"{where}: annotation {k} is a {type(a).__name__}, expected a JSON object")
+    anns = [a for a in anns if not a.get("was_cancelled")]
+    if not anns:
+        return None
+    if iid not in legal:
+        raise TaskError(f"{where}: item_id {iid!r} is not in the label queue of this scenario")
+    for a in anns:
+        for key in ("updated_at", "created_at"):
+            _time(a.get(key), f"{where} annotation {key}")
+    ann = max(anns, key=lambda a: (str(a.get("updated_at") or a.get("created_at") or ""),
+                                   a.get("id") if isinstance(a.get("id"), int) else 0))
+    results = _field(ann, "result", list, f"{where} annotation") or []
+    choice = None
+    for res in results:
+        if (isinstance(res, Mapping) and res.get("from_name") == choice_name
+                and res.get("type", "choices") == "choices"):
+            choices = _field(res, "value", Mapping, f"{where} result", optional=False).get("choices")
+            if not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
+                raise TaskError(f"{where}: '{choice_name}' choices are {choices!r}, expected a list of action names")
+            choice = choices
+            break
+    if not choice:
+        raise TaskError(f"{where}: the annotation has no '{choice_name}' choice")
+    if len(set(choice)) > 1:
+        raise TaskError(f"{where}: the annotation chose {len(set(choice))} actions {choice}, expected one")
+    if choice[0] not in legal[iid]:
+        raise TaskError(f"{where}: label {choice[0]!r} is not a legal action there ({sorted(legal[iid])})")
+    try:
+        who = _annotator(ann)
+    except TaskError as exc:
+        raise TaskError(f"{where}: {exc}") from None
+    return {"item_id": iid, "label": choice[0], "annotator": who,
+            "labelled_at": ann.get("updated_at") or ann.get("created_at")}
+
+
+def parse_annotations(tasks: Any, items: pd.DataFrame, choice_name: str = "action"
+                      ) -> tuple[list[Label], list[dict[str, Any]], int, list[dict[str, Any]]]:
+    """``(labels, rejected, not_annotated, conflicts)`` from a Label Studio JSON export (see the
+    module docstring). A top-level shape other than a list of tasks is a ``ValueError``."""
+    if not isinstance(tasks, list):
+        raise ValueError("a Label Studio export is a JSON list of tasks (Export → JSON); got "
+                         f"{type(tasks).__name__}")
+    legal = {r.item_id: set(json.loads(r.candidate_actions)) for r in items.itertuples(index=False)}
+    by_item: dict[str, list[tuple[int, Label]]] = {}
+    rejected: list[dict[str, Any]] = []
+    empty = 0
+    for n, task in enumerate(tasks):
+        try:
+            label = read_task(n, task, legal, choice_name)
+        except TaskError as exc:
+            data = task.get("data") if isinstance(task, Mapping) else None
+            iid = data.get("item_id") if isinstance(data, Mapping) else None
+            rejected.append({"task": n, "item_id": iid if isinstance(iid, str) else None, "reason": str(exc)})
+            continue
+        if label is None:
+            empty += 1
+            continue
+        by_item.setdefault(label["item_id"], []).append((n, label))
+    labels: list[Label] = []
+    conflicts: list[dict[str, Any]] = []
+    for iid, found in by_item.items():
+        if len({lab["label"] for _, lab in found}) == 1:
+            # The same answer given twice agrees with itself: keep the newest.
+            labels.append(max((lab for _, lab in found), key=lambda lab: str(lab["labelled_at"] or "")))
+        else:
+            conflicts.append({"item_id": iid, "labels": [
+                {"task": n, **{k: v for k, v in lab.items() if k != "item_id"}} for n, lab in found]})
+    return labels, rejected, empty, conflicts
+
+
+def import_export(ctx: Any, store: Any, uri: str) -> dict[str, Any]:
+    """Read the export at ``uri``, store its labels and say what was rejected and what conflicts.
+    Conflicts are written to ``labels/conflicts/scenario=<s>/<run_key>.json`` under the storage
+    root (not in a dry run) so they can be resolved in Label Studio; the items keep their label."""
+    from rlops.common.errors import UserError
+    try:
+        tasks = ctx.storage.read_json(uri)
+    except ValueError as exc:  # not JSON at all (a StorageError for a missing file passes through)
+        raise UserError(f"label import {uri}: the file is not JSON ({exc}); expected a Label "
+                        "Studio JSON export (Export → JSON)") from None
+    try:
+        labels, rejected, empty, conflicts = parse_annotations(tasks, store.items_frame(ctx.scenario))
+    except ValueError as exc:
+        raise UserError(f"label import {uri}: {exc}") from None
+    conflicts_uri = None
+    if conflicts and not ctx.dry_run:
+        conflicts_uri = ctx.storage.join("labels", "conflicts", f"scenario={ctx.scenario}", f"{ctx.run_key}.json")
+        ctx.storage.write_json(conflicts_uri, {"source": uri, "conflicts": conflicts})
+    ingested = 0 if ctx.dry_run else store.add_labels(ctx.scenario, labels)
+    return {"tasks_in": len(tasks), "labels": len(labels), "ingested": ingested, "rejected": rejected,
+            "not_annotated": empty, "conflicts": conflicts, "conflicts_uri": conflicts_uri,
+            "dry_run": ctx.dry_run}

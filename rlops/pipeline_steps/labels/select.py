@@ -1,0 +1,309 @@
+"""The computations of the label queue (see :mod:`rlops.pipeline_steps.labels.step`): k-means over encoded
+states, the selection of uncertain clusters, label items, Label Studio tasks and annotations, and
+labels as reward-model pairs or an imitation batch."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from rlops.pipeline_steps.infra.trace_states import (STATE_PREFIX, action_codes, mask_matrix, normalized_entropy,
+                                               state_features, states_from_traces)
+from rlops.pipeline_steps.infra.trace_store import parse_ts
+
+if TYPE_CHECKING:
+    from rlops.model.reward_model import PreferencePairs
+    from rlops.pipeline_steps.labels.step import QueueConfig
+    from rlops.sandbox.pack import Pack
+
+Tensor = torch.Tensor
+
+
+# --------------------------------------------------------------------------- clustering
+def kmeans(X: Tensor, k: int, seed: int = 0, iters: int = 50) -> tuple[Tensor, Tensor]:
+    """``(labels [N], centroids [k', D])`` by Lloyd's algorithm with k-means++ seeding
+    (``k' = min(k, distinct points)``); deterministic for a given ``seed``."""
+    X = X.float()
+    n = X.shape[0]
+    if n == 0:
+        return torch.zeros(0, dtype=torch.long), torch.zeros((0, X.shape[1]))
+    gen = torch.Generator().manual_seed(seed)
+    k = min(k, int(torch.unique(X, dim=0).shape[0]))
+    cent = X[torch.randint(n, (1,), generator=gen)]
+    d2 = torch.cdist(X, cent).squeeze(1) ** 2
+    for _ in range(1, k):
+        nxt = torch.multinomial(d2 / d2.sum(), 1, generator=gen) if float(d2.sum()) > 0 else torch.randint(n, (1,), generator=gen)
+        cent = torch.cat([cent, X[nxt]])
+        d2 = torch.minimum(d2, (torch.cdist(X, X[nxt]).squeeze(1)) ** 2)
+    labels = torch.cdist(X, cent).argmin(dim=1)
+    for _ in range(iters):
+        sums = torch.zeros_like(cent).index_add_(0, labels, X)
+        counts = torch.bincount(labels, minlength=cent.shape[0]).unsqueeze(1)
+        cent = torch.where(counts > 0, sums / counts.clamp_min(1), cent)
+        new = torch.cdist(X, cent).argmin(dim=1)
+        if torch.equal(new, labels):
+            break
+        labels = new
+    return labels, cent
+
+
+@dataclass(frozen=True)
+class ClusterStat:
+    cluster_id: int
+    states: int
+    mean_entropy: float
+    min_bucket_entropy: float | None
+    buckets_judged: int
+    selected: bool
+    why: str = ""
+    """``threshold`` (uncertain in every judged bucket), ``top_k`` (among the run's most uncertain
+    clusters), or why not (``too few states``, ``below threshold``); under reward-ensemble
+    selection ``disagreement`` and/or ``explore`` (see :mod:`rlops.pipeline_steps.labels.disagreement`)
+    or ``not chosen``."""
+    mean_disagreement: float | None = None
+    """Mean reward-ensemble disagreement of the cluster's states (None under entropy selection)."""
+
+
+def select_uncertain(pack: "Pack", df: pd.DataFrame, cfg: QueueConfig) -> tuple[pd.DataFrame, list[ClusterStat]]:
+    """The rows to enqueue (with ``cluster_id``, ``cluster_entropy``, ``norm_entropy``) and the
+    per-cluster statistics. ``df`` holds trace rows (``state.*``, ``action_mask``, ``entropy``, ``ts``)."""
+    if df.empty:
+        return df.assign(cluster_id=[], cluster_entropy=[], norm_entropy=[]), []
+    masks = mask_matrix(df["action_mask"], pack.scenario.n_actions)
+    choice = masks.sum(axis=1) >= 2
+    rows = df.loc[choice].reset_index(drop=True)
+    if rows.empty:
+        return rows.assign(cluster_id=[], cluster_entropy=[], norm_entropy=[]), []
+    ent = normalized_entropy(pd.to_numeric(rows["entropy"], errors="coerce").to_numpy(np.float64), masks[choice])
+    labels, _ = kmeans(state_features(pack, rows), cfg.clusters, cfg.seed, cfg.kmeans_iters)
+    ts = parse_ts(rows["ts"])
+    frame = pd.DataFrame({"c": labels.numpy(), "e": ent, "b": ts.dt.floor(f"{int(cfg.bucket_minutes)}min")})
+    overall = frame.groupby("c")["e"].agg(["mean", "size"])
+    per_bucket = frame.groupby(["c", "b"])["e"].agg(["mean", "size"])
+    judged = per_bucket[per_bucket["size"] >= cfg.min_bucket_states]
+    min_bucket = judged.groupby(level="c")["mean"].min()
+    n_judged = judged.groupby(level="c").size()
+    # Clusters large enough to judge; of those, the ones over the threshold in every judged bucket,
+    # plus the top_k by mean entropy (a confident policy still has its least certain states).
+    big = [int(c) for c, row in overall.iterrows() if row["size"] >= cfg.min_cluster_states and c in min_bucket.index]
+    ranked = sorted(big, key=lambda c: (-float(overall.loc[c, "mean"]), c))[:max(int(cfg.top_k), 0)]
+    stats, keep = [], []
+    for c, row in overall.iterrows():  # one iteration per cluster (k of them), not per state
+        mb = float(min_bucket[c]) if c in min_bucket.index else None
+        why = ("too few states" if int(c) not in big else "threshold" if mb is not None and mb > cfg.threshold
+               else "top_k" if int(c) in ranked else "below threshold")
+        ok = why in ("threshold", "top_k")
+        stats.append(ClusterStat(int(c), int(row["size"]), float(row["mean"]), mb, int(n_judged.get(c, 0)), ok, why))
+        if ok:
+            keep.append(int(c))
+    out = rows.assign(cluster_id=labels.numpy(), norm_entropy=ent, _ts=ts)
+    out = out[out["cluster_id"].isin(keep)]
+    out = out.assign(cluster_entropy=out["cluster_id"].map(overall["mean"]))
+    out = (out.sort_values(["cluster_id", "_ts", "episode_id", "step"], ascending=[True, False, True, True], kind="stable")
+              .groupby("cluster_id", sort=True).head(cfg.states_per_cluster))
+    out = out.drop(columns="_ts").reset_index(drop=True)
+    return (_round_robin(out, ranked, cfg.max_items) if cfg.max_items > 0 else out), stats
+
+
+def _round_robin(out: pd.DataFrame, ranked: list[int], budget: int) -> pd.DataFrame:
+    """At most ``budget`` rows, taken in turns from the selected clusters (most uncertain cluster
+    first in each turn, each cluster's latest states first), so that every cluster gets its share."""
+    rank = {c: i for i, c in enumerate(ranked)}
+    turn = out.groupby("cluster_id", sort=False).cumcount()
+    order = pd.DataFrame({"turn": turn, "rank": out["cluster_id"].map(lambda c: rank.get(int(c), len(rank) + int(c)))})
+    keep = order.sort_values(["turn", "rank"], kind="stable").index[:int(budget)]
+    return out.loc[keep].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- items
+def item_id(scenario: str, episode_id: str, step: Any) -> str:
+    return hashlib.sha256(f"{scenario}|{episode_id}|{int(step)}".encode()).hexdigest()[:40]
+
+
+def queue_items(pack: "Pack", scenario: str, rows: pd.DataFrame, all_rows: pd.DataFrame) -> list[dict[str, Any]]:
+    """Label items for ``rows``: visible state, legal actions, and the episode's earlier actions
+    (looked up in ``all_rows``) so the policy's observation can be rebuilt."""
+    names = pack.scenario.action_names
+    masks = mask_matrix(rows["action_mask"], pack.scenario.n_actions)
+    state_cols = [c for c in rows.columns if c.startswith(STATE_PREFIX)]
+    states = rows[state_cols].astype(object).where(rows[state_cols].notna(), None)
+    states.columns = [c[len(STATE_PREFIX):] for c in state_cols]
+    hist = _histories(pack, rows, all_rows)
+    out = []
+    for i, (rec, r) in enumerate(zip(states.to_dict("records"), rows.itertuples(index=False))):
+        out.append({"item_id": item_id(scenario, r.episode_id, r.step), "cluster_id": r.cluster_id,
+                    "cluster_entropy": r.cluster_entropy, "norm_entropy": r.norm_entropy,
+                    "trace_id": getattr(r, "trace_id", None), "episode_id": r.episode_id, "step": int(r.step),
+                    "ts": getattr(r, "ts", None), "policy_version": getattr(r, "policy_version", None),
+                    "action_taken": getattr(r, "action", None), "state": _jsonable(rec),
+                    "candidate_actions": [names[a] for a in np.flatnonzero(masks[i])],
+                    "action_mask": r.action_mask, "history": hist[i]})
+    return out
+
+
+def _histories(pack: "Pack", rows: pd.DataFrame, all_rows: pd.DataFrame) -> list[list[str]]:
+    """The actions taken earlier in each row's episode (oldest first, at most ``history_len``)."""
+    k = pack.scenario.layout.history_len
+    eps = all_rows[all_rows["episode_id"].isin(rows["episode_id"])][["episode_id", "step", "action"]]
+    by_ep = {e: g.sort_values("step") for e, g in eps.groupby("episode_id")}
+    out = []
+    for e, s in zip(rows["episode_id"], rows["step"]):
+        g = by_ep.get(e)
+        out.append([] if g is None else g.loc[g["step"] < s, "action"].astype(str).tolist()[-k:])
+    return out
+
+
+def _jsonable(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in rec.items()}
+
+
+# --------------------------------------------------------------------------- Label Studio
+def label_config(pack: "Pack") -> str:
+    """Label Studio labelling config: the state as text, one single choice among the actions."""
+    choices = "".join(f'<Choice value="{a}"/>' for a in pack.scenario.action_names)
+    return ('<View><Header value="Which action should the agent take in this state?"/>'
+            '<Text name="state" value="$state_text"/><Text name="legal" value="$legal_text"/>'
+            f'<Choices name="action" toName="state" choice="single" required="true">{choices}</Choices></View>')
+
+
+def display_value(pack: "Pack | None", path: str, value: Any) -> str:
+    """A state value as a labeller reads it: numbers rounded (thousands separated) with the
+    field's unit (``6,415.46 CNY``, ``42 years``), bools as yes/no, missing as —."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "—"
+    spec = pack.scenario.fields.get(path) if pack is not None else None
+    unit = f" {spec.unit}" if spec is not None and getattr(spec, "unit", None) else ""
+    if isinstance(value, bool) or (spec is not None and spec.type == "bool"):
+        return "yes" if value in (True, 1, 1.0, "true", "True") else "no"
+    if isinstance(value, (int, float, np.number)):
+        v = float(value)
+        if (spec is not None and spec.type == "int") or v.is_integer():
+            return f"{int(round(v)):,}{unit}"
+        text = f"{v:,.2f}" if abs(v) >= 1 else f"{v:.3g}"
+        return text + unit
+    return str(value)
+
+
+def to_tasks(items: pd.DataFrame, pack: "Pack | None" = None) -> list[dict[str, Any]]:
+    tasks = []
+    for r in items.itertuples(index=False):
+        state = json.loads(r.state)
+        legal = json.loads(r.candidate_actions)
+        text = "\n".join(f"{k}: {display_value(pack, k, v)}" for k, v in state.items())
+        tasks.append({"data": {"item_id": r.item_id, "state": state, "state_text": text,
+                               "candidate_actions": legal, "legal_text": "Legal actions: " + ", ".join(legal),
+                               "policy_action": r.action_taken, "cluster_id": r.cluster_id,
+                               "norm_entropy": r.norm_entropy},
+                      "meta": {"trace_id": r.trace_id, "episode_id": r.episode_id, "step": r.step}})
+    return tasks
+
+
+def parse_annotations(tasks: Any, items: pd.DataFrame, choice_name: str = "action"
+                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """``(labels, rejected, not_annotated)`` from a Label Studio JSON export."""
+    if not isinstance(tasks, list):
+        raise ValueError("a Label Studio export is a JSON list of tasks (Export → JSON); got "
+                         f"{type(tasks).__name__}")
+    legal = {r.item_id: set(json.loads(r.candidate_actions)) for r in items.itertuples(index=False)}
+    labels, rejected, empty = [], [], 0
+    for n, task in enumerate(tasks):
+        data = (task or {}).get("data") or {}
+        iid = data.get("item_id")
+        anns = [a for a in task.get("annotations") or [] if not a.get("was_cancelled")]
+        if not anns:
+            empty += 1
+            continue
+        ann = max(anns, key=lambda a: (str(a.get("updated_at") or a.get("created_at") or ""), a.get("id") or 0))
+        choice = next((res.get("value", {}).get("choices") for res in ann.get("result") or []
+                       if res.get("from_name") == choice_name and res.get("type", "choices") == "choices"), None)
+        why = None
+        if iid not in legal:
+            why = f"task {n}: item_id {iid!r} is not in the label queue of this scenario"
+        elif not choice:
+            why = f"task {n} (item {iid}): the annotation has no '{choice_name}' choice"
+        elif choice[0] not in legal[iid]:
+            why = f"task {n} (item {iid}): label {choice[0]!r} is not a legal action there ({sorted(legal[iid])})"
+        if why:
+            rejected.append({"task": n, "item_id": iid, "reason": why})
+            continue
+        who = ann.get("completed_by")
+        who = who.get("email") or who.get("id") if isinstance(who, dict) else who
+        labels.append({"item_id": iid, "label": choice[0], "annotator": None if who is None else str(who),
+                       "labelled_at": ann.get("updated_at") or ann.get("created_at")})
+    return labels, rejected, empty
+
+
+# --------------------------------------------------------------------------- training inputs
+def _item_states(pack: "Pack", labels: pd.DataFrame) -> tuple[Tensor, Tensor, Tensor]:
+    """Observations ``[N, D]``, masks ``[N, A]`` and state tensors of labelled items."""
+    states = pd.DataFrame([json.loads(s) for s in labels["state"]], index=labels.index)
+    df = states.add_prefix(STATE_PREFIX).assign(step=labels["step"].fillna(0).to_numpy(),
+                                               action_mask=labels["action_mask"].to_numpy())
+    S = states_from_traces(pack, df)
+    k = pack.scenario.layout.history_len
+    hist = torch.zeros((len(df), k), dtype=torch.long)
+    for i, h in enumerate(labels["history"].fillna("[]")):
+        names = json.loads(h)[-k:]
+        if names:
+            codes = action_codes(pack, pd.Series(names)) + 1
+            hist[i, k - len(codes):] = torch.from_numpy(codes)
+            S[i, pack.scenario.columns["episode.last_action"]] = float(codes[-1])
+    masks = torch.from_numpy(mask_matrix(df["action_mask"], pack.scenario.n_actions))
+    return pack.scenario.encode(S, masks, hist), masks, S
+
+
+def expected_outcomes(pack: "Pack") -> Tensor:
+    """Per action ``[declared latency s, 0 (no error), ends the episode]`` — the reward model's
+    outcome features for a labelled choice whose outcome was never observed."""
+    rows = [[a.latency_mean_ms / 1000.0, 0.0, 1.0 if a.terminal is True else 0.0] for a in pack.scenario.spec.actions]
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def choice_pairs(pack: "Pack", obs: Tensor, masks: Tensor, chosen: Tensor) -> tuple["PreferencePairs", Tensor]:
+    """``(pairs, state_of_pair)``: in each labelled state (observation ``obs``, legal ``masks``) the
+    chosen action preferred over every other legal action; ``state_of_pair`` is the row of
+    ``obs`` each pair comes from (what a bootstrap over labelled states resamples)."""
+    from rlops.model.reward_model import PreferencePairs
+    chosen = chosen.long()
+    others = masks.clone()
+    others[torch.arange(len(chosen)), chosen] = False
+    row, rej = others.nonzero(as_tuple=True)
+    feats = obs[:, :pack.scenario.layout.n_features]
+    out = expected_outcomes(pack)
+    pairs = PreferencePairs(feats[row], chosen[row], rej, out[chosen[row]], out[rej], n_actions=pack.scenario.n_actions)
+    return pairs, row
+
+
+def labels_as_pairs(pack: "Pack", labels: pd.DataFrame) -> "PreferencePairs":
+    """Reward-model pairs: each labelled action preferred over every other legal action of its
+    state (``labels`` as :meth:`LabelStore.labelled_frame` returns it)."""
+    obs, masks, _ = _item_states(pack, labels)
+    return choice_pairs(pack, obs, masks, torch.from_numpy(action_codes(pack, labels["label"])))[0]
+
+
+def labels_as_choices(pack: "Pack", labels: pd.DataFrame) -> tuple[Tensor, Tensor, Tensor]:
+    """``(obs, masks, chosen)`` of finished labels: the labelled states and the labellers' actions."""
+    obs, masks, _ = _item_states(pack, labels)
+    return obs, masks, torch.from_numpy(action_codes(pack, labels["label"]))
+
+
+@dataclass
+class ImitationBatch:
+    """Observations, the labelled actions and the masks, for a cross-entropy imitation term."""
+
+    obs: Tensor
+    actions: Tensor
+    masks: Tensor
+    item_ids: list[str]
+
+
+def labels_as_imitation_batch(pack: "Pack", labels: pd.DataFrame) -> ImitationBatch:
+    obs, masks, _ = _item_states(pack, labels)
+    return ImitationBatch(obs, torch.from_numpy(action_codes(pack, labels["label"])), masks,
+                          labels["item_id"].astype(str).tolist())

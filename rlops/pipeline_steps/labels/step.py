@@ -1,0 +1,241 @@
+"""``rlops labels run | export | import``: send the states the policy is unsure about to people.
+
+run
+    Reads the window's trace rows, computes each state's masked policy entropy normalised by
+    ``log(number of legal actions)`` (1 = uniform over the legal actions; states with a single
+    legal action are skipped — there is nothing to choose), clusters the states and enqueues the
+    latest ``states_per_cluster`` states of every cluster whose mean normalised entropy is above
+    ``threshold`` in every time bucket of the window (``bucket_minutes``; buckets with fewer than
+    ``min_bucket_states`` states of the cluster are not judged).
+
+    Once the scenario has ``ensemble_min_labels`` finished labels (``selection: auto``; or always,
+    ``selection: reward_ensemble``) the labels themselves say where the next ones are worth most:
+    a bootstrap ensemble of reward models is fitted on them and the run enqueues the states whose
+    best action the members disagree on, spread over the state clusters, part of the batch drawn in
+    proportion to that disagreement (:mod:`rlops.pipeline_steps.labels.disagreement`); states already
+    queued or labelled are left out. Policy entropy marks where the policy hesitates, which is
+    not where a person's answer carries news (two equally good orders of the same checks); the
+    ensemble's disagreement is. The run result says which selection was used (``selection``) and
+    why each item was chosen (``items_by_reason``).
+
+    Clustering is k-means (k-means++ seeding, fixed seed, torch) on the encoded state features
+    plus the action mask — the very inputs the policy conditions on, already scaled to about
+    [-1, 1] with one-hot enums. k-means was chosen over hashing discretised key fields because it
+    adapts to where the traffic actually is: every cluster has enough states for a stable mean
+    entropy, with no hand-picked key fields or bin edges per scenario (hashing many fields makes
+    the clusters combinatorially small). Identical states always share a cluster.
+
+export
+    Pending items as Label Studio tasks (``[{"data": {...}}]``) plus the labelling config; items
+    become ``exported``. Re-running the export of a run key writes the same tasks again (plus any
+    new pending items); items exported under another run key are not sent twice.
+import
+    A Label Studio JSON export: per task the latest non-cancelled annotation's chosen action is
+    stored as the item's label (it must be one of the item's legal actions). Tasks in = labels
+    ingested + rejected (with reasons) + not annotated.
+
+Labels feed training through :func:`labels_as_pairs` (the labelled action preferred over every
+other legal action, for the Bradley–Terry reward model) and :func:`labels_as_imitation_batch`
+(observations and actions for an optional imitation term).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.labels.disagreement import LabelledStates
+    from rlops.pipeline_steps.labels.store import LabelStore
+
+# The computations live in rlops.pipeline_steps.labels.select (numpy, pandas, torch); they are importable
+# from here too, loaded on first use so that registering the CLI stays light.
+_SELECT = ("kmeans", "ClusterStat", "select_uncertain", "item_id", "queue_items", "label_config", "to_tasks",
+           "parse_annotations", "expected_outcomes", "labels_as_pairs", "ImitationBatch", "labels_as_imitation_batch")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SELECT:
+        from rlops.pipeline_steps.labels import select as label_select
+        return getattr(label_select, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+SELECTIONS = ("auto", "entropy", "reward_ensemble")
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """The ``label_queue:`` block of params."""
+
+    db_url: str = "sqlite:///rlops-data/label_queue.db"
+    db_schema: str | None = None
+    window_hours: float = 24.0
+    threshold: float = 0.8
+    top_k: int = 2
+    clusters: int = 16
+    states_per_cluster: int = 100
+    min_cluster_states: int = 20
+    bucket_minutes: int = 60
+    min_bucket_states: int = 5
+    kmeans_iters: int = 50
+    seed: int = 7
+    export_dir: str = "label_queue"
+    uncertainty_policy: str = "auto"
+    selection: str = "auto"
+    """``entropy`` (policy entropy per state cluster), ``reward_ensemble`` (disagreement of a
+    bootstrap reward ensemble fitted on the finished labels, :mod:`rlops.pipeline_steps.labels.disagreement`)
+    or ``auto`` (the ensemble once ``ensemble_min_labels`` labels are finished, entropy before)."""
+    max_items: int = 0
+    """Items per run (0: every selected cluster's ``states_per_cluster`` states under entropy
+    selection; ``states_per_cluster · top_k`` under reward-ensemble selection)."""
+    sample_fraction: float = 0.5
+    ensemble_members: int = 8
+    ensemble_epochs: int = 60
+    ensemble_min_labels: int = 20
+    spread_clusters: int = 8
+
+    def __post_init__(self) -> None:
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"params label_queue.selection {self.selection!r}: expected one of {list(SELECTIONS)}")
+        if not 0.0 <= float(self.sample_fraction) <= 1.0:
+            raise ValueError(f"params label_queue.sample_fraction {self.sample_fraction!r}: expected a share in [0, 1]")
+        if self.ensemble_members < 2 or self.max_items < 0 or self.spread_clusters < 1:
+            raise ValueError("params label_queue: ensemble_members must be >= 2, max_items >= 0 and spread_clusters "
+                             f">= 1 (got {self.ensemble_members}, {self.max_items}, {self.spread_clusters})")
+
+    @classmethod
+    def from_section(cls, cfg: dict[str, Any]) -> "QueueConfig":
+        unknown = sorted(set(cfg) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"params label_queue: unknown key(s) {unknown} (expected {sorted(cls.__dataclass_fields__)})")
+        return cls(**{k: v for k, v in cfg.items() if v is not None})
+
+
+# --------------------------------------------------------------------------- steps
+def store_for(ctx: "StepContext", cfg: QueueConfig) -> "LabelStore":
+    from rlops.pipeline_steps.labels.store import LabelStore
+    return LabelStore(cfg.db_url, cfg.db_schema)
+
+
+def finished_labels(ctx: "StepContext") -> "pd.DataFrame":
+    """The label queue's finished labels of the scenario (an empty frame when there are none)."""
+    store = store_for(ctx, QueueConfig.from_section(ctx.section("label_queue")))
+    store.create()
+    return store.labelled_frame(ctx.scenario)
+
+
+EXCLUDED_QUEUED = "already queued or labelled"
+
+
+def queue_selection(ctx: "StepContext", pack: Any, cfg: QueueConfig
+                    ) -> "tuple[LabelledStates | None, str, set[str]]":
+    """``(labelled states, description, item ids already in the queue)``: the finished labels the
+    reward ensemble is fitted on, or None for entropy selection (``selection: entropy``, or
+    ``auto`` with fewer than ``ensemble_min_labels`` finished labels)."""
+    if cfg.selection == "entropy":
+        return None, "entropy (label_queue.selection)", set()
+    from rlops.pipeline_steps.labels.disagreement import LabelledStates
+    from rlops.pipeline_steps.labels.select import labels_as_choices
+    store = store_for(ctx, cfg)
+    if ctx.dry_run and not store.exists():  # a dry run creates no queue
+        return None, "entropy: no label queue yet (dry run)", set()
+    store.create()
+    labels = store.labelled_frame(ctx.scenario)
+    if cfg.selection == "auto" and len(labels) < cfg.ensemble_min_labels:
+        return None, (f"entropy: {len(labels)} finished label(s), the reward ensemble starts at "
+                      f"{cfg.ensemble_min_labels} (label_queue.ensemble_min_labels)"), set()
+    if len(labels) < 2:
+        raise ValueError(f"label_queue.selection is reward_ensemble but scenario {ctx.scenario} has {len(labels)} "
+                         "finished label(s); the ensemble is fitted on them (at least 2): label the queue's first "
+                         "items (rlops labels export / import) or use selection auto or entropy")
+    obs, masks, chosen = labels_as_choices(pack, labels)
+    known = set(store.items_frame(ctx.scenario)["item_id"].astype(str))
+    return (LabelledStates(obs, masks, chosen),
+            f"reward_ensemble: disagreement of {cfg.ensemble_members} reward models fitted on {len(labels)} "
+            f"finished labels, {cfg.sample_fraction:.0%} of the items drawn in proportion to it", known)
+
+
+def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, Any]:
+    """Enqueue the states worth labelling in the run key's window (policy entropy, or the reward
+    ensemble's disagreement once labels are finished: see the module docstring)."""
+    import pandas as pd
+
+    from rlops.pipeline_steps.labels.select import item_id, queue_items, select_uncertain
+    from rlops.pipeline_steps.labels.uncertainty import EXCLUDED_SINGLE, count_single_choice, usable_rows
+    from rlops.pipeline_steps.infra.trace_store import read_traces
+    cfg = QueueConfig.from_section(ctx.section("label_queue"))
+    pack = ctx.load_pack()
+    window = ctx.key.lookback(cfg.window_hours)
+    uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
+    raw = read_traces(ctx.storage, uri, window)
+    missing = {"episode_id", "step", "ts", "action", "action_mask"} - set(raw.columns)
+    if not raw.empty and missing:
+        raise ValueError(f"trace rows at {uri} lack column(s) {sorted(missing)}; expected the trace record")
+    # Entropy is a property of a learned policy: rule-engine steps carry none (they would read as
+    # perfectly certain); before any champion a registered candidate's entropy is computed instead.
+    usable = usable_rows(ctx, pack, raw, cfg.uncertainty_policy)
+    df = usable.rows
+    if not df.empty and "entropy" not in df.columns:
+        raise ValueError(f"trace rows at {uri} lack the entropy column; expected the trace record")
+    excluded = dict(usable.excluded)
+    single = count_single_choice(df)
+    if single:
+        excluded[EXCLUDED_SINGLE] = single
+    labelled, selection, known = queue_selection(ctx, pack, cfg)
+    if labelled is None:
+        selected, stats = select_uncertain(pack, df, cfg)
+    else:
+        from rlops.pipeline_steps.labels.disagreement import select_disagreeing
+        fresh = pd.Series([item_id(ctx.scenario, e, s) not in known
+                           for e, s in zip(df.get("episode_id", []), df.get("step", []))], index=df.index, dtype=bool)
+        if int((~fresh).sum()):
+            excluded[EXCLUDED_QUEUED] = int((~fresh).sum())
+        selected, stats = select_disagreeing(pack, df[fresh].reset_index(drop=True), labelled, cfg)
+    items = queue_items(pack, ctx.scenario, selected, df) if len(selected) else []
+    result: dict[str, Any] = {"traces_uri": uri, "window": [str(w) for w in window] if window else None,
+                              "rows_read": len(raw), "rows_judged": len(df) - single,
+                              "rows_excluded": excluded, "uncertainty_from": usable.uncertainty_from,
+                              "selection": selection,
+                              "items_by_reason": ({} if "why" not in selected.columns else
+                                                  {str(k): int(v) for k, v in selected["why"].value_counts().items()}),
+                              "clusters": len(stats),
+                              "clusters_selected": [s.cluster_id for s in stats if s.selected],
+                              "clusters_by_threshold": [s.cluster_id for s in stats if s.why == "threshold"],
+                              "clusters_by_top_k": [s.cluster_id for s in stats if s.why == "top_k"],
+                              "items": len(items), "dry_run": ctx.dry_run,
+                              "cluster_stats": [asdict(s) for s in stats]}
+    if ctx.dry_run:
+        return result
+    store = store_for(ctx, cfg)
+    res = store.enqueue(ctx.scenario, ctx.run_key, items)
+    result.update(asdict(res), queue=store.counts(ctx.scenario))
+    return result
+
+
+def label_queue_export(ctx: "StepContext", out_uri: str | None = None) -> dict[str, Any]:
+    from rlops.pipeline_steps.labels.select import label_config, to_tasks
+    from rlops.pipeline_steps.labels.store import EXPORTED
+    cfg = QueueConfig.from_section(ctx.section("label_queue"))
+    store = store_for(ctx, cfg)
+    items = store.export_batch(ctx.scenario, ctx.run_key)
+    uri = out_uri or ctx.uri(cfg.export_dir, ctx.scenario, f"tasks-{ctx.run_key}.json")
+    result = {"tasks": len(items), "tasks_uri": uri, "config_uri": uri.rsplit("/", 1)[0] + "/label_config.xml",
+              "dry_run": ctx.dry_run}
+    if not ctx.dry_run:
+        from rlops.sandbox.pack import load_pack  # action names, field units
+        pack = load_pack(ctx.pack_dir, check_liveness=False)
+        ctx.storage.write_json(uri, to_tasks(items, pack))
+        ctx.storage.write_text(result["config_uri"], label_config(pack))
+        store.mark(items["item_id"].tolist(), EXPORTED, export_key=ctx.run_key)
+    return result
+
+
+def label_queue_import(ctx: "StepContext", uri: str) -> dict[str, Any]:
+    from rlops.pipeline_steps.labels.importing import import_export
+    return import_export(ctx, store_for(ctx, QueueConfig.from_section(ctx.section("label_queue"))), uri)
+

@@ -1,0 +1,248 @@
+"""What the Airflow tasks call: conf validation, then one step each.
+
+DAG files import this module inside their tasks (never at parse time). Every function takes the
+validated conf (a small dict) and returns a small dict for XCom: URIs, counts, versions — never
+data.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, Callable, Mapping, TypeVar
+
+from rlops.common.errors import UserError
+from rlops.common.run_key import RunKey
+from rlops.pipeline_steps.infra.context import StepContext
+
+_VERSION = re.compile(r"^v\d+$")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ConfError(UserError):
+    """A DAG run's conf that cannot be used; the first task fails with this message."""
+
+
+@functools.lru_cache(maxsize=None)
+def _failing_without_retry(cls: type[UserError]) -> type[UserError]:
+    """``cls`` that Airflow also reads as ``AirflowFailException``: the task fails at once."""
+    from airflow.sdk.exceptions import AirflowFailException
+    return type(cls.__name__, (cls, AirflowFailException), {"__module__": cls.__module__, "fails_without_retry": True})
+
+
+def no_retry_on_user_error(fn: F) -> F:
+    """Bad input (a conf, a pack, a file) fails the task without Airflow's retries: retrying cannot
+    mend it, and the run should say so at once. The error keeps its class (a ``ConfError`` is
+    still one) and its message; other errors (storage, tracking server) keep their retries."""
+    @functools.wraps(fn)
+    def task(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            if getattr(exc, "fails_without_retry", False):
+                raise
+            again = _failing_without_retry(type(exc)).__new__(_failing_without_retry(type(exc)))
+            again.__dict__.update(exc.__dict__)
+            again.args = exc.args
+            raise again.with_traceback(exc.__traceback__) from exc
+    return task  # type: ignore[return-value]
+
+
+def run_key_from_context(context: Mapping[str, Any], interval_minutes: int = 60) -> str:
+    """The interval the DAG run owns (see :meth:`RunKey.from_airflow`) — the key every step
+    writes under. A run with no Airflow context (a direct call) owns the interval just ended."""
+    if not context:
+        return str(RunKey.of(None, minutes=interval_minutes))
+    return str(RunKey.from_airflow(context, interval_minutes))
+
+
+@no_retry_on_user_error
+def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None = None,
+                  interval_minutes: int = 60) -> dict[str, Any]:
+    """Check the run's conf against the project (pack exists and loads, reward version exists);
+    Airflow has already checked the types. Returns the conf with its run key."""
+    from rlops.sandbox.errors import PackError
+    conf = {k: params.get(k) for k in ("scenario", "reward_fn", "timesteps", "mode", "dry_run",
+                                       "reward_source", "reward_blend_lambda", "reward_switch_to",
+                                       "reward_switch_at_iteration")}
+    if "simulate" in params:  # the capture DAG's switch: simulated traffic only when asked for
+        conf["simulate"] = params.get("simulate")
+    problems = []
+    if conf["reward_source"] not in (None, "scripted", "model", "blend"):
+        problems.append(f"reward_source {conf['reward_source']!r}: expected scripted, model, blend (or null: params)")
+    lam = conf["reward_blend_lambda"]
+    if lam is not None and (isinstance(lam, bool) or not isinstance(lam, (int, float)) or lam < 0):
+        problems.append(f"reward_blend_lambda {lam!r}: expected a number >= 0 (or null: params)")
+    if conf["reward_switch_to"] is not None and not (isinstance(conf["reward_switch_to"], str)
+                                                     and _VERSION.match(conf["reward_switch_to"])):
+        problems.append(f"reward_switch_to {conf['reward_switch_to']!r}: expected v<N> (or null: no switch)")
+    at = conf["reward_switch_at_iteration"]
+    if at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 1):
+        problems.append(f"reward_switch_at_iteration {at!r}: expected an iteration number >= 1")
+    if not isinstance(conf["scenario"], str) or not conf["scenario"]:
+        problems.append(f"scenario {conf['scenario']!r}: expected the name of a pack under scenarios/")
+    if not isinstance(conf["reward_fn"], str) or not _VERSION.match(conf["reward_fn"]):
+        problems.append(f"reward_fn {conf['reward_fn']!r}: expected v<N>, e.g. v1")
+    if not isinstance(conf["timesteps"], int) or conf["timesteps"] < 1000:
+        problems.append(f"timesteps {conf['timesteps']!r}: expected an integer >= 1000")
+    if conf["mode"] not in ("full", "incremental"):
+        problems.append(f"mode {conf['mode']!r}: expected 'full' or 'incremental'")
+    if not isinstance(conf.get("simulate", False), bool):
+        problems.append(f"simulate {conf['simulate']!r}: expected true or false")
+    if not isinstance(conf["dry_run"], bool):
+        problems.append(f"dry_run {conf['dry_run']!r}: expected true or false")
+    if not problems:
+        ctx = StepContext.create(conf["scenario"])
+        if not (ctx.pack_dir / "scenario.yaml").exists():
+            problems.append(f"scenario {conf['scenario']!r}: no pack at {ctx.pack_dir}")
+        else:
+            try:
+                pack = ctx.load_pack(calibration=None)
+                pack.reward_fn(conf["reward_fn"])
+            except PackError as exc:
+                problems.append(f"scenario {conf['scenario']!r} does not load: {exc}")
+            except KeyError as exc:
+                problems.append(str(exc).strip("'\""))
+            if conf["reward_switch_to"] and not problems:
+                try:
+                    pack.reward_fn(conf["reward_switch_to"])
+                except KeyError as exc:
+                    problems.append("reward_switch_to: " + str(exc).strip("'\""))
+    if problems:
+        raise ConfError("invalid DAG run conf: " + "; ".join(problems))
+    conf["run_key"] = run_key_from_context(context or {}, interval_minutes)
+    conf["dag_run_id"] = dag_run_id_from_context(context or {})
+    return conf
+
+
+def dag_run_id_from_context(context: Mapping[str, Any]) -> str | None:
+    """Airflow's id of the DAG run (tagged on the pass's MLflow runs), when there is one."""
+    run_id = context.get("run_id") or getattr(context.get("dag_run"), "run_id", None)
+    return str(run_id) if run_id else None
+
+
+def _ctx(conf: Mapping[str, Any]) -> StepContext:
+    ctx = StepContext.create(conf["scenario"], conf["run_key"], bool(conf.get("dry_run")),
+                             overrides={"reward_fn": conf["reward_fn"]})
+    if conf.get("dag_run_id"):
+        ctx.extra["dag_run_id"] = str(conf["dag_run_id"])
+    return ctx
+
+
+@no_retry_on_user_error
+def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """The landing zone of the run key's interval; simulated traffic only when the conf says
+    ``simulate: true`` (the result then says ``source: simulation:<profile>``)."""
+    from rlops.pipeline_steps.capture.step import capture_step
+    return capture_step(_ctx(conf), simulate=bool(conf.get("simulate", False)))
+
+
+@no_retry_on_user_error
+def detect_drift(conf: Mapping[str, Any]) -> dict[str, Any]:
+    from rlops.pipeline_steps.drift.check import drift_check
+    return drift_check(_ctx(conf))
+
+
+@no_retry_on_user_error
+def recalibrate(conf: Mapping[str, Any], drift: Mapping[str, Any]) -> dict[str, Any]:
+    from rlops.pipeline_steps.drift.calibrate import recalibrate as run
+    return run(_ctx(conf), traces_uri=drift.get("target_uri"))
+
+
+@no_retry_on_user_error
+def label_queue(conf: Mapping[str, Any]) -> dict[str, Any]:
+    from rlops.pipeline_steps.labels.step import label_queue_export, label_queue_run
+    ctx = _ctx(conf)
+    queued = label_queue_run(ctx)
+    exported = label_queue_export(ctx)
+    return {k: v for k, v in {**queued, "export": exported}.items() if k != "cluster_stats"}
+
+
+@no_retry_on_user_error
+def ingest_labels(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """Import every Label Studio annotation file in ``labels/<scenario>/inbox/`` (idempotent)."""
+    from rlops.pipeline_steps.labels.step import label_queue_import
+    ctx = _ctx(conf)
+    inbox = ctx.uri("labels", ctx.scenario, "inbox")
+    files = ctx.storage.list(inbox, suffix=".json")
+    results = [label_queue_import(ctx, uri) for uri in files]
+    return {"files": len(files), "labels": sum(r["ingested"] for r in results), "dry_run": ctx.dry_run}
+
+
+@no_retry_on_user_error
+def train_reward_model(conf: Mapping[str, Any]) -> dict[str, Any]:
+    from rlops.pipeline_steps.training.reward_model import train_reward_model_step
+    return train_reward_model_step(_ctx(conf), conf["reward_fn"])
+
+
+@no_retry_on_user_error
+def relabel(conf: Mapping[str, Any], reward_model: Mapping[str, Any]) -> dict[str, Any]:
+    """Score the window's captured traces with the reward model just trained."""
+    from rlops.pipeline_steps.training.relabel import relabel_step
+    ctx = _ctx(conf)
+    if ctx.dry_run or not reward_model.get("model_version"):
+        return {"skipped": True, "reason": "dry run" if ctx.dry_run else "no reward model was trained"}
+    return relabel_step(ctx, str(reward_model["model_version"]))
+
+
+@no_retry_on_user_error
+def train_policy(conf: Mapping[str, Any], mode: str, reward_model: Mapping[str, Any] | None = None
+                 ) -> dict[str, Any]:
+    import socket
+
+    from rlops.pipeline_steps.training.policy import train_policy as run
+    # The reward model version this DAG run trained (when it did) is the one a model/blend run uses.
+    rm_version = (reward_model or {}).get("model_version")
+    out = run(_ctx(conf), mode=mode, timesteps=int(conf["timesteps"]), reward_version=conf["reward_fn"],
+              reward_source=conf.get("reward_source"), blend_lambda=conf.get("reward_blend_lambda"),
+              reward_model_version=None if rm_version is None else str(rm_version),
+              reward_switch=((int(conf.get("reward_switch_at_iteration") or 1), conf["reward_switch_to"])
+                             if conf.get("reward_switch_to") else None))
+    # Where training ran: the distributed test checks that it was the gpu queue's worker.
+    return {**out, "worker_host": socket.gethostname()}
+
+
+@no_retry_on_user_error
+def stress_test(conf: Mapping[str, Any], trained: Mapping[str, Any]) -> dict[str, Any]:
+    from rlops.pipeline_steps.stress.step import stress_test as run
+    if not trained.get("model_version"):
+        return {"skipped": True, "reason": "no candidate was trained", "passed": False}
+    out = run(_ctx(conf), reward_fn=conf["reward_fn"], policy_version=str(trained["model_version"]))
+    return {k: out[k] for k in ("passed", "verdict", "reasons", "report_uri", "html_uri") if k in out}
+
+
+@no_retry_on_user_error
+def evaluate_and_promote(conf: Mapping[str, Any], trained: Mapping[str, Any],
+                         stressed: Mapping[str, Any], staged: bool = False) -> dict[str, Any]:
+    """Gated promotion of the trained candidate; ``staged``: as challenger first (5% → 15% →
+    100% of traffic, one stage per passing evaluation)."""
+    from rlops.pipeline_steps.promotion.evaluate import promote
+    if not trained.get("model_version"):
+        return {"promoted": False, "reason": "no candidate was trained"}
+    out = promote(_ctx(conf), candidate=str(trained["model_version"]), staged=staged)
+    return {k: v for k, v in out.items() if k not in ("gates_detail",)}
+
+
+@no_retry_on_user_error
+def validate_promotion_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The promotion DAG's conf: the common checks plus the candidate version."""
+    conf = validate_conf(params, context)
+    from rlops.common.errors import UserError
+    from rlops.common.policy_ref import PolicyRef
+    candidate = params.get("candidate")
+    try:
+        ref = PolicyRef.parse(str(candidate), conf["scenario"]) if isinstance(candidate, (str, int)) else None
+    except UserError:
+        ref = None
+    if ref is None or ref.version is None:
+        raise ConfError(f"invalid DAG run conf: candidate {candidate!r}: expected a policy version, e.g. 3 or "
+                        f"{conf['scenario']}-policy/3")
+    conf.update(candidate=ref.version, requested_by=str(params.get("requested_by") or "airflow"))
+    return conf
+
+
+@no_retry_on_user_error
+def promote_requested(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """Gated promotion of ``conf['candidate']``; the outcome is written back on the version."""
+    from rlops.pipeline_steps.promotion.guard import promote_from_alias
+    return promote_from_alias(_ctx(conf), conf["candidate"], requested_by=str(conf.get("requested_by") or "airflow"))

@@ -1,0 +1,199 @@
+"""A simulated production timeline: the five DAGs' task functions on their schedules, over days
+of simulated time, against a production world scripted by events.
+
+Each 15-minute tick, the *production stand-in* (the pack's ``live`` profile with the events in
+force, :mod:`rlops.pipeline_steps.orchestration.events`) serves applicants with the policies the
+``agent_sdk.PolicyClient`` holds — champion, challenger by its traffic split, the rule engine
+before the first champion and for any illegal decision — and its traces go through the
+``agent_sdk.Tracer`` into the landing zone, stamped with simulated time. Then the same task
+functions the DAGs call (:mod:`rlops.pipeline_steps.orchestration.tasks`) run with run keys from
+:class:`~rlops.common.run_key.RunKey`:
+
+==================  ===============================  ==========================================
+DAG                 cadence here                     what runs
+==================  ===============================  ==========================================
+trace_capture       every 15 min                     ``tasks.capture`` (landing zone only)
+drift_monitor       hourly                           ``tasks.detect_drift``; on an alarm
+                                                     ``tasks.recalibrate`` + emergency full retrain
+retrain_full        on an alarm                      train (full) → stress → gated promotion
+                                                     (staged while the rule engine serves)
+retrain_incremental every ``incremental_every_h``    train (incremental) → stress → staged
+                                                     promotion (challenger 5% → 15% → 100%)
+promote             hourly, while a challenger       the challenger's next stage (its live A/B
+                    serves traffic                   traffic gated against the champion's)
+label_queue         not run                          needs human labels; nothing to simulate
+==================  ===============================  ==========================================
+
+Before the first champion the client has no policy, so every decision is the rule engine's
+fallback (``fallback`` on the trace rows); afterwards the champion's illegal decisions fall back.
+
+Incremental retraining runs every few hours rather than every 15 minutes so that two days fit in
+minutes on two cores; budgets (timesteps, evaluation episodes) are scaled down the same way
+(:func:`simulation_params`). A deliberately worse candidate (``bad_candidate`` event) is a
+randomly initialised network offered to the same gated promotion.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+from unittest import mock
+
+from rlops.pipeline_steps.orchestration.events import Event, production_doc
+from rlops.pipeline_steps.infra import tags as T
+
+
+@dataclass(frozen=True)
+class TimelineConfig:
+    """Budgets of one simulated timeline."""
+
+    scenario: str = "credit_approval"
+    hours: int = 48
+    start: str = "20261201T0000"
+    tick_minutes: int = 15
+    episodes_per_tick: int = 250
+    incremental_every_h: int = 6
+    full_timesteps: int = 40_000  # enough to beat the rule engine (live return 0.23 → 0.69)
+    incremental_timesteps: int = 10_000
+    eval_episodes: int = 1000
+    challenger_fraction: float | None = None  # None: the staged roll-out's share (model version tag)
+    staged_rollout: bool = True  # scheduled candidates and the first policy: challenger 5% → 15% → 100%
+    seed: int = 0
+
+
+@dataclass
+class Hour:
+    """What happened in one simulated hour (the row of the report)."""
+
+    hour: int
+    live_return: float | None = None
+    live_return_se: float | None = None
+    episodes: int = 0
+    fallbacks: int = 0
+    challenger_episodes: int = 0
+    p_values: dict[str, float] = field(default_factory=dict)
+    drifted: list[str] = field(default_factory=list)
+    alarm: bool = False
+    events: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    champion: str | None = None
+
+
+def simulation_params(base: dict[str, Any], root: Path, cfg: TimelineConfig) -> dict[str, Any]:
+    """params.yaml with the timeline's own storage, registry and scaled-down budgets."""
+    from rlops.common.config import deep_merge
+    return deep_merge(base, {
+        "scenario": cfg.scenario,
+        "storage": {"root": f"file://{root / 'storage'}"},
+        "tracking": {"uri": f"sqlite:///{root / 'mlflow.db'}", "artifact_root": str(root / "artifacts")},
+        "local_dir": str(root / "local"),
+        "label_queue": {"db_url": f"sqlite:///{root / 'queue.db'}"},
+        "capture": {"simulate_when_empty": False},
+        "drift": {"baseline_episodes": 4 * cfg.episodes_per_tick * 2, "workers": 1, "plots": "drifted"},
+        "recalibrate": {"check_samples": 5000},
+        "train": {"total_timesteps": cfg.full_timesteps, "incremental_timesteps": cfg.incremental_timesteps,
+                  "num_envs": 256, "eval_episodes": 300, "checkpoint_every": 1000},
+        "evaluate": {"episodes": cfg.eval_episodes, "bootstrap_samples": 500, "latency_samples": 100,
+                     "ab_window_hours": 1},
+        "stress": {"edge_states": 1000, "gaming_episodes": 300, "policy_episodes": 300},
+    })
+
+
+@contextmanager
+def _environment(params_file: Path, root: Path) -> Iterator[None]:
+    """Point every step (they read params through RLOPS_PARAMS) at the timeline's own world."""
+    env = {"RLOPS_PARAMS": str(params_file), "RLOPS_STORAGE_ROOT": f"file://{root / 'storage'}",
+           "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "RLOPS_ARTIFACT_ROOT": str(root / "artifacts"),
+           "RLOPS_QUEUE_DB": f"sqlite:///{root / 'queue.db'}"}
+    with mock.patch.dict(os.environ, env):
+        yield
+
+
+class ProductionWorld:
+    """The production stand-in: a copy of the pack whose ``live`` profile carries the events in
+    force. The pipeline never sees this copy; it sees only the traces it produces."""
+
+    def __init__(self, pack_dir: Path, root: Path) -> None:
+        import yaml
+        self.pack_dir, self.root = pack_dir, root
+        self.doc = yaml.safe_load((pack_dir / "scenario.yaml").read_text())
+        self._cache: dict[tuple[int, ...], Any] = {}
+
+    def pack(self, events: list[Event], all_events: list[Event]) -> Any:
+        import yaml
+
+        from rlops.sandbox.pack import load_pack
+        key = tuple(i for i, e in enumerate(all_events) if e in events and e.drift)
+        if key not in self._cache:
+            folder = self.root / "production" / ("world-" + "-".join(map(str, key)) if key else "world")
+            if folder.exists():
+                shutil.rmtree(folder)
+            shutil.copytree(self.pack_dir, folder)
+            doc = production_doc(self.doc, [all_events[i] for i in key])
+            (folder / "scenario.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+            self._cache[key] = load_pack(folder, check_liveness=False)
+        return self._cache[key]
+
+
+class SimTracer:
+    """An ``agent_sdk.Tracer`` whose files carry simulated time in their hour folder and name."""
+
+    def __new__(cls, landing_uri: str) -> Any:
+        from rlops.agent_sdk import tracer as tr
+
+        class _Tracer(tr.Tracer):
+            clock = None
+
+            def _name(self, scenario: str) -> tuple[str, str]:
+                folder, name = super()._name(scenario)
+                now = self.clock
+                folder = folder.rsplit("/", 2)[0] + f"/date={now:%Y-%m-%d}/hour={now:%H}"
+                return folder, f"{now:%Y%m%dT%H%M%S%f}Z" + name.split("Z", 1)[1]
+        return _Tracer(landing_uri, flush_every=100_000, max_buffer=200_000, flush_interval_s=None, fsync=False)
+
+
+def client_policy(model: Any) -> Any:
+    """A batched trace policy deciding through a policy the ``PolicyClient`` loaded; an illegal
+    decision falls back to the rule engine (``fallback``), as the client does per request."""
+    import torch
+
+    from rlops.sandbox.policies import rule_policy
+
+    def act(env: Any) -> Any:
+        out = model.predict_obs(env.observe().numpy())
+        a = torch.as_tensor(out["action_index"], dtype=torch.int64)
+        mask = env.action_masks()
+        legal = mask.gather(1, a[:, None])[:, 0]
+        rules = rule_policy(env)
+        return torch.where(legal, a, rules), {
+            "logp": torch.as_tensor(out["logp"]).float(), "entropy": torch.as_tensor(out["entropy"]).float(),
+            "value": torch.as_tensor(out["value"]).float(), "fallback": ~legal}
+    return act
+
+
+def no_policy_fallback(env: Any) -> Any:
+    """The client with no champion loaded: every decision is the rule engine's fallback."""
+    import torch
+
+    from rlops.sandbox.policies import rule_policy
+    return rule_policy(env), {"fallback": torch.ones(env.num_envs, dtype=torch.bool)}
+
+
+def bad_candidate(ctx: Any, seed: int) -> str:
+    """Register a randomly initialised network: a deliberately worse candidate."""
+    import torch
+
+    from rlops.model.policy import PolicyConfig, PolicyNetwork
+    from rlops.pipeline_steps.training.policy import register_policy
+    pack = ctx.load_pack()
+    torch.manual_seed(seed)
+    net = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout)).eval()
+    with ctx.tracker.start_run("bad-candidate", tags={T.STEP: T.TIMELINE}) as run, \
+            tempfile.TemporaryDirectory() as tmp:
+        return register_policy(ctx, run, pack, net, {"mode": "full", "run_key": ctx.run_key,
+                                                     "timeline": "bad_candidate"}, Path(tmp))

@@ -1,0 +1,79 @@
+"""The dual track inside policy training: which reward source a run uses, and the behaviour-cloning
+warm start from relabelled captured traces (see :mod:`rlops.model.reward_source` and
+:mod:`rlops.model.behaviour_cloning`)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from rlops.pipeline_steps.infra.context import StepContext
+
+if TYPE_CHECKING:
+    from rlops.model.policy import PolicyNetwork
+    from rlops.model.reward_source import RewardSource
+    from rlops.sandbox.pack import Pack
+
+log = logging.getLogger(__name__)
+
+
+def resolve_reward_source(ctx: StepContext, kind: str | None = None, blend_lambda: float | None = None
+                          ) -> "RewardSource":
+    """Arguments over ``train.reward_source`` / ``train.reward_blend_lambda`` over the defaults
+    (``scripted``, λ = 1)."""
+    from rlops.model.reward_source import RewardSource
+    train = ctx.section("train")
+    lam = blend_lambda if blend_lambda is not None else train.get("reward_blend_lambda")
+    centred = train.get("reward_model_centred")
+    return RewardSource(str(kind or train.get("reward_source") or "scripted"), float(1.0 if lam is None else lam),
+                        True if centred is None else bool(centred))
+
+
+def human_labels(ctx: StepContext, pack: "Pack") -> "tuple[Any, Any, Any] | None":
+    """``(obs, masks, actions)`` of the label queue's finished labels (None when there are none)."""
+    from rlops.pipeline_steps.labels.step import finished_labels, labels_as_imitation_batch
+    labels = finished_labels(ctx)
+    if labels.empty:
+        return None
+    batch = labels_as_imitation_batch(pack, labels)
+    return batch.obs, batch.masks, batch.actions
+
+
+def warm_start(ctx: StepContext, pack: "Pack", cfg: Any) -> tuple["PolicyNetwork | None", dict[str, Any]]:
+    """A policy cloned from the run key's high-score relabelled steps, or ``(None, {reason})`` when
+    there is nothing to clone from (no relabelled traces, too few steps, or ``train.bc_warm_start``
+    is false)."""
+    from rlops.model.behaviour_cloning import BCConfig, behaviour_clone
+    from rlops.model.policy import PolicyConfig, PolicyNetwork
+    from rlops.pipeline_steps.training.relabel import labelled_steps
+    train = ctx.section("train")
+    if not train.get("bc_warm_start", True):
+        return None, {"skipped": "train.bc_warm_start is false"}
+    data = labelled_steps(ctx, pack)
+    human = human_labels(ctx, pack)
+    if data is None and human is None:
+        return None, {"skipped": "no relabelled traces for this run key (rlops train relabel) and no human labels"}
+    import torch
+    if data is None:
+        assert human is not None
+        data = (*(t[:0] for t in human), torch.zeros(0))
+    if human is not None:
+        # A person's label is imitated whatever the model's score: it ranks with the best steps.
+        top = float(data[3].max()) if data[3].numel() else 0.0
+        data = tuple(torch.cat([a, b.to(a.dtype) if b.dtype != a.dtype else b])
+                     for a, b in zip(data, (*human[:3], torch.full((human[0].shape[0],), top))))
+    obs, masks, actions, scores = data
+    bc_cfg = BCConfig(top_fraction=float(train.get("bc_top_fraction") or 0.5),
+                      epochs=int(train.get("bc_epochs") or 10), seed=int(cfg.seed))
+    policy = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout, hidden_sizes=tuple(cfg.hidden_sizes),
+                                                    embed_dim=cfg.embed_dim, activation=cfg.activation))
+    res = behaviour_clone(policy, obs, masks, actions, scores, bc_cfg)
+    if res is None:
+        return None, {"skipped": f"fewer than {bc_cfg.min_steps} high-score choice steps to imitate"}
+    log.info("behaviour cloning: %d of %d steps imitated (accuracy %.3f)", res.steps_imitated, res.steps_scored,
+             res.accuracy)
+    return policy, asdict(res)
+
+
+__all__ = ["resolve_reward_source", "warm_start"]

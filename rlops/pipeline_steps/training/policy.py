@@ -1,0 +1,408 @@
+"""Train a candidate policy with masked PPO and register it as a new ``<scenario>-policy`` version.
+
+``rlops train policy --mode full|incremental`` runs :func:`train_policy`:
+
+* the environment is the scenario pack with the latest sandbox calibration, stepping
+  ``train.num_envs`` episodes at once on the GPU when there is one;
+* the reward function is ``--reward-fn`` (else the pack's or the project's ``reward_fn``); its source
+  is registered as a ``<scenario>-reward-fn`` version (the same source is never registered twice);
+* ``full`` trains from scratch for ``train.total_timesteps``; ``incremental`` warm-starts from
+  the current ``champion`` for ``train.incremental_timesteps`` with the EWC penalty
+  (``train.ewc_lambda``), and trains from scratch, saying so, when there is no champion yet;
+* one MLflow run in the scenario's experiment holds the params, per-iteration metrics, a
+  learning-curve plot and the policy as an MLflow pyfunc model (``policy_model/``), registered
+  with lineage tags: ``reward_fn`` and ``reward_fn_sha256``, ``reward_fn_model_version``,
+  ``calibration_version``, ``data_version``, ``parent_champion``, ``mode``, ``timesteps``,
+  ``train_seconds`` (and ``run_key``, ``train_fingerprint``).
+
+Settings: the ``ppo:`` block (``rlops.model.ppo_config.PPOConfig``), overridden by keys of the
+``train:`` block with the same names, then by arguments. The other ``train:`` keys are this
+step's own (see ``params.yaml``).
+
+Resumable and idempotent: checkpoints go to ``<local_dir>/checkpoints/<scenario>/<run_key>/<mode>``
+and a re-run with the same run key continues from the newest one; a run whose exact inputs
+(fingerprint) were already registered returns that version instead of training again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+import tempfile
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
+from rlops.common.config import resolve_local
+
+if TYPE_CHECKING:
+    from rlops.model.policy import PolicyNetwork
+    from rlops.sandbox.pack import Pack
+
+log = logging.getLogger(__name__)
+
+MODEL_ARTIFACT = "policy_model"
+"""Artifact folder of a training run that holds the pyfunc model (the registered source)."""
+_STEP_KEYS = {"incremental_timesteps", "num_envs", "profile", "eval_episodes", "eval_seed", "reward_source",
+              "reward_blend_lambda", "reward_model_centred", "bc_warm_start", "bc_top_fraction", "bc_epochs"}
+
+
+# --------------------------------------------------------------------------- settings
+def ppo_config(ctx: StepContext, pack: "Pack", mode: str, timesteps: int | None = None,
+               checkpoint_dir: Path | None = None, **overrides: Any) -> Any:
+    """The :class:`~rlops.model.pack_defaults.TrainingPlan` of this run (env count + PPOConfig): what the
+    pack implies < ``ppo:`` block < ``train:`` keys < arguments. Checkpoints are written every
+    ``checkpoint_every`` iterations (default 10) to ``checkpoint_dir``; without one (dry runs) never."""
+    from rlops.model.pack_defaults import derive_defaults
+    from rlops.model.ppo_config import PPOConfig, resolve_device
+    known = {f.name for f in fields(PPOConfig)}
+    train = ctx.section("train")
+    merged = {k: v for k, v in ctx.section("ppo").items() if k in known}
+    merged.update({k: v for k, v in train.items() if k in known})
+    if mode == "incremental" and train.get("incremental_timesteps"):
+        merged["total_timesteps"] = int(train["incremental_timesteps"])
+    if timesteps is not None:
+        merged["total_timesteps"] = int(timesteps)
+    if train.get("num_envs"):
+        merged["num_envs"] = int(train["num_envs"])
+    merged.update({k: v for k, v in overrides.items() if v is not None})
+    merged["mode"] = mode
+    merged["checkpoint_dir"] = str(checkpoint_dir) if checkpoint_dir is not None else None
+    merged["checkpoint_every"] = int(merged.get("checkpoint_every") or 10) if checkpoint_dir is not None else 0
+    unknown = sorted(set(train) - known - _STEP_KEYS - {"mode"})
+    if unknown:
+        log.warning("train: ignoring unknown settings %s", unknown)
+    # What the params leave open (env count, rollout length, γ, minibatches) comes from the pack.
+    merged["device"] = resolve_device(str(merged.get("device") or "auto")).type
+    return derive_defaults(pack, **merged)
+
+
+def reward_label(ctx: StepContext, reward_fn: str | None) -> str:
+    """The label of the reward function that applies (see :mod:`rlops.sandbox.reward_choice`)."""
+    return ctx.reward_choice(reward_fn).reward_fn
+
+
+def calibration_info(ctx: StepContext) -> tuple[dict[str, Any] | None, str]:
+    cal = ctx.read_calibration("latest")
+    return cal, str((cal or {}).get("version") or "none")
+
+
+def checkpoint_folder(ctx: StepContext, mode: str, create: bool = True) -> Path:
+    parts = ("checkpoints", ctx.scenario, ctx.run_key, mode)
+    if create:
+        return ctx.local_dir(*parts)
+    return Path(resolve_local(str(ctx.params.get("local_dir") or "rlops-data"))).joinpath(*parts)
+
+
+def fingerprint(**inputs: Any) -> str:
+    """sha256 of everything that decides what a run trains (not where it writes)."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------- warm start
+def champion_policy(ctx: StepContext, dst: Path) -> tuple[str | None, "PolicyNetwork | None"]:
+    """The current champion's version and network (None, None when there is none)."""
+    from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
+    loaded = load_policy_ref(ctx, CHAMPION, dst)
+    return (loaded.version, loaded.network) if loaded is not None else (None, None)
+
+
+# --------------------------------------------------------------------------- the step
+def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = None,
+                 reward_version: str | None = None, data_version: str | None = None,
+                 reward_source: str | None = None, blend_lambda: float | None = None,
+                 reward_model_version: str | None = None, reward_switch: tuple[int, str] | None = None,
+                 **ppo_overrides: Any) -> dict[str, Any]:
+    """Train (or resume) a candidate and register it. Returns a small JSON-able summary.
+
+    ``reward_source`` (else ``train.reward_source``): ``scripted``, ``model`` or ``blend``
+    (scripted + ``blend_lambda`` · reward model, see :mod:`rlops.model.reward_source`); the last two use
+    ``reward_model_version`` of ``<scenario>-reward-model`` (default: the newest) and, in ``full``
+    mode, warm-start by behaviour cloning from the run key's relabelled traces when there are any.
+    ``reward_switch`` = ``(iteration, label)`` schedules a reward function switch; requests written
+    by ``rlops train switch-reward`` for this run key are picked up between iterations too.
+    """
+    from rlops.common.arguments import MAX_TIMESTEPS, choice, count
+    choice("--mode", mode, ("full", "incremental"))
+    if timesteps is not None:
+        timesteps = count("--timesteps", timesteps, maximum=MAX_TIMESTEPS)
+    from rlops.model.ppo_config import resolve_device
+    from rlops.sandbox.profiles import default_profile
+    from rlops.pipeline_steps.training.dual_track import resolve_reward_source
+    pack = ctx.load_pack()
+    source = resolve_reward_source(ctx, reward_source, blend_lambda)
+    label = reward_label(ctx, reward_version)
+    reward_fn = pack.reward_fn(label)
+    cal, cal_version = calibration_info(ctx)
+    data_version = str(data_version or (cal or {}).get("data_version") or f"run_key={ctx.run_key}")
+    settings = ctx.section("train")
+    # The sandbox as last recalibrated to live traffic, else the pack's default profile.
+    profile = default_profile(pack, "sandbox", settings.get("profile"))
+    name = policy_model_name(ctx.scenario)
+
+    with tempfile.TemporaryDirectory(prefix="rlops-train-") as tmp:
+        mode_used, note, parent, init = _starting_point(ctx, pack, mode, name, Path(tmp))
+        ckpt = checkpoint_folder(ctx, mode_used, create=not ctx.dry_run)
+        plan = ppo_config(ctx, pack, mode_used, timesteps, None if ctx.dry_run else ckpt, **ppo_overrides)
+        cfg, num_envs = plan.config, plan.num_envs
+        rm_version, rm_model = _reward_model(ctx, source, reward_model_version)
+        fp = fingerprint(scenario=ctx.scenario, run_key=ctx.run_key, mode=mode_used, reward=reward_fn.version,
+                         reward_source=source.kind, blend_lambda=source.model_weight, reward_model=rm_version,
+                         **({"reward_centred": source.centred} if source.needs_model else {}),
+                         parent=parent, calibration=cal_version, num_envs=num_envs, profile=profile,
+                         ppo={k: v for k, v in cfg.to_params().items()
+                              if k not in ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "progress",
+                                           "device", "torch_threads")})
+        base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "requested_mode": mode, "mode": mode_used,
+                "note": note, "parent_champion": parent, "timesteps_budget": cfg.total_timesteps,
+                "reward_fn": label, "reward_fn_sha256": reward_fn.version,
+                "calibration_version": cal_version, "data_version": data_version, "num_envs": num_envs,
+                "profile": profile, "checkpoint_dir": str(ckpt),
+                "reward_source": source.kind, "reward_blend_lambda": source.model_weight,
+                "reward_model_centred": source.centred,
+                "reward_model_version": rm_version}
+        if ctx.dry_run:
+            return _dry_run_summary(base, ckpt, name, parent)
+        existing = ctx.tracker.find_version_by_tag(name, "train_fingerprint", fp)
+        if existing is not None:
+            return _reused_summary(ctx, name, existing, base, note)
+
+        _prepare_checkpoints(ckpt, fp)
+        env = pack.make_env(num_envs, reward_version=label, profile=profile,
+                            device=resolve_device(cfg.device).type, seed=cfg.seed)
+        from rlops.model.reward_source import apply_reward_source
+        apply_reward_source(env, source, rm_model)
+        init, cfg, base["behaviour_cloning"] = _behaviour_cloning_start(ctx, pack, cfg, source, init)
+        from rlops.pipeline_steps.infra.pass_run import ensure_pass_run, step_run
+        pass_run = ensure_pass_run(ctx.tracker, ctx.scenario, ctx.run_key, ctx.extra.get("dag_run_id"))
+        fn_version = ctx.tracker.register_reward_fn(ctx.scenario, reward_fn.path, reward_fn.version,
+                                                    reward_fn.rule_refs, label, parent_run_id=pass_run)
+        run_tags = {T.MODE: mode_used, T.REWARD_FN_SHA256: reward_fn.version, T.PARENT_CHAMPION: parent or "none",
+                    T.CALIBRATION_VERSION: cal_version, T.REWARD_SOURCE: source.kind,
+                    T.REWARD_MODEL_VERSION: rm_version or "none", T.TRAIN_FINGERPRINT: fp,
+                    # pid + host let `rlops train status --pid` find the run of a training in progress.
+                    T.PID: os.getpid(), T.HOST: socket.gethostname()}
+        # A training killed mid-run left its run RUNNING: this attempt resumes its work, so it closes it.
+        stale = ctx.tracker.close_stale_runs({T.STEP: T.TRAIN_POLICY, T.TRAIN_FINGERPRINT: fp})
+        from rlops.model.reward_source import model_only
+        from rlops.pipeline_steps.training.hot_reload import RewardSwitchPoller
+        poller = RewardSwitchPoller(ctx, pack, *(reward_switch or (None, None)),
+                                    wrap=model_only if source.kind == "model" else None)
+        with step_run(ctx, T.TRAIN_POLICY, label=mode_used, extra_tags=run_tags) as run:
+            if stale:
+                run.set_tags({T.CLOSED_STALE_RUNS: ",".join(stale)})
+            log_training_inputs(ctx, run, cal_version, cal)
+            return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp), poller)
+
+
+def _starting_point(ctx: StepContext, pack: "Pack", mode: str, name: str,
+                    tmp: Path) -> tuple[str, str, str | None, "PolicyNetwork | None"]:
+    """``(mode actually used, note, parent champion version, warm-start network)``: an incremental
+    run falls back to full when there is no champion or it has another observation layout."""
+    parent: str | None = None
+    init: PolicyNetwork | None = None
+    if mode == "incremental":  # a dry run only asks who the champion is
+        parent, init = ((ctx.tracker.get_alias(name, CHAMPION), None) if ctx.dry_run
+                        else champion_policy(ctx, tmp))
+    mode_used, note = mode, ""
+    if mode == "incremental" and parent is None:
+        mode_used, note = "full", "no champion yet: trained from scratch (full) instead of warm-starting"
+    elif init is not None and _layout_of(init) != _layout_of(pack):
+        mode_used, note = "full", (f"champion v{parent} was trained on another observation layout: trained "
+                                   "from scratch (full) instead of warm-starting")
+        parent, init = None, None
+    return mode_used, note, parent, init
+
+
+def _reward_model(ctx: StepContext, source: Any, reward_model_version: str | None) -> tuple[str | None, Any]:
+    """``(version, loaded model)`` of the reward model the source needs; a dry run only names it."""
+    if not source.needs_model:
+        return None, None
+    from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
+    if ctx.dry_run:
+        return reward_model_version or latest_reward_model_version(ctx), None
+    return load_reward_model_version(ctx, reward_model_version)
+
+
+def _dry_run_summary(base: dict[str, Any], ckpt: Path, name: str, parent: str | None) -> dict[str, Any]:
+    from rlops.model.checkpoint import latest_checkpoint
+    last = latest_checkpoint(ckpt) if ckpt.is_dir() else None
+    return {**base, "dry_run": True, "would_register": name,
+            "resume_from": str(last) if last else None,
+            "warm_start": f"champion v{parent}" if parent else "none (from scratch)"}
+
+
+def _reused_summary(ctx: StepContext, name: str, existing: str, base: dict[str, Any],
+                    note: str) -> dict[str, Any]:
+    """The already registered version trained with the same fingerprint (idempotent reruns)."""
+    tags = ctx.tracker.model_version_tags(name, existing)
+    return {**base, "model_version": existing, "run_id": tags.get("run_id"), "reused": True,
+            "mean_return": _float(tags.get("eval_mean_return")),
+            "note": (note + "; " if note else "") + "already trained for this run key: returned the "
+                                                    "registered version"}
+
+
+def _behaviour_cloning_start(ctx: StepContext, pack: "Pack", cfg: Any, source: Any,
+                             init: "PolicyNetwork | None") -> tuple["PolicyNetwork | None", Any, dict[str, Any] | None]:
+    """A learned reward with nothing to warm-start from: clone the relabelled traces first.
+    Returns ``(init, cfg, behaviour-cloning summary or None)``."""
+    bc: dict[str, Any] = {}
+    if source.needs_model and init is None:
+        from rlops.pipeline_steps.training.dual_track import warm_start
+        init, bc = warm_start(ctx, pack, cfg)
+        if init is not None:  # PPO continues from the cloned policy (no EWC: nothing to keep)
+            import dataclasses
+            cfg = dataclasses.replace(cfg, mode="incremental", ewc_lambda=0.0)
+    return init, cfg, bc or None
+
+
+def log_training_inputs(ctx: StepContext, run: Any, cal_version: str, cal: dict[str, Any] | None) -> None:
+    """The calibration the sandbox was fitted with, and the trace partitions it was fitted on, as
+    the run's training datasets (nothing when the pack is used as written)."""
+    from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, log_dataset_inputs, parquet_dataset
+    if cal is None:
+        return
+    refs = [calibration_dataset(ctx.storage, ctx.uri("calibrations", ctx.scenario, f"{cal_version}.json"),
+                                f"calibration-{ctx.scenario}")]
+    traces = cal.get("traces_uri")
+    if traces:
+        refs.append(parquet_dataset(ctx.storage, str(traces), f"traces-{ctx.scenario}"))
+    log_dataset_inputs(run, refs, TRAINING)
+
+
+def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run: Any,
+                        init: "PolicyNetwork | None", base: dict[str, Any], fp: str, fn_version: str,
+                        tmp: Path, poller: Any = None) -> dict[str, Any]:
+    from rlops.model.checkpoint import latest_checkpoint
+    from rlops.model.ppo import train
+    from rlops.pipeline_steps.infra.descriptions import version_description
+    settings = ctx.section("train")
+    resumed = latest_checkpoint(cfg.checkpoint_dir)
+    run.log_params({"scenario": ctx.scenario, "run_key": ctx.run_key, "num_envs": base["num_envs"],
+                    "profile": base["profile"], "reward_fn": base["reward_fn"],
+                    "resumed_from": resumed.name if resumed else "none"})
+    t0 = time.perf_counter()
+    result = train(cfg, env, tracker=run, init_from=init, resume_from="auto", reward_source=poller)
+    train_seconds = time.perf_counter() - t0
+    from rlops.pipeline_steps.training.hot_reload import record_switches
+    switches = record_switches(run, result.reward_switches)
+
+    evaluation = _evaluate(pack, result.policy, base["reward_fn"], int(settings.get("eval_episodes", 1000)),
+                           int(settings.get("eval_seed", 1_000_000)), base["profile"])
+    run.log_metrics(evaluation["metrics"], step=result.global_step)
+    if result.history:
+        run.log_figure(learning_curve(result.history), "plots/learning_curve.png")
+        run.log_dict({"columns": list(result.history[0]), "data": [list(r.values()) for r in result.history]},
+                     "metrics/history.json")
+
+    tags = {"reward_fn_sha256": base["reward_fn_sha256"], "reward_fn": base["reward_fn"],
+            "reward_fn_model_version": fn_version, "calibration_version": base["calibration_version"],
+            "data_version": base["data_version"], "parent_champion": base["parent_champion"] or "none",
+            "mode": base["mode"], "timesteps": result.global_step, "train_seconds": round(train_seconds, 3),
+            "run_key": ctx.run_key, "train_fingerprint": fp, "run_id": run.run_id,
+            "stagnated": str(result.stagnated).lower(), "eval_mean_return": round(evaluation["mean_return"], 6),
+            "reward_source": base["reward_source"], "reward_blend_lambda": base["reward_blend_lambda"],
+            "reward_model_version": base["reward_model_version"] or "none",
+            "bc_steps": (base.get("behaviour_cloning") or {}).get("steps_imitated", 0)}
+    version = register_policy(ctx, run, pack, result.policy, tags, tmp,
+                              description=version_description(ctx.scenario, base, evaluation))
+    return {**base, "model_version": version, "run_id": run.run_id, "reused": False,
+            "mean_return": evaluation["mean_return"], "completion_rate": evaluation["completion_rate"],
+            "train_return": result.final_return, "iterations": result.iterations,
+            "timesteps": result.global_step, "train_seconds": round(train_seconds, 3),
+            "stagnated": result.stagnated, "reward_fn_model_version": fn_version, "reward_switches": switches,
+            "reward_fn_sha256_final": result.reward_fn_version,
+            "resumed_from": resumed.name if resumed else None}
+
+
+def register_policy(ctx: StepContext, run: Any, pack: "Pack", policy: "PolicyNetwork", tags: dict[str, Any],
+                    tmp: Path, description: str | None = None) -> str:
+    """Log ``policy`` as the pyfunc model ``policy_model/`` of ``run`` and register it as a new
+    ``<scenario>-policy`` version with ``tags``; returns the version."""
+    from rlops.agent_sdk.policy_client import observation_columns
+    from rlops.model.policy import save_policy
+    from rlops.pipeline_steps.infra.pyfunc_policy import save_pyfunc_policy
+    meta = {"scenario": ctx.scenario, "action_names": list(pack.scenario.action_names),
+            "obs_columns": observation_columns(pack.scenario.layout, pack.scenario.action_names),
+            **{k: str(v) for k, v in tags.items() if k in ("reward_fn_sha256", "mode", "run_key")}}
+    work = Path(tempfile.mkdtemp(prefix="policy-", dir=tmp))
+    policy_dir = save_policy(policy, work / "policy", metadata=meta).directory
+    import pandas as pd
+    example = pd.DataFrame(pack.make_env(2, seed=0).observe().double().numpy(), columns=meta["obs_columns"])
+    run.log_artifact(save_pyfunc_policy(policy_dir, work / MODEL_ARTIFACT, example), MODEL_ARTIFACT)
+    version = ctx.tracker.register_model(run.run_id, MODEL_ARTIFACT, policy_model_name(ctx.scenario),
+                                         tags=tags, description=description)
+    run.set_tags({T.MODEL_VERSION: version})
+    from rlops.pipeline_steps.infra.descriptions import MODEL_DESCRIPTION
+    ctx.tracker.describe(policy_model_name(ctx.scenario), None, MODEL_DESCRIPTION.format(scenario=ctx.scenario))
+    return version
+
+
+
+def _layout_of(obj: Any) -> tuple[int, int, int]:
+    c = getattr(obj, "config", None)
+    if c is not None:
+        return (c.n_features, c.n_actions, c.history_len)
+    lay = obj.scenario.layout
+    return (lay.n_features, lay.n_actions, lay.history_len)
+
+
+def _prepare_checkpoints(ckpt: Path, fp: str) -> None:
+    """Keep the checkpoints of the same run (same fingerprint) to resume; drop any other."""
+    from rlops.model.checkpoint import list_checkpoints
+    marker = ckpt / "fingerprint.txt"
+    if marker.exists() and marker.read_text().strip() != fp:
+        for old in list_checkpoints(ckpt):
+            old.unlink(missing_ok=True)
+    marker.write_text(fp + "\n")
+
+
+def _evaluate(pack: "Pack", policy: "PolicyNetwork", label: str, episodes: int, seed: int,
+              profile: str | None) -> dict[str, Any]:
+    """Held-out summary of the trained policy plus its comparable metrics (``metrics``, the keys of
+    :mod:`rlops.pipeline_steps.infra.policy_metrics` that evaluation runs log too)."""
+    from rlops.pipeline_steps.infra.policy_metrics import latency_p99_ms, policy_metrics, population_masks, segment_returns
+    from rlops.sandbox.env import BatchedEnv
+    from rlops.sandbox.policies import evaluate_policy
+    cpu = policy.to("cpu").eval()
+    env = BatchedEnv(pack.scenario, pack.reward_fn(label), num_envs=episodes, profile=profile, illegal_action="noop")
+    res = evaluate_policy(pack, lambda e: cpu.act(e.observe(), deterministic=True).action, seed=seed, env=env)
+    env.reset(seed)
+    segs = segment_returns(res.returns.cpu().numpy(), population_masks(res.segments, res.segment_names))
+    summary: dict[str, Any] = res.summary()
+    summary["metrics"] = policy_metrics(summary, segs, latency_p99_ms(cpu, env.observe(), 100))
+    return summary
+
+
+def learning_curve(history: list[dict[str, float]]) -> Any:
+    """Episodic return and entropy against environment steps (a matplotlib figure)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    steps = [r["global_step"] for r in history]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, [r["episodic_return"] for r in history], label="episodic return", color="tab:blue")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("mean episodic return")
+    ax2 = ax.twinx()
+    ax2.plot(steps, [r["entropy"] for r in history], label="entropy", color="tab:orange", alpha=0.6)
+    ax2.set_ylabel("policy entropy")
+    ax.set_title("PPO learning curve")
+    fig.legend(loc="lower right")
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None

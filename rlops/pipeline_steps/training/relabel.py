@@ -1,0 +1,145 @@
+"""``rlops train relabel``: the reward model labels captured traces offline.
+
+Reads the run key's trace window (``relabel.window_hours``) from the trace store, scores every
+step with a registered ``<scenario>-reward-model`` version (the newest unless one is named) and
+writes one label row per trace row next to the traces:
+``reward_labels/scenario=<s>/run_key=<key>/labels.parquet`` with ``episode_id, step, trace_id,
+reward_model_version, rm_score`` (rows out = rows in, always). Policy training reads these labels
+for its behaviour-cloning warm start (:mod:`rlops.model.behaviour_cloning`). Re-running a run key
+overwrites its file.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlops.pipeline_steps.infra.context import StepContext
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+
+    from rlops.model.reward_model import RewardModel
+    from rlops.sandbox.pack import Pack
+
+LABELS_DIR = "reward_labels"
+KEYS = ("episode_id", "step")
+
+
+# --------------------------------------------------------------------------- pure core
+def step_inputs(pack: "Pack", df: "pd.DataFrame") -> tuple["torch.Tensor", ...]:
+    """``(obs, masks, actions, outcomes)`` of trace rows, as the policy and reward model see them."""
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from rlops.model.reward_pairs import outcome_features
+    from rlops.pipeline_steps.infra.trace_states import action_codes, error_flags, observations_from_traces
+    obs, masks = observations_from_traces(pack, df)
+    actions = torch.from_numpy(action_codes(pack, df["action"]))
+    latency = torch.from_numpy(pd.to_numeric(df["latency_ms"], errors="coerce").fillna(0.0).to_numpy(np.float32)
+                               if "latency_ms" in df.columns else np.zeros(len(df), np.float32))
+    err = torch.from_numpy(np.array(error_flags(df["error"]), dtype=bool) if "error" in df.columns
+                           else np.zeros(len(df), bool))
+    done = torch.from_numpy(np.array(df["done"].fillna(False).astype(bool).to_numpy(), dtype=bool)
+                            if "done" in df.columns else np.zeros(len(df), bool))
+    return obs, masks, actions, outcome_features(latency, err, done)
+
+
+def relabel_frame(pack: "Pack", model: "RewardModel", df: "pd.DataFrame", version: str) -> "pd.DataFrame":
+    """One label row per trace row: the reward model's score of the step."""
+    import pandas as pd
+
+    from rlops.model.reward_model import score
+    obs, _, actions, outcomes = step_inputs(pack, df)
+    s = score(model, obs[:, :pack.scenario.layout.n_features], actions, outcomes)
+    out = pd.DataFrame({"episode_id": df["episode_id"].astype(str).to_numpy(),
+                        "step": pd.to_numeric(df["step"]).astype("int64").to_numpy()})
+    if "trace_id" in df.columns:
+        out["trace_id"] = df["trace_id"].astype(str).to_numpy()
+    out["reward_model_version"] = str(version)
+    out["rm_score"] = s.numpy().astype("float64")
+    return out
+
+
+# --------------------------------------------------------------------------- registry
+def latest_reward_model_version(ctx: StepContext) -> str | None:
+    """The newest version of ``<scenario>-reward-model`` (None when none is registered)."""
+    from rlops.pipeline_steps.infra.registry import reward_model_name
+    from rlops.pipeline_steps.infra.versions import latest_model_version
+    return latest_model_version(ctx.tracker, reward_model_name(ctx.scenario))
+
+
+def load_reward_model_version(ctx: StepContext, version: str | None = None) -> tuple[str, "RewardModel"]:
+    """``(version, model)`` of a registered reward model (the newest when ``version`` is None)."""
+    from rlops.model.reward_model import CONFIG_FILE, load_reward_model
+    from rlops.pipeline_steps.infra.registry import reward_model_name
+    name = reward_model_name(ctx.scenario)
+    version = version or latest_reward_model_version(ctx)
+    if version is None:
+        raise ValueError(f"no {name} is registered yet; train one first (rlops train-reward-model)")
+    source = ctx.tracker.model_version_source(name, str(version))
+    run_id, _, path = source[len("runs:/"):].partition("/")
+    with tempfile.TemporaryDirectory(prefix="rlops-rm-") as tmp:
+        folder = ctx.tracker.download_artifacts(run_id, path, Path(tmp))
+        found = sorted(Path(folder).rglob(CONFIG_FILE)) if Path(folder).is_dir() else []
+        if not found:
+            raise FileNotFoundError(f"{name} v{version} (source {source}) holds no {CONFIG_FILE}")
+        return str(version), load_reward_model(found[0].parent)
+
+
+# --------------------------------------------------------------------------- the step
+def labels_uri(ctx: StepContext, run_key: str | None = None) -> str:
+    return ctx.uri(LABELS_DIR, f"scenario={ctx.scenario}", f"run_key={run_key or ctx.run_key}", "labels.parquet")
+
+
+def window_traces(ctx: StepContext, traces_uri: str | None = None, hours: float | None = None) -> "pd.DataFrame":
+    """The run key's trace window of this scenario (empty when there are no traces)."""
+    from rlops.pipeline_steps.infra.trace_store import read_traces
+    cfg = ctx.section("relabel")
+    window = ctx.key.lookback(float(hours or cfg.get("window_hours") or 24))
+    df = read_traces(ctx.storage, traces_uri or ctx.traces.scenario_uri(ctx.scenario), window)
+    if not df.empty and "scenario" in df.columns:
+        df = df[df["scenario"] == ctx.scenario].reset_index(drop=True)
+    return df
+
+
+def relabel_step(ctx: StepContext, reward_model_version: str | None = None, traces_uri: str | None = None
+                 ) -> dict[str, Any]:
+    """Score the window's trace rows with the reward model and write the labels next to them."""
+    df = window_traces(ctx, traces_uri)
+    uri = labels_uri(ctx)
+    result: dict[str, Any] = {"scenario": ctx.scenario, "run_key": ctx.run_key, "rows_in": len(df),
+                              "labels_uri": uri, "dry_run": ctx.dry_run}
+    if df.empty:
+        return {**result, "rows_out": 0, "reward_model_version": reward_model_version,
+                "note": "no captured traces in the window: nothing to relabel"}
+    version, model = load_reward_model_version(ctx, reward_model_version)
+    labels = relabel_frame(ctx.load_pack(), model, df, version)
+    result.update(rows_out=len(labels), reward_model_version=version,
+                  mean_score=round(float(labels["rm_score"].mean()), 6))
+    if not ctx.dry_run:
+        ctx.storage.write_parquet(uri, labels)
+    return result
+
+
+def labelled_steps(ctx: StepContext, pack: "Pack", traces_uri: str | None = None
+                   ) -> tuple["torch.Tensor", ...] | None:
+    """``(obs, masks, actions, scores)`` of the window's traces joined with this run key's labels
+    (None when either is missing) — the behaviour-cloning data."""
+    import torch
+    uri = labels_uri(ctx)
+    if not ctx.storage.exists(uri):
+        return None
+    df = window_traces(ctx, traces_uri)
+    if df.empty:
+        return None
+    labels = ctx.storage.read_parquet(uri, columns=[*KEYS, "rm_score"])
+    df = df.assign(episode_id=df["episode_id"].astype(str), step=df["step"].astype("int64"))
+    joined = df.merge(labels, on=list(KEYS), how="inner", validate="one_to_one")
+    if joined.empty:
+        return None
+    obs, masks, actions, _ = step_inputs(pack, joined)
+    return obs, masks, actions, torch.from_numpy(joined["rm_score"].to_numpy("float32"))

@@ -1,0 +1,63 @@
+"""Validation in a child process (:mod:`rlops.sandbox.isolate`): the verdict of a valid pack, a pack
+whose code loops stopped at the limit and named, and broken packs answered without a child."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from rlops.sandbox.errors import PackError
+from rlops.sandbox.isolate import validate_isolated
+from rlops.common.config import REPO_ROOT
+
+REPO = REPO_ROOT
+CREDIT = REPO / "scenarios" / "credit_approval"
+
+
+def copy_credit(tmp_path: Path) -> Path:
+    dst = tmp_path / "credit"
+    shutil.copytree(CREDIT, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    return dst
+
+
+def test_valid_pack_summary() -> None:
+    s = validate_isolated(CREDIT)
+    assert s["pack"] == "credit_approval" and s["fields"] == 18 and s["actions"] == 7
+    assert sorted(s["reward_functions"]) == ["v0", "v1"] and s["rules"] == 9
+
+
+def test_a_loop_at_import_is_stopped_and_named(tmp_path: Path) -> None:
+    pack = copy_credit(tmp_path)
+    (pack / "reward_v1.py").write_text((pack / "reward_v1.py").read_text() + "\nwhile True:\n    pass\n")
+    t0 = time.monotonic()
+    with pytest.raises(PackError) as info:
+        validate_isolated(pack, timeout_s=1.0)
+    assert time.monotonic() - t0 < 30
+    assert info.value.file == str(pack / "reward_v1.py")
+    assert "importing the reward module" in info.value.message and "did not finish within 1 s" in info.value.message
+
+
+def test_nan_reward_fails_validation_with_component_and_edge(tmp_path: Path) -> None:
+    pack = copy_credit(tmp_path)
+    src = (pack / "reward_v1.py").read_text().replace(
+        "share = t.ns.decision.approved_amount / t.s.application.loan_amount",
+        "share = t.ns.decision.approved_amount / (t.s.application.loan_amount - 1000)")
+    (pack / "reward_v1.py").write_text(src)
+    with pytest.raises(PackError) as info:
+        validate_isolated(pack)
+    assert info.value.path == "loan_outcome" and "application.loan_amount = 1000" in info.value.message
+
+
+def test_broken_yaml_needs_no_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pack = copy_credit(tmp_path)
+    (pack / "scenario.yaml").write_text("horizon: [1\n")
+
+    def no_child(*_a: object, **_k: object) -> None:
+        raise AssertionError("a child process was started for a pack that fails before any code runs")
+    monkeypatch.setattr(subprocess, "Popen", no_child)
+    with pytest.raises(PackError, match="invalid YAML"):
+        validate_isolated(pack)
