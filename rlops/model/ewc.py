@@ -57,7 +57,8 @@ def diagonal_fisher(policy: PolicyNetwork, obs: Tensor, masks: Tensor, generator
 
     def logp_one(p: dict[str, Tensor], o: Tensor, m: Tensor, a: Tensor) -> Tensor:
         lp, _ = functional_call(policy, p, (o.unsqueeze(0), m.unsqueeze(0)))
-        return lp[0].gather(0, a.unsqueeze(0)).squeeze(0)
+        logp: Tensor = lp[0].gather(0, a.unsqueeze(0)).squeeze(0)
+        return logp
 
     per_sample = vmap(grad(logp_one), in_dims=(None, 0, 0, 0))
     fisher = {k: torch.zeros_like(v) for k, v in params.items()}

@@ -22,6 +22,10 @@ EPS = 1e-8
 class RunningMeanStd(nn.Module):
     """Mean and variance over every row seen so far, per column (``shape``)."""
 
+    mean: Tensor
+    var: Tensor
+    count: Tensor
+
     def __init__(self, shape: int | tuple[int, ...] = (), prior_count: float = 1e-4):
         super().__init__()
         shape = (shape,) if isinstance(shape, int) else tuple(shape)

@@ -93,7 +93,8 @@ class PreferencePairs:
         return int(self.states.shape[0])
 
     def subset(self, idx: Tensor) -> "PreferencePairs":
-        pick = lambda t: None if t is None else t[idx]  # noqa: E731
+        def pick(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[idx]
         return PreferencePairs(self.states[idx], self.chosen[idx], self.rejected[idx], self.chosen_outcomes[idx],
                                self.rejected_outcomes[idx], pick(self.chosen_value), pick(self.rejected_value),
                                self.n_actions)
@@ -101,11 +102,14 @@ class PreferencePairs:
     @classmethod
     def cat(cls, parts: "list[PreferencePairs]") -> "PreferencePairs":
         """One set of pairs from several (true values kept only when every part has them)."""
-        def join(name: str) -> Tensor | None:
+        def join(name: str) -> Tensor:
+            return torch.cat([getattr(p, name) for p in parts])
+
+        def join_known(name: str) -> Tensor | None:
             vals = [getattr(p, name) for p in parts]
             return None if any(v is None for v in vals) else torch.cat(vals)
-        return cls(*(join(f) for f in ("states", "chosen", "rejected", "chosen_outcomes", "rejected_outcomes",
-                                       "chosen_value", "rejected_value")),
+        return cls(join("states"), join("chosen"), join("rejected"), join("chosen_outcomes"),
+                   join("rejected_outcomes"), join_known("chosen_value"), join_known("rejected_value"),
                    n_actions=max(p.n_actions for p in parts))
 
 
@@ -170,7 +174,8 @@ class RewardModel(nn.Module):
             if outcomes is None:
                 raise ValueError(f"this reward model scores outcomes too: pass outcomes [N, {self.n_outcome}]")
             parts.append(outcomes.float())
-        return self.net(torch.cat(parts, dim=-1)).squeeze(-1)
+        score: Tensor = self.net(torch.cat(parts, dim=-1)).squeeze(-1)
+        return score
 
 
 # ---------------------------------------------------------------------------- losses and metrics
@@ -189,7 +194,8 @@ def _ranks(x: Tensor) -> Tensor:
     ranks[order] = torch.arange(1, x.numel() + 1, dtype=torch.float64)
     _, inverse, counts = torch.unique(x, return_inverse=True, return_counts=True)
     sums = torch.zeros(counts.numel(), dtype=torch.float64).index_add_(0, inverse, ranks)
-    return (sums / counts)[inverse]
+    mean_ranks: Tensor = (sums / counts)[inverse]
+    return mean_ranks
 
 
 def spearman(a: Tensor, b: Tensor) -> float:

@@ -36,7 +36,8 @@ def outcome_features(latency_ms: Tensor, error: Tensor, done: Tensor) -> Tensor:
 
 
 def rule_continuation(env: Any) -> Tensor:
-    return env.scenario.rule_actions(env.S, env.action_masks())
+    actions: Tensor = env.scenario.rule_actions(env.S, env.action_masks())
+    return actions
 
 
 def latent_columns(scenario: Any) -> list[tuple[int, float, float]]:
@@ -189,7 +190,8 @@ def build_preference_pairs(pack: Any, n_pairs: int, seed: int = 0, reward_versio
         va, vb, oa, ob = values[:P], values[P:], outcomes[:P], outcomes[P:]
         keep = (va - vb).abs() >= min_gap
         a_wins = va > vb
-        sel = lambda x, y: torch.where(a_wins.unsqueeze(-1) if x.dim() > 1 else a_wins, x, y)  # noqa: E731
+        def sel(x: Tensor, y: Tensor) -> Tensor:
+            return torch.where(a_wins.unsqueeze(-1) if x.dim() > 1 else a_wins, x, y)
         chunk = PreferencePairs(states[pick], sel(a, b), sel(b, a), sel(oa, ob), sel(ob, oa), sel(va, vb),
                                 sel(vb, va), env.n_actions)
         chunk = chunk.subset(keep.nonzero().squeeze(1)[:n_pairs - have])

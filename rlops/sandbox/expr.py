@@ -62,7 +62,8 @@ class _Compiler:
             raise self.fail(node, f"'{type(node).__name__}' is not allowed (allowed: comparisons, "
                                   "and/or/not, arithmetic, field access, enum literals, "
                                   "min/max/abs/clip, a if c else b)")
-        return method(node)
+        compiled: tuple[Compiled, ExprType, Any] = method(node)
+        return compiled
 
     def v_Expression(self, node: ast.Expression) -> tuple[Compiled, ExprType, Any]:
         return self.visit(node.body)
@@ -80,7 +81,8 @@ class _Compiler:
                 raise self.fail(node, f"number literal is too large (at most {MAX_MAGNITUDE:g} in size)")
             return (lambda S, R: f), NUM, f
         if isinstance(v, str):
-            return (lambda S, R: v), ExprType("str"), v
+            # a string literal is compared by its enum code at compile time, never evaluated as a value
+            return (lambda S, R: v), ExprType("str"), v  # type: ignore[return-value]
         raise self.fail(node, f"literal {v!r} is not allowed")
 
     def _dotted(self, node: ast.AST) -> str | None:
@@ -125,7 +127,7 @@ class _Compiler:
             self._expect(node, t, BOOL)
             if c is not None:
                 return (lambda S, R: not c), BOOL, (not c)
-            return (lambda S, R: ~f(S, R)), BOOL, None
+            return (lambda S, R: ~f(S, R)), BOOL, None  # type: ignore[operator]  # a non-constant condition is a bool tensor
         if isinstance(node.op, ast.USub):
             self._expect(node, t, NUM)
             if c is not None:
@@ -187,7 +189,7 @@ class _Compiler:
         def run(S: Tensor, R: RandomSource | None) -> Value:
             out = fns[0](S, R)
             for fn in fns[1:]:
-                out = (out & fn(S, R)) if is_and else (out | fn(S, R))
+                out = (out & fn(S, R)) if is_and else (out | fn(S, R))  # type: ignore[operator]  # bool tensors: constants were folded
             return out
         return run, BOOL, None
 
@@ -212,11 +214,11 @@ class _Compiler:
         def chained(S: Tensor, R: RandomSource | None) -> Value:
             out = steps[0](S, R)
             for s in steps[1:]:
-                out = out & s(S, R)
+                out = out & s(S, R)  # type: ignore[operator]  # each link of a chain is a bool tensor
             return out
         return chained, BOOL, None
 
-    def _compare(self, node: ast.AST, left: tuple, fn_op: Callable, right: tuple,
+    def _compare(self, node: ast.AST, left: tuple[Any, ...], fn_op: Callable[..., Any], right: tuple[Any, ...],
                  op: ast.cmpop) -> Compiled:
         (fa, ta, ca), (fb, tb, cb) = left, right
         if ta.kind == "enum" or tb.kind == "enum":
@@ -239,7 +241,7 @@ class _Compiler:
             raise self.fail(node, "bools can only be compared with == or !=")
         return lambda S, R: fn_op(_as_float(fa(S, R)), _as_float(fb(S, R)))
 
-    def _membership(self, node: ast.AST, left: tuple, op: ast.cmpop, right: ast.AST) -> Compiled:
+    def _membership(self, node: ast.AST, left: tuple[Any, ...], op: ast.cmpop, right: ast.AST) -> Compiled:
         fa, ta, _ = left
         if ta.kind != "enum":
             raise self.fail(node, f"'in' needs an enum field on the left, got {ta}")
@@ -254,7 +256,7 @@ class _Compiler:
 
         def member(S: Tensor, R: RandomSource | None) -> Value:
             x = fa(S, R)
-            out = x == codes[0]
+            out: Tensor = x == codes[0]  # an enum field's codes: a tensor
             for c in codes[1:]:
                 out = out | (x == c)
             return ~out if negate else out

@@ -108,6 +108,7 @@ def _minmax(op: Callable[[Tensor, Tensor], Tensor], args: list[Value]) -> Value:
     for a in args[1:]:
         if isinstance(out, Tensor) or isinstance(a, Tensor):
             ref = out if isinstance(out, Tensor) else a
+            assert isinstance(ref, Tensor)
             out = op(torch.as_tensor(out, dtype=ref.dtype, device=ref.device),
                      torch.as_tensor(a, dtype=ref.dtype, device=ref.device))
         else:

@@ -90,7 +90,7 @@ class InitSampler:
         kind = {"normal": _NORMAL, "lognormal": _LOGNORMAL, "uniform": _UNIFORM}[init.dist]
         return (kind, float(params[0]), float(params[1]), init.dist == "uniform" and f.type == "int")
 
-    def _param(self, v: Any, f: FieldSpec, init: InitSpec, resolve: Callable, name: str) -> Any:
+    def _param(self, v: Any, f: FieldSpec, init: InitSpec, resolve: Callable[..., Any], name: str) -> Any:
         if isinstance(v, (list, dict)):
             return v
         if isinstance(v, bool) or not isinstance(v, (int, float, str)):
@@ -100,7 +100,7 @@ class InitSampler:
             return self.scn._expr(v, NUM, init.line, f"{f.path}.init.{name}", resolve)
         return float(v)
 
-    def _sampler(self, f: FieldSpec, init: InitSpec, resolve: Callable, k: int) -> Sampler:
+    def _sampler(self, f: FieldSpec, init: InitSpec, resolve: Callable[..., Any], k: int) -> Sampler:
         where = f"{f.path}.init"
         if init.expr is not None:
             e = self.scn._expr(init.expr, BOOL if f.type == "bool" else NUM, init.line, where, resolve)

@@ -66,7 +66,7 @@ def validate_isolated(path: str | Path, timeout_s: float = TIMEOUT_S,
         return _verdict(_read_report(report), proc.returncode, timed_out, root, timeout_s, memory_bytes, log)
 
 
-def _wait(proc: subprocess.Popen, report: Path, timeout_s: float) -> bool:
+def _wait(proc: subprocess.Popen[bytes], report: Path, timeout_s: float) -> bool:
     """Wait for the child; True when it ran out of time. The pack's time starts when the child
     reports it is ready, so a busy machine slowing the interpreter's start-up is not blamed on
     the pack."""
@@ -96,7 +96,7 @@ def _limits(timeout_s: float) -> Callable[[], None]:
     return apply
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """Stop the child and anything the pack's code started (they share its session)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -122,7 +122,8 @@ def _verdict(events: list[dict[str, Any]], rc: int | None, timed_out: bool, root
     stage = next((e["stage"] for e in reversed(events) if "stage" in e), [str(root), "starting"])
     for e in events:
         if "ok" in e:
-            return e["ok"]
+            summary: dict[str, Any] = e["ok"]
+            return summary
         if "error" in e:
             raise PackError(**e["error"])
         if "internal" in e:

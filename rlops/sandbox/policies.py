@@ -65,7 +65,8 @@ def load_oracle(pack: Pack) -> ActFn | None:
                                                             f"{type(exc).__name__}: {exc}") from None
     if not callable(act):
         raise PackError(str(path), None, "make_oracle", "make_oracle(pack) must return a function act(env)")
-    return act
+    oracle: Callable[[BatchedEnv], torch.Tensor] = act
+    return oracle
 
 
 def _line_in(exc: BaseException, path: Path) -> int | None:

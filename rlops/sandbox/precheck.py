@@ -12,6 +12,7 @@ from typing import Any
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.pack_files import check_pack_file
 from rlops.sandbox.spec import ScenarioSpec, parse_scenario
+from rlops.sandbox.spec_fields import _line
 from rlops.sandbox.yaml_lines import load_yaml
 
 REWARD_FILE = re.compile(r"^reward_(v\w+)\.py$")
@@ -33,7 +34,7 @@ def load_rules(path: Path, root: Path | None) -> dict[str, Any]:
                         "expected a mapping 'rules:' of rule id → {title, text}")
     for rid, body in rules.items():
         if not isinstance(body, dict) or "title" not in body:
-            raise PackError(str(path), rules.line_of(rid), f"rules.{rid}", "each rule needs at least a 'title'")
+            raise PackError(str(path), _line(rules, rid), f"rules.{rid}", "each rule needs at least a 'title'")
     return dict(rules)
 
 

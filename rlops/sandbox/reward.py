@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -45,24 +45,25 @@ from rlops.sandbox.errors import PackError
 from rlops.sandbox.pack_files import read_pack_text
 
 Tensor = torch.Tensor
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
 
 
 # ---- authoring API ---------------------------------------------------------------------------
-def rule_ref(ref: str) -> Callable[[Callable], Callable]:
+def rule_ref(ref: str) -> Callable[[_Fn], _Fn]:
     """Tie a reward component to a clause of the pack's ``rules.yaml``."""
-    def deco(fn: Callable) -> Callable:
+    def deco(fn: _Fn) -> _Fn:
         fn.__rule_ref__ = ref  # type: ignore[attr-defined]
         return fn
     return deco
 
 
 def component(objective: str = "default", reason: str | None = None, settle_on: str | None = None,
-              role: str | None = None) -> Callable[[Callable], Callable]:
+              role: str | None = None) -> Callable[[_Fn], _Fn]:
     """Mark a function as a reward component of ``objective``. ``reason`` is the sentence shown
     in breakdowns (default: the docstring's first line). ``settle_on`` names an action: the
     component's scores accumulate and are paid when that action runs or the episode ends.
     ``role`` (scenarios with ``roles:``) makes it that role's own: it scores only that role's steps."""
-    def deco(fn: Callable) -> Callable:
+    def deco(fn: _Fn) -> _Fn:
         fn.__component__ = {"objective": objective, "settle_on": settle_on, "role": role,  # type: ignore[attr-defined]
                             "reason": reason or (inspect.getdoc(fn) or fn.__name__).splitlines()[0]}
         return fn

@@ -18,7 +18,7 @@ from rlops.sandbox.spec_types import (DISTS, FIELD_TYPES, MAX_ACTIONS, MAX_ENUM_
                                 MAX_HORIZON, MAX_MAGNITUDE, MAX_ROLES, RESERVED_GROUPS, ActionSpec, EffectSpec,
                                 FieldSpec, InitSpec, PopulationShift, RoleSpec, RuleStep, ScenarioSpec,
                                 SimulationProfile)
-from rlops.sandbox.yaml_lines import LDict, LList, with_lines
+from rlops.sandbox.yaml_lines import with_lines
 
 __all__ = ["DISTS", "FIELD_TYPES", "MAX_ACTIONS", "MAX_ENUM_VALUES", "MAX_FIELDS", "MAX_HISTORY_LEN", "MAX_HORIZON",
            "MAX_MAGNITUDE", "MAX_ROLES", "RESERVED_GROUPS", "ActionSpec", "EffectSpec", "FieldSpec", "InitSpec",
@@ -29,7 +29,7 @@ _ACTION_KEYS = {"name", "description", "required_fields", "precondition", "effec
                 "latency_ms", "error_rate", "human_takeover"}
 
 
-def _parse_action(c: _Ctx, node: Any, parent: LList, i: int, paths: set[str]) -> ActionSpec:
+def _parse_action(c: _Ctx, node: Any, parent: Any, i: int, paths: set[str]) -> ActionSpec:
     where = f"actions[{i}]"
     node = c.mapping(node, parent, i, where)
     c.check_keys(node, _ACTION_KEYS, where)
@@ -52,7 +52,7 @@ def _parse_action(c: _Ctx, node: Any, parent: LList, i: int, paths: set[str]) ->
         for target in assigns:
             if target not in paths:
                 raise c.err(assigns, target, f"{ew}.set", f"unknown field '{target}'")
-        prob = e.get("prob")
+        prob: Any = e.get("prob")
         if _is_num(prob) and not 0.0 <= prob <= 1.0:
             raise c.err(e, "prob", f"{ew}.prob", f"bad range: probability {prob:g} must be within [0, 1]")
         effects.append(EffectSpec(set=dict(assigns), when=e.get("when"), prob=prob, line=_line(e)))
@@ -82,7 +82,7 @@ def _parse_action(c: _Ctx, node: Any, parent: LList, i: int, paths: set[str]) ->
                       line=_line(parent, i))
 
 
-def _parse_profiles(c: _Ctx, node: Any, root: LDict, fields: dict[str, FieldSpec],
+def _parse_profiles(c: _Ctx, node: Any, root: dict[Any, Any], fields: dict[str, FieldSpec],
                     apis: set[str], actions: tuple[str, ...] = ()) -> dict[str, SimulationProfile]:
     if node is None:
         return {"sandbox": SimulationProfile("sandbox")}
@@ -143,7 +143,7 @@ def _parse_profiles(c: _Ctx, node: Any, root: LDict, fields: dict[str, FieldSpec
     return out
 
 
-def _action_latency(c: _Ctx, p: LDict, where: str, actions: tuple[str, ...]) -> dict[str, tuple[float, float]]:
+def _action_latency(c: _Ctx, p: dict[Any, Any], where: str, actions: tuple[str, ...]) -> dict[str, tuple[float, float]]:
     """A profile's ``action_latency_ms: {action: {mean, std}}`` (an action's own latency there)."""
     if p.get("action_latency_ms") is None:
         return {}

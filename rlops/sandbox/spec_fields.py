@@ -25,18 +25,18 @@ class _Ctx:
             line = node.line_of(key) if isinstance(key, int) else node.line
         return PackError(self.file, line, path, msg)
 
-    def mapping(self, node: Any, parent: Any, key: Any, path: str) -> LDict:
+    def mapping(self, node: Any, parent: Any, key: Any, path: str) -> dict[Any, Any]:
         if not isinstance(node, dict):
             raise self.err(parent, key, path, f"expected a mapping, got {_kind(node)}")
-        return node  # type: ignore[return-value]
+        return node
 
-    def check_keys(self, node: LDict, allowed: set[str], path: str) -> None:
+    def check_keys(self, node: dict[Any, Any], allowed: set[str], path: str) -> None:
         for k in node:
             if k not in allowed:
                 raise self.err(node, k, f"{path}.{k}" if path else str(k),
                                f"unknown key '{k}' (expected one of {sorted(allowed)})")
 
-    def number(self, node: LDict, key: str, path: str) -> float:
+    def number(self, node: dict[Any, Any], key: str, path: str) -> float:
         v = node[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise self.err(node, key, f"{path}.{key}", f"type mismatch: expected a number, got {_kind(v)}")
@@ -49,9 +49,10 @@ class _Ctx:
 def _line(node: Any, key: Any = None) -> int | None:
     """Source line of ``node`` (or of its ``key``); None for values that did not come from YAML
     (a calibration overlay, a generated pack)."""
-    if key is not None and hasattr(node, "line_of"):
+    if key is not None and isinstance(node, (LDict, LList)):
         return node.line_of(key)
-    return getattr(node, "line", None)
+    line: int | None = getattr(node, "line", None)
+    return line
 
 
 def _kind(v: Any) -> str:
@@ -79,7 +80,7 @@ def _parse_init(c: _Ctx, node: Any, parent: Any, key: Any, path: str) -> InitSpe
     if node is None or (isinstance(node, dict) and not node):
         raise c.err(parent, key, path, "expected an initial value, a distribution or an expr, got nothing")
     if not isinstance(node, dict):
-        return InitSpec(value=node, line=getattr(parent, "line_of", lambda _k: None)(key))
+        return InitSpec(value=node, line=_line(parent, key))
     c.check_keys(node, {"dist", "expr", "value", *{p for ps in DISTS.values() for p in ps}}, path)
     if "expr" in node:
         return InitSpec(expr=node["expr"], line=_line(node))
@@ -102,7 +103,7 @@ def _parse_init(c: _Ctx, node: Any, parent: Any, key: Any, path: str) -> InitSpe
     return InitSpec(dist=dist, params=params, line=_line(node))
 
 
-def _parse_field(c: _Ctx, node: LDict, parent: LDict, path: str) -> FieldSpec:
+def _parse_field(c: _Ctx, node: dict[Any, Any], parent: dict[Any, Any], path: str) -> FieldSpec:
     c.check_keys(node, _FIELD_KEYS, path)
     t = node.get("type")
     if t not in FIELD_TYPES:
@@ -150,7 +151,7 @@ def _finite(v: int | float) -> bool:
         return False
 
 
-def _check_init_value(c: _Ctx, node: LDict, key: str, where: str, t: str, lo: float | None, hi: float | None,
+def _check_init_value(c: _Ctx, node: dict[Any, Any], key: str, where: str, t: str, lo: float | None, hi: float | None,
                       values: tuple[str, ...], init: InitSpec) -> None:
     """Check an initial value or distribution against its field (``node[key]`` holds it)."""
     if init.value is not None:
@@ -203,7 +204,7 @@ def _check_init_value(c: _Ctx, node: LDict, key: str, where: str, t: str, lo: fl
         raise c.err(node, key, where, f"distribution '{init.dist}' needs an int or float field, not {t}")
 
 
-def _walk_fields(c: _Ctx, node: LDict, prefix: str, out: list[FieldSpec]) -> None:
+def _walk_fields(c: _Ctx, node: dict[Any, Any], prefix: str, out: list[FieldSpec]) -> None:
     for key, val in node.items():
         if not isinstance(key, str) or not key.isidentifier():
             raise c.err(node, key, f"{prefix}{key}", f"field name {key!r} must be an identifier")

@@ -19,12 +19,11 @@ from typing import Any
 
 from rlops.sandbox.spec_fields import _Ctx, _kind, _line
 from rlops.sandbox.spec_types import MAX_ROLES, RoleSpec
-from rlops.sandbox.yaml_lines import LDict
 
 _ROLE_KEYS = {"name", "description", "actions", "acts_when"}
 
 
-def parse_roles(c: _Ctx, doc: LDict, action_names: list[str]) -> tuple[RoleSpec, ...]:
+def parse_roles(c: _Ctx, doc: dict[Any, Any], action_names: list[str]) -> tuple[RoleSpec, ...]:
     """The roles of a scenario (empty when it has no ``roles:``): a one-paragraph
     :class:`~rlops.sandbox.errors.PackError` with file and line on any mistake."""
     if "roles" not in doc:

@@ -93,11 +93,11 @@ def _to_frame(pack: Pack, env: BatchedEnv, steps: list[dict[str, Any]], fields: 
     scn = pack.scenario
     if episode_prefix:
         ep_ids = np.array([f"{episode_prefix}-{i}" for i in range(n)], dtype=object)
-        trace_id = lambda e, k: f"{e}-{k}"  # noqa: E731
+        id_prefix = ""
     else:
         run = uuid.uuid4().hex[:8]
         ep_ids = np.array([f"{pack.name}-{seed + i}" for i in range(n)], dtype=object)
-        trace_id = lambda e, k: f"{run}-{e}-{k}"  # noqa: E731
+        id_prefix = f"{run}-"
     keep_ep = np.ones(n, dtype=bool)
     if sample_rate < 1.0:
         h = pd.util.hash_array(ep_ids) % 1_000_000
@@ -114,7 +114,7 @@ def _to_frame(pack: Pack, env: BatchedEnv, steps: list[dict[str, Any]], fields: 
         totals = st["reward"][idx].numpy()
         ts = [t0 + timedelta(milliseconds=float(e)) for e in st["elapsed"][idx].numpy()]
         df = pd.DataFrame({
-            "trace_id": [trace_id(e, k) for e in ep_ids[idx]],
+            "trace_id": [f"{id_prefix}{e}-{k}" for e in ep_ids[idx]],
             "episode_id": ep_ids[idx],
             "step": st["step"][idx].numpy().astype(np.int64),
             "ts": [t.isoformat() for t in ts],

@@ -21,7 +21,7 @@ from rlops.sandbox.pack_files import read_pack_text
 MAX_YAML_NODES = 100_000
 
 
-class LDict(dict):
+class LDict(dict[Any, Any]):
     """A dict that knows the source line of each key (and of itself)."""
 
     line: int | None = None
@@ -31,7 +31,7 @@ class LDict(dict):
         return self.key_lines.get(key, self.line)
 
 
-class LList(list):
+class LList(list[Any]):
     """A list that knows the source line of each item (and of itself)."""
 
     line: int | None = None
@@ -148,8 +148,8 @@ def load_yaml(path: Path, root: Path | None = None) -> Any:
                                              f"({exc.reason})") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        raise PackError(str(path), line, "", f"invalid YAML: {exc.problem or exc}") from None
+        mark_line = mark.line + 1 if mark is not None else None
+        raise PackError(str(path), mark_line, "", f"invalid YAML: {exc.problem or exc}") from None
     except yaml.YAMLError as exc:
         raise PackError(str(path), None, "", f"invalid YAML: {str(exc).splitlines()[0]}") from None
     except RecursionError:
