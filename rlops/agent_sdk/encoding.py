@@ -67,9 +67,13 @@ def state_paths(state: Mapping[str, Any], known: set[str] | frozenset[str] = fro
 
 def _same(a: Any, b: Any) -> bool:
     try:
-        return bool(a == b) or (a != a and b != b)  # NaN twice is the same "missing"
+        return bool(a == b) or (_is_nan(a) and _is_nan(b))  # NaN twice is the same "missing"
     except Exception:  # noqa: BLE001 - incomparable values are different values
         return False
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, (float, np.floating)) and bool(np.isnan(v))
 
 
 class ObservationEncoder:
@@ -185,4 +189,4 @@ class ObservationEncoder:
         return self.action_names.index(action) + 1
 
 
-__all__ = ["ObservationEncoder", "STATE_PREFIX", "StateError", "observation_columns", "state_paths"]
+__all__ = ["STATE_PREFIX", "ObservationEncoder", "StateError", "observation_columns", "state_paths"]

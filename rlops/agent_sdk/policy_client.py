@@ -65,8 +65,19 @@ import numpy as np
 from rlops.agent_sdk.encoding import ObservationEncoder, StateError, observation_columns
 from rlops.agent_sdk.registry_source import RegistrySource
 from rlops.agent_sdk.serving import (
-    CHALLENGER, CHAMPION, FALLBACK, RULES_VERSION, SHADOW, TRAFFIC_TAG, Decision, LoadedPolicy, ServingState,
-    ShadowDecision, choose, fallback_code, hash_fraction,
+    CHALLENGER,
+    CHAMPION,
+    FALLBACK,
+    RULES_VERSION,
+    SHADOW,
+    TRAFFIC_TAG,
+    Decision,
+    LoadedPolicy,
+    ServingState,
+    ShadowDecision,
+    choose,
+    fallback_code,
+    hash_fraction,
 )
 from rlops.common.errors import UserError
 from rlops.common.policy_ref import PolicyRef
@@ -426,7 +437,7 @@ class PolicyClient:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.source.close()
 
-    def __enter__(self) -> "PolicyClient":
+    def __enter__(self) -> PolicyClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -176,6 +176,20 @@ def choose(greedy: int, probs: np.ndarray, exploration: float, u: tuple[float, f
     return a, min(p, 1.0)  # float32 probabilities may sum a hair over 1
 
 
-__all__ = ["CHALLENGER", "CHAMPION", "Decision", "FALLBACK", "FALLBACK_CODES", "LoadedPolicy", "RULES_VERSION",
-           "SHADOW", "ServingState", "ShadowDecision", "TEST_GROUPS", "TRAFFIC_TAG", "choose", "fallback_code",
-           "hash_fraction"]
+__all__ = [
+    "CHALLENGER",
+    "CHAMPION",
+    "FALLBACK",
+    "FALLBACK_CODES",
+    "RULES_VERSION",
+    "SHADOW",
+    "TEST_GROUPS",
+    "TRAFFIC_TAG",
+    "Decision",
+    "LoadedPolicy",
+    "ServingState",
+    "ShadowDecision",
+    "choose",
+    "fallback_code",
+    "hash_fraction",
+]

@@ -6,29 +6,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from rlops.agent_sdk.policy_client import ObservationEncoder, PolicyClient, StateError, hash_fraction
-from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import policy_model_name
-from tests.policy_kit import preference_policy
+from rlops.agent_sdk.policy_client import (
+    ObservationEncoder,
+    PolicyClient,
+    StateError,
+    hash_fraction,
+)
 from rlops.common.config import REPO_ROOT
-
-SCENARIO = "credit_approval"
-NAME = policy_model_name(SCENARIO)
-PACK_DIR = REPO_ROOT / "scenarios" / SCENARIO
-STATE = {"user_profile": {"age": 30, "income_monthly": 9000.0, "employment": "salaried"},
-         "application": {"loan_amount": 30000.0, "purpose": "car", "term_months": 12},
-         "system_status": {"fraud_check_done": False, "credit_report_fetched": False},
-         "decision": {"approval_result": "pending", "approved_amount": 0.0, "notified": False}}
+from rlops.pipeline_steps.infra.context import StepContext
+from tests.agent_sdk.client_kit import NAME, PACK_DIR, SCENARIO, STATE, register_pair
 
 
 @pytest.fixture(scope="module")
@@ -37,19 +31,11 @@ def pack() -> Any:
     return load_pack(PACK_DIR, check_liveness=False)
 
 
-def register(pack: Any, policy: Any, **tags: Any) -> str:
-    from rlops.pipeline_steps.training.policy import register_policy
-    ctx = StepContext.create(run_key="20260105T1000")
-    with ctx.tracker.start_run("test-policy") as run, tempfile.TemporaryDirectory() as tmp:
-        return register_policy(ctx, run, pack, policy, {"mode": "full", **tags}, Path(tmp))
-
-
 @pytest.fixture
 def versions(tmp_tracking: str, pack: Any) -> tuple[str, str]:
     """v1 = champion (prefers the credit report first), v2 = challenger (fraud check first)."""
     ctx = StepContext.create(run_key="20260105T1000")
-    v1 = register(pack, preference_policy(pack, {"fetch_credit_report": 3, "initiate_fraud_check": 2}))
-    v2 = register(pack, preference_policy(pack, {"initiate_fraud_check": 3, "fetch_credit_report": 2}))
+    v1, v2 = register_pair(pack)
     ctx.tracker.set_alias(NAME, "champion", v1)
     ctx.tracker.set_alias(NAME, "challenger", v2)
     ctx.tracker.set_model_version_tags(NAME, v2, {"traffic_fraction": 0.2})
