@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from rlops.agent_sdk.policy_client import PolicyClient
-from tests.agent_sdk.client_kit import NAME, PACK_DIR, SCENARIO, STATE, register, register_pair, tracker
+from tests.agent_sdk.client_kit import (
+    NAME,
+    PACK_DIR,
+    SCENARIO,
+    STATE,
+    register,
+    register_pair,
+    tracker,
+)
 from tests.policy_kit import preference_policy
 
 
@@ -96,7 +104,7 @@ def test_promotion_to_agent_latency_on_a_simulated_clock(pair: tuple[str, str], 
     with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=30, clock=clock) as c:
         assert c.promotion_to_agent_s(v3, 0.0) is None  # never served
         served = []
-        for i in range(0, 300 * 2):  # a request every 0.5 s of simulated time
+        for i in range(300 * 2):  # a request every 0.5 s of simulated time
             clock.t = i * 0.5
             if clock.t in moves:
                 tracker().set_alias(NAME, "champion", moves[clock.t])
