@@ -19,7 +19,14 @@ from rlops.agent_sdk.policy_client import PolicyClient
 from rlops.agent_sdk.serving import choose
 from rlops.common.errors import UserError
 from rlops.pipeline_steps.infra.context import StepContext
-from tests.agent_sdk.client_kit import NAME, PACK_DIR, SCENARIO, STATE, register_pair, tracker
+from tests.agent_sdk.client_kit import (
+    NAME,
+    PACK_DIR,
+    SCENARIO,
+    STATE,
+    register_pair,
+    tracker,
+)
 
 
 @pytest.fixture(scope="module")
