@@ -157,8 +157,7 @@ class PolicyClient:
         self.exploration, self.bad_state, self.seed = float(exploration), bad_state, int(seed)
         self._serving = ServingState()
         self.changes: list[ServingChange] = []
-        self.first_served_at: dict[str, float] = {}
-        """Canonical version → the client's clock at its first served (non-fallback) decision."""
+        self._served_since: dict[tuple[str, str], float] = {}  # (group, version) → first decision since it entered
         self.fallbacks: collections.Counter[str] = collections.Counter()
         self.decisions = 0
         self.shadow_decisions = self.shadow_agreements = self.shadow_errors = 0
@@ -283,21 +282,29 @@ class PolicyClient:
             a, b = getattr(old, group), getattr(new, group)
             va, vb = (a.ref if a else None), (b.ref if b else None)
             if va != vb:
+                if vb is not None:  # it (re)enters the group: its first decision there is still to come
+                    self._served_since.pop((group, vb), None)
                 self.changes.append(ServingChange(group, va, vb, float(new.loaded_at or 0.0)))
                 log.info("policy client: %s now serves %s (was %s)", group, vb or "nothing", va or "nothing")
 
-    def promotion_to_agent_s(self, version: str | int, moved_at: float) -> float | None:
-        """Seconds on the client's clock from ``moved_at`` (when an alias moved to ``version`` in the
-        registry) to the first decision that version served; None while it has served none."""
+    def first_served_at(self, version: str | int, alias: str = CHAMPION) -> float | None:
+        """The client's clock at the first decision ``version`` served as ``alias`` (``champion`` or
+        ``challenger``) since it last became that alias here; None while it has served none."""
         from rlops.common.policy_ref import canonical_policy
-        first = self.first_served_at.get(canonical_policy(version, self.scenario))
+        return self._served_since.get((alias, canonical_policy(version, self.scenario)))
+
+    def promotion_to_agent_s(self, version: str | int, moved_at: float, alias: str = CHAMPION) -> float | None:
+        """Seconds on the client's clock from ``moved_at`` (when ``alias`` moved to ``version`` in the
+        registry) to the first decision that version served as ``alias``; None while it has served none."""
+        first = self.first_served_at(version, alias)
         return None if first is None else first - float(moved_at)
 
-    def mark_served(self, policy: LoadedPolicy) -> None:
-        """Record that ``policy`` served a decision now (done by :meth:`decide`; for callers that
-        run a loaded policy on a batch themselves)."""
-        if policy.ref not in self.first_served_at:
-            self.first_served_at.setdefault(policy.ref, self.clock())
+    def mark_served(self, policy: LoadedPolicy, alias: str = CHAMPION) -> None:
+        """Record that ``policy`` served a decision as ``alias`` now (done by :meth:`decide`; for
+        callers that run a loaded policy on a batch themselves)."""
+        key = (alias, policy.ref)
+        if key not in self._served_since:
+            self._served_since.setdefault(key, self.clock())
 
     # ------------------------------------------------------------------ deciding
     def route(self, key: str | None) -> str:
@@ -350,11 +357,11 @@ class PolicyClient:
                                   f"policy {policy.ref} chose an illegal action ({greedy})", t0, shadow, shadowed)
         probs = np.asarray(out["probs"], dtype=np.float64)[0] * np.asarray(legal, dtype=np.float64)
         a, propensity = choose(greedy, probs, self.exploration, self._uniforms())
-        self.mark_served(policy)
+        served_as = CHALLENGER if policy is serving.challenger else CHAMPION
+        self.mark_served(policy, served_as)
         names = self.encoder.action_names
         return Decision(names[a], a, legal, {n: float(p) for n, p in zip(names, probs)}, propensity,
-                        float(out["entropy"][0]), float(out["value"][0]), policy.ref,
-                        CHALLENGER if policy is serving.challenger else CHAMPION, None, group,
+                        float(out["entropy"][0]), float(out["value"][0]), policy.ref, served_as, None, group,
                         float(np.log(probs[a])) if probs[a] > 0 else None,
                         self._shadow(shadow, shadowed, a, legal, t0),
                         (time.perf_counter() - t0) * 1000.0)

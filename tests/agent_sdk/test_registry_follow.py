@@ -84,10 +84,12 @@ def test_promotion_stages_and_rollback_reach_the_client_within_one_period(pair: 
         moved_at = 1070.0
         assert ref(v1) in served(1080.0)
         assert served(1092.0) == {ref(v2): len(keys)}
-        assert c.promotion_to_agent_s(v2, moved_at) is not None  # v2 served before, as challenger
+        assert c.promotion_to_agent_s(v2, moved_at) == 22.0  # polls at 1030, 1061, 1092: served as champion at 1092
+        assert c.first_served_at(v2, "challenger") == 1030.0
         # Rollback walks champion back to v1: picked up at the next poll, no download needed.
         t.set_alias(NAME, "champion", v1)
         assert served(1125.0) == {ref(v1): len(keys)}
+        assert c.promotion_to_agent_s(v1, 1100.0) == 25.0  # since it became champion again, not its first day
         groups = [(ch.group, ch.old, ch.new) for ch in c.changes]
         assert groups == [("champion", None, ref(v1)), ("challenger", None, ref(v2)),
                           ("champion", ref(v1), ref(v2)), ("challenger", ref(v2), None),
@@ -111,7 +113,7 @@ def test_promotion_to_agent_latency_on_a_simulated_clock(pair: tuple[str, str], 
             served.append(c.decide(STATE, key=f"k{i}").policy_version)
         # Polls at 30, 60, 90, …: v2 is first served at 60 (13 s after its move), v3 at 210 (7 s).
         assert c.promotion_to_agent_s(v2, 47.0) == 13.0 and c.promotion_to_agent_s(v3, 203.0) == 7.0
-        assert c.first_served_at == {ref(v1): 0.0, ref(v2): 60.0, ref(v3): 210.0}
+        assert [c.first_served_at(v) for v in (v1, v2, v3)] == [0.0, 60.0, 210.0]
         assert served.index(ref(v2)) == 120 and served.index(ref(v3)) == 420
 
 
