@@ -56,23 +56,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlops.agent_sdk.encoding import ObservationEncoder, StateError, observation_columns
-from rlops.agent_sdk.registry_source import RegistrySource
+from rlops.agent_sdk.registry_source import RegistrySource, build_serving_state
 from rlops.agent_sdk.serving import (
     CHALLENGER,
     CHAMPION,
     FALLBACK,
     RULES_VERSION,
     SHADOW,
-    TRAFFIC_TAG,
     Decision,
     LoadedPolicy,
+    ServingChange,
     ServingState,
     ShadowDecision,
     choose,
@@ -85,18 +84,6 @@ from rlops.common.policy_ref import PolicyRef
 log = logging.getLogger(__name__)
 
 BAD_STATE_MODES = ("raise_first", "raise", "fallback")
-
-
-@dataclass(frozen=True)
-class ServingChange:
-    """A served version that changed with a refresh (clock units of the client)."""
-
-    group: str
-    """``champion``, ``challenger`` or ``shadow``."""
-    old: str | None
-    new: str | None
-    seen_at: float
-    """The client's clock when the new serving state was swapped in."""
 
 
 class PolicyClient:
@@ -203,20 +190,31 @@ class PolicyClient:
         alias → version (``shadow`` too when one is configured). A policy that fails to load keeps
         the one loaded before (if any) and the failure is in :attr:`load_errors`."""
         with self._refresh_lock:
-            old = self._serving
-            new = self._build(old)
-            self._serving = new  # the swap: one reference, read once per decision
-            self._next_refresh = (new.loaded_at or 0.0) + self.refresh_every_s if self.refresh_every_s else float("inf")
-            self._note_changes(old, new)
+            new = self._refresh_locked()
         out = new.versions
         if self.shadow_ref is not None:
             out[SHADOW] = new.shadow.version if new.shadow else None
         return out
 
+    def _refresh_locked(self) -> ServingState:
+        """Build the complete new state, then swap it in (the caller holds the refresh lock)."""
+        old = self._serving
+        new = build_serving_state(self.source, self.scenario, old, self.shadow_ref,
+                                  self.challenger_fraction_override, self.clock())
+        self._serving = new  # the swap: one reference, read once per decision
+        self._next_refresh = (new.loaded_at or 0.0) + self.refresh_every_s if self.refresh_every_s else float("inf")
+        self._note_changes(old, new)
+        return new
+
     def poll(self) -> ServingState:
-        """Refresh when a period has passed on the client's clock; the serving state in force."""
-        if self.clock() >= self._next_refresh:
-            self._safe_refresh()
+        """Refresh when a period has passed on the client's clock; the serving state in force.
+        While another thread refreshes, it does not wait: requests keep the state in force."""
+        if self.clock() >= self._next_refresh and self._refresh_lock.acquire(blocking=False):
+            try:
+                if self.clock() >= self._next_refresh:  # not done meanwhile by another thread
+                    self._safe_refresh(locked=True)
+            finally:
+                self._refresh_lock.release()
         return self._serving
 
     def notify(self) -> None:
@@ -225,9 +223,12 @@ class PolicyClient:
         self._next_refresh = float("-inf")
         self._wake.set()
 
-    def _safe_refresh(self) -> None:
+    def _safe_refresh(self, locked: bool = False) -> None:
         try:
-            self.refresh()
+            if locked:
+                self._refresh_locked()
+            else:
+                self.refresh()
             self.last_refresh_error = None
         except Exception as exc:  # noqa: BLE001 - a failing poll keeps serving what is loaded
             self.last_refresh_error = f"{type(exc).__name__}: {exc}"
@@ -243,39 +244,6 @@ class PolicyClient:
             if self._closed:
                 return
             self._safe_refresh()
-
-    def _build(self, old: ServingState) -> ServingState:
-        errors: dict[str, str] = {}
-        loaded: dict[str, LoadedPolicy | None] = {}
-        refs = [(CHAMPION, PolicyRef(self.scenario, alias=CHAMPION)),
-                (CHALLENGER, PolicyRef(self.scenario, alias=CHALLENGER))]
-        if self.shadow_ref is not None:
-            refs.append((SHADOW, self.shadow_ref))
-        before = {CHAMPION: old.champion, CHALLENGER: old.challenger, SHADOW: old.shadow}
-        for group, ref in refs:
-            try:
-                found = self.source.resolve(ref)
-                if found is None:
-                    loaded[group] = None
-                    continue
-                version, tags = found
-                loaded[group] = LoadedPolicy(ref.alias or version, version, self.source.load(version), tags,
-                                             self.source.canonical(version))
-            except Exception as exc:  # noqa: BLE001 - any failure means "serve what we have"
-                errors[group] = f"{type(exc).__name__}: {exc}"
-                loaded[group] = before[group]
-                log.warning("policy client: cannot load %s of %s: %s", group, self.model_name, exc)
-        challenger = loaded.get(CHALLENGER)
-        if self.challenger_fraction_override is not None:
-            fraction = float(self.challenger_fraction_override)
-        else:
-            try:
-                fraction = float(challenger.tags.get(TRAFFIC_TAG, 0.0)) if challenger else 0.0
-            except ValueError:
-                fraction = 0.0
-        fraction = min(max(fraction, 0.0), 1.0) if np.isfinite(fraction) else 0.0
-        return ServingState(loaded.get(CHAMPION), challenger, fraction, loaded.get(SHADOW), old.generation + 1,
-                            self.clock(), tuple(sorted(errors.items())))
 
     def _note_changes(self, old: ServingState, new: ServingState) -> None:
         for group in (CHAMPION, CHALLENGER, SHADOW):
@@ -316,9 +284,7 @@ class PolicyClient:
         """Choose the action for ``state``. Raises :class:`StateError` for a state of the wrong shape
         (see ``bad_state``); any other failure is a rule-engine decision with its reason."""
         t0 = time.perf_counter()
-        if self._thread is None and self.clock() >= self._next_refresh:
-            self._safe_refresh()
-        serving = self._serving  # one read: this decision sees one consistent state
+        serving = self._serving if self._thread is not None else self.poll()  # one read: one consistent state
         with self._stats_lock:
             self.decisions += 1
         group = serving.route(key, self.scenario)

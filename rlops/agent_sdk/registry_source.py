@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
+import math
 import os
 import shutil
 import tempfile
@@ -18,7 +20,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rlops.agent_sdk.serving import (
+    CHALLENGER,
+    CHAMPION,
+    SHADOW,
+    TRAFFIC_TAG,
+    LoadedPolicy,
+    ServingState,
+)
 from rlops.common.policy_ref import PolicyRef, canonical_policy
+
+log = logging.getLogger(__name__)
 
 #: Loaded versions kept in memory besides those being served.
 KEEP_LOADED = 4
@@ -101,3 +113,42 @@ class RegistrySource:
 
     def close(self) -> None:
         shutil.rmtree(self._cache, ignore_errors=True)
+
+
+def build_serving_state(source: RegistrySource, scenario: str, old: ServingState, shadow: PolicyRef | None,
+                        fraction_override: float | None, now: float) -> ServingState:
+    """The complete next serving state: the versions behind ``champion``, ``challenger`` (and the
+    shadow), loaded, and the challenger's traffic share (``fraction_override``, else its
+    ``traffic_fraction`` tag). A policy that cannot be resolved or loaded keeps the one of ``old``,
+    with the error recorded; an alias that does not exist serves nothing."""
+    refs = [(CHAMPION, PolicyRef(scenario, alias=CHAMPION)), (CHALLENGER, PolicyRef(scenario, alias=CHALLENGER))]
+    if shadow is not None:
+        refs.append((SHADOW, shadow))
+    errors: dict[str, str] = {}
+    loaded: dict[str, LoadedPolicy | None] = {}
+    for group, ref in refs:
+        try:
+            found = source.resolve(ref)
+            if found is None:
+                loaded[group] = None
+                continue
+            version, tags = found
+            loaded[group] = LoadedPolicy(ref.alias or version, version, source.load(version), tags,
+                                         source.canonical(version))
+        except Exception as exc:  # noqa: BLE001 - any failure means "serve what we have"
+            errors[group] = f"{type(exc).__name__}: {exc}"
+            loaded[group] = getattr(old, group)
+            log.warning("policy client: cannot load %s of %s: %s", group, source.model_name, exc)
+    challenger = loaded.get(CHALLENGER)
+    fraction = 0.0
+    if fraction_override is not None:
+        fraction = float(fraction_override)
+    elif challenger is not None:
+        try:
+            fraction = float(challenger.tags.get(TRAFFIC_TAG, 0.0))
+        except ValueError:
+            log.warning("policy client: %s v%s has traffic_fraction %r, not a number; serving it no traffic",
+                        source.model_name, challenger.version, challenger.tags.get(TRAFFIC_TAG))
+    fraction = min(max(fraction, 0.0), 1.0) if math.isfinite(fraction) else 0.0
+    return ServingState(loaded.get(CHAMPION), challenger, fraction, loaded.get(SHADOW), old.generation + 1, now,
+                        tuple(sorted(errors.items())))

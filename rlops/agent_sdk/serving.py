@@ -86,6 +86,18 @@ class ServingState:
 
 
 @dataclass(frozen=True)
+class ServingChange:
+    """A served version that changed with a refresh (clock units of the client)."""
+
+    group: str
+    """``champion``, ``challenger`` or ``shadow``."""
+    old: str | None
+    new: str | None
+    seen_at: float
+    """The client's clock when the new serving state was swapped in."""
+
+
+@dataclass(frozen=True)
 class ShadowDecision:
     """What the shadow candidate chose on a request it did not serve."""
 
