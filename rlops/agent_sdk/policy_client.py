@@ -119,10 +119,11 @@ class PolicyClient:
                  shadow: str | None = None, exploration: float = 0.0, bad_state: str = "raise_first",
                  seed: int = 0):
         from rlops.sandbox.pack import load_pack
-        if refresh_every_s is not None and not (float(refresh_every_s) > 0):
+        if refresh_every_s is not None and not (isinstance(refresh_every_s, (int, float))
+                                                and 0 < float(refresh_every_s) < float("inf")):
             raise UserError(f"PolicyClient(refresh_every_s={refresh_every_s!r}): expected seconds > 0, or None "
                             "to refresh only when refresh() is called")
-        if not 0.0 <= float(exploration) <= 1.0:
+        if not isinstance(exploration, (int, float)) or not 0.0 <= float(exploration) <= 1.0:
             raise UserError(f"PolicyClient(exploration={exploration!r}): expected a share in [0, 1]")
         if bad_state not in BAD_STATE_MODES:
             raise UserError(f"PolicyClient(bad_state={bad_state!r}): expected one of {', '.join(BAD_STATE_MODES)}")
@@ -300,6 +301,9 @@ class PolicyClient:
         self._state_ok = True
         policy = serving.challenger if group == CHALLENGER and serving.challenger else serving.champion
         if policy is None:
+            if serving.generation == 0:
+                return self._fallback(S, mask, group, "load_error", "nothing loaded yet: refresh() was never called "
+                                      "(load=False) or has not finished", t0)
             err = dict(serving.load_errors).get(CHAMPION) or self.last_refresh_error
             return self._fallback(S, mask, group, "load_error" if err else "no_champion",
                                   f"no champion policy loaded: {err}" if err else

@@ -199,3 +199,22 @@ def test_no_decision_sees_half_a_swap(pair: tuple[str, str], tmp_tracking: str) 
         assert not errors, errors
         assert len(seen) > 20 and set(seen) <= {(ref(v1), ref(v2)), (ref(v2), ref(v1))}, set(seen)
         assert {s[0] for s in seen} == {ref(v1), ref(v2)}
+
+
+def test_arguments_and_a_client_that_has_not_loaded_yet(pair: tuple[str, str], tmp_tracking: str) -> None:
+    from rlops.common.errors import UserError
+    v1, _ = pair
+    for bad in (0, -1, float("inf"), float("nan"), "30"):
+        with pytest.raises(UserError, match="refresh_every_s"):
+            PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, refresh_every_s=bad)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="exploration"):
+        PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, refresh_every_s=None, exploration=1.5)
+    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, load=False, refresh_every_s=None) as c:
+        d = c.decide(STATE)
+        assert d.fallback_reason.startswith("load_error: nothing loaded yet")
+    clock = SimClock(5.0)
+    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, load=False, refresh_every_s=30, clock=clock,
+                      timeout_ms=5000) as c:
+        assert c.serving.generation == 0
+        assert c.decide(STATE).policy_version == ref(v1)  # the first decision loads
+        assert c.serving.generation == 1 and c.serving.loaded_at == 5.0
