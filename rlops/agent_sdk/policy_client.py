@@ -339,9 +339,20 @@ class PolicyClient:
     def _uniforms(self) -> tuple[float, float]:
         if self.exploration <= 0.0:
             return (1.0, 0.0)
-        rng = np.random.default_rng((self.seed, next(self._draws)))
-        u = rng.random(2)
+        u = self.uniforms(1)[0]
         return float(u[0]), float(u[1])
+
+    def uniforms(self, n: int) -> np.ndarray:
+        """``n`` pairs of exploration draws, reproducible from ``seed`` and the order of the calls."""
+        return np.random.default_rng((self.seed, next(self._draws))).random((n, 2))
+
+    def count_batch(self, n: int, fallbacks: Mapping[str, int]) -> None:
+        """Count ``n`` decisions made outside :meth:`decide` (see :mod:`rlops.agent_sdk.batch`)."""
+        with self._stats_lock:
+            self.decisions += n
+            for kind, k in fallbacks.items():
+                if k:
+                    self.fallbacks[kind] += int(k)
 
     def _shadow(self, shadow: LoadedPolicy | None, future: Any, served: int, legal: list[bool],
                 t0: float) -> ShadowDecision | None:

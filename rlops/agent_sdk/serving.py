@@ -188,6 +188,21 @@ def choose(greedy: int, probs: np.ndarray, exploration: float, u: tuple[float, f
     return a, min(p, 1.0)  # float32 probabilities may sum a hair over 1
 
 
+def choose_batch(greedy: np.ndarray, probs: np.ndarray, exploration: float, u: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`choose` for ``N`` rows at once: ``greedy[N]``, ``probs[N, A]``, ``u[N, 2]`` →
+    ``(actions[N], propensities[N])``."""
+    a = greedy.astype(np.int64).copy()
+    if exploration > 0.0:
+        cdf = np.cumsum(probs, axis=1)
+        drawn = (cdf <= (u[:, 1] * cdf[:, -1])[:, None]).sum(axis=1).clip(max=probs.shape[1] - 1)
+        rows = np.arange(len(a))
+        take = (u[:, 0] < exploration) & (probs[rows, drawn] > 0.0)
+        a = np.where(take, drawn, a)
+    p = (1.0 - exploration) * (a == greedy) + exploration * probs[np.arange(len(a)), a]
+    return a, np.minimum(p, 1.0)
+
+
 __all__ = [
     "CHALLENGER",
     "CHAMPION",
@@ -202,6 +217,7 @@ __all__ = [
     "ServingState",
     "ShadowDecision",
     "choose",
+    "choose_batch",
     "fallback_code",
     "hash_fraction",
 ]
