@@ -72,6 +72,11 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
+def _missing(v: Any) -> bool:
+    """None, NaN, and pandas' NA/NaT (without importing pandas): a field with no value."""
+    return v is None or _is_nan(v) or type(v).__name__ in ("NAType", "NaTType")
+
+
 def _is_nan(v: Any) -> bool:
     return isinstance(v, (float, np.floating)) and bool(np.isnan(v))
 
@@ -115,7 +120,7 @@ class ObservationEncoder:
         missing = []
         for f in self._fields:
             v = flat.get(f.path)
-            if v is None or (isinstance(v, float) and np.isnan(v)):
+            if _missing(v):
                 if f.path not in self._optional:
                     missing.append(f.path)
                 continue

@@ -291,7 +291,7 @@ class PolicyClient:
         group = serving.route(key, self.scenario)
         try:
             S, mask, obs = self.encoder.encode(state, history, step, elapsed_ms, last_error)
-        except StateError as exc:
+        except (StateError, TypeError, ValueError) as exc:  # whatever the encoder cannot read is the state's fault
             if self.bad_state == "raise" or (self.bad_state == "raise_first" and not self._state_ok):
                 with self._stats_lock:
                     self.decisions -= 1

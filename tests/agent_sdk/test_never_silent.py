@@ -85,7 +85,12 @@ def test_a_state_of_the_wrong_shape_is_an_error_at_the_first_call(champion: str,
             client.decide({**STATE, "user_profile": {**STATE["user_profile"], "age": "thirty"}})
         with pytest.raises(StateError, match="given twice"):
             client.decide({**STATE, "state.user_profile.age": 31})
+        with pytest.raises(StateError, match="history holds unknown action"):
+            client.decide(STATE, history="approve")  # a string, not a list of actions
         assert client.decisions == 0 and client.fallback_count == 0  # errors, not fallbacks
+        na = {**STATE, "user_profile": {**STATE["user_profile"], "age": pd.NA}}  # pandas' missing value
+        with pytest.raises(StateError, match=r"lacks field\(s\) \['user_profile.age'\]"):
+            client.decide(na)
         assert not client.decide(STATE).fallback
         # Once a state was read, one bad request falls back with its reason instead of failing the agent.
         d = client.decide(wrong)
