@@ -57,7 +57,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -425,7 +425,7 @@ class PolicyClient:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.source.close()
 
-    def __enter__(self) -> PolicyClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
