@@ -15,7 +15,7 @@ Quick start::
         state = observer.observe()                      # traced: the state of this step
         while True:
             decision = policy.decide(state)             # e.g. rlops.agent_sdk.policy_client
-            current_episode().annotate(**decision.trace_fields())  # the serving version, group, mask, logp, fallback reason, …
+            current_episode().annotate(**decision.trace_fields())  # serving version, group, logp, fallback, …
             result = executor.execute(decision.action, state)   # traced: one step
             if result.done:
                 return decision.action
