@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -34,17 +35,17 @@ STATE = {"user_profile": {"age": 30, "income_monthly": 9000.0, "employment": "sa
          "decision": {"approval_result": "pending", "approved_amount": 0.0, "notified": False}}
 
 
-def _register(ctx: object, pack: object, prefs: dict[str, float]) -> str:
+def _register(ctx: Any, pack: Any, prefs: dict[str, float]) -> str:
     import torch
 
     from rlops.model.policy import PolicyConfig, PolicyNetwork
     from rlops.pipeline_steps.training.policy import register_policy
-    net = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))  # type: ignore[attr-defined]
-    with torch.no_grad():
+    net = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))
+    with torch.no_grad():  # a network whose greedy choice follows ``prefs``
         net.actor[-1].weight.zero_()
-        net.actor[-1].bias.copy_(torch.tensor([prefs.get(a, 0.0) for a in pack.scenario.action_names]))  # type: ignore[attr-defined]
-    with ctx.tracker.start_run("bench-policy") as run, tempfile.TemporaryDirectory() as tmp:  # type: ignore[attr-defined]
-        return register_policy(ctx, run, pack, net.eval(), {"mode": "full"}, Path(tmp))  # type: ignore[arg-type]
+        net.actor[-1].bias.copy_(torch.tensor([prefs.get(a, 0.0) for a in pack.scenario.action_names]))
+    with ctx.tracker.start_run("bench-policy") as run, tempfile.TemporaryDirectory() as tmp:
+        return str(register_policy(ctx, run, pack, net.eval(), {"mode": "full"}, Path(tmp)))
 
 
 def _pct(xs: list[float], q: float) -> float:
