@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 RECORD_ATTRIBUTE = "rlops.record"
 ROOT_SPAN = "decision"
 CHILD_SPANS = ("observe", "decide", "execute", "reward")
-_DECIDE_FIELDS = ("action", "action_mask", "logp", "entropy", "value", "policy_version", "test_group")
+_DECIDE_FIELDS = ("action", "action_mask", "logp", "entropy", "value", "policy_version", "test_group",
+                  "fallback", "fallback_reason", "shadow_policy_version", "shadow_action", "shadow_served_logp")
 
 
 def _json_default(value: Any) -> Any:

@@ -1,206 +1,89 @@
-"""Serve the ``champion`` policy (and a ``challenger`` split) to a production agent, with the
-scenario's rule engine as the fallback.
+"""Serve the ``champion`` policy (and a ``challenger`` split) to a production agent, follow the
+registry while running, and fall back to the scenario's rule engine — never silently.
 
 ::
 
     from rlops.agent_sdk.policy_client import PolicyClient
 
     client = PolicyClient("http://mlflow:5000", "credit_approval", "scenarios/credit_approval",
-                          timeout_ms=50)
+                          timeout_ms=50, refresh_every_s=30, shadow="challenger")
     decision = client.decide(state, key=applicant_id, history=actions_so_far)
-    episode = current_episode()                                 # inside an @rollout function
-    episode.set(test_group=decision.test_group, policy_version=decision.policy_version)
-    episode.annotate(**decision.trace_fields())                 # mask, logp, entropy, value, fallback
+    current_episode().annotate(**decision.trace_fields())  # version, group, mask, logp, fallback, shadow
     executor.execute(decision.action, state)
 
-* The policies are the registered versions behind the aliases ``champion`` and ``challenger``
-  of ``<scenario>-policy`` (MLflow pyfunc models, see ``rlops/pipeline_steps/infra/pyfunc_policy.py``),
-  downloaded and loaded once (and again on :meth:`PolicyClient.refresh`).
-* A request goes to the challenger when a stable hash of its ``key`` (e.g. the user id) falls
-  below the challenger's traffic fraction: the model version tag ``traffic_fraction`` written
-  by a staged promotion, unless ``challenger_fraction`` is given. The same key always lands in
-  the same group; requests without a key go to the champion.
-* Any error (no policy loaded, a state the encoder cannot read, an exception in the model, an
-  illegal action) or a decision slower than ``timeout_ms`` returns the rule engine's action
-  instead, with ``fallback=True`` and the reason; :attr:`PolicyClient.fallbacks` counts them.
+* **Following the registry.** The policies are the registered versions behind the aliases
+  ``champion`` and ``challenger`` of ``<scenario>-policy`` (MLflow pyfunc models). Every
+  ``refresh_every_s`` seconds (default 30; ``None``: only when :meth:`refresh` is called) the client
+  reads the aliases and the challenger's ``traffic_fraction`` tag again, loads what changed, builds
+  the complete new :class:`ServingState` and swaps it in as one reference: a request is decided
+  wholly by the old state or wholly by the new one. A promotion, a staged traffic share, a rollback
+  (``champion`` moved back) or a challenger withdrawn thus reaches a running agent within one period.
+  With the default clock a background thread polls; with another ``clock`` (a simulated one) the
+  poll happens on :meth:`decide` or :meth:`poll` once the period has passed on that clock.
+  :meth:`notify` asks for a refresh now (e.g. from a registry webhook the agent receives).
+  :meth:`promotion_to_agent_s` measures how long a moved alias took to serve its first decision.
+* **Routing.** A request goes to the challenger when a stable hash of its ``key`` (e.g. the user
+  id) falls below the challenger's traffic share (``challenger_fraction`` overrides the tag). The
+  same key lands in the same group for a given share; requests without a key go to the champion.
+* **Every decision says what served it**: ``policy_version`` (canonical
+  ``<scenario>-policy/<n>``, or ``rules``), ``test_group`` (``champion|challenger|fallback``),
+  ``propensity`` of the served action (``exploration`` > 0 samples that share of decisions from the
+  policy's own distribution, so logged traffic supports off-policy evaluation) and
+  ``fallback_reason``.
+* **Never silent.** A state of the wrong shape raises :class:`StateError` (a ``UserError``) at the
+  first call, until one state has been read (``bad_state="raise_first"``), so an integration error
+  shows at once instead of serving rules for weeks; afterwards an unreadable state falls back with
+  its reason (``"raise"``: always raise, ``"fallback"``: never). A failing, slow (``timeout_ms``)
+  or illegal policy decision, or no policy loaded, returns the rule engine's action with
+  ``fallback_reason``; :attr:`fallback_rate` and :attr:`fallbacks` count them, and the trace row
+  carries the reason (``Decision.trace_fields``), which capture turns into an alert.
+* **Shadow mode.** ``shadow`` names a candidate (an alias such as ``"challenger"``, or a version)
+  that decides on every request on the same observation, beside the served policy, without being
+  served; its action, probabilities and version go on the same trace row
+  (:class:`ShadowDecision`), and :attr:`shadow_agreement` is the share of requests where it chose
+  the served action.
 
-The state is the production state as a nested dict (or flattened ``state.<path>`` keys), with
-the scenario's field names; it is encoded exactly as the sandbox encodes its own states
-(:class:`ObservationEncoder`). Needs the scenario pack (for the encoding and the rule engine),
-torch, and MLflow (imported when the policies are loaded).
+The state is the production state as a nested dict or flattened ``state.<path>`` keys (see
+:mod:`rlops.agent_sdk.encoding`). Needs the scenario pack, torch and MLflow.
 """
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
-import contextlib
-import hashlib
+import itertools
 import logging
-import os
-import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
-import torch
 
-from rlops.agent_sdk.tracer import flatten_state
+from rlops.agent_sdk.encoding import ObservationEncoder, StateError, observation_columns
+from rlops.agent_sdk.registry_source import RegistrySource, build_serving_state
+from rlops.agent_sdk.serving import (
+    CHALLENGER,
+    CHAMPION,
+    FALLBACK,
+    RULES_VERSION,
+    SHADOW,
+    Decision,
+    LoadedPolicy,
+    ServingChange,
+    ServingState,
+    ShadowDecision,
+    choose,
+    fallback_code,
+    hash_fraction,
+)
+from rlops.common.errors import UserError
+from rlops.common.policy_ref import PolicyRef
 
 log = logging.getLogger(__name__)
 
-CHAMPION, CHALLENGER = "champion", "challenger"
-TRAFFIC_TAG = "traffic_fraction"
-RULES_VERSION = "rules"
-
-
-def observation_columns(layout: Any, action_names: Sequence[str]) -> list[str]:
-    """Column names of the encoded observation ``[features | mask | history]``."""
-    return ([*layout.feature_names] + [f"mask.{a}" for a in action_names]
-            + [f"history.{i}" for i in range(layout.history_len)])
-
-
-def hash_fraction(key: str, salt: str = "") -> float:
-    """A stable number in [0, 1) for ``key`` (the same on every host and run)."""
-    digest = hashlib.sha256(f"{salt}:{key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0 ** 64
-
-
-class StateError(ValueError):
-    """A production state the scenario's encoder cannot read."""
-
-
-class ObservationEncoder:
-    """Production states → the sandbox's state tensor, action masks and observations."""
-
-    def __init__(self, pack: Any):
-        self.pack = pack
-        self.scenario = scn = pack.scenario
-        self.action_names: tuple[str, ...] = tuple(scn.action_names)
-        self.columns = observation_columns(scn.layout, self.action_names)
-        self._fields = [f for f in scn.spec.fields if f.observed]
-        self._optional = set(scn.visible)  # hidden until their visible_when holds
-
-    def state_tensor(self, state: Mapping[str, Any], history: Sequence[str] = (), step: int | None = None,
-                     elapsed_ms: float = 0.0, last_error: bool = False, strict: bool = True) -> torch.Tensor:
-        """One row ``S[1, C]`` for a production state and the actions taken so far. Not ``strict``:
-        what cannot be read (a missing or bad field, an unknown action) is left at 0 instead of
-        raising — the best-effort state the rule-engine fallback decides on."""
-        scn = self.scenario
-        if not isinstance(state, Mapping):
-            if strict:
-                raise StateError(f"state is a {type(state).__name__}, expected a mapping of field names")
-            state = {}
-        flat = {k[len("state."):]: v for k, v in flatten_state(state).items()}
-        S = torch.zeros((1, scn.n_cols), dtype=torch.float32)
-        missing = []
-        for f in self._fields:
-            v = flat.get(f.path)
-            if v is None or (isinstance(v, float) and np.isnan(v)):
-                if f.path not in self._optional:
-                    missing.append(f.path)
-                continue
-            try:
-                S[0, scn.columns[f.path]] = self._code(f, v)
-            except StateError:
-                if strict:
-                    raise
-        if missing and strict:
-            raise StateError(f"state lacks field(s) {missing}; the scenario {scn.spec.name} needs every "
-                             "observed field that has no visible_when condition")
-        if not strict:
-            history = [a for a in history if isinstance(a, str) and a in self.action_names]
-            step = step if isinstance(step, int) and not isinstance(step, bool) else None
-            elapsed_ms = float(elapsed_ms) if isinstance(elapsed_ms, (int, float)) and np.isfinite(elapsed_ms) else 0.0
-        codes = [self._action_code(a) for a in history]
-        run = 0
-        for c in reversed(codes):
-            if c != codes[-1]:
-                break
-            run += 1
-        c = scn.columns
-        S[0, c["episode.step"]] = float(len(codes) if step is None else step)
-        S[0, c["episode.elapsed_ms"]] = float(elapsed_ms)
-        S[0, c["episode.last_action"]] = float(codes[-1]) if codes else 0.0
-        S[0, c["episode.repeat_count"]] = float(max(run - 1, 0))
-        S[0, c["episode.error"]] = float(bool(last_error))
-        return scn.clamp(S)
-
-    def history_tensor(self, history: Sequence[str]) -> torch.Tensor:
-        k = self.scenario.layout.history_len
-        codes = [self._action_code(a) for a in history][-k:] if k else []
-        return torch.tensor([[0] * (k - len(codes)) + codes], dtype=torch.long)
-
-    def encode(self, state: Mapping[str, Any], history: Sequence[str] = (), step: int | None = None,
-               elapsed_ms: float = 0.0, last_error: bool = False, strict: bool = True
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(S[1, C], mask[1, A], obs[1, D])`` for one production state (see :meth:`state_tensor`)."""
-        S = self.state_tensor(state, history, step, elapsed_ms, last_error, strict)
-        if not strict:
-            history = [a for a in history if isinstance(a, str) and a in self.action_names]
-        mask = self.scenario.action_masks(S)
-        return S, mask, self.scenario.encode(S, mask, self.history_tensor(history))
-
-    def rule_action(self, S: torch.Tensor, mask: torch.Tensor) -> int:
-        return int(self.scenario.rule_actions(S, mask)[0])
-
-    def _code(self, f: Any, v: Any) -> float:
-        if f.type == "enum":
-            if v not in f.values:
-                raise StateError(f"state field {f.path} = {v!r} is not one of {list(f.values)}")
-            return float(f.values.index(v))
-        if f.type == "bool":
-            return float(bool(v))
-        try:
-            return float(v)
-        except (TypeError, ValueError):
-            raise StateError(f"state field {f.path} = {v!r}: expected a number") from None
-
-    def _action_code(self, action: str) -> int:
-        if action not in self.action_names:
-            raise StateError(f"history holds unknown action {action!r}; actions: {list(self.action_names)}")
-        return self.action_names.index(action) + 1
-
-
-@dataclass
-class Decision:
-    """The action to execute and what to record about it."""
-
-    action: str
-    action_index: int
-    mask: list[bool]
-    probs: dict[str, float] | None
-    logp: float | None
-    entropy: float | None
-    value: float | None
-    policy_version: str
-    test_group: str
-    fallback: bool = False
-    reason: str | None = None
-    latency_ms: float = 0.0
-
-    def trace_fields(self) -> dict[str, Any]:
-        """Step fields for ``Episode.annotate`` (the trace record's mask, logp, … columns)."""
-        out: dict[str, Any] = {"action_mask": self.mask, "fallback": self.fallback}
-        for k in ("logp", "entropy", "value"):
-            if getattr(self, k) is not None:
-                out[k] = getattr(self, k)
-        return out
-
-
-@dataclass
-class LoadedPolicy:
-    """One registered version, loaded and ready to decide."""
-
-    alias: str
-    version: str
-    model: Any
-    """Has ``predict_obs(obs[N, D]) -> {"action_index", "probs", "logp", "entropy", "value"}``."""
-    tags: dict[str, str] = field(default_factory=dict)
+BAD_STATE_MODES = ("raise_first", "raise", "fallback")
 
 
 class PolicyClient:
@@ -213,175 +96,342 @@ class PolicyClient:
         challenger_fraction: share of keys routed to the challenger; None reads the
             challenger version's ``traffic_fraction`` tag (0 when absent).
         timeout_ms: a policy decision slower than this falls back to the rule engine.
-        load: load the policies now (otherwise call :meth:`refresh`).
+        load: load the policies now (otherwise at the first :meth:`refresh`).
+        refresh_every_s: seconds between registry polls (None: never; call :meth:`refresh`).
+        clock: ``() -> float`` seconds; the poll period and the serving-change times are on it.
+            The default (``time.monotonic``) polls from a background thread; any other clock polls
+            on :meth:`decide`/:meth:`poll` once a period has passed on it.
+        shadow: a candidate that decides beside the served policy without being served: an alias
+            (``"challenger"``), a version (``"7"``, ``"<scenario>-policy/7"``), or None.
+        exploration: share of decisions drawn from the serving policy's own distribution instead
+            of its most likely action (0: greedy); the propensity on each decision accounts for it.
+        bad_state: ``raise_first`` (raise :class:`StateError` until one state has been read, then
+            fall back), ``raise`` or ``fallback``.
+        seed: seeds the exploration draws.
         http_max_retries, http_timeout_s: bounds on MLflow server calls while loading (MLflow's
             own defaults retry for minutes); variables the deployment set itself win.
     """
 
     def __init__(self, tracking_uri: str, scenario: str, pack_path: str | Path,
                  challenger_fraction: float | None = None, timeout_ms: float = 50.0, load: bool = True,
-                 model_name: str | None = None, http_max_retries: int = 2, http_timeout_s: int = 10):
+                 model_name: str | None = None, http_max_retries: int = 2, http_timeout_s: int = 10, *,
+                 refresh_every_s: float | None = 30.0, clock: Callable[[], float] | None = None,
+                 shadow: str | None = None, exploration: float = 0.0, bad_state: str = "raise_first",
+                 seed: int = 0):
         from rlops.sandbox.pack import load_pack
+        if refresh_every_s is not None and not (isinstance(refresh_every_s, (int, float))
+                                                and 0 < float(refresh_every_s) < float("inf")):
+            raise UserError(f"PolicyClient(refresh_every_s={refresh_every_s!r}): expected seconds > 0, or None "
+                            "to refresh only when refresh() is called")
+        if not isinstance(exploration, (int, float)) or not 0.0 <= float(exploration) <= 1.0:
+            raise UserError(f"PolicyClient(exploration={exploration!r}): expected a share in [0, 1]")
+        if bad_state not in BAD_STATE_MODES:
+            raise UserError(f"PolicyClient(bad_state={bad_state!r}): expected one of {', '.join(BAD_STATE_MODES)}")
+        if challenger_fraction is not None and not 0.0 <= float(challenger_fraction) <= 1.0:
+            raise UserError(f"PolicyClient(challenger_fraction={challenger_fraction!r}): expected a share in [0, 1]")
         self.tracking_uri, self.scenario = tracking_uri, scenario
         self.model_name = model_name or f"{scenario}-policy"
         self.encoder = ObservationEncoder(load_pack(pack_path, check_liveness=False))
+        self.source = RegistrySource(tracking_uri, scenario, self.model_name, self.encoder.columns,
+                                     http_max_retries, http_timeout_s)
+        self.shadow_ref = PolicyRef.parse(shadow, scenario) if shadow is not None else None
+        if self.shadow_ref is not None and self.shadow_ref.is_rules:
+            raise UserError("PolicyClient(shadow='rules'): the shadow must be a registered policy (an alias or a "
+                            "version); the rule engine already answers every fallback")
         self.challenger_fraction_override = challenger_fraction
         self.timeout_s = float(timeout_ms) / 1000.0
-        self._http_env = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(int(http_max_retries)),
-                          "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(http_timeout_s)),
-                          "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
-        self.policies: dict[str, LoadedPolicy] = {}
-        self.load_errors: dict[str, str] = {}
+        self.refresh_every_s = None if refresh_every_s is None else float(refresh_every_s)
+        self.clock: Callable[[], float] = clock or time.monotonic
+        self.exploration, self.bad_state, self.seed = float(exploration), bad_state, int(seed)
+        self._serving = ServingState()
+        self.changes: list[ServingChange] = []
+        self._served_since: dict[tuple[str, str], float] = {}  # (group, version) → first decision since it entered
         self.fallbacks: collections.Counter[str] = collections.Counter()
         self.decisions = 0
-        self._lock = threading.Lock()
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="policy")
-        self._cache = Path(tempfile.mkdtemp(prefix="rlops-policy-"))
+        self.shadow_decisions = self.shadow_agreements = self.shadow_errors = 0
+        self.last_refresh_error: str | None = None
+        self._state_ok = False
+        self._draws = itertools.count()
+        self._stats_lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
+        self._next_refresh = float("inf")
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="policy")
+        self._wake = threading.Event()
+        self._closed = False
+        self._thread: threading.Thread | None = None
         if load:
             self.refresh()
+        elif self.refresh_every_s is not None:
+            self._next_refresh = self.clock()  # the first decision loads
+        if self.refresh_every_s is not None and clock is None:
+            self._thread = threading.Thread(target=self._follow, name=f"rlops-policy-follow-{scenario}",
+                                            daemon=True)
+            self._thread.start()
 
-    # ------------------------------------------------------------------ loading
-    def refresh(self) -> dict[str, str | None]:
-        """(Re)load the versions behind ``champion`` and ``challenger``; returns alias → version.
-        A failure keeps the policy loaded before (if any) and is kept in :attr:`load_errors`."""
-        for alias in (CHAMPION, CHALLENGER):
-            try:
-                with self._http_limits():
-                    loaded = self._load(alias)
-            except Exception as exc:  # noqa: BLE001 - any failure means "serve what we have"
-                self.load_errors[alias] = f"{type(exc).__name__}: {exc}"
-                log.warning("policy client: cannot load %s of %s: %s", alias, self.model_name, exc)
-                continue
-            with self._lock:
-                if loaded is None:
-                    self.policies.pop(alias, None)
-                else:
-                    self.policies[alias] = loaded
-            self.load_errors.pop(alias, None)
-        return {a: (p.version if (p := self.policies.get(a)) else None) for a in (CHAMPION, CHALLENGER)}
+    # ------------------------------------------------------------------ following the registry
+    @property
+    def serving(self) -> ServingState:
+        """The serving state in force (one consistent snapshot)."""
+        return self._serving
 
-    @contextlib.contextmanager
-    def _http_limits(self) -> Iterator[None]:
-        added = [k for k in self._http_env if k not in os.environ]
-        os.environ.update({k: self._http_env[k] for k in added})
-        try:
-            yield
-        finally:
-            for k in added:
-                os.environ.pop(k, None)
+    @property
+    def policies(self) -> dict[str, LoadedPolicy]:
+        return self._serving.policies
 
-    def _load(self, alias: str) -> LoadedPolicy | None:
-        import mlflow.pyfunc
-        from mlflow import MlflowClient
-        from mlflow.exceptions import MlflowException
-        client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
-        try:
-            mv = client.get_model_version_by_alias(self.model_name, alias)
-        except MlflowException as exc:
-            if str(getattr(exc, "error_code", "")) in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-                return None  # no such alias (yet): nothing to serve for it
-            raise
-        current = self.policies.get(alias)
-        if current is not None and current.version == str(mv.version):
-            current.tags = dict(mv.tags)
-            return current
-        source = str(mv.source)
-        if not source.startswith("runs:/"):
-            raise ValueError(f"{self.model_name} v{mv.version}: unsupported model source {source!r}")
-        run_id, _, path = source[len("runs:/"):].partition("/")
-        dst = self._cache / f"v{mv.version}"
-        local = client.download_artifacts(run_id, path, str(dst))
-        model = mlflow.pyfunc.load_model(local).unwrap_python_model()
-        if list(model.obs_columns) != self.encoder.columns:
-            raise ValueError(f"{self.model_name} v{mv.version} expects another observation layout than the "
-                             f"pack {self.scenario} (trained on a different scenario version)")
-        return LoadedPolicy(alias, str(mv.version), model, dict(mv.tags))
+    @property
+    def load_errors(self) -> dict[str, str]:
+        return dict(self._serving.load_errors)
 
     @property
     def challenger_fraction(self) -> float:
-        if self.challenger_fraction_override is not None:
-            return float(self.challenger_fraction_override)
-        ch = self.policies.get(CHALLENGER)
+        return self._serving.challenger_fraction
+
+    def refresh(self) -> dict[str, str | None]:
+        """Read the aliases now, load what changed and swap the new serving state in; returns
+        alias → version (``shadow`` too when one is configured). A policy that fails to load keeps
+        the one loaded before (if any) and the failure is in :attr:`load_errors`."""
+        with self._refresh_lock:
+            new = self._refresh_locked()
+        out = new.versions
+        if self.shadow_ref is not None:
+            out[SHADOW] = new.shadow.version if new.shadow else None
+        return out
+
+    def _refresh_locked(self) -> ServingState:
+        """Build the complete new state, then swap it in (the caller holds the refresh lock)."""
+        old = self._serving
+        new = build_serving_state(self.source, self.scenario, old, self.shadow_ref,
+                                  self.challenger_fraction_override, self.clock())
+        self._serving = new  # the swap: one reference, read once per decision
+        self._next_refresh = (new.loaded_at or 0.0) + self.refresh_every_s if self.refresh_every_s else float("inf")
+        self._note_changes(old, new)
+        return new
+
+    def poll(self) -> ServingState:
+        """Refresh when a period has passed on the client's clock; the serving state in force.
+        While another thread refreshes, it does not wait: requests keep the state in force."""
+        if self.clock() >= self._next_refresh and self._refresh_lock.acquire(blocking=False):
+            try:
+                if self.clock() >= self._next_refresh:  # not done meanwhile by another thread
+                    self._safe_refresh(locked=True)
+            finally:
+                self._refresh_lock.release()
+        return self._serving
+
+    def notify(self) -> None:
+        """Ask for a refresh as soon as possible (a registry webhook or an operator's signal):
+        the background poller wakes now; with a custom clock, the next decision refreshes."""
+        self._next_refresh = float("-inf")
+        self._wake.set()
+
+    def _safe_refresh(self, locked: bool = False) -> None:
         try:
-            return float(ch.tags.get(TRAFFIC_TAG, 0.0)) if ch else 0.0
-        except ValueError:
-            return 0.0
+            if locked:
+                self._refresh_locked()
+            else:
+                self.refresh()
+            self.last_refresh_error = None
+        except Exception as exc:  # noqa: BLE001 - a failing poll keeps serving what is loaded
+            self.last_refresh_error = f"{type(exc).__name__}: {exc}"
+            self._next_refresh = self.clock() + (self.refresh_every_s or 0.0)
+            log.warning("policy client: registry poll failed, still serving %s: %s", self._serving.versions, exc)
+
+    def _follow(self) -> None:
+        if self._serving.generation == 0:  # not loaded at construction: load now, not a period later
+            self._safe_refresh()
+        while not self._closed:
+            self._wake.wait(self.refresh_every_s)
+            self._wake.clear()
+            if self._closed:
+                return
+            self._safe_refresh()
+
+    def _note_changes(self, old: ServingState, new: ServingState) -> None:
+        for group in (CHAMPION, CHALLENGER, SHADOW):
+            a, b = getattr(old, group), getattr(new, group)
+            va, vb = (a.ref if a else None), (b.ref if b else None)
+            if va != vb:
+                if vb is not None:  # it (re)enters the group: its first decision there is still to come
+                    self._served_since.pop((group, vb), None)
+                self.changes.append(ServingChange(group, va, vb, float(new.loaded_at or 0.0)))
+                log.info("policy client: %s now serves %s (was %s)", group, vb or "nothing", va or "nothing")
+
+    def first_served_at(self, version: str | int, alias: str = CHAMPION) -> float | None:
+        """The client's clock at the first decision ``version`` served as ``alias`` (``champion`` or
+        ``challenger``) since it last became that alias here; None while it has served none."""
+        from rlops.common.policy_ref import canonical_policy
+        return self._served_since.get((alias, canonical_policy(version, self.scenario)))
+
+    def promotion_to_agent_s(self, version: str | int, moved_at: float, alias: str = CHAMPION) -> float | None:
+        """Seconds on the client's clock from ``moved_at`` (when ``alias`` moved to ``version`` in the
+        registry) to the first decision that version served as ``alias``; None while it has served none."""
+        first = self.first_served_at(version, alias)
+        return None if first is None else first - float(moved_at)
+
+    def mark_served(self, policy: LoadedPolicy, alias: str = CHAMPION) -> None:
+        """Record that ``policy`` served a decision as ``alias`` now (done by :meth:`decide`; for
+        callers that run a loaded policy on a batch themselves)."""
+        key = (alias, policy.ref)
+        if key not in self._served_since:
+            self._served_since.setdefault(key, self.clock())
 
     # ------------------------------------------------------------------ deciding
     def route(self, key: str | None) -> str:
         """``challenger`` or ``champion`` for a request key (stable)."""
-        if key is None or CHALLENGER not in self.policies:
-            return CHAMPION
-        return CHALLENGER if hash_fraction(str(key), self.scenario) < self.challenger_fraction else CHAMPION
+        return self._serving.route(key, self.scenario)
 
     def decide(self, state: Mapping[str, Any], key: str | None = None, history: Sequence[str] = (),
                step: int | None = None, elapsed_ms: float = 0.0, last_error: bool = False) -> Decision:
-        """Choose the action for ``state``; never raises for a bad state or a failing policy."""
+        """Choose the action for ``state``. Raises :class:`StateError` for a state of the wrong shape
+        (see ``bad_state``); any other failure is a rule-engine decision with its reason."""
         t0 = time.perf_counter()
-        self.decisions += 1
-        group = self.route(key)
+        serving = self._serving if self._thread is not None else self.poll()  # one read: one consistent state
+        with self._stats_lock:
+            self.decisions += 1
+        group = serving.route(key, self.scenario)
         try:
             S, mask, obs = self.encoder.encode(state, history, step, elapsed_ms, last_error)
-        except (StateError, TypeError, ValueError) as exc:
-            # The policy must not see a state it cannot read; the rule engine decides on what
-            # can be read (unreadable fields at 0), as documented, and the decision says why.
+        except (StateError, TypeError, ValueError) as exc:  # whatever the encoder cannot read is the state's fault
+            if self.bad_state == "raise" or (self.bad_state == "raise_first" and not self._state_ok):
+                with self._stats_lock:
+                    self.decisions -= 1
+                raise StateError(f"PolicyClient.decide (scenario {self.scenario}): {exc}") from None
             S, mask, _ = self.encoder.encode(state, history, step, elapsed_ms, last_error, strict=False)
             return self._fallback(S, mask, group, "bad_state", f"unreadable state: {exc}", t0)
-        policy = self.policies.get(group) or self.policies.get(CHAMPION)
+        self._state_ok = True
+        policy = serving.challenger if group == CHALLENGER and serving.challenger else serving.champion
         if policy is None:
-            return self._fallback(S, mask, group, "no_policy", "no champion policy loaded: "
-                                  + self.load_errors.get(CHAMPION, "the alias does not exist"), t0)
-        future = self._pool.submit(policy.model.predict_obs, obs.numpy())
+            if serving.generation == 0:
+                return self._fallback(S, mask, group, "load_error", "nothing loaded yet: refresh() was never called "
+                                      "(load=False) or has not finished", t0)
+            err = dict(serving.load_errors).get(CHAMPION) or self.last_refresh_error
+            return self._fallback(S, mask, group, "load_error" if err else "no_champion",
+                                  f"no champion policy loaded: {err}" if err else
+                                  f"{self.model_name} has no champion alias yet", t0)
+        served = self._pool.submit(policy.model.predict_obs, obs.numpy())
+        shadow = serving.shadow
+        shadowed = self._pool.submit(shadow.model.predict_obs, obs.numpy()) if shadow is not None else None
         try:
-            out = future.result(timeout=self.timeout_s)
+            out = served.result(timeout=self.timeout_s)
         except concurrent.futures.TimeoutError:
-            future.cancel()
-            return self._fallback(S, mask, group, "timeout",
-                                  f"policy v{policy.version} took over {self.timeout_s * 1000:.0f} ms", t0)
+            served.cancel()
+            return self._fallback(S, mask, group, "timeout", f"policy {policy.ref} took over "
+                                  f"{self.timeout_s * 1000:.0f} ms", t0, shadow, shadowed)
         except Exception as exc:  # noqa: BLE001 - any model failure falls back
-            return self._fallback(S, mask, group, "error", f"policy v{policy.version} failed: "
-                                  f"{type(exc).__name__}: {exc}", t0)
-        a = int(out["action_index"][0])
+            return self._fallback(S, mask, group, "error", f"policy {policy.ref} failed: {type(exc).__name__}: {exc}",
+                                  t0, shadow, shadowed)
+        greedy = int(out["action_index"][0])
         legal = mask[0].tolist()
-        if not 0 <= a < len(legal) or not legal[a]:
+        if not 0 <= greedy < len(legal) or not legal[greedy]:
             return self._fallback(S, mask, group, "illegal_action",
-                                  f"policy v{policy.version} chose an illegal action ({a})", t0)
-        probs = np.asarray(out["probs"])[0]
-        return Decision(self.encoder.action_names[a], a, legal,
-                        {n: float(p) for n, p in zip(self.encoder.action_names, probs)},
-                        float(out["logp"][0]), float(out["entropy"][0]), float(out["value"][0]),
-                        policy.version, group if policy.alias == group else CHAMPION,
-                        latency_ms=(time.perf_counter() - t0) * 1000.0)
+                                  f"policy {policy.ref} chose an illegal action ({greedy})", t0, shadow, shadowed)
+        probs = np.asarray(out["probs"], dtype=np.float64)[0] * np.asarray(legal, dtype=np.float64)
+        a, propensity = choose(greedy, probs, self.exploration, self._uniforms())
+        served_as = CHALLENGER if policy is serving.challenger else CHAMPION
+        self.mark_served(policy, served_as)
+        names = self.encoder.action_names
+        return Decision(names[a], a, legal, {n: float(p) for n, p in zip(names, probs)}, propensity,
+                        float(out["entropy"][0]), float(out["value"][0]), policy.ref, served_as, None, group,
+                        float(np.log(probs[a])) if probs[a] > 0 else None,
+                        self._shadow(shadow, shadowed, a, legal, t0),
+                        (time.perf_counter() - t0) * 1000.0)
 
-    def _fallback(self, S: torch.Tensor, mask: torch.Tensor, group: str, kind: str, reason: str,
-                  t0: float) -> Decision:
-        self._count(kind)
-        log.warning("policy client: rule-engine fallback (%s): %s", kind, reason)
-        a = self.encoder.rule_action(S, mask)
-        return Decision(self.encoder.action_names[a], a, mask[0].tolist(), None, None, None, None,
-                        RULES_VERSION, group, fallback=True, reason=reason,
-                        latency_ms=(time.perf_counter() - t0) * 1000.0)
+    def _uniforms(self) -> tuple[float, float]:
+        if self.exploration <= 0.0:
+            return (1.0, 0.0)
+        u = self.uniforms(1)[0]
+        return float(u[0]), float(u[1])
 
-    def _count(self, kind: str) -> None:
-        with self._lock:
+    def uniforms(self, n: int) -> np.ndarray:
+        """``n`` pairs of exploration draws, reproducible from ``seed`` and the order of the calls."""
+        return np.random.default_rng((self.seed, next(self._draws))).random((n, 2))
+
+    def count_batch(self, n: int, fallbacks: Mapping[str, int]) -> None:
+        """Count ``n`` decisions made outside :meth:`decide` (see :mod:`rlops.agent_sdk.batch`)."""
+        with self._stats_lock:
+            self.decisions += n
+            for kind, k in fallbacks.items():
+                if k:
+                    self.fallbacks[kind] += int(k)
+
+    def _shadow(self, shadow: LoadedPolicy | None, future: Any, served: int, legal: list[bool],
+                t0: float) -> ShadowDecision | None:
+        if shadow is None or future is None:
+            return None
+        left = max(self.timeout_s - (time.perf_counter() - t0), 0.0)
+        try:
+            out = future.result(timeout=left)
+            a = int(out["action_index"][0])
+            probs = np.asarray(out["probs"], dtype=np.float64)[0] * np.asarray(legal, dtype=np.float64)
+            if not 0 <= a < len(legal) or not legal[a]:
+                raise ValueError(f"chose an illegal action ({a})")
+        except Exception as exc:  # noqa: BLE001 - a shadow never affects what is served
+            future.cancel()
+            what = "timed out" if isinstance(exc, concurrent.futures.TimeoutError) else f"{type(exc).__name__}: {exc}"
+            with self._stats_lock:
+                self.shadow_errors += 1
+            return ShadowDecision(shadow.ref, error=what)
+        names = self.encoder.action_names
+        agrees = a == served
+        with self._stats_lock:
+            self.shadow_decisions += 1
+            self.shadow_agreements += int(agrees)
+        return ShadowDecision(shadow.ref, names[a], a, {n: float(p) for n, p in zip(names, probs)},
+                              float(np.log(probs[a])) if probs[a] > 0 else None,
+                              float(np.log(max(probs[served], 1e-300))), agrees)  # finite: a weight of ~0
+
+    def _fallback(self, S: Any, mask: Any, group: str, kind: str, detail: str, t0: float,
+                  shadow: LoadedPolicy | None = None, shadowed: Any = None) -> Decision:
+        with self._stats_lock:
             self.fallbacks[kind] += 1
+        log.warning("policy client: rule-engine fallback (%s): %s", kind, detail)
+        a = self.encoder.rule_action(S, mask)
+        legal = mask[0].tolist()
+        return Decision(self.encoder.action_names[a], a, legal, None, 1.0, None, None, RULES_VERSION, FALLBACK,
+                        f"{kind}: {detail}", group, None, self._shadow(shadow, shadowed, a, legal, t0),
+                        (time.perf_counter() - t0) * 1000.0)
 
+    # ------------------------------------------------------------------ rates
     @property
     def fallback_count(self) -> int:
         """Decisions answered by the rule engine so far (unreadable states included)."""
         return sum(self.fallbacks.values())
 
-    def close(self) -> None:
-        import shutil
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        shutil.rmtree(self._cache, ignore_errors=True)
+    @property
+    def fallback_rate(self) -> float:
+        """Share of decisions answered by the rule engine (0.0 before any decision)."""
+        return self.fallback_count / self.decisions if self.decisions else 0.0
 
-    def __enter__(self) -> "PolicyClient":
+    @property
+    def shadow_agreement(self) -> float | None:
+        """Share of shadowed decisions where the shadow chose the served action (None: none yet)."""
+        return self.shadow_agreements / self.shadow_decisions if self.shadow_decisions else None
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for a metrics endpoint: decisions, fallbacks by code, rates, shadow agreement,
+        the serving versions and the last poll error."""
+        s = self._serving
+        return {"decisions": self.decisions, "fallbacks": dict(self.fallbacks), "fallback_rate": self.fallback_rate,
+                "shadow_decisions": self.shadow_decisions, "shadow_agreement": self.shadow_agreement,
+                "shadow_errors": self.shadow_errors, "champion": s.champion.ref if s.champion else None,
+                "challenger": s.challenger.ref if s.challenger else None,
+                "challenger_fraction": s.challenger_fraction, "shadow": s.shadow.ref if s.shadow else None,
+                "generation": s.generation, "last_refresh_error": self.last_refresh_error}
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.source.close()
+
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-__all__ = ["CHALLENGER", "CHAMPION", "Decision", "LoadedPolicy", "ObservationEncoder", "PolicyClient",
-           "StateError", "hash_fraction", "observation_columns"]
+__all__ = ["BAD_STATE_MODES", "CHALLENGER", "CHAMPION", "Decision", "LoadedPolicy", "ObservationEncoder",
+           "PolicyClient", "ServingChange", "ServingState", "ShadowDecision", "StateError", "fallback_code",
+           "hash_fraction", "observation_columns"]

@@ -3,7 +3,7 @@
 See :mod:`rlops.agent_sdk.tracer` for the quick start. The manual form, for agents that do not go
 through an :class:`~rlops.agent_sdk.interfaces.ActionExecutor`::
 
-    with Episode(tracer, scenario="credit_approval", policy_version="champion-7") as ep:
+    with Episode(tracer, scenario="credit_approval", policy_version="credit_approval-policy/7") as ep:
         state = ep.observe(read_state())
         ep.step(state, "fraud_check", action_mask="11100", logp=-0.2, latency_ms=35.0)
         ep.step(ep.observe(read_state()), "approve", action_mask="00110", done=True)

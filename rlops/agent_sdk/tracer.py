@@ -10,12 +10,12 @@ Quick start::
 
     tracer = Tracer("s3://acme-traces/landing", flush_every=500)   # or a local folder
 
-    @rollout(tracer, scenario="credit_approval", policy_version="champion-7", source="live")
+    @rollout(tracer, scenario="credit_approval", policy_version="rules", source="live")
     def handle_application(app_id: str, observer, executor, policy) -> str:
         state = observer.observe()                      # traced: the state of this step
         while True:
             decision = policy.decide(state)             # e.g. rlops.agent_sdk.policy_client
-            current_episode().annotate(**decision.trace_fields())  # mask, logp, entropy, …
+            current_episode().annotate(**decision.trace_fields())  # serving version, group, logp, fallback, …
             result = executor.execute(decision.action, state)   # traced: one step
             if result.done:
                 return decision.action

@@ -43,4 +43,6 @@ def cmd_capture(args: argparse.Namespace) -> int:
                                   "partition file(s)"])
     for warning in res.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
+    for alert in res.get("alerts", []):
+        print(f"ALERT: {alert}", file=sys.stderr)
     return 0

@@ -6,29 +6,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from rlops.agent_sdk.policy_client import ObservationEncoder, PolicyClient, StateError, hash_fraction
-from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import policy_model_name
-from tests.policy_kit import preference_policy
+from rlops.agent_sdk.policy_client import (
+    ObservationEncoder,
+    PolicyClient,
+    StateError,
+    hash_fraction,
+)
 from rlops.common.config import REPO_ROOT
-
-SCENARIO = "credit_approval"
-NAME = policy_model_name(SCENARIO)
-PACK_DIR = REPO_ROOT / "scenarios" / SCENARIO
-STATE = {"user_profile": {"age": 30, "income_monthly": 9000.0, "employment": "salaried"},
-         "application": {"loan_amount": 30000.0, "purpose": "car", "term_months": 12},
-         "system_status": {"fraud_check_done": False, "credit_report_fetched": False},
-         "decision": {"approval_result": "pending", "approved_amount": 0.0, "notified": False}}
+from rlops.pipeline_steps.infra.context import StepContext
+from tests.agent_sdk.client_kit import NAME, PACK_DIR, SCENARIO, STATE, register_pair
 
 
 @pytest.fixture(scope="module")
@@ -37,19 +31,11 @@ def pack() -> Any:
     return load_pack(PACK_DIR, check_liveness=False)
 
 
-def register(pack: Any, policy: Any, **tags: Any) -> str:
-    from rlops.pipeline_steps.training.policy import register_policy
-    ctx = StepContext.create(run_key="20260105T1000")
-    with ctx.tracker.start_run("test-policy") as run, tempfile.TemporaryDirectory() as tmp:
-        return register_policy(ctx, run, pack, policy, {"mode": "full", **tags}, Path(tmp))
-
-
 @pytest.fixture
 def versions(tmp_tracking: str, pack: Any) -> tuple[str, str]:
     """v1 = champion (prefers the credit report first), v2 = challenger (fraud check first)."""
     ctx = StepContext.create(run_key="20260105T1000")
-    v1 = register(pack, preference_policy(pack, {"fetch_credit_report": 3, "initiate_fraud_check": 2}))
-    v2 = register(pack, preference_policy(pack, {"initiate_fraud_check": 3, "fetch_credit_report": 2}))
+    v1, v2 = register_pair(pack)
     ctx.tracker.set_alias(NAME, "champion", v1)
     ctx.tracker.set_alias(NAME, "challenger", v2)
     ctx.tracker.set_model_version_tags(NAME, v2, {"traffic_fraction": 0.2})
@@ -128,14 +114,16 @@ def test_champion_and_challenger_split(versions: tuple[str, str], tmp_tracking: 
         ch_key = keys[groups.index("challenger")]
         champ_key = keys[groups.index("champion")]
         d = client.decide(STATE, key=champ_key)
-        assert not d.fallback and d.policy_version == v1 and d.test_group == "champion"
+        assert not d.fallback and d.policy_version == f"{NAME}/{v1}" and d.test_group == "champion"
         assert d.action == "fetch_credit_report" and abs(sum(d.probs.values()) - 1) < 1e-5
+        assert d.propensity == 1.0 and d.logp == 0.0 and d.fallback_reason is None  # greedy serving
         d = client.decide(STATE, key=ch_key)
-        assert not d.fallback and d.policy_version == v2 and d.test_group == "challenger"
+        assert not d.fallback and d.policy_version == f"{NAME}/{v2}" and d.test_group == "challenger"
         assert d.action == "initiate_fraud_check"
         assert client.decide(STATE).test_group == "champion"  # no key: champion
         fields = d.trace_fields()
-        assert fields["fallback"] is False and len(fields["action_mask"]) == 7 and "logp" in fields
+        assert fields["fallback"] is False and len(fields["action_mask"]) == 7 and fields["logp"] == 0.0
+        assert fields["policy_version"] == f"{NAME}/{v2}" and fields["test_group"] == "challenger"
         assert client.fallback_count == 0
     with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, challenger_fraction=0.0) as client:
         assert {client.route(f"user-{i}") for i in range(500)} == {"champion"}
@@ -155,7 +143,9 @@ def test_error_and_timeout_fall_back_to_the_rule_engine(versions: tuple[str, str
         model.predict_obs = slow
         d = client.decide(STATE, key="u1")
         assert d.fallback and d.policy_version == "rules" and d.action == rule_action and "took over" in d.reason
-        assert d.trace_fields()["fallback"] is True
+        assert d.test_group == "fallback" and d.routed_group == "champion" and d.propensity == 1.0
+        assert d.fallback_reason.startswith("timeout: ")
+        assert d.trace_fields()["fallback"] is True and d.trace_fields()["fallback_reason"] == d.fallback_reason
 
         def broken(obs: np.ndarray) -> Any:
             raise RuntimeError("CUDA error")
@@ -165,13 +155,13 @@ def test_error_and_timeout_fall_back_to_the_rule_engine(versions: tuple[str, str
         assert d.fallback and "CUDA error" in d.reason and d.action == rule_action
         assert client.fallbacks["timeout"] == 1 and client.fallbacks["error"] == 1 and client.fallback_count == 2
 
-        # An unreadable state never reaches the policy and never raises: the rule engine decides
-        # on what can be read, and the decision says why.
+        # Once the client has read a state, an unreadable one never reaches the policy and never
+        # raises: the rule engine decides on what can be read, and the decision says why.
         model.predict_obs = broken
         bad = {**STATE, "application": {**STATE["application"], "purpose": "boat"}}
         for state, history in ((bad, ["no_such_action"]), ("not a mapping", []), ({}, [42])):
             d = client.decide(state, key="u1", history=history)  # type: ignore[arg-type]
-            assert d.fallback and d.policy_version == "rules" and d.reason.startswith("unreadable state")
+            assert d.fallback and d.policy_version == "rules" and d.reason.startswith("bad_state: unreadable state")
             assert d.action in pack.scenario.action_names and d.trace_fields()["fallback"] is True
         assert client.fallbacks["bad_state"] == 3 and client.fallback_count == 5
 
@@ -179,12 +169,13 @@ def test_error_and_timeout_fall_back_to_the_rule_engine(versions: tuple[str, str
 def test_no_policy_or_no_mlflow_means_rules(tmp_tracking: str) -> None:
     with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR) as client:  # empty registry
         d = client.decide(STATE, key="u")
-        assert d.fallback and d.policy_version == "rules" and client.fallbacks["no_policy"] == 1
+        assert d.fallback and d.policy_version == "rules" and client.fallbacks["no_champion"] == 1
+        assert d.fallback_reason == f"no_champion: {NAME} has no champion alias yet"
     with socket_closed_port() as port:
         client = PolicyClient(f"http://127.0.0.1:{port}", SCENARIO, PACK_DIR, http_max_retries=0)
         assert "champion" in client.load_errors
         d = client.decide(STATE)
-        assert d.fallback and "no champion policy loaded" in d.reason
+        assert d.fallback and "no champion policy loaded" in d.reason and d.reason.startswith("load_error: ")
         client.close()
 
 
@@ -207,7 +198,7 @@ def test_agent_sdk_never_imports_pipeline_steps(versions: tuple[str, str], tmp_t
         c = PolicyClient({tmp_tracking!r}, {SCENARIO!r}, {str(PACK_DIR)!r})
         d = c.decide({STATE!r}, key="x")
         assert not d.fallback, d.reason
-        bad = sorted(m for m in sys.modules if m.startswith("pipeline_steps"))
+        bad = sorted(m for m in sys.modules if m.startswith(("rlops.pipeline_steps", "pipeline_steps")))
         assert not bad, bad
         print("ok", d.policy_version)
     """)

@@ -96,6 +96,8 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
     else:
         out = {**base, **simulate_capture(ctx, pack, traces, quarantine, start, n_episodes, rate,
                                           default_profile(pack, "production", profile or cfg.get("profile")))}
+    from rlops.pipeline_steps.capture.fallbacks import check_fallbacks
+    out.update(check_fallbacks(ctx, out))  # a live fallback share over the threshold is an incident
     if not ctx.dry_run and bool(cfg.get("track", True)):
         track_capture(ctx, out)
     return out
@@ -112,6 +114,8 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None) -> dict[str, A
         experiment = str(ctx.section("capture").get("mlflow_experiment") or ctx.scenario)
         found = mlflow_trace_lines(ctx.tracker.tracking_uri, experiment, start, end)
         out = capture_trace_lines(ctx, found, f"mlflow:{experiment}")
+    from rlops.pipeline_steps.capture.fallbacks import check_fallbacks
+    out.update(check_fallbacks(ctx, out))
     if not ctx.dry_run and bool(ctx.section("capture").get("track", True)):
         track_capture(ctx, out)
     return out
@@ -125,6 +129,8 @@ def track_capture(ctx: StepContext, out: dict[str, Any]) -> None:
     with step_run(ctx, T.CAPTURE) as run:
         run.log_params({"source": out.get("source"), "interval": " .. ".join(out["interval"])})
         run.log_metrics({k: float(out[k]) for k in ("rows_in", "rows_accepted", "rows_quarantined")}, step=0)
+        from rlops.pipeline_steps.capture.fallbacks import log_fallbacks
+        log_fallbacks(run, out)
         parts = list(out.get("partitions") or [])[:50]  # a bound on what one run lists as inputs
         log_dataset_inputs(run, [parquet_dataset(ctx.storage, p, f"traces-{ctx.scenario}") for p in parts],
                            "captured")

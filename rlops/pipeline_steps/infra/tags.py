@@ -46,6 +46,7 @@ CLOSED_BY: Final = "rlops.closed_by"                  # on a run closed as KILLE
 MODEL_VERSION: Final = "rlops.model_version"  # the version a training run registered
 STRESS_VERDICT: Final = "rlops.stress_test"
 PROMOTION_ACTION: Final = "rlops.promotion.action"  # champion | challenger | none, on a promote run
+ALERT_FALLBACK: Final = "rlops.alert.fallback"  # on a capture run: live rule-engine fallbacks over the threshold
 
 # Step names (the value of STEP) — also the first word of a step run's name.
 CAPTURE, DRIFT, RECALIBRATE = "capture", "drift", "recalibrate"

@@ -1,0 +1,197 @@
+"""Production states → the sandbox's observation: what a served policy sees.
+
+A production state reaches :meth:`ObservationEncoder.encode` in any of the shapes an agent has at
+hand, and all of them mean the same thing:
+
+* nested, with the scenario's field names: ``{"user_profile": {"age": 30}}``;
+* dotted paths: ``{"user_profile.age": 30}``;
+* the trace store's column names: ``{"state.user_profile.age": 30}`` — a whole trace row works
+  too (its other columns, ``trace_id``, ``action``, …, are not state and are left aside);
+* nested under one ``state`` key: ``{"state": {"user_profile": {"age": 30}}}``.
+
+A state that cannot be read (not a mapping, a required field missing, a value of the wrong type,
+an unknown action in the history) raises :class:`StateError`, which says which fields, what was
+given and what the scenario expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlops.common.errors import UserError
+
+STATE_PREFIX = "state."
+
+
+def observation_columns(layout: Any, action_names: Sequence[str]) -> list[str]:
+    """Column names of the encoded observation ``[features | mask | history]``."""
+    return ([*layout.feature_names] + [f"mask.{a}" for a in action_names]
+            + [f"history.{i}" for i in range(layout.history_len)])
+
+
+class StateError(UserError):
+    """A production state the scenario's encoder cannot read (a :class:`UserError`: the caller's
+    input, with what was wrong, where, and what was expected)."""
+
+
+def _flat_paths(state: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in state.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flat_paths(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def state_paths(state: Mapping[str, Any], known: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Field path → value for a state in any accepted shape (see the module docstring).
+
+    ``known`` (the scenario's field paths) keeps a field that itself starts with ``state.`` as it
+    is; every other ``state.`` prefix is dropped. The same field given twice with two different
+    values is a :class:`StateError`."""
+    out: dict[str, Any] = {}
+    for raw, value in _flat_paths(state).items():
+        path = raw[len(STATE_PREFIX):] if raw.startswith(STATE_PREFIX) and raw not in known else raw
+        if path in out and not _same(out[path], value):
+            raise StateError(f"state field {path} is given twice with different values ({out[path]!r} and "
+                             f"{value!r}); pass either the nested form or the flattened state.<path> form")
+        out[path] = value
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) or (_is_nan(a) and _is_nan(b))  # NaN twice is the same "missing"
+    except Exception:  # noqa: BLE001 - incomparable values are different values
+        return False
+
+
+def _missing(v: Any) -> bool:
+    """None, NaN, and pandas' NA/NaT (without importing pandas): a field with no value."""
+    return v is None or _is_nan(v) or type(v).__name__ in ("NAType", "NaTType")
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, (float, np.floating)) and bool(np.isnan(v))
+
+
+class ObservationEncoder:
+    """Production states → the sandbox's state tensor, action masks and observations."""
+
+    def __init__(self, pack: Any):
+        self.pack = pack
+        self.scenario = scn = pack.scenario
+        self.action_names: tuple[str, ...] = tuple(scn.action_names)
+        self.columns = observation_columns(scn.layout, self.action_names)
+        self._fields = [f for f in scn.spec.fields if f.observed]
+        self._optional = set(scn.visible)  # hidden until their visible_when holds
+        self._known = frozenset(f.path for f in scn.spec.fields)
+
+    @property
+    def required_fields(self) -> list[str]:
+        """Observed fields every state must carry (those without a ``visible_when`` condition)."""
+        return [f.path for f in self._fields if f.path not in self._optional]
+
+    def state_tensor(self, state: Mapping[str, Any], history: Sequence[str] = (), step: int | None = None,
+                     elapsed_ms: float = 0.0, last_error: bool = False, strict: bool = True) -> torch.Tensor:
+        """One row ``S[1, C]`` for a production state and the actions taken so far. Not ``strict``:
+        what cannot be read (a missing or bad field, an unknown action) is left at 0 instead of
+        raising — the best-effort state the rule-engine fallback decides on."""
+        scn = self.scenario
+        name = scn.spec.name
+        if not isinstance(state, Mapping):
+            if strict:
+                raise StateError(f"state is a {type(state).__name__}, expected a mapping of the scenario {name}'s "
+                                 "field names (nested, or flattened state.<path> keys)")
+            state = {}
+        try:
+            flat = state_paths(state, self._known)
+        except StateError:
+            if strict:
+                raise
+            flat = {}
+        S = torch.zeros((1, scn.n_cols), dtype=torch.float32)
+        missing = []
+        for f in self._fields:
+            v = flat.get(f.path)
+            if _missing(v):
+                if f.path not in self._optional:
+                    missing.append(f.path)
+                continue
+            try:
+                S[0, scn.columns[f.path]] = self._code(f, v)
+            except StateError:
+                if strict:
+                    raise
+        if missing and strict:
+            unknown = sorted(p for p in flat if p not in self._known)
+            given = (f"; it has no scenario field but these keys: {unknown[:8]}" if unknown and len(missing) ==
+                     len(self.required_fields) else f"; keys it does not know: {unknown[:8]}" if unknown else "")
+            raise StateError(
+                f"state lacks field(s) {missing} of scenario {name}{given}. Expected every observed field "
+                f"without a visible_when condition ({len(self.required_fields)}: e.g. {self.required_fields[:3]}), "
+                "nested ({'user_profile': {'age': 30}}) or as trace columns ({'state.user_profile.age': 30})")
+        if not strict:
+            history = [a for a in history if isinstance(a, str) and a in self.action_names]
+            step = step if isinstance(step, int) and not isinstance(step, bool) else None
+            elapsed_ms = float(elapsed_ms) if isinstance(elapsed_ms, (int, float)) and np.isfinite(elapsed_ms) else 0.0
+        codes = [self._action_code(a) for a in history]
+        run = 0
+        for c in reversed(codes):
+            if c != codes[-1]:
+                break
+            run += 1
+        c = scn.columns
+        S[0, c["episode.step"]] = float(len(codes) if step is None else step)
+        S[0, c["episode.elapsed_ms"]] = float(elapsed_ms)
+        S[0, c["episode.last_action"]] = float(codes[-1]) if codes else 0.0
+        S[0, c["episode.repeat_count"]] = float(max(run - 1, 0))
+        S[0, c["episode.error"]] = float(bool(last_error))
+        return scn.clamp(S)
+
+    def history_tensor(self, history: Sequence[str]) -> torch.Tensor:
+        k = self.scenario.layout.history_len
+        codes = [self._action_code(a) for a in history][-k:] if k else []
+        return torch.tensor([[0] * (k - len(codes)) + codes], dtype=torch.long)
+
+    def encode(self, state: Mapping[str, Any], history: Sequence[str] = (), step: int | None = None,
+               elapsed_ms: float = 0.0, last_error: bool = False, strict: bool = True
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(S[1, C], mask[1, A], obs[1, D])`` for one production state (see :meth:`state_tensor`)."""
+        S = self.state_tensor(state, history, step, elapsed_ms, last_error, strict)
+        if not strict:
+            history = [a for a in history if isinstance(a, str) and a in self.action_names]
+        mask = self.scenario.action_masks(S)
+        return S, mask, self.scenario.encode(S, mask, self.history_tensor(history))
+
+    def rule_action(self, S: torch.Tensor, mask: torch.Tensor) -> int:
+        return int(self.scenario.rule_actions(S, mask)[0])
+
+    def _code(self, f: Any, v: Any) -> float:
+        if f.type == "enum":
+            if v not in f.values:
+                raise StateError(f"state field {f.path} = {v!r} is not one of {list(f.values)}")
+            return float(f.values.index(v))
+        if f.type == "bool":
+            if not isinstance(v, (bool, np.bool_, int, np.integer)) or v not in (0, 1):
+                raise StateError(f"state field {f.path} = {v!r}: expected true or false")
+            return float(bool(v))
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise StateError(f"state field {f.path} = {v!r}: expected a number")
+        if not np.isfinite(v):
+            raise StateError(f"state field {f.path} = {v!r}: expected a finite number")
+        return float(v)
+
+    def _action_code(self, action: str) -> int:
+        if action not in self.action_names:
+            raise StateError(f"history holds unknown action {action!r}; actions: {list(self.action_names)}")
+        return self.action_names.index(action) + 1
+
+
+__all__ = ["STATE_PREFIX", "ObservationEncoder", "StateError", "observation_columns", "state_paths"]

@@ -1,0 +1,154 @@
+"""Reading a scenario's policies from the MLflow registry, for the policy client.
+
+:meth:`RegistrySource.resolve` turns an alias or a version into the registered version and its
+tags (one registry call); :meth:`RegistrySource.load` downloads and loads a version once and keeps
+the last few loaded versions in memory, so a rollback to a version served minutes ago swaps in
+without a download.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import math
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rlops.agent_sdk.serving import (
+    CHALLENGER,
+    CHAMPION,
+    SHADOW,
+    TRAFFIC_TAG,
+    LoadedPolicy,
+    ServingState,
+)
+from rlops.common.policy_ref import PolicyRef, canonical_policy
+
+log = logging.getLogger(__name__)
+
+#: Loaded versions kept in memory besides those being served.
+KEEP_LOADED = 4
+
+
+class RegistrySource:
+    """One registered model's versions, resolved and loaded."""
+
+    def __init__(self, tracking_uri: str, scenario: str, model_name: str, obs_columns: list[str],
+                 http_max_retries: int = 2, http_timeout_s: int = 10):
+        self.tracking_uri, self.scenario, self.model_name = tracking_uri, scenario, model_name
+        self.obs_columns = obs_columns
+        self._http_env = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(int(http_max_retries)),
+                          "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(http_timeout_s)),
+                          "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+        self._models: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._cache = Path(tempfile.mkdtemp(prefix="rlops-policy-"))
+
+    def canonical(self, version: str) -> str:
+        return canonical_policy(version, self.scenario)
+
+    def resolve(self, ref: PolicyRef) -> tuple[str, dict[str, str]] | None:
+        """``(version, tags)`` of an alias or version; None when the alias or version does not exist."""
+        from mlflow.exceptions import MlflowException
+        client = self._client()
+        try:
+            with self._http_limits():
+                if ref.version is not None:
+                    mv = client.get_model_version(self.model_name, ref.version)
+                else:
+                    mv = client.get_model_version_by_alias(self.model_name, str(ref.alias))
+        except MlflowException as exc:
+            if str(getattr(exc, "error_code", "")) in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                return None
+            raise
+        return str(mv.version), dict(mv.tags)
+
+    def load(self, version: str) -> Any:
+        """The loaded model of ``version`` (downloaded on first use)."""
+        with self._lock:
+            if version in self._models:
+                self._models.move_to_end(version)
+                return self._models[version]
+        import mlflow.pyfunc
+        client = self._client()
+        with self._http_limits():
+            mv = client.get_model_version(self.model_name, version)
+            source = str(mv.source)
+            if not source.startswith("runs:/"):
+                raise ValueError(f"{self.model_name} v{version}: unsupported model source {source!r}")
+            run_id, _, path = source[len("runs:/"):].partition("/")
+            dst = self._cache / f"v{version}"
+            shutil.rmtree(dst, ignore_errors=True)
+            local = client.download_artifacts(run_id, path, str(dst))
+        model = mlflow.pyfunc.load_model(local).unwrap_python_model()
+        if list(model.obs_columns) != self.obs_columns:
+            raise ValueError(f"{self.model_name} v{version} expects another observation layout than the "
+                             f"pack {self.scenario} (trained on a different scenario version)")
+        with self._lock:
+            self._models[version] = model
+            while len(self._models) > KEEP_LOADED:
+                self._models.popitem(last=False)
+        return model
+
+    def _client(self) -> Any:
+        from mlflow import MlflowClient
+        return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
+
+    @contextlib.contextmanager
+    def _http_limits(self) -> Iterator[None]:
+        # MLflow's own defaults retry for minutes; a deployment's own settings win.
+        added = [k for k in self._http_env if k not in os.environ]
+        os.environ.update({k: self._http_env[k] for k in added})
+        try:
+            yield
+        finally:
+            for k in added:
+                os.environ.pop(k, None)
+
+    def close(self) -> None:
+        shutil.rmtree(self._cache, ignore_errors=True)
+
+
+def build_serving_state(source: RegistrySource, scenario: str, old: ServingState, shadow: PolicyRef | None,
+                        fraction_override: float | None, now: float) -> ServingState:
+    """The complete next serving state: the versions behind ``champion``, ``challenger`` (and the
+    shadow), loaded, and the challenger's traffic share (``fraction_override``, else its
+    ``traffic_fraction`` tag). A policy that cannot be resolved or loaded keeps the one of ``old``,
+    with the error recorded; an alias that does not exist serves nothing."""
+    refs = [(CHAMPION, PolicyRef(scenario, alias=CHAMPION)), (CHALLENGER, PolicyRef(scenario, alias=CHALLENGER))]
+    if shadow is not None:
+        refs.append((SHADOW, shadow))
+    errors: dict[str, str] = {}
+    loaded: dict[str, LoadedPolicy | None] = {}
+    for group, ref in refs:
+        try:
+            found = source.resolve(ref)
+            if found is None:
+                loaded[group] = None
+                continue
+            version, tags = found
+            loaded[group] = LoadedPolicy(ref.alias or version, version, source.load(version), tags,
+                                         source.canonical(version))
+        except Exception as exc:  # noqa: BLE001 - any failure means "serve what we have"
+            errors[group] = f"{type(exc).__name__}: {exc}"
+            loaded[group] = getattr(old, group)
+            log.warning("policy client: cannot load %s of %s: %s", group, source.model_name, exc)
+    challenger = loaded.get(CHALLENGER)
+    fraction = 0.0
+    if fraction_override is not None:
+        fraction = float(fraction_override)
+    elif challenger is not None:
+        try:
+            fraction = float(challenger.tags.get(TRAFFIC_TAG, 0.0))
+        except ValueError:
+            log.warning("policy client: %s v%s has traffic_fraction %r, not a number; serving it no traffic",
+                        source.model_name, challenger.version, challenger.tags.get(TRAFFIC_TAG))
+    fraction = min(max(fraction, 0.0), 1.0) if math.isfinite(fraction) else 0.0
+    return ServingState(loaded.get(CHAMPION), challenger, fraction, loaded.get(SHADOW), old.generation + 1, now,
+                        tuple(sorted(errors.items())))

@@ -1,0 +1,223 @@
+"""What a policy client serves from, and what it answers: one record per concept.
+
+* :class:`LoadedPolicy` — one registered version, loaded;
+* :class:`ServingState` — everything a decision needs (champion, challenger and its traffic share,
+  shadow), built completely by a refresh and then swapped in as one reference, so a request sees
+  the old state or the new one, never half of each;
+* :class:`Decision` — the served action with the version that served it, its A/B group, the
+  propensity of the action and, when the rule engine answered, why;
+* :class:`ShadowDecision` — what the shadow candidate would have done on the same request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+CHAMPION, CHALLENGER, SHADOW, FALLBACK = "champion", "challenger", "shadow", "fallback"
+#: ``Decision.test_group`` values.
+TEST_GROUPS = (CHAMPION, CHALLENGER, SHADOW, FALLBACK)
+TRAFFIC_TAG = "traffic_fraction"
+RULES_VERSION = "rules"
+
+#: Why a decision fell back to the rule engine: the code in front of ``fallback_reason``
+#: (``"<code>: <detail>"``). ``no_champion`` is the expected state before a first promotion.
+FALLBACK_CODES = ("bad_state", "no_champion", "load_error", "timeout", "error", "illegal_action")
+
+
+def hash_fraction(key: str, salt: str = "") -> float:
+    """A stable number in [0, 1) for ``key`` (the same on every host and run)."""
+    digest = hashlib.sha256(f"{salt}:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0 ** 64
+
+
+def fallback_code(reason: str | None) -> str | None:
+    """The code of a ``fallback_reason`` (``"timeout: …"`` → ``"timeout"``)."""
+    return None if reason is None else str(reason).split(":", 1)[0].strip()
+
+
+@dataclass
+class LoadedPolicy:
+    """One registered version, loaded and ready to decide."""
+
+    alias: str
+    version: str
+    model: Any
+    """Has ``predict_obs(obs[N, D]) -> {"action_index", "probs", "logp", "entropy", "value"}``."""
+    tags: dict[str, str] = field(default_factory=dict)
+    ref: str = ""
+    """The canonical policy version (``<scenario>-policy/<version>``)."""
+
+
+@dataclass(frozen=True)
+class ServingState:
+    """One consistent view of what to serve; never changed after it is built."""
+
+    champion: LoadedPolicy | None = None
+    challenger: LoadedPolicy | None = None
+    challenger_fraction: float = 0.0
+    shadow: LoadedPolicy | None = None
+    generation: int = 0
+    """How many refreshes built it (0: nothing loaded yet)."""
+    loaded_at: float | None = None
+    """The client's clock when it was swapped in."""
+    load_errors: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def policies(self) -> dict[str, LoadedPolicy]:
+        """Alias → loaded policy, for the served aliases that exist (``champion``, ``challenger``)."""
+        return {a: p for a, p in ((CHAMPION, self.champion), (CHALLENGER, self.challenger)) if p is not None}
+
+    @property
+    def versions(self) -> dict[str, str | None]:
+        return {CHAMPION: self.champion.version if self.champion else None,
+                CHALLENGER: self.challenger.version if self.challenger else None}
+
+    def route(self, key: str | None, salt: str) -> str:
+        """``challenger`` or ``champion`` for a request key (stable for a key and a traffic share)."""
+        if key is None or self.challenger is None or self.challenger_fraction <= 0.0:
+            return CHAMPION
+        return CHALLENGER if hash_fraction(str(key), salt) < self.challenger_fraction else CHAMPION
+
+
+@dataclass(frozen=True)
+class ServingChange:
+    """A served version that changed with a refresh (clock units of the client)."""
+
+    group: str
+    """``champion``, ``challenger`` or ``shadow``."""
+    old: str | None
+    new: str | None
+    seen_at: float
+    """The client's clock when the new serving state was swapped in."""
+
+
+@dataclass(frozen=True)
+class ShadowDecision:
+    """What the shadow candidate chose on a request it did not serve."""
+
+    policy_version: str
+    action: str | None = None
+    action_index: int | None = None
+    probs: dict[str, float] | None = None
+    logp: float | None = None
+    """Log-probability of the shadow's own action under the shadow policy."""
+    served_logp: float | None = None
+    """Log-probability the shadow policy gives the action that was served: the numerator of the
+    importance weight ``π_shadow(a|s) / propensity`` for off-policy evaluation."""
+    agrees: bool | None = None
+    error: str | None = None
+
+    def trace_fields(self) -> dict[str, Any]:
+        return {"shadow_policy_version": self.policy_version, "shadow_action": self.action,
+                "shadow_served_logp": self.served_logp,
+                "shadow_probs": None if self.probs is None else json.dumps(self.probs, separators=(",", ":"))}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The action to execute and what to record about it."""
+
+    action: str
+    action_index: int
+    mask: list[bool]
+    probs: dict[str, float] | None
+    """The serving policy's action distribution (None when the rule engine answered)."""
+    propensity: float
+    """Probability that the client served this action for this state: 1.0 for a greedy or
+    rule-engine decision, ``(1 - ε)·[a is greedy] + ε·π(a|s)`` with ``exploration=ε``."""
+    entropy: float | None
+    value: float | None
+    policy_version: str
+    """Canonical ``<scenario>-policy/<version>`` of the policy that served it, or ``rules``."""
+    test_group: str
+    """``champion``, ``challenger`` or ``fallback`` (the rule engine answered)."""
+    fallback_reason: str | None = None
+    """None, or ``"<code>: <detail>"`` with a code from :data:`FALLBACK_CODES`."""
+    routed_group: str = CHAMPION
+    """The A/B arm the request's key routed to (also for a fallback)."""
+    policy_logp: float | None = None
+    """Log-probability of the served action under the serving policy's own distribution."""
+    shadow: ShadowDecision | None = None
+    latency_ms: float = 0.0
+
+    @property
+    def fallback(self) -> bool:
+        return self.fallback_reason is not None
+
+    @property
+    def reason(self) -> str | None:
+        return self.fallback_reason
+
+    @property
+    def logp(self) -> float:
+        """``log(propensity)``: the trace row's ``logp``."""
+        return math.log(self.propensity) if self.propensity > 0 else -math.inf
+
+    def trace_fields(self) -> dict[str, Any]:
+        """Step fields for ``Episode.annotate``: the trace row's serving columns (policy version and
+        group of this very step, mask, logp = log propensity, entropy, value, fallback and its
+        reason, and the shadow's decision when one ran)."""
+        out: dict[str, Any] = {"policy_version": self.policy_version, "test_group": self.test_group,
+                               "action_mask": self.mask, "logp": self.logp, "fallback": self.fallback,
+                               "fallback_reason": self.fallback_reason}
+        for k in ("entropy", "value"):
+            if getattr(self, k) is not None:
+                out[k] = getattr(self, k)
+        if self.shadow is not None:
+            out.update(self.shadow.trace_fields())
+        return out
+
+
+def choose(greedy: int, probs: np.ndarray, exploration: float, u: tuple[float, float]) -> tuple[int, float]:
+    """``(action, propensity)``: the greedy action, or with probability ``exploration`` (``u[0]``)
+    an action drawn from ``probs`` (``u[1]``); the propensity is the probability of the action
+    under that whole rule. ``probs`` is zero on illegal actions."""
+    a = greedy
+    if exploration > 0.0 and u[0] < exploration:
+        cdf = np.cumsum(probs)
+        a = int(min(np.searchsorted(cdf, u[1] * cdf[-1], side="right"), len(probs) - 1))
+        if probs[a] <= 0.0:  # numerical edge at the end of the cdf
+            a = greedy
+    p = (1.0 - exploration) * float(a == greedy) + exploration * float(probs[a])
+    return a, min(p, 1.0)  # float32 probabilities may sum a hair over 1
+
+
+def choose_batch(greedy: np.ndarray, probs: np.ndarray, exploration: float, u: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`choose` for ``N`` rows at once: ``greedy[N]``, ``probs[N, A]``, ``u[N, 2]`` →
+    ``(actions[N], propensities[N])``."""
+    a = greedy.astype(np.int64).copy()
+    if exploration > 0.0:
+        cdf = np.cumsum(probs, axis=1)
+        drawn = (cdf <= (u[:, 1] * cdf[:, -1])[:, None]).sum(axis=1).clip(max=probs.shape[1] - 1)
+        rows = np.arange(len(a))
+        take = (u[:, 0] < exploration) & (probs[rows, drawn] > 0.0)
+        a = np.where(take, drawn, a)
+    p = (1.0 - exploration) * (a == greedy) + exploration * probs[np.arange(len(a)), a]
+    return a, np.minimum(p, 1.0)
+
+
+__all__ = [
+    "CHALLENGER",
+    "CHAMPION",
+    "FALLBACK",
+    "FALLBACK_CODES",
+    "RULES_VERSION",
+    "SHADOW",
+    "TEST_GROUPS",
+    "TRAFFIC_TAG",
+    "Decision",
+    "LoadedPolicy",
+    "ServingState",
+    "ShadowDecision",
+    "choose",
+    "choose_batch",
+    "fallback_code",
+    "hash_fraction",
+]

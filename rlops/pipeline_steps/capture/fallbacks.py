@@ -1,0 +1,121 @@
+"""Rule-engine fallbacks in a captured interval: a share above ``capture.fallback_alert_share`` is an
+incident.
+
+A live agent whose policy client keeps falling back (a state of the wrong shape, a policy that
+cannot be loaded, timeouts) still serves — rules — so nothing else would notice. Each capture
+therefore counts, over the interval's accepted live rows that a policy client decided (``fallback``
+not null), the share answered by the rule engine and the reasons (the code in front of
+``fallback_reason``). Above the threshold, and with at least ``capture.fallback_alert_min_decisions``
+decisions, the capture result carries an alert; the capture run in MLflow logs the share as a
+metric and the alert as a tag, and ``rlops capture`` prints it.
+
+``no_champion`` fallbacks are expected while the registry has no champion at all (the rule engine
+serves until the first promotion) and are not counted towards the alert then; once a champion
+exists they are an incident like any other.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+if TYPE_CHECKING:
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.run_handle import RunHandle
+
+COLUMNS = ("source", "fallback", "fallback_reason")
+NO_CHAMPION = "no_champion"
+UNSPECIFIED = "unspecified"
+
+
+@dataclass(frozen=True)
+class FallbackSummary:
+    """Live decisions of one interval and how many the rule engine answered, by reason code."""
+
+    decisions: int = 0
+    fallbacks: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+    expected: int = 0
+    """Fallbacks not counted towards the alert (``no_champion`` while no champion exists)."""
+
+    @property
+    def share(self) -> float:
+        counted = self.decisions - self.expected
+        return (self.fallbacks - self.expected) / counted if counted > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "share": self.share}
+
+
+def summarize(rows: pd.DataFrame, champion_exists: bool = True) -> FallbackSummary:
+    """The fallback summary of trace rows (live rows whose ``fallback`` is set)."""
+    if rows.empty or "fallback" not in rows.columns:
+        return FallbackSummary()
+    live = rows[rows["source"].astype("string") == "live"] if "source" in rows.columns else rows
+    decided = live[live["fallback"].notna()]
+    fell = decided[decided["fallback"].astype(bool)]
+    reasons = (fell["fallback_reason"] if "fallback_reason" in fell.columns
+               else pd.Series([None] * len(fell), index=fell.index))
+    codes = Counter(UNSPECIFIED if r is None or pd.isna(r) else str(r).split(":", 1)[0].strip() for r in reasons)
+    expected = 0 if champion_exists else codes.get(NO_CHAMPION, 0)
+    return FallbackSummary(len(decided), len(fell), dict(sorted(codes.items())), expected)
+
+
+def alert_text(summary: FallbackSummary, threshold: float, min_decisions: int) -> str | None:
+    """The alert for a summary, or None when the share is within the threshold."""
+    counted = summary.decisions - summary.expected
+    if counted < max(min_decisions, 1) or summary.share <= threshold:
+        return None
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(summary.by_reason.items(), key=lambda kv: -kv[1]))
+    return (f"rule-engine fallback share {summary.share:.1%} of {counted} live decisions is above "
+            f"capture.fallback_alert_share={threshold:.1%} (reasons: {reasons}); the agent is serving rules, "
+            "not the policy — check fallback_reason on the trace rows")
+
+
+def _interval_rows(ctx: StepContext, partitions: list[str]) -> pd.DataFrame:
+    """The accepted rows this run key wrote (its own files in the partitions it touched)."""
+    from rlops.pipeline_steps.infra.trace_store import read_traces
+    files: set[str] = set()
+    for where in partitions:  # partition folders, or the files themselves
+        files.update([where] if where.endswith(".parquet") else ctx.storage.list(where, suffix=".parquet"))
+    frames = [read_traces(ctx.storage, uri) for uri in sorted(files)
+              if uri.rsplit("/", 1)[-1].startswith(f"part-{ctx.run_key}-")]
+    frames = [f[[c for c in COLUMNS if c in f.columns]] for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(COLUMNS))
+
+
+def check_fallbacks(ctx: StepContext, out: dict[str, Any]) -> dict[str, Any]:
+    """``{"fallbacks": summary, "alerts": [...]}`` for a capture result ``out`` (nothing in a dry run,
+    which wrote no rows)."""
+    if ctx.dry_run:
+        return {}
+    cfg = ctx.section("capture")
+    threshold = float(cfg.get("fallback_alert_share", 0.05))
+    min_decisions = int(cfg.get("fallback_alert_min_decisions", 20))
+    rows = _interval_rows(ctx, list(out.get("partitions") or []))
+    summary = summarize(rows)
+    if summary.by_reason.get(NO_CHAMPION):
+        from rlops.common.policy_ref import policy_model_name
+        try:
+            champion = ctx.tracker.get_alias(policy_model_name(ctx.scenario), "champion")
+        except Exception:  # noqa: BLE001 - without the registry, count them (the safe side)
+            champion = "unknown"
+        summary = summarize(rows, champion_exists=champion is not None)
+    alert = alert_text(summary, threshold, min_decisions)
+    return {"fallbacks": summary.to_dict(), "alerts": [*out.get("alerts", []), *([alert] if alert else [])]}
+
+
+def log_fallbacks(run: RunHandle, out: dict[str, Any]) -> None:
+    """The fallback share as a metric of the capture run, and the alert (if any) as a tag."""
+    from rlops.pipeline_steps.infra import tags as T
+    summary = out.get("fallbacks")
+    if not summary:
+        return
+    run.log_metrics({"fallback_share": float(summary["share"]), "fallback_decisions": float(summary["decisions"]),
+                     "fallback_rows": float(summary["fallbacks"])}, step=0)
+    alerts = [a for a in out.get("alerts", []) if "fallback share" in a]
+    if alerts:
+        run.set_tags({T.ALERT_FALLBACK: alerts[0][:5000]})
