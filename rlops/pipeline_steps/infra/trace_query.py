@@ -74,7 +74,7 @@ class QueryEngineConfig:
                              "512MB, 2GB or a share of the machine's memory such as 50%")
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> "QueryEngineConfig":
+    def from_params(cls, params: Mapping[str, Any]) -> QueryEngineConfig:
         cfg = dict(params.get("trace_store") or {})
         unknown = set(cfg) - {"engine", "threads", "memory_limit", "temp_directory"}
         if unknown:
@@ -84,15 +84,15 @@ class QueryEngineConfig:
                    memory_limit=str(cfg.get("memory_limit") or "1GB"),
                    temp_directory=str(cfg.get("temp_directory") or ""))
 
-    def with_engine(self, engine: str) -> "QueryEngineConfig":
+    def with_engine(self, engine: str) -> QueryEngineConfig:
         return QueryEngineConfig(engine, self.threads, self.memory_limit, self.temp_directory)
 
 
-_DATABASES: dict[QueryEngineConfig, "duckdb.DuckDBPyConnection"] = {}
+_DATABASES: dict[QueryEngineConfig, duckdb.DuckDBPyConnection] = {}
 _DB_LOCK = threading.Lock()
 
 
-def database(cfg: QueryEngineConfig) -> "duckdb.DuckDBPyConnection":
+def database(cfg: QueryEngineConfig) -> duckdb.DuckDBPyConnection:
     """The in-memory DuckDB database of one engine configuration (one per process, created on first
     use; every query runs on its own cursor, so threads may query at once). The parquet metadata
     cache keeps footers and bloom filters of files already opened."""
@@ -129,7 +129,7 @@ class TraceReader:
     partitions, or one parquet file; ``window`` is ``(start, end)`` in UTC, rows kept when
     ``start <= ts < end``; ``where`` maps column → value (or a list of values) rows must equal."""
 
-    def __init__(self, storage: "Storage", config: QueryEngineConfig | None = None) -> None:
+    def __init__(self, storage: Storage, config: QueryEngineConfig | None = None) -> None:
         self.storage = storage
         self.config = config or QueryEngineConfig()
 
@@ -165,14 +165,14 @@ class TraceReader:
 
     # ------------------------------------------------------------------ rows
     def read(self, uri: str, window: tuple[datetime, datetime] | None = None,
-             columns: Sequence[str] | None = None, where: Mapping[str, Any] | None = None) -> "pd.DataFrame":
+             columns: Sequence[str] | None = None, where: Mapping[str, Any] | None = None) -> pd.DataFrame:
         """Rows under ``uri`` in ``window`` matching ``where``: only ``columns`` (the ones the store
         has), in file order. An empty frame when nothing matches."""
         return self._frame(self.files(uri, window), window, columns, where)
 
     def batches(self, uri: str, window: tuple[datetime, datetime] | None = None,
                 columns: Sequence[str] | None = None, where: Mapping[str, Any] | None = None,
-                batch_rows: int = 1_000_000) -> Iterator["pd.DataFrame"]:
+                batch_rows: int = 1_000_000) -> Iterator[pd.DataFrame]:
         """:meth:`read` in frames of at most ``batch_rows`` rows, one at a time (a week of traffic
         in the memory of one batch)."""
         import pyarrow as pa
@@ -187,12 +187,12 @@ class TraceReader:
             return
         with self._scan(files) as (cur, source):
             sql, args = self._select(cur, source, window, columns, where)
-            reader = cur.execute(sql, args).to_arrow_reader(batch_rows)
+            reader = cur.sql(sql, params=args).to_arrow_reader(batch_rows)
             for batch in reader:
                 if batch.num_rows:
                     yield self._to_pandas(pa.Table.from_batches([batch]), files)
 
-    def episode_rows(self, uri: str, trace_id: str) -> "pd.DataFrame":
+    def episode_rows(self, uri: str, trace_id: str) -> pd.DataFrame:
         """Every row of the episode(s) holding ``trace_id``, sorted by episode and step; a
         ``LookupError`` when no row has that trace id."""
         files = self.files(uri)
@@ -228,7 +228,7 @@ class TraceReader:
 
     def sample_episodes(self, uri: str, max_rows: int, window: tuple[datetime, datetime] | None = None,
                         columns: Sequence[str] | None = None, where: Mapping[str, Any] | None = None,
-                        total: int | None = None) -> tuple["pd.DataFrame", int]:
+                        total: int | None = None) -> tuple[pd.DataFrame, int]:
         """``(rows, total)``: every matching row when there are at most ``max_rows`` of them, else
         whole episodes drawn by a stable hash of their id (:func:`sample_bucket`) at the rate
         ``max_rows / total``, so return-to-go over an episode stays exact. ``total`` (the matching
@@ -251,14 +251,14 @@ class TraceReader:
             sql, args = self._select(cur, source, window, cols, where)
             bucket = ("(('0x' || substr(md5(CAST(episode_id AS VARCHAR)), 1, 8))::UBIGINT "
                       f"% {_SAMPLE_BUCKETS})")
-            table = cur.execute(f"SELECT * FROM ({sql}) WHERE {bucket} < {keep}", args).to_arrow_table()
+            table = cur.sql(f"SELECT * FROM ({sql}) WHERE {bucket} < {keep}", params=args).to_arrow_table()
         df = self._to_pandas(table, files)
         if columns and "episode_id" not in columns:
             df = df.drop(columns="episode_id")
         return df, total
 
     def query(self, uri: str, sql: str, params: Sequence[Any] | None = None,
-              window: tuple[datetime, datetime] | None = None) -> "pd.DataFrame":
+              window: tuple[datetime, datetime] | None = None) -> pd.DataFrame:
         """Run ``sql`` (one DuckDB ``SELECT … FROM traces …``; ``?`` placeholders take ``params``) over
         the rows under ``uri`` in ``window``: aggregates that never load the rows into Python."""
         if self.engine != "duckdb":
@@ -268,7 +268,7 @@ class TraceReader:
             raise LookupError(f"no trace files under {uri}" + (f" in the window {window}" if window else ""))
         with self._scan(files) as (cur, source):
             inner, args = self._select(cur, source, window, None, None)
-            table = cur.execute(f"WITH traces AS ({inner}) {sql}", [*args, *(params or [])]).to_arrow_table()
+            table = cur.sql(f"WITH traces AS ({inner}) {sql}", params=[*args, *(params or [])]).to_arrow_table()
         return self._to_pandas(table)
 
     # ------------------------------------------------------------------ engines
@@ -283,7 +283,7 @@ class TraceReader:
             return int(cur.execute(f"SELECT count(*) FROM ({sql})", args).fetchone()[0])
 
     def _frame(self, files: list[str], window: tuple[datetime, datetime] | None,
-               columns: Sequence[str] | None, where: Mapping[str, Any] | None) -> "pd.DataFrame":
+               columns: Sequence[str] | None, where: Mapping[str, Any] | None) -> pd.DataFrame:
         import pandas as pd
         if not files:
             return pd.DataFrame()
@@ -291,10 +291,10 @@ class TraceReader:
             return _pandas_frame(self.storage, files, window, columns, where)
         with self._scan(files) as (cur, source):
             sql, args = self._select(cur, source, window, columns, where)
-            table = cur.execute(sql, args).to_arrow_table()
+            table = cur.sql(sql, params=args).to_arrow_table()
         return self._to_pandas(table, files)
 
-    def _to_pandas(self, table: "pa.Table", files: Sequence[str] = ()) -> "pd.DataFrame":
+    def _to_pandas(self, table: pa.Table, files: Sequence[str] = ()) -> pd.DataFrame:
         """DuckDB's Arrow result as pandas sees a file of the store: with the first file's pandas
         metadata (nullable ``Int64`` columns and the like), as the pandas engine's concatenation has."""
         table = _plain_types(table)
@@ -347,7 +347,7 @@ class TraceReader:
     class _Scan:
         """A cursor and the FROM clause scanning ``files`` (local parquet, or an S3 dataset)."""
 
-        def __init__(self, reader: "TraceReader", files: list[str]) -> None:
+        def __init__(self, reader: TraceReader, files: list[str]) -> None:
             self.reader, self.files = reader, files
             self.cur: Any = None
 
@@ -360,10 +360,10 @@ class TraceReader:
             self.cur.register("_trace_files", dataset)
             return self.cur, "_trace_files"
 
-        def __exit__(self, *exc: Any) -> None:
+        def __exit__(self, *exc: object) -> None:
             self.cur.close()
 
-    def _scan(self, files: list[str]) -> "TraceReader._Scan":
+    def _scan(self, files: list[str]) -> TraceReader._Scan:
         return TraceReader._Scan(self, files)
 
     def _arrow_dataset(self, files: list[str]) -> Any:
@@ -386,12 +386,12 @@ class TraceReader:
         return parts[0] if len(parts) == 1 else ds.dataset(parts)
 
 
-def _plain_types(table: "pa.Table") -> "pa.Table":
+def _plain_types(table: pa.Table) -> pa.Table:
     """DuckDB's Arrow types as the parquet files hold them, so both engines hand pandas the same
     frame: string views / large strings as strings, the ``Etc/UTC`` zone DuckDB names as ``UTC``."""
     import pyarrow as pa
 
-    def plain(t: "pa.DataType") -> "pa.DataType":
+    def plain(t: pa.DataType) -> pa.DataType:
         if pa.types.is_large_string(t) or pa.types.is_string_view(t):
             return pa.string()
         if pa.types.is_timestamp(t) and t.tz == "Etc/UTC":
@@ -402,8 +402,8 @@ def _plain_types(table: "pa.Table") -> "pa.Table":
     return table if target.equals(table.schema) else table.cast(target)
 
 
-def _pandas_frame(storage: "Storage", files: list[str], window: tuple[datetime, datetime] | None,
-                  columns: Sequence[str] | None, where: Mapping[str, Any] | None) -> "pd.DataFrame":
+def _pandas_frame(storage: Storage, files: list[str], window: tuple[datetime, datetime] | None,
+                  columns: Sequence[str] | None, where: Mapping[str, Any] | None) -> pd.DataFrame:
     """The reference path: each file read whole (the asked columns plus those filtered on) with
     pyarrow, concatenated, then filtered in pandas."""
     import pyarrow as pa
