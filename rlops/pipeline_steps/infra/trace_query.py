@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import duckdb
+    import numpy as np
     import pandas as pd
     import pyarrow as pa
 
@@ -92,6 +93,13 @@ _DATABASES: dict[QueryEngineConfig, duckdb.DuckDBPyConnection] = {}
 _DB_LOCK = threading.Lock()
 
 
+def cursor(cfg: QueryEngineConfig) -> duckdb.DuckDBPyConnection:
+    """A cursor of :func:`database` for one query (no progress bar on the terminal)."""
+    cur = database(cfg).cursor()
+    cur.execute("SET enable_progress_bar = false")
+    return cur
+
+
 def database(cfg: QueryEngineConfig) -> duckdb.DuckDBPyConnection:
     """The in-memory DuckDB database of one engine configuration (one per process, created on first
     use; every query runs on its own cursor, so threads may query at once). The parquet metadata
@@ -112,10 +120,23 @@ def database(cfg: QueryEngineConfig) -> duckdb.DuckDBPyConnection:
         return db
 
 
-def sample_bucket(episode_id: str) -> int:
-    """The sampling bucket of an episode id (stable across engines and processes): the first 32 bits
-    of its MD5, modulo a million. DuckDB computes the same in SQL (:meth:`TraceReader.sample_episodes`)."""
-    return int(hashlib.md5(episode_id.encode()).hexdigest()[:8], 16) % _SAMPLE_BUCKETS
+_BUCKET_SQL = f"(hash(CAST(episode_id AS VARCHAR)) % {_SAMPLE_BUCKETS})"
+
+
+def sample_buckets(episode_ids: Sequence[str]) -> "np.ndarray":
+    """The sampling bucket (0 … 999 999) of each episode id: DuckDB's ``hash`` of the id (stable
+    for the pinned DuckDB version, and a tenth of the cost of MD5 over tens of millions of rows),
+    computed here for the pandas engine exactly as :meth:`TraceReader.sample_episodes` does in SQL."""
+    import numpy as np
+    import pyarrow as pa
+    ids = pa.table({"episode_id": pa.array([str(e) for e in episode_ids], pa.string())})
+    cur = cursor(QueryEngineConfig(threads=1, memory_limit="256MB"))
+    try:
+        cur.register("_ids", ids)
+        got = cur.sql(f"SELECT {_BUCKET_SQL} AS b FROM _ids").to_arrow_table()
+    finally:
+        cur.close()
+    return got.column("b").to_numpy().astype(np.int64)
 
 
 def _ident(name: str) -> str:
@@ -230,7 +251,7 @@ class TraceReader:
                         columns: Sequence[str] | None = None, where: Mapping[str, Any] | None = None,
                         total: int | None = None) -> tuple[pd.DataFrame, int]:
         """``(rows, total)``: every matching row when there are at most ``max_rows`` of them, else
-        whole episodes drawn by a stable hash of their id (:func:`sample_bucket`) at the rate
+        whole episodes drawn by a stable hash of their id (:func:`sample_buckets`) at the rate
         ``max_rows / total``, so return-to-go over an episode stays exact. ``total`` (the matching
         row count) is counted when not given."""
         files = self.files(uri, window)
@@ -241,17 +262,13 @@ class TraceReader:
         keep = int(_SAMPLE_BUCKETS * max_rows / total)
         if self.engine == "pandas":
             df = self._frame(files, window, columns, where)
-            eps = df["episode_id"].astype(str)
-            buckets = {e: sample_bucket(e) for e in eps.unique()}
-            return df[eps.map(buckets) < keep].reset_index(drop=True), total
+            return df[sample_buckets(df["episode_id"].astype(str).tolist()) < keep].reset_index(drop=True), total
         with self._scan(files) as (cur, source):
             cols = list(columns) if columns else None
             if cols is not None and "episode_id" not in cols:
                 cols.append("episode_id")
             sql, args = self._select(cur, source, window, cols, where)
-            bucket = ("(('0x' || substr(md5(CAST(episode_id AS VARCHAR)), 1, 8))::UBIGINT "
-                      f"% {_SAMPLE_BUCKETS})")
-            table = cur.sql(f"SELECT * FROM ({sql}) WHERE {bucket} < {keep}", params=args).to_arrow_table()
+            table = cur.sql(f"SELECT * FROM ({sql}) WHERE {_BUCKET_SQL} < {keep}", params=args).to_arrow_table()
         df = self._to_pandas(table, files)
         if columns and "episode_id" not in columns:
             df = df.drop(columns="episode_id")
@@ -352,7 +369,7 @@ class TraceReader:
             self.cur: Any = None
 
         def __enter__(self) -> tuple[Any, str]:
-            self.cur = database(self.reader.config).cursor()
+            self.cur = cursor(self.reader.config)
             if all(f.startswith("file://") for f in self.files):
                 paths = ", ".join("'" + f[len("file://"):].replace("'", "''") + "'" for f in self.files)
                 return self.cur, f"read_parquet([{paths}], union_by_name = true, hive_partitioning = false)"
@@ -402,10 +419,12 @@ def _plain_types(table: pa.Table) -> pa.Table:
     return table if target.equals(table.schema) else table.cast(target)
 
 
-def _pandas_frame(storage: Storage, files: list[str], window: tuple[datetime, datetime] | None,
-                  columns: Sequence[str] | None, where: Mapping[str, Any] | None) -> pd.DataFrame:
+def _pandas_frame(storage: "Storage", files: list[str], window: tuple[datetime, datetime] | None,
+                  columns: Sequence[str] | None, where: Mapping[str, Any] | None) -> "pd.DataFrame":
     """The reference path: each file read whole (the asked columns plus those filtered on) with
-    pyarrow, concatenated, then filtered in pandas."""
+    pyarrow into pandas and filtered there, the kept rows concatenated (as :func:`pyarrow.concat_tables`
+    with schema promotion, then one conversion, so dtypes match a single read of the files)."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -416,17 +435,19 @@ def _pandas_frame(storage: Storage, files: list[str], window: tuple[datetime, da
             have = pq.read_schema(path).names
             need = None if not columns else [c for c in have if c in {*columns, *(where or {}),
                                                                      *(["ts"] if window else [])}]
-            tables.append(pq.read_table(path, columns=need))
-    df = pa.concat_tables(tables, promote_options="default").to_pandas()
-    keep = None
-    if window is not None and "ts" in df.columns:
-        ts = parse_ts(df["ts"])
-        keep = (ts >= window[0]) & (ts < window[1])
-    for col, value in (where or {}).items():
-        hit = (df[col].isin(list(value)) if isinstance(value, (list, tuple, set, frozenset)) else df[col] == value) \
-            if col in df.columns else False
-        keep = hit if keep is None else keep & hit
-    if keep is not None:
-        df = df[keep] if not isinstance(keep, bool) else df.iloc[0:0]
-        df = df.reset_index(drop=True)
-    return df[[c for c in columns if c in df.columns]] if columns else df
+            table = pq.read_table(path, columns=need)
+        df = table.to_pandas()
+        keep = np.ones(len(df), dtype=bool)
+        if window is not None and "ts" in df.columns:
+            ts = parse_ts(df["ts"])
+            keep &= ((ts >= window[0]) & (ts < window[1])).to_numpy(dtype=bool)
+        for col, value in (where or {}).items():
+            if col not in df.columns:
+                keep[:] = False
+            elif isinstance(value, (list, tuple, set, frozenset)):
+                keep &= df[col].isin(list(value)).to_numpy(dtype=bool)
+            else:
+                keep &= (df[col] == value).fillna(False).to_numpy(dtype=bool)
+        tables.append(table if keep.all() else table.filter(pa.array(keep)))
+    out = pa.concat_tables(tables, promote_options="default").to_pandas()
+    return out[[c for c in columns if c in out.columns]] if columns else out

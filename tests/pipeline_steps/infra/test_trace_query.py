@@ -15,7 +15,7 @@ from rlops.pipeline_steps.infra.storage import Storage
 from rlops.pipeline_steps.infra.trace_query import (
     QueryEngineConfig,
     TraceReader,
-    sample_bucket,
+    sample_buckets,
 )
 from rlops.pipeline_steps.infra.trace_store import (
     TraceStore,
@@ -133,7 +133,8 @@ def test_episode_replay_counts_samples_and_sql(local_store: tuple[Storage, str])
     assert total == len(every) and 0 < len(rows) < len(every)
     kept = set(rows["episode_id"])  # whole episodes, chosen by the stable hash
     assert all((every.loc[every["episode_id"] == e].shape[0] == (rows["episode_id"] == e).sum()) for e in kept)
-    assert kept == {e for e in every["episode_id"].unique() if sample_bucket(e) < int(1e6 * 400 / len(every))}
+    eps = every["episode_id"].unique()
+    assert kept == set(eps[sample_buckets(eps) < int(1e6 * 400 / len(every))])
     small, n = duck.sample_episodes(uri, 10**9, where={"policy_version": CHAMPION})
     assert n == counts[CHAMPION] and len(small) == n
 
