@@ -192,9 +192,18 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
 
     cfg = dict(params.get("drift") or {})
     storage = Storage.from_params(dict(params))
+    window_read = target_rows is not None  # a window of the store: its URI names more than was read
     fields = fields if fields is not None else cfg.get("fields")
     baseline = storage.read_parquet(baseline_uri)
-    target = target_rows if target_rows is not None else storage.read_parquet(target_uri)
+    if target_rows is None:  # live traces: read as every trace-store read is (DuckDB unless trace_store.engine)
+        from rlops.pipeline_steps.infra.storage import StorageNotFoundError
+        from rlops.pipeline_steps.infra.trace_query import QueryEngineConfig, TraceReader
+        reader = TraceReader(storage, QueryEngineConfig.from_params(params))
+        if not reader.files(target_uri):
+            raise StorageNotFoundError(f"read_parquet: no parquet file at or under {target_uri} "
+                                       "(quarantine partitions are not read)", op="read_parquet", uri=target_uri)
+        target_rows = reader.read(target_uri)
+    target = target_rows
     unit = cfg.get("cluster")
     clusters = (baseline[unit], target[unit]) if unit and unit in baseline and unit in target else None
     report = detect_drift(
@@ -225,7 +234,7 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
 
     with _drift_run(params, scenario, ctx) as run:
         log_dataset_inputs(run, [parquet_dataset(storage, baseline_uri, "drift-baseline"),
-                                 parquet_dataset(storage, target_uri, "drift-target") if target_rows is None
+                                 parquet_dataset(storage, target_uri, "drift-target") if not window_read
                                  else None], DRIFT)
         run.log_params({"baseline": baseline_uri, "target": target_uri,
                         "threshold": report.threshold, "min_effect": report.min_effect,

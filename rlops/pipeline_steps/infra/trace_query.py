@@ -28,7 +28,6 @@ rely on it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import tempfile
@@ -123,7 +122,7 @@ def database(cfg: QueryEngineConfig) -> duckdb.DuckDBPyConnection:
 _BUCKET_SQL = f"(hash(CAST(episode_id AS VARCHAR)) % {_SAMPLE_BUCKETS})"
 
 
-def sample_buckets(episode_ids: Sequence[str]) -> "np.ndarray":
+def sample_buckets(episode_ids: Sequence[str]) -> np.ndarray:
     """The sampling bucket (0 … 999 999) of each episode id: DuckDB's ``hash`` of the id (stable
     for the pinned DuckDB version, and a tenth of the cost of MD5 over tens of millions of rows),
     computed here for the pandas engine exactly as :meth:`TraceReader.sample_episodes` does in SQL."""
@@ -419,8 +418,8 @@ def _plain_types(table: pa.Table) -> pa.Table:
     return table if target.equals(table.schema) else table.cast(target)
 
 
-def _pandas_frame(storage: "Storage", files: list[str], window: tuple[datetime, datetime] | None,
-                  columns: Sequence[str] | None, where: Mapping[str, Any] | None) -> "pd.DataFrame":
+def _pandas_frame(storage: Storage, files: list[str], window: tuple[datetime, datetime] | None,
+                  columns: Sequence[str] | None, where: Mapping[str, Any] | None) -> pd.DataFrame:
     """The reference path: each file read whole (the asked columns plus those filtered on) with
     pyarrow into pandas and filtered there, the kept rows concatenated (as :func:`pyarrow.concat_tables`
     with schema promotion, then one conversion, so dtypes match a single read of the files)."""

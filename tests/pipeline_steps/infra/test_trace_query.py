@@ -125,7 +125,7 @@ def test_episode_replay_counts_samples_and_sql(local_store: tuple[Storage, str])
 
     counts = duck.count_by(uri, "policy_version")
     assert counts == ref.count_by(uri, "policy_version")
-    assert counts == every["policy_version"].value_counts().to_dict() and list(counts)[0] == "rules"
+    assert counts == every["policy_version"].value_counts().to_dict() and next(iter(counts)) == "rules"
 
     rows, total = duck.sample_episodes(uri, 400)
     rows_ref, _ = ref.sample_episodes(uri, 400)
