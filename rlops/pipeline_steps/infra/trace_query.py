@@ -28,6 +28,7 @@ rely on it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
@@ -89,6 +90,8 @@ class QueryEngineConfig:
 
 
 _DATABASES: dict[QueryEngineConfig, duckdb.DuckDBPyConnection] = {}
+_SCHEMAS: dict[tuple[str, tuple[tuple[int, int], ...]], dict[str, str]] = {}
+_LOCAL_FILE = re.compile(r"'((?:[^']|'')+)'")
 _DB_LOCK = threading.Lock()
 
 
@@ -136,6 +139,21 @@ def sample_buckets(episode_ids: Sequence[str]) -> np.ndarray:
     finally:
         cur.close()
     return got.column("b").to_numpy().astype(np.int64)
+
+
+def _stat_key(source: str) -> tuple[tuple[int, int], ...]:
+    """(size, mtime) of the local files a ``read_parquet`` source names (empty for a registered
+    S3 dataset, whose name already digests its object keys)."""
+    if not source.startswith("read_parquet("):
+        return ()
+    out = []
+    for path in _LOCAL_FILE.findall(source):
+        try:
+            st = os.stat(path.replace("''", "'"))
+            out.append((st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append((-1, -1))
+    return tuple(out)
 
 
 def _ident(name: str) -> str:
@@ -328,12 +346,27 @@ class TraceReader:
         return (schema.metadata or {}).get(b"pandas")
 
     def _names(self, cur: Any, source: str) -> list[str]:
-        return [d[0] for d in cur.execute(f"SELECT * FROM {source} LIMIT 0").description]
+        return list(self._schema(cur, source))
+
+    def _schema(self, cur: Any, source: str) -> dict[str, str]:
+        """Column → DuckDB type of ``source``. Binding it reads every file's footer to unify the
+        schemas, so it is done once per process and set of files (local files keyed by size and
+        modification time too, so a rewritten partition is bound again)."""
+        key = (source, _stat_key(source))
+        with _DB_LOCK:
+            hit = _SCHEMAS.get(key)
+        if hit is None:
+            hit = dict(cur.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {source})").fetchall())
+            with _DB_LOCK:
+                if len(_SCHEMAS) > 256:
+                    _SCHEMAS.clear()
+                _SCHEMAS[key] = hit
+        return hit
 
     def _select(self, cur: Any, source: str, window: tuple[datetime, datetime] | None,
                 columns: Sequence[str] | None, where: Mapping[str, Any] | None) -> tuple[str, list[Any]]:
-        names = self._names(cur, source)
-        types = dict(cur.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {source})").fetchall())
+        types = self._schema(cur, source)
+        names = list(types)
         keep = [c for c in columns if c in names] if columns else names
         clauses: list[str] = []
         args: list[Any] = []
@@ -373,8 +406,9 @@ class TraceReader:
                 paths = ", ".join("'" + f[len("file://"):].replace("'", "''") + "'" for f in self.files)
                 return self.cur, f"read_parquet([{paths}], union_by_name = true, hive_partitioning = false)"
             dataset = self.reader._arrow_dataset(self.files)
-            self.cur.register("_trace_files", dataset)
-            return self.cur, "_trace_files"
+            name = "_trace_files_" + hashlib.sha1("\n".join(self.files).encode()).hexdigest()[:16]
+            self.cur.register(name, dataset)  # named after the files: the schema cache's key
+            return self.cur, name
 
         def __exit__(self, *exc: object) -> None:
             self.cur.close()
