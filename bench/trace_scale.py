@@ -87,18 +87,19 @@ def build_store(home: Path, rows: int, days: int) -> dict[str, Any]:
     offset_us = ts_us % 3_600_000_000
     hours = days * 24
     per_hour = [rows // hours + (1 if h < rows % hours else 0) for h in range(hours)]
-    t0, written, nbytes = time.perf_counter(), 0, 0
+    t0, written, nbytes, probe = time.perf_counter(), 0, 0, ""
     for h, n in enumerate(per_hour):
         hour = START + timedelta(hours=h)
         run_key = f"{hour:%Y%m%dT%H%M}"
-        k = -(-n // len(base))
-        big = pa.concat_tables([base] * k).slice(0, n)
-        copy = np.repeat(np.arange(k, dtype=np.int64), len(base))[:n]
-        ep_num = np.tile(codes, k)[:n] + n_eps * copy
+        start = (h * n) % len(base)  # each hour starts further into the base rows: every policy's traffic shows
+        k = -(-(start + n) // len(base))
+        big = pa.concat_tables([base] * k).slice(start, n)
+        pos = np.arange(start, start + n, dtype=np.int64)
+        ep_num = codes[pos % len(base)] + n_eps * (pos // len(base))
         episode = pc.binary_join_element_wise(f"{SCENARIO}-{run_key}-", pc.cast(pa.array(ep_num), pa.string()), "")
-        trace = pc.binary_join_element_wise(episode, pa.chunked_array([steps.combine_chunks()] * k).slice(0, n), "-")
+        trace = pc.binary_join_element_wise(episode, pa.chunked_array([steps.combine_chunks()] * k).slice(start, n), "-")
         hour_us = int(hour.timestamp() * 1_000_000)
-        ts = pa.array(np.tile(offset_us, k)[:n] + hour_us, pa.int64()).cast(base.schema.field("ts").type)
+        ts = pa.array(offset_us[pos % len(base)] + hour_us, pa.int64()).cast(base.schema.field("ts").type)
         table = (big.set_column(big.schema.get_field_index("episode_id"), "episode_id", episode)
                     .set_column(big.schema.get_field_index("trace_id"), "trace_id", trace)
                     .set_column(big.schema.get_field_index("ts"), "ts", ts))
@@ -106,18 +107,14 @@ def build_store(home: Path, rows: int, days: int) -> dict[str, Any]:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"part-{run_key}-00000.parquet"
         pq.write_table(table, path, **parquet_options(n))
+        if h == (days // 2) * 24 + 12:  # the middle day's noon: the trace id replay looks up
+            probe = str(trace[n // 2])
         written, nbytes = written + n, nbytes + path.stat().st_size
         if h % 24 == 23:
             print(f"  day {h // 24 + 1}: {written:,} rows, {nbytes / 2**30:.2f} GiB, "
                   f"{time.perf_counter() - t0:.0f}s", flush=True)
     return {"rows": written, "files": hours, "base_rows": base.num_rows, "gib": round(nbytes / 2**30, 2),
-            "build_s": round(time.perf_counter() - t0, 1)}
-
-
-def replay_trace_id(days: int) -> str:
-    """A trace id of the middle day's noon partition (episode 7, its first step)."""
-    hour = START + timedelta(days=days // 2, hours=12)
-    return f"{SCENARIO}-{hour:%Y%m%dT%H%M}-7-0"
+            "build_s": round(time.perf_counter() - t0, 1), "trace_id": probe}
 
 
 def last_run_key(days: int) -> str:
@@ -132,7 +129,7 @@ def child_params(home: Path, engine: str) -> dict[str, Any]:
                                   "label_queue": {"db_url": f"sqlite:///{home}/rlops-data/queue-{engine}.db"}})
 
 
-def measure(name: str, engine: str, home: Path, days: int, repeats: int) -> dict[str, Any]:
+def measure(name: str, engine: str, home: Path, days: int, repeats: int, trace_id: str) -> dict[str, Any]:
     """One measurement. The process's library imports (torch, the sandbox, pandas, DuckDB) happen
     before the clock starts: a long-running console or worker has paid them already."""
     import duckdb  # noqa: F401
@@ -153,7 +150,6 @@ def measure(name: str, engine: str, home: Path, days: int, repeats: int) -> dict
         return {"seconds": time.perf_counter() - t0, "rows": len(df)}
     if name == "replay":
         from rlops.pipeline_steps.audit.replay import find_episode, replay
-        trace_id = replay_trace_id(days)
         t0 = time.perf_counter()
         rows = find_episode(ctx.traces.reader, ctx.traces.scenario_uri(SCENARIO), trace_id)
         lookup = time.perf_counter() - t0
@@ -202,7 +198,7 @@ def run_child(name: str, engine: str, args: argparse.Namespace, home: Path, limi
     """Run one measurement in a child process; its peak RSS from wait4, stopped past the limits."""
     log = Path(tempfile.mkstemp(prefix=f"trace-scale-{name}-{engine}-", suffix=".log")[1])
     cmd = [sys.executable, __file__, "--child", name, "--engine", engine, "--home", str(home),
-           "--days", str(args.days), "--repeats", str(args.repeats)]
+           "--days", str(args.days), "--repeats", str(args.repeats), "--trace-id", args.trace_id]
     env = {**os.environ, "RLOPS_HOME": str(home), "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
     t0, why = time.perf_counter(), None
     with log.open("w") as out:
@@ -268,9 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pandas-max-gb", type=float, default=8.0, help="RSS at which a pandas measurement is stopped")
     ap.add_argument("--child", choices=(*MEASURES, "baseline"), help=argparse.SUPPRESS)
     ap.add_argument("--engine", default="duckdb", help=argparse.SUPPRESS)
+    ap.add_argument("--trace-id", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.child, args.engine, args.home, args.days, args.repeats), default=str))
+        print(json.dumps(measure(args.child, args.engine, args.home, args.days, args.repeats, args.trace_id),
+                         default=str))
         return 0
     if args.days < 2:
         raise SystemExit("--days must be at least 2 (the replay id is on the middle day, drift reads the last)")
@@ -281,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     _console_bench().ensure_demo(home)
     print(f"demo home ready: {home} ({time.perf_counter() - t0:.0f}s)", flush=True)
     store = build_store(home, args.rows, args.days)
+    args.trace_id = store["trace_id"]
     print(f"store: {store['rows']:,} rows in {store['files']} hourly partitions, {store['gib']} GiB, "
           f"built in {store['build_s']}s", flush=True)
     print(subprocess.run(["df", "-h", str(home)], capture_output=True, text=True, check=False).stdout.strip(), flush=True)

@@ -103,8 +103,10 @@ class ProjectData:
     def pack(self, scenario: str) -> "Pack":
         with self._lock:
             cached = self._packs.get(scenario)
-        if cached is None:
-            cached = self.context(scenario).load_pack()
+        if cached is None:  # read-only: the pack's liveness check (a sandbox run) is for training, not here
+            from rlops.sandbox.pack import load_pack
+            ctx = self.context(scenario)
+            cached = load_pack(ctx.pack_dir, calibration=ctx.read_calibration("latest"), check_liveness=False)
             with self._lock:
                 self._packs[scenario] = cached
         return cached

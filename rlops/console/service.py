@@ -8,7 +8,7 @@ recompute them either. A new partition changes the digest and the next request r
 Every read goes through the trace store's reader (DuckDB over the partitions): the overview is one
 ``GROUP BY`` over the ``policy_version`` column, an episode replay a lookup by trace id (bloom
 filters skip the row groups without it), and a decision map reads one version's rows, only the
-columns it needs, and clusters at most ``audit.max_rows`` of them: larger versions are sampled by
+columns it needs, and clusters at most ``audit.console_map_rows`` of them: larger versions are sampled by
 whole episodes (a stable hash of the episode id), so return-to-go stays exact and a week of traffic
 maps in seconds, in bounded memory.
 """
@@ -27,7 +27,7 @@ from rlops.console import aggregates as agg
 from rlops.console.data import ProjectData
 
 _MAP_MAX_FIT_ROWS = 200_000  # k-means is fitted on a sample of this many rows, then assigns every row
-_MAP_MAX_ROWS = 200_000  # rows a map clusters when params have no audit.max_rows (larger versions: sampled)
+_MAP_MAX_ROWS = 50_000  # rows a map clusters without audit.console_map_rows (larger versions: sampled)
 
 
 class NotFound(LookupError):
@@ -90,7 +90,7 @@ class TraceViews:
         if version not in ov["versions"]:
             raise NotFound(f"policy version {version!r} has no traces in the {scenario} trace store")
         audit = self.data.section(scenario, "audit")
-        k, max_rows = int(audit.get("clusters", 8)), int(audit.get("max_rows", _MAP_MAX_ROWS))
+        k, max_rows = int(audit.get("clusters", 8)), int(audit.get("console_map_rows", _MAP_MAX_ROWS))
         key = agg.digest([], ov["digest"], version, str(k), str(max_rows), "map-2")
         return self._once(("map", scenario, version), key,
                           lambda: self._cached_map(scenario, version, k, max_rows, key, ov))
