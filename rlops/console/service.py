@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from rlops.console import aggregates as agg
 from rlops.console.data import ProjectData
 
 _MAP_MAX_FIT_ROWS = 200_000  # k-means is fitted on a sample of this many rows, then assigns every row
+_REPLAYS_KEPT = 256  # episode replays kept in memory per console (for the store's current digest)
 _MAP_MAX_ROWS = 50_000  # rows a map clusters without audit.console_map_rows (larger versions: sampled)
 
 
@@ -42,6 +44,7 @@ class TraceViews:
         self._memory: dict[tuple[str, ...], tuple[str, Any]] = {}
         self._locks: dict[tuple[str, ...], threading.Lock] = {}
         self._guard = threading.Lock()
+        self._replays: OrderedDict[tuple[str, str], tuple[str, dict[str, Any]]] = OrderedDict()
 
     def _once(self, slot: tuple[str, ...], dg: str, compute: Any) -> Any:
         """The value of ``slot`` for content digest ``dg``: computed once (however many requests
@@ -139,12 +142,26 @@ class TraceViews:
 
     # ------------------------------------------------------------------ episode replay
     def episode(self, scenario: str, trace_id: str) -> dict[str, Any]:
+        """The decision path of ``trace_id``'s episode: a lookup by id in the store (bloom filters
+        skip the row groups without it); the last replays of the current digest are kept in memory."""
+        _, dg = self.files_digest(scenario)
+        key = (scenario, trace_id)
+        with self._guard:
+            hit = self._replays.get(key)
+            if hit is not None and hit[0] == dg:
+                self._replays.move_to_end(key)
+                return hit[1]
         try:
             rows = self.data.trace_reader(scenario).episode_rows(self.data.trace_uri(scenario), trace_id)
         except LookupError:
             raise NotFound(f"trace id {trace_id!r} is not in the {scenario} trace store") from None
         episode_id = str(rows.loc[rows["trace_id"].astype(str) == trace_id, "episode_id"].iloc[0])
-        return self._path(scenario, agg.episode_order(rows[rows["episode_id"].astype(str) == episode_id]), trace_id)
+        path = self._path(scenario, agg.episode_order(rows[rows["episode_id"].astype(str) == episode_id]), trace_id)
+        with self._guard:
+            self._replays[key] = (dg, path)
+            while len(self._replays) > _REPLAYS_KEPT:
+                self._replays.popitem(last=False)
+        return path
 
     def registry_version(self, scenario: str, version: str) -> str | None:
         """``credit_approval-policy/3`` or ``3`` → ``3``; anything else (``rules``) → None."""
