@@ -260,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--home", type=Path, default=None, help="a demo home to reuse (default: a new temp folder)")
     ap.add_argument("--keep", action="store_true", help="keep the tiled store afterwards")
     ap.add_argument("--no-pandas", action="store_true", help="measure the DuckDB path only")
+    ap.add_argument("--measures", default=",".join(MEASURES), help=f"comma-separated subset of {','.join(MEASURES)}")
     ap.add_argument("--pandas-timeout", type=float, default=300.0, help="seconds a pandas measurement may take")
     ap.add_argument("--pandas-max-gb", type=float, default=8.0, help="RSS at which a pandas measurement is stopped")
     ap.add_argument("--child", choices=(*MEASURES, "baseline"), help=argparse.SUPPRESS)
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         warm = run_child("baseline", "duckdb", args, home, None, None)
         print(f"sandbox baseline (outside the timings): {warm.get('seconds', warm.get('why'))}", flush=True)
         for engine in ("duckdb", *(() if args.no_pandas else ("pandas",))):
-            for name in MEASURES:
+            for name in [m for m in MEASURES if m in args.measures.split(",")]:
                 limit = (args.pandas_timeout, args.pandas_max_gb) if engine == "pandas" else (None, None)
                 r = run_child(name, engine, args, home, *limit)
                 results[engine][name] = r

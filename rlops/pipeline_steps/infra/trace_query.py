@@ -266,27 +266,35 @@ class TraceReader:
 
     def sample_episodes(self, uri: str, max_rows: int, window: tuple[datetime, datetime] | None = None,
                         columns: Sequence[str] | None = None, where: Mapping[str, Any] | None = None,
-                        total: int | None = None) -> tuple[pd.DataFrame, int]:
-        """``(rows, total)``: every matching row when there are at most ``max_rows`` of them, else
-        whole episodes drawn by a stable hash of their id (:func:`sample_buckets`) at the rate
-        ``max_rows / total``, so return-to-go over an episode stays exact. ``total`` (the matching
-        row count) is counted when not given."""
+                        total: int | None = None, spread: int = 8) -> tuple[pd.DataFrame, int]:
+        """``(rows, total)``: every matching row when there are at most ``max_rows`` of them, else a
+        sample of whole episodes: first evenly spaced partition files holding about four times
+        ``max_rows`` (at least ``spread`` of them; a sample decodes a few files, not the store),
+        then, within them, episodes drawn by a stable hash of their id (:func:`sample_buckets`) at
+        the rate that leaves about ``max_rows`` rows, so return-to-go over an episode stays exact.
+        ``total`` (the matching row count of every file) is counted when not given."""
+        import numpy as np
         files = self.files(uri, window)
         if total is None:
             total = self._count(files, window, where)
         if total <= max_rows:
             return self._frame(files, window, columns, where), total
-        keep = int(_SAMPLE_BUCKETS * max_rows / total)
+        wanted = min(len(files), max(spread, -(-len(files) * 4 * max_rows // total)))
+        picked = [files[i] for i in sorted(set(np.linspace(0, len(files) - 1, wanted).round().astype(int)))]
+        in_picked = total if len(picked) == len(files) else self._count(picked, window, where)
+        if in_picked <= max_rows:
+            return self._frame(picked, window, columns, where), total
+        keep = int(_SAMPLE_BUCKETS * max_rows / in_picked)
         if self.engine == "pandas":
-            df = self._frame(files, window, columns, where)
+            df = self._frame(picked, window, columns, where)
             return df[sample_buckets(df["episode_id"].astype(str).tolist()) < keep].reset_index(drop=True), total
-        with self._scan(files) as (cur, source):
+        with self._scan(picked) as (cur, source):
             cols = list(columns) if columns else None
             if cols is not None and "episode_id" not in cols:
                 cols.append("episode_id")
             sql, args = self._select(cur, source, window, cols, where)
             table = cur.sql(f"SELECT * FROM ({sql}) WHERE {_BUCKET_SQL} < {keep}", params=args).to_arrow_table()
-        df = self._to_pandas(table, files)
+        df = self._to_pandas(table, picked)
         if columns and "episode_id" not in columns:
             df = df.drop(columns="episode_id")
         return df, total

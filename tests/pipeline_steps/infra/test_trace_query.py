@@ -135,6 +135,11 @@ def test_episode_replay_counts_samples_and_sql(local_store: tuple[Storage, str])
     assert all((every.loc[every["episode_id"] == e].shape[0] == (rows["episode_id"] == e).sum()) for e in kept)
     eps = every["episode_id"].unique()
     assert kept == set(eps[sample_buckets(eps) < int(1e6 * 400 / len(every))])
+    spread, n_all = duck.sample_episodes(uri, 100, spread=1)  # past the cap: a few files first, then episodes
+    _same(spread, ref.sample_episodes(uri, 100, spread=1)[0])
+    first_file = ref.read(duck.files(uri)[0])
+    assert n_all == len(every) and 0 < len(spread) < len(first_file)
+    assert set(spread["episode_id"]) <= set(first_file["episode_id"])
     small, n = duck.sample_episodes(uri, 10**9, where={"policy_version": CHAMPION})
     assert n == counts[CHAMPION] and len(small) == n
 
