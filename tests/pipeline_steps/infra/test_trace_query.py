@@ -230,3 +230,24 @@ def test_steps_read_through_the_configured_engine(local_store: tuple[Storage, st
         from rlops.pipeline_steps.training.relabel import window_traces
         got = window_traces(ctx, uri, hours=2)
         assert seen[-1] == engine and len(got) == len(ref.read(uri, (T0, T0 + timedelta(hours=2))))
+
+
+def test_categorical_reads_test_the_same_drift(local_store: tuple[Storage, str]) -> None:
+    """The drift monitor reads a long window with text as categoricals: same frame values in both
+    engines, and the same field tests as on the plain frame."""
+    from rlops.pipeline_steps.drift.stats import detect_drift
+    storage, uri = local_store
+    duck, ref = _engines(storage)
+    cat = duck.read(uri, categorical=True)
+    _same(cat, ref.read(uri, categorical=True))
+    assert isinstance(cat["episode_id"].dtype, pd.CategoricalDtype)
+    plain = duck.read(uri)
+    pd.testing.assert_frame_equal(cat.astype(plain.dtypes.to_dict()), plain)
+    half = len(plain) // 2
+    units = ("episode_id",)
+
+    def report(frame: pd.DataFrame) -> list[dict[str, Any]]:
+        b, t = plain.iloc[:half], frame.iloc[half:].reset_index(drop=True)
+        rep = detect_drift(b, t, clusters=(b[units[0]], t[units[0]]), workers=1)
+        return [{k: v for k, v in f.__dict__.items()} for f in rep.fields]
+    assert report(cat) == report(plain)
