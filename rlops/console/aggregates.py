@@ -1,4 +1,4 @@
-"""Pure aggregation for the console: state clusters, transitions, top actions, a trace index.
+"""Pure aggregation for the console: state clusters, transitions, top actions.
 
 Nothing here reads storage or the registry; the inputs are frames and arrays that
 :mod:`rlops.console.service` reads through :mod:`rlops.console.data`. Everything is vectorised
@@ -29,25 +29,6 @@ def digest(items: list[tuple[str, int, int]], *extra: str) -> str:
     for e in extra:
         h.update(f"{e}\n".encode())
     return h.hexdigest()[:20]
-
-
-def hash_ids(ids: pd.Series | np.ndarray) -> np.ndarray:
-    """Stable 64-bit hashes of id strings (vectorised)."""
-    return pd.util.hash_array(pd.Series(ids).astype(str).to_numpy(dtype=object), categorize=False).astype(np.uint64)
-
-
-def build_index(ids: np.ndarray, file_idx: np.ndarray, row_idx: np.ndarray) -> dict[str, np.ndarray]:
-    """A sorted hash index: trace id → (file number, row number), looked up by :func:`lookup`."""
-    h = hash_ids(ids)
-    order = np.argsort(h, kind="stable")
-    return {"hash": h[order], "file_no": file_idx[order].astype(np.int32), "row": row_idx[order].astype(np.int64)}
-
-
-def lookup(index: dict[str, np.ndarray], trace_id: str) -> list[tuple[int, int]]:
-    """Candidate (file, row) positions of ``trace_id`` (hash matches; the caller checks the id)."""
-    h = hash_ids(np.array([trace_id]))[0]
-    lo, hi = np.searchsorted(index["hash"], h, "left"), np.searchsorted(index["hash"], h, "right")
-    return [(int(index["file_no"][i]), int(index["row"][i])) for i in range(lo, hi)]
 
 
 def episode_order(df: pd.DataFrame) -> pd.DataFrame:

@@ -8,8 +8,8 @@ Project functions used (and where they live today):
 
 * ``rlops.config.load_params``, ``rlops.config.REPO_ROOT``
 * ``pipeline_steps.context.StepContext`` (``create``, ``storage`` — ``list``, ``local_path``,
-  ``join``, ``exists``, ``read_json`` —, ``tracker.client`` / ``tracker.tracking_uri``,
-  ``load_pack``, ``section``, ``uri``, ``local_dir``)
+  ``join``, ``exists``, ``read_json`` —, ``traces.reader`` (every trace-store read, DuckDB),
+  ``tracker.client`` / ``tracker.tracking_uri``, ``load_pack``, ``section``, ``uri``, ``local_dir``)
 * ``pipeline_steps.trace_states``: ``trace_store_uri``, ``state_features``, ``mask_matrix``,
   ``observations_from_traces``, ``error_flags``, ``STATE_PREFIX``
 * ``pipeline_steps.label_select.kmeans``
@@ -34,6 +34,7 @@ import pandas as pd
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.trace_query import TraceReader
     from rlops.sandbox.pack import Pack
 
 T = TypeVar("T")
@@ -102,8 +103,10 @@ class ProjectData:
     def pack(self, scenario: str) -> "Pack":
         with self._lock:
             cached = self._packs.get(scenario)
-        if cached is None:
-            cached = self.context(scenario).load_pack()
+        if cached is None:  # read-only: the pack's liveness check (a sandbox run) is for training, not here
+            from rlops.sandbox.pack import load_pack
+            ctx = self.context(scenario)
+            cached = load_pack(ctx.pack_dir, calibration=ctx.read_calibration("latest"), check_liveness=False)
             with self._lock:
                 self._packs[scenario] = cached
         return cached
@@ -131,20 +134,12 @@ class ProjectData:
                 out.append(TraceFile(u, 0, 0))
         return out
 
-    def read_trace_table(self, scenario: str, uri: str, columns: list[str] | None = None,
-                         filters: list[tuple[str, str, Any]] | None = None) -> pd.DataFrame:
-        """One trace file as a frame (only ``columns``; rows kept by pyarrow ``filters``)."""
-        import pyarrow.parquet as pq
-        ctx = self.context(scenario)
-        with ctx.storage.local_path(uri) as path:
-            have = set(pq.read_schema(path).names)
-            cols = [c for c in columns if c in have] if columns else None
-            return pq.read_table(path, columns=cols, filters=filters).to_pandas()
+    def trace_reader(self, scenario: str) -> "TraceReader":
+        """The trace store's reader (DuckDB over the partitions, settings from ``trace_store``)."""
+        return self.context(scenario).traces.reader
 
-    def trace_schema(self, scenario: str, uri: str) -> list[str]:
-        import pyarrow.parquet as pq
-        with self.context(scenario).storage.local_path(uri) as path:
-            return list(pq.read_schema(path).names)
+    def trace_uri(self, scenario: str) -> str:
+        return self.context(scenario).traces.scenario_uri(scenario)
 
     # ------------------------------------------------------------------ project computations
     def state_features(self, scenario: str, df: pd.DataFrame) -> np.ndarray:

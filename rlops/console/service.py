@@ -1,10 +1,16 @@
 """Trace-store views of the console, computed once per content digest and cached.
 
 The trace store's files of a scenario (uri, size, mtime) make a digest; the overview (policy
-versions and their row counts, the trace-id index) and each version's decision map are computed
-once per digest, kept in memory and written as JSON / ``.npz`` under
-``<local_dir>/console-cache/<scenario>/``, so a restart does not recompute them either. A new
-partition changes the digest and the next request recomputes.
+versions and their row counts) and each version's decision map are computed once per digest, kept
+in memory and written as JSON under ``<local_dir>/console-cache/<scenario>/``, so a restart does not
+recompute them either. A new partition changes the digest and the next request recomputes.
+
+Every read goes through the trace store's reader (DuckDB over the partitions): the overview is one
+``GROUP BY`` over the ``policy_version`` column, an episode replay a lookup by trace id (bloom
+filters skip the row groups without it), and a decision map reads one version's rows, only the
+columns it needs, and clusters at most ``audit.console_map_rows`` of them: larger versions are sampled by
+whole episodes (a stable hash of the episode id), so return-to-go stays exact and a week of traffic
+maps in seconds, in bounded memory.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -21,6 +28,8 @@ from rlops.console import aggregates as agg
 from rlops.console.data import ProjectData
 
 _MAP_MAX_FIT_ROWS = 200_000  # k-means is fitted on a sample of this many rows, then assigns every row
+_REPLAYS_KEPT = 256  # episode replays kept in memory per console (for the store's current digest)
+_MAP_MAX_ROWS = 50_000  # rows a map clusters without audit.console_map_rows (larger versions: sampled)
 
 
 class NotFound(LookupError):
@@ -28,13 +37,14 @@ class NotFound(LookupError):
 
 
 class TraceViews:
-    """Decision maps, the trace-id index and episode replays of one deployment."""
+    """Decision maps, the per-version overview and episode replays of one deployment."""
 
     def __init__(self, data: ProjectData) -> None:
         self.data = data
         self._memory: dict[tuple[str, ...], tuple[str, Any]] = {}
         self._locks: dict[tuple[str, ...], threading.Lock] = {}
         self._guard = threading.Lock()
+        self._replays: OrderedDict[tuple[str, str], tuple[str, dict[str, Any]]] = OrderedDict()
 
     def _once(self, slot: tuple[str, ...], dg: str, compute: Any) -> Any:
         """The value of ``slot`` for content digest ``dg``: computed once (however many requests
@@ -56,69 +66,60 @@ class TraceViews:
         files = self.data.trace_files(scenario)
         return files, agg.digest([(f.uri, f.size, f.mtime_ns) for f in files])
 
-    # ------------------------------------------------------------------ overview + index
+    # ------------------------------------------------------------------ overview
     def overview(self, scenario: str) -> dict[str, Any]:
-        """Row counts per policy version, and the trace-id index (hash → file, row)."""
+        """Row counts per policy version (most rows first)."""
         files, dg = self.files_digest(scenario)
         return self._once(("overview", scenario), dg, lambda: self._overview(scenario, files, dg))
 
     def _overview(self, scenario: str, files: list[Any], dg: str) -> dict[str, Any]:
         folder = self.data.cache_dir(scenario)
-        meta_path, index_path = folder / f"overview-{dg}.json", folder / f"index-{dg}.npz"
-        if meta_path.is_file() and index_path.is_file():
-            with np.load(index_path) as z:
-                index = {k: z[k] for k in z.files}
-            return {**json.loads(meta_path.read_text()), "index": index}
-        ids, fidx, ridx, counts = [], [], [], pd.Series(dtype="int64")
-        for i, f in enumerate(files):
-            t = self.data.read_trace_table(scenario, f.uri, ["trace_id", "policy_version"])
-            ids.append(t["trace_id"].astype(str).to_numpy())
-            fidx.append(np.full(len(t), i, dtype=np.int32))
-            ridx.append(np.arange(len(t), dtype=np.int64))
-            counts = counts.add(t["policy_version"].astype(str).value_counts(), fill_value=0)
-        index = agg.build_index(np.concatenate(ids) if ids else np.array([], dtype=object),
-                                np.concatenate(fidx) if fidx else np.array([], dtype=np.int32),
-                                np.concatenate(ridx) if ridx else np.array([], dtype=np.int64))
-        meta = {"digest": dg, "files": [f.uri for f in files], "rows": int(counts.sum()),
-                "versions": {str(k): int(v) for k, v in counts.sort_values(ascending=False).items()}}
+        meta_path = folder / f"overview-{dg}.json"
+        if meta_path.is_file():
+            return json.loads(meta_path.read_text())
+        counts = (self.data.trace_reader(scenario).count_by(self.data.trace_uri(scenario), "policy_version")
+                  if files else {})
+        meta = {"digest": dg, "files": [f.uri for f in files], "rows": int(sum(counts.values())), "versions": counts}
         for pattern in ("overview-*.json", "index-*.npz", "map-*.json"):  # earlier contents of the store
             for old in folder.glob(pattern):
                 if dg not in old.name:
                     old.unlink(missing_ok=True)
-        np.savez(index_path, **index)
         meta_path.write_text(json.dumps(meta))
-        return {**meta, "index": index}
+        return meta
 
     # ------------------------------------------------------------------ decision map
     def decision_map(self, scenario: str, version: str) -> dict[str, Any]:
         ov = self.overview(scenario)
         if version not in ov["versions"]:
             raise NotFound(f"policy version {version!r} has no traces in the {scenario} trace store")
-        k = int(self.data.section(scenario, "audit").get("clusters", 8))
-        key = agg.digest([], ov["digest"], version, str(k), "map-1")
-        return self._once(("map", scenario, version), key, lambda: self._cached_map(scenario, version, k, key, ov))
+        audit = self.data.section(scenario, "audit")
+        k, max_rows = int(audit.get("clusters", 8)), int(audit.get("console_map_rows", _MAP_MAX_ROWS))
+        key = agg.digest([], ov["digest"], version, str(k), str(max_rows), "map-2")
+        return self._once(("map", scenario, version), key,
+                          lambda: self._cached_map(scenario, version, k, max_rows, key, ov))
 
-    def _cached_map(self, scenario: str, version: str, k: int, key: str, ov: dict[str, Any]) -> dict[str, Any]:
+    def _cached_map(self, scenario: str, version: str, k: int, max_rows: int, key: str,
+                    ov: dict[str, Any]) -> dict[str, Any]:
         path = self.data.cache_dir(scenario) / f"map-{ov['digest']}-{key}.json"
         if path.is_file():
             return json.loads(path.read_text())
-        out = self._compute_map(scenario, version, k, ov["files"])
+        out = self._compute_map(scenario, version, k, max_rows, int(ov["versions"][version]))
         path.write_text(json.dumps(out))
         return out
 
-    def _version_rows(self, scenario: str, version: str, files: list[str]) -> pd.DataFrame:
+    def _version_rows(self, scenario: str, version: str, max_rows: int, total: int) -> pd.DataFrame:
+        """The version's rows (the columns a map needs), or a sample of whole episodes past ``max_rows``."""
         prefix = self.data.state_prefix()
+        reader, uri = self.data.trace_reader(scenario), self.data.trace_uri(scenario)
         cols = ["trace_id", "episode_id", "step", "action", "action_mask", "reward_total", "reward_breakdown",
                 "error", "policy_version"]
-        parts = []
-        for uri in files:
-            schema = self.data.trace_schema(scenario, uri)
-            want = cols + [c for c in schema if c.startswith(prefix)]
-            parts.append(self.data.read_trace_table(scenario, uri, want, [("policy_version", "=", version)]))
-        return agg.episode_order(pd.concat([p for p in parts if len(p)], ignore_index=True))
+        want = cols + [c for c in reader.columns(uri) if c.startswith(prefix)]
+        rows, _ = reader.sample_episodes(uri, max_rows, columns=want, where={"policy_version": version}, total=total)
+        return agg.episode_order(rows)
 
-    def _compute_map(self, scenario: str, version: str, k: int, files: list[str]) -> dict[str, Any]:
-        df = self._version_rows(scenario, version, files)
+    def _compute_map(self, scenario: str, version: str, k: int, max_rows: int, total: int) -> dict[str, Any]:
+        df = self._version_rows(scenario, version, max_rows, total)
+        sampled = len(df) < total
         X = self.data.state_features(scenario, df)
         rng = np.random.default_rng(7)
         fit = X if len(X) <= _MAP_MAX_FIT_ROWS else X[rng.choice(len(X), _MAP_MAX_FIT_ROWS, replace=False)]
@@ -133,20 +134,34 @@ class TraceViews:
             members = labels == n["cluster"]
             n["description"] = self.data.describe_cluster(scenario, df[members], df)
         edges = agg.top_edges(agg.transitions(df, labels))
-        return {"scenario": scenario, "version": version, "rows": len(df), "episodes": int(df["episode_id"].nunique()),
+        episodes = int(df["episode_id"].nunique())
+        return {"scenario": scenario, "version": version, "rows": total,
+                "episodes": round(episodes * total / max(len(df), 1)) if sampled else episodes,
+                "sampled_rows": len(df) if sampled else None, "sampled_episodes": episodes if sampled else None,
                 "low_threshold": float(rtg.quantile(agg.LOW_QUANTILE)), "nodes": nodes, "edges": edges}
 
     # ------------------------------------------------------------------ episode replay
     def episode(self, scenario: str, trace_id: str) -> dict[str, Any]:
-        ov = self.overview(scenario)
-        for file_no, row in agg.lookup(ov["index"], trace_id):
-            uri = ov["files"][file_no]
-            ids = self.data.read_trace_table(scenario, uri, ["trace_id", "episode_id"])
-            if row < len(ids) and str(ids["trace_id"].iloc[row]) == trace_id:
-                ep = str(ids["episode_id"].iloc[row])
-                rows = self.data.read_trace_table(scenario, uri, None, [("episode_id", "=", ep)])
-                return self._path(scenario, agg.episode_order(rows), trace_id)
-        raise NotFound(f"trace id {trace_id!r} is not in the {scenario} trace store")
+        """The decision path of ``trace_id``'s episode: a lookup by id in the store (bloom filters
+        skip the row groups without it); the last replays of the current digest are kept in memory."""
+        _, dg = self.files_digest(scenario)
+        key = (scenario, trace_id)
+        with self._guard:
+            hit = self._replays.get(key)
+            if hit is not None and hit[0] == dg:
+                self._replays.move_to_end(key)
+                return hit[1]
+        try:
+            rows = self.data.trace_reader(scenario).episode_rows(self.data.trace_uri(scenario), trace_id)
+        except LookupError:
+            raise NotFound(f"trace id {trace_id!r} is not in the {scenario} trace store") from None
+        episode_id = str(rows.loc[rows["trace_id"].astype(str) == trace_id, "episode_id"].iloc[0])
+        path = self._path(scenario, agg.episode_order(rows[rows["episode_id"].astype(str) == episode_id]), trace_id)
+        with self._guard:
+            self._replays[key] = (dg, path)
+            while len(self._replays) > _REPLAYS_KEPT:
+                self._replays.popitem(last=False)
+        return path
 
     def registry_version(self, scenario: str, version: str) -> str | None:
         """``credit_approval-policy/3`` or ``3`` → ``3``; anything else (``rules``) → None."""

@@ -109,7 +109,7 @@ def test_cli_module_is_light() -> None:
     assert out == ""
 
 
-def test_aggregates_transitions_and_index() -> None:
+def test_aggregates_transitions_and_nearest() -> None:
     import numpy as np
     import pandas as pd
     df = pd.DataFrame({"episode_id": ["a", "a", "a", "b", "b"], "step": [0, 1, 2, 0, 1],
@@ -117,8 +117,6 @@ def test_aggregates_transitions_and_index() -> None:
     t = agg.transitions(df, np.array([0, 1, 1, 0, 1]))
     got = {(r.source, r.action, r.target): r.count for r in t.itertuples()}
     assert got == {(0, "x", 1): 2, (1, "y", 1): 1, (1, "z", agg.END): 2}
-    index = agg.build_index(df["trace_id"].to_numpy(), np.zeros(5, np.int32), np.arange(5))
-    assert agg.lookup(index, "u0") == [(0, 3)] and agg.lookup(index, "nope") == []
     X = np.array([[0.0, 0.0], [10.0, 10.0], [9.0, 9.5]])
     assert agg.nearest(X, np.array([[10.0, 10.0], [0.0, 0.0]])).tolist() == [1, 0, 0]
 

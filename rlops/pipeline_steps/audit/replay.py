@@ -33,29 +33,20 @@ if TYPE_CHECKING:  # numpy, pandas, torch are imported where they run: registeri
     import pandas as pd
 
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.trace_query import TraceReader
     from rlops.sandbox.pack import Pack
 
 _LOW_QUANTILE = 0.25
 
 
 # --------------------------------------------------------------------------- replay
-def find_episode(storage: Any, uri: str, trace_id: str) -> pd.DataFrame:
-    """All rows of the episode(s) holding ``trace_id``, reading only the files that hold them."""
-    import pandas as pd
-    files = [uri] if uri.endswith(".parquet") else [f for f in storage.list(uri, suffix=".parquet")
-                                                    if "/quarantine/" not in f]
-    episodes: set[str] = set()
-    for f in files:
-        ids = storage.read_parquet(f, columns=["trace_id", "episode_id"])
-        episodes |= set(ids.loc[ids["trace_id"].astype(str) == trace_id, "episode_id"].astype(str))
-    if not episodes:
-        raise ValueError(f"trace id {trace_id!r} not found under {uri}")
-    parts = []
-    for f in files:
-        if storage.read_parquet(f, columns=["episode_id"])["episode_id"].astype(str).isin(episodes).any():
-            df = storage.read_parquet(f)
-            parts.append(df[df["episode_id"].astype(str).isin(episodes)])
-    return pd.concat(parts, ignore_index=True).sort_values(["episode_id", "step"], kind="stable").reset_index(drop=True)
+def find_episode(reader: "TraceReader", uri: str, trace_id: str) -> pd.DataFrame:
+    """All rows of the episode(s) holding ``trace_id``, sorted by episode and step: a lookup by id
+    that reads only the row groups whose bloom filter may hold it."""
+    try:
+        return reader.episode_rows(uri, trace_id)
+    except LookupError as exc:
+        raise ValueError(str(exc).strip("'\"")) from None
 
 
 def decision_path(ctx: "StepContext", pack: "Pack", rows: pd.DataFrame, trace_id: str,
@@ -138,7 +129,7 @@ def render_path(path: dict[str, Any]) -> str:
 
 def replay(ctx: "StepContext", trace_id: str, depth: int | None = None, traces_uri: str | None = None) -> dict[str, Any]:
     pack = ctx.load_pack()
-    rows = find_episode(ctx.storage, traces_uri or ctx.traces.scenario_uri(ctx.scenario), trace_id)
+    rows = find_episode(ctx.traces.reader, traces_uri or ctx.traces.scenario_uri(ctx.scenario), trace_id)
     return decision_path(ctx, pack, rows, trace_id, depth)
 
 
@@ -297,14 +288,12 @@ def _attribution(ctx: "StepContext", pack: "Pack", df: pd.DataFrame, clusters: i
 
 
 def audit(ctx: "StepContext", policy_version: str | None = None, traces_uri: str | None = None) -> dict[str, Any]:
-    from rlops.pipeline_steps.infra.trace_store import read_traces
     cfg = dict(ctx.section("audit"))
     pack = ctx.load_pack()
     window = ctx.key.lookback(float(cfg.get("window_hours", 24)))
     uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
-    df = read_traces(ctx.storage, uri, window if not traces_uri else None)
-    if policy_version is not None and not df.empty:
-        df = df[df["policy_version"].astype(str) == str(policy_version)]
+    df = ctx.traces.reader.read(uri, window if not traces_uri else None,
+                                where={"policy_version": str(policy_version)} if policy_version is not None else None)
     if df.empty:
         raise ValueError(f"no trace rows under {uri}" + (f" for policy version {policy_version}" if policy_version else "")
                          + (f" in the window {window[0]} – {window[1]}" if window and not traces_uri else ""))

@@ -300,12 +300,11 @@ def active_profile(pack: "Pack") -> str:
 
 def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, Any]:
     """Fit, check and write a new calibration version; returns a summary."""
-    from rlops.pipeline_steps.infra.trace_store import read_traces
     from rlops.sandbox.pack import load_pack
     cfg = RecalConfig.from_section(ctx.section("recalibrate"))
     uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
     window = ctx.key.lookback(cfg.window_hours) if cfg.window_hours else None
-    df = live_rows(read_traces(ctx.storage, uri, window), cfg.source)
+    df = live_rows(ctx.traces.reader.read(uri, window), cfg.source)
     if "scenario" in df.columns:
         df = df[df["scenario"] == ctx.scenario].reset_index(drop=True)
     written = ctx.load_pack(calibration=None)

@@ -4,7 +4,9 @@ Baseline: traces of the current champion as production serves it (its most likel
 the agent SDK's policy client decides; the rule engine while there is none) in the
 calibrated sandbox (the pack under its latest calibration, profile ``calibrated``; the pack's
 default profile before the first calibration), encoded through the trace contract as live rows are, written to ``sandbox_traces/<scenario>/<run_key>.parquet``. Target: the live
-trace partition of the run key's hour. The field-by-field comparison is :func:`run_drift`, its
+trace partition of the run key's hour, or with ``drift.window_hours`` the trace-store window of that many
+hours ending with the run key (read by DuckDB: only the tested columns, partitions outside the
+window skipped). The field-by-field comparison is :func:`run_drift`, its
 p-values counting episodes (``drift.cluster``) and, once calibrated, the episodes the sandbox was
 fitted to (a fitted baseline carries its own estimation error). The baseline is a function of
 the pack, its calibration, the champion version, the reward function and the budget: an hour
@@ -30,6 +32,31 @@ def window_uri(ctx: StepContext) -> str:
     t = ctx.key.start
     return join_uri(ctx.traces.trace_uri,
                     partition_path(scenario=ctx.scenario, date=f"{t:%Y-%m-%d}", hour=t.hour))
+
+
+def drift_columns(available: list[str], cfg: dict[str, Any]) -> list[str]:
+    """The trace columns the drift check reads: the tested fields (``drift.fields``, else every
+    ``state.*`` column plus the operational ones), the episode (the p-values' unit) and the reward."""
+    from rlops.pipeline_steps.drift.stats import OPERATIONAL_FIELDS
+    from rlops.data_contracts.schema import STATE_PREFIX
+    fields = set(cfg.get("fields") or [])
+    wanted = {"episode_id", "reward_total", str(cfg.get("cluster") or "episode_id")}
+    return [c for c in available if c in wanted or c in fields
+            or (not fields and (c.startswith(STATE_PREFIX) or c in OPERATIONAL_FIELDS))]
+
+
+def target_rows(ctx: StepContext, cfg: dict[str, Any]) -> tuple[str, Any]:
+    """``(description, rows)`` of the live traffic to test: the run key's hour partition, or the
+    ``drift.window_hours`` ending with the run key (an empty frame when there is none)."""
+    reader = ctx.traces.reader
+    hours = cfg.get("window_hours")
+    if not hours:
+        uri = window_uri(ctx)
+        return uri, reader.read(uri, columns=drift_columns(reader.columns(uri), cfg))
+    uri, window = ctx.traces.scenario_uri(ctx.scenario), ctx.key.lookback(float(hours))
+    where = f"{uri} [{window[0]:%Y-%m-%dT%H:%M}Z, {window[1]:%Y-%m-%dT%H:%M}Z)"
+    # a day of text values as categoricals: counted the same by the tests, a fraction of the memory
+    return where, reader.read(uri, window, drift_columns(reader.columns(uri), cfg), categorical=True)
 
 
 def episode_returns(df: Any) -> np.ndarray:
@@ -82,9 +109,9 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
     from rlops.pipeline_steps.drift.report import run_drift
     from rlops.sandbox.profiles import default_profile
     cfg = ctx.section("drift")
-    target = window_uri(ctx)
+    target, live = target_rows(ctx, cfg)
     base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "target_uri": target, "dry_run": ctx.dry_run}
-    if not ctx.storage.list(target, suffix=".parquet"):
+    if live.empty:
         return {**base, "drifted_fields": [], "anomaly": False, "retrain": False,
                 "summary": f"no live traces at {target}; nothing to compare"}
     pack = ctx.load_pack()  # with the latest calibration: the sandbox as it stands now
@@ -95,8 +122,8 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
         ctx.storage.write_parquet(baseline, baseline_df)
     fit_n = ((pack.calibration or {}).get("fit") or {}).get("episodes")
     result = run_drift(ctx.params, baseline, target, ctx.report_uri("drift"), dry_run=ctx.dry_run,
-                       scenario=ctx.scenario, ctx=ctx, baseline_fit_n=fit_n) if not ctx.dry_run else None
-    live = ctx.storage.read_parquet(target)
+                       scenario=ctx.scenario, ctx=ctx, baseline_fit_n=fit_n,
+                       target_rows=live) if not ctx.dry_run else None
     r_live, r_base = episode_returns(live), episode_returns(baseline_df)
     se = float(np.sqrt(r_live.var(ddof=1) / max(len(r_live), 1) + r_base.var(ddof=1) / max(len(r_base), 1))) \
         if len(r_live) > 1 and len(r_base) > 1 else 0.0

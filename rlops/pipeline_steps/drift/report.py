@@ -177,21 +177,33 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
               out_uri: str | None = None, *, fields: Sequence[str] | None = None,
               threshold: float | None = None, min_effect: float | None = None,
               bh: bool | None = None, dry_run: bool = False, track: bool = True,
-              scenario: str | None = None, ctx: Any = None, baseline_fit_n: float | None = None) -> DriftResult:
+              scenario: str | None = None, ctx: Any = None, baseline_fit_n: float | None = None,
+              target_rows: pd.DataFrame | None = None) -> DriftResult:
     """Read both windows, test them, write ``report.json``/``report.html`` under ``out_uri``
     (default ``<storage.root>/<drift.report_dir>/<hash of the two URIs>``) and log them to
     MLflow. Arguments left ``None`` come from the ``drift`` block of params. ``dry_run``
     tests and reports what it would write, but writes and logs nothing. With ``ctx`` (a
     :class:`~rlops.pipeline_steps.infra.context.StepContext`) the MLflow run nests under its pass.
     ``drift.cluster`` names the column whose rows are one unit (the episode), ``baseline_fit_n``
-    how many episodes a fitted baseline was estimated from (see :mod:`rlops.pipeline_steps.drift.stats`)."""
+    how many episodes a fitted baseline was estimated from (see :mod:`rlops.pipeline_steps.drift.stats`).
+    ``target_rows``: the target already read (a trace-store window read by DuckDB); ``target_uri``
+    then only names it in the report."""
     from rlops.pipeline_steps.infra.storage import Storage
 
     cfg = dict(params.get("drift") or {})
     storage = Storage.from_params(dict(params))
+    window_read = target_rows is not None  # a window of the store: its URI names more than was read
     fields = fields if fields is not None else cfg.get("fields")
     baseline = storage.read_parquet(baseline_uri)
-    target = storage.read_parquet(target_uri)
+    if target_rows is None:  # live traces: read as every trace-store read is (DuckDB unless trace_store.engine)
+        from rlops.pipeline_steps.infra.storage import StorageNotFoundError
+        from rlops.pipeline_steps.infra.trace_query import QueryEngineConfig, TraceReader
+        reader = TraceReader(storage, QueryEngineConfig.from_params(params))
+        if not reader.files(target_uri):
+            raise StorageNotFoundError(f"read_parquet: no parquet file at or under {target_uri} "
+                                       "(quarantine partitions are not read)", op="read_parquet", uri=target_uri)
+        target_rows = reader.read(target_uri)
+    target = target_rows
     unit = cfg.get("cluster")
     clusters = (baseline[unit], target[unit]) if unit and unit in baseline and unit in target else None
     report = detect_drift(
@@ -222,7 +234,8 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
 
     with _drift_run(params, scenario, ctx) as run:
         log_dataset_inputs(run, [parquet_dataset(storage, baseline_uri, "drift-baseline"),
-                                 parquet_dataset(storage, target_uri, "drift-target")], DRIFT)
+                                 parquet_dataset(storage, target_uri, "drift-target") if not window_read
+                                 else None], DRIFT)
         run.log_params({"baseline": baseline_uri, "target": target_uri,
                         "threshold": report.threshold, "min_effect": report.min_effect,
                         "bh": report.bh, "report_uri": json_uri})

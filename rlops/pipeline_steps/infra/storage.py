@@ -361,14 +361,15 @@ class Storage(S3Access):
 
     # ------------------------------------------------------------------ parquet
     def write_parquet(self, uri: str, data: pd.DataFrame | pa.Table,
-                      compression: str = "zstd") -> str:
-        """Write a DataFrame or Arrow table as one parquet object (atomically)."""
+                      compression: str = "zstd", **options: Any) -> str:
+        """Write a DataFrame or Arrow table as one parquet object (atomically); ``options`` go to
+        ``pyarrow.parquet.write_table`` (e.g. bloom filters)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
         table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data,
                                                                              preserve_index=False)
         buf = pa.BufferOutputStream()
-        pq.write_table(table, buf, compression=compression)
+        pq.write_table(table, buf, compression=compression, **options)
         return self.write_bytes(uri, buf.getvalue().to_pybytes())
 
     def read_parquet_table(self, uri: str, columns: list[str] | None = None) -> pa.Table:

@@ -84,6 +84,28 @@ class S3Access:
                                                       config=cfg)
         return self._s3
 
+    def arrow_s3_filesystem(self) -> Any:
+        """A ``pyarrow.fs.S3FileSystem`` with this storage's endpoint, timeouts and attempts, and the
+        credentials and region boto3 resolves (environment, profile, instance role), for readers
+        that scan parquet objects in place (the trace store's DuckDB reader)."""
+        import boto3
+        import pyarrow.fs as pafs
+        session = boto3.session.Session()
+        creds = session.get_credentials()
+        kwargs: dict[str, Any] = {"region": session.region_name or "us-east-1",
+                                  "connect_timeout": self.connect_timeout_s,
+                                  "request_timeout": self.read_timeout_s,
+                                  "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=self.retries)}
+        if creds is not None:
+            frozen = creds.get_frozen_credentials()
+            kwargs.update(access_key=frozen.access_key, secret_key=frozen.secret_key,
+                          session_token=frozen.token)
+        if self.endpoint_url:
+            scheme, _, host = self.endpoint_url.partition("://")
+            kwargs.update(endpoint_override=host.rstrip("/") if host else scheme, scheme=scheme if host else "https",
+                          force_virtual_addressing=False)
+        return pafs.S3FileSystem(**kwargs)
+
     def _retry(self, op: str, uri: str, fn: Callable[[], T]) -> T:
         """Run ``fn`` with retries on transient S3 errors; wrap the final failure."""
         last: BaseException | None = None

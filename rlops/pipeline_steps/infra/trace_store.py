@@ -11,6 +11,10 @@ Rows are partitioned by the UTC date and hour of their ``ts``; a file is named a
 that wrote it, so re-running a run key overwrites instead of duplicating. A landing file belongs to
 the interval that holds the UTC time at the front of its name (its hour folder's start otherwise).
 
+Every parquet file carries bloom filters on ``trace_id`` and ``episode_id`` (:func:`parquet_options`),
+so a lookup by id reads only the row groups that may hold it. Reads go through
+:class:`~rlops.pipeline_steps.infra.trace_query.TraceReader` (DuckDB over these partitions).
+
 Ids: an episode id is ``<scenario>-<run_key>-<n>`` for simulated traffic (unique across run keys,
 the same on a re-run), a trace id ``<episode_id>-<step>``; live agents bring their own.
 """
@@ -30,6 +34,8 @@ from rlops.common.run_key import RunKey
 from rlops.data_contracts.records import QUARANTINE_SCHEMA, quarantine_frame
 from rlops.data_contracts.schema import META_PREFIX, Contract
 
+from rlops.pipeline_steps.infra.trace_query import QueryEngineConfig, TraceReader
+
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.storage import Storage
 
@@ -41,16 +47,19 @@ _NAME_TIME = re.compile(r"^(\d{8}T\d{12})Z")
 #: Landing files rlops reads: JSON lines, plain or gzip-compressed, any letter case.
 LANDING_SUFFIXES = (".jsonl", ".jsonl.gz")
 _PART = re.compile(r"/date=(\d{4}-\d{2}-\d{2})(?:/hour=(\d{1,2}))?/")
+#: Columns whose parquet bloom filters make a lookup by id skip the row groups without it.
+BLOOM_COLUMNS = ("trace_id", "episode_id")
 
 
 @dataclass(frozen=True)
 class TraceStore:
-    """The three roots of the trace store on one :class:`Storage`."""
+    """The three roots of the trace store on one :class:`Storage`, and how it is read."""
 
     storage: "Storage"
     landing_uri: str
     trace_uri: str
     quarantine_uri: str
+    engine: QueryEngineConfig = QueryEngineConfig()
 
     @classmethod
     def from_params(cls, params: dict[str, Any], storage: "Storage | None" = None) -> "TraceStore":
@@ -64,7 +73,12 @@ class TraceStore:
             value = str(cfg.get(key) or default)
             return value if "://" in value else storage.join(value)
         return cls(storage, where("landing_dir", LANDING_DIR), where("trace_dir", TRACE_DIR),
-                   where("quarantine_dir", QUARANTINE_DIR))
+                   where("quarantine_dir", QUARANTINE_DIR), QueryEngineConfig.from_params(params))
+
+    @property
+    def reader(self) -> TraceReader:
+        """Reads of this store (DuckDB, or pandas with ``trace_store.engine: pandas``)."""
+        return TraceReader(self.storage, self.engine)
 
     def scenario_uri(self, scenario: str) -> str:
         """The scenario's folder of accepted rows (``traces/scenario=<s>``)."""
@@ -78,7 +92,7 @@ class TraceStore:
 
     def read(self, scenario: str, window: tuple[datetime, datetime] | None = None,
              columns: Sequence[str] | None = None) -> pd.DataFrame:
-        return read_traces(self.storage, self.scenario_uri(scenario), window, columns)
+        return self.reader.read(self.scenario_uri(scenario), window, columns)
 
 
 def episode_prefix(scenario: str, run_key: str) -> str:
@@ -131,6 +145,19 @@ def partition_groups(df: pd.DataFrame, ts: pd.Series) -> Iterator[tuple[str, str
         yield str(date), str(hour), df.loc[idx]
 
 
+#: Rows per parquet row group: the unit a lookup by id decodes (and DuckDB's unit of parallel work).
+ROW_GROUP_ROWS = 65_536
+
+
+def parquet_options(num_rows: int) -> dict[str, Any]:
+    """``pyarrow.parquet.write_table`` options of a trace file of ``num_rows`` rows: zstd, row groups
+    of :data:`ROW_GROUP_ROWS`, and per row group bloom filters on the id columns (1 % false
+    positives), so a lookup by trace or episode id decodes only the row groups that may hold it."""
+    ndv = max(min(int(num_rows), ROW_GROUP_ROWS), 1)
+    return {"compression": "zstd", "row_group_size": ROW_GROUP_ROWS,
+            "bloom_filter_options": {c: {"ndv": ndv, "fpp": 0.01} for c in BLOOM_COLUMNS}}
+
+
 def _part_name(run_key: str, part: int) -> str:
     return f"part-{run_key}-{part:05d}.parquet"
 
@@ -161,7 +188,7 @@ def write_trace_partitions(storage: Storage, df: pd.DataFrame, trace_root_uri: s
                            _part_name(run_key, part))
             if not dry_run:
                 table = pa.Table.from_pandas(group[columns], schema=schema, preserve_index=False)
-                storage.write_parquet(uri, table)
+                storage.write_parquet(uri, table, **parquet_options(table.num_rows))
             written.append(uri)
     return written
 
@@ -226,28 +253,17 @@ def parse_ts(col: pd.Series) -> pd.Series:
 
 
 def read_traces(storage: "Storage", uri: str, window: tuple[datetime, datetime] | None = None,
-                columns: Sequence[str] | None = None) -> pd.DataFrame:
+                columns: Sequence[str] | None = None, engine: QueryEngineConfig | None = None) -> pd.DataFrame:
     """Trace rows from one parquet file or every ``*.parquet`` under a folder (``quarantine``
     partitions excluded). With ``window``, hour partitions outside it are skipped and rows are
-    kept when ``window[0] <= ts < window[1]``."""
-    import pyarrow as pa
-    if uri.endswith(".parquet") and storage.exists(uri):
-        files = [uri]
-    else:
-        files = [f for f in storage.list(uri, suffix=".parquet") if "/quarantine/" not in f]
-    if window is not None:
-        files = [f for f in files if _overlaps(f, window)]
-    if not files:
-        return pd.DataFrame()
-    tables = [storage.read_parquet_table(f, columns=list(columns) if columns else None) for f in files]
-    df = pa.concat_tables(tables, promote_options="default").to_pandas()
-    if window is not None and "ts" in df.columns:
-        ts = parse_ts(df["ts"])
-        df = df[(ts >= window[0]) & (ts < window[1])].reset_index(drop=True)
-    return df
+    kept when ``window[0] <= ts < window[1]``. Read by :class:`TraceReader` (``engine``: the
+    ``trace_store`` block of params; DuckDB by default)."""
+    return TraceReader(storage, engine).read(uri, window, columns)
 
 
-def _overlaps(uri: str, window: tuple[datetime, datetime]) -> bool:
+def partition_overlaps(uri: str, window: tuple[datetime, datetime]) -> bool:
+    """Whether the ``date=``/``hour=`` partition of ``uri`` overlaps ``window`` (a file outside
+    the date/hour layout always may)."""
     m = _PART.search(uri)
     if not m:
         return True  # not partitioned by time: read it and filter rows by ts

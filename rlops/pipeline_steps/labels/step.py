@@ -130,6 +130,14 @@ def finished_labels(ctx: "StepContext") -> "pd.DataFrame":
 
 
 EXCLUDED_QUEUED = "already queued or labelled"
+#: Trace columns no part of the queue reads: left in the parquet (the JSON reward breakdowns alone
+#: are most of a day's bytes), so a day's window stays within a worker's memory.
+UNREAD_COLUMNS = frozenset({"reward_breakdown", "reward_total", "reward_fn_version", "logp", "value", "latency_ms"})
+
+
+def label_columns(available: list[str]) -> list[str]:
+    """The trace columns the label queue reads, of those the store has."""
+    return [c for c in available if c not in UNREAD_COLUMNS]
 
 
 def queue_selection(ctx: "StepContext", pack: Any, cfg: QueueConfig
@@ -167,12 +175,12 @@ def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[s
 
     from rlops.pipeline_steps.labels.select import item_id, queue_items, select_uncertain
     from rlops.pipeline_steps.labels.uncertainty import EXCLUDED_SINGLE, count_single_choice, usable_rows
-    from rlops.pipeline_steps.infra.trace_store import read_traces
     cfg = QueueConfig.from_section(ctx.section("label_queue"))
     pack = ctx.load_pack()
     window = ctx.key.lookback(cfg.window_hours)
     uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
-    raw = read_traces(ctx.storage, uri, window)
+    reader = ctx.traces.reader
+    raw = reader.read(uri, window, label_columns(reader.columns(uri)))
     missing = {"episode_id", "step", "ts", "action", "action_mask"} - set(raw.columns)
     if not raw.empty and missing:
         raise ValueError(f"trace rows at {uri} lack column(s) {sorted(missing)}; expected the trace record")

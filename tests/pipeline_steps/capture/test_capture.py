@@ -153,11 +153,11 @@ def test_a_crashed_run_is_cleaned_up_by_the_next(zone, contract, monkeypatch):
     real_write = Storage.write_parquet
     calls = {"n": 0}
 
-    def failing(self, uri, data, compression="zstd"):
+    def failing(self, uri, data, compression="zstd", **options):
         calls["n"] += 1
         if calls["n"] == 4:
             raise OSError("disk full")
-        return real_write(self, uri, data, compression)
+        return real_write(self, uri, data, compression, **options)
 
     monkeypatch.setattr(Storage, "write_parquet", failing)
     with pytest.raises(OSError, match="disk full"):
