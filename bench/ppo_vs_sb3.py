@@ -197,7 +197,7 @@ def bench_pack(name: str, args: argparse.Namespace) -> dict[str, Any]:
                       "time_ratio": None if p["time_ratio"] is None else round(p["time_ratio"], 1),
                       "rlops_s_to_target": p["rl"]["s_to_target"], "sb3_s_to_target": p["sb"]["s_to_target"],
                       "rlops_sps": round(p["rl"]["sps"], 1), "sb3_sps": round(p["sb"]["sps"], 1)} for p in pairs],
-            "bars": {"sps_ratio>=20": sps_ratio >= 20, "time_ratio>=10": time_ratio is not None and time_ratio >= 10}}
+            "bars": {"sps_ratio>=200": sps_ratio >= 200, "time_ratio>=100": time_ratio is not None and time_ratio >= 100}}
 
 
 def load_average() -> list[float]:

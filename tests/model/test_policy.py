@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlops.model.policy import (PolicyConfig, PolicyNetwork, export_policy, load_exported, load_policy, mask_value,
-                          masked_entropy, masked_log_probs, save_policy)
+from rlops.model.policy import (PolicyConfig, PolicyNetwork, export_policy, fast_tanh, load_exported, load_policy,
+                                mask_value, masked_entropy, masked_log_probs, save_policy, softmax_rows)
 
 F, A, K = 11, 128, 4
 
@@ -194,3 +194,44 @@ def test_a_policy_saved_before_obs_norm_existed_still_loads(policy: PolicyNetwor
     assert loaded.obs_rms is None
     obs = _obs(16, seed=6)
     assert torch.equal(loaded.act(obs, deterministic=True).action, policy.act(obs, deterministic=True).action)
+
+
+# ---------------------------------------------------------------------------- fast CPU kernels: same math
+def test_fast_tanh_matches_torch_tanh_in_value_and_gradient() -> None:
+    x = torch.linspace(-12, 12, 20_001, dtype=torch.float32)
+    assert (fast_tanh(x) - torch.tanh(x)).abs().max() < 2e-7
+    xg = x.clone().requires_grad_()
+    fast_tanh(xg).sum().backward()
+    assert (xg.grad - (1 - torch.tanh(x) ** 2)).abs().max() < 5e-7
+    assert fast_tanh(torch.tensor([0.0])).item() == 0.0
+
+
+def test_softmax_rows_equals_softmax_over_the_last_dimension() -> None:
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(513, 7, generator=gen) * 4
+    assert torch.equal(softmax_rows(x, log=True), torch.log_softmax(x, dim=-1))
+    assert (softmax_rows(x) - torch.softmax(x, dim=-1)).abs().max() < 1e-7
+    xg = x.clone().requires_grad_()
+    (softmax_rows(xg, log=True) * torch.arange(7.0)).sum().backward()
+    xr = x.clone().requires_grad_()
+    (torch.log_softmax(xr, dim=-1) * torch.arange(7.0)).sum().backward()
+    assert torch.allclose(xg.grad, xr.grad, atol=1e-6)
+
+
+def test_history_embedding_is_the_embedding_lookup_exactly(policy: PolicyNetwork) -> None:
+    F, A, k = policy.n_features, policy.n_actions, policy.history_len
+    codes = torch.randint(0, A + 1, (64, k), generator=torch.Generator().manual_seed(0))
+    one_hot = (codes.float().unsqueeze(-1) == policy._codes).float()
+    assert torch.equal(one_hot @ policy.action_embed.weight, policy.action_embed(codes))
+
+
+def test_forward_is_deterministic_and_batch_independent(policy: PolicyNetwork) -> None:
+    gen = torch.Generator().manual_seed(5)
+    obs = torch.cat([torch.randn(32, policy.n_features, generator=gen), torch.ones(32, policy.n_actions),
+                     torch.randint(0, policy.n_actions + 1, (32, policy.history_len), generator=gen).float()], 1)
+    with torch.no_grad():
+        logp_a, v_a = policy(obs)
+        logp_b, v_b = policy(obs)
+        logp_1, v_1 = policy(obs[:1])
+    assert torch.equal(logp_a, logp_b) and torch.equal(v_a, v_b)
+    assert torch.allclose(logp_1, logp_a[:1], atol=1e-6) and torch.allclose(v_1, v_a[:1], atol=1e-6)
