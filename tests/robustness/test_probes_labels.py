@@ -1,7 +1,7 @@
 """Label-import probes: malformed Label Studio tasks next to a good one. Each malformed task is
 rejected with a reason naming what is wrong, the good one is kept, nothing raises; two tasks that
 label one item differently are a conflict, reported with both labels and applied to neither. The
-file-level probes go through ``rlops labels import``. Prints the four counts."""
+file-level probes go through ``rlops labels import``. One test per probe."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from .io_harness import BAD, IOProbe, Verdict, expect_cli_error, failures, report, run_all
+from .io_harness import IOProbe, Verdict, check, expect_cli_error, ids, run_probe
 
 ITEMS = pd.DataFrame({"item_id": ["it-1", "it-2"],
                       "candidate_actions": [json.dumps(["approve", "reject"])] * 2})
@@ -130,15 +130,6 @@ PROBES = [
 ]
 
 
-@pytest.fixture
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("RLOPS_STORAGE_ROOT", f"file://{tmp_path / 'store'}")
-    monkeypatch.setenv("RLOPS_QUEUE_DB", f"sqlite:///{tmp_path / 'queue.db'}")
-    return tmp_path
-
-
-def test_label_probes(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    outcomes = run_all(PROBES, isolated / "probes")
-    with capsys.disabled():
-        print(report("label probes", outcomes))
-    assert not [o for o in outcomes if o.kind in BAD], failures(outcomes)
+@pytest.mark.parametrize("probe", PROBES, ids=ids(PROBES))
+def test_label_probe(probe: IOProbe, isolated: Path) -> None:
+    check(run_probe(probe, isolated / "probes"))
