@@ -53,7 +53,7 @@ def test_attribution_names_component_rule_action_and_cluster() -> None:
 
 def test_audit_report_shows_the_attribution(tmp_path: Path, tmp_tracking: str) -> None:
     from rlops.pipeline_steps.audit.replay import audit
-    from tests.unit.test_audit import _ctx, _store
+    from tests.pipeline_steps.audit.test_audit import _ctx, _store
     credit = load_pack(REPO / "scenarios" / "credit_approval", check_liveness=False)
     ctx = _ctx(tmp_path, tmp_tracking)
     df = rollout_traces(credit, random_policy(0), 200, seed=0, policy_version="9",
