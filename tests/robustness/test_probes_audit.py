@@ -123,7 +123,7 @@ CONTRACT_PROBES = [
     contract_shape("flat_dict", {"a": 1.0, "b": -0.5}, True),
     contract_shape("flat_dict_with_total", {"a": 1.0, "total": 1.0}, True),
     contract_shape("list_of_numbers", [1, 2, 3], False, "item 0"),
-    contract_shape("string", "a string", False, "not JSON"),
+    contract_shape("string", "a string", False, "json_parseable"),
     contract_shape("number", 3, False, "expected"),
     contract_shape("score_text", [{"component": "a", "score": "high"}], False, "score"),
     contract_shape("score_bool", [{"component": "a", "score": True}], False, "score"),
