@@ -128,6 +128,9 @@ COMMANDS = {
     "model_evaluate": ["model", "evaluate", "--candidate", "1", "--dry-run"],
     "labels_run": ["labels", "run", "--dry-run"],
     "drift_check": ["drift", "check", "--dry-run"],
+    "calibrate": ["calibrate", "--dry-run"],
+    "stress": ["stress", "--dry-run"],
+    "model_promote": ["model", "promote", "--candidate", "1", "--dry-run"],
     "simulate": ["simulate", "--dry-run"],
     "profile": ["profile", "--dry-run"],
 }
