@@ -238,7 +238,8 @@ def _streamed_memory(tmp: Path) -> Verdict:
         tracemalloc.stop()
     if n != 30_000:
         return "lost", f"{n} rows from 30000 spans"
-    return None if peak < size / 4 else ("lost", f"peak {peak / 1e6:.0f} MB for a {size / 1e6:.0f} MB export")
+    # reading the document whole takes more than its size; one span at a time takes a fixed buffer
+    return None if peak < size / 2 else ("lost", f"peak {peak / 1e6:.0f} MB for a {size / 1e6:.0f} MB export")
 
 
 def _chunks_bounded(tmp: Path) -> Verdict:
