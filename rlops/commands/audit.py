@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rlops.commands.common_args import add_common_args, as_user_error, context_from_args
 
@@ -28,6 +29,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     with as_user_error("replay"):
         path = replay(ctx, args.trace_id, args.depth, args.traces)
     print(json.dumps(path, indent=2, default=str) if args.json else render_path(path))
+    for reason in path.get("rows_skipped", []):
+        print(f"warning: row skipped: {reason}", file=sys.stderr)
     return 0
 
 
@@ -40,4 +43,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
     print(json.dumps(result, indent=2, default=str) if args.json else
           f"audit of {result['rows']} steps in {result['clusters']} clusters: "
           + ("would write " if ctx.dry_run else "wrote ") + result["html_uri"])
+    for warning in result.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
     return 0

@@ -43,14 +43,37 @@ def context_from_args(args: argparse.Namespace) -> "StepContext":
     from rlops.pipeline_steps.infra.context import StepContext
     params = load_params()
     scenario = getattr(args, "scenario", None)
-    if scenario and Path(scenario).is_dir():
-        folder = Path(scenario).resolve()
-        params["scenarios_dir"], scenario = str(folder.parent), folder.name
+    if scenario is not None:
+        params["scenarios_dir"], scenario = scenario_of(scenario, params)
     try:
         return StepContext.create(scenario=scenario, run_key=getattr(args, "run_key", None),
                                   dry_run=bool(getattr(args, "dry_run", False)), params=params)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+
+
+def scenario_of(given: str, params: dict[str, Any]) -> tuple[str, str]:
+    """``(scenarios_dir, pack name)`` of an explicit ``--scenario``: a pack folder (it holds a
+    scenario.yaml) or a pack name under ``scenarios_dir``. Anything else — an empty text, ``/``, a
+    folder that is no pack — is a :class:`UserError`, never "the default pack"."""
+    from rlops.common.config import REPO_ROOT
+    from rlops.common.errors import UserError
+    root = str(params.get("scenarios_dir") or REPO_ROOT / "scenarios")
+    if not given.strip():
+        raise UserError("--scenario '': empty path; expected a pack name under scenarios/ or a pack folder")
+    path = Path(given)
+    if path.is_dir():
+        folder = path.resolve()
+        if folder.name and (folder / "scenario.yaml").is_file():
+            return str(folder.parent), folder.name
+        if folder.name and "/" not in given and not given.startswith(".") and (Path(root) / given).is_dir():
+            return root, given  # a pack name that is also a folder here
+        raise UserError(f"--scenario {given!r}: the folder {folder} is not a scenario pack (no scenario.yaml); "
+                        "expected a pack name under scenarios/ or a pack folder")
+    if "/" in given or given.startswith(".") or given != given.strip():
+        raise UserError(f"--scenario {given!r}: no such pack folder; expected a pack name under scenarios/ or a "
+                        "pack folder")
+    return root, given
 
 
 def pack_dir_from_args(args: argparse.Namespace) -> Path:

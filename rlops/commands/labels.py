@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rlops.commands.common_args import add_common_args, as_user_error, context_from_args
 
@@ -38,4 +39,10 @@ def cmd_labels(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2, default=str))
     else:
         print(", ".join(f"{k}={v}" for k, v in result.items() if not isinstance(v, (list, dict))))
+    for old in result.get("stale") or []:
+        print(f"warning: item {old['item_id']}: label {old['label']!r} ({old['labelled_at']}) is older than the "
+              f"stored {old['stored_label']!r} ({old['stored_at']}); not applied", file=sys.stderr)
+    if result.get("conflicts"):
+        print(f"warning: {len(result['conflicts'])} item(s) labelled differently by different annotators; "
+              f"not applied, listed in {result.get('conflicts_uri')}", file=sys.stderr)
     return 0

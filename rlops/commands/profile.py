@@ -3,8 +3,34 @@
 from __future__ import annotations
 
 import argparse
+import math
+from pathlib import Path
 
 from rlops.commands.common_args import add_common_args, add_reward_fn_arg, context_from_args, print_result
+
+
+#: The longest profile one command may ask for (a day): a typo must not mean a machine busy for a week.
+MAX_DURATION_S = 86_400.0
+
+
+def check_trace_path(path: Path) -> None:
+    """``--trace`` must name a file rlops can write, checked (by writing a scratch file next to it)
+    before any training."""
+    import tempfile
+
+    from rlops.common.errors import UserError
+    if path.is_dir():
+        raise UserError(f"--trace {path}: is a folder; expected a file name for the Chrome trace")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".rlops-write-check-"):
+            pass
+        if path.exists():
+            with path.open("ab"):
+                pass
+    except OSError as exc:
+        raise UserError(f"--trace {path}: cannot write there ({exc.strerror or exc}); expected a writable "
+                        "file path") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,12 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from rlops.common.errors import UserError
     from rlops.pipeline_steps.training.profile import REGIONS, profile_training, region_lines
-    if args.duration <= 0:
-        raise UserError(f"--duration must be a positive number of seconds, got {args.duration}")
+    if not math.isfinite(args.duration) or not 0 < args.duration <= MAX_DURATION_S:
+        raise UserError(f"--duration {args.duration}: expected a number of seconds in (0, {MAX_DURATION_S:g}]")
+    trace = Path(args.trace) if args.trace else None
+    if trace is not None:
+        check_trace_path(trace)
     ctx = context_from_args(args)
     if args.dry_run:
         res = {"dry_run": True, "scenario": ctx.scenario, "duration_s": args.duration, "regions": list(REGIONS)}
@@ -33,12 +60,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
                                       f"(phases {', '.join(REGIONS)})"])
         return 0
     try:
-        report = profile_training(ctx, args.duration, args.device, Path(args.trace) if args.trace else None,
-                                  args.reward_fn)
+        report = profile_training(ctx, args.duration, args.device, trace, args.reward_fn)
     except KeyError as exc:
         raise UserError(str(exc).strip("'\"")) from None
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if not report.trace or not Path(report.trace).is_file() or not Path(report.trace).stat().st_size:
+        raise UserError(f"profile --trace {report.trace}: the Chrome trace was not written")
     lines = [f"{report.scenario} on {report.device}: {report.iterations} iterations, {report.global_step:,} steps "
              f"in {report.wall_s:.1f}s (profiled)", "where the time goes:", *region_lines(report),
              "top 10 operators:", report.top_operators, f"Chrome trace: {report.trace}"]

@@ -5,8 +5,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+from pathlib import Path
 
 from rlops.commands.common_args import add_common_args
+
+#: Production episodes per 15-minute tick at most: far above a test or demo, low enough that an
+#: extra zero or three is an error instead of a machine busy for days.
+MAX_EPISODES_PER_TICK = 100_000
+#: Marks a folder a timeline wrote, so a re-run may reuse it and a foreign params.yaml is never overwritten.
+WORKDIR_MARK = ".rlops-timeline"
+
+
+def check_workdir(path: Path) -> None:
+    """``--workdir`` must be a folder that is new, empty, or an earlier timeline's: the timeline writes
+    its own params.yaml and storage there, and must never overwrite a project's."""
+    from rlops.common.errors import UserError
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--workdir {path}: is a file; expected a folder for the simulated storage and registry")
+    if path.is_dir() and (path / "params.yaml").exists() and not (path / WORKDIR_MARK).exists():
+        raise UserError(f"--workdir {path}: holds a params.yaml that rlops simulate did not write; the timeline "
+                        "writes its own params.yaml there and would overwrite it. Pass a new or empty folder")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hours", type=int, default=48, help="simulated hours (default 48)")
     p.add_argument("--events", default=None, help="events YAML (default: the four standard events, spread over "
                                                   "--hours as over 48)")
-    p.add_argument("--episodes-per-tick", type=int, default=None, help="production episodes per 15 minutes")
+    p.add_argument("--episodes-per-tick", default=None,
+                   help=f"production episodes per 15 minutes (at most {MAX_EPISODES_PER_TICK:,})")
     p.add_argument("--workdir", default=None,
                    help="folder for the simulated storage and registry (default: a temporary one)")
     p.set_defaults(func=cmd_simulate)
@@ -28,16 +48,30 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.orchestration.events import load_events, scaled_events
     from rlops.pipeline_steps.orchestration.simulate import TimelineConfig, run_timeline
     from rlops.pipeline_steps.orchestration.timeline_report import table
+    from rlops.commands.common_args import scenario_of
+    from rlops.common.errors import UserError
     hours = count("--hours", args.hours, maximum=24 * 60)
+    kw = ({"episodes_per_tick": count("--episodes-per-tick", args.episodes_per_tick, maximum=MAX_EPISODES_PER_TICK)}
+          if args.episodes_per_tick is not None else {})
     events = load_events(args.events) if args.events else scaled_events(hours)
-    scenario = args.scenario or str(load_params().get("scenario"))
-    kw = {"episodes_per_tick": count("--episodes-per-tick", args.episodes_per_tick)} if args.episodes_per_tick else {}
+    for e in events:  # an event that can never fire is an error, not a quiet no-op
+        at = getattr(e, "at_hour", None)
+        if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) or not 0 <= at < hours:
+            raise UserError(f"events file {args.events}: event {e.label()} has at_hour {at!r}; expected a number of "
+                            f"hours in [0, {hours}) (--hours {hours})")
+    params = load_params()
+    scenario = scenario_of(args.scenario, params)[1] if args.scenario is not None else str(params.get("scenario"))
+    if args.workdir is not None:
+        check_workdir(Path(args.workdir))
     config = TimelineConfig(scenario=scenario, hours=hours, **kw)
     if args.dry_run:
         print(json.dumps({"scenario": scenario, "hours": hours, "events": [str(e) for e in events],
                           "dry_run": True}) if args.json else
               f"dry run: would simulate {hours} h of {scenario} with {len(events)} event(s)")
         return 0
+    if args.workdir is not None:
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
+        (Path(args.workdir) / WORKDIR_MARK).write_text("a timeline of `rlops simulate` lives here\n")
     res = run_timeline(config, events, args.workdir, say=(lambda s: None) if args.json else print)
     if args.json:
         print(json.dumps({k: v for k, v in res.items() if k != "hours"}, default=str))

@@ -85,7 +85,9 @@ class ColumnSpec:
     restricts the allowed values; ``length`` fixes the string length (action masks);
     ``min_length`` rejects empty ids; ``json_schema`` validates JSON text (stage 2);
     ``true_text`` lets a ``str`` column take a boolean flag: true becomes this text, false
-    becomes null (simulated steps flag an error, live ones describe it).
+    becomes null (simulated steps flag an error, live ones describe it). ``shape`` names the
+    shape a ``json`` column must hold (:data:`rlops.data_contracts.shapes.SHAPES`): accepted values
+    are normalised to its canonical form, any other quarantined with the reason.
     """
 
     name: str
@@ -101,6 +103,7 @@ class ColumnSpec:
     json_schema: dict[str, Any] | None = None
     true_text: str | None = None
     description: str = ""
+    shape: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -339,7 +342,9 @@ def trace_base_columns(actions: Sequence[str], scenario: str | None = None,
         ColumnSpec("entropy", "float", required=False, min=0.0, finite=True),
         ColumnSpec("value", "float", required=False, finite=True),
         ColumnSpec("reward_total", "float", required=False, finite=True),
-        ColumnSpec("reward_breakdown", "json", required=False),
+        ColumnSpec("reward_breakdown", "json", required=False, shape="reward_breakdown",
+                   description="{total, breakdown: [{component, score, reason, rule_ref}]}; a list of "
+                               "components or {component: score} is accepted and normalised"),
         ColumnSpec("done", "bool"),
         ColumnSpec("latency_ms", "float", required=False, min=0.0, finite=True),
         ColumnSpec("error", "str", required=False, true_text="error",

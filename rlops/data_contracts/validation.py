@@ -315,6 +315,35 @@ def _exception_message(info: Any) -> str:
     return ""
 
 
+def _check_shapes(raw: pd.DataFrame, contract: Contract) -> tuple[list[int], list[str]]:
+    """Normalise every ``shape`` column of ``raw`` in place; ``(rows, reasons)`` of the values
+    that are of no accepted shape."""
+    from rlops.data_contracts.shapes import SHAPES, ShapeError
+    rows: list[int] = []
+    reasons: list[str] = []
+    for name in raw.columns:
+        spec = contract[name] if name in contract else None
+        if spec is None or spec.shape is None:
+            continue
+        fix = SHAPES[spec.shape]
+        out = raw[name].tolist()
+        for i, v in enumerate(out):
+            if _is_missing(v):
+                continue
+            if isinstance(v, str) and spec.kind == "json":
+                try:
+                    json.loads(v)
+                except ValueError:
+                    continue  # not JSON at all: the suite's json-parseable check says so
+            try:
+                out[i] = fix(v)
+            except (ShapeError, TypeError, RecursionError) as exc:
+                rows.append(i)
+                reasons.append(f"{name}: {exc}")
+        raw[name] = pd.Series(out, index=raw.index, dtype=object)
+    return rows, reasons
+
+
 # --------------------------------------------------------------------------- entry point
 
 def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
@@ -330,6 +359,11 @@ def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
     alive = np.ones(n, dtype=bool)
     labels: list[np.ndarray] = []
     reasons: list[str] = []
+    shape_rows, shape_reasons = _check_shapes(raw, contract)
+    if shape_rows:
+        labels.append(np.asarray(shape_rows, dtype=np.int64))
+        reasons.extend(shape_reasons)
+        alive[shape_rows] = False
     typed: pd.DataFrame | None = None
     for stage, suite in enumerate(contract.suites(raw.columns)):
         if not alive.any():

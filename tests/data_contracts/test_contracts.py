@@ -128,7 +128,7 @@ def test_valid_rows_pass_typed_in_contract_order(contract):
     assert len(acc) == 9
     assert list(acc.columns[:len(contract.columns)]) == contract.column_names
     assert acc["action_mask"].iloc[0] == "11110"  # list of bools → '0'/'1' string
-    assert json.loads(acc["reward_breakdown"].iloc[0])[0]["rule_ref"] == "SLA_v3.2_4.1"
+    assert json.loads(acc["reward_breakdown"].iloc[0])["breakdown"][0]["rule_ref"] == "SLA_v3.2_4.1"  # normalised
     assert acc["ts"].dt.tz is not None and acc["step"].dtype == np.int64
     # The typed rows fit the stored schema exactly.
     table = pa.Table.from_pandas(acc[contract.column_names], schema=contract.arrow_schema(),

@@ -3,8 +3,10 @@
 An :class:`IOProbe` is one bad input (a landing line, a label file, an argument, a fault of the
 storage underneath) and a ``run(tmp)`` that feeds it to the code under test and checks the result.
 ``run`` returns None when rlops handled the input as it must, or ``(kind, why)`` with ``kind``
-``"accepted"`` (a bad value went through, or an error did not say what and where) or ``"lost"``
-(rows in != rows accepted + rows quarantined, a line or file dropped without a word). Besides:
+``"accepted"`` (a bad value went through, or an error did not say what and where), ``"lost"``
+(rows in != rows accepted + rows quarantined, a line or file dropped without a word) or
+``"security"`` (a secret shown, a file written outside where it belongs, code run that must not
+be). Besides:
 
 * ``traceback`` — an exception escaped that is not an :class:`~rlops.common.errors.RlopsError`, or a
   command printed a traceback / an ``internal error`` line for what is a user or storage error;
@@ -19,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import signal
 import time
 import traceback
@@ -27,8 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-OUTCOMES = ("clean", "traceback", "hang", "accepted", "lost")
-BAD = ("traceback", "hang", "accepted", "lost")
+OUTCOMES = ("clean", "traceback", "hang", "accepted", "lost", "security")
+BAD = ("traceback", "hang", "accepted", "lost", "security")
+#: ``(probe id, kind, seconds)`` of every probe run in this session (printed by conftest.py).
+RESULTS: list[tuple[str, str, float]] = []
 DEFAULT_TIMEOUT_S = float(os.environ.get("RLOPS_PROBE_TIMEOUT_S", "60"))
 Verdict = tuple[str, str] | None
 
@@ -91,6 +96,16 @@ def run_all(probes: Sequence[IOProbe], scratch: Path) -> list[Outcome]:
     return [run_probe(p, scratch) for p in probes]
 
 
+def check(outcome: Any) -> None:
+    """Record one probe's outcome for the session's classification, and fail its test when bad."""
+    RESULTS.append((outcome.probe.id, outcome.kind, outcome.seconds))
+    assert outcome.kind not in BAD, f"{outcome.probe.id}: {outcome.kind} ({outcome.detail}) after {outcome.seconds:.1f} s"
+
+
+def ids(probes: Sequence[Any]) -> list[str]:
+    return [p.id for p in probes]
+
+
 def counts(outcomes: Sequence[Outcome]) -> dict[str, int]:
     return {k: sum(1 for o in outcomes if o.kind == k) for k in OUTCOMES}
 
@@ -136,6 +151,9 @@ def cli(argv: Sequence[str]) -> tuple[int, str, str]:
     return int(rc), out.getvalue(), err.getvalue()
 
 
+_INFO = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} INFO (mlflow|alembic)[\w.]*: ")
+
+
 def expect_cli_error(argv: Sequence[str], exit_code: int = 2, mentions: Sequence[str] = ()) -> Verdict:
     """The command must exit ``exit_code`` with one error line (argparse: its usage line plus one
     error line) naming every one of ``mentions`` — never a traceback or an ``internal error``."""
@@ -144,7 +162,8 @@ def expect_cli_error(argv: Sequence[str], exit_code: int = 2, mentions: Sequence
         return "traceback", err.strip().splitlines()[-1] if err.strip() else "traceback"
     if rc == 0:
         return "accepted", f"exit 0 on a bad input: {out.strip()[:200]}"
-    lines = [ln for ln in err.strip().splitlines() if not ln.startswith(("usage:", " "))]
+    # MLflow's own INFO lines when it creates a fresh tracking database are not rlops' words.
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith(("usage:", " ")) and not _INFO.match(ln)]
     if rc != exit_code:
         return "accepted", f"exit {rc}, expected {exit_code}: {err.strip()[:300]}"
     if len(lines) != 1:

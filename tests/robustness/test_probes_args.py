@@ -1,6 +1,6 @@
 """Argument probes through ``rlops``: every bad value of capture, training and evaluation
 arguments is refused before any work with exit code 2 and one line naming the argument and what
-was expected (never silently replaced by a default, never a traceback). Prints the four counts."""
+was expected (never silently replaced by a default, never a traceback). One test per probe."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .io_harness import BAD, IOProbe, Verdict, expect_cli_error, failures, report, run_all
+from .io_harness import IOProbe, Verdict, check, expect_cli_error, ids, run_probe
 from rlops.common.arguments import MAX_EPISODES, count, fraction
 
 
@@ -71,16 +71,6 @@ def _validators(tmp: Path) -> Verdict:
 PROBES.append(IOProbe("validators_direct", _validators))
 
 
-@pytest.fixture
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("RLOPS_STORAGE_ROOT", f"file://{tmp_path / 'store'}")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    monkeypatch.setenv("RLOPS_ARTIFACT_ROOT", str(tmp_path / "artifacts"))
-    return tmp_path
-
-
-def test_argument_probes(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    outcomes = run_all(PROBES, isolated / "probes")
-    with capsys.disabled():
-        print(report("argument probes", outcomes))
-    assert not [o for o in outcomes if o.kind in BAD], failures(outcomes)
+@pytest.mark.parametrize("probe", PROBES, ids=ids(PROBES))
+def test_argument_probe(probe: IOProbe, isolated: Path) -> None:
+    check(run_probe(probe, isolated / "probes"))

@@ -1,7 +1,7 @@
 """Capture probes: one bad landing line next to a good one, and bad landing files. Each line is
 quarantined with a reason naming what is wrong (never a crash, never the whole interval lost);
 rows in = accepted + quarantined; a broken file fails the run with one clear error and a manifest
-that says ``failed``. Prints the four counts."""
+that says ``failed``. One test per probe."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .capture_kit import capture, check_counts, line, manifest, reasons, record, write_file
-from .io_harness import BAD, IOProbe, Verdict, expect_error, failures, report, run_all
+from .io_harness import IOProbe, Verdict, check, expect_error, ids, run_probe
 
 GOOD = line(0, "ep-good")
 
@@ -238,11 +238,9 @@ FILE_PROBES = [
 PROBES = [*LINE_PROBES, *VALID_PROBES, *FILE_PROBES]
 
 
-def test_capture_probes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    outcomes = run_all(PROBES, tmp_path)
-    with capsys.disabled():
-        print(report("capture probes", outcomes))
-    assert not [o for o in outcomes if o.kind in BAD], failures(outcomes)
+@pytest.mark.parametrize("probe", PROBES, ids=ids(PROBES))
+def test_capture_probe(probe: IOProbe, tmp_path: Path) -> None:
+    check(run_probe(probe, tmp_path))
 
 
 # --------------------------------------------------------------------------- generated lines

@@ -3,7 +3,7 @@ HTTP server on 127.0.0.1 that answers every request with an error (or never answ
 server without the bucket, a read-only mount and a 64 KiB tmpfs (skipped with the reason when
 mounting is not permitted). Every fault is a :class:`StorageError` naming the operation and the
 URI (exit 1 with one ``error:`` line on the command line), never an empty result, a hang or a
-half-written object. Prints the four counts."""
+half-written object. One test per probe."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from unittest import mock
 import pytest
 
 from .capture_kit import capture, line, write_file
-from .io_harness import BAD, IOProbe, Verdict, expect_cli_error, expect_error, failures, report, run_all
+from .io_harness import IOProbe, Verdict, check, expect_cli_error, expect_error, ids, run_probe
 
 
 def closed_port() -> int:
@@ -122,27 +122,31 @@ def moto(moto_s3: str, moto_bucket: str) -> str:
     return moto_s3  # with the bucket rlops-test created
 
 
-def moto_probes(endpoint: str) -> list[IOProbe]:
+_MOTO: dict[str, str] = {}
+
+
+def moto_probes() -> list[IOProbe]:
+    """Probes against the moto server; the endpoint is read when a probe runs (the ``moto`` fixture)."""
     def missing_bucket_list(tmp: Path) -> Verdict:
-        return expect_error(lambda: s3_storage(endpoint, "s3://no-such-bucket/x").list(  # type: ignore[attr-defined]
+        return expect_error(lambda: s3_storage(_MOTO["endpoint"], "s3://no-such-bucket/x").list(  # type: ignore[attr-defined]
             "s3://no-such-bucket/x/landing"), 1, ["no-such-bucket", "list"])
 
     def missing_key_read(tmp: Path) -> Verdict:
         from rlops.pipeline_steps.infra.storage import StorageNotFoundError
         try:
-            s3_storage(endpoint, "s3://rlops-test/x").read_bytes("s3://rlops-test/x/none.json")  # type: ignore[attr-defined]
+            s3_storage(_MOTO["endpoint"], "s3://rlops-test/x").read_bytes("s3://rlops-test/x/none.json")  # type: ignore[attr-defined]
         except StorageNotFoundError as exc:
             return None if "none.json" in str(exc) else ("accepted", str(exc))
         return "accepted", "a missing object was read"
 
     def missing_folder_is_empty(tmp: Path) -> Verdict:
-        got = s3_storage(endpoint, "s3://rlops-test/x").list("s3://rlops-test/x/nothing-here")  # type: ignore[attr-defined]
+        got = s3_storage(_MOTO["endpoint"], "s3://rlops-test/x").list("s3://rlops-test/x/nothing-here")  # type: ignore[attr-defined]
         return None if got == [] else ("accepted", f"{got}")
 
     def capture_from_missing_bucket(tmp: Path) -> Verdict:
         from rlops.pipeline_steps.capture.core import capture_landing_zone
         from .capture_kit import END, SCENARIO, START, contract
-        storage = s3_storage(endpoint, "s3://rlops-test/x")
+        storage = s3_storage(_MOTO["endpoint"], "s3://rlops-test/x")
         return expect_error(lambda: capture_landing_zone(storage, "s3://no-such-landing", "s3://rlops-test/x/traces",  # type: ignore[arg-type]
                                                          SCENARIO, contract(), START, END), 1, ["no-such-landing"])
 
@@ -150,7 +154,7 @@ def moto_probes(endpoint: str) -> list[IOProbe]:
         import gzip
         from rlops.pipeline_steps.capture.core import capture_landing_zone
         from .capture_kit import END, SCENARIO, START, contract
-        storage = s3_storage(endpoint, "s3://rlops-test/x")
+        storage = s3_storage(_MOTO["endpoint"], "s3://rlops-test/x")
         key = f"s3://rlops-test/x/landing/scenario={SCENARIO}/date=2026-01-05/hour=10/20260105T100500000000Z-a-1-0.JSONL.gz"
         storage.write_bytes(key, gzip.compress((line(0, "s3") + "\n" + line(1, "s3") + "\n").encode()))  # type: ignore[attr-defined]
         res = capture_landing_zone(storage, "s3://rlops-test/x/landing", "s3://rlops-test/x/traces",  # type: ignore[arg-type]
@@ -275,11 +279,27 @@ def local_probes(mounts: dict[str, Path | str]) -> tuple[list[IOProbe], list[str
     return probes, skipped
 
 
-def test_fault_probes(tmp_path: Path, moto: str, mounts: dict[str, Path | str],
-                      capsys: pytest.CaptureFixture[str]) -> None:
-    local, skipped = local_probes(mounts)
-    probes = [*S3_PROBES, *moto_probes(moto), *CLI_PROBES, *local]
-    outcomes = run_all(probes, tmp_path / "probes")
-    with capsys.disabled():
-        print(report("fault probes", outcomes) + "".join(f"\n  skipped: {why}" for why in skipped))
-    assert not [o for o in outcomes if o.kind in BAD], failures(outcomes)
+FIXED_PROBES = [*S3_PROBES, *CLI_PROBES]
+MOTO_PROBES = moto_probes()
+LOCAL_PROBES = ["local_root_is_a_file", "local_read_a_folder", "readonly_write", "readonly_capture_target",
+                "disk_full_write", "disk_full_capture"]
+
+
+@pytest.mark.parametrize("probe", FIXED_PROBES, ids=ids(FIXED_PROBES))
+def test_fault_probe(probe: IOProbe, tmp_path: Path) -> None:
+    check(run_probe(probe, tmp_path))
+
+
+@pytest.mark.parametrize("probe", MOTO_PROBES, ids=ids(MOTO_PROBES))
+def test_moto_fault_probe(probe: IOProbe, moto: str, tmp_path: Path) -> None:
+    _MOTO["endpoint"] = moto
+    check(run_probe(probe, tmp_path))
+
+
+@pytest.mark.parametrize("name", LOCAL_PROBES)
+def test_local_fault_probe(name: str, mounts: dict[str, Path | str], tmp_path: Path) -> None:
+    probes, skipped = local_probes(mounts)
+    found = [p for p in probes if p.id == name]
+    if not found:
+        pytest.skip("; ".join(skipped))
+    check(run_probe(found[0], tmp_path))

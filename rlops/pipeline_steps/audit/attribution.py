@@ -11,7 +11,6 @@ cluster C".
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,9 +36,10 @@ def episode_outcomes(df: pd.DataFrame, column: str = "outcome") -> tuple[np.ndar
 
 def worst_component(df: pd.DataFrame) -> tuple[list[str], list[str]]:
     """Per row, the breakdown component with the lowest score and its rule ref ("—" when none)."""
+    from rlops.data_contracts.shapes import read_breakdown
     comps, rules = [], []
-    for text in df.get("reward_breakdown", pd.Series([None] * len(df))).fillna("{}"):
-        items = json.loads(text).get("breakdown", []) if text else []
+    for text in df.get("reward_breakdown", pd.Series([None] * len(df))).tolist():
+        items = read_breakdown(text)
         worst = min(items, key=lambda b: float(b["score"]), default=None)
         ok = worst is not None and float(worst["score"]) < 0
         comps.append(worst["component"] if ok else "—")

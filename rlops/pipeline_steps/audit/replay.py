@@ -20,7 +20,6 @@ audit (``rlops audit [--policy-version V]``)
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,15 +48,46 @@ def find_episode(reader: "TraceReader", uri: str, trace_id: str) -> pd.DataFrame
         raise ValueError(str(exc).strip("'\"")) from None
 
 
+def screen_rows(pack: "Pack", df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """``(usable rows, one reason per skipped row)``: a stored row whose action or action mask
+    does not fit the pack (written by hand, by another version, around the contract) is skipped
+    by the audit tools with its reason, never a reason to refuse the whole store."""
+    import numpy as np
+    names = pack.scenario.action_names
+    n = len(names)
+    mask = df["action_mask"].astype("string").fillna("") if "action_mask" in df else None
+    action = df["action"].astype("string").fillna("") if "action" in df else None
+    bad = np.zeros(len(df), dtype=bool)
+    reasons: list[str] = []
+    if mask is not None:
+        wrong = ~mask.str.fullmatch(r"[01]*1[01]*").fillna(False).to_numpy() | (mask.str.len() != n).to_numpy()
+        bad |= wrong
+    if action is not None:
+        bad |= ~action.isin(list(names)).to_numpy()
+    for i in np.flatnonzero(bad)[:1000]:
+        what = []
+        if mask is not None and (len(mask.iloc[i]) != n or "1" not in mask.iloc[i] or set(mask.iloc[i]) - {"0", "1"}):
+            what.append(f"action_mask {mask.iloc[i]!r} (expected {n} '0'/'1' characters, one legal)")
+        if action is not None and action.iloc[i] not in names:
+            what.append(f"action {action.iloc[i]!r} (not an action of {pack.name})")
+        reasons.append(f"trace {df['trace_id'].iloc[i] if 'trace_id' in df else i}: " + ", ".join(what))
+    return df.loc[~bad], reasons
+
+
 def decision_path(ctx: "StepContext", pack: "Pack", rows: pd.DataFrame, trace_id: str,
                   depth: int | None = None) -> dict[str, Any]:
     """The steps of ``trace_id``'s episode up to its (last) matching step, at most ``depth`` of them."""
     import numpy as np
     import pandas as pd
 
+    from rlops.data_contracts.shapes import read_breakdown
     from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX, mask_matrix
+    from rlops.common.errors import UserError
     ep = str(rows.loc[rows["trace_id"].astype(str) == trace_id, "episode_id"].iloc[-1])
-    episode = rows[rows["episode_id"].astype(str) == ep].reset_index(drop=True)
+    episode, skipped = screen_rows(pack, rows[rows["episode_id"].astype(str) == ep])
+    episode = episode.reset_index(drop=True)
+    if not (episode["trace_id"].astype(str) == trace_id).any():
+        raise UserError(f"replay --trace-id {trace_id}: its stored row cannot be replayed: {skipped[0]}")
     focus = int(episode.loc[episode["trace_id"].astype(str) == trace_id, "step"].max())
     shown = episode[episode["step"] <= focus]
     if depth is not None:
@@ -74,15 +104,15 @@ def decision_path(ctx: "StepContext", pack: "Pack", rows: pd.DataFrame, trace_id
             p = {names[a]: round(float(probs[i, a]), 4) for a in np.flatnonzero(masks[i])}
         else:
             p = {str(r["action"]): round(math.exp(float(r["logp"])), 4)} if not _missing(r.get("logp")) else {}
-        bd = json.loads(r["reward_breakdown"]) if not _missing(r.get("reward_breakdown")) else {}
+        bd = read_breakdown(r.get("reward_breakdown"))  # a row of no known shape shows no breakdown
         steps.append({"step": int(r["step"]), "trace_id": str(r["trace_id"]), "ts": str(r.get("ts")),
                       "state": state, "legal": [names[a] for a in np.flatnonzero(masks[i])],
                       "action": str(r["action"]), "probabilities": p, "probability_source": source,
-                      "reward_total": _plain(r.get("reward_total")), "breakdown": bd.get("breakdown", []),
+                      "reward_total": _plain(r.get("reward_total")), "breakdown": bd,
                       "latency_ms": _plain(r.get("latency_ms")), "error": _plain(r.get("error")),
                       "done": _plain(r.get("done"))})
     return {"trace_id": trace_id, "episode_id": ep, "policy_version": str(episode["policy_version"].iloc[0]),
-            "episode_steps": len(episode), "shown_steps": len(steps),
+            "episode_steps": len(episode), "shown_steps": len(steps), "rows_skipped": skipped,
             "episode_return": float(pd.to_numeric(episode["reward_total"], errors="coerce").sum()), "steps": steps}
 
 
@@ -137,10 +167,12 @@ def replay(ctx: "StepContext", trace_id: str, depth: int | None = None, traces_u
 def component_frame(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str | None]]:
     """Per-row component scores (one column per component) and each component's rule ref."""
     import pandas as pd
+
+    from rlops.data_contracts.shapes import read_breakdown
     refs: dict[str, str | None] = {}
     recs = []
-    for text in df["reward_breakdown"].fillna("{}"):
-        items = json.loads(text).get("breakdown", []) if text else []
+    for text in df["reward_breakdown"].tolist():
+        items = read_breakdown(text)
         recs.append({b["component"]: float(b["score"]) for b in items})
         for b in items:
             refs.setdefault(b["component"], b.get("rule_ref"))
@@ -301,15 +333,20 @@ def audit(ctx: "StepContext", policy_version: str | None = None, traces_uri: str
     if len(df) > max_rows:  # sample whole episodes so return-to-go stays exact
         eps = df["episode_id"].drop_duplicates().sample(frac=max_rows / len(df), random_state=int(cfg.get("seed", 7)))
         df = df[df["episode_id"].isin(eps)]
+    df, skipped = screen_rows(pack, df)
+    if df.empty:
+        raise ValueError(f"no usable trace rows under {uri}: {len(skipped)} skipped, e.g. {skipped[0]}")
     df = df.reset_index(drop=True)
     clusters = audit_clusters(pack, df, int(cfg.get("clusters", 8)), int(cfg.get("seed", 7)))
     meta = {"scenario": ctx.scenario, "run_key": ctx.run_key, "policy_version": policy_version, "traces_uri": uri,
             "window": [str(w) for w in window] if window and not traces_uri else None, "rows": len(df),
-            "episodes": int(df["episode_id"].nunique())}
+            "episodes": int(df["episode_id"].nunique()), "rows_skipped": len(skipped),
+            "skipped_examples": skipped[:10]}
     report = {"meta": meta, "clusters": clusters, "chart": audit_chart(clusters),
               "attribution": _attribution(ctx, pack, df, int(cfg.get("clusters", 8)), int(cfg.get("seed", 7)))}
     json_uri, html_uri = ctx.report_uri("audit", "report.json"), ctx.report_uri("audit", "report.html")
     result = {"report_uri": json_uri, "html_uri": html_uri, "clusters": len(clusters), "rows": len(df),
+              "rows_skipped": len(skipped), "warnings": [f"row skipped: {r}" for r in skipped[:10]],
               "dry_run": ctx.dry_run, "run_id": None}
     if ctx.dry_run:
         return result

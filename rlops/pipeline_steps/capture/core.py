@@ -29,11 +29,22 @@ Landing-zone layout (what the tracer writes)::
 
 A file belongs to the interval ``[start, end)`` that holds the UTC time at the front of its
 name (a name without one counts from the start of its hour folder).
+
+Every source goes through this one writer, :func:`write_capture`: the landing zone, and the
+readers of :mod:`rlops.pipeline_steps.capture.trace_sources` (an OTLP export file, MLflow's trace
+store), which only turn their input into :class:`SourceLine` items. So the same rules hold for all
+of them: the interval and duplicate checks, quarantine with a reason, the manifest, streaming in
+chunks. Each source of a run key has its own manifest and file names (the landing zone's are
+``<run_key>.json`` and ``part-<run_key>-NNNNN``; another source's carry a tag of its name,
+``<run_key>~<tag>.json`` and ``part-<run_key>-<tag>-NNNNN``): re-running one source replaces only
+its own earlier output, a second source adds to the run key, and an ``(episode_id, step)`` another
+source of the run key already captured is a duplicate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -79,6 +90,18 @@ class CaptureResult:
     quarantine_partitions: list[str] = field(default_factory=list)
     manifest_uri: str | None = None
     dry_run: bool = False
+    #: what the rows came from: ``landing_zone``, ``otlp:<uri>``, ``mlflow:<experiment>``
+    source: str = "landing_zone"
+    #: spans of a trace source that are parts of a decision (its children), not decisions
+    spans_skipped: int = 0
+
+    def counts(self) -> dict[str, int]:
+        """The three row counts; raises when they do not balance (the invariant of every capture)."""
+        if self.rows_in != self.rows_accepted + self.rows_quarantined:
+            raise RuntimeError(f"capture lost rows: {self.rows_in} in, {self.rows_accepted} accepted, "
+                               f"{self.rows_quarantined} quarantined")
+        return {"rows_in": self.rows_in, "rows_accepted": self.rows_accepted,
+                "rows_quarantined": self.rows_quarantined}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,37 +116,66 @@ def validate_rows(df: pd.DataFrame, contract: Contract) -> tuple[pd.DataFrame, p
     return result.accepted, result.quarantined
 
 
+@dataclass(frozen=True)
+class SourceLine:
+    """One input row of any source: the text of one record with where it came from, or, with
+    ``reason`` set, an item the source could not turn into a record (its raw text is kept and
+    quarantined with that reason, so it still counts as a row in)."""
+
+    text: str
+    source: str
+    line_no: int
+    reason: str | None = None
+
+
 @dataclass
 class LineChunk:
-    """Up to ``chunk_rows`` non-blank lines, with the file and 1-based line number of each;
-    ``undecodable`` holds the lines that are not UTF-8 (as ``(text, source, line_no)``, the
-    text decoded with replacement characters)."""
+    """Up to ``chunk_rows`` rows, with the source and 1-based line number of each;
+    ``rejected`` holds the items that are not even text to parse (a line that is not UTF-8, a
+    span without a readable attribute list) as ``(text, source, line_no, reason)``."""
 
     index: int
     lines: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     line_nos: list[int] = field(default_factory=list)
-    undecodable: list[tuple[str, str, int]] = field(default_factory=list)
+    rejected: list[tuple[str, str, int, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.lines) + len(self.undecodable)
+        return len(self.lines) + len(self.rejected)
 
-    def undecodable_rows(self) -> pd.DataFrame:
-        """The undecodable lines, shaped like :func:`parse_json_lines`'s unparseable rows."""
+    def add(self, item: SourceLine) -> None:
+        if item.reason is None:
+            self.lines.append(item.text)
+            self.sources.append(item.source)
+            self.line_nos.append(item.line_no)
+        else:
+            self.rejected.append((item.text, item.source, item.line_no, item.reason))
+
+    def rejected_rows(self) -> pd.DataFrame:
+        """The rejected items, shaped like :func:`parse_json_lines`'s unparseable rows."""
         return pd.DataFrame({
-            "raw": pd.Series([t for t, _, _ in self.undecodable], dtype="str"),
-            REASON_COLUMN: pd.Series(["encoding: line is not valid UTF-8"] * len(
-                self.undecodable), dtype="str"),
-            SOURCE_COLUMN: pd.Series([s for _, s, _ in self.undecodable], dtype="str"),
-            LINE_COLUMN: pd.Series([n for _, _, n in self.undecodable], dtype="int64")})
+            "raw": pd.Series([r[0] for r in self.rejected], dtype="str"),
+            REASON_COLUMN: pd.Series([r[3] for r in self.rejected], dtype="str"),
+            SOURCE_COLUMN: pd.Series([r[1] for r in self.rejected], dtype="str"),
+            LINE_COLUMN: pd.Series([r[2] for r in self.rejected], dtype="int64")})
 
 
-def iter_line_chunks(storage: Storage, files: Sequence[str],
-                     chunk_rows: int) -> Iterator[LineChunk]:
-    """Stream the files line by line, yielding chunks; blank lines are not rows."""
+def chunked(items: Iterable[SourceLine], chunk_rows: int) -> Iterator[LineChunk]:
+    """Group a stream of rows into chunks of ``chunk_rows`` (the unit validated and written)."""
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     chunk = LineChunk(0)
+    for item in items:
+        chunk.add(item)
+        if len(chunk) >= chunk_rows:
+            yield chunk
+            chunk = LineChunk(chunk.index + 1)
+    if len(chunk):
+        yield chunk
+
+
+def landing_lines(storage: Storage, files: Sequence[str]) -> Iterator[SourceLine]:
+    """Stream the landing files line by line; blank lines are not rows."""
     for uri in files:
         # Read as latin-1 (every byte is a character) and decode each line as UTF-8 here, so
         # one bad byte quarantines its line instead of failing the whole file.
@@ -134,18 +186,65 @@ def iter_line_chunks(storage: Storage, files: Sequence[str],
                 if not raw.strip():
                     continue
                 try:
-                    text = raw.decode("utf-8")
+                    yield SourceLine(raw.decode("utf-8"), uri, no)
                 except UnicodeDecodeError:
-                    chunk.undecodable.append((raw.decode("utf-8", "replace"), uri, no))
-                else:
-                    chunk.lines.append(text)
-                    chunk.sources.append(uri)
-                    chunk.line_nos.append(no)
-                if len(chunk) >= chunk_rows:
-                    yield chunk
-                    chunk = LineChunk(chunk.index + 1)
-    if len(chunk):
-        yield chunk
+                    yield SourceLine(raw.decode("utf-8", "replace"), uri, no,
+                                     "encoding: line is not valid UTF-8")
+
+
+def iter_line_chunks(storage: Storage, files: Sequence[str],
+                     chunk_rows: int) -> Iterator[LineChunk]:
+    """Stream the landing files line by line, yielding chunks; blank lines are not rows."""
+    return chunked(landing_lines(storage, files), chunk_rows)
+
+
+@dataclass
+class CaptureSource:
+    """What one capture reads: a stream of rows and its name. ``files_read``/``files_skipped``
+    are filled in by the landing zone; ``spans_skipped`` is counted by a trace reader as it is
+    iterated (child spans of a decision, which are parts of a row, not rows)."""
+
+    name: str
+    items: Iterable[SourceLine]
+    files_read: list[str] = field(default_factory=list)
+    files_skipped: list[str] = field(default_factory=list)
+    spans_skipped: int = 0
+
+    @property
+    def tag(self) -> str:
+        """The suffix of this source's manifest and file names ("" for the landing zone)."""
+        if self.name == LANDING_ZONE:
+            return ""
+        kind = self.name.split(":", 1)[0] or "source"
+        return f"{kind}-{hashlib.sha256(self.name.encode('utf-8')).hexdigest()[:10]}"
+
+
+LANDING_ZONE = "landing_zone"
+
+
+def manifest_name(run_key: str, tag: str) -> str:
+    return f"{run_key}~{tag}" if tag else run_key
+
+
+def _captured_keys(storage: Storage, store: TraceStore, scenario: str, run_key: str,
+                   own_manifest: str) -> set[tuple[str, int]]:
+    """``(episode_id, step)`` of the rows the run key's *other* sources already captured, so a
+    decision that arrives through two sources is stored once."""
+    folder = store.manifest_uri(scenario, run_key).rsplit("/", 1)[0]
+    seen: set[tuple[str, int]] = set()
+    prefix = folder + "/"
+    for uri in storage.list(folder, suffix=".json"):
+        name = uri[len(prefix):] if uri.startswith(prefix) else uri.rsplit("/", 1)[-1]
+        if uri == own_manifest or not (name == f"{run_key}.json" or name.startswith(f"{run_key}~")):
+            continue
+        for part in storage.read_json(uri).get("files", []):
+            if not str(part).startswith(store.trace_uri.rstrip("/") + "/"):
+                continue  # a quarantine file
+            if not storage.exists(part):
+                continue
+            keys = storage.read_parquet(part, columns=["episode_id", "step"])
+            seen.update(zip(keys["episode_id"].astype(str), keys["step"].astype("int64").tolist()))
+    return seen
 
 
 # --------------------------------------------------------------------------- the step
@@ -168,17 +267,39 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
     :class:`~rlops.common.run_key.RunKey`); pass the pipeline's own key to share one naming across steps.
     ``progress`` draws a bar of the rows captured so far on stderr.
     """
+    start, end = as_utc(interval_start), as_utc(interval_end)
+    RunKey.covering(start, end)  # rejects an empty or reversed interval before any listing
+    files, skipped = scan_landing(storage, landing_uri, scenario, start, end)
+    source = CaptureSource(LANDING_ZONE, landing_lines(storage, files), files, skipped)
+    return write_capture(storage, source, trace_root_uri, scenario, contract, start, end,
+                         chunk_rows=chunk_rows, dry_run=dry_run, quarantine_root_uri=quarantine_root_uri,
+                         run_key=run_key, progress=progress, max_lateness=max_lateness,
+                         max_clock_skew=max_clock_skew, landing_uri=landing_uri)
+
+
+def write_capture(storage: Storage, source: CaptureSource, trace_root_uri: str, scenario: str,
+                  contract: Contract, interval_start: datetime | str, interval_end: datetime | str,
+                  chunk_rows: int = 100_000, dry_run: bool = False, quarantine_root_uri: str | None = None,
+                  run_key: str | None = None, progress: bool = False,
+                  max_lateness: timedelta = timedelta(hours=1),
+                  max_clock_skew: timedelta = timedelta(minutes=5),
+                  landing_uri: str = "") -> CaptureResult:
+    """The one capture writer: ``source``'s rows, streamed in chunks, validated against the
+    contract, checked against the interval and for duplicates (within the run and against the
+    run key's other sources), written to the trace store and quarantine, with a manifest kept
+    up to date after every chunk. See the module docstring and :func:`capture_landing_zone`."""
     from tqdm.auto import tqdm
     start, end = as_utc(interval_start), as_utc(interval_end)
     key = RunKey.covering(start, end)  # rejects an empty or reversed interval
     run_key = str(RunKey.parse(run_key)) if run_key else str(key)
     quarantine_root = quarantine_root_uri or default_quarantine_root(trace_root_uri)
     store = TraceStore(storage, landing_uri, trace_root_uri, quarantine_root)
-    files, skipped = scan_landing(storage, landing_uri, scenario, start, end)
-    manifest_uri = store.manifest_uri(scenario, run_key)
+    files, skipped = source.files_read, source.files_skipped
+    file_key = run_key if not source.tag else f"{run_key}-{source.tag}"  # names this source's files
+    manifest_uri = store.manifest_uri(scenario, manifest_name(run_key, source.tag))
     if not dry_run and storage.exists(manifest_uri):
         for old in storage.read_json(manifest_uri).get("files", []):
-            storage.delete(old)  # the previous run of this interval, complete or not
+            storage.delete(old)  # the previous run of this source and interval, complete or not
     written: list[str] = []
     accepted_parts: list[str] = []
     quarantine_parts: list[str] = []
@@ -187,34 +308,35 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
     def save_manifest(status: str) -> None:
         if not dry_run:
             storage.write_json(manifest_uri, {
-                "run_key": run_key, "scenario": scenario, "status": status,
+                "run_key": run_key, "scenario": scenario, "status": status, "source": source.name,
+                "spans_skipped": source.spans_skipped,
                 "interval_start": start.isoformat(), "interval_end": end.isoformat(),
                 "files_read": files, "files_skipped": skipped, "files": written, "rows_in": rows_in,
                 "rows_accepted": rows_accepted, "rows_quarantined": rows_quarantined})
 
     save_manifest("running")
-    seen: set[tuple[str, int]] = set()
+    seen = _captured_keys(storage, store, scenario, run_key, manifest_uri)
     window = (start - max_lateness, end + max_clock_skew)
     bar = tqdm(desc="capture", unit="rows", unit_scale=True, disable=not progress)
     try:
-        for chunk in iter_line_chunks(storage, files, chunk_rows):
+        for chunk in chunked(source.items, chunk_rows):
             rows, unparseable = parse_json_lines(chunk.lines, chunk.sources, chunk.line_nos)
             accepted, quarantined = validate_rows(rows, contract)
             # The run owns its interval and each (episode_id, step) once: the contract's
             # row-identity rules, which need the interval and every earlier chunk.
             accepted, foreign = reject_outside_interval_and_duplicates(accepted, *window, seen)
-            extra = [f for f in (foreign, unparseable, chunk.undecodable_rows()) if len(f)]
+            extra = [f for f in (foreign, unparseable, chunk.rejected_rows()) if len(f)]
             if extra:
                 quarantined = pd.concat([quarantined, *extra], ignore_index=True)
             if len(accepted) + len(quarantined) != len(chunk):
                 raise AssertionError(f"capture lost rows in chunk {chunk.index} of {run_key}: "
                                      f"{len(chunk)} in, {len(accepted)} accepted, "
                                      f"{len(quarantined)} quarantined")
-            new = write_trace_partitions(storage, accepted, trace_root_uri, run_key,
+            new = write_trace_partitions(storage, accepted, trace_root_uri, file_key,
                                          contract=contract, part=chunk.index, dry_run=dry_run)
             accepted_parts += new
             newq = write_quarantine_partitions(storage, quarantined, quarantine_root, scenario,
-                                               run_key, fallback_ts=start, part=chunk.index,
+                                               file_key, fallback_ts=start, part=chunk.index,
                                                dry_run=dry_run, window=window)
             quarantine_parts += newq
             written += new + newq
@@ -243,4 +365,5 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
                         if rows_quarantined else None),
         run_key=run_key, files_read=files, files_skipped=skipped, files_written=written,
         quarantine_partitions=folders(quarantine_parts),
-        manifest_uri=None if dry_run else manifest_uri, dry_run=dry_run)
+        manifest_uri=None if dry_run else manifest_uri, dry_run=dry_run, source=source.name,
+        spans_skipped=source.spans_skipped)

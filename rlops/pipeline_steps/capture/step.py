@@ -89,7 +89,7 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
                                    chunk_rows=int(cfg.get("chunk_rows", 100_000)), dry_run=ctx.dry_run,
                                    quarantine_root_uri=quarantine, run_key=ctx.run_key, progress=progress,
                                    max_lateness=timedelta(minutes=lateness))
-        out = {**base, "source": "landing_zone", **_counts(res.rows_in, res.rows_accepted, res.rows_quarantined),
+        out = {**base, "source": "landing_zone", **res.counts(),
                "partitions": res.partitions, "quarantine_uri": res.quarantine_uri,
                "files_skipped": res.files_skipped,
                "warnings": [f"landing file not read (expected .jsonl or .jsonl.gz): {u}" for u in res.files_skipped]}
@@ -103,20 +103,35 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
     return out
 
 
-def capture_traces(ctx: StepContext, otlp_uri: str | None = None) -> dict[str, Any]:
+def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool = False) -> dict[str, Any]:
     """Capture the interval's agent decisions from MLflow's trace store, or from an OTLP/JSON export
-    file, under the same contract and quarantine as the landing zone."""
-    from rlops.pipeline_steps.capture.trace_sources import capture_trace_lines, mlflow_trace_lines, otlp_trace_lines
+    file, through the landing zone's writer: the same contract, interval and duplicate checks,
+    quarantine and manifest (each source of a run key adds its own files; see
+    :mod:`rlops.pipeline_steps.capture.core`)."""
+    from rlops.common.arguments import count
+    from rlops.pipeline_steps.capture.core import write_capture
+    from rlops.pipeline_steps.capture.trace_sources import mlflow_source, otlp_source
+    cfg = ctx.section("capture")
+    lateness = count("capture.max_lateness_minutes", cfg.get("max_lateness_minutes", 60), minimum=0,
+                     maximum=7 * 24 * 60)
+    start, end = ctx.key.start, ctx.key.end
     if otlp_uri:
-        out = capture_trace_lines(ctx, otlp_trace_lines(ctx.storage, otlp_uri), f"otlp:{otlp_uri}")
+        source = otlp_source(ctx.storage, otlp_uri)
     else:
-        start, end = ctx.key.start, ctx.key.end
-        experiment = str(ctx.section("capture").get("mlflow_experiment") or ctx.scenario)
-        found = mlflow_trace_lines(ctx.tracker.tracking_uri, experiment, start, end)
-        out = capture_trace_lines(ctx, found, f"mlflow:{experiment}")
+        experiment = str(cfg.get("mlflow_experiment") or ctx.scenario)
+        source = mlflow_source(ctx.tracker.tracking_uri, experiment, start, end)
+    store = ctx.traces
+    res = write_capture(ctx.storage, source, store.trace_uri, ctx.scenario, contract_for(ctx.load_pack()),
+                        start, end, chunk_rows=int(cfg.get("chunk_rows", 100_000)), dry_run=ctx.dry_run,
+                        quarantine_root_uri=store.quarantine_uri, run_key=ctx.run_key, progress=progress,
+                        max_lateness=timedelta(minutes=lateness), landing_uri=store.landing_uri)
+    out = {"scenario": ctx.scenario, "run_key": ctx.run_key, "interval": [start.isoformat(), end.isoformat()],
+           "source": res.source, **res.counts(), "spans_skipped": res.spans_skipped,
+           "partitions": res.partitions, "quarantine_partitions": res.quarantine_partitions,
+           "quarantine_uri": res.quarantine_uri, "manifest_uri": res.manifest_uri, "dry_run": ctx.dry_run}
     from rlops.pipeline_steps.capture.fallbacks import check_fallbacks
-    out.update(check_fallbacks(ctx, out))
-    if not ctx.dry_run and bool(ctx.section("capture").get("track", True)):
+    out.update(check_fallbacks(ctx, out))  # a live fallback share over the threshold is an incident
+    if not ctx.dry_run and bool(cfg.get("track", True)):
         track_capture(ctx, out)
     return out
 

@@ -3,9 +3,16 @@ malformed task is rejected with its reason (never a crash), and two tasks that g
 different labels are a conflict — reported with both annotations and stored for nobody, instead
 of the last one winning silently.
 
+Every annotator's answer counts: two annotators on one task (or on two tasks of one item) who
+agree give the item its label with both recorded as its annotators; who disagree are a conflict.
+"Newest" is compared as instants (``2026-01-05T12:00+02:00`` is older than ``2026-01-05T11:00Z``),
+never as text. Within one task, an annotator's newer annotation supersedes their older one.
+
 The result of :func:`parse_annotations` is ``(labels, rejected, not_annotated, conflicts)``:
 
-* ``labels``: ``{"item_id", "label", "annotator", "labelled_at"}`` per item, at most one each;
+* ``labels``: ``{"item_id", "label", "annotator", "labelled_at", "annotations"}`` per item, at most
+  one each; ``annotator`` names every annotator who gave it (comma-separated), ``annotations`` holds
+  each one's answer;
 * ``rejected``: ``{"task", "item_id", "reason"}`` per task that could not be read;
 * ``not_annotated``: how many tasks have no (uncancelled) annotation;
 * ``conflicts``: ``{"item_id", "labels": [{"task", "label", "annotator", "labelled_at"}, ...]}``
@@ -64,8 +71,24 @@ def _annotator(ann: Mapping[str, Any]) -> str | None:
     raise TaskError(f"'completed_by' is a {type(who).__name__}, expected a user id, e-mail or object")
 
 
-def read_task(n: int, task: Any, legal: Mapping[str, set[str]], choice_name: str) -> Label | None:
-    """One task → its label, or None when it has no annotation; :class:`TaskError` otherwise."""
+def instant(value: Any) -> pd.Timestamp | None:
+    """An ISO-8601 time as a UTC instant (a time without a zone is UTC); None when missing."""
+    if value is None:
+        return None
+    ts = pd.Timestamp(value)
+    if pd.isna(ts):
+        return None
+    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+
+
+def _newest_key(lab: Label) -> tuple[int, pd.Timestamp, int]:
+    ts = instant(lab.get("labelled_at"))
+    return (0, pd.Timestamp.min.tz_localize("UTC"), 0) if ts is None else (1, ts, int(lab.get("_id") or 0))
+
+
+def read_task(n: int, task: Any, legal: Mapping[str, set[str]], choice_name: str) -> list[Label]:
+    """One task → one label per annotator (their newest annotation), ``[]`` when it has no
+    annotation; :class:`TaskError` when any annotation cannot be read."""
     where = f"task {n}"
     if not isinstance(task, Mapping):
         raise TaskError(f"{where}: is a {type(task).__name__}, expected a JSON object")
@@ -78,15 +101,24 @@ def read_task(n: int, task: Any, legal: Mapping[str, set[str]], choice_name: str
             raise TaskError(f"{where}: annotation {k} is a {type(a).__name__}, expected a JSON object")
     anns = [a for a in anns if not a.get("was_cancelled")]
     if not anns:
-        return None
+        return []
     if iid not in legal:
         raise TaskError(f"{where}: item_id {iid!r} is not in the label queue of this scenario")
     for a in anns:
         for key in ("updated_at", "created_at"):
             _time(a.get(key), f"{where} annotation {key}")
-    ann = max(anns, key=lambda a: (str(a.get("updated_at") or a.get("created_at") or ""),
-                                   a.get("id") if isinstance(a.get("id"), int) else 0))
-    results = _field(ann, "result", list, f"{where} annotation") or []
+    newest: dict[str | None, Label] = {}
+    for k, ann in enumerate(anns):
+        label = _read_annotation(ann, f"{where} annotation {k}", iid, legal, choice_name)
+        who = label["annotator"]
+        if who not in newest or _newest_key(label) >= _newest_key(newest[who]):
+            newest[who] = label
+    return list(newest.values())
+
+
+def _read_annotation(ann: Mapping[str, Any], where: str, iid: str, legal: Mapping[str, set[str]],
+                     choice_name: str) -> Label:
+    results = _field(ann, "result", list, where) or []
     choice = None
     for res in results:
         if (isinstance(res, Mapping) and res.get("from_name") == choice_name
@@ -107,7 +139,8 @@ def read_task(n: int, task: Any, legal: Mapping[str, set[str]], choice_name: str
     except TaskError as exc:
         raise TaskError(f"{where}: {exc}") from None
     return {"item_id": iid, "label": choice[0], "annotator": who,
-            "labelled_at": ann.get("updated_at") or ann.get("created_at")}
+            "labelled_at": ann.get("updated_at") or ann.get("created_at"),
+            "_id": ann.get("id") if isinstance(ann.get("id"), int) and not isinstance(ann.get("id"), bool) else 0}
 
 
 def parse_annotations(tasks: Any, items: pd.DataFrame, choice_name: str = "action"
@@ -118,31 +151,40 @@ def parse_annotations(tasks: Any, items: pd.DataFrame, choice_name: str = "actio
         raise ValueError("a Label Studio export is a JSON list of tasks (Export → JSON); got "
                          f"{type(tasks).__name__}")
     legal = {r.item_id: set(json.loads(r.candidate_actions)) for r in items.itertuples(index=False)}
-    by_item: dict[str, list[tuple[int, Label]]] = {}
+    by_item: dict[str, list[tuple[int, Label]]] = {}  # every annotator's answer, by item
     rejected: list[dict[str, Any]] = []
     empty = 0
     for n, task in enumerate(tasks):
         try:
-            label = read_task(n, task, legal, choice_name)
+            found_here = read_task(n, task, legal, choice_name)
         except TaskError as exc:
             data = task.get("data") if isinstance(task, Mapping) else None
             iid = data.get("item_id") if isinstance(data, Mapping) else None
             rejected.append({"task": n, "item_id": iid if isinstance(iid, str) else None, "reason": str(exc)})
             continue
-        if label is None:
+        if not found_here:
             empty += 1
             continue
-        by_item.setdefault(label["item_id"], []).append((n, label))
+        for label in found_here:
+            by_item.setdefault(label["item_id"], []).append((n, label))
     labels: list[Label] = []
     conflicts: list[dict[str, Any]] = []
     for iid, found in by_item.items():
-        if len({lab["label"] for _, lab in found}) == 1:
-            # The same answer given twice agrees with itself: keep the newest.
-            labels.append(max((lab for _, lab in found), key=lambda lab: str(lab["labelled_at"] or "")))
+        # Each task holds one answer per annotator (their newest there); across tasks every answer counts.
+        answers = sorted(found, key=lambda x: _newest_key(x[1]))
+        if len({lab["label"] for _, lab in answers}) == 1:
+            newest = answers[-1][1]
+            who = sorted({str(lab["annotator"]) for _, lab in answers if lab["annotator"] is not None})
+            labels.append({"item_id": iid, "label": newest["label"], "annotator": ", ".join(who) or None,
+                           "labelled_at": newest["labelled_at"],
+                           "annotations": [_public(lab) for _, lab in answers]})
         else:
-            conflicts.append({"item_id": iid, "labels": [
-                {"task": n, **{k: v for k, v in lab.items() if k != "item_id"}} for n, lab in found]})
+            conflicts.append({"item_id": iid, "labels": [{"task": n, **_public(lab)} for n, lab in answers]})
     return labels, rejected, empty, conflicts
+
+
+def _public(lab: Label) -> Label:
+    return {k: v for k, v in lab.items() if k not in ("item_id", "_id")}
 
 
 def import_export(ctx: Any, store: Any, uri: str) -> dict[str, Any]:
@@ -150,6 +192,20 @@ def import_export(ctx: Any, store: Any, uri: str) -> dict[str, Any]:
     Conflicts are written to ``labels/conflicts/scenario=<s>/<run_key>.json`` under the storage
     root (not in a dry run) so they can be resolved in Label Studio; the items keep their label."""
     from rlops.common.errors import UserError
+    from rlops.pipeline_steps.infra.storage import normalize_uri
+    local = normalize_uri(uri)
+    if local.startswith("file://"):
+        import stat
+        from pathlib import Path
+        path = Path(local[len("file://"):])
+        try:
+            mode = path.stat().st_mode
+        except OSError:
+            mode = None  # missing: the read below says so
+        if mode is not None and not stat.S_ISREG(mode):
+            kind = "folder" if stat.S_ISDIR(mode) else "FIFO" if stat.S_ISFIFO(mode) else "special file"
+            raise UserError(f"label import {uri}: is a {kind}, expected a regular file holding a Label Studio "
+                            "JSON export (Export → JSON)")
     try:
         tasks = ctx.storage.read_json(uri)
     except ValueError as exc:  # not JSON at all (a StorageError for a missing file passes through)
@@ -162,8 +218,27 @@ def import_export(ctx: Any, store: Any, uri: str) -> dict[str, Any]:
     conflicts_uri = None
     if conflicts and not ctx.dry_run:
         conflicts_uri = ctx.storage.join("labels", "conflicts", f"scenario={ctx.scenario}", f"{ctx.run_key}.json")
-        ctx.storage.write_json(conflicts_uri, {"source": uri, "conflicts": conflicts})
-    ingested = 0 if ctx.dry_run else store.add_labels(ctx.scenario, labels)
+        append_conflicts(ctx.storage, conflicts_uri, uri, conflicts)
+    stale = store.stale_labels(ctx.scenario, labels)
+    fresh = [lab for lab in labels if lab["item_id"] not in {s["item_id"] for s in stale}]
+    ingested = 0 if ctx.dry_run else store.add_labels(ctx.scenario, fresh)
     return {"tasks_in": len(tasks), "labels": len(labels), "ingested": ingested, "rejected": rejected,
             "not_annotated": empty, "conflicts": conflicts, "conflicts_uri": conflicts_uri,
-            "dry_run": ctx.dry_run}
+            "stale": stale, "dry_run": ctx.dry_run}
+
+
+def append_conflicts(storage: Any, conflicts_uri: str, source: str, conflicts: list[dict[str, Any]]) -> None:
+    """Add one import's conflicts to the run key's conflicts file (``{"imports": [...]}``): a second
+    import never overwrites what an earlier one reported."""
+    from datetime import datetime, timezone
+    imports: list[dict[str, Any]] = []
+    if storage.exists(conflicts_uri):
+        old = storage.read_json(conflicts_uri)
+        if isinstance(old, dict) and isinstance(old.get("imports"), list):
+            imports = old["imports"]
+        elif isinstance(old, dict) and "conflicts" in old:  # the one-import layout of earlier versions
+            imports = [{"source": old.get("source"), "conflicts": old["conflicts"]}]
+    imports.append({"source": source, "imported_at": datetime.now(timezone.utc).isoformat(),
+                    "conflicts": conflicts})
+    storage.write_json(conflicts_uri, {"imports": imports,
+                                       "conflicts": [c for imp in imports for c in imp["conflicts"]]})

@@ -7,8 +7,12 @@
     ``status``: ``pending`` → ``exported`` (sent to Label Studio, with the run key of that
     export) → ``labelled``.
 ``labels``
-    the chosen action per item, who chose it and when; one row per item (a newer annotation of
-    the same item replaces the older one).
+    the chosen action per item, who chose it and when; one row per item. A label is replaced only
+    by a provably newer one (its ``labelled_at`` a later instant): an older export never
+    relabels an item (see :meth:`LabelStore.stale_labels`).
+``label_votes``
+    every annotator's answer per item (one row per item and annotator), so two annotators of one
+    task keep both their labels.
 
 The item id is a hash of (scenario, episode, step), so the same state is never queued twice.
 Enqueueing is idempotent per run key: a run first removes the still-pending items it queued
@@ -81,6 +85,14 @@ class LabelStore:
             sa.Column("label", sa.String(128), nullable=False),
             sa.Column("annotator", sa.String(256)), sa.Column("labelled_at", sa.DateTime(timezone=True)),
             sa.Column("source", sa.String(64)), sa.Column("imported_at", sa.DateTime(timezone=True), nullable=False))
+        self.votes = sa.Table(
+            "label_votes", md,
+            sa.Column("item_id", sa.String(64), primary_key=True),
+            sa.Column("annotator", sa.String(256), primary_key=True),
+            sa.Column("scenario", sa.String(128), nullable=False, index=True),
+            sa.Column("label", sa.String(128), nullable=False),
+            sa.Column("labelled_at", sa.DateTime(timezone=True)),
+            sa.Column("imported_at", sa.DateTime(timezone=True), nullable=False))
         self._md = md
         self._ready = False
 
@@ -170,8 +182,34 @@ class LabelStore:
         return {str(s): int(n) for s, n in rows}
 
     # ------------------------------------------------------------------ labels
+    def stale_labels(self, scenario: str, labels: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The labels that must not replace what the store holds: their item has a label given at a
+        later instant, or at a known time while theirs has none. Each comes back with the stored
+        label beside it (``{"item_id", "label", "labelled_at", "stored_label", "stored_at"}``)."""
+        if not labels or not self.exists():
+            return []
+        lab = self.labels
+        ids = [x["item_id"] for x in labels]
+        stored: dict[str, tuple[str, datetime | None]] = {}
+        with self.engine.connect() as conn:
+            for chunk in _chunks(ids):
+                for r in conn.execute(sa.select(lab.c.item_id, lab.c.label, lab.c.labelled_at).where(
+                        (lab.c.scenario == scenario) & lab.c.item_id.in_(chunk))):
+                    stored[r.item_id] = (r.label, _utc(r.labelled_at))
+        out = []
+        for x in labels:
+            if x["item_id"] not in stored:
+                continue
+            old_label, old_at = stored[x["item_id"]]
+            new_at = _utc(x.get("labelled_at"))
+            if old_at is not None and (new_at is None or new_at < old_at):
+                out.append({"item_id": x["item_id"], "label": x["label"], "labelled_at": x.get("labelled_at"),
+                            "stored_label": old_label, "stored_at": old_at.isoformat()})
+        return out
+
     def add_labels(self, scenario: str, labels: Sequence[dict[str, Any]]) -> int:
-        """Insert or replace labels (by item id) and mark their items ``labelled``."""
+        """Insert or replace labels (by item id), record every annotator's answer, and mark the
+        items ``labelled``. Callers drop :meth:`stale_labels` first."""
         self.create()
         if not labels:
             return 0
@@ -185,9 +223,27 @@ class LabelStore:
             for chunk in _chunks(ids):
                 conn.execute(self.labels.delete().where(self.labels.c.item_id.in_(chunk)))
             conn.execute(self.labels.insert(), list(rows.values()))
+            votes = {(lab["item_id"], str(a.get("annotator") or "")): {
+                "item_id": lab["item_id"], "annotator": str(a.get("annotator") or ""), "scenario": scenario,
+                "label": a["label"], "labelled_at": _utc(a.get("labelled_at")), "imported_at": now}
+                for lab in labels for a in (lab.get("annotations") or [lab])}
+            for item_id, annotator in votes:
+                conn.execute(self.votes.delete().where((self.votes.c.item_id == item_id)
+                                                       & (self.votes.c.annotator == annotator)))
+            if votes:
+                conn.execute(self.votes.insert(), list(votes.values()))
             for chunk in _chunks(ids):
                 conn.execute(self.items.update().where(self.items.c.item_id.in_(chunk)).values(status=LABELLED))
         return len(rows)
+
+    def votes_frame(self, scenario: str) -> pd.DataFrame:
+        """Every annotator's answer per item."""
+        self.create()
+        v = self.votes
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(v).where(v.c.scenario == scenario).order_by(v.c.item_id, v.c.annotator)
+                                ).mappings().all()
+        return pd.DataFrame([dict(r) for r in rows], columns=[c.name for c in v.columns])
 
     def labelled_frame(self, scenario: str) -> pd.DataFrame:
         """Labels joined with their items (state, mask, history): what training reads."""

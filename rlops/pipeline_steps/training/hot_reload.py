@@ -8,11 +8,20 @@ The training of that run key polls it before every iteration (:class:`RewardSwit
 iterations and the step records every switch on the training run: tags
 ``reward_switch.<iteration> = <old sha256> -> <new sha256>`` and the metric
 ``reward_switch_iteration``.
+
+A request belongs to the training in progress when it is made: ``switch-reward`` refuses when no
+training of the run key is running (a request left lying would otherwise switch a *later* training
+of that run key, registered under the reward function it started with), and a training ignores any
+request made before it started. A request the training cannot honour — a reward file added to the
+pack after the training loaded it, or a file whose sha256 changed since the request — is refused
+cleanly: the training goes on with the function it has, and says why in
+``control/<scenario>/<run_key>/reward_fn.status.json`` and its log.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -23,16 +32,41 @@ if TYPE_CHECKING:
     from rlops.sandbox.reward import RewardFunction
 
 CONTROL_FILE = "reward_fn.json"
+STATUS_FILE = "reward_fn.status.json"
+log = logging.getLogger(__name__)
 
 
 def control_uri(ctx: StepContext, run_key: str | None = None) -> str:
     return ctx.uri("control", ctx.scenario, run_key or ctx.run_key, CONTROL_FILE)
 
 
+def running_training(ctx: StepContext) -> str | None:
+    """The run id of the policy training of ``ctx.run_key`` in progress, or None. A run left
+    RUNNING by a process that is gone (killed) does not count."""
+    from rlops.pipeline_steps.infra import tags as T
+    from rlops.pipeline_steps.training.status import process_alive
+    filt = (f"tags.`{T.STEP}` = '{T.TRAIN_POLICY}' and tags.`{T.RUN_KEY}` = '{ctx.run_key}' "
+            "and attributes.status = 'RUNNING'")
+    runs = ctx.tracker._call(f"find the training of run key {ctx.run_key}", lambda c: c.search_runs(
+        [ctx.tracker.experiment_id], filt, max_results=10))
+    for run in runs:
+        if process_alive(run.data.tags.get(T.PID), run.data.tags.get(T.HOST)):
+            return str(run.info.run_id)
+    return None
+
+
 def request_switch(ctx: StepContext, label: str) -> dict[str, Any]:
-    """Ask the training of ``ctx.run_key`` to switch to reward function ``label`` (checked now)."""
+    """Ask the training of ``ctx.run_key`` in progress to switch to reward function ``label``
+    (checked now); a :class:`UserError` when no training of the run key is running."""
+    from rlops.common.errors import UserError
     fn = ctx.load_pack(calibration=None).reward_fn(label)  # KeyError: no such reward function
-    req = {"reward_fn": label, "reward_fn_sha256": fn.version,
+    training = running_training(ctx)
+    if training is None and not ctx.dry_run:
+        raise UserError(f"train switch-reward --to {label}: no training of {ctx.scenario} run key {ctx.run_key} is "
+                        "running; a request now would be applied by no one (or by a later training, registered "
+                        "under another reward function). Start the training with the reward function wanted "
+                        "(--reward-fn), or schedule a switch with the DAG conf reward_switch_to")
+    req = {"reward_fn": label, "reward_fn_sha256": fn.version, "training_run": training,
            "requested_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     uri = control_uri(ctx)
     if not ctx.dry_run:
@@ -50,6 +84,9 @@ class RewardSwitchPoller:
     at_iteration: int | None = None
     label: str | None = None
     wrap: Callable[["RewardFunction"], "RewardFunction"] | None = None
+    #: when this training started: a request made earlier is stale and never applied
+    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    _answered: set[str] = field(default_factory=set)
 
     def __call__(self, iteration: int) -> "RewardFunction | None":
         label = None
@@ -57,11 +94,56 @@ class RewardSwitchPoller:
             label = self.label
         uri = control_uri(self.ctx)
         if self.ctx.storage.exists(uri):
-            label = str(self.ctx.storage.read_json(uri).get("reward_fn") or label or "")
+            label = self._requested(self.ctx.storage.read_json(uri)) or label
         if not label:
             return None
-        fn = self.pack.reward_fn(label)
+        try:
+            fn = self.pack.reward_fn(label)
+        except KeyError as exc:  # e.g. a reward file added to the pack after this training loaded it
+            self._answer(label, "refused", f"this training has no reward function {label!r} ({exc}); it keeps "
+                                            "the function it has")
+            return None
         return self.wrap(fn) if self.wrap is not None else fn
+
+    def _requested(self, req: Any) -> str | None:
+        """The label of a request this training may honour, or None (stale, or for another run)."""
+        if not isinstance(req, dict) or not req.get("reward_fn"):
+            return None
+        label = str(req["reward_fn"])
+        try:
+            at = datetime.fromisoformat(str(req.get("requested_at")))
+        except ValueError:
+            at = None
+        if at is not None and at.tzinfo is None:
+            at = at.replace(tzinfo=timezone.utc)
+        if at is None or at < self.started_at.replace(microsecond=0):
+            self._answer(label, "ignored", f"the request ({req.get('requested_at')}) is older than this training "
+                                           f"({self.started_at.isoformat(timespec='seconds')})")
+            return None
+        try:
+            fn = self.pack.reward_fn(label)
+        except KeyError:
+            return label  # refused by the caller with the reason
+        want = req.get("reward_fn_sha256")
+        if want and want != fn.version:
+            self._answer(label, "refused", f"reward function {label} is {fn.version[:12]} in this training, the "
+                                           f"request asked for {str(want)[:12]}")
+            return None
+        return label
+
+    def _answer(self, label: str, status: str, reason: str) -> None:
+        key = f"{status}:{label}:{reason}"
+        if key in self._answered:
+            return
+        self._answered.add(key)
+        log.warning("reward switch to %s %s: %s", label, status, reason)
+        if not self.ctx.dry_run:
+            try:
+                self.ctx.storage.write_json(self.ctx.uri("control", self.ctx.scenario, self.ctx.run_key, STATUS_FILE),
+                                            {"reward_fn": label, "status": status, "reason": reason,
+                                             "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+            except Exception as exc:  # noqa: BLE001 - a status note must never stop a training
+                log.warning("could not record the reward switch status: %s", exc)
 
 
 def record_switches(run: Any, switches: list[Any]) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@ finished run by its id, or of a training in progress by its process id — and t
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import Any
 
@@ -13,6 +14,36 @@ STATUS_COLUMNS = ("episodic_return", "episodic_length", "entropy", "approx_kl", 
                   "human_takeover_rate", "illegal_actions", "sps", "stagnation")
 PLATEAU_WINDOW = 10
 """Iterations without a better training return that make a plateau (``ppo.stagnation_window``)."""
+
+
+def process_alive(pid: Any, host: Any = None, started_ms: int | None = None) -> bool:
+    """Whether process ``pid`` on ``host`` still runs. Another host's process cannot be seen from
+    here and counts as alive; on this host a missing process, a zombie, or a process that started
+    after ``started_ms`` (its pid reused by another program) does not."""
+    if host is not None and str(host) != socket.gethostname():
+        return True
+    try:
+        pid = int(pid)
+    except (TypeError, ValueError):
+        return False
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+        if state in (b"Z", b"X"):
+            return False
+        if started_ms is not None and os.stat(f"/proc/{pid}").st_ctime * 1000 > started_ms + 60_000:
+            return False
+    except (OSError, IndexError):
+        pass
+    return True
 
 
 def run_of_pid(ctx: StepContext, pid: int, host: str | None = None) -> str:
@@ -58,7 +89,12 @@ def train_status(ctx: StepContext, run_id: str | None = None, all_metrics: bool 
         for key in keys:
             for m in c.get_metric_history(run_id, key):
                 rows.setdefault(int(m.step), {})[key] = float(m.value)
-        return {"run_id": run_id, "status": run.info.status, "run_name": run.info.run_name,
+        status = run.info.status
+        if status == "RUNNING" and not process_alive(run.data.tags.get(T.PID), run.data.tags.get(T.HOST),
+                                                     run.info.start_time):
+            # MLflow still says RUNNING, but the process that ran it is gone (killed): say so.
+            status = "KILLED"
+        return {"run_id": run_id, "status": status, "mlflow_status": run.info.status, "run_name": run.info.run_name,
                 "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
                 "columns": ["step", *keys], "rows": [{"step": s, **rows[s]} for s in sorted(rows)]}
     res = ctx.tracker._call(f"read metrics of run {run_id}", fetch)

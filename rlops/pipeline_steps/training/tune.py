@@ -216,7 +216,26 @@ def write_params(path: Path, best: dict[str, Any]) -> Path:
 
 
 def _plain(v: Any) -> Any:
-    return round(v, 6) if isinstance(v, float) else v
+    """The value written: floats to 6 significant digits (never to 6 decimals: a learning rate of
+    1e-7 stays 1e-7); a NaN or infinity is never a tuned knob."""
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"a tuned value is {v}; expected a finite number")
+        return float(f"{v:.6g}")
+    return v
+
+
+def _text(v: Any) -> str:
+    """YAML text of a written value that YAML reads back as the same value (``1e-07`` would read
+    back as a string: YAML 1.1 floats need a dot in the mantissa)."""
+    v = _plain(v)
+    if isinstance(v, float):
+        text = repr(v)
+        if "e" in text and "." not in text.split("e")[0]:
+            mantissa, exp = text.split("e")
+            text = f"{mantissa}.0e{exp}"
+        return text
+    return str(v)
 
 
 def _set_block(text: str, block: str, values: dict[str, Any]) -> str:
@@ -224,18 +243,18 @@ def _set_block(text: str, block: str, values: dict[str, Any]) -> str:
     start = next((i for i, ln in enumerate(lines) if ln.startswith(f"{block}:")), None)
     if start is None:
         head = [f"{block}:  # tuned by `rlops train tune`"]
-        return "\n".join([*lines, *head, *(f"  {k}: {_plain(v)}" for k, v in values.items())]) + "\n"
+        return "\n".join([*lines, *head, *(f"  {k}: {_text(v)}" for k, v in values.items())]) + "\n"
     end = next((i for i in range(start + 1, len(lines)) if _TOP.match(lines[i])), len(lines))
     body, todo = lines[start + 1:end], dict(values)
     for i, ln in enumerate(body):
         m = re.match(r"^(\s+)([\w-]+):\s*([^#]*?)(\s*#.*)?$", ln)
         if m and m.group(2) in todo:
-            body[i] = f"{m.group(1)}{m.group(2)}: {_plain(todo.pop(m.group(2)))}{m.group(4) or ''}"
+            body[i] = f"{m.group(1)}{m.group(2)}: {_text(todo.pop(m.group(2)))}{m.group(4) or ''}"
     blank = 0
     while body and not body[-1].strip():
         body.pop()
         blank += 1
-    body += [f"  {k}: {_plain(v)}" for k, v in todo.items()] + [""] * blank
+    body += [f"  {k}: {_text(v)}" for k, v in todo.items()] + [""] * blank
     return "\n".join([*lines[:start + 1], *body, *lines[end:]]) + "\n"
 
 
