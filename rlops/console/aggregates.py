@@ -223,18 +223,19 @@ def cluster_names(features: list[tuple[str, str, pd.Series]], labels: np.ndarray
     for path, kind, col in features:
         leaf = path.rsplit(".", 1)[-1].replace("_", " ")
         if kind == "number":
-            x = pd.to_numeric(col, errors="coerce")
-            spread = float(x.std()) or 1.0
+            x = pd.to_numeric(col, errors="coerce").astype("float64")  # nullable ints: NA → NaN
+            spread = float(x.std()) if x.notna().sum() > 1 else 1.0
+            spread = spread if np.isfinite(spread) and spread > 0 else 1.0
             overall = float(x.median()) if x.notna().any() else 0.0
             med = x.groupby(labels).median()
             for c, m in med.items():
                 if np.isfinite(m):
                     scores[int(c)].append((abs(m - overall) / spread, f"{'high' if m > overall else 'low'} {leaf}"))
         else:
-            text = col.astype(str)
+            text = col.astype(str).where(col.notna(), None)
             base = text.value_counts(normalize=True)
             for c, grp in text.groupby(labels):
-                mode = grp.mode()
+                mode = grp.dropna().mode()
                 if mode.empty:
                     continue
                 value = str(mode.iloc[0])

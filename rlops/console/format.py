@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from jinja2 import Undefined
+
 MISSING = "—"
 # Gate-table rows whose values carry a unit (the rest are rates, shares or plain numbers).
 GATE_UNITS = {"handling_ms": "ms", "ab:handling_ms": "ms", "latency_p99_ratio": "ms"}
@@ -18,7 +20,7 @@ GATE_PERCENT = ("completion_rate", "human_takeover_rate", "illegal_action_rate",
 
 
 def _float(v: Any) -> float | None:
-    if v is None or isinstance(v, bool):
+    if v is None or isinstance(v, (bool, Undefined)):
         return None
     try:
         f = float(v)
@@ -32,6 +34,8 @@ def number(v: Any, unit: str | None = None) -> str:
     followed by ``unit``; text passes through; None, NaN and inf read ``—``."""
     if isinstance(v, bool):
         return "yes" if v else "no"
+    if isinstance(v, Undefined):
+        return MISSING
     f = _float(v)
     if f is None:
         return MISSING if v is None or isinstance(v, (int, float)) else str(v)

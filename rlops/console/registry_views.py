@@ -61,7 +61,8 @@ def _gates(data: ProjectData, scenario: str, run: dict[str, Any]) -> list[dict[s
             or not isinstance(table.get("data"), list):
         return []
     rows = [dict(zip(table["columns"], row)) for row in table["data"] if isinstance(row, list)]
-    return [{**r, "gate": str(r.get("gate", "")), "state": gate_state(r)} for r in rows]
+    return [{"candidate": None, "champion": None, "threshold": "", "detail": "", **r, "gate": str(r.get("gate", "")),
+             "state": gate_state(r)} for r in rows]
 
 
 def _verdict(run: dict[str, Any], gates: list[dict[str, Any]]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rlops.common.config import resolve_local
 from rlops.common.metrics_sink import ListSink, MetricsSink, NullSink
 from rlops.pipeline_steps.infra import tags as K
+from rlops.pipeline_steps.infra.redact import redact
 from rlops.pipeline_steps.infra.run_handle import RunHandle
 
 if TYPE_CHECKING:
@@ -125,10 +126,10 @@ class Tracker:
         except TrackingError:
             raise
         except (MlflowException, OSError) as exc:
-            raise TrackingError(
+            raise TrackingError(redact(
                 f"MLflow {op} failed against {self.tracking_uri}: {_short(exc)}. Check that "
                 "the tracking server is reachable (tracking.uri / MLFLOW_TRACKING_URI) and that "
-                "the experiment, model and version names exist.") from exc
+                "the experiment, model and version names exist.")) from exc
 
     # ------------------------------------------------------------------ experiments and runs
     def experiment_id_for(self, scenario: str) -> str:
