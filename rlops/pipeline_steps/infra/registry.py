@@ -77,6 +77,7 @@ class Tracker:
         self.http_timeout_s = int(http_timeout_s)
         self._client: MlflowClient | None = None
         self._experiments: dict[str, str] = {}
+        self.requested_by = K.REQUESTED_BY_RLOPS  # who the alias moves are made for (see on_behalf_of)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], scenario: str | None = None) -> Tracker:
@@ -295,8 +296,17 @@ class Tracker:
         from rlops.pipeline_steps.infra.alias_records import verified_version
         return verified_version(self.model_tags(name), name, alias)
 
+    @contextmanager
+    def on_behalf_of(self, requested_by: str) -> Iterator[None]:
+        """Alias moves inside the block record ``requested_by`` (e.g. a promotion requested in the UI)."""
+        before, self.requested_by = self.requested_by, requested_by
+        try:
+            yield
+        finally:
+            self.requested_by = before
+
     def record_outcome(self, name: str, version: str, outcome: str, reason: str,
-                       requested_by: str = K.REQUESTED_BY_RLOPS) -> None:
+                       requested_by: str | None = None) -> None:
         """Rewrite all promotion-outcome tags of a version whose fate changed (the outcome tag last,
         so whoever waits for it finds the others written); a champion also sheds ``rolled_back``."""
         if outcome not in K.OUTCOMES:
@@ -304,7 +314,7 @@ class Tracker:
         from datetime import datetime, timezone
         at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.set_model_version_tags(name, version, {K.PROMOTION_REASON: reason[:5000],
-                                                    K.PROMOTION_REQUESTED_BY: requested_by,
+                                                    K.PROMOTION_REQUESTED_BY: requested_by or self.requested_by,
                                                     K.PROMOTION_AT: at, K.PROMOTION_OUTCOME: outcome})
         if outcome == K.OUTCOME_CHAMPION and self.model_version_tags(name, version).get(K.ROLLED_BACK):
             self._call(f"untag {name!r} v{version}",

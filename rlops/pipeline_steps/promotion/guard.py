@@ -108,7 +108,8 @@ def promote_from_alias(ctx: StepContext, version: str, requested_by: str = UI_RE
     if staged is None:
         staged = bool((ctx.params.get("promotion") or {}).get("staged", False))
     try:
-        res = promote(ctx, version, staged=staged)
+        with tracker.on_behalf_of(requested_by):  # the outcome tags of an alias move name the requester
+            res = promote(ctx, version, staged=staged)
     except ValueError as exc:  # e.g. already the champion, no such version
         res = {"action": "none", "promoted": False, "reason": str(exc).strip("'\"")}
     action = str(res.get("action"))
