@@ -240,8 +240,8 @@ def cluster_names(features: list[tuple[str, str, pd.Series]], labels: np.ndarray
                     continue
                 value = str(mode.iloc[0])
                 share = float((grp == value).mean())
-                words = leaf if value.lower() in ("true", "1") else (f"not {leaf}" if value.lower() in ("false", "0")
-                                                                     else f"{leaf} {value}")
+                words = (leaf if value.lower() in ("true", "1") else
+                         f"{leaf}: no" if value.lower() in ("false", "0") else f"{leaf} {value}")
                 scores[int(c)].append((2.5 * (share - float(base.get(value, 0.0))), words))
     names: dict[int, str] = {}
     for c, scored in scores.items():

@@ -14,9 +14,8 @@ from jinja2 import Undefined
 
 MISSING = "—"
 # Gate-table rows whose values carry a unit (the rest are rates, shares or plain numbers).
-GATE_UNITS = {"handling_ms": "ms", "ab:handling_ms": "ms", "latency_p99_ratio": "ms"}
-GATE_PERCENT = ("completion_rate", "human_takeover_rate", "illegal_action_rate", "finite_returns",
-                "ab:completion_rate", "ab:human_takeover_rate")
+GATE_UNITS = {"latency_p99_ratio": "ms"}     # the latency gate's values are the two p99 times
+GATE_PERCENT = ("finite_returns",)           # a share of returns; every ``*_rate`` is a percentage too
 
 
 def _float(v: Any) -> float | None:
@@ -67,15 +66,17 @@ def percent(v: Any, digits: int = 1) -> str:
     return MISSING if f is None else f"{100 * f:.{digits}f}%"
 
 
-def gate_value(v: Any, gate: str) -> str:
-    """A gate table's candidate or champion value, in the gate's own unit."""
+def gate_value(v: Any, name: str) -> str:
+    """A gate's or summary metric's value in its own unit: rates and shares as percentages,
+    ``*_ms`` (and the latency gate, whose values are p99 times) in ms, anything else rounded."""
     if isinstance(v, str):
         return v
-    if gate in GATE_PERCENT:
+    base = name.split(":", 1)[1] if name.startswith("ab:") else name
+    if base in GATE_PERCENT or base.endswith("_rate"):
         return percent(v, 2)
-    if gate.startswith("segment:") or gate == "mean_return":
+    if base.startswith("segment:") or base in ("mean_return", "std_return"):
         return number(v)
-    return number(v, GATE_UNITS.get(gate))
+    return number(v, GATE_UNITS.get(base) or ("ms" if base.endswith("_ms") else None))
 
 
 def install(env: Any) -> None:

@@ -280,6 +280,10 @@ class Tracker:
                 c.set_registered_model_tag(name, k, v)
             c.set_registered_model_alias(name, alias, str(version))
         self._call(f"set alias {alias!r} of {name!r} to v{version}", move)
+        if alias == CHALLENGER:  # a staged roll-out stage: the version's fate changed
+            share = self.model_version_tags(name, version).get(K.VERSION.TRAFFIC_FRACTION)
+            self.record_outcome(name, str(version), K.OUTCOME_CHALLENGER,
+                                f"challenger in a staged roll-out (traffic_fraction {share or 'unset'})")
 
     def delete_alias(self, name: str, alias: str) -> None:
         from rlops.pipeline_steps.infra.alias_records import record_tags

@@ -147,7 +147,8 @@ def trigger_promotion_dag(settings: WebhookSettings, conf: Mapping[str, Any], ti
 def event_problem(event: Any) -> str | None:
     """None when ``event`` is a well-formed ``model_version_alias.created`` payload, else what is wrong."""
     if not isinstance(event, dict):
-        return f"the body must be a JSON object, not a JSON {type(event).__name__}"
+        kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(event), "null")
+        return f"the body must be a JSON object, not a JSON {kind}"
     data = event.get("data")
     if not isinstance(data, dict):
         return "the event's 'data' must be an object with 'name', 'alias' and 'version'"
