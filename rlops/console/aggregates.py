@@ -193,8 +193,8 @@ def breakdown_items(raw: Any) -> list[dict[str, Any]]:
         if not isinstance(item, dict) or not isinstance(item.get("component"), (str, int)):
             continue
         try:
-            score = float(item.get("score"))
-        except (TypeError, ValueError):
+            score = float(item["score"])
+        except (KeyError, TypeError, ValueError):
             continue
         if not math.isfinite(score):
             continue

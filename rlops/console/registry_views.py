@@ -173,8 +173,8 @@ def drift(data: ProjectData, scenario: str, last: int = 12) -> dict[str, Any]:
 
 def _not_fitted(cal: dict[str, Any]) -> list[tuple[str, str]]:
     """The fields a calibration left at their declared distribution, as (path, reason) pairs."""
-    fit = cal.get("fit") if isinstance(cal.get("fit"), dict) else {}
-    skipped = fit.get("skipped")
+    fit = cal.get("fit")
+    skipped = fit.get("skipped") if isinstance(fit, dict) else None
     if isinstance(skipped, dict):
         return [(str(k), "" if v is None else str(v)) for k, v in sorted(skipped.items(), key=lambda kv: str(kv[0]))]
     if isinstance(skipped, (list, tuple)):

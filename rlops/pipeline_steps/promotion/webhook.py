@@ -118,7 +118,7 @@ class WebhookSettings:
         if chosen not in (EMBEDDED, AIRFLOW):
             raise UserError(f"promotion.webhook.mode {chosen!r}: expected '{EMBEDDED}' or '{AIRFLOW}'")
         from rlops.common.config import resolve_local
-        numbers = {}
+        numbers: dict[str, Any] = {}
         for key, default, kind in (("max_body_bytes", 65_536, int), ("tolerance_s", 300, int), ("retry_s", 30.0, float)):
             try:
                 numbers[key] = kind(cfg.get(key, default))
@@ -242,7 +242,8 @@ def decision_line(event: Mapping[str, Any], out: Mapping[str, Any]) -> str:
     """One log line per decision: model, version, alias, verdict and the failing gates."""
     data = event.get("data") if isinstance(event, Mapping) else None
     data = data if isinstance(data, Mapping) else {}
-    promotion = out.get("promotion") if isinstance(out.get("promotion"), Mapping) else {}
+    nested = out.get("promotion")
+    promotion: Mapping[str, Any] = nested if isinstance(nested, Mapping) else {}
     verdict = out.get("outcome") or promotion.get("outcome") or out.get("action") or "?"
     failing = list(out.get("failed_gates") or promotion.get("failed_gates") or [])
     return redact(f"webhook decision: {data.get('name', '?')} v{data.get('version', '?')} alias "
@@ -348,7 +349,7 @@ def create_app(params: Mapping[str, Any], settings: WebhookSettings,
     def healthz() -> dict[str, Any]:
         return {"status": "ok", "mode": settings.mode, "pending": len(receiver.store.pending())}
 
-    async def webhook(request):  # type: ignore[no-untyped-def] - annotated below, for FastAPI
+    async def webhook(request):  # type: ignore[no-untyped-def]  # annotated below, for FastAPI
         body = await read_capped(request, settings.max_body_bytes)
         problem = verify(settings.secret, request.headers, body, settings.tolerance_s)
         if problem:
