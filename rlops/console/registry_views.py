@@ -99,6 +99,11 @@ def promotion(data: ProjectData, scenario: str) -> dict[str, Any]:
             events.append({"ts": tag_time_ms(promoted), "what": f"v{v['version']} promoted to champion"
                            + ("" if tag_time_ms(promoted) else f" (promoted_at tag {promoted!r} is not a time)"),
                            "run_id": None})
+        outcome, at = t.get(T.PROMOTION_OUTCOME), tag_time_ms(t.get(T.PROMOTION_AT))
+        if outcome and at and outcome != T.OUTCOME_CHAMPION:  # a champion's own event is above
+            by = t.get(T.PROMOTION_REQUESTED_BY) or "?"
+            events.append({"ts": at, "what": f"v{v['version']} {outcome} (requested by {by}): "
+                           f"{str(t.get(T.PROMOTION_REASON) or '')[:300]}", "run_id": None})
         if t.get(T.ROLLED_BACK) == "true":
             events.append({"ts": None, "what": f"v{v['version']} rolled back (champion moved back to previous)",
                            "run_id": None})

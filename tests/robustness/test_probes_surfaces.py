@@ -209,9 +209,12 @@ def probe_new_champion_sheds_rejected(home: dict[str, Any], console: Any) -> Non
     ctx = home["ctx"]
     v = _version(ctx)
     ctx.tracker.record_outcome(NAME, v, T.OUTCOME_REJECTED, "gate(s) failed: mean_return", "mlflow-ui-alias")
+    page = _ok(console.get(f"/s/{S}/promotion"))
+    assert f"v{v} rejected (requested by mlflow-ui-alias): gate(s) failed: mean_return" in page
     ctx.tracker.move_champion(NAME, v)
     tags = ctx.tracker.model_version_tags(NAME, v)
     assert tags[T.PROMOTION_OUTCOME] == T.OUTCOME_CHAMPION and tags[T.PROMOTION_REQUESTED_BY] == "rlops"
+    assert f"v{v} rejected" not in _ok(console.get(f"/s/{S}/promotion"))
 
 
 def probe_experiment_opens_on_training_view(home: dict[str, Any], console: Any) -> None:
