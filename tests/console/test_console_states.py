@@ -22,7 +22,15 @@ from typing import Any
 import pytest
 
 from rlops.pipeline_steps.infra import tags as T
-from tests.policy_kit import NAME, SCENARIO, approve_all_policy, cloned_rules_policy, credit_pack, promotion_ctx, register
+from tests.policy_kit import (
+    NAME,
+    SCENARIO,
+    approve_all_policy,
+    cloned_rules_policy,
+    credit_pack,
+    promotion_ctx,
+    register,
+)
 
 S = SCENARIO
 # 400 episodes: every credit segment holds fewer than 100 000 → each segment gate is skipped.
@@ -61,9 +69,10 @@ def registry(tmp_path_factory: pytest.TempPathFactory, _mlflow_template_db: Path
         v3 = register(ctx, pack, bad)
         failed = promote(promotion_ctx("20261201T1100", **BUDGET), v3)
         assert not failed["promoted"] and "mean_return" in failed["failed_gates"], failed
+        from fastapi.testclient import TestClient
+
         from rlops.console.app import create_app
         from rlops.console.data import ProjectData
-        from fastapi.testclient import TestClient
         yield {"ctx": ctx, "v1": v1, "v2": v2, "v3": v3, "passed": cli, "failed": failed,
                "client": TestClient(create_app(ProjectData(registry_ttl_s=0.0)))}
 
@@ -101,10 +110,10 @@ def test_a_skipped_gate_reads_skipped_everywhere(registry: dict[str, Any]) -> No
     # the console: the gate table and the promotion page
     page = registry["client"].get(f"/s/{S}/evaluation/{registry['passed']['eval_run_id']}").text
     assert f'data-gate="{name}" data-state="skipped"' in page
-    row = re.search(rf'data-gate="{re.escape(name)}" data-state="skipped">(.*?)</tr>', page, re.S).group(1)
+    row = re.search(rf'data-gate="{re.escape(name)}" data-state="skipped">(.*?)</tr>', page, re.DOTALL).group(1)
     assert ">skipped<" in row and ">pass<" not in row
     promo = registry["client"].get(f"/s/{S}/promotion").text
-    seg_row = re.search(rf'<tr data-gate="{re.escape(name)}">(.*?)</tr>', promo, re.S).group(1)
+    seg_row = re.search(rf'<tr data-gate="{re.escape(name)}">(.*?)</tr>', promo, re.DOTALL).group(1)
     assert "skipped" in seg_row and ">pass<" not in seg_row
     # the CLI's gate table
     line = next(ln for ln in _gate_lines({"gates": gates}) if name in ln)
@@ -130,7 +139,7 @@ def test_the_new_champion_carries_no_stale_rejection(registry: dict[str, Any]) -
     assert tags[T.PROMOTION_OUTCOME] == "champion", tags
     assert tags[T.PROMOTION_REQUESTED_BY] == T.REQUESTED_BY_RLOPS  # the UI request no longer speaks for it
     promo = registry["client"].get(f"/s/{S}/promotion").text
-    row = re.search(r'<tr class="champion">(.*?)</tr>', promo, re.S).group(1)
+    row = re.search(r'<tr class="champion">(.*?)</tr>', promo, re.DOTALL).group(1)
     assert f">v{v2}<" in row and 'class="outcome"' in row and "rejected" not in row
 
 

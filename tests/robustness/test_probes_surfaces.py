@@ -40,10 +40,10 @@ def home(tmp_path_factory: pytest.TempPathFactory, _mlflow_template_db: Path) ->
     import pandas as pd
     import torch
 
+    from rlops.common.config import REPO_ROOT
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.sandbox.pack import load_pack
-    from rlops.common.config import REPO_ROOT
     tmp = tmp_path_factory.mktemp("surfaces")
     (tmp / "mlflow").mkdir()
     shutil.copyfile(_mlflow_template_db, tmp / "mlflow" / "mlflow.db")
@@ -436,7 +436,7 @@ def probe_airflow_down_request_kept_until_delivered(home: dict[str, Any], consol
     assert _AirflowApi.received[0]["conf"]["candidate"] == v
 
 
-PROBES: list[Callable[..., None]] = [f for n, f in sorted(globals().items()) if n.startswith("probe_")]
+SURFACE_PROBES: list[Callable[..., None]] = [f for n, f in sorted(globals().items()) if n.startswith("probe_")]
 
 
 def _takes(probe: Callable[..., None], name: str) -> bool:
@@ -448,12 +448,12 @@ def _id(probe: Callable[..., None]) -> str:
     return probe.__name__[len("probe_"):].replace("_", "-")
 
 
-@pytest.mark.parametrize("probe", [p for p in PROBES if not _takes(p, "tmp_path")], ids=_id)
+@pytest.mark.parametrize("probe", [p for p in SURFACE_PROBES if not _takes(p, "tmp_path")], ids=_id)
 def test_surface_probe(probe: Callable[..., None], home: dict[str, Any], console: Any) -> None:
     probe(home, console)
 
 
-@pytest.mark.parametrize("probe", [p for p in PROBES if _takes(p, "tmp_path") and not _takes(p, "body")], ids=_id)
+@pytest.mark.parametrize("probe", [p for p in SURFACE_PROBES if _takes(p, "tmp_path") and not _takes(p, "body")], ids=_id)
 def test_webhook_probe(probe: Callable[..., None], home: dict[str, Any], console: Any, tmp_path: Path,
                        caplog: pytest.LogCaptureFixture) -> None:
     probe(home, console, tmp_path, *([caplog] if _takes(probe, "caplog") else []))

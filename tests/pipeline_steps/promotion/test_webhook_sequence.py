@@ -14,8 +14,15 @@ from typing import Any
 import pytest
 
 from rlops.pipeline_steps.infra import tags as T
-from tests.policy_kit import NAME, promotion_ctx, register
-from tests.policy_kit import approve_all, good, pack, promotion_sandbox  # noqa: F401  (fixtures)
+from tests.policy_kit import (  # noqa: F401  (fixtures)
+    NAME,
+    approve_all,
+    good,
+    pack,
+    promotion_ctx,
+    promotion_sandbox,
+    register,
+)
 
 pytestmark = pytest.mark.usefixtures("promotion_sandbox")
 SECRET = "sequence-secret"
