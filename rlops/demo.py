@@ -104,9 +104,10 @@ def run(scenario: str | None = None) -> int:
 
 
 def _print_gates(gates: list[dict[str, Any]]) -> None:
+    from rlops.pipeline_steps.promotion.gates import gate_state
     def fmt(v: Any) -> str:
         return "—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
-    rows = [(g["gate"], fmt(g["candidate"]), fmt(g["champion"]), str(g["threshold"]), g.get("status") or ("pass" if g["passed"] else "FAIL"))
+    rows = [(g["gate"], fmt(g["candidate"]), fmt(g["champion"]), str(g["threshold"]), gate_state(g))
             for g in gates]
     head = ("gate", "candidate", "champion", "threshold", "")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]

@@ -57,11 +57,12 @@ def cmd_webhook_register(args: argparse.Namespace) -> int:
 
 
 def _gate_lines(res: dict[str, Any]) -> list[str]:
+    from rlops.pipeline_steps.promotion.gates import gate_state
     def fmt(v: Any) -> str:
         return "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
     lines = [f"  {'gate':<28} {'candidate':>12} {'champion':>12}  {'threshold':<34} result"]
     for g in res.get("gates", []):
-        verdict = g.get("status") or ("pass" if g["passed"] else "FAIL")
+        verdict = gate_state(g)
         lines.append(f"  {g['gate']:<28} {fmt(g['candidate']):>12} {fmt(g['champion']):>12}  "
                      f"{g['threshold']:<34} {verdict}")
     return lines

@@ -145,3 +145,91 @@ def nearest(X: np.ndarray, centroids: np.ndarray, chunk: int = 200_000) -> np.nd
         x = X[i:i + chunk]
         out[i:i + chunk] = np.argmin(c2[None, :] - 2.0 * x @ centroids.T, axis=1)
     return out
+
+
+# --------------------------------------------------------------------------- untrusted trace fields
+def breakdown_items(raw: Any) -> list[dict[str, Any]]:
+    """The reward breakdown of one trace row as ``[{component, score, rule_ref, reason}]``, whatever
+    shape the row carries: the sandbox's ``{"total", "breakdown": [...]}``, a bare list of components
+    (what an SDK episode writes for a dict-valued reward), or ``{component: score}``. Items that are
+    not a named finite score are left out; text that is not JSON gives no components."""
+    import json
+    if isinstance(raw, (bytes, str)):
+        try:
+            raw = json.loads(raw)
+        except (ValueError, RecursionError):
+            return []
+    if isinstance(raw, dict):
+        inner = raw.get("breakdown")
+        if isinstance(inner, list):
+            raw = inner
+        elif inner is None:
+            raw = [{"component": k, "score": v} for k, v in raw.items() if k not in ("total", "reward_total")]
+        else:
+            return []
+    if not isinstance(raw, list):
+        return []
+    out = []
+    for item in raw:
+        if not isinstance(item, dict) or not isinstance(item.get("component"), (str, int)):
+            continue
+        try:
+            score = float(item["score"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if not math.isfinite(score):
+            continue
+        ref, reason = item.get("rule_ref"), item.get("reason")
+        out.append({"component": str(item["component"]), "score": score,
+                    "rule_ref": ref if isinstance(ref, str) else None,
+                    "reason": reason if isinstance(reason, str) else ""})
+    return out
+
+
+def canonical_breakdown(raw: Any) -> str:
+    """:func:`breakdown_items` as the sandbox's JSON shape (what the audit tools parse)."""
+    import json
+    return json.dumps({"breakdown": breakdown_items(raw)})
+
+
+# --------------------------------------------------------------------------- cluster names
+def cluster_names(features: list[tuple[str, str, pd.Series]], labels: np.ndarray, top: int = 2) -> dict[int, str]:
+    """A short name per cluster from its dominant state features: ``features`` are
+    ``(path, kind, column)`` with kind ``number`` or ``category``;
+    a numeric field reads ``high <leaf>`` / ``low <leaf>`` (cluster median against the overall
+    median, in overall standard deviations), a category ``<leaf> <value>`` when its share in the
+    cluster beats the overall share. The ``top`` most distinctive make the name; names that
+    would repeat get the cluster number."""
+    scores: dict[int, list[tuple[float, str]]] = {int(c): [] for c in np.unique(labels)}
+    for path, kind, col in features:
+        leaf = path.rsplit(".", 1)[-1].replace("_", " ")
+        if kind == "number":
+            x = pd.to_numeric(col, errors="coerce").astype("float64")  # nullable ints: NA → NaN
+            spread = float(x.std()) if x.notna().sum() > 1 else 1.0
+            spread = spread if np.isfinite(spread) and spread > 0 else 1.0
+            overall = float(x.median()) if x.notna().any() else 0.0
+            med = x.groupby(labels).median()
+            for c, m in med.items():
+                if np.isfinite(m):
+                    scores[int(c)].append((abs(m - overall) / spread, f"{'high' if m > overall else 'low'} {leaf}"))
+        else:
+            text = col.astype(str).where(col.notna(), None)
+            base = text.value_counts(normalize=True)
+            for c, grp in text.groupby(labels):
+                mode = grp.dropna().mode()
+                if mode.empty:
+                    continue
+                value = str(mode.iloc[0])
+                share = float((grp == value).mean())
+                words = (leaf if value.lower() in ("true", "1") else
+                         f"{leaf}: no" if value.lower() in ("false", "0") else f"{leaf} {value}")
+                scores[int(c)].append((2.5 * (share - float(base.get(value, 0.0))), words))
+    names: dict[int, str] = {}
+    for c, scored in scores.items():
+        best = [w for s, w in sorted(scored, key=lambda t: -t[0])[:top] if s > 0.05] or \
+               [w for _, w in sorted(scored, key=lambda t: -t[0])[:1]]
+        names[c] = ", ".join(best) or f"cluster {c}"
+    seen: dict[str, int] = {}
+    for name in names.values():
+        seen[name] = seen.get(name, 0) + 1
+    return {c: (f"{n} (#{c})" if seen[n] > 1 else n) for c, n in names.items()}

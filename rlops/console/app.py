@@ -22,6 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rlops.console import format as fmt
 from rlops.console import registry_views as rv
 from rlops.console import svg
 from rlops.console.data import SCENARIO_RE, ProjectData
@@ -54,6 +55,7 @@ class Links:
 def create_app(data: ProjectData, token: str | None = None, mlflow_ui: str | None = None) -> FastAPI:
     app = FastAPI(title="rlops console", docs_url=None, redoc_url=None, openapi_url=None)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
+    fmt.install(templates.env)
     links = Links(mlflow_ui, data)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 

@@ -159,8 +159,16 @@ class ProjectData:
         return error_flags(col)
 
     def components(self, df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str | None]]:
+        """Per-row component scores; each row's breakdown is first put in the sandbox's shape (a
+        trace row from an agent may carry a list, a dict or text that is not JSON)."""
+        from rlops.console.aggregates import canonical_breakdown
         from rlops.pipeline_steps.audit.replay import component_frame
-        return component_frame(df)
+        return component_frame(df.assign(reward_breakdown=df["reward_breakdown"].map(canonical_breakdown)))
+
+    def state_fields(self, scenario: str) -> list[tuple[str, str, str | None]]:
+        """``(path, kind, unit)`` of every observed state field; kind ``number`` or ``category``."""
+        return [(f.path, "number" if f.type in ("int", "float") else "category", f.unit)
+                for f in self.pack(scenario).scenario.spec.fields if f.observed]
 
     def return_to_go(self, df: pd.DataFrame, values: pd.DataFrame) -> pd.DataFrame:
         from rlops.pipeline_steps.audit.replay import to_go

@@ -8,30 +8,73 @@ into the plain dicts the templates render; a name that matches nothing raises
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from datetime import datetime, timezone
 from typing import Any
 
-from rlops.pipeline_steps.infra import tags as T
 from rlops.console.data import ProjectData
 from rlops.console.service import NotFound
+from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.promotion.gates import FAIL, SKIPPED, gate_state
 
 RUN_ID_RE = re.compile(r"^[0-9a-f]{32}$")
-LINEAGE = (("reward function", "reward_fn"), ("reward fn sha256", "reward_fn_sha256"),
-           ("reward fn model version", "reward_fn_model_version"), ("reward model", "reward_model_version"),
-           ("calibration", "calibration_version"), ("data version", "data_version"), ("mode", "mode"),
-           ("parent champion", "parent_champion"))
+LINEAGE = (("reward function", T.VERSION.REWARD_FN), ("reward fn sha256", T.VERSION.REWARD_FN_SHA256),
+           ("reward fn model version", T.VERSION.REWARD_FN_MODEL_VERSION),
+           ("reward model", T.VERSION.REWARD_MODEL_VERSION), ("calibration", T.VERSION.CALIBRATION_VERSION),
+           ("data version", T.VERSION.DATA_VERSION), ("mode", T.VERSION.MODE),
+           ("parent champion", T.VERSION.PARENT_CHAMPION))
 
 
 def when(ms: int | float | None) -> str:
     if not ms:
         return "—"
-    return datetime.fromtimestamp(float(ms) / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    try:
+        return datetime.fromtimestamp(float(ms) / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    except (OverflowError, OSError, ValueError):
+        return "—"
+
+
+def tag_time_ms(value: str | None) -> float | None:
+    """A timestamp tag (ISO 8601, or Unix seconds/milliseconds) in ms; None when it is neither —
+    a tag anyone can edit in the MLflow UI never breaks a page."""
+    if not value:
+        return None
+    text = str(value).strip()
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp() * 1000
+    except ValueError:
+        pass
+    try:
+        f = float(text)
+    except ValueError:
+        return None
+    if not (math.isfinite(f) and f > 0):
+        return None
+    return f if f > 1e11 else f * 1000
 
 
 def _gates(data: ProjectData, scenario: str, run: dict[str, Any]) -> list[dict[str, Any]]:
-    table = data.run_artifact_json(scenario, run["run_id"], "gates.json") or {"columns": [], "data": []}
-    return [dict(zip(table["columns"], row)) for row in table["data"]]
+    table = data.run_artifact_json(scenario, run["run_id"], "gates.json")
+    if not isinstance(table, dict) or not isinstance(table.get("columns"), list) \
+            or not isinstance(table.get("data"), list):
+        return []
+    rows = [dict(zip(table["columns"], row)) for row in table["data"] if isinstance(row, list)]
+    return [{"candidate": None, "champion": None, "threshold": "", "detail": "", **r, "gate": str(r.get("gate", "")),
+             "state": gate_state(r)} for r in rows]
+
+
+def _verdict(run: dict[str, Any], gates: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a person reads of one evaluation: which versions, passed or not, which gates failed
+    or were skipped. The run's tags and its gate table must agree; where they do not (a table
+    lost, a tag edited) the failing gates win."""
+    t = run["tags"]
+    failed = [g["gate"] for g in gates if g["state"] == FAIL]
+    passed = t.get(T.PASSED) == "true" and not failed
+    return {"candidate": t.get(T.CANDIDATE) or "?", "baseline": t.get(T.BASELINE) or "?", "passed": passed,
+            "failed_gates": failed, "skipped_gates": [g["gate"] for g in gates if g["state"] == SKIPPED],
+            "run_key": t.get(T.RUN_KEY) or ""}
 
 
 def promotion(data: ProjectData, scenario: str) -> dict[str, Any]:
@@ -40,33 +83,57 @@ def promotion(data: ProjectData, scenario: str) -> dict[str, Any]:
     evaluations = []
     for run in reversed(data.runs(scenario, T.STEP, T.EVALUATE)):
         gates = _gates(data, scenario, run)
-        evaluations.append({**run, "when": when(run["start_ms"]), "candidate": run["tags"].get(T.CANDIDATE, "?"),
-                            "baseline": run["tags"].get(T.BASELINE, "?"), "passed": run["tags"].get(T.PASSED) == "true",
-                            "segments": [g for g in gates if str(g.get("gate", "")).startswith("segment:")],
-                            "gates": gates})
+        evaluations.append({**run, **_verdict(run, gates), "when": when(run["start_ms"]),
+                            "segments": [g for g in gates if g["gate"].startswith("segment:")], "gates": gates})
     events: list[dict[str, Any]] = []
     for e in evaluations:
         events.append({"ts": e["start_ms"], "what": f"evaluation of v{e['candidate']} vs {e['baseline']}: "
-                       + ("all gates pass" if e["passed"] else "gate(s) failed"), "run_id": e["run_id"]})
+                       + ("all gates pass" if e["passed"] else "failed: " + (", ".join(e["failed_gates"]) or "see tags")),
+                       "run_id": e["run_id"]})
     for v in versions:
         t = v["tags"]
-        events.append({"ts": v["created_ms"], "what": f"v{v['version']} registered ({t.get('mode', '?')} training)",
-                       "run_id": v["run_id"]})
-        if t.get("promoted_at"):
-            ms = datetime.fromisoformat(t["promoted_at"]).timestamp() * 1000
-            events.append({"ts": ms, "what": f"v{v['version']} promoted to champion", "run_id": None})
+        events.append({"ts": v["created_ms"], "what": f"v{v['version']} registered ({t.get(T.VERSION.MODE, '?')} "
+                       "training)", "run_id": v["run_id"]})
+        promoted = t.get(T.VERSION.PROMOTED_AT)
+        if promoted:
+            events.append({"ts": tag_time_ms(promoted), "what": f"v{v['version']} promoted to champion"
+                           + ("" if tag_time_ms(promoted) else f" (promoted_at tag {promoted!r} is not a time)"),
+                           "run_id": None})
+        outcome, at = t.get(T.PROMOTION_OUTCOME), tag_time_ms(t.get(T.PROMOTION_AT))
+        if outcome and at and outcome != T.OUTCOME_CHAMPION:  # a champion's own event is above
+            by = t.get(T.PROMOTION_REQUESTED_BY) or "?"
+            events.append({"ts": at, "what": f"v{v['version']} {outcome} (requested by {by}): "
+                           f"{str(t.get(T.PROMOTION_REASON) or '')[:300]}", "run_id": None})
         if t.get(T.ROLLED_BACK) == "true":
             events.append({"ts": None, "what": f"v{v['version']} rolled back (champion moved back to previous)",
                            "run_id": None})
     events.sort(key=lambda e: -(e["ts"] or 0))
-    stages = [float(s) for s in data.section(scenario, "evaluate").get("rollout_stages") or (0.05, 0.15, 1.0)]
+    stages = _stages(data, scenario)
     rows = [{**v, "when": when(v["created_ms"]), "lineage": [(label, v["tags"].get(key)) for label, key in LINEAGE],
-             "traffic": v["tags"].get("traffic_fraction"), "eval_run_id": v["tags"].get("eval_run_id"),
-             "stress": v["tags"].get("stress_test"), "rolled_back": v["tags"].get(T.ROLLED_BACK) == "true"}
+             "traffic": _share(v["tags"].get(T.VERSION.TRAFFIC_FRACTION)),
+             "eval_run_id": v["tags"].get(T.VERSION.EVAL_RUN_ID) if RUN_ID_RE.match(
+                 v["tags"].get(T.VERSION.EVAL_RUN_ID) or "") else None,
+             "stress": v["tags"].get(T.VERSION.STRESS_TEST), "rolled_back": v["tags"].get(T.ROLLED_BACK) == "true",
+             "outcome": v["tags"].get(T.PROMOTION_OUTCOME), "outcome_reason": v["tags"].get(T.PROMOTION_REASON)}
             for v in versions]
     champion = next((r for r in rows if "champion" in r["aliases"]), None)
     return {"versions": rows, "evaluations": evaluations, "events": [{**e, "when": when(e["ts"])} for e in events],
-            "stages": stages, "champion": champion}
+            "stages": stages, "champion": champion, "lineage_labels": [label for label, _ in LINEAGE]}
+
+
+def _share(value: str | None) -> float | None:
+    try:
+        f = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return f if f is not None and 0.0 <= f <= 1.0 else None
+
+
+def _stages(data: ProjectData, scenario: str) -> list[float]:
+    try:
+        return [float(s) for s in data.section(scenario, "evaluate").get("rollout_stages") or (0.05, 0.15, 1.0)]
+    except (TypeError, ValueError):
+        return [0.05, 0.15, 1.0]
 
 
 def evaluation(data: ProjectData, scenario: str, run_id: str) -> dict[str, Any]:
@@ -75,13 +142,14 @@ def evaluation(data: ProjectData, scenario: str, run_id: str) -> dict[str, Any]:
     run = next((r for r in data.runs(scenario, T.STEP, T.EVALUATE) if r["run_id"] == run_id), None)
     if run is None:
         raise NotFound(f"no evaluation run {run_id} in the {scenario} experiment")
-    t = run["tags"]
-    summary = data.evaluation_report(scenario, t.get("run_key", ""), t.get("candidate", "")) or {}
+    gates = _gates(data, scenario, run)
+    verdict = _verdict(run, gates)
+    summary = data.evaluation_report(scenario, verdict["run_key"], verdict["candidate"]) or {}
     cand, champ = summary.get("candidate_summary") or {}, summary.get("champion_summary") or {}
+    cand, champ = (cand if isinstance(cand, dict) else {}), (champ if isinstance(champ, dict) else {})
     metrics = [{"metric": k, "candidate": cand.get(k), "champion": champ.get(k)} for k in sorted(set(cand) | set(champ))]
-    return {"run": run, "when": when(run["start_ms"]), "candidate": t.get("candidate"), "baseline": t.get("baseline"),
-            "passed": t.get("passed") == "true", "gates": _gates(data, scenario, run), "params": run["params"],
-            "metrics": metrics, "notes": summary.get("notes") or []}
+    return {"run": run, "when": when(run["start_ms"]), **verdict, "gates": gates, "params": run["params"],
+            "metrics": metrics, "notes": [str(n) for n in summary.get("notes") or []]}
 
 
 def drift(data: ProjectData, scenario: str, last: int = 12) -> dict[str, Any]:
@@ -103,9 +171,20 @@ def drift(data: ProjectData, scenario: str, last: int = 12) -> dict[str, Any]:
     for cal in reversed(data.calibrations(scenario)):
         checks = [{"path": p, **c} for p, c in sorted((cal.get("check") or {}).items())]
         calibrations.append({"version": cal.get("version"), "created": cal.get("created"), "checks": checks,
-                             "run": cal_runs.get(cal.get("version")), "skipped": (cal.get("fit") or {}).get("skipped")})
+                             "run": cal_runs.get(cal.get("version")), "skipped": _not_fitted(cal)})
     return {"runs": [{**r, "when": when(r["start_ms"])} for r in runs], "table": table, "threshold": threshold,
             "min_effect": min_effect, "calibrations": calibrations}
+
+
+def _not_fitted(cal: dict[str, Any]) -> list[tuple[str, str]]:
+    """The fields a calibration left at their declared distribution, as (path, reason) pairs."""
+    fit = cal.get("fit")
+    skipped = fit.get("skipped") if isinstance(fit, dict) else None
+    if isinstance(skipped, dict):
+        return [(str(k), "" if v is None else str(v)) for k, v in sorted(skipped.items(), key=lambda kv: str(kv[0]))]
+    if isinstance(skipped, (list, tuple)):
+        return [(str(k), "") for k in skipped]
+    return [(str(skipped), "")] if skipped else []
 
 
 def rewards(data: ProjectData, scenario: str) -> dict[str, Any]:
@@ -114,7 +193,7 @@ def rewards(data: ProjectData, scenario: str) -> dict[str, Any]:
     stress = data.runs(scenario, T.STEP, T.STRESS_TEST)
     out = []
     for fn in data.reward_functions(scenario):
-        versions = [v for v in registered if v["tags"].get("sha256") == fn["sha256"]]
+        versions = [v for v in registered if v["tags"].get(T.VERSION.SHA256) == fn["sha256"]]
         verdicts = [{"when": when(r["start_ms"]), "verdict": r["tags"].get(T.STRESS_VERDICT, "?"), "run_id": r["run_id"],
                      "policy_version": r["params"].get("policy_version") or "—"}
                     for r in reversed(stress) if r["params"].get("reward_sha256") == fn["sha256"]]

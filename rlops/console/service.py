@@ -130,8 +130,12 @@ class TraceViews:
         rtg, comp_rtg = rtg_all["__total__"], rtg_all.drop(columns="__total__")
         errors = self.data.error_flags(df["error"]) if "error" in df.columns else np.zeros(len(df), bool)
         nodes = agg.node_stats(df, labels, reward, rtg, comp_rtg, refs, errors)
+        prefix = self.data.state_prefix()
+        names = agg.cluster_names([(path, kind, df[prefix + path]) for path, kind, _ in self.data.state_fields(scenario)
+                                   if prefix + path in df.columns], labels)
         for n in nodes:
             members = labels == n["cluster"]
+            n["name"] = names.get(n["cluster"], f"cluster {n['cluster']}")
             n["description"] = self.data.describe_cluster(scenario, df[members], df)
         edges = agg.top_edges(agg.transitions(df, labels))
         episodes = int(df["episode_id"].nunique())
@@ -183,7 +187,7 @@ class TraceViews:
                 p = {names[a]: float(probs[i, a]) for a in np.flatnonzero(masks[i])}
             else:
                 p = {str(r["action"]): float(np.exp(r["logp"]))} if _num(r.get("logp")) is not None else {}
-            bd = json.loads(r["reward_breakdown"]).get("breakdown", []) if isinstance(r.get("reward_breakdown"), str) else []
+            bd = agg.breakdown_items(r.get("reward_breakdown"))
             for b in bd:
                 b["rule_title"] = rules.get(b.get("rule_ref") or "", "")
             steps.append({"step": int(r["step"]), "trace_id": str(r["trace_id"]), "ts": str(r.get("ts")),
@@ -194,6 +198,7 @@ class TraceViews:
                           "latency_ms": _num(r.get("latency_ms")), "error": _plain(r.get("error")),
                           "focus": str(r["trace_id"]) == trace_id})
         return {"trace_id": trace_id, "episode_id": str(ep["episode_id"].iloc[0]), "policy_version": version,
+                "units": {path: unit for path, _, unit in self.data.state_fields(scenario) if unit},
                 "registry_version": number, "test_group": _plain(ep["test_group"].iloc[0]) if "test_group" in ep else None,
                 "source": _plain(ep["source"].iloc[0]) if "source" in ep else None,
                 "probability_source": (f"recomputed with {self.data.model_names(scenario)['policy']} v{number}"

@@ -7,6 +7,7 @@ Install the browser with ``apt-get install -y chromium``; Playwright's own downl
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,10 +64,23 @@ def test_console_walkthrough(page: Any, artifacts: Path) -> None:
 
     page.goto(f"/s/{S}/promotion")
     page.screenshot(path=str(artifacts / "04-champion-vs-candidate.png"), full_page=True)
+    champion = page.locator("tr.champion td").first.inner_text().strip()  # "v1"
     page.click("#champion-gates")
     table = page.locator("#gate-table")
     playwright_api.expect(table).to_contain_text("mean_return")
     playwright_api.expect(table).to_contain_text("segment:")
+    # the evaluation that promoted the champion names both versions and says it passed
+    heading = page.locator("h1").inner_text()
+    assert heading.startswith(f"Gate table: {champion} vs ") and "None" not in heading, heading
+    playwright_api.expect(page.locator("#verdict")).to_have_text(re.compile(r"^passed"))
+    # every gate reads exactly pass | fail | skipped; a gate that could not be judged reads skipped
+    states = page.locator("#gate-table tr[data-state] td.state").all_inner_texts()
+    assert states and set(states) <= {"pass", "fail", "skipped"}, states
+    rows = page.locator("#gate-table tr[data-state]")
+    for i in range(rows.count()):
+        detail = rows.nth(i).locator("td").last.inner_text()
+        if detail.startswith("skipped"):
+            assert rows.nth(i).locator("td.state").inner_text() == "skipped", detail
     page.screenshot(path=str(artifacts / "05-champion-gate-table.png"), full_page=True)
 
     page.goto(f"/s/{S}/rewards")

@@ -7,6 +7,7 @@ each evaluation replaces.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 MODEL_DESCRIPTION = (
@@ -34,12 +35,19 @@ def version_description(scenario: str, base: dict[str, Any], evaluation: dict[st
 
 
 def with_gate_summary(description: str, report: dict[str, Any]) -> str:
-    """The version description with its ``Gates:`` paragraph replaced by this evaluation's verdict."""
-    head = description.split("\n\nGates:", 1)[0].split("Gates:", 1)[0].rstrip()
-    failed = report["failed_gates"]
+    """The version description with its ``Gates:`` paragraph replaced by this evaluation's verdict:
+    one line per gate, its state exactly ``pass``, ``fail`` or ``skipped`` (with why it was skipped)."""
+    from rlops.pipeline_steps.promotion.gates import SKIPPED, failing_gates, gate_state
+    head = re.split(r"(?:^|\n\n)Gates[ :(]", description, maxsplit=1)[0].rstrip()
+    failed = failing_gates(report["gates"]) if report.get("gates") else list(report["failed_gates"])
+    skipped = [g["gate"] for g in report["gates"] if gate_state(g) == SKIPPED]
+    verdict = "all passed" if not failed else f"FAILED {', '.join(failed)}"
+    if skipped:
+        verdict += f" ({len(skipped)} skipped: {', '.join(skipped)})"
     lines = [f"Gates ({report['run_key']}, vs {report['baseline']}, {report['episodes']} episodes, "
-             f"{report['profile']} profile): " + ("all passed." if not failed else f"FAILED {', '.join(failed)}.")]
+             f"{report['profile']} profile): {verdict}."]
     for g in report["gates"]:
-        mark = "pass" if g["passed"] else "FAIL"
-        lines.append(f"- {g['gate']}: {mark} ({g['threshold']})")
+        state = gate_state(g)
+        why = str(g.get("detail") or "") if state == SKIPPED else ""
+        lines.append(f"- {g['gate']}: {state} ({g['threshold']}{'; ' + why if why else ''})")
     return (head + "\n\n" if head else "") + "\n".join(lines)

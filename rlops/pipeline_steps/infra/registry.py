@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rlops.common.config import resolve_local
 from rlops.common.metrics_sink import ListSink, MetricsSink, NullSink
 from rlops.pipeline_steps.infra import tags as K
+from rlops.pipeline_steps.infra.redact import redact
 from rlops.pipeline_steps.infra.run_handle import RunHandle
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class Tracker:
         self.http_timeout_s = int(http_timeout_s)
         self._client: MlflowClient | None = None
         self._experiments: dict[str, str] = {}
+        self.requested_by = K.REQUESTED_BY_RLOPS  # who the alias moves are made for (see on_behalf_of)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], scenario: str | None = None) -> Tracker:
@@ -125,10 +127,10 @@ class Tracker:
         except TrackingError:
             raise
         except (MlflowException, OSError) as exc:
-            raise TrackingError(
+            raise TrackingError(redact(
                 f"MLflow {op} failed against {self.tracking_uri}: {_short(exc)}. Check that "
                 "the tracking server is reachable (tracking.uri / MLFLOW_TRACKING_URI) and that "
-                "the experiment, model and version names exist.") from exc
+                "the experiment, model and version names exist.")) from exc
 
     # ------------------------------------------------------------------ experiments and runs
     def experiment_id_for(self, scenario: str) -> str:
@@ -137,9 +139,12 @@ class Tracker:
             def get_or_create(c: MlflowClient) -> str:
                 exp = c.get_experiment_by_name(scenario)
                 if exp is not None:
+                    if K.EXPERIMENT_KIND not in exp.tags:  # made before rlops set it: open on training runs
+                        c.set_experiment_tag(exp.experiment_id, K.EXPERIMENT_KIND, K.EXPERIMENT_KIND_TRAINING)
                     return str(exp.experiment_id)
                 try:
-                    return str(c.create_experiment(scenario, artifact_location=self.artifact_root))
+                    return str(c.create_experiment(scenario, artifact_location=self.artifact_root,
+                                                   tags={K.EXPERIMENT_KIND: K.EXPERIMENT_KIND_TRAINING}))
                 except Exception:  # noqa: BLE001 - another process created it concurrently
                     exp = c.get_experiment_by_name(scenario)
                     if exp is None:
@@ -264,23 +269,60 @@ class Tracker:
         return self._call(f"get alias {alias!r} of {name!r}", get)
 
     def set_alias(self, name: str, alias: str, version: str) -> None:
-        """Point ``alias`` at ``version``. The registered-model tag ``rlops.alias.<alias>`` is
-        written first, so a webhook or check that sees the alias can tell rlops' own move from
-        one made around rlops (by hand in the MLflow UI)."""
+        """Point ``alias`` at ``version``. rlops' signed record of the move (registered-model tags
+        ``rlops.alias.<alias>`` and ``.sig``, :mod:`~rlops.pipeline_steps.infra.alias_records`) is
+        written first, so a webhook or check that sees the alias can tell rlops' own move from one
+        made around rlops (by hand in the MLflow UI), whatever tags the UI wrote."""
+        from rlops.pipeline_steps.infra.alias_records import record_tags
+
         def move(c: MlflowClient) -> None:
-            c.set_registered_model_tag(name, K.alias_written(alias), str(version))
+            for k, v in record_tags(name, alias, str(version)).items():
+                c.set_registered_model_tag(name, k, v)
             c.set_registered_model_alias(name, alias, str(version))
         self._call(f"set alias {alias!r} of {name!r} to v{version}", move)
+        if alias == CHALLENGER:  # a staged roll-out stage: the version's fate changed
+            share = self.model_version_tags(name, version).get(K.VERSION.TRAFFIC_FRACTION)
+            self.record_outcome(name, str(version), K.OUTCOME_CHALLENGER,
+                                f"challenger in a staged roll-out (traffic_fraction {share or 'unset'})")
 
     def delete_alias(self, name: str, alias: str) -> None:
+        from rlops.pipeline_steps.infra.alias_records import record_tags
+
         def delete(c: MlflowClient) -> None:
             c.delete_registered_model_alias(name, alias)
-            c.set_registered_model_tag(name, K.alias_written(alias), "")
+            for k, v in record_tags(name, alias, None).items():
+                c.set_registered_model_tag(name, k, v)
         self._call(f"delete alias {alias!r} of {name!r}", delete)
 
     def alias_written_by_rlops(self, name: str, alias: str) -> str | None:
-        """The version rlops itself last pointed ``alias`` at (None: rlops never set it)."""
-        return self.model_tags(name).get(K.alias_written(alias)) or None
+        """The version rlops itself last pointed ``alias`` at (None: rlops never set it, deleted
+        it, or the record does not carry rlops' signature)."""
+        from rlops.pipeline_steps.infra.alias_records import verified_version
+        return verified_version(self.model_tags(name), name, alias)
+
+    @contextmanager
+    def on_behalf_of(self, requested_by: str) -> Iterator[None]:
+        """Alias moves inside the block record ``requested_by`` (e.g. a promotion requested in the UI)."""
+        before, self.requested_by = self.requested_by, requested_by
+        try:
+            yield
+        finally:
+            self.requested_by = before
+
+    def record_outcome(self, name: str, version: str, outcome: str, reason: str,
+                       requested_by: str | None = None) -> None:
+        """Rewrite all promotion-outcome tags of a version whose fate changed (the outcome tag last,
+        so whoever waits for it finds the others written); a champion also sheds ``rolled_back``."""
+        if outcome not in K.OUTCOMES:
+            raise ValueError(f"promotion outcome {outcome!r}: expected one of {', '.join(K.OUTCOMES)}")
+        from datetime import datetime, timezone
+        at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.set_model_version_tags(name, version, {K.PROMOTION_REASON: reason[:5000],
+                                                    K.PROMOTION_REQUESTED_BY: requested_by or self.requested_by,
+                                                    K.PROMOTION_AT: at, K.PROMOTION_OUTCOME: outcome})
+        if outcome == K.OUTCOME_CHAMPION and self.model_version_tags(name, version).get(K.ROLLED_BACK):
+            self._call(f"untag {name!r} v{version}",
+                       lambda c: c.delete_model_version_tag(name, str(version), K.ROLLED_BACK))
 
     def model_tags(self, name: str) -> dict[str, str]:
         """Tags of the registered model ``name`` (empty when it does not exist)."""
@@ -323,13 +365,31 @@ class Tracker:
         """Make ``new_version`` the champion and keep the current one as ``previous``
         (see :func:`rlops.pipeline_steps.infra.aliases.move_champion`)."""
         from rlops.pipeline_steps.infra.aliases import move_champion
-        return move_champion(self, name, new_version)
+        before = self.get_alias(name, CHAMPION)
+        state = move_champion(self, name, new_version)
+        if before != state.champion:
+            self.record_outcome(name, str(new_version), K.OUTCOME_CHAMPION,
+                                f"promoted to champion (previous: {'v' + before if before else 'none'})")
+        return state
 
     def rollback(self, name: str) -> AliasState:
         """Point ``champion`` back at ``previous`` and clear ``previous``
         (see :func:`rlops.pipeline_steps.infra.aliases.rollback`)."""
+        from rlops.pipeline_steps.infra.alias_records import record_state, verified_version
         from rlops.pipeline_steps.infra.aliases import rollback
-        return rollback(self, name)
+        before, previous, tags = self.get_alias(name, CHAMPION), self.get_alias(name, PREVIOUS), self.model_tags(name)
+        if previous is not None and record_state(tags, name, PREVIOUS) != "absent" \
+                and verified_version(tags, name, PREVIOUS) != previous:
+            raise ValueError(f"cannot roll back {name}: 'previous' points at v{previous}, which was set outside "
+                             "rlops; rollback only returns to a version rlops itself replaced. Set the alias "
+                             f"'challenger' on v{previous} to put it through the gates instead")
+        state = rollback(self, name)
+        if state.champion is not None:
+            self.record_outcome(name, state.champion, K.OUTCOME_CHAMPION,
+                                f"champion again: rolled back from {'v' + before if before else 'none'}")
+        if before is not None and before != state.champion:
+            self.record_outcome(name, before, K.OUTCOME_ROLLED_BACK, f"rolled back to v{state.champion}")
+        return state
 
     # ------------------------------------------------------------------ reward functions
     def register_reward_fn(self, scenario: str, source_path: str | os.PathLike[str], sha256: str,

@@ -55,8 +55,14 @@ EVALUATE, PROMOTE, AUDIT, REWARD_FN = "evaluate", "promote", "audit", "reward_fn
 TUNE, TUNE_TRIAL = "tune", "tune_trial"
 SIMULATE, TIMELINE = "simulate", "timeline"
 
+# --------------------------------------------------------------------------- experiment tags
+# MLflow 3's UI opens an experiment on the view its kind names; without it, on the GenAI overview.
+EXPERIMENT_KIND: Final = "mlflow.experimentKind"
+EXPERIMENT_KIND_TRAINING: Final = "custom_model_development"   # runs, metrics and models first
+
 # --------------------------------------------------------------------------- registered-model tags
 ALIAS_WRITTEN_PREFIX: Final = "rlops.alias."    # + alias name → version rlops last set it to
+ALIAS_SIGNATURE_SUFFIX: Final = ".sig"          # + on the alias tag: rlops' HMAC of its own move
 
 
 def alias_written(alias: str) -> str:
@@ -64,12 +70,24 @@ def alias_written(alias: str) -> str:
     return f"{ALIAS_WRITTEN_PREFIX}{alias}"
 
 
+def alias_signature(alias: str) -> str:
+    """The registered-model tag holding rlops' signature of its last move of ``alias``."""
+    return f"{ALIAS_WRITTEN_PREFIX}{alias}{ALIAS_SIGNATURE_SUFFIX}"
+
+
 # --------------------------------------------------------------------------- model-version tags
 ROLLED_BACK: Final = "rlops.rolled_back"
-PROMOTION_OUTCOME: Final = "rlops.promotion.outcome"    # champion | challenger | rejected | error
+PROMOTION_OUTCOME: Final = "rlops.promotion.outcome"    # see OUTCOMES
 PROMOTION_REASON: Final = "rlops.promotion.reason"
-PROMOTION_REQUESTED_BY: Final = "rlops.promotion.requested_by"  # mlflow-ui-alias | manual-champion
+PROMOTION_REQUESTED_BY: Final = "rlops.promotion.requested_by"  # rlops | mlflow-ui-alias | manual-champion
 PROMOTION_AT: Final = "rlops.promotion.at"
+# The fate of a version, latest first: every change of it rewrites all four promotion tags, so a
+# version never shows an outcome older than its aliases (a new champion carries no "rejected").
+OUTCOME_CHAMPION, OUTCOME_CHALLENGER, OUTCOME_REJECTED = "champion", "challenger", "rejected"
+OUTCOME_REQUESTED, OUTCOME_ROLLED_BACK, OUTCOME_ERROR = "requested", "rolled_back", "error"
+OUTCOMES: Final = (OUTCOME_CHAMPION, OUTCOME_CHALLENGER, OUTCOME_REJECTED, OUTCOME_REQUESTED,
+                   OUTCOME_ROLLED_BACK, OUTCOME_ERROR)
+REQUESTED_BY_RLOPS: Final = "rlops"     # a promotion or rollback run by the CLI or a DAG
 MANUAL_CHAMPION: Final = "rlops.manual_champion"        # regated | reverted, on the hand-set version
 MANUAL_CHAMPION_REASON: Final = "rlops.manual_champion.reason"
 
@@ -91,3 +109,7 @@ class VERSION:
     PROMOTED_AT = "promoted_at"
     STRESS_TEST = "stress_test"
     SHA256 = "sha256"
+    REWARD_FN_MODEL_VERSION = "reward_fn_model_version"
+    REWARD_MODEL_VERSION = "reward_model_version"
+    MODE = "mode"
+    PARENT_CHAMPION = "parent_champion"

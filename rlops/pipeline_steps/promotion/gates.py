@@ -3,8 +3,9 @@
 Pure functions over per-episode outcomes (``rlops.sandbox.policies.EvalResult``) and live A/B
 traces; :mod:`rlops.pipeline_steps.promotion.evaluate` feeds them and acts on the verdict. Every gate is one row
 of the gate table — ``gate, candidate, champion, threshold, passed, status, detail``; ``status``
-is ``pass``, ``FAIL`` or ``skipped`` (a gate that could not be judged: it blocks nothing, and says
-so).
+is exactly one of :data:`GATE_STATES`, ``pass | fail | skipped`` (``skipped``: a gate that could not
+be judged — it blocks nothing, and says so, never "pass"). Every surface (console, CLI, MLflow
+descriptions, webhook log) reads a row's state through :func:`gate_state`.
 
 * ``mean_return`` — a paired bootstrap of per-episode return differences (both policies ran
   the same seeded episodes): the lower bound of the two-sided ``confidence`` interval of the
@@ -36,10 +37,34 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Final, Literal, Mapping
 
 import numpy as np
 import pandas as pd
+
+GateState = Literal["pass", "fail", "skipped"]
+PASS: Final = "pass"
+FAIL: Final = "fail"
+SKIPPED: Final = "skipped"
+GATE_STATES: Final = (PASS, FAIL, SKIPPED)
+
+
+def gate_state(row: Mapping[str, Any]) -> GateState:
+    """The state of one gate-table row (a :meth:`Gate.to_dict` or a row of ``gates.json``):
+    ``pass | fail | skipped``. Rows written before the state was a column carry only ``passed``
+    and a ``detail`` starting with ``skipped``; an upper-case ``FAIL`` of older tables reads ``fail``."""
+    status = str(row.get("status") or "").strip().lower()
+    if status in GATE_STATES:
+        return status  # type: ignore[return-value]
+    if str(row.get("detail") or "").startswith("skipped"):
+        return SKIPPED
+    passed = row.get("passed")
+    return PASS if passed is True or str(passed).lower() == "true" else FAIL
+
+
+def failing_gates(rows: list[Mapping[str, Any]]) -> list[str]:
+    """Names of the rows whose state is ``fail`` (skipped gates block nothing)."""
+    return [str(r.get("gate")) for r in rows if gate_state(r) == FAIL]
 
 
 @dataclass(frozen=True)
@@ -93,8 +118,8 @@ class Gate:
     skipped: bool = False
 
     @property
-    def status(self) -> str:
-        return "skipped" if self.skipped else ("pass" if self.passed else "FAIL")
+    def status(self) -> GateState:
+        return SKIPPED if self.skipped else (PASS if self.passed else FAIL)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -232,8 +257,8 @@ def stress_gate(tags: Mapping[str, str], cfg: GateConfig) -> Gate:
     """The candidate's latest stress-test verdict (model version tag ``stress_test``)."""
     value = tags.get("stress_test")
     if value is None and not cfg.require_stress_test:
-        return Gate("stress_test", "missing", None, "pass (not required)", True, "no stress test recorded",
-                    skipped=True)
+        return Gate("stress_test", "missing", None, "verdict pass (not required)", True,
+                    "skipped: no stress test recorded (evaluate.require_stress_test is off)", skipped=True)
     return Gate("stress_test", value or "missing", None, "pass", value == "pass",
                 "" if value else "no stress test recorded for this version (run `rlops stress`)")
 
@@ -306,6 +331,7 @@ def gate_table_html(gates: list[Gate], title: str, facts: Mapping[str, Any]) -> 
             + "".join(rows) + "</table></body></html>")
 
 
-__all__ = ["Gate", "GateConfig", "ab_gates", "comparison_gates", "completion_gate", "handling_gate", "latency_gate",
+__all__ = ["FAIL", "GATE_STATES", "Gate", "GateConfig", "GateState", "PASS", "SKIPPED", "failing_gates", "gate_state",
+           "ab_gates", "comparison_gates", "completion_gate", "handling_gate", "latency_gate",
            "takeover_gate", "episode_outcomes", "gate_frame",
            "gate_table_html", "paired_bootstrap", "stress_gate", "two_proportion_z", "welch_greater"]

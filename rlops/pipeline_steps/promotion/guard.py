@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.alias_records import record_state, verified_version
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, TrackingError, policy_model_name
 
@@ -68,11 +69,11 @@ def check_champion(ctx: StepContext) -> ChampionCheck:
     mode = manual_mode(ctx)  # a bad setting fails every promotion, not only the first hand-set champion
     current = tracker.get_alias(name, CHAMPION)
     tags = tracker.model_tags(name)
-    key = T.alias_written(CHAMPION)
-    recorded = tags.get(key) or None
+    state = record_state(tags, name, CHAMPION)  # a record without rlops' signature is not rlops' own
+    recorded = verified_version(tags, name, CHAMPION)
     if current is None or current == recorded:
         return ChampionCheck(ctx.scenario, current, None, "none", "the champion is the one rlops promoted")
-    if key not in tags:  # the registry predates the bookkeeping: this champion is rlops' own
+    if state == "absent":  # the registry predates the bookkeeping: this champion is rlops' own
         tracker.set_alias(name, CHAMPION, current)
         return ChampionCheck(ctx.scenario, current, None, "adopted",
                              f"no record of rlops' champion yet: v{current} adopted as the gated champion")
@@ -107,7 +108,8 @@ def promote_from_alias(ctx: StepContext, version: str, requested_by: str = UI_RE
     if staged is None:
         staged = bool((ctx.params.get("promotion") or {}).get("staged", False))
     try:
-        res = promote(ctx, version, staged=staged)
+        with tracker.on_behalf_of(requested_by):  # the outcome tags of an alias move name the requester
+            res = promote(ctx, version, staged=staged)
     except ValueError as exc:  # e.g. already the champion, no such version
         res = {"action": "none", "promoted": False, "reason": str(exc).strip("'\"")}
     action = str(res.get("action"))

@@ -12,8 +12,19 @@ event at a time:
   (``POST /api/v2/dags/promote/dagRuns``) and tags the version with the DAG run id;
 * ``champion`` set outside rlops → :func:`~rlops.pipeline_steps.promotion.guard.check_champion`.
 
-Events rlops caused itself (its own alias moves) are recognised by the ``rlops.alias.<alias>``
-registered-model tag and ignored, so a promotion never triggers itself.
+* ``previous`` set outside rlops → put back where rlops left it (rollback only ever returns to a
+  version rlops itself replaced).
+
+Events rlops caused itself (its own alias moves) are recognised by rlops' *signed* record of the
+move (:mod:`~rlops.pipeline_steps.infra.alias_records`) and ignored, so a promotion never
+triggers itself; a record written in the UI does not carry the signature and counts for nothing.
+
+Hostile input: the body is capped (``max_body_bytes``) before it is read whole; a body that is not
+a JSON object with string ``name``/``alias``/``version`` is a 400; each signed delivery id is
+accepted once (:class:`~rlops.pipeline_steps.promotion.webhook_store.WebhookStore`: a replay is a
+409); nothing a response or ``/outcomes/<id>`` carries shows a credential (URIs are redacted). In
+``airflow`` mode a request Airflow did not accept is kept and retried until it is delivered. Each
+decision is logged in one line: model, version, alias, verdict, failing gates.
 
 Serve it with ``rlops model webhook serve`` and register it with ``rlops model webhook register``;
 MLflow refuses ``http`` and private addresses by default, see the README (MLflow as the cockpit).
@@ -29,18 +40,23 @@ import logging
 import os
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlops.pipeline_steps.infra.redact import redact
+
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.promotion.webhook_store import WebhookStore
 
 log = logging.getLogger(__name__)
+MAX_OUTCOMES = 1000
 
 SIGNATURE_HEADER, TIMESTAMP_HEADER, DELIVERY_HEADER = "X-MLflow-Signature", "X-MLflow-Timestamp", "X-MLflow-Delivery-Id"
 EVENTS = ("model_version_alias.created",)
@@ -84,6 +100,10 @@ class WebhookSettings:
     airflow_url: str
     airflow_token: str | None
     dag_id: str
+    max_body_bytes: int = 65_536
+    tolerance_s: int = 300
+    state_db: str = "rlops-data/webhook.db"
+    retry_s: float = 30.0
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], mode: str | None = None) -> WebhookSettings:
@@ -97,9 +117,19 @@ class WebhookSettings:
         chosen = str(mode or cfg.get("mode") or EMBEDDED)
         if chosen not in (EMBEDDED, AIRFLOW):
             raise UserError(f"promotion.webhook.mode {chosen!r}: expected '{EMBEDDED}' or '{AIRFLOW}'")
+        from rlops.common.config import resolve_local
+        numbers: dict[str, Any] = {}
+        for key, default, kind in (("max_body_bytes", 65_536, int), ("tolerance_s", 300, int), ("retry_s", 30.0, float)):
+            try:
+                numbers[key] = kind(cfg.get(key, default))
+            except (TypeError, ValueError):
+                raise UserError(f"promotion.webhook.{key} {cfg.get(key)!r}: expected a number") from None
+            if not numbers[key] > 0:
+                raise UserError(f"promotion.webhook.{key} {numbers[key]!r}: expected a positive number")
         return cls(mode=chosen, secret=secret, airflow_url=str(cfg.get("airflow_url") or "http://localhost:8080"),
                    airflow_token=os.environ.get(str(cfg.get("airflow_token_env") or "RLOPS_AIRFLOW_TOKEN")) or None,
-                   dag_id=str(cfg.get("dag_id") or "promote"))
+                   dag_id=str(cfg.get("dag_id") or "promote"),
+                   state_db=resolve_local(str(cfg.get("state_db") or "rlops-data/webhook.db")), **numbers)
 
 
 def trigger_promotion_dag(settings: WebhookSettings, conf: Mapping[str, Any], timeout_s: float = 10.0) -> str:
@@ -114,85 +144,231 @@ def trigger_promotion_dag(settings: WebhookSettings, conf: Mapping[str, Any], ti
         return str(json.loads(resp.read() or b"{}").get("dag_run_id", ""))
 
 
-def handle_event(params: Mapping[str, Any], settings: WebhookSettings, event: Mapping[str, Any],
-                 context_for: Callable[[str], StepContext] | None = None) -> dict[str, Any]:
-    """Act on one verified ``model_version_alias.created`` payload; returns what was done."""
+def event_problem(event: Any) -> str | None:
+    """None when ``event`` is a well-formed ``model_version_alias.created`` payload, else what is wrong."""
+    if not isinstance(event, dict):
+        kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(event), "null")
+        return f"the body must be a JSON object, not a JSON {kind}"
+    data = event.get("data")
+    if not isinstance(data, dict):
+        return "the event's 'data' must be an object with 'name', 'alias' and 'version'"
+    for key in ("name", "alias", "version"):
+        value = data.get(key)
+        if not isinstance(value, (str, int)) or isinstance(value, bool) or len(str(value)) > 256:
+            return f"the event's data.{key} must be a string of at most 256 characters"
+    return None
+
+
+def revert_alias(ctx: StepContext, name: str, alias: str, version: str) -> dict[str, Any]:
+    """Put an alias set outside rlops back where rlops left it (or remove it)."""
+    recorded = ctx.tracker.alias_written_by_rlops(name, alias)
+    if ctx.dry_run:
+        return {"action": f"would_revert_{alias}", "version": version, "reason": "dry run"}
+    if recorded is not None:
+        ctx.tracker.set_alias(name, alias, recorded)
+    else:
+        ctx.tracker.delete_alias(name, alias)
+    reason = (f"the alias {alias!r} was set to v{version} outside rlops; put back to "
+              f"{'v' + recorded if recorded else 'no version'} (rlops moves {alias!r} itself)")
+    log.warning("%s: %s", name, reason)
+    return {"action": f"reverted_{alias}", "version": version, "restored": recorded, "reason": reason}
+
+
+def deliver_to_airflow(ctx: StepContext, settings: WebhookSettings, store: WebhookStore | None, delivery_id: str,
+                       conf: Mapping[str, Any]) -> dict[str, Any]:
+    """Trigger the promotion DAG; when Airflow does not accept it, keep the request (``store``) and
+    say so on the version. The outcome tag is written last."""
     from rlops.pipeline_steps.infra import tags as T
+    from rlops.pipeline_steps.promotion.guard import UI_REQUEST
+    name, version = f"{conf['scenario']}{POLICY_SUFFIX}", str(conf["candidate"])
+    try:
+        run_id = trigger_promotion_dag(settings, conf)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        error = redact(f"{type(exc).__name__}: {exc}")
+        if store is None:
+            raise
+        store.keep(delivery_id, conf, error, settings.retry_s)
+        reason = (f"Airflow ({redact(settings.airflow_url)}) did not accept the request: {error}; kept, "
+                  f"retried every {settings.retry_s:g} s until delivered")
+        _tag_quietly(ctx, name, version, {T.PROMOTION_REQUESTED_BY: UI_REQUEST, T.PROMOTION_REASON: reason,
+                                          T.PROMOTION_OUTCOME: T.OUTCOME_REQUESTED})
+        return {"action": "kept", "version": version, "reason": reason}
+    if store is not None:
+        store.delivered(delivery_id)
+    _tag_quietly(ctx, name, version, {T.PROMOTION_REQUESTED_BY: UI_REQUEST,
+                                      T.PROMOTION_REASON: f"promotion DAG {settings.dag_id} run {run_id} triggered",
+                                      T.PROMOTION_OUTCOME: T.OUTCOME_REQUESTED})
+    return {"action": "dag_triggered", "dag_run_id": run_id, "version": version}
+
+
+def _tag_quietly(ctx: StepContext, name: str, version: str, tags: Mapping[str, str]) -> None:
+    from rlops.pipeline_steps.infra.registry import TrackingError
+    try:
+        ctx.tracker.set_model_version_tags(name, version, tags)
+    except TrackingError as exc:
+        log.warning("%s v%s: writing the request's tags failed: %s", name, version, redact(str(exc)))
+
+
+def handle_event(params: Mapping[str, Any], settings: WebhookSettings, event: Mapping[str, Any],
+                 context_for: Callable[[str], StepContext] | None = None, store: WebhookStore | None = None,
+                 delivery_id: str = "") -> dict[str, Any]:
+    """Act on one verified ``model_version_alias.created`` payload; returns what was done."""
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION
+    from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, PREVIOUS
     from rlops.pipeline_steps.promotion.guard import UI_REQUEST, check_champion, promote_from_alias
-    data = event.get("data") or {}
-    name, alias, version = str(data.get("name", "")), str(data.get("alias", "")), str(data.get("version", ""))
-    if not name.endswith(POLICY_SUFFIX) or alias not in (CHALLENGER, CHAMPION):
-        return {"action": "ignored", "reason": f"{alias!r} on {name!r} is not a policy promotion alias"}
+    problem = event_problem(event)
+    if problem:
+        return {"action": "ignored", "reason": problem}
+    data = event["data"]
+    name, alias, version = str(data["name"]), str(data["alias"]), str(data["version"])
+    if not name.endswith(POLICY_SUFFIX) or alias not in (CHALLENGER, CHAMPION, PREVIOUS):
+        return {"action": "ignored", "reason": f"{alias!r} on {name!r} is not an alias rlops serves from"}
     scenario = name[: -len(POLICY_SUFFIX)]
     ctx = context_for(scenario) if context_for else StepContext.create(scenario, params=dict(params))
     if ctx.tracker.alias_written_by_rlops(name, alias) == version:
         return {"action": "ignored", "reason": f"{alias} → v{version} was rlops' own move"}
+    if alias == PREVIOUS:
+        return revert_alias(ctx, name, alias, version)
     if alias == CHAMPION:
-        return {"action": "champion_check", **check_champion(ctx).to_dict()}
+        return {**check_champion(ctx).to_dict(), "check": "champion", "version": version}
     if settings.mode == AIRFLOW:
         conf = {"scenario": scenario, "candidate": version, "requested_by": UI_REQUEST,
                 "reward_fn": str(params.get("reward_fn") or "v1")}
-        run_id = trigger_promotion_dag(settings, conf)
-        ctx.tracker.set_model_version_tags(name, version, {
-            T.PROMOTION_REQUESTED_BY: UI_REQUEST,
-            T.PROMOTION_REASON: f"promotion DAG {settings.dag_id} run {run_id} triggered",
-            T.PROMOTION_OUTCOME: "requested"})  # the outcome tag last
-        return {"action": "dag_triggered", "dag_run_id": run_id, "version": version}
+        return deliver_to_airflow(ctx, settings, store, delivery_id or f"direct-{time.time_ns()}", conf)
     return {"action": "promotion", **promote_from_alias(ctx, version, requested_by=UI_REQUEST)}
+
+
+def decision_line(event: Mapping[str, Any], out: Mapping[str, Any]) -> str:
+    """One log line per decision: model, version, alias, verdict and the failing gates."""
+    data = event.get("data") if isinstance(event, Mapping) else None
+    data = data if isinstance(data, Mapping) else {}
+    nested = out.get("promotion")
+    promotion: Mapping[str, Any] = nested if isinstance(nested, Mapping) else {}
+    verdict = out.get("outcome") or promotion.get("outcome") or out.get("action") or "?"
+    failing = list(out.get("failed_gates") or promotion.get("failed_gates") or [])
+    return redact(f"webhook decision: {data.get('name', '?')} v{data.get('version', '?')} alias "
+                  f"{data.get('alias', '?')!s} → {verdict}; failing gates: {', '.join(failing) or 'none'}; "
+                  f"{str(out.get('reason') or '')[:300]}")
 
 
 # --------------------------------------------------------------------------- app
 class Receiver:
-    """Runs verified events one at a time in a background thread and keeps their outcomes."""
+    """Runs verified events one at a time in a background thread and keeps their outcomes; in
+    ``airflow`` mode it also retries the requests Airflow did not accept yet."""
 
     def __init__(self, params: Mapping[str, Any], settings: WebhookSettings,
-                 context_for: Callable[[str], StepContext] | None = None) -> None:
+                 context_for: Callable[[str], StepContext] | None = None, store: WebhookStore | None = None) -> None:
+        from rlops.pipeline_steps.promotion.webhook_store import WebhookStore
         self.params, self.settings, self.context_for = params, settings, context_for
+        self.store = store or WebhookStore(settings.state_db, keep_s=max(3600.0, 4.0 * settings.tolerance_s))
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlops-webhook")
         self.outcomes: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self._stop = threading.Event()
+        if settings.mode == AIRFLOW:
+            threading.Thread(target=self._retry_loop, name="rlops-webhook-retry", daemon=True).start()
+
+    def _record(self, delivery_id: str, out: dict[str, Any]) -> None:
+        with self._lock:
+            self.outcomes[delivery_id] = redact(out)
+            while len(self.outcomes) > MAX_OUTCOMES:
+                self.outcomes.pop(next(iter(self.outcomes)))
 
     def submit(self, delivery_id: str, event: Mapping[str, Any]) -> Future[None]:
         def run() -> None:
             try:
-                out = handle_event(self.params, self.settings, event, self.context_for)
+                out = handle_event(self.params, self.settings, event, self.context_for, self.store, delivery_id)
             except Exception as exc:  # noqa: BLE001 - kept for /outcomes and the log; the server lives on
                 log.exception("webhook delivery %s failed", delivery_id)
                 out = {"action": "error", "reason": f"{type(exc).__name__}: {exc}"}
-            with self._lock:
-                self.outcomes[delivery_id] = out
+            log.info("%s", decision_line(event, out).replace("\n", " "))
+            self._record(delivery_id, out)
         return self.pool.submit(run)
+
+    def retry_pending(self) -> list[dict[str, Any]]:
+        """Try once more every kept request that is due (the retry thread calls this)."""
+        from rlops.pipeline_steps.infra.context import StepContext
+        done = []
+        for req in self.store.due():
+            conf = req.payload
+            scenario = str(conf.get("scenario"))
+            ctx = self.context_for(scenario) if self.context_for else StepContext.create(scenario,
+                                                                                         params=dict(self.params))
+            out = deliver_to_airflow(ctx, self.settings, self.store, req.delivery_id, conf)
+            event = {"data": {"name": f"{scenario}{POLICY_SUFFIX}", "alias": "challenger",
+                              "version": conf.get("candidate")}}
+            log.info("%s", decision_line(event, {**out, "reason": f"retry {req.attempts + 1}: {out.get('reason', '')}"}))
+            self._record(req.delivery_id, out)
+            done.append(out)
+        return done
+
+    def _retry_loop(self) -> None:
+        while not self._stop.wait(self.settings.retry_s):
+            try:
+                self.pool.submit(self.retry_pending).result()
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("retrying kept promotion requests failed")
+
+    def close(self) -> None:
+        self._stop.set()
+        self.pool.shutdown(wait=False)
+
+
+async def read_capped(request: Any, limit: int) -> bytes:
+    """The request body, refused (413) once it grows past ``limit`` bytes — before it is read whole."""
+    from fastapi import HTTPException
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise HTTPException(status_code=400, detail="Content-Length is not a number") from None
+        if size > limit:
+            raise HTTPException(status_code=413, detail=f"body of {size} bytes is over the {limit}-byte limit")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HTTPException(status_code=413, detail=f"body is over the {limit}-byte limit")
+    return bytes(body)
 
 
 def create_app(params: Mapping[str, Any], settings: WebhookSettings,
-               context_for: Callable[[str], StepContext] | None = None) -> FastAPI:
+               context_for: Callable[[str], StepContext] | None = None,
+               store: WebhookStore | None = None) -> FastAPI:
     """The receiver: ``POST /mlflow/webhook`` (MLflow's deliveries), ``GET /healthz``,
     ``GET /outcomes/{delivery_id}``."""
     from fastapi import FastAPI, HTTPException, Request
     from fastapi.responses import JSONResponse
 
-    receiver = Receiver(params, settings, context_for)
-    app = FastAPI(title="rlops promotion webhook")
+    receiver = Receiver(params, settings, context_for, store)
+    app = FastAPI(title="rlops promotion webhook", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.receiver = receiver
 
     @app.get("/healthz")
-    def healthz() -> dict[str, str]:
-        return {"status": "ok", "mode": settings.mode}
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok", "mode": settings.mode, "pending": len(receiver.store.pending())}
 
-    async def webhook(request):  # type: ignore[no-untyped-def] - annotated below, for FastAPI
-        body = await request.body()
-        problem = verify(settings.secret, request.headers, body)
+    async def webhook(request):  # type: ignore[no-untyped-def]  # annotated below, for FastAPI
+        body = await read_capped(request, settings.max_body_bytes)
+        problem = verify(settings.secret, request.headers, body, settings.tolerance_s)
         if problem:
             raise HTTPException(status_code=401, detail=problem)
         try:
             event = json.loads(body)
-        except json.JSONDecodeError as exc:
-            raise HTTPException(status_code=400, detail=f"body is not JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or nested past the parser's stack
+            raise HTTPException(status_code=400, detail=f"body is not a JSON document: {type(exc).__name__}") from None
+        if not isinstance(event, dict):
+            raise HTTPException(status_code=400, detail=event_problem(event))
         delivery = request.headers.get(DELIVERY_HEADER, "")
         if (event.get("entity"), event.get("action")) != ("model_version_alias", "created"):
             return JSONResponse({"accepted": False, "reason": "event not handled"}, status_code=200)
+        problem = event_problem(event)
+        if problem:
+            raise HTTPException(status_code=400, detail=problem)
+        if not receiver.store.first_time(delivery):
+            log.warning("webhook delivery %s refused: already received (a replay)", redact(delivery))
+            raise HTTPException(status_code=409, detail="this delivery id was already received: replay refused")
         receiver.submit(delivery, event)
         return JSONResponse({"accepted": True, "delivery_id": delivery}, status_code=202)
 
@@ -203,9 +379,11 @@ def create_app(params: Mapping[str, Any], settings: WebhookSettings,
 
     @app.get("/outcomes/{delivery_id}")
     def outcome(delivery_id: str) -> dict[str, Any]:
-        if delivery_id not in receiver.outcomes:
+        with receiver._lock:
+            found = receiver.outcomes.get(delivery_id)
+        if found is None:
             raise HTTPException(status_code=404, detail="no outcome (yet) for this delivery")
-        return receiver.outcomes[delivery_id]
+        return found
 
     return app
 
@@ -231,6 +409,9 @@ def serve(host: str, port: int, mode: str | None = None) -> int:
 
     from rlops.common.config import load_params
     params = load_params()
+    if not log.handlers and not logging.getLogger().handlers:  # one line per decision on stderr
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.setLevel(logging.INFO)
     app = create_app(params, WebhookSettings.from_params(params, mode))
     uvicorn.run(app, host=host, port=int(port), log_level="info")
     return 0

@@ -22,17 +22,16 @@ NAME = policy_model_name(SCENARIO)
 
 
 def test_every_rlops_tag_key_is_spelled_in_one_module() -> None:
-    """``"rlops.…"`` string literals appear only in rlops/pipeline_steps/infra/tags.py. (agent_sdk names
-    its span attributes itself: it is installed in agents without rlops, and they are not tags.)"""
+    """``"rlops.…"`` string literals (other than module and logger names) appear only in
+    rlops/pipeline_steps/infra/tags.py. (agent_sdk names its span attributes itself: it is installed in
+    agents without the rest of rlops, and they are not tags.)"""
     pattern = re.compile(r"""["']rlops\.[a-z_]""")
-    offenders = []
-    for folder in ("rlops", "dags"):
-        for f in (REPO_ROOT / folder).rglob("*.py"):
-            if (f.name == "tags.py" and f.parent.name == "infra") or "agent_sdk" in f.parts:
-                continue
-            for i, line in enumerate(f.read_text().splitlines(), 1):
-                if pattern.search(line) and not any(s in line for s in ("rlops.cli", "rlops.demo", "getLogger(")):
-                    offenders.append(f"{f.relative_to(REPO_ROOT)}:{i}: {line.strip()}")
+    module = re.compile(r"""["']rlops\.(cli|demo|model|agent_sdk|sandbox|common|pipeline_steps|console)\b""")
+    files = [f for f in (REPO_ROOT / "rlops").rglob("*.py")
+             if not (f.name == "tags.py" and f.parent.name == "infra") and "agent_sdk" not in f.parts]
+    offenders = [f"{f.relative_to(REPO_ROOT)}:{i}: {line.strip()}"
+                 for f in [*files, *(REPO_ROOT / "dags").rglob("*.py")]
+                 for i, line in enumerate(f.read_text().splitlines(), 1) if pattern.search(module.sub("", line))]
     assert not offenders, "tag keys spelled outside infra/tags.py:\n" + "\n".join(offenders)
 
 

@@ -92,7 +92,10 @@ def receiver(mlflow_server: str, pack: Any, tmp_path: Any, monkeypatch: pytest.M
     thread.join(timeout=10)
 
 
-def test_aliases_set_in_the_ui_go_through_the_gates(mlflow_server: str, receiver: Any, pack: Any) -> None:
+def test_aliases_set_in_the_ui_go_through_the_gates(mlflow_server: str, receiver: Any, pack: Any,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    caplog.set_level(logging.INFO, logger="rlops.pipeline_steps.promotion.webhook")
     ctx, app = receiver
     bad = register(ctx, pack, approve_all_policy(pack))
     ctx.tracker.set_alias(NAME, "champion", bad)   # rlops' own champion (recorded)
@@ -115,6 +118,11 @@ def test_aliases_set_in_the_ui_go_through_the_gates(mlflow_server: str, receiver
     assert tags[T.VERSION.EVAL_PASSED] == "false"
     assert ctx.tracker.aliases(NAME) == {"champion": good, "previous": bad}
     assert "FAILED" in ctx.tracker.version_description(NAME, worse)
+    # the receiver's log says each gated decision in one line: version, verdict, failing gates
+    decisions = [r.getMessage() for r in caplog.records if r.getMessage().startswith("webhook decision:")]
+    assert any(f"{NAME} v{good} alias challenger → champion; failing gates: none" in d for d in decisions), decisions
+    assert any(f"{NAME} v{worse} alias challenger → rejected; failing gates: mean_return" in d
+               for d in decisions), decisions
 
     # a champion set by hand: put back at once, then re-gated (and it fails the gates)
     set_alias_via_rest(mlflow_server, "champion", worse)
