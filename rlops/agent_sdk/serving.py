@@ -113,6 +113,10 @@ class ShadowDecision:
     agrees: bool | None = None
     error: str | None = None
 
+    @property
+    def test_group(self) -> str:
+        return SHADOW
+
     def trace_fields(self) -> dict[str, Any]:
         return {"shadow_policy_version": self.policy_version, "shadow_action": self.action,
                 "shadow_served_logp": self.served_logp,

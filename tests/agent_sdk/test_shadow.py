@@ -57,7 +57,7 @@ def test_shadow_decides_beside_the_served_policy_and_is_never_served(pair: tuple
             assert d.policy_version == f"{NAME}/{v1}" and d.action == "fetch_credit_report"  # served: champion
             s = d.shadow
             assert s is not None and s.policy_version == f"{NAME}/{v2}" and s.action == "initiate_fraud_check"
-            assert s.agrees is False and s.error is None
+            assert s.agrees is False and s.error is None and s.test_group == "shadow"
             assert s.served_logp == pytest.approx(math.log(s.probs["fetch_credit_report"]))
             assert s.logp == pytest.approx(math.log(s.probs["initiate_fraud_check"]))
         assert c.shadow_agreement == 0.0 and c.stats()["shadow_decisions"] == 20
