@@ -244,6 +244,8 @@ class RoleHeads(nn.Module):
 class PolicyNetwork(nn.Module):
     """Actor-critic over ``[features | mask | history]`` observations (see module docstring)."""
 
+    _codes: Tensor  # buffer: the action codes 0..A of the history, for its one-hot encoding
+
     def __init__(self, config: PolicyConfig):
         super().__init__()
         self.config = config
@@ -296,7 +298,7 @@ class PolicyNetwork(nn.Module):
         # attention products over k ≤ a few tokens are broadcast multiply-sums, which on CPU cost a
         # fraction of thousands of tiny batched matrix products.
         codes = obs[:, F + A:]
-        one_hot = (codes.unsqueeze(-1) == self._codes).to(obs.dtype)             # [N, k, A+1]
+        one_hot = torch.eq(codes.unsqueeze(-1), self._codes).to(obs.dtype)        # [N, k, A+1]
         tokens = one_hot @ self.action_embed.weight + self.pos_embed              # [N, k, E]
         kv = self.key_value(tokens)
         keys, values = kv[..., :self.embed_dim], kv[..., self.embed_dim:]
