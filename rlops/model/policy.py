@@ -244,6 +244,8 @@ class RoleHeads(nn.Module):
 class PolicyNetwork(nn.Module):
     """Actor-critic over ``[features | mask | history]`` observations (see module docstring)."""
 
+    _codes: Tensor  # buffer: the action codes 0..A of the history, for its one-hot encoding
+
     def __init__(self, config: PolicyConfig):
         super().__init__()
         self.config = config
@@ -291,14 +293,17 @@ class PolicyNetwork(nn.Module):
         if not self.use_history:
             return state
         # Single-head attention: the state asks which of the last k actions matter now.
-        # The embedding lookup is a one-hot product (the same values: one term of 1·w, the others
-        # exact zeros), whose gradient is one small matrix product instead of a scatter; the two
-        # attention products over k ≤ a few tokens are broadcast multiply-sums, which on CPU cost a
-        # fraction of thousands of tiny batched matrix products.
+        # Keys and values of a token, key_value(embed[code] + pos[j]), are key_value(embed)[code]
+        # + W_kv·pos[j]: a table of A+1 rows and one of k rows, computed once per batch, picked by a
+        # one-hot product (each token has exactly one code), whose gradient is one small matrix
+        # product instead of a scatter — a third of the per-token work. The two attention products
+        # over k ≤ a few tokens are broadcast multiply-sums, which on CPU cost a fraction of
+        # thousands of tiny batched matrix products.
         codes = obs[:, F + A:]
-        one_hot = (codes.unsqueeze(-1) == self._codes).to(obs.dtype)             # [N, k, A+1]
-        tokens = one_hot @ self.action_embed.weight + self.pos_embed              # [N, k, E]
-        kv = self.key_value(tokens)
+        one_hot = torch.eq(codes.unsqueeze(-1), self._codes).to(obs.dtype)        # [N, k, A+1]
+        code_kv = self.key_value(self.action_embed.weight)                        # [A+1, 2E]
+        pos_kv = self.pos_embed @ self.key_value.weight.t()                       # [k, 2E]
+        kv = one_hot @ code_kv + pos_kv                                           # [N, k, 2E]
         keys, values = kv[..., :self.embed_dim], kv[..., self.embed_dim:]
         q = self.query(state).unsqueeze(1)                                        # [N, 1, E]
         scores = (keys * q).sum(-1) * (1.0 / math.sqrt(self.embed_dim))

@@ -219,7 +219,7 @@ def test_softmax_rows_equals_softmax_over_the_last_dimension() -> None:
 
 
 def test_history_embedding_is_the_embedding_lookup_exactly(policy: PolicyNetwork) -> None:
-    F, A, k = policy.n_features, policy.n_actions, policy.history_len
+    A, k = policy.n_actions, policy.history_len
     codes = torch.randint(0, A + 1, (64, k), generator=torch.Generator().manual_seed(0))
     one_hot = (codes.float().unsqueeze(-1) == policy._codes).float()
     assert torch.equal(one_hot @ policy.action_embed.weight, policy.action_embed(codes))
