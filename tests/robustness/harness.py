@@ -34,7 +34,7 @@ from typing import Callable
 from rlops.common.config import REPO_ROOT
 
 REPO = REPO_ROOT
-from .io_harness import BAD, OUTCOMES, ProbeTimeout, cli, deadline
+from .io_harness import OUTCOMES, ProbeTimeout, cli, deadline
 #: When a probe counts as hung. A real hang never ends; the margin over the 10 s a validation
 #: takes on an idle machine keeps a busy CI runner from reporting false hangs. The time of
 #: every probe is measured and the slowest is printed.

@@ -250,7 +250,7 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st
                     max_leaves=30)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1")),
                           JSON.map(json.dumps),
                           st.dictionaries(st.sampled_from(list(record())) | st.text(max_size=6), JSON,
@@ -265,7 +265,7 @@ def test_generated_lines_never_crash_and_lose_nothing(lines: list[str]) -> None:
     assert unparseable["quarantine_reason"].str.len().gt(0).all()
 
 
-@settings(max_examples=25, deadline=None,  suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(st.lists(st.one_of(JSON.map(json.dumps), st.builds(
     lambda over: json.dumps({**record(0, "g"), **over}),

@@ -204,39 +204,11 @@ def to_tasks(items: pd.DataFrame, pack: "Pack | None" = None) -> list[dict[str, 
     return tasks
 
 
-def parse_annotations(tasks: Any, items: pd.DataFrame, choice_name: str = "action"
-                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
-    """``(labels, rejected, not_annotated)`` from a Label Studio JSON export."""
-    if not isinstance(tasks, list):
-        raise ValueError("a Label Studio export is a JSON list of tasks (Export → JSON); got "
-                         f"{type(tasks).__name__}")
-    legal = {r.item_id: set(json.loads(r.candidate_actions)) for r in items.itertuples(index=False)}
-    labels, rejected, empty = [], [], 0
-    for n, task in enumerate(tasks):
-        data = (task or {}).get("data") or {}
-        iid = data.get("item_id")
-        anns = [a for a in task.get("annotations") or [] if not a.get("was_cancelled")]
-        if not anns:
-            empty += 1
-            continue
-        ann = max(anns, key=lambda a: (str(a.get("updated_at") or a.get("created_at") or ""), a.get("id") or 0))
-        choice = next((res.get("value", {}).get("choices") for res in ann.get("result") or []
-                       if res.get("from_name") == choice_name and res.get("type", "choices") == "choices"), None)
-        why = None
-        if iid not in legal:
-            why = f"task {n}: item_id {iid!r} is not in the label queue of this scenario"
-        elif not choice:
-            why = f"task {n} (item {iid}): the annotation has no '{choice_name}' choice"
-        elif choice[0] not in legal[iid]:
-            why = f"task {n} (item {iid}): label {choice[0]!r} is not a legal action there ({sorted(legal[iid])})"
-        if why:
-            rejected.append({"task": n, "item_id": iid, "reason": why})
-            continue
-        who = ann.get("completed_by")
-        who = who.get("email") or who.get("id") if isinstance(who, dict) else who
-        labels.append({"item_id": iid, "label": choice[0], "annotator": None if who is None else str(who),
-                       "labelled_at": ann.get("updated_at") or ann.get("created_at")})
-    return labels, rejected, empty
+def parse_annotations(tasks: Any, items: pd.DataFrame, choice_name: str = "action") -> Any:
+    """Reading an export has one home, :func:`rlops.pipeline_steps.labels.importing.parse_annotations`
+    (task checks, every annotator's answer, conflicts): ``(labels, rejected, not_annotated, conflicts)``."""
+    from rlops.pipeline_steps.labels.importing import parse_annotations as parse
+    return parse(tasks, items, choice_name)
 
 
 # --------------------------------------------------------------------------- training inputs
