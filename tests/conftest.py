@@ -177,6 +177,7 @@ def airflow_db() -> str:
 @pytest.fixture()
 def rlops_home(tmp_path: Path, tmp_tracking: str, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A project home: storage, MLflow and the label queue under tmp, tiny budgets."""
+    from rlops.common.config import deep_merge
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
     params = deep_merge(params, TINY)
     params["storage"]["root"] = f"file://{tmp_path / 'data'}"

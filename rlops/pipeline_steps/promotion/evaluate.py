@@ -21,6 +21,7 @@ unreachable MLflow or storage leaves every alias as it was; the result says why.
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 import time
@@ -29,7 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
+from rlops.common.policy_ref import canonical_policy
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.promotion.gates import (Gate, GateConfig, ab_gates, comparison_gates, episode_outcomes, gate_frame,
                                   gate_table_html, stress_gate)
@@ -140,7 +143,9 @@ def segment_masks(pack: "Pack", S0: "torch.Tensor", segment_codes: "torch.Tensor
 def live_ab_gates(ctx: StepContext, pack: "Pack", candidate: str, cfg: GateConfig,
                   window_hours: int) -> tuple[list[Gate], str]:
     """A/B gates from captured traces of the last ``window_hours`` before the run key: episodes
-    of group ``challenger`` served by the candidate against groups ``champion``/``control``."""
+    of group ``challenger`` served by the candidate against groups ``champion``/``control``.
+    Trace rows name their policy in any form :class:`~rlops.common.policy_ref.PolicyRef` reads
+    (``7``, ``credit_approval-policy/7``…); they are compared by canonical text, never raw."""
     traces = ctx.traces.read(ctx.scenario, ctx.key.lookback(window_hours))
     if traces.empty:
         return [], "no captured traces in the window"
@@ -149,8 +154,12 @@ def live_ab_gates(ctx: StepContext, pack: "Pack", candidate: str, cfg: GateConfi
     if "test_group" not in traces:
         return [], "captured traces carry no test_group"
     group = traces["test_group"].fillna("").astype(str)
-    by_candidate = (traces["policy_version"].astype(str).eq(str(candidate)) if "policy_version" in traces
-                    else True)
+    if "policy_version" in traces:
+        wanted = canonical_policy(candidate, ctx.scenario)
+        served_by = traces["policy_version"].map(lambda v: _canonical_or_none(v, ctx.scenario))
+        by_candidate = served_by.eq(wanted)
+    else:
+        by_candidate = pd.Series(True, index=traces.index)
     served = traces.loc[group.eq("challenger") & by_candidate, "episode_id"].unique()
     ch_rows = traces[group.eq("challenger") & traces["episode_id"].isin(served)]
     ctl_rows = traces[group.isin(["champion", "control"])]
@@ -159,6 +168,19 @@ def live_ab_gates(ctx: StepContext, pack: "Pack", candidate: str, cfg: GateConfi
     takeover = {a.name for a in pack.scenario.spec.actions if a.human_takeover}
     return ab_gates(episode_outcomes(ch_rows, takeover), episode_outcomes(ctl_rows, takeover), cfg), \
         f"{ch_rows['episode_id'].nunique()} challenger / {ctl_rows['episode_id'].nunique()} control episodes"
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_or_none(text: Any, scenario: str) -> str | None:
+    """The canonical policy a trace row names; None for a missing or unreadable value (or
+    another scenario's policy), which then matches no candidate."""
+    from rlops.common.errors import UserError
+    if text is None or (isinstance(text, float) and text != text):
+        return None
+    try:
+        return canonical_policy(str(text), scenario)
+    except UserError:
+        return None
 
 
 # --------------------------------------------------------------------------- evaluate
