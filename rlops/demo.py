@@ -38,7 +38,7 @@ def run(scenario: str | None = None) -> int:
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.drift.check import drift_check
-    from rlops.pipeline_steps.promotion.evaluate import promote
+    from rlops.pipeline_steps.promotion.flow import promote
     from rlops.pipeline_steps.drift.calibrate import recalibrate
     from rlops.pipeline_steps.training.reward_model import train_reward_model_step
     from rlops.pipeline_steps.stress.step import stress_test

@@ -99,7 +99,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    from rlops.pipeline_steps.promotion.evaluate import promote
+    from rlops.pipeline_steps.promotion.flow import promote
     _check_episodes(args)
     res = _call(promote, context_from_args(args), args.candidate, args.staged, args.episodes)
     print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"] + _gate_lines(res))
@@ -107,7 +107,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from rlops.pipeline_steps.promotion.evaluate import rollback
+    from rlops.pipeline_steps.promotion.flow import rollback
     res = _call(rollback, context_from_args(args))
     print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"])
     return 0

@@ -325,11 +325,11 @@ class Tracker:
         from rlops.pipeline_steps.infra.aliases import move_champion
         return move_champion(self, name, new_version)
 
-    def rollback(self, name: str) -> AliasState:
-        """Point ``champion`` back at ``previous`` and clear ``previous``
-        (see :func:`rlops.pipeline_steps.infra.aliases.rollback`)."""
+    def rollback(self, name: str, reason: str | None = None) -> AliasState:
+        """Point ``champion`` back at the most recent earlier champion; ``previous`` at the one
+        before it (see :func:`rlops.pipeline_steps.infra.aliases.rollback`)."""
         from rlops.pipeline_steps.infra.aliases import rollback
-        return rollback(self, name)
+        return rollback(self, name, reason)
 
     # ------------------------------------------------------------------ reward functions
     def register_reward_fn(self, scenario: str, source_path: str | os.PathLike[str], sha256: str,

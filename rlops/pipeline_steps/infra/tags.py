@@ -53,9 +53,13 @@ TRAIN_REWARD_MODEL, TRAIN_POLICY, STRESS_TEST = "train_reward_model", "train_pol
 EVALUATE, PROMOTE, AUDIT, REWARD_FN = "evaluate", "promote", "audit", "reward_fn"
 TUNE, TUNE_TRIAL = "tune", "tune_trial"
 SIMULATE, TIMELINE = "simulate", "timeline"
+ROLLOUT = "rollout"
 
 # --------------------------------------------------------------------------- registered-model tags
 ALIAS_WRITTEN_PREFIX: Final = "rlops.alias."    # + alias name → version rlops last set it to
+
+
+CHAMPION_HISTORY: Final = "rlops.champion.history"  # versions that were champion before, oldest first (JSON)
 
 
 def alias_written(alias: str) -> str:
@@ -65,6 +69,10 @@ def alias_written(alias: str) -> str:
 
 # --------------------------------------------------------------------------- model-version tags
 ROLLED_BACK: Final = "rlops.rolled_back"
+ROLLED_BACK_REASON: Final = "rlops.rolled_back.reason"  # why the roll-out DAG (or a person) demoted it
+ROLLOUT_ACTION: Final = "rlops.rollout.action"          # advanced | finished | rolled_back | held | withdrawn
+ROLLOUT_REASON: Final = "rlops.rollout.reason"
+ROLLOUT_STAGE_STARTED: Final = "rlops.rollout.stage_started"  # end of the run key that set the current share (ISO)
 PROMOTION_OUTCOME: Final = "rlops.promotion.outcome"    # champion | challenger | rejected | error
 PROMOTION_REASON: Final = "rlops.promotion.reason"
 PROMOTION_REQUESTED_BY: Final = "rlops.promotion.requested_by"  # mlflow-ui-alias | manual-champion

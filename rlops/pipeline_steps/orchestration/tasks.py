@@ -216,7 +216,7 @@ def evaluate_and_promote(conf: Mapping[str, Any], trained: Mapping[str, Any],
                          stressed: Mapping[str, Any], staged: bool = False) -> dict[str, Any]:
     """Gated promotion of the trained candidate; ``staged``: as challenger first (5% → 15% →
     100% of traffic, one stage per passing evaluation)."""
-    from rlops.pipeline_steps.promotion.evaluate import promote
+    from rlops.pipeline_steps.promotion.flow import promote
     if not trained.get("model_version"):
         return {"promoted": False, "reason": "no candidate was trained"}
     out = promote(_ctx(conf), candidate=str(trained["model_version"]), staged=staged)
@@ -244,5 +244,5 @@ def validate_promotion_conf(params: Mapping[str, Any], context: Mapping[str, Any
 @no_retry_on_user_error
 def promote_requested(conf: Mapping[str, Any]) -> dict[str, Any]:
     """Gated promotion of ``conf['candidate']``; the outcome is written back on the version."""
-    from rlops.pipeline_steps.promotion.guard import promote_from_alias
+    from rlops.pipeline_steps.promotion.flow import promote_from_alias
     return promote_from_alias(_ctx(conf), conf["candidate"], requested_by=str(conf.get("requested_by") or "airflow"))

@@ -7,10 +7,10 @@ Standard-Webhooks style HMAC-SHA256 signature (``X-MLflow-Signature: v1,<base64>
 event at a time:
 
 * ``challenger`` on ``<scenario>-policy`` set outside rlops → the gated promotion of that version:
-  ``embedded`` mode runs it in this process (:func:`~rlops.pipeline_steps.promotion.guard.promote_from_alias`),
+  ``embedded`` mode runs it in this process (:func:`~rlops.pipeline_steps.promotion.flow.promote_from_alias`),
   ``airflow`` mode triggers the ``promote`` DAG through Airflow 3's REST API
   (``POST /api/v2/dags/promote/dagRuns``) and tags the version with the DAG run id;
-* ``champion`` set outside rlops → :func:`~rlops.pipeline_steps.promotion.guard.check_champion`.
+* ``champion`` set outside rlops → :func:`~rlops.pipeline_steps.promotion.flow.check_champion`.
 
 Events rlops caused itself (its own alias moves) are recognised by the ``rlops.alias.<alias>``
 registered-model tag and ignored, so a promotion never triggers itself.
@@ -120,7 +120,7 @@ def handle_event(params: Mapping[str, Any], settings: WebhookSettings, event: Ma
     from rlops.pipeline_steps.infra import tags as T
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION
-    from rlops.pipeline_steps.promotion.guard import UI_REQUEST, check_champion, promote_from_alias
+    from rlops.pipeline_steps.promotion.flow import UI_REQUEST, check_champion, promote_from_alias
     data = event.get("data") or {}
     name, alias, version = str(data.get("name", "")), str(data.get("alias", "")), str(data.get("version", ""))
     if not name.endswith(POLICY_SUFFIX) or alias not in (CHALLENGER, CHAMPION):
