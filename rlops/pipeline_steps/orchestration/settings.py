@@ -12,6 +12,7 @@ Param default comes from there too; a DAG file holds no budget or version of its
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -107,9 +108,36 @@ def pack_dag_config(scenario: str) -> PackDagConfig:
                          schedules=schedules)
 
 
+_CACHE: dict[tuple[Any, ...], list[PackDagConfig]] = {}
+_ROOTS: dict[tuple[Any, ...], Path] = {}
+
+
+def _signature() -> tuple[Any, ...]:
+    """What the configs depend on: the params file, the environment overrides, every pack's
+    params file (a change in any re-reads them)."""
+    from rlops.common.config import params_path
+    p = params_path()
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("RLOPS_")))
+    base = (str(p), p.stat().st_mtime_ns if p.exists() else None, env)
+    if base not in _ROOTS:
+        _ROOTS.clear()
+        _ROOTS[base] = scenarios_dir()
+    root = _ROOTS[base]
+    stamps = []
+    for name in scenario_names(root):
+        f = root / name / "params.yaml"
+        stamps.append((name, f.stat().st_mtime_ns if f.exists() else None))
+    return (*base, str(root), tuple(stamps))
+
+
 def pack_dag_configs() -> list[PackDagConfig]:
-    """One config per pack under the scenarios folder."""
-    return [pack_dag_config(name) for name in scenario_names()]
+    """One config per pack under the scenarios folder (read once per parse of the DAG folder:
+    every DAG file asks, the params are resolved once while nothing changed)."""
+    key = _signature()
+    if key not in _CACHE:
+        _CACHE.clear()
+        _CACHE[key] = [pack_dag_config(name) for name in scenario_names()]
+    return _CACHE[key]
 
 
 def dag_params(pack: PackDagConfig, mode: str = "full") -> dict[str, Param]:

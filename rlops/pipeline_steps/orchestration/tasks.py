@@ -217,12 +217,18 @@ def stress_test(conf: Mapping[str, Any], trained: Mapping[str, Any]) -> dict[str
 
 def staged_promotion(conf: Mapping[str, Any]) -> bool:
     """Whether a retrain stages its candidate: the conf's ``staged``, else params
-    ``rollout.staged`` (``rollout.staged_emergency`` for a retrain triggered by drift)."""
+    ``rollout.staged`` — ``rollout.staged_emergency`` for a retrain triggered by drift that would
+    replace a (stale) champion; the first policy to replace the rule engine always rolls out as
+    ``rollout.staged`` says."""
     if conf.get("staged") is not None:
         return bool(conf["staged"])
+    from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
     from rlops.pipeline_steps.promotion.rollout import RolloutConfig
-    cfg = RolloutConfig.from_section(_ctx(conf).section("rollout"))
-    return cfg.staged_emergency if conf.get("reason") == "drift" else cfg.staged
+    ctx = _ctx(conf)
+    cfg = RolloutConfig.from_section(ctx.section("rollout"))
+    if conf.get("reason") == "drift" and ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION):
+        return cfg.staged_emergency
+    return cfg.staged
 
 
 @no_retry_on_user_error

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 ADVANCED, FINISHED, WITHDRAWN, ROLLED_BACK, HELD = "advanced", "finished", "withdrawn", "rolled_back", "held"
+STAGE_MOVES = frozenset({ADVANCED, FINISHED})  # moves of a challenger to a larger share (100 %: champion)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ event at a time:
 * ``challenger`` on ``<scenario>-policy`` set outside rlops → the gated promotion of that version:
   ``embedded`` mode runs it in this process (:func:`~rlops.pipeline_steps.promotion.flow.promote_from_alias`),
   ``airflow`` mode triggers the ``promote`` DAG through Airflow 3's REST API
-  (``POST /api/v2/dags/promote/dagRuns``) and tags the version with the DAG run id;
+  (``POST /api/v2/dags/promote__<pack>/dagRuns``) and tags the version with the DAG run id;
 * ``champion`` set outside rlops → :func:`~rlops.pipeline_steps.promotion.flow.check_champion`.
 
 Events rlops caused itself (its own alias moves) are recognised by the ``rlops.alias.<alias>``
@@ -99,12 +99,13 @@ class WebhookSettings:
             raise UserError(f"promotion.webhook.mode {chosen!r}: expected '{EMBEDDED}' or '{AIRFLOW}'")
         return cls(mode=chosen, secret=secret, airflow_url=str(cfg.get("airflow_url") or "http://localhost:8080"),
                    airflow_token=os.environ.get(str(cfg.get("airflow_token_env") or "RLOPS_AIRFLOW_TOKEN")) or None,
-                   dag_id=str(cfg.get("dag_id") or "promote"))
+                   dag_id=str(cfg.get("dag_id") or "promote__{scenario}"))
 
 
 def trigger_promotion_dag(settings: WebhookSettings, conf: Mapping[str, Any], timeout_s: float = 10.0) -> str:
     """Start a run of the promotion DAG through Airflow 3's REST API; returns its dag_run_id."""
-    url = f"{settings.airflow_url.rstrip('/')}/api/v2/dags/{settings.dag_id}/dagRuns"
+    dag_id = settings.dag_id.format(scenario=conf.get("scenario", ""))  # one promotion DAG per pack
+    url = f"{settings.airflow_url.rstrip('/')}/api/v2/dags/{dag_id}/dagRuns"
     body = json.dumps({"logical_date": None, "conf": dict(conf)}).encode()
     headers = {"Content-Type": "application/json"}
     if settings.airflow_token:
@@ -132,12 +133,12 @@ def handle_event(params: Mapping[str, Any], settings: WebhookSettings, event: Ma
     if alias == CHAMPION:
         return {"action": "champion_check", **check_champion(ctx).to_dict()}
     if settings.mode == AIRFLOW:
-        conf = {"scenario": scenario, "candidate": version, "requested_by": UI_REQUEST,
-                "reward_fn": str(params.get("reward_fn") or "v1")}
+        # The pack's promotion DAG takes its reward function from the pack's params.
+        conf = {"scenario": scenario, "candidate": version, "requested_by": UI_REQUEST}
         run_id = trigger_promotion_dag(settings, conf)
         ctx.tracker.set_model_version_tags(name, version, {
             T.PROMOTION_REQUESTED_BY: UI_REQUEST,
-            T.PROMOTION_REASON: f"promotion DAG {settings.dag_id} run {run_id} triggered",
+            T.PROMOTION_REASON: f"promotion DAG {settings.dag_id.format(scenario=scenario)} run {run_id} triggered",
             T.PROMOTION_OUTCOME: "requested"})  # the outcome tag last
         return {"action": "dag_triggered", "dag_run_id": run_id, "version": version}
     return {"action": "promotion", **promote_from_alias(ctx, version, requested_by=UI_REQUEST)}
