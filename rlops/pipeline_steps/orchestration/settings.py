@@ -140,11 +140,12 @@ def pack_dag_configs() -> list[PackDagConfig]:
     return _CACHE[key]
 
 
-def dag_params(pack: PackDagConfig, mode: str = "full") -> dict[str, Param]:
+def dag_params(pack: PackDagConfig, mode: str = "full", training: bool = False) -> dict[str, Param]:
     """The conf a pack's DAG accepts, validated by Airflow before a run is created; every default
-    from the pack's resolved params."""
+    from the pack's resolved params. ``training``: the retrain DAGs' own keys too (staging, the
+    reward source, a reward switch) — the others leave them out (fewer Params to serialize)."""
     timesteps = pack.full_timesteps if mode == "full" else pack.incremental_timesteps
-    return {
+    common = {
         "scenario": Param(pack.scenario, type="string", enum=[pack.scenario],
                           description="the scenario pack this DAG belongs to"),
         "reward_fn": Param(pack.reward_fn, type="string", pattern=r"^v\d+$",
@@ -156,6 +157,11 @@ def dag_params(pack: PackDagConfig, mode: str = "full") -> dict[str, Param]:
         "mode": Param(mode, type="string", enum=["full", "incremental"],
                       description="train from scratch or warm-start from the champion"),
         "dry_run": Param(False, type="boolean", description="report what would change, write nothing"),
+    }
+    if not training:
+        return common
+    return {
+        **common,
         "staged": Param(None, type=["null", "boolean"],
                         description="promote a passing candidate as staged challenger (null: params rollout.staged, "
                                     "rollout.staged_emergency for a retrain triggered by drift)"),
@@ -181,7 +187,7 @@ def dag_settings(pack: PackDagConfig, kind: str, mode: str = "full") -> dict[str
     doc and tasks."""
     return {"dag_id": dag_id(kind, pack.scenario), "schedule": pack.schedule(kind), "start_date": START_DATE,
             "catchup": False, "max_active_runs": 1, "default_args": DEFAULT_ARGS,
-            "params": dag_params(pack, mode=mode)}
+            "params": dag_params(pack, mode=mode, training=kind.startswith("retrain_"))}
 
 
 def pack_doc(doc: str | None, kind: str, pack: PackDagConfig) -> str:
