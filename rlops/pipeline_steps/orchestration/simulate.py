@@ -144,8 +144,8 @@ class _Run:
             outcomes = [self.dags.run(kind, end)]
             if kind == "drift_monitor":
                 outcomes += self.dags.run_triggered()
-            for out in outcomes:
-                self.observe(kind, out, hour, end)
+            for out in outcomes:  # a triggered run is observed as what it is (its DAG's kind)
+                self.observe(out.dag_id.split("__", 1)[0], out, hour, end)
         for e in self.events:
             if e.kind == "bad_candidate" and start <= self.t0 + timedelta(hours=e.at_hour) < end:
                 self.offer_bad_candidate(hour, end)
