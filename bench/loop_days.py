@@ -1,13 +1,17 @@
 """Benchmark: the loop over 48 simulated hours (credit pack) with the four standard events —
 the applicant population ages at hour 10, the credit bureau's latency triples at hour 20, its
 error rate jumps at hour 30, a deliberately worse candidate is offered at hour 40 — running the
-real task functions of the five DAGs on their schedules (:mod:`rlops.pipeline_steps.orchestration.simulate`).
+pack's DAG definitions (``dags/``, ``<dag>__credit_approval``) through ``dag.test()`` at each due
+interval, plus the runs they trigger (:mod:`rlops.pipeline_steps.orchestration.simulate`).
 
 Prints the hour table, the load average at the start and the end, and as the LAST line one JSON
 object: ``detection_delay_h``, ``false_alarms``, ``emergency_retrains``, ``bad_candidate_promoted``,
-``champion_regressions``, ``rows_lost``, ``wall_s`` (bar: < 900 s on two idle cores), ``cpu_s`` (the
-process's CPU seconds: on a shared machine ``wall_s`` grows with the load, this does not), the
-policy client's ``fallback_episodes`` and ``challenger_episodes``, the PNG path.
+``champion_regressions``, ``rows_lost``, ``promotions``, ``rollbacks``, ``stages_advanced``,
+``ab_gates_run`` (bar: > 0), ``promotion_to_agent_s`` (the longest simulated time from an alias
+move to the policy client serving it; bar: <= 60 s), ``retrains_skipped``, ``dag_runs``, ``wall_s``
+(bar: < 30 min on 2 cores), ``cpu_s`` (the process's CPU seconds: on a shared machine ``wall_s``
+grows with the load, this does not), the policy client's ``fallback_episodes`` and
+``challenger_episodes``, the PNG path.
 
     python bench/loop_days.py [--hours 48] [--events FILE] [--workdir DIR]
 """
@@ -44,7 +48,10 @@ def main() -> None:
     m = res["metrics"]
     out = {k: m[k] for k in ("detection_delay_h", "false_alarms", "emergency_retrains", "drift_events",
                              "bad_candidate_promoted", "champion_regressions", "rows_lost", "wall_s", "cpu_s")}
-    out.update(hours=args.hours, promotions=m["promotions"], fallback_episodes=m["fallback_episodes"],
+    out.update(hours=args.hours, promotions=m["promotions"], rollbacks=m["rolled_back"],
+               stages_advanced=m["stage_moves"], ab_gates_run=m["ab_gates_run"],
+               promotion_to_agent_s=m["promotion_to_agent_s"], retrains_skipped=m["retrains_skipped"],
+               dag_runs=m["dag_runs"], fallback_episodes=m["fallback_episodes"],
                challenger_episodes=m["challenger_episodes"], png=res["png"], mlflow_run_id=res["run_id"],
                loadavg_start=[round(x, 2) for x in load_start], loadavg_end=[round(x, 2) for x in load_end],
                cpus=os.cpu_count())

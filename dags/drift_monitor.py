@@ -1,57 +1,58 @@
 """
-### drift_monitor — hourly
+### drift_monitor — hourly by default, one DAG per pack (`drift_monitor__<pack>`)
 
 Compares the last hour of live traces with the sandbox (two-sample KS per numeric field,
 chi-square per categorical field, effect-size floor) and checks the champion's live metrics for
 anomalies. When drift or an anomaly is found it recalibrates the sandbox to live traffic and
-triggers `retrain_full` as an emergency retrain. The drift report (JSON + HTML with histograms)
-is logged to MLflow.
+triggers the pack's `retrain_full__<pack>` as an emergency retrain (conf `reason: drift`). The
+drift report (JSON + HTML with histograms) is logged to MLflow.
 """
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import dag, task
 
-from rlops.pipeline_steps.orchestration.settings import dag_settings
+from rlops.pipeline_steps.orchestration.settings import PackDagConfig, dag_id, dag_settings, pack_dag_configs, pack_doc
+
+KIND = "drift_monitor"
 
 
-@dag(
-    dag_id="drift_monitor",
-    schedule="@hourly",
-    tags=["rlops", "monitoring"],
-    doc_md=__doc__,
-    **dag_settings(),
-)
-def drift_monitor():
-    @task
-    def validate_conf(**context) -> dict:
-        from rlops.pipeline_steps.orchestration import tasks
-        return tasks.validate_conf(context["params"], context, interval_minutes=60)
+def build(pack: PackDagConfig):
+    @dag(tags=pack.tags("monitoring"), doc_md=pack_doc(__doc__, KIND, pack), **dag_settings(pack, KIND))
+    def drift_monitor():
+        @task
+        def validate_conf(**context) -> dict:
+            from rlops.pipeline_steps.orchestration import tasks
+            return tasks.validate_conf(context["params"], context, interval_minutes=60)
 
-    @task
-    def detect_drift(conf: dict) -> dict:
-        from rlops.pipeline_steps.orchestration import tasks
-        return tasks.detect_drift(conf)
+        @task
+        def detect_drift(conf: dict) -> dict:
+            from rlops.pipeline_steps.orchestration import tasks
+            return tasks.detect_drift(conf)
 
-    @task.short_circuit
-    def needs_retrain(drift: dict) -> bool:
-        return bool(drift.get("retrain"))
+        @task.short_circuit
+        def needs_retrain(drift: dict) -> bool:
+            return bool(drift.get("retrain"))
 
-    @task
-    def recalibrate(conf: dict, drift: dict) -> dict:
-        from rlops.pipeline_steps.orchestration import tasks
-        return tasks.recalibrate(conf, drift)
+        @task
+        def recalibrate(conf: dict, drift: dict) -> dict:
+            from rlops.pipeline_steps.orchestration import tasks
+            return tasks.recalibrate(conf, drift)
 
-    conf = validate_conf()
-    drift = detect_drift(conf)
-    calibrated = recalibrate(conf, drift)
-    emergency = TriggerDagRunOperator(
-        task_id="trigger_emergency_retrain",
-        trigger_dag_id="retrain_full",
-        conf={"scenario": "{{ params.scenario }}", "reward_fn": "{{ params.reward_fn }}",
-              "mode": "full", "dry_run": False},
-        wait_for_completion=False,
-    )
-    needs_retrain(drift) >> calibrated >> emergency
+        conf = validate_conf()
+        drift = detect_drift(conf)
+        calibrated = recalibrate(conf, drift)
+        emergency = TriggerDagRunOperator(
+            task_id="trigger_emergency_retrain",
+            trigger_dag_id=dag_id("retrain_full", pack.scenario),
+            # The emergency retrain owns the same interval as this run (its logical date).
+            logical_date="{{ logical_date.isoformat() }}",
+            conf={"reward_fn": "{{ params.reward_fn }}", "reason": "drift"},
+            wait_for_completion=False,
+        )
+        needs_retrain(drift) >> calibrated >> emergency
+
+    return drift_monitor()
 
 
-drift_monitor()
+for _pack in pack_dag_configs():
+    globals()[dag_id(KIND, _pack.scenario)] = build(_pack)

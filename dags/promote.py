@@ -1,40 +1,48 @@
 """
-### promote — gated promotion of one policy version, on request
+### promote — gated promotion of one policy version, on request; one DAG per pack (`promote__<pack>`)
 
 Started by the rlops webhook receiver (`rlops model webhook serve --mode airflow`) when someone
 sets the alias `challenger` on a policy version in the MLflow UI, or by hand with
 `{"candidate": "<version>"}`. Evaluates the version against the `champion` and promotes it only
-when every gate passes (staged 5 → 15 → 100% when `promotion.staged`); a champion set by hand
-outside rlops is handled first. The outcome is written back on the version (tags
-`rlops.promotion.*` and the gate summary in its description).
-Conf: `scenario`, `candidate`, `reward_fn`, `dry_run`.
+when every gate passes (staged 5 → 15 → 100% when `promotion.staged`, then moved on by
+`rollout__<pack>`); a champion set by hand outside rlops is handled first. The outcome is written
+back on the version (tags `rlops.promotion.*` and the gate summary in its description).
+Conf: `candidate`, `reward_fn`, `dry_run`.
 """
 
 from airflow.sdk import Param, dag, task
 
-from rlops.pipeline_steps.orchestration.settings import dag_settings
+from rlops.pipeline_steps.orchestration.settings import PackDagConfig, dag_id, dag_settings, pack_dag_configs, pack_doc
 
-_settings = dag_settings()
-_settings["params"] = {
-    **_settings["params"],
-    "candidate": Param("1", type="string", pattern=r"^\d+$", description="policy version to judge and promote"),
-    "requested_by": Param("airflow", type="string", description="who asked: mlflow-ui-alias, manual-champion, airflow"),
-}
+KIND = "promote"
 
 
-@dag(dag_id="promote", schedule=None, tags=["rlops", "promotion"], doc_md=__doc__, **_settings)
-def promote():
-    @task
-    def validate_conf(**context) -> dict:
-        from rlops.pipeline_steps.orchestration import tasks
-        return tasks.validate_promotion_conf(context["params"], context)
+def build(pack: PackDagConfig):
+    settings = dag_settings(pack, KIND)
+    settings["params"] = {
+        **settings["params"],
+        "candidate": Param("1", type="string", pattern=r"^(v?\d+|[A-Za-z0-9_.-]+-policy/v?\d+)$",
+                           description="policy version to judge and promote (3 or <pack>-policy/3)"),
+        "requested_by": Param("airflow", type="string",
+                              description="who asked: mlflow-ui-alias, manual-champion, airflow"),
+    }
 
-    @task
-    def evaluate_and_promote(conf: dict) -> dict:
-        from rlops.pipeline_steps.orchestration import tasks
-        return tasks.promote_requested(conf)
+    @dag(tags=pack.tags("promotion"), doc_md=pack_doc(__doc__, KIND, pack), **settings)
+    def promote():
+        @task
+        def validate_conf(**context) -> dict:
+            from rlops.pipeline_steps.orchestration import tasks
+            return tasks.validate_promotion_conf(context["params"], context)
 
-    evaluate_and_promote(validate_conf())
+        @task
+        def evaluate_and_promote(conf: dict) -> dict:
+            from rlops.pipeline_steps.orchestration import tasks
+            return tasks.promote_requested(conf)
+
+        evaluate_and_promote(validate_conf())
+
+    return promote()
 
 
-promote()
+for _pack in pack_dag_configs():
+    globals()[dag_id(KIND, _pack.scenario)] = build(_pack)

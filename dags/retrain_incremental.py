@@ -1,50 +1,60 @@
 """
-### retrain_incremental — every 15 minutes
+### retrain_incremental — every 15 minutes by default; one DAG per pack (`retrain_incremental__<pack>`)
 
-Warm-starts a candidate from the current `champion` on the freshest sandbox calibration,
-stress-tests it, compares it with the champion on the same seeded episodes and promotes it only
-if every gate passes (the old champion becomes `previous`).
+Warm-starts a candidate from the current `champion` on the sandbox calibration of the run's
+interval, stress-tests it, compares it with the champion on the same seeded episodes and, when
+every gate passes, stages it as challenger (`rollout.staged`; `rollout__<pack>` moves it on). A
+run whose inputs (trace partitions, calibration, champion, reward function, budget) equal the last
+one's is skipped (`dags.skip_unchanged`): most quarter hours change nothing a retrain would see.
 
 `train_policy` runs on the **gpu** Celery queue (pool `gpu`); the rest on the default queue.
-Conf: `scenario`, `reward_fn`, `timesteps`, `mode`, `dry_run` (validated before any work).
+Conf (all optional; defaults from the pack's params): `reward_fn`, `timesteps`, `dry_run`, `staged`.
 """
 
 from airflow.sdk import dag, task
 
-from rlops.pipeline_steps.orchestration.settings import GPU_POOL, GPU_QUEUE, dag_settings
+from rlops.pipeline_steps.orchestration.settings import (GPU_POOL, GPU_QUEUE, PackDagConfig, dag_id, dag_settings,
+                                                         pack_dag_configs, pack_doc)
+
+KIND = "retrain_incremental"
 
 
-@dag(
-    dag_id="retrain_incremental",
-    schedule="*/15 * * * *",
-    tags=["rlops", "training", "incremental"],
-    doc_md=__doc__,
-    **dag_settings(timesteps=100_000, mode="incremental"),
-)
-def retrain_incremental():
-    @task
-    def validate_conf(**context) -> dict:
-        from rlops.pipeline_steps.orchestration import tasks
-        return tasks.validate_conf(context["params"], context, interval_minutes=15)
+def build(pack: PackDagConfig):
+    @dag(tags=pack.tags("training", "incremental"), doc_md=pack_doc(__doc__, KIND, pack),
+         **dag_settings(pack, KIND, mode="incremental"))
+    def retrain_incremental():
+        @task
+        def validate_conf(**context) -> dict:
+            from rlops.pipeline_steps.orchestration import tasks
+            return tasks.validate_conf(context["params"], context, interval_minutes=15)
 
-    @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=1)
-    def train_policy(conf: dict) -> dict:
-        from rlops.pipeline_steps.orchestration import tasks
-        return tasks.train_policy(conf, mode="incremental")
+        @task.short_circuit
+        def inputs_changed(conf: dict) -> bool:
+            from rlops.pipeline_steps.orchestration import tasks
+            return tasks.inputs_changed(conf, "incremental")
 
-    @task
-    def stress_test(conf: dict, trained: dict) -> dict:
-        from rlops.pipeline_steps.orchestration import tasks
-        return tasks.stress_test(conf, trained)
+        @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=1)
+        def train_policy(conf: dict) -> dict:
+            from rlops.pipeline_steps.orchestration import tasks
+            return tasks.train_policy(conf, mode="incremental")
 
-    @task
-    def evaluate_and_promote(conf: dict, trained: dict, stressed: dict) -> dict:
-        from rlops.pipeline_steps.orchestration import tasks
-        return tasks.evaluate_and_promote(conf, trained, stressed)
+        @task
+        def stress_test(conf: dict, trained: dict) -> dict:
+            from rlops.pipeline_steps.orchestration import tasks
+            return tasks.stress_test(conf, trained)
 
-    conf = validate_conf()
-    trained = train_policy(conf)
-    evaluate_and_promote(conf, trained, stress_test(conf, trained))
+        @task
+        def evaluate_and_promote(conf: dict, trained: dict, stressed: dict) -> dict:
+            from rlops.pipeline_steps.orchestration import tasks
+            return tasks.evaluate_and_promote(conf, trained, stressed)
+
+        conf = validate_conf()
+        trained = train_policy(conf)
+        inputs_changed(conf) >> trained
+        evaluate_and_promote(conf, trained, stress_test(conf, trained))
+
+    return retrain_incremental()
 
 
-retrain_incremental()
+for _pack in pack_dag_configs():
+    globals()[dag_id(KIND, _pack.scenario)] = build(_pack)

@@ -1,5 +1,5 @@
 """
-### trace_capture — every 15 minutes
+### trace_capture — every 15 minutes, one DAG per pack (`trace_capture__<pack>`)
 
 Compacts the JSON-lines trace files that live agents wrote to the landing zone into the trace
 store (parquet partitioned by scenario/date/hour), validating every row against the data
@@ -11,33 +11,33 @@ it samples the `champion` running in the pack's `live` simulation profile instea
 
 from airflow.sdk import Param, dag, task
 
-from rlops.pipeline_steps.orchestration.settings import dag_settings
+from rlops.pipeline_steps.orchestration.settings import PackDagConfig, dag_id, dag_settings, pack_dag_configs, pack_doc
 
-_SETTINGS = dag_settings()
-_SETTINGS["params"] = {**_SETTINGS["params"], "simulate": Param(
-    False, type="boolean", description="sample the champion in the `live` simulation profile instead of "
-                                       "reading the landing zone (recorded as source simulation:live)")}
+KIND = "trace_capture"
 
 
-@dag(
-    dag_id="trace_capture",
-    schedule="*/15 * * * *",
-    tags=["rlops", "data"],
-    doc_md=__doc__,
-    **_SETTINGS,
-)
-def trace_capture():
-    @task
-    def validate_conf(**context) -> dict:
-        from rlops.pipeline_steps.orchestration import tasks
-        return tasks.validate_conf(context["params"], context, interval_minutes=15)
+def build(pack: PackDagConfig):
+    settings = dag_settings(pack, KIND)
+    settings["params"] = {**settings["params"], "simulate": Param(
+        False, type="boolean", description="sample the champion in the `live` simulation profile instead of "
+                                           "reading the landing zone (recorded as source simulation:live)")}
 
-    @task
-    def capture(conf: dict) -> dict:
-        from rlops.pipeline_steps.orchestration import tasks
-        return tasks.capture(conf)
+    @dag(tags=pack.tags("data"), doc_md=pack_doc(__doc__, KIND, pack), **settings)
+    def trace_capture():
+        @task
+        def validate_conf(**context) -> dict:
+            from rlops.pipeline_steps.orchestration import tasks
+            return tasks.validate_conf(context["params"], context, interval_minutes=15)
 
-    capture(validate_conf())
+        @task
+        def capture(conf: dict) -> dict:
+            from rlops.pipeline_steps.orchestration import tasks
+            return tasks.capture(conf)
+
+        capture(validate_conf())
+
+    return trace_capture()
 
 
-trace_capture()
+for _pack in pack_dag_configs():
+    globals()[dag_id(KIND, _pack.scenario)] = build(_pack)

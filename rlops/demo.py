@@ -5,8 +5,14 @@ credit-approval pack by default (params ``scenario``), any pack with ``--scenari
 1. validate the pack; 2. capture an interval of traffic from the pack's ``live`` profile (the
 production rule engine serving, as before any RL policy exists); 3. detect its drift against the
 sandbox; 4. recalibrate the sandbox to it; 5. train the reward model; 6. train a PPO policy in the
-calibrated sandbox; 7. stress-test reward function and policy; 8. evaluate it against the rule
-engine on the same seeded episodes and promote it to ``champion`` if every gate passes.
+calibrated sandbox; 7. stress-test reward function and policy; 8. evaluate it against the champion
+(the rule engine on the first run) on the same seeded episodes and promote it to ``champion`` if
+every gate passes.
+
+Each run owns a run key of its own — the minute that has just ended (``20261201T0947-1m``), one
+earlier when a previous demo already used it — so a second run, even within the same hour, trains
+a new candidate and gates it against the champion the first one left. Not beating the champion
+is an outcome, not a failure: the gate table says why, and the demo exits 0 either way.
 
 Everything lands in ``./rlops-data`` (trace store, reports, checkpoints) and the SQLite MLflow
 store ``./rlops-data/mlflow.db``. Budgets come from the ``demo:`` block of params.yaml, overridden
@@ -38,7 +44,7 @@ def run(scenario: str | None = None) -> int:
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.drift.check import drift_check
-    from rlops.pipeline_steps.promotion.evaluate import promote
+    from rlops.pipeline_steps.promotion.flow import promote
     from rlops.pipeline_steps.drift.calibrate import recalibrate
     from rlops.pipeline_steps.training.reward_model import train_reward_model_step
     from rlops.pipeline_steps.stress.step import stress_test
@@ -47,7 +53,7 @@ def run(scenario: str | None = None) -> int:
 
     params = load_params()
     scenario = scenario or str(params.get("scenario"))
-    run_key = datetime.now(timezone.utc).replace(minute=0).strftime("%Y%m%dT%H%M")
+    run_key = _own_run_key(StepContext.create(scenario, params=params))
     # The project's demo budgets, with the pack's own (its params.yaml `demo:` block) on top.
     demo = StepContext.create(scenario, run_key, params=params).section("demo")
     if demo.get("torch_threads"):
@@ -91,16 +97,39 @@ def run(scenario: str | None = None) -> int:
     st, dt = _timed(lambda: stress_test(ctx, policy_version=str(tr["model_version"])))
     _say(7, f"stress test: {st['verdict']}{'' if st['passed'] else ' — ' + '; '.join(st['reasons'])} ({dt:.1f}s)")
 
-    pr, dt = _timed(lambda: promote(ctx, candidate=str(tr["model_version"])))
+    pr, dt = _timed(lambda: _promote_or_say_why(promote, ctx, str(tr["model_version"])))
     _say(8, f"gated evaluation vs {pr.get('baseline') or 'champion'} ({dt:.1f}s):")
     _print_gates(pr.get("gates", []))
     champion = ctx.tracker.get_alias(f"{scenario}-policy", "champion")
-    print(f"\n{'PROMOTED' if pr.get('promoted') else 'NOT PROMOTED'}: {pr.get('reason', '')}")
+    print(f"\n{'PROMOTED' if pr.get('promoted') else 'NOT PROMOTED (the champion stays; a normal outcome)'}: "
+          f"{pr.get('reason', '')}")
     print(f"champion: {scenario}-policy v{champion}" if champion else "champion: none (the rule engine serves)")
     print(f"total {time.perf_counter() - started:.0f}s\n\nSee it in the MLflow UI:\n"
           f"  .venv/bin/mlflow ui --backend-store-uri {ctx.tracker.tracking_uri}\n"
           f"then open http://127.0.0.1:5000 (experiment '{scenario}', model '{scenario}-policy').")
-    return 0 if pr.get("promoted") else 1
+    return 0
+
+
+def _own_run_key(ctx: Any) -> str:
+    """The minute that has just ended, or the latest earlier one no demo has used (each demo's
+    calibration is written under its run key)."""
+    from datetime import timedelta
+
+    from rlops.common.run_key import RunKey
+    key = RunKey.ending_at(datetime.now(timezone.utc), minutes=1)
+    while ctx.storage.exists(ctx.uri("calibrations", ctx.scenario, f"{key}.json")):
+        key = RunKey(key.start - timedelta(minutes=1), key.start)
+    return str(key)
+
+
+def _promote_or_say_why(promote: Callable[..., dict[str, Any]], ctx: Any, candidate: str) -> dict[str, Any]:
+    """The gated promotion; a candidate that cannot be promoted (e.g. training reproduced the
+    champion itself) is an outcome with its reason, not a crash."""
+    from rlops.common.errors import UserError
+    try:
+        return promote(ctx, candidate=candidate)
+    except (ValueError, UserError) as exc:
+        return {"promoted": False, "gates": [], "reason": str(exc).strip("'\"")}
 
 
 def _print_gates(gates: list[dict[str, Any]]) -> None:

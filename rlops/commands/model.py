@@ -22,8 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--staged", action="store_true",
                            help="roll out as challenger (5%% → 15%% → 100%%) instead of switching at once")
         p.set_defaults(func=cmd_evaluate if verb == "evaluate" else cmd_promote)
-    p = verbs.add_parser("rollback", help="point the champion back at the previous version")
+    p = verbs.add_parser("rollback", help="point the champion back at the previous champion (again: further back)")
     add_common_args(p)
+    p.add_argument("--reason", default=None, help="why (recorded on the demoted version as rlops.rolled_back.reason)")
     p.set_defaults(func=cmd_rollback)
     _register_webhook(verbs)
 
@@ -100,7 +101,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    from rlops.pipeline_steps.promotion.evaluate import promote
+    from rlops.pipeline_steps.promotion.flow import promote
     _check_episodes(args)
     res = _call(promote, context_from_args(args), args.candidate, args.staged, args.episodes)
     print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"] + _gate_lines(res))
@@ -108,7 +109,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from rlops.pipeline_steps.promotion.evaluate import rollback
-    res = _call(rollback, context_from_args(args))
-    print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"])
+    from rlops.pipeline_steps.promotion.flow import rollback
+    res = _call(rollback, context_from_args(args), args.reason)
+    after = f" (previous: v{res['previous']})" if res.get("previous") else " (no earlier champion left)"
+    print_result(res, args.json, [f"{res['scenario']}: {res['reason']}" + ("" if res.get("dry_run") else after)])
     return 0

@@ -14,6 +14,7 @@ variable                  overrides
 ``MLFLOW_TRACKING_URI``   ``tracking.uri``
 ``RLOPS_ARTIFACT_ROOT``   ``tracking.artifact_root``
 ``RLOPS_QUEUE_DB``        ``label_queue.db_url``
+``RLOPS_SCENARIOS_DIR``   ``scenarios_dir`` (the folder of scenario packs)
 ========================  ==============================================
 """
 
@@ -36,6 +37,7 @@ _ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "MLFLOW_TRACKING_URI": ("tracking", "uri"),
     "RLOPS_ARTIFACT_ROOT": ("tracking", "artifact_root"),
     "RLOPS_QUEUE_DB": ("label_queue", "db_url"),
+    "RLOPS_SCENARIOS_DIR": ("scenarios_dir",),
 }
 
 
@@ -85,6 +87,12 @@ def load_params(path: str | os.PathLike[str] | None = None,
     if overrides:
         params = deep_merge(params, overrides)
     return params
+
+
+def scenarios_dir(params: dict[str, Any]) -> Path:
+    """The folder of scenario packs: params ``scenarios_dir`` (``RLOPS_SCENARIOS_DIR``), else the
+    repository's ``scenarios/``."""
+    return Path(str(params.get("scenarios_dir") or REPO_ROOT / "scenarios"))
 
 
 def resolve_local(path_or_uri: str) -> str:

@@ -512,7 +512,7 @@ def test_dag_queues_and_pools_are_served(services: dict[str, dict[str, Any]]) ->
             if task.queue == "gpu":
                 gpu_tasks.append(f"{dag_id}.{task.task_id}")
                 assert task.pool == "gpu", f"{dag_id}.{task.task_id}: GPU work outside the gpu pool"
-    for dag_id in ("retrain_full", "retrain_incremental"):
+    for dag_id in ("retrain_full__credit_approval", "retrain_incremental__credit_approval"):
         if dag_id in bag.dags:
             assert any(t.startswith(f"{dag_id}.") for t in gpu_tasks), \
                 f"{dag_id} trains nothing on the gpu queue"

@@ -17,7 +17,7 @@ WHEN = datetime(2026, 11, 30, 5, 0, tzinfo=timezone.utc)
 def test_a_bad_conf_fails_the_first_task_without_a_retry(airflow_db: str, rlops_home: Path) -> None:
     from airflow.dag_processing.dagbag import DagBag
     bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "trace_capture.py"))
-    dag = bag.dags["trace_capture"]
+    dag = bag.dags["trace_capture__credit_approval"]
     assert dag.default_args["retries"] >= 1  # the DAG does retry other failures
     run = dag.test(logical_date=WHEN, run_conf={"scenario": "credit_approval", "reward_fn": "v9"})
     tis = {ti.task_id: ti for ti in run.get_task_instances()}

@@ -11,8 +11,10 @@ import pytest
 from rlops.common.config import REPO_ROOT
 
 REPO = REPO_ROOT
-DAG_IDS = {"trace_capture": "*/15 * * * *", "drift_monitor": "@hourly", "label_queue": "@hourly",
-           "retrain_incremental": "*/15 * * * *", "retrain_full": "@hourly", "promote": None}
+KINDS = {"trace_capture": "*/15 * * * *", "drift_monitor": "@hourly", "label_queue": "@hourly",
+         "retrain_incremental": "*/15 * * * *", "retrain_full": "@hourly", "rollout": "*/15 * * * *", "promote": None}
+PACKS = sorted(p.name for p in (REPO / "scenarios").iterdir() if (p / "scenario.yaml").exists())
+DAG_IDS = {f"{kind}__{pack}": schedule for kind, schedule in KINDS.items() for pack in PACKS}
 HEAVY = ("torch", "mlflow", "great_expectations", "boto3", "pandas", "sandbox", "model")
 
 
@@ -30,7 +32,7 @@ def test_every_dag_imports_without_errors(dagbag) -> None:
 @pytest.mark.parametrize("dag_id", sorted(DAG_IDS))
 def test_dag_settings(dagbag, dag_id: str) -> None:
     dag = dagbag.dags[dag_id]
-    assert dag.tags and "rlops" in dag.tags
+    assert dag.tags and "rlops" in dag.tags and f"pack:{dag_id.split('__')[1]}" in dag.tags
     assert dag.doc_md and dag_id in dag.doc_md
     assert dag.max_active_runs == 1
     assert dag.catchup is False
@@ -39,9 +41,10 @@ def test_dag_settings(dagbag, dag_id: str) -> None:
         assert task.retries >= 1, f"{dag_id}.{task.task_id} has no retries"
     for name in ("scenario", "reward_fn", "timesteps", "mode", "dry_run"):
         assert name in dag.params, f"{dag_id} lacks the {name} param"
+    assert dag.params["scenario"] == dag_id.split("__")[1]
 
 
-@pytest.mark.parametrize("dag_id", ["retrain_incremental", "retrain_full"])
+@pytest.mark.parametrize("dag_id", ["retrain_incremental__credit_approval", "retrain_full__loan_desk"])
 def test_training_runs_on_the_gpu_queue_and_nothing_else_does(dagbag, dag_id: str) -> None:
     dag = dagbag.dags[dag_id]
     for task in dag.tasks:
@@ -52,9 +55,9 @@ def test_training_runs_on_the_gpu_queue_and_nothing_else_does(dagbag, dag_id: st
 
 
 def test_drift_triggers_an_emergency_full_retrain(dagbag) -> None:
-    dag = dagbag.dags["drift_monitor"]
+    dag = dagbag.dags["drift_monitor__complaint_handling"]
     trigger = dag.get_task("trigger_emergency_retrain")
-    assert trigger.trigger_dag_id == "retrain_full"
+    assert trigger.trigger_dag_id == "retrain_full__complaint_handling"
     assert "needs_retrain" in trigger.upstream_task_ids or any(
         "needs_retrain" in dag.get_task(t).upstream_task_ids for t in trigger.upstream_task_ids)
 
@@ -86,7 +89,7 @@ def test_bad_conf_is_rejected_by_the_typed_params(dagbag, key: str, value: objec
     import copy
 
     from airflow.sdk.definitions.param import ParamValidationError
-    params = copy.deepcopy(dagbag.dags["retrain_full"].params)
+    params = copy.deepcopy(dagbag.dags["retrain_full__credit_approval"].params)
     params.validate()  # the defaults are valid
     with pytest.raises(ParamValidationError):
         params[key] = value

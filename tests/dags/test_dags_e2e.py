@@ -16,14 +16,14 @@ import pytest
 from rlops.common.config import REPO_ROOT
 
 WHEN = datetime(2026, 11, 30, 5, 0, tzinfo=timezone.utc)
-CONF = {"scenario": "credit_approval", "reward_fn": "v1", "dry_run": False}
+CONF = {"reward_fn": "v1", "dry_run": False}
 
 
-def _dag(dag_id: str):
+def _dag(kind: str):
     from airflow.dag_processing.dagbag import DagBag
-    bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / f"{dag_id}.py"))
+    bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / f"{kind}.py"))
     assert bag.import_errors == {}
-    return bag.dags[dag_id]
+    return bag.dags[f"{kind}__credit_approval"]
 
 
 def _run(dag_id: str, when: datetime, **conf):
@@ -56,8 +56,9 @@ def test_the_loop_through_the_dags(airflow_db: str, rlops_home: Path) -> None:
     assert list((rlops_home / "data" / "reports" / "drift").rglob("report.html"))
     assert list((rlops_home / "data" / "calibrations" / "credit_approval").glob("latest.json"))
 
-    # ---- retrain_full: reward model, PPO from scratch, stress, gates → first champion
-    run, states = _run("retrain_full", WHEN, timesteps=200_000, mode="full")
+    # ---- retrain_full: reward model, PPO from scratch, stress, gates → first champion (unstaged
+    # here: the staged roll-out is the rollout DAG's, tested on its own)
+    run, states = _run("retrain_full", WHEN, timesteps=200_000, staged=False)
     assert str(run.state) == "success", states
     ctx = StepContext.create("credit_approval")
     name = policy_model_name("credit_approval")
@@ -76,7 +77,7 @@ def test_the_loop_through_the_dags(airflow_db: str, rlops_home: Path) -> None:
         assert conn.execute(text("select count(*) from label_items")).scalar() > 0
 
     # ---- retrain_incremental with a token budget: no proof of improvement → champion unchanged
-    run, states = _run("retrain_incremental", later, timesteps=2_000, mode="incremental")
+    run, states = _run("retrain_incremental", later, timesteps=2_000)
     assert str(run.state) == "success", states
     assert ctx.tracker.get_alias(name, CHAMPION) == champion
     assert ctx.tracker.get_alias(name, PREVIOUS) is None

@@ -1,13 +1,16 @@
 """Moving ``champion`` / ``previous`` of a registered model as one step.
 
-Promotion moves ``champion`` and keeps the old one as ``previous``; rollback points ``champion``
-back at ``previous``. If MLflow fails half-way the prior aliases are put back, so the registry
-never shows a half-moved champion. Reached through :meth:`Tracker.move_champion` and
-:meth:`Tracker.rollback`.
+Promotion moves ``champion`` and keeps the old one as ``previous``; every version that was champion
+is remembered, oldest first, in the registered-model tag ``rlops.champion.history``. Rollback
+points ``champion`` back at the most recent of them and ``previous`` at the one before, so rolling
+back again walks further back through the history (never forward to a demoted version) until it is
+exhausted. If MLflow fails half-way the prior aliases are put back, so the registry never shows a
+half-moved champion. Reached through :meth:`Tracker.move_champion` and :meth:`Tracker.rollback`.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -57,26 +60,57 @@ def move_aliases(tracker: Tracker, name: str, target: dict[str, str | None], why
     return AliasState(name, target[CHAMPION], target[PREVIOUS])
 
 
+def champion_history(tracker: Tracker, name: str) -> list[str]:
+    """Versions that were champion before the current one, oldest first. A registry older than
+    this record has at most its ``previous`` alias to go back to."""
+    raw = tracker.model_tags(name).get(K.CHAMPION_HISTORY)
+    if raw:
+        try:
+            history = [str(v) for v in json.loads(raw)]
+        except (ValueError, TypeError):
+            history = []
+        if history:
+            return history
+    previous = tracker.get_alias(name, PREVIOUS)
+    return [previous] if previous else []
+
+
+def _write_history(tracker: Tracker, name: str, history: list[str]) -> None:
+    tracker._call(f"record the champion history of {name!r}",
+                  lambda c: c.set_registered_model_tag(name, K.CHAMPION_HISTORY, json.dumps(history)))
+
+
 def move_champion(tracker: Tracker, name: str, new_version: str) -> AliasState:
-    """Make ``new_version`` the champion and keep the current one as ``previous``."""
+    """Make ``new_version`` the champion and keep the current one as ``previous`` (and at the
+    end of the champion history)."""
     new_version = str(new_version)
     tracker._call(f"get {name!r} v{new_version}", lambda c: c.get_model_version(name, new_version))
     current = tracker.get_alias(name, CHAMPION)
     if current == new_version:
         return AliasState(name, current, tracker.get_alias(name, PREVIOUS))
-    previous = current if current is not None else tracker.get_alias(name, PREVIOUS)
-    return move_aliases(tracker, name, {CHAMPION: new_version, PREVIOUS: previous},
-                        f"moving champion to v{new_version}")
+    history = [v for v in champion_history(tracker, name) if v != new_version]
+    if current is not None:
+        history = [v for v in history if v != current] + [current]
+    state = move_aliases(tracker, name, {CHAMPION: new_version, PREVIOUS: history[-1] if history else None},
+                         f"moving champion to v{new_version}")
+    _write_history(tracker, name, history)
+    return state
 
 
-def rollback(tracker: Tracker, name: str) -> AliasState:
-    """Point ``champion`` back at ``previous`` and clear ``previous`` (so a second
-    rollback cannot bounce back to the bad version). The demoted version is tagged."""
-    previous, current = tracker.get_alias(name, PREVIOUS), tracker.get_alias(name, CHAMPION)
-    if previous is None:
-        raise TrackingError(f"cannot roll back {name!r}: it has no 'previous' alias "
+def rollback(tracker: Tracker, name: str, reason: str | None = None) -> AliasState:
+    """Point ``champion`` back at the most recent earlier champion and ``previous`` at the one
+    before it (None once the history is exhausted). The demoted version is tagged
+    ``rlops.rolled_back`` (with ``reason``) and leaves the history, so a second rollback goes
+    further back instead of bouncing to it."""
+    current = tracker.get_alias(name, CHAMPION)
+    history = [v for v in champion_history(tracker, name) if v != current]
+    if not history:
+        raise TrackingError(f"cannot roll back {name!r}: it has no 'previous' alias and no earlier champion "
                             f"(champion is {current}); promote a version explicitly instead")
-    state = move_aliases(tracker, name, {CHAMPION: previous, PREVIOUS: None}, "rollback")
-    if current is not None and current != previous:
-        tracker.set_model_version_tags(name, current, {K.ROLLED_BACK: "true"})
+    target, rest = history[-1], history[:-1]
+    state = move_aliases(tracker, name, {CHAMPION: target, PREVIOUS: rest[-1] if rest else None}, "rollback")
+    _write_history(tracker, name, rest)
+    if current is not None and current != target:
+        tracker.set_model_version_tags(name, current, {K.ROLLED_BACK: "true",
+                                                       K.ROLLED_BACK_REASON: (reason or "rolled back")[:5000]})
     return state

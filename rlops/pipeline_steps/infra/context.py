@@ -22,7 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlops.common.config import REPO_ROOT, load_params, resolve_local
+from rlops.common.config import load_params, resolve_local, scenarios_dir
 from rlops.common.run_key import RunKey
 
 if TYPE_CHECKING:
@@ -84,8 +84,7 @@ class StepContext:
 
     @property
     def pack_dir(self) -> Path:
-        root = Path(str(self.params.get("scenarios_dir") or REPO_ROOT / "scenarios"))
-        return root / self.scenario
+        return scenarios_dir(self.params) / self.scenario
 
     @cached_property
     def pack_params(self) -> dict[str, Any]:
@@ -101,8 +100,28 @@ class StepContext:
         return load_pack(self.pack_dir, calibration=cal)
 
     def read_calibration(self, version: str = "latest") -> dict[str, Any] | None:
+        """A calibration version; ``latest`` is the newest one written for an interval that ended
+        by this run key's end — a run for an earlier interval (a backfill, a re-run) never sees
+        the calibration of a later hour."""
         uri = self.uri("calibrations", self.scenario, f"{version}.json")
-        return self.storage.read_json(uri) if self.storage.exists(uri) else None
+        cal = self.storage.read_json(uri) if self.storage.exists(uri) else None
+        if version != "latest" or cal is None or self._ends_by_run_key(str(cal.get("version"))) is not False:
+            return cal
+        best: tuple[Any, str] | None = None
+        for other in self.storage.list(self.uri("calibrations", self.scenario), suffix=".json"):
+            stem = other.rsplit("/", 1)[-1][:-len(".json")]
+            if self._ends_by_run_key(stem):
+                end = RunKey.parse(stem).end
+                best = max(best, (end, other)) if best else (end, other)
+        return self.storage.read_json(best[1]) if best else None
+
+    def _ends_by_run_key(self, version: str) -> bool | None:
+        """Whether the interval a calibration version names ended by this run key's end (None:
+        not a run key)."""
+        try:
+            return RunKey.parse(version).end <= self.key.end
+        except Exception:  # noqa: BLE001 - versions that are not run keys are taken as they are
+            return None
 
     # ---- locations --------------------------------------------------------------------------------
     def uri(self, *parts: str) -> str:

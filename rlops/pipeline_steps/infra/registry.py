@@ -372,9 +372,10 @@ class Tracker:
                                 f"promoted to champion (previous: {'v' + before if before else 'none'})")
         return state
 
-    def rollback(self, name: str) -> AliasState:
-        """Point ``champion`` back at ``previous`` and clear ``previous``
-        (see :func:`rlops.pipeline_steps.infra.aliases.rollback`)."""
+    def rollback(self, name: str, reason: str | None = None) -> AliasState:
+        """Point ``champion`` back at the most recent earlier champion and ``previous`` at the one
+        before it (see :func:`rlops.pipeline_steps.infra.aliases.rollback`). Refused when
+        ``previous`` was set outside rlops: rollback only returns to a version rlops replaced."""
         from rlops.pipeline_steps.infra.alias_records import record_state, verified_version
         from rlops.pipeline_steps.infra.aliases import rollback
         before, previous, tags = self.get_alias(name, CHAMPION), self.get_alias(name, PREVIOUS), self.model_tags(name)
@@ -383,12 +384,13 @@ class Tracker:
             raise ValueError(f"cannot roll back {name}: 'previous' points at v{previous}, which was set outside "
                              "rlops; rollback only returns to a version rlops itself replaced. Set the alias "
                              f"'challenger' on v{previous} to put it through the gates instead")
-        state = rollback(self, name)
+        state = rollback(self, name, reason)
         if state.champion is not None:
             self.record_outcome(name, state.champion, K.OUTCOME_CHAMPION,
                                 f"champion again: rolled back from {'v' + before if before else 'none'}")
         if before is not None and before != state.champion:
-            self.record_outcome(name, before, K.OUTCOME_ROLLED_BACK, f"rolled back to v{state.champion}")
+            self.record_outcome(name, before, K.OUTCOME_ROLLED_BACK,
+                                reason or f"rolled back to v{state.champion}")
         return state
 
     # ------------------------------------------------------------------ reward functions

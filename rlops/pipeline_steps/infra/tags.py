@@ -54,6 +54,7 @@ TRAIN_REWARD_MODEL, TRAIN_POLICY, STRESS_TEST = "train_reward_model", "train_pol
 EVALUATE, PROMOTE, AUDIT, REWARD_FN = "evaluate", "promote", "audit", "reward_fn"
 TUNE, TUNE_TRIAL = "tune", "tune_trial"
 SIMULATE, TIMELINE = "simulate", "timeline"
+ROLLOUT = "rollout"
 
 # --------------------------------------------------------------------------- experiment tags
 # MLflow 3's UI opens an experiment on the view its kind names; without it, on the GenAI overview.
@@ -63,6 +64,9 @@ EXPERIMENT_KIND_TRAINING: Final = "custom_model_development"   # runs, metrics a
 # --------------------------------------------------------------------------- registered-model tags
 ALIAS_WRITTEN_PREFIX: Final = "rlops.alias."    # + alias name → version rlops last set it to
 ALIAS_SIGNATURE_SUFFIX: Final = ".sig"          # + on the alias tag: rlops' HMAC of its own move
+
+
+CHAMPION_HISTORY: Final = "rlops.champion.history"  # versions that were champion before, oldest first (JSON)
 
 
 def alias_written(alias: str) -> str:
@@ -77,6 +81,10 @@ def alias_signature(alias: str) -> str:
 
 # --------------------------------------------------------------------------- model-version tags
 ROLLED_BACK: Final = "rlops.rolled_back"
+ROLLED_BACK_REASON: Final = "rlops.rolled_back.reason"  # why the roll-out DAG (or a person) demoted it
+ROLLOUT_ACTION: Final = "rlops.rollout.action"          # advanced | finished | rolled_back | held | withdrawn
+ROLLOUT_REASON: Final = "rlops.rollout.reason"
+ROLLOUT_STAGE_STARTED: Final = "rlops.rollout.stage_started"  # end of the run key that set the current share (ISO)
 PROMOTION_OUTCOME: Final = "rlops.promotion.outcome"    # see OUTCOMES
 PROMOTION_REASON: Final = "rlops.promotion.reason"
 PROMOTION_REQUESTED_BY: Final = "rlops.promotion.requested_by"  # rlops | mlflow-ui-alias | manual-champion

@@ -1,20 +1,33 @@
-"""Shared settings of the rlops DAGs: default args, typed params, tags. Light on purpose — DAG
-files import it at parse time, so it imports nothing heavy."""
+"""Shared settings of the rlops DAGs: the packs, their resolved params, default args, typed
+params, tags. Light on purpose — DAG files import it at parse time, so it imports nothing heavy
+(YAML and the params loader only; no pack is compiled).
+
+One set of DAGs per pack: every folder with a ``scenario.yaml`` under the scenarios folder
+(``RLOPS_SCENARIOS_DIR``, else params ``scenarios_dir``, else ``scenarios/`` of the repository)
+gets ``<dag>__<pack>`` DAGs, each scheduled by the ``dags:`` params block resolved for that pack
+(the project's ``params.yaml`` with the pack's own ``params.yaml`` on top — the same resolution
+as every step and CLI command, :class:`~rlops.pipeline_steps.infra.context.StepContext`). Every
+Param default comes from there too; a DAG file holds no budget or version of its own.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import pendulum
-
 from airflow.sdk import Param
 
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 GPU_QUEUE = "gpu"
 GPU_POOL = "gpu"
-SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+DAG_KINDS = ("trace_capture", "drift_monitor", "label_queue", "retrain_incremental", "retrain_full", "rollout",
+             "promote")
+_REWARD_FILE = re.compile(r"^reward_(v\d+)\.py$")
 
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "ml-ops",
@@ -25,25 +38,135 @@ DEFAULT_ARGS: dict[str, Any] = {
 }
 
 
-def scenario_names() -> list[str]:
-    """Packs under scenarios/ (a folder with a scenario.yaml)."""
-    return sorted(p.name for p in SCENARIOS_DIR.iterdir() if (p / "scenario.yaml").exists()) \
-        if SCENARIOS_DIR.is_dir() else ["credit_approval"]
+def dag_id(kind: str, scenario: str) -> str:
+    """``retrain_full__credit_approval``: the id of a pack's DAG."""
+    return f"{kind}__{scenario}"
 
 
-def dag_params(timesteps: int = 200_000, mode: str = "full") -> dict[str, Param]:
-    """The conf every rlops DAG accepts, validated by Airflow before a run is created."""
-    names = scenario_names()
-    return {
-        "scenario": Param(names[0] if names else "credit_approval", type="string", enum=names,
-                          description="scenario pack under scenarios/"),
-        "reward_fn": Param("v1", type="string", pattern=r"^v\d+$",
-                                   description="reward function of the pack (reward_<version>.py)"),
+def scenarios_dir(params: Mapping[str, Any] | None = None) -> Path:
+    """Where the packs are (``RLOPS_SCENARIOS_DIR``, else params ``scenarios_dir``, else the
+    repository's ``scenarios/``): :func:`rlops.common.config.scenarios_dir`."""
+    from rlops.common import config
+    return config.scenarios_dir(dict(params) if params is not None else config.load_params())
+
+
+def scenario_names(root: Path | None = None) -> list[str]:
+    """Packs under the scenarios folder (a folder with a scenario.yaml), sorted."""
+    root = root if root is not None else scenarios_dir()
+    return sorted(p.name for p in root.iterdir() if (p / "scenario.yaml").exists()) if root.is_dir() else []
+
+
+@dataclass(frozen=True)
+class PackDagConfig:
+    """What a pack's DAGs take from its resolved params at parse time."""
+
+    scenario: str
+    reward_fn: str
+    full_timesteps: int
+    incremental_timesteps: int
+    schedules: dict[str, str | None] = field(default_factory=dict)
+
+    def schedule(self, kind: str) -> str | None:
+        return self.schedules.get(kind)
+
+    def tags(self, *more: str) -> list[str]:
+        return ["rlops", f"pack:{self.scenario}", *more]
+
+
+def resolved_params(scenario: str) -> tuple[dict[str, Any], Any]:
+    """The project params and the pack's StepContext (its ``section`` merges the pack's params):
+    the one place the DAGs read settings from."""
+    from rlops.common.config import load_params
+    from rlops.pipeline_steps.infra.context import StepContext
+    params = load_params()
+    return params, StepContext.create(scenario, params=params)
+
+
+def pack_reward_fn(ctx: Any, params: Mapping[str, Any]) -> str:
+    """The reward function a run uses without conf, by the rule of
+    :func:`rlops.sandbox.reward_choice.choose_reward` read from the pack's files (no pack load):
+    the pack's own params ``reward_fn``, the project's when the pack has it, else the newest."""
+    available = sorted((m.group(1) for p in ctx.pack_dir.glob("reward_v*.py") if (m := _REWARD_FILE.match(p.name))),
+                       key=lambda v: int(v[1:]))
+    own = ctx.pack_params.get("reward_fn")
+    if own:
+        return str(own)
+    project = params.get("reward_fn")
+    if project and str(project) in available:
+        return str(project)
+    return available[-1] if available else "v1"
+
+
+def pack_dag_config(scenario: str) -> PackDagConfig:
+    params, ctx = resolved_params(scenario)
+    train, dags = ctx.section("train"), ctx.section("dags")
+    scheduled = bool(dags.get("scheduled", True))
+    schedules = {kind: (str(dags[kind]) if scheduled and dags.get(kind) else None) for kind in DAG_KINDS}
+    return PackDagConfig(scenario=scenario, reward_fn=pack_reward_fn(ctx, params),
+                         full_timesteps=int(train.get("total_timesteps") or 1_500_000),
+                         incremental_timesteps=int(train.get("incremental_timesteps") or 200_000),
+                         schedules=schedules)
+
+
+_CACHE: dict[tuple[Any, ...], list[PackDagConfig]] = {}
+_ROOTS: dict[tuple[Any, ...], Path] = {}
+
+
+def _signature() -> tuple[Any, ...]:
+    """What the configs depend on: the params file, the environment overrides, every pack's
+    params file (a change in any re-reads them)."""
+    from rlops.common.config import params_path
+    p = params_path()
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("RLOPS_")))
+    base = (str(p), p.stat().st_mtime_ns if p.exists() else None, env)
+    if base not in _ROOTS:
+        _ROOTS.clear()
+        _ROOTS[base] = scenarios_dir()
+    root = _ROOTS[base]
+    stamps = []
+    for name in scenario_names(root):
+        f = root / name / "params.yaml"
+        stamps.append((name, f.stat().st_mtime_ns if f.exists() else None))
+    return (*base, str(root), tuple(stamps))
+
+
+def pack_dag_configs() -> list[PackDagConfig]:
+    """One config per pack under the scenarios folder (read once per parse of the DAG folder:
+    every DAG file asks, the params are resolved once while nothing changed)."""
+    key = _signature()
+    if key not in _CACHE:
+        _CACHE.clear()
+        _CACHE[key] = [pack_dag_config(name) for name in scenario_names()]
+    return _CACHE[key]
+
+
+def dag_params(pack: PackDagConfig, mode: str = "full", training: bool = False) -> dict[str, Param]:
+    """The conf a pack's DAG accepts, validated by Airflow before a run is created; every default
+    from the pack's resolved params. ``training``: the retrain DAGs' own keys too (staging, the
+    reward source, a reward switch) — the others leave them out (fewer Params to serialize)."""
+    timesteps = pack.full_timesteps if mode == "full" else pack.incremental_timesteps
+    common = {
+        "scenario": Param(pack.scenario, type="string", enum=[pack.scenario],
+                          description="the scenario pack this DAG belongs to"),
+        "reward_fn": Param(pack.reward_fn, type="string", pattern=r"^v\d+$",
+                           description="reward function of the pack (reward_<version>.py); default: the pack's "
+                                       "params reward_fn"),
         "timesteps": Param(timesteps, type="integer", minimum=1_000, maximum=1_000_000_000,
-                           description="PPO environment steps for training tasks"),
+                           description="PPO environment steps for training tasks (default: params train."
+                                       + ("total_timesteps" if mode == "full" else "incremental_timesteps") + ")"),
         "mode": Param(mode, type="string", enum=["full", "incremental"],
                       description="train from scratch or warm-start from the champion"),
         "dry_run": Param(False, type="boolean", description="report what would change, write nothing"),
+    }
+    if not training:
+        return common
+    return {
+        **common,
+        "staged": Param(None, type=["null", "boolean"],
+                        description="promote a passing candidate as staged challenger (null: params rollout.staged, "
+                                    "rollout.staged_emergency for a retrain triggered by drift)"),
+        "reason": Param("schedule", type="string", enum=["schedule", "drift", "manual"],
+                        description="why this run: schedule, drift (emergency retrain) or manual"),
         "reward_source": Param(None, type=["null", "string"], enum=[None, "scripted", "model", "blend"],
                                description="policy training reward: scripted, model, blend (null: params "
                                            "train.reward_source)"),
@@ -58,8 +181,17 @@ def dag_params(timesteps: int = 200_000, mode: str = "full") -> dict[str, Param]
     }
 
 
-def dag_settings(timesteps: int = 200_000, mode: str = "full") -> dict[str, Any]:
-    """What every rlops DAG shares: start date, no catch-up, one run at a time, retries with
-    backoff and the typed params. Each DAG file adds its id, schedule, tags and doc."""
-    return {"start_date": START_DATE, "catchup": False, "max_active_runs": 1, "default_args": DEFAULT_ARGS,
-            "params": dag_params(timesteps=timesteps, mode=mode)}
+def dag_settings(pack: PackDagConfig, kind: str, mode: str = "full") -> dict[str, Any]:
+    """What every rlops DAG shares: its id, the pack's schedule for it, start date, no catch-up,
+    one run at a time, retries with backoff and the typed params. Each DAG file adds its tags,
+    doc and tasks."""
+    return {"dag_id": dag_id(kind, pack.scenario), "schedule": pack.schedule(kind), "start_date": START_DATE,
+            "catchup": False, "max_active_runs": 1, "default_args": DEFAULT_ARGS,
+            "params": dag_params(pack, mode=mode, training=kind.startswith("retrain_"))}
+
+
+def pack_doc(doc: str | None, kind: str, pack: PackDagConfig) -> str:
+    """The DAG file's doc with the pack, the DAG id and the schedule it runs on."""
+    when = pack.schedule(kind) or "only when triggered"
+    return (f"{doc or ''}\n\nPack **{pack.scenario}** — DAG `{dag_id(kind, pack.scenario)}`, schedule `{when}` "
+            f"(params `dags.{kind}`); Param defaults from the pack's resolved params.")

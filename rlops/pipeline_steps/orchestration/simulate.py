@@ -1,5 +1,12 @@
-"""``rlops simulate``: run the loop over simulated days and measure it (see
-:mod:`rlops.pipeline_steps.orchestration.timeline` for the world and the schedule).
+"""``rlops simulate``: the per-pack DAGs over simulated days against a scripted production world.
+
+This module owns only the world, the clock and the traffic. Each 15-minute tick the production
+stand-in (:class:`~rlops.pipeline_steps.orchestration.timeline.ProductionWorld`) serves applicants
+through the ``agent_sdk.PolicyClient`` — which follows the registry on the simulated clock — and
+its traces go through the ``agent_sdk`` tracer into the landing zone; then every DAG of the pack
+due at the tick's end runs through ``dag.test()`` with that logical date, followed by the runs it
+triggered (:mod:`rlops.pipeline_steps.orchestration.dag_driver`). Capture, drift, recalibration,
+retrains, staging and the roll-out DAG's moves are the DAGs' own; this module only reads what they did.
 
 Figures (the JSON's ``metrics``):
 
@@ -8,11 +15,15 @@ Figures (the JSON's ``metrics``):
 * ``false_alarms`` — alarms that detect no new event, once the sandbox has been calibrated;
 * ``emergency_retrains`` — full retrains triggered by an alarm;
 * ``bad_candidate_promoted`` — whether a ``bad_candidate`` became champion;
-* ``champion_regressions`` — promotions after which the next hour's live return fell by more than
-  ``evaluate.segment_tolerance`` (and three standard errors); each one is rolled back;
+* ``promotions`` / ``stage_moves`` / ``rolled_back`` — champion changes, roll-out stage moves
+  (to the next share or to champion) and champions the roll-out DAG demoted; ``champion_regressions``
+  — promotions after which live return fell (each one demoted by the roll-out DAG);
+* ``ab_gates_run`` — live A/B gates the roll-out DAG judged (pass or fail, not skipped);
+* ``retrains_skipped`` — scheduled retrains skipped because their inputs had not changed;
+* ``promotion_to_agent_s`` — the longest simulated time from an alias move to the policy client
+  serving it;
 * ``rows_lost`` — landing-zone rows − accepted − quarantined;
-* ``wall_s`` — the whole run; ``cpu_s`` — the CPU seconds this process used for it (a figure that a
-  machine shared with other work does not inflate, as it does ``wall_s``);
+* ``wall_s`` — the whole run; ``cpu_s`` — the CPU seconds this process used for it;
 * ``fallback_episodes`` / ``challenger_episodes`` — production episodes the policy client answered
   with the rule engine / routed to the challenger.
 """
@@ -21,7 +32,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,42 +40,69 @@ from rlops.pipeline_steps.orchestration.events import Event, in_force
 from rlops.pipeline_steps.orchestration.timeline import Hour, TimelineConfig
 
 
+class RegistryFollower:
+    """The policy client following the registry on the simulated clock: it polls every
+    ``every_s`` simulated seconds (from ``phase_s`` after the start); an alias moved at time t is
+    served from the first poll at or after t. Records that latency per move."""
+
+    def __init__(self, client: Any, t0: datetime, every_s: float, phase_s: float) -> None:
+        self.client, self.t0, self.every_s, self.phase_s = client, t0, every_s, phase_s
+        self.moved_at: datetime | None = None
+        self.latencies_s: list[float] = []
+
+    def alias_moved(self, when: datetime) -> None:
+        if self.moved_at is None:
+            self.moved_at = when
+
+    def let_time_pass(self, now: datetime) -> None:
+        """Let simulated time pass up to ``now``: a pending move is picked up at the next poll."""
+        if self.moved_at is None:
+            return
+        since = (self.moved_at - self.t0).total_seconds() - self.phase_s
+        k = max(0, -(-since // self.every_s))  # the first poll at or after the move
+        poll = self.t0 + timedelta(seconds=self.phase_s + k * self.every_s)
+        if poll <= now:
+            self.client.refresh()
+            self.latencies_s.append((poll - self.moved_at).total_seconds())
+            self.moved_at = None
+
+
 class _Run:
     def __init__(self, cfg: TimelineConfig, events: list[Event], root: Path, say: Callable[[str], None]) -> None:
         from rlops.agent_sdk.policy_client import PolicyClient
         from rlops.common.run_key import RunKey
         from rlops.pipeline_steps.infra.context import StepContext
-        from rlops.pipeline_steps.orchestration import tasks
+        from rlops.pipeline_steps.orchestration.dag_driver import PackDags
         from rlops.pipeline_steps.orchestration.timeline import ProductionWorld, SimTracer
         self.cfg, self.events, self.root, self.say = cfg, events, root, say
-        self.tasks = tasks
-        self.conf = tasks.validate_conf({"scenario": cfg.scenario, "reward_fn": "v1", "timesteps": cfg.full_timesteps,
-                                         "mode": "full", "dry_run": False})
         self.ctx = StepContext.create(cfg.scenario)
+        self.dags = PackDags(cfg.scenario, kinds=cfg.dags)
         self.world = ProductionWorld(self.ctx.pack_dir, root)
         self.tracer = SimTracer(self.ctx.traces.landing_uri)
         self.client = PolicyClient(str(self.ctx.tracker.tracking_uri), cfg.scenario, self.ctx.pack_dir,
                                    challenger_fraction=cfg.challenger_fraction)
         self.t0 = RunKey.parse(cfg.start).start
+        self.follower = RegistryFollower(self.client, self.t0, cfg.client_refresh_s, cfg.client_refresh_phase_s)
         self.hours: list[Hour] = []
         self.rows = {"landing": 0, "accepted": 0, "quarantined": 0}
         self.calibrated = False
         self.detected: dict[int, float] = {}
-        self.false_alarms = self.emergency = self.regressions = 0
-        self.bad_promoted = False
-        self.promotions: list[dict[str, Any]] = []
+        self.n = {"false_alarms": 0, "emergency": 0, "promotions": 0, "stage_moves": 0, "rolled_back": 0,
+                  "ab_gates_run": 0, "retrains_skipped": 0, "dag_runs": 0}
+        self.bad_versions: set[str] = set()
+        self.registry = self._registry_state()
 
     # ---------------------------------------------------------------- production traffic
-    def traffic(self, h: int, q: int) -> Any:
+    def traffic(self, start: datetime) -> Any:
         import pandas as pd
 
-        from rlops.common.run_key import RunKey
-        from rlops.sandbox.traces import rollout_traces
+        from rlops.common.policy_ref import canonical_policy
         from rlops.pipeline_steps.orchestration.timeline import client_policy, no_policy_fallback
+        from rlops.sandbox.traces import rollout_traces
         cfg = self.cfg
-        start = self.t0 + timedelta(hours=h, minutes=q * cfg.tick_minutes)
-        key = RunKey.between(start, start + timedelta(minutes=cfg.tick_minutes))
-        pack = self.world.pack(in_force(self.events, h + q * cfg.tick_minutes / 60), self.events)
+        key = f"{start:%Y%m%dT%H%M}-{cfg.tick_minutes}m"
+        h = (start - self.t0).total_seconds() / 3600
+        pack = self.world.pack(in_force(self.events, h), self.events)
         prefix = f"{cfg.scenario}-prod-{key}"
         routes = [self.client.route(f"{prefix}-{i}") for i in range(cfg.episodes_per_tick)]
         frames = []
@@ -73,12 +111,11 @@ class _Run:
             if not n:
                 continue
             loaded = self.client.policies.get(group)
-            policy, version = ((client_policy(loaded.model), f"{cfg.scenario}-policy/{loaded.version}")
+            policy, version = ((client_policy(loaded.model), canonical_policy(loaded.version, cfg.scenario))
                                if loaded else (no_policy_fallback, "rules"))
             seed = int(start.timestamp()) // 60 * 1000 + (500 if group == "challenger" else 0) + cfg.seed
             frames.append(rollout_traces(pack, policy, n, seed=seed, profile="live", reward_version="v1",
-                                         policy_version=version, source="live", start_ts=start,
-                                         test_group="challenger" if group == "challenger" else "control",
+                                         policy_version=version, source="live", start_ts=start, test_group=group,
                                          episode_prefix=f"{prefix}-{group}"))
         df = pd.concat([f for f in frames if len(f)], ignore_index=True)
         self.tracer.clock = start + timedelta(seconds=1)
@@ -86,70 +123,105 @@ class _Run:
             self.tracer.record(rec)
         self.tracer.flush()
         self.rows["landing"] += len(df)
-        res = self.tasks.capture({**self.conf, "run_key": str(key)})
-        self.rows["accepted"] += int(res["rows_accepted"])
-        self.rows["quarantined"] += int(res["rows_quarantined"])
         return df
 
-    # ---------------------------------------------------------------- the hourly DAGs
-    def retrain(self, conf: dict[str, Any], mode: str, why: str, hour: Hour) -> dict[str, Any]:
-        steps = self.cfg.full_timesteps if mode == "full" else self.cfg.incremental_timesteps
-        trained = self.tasks.train_policy({**conf, "timesteps": steps}, mode)
-        stressed = self.tasks.stress_test(conf, trained)
-        # A scheduled candidate, and the first policy to replace the rule engine, roll out staged;
-        # an emergency retrain replaces a stale champion at once.
-        staged = self.cfg.staged_rollout and (mode == "incremental" or "champion" not in self.client.policies)
-        return self.promote(conf, trained, stressed, f"{why}: v{trained.get('model_version')}", hour, staged)
+    # ---------------------------------------------------------------- the DAGs, as scheduled
+    def _registry_state(self) -> tuple[Any, ...]:
+        from rlops.pipeline_steps.infra.registry import policy_model_name
+        name = policy_model_name(self.cfg.scenario)
+        aliases = self.ctx.tracker.aliases(name)
+        ch = aliases.get("challenger")
+        share = self.ctx.tracker.model_version_tags(name, ch).get("traffic_fraction") if ch else None
+        return aliases.get("champion"), ch, share
 
-    def promote(self, conf: dict[str, Any], trained: dict[str, Any], stressed: dict[str, Any], what: str,
-                hour: Hour, staged: bool = False) -> dict[str, Any]:
-        res = self.tasks.evaluate_and_promote(conf, trained, stressed, staged=staged)
-        staged_to = res.get("traffic_fraction") if res.get("action") == "challenger" else None
-        outcome = ("promoted" if res.get("promoted") else
-                   f"challenger at {staged_to:.0%}" if staged_to is not None else "kept champion")
-        hour.actions.append(f"{what} → {outcome}")
-        if res.get("promoted"):
-            self.promotions.append({"hour": hour.hour, "version": str(trained["model_version"])})
-        if res.get("promoted") or res.get("action") == "challenger":
-            self.client.refresh()
-        return res
+    def tick(self, i: int, hour: Hour) -> Any:
+        cfg = self.cfg
+        start = self.t0 + timedelta(minutes=i * cfg.tick_minutes)
+        end = start + timedelta(minutes=cfg.tick_minutes)
+        self.follower.let_time_pass(start)
+        df = self.traffic(start)
+        for kind in self.dags.due(end):
+            outcomes = [self.dags.run(kind, end)]
+            if kind == "drift_monitor":
+                outcomes += self.dags.run_triggered()
+            for out in outcomes:  # a triggered run is observed as what it is (its DAG's kind)
+                self.observe(out.dag_id.split("__", 1)[0], out, hour, end)
+        for e in self.events:
+            if e.kind == "bad_candidate" and start <= self.t0 + timedelta(hours=e.at_hour) < end:
+                self.offer_bad_candidate(hour, end)
+        state = self._registry_state()
+        if state != self.registry:
+            self.follower.alias_moved(end)
+            self.registry = state
+        return df
 
-    def advance_challenger(self, conf: dict[str, Any], hour: Hour) -> None:
-        """The staged roll-out's next step: the challenger is evaluated again (its live A/B
-        traffic included) and moves to the next traffic share, or to champion."""
-        challenger = self.client.policies.get("challenger")
-        if challenger is None:
+    def observe(self, kind: str, out: Any, hour: Hour, when: datetime) -> None:
+        """What a DAG run did, read from its tasks' results."""
+        self.n["dag_runs"] += 1
+        r = out.results
+        if kind == "trace_capture":
+            self.rows["accepted"] += int(r["capture"]["rows_accepted"])
+            self.rows["quarantined"] += int(r["capture"]["rows_quarantined"])
+        elif kind == "drift_monitor":
+            self.drift(r, hour, when)
+        elif kind == "rollout":
+            from rlops.pipeline_steps.promotion.rollout import STAGE_MOVES
+            move = out.rollout_move()
+            judged = [g for g in move.get("ab_gates", []) if g.get("status") in ("pass", "FAIL")]
+            self.n["ab_gates_run"] += len(judged)
+            if move["action"] in STAGE_MOVES:
+                self.n["stage_moves"] += 1
+            if move["action"] == "finished":
+                self.n["promotions"] += 1
+            if move["action"] == "rolled_back":
+                self.n["rolled_back"] += 1
+            if move["action"] != "held":
+                hour.actions.append(f"rollout v{move['version']} {move['action']}: {move['reason'][:80]}")
+        elif kind in ("retrain_full", "retrain_incremental"):
+            why = "emergency " if out.triggered else ""
+            if out.triggered:
+                self.n["emergency"] += 1
+            res = out.promotion()
+            if res is None:
+                self.n["retrains_skipped"] += 1
+                return
+            version = (r.get("train_policy") or {}).get("model_version")
+            outcome = ("promoted" if res.get("promoted") else
+                       f"challenger at {res['traffic_fraction']:.0%}" if res.get("action") == "challenger"
+                       else "kept champion")
+            self.n["promotions"] += int(bool(res.get("promoted")))
+            hour.actions.append(f"{why}{kind} v{version} → {outcome}")
+
+    def drift(self, r: dict[str, Any], hour: Hour, when: datetime) -> None:
+        drift = r["detect_drift"]
+        hour.drifted, hour.alarm = list(drift["drifted_fields"]), bool(drift["retrain"])
+        if drift.get("report_uri"):
+            rep = json.loads(self.ctx.storage.read_text(drift["report_uri"]))
+            hour.p_values = {f["field"]: f.get("p_adjusted") for f in rep["fields"] if f.get("p_adjusted") is not None}
+        if not hour.alarm:
             return
-        trained = {"model_version": challenger.version}
-        res = self.promote(conf, trained, {}, f"challenger v{challenger.version}", hour, staged=True)
-        if not res.get("promoted") and res.get("action") != "challenger":
-            from rlops.pipeline_steps.infra.registry import CHALLENGER, policy_model_name
-            self.ctx.tracker.delete_alias(policy_model_name(self.cfg.scenario), CHALLENGER)  # failed: no traffic
-            self.client.refresh()
+        h_end = (when - self.t0).total_seconds() / 3600
+        new = [i for i, e in enumerate(self.events) if e.drift and e.at_hour < h_end and i not in self.detected]
+        for i in new:
+            self.detected[i] = h_end - self.events[i].at_hour
+        if not new and self.calibrated:
+            self.n["false_alarms"] += 1
+        self.calibrated = True
+        hour.actions.append("recalibrated")
 
-    def check_regression(self, hour: Hour) -> None:
-        """A promotion at the end of the previous hour made live return fall: roll it back."""
-        from rlops.pipeline_steps.promotion.evaluate import rollback
-        if len(self.hours) < 2 or not self.promotions or self.promotions[-1]["hour"] != hour.hour - 1:
-            return
-        prev = self.hours[-2]
-        if prev.live_return is None or hour.live_return is None or any(
-                e.drift and hour.hour <= e.at_hour < hour.hour + 1 for e in self.events):
-            return
-        margin = float(self.ctx.section("evaluate").get("segment_tolerance", 0.05))
-        se = ((prev.live_return_se or 0) ** 2 + (hour.live_return_se or 0) ** 2) ** 0.5
-        drop = prev.live_return - hour.live_return
-        if drop > margin and drop > 3 * se:
-            self.regressions += 1
-            from rlops.pipeline_steps.infra.context import StepContext
-            res = rollback(StepContext.create(self.cfg.scenario, hour_key(self.t0, hour.hour)))
-            hour.actions.append(f"rollback → v{res['champion']} (live return fell {drop:.3f})")
-            self.client.refresh()
-
-    def hourly(self, h: int, df: Any) -> Hour:
+    def offer_bad_candidate(self, hour: Hour, when: datetime) -> None:
+        """The world's deliberately worse candidate, offered through the promotion DAG."""
         from rlops.pipeline_steps.infra.context import StepContext
         from rlops.pipeline_steps.orchestration.timeline import bad_candidate
-        hour = Hour(h, events=[e.label() for e in in_force(self.events, h + 1)])
+        v = bad_candidate(StepContext.create(self.cfg.scenario, hour_key(self.t0, hour.hour)), self.cfg.seed + hour.hour)
+        self.bad_versions.add(str(v))
+        out = self.dags.run("promote", when, {"candidate": str(v), "requested_by": "timeline"})
+        self.n["dag_runs"] += 1
+        res = out.promotion() or {}
+        hour.actions.append(f"bad candidate v{v} → {res.get('outcome')}")
+
+    def hourly(self, h: int, df: Any) -> Hour:
+        hour = self.hours[-1]
         returns = df.groupby("episode_id")["reward_total"].sum() if len(df) else None
         if returns is not None and len(returns) > 1:
             hour.live_return = float(returns.mean())
@@ -157,55 +229,35 @@ class _Run:
         hour.episodes = int(df["episode_id"].nunique())
         hour.fallbacks = int(df.groupby("episode_id")["fallback"].any().sum()) if "fallback" in df else 0
         hour.challenger_episodes = int(df.loc[df["test_group"] == "challenger", "episode_id"].nunique())
-        self.hours.append(hour)
-        self.check_regression(hour)
-        conf = {**self.conf, "run_key": hour_key(self.t0, h)}
-        drift = self.tasks.detect_drift(conf)
-        hour.drifted, hour.alarm = list(drift["drifted_fields"]), bool(drift["retrain"])
-        if drift.get("report_uri"):
-            rep = json.loads(self.ctx.storage.read_text(drift["report_uri"]))
-            hour.p_values = {f["field"]: f.get("p_adjusted") for f in rep["fields"] if f.get("p_adjusted") is not None}
-        if hour.alarm:
-            new = [i for i, e in enumerate(self.events) if e.drift and e.at_hour < h + 1 and i not in self.detected]
-            for i in new:
-                self.detected[i] = h + 1 - self.events[i].at_hour
-            if not new and self.calibrated:
-                self.false_alarms += 1
-            self.tasks.recalibrate(conf, drift)
-            self.calibrated = True
-            self.emergency += 1
-            hour.actions.append("recalibrated")
-            self.retrain(conf, "full", "emergency retrain_full", hour)
-        else:
-            self.advance_challenger(conf, hour)
-            if (h + 1) % self.cfg.incremental_every_h == 0:
-                self.retrain(conf, "incremental", "retrain_incremental", hour)
-        for e in self.events:
-            if e.kind == "bad_candidate" and h <= e.at_hour < h + 1:
-                v = bad_candidate(StepContext.create(self.cfg.scenario, conf["run_key"]), self.cfg.seed + h)
-                stressed = self.tasks.stress_test(conf, {"model_version": v})
-                res = self.promote(conf, {"model_version": v}, stressed, f"bad candidate v{v}", hour)
-                self.bad_promoted = self.bad_promoted or bool(res.get("promoted"))
-        hour.champion = self.client.policies["champion"].version if "champion" in self.client.policies else "rules"
+        hour.champion = self.registry[0] or "rules"
         return hour
 
     def run(self) -> dict[str, Any]:
         import pandas as pd
+        ticks = 60 // self.cfg.tick_minutes
+        champions_seen: list[str] = []
         for h in range(self.cfg.hours):
             t, cpu = time.monotonic(), time.process_time()
-            df = pd.concat([self.traffic(h, q) for q in range(60 // self.cfg.tick_minutes)], ignore_index=True)
+            self.hours.append(Hour(h, events=[e.label() for e in in_force(self.events, h + 1)]))
+            df = pd.concat([self.tick(h * ticks + q, self.hours[-1]) for q in range(ticks)], ignore_index=True)
             hour = self.hourly(h, df)
+            champions_seen.append(str(hour.champion))
             self.say(f"h{h:02d} return {hour.live_return if hour.live_return is None else round(hour.live_return, 3)}"
                      f" alarm={hour.alarm} champion={hour.champion} {'; '.join(hour.actions)} "
                      f"({time.monotonic() - t:.0f}s, cpu {time.process_time() - cpu:.0f}s)")
         self.client.close()
         drift_events = [e for e in self.events if e.drift]
         return {"detection_delay_h": [self.detected.get(self.events.index(e)) for e in drift_events],
-                "false_alarms": self.false_alarms, "emergency_retrains": self.emergency,
-                "drift_events": len(drift_events), "bad_candidate_promoted": self.bad_promoted,
-                "champion_regressions": self.regressions,
+                "false_alarms": self.n["false_alarms"], "emergency_retrains": self.n["emergency"],
+                "drift_events": len(drift_events),
+                "bad_candidate_promoted": bool(self.bad_versions & set(champions_seen)),
+                "champion_regressions": self.n["rolled_back"], "rolled_back": self.n["rolled_back"],
+                "promotions": self.n["promotions"], "stage_moves": self.n["stage_moves"],
+                "ab_gates_run": self.n["ab_gates_run"], "retrains_skipped": self.n["retrains_skipped"],
+                "dag_runs": self.n["dag_runs"],
+                "promotion_to_agent_s": max(self.follower.latencies_s, default=None),
                 "rows_lost": self.rows["landing"] - self.rows["accepted"] - self.rows["quarantined"],
-                "rows": dict(self.rows), "promotions": len(self.promotions),
+                "rows": dict(self.rows),
                 "fallback_episodes": sum(h.fallbacks for h in self.hours),
                 "challenger_episodes": sum(h.challenger_episodes for h in self.hours)}
 
@@ -230,7 +282,9 @@ def run_timeline(cfg: TimelineConfig, events: list[Event], workdir: str | Path |
     root.mkdir(parents=True, exist_ok=True)
     params_file = root / "params.yaml"
     params_file.write_text(yaml.safe_dump(simulation_params(load_params(), root, cfg), sort_keys=False))
-    with _environment(params_file, root):
+    with _environment(params_file, root, cfg.scenario):
+        from rlops.pipeline_steps.orchestration.dag_driver import airflow_home
+        airflow_home(root / "airflow")
         import torch
         torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
         run = _Run(cfg, events, root, say)

@@ -64,7 +64,7 @@ def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None =
     from rlops.sandbox.errors import PackError
     conf = {k: params.get(k) for k in ("scenario", "reward_fn", "timesteps", "mode", "dry_run",
                                        "reward_source", "reward_blend_lambda", "reward_switch_to",
-                                       "reward_switch_at_iteration")}
+                                       "reward_switch_at_iteration", "staged", "reason")}
     if "simulate" in params:  # the capture DAG's switch: simulated traffic only when asked for
         conf["simulate"] = params.get("simulate")
     problems = []
@@ -91,6 +91,10 @@ def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None =
         problems.append(f"simulate {conf['simulate']!r}: expected true or false")
     if not isinstance(conf["dry_run"], bool):
         problems.append(f"dry_run {conf['dry_run']!r}: expected true or false")
+    if conf["staged"] is not None and not isinstance(conf["staged"], bool):
+        problems.append(f"staged {conf['staged']!r}: expected true, false or null (params rollout.staged)")
+    if conf["reason"] not in (None, "schedule", "drift", "manual"):
+        problems.append(f"reason {conf['reason']!r}: expected schedule, drift or manual")
     if not problems:
         ctx = StepContext.create(conf["scenario"])
         if not (ctx.pack_dir / "scenario.yaml").exists():
@@ -211,16 +215,52 @@ def stress_test(conf: Mapping[str, Any], trained: Mapping[str, Any]) -> dict[str
     return {k: out[k] for k in ("passed", "verdict", "reasons", "report_uri", "html_uri") if k in out}
 
 
+def staged_promotion(conf: Mapping[str, Any]) -> bool:
+    """Whether a retrain stages its candidate: the conf's ``staged``, else params
+    ``rollout.staged`` — ``rollout.staged_emergency`` for a retrain triggered by drift that would
+    replace a (stale) champion; the first policy to replace the rule engine always rolls out as
+    ``rollout.staged`` says."""
+    if conf.get("staged") is not None:
+        return bool(conf["staged"])
+    from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
+    from rlops.pipeline_steps.promotion.rollout import RolloutConfig
+    ctx = _ctx(conf)
+    cfg = RolloutConfig.from_section(ctx.section("rollout"))
+    if conf.get("reason") == "drift" and ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION):
+        return cfg.staged_emergency
+    return cfg.staged
+
+
 @no_retry_on_user_error
 def evaluate_and_promote(conf: Mapping[str, Any], trained: Mapping[str, Any],
-                         stressed: Mapping[str, Any], staged: bool = False) -> dict[str, Any]:
-    """Gated promotion of the trained candidate; ``staged``: as challenger first (5% → 15% →
-    100% of traffic, one stage per passing evaluation)."""
-    from rlops.pipeline_steps.promotion.evaluate import promote
+                         stressed: Mapping[str, Any], staged: bool | None = None) -> dict[str, Any]:
+    """Gated promotion of the trained candidate; ``staged`` (None: :func:`staged_promotion`): as
+    challenger first, moved on by the roll-out DAG (5% → 15% → 100% of traffic)."""
+    from rlops.pipeline_steps.promotion.flow import promote
     if not trained.get("model_version"):
         return {"promoted": False, "reason": "no candidate was trained"}
-    out = promote(_ctx(conf), candidate=str(trained["model_version"]), staged=staged)
+    staged = staged_promotion(conf) if staged is None else staged
+    ctx = _ctx(conf)
+    out = promote(ctx, candidate=str(trained["model_version"]), staged=staged)
+    from rlops.pipeline_steps.orchestration.retrain_inputs import mark_done
+    mark_done(ctx, str(conf.get("mode") or "full"))
     return {k: v for k, v in out.items() if k not in ("gates_detail",)}
+
+
+@no_retry_on_user_error
+def rollout(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """The roll-out DAG's step: advance, finish or withdraw the challenger; roll back a champion
+    that regressed (:mod:`rlops.pipeline_steps.promotion.rollout`)."""
+    from rlops.pipeline_steps.promotion.rollout import rollout_step
+    return rollout_step(_ctx(conf))
+
+
+@no_retry_on_user_error
+def inputs_changed(conf: Mapping[str, Any], mode: str) -> bool:
+    """False when a retrain would see exactly the inputs of the last one of this pack and mode
+    (``dags.skip_unchanged``): the DAG then skips its training tasks."""
+    from rlops.pipeline_steps.orchestration.retrain_inputs import record_if_changed
+    return record_if_changed(_ctx(conf), mode, conf)
 
 
 @no_retry_on_user_error
@@ -244,5 +284,5 @@ def validate_promotion_conf(params: Mapping[str, Any], context: Mapping[str, Any
 @no_retry_on_user_error
 def promote_requested(conf: Mapping[str, Any]) -> dict[str, Any]:
     """Gated promotion of ``conf['candidate']``; the outcome is written back on the version."""
-    from rlops.pipeline_steps.promotion.guard import promote_from_alias
+    from rlops.pipeline_steps.promotion.flow import promote_from_alias
     return promote_from_alias(_ctx(conf), conf["candidate"], requested_by=str(conf.get("requested_by") or "airflow"))

@@ -1,36 +1,21 @@
-"""A simulated production timeline: the five DAGs' task functions on their schedules, over days
-of simulated time, against a production world scripted by events.
+"""A simulated production timeline: the pack's DAGs on their schedules, over days of simulated
+time, against a production world scripted by events.
 
 Each 15-minute tick, the *production stand-in* (the pack's ``live`` profile with the events in
 force, :mod:`rlops.pipeline_steps.orchestration.events`) serves applicants with the policies the
-``agent_sdk.PolicyClient`` holds — champion, challenger by its traffic split, the rule engine
+``agent_sdk.PolicyClient`` holds — champion, challenger by its traffic share, the rule engine
 before the first champion and for any illegal decision — and its traces go through the
-``agent_sdk.Tracer`` into the landing zone, stamped with simulated time. Then the same task
-functions the DAGs call (:mod:`rlops.pipeline_steps.orchestration.tasks`) run with run keys from
-:class:`~rlops.common.run_key.RunKey`:
+``agent_sdk`` tracer into the landing zone, stamped with simulated time. Then the pack's DAGs
+(``dags/``, ids ``<dag>__<pack>``) that are due at the tick's end run through ``dag.test()`` with
+that logical date, as the scheduler would start them, and the runs they trigger after them
+(:mod:`rlops.pipeline_steps.orchestration.dag_driver`): schedules, Param defaults, trigger links,
+staged roll-out, demotion of a regressed champion and the skipping of unchanged retrains are the
+DAGs' own.
+``label_queue`` is left out by default (no human labels to simulate: ``TimelineConfig.dags``).
 
-==================  ===============================  ==========================================
-DAG                 cadence here                     what runs
-==================  ===============================  ==========================================
-trace_capture       every 15 min                     ``tasks.capture`` (landing zone only)
-drift_monitor       hourly                           ``tasks.detect_drift``; on an alarm
-                                                     ``tasks.recalibrate`` + emergency full retrain
-retrain_full        on an alarm                      train (full) → stress → gated promotion
-                                                     (staged while the rule engine serves)
-retrain_incremental every ``incremental_every_h``    train (incremental) → stress → staged
-                                                     promotion (challenger 5% → 15% → 100%)
-promote             hourly, while a challenger       the challenger's next stage (its live A/B
-                    serves traffic                   traffic gated against the champion's)
-label_queue         not run                          needs human labels; nothing to simulate
-==================  ===============================  ==========================================
-
-Before the first champion the client has no policy, so every decision is the rule engine's
-fallback (``fallback`` on the trace rows); afterwards the champion's illegal decisions fall back.
-
-Incremental retraining runs every few hours rather than every 15 minutes so that two days fit in
-minutes on two cores; budgets (timesteps, evaluation episodes) are scaled down the same way
-(:func:`simulation_params`). A deliberately worse candidate (``bad_candidate`` event) is a
-randomly initialised network offered to the same gated promotion.
+Budgets (timesteps, evaluation episodes) are scaled down so that two days fit in minutes on two
+cores (:func:`simulation_params`); the cadence is the DAGs'. A deliberately worse candidate
+(``bad_candidate`` event) is a randomly initialised network offered to the ``promote__<pack>`` DAG.
 """
 
 from __future__ import annotations
@@ -57,12 +42,15 @@ class TimelineConfig:
     start: str = "20261201T0000"
     tick_minutes: int = 15
     episodes_per_tick: int = 250
-    incremental_every_h: int = 6
     full_timesteps: int = 40_000  # enough to beat the rule engine (live return 0.23 → 0.69)
     incremental_timesteps: int = 10_000
     eval_episodes: int = 1000
     challenger_fraction: float | None = None  # None: the staged roll-out's share (model version tag)
-    staged_rollout: bool = True  # scheduled candidates and the first policy: challenger 5% → 15% → 100%
+    dags: tuple[str, ...] = ("trace_capture", "drift_monitor", "rollout", "retrain_full", "retrain_incremental")
+    """the pack's DAGs the timeline runs on their schedules (label_queue needs human labels)"""
+    ab_min_episodes: int = 40  # live A/B episodes per group a stage needs (traffic is scaled down too)
+    client_refresh_s: float = 30.0  # the policy client's registry poll period, in simulated seconds
+    client_refresh_phase_s: float = 7.0  # when its first poll falls after the start
     seed: int = 0
 
 
@@ -99,17 +87,22 @@ def simulation_params(base: dict[str, Any], root: Path, cfg: TimelineConfig) -> 
         "train": {"total_timesteps": cfg.full_timesteps, "incremental_timesteps": cfg.incremental_timesteps,
                   "num_envs": 256, "eval_episodes": 300, "checkpoint_every": 1000},
         "evaluate": {"episodes": cfg.eval_episodes, "bootstrap_samples": 500, "latency_samples": 100,
-                     "ab_window_hours": 1},
+                     "ab_window_hours": 2, "ab_min_episodes": cfg.ab_min_episodes},
         "stress": {"edge_states": 1000, "gaming_episodes": 300, "policy_episodes": 300},
     })
 
 
 @contextmanager
-def _environment(params_file: Path, root: Path) -> Iterator[None]:
-    """Point every step (they read params through RLOPS_PARAMS) at the timeline's own world."""
+def _environment(params_file: Path, root: Path, scenario: str) -> Iterator[None]:
+    """Point every step and DAG (they read params through RLOPS_PARAMS, packs through
+    RLOPS_SCENARIOS_DIR) at the timeline's own world: one pack, its own storage and registry."""
+    from rlops.common.config import load_params, scenarios_dir
+    packs = root / "scenarios"
+    if not (packs / scenario).exists():
+        shutil.copytree(scenarios_dir(load_params()) / scenario, packs / scenario)
     env = {"RLOPS_PARAMS": str(params_file), "RLOPS_STORAGE_ROOT": f"file://{root / 'storage'}",
            "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "RLOPS_ARTIFACT_ROOT": str(root / "artifacts"),
-           "RLOPS_QUEUE_DB": f"sqlite:///{root / 'queue.db'}"}
+           "RLOPS_QUEUE_DB": f"sqlite:///{root / 'queue.db'}", "RLOPS_SCENARIOS_DIR": str(packs)}
     with mock.patch.dict(os.environ, env):
         yield
 

@@ -1,4 +1,4 @@
-"""Gated evaluation, promotion and rollback of policy versions.
+"""Gated evaluation of policy versions (promotion and rollback act on it: :mod:`rlops.pipeline_steps.promotion.flow`).
 
 ``rlops model evaluate --candidate V`` runs :func:`evaluate_candidate`: the candidate and the
 ``champion`` (the pack's rule engine while there is no champion — the production fallback)
@@ -9,34 +9,28 @@ trace store holds live A/B traffic for it, the challenger group against the cont
 The gate table goes to MLflow (an ``evaluate-…`` run: ``gates.json`` table + ``gates.html``)
 and to ``reports/evaluate/<scenario>/<run_key>/v<candidate>/``.
 
-``rlops model promote --candidate V`` evaluates and, when every gate passes, moves the alias
-``champion`` to V (the old champion becomes ``previous``; MLflow failing half-way puts the
-aliases back). With ``--staged`` a passing candidate first becomes ``challenger`` with the
-model version tag ``traffic_fraction`` (``evaluate.rollout_stages``, 5% → 15% → 100%); each
-further passing evaluation advances it, and at 100% it becomes champion. A failing gate, an
-unreachable MLflow or storage leaves every alias as it was; the result says why.
-
-``rlops model rollback`` points ``champion`` back at ``previous``.
+This module judges; it moves no alias.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
+from rlops.common.policy_ref import canonical_policy
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.promotion.gates import (Gate, GateConfig, ab_gates, comparison_gates, episode_outcomes, gate_frame,
                                   gate_table_html, stress_gate)
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.policy_metrics import policy_metrics, segment_returns
-from rlops.pipeline_steps.infra.storage import StorageError
-from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, PREVIOUS, TrackingError, policy_model_name
+from rlops.pipeline_steps.infra.registry import CHAMPION, TrackingError, policy_model_name
 from rlops.pipeline_steps.training.policy import reward_label
 
 if TYPE_CHECKING:
@@ -45,9 +39,6 @@ if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack
 
 log = logging.getLogger(__name__)
-
-TRAFFIC_TAG = "traffic_fraction"
-DEFAULT_STAGES = (0.05, 0.15, 1.0)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -140,7 +131,9 @@ def segment_masks(pack: "Pack", S0: "torch.Tensor", segment_codes: "torch.Tensor
 def live_ab_gates(ctx: StepContext, pack: "Pack", candidate: str, cfg: GateConfig,
                   window_hours: int) -> tuple[list[Gate], str]:
     """A/B gates from captured traces of the last ``window_hours`` before the run key: episodes
-    of group ``challenger`` served by the candidate against groups ``champion``/``control``."""
+    of group ``challenger`` served by the candidate against groups ``champion``/``control``.
+    Trace rows name their policy in any form :class:`~rlops.common.policy_ref.PolicyRef` reads
+    (``7``, ``credit_approval-policy/7``…); they are compared by canonical text, never raw."""
     traces = ctx.traces.read(ctx.scenario, ctx.key.lookback(window_hours))
     if traces.empty:
         return [], "no captured traces in the window"
@@ -149,8 +142,12 @@ def live_ab_gates(ctx: StepContext, pack: "Pack", candidate: str, cfg: GateConfi
     if "test_group" not in traces:
         return [], "captured traces carry no test_group"
     group = traces["test_group"].fillna("").astype(str)
-    by_candidate = (traces["policy_version"].astype(str).eq(str(candidate)) if "policy_version" in traces
-                    else True)
+    if "policy_version" in traces:
+        wanted = canonical_policy(candidate, ctx.scenario)
+        served_by = traces["policy_version"].map(lambda v: _canonical_or_none(v, ctx.scenario))
+        by_candidate = served_by.eq(wanted)
+    else:
+        by_candidate = pd.Series(True, index=traces.index)
     served = traces.loc[group.eq("challenger") & by_candidate, "episode_id"].unique()
     ch_rows = traces[group.eq("challenger") & traces["episode_id"].isin(served)]
     ctl_rows = traces[group.isin(["champion", "control"])]
@@ -159,6 +156,19 @@ def live_ab_gates(ctx: StepContext, pack: "Pack", candidate: str, cfg: GateConfi
     takeover = {a.name for a in pack.scenario.spec.actions if a.human_takeover}
     return ab_gates(episode_outcomes(ch_rows, takeover), episode_outcomes(ctl_rows, takeover), cfg), \
         f"{ch_rows['episode_id'].nunique()} challenger / {ctl_rows['episode_id'].nunique()} control episodes"
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_or_none(text: Any, scenario: str) -> str | None:
+    """The canonical policy a trace row names; None for a missing or unreadable value (or
+    another scenario's policy), which then matches no candidate."""
+    from rlops.common.errors import UserError
+    if text is None or (isinstance(text, float) and np.isnan(text)):
+        return None
+    try:
+        return canonical_policy(str(text), scenario)
+    except UserError:
+        return None
 
 
 # --------------------------------------------------------------------------- evaluate
@@ -270,120 +280,3 @@ def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict
     from rlops.pipeline_steps.infra.descriptions import with_gate_summary
     ctx.tracker.describe(name, cand, with_gate_summary(ctx.tracker.version_description(name, cand), report))
     return {"report_uri": uri, "eval_run_id": run.run_id}
-
-
-
-# --------------------------------------------------------------------------- promote / rollback
-def rollout_stages(ctx: StepContext) -> list[float]:
-    stages = [float(s) for s in ctx.section("evaluate").get("rollout_stages") or DEFAULT_STAGES]
-    if not stages or stages != sorted(stages) or not 0 < stages[0] or stages[-1] != 1.0:
-        raise ValueError(f"evaluate.rollout_stages must rise from above 0 to 1.0, got {stages}")
-    return stages
-
-
-def promote(ctx: StepContext, candidate: str, staged: bool = False, episodes: int | None = None) -> dict[str, Any]:
-    """Evaluate and, when every gate passes, promote (or advance a staged roll-out). A champion set
-    by hand outside rlops is handled first (:func:`rlops.pipeline_steps.promotion.guard.check_champion`).
-    One promotion of a model at a time (:mod:`rlops.pipeline_steps.promotion.lock`): the evaluation and
-    the alias move happen under one lock, and the move is refused if the champion changed
-    meanwhile. The outcome is recorded as the pass's ``promote`` step run."""
-    from rlops.pipeline_steps.promotion.lock import PromotionBusy, lock_path, promotion_lock
-    path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), policy_model_name(ctx.scenario))
-    try:
-        with promotion_lock(path, float(ctx.section("evaluate").get("lock_timeout_s", 900))) as waited:
-            out = {**_promote(ctx, str(candidate), staged, episodes), "lock_wait_s": round(waited, 3)}
-    except PromotionBusy as exc:
-        out = {"scenario": ctx.scenario, "candidate": str(candidate), "staged": staged, "promoted": False,
-               "action": "none", "dry_run": ctx.dry_run, "reason": str(exc)}
-    if not ctx.dry_run:
-        _track_promotion(ctx, out)
-    return out
-
-
-def _track_promotion(ctx: StepContext, out: dict[str, Any]) -> None:
-    from rlops.pipeline_steps.infra.pass_run import step_run
-    try:
-        with step_run(ctx, T.PROMOTE, label=f"v{out['candidate']}",
-                      extra_tags={T.CANDIDATE: out["candidate"], T.PASSED: str(bool(out.get("passed"))).lower(),
-                                  T.PROMOTION_ACTION: out["action"]}) as run:
-            run.log_params({"reason": out.get("reason", ""), "staged": out["staged"]})
-            run.log_metrics({"promoted": float(bool(out["promoted"])),
-                             "traffic_fraction": float(out.get("traffic_fraction") or 0.0)}, step=0)
-    except TrackingError as exc:  # the promotion's own outcome stands; only its record is missing
-        out.setdefault("warning", f"recording the promotion in MLflow failed: {exc}")
-
-
-def _promote(ctx: StepContext, candidate: str, staged: bool, episodes: int | None) -> dict[str, Any]:
-    from rlops.pipeline_steps.promotion.guard import check_champion
-    from rlops.pipeline_steps.promotion.lock import ChampionMoved, check_unchanged
-    name = policy_model_name(ctx.scenario)
-    stages = rollout_stages(ctx)
-    out: dict[str, Any] = {"scenario": ctx.scenario, "candidate": candidate, "staged": staged, "promoted": False,
-                           "action": "none", "dry_run": ctx.dry_run}
-    try:
-        check = check_champion(ctx)
-        if check.action != "none":
-            out["champion_check"] = check.to_dict()
-        report = evaluate_candidate(ctx, candidate, episodes)
-    except (TrackingError, StorageError) as exc:
-        return {**out, "reason": f"evaluation could not complete, nothing changed: {exc}"}
-    out.update({k: report.get(k) for k in ("passed", "failed_gates", "baseline", "report_uri", "eval_run_id")})
-    out["gates"] = report["gates"]
-    if not report["passed"]:
-        return {**out, "reason": f"gate(s) failed: {', '.join(report['failed_gates'])}; champion unchanged"}
-    try:
-        check_unchanged(report["champion_version"], ctx.tracker.get_alias(name, CHAMPION), name)
-    except ChampionMoved as exc:
-        return {**out, "passed": False, "reason": str(exc)}
-    except TrackingError as exc:
-        return {**out, "reason": f"MLflow failed during promotion; aliases left as they were: {exc}"}
-    try:
-        challenger = ctx.tracker.get_alias(name, CHALLENGER)
-        if staged:
-            current = 0.0
-            if challenger == candidate:
-                current = float(ctx.tracker.model_version_tags(name, candidate).get(TRAFFIC_TAG, 0.0))
-            nxt = next((s for s in stages if s > current + 1e-9), 1.0)
-        else:
-            nxt = 1.0
-        if ctx.dry_run:
-            what = "champion" if nxt >= 1.0 else f"challenger at {nxt:.0%} of traffic"
-            return {**out, "action": "would_promote" if nxt >= 1.0 else "would_stage", "traffic_fraction": nxt,
-                    "reason": f"dry run: all gates pass; v{candidate} would become {what}"}
-        if nxt < 1.0:
-            # Tag first, alias second: a client that sees the alias always reads the new fraction.
-            ctx.tracker.set_model_version_tags(name, candidate, {TRAFFIC_TAG: nxt})
-            ctx.tracker.set_alias(name, CHALLENGER, candidate)
-            return {**out, "action": "challenger", "traffic_fraction": nxt, "champion": report["champion_version"],
-                    "reason": f"all gates pass; v{candidate} serves {nxt:.0%} of traffic as challenger"}
-        state = ctx.tracker.move_champion(name, candidate)
-    except TrackingError as exc:
-        return {**out, "reason": f"MLflow failed during promotion; aliases left as they were: {exc}"}
-    out.update({"promoted": True, "action": "champion", "champion": state.champion, "previous": state.previous,
-                "traffic_fraction": 1.0, "reason": f"all gates pass; v{candidate} is the champion"})
-    try:
-        ctx.tracker.set_model_version_tags(name, candidate, {TRAFFIC_TAG: 1.0, "promoted_at": _now()})
-        if challenger == candidate:
-            ctx.tracker.delete_alias(name, CHALLENGER)
-    except TrackingError as exc:  # the champion moved; only bookkeeping is behind
-        out["warning"] = f"champion moved, but updating the challenger alias/tags failed: {exc}"
-    return out
-
-
-def rollback(ctx: StepContext) -> dict[str, Any]:
-    """Point ``champion`` back at ``previous`` (the demoted version is tagged ``rlops.rolled_back``)."""
-    name = policy_model_name(ctx.scenario)
-    previous, current = ctx.tracker.get_alias(name, PREVIOUS), ctx.tracker.get_alias(name, CHAMPION)
-    if previous is None:
-        raise ValueError(f"cannot roll back {name}: there is no 'previous' version (champion is {current}); "
-                         "promote a version explicitly instead")
-    if ctx.dry_run:
-        return {"scenario": ctx.scenario, "dry_run": True, "champion": current, "would_restore": previous,
-                "reason": f"dry run: champion would move from v{current} back to v{previous}"}
-    state = ctx.tracker.rollback(name)
-    return {"scenario": ctx.scenario, "dry_run": False, "rolled_back_from": current, "champion": state.champion,
-            "previous": state.previous, "reason": f"champion restored to v{state.champion}"}
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

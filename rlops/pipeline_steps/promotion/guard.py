@@ -3,17 +3,16 @@
 rlops records, as the registered-model tag ``rlops.alias.<alias>``, the version it last pointed an
 alias at (:meth:`Tracker.set_alias`). Anything else is a change made around rlops:
 
-* ``challenger`` set on a version by hand (the MLflow UI, its REST API) is a *request*:
-  :func:`promote_from_alias` runs the gated promotion of that version (staged 5 → 15 → 100% when
-  ``promotion.staged``) and writes the outcome back on the version — tags
-  ``rlops.promotion.outcome`` / ``rlops.promotion.reason`` and the gate summary in its
-  description. A candidate that fails keeps nothing: its hand-set ``challenger`` alias is removed,
-  so no serving client sends it traffic.
-* ``champion`` set by hand never stands: :func:`check_champion` (run at the start of every
-  promotion and by the webhook on ``champion`` events) puts the champion rlops promoted back, tags
-  the hand-picked version with why, and — with ``promotion.manual_champion: regate``, the default —
-  evaluates it as a candidate, so a legitimate choice still goes through, through the gates.
-  ``revert`` only puts the old champion back (for teams where the UI must never be a way in).
+* ``challenger`` set on a version by hand (the MLflow UI, its REST API) is a *request*: the gated
+  promotion of that version (:func:`rlops.pipeline_steps.promotion.flow.promote_from_alias`).
+* ``champion`` set by hand never stands: :func:`restore_champion` puts the champion rlops promoted
+  back and tags the hand-picked version with why. Whether the hand-picked version is then
+  evaluated as a candidate (``promotion.manual_champion: regate``, the default) or only reverted
+  (``revert``) is the promotion flow's decision
+  (:func:`rlops.pipeline_steps.promotion.flow.check_champion`).
+
+This module only reads and puts back aliases; it never evaluates or promotes, so the promotion
+flow can use it without either depending on the other.
 
 A registry whose champion predates this bookkeeping (no ``rlops.alias.champion`` tag at all) has
 its champion adopted as rlops' own on the first check, rather than reverted.
@@ -63,8 +62,11 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def check_champion(ctx: StepContext) -> ChampionCheck:
-    """Detect a ``champion`` alias set outside rlops and handle it per ``promotion.manual_champion``."""
+def restore_champion(ctx: StepContext) -> ChampionCheck:
+    """Detect a ``champion`` alias set outside rlops and put rlops' own champion back; the
+    hand-set version is tagged with why (``rlops.manual_champion``). Action ``none``, ``adopted``,
+    ``reverted`` (``hand_set`` names the version to re-gate when the mode says so) or
+    ``would_<mode>`` on a dry run."""
     name, tracker = policy_model_name(ctx.scenario), ctx.tracker
     mode = manual_mode(ctx)  # a bad setting fails every promotion, not only the first hand-set champion
     current = tracker.get_alias(name, CHAMPION)
@@ -90,44 +92,16 @@ def check_champion(ctx: StepContext) -> ChampionCheck:
     tracker.set_model_version_tags(name, current, {T.MANUAL_CHAMPION_REASON: reason,  # the verdict tag last
                                                    T.MANUAL_CHAMPION: "regated" if mode == REGATE else "reverted"})
     log.warning("%s: %s", name, reason)
-    if mode == REVERT:
-        return ChampionCheck(ctx.scenario, recorded, current, "reverted", reason)
-    outcome = promote_from_alias(ctx, current, requested_by=MANUAL)
-    after = tracker.get_alias(name, CHAMPION)
-    return ChampionCheck(ctx.scenario, after, current, "regated",
-                         f"{reason}; re-gated: {outcome['reason']}", promotion=outcome)
+    return ChampionCheck(ctx.scenario, recorded, current, "reverted", reason)
 
 
-def promote_from_alias(ctx: StepContext, version: str, requested_by: str = UI_REQUEST,
-                       staged: bool | None = None) -> dict[str, Any]:
-    """The gated promotion of ``version`` requested through an alias; the outcome is written back
-    on the version as tags (and the gate summary in its description, by the evaluation)."""
-    from rlops.pipeline_steps.promotion.evaluate import promote
+def withdraw_hand_set_challenger(ctx: StepContext, version: str) -> str | None:
+    """A hand-set ``challenger`` that did not pass must not be served traffic: remove the alias
+    when it still points at ``version`` and rlops did not set it. Returns an error text, if any."""
     name, tracker = policy_model_name(ctx.scenario), ctx.tracker
-    version = str(version)
-    if staged is None:
-        staged = bool((ctx.params.get("promotion") or {}).get("staged", False))
     try:
-        with tracker.on_behalf_of(requested_by):  # the outcome tags of an alias move name the requester
-            res = promote(ctx, version, staged=staged)
-    except ValueError as exc:  # e.g. already the champion, no such version
-        res = {"action": "none", "promoted": False, "reason": str(exc).strip("'\"")}
-    action = str(res.get("action"))
-    outcome = {"champion": "champion", "challenger": "challenger"}.get(action, "rejected")
-    if outcome == "rejected":
-        try:  # a hand-set challenger that did not pass must not be served traffic
-            if tracker.get_alias(name, CHALLENGER) == version and \
-                    tracker.alias_written_by_rlops(name, CHALLENGER) != version:
-                tracker.delete_alias(name, CHALLENGER)
-        except TrackingError as exc:
-            res["reason"] = f"{res.get('reason')}; removing the challenger alias failed: {exc}"
-    if not ctx.dry_run:
-        try:
-            # The outcome tag last: whoever waits for it then finds the others written.
-            tracker.set_model_version_tags(name, version, {
-                T.PROMOTION_REASON: str(res.get("reason"))[:5000], T.PROMOTION_REQUESTED_BY: requested_by,
-                T.PROMOTION_AT: _now(), T.PROMOTION_OUTCOME: outcome})
-        except TrackingError as exc:
-            res["warning"] = f"writing the outcome tags failed: {exc}"
-    return {**{k: v for k, v in res.items() if k != "gates"}, "outcome": outcome, "version": version,
-            "requested_by": requested_by}
+        if tracker.get_alias(name, CHALLENGER) == version and tracker.alias_written_by_rlops(name, CHALLENGER) != version:
+            tracker.delete_alias(name, CHALLENGER)
+    except TrackingError as exc:
+        return f"removing the challenger alias failed: {exc}"
+    return None

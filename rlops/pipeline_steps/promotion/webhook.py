@@ -7,10 +7,10 @@ Standard-Webhooks style HMAC-SHA256 signature (``X-MLflow-Signature: v1,<base64>
 event at a time:
 
 * ``challenger`` on ``<scenario>-policy`` set outside rlops → the gated promotion of that version:
-  ``embedded`` mode runs it in this process (:func:`~rlops.pipeline_steps.promotion.guard.promote_from_alias`),
+  ``embedded`` mode runs it in this process (:func:`~rlops.pipeline_steps.promotion.flow.promote_from_alias`),
   ``airflow`` mode triggers the ``promote`` DAG through Airflow 3's REST API
-  (``POST /api/v2/dags/promote/dagRuns``) and tags the version with the DAG run id;
-* ``champion`` set outside rlops → :func:`~rlops.pipeline_steps.promotion.guard.check_champion`.
+  (``POST /api/v2/dags/promote__<pack>/dagRuns``) and tags the version with the DAG run id;
+* ``champion`` set outside rlops → :func:`~rlops.pipeline_steps.promotion.flow.check_champion`.
 
 * ``previous`` set outside rlops → put back where rlops left it (rollback only ever returns to a
   version rlops itself replaced).
@@ -128,13 +128,14 @@ class WebhookSettings:
                 raise UserError(f"promotion.webhook.{key} {numbers[key]!r}: expected a positive number")
         return cls(mode=chosen, secret=secret, airflow_url=str(cfg.get("airflow_url") or "http://localhost:8080"),
                    airflow_token=os.environ.get(str(cfg.get("airflow_token_env") or "RLOPS_AIRFLOW_TOKEN")) or None,
-                   dag_id=str(cfg.get("dag_id") or "promote"),
+                   dag_id=str(cfg.get("dag_id") or "promote__{scenario}"),
                    state_db=resolve_local(str(cfg.get("state_db") or "rlops-data/webhook.db")), **numbers)
 
 
 def trigger_promotion_dag(settings: WebhookSettings, conf: Mapping[str, Any], timeout_s: float = 10.0) -> str:
     """Start a run of the promotion DAG through Airflow 3's REST API; returns its dag_run_id."""
-    url = f"{settings.airflow_url.rstrip('/')}/api/v2/dags/{settings.dag_id}/dagRuns"
+    dag_id = settings.dag_id.format(scenario=conf.get("scenario", ""))  # one promotion DAG per pack
+    url = f"{settings.airflow_url.rstrip('/')}/api/v2/dags/{dag_id}/dagRuns"
     body = json.dumps({"logical_date": None, "conf": dict(conf)}).encode()
     headers = {"Content-Type": "application/json"}
     if settings.airflow_token:
@@ -179,7 +180,7 @@ def deliver_to_airflow(ctx: StepContext, settings: WebhookSettings, store: Webho
     """Trigger the promotion DAG; when Airflow does not accept it, keep the request (``store``) and
     say so on the version. The outcome tag is written last."""
     from rlops.pipeline_steps.infra import tags as T
-    from rlops.pipeline_steps.promotion.guard import UI_REQUEST
+    from rlops.pipeline_steps.promotion.flow import UI_REQUEST
     name, version = f"{conf['scenario']}{POLICY_SUFFIX}", str(conf["candidate"])
     try:
         run_id = trigger_promotion_dag(settings, conf)
@@ -196,7 +197,7 @@ def deliver_to_airflow(ctx: StepContext, settings: WebhookSettings, store: Webho
     if store is not None:
         store.delivered(delivery_id)
     _tag_quietly(ctx, name, version, {T.PROMOTION_REQUESTED_BY: UI_REQUEST,
-                                      T.PROMOTION_REASON: f"promotion DAG {settings.dag_id} run {run_id} triggered",
+                                      T.PROMOTION_REASON: f"promotion DAG {settings.dag_id.format(scenario=conf['scenario'])} run {run_id} triggered",
                                       T.PROMOTION_OUTCOME: T.OUTCOME_REQUESTED})
     return {"action": "dag_triggered", "dag_run_id": run_id, "version": version}
 
@@ -215,7 +216,7 @@ def handle_event(params: Mapping[str, Any], settings: WebhookSettings, event: Ma
     """Act on one verified ``model_version_alias.created`` payload; returns what was done."""
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, PREVIOUS
-    from rlops.pipeline_steps.promotion.guard import UI_REQUEST, check_champion, promote_from_alias
+    from rlops.pipeline_steps.promotion.flow import UI_REQUEST, check_champion, promote_from_alias
     problem = event_problem(event)
     if problem:
         return {"action": "ignored", "reason": problem}
@@ -232,8 +233,8 @@ def handle_event(params: Mapping[str, Any], settings: WebhookSettings, event: Ma
     if alias == CHAMPION:
         return {**check_champion(ctx).to_dict(), "check": "champion", "version": version}
     if settings.mode == AIRFLOW:
-        conf = {"scenario": scenario, "candidate": version, "requested_by": UI_REQUEST,
-                "reward_fn": str(params.get("reward_fn") or "v1")}
+        # The pack's promotion DAG takes its reward function from the pack's params.
+        conf = {"scenario": scenario, "candidate": version, "requested_by": UI_REQUEST}
         return deliver_to_airflow(ctx, settings, store, delivery_id or f"direct-{time.time_ns()}", conf)
     return {"action": "promotion", **promote_from_alias(ctx, version, requested_by=UI_REQUEST)}
 

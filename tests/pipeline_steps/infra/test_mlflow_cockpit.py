@@ -108,7 +108,7 @@ def _register(ctx: StepContext, n: int) -> list[str]:
 
 
 def test_hand_set_champion_is_reverted_with_the_reason(tmp_tracking: str, tmp_storage_root: str) -> None:
-    from rlops.pipeline_steps.promotion.guard import check_champion
+    from rlops.pipeline_steps.promotion.flow import check_champion
     ctx = StepContext.create(SCENARIO, "20261130T0800", overrides={"promotion": {"manual_champion": "revert"}})
     v1, v2 = _register(ctx, 2)
     ctx.tracker.set_alias(NAME, "champion", v1)          # rlops' own move

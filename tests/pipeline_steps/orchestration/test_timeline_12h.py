@@ -5,8 +5,10 @@ rate jumps at hour 7, a deliberately worse candidate is offered at hour 9 — as
 in a stable hour once calibrated, at most one emergency retrain per drift event (plus the first
 calibration), the worse candidate refused, no promotion that made live return fall, no
 landing-zone row lost; and production traffic went through the policy client's fallback (the
-rule engine before the first champion) and its challenger split (the first policy rolls out
-staged, 5% → 15% → 100%). About 85 s on two idle cores (the 48-hour bench: about 4 minutes).
+rule engine before the first champion) and its challenger split: the first policy rolls out
+staged, moved 5% → 15% → 100% by the roll-out DAG on live A/B gates that ran on real rows, and the
+client served each alias move within a minute of simulated time. Everything runs through the
+pack's DAG definitions (``dag.test()`` at each due interval).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ EVENTS = [{"at_hour": 3, "kind": "population", "init": AGEING},
           {"at_hour": 9, "kind": "bad_candidate"}]
 
 
-def test_twelve_simulated_hours_hold_the_loop_properties(tmp_path: Path) -> None:
+def test_twelve_simulated_hours_hold_the_loop_properties(airflow_db: str, tmp_path: Path) -> None:
     cfg = TimelineConfig(hours=12)
     res = run_timeline(cfg, parse_events(EVENTS), tmp_path / "timeline")
     m, hours = res["metrics"], res["hours"]
@@ -36,3 +38,5 @@ def test_twelve_simulated_hours_hold_the_loop_properties(tmp_path: Path) -> None
     assert m["rows_lost"] == 0 and m["rows"]["landing"] > 0
     assert m["fallback_episodes"] > 0 and m["challenger_episodes"] > 0, table
     assert any("challenger at" in a for h in hours for a in h["actions"]), table
+    assert m["stage_moves"] >= 2 and m["ab_gates_run"] > 0, table
+    assert m["promotion_to_agent_s"] is not None and m["promotion_to_agent_s"] <= 60

@@ -45,7 +45,7 @@ def test_paired_bootstrap_and_tests() -> None:
 
 # --------------------------------------------------------------------------- promotion
 def test_good_candidate_beats_bad_champion_and_is_promoted(pack: Any, good: Any, approve_all: Any) -> None:
-    from rlops.pipeline_steps.promotion.evaluate import promote
+    from rlops.pipeline_steps.promotion.flow import promote
     ctx = promotion_ctx()
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
@@ -66,7 +66,7 @@ def test_good_candidate_beats_bad_champion_and_is_promoted(pack: Any, good: Any,
     assert {"gates.json", "gates.html"} <= arts
     assert ctx.tracker.model_version_tags(NAME, cand)["eval_passed"] == "true"
     # rollback puts the old champion back
-    from rlops.pipeline_steps.promotion.evaluate import rollback
+    from rlops.pipeline_steps.promotion.flow import rollback
     rb = rollback(promotion_ctx())
     assert rb["champion"] == bad_v and aliases(ctx) == {"champion": bad_v}
 
@@ -89,7 +89,8 @@ def test_worse_candidate_fails_and_champion_stays(pack: Any, good: Any, approve_
 
 
 def test_first_champion_is_judged_against_the_rule_engine(pack: Any, good: Any) -> None:
-    from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate, promote
+    from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
+    from rlops.pipeline_steps.promotion.flow import promote
     ctx = promotion_ctx(min_improvement=-0.15, segment_tolerance=0.3)
     cand = register(ctx, pack, good)
     dry = evaluate_candidate(promotion_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand)
@@ -110,6 +111,7 @@ def _closed_port() -> int:
 def test_mlflow_unreachable_during_the_move_leaves_champion(pack: Any, good: Any, approve_all: Any,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     import rlops.pipeline_steps.promotion.evaluate as ev
+    import rlops.pipeline_steps.promotion.flow as flow
     ctx = promotion_ctx()
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
@@ -123,7 +125,7 @@ def test_mlflow_unreachable_during_the_move_leaves_champion(pack: Any, good: Any
                                         http_timeout_s=2)
         return report
     monkeypatch.setattr(ev, "evaluate_candidate", then_outage)
-    res = ev.promote(ctx, cand)
+    res = flow.promote(ctx, cand)
     assert res["passed"] and not res["promoted"] and "MLflow failed" in res["reason"]
     assert promotion_ctx().tracker.aliases(NAME) == {"champion": bad_v}
 
@@ -138,13 +140,13 @@ def test_mlflow_unreachable_during_the_move_leaves_champion(pack: Any, good: Any
             raise TrackingError("connection reset")
         orig_set(self, name, alias, version)
     monkeypatch.setattr(Tracker, "set_alias", flaky)
-    res = ev.promote(ctx2, cand)
+    res = flow.promote(ctx2, cand)
     assert not res["promoted"] and aliases(promotion_ctx()) == {"champion": bad_v}
 
 
 def test_nan_reward_and_failed_stress_test_block_promotion(pack: Any, good: Any, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlops.pipeline_steps.promotion.evaluate import promote
+    from rlops.pipeline_steps.promotion.flow import promote
     from rlops.sandbox.pack import load_pack
     # a pack copy whose reward v2 yields NaN for low credit scores
     scen = tmp_path / "scenarios" / SCENARIO
@@ -172,7 +174,7 @@ def test_nan_reward_and_failed_stress_test_block_promotion(pack: Any, good: Any,
 
 
 def test_staged_rollout_advances_5_15_100(pack: Any, good: Any, approve_all: Any) -> None:
-    from rlops.pipeline_steps.promotion.evaluate import promote
+    from rlops.pipeline_steps.promotion.flow import promote
     ctx = promotion_ctx(episodes=300)
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
@@ -218,7 +220,8 @@ def test_live_ab_traffic_feeds_gates(pack: Any, good: Any, approve_all: Any) -> 
 
 
 def test_bad_input_is_reported(pack: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate, rollback
+    from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
+    from rlops.pipeline_steps.promotion.flow import rollback
     ctx = promotion_ctx()
     with pytest.raises(ValueError, match="no version 42"):
         evaluate_candidate(ctx, "42")

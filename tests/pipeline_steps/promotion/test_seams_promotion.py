@@ -27,7 +27,7 @@ pytestmark = pytest.mark.usefixtures("promotion_sandbox")
 
 def test_racing_promotions_gate_each_candidate_against_the_champion_it_replaces(
         pack: Any, good: Any, approve_all: Any) -> None:
-    from rlops.pipeline_steps.promotion.evaluate import promote
+    from rlops.pipeline_steps.promotion.flow import promote
     ctx = promotion_ctx()
     bad = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad)

@@ -1,0 +1,81 @@
+"""Skip a retrain whose inputs have not changed (params ``dags.skip_unchanged``).
+
+A retrain is a function of its inputs: the pack (``scenario.yaml`` and the reward function's
+source), the sandbox calibration of the run's interval, the champion it is gated against (and, in
+incremental mode, warm-started from), the reward function, the budget and the reward source — and,
+when the policy's reward comes from the reward model (``reward_source`` ``model``/``blend``), the
+captured trace partitions it learns from. A scripted-reward policy never reads traces, so new
+traffic alone does not make it train again. When the digest of those inputs equals the one of the
+last *completed* retrain of the same pack and mode, training would repeat itself: the DAG skips it.
+
+The digest of a retrain in progress is kept as ``pending`` and becomes ``done`` when its
+promotion step has run (:func:`mark_done`), so a retrain that failed is tried again.
+State: ``state/retrain/<scenario>/<mode>.json`` in the project storage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Mapping
+
+from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
+
+_KEYS = ("reward_fn", "timesteps", "mode", "reward_source", "reward_blend_lambda", "reward_switch_to",
+         "reward_switch_at_iteration")
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def retrain_inputs(ctx: StepContext, mode: str, conf: Mapping[str, Any]) -> dict[str, Any]:
+    """The inputs a retrain of ``mode`` would see for ``ctx``'s run key (see the module docstring)."""
+    pack = ctx.pack_dir
+    reward_file = pack / f"reward_{conf.get('reward_fn')}.py"
+    cal = ctx.read_calibration("latest")
+    source = conf.get("reward_source") or ctx.section("train").get("reward_source") or "scripted"
+    inputs: dict[str, Any] = {
+        "mode": mode, "conf": {k: conf.get(k) for k in _KEYS}, "reward_source": source,
+        "scenario_yaml": _sha((pack / "scenario.yaml").read_bytes()),
+        "reward_fn_source": _sha(reward_file.read_bytes()) if reward_file.exists() else None,
+        "pack_params": _sha((pack / "params.yaml").read_bytes()) if (pack / "params.yaml").exists() else None,
+        "calibration": None if cal is None else _sha(json.dumps(cal, sort_keys=True, default=str).encode()),
+        "champion": ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION),
+    }
+    if source != "scripted":  # the reward model learns from the captured traces
+        inputs["traces"] = sorted(ctx.storage.list(ctx.traces.scenario_uri(ctx.scenario), suffix=".parquet"))
+    return inputs
+
+
+def digest(inputs: Mapping[str, Any]) -> str:
+    return _sha(json.dumps(inputs, sort_keys=True, default=str).encode())
+
+
+def _state_uri(ctx: StepContext, mode: str) -> str:
+    return ctx.uri("state", "retrain", ctx.scenario, f"{mode}.json")
+
+
+def record_if_changed(ctx: StepContext, mode: str, conf: Mapping[str, Any]) -> bool:
+    """True (and the digest kept as pending) when this retrain's inputs differ from those of the
+    last completed one, or skipping is off; False when the retrain would repeat itself."""
+    if not bool(ctx.section("dags").get("skip_unchanged", True)) or ctx.dry_run:
+        return True
+    now = digest(retrain_inputs(ctx, mode, conf))
+    uri = _state_uri(ctx, mode)
+    state = ctx.storage.read_json(uri) if ctx.storage.exists(uri) else {}
+    if state.get("done") == now:
+        return False
+    ctx.storage.write_json(uri, {**state, "pending": now, "pending_run_key": ctx.run_key})
+    return True
+
+
+def mark_done(ctx: StepContext, mode: str) -> None:
+    """The pending retrain of ``mode`` completed: its inputs are now the last completed ones."""
+    uri = _state_uri(ctx, mode)
+    if ctx.dry_run or not ctx.storage.exists(uri):
+        return
+    state = ctx.storage.read_json(uri)
+    if state.get("pending"):
+        ctx.storage.write_json(uri, {"done": state["pending"], "done_run_key": state.get("pending_run_key")})

@@ -1,0 +1,235 @@
+"""The promotion flow: gated promotion, staged roll-out and rollback of policy versions — the one
+place that moves the ``champion``/``challenger``/``previous`` aliases.
+
+``rlops model promote --candidate V`` (and every retrain DAG) runs :func:`promote`: the candidate
+is judged by :func:`rlops.pipeline_steps.promotion.evaluate.evaluate_candidate` and, when every gate
+passes, the alias ``champion`` moves to V (the old champion becomes ``previous`` and joins the
+champion history; MLflow failing half-way puts the aliases back). Staged (the retrain DAGs'
+default, ``rollout.staged``), a passing candidate first becomes ``challenger`` at the first share of
+``evaluate.rollout_stages`` (5% → 15% → 100%); the roll-out DAG
+(:mod:`rlops.pipeline_steps.promotion.rollout`) advances it on its live A/B gates. A failing gate,
+an unreachable MLflow or storage leaves every alias as it was; the result says why.
+
+A ``champion`` set by hand outside rlops is handled first (:func:`check_champion`): put back by
+:mod:`rlops.pipeline_steps.promotion.guard`, then re-gated here as a candidate when
+``promotion.manual_champion`` says ``regate``. ``challenger`` set by hand is a request:
+:func:`promote_from_alias`.
+
+``rlops model rollback`` runs :func:`rollback`: ``champion`` walks back through the history.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, TrackingError, policy_model_name
+from rlops.pipeline_steps.infra.storage import StorageError
+from rlops.pipeline_steps.promotion.guard import MANUAL, REGATE, UI_REQUEST, ChampionCheck, manual_mode, \
+    restore_champion, withdraw_hand_set_challenger
+
+TRAFFIC_TAG = "traffic_fraction"
+DEFAULT_STAGES = (0.05, 0.15, 1.0)
+
+
+def rollout_stages(ctx: StepContext) -> list[float]:
+    """Challenger traffic shares of a staged roll-out (``evaluate.rollout_stages``), ending at 1.0."""
+    stages = [float(s) for s in ctx.section("evaluate").get("rollout_stages") or DEFAULT_STAGES]
+    if not stages or stages != sorted(stages) or not 0 < stages[0] or stages[-1] != 1.0:
+        raise ValueError(f"evaluate.rollout_stages must rise from above 0 to 1.0, got {stages}")
+    return stages
+
+
+def next_stage(stages: list[float], current: float) -> float:
+    return next((s for s in stages if s > current + 1e-9), 1.0)
+
+
+# --------------------------------------------------------------------------- hand-set aliases
+def check_champion(ctx: StepContext) -> ChampionCheck:
+    """Put a hand-set champion back (:func:`~rlops.pipeline_steps.promotion.guard.restore_champion`)
+    and, with ``promotion.manual_champion: regate``, run it through the gates as a candidate."""
+    check = restore_champion(ctx)
+    if check.action != "reverted" or check.hand_set is None or manual_mode(ctx) != REGATE:
+        return check
+    outcome = promote_from_alias(ctx, check.hand_set, requested_by=MANUAL)
+    after = ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION)
+    return ChampionCheck(ctx.scenario, after, check.hand_set, "regated",
+                         f"{check.reason}; re-gated: {outcome['reason']}", promotion=outcome)
+
+
+def promote_from_alias(ctx: StepContext, version: str, requested_by: str = UI_REQUEST,
+                       staged: bool | None = None) -> dict[str, Any]:
+    """The gated promotion of ``version`` requested through an alias; the outcome is written back
+    on the version as tags (and the gate summary in its description, by the evaluation)."""
+    name, tracker = policy_model_name(ctx.scenario), ctx.tracker
+    version = str(version)
+    if staged is None:
+        staged = bool((ctx.params.get("promotion") or {}).get("staged", False))
+    try:
+        with tracker.on_behalf_of(requested_by):  # the outcome tags of an alias move name the requester
+            res = promote(ctx, version, staged=staged)
+    except ValueError as exc:  # e.g. already the champion, no such version
+        res = {"action": "none", "promoted": False, "reason": str(exc).strip("'\"")}
+    action = str(res.get("action"))
+    outcome = {"champion": "champion", "challenger": "challenger"}.get(action, "rejected")
+    if outcome == "rejected":
+        problem = withdraw_hand_set_challenger(ctx, version)
+        if problem:
+            res["reason"] = f"{res.get('reason')}; {problem}"
+    if not ctx.dry_run:
+        try:
+            # The outcome tag last: whoever waits for it then finds the others written.
+            tracker.set_model_version_tags(name, version, {
+                T.PROMOTION_REASON: str(res.get("reason"))[:5000], T.PROMOTION_REQUESTED_BY: requested_by,
+                T.PROMOTION_AT: _now(), T.PROMOTION_OUTCOME: outcome})
+        except TrackingError as exc:
+            res["warning"] = f"writing the outcome tags failed: {exc}"
+    return {**{k: v for k, v in res.items() if k != "gates"}, "outcome": outcome, "version": version,
+            "requested_by": requested_by}
+
+
+# --------------------------------------------------------------------------- promote
+def promote(ctx: StepContext, candidate: str, staged: bool = False, episodes: int | None = None) -> dict[str, Any]:
+    """Evaluate and, when every gate passes, promote (or stage as challenger). A champion set by
+    hand outside rlops is handled first (:func:`check_champion`, before the lock: its re-gating is
+    a promotion of its own). One promotion of a model at a time
+    (:mod:`rlops.pipeline_steps.promotion.lock`): the evaluation and the alias move happen under
+    one lock, and the move is refused if the champion changed meanwhile. The outcome is recorded
+    as the pass's ``promote`` step run."""
+    from rlops.pipeline_steps.promotion.lock import PromotionBusy, lock_path, promotion_lock
+    out: dict[str, Any] = {"scenario": ctx.scenario, "candidate": str(candidate), "staged": staged,
+                           "promoted": False, "action": "none", "dry_run": ctx.dry_run}
+    try:
+        check = check_champion(ctx)
+    except (TrackingError, StorageError) as exc:
+        return {**out, "reason": f"checking the champion failed, nothing changed: {exc}"}
+    path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), policy_model_name(ctx.scenario))
+    try:
+        with promotion_lock(path, float(ctx.section("evaluate").get("lock_timeout_s", 900))) as waited:
+            out = {**_promote(ctx, str(candidate), staged, episodes), "lock_wait_s": round(waited, 3)}
+    except PromotionBusy as exc:
+        out = {**out, "reason": str(exc)}
+    if check.action != "none":
+        out["champion_check"] = check.to_dict()
+    if not ctx.dry_run:
+        _track_promotion(ctx, out)
+    return out
+
+
+def _track_promotion(ctx: StepContext, out: dict[str, Any]) -> None:
+    from rlops.pipeline_steps.infra.pass_run import step_run
+    try:
+        with step_run(ctx, T.PROMOTE, label=f"v{out['candidate']}",
+                      extra_tags={T.CANDIDATE: out["candidate"], T.PASSED: str(bool(out.get("passed"))).lower(),
+                                  T.PROMOTION_ACTION: out["action"]}) as run:
+            run.log_params({"reason": str(out.get("reason", ""))[:500], "staged": out["staged"]})
+            run.log_metrics({"promoted": float(bool(out["promoted"])),
+                             "traffic_fraction": float(out.get("traffic_fraction") or 0.0)}, step=0)
+    except TrackingError as exc:  # the promotion's own outcome stands; only its record is missing
+        out.setdefault("warning", f"recording the promotion in MLflow failed: {exc}")
+
+
+def _promote(ctx: StepContext, candidate: str, staged: bool, episodes: int | None) -> dict[str, Any]:
+    from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
+    from rlops.pipeline_steps.promotion.lock import ChampionMoved, check_unchanged
+    name = policy_model_name(ctx.scenario)
+    stages = rollout_stages(ctx)
+    out: dict[str, Any] = {"scenario": ctx.scenario, "candidate": candidate, "staged": staged, "promoted": False,
+                           "action": "none", "dry_run": ctx.dry_run}
+    try:
+        report = evaluate_candidate(ctx, candidate, episodes)
+    except (TrackingError, StorageError) as exc:
+        return {**out, "reason": f"evaluation could not complete, nothing changed: {exc}"}
+    out.update({k: report.get(k) for k in ("passed", "failed_gates", "baseline", "report_uri", "eval_run_id")})
+    out["gates"] = report["gates"]
+    if not report["passed"]:
+        return {**out, "reason": f"gate(s) failed: {', '.join(report['failed_gates'])}; champion unchanged"}
+    try:
+        check_unchanged(report["champion_version"], ctx.tracker.get_alias(name, CHAMPION), name)
+    except ChampionMoved as exc:
+        return {**out, "passed": False, "reason": str(exc)}
+    except TrackingError as exc:
+        return {**out, "reason": f"MLflow failed during promotion; aliases left as they were: {exc}"}
+    try:
+        challenger = ctx.tracker.get_alias(name, CHALLENGER)
+        nxt = 1.0
+        if staged:
+            current = 0.0
+            if challenger == candidate:
+                current = float(ctx.tracker.model_version_tags(name, candidate).get(TRAFFIC_TAG, 0.0))
+            nxt = next_stage(stages, current)
+        if ctx.dry_run:
+            what = "champion" if nxt >= 1.0 else f"challenger at {nxt:.0%} of traffic"
+            return {**out, "action": "would_promote" if nxt >= 1.0 else "would_stage", "traffic_fraction": nxt,
+                    "reason": f"dry run: all gates pass; v{candidate} would become {what}"}
+        if nxt < 1.0:
+            stage_challenger(ctx, candidate, nxt, f"all gates pass; staged at {nxt:.0%} of traffic")
+            return {**out, "action": "challenger", "traffic_fraction": nxt, "champion": report["champion_version"],
+                    "reason": f"all gates pass; v{candidate} serves {nxt:.0%} of traffic as challenger"}
+        out.update(finish(ctx, candidate, "all gates pass"))
+    except TrackingError as exc:
+        return {**out, "reason": f"MLflow failed during promotion; aliases left as they were: {exc}"}
+    out["reason"] = f"all gates pass; v{candidate} is the champion"
+    return out
+
+
+# --------------------------------------------------------------------------- alias moves
+def stage_challenger(ctx: StepContext, version: str, fraction: float, reason: str) -> None:
+    """Serve ``version`` to ``fraction`` of traffic as ``challenger``. Tags first, alias second: a
+    client that sees the alias always reads the new share."""
+    name = policy_model_name(ctx.scenario)
+    ctx.tracker.set_model_version_tags(name, version, {
+        TRAFFIC_TAG: fraction, T.ROLLOUT_STAGE_STARTED: ctx.key.end.isoformat(), T.ROLLOUT_REASON: reason[:5000]})
+    if ctx.tracker.get_alias(name, CHALLENGER) != version:
+        ctx.tracker.set_alias(name, CHALLENGER, version)
+
+
+def finish(ctx: StepContext, version: str, reason: str) -> dict[str, Any]:
+    """Make ``version`` the champion (the old one becomes ``previous``) and retire its
+    ``challenger`` alias."""
+    name = policy_model_name(ctx.scenario)
+    challenger = ctx.tracker.get_alias(name, CHALLENGER)
+    state = ctx.tracker.move_champion(name, version)
+    out: dict[str, Any] = {"promoted": True, "action": "champion", "champion": state.champion,
+                           "previous": state.previous, "traffic_fraction": 1.0}
+    try:
+        ctx.tracker.set_model_version_tags(name, version, {TRAFFIC_TAG: 1.0, "promoted_at": _now(),
+                                                           T.ROLLOUT_REASON: reason[:5000]})
+        if challenger == version:
+            ctx.tracker.delete_alias(name, CHALLENGER)
+    except TrackingError as exc:  # the champion moved; only bookkeeping is behind
+        out["warning"] = f"champion moved, but updating the challenger alias/tags failed: {exc}"
+    return out
+
+
+def withdraw_challenger(ctx: StepContext, version: str, reason: str) -> None:
+    """Stop serving ``version`` as challenger (a failed live gate): alias removed, why tagged."""
+    name = policy_model_name(ctx.scenario)
+    ctx.tracker.set_model_version_tags(name, version, {TRAFFIC_TAG: 0.0, T.ROLLOUT_REASON: reason[:5000]})
+    if ctx.tracker.get_alias(name, CHALLENGER) == version:
+        ctx.tracker.delete_alias(name, CHALLENGER)
+
+
+def rollback(ctx: StepContext, reason: str | None = None) -> dict[str, Any]:
+    """Point ``champion`` back at the most recent earlier champion (``previous`` at the one
+    before; see :func:`rlops.pipeline_steps.infra.aliases.rollback`); the demoted version is
+    tagged ``rlops.rolled_back`` with ``reason``."""
+    from rlops.pipeline_steps.infra.aliases import champion_history
+    name = policy_model_name(ctx.scenario)
+    current = ctx.tracker.get_alias(name, CHAMPION)
+    history = [v for v in champion_history(ctx.tracker, name) if v != current]
+    if not history:
+        raise ValueError(f"cannot roll back {name}: there is no 'previous' version (champion is {current}); "
+                         "promote a version explicitly instead")
+    if ctx.dry_run:
+        return {"scenario": ctx.scenario, "dry_run": True, "champion": current, "would_restore": history[-1],
+                "reason": f"dry run: champion would move from v{current} back to v{history[-1]}"}
+    state = ctx.tracker.rollback(name, reason)
+    return {"scenario": ctx.scenario, "dry_run": False, "rolled_back_from": current, "champion": state.champion,
+            "previous": state.previous, "reason": reason or f"champion restored to v{state.champion}"}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,222 @@
+"""The roll-out step (the ``rollout__<pack>`` DAG, every 15 minutes): a staged challenger moves on
+its live A/B gates, a champion whose live return falls is rolled back.
+
+* **Challenger** (``challenger`` alias, share in the version tag ``traffic_fraction``): once its
+  current stage has served at least ``rollout.min_stage_minutes``, its live traffic since the
+  stage began (at most ``evaluate.ab_window_hours``) is judged by the ``ab:`` gates against the
+  champion's traffic of the same window. All pass → the next share of ``evaluate.rollout_stages``
+  (``advanced``), or champion at 100 % (``finished``: challenger → champion, old champion →
+  previous). A gate fails → the challenger stops serving (``withdrawn``). Too few episodes → it
+  holds.
+* **Champion** (no challenger): its live mean episode return over the last
+  ``rollout.regression_window_hours`` against the return of the champion before it (the last
+  entry of the champion history) in the same window. When it is lower by more than the gate's
+  margin (``evaluate.segment_tolerance``) and by more than three standard errors, the champion is
+  rolled back (``rolled_back``). A recalibration inside the window (the world changed: returns
+  before and after are not comparable) suspends the judgement.
+
+Every move is recorded as a ``rollout`` step run in MLflow (tag ``rlops.rollout.action``, its
+reason as a parameter) and on the version (``rlops.rollout.reason`` / ``rlops.rolled_back.reason``).
+Holds move nothing and are only returned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Mapping
+
+from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, TrackingError, policy_model_name
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+ADVANCED, FINISHED, WITHDRAWN, ROLLED_BACK, HELD = "advanced", "finished", "withdrawn", "rolled_back", "held"
+STAGE_MOVES = frozenset({ADVANCED, FINISHED})  # moves of a challenger to a larger share (100 %: champion)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """The ``rollout:`` params block."""
+
+    staged: bool = True
+    """retrains promote a passing candidate to challenger at the first stage (false: champion at once)"""
+    staged_emergency: bool = False
+    """the same for a retrain triggered by drift (a stale champion is replaced at once by default)"""
+    min_stage_minutes: float = 60.0
+    """a stage serves at least this long before its live A/B gates may move it"""
+    regression_window_hours: float = 2.0
+    """live rows of this many hours before the run key's end judge a champion against the previous"""
+    regression_min_episodes: int = 200
+    """episodes per policy in that window, else no judgement"""
+
+    @classmethod
+    def from_section(cls, block: Mapping[str, Any]) -> "RolloutConfig":
+        known = {k: v for k, v in block.items() if k in cls.__dataclass_fields__ and v is not None}
+        try:
+            cfg = cls(**{k: type(getattr(cls, k))(v) for k, v in known.items()})
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"params rollout: {exc}") from None
+        if cfg.min_stage_minutes < 0 or cfg.regression_window_hours <= 0 or cfg.regression_min_episodes < 2:
+            raise ValueError(f"params rollout: min_stage_minutes >= 0, regression_window_hours > 0 and "
+                             f"regression_min_episodes >= 2 expected, got {asdict(cfg)}")
+        return cfg
+
+
+@dataclass(frozen=True)
+class RolloutMove:
+    """What one roll-out run did to one version."""
+
+    version: str | None
+    action: str
+    reason: str
+    traffic_fraction: float | None = None
+    ab_gates: tuple[dict[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ab_gates"] = list(self.ab_gates)
+        return d
+
+
+def rollout_step(ctx: StepContext) -> dict[str, Any]:
+    """One roll-out tick for the run key (see the module docstring)."""
+    from rlops.pipeline_steps.promotion.lock import lock_path, promotion_lock
+    cfg = RolloutConfig.from_section(ctx.section("rollout"))
+    name = policy_model_name(ctx.scenario)
+    path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), name)
+    with promotion_lock(path, float(ctx.section("evaluate").get("lock_timeout_s", 900))):
+        aliases = ctx.tracker.aliases(name)
+        challenger, champion = aliases.get(CHALLENGER), aliases.get(CHAMPION)
+        if challenger is not None and challenger != champion:
+            move = advance_challenger(ctx, challenger, champion, cfg)
+        elif champion is not None:
+            move = judge_champion(ctx, champion, cfg)
+        else:
+            move = RolloutMove(None, HELD, "no champion and no challenger: the rule engine serves")
+    if move.action != HELD and not ctx.dry_run:
+        _record(ctx, move)
+    return {"scenario": ctx.scenario, "run_key": ctx.run_key, "dry_run": ctx.dry_run, **move.to_dict(),
+            "champion": ctx.tracker.get_alias(name, CHAMPION)}
+
+
+def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg: RolloutConfig) -> RolloutMove:
+    """Advance, finish, withdraw or hold the staged ``version`` on its live A/B gates."""
+    from rlops.pipeline_steps.promotion.evaluate import live_ab_gates
+    from rlops.pipeline_steps.promotion.flow import (TRAFFIC_TAG, finish, next_stage, rollout_stages,
+                                                     stage_challenger, withdraw_challenger)
+    from rlops.pipeline_steps.promotion.gates import GateConfig
+    name = policy_model_name(ctx.scenario)
+    tags = ctx.tracker.model_version_tags(name, version)
+    share = float(tags.get(TRAFFIC_TAG) or 0.0)
+    settings = ctx.section("evaluate")
+    window_h = float(settings.get("ab_window_hours", 24))
+    started = tags.get(T.ROLLOUT_STAGE_STARTED)
+    if started:
+        served_min = (ctx.key.end - datetime.fromisoformat(started)).total_seconds() / 60.0
+        if served_min < cfg.min_stage_minutes:
+            return RolloutMove(version, HELD, f"stage {share:.0%} has served {max(served_min, 0):.0f} of "
+                                              f"{cfg.min_stage_minutes:g} minutes", share)
+        window_h = min(window_h, served_min / 60.0)
+    gates, note = live_ab_gates(ctx, ctx.load_pack(), version, GateConfig.from_params(settings), window_h)
+    rows = tuple(g.to_dict() for g in gates)
+    if not gates or any(g.skipped for g in gates):
+        return RolloutMove(version, HELD, f"live A/B gates not judged yet: {note}", share, rows)
+    failed = [g.gate for g in gates if not g.passed]
+    if failed:
+        reason = f"live A/B gate(s) failed at {share:.0%}: {', '.join(failed)} ({note})"
+        if not ctx.dry_run:
+            withdraw_challenger(ctx, version, reason)
+        return RolloutMove(version, WITHDRAWN, reason, 0.0, rows)
+    nxt = next_stage(rollout_stages(ctx), share)
+    if nxt < 1.0:
+        reason = f"live A/B gates pass at {share:.0%} ({note}); advanced to {nxt:.0%}"
+        if not ctx.dry_run:
+            stage_challenger(ctx, version, nxt, reason)
+        return RolloutMove(version, ADVANCED, reason, nxt, rows)
+    if ctx.tracker.get_alias(name, CHAMPION) != champion:
+        return RolloutMove(version, HELD, "the champion moved during the check; judged again next run", share, rows)
+    reason = f"live A/B gates pass at {share:.0%} ({note}); v{version} is the champion"
+    if not ctx.dry_run:
+        finish(ctx, version, reason)
+    return RolloutMove(version, FINISHED, reason, 1.0, rows)
+
+
+def judge_champion(ctx: StepContext, champion: str, cfg: RolloutConfig) -> RolloutMove:
+    """Roll back ``champion`` when its live return falls below the previous champion's."""
+    from rlops.pipeline_steps.infra.aliases import champion_history
+    from rlops.pipeline_steps.promotion.flow import rollback
+    history = [v for v in champion_history(ctx.tracker, policy_model_name(ctx.scenario))
+               if v != champion]
+    if not history:
+        return RolloutMove(champion, HELD, "no earlier champion to compare with")
+    previous = history[-1]
+    start, end = ctx.key.lookback(cfg.regression_window_hours)
+    recalibrated = _recalibrations(ctx, start, end)
+    if recalibrated:
+        return RolloutMove(champion, HELD, f"the sandbox was recalibrated in the window ({', '.join(recalibrated)}): "
+                                           "live returns before and after are not comparable")
+    returns = live_returns(ctx.traces.read(ctx.scenario, (start, end)), ctx.scenario)
+    now, before = returns.get(champion), returns.get(previous)
+    if now is None or before is None or min(len(now), len(before)) < cfg.regression_min_episodes:
+        return RolloutMove(champion, HELD, f"too few live episodes to compare v{champion} with v{previous} "
+                                           f"({0 if now is None else len(now)} / {0 if before is None else len(before)}"
+                                           f", need {cfg.regression_min_episodes} each)")
+    margin = float(ctx.section("evaluate").get("segment_tolerance", 0.05))
+    drop = float(before.mean() - now.mean())
+    se = float((before.var(ddof=1) / len(before) + now.var(ddof=1) / len(now)) ** 0.5)
+    facts = (f"live return v{champion} {now.mean():.4f} (n={len(now)}) vs v{previous} {before.mean():.4f} "
+             f"(n={len(before)}): drop {drop:.4f}, margin {margin:g}, 3 SE {3 * se:.4f}")
+    if not (drop > margin and drop > 3 * se):
+        return RolloutMove(champion, HELD, facts)
+    reason = f"rolled back: {facts}"
+    if not ctx.dry_run:
+        rollback(ctx, reason)
+    return RolloutMove(champion, ROLLED_BACK, reason)
+
+
+def live_returns(traces: "pd.DataFrame", scenario: str) -> dict[str, "pd.Series"]:
+    """Per-episode live return of each registry version (by bare version number) in ``traces``."""
+    from rlops.common.errors import UserError
+    from rlops.common.policy_ref import PolicyRef
+    if traces.empty or "policy_version" not in traces:
+        return {}
+    if "source" in traces:
+        traces = traces[traces["source"].fillna("live").astype(str).eq("live")]
+
+    def version(text: Any) -> str | None:
+        try:
+            return PolicyRef.parse(str(text), scenario).version
+        except UserError:
+            return None
+    names = {v: version(v) for v in traces["policy_version"].dropna().unique()}
+    per_episode = traces.assign(version=traces["policy_version"].map(names)).dropna(subset=["version"]) \
+        .groupby(["version", "episode_id"])["reward_total"].sum()
+    return {str(v): per_episode.loc[v].astype(float) for v in per_episode.index.get_level_values(0).unique()}
+
+
+def _recalibrations(ctx: StepContext, start: datetime, end: datetime) -> list[str]:
+    from rlops.common.run_key import RunKey
+    found = []
+    for uri in ctx.storage.list(ctx.uri("calibrations", ctx.scenario), suffix=".json"):
+        stem = uri.rsplit("/", 1)[-1][:-len(".json")]
+        try:
+            key = RunKey.parse(stem)
+        except Exception:  # noqa: BLE001 - latest.json and other files are not versions
+            continue
+        if start < key.end <= end:
+            found.append(stem)
+    return found
+
+
+def _record(ctx: StepContext, move: RolloutMove) -> None:
+    from rlops.pipeline_steps.infra.pass_run import step_run
+    try:
+        with step_run(ctx, T.ROLLOUT, label=f"v{move.version}", extra_tags={
+                T.CANDIDATE: str(move.version), T.ROLLOUT_ACTION: move.action}) as run:
+            run.log_params({"reason": move.reason[:500], "action": move.action})
+            run.log_metrics({"traffic_fraction": float(move.traffic_fraction or 0.0)}, step=0)
+    except TrackingError:  # the move stands; the version's own tags carry the reason
+        pass

@@ -1,0 +1,44 @@
+"""A retrain whose inputs have not changed is skipped; any input that changes — the calibration of
+its interval, the budget, the reward function — makes it train again; a retrain that did not
+complete is tried again. The calibration a run reads is the one of its own interval, never a later
+hour's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONF = {"reward_fn": "v1", "timesteps": 10_000, "mode": "incremental", "reward_source": None}
+
+
+def test_unchanged_inputs_skip_and_changed_inputs_train(rlops_home: Path) -> None:
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.orchestration.retrain_inputs import mark_done, record_if_changed
+    ctx = StepContext.create("credit_approval", "20261201T0100-15m")
+    assert record_if_changed(ctx, "incremental", CONF)
+    assert record_if_changed(ctx, "incremental", CONF)  # the first one never completed: try again
+    mark_done(ctx, "incremental")
+    assert not record_if_changed(ctx, "incremental", CONF)  # nothing new to learn from
+    assert record_if_changed(ctx, "full", CONF)  # each mode keeps its own record
+    assert record_if_changed(ctx, "incremental", {**CONF, "timesteps": 20_000})
+    mark_done(ctx, "incremental")
+    assert record_if_changed(ctx, "incremental", {**CONF, "reward_fn": "v0"})
+    mark_done(ctx, "incremental")
+    later = StepContext.create("credit_approval", "20261201T0115-15m")
+    assert not record_if_changed(later, "incremental", {**CONF, "reward_fn": "v0"})
+    # A recalibration (drift) is a new input.
+    cal = {"version": "20261201T0100-15m", "profiles": {}}
+    later.storage.write_json(later.uri("calibrations", "credit_approval", "20261201T0100-15m.json"), cal)
+    later.storage.write_json(later.uri("calibrations", "credit_approval", "latest.json"), cal)
+    assert record_if_changed(later, "incremental", {**CONF, "reward_fn": "v0"})
+
+
+def test_a_run_reads_the_calibration_of_its_own_interval(rlops_home: Path) -> None:
+    from rlops.pipeline_steps.infra.context import StepContext
+    ctx = StepContext.create("credit_approval", "20261201T0500")
+    for key in ("20261201T0300", "20261201T0500", "20261201T0900"):
+        ctx.storage.write_json(ctx.uri("calibrations", "credit_approval", f"{key}.json"), {"version": key})
+        ctx.storage.write_json(ctx.uri("calibrations", "credit_approval", "latest.json"), {"version": key})
+    assert ctx.read_calibration()["version"] == "20261201T0500"  # not 09:00's, written later
+    assert StepContext.create("credit_approval", "20261201T0400").read_calibration()["version"] == "20261201T0300"
+    assert StepContext.create("credit_approval", "20261201T0200").read_calibration() is None
+    assert StepContext.create("credit_approval", "20261201T1000").read_calibration()["version"] == "20261201T0900"

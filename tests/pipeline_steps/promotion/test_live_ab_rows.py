@@ -1,0 +1,53 @@
+"""The live A/B gates read real rows: trace rows name their policy the way agents write them
+(``credit_approval-policy/7``, the client's ``champion``/``challenger`` groups, the simulator's
+``control``), go through the landing zone and capture, and the ``ab:`` gates then run."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+RUN_KEY = "20261130T0500"
+
+
+def _land(ctx, pack, version: str, group: str, seed: int, episodes: int) -> int:
+    from rlops.pipeline_steps.orchestration.timeline import SimTracer, no_policy_fallback
+    from rlops.sandbox.traces import rollout_traces
+    start = ctx.key.start
+    df = rollout_traces(pack, no_policy_fallback, episodes, seed=seed, profile="live", reward_version="v1",
+                        policy_version=version, source="live", start_ts=start, test_group=group,
+                        episode_prefix=f"{ctx.scenario}-prod-{group}-{seed}")
+    tracer = SimTracer(ctx.traces.landing_uri)
+    tracer.clock = start + timedelta(seconds=1 + seed % 7)
+    for rec in json.loads(df.to_json(orient="records")):
+        tracer.record(rec)
+    tracer.flush()
+    return len(df)
+
+
+@pytest.mark.parametrize("control_group", ["champion", "control"])
+def test_ab_gates_run_on_rows_as_agents_write_them(rlops_home: Path, control_group: str) -> None:
+    from rlops.pipeline_steps.capture.step import capture_step
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.promotion.evaluate import live_ab_gates
+    from rlops.pipeline_steps.promotion.gates import GateConfig
+    ctx = StepContext.create("credit_approval", RUN_KEY)
+    pack = ctx.load_pack(calibration=None)
+    rows = _land(ctx, pack, "credit_approval-policy/7", "challenger", 1, 250)
+    rows += _land(ctx, pack, "credit_approval-policy/6", control_group, 5000, 250)
+    res = capture_step(ctx, simulate=False)
+    assert res["rows_accepted"] + res["rows_quarantined"] == rows and res["rows_accepted"] > 0
+
+    cfg = GateConfig(ab_min_episodes=200)
+    for candidate in ("7", "v7", "credit_approval-policy/7"):
+        gates, note = live_ab_gates(ctx, pack, candidate, cfg, window_hours=1)
+        names = {g.gate for g in gates}
+        assert {"ab:completion_rate", "ab:human_takeover_rate", "ab:handling_ms"} <= names, note
+        assert not any(g.skipped for g in gates), note
+        assert note.startswith("250 challenger / 250 control"), note
+    # Another version's traffic is not this candidate's evidence.
+    gates, note = live_ab_gates(ctx, pack, "8", cfg, window_hours=1)
+    assert gates == [] and "no live A/B traffic" in note
