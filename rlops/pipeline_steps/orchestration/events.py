@@ -14,13 +14,26 @@
         kind: error_rate          # an API's error rate is set
         api: credit_bureau
         rate: 0.25
+      - at_hour: 24
+        kind: outcome             # the hidden dynamics change: what the sandbox cannot observe
+        field: hidden.default_prob
+        factor: 2.5               # × 2.5 (capped at 1) …
+        when: "user_profile.age >= 60"   # … for these applicants (optional: everyone)
+      - at_hour: 34
+        kind: reward_fn           # the business scores with another reward function version
+        version: v2
       - at_hour: 40
         kind: bad_candidate       # a deliberately worse policy is offered for promotion
 
 Events change only the *production stand-in* (a copy of the pack whose ``live`` profile they
 edit), never the pack or the calibrated sandbox; an event stays in force from ``at_hour`` on.
-``population``, ``latency`` and ``error_rate`` are drift events (the timeline measures the delay
-to the alarm); ``bad_candidate`` is a promotion event.
+``population``, ``latency`` and ``error_rate`` are input drift events (the timeline measures the
+delay to the alarm); ``outcome`` and ``reward_fn`` are outcome events: the inputs the sandbox is
+calibrated on do not move, only what follows a decision does. An ``outcome`` event either scales a
+hidden field (``factor``, optionally only ``when`` a condition over the state holds; a
+probability-like field bounded by ``max: 1`` stays ≤ 1) or replaces its expression (``expr``);
+it rewrites every place the scenario computes that field — its ``init`` (an ``expr`` or a
+Bernoulli ``p``) and each action effect that sets it. ``bad_candidate`` is a promotion event.
 """
 
 from __future__ import annotations
@@ -33,9 +46,11 @@ from typing import Any
 from rlops.common.errors import UserError
 
 DRIFT_KINDS = ("population", "latency", "error_rate")
-KINDS = DRIFT_KINDS + ("bad_candidate",)
+OUTCOME_KINDS = ("outcome", "reward_fn")
+KINDS = DRIFT_KINDS + OUTCOME_KINDS + ("bad_candidate",)
 _KEYS = {"population": {"init"}, "latency": {"action", "factor"}, "error_rate": {"api", "rate"},
-         "bad_candidate": set()}
+         "outcome": {"field", "factor"}, "reward_fn": {"version"}, "bad_candidate": set()}
+_OPTIONAL = {"outcome": {"when", "expr", "factor"}}
 
 
 @dataclass(frozen=True)
@@ -48,7 +63,18 @@ class Event:
 
     @property
     def drift(self) -> bool:
+        """An input drift event (the calibrated sandbox can observe and reproduce it)."""
         return self.kind in DRIFT_KINDS
+
+    @property
+    def outcome(self) -> bool:
+        """An outcome event: the world's dynamics or the business's reward change, inputs do not."""
+        return self.kind in OUTCOME_KINDS
+
+    @property
+    def changes_world(self) -> bool:
+        """Whether the production stand-in's scenario document differs once this event is in force."""
+        return self.kind in DRIFT_KINDS or self.kind == "outcome"
 
     def label(self) -> str:
         detail = ", ".join(f"{k}={v}" for k, v in self.args.items() if k != "init") or \
@@ -73,8 +99,13 @@ def parse_events(doc: Any, where: str = "events") -> list[Event]:
         if not isinstance(hour, (int, float)) or isinstance(hour, bool) or hour < 0:
             raise UserError(f"{at}: at_hour {hour!r}: expected a number of hours >= 0 from the start")
         args = {k: v for k, v in raw.items() if k not in ("at_hour", "kind")}
-        if set(args) != _KEYS[kind]:
+        if kind == "outcome":
+            _check_outcome(at, args)
+        elif set(args) != _KEYS[kind]:
             raise UserError(f"{at}: a {kind} event takes {sorted(_KEYS[kind]) or 'no other keys'}, got {sorted(args)}")
+        if kind == "reward_fn" and not (isinstance(args["version"], str) and args["version"].strip()):
+            raise UserError(f"{at}: version {args['version']!r}: expected a reward function label of the pack "
+                            "(reward_<label>.py), e.g. v2")
         if kind == "latency" and not (isinstance(args["factor"], (int, float)) and args["factor"] > 0):
             raise UserError(f"{at}: factor {args['factor']!r}: expected a number > 0")
         if kind == "error_rate" and not (isinstance(args["rate"], (int, float)) and 0 <= args["rate"] <= 1):
@@ -83,6 +114,24 @@ def parse_events(doc: Any, where: str = "events") -> list[Event]:
             raise UserError(f"{at}: init: expected a mapping of field path → initial distribution")
         out.append(Event(float(hour), str(kind), args))
     return sorted(out, key=lambda e: e.at_hour)
+
+
+def _check_outcome(at: str, args: dict[str, Any]) -> None:
+    keys = set(args)
+    if "field" not in keys or not keys <= _OPTIONAL["outcome"] | {"field"} or ("factor" in keys) == ("expr" in keys):
+        raise UserError(f"{at}: an outcome event takes field and either factor (with an optional when) or expr, "
+                        f"got {sorted(keys)}")
+    if not isinstance(args["field"], str) or "." not in args["field"]:
+        raise UserError(f"{at}: field {args['field']!r}: expected a state field path such as hidden.default_prob")
+    if "factor" in args and not (isinstance(args["factor"], (int, float)) and not isinstance(args["factor"], bool)
+                                 and args["factor"] >= 0):
+        raise UserError(f"{at}: factor {args['factor']!r}: expected a number >= 0")
+    if "expr" in args and "when" in args:
+        raise UserError(f"{at}: 'when' goes with factor; an expr replaces the field's expression for everyone "
+                        "(write the condition into the expression)")
+    for k in ("when", "expr"):
+        if k in args and not (isinstance(args[k], str) and args[k].strip()):
+            raise UserError(f"{at}: {k} {args[k]!r}: expected an expression over the scenario's state")
 
 
 def load_events(path: str | Path) -> list[Event]:
@@ -101,9 +150,51 @@ def in_force(events: list[Event], hour: float) -> list[Event]:
     return [e for e in events if e.at_hour <= hour]
 
 
+def reward_version(events: list[Event], default: str) -> str:
+    """The reward function the business scores production with once ``events`` are in force."""
+    versions = [e.args["version"] for e in sorted(events, key=lambda e: e.at_hour) if e.kind == "reward_fn"]
+    return str(versions[-1]) if versions else default
+
+
+def _rewrite(source: Any, e: Event, bounded: bool) -> str:
+    """The expression of a field after the outcome event ``e``: replaced, or scaled (where ``when``)."""
+    if "expr" in e.args:
+        return str(e.args["expr"])
+    base = f"({' '.join(str(source).split())})"
+    factor = float(e.args["factor"])
+    scale = (f"(1 + {factor - 1.0!r} * ({e.args['when']}))" if e.args.get("when") else repr(factor))
+    scaled = f"{base} * {scale}"
+    return f"min(1.0, {scaled})" if bounded else scaled
+
+
+def _apply_outcome(out: dict[str, Any], e: Event) -> None:
+    path = e.args["field"]
+    node: Any = out["state"]
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise UserError(f"event {e.label()}: no state field {path!r} in the scenario")
+        node = node[part]
+    bounded = node.get("max") == 1
+    hits = 0
+    init = node.get("init")
+    if isinstance(init, dict) and "expr" in init:
+        init["expr"], hits = _rewrite(init["expr"], e, bounded), hits + 1
+    elif isinstance(init, dict) and init.get("dist") == "bernoulli":
+        init["p"], hits = _rewrite(init["p"], e, True), hits + 1
+    for action in out["actions"]:
+        for eff in action.get("effects") or []:
+            sets = eff.get("set") if isinstance(eff, dict) else None
+            if isinstance(sets, dict) and path in sets:
+                sets[path], hits = _rewrite(sets[path], e, bounded), hits + 1
+    if not hits:
+        raise UserError(f"event {e.label()}: field {path!r} has no expression to change (neither an init expr, "
+                        "a bernoulli p, nor an action effect that sets it)")
+
+
 def production_doc(doc: dict[str, Any], events: list[Event], live: str = "live") -> dict[str, Any]:
-    """The scenario document of the production world with the drift ``events`` applied to its
-    ``live`` profile (field initial distributions, action latencies, API error rates)."""
+    """The scenario document of the production world with the ``events`` applied: drift events to
+    its ``live`` profile (field initial distributions, action latencies, API error rates), outcome
+    events to the hidden dynamics (the field's expressions wherever the scenario computes it)."""
     out = copy.deepcopy(doc)
     prof = out["simulation"]["profiles"][live]
     actions = {a["name"]: a for a in out["actions"]}
@@ -128,17 +219,26 @@ def production_doc(doc: dict[str, Any], events: list[Event], live: str = "live")
             if e.args["api"] not in prof.get("error_rates", {}):
                 raise UserError(f"event {e.label()}: no API {e.args['api']!r} in profile {live}")
             prof["error_rates"][e.args["api"]] = float(e.args["rate"])
+        elif e.kind == "outcome":
+            _apply_outcome(out, e)
     return out
 
 
 DEFAULT_EVENTS_48H: dict[str, Any] = {"events": [
     {"at_hour": 10, "kind": "population", "init": {"user_profile.age": {"dist": "normal", "mean": 58, "std": 10}}},
     {"at_hour": 20, "kind": "latency", "action": "fetch_credit_report", "factor": 3},
+    {"at_hour": 24, "kind": "outcome", "field": "hidden.default_prob", "factor": 2.5, "when": "user_profile.age >= 60"},
     {"at_hour": 30, "kind": "error_rate", "api": "credit_bureau", "rate": 0.25},
+    {"at_hour": 34, "kind": "reward_fn", "version": "v2"},
     {"at_hour": 40, "kind": "bad_candidate"},
 ]}
 
 
 def scaled_events(hours: float) -> list[Event]:
-    """The four default events spread over ``hours`` as over 48 (a 12-hour run: 2.5, 5, 7.5, 10)."""
+    """The six standard events spread over ``hours`` as over 48 (a 12-hour run: 2.5, 5, 6, 7.5, 8.5, 10).
+
+    Three input drifts (an older population at 10 h, a slower credit bureau at 20 h, bureau errors at
+    30 h), an outcome change (applicants aged 60 and over default 2.5 times as often from 24 h: the
+    population event made them common), a rule change (the business scores with ``reward_v2`` from
+    34 h) and a deliberately worse candidate (40 h)."""
     return [Event(e.at_hour * hours / 48.0, e.kind, e.args) for e in parse_events(DEFAULT_EVENTS_48H)]

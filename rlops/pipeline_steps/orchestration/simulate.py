@@ -25,7 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from rlops.pipeline_steps.orchestration.events import Event, in_force
+from rlops.pipeline_steps.orchestration.events import Event, in_force, reward_version
 from rlops.pipeline_steps.orchestration.timeline import Hour, TimelineConfig
 
 
@@ -64,7 +64,8 @@ class _Run:
         cfg = self.cfg
         start = self.t0 + timedelta(hours=h, minutes=q * cfg.tick_minutes)
         key = RunKey.between(start, start + timedelta(minutes=cfg.tick_minutes))
-        pack = self.world.pack(in_force(self.events, h + q * cfg.tick_minutes / 60), self.events)
+        now = in_force(self.events, h + q * cfg.tick_minutes / 60)
+        pack, scored_with = self.world.pack(now, self.events), reward_version(now, "v1")
         prefix = f"{cfg.scenario}-prod-{key}"
         routes = [self.client.route(f"{prefix}-{i}") for i in range(cfg.episodes_per_tick)]
         frames = []
@@ -76,7 +77,7 @@ class _Run:
             policy, version = ((client_policy(loaded.model), f"{cfg.scenario}-policy/{loaded.version}")
                                if loaded else (no_policy_fallback, "rules"))
             seed = int(start.timestamp()) // 60 * 1000 + (500 if group == "challenger" else 0) + cfg.seed
-            frames.append(rollout_traces(pack, policy, n, seed=seed, profile="live", reward_version="v1",
+            frames.append(rollout_traces(pack, policy, n, seed=seed, profile="live", reward_version=scored_with,
                                          policy_version=version, source="live", start_ts=start,
                                          test_group="challenger" if group == "challenger" else "control",
                                          episode_prefix=f"{prefix}-{group}"))

@@ -128,7 +128,7 @@ class ProductionWorld:
         import yaml
 
         from rlops.sandbox.pack import load_pack
-        key = tuple(i for i, e in enumerate(all_events) if e in events and e.drift)
+        key = tuple(i for i, e in enumerate(all_events) if e in events and e.changes_world)
         if key not in self._cache:
             folder = self.root / "production" / ("world-" + "-".join(map(str, key)) if key else "world")
             if folder.exists():
