@@ -135,7 +135,7 @@ class _Run:
             return
         prev = self.hours[-2]
         if prev.live_return is None or hour.live_return is None or any(
-                e.drift and hour.hour <= e.at_hour < hour.hour + 1 for e in self.events):
+                (e.drift or e.outcome) and hour.hour <= e.at_hour < hour.hour + 1 for e in self.events):
             return
         margin = float(self.ctx.section("evaluate").get("segment_tolerance", 0.05))
         se = ((prev.live_return_se or 0) ** 2 + (hour.live_return_se or 0) ** 2) ** 0.5
@@ -167,7 +167,8 @@ class _Run:
             rep = json.loads(self.ctx.storage.read_text(drift["report_uri"]))
             hour.p_values = {f["field"]: f.get("p_adjusted") for f in rep["fields"] if f.get("p_adjusted") is not None}
         if hour.alarm:
-            new = [i for i, e in enumerate(self.events) if e.drift and e.at_hour < h + 1 and i not in self.detected]
+            new = [i for i, e in enumerate(self.events) if (e.drift or e.outcome) and e.at_hour < h + 1
+                   and i not in self.detected]
             for i in new:
                 self.detected[i] = h + 1 - self.events[i].at_hour
             if not new and self.calibrated:
@@ -204,6 +205,7 @@ class _Run:
         return {"detection_delay_h": [self.detected.get(self.events.index(e)) for e in drift_events],
                 "false_alarms": self.false_alarms, "emergency_retrains": self.emergency,
                 "drift_events": len(drift_events), "bad_candidate_promoted": self.bad_promoted,
+                "outcome_detection_delay_h": [self.detected.get(i) for i, e in enumerate(self.events) if e.outcome],
                 "champion_regressions": self.regressions,
                 "rows_lost": self.rows["landing"] - self.rows["accepted"] - self.rows["quarantined"],
                 "rows": dict(self.rows), "promotions": len(self.promotions),
