@@ -14,7 +14,10 @@ Figures (the JSON's ``metrics``):
 * ``wall_s`` — the whole run; ``cpu_s`` — the CPU seconds this process used for it (a figure that a
   machine shared with other work does not inflate, as it does ``wall_s``);
 * ``fallback_episodes`` / ``challenger_episodes`` — production episodes the policy client answered
-  with the rule engine / routed to the challenger.
+  with the rule engine / routed to the challenger;
+* ``outcome_detection_delay_h`` — per outcome event, as ``detection_delay_h`` (outcome drift);
+* ``recovery_h``, ``mean_regret_share``, ``mean_regret`` — the served policy against the oracle and
+  the rule engine on the same live episodes (:mod:`rlops.pipeline_steps.orchestration.regret`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ class _Run:
         self.false_alarms = self.emergency = self.regressions = 0
         self.bad_promoted = False
         self.promotions: list[dict[str, Any]] = []
+        from rlops.pipeline_steps.orchestration.regret import RegretMeter
+        self.regret = RegretMeter()
 
     # ---------------------------------------------------------------- production traffic
     def traffic(self, h: int, q: int) -> Any:
@@ -81,6 +86,7 @@ class _Run:
                                          policy_version=version, source="live", start_ts=start,
                                          test_group="challenger" if group == "challenger" else "control",
                                          episode_prefix=f"{prefix}-{group}"))
+            self.regret.add(pack, seed, n, scored_with)  # the oracle and the rules on these episodes
         df = pd.concat([f for f in frames if len(f)], ignore_index=True)
         self.tracer.clock = start + timedelta(seconds=1)
         for rec in json.loads(df.to_json(orient="records")):
@@ -158,6 +164,7 @@ class _Run:
         hour.episodes = int(df["episode_id"].nunique())
         hour.fallbacks = int(df.groupby("episode_id")["fallback"].any().sum()) if "fallback" in df else 0
         hour.challenger_episodes = int(df.loc[df["test_group"] == "challenger", "episode_id"].nunique())
+        self.regret.close(hour)
         self.hours.append(hour)
         self.check_regression(hour)
         conf = {**self.conf, "run_key": hour_key(self.t0, h)}
@@ -202,7 +209,9 @@ class _Run:
                      f"({time.monotonic() - t:.0f}s, cpu {time.process_time() - cpu:.0f}s)")
         self.client.close()
         drift_events = [e for e in self.events if e.drift]
-        return {"detection_delay_h": [self.detected.get(self.events.index(e)) for e in drift_events],
+        from rlops.pipeline_steps.orchestration.regret import regret_metrics
+        regret = regret_metrics(self.hours, self.events, self.promotions[0]["hour"] if self.promotions else None)
+        return {**regret,"detection_delay_h": [self.detected.get(self.events.index(e)) for e in drift_events],
                 "false_alarms": self.false_alarms, "emergency_retrains": self.emergency,
                 "drift_events": len(drift_events), "bad_candidate_promoted": self.bad_promoted,
                 "outcome_detection_delay_h": [self.detected.get(i) for i, e in enumerate(self.events) if e.outcome],

@@ -82,6 +82,10 @@ class Hour:
     events: list[str] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
     champion: str | None = None
+    oracle_return: float | None = None  # the oracle / rule engine on the same live episodes (regret.py)
+    rules_return: float | None = None
+    regret: float | None = None
+    regret_share: float | None = None
 
 
 def simulation_params(base: dict[str, Any], root: Path, cfg: TimelineConfig) -> dict[str, Any]:
