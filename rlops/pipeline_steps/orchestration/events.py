@@ -22,6 +22,7 @@
       - at_hour: 34
         kind: reward_fn           # the business scores with another reward function version
         version: v2
+        module: changes/reward_v2.py   # optional: a module (inside the pack) the production world adds
       - at_hour: 40
         kind: bad_candidate       # a deliberately worse policy is offered for promotion
 
@@ -39,6 +40,7 @@ Bernoulli ``p``) and each action effect that sets it. ``bad_candidate`` is a pro
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +52,7 @@ OUTCOME_KINDS = ("outcome", "reward_fn")
 KINDS = DRIFT_KINDS + OUTCOME_KINDS + ("bad_candidate",)
 _KEYS = {"population": {"init"}, "latency": {"action", "factor"}, "error_rate": {"api", "rate"},
          "outcome": {"field", "factor"}, "reward_fn": {"version"}, "bad_candidate": set()}
-_OPTIONAL = {"outcome": {"when", "expr", "factor"}}
+_OPTIONAL = {"outcome": {"when", "expr", "factor"}, "reward_fn": {"module"}}
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,9 @@ class Event:
 
     @property
     def changes_world(self) -> bool:
-        """Whether the production stand-in's scenario document differs once this event is in force."""
-        return self.kind in DRIFT_KINDS or self.kind == "outcome"
+        """Whether the production stand-in differs once this event is in force (its scenario document,
+        or the reward modules it holds)."""
+        return self.kind in DRIFT_KINDS or self.kind == "outcome" or (self.kind == "reward_fn" and "module" in self.args)
 
     def label(self) -> str:
         detail = ", ".join(f"{k}={v}" for k, v in self.args.items() if k != "init") or \
@@ -101,11 +104,14 @@ def parse_events(doc: Any, where: str = "events") -> list[Event]:
         args = {k: v for k, v in raw.items() if k not in ("at_hour", "kind")}
         if kind == "outcome":
             _check_outcome(at, args)
-        elif set(args) != _KEYS[kind]:
+        elif not (_KEYS[kind] <= set(args) <= _KEYS[kind] | _OPTIONAL.get(kind, set())):
             raise UserError(f"{at}: a {kind} event takes {sorted(_KEYS[kind]) or 'no other keys'}, got {sorted(args)}")
-        if kind == "reward_fn" and not (isinstance(args["version"], str) and args["version"].strip()):
-            raise UserError(f"{at}: version {args['version']!r}: expected a reward function label of the pack "
-                            "(reward_<label>.py), e.g. v2")
+        if kind == "reward_fn" and not (isinstance(args["version"], str) and re.fullmatch(r"v\w+", args["version"])):
+            raise UserError(f"{at}: version {args['version']!r}: expected a reward function label such as v2 "
+                            "(reward_<label>.py of the pack, or of the event's module)")
+        if kind == "reward_fn" and "module" in args and not (isinstance(args["module"], str) and
+                                                             args["module"].endswith(".py")):
+            raise UserError(f"{at}: module {args['module']!r}: expected a reward module path (.py) inside the pack")
         if kind == "latency" and not (isinstance(args["factor"], (int, float)) and args["factor"] > 0):
             raise UserError(f"{at}: factor {args['factor']!r}: expected a number > 0")
         if kind == "error_rate" and not (isinstance(args["rate"], (int, float)) and 0 <= args["rate"] <= 1):
@@ -150,45 +156,29 @@ def in_force(events: list[Event], hour: float) -> list[Event]:
     return [e for e in events if e.at_hour <= hour]
 
 
+def reward_modules(events: list[Event]) -> dict[str, str]:
+    """``{reward_<label>.py: module path inside the pack}`` the production world adds for ``events``."""
+    return {f"reward_{e.args['version']}.py": str(e.args["module"]) for e in events
+            if e.kind == "reward_fn" and "module" in e.args}
+
+
 def reward_version(events: list[Event], default: str) -> str:
     """The reward function the business scores production with once ``events`` are in force."""
     versions = [e.args["version"] for e in sorted(events, key=lambda e: e.at_hour) if e.kind == "reward_fn"]
     return str(versions[-1]) if versions else default
 
 
-def _rewrite(source: Any, e: Event, bounded: bool) -> str:
-    """The expression of a field after the outcome event ``e``: replaced, or scaled (where ``when``)."""
-    if "expr" in e.args:
-        return str(e.args["expr"])
-    base = f"({' '.join(str(source).split())})"
-    factor = float(e.args["factor"])
-    scale = (f"(1 + {factor - 1.0!r} * ({e.args['when']}))" if e.args.get("when") else repr(factor))
-    scaled = f"{base} * {scale}"
-    return f"min(1.0, {scaled})" if bounded else scaled
-
-
 def _apply_outcome(out: dict[str, Any], e: Event) -> None:
-    path = e.args["field"]
-    node: Any = out["state"]
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise UserError(f"event {e.label()}: no state field {path!r} in the scenario")
-        node = node[part]
-    bounded = node.get("max") == 1
-    hits = 0
-    init = node.get("init")
-    if isinstance(init, dict) and "expr" in init:
-        init["expr"], hits = _rewrite(init["expr"], e, bounded), hits + 1
-    elif isinstance(init, dict) and init.get("dist") == "bernoulli":
-        init["p"], hits = _rewrite(init["p"], e, True), hits + 1
-    for action in out["actions"]:
-        for eff in action.get("effects") or []:
-            sets = eff.get("set") if isinstance(eff, dict) else None
-            if isinstance(sets, dict) and path in sets:
-                sets[path], hits = _rewrite(sets[path], e, bounded), hits + 1
-    if not hits:
-        raise UserError(f"event {e.label()}: field {path!r} has no expression to change (neither an init expr, "
-                        "a bernoulli p, nor an action effect that sets it)")
+    from rlops.sandbox.outcome_params import OutcomeFieldError, rewrite_field, scaled
+
+    def rewrite(source: Any, bounded: bool) -> str:
+        if "expr" in e.args:
+            return str(e.args["expr"])
+        return scaled(source, float(e.args["factor"]), e.args.get("when"), bounded)
+    try:
+        rewrite_field(out, e.args["field"], rewrite)
+    except OutcomeFieldError as exc:
+        raise UserError(f"event {e.label()}: {exc}") from None
 
 
 def production_doc(doc: dict[str, Any], events: list[Event], live: str = "live") -> dict[str, Any]:
@@ -229,7 +219,7 @@ DEFAULT_EVENTS_48H: dict[str, Any] = {"events": [
     {"at_hour": 20, "kind": "latency", "action": "fetch_credit_report", "factor": 3},
     {"at_hour": 24, "kind": "outcome", "field": "hidden.default_prob", "factor": 2.5, "when": "user_profile.age >= 60"},
     {"at_hour": 30, "kind": "error_rate", "api": "credit_bureau", "rate": 0.25},
-    {"at_hour": 34, "kind": "reward_fn", "version": "v2"},
+    {"at_hour": 34, "kind": "reward_fn", "version": "v2", "module": "changes/reward_v2.py"},
     {"at_hour": 40, "kind": "bad_candidate"},
 ]}
 

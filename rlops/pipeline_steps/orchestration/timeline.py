@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Iterator
 from unittest import mock
 
-from rlops.pipeline_steps.orchestration.events import Event, production_doc
+from rlops.pipeline_steps.orchestration.events import Event, production_doc, reward_modules
 from rlops.pipeline_steps.infra import tags as T
 
 
@@ -138,6 +138,8 @@ class ProductionWorld:
             if folder.exists():
                 shutil.rmtree(folder)
             shutil.copytree(self.pack_dir, folder)
+            for name, module in reward_modules([all_events[i] for i in key]).items():  # the business's new reward
+                shutil.copyfile(self.pack_dir / module, folder / name)
             doc = production_doc(self.doc, [all_events[i] for i in key])
             (folder / "scenario.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
             self._cache[key] = load_pack(folder, check_liveness=False)

@@ -28,7 +28,9 @@ def worlds(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
           "when": "user_profile.age >= 60"}]))
     shutil.copytree(PACK, root / "prod")
     (root / "prod" / "scenario.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    return load_pack(PACK), load_pack(root / "prod", check_liveness=False)
+    shutil.copytree(PACK, root / "rule")  # the business's reward_v2 in force (the rule-change event)
+    shutil.copyfile(PACK / "changes" / "reward_v2.py", root / "rule" / "reward_v2.py")
+    return load_pack(PACK), load_pack(root / "prod", check_liveness=False), load_pack(root / "rule")
 
 
 def rows(pack, seed: int, n: int, reward: str = "v1"):  # type: ignore[no-untyped-def]
@@ -46,7 +48,7 @@ def test_welch_and_effect_by_hand() -> None:
 
 
 def test_a_fresh_draw_of_the_calibrated_world_raises_nothing(worlds) -> None:  # type: ignore[no-untyped-def]
-    sandbox_pack, _ = worlds
+    sandbox_pack, _, _ = worlds
     baseline = rows(sandbox_pack, 0, 2000)
     for seed in (10_000, 20_000, 30_000):
         rep = outcome_drift(sandbox_pack, baseline, rows(sandbox_pack, seed, 1000), OutcomeConfig(), SEGMENTS)
@@ -55,7 +57,7 @@ def test_a_fresh_draw_of_the_calibrated_world_raises_nothing(worlds) -> None:  #
 
 
 def test_a_concept_change_is_raised_within_the_hour(worlds) -> None:  # type: ignore[no-untyped-def]
-    sandbox_pack, prod = worlds
+    sandbox_pack, prod, _ = worlds
     baseline = rows(sandbox_pack, 0, 2000)
     rep = outcome_drift(sandbox_pack, baseline, rows(prod, 10_000, 1000), OutcomeConfig(), SEGMENTS)
     assert rep.drifted, rep.summary
@@ -67,15 +69,15 @@ def test_a_concept_change_is_raised_within_the_hour(worlds) -> None:  # type: ig
 
 
 def test_a_rule_change_is_raised(worlds) -> None:  # type: ignore[no-untyped-def]
-    sandbox_pack, _ = worlds
+    sandbox_pack, _, _ = worlds
     baseline = rows(sandbox_pack, 0, 2000)
-    rep = outcome_drift(sandbox_pack, baseline, rows(sandbox_pack, 10_000, 1000, reward="v2"), OutcomeConfig(),
-                        SEGMENTS)
+    rule = worlds[2]
+    rep = outcome_drift(sandbox_pack, baseline, rows(rule, 10_000, 1000, reward="v2"), OutcomeConfig(), SEGMENTS)
     assert rep.drifted, rep.summary
 
 
 def test_thin_traffic_is_reported_not_tested(worlds) -> None:  # type: ignore[no-untyped-def]
-    sandbox_pack, _ = worlds
+    sandbox_pack, _, _ = worlds
     rep = outcome_drift(sandbox_pack, rows(sandbox_pack, 0, 300), rows(sandbox_pack, 5, 20), OutcomeConfig())
     assert not rep.drifted and rep.reason and "no (action, segment) cell" in rep.reason
     with pytest.raises(ValueError, match="outcome_alpha"):
@@ -94,7 +96,7 @@ def test_the_drift_check_raises_outcome_drift_after_a_quiet_calibrated_hour(worl
     from rlops.pipeline_steps.drift.check import comparable_rows, drift_check, window_uri
     from rlops.pipeline_steps.infra.context import StepContext
     torch.set_num_threads(1)
-    sandbox_pack, prod = worlds
+    sandbox_pack, prod, _ = worlds
 
     def hour(key: str, pack, seed: int):  # type: ignore[no-untyped-def]
         ctx = StepContext.create("credit_approval", key, overrides={"recalibrate": {"check_samples": 5000}})
@@ -122,3 +124,52 @@ def test_the_drift_check_raises_outcome_drift_after_a_quiet_calibrated_hour(worl
     again = drift_check(ctx, episodes=2000)
     if again["outcome_drift"] and not set(again["outcome_drifted_cells"]) - set(raised["outcome_drifted_cells"]):
         assert not again["outcome_onset"] and not again["retrain"]
+
+
+def test_recovery_fits_the_changed_dynamics_and_only_into_the_calibration(worlds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Maximum likelihood finds the older applicants' higher default rate (and nothing in an
+    unchanged world); the calibrated sandbox then predicts the live outcomes again, while the pack's
+    files stay as they were."""
+    from rlops.pipeline_steps.drift.outcome_fit import _loglik, fit_factors, fit_outcomes
+    from rlops.sandbox.pack import load_pack
+    # the likelihood by hand: one event at p = 0.5 doubled to 1 (capped just below) is certain
+    assert _loglik(np.array([1.0]), np.array([0.5]), np.array([1.0]))[0] == pytest.approx(np.log(0.5))
+    rng = np.random.default_rng(0)
+    p = np.full(4000, 0.2)
+    seg = np.arange(4000) < 1000
+    y = (rng.random(4000) < np.where(seg, 0.5, 0.2)).astype(float)
+    got = fit_factors(y, p, {"a": seg, "b": ~seg})
+    assert [g["when"] for g in got] == ["a"] and got[0]["factor"] == pytest.approx(2.5, rel=0.08)
+    sandbox_pack, prod, _ = worlds
+    before = (PACK / "scenario.yaml").read_text()
+    assert fit_outcomes(sandbox_pack, rows(sandbox_pack, 7_000, 2000)) == {}
+    fitted = fit_outcomes(sandbox_pack, rows(prod, 7_000, 2000))
+    (factor,) = fitted["hidden.default_prob"][:1]
+    assert "user_profile.age >" in factor["when"] and 1.8 < factor["factor"] < 3.2 and factor["p_value"] < 1e-6
+    assert (PACK / "scenario.yaml").read_text() == before
+    calibrated = load_pack(PACK, calibration={"outcomes": fitted}, check_liveness=False)
+    baseline = rows(calibrated, 0, 2000)
+    rep = outcome_drift(calibrated, baseline, rows(prod, 10_000, 1000), OutcomeConfig(), SEGMENTS)
+    older = next(c for c in rep.cells if c.action == "send_notification" and c.segment == "older")
+    assert abs(older.effect) < 0.25, rep.summary  # was d ≈ −0.5 against the uncalibrated sandbox
+
+
+@pytest.mark.parametrize("fit, message", [
+    ({"outcome": "loan_outcome", "by": ["user_profile.age"], "colour": 1}, "unknown key 'colour'"),
+    ({"outcome": "loan_outcome"}, "non-empty list of observed field paths"),
+    ({"outcome": "loan_outcome", "by": ["user_profile.age"], "event_when": "sometimes"}, "'negative' or 'positive'"),
+])
+def test_a_bad_fit_declaration_is_a_clear_pack_error(tmp_path: Path, fit: dict, message: str) -> None:
+    from rlops.sandbox.errors import PackError
+    from rlops.sandbox.pack import load_pack
+    shutil.copytree(PACK, tmp_path / "pack")
+    doc = yaml.safe_load((PACK / "scenario.yaml").read_text())
+    doc["state"]["hidden"]["default_prob"]["fit"] = fit
+    (tmp_path / "pack" / "scenario.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(PackError, match=message):
+        load_pack(tmp_path / "pack", check_liveness=False)
+    doc["state"]["hidden"]["default_prob"].pop("fit")
+    doc["state"]["user_profile"]["age"]["fit"] = {"outcome": "loan_outcome", "by": ["user_profile.age"]}
+    (tmp_path / "pack" / "scenario.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(PackError, match="only a hidden"):
+        load_pack(tmp_path / "pack", check_liveness=False)

@@ -34,6 +34,7 @@ def test_the_standard_events_parse_and_scale() -> None:
      "either factor"),
     ({"events": [{"at_hour": 1, "kind": "outcome", "field": "hidden.default_prob", "factor": -1}]}, ">= 0"),
     ({"events": [{"at_hour": 1, "kind": "reward_fn", "version": ""}]}, "reward function label"),
+    ({"events": [{"at_hour": 1, "kind": "reward_fn", "version": "v2", "when": "x"}]}, "takes \\['version'\\]"),
 ])
 def test_bad_events_are_clear_errors(doc: dict, message: str) -> None:
     with pytest.raises(UserError, match=message):
@@ -109,12 +110,20 @@ def test_an_outcome_event_rewrites_every_expression_of_the_hidden_field(tmp_path
                                            "factor": 2}]))
 
 
-def test_a_rule_change_moves_the_production_reward_version() -> None:
-    from rlops.pipeline_steps.orchestration.events import reward_version
+def test_a_rule_change_moves_the_production_reward_version(tmp_path: Path) -> None:
+    from rlops.pipeline_steps.orchestration.events import reward_modules, reward_version
+    from rlops.pipeline_steps.orchestration.timeline import ProductionWorld
+    from rlops.sandbox.pack import load_pack
     events = parse_events(DEFAULT_EVENTS_48H)
     assert reward_version(in_force(events, 33.9), "v1") == "v1"
     assert reward_version(in_force(events, 34), "v1") == "v2"
-    # the business's new reward function is a reward function of the pack
-    from rlops.sandbox.pack import load_pack
-    pack = load_pack(REPO_ROOT / "scenarios" / "credit_approval")
-    assert "v2" in pack.reward_fns and pack.reward_fn("v2").label == "v2"
+    assert reward_modules(in_force(events, 34)) == {"reward_v2.py": "changes/reward_v2.py"}
+    # the business's new reward function reaches the production world only, not the pack
+    pack_dir = REPO_ROOT / "scenarios" / "credit_approval"
+    assert "v2" not in load_pack(pack_dir).reward_fns
+    world = ProductionWorld(pack_dir, tmp_path)
+    assert "v2" not in world.pack(in_force(events, 33), events).reward_fns
+    prod = world.pack(in_force(events, 34), events)
+    assert prod.reward_fn("v2").label == "v2" and "v1" in prod.reward_fns
+    with pytest.raises(UserError, match="reward module path"):
+        parse_events([{"at_hour": 0, "kind": "reward_fn", "version": "v2", "module": "x.txt"}])

@@ -1,5 +1,9 @@
 """Credit approval reward, v2: the risk committee's revised loss given default (RISK_v1.4_5.2): a
-default now costs 4 margins instead of 2.5. Everything else as in reward_v1."""
+default now costs 4 margins instead of 2.5. Everything else as in reward_v1.
+
+Not a reward function of the pack yet (it lives under ``changes/``): the standard timeline events
+let the production world score with it from hour 34 (``kind: reward_fn, module:``), the rule
+change the business makes without telling the loop."""
 
 import torch
 
