@@ -1,16 +1,21 @@
-"""Benchmark: the loop over 48 simulated hours (credit pack) with the four standard events —
-the applicant population ages at hour 10, the credit bureau's latency triples at hour 20, its
-error rate jumps at hour 30, a deliberately worse candidate is offered at hour 40 — running the
-pack's DAG definitions (``dags/``, ``<dag>__credit_approval``) through ``dag.test()`` at each due
-interval, plus the runs they trigger (:mod:`rlops.pipeline_steps.orchestration.simulate`).
+"""Benchmark: the loop over 48 simulated hours (credit pack) with the six standard events —
+the applicant population ages at hour 10, the credit bureau's latency triples at hour 20, applicants
+aged 60 and over start defaulting 2.5 times as often at hour 24 (an outcome event), the bureau's
+error rate jumps at hour 30, the business scores with reward_v2 from hour 34 (a rule change), a
+deliberately worse candidate is offered at hour 40 — running the pack's DAG definitions (``dags/``,
+``<dag>__credit_approval``) through ``dag.test()`` at each due interval, plus the runs they trigger
+(:mod:`rlops.pipeline_steps.orchestration.simulate`).
 
 Prints the hour table, the load average at the start and the end, and as the LAST line one JSON
 object: ``detection_delay_h``, ``false_alarms``, ``emergency_retrains``, ``bad_candidate_promoted``,
-``champion_regressions``, ``rows_lost``, ``promotions``, ``rollbacks``, ``stages_advanced``,
-``ab_gates_run`` (bar: > 0), ``promotion_to_agent_s`` (the longest simulated time from an alias
-move to the policy client serving it; bar: <= 60 s), ``retrains_skipped``, ``dag_runs``, ``wall_s``
-(bar: < 30 min on 2 cores), ``cpu_s`` (the process's CPU seconds: on a shared machine ``wall_s``
-grows with the load, this does not), the policy client's ``fallback_episodes`` and
+``champion_regressions``, ``rows_lost``, per event ``events.<label>.detection_delay_h`` and
+``recovery_h`` (hours from onset until the live return is back to ≥ 95 % of the oracle's on the
+same episodes; bar ≤ 6 h after outcomes arrive), ``mean_regret_share`` ((oracle − served) /
+(oracle − rules) averaged over the hours after the first promotion; bar ≤ 0.10), ``promotions``,
+``rollbacks``, ``stages_advanced``, ``ab_gates_run`` (bar: > 0), ``promotion_to_agent_s`` (the longest
+simulated time from an alias move to the policy client serving it; bar: <= 60 s), ``retrains_skipped``,
+``dag_runs``, ``wall_s`` (bar: < 30 min on 2 cores), ``cpu_s`` (the process's CPU seconds: on a shared
+machine ``wall_s`` grows with the load, this does not), the policy client's ``fallback_episodes`` and
 ``challenger_episodes``, the PNG path.
 
     python bench/loop_days.py [--hours 48] [--events FILE] [--workdir DIR]
@@ -35,7 +40,7 @@ from rlops.pipeline_steps.orchestration.timeline_report import table  # noqa: E4
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hours", type=int, default=48)
-    ap.add_argument("--events", default=None, help="events YAML (default: the four standard events)")
+    ap.add_argument("--events", default=None, help="events YAML (default: the six standard events)")
     ap.add_argument("--episodes-per-tick", type=int, default=TimelineConfig.episodes_per_tick)
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
@@ -48,6 +53,15 @@ def main() -> None:
     m = res["metrics"]
     out = {k: m[k] for k in ("detection_delay_h", "false_alarms", "emergency_retrains", "drift_events",
                              "bad_candidate_promoted", "champion_regressions", "rows_lost", "wall_s", "cpu_s")}
+    drift_events = [e for e in events if e.drift]
+    outcome_events = [e for e in events if e.outcome]
+    delays = dict(zip([e.label() for e in drift_events], m["detection_delay_h"]))
+    delays.update(zip([e.label() for e in outcome_events], m.get("outcome_detection_delay_h") or []))
+    recovery = m.get("recovery_h") or {}
+    out["events"] = {e.label(): {"detection_delay_h": delays.get(e.label()), "recovery_h": recovery.get(e.label())}
+                     for e in drift_events + outcome_events}
+    out.update(mean_regret_share=m.get("mean_regret_share"), mean_regret=m.get("mean_regret"),
+               regret_share_bar=0.10, recovery_bar_h=6)
     out.update(hours=args.hours, promotions=m["promotions"], rollbacks=m["rolled_back"],
                stages_advanced=m["stage_moves"], ab_gates_run=m["ab_gates_run"],
                promotion_to_agent_s=m["promotion_to_agent_s"], retrains_skipped=m["retrains_skipped"],

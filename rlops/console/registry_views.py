@@ -156,7 +156,9 @@ def drift(data: ProjectData, scenario: str, last: int = 12) -> dict[str, Any]:
     """Per-field drift effect and p-value of the last ``last`` drift runs, and each calibration."""
     cfg = data.section(scenario, "drift")
     threshold, min_effect = float(cfg.get("threshold", 0.01)), float(cfg.get("min_effect", 0.0))
-    runs = data.runs(scenario, T.STEP, T.DRIFT)[-last:]
+    every = data.runs(scenario, T.STEP, T.DRIFT)
+    outcome_runs = [r for r in every if "outcome.drifted" in r["metrics"]][-last:]  # drift/outcomes.py
+    runs = [r for r in every if "outcome.drifted" not in r["metrics"]][-last:]
     fields = sorted({k.split("/", 1)[1] for r in runs for k in r["metrics"] if k.startswith("drift_effect/")})
     table = []
     for f in fields:
@@ -171,9 +173,13 @@ def drift(data: ProjectData, scenario: str, last: int = 12) -> dict[str, Any]:
     for cal in reversed(data.calibrations(scenario)):
         checks = [{"path": p, **c} for p, c in sorted((cal.get("check") or {}).items())]
         calibrations.append({"version": cal.get("version"), "created": cal.get("created"), "checks": checks,
-                             "run": cal_runs.get(cal.get("version")), "skipped": _not_fitted(cal)})
+                             "run": cal_runs.get(cal.get("version")), "skipped": _not_fitted(cal),
+                             "outcomes": [{"field": f, **x} for f, xs in (cal.get("outcomes") or {}).items() for x in xs]})
+    outcomes = [{"when": when(r["start_ms"]), "run_id": r["run_id"], "drifted": r["metrics"].get("outcome.drifted") == 1,
+                 "onset": r["metrics"].get("outcome.onset") == 1, "min_p": r["metrics"].get("outcome.min_p"),
+                 "max_effect": r["metrics"].get("outcome.max_abs_effect")} for r in outcome_runs]
     return {"runs": [{**r, "when": when(r["start_ms"])} for r in runs], "table": table, "threshold": threshold,
-            "min_effect": min_effect, "calibrations": calibrations}
+            "min_effect": min_effect, "calibrations": calibrations, "outcomes": outcomes}
 
 
 def _not_fitted(cal: dict[str, Any]) -> list[tuple[str, str]]:

@@ -139,7 +139,9 @@ def apply_calibration(doc: dict[str, Any], calibration: dict[str, Any]) -> dict[
     without segments, the fitted field distributions as one shift of probability 1) become that
     profile's population, so every other profile (above all the production stand-in ``live``)
     keeps its declared initial distributions and shifts, and applying the same calibration twice
-    gives the same scenario."""
+    gives the same scenario. ``outcomes: {path: [{factor, when}]}`` — factors of a fittable hidden
+    probability fitted from live outcomes — rewrite that field's expressions in the calibrated
+    scenario (the pack's files are never edited)."""
     import copy
 
     from rlops.sandbox.profiles import CALIBRATED
@@ -158,6 +160,12 @@ def apply_calibration(doc: dict[str, Any], calibration: dict[str, Any]) -> dict[
             profiles[CALIBRATED] = {k: copy.deepcopy(v) for k, v in base.items() if k != "population"}
         segments = calibration.get("population") or [{"name": "fitted", "probability": 1.0, "init": fields}]
         profiles[CALIBRATED]["population"] = copy.deepcopy(segments)
+    if calibration.get("outcomes"):  # fitted factors of the hidden dynamics (rlops.sandbox.outcome_params)
+        from rlops.sandbox.outcome_params import OutcomeFieldError, apply_outcome_factors
+        try:
+            out = apply_outcome_factors(out, calibration["outcomes"])
+        except OutcomeFieldError as exc:
+            raise PackError("calibration", None, "outcomes", str(exc)) from None
     return out
 
 

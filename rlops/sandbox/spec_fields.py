@@ -73,7 +73,7 @@ def _kind(v: Any) -> str:
     return type(v).__name__
 
 
-_FIELD_KEYS = {"type", "min", "max", "unit", "values", "init", "observed", "visible_when", "description"}
+_FIELD_KEYS = {"type", "min", "max", "unit", "values", "init", "observed", "visible_when", "description", "fit"}
 
 
 def _parse_init(c: _Ctx, node: Any, parent: Any, key: Any, path: str) -> InitSpec:
@@ -133,9 +133,31 @@ def _parse_field(c: _Ctx, node: dict[Any, Any], parent: dict[Any, Any], path: st
     observed = node.get("observed", True)
     if not isinstance(observed, bool):
         raise c.err(node, "observed", path, f"type mismatch: 'observed' expects a bool, got {_kind(observed)}")
+    if "fit" in node:
+        _check_fit(c, node, path, t, hi, observed)
     return FieldSpec(path=path, type=t, min=lo, max=hi, unit=node.get("unit"), values=values, init=init,
                      observed=observed, visible_when=node.get("visible_when"),
                      description=str(node.get("description", "")), line=_line(parent, path.rsplit(".", 1)[-1]))
+
+
+def _check_fit(c: _Ctx, node: LDict, path: str, t: str, hi: float | None, observed: bool) -> None:
+    """``fit: {outcome, event_when, by}`` — a fittable hidden probability (rlops.sandbox.outcome_params)."""
+    from rlops.sandbox.outcome_params import FIT_KEYS
+    fit = c.mapping(node["fit"], node, "fit", f"{path}.fit")
+    c.check_keys(fit, FIT_KEYS, f"{path}.fit")
+    if t != "float" or hi != 1 or observed:
+        raise c.err(node, "fit", f"{path}.fit", "only a hidden (observed: false) float probability field with "
+                                                "max: 1 can be fitted from outcomes")
+    if not isinstance(fit.get("outcome"), str):
+        raise c.err(fit, "outcome" if "outcome" in fit else None, f"{path}.fit.outcome",
+                    "expected the name of the reward component whose score reveals the outcome on a live row")
+    if fit.get("event_when", "negative") not in ("negative", "positive"):
+        raise c.err(fit, "event_when", f"{path}.fit.event_when", "expected 'negative' or 'positive' (the sign of "
+                                                                  "the component's score when the event happened)")
+    by = fit.get("by")
+    if not isinstance(by, list) or not by or not all(isinstance(b, str) for b in by):
+        raise c.err(fit, "by" if "by" in fit else None, f"{path}.fit.by",
+                    "expected a non-empty list of observed field paths (one factor per quarter or value of each)")
 
 
 def _is_num(v: Any) -> bool:

@@ -57,6 +57,7 @@ def test_reward_diff_shows_the_cap_fix(client: Any) -> None:
 def test_drift_and_calibration(client: Any) -> None:
     page = client.get(f"/s/{S}/drift").text
     assert "user_profile.age" in page and 'class="drifted"' in page and "closer to live" in page
+    assert "Outcome drift" in page  # the calibration test of live rewards, one row per drift check
 
 
 @pytest.mark.parametrize("url", [

@@ -64,6 +64,7 @@ class RecalConfig:
     worse_tolerance: float = 0.01  # a fit whose distance to live grows by more is refused
     max_components: int = 3  # population segments a calibration may fit (1: one distribution per field)
     min_component_weight: float = 0.05  # a smaller mixture component is not a segment
+    fit_outcomes: bool = True  # fit the pack's fittable hidden probabilities (`fit:`) from live outcomes
 
     @classmethod
     def from_section(cls, cfg: dict[str, Any]) -> "RecalConfig":
@@ -312,6 +313,11 @@ def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, 
     cal = fit_calibration(written, df, cfg)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     cal.update(version=ctx.run_key, scenario=ctx.scenario, created=now, traces_uri=uri)
+    if cfg.fit_outcomes:  # fittable hidden dynamics (scenario `fit:`), from the same live rows
+        from rlops.pipeline_steps.drift.outcome_fit import fit_outcomes
+        outcomes = fit_outcomes(current, df)
+        if outcomes:
+            cal["outcomes"] = outcomes
     after = load_pack(ctx.pack_dir, calibration=cal, check_liveness=False)
     cal["check"] = check_calibration(current, active_profile(current), after, df, list(cal["fields"]),
                                      cfg.check_samples, cfg.seed)

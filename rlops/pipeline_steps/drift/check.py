@@ -13,8 +13,9 @@ the pack, its calibration, the champion version, the reward function and the bud
 whose inputs are those of an earlier one reads that baseline back instead of rolling it again
 (``sandbox_traces/<scenario>/by_inputs/<digest>.parquet``). On top
 of it, a champion metric anomaly is flagged when the live mean episode return falls below the
-sandbox's by more than ``drift.anomaly_drop`` (and three standard errors). Either one asks for an
-emergency retrain.
+sandbox's by more than ``drift.anomaly_drop`` (and three standard errors), and outcome drift
+(:mod:`rlops.pipeline_steps.drift.outcomes`: live rewards against the sandbox's prediction for the
+same states) is tested on the same two samples. Any one asks for an emergency retrain.
 """
 
 from __future__ import annotations
@@ -130,10 +131,14 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
     drop = float(r_base.mean() - r_live.mean()) if len(r_live) and len(r_base) else 0.0
     anomaly = drop > max(float(cfg.get("anomaly_drop", 0.1)), 3 * se)
     drifted = list(result.drifted_fields) if result else []
+    from rlops.pipeline_steps.drift.outcomes import outcome_drift_step
+    outcome = outcome_drift_step(ctx, pack, baseline_df, live)
     return {**base, "baseline_uri": baseline, "policy_version": version, "profile": profile,
             "calibration": (pack.calibration or {}).get("version"), "drifted_fields": drifted,
             "report_uri": result.report_uri if result else None, "html_uri": result.html_uri if result else None,
             "summary": result.summary if result else "dry run: no report written",
             "live_mean_return": round(float(r_live.mean()), 4) if len(r_live) else None,
             "sandbox_mean_return": round(float(r_base.mean()), 4), "anomaly": bool(anomaly),
-            "retrain": bool(drifted) or bool(anomaly)}
+            "outcome_drift": outcome.drifted, "outcome_onset": outcome.onset,
+            "outcome_drifted_cells": outcome.drifted_cells, "outcome_summary": outcome.summary,
+            "retrain": bool(drifted) or bool(anomaly) or outcome.onset}

@@ -14,18 +14,33 @@
         kind: error_rate          # an API's error rate is set
         api: credit_bureau
         rate: 0.25
+      - at_hour: 24
+        kind: outcome             # the hidden dynamics change: what the sandbox cannot observe
+        field: hidden.default_prob
+        factor: 2.5               # × 2.5 (capped at 1) …
+        when: "user_profile.age >= 60"   # … for these applicants (optional: everyone)
+      - at_hour: 34
+        kind: reward_fn           # the business scores with another reward function version
+        version: v2
+        module: changes/reward_v2.py   # optional: a module (inside the pack) the production world adds
       - at_hour: 40
         kind: bad_candidate       # a deliberately worse policy is offered for promotion
 
 Events change only the *production stand-in* (a copy of the pack whose ``live`` profile they
 edit), never the pack or the calibrated sandbox; an event stays in force from ``at_hour`` on.
-``population``, ``latency`` and ``error_rate`` are drift events (the timeline measures the delay
-to the alarm); ``bad_candidate`` is a promotion event.
+``population``, ``latency`` and ``error_rate`` are input drift events (the timeline measures the
+delay to the alarm); ``outcome`` and ``reward_fn`` are outcome events: the inputs the sandbox is
+calibrated on do not move, only what follows a decision does. An ``outcome`` event either scales a
+hidden field (``factor``, optionally only ``when`` a condition over the state holds; a
+probability-like field bounded by ``max: 1`` stays ≤ 1) or replaces its expression (``expr``);
+it rewrites every place the scenario computes that field — its ``init`` (an ``expr`` or a
+Bernoulli ``p``) and each action effect that sets it. ``bad_candidate`` is a promotion event.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,9 +48,11 @@ from typing import Any
 from rlops.common.errors import UserError
 
 DRIFT_KINDS = ("population", "latency", "error_rate")
-KINDS = DRIFT_KINDS + ("bad_candidate",)
+OUTCOME_KINDS = ("outcome", "reward_fn")
+KINDS = DRIFT_KINDS + OUTCOME_KINDS + ("bad_candidate",)
 _KEYS = {"population": {"init"}, "latency": {"action", "factor"}, "error_rate": {"api", "rate"},
-         "bad_candidate": set()}
+         "outcome": {"field", "factor"}, "reward_fn": {"version"}, "bad_candidate": set()}
+_OPTIONAL = {"outcome": {"when", "expr", "factor"}, "reward_fn": {"module"}}
 
 
 @dataclass(frozen=True)
@@ -48,7 +65,19 @@ class Event:
 
     @property
     def drift(self) -> bool:
+        """An input drift event (the calibrated sandbox can observe and reproduce it)."""
         return self.kind in DRIFT_KINDS
+
+    @property
+    def outcome(self) -> bool:
+        """An outcome event: the world's dynamics or the business's reward change, inputs do not."""
+        return self.kind in OUTCOME_KINDS
+
+    @property
+    def changes_world(self) -> bool:
+        """Whether the production stand-in differs once this event is in force (its scenario document,
+        or the reward modules it holds)."""
+        return self.kind in DRIFT_KINDS or self.kind == "outcome" or (self.kind == "reward_fn" and "module" in self.args)
 
     def label(self) -> str:
         detail = ", ".join(f"{k}={v}" for k, v in self.args.items() if k != "init") or \
@@ -73,8 +102,16 @@ def parse_events(doc: Any, where: str = "events") -> list[Event]:
         if not isinstance(hour, (int, float)) or isinstance(hour, bool) or hour < 0:
             raise UserError(f"{at}: at_hour {hour!r}: expected a number of hours >= 0 from the start")
         args = {k: v for k, v in raw.items() if k not in ("at_hour", "kind")}
-        if set(args) != _KEYS[kind]:
+        if kind == "outcome":
+            _check_outcome(at, args)
+        elif not (_KEYS[kind] <= set(args) <= _KEYS[kind] | _OPTIONAL.get(kind, set())):
             raise UserError(f"{at}: a {kind} event takes {sorted(_KEYS[kind]) or 'no other keys'}, got {sorted(args)}")
+        if kind == "reward_fn" and not (isinstance(args["version"], str) and re.fullmatch(r"v\w+", args["version"])):
+            raise UserError(f"{at}: version {args['version']!r}: expected a reward function label such as v2 "
+                            "(reward_<label>.py of the pack, or of the event's module)")
+        if kind == "reward_fn" and "module" in args and not (isinstance(args["module"], str) and
+                                                             args["module"].endswith(".py")):
+            raise UserError(f"{at}: module {args['module']!r}: expected a reward module path (.py) inside the pack")
         if kind == "latency" and not (isinstance(args["factor"], (int, float)) and args["factor"] > 0):
             raise UserError(f"{at}: factor {args['factor']!r}: expected a number > 0")
         if kind == "error_rate" and not (isinstance(args["rate"], (int, float)) and 0 <= args["rate"] <= 1):
@@ -83,6 +120,24 @@ def parse_events(doc: Any, where: str = "events") -> list[Event]:
             raise UserError(f"{at}: init: expected a mapping of field path → initial distribution")
         out.append(Event(float(hour), str(kind), args))
     return sorted(out, key=lambda e: e.at_hour)
+
+
+def _check_outcome(at: str, args: dict[str, Any]) -> None:
+    keys = set(args)
+    if "field" not in keys or not keys <= _OPTIONAL["outcome"] | {"field"} or ("factor" in keys) == ("expr" in keys):
+        raise UserError(f"{at}: an outcome event takes field and either factor (with an optional when) or expr, "
+                        f"got {sorted(keys)}")
+    if not isinstance(args["field"], str) or "." not in args["field"]:
+        raise UserError(f"{at}: field {args['field']!r}: expected a state field path such as hidden.default_prob")
+    if "factor" in args and not (isinstance(args["factor"], (int, float)) and not isinstance(args["factor"], bool)
+                                 and args["factor"] >= 0):
+        raise UserError(f"{at}: factor {args['factor']!r}: expected a number >= 0")
+    if "expr" in args and "when" in args:
+        raise UserError(f"{at}: 'when' goes with factor; an expr replaces the field's expression for everyone "
+                        "(write the condition into the expression)")
+    for k in ("when", "expr"):
+        if k in args and not (isinstance(args[k], str) and args[k].strip()):
+            raise UserError(f"{at}: {k} {args[k]!r}: expected an expression over the scenario's state")
 
 
 def load_events(path: str | Path) -> list[Event]:
@@ -101,9 +156,35 @@ def in_force(events: list[Event], hour: float) -> list[Event]:
     return [e for e in events if e.at_hour <= hour]
 
 
+def reward_modules(events: list[Event]) -> dict[str, str]:
+    """``{reward_<label>.py: module path inside the pack}`` the production world adds for ``events``."""
+    return {f"reward_{e.args['version']}.py": str(e.args["module"]) for e in events
+            if e.kind == "reward_fn" and "module" in e.args}
+
+
+def reward_version(events: list[Event], default: str) -> str:
+    """The reward function the business scores production with once ``events`` are in force."""
+    versions = [e.args["version"] for e in sorted(events, key=lambda e: e.at_hour) if e.kind == "reward_fn"]
+    return str(versions[-1]) if versions else default
+
+
+def _apply_outcome(out: dict[str, Any], e: Event) -> None:
+    from rlops.sandbox.outcome_params import OutcomeFieldError, rewrite_field, scaled
+
+    def rewrite(source: Any, bounded: bool) -> str:
+        if "expr" in e.args:
+            return str(e.args["expr"])
+        return scaled(source, float(e.args["factor"]), e.args.get("when"), bounded)
+    try:
+        rewrite_field(out, e.args["field"], rewrite)
+    except OutcomeFieldError as exc:
+        raise UserError(f"event {e.label()}: {exc}") from None
+
+
 def production_doc(doc: dict[str, Any], events: list[Event], live: str = "live") -> dict[str, Any]:
-    """The scenario document of the production world with the drift ``events`` applied to its
-    ``live`` profile (field initial distributions, action latencies, API error rates)."""
+    """The scenario document of the production world with the ``events`` applied: drift events to
+    its ``live`` profile (field initial distributions, action latencies, API error rates), outcome
+    events to the hidden dynamics (the field's expressions wherever the scenario computes it)."""
     out = copy.deepcopy(doc)
     prof = out["simulation"]["profiles"][live]
     actions = {a["name"]: a for a in out["actions"]}
@@ -128,17 +209,26 @@ def production_doc(doc: dict[str, Any], events: list[Event], live: str = "live")
             if e.args["api"] not in prof.get("error_rates", {}):
                 raise UserError(f"event {e.label()}: no API {e.args['api']!r} in profile {live}")
             prof["error_rates"][e.args["api"]] = float(e.args["rate"])
+        elif e.kind == "outcome":
+            _apply_outcome(out, e)
     return out
 
 
 DEFAULT_EVENTS_48H: dict[str, Any] = {"events": [
     {"at_hour": 10, "kind": "population", "init": {"user_profile.age": {"dist": "normal", "mean": 58, "std": 10}}},
     {"at_hour": 20, "kind": "latency", "action": "fetch_credit_report", "factor": 3},
+    {"at_hour": 24, "kind": "outcome", "field": "hidden.default_prob", "factor": 2.5, "when": "user_profile.age >= 60"},
     {"at_hour": 30, "kind": "error_rate", "api": "credit_bureau", "rate": 0.25},
+    {"at_hour": 34, "kind": "reward_fn", "version": "v2", "module": "changes/reward_v2.py"},
     {"at_hour": 40, "kind": "bad_candidate"},
 ]}
 
 
 def scaled_events(hours: float) -> list[Event]:
-    """The four default events spread over ``hours`` as over 48 (a 12-hour run: 2.5, 5, 7.5, 10)."""
+    """The six standard events spread over ``hours`` as over 48 (a 12-hour run: 2.5, 5, 6, 7.5, 8.5, 10).
+
+    Three input drifts (an older population at 10 h, a slower credit bureau at 20 h, bureau errors at
+    30 h), an outcome change (applicants aged 60 and over default 2.5 times as often from 24 h: the
+    population event made them common), a rule change (the business scores with ``reward_v2`` from
+    34 h) and a deliberately worse candidate (40 h)."""
     return [Event(e.at_hour * hours / 48.0, e.kind, e.args) for e in parse_events(DEFAULT_EVENTS_48H)]

@@ -25,7 +25,10 @@ Figures (the JSON's ``metrics``):
 * ``rows_lost`` — landing-zone rows − accepted − quarantined;
 * ``wall_s`` — the whole run; ``cpu_s`` — the CPU seconds this process used for it;
 * ``fallback_episodes`` / ``challenger_episodes`` — production episodes the policy client answered
-  with the rule engine / routed to the challenger.
+  with the rule engine / routed to the challenger;
+* ``outcome_detection_delay_h`` — per outcome event, as ``detection_delay_h`` (outcome drift);
+* ``recovery_h``, ``mean_regret_share``, ``mean_regret`` — the served policy against the oracle and
+  the rule engine on the same live episodes (:mod:`rlops.pipeline_steps.orchestration.regret`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from rlops.pipeline_steps.orchestration.events import Event, in_force
+from rlops.pipeline_steps.orchestration.events import Event, in_force, reward_version
 from rlops.pipeline_steps.orchestration.timeline import Hour, TimelineConfig
 
 
@@ -91,6 +94,8 @@ class _Run:
                   "ab_gates_run": 0, "retrains_skipped": 0, "dag_runs": 0}
         self.bad_versions: set[str] = set()
         self.registry = self._registry_state()
+        from rlops.pipeline_steps.orchestration.regret import RegretMeter
+        self.regret = RegretMeter()
 
     # ---------------------------------------------------------------- production traffic
     def traffic(self, start: datetime) -> Any:
@@ -102,7 +107,8 @@ class _Run:
         cfg = self.cfg
         key = f"{start:%Y%m%dT%H%M}-{cfg.tick_minutes}m"
         h = (start - self.t0).total_seconds() / 3600
-        pack = self.world.pack(in_force(self.events, h), self.events)
+        now = in_force(self.events, h)
+        pack, scored_with = self.world.pack(now, self.events), reward_version(now, "v1")
         prefix = f"{cfg.scenario}-prod-{key}"
         routes = [self.client.route(f"{prefix}-{i}") for i in range(cfg.episodes_per_tick)]
         frames = []
@@ -114,9 +120,10 @@ class _Run:
             policy, version = ((client_policy(loaded.model), canonical_policy(loaded.version, cfg.scenario))
                                if loaded else (no_policy_fallback, "rules"))
             seed = int(start.timestamp()) // 60 * 1000 + (500 if group == "challenger" else 0) + cfg.seed
-            frames.append(rollout_traces(pack, policy, n, seed=seed, profile="live", reward_version="v1",
+            frames.append(rollout_traces(pack, policy, n, seed=seed, profile="live", reward_version=scored_with,
                                          policy_version=version, source="live", start_ts=start, test_group=group,
                                          episode_prefix=f"{prefix}-{group}"))
+            self.regret.add(pack, seed, n, scored_with)  # the oracle and the rules on these episodes
         df = pd.concat([f for f in frames if len(f)], ignore_index=True)
         self.tracer.clock = start + timedelta(seconds=1)
         for rec in json.loads(df.to_json(orient="records")):
@@ -201,7 +208,8 @@ class _Run:
         if not hour.alarm:
             return
         h_end = (when - self.t0).total_seconds() / 3600
-        new = [i for i, e in enumerate(self.events) if e.drift and e.at_hour < h_end and i not in self.detected]
+        new = [i for i, e in enumerate(self.events) if (e.drift or e.outcome) and e.at_hour < h_end
+               and i not in self.detected]
         for i in new:
             self.detected[i] = h_end - self.events[i].at_hour
         if not new and self.calibrated:
@@ -230,6 +238,7 @@ class _Run:
         hour.fallbacks = int(df.groupby("episode_id")["fallback"].any().sum()) if "fallback" in df else 0
         hour.challenger_episodes = int(df.loc[df["test_group"] == "challenger", "episode_id"].nunique())
         hour.champion = self.registry[0] or "rules"
+        self.regret.close(hour)  # the oracle and the rule engine on this hour's live episodes
         return hour
 
     def run(self) -> dict[str, Any]:
@@ -247,7 +256,11 @@ class _Run:
                      f"({time.monotonic() - t:.0f}s, cpu {time.process_time() - cpu:.0f}s)")
         self.client.close()
         drift_events = [e for e in self.events if e.drift]
-        return {"detection_delay_h": [self.detected.get(self.events.index(e)) for e in drift_events],
+        from rlops.pipeline_steps.orchestration.regret import regret_metrics
+        first_promotion = next((h.hour for h in self.hours if h.champion not in (None, "rules")), None)
+        return {**regret_metrics(self.hours, self.events, first_promotion),
+                "detection_delay_h": [self.detected.get(self.events.index(e)) for e in drift_events],
+                "outcome_detection_delay_h": [self.detected.get(i) for i, e in enumerate(self.events) if e.outcome],
                 "false_alarms": self.n["false_alarms"], "emergency_retrains": self.n["emergency"],
                 "drift_events": len(drift_events),
                 "bad_candidate_promoted": bool(self.bad_versions & set(champions_seen)),

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 from unittest import mock
 
-from rlops.pipeline_steps.orchestration.events import Event, production_doc
+from rlops.pipeline_steps.orchestration.events import Event, production_doc, reward_modules
 from rlops.pipeline_steps.infra import tags as T
 
 
@@ -70,6 +70,10 @@ class Hour:
     events: list[str] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
     champion: str | None = None
+    oracle_return: float | None = None  # the oracle / rule engine on the same live episodes (regret.py)
+    rules_return: float | None = None
+    regret: float | None = None
+    regret_share: float | None = None
 
 
 def simulation_params(base: dict[str, Any], root: Path, cfg: TimelineConfig) -> dict[str, Any]:
@@ -121,12 +125,14 @@ class ProductionWorld:
         import yaml
 
         from rlops.sandbox.pack import load_pack
-        key = tuple(i for i, e in enumerate(all_events) if e in events and e.drift)
+        key = tuple(i for i, e in enumerate(all_events) if e in events and e.changes_world)
         if key not in self._cache:
             folder = self.root / "production" / ("world-" + "-".join(map(str, key)) if key else "world")
             if folder.exists():
                 shutil.rmtree(folder)
             shutil.copytree(self.pack_dir, folder)
+            for name, module in reward_modules([all_events[i] for i in key]).items():  # the business's new reward
+                shutil.copyfile(self.pack_dir / module, folder / name)
             doc = production_doc(self.doc, [all_events[i] for i in key])
             (folder / "scenario.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
             self._cache[key] = load_pack(folder, check_liveness=False)

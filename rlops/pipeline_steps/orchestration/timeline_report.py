@@ -26,6 +26,8 @@ def plot(hours: list[Hour], events: list[Event], path: Path, title: str) -> Path
     se = [h.live_return_se or 0.0 for h in hours]
     ax1.errorbar(x, ret, yerr=[2 * s for s in se], marker="o", ms=3, lw=1.2, label="live mean return (±2 se)")
     ax1.set_ylabel("live return")
+    from rlops.pipeline_steps.orchestration.regret import draw as draw_regret
+    draw_regret(ax1, hours)
     fields = sorted({f for h in hours for f in h.p_values})
     for f in fields:
         p = [max(h.p_values.get(f, math.nan) or 1e-300, 1e-300) for h in hours]
@@ -93,6 +95,10 @@ def write_report(ctx: Any, cfg: TimelineConfig, events: list[Event], hours: list
         flat = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         flat["bad_candidate_promoted"] = float(bool(metrics.get("bad_candidate_promoted")))
         run.log_metrics(flat, step=0)
+        for h in hours:  # the regret series: per simulated hour
+            series = {k: getattr(h, k) for k in ("live_return", "oracle_return", "rules_return", "regret")}
+            if series["regret"] is not None:
+                run.log_metrics({k: float(v) for k, v in series.items() if v is not None}, step=h.hour)
         run.log_artifact(png)
         run.log_artifact(path)
         run_id = run.run_id

@@ -228,6 +228,10 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     ab, ab_note = live_ab_gates(ctx, pack, candidate, cfg, int(settings.get("ab_window_hours", 24)))
     gates.extend(ab)
     notes.append(f"live A/B: {ab_note}")
+    from rlops.pipeline_steps.promotion.ope_gate import ope_gates
+    ope, ope_metrics, ope_note = ope_gates(ctx, pack, cand_policy, cand_res.mean_return, label, profile)
+    gates.extend(ope)
+    notes.append(ope_note)
     failed = [g.gate for g in gates if not g.passed]
     report: dict[str, Any] = {
         "scenario": ctx.scenario, "run_key": ctx.run_key, "candidate": candidate, "champion_version": champion,
@@ -236,7 +240,8 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
         "candidate_summary": _round(cand_res.summary()), "champion_summary": _round(champ_res.summary()),
         "gates": [g.to_dict() for g in gates], "dry_run": ctx.dry_run,
         "candidate_metrics": policy_metrics(cand_res.summary(), segment_returns(cand_res.returns.cpu().numpy(),
-                                                                                 segments), p99[0])}
+                                                                                 segments), p99[0]),
+        "ope_metrics": ope_metrics}
     if not ctx.dry_run:
         report.update(_record(ctx, report, gates))
     return report
@@ -270,6 +275,7 @@ def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict
         metrics = dict(report["candidate_metrics"])
         metrics.update({f"candidate_{k}": float(v) for k, v in report["candidate_summary"].items()})
         metrics.update({f"champion_{k}": float(v) for k, v in report["champion_summary"].items()})
+        metrics.update(report.get("ope_metrics") or {})
         run.log_metrics({k: v for k, v in metrics.items() if np.isfinite(v)}, step=0)
         run.log_dict(table_json, "gates.json")
         run.log_text(page, "gates.html")

@@ -37,6 +37,11 @@ def test_two_simulated_hours_detect_the_ageing_and_refuse_the_bad_candidate(airf
     assert "state.user_profile.age" in second["drifted"]
     assert any(a.startswith("bad candidate") and a.endswith("rejected") for a in second["actions"])
     assert m["dag_runs"] >= 2 * 4 + 2  # capture and roll-out every quarter, drift every hour: the DAGs ran
+    # regret: the oracle and the rule engine scored on the same live episodes every hour
+    assert all(h["oracle_return"] is not None and h["oracle_return"] >= h["rules_return"] for h in res["hours"])
+    assert first["regret"] == first["oracle_return"] - first["live_return"]
+    assert abs(first["rules_return"] - first["live_return"]) < 1e-4  # the rule engine served the first hour
+    assert "h1 population (user_profile.age)" in m["recovery_h"] and m["mean_regret"] is not None
     assert Path(res["png"]).stat().st_size > 10_000
     doc = json.loads(Path(res["json"]).read_text())
     assert doc["metrics"]["rows_lost"] == 0 and len(doc["hours"]) == 2

@@ -1,0 +1,252 @@
+"""Off-policy evaluation: what a candidate policy would earn on logged live traffic it never served.
+
+Each logged episode ``i`` is a sequence of steps ``t`` with the served action ``a_t``, its reward
+``r_t`` and the probability ``μ(a_t|s_t)`` with which the serving policy chose it (the
+*propensity*, recorded on the trace row). The candidate ``π`` gives its own probability of the same
+action, and the per-decision importance ratio is ``ρ_t = π(a_t|s_t) / μ(a_t|s_t)``, with the
+cumulative weight ``w_t = ρ_0 ⋯ ρ_t`` (``w_{-1} = 1``). Finite horizon, undiscounted (γ = 1, as the
+promotion gates score returns). Estimators (Precup et al. 2000; Jiang & Li 2016; Thomas & Brunskill
+2016):
+
+* **PDIS** — per-decision importance sampling: ``V_i = Σ_t w_t r_t``; the estimate is the mean
+  over episodes. Unbiased when the propensities are right and ``μ > 0`` wherever ``π > 0``.
+* **WIS** — per-decision weighted IS: ``Σ_t Σ_i w_{t,i} r_{t,i} / Σ_i w_{t,i}``. Biased but
+  consistent, far lower variance when weights are uneven.
+* **DR** — doubly robust with a direct method ``Q̂(s, a)``:
+  ``V_i = Σ_t [w_t (r_t − Q̂(s_t, a_t)) + w_{t−1} V̂(s_t)]``, ``V̂(s) = Σ_a π(a|s) Q̂(s, a)``. Unbiased
+  whatever ``Q̂`` is (given right propensities); a good ``Q̂`` only lowers its variance. The direct
+  methods (the calibrated sandbox, or the reward model) are in
+  :mod:`rlops.pipeline_steps.promotion.ope_direct`.
+
+Confidence intervals: PDIS and DR are means of independent per-episode values, so their interval is
+the normal one, ``mean ± z·sd/√n`` (``ci: normal``, the default) or a percentile bootstrap over
+episodes (``ci: bootstrap``); WIS is a ratio, its interval is always the percentile bootstrap over
+episodes. The *effective sample size* ``(Σ_i w_i)² / Σ_i w_i²`` of the final weights says how much
+of the logged traffic actually informs the estimate; the gate is skipped below ``min_ess``.
+
+Steps after an episode ended are padded with ``ρ = 1`` and zero rewards and values, so the
+per-decision sums run over one rectangular ``[episodes, horizon]`` array: no Python loop per step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+import numpy as np
+
+ESTIMATORS = ("pdis", "wis", "dr")
+
+
+@dataclass(frozen=True)
+class OPEConfig:
+    """The ``ope:`` params block."""
+
+    enabled: bool = True
+    """Run the off-policy gate in every evaluation (it is ``skipped`` when the traffic cannot judge)."""
+    window_hours: int = 24
+    """Logged live traffic of the last hours before the run key that the candidate is judged on."""
+    min_episodes: int = 200
+    """Fewer complete logged episodes than this: the gate is skipped (traffic too thin)."""
+    min_ess: float = 50.0
+    """Effective sample size of the final importance weights below this: skipped (too little overlap)."""
+    confidence: float = 0.95
+    """Two-sided confidence of every interval."""
+    ci: str = "normal"
+    """Interval of PDIS and DR: ``normal`` (mean ± z·se) or ``bootstrap`` (percentile, over episodes)."""
+    bootstrap_samples: int = 1000
+    """Resamples of the bootstrap intervals (WIS always; PDIS/DR with ``ci: bootstrap``)."""
+    direct_method: str = "sandbox"
+    """DR's direct method: ``sandbox`` (Q fitted on calibrated-sandbox rollouts), ``reward_model`` or ``none``."""
+    dm_episodes: int = 2000
+    """Sandbox episodes rolled to fit the sandbox direct method."""
+    dm_explore: float = 0.3
+    """Share of uniformly random legal actions in those rollouts (so every action's Q is fitted)."""
+    ridge: float = 1.0
+    """L2 penalty of the direct method's per-action least-squares fit."""
+    tolerance: float = 0.05
+    """The gate fails when DR's upper bound is below the logged policy's live return minus this."""
+    gap_threshold: float = 0.1
+    """A sandbox estimate further than this from DR (and outside DR's interval): a sim-to-real gap."""
+    target: str = "greedy"
+    """How the candidate would serve: ``greedy`` (its argmax, as served today) or ``stochastic``."""
+    seed: int = 0
+
+    @classmethod
+    def from_params(cls, block: Mapping[str, Any] | None) -> "OPEConfig":
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for k, v in (block or {}).items():
+            if k not in known:
+                raise ValueError(f"ope.{k}: unknown setting; expected one of {sorted(known)}")
+            if v is not None:
+                default = getattr(cls, k)
+                values[k] = bool(v) if isinstance(default, bool) else type(default)(v)
+        cfg = cls(**values)
+        if not 0.5 < cfg.confidence < 1:
+            raise ValueError(f"ope.confidence must be in (0.5, 1), got {cfg.confidence}")
+        if cfg.ci not in ("normal", "bootstrap"):
+            raise ValueError(f"ope.ci must be 'normal' or 'bootstrap', got {cfg.ci!r}")
+        if cfg.direct_method not in ("sandbox", "reward_model", "none"):
+            raise ValueError(f"ope.direct_method must be sandbox, reward_model or none, got {cfg.direct_method!r}")
+        if cfg.target not in ("greedy", "stochastic"):
+            raise ValueError(f"ope.target must be 'greedy' or 'stochastic', got {cfg.target!r}")
+        if not 0 <= cfg.dm_explore <= 1:
+            raise ValueError(f"ope.dm_explore must be in [0, 1], got {cfg.dm_explore}")
+        return cfg
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One estimator's value of the candidate with its interval."""
+
+    estimator: str
+    value: float
+    low: float
+    high: float
+    se: float
+    ci: str
+
+    def covers(self, x: float) -> bool:
+        return self.low <= x <= self.high
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 6) if isinstance(v, float) and math.isfinite(v) else v)
+                for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """Logged steps as rectangular ``[E, T]`` arrays (padding: ``rho`` 1, the rest 0)."""
+
+    rho: np.ndarray
+    reward: np.ndarray
+    q_taken: np.ndarray
+    v_hat: np.ndarray
+    valid: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.rho.shape[0])
+
+
+def to_episodes(episode: np.ndarray, step: np.ndarray, rho: np.ndarray, reward: np.ndarray,
+                q_taken: np.ndarray | None = None, v_hat: np.ndarray | None = None) -> Episodes:
+    """Scatter per-row arrays into ``[E, T]`` (rows in any order; ``step`` orders an episode).
+    Without a direct method, ``q_taken``/``v_hat`` are zero and DR reduces to PDIS."""
+    _, e = np.unique(np.asarray(episode), return_inverse=True)
+    order = np.lexsort((np.asarray(step), e))
+    e_sorted = e[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(e_sorted)) + 1]
+    pos = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    E, T = int(e.max()) + 1 if len(e) else 0, int(pos.max()) + 1 if len(pos) else 0
+
+    def grid(values: np.ndarray | None, fill: float) -> np.ndarray:
+        out = np.full((E, T), fill, dtype=np.float64)
+        if values is not None:
+            out[e_sorted, pos] = np.asarray(values, dtype=np.float64)[order]
+        return out
+    valid = np.zeros((E, T), dtype=bool)
+    valid[e_sorted, pos] = True
+    return Episodes(grid(rho, 1.0), grid(reward, 0.0), grid(q_taken, 0.0), grid(v_hat, 0.0), valid)
+
+
+def cumulative_weights(rho: np.ndarray) -> np.ndarray:
+    return np.cumprod(rho, axis=1)
+
+
+def pdis_values(ep: Episodes) -> np.ndarray:
+    """Per-episode PDIS terms ``Σ_t w_t r_t``."""
+    return (cumulative_weights(ep.rho) * ep.reward).sum(axis=1)
+
+
+def dr_values(ep: Episodes) -> np.ndarray:
+    """Per-episode DR terms ``Σ_t [w_t (r_t − Q̂_t) + w_{t−1} V̂_t]``."""
+    w = cumulative_weights(ep.rho)
+    w_prev = np.concatenate([np.ones((ep.n, 1)), w[:, :-1]], axis=1)
+    return (w * (ep.reward - ep.q_taken) + w_prev * ep.v_hat).sum(axis=1)
+
+
+def wis_value(rho: np.ndarray, reward: np.ndarray) -> float:
+    """Per-decision weighted IS over rows ``[E, T]`` (a step whose weights sum to 0 adds nothing)."""
+    w = cumulative_weights(rho)
+    den = w.sum(axis=0)
+    num = (w * reward).sum(axis=0)
+    return float(np.divide(num, den, out=np.zeros_like(num), where=den > 0).sum())
+
+
+def effective_sample_size(rho: np.ndarray) -> float:
+    """``(Σ w)² / Σ w²`` of the episodes' final cumulative weights."""
+    w = cumulative_weights(rho)[:, -1] if rho.size else np.zeros(0)
+    s2 = float((w ** 2).sum())
+    return float(w.sum() ** 2 / s2) if s2 > 0 else 0.0
+
+
+def _z(confidence: float) -> float:
+    from scipy.stats import norm
+    return float(norm.ppf(0.5 + confidence / 2))
+
+
+def _bootstrap_indices(n: int, samples: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, n, size=(samples, n))
+
+
+def mean_estimate(name: str, values: np.ndarray, cfg: OPEConfig) -> Estimate:
+    """Mean of per-episode values with the ``cfg.ci`` interval."""
+    v = np.asarray(values, dtype=np.float64)
+    n = v.size
+    mean = float(v.mean()) if n else float("nan")
+    se = float(v.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    if cfg.ci == "normal" or n < 2:
+        z = _z(cfg.confidence)
+        return Estimate(name, mean, mean - z * se, mean + z * se, se, "normal")
+    means = v[_bootstrap_indices(n, cfg.bootstrap_samples, cfg.seed)].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - cfg.confidence) / 2, (1 + cfg.confidence) / 2])
+    return Estimate(name, mean, float(lo), float(hi), se, "bootstrap")
+
+
+def wis_estimate(ep: Episodes, cfg: OPEConfig) -> Estimate:
+    value = wis_value(ep.rho, ep.reward)
+    if ep.n < 2:
+        return Estimate("wis", value, float("nan"), float("nan"), float("nan"), "bootstrap")
+    idx = _bootstrap_indices(ep.n, cfg.bootstrap_samples, cfg.seed + 1)
+    w = cumulative_weights(ep.rho)
+    num, den = (w * ep.reward)[idx].sum(axis=1), w[idx].sum(axis=1)  # [B, T]
+    boots = np.divide(num, den, out=np.zeros_like(num), where=den > 0).sum(axis=1)
+    lo, hi = np.quantile(boots, [(1 - cfg.confidence) / 2, (1 + cfg.confidence) / 2])
+    return Estimate("wis", value, float(lo), float(hi), float(boots.std(ddof=1)), "bootstrap")
+
+
+def estimate_all(ep: Episodes, cfg: OPEConfig) -> dict[str, Estimate]:
+    """PDIS, WIS and DR of one candidate on the same logged episodes."""
+    return {"pdis": mean_estimate("pdis", pdis_values(ep), cfg), "wis": wis_estimate(ep, cfg),
+            "dr": mean_estimate("dr", dr_values(ep), cfg)}
+
+
+# --------------------------------------------------------------------------- probabilities
+def target_probabilities(logp: np.ndarray, mask: np.ndarray, greedy: bool) -> np.ndarray:
+    """The candidate's action probabilities ``[N, A]`` from its masked log-probabilities: the
+    softmax itself, or a one-hot of its legal argmax (a greedy server's decision)."""
+    lp = np.where(mask, logp, -np.inf)
+    if not greedy:
+        return np.where(mask, np.exp(lp), 0.0)
+    out = np.zeros_like(lp, dtype=np.float64)
+    out[np.arange(len(lp)), lp.argmax(axis=1)] = 1.0
+    return out
+
+
+def logged_propensities(frame: Any) -> np.ndarray:
+    """``μ(a_t|s_t)`` of each row: the ``propensity`` column where recorded, else ``exp(logp)``;
+    a rule-engine fallback (deterministic) is 1. A non-positive or missing value is NaN."""
+    import pandas as pd
+    n = len(frame)
+    logp = pd.to_numeric(frame["logp"], errors="coerce").to_numpy(dtype=np.float64) if "logp" in frame \
+        else np.full(n, np.nan)
+    mu = np.exp(logp)
+    if "propensity" in frame:
+        given = pd.to_numeric(frame["propensity"], errors="coerce").to_numpy(dtype=np.float64)
+        mu = np.where(np.isfinite(given), given, mu)
+    if "fallback" in frame:
+        mu = np.where(frame["fallback"].fillna(False).to_numpy(dtype=bool), 1.0, mu)
+    return np.where((mu > 0) & (mu <= 1 + 1e-6), np.minimum(mu, 1.0), np.nan)

@@ -1,0 +1,214 @@
+"""The off-policy gate: a candidate judged on logged live traffic before it serves any of it.
+
+:func:`off_policy_value` is the pure core (trace rows + the candidate's probabilities + a direct
+method → PDIS, WIS and DR with intervals, the logged policy's own live return, the effective
+sample size and the agreement with the served decisions); :func:`ope_gates` is what
+``evaluate_candidate`` calls: it reads the last ``ope.window_hours`` of live traces, fits the
+direct method in the calibrated sandbox, and returns the gate row, the MLflow metrics and a note.
+
+Gate ``ope:dr`` (states ``pass | fail | skipped``):
+
+* ``skipped`` — fewer than ``ope.min_episodes`` complete live episodes in the window, rows without
+  a usable propensity (no ``propensity``/``logp``), or an effective sample size under
+  ``ope.min_ess`` (the candidate decides too differently from what was served for the logged
+  traffic to say anything); the reason is in the row.
+* ``fail`` — the upper bound of DR's interval is below the logged policy's live return minus
+  ``ope.tolerance``: on real traffic the candidate is confidently worse than what serves now.
+* ``pass`` — otherwise.
+
+A sandbox estimate of the candidate further than ``ope.gap_threshold`` from DR, and outside DR's
+interval, is reported as a *sim-to-real gap* (``ope_sim_to_real_gap`` metric and a note): the
+sandbox no longer predicts what live traffic earns — the outcome dynamics moved, or the reward the
+business scores with did.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlops.pipeline_steps.promotion.ope import (Estimate, OPEConfig, effective_sample_size, estimate_all,
+                                                logged_propensities, target_probabilities, to_episodes)
+from rlops.pipeline_steps.promotion.ope_direct import LinearQ, TargetProbs
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+
+    from rlops.model.policy import PolicyNetwork
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.promotion.gates import Gate
+    from rlops.sandbox.pack import Pack
+
+
+@dataclass
+class OPEResult:
+    """What the logged traffic says about one candidate."""
+
+    episodes: int = 0
+    estimates: dict[str, Estimate] = field(default_factory=dict)
+    logged_return: float = float("nan")
+    logged_return_se: float = float("nan")
+    ess: float = 0.0
+    agreement: float = float("nan")
+    skipped: str | None = None
+
+    def metrics(self, prefix: str = "ope_") -> dict[str, float]:
+        out = {f"{prefix}episodes": float(self.episodes), f"{prefix}ess": self.ess,
+               f"{prefix}logged_return": self.logged_return, f"{prefix}agreement": self.agreement}
+        for name, e in self.estimates.items():
+            out.update({f"{prefix}{name}": e.value, f"{prefix}{name}_low": e.low, f"{prefix}{name}_high": e.high})
+        return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
+
+
+def network_target(net: "PolicyNetwork", greedy: bool) -> TargetProbs:
+    """A policy network as OPE's target: greedy (its served argmax) or its softmax."""
+    import torch
+
+    def probs(obs: "torch.Tensor", mask: "torch.Tensor") -> np.ndarray:
+        with torch.no_grad():
+            logp, _ = net.forward(obs.float(), mask.bool())
+        return target_probabilities(logp.double().numpy(), mask.numpy().astype(bool), greedy)
+    return probs
+
+
+def complete_live_episodes(frame: "pd.DataFrame") -> "pd.DataFrame":
+    """Live rows of episodes that start at step 0 and end (``done``) inside the frame."""
+    if frame.empty:
+        return frame
+    if "source" in frame:
+        frame = frame[frame["source"].fillna("live").astype(str).eq("live")]
+    steps = frame.groupby("episode_id")["step"].agg(["min", "count", "max"])
+    done = frame.groupby("episode_id")["done"].agg(lambda d: bool(d.fillna(False).astype(bool).any()))
+    ok = steps.index[(steps["min"] == 0) & (steps["max"] == steps["count"] - 1) & done.reindex(steps.index)]
+    return frame[frame["episode_id"].isin(ok)].sort_values(["episode_id", "step"], kind="stable")
+
+
+def traffic_problem(rows: "pd.DataFrame", cfg: OPEConfig) -> str | None:
+    """Why the complete live episodes ``rows`` cannot judge a candidate (None: they can)."""
+    episodes = int(rows["episode_id"].nunique()) if len(rows) else 0
+    if episodes < cfg.min_episodes:
+        return f"{episodes} complete live episodes in the window (ope.min_episodes {cfg.min_episodes})"
+    mu = logged_propensities(rows)
+    if not np.isfinite(mu).all():
+        bad = int((~np.isfinite(mu)).sum())
+        return f"{bad} of {len(rows)} logged rows carry no usable propensity (propensity or logp)"
+    return None
+
+
+def off_policy_value(pack: "Pack", frame: "pd.DataFrame", target: TargetProbs, cfg: OPEConfig,
+                     q: "LinearQ | np.ndarray | None" = None) -> OPEResult:
+    """PDIS, WIS and DR of ``target`` on the complete live episodes of ``frame``; ``q`` is the
+    direct method (a fitted :class:`LinearQ`, or ``Q̂[N, A]`` for the rows of ``frame`` as given)."""
+    from rlops.pipeline_steps.infra.trace_states import action_codes, observations_from_traces, state_features
+    q_rows = None
+    if isinstance(q, np.ndarray):
+        q_rows = q
+        q = None
+    rows = complete_live_episodes(frame)
+    if q_rows is not None:
+        q_rows = q_rows[frame.index.get_indexer(rows.index)]
+    res = OPEResult(episodes=int(rows["episode_id"].nunique()) if len(rows) else 0)
+    res.skipped = traffic_problem(rows, cfg)
+    if res.skipped:
+        return res
+    mu = logged_propensities(rows)
+    obs, mask = observations_from_traces(pack, rows)
+    pi = target(obs, mask)
+    a = action_codes(pack, rows["action"])
+    idx = np.arange(len(rows))
+    rho = pi[idx, a] / mu
+    reward = rows["reward_total"].to_numpy(dtype=np.float64)
+    if q is not None:
+        q_rows = q.predict(state_features(pack, rows).numpy())
+    q_taken = v_hat = None
+    if q_rows is not None:
+        q_rows = np.where(mask.numpy(), q_rows, 0.0)
+        q_taken, v_hat = q_rows[idx, a], (pi * q_rows).sum(axis=1)
+    ep = to_episodes(rows["episode_id"].astype(str).to_numpy(), rows["step"].to_numpy(), rho, reward,
+                     q_taken, v_hat)
+    res.ess = effective_sample_size(ep.rho)
+    returns = ep.reward.sum(axis=1)
+    res.logged_return = float(returns.mean())
+    res.logged_return_se = float(returns.std(ddof=1) / math.sqrt(len(returns)))
+    choice = mask.numpy().sum(axis=1) > 1  # rows with a real decision
+    res.agreement = float((pi[idx, a][choice] > 0.5).mean()) if choice.any() else 1.0
+    res.estimates = estimate_all(ep, cfg)
+    if res.ess < cfg.min_ess:
+        res.skipped = (f"effective sample size {res.ess:.0f} of {res.episodes} episodes (ope.min_ess {cfg.min_ess:g}):"
+                       " the candidate decides too differently from what was served")
+    return res
+
+
+def sim_to_real_gap(res: OPEResult, sandbox_value: float | None, cfg: OPEConfig) -> float | None:
+    """``sandbox − DR`` when it exceeds ``gap_threshold`` and lies outside DR's interval, else None."""
+    dr = res.estimates.get("dr")
+    if dr is None or sandbox_value is None or not math.isfinite(sandbox_value) or res.skipped:
+        return None
+    gap = sandbox_value - dr.value
+    return gap if abs(gap) > cfg.gap_threshold and not dr.covers(sandbox_value) else None
+
+
+def ope_gate_row(res: OPEResult, cfg: OPEConfig) -> "Gate":
+    from rlops.pipeline_steps.promotion.gates import Gate
+    threshold = f"DR {cfg.confidence:.0%} upper ≥ logged − {cfg.tolerance:g}"
+    if res.skipped:
+        return Gate("ope:dr", None, None if math.isnan(res.logged_return) else res.logged_return, threshold,
+                    True, f"skipped: {res.skipped}", skipped=True)
+    dr, pdis, wis = res.estimates["dr"], res.estimates["pdis"], res.estimates["wis"]
+    passed = dr.high >= res.logged_return - cfg.tolerance
+    detail = (f"DR {dr.value:.3f} [{dr.low:.3f}, {dr.high:.3f}] ({dr.ci}); PDIS {pdis.value:.3f} "
+              f"[{pdis.low:.3f}, {pdis.high:.3f}]; WIS {wis.value:.3f} [{wis.low:.3f}, {wis.high:.3f}]; "
+              f"{res.episodes} live episodes, ESS {res.ess:.0f}, agreement {res.agreement:.0%}")
+    return Gate("ope:dr", dr.value, res.logged_return, threshold, bool(passed), detail)
+
+
+def ope_gates(ctx: "StepContext", pack: "Pack", candidate: "PolicyNetwork", sandbox_value: float | None,
+              reward_label: str | None, profile: str | None) -> tuple[list["Gate"], dict[str, float], str]:
+    """The ``ope:dr`` gate of ``candidate`` on the live traffic of the window, its MLflow metrics
+    (``ope_*``) and a note for the report (the sim-to-real gap when there is one)."""
+    cfg = OPEConfig.from_params(ctx.section("ope"))
+    if not cfg.enabled:
+        return [], {}, "off-policy evaluation: off (ope.enabled)"
+    frame = ctx.traces.read(ctx.scenario, ctx.key.lookback(cfg.window_hours))
+    target = network_target(candidate, cfg.target == "greedy")
+    frame = frame.reset_index(drop=True)
+    q: Any = None
+    if cfg.direct_method == "sandbox" and traffic_problem(complete_live_episodes(frame), cfg) is None:
+        q = _sandbox_direct(pack, target, cfg, profile, reward_label)
+    res = off_policy_value(pack, frame, target, cfg, q)
+    if cfg.direct_method == "reward_model" and not res.skipped:
+        res = _with_reward_model(ctx, pack, frame, target, cfg) or res
+    metrics = res.metrics()
+    gap = sim_to_real_gap(res, sandbox_value, cfg)
+    note = "off-policy: " + (res.skipped or f"DR {res.estimates['dr'].value:.3f} on {res.episodes} live episodes")
+    if gap is not None:
+        metrics["ope_sim_to_real_gap"] = float(gap)
+        note += (f"; SIM-TO-REAL GAP: the sandbox estimates {sandbox_value:.3f}, live traffic (DR) "
+                 f"{res.estimates['dr'].value:.3f}")
+    return [ope_gate_row(res, cfg)], metrics, note
+
+
+def _sandbox_direct(pack: "Pack", target: TargetProbs, cfg: OPEConfig, profile: str | None,
+                    reward_label: str | None) -> LinearQ:
+    from rlops.pipeline_steps.promotion.ope_direct import sandbox_q
+    return sandbox_q(pack, target, episodes=cfg.dm_episodes, explore=cfg.dm_explore, ridge=cfg.ridge,
+                     profile=profile, reward_label=reward_label, seed=cfg.seed)
+
+
+def _with_reward_model(ctx: "StepContext", pack: "Pack", frame: "pd.DataFrame", target: TargetProbs,
+                       cfg: OPEConfig) -> OPEResult | None:
+    """DR with the newest reward model as the direct method (None when none is registered)."""
+    from rlops.pipeline_steps.promotion.ope_direct import reward_model_q
+    from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
+    if latest_reward_model_version(ctx) is None:
+        return None
+    _, model = load_reward_model_version(ctx)
+    rows = complete_live_episodes(frame)
+    q_rows = np.zeros((len(frame), pack.scenario.n_actions))
+    q_rows[frame.index.get_indexer(rows.index)] = reward_model_q(pack, model, rows,
+                                                                 rows["reward_total"].to_numpy(np.float64))
+    return off_policy_value(pack, frame, target, cfg, q_rows)

@@ -1,0 +1,175 @@
+"""Outcome drift: a change in the hidden dynamics, or in the reward the business scores with, is
+raised from the first hour of live traffic after it; a fresh draw from the calibrated world is not."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from rlops.common.config import REPO_ROOT
+from rlops.pipeline_steps.drift.outcomes import OutcomeConfig, outcome_drift, welch
+from rlops.pipeline_steps.orchestration.events import parse_events, production_doc
+
+PACK = REPO_ROOT / "scenarios" / "credit_approval"
+SEGMENTS = {"older": "user_profile.age >= 60", "low_credit_score": "user_profile.credit_score < 450"}
+
+
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from rlops.sandbox.pack import load_pack
+    root = tmp_path_factory.mktemp("worlds")
+    doc = production_doc(yaml.safe_load((PACK / "scenario.yaml").read_text()), parse_events(
+        [{"at_hour": 0, "kind": "outcome", "field": "hidden.default_prob", "factor": 2.5,
+          "when": "user_profile.age >= 60"}]))
+    shutil.copytree(PACK, root / "prod")
+    (root / "prod" / "scenario.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    shutil.copytree(PACK, root / "rule")  # the business's reward_v2 in force (the rule-change event)
+    shutil.copyfile(PACK / "changes" / "reward_v2.py", root / "rule" / "reward_v2.py")
+    return load_pack(PACK), load_pack(root / "prod", check_liveness=False), load_pack(root / "rule")
+
+
+def rows(pack, seed: int, n: int, reward: str = "v1"):  # type: ignore[no-untyped-def]
+    from rlops.sandbox.policies import rule_policy
+    from rlops.sandbox.traces import rollout_traces
+    return rollout_traces(pack, rule_policy, n, seed=seed, profile="live", reward_version=reward, source="live",
+                          episode_prefix=f"e{seed}")
+
+
+def test_welch_and_effect_by_hand() -> None:
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0])
+    assert welch(a, b) == (pytest.approx(1.0), 0.0)
+    p, d = welch(np.array([2.0, 3.0, 4.0]), np.array([1.0, 2.0, 3.0]))
+    assert d == pytest.approx(1.0) and 0.2 < p < 0.3  # t = 1.22 on 4 df
+
+
+def test_a_fresh_draw_of_the_calibrated_world_raises_nothing(worlds) -> None:  # type: ignore[no-untyped-def]
+    sandbox_pack, _, _ = worlds
+    baseline = rows(sandbox_pack, 0, 2000)
+    for seed in (10_000, 20_000, 30_000):
+        rep = outcome_drift(sandbox_pack, baseline, rows(sandbox_pack, seed, 1000), OutcomeConfig(), SEGMENTS)
+        assert not rep.drifted, rep.summary
+        assert any(c.tested for c in rep.cells) and rep.reason is None
+
+
+def test_a_concept_change_is_raised_within_the_hour(worlds) -> None:  # type: ignore[no-untyped-def]
+    sandbox_pack, prod, _ = worlds
+    baseline = rows(sandbox_pack, 0, 2000)
+    rep = outcome_drift(sandbox_pack, baseline, rows(prod, 10_000, 1000), OutcomeConfig(), SEGMENTS)
+    assert rep.drifted, rep.summary
+    # the settling step of the older applicants carries it: their realised rewards fell
+    cell = next(c for c in rep.cells if c.action == "send_notification" and c.segment == "older")
+    assert cell.drifted and cell.live_residual < cell.sandbox_residual and cell.effect < -0.2
+    doc = rep.to_dict()
+    assert doc["drifted"] and "OUTCOME DRIFT" in doc["summary"] and rep.metrics()["outcome.drifted"] == 1.0
+
+
+def test_a_rule_change_is_raised(worlds) -> None:  # type: ignore[no-untyped-def]
+    sandbox_pack, _, _ = worlds
+    baseline = rows(sandbox_pack, 0, 2000)
+    rule = worlds[2]
+    rep = outcome_drift(sandbox_pack, baseline, rows(rule, 10_000, 1000, reward="v2"), OutcomeConfig(), SEGMENTS)
+    assert rep.drifted, rep.summary
+
+
+def test_thin_traffic_is_reported_not_tested(worlds) -> None:  # type: ignore[no-untyped-def]
+    sandbox_pack, _, _ = worlds
+    rep = outcome_drift(sandbox_pack, rows(sandbox_pack, 0, 300), rows(sandbox_pack, 5, 20), OutcomeConfig())
+    assert not rep.drifted and rep.reason and "no (action, segment) cell" in rep.reason
+    with pytest.raises(ValueError, match="outcome_alpha"):
+        OutcomeConfig.from_drift({"outcome_alpha": 2})
+
+
+@pytest.mark.slow
+def test_the_drift_check_raises_outcome_drift_after_a_quiet_calibrated_hour(worlds, tmp_tracking: str,  # type: ignore[no-untyped-def]
+                                                                          tmp_storage_root: str) -> None:
+    """As the scheduler runs it: hour 1, live traffic of the calibrated world → recalibrate → the
+    check is quiet on outcomes; hour 2, the hidden dynamics changed → outcome drift asks for a retrain,
+    with its report in storage and its metrics in MLflow."""
+    import torch
+
+    from rlops.pipeline_steps.drift.calibrate import recalibrate
+    from rlops.pipeline_steps.drift.check import comparable_rows, drift_check, window_uri
+    from rlops.pipeline_steps.infra.context import StepContext
+    torch.set_num_threads(1)
+    sandbox_pack, prod, _ = worlds
+
+    def hour(key: str, pack, seed: int):  # type: ignore[no-untyped-def]
+        ctx = StepContext.create("credit_approval", key, overrides={"recalibrate": {"check_samples": 5000}})
+        t = ctx.key.start
+        live = rows(pack, seed, 1500)
+        live["ts"] = datetime(t.year, t.month, t.day, t.hour, 5, tzinfo=timezone.utc).isoformat()
+        ctx.storage.write_parquet(f"{window_uri(ctx)}/part-0.parquet", comparable_rows(sandbox_pack, live))
+        return ctx
+    ctx = hour("20261130T0500", sandbox_pack, 1_000)
+    recalibrate(ctx, traces_uri=window_uri(ctx))
+    quiet = drift_check(ctx, episodes=2000)
+    assert not quiet["outcome_drift"], quiet["outcome_summary"]
+    ctx = hour("20261130T0600", prod, 2_000)
+    raised = drift_check(ctx, episodes=2000)
+    assert raised["outcome_drift"] and raised["outcome_onset"] and raised["retrain"], raised["outcome_summary"]
+    # the pack declares no segment of older applicants: an automatic one (the age's top quarter) finds them
+    assert any(c.startswith("send_notification@user_profile.age") for c in raised["outcome_drifted_cells"])
+    doc = ctx.storage.read_json(f"{ctx.report_uri('drift')}/outcomes.json")
+    assert doc["drifted"] and doc["cells"]
+    runs = ctx.tracker.client.search_runs([ctx.tracker.experiment_id_for(ctx.scenario)],
+                                          "metrics.`outcome.drifted` = 1")
+    assert len(runs) == 1
+    # the next hour the change persists: reported, but it does not ask for another retrain
+    ctx = hour("20261130T0700", prod, 3_000)
+    again = drift_check(ctx, episodes=2000)
+    if again["outcome_drift"] and not set(again["outcome_drifted_cells"]) - set(raised["outcome_drifted_cells"]):
+        assert not again["outcome_onset"] and not again["retrain"]
+
+
+def test_recovery_fits_the_changed_dynamics_and_only_into_the_calibration(worlds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Maximum likelihood finds the older applicants' higher default rate (and nothing in an
+    unchanged world); the calibrated sandbox then predicts the live outcomes again, while the pack's
+    files stay as they were."""
+    from rlops.pipeline_steps.drift.outcome_fit import _loglik, fit_factors, fit_outcomes
+    from rlops.sandbox.pack import load_pack
+    # the likelihood by hand: one event at p = 0.5 doubled to 1 (capped just below) is certain
+    assert _loglik(np.array([1.0]), np.array([0.5]), np.array([1.0]))[0] == pytest.approx(np.log(0.5))
+    rng = np.random.default_rng(0)
+    p = np.full(4000, 0.2)
+    seg = np.arange(4000) < 1000
+    y = (rng.random(4000) < np.where(seg, 0.5, 0.2)).astype(float)
+    got = fit_factors(y, p, {"a": seg, "b": ~seg})
+    assert [g["when"] for g in got] == ["a"] and got[0]["factor"] == pytest.approx(2.5, rel=0.08)
+    sandbox_pack, prod, _ = worlds
+    before = (PACK / "scenario.yaml").read_text()
+    assert fit_outcomes(sandbox_pack, rows(sandbox_pack, 7_000, 2000)) == {}
+    fitted = fit_outcomes(sandbox_pack, rows(prod, 7_000, 2000))
+    (factor,) = fitted["hidden.default_prob"][:1]
+    assert "user_profile.age >" in factor["when"] and 1.8 < factor["factor"] < 3.2 and factor["p_value"] < 1e-6
+    assert (PACK / "scenario.yaml").read_text() == before
+    calibrated = load_pack(PACK, calibration={"outcomes": fitted}, check_liveness=False)
+    baseline = rows(calibrated, 0, 2000)
+    rep = outcome_drift(calibrated, baseline, rows(prod, 10_000, 1000), OutcomeConfig(), SEGMENTS)
+    older = next(c for c in rep.cells if c.action == "send_notification" and c.segment == "older")
+    assert abs(older.effect) < 0.25, rep.summary  # was d ≈ −0.5 against the uncalibrated sandbox
+
+
+@pytest.mark.parametrize("fit, message", [
+    ({"outcome": "loan_outcome", "by": ["user_profile.age"], "colour": 1}, "unknown key 'colour'"),
+    ({"outcome": "loan_outcome"}, "non-empty list of observed field paths"),
+    ({"outcome": "loan_outcome", "by": ["user_profile.age"], "event_when": "sometimes"}, "'negative' or 'positive'"),
+])
+def test_a_bad_fit_declaration_is_a_clear_pack_error(tmp_path: Path, fit: dict, message: str) -> None:
+    from rlops.sandbox.errors import PackError
+    from rlops.sandbox.pack import load_pack
+    shutil.copytree(PACK, tmp_path / "pack")
+    doc = yaml.safe_load((PACK / "scenario.yaml").read_text())
+    doc["state"]["hidden"]["default_prob"]["fit"] = fit
+    (tmp_path / "pack" / "scenario.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(PackError, match=message):
+        load_pack(tmp_path / "pack", check_liveness=False)
+    doc["state"]["hidden"]["default_prob"].pop("fit")
+    doc["state"]["user_profile"]["age"]["fit"] = {"outcome": "loan_outcome", "by": ["user_profile.age"]}
+    (tmp_path / "pack" / "scenario.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(PackError, match="only a hidden"):
+        load_pack(tmp_path / "pack", check_liveness=False)
