@@ -30,7 +30,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.orchestration.timeline_report import table
     hours = count("--hours", args.hours, maximum=24 * 60)
     events = load_events(args.events) if args.events else scaled_events(hours)
-    scenario = args.scenario or str(load_params().get("scenario"))
+    from rlops.common.params_sources import as_params
+    scenario = args.scenario or as_params(load_params()).scenario
     kw = {"episodes_per_tick": count("--episodes-per-tick", args.episodes_per_tick)} if args.episodes_per_tick else {}
     config = TimelineConfig(scenario=scenario, hours=hours, **kw)
     if args.dry_run:

@@ -59,7 +59,7 @@ def promotion(data: ProjectData, scenario: str) -> dict[str, Any]:
             events.append({"ts": None, "what": f"v{v['version']} rolled back (champion moved back to previous)",
                            "run_id": None})
     events.sort(key=lambda e: -(e["ts"] or 0))
-    stages = [float(s) for s in data.section(scenario, "evaluate").get("rollout_stages") or (0.05, 0.15, 1.0)]
+    stages = list(data.section(scenario, "evaluate").rollout_stages)
     rows = [{**v, "when": when(v["created_ms"]), "lineage": [(label, v["tags"].get(key)) for label, key in LINEAGE],
              "traffic": v["tags"].get("traffic_fraction"), "eval_run_id": v["tags"].get("eval_run_id"),
              "stress": v["tags"].get("stress_test"), "rolled_back": v["tags"].get(T.ROLLED_BACK) == "true"}
@@ -87,7 +87,7 @@ def evaluation(data: ProjectData, scenario: str, run_id: str) -> dict[str, Any]:
 def drift(data: ProjectData, scenario: str, last: int = 12) -> dict[str, Any]:
     """Per-field drift effect and p-value of the last ``last`` drift runs, and each calibration."""
     cfg = data.section(scenario, "drift")
-    threshold, min_effect = float(cfg.get("threshold", 0.01)), float(cfg.get("min_effect", 0.0))
+    threshold, min_effect = cfg.threshold, cfg.min_effect
     runs = data.runs(scenario, T.STEP, T.DRIFT)[-last:]
     fields = sorted({k.split("/", 1)[1] for r in runs for k in r["metrics"] if k.startswith("drift_effect/")})
     table = []

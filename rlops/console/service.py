@@ -94,7 +94,7 @@ class TraceViews:
         ov = self.overview(scenario)
         if version not in ov["versions"]:
             raise NotFound(f"policy version {version!r} has no traces in the {scenario} trace store")
-        k = int(self.data.section(scenario, "audit").get("clusters", 8))
+        k = self.data.section(scenario, "audit").clusters
         key = agg.digest([], ov["digest"], version, str(k), "map-1")
         return self._once(("map", scenario, version), key, lambda: self._cached_map(scenario, version, k, key, ov))
 

@@ -51,7 +51,7 @@ def champion_trace_policy(ctx: StepContext, pack: "Pack", deterministic: bool = 
     if policy is None:
         return rule_policy, "rules"
     import torch
-    gen = torch.Generator().manual_seed(int(ctx.params.get("seed", 0)))
+    gen = torch.Generator().manual_seed(ctx.config.seed)
 
     def act(env: Any) -> Any:
         out = policy.act(env.observe(), deterministic=deterministic, generator=gen)
@@ -68,12 +68,12 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
     from rlops.common.arguments import MAX_EPISODES, count, fraction
     from rlops.pipeline_steps.capture.core import capture_landing_zone
     from rlops.sandbox.profiles import default_profile
-    cfg = ctx.section("capture")
+    cfg = ctx.config.capture
     # Arguments first (an explicit 0 is an error, never "the default"), then any work.
-    n_episodes = count("--episodes", episodes if episodes is not None else cfg.get("episodes", 2000),
+    n_episodes = count("--episodes", episodes if episodes is not None else cfg.episodes,
                        maximum=MAX_EPISODES)
-    rate = fraction("--sample-rate", sample_rate if sample_rate is not None else cfg.get("sample_rate", 1.0))
-    lateness = count("capture.max_lateness_minutes", cfg.get("max_lateness_minutes", 60), minimum=0,
+    rate = fraction("--sample-rate", sample_rate if sample_rate is not None else cfg.sample_rate)
+    lateness = count("capture.max_lateness_minutes", cfg.max_lateness_minutes, minimum=0,
                      maximum=7 * 24 * 60)
     pack = ctx.load_pack()
     store = ctx.traces
@@ -81,12 +81,12 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
     start, end = ctx.key.start, ctx.key.end
     has_files = bool(store.landing_files(ctx.scenario, ctx.key))
     if simulate is None:  # simulated traffic is never stored as live unless the configuration asks
-        simulate = not has_files and bool(cfg.get("simulate_when_empty", False))
+        simulate = not has_files and cfg.simulate_when_empty
     base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "interval": [start.isoformat(), end.isoformat()],
             "dry_run": ctx.dry_run}
     if not simulate:
         res = capture_landing_zone(ctx.storage, landing, traces, ctx.scenario, contract_for(pack), start, end,
-                                   chunk_rows=int(cfg.get("chunk_rows", 100_000)), dry_run=ctx.dry_run,
+                                   chunk_rows=cfg.chunk_rows, dry_run=ctx.dry_run,
                                    quarantine_root_uri=quarantine, run_key=ctx.run_key, progress=progress,
                                    max_lateness=timedelta(minutes=lateness))
         out = {**base, "source": "landing_zone", **_counts(res.rows_in, res.rows_accepted, res.rows_quarantined),
@@ -95,8 +95,8 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
                "warnings": [f"landing file not read (expected .jsonl or .jsonl.gz): {u}" for u in res.files_skipped]}
     else:
         out = {**base, **simulate_capture(ctx, pack, traces, quarantine, start, n_episodes, rate,
-                                          default_profile(pack, "production", profile or cfg.get("profile")))}
-    if not ctx.dry_run and bool(cfg.get("track", True)):
+                                          default_profile(pack, "production", profile or cfg.profile))}
+    if not ctx.dry_run and cfg.track:
         track_capture(ctx, out)
     return out
 
@@ -109,10 +109,10 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None) -> dict[str, A
         out = capture_trace_lines(ctx, otlp_trace_lines(ctx.storage, otlp_uri), f"otlp:{otlp_uri}")
     else:
         start, end = ctx.key.start, ctx.key.end
-        experiment = str(ctx.section("capture").get("mlflow_experiment") or ctx.scenario)
+        experiment = ctx.config.capture.mlflow_experiment or ctx.scenario
         found = mlflow_trace_lines(ctx.tracker.tracking_uri, experiment, start, end)
         out = capture_trace_lines(ctx, found, f"mlflow:{experiment}")
-    if not ctx.dry_run and bool(ctx.section("capture").get("track", True)):
+    if not ctx.dry_run and ctx.config.capture.track:
         track_capture(ctx, out)
     return out
 

@@ -39,6 +39,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
+from rlops.common.params_model import RecalConfig  # the typed ``recalibrate:`` params block
 from rlops.sandbox.profiles import CALIBRATED
 
 if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: registering the CLI stays light
@@ -50,27 +51,6 @@ if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: regist
     from rlops.sandbox.spec import FieldSpec
 
 PROFILE = CALIBRATED  # the profile a calibration writes
-
-
-@dataclass(frozen=True)
-class RecalConfig:
-    """The ``recalibrate:`` block of params."""
-
-    min_rows: int = 30
-    source: str | None = "live"
-    window_hours: float | None = None
-    check_samples: int = 20_000
-    seed: int = 7
-    worse_tolerance: float = 0.01  # a fit whose distance to live grows by more is refused
-    max_components: int = 3  # population segments a calibration may fit (1: one distribution per field)
-    min_component_weight: float = 0.05  # a smaller mixture component is not a segment
-
-    @classmethod
-    def from_section(cls, cfg: dict[str, Any]) -> "RecalConfig":
-        unknown = sorted(set(cfg) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"params recalibrate: unknown key(s) {unknown} (expected {sorted(cls.__dataclass_fields__)})")
-        return cls(**{k: v for k, v in cfg.items() if v is not None or k in ("source", "window_hours")})
 
 
 # --------------------------------------------------------------------------- field fits
@@ -302,7 +282,7 @@ def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, 
     """Fit, check and write a new calibration version; returns a summary."""
     from rlops.pipeline_steps.infra.trace_store import read_traces
     from rlops.sandbox.pack import load_pack
-    cfg = RecalConfig.from_section(ctx.section("recalibrate"))
+    cfg = ctx.config.recalibrate
     uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
     window = ctx.key.lookback(cfg.window_hours) if cfg.window_hours else None
     df = live_rows(read_traces(ctx.storage, uri, window), cfg.source)

@@ -55,7 +55,7 @@ def baseline_inputs(ctx: StepContext, pack: Any, profile: str, episodes: int, re
     champion = ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION) or "rules"
     doc = {"scenario": (pack.path / "scenario.yaml").read_text(), "calibration": pack.calibration,
            "champion": str(champion), "profile": profile, "episodes": episodes, "reward_fn": reward_fn,
-           "reward_sha": pack.reward_fn(reward_fn).version, "seed": int(ctx.params.get("seed", 0))}
+           "reward_sha": pack.reward_fn(reward_fn).version, "seed": ctx.config.seed}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:24], str(champion)
 
 
@@ -71,7 +71,7 @@ def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -
         df = ctx.storage.read_parquet(cached)
         return df, str(df["policy_version"].iloc[0]) if len(df) else "rules"
     policy, version = champion_trace_policy(ctx, pack, deterministic=True)
-    df = comparable_rows(pack, rollout_traces(pack, policy, episodes, seed=int(ctx.params.get("seed", 0)),
+    df = comparable_rows(pack, rollout_traces(pack, policy, episodes, seed=ctx.config.seed,
                                               profile=profile, policy_version=version, reward_version=reward_fn))
     if not ctx.dry_run and version.rsplit("/", 1)[-1] == champion:  # the champion did not move meanwhile
         ctx.storage.write_parquet(cached, df)
@@ -81,7 +81,7 @@ def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -
 def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]:
     from rlops.pipeline_steps.drift.report import run_drift
     from rlops.sandbox.profiles import default_profile
-    cfg = ctx.section("drift")
+    cfg = ctx.config.drift
     target = window_uri(ctx)
     base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "target_uri": target, "dry_run": ctx.dry_run}
     if not ctx.storage.list(target, suffix=".parquet"):
@@ -89,7 +89,7 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
                 "summary": f"no live traces at {target}; nothing to compare"}
     pack = ctx.load_pack()  # with the latest calibration: the sandbox as it stands now
     profile = default_profile(pack, "sandbox")
-    baseline_df, version = sandbox_baseline(ctx, pack, profile, int(episodes or cfg.get("baseline_episodes", 2000)))
+    baseline_df, version = sandbox_baseline(ctx, pack, profile, int(episodes or cfg.baseline_episodes))
     baseline = ctx.uri("sandbox_traces", ctx.scenario, f"{ctx.run_key}.parquet")
     if not ctx.dry_run:
         ctx.storage.write_parquet(baseline, baseline_df)
@@ -101,7 +101,7 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
     se = float(np.sqrt(r_live.var(ddof=1) / max(len(r_live), 1) + r_base.var(ddof=1) / max(len(r_base), 1))) \
         if len(r_live) > 1 and len(r_base) > 1 else 0.0
     drop = float(r_base.mean() - r_live.mean()) if len(r_live) and len(r_base) else 0.0
-    anomaly = drop > max(float(cfg.get("anomaly_drop", 0.1)), 3 * se)
+    anomaly = drop > max(cfg.anomaly_drop, 3 * se)
     drifted = list(result.drifted_fields) if result else []
     return {**base, "baseline_uri": baseline, "policy_version": version, "profile": profile,
             "calibration": (pack.calibration or {}).get("version"), "drifted_fields": drifted,

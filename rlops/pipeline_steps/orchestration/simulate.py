@@ -136,7 +136,7 @@ class _Run:
         if prev.live_return is None or hour.live_return is None or any(
                 e.drift and hour.hour <= e.at_hour < hour.hour + 1 for e in self.events):
             return
-        margin = float(self.ctx.section("evaluate").get("segment_tolerance", 0.05))
+        margin = self.ctx.config.evaluate.segment_tolerance
         se = ((prev.live_return_se or 0) ** 2 + (hour.live_return_se or 0) ** 2) ** 0.5
         drop = prev.live_return - hour.live_return
         if drop > margin and drop > 3 * se:

@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TRAFFIC_TAG = "traffic_fraction"
-DEFAULT_STAGES = (0.05, 0.15, 1.0)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -172,8 +171,7 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     if episodes is not None:  # before any registry or sandbox work
         count("--episodes", episodes, maximum=MAX_EPISODES)
     candidate = _version_of(ctx, candidate)
-    settings = ctx.section("evaluate")
-    cfg = GateConfig.from_params(settings)
+    settings = cfg = ctx.config.evaluate  # the gate thresholds are part of the evaluate block
     name = policy_model_name(ctx.scenario)
     candidate = str(candidate)
     tags = _version_tags(ctx, candidate)
@@ -181,12 +179,12 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     if champion == candidate:
         raise ValueError(f"{name} v{candidate} is already the champion; evaluate a newer version")
     pack = ctx.load_pack()
-    profile = default_profile(pack, "production", settings.get("profile"))
-    label = settings.get("reward_fn") or (tags.get("reward_fn") if tags.get("reward_fn") in pack.reward_fns else None)
+    profile = default_profile(pack, "production", settings.profile)
+    label = settings.reward_fn or (tags.get("reward_fn") if tags.get("reward_fn") in pack.reward_fns else None)
     label = str(label or reward_label(ctx, None))
-    n = count("--episodes", episodes if episodes is not None else settings.get("episodes", 4000),
+    n = count("--episodes", episodes if episodes is not None else settings.episodes,
               maximum=MAX_EPISODES)
-    seed = int(settings.get("seed", 1_000_000))
+    seed = settings.seed
     notes: list[str] = []
 
     with tempfile.TemporaryDirectory(prefix="rlops-eval-") as tmp:
@@ -209,13 +207,13 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
         champ_res, _ = run(champ_act)
         env.reset(seed)  # the initial states both policies started from
         segments = segment_masks(pack, env.S, cand_res.segments, cand_res.segment_names,
-                                 settings.get("segments") or {})
-        p99 = timed_p99(cand_policy, champ_net, env.observe(), int(settings.get("latency_samples", 300)),
+                                 settings.segments)
+        p99 = timed_p99(cand_policy, champ_net, env.observe(), settings.latency_samples,
                         cfg.latency_p99_ratio)
 
     gates = comparison_gates(cand_res, champ_res, cfg, segments, p99, seed=seed)
     gates.append(stress_gate(tags, cfg))
-    ab, ab_note = live_ab_gates(ctx, pack, candidate, cfg, int(settings.get("ab_window_hours", 24)))
+    ab, ab_note = live_ab_gates(ctx, pack, candidate, cfg, int(settings.ab_window_hours))
     gates.extend(ab)
     notes.append(f"live A/B: {ab_note}")
     failed = [g.gate for g in gates if not g.passed]
@@ -275,10 +273,7 @@ def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict
 
 # --------------------------------------------------------------------------- promote / rollback
 def rollout_stages(ctx: StepContext) -> list[float]:
-    stages = [float(s) for s in ctx.section("evaluate").get("rollout_stages") or DEFAULT_STAGES]
-    if not stages or stages != sorted(stages) or not 0 < stages[0] or stages[-1] != 1.0:
-        raise ValueError(f"evaluate.rollout_stages must rise from above 0 to 1.0, got {stages}")
-    return stages
+    return list(ctx.config.evaluate.rollout_stages)  # checked by the params model
 
 
 def promote(ctx: StepContext, candidate: str, staged: bool = False, episodes: int | None = None) -> dict[str, Any]:
@@ -290,7 +285,7 @@ def promote(ctx: StepContext, candidate: str, staged: bool = False, episodes: in
     from rlops.pipeline_steps.promotion.lock import PromotionBusy, lock_path, promotion_lock
     path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), policy_model_name(ctx.scenario))
     try:
-        with promotion_lock(path, float(ctx.section("evaluate").get("lock_timeout_s", 900))) as waited:
+        with promotion_lock(path, ctx.config.evaluate.lock_timeout_s) as waited:
             out = {**_promote(ctx, str(candidate), staged, episodes), "lock_wait_s": round(waited, 3)}
     except PromotionBusy as exc:
         out = {"scenario": ctx.scenario, "candidate": str(candidate), "staged": staged, "promoted": False,

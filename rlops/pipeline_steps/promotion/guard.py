@@ -52,10 +52,7 @@ class ChampionCheck:
 
 
 def manual_mode(ctx: StepContext) -> str:
-    mode = str((ctx.params.get("promotion") or {}).get("manual_champion") or REGATE)
-    if mode not in (REGATE, REVERT):
-        raise ValueError(f"promotion.manual_champion {mode!r}: expected '{REGATE}' or '{REVERT}' (params.yaml)")
-    return mode
+    return ctx.config.promotion.manual_champion  # regate | revert, checked by the params model
 
 
 def _now() -> str:
@@ -105,7 +102,7 @@ def promote_from_alias(ctx: StepContext, version: str, requested_by: str = UI_RE
     name, tracker = policy_model_name(ctx.scenario), ctx.tracker
     version = str(version)
     if staged is None:
-        staged = bool((ctx.params.get("promotion") or {}).get("staged", False))
+        staged = ctx.config.promotion.staged
     try:
         res = promote(ctx, version, staged=staged)
     except ValueError as exc:  # e.g. already the champion, no such version

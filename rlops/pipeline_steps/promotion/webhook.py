@@ -86,20 +86,21 @@ class WebhookSettings:
     dag_id: str
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any], mode: str | None = None) -> WebhookSettings:
+    def from_params(cls, params: Mapping[str, Any] | Any, mode: str | None = None) -> WebhookSettings:
+        """From the typed ``promotion`` block (or the params document holding it)."""
         from rlops.common.errors import UserError
-        cfg = dict((params.get("promotion") or {}).get("webhook") or {})
-        secret_env = str(cfg.get("secret_env") or "RLOPS_WEBHOOK_SECRET")
+        from rlops.common.params_sources import params_block
+        cfg = params_block(params, "promotion").webhook
+        secret_env = cfg.secret_env
         secret = os.environ.get(secret_env, "")
         if not secret:
             raise UserError(f"the webhook receiver needs the HMAC secret shared with MLflow in ${secret_env} "
                             "(promotion.webhook.secret_env in params.yaml); unsigned requests are refused")
-        chosen = str(mode or cfg.get("mode") or EMBEDDED)
+        chosen = str(mode or cfg.mode)
         if chosen not in (EMBEDDED, AIRFLOW):
             raise UserError(f"promotion.webhook.mode {chosen!r}: expected '{EMBEDDED}' or '{AIRFLOW}'")
-        return cls(mode=chosen, secret=secret, airflow_url=str(cfg.get("airflow_url") or "http://localhost:8080"),
-                   airflow_token=os.environ.get(str(cfg.get("airflow_token_env") or "RLOPS_AIRFLOW_TOKEN")) or None,
-                   dag_id=str(cfg.get("dag_id") or "promote"))
+        return cls(mode=chosen, secret=secret, airflow_url=cfg.airflow_url,
+                   airflow_token=os.environ.get(cfg.airflow_token_env) or None, dag_id=cfg.dag_id)
 
 
 def trigger_promotion_dag(settings: WebhookSettings, conf: Mapping[str, Any], timeout_s: float = 10.0) -> str:
@@ -133,7 +134,7 @@ def handle_event(params: Mapping[str, Any], settings: WebhookSettings, event: Ma
         return {"action": "champion_check", **check_champion(ctx).to_dict()}
     if settings.mode == AIRFLOW:
         conf = {"scenario": scenario, "candidate": version, "requested_by": UI_REQUEST,
-                "reward_fn": str(params.get("reward_fn") or "v1")}
+                "reward_fn": ctx.reward_choice().reward_fn}
         run_id = trigger_promotion_dag(settings, conf)
         ctx.tracker.set_model_version_tags(name, version, {
             T.PROMOTION_REQUESTED_BY: UI_REQUEST,
@@ -241,5 +242,6 @@ def register(url: str, tracking_uri: str | None = None) -> str:
     from rlops.common.config import load_params
     params = load_params()
     settings = WebhookSettings.from_params(params)
-    uri = tracking_uri or str((params.get("tracking") or {}).get("uri"))
+    from rlops.common.params_sources import params_block
+    uri = tracking_uri or params_block(params, "tracking").uri
     return str(register_webhook(uri, url, settings.secret))
