@@ -31,11 +31,11 @@ EXIT_CODES = """exit codes:
 
 
 def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from rlops.commands import (audit, calibrate, capture, console, demo, drift, env, labels, model, profile,
+    from rlops.commands import (audit, calibrate, capture, config, console, demo, drift, env, labels, model, profile,
                                 simulate, stress, train)
     return [env.register, capture.register, drift.register, calibrate.register, labels.register, train.register,
             profile.register, stress.register, model.register, audit.register, simulate.register, console.register,
-            demo.register]
+            demo.register, config.register]
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -147,7 +147,7 @@ def validate_document(doc: dict[str, Any], sources: list[ParamsSource]) -> Param
             if err["type"] == "extra_forbidden":
                 parent = _model_at(err["loc"][:-1])
                 names = list(parent.model_fields) if parent is not None else []
-                close = difflib.get_close_matches(loc[-1], names, n=1, cutoff=0.5)
+                close = difflib.get_close_matches(loc[-1], names, n=1, cutoff=0.6)
                 suggestion = close[0] if close else None
                 message = "unknown key" + (f" (valid: {', '.join(names)})" if not suggestion and names else "")
             else:
