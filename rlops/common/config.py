@@ -85,12 +85,15 @@ def load_params(path: str | os.PathLike[str] | None = None,
     a bad key or value raises :class:`ParamsError` naming its file and line. The result is the
     document as written (defaults are the model's: read values through :func:`resolve_params`)."""
     source = read_params_file(Path(path) if path is not None else params_path(), "project params.yaml")
-    params = source.document
+    params = copy.deepcopy(source.document)
+    env: dict[str, Any] = {}
     for keys, (_, value) in _env_overrides().items():
         _set(params, keys, value)
+        _set(env, keys, value)
     if overrides:
         params = deep_merge(params, overrides)
-    validate_document(params, [source])
+    validate_document(params, [source, ParamsSource("environment", None, {}, env),
+                               ParamsSource("overrides", None, {}, overrides or {})])
     return params
 
 

@@ -124,7 +124,12 @@ def _model_at(path: tuple[Any, ...]) -> type[BaseModel] | None:
 
 
 def _locate(path: KeyPath, sources: list[ParamsSource]) -> tuple[str | None, int | None]:
-    """The file and line that set ``path`` (the last source that has it, or its nearest parent)."""
+    """The file and line that set ``path``: the last source whose document holds it (with the line
+    of the deepest key it has), else the nearest parent key found in any file."""
+    for src in reversed(sources):
+        if _has(src.document, path):
+            line = next((src.lines[path[:d]] for d in range(len(path), 0, -1) if path[:d] in src.lines), None)
+            return (str(src.path) if src.path else src.label), line
     for depth in range(len(path), 0, -1):
         prefix = path[:depth]
         for src in reversed(sources):

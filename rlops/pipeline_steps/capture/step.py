@@ -19,9 +19,7 @@ run key, so a re-run overwrites them.
 
 from __future__ import annotations
 
-import tempfile
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlops.pipeline_steps.infra.context import StepContext
@@ -31,34 +29,6 @@ if TYPE_CHECKING:
     from rlops.sandbox.traces import TracePolicy
 
 
-def contract_for(pack: "Pack") -> Any:
-    from rlops.data_contracts.schema import trace_contract
-    return trace_contract(pack.name, pack.scenario.action_names, pack.scenario.spec.fields)
-
-
-def champion_trace_policy(ctx: StepContext, pack: "Pack", deterministic: bool = False
-                          ) -> tuple["TracePolicy", str]:
-    """The champion as a tracing policy (sampled actions with logp/entropy/value; its most likely
-    action with ``deterministic``, as the agent SDK's policy client serves it), or the rule
-    engine when no champion is registered yet."""
-    from rlops.sandbox.policies import rule_policy
-    try:
-        from rlops.pipeline_steps.training.policy import champion_policy
-        version, policy = champion_policy(ctx, Path(tempfile.mkdtemp(prefix="rlops-champion-")))
-    except Exception as exc:  # noqa: BLE001 - a registry outage must not stop capture
-        ctx.extra.setdefault("warnings", []).append(f"champion unavailable ({exc}); traced the rule engine")
-        version, policy = None, None
-    if policy is None:
-        return rule_policy, "rules"
-    import torch
-    gen = torch.Generator().manual_seed(ctx.config.seed)
-
-    def act(env: Any) -> Any:
-        out = policy.act(env.observe(), deterministic=deterministic, generator=gen)
-        return out.action, {"logp": out.logp, "entropy": out.entropy, "value": out.value}
-    return act, f"{ctx.scenario}-policy/{version}"
-
-
 def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int | None = None,
                  sample_rate: float | None = None, profile: str | None = None, progress: bool = False
                  ) -> dict[str, Any]:
@@ -66,6 +36,7 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
     for the interval and falls back to simulation when ``capture.simulate_when_empty`` is on.
     ``progress`` draws a bar of the landing-zone rows read (a simulation is one batched rollout)."""
     from rlops.common.arguments import MAX_EPISODES, count, fraction
+    from rlops.data_contracts.schema import contract_for
     from rlops.pipeline_steps.capture.core import capture_landing_zone
     from rlops.sandbox.profiles import default_profile
     cfg = ctx.config.capture
@@ -139,6 +110,7 @@ def _counts(rows_in: int, accepted: int, quarantined: int) -> dict[str, int]:
 
 def simulate_capture(ctx: StepContext, pack: "Pack", traces: str, quarantine: str, start: datetime,
                      episodes: int, sample_rate: float, profile: str) -> dict[str, Any]:
+    from rlops.data_contracts.schema import contract_for
     from rlops.pipeline_steps.capture.core import validate_rows
     from rlops.pipeline_steps.infra.trace_store import (episode_prefix, write_quarantine_partitions,
                                                   write_trace_partitions)
@@ -147,6 +119,7 @@ def simulate_capture(ctx: StepContext, pack: "Pack", traces: str, quarantine: st
         from rlops.common.errors import UserError
         raise UserError(f"capture --profile {profile!r}: pack {pack.name} has no such profile; "
                         f"expected one of {sorted(pack.scenario.profiles)}")
+    from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
     policy, version = champion_trace_policy(ctx, pack)
     # Seed and ids derive from the run key: each interval sees other applicants, ids never collide
     # across run keys, and re-running a run key reproduces its rows.

@@ -123,7 +123,8 @@ def capture_trace_lines(ctx: "StepContext", found: TraceLines, source: str) -> d
 
     from rlops.data_contracts.records import parse_json_lines
     from rlops.pipeline_steps.capture.core import validate_rows
-    from rlops.pipeline_steps.capture.step import _counts, contract_for
+    from rlops.data_contracts.schema import contract_for
+    from rlops.pipeline_steps.capture.step import _counts
     from rlops.pipeline_steps.infra.trace_store import write_quarantine_partitions, write_trace_partitions
     traces, quarantine = ctx.traces.trace_uri, ctx.traces.quarantine_uri
     start, end = ctx.key.start, ctx.key.end

@@ -40,10 +40,9 @@ def comparable_rows(pack: Any, df: Any) -> Any:
     """Sandbox trace rows encoded as captured live rows are: through the same trace contract
     (e.g. ``error`` becomes "error"/null as on live rows, not True/False), so a column's
     distribution differs only where the worlds differ."""
-    from rlops.pipeline_steps.capture.core import validate_rows
-    from rlops.pipeline_steps.capture.step import contract_for
-    accepted, _ = validate_rows(df, contract_for(pack))
-    return accepted.reset_index(drop=True)
+    from rlops.data_contracts.schema import contract_for
+    from rlops.data_contracts.validation import validate_frame
+    return validate_frame(df, contract_for(pack)).accepted.reset_index(drop=True)
 
 
 def baseline_inputs(ctx: StepContext, pack: Any, profile: str, episodes: int, reward_fn: str) -> tuple[str, str]:
@@ -62,7 +61,7 @@ def baseline_inputs(ctx: StepContext, pack: Any, profile: str, episodes: int, re
 def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -> tuple[Any, str]:
     """``(rows, policy version)`` of the champion in the calibrated sandbox, rolled out or read
     back when an earlier check had the same inputs."""
-    from rlops.pipeline_steps.capture.step import champion_trace_policy
+    from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
     from rlops.sandbox.traces import rollout_traces
     reward_fn = ctx.reward_choice().reward_fn
     digest, champion = baseline_inputs(ctx, pack, profile, episodes, reward_fn)

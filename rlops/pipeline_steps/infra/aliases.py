@@ -2,8 +2,8 @@
 
 Promotion moves ``champion`` and keeps the old one as ``previous``; rollback points ``champion``
 back at ``previous``. If MLflow fails half-way the prior aliases are put back, so the registry
-never shows a half-moved champion. Reached through :meth:`Tracker.move_champion` and
-:meth:`Tracker.rollback`.
+never shows a half-moved champion. The functions take the :class:`Tracker` they move the aliases
+with (the registry module knows nothing of them, so the two do not import each other).
 """
 
 from __future__ import annotations

@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from rlops.common.params_model import Params, TrackingParams
     from mlflow import MlflowClient
 
-    from rlops.pipeline_steps.infra.aliases import AliasState
-
 T = TypeVar("T")
 
 from rlops.common.policy_ref import policy_model_name  # noqa: E402,F401  (the registry names models)
@@ -323,18 +321,6 @@ class Tracker:
                     return {}
                 raise
         return self._call(f"get aliases of {name!r}", get)
-
-    def move_champion(self, name: str, new_version: str) -> AliasState:
-        """Make ``new_version`` the champion and keep the current one as ``previous``
-        (see :func:`rlops.pipeline_steps.infra.aliases.move_champion`)."""
-        from rlops.pipeline_steps.infra.aliases import move_champion
-        return move_champion(self, name, new_version)
-
-    def rollback(self, name: str) -> AliasState:
-        """Point ``champion`` back at ``previous`` and clear ``previous``
-        (see :func:`rlops.pipeline_steps.infra.aliases.rollback`)."""
-        from rlops.pipeline_steps.infra.aliases import rollback
-        return rollback(self, name)
 
     # ------------------------------------------------------------------ reward functions
     def register_reward_fn(self, scenario: str, source_path: str | os.PathLike[str], sha256: str,

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.aliases import move_champion, rollback as rollback_champion
 from rlops.pipeline_steps.promotion.gates import (Gate, GateConfig, ab_gates, comparison_gates, episode_outcomes, gate_frame,
                                   gate_table_html, stress_gate)
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.policy_metrics import policy_metrics, segment_returns
 from rlops.pipeline_steps.infra.storage import StorageError
 from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, PREVIOUS, TrackingError, policy_model_name
-from rlops.pipeline_steps.training.policy import reward_label
 
 if TYPE_CHECKING:
     import torch
@@ -181,7 +181,7 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     pack = ctx.load_pack()
     profile = default_profile(pack, "production", settings.profile)
     label = settings.reward_fn or (tags.get("reward_fn") if tags.get("reward_fn") in pack.reward_fns else None)
-    label = str(label or reward_label(ctx, None))
+    label = str(label or ctx.reward_choice().reward_fn)
     n = count("--episodes", episodes if episodes is not None else settings.episodes,
               maximum=MAX_EPISODES)
     seed = settings.seed
@@ -351,7 +351,7 @@ def _promote(ctx: StepContext, candidate: str, staged: bool, episodes: int | Non
             ctx.tracker.set_alias(name, CHALLENGER, candidate)
             return {**out, "action": "challenger", "traffic_fraction": nxt, "champion": report["champion_version"],
                     "reason": f"all gates pass; v{candidate} serves {nxt:.0%} of traffic as challenger"}
-        state = ctx.tracker.move_champion(name, candidate)
+        state = move_champion(ctx.tracker, name, candidate)
     except TrackingError as exc:
         return {**out, "reason": f"MLflow failed during promotion; aliases left as they were: {exc}"}
     out.update({"promoted": True, "action": "champion", "champion": state.champion, "previous": state.previous,
@@ -375,7 +375,7 @@ def rollback(ctx: StepContext) -> dict[str, Any]:
     if ctx.dry_run:
         return {"scenario": ctx.scenario, "dry_run": True, "champion": current, "would_restore": previous,
                 "reason": f"dry run: champion would move from v{current} back to v{previous}"}
-    state = ctx.tracker.rollback(name)
+    state = rollback_champion(ctx.tracker, name)
     return {"scenario": ctx.scenario, "dry_run": False, "rolled_back_from": current, "champion": state.champion,
             "previous": state.previous, "reason": f"champion restored to v{state.champion}"}
 

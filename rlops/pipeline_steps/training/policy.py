@@ -102,14 +102,6 @@ def fingerprint(**inputs: Any) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
-# --------------------------------------------------------------------------- warm start
-def champion_policy(ctx: StepContext, dst: Path) -> tuple[str | None, "PolicyNetwork | None"]:
-    """The current champion's version and network (None, None when there is none)."""
-    from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
-    loaded = load_policy_ref(ctx, CHAMPION, dst)
-    return (loaded.version, loaded.network) if loaded is not None else (None, None)
-
-
 # --------------------------------------------------------------------------- the step
 def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = None,
                  reward_version: str | None = None, data_version: str | None = None,
@@ -201,6 +193,7 @@ def _starting_point(ctx: StepContext, pack: "Pack", mode: str, name: str,
                     tmp: Path) -> tuple[str, str, str | None, "PolicyNetwork | None"]:
     """``(mode actually used, note, parent champion version, warm-start network)``: an incremental
     run falls back to full when there is no champion or it has another observation layout."""
+    from rlops.pipeline_steps.infra.policy_loader import champion_policy
     parent: str | None = None
     init: PolicyNetwork | None = None
     if mode == "incremental":  # a dry run only asks who the champion is
