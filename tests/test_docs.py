@@ -201,6 +201,28 @@ def test_every_command_line_in_the_docs_parses(parser: argparse.ArgumentParser) 
     assert sum(1 for doc in DOCS for _ in command_lines(doc.read_text())) > 50  # the checker sees them
 
 
+def _leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+                   ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    choices = _subparsers(parser)
+    if not choices:
+        yield path, parser
+    for name, child in choices.items():
+        yield from _leaf_commands(child, path + (name,))
+
+
+def test_the_readme_says_which_commands_take_the_common_flags(parser: argparse.ArgumentParser) -> None:
+    """"The pipeline commands — all but `console`, `demo`, `config` and `model webhook` — take
+    `--scenario`, `--json` and `--dry-run`": the parser agrees, both ways."""
+    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
+    claim = re.search(r"The pipeline commands — all but (.*?) — take `--scenario NAME_OR_PATH`", readme)
+    assert claim, "the README's sentence on the common flags is gone"
+    named = set(re.findall(r"`([^`]+)`", claim.group(1)))
+    lacking = {" ".join(path) for path, p in _leaf_commands(parser)
+               if not {"--scenario", "--json", "--dry-run"} <= _options(p)}
+    assert {c for c in lacking if not any(c == n or c.startswith(n + " ") for n in named)} == set()
+    assert all(any(c == n or c.startswith(n + " ") for c in lacking) for n in named)
+
+
 def test_the_checker_fails_on_a_renamed_flag_or_command(parser: argparse.ArgumentParser) -> None:
     readme = (REPO_ROOT / "README.md").read_text()
     assert "[--bh] [--fail-on-drift]" in readme and "rlops model rollback" in readme
@@ -232,3 +254,22 @@ def test_the_module_path_checker_sees_what_is_gone() -> None:
     assert all(check_module_path(ref, code_names=names) is None
                for ref in ("rlops.dag_run_id", "rlops.alias.champion", "rlops.alias", "rlops/env_step"))
     assert check_module_path("rlops.config", code_names=names) == "rlops.config: no module rlops.config"
+
+
+def _dag_param_names() -> set[str]:
+    """The names of the DAGs' typed Params (``"name": Param(...)`` in the DAG files and their settings)."""
+    files = [REPO_ROOT / "rlops" / "pipeline_steps" / "orchestration" / "settings.py",
+             *sorted((REPO_ROOT / "dags").glob("*.py"))]
+    return {k.value for f in files for node in ast.walk(ast.parse(f.read_text())) if isinstance(node, ast.Dict)
+            for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and isinstance(v, ast.Call)
+            and getattr(v.func, "id", getattr(v.func, "attr", None)) == "Param"}
+
+
+def test_dag_conf_shown_in_the_docs_uses_the_dags_params() -> None:
+    import json
+    known = _dag_param_names()
+    assert {"scenario", "reward_fn", "timesteps", "dry_run", "candidate"} <= known
+    confs = [(doc, m.group(1)) for doc in DOCS for m in re.finditer(r"--conf '(\{.*?\})'", doc.read_text())]
+    assert confs
+    unknown = [f"{_rel(doc)}: {key}" for doc, conf in confs for key in json.loads(conf) if key not in known]
+    assert not unknown, f"DAG conf keys the DAGs do not take: {unknown} (expected some of {sorted(known)})"
