@@ -53,12 +53,18 @@ def _scenario_arg(p: argparse.ArgumentParser, every: bool = False) -> None:
 def _project(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     """The project params document (environment overrides applied) and the pack name ``--scenario``
     means (a pack folder anywhere sets ``scenarios_dir`` to its parent)."""
-    from rlops.common.config import load_params
+    from rlops.common.config import load_params, scenarios_root
+    from rlops.common.errors import UserError
     params = load_params(args.params)
     scenario = args.scenario
     if scenario and Path(scenario).is_dir():
         folder = Path(scenario).resolve()
         params["scenarios_dir"], scenario = str(folder.parent), folder.name
+    elif scenario and not (scenarios_root(params) / scenario).is_dir():
+        root = scenarios_root(params)
+        packs = sorted(p.name for p in root.iterdir() if (p / "scenario.yaml").exists()) if root.is_dir() else []
+        raise UserError(f"--scenario {scenario}: no pack folder {root / scenario}; expected a pack name "
+                        f"({', '.join(packs) or 'none under ' + str(root)}) or a pack folder")
     return params, scenario
 
 

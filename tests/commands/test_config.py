@@ -82,3 +82,9 @@ def test_schema_check_says_when_the_file_is_stale(tmp_path: Path, capsys: pytest
     out.write_text("{}\n")
     assert main(["config", "schema", "--out", str(out), "--check"]) == 1
     assert "stale" in capsys.readouterr().out
+
+
+def test_an_unknown_pack_is_a_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "show", "--scenario", "no_such_pack", "--params", str(REPO_ROOT / "params.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "--scenario no_such_pack: no pack folder" in err and "credit_approval" in err
