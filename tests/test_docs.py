@@ -19,7 +19,7 @@ from rlops.common.config import REPO_ROOT
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md")), REPO_ROOT / "docker" / "README.md"]
 SOURCES = [p for d in ("rlops", "dags", "bench") for p in sorted((REPO_ROOT / d).rglob("*.py"))]
 
-_FENCE = re.compile(r"^```.*?$(.*?)^```", re.S | re.M)
+_FENCE = re.compile(r"^```.*?$(.*?)^```", re.DOTALL | re.MULTILINE)
 _SPAN = re.compile(r"`([^`\n]+)`")
 _COMMAND = re.compile(r"(?:^|[\s/$(])rlops\s+(-{0,2}[a-z][\w-]*.*)$")
 
@@ -86,8 +86,8 @@ def check_command(root: argparse.ArgumentParser, command: str) -> list[str]:
             break
         unknown = [w for w in words if w not in choices]
         if unknown:
-            return problems + [f"`{' '.join(path)}` has no command {', '.join(unknown)} (expected one of "
-                               f"{', '.join(sorted(choices))})"]
+            expected = ", ".join(sorted(choices))
+            return [*problems, f"`{' '.join(path)}` has no command {', '.join(unknown)} (expected one of {expected})"]
         path.append(tokens[i])
         parsers = [choices[w] for w in words]
         i += 1
@@ -236,7 +236,8 @@ def test_the_checker_fails_on_a_renamed_flag_or_command(parser: argparse.Argumen
 
 
 def test_every_module_path_named_in_docs_docstrings_and_params_exists() -> None:
-    problems = [p for doc in [*DOCS, REPO_ROOT / "params.yaml"] for p in module_path_problems(doc.read_text(), _rel(doc))]
+    files = [*DOCS, REPO_ROOT / "params.yaml"]
+    problems = [p for doc in files for p in module_path_problems(doc.read_text(), _rel(doc))]
     for src in SOURCES:
         for line, doc in _docstrings(src):
             problems += module_path_problems(doc, _rel(src), line)

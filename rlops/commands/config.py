@@ -103,7 +103,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     packs = [scenario] if scenario else sorted(p.name for p in root.iterdir()
                                                if (p / "scenario.yaml").exists()) if root.is_dir() else []
     problems: list[ParamsProblem] = []
-    for name in packs or [None]:
+    targets: list[str | None] = list(packs) or [None]  # no packs: the project's params alone
+    for name in targets:
         try:
             resolve_params(name, params=params, path=args.params)
         except ParamsError as exc:

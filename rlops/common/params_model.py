@@ -17,8 +17,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import itertools
 import textwrap
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
@@ -37,7 +38,7 @@ def _field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body  # type: ignore[attr-defined]  # the class definition
     docs: dict[str, str] = {}
-    for stmt, nxt in zip(body, body[1:]):
+    for stmt, nxt in itertools.pairwise(body):
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and isinstance(nxt, ast.Expr) \
                 and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
             docs[stmt.target.id] = " ".join(nxt.value.value.split())
@@ -47,7 +48,7 @@ def _field_docs(cls: type) -> dict[str, str]:
 def _annotation(tp: str) -> Any:
     """A dataclass field's annotation text as a type pydantic checks (tuples of ints become lists)."""
     return {"int": int, "float": float, "bool": bool, "str": str, "tuple[int, ...]": list[int],
-            "float | None": Optional[float], "int | None": Optional[int], "str | None": Optional[str]}[tp]
+            "float | None": float | None, "int | None": int | None, "str | None": str | None}[tp]
 
 
 def block_from_dataclass(name: str, record: type, exclude: frozenset[str] = frozenset(),
@@ -58,18 +59,23 @@ def block_from_dataclass(name: str, record: type, exclude: frozenset[str] = froz
     where); ``optional`` makes every field default to null (an override of another block)."""
     docs, derived = _field_docs(record), derived or {}
     spec: dict[str, Any] = {}
-    for f in dataclasses.fields(record):  # type: ignore[arg-type]
+    for f in dataclasses.fields(record):  # type: ignore[arg-type]  # any dataclass type
         if f.name in exclude:
             continue
         tp = _annotation(str(f.type))
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if f.default is not dataclasses.MISSING:
+            default: Any = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            raise TypeError(f"{record.__name__}.{f.name} has no default; a params block needs one")
         if isinstance(default, tuple):
             default = list(default)
         desc = docs.get(f.name, "")
         if f.name in derived:
-            spec[f.name] = (Optional[tp], Field(None, description=f"{desc} (null: {derived[f.name]})"))
+            spec[f.name] = (tp | None, Field(None, description=f"{desc} (null: {derived[f.name]})"))
         elif optional:
-            spec[f.name] = (Optional[tp], Field(None, description=f"{desc} (null: the `ppo:` value)"))
+            spec[f.name] = (tp | None, Field(None, description=f"{desc} (null: the `ppo:` value)"))
         else:
             spec[f.name] = (tp, Field(default, description=desc))
     model = create_model(name, __base__=base, __doc__=doc, **spec)
@@ -81,7 +87,7 @@ class StorageParams(Block):
     """Where data lives (``rlops/pipeline_steps/infra/storage.py``)."""
 
     root: str = Field("file://rlops-data", description="file://<path> or s3://bucket/prefix (env RLOPS_STORAGE_ROOT)")
-    s3_endpoint_url: Optional[str] = Field(None, description="S3-compatible servers (MinIO, moto): http://host:port "
+    s3_endpoint_url: str | None = Field(None, description="S3-compatible servers (MinIO, moto): http://host:port "
                                                              "(env RLOPS_S3_ENDPOINT_URL)")
     retries: int = Field(4, ge=1, description="attempts per object operation")
     backoff_s: float = Field(0.5, ge=0, description="first retry delay, doubled each attempt")
@@ -93,7 +99,7 @@ class TrackingParams(Block):
     """The MLflow tracking server and artifact store (``rlops/pipeline_steps/infra/registry.py``)."""
 
     uri: str = Field("sqlite:///rlops-data/mlflow.db", description="MLflow tracking URI (env MLFLOW_TRACKING_URI)")
-    artifact_root: Optional[str] = Field(
+    artifact_root: str | None = Field(
         "rlops-data/mlartifacts", description="artifact root for new experiments; ignored for a local path when uri "
                                               "is an MLflow server (env RLOPS_ARTIFACT_ROOT)")
     http_max_retries: int = Field(2, ge=0, description="MLflow server calls: bounded so an outage fails within "
@@ -115,11 +121,11 @@ class CaptureParams(Block):
                                                             "(tracer buffering); older: quarantined")
     simulate_when_empty: bool = Field(False, description="true: no landing-zone files → sample the champion in "
                                                          "`profile` (source simulation:<profile>)")
-    profile: Optional[str] = Field(None, description="simulated capture stands in for production: `live`, else "
+    profile: str | None = Field(None, description="simulated capture stands in for production: `live`, else "
                                                      "the pack's default")
     episodes: int = Field(2000, ge=1, description="simulated episodes per interval")
     sample_rate: float = Field(1.0, ge=0, le=1, description="fraction of simulated episodes recorded")
-    mlflow_experiment: Optional[str] = Field(None, description="`--from-mlflow`: experiment the agents' "
+    mlflow_experiment: str | None = Field(None, description="`--from-mlflow`: experiment the agents' "
                                                                "MlflowTraceExporter writes to (null: the "
                                                                "scenario's name)")
     track: bool = Field(True, description="log each capture run to MLflow (false: counts only)")
@@ -133,13 +139,13 @@ class DriftParams(Block):
                                                            "is true)")
     min_effect: float = Field(0.02, ge=0, description="effect-size floor (KS D / total-variation distance)")
     bh: bool = Field(True, description="adjust p-values for testing many fields at once")
-    cluster: Optional[str] = Field("episode_id", description="rows of one episode are one draw: p-values count "
+    cluster: str | None = Field("episode_id", description="rows of one episode are one draw: p-values count "
                                                              "episodes (null: rows)")
     plots: Literal["all", "drifted"] = Field("all", description="histograms in the HTML report: all fields, or "
                                                                 "`drifted` ones only")
-    fields: Optional[list[str]] = Field(None, description="null: every state.* column plus latency_ms and error")
+    fields: list[str] | None = Field(None, description="null: every state.* column plus latency_ms and error")
     report_dir: str = Field("drift", description="default output folder under storage.root")
-    workers: Optional[int] = Field(None, ge=1, description="threads for the field tests (null: the CPUs this "
+    workers: int | None = Field(None, ge=1, description="threads for the field tests (null: the CPUs this "
                                                            "process may use)")
     baseline_episodes: int = Field(2000, ge=1, description="`rlops drift check`: sandbox episodes of the "
                                                            "calibrated baseline")
@@ -151,8 +157,8 @@ class RecalConfig(Block):
     """Recalibration (``rlops/pipeline_steps/drift/calibrate.py``, ``rlops calibrate``)."""
 
     min_rows: int = Field(30, ge=1, description="fewer initial values (or rows per API) keep the declared value")
-    source: Optional[str] = Field("live", description="rows used (null: every source)")
-    window_hours: Optional[float] = Field(None, gt=0, description="null: every row under --traces / the trace "
+    source: str | None = Field("live", description="rows used (null: every source)")
+    window_hours: float | None = Field(None, gt=0, description="null: every row under --traces / the trace "
                                                                   "store")
     check_samples: int = Field(20_000, ge=1, description="sandbox initial states sampled for the before/after check")
     seed: int = Field(7, description="seed of the fits and the check")
@@ -180,8 +186,8 @@ class _TrainStep(Block):
     incremental_timesteps: int = Field(200_000, ge=1, description="budget of an incremental retrain warm-started "
                                                                   "from the champion")
     ewc_lambda: float = Field(2000.0, ge=0, description="EWC strength in incremental mode (0: plain fine-tuning)")
-    num_envs: Optional[int] = Field(None, ge=1, description="episodes stepped at once (null: derived from the pack)")
-    profile: Optional[str] = Field(None, description="simulation profile to train in (null: `calibrated` once a "
+    num_envs: int | None = Field(None, ge=1, description="episodes stepped at once (null: derived from the pack)")
+    profile: str | None = Field(None, description="simulation profile to train in (null: `calibrated` once a "
                                                      "calibration exists, else the pack's default)")
     checkpoint_every: int = Field(10, ge=1, description="iterations between resumable checkpoints")
     eval_episodes: int = Field(1000, ge=1, description="greedy episodes scored after training (the result's "
@@ -234,11 +240,11 @@ class GateConfig(Block):
     completion_epsilon: float = Field(0.01, ge=0, description="completion rate may drop by at most this (absolute)")
     handling_epsilon: float = Field(0.05, ge=0, description="mean handling time may grow by at most this fraction")
     takeover_epsilon: float = Field(0.01, ge=0, description="human-takeover rate may rise by at most this (absolute)")
-    completion_min: Optional[float] = Field(None, ge=0, le=1, description="operational budget (null: none): a "
+    completion_min: float | None = Field(None, ge=0, le=1, description="operational budget (null: none): a "
                                                                           "completion rate at or above this passes")
-    handling_max_ms: Optional[float] = Field(None, gt=0, description="operational budget: a mean handling time at "
+    handling_max_ms: float | None = Field(None, gt=0, description="operational budget: a mean handling time at "
                                                                      "most this passes")
-    takeover_max: Optional[float] = Field(None, ge=0, le=1, description="operational budget: a takeover rate at "
+    takeover_max: float | None = Field(None, ge=0, le=1, description="operational budget: a takeover rate at "
                                                                         "most this passes")
     max_illegal_rate: float = Field(0.0, ge=0, description="illegal actions per step")
     latency_p99_ratio: float = Field(1.5, gt=0, description="candidate p99 decision time (batch 1) over the "
@@ -257,9 +263,9 @@ class EvaluateParams(GateConfig):
 
     episodes: int = Field(4000, ge=1, description="held-out seeded episodes, the same for candidate and champion")
     seed: int = Field(1_000_000, description="first held-out seed (training envs use seeds near `seed`)")
-    profile: Optional[str] = Field(None, description="null: the production stand-in (`live`, else the pack's "
+    profile: str | None = Field(None, description="null: the production stand-in (`live`, else the pack's "
                                                      "default profile)")
-    reward_fn: Optional[str] = Field(None, description="null: the candidate's reward function")
+    reward_fn: str | None = Field(None, description="null: the candidate's reward function")
     latency_samples: int = Field(300, ge=1, description="decisions timed for the latency gate")
     segments: dict[str, str] = Field(default_factory=dict, description="expression segments over the initial "
                                                                        "state; packs define theirs")
@@ -307,9 +313,9 @@ class Perturbation(Block):
 
     latency: float = Field(1.0, gt=0, description="latency ×k")
     errors: float = Field(1.0, ge=0, description="error rates ×k")
-    segment: Optional[str] = Field(None, description="every episode in this population segment of the pack")
-    return_floor: Optional[float] = Field(None, ge=0, description="null: stress.return_floor")
-    completion_floor: Optional[float] = Field(None, ge=0, le=1, description="null: stress.completion_floor")
+    segment: str | None = Field(None, description="every episode in this population segment of the pack")
+    return_floor: float | None = Field(None, ge=0, description="null: stress.return_floor")
+    completion_floor: float | None = Field(None, ge=0, le=1, description="null: stress.completion_floor")
 
 
 class StressConfig(Block):
@@ -328,7 +334,7 @@ class StressConfig(Block):
                                                         "policies; the best one is the bar (oracle: the pack's "
                                                         "oracle.py, if any)")
     policy_episodes: int = Field(2000, ge=1, description="episodes of the policy run, nominal and per perturbation")
-    policy_profile: Optional[str] = Field(None, description="nominal profile (null: the calibrated sandbox, else "
+    policy_profile: str | None = Field(None, description="nominal profile (null: the calibrated sandbox, else "
                                                             "the pack's default)")
     return_floor: float = Field(0.5, ge=0, description="perturbed mean return >= min(nominal - return_floor · "
                                                        "|nominal|, the rule engine's under the same perturbation)")
@@ -345,7 +351,7 @@ class QueueConfig(Block):
     """Label queue (``rlops/pipeline_steps/labels/step.py``, ``rlops labels run|export|import``)."""
 
     db_url: str = Field("sqlite:///rlops-data/label_queue.db", description="SQLAlchemy URL (env RLOPS_QUEUE_DB)")
-    db_schema: Optional[str] = Field(None, description="Postgres schema for the tables (null: the default schema)")
+    db_schema: str | None = Field(None, description="Postgres schema for the tables (null: the default schema)")
     window_hours: float = Field(24.0, gt=0, description="trace window ending with the run key's interval")
     threshold: float = Field(0.8, description="mean entropy / log(number of legal actions)")
     top_k: int = Field(2, ge=0, description="also the k most uncertain clusters of each run, whatever their entropy")
@@ -405,10 +411,10 @@ class Params(Block):
     """The whole params document: project params.yaml + a pack's params.yaml + environment overrides."""
 
     scenario: str = Field("credit_approval", description="default scenario pack under scenarios/")
-    reward_fn: Optional[str] = Field(None, description="reward_<label>.py of the pack (a pack's params.yaml may "
+    reward_fn: str | None = Field(None, description="reward_<label>.py of the pack (a pack's params.yaml may "
                                                        "choose its own; null: the newest)")
     seed: int = Field(7, description="seed of simulations, PPO sampling and the reward model")
-    scenarios_dir: Optional[str] = Field(None, description="folder of the scenario packs (null: scenarios/ of the "
+    scenarios_dir: str | None = Field(None, description="folder of the scenario packs (null: scenarios/ of the "
                                                            "project)")
     local_dir: str = Field("rlops-data", description="local working folder (checkpoints, exported models), "
                                                      "relative to RLOPS_HOME")
@@ -416,7 +422,10 @@ class Params(Block):
     tracking: TrackingParams = Field(default_factory=TrackingParams, description=TrackingParams.__doc__)
     drift: DriftParams = Field(default_factory=DriftParams, description=DriftParams.__doc__)
     capture: CaptureParams = Field(default_factory=CaptureParams, description=CaptureParams.__doc__)
-    train: TrainParams = Field(default_factory=TrainParams, description=TrainParams.__doc__)  # type: ignore[valid-type]
+    # ppo, train and reward_model are models built by create_model from the algorithms' config records,
+    # which a type checker cannot take for types: hence the three ignores.
+    train: TrainParams = Field(  # type: ignore[valid-type]
+        default_factory=TrainParams, description=TrainParams.__doc__)
     relabel: RelabelParams = Field(default_factory=RelabelParams, description=RelabelParams.__doc__)
     evaluate: EvaluateParams = Field(default_factory=EvaluateParams, description=EvaluateParams.__doc__)
     promotion: PromotionParams = Field(default_factory=PromotionParams, description=PromotionParams.__doc__)
@@ -431,7 +440,27 @@ class Params(Block):
     dvc: DvcParams = Field(default_factory=DvcParams, description=DvcParams.__doc__)
 
 
-__all__ = ["Block", "Params", "StorageParams", "TrackingParams", "CaptureParams", "DriftParams",
-           "RecalConfig", "PpoParams", "TrainParams", "RelabelParams", "RewardModelParams", "GateConfig",
-           "EvaluateParams", "WebhookParams", "PromotionParams", "Perturbation", "StressConfig", "QueueConfig",
-           "AuditParams", "DemoParams", "DvcParams", "block_from_dataclass"]
+__all__ = [
+    "AuditParams",
+    "Block",
+    "CaptureParams",
+    "DemoParams",
+    "DriftParams",
+    "DvcParams",
+    "EvaluateParams",
+    "GateConfig",
+    "Params",
+    "Perturbation",
+    "PpoParams",
+    "PromotionParams",
+    "QueueConfig",
+    "RecalConfig",
+    "RelabelParams",
+    "RewardModelParams",
+    "StorageParams",
+    "StressConfig",
+    "TrackingParams",
+    "TrainParams",
+    "WebhookParams",
+    "block_from_dataclass",
+]

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import difflib
 import typing
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -161,18 +162,18 @@ def validate_document(doc: dict[str, Any], sources: list[ParamsSource]) -> Param
         raise ParamsError(problems) from None
 
 
-def as_params(params: "Params | Mapping[str, Any]") -> Params:
+def as_params(params: Params | Mapping[str, Any]) -> Params:
     """The typed document from itself or a raw params mapping (validated: a bad key raises :class:`ParamsError`)."""
     return params if isinstance(params, Params) else validate_document(dict(params), [])
 
 
-def params_block(params: "Params | BaseModel | Mapping[str, Any]", name: str) -> Any:
+def params_block(params: Params | BaseModel | Mapping[str, Any], name: str) -> Any:
     """The typed block ``name`` from the whole typed document, the block itself, or a raw params
     mapping (validated here: a bad key raises :class:`ParamsError`)."""
     if isinstance(params, Params):
         return getattr(params, name)
     if isinstance(params, BaseModel):
-        expected = Params.model_fields[name].annotation
+        expected = Params.model_fields[name].annotation  # a block's annotation is its model class
         if not isinstance(params, expected):  # type: ignore[arg-type]
             raise TypeError(f"expected the params document or its {name!r} block, got {type(params).__name__}")
         return params
@@ -222,5 +223,5 @@ def _has(doc: Any, path: KeyPath) -> bool:
     return True
 
 
-__all__ = ["ConfigError", "ParamsError", "ParamsProblem", "ParamsSource", "ResolvedParams", "as_params", "params_block", "read_params_file",
-           "validate_document"]
+__all__ = ["ConfigError", "ParamsError", "ParamsProblem", "ParamsSource", "ResolvedParams", "as_params", "params_block",
+           "read_params_file", "validate_document"]

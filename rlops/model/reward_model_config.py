@@ -43,7 +43,7 @@ class RewardModelConfig:
             raise ValueError(f"RewardModelConfig.holdout_fraction must be in [0, 1), got {self.holdout_fraction}")
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None = None, **overrides: Any) -> "RewardModelConfig":
+    def from_params(cls, params: dict[str, Any] | None = None, **overrides: Any) -> RewardModelConfig:
         """Build from a mapping of these fields (the resolved ``reward_model:`` block) plus keyword overrides."""
         merged = {**(params or {}), **overrides}
         unknown = sorted(set(merged) - {f.name for f in fields(cls)})

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # numpy and pandas are imported where they run: registering t
     from rlops.sandbox.spec import FieldSpec
 
 
-def fittable(f: "FieldSpec") -> bool:
+def fittable(f: FieldSpec) -> bool:
     """Observed, and initialised from a distribution whose parameters are constants."""
     if not f.observed or f.init.dist is None:
         return False
@@ -29,7 +29,7 @@ def fittable(f: "FieldSpec") -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in params.values())
 
 
-def unfittable_reason(f: "FieldSpec") -> str:
+def unfittable_reason(f: FieldSpec) -> str:
     """Why :func:`fittable` said no, in the words the calibration report uses."""
     if not f.observed:
         return "not observed: production traces do not carry it"
@@ -38,17 +38,17 @@ def unfittable_reason(f: "FieldSpec") -> str:
     return f"the {f.init.dist} distribution's parameters are expressions, not constants"
 
 
-def changed_by_actions(pack: "Pack") -> set[str]:
+def changed_by_actions(pack: Pack) -> set[str]:
     return {target for a in pack.scenario.spec.actions for e in a.effects for target in e.set}
 
 
-def initial_values(pack: "Pack", df: pd.DataFrame, path: str, changed: bool) -> np.ndarray:
+def initial_values(pack: Pack, df: pd.DataFrame, path: str, changed: bool) -> np.ndarray:
     """A field's initial value per episode (see module docstring); NaNs dropped."""
     import numpy as np
     return initial_series(pack, df, path, changed).to_numpy(np.float64)
 
 
-def initial_series(pack: "Pack", df: pd.DataFrame, path: str, changed: bool) -> pd.Series:
+def initial_series(pack: Pack, df: pd.DataFrame, path: str, changed: bool) -> pd.Series:
     """:func:`initial_values` indexed by episode id (episodes in sorted order)."""
     import numpy as np
     import pandas as pd
@@ -64,7 +64,7 @@ def initial_series(pack: "Pack", df: pd.DataFrame, path: str, changed: bool) -> 
     return pd.Series(first["v"].to_numpy(np.float64), index=first["e"].to_numpy())
 
 
-def fit_field(f: "FieldSpec", x: np.ndarray, w: np.ndarray | None = None) -> dict[str, Any]:
+def fit_field(f: FieldSpec, x: np.ndarray, w: np.ndarray | None = None) -> dict[str, Any]:
     """The MLE init spec of ``f``'s declared family from values ``x`` (enum codes, bools 0/1),
     each value weighted by ``w`` when given (a population segment's responsibilities)."""
     import numpy as np
@@ -93,7 +93,7 @@ def fit_field(f: "FieldSpec", x: np.ndarray, w: np.ndarray | None = None) -> dic
     raise ValueError(f"field {f.path}: cannot fit distribution {dist!r}")
 
 
-def declared(f: "FieldSpec") -> dict[str, Any]:
+def declared(f: FieldSpec) -> dict[str, Any]:
     return {"dist": f.init.dist, **{k: (dict(v) if isinstance(v, dict) else v) for k, v in f.init.params.items()}}
 
 

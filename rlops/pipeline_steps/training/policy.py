@@ -43,6 +43,7 @@ from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
 from rlops.common.config import resolve_local
 
 if TYPE_CHECKING:
+    from rlops.model.pack_defaults import TrainingPlan
     from rlops.model.policy import PolicyNetwork
     from rlops.sandbox.pack import Pack
 
@@ -54,7 +55,7 @@ MODEL_ARTIFACT = "policy_model"
 
 # --------------------------------------------------------------------------- settings
 def ppo_config(ctx: StepContext, pack: "Pack", mode: str, timesteps: int | None = None,
-               checkpoint_dir: Path | None = None, **overrides: Any) -> Any:
+               checkpoint_dir: Path | None = None, **overrides: Any) -> "TrainingPlan":
     """The :class:`~rlops.model.pack_defaults.TrainingPlan` of this run (env count + PPOConfig): what the
     pack implies < ``ppo:`` block < ``train:`` keys < arguments. Checkpoints are written every
     ``checkpoint_every`` iterations (default 10) to ``checkpoint_dir``; without one (dry runs) never."""
