@@ -131,3 +131,15 @@ def test_defaults_live_in_one_place() -> None:
     assert ppo.num_steps is None and ppo.gamma is None and ppo.num_minibatches is None
     assert "Bound on a standardised feature" in (type(ppo).model_fields["obs_clip"].description or "")
     assert Params().train.learning_rate is None  # a train override of ppo: null means "the ppo value"
+
+
+def test_params_yaml_writes_down_the_model_defaults() -> None:
+    """params.yaml documents every block with the model's own defaults (only the project's choice of
+    reward function differs: the model's default is the pack's newest)."""
+    from rlops.common.params_sources import _leaves
+    defaults = dict(_leaves(Params().model_dump(mode="json"), ()))
+    written = dict(_leaves(Params.model_validate(yaml.safe_load(PROJECT)).model_dump(mode="json"), ()))
+    differ = {".".join(k) for k in defaults.keys() | written.keys() if defaults.get(k) != written.get(k)}
+    assert differ == {"reward_fn"}
+    blocks = set(yaml.safe_load(PROJECT))
+    assert blocks == set(Params.model_fields) - {"scenarios_dir", "local_dir"}  # every block is written down

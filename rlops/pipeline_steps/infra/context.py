@@ -96,10 +96,9 @@ class StepContext:
     def section(self, name: str) -> "BaseModel":
         """A typed params block (``train``, ``evaluate``…), the pack's overrides deep-merged in;
         the same as ``ctx.config.<name>``."""
-        block = getattr(self.config, name, None)
-        if block is None or name not in Params.model_fields:
+        if name not in Params.model_fields:
             raise KeyError(f"params has no block {name!r}; expected one of {sorted(Params.model_fields)}")
-        return block
+        return getattr(self.config, name)
 
     @property
     def pack_dir(self) -> Path:
