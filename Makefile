@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench venv clean
+.PHONY: demo test test-slow bench venv clean params-schema
 
 venv: $(STAMP)
 
@@ -23,6 +23,10 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# The JSON Schema of params.yaml (editors complete and check it), generated from the typed model.
+params-schema: $(STAMP)
+	$(VENV)/bin/rlops config schema
 
 bench: $(STAMP)
 	$(PY) bench/env_throughput.py

@@ -269,8 +269,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     init = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))
     if args.bc:
         obs, masks, actions, _ = step_inputs(pack, traffic)
-        bc = behaviour_clone(init, obs, masks, actions, torch.tensor(labels["rm_score"].to_numpy(),
-                                                                     dtype=torch.float32), BCConfig(epochs=10))
+        scores = torch.tensor(labels["rm_score"].to_numpy(), dtype=torch.float32)
+        bc = behaviour_clone(init, obs, masks, actions, scores, BCConfig(top_fraction=0.5, epochs=10))
     blend = ppo(pack, args.timesteps, 1, args.num_envs, RewardSource("blend", args.lam), rm,
                 init=init if bc is not None else None)
 

@@ -3,7 +3,7 @@
 A simulated labeller (the credit pack's oracle: the decision with the highest expected return
 given the applicant's true default probability) labels states chosen two ways from the same pool
 of traces, and a reward model (``rlops.model.reward_model``, Bradley–Terry on "labelled action ≻ every
-other legal action" pairs from :func:`rlops.pipeline_steps.labels.step.labels_as_pairs`) is trained on
+other legal action" pairs from :func:`rlops.pipeline_steps.labels.select.labels_as_pairs`) is trained on
 each label set:
 
 * **active** — the label queue's selection: states clustered by k-means, clusters ranked by mean

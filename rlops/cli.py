@@ -1,13 +1,15 @@
 """The ``rlops`` command line: nouns, then verbs.
 
     rlops env {validate,describe,rollout} | capture | drift {detect,check} | calibrate
-          | labels {run,export,import} | train {policy,reward-model,status,tune} | profile | stress
-          | model {evaluate,promote,rollback,webhook} | replay | audit | simulate | profile | console | demo
+          | labels {run,export,import} | train {policy,relabel,switch-reward,reward-model,tune,status}
+          | profile | stress | model {evaluate,promote,rollback,webhook} | replay | audit | simulate
+          | console | demo | config {show,validate,schema}
 
 Each noun is one module of ``rlops.commands`` holding only its argparse definitions and thin
 handlers; a handler imports its step (and with it torch, pandas, MLflow) when it runs, so
-building the parser — ``rlops --help`` — imports nothing heavy. Every command takes
-``--scenario NAME_OR_PATH``, ``--json`` and ``--dry-run``; results go to stdout, errors to stderr.
+building the parser — ``rlops --help`` — imports nothing heavy. The pipeline commands (all but
+``console``, ``demo``, ``config`` and ``model webhook``) take ``--scenario NAME_OR_PATH``, ``--json``
+and ``--dry-run``; results go to stdout, errors to stderr.
 
 Exit codes: 0 success, 1 a check failed (stress test, gate) or a service/internal error,
 2 bad input (pack, config, arguments), 3 drift found with ``--fail-on-drift``.
@@ -31,11 +33,11 @@ EXIT_CODES = """exit codes:
 
 
 def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from rlops.commands import (audit, calibrate, capture, console, demo, drift, env, labels, model, profile,
+    from rlops.commands import (audit, calibrate, capture, config, console, demo, drift, env, labels, model, profile,
                                 simulate, stress, train)
     return [env.register, capture.register, drift.register, calibrate.register, labels.register, train.register,
             profile.register, stress.register, model.register, audit.register, simulate.register, console.register,
-            demo.register]
+            demo.register, config.register]
 
 
 class OneLineParser(argparse.ArgumentParser):

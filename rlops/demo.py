@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from rlops.common.config import load_params, resolve_local
+from rlops.common.params_model import Params
 
 STEPS = 8
 
@@ -55,13 +56,12 @@ def run(scenario: str | None = None) -> int:
     scenario = scenario or str(params.get("scenario"))
     run_key = _own_run_key(StepContext.create(scenario, params=params))
     # The project's demo budgets, with the pack's own (its params.yaml `demo:` block) on top.
-    demo = StepContext.create(scenario, run_key, params=params).section("demo")
-    if demo.get("torch_threads"):
-        import torch
-        torch.set_num_threads(int(demo["torch_threads"]))
-    overrides = {"capture": {"episodes": int(demo.get("capture_episodes", 3000))},
-                 "drift": {"baseline_episodes": int(demo.get("capture_episodes", 3000))},
-                 "reward_model": {"pairs": int(demo.get("reward_model_pairs", 2000))}}
+    demo = StepContext.create(scenario, run_key, params=params).config.demo
+    import torch
+    torch.set_num_threads(demo.torch_threads)
+    overrides = {"capture": {"episodes": demo.capture_episodes},
+                 "drift": {"baseline_episodes": demo.capture_episodes},
+                 "reward_model": {"pairs": demo.reward_model_pairs}}
     ctx = StepContext.create(scenario, run_key, params=load_params(overrides=overrides))
     started = time.perf_counter()
     print(f"rlops demo — scenario {scenario}, run key {run_key}, data in {resolve_local('rlops-data')}\n")
@@ -88,7 +88,7 @@ def run(scenario: str | None = None) -> int:
     _say(5, f"reward model v{rm['model_version']}: held-out pairwise accuracy {rm['heldout_pairwise_accuracy']:.3f} "
             f"({dt:.1f}s)")
 
-    timesteps = int(demo.get("timesteps", 400_000))
+    timesteps = demo.timesteps
     _say(6, f"training a policy with masked PPO for {timesteps:,} steps in the calibrated sandbox …")
     tr, dt = _timed(lambda: train_policy(ctx, mode="full", timesteps=timesteps))
     print(f"      candidate {scenario}-policy v{tr['model_version']}: mean return {tr['mean_return']:.3f} "

@@ -75,7 +75,7 @@ def promotion_ctx(run_key: str = "20260105T1000", dry_run: bool = False, **evalu
     """A step context with evaluation budgets small enough for tests (600 episodes, 500 bootstrap
     samples, a loose latency ceiling, no stress test required); ``evaluate`` overrides them."""
     from rlops.pipeline_steps.infra.context import StepContext
-    cfg = {"episodes": 600, "bootstrap_samples": 500, "latency_p99_ms": 1000.0, "latency_samples": 50,
+    cfg = {"episodes": 600, "bootstrap_samples": 500, "latency_p99_ratio": 1000.0, "latency_samples": 50,
            "require_stress_test": False, "min_segment_episodes": 50, "segment_tolerance": 0.1}
     return StepContext.create(run_key=run_key, dry_run=dry_run,
                               overrides={"evaluate": deep_merge(cfg, evaluate), "tracking": {"http_max_retries": 0}})

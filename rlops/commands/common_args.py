@@ -78,16 +78,16 @@ def scenario_of(given: str, params: dict[str, Any]) -> tuple[str, str]:
 
 def pack_dir_from_args(args: argparse.Namespace) -> Path:
     """The pack folder ``--scenario`` names (without building a full step context)."""
-    from rlops.common.config import REPO_ROOT, load_params
+    from rlops.common.config import load_params, scenarios_dir
     from rlops.common.errors import UserError
+    from rlops.common.params_sources import as_params
     scenario = getattr(args, "scenario", None)
     if scenario is not None and not scenario.strip():
         raise UserError("--scenario '': empty path; expected a pack name under scenarios/ or a pack folder")
     if scenario and (Path(scenario).is_dir() or "/" in scenario or scenario.startswith(".")):
         return Path(scenario)
     params = load_params()
-    root = Path(str(params.get("scenarios_dir") or REPO_ROOT / "scenarios"))
-    return root / str(scenario or params.get("scenario"))
+    return scenarios_dir(params) / str(scenario or as_params(params).scenario)
 
 
 def print_result(result: dict[str, Any], as_json: bool, lines: list[str]) -> None:

@@ -16,18 +16,23 @@ variable                  overrides
 ``RLOPS_QUEUE_DB``        ``label_queue.db_url``
 ``RLOPS_SCENARIOS_DIR``   ``scenarios_dir`` (the folder of scenario packs)
 ========================  ==============================================
+
+A pack's ``scenarios/<name>/params.yaml`` is deep-merged over the project's, and the merged document
+is validated once against :class:`~rlops.common.params_model.Params` (:func:`resolve_params`), the
+typed model every step, command and DAG reads its settings from. ``rlops config show`` prints the
+resolved values with their origin; ``rlops config validate`` names a bad key with file and line.
 """
 
 from __future__ import annotations
-
-from rlops.common.errors import UserError
 
 import copy
 import os
 from pathlib import Path
 from typing import Any
 
-import yaml
+from rlops.common.params_model import Params
+from rlops.common.params_sources import (ConfigError, ParamsError, ParamsSource, ResolvedParams, _lines_of,
+                                         read_params_file, validate_document)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,10 +44,6 @@ _ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "RLOPS_QUEUE_DB": ("label_queue", "db_url"),
     "RLOPS_SCENARIOS_DIR": ("scenarios_dir",),
 }
-
-
-class ConfigError(UserError):
-    """A params file that cannot be read or lacks a required section."""
 
 
 def params_path() -> Path:
@@ -65,28 +66,70 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+def _env_overrides() -> dict[tuple[str, ...], tuple[str, str]]:
+    """``{key path: (variable, value)}`` of the environment overrides that are set."""
+    return {keys: (var, os.environ[var]) for var, keys in _ENV_OVERRIDES.items() if os.environ.get(var)}
+
+
+def _set(doc: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
+    node = doc
+    for k in keys[:-1]:
+        if not isinstance(node.get(k), dict):
+            node[k] = {}
+        node = node[k]
+    node[keys[-1]] = value
+
+
 def load_params(path: str | os.PathLike[str] | None = None,
                 overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Load the params file, apply environment overrides, then explicit ``overrides``."""
-    p = Path(path) if path is not None else params_path()
-    try:
-        params = yaml.safe_load(p.read_text()) or {}
-    except FileNotFoundError as exc:
-        raise ConfigError(f"params file {p} not found; set RLOPS_PARAMS or run from the "
-                          "repository root") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"params file {p} is not valid YAML: {exc}") from exc
-    if not isinstance(params, dict):
-        raise ConfigError(f"params file {p}: expected a mapping at the top level")
-    for var, keys in _ENV_OVERRIDES.items():
-        if os.environ.get(var):
-            node = params
-            for k in keys[:-1]:
-                node = node.setdefault(k, {})
-            node[keys[-1]] = os.environ[var]
+    """The project params document: the params file, the environment overrides, then explicit
+    ``overrides``, checked against the typed model (:class:`~rlops.common.params_model.Params`);
+    a bad key or value raises :class:`ParamsError` naming its file and line. The result is the
+    document as written (defaults are the model's: read values through :func:`resolve_params`)."""
+    source = read_params_file(Path(path) if path is not None else params_path(), "project params.yaml")
+    params = copy.deepcopy(source.document)
+    env: dict[str, Any] = {}
+    for keys, (_, value) in _env_overrides().items():
+        _set(params, keys, value)
+        _set(env, keys, value)
     if overrides:
         params = deep_merge(params, overrides)
+    validate_document(params, [source, ParamsSource("environment", None, {}, env),
+                               ParamsSource("overrides", None, {}, overrides or {})])
     return params
+
+
+def resolve_params(scenario: str | None = None, params: dict[str, Any] | None = None,
+                   path: str | os.PathLike[str] | None = None) -> ResolvedParams:
+    """The typed params of ``scenario``: the project document (``params``, else the params file
+    with its environment overrides) deep-merged with the pack's ``params.yaml``, validated once.
+    Each value knows where it came from (:meth:`ResolvedParams.rows`)."""
+    project_file = Path(path) if path is not None else params_path()
+    if params is None:
+        project = read_params_file(project_file, "project params.yaml")
+        params = project.document
+        for keys, (_, value) in _env_overrides().items():
+            _set(params, keys, value)
+    else:
+        project = ParamsSource("project params.yaml", project_file if project_file.exists() else None,
+                               _lines_of(project_file) if project_file.exists() else {}, copy.deepcopy(params))
+    scenario = scenario or str(params.get("scenario") or Params.model_fields["scenario"].default)
+    pack_file = scenarios_dir(params) / scenario / "params.yaml"
+    sources = [project]
+    merged = copy.deepcopy(params)
+    if pack_file.exists():
+        pack = read_params_file(pack_file, f"pack {scenario} params.yaml")
+        sources.append(pack)
+        merged = deep_merge(merged, pack.document)
+    model = validate_document(merged, sources)
+    env = {keys: var for keys, (var, value) in _env_overrides().items() if _get(params, keys) == value}
+    return ResolvedParams(model, merged, tuple(sources), env)
+
+
+def _get(doc: Any, keys: tuple[str, ...]) -> Any:
+    for k in keys:
+        doc = doc.get(k) if isinstance(doc, dict) else None
+    return doc
 
 
 def scenarios_dir(params: dict[str, Any]) -> Path:
@@ -113,3 +156,7 @@ def resolve_local(path_or_uri: str) -> str:
         return path_or_uri
     p = Path(path_or_uri)
     return str(p if p.is_absolute() else home() / p)
+
+
+__all__ = ["REPO_ROOT", "ConfigError", "ParamsError", "Params", "ResolvedParams", "deep_merge", "home",
+           "load_params", "params_path", "resolve_local", "resolve_params", "scenarios_dir"]

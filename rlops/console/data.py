@@ -6,16 +6,16 @@ here. Nothing in this module writes to the registry or the trace store.
 
 Project functions used (and where they live today):
 
-* ``rlops.config.load_params``, ``rlops.config.REPO_ROOT``
-* ``pipeline_steps.context.StepContext`` (``create``, ``storage`` — ``list``, ``local_path``,
-  ``join``, ``exists``, ``read_json`` —, ``traces.reader`` (every trace-store read, DuckDB),
-  ``tracker.client`` / ``tracker.tracking_uri``, ``load_pack``, ``section``, ``uri``, ``local_dir``)
-* ``pipeline_steps.trace_states``: ``trace_store_uri``, ``state_features``, ``mask_matrix``,
+* ``rlops.common.config``: ``load_params``, ``REPO_ROOT``
+* ``rlops.pipeline_steps.infra.context.StepContext`` (``create``, ``storage`` — ``list``, ``local_path``,
+  ``join``, ``exists``, ``read_json`` —, ``traces.reader`` (every trace-store read, DuckDB), ``tracker.client`` / ``tracker.tracking_uri``,
+  ``load_pack``, ``section``, ``uri``, ``local_dir``)
+* ``rlops.pipeline_steps.infra.trace_states``: ``state_features``, ``mask_matrix``,
   ``observations_from_traces``, ``error_flags``, ``STATE_PREFIX``
-* ``pipeline_steps.label_select.kmeans``
-* ``rlops.pipeline_steps.audit``: ``component_frame``, ``to_go``, ``describe_cluster``
-* ``pipeline_steps.train.download_policy`` and ``rlops.model.policy.load_policy``
-* ``pipeline_steps.tracking``: ``policy_model_name``, ``reward_model_name``, ``reward_fn_model_name``
+* ``rlops.pipeline_steps.labels.select``: ``kmeans``
+* ``rlops.pipeline_steps.audit.replay``: ``component_frame``, ``to_go``, ``describe_cluster``
+* ``rlops.pipeline_steps.infra.policy_loader``: ``load_policy_ref``
+* ``rlops.pipeline_steps.infra.registry``: ``policy_model_name``, ``reward_model_name``, ``reward_fn_model_name``
 """
 
 from __future__ import annotations
@@ -316,5 +316,6 @@ class ProjectData:
                                        for c in fn.components]})
         return out
 
-    def section(self, scenario: str, name: str) -> dict[str, Any]:
+    def section(self, scenario: str, name: str) -> Any:
+        """The typed params block ``name`` of ``scenario`` (project + pack, validated)."""
         return self.context(scenario).section(name)

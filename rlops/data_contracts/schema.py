@@ -368,6 +368,11 @@ def trace_base_columns(actions: Sequence[str], scenario: str | None = None,
     ]
 
 
+def contract_for(pack: Any) -> "Contract":
+    """The trace contract of a scenario pack (a ``Pack``): its name, actions and fields."""
+    return trace_contract(pack.name, pack.scenario.action_names, pack.scenario.spec.fields)
+
+
 def trace_contract(scenario: str, actions: Sequence[str],
                    expected_state_fields: Iterable[Any] | Callable[[], Iterable[Any]] = (),
                    reward_fn_versions: Sequence[str] | None = None) -> Contract:

@@ -18,11 +18,13 @@ from rlops.model.policy import PolicyNetwork
 
 @dataclass(frozen=True)
 class BCConfig:
-    """Warm-start settings (``train.bc_*`` keys of params)."""
+    """Warm-start settings. ``top_fraction`` and ``epochs`` have no default here: they are the
+    ``train.bc_top_fraction`` and ``train.bc_epochs`` params (:mod:`rlops.common.params_model`)."""
 
-    top_fraction: float = 0.5
+    top_fraction: float
     """Share of the scored choice steps (highest reward-model score first) that is imitated."""
-    epochs: int = 10
+    epochs: int
+    """Passes over the imitated steps."""
     batch_size: int = 1024
     learning_rate: float = 3e-3
     min_steps: int = 64

@@ -10,7 +10,7 @@ The defaults that make it learn any pack without tuning: state features standard
 statistics kept in the policy (``obs_norm``), rewards scaled by the running std of the discounted
 return (``reward_scale``), a linear entropy schedule, and early stopping when the greedy return on
 a fixed seeded evaluation batch plateaus (handing back the best evaluated weights); rollout length,
-minibatches and γ come from the pack (``PPOConfig.for_pack``).
+minibatches and γ come from the pack (``rlops.model.pack_defaults.derive_defaults``).
 
 Beyond the CleanRL core: resumable checkpoints (bit-identical continuation on CPU), reward
 hot-reload between iterations, incremental (warm-start) training with an optional EWC penalty,

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a device is resolved: the params model reads this class
+    import torch
 
 
 @dataclass
 class PPOConfig:
     """Masked PPO settings. The defaults are the same for every pack; what depends on a pack (env
     count, rollout length, minibatches, γ) is derived from its horizon and action count by
-    :meth:`for_pack` (see ``rlops.model.pack_defaults``)."""
+    :func:`rlops.model.pack_defaults.derive_defaults`. The ``ppo:`` block of params.yaml is generated
+    from these fields (:mod:`rlops.common.params_model`), so each default and description lives here only."""
 
     # ---- budget and rollout
     total_timesteps: int = 1_000_000
@@ -126,21 +128,14 @@ class PPOConfig:
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None = None, **overrides: Any) -> "PPOConfig":
-        """Build from a ``ppo:`` block of ``params.yaml`` (plus keyword overrides)."""
+        """Build from a mapping of PPOConfig fields (the resolved ``ppo:`` block of params, see
+        :func:`rlops.pipeline_steps.training.policy.ppo_config`) plus keyword overrides."""
         merged = {**(params or {}), **overrides}
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(merged) - known)
         if unknown:
             raise ValueError(f"unknown PPO settings {unknown}; expected a subset of {sorted(known)}")
         return cls(**merged)
-
-    @classmethod
-    def for_pack(cls, pack: Any, device: str = "cpu", **overrides: Any) -> "PPOConfig":
-        """The defaults for a pack (a ``Pack`` or ``CompiledScenario``): rollout length, minibatches
-        and γ from its horizon and action count; build the env with
-        ``rlops.model.pack_defaults.derive_defaults(pack).num_envs`` episodes."""
-        from rlops.model.pack_defaults import derive_defaults
-        return derive_defaults(pack, device=device, **overrides).config
 
     def to_params(self) -> dict[str, Any]:
         """Flat primitives for tracking and checkpoints."""
@@ -149,8 +144,9 @@ class PPOConfig:
         return d
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str) -> "torch.device":
     """``auto`` → CUDA when available, else CPU; an explicit ``cuda`` without CUDA is an error."""
+    import torch
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(name)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,52 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rlops.model.reward_model_config import RewardModelConfig
+
 WEIGHTS_FILE = "reward_model.pt"
 CONFIG_FILE = "reward_model.json"
 _FORMAT = 1
-
-
-@dataclass
-class RewardModelConfig:
-    """Reward-model shape and training settings."""
-
-    hidden_sizes: tuple[int, ...] = (128, 128)
-    """Hidden layer widths of the scoring MLP."""
-    loss: str = "pairwise"
-    """``pairwise`` (Bradley–Terry on preference pairs) or ``regression`` (MSE on reward totals)."""
-    margin: float = 0.0
-    """Margin in the Bradley–Terry loss: the chosen score must beat the rejected one by this much."""
-    center_coef: float = 0.01
-    """Weight of ``(r_chosen + r_rejected)²``, which keeps the scores' offset near 0."""
-    learning_rate: float = 3e-3
-    """Adam step size (cosine-decayed to 0 over training)."""
-    weight_decay: float = 1e-5
-    """AdamW weight decay."""
-    epochs: int = 100
-    """Passes over the training split."""
-    batch_size: int = 256
-    """Pairs (or rows) per gradient step."""
-    holdout_fraction: float = 0.2
-    """Share of the data kept out of training for the reported metrics."""
-    seed: int = 0
-    """Seeds the weight init, the split and the shuffles."""
-
-    def __post_init__(self) -> None:
-        self.hidden_sizes = tuple(int(h) for h in self.hidden_sizes)
-        if self.loss not in ("pairwise", "regression"):
-            raise ValueError(f"RewardModelConfig.loss must be 'pairwise' or 'regression', got '{self.loss}'")
-        if not 0.0 <= self.holdout_fraction < 1.0:
-            raise ValueError(f"RewardModelConfig.holdout_fraction must be in [0, 1), got {self.holdout_fraction}")
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None = None, **overrides: Any) -> "RewardModelConfig":
-        """Build from a ``reward_model:`` block of ``params.yaml``."""
-        merged = {**(params or {}), **overrides}
-        unknown = sorted(set(merged) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown reward_model settings {unknown}; expected a subset of "
-                             f"{sorted(f.name for f in fields(cls))}")
-        return cls(**merged)
 
 
 @dataclass

@@ -55,7 +55,7 @@ def _test_params(home: Path) -> Path:
 
     from rlops.common.config import REPO_ROOT
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    params.setdefault("evaluate", {})["latency_p99_ms"] = 500.0
+    params.setdefault("evaluate", {})["latency_p99_ratio"] = 500.0
     params.setdefault("demo", {}).update(capture_episodes=1000, reward_model_pairs=300, timesteps=150_000)
     path = home / "params.yaml"
     path.write_text(yaml.safe_dump(params))

@@ -320,30 +320,30 @@ def _attribution(ctx: "StepContext", pack: "Pack", df: pd.DataFrame, clusters: i
 
 
 def audit(ctx: "StepContext", policy_version: str | None = None, traces_uri: str | None = None) -> dict[str, Any]:
-    cfg = dict(ctx.section("audit"))
+    cfg = ctx.config.audit
     pack = ctx.load_pack()
-    window = ctx.key.lookback(float(cfg.get("window_hours", 24)))
+    window = ctx.key.lookback(cfg.window_hours)
     uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
     df = ctx.traces.reader.read(uri, window if not traces_uri else None,
                                 where={"policy_version": str(policy_version)} if policy_version is not None else None)
     if df.empty:
         raise ValueError(f"no trace rows under {uri}" + (f" for policy version {policy_version}" if policy_version else "")
                          + (f" in the window {window[0]} – {window[1]}" if window and not traces_uri else ""))
-    max_rows = int(cfg.get("max_rows", 200_000))
+    max_rows = cfg.max_rows
     if len(df) > max_rows:  # sample whole episodes so return-to-go stays exact
-        eps = df["episode_id"].drop_duplicates().sample(frac=max_rows / len(df), random_state=int(cfg.get("seed", 7)))
+        eps = df["episode_id"].drop_duplicates().sample(frac=max_rows / len(df), random_state=cfg.seed)
         df = df[df["episode_id"].isin(eps)]
     df, skipped = screen_rows(pack, df)
     if df.empty:
         raise ValueError(f"no usable trace rows under {uri}: {len(skipped)} skipped, e.g. {skipped[0]}")
     df = df.reset_index(drop=True)
-    clusters = audit_clusters(pack, df, int(cfg.get("clusters", 8)), int(cfg.get("seed", 7)))
+    clusters = audit_clusters(pack, df, cfg.clusters, cfg.seed)
     meta = {"scenario": ctx.scenario, "run_key": ctx.run_key, "policy_version": policy_version, "traces_uri": uri,
             "window": [str(w) for w in window] if window and not traces_uri else None, "rows": len(df),
             "episodes": int(df["episode_id"].nunique()), "rows_skipped": len(skipped),
             "skipped_examples": skipped[:10]}
     report = {"meta": meta, "clusters": clusters, "chart": audit_chart(clusters),
-              "attribution": _attribution(ctx, pack, df, int(cfg.get("clusters", 8)), int(cfg.get("seed", 7)))}
+              "attribution": _attribution(ctx, pack, df, cfg.clusters, cfg.seed)}
     json_uri, html_uri = ctx.report_uri("audit", "report.json"), ctx.report_uri("audit", "report.html")
     result = {"report_uri": json_uri, "html_uri": html_uri, "clusters": len(clusters), "rows": len(df),
               "rows_skipped": len(skipped), "warnings": [f"row skipped: {r}" for r in skipped[:10]],

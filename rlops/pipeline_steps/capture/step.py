@@ -19,9 +19,7 @@ run key, so a re-run overwrites them.
 
 from __future__ import annotations
 
-import tempfile
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlops.pipeline_steps.infra.context import StepContext
@@ -31,34 +29,6 @@ if TYPE_CHECKING:
     from rlops.sandbox.traces import TracePolicy
 
 
-def contract_for(pack: "Pack") -> Any:
-    from rlops.data_contracts.schema import trace_contract
-    return trace_contract(pack.name, pack.scenario.action_names, pack.scenario.spec.fields)
-
-
-def champion_trace_policy(ctx: StepContext, pack: "Pack", deterministic: bool = False
-                          ) -> tuple["TracePolicy", str]:
-    """The champion as a tracing policy (sampled actions with logp/entropy/value; its most likely
-    action with ``deterministic``, as the agent SDK's policy client serves it), or the rule
-    engine when no champion is registered yet."""
-    from rlops.sandbox.policies import rule_policy
-    try:
-        from rlops.pipeline_steps.training.policy import champion_policy
-        version, policy = champion_policy(ctx, Path(tempfile.mkdtemp(prefix="rlops-champion-")))
-    except Exception as exc:  # noqa: BLE001 - a registry outage must not stop capture
-        ctx.extra.setdefault("warnings", []).append(f"champion unavailable ({exc}); traced the rule engine")
-        version, policy = None, None
-    if policy is None:
-        return rule_policy, "rules"
-    import torch
-    gen = torch.Generator().manual_seed(int(ctx.params.get("seed", 0)))
-
-    def act(env: Any) -> Any:
-        out = policy.act(env.observe(), deterministic=deterministic, generator=gen)
-        return out.action, {"logp": out.logp, "entropy": out.entropy, "value": out.value}
-    return act, f"{ctx.scenario}-policy/{version}"
-
-
 def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int | None = None,
                  sample_rate: float | None = None, profile: str | None = None, progress: bool = False
                  ) -> dict[str, Any]:
@@ -66,14 +36,15 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
     for the interval and falls back to simulation when ``capture.simulate_when_empty`` is on.
     ``progress`` draws a bar of the landing-zone rows read (a simulation is one batched rollout)."""
     from rlops.common.arguments import MAX_EPISODES, count, fraction
+    from rlops.data_contracts.schema import contract_for
     from rlops.pipeline_steps.capture.core import capture_landing_zone
     from rlops.sandbox.profiles import default_profile
-    cfg = ctx.section("capture")
+    cfg = ctx.config.capture
     # Arguments first (an explicit 0 is an error, never "the default"), then any work.
-    n_episodes = count("--episodes", episodes if episodes is not None else cfg.get("episodes", 2000),
+    n_episodes = count("--episodes", episodes if episodes is not None else cfg.episodes,
                        maximum=MAX_EPISODES)
-    rate = fraction("--sample-rate", sample_rate if sample_rate is not None else cfg.get("sample_rate", 1.0))
-    lateness = count("capture.max_lateness_minutes", cfg.get("max_lateness_minutes", 60), minimum=0,
+    rate = fraction("--sample-rate", sample_rate if sample_rate is not None else cfg.sample_rate)
+    lateness = count("capture.max_lateness_minutes", cfg.max_lateness_minutes, minimum=0,
                      maximum=7 * 24 * 60)
     pack = ctx.load_pack()
     store = ctx.traces
@@ -81,12 +52,12 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
     start, end = ctx.key.start, ctx.key.end
     has_files = bool(store.landing_files(ctx.scenario, ctx.key))
     if simulate is None:  # simulated traffic is never stored as live unless the configuration asks
-        simulate = not has_files and bool(cfg.get("simulate_when_empty", False))
+        simulate = not has_files and cfg.simulate_when_empty
     base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "interval": [start.isoformat(), end.isoformat()],
             "dry_run": ctx.dry_run}
     if not simulate:
         res = capture_landing_zone(ctx.storage, landing, traces, ctx.scenario, contract_for(pack), start, end,
-                                   chunk_rows=int(cfg.get("chunk_rows", 100_000)), dry_run=ctx.dry_run,
+                                   chunk_rows=cfg.chunk_rows, dry_run=ctx.dry_run,
                                    quarantine_root_uri=quarantine, run_key=ctx.run_key, progress=progress,
                                    max_lateness=timedelta(minutes=lateness))
         out = {**base, "source": "landing_zone", **res.counts(),
@@ -160,6 +131,7 @@ def _counts(rows_in: int, accepted: int, quarantined: int) -> dict[str, int]:
 
 def simulate_capture(ctx: StepContext, pack: "Pack", traces: str, quarantine: str, start: datetime,
                      episodes: int, sample_rate: float, profile: str) -> dict[str, Any]:
+    from rlops.data_contracts.schema import contract_for
     from rlops.pipeline_steps.capture.core import validate_rows
     from rlops.pipeline_steps.infra.trace_store import (episode_prefix, write_quarantine_partitions,
                                                   write_trace_partitions)
@@ -168,6 +140,7 @@ def simulate_capture(ctx: StepContext, pack: "Pack", traces: str, quarantine: st
         from rlops.common.errors import UserError
         raise UserError(f"capture --profile {profile!r}: pack {pack.name} has no such profile; "
                         f"expected one of {sorted(pack.scenario.profiles)}")
+    from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
     policy, version = champion_trace_policy(ctx, pack)
     # Seed and ids derive from the run key: each interval sees other applicants, ids never collide
     # across run keys, and re-running a run key reproduces its rows.

@@ -39,6 +39,9 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
+from rlops.common.params_model import RecalConfig  # the typed ``recalibrate:`` params block
+from rlops.pipeline_steps.drift.field_fits import (changed_by_actions, declared, fit_field, fittable, initial_series,
+                                                   initial_values, unfittable_reason)
 from rlops.sandbox.profiles import CALIBRATED
 
 if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: registering the CLI stays light
@@ -50,109 +53,6 @@ if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: regist
     from rlops.sandbox.spec import FieldSpec
 
 PROFILE = CALIBRATED  # the profile a calibration writes
-
-
-@dataclass(frozen=True)
-class RecalConfig:
-    """The ``recalibrate:`` block of params."""
-
-    min_rows: int = 30
-    source: str | None = "live"
-    window_hours: float | None = None
-    check_samples: int = 20_000
-    seed: int = 7
-    worse_tolerance: float = 0.01  # a fit whose distance to live grows by more is refused
-    max_components: int = 3  # population segments a calibration may fit (1: one distribution per field)
-    min_component_weight: float = 0.05  # a smaller mixture component is not a segment
-    fit_outcomes: bool = True  # fit the pack's fittable hidden probabilities (`fit:`) from live outcomes
-
-    @classmethod
-    def from_section(cls, cfg: dict[str, Any]) -> "RecalConfig":
-        unknown = sorted(set(cfg) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"params recalibrate: unknown key(s) {unknown} (expected {sorted(cls.__dataclass_fields__)})")
-        return cls(**{k: v for k, v in cfg.items() if v is not None or k in ("source", "window_hours")})
-
-
-# --------------------------------------------------------------------------- field fits
-def fittable(f: "FieldSpec") -> bool:
-    """Observed, and initialised from a distribution whose parameters are constants."""
-    if not f.observed or f.init.dist is None:
-        return False
-    params = f.init.params
-    if f.init.dist == "categorical":
-        probs = params["probs"]
-        vals = probs.values() if isinstance(probs, dict) else probs
-        return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in params.values())
-
-
-def unfittable_reason(f: "FieldSpec") -> str:
-    """Why :func:`fittable` said no, in the words the calibration report uses."""
-    if not f.observed:
-        return "not observed: production traces do not carry it"
-    if f.init.dist is None:
-        return "no sampling distribution (a constant or expression initial value)"
-    return f"the {f.init.dist} distribution's parameters are expressions, not constants"
-
-
-def changed_by_actions(pack: "Pack") -> set[str]:
-    return {target for a in pack.scenario.spec.actions for e in a.effects for target in e.set}
-
-
-def initial_values(pack: "Pack", df: pd.DataFrame, path: str, changed: bool) -> np.ndarray:
-    """A field's initial value per episode (see module docstring); NaNs dropped."""
-    import numpy as np
-    return initial_series(pack, df, path, changed).to_numpy(np.float64)
-
-
-def initial_series(pack: "Pack", df: pd.DataFrame, path: str, changed: bool) -> pd.Series:
-    """:func:`initial_values` indexed by episode id (episodes in sorted order)."""
-    import numpy as np
-    import pandas as pd
-
-    from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX, field_values
-    col = STATE_PREFIX + path
-    if col not in df.columns:
-        return pd.Series([], dtype=np.float64)
-    vals = field_values(pack, path, df[col])
-    frame = pd.DataFrame({"e": df["episode_id"].to_numpy(), "s": pd.to_numeric(df["step"]).to_numpy(), "v": vals})
-    frame = frame[frame["s"] == 0] if changed else frame.dropna(subset=["v"])
-    first = frame.sort_values(["e", "s"], kind="stable").drop_duplicates("e").dropna(subset=["v"])
-    return pd.Series(first["v"].to_numpy(np.float64), index=first["e"].to_numpy())
-
-
-def fit_field(f: "FieldSpec", x: np.ndarray, w: np.ndarray | None = None) -> dict[str, Any]:
-    """The MLE init spec of ``f``'s declared family from values ``x`` (enum codes, bools 0/1),
-    each value weighted by ``w`` when given (a population segment's responsibilities)."""
-    import numpy as np
-    dist = f.init.dist
-    w = np.ones_like(x, dtype=np.float64) if w is None else np.asarray(w, dtype=np.float64)
-
-    def moments(v: np.ndarray, wv: np.ndarray) -> tuple[float, float]:
-        m = float(np.average(v, weights=wv))
-        return m, max(float(np.sqrt(np.average((v - m) ** 2, weights=wv))), 1e-6)
-    if dist == "normal":
-        mean, std = moments(x, w)
-        return {"dist": "normal", "mean": mean, "std": std}
-    if dist == "lognormal":
-        pos = x > 0
-        if not pos.any():
-            raise ValueError(f"field {f.path}: no positive values to fit a lognormal")
-        mean, sigma = moments(np.log(x[pos]), w[pos])
-        return {"dist": "lognormal", "mean": mean, "sigma": sigma}
-    if dist == "uniform":
-        return {"dist": "uniform", "low": float(x.min()), "high": float(x.max())}
-    if dist == "categorical":
-        counts = np.bincount(x.astype(np.int64), weights=w, minlength=len(f.values))[:len(f.values)]
-        return {"dist": "categorical", "probs": {v: float(c) / float(counts.sum()) for v, c in zip(f.values, counts)}}
-    if dist == "bernoulli":
-        return {"dist": "bernoulli", "p": float(np.average(x, weights=w))}
-    raise ValueError(f"field {f.path}: cannot fit distribution {dist!r}")
-
-
-def declared(f: "FieldSpec") -> dict[str, Any]:
-    return {"dist": f.init.dist, **{k: (dict(v) if isinstance(v, dict) else v) for k, v in f.init.params.items()}}
 
 
 # --------------------------------------------------------------------------- simulation fits
@@ -302,7 +202,7 @@ def active_profile(pack: "Pack") -> str:
 def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, Any]:
     """Fit, check and write a new calibration version; returns a summary."""
     from rlops.sandbox.pack import load_pack
-    cfg = RecalConfig.from_section(ctx.section("recalibrate"))
+    cfg = ctx.config.recalibrate
     uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
     window = ctx.key.lookback(cfg.window_hours) if cfg.window_hours else None
     df = live_rows(ctx.traces.reader.read(uri, window), cfg.source)
@@ -357,4 +257,4 @@ def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, 
     return result
 
 
-__all__ = ["RecalConfig", "fit_calibration", "fit_field", "fit_simulation", "check_calibration", "recalibrate"]
+__all__ = ["RecalConfig", "fit_calibration", "fit_simulation", "check_calibration", "recalibrate"]

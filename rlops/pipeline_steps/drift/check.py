@@ -68,10 +68,9 @@ def comparable_rows(pack: Any, df: Any) -> Any:
     """Sandbox trace rows encoded as captured live rows are: through the same trace contract
     (e.g. ``error`` becomes "error"/null as on live rows, not True/False), so a column's
     distribution differs only where the worlds differ."""
-    from rlops.pipeline_steps.capture.core import validate_rows
-    from rlops.pipeline_steps.capture.step import contract_for
-    accepted, _ = validate_rows(df, contract_for(pack))
-    return accepted.reset_index(drop=True)
+    from rlops.data_contracts.schema import contract_for
+    from rlops.data_contracts.validation import validate_frame
+    return validate_frame(df, contract_for(pack)).accepted.reset_index(drop=True)
 
 
 def baseline_inputs(ctx: StepContext, pack: Any, profile: str, episodes: int, reward_fn: str) -> tuple[str, str]:
@@ -83,14 +82,14 @@ def baseline_inputs(ctx: StepContext, pack: Any, profile: str, episodes: int, re
     champion = ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION) or "rules"
     doc = {"scenario": (pack.path / "scenario.yaml").read_text(), "calibration": pack.calibration,
            "champion": str(champion), "profile": profile, "episodes": episodes, "reward_fn": reward_fn,
-           "reward_sha": pack.reward_fn(reward_fn).version, "seed": int(ctx.params.get("seed", 0))}
+           "reward_sha": pack.reward_fn(reward_fn).version, "seed": ctx.config.seed}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:24], str(champion)
 
 
 def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -> tuple[Any, str]:
     """``(rows, policy version)`` of the champion in the calibrated sandbox, rolled out or read
     back when an earlier check had the same inputs."""
-    from rlops.pipeline_steps.capture.step import champion_trace_policy
+    from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
     from rlops.sandbox.traces import rollout_traces
     reward_fn = ctx.reward_choice().reward_fn
     digest, champion = baseline_inputs(ctx, pack, profile, episodes, reward_fn)
@@ -99,7 +98,7 @@ def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -
         df = ctx.storage.read_parquet(cached)
         return df, str(df["policy_version"].iloc[0]) if len(df) else "rules"
     policy, version = champion_trace_policy(ctx, pack, deterministic=True)
-    df = comparable_rows(pack, rollout_traces(pack, policy, episodes, seed=int(ctx.params.get("seed", 0)),
+    df = comparable_rows(pack, rollout_traces(pack, policy, episodes, seed=ctx.config.seed,
                                               profile=profile, policy_version=version, reward_version=reward_fn))
     if not ctx.dry_run and version.rsplit("/", 1)[-1] == champion:  # the champion did not move meanwhile
         ctx.storage.write_parquet(cached, df)
@@ -109,7 +108,7 @@ def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -
 def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]:
     from rlops.pipeline_steps.drift.report import run_drift
     from rlops.sandbox.profiles import default_profile
-    cfg = ctx.section("drift")
+    cfg = ctx.config.drift
     target, live = target_rows(ctx, cfg)
     base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "target_uri": target, "dry_run": ctx.dry_run}
     if live.empty:
@@ -117,7 +116,7 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
                 "summary": f"no live traces at {target}; nothing to compare"}
     pack = ctx.load_pack()  # with the latest calibration: the sandbox as it stands now
     profile = default_profile(pack, "sandbox")
-    baseline_df, version = sandbox_baseline(ctx, pack, profile, int(episodes or cfg.get("baseline_episodes", 2000)))
+    baseline_df, version = sandbox_baseline(ctx, pack, profile, int(episodes or cfg.baseline_episodes))
     baseline = ctx.uri("sandbox_traces", ctx.scenario, f"{ctx.run_key}.parquet")
     if not ctx.dry_run:
         ctx.storage.write_parquet(baseline, baseline_df)
@@ -129,7 +128,7 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
     se = float(np.sqrt(r_live.var(ddof=1) / max(len(r_live), 1) + r_base.var(ddof=1) / max(len(r_base), 1))) \
         if len(r_live) > 1 and len(r_base) > 1 else 0.0
     drop = float(r_base.mean() - r_live.mean()) if len(r_live) and len(r_base) else 0.0
-    anomaly = drop > max(float(cfg.get("anomaly_drop", 0.1)), 3 * se)
+    anomaly = drop > max(cfg.anomaly_drop, 3 * se)
     drifted = list(result.drifted_fields) if result else []
     from rlops.pipeline_steps.drift.outcomes import outcome_drift_step
     outcome = outcome_drift_step(ctx, pack, baseline_df, live)

@@ -89,7 +89,7 @@ def segment_population(pack: "Pack", values: dict[str, "pd.Series"], fitted: dic
     values in a segment, and every ``uniform`` field, keeps its one-population fit)."""
     import numpy as np
 
-    from rlops.pipeline_steps.drift.calibrate import fit_field
+    from rlops.pipeline_steps.drift.field_fits import fit_field
     fields = pack.scenario.fields
     weights = _probabilities(mix.weights)
     segments = []

@@ -25,8 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rlops.pipeline_steps.drift.stats import (DEFAULT_MIN_EFFECT, DEFAULT_THRESHOLD, MISSING, DriftReport,
-                                  FieldDrift, detect_drift)
+from rlops.pipeline_steps.drift.stats import MISSING, DriftReport, FieldDrift, detect_drift
 
 _TOP_CATEGORIES = 12
 _BINS = 40
@@ -168,9 +167,9 @@ for numbers, and the share of rows that would have to change category for catego
 
 
 # --------------------------------------------------------------------------- wrapper
-def _default_out(storage: Any, cfg: Mapping[str, Any], baseline_uri: str, target_uri: str) -> str:
+def _default_out(storage: Any, report_dir: str, baseline_uri: str, target_uri: str) -> str:
     key = hashlib.sha1(f"{baseline_uri}|{target_uri}".encode()).hexdigest()[:12]
-    return storage.join(str(cfg.get("report_dir") or "drift"), key)
+    return storage.join(report_dir, key)
 
 
 def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
@@ -181,19 +180,22 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
               target_rows: pd.DataFrame | None = None) -> DriftResult:
     """Read both windows, test them, write ``report.json``/``report.html`` under ``out_uri``
     (default ``<storage.root>/<drift.report_dir>/<hash of the two URIs>``) and log them to
-    MLflow. Arguments left ``None`` come from the ``drift`` block of params. ``dry_run``
+    MLflow. Arguments left ``None`` come from the typed ``drift`` block of ``params`` (the params
+    document, typed or raw; with ``ctx``, the context's resolved params). ``dry_run``
     tests and reports what it would write, but writes and logs nothing. With ``ctx`` (a
     :class:`~rlops.pipeline_steps.infra.context.StepContext`) the MLflow run nests under its pass.
     ``drift.cluster`` names the column whose rows are one unit (the episode), ``baseline_fit_n``
     how many episodes a fitted baseline was estimated from (see :mod:`rlops.pipeline_steps.drift.stats`).
     ``target_rows``: the target already read (a trace-store window read by DuckDB); ``target_uri``
     then only names it in the report."""
+    from rlops.common.params_sources import as_params
     from rlops.pipeline_steps.infra.storage import Storage
 
-    cfg = dict(params.get("drift") or {})
-    storage = Storage.from_params(dict(params))
+    config = ctx.config if ctx is not None else as_params(params)
+    cfg = config.drift
+    storage = ctx.storage if ctx is not None else Storage.from_params(config)
     window_read = target_rows is not None  # a window of the store: its URI names more than was read
-    fields = fields if fields is not None else cfg.get("fields")
+    fields = fields if fields is not None else cfg.fields
     baseline = storage.read_parquet(baseline_uri)
     if target_rows is None:  # live traces: read as every trace-store read is (DuckDB unless trace_store.engine)
         from rlops.pipeline_steps.infra.storage import StorageNotFoundError
@@ -204,27 +206,25 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
                                        "(quarantine partitions are not read)", op="read_parquet", uri=target_uri)
         target_rows = reader.read(target_uri)
     target = target_rows
-    unit = cfg.get("cluster")
+    unit = cfg.cluster
     clusters = (baseline[unit], target[unit]) if unit and unit in baseline and unit in target else None
     report = detect_drift(
         baseline, target,
-        threshold=float(threshold if threshold is not None else cfg.get("threshold",
-                                                                          DEFAULT_THRESHOLD)),
-        min_effect=float(min_effect if min_effect is not None else cfg.get("min_effect",
-                                                                            DEFAULT_MIN_EFFECT)),
-        bh=bool(bh if bh is not None else cfg.get("bh", False)),
-        fields=fields, workers=cfg.get("workers"), clusters=clusters, baseline_fit_n=baseline_fit_n)
-    scenario = scenario or str(params.get("scenario") or "default")
+        threshold=float(threshold if threshold is not None else cfg.threshold),
+        min_effect=float(min_effect if min_effect is not None else cfg.min_effect),
+        bh=bool(bh if bh is not None else cfg.bh),
+        fields=fields, workers=cfg.workers, clusters=clusters, baseline_fit_n=baseline_fit_n)
+    scenario = scenario or (ctx.scenario if ctx is not None else config.scenario)
     report.meta.update(scenario=scenario, baseline=baseline_uri, target=target_uri,
                        created=pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"))
-    out = (out_uri or _default_out(storage, cfg, baseline_uri, target_uri)).rstrip("/")
+    out = (out_uri or _default_out(storage, cfg.report_dir, baseline_uri, target_uri)).rstrip("/")
     json_uri, html_uri = f"{out}/report.json", f"{out}/report.html"
     result = DriftResult(report.drifted_fields, len(report.tested), report.summary, json_uri,
                          html_uri, dry_run=dry_run, report=report)
     if dry_run:
         return result
     page = render_html(report, baseline, target, title=f"Drift report — {scenario}",
-                       plots_for=str(cfg.get("plots") or "all"))
+                       plots_for=cfg.plots)
     report_json = report.to_json()
     storage.write_text(json_uri, report_json)
     storage.write_text(html_uri, page)

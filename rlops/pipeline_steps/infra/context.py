@@ -22,10 +22,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlops.common.config import load_params, resolve_local, scenarios_dir
+from rlops.common.config import load_params, resolve_local, resolve_params, scenarios_dir
+from rlops.common.params_model import Params
 from rlops.common.run_key import RunKey
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from rlops.common.params_sources import ResolvedParams
     from rlops.pipeline_steps.infra.storage import Storage
     from rlops.pipeline_steps.infra.trace_store import TraceStore
     from rlops.pipeline_steps.infra.registry import Tracker
@@ -34,7 +38,11 @@ if TYPE_CHECKING:
 
 @dataclass
 class StepContext:
-    """Params plus lazily built storage, tracker and pack for one step run."""
+    """Params plus lazily built storage, tracker and pack for one step run.
+
+    ``params`` is the project document as written (environment overrides applied); :attr:`config`
+    is the typed, validated params of this run's scenario (project + pack, deep-merged): steps read
+    their settings from it."""
 
     params: dict[str, Any]
     run_key: str
@@ -47,7 +55,7 @@ class StepContext:
                params: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None) -> "StepContext":
         """A context for ``run_key`` (parsed strictly; None means the hour that has just ended)."""
         p = params if params is not None else load_params(overrides=overrides)
-        return cls(p, str(RunKey.of(run_key)), scenario or str(p.get("scenario")), dry_run)
+        return cls(p, str(RunKey.of(run_key)), scenario or str(p.get("scenario") or Params().scenario), dry_run)
 
     @property
     def key(self) -> RunKey:
@@ -56,31 +64,41 @@ class StepContext:
 
     # ---- shared resources ---------------------------------------------------------------------
     @cached_property
+    def resolved(self) -> "ResolvedParams":
+        """The project params merged with the pack's, validated once (bad keys: file, line, suggestion)."""
+        return resolve_params(self.scenario, params=self.params)
+
+    @property
+    def config(self) -> Params:
+        """The typed params of this run (see :mod:`rlops.common.params_model`)."""
+        return self.resolved.model
+
+    @cached_property
     def storage(self) -> "Storage":
         from rlops.pipeline_steps.infra.storage import Storage
-        return Storage.from_params(self.params)
+        return Storage.from_params(self.config.storage)
 
     @cached_property
     def tracker(self) -> "Tracker":
         from rlops.pipeline_steps.infra.registry import Tracker
-        return Tracker.from_params(self.params, scenario=self.scenario)
+        return Tracker.from_params(self.config.tracking, scenario=self.scenario)
 
     @cached_property
     def traces(self) -> "TraceStore":
         from rlops.pipeline_steps.infra.trace_store import TraceStore
-        return TraceStore.from_params(self.params, self.storage)
+        return TraceStore.from_params(self.config, self.storage)
 
     def reward_choice(self, explicit: str | None = None) -> "RewardChoice":
         """The reward function that applies to this run (one rule: :mod:`rlops.sandbox.reward_choice`)."""
         from rlops.sandbox.reward_choice import choose_reward
         return choose_reward(self.load_pack(calibration=None), explicit, self.params.get("reward_fn"))
 
-    def section(self, name: str) -> dict[str, Any]:
-        """A params block (``train``, ``evaluate``…) merged with the pack's own overrides."""
-        base = dict(self.params.get(name) or {})
-        pack_params = self.pack_params.get(name) or {}
-        base.update(pack_params)
-        return base
+    def section(self, name: str) -> "BaseModel":
+        """A typed params block (``train``, ``evaluate``…), the pack's overrides deep-merged in;
+        the same as ``ctx.config.<name>``."""
+        if name not in Params.model_fields:
+            raise KeyError(f"params has no block {name!r}; expected one of {sorted(Params.model_fields)}")
+        return getattr(self.config, name)
 
     @property
     def pack_dir(self) -> Path:
@@ -132,6 +150,6 @@ class StepContext:
 
     def local_dir(self, *parts: str) -> Path:
         """A local working folder (checkpoints, exported models) under ``RLOPS_HOME/rlops-data``."""
-        d = Path(resolve_local(str(self.params.get("local_dir") or "rlops-data"))).joinpath(*parts)
+        d = Path(resolve_local(self.config.local_dir)).joinpath(*parts)
         d.mkdir(parents=True, exist_ok=True)
         return d

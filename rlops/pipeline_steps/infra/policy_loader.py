@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
     from rlops.model.policy import PolicyNetwork
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.sandbox.pack import Pack
+    from rlops.sandbox.traces import TracePolicy
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,35 @@ def load_policy_ref(ctx: "StepContext", ref: "str | int | PolicyRef | Path",
         return None
     folder = dst or Path(tempfile.mkdtemp(prefix="rlops-policy-", dir=ctx.local_dir("policies")))
     return LoadedPolicy(resolved, load_policy(download(ctx, resolved, folder)).eval())
+
+
+def champion_policy(ctx: "StepContext", dst: Path) -> tuple[str | None, "PolicyNetwork | None"]:
+    """The current champion's version and network (None, None when there is none)."""
+    from rlops.pipeline_steps.infra.registry import CHAMPION
+    loaded = load_policy_ref(ctx, CHAMPION, dst)
+    return (loaded.version, loaded.network) if loaded is not None else (None, None)
+
+
+def champion_trace_policy(ctx: "StepContext", pack: "Pack", deterministic: bool = False
+                          ) -> tuple["TracePolicy", str]:
+    """The champion as a tracing policy (sampled actions with logp/entropy/value; its most likely
+    action with ``deterministic``, as the agent SDK's policy client serves it), or the rule
+    engine when no champion is registered yet."""
+    from rlops.sandbox.policies import rule_policy
+    try:
+        version, policy = champion_policy(ctx, Path(tempfile.mkdtemp(prefix="rlops-champion-")))
+    except Exception as exc:  # noqa: BLE001 - a registry outage must not stop capture
+        ctx.extra.setdefault("warnings", []).append(f"champion unavailable ({exc}); traced the rule engine")
+        version, policy = None, None
+    if policy is None:
+        return rule_policy, "rules"
+    import torch
+    gen = torch.Generator().manual_seed(ctx.config.seed)
+
+    def act(env: Any) -> Any:
+        out = policy.act(env.observe(), deterministic=deterministic, generator=gen)
+        return out.action, {"logp": out.logp, "entropy": out.entropy, "value": out.value}
+    return act, f"{ctx.scenario}-policy/{version}"
 
 
 def greedy_act(policy: "PolicyNetwork") -> Any:

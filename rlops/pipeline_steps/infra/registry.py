@@ -34,9 +34,8 @@ from rlops.pipeline_steps.infra.redact import redact
 from rlops.pipeline_steps.infra.run_handle import RunHandle
 
 if TYPE_CHECKING:
+    from rlops.common.params_model import Params, TrackingParams
     from mlflow import MlflowClient
-
-    from rlops.pipeline_steps.infra.aliases import AliasState
 
 T = TypeVar("T")
 
@@ -80,14 +79,18 @@ class Tracker:
         self.requested_by = K.REQUESTED_BY_RLOPS  # who the alias moves are made for (see on_behalf_of)
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any], scenario: str | None = None) -> Tracker:
-        """Build from the ``tracking`` block of params (env overrides already applied)."""
-        cfg = params.get("tracking") or {}
-        return cls(tracking_uri=str(cfg.get("uri") or "sqlite:///rlops-data/mlflow.db"),
-                   scenario=scenario or str(params.get("scenario") or "default"),
-                   artifact_root=cfg.get("artifact_root") or None,
-                   http_max_retries=int(cfg.get("http_max_retries", 2)),
-                   http_timeout_s=int(cfg.get("http_timeout_s", 10)))
+    def from_params(cls, params: "Params | TrackingParams | Mapping[str, Any]", scenario: str | None = None
+                    ) -> Tracker:
+        """Build from the typed ``tracking`` block (or the params document holding it; env overrides
+        already applied) for ``scenario`` (default: the document's ``scenario``)."""
+        from rlops.common.params_model import Params as _Params
+        from rlops.common.params_sources import params_block
+        cfg: TrackingParams = params_block(params, "tracking")
+        if scenario is None:
+            scenario = params.scenario if isinstance(params, _Params) else \
+                str((params.get("scenario") if isinstance(params, Mapping) else None) or _Params().scenario)
+        return cls(tracking_uri=cfg.uri, scenario=scenario, artifact_root=cfg.artifact_root or None,
+                   http_max_retries=cfg.http_max_retries, http_timeout_s=cfg.http_timeout_s)
 
     def __repr__(self) -> str:
         return f"Tracker(uri={self.tracking_uri!r}, scenario={self.scenario!r})"

@@ -18,7 +18,7 @@ Guarantees, so a step can be re-run after any failure:
 
 Typical use::
 
-    storage = Storage.from_params(load_params())
+    storage = Storage.from_params(load_params())  # or StepContext.storage
     uri = storage.join("traces", "scenario=credit_approval", "date=2026-01-01", "part-0.parquet")
     storage.write_parquet(uri, df)
     df = storage.read_parquet(storage.join("traces", "scenario=credit_approval"))
@@ -32,7 +32,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -42,6 +42,7 @@ from rlops.pipeline_steps.infra.storage_errors import StorageError, StorageNotFo
 from rlops.pipeline_steps.infra.storage_s3 import S3Access, split_s3
 
 if TYPE_CHECKING:  # heavy imports stay lazy so DAG parsing does not pay for them
+    from rlops.common.params_model import Params, StorageParams
     import pandas as pd
     import pyarrow as pa
 
@@ -89,14 +90,14 @@ class Storage(S3Access):
         self._sleep: Callable[[float], None] = time.sleep
 
     @classmethod
-    def from_params(cls, params: dict[str, Any]) -> Storage:
-        """Build from the ``storage`` block of ``params.yaml`` (env overrides already applied)."""
-        cfg = params.get("storage") or {}
-        return cls(root_uri=str(cfg.get("root") or "file://rlops-data"),
-                   endpoint_url=cfg.get("s3_endpoint_url") or None,
-                   retries=int(cfg.get("retries", 4)), backoff_s=float(cfg.get("backoff_s", 0.5)),
-                   connect_timeout_s=float(cfg.get("connect_timeout_s", 5.0)),
-                   read_timeout_s=float(cfg.get("read_timeout_s", 60.0)))
+    def from_params(cls, params: "Params | StorageParams | Mapping[str, Any]") -> Storage:
+        """Build from the typed ``storage`` block (or the params document holding it; env
+        overrides already applied): the defaults are the params model's."""
+        from rlops.common.params_sources import params_block
+        cfg: StorageParams = params_block(params, "storage")
+        return cls(root_uri=cfg.root, endpoint_url=cfg.s3_endpoint_url or None, retries=cfg.retries,
+                   backoff_s=cfg.backoff_s, connect_timeout_s=cfg.connect_timeout_s,
+                   read_timeout_s=cfg.read_timeout_s)
 
     def __repr__(self) -> str:
         return f"Storage(root={self.root!r}, endpoint_url={self.endpoint_url!r})"

@@ -76,14 +76,15 @@ class QueryEngineConfig:
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> QueryEngineConfig:
-        cfg = dict(params.get("trace_store") or {})
-        unknown = set(cfg) - {"engine", "threads", "memory_limit", "temp_directory"}
-        if unknown:
-            raise ValueError(f"trace_store: unknown key(s) {sorted(unknown)}; expected engine, threads, "
-                             "memory_limit, temp_directory")
-        return cls(engine=str(cfg.get("engine") or "duckdb"), threads=int(cfg.get("threads") or 0),
-                   memory_limit=str(cfg.get("memory_limit") or "1GB"),
-                   temp_directory=str(cfg.get("temp_directory") or ""))
+        """From the typed ``trace_store`` block, the params document holding it, or a raw params
+        mapping (validated by the params model)."""
+        from rlops.common.params_model import CaptureParams
+        from rlops.common.params_sources import params_block
+        if isinstance(params, CaptureParams):  # a capture block alone carries no engine settings
+            return cls()
+        cfg = params_block(params, "trace_store")
+        return cls(engine=cfg.engine, threads=cfg.threads, memory_limit=cfg.memory_limit,
+                   temp_directory=cfg.temp_directory or "")
 
     def with_engine(self, engine: str) -> QueryEngineConfig:
         return QueryEngineConfig(engine, self.threads, self.memory_limit, self.temp_directory)

@@ -37,6 +37,9 @@ from rlops.data_contracts.schema import META_PREFIX, Contract
 from rlops.pipeline_steps.infra.trace_query import QueryEngineConfig, TraceReader
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from rlops.common.params_model import CaptureParams, Params
     from rlops.pipeline_steps.infra.storage import Storage
 
 LANDING_DIR = "landing"
@@ -62,18 +65,21 @@ class TraceStore:
     engine: QueryEngineConfig = QueryEngineConfig()
 
     @classmethod
-    def from_params(cls, params: dict[str, Any], storage: "Storage | None" = None) -> "TraceStore":
-        """Roots from the ``capture`` block of params: folders under ``storage.root``, or full
-        URIs when they contain ``://``."""
+    def from_params(cls, params: "Params | CaptureParams | Mapping[str, Any]", storage: "Storage | None" = None
+                    ) -> "TraceStore":
+        """Roots from the typed ``capture`` block (or the params document holding it): folders
+        under ``storage.root``, or full URIs when they contain ``://``. Without ``storage``, the
+        document's own storage block is used."""
+        from rlops.common.params_sources import params_block
         from rlops.pipeline_steps.infra.storage import Storage
-        storage = storage or Storage.from_params(params)
-        cfg = params.get("capture") or {}
+        cfg: CaptureParams = params_block(params, "capture")
+        if storage is None:
+            storage = Storage.from_params(params)
 
-        def where(key: str, default: str) -> str:
-            value = str(cfg.get(key) or default)
+        def where(value: str) -> str:
             return value if "://" in value else storage.join(value)
-        return cls(storage, where("landing_dir", LANDING_DIR), where("trace_dir", TRACE_DIR),
-                   where("quarantine_dir", QUARANTINE_DIR), QueryEngineConfig.from_params(params))
+        return cls(storage, where(cfg.landing_dir), where(cfg.trace_dir), where(cfg.quarantine_dir),
+                   QueryEngineConfig.from_params(params))
 
     @property
     def reader(self) -> TraceReader:

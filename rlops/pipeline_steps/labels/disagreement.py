@@ -40,7 +40,7 @@ import torch
 
 if TYPE_CHECKING:
     from rlops.model.reward_model import RewardModel
-    from rlops.pipeline_steps.labels.step import QueueConfig
+    from rlops.common.params_model import QueueConfig
     from rlops.sandbox.pack import Pack
 
 Tensor = torch.Tensor

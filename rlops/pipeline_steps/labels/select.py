@@ -19,7 +19,7 @@ from rlops.pipeline_steps.infra.trace_store import parse_ts
 
 if TYPE_CHECKING:
     from rlops.model.reward_model import PreferencePairs
-    from rlops.pipeline_steps.labels.step import QueueConfig
+    from rlops.common.params_model import QueueConfig
     from rlops.sandbox.pack import Pack
 
 Tensor = torch.Tensor

@@ -34,16 +34,19 @@ import
     stored as the item's label (it must be one of the item's legal actions). Tasks in = labels
     ingested + rejected (with reasons) + not annotated.
 
-Labels feed training through :func:`labels_as_pairs` (the labelled action preferred over every
-other legal action, for the Bradley–Terry reward model) and :func:`labels_as_imitation_batch`
-(observations and actions for an optional imitation term).
+Labels feed training through :func:`rlops.pipeline_steps.labels.select.labels_as_pairs` (the labelled
+action preferred over every other legal action, for the Bradley–Terry reward model) and
+:func:`rlops.pipeline_steps.labels.select.labels_as_imitation_batch` (observations and actions for an
+optional imitation term); the computations (clustering, selection, Label Studio tasks) live in
+:mod:`rlops.pipeline_steps.labels.select`.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from rlops.common.params_model import QueueConfig  # the typed ``label_queue:`` params block
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,69 +54,6 @@ if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.labels.disagreement import LabelledStates
     from rlops.pipeline_steps.labels.store import LabelStore
-
-# The computations live in rlops.pipeline_steps.labels.select (numpy, pandas, torch); they are importable
-# from here too, loaded on first use so that registering the CLI stays light.
-_SELECT = ("kmeans", "ClusterStat", "select_uncertain", "item_id", "queue_items", "label_config", "to_tasks",
-           "parse_annotations", "expected_outcomes", "labels_as_pairs", "ImitationBatch", "labels_as_imitation_batch")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _SELECT:
-        from rlops.pipeline_steps.labels import select as label_select
-        return getattr(label_select, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-SELECTIONS = ("auto", "entropy", "reward_ensemble")
-
-
-@dataclass(frozen=True)
-class QueueConfig:
-    """The ``label_queue:`` block of params."""
-
-    db_url: str = "sqlite:///rlops-data/label_queue.db"
-    db_schema: str | None = None
-    window_hours: float = 24.0
-    threshold: float = 0.8
-    top_k: int = 2
-    clusters: int = 16
-    states_per_cluster: int = 100
-    min_cluster_states: int = 20
-    bucket_minutes: int = 60
-    min_bucket_states: int = 5
-    kmeans_iters: int = 50
-    seed: int = 7
-    export_dir: str = "label_queue"
-    uncertainty_policy: str = "auto"
-    selection: str = "auto"
-    """``entropy`` (policy entropy per state cluster), ``reward_ensemble`` (disagreement of a
-    bootstrap reward ensemble fitted on the finished labels, :mod:`rlops.pipeline_steps.labels.disagreement`)
-    or ``auto`` (the ensemble once ``ensemble_min_labels`` labels are finished, entropy before)."""
-    max_items: int = 0
-    """Items per run (0: every selected cluster's ``states_per_cluster`` states under entropy
-    selection; ``states_per_cluster · top_k`` under reward-ensemble selection)."""
-    sample_fraction: float = 0.5
-    ensemble_members: int = 8
-    ensemble_epochs: int = 60
-    ensemble_min_labels: int = 20
-    spread_clusters: int = 8
-
-    def __post_init__(self) -> None:
-        if self.selection not in SELECTIONS:
-            raise ValueError(f"params label_queue.selection {self.selection!r}: expected one of {list(SELECTIONS)}")
-        if not 0.0 <= float(self.sample_fraction) <= 1.0:
-            raise ValueError(f"params label_queue.sample_fraction {self.sample_fraction!r}: expected a share in [0, 1]")
-        if self.ensemble_members < 2 or self.max_items < 0 or self.spread_clusters < 1:
-            raise ValueError("params label_queue: ensemble_members must be >= 2, max_items >= 0 and spread_clusters "
-                             f">= 1 (got {self.ensemble_members}, {self.max_items}, {self.spread_clusters})")
-
-    @classmethod
-    def from_section(cls, cfg: dict[str, Any]) -> "QueueConfig":
-        unknown = sorted(set(cfg) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"params label_queue: unknown key(s) {unknown} (expected {sorted(cls.__dataclass_fields__)})")
-        return cls(**{k: v for k, v in cfg.items() if v is not None})
 
 
 # --------------------------------------------------------------------------- steps
@@ -124,7 +64,7 @@ def store_for(ctx: "StepContext", cfg: QueueConfig) -> "LabelStore":
 
 def finished_labels(ctx: "StepContext") -> "pd.DataFrame":
     """The label queue's finished labels of the scenario (an empty frame when there are none)."""
-    store = store_for(ctx, QueueConfig.from_section(ctx.section("label_queue")))
+    store = store_for(ctx, ctx.config.label_queue)
     store.create()
     return store.labelled_frame(ctx.scenario)
 
@@ -175,7 +115,7 @@ def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[s
 
     from rlops.pipeline_steps.labels.select import item_id, queue_items, select_uncertain
     from rlops.pipeline_steps.labels.uncertainty import EXCLUDED_SINGLE, count_single_choice, usable_rows
-    cfg = QueueConfig.from_section(ctx.section("label_queue"))
+    cfg = ctx.config.label_queue
     pack = ctx.load_pack()
     window = ctx.key.lookback(cfg.window_hours)
     uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
@@ -228,7 +168,7 @@ def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[s
 def label_queue_export(ctx: "StepContext", out_uri: str | None = None) -> dict[str, Any]:
     from rlops.pipeline_steps.labels.select import label_config, to_tasks
     from rlops.pipeline_steps.labels.store import EXPORTED
-    cfg = QueueConfig.from_section(ctx.section("label_queue"))
+    cfg = ctx.config.label_queue
     store = store_for(ctx, cfg)
     items = store.export_batch(ctx.scenario, ctx.run_key)
     uri = out_uri or ctx.uri(cfg.export_dir, ctx.scenario, f"tasks-{ctx.run_key}.json")
@@ -245,5 +185,5 @@ def label_queue_export(ctx: "StepContext", out_uri: str | None = None) -> dict[s
 
 def label_queue_import(ctx: "StepContext", uri: str) -> dict[str, Any]:
     from rlops.pipeline_steps.labels.importing import import_export
-    return import_export(ctx, store_for(ctx, QueueConfig.from_section(ctx.section("label_queue"))), uri)
+    return import_export(ctx, store_for(ctx, ctx.config.label_queue), uri)
 

@@ -26,12 +26,12 @@ import pandas as pd
 
 from rlops.common.policy_ref import canonical_policy
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.aliases import move_champion, rollback as rollback_champion
 from rlops.pipeline_steps.promotion.gates import (Gate, GateConfig, ab_gates, comparison_gates, episode_outcomes, gate_frame,
                                   gate_table_html, stress_gate)
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.policy_metrics import policy_metrics, segment_returns
 from rlops.pipeline_steps.infra.registry import CHAMPION, TrackingError, policy_model_name
-from rlops.pipeline_steps.training.policy import reward_label
 
 if TYPE_CHECKING:
     import torch
@@ -182,8 +182,7 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     if episodes is not None:  # before any registry or sandbox work
         count("--episodes", episodes, maximum=MAX_EPISODES)
     candidate = _version_of(ctx, candidate)
-    settings = ctx.section("evaluate")
-    cfg = GateConfig.from_params(settings)
+    settings = cfg = ctx.config.evaluate  # the gate thresholds are part of the evaluate block
     name = policy_model_name(ctx.scenario)
     candidate = str(candidate)
     tags = _version_tags(ctx, candidate)
@@ -191,12 +190,12 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     if champion == candidate:
         raise ValueError(f"{name} v{candidate} is already the champion; evaluate a newer version")
     pack = ctx.load_pack()
-    profile = default_profile(pack, "production", settings.get("profile"))
-    label = settings.get("reward_fn") or (tags.get("reward_fn") if tags.get("reward_fn") in pack.reward_fns else None)
-    label = str(label or reward_label(ctx, None))
-    n = count("--episodes", episodes if episodes is not None else settings.get("episodes", 4000),
+    profile = default_profile(pack, "production", settings.profile)
+    label = settings.reward_fn or (tags.get("reward_fn") if tags.get("reward_fn") in pack.reward_fns else None)
+    label = str(label or ctx.reward_choice().reward_fn)
+    n = count("--episodes", episodes if episodes is not None else settings.episodes,
               maximum=MAX_EPISODES)
-    seed = int(settings.get("seed", 1_000_000))
+    seed = settings.seed
     notes: list[str] = []
 
     with tempfile.TemporaryDirectory(prefix="rlops-eval-") as tmp:
@@ -219,13 +218,13 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
         champ_res, _ = run(champ_act)
         env.reset(seed)  # the initial states both policies started from
         segments = segment_masks(pack, env.S, cand_res.segments, cand_res.segment_names,
-                                 settings.get("segments") or {})
-        p99 = timed_p99(cand_policy, champ_net, env.observe(), int(settings.get("latency_samples", 300)),
+                                 settings.segments)
+        p99 = timed_p99(cand_policy, champ_net, env.observe(), settings.latency_samples,
                         cfg.latency_p99_ratio)
 
     gates = comparison_gates(cand_res, champ_res, cfg, segments, p99, seed=seed)
     gates.append(stress_gate(tags, cfg))
-    ab, ab_note = live_ab_gates(ctx, pack, candidate, cfg, int(settings.get("ab_window_hours", 24)))
+    ab, ab_note = live_ab_gates(ctx, pack, candidate, cfg, int(settings.ab_window_hours))
     gates.extend(ab)
     notes.append(f"live A/B: {ab_note}")
     from rlops.pipeline_steps.promotion.ope_gate import ope_gates

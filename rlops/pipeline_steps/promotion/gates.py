@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import html
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal, Mapping
 
 import numpy as np
@@ -67,42 +67,8 @@ def failing_gates(rows: list[Mapping[str, Any]]) -> list[str]:
     return [str(r.get("gate")) for r in rows if gate_state(r) == FAIL]
 
 
-@dataclass(frozen=True)
-class GateConfig:
-    """Thresholds of the ``evaluate:`` params block."""
-
-    confidence: float = 0.95
-    bootstrap_samples: int = 2000
-    min_improvement: float = 0.0
-    completion_epsilon: float = 0.01
-    handling_epsilon: float = 0.05
-    takeover_epsilon: float = 0.01
-    completion_min: float | None = None
-    handling_max_ms: float | None = None
-    takeover_max: float | None = None
-    max_illegal_rate: float = 0.0
-    latency_p99_ratio: float = 1.5
-    segment_tolerance: float = 0.05
-    min_segment_episodes: int = 100
-    ab_alpha: float = 0.05
-    ab_min_episodes: int = 200
-    require_stress_test: bool = True
-
-    @classmethod
-    def from_params(cls, block: Mapping[str, Any]) -> "GateConfig":
-        known = {f.name for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for k, v in block.items():
-            if k in known and v is not None:
-                default = getattr(cls, k)
-                values[k] = (bool(v) if isinstance(default, bool) else
-                             float(v) if default is None else type(default)(v))
-        cfg = cls(**values)
-        if not 0.5 < cfg.confidence < 1:
-            raise ValueError(f"evaluate.confidence must be in (0.5, 1), got {cfg.confidence}")
-        if cfg.bootstrap_samples < 100:
-            raise ValueError(f"evaluate.bootstrap_samples must be >= 100, got {cfg.bootstrap_samples}")
-        return cfg
+# The thresholds: the gate part of the typed ``evaluate:`` params block (the evaluate block subclasses it).
+from rlops.common.params_model import GateConfig
 
 
 @dataclass

@@ -52,10 +52,7 @@ class ChampionCheck:
 
 
 def manual_mode(ctx: StepContext) -> str:
-    mode = str((ctx.params.get("promotion") or {}).get("manual_champion") or REGATE)
-    if mode not in (REGATE, REVERT):
-        raise ValueError(f"promotion.manual_champion {mode!r}: expected '{REGATE}' or '{REVERT}' (params.yaml)")
-    return mode
+    return ctx.config.promotion.manual_champion  # regate | revert, checked by the params model
 
 
 def _now() -> str:

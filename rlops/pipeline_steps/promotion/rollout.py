@@ -107,7 +107,6 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
     from rlops.pipeline_steps.promotion.evaluate import live_ab_gates
     from rlops.pipeline_steps.promotion.flow import (TRAFFIC_TAG, finish, next_stage, rollout_stages,
                                                      stage_challenger, withdraw_challenger)
-    from rlops.pipeline_steps.promotion.gates import GateConfig
     name = policy_model_name(ctx.scenario)
     tags = ctx.tracker.model_version_tags(name, version)
     share = float(tags.get(TRAFFIC_TAG) or 0.0)
@@ -120,7 +119,7 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
             return RolloutMove(version, HELD, f"stage {share:.0%} has served {max(served_min, 0):.0f} of "
                                               f"{cfg.min_stage_minutes:g} minutes", share)
         window_h = min(window_h, served_min / 60.0)
-    gates, note = live_ab_gates(ctx, ctx.load_pack(), version, GateConfig.from_params(settings), window_h)
+    gates, note = live_ab_gates(ctx, ctx.load_pack(), version, settings, window_h)
     rows = tuple(g.to_dict() for g in gates)
     if not gates or any(g.skipped for g in gates):
         return RolloutMove(version, HELD, f"live A/B gates not judged yet: {note}", share, rows)

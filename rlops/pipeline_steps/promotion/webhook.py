@@ -106,15 +106,17 @@ class WebhookSettings:
     retry_s: float = 30.0
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any], mode: str | None = None) -> WebhookSettings:
+    def from_params(cls, params: Mapping[str, Any] | Any, mode: str | None = None) -> WebhookSettings:
+        """From the typed ``promotion`` block (or the params document holding it)."""
         from rlops.common.errors import UserError
-        cfg = dict((params.get("promotion") or {}).get("webhook") or {})
-        secret_env = str(cfg.get("secret_env") or "RLOPS_WEBHOOK_SECRET")
+        from rlops.common.params_sources import params_block
+        cfg = params_block(params, "promotion").webhook
+        secret_env = cfg.secret_env
         secret = os.environ.get(secret_env, "")
         if not secret:
             raise UserError(f"the webhook receiver needs the HMAC secret shared with MLflow in ${secret_env} "
                             "(promotion.webhook.secret_env in params.yaml); unsigned requests are refused")
-        chosen = str(mode or cfg.get("mode") or EMBEDDED)
+        chosen = str(mode or cfg.mode)
         if chosen not in (EMBEDDED, AIRFLOW):
             raise UserError(f"promotion.webhook.mode {chosen!r}: expected '{EMBEDDED}' or '{AIRFLOW}'")
         from rlops.common.config import resolve_local
@@ -423,5 +425,6 @@ def register(url: str, tracking_uri: str | None = None) -> str:
     from rlops.common.config import load_params
     params = load_params()
     settings = WebhookSettings.from_params(params)
-    uri = tracking_uri or str((params.get("tracking") or {}).get("uri"))
+    from rlops.common.params_sources import params_block
+    uri = tracking_uri or params_block(params, "tracking").uri
     return str(register_webhook(uri, url, settings.secret))

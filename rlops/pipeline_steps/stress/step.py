@@ -22,12 +22,13 @@ and ``stress_report=<uri>`` (the evaluation gate reads that tag). Exit code 1 wh
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlops.pipeline_steps.infra.html import html_page, html_table
 from rlops.common.errors import UserError
+from rlops.common.params_model import StressConfig  # the typed ``stress:`` params block
 
 if TYPE_CHECKING:  # the computations (torch, the sandbox) are imported where they run
     from rlops.pipeline_steps.infra.context import StepContext
@@ -35,44 +36,6 @@ if TYPE_CHECKING:  # the computations (torch, the sandbox) are imported where th
     from rlops.sandbox.pack import Pack
     from rlops.sandbox.policies import ActFn
     from rlops.sandbox.reward import RewardFunction
-
-DEFAULT_PERTURBATIONS: dict[str, dict[str, Any]] = {
-    "latency_x3": {"latency": 3.0}, "errors_x5": {"errors": 5.0}}
-"""Pack-independent perturbations; a pack adds its population segments in its own params.yaml."""
-
-
-@dataclass(frozen=True)
-class StressConfig:
-    """The ``stress:`` block of params (pack overrides merged by :meth:`StepContext.section`)."""
-
-    edge_states: int = 2048
-    seed: int = 7
-    reward_bound: float = 10.0
-    sum_tolerance: float = 1e-4
-    gaming_episodes: int = 2000
-    gaming_seed: int = 1_000_000
-    gaming_margin: float = 0.0
-    baselines: tuple[str, ...] = ("rules", "oracle")
-    policy_episodes: int = 2000
-    policy_profile: str | None = None
-    return_floor: float = 0.5
-    completion_floor: float = 0.9
-    perturbations: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(DEFAULT_PERTURBATIONS))
-
-    @classmethod
-    def from_section(cls, cfg: dict[str, Any]) -> "StressConfig":
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(cfg) - known)
-        if unknown:
-            raise ValueError(f"params stress: unknown key(s) {unknown} (expected {sorted(known)})")
-        kw = {k: v for k, v in cfg.items() if v is not None or k == "policy_profile"}
-        if "baselines" in kw:
-            kw["baselines"] = tuple(kw["baselines"])
-        out = cls(**kw)
-        if out.edge_states < 1000:
-            raise ValueError(f"params stress.edge_states={out.edge_states}: at least 1000 edge states per action")
-        return out
-
 
 @dataclass(frozen=True)
 class PolicyStressRow:
@@ -142,15 +105,9 @@ def stress_policy(pack: "Pack", fn: "RewardFunction", act: "ActFn", cfg: StressC
     rows = [PolicyStressRow("nominal", base, nom["mean_return"], nom["completion_rate"],
                             nom["human_takeover_rate"], nom["mean_handling_ms"])]
     for name, spec in cfg.perturbations.items():
-        spec = dict(spec)
-        r_floor = float(spec.pop("return_floor", cfg.return_floor))
-        c_floor = float(spec.pop("completion_floor", cfg.completion_floor))
-        unknown = set(spec) - {"latency", "errors", "segment"}
-        if unknown:
-            raise ValueError(f"stress.perturbations.{name}: unknown key(s) {sorted(unknown)} (expected latency, "
-                             "errors, segment, return_floor, completion_floor)")
-        p = perturbed_pack(pack, base, latency=float(spec.get("latency", 1.0)),
-                           errors=float(spec.get("errors", 1.0)), segment=spec.get("segment"))
+        r_floor = cfg.return_floor if spec.return_floor is None else spec.return_floor
+        c_floor = cfg.completion_floor if spec.completion_floor is None else spec.completion_floor
+        p = perturbed_pack(pack, base, latency=spec.latency, errors=spec.errors, segment=spec.segment)
         s = run(p, STRESS_PROFILE)
         fallback = run_with(p, STRESS_PROFILE, rule_policy)["mean_return"]
         min_ret = min(nom["mean_return"] - r_floor * abs(nom["mean_return"]), fallback)
@@ -250,7 +207,7 @@ def stress_test(ctx: "StepContext", reward_fn: str | None = None, policy_version
     from tqdm.auto import tqdm
 
     from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref
-    cfg = StressConfig.from_section(ctx.section("stress"))
+    cfg = ctx.config.stress
     pack = ctx.load_pack()
     fn = resolve_reward_fn(pack, reward_fn or ctx.reward_choice().reward_fn)
     loaded = load_policy_ref(ctx, policy_version) if policy_version is not None else None
@@ -267,7 +224,7 @@ def stress_test(ctx: "StepContext", reward_fn: str | None = None, policy_version
             policy_rows = stress_policy(pack, fn, greedy_act(loaded.network), cfg)
             bar.update()
     meta = {"scenario": ctx.scenario, "run_key": ctx.run_key, "reward_fn_file": fn.path,
-            "policy_version": policy_version, "config": asdict(cfg)}
+            "policy_version": policy_version, "config": cfg.model_dump(mode="json")}
     report = report_dict(reward, policy_rows, meta)
     json_uri, html_uri = ctx.report_uri("stress", "report.json"), ctx.report_uri("stress", "report.html")
     result = {"passed": report["passed"], "verdict": report["verdict"], "reasons": report["reasons"],

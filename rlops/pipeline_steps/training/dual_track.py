@@ -20,19 +20,17 @@ log = logging.getLogger(__name__)
 
 def resolve_reward_source(ctx: StepContext, kind: str | None = None, blend_lambda: float | None = None
                           ) -> "RewardSource":
-    """Arguments over ``train.reward_source`` / ``train.reward_blend_lambda`` over the defaults
-    (``scripted``, λ = 1)."""
+    """Arguments over ``train.reward_source`` / ``train.reward_blend_lambda`` of the typed params."""
     from rlops.model.reward_source import RewardSource
-    train = ctx.section("train")
-    lam = blend_lambda if blend_lambda is not None else train.get("reward_blend_lambda")
-    centred = train.get("reward_model_centred")
-    return RewardSource(str(kind or train.get("reward_source") or "scripted"), float(1.0 if lam is None else lam),
-                        True if centred is None else bool(centred))
+    train = ctx.config.train
+    lam = blend_lambda if blend_lambda is not None else train.reward_blend_lambda
+    return RewardSource(str(kind or train.reward_source), float(lam), train.reward_model_centred)
 
 
 def human_labels(ctx: StepContext, pack: "Pack") -> "tuple[Any, Any, Any] | None":
     """``(obs, masks, actions)`` of the label queue's finished labels (None when there are none)."""
-    from rlops.pipeline_steps.labels.step import finished_labels, labels_as_imitation_batch
+    from rlops.pipeline_steps.labels.select import labels_as_imitation_batch
+    from rlops.pipeline_steps.labels.step import finished_labels
     labels = finished_labels(ctx)
     if labels.empty:
         return None
@@ -47,8 +45,8 @@ def warm_start(ctx: StepContext, pack: "Pack", cfg: Any) -> tuple["PolicyNetwork
     from rlops.model.behaviour_cloning import BCConfig, behaviour_clone
     from rlops.model.policy import PolicyConfig, PolicyNetwork
     from rlops.pipeline_steps.training.relabel import labelled_steps
-    train = ctx.section("train")
-    if not train.get("bc_warm_start", True):
+    train = ctx.config.train
+    if not train.bc_warm_start:
         return None, {"skipped": "train.bc_warm_start is false"}
     data = labelled_steps(ctx, pack)
     human = human_labels(ctx, pack)
@@ -64,8 +62,7 @@ def warm_start(ctx: StepContext, pack: "Pack", cfg: Any) -> tuple["PolicyNetwork
         data = tuple(torch.cat([a, b.to(a.dtype) if b.dtype != a.dtype else b])
                      for a, b in zip(data, (*human[:3], torch.full((human[0].shape[0],), top))))
     obs, masks, actions, scores = data
-    bc_cfg = BCConfig(top_fraction=float(train.get("bc_top_fraction") or 0.5),
-                      epochs=int(train.get("bc_epochs") or 10), seed=int(cfg.seed))
+    bc_cfg = BCConfig(top_fraction=train.bc_top_fraction, epochs=train.bc_epochs, seed=int(cfg.seed))
     policy = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout, hidden_sizes=tuple(cfg.hidden_sizes),
                                                     embed_dim=cfg.embed_dim, activation=cfg.activation))
     res = behaviour_clone(policy, obs, masks, actions, scores, bc_cfg)

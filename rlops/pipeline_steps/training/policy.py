@@ -43,6 +43,7 @@ from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
 from rlops.common.config import resolve_local
 
 if TYPE_CHECKING:
+    from rlops.model.pack_defaults import TrainingPlan
     from rlops.model.policy import PolicyNetwork
     from rlops.sandbox.pack import Pack
 
@@ -50,35 +51,31 @@ log = logging.getLogger(__name__)
 
 MODEL_ARTIFACT = "policy_model"
 """Artifact folder of a training run that holds the pyfunc model (the registered source)."""
-_STEP_KEYS = {"incremental_timesteps", "num_envs", "profile", "eval_episodes", "eval_seed", "reward_source",
-              "reward_blend_lambda", "reward_model_centred", "bc_warm_start", "bc_top_fraction", "bc_epochs"}
 
 
 # --------------------------------------------------------------------------- settings
 def ppo_config(ctx: StepContext, pack: "Pack", mode: str, timesteps: int | None = None,
-               checkpoint_dir: Path | None = None, **overrides: Any) -> Any:
+               checkpoint_dir: Path | None = None, **overrides: Any) -> "TrainingPlan":
     """The :class:`~rlops.model.pack_defaults.TrainingPlan` of this run (env count + PPOConfig): what the
     pack implies < ``ppo:`` block < ``train:`` keys < arguments. Checkpoints are written every
     ``checkpoint_every`` iterations (default 10) to ``checkpoint_dir``; without one (dry runs) never."""
     from rlops.model.pack_defaults import derive_defaults
     from rlops.model.ppo_config import PPOConfig, resolve_device
     known = {f.name for f in fields(PPOConfig)}
-    train = ctx.section("train")
-    merged = {k: v for k, v in ctx.section("ppo").items() if k in known}
-    merged.update({k: v for k, v in train.items() if k in known})
-    if mode == "incremental" and train.get("incremental_timesteps"):
-        merged["total_timesteps"] = int(train["incremental_timesteps"])
+    train = ctx.config.train
+    # null in the typed blocks: the pack decides (num_steps, γ, minibatches) or `ppo:` does (train's overrides)
+    merged = {k: v for k, v in ctx.config.ppo.model_dump().items() if v is not None}
+    merged.update({k: v for k, v in train.model_dump().items() if k in known and v is not None})
+    if mode == "incremental":
+        merged["total_timesteps"] = train.incremental_timesteps
     if timesteps is not None:
         merged["total_timesteps"] = int(timesteps)
-    if train.get("num_envs"):
-        merged["num_envs"] = int(train["num_envs"])
+    if train.num_envs:
+        merged["num_envs"] = train.num_envs
     merged.update({k: v for k, v in overrides.items() if v is not None})
     merged["mode"] = mode
     merged["checkpoint_dir"] = str(checkpoint_dir) if checkpoint_dir is not None else None
-    merged["checkpoint_every"] = int(merged.get("checkpoint_every") or 10) if checkpoint_dir is not None else 0
-    unknown = sorted(set(train) - known - _STEP_KEYS - {"mode"})
-    if unknown:
-        log.warning("train: ignoring unknown settings %s", unknown)
+    merged["checkpoint_every"] = train.checkpoint_every if checkpoint_dir is not None else 0
     # What the params leave open (env count, rollout length, γ, minibatches) comes from the pack.
     merged["device"] = resolve_device(str(merged.get("device") or "auto")).type
     return derive_defaults(pack, **merged)
@@ -98,20 +95,12 @@ def checkpoint_folder(ctx: StepContext, mode: str, create: bool = True) -> Path:
     parts = ("checkpoints", ctx.scenario, ctx.run_key, mode)
     if create:
         return ctx.local_dir(*parts)
-    return Path(resolve_local(str(ctx.params.get("local_dir") or "rlops-data"))).joinpath(*parts)
+    return Path(resolve_local(ctx.config.local_dir)).joinpath(*parts)
 
 
 def fingerprint(**inputs: Any) -> str:
     """sha256 of everything that decides what a run trains (not where it writes)."""
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
-
-
-# --------------------------------------------------------------------------- warm start
-def champion_policy(ctx: StepContext, dst: Path) -> tuple[str | None, "PolicyNetwork | None"]:
-    """The current champion's version and network (None, None when there is none)."""
-    from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
-    loaded = load_policy_ref(ctx, CHAMPION, dst)
-    return (loaded.version, loaded.network) if loaded is not None else (None, None)
 
 
 # --------------------------------------------------------------------------- the step
@@ -142,9 +131,8 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
     reward_fn = pack.reward_fn(label)
     cal, cal_version = calibration_info(ctx)
     data_version = str(data_version or (cal or {}).get("data_version") or f"run_key={ctx.run_key}")
-    settings = ctx.section("train")
     # The sandbox as last recalibrated to live traffic, else the pack's default profile.
-    profile = default_profile(pack, "sandbox", settings.get("profile"))
+    profile = default_profile(pack, "sandbox", ctx.config.train.profile)
     name = policy_model_name(ctx.scenario)
 
     with tempfile.TemporaryDirectory(prefix="rlops-train-") as tmp:
@@ -206,6 +194,7 @@ def _starting_point(ctx: StepContext, pack: "Pack", mode: str, name: str,
                     tmp: Path) -> tuple[str, str, str | None, "PolicyNetwork | None"]:
     """``(mode actually used, note, parent champion version, warm-start network)``: an incremental
     run falls back to full when there is no champion or it has another observation layout."""
+    from rlops.pipeline_steps.infra.policy_loader import champion_policy
     parent: str | None = None
     init: PolicyNetwork | None = None
     if mode == "incremental":  # a dry run only asks who the champion is
@@ -283,7 +272,7 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
     from rlops.model.checkpoint import latest_checkpoint
     from rlops.model.ppo import train
     from rlops.pipeline_steps.infra.descriptions import version_description
-    settings = ctx.section("train")
+    settings = ctx.config.train
     resumed = latest_checkpoint(cfg.checkpoint_dir)
     run.log_params({"scenario": ctx.scenario, "run_key": ctx.run_key, "num_envs": base["num_envs"],
                     "profile": base["profile"], "reward_fn": base["reward_fn"],
@@ -294,8 +283,8 @@ def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run:
     from rlops.pipeline_steps.training.hot_reload import record_switches
     switches = record_switches(run, result.reward_switches)
 
-    evaluation = _evaluate(pack, result.policy, base["reward_fn"], int(settings.get("eval_episodes", 1000)),
-                           int(settings.get("eval_seed", 1_000_000)), base["profile"])
+    evaluation = _evaluate(pack, result.policy, base["reward_fn"], settings.eval_episodes,
+                           settings.eval_seed, base["profile"])
     run.log_metrics(evaluation["metrics"], step=result.global_step)
     if result.history:
         run.log_figure(learning_curve(result.history), "plots/learning_curve.png")

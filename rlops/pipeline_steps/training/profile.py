@@ -50,7 +50,7 @@ def profile_training(ctx: StepContext, duration_s: float, device: str | None = N
     from rlops.sandbox.profiles import default_profile
     pack = ctx.load_pack()
     label = ctx.reward_choice(reward_fn).reward_fn
-    profile_name = default_profile(pack, "sandbox", ctx.section("train").get("profile"))
+    profile_name = default_profile(pack, "sandbox", ctx.config.train.profile)
     # A budget no run reaches in ``duration_s``: the clock, not the step count, ends the run.
     plan = ppo_config(ctx, pack, "full", 10**12, None, device=device, progress=False, plateau_eval_every=0)
     dev = resolve_device(plan.config.device)

@@ -97,8 +97,7 @@ def labels_uri(ctx: StepContext, run_key: str | None = None) -> str:
 
 def window_traces(ctx: StepContext, traces_uri: str | None = None, hours: float | None = None) -> "pd.DataFrame":
     """The run key's trace window of this scenario (empty when there are no traces)."""
-    cfg = ctx.section("relabel")
-    window = ctx.key.lookback(float(hours or cfg.get("window_hours") or 24))
+    window = ctx.key.lookback(float(hours or ctx.config.relabel.window_hours))
     df = ctx.traces.reader.read(traces_uri or ctx.traces.scenario_uri(ctx.scenario), window)
     if not df.empty and "scenario" in df.columns:
         df = df[df["scenario"] == ctx.scenario].reset_index(drop=True)

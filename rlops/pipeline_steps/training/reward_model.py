@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 def human_pairs(ctx: StepContext, pack: "Pack") -> "PreferencePairs | None":
     """Pairs from the label queue's finished labels (None when there are none)."""
-    from rlops.pipeline_steps.labels.step import finished_labels, labels_as_pairs
+    from rlops.pipeline_steps.labels.select import labels_as_pairs
+    from rlops.pipeline_steps.labels.step import finished_labels
     labels = finished_labels(ctx)
     if labels.empty:
         return None
@@ -39,11 +40,10 @@ def train_reward_model_step(ctx: StepContext, reward_version: str | None = None,
     from rlops.pipeline_steps.infra.registry import reward_model_name
 
     from rlops.common.arguments import MAX_EPISODES, count
-    section = dict(ctx.section("reward_model"))
-    n_pairs = count("--pairs", pairs if pairs is not None else section.get("pairs", 4000),
-                    maximum=MAX_EPISODES)
+    section = ctx.config.reward_model.model_dump()
+    n_pairs = count("--pairs", pairs if pairs is not None else section.pop("pairs"), maximum=MAX_EPISODES)
     section.pop("pairs", None)
-    seed = int(ctx.params.get("seed", 0))
+    seed = ctx.config.seed
     label = ctx.reward_choice(reward_version).reward_fn
     pack = ctx.load_pack()
     fn = pack.reward_fn(label)
@@ -55,7 +55,7 @@ def train_reward_model_step(ctx: StepContext, reward_version: str | None = None,
     labelled = human_pairs(ctx, pack)
     if labelled is not None:
         data = PreferencePairs.cat([data, labelled])
-    cfg = RewardModelConfig.from_params(section, seed=seed)
+    cfg = RewardModelConfig.from_params(section, seed=seed)  # the typed block's fields, seeded by `seed`
     model, metrics = train_reward_model(cfg, data)
     name = reward_model_name(ctx.scenario)
     from rlops.pipeline_steps.infra import tags as T

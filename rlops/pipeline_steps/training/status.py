@@ -78,9 +78,7 @@ def train_status(ctx: StepContext, run_id: str | None = None, all_metrics: bool 
         if pid is None:
             raise ValueError("train status needs a run id or a process id (--pid)")
         run_id = run_of_pid(ctx, pid)
-    settings = ctx.section("ppo")
-    window = int(settings.get("stagnation_window") or PLATEAU_WINDOW)
-    tol = float(settings.get("stagnation_tol") or 0.01)
+    window, tol = ctx.config.ppo.stagnation_window, ctx.config.ppo.stagnation_tol
 
     def fetch(c: Any) -> dict[str, Any]:
         run = c.get_run(run_id)

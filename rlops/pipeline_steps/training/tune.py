@@ -114,7 +114,7 @@ def tune(ctx: StepContext, trials: int, budget_s: float | None = None, timesteps
     t0 = time.perf_counter()
     pack = ctx.load_pack()
     label = ctx.reward_choice(reward_fn).reward_fn
-    profile = default_profile(pack, "sandbox", ctx.section("train").get("profile"))
+    profile = default_profile(pack, "sandbox", ctx.config.train.profile)
     base = defaults_of(ctx, pack, timesteps, device)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed),

@@ -13,7 +13,8 @@ from scipy.stats import ks_2samp
 import torch
 
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.drift.calibrate import PROFILE, RecalConfig, fit_calibration, fit_field, initial_values, recalibrate
+from rlops.pipeline_steps.drift.calibrate import PROFILE, RecalConfig, fit_calibration, recalibrate
+from rlops.pipeline_steps.drift.field_fits import fit_field, initial_values
 from rlops.common.config import REPO_ROOT, load_params
 from rlops.sandbox.pack import Pack, load_pack
 from rlops.sandbox.policies import rule_policy

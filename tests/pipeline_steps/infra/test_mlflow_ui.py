@@ -37,7 +37,7 @@ BUDGETS: dict[str, Any] = {
     "demo": {"capture_episodes": 800, "reward_model_pairs": 800, "timesteps": 150_000},
     "evaluate": {"episodes": 600, "bootstrap_samples": 300, "latency_samples": 30, "require_stress_test": False,
                  "min_improvement": -1000.0, "completion_epsilon": 1.0, "handling_epsilon": 100.0,
-                 "takeover_epsilon": 1.0, "max_illegal_rate": 1.0, "latency_p99_ms": 1000.0,
+                 "takeover_epsilon": 1.0, "max_illegal_rate": 1.0, "latency_p99_ratio": 1000.0,
                  "segment_tolerance": 1000.0},
 }
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from rlops.pipeline_steps.infra.aliases import move_champion, rollback
 from rlops.pipeline_steps.infra.registry import (ListTracker, MetricsTracker, NullTracker, Tracker,
                                      TrackingError, policy_model_name, reward_fn_model_name,
                                      reward_model_name)
@@ -100,21 +101,21 @@ def test_register_move_champion_and_rollback(tracker: Tracker, tmp_path: Path) -
     assert tracker.model_version_tags(name, v2) == {"reward_fn_version": "v1", "i": "1"}
     assert tracker.model_version_source(name, v1).endswith("/policy")
 
-    state = tracker.move_champion(name, v1)
+    state = move_champion(tracker, name, v1)
     assert (state.champion, state.previous) == ("1", None)
-    state = tracker.move_champion(name, v2)
+    state = move_champion(tracker, name, v2)
     assert (state.champion, state.previous) == ("2", "1")
     assert tracker.aliases(name) == {"champion": "2", "previous": "1"}
-    assert tracker.move_champion(name, v2).previous == "1"  # no-op when already champion
+    assert move_champion(tracker, name, v2).previous == "1"  # no-op when already champion
 
-    state = tracker.rollback(name)
+    state = rollback(tracker, name)
     assert (state.champion, state.previous) == ("1", None)
     assert tracker.aliases(name) == {"champion": "1"}
     assert tracker.model_version_tags(name, v2)["rlops.rolled_back"] == "true"
     with pytest.raises(TrackingError, match="no 'previous' alias"):
-        tracker.rollback(name)
+        rollback(tracker, name)
     with pytest.raises(TrackingError, match="v9"):
-        tracker.move_champion(name, "9")
+        move_champion(tracker, name, "9")
     assert tracker.aliases(name) == {"champion": "1"}
 
     # The registered artifact can be fetched back for serving.
@@ -127,8 +128,8 @@ def test_failed_alias_move_restores_prior_aliases(tracker: Tracker, tmp_path: Pa
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     name = policy_model_name(SCENARIO)
     v1, v2, v3 = _register(tracker, tmp_path, 3)
-    tracker.move_champion(name, v1)
-    tracker.move_champion(name, v2)
+    move_champion(tracker, name, v1)
+    move_champion(tracker, name, v2)
     before = tracker.aliases(name)
     assert before == {"champion": "2", "previous": "1"}
 
@@ -144,7 +145,7 @@ def test_failed_alias_move_restores_prior_aliases(tracker: Tracker, tmp_path: Pa
     monkeypatch.setattr(client, "set_registered_model_alias", flaky)
 
     with pytest.raises(TrackingError, match="restored to champion=2, previous=1"):
-        tracker.move_champion(name, v3)
+        move_champion(tracker, name, v3)
     monkeypatch.undo()
     assert tracker.aliases(name) == before
 
@@ -156,7 +157,7 @@ def test_unreachable_server_fails_fast_with_clear_error(tmp_tracking: str) -> No
     assert remote.artifact_root is None  # a local artifact folder is not pushed to a server
     t0 = time.monotonic()
     with pytest.raises(TrackingError) as info:
-        remote.move_champion(policy_model_name(SCENARIO), "1")
+        move_champion(remote, policy_model_name(SCENARIO), "1")
     elapsed = time.monotonic() - t0
     msg = str(info.value)
     assert url in msg and "reachable" in msg

@@ -11,9 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-import yaml
 
-from rlops.common.config import REPO_ROOT
+from rlops.common.config import resolve_params
 from rlops.pipeline_steps.promotion.gates import GateConfig, ab_gates, comparison_gates
 
 
@@ -40,8 +39,8 @@ def test_without_a_budget_the_gates_are_non_regression() -> None:
 
 
 def test_within_the_budget_a_better_policy_passes_and_says_why() -> None:
-    cfg = GateConfig.from_params({"bootstrap_samples": 200, "completion_min": 0.7, "handling_max_ms": 6000,
-                                  "takeover_max": 0.3})
+    cfg = GateConfig.model_validate({"bootstrap_samples": 200, "completion_min": 0.7, "handling_max_ms": 6000,
+                                     "takeover_max": 0.3})
     assert cfg.handling_max_ms == 6000.0 and isinstance(cfg.handling_max_ms, float)
     gates = _gates(cfg)
     assert all(gates[g].passed for g in OPERATIONAL)
@@ -71,7 +70,7 @@ def test_live_ab_gates_honour_the_budget() -> None:
 
 
 def test_the_complaint_pack_declares_its_budget() -> None:
-    block = yaml.safe_load((REPO_ROOT / "scenarios" / "complaint_handling" / "params.yaml").read_text())["evaluate"]
-    cfg = GateConfig.from_params(block)
+    cfg = resolve_params("complaint_handling").model.evaluate  # project + pack params, typed
+    assert isinstance(cfg, GateConfig)
     assert cfg.completion_min is not None and cfg.takeover_max is not None and cfg.handling_max_ms is not None
     assert cfg.completion_min + cfg.takeover_max <= 1.0 + 1e-9

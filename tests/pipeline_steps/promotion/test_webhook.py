@@ -33,7 +33,7 @@ def free_port() -> int:
 
 
 SECRET = "s3cret-shared-with-mlflow"
-GATES = {"episodes": 500, "bootstrap_samples": 300, "latency_p99_ms": 1000.0, "latency_samples": 30,
+GATES = {"episodes": 500, "bootstrap_samples": 300, "latency_p99_ratio": 1000.0, "latency_samples": 30,
          "require_stress_test": False, "min_segment_episodes": 50, "segment_tolerance": 0.1}
 
 

@@ -153,7 +153,8 @@ def test_warm_start_imitates_human_labels_too(tmp_tracking: str, tmp_storage_roo
     """Labels from the queue feed the policy, not only the reward model: with no relabelled traces,
     the warm start clones the labelled actions."""
     from rlops.model.ppo_config import PPOConfig
-    from rlops.pipeline_steps.labels.step import QueueConfig, queue_items, store_for
+    from rlops.pipeline_steps.labels.select import queue_items
+    from rlops.pipeline_steps.labels.step import store_for
     from rlops.pipeline_steps.training.dual_track import warm_start
     from rlops.sandbox.policies import rule_policy
     from rlops.sandbox.traces import rollout_traces
@@ -161,7 +162,7 @@ def test_warm_start_imitates_human_labels_too(tmp_tracking: str, tmp_storage_roo
     rows = rollout_traces(pack, rule_policy, 100, seed=0)
     rows = rows[rows["action_mask"].str.count("1") >= 2].head(80).assign(cluster_id=0, cluster_entropy=0.9,
                                                                         norm_entropy=0.9)
-    store = store_for(ctx, QueueConfig.from_section(ctx.section("label_queue")))
+    store = store_for(ctx, ctx.config.label_queue)
     store.create()
     items = queue_items(pack, "credit_approval", rows.reset_index(drop=True), rows)
     store.enqueue("credit_approval", RUN_KEY, items)

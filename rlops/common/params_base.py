@@ -1,0 +1,86 @@
+"""What every params block shares: unknown keys are errors; blocks generated from a config record.
+
+:func:`block_from_dataclass` turns an algorithm's config dataclass (CleanRL style: a docstring
+under each field) into a params block with the same defaults and descriptions, so they are
+written once, in the algorithm's own record.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import itertools
+import textwrap
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+
+class Block(BaseModel):
+    """A params block: unknown keys are errors, values are checked on assignment too."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``block.get("key", fallback)`` for code that reads a block like a mapping: the field's
+        validated value (the model's default when params leave it out). A name that is not a field
+        of the block is a programming error, raised, never a silent ``fallback``; ``fallback`` is
+        used only for a field whose value is null."""
+        if key not in type(self).model_fields:
+            raise KeyError(f"params block {type(self).__name__} has no key {key!r}; "
+                           f"expected one of {sorted(type(self).model_fields)}")
+        value = getattr(self, key)
+        return default if value is None else value
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a dataclass (the string after each field), by field name."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]  # the class definition
+    docs: dict[str, str] = {}
+    for stmt, nxt in itertools.pairwise(body):
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and isinstance(nxt, ast.Expr) \
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+            docs[stmt.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def _annotation(tp: str) -> Any:
+    """A dataclass field's annotation text as a type pydantic checks (tuples of ints become lists)."""
+    return {"int": int, "float": float, "bool": bool, "str": str, "tuple[int, ...]": list[int],
+            "float | None": float | None, "int | None": int | None, "str | None": str | None}[tp]
+
+
+def block_from_dataclass(name: str, record: type, exclude: frozenset[str] = frozenset(),
+                         derived: dict[str, str] | None = None, optional: bool = False,
+                         base: type[BaseModel] = Block, doc: str = "") -> type[BaseModel]:
+    """A params block whose fields are those of ``record`` (minus ``exclude``), with its defaults and
+    docstrings. ``derived`` fields default to null (the value is derived elsewhere: the text says
+    where); ``optional`` makes every field default to null (an override of another block)."""
+    docs, derived = _field_docs(record), derived or {}
+    spec: dict[str, Any] = {}
+    for f in dataclasses.fields(record):  # type: ignore[arg-type]  # any dataclass type
+        if f.name in exclude:
+            continue
+        tp = _annotation(str(f.type))
+        if f.default is not dataclasses.MISSING:
+            default: Any = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            raise TypeError(f"{record.__name__}.{f.name} has no default; a params block needs one")
+        if isinstance(default, tuple):
+            default = list(default)
+        desc = docs.get(f.name, "")
+        if f.name in derived:
+            spec[f.name] = (tp | None, Field(None, description=f"{desc} (null: {derived[f.name]})"))
+        elif optional:
+            spec[f.name] = (tp | None, Field(None, description=f"{desc} (null: the `ppo:` value)"))
+        else:
+            spec[f.name] = (tp, Field(default, description=desc))
+    model = create_model(name, __base__=base, __doc__=doc, **spec)
+    return model
+
+
+__all__ = ["Block", "block_from_dataclass"]

@@ -1,0 +1,227 @@
+"""Where each params value comes from, and errors that point at the file and line of a bad key.
+
+A :class:`ParamsSource` is one params file as read (its document and the line of every key); the
+loader in :mod:`rlops.common.config` merges the project's and the pack's and validates the result
+with :func:`validate_document`, which turns pydantic's errors into one :class:`ParamsError`:
+each problem with the file and line it comes from and, for an unknown key, the closest valid name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rlops.common.errors import UserError
+from rlops.common.params_model import Params
+
+KeyPath = tuple[str, ...]
+DEFAULT = "default"
+
+
+class ConfigError(UserError):
+    """A params file that cannot be read, or holds a bad key or value (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class ParamsProblem:
+    """One bad key or value of a params document."""
+
+    key: str
+    """Dotted key path, e.g. ``capture.windw``."""
+    message: str
+    file: str | None = None
+    line: int | None = None
+    suggestion: str | None = None
+    """The closest valid key name, for an unknown key."""
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}: " if self.file and self.line else f"{self.file}: " if self.file else ""
+        hint = f"; did you mean '{self.suggestion}'?" if self.suggestion else ""
+        return f"{where}{self.key}: {self.message}{hint}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "message": self.message, "file": self.file, "line": self.line,
+                "suggestion": self.suggestion}
+
+
+class ParamsError(ConfigError):
+    """The params document breaks the typed model; ``problems`` lists each bad key."""
+
+    def __init__(self, problems: list[ParamsProblem]) -> None:
+        self.problems = problems
+        n = len(problems)
+        super().__init__(f"invalid params ({n} problem{'s' if n > 1 else ''}): "
+                         + "; ".join(str(p) for p in problems)
+                         + " (see `rlops config show` for every valid key and its meaning)")
+
+
+@dataclass(frozen=True)
+class ParamsSource:
+    """One params file: its label (``project params.yaml``, ``pack <name> params.yaml``), path,
+    the line of each key path and the document."""
+
+    label: str
+    path: Path | None
+    lines: dict[KeyPath, int]
+    document: dict[str, Any]
+
+
+def _walk_lines(node: yaml.Node, prefix: KeyPath, out: dict[KeyPath, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            path = prefix + (str(key.value),)
+            out[path] = key.start_mark.line + 1
+            _walk_lines(value, path, out)
+
+
+def _lines_of(path: Path) -> dict[KeyPath, int]:
+    """The 1-based line of every mapping key of a YAML file, by key path."""
+    out: dict[KeyPath, int] = {}
+    try:
+        root = yaml.compose(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return out
+    if root is not None:
+        _walk_lines(root, (), out)
+    return out
+
+
+def read_params_file(path: Path, label: str) -> ParamsSource:
+    """Read one params file (a mapping) with the line of every key."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError as exc:
+        raise ConfigError(f"params file {path} not found; set RLOPS_PARAMS or run from the repository root") from exc
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"params file {path} is not valid YAML: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ConfigError(f"params file {path}: expected a mapping of params blocks at the top level")
+    return ParamsSource(label, path, _lines_of(path), doc)
+
+
+def _model_at(path: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The block model that holds the key at ``path`` (None when it is not a model, e.g. a dict value)."""
+    model: Any = Params
+    for part in path:
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            info = model.model_fields.get(str(part))
+            if info is None:
+                return None
+            model = info.annotation
+        elif typing.get_origin(model) is dict:  # dict[str, Block]: ``part`` is the entry's name
+            model = typing.get_args(model)[1]
+        else:
+            return None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _locate(path: KeyPath, sources: list[ParamsSource]) -> tuple[str | None, int | None]:
+    """The file and line that set ``path``: the last source whose document holds it (with the line
+    of the deepest key it has), else the nearest parent key found in any file."""
+    for src in reversed(sources):
+        if _has(src.document, path):
+            line = next((src.lines[path[:d]] for d in range(len(path), 0, -1) if path[:d] in src.lines), None)
+            return (str(src.path) if src.path else src.label), line
+    for depth in range(len(path), 0, -1):
+        prefix = path[:depth]
+        for src in reversed(sources):
+            if prefix in src.lines:
+                return (str(src.path) if src.path else src.label), src.lines[prefix]
+    return None, None
+
+
+def validate_document(doc: dict[str, Any], sources: list[ParamsSource]) -> Params:
+    """``doc`` as the typed model, or a :class:`ParamsError` naming each problem's file, line and,
+    for an unknown key, the closest valid name."""
+    try:
+        return Params.model_validate(doc)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = tuple(str(p) for p in err["loc"])
+            file, line = _locate(loc, sources)
+            suggestion = None
+            if err["type"] == "extra_forbidden":
+                parent = _model_at(err["loc"][:-1])
+                names = list(parent.model_fields) if parent is not None else []
+                close = difflib.get_close_matches(loc[-1], names, n=1, cutoff=0.6)
+                suggestion = close[0] if close else None
+                message = "unknown key" + (f" (valid: {', '.join(names)})" if not suggestion and names else "")
+            else:
+                message = f"{err['msg']} (got {err['input']!r})" if "input" in err else err["msg"]
+            problems.append(ParamsProblem(".".join(loc), message, file, line, suggestion))
+        raise ParamsError(problems) from None
+
+
+def as_params(params: Params | Mapping[str, Any]) -> Params:
+    """The typed document from itself or a raw params mapping (validated: a bad key raises :class:`ParamsError`)."""
+    return params if isinstance(params, Params) else validate_document(dict(params), [])
+
+
+def params_block(params: Params | BaseModel | Mapping[str, Any], name: str) -> Any:
+    """The typed block ``name`` from the whole typed document, the block itself, or a raw params
+    mapping (validated here: a bad key raises :class:`ParamsError`)."""
+    if isinstance(params, Params):
+        return getattr(params, name)
+    if isinstance(params, BaseModel):
+        expected = Params.model_fields[name].annotation  # a block's annotation is its model class
+        if not isinstance(params, expected):  # type: ignore[arg-type]
+            raise TypeError(f"expected the params document or its {name!r} block, got {type(params).__name__}")
+        return params
+    return getattr(as_params(params), name)
+
+
+def _leaves(value: Any, prefix: KeyPath) -> Iterator[tuple[KeyPath, Any]]:
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            yield from _leaves(v, prefix + (str(k),))
+    else:
+        yield prefix, value
+
+
+@dataclass(frozen=True)
+class ResolvedParams:
+    """The validated params of one scenario and where each value came from."""
+
+    model: Params
+    document: dict[str, Any]
+    """The merged document as written (no defaults filled in)."""
+    sources: tuple[ParamsSource, ...]
+    env: dict[KeyPath, str] = field(default_factory=dict)
+    """Key paths set by an environment variable, with the variable's name."""
+
+    def origin(self, path: KeyPath) -> str:
+        """``env VAR``, ``<file>:<line>`` or ``default``."""
+        if path in self.env:
+            return f"env {self.env[path]}"
+        for src in reversed(self.sources):
+            if _has(src.document, path):
+                line = next((src.lines[path[:d]] for d in range(len(path), 0, -1) if path[:d] in src.lines), None)
+                return f"{src.path or src.label}" + (f":{line}" if line else "")
+        return DEFAULT
+
+    def rows(self) -> list[tuple[str, Any, str]]:
+        """``(dotted key, value, origin)`` for every resolved leaf value."""
+        return [(".".join(path), value, self.origin(path))
+                for path, value in _leaves(self.model.model_dump(mode="json"), ())]
+
+
+def _has(doc: Any, path: KeyPath) -> bool:
+    for part in path:
+        if not isinstance(doc, dict) or part not in doc:
+            return False
+        doc = doc[part]
+    return True
+
+
+__all__ = ["ConfigError", "ParamsError", "ParamsProblem", "ParamsSource", "ResolvedParams", "as_params", "params_block",
+           "read_params_file", "validate_document"]

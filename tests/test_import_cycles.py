@@ -1,0 +1,146 @@
+"""No import cycle in the rlops package, counting the imports inside functions.
+
+The graph is built from the source (AST), not from ``sys.modules``: an import inside a function is
+an edge like one at the top of a module, because it is a dependency all the same (the cycle is
+only postponed to the call). Imports under ``if TYPE_CHECKING:`` are left out: they never run,
+they only name types for the checker.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+from rlops.common.config import REPO_ROOT
+
+PACKAGE = "rlops"
+
+
+def module_files(root: Path = REPO_ROOT / PACKAGE) -> dict[str, Path]:
+    """``{dotted module name: file}`` of every module of the package (``__init__`` as the package)."""
+    out = {}
+    for f in sorted(root.rglob("*.py")):
+        parts = f.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = f
+    return out
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, at any depth, except those under ``if TYPE_CHECKING:``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _type_checking_only(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """``{module: modules of the package it imports}``; ``from a.b import c`` points at ``a.b.c``
+    when that is a module, else at ``a.b``."""
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    anchor = name.split(".") if is_pkg else name.split(".")[:-1]
+                    anchor = anchor[: len(anchor) - (node.level - 1)]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for target in targets:
+                while target and target not in modules:  # ``import a.b.c`` of a name inside a module
+                    target = target.rpartition(".")[0]
+                if target and target != name and target.split(".")[0] == PACKAGE:
+                    graph[name].add(target)
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components with more than one module (each one holds a cycle)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def one_cycle(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """A shortest cycle through the first module of ``component`` (breadth-first inside it)."""
+    start, members = component[0], set(component)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        v = queue.pop(0)
+        for w in sorted(graph[v] & members):
+            if w == start:
+                return paths[v] + [start]
+            if w not in paths:
+                paths[w] = paths[v] + [w]
+                queue.append(w)
+    return component
+
+
+def test_the_graph_sees_function_level_and_relative_imports(tmp_path: Path) -> None:
+    pkg = tmp_path / PACKAGE
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from rlops.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import rlops.c\n"
+                                      "from .. import a\n")
+    (pkg / "c.py").write_text("import rlops.sub.b\n")
+    graph = import_graph(module_files(pkg))
+    assert graph["rlops.a"] == {"rlops.sub.b"} and graph["rlops.sub.b"] == {"rlops.a"}
+    assert graph["rlops.c"] == {"rlops.sub.b"}
+    cycles = strongly_connected(graph)
+    assert cycles == [["rlops.a", "rlops.sub.b"]]
+    assert one_cycle(graph, cycles[0]) == ["rlops.a", "rlops.sub.b", "rlops.a"]
+
+
+def test_no_import_cycle_in_rlops() -> None:
+    graph = import_graph(module_files())
+    components = strongly_connected(graph)
+    report = "\n".join(f"  {' → '.join(one_cycle(graph, c))}   (component of {len(c)}: {', '.join(c)})"
+                       for c in components)
+    assert not components, f"{len(components)} import cycle(s), function-level imports counted:\n{report}"
