@@ -223,9 +223,8 @@ def staged_promotion(conf: Mapping[str, Any]) -> bool:
     if conf.get("staged") is not None:
         return bool(conf["staged"])
     from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
-    from rlops.pipeline_steps.promotion.rollout import RolloutConfig
     ctx = _ctx(conf)
-    cfg = RolloutConfig.from_section(ctx.section("rollout"))
+    cfg = ctx.config.rollout
     if conf.get("reason") == "drift" and ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION):
         return cfg.staged_emergency
     return cfg.staged

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
+from rlops.common.params_operations import RolloutParams
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, TrackingError, policy_model_name
@@ -35,34 +36,6 @@ if TYPE_CHECKING:
 
 ADVANCED, FINISHED, WITHDRAWN, ROLLED_BACK, HELD = "advanced", "finished", "withdrawn", "rolled_back", "held"
 STAGE_MOVES = frozenset({ADVANCED, FINISHED})  # moves of a challenger to a larger share (100 %: champion)
-
-
-@dataclass(frozen=True)
-class RolloutConfig:
-    """The ``rollout:`` params block."""
-
-    staged: bool = True
-    """retrains promote a passing candidate to challenger at the first stage (false: champion at once)"""
-    staged_emergency: bool = False
-    """the same for a retrain triggered by drift (a stale champion is replaced at once by default)"""
-    min_stage_minutes: float = 60.0
-    """a stage serves at least this long before its live A/B gates may move it"""
-    regression_window_hours: float = 2.0
-    """live rows of this many hours before the run key's end judge a champion against the previous"""
-    regression_min_episodes: int = 200
-    """episodes per policy in that window, else no judgement"""
-
-    @classmethod
-    def from_section(cls, block: Mapping[str, Any]) -> "RolloutConfig":
-        known = {k: v for k, v in block.items() if k in cls.__dataclass_fields__ and v is not None}
-        try:
-            cfg = cls(**{k: type(getattr(cls, k))(v) for k, v in known.items()})
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"params rollout: {exc}") from None
-        if cfg.min_stage_minutes < 0 or cfg.regression_window_hours <= 0 or cfg.regression_min_episodes < 2:
-            raise ValueError(f"params rollout: min_stage_minutes >= 0, regression_window_hours > 0 and "
-                             f"regression_min_episodes >= 2 expected, got {asdict(cfg)}")
-        return cfg
 
 
 @dataclass(frozen=True)
@@ -84,7 +57,7 @@ class RolloutMove:
 def rollout_step(ctx: StepContext) -> dict[str, Any]:
     """One roll-out tick for the run key (see the module docstring)."""
     from rlops.pipeline_steps.promotion.lock import lock_path, promotion_lock
-    cfg = RolloutConfig.from_section(ctx.section("rollout"))
+    cfg = ctx.config.rollout
     name = policy_model_name(ctx.scenario)
     path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), name)
     with promotion_lock(path, float(ctx.section("evaluate").get("lock_timeout_s", 900))):
@@ -102,11 +75,17 @@ def rollout_step(ctx: StepContext) -> dict[str, Any]:
             "champion": ctx.tracker.get_alias(name, CHAMPION)}
 
 
-def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg: RolloutConfig) -> RolloutMove:
+def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg: RolloutParams) -> RolloutMove:
     """Advance, finish, withdraw or hold the staged ``version`` on its live A/B gates."""
     from rlops.pipeline_steps.promotion.evaluate import live_ab_gates
-    from rlops.pipeline_steps.promotion.flow import (TRAFFIC_TAG, finish, next_stage, rollout_stages,
-                                                     stage_challenger, withdraw_challenger)
+    from rlops.pipeline_steps.promotion.flow import (
+        TRAFFIC_TAG,
+        finish,
+        next_stage,
+        rollout_stages,
+        stage_challenger,
+        withdraw_challenger,
+    )
     name = policy_model_name(ctx.scenario)
     tags = ctx.tracker.model_version_tags(name, version)
     share = float(tags.get(TRAFFIC_TAG) or 0.0)
@@ -143,7 +122,7 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
     return RolloutMove(version, FINISHED, reason, 1.0, rows)
 
 
-def judge_champion(ctx: StepContext, champion: str, cfg: RolloutConfig) -> RolloutMove:
+def judge_champion(ctx: StepContext, champion: str, cfg: RolloutParams) -> RolloutMove:
     """Roll back ``champion`` when its live return falls below the previous champion's."""
     from rlops.pipeline_steps.infra.aliases import champion_history
     from rlops.pipeline_steps.promotion.flow import rollback
@@ -176,7 +155,7 @@ def judge_champion(ctx: StepContext, champion: str, cfg: RolloutConfig) -> Rollo
     return RolloutMove(champion, ROLLED_BACK, reason)
 
 
-def live_returns(traces: "pd.DataFrame", scenario: str) -> dict[str, "pd.Series"]:
+def live_returns(traces: pd.DataFrame, scenario: str) -> dict[str, pd.Series]:
     """Per-episode live return of each registry version (by bare version number) in ``traces``."""
     from rlops.common.errors import UserError
     from rlops.common.policy_ref import PolicyRef
