@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.aliases import move_champion
 from tests.policy_kit import (
     NAME,
     SCENARIO,
@@ -59,7 +60,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory, _mlflow_template_db: Path
         ctx = promotion_ctx("20261201T0900", **BUDGET)
         bad = approve_all_policy(pack)
         v1 = register(ctx, pack, bad)
-        ctx.tracker.move_champion(NAME, v1)
+        move_champion(ctx.tracker, NAME, v1)
         v2 = register(ctx, pack, cloned_rules_policy(pack))
         impossible = promotion_ctx("20261201T0900", min_improvement=1000.0, **BUDGET)
         ui = promote_from_alias(impossible, v2)

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.aliases import move_champion, rollback
 
 S = "credit_approval"
 NAME = f"{S}-policy"
@@ -211,7 +212,7 @@ def probe_new_champion_sheds_rejected(home: dict[str, Any], console: Any) -> Non
     ctx.tracker.record_outcome(NAME, v, T.OUTCOME_REJECTED, "gate(s) failed: mean_return", "mlflow-ui-alias")
     page = _ok(console.get(f"/s/{S}/promotion"))
     assert f"v{v} rejected (requested by mlflow-ui-alias): gate(s) failed: mean_return" in page
-    ctx.tracker.move_champion(NAME, v)
+    move_champion(ctx.tracker, NAME, v)
     tags = ctx.tracker.model_version_tags(NAME, v)
     assert tags[T.PROMOTION_OUTCOME] == T.OUTCOME_CHAMPION and tags[T.PROMOTION_REQUESTED_BY] == "rlops"
     assert f"v{v} rejected" not in _ok(console.get(f"/s/{S}/promotion"))
@@ -226,8 +227,8 @@ def probe_experiment_opens_on_training_view(home: dict[str, Any], console: Any) 
 def _three_versions(ctx: Any) -> tuple[str, str, str]:
     """v_a then v_b promoted by rlops (champion v_b, previous v_a), v_c registered only."""
     a, b, c = _version(ctx), _version(ctx), _version(ctx)
-    ctx.tracker.move_champion(NAME, a)
-    ctx.tracker.move_champion(NAME, b)
+    move_champion(ctx.tracker, NAME, a)
+    move_champion(ctx.tracker, NAME, b)
     return a, b, c
 
 
@@ -236,7 +237,7 @@ def probe_rollback_refuses_hand_set_previous(home: dict[str, Any], console: Any)
     a, b, c = _three_versions(ctx)
     ctx.tracker.client.set_registered_model_alias(NAME, "previous", c)  # what the MLflow UI does
     with pytest.raises(ValueError, match="set outside rlops"):
-        ctx.tracker.rollback(NAME)
+        rollback(ctx.tracker, NAME)
     assert ctx.tracker.get_alias(NAME, "champion") == b
 
 

@@ -82,6 +82,7 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
     from rlops.common.arguments import count
     from rlops.pipeline_steps.capture.core import write_capture
     from rlops.pipeline_steps.capture.trace_sources import mlflow_source, otlp_source
+    from rlops.data_contracts.schema import contract_for
     cfg = ctx.section("capture")
     lateness = count("capture.max_lateness_minutes", cfg.get("max_lateness_minutes", 60), minimum=0,
                      maximum=7 * 24 * 60)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rlops.pipeline_steps.infra import tags as K
+from rlops.pipeline_steps.infra.alias_records import record_state, verified_version
 from rlops.pipeline_steps.infra.registry import CHAMPION, PREVIOUS, TrackingError
 
 if TYPE_CHECKING:
@@ -94,6 +95,8 @@ def move_champion(tracker: Tracker, name: str, new_version: str) -> AliasState:
     state = move_aliases(tracker, name, {CHAMPION: new_version, PREVIOUS: history[-1] if history else None},
                          f"moving champion to v{new_version}")
     _write_history(tracker, name, history)
+    tracker.record_outcome(name, new_version, K.OUTCOME_CHAMPION,
+                           f"promoted to champion (previous: {'v' + current if current else 'none'})")
     return state
 
 
@@ -102,7 +105,13 @@ def rollback(tracker: Tracker, name: str, reason: str | None = None) -> AliasSta
     before it (None once the history is exhausted). The demoted version is tagged
     ``rlops.rolled_back`` (with ``reason``) and leaves the history, so a second rollback goes
     further back instead of bouncing to it."""
-    current = tracker.get_alias(name, CHAMPION)
+    current, previous = tracker.get_alias(name, CHAMPION), tracker.get_alias(name, PREVIOUS)
+    tags = tracker.model_tags(name)
+    if previous is not None and record_state(tags, name, PREVIOUS) != "absent" \
+            and verified_version(tags, name, PREVIOUS) != previous:
+        raise ValueError(f"cannot roll back {name}: 'previous' points at v{previous}, which was set outside "
+                         "rlops; rollback only returns to a version rlops itself replaced. Set the alias "
+                         f"'challenger' on v{previous} to put it through the gates instead")
     history = [v for v in champion_history(tracker, name) if v != current]
     if not history:
         raise TrackingError(f"cannot roll back {name!r}: it has no 'previous' alias and no earlier champion "
@@ -113,4 +122,8 @@ def rollback(tracker: Tracker, name: str, reason: str | None = None) -> AliasSta
     if current is not None and current != target:
         tracker.set_model_version_tags(name, current, {K.ROLLED_BACK: "true",
                                                        K.ROLLED_BACK_REASON: (reason or "rolled back")[:5000]})
+    tracker.record_outcome(name, target, K.OUTCOME_CHAMPION,
+                           f"champion again: rolled back from {'v' + current if current else 'none'}")
+    if current is not None and current != target:
+        tracker.record_outcome(name, current, K.OUTCOME_ROLLED_BACK, reason or f"rolled back to v{target}")
     return state

@@ -364,38 +364,6 @@ class Tracker:
                 raise
         return self._call(f"get aliases of {name!r}", get)
 
-    def move_champion(self, name: str, new_version: str) -> AliasState:
-        """Make ``new_version`` the champion and keep the current one as ``previous``
-        (see :func:`rlops.pipeline_steps.infra.aliases.move_champion`)."""
-        from rlops.pipeline_steps.infra.aliases import move_champion
-        before = self.get_alias(name, CHAMPION)
-        state = move_champion(self, name, new_version)
-        if before != state.champion:
-            self.record_outcome(name, str(new_version), K.OUTCOME_CHAMPION,
-                                f"promoted to champion (previous: {'v' + before if before else 'none'})")
-        return state
-
-    def rollback(self, name: str, reason: str | None = None) -> AliasState:
-        """Point ``champion`` back at the most recent earlier champion and ``previous`` at the one
-        before it (see :func:`rlops.pipeline_steps.infra.aliases.rollback`). Refused when
-        ``previous`` was set outside rlops: rollback only returns to a version rlops replaced."""
-        from rlops.pipeline_steps.infra.alias_records import record_state, verified_version
-        from rlops.pipeline_steps.infra.aliases import rollback
-        before, previous, tags = self.get_alias(name, CHAMPION), self.get_alias(name, PREVIOUS), self.model_tags(name)
-        if previous is not None and record_state(tags, name, PREVIOUS) != "absent" \
-                and verified_version(tags, name, PREVIOUS) != previous:
-            raise ValueError(f"cannot roll back {name}: 'previous' points at v{previous}, which was set outside "
-                             "rlops; rollback only returns to a version rlops itself replaced. Set the alias "
-                             f"'challenger' on v{previous} to put it through the gates instead")
-        state = rollback(self, name, reason)
-        if state.champion is not None:
-            self.record_outcome(name, state.champion, K.OUTCOME_CHAMPION,
-                                f"champion again: rolled back from {'v' + before if before else 'none'}")
-        if before is not None and before != state.champion:
-            self.record_outcome(name, before, K.OUTCOME_ROLLED_BACK,
-                                reason or f"rolled back to v{state.champion}")
-        return state
-
     # ------------------------------------------------------------------ reward functions
     def register_reward_fn(self, scenario: str, source_path: str | os.PathLike[str], sha256: str,
                            rule_refs: list[str], version_label: str, parent_run_id: str | None = None) -> str:

@@ -35,7 +35,7 @@ import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -180,7 +180,6 @@ class TraceReader:
     def files(self, uri: str, window: tuple[datetime, datetime] | None = None) -> list[str]:
         """The parquet files under ``uri`` (sorted; quarantine excluded) whose date/hour partition
         overlaps ``window``."""
-        from rlops.pipeline_steps.infra.trace_store import partition_overlaps
         if uri.endswith(".parquet") and self.storage.exists(uri):
             files = [uri]
         else:
@@ -475,7 +474,6 @@ def _pandas_frame(storage: Storage, files: list[str], window: tuple[datetime, da
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rlops.pipeline_steps.infra.trace_store import parse_ts
     tables = []
     for f in files:
         with storage.local_path(f) as path:
@@ -498,3 +496,29 @@ def _pandas_frame(storage: Storage, files: list[str], window: tuple[datetime, da
         tables.append(table if keep.all() else table.filter(pa.array(keep)))
     out = pa.concat_tables(tables, promote_options="default").to_pandas(strings_to_categorical=categorical)
     return out[[c for c in columns if c in out.columns]] if columns else out
+
+
+# ---------------------------------------------------------------- the time layout of partitions
+_PART = re.compile(r"/date=(\d{4}-\d{2}-\d{2})(?:/hour=(\d{1,2}))?/")
+
+
+def parse_ts(col: pd.Series) -> pd.Series:
+    """Trace timestamps (ISO text, datetimes) as UTC."""
+    if isinstance(col.dtype, pd.DatetimeTZDtype):
+        return col.dt.tz_convert("UTC")
+    return pd.to_datetime(col, utc=True, format="ISO8601", errors="coerce")
+
+
+def partition_overlaps(uri: str, window: tuple[datetime, datetime]) -> bool:
+    """Whether the ``date=``/``hour=`` partition of ``uri`` overlaps ``window`` (a file outside
+    the date/hour layout always may)."""
+    m = _PART.search(uri)
+    if not m:
+        return True  # not partitioned by time: read it and filter rows by ts
+    day = datetime.strptime(m.group(1), "%Y-%m-%d").replace(tzinfo=timezone.utc)
+    if m.group(2) is None:
+        lo, hi = day, day + timedelta(days=1)
+    else:
+        lo = day + timedelta(hours=int(m.group(2)))
+        hi = lo + timedelta(hours=1)
+    return lo < window[1] and hi > window[0]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -49,7 +49,6 @@ MANIFEST_DIR = "_manifests"
 _NAME_TIME = re.compile(r"^(\d{8}T\d{12})Z")
 #: Landing files rlops reads: JSON lines, plain or gzip-compressed, any letter case.
 LANDING_SUFFIXES = (".jsonl", ".jsonl.gz")
-_PART = re.compile(r"/date=(\d{4}-\d{2}-\d{2})(?:/hour=(\d{1,2}))?/")
 #: Columns whose parquet bloom filters make a lookup by id skip the row groups without it.
 BLOOM_COLUMNS = ("trace_id", "episode_id")
 
@@ -251,13 +250,6 @@ def landing_files(storage: Storage, landing_uri: str, scenario: str, start: date
     return scan_landing(storage, landing_uri, scenario, start, end)[0]
 
 
-def parse_ts(col: pd.Series) -> pd.Series:
-    """Trace timestamps (ISO text, datetimes) as UTC."""
-    if isinstance(col.dtype, pd.DatetimeTZDtype):
-        return col.dt.tz_convert("UTC")
-    return pd.to_datetime(col, utc=True, format="ISO8601", errors="coerce")
-
-
 def read_traces(storage: "Storage", uri: str, window: tuple[datetime, datetime] | None = None,
                 columns: Sequence[str] | None = None, engine: QueryEngineConfig | None = None) -> pd.DataFrame:
     """Trace rows from one parquet file or every ``*.parquet`` under a folder (``quarantine``
@@ -267,16 +259,3 @@ def read_traces(storage: "Storage", uri: str, window: tuple[datetime, datetime] 
     return TraceReader(storage, engine).read(uri, window, columns)
 
 
-def partition_overlaps(uri: str, window: tuple[datetime, datetime]) -> bool:
-    """Whether the ``date=``/``hour=`` partition of ``uri`` overlaps ``window`` (a file outside
-    the date/hour layout always may)."""
-    m = _PART.search(uri)
-    if not m:
-        return True  # not partitioned by time: read it and filter rows by ts
-    day = datetime.strptime(m.group(1), "%Y-%m-%d").replace(tzinfo=timezone.utc)
-    if m.group(2) is None:
-        lo, hi = day, day + timedelta(days=1)
-    else:
-        lo = day + timedelta(hours=int(m.group(2)))
-        hi = lo + timedelta(hours=1)
-    return lo < window[1] and hi > window[0]

@@ -15,7 +15,7 @@ import torch
 
 from rlops.pipeline_steps.infra.trace_states import (STATE_PREFIX, action_codes, mask_matrix, normalized_entropy,
                                                state_features, states_from_traces)
-from rlops.pipeline_steps.infra.trace_store import parse_ts
+from rlops.pipeline_steps.infra.trace_query import parse_ts
 
 if TYPE_CHECKING:
     from rlops.model.reward_model import PreferencePairs

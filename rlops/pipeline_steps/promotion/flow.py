@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.aliases import move_champion, rollback as rollback_champion
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, TrackingError, policy_model_name
 from rlops.pipeline_steps.infra.storage import StorageError
@@ -191,7 +192,7 @@ def finish(ctx: StepContext, version: str, reason: str) -> dict[str, Any]:
     ``challenger`` alias."""
     name = policy_model_name(ctx.scenario)
     challenger = ctx.tracker.get_alias(name, CHALLENGER)
-    state = ctx.tracker.move_champion(name, version)
+    state = move_champion(ctx.tracker, name, version)
     out: dict[str, Any] = {"promoted": True, "action": "champion", "champion": state.champion,
                            "previous": state.previous, "traffic_fraction": 1.0}
     try:
@@ -226,7 +227,7 @@ def rollback(ctx: StepContext, reason: str | None = None) -> dict[str, Any]:
     if ctx.dry_run:
         return {"scenario": ctx.scenario, "dry_run": True, "champion": current, "would_restore": history[-1],
                 "reason": f"dry run: champion would move from v{current} back to v{history[-1]}"}
-    state = ctx.tracker.rollback(name, reason)
+    state = rollback_champion(ctx.tracker, name, reason)
     return {"scenario": ctx.scenario, "dry_run": False, "rolled_back_from": current, "champion": state.champion,
             "previous": state.previous, "reason": reason or f"champion restored to v{state.champion}"}
 

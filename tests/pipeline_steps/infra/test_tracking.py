@@ -197,16 +197,16 @@ def test_rollback_walks_back_through_the_champion_history(tracker: Tracker, tmp_
     name = policy_model_name(SCENARIO)
     v1, v2, v3, v4 = _register(tracker, tmp_path, 4)
     for v in (v1, v2, v3, v4):
-        tracker.move_champion(name, v)
+        move_champion(tracker, name, v)
     assert tracker.aliases(name) == {"champion": v4, "previous": v3}
-    state = tracker.rollback(name, reason="live return fell 0.2 below v3's")
+    state = rollback(tracker, name, reason="live return fell 0.2 below v3's")
     assert (state.champion, state.previous) == (v3, v2)  # previous is the next one back, not cleared
     assert tracker.model_version_tags(name, v4)["rlops.rolled_back.reason"] == "live return fell 0.2 below v3's"
-    state = tracker.rollback(name)
+    state = rollback(tracker, name)
     assert (state.champion, state.previous) == (v2, v1)  # further back, never forward to v4
     # A new promotion joins the history after the current champion; the demoted versions stay out.
-    tracker.move_champion(name, v3)
+    move_champion(tracker, name, v3)
     assert tracker.aliases(name) == {"champion": v3, "previous": v2}
-    assert (tracker.rollback(name).champion, tracker.rollback(name).champion) == (v2, v1)
+    assert (rollback(tracker, name).champion, rollback(tracker, name).champion) == (v2, v1)
     with pytest.raises(TrackingError, match="no 'previous' alias"):
-        tracker.rollback(name)
+        rollback(tracker, name)

@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from rlops.pipeline_steps.infra.aliases import move_champion
 
 from tests.policy_kit import NAME, promotion_ctx, register
 from tests.policy_kit import approve_all, good, pack, promotion_sandbox  # noqa: F401  (fixtures)
@@ -50,7 +51,7 @@ def test_staged_rollout_then_rollback(pack: Any, good: Any, approve_all: Any) ->
     from rlops.pipeline_steps.promotion.rollout import rollout_step
     first = _ctx(HOURS[0])
     old = register(first, pack, approve_all)  # a champion the candidate beats in the sandbox
-    first.tracker.move_champion(NAME, old)
+    move_champion(first.tracker, NAME, old)
     cand = register(first, pack, good)
     res = promote(first, cand, staged=True)  # what a retrain DAG does by default
     assert res["action"] == "challenger" and res["traffic_fraction"] == 0.05, res.get("reason")
@@ -97,7 +98,7 @@ def test_a_failing_live_gate_withdraws_the_challenger(pack: Any, good: Any) -> N
     from rlops.pipeline_steps.promotion.rollout import rollout_step
     first = _ctx(HOURS[0])
     old = register(first, pack, good)
-    first.tracker.move_champion(NAME, old)
+    move_champion(first.tracker, NAME, old)
     cand = register(first, pack, good)
     stage_challenger(first, cand, 0.05, "staged by hand for the test")
     ctx = _ctx(HOURS[1])

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.aliases import move_champion
 from tests.policy_kit import (  # noqa: F401  (fixtures)
     NAME,
     approve_all,
@@ -55,7 +56,7 @@ def test_a_replayed_delivery_and_a_hand_set_previous_never_move_the_champion(
     from rlops.pipeline_steps.promotion.webhook import WebhookSettings, create_app
     ctx = promotion_ctx()
     v1 = register(ctx, pack, approve_all)
-    ctx.tracker.move_champion(NAME, v1)
+    move_champion(ctx.tracker, NAME, v1)
     v2 = register(ctx, pack, good)
     v3 = register(ctx, pack, approve_all)
     monkeypatch.setenv("RLOPS_WEBHOOK_SECRET", SECRET)
