@@ -285,10 +285,35 @@ PROBES = [IOProbe(f"otlp_{fn.__name__.strip('_')}", fn) for fn in (
     _otlp_then_landing, _bad_span_alone, _span_not_object, _truncated_document, _broken_line_resyncs, _not_json,
     _document_list, _empty_file, _missing_file, _record_not_object, _pretty_printed, _gzip_export,
     _manifest_per_source, _streamed_memory, _chunks_bounded)]
-PROBES += [IOProbe("mlflow_missing_experiment_is_an_error", _mlflow_missing_experiment),
+def _cli_from_mlflow_unknown_experiment(tmp: Path) -> Verdict:
+    """Through the command line against a real (fresh) tracking store: exit 2 naming the experiment."""
+    from .io_harness import expect_cli_error
+    return expect_cli_error(["capture", "--from-mlflow", "--run-key", "20260105T1000", "--scenario", "credit_approval"],
+                            2, ("credit_approval", "capture.mlflow_experiment"))
+
+
+def _cli_otlp_file(tmp: Path) -> Verdict:
+    """``rlops capture --otlp-file`` end to end: one decision nested in a request span, one duplicate."""
+    from .io_harness import cli
+    rec = {**record(0, "cli"), "scenario": "credit_approval"}
+    uri = export(tmp, [span(None, "t1", "root", name="POST /decide"), span(rec, "t1", "d1", parent="root"),
+                       span(rec, "t2", "d2")])
+    rc, out, err = cli(["capture", "--otlp-file", uri, "--run-key", "20260105T1000", "--scenario",
+                        "credit_approval", "--json"])
+    if rc != 0:
+        return ("traceback" if "internal error" in err else "accepted"), f"exit {rc}: {err.strip()[-300:]}"
+    got = json.loads(out)
+    if got["rows_in"] != got["rows_accepted"] + got["rows_quarantined"] or got["rows_in"] != 2:
+        return "lost", f"{got['rows_in']} in, {got['rows_accepted']} accepted, {got['rows_quarantined']} quarantined"
+    return None if got["spans_skipped"] == 1 else ("lost", f"spans_skipped {got['spans_skipped']}")
+
+
+PROBES += [IOProbe("cli_from_mlflow_unknown_experiment", _cli_from_mlflow_unknown_experiment, 90),
+           IOProbe("cli_otlp_file_end_to_end", _cli_otlp_file, 90),
+           IOProbe("mlflow_missing_experiment_is_an_error", _mlflow_missing_experiment),
            IOProbe("mlflow_nested_decision_counted", _mlflow_nested_decision)]
 
 
 @pytest.mark.parametrize("probe", PROBES, ids=ids(PROBES))
-def test_trace_source_probe(probe: IOProbe, tmp_path: Path) -> None:
-    check(run_probe(probe, tmp_path))
+def test_trace_source_probe(probe: IOProbe, isolated: Path) -> None:
+    check(run_probe(probe, isolated / "probes"))
