@@ -31,70 +31,18 @@ per-decision sums run over one rectangular ``[episodes, horizon]`` array: no Pyt
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from rlops.common.params_operations import OpeParams
 
 ESTIMATORS = ("pdis", "wis", "dr")
 
 
-@dataclass(frozen=True)
-class OPEConfig:
-    """The ``ope:`` params block."""
-
-    enabled: bool = True
-    """Run the off-policy gate in every evaluation (it is ``skipped`` when the traffic cannot judge)."""
-    window_hours: int = 24
-    """Logged live traffic of the last hours before the run key that the candidate is judged on."""
-    min_episodes: int = 200
-    """Fewer complete logged episodes than this: the gate is skipped (traffic too thin)."""
-    min_ess: float = 50.0
-    """Effective sample size of the final importance weights below this: skipped (too little overlap)."""
-    confidence: float = 0.95
-    """Two-sided confidence of every interval."""
-    ci: str = "normal"
-    """Interval of PDIS and DR: ``normal`` (mean ± z·se) or ``bootstrap`` (percentile, over episodes)."""
-    bootstrap_samples: int = 1000
-    """Resamples of the bootstrap intervals (WIS always; PDIS/DR with ``ci: bootstrap``)."""
-    direct_method: str = "sandbox"
-    """DR's direct method: ``sandbox`` (Q fitted on calibrated-sandbox rollouts), ``reward_model`` or ``none``."""
-    dm_episodes: int = 2000
-    """Sandbox episodes rolled to fit the sandbox direct method."""
-    dm_explore: float = 0.3
-    """Share of uniformly random legal actions in those rollouts (so every action's Q is fitted)."""
-    ridge: float = 1.0
-    """L2 penalty of the direct method's per-action least-squares fit."""
-    tolerance: float = 0.05
-    """The gate fails when DR's upper bound is below the logged policy's live return minus this."""
-    gap_threshold: float = 0.1
-    """A sandbox estimate further than this from DR (and outside DR's interval): a sim-to-real gap."""
-    target: str = "greedy"
-    """How the candidate would serve: ``greedy`` (its argmax, as served today) or ``stochastic``."""
-    seed: int = 0
-
-    @classmethod
-    def from_params(cls, block: Mapping[str, Any] | None) -> "OPEConfig":
-        known = {f.name: f for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for k, v in (block or {}).items():
-            if k not in known:
-                raise ValueError(f"ope.{k}: unknown setting; expected one of {sorted(known)}")
-            if v is not None:
-                default = getattr(cls, k)
-                values[k] = bool(v) if isinstance(default, bool) else type(default)(v)
-        cfg = cls(**values)
-        if not 0.5 < cfg.confidence < 1:
-            raise ValueError(f"ope.confidence must be in (0.5, 1), got {cfg.confidence}")
-        if cfg.ci not in ("normal", "bootstrap"):
-            raise ValueError(f"ope.ci must be 'normal' or 'bootstrap', got {cfg.ci!r}")
-        if cfg.direct_method not in ("sandbox", "reward_model", "none"):
-            raise ValueError(f"ope.direct_method must be sandbox, reward_model or none, got {cfg.direct_method!r}")
-        if cfg.target not in ("greedy", "stochastic"):
-            raise ValueError(f"ope.target must be 'greedy' or 'stochastic', got {cfg.target!r}")
-        if not 0 <= cfg.dm_explore <= 1:
-            raise ValueError(f"ope.dm_explore must be in [0, 1], got {cfg.dm_explore}")
-        return cfg
+# The settings are the typed ``ope:`` params block (one record: its defaults, bounds and meanings).
+OPEConfig = OpeParams
 
 
 @dataclass(frozen=True)

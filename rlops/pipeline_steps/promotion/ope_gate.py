@@ -170,7 +170,7 @@ def ope_gates(ctx: "StepContext", pack: "Pack", candidate: "PolicyNetwork", sand
               reward_label: str | None, profile: str | None) -> tuple[list["Gate"], dict[str, float], str]:
     """The ``ope:dr`` gate of ``candidate`` on the live traffic of the window, its MLflow metrics
     (``ope_*``) and a note for the report (the sim-to-real gap when there is one)."""
-    cfg = OPEConfig.from_params(ctx.section("ope"))
+    cfg = ctx.config.ope
     if not cfg.enabled:
         return [], {}, "off-policy evaluation: off (ope.enabled)"
     frame = ctx.traces.read(ctx.scenario, ctx.key.lookback(cfg.window_hours))
