@@ -104,9 +104,11 @@ def run(scenario: str | None = None) -> int:
     print(f"\n{'PROMOTED' if pr.get('promoted') else 'NOT PROMOTED (the champion stays; a normal outcome)'}: "
           f"{pr.get('reason', '')}")
     print(f"champion: {scenario}-policy v{champion}" if champion else "champion: none (the rule engine serves)")
+    from rlops.pipeline_steps.infra.registry import ui_url
     print(f"total {time.perf_counter() - started:.0f}s\n\nSee it in the MLflow UI:\n"
           f"  .venv/bin/mlflow ui --backend-store-uri {ctx.tracker.tracking_uri}\n"
-          f"then open http://127.0.0.1:5000 (experiment '{scenario}', model '{scenario}-policy').")
+          f"then open {ui_url('http://127.0.0.1:5000', f'experiments/{ctx.tracker.experiment_id}/runs')} "
+          f"(experiment '{scenario}', model '{scenario}-policy', in the model-training view).")
     return 0
 
 

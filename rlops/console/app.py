@@ -27,6 +27,7 @@ from rlops.console import registry_views as rv
 from rlops.console import svg
 from rlops.console.data import SCENARIO_RE, ProjectData
 from rlops.console.service import NotFound, TraceViews
+from rlops.pipeline_steps.infra.registry import ui_url
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
@@ -44,12 +45,16 @@ class Links:
 
     def run(self, scenario: str, run_id: str | None) -> str | None:
         exp = self.data.experiment_id(scenario) if self.base and run_id else None
-        return f"{self.base}/#/experiments/{exp}/runs/{run_id}" if exp else None
+        return ui_url(self.base, f"experiments/{exp}/runs/{run_id}") if exp else None
+
+    def experiment(self, scenario: str) -> str | None:
+        exp = self.data.experiment_id(scenario) if self.base else None
+        return ui_url(self.base, f"experiments/{exp}/runs") if exp else None
 
     def model(self, name: str, version: str | None = None) -> str | None:
         if not self.base:
             return None
-        return f"{self.base}/#/models/{quote(name)}" + (f"/versions/{version}" if version else "")
+        return ui_url(self.base, f"models/{quote(name)}" + (f"/versions/{version}" if version else ""))
 
 
 def create_app(data: ProjectData, token: str | None = None, mlflow_ui: str | None = None) -> FastAPI:

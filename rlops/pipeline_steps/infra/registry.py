@@ -44,6 +44,18 @@ from rlops.common.policy_ref import policy_model_name  # noqa: E402,F401  (the r
 CHAMPION, CHALLENGER, PREVIOUS = "champion", "challenger", "previous"
 
 
+# MLflow 3.17's UI opens an experiment on the view of a per-browser "GenAI | Model training" switch
+# (GenAI by default) and reads ``mlflow.experimentKind`` only where that switch is absent; a link
+# that names the view opens rlops' runs and models in the training view in either UI.
+UI_TRAINING_VIEW = "workflowType=machine_learning"
+
+
+def ui_url(base: str, route: str) -> str:
+    """A link into the MLflow UI at ``base`` (``experiments/3/runs/<id>``, ``models/<name>``) that
+    opens in the model-training view."""
+    return f"{base.rstrip('/')}/#/{route.lstrip('/')}?{UI_TRAINING_VIEW}"
+
+
 class TrackingError(RuntimeError):
     """An MLflow operation that failed (server unreachable, bad request, missing model…)."""
 

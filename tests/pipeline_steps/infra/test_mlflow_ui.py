@@ -116,6 +116,22 @@ def _experiment_id(db: Path) -> str:
     return str(MlflowClient(tracking_uri=f"sqlite:///{db}").get_experiment_by_name(SCENARIO).experiment_id)
 
 
+def test_the_experiment_opens_on_its_training_runs(ui: str, page: Any, demo_store: dict[str, Any]) -> None:
+    """MLflow 3.17 opens an experiment on its GenAI overview (0 traces) unless the browser's switch
+    says "Model training"; the links rlops gives (console, demo) open the runs in the training view,
+    and the experiment carries ``mlflow.experimentKind`` for the UIs that read it."""
+    from mlflow import MlflowClient
+
+    from rlops.pipeline_steps.infra.registry import ui_url
+    exp = _experiment_id(demo_store["db"])
+    tags = MlflowClient(tracking_uri=f"sqlite:///{demo_store['db']}").get_experiment(exp).tags
+    assert tags.get("mlflow.experimentKind") == "custom_model_development"
+    page.goto(ui_url(ui, f"experiments/{exp}"))
+    page.locator("[role=row]").filter(has_text=f"pass · {SCENARIO} · {demo_store['run_key']}").first.wait_for()
+    assert "/traces" not in page.url and "/overview" not in page.url, page.url
+    page.screenshot(path=str(SHOTS / "00-experiment-default-view.png"), full_page=True)
+
+
 def test_the_pass_is_a_parent_run_with_its_steps_nested_and_datasets(ui: str, page: Any,
                                                                       demo_store: dict[str, Any]) -> None:
     rk = demo_store["run_key"]
