@@ -172,9 +172,10 @@ class _Run:
         elif kind == "drift_monitor":
             self.drift(r, hour, when)
         elif kind == "rollout":
+            from rlops.pipeline_steps.promotion.gates import SKIPPED, gate_state
             from rlops.pipeline_steps.promotion.rollout import STAGE_MOVES
             move = out.rollout_move()
-            judged = [g for g in move.get("ab_gates", []) if g.get("status") in ("pass", "FAIL")]
+            judged = [g for g in move.get("ab_gates", []) if gate_state(g) != SKIPPED]
             self.n["ab_gates_run"] += len(judged)
             if move["action"] in STAGE_MOVES:
                 self.n["stage_moves"] += 1
