@@ -52,7 +52,7 @@ def test_a_replayed_delivery_and_a_hand_set_previous_never_move_the_champion(
         pack: Any, good: Any, approve_all: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fastapi.testclient import TestClient
 
-    from rlops.pipeline_steps.promotion.evaluate import rollback
+    from rlops.pipeline_steps.promotion.flow import rollback
     from rlops.pipeline_steps.promotion.webhook import WebhookSettings, create_app
     ctx = promotion_ctx()
     v1 = register(ctx, pack, approve_all)
