@@ -211,7 +211,7 @@ class _Run:
         drift_events = [e for e in self.events if e.drift]
         from rlops.pipeline_steps.orchestration.regret import regret_metrics
         regret = regret_metrics(self.hours, self.events, self.promotions[0]["hour"] if self.promotions else None)
-        return {**regret,"detection_delay_h": [self.detected.get(self.events.index(e)) for e in drift_events],
+        return {**regret, "detection_delay_h": [self.detected.get(self.events.index(e)) for e in drift_events],
                 "false_alarms": self.false_alarms, "emergency_retrains": self.emergency,
                 "drift_events": len(drift_events), "bad_candidate_promoted": self.bad_promoted,
                 "outcome_detection_delay_h": [self.detected.get(i) for i, e in enumerate(self.events) if e.outcome],
