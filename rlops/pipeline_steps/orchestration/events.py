@@ -77,7 +77,8 @@ class Event:
     def changes_world(self) -> bool:
         """Whether the production stand-in differs once this event is in force (its scenario document,
         or the reward modules it holds)."""
-        return self.kind in DRIFT_KINDS or self.kind == "outcome" or (self.kind == "reward_fn" and "module" in self.args)
+        return (self.kind in DRIFT_KINDS or self.kind == "outcome"
+                or (self.kind == "reward_fn" and "module" in self.args))
 
     def label(self) -> str:
         if self.kind == "outcome":  # short: the label annotates the timeline's plot
