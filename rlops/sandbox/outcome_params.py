@@ -65,7 +65,9 @@ def apply_outcome_factors(doc: dict[str, Any], outcomes: dict[str, list[dict[str
     out = copy.deepcopy(doc)
     for path, factors in (outcomes or {}).items():
         for f in factors:
-            rewrite_field(out, path, lambda src, b, f=f: scaled(src, f["factor"], f.get("when"), b))
+            def rewrite(src: Any, bounded: bool, f: dict[str, Any] = f) -> str:
+                return scaled(src, f["factor"], f.get("when"), bounded)
+            rewrite_field(out, path, rewrite)
     return out
 
 

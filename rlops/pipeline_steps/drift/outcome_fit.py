@@ -110,7 +110,7 @@ def fit_factors(y: np.ndarray, p: np.ndarray, masks: dict[str, np.ndarray], alph
     base = p.copy()
     chosen: list[dict[str, Any]] = []
     for _ in range(max_factors):
-        best = None
+        best: dict[str, Any] | None = None
         tested = {w: m for w, m in masks.items() if m.sum() >= min_rows and w not in {c["when"] for c in chosen}}
         for when, m in tested.items():
             ll = _loglik(y[m], base[m], GRID)
@@ -122,7 +122,7 @@ def fit_factors(y: np.ndarray, p: np.ndarray, masks: dict[str, np.ndarray], alph
                         "rows": int(m.sum()), "events": int(y[m].sum()), "loglik_gain": round(gain, 3), "_mask": m}
         if best is None:
             break
-        m = best.pop("_mask")
+        m = np.asarray(best.pop("_mask"), dtype=bool)
         base = np.where(m, np.clip(base * best["factor"], _EPS, 1 - _EPS), base)
         chosen.append(best)
     return chosen

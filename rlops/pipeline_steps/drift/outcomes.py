@@ -15,7 +15,8 @@ test of the sandbox's reward predictions on live states:
 3. Per cell — each action, overall, in each ``evaluate.segments`` segment of the pack and in each
    automatic segment (every observed numeric field's quarters, ``drift.outcome_quantiles``, and
    every enum field's values, so a change confined to some applicants is not diluted) — a Welch
-   t-test of live against sandbox residuals: the p-value and the effect size (standardised mean difference, Cohen's d with the pooled standard deviation);
+   t-test of live against sandbox residuals: the p-value and the effect size (standardised mean
+   difference, Cohen's d with the pooled standard deviation);
    p-values are Bonferroni-adjusted within two families, each given half of ``alpha``: the declared
    cells (each action overall and in the pack's segments) and the automatic ones.
    A cell with fewer than ``outcome_min_rows`` rows on either side is reported, not tested.

@@ -77,9 +77,15 @@ class Event:
     def changes_world(self) -> bool:
         """Whether the production stand-in differs once this event is in force (its scenario document,
         or the reward modules it holds)."""
-        return self.kind in DRIFT_KINDS or self.kind == "outcome" or (self.kind == "reward_fn" and "module" in self.args)
+        return (self.kind in DRIFT_KINDS or self.kind == "outcome"
+                or (self.kind == "reward_fn" and "module" in self.args))
 
     def label(self) -> str:
+        if self.kind == "outcome":  # short: the label annotates the timeline's plot
+            change = f"×{self.args['factor']:g}" if "factor" in self.args else "new expr"
+            return f"h{self.at_hour:g} outcome ({self.args['field']} {change})"
+        if self.kind == "reward_fn":
+            return f"h{self.at_hour:g} reward_fn ({self.args['version']})"
         detail = ", ".join(f"{k}={v}" for k, v in self.args.items() if k != "init") or \
             ", ".join(self.args.get("init", {}))
         return f"h{self.at_hour:g} {self.kind}" + (f" ({detail})" if detail else "")

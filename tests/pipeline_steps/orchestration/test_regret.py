@@ -38,7 +38,8 @@ def test_the_meter_scores_the_same_episodes_the_world_served() -> None:
     meter.close(hour)
     # the rule engine served these episodes: its score on the same seeds is the live return itself
     assert hour.rules_return == pytest.approx(hour.live_return, abs=1e-5)
-    assert hour.oracle_return > hour.rules_return and hour.regret == pytest.approx(hour.oracle_return - hour.live_return)
+    assert hour.oracle_return > hour.rules_return
+    assert hour.regret == pytest.approx(hour.oracle_return - hour.live_return)
     assert hour.regret_share == pytest.approx(1.0, abs=1e-4)
     nxt = Hour(1, live_return=0.5)
     meter.close(nxt)  # nothing served since: no figures

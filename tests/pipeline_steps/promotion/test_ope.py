@@ -200,3 +200,17 @@ def test_the_evaluation_run_carries_the_ope_gate(pack) -> None:  # type: ignore[
     run = ctx.tracker.client.get_run(res["eval_run_id"])
     assert {"ope_dr", "ope_dr_low", "ope_dr_high", "ope_pdis", "ope_wis", "ope_ess"} <= set(run.data.metrics)
     assert any(n.startswith("off-policy: DR") for n in res["notes"])
+
+
+def test_dr_with_the_reward_model_as_direct_method(logged) -> None:  # type: ignore[no-untyped-def]
+    """The reward model's scores, mapped to reward units on the logged rows, as DR's Q̂: one value
+    per action and row, and DR stays unbiased (whatever Q̂ is)."""
+    from rlops.model.reward_model import RewardModel
+    from rlops.pipeline_steps.promotion.ope_direct import reward_model_q
+    pack, rows, _, candidate, truth = logged
+    torch.manual_seed(0)
+    model = RewardModel(pack.scenario.layout.n_features, pack.scenario.n_actions, 3)
+    q = reward_model_q(pack, model, rows, rows["reward_total"].to_numpy(np.float64))
+    assert q.shape == (len(rows), pack.scenario.n_actions) and np.isfinite(q).all()
+    res = off_policy_value(pack, rows, candidate, OPEConfig(min_ess=10), q)
+    assert abs(res.estimates["dr"].value - truth) < 3 * res.estimates["dr"].se
