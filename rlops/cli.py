@@ -32,7 +32,7 @@ EXIT_CODES = """exit codes:
 """
 
 
-def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
+def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
     from rlops.commands import (audit, calibrate, capture, config, console, demo, drift, env, labels, model, profile,
                                 simulate, stress, train)
     return [env.register, capture.register, drift.register, calibrate.register, labels.register, train.register,

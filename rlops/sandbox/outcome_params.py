@@ -35,7 +35,8 @@ def field_node(doc: dict[str, Any], path: str) -> dict[str, Any]:
         if not isinstance(node, dict) or part not in node:
             raise OutcomeFieldError(f"no state field {path!r} in the scenario")
         node = node[part]
-    return node
+    field: dict[str, Any] = node
+    return field
 
 
 def rewrite_field(doc: dict[str, Any], path: str, rewrite: Callable[[Any, bool], str]) -> int:
@@ -65,7 +66,9 @@ def apply_outcome_factors(doc: dict[str, Any], outcomes: dict[str, list[dict[str
     out = copy.deepcopy(doc)
     for path, factors in (outcomes or {}).items():
         for f in factors:
-            rewrite_field(out, path, lambda src, b, f=f: scaled(src, f["factor"], f.get("when"), b))
+            def rewrite(src: Any, b: bool, f: dict[str, Any] = f) -> str:
+                return scaled(src, f["factor"], f.get("when"), b)
+            rewrite_field(out, path, rewrite)
     return out
 
 

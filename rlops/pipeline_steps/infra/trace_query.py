@@ -139,7 +139,8 @@ def sample_buckets(episode_ids: Sequence[str]) -> np.ndarray:
         got = cur.sql(f"SELECT {_BUCKET_SQL} AS b FROM _ids").to_arrow_table()
     finally:
         cur.close()
-    return got.column("b").to_numpy().astype(np.int64)
+    out: np.ndarray = got.column("b").to_numpy().astype(np.int64)
+    return out
 
 
 def _stat_key(source: str) -> tuple[tuple[int, int], ...]:

@@ -44,7 +44,8 @@ class DagOutcome:
     def rollout_move(self) -> dict[str, Any]:
         """The roll-out DAG's move: ``action`` (held, advanced, finished, withdrawn, rolled_back),
         ``version``, ``reason``, ``ab_gates``."""
-        return self.results["advance_or_roll_back"]
+        out: dict[str, Any] = self.results["advance_or_roll_back"]
+        return out
 
 
 def airflow_home(folder: Path) -> None:

@@ -182,7 +182,7 @@ def deliver_to_airflow(ctx: StepContext, settings: WebhookSettings, store: Webho
     """Trigger the promotion DAG; when Airflow does not accept it, keep the request (``store``) and
     say so on the version. The outcome tag is written last."""
     from rlops.pipeline_steps.infra import tags as T
-    from rlops.pipeline_steps.promotion.flow import UI_REQUEST
+    from rlops.pipeline_steps.promotion.guard import UI_REQUEST
     name, version = f"{conf['scenario']}{POLICY_SUFFIX}", str(conf["candidate"])
     try:
         run_id = trigger_promotion_dag(settings, conf)
@@ -218,7 +218,8 @@ def handle_event(params: Mapping[str, Any], settings: WebhookSettings, event: Ma
     """Act on one verified ``model_version_alias.created`` payload; returns what was done."""
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, PREVIOUS
-    from rlops.pipeline_steps.promotion.flow import UI_REQUEST, check_champion, promote_from_alias
+    from rlops.pipeline_steps.promotion.flow import check_champion, promote_from_alias
+    from rlops.pipeline_steps.promotion.guard import UI_REQUEST
     problem = event_problem(event)
     if problem:
         return {"action": "ignored", "reason": problem}
