@@ -113,7 +113,7 @@ def fit_factors(y: np.ndarray, p: np.ndarray, masks: dict[str, np.ndarray], alph
     base = p.copy()
     chosen: list[dict[str, Any]] = []
     for _ in range(max_factors):
-        best = None
+        best: dict[str, Any] | None = None
         tested = {w: m for w, m in masks.items() if m.sum() >= min_rows and w not in {c["when"] for c in chosen}}
         for when, m in tested.items():
             ll = _loglik(y[m], base[m], GRID)

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from rlops.common.params_model import CaptureParams, Params, TraceStoreParams
     from rlops.pipeline_steps.infra.storage import Storage
 
 ENGINES = ("duckdb", "pandas")
@@ -75,7 +76,7 @@ class QueryEngineConfig:
                              "512MB, 2GB or a share of the machine's memory such as 50%")
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> QueryEngineConfig:
+    def from_params(cls, params: Params | TraceStoreParams | CaptureParams | Mapping[str, Any]) -> QueryEngineConfig:
         """From the typed ``trace_store`` block, the params document holding it, or a raw params
         mapping (validated by the params model)."""
         from rlops.common.params_model import CaptureParams

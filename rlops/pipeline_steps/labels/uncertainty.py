@@ -111,6 +111,7 @@ def usable_rows(ctx: "StepContext", pack: "Pack", df: pd.DataFrame, setting: str
     who, policy = uncertainty_policy(ctx, setting)
     if policy is None:
         return UsableRows(learned, "none: no learned policy decided these steps and none is registered", excluded)
+    assert who is not None  # a policy always comes with its description
     for key in (EXCLUDED_RULE_ENGINE, EXCLUDED_FALLBACK):
         excluded.pop(key, None)  # scored by the registered policy instead
     assert who is not None
