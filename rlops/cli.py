@@ -51,7 +51,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
+    parser: argparse.ArgumentParser = OneLineParser(
         prog="rlops", description="Train, test and promote agent decision policies with reinforcement learning.",
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true",

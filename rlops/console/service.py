@@ -97,8 +97,9 @@ class TraceViews:
         audit = self.data.section(scenario, "audit")
         k, max_rows = int(audit.get("clusters", 8)), int(audit.get("console_map_rows", _MAP_MAX_ROWS))
         key = agg.digest([], ov["digest"], version, str(k), str(max_rows), "map-2")
-        return self._once(("map", scenario, version), key,
-                          lambda: self._cached_map(scenario, version, k, max_rows, key, ov))
+        view: dict[str, Any] = self._once(("map", scenario, version), key,
+                                          lambda: self._cached_map(scenario, version, k, max_rows, key, ov))
+        return view
 
     def _cached_map(self, scenario: str, version: str, k: int, max_rows: int, key: str,
                     ov: dict[str, Any]) -> dict[str, Any]:

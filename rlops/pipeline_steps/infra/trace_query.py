@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from rlops.common.params_model import CaptureParams, Params, TraceStoreParams
+    from rlops.common.params_model import CaptureParams, Params
+    from rlops.common.params_operations import TraceStoreParams
     from rlops.pipeline_steps.infra.storage import Storage
 
 ENGINES = ("duckdb", "pandas")

@@ -51,6 +51,7 @@ from rlops.pipeline_steps.infra.redact import redact
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from mlflow.entities.webhook import WebhookEventStr
 
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.promotion.webhook_store import WebhookStore
@@ -59,7 +60,7 @@ log = logging.getLogger(__name__)
 MAX_OUTCOMES = 1000
 
 SIGNATURE_HEADER, TIMESTAMP_HEADER, DELIVERY_HEADER = "X-MLflow-Signature", "X-MLflow-Timestamp", "X-MLflow-Delivery-Id"
-EVENTS = ("model_version_alias.created",)
+EVENTS: tuple[WebhookEventStr, ...] = ("model_version_alias.created",)
 POLICY_SUFFIX = "-policy"
 EMBEDDED, AIRFLOW = "embedded", "airflow"
 
@@ -250,9 +251,10 @@ def decision_line(event: Mapping[str, Any], out: Mapping[str, Any]) -> str:
     promotion: Mapping[str, Any] = nested if isinstance(nested, Mapping) else {}
     verdict = out.get("outcome") or promotion.get("outcome") or out.get("action") or "?"
     failing = list(out.get("failed_gates") or promotion.get("failed_gates") or [])
-    return redact(f"webhook decision: {data.get('name', '?')} v{data.get('version', '?')} alias "
-                  f"{data.get('alias', '?')!s} → {verdict}; failing gates: {', '.join(failing) or 'none'}; "
-                  f"{str(out.get('reason') or '')[:300]}")
+    line: str = redact(f"webhook decision: {data.get('name', '?')} v{data.get('version', '?')} alias "
+                       f"{data.get('alias', '?')!s} → {verdict}; failing gates: {', '.join(failing) or 'none'}; "
+                       f"{str(out.get('reason') or '')[:300]}")
+    return line
 
 
 # --------------------------------------------------------------------------- app
