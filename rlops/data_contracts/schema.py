@@ -251,10 +251,17 @@ def _exp(stage: int, make: Any, column: str, check: str, **kwargs: Any) -> tuple
 
 def _column_expectations(spec: ColumnSpec, present: bool) -> list[tuple[int, Any]]:
     from great_expectations.expectations import (  # type: ignore[attr-defined]  # GX 1.x re-exports without __all__
-        ExpectColumnToExist, ExpectColumnValueLengthsToBeBetween, ExpectColumnValueLengthsToEqual,
-        ExpectColumnValuesToBeBetween, ExpectColumnValuesToBeInSet, ExpectColumnValuesToBeInTypeList,
-        ExpectColumnValuesToBeJsonParseable, ExpectColumnValuesToMatchJsonSchema, ExpectColumnValuesToMatchRegex,
-        ExpectColumnValuesToNotBeNull)
+        ExpectColumnToExist,
+        ExpectColumnValueLengthsToBeBetween,
+        ExpectColumnValueLengthsToEqual,
+        ExpectColumnValuesToBeBetween,
+        ExpectColumnValuesToBeInSet,
+        ExpectColumnValuesToBeInTypeList,
+        ExpectColumnValuesToBeJsonParseable,
+        ExpectColumnValuesToMatchJsonSchema,
+        ExpectColumnValuesToMatchRegex,
+        ExpectColumnValuesToNotBeNull,
+    )
 
     c = spec.name
     out: list[tuple[int, Any]] = []

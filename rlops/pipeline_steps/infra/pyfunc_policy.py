@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import mlflow.pyfunc
-from mlflow.pyfunc.model import PythonModel
 import numpy as np
 import pandas as pd
+from mlflow.pyfunc.model import PythonModel
 
 POLICY_ARTIFACT = "policy"
 """Key (and folder under ``artifacts/``) of the saved network inside the pyfunc model."""

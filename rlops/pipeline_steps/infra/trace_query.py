@@ -507,6 +507,7 @@ _PART = re.compile(r"/date=(\d{4}-\d{2}-\d{2})(?:/hour=(\d{1,2}))?/")
 
 def parse_ts(col: pd.Series) -> pd.Series:
     """Trace timestamps (ISO text, datetimes) as UTC."""
+    import pandas as pd
     if isinstance(col.dtype, pd.DatetimeTZDtype):
         return col.dt.tz_convert("UTC")
     return pd.to_datetime(col, utc=True, format="ISO8601", errors="coerce")
