@@ -66,8 +66,8 @@ def apply_outcome_factors(doc: dict[str, Any], outcomes: dict[str, list[dict[str
     out = copy.deepcopy(doc)
     for path, factors in (outcomes or {}).items():
         for f in factors:
-            def rewrite(src: Any, b: bool, f: dict[str, Any] = f) -> str:
-                return scaled(src, f["factor"], f.get("when"), b)
+            def rewrite(src: Any, bounded: bool, f: dict[str, Any] = f) -> str:
+                return scaled(src, f["factor"], f.get("when"), bounded)
             rewrite_field(out, path, rewrite)
     return out
 
