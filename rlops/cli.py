@@ -32,7 +32,7 @@ EXIT_CODES = """exit codes:
 """
 
 
-def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
+def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
     from rlops.commands import (audit, calibrate, capture, config, console, demo, drift, env, labels, model, profile,
                                 simulate, stress, train)
     return [env.register, capture.register, drift.register, calibrate.register, labels.register, train.register,
@@ -51,7 +51,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
+    parser: argparse.ArgumentParser = OneLineParser(
         prog="rlops", description="Train, test and promote agent decision policies with reinforcement learning.",
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true",

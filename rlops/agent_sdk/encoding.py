@@ -153,7 +153,8 @@ class ObservationEncoder:
         S[0, c["episode.last_action"]] = float(codes[-1]) if codes else 0.0
         S[0, c["episode.repeat_count"]] = float(max(run - 1, 0))
         S[0, c["episode.error"]] = float(bool(last_error))
-        return scn.clamp(S)
+        clamped: torch.Tensor = scn.clamp(S)
+        return clamped
 
     def history_tensor(self, history: Sequence[str]) -> torch.Tensor:
         k = self.scenario.layout.history_len

@@ -206,7 +206,7 @@ class TracedObserver:
         self._inner, self._episode = inner, episode
 
     def observe(self) -> dict[str, Any]:
-        state = self._inner.observe()
+        state: dict[str, Any] = self._inner.observe()
         self._episode.observe(state)
         return state
 

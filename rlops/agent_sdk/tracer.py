@@ -291,11 +291,16 @@ class Tracer:
         self.close()
 
 
+def _forget_live_after_fork() -> None:
+    for t in list(_LIVE):
+        t._forget_after_fork()
+
+
 def _register_fork_hook(tracer: Tracer) -> None:
     global _FORK_HOOK
     _LIVE.add(tracer)
     if not _FORK_HOOK and hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=lambda: [t._forget_after_fork() for t in list(_LIVE)])
+        os.register_at_fork(after_in_child=_forget_live_after_fork)
         _FORK_HOOK = True
 
 

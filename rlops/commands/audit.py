@@ -8,7 +8,7 @@ import sys
 from rlops.commands.common_args import add_common_args, as_user_error, context_from_args
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("replay", help="the decision path of one trace: states, masks, probabilities, rewards")
     add_common_args(p)
     p.add_argument("--trace-id", required=True)

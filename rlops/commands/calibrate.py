@@ -7,7 +7,7 @@ import argparse
 from rlops.commands.common_args import add_common_args, as_user_error, context_from_args
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("calibrate", help="fit the sandbox's field distributions and simulation to live traces")
     add_common_args(p)
     p.add_argument("--traces", help="live trace parquet file or folder (default: the scenario's trace store)")

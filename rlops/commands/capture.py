@@ -9,7 +9,7 @@ import sys
 from rlops.commands.common_args import add_common_args, as_user_error, context_from_args, print_result
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("capture", help="landing zone (or simulated champion traffic) → validated trace store")
     add_common_args(p)
     src = p.add_mutually_exclusive_group()

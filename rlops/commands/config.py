@@ -18,7 +18,7 @@ from typing import Any
 SCHEMA_FILE = "params.schema.json"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     config = sub.add_parser("config", help="the typed params: resolved values and their origin, checks, JSON Schema")
     verbs = config.add_subparsers(dest="verb", required=True, metavar="VERB")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="run the whole loop once on a pack, embedded (data in ./rlops-data)")
     p.add_argument("--scenario", metavar="NAME", default=None,
                    help="scenario pack name under scenarios/ (default: params 'scenario')")

@@ -12,7 +12,7 @@ from rlops.commands.common_args import add_common_args, as_user_error, context_f
 EXIT_DRIFT = 3
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     drift = sub.add_parser("drift", help="field-by-field drift between trace windows; the drift monitor's check")
     verbs = drift.add_subparsers(dest="drift_command", required=True, metavar="ACTION")
 

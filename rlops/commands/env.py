@@ -49,7 +49,7 @@ class ArgumentError(UserError):
     """A bad argument of an ``env`` command (exit code 2)."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     env = sub.add_parser("env", help="validate, describe and roll out scenario packs")
     env_sub = env.add_subparsers(dest="env_command", required=True, metavar="ACTION")
 

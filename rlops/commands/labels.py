@@ -8,7 +8,7 @@ import sys
 from rlops.commands.common_args import add_common_args, as_user_error, context_from_args
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("labels", help="queue uncertain states for human labels; Label Studio export/import")
     verbs = p.add_subparsers(dest="labels_command", required=True, metavar="ACTION")
     r = verbs.add_parser("run", help="enqueue the latest states of high-entropy clusters")

@@ -9,7 +9,7 @@ from typing import Any
 from rlops.commands.common_args import add_common_args, context_from_args, infrastructure, print_result
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     model = sub.add_parser("model", help="evaluate, promote or roll back a registered policy version")
     verbs = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
     for verb, helptext in (("evaluate", "compare a candidate policy with the champion; print the gate table"),
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_webhook(verbs)
 
 
-def _register_webhook(verbs: argparse._SubParsersAction) -> None:
+def _register_webhook(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``rlops model webhook serve|register``: promotion requested from the MLflow UI, still gated."""
     p = verbs.add_parser("webhook", help="promotion from the MLflow UI: the webhook receiver")
     hooks = p.add_subparsers(dest="webhook_command", required=True, metavar="ACTION")

@@ -33,7 +33,7 @@ def check_trace_path(path: Path) -> None:
                         "file path") from None
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("profile", help="profile PPO training on a pack: time per phase, top operators, Chrome trace")
     add_common_args(p, run_key=False)
     p.add_argument("--duration", type=float, default=60.0, metavar="SECONDS",

@@ -4,6 +4,7 @@ production world scripted by an events file (see :mod:`rlops.pipeline_steps.orch
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -28,7 +29,7 @@ def check_workdir(path: Path) -> None:
                         "writes its own params.yaml there and would overwrite it. Pass a new or empty folder")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("simulate", help="run the DAGs' tasks on their schedules over simulated days, against a "
                                         "production world scripted by an events file")
     add_common_args(p, run_key=False)
@@ -46,13 +47,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from rlops.common.arguments import count
     from rlops.common.config import load_params
     from rlops.pipeline_steps.orchestration.events import load_events, scaled_events
-    from rlops.pipeline_steps.orchestration.simulate import TimelineConfig, run_timeline
+    from rlops.pipeline_steps.orchestration.simulate import run_timeline
+    from rlops.pipeline_steps.orchestration.timeline import TimelineConfig
     from rlops.pipeline_steps.orchestration.timeline_report import table
     from rlops.commands.common_args import scenario_of
     from rlops.common.errors import UserError
     hours = count("--hours", args.hours, maximum=24 * 60)
-    kw = ({"episodes_per_tick": count("--episodes-per-tick", args.episodes_per_tick, maximum=MAX_EPISODES_PER_TICK)}
-          if args.episodes_per_tick is not None else {})
+    per_tick = (count("--episodes-per-tick", args.episodes_per_tick, maximum=MAX_EPISODES_PER_TICK)
+                if args.episodes_per_tick is not None else None)
     events = load_events(args.events) if args.events else scaled_events(hours)
     for e in events:  # an event that can never fire is an error, not a quiet no-op
         at = getattr(e, "at_hour", None)
@@ -63,7 +65,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = scenario_of(args.scenario, params)[1] if args.scenario is not None else str(params.get("scenario"))
     if args.workdir is not None:
         check_workdir(Path(args.workdir))
-    config = TimelineConfig(scenario=scenario, hours=hours, **kw)
+    config = TimelineConfig(scenario=scenario, hours=hours)
+    if per_tick is not None:
+        config = dataclasses.replace(config, episodes_per_tick=per_tick)
     if args.dry_run:
         print(json.dumps({"scenario": scenario, "hours": hours, "events": [str(e) for e in events],
                           "dry_run": True}) if args.json else

@@ -7,7 +7,7 @@ import argparse
 from rlops.commands.common_args import add_common_args, add_reward_fn_arg, as_user_error, context_from_args
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("stress", help="stress a reward function (and a policy) at the edges; exit 1 on fail")
     add_common_args(p)
     add_reward_fn_arg(p, files=True)

@@ -9,7 +9,7 @@ from rlops.commands.common_args import (add_common_args, add_reward_fn_arg, as_u
                                         infrastructure, print_result)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     train = sub.add_parser("train", help="train a policy (masked PPO) or the reward model; training status")
     verbs = train.add_subparsers(dest="train_command", required=True, metavar="ACTION")
 

@@ -60,7 +60,7 @@ def block_from_dataclass(name: str, record: type, exclude: frozenset[str] = froz
     where); ``optional`` makes every field default to null (an override of another block)."""
     docs, derived = _field_docs(record), derived or {}
     spec: dict[str, Any] = {}
-    for f in dataclasses.fields(record):  # type: ignore[arg-type]  # any dataclass type
+    for f in dataclasses.fields(record):
         if f.name in exclude:
             continue
         tp = _annotation(str(f.type))

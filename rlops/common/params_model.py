@@ -14,7 +14,7 @@ so their defaults and descriptions live there only. Adding a block: write its cl
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -133,12 +133,6 @@ class RecalConfig(Block):
 
 
 # --------------------------------------------------------------------------- training
-PpoParams = block_from_dataclass(
-    "PpoParams", PPOConfig, exclude=frozenset({"mode", "checkpoint_dir"}),
-    derived={"num_steps": "derived from the pack's horizon (rlops/model/pack_defaults.py)",
-             "gamma": "derived from the pack's horizon", "num_minibatches": "derived from the batch size"},
-    doc="Masked PPO hyperparameters (rlops/model/ppo_config.py: PPOConfig); `train:` keys with the same "
-        "names override them for the training step.")
 _TRAIN_OWN = frozenset({"total_timesteps", "ewc_lambda", "checkpoint_every"})
 
 
@@ -168,13 +162,6 @@ class _TrainStep(Block):
     bc_epochs: int = Field(10, ge=1, description="behaviour-cloning epochs")
 
 
-TrainParams = block_from_dataclass(
-    "TrainParams", PPOConfig, exclude=frozenset({"mode", "checkpoint_dir"}) | _TRAIN_OWN, optional=True,
-    base=_TrainStep,
-    doc="Policy training (rlops/pipeline_steps/training/policy.py, `rlops train policy`): the step's own "
-        "keys, plus any PPOConfig field, which overrides the `ppo:` block for this step.")
-
-
 class RelabelParams(Block):
     """Relabel step (``rlops/pipeline_steps/training/relabel.py``, ``rlops train relabel``)."""
 
@@ -185,9 +172,34 @@ class _RewardModelStep(Block):
     pairs: int = Field(4000, ge=1, description="sandbox preference pairs per training run")
 
 
-RewardModelParams = block_from_dataclass(
-    "RewardModelParams", RewardModelConfig, exclude=frozenset({"seed"}), base=_RewardModelStep,
-    doc="Reward model (rlops/model/reward_model.py; pairs from rlops/model/reward_pairs.py); seeded by `seed`.")
+if TYPE_CHECKING:
+    # Built at import by create_model from the algorithms' config records (PPOConfig,
+    # RewardModelConfig): a type checker sees the step's own fields, the record's fields by name.
+    class PpoParams(Block):
+        def __getattr__(self, name: str) -> Any: ...
+
+    class TrainParams(_TrainStep):
+        def __getattr__(self, name: str) -> Any: ...
+
+    class RewardModelParams(_RewardModelStep):
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    PpoParams = block_from_dataclass(
+        "PpoParams", PPOConfig, exclude=frozenset({"mode", "checkpoint_dir"}),
+        derived={"num_steps": "derived from the pack's horizon (rlops/model/pack_defaults.py)",
+                 "gamma": "derived from the pack's horizon", "num_minibatches": "derived from the batch size"},
+        doc="Masked PPO hyperparameters (rlops/model/ppo_config.py: PPOConfig); `train:` keys with the same "
+            "names override them for the training step.")
+
+    TrainParams = block_from_dataclass(
+        "TrainParams", PPOConfig, exclude=frozenset({"mode", "checkpoint_dir"}) | _TRAIN_OWN, optional=True,
+        base=_TrainStep,
+        doc="Policy training (rlops/pipeline_steps/training/policy.py, `rlops train policy`): the step's own "
+            "keys, plus any PPOConfig field, which overrides the `ppo:` block for this step.")
+
+    RewardModelParams = block_from_dataclass(
+        "RewardModelParams", RewardModelConfig, exclude=frozenset({"seed"}), base=_RewardModelStep,
+        doc="Reward model (rlops/model/reward_model.py; pairs from rlops/model/reward_pairs.py); seeded by `seed`.")
 
 
 # --------------------------------------------------------------------------- promotion
@@ -392,10 +404,9 @@ class Params(Block):
     tracking: TrackingParams = Field(default_factory=TrackingParams, description=TrackingParams.__doc__)
     drift: DriftParams = Field(default_factory=DriftParams, description=DriftParams.__doc__)
     capture: CaptureParams = Field(default_factory=CaptureParams, description=CaptureParams.__doc__)
-    # ppo, train and reward_model are models built by create_model from the algorithms' config records,
-    # which a type checker cannot take for types: hence the three ignores.
-    train: TrainParams = Field(  # type: ignore[valid-type]
-        default_factory=TrainParams, description=TrainParams.__doc__)
+    # ppo, train and reward_model are models built by create_model from the algorithms' config records
+    # (their static view: the TYPE_CHECKING block above).
+    train: TrainParams = Field(default_factory=TrainParams, description=TrainParams.__doc__)
     relabel: RelabelParams = Field(default_factory=RelabelParams, description=RelabelParams.__doc__)
     evaluate: EvaluateParams = Field(default_factory=EvaluateParams, description=EvaluateParams.__doc__)
     promotion: PromotionParams = Field(default_factory=PromotionParams, description=PromotionParams.__doc__)
@@ -404,9 +415,8 @@ class Params(Block):
     recalibrate: RecalConfig = Field(default_factory=RecalConfig, description=RecalConfig.__doc__)
     audit: AuditParams = Field(default_factory=AuditParams, description=AuditParams.__doc__)
     demo: DemoParams = Field(default_factory=DemoParams, description=DemoParams.__doc__)
-    ppo: PpoParams = Field(default_factory=PpoParams, description=PpoParams.__doc__)  # type: ignore[valid-type]
-    reward_model: RewardModelParams = Field(default_factory=RewardModelParams,  # type: ignore[valid-type]
-                                            description=RewardModelParams.__doc__)
+    ppo: PpoParams = Field(default_factory=PpoParams, description=PpoParams.__doc__)
+    reward_model: RewardModelParams = Field(default_factory=RewardModelParams, description=RewardModelParams.__doc__)
     dvc: DvcParams = Field(default_factory=DvcParams, description=DvcParams.__doc__)
     trace_store: TraceStoreParams = Field(default_factory=TraceStoreParams, description=TraceStoreParams.__doc__)
     rollout: RolloutParams = Field(default_factory=RolloutParams, description=RolloutParams.__doc__)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hmac
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -78,7 +79,7 @@ def create_app(data: ProjectData, token: str | None = None, mlflow_ui: str | Non
 def _install_guard(app: FastAPI, token: str | None) -> None:
     """Read-only (GET/HEAD) always; with a token, every request must carry it."""
     @app.middleware("http")
-    async def guard(request: Request, call_next: Any) -> Response:
+    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         if request.method not in ("GET", "HEAD"):
             return HTMLResponse("read-only console: only GET requests", status_code=405)
         if token is None:
@@ -98,7 +99,7 @@ def _install_guard(app: FastAPI, token: str | None) -> None:
                             status_code=401)
 
 
-def _install_error_pages(app: FastAPI, page: Any) -> None:
+def _install_error_pages(app: FastAPI, page: Callable[..., HTMLResponse]) -> None:
     @app.exception_handler(NotFound)
     async def not_found(request: Request, exc: NotFound) -> HTMLResponse:
         return page(request, "error.html", 404, code=404, message=str(exc))
@@ -121,7 +122,7 @@ def _scenario(data: ProjectData, scenario: str) -> str:
     return scenario
 
 
-def _add_trace_routes(app: FastAPI, data: ProjectData, views: TraceViews, page: Any) -> None:
+def _add_trace_routes(app: FastAPI, data: ProjectData, views: TraceViews, page: Callable[..., HTMLResponse]) -> None:
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request) -> HTMLResponse:
         rows = [{"scenario": s, "champion": _champion(data, s)} for s in data.scenarios()]
@@ -158,7 +159,7 @@ def _add_trace_routes(app: FastAPI, data: ProjectData, views: TraceViews, page: 
                     policy_name=data.model_names(scenario)["policy"])
 
 
-def _add_registry_routes(app: FastAPI, data: ProjectData, page: Any) -> None:
+def _add_registry_routes(app: FastAPI, data: ProjectData, page: Callable[..., HTMLResponse]) -> None:
     @app.get("/s/{scenario}/promotion", response_class=HTMLResponse)
     def promotion(request: Request, scenario: str) -> HTMLResponse:
         scenario = _scenario(data, scenario)

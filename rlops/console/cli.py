@@ -15,7 +15,7 @@ import os
 TOKEN_ENV = "RLOPS_CONSOLE_TOKEN"
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = subparsers.add_parser("console", help="read-only web console over the registry and the trace store",
                               description="Serve the read-only web console over the registry and the trace store.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

@@ -64,7 +64,8 @@ class TtlCache:
         with self._lock:
             hit = self._items.get(key)
         if hit is not None and now - hit[0] < self.ttl:
-            return hit[1]
+            out: T = hit[1]
+            return out
         value = compute()
         with self._lock:
             self._items[key] = (now, value)
@@ -201,7 +202,8 @@ class ProjectData:
         obs, masks = observations_from_traces(self.pack(scenario), episode)
         with torch.no_grad():
             logp, _ = policy(obs, masks)
-        return logp.exp().numpy()
+        out: np.ndarray | None = logp.exp().numpy()
+        return out
 
     def _policy(self, scenario: str, version: str) -> Any:
         key = (scenario, version)

@@ -70,13 +70,15 @@ class TraceViews:
     def overview(self, scenario: str) -> dict[str, Any]:
         """Row counts per policy version (most rows first)."""
         files, dg = self.files_digest(scenario)
-        return self._once(("overview", scenario), dg, lambda: self._overview(scenario, files, dg))
+        out: dict[str, Any] = self._once(("overview", scenario), dg, lambda: self._overview(scenario, files, dg))
+        return out
 
     def _overview(self, scenario: str, files: list[Any], dg: str) -> dict[str, Any]:
         folder = self.data.cache_dir(scenario)
         meta_path = folder / f"overview-{dg}.json"
         if meta_path.is_file():
-            return json.loads(meta_path.read_text())
+            out: dict[str, Any] = json.loads(meta_path.read_text())
+            return out
         counts = (self.data.trace_reader(scenario).count_by(self.data.trace_uri(scenario), "policy_version")
                   if files else {})
         meta = {"digest": dg, "files": [f.uri for f in files], "rows": int(sum(counts.values())), "versions": counts}
@@ -95,14 +97,16 @@ class TraceViews:
         audit = self.data.section(scenario, "audit")
         k, max_rows = int(audit.get("clusters", 8)), int(audit.get("console_map_rows", _MAP_MAX_ROWS))
         key = agg.digest([], ov["digest"], version, str(k), str(max_rows), "map-2")
-        return self._once(("map", scenario, version), key,
-                          lambda: self._cached_map(scenario, version, k, max_rows, key, ov))
+        view: dict[str, Any] = self._once(("map", scenario, version), key,
+                                          lambda: self._cached_map(scenario, version, k, max_rows, key, ov))
+        return view
 
     def _cached_map(self, scenario: str, version: str, k: int, max_rows: int, key: str,
                     ov: dict[str, Any]) -> dict[str, Any]:
         path = self.data.cache_dir(scenario) / f"map-{ov['digest']}-{key}.json"
         if path.is_file():
-            return json.loads(path.read_text())
+            result: dict[str, Any] = json.loads(path.read_text())
+            return result
         out = self._compute_map(scenario, version, k, max_rows, int(ov["versions"][version]))
         path.write_text(json.dumps(out))
         return out

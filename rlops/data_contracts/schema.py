@@ -250,49 +250,59 @@ def _exp(stage: int, make: Any, column: str, check: str, **kwargs: Any) -> tuple
 
 
 def _column_expectations(spec: ColumnSpec, present: bool) -> list[tuple[int, Any]]:
-    import great_expectations as gx
+    from great_expectations.expectations import (  # type: ignore[attr-defined]  # GX 1.x re-exports without __all__
+        ExpectColumnToExist,
+        ExpectColumnValueLengthsToBeBetween,
+        ExpectColumnValueLengthsToEqual,
+        ExpectColumnValuesToBeBetween,
+        ExpectColumnValuesToBeInSet,
+        ExpectColumnValuesToBeInTypeList,
+        ExpectColumnValuesToBeJsonParseable,
+        ExpectColumnValuesToMatchJsonSchema,
+        ExpectColumnValuesToMatchRegex,
+        ExpectColumnValuesToNotBeNull,
+    )
 
-    e = gx.expectations
     c = spec.name
     out: list[tuple[int, Any]] = []
     if spec.required:
-        out.append(_exp(0, e.ExpectColumnToExist, c, "required column is missing from the input"))
+        out.append(_exp(0, ExpectColumnToExist, c, "required column is missing from the input"))
     if not present:
         return out
     if spec.required:
-        out.append(_exp(0, e.ExpectColumnValuesToNotBeNull, c, "required value is missing"))
-    out.append(_exp(0, e.ExpectColumnValuesToBeInTypeList, c,
+        out.append(_exp(0, ExpectColumnValuesToNotBeNull, c, "required value is missing"))
+    out.append(_exp(0, ExpectColumnValuesToBeInTypeList, c,
                     f"expected {spec.kind} ({' or '.join(RAW_TYPES[spec.kind])}), wrong type",
                     type_list=RAW_TYPES[spec.kind]))
     if spec.kind in _CONVERSION_CHECK:
         # Stage 1 sees the converted value; one that did not convert is null there.
-        out.append(_exp(1, e.ExpectColumnValuesToNotBeNull, c, _CONVERSION_CHECK[spec.kind]))
+        out.append(_exp(1, ExpectColumnValuesToNotBeNull, c, _CONVERSION_CHECK[spec.kind]))
     if spec.min is not None or spec.max is not None:
         bound = (f"above the maximum {spec.max}" if spec.min is None else
                  f"below the minimum {spec.min}" if spec.max is None else
                  f"outside [{spec.min}, {spec.max}]")
-        out.append(_exp(1, e.ExpectColumnValuesToBeBetween, c, bound,
+        out.append(_exp(1, ExpectColumnValuesToBeBetween, c, bound,
                         min_value=spec.min, max_value=spec.max))
     if spec.finite:
-        out.append(_exp(1, e.ExpectColumnValuesToBeBetween, c, "not a finite number",
+        out.append(_exp(1, ExpectColumnValuesToBeBetween, c, "not a finite number",
                         min_value=-_FINITE, max_value=_FINITE))
     if spec.values is not None:
-        out.append(_exp(1, e.ExpectColumnValuesToBeInSet, c,
+        out.append(_exp(1, ExpectColumnValuesToBeInSet, c,
                         f"not one of {list(spec.values)}", value_set=list(spec.values)))
     if spec.min_length is not None:
-        out.append(_exp(1, e.ExpectColumnValueLengthsToBeBetween, c,
+        out.append(_exp(1, ExpectColumnValueLengthsToBeBetween, c,
                         f"shorter than {spec.min_length} characters", min_value=spec.min_length))
     if spec.regex is not None:
-        out.append(_exp(1, e.ExpectColumnValuesToMatchRegex, c,
+        out.append(_exp(1, ExpectColumnValuesToMatchRegex, c,
                         f"does not match {spec.regex}", regex=spec.regex))
     if spec.length is not None:
-        out.append(_exp(1, e.ExpectColumnValueLengthsToEqual, c,
+        out.append(_exp(1, ExpectColumnValueLengthsToEqual, c,
                         f"length is not {spec.length}", value=spec.length))
     if spec.kind == "json":
-        out.append(_exp(1, e.ExpectColumnValuesToBeJsonParseable, c, "not valid JSON"))
+        out.append(_exp(1, ExpectColumnValuesToBeJsonParseable, c, "not valid JSON"))
         if spec.json_schema is not None:
             # A separate stage: MatchJsonSchema fails the whole column on unparseable text.
-            out.append(_exp(2, e.ExpectColumnValuesToMatchJsonSchema, c,
+            out.append(_exp(2, ExpectColumnValuesToMatchJsonSchema, c,
                             f"does not match JSON schema {spec.json_schema}",
                             json_schema=spec.json_schema))
     return out

@@ -119,7 +119,8 @@ def read_breakdown(value: Any) -> list[dict[str, Any]]:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return []
     try:
-        return normalise_breakdown(value)["breakdown"]
+        components: list[dict[str, Any]] = normalise_breakdown(value)["breakdown"]
+        return components
     except (ShapeError, TypeError, RecursionError):
         return []
 

@@ -374,8 +374,8 @@ def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
             continue
         source = raw if typed is None else typed
         # Only the columns this stage checks: GE fingerprints (hashes) the whole batch.
-        checked = list(dict.fromkeys(e.column for e in suite.expectations
-                                     if getattr(e, "column", None) in source))
+        checked = list(dict.fromkeys(col for e in suite.expectations
+                                     if (col := getattr(e, "column", None)) in source))
         frame = source.loc[alive[source.index], checked]
         failed_here: list[np.ndarray] = []
         for result in run_suite(frame, suite).results:
@@ -417,8 +417,8 @@ def reject_outside_interval_and_duplicates(
     reasons: list[list[str]] = [[] for _ in range(len(frame))]
     lo, hi = pd.Timestamp(start), pd.Timestamp(end)
     outside = ~((ts >= lo) & (ts < hi)).to_numpy()
-    for i in np.flatnonzero(outside):
-        reasons[i].append(f"interval: ts {ts.iloc[i].isoformat()} is outside the run's window "
+    for j in np.flatnonzero(outside):
+        reasons[j].append(f"interval: ts {ts.iloc[j].isoformat()} is outside the run's window "
                           f"[{lo.isoformat()}, {hi.isoformat()})")
     for i, key in enumerate(zip(frame["episode_id"].astype(str), frame["step"].astype("int64"))):
         if outside[i]:

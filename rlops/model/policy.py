@@ -126,7 +126,8 @@ class _TanhFromSigmoid(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> Tensor:
         (y,) = ctx.saved_tensors
-        return torch.ops.aten.tanh_backward(grad, y)
+        grad_in: Tensor = torch.ops.aten.tanh_backward(grad, y)
+        return grad_in
 
 
 def fast_tanh(x: Tensor) -> Tensor:
@@ -134,7 +135,8 @@ def fast_tanh(x: Tensor) -> Tensor:
     times cheaper on CPU, where ATen's ``tanh`` kernel costs more than the matrix product it follows
     and dominated the cost of training a small policy."""
     if torch.is_grad_enabled() and x.requires_grad:
-        return _TanhFromSigmoid.apply(x)
+        y: Tensor = _TanhFromSigmoid.apply(x)  # type: ignore[no-untyped-call]  # torch leaves Function.apply untyped
+        return y
     return torch.sigmoid(x * 2.0) * 2.0 - 1.0
 
 
@@ -221,6 +223,8 @@ class RoleHeads(nn.Module):
     """The actor of a multi-agent policy: a shared torso and one output head per role. A row's
     logits come from the head of its acting role only, so the policy-gradient of a step reaches
     the torso and that head, never another role's head."""
+
+    action_roles: Tensor  # a buffer: the role that owns each action
 
     def __init__(self, sizes: list[int], act: type[nn.Module], action_roles: tuple[int, ...]):
         super().__init__()
@@ -321,7 +325,8 @@ class PolicyNetwork(nn.Module):
         return logp, self.critic(x).squeeze(-1)
 
     def get_value(self, obs: Tensor) -> Tensor:
-        return self.critic(self._inputs(obs)).squeeze(-1)
+        value: Tensor = self.critic(self._inputs(obs)).squeeze(-1)
+        return value
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = False,
@@ -436,7 +441,8 @@ def load_policy(directory: str | Path, device: str | torch.device = "cpu") -> Po
 
 def policy_metadata(directory: str | Path) -> dict[str, Any]:
     """The ``metadata`` block saved with a policy (reward-fn version, training budget, …)."""
-    return json.loads((Path(directory) / CONFIG_FILE).read_text()).get("metadata", {})
+    metadata: dict[str, Any] = json.loads((Path(directory) / CONFIG_FILE).read_text()).get("metadata", {})
+    return metadata
 
 
 __all__ = ["PolicyConfig", "PolicyNetwork", "RoleHeads", "ActOutput", "Tanh", "fast_tanh", "as_act_fn", "ServingPolicy",

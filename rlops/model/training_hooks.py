@@ -119,6 +119,7 @@ def save_state(cfg: PPOConfig, iteration: int, global_step: int, elapsed: float,
                plateau: EvalPlateau, scaler: ReturnScaler | None, ewc: EWCPenalty | None,
                reward_version: str) -> Path:
     """Checkpoint everything :func:`resume` needs to continue bit-identically."""
+    assert cfg.checkpoint_dir is not None, "save_state runs only when checkpoint_due (checkpoints on)"
     state: dict[str, Any] = {
         "iteration": iteration, "global_step": global_step, "elapsed_s": elapsed,
         "policy": policy.state_dict(), "policy_config": policy.config.to_dict(),

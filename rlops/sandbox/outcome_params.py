@@ -35,7 +35,8 @@ def field_node(doc: dict[str, Any], path: str) -> dict[str, Any]:
         if not isinstance(node, dict) or part not in node:
             raise OutcomeFieldError(f"no state field {path!r} in the scenario")
         node = node[part]
-    return node
+    field: dict[str, Any] = node
+    return field
 
 
 def rewrite_field(doc: dict[str, Any], path: str, rewrite: Callable[[Any, bool], str]) -> int:

@@ -140,7 +140,7 @@ def _parse_field(c: _Ctx, node: dict[Any, Any], parent: dict[Any, Any], path: st
                      description=str(node.get("description", "")), line=_line(parent, path.rsplit(".", 1)[-1]))
 
 
-def _check_fit(c: _Ctx, node: LDict, path: str, t: str, hi: float | None, observed: bool) -> None:
+def _check_fit(c: _Ctx, node: dict[Any, Any], path: str, t: str, hi: float | None, observed: bool) -> None:
     """``fit: {outcome, event_when, by}`` — a fittable hidden probability (rlops.sandbox.outcome_params)."""
     from rlops.sandbox.outcome_params import FIT_KEYS
     fit = c.mapping(node["fit"], node, "fit", f"{path}.fit")

@@ -41,9 +41,12 @@ def worst_component(df: pd.DataFrame) -> tuple[list[str], list[str]]:
     for text in df.get("reward_breakdown", pd.Series([None] * len(df))).tolist():
         items = read_breakdown(text)
         worst = min(items, key=lambda b: float(b["score"]), default=None)
-        ok = worst is not None and float(worst["score"]) < 0
-        comps.append(worst["component"] if ok else "—")
-        rules.append((worst.get("rule_ref") or "—") if ok else "—")
+        if worst is not None and float(worst["score"]) < 0:
+            comps.append(worst["component"])
+            rules.append(worst.get("rule_ref") or "—")
+        else:
+            comps.append("—")
+            rules.append("—")
     return comps, rules
 
 

@@ -229,7 +229,7 @@ def audit_clusters(pack: "Pack", df: pd.DataFrame, clusters: int = 8, seed: int 
     for c in sorted(set(labels.tolist())):
         idx = df.index[labels.numpy() == c]
         rows = df.loc[idx]
-        acts = []
+        acts: list[dict[str, Any]] = []
         for action, g in rows.groupby("action").groups.items():
             r, t = reward.loc[g], rtg.loc[g]
             acts.append({"action": str(action), "steps": len(g), "share": len(g) / len(idx),

@@ -149,7 +149,7 @@ def fit_calibration(pack: "Pack", df: pd.DataFrame, cfg: RecalConfig) -> dict[st
         fields[f.path] = fit_field(f, x)
         fit[f.path] = {"n": int(x.size), "declared": declared(f), "fitted": fields[f.path]}
     profile, sim = fit_simulation(pack, df, cfg.min_rows)
-    out = {"fields": fields, "simulation": {"profiles": {PROFILE: profile}},
+    out: dict[str, Any] = {"fields": fields, "simulation": {"profiles": {PROFILE: profile}},
            "fit": {"fields": fit, "skipped": skipped, "simulation": sim, "rows": len(df),
                    "episodes": int(df["episode_id"].nunique())}}
     features = mixture_features(pack, fields)
@@ -162,7 +162,7 @@ def fit_calibration(pack: "Pack", df: pd.DataFrame, cfg: RecalConfig) -> dict[st
 
 
 def check_calibration(before: "Pack", before_profile: str, after: "Pack", df: pd.DataFrame,
-                      fitted: list[str], samples: int = 20_000, seed: int = 7) -> dict[str, dict[str, float]]:
+                      fitted: list[str], samples: int = 20_000, seed: int = 7) -> dict[str, dict[str, float | str]]:
     """Distance of sandbox initial states to live initial values, before and after, per field:
     KS statistic for numbers, total-variation distance for enums and bools."""
     import numpy as np
@@ -172,7 +172,7 @@ def check_calibration(before: "Pack", before_profile: str, after: "Pack", df: pd
     S_before = before.scenario.sample_initial(key, before_profile)
     S_after = after.scenario.sample_initial(key, PROFILE)
     changed = changed_by_actions(before)
-    out = {}
+    out: dict[str, dict[str, float | str]] = {}
     for path in fitted:
         f = before.scenario.fields[path]
         live = initial_values(before, df, path, path in changed)
@@ -180,8 +180,12 @@ def check_calibration(before: "Pack", before_profile: str, after: "Pack", df: pd
         b, a = S_before[:, col].double().numpy(), S_after[:, col].double().numpy()
         if f.type in ("enum", "bool"):
             k = len(f.values) if f.type == "enum" else 2
-            share = lambda v: np.bincount(v.astype(np.int64), minlength=k)[:k] / max(v.size, 1)  # noqa: E731
-            dist = lambda u, v: 0.5 * float(np.abs(share(u) - share(v)).sum())  # noqa: E731
+
+            def share(v: np.ndarray, k: int = k) -> np.ndarray:
+                return np.bincount(v.astype(np.int64), minlength=k)[:k] / max(v.size, 1)
+
+            def dist(u: np.ndarray, v: np.ndarray) -> float:
+                return 0.5 * float(np.abs(share(u) - share(v)).sum())
             out[path] = {"metric": "tv", "before": dist(b, live), "after": dist(a, live)}
         else:
             out[path] = {"metric": "ks", "before": float(ks_2samp(b, live).statistic),

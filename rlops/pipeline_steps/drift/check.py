@@ -20,11 +20,15 @@ same states) is tested on the same two samples. Any one asks for an emergency re
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlops.pipeline_steps.infra.context import StepContext
+
+if TYPE_CHECKING:
+    from rlops.common.params_model import DriftParams
 
 
 def window_uri(ctx: StepContext) -> str:
@@ -35,7 +39,7 @@ def window_uri(ctx: StepContext) -> str:
                     partition_path(scenario=ctx.scenario, date=f"{t:%Y-%m-%d}", hour=t.hour))
 
 
-def drift_columns(available: list[str], cfg: dict[str, Any]) -> list[str]:
+def drift_columns(available: list[str], cfg: DriftParams | Mapping[str, Any]) -> list[str]:
     """The trace columns the drift check reads: the tested fields (``drift.fields``, else every
     ``state.*`` column plus the operational ones), the episode (the p-values' unit) and the reward."""
     from rlops.pipeline_steps.drift.stats import OPERATIONAL_FIELDS
@@ -46,7 +50,7 @@ def drift_columns(available: list[str], cfg: dict[str, Any]) -> list[str]:
             or (not fields and (c.startswith(STATE_PREFIX) or c in OPERATIONAL_FIELDS))]
 
 
-def target_rows(ctx: StepContext, cfg: dict[str, Any]) -> tuple[str, Any]:
+def target_rows(ctx: StepContext, cfg: DriftParams | Mapping[str, Any]) -> tuple[str, Any]:
     """``(description, rows)`` of the live traffic to test: the run key's hour partition, or the
     ``drift.window_hours`` ending with the run key (an empty frame when there is none)."""
     reader = ctx.traces.reader

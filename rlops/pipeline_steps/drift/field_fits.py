@@ -45,7 +45,8 @@ def changed_by_actions(pack: Pack) -> set[str]:
 def initial_values(pack: Pack, df: pd.DataFrame, path: str, changed: bool) -> np.ndarray:
     """A field's initial value per episode (see module docstring); NaNs dropped."""
     import numpy as np
-    return initial_series(pack, df, path, changed).to_numpy(np.float64)
+    out: np.ndarray = initial_series(pack, df, path, changed).to_numpy(np.float64)
+    return out
 
 
 def initial_series(pack: Pack, df: pd.DataFrame, path: str, changed: bool) -> pd.Series:

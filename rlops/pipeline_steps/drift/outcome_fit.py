@@ -45,7 +45,8 @@ def component_scores(frame: "pd.DataFrame", component: str) -> np.ndarray:
     import pandas as pd
     pattern = r'"component":\s*"' + re.escape(component) + r'",\s*"score":\s*(-?[0-9.eE+-]+)'
     got = frame["reward_breakdown"].astype("string").str.extract(pattern, expand=False)
-    return pd.to_numeric(got, errors="coerce").to_numpy(dtype=np.float64)
+    out: np.ndarray = pd.to_numeric(got, errors="coerce").to_numpy(dtype=np.float64)
+    return out
 
 
 def field_probabilities(pack: "Pack", doc: dict[str, Any], path: str, frame: "pd.DataFrame") -> np.ndarray:
@@ -67,13 +68,15 @@ def field_probabilities(pack: "Pack", doc: dict[str, Any], path: str, frame: "pd
             rows = prev == a
             if source is not None and rows.any():
                 p[rows] = compile_expr(source, pack.scenario.resolve, want=NUM)(S[rows]).cpu().numpy()
-    return np.clip(p, _EPS, 1 - _EPS)
+    out: np.ndarray = np.clip(p, _EPS, 1 - _EPS)
+    return out
 
 
 def _loglik(y: np.ndarray, p: np.ndarray, theta: np.ndarray) -> np.ndarray:
     """Bernoulli log-likelihood of ``y`` under ``min(1, θ·p)`` for each θ of ``theta`` → ``[G]``."""
     q = np.clip(theta[:, None] * p[None, :], _EPS, 1 - _EPS)
-    return (y[None, :] * np.log(q) + (1 - y[None, :]) * np.log1p(-q)).sum(axis=1)
+    out: np.ndarray = (y[None, :] * np.log(q) + (1 - y[None, :]) * np.log1p(-q)).sum(axis=1)
+    return out
 
 
 def segments(pack: "Pack", frame: "pd.DataFrame", by: list[str], quantiles: int = 8) -> dict[str, np.ndarray]:

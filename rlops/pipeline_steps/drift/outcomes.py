@@ -255,7 +255,8 @@ def outcome_drift(pack: "Pack", sandbox: "pd.DataFrame", live: "pd.DataFrame", c
 def _half(episodes: "pd.Series") -> np.ndarray:
     """A deterministic half of the episodes (by a stable hash of the id): the regression's fit set."""
     import pandas as pd
-    return (pd.util.hash_array(episodes.to_numpy(dtype=object)) % 2 == 0)
+    out: np.ndarray = (pd.util.hash_array(episodes.to_numpy(dtype=object)) % 2 == 0)
+    return out
 
 
 def outcome_drift_step(ctx: Any, pack: "Pack", sandbox: "pd.DataFrame", live: "pd.DataFrame") -> OutcomeReport:

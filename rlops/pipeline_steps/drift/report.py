@@ -169,7 +169,8 @@ for numbers, and the share of rows that would have to change category for catego
 # --------------------------------------------------------------------------- wrapper
 def _default_out(storage: Any, report_dir: str, baseline_uri: str, target_uri: str) -> str:
     key = hashlib.sha1(f"{baseline_uri}|{target_uri}".encode()).hexdigest()[:12]
-    return storage.join(report_dir, key)
+    out: str = storage.join(report_dir, key)
+    return out
 
 
 def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,

@@ -135,8 +135,7 @@ class DriftReport:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DriftReport:
         """Inverse of :meth:`to_dict` (e.g. a ``report.json`` read back)."""
-        rows = [FieldDrift(**{k: (math.nan if v is None and k != "error" else v)
-                              for k, v in f.items()}) for f in data["fields"]]
+        rows = [FieldDrift(**_nan_for_null(f)) for f in data["fields"]]
         keep = {k: data[k] for k in cls.__dataclass_fields__ if k in data and k != "fields"}
         return cls(fields=rows, **keep)
 
@@ -231,7 +230,8 @@ def _stirlerr(k: np.ndarray) -> np.ndarray:
     small = k < 64
     if small.any():
         out[small] = _stirlerr_table()[k[small].astype(np.int64)]
-    return out
+    result: np.ndarray = out
+    return result
 
 
 def _smirnov_sf(n: int, x: float) -> float:
@@ -269,7 +269,8 @@ def _smirnov_sf(n: int, x: float) -> float:
 # --------------------------------------------------------------------------- per-field tests
 def _numeric_values(col: pd.Series) -> np.ndarray:
     is_int = isinstance(col.dtype, np.dtype) and col.dtype.kind in "iu"  # NaN-free: keep ints
-    return col.to_numpy() if is_int else col.to_numpy(dtype=np.float64, na_value=np.nan)
+    out: np.ndarray = col.to_numpy() if is_int else col.to_numpy(dtype=np.float64, na_value=np.nan)
+    return out
 
 
 def _sorted_no_nan(values: np.ndarray) -> np.ndarray:
@@ -320,8 +321,13 @@ def _chi2_field(name: str, b: pd.Series, t: pd.Series, n_eff: tuple[float, float
                           "" if n_eff is None else f", n_eff={n_eff[0]:.0f}/{n_eff[1]:.0f}"))
 
 
+def _nan_for_null(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored field row with its nulls read back as NaN (``error`` stays null)."""
+    return {k: (math.nan if v is None and k != "error" else v) for k, v in row.items()}
+
+
 def _error(name: str, why: str, nb: int = 0, nt: int = 0) -> FieldDrift:
-    return FieldDrift(name, "error", *[math.nan] * 3, False, int(nb), int(nt), error=why)
+    return FieldDrift(name, "error", math.nan, math.nan, math.nan, False, int(nb), int(nt), error=why)
 
 
 def _kind(col: pd.Series) -> str:
@@ -416,7 +422,9 @@ def detect_drift(baseline: pd.DataFrame, target: pd.DataFrame,
         results = [_test_field(*job, n_rows, clusters, baseline_fit_n) for job in jobs]
     else:
         with ThreadPoolExecutor(n_workers, thread_name_prefix="drift") as pool:
-            results = list(pool.map(lambda job: _test_field(*job, n_rows, clusters, baseline_fit_n), jobs))
+            def test(job: tuple[str, pd.Series | None, pd.Series | None]) -> FieldDrift:
+                return _test_field(*job, n_rows, clusters, baseline_fit_n)
+            results = list(pool.map(test, jobs))
     tested = [i for i, r in enumerate(results) if r.test != "error"]
     raw = [results[i].p_value for i in tested]
     adjusted = benjamini_hochberg(raw) if bh else np.asarray(raw, dtype=np.float64)

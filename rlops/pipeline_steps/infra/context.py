@@ -27,7 +27,7 @@ from rlops.common.params_model import Params
 from rlops.common.run_key import RunKey
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
+    from rlops.common.params_base import Block
 
     from rlops.common.params_sources import ResolvedParams
     from rlops.pipeline_steps.infra.storage import Storage
@@ -93,12 +93,13 @@ class StepContext:
         from rlops.sandbox.reward_choice import choose_reward
         return choose_reward(self.load_pack(calibration=None), explicit, self.params.get("reward_fn"))
 
-    def section(self, name: str) -> "BaseModel":
+    def section(self, name: str) -> "Block":
         """A typed params block (``train``, ``evaluate``…), the pack's overrides deep-merged in;
         the same as ``ctx.config.<name>``."""
         if name not in Params.model_fields:
             raise KeyError(f"params has no block {name!r}; expected one of {sorted(Params.model_fields)}")
-        return getattr(self.config, name)
+        block: Block = getattr(self.config, name)
+        return block
 
     @property
     def pack_dir(self) -> Path:

@@ -39,12 +39,13 @@ from typing import Any
 import mlflow.pyfunc
 import numpy as np
 import pandas as pd
+from mlflow.pyfunc.model import PythonModel
 
 POLICY_ARTIFACT = "policy"
 """Key (and folder under ``artifacts/``) of the saved network inside the pyfunc model."""
 
 
-class PolicyPyfunc(mlflow.pyfunc.PythonModel):
+class PolicyPyfunc(PythonModel):
     """Greedy decisions of a saved :class:`rlops.model.policy.PolicyNetwork`."""
 
     def load_context(self, context: Any) -> None:
@@ -91,8 +92,8 @@ def policy_signature(obs_columns: list[str], action_names: list[str]) -> Any:
     from mlflow.types.schema import ColSpec, Schema
     inputs = Schema([ColSpec("double", c) for c in obs_columns])
     outputs = Schema([ColSpec("string", "action"), ColSpec("long", "action_index"), ColSpec("double", "logp"),
-                      ColSpec("double", "entropy"), ColSpec("double", "value")]
-                     + [ColSpec("double", f"prob.{a}") for a in action_names])
+                      ColSpec("double", "entropy"), ColSpec("double", "value"),
+                      *[ColSpec("double", f"prob.{a}") for a in action_names]])
     return ModelSignature(inputs=inputs, outputs=outputs)
 
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-from rlops.common.policy_ref import policy_model_name  # noqa: E402,F401  (the registry names models)
+from rlops.common.policy_ref import policy_model_name as policy_model_name  # noqa: E402  (the registry names models)
 
 CHAMPION, CHALLENGER, PREVIOUS = "champion", "challenger", "previous"
 

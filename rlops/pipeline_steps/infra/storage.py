@@ -26,6 +26,7 @@ Typical use::
 
 from __future__ import annotations
 
+import builtins
 import io
 import json
 import os
@@ -116,7 +117,7 @@ class Storage(S3Access):
         except OSError as exc:
             raise self._error(op, uri, 1, exc, transient=False) from exc
 
-    def _atomic_local(self, path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    def _atomic_local(self, path: Path, write: Callable[[IO[bytes]], object]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TMP_PREFIX + path.name + ".")
         try:
@@ -162,8 +163,9 @@ class Storage(S3Access):
         uri = normalize_uri(uri)
         if uri.startswith("s3://"):
             bucket, key = split_s3(uri)
-            return self._retry("read", uri, lambda: self.s3_client.get_object(
+            data: bytes = self._retry("read", uri, lambda: self.s3_client.get_object(
                 Bucket=bucket, Key=key)["Body"].read())
+            return data
         with self._local_op("read", uri):
             return self._path(uri).read_bytes()
 
@@ -252,8 +254,10 @@ class Storage(S3Access):
             bucket, _ = split_s3(prefix_uri)
             for i in range(0, len(uris), 1000):  # delete_objects takes at most 1000 keys
                 batch = [{"Key": split_s3(u)[1]} for u in uris[i:i + 1000]]
-                self._retry("delete_prefix", prefix_uri, lambda b=batch: self.s3_client.delete_objects(
-                    Bucket=bucket, Delete={"Objects": b, "Quiet": True}))
+
+                def delete(b: builtins.list[dict[str, str]] = batch) -> Any:
+                    return self.s3_client.delete_objects(Bucket=bucket, Delete={"Objects": b, "Quiet": True})
+                self._retry("delete_prefix", prefix_uri, delete)
         else:
             with self._local_op("delete_prefix", prefix_uri):
                 path = self._path(prefix_uri)
@@ -348,7 +352,7 @@ class Storage(S3Access):
         else:
             with self._local_op("open", uri):
                 raw = self._path(uri).open("rb")
-        binary: IO[bytes] = gz.GzipFile(fileobj=raw, mode="rb") if gzip else raw
+        binary: IO[bytes] | gz.GzipFile = gz.GzipFile(fileobj=raw, mode="rb") if gzip else raw
         stream = io.TextIOWrapper(binary, encoding=encoding)
         try:
             yield stream
@@ -373,7 +377,7 @@ class Storage(S3Access):
         pq.write_table(table, buf, compression=compression, **options)
         return self.write_bytes(uri, buf.getvalue().to_pybytes())
 
-    def read_parquet_table(self, uri: str, columns: list[str] | None = None) -> pa.Table:
+    def read_parquet_table(self, uri: str, columns: builtins.list[str] | None = None) -> pa.Table:
         """Read one parquet object, or every ``*.parquet`` under a prefix. Hive-style path
         parts (``date=2026-01-01``) become string columns when the files lack them."""
         import pyarrow as pa
@@ -397,7 +401,7 @@ class Storage(S3Access):
             tables.append(t)
         return pa.concat_tables(tables, promote_options="default")
 
-    def read_parquet(self, uri: str, columns: list[str] | None = None) -> pd.DataFrame:
+    def read_parquet(self, uri: str, columns: builtins.list[str] | None = None) -> pd.DataFrame:
         """:meth:`read_parquet_table` as a pandas DataFrame."""
         return self.read_parquet_table(uri, columns=columns).to_pandas()
 

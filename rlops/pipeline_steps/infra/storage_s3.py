@@ -32,7 +32,8 @@ def unwrap(exc: BaseException) -> BaseException:
     underlying error instead."""
     from boto3.exceptions import S3UploadFailedError
     if isinstance(exc, S3UploadFailedError) and exc.__context__ is not None:
-        return exc.__context__
+        cause: BaseException = exc.__context__
+        return cause
     return exc
 
 

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from rlops.common.params_model import CaptureParams, Params
+    from rlops.common.params_operations import TraceStoreParams
     from rlops.pipeline_steps.infra.storage import Storage
 
 ENGINES = ("duckdb", "pandas")
@@ -75,7 +77,7 @@ class QueryEngineConfig:
                              "512MB, 2GB or a share of the machine's memory such as 50%")
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> QueryEngineConfig:
+    def from_params(cls, params: Params | TraceStoreParams | CaptureParams | Mapping[str, Any]) -> QueryEngineConfig:
         """From the typed ``trace_store`` block, the params document holding it, or a raw params
         mapping (validated by the params model)."""
         from rlops.common.params_model import CaptureParams
@@ -139,7 +141,8 @@ def sample_buckets(episode_ids: Sequence[str]) -> np.ndarray:
         got = cur.sql(f"SELECT {_BUCKET_SQL} AS b FROM _ids").to_arrow_table()
     finally:
         cur.close()
-    return got.column("b").to_numpy().astype(np.int64)
+    out: np.ndarray = got.column("b").to_numpy().astype(np.int64)
+    return out
 
 
 def _stat_key(source: str) -> tuple[tuple[int, int], ...]:
@@ -504,6 +507,7 @@ _PART = re.compile(r"/date=(\d{4}-\d{2}-\d{2})(?:/hour=(\d{1,2}))?/")
 
 def parse_ts(col: pd.Series) -> pd.Series:
     """Trace timestamps (ISO text, datetimes) as UTC."""
+    import pandas as pd
     if isinstance(col.dtype, pd.DatetimeTZDtype):
         return col.dt.tz_convert("UTC")
     return pd.to_datetime(col, utc=True, format="ISO8601", errors="coerce")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 import torch
-from rlops.data_contracts.schema import STATE_PREFIX
+from rlops.data_contracts.schema import STATE_PREFIX as STATE_PREFIX  # re-exported: readers of trace states use it
 
 if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack
@@ -37,9 +37,11 @@ _NO_ERROR = frozenset({"", "false", "0", "none", "nan", "null", "<na>"})
 def error_flags(col: pd.Series) -> np.ndarray:
     """``error`` as booleans: a bool column as is; text is an error unless empty/"false"/null."""
     if pd.api.types.is_bool_dtype(col.dtype):
-        return col.fillna(False).to_numpy(dtype=bool)
+        flags: np.ndarray = col.fillna(False).to_numpy(dtype=bool)
+        return flags
     text = col.astype("string").fillna("").str.strip().str.lower()
-    return (~text.isin(_NO_ERROR)).to_numpy(dtype=bool)
+    out: np.ndarray = (~text.isin(_NO_ERROR)).to_numpy(dtype=bool)
+    return out
 
 
 def mask_matrix(col: pd.Series, n_actions: int) -> np.ndarray:
@@ -53,7 +55,8 @@ def mask_matrix(col: pd.Series, n_actions: int) -> np.ndarray:
     if len(text) == 0:
         return np.zeros((0, n_actions), dtype=bool)
     raw = np.frombuffer("".join(text.tolist()).encode("ascii"), dtype=np.uint8)
-    return raw.reshape(len(text), n_actions) == ord("1")
+    out: np.ndarray = raw.reshape(len(text), n_actions) == ord("1")
+    return out
 
 
 def action_codes(pack: "Pack", col: pd.Series) -> np.ndarray:
@@ -63,7 +66,8 @@ def action_codes(pack: "Pack", col: pd.Series) -> np.ndarray:
     if (codes < 0).any():
         bad = col[codes < 0].iloc[0]
         raise ValueError(f"action {bad!r} is not an action of scenario {pack.name} (actions: {list(names)})")
-    return codes
+    out: np.ndarray = codes
+    return out
 
 
 def field_values(pack: "Pack", path: str, col: pd.Series) -> np.ndarray:
@@ -80,7 +84,8 @@ def field_values(pack: "Pack", path: str, col: pd.Series) -> np.ndarray:
             text = col.astype("string").str.strip().str.lower()
             truth = text.isin(["true", "1", "1.0"]).fillna(False).to_numpy(dtype=bool)
         return np.where(missing, np.nan, truth.astype(np.float64))
-    return pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    out: np.ndarray = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    return out
 
 
 def states_from_traces(pack: "Pack", df: pd.DataFrame) -> Tensor:

@@ -69,10 +69,13 @@ class TraceStore:
         """Roots from the typed ``capture`` block (or the params document holding it): folders
         under ``storage.root``, or full URIs when they contain ``://``. Without ``storage``, the
         document's own storage block is used."""
+        from rlops.common.params_model import CaptureParams
         from rlops.common.params_sources import params_block
         from rlops.pipeline_steps.infra.storage import Storage
         cfg: CaptureParams = params_block(params, "capture")
         if storage is None:
+            if isinstance(params, CaptureParams):
+                raise TypeError("TraceStore.from_params: a capture block alone names no storage; pass storage=")
             storage = Storage.from_params(params)
 
         def where(value: str) -> str:
@@ -231,7 +234,8 @@ def scan_landing(storage: Storage, landing_uri: str, scenario: str, start: datet
     """``(files, skipped)`` of ``scenario`` written in ``[start, end)``, both sorted: ``files``
     are the JSON-lines files, ``*.jsonl`` and ``*.jsonl.gz`` in any letter case; ``skipped``
     every other visible file there, for the caller to report (nothing is skipped silently)."""
-    files, skipped = [], []
+    files: list[str] = []
+    skipped: list[str] = []
     for hour in RunKey.covering(start, end).hours():
         folder = join_uri(landing_uri, partition_path(
             scenario=scenario, date=f"{hour:%Y-%m-%d}", hour=hour.hour))

@@ -41,6 +41,7 @@ import torch
 if TYPE_CHECKING:
     from rlops.model.reward_model import RewardModel
     from rlops.common.params_model import QueueConfig
+    from rlops.pipeline_steps.labels.select import ClusterStat
     from rlops.sandbox.pack import Pack
 
 Tensor = torch.Tensor
@@ -155,7 +156,7 @@ def fill_budget(disagreement: np.ndarray, clusters: np.ndarray, budget: int, sam
 
 
 def select_disagreeing(pack: "Pack", df: pd.DataFrame, labelled: LabelledStates, cfg: "QueueConfig"
-                       ) -> tuple[pd.DataFrame, "list"]:
+                       ) -> tuple[pd.DataFrame, "list[ClusterStat]"]:
     """The rows to enqueue (``cluster_id``, ``cluster_entropy``, ``norm_entropy``, ``disagreement``,
     ``why``) and per-cluster statistics, for candidate trace rows ``df`` none of which is labelled yet."""
     from rlops.pipeline_steps.infra.trace_states import (mask_matrix, normalized_entropy, observations_from_traces,

@@ -172,6 +172,7 @@ def label_queue_export(ctx: "StepContext", out_uri: str | None = None) -> dict[s
     store = store_for(ctx, cfg)
     items = store.export_batch(ctx.scenario, ctx.run_key)
     uri = out_uri or ctx.uri(cfg.export_dir, ctx.scenario, f"tasks-{ctx.run_key}.json")
+    result: dict[str, Any]
     result = {"tasks": len(items), "tasks_uri": uri, "config_uri": uri.rsplit("/", 1)[0] + "/label_config.xml",
               "dry_run": ctx.dry_run}
     if not ctx.dry_run:

@@ -43,7 +43,8 @@ def _utc(value: Any) -> datetime | None:
     if pd.isna(ts):
         return None
     ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return ts.to_pydatetime()
+    out: datetime | None = ts.to_pydatetime()
+    return out
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,7 @@ def policy_entropy(pack: "Pack", policy: "PolicyNetwork", df: pd.DataFrame) -> n
 def usable_rows(ctx: "StepContext", pack: "Pack", df: pd.DataFrame, setting: str = "auto") -> UsableRows:
     """The rows to judge and whose uncertainty they carry (see the module docstring)."""
     learned, rule_rows, excluded = split_rows(df, ctx.scenario)
+    who: str | None
     if not learned.empty or rule_rows.empty:
         versions = sorted(learned["policy_version"].astype(str).unique()) if "policy_version" in learned else []
         who = ("no rows" if learned.empty else "recorded entropy" + (

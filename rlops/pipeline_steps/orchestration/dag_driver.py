@@ -44,7 +44,8 @@ class DagOutcome:
     def rollout_move(self) -> dict[str, Any]:
         """The roll-out DAG's move: ``action`` (held, advanced, finished, withdrawn, rolled_back),
         ``version``, ``reason``, ``ab_gates``."""
-        return self.results["advance_or_roll_back"]
+        out: dict[str, Any] = self.results["advance_or_roll_back"]
+        return out
 
 
 def airflow_home(folder: Path) -> None:
@@ -63,10 +64,12 @@ def airflow_home(folder: Path) -> None:
             raise RuntimeError(f"airflow {' '.join(cmd)} failed in {folder}: {out.stderr[-2000:]}")
 
 
-def is_due(schedule: str | None, when: datetime) -> bool:
+def is_due(schedule: object, when: datetime) -> bool:
     """Whether a cron schedule (or preset) fires at ``when``."""
     if not schedule:
         return False
+    if not isinstance(schedule, str):
+        raise TypeError(f"schedule {schedule!r} is not a cron expression or preset")
     from croniter import croniter
     return bool(croniter.match(_PRESETS.get(schedule, schedule), when.replace(tzinfo=None)))
 
@@ -108,6 +111,7 @@ class PackDags:
         from sqlalchemy import select
         done = []
         ids = {d.dag_id: k for k, d in self.dags.items()}
+        assert settings.Session is not None, "airflow configures its session factory on import"
         session = settings.Session()
         try:
             queued = session.scalars(select(DagRun).where(DagRun.dag_id.in_(list(ids)), DagRun.state == "queued")

@@ -91,7 +91,8 @@ def recovery_hours(hours: list[Any], onset: float, fraction: float = RECOVERY_FR
             continue
         target = fraction * h.oracle_return if h.oracle_return >= 0 else h.oracle_return / fraction
         if h.live_return >= target:
-            return round(h.hour + 1 - onset, 3)
+            out: float | None = round(h.hour + 1 - onset, 3)
+            return out
     return None
 
 

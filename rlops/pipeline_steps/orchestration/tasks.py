@@ -41,7 +41,8 @@ def no_retry_on_user_error(fn: F) -> F:
         except UserError as exc:
             if getattr(exc, "fails_without_retry", False):
                 raise
-            again = _failing_without_retry(type(exc)).__new__(_failing_without_retry(type(exc)))
+            failing = _failing_without_retry(type(exc))  # type: ignore[arg-type]  # a class object is hashable
+            again = failing.__new__(failing)
             again.__dict__.update(exc.__dict__)
             again.args = exc.args
             raise again.with_traceback(exc.__traceback__) from exc

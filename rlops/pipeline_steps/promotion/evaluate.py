@@ -129,7 +129,7 @@ def segment_masks(pack: "Pack", S0: "torch.Tensor", segment_codes: "torch.Tensor
 
 
 def live_ab_gates(ctx: StepContext, pack: "Pack", candidate: str, cfg: GateConfig,
-                  window_hours: int) -> tuple[list[Gate], str]:
+                  window_hours: float) -> tuple[list[Gate], str]:
     """A/B gates from captured traces of the last ``window_hours`` before the run key: episodes
     of group ``challenger`` served by the candidate against groups ``champion``/``control``.
     Trace rows name their policy in any form :class:`~rlops.common.policy_ref.PolicyRef` reads

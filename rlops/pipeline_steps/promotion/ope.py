@@ -106,14 +106,16 @@ def cumulative_weights(rho: np.ndarray) -> np.ndarray:
 
 def pdis_values(ep: Episodes) -> np.ndarray:
     """Per-episode PDIS terms ``Σ_t w_t r_t``."""
-    return (cumulative_weights(ep.rho) * ep.reward).sum(axis=1)
+    out: np.ndarray = (cumulative_weights(ep.rho) * ep.reward).sum(axis=1)
+    return out
 
 
 def dr_values(ep: Episodes) -> np.ndarray:
     """Per-episode DR terms ``Σ_t [w_t (r_t − Q̂_t) + w_{t−1} V̂_t]``."""
     w = cumulative_weights(ep.rho)
     w_prev = np.concatenate([np.ones((ep.n, 1)), w[:, :-1]], axis=1)
-    return (w * (ep.reward - ep.q_taken) + w_prev * ep.v_hat).sum(axis=1)
+    out: np.ndarray = (w * (ep.reward - ep.q_taken) + w_prev * ep.v_hat).sum(axis=1)
+    return out
 
 
 def wis_value(rho: np.ndarray, reward: np.ndarray) -> float:

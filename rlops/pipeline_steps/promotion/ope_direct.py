@@ -41,7 +41,8 @@ class LinearQ:
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         x = (np.asarray(features, dtype=np.float64) - self.mean) / self.std
-        return np.c_[x, np.ones(len(x))] @ self.weights
+        out: np.ndarray = np.c_[x, np.ones(len(x))] @ self.weights
+        return out
 
 
 def fit_linear_q(features: np.ndarray, actions: np.ndarray, targets: np.ndarray, n_actions: int,
@@ -70,7 +71,8 @@ def returns_to_go(frame: "pd.DataFrame") -> np.ndarray:
     """Each row's reward plus every later reward of its episode."""
     order = frame.sort_values(["episode_id", "step"], ascending=[True, False], kind="stable").index
     rtg = frame.loc[order].groupby("episode_id", sort=False)["reward_total"].cumsum()
-    return rtg.reindex(frame.index).to_numpy(dtype=np.float64)
+    out: np.ndarray = rtg.reindex(frame.index).to_numpy(dtype=np.float64)
+    return out
 
 
 def exploring_policy(target: TargetProbs, explore: float, seed: int) -> Callable[[Any], Any]:
@@ -119,4 +121,5 @@ def reward_model_q(pack: "Pack", model: Any, frame: "pd.DataFrame", rewards: np.
                     for a in range(A)], axis=1).astype(np.float64)
     taken = raw[np.arange(n), actions.numpy()]
     slope, intercept = np.polyfit(taken, rewards, 1) if n > 1 and np.ptp(taken) > 0 else (0.0, rewards.mean())
-    return slope * raw + intercept
+    out: np.ndarray = slope * raw + intercept
+    return out

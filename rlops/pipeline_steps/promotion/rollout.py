@@ -89,7 +89,7 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
     name = policy_model_name(ctx.scenario)
     tags = ctx.tracker.model_version_tags(name, version)
     share = float(tags.get(TRAFFIC_TAG) or 0.0)
-    settings = ctx.section("evaluate")
+    settings = ctx.config.evaluate
     window_h = float(settings.get("ab_window_hours", 24))
     started = tags.get(T.ROLLOUT_STAGE_STARTED)
     if started:

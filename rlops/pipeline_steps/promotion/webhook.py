@@ -51,6 +51,7 @@ from rlops.pipeline_steps.infra.redact import redact
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from mlflow.entities.webhook import WebhookEventStr
 
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.promotion.webhook_store import WebhookStore
@@ -59,7 +60,7 @@ log = logging.getLogger(__name__)
 MAX_OUTCOMES = 1000
 
 SIGNATURE_HEADER, TIMESTAMP_HEADER, DELIVERY_HEADER = "X-MLflow-Signature", "X-MLflow-Timestamp", "X-MLflow-Delivery-Id"
-EVENTS = ("model_version_alias.created",)
+EVENTS: tuple[WebhookEventStr, ...] = ("model_version_alias.created",)
 POLICY_SUFFIX = "-policy"
 EMBEDDED, AIRFLOW = "embedded", "airflow"
 
@@ -182,7 +183,7 @@ def deliver_to_airflow(ctx: StepContext, settings: WebhookSettings, store: Webho
     """Trigger the promotion DAG; when Airflow does not accept it, keep the request (``store``) and
     say so on the version. The outcome tag is written last."""
     from rlops.pipeline_steps.infra import tags as T
-    from rlops.pipeline_steps.promotion.flow import UI_REQUEST
+    from rlops.pipeline_steps.promotion.guard import UI_REQUEST
     name, version = f"{conf['scenario']}{POLICY_SUFFIX}", str(conf["candidate"])
     try:
         run_id = trigger_promotion_dag(settings, conf)
@@ -218,7 +219,8 @@ def handle_event(params: Mapping[str, Any], settings: WebhookSettings, event: Ma
     """Act on one verified ``model_version_alias.created`` payload; returns what was done."""
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, PREVIOUS
-    from rlops.pipeline_steps.promotion.flow import UI_REQUEST, check_champion, promote_from_alias
+    from rlops.pipeline_steps.promotion.flow import check_champion, promote_from_alias
+    from rlops.pipeline_steps.promotion.guard import UI_REQUEST
     problem = event_problem(event)
     if problem:
         return {"action": "ignored", "reason": problem}
@@ -249,9 +251,10 @@ def decision_line(event: Mapping[str, Any], out: Mapping[str, Any]) -> str:
     promotion: Mapping[str, Any] = nested if isinstance(nested, Mapping) else {}
     verdict = out.get("outcome") or promotion.get("outcome") or out.get("action") or "?"
     failing = list(out.get("failed_gates") or promotion.get("failed_gates") or [])
-    return redact(f"webhook decision: {data.get('name', '?')} v{data.get('version', '?')} alias "
-                  f"{data.get('alias', '?')!s} → {verdict}; failing gates: {', '.join(failing) or 'none'}; "
-                  f"{str(out.get('reason') or '')[:300]}")
+    line: str = redact(f"webhook decision: {data.get('name', '?')} v{data.get('version', '?')} alias "
+                       f"{data.get('alias', '?')!s} → {verdict}; failing gates: {', '.join(failing) or 'none'}; "
+                       f"{str(out.get('reason') or '')[:300]}")
+    return line
 
 
 # --------------------------------------------------------------------------- app

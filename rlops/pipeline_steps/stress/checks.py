@@ -21,7 +21,7 @@ import copy
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -35,7 +35,12 @@ from rlops.sandbox.spec import FieldSpec, parse_scenario
 from rlops.sandbox.yaml_lines import load_yaml
 
 Tensor = torch.Tensor
-HARSH = {"error_rate": 0.5, "jitter_ms": (0.0, 60_000.0)}
+class HarshSimulation(TypedDict):
+    error_rate: float
+    jitter_ms: tuple[float, float]
+
+
+HARSH: HarshSimulation = {"error_rate": 0.5, "jitter_ms": (0.0, 60_000.0)}
 STRESS_PROFILE = "stress"
 
 

@@ -81,8 +81,8 @@ def check_constraints(pack: Pack, fn: RewardFunction, S: Tensor,
     if not constraints:
         return [], []
     names_by_rule: dict[str, list[int]] = {}
-    for j, c in enumerate(fn.components):
-        names_by_rule.setdefault(c.rule_ref, []).append(j)
+    for j, component in enumerate(fn.components):
+        names_by_rule.setdefault(component.rule_ref, []).append(j)
     acc = {id(c): [0, 0, 0] for c in constraints}  # judged, violations, rewarded
     findings: list[Finding] = []
     for a, action in enumerate(pack.scenario.action_names):

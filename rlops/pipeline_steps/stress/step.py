@@ -33,6 +33,8 @@ from rlops.common.params_model import StressConfig  # the typed ``stress:`` para
 if TYPE_CHECKING:  # the computations (torch, the sandbox) are imported where they run
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.stress.checks import RewardStress
+    from rlops.pipeline_steps.stress.governance import ConstraintResult
+    from rlops.pipeline_steps.stress.probes import ProbeResult
     from rlops.sandbox.pack import Pack
     from rlops.sandbox.policies import ActFn
     from rlops.sandbox.reward import RewardFunction
@@ -62,12 +64,13 @@ def stress_reward_fn(pack: "Pack", fn: "RewardFunction", cfg: StressConfig, prob
     bound = fn.clip if fn.clip is not None else cfg.reward_bound
     coverage, findings, dead = check_reward(pack, fn, S, bound, cfg.sum_tolerance,
                                             sims=[("nominal", pack, None), ("harsh", harsh, STRESS_PROFILE)])
-    constraints: list = []
+    constraints: list[ConstraintResult] = []
     if not any(f.check == "raised" for f in findings):
         from rlops.pipeline_steps.stress.governance import check_constraints
         constraints, broken = check_constraints(pack, fn, S)
         findings = findings + broken
-    results, base = [], {}
+    results: list[ProbeResult] = []
+    base: dict[str, float] = {}
     if probes and not any(f.check == "raised" for f in findings):
         results, base = run_gaming_probes(pack, fn, cfg.gaming_episodes, cfg.gaming_seed, cfg.gaming_margin,
                                           cfg.baselines)

@@ -148,6 +148,7 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
                          ppo={k: v for k, v in cfg.to_params().items()
                               if k not in ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "progress",
                                            "device", "torch_threads")})
+        base: dict[str, Any]
         base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "requested_mode": mode, "mode": mode_used,
                 "note": note, "parent_champion": parent, "timesteps_budget": cfg.total_timesteps,
                 "reward_fn": label, "reward_fn_sha256": reward_fn.version,
@@ -181,7 +182,8 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
         stale = ctx.tracker.close_stale_runs({T.STEP: T.TRAIN_POLICY, T.TRAIN_FINGERPRINT: fp})
         from rlops.model.reward_source import model_only
         from rlops.pipeline_steps.training.hot_reload import RewardSwitchPoller
-        poller = RewardSwitchPoller(ctx, pack, *(reward_switch or (None, None)),
+        switch_at, switch_label = reward_switch or (None, None)
+        poller = RewardSwitchPoller(ctx, pack, switch_at, switch_label,
                                     wrap=model_only if source.kind == "model" else None)
         with step_run(ctx, T.TRAIN_POLICY, label=mode_used, extra_tags=run_tags) as run:
             if stale:

@@ -145,6 +145,7 @@ def tune(ctx: StepContext, trials: int, budget_s: float | None = None, timesteps
         done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         default_value = float(study.trials[0].value) if study.trials[0].value is not None else float("nan")
         best = study.best_trial if done else study.trials[0]
+        assert best.value is not None, "the default trial (the first) always completes"
         best_params = {k: best.user_attrs["knobs"][k] for k in KNOBS}
         result = TuneResult(ctx.scenario, base, default_value, best_params, float(best.value), rows,
                             parent.run_id)
