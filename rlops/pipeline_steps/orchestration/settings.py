@@ -99,12 +99,13 @@ def pack_reward_fn(ctx: Any, params: Mapping[str, Any]) -> str:
 
 def pack_dag_config(scenario: str) -> PackDagConfig:
     params, ctx = resolved_params(scenario)
-    train, dags = ctx.section("train"), ctx.section("dags")
-    scheduled = bool(dags.get("scheduled", True))
-    schedules = {kind: (str(dags[kind]) if scheduled and dags.get(kind) else None) for kind in DAG_KINDS}
+    train, dags = ctx.config.train, ctx.config.dags
+    # promote runs only when asked (the webhook, a person): it has no schedule to set
+    schedules = {kind: (getattr(dags, kind) if dags.scheduled and kind in type(dags).model_fields else None)
+                 for kind in DAG_KINDS}
     return PackDagConfig(scenario=scenario, reward_fn=pack_reward_fn(ctx, params),
-                         full_timesteps=int(train.get("total_timesteps") or 1_500_000),
-                         incremental_timesteps=int(train.get("incremental_timesteps") or 200_000),
+                         full_timesteps=train.total_timesteps,
+                         incremental_timesteps=train.incremental_timesteps,
                          schedules=schedules)
 
 
