@@ -135,7 +135,7 @@ def fast_tanh(x: Tensor) -> Tensor:
     and dominated the cost of training a small policy."""
     if torch.is_grad_enabled() and x.requires_grad:
         return _TanhFromSigmoid.apply(x)
-    return torch.sigmoid(x * 2.0) * 2.0 - 1.0
+    return torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
 
 
 class Tanh(nn.Module):
