@@ -137,7 +137,7 @@ def fast_tanh(x: Tensor) -> Tensor:
     if torch.is_grad_enabled() and x.requires_grad:
         y: Tensor = _TanhFromSigmoid.apply(x)  # type: ignore[no-untyped-call]  # torch leaves Function.apply untyped
         return y
-    return torch.sigmoid(x * 2.0) * 2.0 - 1.0
+    return torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
 
 
 class Tanh(nn.Module):
