@@ -222,7 +222,8 @@ class _Run:
         """The world's deliberately worse candidate, offered through the promotion DAG."""
         from rlops.pipeline_steps.infra.context import StepContext
         from rlops.pipeline_steps.orchestration.timeline import bad_candidate
-        v = bad_candidate(StepContext.create(self.cfg.scenario, hour_key(self.t0, hour.hour)), self.cfg.seed + hour.hour)
+        ctx = StepContext.create(self.cfg.scenario, hour_key(self.t0, hour.hour))
+        v = bad_candidate(ctx, self.cfg.seed + hour.hour)
         self.bad_versions.add(str(v))
         out = self.dags.run("promote", when, {"candidate": str(v), "requested_by": "timeline"})
         self.n["dag_runs"] += 1

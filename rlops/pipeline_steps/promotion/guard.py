@@ -97,7 +97,8 @@ def withdraw_hand_set_challenger(ctx: StepContext, version: str) -> str | None:
     when it still points at ``version`` and rlops did not set it. Returns an error text, if any."""
     name, tracker = policy_model_name(ctx.scenario), ctx.tracker
     try:
-        if tracker.get_alias(name, CHALLENGER) == version and tracker.alias_written_by_rlops(name, CHALLENGER) != version:
+        hand_set = tracker.alias_written_by_rlops(name, CHALLENGER) != version
+        if hand_set and tracker.get_alias(name, CHALLENGER) == version:
             tracker.delete_alias(name, CHALLENGER)
     except TrackingError as exc:
         return f"removing the challenger alias failed: {exc}"
