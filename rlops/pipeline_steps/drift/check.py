@@ -46,6 +46,8 @@ def drift_columns(available: list[str], cfg: DriftParams | Mapping[str, Any]) ->
     from rlops.data_contracts.schema import STATE_PREFIX
     fields = set(cfg.get("fields") or [])
     wanted = {"episode_id", "reward_total", str(cfg.get("cluster") or "episode_id")}
+    if cfg.get("outcome_enabled"):  # outcome drift predicts each live step's reward from its state and action
+        wanted |= {"step", "action", "action_mask"}
     return [c for c in available if c in wanted or c in fields
             or (not fields and (c.startswith(STATE_PREFIX) or c in OPERATIONAL_FIELDS))]
 

@@ -31,7 +31,7 @@ CHAMPION = f"{SCENARIO}-policy/3"
 def _rows() -> list[pd.DataFrame]:
     """Sandbox traffic of three run keys through the trace contract (rule engine, a learned policy,
     the rule engine again), 50 minutes apart so the rows span three hour partitions."""
-    from rlops.pipeline_steps.capture.step import contract_for  # noqa: F401 - imported with the pack
+    from rlops.data_contracts.schema import contract_for  # noqa: F401 - imported with the pack
     from rlops.pipeline_steps.drift.check import comparable_rows
     from rlops.sandbox.pack import load_pack
     from rlops.sandbox.policies import random_policy, rule_policy
