@@ -44,7 +44,7 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run(capsys, "env", "validate", "--scenario", str(CREDIT))
     assert rc == 0 and err == ""
     assert out.strip() == ("ok: credit_approval — 18 fields, 7 actions, profiles ['live', 'sandbox'], "
-                           "reward functions ['v0', 'v1'], 9 rules")
+                           "reward functions ['v0', 'v1'], 10 rules")
 
 
 def test_describe_text(capsys: pytest.CaptureFixture[str]) -> None:
