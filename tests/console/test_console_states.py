@@ -45,7 +45,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory, _mlflow_template_db: Path
 
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.promotion.flow import promote
-    from rlops.pipeline_steps.promotion.guard import promote_from_alias
+    from rlops.pipeline_steps.promotion.flow import promote_from_alias
     tmp = tmp_path_factory.mktemp("console-states")
     (tmp / "mlflow").mkdir()
     shutil.copyfile(_mlflow_template_db, tmp / "mlflow" / "mlflow.db")

@@ -52,7 +52,7 @@ def parts() -> list[pd.DataFrame]:
 
 
 def _write(storage: Storage, root: str, parts: list[pd.DataFrame]) -> str:
-    from rlops.pipeline_steps.capture.step import contract_for
+    from rlops.data_contracts.schema import contract_for
     from rlops.sandbox.pack import load_pack
     contract = contract_for(load_pack(REPO_ROOT / "scenarios" / SCENARIO))
     for i, df in enumerate(parts):
