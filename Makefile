@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench venv clean params-schema
+.PHONY: demo test test-slow lint bench venv clean params-schema
 
 venv: $(STAMP)
 
@@ -18,8 +18,14 @@ $(STAMP): requirements/lock.txt setup.cfg
 demo: $(STAMP)
 	$(VENV)/bin/rlops demo
 
-test: $(STAMP)
+# lint first: a style or type error fails in seconds, before the suite's minutes
+test: lint
 	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

@@ -45,7 +45,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="runs per command (median reported)")
     ap.add_argument("--pack", default="scenarios/credit_approval")
     args = ap.parse_args()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
     load_start = load_average()
     print(f"load average at start: {load_start}", flush=True)
     rlops = rlops_argv()
@@ -57,9 +60,20 @@ def main() -> None:
     print(f"rlops --help:        {help_s:6.3f} s   (bar: < 0.5 s)")
     print(f"rlops env validate:  {validate_s:6.3f} s   (bar: < 3 s)")
     print(f"load average at end: {load_end}")
-    print(json.dumps({"help_s": round(help_s, 3), "validate_s": round(validate_s, 3), "python_s": round(python_s, 3),
-                      "runs": args.runs, "help_ok": help_s < 0.5, "validate_ok": validate_s < 3.0,
-                      "load_avg_start": load_start, "load_avg_end": load_end}))
+    print(
+        json.dumps(
+            {
+                "help_s": round(help_s, 3),
+                "validate_s": round(validate_s, 3),
+                "python_s": round(python_s, 3),
+                "runs": args.runs,
+                "help_ok": help_s < 0.5,
+                "validate_ok": validate_s < 3.0,
+                "load_avg_start": load_start,
+                "load_avg_end": load_end,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import shutil
 import sys
 import tempfile
 import time
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +42,18 @@ def ensure_demo(home: Path) -> None:
     if (home / "rlops-data" / "mlflow.db").exists():
         return
     from rlops import demo
+
     if demo.run(SCENARIO) != 0:
         raise SystemExit("the demo did not promote a champion; the console pages would have no champion")
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.context import StepContext
-    hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    capture_step(StepContext.create(SCENARIO, hour.strftime("%Y%m%dT%H%M")), simulate=True, profile="live",
-                 episodes=2000)
+
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    capture_step(
+        StepContext.create(SCENARIO, hour.strftime("%Y%m%dT%H%M")), simulate=True, profile="live", episodes=2000
+    )
 
 
 def build_store(home: Path, rows: int) -> dict[str, Any]:
@@ -57,6 +61,7 @@ def build_store(home: Path, rows: int) -> dict[str, Any]:
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     root = home / "rlops-data" / "traces" / f"scenario={SCENARIO}"
     base = pd.concat([pd.read_parquet(f) for f in sorted(root.rglob("*.parquet"))], ignore_index=True)
     bench_root = home / "rlops-data" / "traces-bench"
@@ -74,9 +79,13 @@ def build_store(home: Path, rows: int) -> dict[str, Any]:
         hour = start + pd.Timedelta(hours=first // per_hour)
         part["ts"] = hour + (pd.to_datetime(part["ts"], utc=True) - pd.to_datetime(part["ts"], utc=True).dt.floor("h"))
         part = part.iloc[: rows - written]
-        folder = root.parent.parent / "traces-bench" / f"scenario={SCENARIO}" / f"date={hour:%Y-%m-%d}" / f"hour={hour.hour}"
+        folder = (
+            root.parent.parent / "traces-bench" / f"scenario={SCENARIO}" / f"date={hour:%Y-%m-%d}" / f"hour={hour.hour}"
+        )
         folder.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pandas(part, preserve_index=False), folder / f"part-{hour:%Y%m%dT%H%M}-00000.parquet")
+        pq.write_table(
+            pa.Table.from_pandas(part, preserve_index=False), folder / f"part-{hour:%Y%m%dT%H%M}-00000.parquet"
+        )
         written, files = written + len(part), files + 1
         if written >= rows:
             break
@@ -94,14 +103,21 @@ def timed(client: Any, url: str) -> float:
 
 def pages(client: Any) -> dict[str, str]:
     import re
+
     promo = client.get(f"/s/{SCENARIO}/promotion").text
     run = re.search(r'id="champion-gates" href="([^"]+)"', promo).group(1)
     page = client.get(f"/s/{SCENARIO}/map").text
     trace = re.search(rf'href="(/s/{SCENARIO}/episode/[^"]+)"', page).group(1)
-    return {"decision_map": f"/s/{SCENARIO}/map", "decision_map_rules": f"/s/{SCENARIO}/map?version=rules",
-            "episode_replay": trace, "champion_vs_candidate": f"/s/{SCENARIO}/promotion", "gate_table": run,
-            "drift_calibration": f"/s/{SCENARIO}/drift", "reward_functions": f"/s/{SCENARIO}/rewards",
-            "reward_diff": f"/s/{SCENARIO}/rewards/diff?a=v0&b=v1"}
+    return {
+        "decision_map": f"/s/{SCENARIO}/map",
+        "decision_map_rules": f"/s/{SCENARIO}/map?version=rules",
+        "episode_replay": trace,
+        "champion_vs_candidate": f"/s/{SCENARIO}/promotion",
+        "gate_table": run,
+        "drift_calibration": f"/s/{SCENARIO}/drift",
+        "reward_functions": f"/s/{SCENARIO}/rewards",
+        "reward_diff": f"/s/{SCENARIO}/rewards/diff?a=v0&b=v1",
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     ensure_demo(home.resolve())
     store = build_store(home.resolve(), args.rows)
-    print(f"store: {store['rows']:,} rows in {store['files']} hourly partitions ({time.perf_counter() - t0:.0f}s)", flush=True)
+    print(
+        f"store: {store['rows']:,} rows in {store['files']} hourly partitions ({time.perf_counter() - t0:.0f}s)",
+        flush=True,
+    )
     shutil.rmtree(home / "rlops-data" / "console-cache", ignore_errors=True)
 
     import numpy as np
@@ -125,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlops.common.config import load_params
     from rlops.console.app import create_app
     from rlops.console.data import ProjectData
+
     params = load_params(overrides={"capture": {"trace_dir": "traces-bench"}})
     client = TestClient(create_app(ProjectData(params), mlflow_ui="http://127.0.0.1:5000"))
     first: dict[str, float] = {}
@@ -137,15 +157,35 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeats):
         for name, url in urls.items():
             times[name].append(timed(client, url))
-    per_page = {name: {"first_ms": round(first[name], 1), "p50_ms": round(float(np.percentile(v, 50)), 1),
-                       "p95_ms": round(float(np.percentile(v, 95)), 1)} for name, v in times.items()}
+    per_page = {
+        name: {
+            "first_ms": round(first[name], 1),
+            "p50_ms": round(float(np.percentile(v, 50)), 1),
+            "p95_ms": round(float(np.percentile(v, 95)), 1),
+        }
+        for name, v in times.items()
+    }
     overall = float(np.percentile([t for v in times.values() for t in v], 95))
     load_end = os.getloadavg()
     print(f"load average at end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}", flush=True)
-    print(json.dumps({"bench": "console", "rows": store["rows"], "partitions": store["files"], "repeats": args.repeats,
-                      "first_load_ms": round(warm_up_ms, 1), "pages": per_page, "overall_p95_ms": round(overall, 1),
-                      "bar_ms": BAR_MS, "passed": overall < BAR_MS, "loadavg_start": [round(x, 2) for x in load_start],
-                      "loadavg_end": [round(x, 2) for x in load_end], "cpus": os.cpu_count()}))
+    print(
+        json.dumps(
+            {
+                "bench": "console",
+                "rows": store["rows"],
+                "partitions": store["files"],
+                "repeats": args.repeats,
+                "first_load_ms": round(warm_up_ms, 1),
+                "pages": per_page,
+                "overall_p95_ms": round(overall, 1),
+                "bar_ms": BAR_MS,
+                "passed": overall < BAR_MS,
+                "loadavg_start": [round(x, 2) for x in load_start],
+                "loadavg_end": [round(x, 2) for x in load_end],
+                "cpus": os.cpu_count(),
+            }
+        )
+    )
     return 0 if overall < BAR_MS else 1
 
 

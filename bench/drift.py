@@ -58,8 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1, help="best of N timings for each side")
     ap.add_argument("--workers", type=int, default=None, help="rlops threads (default: CPUs)")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--clock", default="wall", choices=("wall", "cpu"),
-                    help="wall seconds, or CPU seconds of this process (steady on a busy machine)")
+    ap.add_argument(
+        "--clock",
+        default="wall",
+        choices=("wall", "cpu"),
+        help="wall seconds, or CPU seconds of this process (steady on a busy machine)",
+    )
     args = ap.parse_args(argv)
     clock = time.perf_counter if args.clock == "wall" else time.process_time
 
@@ -85,17 +89,33 @@ def main(argv: list[str] | None = None) -> int:
         max_abs = max(max_abs, abs(f.p_value - p_ref))
         max_ulps = max(max_ulps, ulps(f.p_value, p_ref))
         same_d &= f.statistic == d_ref
-        print(f"{f.field:<12}{s:>7g}{f.statistic:>12.6f}{f.p_value:>14.6g}{p_ref:>14.6g}"
-              f"{ulps(f.p_value, p_ref):>6.0f}  {f.statistic == d_ref}")
-    print(f"rows/side={args.rows} fields={args.fields} threads={args.workers or os.cpu_count()} "
-          f"rlops={rlops_s:.3f}s scipy={scipy_s:.3f}s ({args.clock} clock) ratio={scipy_s / rlops_s:.1f}x")
+        print(
+            f"{f.field:<12}{s:>7g}{f.statistic:>12.6f}{f.p_value:>14.6g}{p_ref:>14.6g}"
+            f"{ulps(f.p_value, p_ref):>6.0f}  {f.statistic == d_ref}"
+        )
+    print(
+        f"rows/side={args.rows} fields={args.fields} threads={args.workers or os.cpu_count()} "
+        f"rlops={rlops_s:.3f}s scipy={scipy_s:.3f}s ({args.clock} clock) ratio={scipy_s / rlops_s:.1f}x"
+    )
     load_end = report_load("end")
-    print(json.dumps({"rlops_s": round(rlops_s, 4), "scipy_s": round(scipy_s, 4),
-                      "ratio": round(scipy_s / rlops_s, 2), "max_abs_p_diff": max_abs,
-                      "max_p_ulps": max_ulps, "identical_statistics": same_d,
-                      "rows": args.rows, "fields": args.fields,
-                      "threads": args.workers or os.cpu_count(), "clock": args.clock,
-                      "load_average_start": load_start, "load_average_end": load_end}))
+    print(
+        json.dumps(
+            {
+                "rlops_s": round(rlops_s, 4),
+                "scipy_s": round(scipy_s, 4),
+                "ratio": round(scipy_s / rlops_s, 2),
+                "max_abs_p_diff": max_abs,
+                "max_p_ulps": max_ulps,
+                "identical_statistics": same_d,
+                "rows": args.rows,
+                "fields": args.fields,
+                "threads": args.workers or os.cpu_count(),
+                "clock": args.clock,
+                "load_average_start": load_start,
+                "load_average_end": load_end,
+            }
+        )
+    )
     return 0 if same_d else 1
 
 

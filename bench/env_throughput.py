@@ -76,9 +76,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0, help="measuring time per configuration")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--sizes", default="1,64,4096")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch intra-op threads; the env is op-overhead bound, one thread avoids the "
-                         "parallel-region cost and leaves the second core to the learner")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads; the env is op-overhead bound, one thread avoids the "
+        "parallel-region cost and leaves the second core to the learner",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pack = load_pack(args.pack)
@@ -92,13 +96,25 @@ def main() -> None:
     print(f"gym      1 env at a time: {gym_sps:>8,.0f} steps/s", flush=True)
     largest = str(max(sizes))
     ratio = sps[largest] / gym_sps
-    print(f"ratio at {largest} envs: {ratio:,.1f}x  (bar: >= 100x, >= 1,000,000 steps/s); peak RSS {rss:.0f} MB "
-          f"(bar: < 500 MB)  torch threads: {torch.get_num_threads()}")
+    print(
+        f"ratio at {largest} envs: {ratio:,.1f}x  (bar: >= 100x, >= 1,000,000 steps/s); peak RSS {rss:.0f} MB "
+        f"(bar: < 500 MB)  torch threads: {torch.get_num_threads()}"
+    )
     load_end = report_load("end")
-    print(json.dumps({"steps_per_s": {k: round(v) for k, v in sps.items()}, "gym_steps_per_s": round(gym_sps),
-                      "ratio": round(ratio, 1), "peak_rss_mb": round(rss, 1), "device": args.device,
-                      "torch_threads": torch.get_num_threads(),
-                      "load_average_start": load_start, "load_average_end": load_end}))
+    print(
+        json.dumps(
+            {
+                "steps_per_s": {k: round(v) for k, v in sps.items()},
+                "gym_steps_per_s": round(gym_sps),
+                "ratio": round(ratio, 1),
+                "peak_rss_mb": round(rss, 1),
+                "device": args.device,
+                "torch_threads": torch.get_num_threads(),
+                "load_average_start": load_start,
+                "load_average_end": load_end,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -72,10 +72,16 @@ def main(argv: list[str] | None = None) -> int:
             policy.act(obs_batch, deterministic=True)
         per_s = n_batches * obs_batch.shape[0] / (time.perf_counter() - t)
 
-    res = {"p50_ms": round(_pct(eager, 0.50), 4), "p99_ms": round(_pct(eager, 0.99), 4),
-           "exported_p50_ms": round(_pct(exp, 0.50), 4), "exported_p99_ms": round(_pct(exp, 0.99), 4),
-           "batch1024_per_s": round(per_s), "mean_ms": round(statistics.fmean(eager), 4),
-           "parameters": policy.num_parameters(), "threads": args.threads}
+    res = {
+        "p50_ms": round(_pct(eager, 0.50), 4),
+        "p99_ms": round(_pct(eager, 0.99), 4),
+        "exported_p50_ms": round(_pct(exp, 0.50), 4),
+        "exported_p99_ms": round(_pct(exp, 0.99), 4),
+        "batch1024_per_s": round(per_s),
+        "mean_ms": round(statistics.fmean(eager), 4),
+        "parameters": policy.num_parameters(),
+        "threads": args.threads,
+    }
     print(f"policy: {policy.num_parameters()} parameters, obs dim {env.layout.dim}, {args.threads} torch thread(s)")
     print(f"{'':22}{'p50 ms':>10}{'p99 ms':>10}")
     print(f"{'eager act, batch 1':22}{res['p50_ms']:>10.3f}{res['p99_ms']:>10.3f}")

@@ -27,7 +27,7 @@ import argparse
 import json
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.loadavg import report as report_load  # noqa: E402
 from rlops.model.policy import PolicyConfig, PolicyNetwork
 from rlops.model.reward_model import RewardModelConfig, pairwise_accuracy, train_reward_model
-from rlops.pipeline_steps.labels.step import QueueConfig
 from rlops.pipeline_steps.labels.select import labels_as_pairs, queue_items, select_uncertain
+from rlops.pipeline_steps.labels.step import QueueConfig
 from rlops.sandbox.pack import Pack, load_pack
 from rlops.sandbox.policies import load_oracle
 from rlops.sandbox.traces import rollout_traces
 
 REPO = Path(__file__).resolve().parents[1]
-T0 = datetime(2026, 11, 30, 5, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
 
 
 def clone_policy(pack: Pack, oracle: Any, episodes: int, seed: int, steps: int = 300) -> PolicyNetwork:
@@ -102,8 +102,7 @@ def label_frame(pack: Pack, rows: pd.DataFrame, pool: pd.DataFrame) -> pd.DataFr
 
 def accuracy(pack: Pack, rows: pd.DataFrame, pool: pd.DataFrame, test: Any, seed: int) -> float:
     pairs = labels_as_pairs(pack, label_frame(pack, rows, pool))
-    model, _ = train_reward_model(RewardModelConfig(holdout_fraction=0.0, epochs=80, batch_size=256, seed=seed),
-                                  pairs)
+    model, _ = train_reward_model(RewardModelConfig(holdout_fraction=0.0, epochs=80, batch_size=256, seed=seed), pairs)
     return pairwise_accuracy(model, test)
 
 
@@ -153,31 +152,55 @@ def main(argv: list[str] | None = None) -> int:
     active, random_ = [], []
     for b in budgets:
         active.append(accuracy(pack, ranked.head(b).reset_index(drop=True), pool, test, args.seed))
-        random_.append(float(np.mean([accuracy(pack, choice.sample(b, random_state=s).reset_index(drop=True),
-                                               pool, test, args.seed) for s in range(args.random_seeds)])))
+        random_.append(
+            float(
+                np.mean(
+                    [
+                        accuracy(pack, choice.sample(b, random_state=s).reset_index(drop=True), pool, test, args.seed)
+                        for s in range(args.random_seeds)
+                    ]
+                )
+            )
+        )
     target = 0.98 * random_[-1]
     n_active, n_random = needed(budgets, active, target), needed(budgets, random_, target)
-    print(f"pool: {len(pool)} steps, {len(choice)} with a choice; {len(stats)} clusters, "
-          f"{sum(s.mean_entropy > 0.8 for s in stats)} above entropy 0.8 ({above} states); "
-          f"test: {len(test)} decision pairs")
+    print(
+        f"pool: {len(pool)} steps, {len(choice)} with a choice; {len(stats)} clusters, "
+        f"{sum(s.mean_entropy > 0.8 for s in stats)} above entropy 0.8 ({above} states); "
+        f"test: {len(test)} decision pairs"
+    )
     print(f"{'labels':>8}{'active acc':>12}{'random acc':>12}")
     for b, a, r in zip(budgets, active, random_):
         print(f"{b:>8}{a:>12.4f}{r:>12.4f}")
     ratio = (n_random / n_active) if n_active and n_random else None
     n_match = needed(budgets, active, random_[-1])  # active labels for random's accuracy at the largest budget
     r1 = lambda x: None if x is None else round(x, 1)  # noqa: E731
-    print(f"labels to reach {target:.4f}: active {r1(n_active)}, random {r1(n_random)}"
-          + (f", ratio {ratio:.2f}x" if ratio else "")
-          + f"; active labels to match random's {random_[-1]:.4f} at {budgets[-1]}: {r1(n_match)}")
+    print(
+        f"labels to reach {target:.4f}: active {r1(n_active)}, random {r1(n_random)}"
+        + (f", ratio {ratio:.2f}x" if ratio else "")
+        + f"; active labels to match random's {random_[-1]:.4f} at {budgets[-1]}: {r1(n_match)}"
+    )
     load_end = report_load("end")
-    print(json.dumps({"target_accuracy": round(target, 4), "labels_active": r1(n_active), "labels_random": r1(n_random),
-                      "label_ratio_random_over_active": None if ratio is None else round(ratio, 3),
-                      "labels_active_to_match_random_at_max_budget": r1(n_match),
-                      "budgets": budgets, "active_accuracy": [round(a, 4) for a in active],
-                      "random_accuracy": [round(r, 4) for r in random_], "reward_model": "rlops.model.reward_model",
-                      "pool_steps": len(pool), "test_pairs": len(test),
-                      "seconds": round(time.perf_counter() - t_start, 1),
-                      "load_average_start": load_start, "load_average_end": load_end}))
+    print(
+        json.dumps(
+            {
+                "target_accuracy": round(target, 4),
+                "labels_active": r1(n_active),
+                "labels_random": r1(n_random),
+                "label_ratio_random_over_active": None if ratio is None else round(ratio, 3),
+                "labels_active_to_match_random_at_max_budget": r1(n_match),
+                "budgets": budgets,
+                "active_accuracy": [round(a, 4) for a in active],
+                "random_accuracy": [round(r, 4) for r in random_],
+                "reward_model": "rlops.model.reward_model",
+                "pool_steps": len(pool),
+                "test_pairs": len(test),
+                "seconds": round(time.perf_counter() - t_start, 1),
+                "load_average_start": load_start,
+                "load_average_end": load_end,
+            }
+        )
+    )
     return 0
 
 

@@ -40,7 +40,7 @@ from rlops.sandbox.pack import load_pack  # noqa: E402
 from rlops.sandbox.policies import evaluate_policy, load_oracle, random_policy, rule_policy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-HELD_OUT_SEED = 7_000_000          # training uses instance seeds from 0, early stopping 9,000,000 on
+HELD_OUT_SEED = 7_000_000  # training uses instance seeds from 0, early stopping 9,000,000 on
 REWARD = "v1"
 CPU_BUDGET_S = 300.0
 
@@ -55,9 +55,11 @@ def built_in_packs() -> list[str]:
 
 def baselines(pack: Any, episodes: int) -> dict[str, float]:
     kw = dict(episodes=episodes, seed=HELD_OUT_SEED, reward_version=REWARD)
-    return {"oracle": evaluate_policy(pack, load_oracle(pack), **kw).mean_return,
-            "rules": evaluate_policy(pack, rule_policy, **kw).mean_return,
-            "random": evaluate_policy(pack, random_policy(0), **kw).mean_return}
+    return {
+        "oracle": evaluate_policy(pack, load_oracle(pack), **kw).mean_return,
+        "rules": evaluate_policy(pack, rule_policy, **kw).mean_return,
+        "random": evaluate_policy(pack, random_policy(0), **kw).mean_return,
+    }
 
 
 def one_run(pack: Any, seed: int, base: dict[str, float], episodes: int) -> dict[str, Any]:
@@ -68,27 +70,42 @@ def one_run(pack: Any, seed: int, base: dict[str, float], episodes: int) -> dict
     cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
     ev = evaluate_policy(pack, as_act_fn(result.policy), episodes=episodes, seed=HELD_OUT_SEED, reward_version=REWARD)
     policy = ev.mean_return
-    return {"seed": seed, "policy": policy,
-            "gap_closed": (policy - base["rules"]) / (base["oracle"] - base["rules"]),
-            "pct_of_oracle": policy / base["oracle"], "illegal_actions": int(ev.illegal_actions.sum()),
-            "train_cpu_s": cpu_s, "train_wall_s": wall_s, "steps": result.global_step,
-            "stopped_early": result.stopped_early, "num_envs": plan.num_envs, "num_steps": plan.config.num_steps,
-            "gamma": plan.config.gamma}
+    return {
+        "seed": seed,
+        "policy": policy,
+        "gap_closed": (policy - base["rules"]) / (base["oracle"] - base["rules"]),
+        "pct_of_oracle": policy / base["oracle"],
+        "illegal_actions": int(ev.illegal_actions.sum()),
+        "train_cpu_s": cpu_s,
+        "train_wall_s": wall_s,
+        "steps": result.global_step,
+        "stopped_early": result.stopped_early,
+        "num_envs": plan.num_envs,
+        "num_steps": plan.config.num_steps,
+        "gamma": plan.config.gamma,
+    }
 
 
 def bars(r: dict[str, Any], oracle: float) -> dict[str, bool]:
-    return {"gap_closed>=0.9": r["gap_closed"] >= 0.9,
-            "policy>=0.95*oracle": r["pct_of_oracle"] >= 0.95 if oracle > 0 else True,
-            "illegal==0": r["illegal_actions"] == 0, "cpu<=300s": r["train_cpu_s"] <= CPU_BUDGET_S}
+    return {
+        "gap_closed>=0.9": r["gap_closed"] >= 0.9,
+        "policy>=0.95*oracle": r["pct_of_oracle"] >= 0.95 if oracle > 0 else True,
+        "illegal==0": r["illegal_actions"] == 0,
+        "cpu<=300s": r["train_cpu_s"] <= CPU_BUDGET_S,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--packs", default=",".join(built_in_packs()))
     ap.add_argument("--runs", type=int, default=3, help="training seeds per pack; the median run is reported")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads; one is the most CPU-efficient for these small tensors and does not spin "
-                         "when other processes hold the cores")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads; one is the most CPU-efficient for these small tensors and does not spin "
+        "when other processes hold the cores",
+    )
     ap.add_argument("--episodes", type=int, default=10_000)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -102,31 +119,50 @@ def main(argv: list[str] | None = None) -> int:
         for seed in range(1, args.runs + 1):
             r = one_run(pack, seed, base, args.episodes)
             runs.append(r)
-            print(f"{name:20} seed {seed}: policy {r['policy']:.4f}  gap_closed {r['gap_closed']:.3f}  "
-                  f"{r['pct_of_oracle']:.1%} of oracle  illegal {r['illegal_actions']}  "
-                  f"{r['steps']:,} steps  {r['train_cpu_s']:.0f} CPU-s ({r['train_wall_s']:.0f} s wall)"
-                  f"{'  early stop' if r['stopped_early'] else ''}", flush=True)
+            print(
+                f"{name:20} seed {seed}: policy {r['policy']:.4f}  gap_closed {r['gap_closed']:.3f}  "
+                f"{r['pct_of_oracle']:.1%} of oracle  illegal {r['illegal_actions']}  "
+                f"{r['steps']:,} steps  {r['train_cpu_s']:.0f} CPU-s ({r['train_wall_s']:.0f} s wall)"
+                f"{'  early stop' if r['stopped_early'] else ''}",
+                flush=True,
+            )
         median = sorted(runs, key=lambda r: r["policy"])[len(runs) // 2]
         ok = bars(median, base["oracle"])
         every_run_ok = all(all(bars(r, base["oracle"]).values()) for r in runs)
-        print(f"{name:20} oracle {base['oracle']:.4f}  rules {base['rules']:.4f}  random {base['random']:.4f}  "
-              f"policy {median['policy']:.4f} (median of {len(runs)})  gap_closed {median['gap_closed']:.3f}  "
-              f"{median['pct_of_oracle']:.1%} of oracle  illegal {median['illegal_actions']}  "
-              f"CPU {statistics.median(r['train_cpu_s'] for r in runs):.0f} s  "
-              f"bars {'PASS' if all(ok.values()) else 'FAIL ' + str([k for k, v in ok.items() if not v])}", flush=True)
-        report[name] = {**{k: round(v, 4) for k, v in base.items()},
-                        "policy": round(median["policy"], 4), "gap_closed": round(median["gap_closed"], 4),
-                        "pct_of_oracle": round(median["pct_of_oracle"], 4),
-                        "illegal_actions": median["illegal_actions"],
-                        "train_cpu_s": round(statistics.median(r["train_cpu_s"] for r in runs), 1),
-                        "runs": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
-                                 for r in runs],
-                        "bars": ok, "every_run_passes": every_run_ok}
+        print(
+            f"{name:20} oracle {base['oracle']:.4f}  rules {base['rules']:.4f}  random {base['random']:.4f}  "
+            f"policy {median['policy']:.4f} (median of {len(runs)})  gap_closed {median['gap_closed']:.3f}  "
+            f"{median['pct_of_oracle']:.1%} of oracle  illegal {median['illegal_actions']}  "
+            f"CPU {statistics.median(r['train_cpu_s'] for r in runs):.0f} s  "
+            f"bars {'PASS' if all(ok.values()) else 'FAIL ' + str([k for k, v in ok.items() if not v])}",
+            flush=True,
+        )
+        report[name] = {
+            **{k: round(v, 4) for k, v in base.items()},
+            "policy": round(median["policy"], 4),
+            "gap_closed": round(median["gap_closed"], 4),
+            "pct_of_oracle": round(median["pct_of_oracle"], 4),
+            "illegal_actions": median["illegal_actions"],
+            "train_cpu_s": round(statistics.median(r["train_cpu_s"] for r in runs), 1),
+            "runs": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in runs],
+            "bars": ok,
+            "every_run_passes": every_run_ok,
+        }
     load_end = load_average()
     print(f"load average at end: {load_end}", flush=True)
     passed = all(all(r["bars"].values()) for r in report.values())
-    print(json.dumps({"packs": report, "pass": passed, "episodes": args.episodes, "threads": args.threads,
-                      "load_average_start": load_start, "load_average_end": load_end}))
+    print(
+        json.dumps(
+            {
+                "packs": report,
+                "pass": passed,
+                "episodes": args.episodes,
+                "threads": args.threads,
+                "load_average_start": load_start,
+                "load_average_end": load_end,
+            }
+        )
+    )
     return 0
 
 

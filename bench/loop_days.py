@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rlops.pipeline_steps.orchestration.events import load_events, parse_events, DEFAULT_EVENTS_48H  # noqa: E402
+from rlops.pipeline_steps.orchestration.events import DEFAULT_EVENTS_48H, load_events, parse_events  # noqa: E402
 from rlops.pipeline_steps.orchestration.simulate import run_timeline  # noqa: E402
 from rlops.pipeline_steps.orchestration.timeline import TimelineConfig  # noqa: E402
 from rlops.pipeline_steps.orchestration.timeline_report import table  # noqa: E402
@@ -46,29 +46,61 @@ def main() -> None:
     args = ap.parse_args()
     load_start = os.getloadavg()
     events = load_events(args.events) if args.events else parse_events(DEFAULT_EVENTS_48H)
-    res = run_timeline(TimelineConfig(hours=args.hours, episodes_per_tick=args.episodes_per_tick), events,
-                       args.workdir, say=lambda s: print(s, flush=True))
+    res = run_timeline(
+        TimelineConfig(hours=args.hours, episodes_per_tick=args.episodes_per_tick),
+        events,
+        args.workdir,
+        say=lambda s: print(s, flush=True),
+    )
     load_end = os.getloadavg()
     print(table(res["hours"], res["metrics"]))
     m = res["metrics"]
-    out = {k: m[k] for k in ("detection_delay_h", "false_alarms", "emergency_retrains", "drift_events",
-                             "bad_candidate_promoted", "champion_regressions", "rows_lost", "wall_s", "cpu_s")}
+    out = {
+        k: m[k]
+        for k in (
+            "detection_delay_h",
+            "false_alarms",
+            "emergency_retrains",
+            "drift_events",
+            "bad_candidate_promoted",
+            "champion_regressions",
+            "rows_lost",
+            "wall_s",
+            "cpu_s",
+        )
+    }
     drift_events = [e for e in events if e.drift]
     outcome_events = [e for e in events if e.outcome]
     delays = dict(zip([e.label() for e in drift_events], m["detection_delay_h"]))
     delays.update(zip([e.label() for e in outcome_events], m.get("outcome_detection_delay_h") or []))
     recovery = m.get("recovery_h") or {}
-    out["events"] = {e.label(): {"detection_delay_h": delays.get(e.label()), "recovery_h": recovery.get(e.label())}
-                     for e in drift_events + outcome_events}
-    out.update(mean_regret_share=m.get("mean_regret_share"), mean_regret=m.get("mean_regret"),
-               regret_share_bar=0.10, recovery_bar_h=6)
-    out.update(hours=args.hours, promotions=m["promotions"], rollbacks=m["rolled_back"],
-               stages_advanced=m["stage_moves"], ab_gates_run=m["ab_gates_run"],
-               promotion_to_agent_s=m["promotion_to_agent_s"], retrains_skipped=m["retrains_skipped"],
-               dag_runs=m["dag_runs"], fallback_episodes=m["fallback_episodes"],
-               challenger_episodes=m["challenger_episodes"], png=res["png"], mlflow_run_id=res["run_id"],
-               loadavg_start=[round(x, 2) for x in load_start], loadavg_end=[round(x, 2) for x in load_end],
-               cpus=os.cpu_count())
+    out["events"] = {
+        e.label(): {"detection_delay_h": delays.get(e.label()), "recovery_h": recovery.get(e.label())}
+        for e in drift_events + outcome_events
+    }
+    out.update(
+        mean_regret_share=m.get("mean_regret_share"),
+        mean_regret=m.get("mean_regret"),
+        regret_share_bar=0.10,
+        recovery_bar_h=6,
+    )
+    out.update(
+        hours=args.hours,
+        promotions=m["promotions"],
+        rollbacks=m["rolled_back"],
+        stages_advanced=m["stage_moves"],
+        ab_gates_run=m["ab_gates_run"],
+        promotion_to_agent_s=m["promotion_to_agent_s"],
+        retrains_skipped=m["retrains_skipped"],
+        dag_runs=m["dag_runs"],
+        fallback_episodes=m["fallback_episodes"],
+        challenger_episodes=m["challenger_episodes"],
+        png=res["png"],
+        mlflow_run_id=res["run_id"],
+        loadavg_start=[round(x, 2) for x in load_start],
+        loadavg_end=[round(x, 2) for x in load_end],
+        cpus=os.cpu_count(),
+    )
     print(json.dumps(out))
 
 

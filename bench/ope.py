@@ -51,8 +51,13 @@ from rlops.sandbox.pack import Pack, load_pack  # noqa: E402
 from rlops.sandbox.policies import evaluate_policy, rule_policy  # noqa: E402
 from rlops.sandbox.traces import rollout_traces  # noqa: E402
 
-OUTCOME_EVENT = {"at_hour": 0, "kind": "outcome", "field": "hidden.default_prob", "factor": 2.5,
-                 "when": "user_profile.age >= 60"}
+OUTCOME_EVENT = {
+    "at_hour": 0,
+    "kind": "outcome",
+    "field": "hidden.default_prob",
+    "factor": 2.5,
+    "when": "user_profile.age >= 60",
+}
 SCALES = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
 
 
@@ -125,38 +130,81 @@ def main(argv: list[str] | None = None) -> int:
             # Each candidate is judged on its own logged traffic (another hour of it): estimates that
             # shared one log would err together, and coverage over them would count one draw.
             logger = exploring_policy(network_target(champion, greedy=True), args.explore, seed=1 + i)
-            logged = rollout_traces(prod, logger, args.logged, seed=50_000 + 100_000 * i, profile="live",
-                                    reward_version="v1", source="live", episode_prefix=f"live-{i}")
+            logged = rollout_traces(
+                prod,
+                logger,
+                args.logged,
+                seed=50_000 + 100_000 * i,
+                profile="live",
+                reward_version="v1",
+                source="live",
+                episode_prefix=f"live-{i}",
+            )
             scale = SCALES[i % len(SCALES)]
             net = champion if scale == 0 and i == 0 else noisy(champion, scale or 0.01, seed=100 + i)
             target = network_target(net, greedy=True)
             truth = greedy_value(prod, net, args.truth_episodes, seed=2_000_000)
             sim = greedy_value(sandbox, net, args.truth_episodes // 4, seed=3_000_000)
-            q = sandbox_q(sandbox, target, episodes=args.dm_episodes, explore=0.3, ridge=1.0, profile="live",
-                          reward_label="v1", seed=i)
+            q = sandbox_q(
+                sandbox,
+                target,
+                episodes=args.dm_episodes,
+                explore=0.3,
+                ridge=1.0,
+                profile="live",
+                reward_label="v1",
+                seed=i,
+            )
             res = off_policy_value(sandbox, logged, target, cfg, q)
             est = res.estimates
-            rows.append({"candidate": i, "scale": scale, "truth": truth, "sandbox": sim,
-                         **{k: e.value for k, e in est.items()}, "dr_low": est["dr"].low, "dr_high": est["dr"].high,
-                         "dr_covers": est["dr"].covers(truth), "pdis_covers": est["pdis"].covers(truth),
-                         "wis_covers": est["wis"].covers(truth), "ess": res.ess, "agreement": res.agreement})
+            rows.append(
+                {
+                    "candidate": i,
+                    "scale": scale,
+                    "truth": truth,
+                    "sandbox": sim,
+                    **{k: e.value for k, e in est.items()},
+                    "dr_low": est["dr"].low,
+                    "dr_high": est["dr"].high,
+                    "dr_covers": est["dr"].covers(truth),
+                    "pdis_covers": est["pdis"].covers(truth),
+                    "wis_covers": est["wis"].covers(truth),
+                    "ess": res.ess,
+                    "agreement": res.agreement,
+                }
+            )
             r = rows[-1]
-            print(f"#{i:02d} noise {scale:<4g} truth {truth:+.3f} sandbox {sim:+.3f} DR {r['dr']:+.3f} "
-                  f"[{r['dr_low']:+.3f}, {r['dr_high']:+.3f}] {'covers' if r['dr_covers'] else 'MISSES'} "
-                  f"PDIS {r['pdis']:+.3f} WIS {r['wis']:+.3f} ESS {res.ess:.0f} agree {res.agreement:.0%}", flush=True)
+            print(
+                f"#{i:02d} noise {scale:<4g} truth {truth:+.3f} sandbox {sim:+.3f} DR {r['dr']:+.3f} "
+                f"[{r['dr_low']:+.3f}, {r['dr_high']:+.3f}] {'covers' if r['dr_covers'] else 'MISSES'} "
+                f"PDIS {r['pdis']:+.3f} WIS {r['wis']:+.3f} ESS {res.ess:.0f} agree {res.agreement:.0%}",
+                flush=True,
+            )
     truth = np.array([r["truth"] for r in rows])
     err = {k: float(np.mean(np.abs(np.array([r[k] for r in rows]) - truth))) for k in ("sandbox", "pdis", "wis", "dr")}
     coverage = {k: float(np.mean([r[f"{k}_covers"] for r in rows])) for k in ("dr", "pdis", "wis")}
-    print(f"mean |error|: sandbox-only {err['sandbox']:.4f}, PDIS {err['pdis']:.4f}, WIS {err['wis']:.4f}, "
-          f"DR {err['dr']:.4f}; 95% coverage DR {coverage['dr']:.0%} (bar ≥ 90%)")
+    print(
+        f"mean |error|: sandbox-only {err['sandbox']:.4f}, PDIS {err['pdis']:.4f}, WIS {err['wis']:.4f}, "
+        f"DR {err['dr']:.4f}; 95% coverage DR {coverage['dr']:.0%} (bar ≥ 90%)"
+    )
     load_end = report_load("end")
-    print(json.dumps({"candidates": len(rows), "logged_episodes": args.logged, "explore": args.explore,
-                      "mean_abs_error": {k: round(v, 4) for k, v in err.items()},
-                      "coverage_95": {k: round(v, 3) for k, v in coverage.items()},
-                      "dr_coverage_bar": 0.9, "passed": coverage["dr"] >= 0.9,
-                      "median_ess": round(float(np.median([r["ess"] for r in rows])), 1),
-                      "wall_s": round(time.monotonic() - t0, 1), "loadavg_start": load_start,
-                      "loadavg_end": load_end}))
+    print(
+        json.dumps(
+            {
+                "candidates": len(rows),
+                "logged_episodes": args.logged,
+                "explore": args.explore,
+                "mean_abs_error": {k: round(v, 4) for k, v in err.items()},
+                "coverage_95": {k: round(v, 3) for k, v in coverage.items()},
+                "dr_coverage_bar": 0.9,
+                "passed": coverage["dr"] >= 0.9,
+                "median_ess": round(float(np.median([r["ess"] for r in rows])), 1),
+                "wall_s": round(time.monotonic() - t0, 1),
+                "loadavg_start": load_start,
+                "loadavg_end": load_end,
+            }
+        )
+    )
     return 0
 
 

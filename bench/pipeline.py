@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,14 +26,20 @@ from bench.loadavg import report as report_load  # noqa: E402
 
 def prepare(home: Path) -> None:
     """An Airflow home and an rlops home in ``home``; env vars set before airflow is imported."""
-    os.environ.update({
-        "AIRFLOW_HOME": str(home / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow' / 'airflow.db'}",
-        "RLOPS_HOME": str(home), "RLOPS_STORAGE_ROOT": f"file://{home / 'data'}",
-        "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}", "RLOPS_QUEUE_DB": f"sqlite:///{home / 'queue.db'}",
-        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONPATH": str(REPO),
-    })
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": str(home / "airflow"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow' / 'airflow.db'}",
+            "RLOPS_HOME": str(home),
+            "RLOPS_STORAGE_ROOT": f"file://{home / 'data'}",
+            "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+            "RLOPS_QUEUE_DB": f"sqlite:///{home / 'queue.db'}",
+            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+            "PYTHONPATH": str(REPO),
+        }
+    )
     (home / "airflow").mkdir(parents=True, exist_ok=True)
     for cmd in (["db", "migrate"], ["pools", "set", "gpu", "1", "GPU training slots"]):
         subprocess.run([sys.executable, "-m", "airflow", *cmd], check=True, capture_output=True)
@@ -41,14 +47,26 @@ def prepare(home: Path) -> None:
 
 def run_dag(dag_id: str, when: datetime, conf: dict) -> tuple[str, float]:
     from airflow.dag_processing.dagbag import DagBag
+
     dag = DagBag(dag_folder=str(REPO / "dags" / f"{dag_id}.py")).dags[dag_id]
     t0 = time.perf_counter()
     run = dag.test(logical_date=when, run_conf=conf)
     secs = time.perf_counter() - t0
     for ti in run.get_task_instances():  # what each task did, so the timing can be trusted
         out = ti.xcom_pull(task_ids=ti.task_id) if ti.state == "success" else None
-        keys = ("rows_in", "drifted_fields", "retrain", "model_version", "heldout_pairwise_accuracy",
-                "mean_return", "timesteps", "note", "verdict", "promoted", "reason")
+        keys = (
+            "rows_in",
+            "drifted_fields",
+            "retrain",
+            "model_version",
+            "heldout_pairwise_accuracy",
+            "mean_return",
+            "timesteps",
+            "note",
+            "verdict",
+            "promoted",
+            "reason",
+        )
         brief = {k: out[k] for k in keys if isinstance(out, dict) and k in out}
         print(f"  {dag_id}.{ti.task_id}: {ti.state} {json.dumps(brief, default=str)[:300]}", flush=True)
     return str(run.state), secs
@@ -58,18 +76,22 @@ def main() -> None:
     load_start = report_load("start")
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--full-timesteps", type=int, default=None, help="default: params demo.timesteps")
-    ap.add_argument("--incremental-timesteps", type=int, default=None, help="default: params train.incremental_timesteps")
+    ap.add_argument(
+        "--incremental-timesteps", type=int, default=None, help="default: params train.incremental_timesteps"
+    )
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     from rlops.common.config import load_params
+
     params = load_params(REPO / "params.yaml")
     full_steps = args.full_timesteps or int(params["demo"]["timesteps"])
     inc_steps = args.incremental_timesteps or int(params["train"]["incremental_timesteps"])
     home = Path(tempfile.mkdtemp(prefix="rlops-bench-pipeline-"))
     prepare(home)
     import logging
+
     logging.disable(logging.INFO)
-    when = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+    when = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     base = {"scenario": params["scenario"], "reward_fn": params["reward_fn"], "dry_run": False}
     for dag_id in ("trace_capture", "drift_monitor"):  # data for the retrains; not timed
         state, secs = run_dag(dag_id, when, base)
@@ -79,9 +101,20 @@ def main() -> None:
     inc_state, inc_s = run_dag("retrain_incremental", when, {**base, "mode": "incremental", "timesteps": inc_steps})
     print(f"retrain_incremental {inc_state:<8} {inc_s:7.1f}s  ({inc_steps:,} PPO steps; bar: < 180 s)", flush=True)
     load_end = report_load("end")
-    print(json.dumps({"incremental_s": round(inc_s, 1), "full_s": round(full_s, 1), "incremental_state": inc_state,
-                      "full_state": full_state, "full_timesteps": full_steps, "incremental_timesteps": inc_steps,
-                      "load_average_start": load_start, "load_average_end": load_end}))
+    print(
+        json.dumps(
+            {
+                "incremental_s": round(inc_s, 1),
+                "full_s": round(full_s, 1),
+                "incremental_state": inc_state,
+                "full_state": full_state,
+                "full_timesteps": full_steps,
+                "incremental_timesteps": inc_steps,
+                "load_average_start": load_start,
+                "load_average_end": load_end,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -29,10 +29,12 @@ from bench.loadavg import report as report_load  # noqa: E402
 
 SCENARIO = "credit_approval"
 PACK = Path(__file__).resolve().parent.parent / "scenarios" / SCENARIO
-STATE = {"user_profile": {"age": 30, "income_monthly": 9000.0, "employment": "salaried"},
-         "application": {"loan_amount": 30000.0, "purpose": "car", "term_months": 12},
-         "system_status": {"fraud_check_done": False, "credit_report_fetched": False},
-         "decision": {"approval_result": "pending", "approved_amount": 0.0, "notified": False}}
+STATE = {
+    "user_profile": {"age": 30, "income_monthly": 9000.0, "employment": "salaried"},
+    "application": {"loan_amount": 30000.0, "purpose": "car", "term_months": 12},
+    "system_status": {"fraud_check_done": False, "credit_report_fetched": False},
+    "decision": {"approval_result": "pending", "approved_amount": 0.0, "notified": False},
+}
 
 
 def _register(ctx: Any, pack: Any, prefs: dict[str, float]) -> str:
@@ -40,6 +42,7 @@ def _register(ctx: Any, pack: Any, prefs: dict[str, float]) -> str:
 
     from rlops.model.policy import PolicyConfig, PolicyNetwork
     from rlops.pipeline_steps.training.policy import register_policy
+
     net = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))
     with torch.no_grad():  # a network whose greedy choice follows ``prefs``
         net.actor[-1].weight.zero_()
@@ -61,14 +64,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--request-every-ms", type=float, default=20.0)
     args = p.parse_args(argv)
     import torch
+
     torch.set_num_threads(1)
     work = Path(tempfile.mkdtemp(prefix="rlops-bench-follow-"))
-    os.environ.update({"MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
-                       "RLOPS_ARTIFACT_ROOT": str(work / "artifacts"),
-                       "RLOPS_STORAGE_ROOT": f"file://{work / 'storage'}"})
+    os.environ.update(
+        {
+            "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
+            "RLOPS_ARTIFACT_ROOT": str(work / "artifacts"),
+            "RLOPS_STORAGE_ROOT": f"file://{work / 'storage'}",
+        }
+    )
     from rlops.agent_sdk.policy_client import PolicyClient
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.sandbox.pack import load_pack
+
     ctx = StepContext.create(SCENARIO, run_key="20260105T1000")
     pack = load_pack(PACK, check_liveness=False)
     name = f"{SCENARIO}-policy"
@@ -110,15 +119,23 @@ def main(argv: list[str] | None = None) -> int:
             fresh.decide(STATE, key="bench")
         restarts.append(time.monotonic() - t0)
     load_end = report_load("end")
-    out = {"bench": "policy_follow", "period_s": args.period, "trials": args.trials,
-           "promotion_to_agent_s_max": round(max(latencies), 3),
-           "promotion_to_agent_s_median": round(statistics.median(latencies), 3),
-           "promotion_to_agent_s": [round(x, 3) for x in latencies],
-           "bar_s": args.period + 5.0, "bar_met": max(latencies) <= args.period + 5.0,
-           "restart_s_median": round(statistics.median(restarts), 3),
-           "decide_ms_p50": round(_pct(decide_ms, 0.5), 3), "decide_ms_p99": round(_pct(decide_ms, 0.99), 3),
-           "decisions": len(decide_ms), "fallbacks": fallbacks,
-           "load_average_start": load_start, "load_average_end": load_end}
+    out = {
+        "bench": "policy_follow",
+        "period_s": args.period,
+        "trials": args.trials,
+        "promotion_to_agent_s_max": round(max(latencies), 3),
+        "promotion_to_agent_s_median": round(statistics.median(latencies), 3),
+        "promotion_to_agent_s": [round(x, 3) for x in latencies],
+        "bar_s": args.period + 5.0,
+        "bar_met": max(latencies) <= args.period + 5.0,
+        "restart_s_median": round(statistics.median(restarts), 3),
+        "decide_ms_p50": round(_pct(decide_ms, 0.5), 3),
+        "decide_ms_p99": round(_pct(decide_ms, 0.99), 3),
+        "decisions": len(decide_ms),
+        "fallbacks": fallbacks,
+        "load_average_start": load_start,
+        "load_average_end": load_end,
+    }
     print(json.dumps(out))
     return 0 if out["bar_met"] else 1
 

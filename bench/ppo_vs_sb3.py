@@ -52,8 +52,9 @@ clock = CLOCKS["wall"]  # set by --clock; ``cpu`` counts this process's CPU seco
 
 
 def _eval(pack: Any, act: Any, episodes: int, device: str = "cpu") -> float:
-    return evaluate_policy(pack, act, episodes=episodes, seed=EVAL_SEED, reward_version=REWARD, profile=PROFILE,
-                           device=device).mean_return
+    return evaluate_policy(
+        pack, act, episodes=episodes, seed=EVAL_SEED, reward_version=REWARD, profile=PROFILE, device=device
+    ).mean_return
 
 
 def run_rlops(pack: Any, target: float, args: argparse.Namespace, seed: int) -> dict[str, Any]:
@@ -77,9 +78,15 @@ def run_rlops(pack: Any, target: float, args: argparse.Namespace, seed: int) -> 
     result = train(cfg, env, on_iteration=on_iteration)
     train_s = clock() - state["t0"] - state["eval_s"]
     hit = state["hit"]
-    return {"sps": result.global_step / train_s, "steps": result.global_step, "train_s": train_s,
-            "s_to_target": hit["s"] if hit else None, "steps_to_target": hit["steps"] if hit else None,
-            "final_return": state["ret"], "num_envs": num_envs}
+    return {
+        "sps": result.global_step / train_s,
+        "steps": result.global_step,
+        "train_s": train_s,
+        "s_to_target": hit["s"] if hit else None,
+        "steps_to_target": hit["steps"] if hit else None,
+        "final_return": state["ret"],
+        "num_envs": num_envs,
+    }
 
 
 def run_sb3(pack: Any, target: float, args: argparse.Namespace, seed: int) -> dict[str, Any]:
@@ -89,12 +96,19 @@ def run_sb3(pack: Any, target: float, args: argparse.Namespace, seed: int) -> di
     from rlops.sandbox.gym_adapter import ScenarioGymEnv
 
     env = ScenarioGymEnv(pack, reward_version=REWARD, profile=PROFILE, seed=0)
-    model = MaskablePPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0,
-                        policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}})
+    model = MaskablePPO(
+        "MlpPolicy",
+        env,
+        seed=seed,
+        device="cpu",
+        verbose=0,
+        policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}},
+    )
 
     def act(benv: Any) -> torch.Tensor:
-        a, _ = model.predict(benv.observe().cpu().numpy(), action_masks=benv.action_masks().cpu().numpy(),
-                             deterministic=True)
+        a, _ = model.predict(
+            benv.observe().cpu().numpy(), action_masks=benv.action_masks().cpu().numpy(), deterministic=True
+        )
         return torch.as_tensor(a, dtype=torch.long)
 
     class Probe(BaseCallback):
@@ -123,9 +137,14 @@ def run_sb3(pack: Any, target: float, args: argparse.Namespace, seed: int) -> di
     model.learn(total_timesteps=50_000_000, callback=probe)
     train_s = probe.train_s()
     hit = probe.hit
-    return {"sps": model.num_timesteps / train_s, "steps": model.num_timesteps, "train_s": train_s,
-            "s_to_target": hit["s"] if hit else None, "steps_to_target": hit["steps"] if hit else None,
-            "final_return": probe.ret}
+    return {
+        "sps": model.num_timesteps / train_s,
+        "steps": model.num_timesteps,
+        "train_s": train_s,
+        "s_to_target": hit["s"] if hit else None,
+        "steps_to_target": hit["steps"] if hit else None,
+        "final_return": probe.ret,
+    }
 
 
 def warm_up(pack: Any, args: argparse.Namespace) -> None:
@@ -134,11 +153,20 @@ def warm_up(pack: Any, args: argparse.Namespace) -> None:
     from sb3_contrib import MaskablePPO
 
     from rlops.sandbox.gym_adapter import ScenarioGymEnv
+
     env = pack.make_env(num_envs=64, reward_version=REWARD, profile=PROFILE, device=args.device, seed=10**7)
     train(PPOConfig(device=args.device, total_timesteps=64 * 8 * 2, seed=0), env)
     genv = ScenarioGymEnv(pack, reward_version=REWARD, profile=PROFILE, seed=10**7)
-    MaskablePPO("MlpPolicy", genv, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu",
-                policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}}).learn(128)
+    MaskablePPO(
+        "MlpPolicy",
+        genv,
+        n_steps=64,
+        batch_size=32,
+        n_epochs=1,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}},
+    ).learn(128)
 
 
 def fmt(x: Any, spec: str) -> str:
@@ -155,8 +183,13 @@ def one_pair(pack: Any, target: float, args: argparse.Namespace, seed: int) -> d
     time_ratio = None
     if rl["s_to_target"] is not None:
         time_ratio = (args.sb3_cap_s if lower_bound else sb["s_to_target"]) / rl["s_to_target"]
-    return {"rl": rl, "sb": sb, "sps_ratio": rl["sps"] / sb["sps"], "time_ratio": time_ratio,
-            "lower_bound": lower_bound}
+    return {
+        "rl": rl,
+        "sb": sb,
+        "sps_ratio": rl["sps"] / sb["sps"],
+        "time_ratio": time_ratio,
+        "lower_bound": lower_bound,
+    }
 
 
 def median_or_none(xs: list[Any]) -> Any:
@@ -168,36 +201,60 @@ def bench_pack(name: str, args: argparse.Namespace) -> dict[str, Any]:
     pack = load_pack(SCENARIOS / name)
     oracle = _eval(pack, load_oracle(pack), args.eval_episodes)
     target = 0.95 * oracle
-    print(f"{name}: oracle return {oracle:.4f} on {args.eval_episodes} held-out episodes; target {target:.4f}",
-          flush=True)
+    print(
+        f"{name}: oracle return {oracle:.4f} on {args.eval_episodes} held-out episodes; target {target:.4f}", flush=True
+    )
     warm_up(pack, args)
     pairs = [one_pair(pack, target, args, seed) for seed in range(1, args.runs + 1)]
-    med = {k: median_or_none([p["rl"][k] for p in pairs]) for k in ("sps", "s_to_target", "steps_to_target",
-                                                                       "final_return")}
-    med_sb = {k: median_or_none([p["sb"][k] for p in pairs]) for k in ("sps", "s_to_target", "steps_to_target",
-                                                                         "final_return")}
+    med = {
+        k: median_or_none([p["rl"][k] for p in pairs])
+        for k in ("sps", "s_to_target", "steps_to_target", "final_return")
+    }
+    med_sb = {
+        k: median_or_none([p["sb"][k] for p in pairs])
+        for k in ("sps", "s_to_target", "steps_to_target", "final_return")
+    }
     sps_ratio = statistics.median(p["sps_ratio"] for p in pairs)
     time_ratio = median_or_none([p["time_ratio"] for p in pairs])
     lower_bound = any(p["lower_bound"] for p in pairs)
     print(f"\n{name} (median of {len(pairs)} runs){'':6}{'rlops':>14}{'sb3':>14}{'ratio':>12}")
     print(f"{'env-steps/s':40}{med['sps']:>14,.0f}{med_sb['sps']:>14,.0f}{sps_ratio:>11.1f}x")
-    print(f"{'s to 95% of oracle':40}{fmt(med['s_to_target'], '14.2f')}{fmt(med_sb['s_to_target'], '14.2f')}"
-          f"{('>' if lower_bound else ' ') + fmt(time_ratio, '.1f') + 'x':>12}")
-    print(f"{'steps to target':40}{fmt(med['steps_to_target'], '14,.0f')}{fmt(med_sb['steps_to_target'], '14,.0f')}"
-          f"{'(lower bound)' if lower_bound else '':>14}")
-    print(f"{'final greedy return':40}{fmt(med['final_return'], '14.4f')}{fmt(med_sb['final_return'], '14.4f')}\n",
-          flush=True)
-    return {"rlops_sps": round(med["sps"], 1), "sb3_sps": round(med_sb["sps"], 1), "sps_ratio": round(sps_ratio, 1),
-            "rlops_s_to_target": None if med["s_to_target"] is None else round(med["s_to_target"], 2),
-            "sb3_s_to_target": None if med_sb["s_to_target"] is None else round(med_sb["s_to_target"], 2),
-            "time_ratio": None if time_ratio is None else round(time_ratio, 1),
-            "time_ratio_is_lower_bound": lower_bound, "oracle_return": round(oracle, 4),
-            "rlops_steps_to_target": med["steps_to_target"], "sb3_steps_to_target": med_sb["steps_to_target"],
-            "runs": [{"sps_ratio": round(p["sps_ratio"], 1),
-                      "time_ratio": None if p["time_ratio"] is None else round(p["time_ratio"], 1),
-                      "rlops_s_to_target": p["rl"]["s_to_target"], "sb3_s_to_target": p["sb"]["s_to_target"],
-                      "rlops_sps": round(p["rl"]["sps"], 1), "sb3_sps": round(p["sb"]["sps"], 1)} for p in pairs],
-            "bars": {"sps_ratio>=200": sps_ratio >= 200, "time_ratio>=100": time_ratio is not None and time_ratio >= 100}}
+    print(
+        f"{'s to 95% of oracle':40}{fmt(med['s_to_target'], '14.2f')}{fmt(med_sb['s_to_target'], '14.2f')}"
+        f"{('>' if lower_bound else ' ') + fmt(time_ratio, '.1f') + 'x':>12}"
+    )
+    print(
+        f"{'steps to target':40}{fmt(med['steps_to_target'], '14,.0f')}{fmt(med_sb['steps_to_target'], '14,.0f')}"
+        f"{'(lower bound)' if lower_bound else '':>14}"
+    )
+    print(
+        f"{'final greedy return':40}{fmt(med['final_return'], '14.4f')}{fmt(med_sb['final_return'], '14.4f')}\n",
+        flush=True,
+    )
+    return {
+        "rlops_sps": round(med["sps"], 1),
+        "sb3_sps": round(med_sb["sps"], 1),
+        "sps_ratio": round(sps_ratio, 1),
+        "rlops_s_to_target": None if med["s_to_target"] is None else round(med["s_to_target"], 2),
+        "sb3_s_to_target": None if med_sb["s_to_target"] is None else round(med_sb["s_to_target"], 2),
+        "time_ratio": None if time_ratio is None else round(time_ratio, 1),
+        "time_ratio_is_lower_bound": lower_bound,
+        "oracle_return": round(oracle, 4),
+        "rlops_steps_to_target": med["steps_to_target"],
+        "sb3_steps_to_target": med_sb["steps_to_target"],
+        "runs": [
+            {
+                "sps_ratio": round(p["sps_ratio"], 1),
+                "time_ratio": None if p["time_ratio"] is None else round(p["time_ratio"], 1),
+                "rlops_s_to_target": p["rl"]["s_to_target"],
+                "sb3_s_to_target": p["sb"]["s_to_target"],
+                "rlops_sps": round(p["rl"]["sps"], 1),
+                "sb3_sps": round(p["sb"]["sps"], 1),
+            }
+            for p in pairs
+        ],
+        "bars": {"sps_ratio>=200": sps_ratio >= 200, "time_ratio>=100": time_ratio is not None and time_ratio >= 100},
+    }
 
 
 def load_average() -> list[float]:
@@ -212,14 +269,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--num-envs", type=int, default=None, help="rlops envs (default: derived from the pack)")
     p.add_argument("--rlops-timesteps", type=int, default=1_000_000, help="PPOConfig.total_timesteps (LR schedule)")
-    p.add_argument("--rlops-min-steps", type=int, default=300_000,
-                   help="rlops keeps training after the target until this many steps (for its steps/s)")
+    p.add_argument(
+        "--rlops-min-steps",
+        type=int,
+        default=300_000,
+        help="rlops keeps training after the target until this many steps (for its steps/s)",
+    )
     p.add_argument("--rlops-cap-s", type=float, default=150.0)
     p.add_argument("--sb3-cap-s", type=float, default=330.0)
     p.add_argument("--eval-episodes", type=int, default=4096)
-    p.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
-                   help="what 's to target' and the caps count: wall seconds, or CPU seconds of this process "
-                        "(a fair measure on a loaded machine; use --threads 1 with it)")
+    p.add_argument(
+        "--clock",
+        default="wall",
+        choices=sorted(CLOCKS),
+        help="what 's to target' and the caps count: wall seconds, or CPU seconds of this process "
+        "(a fair measure on a loaded machine; use --threads 1 with it)",
+    )
     args = p.parse_args(argv)
     global clock
     clock = CLOCKS[args.clock]
@@ -229,13 +294,27 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     torch.set_num_threads(args.threads)
     load_start = load_average()
-    print(f"load average at start: {load_start}; {args.threads} torch threads; {os.cpu_count()} CPUs; "
-          f"{args.clock} clock", flush=True)
+    print(
+        f"load average at start: {load_start}; {args.threads} torch threads; {os.cpu_count()} CPUs; {args.clock} clock",
+        flush=True,
+    )
     packs = {name: bench_pack(name, args) for name in args.packs.split(",")}
     load_end = load_average()
     print(f"load average at end: {load_end}", flush=True)
-    print(json.dumps({"packs": packs, "sb3_cap_s": args.sb3_cap_s, "device": args.device, "threads": args.threads,
-                      "clock": args.clock, "runs": args.runs, "load_average_start": load_start, "load_average_end": load_end}))
+    print(
+        json.dumps(
+            {
+                "packs": packs,
+                "sb3_cap_s": args.sb3_cap_s,
+                "device": args.device,
+                "threads": args.threads,
+                "clock": args.clock,
+                "runs": args.runs,
+                "load_average_start": load_start,
+                "load_average_end": load_end,
+            }
+        )
+    )
     return 0
 
 

@@ -40,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +49,16 @@ sys.path.insert(0, str(ROOT))
 
 SCENARIO = "credit_approval"
 STORE_DIR = "traces-bench"
-START = datetime(2026, 1, 5, tzinfo=timezone.utc)
+START = datetime(2026, 1, 5, tzinfo=UTC)
 MEASURES = ("replay", "console", "drift_day", "label_queue")
-BARS = {"replay_s": 1.0, "console_first_load_s": 5.0, "console_page_p95_ms": 300.0, "drift_day_s": 15.0,
-        "label_queue_s": 60.0, "peak_rss_gb": 3.0}
+BARS = {
+    "replay_s": 1.0,
+    "console_first_load_s": 5.0,
+    "console_page_p95_ms": 300.0,
+    "drift_day_s": 15.0,
+    "label_queue_s": 60.0,
+    "peak_rss_gb": 3.0,
+}
 
 
 def _console_bench() -> Any:
@@ -75,6 +81,7 @@ def build_store(home: Path, rows: int, days: int) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     from rlops.pipeline_steps.infra.trace_store import parquet_options, partition_path
+
     src = home / "rlops-data" / "traces" / f"scenario={SCENARIO}"
     files = sorted(str(p) for p in src.rglob("*.parquet"))
     base = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default").combine_chunks()
@@ -97,12 +104,16 @@ def build_store(home: Path, rows: int, days: int) -> dict[str, Any]:
         pos = np.arange(start, start + n, dtype=np.int64)
         ep_num = codes[pos % len(base)] + n_eps * (pos // len(base))
         episode = pc.binary_join_element_wise(f"{SCENARIO}-{run_key}-", pc.cast(pa.array(ep_num), pa.string()), "")
-        trace = pc.binary_join_element_wise(episode, pa.chunked_array([steps.combine_chunks()] * k).slice(start, n), "-")
+        trace = pc.binary_join_element_wise(
+            episode, pa.chunked_array([steps.combine_chunks()] * k).slice(start, n), "-"
+        )
         hour_us = int(hour.timestamp() * 1_000_000)
         ts = pa.array(offset_us[pos % len(base)] + hour_us, pa.int64()).cast(base.schema.field("ts").type)
-        table = (big.set_column(big.schema.get_field_index("episode_id"), "episode_id", episode)
-                    .set_column(big.schema.get_field_index("trace_id"), "trace_id", trace)
-                    .set_column(big.schema.get_field_index("ts"), "ts", ts))
+        table = (
+            big.set_column(big.schema.get_field_index("episode_id"), "episode_id", episode)
+            .set_column(big.schema.get_field_index("trace_id"), "trace_id", trace)
+            .set_column(big.schema.get_field_index("ts"), "ts", ts)
+        )
         folder = root / partition_path(scenario=SCENARIO, date=f"{hour:%Y-%m-%d}", hour=hour.hour)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"part-{run_key}-00000.parquet"
@@ -111,10 +122,18 @@ def build_store(home: Path, rows: int, days: int) -> dict[str, Any]:
             probe = str(trace[n // 2])
         written, nbytes = written + n, nbytes + path.stat().st_size
         if h % 24 == 23:
-            print(f"  day {h // 24 + 1}: {written:,} rows, {nbytes / 2**30:.2f} GiB, "
-                  f"{time.perf_counter() - t0:.0f}s", flush=True)
-    return {"rows": written, "files": hours, "base_rows": base.num_rows, "gib": round(nbytes / 2**30, 2),
-            "build_s": round(time.perf_counter() - t0, 1), "trace_id": probe}
+            print(
+                f"  day {h // 24 + 1}: {written:,} rows, {nbytes / 2**30:.2f} GiB, {time.perf_counter() - t0:.0f}s",
+                flush=True,
+            )
+    return {
+        "rows": written,
+        "files": hours,
+        "base_rows": base.num_rows,
+        "gib": round(nbytes / 2**30, 2),
+        "build_s": round(time.perf_counter() - t0, 1),
+        "trace_id": probe,
+    }
 
 
 def last_run_key(days: int) -> str:
@@ -124,9 +143,15 @@ def last_run_key(days: int) -> str:
 # --------------------------------------------------------------------------- measurements (child side)
 def child_params(home: Path, engine: str) -> dict[str, Any]:
     from rlops.common.config import load_params
-    return load_params(overrides={"capture": {"trace_dir": STORE_DIR}, "trace_store": {"engine": engine},
-                                  "drift": {"window_hours": 24},
-                                  "label_queue": {"db_url": f"sqlite:///{home}/rlops-data/queue-{engine}.db"}})
+
+    return load_params(
+        overrides={
+            "capture": {"trace_dir": STORE_DIR},
+            "trace_store": {"engine": engine},
+            "drift": {"window_hours": 24},
+            "label_queue": {"db_url": f"sqlite:///{home}/rlops-data/queue-{engine}.db"},
+        }
+    )
 
 
 def measure(name: str, engine: str, home: Path, days: int, repeats: int, trace_id: str) -> dict[str, Any]:
@@ -138,31 +163,41 @@ def measure(name: str, engine: str, home: Path, days: int, repeats: int, trace_i
 
     import rlops.sandbox.pack  # noqa: F401
     from rlops.pipeline_steps.infra.context import StepContext
+
     params = child_params(home, engine)
     ctx = StepContext.create(SCENARIO, last_run_key(days), params=params)
     if name == "baseline":
         from rlops.pipeline_steps.drift.check import sandbox_baseline
         from rlops.sandbox.profiles import default_profile
+
         pack = ctx.load_pack()
         t0 = time.perf_counter()
-        df, _ = sandbox_baseline(ctx, pack, default_profile(pack, "sandbox"),
-                                 int(ctx.section("drift").get("baseline_episodes", 2000)))
+        df, _ = sandbox_baseline(
+            ctx, pack, default_profile(pack, "sandbox"), int(ctx.section("drift").get("baseline_episodes", 2000))
+        )
         return {"seconds": time.perf_counter() - t0, "rows": len(df)}
     if name == "replay":
         from rlops.pipeline_steps.audit.replay import find_episode, replay
+
         t0 = time.perf_counter()
         rows = find_episode(ctx.traces.reader, ctx.traces.scenario_uri(SCENARIO), trace_id)
         lookup = time.perf_counter() - t0
         t1 = time.perf_counter()
         path = replay(ctx, trace_id)
-        return {"seconds": lookup, "step_s": time.perf_counter() - t1, "episode_steps": path["episode_steps"],
-                "rows": len(rows), "probabilities": path["steps"][0]["probability_source"]}
+        return {
+            "seconds": lookup,
+            "step_s": time.perf_counter() - t1,
+            "episode_steps": path["episode_steps"],
+            "rows": len(rows),
+            "probabilities": path["steps"][0]["probability_source"],
+        }
     if name == "console":
         import numpy as np
         from fastapi.testclient import TestClient
 
         from rlops.console.app import create_app
         from rlops.console.data import ProjectData
+
         cb = _console_bench()
         shutil.rmtree(home / "rlops-data" / "console-cache", ignore_errors=True)
         client = TestClient(create_app(ProjectData(params), mlflow_ui="http://127.0.0.1:5000"))
@@ -175,17 +210,28 @@ def measure(name: str, engine: str, home: Path, days: int, repeats: int, trace_i
             for n, u in urls.items():
                 times[n].append(cb.timed(client, u))
         every = [t for v in times.values() for t in v]
-        return {"seconds": first, "page_p95_ms": float(np.percentile(every, 95)),
-                "pages": {n: {"first_ms": round(firsts[n], 1), "p95_ms": round(float(np.percentile(v, 95)), 1)}
-                          for n, v in times.items()}}
+        return {
+            "seconds": first,
+            "page_p95_ms": float(np.percentile(every, 95)),
+            "pages": {
+                n: {"first_ms": round(firsts[n], 1), "p95_ms": round(float(np.percentile(v, 95)), 1)}
+                for n, v in times.items()
+            },
+        }
     if name == "drift_day":
         from rlops.pipeline_steps.drift.check import drift_check
+
         t0 = time.perf_counter()
         out = drift_check(ctx)
-        return {"seconds": time.perf_counter() - t0, "drifted_fields": len(out["drifted_fields"]),
-                "target": out["target_uri"], "summary": out["summary"]}
+        return {
+            "seconds": time.perf_counter() - t0,
+            "drifted_fields": len(out["drifted_fields"]),
+            "target": out["target_uri"],
+            "summary": out["summary"],
+        }
     if name == "label_queue":
         from rlops.pipeline_steps.labels.step import label_queue_run
+
         t0 = time.perf_counter()
         out = label_queue_run(ctx)
         return {"seconds": time.perf_counter() - t0, "rows_read": out["rows_read"], "items": out["items"]}
@@ -193,12 +239,27 @@ def measure(name: str, engine: str, home: Path, days: int, repeats: int, trace_i
 
 
 # --------------------------------------------------------------------------- measurements (parent side)
-def run_child(name: str, engine: str, args: argparse.Namespace, home: Path, limit_s: float | None,
-              max_gb: float | None) -> dict[str, Any]:
+def run_child(
+    name: str, engine: str, args: argparse.Namespace, home: Path, limit_s: float | None, max_gb: float | None
+) -> dict[str, Any]:
     """Run one measurement in a child process; its peak RSS from wait4, stopped past the limits."""
     log = Path(tempfile.mkstemp(prefix=f"trace-scale-{name}-{engine}-", suffix=".log")[1])
-    cmd = [sys.executable, __file__, "--child", name, "--engine", engine, "--home", str(home),
-           "--days", str(args.days), "--repeats", str(args.repeats), "--trace-id", args.trace_id]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        name,
+        "--engine",
+        engine,
+        "--home",
+        str(home),
+        "--days",
+        str(args.days),
+        "--repeats",
+        str(args.repeats),
+        "--trace-id",
+        args.trace_id,
+    ]
     env = {**os.environ, "RLOPS_HOME": str(home), "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
     t0, why = time.perf_counter(), None
     with log.open("w") as out:
@@ -220,7 +281,10 @@ def run_child(name: str, engine: str, args: argparse.Namespace, home: Path, limi
     proc.returncode = os.waitstatus_to_exitcode(status)
     text = log.read_text()
     log.unlink(missing_ok=True)
-    res: dict[str, Any] = {"peak_rss_gb": round(usage.ru_maxrss / 2**20, 2), "wall_s": round(time.perf_counter() - t0, 1)}
+    res: dict[str, Any] = {
+        "peak_rss_gb": round(usage.ru_maxrss / 2**20, 2),
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
     if why:
         return {**res, "finished": False, "why": why}
     last = text.strip().splitlines()[-1] if text.strip() else ""
@@ -243,11 +307,14 @@ def verdict(duck: dict[str, dict[str, Any]]) -> dict[str, bool]:
     def ok(m: str, key: str, bar: float) -> bool:
         r = duck.get(m, {})
         return bool(r.get("finished")) and float(r.get(key, float("inf"))) < bar
-    out = {"replay_s": ok("replay", "seconds", BARS["replay_s"]),
-           "console_first_load_s": ok("console", "seconds", BARS["console_first_load_s"]),
-           "console_page_p95_ms": ok("console", "page_p95_ms", BARS["console_page_p95_ms"]),
-           "drift_day_s": ok("drift_day", "seconds", BARS["drift_day_s"]),
-           "label_queue_s": ok("label_queue", "seconds", BARS["label_queue_s"])}
+
+    out = {
+        "replay_s": ok("replay", "seconds", BARS["replay_s"]),
+        "console_first_load_s": ok("console", "seconds", BARS["console_first_load_s"]),
+        "console_page_p95_ms": ok("console", "page_p95_ms", BARS["console_page_p95_ms"]),
+        "drift_day_s": ok("drift_day", "seconds", BARS["drift_day_s"]),
+        "label_queue_s": ok("label_queue", "seconds", BARS["label_queue_s"]),
+    }
     out["peak_rss_gb"] = all(float(r.get("peak_rss_gb", 99)) < BARS["peak_rss_gb"] for r in duck.values())
     return out
 
@@ -268,8 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace-id", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.child, args.engine, args.home, args.days, args.repeats, args.trace_id),
-                         default=str))
+        print(
+            json.dumps(measure(args.child, args.engine, args.home, args.days, args.repeats, args.trace_id), default=str)
+        )
         return 0
     if args.days < 2:
         raise SystemExit("--days must be at least 2 (the replay id is on the middle day, drift reads the last)")
@@ -281,9 +349,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"demo home ready: {home} ({time.perf_counter() - t0:.0f}s)", flush=True)
     store = build_store(home, args.rows, args.days)
     args.trace_id = store["trace_id"]
-    print(f"store: {store['rows']:,} rows in {store['files']} hourly partitions, {store['gib']} GiB, "
-          f"built in {store['build_s']}s", flush=True)
-    print(subprocess.run(["df", "-h", str(home)], capture_output=True, text=True, check=False).stdout.strip(), flush=True)
+    print(
+        f"store: {store['rows']:,} rows in {store['files']} hourly partitions, {store['gib']} GiB, "
+        f"built in {store['build_s']}s",
+        flush=True,
+    )
+    print(
+        subprocess.run(["df", "-h", str(home)], capture_output=True, text=True, check=False).stdout.strip(), flush=True
+    )
     results: dict[str, dict[str, Any]] = {"duckdb": {}, "pandas": {}}
     try:
         warm = run_child("baseline", "duckdb", args, home, None, None)
@@ -305,10 +378,26 @@ def main(argv: list[str] | None = None) -> int:
     def ratio(m: str) -> float | None:
         d, p = results["duckdb"].get(m, {}), results["pandas"].get(m, {})
         return round(p["seconds"] / d["seconds"], 1) if d.get("finished") and p.get("finished") else None
-    print(json.dumps({"bench": "trace_scale", **store, "days": args.days, "bars": BARS, "passed": passed,
-                      "all_passed": all(passed.values()), "duckdb": results["duckdb"], "pandas": results["pandas"],
-                      "pandas_over_duckdb": {m: ratio(m) for m in MEASURES},
-                      "loadavg_start": load_start, "loadavg_end": load_end, "cpus": os.cpu_count()}, default=str))
+
+    print(
+        json.dumps(
+            {
+                "bench": "trace_scale",
+                **store,
+                "days": args.days,
+                "bars": BARS,
+                "passed": passed,
+                "all_passed": all(passed.values()),
+                "duckdb": results["duckdb"],
+                "pandas": results["pandas"],
+                "pandas_over_duckdb": {m: ratio(m) for m in MEASURES},
+                "loadavg_start": load_start,
+                "loadavg_end": load_end,
+                "cpus": os.cpu_count(),
+            },
+            default=str,
+        )
+    )
     return 0 if all(passed.values()) else 1
 
 

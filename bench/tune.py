@@ -34,8 +34,8 @@ from rlops.pipeline_steps.infra.context import StepContext  # noqa: E402
 from rlops.pipeline_steps.training.tune import tune  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-EVAL_SEED = 3_000_000          # held-out episodes: disjoint from training (from 7) and early stopping (9,000,000)
-MAX_TRIALS = 1000              # the budget, not the count, ends a study
+EVAL_SEED = 3_000_000  # held-out episodes: disjoint from training (from 7) and early stopping (9,000,000)
+MAX_TRIALS = 1000  # the budget, not the count, ends a study
 
 
 def built_in_packs() -> list[str]:
@@ -44,22 +44,43 @@ def built_in_packs() -> list[str]:
 
 def tune_pack(name: str, home: Path, budget_s: float, timesteps: int, eval_episodes: int) -> dict[str, Any]:
     """One study on pack ``name`` with its MLflow runs under ``home``."""
-    params = load_params(overrides={
-        "storage": {"root": f"file://{home / 'data'}"}, "local_dir": str(home / "local"),
-        "tracking": {"uri": f"sqlite:///{home / 'mlflow.db'}", "artifact_root": str(home / "mlartifacts")}})
+    params = load_params(
+        overrides={
+            "storage": {"root": f"file://{home / 'data'}"},
+            "local_dir": str(home / "local"),
+            "tracking": {"uri": f"sqlite:///{home / 'mlflow.db'}", "artifact_root": str(home / "mlartifacts")},
+        }
+    )
     ctx = StepContext.create(name, run_key="20260101T0000", params=params)
     t0 = time.perf_counter()
-    res = tune(ctx, trials=MAX_TRIALS, budget_s=budget_s, timesteps=timesteps, eval_episodes=eval_episodes,
-               eval_seed=EVAL_SEED, device="cpu", write=False)
+    res = tune(
+        ctx,
+        trials=MAX_TRIALS,
+        budget_s=budget_s,
+        timesteps=timesteps,
+        eval_episodes=eval_episodes,
+        eval_seed=EVAL_SEED,
+        device="cpu",
+        write=False,
+    )
     wall = time.perf_counter() - t0
     pruned = sum(1 for t in res.trials if t["pruned"])
     best = next(t for t in res.trials if not t["pruned"] and t["value"] == res.best_value)
-    return {"defaults_heldout_return": round(res.default_value, 4), "best_heldout_return": round(res.best_value, 4),
-            "gain": round(res.best_value - res.default_value, 4), "best_trial": best["number"],
-            "best_is_at_least_defaults": res.best_value >= res.default_value,
-            "trials_run": len(res.trials), "trials_pruned": pruned, "budget_s": budget_s,
-            "wall_s": round(wall, 1), "timesteps_per_trial": timesteps, "eval_episodes": eval_episodes,
-            "defaults": res.default_params, "best": res.best_params}
+    return {
+        "defaults_heldout_return": round(res.default_value, 4),
+        "best_heldout_return": round(res.best_value, 4),
+        "gain": round(res.best_value - res.default_value, 4),
+        "best_trial": best["number"],
+        "best_is_at_least_defaults": res.best_value >= res.default_value,
+        "trials_run": len(res.trials),
+        "trials_pruned": pruned,
+        "budget_s": budget_s,
+        "wall_s": round(wall, 1),
+        "timesteps_per_trial": timesteps,
+        "eval_episodes": eval_episodes,
+        "defaults": res.default_params,
+        "best": res.best_params,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
     import logging
+
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     load_start = load_report("start")
     report: dict[str, Any] = {}
@@ -80,14 +102,26 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.packs.split(","):
             r = tune_pack(name, Path(tmp) / name, args.budget_s, args.timesteps, args.eval_episodes)
             report[name] = r
-            print(f"{name:20} defaults {r['defaults_heldout_return']:.4f}  best {r['best_heldout_return']:.4f} "
-                  f"(trial {r['best_trial']}, {r['gain']:+.4f})  trials {r['trials_run']} ({r['trials_pruned']} "
-                  f"pruned)  {r['wall_s']:.0f} s of {r['budget_s']:.0f} s  "
-                  f"best >= defaults: {'yes' if r['best_is_at_least_defaults'] else 'NO'}", flush=True)
+            print(
+                f"{name:20} defaults {r['defaults_heldout_return']:.4f}  best {r['best_heldout_return']:.4f} "
+                f"(trial {r['best_trial']}, {r['gain']:+.4f})  trials {r['trials_run']} ({r['trials_pruned']} "
+                f"pruned)  {r['wall_s']:.0f} s of {r['budget_s']:.0f} s  "
+                f"best >= defaults: {'yes' if r['best_is_at_least_defaults'] else 'NO'}",
+                flush=True,
+            )
             print(f"{'':20} best config {r['best']}", flush=True)
     load_end = load_report("end")
-    print(json.dumps({"packs": report, "pass": all(r["best_is_at_least_defaults"] for r in report.values()),
-                      "threads": args.threads, "load_average_start": load_start, "load_average_end": load_end}))
+    print(
+        json.dumps(
+            {
+                "packs": report,
+                "pass": all(r["best_is_at_least_defaults"] for r in report.values()),
+                "threads": args.threads,
+                "load_average_start": load_start,
+                "load_average_end": load_end,
+            }
+        )
+    )
     return 0
 
 

@@ -22,11 +22,13 @@ def build(pack: PackDagConfig):
         @task
         def validate_conf(**context) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.validate_conf(context["params"], context, interval_minutes=60)
 
         @task
         def detect_drift(conf: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.detect_drift(conf)
 
         @task.short_circuit
@@ -36,6 +38,7 @@ def build(pack: PackDagConfig):
         @task
         def recalibrate(conf: dict, drift: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.recalibrate(conf, drift)
 
         conf = validate_conf()

@@ -20,16 +20,19 @@ def build(pack: PackDagConfig):
         @task
         def validate_conf(**context) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.validate_conf(context["params"], context, interval_minutes=60)
 
         @task
         def enqueue_uncertain_states(conf: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.label_queue(conf)
 
         @task
         def ingest_labels(conf: dict, queued: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.ingest_labels(conf)
 
         conf = validate_conf()

@@ -21,10 +21,15 @@ def build(pack: PackDagConfig):
     settings = dag_settings(pack, KIND)
     settings["params"] = {
         **settings["params"],
-        "candidate": Param("1", type="string", pattern=r"^(v?\d+|[A-Za-z0-9_.-]+-policy/v?\d+)$",
-                           description="policy version to judge and promote (3 or <pack>-policy/3)"),
-        "requested_by": Param("airflow", type="string",
-                              description="who asked: mlflow-ui-alias, manual-champion, airflow"),
+        "candidate": Param(
+            "1",
+            type="string",
+            pattern=r"^(v?\d+|[A-Za-z0-9_.-]+-policy/v?\d+)$",
+            description="policy version to judge and promote (3 or <pack>-policy/3)",
+        ),
+        "requested_by": Param(
+            "airflow", type="string", description="who asked: mlflow-ui-alias, manual-champion, airflow"
+        ),
     }
 
     @dag(tags=pack.tags("promotion"), doc_md=pack_doc(__doc__, KIND, pack), **settings)
@@ -32,11 +37,13 @@ def build(pack: PackDagConfig):
         @task
         def validate_conf(**context) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.validate_promotion_conf(context["params"], context)
 
         @task
         def evaluate_and_promote(conf: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.promote_requested(conf)
 
         evaluate_and_promote(validate_conf())

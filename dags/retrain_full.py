@@ -19,49 +19,66 @@ Conf (all optional; defaults from the pack's params): `reward_fn`, `timesteps`, 
 
 from airflow.sdk import dag, task
 
-from rlops.pipeline_steps.orchestration.settings import (GPU_POOL, GPU_QUEUE, PackDagConfig, dag_id, dag_settings,
-                                                         pack_dag_configs, pack_doc)
+from rlops.pipeline_steps.orchestration.settings import (
+    GPU_POOL,
+    GPU_QUEUE,
+    PackDagConfig,
+    dag_id,
+    dag_settings,
+    pack_dag_configs,
+    pack_doc,
+)
 
 KIND = "retrain_full"
 
 
 def build(pack: PackDagConfig):
-    @dag(tags=pack.tags("training", "full"), doc_md=pack_doc(__doc__, KIND, pack),
-         **dag_settings(pack, KIND, mode="full"))
+    @dag(
+        tags=pack.tags("training", "full"),
+        doc_md=pack_doc(__doc__, KIND, pack),
+        **dag_settings(pack, KIND, mode="full"),
+    )
     def retrain_full():
         @task
         def validate_conf(**context) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.validate_conf(context["params"], context, interval_minutes=60)
 
         @task.short_circuit
         def inputs_changed(conf: dict) -> bool:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.inputs_changed(conf, "full")
 
         @task
         def train_reward_model(conf: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.train_reward_model(conf)
 
         @task
         def relabel(conf: dict, reward_model: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.relabel(conf, reward_model)
 
         @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=1)
         def train_policy(conf: dict, reward_model: dict, relabelled: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.train_policy(conf, mode="full", reward_model=reward_model)
 
         @task
         def stress_test(conf: dict, trained: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.stress_test(conf, trained)
 
         @task
         def evaluate_and_promote(conf: dict, trained: dict, stressed: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.evaluate_and_promote(conf, trained, stressed)
 
         conf = validate_conf()

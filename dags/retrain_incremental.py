@@ -13,39 +13,54 @@ Conf (all optional; defaults from the pack's params): `reward_fn`, `timesteps`, 
 
 from airflow.sdk import dag, task
 
-from rlops.pipeline_steps.orchestration.settings import (GPU_POOL, GPU_QUEUE, PackDagConfig, dag_id, dag_settings,
-                                                         pack_dag_configs, pack_doc)
+from rlops.pipeline_steps.orchestration.settings import (
+    GPU_POOL,
+    GPU_QUEUE,
+    PackDagConfig,
+    dag_id,
+    dag_settings,
+    pack_dag_configs,
+    pack_doc,
+)
 
 KIND = "retrain_incremental"
 
 
 def build(pack: PackDagConfig):
-    @dag(tags=pack.tags("training", "incremental"), doc_md=pack_doc(__doc__, KIND, pack),
-         **dag_settings(pack, KIND, mode="incremental"))
+    @dag(
+        tags=pack.tags("training", "incremental"),
+        doc_md=pack_doc(__doc__, KIND, pack),
+        **dag_settings(pack, KIND, mode="incremental"),
+    )
     def retrain_incremental():
         @task
         def validate_conf(**context) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.validate_conf(context["params"], context, interval_minutes=15)
 
         @task.short_circuit
         def inputs_changed(conf: dict) -> bool:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.inputs_changed(conf, "incremental")
 
         @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=1)
         def train_policy(conf: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.train_policy(conf, mode="incremental")
 
         @task
         def stress_test(conf: dict, trained: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.stress_test(conf, trained)
 
         @task
         def evaluate_and_promote(conf: dict, trained: dict, stressed: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.evaluate_and_promote(conf, trained, stressed)
 
         conf = validate_conf()

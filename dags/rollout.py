@@ -23,11 +23,13 @@ def build(pack: PackDagConfig):
         @task
         def validate_conf(**context) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.validate_conf(context["params"], context, interval_minutes=15)
 
         @task
         def advance_or_roll_back(conf: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.rollout(conf)
 
         advance_or_roll_back(validate_conf())

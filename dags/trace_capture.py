@@ -6,7 +6,8 @@ store (parquet partitioned by scenario/date/hour), validating every row against 
 contract: rows that break it go to the quarantine partition with their reason
 (rows in = accepted + quarantined). With `simulate: true` in the conf (no live agent yet, demos)
 it samples the `champion` running in the pack's `live` simulation profile instead, and says so
-(`source: simulation:live`); by default it never stores simulated traffic. Re-running an interval overwrites its partition.
+(`source: simulation:live`); by default it never stores simulated traffic. Re-running an interval
+overwrites its partition.
 """
 
 from airflow.sdk import Param, dag, task
@@ -18,20 +19,28 @@ KIND = "trace_capture"
 
 def build(pack: PackDagConfig):
     settings = dag_settings(pack, KIND)
-    settings["params"] = {**settings["params"], "simulate": Param(
-        False, type="boolean", description="sample the champion in the `live` simulation profile instead of "
-                                           "reading the landing zone (recorded as source simulation:live)")}
+    settings["params"] = {
+        **settings["params"],
+        "simulate": Param(
+            False,
+            type="boolean",
+            description="sample the champion in the `live` simulation profile instead of "
+            "reading the landing zone (recorded as source simulation:live)",
+        ),
+    }
 
     @dag(tags=pack.tags("data"), doc_md=pack_doc(__doc__, KIND, pack), **settings)
     def trace_capture():
         @task
         def validate_conf(**context) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.validate_conf(context["params"], context, interval_minutes=15)
 
         @task
         def capture(conf: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
+
             return tasks.capture(conf)
 
         capture(validate_conf())

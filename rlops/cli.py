@@ -20,7 +20,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from rlops.common.errors import ExitCode, RlopsError
 
@@ -33,11 +34,39 @@ EXIT_CODES = """exit codes:
 
 
 def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
-    from rlops.commands import (audit, calibrate, capture, config, console, demo, drift, env, labels, model, profile,
-                                simulate, stress, train)
-    return [env.register, capture.register, drift.register, calibrate.register, labels.register, train.register,
-            profile.register, stress.register, model.register, audit.register, simulate.register, console.register,
-            demo.register, config.register]
+    from rlops.commands import (
+        audit,
+        calibrate,
+        capture,
+        config,
+        console,
+        demo,
+        drift,
+        env,
+        labels,
+        model,
+        profile,
+        simulate,
+        stress,
+        train,
+    )
+
+    return [
+        env.register,
+        capture.register,
+        drift.register,
+        calibrate.register,
+        labels.register,
+        train.register,
+        profile.register,
+        stress.register,
+        model.register,
+        audit.register,
+        simulate.register,
+        console.register,
+        demo.register,
+        config.register,
+    ]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -52,10 +81,12 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = OneLineParser(
-        prog="rlops", description="Train, test and promote agent decision policies with reinforcement learning.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--debug", action="store_true",
-                        help="show the traceback of an internal error")
+        prog="rlops",
+        description="Train, test and promote agent decision policies with reinforcement learning.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for register in _registrars():
         register(sub)
@@ -81,8 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # an internal error: a short message, the traceback only on request
         if args.debug:
             raise
-        print(f"internal error: {type(exc).__name__}: {exc} (rerun with `rlops --debug ...` for "
-              "the traceback)", file=sys.stderr)
+        print(
+            f"internal error: {type(exc).__name__}: {exc} (rerun with `rlops --debug ...` for the traceback)",
+            file=sys.stderr,
+        )
         return int(ExitCode.FAILED)
 
 

@@ -22,11 +22,11 @@ by the ``demo:`` block of the pack's params.yaml (a pack whose payoffs come late
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from rlops.common.config import load_params, resolve_local
-from rlops.common.params_model import Params
 
 STEPS = 8
 
@@ -43,13 +43,13 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 def run(scenario: str | None = None) -> int:
     from rlops.pipeline_steps.capture.step import capture_step
-    from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.drift.check import drift_check
-    from rlops.pipeline_steps.promotion.flow import promote
     from rlops.pipeline_steps.drift.calibrate import recalibrate
-    from rlops.pipeline_steps.training.reward_model import train_reward_model_step
+    from rlops.pipeline_steps.drift.check import drift_check
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.promotion.flow import promote
     from rlops.pipeline_steps.stress.step import stress_test
     from rlops.pipeline_steps.training.policy import train_policy
+    from rlops.pipeline_steps.training.reward_model import train_reward_model_step
     from rlops.sandbox.pack import load_pack
 
     params = load_params()
@@ -58,41 +58,57 @@ def run(scenario: str | None = None) -> int:
     # The project's demo budgets, with the pack's own (its params.yaml `demo:` block) on top.
     demo = StepContext.create(scenario, run_key, params=params).config.demo
     import torch
+
     torch.set_num_threads(demo.torch_threads)
-    overrides = {"capture": {"episodes": demo.capture_episodes},
-                 "drift": {"baseline_episodes": demo.capture_episodes},
-                 "reward_model": {"pairs": demo.reward_model_pairs}}
+    overrides = {
+        "capture": {"episodes": demo.capture_episodes},
+        "drift": {"baseline_episodes": demo.capture_episodes},
+        "reward_model": {"pairs": demo.reward_model_pairs},
+    }
     ctx = StepContext.create(scenario, run_key, params=load_params(overrides=overrides))
     started = time.perf_counter()
     print(f"rlops demo — scenario {scenario}, run key {run_key}, data in {resolve_local('rlops-data')}\n")
 
     pack, dt = _timed(lambda: load_pack(ctx.pack_dir))
-    _say(1, f"pack {pack.name}: {len(pack.scenario.spec.fields)} fields, {pack.scenario.n_actions} actions, "
-            f"profiles {sorted(pack.scenario.profiles)}, reward functions {sorted(pack.reward_fns)} ({dt:.1f}s)")
+    _say(
+        1,
+        f"pack {pack.name}: {len(pack.scenario.spec.fields)} fields, {pack.scenario.n_actions} actions, "
+        f"profiles {sorted(pack.scenario.profiles)}, reward functions {sorted(pack.reward_fns)} ({dt:.1f}s)",
+    )
 
     cap, dt = _timed(lambda: capture_step(ctx, simulate=True, profile="live"))
-    _say(2, f"captured {cap['rows_in']} trace rows of live traffic served by {cap['policy_version']}: "
-            f"{cap['rows_accepted']} accepted, {cap['rows_quarantined']} quarantined ({dt:.1f}s)")
+    _say(
+        2,
+        f"captured {cap['rows_in']} trace rows of live traffic served by {cap['policy_version']}: "
+        f"{cap['rows_accepted']} accepted, {cap['rows_quarantined']} quarantined ({dt:.1f}s)",
+    )
 
     drift, dt = _timed(lambda: drift_check(ctx))
-    _say(3, f"drift vs sandbox: {drift['summary']} {drift['drifted_fields']}; live mean return "
-            f"{drift['live_mean_return']} vs sandbox {drift['sandbox_mean_return']} ({dt:.1f}s)\n"
-            f"      report: {drift['html_uri']}")
+    _say(
+        3,
+        f"drift vs sandbox: {drift['summary']} {drift['drifted_fields']}; live mean return "
+        f"{drift['live_mean_return']} vs sandbox {drift['sandbox_mean_return']} ({dt:.1f}s)\n"
+        f"      report: {drift['html_uri']}",
+    )
 
     cal, dt = _timed(lambda: recalibrate(ctx, traces_uri=drift["target_uri"]))
     moved = ", ".join(f"{k} {v['before']:.3f}→{v['after']:.3f}" for k, v in list(cal.get("check", {}).items())[:3])
-    _say(4, f"sandbox recalibrated to live: version {cal['version']}, profile '{cal['profile']}' ({moved}) "
-            f"({dt:.1f}s)")
+    _say(4, f"sandbox recalibrated to live: version {cal['version']}, profile '{cal['profile']}' ({moved}) ({dt:.1f}s)")
 
     rm, dt = _timed(lambda: train_reward_model_step(ctx))
-    _say(5, f"reward model v{rm['model_version']}: held-out pairwise accuracy {rm['heldout_pairwise_accuracy']:.3f} "
-            f"({dt:.1f}s)")
+    _say(
+        5,
+        f"reward model v{rm['model_version']}: held-out pairwise accuracy {rm['heldout_pairwise_accuracy']:.3f} "
+        f"({dt:.1f}s)",
+    )
 
     timesteps = demo.timesteps
     _say(6, f"training a policy with masked PPO for {timesteps:,} steps in the calibrated sandbox …")
     tr, dt = _timed(lambda: train_policy(ctx, mode="full", timesteps=timesteps))
-    print(f"      candidate {scenario}-policy v{tr['model_version']}: mean return {tr['mean_return']:.3f} "
-          f"({dt:.1f}s)", flush=True)
+    print(
+        f"      candidate {scenario}-policy v{tr['model_version']}: mean return {tr['mean_return']:.3f} ({dt:.1f}s)",
+        flush=True,
+    )
 
     st, dt = _timed(lambda: stress_test(ctx, policy_version=str(tr["model_version"])))
     _say(7, f"stress test: {st['verdict']}{'' if st['passed'] else ' — ' + '; '.join(st['reasons'])} ({dt:.1f}s)")
@@ -101,14 +117,19 @@ def run(scenario: str | None = None) -> int:
     _say(8, f"gated evaluation vs {pr.get('baseline') or 'champion'} ({dt:.1f}s):")
     _print_gates(pr.get("gates", []))
     champion = ctx.tracker.get_alias(f"{scenario}-policy", "champion")
-    print(f"\n{'PROMOTED' if pr.get('promoted') else 'NOT PROMOTED (the champion stays; a normal outcome)'}: "
-          f"{pr.get('reason', '')}")
+    print(
+        f"\n{'PROMOTED' if pr.get('promoted') else 'NOT PROMOTED (the champion stays; a normal outcome)'}: "
+        f"{pr.get('reason', '')}"
+    )
     print(f"champion: {scenario}-policy v{champion}" if champion else "champion: none (the rule engine serves)")
     from rlops.pipeline_steps.infra.registry import ui_url
-    print(f"total {time.perf_counter() - started:.0f}s\n\nSee it in the MLflow UI:\n"
-          f"  .venv/bin/mlflow ui --backend-store-uri {ctx.tracker.tracking_uri}\n"
-          f"then open {ui_url('http://127.0.0.1:5000', f'experiments/{ctx.tracker.experiment_id}/runs')} "
-          f"(experiment '{scenario}', model '{scenario}-policy', in the model-training view).")
+
+    print(
+        f"total {time.perf_counter() - started:.0f}s\n\nSee it in the MLflow UI:\n"
+        f"  .venv/bin/mlflow ui --backend-store-uri {ctx.tracker.tracking_uri}\n"
+        f"then open {ui_url('http://127.0.0.1:5000', f'experiments/{ctx.tracker.experiment_id}/runs')} "
+        f"(experiment '{scenario}', model '{scenario}-policy', in the model-training view)."
+    )
     return 0
 
 
@@ -118,7 +139,8 @@ def _own_run_key(ctx: Any) -> str:
     from datetime import timedelta
 
     from rlops.common.run_key import RunKey
-    key = RunKey.ending_at(datetime.now(timezone.utc), minutes=1)
+
+    key = RunKey.ending_at(datetime.now(UTC), minutes=1)
     while ctx.storage.exists(ctx.uri("calibrations", ctx.scenario, f"{key}.json")):
         key = RunKey(key.start - timedelta(minutes=1), key.start)
     return str(key)
@@ -128,6 +150,7 @@ def _promote_or_say_why(promote: Callable[..., dict[str, Any]], ctx: Any, candid
     """The gated promotion; a candidate that cannot be promoted (e.g. training reproduced the
     champion itself) is an outcome with its reason, not a crash."""
     from rlops.common.errors import UserError
+
     try:
         return promote(ctx, candidate=candidate)
     except (ValueError, UserError) as exc:
@@ -136,10 +159,11 @@ def _promote_or_say_why(promote: Callable[..., dict[str, Any]], ctx: Any, candid
 
 def _print_gates(gates: list[dict[str, Any]]) -> None:
     from rlops.pipeline_steps.promotion.gates import gate_state
+
     def fmt(v: Any) -> str:
         return "—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
-    rows = [(g["gate"], fmt(g["candidate"]), fmt(g["champion"]), str(g["threshold"]), gate_state(g))
-            for g in gates]
+
+    rows = [(g["gate"], fmt(g["candidate"]), fmt(g["champion"]), str(g["threshold"]), gate_state(g)) for g in gates]
     head = ("gate", "candidate", "champion", "threshold", "")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
     for r in [head, *rows]:

@@ -49,8 +49,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # run with another rootdir or config file.
     config.addinivalue_line("markers", "slow: long-running behaviour tests (run with -m slow)")
     config.addinivalue_line("markers", "gpu: needs CUDA (skipped when no CUDA device is present)")
-    config.addinivalue_line("markers", "distributed: starts Airflow with the CeleryExecutor on "
-                                       "local Postgres and Redis")
+    config.addinivalue_line(
+        "markers", "distributed: starts Airflow with the CeleryExecutor on local Postgres and Redis"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -58,6 +59,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     try:
         import torch
+
         has_cuda = bool(torch.cuda.is_available())
     except Exception:  # noqa: BLE001 - no torch means no GPU either
         has_cuda = False
@@ -72,6 +74,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def _moto_server() -> Iterator[str]:
     from moto.server import ThreadedMotoServer
+
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -101,6 +104,7 @@ def moto_s3(_moto_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 def moto_bucket(moto_s3: str) -> str:
     """``s3://rlops-test``, created on the moto server."""
     import boto3
+
     boto3.client("s3", endpoint_url=moto_s3).create_bucket(Bucket="rlops-test")
     return "s3://rlops-test"
 
@@ -109,14 +113,14 @@ def moto_bucket(moto_s3: str) -> str:
 @pytest.fixture(scope="session")
 def _mlflow_template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from mlflow import MlflowClient
+
     db = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
     MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()  # runs the migrations
     return db
 
 
 @pytest.fixture
-def tmp_tracking(_mlflow_template_db: Path, tmp_path: Path,
-                 monkeypatch: pytest.MonkeyPatch) -> str:
+def tmp_tracking(_mlflow_template_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A fresh MLflow tracking URI ``sqlite:///<tmp>/mlflow.db`` with its artifact root in tmp."""
     folder = tmp_path / "mlflow"
     folder.mkdir()
@@ -142,6 +146,7 @@ def steps_load_pack(pack: object, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
     from rlops.pipeline_steps.infra.context import StepContext
+
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
     torch.set_num_threads(1)
 
@@ -168,8 +173,9 @@ def airflow_db() -> str:
     the ``gpu`` pool the training tasks use."""
     env = dict(os.environ)
     for cmd in (["db", "migrate"], ["pools", "set", "gpu", "1", "GPU training slots"]):
-        out = subprocess.run([sys.executable, "-m", "airflow", *cmd], env=env, capture_output=True, text=True,
-                             timeout=600)
+        out = subprocess.run(
+            [sys.executable, "-m", "airflow", *cmd], env=env, capture_output=True, text=True, timeout=600
+        )
         assert out.returncode == 0, out.stderr[-3000:]
     return env["AIRFLOW_HOME"]
 
@@ -178,6 +184,7 @@ def airflow_db() -> str:
 def rlops_home(tmp_path: Path, tmp_tracking: str, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A project home: storage, MLflow and the label queue under tmp, tiny budgets."""
     from rlops.common.config import deep_merge
+
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
     params = deep_merge(params, TINY)
     params["storage"]["root"] = f"file://{tmp_path / 'data'}"
@@ -194,6 +201,7 @@ def rlops_home(tmp_path: Path, tmp_tracking: str, monkeypatch: pytest.MonkeyPatc
 # --------------------------------------------------------------------------- MLflow server
 def free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -209,18 +217,42 @@ def mlflow_server(tmp_path: Path, _mlflow_template_db: Path) -> Any:
     import urllib.request
 
     from cryptography.fernet import Fernet
+
     folder = tmp_path / "mlflow-server"
     folder.mkdir()
     shutil.copyfile(_mlflow_template_db, folder / "mlflow.db")
     port = free_port()
-    env = {**os.environ, "MLFLOW_WEBHOOK_ALLOWED_SCHEMES": "http,https", "MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true",
-           "MLFLOW_WEBHOOK_CACHE_TTL": "1", "MLFLOW_WEBHOOK_REQUEST_MAX_RETRIES": "1",
-           "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": Fernet.generate_key().decode()}
-    log = open(folder / "server.log", "w")
+    env = {
+        **os.environ,
+        "MLFLOW_WEBHOOK_ALLOWED_SCHEMES": "http,https",
+        "MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true",
+        "MLFLOW_WEBHOOK_CACHE_TTL": "1",
+        "MLFLOW_WEBHOOK_REQUEST_MAX_RETRIES": "1",
+        "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": Fernet.generate_key().decode(),
+    }
+    log = open(folder / "server.log", "w")  # noqa: SIM115 - the server writes to it until the fixture ends
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
-         "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{folder / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(folder / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=folder,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while True:

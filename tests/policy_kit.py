@@ -20,12 +20,14 @@ NAME = policy_model_name(SCENARIO)
 
 def credit_pack() -> Any:
     from rlops.sandbox.pack import load_pack
+
     return load_pack(REPO_ROOT / "scenarios" / SCENARIO, check_liveness=False)
 
 
 def preference_policy(pack: Any, prefs: dict[str, float]) -> Any:
     """A network whose greedy choice is the legal action with the highest preference."""
     from rlops.model.policy import PolicyConfig, PolicyNetwork
+
     p = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))
     with torch.no_grad():
         p.actor[-1].weight.zero_()
@@ -35,8 +37,17 @@ def preference_policy(pack: Any, prefs: dict[str, float]) -> Any:
 
 def approve_all_policy(pack: Any) -> Any:
     """Checks, then approves everyone: many defaults — a deliberately bad policy."""
-    return preference_policy(pack, {"approve": 5, "initiate_fraud_check": 4, "fetch_credit_report": 3,
-                                    "send_notification": 2, "reject": -1, "escalate_to_human": -2})
+    return preference_policy(
+        pack,
+        {
+            "approve": 5,
+            "initiate_fraud_check": 4,
+            "fetch_credit_report": 3,
+            "send_notification": 2,
+            "reject": -1,
+            "escalate_to_human": -2,
+        },
+    )
 
 
 def cloned_rules_policy(pack: Any) -> Any:
@@ -44,6 +55,7 @@ def cloned_rules_policy(pack: Any) -> Any:
     from rlops.model.policy import PolicyConfig, PolicyNetwork
     from rlops.sandbox.env import BatchedEnv
     from rlops.sandbox.policies import rule_policy
+
     env = BatchedEnv(pack.scenario, pack.reward_fn("v1"), num_envs=512, profile="live", illegal_action="noop")
     env.reset(123)
     obs, acts = [], []
@@ -52,12 +64,12 @@ def cloned_rules_policy(pack: Any) -> Any:
         obs.append(env.observe())
         acts.append(a)
         env.step(a)
-    O, A = torch.cat(obs), torch.cat(acts)
+    obs_all, A = torch.cat(obs), torch.cat(acts)
     torch.manual_seed(0)
     p = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))
     opt = torch.optim.Adam(p.parameters(), lr=2e-2)
     for _ in range(200):
-        loss = torch.nn.functional.nll_loss(p(O)[0], A)
+        loss = torch.nn.functional.nll_loss(p(obs_all)[0], A)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -67,6 +79,7 @@ def cloned_rules_policy(pack: Any) -> Any:
 def register(ctx: Any, pack: Any, policy: Any, description: str | None = None, **tags: Any) -> str:
     """Register ``policy`` as a new version of the scenario's policy model; returns the version."""
     from rlops.pipeline_steps.training.policy import register_policy
+
     with ctx.tracker.start_run("test-policy") as run, tempfile.TemporaryDirectory() as tmp:
         return register_policy(ctx, run, pack, policy, {"mode": "full", **tags}, Path(tmp), description=description)
 
@@ -75,10 +88,21 @@ def promotion_ctx(run_key: str = "20260105T1000", dry_run: bool = False, **evalu
     """A step context with evaluation budgets small enough for tests (600 episodes, 500 bootstrap
     samples, a loose latency ceiling, no stress test required); ``evaluate`` overrides them."""
     from rlops.pipeline_steps.infra.context import StepContext
-    cfg = {"episodes": 600, "bootstrap_samples": 500, "latency_p99_ratio": 1000.0, "latency_samples": 50,
-           "require_stress_test": False, "min_segment_episodes": 50, "segment_tolerance": 0.1}
-    return StepContext.create(run_key=run_key, dry_run=dry_run,
-                              overrides={"evaluate": deep_merge(cfg, evaluate), "tracking": {"http_max_retries": 0}})
+
+    cfg = {
+        "episodes": 600,
+        "bootstrap_samples": 500,
+        "latency_p99_ratio": 1000.0,
+        "latency_samples": 50,
+        "require_stress_test": False,
+        "min_segment_episodes": 50,
+        "segment_tolerance": 0.1,
+    }
+    return StepContext.create(
+        run_key=run_key,
+        dry_run=dry_run,
+        overrides={"evaluate": deep_merge(cfg, evaluate), "tracking": {"http_max_retries": 0}},
+    )
 
 
 # --------------------------------------------------------------------------- fixtures

@@ -74,8 +74,11 @@ def check_command(root: argparse.ArgumentParser, command: str) -> list[str]:
     problems: list[str] = []
     i = 0
     while i < len(tokens) and tokens[i].startswith("-"):  # global options (rlops --debug …)
-        problems += [f"`rlops` has no option {f}" for f in _alternatives(tokens[i].split("=")[0])
-                     if f.startswith("-") and f not in _options(root)]
+        problems += [
+            f"`rlops` has no option {f}"
+            for f in _alternatives(tokens[i].split("=")[0])
+            if f.startswith("-") and f not in _options(root)
+        ]
         i += 1
     while i < len(tokens):  # the nouns and verbs
         choices = _subparsers(parsers[0])
@@ -100,8 +103,11 @@ def check_command(root: argparse.ArgumentParser, command: str) -> list[str]:
 
 
 def command_problems(text: str, source: str, root: argparse.ArgumentParser) -> list[str]:
-    return [f"{source}:{line}: `rlops {cmd}`: {problem}"
-            for line, cmd in command_lines(text) for problem in check_command(root, cmd)]
+    return [
+        f"{source}:{line}: `rlops {cmd}`: {problem}"
+        for line, cmd in command_lines(text)
+        for problem in check_command(root, cmd)
+    ]
 
 
 # --------------------------------------------------------------------------- module paths
@@ -123,8 +129,12 @@ def _module_names(path: Path) -> set[str]:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names |= {(a.asname or a.name).split(".")[0] for a in node.names}
         elif isinstance(node, ast.If):  # TYPE_CHECKING blocks and the like
-            names |= {a.asname or a.name for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))
-                      for a in n.names}
+            names |= {
+                a.asname or a.name
+                for n in ast.walk(node)
+                if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names
+            }
     return names
 
 
@@ -135,14 +145,18 @@ def _names_in_code() -> frozenset[str]:
     labels (``rlops/env_step``)."""
     out: set[str] = set()
     for src in (REPO_ROOT / "rlops").rglob("*.py"):
-        out |= {n.value for n in ast.walk(ast.parse(src.read_text())) if isinstance(n, ast.Constant)
-                and isinstance(n.value, str) and re.fullmatch(r"rlops[./][\w./]*", n.value)}
+        out |= {
+            n.value
+            for n in ast.walk(ast.parse(src.read_text()))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and re.fullmatch(r"rlops[./][\w./]*", n.value)
+        }
     return frozenset(out)
 
 
 def _is_code_name(ref: str, names: frozenset[str]) -> bool:
-    return any(c == ref or c.startswith((ref + ".", ref + "/")) or (c.endswith(".") and ref.startswith(c))
-               for c in names)
+    return any(
+        c == ref or c.startswith((ref + ".", ref + "/")) or (c.endswith(".") and ref.startswith(c)) for c in names
+    )
 
 
 def check_module_path(ref: str, root: Path = REPO_ROOT, code_names: frozenset[str] = frozenset()) -> str | None:
@@ -201,8 +215,9 @@ def test_every_command_line_in_the_docs_parses(parser: argparse.ArgumentParser) 
     assert sum(1 for doc in DOCS for _ in command_lines(doc.read_text())) > 50  # the checker sees them
 
 
-def _leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
-                   ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+def _leaf_commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     choices = _subparsers(parser)
     if not choices:
         yield path, parser
@@ -211,14 +226,15 @@ def _leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
 
 
 def test_the_readme_says_which_commands_take_the_common_flags(parser: argparse.ArgumentParser) -> None:
-    """"The pipeline commands — all but `console`, `demo`, `config` and `model webhook` — take
+    """ "The pipeline commands — all but `console`, `demo`, `config` and `model webhook` — take
     `--scenario`, `--json` and `--dry-run`": the parser agrees, both ways."""
     readme = " ".join((REPO_ROOT / "README.md").read_text().split())
     claim = re.search(r"The pipeline commands — all but (.*?) — take `--scenario NAME_OR_PATH`", readme)
     assert claim, "the README's sentence on the common flags is gone"
     named = set(re.findall(r"`([^`]+)`", claim.group(1)))
-    lacking = {" ".join(path) for path, p in _leaf_commands(parser)
-               if not {"--scenario", "--json", "--dry-run"} <= _options(p)}
+    lacking = {
+        " ".join(path) for path, p in _leaf_commands(parser) if not {"--scenario", "--json", "--dry-run"} <= _options(p)
+    }
     assert {c for c in lacking if not any(c == n or c.startswith(n + " ") for n in named)} == set()
     assert all(any(c == n or c.startswith(n + " ") for c in lacking) for n in named)
 
@@ -252,22 +268,34 @@ def test_the_module_path_checker_sees_what_is_gone() -> None:
     assert check_module_path("rlops.config.load_params") == "rlops.config.load_params: no module rlops.config"
     assert "has no nowhere" in str(check_module_path("rlops.common.config.nowhere"))
     names = frozenset({"rlops.dag_run_id", "rlops.alias.", "rlops/env_step"})
-    assert all(check_module_path(ref, code_names=names) is None
-               for ref in ("rlops.dag_run_id", "rlops.alias.champion", "rlops.alias", "rlops/env_step"))
+    assert all(
+        check_module_path(ref, code_names=names) is None
+        for ref in ("rlops.dag_run_id", "rlops.alias.champion", "rlops.alias", "rlops/env_step")
+    )
     assert check_module_path("rlops.config", code_names=names) == "rlops.config: no module rlops.config"
 
 
 def _dag_param_names() -> set[str]:
     """The names of the DAGs' typed Params (``"name": Param(...)`` in the DAG files and their settings)."""
-    files = [REPO_ROOT / "rlops" / "pipeline_steps" / "orchestration" / "settings.py",
-             *sorted((REPO_ROOT / "dags").glob("*.py"))]
-    return {k.value for f in files for node in ast.walk(ast.parse(f.read_text())) if isinstance(node, ast.Dict)
-            for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and isinstance(v, ast.Call)
-            and getattr(v.func, "id", getattr(v.func, "attr", None)) == "Param"}
+    files = [
+        REPO_ROOT / "rlops" / "pipeline_steps" / "orchestration" / "settings.py",
+        *sorted((REPO_ROOT / "dags").glob("*.py")),
+    ]
+    return {
+        k.value
+        for f in files
+        for node in ast.walk(ast.parse(f.read_text()))
+        if isinstance(node, ast.Dict)
+        for k, v in zip(node.keys, node.values)
+        if isinstance(k, ast.Constant)
+        and isinstance(v, ast.Call)
+        and getattr(v.func, "id", getattr(v.func, "attr", None)) == "Param"
+    }
 
 
 def test_dag_conf_shown_in_the_docs_uses_the_dags_params() -> None:
     import json
+
     known = _dag_param_names()
     assert {"scenario", "reward_fn", "timesteps", "dry_run", "candidate"} <= known
     confs = [(doc, m.group(1)) for doc in DOCS for m in re.finditer(r"--conf '(\{.*?\})'", doc.read_text())]

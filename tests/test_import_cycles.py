@@ -29,8 +29,9 @@ def module_files(root: Path = REPO_ROOT / PACKAGE) -> dict[str, Path]:
 
 def _type_checking_only(node: ast.If) -> bool:
     test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -127,8 +128,9 @@ def test_the_graph_sees_function_level_and_relative_imports(tmp_path: Path) -> N
     (pkg / "__init__.py").write_text("")
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "a.py").write_text("def f():\n    from rlops.sub import b\n")
-    (pkg / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import rlops.c\n"
-                                      "from .. import a\n")
+    (pkg / "sub" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import rlops.c\nfrom .. import a\n"
+    )
     (pkg / "c.py").write_text("import rlops.sub.b\n")
     graph = import_graph(module_files(pkg))
     assert graph["rlops.a"] == {"rlops.sub.b"} and graph["rlops.sub.b"] == {"rlops.a"}
@@ -141,6 +143,7 @@ def test_the_graph_sees_function_level_and_relative_imports(tmp_path: Path) -> N
 def test_no_import_cycle_in_rlops() -> None:
     graph = import_graph(module_files())
     components = strongly_connected(graph)
-    report = "\n".join(f"  {' → '.join(one_cycle(graph, c))}   (component of {len(c)}: {', '.join(c)})"
-                       for c in components)
+    report = "\n".join(
+        f"  {' → '.join(one_cycle(graph, c))}   (component of {len(c)}: {', '.join(c)})" for c in components
+    )
     assert not components, f"{len(components)} import cycle(s), function-level imports counted:\n{report}"

@@ -47,8 +47,9 @@ def serving_version(serving: ServingState, group: str) -> str:
     return policy.ref if policy is not None else RULES_VERSION
 
 
-def batch_policy(client: PolicyClient, group: str = CHAMPION, serving: ServingState | None = None
-                 ) -> Callable[[Any], tuple[Any, dict[str, Any]]]:
+def batch_policy(
+    client: PolicyClient, group: str = CHAMPION, serving: ServingState | None = None
+) -> Callable[[Any], tuple[Any, dict[str, Any]]]:
     """``act(env) -> (actions, extras)`` deciding as ``client`` does for requests routed to ``group``."""
     import torch
 
@@ -80,7 +81,9 @@ def batch_policy(client: PolicyClient, group: str = CHAMPION, serving: ServingSt
             "logp": torch.as_tensor(np.log(propensity), dtype=torch.float32),
             "entropy": torch.as_tensor(np.asarray(out["entropy"]), dtype=torch.float32),
             "value": torch.as_tensor(np.asarray(out["value"]), dtype=torch.float32),
-            "fallback": torch.as_tensor(~legal)}
+            "fallback": torch.as_tensor(~legal),
+        }
+
     return act
 
 

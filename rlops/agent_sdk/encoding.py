@@ -29,8 +29,11 @@ STATE_PREFIX = "state."
 
 def observation_columns(layout: Any, action_names: Sequence[str]) -> list[str]:
     """Column names of the encoded observation ``[features | mask | history]``."""
-    return ([*layout.feature_names] + [f"mask.{a}" for a in action_names]
-            + [f"history.{i}" for i in range(layout.history_len)])
+    return (
+        [*layout.feature_names]
+        + [f"mask.{a}" for a in action_names]
+        + [f"history.{i}" for i in range(layout.history_len)]
+    )
 
 
 class StateError(UserError):
@@ -57,10 +60,12 @@ def state_paths(state: Mapping[str, Any], known: set[str] | frozenset[str] = fro
     values is a :class:`StateError`."""
     out: dict[str, Any] = {}
     for raw, value in _flat_paths(state).items():
-        path = raw[len(STATE_PREFIX):] if raw.startswith(STATE_PREFIX) and raw not in known else raw
+        path = raw[len(STATE_PREFIX) :] if raw.startswith(STATE_PREFIX) and raw not in known else raw
         if path in out and not _same(out[path], value):
-            raise StateError(f"state field {path} is given twice with different values ({out[path]!r} and "
-                             f"{value!r}); pass either the nested form or the flattened state.<path> form")
+            raise StateError(
+                f"state field {path} is given twice with different values ({out[path]!r} and "
+                f"{value!r}); pass either the nested form or the flattened state.<path> form"
+            )
         out[path] = value
     return out
 
@@ -98,8 +103,15 @@ class ObservationEncoder:
         """Observed fields every state must carry (those without a ``visible_when`` condition)."""
         return [f.path for f in self._fields if f.path not in self._optional]
 
-    def state_tensor(self, state: Mapping[str, Any], history: Sequence[str] = (), step: int | None = None,
-                     elapsed_ms: float = 0.0, last_error: bool = False, strict: bool = True) -> torch.Tensor:
+    def state_tensor(
+        self,
+        state: Mapping[str, Any],
+        history: Sequence[str] = (),
+        step: int | None = None,
+        elapsed_ms: float = 0.0,
+        last_error: bool = False,
+        strict: bool = True,
+    ) -> torch.Tensor:
         """One row ``S[1, C]`` for a production state and the actions taken so far. Not ``strict``:
         what cannot be read (a missing or bad field, an unknown action) is left at 0 instead of
         raising — the best-effort state the rule-engine fallback decides on."""
@@ -107,8 +119,10 @@ class ObservationEncoder:
         name = scn.spec.name
         if not isinstance(state, Mapping):
             if strict:
-                raise StateError(f"state is a {type(state).__name__}, expected a mapping of the scenario {name}'s "
-                                 "field names (nested, or flattened state.<path> keys)")
+                raise StateError(
+                    f"state is a {type(state).__name__}, expected a mapping of the scenario {name}'s "
+                    "field names (nested, or flattened state.<path> keys)"
+                )
             state = {}
         try:
             flat = state_paths(state, self._known)
@@ -131,12 +145,18 @@ class ObservationEncoder:
                     raise
         if missing and strict:
             unknown = sorted(p for p in flat if p not in self._known)
-            given = (f"; it has no scenario field but these keys: {unknown[:8]}" if unknown and len(missing) ==
-                     len(self.required_fields) else f"; keys it does not know: {unknown[:8]}" if unknown else "")
+            given = (
+                f"; it has no scenario field but these keys: {unknown[:8]}"
+                if unknown and len(missing) == len(self.required_fields)
+                else f"; keys it does not know: {unknown[:8]}"
+                if unknown
+                else ""
+            )
             raise StateError(
                 f"state lacks field(s) {missing} of scenario {name}{given}. Expected every observed field "
                 f"without a visible_when condition ({len(self.required_fields)}: e.g. {self.required_fields[:3]}), "
-                "nested ({'user_profile': {'age': 30}}) or as trace columns ({'state.user_profile.age': 30})")
+                "nested ({'user_profile': {'age': 30}}) or as trace columns ({'state.user_profile.age': 30})"
+            )
         if not strict:
             history = [a for a in history if isinstance(a, str) and a in self.action_names]
             step = step if isinstance(step, int) and not isinstance(step, bool) else None
@@ -161,9 +181,15 @@ class ObservationEncoder:
         codes = [self._action_code(a) for a in history][-k:] if k else []
         return torch.tensor([[0] * (k - len(codes)) + codes], dtype=torch.long)
 
-    def encode(self, state: Mapping[str, Any], history: Sequence[str] = (), step: int | None = None,
-               elapsed_ms: float = 0.0, last_error: bool = False, strict: bool = True
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def encode(
+        self,
+        state: Mapping[str, Any],
+        history: Sequence[str] = (),
+        step: int | None = None,
+        elapsed_ms: float = 0.0,
+        last_error: bool = False,
+        strict: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(S[1, C], mask[1, A], obs[1, D])`` for one production state (see :meth:`state_tensor`)."""
         S = self.state_tensor(state, history, step, elapsed_ms, last_error, strict)
         if not strict:

@@ -68,8 +68,9 @@ class ActionExecutor(Protocol):
 class RewardProvider(Protocol):
     """Supplies external scores that feed the reward function's ``reward_hook``."""
 
-    def reward(self, state: Mapping[str, Any], action: str,
-               next_state: Mapping[str, Any] | None) -> float | Mapping[str, float]:
+    def reward(
+        self, state: Mapping[str, Any], action: str, next_state: Mapping[str, Any] | None
+    ) -> float | Mapping[str, float]:
         """A score for taking ``action`` in ``state`` (``next_state`` is ``None`` when the
         episode ended without a further observation)."""
         ...

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -27,8 +27,20 @@ log = logging.getLogger(__name__)
 RECORD_ATTRIBUTE = "rlops.record"
 ROOT_SPAN = "decision"
 CHILD_SPANS = ("observe", "decide", "execute", "reward")
-_DECIDE_FIELDS = ("action", "action_mask", "logp", "entropy", "value", "policy_version", "test_group",
-                  "fallback", "fallback_reason", "shadow_policy_version", "shadow_action", "shadow_served_logp")
+_DECIDE_FIELDS = (
+    "action",
+    "action_mask",
+    "logp",
+    "entropy",
+    "value",
+    "policy_version",
+    "test_group",
+    "fallback",
+    "fallback_reason",
+    "shadow_policy_version",
+    "shadow_action",
+    "shadow_served_logp",
+)
 
 
 def _json_default(value: Any) -> Any:
@@ -42,11 +54,11 @@ def _json_default(value: Any) -> Any:
 def _ts_ns(rec: Mapping[str, Any]) -> int:
     ts = rec.get("ts")
     try:
-        when = datetime.fromisoformat(str(ts)) if ts else datetime.now(timezone.utc)
+        when = datetime.fromisoformat(str(ts)) if ts else datetime.now(UTC)
     except ValueError:
-        when = datetime.now(timezone.utc)
+        when = datetime.now(UTC)
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1e9)
 
 
@@ -70,6 +82,7 @@ class MlflowTraceExporter:
 
     def _setup(self) -> str:
         import mlflow
+
         if self._experiment_id is None:
             if self.tracking_uri:
                 mlflow.set_tracking_uri(self.tracking_uri)
@@ -93,40 +106,68 @@ class MlflowTraceExporter:
     def _emit(self, rec: Mapping[str, Any]) -> str:
         import mlflow
         from mlflow.entities import SpanType
+
         exp_id = self._setup()
         end = _ts_ns(rec)
         latency_ns = int(float(rec.get("latency_ms") or 0.0) * 1e6)
         start = end - latency_ns - 3_000  # observe and decide precede execution
         ident = {k: rec.get(k) for k in ("scenario", "trace_id", "episode_id", "step", "source")}
         root = mlflow.start_span_no_context(
-            ROOT_SPAN, span_type=SpanType.AGENT, experiment_id=exp_id, start_time_ns=start,
+            ROOT_SPAN,
+            span_type=SpanType.AGENT,
+            experiment_id=exp_id,
+            start_time_ns=start,
             inputs={"episode_id": rec.get("episode_id"), "step": rec.get("step")},
-            attributes={RECORD_ATTRIBUTE: json.dumps(dict(rec), default=_json_default),
-                        **{f"rlops.{k}": _scalar(v) for k, v in ident.items() if v is not None}})
+            attributes={
+                RECORD_ATTRIBUTE: json.dumps(dict(rec), default=_json_default),
+                **{f"rlops.{k}": _scalar(v) for k, v in ident.items() if v is not None},
+            },
+        )
         state = {k: _scalar(v) for k, v in rec.items() if str(k).startswith("state.")}
         spans = {
             "observe": (state, start, start + 1_000, {}),
-            "decide": ({k: _scalar(rec.get(k)) for k in _DECIDE_FIELDS if rec.get(k) is not None},
-                       start + 1_000, start + 3_000, {"action": rec.get("action")}),
-            "execute": ({"latency_ms": rec.get("latency_ms"), "error": rec.get("error"),
-                         "done": rec.get("done")}, start + 3_000, end, {}),
-            "reward": ({"reward_total": rec.get("reward_total"),
-                        "reward_breakdown": _scalar(rec.get("reward_breakdown"))}, end, end + 1_000, {}),
+            "decide": (
+                {k: _scalar(rec.get(k)) for k in _DECIDE_FIELDS if rec.get(k) is not None},
+                start + 1_000,
+                start + 3_000,
+                {"action": rec.get("action")},
+            ),
+            "execute": (
+                {"latency_ms": rec.get("latency_ms"), "error": rec.get("error"), "done": rec.get("done")},
+                start + 3_000,
+                end,
+                {},
+            ),
+            "reward": (
+                {"reward_total": rec.get("reward_total"), "reward_breakdown": _scalar(rec.get("reward_breakdown"))},
+                end,
+                end + 1_000,
+                {},
+            ),
         }
         for name, (attrs, t0, t1, outputs) in spans.items():
             child = mlflow.start_span_no_context(
-                name, span_type=SpanType.TOOL if name == "execute" else SpanType.UNKNOWN, parent_span=root,
-                start_time_ns=t0, attributes={k: v for k, v in attrs.items() if v is not None})
-            child.end(outputs=outputs or None, end_time_ns=t1,
-                      status="ERROR" if name == "execute" and rec.get("error") else "OK")
-        root.end(outputs={"action": rec.get("action"), "reward_total": rec.get("reward_total")},
-                 end_time_ns=end + 1_000)
+                name,
+                span_type=SpanType.TOOL if name == "execute" else SpanType.UNKNOWN,
+                parent_span=root,
+                start_time_ns=t0,
+                attributes={k: v for k, v in attrs.items() if v is not None},
+            )
+            child.end(
+                outputs=outputs or None,
+                end_time_ns=t1,
+                status="ERROR" if name == "execute" and rec.get("error") else "OK",
+            )
+        root.end(
+            outputs={"action": rec.get("action"), "reward_total": rec.get("reward_total")}, end_time_ns=end + 1_000
+        )
         return str(root.trace_id)
 
     def flush(self) -> None:
         """Wait for MLflow's asynchronous trace logging, if any, to finish."""
         try:
             import mlflow
+
             mlflow.flush_trace_async_logging()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a failed flush must not fail the agent
             log.warning("MLflow trace flush failed: %s", exc)

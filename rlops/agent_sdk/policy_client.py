@@ -112,17 +112,34 @@ class PolicyClient:
             own defaults retry for minutes); variables the deployment set itself win.
     """
 
-    def __init__(self, tracking_uri: str, scenario: str, pack_path: str | Path,
-                 challenger_fraction: float | None = None, timeout_ms: float = 50.0, load: bool = True,
-                 model_name: str | None = None, http_max_retries: int = 2, http_timeout_s: int = 10, *,
-                 refresh_every_s: float | None = 30.0, clock: Callable[[], float] | None = None,
-                 shadow: str | None = None, exploration: float = 0.0, bad_state: str = "raise_first",
-                 seed: int = 0):
+    def __init__(
+        self,
+        tracking_uri: str,
+        scenario: str,
+        pack_path: str | Path,
+        challenger_fraction: float | None = None,
+        timeout_ms: float = 50.0,
+        load: bool = True,
+        model_name: str | None = None,
+        http_max_retries: int = 2,
+        http_timeout_s: int = 10,
+        *,
+        refresh_every_s: float | None = 30.0,
+        clock: Callable[[], float] | None = None,
+        shadow: str | None = None,
+        exploration: float = 0.0,
+        bad_state: str = "raise_first",
+        seed: int = 0,
+    ):
         from rlops.sandbox.pack import load_pack
-        if refresh_every_s is not None and not (isinstance(refresh_every_s, (int, float))
-                                                and 0 < float(refresh_every_s) < float("inf")):
-            raise UserError(f"PolicyClient(refresh_every_s={refresh_every_s!r}): expected seconds > 0, or None "
-                            "to refresh only when refresh() is called")
+
+        if refresh_every_s is not None and not (
+            isinstance(refresh_every_s, (int, float)) and 0 < float(refresh_every_s) < float("inf")
+        ):
+            raise UserError(
+                f"PolicyClient(refresh_every_s={refresh_every_s!r}): expected seconds > 0, or None "
+                "to refresh only when refresh() is called"
+            )
         if not isinstance(exploration, (int, float)) or not 0.0 <= float(exploration) <= 1.0:
             raise UserError(f"PolicyClient(exploration={exploration!r}): expected a share in [0, 1]")
         if bad_state not in BAD_STATE_MODES:
@@ -132,12 +149,15 @@ class PolicyClient:
         self.tracking_uri, self.scenario = tracking_uri, scenario
         self.model_name = model_name or f"{scenario}-policy"
         self.encoder = ObservationEncoder(load_pack(pack_path, check_liveness=False))
-        self.source = RegistrySource(tracking_uri, scenario, self.model_name, self.encoder.columns,
-                                     http_max_retries, http_timeout_s)
+        self.source = RegistrySource(
+            tracking_uri, scenario, self.model_name, self.encoder.columns, http_max_retries, http_timeout_s
+        )
         self.shadow_ref = PolicyRef.parse(shadow, scenario) if shadow is not None else None
         if self.shadow_ref is not None and self.shadow_ref.is_rules:
-            raise UserError("PolicyClient(shadow='rules'): the shadow must be a registered policy (an alias or a "
-                            "version); the rule engine already answers every fallback")
+            raise UserError(
+                "PolicyClient(shadow='rules'): the shadow must be a registered policy (an alias or a "
+                "version); the rule engine already answers every fallback"
+            )
         self.challenger_fraction_override = challenger_fraction
         self.timeout_s = float(timeout_ms) / 1000.0
         self.refresh_every_s = None if refresh_every_s is None else float(refresh_every_s)
@@ -164,8 +184,7 @@ class PolicyClient:
         elif self.refresh_every_s is not None:
             self._next_refresh = self.clock()  # the first decision loads
         if self.refresh_every_s is not None and clock is None:
-            self._thread = threading.Thread(target=self._follow, name=f"rlops-policy-follow-{scenario}",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._follow, name=f"rlops-policy-follow-{scenario}", daemon=True)
             self._thread.start()
 
     # ------------------------------------------------------------------ following the registry
@@ -200,8 +219,9 @@ class PolicyClient:
     def _refresh_locked(self) -> ServingState:
         """Build the complete new state, then swap it in (the caller holds the refresh lock)."""
         old = self._serving
-        new = build_serving_state(self.source, self.scenario, old, self.shadow_ref,
-                                  self.challenger_fraction_override, self.clock())
+        new = build_serving_state(
+            self.source, self.scenario, old, self.shadow_ref, self.challenger_fraction_override, self.clock()
+        )
         self._serving = new  # the swap: one reference, read once per decision
         self._next_refresh = (new.loaded_at or 0.0) + self.refresh_every_s if self.refresh_every_s else float("inf")
         self._note_changes(old, new)
@@ -260,6 +280,7 @@ class PolicyClient:
         """The client's clock at the first decision ``version`` served as ``alias`` (``champion`` or
         ``challenger``) since it last became that alias here; None while it has served none."""
         from rlops.common.policy_ref import canonical_policy
+
         return self._served_since.get((alias, canonical_policy(version, self.scenario)))
 
     def promotion_to_agent_s(self, version: str | int, moved_at: float, alias: str = CHAMPION) -> float | None:
@@ -280,8 +301,15 @@ class PolicyClient:
         """``challenger`` or ``champion`` for a request key (stable)."""
         return self._serving.route(key, self.scenario)
 
-    def decide(self, state: Mapping[str, Any], key: str | None = None, history: Sequence[str] = (),
-               step: int | None = None, elapsed_ms: float = 0.0, last_error: bool = False) -> Decision:
+    def decide(
+        self,
+        state: Mapping[str, Any],
+        key: str | None = None,
+        history: Sequence[str] = (),
+        step: int | None = None,
+        elapsed_ms: float = 0.0,
+        last_error: bool = False,
+    ) -> Decision:
         """Choose the action for ``state``. Raises :class:`StateError` for a state of the wrong shape
         (see ``bad_state``); any other failure is a rule-engine decision with its reason."""
         t0 = time.perf_counter()
@@ -302,12 +330,23 @@ class PolicyClient:
         policy = serving.challenger if group == CHALLENGER and serving.challenger else serving.champion
         if policy is None:
             if serving.generation == 0:
-                return self._fallback(S, mask, group, "load_error", "nothing loaded yet: refresh() was never called "
-                                      "(load=False) or has not finished", t0)
+                return self._fallback(
+                    S,
+                    mask,
+                    group,
+                    "load_error",
+                    "nothing loaded yet: refresh() was never called (load=False) or has not finished",
+                    t0,
+                )
             err = dict(serving.load_errors).get(CHAMPION) or self.last_refresh_error
-            return self._fallback(S, mask, group, "load_error" if err else "no_champion",
-                                  f"no champion policy loaded: {err}" if err else
-                                  f"{self.model_name} has no champion alias yet", t0)
+            return self._fallback(
+                S,
+                mask,
+                group,
+                "load_error" if err else "no_champion",
+                f"no champion policy loaded: {err}" if err else f"{self.model_name} has no champion alias yet",
+                t0,
+            )
         served = self._pool.submit(policy.model.predict_obs, obs.numpy())
         shadow = serving.shadow
         shadowed = self._pool.submit(shadow.model.predict_obs, obs.numpy()) if shadow is not None else None
@@ -315,26 +354,61 @@ class PolicyClient:
             out = served.result(timeout=self.timeout_s)
         except concurrent.futures.TimeoutError:
             served.cancel()
-            return self._fallback(S, mask, group, "timeout", f"policy {policy.ref} took over "
-                                  f"{self.timeout_s * 1000:.0f} ms", t0, shadow, shadowed)
+            return self._fallback(
+                S,
+                mask,
+                group,
+                "timeout",
+                f"policy {policy.ref} took over {self.timeout_s * 1000:.0f} ms",
+                t0,
+                shadow,
+                shadowed,
+            )
         except Exception as exc:  # noqa: BLE001 - any model failure falls back
-            return self._fallback(S, mask, group, "error", f"policy {policy.ref} failed: {type(exc).__name__}: {exc}",
-                                  t0, shadow, shadowed)
+            return self._fallback(
+                S,
+                mask,
+                group,
+                "error",
+                f"policy {policy.ref} failed: {type(exc).__name__}: {exc}",
+                t0,
+                shadow,
+                shadowed,
+            )
         greedy = int(out["action_index"][0])
         legal = mask[0].tolist()
         if not 0 <= greedy < len(legal) or not legal[greedy]:
-            return self._fallback(S, mask, group, "illegal_action",
-                                  f"policy {policy.ref} chose an illegal action ({greedy})", t0, shadow, shadowed)
+            return self._fallback(
+                S,
+                mask,
+                group,
+                "illegal_action",
+                f"policy {policy.ref} chose an illegal action ({greedy})",
+                t0,
+                shadow,
+                shadowed,
+            )
         probs = np.asarray(out["probs"], dtype=np.float64)[0] * np.asarray(legal, dtype=np.float64)
         a, propensity = choose(greedy, probs, self.exploration, self._uniforms())
         served_as = CHALLENGER if policy is serving.challenger else CHAMPION
         self.mark_served(policy, served_as)
         names = self.encoder.action_names
-        return Decision(names[a], a, legal, {n: float(p) for n, p in zip(names, probs)}, propensity,
-                        float(out["entropy"][0]), float(out["value"][0]), policy.ref, served_as, None, group,
-                        float(np.log(probs[a])) if probs[a] > 0 else None,
-                        self._shadow(shadow, shadowed, a, legal, t0),
-                        (time.perf_counter() - t0) * 1000.0)
+        return Decision(
+            names[a],
+            a,
+            legal,
+            {n: float(p) for n, p in zip(names, probs)},
+            propensity,
+            float(out["entropy"][0]),
+            float(out["value"][0]),
+            policy.ref,
+            served_as,
+            None,
+            group,
+            float(np.log(probs[a])) if probs[a] > 0 else None,
+            self._shadow(shadow, shadowed, a, legal, t0),
+            (time.perf_counter() - t0) * 1000.0,
+        )
 
     def _uniforms(self) -> tuple[float, float]:
         if self.exploration <= 0.0:
@@ -354,8 +428,9 @@ class PolicyClient:
                 if k:
                     self.fallbacks[kind] += int(k)
 
-    def _shadow(self, shadow: LoadedPolicy | None, future: Any, served: int, legal: list[bool],
-                t0: float) -> ShadowDecision | None:
+    def _shadow(
+        self, shadow: LoadedPolicy | None, future: Any, served: int, legal: list[bool], t0: float
+    ) -> ShadowDecision | None:
         if shadow is None or future is None:
             return None
         left = max(self.timeout_s - (time.perf_counter() - t0), 0.0)
@@ -376,20 +451,48 @@ class PolicyClient:
         with self._stats_lock:
             self.shadow_decisions += 1
             self.shadow_agreements += int(agrees)
-        return ShadowDecision(shadow.ref, names[a], a, {n: float(p) for n, p in zip(names, probs)},
-                              float(np.log(probs[a])) if probs[a] > 0 else None,
-                              float(np.log(max(probs[served], 1e-300))), agrees)  # finite: a weight of ~0
+        return ShadowDecision(
+            shadow.ref,
+            names[a],
+            a,
+            {n: float(p) for n, p in zip(names, probs)},
+            float(np.log(probs[a])) if probs[a] > 0 else None,
+            float(np.log(max(probs[served], 1e-300))),
+            agrees,
+        )  # finite: a weight of ~0
 
-    def _fallback(self, S: Any, mask: Any, group: str, kind: str, detail: str, t0: float,
-                  shadow: LoadedPolicy | None = None, shadowed: Any = None) -> Decision:
+    def _fallback(
+        self,
+        S: Any,
+        mask: Any,
+        group: str,
+        kind: str,
+        detail: str,
+        t0: float,
+        shadow: LoadedPolicy | None = None,
+        shadowed: Any = None,
+    ) -> Decision:
         with self._stats_lock:
             self.fallbacks[kind] += 1
         log.warning("policy client: rule-engine fallback (%s): %s", kind, detail)
         a = self.encoder.rule_action(S, mask)
         legal = mask[0].tolist()
-        return Decision(self.encoder.action_names[a], a, legal, None, 1.0, None, None, RULES_VERSION, FALLBACK,
-                        f"{kind}: {detail}", group, None, self._shadow(shadow, shadowed, a, legal, t0),
-                        (time.perf_counter() - t0) * 1000.0)
+        return Decision(
+            self.encoder.action_names[a],
+            a,
+            legal,
+            None,
+            1.0,
+            None,
+            None,
+            RULES_VERSION,
+            FALLBACK,
+            f"{kind}: {detail}",
+            group,
+            None,
+            self._shadow(shadow, shadowed, a, legal, t0),
+            (time.perf_counter() - t0) * 1000.0,
+        )
 
     # ------------------------------------------------------------------ rates
     @property
@@ -411,12 +514,20 @@ class PolicyClient:
         """Counters for a metrics endpoint: decisions, fallbacks by code, rates, shadow agreement,
         the serving versions and the last poll error."""
         s = self._serving
-        return {"decisions": self.decisions, "fallbacks": dict(self.fallbacks), "fallback_rate": self.fallback_rate,
-                "shadow_decisions": self.shadow_decisions, "shadow_agreement": self.shadow_agreement,
-                "shadow_errors": self.shadow_errors, "champion": s.champion.ref if s.champion else None,
-                "challenger": s.challenger.ref if s.challenger else None,
-                "challenger_fraction": s.challenger_fraction, "shadow": s.shadow.ref if s.shadow else None,
-                "generation": s.generation, "last_refresh_error": self.last_refresh_error}
+        return {
+            "decisions": self.decisions,
+            "fallbacks": dict(self.fallbacks),
+            "fallback_rate": self.fallback_rate,
+            "shadow_decisions": self.shadow_decisions,
+            "shadow_agreement": self.shadow_agreement,
+            "shadow_errors": self.shadow_errors,
+            "champion": s.champion.ref if s.champion else None,
+            "challenger": s.challenger.ref if s.challenger else None,
+            "challenger_fraction": s.challenger_fraction,
+            "shadow": s.shadow.ref if s.shadow else None,
+            "generation": s.generation,
+            "last_refresh_error": self.last_refresh_error,
+        }
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
@@ -432,6 +543,19 @@ class PolicyClient:
         self.close()
 
 
-__all__ = ["BAD_STATE_MODES", "CHALLENGER", "CHAMPION", "Decision", "LoadedPolicy", "ObservationEncoder",
-           "PolicyClient", "ServingChange", "ServingState", "ShadowDecision", "StateError", "fallback_code",
-           "hash_fraction", "observation_columns"]
+__all__ = [
+    "BAD_STATE_MODES",
+    "CHALLENGER",
+    "CHAMPION",
+    "Decision",
+    "LoadedPolicy",
+    "ObservationEncoder",
+    "PolicyClient",
+    "ServingChange",
+    "ServingState",
+    "ShadowDecision",
+    "StateError",
+    "fallback_code",
+    "hash_fraction",
+    "observation_columns",
+]

@@ -39,13 +39,22 @@ KEEP_LOADED = 4
 class RegistrySource:
     """One registered model's versions, resolved and loaded."""
 
-    def __init__(self, tracking_uri: str, scenario: str, model_name: str, obs_columns: list[str],
-                 http_max_retries: int = 2, http_timeout_s: int = 10):
+    def __init__(
+        self,
+        tracking_uri: str,
+        scenario: str,
+        model_name: str,
+        obs_columns: list[str],
+        http_max_retries: int = 2,
+        http_timeout_s: int = 10,
+    ):
         self.tracking_uri, self.scenario, self.model_name = tracking_uri, scenario, model_name
         self.obs_columns = obs_columns
-        self._http_env = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(int(http_max_retries)),
-                          "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(http_timeout_s)),
-                          "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+        self._http_env = {
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(int(http_max_retries)),
+            "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(http_timeout_s)),
+            "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+        }
         self._models: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._lock = threading.Lock()
         self._cache = Path(tempfile.mkdtemp(prefix="rlops-policy-"))
@@ -56,6 +65,7 @@ class RegistrySource:
     def resolve(self, ref: PolicyRef) -> tuple[str, dict[str, str]] | None:
         """``(version, tags)`` of an alias or version; None when the alias or version does not exist."""
         from mlflow.exceptions import MlflowException
+
         client = self._client()
         try:
             with self._http_limits():
@@ -76,20 +86,23 @@ class RegistrySource:
                 self._models.move_to_end(version)
                 return self._models[version]
         import mlflow.pyfunc
+
         client = self._client()
         with self._http_limits():
             mv = client.get_model_version(self.model_name, version)
             source = str(mv.source)
             if not source.startswith("runs:/"):
                 raise ValueError(f"{self.model_name} v{version}: unsupported model source {source!r}")
-            run_id, _, path = source[len("runs:/"):].partition("/")
+            run_id, _, path = source[len("runs:/") :].partition("/")
             dst = self._cache / f"v{version}"
             shutil.rmtree(dst, ignore_errors=True)
             local = client.download_artifacts(run_id, path, str(dst))
         model = mlflow.pyfunc.load_model(local).unwrap_python_model()
         if list(model.obs_columns) != self.obs_columns:
-            raise ValueError(f"{self.model_name} v{version} expects another observation layout than the "
-                             f"pack {self.scenario} (trained on a different scenario version)")
+            raise ValueError(
+                f"{self.model_name} v{version} expects another observation layout than the "
+                f"pack {self.scenario} (trained on a different scenario version)"
+            )
         with self._lock:
             self._models[version] = model
             while len(self._models) > KEEP_LOADED:
@@ -98,6 +111,7 @@ class RegistrySource:
 
     def _client(self) -> Any:
         from mlflow import MlflowClient
+
         return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
 
     @contextlib.contextmanager
@@ -115,8 +129,14 @@ class RegistrySource:
         shutil.rmtree(self._cache, ignore_errors=True)
 
 
-def build_serving_state(source: RegistrySource, scenario: str, old: ServingState, shadow: PolicyRef | None,
-                        fraction_override: float | None, now: float) -> ServingState:
+def build_serving_state(
+    source: RegistrySource,
+    scenario: str,
+    old: ServingState,
+    shadow: PolicyRef | None,
+    fraction_override: float | None,
+    now: float,
+) -> ServingState:
     """The complete next serving state: the versions behind ``champion``, ``challenger`` (and the
     shadow), loaded, and the challenger's traffic share (``fraction_override``, else its
     ``traffic_fraction`` tag). A policy that cannot be resolved or loaded keeps the one of ``old``,
@@ -133,8 +153,9 @@ def build_serving_state(source: RegistrySource, scenario: str, old: ServingState
                 loaded[group] = None
                 continue
             version, tags = found
-            loaded[group] = LoadedPolicy(ref.alias or version, version, source.load(version), tags,
-                                         source.canonical(version))
+            loaded[group] = LoadedPolicy(
+                ref.alias or version, version, source.load(version), tags, source.canonical(version)
+            )
         except Exception as exc:  # noqa: BLE001 - any failure means "serve what we have"
             errors[group] = f"{type(exc).__name__}: {exc}"
             loaded[group] = getattr(old, group)
@@ -147,8 +168,19 @@ def build_serving_state(source: RegistrySource, scenario: str, old: ServingState
         try:
             fraction = float(challenger.tags.get(TRAFFIC_TAG, 0.0))
         except ValueError:
-            log.warning("policy client: %s v%s has traffic_fraction %r, not a number; serving it no traffic",
-                        source.model_name, challenger.version, challenger.tags.get(TRAFFIC_TAG))
+            log.warning(
+                "policy client: %s v%s has traffic_fraction %r, not a number; serving it no traffic",
+                source.model_name,
+                challenger.version,
+                challenger.tags.get(TRAFFIC_TAG),
+            )
     fraction = min(max(fraction, 0.0), 1.0) if math.isfinite(fraction) else 0.0
-    return ServingState(loaded.get(CHAMPION), challenger, fraction, loaded.get(SHADOW), old.generation + 1, now,
-                        tuple(sorted(errors.items())))
+    return ServingState(
+        loaded.get(CHAMPION),
+        challenger,
+        fraction,
+        loaded.get(SHADOW),
+        old.generation + 1,
+        now,
+        tuple(sorted(errors.items())),
+    )

@@ -27,10 +27,8 @@ from rlops.agent_sdk.tracer import Tracer, _now, flatten_state, mask_text
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 
-_CURRENT: contextvars.ContextVar[Episode | None] = contextvars.ContextVar(
-    "rlops_current_episode", default=None)
-_EPISODE_ATTRS = ("trace_id", "scenario", "source", "test_group", "policy_version",
-                  "reward_fn_version")
+_CURRENT: contextvars.ContextVar[Episode | None] = contextvars.ContextVar("rlops_current_episode", default=None)
+_EPISODE_ATTRS = ("trace_id", "scenario", "source", "test_group", "policy_version", "reward_fn_version")
 
 
 def current_episode() -> Episode:
@@ -38,8 +36,10 @@ def current_episode() -> Episode:
     asyncio tasks); raises ``RuntimeError`` outside one."""
     ep = _CURRENT.get()
     if ep is None:
-        raise RuntimeError("current_episode() called outside a @rollout function or an "
-                           "Episode context; wrap the episode function with @rollout")
+        raise RuntimeError(
+            "current_episode() called outside a @rollout function or an "
+            "Episode context; wrap the episode function with @rollout"
+        )
     return ep
 
 
@@ -62,16 +62,28 @@ class Episode:
     ``(state, action, next_state)`` and the last step can be marked ``done``.
     """
 
-    def __init__(self, tracer: Tracer, *, scenario: str, policy_version: str,
-                 source: str = "live", test_group: str | None = None,
-                 reward_fn_version: str | None = None, trace_id: str | None = None,
-                 reward_provider: RewardProvider | None = None) -> None:
+    def __init__(
+        self,
+        tracer: Tracer,
+        *,
+        scenario: str,
+        policy_version: str,
+        source: str = "live",
+        test_group: str | None = None,
+        reward_fn_version: str | None = None,
+        trace_id: str | None = None,
+        reward_provider: RewardProvider | None = None,
+    ) -> None:
         self.tracer = tracer
         self.episode_id = uuid.uuid4().hex
         self.attrs: dict[str, Any] = {
-            "trace_id": trace_id or uuid.uuid4().hex, "scenario": scenario, "source": source,
-            "test_group": test_group, "policy_version": policy_version,
-            "reward_fn_version": reward_fn_version}
+            "trace_id": trace_id or uuid.uuid4().hex,
+            "scenario": scenario,
+            "source": source,
+            "test_group": test_group,
+            "policy_version": policy_version,
+            "reward_fn_version": reward_fn_version,
+        }
         self.reward_provider = reward_provider
         self.steps = 0
         self.last_state: Mapping[str, Any] | None = None
@@ -88,8 +100,10 @@ class Episode:
         for the steps that follow, e.g. once the A/B split is known."""
         unknown = set(attrs) - set(_EPISODE_ATTRS)
         if unknown:
-            raise ValueError(f"Episode.set: unknown field(s) {sorted(unknown)}; episode fields "
-                             f"are {', '.join(_EPISODE_ATTRS)} (use annotate() for step fields)")
+            raise ValueError(
+                f"Episode.set: unknown field(s) {sorted(unknown)}; episode fields "
+                f"are {', '.join(_EPISODE_ATTRS)} (use annotate() for step fields)"
+            )
         self.attrs.update(attrs)
 
     def annotate(self, **fields: Any) -> None:
@@ -115,25 +129,41 @@ class Episode:
         self.last_state = state
         return state
 
-    def step(self, state: Mapping[str, Any] | None, action: str, *,
-             latency_ms: float | None = None, error: str | None = None, done: bool = False,
-             next_state: Mapping[str, Any] | None = None, ts: str | None = None,
-             **fields: Any) -> None:
+    def step(
+        self,
+        state: Mapping[str, Any] | None,
+        action: str,
+        *,
+        latency_ms: float | None = None,
+        error: str | None = None,
+        done: bool = False,
+        next_state: Mapping[str, Any] | None = None,
+        ts: str | None = None,
+        **fields: Any,
+    ) -> None:
         """Record one step: ``action`` taken in ``state`` (default: the last observed one)."""
         if self._ended:
             raise RuntimeError(f"episode {self.episode_id} has ended; start a new one")
         state = self.last_state if state is None else state
         if state is None:
-            raise ValueError("Episode.step: no state given and none observed yet; pass the "
-                             "state or call observe() first")
+            raise ValueError(
+                "Episode.step: no state given and none observed yet; pass the state or call observe() first"
+            )
         self._finish(next_state=state)
         notes, self._notes = {**self._notes, **fields}, {}
         rec: dict[str, Any] = {
-            **self.attrs, "episode_id": self.episode_id, "step": self.steps,
+            **self.attrs,
+            "episode_id": self.episode_id,
+            "step": self.steps,
             "ts": ts or _now().isoformat(timespec="microseconds"),
-            **flatten_state(state), "action": action,
-            "latency_ms": latency_ms, "error": error, "done": False, "terminated": False,
-            "truncated": False}
+            **flatten_state(state),
+            "action": action,
+            "latency_ms": latency_ms,
+            "error": error,
+            "done": False,
+            "terminated": False,
+            "truncated": False,
+        }
         rec.update(notes)
         if "action_mask" in rec:
             rec["action_mask"] = mask_text(rec["action_mask"])
@@ -152,13 +182,17 @@ class Episode:
         episode was cut short, e.g. by an exception)."""
         if self._ended:
             return
-        self._finish(next_state=None, done=True, terminated=not truncated,
-                     truncated=truncated, error=error)
+        self._finish(next_state=None, done=True, terminated=not truncated, truncated=truncated, error=error)
         self._ended = True
 
-    def _finish(self, next_state: Mapping[str, Any] | None, done: bool = False,
-                terminated: bool = False, truncated: bool = False,
-                error: str | None = None) -> None:
+    def _finish(
+        self,
+        next_state: Mapping[str, Any] | None,
+        done: bool = False,
+        terminated: bool = False,
+        truncated: bool = False,
+        error: str | None = None,
+    ) -> None:
         if self._pending is None:
             return
         pending, self._pending = self._pending, None
@@ -173,8 +207,9 @@ class Episode:
             self._score(rec, state, action, next_state)
         self.tracer.record(rec)
 
-    def _score(self, rec: dict[str, Any], state: Mapping[str, Any], action: str,
-               next_state: Mapping[str, Any] | None) -> None:
+    def _score(
+        self, rec: dict[str, Any], state: Mapping[str, Any], action: str, next_state: Mapping[str, Any] | None
+    ) -> None:
         assert self.reward_provider is not None
         try:
             score = self.reward_provider.reward(state, action, next_state)
@@ -195,8 +230,7 @@ class Episode:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         _CURRENT.reset(self._token)
-        self.end(truncated=exc is not None,
-                 error=None if exc is None else f"{type(exc).__name__}: {exc}")
+        self.end(truncated=exc is not None, error=None if exc is None else f"{type(exc).__name__}: {exc}")
 
 
 class TracedObserver:
@@ -221,33 +255,35 @@ class TracedExecutor:
     def __init__(self, inner: Any, episode: Episode) -> None:
         self._inner, self._episode = inner, episode
 
-    def execute(self, action: str, state: Mapping[str, Any] | None = None, *args: Any,
-                **kwargs: Any) -> Any:
+    def execute(self, action: str, state: Mapping[str, Any] | None = None, *args: Any, **kwargs: Any) -> Any:
         ep = self._episode
         state = ep.last_state if state is None else state
         if state is None:  # refuse before acting, not after
-            raise ValueError(f"execute({action!r}): no state passed and none observed yet; "
-                             "call observer.observe() first or pass the state")
+            raise ValueError(
+                f"execute({action!r}): no state passed and none observed yet; "
+                "call observer.observe() first or pass the state"
+            )
         ts = _now().isoformat(timespec="microseconds")
         t0 = time.perf_counter()
         try:
             result = self._inner.execute(action, state, *args, **kwargs)
         except Exception as exc:
-            ep.step(state, action, ts=ts, latency_ms=(time.perf_counter() - t0) * 1e3,
-                    error=f"{type(exc).__name__}: {exc}")
+            ep.step(
+                state, action, ts=ts, latency_ms=(time.perf_counter() - t0) * 1e3, error=f"{type(exc).__name__}: {exc}"
+            )
             raise
         if inspect.isawaitable(result):
             return self._finish_async(result, state, action, ts, t0)
         self._record(result, state, action, ts, t0)
         return result
 
-    async def _finish_async(self, pending: Any, state: Any, action: str, ts: str,
-                            t0: float) -> Any:
+    async def _finish_async(self, pending: Any, state: Any, action: str, ts: str, t0: float) -> Any:
         try:
             result = await pending
         except Exception as exc:
-            self._episode.step(state, action, ts=ts, error=f"{type(exc).__name__}: {exc}",
-                               latency_ms=(time.perf_counter() - t0) * 1e3)
+            self._episode.step(
+                state, action, ts=ts, error=f"{type(exc).__name__}: {exc}", latency_ms=(time.perf_counter() - t0) * 1e3
+            )
             raise
         self._record(result, state, action, ts, t0)
         return result
@@ -255,10 +291,15 @@ class TracedExecutor:
     def _record(self, result: Any, state: Any, action: str, ts: str, t0: float) -> None:
         measured = (time.perf_counter() - t0) * 1e3
         if isinstance(result, ExecutionResult):
-            self._episode.step(state, action, ts=ts, error=result.error, done=result.done,
-                               next_state=result.next_state,
-                               latency_ms=measured if result.latency_ms is None
-                               else result.latency_ms)
+            self._episode.step(
+                state,
+                action,
+                ts=ts,
+                error=result.error,
+                done=result.done,
+                next_state=result.next_state,
+                latency_ms=measured if result.latency_ms is None else result.latency_ms,
+            )
         else:
             self._episode.step(state, action, ts=ts, latency_ms=measured)
 
@@ -266,11 +307,19 @@ class TracedExecutor:
         return getattr(self._inner, name)
 
 
-def rollout(tracer: Tracer, *, scenario: str, policy_version: str, source: str = "live",
-            test_group: str | None = None, reward_fn_version: str | None = None,
-            reward_provider: RewardProvider | None = None,
-            trace_id: Callable[..., str] | None = None, observer: str = "observer",
-            executor: str = "executor") -> Callable[[F], F]:
+def rollout(
+    tracer: Tracer,
+    *,
+    scenario: str,
+    policy_version: str,
+    source: str = "live",
+    test_group: str | None = None,
+    reward_fn_version: str | None = None,
+    reward_provider: RewardProvider | None = None,
+    trace_id: Callable[..., str] | None = None,
+    observer: str = "observer",
+    executor: str = "executor",
+) -> Callable[[F], F]:
     """Decorate a function that runs one episode so that each of its steps is traced.
 
     ``observer``/``executor`` name the parameters holding the state observer and action
@@ -278,16 +327,20 @@ def rollout(tracer: Tracer, *, scenario: str, policy_version: str, source: str =
     arguments (default: a new uuid per call, e.g. use the request id instead); a parameter
     named ``episode`` receives the :class:`Episode`. Works on ``async def`` functions too.
     """
-    attrs = dict(scenario=scenario, policy_version=policy_version, source=source,
-                 test_group=test_group, reward_fn_version=reward_fn_version,
-                 reward_provider=reward_provider)
+    attrs = dict(
+        scenario=scenario,
+        policy_version=policy_version,
+        source=source,
+        test_group=test_group,
+        reward_fn_version=reward_fn_version,
+        reward_provider=reward_provider,
+    )
 
     def decorate(fn: F) -> F:
         sig = inspect.signature(fn)
 
         def start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Episode, Any]:
-            ep = Episode(tracer, trace_id=trace_id(*args, **kwargs) if trace_id else None,
-                         **attrs)  # type: ignore[arg-type]
+            ep = Episode(tracer, trace_id=trace_id(*args, **kwargs) if trace_id else None, **attrs)  # type: ignore[arg-type]  # attrs are Episode's own keyword arguments
             bound = sig.bind_partial(*args, **kwargs)
             for name, wrap in ((observer, TracedObserver), (executor, TracedExecutor)):
                 if bound.arguments.get(name) is not None:
@@ -297,18 +350,21 @@ def rollout(tracer: Tracer, *, scenario: str, policy_version: str, source: str =
             return ep, bound
 
         if inspect.iscoroutinefunction(fn):
+
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
                 ep, bound = start(args, kwargs)
                 with ep:
                     return await fn(*bound.args, **bound.kwargs)
-            return run_async  # type: ignore[return-value]
+
+            return run_async  # type: ignore[return-value]  # the wrapper has the decorated function's signature
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             ep, bound = start(args, kwargs)
             with ep:
                 return fn(*bound.args, **bound.kwargs)
-        return run  # type: ignore[return-value]
+
+        return run  # type: ignore[return-value]  # the wrapper has the decorated function's signature
 
     return decorate

@@ -33,7 +33,7 @@ FALLBACK_CODES = ("bad_state", "no_champion", "load_error", "timeout", "error", 
 def hash_fraction(key: str, salt: str = "") -> float:
     """A stable number in [0, 1) for ``key`` (the same on every host and run)."""
     digest = hashlib.sha256(f"{salt}:{key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0 ** 64
+    return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
 def fallback_code(reason: str | None) -> str | None:
@@ -75,8 +75,10 @@ class ServingState:
 
     @property
     def versions(self) -> dict[str, str | None]:
-        return {CHAMPION: self.champion.version if self.champion else None,
-                CHALLENGER: self.challenger.version if self.challenger else None}
+        return {
+            CHAMPION: self.champion.version if self.champion else None,
+            CHALLENGER: self.challenger.version if self.challenger else None,
+        }
 
     def route(self, key: str | None, salt: str) -> str:
         """``challenger`` or ``champion`` for a request key (stable for a key and a traffic share)."""
@@ -118,9 +120,12 @@ class ShadowDecision:
         return SHADOW
 
     def trace_fields(self) -> dict[str, Any]:
-        return {"shadow_policy_version": self.policy_version, "shadow_action": self.action,
-                "shadow_served_logp": self.served_logp,
-                "shadow_probs": None if self.probs is None else json.dumps(self.probs, separators=(",", ":"))}
+        return {
+            "shadow_policy_version": self.policy_version,
+            "shadow_action": self.action,
+            "shadow_served_logp": self.served_logp,
+            "shadow_probs": None if self.probs is None else json.dumps(self.probs, separators=(",", ":")),
+        }
 
 
 @dataclass(frozen=True)
@@ -167,9 +172,14 @@ class Decision:
         """Step fields for ``Episode.annotate``: the trace row's serving columns (policy version and
         group of this very step, mask, logp = log propensity, entropy, value, fallback and its
         reason, and the shadow's decision when one ran)."""
-        out: dict[str, Any] = {"policy_version": self.policy_version, "test_group": self.test_group,
-                               "action_mask": self.mask, "logp": self.logp, "fallback": self.fallback,
-                               "fallback_reason": self.fallback_reason}
+        out: dict[str, Any] = {
+            "policy_version": self.policy_version,
+            "test_group": self.test_group,
+            "action_mask": self.mask,
+            "logp": self.logp,
+            "fallback": self.fallback,
+            "fallback_reason": self.fallback_reason,
+        }
         for k in ("entropy", "value"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
@@ -192,8 +202,9 @@ def choose(greedy: int, probs: np.ndarray, exploration: float, u: tuple[float, f
     return a, min(p, 1.0)  # float32 probabilities may sum a hair over 1
 
 
-def choose_batch(greedy: np.ndarray, probs: np.ndarray, exploration: float, u: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def choose_batch(
+    greedy: np.ndarray, probs: np.ndarray, exploration: float, u: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`choose` for ``N`` rows at once: ``greedy[N]``, ``probs[N, A]``, ``u[N, 2]`` →
     ``(actions[N], propensities[N])``."""
     a = greedy.astype(np.int64).copy()

@@ -54,7 +54,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +101,7 @@ def mask_text(mask: Any) -> Any:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Tracer:
@@ -118,13 +118,22 @@ class Tracer:
     :class:`rlops.agent_sdk.mlflow_tracing.MlflowTraceExporter` (decisions as MLflow traces).
     """
 
-    def __init__(self, landing_uri: str | os.PathLike[str], *, flush_every: int = 1000,
-                 flush_interval_s: float | None = 60.0, max_buffer: int = 100_000,
-                 endpoint_url: str | None = None, host: str | None = None,
-                 fsync: bool = True, exporters: Sequence[Any] = ()) -> None:
+    def __init__(
+        self,
+        landing_uri: str | os.PathLike[str],
+        *,
+        flush_every: int = 1000,
+        flush_interval_s: float | None = 60.0,
+        max_buffer: int = 100_000,
+        endpoint_url: str | None = None,
+        host: str | None = None,
+        fsync: bool = True,
+        exporters: Sequence[Any] = (),
+    ) -> None:
         if flush_every < 1 or max_buffer < flush_every:
-            raise ValueError(f"Tracer: need 1 <= flush_every <= max_buffer, got flush_every="
-                             f"{flush_every}, max_buffer={max_buffer}")
+            raise ValueError(
+                f"Tracer: need 1 <= flush_every <= max_buffer, got flush_every={flush_every}, max_buffer={max_buffer}"
+            )
         uri = str(landing_uri)
         if uri.startswith("s3://"):
             bucket, _, prefix = uri[5:].partition("/")
@@ -132,15 +141,15 @@ class Tracer:
                 raise ValueError(f"Tracer: {uri!r} has no bucket; expected s3://bucket/prefix")
             self._bucket, self._prefix, self._root = bucket, prefix.strip("/"), None
         elif "://" in uri and not uri.startswith("file://"):
-            raise ValueError(f"Tracer: unsupported landing zone {uri!r}; expected a local "
-                             "folder, file:///path or s3://bucket/prefix")
+            raise ValueError(
+                f"Tracer: unsupported landing zone {uri!r}; expected a local folder, file:///path or s3://bucket/prefix"
+            )
         else:
-            path = uri[len("file://"):] if uri.startswith("file://") else uri
+            path = uri[len("file://") :] if uri.startswith("file://") else uri
             self._root = Path(path).expanduser().resolve()
-            self._bucket = self._prefix = None  # type: ignore[assignment]
+            self._bucket = self._prefix = None  # type: ignore[assignment]  # a local root has no bucket or prefix
         self.landing_uri = uri
-        self.flush_every, self.flush_interval_s, self.max_buffer = (
-            flush_every, flush_interval_s, max_buffer)
+        self.flush_every, self.flush_interval_s, self.max_buffer = (flush_every, flush_interval_s, max_buffer)
         self.endpoint_url = endpoint_url or os.environ.get("RLOPS_S3_ENDPOINT_URL") or None
         self.host = re.sub(r"[^A-Za-z0-9_.]", "_", host or socket.gethostname())[:64]
         self.fsync = fsync
@@ -168,8 +177,8 @@ class Tracer:
             if self._oldest is None:
                 self._oldest = time.monotonic()
             due = len(self._buffer) >= self.flush_every or (
-                self.flush_interval_s is not None
-                and time.monotonic() - self._oldest >= self.flush_interval_s)
+                self.flush_interval_s is not None and time.monotonic() - self._oldest >= self.flush_interval_s
+            )
         for exporter in self.exporters:  # outside the lock: an export may take a network round trip
             exporter.export(rec)  # exporters log their own failures; they never raise
         if due:
@@ -204,7 +213,8 @@ class Tracer:
                 raise TraceWriteError(
                     f"Tracer: writing {len(recs)} trace record(s) of scenario {scenario!r} to "
                     f"{self.landing_uri} failed ({type(exc).__name__}: {exc}); the records "
-                    "are kept and retried at the next flush") from exc
+                    "are kept and retried at the next flush"
+                ) from exc
         self.files_written.extend(written)
         return written
 
@@ -215,21 +225,20 @@ class Tracer:
             if overflow > 0:
                 del self._buffer[:overflow]
                 self.dropped += overflow
-                log.error("Tracer: buffer over max_buffer=%d; dropped the %d oldest records",
-                          self.max_buffer, overflow)
+                log.error("Tracer: buffer over max_buffer=%d; dropped the %d oldest records", self.max_buffer, overflow)
             if self._buffer and self._oldest is None:
                 self._oldest = time.monotonic()
 
     # ------------------------------------------------------------------ writing
     def _name(self, scenario: str) -> tuple[str, str]:
         now = _now()
-        folder = (f"scenario={re.sub(r'[^A-Za-z0-9_.-]', '_', scenario)}/"
-                  f"date={now:%Y-%m-%d}/hour={now:%H}")
+        folder = f"scenario={re.sub(r'[^A-Za-z0-9_.-]', '_', scenario)}/date={now:%Y-%m-%d}/hour={now:%H}"
         return folder, f"{now:%Y%m%dT%H%M%S%f}Z-{self.host}-{os.getpid()}-{next(_SEQ):06d}.jsonl"
 
     def _write(self, scenario: str, recs: list[dict[str, Any]]) -> str:
-        payload = "".join(json.dumps(r, default=_json_default, separators=(",", ":")) + "\n"
-                          for r in recs).encode("utf-8")
+        payload = "".join(json.dumps(r, default=_json_default, separators=(",", ":")) + "\n" for r in recs).encode(
+            "utf-8"
+        )
         folder, name = self._name(scenario)
         if self._root is None:
             key = "/".join(p for p in (self._prefix, folder, name) if p)
@@ -254,10 +263,15 @@ class Tracer:
         if self._client is None:
             import boto3
             from botocore.config import Config
+
             self._client = boto3.session.Session().client(
-                "s3", endpoint_url=self.endpoint_url,
-                config=Config(retries={"max_attempts": 5, "mode": "standard"},
-                              s3={"addressing_style": "path"} if self.endpoint_url else None))
+                "s3",
+                endpoint_url=self.endpoint_url,
+                config=Config(
+                    retries={"max_attempts": 5, "mode": "standard"},
+                    s3={"addressing_style": "path"} if self.endpoint_url else None,
+                ),
+            )
         return self._client
 
     # ------------------------------------------------------------------ lifecycle
@@ -302,5 +316,3 @@ def _register_fork_hook(tracer: Tracer) -> None:
     if not _FORK_HOOK and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_forget_live_after_fork)
         _FORK_HOOK = True
-
-

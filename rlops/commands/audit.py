@@ -24,7 +24,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     import json
+
     from rlops.pipeline_steps.audit.replay import render_path, replay
+
     ctx = context_from_args(args)
     with as_user_error("replay"):
         path = replay(ctx, args.trace_id, args.depth, args.traces)
@@ -36,13 +38,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     import json
+
     from rlops.pipeline_steps.audit.replay import audit
+
     ctx = context_from_args(args)
     with as_user_error("audit"):
         result = audit(ctx, args.policy_version, args.traces)
-    print(json.dumps(result, indent=2, default=str) if args.json else
-          f"audit of {result['rows']} steps in {result['clusters']} clusters: "
-          + ("would write " if ctx.dry_run else "wrote ") + result["html_uri"])
+    print(
+        json.dumps(result, indent=2, default=str)
+        if args.json
+        else f"audit of {result['rows']} steps in {result['clusters']} clusters: "
+        + ("would write " if ctx.dry_run else "wrote ")
+        + result["html_uri"]
+    )
     for warning in result.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     return 0

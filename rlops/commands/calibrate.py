@@ -16,7 +16,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     import json
+
     from rlops.pipeline_steps.drift.calibrate import PROFILE, recalibrate
+
     ctx = context_from_args(args)
     with as_user_error("calibrate"):
         result = recalibrate(ctx, args.traces)
@@ -24,10 +26,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2, default=str))
         return 0
     segments = f" in {result['segments']} population segments" if result.get("segments", 1) > 1 else ""
-    print(f"calibration {result['version']}: {len(result['fields'])} fields fitted{segments} "
-          f"from {result['rows']} rows, "
-          f"profile '{PROFILE}' jitter {result['simulation']['latency_jitter_ms']}, "
-          f"error rates {result['simulation']['error_rates']}")
+    print(
+        f"calibration {result['version']}: {len(result['fields'])} fields fitted{segments} "
+        f"from {result['rows']} rows, "
+        f"profile '{PROFILE}' jitter {result['simulation']['latency_jitter_ms']}, "
+        f"error rates {result['simulation']['error_rates']}"
+    )
     for path, c in result["check"].items():
         print(f"  {path:<36} {c['metric']} {c['before']:.4f} → {c['after']:.4f}")
     print(("would write " if ctx.dry_run else "wrote ") + result["calibration_uri"])

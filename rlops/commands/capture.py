@@ -13,14 +13,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("capture", help="landing zone (or simulated champion traffic) → validated trace store")
     add_common_args(p)
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--simulate", dest="simulate", action="store_true", default=None,
-                     help="run the champion in a simulation profile instead of reading the landing zone")
-    src.add_argument("--landing-zone", dest="simulate", action="store_false",
-                     help="read the landing zone only (default: the landing zone when it has files)")
-    src.add_argument("--from-mlflow", action="store_true",
-                     help="read the interval's agent decisions from MLflow's trace store (capture.mlflow_experiment)")
-    src.add_argument("--otlp-file", default=None, metavar="URI",
-                     help="read agent decisions from an OTLP/JSON span export file")
+    src.add_argument(
+        "--simulate",
+        dest="simulate",
+        action="store_true",
+        default=None,
+        help="run the champion in a simulation profile instead of reading the landing zone",
+    )
+    src.add_argument(
+        "--landing-zone",
+        dest="simulate",
+        action="store_false",
+        help="read the landing zone only (default: the landing zone when it has files)",
+    )
+    src.add_argument(
+        "--from-mlflow",
+        action="store_true",
+        help="read the interval's agent decisions from MLflow's trace store (capture.mlflow_experiment)",
+    )
+    src.add_argument(
+        "--otlp-file", default=None, metavar="URI", help="read agent decisions from an OTLP/JSON span export file"
+    )
     p.add_argument("--episodes", type=int, default=None, help="simulated episodes (default: params)")
     p.add_argument("--sample-rate", type=float, default=None, help="fraction of episodes recorded (default: params)")
     p.add_argument("--profile", default=None, help="simulation profile (default: live)")
@@ -30,17 +43,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_capture(args: argparse.Namespace) -> int:
     from rlops.common.progress import show_progress
     from rlops.pipeline_steps.capture.step import capture_step, capture_traces
+
     ctx = context_from_args(args)
     with as_user_error("capture"):
         if args.from_mlflow or args.otlp_file:
             res = capture_traces(ctx, otlp_uri=args.otlp_file)
         else:
-            res = capture_step(ctx, args.simulate, args.episodes, args.sample_rate, args.profile,
-                               progress=show_progress(args.json))
+            res = capture_step(
+                ctx, args.simulate, args.episodes, args.sample_rate, args.profile, progress=show_progress(args.json)
+            )
     verb = "would write" if ctx.dry_run else "wrote"
-    print_result(res, args.json, [f"{res['source']}: {res['rows_in']} rows in, {res['rows_accepted']} accepted, "
-                                  f"{res['rows_quarantined']} quarantined; {verb} {len(res['partitions'])} "
-                                  "partition file(s)"])
+    print_result(
+        res,
+        args.json,
+        [
+            f"{res['source']}: {res['rows_in']} rows in, {res['rows_accepted']} accepted, "
+            f"{res['rows_quarantined']} quarantined; {verb} {len(res['partitions'])} "
+            "partition file(s)"
+        ],
+    )
     for warning in res.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     for alert in res.get("alerts", []):

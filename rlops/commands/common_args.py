@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
@@ -19,11 +20,19 @@ if TYPE_CHECKING:
 
 def add_common_args(p: argparse.ArgumentParser, run_key: bool = True) -> None:
     """``--scenario``, ``--run-key`` (steps that write per data interval), ``--json``, ``--dry-run``."""
-    p.add_argument("--scenario", metavar="NAME_OR_PATH", default=None,
-                   help="scenario pack: a name under scenarios/ or a pack folder (default: params 'scenario')")
+    p.add_argument(
+        "--scenario",
+        metavar="NAME_OR_PATH",
+        default=None,
+        help="scenario pack: a name under scenarios/ or a pack folder (default: params 'scenario')",
+    )
     if run_key:
-        p.add_argument("--run-key", default=None, help="the data interval: 20261130T0500 (an hour) or 20261130T0545-15m, UTC "
-                       "(default: the hour that has just ended)")
+        p.add_argument(
+            "--run-key",
+            default=None,
+            help="the data interval: 20261130T0500 (an hour) or 20261130T0545-15m, UTC "
+            "(default: the hour that has just ended)",
+        )
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("--dry-run", action="store_true", help="compute and print; write nothing")
 
@@ -31,23 +40,33 @@ def add_common_args(p: argparse.ArgumentParser, run_key: bool = True) -> None:
 def add_reward_fn_arg(p: argparse.ArgumentParser, files: bool = False) -> None:
     """``--reward-fn``: the one name of the reward-function choice (a pack label such as ``v1``)."""
     what = "a label of the pack (v1) or a reward module file" if files else "a label of the pack, e.g. v1"
-    p.add_argument("--reward-fn", default=None, metavar="LABEL" + ("|FILE" if files else ""),
-                   help=f"reward function: {what} (default: the pack's params.yaml 'reward_fn', else the project's, else the pack's newest)")
+    p.add_argument(
+        "--reward-fn",
+        default=None,
+        metavar="LABEL" + ("|FILE" if files else ""),
+        help=f"reward function: {what} (default: the pack's params.yaml 'reward_fn', else the project's, "
+        "else the pack's newest)",
+    )
 
 
-def context_from_args(args: argparse.Namespace) -> "StepContext":
+def context_from_args(args: argparse.Namespace) -> StepContext:
     """A :class:`StepContext` from ``--scenario`` (a name or a pack folder), ``--run-key`` and
     ``--dry-run``; a malformed run key is a user error (exit 2)."""
     from rlops.common.config import load_params
     from rlops.common.errors import UserError
     from rlops.pipeline_steps.infra.context import StepContext
+
     params = load_params()
     scenario = getattr(args, "scenario", None)
     if scenario is not None:
         params["scenarios_dir"], scenario = scenario_of(scenario, params)
     try:
-        return StepContext.create(scenario=scenario, run_key=getattr(args, "run_key", None),
-                                  dry_run=bool(getattr(args, "dry_run", False)), params=params)
+        return StepContext.create(
+            scenario=scenario,
+            run_key=getattr(args, "run_key", None),
+            dry_run=bool(getattr(args, "dry_run", False)),
+            params=params,
+        )
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -58,6 +77,7 @@ def scenario_of(given: str, params: dict[str, Any]) -> tuple[str, str]:
     folder that is no pack — is a :class:`UserError`, never "the default pack"."""
     from rlops.common.config import REPO_ROOT
     from rlops.common.errors import UserError
+
     root = str(params.get("scenarios_dir") or REPO_ROOT / "scenarios")
     if not given.strip():
         raise UserError("--scenario '': empty path; expected a pack name under scenarios/ or a pack folder")
@@ -68,11 +88,14 @@ def scenario_of(given: str, params: dict[str, Any]) -> tuple[str, str]:
             return str(folder.parent), folder.name
         if folder.name and "/" not in given and not given.startswith(".") and (Path(root) / given).is_dir():
             return root, given  # a pack name that is also a folder here
-        raise UserError(f"--scenario {given!r}: the folder {folder} is not a scenario pack (no scenario.yaml); "
-                        "expected a pack name under scenarios/ or a pack folder")
+        raise UserError(
+            f"--scenario {given!r}: the folder {folder} is not a scenario pack (no scenario.yaml); "
+            "expected a pack name under scenarios/ or a pack folder"
+        )
     if "/" in given or given.startswith(".") or given != given.strip():
-        raise UserError(f"--scenario {given!r}: no such pack folder; expected a pack name under scenarios/ or a "
-                        "pack folder")
+        raise UserError(
+            f"--scenario {given!r}: no such pack folder; expected a pack name under scenarios/ or a pack folder"
+        )
     return root, given
 
 
@@ -81,6 +104,7 @@ def pack_dir_from_args(args: argparse.Namespace) -> Path:
     from rlops.common.config import load_params, scenarios_dir
     from rlops.common.errors import UserError
     from rlops.common.params_sources import as_params
+
     scenario = getattr(args, "scenario", None)
     if scenario is not None and not scenario.strip():
         raise UserError("--scenario '': empty path; expected a pack name under scenarios/ or a pack folder")
@@ -98,6 +122,7 @@ def print_result(result: dict[str, Any], as_json: bool, lines: list[str]) -> Non
 def infrastructure(exc: Exception) -> Exception:
     """A tracking/storage failure as the error the CLI renders on stderr with exit code 1."""
     from rlops.common.errors import InfrastructureError, RlopsError
+
     return exc if isinstance(exc, RlopsError) else InfrastructureError(str(exc))
 
 
@@ -109,4 +134,5 @@ def as_user_error(command: str) -> Iterator[None]:
         yield
     except (ValueError, FileNotFoundError) as exc:
         from rlops.common.errors import UserError
+
         raise UserError(f"{command}: {exc}") from exc

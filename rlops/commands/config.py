@@ -11,6 +11,7 @@ committed file is stale).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -24,30 +25,49 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = verbs.add_parser("show", help="every resolved params value of a scenario and where it came from")
     _scenario_arg(p)
-    p.add_argument("--params", default=None, metavar="FILE", help="project params file (default: $RLOPS_PARAMS, "
-                   "else params.yaml of the project)")
+    p.add_argument(
+        "--params",
+        default=None,
+        metavar="FILE",
+        help="project params file (default: $RLOPS_PARAMS, else params.yaml of the project)",
+    )
     p.add_argument("--json", action="store_true", help="print the values as JSON on stdout")
     p.set_defaults(func=cmd_show)
 
-    p = verbs.add_parser("validate", help="check the project's and the packs' params; a bad key is named with its "
-                                          "file, line and closest valid name (exit 2)")
+    p = verbs.add_parser(
+        "validate",
+        help="check the project's and the packs' params; a bad key is named with its "
+        "file, line and closest valid name (exit 2)",
+    )
     _scenario_arg(p, every=True)
-    p.add_argument("--params", default=None, metavar="FILE", help="project params file to check (default: "
-                   "$RLOPS_PARAMS, else params.yaml of the project)")
+    p.add_argument(
+        "--params",
+        default=None,
+        metavar="FILE",
+        help="project params file to check (default: $RLOPS_PARAMS, else params.yaml of the project)",
+    )
     p.add_argument("--json", action="store_true", help="print the verdict and the problems as JSON on stdout")
     p.set_defaults(func=cmd_validate)
 
     p = verbs.add_parser("schema", help=f"write the JSON Schema of the params model ({SCHEMA_FILE})")
-    p.add_argument("--out", default=None, metavar="FILE", help=f"where to write it (default: {SCHEMA_FILE} of the "
-                                                               "project; - for stdout)")
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE",
+        help=f"where to write it (default: {SCHEMA_FILE} of the project; - for stdout)",
+    )
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 when the file differs from the model")
     p.set_defaults(func=cmd_schema)
 
 
 def _scenario_arg(p: argparse.ArgumentParser, every: bool = False) -> None:
     default = "every pack under scenarios/" if every else "params 'scenario'"
-    p.add_argument("--scenario", metavar="NAME_OR_PATH", default=None,
-                   help=f"scenario pack: a name under scenarios/ or a pack folder (default: {default})")
+    p.add_argument(
+        "--scenario",
+        metavar="NAME_OR_PATH",
+        default=None,
+        help=f"scenario pack: a name under scenarios/ or a pack folder (default: {default})",
+    )
 
 
 def _project(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
@@ -55,6 +75,7 @@ def _project(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     means (a pack folder anywhere sets ``scenarios_dir`` to its parent)."""
     from rlops.common.config import load_params, scenarios_dir
     from rlops.common.errors import UserError
+
     params = load_params(args.params)
     scenario = args.scenario
     if scenario and Path(scenario).is_dir():
@@ -63,30 +84,39 @@ def _project(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     elif scenario and not (scenarios_dir(params) / scenario).is_dir():
         root = scenarios_dir(params)
         packs = sorted(p.name for p in root.iterdir() if (p / "scenario.yaml").exists()) if root.is_dir() else []
-        raise UserError(f"--scenario {scenario}: no pack folder {root / scenario}; expected a pack name "
-                        f"({', '.join(packs) or 'none under ' + str(root)}) or a pack folder")
+        raise UserError(
+            f"--scenario {scenario}: no pack folder {root / scenario}; expected a pack name "
+            f"({', '.join(packs) or 'none under ' + str(root)}) or a pack folder"
+        )
     return params, scenario
 
 
 def _short(origin: str) -> str:
     """An origin with the file path relative to the current folder where it is under it."""
     path, sep, line = origin.rpartition(":") if origin[-1:].isdigit() else (origin, "", "")
-    try:
+    with contextlib.suppress(ValueError):
         path = str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        pass
     return f"{path}{sep}{line}"
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     from rlops.common.config import resolve_params
+
     params, scenario = _project(args)
     resolved = resolve_params(scenario, params=params, path=args.params)
-    rows = [(key, value, _short(origin) if origin.startswith("/") else origin) for key, value, origin in
-            resolved.rows()]
+    rows = [
+        (key, value, _short(origin) if origin.startswith("/") else origin) for key, value, origin in resolved.rows()
+    ]
     if args.json:
-        print(json.dumps({"scenario": resolved.model.scenario if scenario is None else scenario,
-                          "values": [{"key": k, "value": v, "origin": o} for k, v, o in rows]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "scenario": resolved.model.scenario if scenario is None else scenario,
+                    "values": [{"key": k, "value": v, "origin": o} for k, v, o in rows],
+                },
+                indent=2,
+            )
+        )
         return 0
     width = max(len(k) for k, _, _ in rows)
     vwidth = min(40, max(len(json.dumps(v)) for _, v, _ in rows))
@@ -98,10 +128,16 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from rlops.common.config import resolve_params, scenarios_dir
     from rlops.common.params_sources import ParamsError, ParamsProblem
+
     params, scenario = _project(args)
     root = scenarios_dir(params)
-    packs = [scenario] if scenario else sorted(p.name for p in root.iterdir()
-                                               if (p / "scenario.yaml").exists()) if root.is_dir() else []
+    packs = (
+        [scenario]
+        if scenario
+        else sorted(p.name for p in root.iterdir() if (p / "scenario.yaml").exists())
+        if root.is_dir()
+        else []
+    )
     problems: list[ParamsProblem] = []
     targets: list[str | None] = list(packs) or [None]  # no packs: the project's params alone
     for name in targets:
@@ -111,8 +147,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             problems.extend(p for p in exc.problems if p not in problems)
     checked = ["project params"] + [f"pack {p}" for p in packs]
     if args.json:
-        print(json.dumps({"valid": not problems, "checked": checked,
-                          "problems": [p.to_dict() for p in problems]}, indent=2))
+        print(
+            json.dumps(
+                {"valid": not problems, "checked": checked, "problems": [p.to_dict() for p in problems]}, indent=2
+            )
+        )
     if problems:
         raise ParamsError(problems)
     if not args.json:
@@ -123,6 +162,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def schema_text() -> str:
     """The JSON Schema of :class:`~rlops.common.params_model.Params`, as committed in params.schema.json."""
     from rlops.common.params_model import Params
+
     schema = Params.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "rlops params.yaml"
@@ -131,6 +171,7 @@ def schema_text() -> str:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     from rlops.common.config import REPO_ROOT
+
     text = schema_text()
     if args.out == "-":
         print(text, end="")

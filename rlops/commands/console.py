@@ -7,4 +7,5 @@ import argparse
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from rlops.console.cli import add_parser
+
     add_parser(sub)

@@ -29,8 +29,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
     p.set_defaults(func=cmd_detect)
 
-    p = verbs.add_parser("check", help="live traces of the run key's hour vs the calibrated sandbox "
-                                       "(+ champion anomaly); the drift monitor's step")
+    p = verbs.add_parser(
+        "check",
+        help="live traces of the run key's hour vs the calibrated sandbox "
+        "(+ champion anomaly); the drift monitor's step",
+    )
     add_common_args(p)
     p.add_argument("--episodes", type=int, default=None, help="sandbox baseline episodes (default: params)")
     p.add_argument("--fail-on-drift", action="store_true", help="exit 3 when a retrain is called for")
@@ -39,22 +42,37 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_detect(args: argparse.Namespace) -> int:
     import json
+
     from rlops.pipeline_steps.drift.report import run_drift
+
     ctx = context_from_args(args)
     fields = [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None
     with as_user_error("drift detect"):  # a missing window is bad input; other storage errors exit 1
-        result = run_drift(ctx.params, args.baseline, args.target, args.out, fields=fields,
-                           threshold=args.threshold, min_effect=args.min_effect, bh=args.bh,
-                           dry_run=args.dry_run, track=not args.no_track, scenario=ctx.scenario)
+        result = run_drift(
+            ctx.params,
+            args.baseline,
+            args.target,
+            args.out,
+            fields=fields,
+            threshold=args.threshold,
+            min_effect=args.min_effect,
+            bh=args.bh,
+            dry_run=args.dry_run,
+            track=not args.no_track,
+            scenario=ctx.scenario,
+        )
     report = result.report
     assert report is not None  # run_drift always attaches it
     if args.json:
         print(json.dumps({**report.to_dict(), "result": result.to_dict()}, indent=2, default=str))
     else:
         for f in report.fields:
-            print(f"{f.field:<28} {f.test:<5} error: {f.error}" if f.test == "error" else
-                  f"{f.field:<28} {f.test:<5} effect={f.effect:.4f} p={f.p_value:.3g}"
-                  f"{'  DRIFTED' if f.drifted else ''}")
+            print(
+                f"{f.field:<28} {f.test:<5} error: {f.error}"
+                if f.test == "error"
+                else f"{f.field:<28} {f.test:<5} effect={f.effect:.4f} p={f.p_value:.3g}"
+                f"{'  DRIFTED' if f.drifted else ''}"
+            )
         print(report.summary)
         print(("would write " if result.dry_run else "wrote ") + result.html_uri)
     return EXIT_DRIFT if args.fail_on_drift and report.drifted_fields else 0
@@ -62,9 +80,16 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.drift.check import drift_check
+
     ctx = context_from_args(args)
     res = drift_check(ctx, args.episodes)
-    print_result(res, args.json, [f"{res['summary']} drifted: {res['drifted_fields'] or 'none'}; anomaly: "
-                                  f"{res['anomaly']}; retrain: {res['retrain']}"
-                                  + (f"\nreport: {res['html_uri']}" if res.get("html_uri") else "")])
+    print_result(
+        res,
+        args.json,
+        [
+            f"{res['summary']} drifted: {res['drifted_fields'] or 'none'}; anomaly: "
+            f"{res['anomaly']}; retrain: {res['retrain']}"
+            + (f"\nreport: {res['html_uri']}" if res.get("html_uri") else "")
+        ],
+    )
     return EXIT_DRIFT if args.fail_on_drift and res["retrain"] else 0

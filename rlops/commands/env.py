@@ -9,8 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rlops.common.errors import UserError
 from rlops.commands.common_args import add_common_args, add_reward_fn_arg, pack_dir_from_args
+from rlops.common.errors import UserError
 
 # Bounds of the arguments, checked before any work: a rollout keeps every row in memory.
 MAX_EPISODES = 100_000
@@ -55,12 +55,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = env_sub.add_parser("validate", help="load and check a pack (exit 2 on any error)")
     add_common_args(p, run_key=False)
-    p.add_argument("--timeout", type=_seconds, default=None,
-                   help="seconds the check may take before it is stopped (default 5)")
+    p.add_argument(
+        "--timeout", type=_seconds, default=None, help="seconds the check may take before it is stopped (default 5)"
+    )
     p.set_defaults(func=cmd_validate)
 
-    p = env_sub.add_parser("describe",
-                                            help="fields, actions, profiles and reward functions of a pack")
+    p = env_sub.add_parser("describe", help="fields, actions, profiles and reward functions of a pack")
     add_common_args(p, run_key=False)
     p.add_argument("--state", action="store_true", help="list the state fields only")
     p.set_defaults(func=cmd_describe)
@@ -80,13 +80,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     # The pack's Python runs in a child process with time and memory limits; this process only
     # reads the verdict (and never imports torch).
     from rlops.sandbox.isolate import TIMEOUT_S, validate_isolated
+
     s = validate_isolated(str(pack_dir_from_args(args)), timeout_s=args.timeout or TIMEOUT_S)
     if args.json:
         print(json.dumps(s, indent=2))
         return 0
     roles = "".join(f", role {name} ({len(r['actions'])} actions)" for name, r in s.get("roles", {}).items())
-    print(f"ok: {s['pack']} — {s['fields']} fields, {s['actions']} actions{roles}, profiles {s['profiles']}, "
-          f"reward functions {sorted(s['reward_functions'])}, {s['rules']} rules")
+    print(
+        f"ok: {s['pack']} — {s['fields']} fields, {s['actions']} actions{roles}, profiles {s['profiles']}, "
+        f"reward functions {sorted(s['reward_functions'])}, {s['rules']} rules"
+    )
     return 0
 
 
@@ -95,31 +98,63 @@ def _load_checked(path: str) -> Any:
     this process once it is known to import and score in time."""
     from rlops.sandbox.isolate import validate_isolated
     from rlops.sandbox.pack import load_pack
+
     validate_isolated(path)
     return load_pack(path, check_liveness=False)
 
 
 def describe(pack: Any) -> dict[str, Any]:
     from rlops.sandbox.isolate import roles_summary
+
     spec = pack.scenario.spec
     return {
         "name": spec.name,
         "description": spec.description,
         "horizon": spec.horizon,
-        "state": [{"path": f.path, "type": f.type, "min": f.min, "max": f.max, "unit": f.unit,
-                   "values": list(f.values) or None, "observed": f.observed, "visible_when": f.visible_when,
-                   "init": f.init.dist or ("expr" if f.init.expr else "value")} for f in spec.fields],
-        "actions": [{"name": a.name, "description": a.description, "required_fields": list(a.required_fields),
-                     "precondition": a.precondition, "terminal": a.terminal, "api": a.api,
-                     "human_takeover": a.human_takeover} for a in spec.actions],
+        "state": [
+            {
+                "path": f.path,
+                "type": f.type,
+                "min": f.min,
+                "max": f.max,
+                "unit": f.unit,
+                "values": list(f.values) or None,
+                "observed": f.observed,
+                "visible_when": f.visible_when,
+                "init": f.init.dist or ("expr" if f.init.expr else "value"),
+            }
+            for f in spec.fields
+        ],
+        "actions": [
+            {
+                "name": a.name,
+                "description": a.description,
+                "required_fields": list(a.required_fields),
+                "precondition": a.precondition,
+                "terminal": a.terminal,
+                "api": a.api,
+                "human_takeover": a.human_takeover,
+            }
+            for a in spec.actions
+        ],
         **roles_summary(spec),
-        "profiles": {n: {"latency_jitter_ms": list(p.latency_jitter_ms), "error_rates": p.error_rates,
-                         "population": [{"name": s.name, "probability": s.probability} for s in p.population]}
-                     for n, p in spec.profiles.items()},
-        "reward_functions": {label: {"version": fn.version, "components": [c.name for c in fn.components],
-                                     "rule_refs": fn.rule_refs,
-                                     **({"component_roles": {c.name: c.role or "team" for c in fn.components}}
-                                        if spec.roles else {})} for label, fn in pack.reward_fns.items()},
+        "profiles": {
+            n: {
+                "latency_jitter_ms": list(p.latency_jitter_ms),
+                "error_rates": p.error_rates,
+                "population": [{"name": s.name, "probability": s.probability} for s in p.population],
+            }
+            for n, p in spec.profiles.items()
+        },
+        "reward_functions": {
+            label: {
+                "version": fn.version,
+                "components": [c.name for c in fn.components],
+                "rule_refs": fn.rule_refs,
+                **({"component_roles": {c.name: c.role or "team" for c in fn.components}} if spec.roles else {}),
+            }
+            for label, fn in pack.reward_fns.items()
+        },
         "observation_dim": pack.scenario.layout.dim,
     }
 
@@ -161,32 +196,57 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from rlops.sandbox.reward import RewardError
     from rlops.sandbox.reward_choice import choose_reward
     from rlops.sandbox.traces import rollout_traces
+
     _check_ranges(args)
     out = _check_out(Path(args.out), create=not args.dry_run)
     pack = _load_checked(str(pack_dir_from_args(args)))
     reward = choose_reward(pack, args.reward_fn, load_params().get("reward_fn"))
     if args.profile is not None and args.profile not in pack.scenario.profiles:
-        raise ArgumentError(f"--profile {args.profile}: pack {pack.name} has profiles "
-                            f"{', '.join(sorted(pack.scenario.profiles))}; expected one of them")
+        raise ArgumentError(
+            f"--profile {args.profile}: pack {pack.name} has profiles "
+            f"{', '.join(sorted(pack.scenario.profiles))}; expected one of them"
+        )
     profile = default_profile(pack, "sandbox", args.profile)
     if args.episodes * pack.scenario.spec.horizon > MAX_ROWS:
-        raise ArgumentError(f"--episodes {args.episodes}: with a horizon of {pack.scenario.spec.horizon} steps the "
-                            f"rollout could hold {args.episodes * pack.scenario.spec.horizon} rows, over the limit of "
-                            f"{MAX_ROWS}; roll out fewer episodes per call")
+        raise ArgumentError(
+            f"--episodes {args.episodes}: with a horizon of {pack.scenario.spec.horizon} steps the "
+            f"rollout could hold {args.episodes * pack.scenario.spec.horizon} rows, over the limit of "
+            f"{MAX_ROWS}; roll out fewer episodes per call"
+        )
     policy = random_policy(args.seed) if args.policy == "random" else rule_policy
     try:
-        df = rollout_traces(pack, policy, args.episodes, seed=args.seed, profile=profile,
-                            reward_version=reward.reward_fn, policy_version=args.policy)
+        df = rollout_traces(
+            pack,
+            policy,
+            args.episodes,
+            seed=args.seed,
+            profile=profile,
+            reward_version=reward.reward_fn,
+            policy_version=args.policy,
+        )
     except RewardError as exc:
         raise ArgumentError(f"{exc}; fix the reward function of {pack.name}") from None
     if not args.dry_run:
         _write_atomic(df, out)
     if args.json:
-        print(json.dumps({"rows": len(df), "episodes": args.episodes, "policy": args.policy, "profile": profile,
-                          **reward.as_fields(), "out": str(out), "dry_run": args.dry_run}))
+        print(
+            json.dumps(
+                {
+                    "rows": len(df),
+                    "episodes": args.episodes,
+                    "policy": args.policy,
+                    "profile": profile,
+                    **reward.as_fields(),
+                    "out": str(out),
+                    "dry_run": args.dry_run,
+                }
+            )
+        )
     else:
-        print(f"{'would write' if args.dry_run else 'wrote'} {len(df)} trace rows of {args.episodes} episodes "
-              f"({args.policy}, profile {profile}, reward {reward.reward_fn}) to {out}")
+        print(
+            f"{'would write' if args.dry_run else 'wrote'} {len(df)} trace rows of {args.episodes} episodes "
+            f"({args.policy}, profile {profile}, reward {reward.reward_fn}) to {out}"
+        )
     return 0
 
 

@@ -26,7 +26,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_labels(args: argparse.Namespace) -> int:
     import json
+
     from rlops.pipeline_steps.labels.step import label_queue_export, label_queue_import, label_queue_run
+
     ctx = context_from_args(args)
     with as_user_error(f"labels {args.labels_command}"):
         if args.labels_command == "run":
@@ -40,9 +42,15 @@ def cmd_labels(args: argparse.Namespace) -> int:
     else:
         print(", ".join(f"{k}={v}" for k, v in result.items() if not isinstance(v, (list, dict))))
     for old in result.get("stale") or []:
-        print(f"warning: item {old['item_id']}: label {old['label']!r} ({old['labelled_at']}) is older than the "
-              f"stored {old['stored_label']!r} ({old['stored_at']}); not applied", file=sys.stderr)
+        print(
+            f"warning: item {old['item_id']}: label {old['label']!r} ({old['labelled_at']}) is older than the "
+            f"stored {old['stored_label']!r} ({old['stored_at']}); not applied",
+            file=sys.stderr,
+        )
     if result.get("conflicts"):
-        print(f"warning: {len(result['conflicts'])} item(s) labelled differently by different annotators; "
-              f"not applied, listed in {result.get('conflicts_uri')}", file=sys.stderr)
+        print(
+            f"warning: {len(result['conflicts'])} item(s) labelled differently by different annotators; "
+            f"not applied, listed in {result.get('conflicts_uri')}",
+            file=sys.stderr,
+        )
     return 0

@@ -12,15 +12,20 @@ from rlops.commands.common_args import add_common_args, context_from_args, infra
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     model = sub.add_parser("model", help="evaluate, promote or roll back a registered policy version")
     verbs = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
-    for verb, helptext in (("evaluate", "compare a candidate policy with the champion; print the gate table"),
-                           ("promote", "evaluate and, when every gate passes, make the candidate champion")):
+    for verb, helptext in (
+        ("evaluate", "compare a candidate policy with the champion; print the gate table"),
+        ("promote", "evaluate and, when every gate passes, make the candidate champion"),
+    ):
         p = verbs.add_parser(verb, help=helptext)
         add_common_args(p)
         p.add_argument("--candidate", required=True, help="registered policy version to judge")
         p.add_argument("--episodes", type=int, default=None, help="held-out episodes (default: params)")
         if verb == "promote":
-            p.add_argument("--staged", action="store_true",
-                           help="roll out as challenger (5%% → 15%% → 100%%) instead of switching at once")
+            p.add_argument(
+                "--staged",
+                action="store_true",
+                help="roll out as challenger (5%% → 15%% → 100%%) instead of switching at once",
+            )
         p.set_defaults(func=cmd_evaluate if verb == "evaluate" else cmd_promote)
     p = verbs.add_parser("rollback", help="point the champion back at the previous champion (again: further back)")
     add_common_args(p)
@@ -36,36 +41,46 @@ def _register_webhook(verbs: argparse._SubParsersAction[argparse.ArgumentParser]
     s = hooks.add_parser("serve", help="serve the receiver of MLflow's webhook calls")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8766)
-    s.add_argument("--mode", choices=["embedded", "airflow"], default=None,
-                   help="embedded: promote in this process; airflow: trigger the promotion DAG (default: params)")
+    s.add_argument(
+        "--mode",
+        choices=["embedded", "airflow"],
+        default=None,
+        help="embedded: promote in this process; airflow: trigger the promotion DAG (default: params)",
+    )
     s.set_defaults(func=cmd_webhook_serve)
     r = hooks.add_parser("register", help="create or update the MLflow webhook that calls the receiver")
-    r.add_argument("--url", required=True,
-                   help="public URL of the receiver, e.g. https://rlops.example.com/mlflow/webhook")
+    r.add_argument(
+        "--url", required=True, help="public URL of the receiver, e.g. https://rlops.example.com/mlflow/webhook"
+    )
     r.add_argument("--tracking-uri", default=None, help="MLflow server (default: tracking.uri of params)")
     r.set_defaults(func=cmd_webhook_register)
 
 
 def cmd_webhook_serve(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.promotion.webhook import serve
+
     return serve(args.host, args.port, args.mode)
 
 
 def cmd_webhook_register(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.promotion.webhook import register
+
     print(f"webhook {_call(register, args.url, args.tracking_uri)} → {args.url}")
     return 0
 
 
 def _gate_lines(res: dict[str, Any]) -> list[str]:
     from rlops.pipeline_steps.promotion.gates import gate_state
+
     def fmt(v: Any) -> str:
         return "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+
     lines = [f"  {'gate':<28} {'candidate':>12} {'champion':>12}  {'threshold':<34} result"]
     for g in res.get("gates", []):
         verdict = gate_state(g)
-        lines.append(f"  {g['gate']:<28} {fmt(g['candidate']):>12} {fmt(g['champion']):>12}  "
-                     f"{g['threshold']:<34} {verdict}")
+        lines.append(
+            f"  {g['gate']:<28} {fmt(g['candidate']):>12} {fmt(g['champion']):>12}  {g['threshold']:<34} {verdict}"
+        )
     return lines
 
 
@@ -75,6 +90,7 @@ def _call(fn: Any, *a: Any, **kw: Any) -> Any:
     from rlops.common.errors import UserError
     from rlops.pipeline_steps.infra.registry import TrackingError
     from rlops.pipeline_steps.infra.storage import StorageError
+
     try:
         return fn(*a, **kw)
     except (TrackingError, StorageError) as exc:
@@ -87,21 +103,26 @@ def _check_episodes(args: argparse.Namespace) -> None:
     """``--episodes`` is checked before anything touches the registry."""
     if args.episodes is not None:
         from rlops.common.arguments import MAX_EPISODES, count
+
         args.episodes = count("--episodes", args.episodes, maximum=MAX_EPISODES)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
+
     _check_episodes(args)
     res = _call(evaluate_candidate, context_from_args(args), args.candidate, args.episodes)
-    head = [f"{res['scenario']}: v{res['candidate']} vs {res['baseline']} on {res['episodes']} episodes "
-            f"({res['profile']} profile): {'PASS' if res['passed'] else 'FAIL'}"]
+    head = [
+        f"{res['scenario']}: v{res['candidate']} vs {res['baseline']} on {res['episodes']} episodes "
+        f"({res['profile']} profile): {'PASS' if res['passed'] else 'FAIL'}"
+    ]
     print_result(res, args.json, head + _gate_lines(res) + [f"  note: {n}" for n in res["notes"]])
     return 0 if res["passed"] else 1
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.promotion.flow import promote
+
     _check_episodes(args)
     res = _call(promote, context_from_args(args), args.candidate, args.staged, args.episodes)
     print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"] + _gate_lines(res))
@@ -110,6 +131,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.promotion.flow import rollback
+
     res = _call(rollback, context_from_args(args), args.reason)
     after = f" (previous: v{res['previous']})" if res.get("previous") else " (no earlier champion left)"
     print_result(res, args.json, [f"{res['scenario']}: {res['reason']}" + ("" if res.get("dry_run") else after)])

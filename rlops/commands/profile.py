@@ -8,7 +8,6 @@ from pathlib import Path
 
 from rlops.commands.common_args import add_common_args, add_reward_fn_arg, context_from_args, print_result
 
-
 #: The longest profile one command may ask for (a day): a typo must not mean a machine busy for a week.
 MAX_DURATION_S = 86_400.0
 
@@ -19,6 +18,7 @@ def check_trace_path(path: Path) -> None:
     import tempfile
 
     from rlops.common.errors import UserError
+
     if path.is_dir():
         raise UserError(f"--trace {path}: is a folder; expected a file name for the Chrome trace")
     try:
@@ -29,18 +29,28 @@ def check_trace_path(path: Path) -> None:
             with path.open("ab"):
                 pass
     except OSError as exc:
-        raise UserError(f"--trace {path}: cannot write there ({exc.strerror or exc}); expected a writable "
-                        "file path") from None
+        raise UserError(
+            f"--trace {path}: cannot write there ({exc.strerror or exc}); expected a writable file path"
+        ) from None
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("profile", help="profile PPO training on a pack: time per phase, top operators, Chrome trace")
     add_common_args(p, run_key=False)
-    p.add_argument("--duration", type=float, default=60.0, metavar="SECONDS",
-                   help="wall seconds of training to profile (default 60; the iteration running then finishes)")
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="wall seconds of training to profile (default 60; the iteration running then finishes)",
+    )
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: params)")
-    p.add_argument("--trace", default=None, metavar="FILE",
-                   help="Chrome trace file to write (default: <local_dir>/profiles/<scenario>/trace-<time>.json)")
+    p.add_argument(
+        "--trace",
+        default=None,
+        metavar="FILE",
+        help="Chrome trace file to write (default: <local_dir>/profiles/<scenario>/trace-<time>.json)",
+    )
     add_reward_fn_arg(p)
     p.set_defaults(func=cmd_profile)
 
@@ -48,6 +58,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_profile(args: argparse.Namespace) -> int:
     from rlops.common.errors import UserError
     from rlops.pipeline_steps.training.profile import REGIONS, profile_training, region_lines
+
     if not math.isfinite(args.duration) or not 0 < args.duration <= MAX_DURATION_S:
         raise UserError(f"--duration {args.duration}: expected a number of seconds in (0, {MAX_DURATION_S:g}]")
     trace = Path(args.trace) if args.trace else None
@@ -56,8 +67,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
     ctx = context_from_args(args)
     if args.dry_run:
         res = {"dry_run": True, "scenario": ctx.scenario, "duration_s": args.duration, "regions": list(REGIONS)}
-        print_result(res, args.json, [f"dry run: would profile {args.duration:g}s of PPO training on {ctx.scenario} "
-                                      f"(phases {', '.join(REGIONS)})"])
+        print_result(
+            res,
+            args.json,
+            [
+                f"dry run: would profile {args.duration:g}s of PPO training on {ctx.scenario} "
+                f"(phases {', '.join(REGIONS)})"
+            ],
+        )
         return 0
     try:
         report = profile_training(ctx, args.duration, args.device, trace, args.reward_fn)
@@ -67,8 +84,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     if not report.trace or not Path(report.trace).is_file() or not Path(report.trace).stat().st_size:
         raise UserError(f"profile --trace {report.trace}: the Chrome trace was not written")
-    lines = [f"{report.scenario} on {report.device}: {report.iterations} iterations, {report.global_step:,} steps "
-             f"in {report.wall_s:.1f}s (profiled)", "where the time goes:", *region_lines(report),
-             "top 10 operators:", report.top_operators, f"Chrome trace: {report.trace}"]
+    lines = [
+        f"{report.scenario} on {report.device}: {report.iterations} iterations, {report.global_step:,} steps "
+        f"in {report.wall_s:.1f}s (profiled)",
+        "where the time goes:",
+        *region_lines(report),
+        "top 10 operators:",
+        report.top_operators,
+        f"Chrome trace: {report.trace}",
+    ]
     print_result(report.to_dict(), args.json, lines)
     return 0

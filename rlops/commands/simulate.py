@@ -22,45 +22,62 @@ def check_workdir(path: Path) -> None:
     """``--workdir`` must be a folder that is new, empty, or an earlier timeline's: the timeline writes
     its own params.yaml and storage there, and must never overwrite a project's."""
     from rlops.common.errors import UserError
+
     if path.exists() and not path.is_dir():
         raise UserError(f"--workdir {path}: is a file; expected a folder for the simulated storage and registry")
     if path.is_dir() and (path / "params.yaml").exists() and not (path / WORKDIR_MARK).exists():
-        raise UserError(f"--workdir {path}: holds a params.yaml that rlops simulate did not write; the timeline "
-                        "writes its own params.yaml there and would overwrite it. Pass a new or empty folder")
+        raise UserError(
+            f"--workdir {path}: holds a params.yaml that rlops simulate did not write; the timeline "
+            "writes its own params.yaml there and would overwrite it. Pass a new or empty folder"
+        )
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("simulate", help="run the DAGs' tasks on their schedules over simulated days, against a "
-                                        "production world scripted by an events file")
+    p = sub.add_parser(
+        "simulate",
+        help="run the DAGs' tasks on their schedules over simulated days, against a "
+        "production world scripted by an events file",
+    )
     add_common_args(p, run_key=False)
     p.add_argument("--hours", type=int, default=48, help="simulated hours (default 48)")
-    p.add_argument("--events", default=None, help="events YAML (default: the four standard events, spread over "
-                                                  "--hours as over 48)")
-    p.add_argument("--episodes-per-tick", default=None,
-                   help=f"production episodes per 15 minutes (at most {MAX_EPISODES_PER_TICK:,})")
-    p.add_argument("--workdir", default=None,
-                   help="folder for the simulated storage and registry (default: a temporary one)")
+    p.add_argument(
+        "--events", default=None, help="events YAML (default: the four standard events, spread over --hours as over 48)"
+    )
+    p.add_argument(
+        "--episodes-per-tick",
+        default=None,
+        help=f"production episodes per 15 minutes (at most {MAX_EPISODES_PER_TICK:,})",
+    )
+    p.add_argument(
+        "--workdir", default=None, help="folder for the simulated storage and registry (default: a temporary one)"
+    )
     p.set_defaults(func=cmd_simulate)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from rlops.commands.common_args import scenario_of
     from rlops.common.arguments import count
     from rlops.common.config import load_params
+    from rlops.common.errors import UserError
     from rlops.pipeline_steps.orchestration.events import load_events, scaled_events
     from rlops.pipeline_steps.orchestration.simulate import run_timeline
     from rlops.pipeline_steps.orchestration.timeline import TimelineConfig
     from rlops.pipeline_steps.orchestration.timeline_report import table
-    from rlops.commands.common_args import scenario_of
-    from rlops.common.errors import UserError
+
     hours = count("--hours", args.hours, maximum=24 * 60)
-    per_tick = (count("--episodes-per-tick", args.episodes_per_tick, maximum=MAX_EPISODES_PER_TICK)
-                if args.episodes_per_tick is not None else None)
+    per_tick = (
+        count("--episodes-per-tick", args.episodes_per_tick, maximum=MAX_EPISODES_PER_TICK)
+        if args.episodes_per_tick is not None
+        else None
+    )
     events = load_events(args.events) if args.events else scaled_events(hours)
     for e in events:  # an event that can never fire is an error, not a quiet no-op
         at = getattr(e, "at_hour", None)
         if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) or not 0 <= at < hours:
-            raise UserError(f"events file {args.events}: event {e.label()} has at_hour {at!r}; expected a number of "
-                            f"hours in [0, {hours}) (--hours {hours})")
+            raise UserError(
+                f"events file {args.events}: event {e.label()} has at_hour {at!r}; expected a number of "
+                f"hours in [0, {hours}) (--hours {hours})"
+            )
     params = load_params()
     scenario = scenario_of(args.scenario, params)[1] if args.scenario is not None else str(params.get("scenario"))
     if args.workdir is not None:
@@ -69,9 +86,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if per_tick is not None:
         config = dataclasses.replace(config, episodes_per_tick=per_tick)
     if args.dry_run:
-        print(json.dumps({"scenario": scenario, "hours": hours, "events": [str(e) for e in events],
-                          "dry_run": True}) if args.json else
-              f"dry run: would simulate {hours} h of {scenario} with {len(events)} event(s)")
+        print(
+            json.dumps({"scenario": scenario, "hours": hours, "events": [str(e) for e in events], "dry_run": True})
+            if args.json
+            else f"dry run: would simulate {hours} h of {scenario} with {len(events)} event(s)"
+        )
         return 0
     if args.workdir is not None:
         Path(args.workdir).mkdir(parents=True, exist_ok=True)

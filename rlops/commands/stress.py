@@ -17,16 +17,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_stress(args: argparse.Namespace) -> int:
     import json
+
     from rlops.common.progress import show_progress
     from rlops.pipeline_steps.stress.step import stress_test
+
     ctx = context_from_args(args)
     with as_user_error("stress"):
         result = stress_test(ctx, args.reward_fn, args.policy_version, progress=show_progress(args.json))
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     else:
-        print(f"stress test {result['verdict'].upper()}: reward {result['reward_fn']}"
-              + (f", policy v{args.policy_version}" if args.policy_version else ""))
+        print(
+            f"stress test {result['verdict'].upper()}: reward {result['reward_fn']}"
+            + (f", policy v{args.policy_version}" if args.policy_version else "")
+        )
         for reason in result["reasons"]:
             print(f"  - {reason}")
         for warning in result["warnings"]:

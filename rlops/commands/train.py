@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from rlops.commands.common_args import (add_common_args, add_reward_fn_arg, as_user_error, context_from_args,
-                                        infrastructure, print_result)
+from rlops.commands.common_args import (
+    add_common_args,
+    add_reward_fn_arg,
+    as_user_error,
+    context_from_args,
+    infrastructure,
+    print_result,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -19,23 +25,37 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--timesteps", type=int, default=None, help="environment steps (default: params)")
     add_reward_fn_arg(p)
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: params)")
-    p.add_argument("--reward-source", choices=["scripted", "model", "blend"], default=None,
-                   help="per-step reward: the reward function, the reward model, or both (default: params)")
-    p.add_argument("--reward-blend-lambda", type=float, default=None,
-                   help="weight of the reward model's score in 'blend' (default: params train.reward_blend_lambda)")
-    p.add_argument("--reward-model-version", default=None,
-                   help="version of <scenario>-reward-model for 'model'/'blend' (default: the newest)")
+    p.add_argument(
+        "--reward-source",
+        choices=["scripted", "model", "blend"],
+        default=None,
+        help="per-step reward: the reward function, the reward model, or both (default: params)",
+    )
+    p.add_argument(
+        "--reward-blend-lambda",
+        type=float,
+        default=None,
+        help="weight of the reward model's score in 'blend' (default: params train.reward_blend_lambda)",
+    )
+    p.add_argument(
+        "--reward-model-version",
+        default=None,
+        help="version of <scenario>-reward-model for 'model'/'blend' (default: the newest)",
+    )
     p.set_defaults(func=cmd_policy)
 
-    p = verbs.add_parser("relabel", help="score the window's captured traces with the reward model; "
-                                         "write per-step reward labels next to them")
+    p = verbs.add_parser(
+        "relabel",
+        help="score the window's captured traces with the reward model; write per-step reward labels next to them",
+    )
     add_common_args(p)
     p.add_argument("--reward-model-version", default=None, help="version of <scenario>-reward-model (default: newest)")
     p.add_argument("--traces", default=None, help="trace parquet file or folder (default: the trace store)")
     p.set_defaults(func=cmd_relabel)
 
-    p = verbs.add_parser("switch-reward", help="switch the reward function of a running training before its "
-                                               "next iteration")
+    p = verbs.add_parser(
+        "switch-reward", help="switch the reward function of a running training before its next iteration"
+    )
     add_common_args(p)
     p.add_argument("--to", required=True, metavar="LABEL", help="reward function label of the pack, e.g. v2")
     p.set_defaults(func=cmd_switch_reward)
@@ -49,21 +69,31 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = verbs.add_parser("tune", help="search PPO settings for a pack (Optuna; first trial = the defaults)")
     add_common_args(p, run_key=False)
     p.add_argument("--trials", type=int, default=20, help="at most this many trials (default 20)")
-    p.add_argument("--budget-s", type=float, default=None, metavar="SECONDS",
-                   help="stop starting trials after this many seconds (default: no limit)")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop starting trials after this many seconds (default: no limit)",
+    )
     p.add_argument("--timesteps", type=int, default=200_000, help="environment steps per trial (default 200000)")
-    p.add_argument("--eval-episodes", type=int, default=500,
-                   help="held-out greedy episodes that score a trial (default 500)")
+    p.add_argument(
+        "--eval-episodes", type=int, default=500, help="held-out greedy episodes that score a trial (default 500)"
+    )
     add_reward_fn_arg(p)
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: params)")
-    p.add_argument("--write", action="store_true",
-                   help="write the best settings into the pack's params.yaml (ppo: and train: num_envs)")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="write the best settings into the pack's params.yaml (ppo: and train: num_envs)",
+    )
     p.set_defaults(func=cmd_tune)
 
     p = verbs.add_parser("status", help="per-iteration metrics of a training run")
     add_common_args(p)
-    p.add_argument("run_id", metavar="RUN_ID", nargs="?", default=None,
-                   help="the training's MLflow run id (or give --pid)")
+    p.add_argument(
+        "run_id", metavar="RUN_ID", nargs="?", default=None, help="the training's MLflow run id (or give --pid)"
+    )
     p.add_argument("--pid", type=int, default=None, help="the process id of a training in progress on this machine")
     p.add_argument("--last", type=int, default=20, metavar="N", help="show the last N iterations (0: all; default 20)")
     p.add_argument("--follow", action="store_true", help="refresh every --interval seconds until the run ends")
@@ -78,13 +108,22 @@ def cmd_policy(args: argparse.Namespace) -> int:
     from rlops.common.progress import show_progress
     from rlops.pipeline_steps.infra.registry import TrackingError, policy_model_name
     from rlops.pipeline_steps.training.policy import train_policy
+
     ctx = context_from_args(args)
     if args.timesteps is not None and args.timesteps < 1:
         raise UserError(f"--timesteps must be a positive number of environment steps, got {args.timesteps}")
     try:
-        res = train_policy(ctx, args.mode, args.timesteps, args.reward_fn, device=args.device,
-                           progress=show_progress(args.json), reward_source=args.reward_source,
-                           blend_lambda=args.reward_blend_lambda, reward_model_version=args.reward_model_version)
+        res = train_policy(
+            ctx,
+            args.mode,
+            args.timesteps,
+            args.reward_fn,
+            device=args.device,
+            progress=show_progress(args.json),
+            reward_source=args.reward_source,
+            blend_lambda=args.reward_blend_lambda,
+            reward_model_version=args.reward_model_version,
+        )
     except KeyError as exc:  # unknown reward function label
         raise UserError(str(exc).strip("'\"")) from None
     except ValueError as exc:
@@ -92,15 +131,19 @@ def cmd_policy(args: argparse.Namespace) -> int:
     except TrackingError as exc:
         raise infrastructure(exc) from exc
     if res.get("dry_run"):
-        lines = [f"dry run: would train {res['mode']} ({res['timesteps_budget']:,} steps, {res['num_envs']} envs, "
-                 f"profile {res['profile']}) with reward {res['reward_fn']} ({res['reward_fn_sha256'][:12]})",
-                 f"  warm start: {res['warm_start']}; resume from: {res['resume_from'] or 'nothing'}",
-                 f"  would register a version of {res['would_register']}"]
+        lines = [
+            f"dry run: would train {res['mode']} ({res['timesteps_budget']:,} steps, {res['num_envs']} envs, "
+            f"profile {res['profile']}) with reward {res['reward_fn']} ({res['reward_fn_sha256'][:12]})",
+            f"  warm start: {res['warm_start']}; resume from: {res['resume_from'] or 'nothing'}",
+            f"  would register a version of {res['would_register']}",
+        ]
     else:
-        lines = [f"{res['scenario']}: registered {policy_model_name(res['scenario'])} v{res['model_version']} "
-                 f"(run {res['run_id']}{', reused' if res['reused'] else ''})",
-                 f"  mode {res['mode']}, parent champion {res['parent_champion'] or 'none'}, "
-                 f"mean return {res['mean_return']}"]
+        lines = [
+            f"{res['scenario']}: registered {policy_model_name(res['scenario'])} v{res['model_version']} "
+            f"(run {res['run_id']}{', reused' if res['reused'] else ''})",
+            f"  mode {res['mode']}, parent champion {res['parent_champion'] or 'none'}, "
+            f"mean return {res['mean_return']}",
+        ]
     if res.get("note"):
         lines.append(f"  note: {res['note']}")
     print_result(res, args.json, lines)
@@ -110,17 +153,22 @@ def cmd_policy(args: argparse.Namespace) -> int:
 def cmd_reward_model(args: argparse.Namespace) -> int:
     from rlops.common.errors import UserError
     from rlops.pipeline_steps.training.reward_model import train_reward_model_step
+
     ctx = context_from_args(args)
     try:
         res = train_reward_model_step(ctx, args.reward_fn, args.pairs)
     except KeyError as exc:
         raise UserError(str(exc).strip("'\"")) from None
     if res.get("dry_run"):
-        line = (f"would train the {ctx.scenario} reward model on {res['sandbox_pairs']} sandbox pairs "
-                f"(+ human labels) for reward {res['reward_fn']}")
+        line = (
+            f"would train the {ctx.scenario} reward model on {res['sandbox_pairs']} sandbox pairs "
+            f"(+ human labels) for reward {res['reward_fn']}"
+        )
     else:
-        line = (f"reward model {ctx.scenario}-reward-model v{res['model_version']}: held-out pairwise accuracy "
-                f"{res['heldout_pairwise_accuracy']:.3f}, Spearman {res['spearman']:.3f} on {res['pairs']} pairs")
+        line = (
+            f"reward model {ctx.scenario}-reward-model v{res['model_version']}: held-out pairwise accuracy "
+            f"{res['heldout_pairwise_accuracy']:.3f}, Spearman {res['spearman']:.3f} on {res['pairs']} pairs"
+        )
     print_result(res, args.json, [line])
     return 0
 
@@ -129,22 +177,45 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from rlops.common.errors import UserError
     from rlops.pipeline_steps.infra.registry import TrackingError
     from rlops.pipeline_steps.training.tune import defaults_of, tune
+
     ctx = context_from_args(args)
     if args.trials < 1 or args.timesteps < 1 or args.eval_episodes < 1:
-        raise UserError(f"--trials, --timesteps and --eval-episodes must be positive, got {args.trials}, "
-                        f"{args.timesteps} and {args.eval_episodes}")
+        raise UserError(
+            f"--trials, --timesteps and --eval-episodes must be positive, got {args.trials}, "
+            f"{args.timesteps} and {args.eval_episodes}"
+        )
     if args.budget_s is not None and args.budget_s <= 0:
         raise UserError(f"--budget-s must be a positive number of seconds, got {args.budget_s}")
     if args.dry_run:
         base = defaults_of(ctx, ctx.load_pack(), args.timesteps, args.device)
-        res = {"dry_run": True, "scenario": ctx.scenario, "defaults": base, "trials": args.trials,
-               "budget_s": args.budget_s, "timesteps_per_trial": args.timesteps}
-        print_result(res, args.json, [f"dry run: would tune {ctx.scenario} for up to {args.trials} trials of "
-                                      f"{args.timesteps:,} steps from the defaults {base}"])
+        res = {
+            "dry_run": True,
+            "scenario": ctx.scenario,
+            "defaults": base,
+            "trials": args.trials,
+            "budget_s": args.budget_s,
+            "timesteps_per_trial": args.timesteps,
+        }
+        print_result(
+            res,
+            args.json,
+            [
+                f"dry run: would tune {ctx.scenario} for up to {args.trials} trials of "
+                f"{args.timesteps:,} steps from the defaults {base}"
+            ],
+        )
         return 0
     try:
-        out = tune(ctx, args.trials, args.budget_s, args.timesteps, args.eval_episodes, reward_fn=args.reward_fn,
-                   device=args.device, write=args.write)
+        out = tune(
+            ctx,
+            args.trials,
+            args.budget_s,
+            args.timesteps,
+            args.eval_episodes,
+            reward_fn=args.reward_fn,
+            device=args.device,
+            write=args.write,
+        )
     except KeyError as exc:
         raise UserError(str(exc).strip("'\"")) from None
     except ValueError as exc:
@@ -153,11 +224,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise infrastructure(exc) from exc
     res = out.to_dict()
     pruned = sum(1 for t in out.trials if t["pruned"])
-    lines = [f"{ctx.scenario}: {len(out.trials)} trials ({pruned} pruned) in {out.wall_s:.0f}s, "
-             f"tuning run {out.parent_run_id}",
-             f"  defaults: greedy return {out.default_value:.4f}  {out.default_params}",
-             f"  best:     greedy return {out.best_value:.4f}  {out.best_params}",
-             f"  written to {out.written}" if out.written else "  (not written; --write puts it in the pack's params.yaml)"]
+    lines = [
+        f"{ctx.scenario}: {len(out.trials)} trials ({pruned} pruned) in {out.wall_s:.0f}s, "
+        f"tuning run {out.parent_run_id}",
+        f"  defaults: greedy return {out.default_value:.4f}  {out.default_params}",
+        f"  best:     greedy return {out.best_value:.4f}  {out.best_params}",
+        f"  written to {out.written}" if out.written else "  (not written; --write puts it in the pack's params.yaml)",
+    ]
     print_result(res, args.json, lines)
     return 0
 
@@ -171,6 +244,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rlops.common.errors import UserError
     from rlops.pipeline_steps.infra.registry import TrackingError
     from rlops.pipeline_steps.training.status import train_status
+
     if (args.run_id is None) == (args.pid is None):
         raise UserError("train status: give either a RUN_ID or --pid PID (the process of a training in progress)")
     if args.last < 0 or args.interval <= 0:
@@ -186,11 +260,16 @@ def cmd_status(args: argparse.Namespace) -> int:
             raise infrastructure(exc) from exc
         run_id = res["run_id"]  # a --pid run is followed by its id once found (it outlives the lookup)
         table = pd.DataFrame(res["rows"], columns=res["columns"])
-        flag = (f"PLATEAU: no better return for {res['iterations_without_improvement']} iterations"
-                if res["plateau"] else f"no plateau ({res['iterations_without_improvement']} iterations since "
-                                       f"the best return, flagged at {res['plateau_window']})")
-        lines = [f"run {res['run_id']} ({res['run_name']}): {res['status']}, {res['iterations']} iterations; {flag}",
-                 table.to_string(index=False, float_format=lambda v: f"{v:.4g}") if len(table) else "(no metrics)"]
+        flag = (
+            f"PLATEAU: no better return for {res['iterations_without_improvement']} iterations"
+            if res["plateau"]
+            else f"no plateau ({res['iterations_without_improvement']} iterations since "
+            f"the best return, flagged at {res['plateau_window']})"
+        )
+        lines = [
+            f"run {res['run_id']} ({res['run_name']}): {res['status']}, {res['iterations']} iterations; {flag}",
+            table.to_string(index=False, float_format=lambda v: f"{v:.4g}") if len(table) else "(no metrics)",
+        ]
         print_result(res, args.json, lines)
         if not args.follow or res["status"] != "RUNNING":
             break
@@ -204,24 +283,37 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_relabel(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.training.relabel import relabel_step
+
     ctx = context_from_args(args)
     with as_user_error("train relabel"):
         res = relabel_step(ctx, args.reward_model_version, args.traces)
-    print_result(res, args.json, [f"relabelled {res['rows_out']} of {res['rows_in']} trace rows with reward model "
-                                  f"v{res['reward_model_version']}: {res['labels_uri']}"
-                                  + (f" ({res['note']})" if res.get("note") else "")])
+    print_result(
+        res,
+        args.json,
+        [
+            f"relabelled {res['rows_out']} of {res['rows_in']} trace rows with reward model "
+            f"v{res['reward_model_version']}: {res['labels_uri']}" + (f" ({res['note']})" if res.get("note") else "")
+        ],
+    )
     return 0
 
 
 def cmd_switch_reward(args: argparse.Namespace) -> int:
     from rlops.common.errors import UserError
     from rlops.pipeline_steps.training.hot_reload import request_switch
+
     ctx = context_from_args(args)
     try:
         res = request_switch(ctx, args.to)
     except KeyError as exc:
         raise UserError(f"train switch-reward --to {args.to}: {str(exc).strip(chr(39))}") from None
-    print_result(res, args.json, [("would ask" if ctx.dry_run else "asked") + f" the training of {ctx.scenario} "
-                                  f"run key {ctx.run_key} to switch to reward {res['reward_fn']} "
-                                  f"({res['reward_fn_sha256'][:12]}) before its next iteration"])
+    print_result(
+        res,
+        args.json,
+        [
+            ("would ask" if ctx.dry_run else "asked") + f" the training of {ctx.scenario} "
+            f"run key {ctx.run_key} to switch to reward {res['reward_fn']} "
+            f"({res['reward_fn_sha256'][:12]}) before its next iteration"
+        ],
+    )
     return 0

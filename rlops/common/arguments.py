@@ -31,8 +31,7 @@ def count(name: str, value: Any, *, minimum: int = 1, maximum: int | None = None
             bad = True
     top = f" and at most {maximum:,}" if maximum is not None else ""
     if bad or number is None or number < minimum or (maximum is not None and number > maximum):
-        raise UserError(f"argument {name} = {value!r}: expected a whole number of at least "
-                        f"{minimum}{top}")
+        raise UserError(f"argument {name} = {value!r}: expected a whole number of at least {minimum}{top}")
     return number
 
 
@@ -43,8 +42,7 @@ def fraction(name: str, value: Any) -> float:
     except (TypeError, ValueError):
         number = math.nan
     if not (math.isfinite(number) and 0.0 < number <= 1.0):
-        raise UserError(f"argument {name} = {value!r}: expected a fraction in (0, 1], "
-                        "e.g. 0.1 for one episode in ten")
+        raise UserError(f"argument {name} = {value!r}: expected a fraction in (0, 1], e.g. 0.1 for one episode in ten")
     return number
 
 

@@ -31,8 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from rlops.common.params_model import Params
-from rlops.common.params_sources import (ConfigError, ParamsError, ParamsSource, ResolvedParams, _lines_of,
-                                         read_params_file, validate_document)
+from rlops.common.params_sources import (
+    ConfigError,
+    ParamsError,
+    ParamsSource,
+    ResolvedParams,
+    _lines_of,
+    read_params_file,
+    validate_document,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,8 +87,7 @@ def _set(doc: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
     node[keys[-1]] = value
 
 
-def load_params(path: str | os.PathLike[str] | None = None,
-                overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def load_params(path: str | os.PathLike[str] | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The project params document: the params file, the environment overrides, then explicit
     ``overrides``, checked against the typed model (:class:`~rlops.common.params_model.Params`);
     a bad key or value raises :class:`ParamsError` naming its file and line. The result is the
@@ -94,13 +100,16 @@ def load_params(path: str | os.PathLike[str] | None = None,
         _set(env, keys, value)
     if overrides:
         params = deep_merge(params, overrides)
-    validate_document(params, [source, ParamsSource("environment", None, {}, env),
-                               ParamsSource("overrides", None, {}, overrides or {})])
+    validate_document(
+        params,
+        [source, ParamsSource("environment", None, {}, env), ParamsSource("overrides", None, {}, overrides or {})],
+    )
     return params
 
 
-def resolve_params(scenario: str | None = None, params: dict[str, Any] | None = None,
-                   path: str | os.PathLike[str] | None = None) -> ResolvedParams:
+def resolve_params(
+    scenario: str | None = None, params: dict[str, Any] | None = None, path: str | os.PathLike[str] | None = None
+) -> ResolvedParams:
     """The typed params of ``scenario``: the project document (``params``, else the params file
     with its environment overrides) deep-merged with the pack's ``params.yaml``, validated once.
     Each value knows where it came from (:meth:`ResolvedParams.rows`)."""
@@ -111,8 +120,12 @@ def resolve_params(scenario: str | None = None, params: dict[str, Any] | None = 
         for keys, (_, value) in _env_overrides().items():
             _set(params, keys, value)
     else:
-        project = ParamsSource("project params.yaml", project_file if project_file.exists() else None,
-                               _lines_of(project_file) if project_file.exists() else {}, copy.deepcopy(params))
+        project = ParamsSource(
+            "project params.yaml",
+            project_file if project_file.exists() else None,
+            _lines_of(project_file) if project_file.exists() else {},
+            copy.deepcopy(params),
+        )
     scenario = scenario or str(params.get("scenario") or Params.model_fields["scenario"].default)
     pack_file = scenarios_dir(params) / scenario / "params.yaml"
     sources = [project]
@@ -145,12 +158,12 @@ def resolve_local(path_or_uri: str) -> str:
     becomes ``sqlite:////abs/relative.db``.
     """
     if path_or_uri.startswith("sqlite:///"):
-        rest = path_or_uri[len("sqlite:///"):]
+        rest = path_or_uri[len("sqlite:///") :]
         if rest.startswith("/"):
             return path_or_uri
         return "sqlite:///" + str(home() / rest)
     if path_or_uri.startswith("file://"):
-        rest = path_or_uri[len("file://"):]
+        rest = path_or_uri[len("file://") :]
         return "file://" + str(rest if rest.startswith("/") else home() / rest)
     if "://" in path_or_uri:
         return path_or_uri
@@ -158,5 +171,17 @@ def resolve_local(path_or_uri: str) -> str:
     return str(p if p.is_absolute() else home() / p)
 
 
-__all__ = ["REPO_ROOT", "ConfigError", "ParamsError", "Params", "ResolvedParams", "deep_merge", "home",
-           "load_params", "params_path", "resolve_local", "resolve_params", "scenarios_dir"]
+__all__ = [
+    "REPO_ROOT",
+    "ConfigError",
+    "ParamsError",
+    "Params",
+    "ResolvedParams",
+    "deep_merge",
+    "home",
+    "load_params",
+    "params_path",
+    "resolve_local",
+    "resolve_params",
+    "scenarios_dir",
+]

@@ -15,9 +15,9 @@ class ExitCode(IntEnum):
     """The exit codes of every ``rlops`` command, as documented in the README."""
 
     OK = 0
-    FAILED = 1       # a check failed (stress test, gate), or an internal error
-    BAD_INPUT = 2    # bad input: pack, config, arguments, data
-    DRIFT = 3        # drift found with ``--fail-on-drift``
+    FAILED = 1  # a check failed (stress test, gate), or an internal error
+    BAD_INPUT = 2  # bad input: pack, config, arguments, data
+    DRIFT = 3  # drift found with ``--fail-on-drift``
 
 
 class RlopsError(Exception):

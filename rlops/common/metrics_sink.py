@@ -3,8 +3,9 @@ MLflow run handles (``rlops/pipeline_steps/infra/registry.py``), with two in-mem
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @runtime_checkable

@@ -28,8 +28,10 @@ class Block(BaseModel):
         of the block is a programming error, raised, never a silent ``fallback``; ``fallback`` is
         used only for a field whose value is null."""
         if key not in type(self).model_fields:
-            raise KeyError(f"params block {type(self).__name__} has no key {key!r}; "
-                           f"expected one of {sorted(type(self).model_fields)}")
+            raise KeyError(
+                f"params block {type(self).__name__} has no key {key!r}; "
+                f"expected one of {sorted(type(self).model_fields)}"
+            )
         value = getattr(self, key)
         return default if value is None else value
 
@@ -40,21 +42,40 @@ def _field_docs(cls: type) -> dict[str, str]:
     body = tree.body[0].body  # type: ignore[attr-defined]  # the class definition
     docs: dict[str, str] = {}
     for stmt, nxt in itertools.pairwise(body):
-        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and isinstance(nxt, ast.Expr) \
-                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
             docs[stmt.target.id] = " ".join(nxt.value.value.split())
     return docs
 
 
 def _annotation(tp: str) -> Any:
     """A dataclass field's annotation text as a type pydantic checks (tuples of ints become lists)."""
-    return {"int": int, "float": float, "bool": bool, "str": str, "tuple[int, ...]": list[int],
-            "float | None": float | None, "int | None": int | None, "str | None": str | None}[tp]
+    return {
+        "int": int,
+        "float": float,
+        "bool": bool,
+        "str": str,
+        "tuple[int, ...]": list[int],
+        "float | None": float | None,
+        "int | None": int | None,
+        "str | None": str | None,
+    }[tp]
 
 
-def block_from_dataclass(name: str, record: type, exclude: frozenset[str] = frozenset(),
-                         derived: dict[str, str] | None = None, optional: bool = False,
-                         base: type[BaseModel] = Block, doc: str = "") -> type[BaseModel]:
+def block_from_dataclass(
+    name: str,
+    record: type,
+    exclude: frozenset[str] = frozenset(),
+    derived: dict[str, str] | None = None,
+    optional: bool = False,
+    base: type[BaseModel] = Block,
+    doc: str = "",
+) -> type[BaseModel]:
     """A params block whose fields are those of ``record`` (minus ``exclude``), with its defaults and
     docstrings. ``derived`` fields default to null (the value is derived elsewhere: the text says
     where); ``optional`` makes every field default to null (an override of another block)."""

@@ -29,8 +29,9 @@ class StorageParams(Block):
     """Where data lives (``rlops/pipeline_steps/infra/storage.py``)."""
 
     root: str = Field("file://rlops-data", description="file://<path> or s3://bucket/prefix (env RLOPS_STORAGE_ROOT)")
-    s3_endpoint_url: str | None = Field(None, description="S3-compatible servers (MinIO, moto): http://host:port "
-                                                             "(env RLOPS_S3_ENDPOINT_URL)")
+    s3_endpoint_url: str | None = Field(
+        None, description="S3-compatible servers (MinIO, moto): http://host:port (env RLOPS_S3_ENDPOINT_URL)"
+    )
     retries: int = Field(4, ge=1, description="attempts per object operation")
     backoff_s: float = Field(0.5, ge=0, description="first retry delay, doubled each attempt")
     connect_timeout_s: float = Field(5.0, gt=0, description="per S3 request")
@@ -42,10 +43,11 @@ class TrackingParams(Block):
 
     uri: str = Field("sqlite:///rlops-data/mlflow.db", description="MLflow tracking URI (env MLFLOW_TRACKING_URI)")
     artifact_root: str | None = Field(
-        "rlops-data/mlartifacts", description="artifact root for new experiments; ignored for a local path when uri "
-                                              "is an MLflow server (env RLOPS_ARTIFACT_ROOT)")
-    http_max_retries: int = Field(2, ge=0, description="MLflow server calls: bounded so an outage fails within "
-                                                       "seconds")
+        "rlops-data/mlartifacts",
+        description="artifact root for new experiments; ignored for a local path when uri "
+        "is an MLflow server (env RLOPS_ARTIFACT_ROOT)",
+    )
+    http_max_retries: int = Field(2, ge=0, description="MLflow server calls: bounded so an outage fails within seconds")
     http_timeout_s: int = Field(10, ge=1, description="MLflow server call timeout")
 
 
@@ -55,62 +57,84 @@ class CaptureParams(Block):
 
     landing_dir: str = Field("landing", description="under storage.root; where agent_sdk.Tracer writes (or any URI)")
     trace_dir: str = Field("traces", description="parquet partitions scenario=<s>/date=YYYY-MM-DD/hour=HH/")
-    quarantine_dir: str = Field("quarantine", description="rows that broke the contract, same partitioning, "
-                                                          "with reasons")
-    chunk_rows: int = Field(100_000, ge=1, description="lines parsed, validated and written at a time "
-                                                       "(bounds memory)")
-    max_lateness_minutes: int = Field(60, ge=0, description="rows may be this much older than their interval "
-                                                            "(tracer buffering); older: quarantined")
-    simulate_when_empty: bool = Field(False, description="true: no landing-zone files → sample the champion in "
-                                                         "`profile` (source simulation:<profile>)")
-    profile: str | None = Field(None, description="simulated capture stands in for production: `live`, else "
-                                                     "the pack's default")
+    quarantine_dir: str = Field(
+        "quarantine", description="rows that broke the contract, same partitioning, with reasons"
+    )
+    chunk_rows: int = Field(100_000, ge=1, description="lines parsed, validated and written at a time (bounds memory)")
+    max_lateness_minutes: int = Field(
+        60, ge=0, description="rows may be this much older than their interval (tracer buffering); older: quarantined"
+    )
+    simulate_when_empty: bool = Field(
+        False,
+        description="true: no landing-zone files → sample the champion in `profile` (source simulation:<profile>)",
+    )
+    profile: str | None = Field(
+        None, description="simulated capture stands in for production: `live`, else the pack's default"
+    )
     episodes: int = Field(2000, ge=1, description="simulated episodes per interval")
     sample_rate: float = Field(1.0, ge=0, le=1, description="fraction of simulated episodes recorded")
-    mlflow_experiment: str | None = Field(None, description="`--from-mlflow`: experiment the agents' "
-                                                               "MlflowTraceExporter writes to (null: the "
-                                                               "scenario's name)")
+    mlflow_experiment: str | None = Field(
+        None,
+        description="`--from-mlflow`: experiment the agents' MlflowTraceExporter writes to (null: the scenario's name)",
+    )
     track: bool = Field(True, description="log each capture run to MLflow (false: counts only)")
-    fallback_alert_share: float = Field(0.05, ge=0, le=1, description="live decisions answered by the rule engine "
-                                                                      "above this share in one interval are an "
-                                                                      "incident")
-    fallback_alert_min_decisions: int = Field(20, ge=1, description="fewer live policy-client decisions in the "
-                                                                    "interval: no alert")
+    fallback_alert_share: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="live decisions answered by the rule engine above this share in one interval are an incident",
+    )
+    fallback_alert_min_decisions: int = Field(
+        20, ge=1, description="fewer live policy-client decisions in the interval: no alert"
+    )
 
 
 class DriftParams(Block):
     """Drift step (``rlops/pipeline_steps/drift/stats.py``): KS test per numeric field, chi-square per
     categorical field; a field is drifted when p < threshold and effect >= min_effect."""
 
-    threshold: float = Field(0.01, gt=0, lt=1, description="p-value cut-off (after Benjamini–Hochberg when bh "
-                                                           "is true)")
+    threshold: float = Field(0.01, gt=0, lt=1, description="p-value cut-off (after Benjamini–Hochberg when bh is true)")
     min_effect: float = Field(0.02, ge=0, description="effect-size floor (KS D / total-variation distance)")
     bh: bool = Field(True, description="adjust p-values for testing many fields at once")
-    cluster: str | None = Field("episode_id", description="rows of one episode are one draw: p-values count "
-                                                             "episodes (null: rows)")
-    plots: Literal["all", "drifted"] = Field("all", description="histograms in the HTML report: all fields, or "
-                                                                "`drifted` ones only")
+    cluster: str | None = Field(
+        "episode_id", description="rows of one episode are one draw: p-values count episodes (null: rows)"
+    )
+    plots: Literal["all", "drifted"] = Field(
+        "all", description="histograms in the HTML report: all fields, or `drifted` ones only"
+    )
     fields: list[str] | None = Field(None, description="null: every state.* column plus latency_ms and error")
     report_dir: str = Field("drift", description="default output folder under storage.root")
-    workers: int | None = Field(None, ge=1, description="threads for the field tests (null: the CPUs this "
-                                                           "process may use)")
-    baseline_episodes: int = Field(2000, ge=1, description="`rlops drift check`: sandbox episodes of the "
-                                                           "calibrated baseline")
-    anomaly_drop: float = Field(0.1, ge=0, description="`rlops drift check`: a live mean return this far below "
-                                                       "the sandbox's (and 3 standard errors) is an anomaly")
-    window_hours: float | None = Field(None, gt=0, description="live traffic tested by the drift monitor: null = "
-                                                               "the run key's hour partition, N = the N hours ending "
-                                                               "with the run key")
-    outcome_enabled: bool = Field(True, description="outcome drift: live rewards against the calibrated sandbox's "
-                                                    "prediction for the same states")
-    outcome_alpha: float = Field(0.01, gt=0, lt=1, description="Bonferroni-adjusted p-value cut-off over the "
-                                                               "(action, segment) cells")
+    workers: int | None = Field(
+        None, ge=1, description="threads for the field tests (null: the CPUs this process may use)"
+    )
+    baseline_episodes: int = Field(
+        2000, ge=1, description="`rlops drift check`: sandbox episodes of the calibrated baseline"
+    )
+    anomaly_drop: float = Field(
+        0.1,
+        ge=0,
+        description="`rlops drift check`: a live mean return this far below "
+        "the sandbox's (and 3 standard errors) is an anomaly",
+    )
+    window_hours: float | None = Field(
+        None,
+        gt=0,
+        description="live traffic tested by the drift monitor: null = "
+        "the run key's hour partition, N = the N hours ending "
+        "with the run key",
+    )
+    outcome_enabled: bool = Field(
+        True, description="outcome drift: live rewards against the calibrated sandbox's prediction for the same states"
+    )
+    outcome_alpha: float = Field(
+        0.01, gt=0, lt=1, description="Bonferroni-adjusted p-value cut-off over the (action, segment) cells"
+    )
     outcome_min_effect: float = Field(0.1, ge=0, description="|Cohen's d| floor of an outcome drift")
-    outcome_min_rows: int = Field(50, ge=2, description="a cell with fewer rows on either side is reported, not "
-                                                        "tested")
+    outcome_min_rows: int = Field(50, ge=2, description="a cell with fewer rows on either side is reported, not tested")
     outcome_ridge: float = Field(1.0, ge=0, description="L2 penalty of the sandbox's per-action reward regression")
-    outcome_quantiles: int = Field(4, ge=1, description="automatic segments: each observed numeric field's "
-                                                        "quantiles, each enum value")
+    outcome_quantiles: int = Field(
+        4, ge=1, description="automatic segments: each observed numeric field's quantiles, each enum value"
+    )
 
 
 class RecalConfig(Block):
@@ -118,18 +142,21 @@ class RecalConfig(Block):
 
     min_rows: int = Field(30, ge=1, description="fewer initial values (or rows per API) keep the declared value")
     source: str | None = Field("live", description="rows used (null: every source)")
-    window_hours: float | None = Field(None, gt=0, description="null: every row under --traces / the trace "
-                                                                  "store")
+    window_hours: float | None = Field(None, gt=0, description="null: every row under --traces / the trace store")
     check_samples: int = Field(20_000, ge=1, description="sandbox initial states sampled for the before/after check")
     seed: int = Field(7, description="seed of the fits and the check")
-    worse_tolerance: float = Field(0.01, ge=0, description="a field fit farther from live than the current sandbox "
-                                                           "(by more) is refused")
-    max_components: int = Field(3, ge=1, description="population segments fitted to a mixed live population "
-                                                     "(Gaussian mixture, BIC)")
-    min_component_weight: float = Field(0.05, ge=0, le=1, description="a mixture component holding fewer episodes "
-                                                                      "is not a segment")
-    fit_outcomes: bool = Field(True, description="fit the pack's fittable hidden probabilities (`fit:`) from live "
-                                                 "outcomes")
+    worse_tolerance: float = Field(
+        0.01, ge=0, description="a field fit farther from live than the current sandbox (by more) is refused"
+    )
+    max_components: int = Field(
+        3, ge=1, description="population segments fitted to a mixed live population (Gaussian mixture, BIC)"
+    )
+    min_component_weight: float = Field(
+        0.05, ge=0, le=1, description="a mixture component holding fewer episodes is not a segment"
+    )
+    fit_outcomes: bool = Field(
+        True, description="fit the pack's fittable hidden probabilities (`fit:`) from live outcomes"
+    )
 
 
 # --------------------------------------------------------------------------- training
@@ -137,28 +164,39 @@ _TRAIN_OWN = frozenset({"total_timesteps", "ewc_lambda", "checkpoint_every"})
 
 
 class _TrainStep(Block):
-    total_timesteps: int = Field(1_500_000, ge=1, description="budget of a full retrain (environment steps, all "
-                                                              "envs together)")
-    incremental_timesteps: int = Field(200_000, ge=1, description="budget of an incremental retrain warm-started "
-                                                                  "from the champion")
+    total_timesteps: int = Field(
+        1_500_000, ge=1, description="budget of a full retrain (environment steps, all envs together)"
+    )
+    incremental_timesteps: int = Field(
+        200_000, ge=1, description="budget of an incremental retrain warm-started from the champion"
+    )
     ewc_lambda: float = Field(2000.0, ge=0, description="EWC strength in incremental mode (0: plain fine-tuning)")
     num_envs: int | None = Field(None, ge=1, description="episodes stepped at once (null: derived from the pack)")
-    profile: str | None = Field(None, description="simulation profile to train in (null: `calibrated` once a "
-                                                     "calibration exists, else the pack's default)")
+    profile: str | None = Field(
+        None,
+        description="simulation profile to train in (null: `calibrated` once a "
+        "calibration exists, else the pack's default)",
+    )
     checkpoint_every: int = Field(10, ge=1, description="iterations between resumable checkpoints")
-    eval_episodes: int = Field(1000, ge=1, description="greedy episodes scored after training (the result's "
-                                                       "mean_return)")
+    eval_episodes: int = Field(
+        1000, ge=1, description="greedy episodes scored after training (the result's mean_return)"
+    )
     eval_seed: int = Field(2_000_000, description="their seeds (disjoint from evaluate.seed)")
     reward_source: Literal["scripted", "model", "blend"] = Field(
-        "scripted", description="per-step reward: scripted (the reward function) | model (the reward model's score) "
-                                "| blend (scripted + reward_blend_lambda · model)")
+        "scripted",
+        description="per-step reward: scripted (the reward function) | model (the reward model's score) "
+        "| blend (scripted + reward_blend_lambda · model)",
+    )
     reward_blend_lambda: float = Field(1.0, ge=0, description="weight of the reward model in `blend`")
-    reward_model_centred: bool = Field(True, description="model/blend: the model's score minus its mean over the "
-                                                         "state's legal actions")
-    bc_warm_start: bool = Field(True, description="model/blend, full mode: behaviour-clone the top relabelled "
-                                                  "steps first")
-    bc_top_fraction: float = Field(0.5, gt=0, le=1, description="share of the scored choice steps imitated "
-                                                                "(highest reward-model score)")
+    reward_model_centred: bool = Field(
+        True, description="model/blend: the model's score minus its mean over the state's legal actions"
+    )
+    bc_warm_start: bool = Field(
+        True, description="model/blend, full mode: behaviour-clone the top relabelled steps first"
+    )
+    bc_top_fraction: float = Field(
+        0.5, gt=0, le=1, description="share of the scored choice steps imitated (highest reward-model score)"
+    )
     bc_epochs: int = Field(10, ge=1, description="behaviour-cloning epochs")
 
 
@@ -185,48 +223,65 @@ if TYPE_CHECKING:
         def __getattr__(self, name: str) -> Any: ...
 else:
     PpoParams = block_from_dataclass(
-        "PpoParams", PPOConfig, exclude=frozenset({"mode", "checkpoint_dir"}),
-        derived={"num_steps": "derived from the pack's horizon (rlops/model/pack_defaults.py)",
-                 "gamma": "derived from the pack's horizon", "num_minibatches": "derived from the batch size"},
+        "PpoParams",
+        PPOConfig,
+        exclude=frozenset({"mode", "checkpoint_dir"}),
+        derived={
+            "num_steps": "derived from the pack's horizon (rlops/model/pack_defaults.py)",
+            "gamma": "derived from the pack's horizon",
+            "num_minibatches": "derived from the batch size",
+        },
         doc="Masked PPO hyperparameters (rlops/model/ppo_config.py: PPOConfig); `train:` keys with the same "
-            "names override them for the training step.")
+        "names override them for the training step.",
+    )
 
     TrainParams = block_from_dataclass(
-        "TrainParams", PPOConfig, exclude=frozenset({"mode", "checkpoint_dir"}) | _TRAIN_OWN, optional=True,
+        "TrainParams",
+        PPOConfig,
+        exclude=frozenset({"mode", "checkpoint_dir"}) | _TRAIN_OWN,
+        optional=True,
         base=_TrainStep,
         doc="Policy training (rlops/pipeline_steps/training/policy.py, `rlops train policy`): the step's own "
-            "keys, plus any PPOConfig field, which overrides the `ppo:` block for this step.")
+        "keys, plus any PPOConfig field, which overrides the `ppo:` block for this step.",
+    )
 
     RewardModelParams = block_from_dataclass(
-        "RewardModelParams", RewardModelConfig, exclude=frozenset({"seed"}), base=_RewardModelStep,
-        doc="Reward model (rlops/model/reward_model.py; pairs from rlops/model/reward_pairs.py); seeded by `seed`.")
+        "RewardModelParams",
+        RewardModelConfig,
+        exclude=frozenset({"seed"}),
+        base=_RewardModelStep,
+        doc="Reward model (rlops/model/reward_model.py; pairs from rlops/model/reward_pairs.py); seeded by `seed`.",
+    )
 
 
 # --------------------------------------------------------------------------- promotion
 class GateConfig(Block):
     """Thresholds of the promotion gates (``rlops/pipeline_steps/promotion/gates.py``)."""
 
-    confidence: float = Field(0.95, gt=0.5, lt=1, description="paired bootstrap interval of the mean return "
-                                                              "difference")
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="paired bootstrap interval of the mean return difference")
     bootstrap_samples: int = Field(2000, ge=100, description="bootstrap resamples")
-    min_improvement: float = Field(0.0, description="CI low bound must exceed this (slightly negative = "
-                                                    "non-inferior)")
+    min_improvement: float = Field(0.0, description="CI low bound must exceed this (slightly negative = non-inferior)")
     completion_epsilon: float = Field(0.01, ge=0, description="completion rate may drop by at most this (absolute)")
     handling_epsilon: float = Field(0.05, ge=0, description="mean handling time may grow by at most this fraction")
     takeover_epsilon: float = Field(0.01, ge=0, description="human-takeover rate may rise by at most this (absolute)")
-    completion_min: float | None = Field(None, ge=0, le=1, description="operational budget (null: none): a "
-                                                                          "completion rate at or above this passes")
-    handling_max_ms: float | None = Field(None, gt=0, description="operational budget: a mean handling time at "
-                                                                     "most this passes")
-    takeover_max: float | None = Field(None, ge=0, le=1, description="operational budget: a takeover rate at "
-                                                                        "most this passes")
+    completion_min: float | None = Field(
+        None, ge=0, le=1, description="operational budget (null: none): a completion rate at or above this passes"
+    )
+    handling_max_ms: float | None = Field(
+        None, gt=0, description="operational budget: a mean handling time at most this passes"
+    )
+    takeover_max: float | None = Field(
+        None, ge=0, le=1, description="operational budget: a takeover rate at most this passes"
+    )
     max_illegal_rate: float = Field(0.0, ge=0, description="illegal actions per step")
-    latency_p99_ratio: float = Field(1.5, gt=0, description="candidate p99 decision time (batch 1) over the "
-                                                            "champion's, timed together")
+    latency_p99_ratio: float = Field(
+        1.5, gt=0, description="candidate p99 decision time (batch 1) over the champion's, timed together"
+    )
     segment_tolerance: float = Field(0.05, ge=0, description="a segment's mean return may drop by at most this")
     min_segment_episodes: int = Field(100, ge=1, description="smaller segments are reported, not judged")
-    ab_alpha: float = Field(0.05, gt=0, lt=1, description="a live metric fails when the challenger is worse at "
-                                                          "p < ab_alpha")
+    ab_alpha: float = Field(
+        0.05, gt=0, lt=1, description="a live metric fails when the challenger is worse at p < ab_alpha"
+    )
     ab_min_episodes: int = Field(200, ge=1, description="per group, else the live A/B gates are skipped")
     require_stress_test: bool = Field(True, description="the candidate needs the model version tag stress_test=pass")
 
@@ -237,24 +292,30 @@ class EvaluateParams(GateConfig):
 
     episodes: int = Field(4000, ge=1, description="held-out seeded episodes, the same for candidate and champion")
     seed: int = Field(1_000_000, description="first held-out seed (training envs use seeds near `seed`)")
-    profile: str | None = Field(None, description="null: the production stand-in (`live`, else the pack's "
-                                                     "default profile)")
+    profile: str | None = Field(
+        None, description="null: the production stand-in (`live`, else the pack's default profile)"
+    )
     reward_fn: str | None = Field(None, description="null: the candidate's reward function")
     latency_samples: int = Field(300, ge=1, description="decisions timed for the latency gate")
-    segments: dict[str, str] = Field(default_factory=dict, description="expression segments over the initial "
-                                                                       "state; packs define theirs")
-    ab_window_hours: float = Field(24, gt=0, description="live A/B: captured traces of this many hours before the "
-                                                         "run key")
-    rollout_stages: list[float] = Field([0.05, 0.15, 1.0], min_length=1, description="`promote --staged`: "
-                                                                                     "challenger traffic share per "
-                                                                                     "passing evaluation")
-    lock_timeout_s: float = Field(900, gt=0, description="seconds a promotion waits for another one of the same "
-                                                         "scenario to finish")
+    segments: dict[str, str] = Field(
+        default_factory=dict, description="expression segments over the initial state; packs define theirs"
+    )
+    ab_window_hours: float = Field(
+        24, gt=0, description="live A/B: captured traces of this many hours before the run key"
+    )
+    rollout_stages: list[float] = Field(
+        [0.05, 0.15, 1.0],
+        min_length=1,
+        description="`promote --staged`: challenger traffic share per passing evaluation",
+    )
+    lock_timeout_s: float = Field(
+        900, gt=0, description="seconds a promotion waits for another one of the same scenario to finish"
+    )
 
     @field_validator("rollout_stages")
     @classmethod
     def _stages_rise_to_one(cls, stages: list[float]) -> list[float]:
-        if stages != sorted(stages) or not 0 < stages[0] or stages[-1] != 1.0:
+        if stages != sorted(stages) or not stages[0] > 0 or stages[-1] != 1.0:
             raise ValueError(f"must rise from above 0 to 1.0, got {stages}")
         return stages
 
@@ -262,28 +323,33 @@ class EvaluateParams(GateConfig):
 class WebhookParams(Block):
     """The MLflow model-registry webhook receiver (``rlops model webhook serve``)."""
 
-    mode: Literal["embedded", "airflow"] = Field("embedded", description="embedded: promote in the receiver's "
-                                                                         "process | airflow: trigger the DAG")
-    secret_env: str = Field("RLOPS_WEBHOOK_SECRET", description="env var holding the HMAC secret shared with "
-                                                                "MLflow's webhook")
+    mode: Literal["embedded", "airflow"] = Field(
+        "embedded", description="embedded: promote in the receiver's process | airflow: trigger the DAG"
+    )
+    secret_env: str = Field(
+        "RLOPS_WEBHOOK_SECRET", description="env var holding the HMAC secret shared with MLflow's webhook"
+    )
     airflow_url: str = Field("http://localhost:8080", description="Airflow 3 API server (mode airflow)")
-    airflow_token_env: str = Field("RLOPS_AIRFLOW_TOKEN", description="env var holding a bearer token for "
-                                                                      "Airflow's REST API")
-    dag_id: str = Field("promote__{scenario}", description="DAG triggered in mode airflow ({scenario}: the "
-                                                           "policy's pack)")
+    airflow_token_env: str = Field(
+        "RLOPS_AIRFLOW_TOKEN", description="env var holding a bearer token for Airflow's REST API"
+    )
+    dag_id: str = Field(
+        "promote__{scenario}", description="DAG triggered in mode airflow ({scenario}: the policy's pack)"
+    )
     max_body_bytes: int = Field(65_536, gt=0, description="larger bodies are refused (413) before they are read")
     tolerance_s: int = Field(300, gt=0, description="a delivery's timestamp may be this far from now")
-    state_db: str = Field("rlops-data/webhook.db", description="delivery ids seen (replays refused) and requests "
-                                                               "Airflow did not take yet")
+    state_db: str = Field(
+        "rlops-data/webhook.db", description="delivery ids seen (replays refused) and requests Airflow did not take yet"
+    )
     retry_s: float = Field(30.0, gt=0, description="airflow mode: how often a kept request is tried again")
 
 
 class PromotionParams(Block):
     """Promotion requested from the MLflow UI (``rlops/pipeline_steps/promotion/webhook.py`` + ``guard.py``)."""
 
-    manual_champion: Literal["regate", "revert"] = Field("regate", description="a `champion` alias set by hand: "
-                                                                               "re-gated like any candidate, or "
-                                                                               "only reverted")
+    manual_champion: Literal["regate", "revert"] = Field(
+        "regate", description="a `champion` alias set by hand: re-gated like any candidate, or only reverted"
+    )
     staged: bool = Field(False, description="true: a UI-requested promotion rolls out as challenger 5% → 15% → 100%")
     webhook: WebhookParams = Field(default_factory=WebhookParams, description="the webhook receiver")
 
@@ -301,29 +367,40 @@ class Perturbation(Block):
 class StressConfig(Block):
     """Stress test (``rlops/pipeline_steps/stress/step.py``, ``rlops stress``)."""
 
-    edge_states: int = Field(2048, ge=1000, description="edge states per action (>= 1000), stepped in a nominal "
-                                                        "and a harsh simulation")
+    edge_states: int = Field(
+        2048, ge=1000, description="edge states per action (>= 1000), stepped in a nominal and a harsh simulation"
+    )
     seed: int = Field(7, description="seed of the edge states")
     reward_bound: float = Field(10.0, gt=0, description="|reward| bound when the reward module sets no CLIP")
-    sum_tolerance: float = Field(1e-4, ge=0, description="relative tolerance of \"breakdown sums to the total\"")
+    sum_tolerance: float = Field(1e-4, ge=0, description='relative tolerance of "breakdown sums to the total"')
     gaming_episodes: int = Field(2000, ge=1, description="seeded episodes per gaming probe and baseline (paired)")
     gaming_seed: int = Field(1_000_000, description="first seed of those episodes")
-    gaming_margin: float = Field(0.0, description="a probe fails when the low end of its 95% advantage interval "
-                                                  "exceeds this")
-    baselines: list[Literal["rules", "oracle"]] = Field(["rules", "oracle"], min_length=1, description="honest "
-                                                        "policies; the best one is the bar (oracle: the pack's "
-                                                        "oracle.py, if any)")
+    gaming_margin: float = Field(
+        0.0, description="a probe fails when the low end of its 95% advantage interval exceeds this"
+    )
+    baselines: list[Literal["rules", "oracle"]] = Field(
+        ["rules", "oracle"],
+        min_length=1,
+        description="honest policies; the best one is the bar (oracle: the pack's oracle.py, if any)",
+    )
     policy_episodes: int = Field(2000, ge=1, description="episodes of the policy run, nominal and per perturbation")
-    policy_profile: str | None = Field(None, description="nominal profile (null: the calibrated sandbox, else "
-                                                            "the pack's default)")
-    return_floor: float = Field(0.5, ge=0, description="perturbed mean return >= min(nominal - return_floor · "
-                                                       "|nominal|, the rule engine's under the same perturbation)")
-    completion_floor: float = Field(0.9, ge=0, le=1, description="perturbed completion rate >= completion_floor · "
-                                                                 "nominal")
+    policy_profile: str | None = Field(
+        None, description="nominal profile (null: the calibrated sandbox, else the pack's default)"
+    )
+    return_floor: float = Field(
+        0.5,
+        ge=0,
+        description="perturbed mean return >= min(nominal - return_floor · "
+        "|nominal|, the rule engine's under the same perturbation)",
+    )
+    completion_floor: float = Field(
+        0.9, ge=0, le=1, description="perturbed completion rate >= completion_floor · nominal"
+    )
     perturbations: dict[str, Perturbation] = Field(
         default_factory=lambda: {"latency_x3": Perturbation(latency=3.0), "errors_x5": Perturbation(errors=5.0)},
         description="name: {latency, errors, segment[, return_floor, completion_floor]}; packs add their "
-                    "population segments")
+        "population segments",
+    )
 
 
 # --------------------------------------------------------------------------- labels, audit, demo, dvc
@@ -335,8 +412,11 @@ class QueueConfig(Block):
     window_hours: float = Field(24.0, gt=0, description="trace window ending with the run key's interval")
     threshold: float = Field(0.8, description="mean entropy / log(number of legal actions)")
     top_k: int = Field(2, ge=0, description="also the k most uncertain clusters of each run, whatever their entropy")
-    uncertainty_policy: str = Field("auto", description="rule-engine-only windows: whose entropy (auto: champion, "
-                                                        "else the newest candidate; none; or a version number)")
+    uncertainty_policy: str = Field(
+        "auto",
+        description="rule-engine-only windows: whose entropy (auto: champion, "
+        "else the newest candidate; none; or a version number)",
+    )
     clusters: int = Field(16, ge=1, description="k of the k-means over encoded states")
     states_per_cluster: int = Field(100, ge=1, description="latest states enqueued per uncertain cluster")
     min_cluster_states: int = Field(20, ge=1, description="smaller clusters are not judged")
@@ -346,16 +426,20 @@ class QueueConfig(Block):
     seed: int = Field(7, description="seed of the clustering and the sampling")
     export_dir: str = Field("label_queue", description="Label Studio tasks and config under storage.root")
     selection: Literal["auto", "entropy", "reward_ensemble"] = Field(
-        "auto", description="entropy (policy entropy per cluster) | reward_ensemble (disagreement of reward models "
-                            "fitted on the finished labels) | auto (ensemble from ensemble_min_labels)")
-    max_items: int = Field(0, ge=0, description="items per run (0: states_per_cluster per selected cluster; "
-                                                "ensemble: · top_k)")
-    sample_fraction: float = Field(0.5, ge=0, le=1, description="ensemble: share of a run drawn in proportion to "
-                                                                "disagreement (rest: the top)")
-    spread_clusters: int = Field(8, ge=1, description="ensemble: the top share spreads over at least this many "
-                                                      "state clusters")
-    ensemble_members: int = Field(8, ge=2, description="bootstrap reward models (more members: a sharper "
-                                                       "disagreement)")
+        "auto",
+        description="entropy (policy entropy per cluster) | reward_ensemble (disagreement of reward models "
+        "fitted on the finished labels) | auto (ensemble from ensemble_min_labels)",
+    )
+    max_items: int = Field(
+        0, ge=0, description="items per run (0: states_per_cluster per selected cluster; ensemble: · top_k)"
+    )
+    sample_fraction: float = Field(
+        0.5, ge=0, le=1, description="ensemble: share of a run drawn in proportion to disagreement (rest: the top)"
+    )
+    spread_clusters: int = Field(
+        8, ge=1, description="ensemble: the top share spreads over at least this many state clusters"
+    )
+    ensemble_members: int = Field(8, ge=2, description="bootstrap reward models (more members: a sharper disagreement)")
     ensemble_epochs: int = Field(60, ge=1, description="training epochs of each member")
     ensemble_min_labels: int = Field(20, ge=0, description="finished labels from which `auto` uses the ensemble")
 
@@ -366,8 +450,11 @@ class AuditParams(Block):
     window_hours: float = Field(24, gt=0, description="trace window ending with the run key's interval")
     clusters: int = Field(8, ge=1, description="state clusters in the report")
     max_rows: int = Field(200_000, ge=1, description="larger windows are sampled by whole episodes")
-    console_map_rows: int = Field(50_000, ge=1, description="rows `rlops console`'s decision map clusters; a "
-                                                            "version with more is sampled by whole episodes")
+    console_map_rows: int = Field(
+        50_000,
+        ge=1,
+        description="rows `rlops console`'s decision map clusters; a version with more is sampled by whole episodes",
+    )
     seed: int = Field(7, description="seed of the sampling and the clustering")
 
 
@@ -393,13 +480,16 @@ class Params(Block):
     """The whole params document: project params.yaml + a pack's params.yaml + environment overrides."""
 
     scenario: str = Field("credit_approval", description="default scenario pack under scenarios/")
-    reward_fn: str | None = Field(None, description="reward_<label>.py of the pack (a pack's params.yaml may "
-                                                       "choose its own; null: the newest)")
+    reward_fn: str | None = Field(
+        None, description="reward_<label>.py of the pack (a pack's params.yaml may choose its own; null: the newest)"
+    )
     seed: int = Field(7, description="seed of simulations, PPO sampling and the reward model")
-    scenarios_dir: str | None = Field(None, description="folder of the scenario packs (null: scenarios/ of the "
-                                                           "project)")
-    local_dir: str = Field("rlops-data", description="local working folder (checkpoints, exported models), "
-                                                     "relative to RLOPS_HOME")
+    scenarios_dir: str | None = Field(
+        None, description="folder of the scenario packs (null: scenarios/ of the project)"
+    )
+    local_dir: str = Field(
+        "rlops-data", description="local working folder (checkpoints, exported models), relative to RLOPS_HOME"
+    )
     storage: StorageParams = Field(default_factory=StorageParams, description=StorageParams.__doc__)
     tracking: TrackingParams = Field(default_factory=TrackingParams, description=TrackingParams.__doc__)
     drift: DriftParams = Field(default_factory=DriftParams, description=DriftParams.__doc__)
@@ -424,6 +514,25 @@ class Params(Block):
     ope: OpeParams = Field(default_factory=OpeParams, description=OpeParams.__doc__)
 
 
-__all__ = ["AuditParams", "CaptureParams", "DemoParams", "DriftParams", "DvcParams", "EvaluateParams", "GateConfig",
-           "Params", "Perturbation", "PpoParams", "PromotionParams", "QueueConfig", "RecalConfig", "RelabelParams",
-           "RewardModelParams", "StorageParams", "StressConfig", "TrackingParams", "TrainParams", "WebhookParams"]
+__all__ = [
+    "AuditParams",
+    "CaptureParams",
+    "DemoParams",
+    "DriftParams",
+    "DvcParams",
+    "EvaluateParams",
+    "GateConfig",
+    "Params",
+    "Perturbation",
+    "PpoParams",
+    "PromotionParams",
+    "QueueConfig",
+    "RecalConfig",
+    "RelabelParams",
+    "RewardModelParams",
+    "StorageParams",
+    "StressConfig",
+    "TrackingParams",
+    "TrainParams",
+    "WebhookParams",
+]

@@ -47,8 +47,13 @@ class ParamsProblem:
         return f"{where}{self.key}: {self.message}{hint}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "message": self.message, "file": self.file, "line": self.line,
-                "suggestion": self.suggestion}
+        return {
+            "key": self.key,
+            "message": self.message,
+            "file": self.file,
+            "line": self.line,
+            "suggestion": self.suggestion,
+        }
 
 
 class ParamsError(ConfigError):
@@ -57,9 +62,11 @@ class ParamsError(ConfigError):
     def __init__(self, problems: list[ParamsProblem]) -> None:
         self.problems = problems
         n = len(problems)
-        super().__init__(f"invalid params ({n} problem{'s' if n > 1 else ''}): "
-                         + "; ".join(str(p) for p in problems)
-                         + " (see `rlops config show` for every valid key and its meaning)")
+        super().__init__(
+            f"invalid params ({n} problem{'s' if n > 1 else ''}): "
+            + "; ".join(str(p) for p in problems)
+            + " (see `rlops config show` for every valid key and its meaning)"
+        )
 
 
 @dataclass(frozen=True)
@@ -174,7 +181,7 @@ def params_block(params: Params | BaseModel | Mapping[str, Any], name: str) -> A
         return getattr(params, name)
     if isinstance(params, BaseModel):
         expected = Params.model_fields[name].annotation  # a block's annotation is its model class
-        if not isinstance(params, expected):  # type: ignore[arg-type]
+        if not isinstance(params, expected):  # type: ignore[arg-type]  # a block's annotation is its model class
             raise TypeError(f"expected the params document or its {name!r} block, got {type(params).__name__}")
         return params
     return getattr(as_params(params), name)
@@ -211,8 +218,10 @@ class ResolvedParams:
 
     def rows(self) -> list[tuple[str, Any, str]]:
         """``(dotted key, value, origin)`` for every resolved leaf value."""
-        return [(".".join(path), value, self.origin(path))
-                for path, value in _leaves(self.model.model_dump(mode="json"), ())]
+        return [
+            (".".join(path), value, self.origin(path))
+            for path, value in _leaves(self.model.model_dump(mode="json"), ())
+        ]
 
 
 def _has(doc: Any, path: KeyPath) -> bool:
@@ -223,5 +232,14 @@ def _has(doc: Any, path: KeyPath) -> bool:
     return True
 
 
-__all__ = ["ConfigError", "ParamsError", "ParamsProblem", "ParamsSource", "ResolvedParams", "as_params", "params_block",
-           "read_params_file", "validate_document"]
+__all__ = [
+    "ConfigError",
+    "ParamsError",
+    "ParamsProblem",
+    "ParamsSource",
+    "ResolvedParams",
+    "as_params",
+    "params_block",
+    "read_params_file",
+    "validate_document",
+]

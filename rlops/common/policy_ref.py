@@ -42,7 +42,7 @@ class PolicyRef:
     alias: str | None = None
 
     @classmethod
-    def parse(cls, text: "str | int | PolicyRef", scenario: str | None = None) -> "PolicyRef":
+    def parse(cls, text: str | int | PolicyRef, scenario: str | None = None) -> PolicyRef:
         """Any of the forms in the module docstring; ``scenario`` fills in a bare version or
         alias and must agree with a qualified one."""
         if isinstance(text, PolicyRef):
@@ -59,7 +59,8 @@ class PolicyRef:
         if not m or (m.group(3) and m.group(3) not in ALIASES):
             raise UserError(
                 f"policy {raw!r}: expected a version (2), <scenario>-policy/<version>, an alias "
-                f"({', '.join(ALIASES)}), <scenario>-policy@<alias> or '{RULES}'")
+                f"({', '.join(ALIASES)}), <scenario>-policy@<alias> or '{RULES}'"
+            )
         if scenario is not None and m.group(1) != scenario:
             raise UserError(f"policy {raw!r} belongs to scenario {m.group(1)!r}, not {scenario!r}")
         return cls(m.group(1), version=str(int(m.group(2))) if m.group(2) else None, alias=m.group(3))
@@ -74,7 +75,7 @@ class PolicyRef:
             raise UserError(f"policy {self}: the scenario is needed to find it in the registry")
         return policy_model_name(self.scenario)
 
-    def resolved(self, version: str) -> "PolicyRef":
+    def resolved(self, version: str) -> PolicyRef:
         return PolicyRef(self.scenario, version=str(int(version)))
 
     def __str__(self) -> str:
@@ -84,7 +85,7 @@ class PolicyRef:
         return f"{policy_model_name(self.scenario)}{tail}" if self.scenario else (self.version or str(self.alias))
 
 
-def canonical_policy(text: "str | int | PolicyRef", scenario: str | None = None) -> str:
+def canonical_policy(text: str | int | PolicyRef, scenario: str | None = None) -> str:
     """The canonical text of a policy reference (``credit_approval-policy/2``); for comparing
     what a user typed with what trace rows and tags record."""
     return str(PolicyRef.parse(text, scenario))

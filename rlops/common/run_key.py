@@ -14,9 +14,10 @@ never "now".
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from rlops.common.errors import UserError
 
@@ -31,11 +32,10 @@ def as_utc(value: datetime | str) -> datetime:
         try:
             value = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
-            raise UserError(f"time {value!r}: expected an ISO-8601 time such as "
-                            "2026-11-30T05:00:00Z") from None
+            raise UserError(f"time {value!r}: expected an ISO-8601 time such as 2026-11-30T05:00:00Z") from None
     if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 @dataclass(frozen=True, order=True)
@@ -52,49 +52,54 @@ class RunKey:
                 raise UserError(f"run key {name} {t.isoformat()}: expected a UTC time on a whole minute")
         minutes = self.minutes
         if not 0 < minutes <= MAX_MINUTES:
-            raise UserError(f"run key interval [{self.start:%Y-%m-%d %H:%M}, {self.end:%Y-%m-%d %H:%M}): "
-                            f"expected 1 to {MAX_MINUTES} minutes, start before end")
+            raise UserError(
+                f"run key interval [{self.start:%Y-%m-%d %H:%M}, {self.end:%Y-%m-%d %H:%M}): "
+                f"expected 1 to {MAX_MINUTES} minutes, start before end"
+            )
 
     # ---- building ------------------------------------------------------------------------------
     @classmethod
-    def parse(cls, text: str) -> "RunKey":
+    def parse(cls, text: str) -> RunKey:
         """``20261130T0500`` (one hour) or ``20261130T0545-15m``; anything else is a UserError."""
         m = _TEXT.match(str(text).strip()) if isinstance(text, str) else None
         if not m:
-            raise UserError(f"run key {text!r}: expected YYYYMMDDTHHMM (an hour, e.g. 20261130T0500) "
-                            "or YYYYMMDDTHHMM-<minutes>m (e.g. 20261130T0545-15m), in UTC")
+            raise UserError(
+                f"run key {text!r}: expected YYYYMMDDTHHMM (an hour, e.g. 20261130T0500) "
+                "or YYYYMMDDTHHMM-<minutes>m (e.g. 20261130T0545-15m), in UTC"
+            )
         try:
-            start = datetime.strptime(m.group(1), _STAMP).replace(tzinfo=timezone.utc)
+            start = datetime.strptime(m.group(1), _STAMP).replace(tzinfo=UTC)
         except ValueError:
             raise UserError(f"run key {text!r}: {m.group(1)} is not a calendar date and time") from None
         return cls(start, start + timedelta(minutes=int(m.group(2) or 60)))
 
     @classmethod
-    def of(cls, value: "RunKey | str | None", *, minutes: int = 60) -> "RunKey":
+    def of(cls, value: RunKey | str | None, *, minutes: int = 60) -> RunKey:
         """``value`` parsed, or — when None — the latest whole interval of ``minutes`` that has ended."""
         if isinstance(value, RunKey):
             return value
         if value is None or value == "":
-            return cls.ending_at(datetime.now(timezone.utc), minutes)
+            return cls.ending_at(datetime.now(UTC), minutes)
         return cls.parse(value)
 
     @classmethod
-    def between(cls, start: datetime | str, end: datetime | str) -> "RunKey":
+    def between(cls, start: datetime | str, end: datetime | str) -> RunKey:
         return cls(as_utc(start), as_utc(end))
 
     @classmethod
-    def covering(cls, start: datetime | str, end: datetime | str) -> "RunKey":
+    def covering(cls, start: datetime | str, end: datetime | str) -> RunKey:
         """The smallest whole-minute interval holding ``[start, end)``."""
         lo, hi = as_utc(start), as_utc(end)
         if hi <= lo:
-            raise UserError(f"interval [{lo.isoformat()}, {hi.isoformat()}) is empty or reversed: "
-                            "expected start before end")
+            raise UserError(
+                f"interval [{lo.isoformat()}, {hi.isoformat()}) is empty or reversed: expected start before end"
+            )
         floor = lo.replace(second=0, microsecond=0)
         ceil = hi.replace(second=0, microsecond=0)
         return cls(floor, ceil if ceil == hi else ceil + timedelta(minutes=1))
 
     @classmethod
-    def ending_at(cls, when: datetime | str, minutes: int = 60) -> "RunKey":
+    def ending_at(cls, when: datetime | str, minutes: int = 60) -> RunKey:
         """The interval of ``minutes`` that ends at or just before ``when`` (aligned to ``minutes``
         since midnight UTC): at 16:07 with 15 minutes, [15:45, 16:00)."""
         t = as_utc(when).replace(second=0, microsecond=0)
@@ -104,7 +109,7 @@ class RunKey:
         return cls(end - timedelta(minutes=minutes), end)
 
     @classmethod
-    def from_airflow(cls, context: Mapping[str, Any], minutes: int) -> "RunKey":
+    def from_airflow(cls, context: Mapping[str, Any], minutes: int) -> RunKey:
         """The interval a DAG run owns. With a data interval (``start < end``) that interval;
         under a trigger timetable (``CronTriggerTimetable``: start == end == the logical date) the
         ``minutes`` that ended at the logical date — the window that has just happened."""
@@ -116,8 +121,10 @@ class RunKey:
             run = context.get("dag_run")
             at = getattr(run, "run_after", None)
         if at is None:
-            raise UserError("the Airflow context has no data interval, logical date or run_after: "
-                            "cannot tell which interval this run owns")
+            raise UserError(
+                "the Airflow context has no data interval, logical date or run_after: "
+                "cannot tell which interval this run owns"
+            )
         return cls.ending_at(at, minutes)
 
     # ---- reading -------------------------------------------------------------------------------
@@ -145,7 +152,7 @@ class RunKey:
             hour += timedelta(hours=1)
         return out
 
-    def next(self) -> "RunKey":
+    def next(self) -> RunKey:
         return RunKey(self.end, self.end + (self.end - self.start))
 
 

@@ -50,46 +50,85 @@ def transitions(df: pd.DataFrame, labels: np.ndarray) -> pd.DataFrame:
 def top_edges(trans: pd.DataFrame, per_node: int = EDGES_PER_NODE) -> list[dict[str, Any]]:
     ranked = trans.sort_values(["source", "count"], ascending=[True, False], kind="stable")
     kept = ranked.groupby("source", sort=False).head(per_node)
-    return [{"source": int(r.source), "target": int(r.target), "action": str(r.action), "count": int(r.count)}
-            for r in kept.itertuples(index=False)]
+    return [
+        {"source": int(r.source), "target": int(r.target), "action": str(r.action), "count": int(r.count)}
+        for r in kept.itertuples(index=False)
+    ]
 
 
 def action_stats(actions: pd.Series, reward: pd.Series, rtg: pd.Series, top: int = TOP_ACTIONS) -> list[dict[str, Any]]:
     """The ``top`` most frequent actions with the mean and std of step reward and return-to-go."""
     g = pd.DataFrame({"action": actions.astype(str).to_numpy(), "r": reward.to_numpy(), "t": rtg.to_numpy()})
-    agg = g.groupby("action").agg(steps=("r", "size"), mean_reward=("r", "mean"), std_reward=("r", "std"),
-                                  mean_rtg=("t", "mean"), std_rtg=("t", "std"))
+    agg = g.groupby("action").agg(
+        steps=("r", "size"),
+        mean_reward=("r", "mean"),
+        std_reward=("r", "std"),
+        mean_rtg=("t", "mean"),
+        std_rtg=("t", "std"),
+    )
     agg = agg.fillna(0.0).sort_values("steps", ascending=False, kind="stable").head(top)
     n = max(len(g), 1)
-    return [{"action": str(a), "steps": int(r.steps), "share": float(r.steps) / n, "mean_reward": float(r.mean_reward),
-             "std_reward": float(r.std_reward), "mean_return_to_go": float(r.mean_rtg),
-             "std_return_to_go": float(r.std_rtg)} for a, r in agg.iterrows()]
+    return [
+        {
+            "action": str(a),
+            "steps": int(r.steps),
+            "share": float(r.steps) / n,
+            "mean_reward": float(r.mean_reward),
+            "std_reward": float(r.std_reward),
+            "mean_return_to_go": float(r.mean_rtg),
+            "std_return_to_go": float(r.std_rtg),
+        }
+        for a, r in agg.iterrows()
+    ]
 
 
-def low_score_drivers(comp_rtg: pd.DataFrame, low: np.ndarray, members: np.ndarray,
-                      refs: dict[str, str | None], top: int = 3) -> list[dict[str, Any]]:
+def low_score_drivers(
+    comp_rtg: pd.DataFrame, low: np.ndarray, members: np.ndarray, refs: dict[str, str | None], top: int = 3
+) -> list[dict[str, Any]]:
     """Among a cluster's low steps, how often each component is the most negative contribution."""
     if comp_rtg.empty or not low.any():
         return []
     sub = comp_rtg.loc[low]
     worst = sub.idxmin(axis=1)[sub.min(axis=1) < 0]
     n_low = int(low.sum())
-    return [{"component": str(name), "rule_ref": refs.get(str(name)), "share_of_low_steps": int(n) / n_low,
-             "mean_in_low_steps": float(sub[name].mean()), "mean_in_cluster": float(comp_rtg.loc[members, name].mean())}
-            for name, n in worst.value_counts().head(top).items()]
+    return [
+        {
+            "component": str(name),
+            "rule_ref": refs.get(str(name)),
+            "share_of_low_steps": int(n) / n_low,
+            "mean_in_low_steps": float(sub[name].mean()),
+            "mean_in_cluster": float(comp_rtg.loc[members, name].mean()),
+        }
+        for name, n in worst.value_counts().head(top).items()
+    ]
 
 
 def examples(df: pd.DataFrame, rtg: pd.Series, members: np.ndarray, k: int = EXAMPLES) -> list[dict[str, Any]]:
     """Trace ids of the cluster's lowest return-to-go steps, one per episode."""
-    sub = pd.DataFrame({"trace_id": df["trace_id"].to_numpy()[members], "episode_id": df["episode_id"].to_numpy()[members],
-                        "rtg": rtg.to_numpy()[members], "action": df["action"].astype(str).to_numpy()[members]})
+    sub = pd.DataFrame(
+        {
+            "trace_id": df["trace_id"].to_numpy()[members],
+            "episode_id": df["episode_id"].to_numpy()[members],
+            "rtg": rtg.to_numpy()[members],
+            "action": df["action"].astype(str).to_numpy()[members],
+        }
+    )
     sub = sub.sort_values("rtg", kind="stable").drop_duplicates("episode_id").head(k)
-    return [{"trace_id": str(r.trace_id), "action": str(r.action), "return_to_go": float(r.rtg)}
-            for r in sub.itertuples(index=False)]
+    return [
+        {"trace_id": str(r.trace_id), "action": str(r.action), "return_to_go": float(r.rtg)}
+        for r in sub.itertuples(index=False)
+    ]
 
 
-def node_stats(df: pd.DataFrame, labels: np.ndarray, reward: pd.Series, rtg: pd.Series, comp_rtg: pd.DataFrame,
-               refs: dict[str, str | None], errors: np.ndarray) -> list[dict[str, Any]]:
+def node_stats(
+    df: pd.DataFrame,
+    labels: np.ndarray,
+    reward: pd.Series,
+    rtg: pd.Series,
+    comp_rtg: pd.DataFrame,
+    refs: dict[str, str | None],
+    errors: np.ndarray,
+) -> list[dict[str, Any]]:
     """One dict per cluster: traffic, low-reward and failure rates, top actions, drivers, examples."""
     threshold = float(rtg.quantile(LOW_QUANTILE)) if len(rtg) else 0.0
     is_low = (rtg <= threshold).to_numpy()
@@ -99,14 +138,22 @@ def node_stats(df: pd.DataFrame, labels: np.ndarray, reward: pd.Series, rtg: pd.
         members = labels == c
         low = members & is_low
         n = int(members.sum())
-        out.append({"cluster": int(c), "steps": n, "share": n / max(len(df), 1),
-                    "low_steps": int(low.sum()), "low_rate": float(low.sum()) / n,
-                    "failure_rate": float(errors[members].mean()) if n else 0.0,
-                    "mean_step": float(step[members].mean()), "mean_reward": float(reward[members].mean()),
-                    "mean_return_to_go": float(rtg[members].mean()),
-                    "top_actions": action_stats(df["action"][members], reward[members], rtg[members]),
-                    "drivers": low_score_drivers(comp_rtg, low, members, refs),
-                    "examples": examples(df, rtg, members)})
+        out.append(
+            {
+                "cluster": int(c),
+                "steps": n,
+                "share": n / max(len(df), 1),
+                "low_steps": int(low.sum()),
+                "low_rate": float(low.sum()) / n,
+                "failure_rate": float(errors[members].mean()) if n else 0.0,
+                "mean_step": float(step[members].mean()),
+                "mean_reward": float(reward[members].mean()),
+                "mean_return_to_go": float(rtg[members].mean()),
+                "top_actions": action_stats(df["action"][members], reward[members], rtg[members]),
+                "drivers": low_score_drivers(comp_rtg, low, members, refs),
+                "examples": examples(df, rtg, members),
+            }
+        )
     return out
 
 
@@ -140,10 +187,10 @@ def colour(rate: float) -> str:
 def nearest(X: np.ndarray, centroids: np.ndarray, chunk: int = 200_000) -> np.ndarray:
     """Index of the nearest centroid of every row of ``X`` (chunked squared distances)."""
     out = np.empty(len(X), dtype=np.int64)
-    c2 = (centroids ** 2).sum(axis=1)
+    c2 = (centroids**2).sum(axis=1)
     for i in range(0, len(X), chunk):
-        x = X[i:i + chunk]
-        out[i:i + chunk] = np.argmin(c2[None, :] - 2.0 * x @ centroids.T, axis=1)
+        x = X[i : i + chunk]
+        out[i : i + chunk] = np.argmin(c2[None, :] - 2.0 * x @ centroids.T, axis=1)
     return out
 
 
@@ -154,6 +201,7 @@ def breakdown_items(raw: Any) -> list[dict[str, Any]]:
     (what an SDK episode writes for a dict-valued reward), or ``{component: score}``. Items that are
     not a named finite score are left out; text that is not JSON gives no components."""
     import json
+
     if isinstance(raw, (bytes, str)):
         try:
             raw = json.loads(raw)
@@ -180,15 +228,21 @@ def breakdown_items(raw: Any) -> list[dict[str, Any]]:
         if not math.isfinite(score):
             continue
         ref, reason = item.get("rule_ref"), item.get("reason")
-        out.append({"component": str(item["component"]), "score": score,
-                    "rule_ref": ref if isinstance(ref, str) else None,
-                    "reason": reason if isinstance(reason, str) else ""})
+        out.append(
+            {
+                "component": str(item["component"]),
+                "score": score,
+                "rule_ref": ref if isinstance(ref, str) else None,
+                "reason": reason if isinstance(reason, str) else "",
+            }
+        )
     return out
 
 
 def canonical_breakdown(raw: Any) -> str:
     """:func:`breakdown_items` as the sandbox's JSON shape (what the audit tools parse)."""
     import json
+
     return json.dumps({"breakdown": breakdown_items(raw)})
 
 
@@ -221,13 +275,19 @@ def cluster_names(features: list[tuple[str, str, pd.Series]], labels: np.ndarray
                     continue
                 value = str(mode.iloc[0])
                 share = float((grp == value).mean())
-                words = (leaf if value.lower() in ("true", "1") else
-                         f"{leaf}: no" if value.lower() in ("false", "0") else f"{leaf} {value}")
+                words = (
+                    leaf
+                    if value.lower() in ("true", "1")
+                    else f"{leaf}: no"
+                    if value.lower() in ("false", "0")
+                    else f"{leaf} {value}"
+                )
                 scores[int(c)].append((2.5 * (share - float(base.get(value, 0.0))), words))
     names: dict[int, str] = {}
     for c, scored in scores.items():
-        best = [w for s, w in sorted(scored, key=lambda t: -t[0])[:top] if s > 0.05] or \
-               [w for _, w in sorted(scored, key=lambda t: -t[0])[:1]]
+        best = [w for s, w in sorted(scored, key=lambda t: -t[0])[:top] if s > 0.05] or [
+            w for _, w in sorted(scored, key=lambda t: -t[0])[:1]
+        ]
         names[c] = ", ".join(best) or f"cluster {c}"
     seen: dict[str, int] = {}
     for name in names.values():

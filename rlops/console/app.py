@@ -66,8 +66,9 @@ def create_app(data: ProjectData, token: str | None = None, mlflow_ui: str | Non
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
     def page(request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
-        return templates.TemplateResponse(request, name, {"links": links, "scenarios": data.scenarios(), **ctx},
-                                          status_code=status)
+        return templates.TemplateResponse(
+            request, name, {"links": links, "scenarios": data.scenarios(), **ctx}, status_code=status
+        )
 
     _install_guard(app, token)
     _install_error_pages(app, page)
@@ -78,6 +79,7 @@ def create_app(data: ProjectData, token: str | None = None, mlflow_ui: str | Non
 
 def _install_guard(app: FastAPI, token: str | None) -> None:
     """Read-only (GET/HEAD) always; with a token, every request must carry it."""
+
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         if request.method not in ("GET", "HEAD"):
@@ -91,12 +93,16 @@ def _install_guard(app: FastAPI, token: str | None) -> None:
             resp.set_cookie(COOKIE, token, httponly=True, samesite="strict")
             return resp
         auth = request.headers.get("authorization", "")
-        candidates = [auth[7:] if auth.lower().startswith("bearer ") else "", request.headers.get("x-console-token", ""),
-                      request.cookies.get(COOKIE, "")]
+        candidates = [
+            auth[7:] if auth.lower().startswith("bearer ") else "",
+            request.headers.get("x-console-token", ""),
+            request.cookies.get(COOKIE, ""),
+        ]
         if any(c and hmac.compare_digest(c.encode(), token.encode()) for c in candidates):
             return await call_next(request)
-        return HTMLResponse("<h1>401</h1><p>This console needs its token: open it once with ?token=…</p>",
-                            status_code=401)
+        return HTMLResponse(
+            "<h1>401</h1><p>This console needs its token: open it once with ?token=…</p>", status_code=401
+        )
 
 
 def _install_error_pages(app: FastAPI, page: Callable[..., HTMLResponse]) -> None:
@@ -112,8 +118,13 @@ def _install_error_pages(app: FastAPI, page: Callable[..., HTMLResponse]) -> Non
     @app.exception_handler(Exception)
     async def server_error(request: Request, exc: Exception) -> HTMLResponse:
         log.exception("console page %s failed", request.url.path)
-        return page(request, "error.html", 500, code=500,
-                    message=f"this page could not be built ({type(exc).__name__}); see the console's log")
+        return page(
+            request,
+            "error.html",
+            500,
+            code=500,
+            message=f"this page could not be built ({type(exc).__name__}); see the console's log",
+        )
 
 
 def _scenario(data: ProjectData, scenario: str) -> str:
@@ -143,9 +154,17 @@ def _add_trace_routes(app: FastAPI, data: ProjectData, views: TraceViews, page: 
         elif not VERSION_RE.match(version):
             raise NotFound(f"{version!r} is not a policy version")
         view = views.decision_map(scenario, version)
-        return page(request, "map.html", scenario=scenario, view=view, versions=ov["versions"], version=version,
-                    svg=svg.decision_map(view), registry_version=views.registry_version(scenario, version),
-                    policy_name=data.model_names(scenario)["policy"])
+        return page(
+            request,
+            "map.html",
+            scenario=scenario,
+            view=view,
+            versions=ov["versions"],
+            version=version,
+            svg=svg.decision_map(view),
+            registry_version=views.registry_version(scenario, version),
+            policy_name=data.model_names(scenario)["policy"],
+        )
 
     @app.get("/s/{scenario}/episode/{trace_id}", response_class=HTMLResponse)
     def episode(request: Request, scenario: str, trace_id: str) -> HTMLResponse:
@@ -154,23 +173,38 @@ def _add_trace_routes(app: FastAPI, data: ProjectData, views: TraceViews, page: 
             raise NotFound(f"{trace_id!r} is not a trace id")
         path = views.episode(scenario, trace_id)
         aliases = {v["version"]: v["aliases"] for v in data.model_versions(scenario, "policy")}
-        return page(request, "episode.html", scenario=scenario, path=path,
-                    aliases=aliases.get(path["registry_version"] or "", []),
-                    policy_name=data.model_names(scenario)["policy"])
+        return page(
+            request,
+            "episode.html",
+            scenario=scenario,
+            path=path,
+            aliases=aliases.get(path["registry_version"] or "", []),
+            policy_name=data.model_names(scenario)["policy"],
+        )
 
 
 def _add_registry_routes(app: FastAPI, data: ProjectData, page: Callable[..., HTMLResponse]) -> None:
     @app.get("/s/{scenario}/promotion", response_class=HTMLResponse)
     def promotion(request: Request, scenario: str) -> HTMLResponse:
         scenario = _scenario(data, scenario)
-        return page(request, "promotion.html", scenario=scenario, view=rv.promotion(data, scenario),
-                    names=data.model_names(scenario))
+        return page(
+            request,
+            "promotion.html",
+            scenario=scenario,
+            view=rv.promotion(data, scenario),
+            names=data.model_names(scenario),
+        )
 
     @app.get("/s/{scenario}/evaluation/{run_id}", response_class=HTMLResponse)
     def evaluation(request: Request, scenario: str, run_id: str) -> HTMLResponse:
         scenario = _scenario(data, scenario)
-        return page(request, "evaluation.html", scenario=scenario, view=rv.evaluation(data, scenario, run_id),
-                    names=data.model_names(scenario))
+        return page(
+            request,
+            "evaluation.html",
+            scenario=scenario,
+            view=rv.evaluation(data, scenario, run_id),
+            names=data.model_names(scenario),
+        )
 
     @app.get("/s/{scenario}/drift", response_class=HTMLResponse)
     def drift(request: Request, scenario: str) -> HTMLResponse:
@@ -180,8 +214,13 @@ def _add_registry_routes(app: FastAPI, data: ProjectData, page: Callable[..., HT
     @app.get("/s/{scenario}/rewards", response_class=HTMLResponse)
     def rewards(request: Request, scenario: str) -> HTMLResponse:
         scenario = _scenario(data, scenario)
-        return page(request, "rewards.html", scenario=scenario, view=rv.rewards(data, scenario),
-                    names=data.model_names(scenario))
+        return page(
+            request,
+            "rewards.html",
+            scenario=scenario,
+            view=rv.rewards(data, scenario),
+            names=data.model_names(scenario),
+        )
 
     @app.get("/s/{scenario}/rewards/diff", response_class=HTMLResponse)
     def reward_diff(request: Request, scenario: str, a: str = "v0", b: str = "v1") -> HTMLResponse:

@@ -16,14 +16,19 @@ TOKEN_ENV = "RLOPS_CONSOLE_TOKEN"
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("console", help="read-only web console over the registry and the trace store",
-                              description="Serve the read-only web console over the registry and the trace store.")
+    p = subparsers.add_parser(
+        "console",
+        help="read-only web console over the registry and the trace store",
+        description="Serve the read-only web console over the registry and the trace store.",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
-    p.add_argument("--token", default=None,
-                   help=f"access token, required off loopback (default: ${TOKEN_ENV})")
-    p.add_argument("--mlflow-ui", default=os.environ.get("RLOPS_MLFLOW_UI", "http://127.0.0.1:5000"),
-                   help="base URL of the MLflow UI the pages link into ('' for no links)")
+    p.add_argument("--token", default=None, help=f"access token, required off loopback (default: ${TOKEN_ENV})")
+    p.add_argument(
+        "--mlflow-ui",
+        default=os.environ.get("RLOPS_MLFLOW_UI", "http://127.0.0.1:5000"),
+        help="base URL of the MLflow UI the pages link into ('' for no links)",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -40,10 +45,13 @@ def is_loopback(host: str) -> bool:
 def resolve_token(host: str, token: str | None) -> str | None:
     """The token to require; a UserError (exit 2) when off loopback without one."""
     from rlops.common.errors import UserError
+
     token = token or os.environ.get(TOKEN_ENV) or None
     if token is None and not is_loopback(host):
-        raise UserError(f"rlops console binds {host}, which is not a loopback address: pass --token or set "
-                        f"{TOKEN_ENV} (or bind 127.0.0.1 behind an authenticating reverse proxy)")
+        raise UserError(
+            f"rlops console binds {host}, which is not a loopback address: pass --token or set "
+            f"{TOKEN_ENV} (or bind 127.0.0.1 behind an authenticating reverse proxy)"
+        )
     return token
 
 
@@ -53,9 +61,9 @@ def run(args: argparse.Namespace) -> int:
 
     from rlops.console.app import create_app
     from rlops.console.data import ProjectData
+
     app = create_app(ProjectData(), token=token, mlflow_ui=args.mlflow_ui or None)
     where = f"http://{args.host}:{args.port}/"
-    print(f"rlops console on {where}" + (" (token required: open it once with ?token=…)" if token else ""),
-          flush=True)
+    print(f"rlops console on {where}" + (" (token required: open it once with ?token=…)" if token else ""), flush=True)
     uvicorn.run(app, host=args.host, port=int(args.port), log_level="warning")
     return 0

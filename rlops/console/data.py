@@ -8,7 +8,8 @@ Project functions used (and where they live today):
 
 * ``rlops.common.config``: ``load_params``, ``REPO_ROOT``
 * ``rlops.pipeline_steps.infra.context.StepContext`` (``create``, ``storage`` — ``list``, ``local_path``,
-  ``join``, ``exists``, ``read_json`` —, ``traces.reader`` (every trace-store read, DuckDB), ``tracker.client`` / ``tracker.tracking_uri``,
+  ``join``, ``exists``, ``read_json`` —, ``traces.reader`` (every trace-store read, DuckDB),
+  ``tracker.client`` / ``tracker.tracking_uri``,
   ``load_pack``, ``section``, ``uri``, ``local_dir``)
 * ``rlops.pipeline_steps.infra.trace_states``: ``state_features``, ``mask_matrix``,
   ``observations_from_traces``, ``error_flags``, ``STATE_PREFIX``
@@ -25,9 +26,10 @@ import re
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -77,6 +79,7 @@ class ProjectData:
 
     def __init__(self, params: dict[str, Any] | None = None, registry_ttl_s: float = 15.0) -> None:
         from rlops.common.config import load_params
+
         self.params = params if params is not None else load_params()
         self._contexts: dict[str, StepContext] = {}
         self._packs: dict[str, Pack] = {}
@@ -88,24 +91,27 @@ class ProjectData:
     # ------------------------------------------------------------------ scenarios and packs
     def scenarios_dir(self) -> Path:
         from rlops.common.config import REPO_ROOT
+
         return Path(str(self.params.get("scenarios_dir") or REPO_ROOT / "scenarios"))
 
     def scenarios(self) -> list[str]:
         root = self.scenarios_dir()
         return sorted(p.name for p in root.iterdir() if (p / "scenario.yaml").is_file()) if root.is_dir() else []
 
-    def context(self, scenario: str) -> "StepContext":
+    def context(self, scenario: str) -> StepContext:
         from rlops.pipeline_steps.infra.context import StepContext
+
         with self._lock:
             if scenario not in self._contexts:
                 self._contexts[scenario] = StepContext.create(scenario, params=self.params)
             return self._contexts[scenario]
 
-    def pack(self, scenario: str) -> "Pack":
+    def pack(self, scenario: str) -> Pack:
         with self._lock:
             cached = self._packs.get(scenario)
         if cached is None:  # read-only: the pack's liveness check (a sandbox run) is for training, not here
             from rlops.sandbox.pack import load_pack
+
             ctx = self.context(scenario)
             cached = load_pack(ctx.pack_dir, calibration=ctx.read_calibration("latest"), check_liveness=False)
             with self._lock:
@@ -129,13 +135,13 @@ class ProjectData:
         out = []
         for u in sorted(uris):
             if u.startswith("file://"):
-                st = os.stat(u[len("file://"):])
+                st = os.stat(u[len("file://") :])
                 out.append(TraceFile(u, st.st_size, st.st_mtime_ns))
             else:  # object stores: a rewritten partition keeps its key; the listing is what we know
                 out.append(TraceFile(u, 0, 0))
         return out
 
-    def trace_reader(self, scenario: str) -> "TraceReader":
+    def trace_reader(self, scenario: str) -> TraceReader:
         """The trace store's reader (DuckDB over the partitions, settings from ``trace_store``)."""
         return self.context(scenario).traces.reader
 
@@ -145,6 +151,7 @@ class ProjectData:
     # ------------------------------------------------------------------ project computations
     def state_features(self, scenario: str, df: pd.DataFrame) -> np.ndarray:
         from rlops.pipeline_steps.infra.trace_states import state_features
+
         return state_features(self.pack(scenario), df).numpy()
 
     def kmeans(self, X: np.ndarray, k: int, seed: int) -> np.ndarray:
@@ -152,11 +159,13 @@ class ProjectData:
         import torch
 
         from rlops.pipeline_steps.labels.select import kmeans
+
         _, centroids = kmeans(torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)), k, seed)
         return centroids.numpy()
 
     def error_flags(self, col: pd.Series) -> np.ndarray:
         from rlops.pipeline_steps.infra.trace_states import error_flags
+
         return error_flags(col)
 
     def components(self, df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str | None]]:
@@ -164,27 +173,35 @@ class ProjectData:
         trace row from an agent may carry a list, a dict or text that is not JSON)."""
         from rlops.console.aggregates import canonical_breakdown
         from rlops.pipeline_steps.audit.replay import component_frame
+
         return component_frame(df.assign(reward_breakdown=df["reward_breakdown"].map(canonical_breakdown)))
 
     def state_fields(self, scenario: str) -> list[tuple[str, str, str | None]]:
         """``(path, kind, unit)`` of every observed state field; kind ``number`` or ``category``."""
-        return [(f.path, "number" if f.type in ("int", "float") else "category", f.unit)
-                for f in self.pack(scenario).scenario.spec.fields if f.observed]
+        return [
+            (f.path, "number" if f.type in ("int", "float") else "category", f.unit)
+            for f in self.pack(scenario).scenario.spec.fields
+            if f.observed
+        ]
 
     def return_to_go(self, df: pd.DataFrame, values: pd.DataFrame) -> pd.DataFrame:
         from rlops.pipeline_steps.audit.replay import to_go
+
         return to_go(df, values)
 
     def describe_cluster(self, scenario: str, rows: pd.DataFrame, everything: pd.DataFrame) -> list[str]:
         from rlops.pipeline_steps.audit.replay import describe_cluster
+
         return describe_cluster(self.pack(scenario), rows, everything)
 
     def state_prefix(self) -> str:
         from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX
+
         return STATE_PREFIX
 
     def mask_matrix(self, scenario: str, col: pd.Series) -> np.ndarray:
         from rlops.pipeline_steps.infra.trace_states import mask_matrix
+
         return mask_matrix(col, self.pack(scenario).scenario.n_actions)
 
     def action_names(self, scenario: str) -> list[str]:
@@ -196,6 +213,7 @@ class ProjectData:
         import torch
 
         from rlops.pipeline_steps.infra.trace_states import observations_from_traces
+
         policy = self._policy(scenario, version)
         if policy is None:
             return None
@@ -211,6 +229,7 @@ class ProjectData:
             if key in self._policies:
                 return self._policies[key]
         from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
+
         try:
             dst = Path(tempfile.mkdtemp(prefix="rlops-console-policy-"))
             loaded = load_policy_ref(self.context(scenario), version, dst)
@@ -224,8 +243,12 @@ class ProjectData:
     # ------------------------------------------------------------------ registry (MLflow)
     def model_names(self, scenario: str) -> dict[str, str]:
         from rlops.pipeline_steps.infra.registry import policy_model_name, reward_fn_model_name, reward_model_name
-        return {"policy": policy_model_name(scenario), "reward_model": reward_model_name(scenario),
-                "reward_fn": reward_fn_model_name(scenario)}
+
+        return {
+            "policy": policy_model_name(scenario),
+            "reward_model": reward_model_name(scenario),
+            "reward_fn": reward_fn_model_name(scenario),
+        }
 
     def tracking_uri(self, scenario: str) -> str:
         return self.context(scenario).tracker.tracking_uri
@@ -234,6 +257,7 @@ class ProjectData:
         def get() -> str | None:
             exp = self._client(scenario).get_experiment_by_name(scenario)
             return None if exp is None else str(exp.experiment_id)
+
         return self.registry_cache.get(("exp", scenario), get)
 
     def model_versions(self, scenario: str, kind: str) -> list[dict[str, Any]]:
@@ -249,29 +273,51 @@ class ProjectData:
             by_version: dict[str, list[str]] = {}
             for alias, v in aliases.items():
                 by_version.setdefault(str(v), []).append(alias)
-            out = [{"name": name, "version": str(mv.version), "run_id": mv.run_id, "tags": dict(mv.tags),
-                    "created_ms": int(mv.creation_timestamp or 0), "source": mv.source,
-                    "aliases": sorted(by_version.get(str(mv.version), []))}
-                   for mv in client.search_model_versions(f"name = '{name}'")]
+            out = [
+                {
+                    "name": name,
+                    "version": str(mv.version),
+                    "run_id": mv.run_id,
+                    "tags": dict(mv.tags),
+                    "created_ms": int(mv.creation_timestamp or 0),
+                    "source": mv.source,
+                    "aliases": sorted(by_version.get(str(mv.version), [])),
+                }
+                for mv in client.search_model_versions(f"name = '{name}'")
+            ]
             return sorted(out, key=lambda d: -int(d["version"]))
+
         return self.registry_cache.get(("versions", scenario, kind), get)
 
     def runs(self, scenario: str, tag: str, value: str) -> list[dict[str, Any]]:
         """Finished or failed runs of the scenario's experiment whose tag ``tag`` is ``value``, oldest first."""
+
         def get() -> list[dict[str, Any]]:
             exp = self.experiment_id(scenario)
             if exp is None:
                 return []
-            found = self._client(scenario).search_runs([exp], f"tags.`{tag}` = '{value}'", max_results=5000,
-                                                       order_by=["attributes.start_time ASC"])
-            return [{"run_id": r.info.run_id, "name": r.info.run_name, "status": r.info.status,
-                     "start_ms": int(r.info.start_time or 0), "tags": dict(r.data.tags),
-                     "params": dict(r.data.params), "metrics": dict(r.data.metrics)} for r in found]
+            found = self._client(scenario).search_runs(
+                [exp], f"tags.`{tag}` = '{value}'", max_results=5000, order_by=["attributes.start_time ASC"]
+            )
+            return [
+                {
+                    "run_id": r.info.run_id,
+                    "name": r.info.run_name,
+                    "status": r.info.status,
+                    "start_ms": int(r.info.start_time or 0),
+                    "tags": dict(r.data.tags),
+                    "params": dict(r.data.params),
+                    "metrics": dict(r.data.metrics),
+                }
+                for r in found
+            ]
+
         return self.registry_cache.get(("runs", scenario, tag, value), get)
 
     def run_artifact_json(self, scenario: str, run_id: str, path: str) -> Any:
         """A JSON artifact of a run (immutable once logged, so cached for good)."""
         import json
+
         cache = self.cache_dir(scenario) / "artifacts" / run_id / path
         if not cache.is_file():
             try:
@@ -296,6 +342,7 @@ class ProjectData:
             except FileNotFoundError:
                 return []
             return [ctx.storage.read_json(u) for u in sorted(files)]
+
         return self.listing_cache.get(("calibrations", scenario), get)
 
     def evaluation_report(self, scenario: str, run_key: str, candidate: str) -> dict[str, Any] | None:
@@ -311,11 +358,23 @@ class ProjectData:
         out = []
         for label in sorted(pack.reward_fns, key=lambda s: (len(s), s)):
             fn = pack.reward_fns[label]
-            out.append({"label": label, "sha256": fn.version, "source": fn.source, "path": Path(fn.path).name,
-                        "rule_refs": [{"ref": r, "title": str((rules.get(r) or {}).get("title", "")),
-                                       "text": str((rules.get(r) or {}).get("text", ""))} for r in fn.rule_refs],
-                        "components": [{"name": c.name, "rule_ref": c.rule_ref, "line": c.line}
-                                       for c in fn.components]})
+            out.append(
+                {
+                    "label": label,
+                    "sha256": fn.version,
+                    "source": fn.source,
+                    "path": Path(fn.path).name,
+                    "rule_refs": [
+                        {
+                            "ref": r,
+                            "title": str((rules.get(r) or {}).get("title", "")),
+                            "text": str((rules.get(r) or {}).get("text", "")),
+                        }
+                        for r in fn.rule_refs
+                    ],
+                    "components": [{"name": c.name, "rule_ref": c.rule_ref, "line": c.line} for c in fn.components],
+                }
+            )
         return out
 
     def section(self, scenario: str, name: str) -> Any:

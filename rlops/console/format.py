@@ -14,8 +14,8 @@ from jinja2 import Undefined
 
 MISSING = "—"
 # Gate-table rows whose values carry a unit (the rest are rates, shares or plain numbers).
-GATE_UNITS = {"latency_p99_ratio": "ms"}     # the latency gate's values are the two p99 times
-GATE_PERCENT = ("finite_returns",)           # a share of returns; every ``*_rate`` is a percentage too
+GATE_UNITS = {"latency_p99_ratio": "ms"}  # the latency gate's values are the two p99 times
+GATE_PERCENT = ("finite_returns",)  # a share of returns; every ``*_rate`` is a percentage too
 
 
 def _float(v: Any) -> float | None:

@@ -79,8 +79,9 @@ class TraceViews:
         if meta_path.is_file():
             out: dict[str, Any] = json.loads(meta_path.read_text())
             return out
-        counts = (self.data.trace_reader(scenario).count_by(self.data.trace_uri(scenario), "policy_version")
-                  if files else {})
+        counts = (
+            self.data.trace_reader(scenario).count_by(self.data.trace_uri(scenario), "policy_version") if files else {}
+        )
         meta = {"digest": dg, "files": [f.uri for f in files], "rows": int(sum(counts.values())), "versions": counts}
         for pattern in ("overview-*.json", "index-*.npz", "map-*.json"):  # earlier contents of the store
             for old in folder.glob(pattern):
@@ -97,12 +98,14 @@ class TraceViews:
         audit = self.data.section(scenario, "audit")
         k, max_rows = int(audit.get("clusters", 8)), int(audit.get("console_map_rows", _MAP_MAX_ROWS))
         key = agg.digest([], ov["digest"], version, str(k), str(max_rows), "map-2")
-        view: dict[str, Any] = self._once(("map", scenario, version), key,
-                                          lambda: self._cached_map(scenario, version, k, max_rows, key, ov))
+        view: dict[str, Any] = self._once(
+            ("map", scenario, version), key, lambda: self._cached_map(scenario, version, k, max_rows, key, ov)
+        )
         return view
 
-    def _cached_map(self, scenario: str, version: str, k: int, max_rows: int, key: str,
-                    ov: dict[str, Any]) -> dict[str, Any]:
+    def _cached_map(
+        self, scenario: str, version: str, k: int, max_rows: int, key: str, ov: dict[str, Any]
+    ) -> dict[str, Any]:
         path = self.data.cache_dir(scenario) / f"map-{ov['digest']}-{key}.json"
         if path.is_file():
             result: dict[str, Any] = json.loads(path.read_text())
@@ -115,8 +118,17 @@ class TraceViews:
         """The version's rows (the columns a map needs), or a sample of whole episodes past ``max_rows``."""
         prefix = self.data.state_prefix()
         reader, uri = self.data.trace_reader(scenario), self.data.trace_uri(scenario)
-        cols = ["trace_id", "episode_id", "step", "action", "action_mask", "reward_total", "reward_breakdown",
-                "error", "policy_version"]
+        cols = [
+            "trace_id",
+            "episode_id",
+            "step",
+            "action",
+            "action_mask",
+            "reward_total",
+            "reward_breakdown",
+            "error",
+            "policy_version",
+        ]
         want = cols + [c for c in reader.columns(uri) if c.startswith(prefix)]
         rows, _ = reader.sample_episodes(uri, max_rows, columns=want, where={"policy_version": version}, total=total)
         return agg.episode_order(rows)
@@ -135,18 +147,31 @@ class TraceViews:
         errors = self.data.error_flags(df["error"]) if "error" in df.columns else np.zeros(len(df), bool)
         nodes = agg.node_stats(df, labels, reward, rtg, comp_rtg, refs, errors)
         prefix = self.data.state_prefix()
-        names = agg.cluster_names([(path, kind, df[prefix + path]) for path, kind, _ in self.data.state_fields(scenario)
-                                   if prefix + path in df.columns], labels)
+        names = agg.cluster_names(
+            [
+                (path, kind, df[prefix + path])
+                for path, kind, _ in self.data.state_fields(scenario)
+                if prefix + path in df.columns
+            ],
+            labels,
+        )
         for n in nodes:
             members = labels == n["cluster"]
             n["name"] = names.get(n["cluster"], f"cluster {n['cluster']}")
             n["description"] = self.data.describe_cluster(scenario, df[members], df)
         edges = agg.top_edges(agg.transitions(df, labels))
         episodes = int(df["episode_id"].nunique())
-        return {"scenario": scenario, "version": version, "rows": total,
-                "episodes": round(episodes * total / max(len(df), 1)) if sampled else episodes,
-                "sampled_rows": len(df) if sampled else None, "sampled_episodes": episodes if sampled else None,
-                "low_threshold": float(rtg.quantile(agg.LOW_QUANTILE)), "nodes": nodes, "edges": edges}
+        return {
+            "scenario": scenario,
+            "version": version,
+            "rows": total,
+            "episodes": round(episodes * total / max(len(df), 1)) if sampled else episodes,
+            "sampled_rows": len(df) if sampled else None,
+            "sampled_episodes": episodes if sampled else None,
+            "low_threshold": float(rtg.quantile(agg.LOW_QUANTILE)),
+            "nodes": nodes,
+            "edges": edges,
+        }
 
     # ------------------------------------------------------------------ episode replay
     def episode(self, scenario: str, trace_id: str) -> dict[str, Any]:
@@ -194,20 +219,42 @@ class TraceViews:
             bd = agg.breakdown_items(r.get("reward_breakdown"))
             for b in bd:
                 b["rule_title"] = rules.get(b.get("rule_ref") or "", "")
-            steps.append({"step": int(r["step"]), "trace_id": str(r["trace_id"]), "ts": str(r.get("ts")),
-                          "state": {c[len(prefix):]: _plain(v) for c, v in r.items()
-                                    if c.startswith(prefix) and _plain(v) is not None},
-                          "legal": legal, "action": str(r["action"]), "probabilities": p,
-                          "reward_total": _num(r.get("reward_total")), "breakdown": bd,
-                          "latency_ms": _num(r.get("latency_ms")), "error": _plain(r.get("error")),
-                          "focus": str(r["trace_id"]) == trace_id})
-        return {"trace_id": trace_id, "episode_id": str(ep["episode_id"].iloc[0]), "policy_version": version,
-                "units": {path: unit for path, _, unit in self.data.state_fields(scenario) if unit},
-                "registry_version": number, "test_group": _plain(ep["test_group"].iloc[0]) if "test_group" in ep else None,
-                "source": _plain(ep["source"].iloc[0]) if "source" in ep else None,
-                "probability_source": (f"recomputed with {self.data.model_names(scenario)['policy']} v{number}"
-                                       if probs is not None else "logged probability of the chosen action (logp)"),
-                "episode_return": float(pd.to_numeric(ep["reward_total"], errors="coerce").sum()), "steps": steps}
+            steps.append(
+                {
+                    "step": int(r["step"]),
+                    "trace_id": str(r["trace_id"]),
+                    "ts": str(r.get("ts")),
+                    "state": {
+                        c[len(prefix) :]: _plain(v)
+                        for c, v in r.items()
+                        if c.startswith(prefix) and _plain(v) is not None
+                    },
+                    "legal": legal,
+                    "action": str(r["action"]),
+                    "probabilities": p,
+                    "reward_total": _num(r.get("reward_total")),
+                    "breakdown": bd,
+                    "latency_ms": _num(r.get("latency_ms")),
+                    "error": _plain(r.get("error")),
+                    "focus": str(r["trace_id"]) == trace_id,
+                }
+            )
+        return {
+            "trace_id": trace_id,
+            "episode_id": str(ep["episode_id"].iloc[0]),
+            "policy_version": version,
+            "units": {path: unit for path, _, unit in self.data.state_fields(scenario) if unit},
+            "registry_version": number,
+            "test_group": _plain(ep["test_group"].iloc[0]) if "test_group" in ep else None,
+            "source": _plain(ep["source"].iloc[0]) if "source" in ep else None,
+            "probability_source": (
+                f"recomputed with {self.data.model_names(scenario)['policy']} v{number}"
+                if probs is not None
+                else "logged probability of the chosen action (logp)"
+            ),
+            "episode_return": float(pd.to_numeric(ep["reward_total"], errors="coerce").sum()),
+            "steps": steps,
+        }
 
 
 def _plain(v: Any) -> Any:

@@ -48,30 +48,38 @@ def decision_map(view: dict[str, Any]) -> str:
         box = text_box(x, y + r + 13, name)
         taken.append(box)
         names.append((n, name, box))
-    parts = [f'<svg id="decision-map" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-             'aria-label="decision map: state clusters and the actions between them">',
-             '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerUnits="userSpaceOnUse" '
-             'markerWidth="10" markerHeight="10" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" '
-             'fill="#778"/></marker></defs>']
+    parts = [
+        f'<svg id="decision-map" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+        'aria-label="decision map: state clusters and the actions between them">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerUnits="userSpaceOnUse" '
+        'markerWidth="10" markerHeight="10" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" '
+        'fill="#778"/></marker></defs>',
+    ]
     for e in sorted(view["edges"], key=lambda e: -e["count"]):  # the busiest edges pick their label spot first
         src, dst = pos.get(e["source"]), pos.get(e["target"], end) if e["target"] != agg.END else end
         if src is None or dst is None:
             continue
         parts.append(_edge(src, dst, e, 0.6 + 4.5 * e["count"] / biggest, e["count"] >= labelled[0], taken))
-    parts.append(f'<g class="end-node"><circle cx="{end[0]}" cy="{end[1]}" r="{end[2]}" fill="#ccd"/>'
-                 f'<text x="{end[0]}" y="{end[1] + 26}" text-anchor="middle">end</text></g>')
+    parts.append(
+        f'<g class="end-node"><circle cx="{end[0]}" cy="{end[1]}" r="{end[2]}" fill="#ccd"/>'
+        f'<text x="{end[0]}" y="{end[1] + 26}" text-anchor="middle">end</text></g>'
+    )
     for n, name, _ in names:
         x, y, r = pos[n["cluster"]]
-        label = f"cluster {n['cluster']} ({n.get('name') or 'unnamed'}): {n['steps']:,} steps, " \
-                f"{n['low_rate']:.0%} low-reward, {n['failure_rate']:.0%} errors"
-        parts.append(f'<g class="node" tabindex="0" role="button" data-cluster="{n["cluster"]}" '
-                     f'data-name="{escape(str(n.get("name") or ""))}" '
-                     f'data-steps="{n["steps"]}" data-low-steps="{n["low_steps"]}" data-low-rate="{n["low_rate"]:.4f}">'
-                     f'<title>{escape(label)}</title>'
-                     f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}" fill="{agg.colour(n["low_rate"])}"/>'
-                     f'<text x="{x:.1f}" y="{y + 4:.1f}" text-anchor="middle" class="node-label">{n["cluster"]}</text>'
-                     f'<text x="{x:.1f}" y="{y + r + 13:.1f}" text-anchor="middle" class="node-name">'
-                     f'{escape(name)}</text></g>')
+        label = (
+            f"cluster {n['cluster']} ({n.get('name') or 'unnamed'}): {n['steps']:,} steps, "
+            f"{n['low_rate']:.0%} low-reward, {n['failure_rate']:.0%} errors"
+        )
+        parts.append(
+            f'<g class="node" tabindex="0" role="button" data-cluster="{n["cluster"]}" '
+            f'data-name="{escape(str(n.get("name") or ""))}" '
+            f'data-steps="{n["steps"]}" data-low-steps="{n["low_steps"]}" data-low-rate="{n["low_rate"]:.4f}">'
+            f"<title>{escape(label)}</title>"
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}" fill="{agg.colour(n["low_rate"])}"/>'
+            f'<text x="{x:.1f}" y="{y + 4:.1f}" text-anchor="middle" class="node-label">{n["cluster"]}</text>'
+            f'<text x="{x:.1f}" y="{y + r + 13:.1f}" text-anchor="middle" class="node-name">'
+            f"{escape(name)}</text></g>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -87,14 +95,24 @@ def _label_spot(candidates: list[tuple[float, float]], text: str, taken: list[Bo
     return None
 
 
-def _edge(src: tuple[float, float, float], dst: tuple[float, float, float], e: dict[str, Any], width: float,
-          label: bool, taken: list[Box]) -> str:
+def _edge(
+    src: tuple[float, float, float],
+    dst: tuple[float, float, float],
+    e: dict[str, Any],
+    width: float,
+    label: bool,
+    taken: list[Box],
+) -> str:
     (x1, y1, r1), (x2, y2, r2) = src, dst
-    title = escape(f"{e['action']}: {e['count']:,} steps from cluster {e['source']} to "
-                   + ("the end" if e["target"] == agg.END else f"cluster {e['target']}"))
+    title = escape(
+        f"{e['action']}: {e['count']:,} steps from cluster {e['source']} to "
+        + ("the end" if e["target"] == agg.END else f"cluster {e['target']}")
+    )
     if e["source"] == e["target"]:  # a self-loop above the node
-        path = f"M {x1 - r1 * 0.6:.1f} {y1 - r1 * 0.8:.1f} C {x1 - r1 - 24:.1f} {y1 - r1 - 40:.1f} " \
-               f"{x1 + r1 + 24:.1f} {y1 - r1 - 40:.1f} {x1 + r1 * 0.6:.1f} {y1 - r1 * 0.8:.1f}"
+        path = (
+            f"M {x1 - r1 * 0.6:.1f} {y1 - r1 * 0.8:.1f} C {x1 - r1 - 24:.1f} {y1 - r1 - 40:.1f} "
+            f"{x1 + r1 + 24:.1f} {y1 - r1 - 40:.1f} {x1 + r1 * 0.6:.1f} {y1 - r1 * 0.8:.1f}"
+        )
         spots = [(x1, y1 - r1 - 30 + dy) for dy in (0, -12, 12, -24)]
     else:
         d = math.hypot(x2 - x1, y2 - y1) or 1.0
@@ -104,16 +122,21 @@ def _edge(src: tuple[float, float, float], dst: tuple[float, float, float], e: d
         path = f"M {sx:.1f} {sy:.1f} Q {cx:.1f} {cy:.1f} {tx:.1f} {ty:.1f}"
 
         def at(t: float) -> tuple[float, float]:
-            return ((1 - t) ** 2 * sx + 2 * t * (1 - t) * cx + t * t * tx,
-                    (1 - t) ** 2 * sy + 2 * t * (1 - t) * cy + t * t * ty)
-        spots = [(x + 0.0, y + dy) for t in (0.5, 0.4, 0.6, 0.3, 0.7, 0.2, 0.8) for x, y in [at(t)]
-                 for dy in (0, -11, 11)]
+            return (
+                (1 - t) ** 2 * sx + 2 * t * (1 - t) * cx + t * t * tx,
+                (1 - t) ** 2 * sy + 2 * t * (1 - t) * cy + t * t * ty,
+            )
+
+        spots = [
+            (x + 0.0, y + dy) for t in (0.5, 0.4, 0.6, 0.3, 0.7, 0.2, 0.8) for x, y in [at(t)] for dy in (0, -11, 11)
+        ]
     spot = _label_spot(spots, e["action"], taken) if label else None
-    return (f'<g class="edge"><title>{title}</title><path d="{path}" stroke-width="{width:.2f}" '
-            f'marker-end="url(#arrow)"/>'
-            + (f'<text x="{spot[0]:.1f}" y="{spot[1]:.1f}" class="edge-label">{escape(e["action"])}</text>'
-               if spot else "")
-            + "</g>")
+    return (
+        f'<g class="edge"><title>{title}</title><path d="{path}" stroke-width="{width:.2f}" '
+        f'marker-end="url(#arrow)"/>'
+        + (f'<text x="{spot[0]:.1f}" y="{spot[1]:.1f}" class="edge-label">{escape(e["action"])}</text>' if spot else "")
+        + "</g>"
+    )
 
 
 def sparkline(values: list[float | None], width: int = 120, height: int = 24) -> str:
@@ -124,6 +147,8 @@ def sparkline(values: list[float | None], width: int = 120, height: int = 24) ->
     n = max(len(values) - 1, 1)
     coords = " ".join(f"{2 + i * (width - 4) / n:.1f},{height - 2 - (v / hi) * (height - 4):.1f}" for i, v in pts)
     last_x, last_y = coords.split(" ")[-1].split(",")
-    return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
-            f'<polyline points="{coords}" fill="none" stroke="#4c72b0" stroke-width="1.5"/>'
-            f'<circle cx="{last_x}" cy="{last_y}" r="2.2" fill="#4c72b0"/></svg>')
+    return (
+        f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
+        f'<polyline points="{coords}" fill="none" stroke="#4c72b0" stroke-width="1.5"/>'
+        f'<circle cx="{last_x}" cy="{last_y}" r="2.2" fill="#4c72b0"/></svg>'
+    )

@@ -22,7 +22,19 @@ from rlops.data_contracts.schema import (
 from rlops.data_contracts.validation import REASON_COLUMN, ValidationResult, normalize, validate_frame
 
 __all__ = [
-    "EXTRA_COLUMN", "META_PREFIX", "REASON_COLUMN", "STATE_PREFIX", "ColumnSpec", "Contract",
-    "StateField", "ValidationResult", "build_suites", "label_contract", "normalize",
-    "parse_json_lines", "quarantine_frame", "trace_contract", "validate_frame",
+    "EXTRA_COLUMN",
+    "META_PREFIX",
+    "REASON_COLUMN",
+    "STATE_PREFIX",
+    "ColumnSpec",
+    "Contract",
+    "StateField",
+    "ValidationResult",
+    "build_suites",
+    "label_contract",
+    "normalize",
+    "parse_json_lines",
+    "quarantine_frame",
+    "trace_contract",
+    "validate_frame",
 ]

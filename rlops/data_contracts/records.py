@@ -33,17 +33,19 @@ MAX_DEPTH = 64
 KEPT_CHARS = 4096
 
 #: The stored shape of every quarantine partition.
-QUARANTINE_SCHEMA = pa.schema([
-    pa.field("ts", pa.timestamp("us", tz="UTC")),
-    pa.field("scenario", pa.string()),
-    pa.field("trace_id", pa.string()),
-    pa.field("episode_id", pa.string()),
-    pa.field("step", pa.string()),
-    pa.field(REASON_COLUMN, pa.string(), nullable=False),
-    pa.field("raw", pa.string(), nullable=False),
-    pa.field("source_uri", pa.string()),
-    pa.field("line_no", pa.int64()),
-])
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        pa.field("ts", pa.timestamp("us", tz="UTC")),
+        pa.field("scenario", pa.string()),
+        pa.field("trace_id", pa.string()),
+        pa.field("episode_id", pa.string()),
+        pa.field("step", pa.string()),
+        pa.field(REASON_COLUMN, pa.string(), nullable=False),
+        pa.field("raw", pa.string(), nullable=False),
+        pa.field("source_uri", pa.string()),
+        pa.field("line_no", pa.int64()),
+    ]
+)
 
 
 def flatten_state(record: dict[str, Any]) -> dict[str, Any]:
@@ -61,9 +63,13 @@ def flatten_state(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def parse_json_lines(lines: Sequence[str], sources: Sequence[str] | str = "",
-                     line_nos: Sequence[int] | None = None, *, flatten: bool = True,
-                     ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def parse_json_lines(
+    lines: Sequence[str],
+    sources: Sequence[str] | str = "",
+    line_nos: Sequence[int] | None = None,
+    *,
+    flatten: bool = True,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Parse landing-zone lines into ``(rows, unparseable)``.
 
     ``rows`` has one object column per key (a nested ``state`` object is flattened to
@@ -75,8 +81,10 @@ def parse_json_lines(lines: Sequence[str], sources: Sequence[str] | str = "",
     src = [sources] * n if isinstance(sources, str) else list(sources)
     nos = list(range(1, n + 1)) if line_nos is None else list(line_nos)
     if len(src) != n or len(nos) != n:
-        raise ValueError(f"parse_json_lines: {n} lines but {len(src)} sources and {len(nos)} "
-                         "line numbers; expected one of each per line")
+        raise ValueError(
+            f"parse_json_lines: {n} lines but {len(src)} sources and {len(nos)} "
+            "line numbers; expected one of each per line"
+        )
     records: list[dict[str, Any]] = []
     keep: list[int] = []
     bad: list[tuple[int, str]] = []
@@ -94,12 +102,14 @@ def parse_json_lines(lines: Sequence[str], sources: Sequence[str] | str = "",
     rows[RAW_COLUMN] = pd.Series([lines[i] for i in keep], dtype=object)
     rows[SOURCE_COLUMN] = pd.Series([src[i] for i in keep], dtype=object)
     rows[LINE_COLUMN] = pd.Series([nos[i] for i in keep], dtype="int64")
-    unparseable = pd.DataFrame({
-        "raw": pd.Series([_kept(lines[i]) for i, _ in bad], dtype="str"),
-        REASON_COLUMN: pd.Series([r for _, r in bad], dtype="str"),
-        SOURCE_COLUMN: pd.Series([src[i] for i, _ in bad], dtype="str"),
-        LINE_COLUMN: pd.Series([nos[i] for i, _ in bad], dtype="int64"),
-    })
+    unparseable = pd.DataFrame(
+        {
+            "raw": pd.Series([_kept(lines[i]) for i, _ in bad], dtype="str"),
+            REASON_COLUMN: pd.Series([r for _, r in bad], dtype="str"),
+            SOURCE_COLUMN: pd.Series([src[i] for i, _ in bad], dtype="str"),
+            LINE_COLUMN: pd.Series([nos[i] for i, _ in bad], dtype="int64"),
+        }
+    )
     return rows, unparseable
 
 
@@ -131,8 +141,9 @@ def parse_line(text: str) -> tuple[dict[str, Any] | None, str | None]:
     """One landing-zone line → ``(record, None)`` or ``(None, reason)``. Never raises: every
     way a line can be bad (size, syntax, depth, shape, reserved keys) is a reason."""
     if len(text) > MAX_LINE_CHARS:
-        return None, (f"size: line has {len(text)} characters, more than {MAX_LINE_CHARS} "
-                      f"allowed (first {KEPT_CHARS} kept)")
+        return None, (
+            f"size: line has {len(text)} characters, more than {MAX_LINE_CHARS} allowed (first {KEPT_CHARS} kept)"
+        )
     try:
         # One json.loads per line: parsing is the irreducible per-line cost, and it is the
         # only way to tell exactly which line is broken.
@@ -159,9 +170,11 @@ def parse_line(text: str) -> tuple[dict[str, Any] | None, str | None]:
         # Keys starting with "_" would collide with bookkeeping columns: keep them in ``extra``.
         extra = rec.get(EXTRA_COLUMN)
         if extra is not None and not isinstance(extra, dict):
-            return None, (f"key {reserved[0]!r}: keys starting with {META_PREFIX!r} are kept in "
-                          f"{EXTRA_COLUMN!r}, but {EXTRA_COLUMN!r} is a {type(extra).__name__}, "
-                          "expected an object")
+            return None, (
+                f"key {reserved[0]!r}: keys starting with {META_PREFIX!r} are kept in "
+                f"{EXTRA_COLUMN!r}, but {EXTRA_COLUMN!r} is a {type(extra).__name__}, "
+                "expected an object"
+            )
         merged = dict(extra or {})
         for k in reserved:
             merged[k] = rec.pop(k)
@@ -190,18 +203,23 @@ def quarantine_frame(quarantined: pd.DataFrame, scenario: str) -> pd.DataFrame:
             raw = raw.where(raw.notna(), q[name].astype(object))
     missing = raw.isna().to_numpy()
     if missing.any():
-        payload = q.loc[missing, [c for c in q.columns if not str(c).startswith(META_PREFIX)
-                                  and c not in (REASON_COLUMN, "raw")]]
-        raw[missing] = [json.dumps({k: v for k, v in r.items() if not _is_missing(v)},
-                                   default=str) for r in payload.to_dict("records")]
-    return pd.DataFrame({
-        "ts": parse_timestamps(col("ts")) if n else pd.Series([], dtype="datetime64[us, UTC]"),
-        "scenario": pd.Series([scenario] * n, dtype="str"),
-        "trace_id": _text(col("trace_id")),
-        "episode_id": _text(col("episode_id")),
-        "step": _text(col("step")),
-        REASON_COLUMN: q[REASON_COLUMN].astype("str"),
-        "raw": raw.astype("str"),
-        "source_uri": _text(col(SOURCE_COLUMN)),
-        "line_no": pd.to_numeric(col(LINE_COLUMN), errors="coerce").astype("Int64"),
-    })
+        payload = q.loc[
+            missing, [c for c in q.columns if not str(c).startswith(META_PREFIX) and c not in (REASON_COLUMN, "raw")]
+        ]
+        raw[missing] = [
+            json.dumps({k: v for k, v in r.items() if not _is_missing(v)}, default=str)
+            for r in payload.to_dict("records")
+        ]
+    return pd.DataFrame(
+        {
+            "ts": parse_timestamps(col("ts")) if n else pd.Series([], dtype="datetime64[us, UTC]"),
+            "scenario": pd.Series([scenario] * n, dtype="str"),
+            "trace_id": _text(col("trace_id")),
+            "episode_id": _text(col("episode_id")),
+            "step": _text(col("step")),
+            REASON_COLUMN: q[REASON_COLUMN].astype("str"),
+            "raw": raw.astype("str"),
+            "source_uri": _text(col(SOURCE_COLUMN)),
+            "line_no": pd.to_numeric(col(LINE_COLUMN), errors="coerce").astype("Int64"),
+        }
+    )

@@ -107,13 +107,14 @@ class ColumnSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"column {self.name!r}: unknown kind {self.kind!r}; expected one of "
-                             f"{', '.join(KINDS)}")
+            raise ValueError(f"column {self.name!r}: unknown kind {self.kind!r}; expected one of {', '.join(KINDS)}")
         if self.kind in _CONVERSION_CHECK and not self.required:
             # A value that fails conversion becomes null; only a required column's not-null
             # check can then tell it from a genuinely missing value.
-            raise ValueError(f"column {self.name!r}: {self.kind} columns must be required "
-                             "(a value that does not convert is told apart by a not-null check)")
+            raise ValueError(
+                f"column {self.name!r}: {self.kind} columns must be required "
+                "(a value that does not convert is told apart by a not-null check)"
+            )
 
     @property
     def arrow_type(self) -> pa.DataType:
@@ -151,15 +152,17 @@ class StateField:
             name, kind, lo, hi, values, nullable = (list(item) + [None] * 6)[:6]
             return cls(str(name), str(kind), lo, hi, _values(values), bool(nullable))
         elif hasattr(item, "path") or (hasattr(item, "name") and hasattr(item, "kind")):
+
             def get(key: str, default: Any = None) -> Any:
                 return getattr(item, key, default)
         else:
-            raise ValueError(f"state field description {item!r}: expected (name, kind, min, max, "
-                             "enum_values), a mapping with those keys, or a scenario field")
+            raise ValueError(
+                f"state field description {item!r}: expected (name, kind, min, max, "
+                "enum_values), a mapping with those keys, or a scenario field"
+            )
         name, kind = get("name", get("path")), get("kind", get("type"))
         if name is None or kind is None:
-            raise ValueError(f"state field description {item!r}: needs a name (or path) and a "
-                             "kind (or type)")
+            raise ValueError(f"state field description {item!r}: needs a name (or path) and a kind (or type)")
         values = get("enum_values", get("values"))
         nullable = bool(get("nullable", False)) or get("visible_when") is not None
         return cls(str(name), str(kind), get("min"), get("max"), _values(values), nullable)
@@ -169,19 +172,25 @@ class StateField:
         kind = self.kind.lower()
         required = not self.nullable
         if kind in ("int", "float"):
-            return ColumnSpec(col, kind, required=required, min=self.min,  # type: ignore[arg-type]
-                              max=self.max, finite=kind == "float")
+            return ColumnSpec(
+                col,
+                kind,  # type: ignore[arg-type]  # "int" or "float": checked just above
+                required=required,
+                min=self.min,
+                max=self.max,
+                finite=kind == "float",
+            )
         if kind == "bool":
             return ColumnSpec(col, "bool", required=required)
         if kind == "enum":
             if not self.enum_values:
                 raise ValueError(f"state field {self.name!r}: kind 'enum' needs enum_values")
             if not all(isinstance(v, str) for v in self.enum_values):
-                raise ValueError(f"state field {self.name!r}: enum values must be strings, got "
-                                 f"{list(self.enum_values)!r}")
+                raise ValueError(
+                    f"state field {self.name!r}: enum values must be strings, got {list(self.enum_values)!r}"
+                )
             return ColumnSpec(col, "str", required=required, values=tuple(self.enum_values))
-        raise ValueError(f"state field {self.name!r}: unknown kind {self.kind!r}; expected int, "
-                         "float, bool or enum")
+        raise ValueError(f"state field {self.name!r}: unknown kind {self.kind!r}; expected int, float, bool or enum")
 
 
 def _values(values: Any) -> tuple[Any, ...] | None:
@@ -190,8 +199,7 @@ def _values(values: Any) -> tuple[Any, ...] | None:
 
 def _observed(item: Any) -> bool:
     """Scenario fields marked ``observed: false`` never appear in a production trace."""
-    flag = item.get("observed", True) if isinstance(item, Mapping) else getattr(
-        item, "observed", True)
+    flag = item.get("observed", True) if isinstance(item, Mapping) else getattr(item, "observed", True)
     return flag is not False
 
 
@@ -202,8 +210,7 @@ class Contract:
     name: str
     columns: tuple[ColumnSpec, ...]
     _by_name: dict[str, ColumnSpec] = field(init=False, repr=False, compare=False)
-    _suites: dict[frozenset[str] | None, list[Any]] = field(init=False, repr=False,
-                                                             compare=False)
+    _suites: dict[frozenset[str] | None, list[Any]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_name: dict[str, ColumnSpec] = {}
@@ -230,8 +237,7 @@ class Contract:
 
     def arrow_schema(self) -> pa.Schema:
         """The stored schema: every contract column, in order, nullable where not required."""
-        return pa.schema([pa.field(c.name, c.arrow_type, nullable=not c.required)
-                          for c in self.columns])
+        return pa.schema([pa.field(c.name, c.arrow_type, nullable=not c.required) for c in self.columns])
 
     def suites(self, present: Iterable[str] | None = None) -> list[gx.ExpectationSuite]:
         """The GE suites, one per stage, restricted to the columns ``present`` in a batch.
@@ -271,40 +277,62 @@ def _column_expectations(spec: ColumnSpec, present: bool) -> list[tuple[int, Any
         return out
     if spec.required:
         out.append(_exp(0, ExpectColumnValuesToNotBeNull, c, "required value is missing"))
-    out.append(_exp(0, ExpectColumnValuesToBeInTypeList, c,
-                    f"expected {spec.kind} ({' or '.join(RAW_TYPES[spec.kind])}), wrong type",
-                    type_list=RAW_TYPES[spec.kind]))
+    out.append(
+        _exp(
+            0,
+            ExpectColumnValuesToBeInTypeList,
+            c,
+            f"expected {spec.kind} ({' or '.join(RAW_TYPES[spec.kind])}), wrong type",
+            type_list=RAW_TYPES[spec.kind],
+        )
+    )
     if spec.kind in _CONVERSION_CHECK:
         # Stage 1 sees the converted value; one that did not convert is null there.
         out.append(_exp(1, ExpectColumnValuesToNotBeNull, c, _CONVERSION_CHECK[spec.kind]))
     if spec.min is not None or spec.max is not None:
-        bound = (f"above the maximum {spec.max}" if spec.min is None else
-                 f"below the minimum {spec.min}" if spec.max is None else
-                 f"outside [{spec.min}, {spec.max}]")
-        out.append(_exp(1, ExpectColumnValuesToBeBetween, c, bound,
-                        min_value=spec.min, max_value=spec.max))
+        bound = (
+            f"above the maximum {spec.max}"
+            if spec.min is None
+            else f"below the minimum {spec.min}"
+            if spec.max is None
+            else f"outside [{spec.min}, {spec.max}]"
+        )
+        out.append(_exp(1, ExpectColumnValuesToBeBetween, c, bound, min_value=spec.min, max_value=spec.max))
     if spec.finite:
-        out.append(_exp(1, ExpectColumnValuesToBeBetween, c, "not a finite number",
-                        min_value=-_FINITE, max_value=_FINITE))
+        out.append(
+            _exp(1, ExpectColumnValuesToBeBetween, c, "not a finite number", min_value=-_FINITE, max_value=_FINITE)
+        )
     if spec.values is not None:
-        out.append(_exp(1, ExpectColumnValuesToBeInSet, c,
-                        f"not one of {list(spec.values)}", value_set=list(spec.values)))
+        out.append(
+            _exp(1, ExpectColumnValuesToBeInSet, c, f"not one of {list(spec.values)}", value_set=list(spec.values))
+        )
     if spec.min_length is not None:
-        out.append(_exp(1, ExpectColumnValueLengthsToBeBetween, c,
-                        f"shorter than {spec.min_length} characters", min_value=spec.min_length))
+        out.append(
+            _exp(
+                1,
+                ExpectColumnValueLengthsToBeBetween,
+                c,
+                f"shorter than {spec.min_length} characters",
+                min_value=spec.min_length,
+            )
+        )
     if spec.regex is not None:
-        out.append(_exp(1, ExpectColumnValuesToMatchRegex, c,
-                        f"does not match {spec.regex}", regex=spec.regex))
+        out.append(_exp(1, ExpectColumnValuesToMatchRegex, c, f"does not match {spec.regex}", regex=spec.regex))
     if spec.length is not None:
-        out.append(_exp(1, ExpectColumnValueLengthsToEqual, c,
-                        f"length is not {spec.length}", value=spec.length))
+        out.append(_exp(1, ExpectColumnValueLengthsToEqual, c, f"length is not {spec.length}", value=spec.length))
     if spec.kind == "json":
         out.append(_exp(1, ExpectColumnValuesToBeJsonParseable, c, "not valid JSON"))
         if spec.json_schema is not None:
             # A separate stage: MatchJsonSchema fails the whole column on unparseable text.
-            out.append(_exp(2, ExpectColumnValuesToMatchJsonSchema, c,
-                            f"does not match JSON schema {spec.json_schema}",
-                            json_schema=spec.json_schema))
+            out.append(
+                _exp(
+                    2,
+                    ExpectColumnValuesToMatchJsonSchema,
+                    c,
+                    f"does not match JSON schema {spec.json_schema}",
+                    json_schema=spec.json_schema,
+                )
+            )
     return out
 
 
@@ -319,22 +347,27 @@ def build_suites(contract: Contract, present: frozenset[str] | None) -> list[gx.
             staged.setdefault(stage, []).append(expectation)
     # Built in one call: ``add_expectation`` would look for a stored copy in a context.
     # The list index is the stage number (a stage with nothing to check is an empty suite).
-    return [gx.ExpectationSuite(name=f"{contract.name}.stage{stage}",
-                                expectations=staged.get(stage, []))
-            for stage in range(max(staged, default=-1) + 1)]
+    return [
+        gx.ExpectationSuite(name=f"{contract.name}.stage{stage}", expectations=staged.get(stage, []))
+        for stage in range(max(staged, default=-1) + 1)
+    ]
 
 
 # --------------------------------------------------------------------------- trace records
 
-def trace_base_columns(actions: Sequence[str], scenario: str | None = None,
-                       reward_fn_versions: Sequence[str] | None = None,
-                       ) -> tuple[list[ColumnSpec], list[ColumnSpec]]:
+
+def trace_base_columns(
+    actions: Sequence[str],
+    scenario: str | None = None,
+    reward_fn_versions: Sequence[str] | None = None,
+) -> tuple[list[ColumnSpec], list[ColumnSpec]]:
     """The scenario-independent trace columns, as (columns before the state, columns after);
     :func:`trace_contract` puts the ``state.<field>`` columns between them."""
     n = len(actions)
     return [
-        ColumnSpec("trace_id", "str", min_length=1,
-                   description="the traced interaction (production request/conversation id)"),
+        ColumnSpec(
+            "trace_id", "str", min_length=1, description="the traced interaction (production request/conversation id)"
+        ),
         ColumnSpec("episode_id", "str", min_length=1, description="one episode; unique with step"),
         ColumnSpec("step", "int", min=0, description="0-based step index in the episode"),
         ColumnSpec("ts", "timestamp", description="when the step was taken (UTC)"),
@@ -342,51 +375,83 @@ def trace_base_columns(actions: Sequence[str], scenario: str | None = None,
         ColumnSpec("source", "str", values=("sandbox", "live")),
         ColumnSpec("test_group", "str", required=False, description="A/B group, passed through"),
         ColumnSpec("policy_version", "str", min_length=1),
-        ColumnSpec("reward_fn_version", "str", required=False,
-                   values=tuple(reward_fn_versions) if reward_fn_versions else None),
+        ColumnSpec(
+            "reward_fn_version", "str", required=False, values=tuple(reward_fn_versions) if reward_fn_versions else None
+        ),
     ], [
         ColumnSpec("action", "str", values=tuple(actions)),
-        ColumnSpec("action_mask", "mask", regex=r"^[01]*1[01]*$", length=n,
-                   description=f"'0'/'1' per action in scenario order ({n} chars), one legal"),
+        ColumnSpec(
+            "action_mask",
+            "mask",
+            regex=r"^[01]*1[01]*$",
+            length=n,
+            description=f"'0'/'1' per action in scenario order ({n} chars), one legal",
+        ),
         ColumnSpec("logp", "float", required=False, max=0.0, finite=True),
         ColumnSpec("entropy", "float", required=False, min=0.0, finite=True),
         ColumnSpec("value", "float", required=False, finite=True),
         ColumnSpec("reward_total", "float", required=False, finite=True),
-        ColumnSpec("reward_breakdown", "json", required=False, shape="reward_breakdown",
-                   description="{total, breakdown: [{component, score, reason, rule_ref}]}; a list of "
-                               "components or {component: score} is accepted and normalised"),
+        ColumnSpec(
+            "reward_breakdown",
+            "json",
+            required=False,
+            shape="reward_breakdown",
+            description="{total, breakdown: [{component, score, reason, rule_ref}]}; a list of "
+            "components or {component: score} is accepted and normalised",
+        ),
         ColumnSpec("done", "bool"),
         ColumnSpec("latency_ms", "float", required=False, min=0.0, finite=True),
-        ColumnSpec("error", "str", required=False, true_text="error",
-                   description="what went wrong executing the action; null: nothing"),
-        ColumnSpec("fallback", "bool", required=False,
-                   description="the policy client fell back to the rule engine"),
-        ColumnSpec("fallback_reason", "str", required=False,
-                   description="why it fell back: '<code>: <detail>' (agent_sdk.serving.FALLBACK_CODES)"),
+        ColumnSpec(
+            "error",
+            "str",
+            required=False,
+            true_text="error",
+            description="what went wrong executing the action; null: nothing",
+        ),
+        ColumnSpec("fallback", "bool", required=False, description="the policy client fell back to the rule engine"),
+        ColumnSpec(
+            "fallback_reason",
+            "str",
+            required=False,
+            description="why it fell back: '<code>: <detail>' (agent_sdk.serving.FALLBACK_CODES)",
+        ),
         # A shadow candidate's decision on the same request (served: nothing); for its agreement
         # with the served policy and the off-policy estimate of its value.
         ColumnSpec("shadow_policy_version", "str", required=False, description="the shadow candidate"),
         ColumnSpec("shadow_action", "str", required=False, values=tuple(actions)),
-        ColumnSpec("shadow_served_logp", "float", required=False, max=0.0,
-                   description="log π_shadow(served action | state): the importance-weight numerator"),
-        ColumnSpec("shadow_probs", "json", required=False,
-                   description="the shadow's action probabilities, {action: p}"),
+        ColumnSpec(
+            "shadow_served_logp",
+            "float",
+            required=False,
+            max=0.0,
+            description="log π_shadow(served action | state): the importance-weight numerator",
+        ),
+        ColumnSpec(
+            "shadow_probs", "json", required=False, description="the shadow's action probabilities, {action: p}"
+        ),
         ColumnSpec("terminated", "bool", required=False),
         ColumnSpec("truncated", "bool", required=False),
-        ColumnSpec(EXTRA_COLUMN, "json", required=False,
-                   description="input keys the contract does not know, as one JSON object"),
+        ColumnSpec(
+            EXTRA_COLUMN,
+            "json",
+            required=False,
+            description="input keys the contract does not know, as one JSON object",
+        ),
     ]
 
 
-def contract_for(pack: Any) -> "Contract":
+def contract_for(pack: Any) -> Contract:
     """The trace contract of a scenario pack (a ``Pack``): its name, actions and fields."""
     return trace_contract(pack.name, pack.scenario.action_names, pack.scenario.spec.fields)
 
 
-def trace_contract(scenario: str, actions: Sequence[str],
-                   expected_state_fields: Iterable[Any] | Callable[[], Iterable[Any]] = (),
-                   reward_fn_versions: Sequence[str] | None = None) -> Contract:
-    """The trace contract of one scenario.
+def trace_contract(
+    scenario: str,
+    actions: Sequence[str],
+    expected_state_fields: Iterable[Any] | Callable[[], Iterable[Any]] = (),
+    reward_fn_versions: Sequence[str] | None = None,
+) -> Contract:
+    r"""The trace contract of one scenario.
 
     ``actions`` are the scenario's action names in mask order; ``expected_state_fields`` is
     the scenario's field list (or a callable returning it): ``(name, kind, min, max,
@@ -396,11 +461,12 @@ def trace_contract(scenario: str, actions: Sequence[str],
     ``reward_fn_versions`` optionally restricts that column.
     """
     if not actions:
-        raise ValueError(f"trace contract for scenario {scenario!r}: the action list is empty; "
-                         "expected the scenario's action names in mask order")
+        raise ValueError(
+            f"trace contract for scenario {scenario!r}: the action list is empty; "
+            "expected the scenario's action names in mask order"
+        )
     if len(set(actions)) != len(actions):
-        raise ValueError(f"trace contract for scenario {scenario!r}: duplicate action names in "
-                         f"{list(actions)!r}")
+        raise ValueError(f"trace contract for scenario {scenario!r}: duplicate action names in {list(actions)!r}")
     head, tail = trace_base_columns(actions, scenario, reward_fn_versions)
     if callable(expected_state_fields):
         expected_state_fields = expected_state_fields()
@@ -410,18 +476,28 @@ def trace_contract(scenario: str, actions: Sequence[str],
 
 # --------------------------------------------------------------------------- label queue items
 
+
 def label_contract(scenario: str, actions: Sequence[str]) -> Contract:
     """Label queue items: a state to label, the candidate actions, and (once labelled) the
     chosen action and who chose it. ``label``/``annotator`` are null while pending."""
-    return Contract(name=f"label.{scenario}", columns=(
-        ColumnSpec("item_id", "str", min_length=1),
-        ColumnSpec("scenario", "str", values=(scenario,)),
-        ColumnSpec("state", "json", json_schema={"type": "object"},
-                   description="the state as a JSON object of dotted field names"),
-        ColumnSpec("candidate_actions", "json",
-                   json_schema={"type": "array", "minItems": 1,
-                                "items": {"enum": list(actions)}}),
-        ColumnSpec("label", "str", required=False, values=tuple(actions)),
-        ColumnSpec("annotator", "str", required=False, min_length=1),
-        ColumnSpec("ts", "timestamp"),
-    ))
+    return Contract(
+        name=f"label.{scenario}",
+        columns=(
+            ColumnSpec("item_id", "str", min_length=1),
+            ColumnSpec("scenario", "str", values=(scenario,)),
+            ColumnSpec(
+                "state",
+                "json",
+                json_schema={"type": "object"},
+                description="the state as a JSON object of dotted field names",
+            ),
+            ColumnSpec(
+                "candidate_actions",
+                "json",
+                json_schema={"type": "array", "minItems": 1, "items": {"enum": list(actions)}},
+            ),
+            ColumnSpec("label", "str", required=False, values=tuple(actions)),
+            ColumnSpec("annotator", "str", required=False, min_length=1),
+            ColumnSpec("ts", "timestamp"),
+        ),
+    )

@@ -36,8 +36,9 @@ class ShapeError(ValueError):
 
 def _number(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ShapeError(f"{what} is {json.dumps(value, default=str)[:60]} ({type(value).__name__}); "
-                         "expected a finite number")
+        raise ShapeError(
+            f"{what} is {json.dumps(value, default=str)[:60]} ({type(value).__name__}); expected a finite number"
+        )
     out = float(value)
     if not math.isfinite(out):
         raise ShapeError(f"{what} is {value}; expected a finite number")
@@ -48,8 +49,10 @@ def _text(value: Any, what: str, optional: bool) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str) or (not optional and not value.strip()):
-        raise ShapeError(f"{what} is {json.dumps(value, default=str)[:60]}; expected "
-                         f"{'text or null' if optional else 'non-empty text'}")
+        raise ShapeError(
+            f"{what} is {json.dumps(value, default=str)[:60]}; expected "
+            f"{'text or null' if optional else 'non-empty text'}"
+        )
     if len(value) > MAX_TEXT:
         raise ShapeError(f"{what} is {len(value)} characters long; expected at most {MAX_TEXT}")
     return value
@@ -57,18 +60,23 @@ def _text(value: Any, what: str, optional: bool) -> str | None:
 
 def _item(obj: Any, i: int) -> dict[str, Any]:
     if not isinstance(obj, dict):
-        raise ShapeError(f"item {i} is a {type(obj).__name__}; expected an object "
-                         "{component, score, reason, rule_ref}")
+        raise ShapeError(
+            f"item {i} is a {type(obj).__name__}; expected an object {{component, score, reason, rule_ref}}"
+        )
     unknown = sorted(set(obj) - _ITEM_KEYS)
     if unknown:
         raise ShapeError(f"item {i} has unknown key(s) {unknown}; expected only {sorted(_ITEM_KEYS)}")
     if "component" not in obj or "score" not in obj:
-        raise ShapeError(f"item {i} lacks {'component' if 'component' not in obj else 'score'}; "
-                         "expected {component, score[, reason][, rule_ref]}")
-    return {"component": _text(obj["component"], f"item {i} component", False),
-            "score": _number(obj["score"], f"item {i} score"),
-            "reason": _text(obj.get("reason"), f"item {i} reason", True),
-            "rule_ref": _text(obj.get("rule_ref"), f"item {i} rule_ref", True)}
+        raise ShapeError(
+            f"item {i} lacks {'component' if 'component' not in obj else 'score'}; "
+            "expected {component, score[, reason][, rule_ref]}"
+        )
+    return {
+        "component": _text(obj["component"], f"item {i} component", False),
+        "score": _number(obj["score"], f"item {i} score"),
+        "reason": _text(obj.get("reason"), f"item {i} reason", True),
+        "rule_ref": _text(obj.get("rule_ref"), f"item {i} rule_ref", True),
+    }
 
 
 def normalise_breakdown(value: Any) -> dict[str, Any]:
@@ -88,8 +96,9 @@ def normalise_breakdown(value: Any) -> dict[str, Any]:
             total = _number(value["total"], "total")
         items = value["breakdown"]
         if not isinstance(items, list):
-            raise ShapeError(f"'breakdown' is a {type(items).__name__}; expected a list of "
-                             "{component, score, reason, rule_ref}")
+            raise ShapeError(
+                f"'breakdown' is a {type(items).__name__}; expected a list of {{component, score, reason, rule_ref}}"
+            )
     elif isinstance(value, dict):
         flat = dict(value)
         if "total" in flat:
@@ -98,8 +107,10 @@ def normalise_breakdown(value: Any) -> dict[str, Any]:
     elif isinstance(value, list):
         items = value
     else:
-        raise ShapeError(f"a {type(value).__name__}; expected {{total, breakdown: [...]}}, a list of "
-                         "{component, score, reason, rule_ref} or {component: score}")
+        raise ShapeError(
+            f"a {type(value).__name__}; expected {{total, breakdown: [...]}}, a list of "
+            "{component, score, reason, rule_ref} or {component: score}"
+        )
     if len(items) > MAX_COMPONENTS:
         raise ShapeError(f"{len(items)} components; expected at most {MAX_COMPONENTS}")
     parts = [_item(obj, i) for i, obj in enumerate(items)]

@@ -72,12 +72,18 @@ def run_suite(frame: pd.DataFrame, suite: gx.ExpectationSuite) -> Any:
     batch = _batch_definition().get_batch(batch_parameters={"dataframe": frame})
     # COMPLETE for the full unexpected_index_list; values and the pandas "query" (a string
     # listing every index) are not needed and cost time on large chunks.
-    return batch.validate(suite, result_format={"result_format": "COMPLETE",
-                                                "exclude_unexpected_values": True,
-                                                "return_unexpected_index_query": False})
+    return batch.validate(
+        suite,
+        result_format={
+            "result_format": "COMPLETE",
+            "exclude_unexpected_values": True,
+            "return_unexpected_index_query": False,
+        },
+    )
 
 
 # --------------------------------------------------------------------------- normalisation
+
 
 def _is_missing(v: Any) -> bool:
     return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
@@ -93,16 +99,14 @@ def _json_text(v: Any) -> Any:
 def _mask_text(v: Any) -> Any:
     """A list of booleans (or 0/1) becomes the stored '0'/'1' string; anything else is left
     as it is so the type check reports it."""
-    if isinstance(v, (list, tuple)) and all(
-            isinstance(b, bool) or (isinstance(b, int) and b in (0, 1)) for b in v):
+    if isinstance(v, (list, tuple)) and all(isinstance(b, bool) or (isinstance(b, int) and b in (0, 1)) for b in v):
         return "".join("1" if b else "0" for b in v)
     return v
 
 
 def _fold_extra(df: pd.DataFrame, unknown: list[str]) -> pd.Series:
     """Merge the unknown columns (and an incoming ``extra`` object) into one JSON object."""
-    base = df[EXTRA_COLUMN] if EXTRA_COLUMN in df else pd.Series(None, index=df.index,
-                                                                   dtype=object)
+    base = df[EXTRA_COLUMN] if EXTRA_COLUMN in df else pd.Series(None, index=df.index, dtype=object)
     out = []
     for incoming, rec in zip(base.tolist(), df[unknown].to_dict("records"), strict=True):
         merged = dict(incoming) if isinstance(incoming, dict) else {}
@@ -110,8 +114,7 @@ def _fold_extra(df: pd.DataFrame, unknown: list[str]) -> pd.Series:
         if not merged and not _is_missing(incoming) and not isinstance(incoming, dict):
             out.append(incoming)  # not an object: the type check will say so
         else:
-            out.append(json.dumps(merged, separators=(",", ":"), default=str) if merged
-                       else None)
+            out.append(json.dumps(merged, separators=(",", ":"), default=str) if merged else None)
     return pd.Series(out, index=df.index, dtype=object)
 
 
@@ -150,25 +153,25 @@ def _no_bools(col: pd.Series) -> pd.Series:
     """true/false where a number belongs: Python counts a bool as an int, the contract does not;
     shown as the JSON text so the type check rejects it."""
     if col.dtype != object or pd.api.types.infer_dtype(col, skipna=True) in (
-            "integer", "floating", "mixed-integer-float"):
+        "integer",
+        "floating",
+        "mixed-integer-float",
+    ):
         return col  # the common case: no value to look at one by one
     if not col.map(lambda v: isinstance(v, (bool, np.bool_))).any():
         return col
-    return col.map(lambda v: ("true" if v else "false") if isinstance(v, (bool, np.bool_)) else v
-                   ).astype(object)
+    return col.map(lambda v: ("true" if v else "false") if isinstance(v, (bool, np.bool_)) else v).astype(object)
 
 
 def _flag_text(col: pd.Series, text: str) -> pd.Series:
     """Boolean flags in a text column: true → ``text``, false → null; text stays as it is."""
     if pd.api.types.infer_dtype(col, skipna=True) not in ("boolean", "mixed"):
         return col
-    return col.map(lambda v: (text if v else None) if isinstance(v, (bool, np.bool_)) else v
-                   ).astype(object)
+    return col.map(lambda v: (text if v else None) if isinstance(v, (bool, np.bool_)) else v).astype(object)
 
 
 #: ``infer_dtype`` answers that mean every non-null value already has the kind's JSON type.
-_CLEAN = {"float": ("floating", "integer", "mixed-integer-float"), "int": ("integer",),
-          "bool": ("boolean",)}
+_CLEAN = {"float": ("floating", "integer", "mixed-integer-float"), "int": ("integer",), "bool": ("boolean",)}
 _NATURAL = {"float": "float64", "int": "int64", "bool": "bool"}
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
@@ -185,16 +188,18 @@ def _narrow(col: pd.Series, kind: str) -> pd.Series:
         # Python datetimes → pandas Timestamps, the datetime type GE's type list names.
         return pd.Series(pd.to_datetime(col, utc=True), index=col.index).astype(object)
     if kind == "timestamp" and inferred.startswith("mixed"):
-        return col.map(lambda v: pd.Timestamp(v) if isinstance(v, datetime) else v
-                       ).astype(object)
+        return col.map(lambda v: pd.Timestamp(v) if isinstance(v, datetime) else v).astype(object)
     if kind == "int" and col.dtype == object:
         # An integer beyond 64 bits cannot be stored: present it as the float it would have
         # to become, so the type check rejects it (showing the value).
         values = col.tolist()
         if any(type(v) is int and not _I64_MIN <= v <= _I64_MAX for v in values):
             # Built as object: ``map`` would infer float64 and turn every int into a float.
-            col = pd.Series([float(v) if type(v) is int and not _I64_MIN <= v <= _I64_MAX
-                             else v for v in values], index=col.index, dtype=object)
+            col = pd.Series(
+                [float(v) if type(v) is int and not _I64_MIN <= v <= _I64_MAX else v for v in values],
+                index=col.index,
+                dtype=object,
+            )
             inferred = pd.api.types.infer_dtype(col, skipna=True)
     if kind not in _CLEAN or inferred not in _CLEAN[kind]:
         return col
@@ -207,6 +212,7 @@ def _narrow(col: pd.Series, kind: str) -> pd.Series:
 
 
 # --------------------------------------------------------------------------- typing
+
 
 def _typed_column(col: pd.Series, spec: ColumnSpec) -> pd.Series:
     """Cast a column whose values already passed the stage-0 type check."""
@@ -230,8 +236,7 @@ def parse_timestamps(col: pd.Series) -> pd.Series:
     if isinstance(col.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(col):
         return pd.to_datetime(col, utc=True).dt.as_unit("us")
     is_text = col.map(lambda v: isinstance(v, str)).astype(bool)
-    is_num = col.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-                     ).astype(bool)
+    is_num = col.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)).astype(bool)
     text = pd.to_datetime(col.where(is_text), format="ISO8601", utc=True, errors="coerce")
     seconds = pd.to_numeric(col.where(is_num), errors="coerce")
     epoch = pd.to_datetime(seconds, unit="s", utc=True, errors="coerce")
@@ -240,8 +245,7 @@ def parse_timestamps(col: pd.Series) -> pd.Series:
     if rest.any():
         # One by one: a list or object where a time belongs (a quarantined row) must become NaT,
         # not make to_datetime read the whole column as nested data.
-        one_by_one = pd.Series([_one_timestamp(v) for v in col[rest].tolist()], index=col.index[rest],
-                               dtype=object)
+        one_by_one = pd.Series([_one_timestamp(v) for v in col[rest].tolist()], index=col.index[rest], dtype=object)
         other[rest] = pd.to_datetime(one_by_one, utc=True).dt.as_unit("us")
     return text.where(is_text, epoch.where(is_num, other)).dt.as_unit("us")
 
@@ -256,16 +260,25 @@ def _one_timestamp(v: Any) -> Any:
 
 
 def _null_column(spec: ColumnSpec, index: pd.Index) -> pd.Series:
-    dtype = {"str": "str", "json": "str", "mask": "str", "float": "float64", "int": "Int64",
-             "bool": "boolean", "timestamp": "datetime64[us, UTC]"}[spec.kind]
+    dtype = {
+        "str": "str",
+        "json": "str",
+        "mask": "str",
+        "float": "float64",
+        "int": "Int64",
+        "bool": "boolean",
+        "timestamp": "datetime64[us, UTC]",
+    }[spec.kind]
     return pd.Series(pd.NA if dtype in ("Int64", "boolean") else None, index=index, dtype=dtype)
 
 
 def to_typed(raw: pd.DataFrame, contract: Contract) -> pd.DataFrame:
     """Contract columns in contract order with their stored dtypes (absent ones all-null),
     followed by the bookkeeping columns."""
-    cols = {spec.name: (_typed_column(raw[spec.name], spec) if spec.name in raw
-                        else _null_column(spec, raw.index)) for spec in contract.columns}
+    cols = {
+        spec.name: (_typed_column(raw[spec.name], spec) if spec.name in raw else _null_column(spec, raw.index))
+        for spec in contract.columns
+    }
     for name in raw.columns:
         if str(name).startswith(META_PREFIX):
             cols[name] = raw[name]
@@ -274,9 +287,10 @@ def to_typed(raw: pd.DataFrame, contract: Contract) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- reasons
 
+
 def _short(v: Any) -> str:
     text = repr(v.item() if isinstance(v, np.generic) else v)
-    return text if len(text) <= _MAX_VALUE_REPR else text[:_MAX_VALUE_REPR - 3] + "..."
+    return text if len(text) <= _MAX_VALUE_REPR else text[: _MAX_VALUE_REPR - 3] + "..."
 
 
 def _reasons_from(result: Any, frame: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
@@ -285,8 +299,9 @@ def _reasons_from(result: Any, frame: pd.DataFrame) -> tuple[np.ndarray, list[st
     column = cfg.meta.get("column", cfg.kwargs.get("column"))
     head = f"{cfg.type}[{column}]: {cfg.meta.get('check', 'failed')}"
     raised = isinstance(result.exception_info, dict) and any(
-        isinstance(v, dict) and v.get("raised_exception") for v in
-        [result.exception_info, *result.exception_info.values()])
+        isinstance(v, dict) and v.get("raised_exception")
+        for v in [result.exception_info, *result.exception_info.values()]
+    )
     idx = None if raised else result.result.get("unexpected_index_list")
     if idx is None:
         # No row list: a table-level failure or a check that could not run. Fail the stage's
@@ -319,10 +334,11 @@ def _check_shapes(raw: pd.DataFrame, contract: Contract) -> tuple[list[int], lis
     """Normalise every ``shape`` column of ``raw`` in place; ``(rows, reasons)`` of the values
     that are of no accepted shape."""
     from rlops.data_contracts.shapes import SHAPES, ShapeError
+
     rows: list[int] = []
     reasons: list[str] = []
     for name in raw.columns:
-        spec = contract[name] if name in contract else None
+        spec = contract[name] if name in contract else None  # noqa: SIM401 - a Contract has no .get
         if spec is None or spec.shape is None:
             continue
         fix = SHAPES[spec.shape]
@@ -346,6 +362,7 @@ def _check_shapes(raw: pd.DataFrame, contract: Contract) -> tuple[list[int], lis
 
 # --------------------------------------------------------------------------- entry point
 
+
 def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
     """Validate ``df`` against ``contract`` with its GE suites; see the module docstring."""
     if not isinstance(df, pd.DataFrame):
@@ -353,8 +370,9 @@ def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
     df = df.reset_index(drop=True)
     n = len(df)
     if n == 0:
-        return ValidationResult(to_typed(normalize(df, contract), contract),
-                                df.assign(**{REASON_COLUMN: pd.Series([], dtype="str")}))
+        return ValidationResult(
+            to_typed(normalize(df, contract), contract), df.assign(**{REASON_COLUMN: pd.Series([], dtype="str")})
+        )
     raw = normalize(df, contract)
     alive = np.ones(n, dtype=bool)
     labels: list[np.ndarray] = []
@@ -374,8 +392,7 @@ def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
             continue
         source = raw if typed is None else typed
         # Only the columns this stage checks: GE fingerprints (hashes) the whole batch.
-        checked = list(dict.fromkeys(col for e in suite.expectations
-                                     if (col := getattr(e, "column", None)) in source))
+        checked = list(dict.fromkeys(col for e in suite.expectations if (col := getattr(e, "column", None)) in source))
         frame = source.loc[alive[source.index], checked]
         failed_here: list[np.ndarray] = []
         for result in run_suite(frame, suite).results:
@@ -392,8 +409,11 @@ def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
     accepted = typed.loc[alive[typed.index]].reset_index(drop=True)
     quarantined = df.loc[~alive].copy()
     if labels:
-        per_row = (pd.Series(reasons, index=np.concatenate(labels).astype(np.int64), dtype="str")
-                   .groupby(level=0, sort=True).agg("; ".join))
+        per_row = (
+            pd.Series(reasons, index=np.concatenate(labels).astype(np.int64), dtype="str")
+            .groupby(level=0, sort=True)
+            .agg("; ".join)
+        )
         quarantined[REASON_COLUMN] = per_row.reindex(quarantined.index).astype("str")
     else:
         quarantined[REASON_COLUMN] = pd.Series([], dtype="str")
@@ -402,9 +422,10 @@ def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
 
 # --------------------------------------------------------------------------- row identity
 
+
 def reject_outside_interval_and_duplicates(
-        accepted: pd.DataFrame, start: datetime, end: datetime,
-        seen: set[tuple[str, int]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    accepted: pd.DataFrame, start: datetime, end: datetime, seen: set[tuple[str, int]]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Split typed, accepted trace rows into ``(kept, rejected)``: a row is rejected (with a
     ``quarantine_reason``) when its ``ts`` lies outside ``[start, end)`` (the run's interval,
     widened by the lateness the caller allows) or
@@ -418,18 +439,19 @@ def reject_outside_interval_and_duplicates(
     lo, hi = pd.Timestamp(start), pd.Timestamp(end)
     outside = ~((ts >= lo) & (ts < hi)).to_numpy()
     for j in np.flatnonzero(outside):
-        reasons[j].append(f"interval: ts {ts.iloc[j].isoformat()} is outside the run's window "
-                          f"[{lo.isoformat()}, {hi.isoformat()})")
+        reasons[j].append(
+            f"interval: ts {ts.iloc[j].isoformat()} is outside the run's window [{lo.isoformat()}, {hi.isoformat()})"
+        )
     for i, key in enumerate(zip(frame["episode_id"].astype(str), frame["step"].astype("int64"))):
         if outside[i]:
             continue  # not this run's row: it neither claims nor duplicates a key
         if key in seen:
-            reasons[i].append(f"duplicate: (episode_id, step) = ({key[0]!r}, {int(key[1])}) "
-                              "already captured in this run")
+            reasons[i].append(
+                f"duplicate: (episode_id, step) = ({key[0]!r}, {int(key[1])}) already captured in this run"
+            )
         else:
             seen.add(key)
     bad = np.array([bool(r) for r in reasons], dtype=bool)
     rejected = frame.loc[bad].copy()
-    rejected[REASON_COLUMN] = pd.Series(["; ".join(r) for r in reasons if r],
-                                        index=rejected.index, dtype="str")
+    rejected[REASON_COLUMN] = pd.Series(["; ".join(r) for r in reasons if r], index=rejected.index, dtype="str")
     return frame.loc[~bad].reset_index(drop=True), rejected.reset_index(drop=True)

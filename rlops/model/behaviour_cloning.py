@@ -54,8 +54,9 @@ def select_high_reward(scores: Tensor, masks: Tensor, top_fraction: float) -> tu
     return choice & (scores >= cut), cut
 
 
-def behaviour_clone(policy: PolicyNetwork, obs: Tensor, masks: Tensor, actions: Tensor, scores: Tensor,
-                    cfg: BCConfig) -> BCResult | None:
+def behaviour_clone(
+    policy: PolicyNetwork, obs: Tensor, masks: Tensor, actions: Tensor, scores: Tensor, cfg: BCConfig
+) -> BCResult | None:
     """Fit ``policy`` (in place) to the high-score steps; None when too few steps qualify."""
     keep, cut = select_high_reward(scores, masks, cfg.top_fraction)
     legal = masks[torch.arange(masks.shape[0]), actions.clamp(0, masks.shape[1] - 1)] & (actions >= 0)

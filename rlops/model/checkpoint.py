@@ -62,5 +62,11 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dic
     return state
 
 
-__all__ = ["CHECKPOINT_FORMAT", "checkpoint_path", "save_checkpoint", "list_checkpoints", "latest_checkpoint",
-           "load_checkpoint"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "checkpoint_path",
+    "save_checkpoint",
+    "list_checkpoints",
+    "latest_checkpoint",
+    "load_checkpoint",
+]

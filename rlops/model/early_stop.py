@@ -68,8 +68,11 @@ class EvalPlateau:
 
     def __init__(self, env: Any, every: int, episodes: int, seed: int, patience: int, min_delta: float):
         self.every, self.seed, self.patience, self.min_delta = every, seed, patience, min_delta
-        self.env = (BatchedEnv(env.scenario, env.reward_fn, episodes, env.profile, env.device, illegal_action="noop")
-                    if every > 0 else None)
+        self.env = (
+            BatchedEnv(env.scenario, env.reward_fn, episodes, env.profile, env.device, illegal_action="noop")
+            if every > 0
+            else None
+        )
         self.best, self.since, self.best_iteration = -math.inf, 0, 0
         self.best_state: dict[str, torch.Tensor] | None = None
 
@@ -79,10 +82,11 @@ class EvalPlateau:
     def evaluate(self, policy: Any, reward_fn: Any) -> float:
         """Mean greedy return of ``policy`` on the fixed evaluation batch."""
         from rlops.model.policy import as_act_fn
+
         assert self.env is not None
         if self.env.reward_fn.version != reward_fn.version:
             self.env.set_reward_fn(reward_fn)
-        result = evaluate_policy(None, as_act_fn(policy), seed=self.seed, env=self.env)  # type: ignore[arg-type]
+        result = evaluate_policy(None, as_act_fn(policy), seed=self.seed, env=self.env)  # type: ignore[arg-type]  # the env is given, so no pack is needed
         return result.mean_return
 
     def update(self, iteration: int, policy: Any, reward_fn: Any) -> tuple[float, bool]:
@@ -105,8 +109,12 @@ class EvalPlateau:
         return True
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "since": self.since, "best_iteration": self.best_iteration,
-                "best_state": self.best_state or {}}
+        return {
+            "best": self.best,
+            "since": self.since,
+            "best_iteration": self.best_iteration,
+            "best_state": self.best_state or {},
+        }
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
         self.best, self.since = float(sd["best"]), int(sd["since"])

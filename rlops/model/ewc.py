@@ -41,12 +41,13 @@ class EWCPenalty:
         return {"anchor": self.anchor, "fisher": self.fisher}
 
     @classmethod
-    def from_state_dict(cls, sd: dict[str, dict[str, Tensor]], lam: float) -> "EWCPenalty":
+    def from_state_dict(cls, sd: dict[str, dict[str, Tensor]], lam: float) -> EWCPenalty:
         return cls(dict(sd["anchor"]), dict(sd["fisher"]), lam)
 
 
-def diagonal_fisher(policy: PolicyNetwork, obs: Tensor, masks: Tensor, generator: torch.Generator | None = None,
-                    chunk: int = 512) -> dict[str, Tensor]:
+def diagonal_fisher(
+    policy: PolicyNetwork, obs: Tensor, masks: Tensor, generator: torch.Generator | None = None, chunk: int = 512
+) -> dict[str, Tensor]:
     """Mean squared per-sample gradient of ``log π(a|s)``, ``a ~ π(·|s)``, over the rows of ``obs``."""
     from torch.func import functional_call, grad, vmap
 
@@ -63,15 +64,16 @@ def diagonal_fisher(policy: PolicyNetwork, obs: Tensor, masks: Tensor, generator
     per_sample = vmap(grad(logp_one), in_dims=(None, 0, 0, 0))
     fisher = {k: torch.zeros_like(v) for k, v in params.items()}
     for start in range(0, obs.shape[0], chunk):
-        g = per_sample(params, obs[start:start + chunk], masks[start:start + chunk], actions[start:start + chunk])
+        g = per_sample(params, obs[start : start + chunk], masks[start : start + chunk], actions[start : start + chunk])
         for k in fisher:
             fisher[k] += g[k].pow(2).sum(0)
     n = max(obs.shape[0], 1)
     return {k: v / n for k, v in fisher.items()}
 
 
-def make_ewc(policy: PolicyNetwork, obs: Tensor, masks: Tensor, lam: float,
-             generator: torch.Generator | None = None) -> EWCPenalty:
+def make_ewc(
+    policy: PolicyNetwork, obs: Tensor, masks: Tensor, lam: float, generator: torch.Generator | None = None
+) -> EWCPenalty:
     """Anchor the current weights of ``policy`` with the Fisher on ``obs``."""
     anchor = {k: v.detach().clone() for k, v in policy.named_parameters()}
     return EWCPenalty(anchor, diagonal_fisher(policy, obs, masks, generator), lam)

@@ -62,7 +62,7 @@ def derive_defaults(pack: Any, device: str = "cpu", **overrides: Any) -> Trainin
     reasons = {
         "num_steps": f"half the horizon ({horizon}) rounded up to a power of two, within [8, 64]",
         "num_envs": f"a batch of max({MIN_BATCH}, {BATCH_PER_ACTION} × {n_actions} actions) transitions "
-                    f"/ {num_steps} steps" + (f", × {GPU_ENV_FACTOR} on {device}" if device != "cpu" else ""),
+        f"/ {num_steps} steps" + (f", × {GPU_ENV_FACTOR} on {device}" if device != "cpu" else ""),
         "num_minibatches": f"minibatches of about {MINIBATCH} transitions",
         "gamma": f"1 − 1/(10 × horizon {horizon}), at least 0.99",
     }

@@ -70,23 +70,28 @@ class PolicyConfig:
         object.__setattr__(self, "hidden_sizes", tuple(int(h) for h in self.hidden_sizes))
         object.__setattr__(self, "action_roles", tuple(int(r) for r in self.action_roles))
         if self.action_roles and (len(self.action_roles) != self.n_actions or min(self.action_roles) < 0):
-            raise ValueError(f"PolicyConfig.action_roles needs one role index >= 0 per action ({self.n_actions}), "
-                             f"got {list(self.action_roles)}")
+            raise ValueError(
+                f"PolicyConfig.action_roles needs one role index >= 0 per action ({self.n_actions}), "
+                f"got {list(self.action_roles)}"
+            )
         if self.n_actions < 1 or self.n_features < 0 or self.history_len < 0:
-            raise ValueError(f"PolicyConfig: need n_actions >= 1, n_features >= 0, history_len >= 0; got "
-                             f"{self.n_actions}, {self.n_features}, {self.history_len}")
+            raise ValueError(
+                f"PolicyConfig: need n_actions >= 1, n_features >= 0, history_len >= 0; got "
+                f"{self.n_actions}, {self.n_features}, {self.history_len}"
+            )
         if self.activation not in _ACTIVATIONS:
             raise ValueError(f"PolicyConfig.activation must be one of {sorted(_ACTIVATIONS)}, got '{self.activation}'")
         if not self.hidden_sizes or min(self.hidden_sizes) < 1 or self.embed_dim < 1:
-            raise ValueError(f"PolicyConfig: hidden_sizes and embed_dim must be positive, got "
-                             f"{self.hidden_sizes}, {self.embed_dim}")
+            raise ValueError(
+                f"PolicyConfig: hidden_sizes and embed_dim must be positive, got {self.hidden_sizes}, {self.embed_dim}"
+            )
 
     @property
     def obs_dim(self) -> int:
         return self.n_features + self.n_actions + self.history_len
 
     @classmethod
-    def from_layout(cls, layout: Any, **kwargs: Any) -> "PolicyConfig":
+    def from_layout(cls, layout: Any, **kwargs: Any) -> PolicyConfig:
         """Build from an environment's ``ObsLayout`` plus width settings."""
         kwargs.setdefault("action_roles", tuple(getattr(layout, "action_roles", ())))
         return cls(layout.n_features, layout.n_actions, layout.history_len, **kwargs)
@@ -101,13 +106,18 @@ class PolicyConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "PolicyConfig":
+    def from_dict(cls, d: dict[str, Any]) -> PolicyConfig:
         known = {f for f in cls.__dataclass_fields__}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"PolicyConfig: unknown keys {unknown} (expected a subset of {sorted(known)})")
-        return cls(**{**d, "hidden_sizes": tuple(d.get("hidden_sizes", (64, 64))),
-                      "action_roles": tuple(d.get("action_roles", ()))})
+        return cls(
+            **{
+                **d,
+                "hidden_sizes": tuple(d.get("hidden_sizes", (64, 64))),
+                "action_roles": tuple(d.get("action_roles", ())),
+            }
+        )
 
 
 class _TanhFromSigmoid(torch.autograd.Function):
@@ -240,7 +250,7 @@ class RoleHeads(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         z = self.torso(x)
-        out = torch.stack([h(z) for h in self.heads], dim=0)                        # [R, N, A]
+        out = torch.stack([h(z) for h in self.heads], dim=0)  # [R, N, A]
         idx = self.role_of(mask).view(1, -1, 1).expand(1, out.shape[1], out.shape[2])
         return out.gather(0, idx).squeeze(0)
 
@@ -278,22 +288,22 @@ class PolicyNetwork(nn.Module):
     def split_obs(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``obs[N, D]`` → features ``[N, F]``, mask ``[N, A]`` (bool), history codes ``[N, k]`` (long)."""
         F, A = self.n_features, self.n_actions
-        return obs[:, :F], obs[:, F:F + A] > 0.5, obs[:, F + A:].long()
+        return obs[:, :F], obs[:, F : F + A] > 0.5, obs[:, F + A :].long()
 
     def normalized_features(self, obs: Tensor) -> Tensor:
         """The state features of ``obs`` as the network sees them (standardised when ``obs_norm``)."""
-        features = obs[:, :self.n_features]
+        features = obs[:, : self.n_features]
         return features if self.obs_rms is None else self.obs_rms.normalize(features, self.config.obs_clip)
 
     @torch.no_grad()
     def update_obs_stats(self, obs: Tensor) -> None:
         """Fold a batch of observations into the feature statistics (no-op without ``obs_norm``)."""
         if self.obs_rms is not None:
-            self.obs_rms.update(obs[:, :self.n_features])
+            self.obs_rms.update(obs[:, : self.n_features])
 
     def _inputs(self, obs: Tensor) -> Tensor:
         F, A = self.n_features, self.n_actions
-        state = torch.cat([self.normalized_features(obs), obs[:, F:F + A]], dim=-1)
+        state = torch.cat([self.normalized_features(obs), obs[:, F : F + A]], dim=-1)
         if not self.use_history:
             return state
         # Single-head attention: the state asks which of the last k actions matter now.
@@ -303,22 +313,22 @@ class PolicyNetwork(nn.Module):
         # product instead of a scatter — a third of the per-token work. The two attention products
         # over k ≤ a few tokens are broadcast multiply-sums, which on CPU cost a fraction of
         # thousands of tiny batched matrix products.
-        codes = obs[:, F + A:]
-        one_hot = torch.eq(codes.unsqueeze(-1), self._codes).to(obs.dtype)        # [N, k, A+1]
-        code_kv = self.key_value(self.action_embed.weight)                        # [A+1, 2E]
-        pos_kv = self.pos_embed @ self.key_value.weight.t()                       # [k, 2E]
-        kv = one_hot @ code_kv + pos_kv                                           # [N, k, 2E]
-        keys, values = kv[..., :self.embed_dim], kv[..., self.embed_dim:]
-        q = self.query(state).unsqueeze(1)                                        # [N, 1, E]
+        codes = obs[:, F + A :]
+        one_hot = torch.eq(codes.unsqueeze(-1), self._codes).to(obs.dtype)  # [N, k, A+1]
+        code_kv = self.key_value(self.action_embed.weight)  # [A+1, 2E]
+        pos_kv = self.pos_embed @ self.key_value.weight.t()  # [k, 2E]
+        kv = one_hot @ code_kv + pos_kv  # [N, k, 2E]
+        keys, values = kv[..., : self.embed_dim], kv[..., self.embed_dim :]
+        q = self.query(state).unsqueeze(1)  # [N, 1, E]
         scores = (keys * q).sum(-1) * (1.0 / math.sqrt(self.embed_dim))
-        weights = softmax_rows(scores)                                            # [N, k]
-        ctx = (weights.unsqueeze(-1) * values).sum(1)                             # [N, E]
+        weights = softmax_rows(scores)  # [N, k]
+        ctx = (weights.unsqueeze(-1) * values).sum(1)  # [N, E]
         return torch.cat([state, ctx], dim=-1)
 
     def forward(self, obs: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Masked log-probabilities ``[N, A]`` and values ``[N]``. ``mask`` defaults to the one in ``obs``."""
         if mask is None:
-            mask = obs[:, self.n_features:self.n_features + self.n_actions] > 0.5
+            mask = obs[:, self.n_features : self.n_features + self.n_actions] > 0.5
         x = self._inputs(obs)
         logits = self.actor(x, mask) if self.config.action_roles else self.actor(x)
         logp = masked_log_probs(logits, mask)
@@ -329,21 +339,23 @@ class PolicyNetwork(nn.Module):
         return value
 
     @torch.no_grad()
-    def act(self, obs: Tensor, deterministic: bool = False,
-            generator: torch.Generator | None = None) -> ActOutput:
+    def act(self, obs: Tensor, deterministic: bool = False, generator: torch.Generator | None = None) -> ActOutput:
         """Choose actions for one observation ``[D]`` or a batch ``[N, D]``."""
         single = obs.dim() == 1
         x = obs.unsqueeze(0) if single else obs
         x = x.to(next(self.parameters()).device, torch.float32)
         if x.shape[-1] != self.config.obs_dim:
-            raise ValueError(f"observation has {x.shape[-1]} values; this policy expects "
-                             f"{self.config.obs_dim} (features {self.n_features} + mask {self.n_actions} + "
-                             f"history {self.history_len})")
-        mask = x[:, self.n_features:self.n_features + self.n_actions] > 0.5
+            raise ValueError(
+                f"observation has {x.shape[-1]} values; this policy expects "
+                f"{self.config.obs_dim} (features {self.n_features} + mask {self.n_actions} + "
+                f"history {self.history_len})"
+            )
+        mask = x[:, self.n_features : self.n_features + self.n_actions] > 0.5
         logp, value = self.forward(x, mask)
         action = logp.argmax(-1) if deterministic else gumbel_sample(logp, generator)
-        out = ActOutput(action, logp.exp(), logp.gather(1, action.unsqueeze(1)).squeeze(1),
-                        masked_entropy(logp, mask), value)
+        out = ActOutput(
+            action, logp.exp(), logp.gather(1, action.unsqueeze(1)).squeeze(1), masked_entropy(logp, mask), value
+        )
         if single:
             out = ActOutput(*(t.squeeze(0) for t in (out.action, out.probs, out.logp, out.entropy, out.value)))
         return out
@@ -356,6 +368,7 @@ def as_act_fn(policy: PolicyNetwork, deterministic: bool = True, seed: int = 0) 
     def act(env: Any) -> Tensor:
         g = None if deterministic else gen.setdefault("g", torch.Generator(env.device).manual_seed(seed))
         return policy.act(env.observe(), deterministic=deterministic, generator=g).action.to(env.device)
+
     return act
 
 
@@ -370,7 +383,7 @@ class ServingPolicy(nn.Module):
         self.n_actions = policy.n_actions
 
     def forward(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        mask = obs[:, self.n_features:self.n_features + self.n_actions] > 0.5
+        mask = obs[:, self.n_features : self.n_features + self.n_actions] > 0.5
         logp, value = self.policy(obs, mask)
         action = logp.argmax(-1)
         p = logp.exp()
@@ -385,6 +398,7 @@ def export_policy(policy: PolicyNetwork, path: str | Path | None = None) -> torc
     back with :func:`load_exported`, which returns a callable module.
     """
     import copy
+
     serving = ServingPolicy(copy.deepcopy(policy).cpu().eval())
     example = torch.zeros(2, policy.config.obs_dim)
     example[:, policy.n_features] = 1.0  # one legal action, like a real observation
@@ -419,8 +433,12 @@ def save_policy(policy: PolicyNetwork, directory: str | Path, metadata: dict[str
     d.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu() for k, v in policy.state_dict().items()}
     torch.save(state, d / WEIGHTS_FILE)
-    doc = {"format": _FORMAT, "config": policy.config.to_dict(), "n_parameters": policy.num_parameters(),
-           "metadata": metadata or {}}
+    doc = {
+        "format": _FORMAT,
+        "config": policy.config.to_dict(),
+        "n_parameters": policy.num_parameters(),
+        "metadata": metadata or {},
+    }
     (d / CONFIG_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True))
     return SavedPolicy(d, d / WEIGHTS_FILE, d / CONFIG_FILE, policy.num_parameters(), metadata or {})
 
@@ -445,6 +463,25 @@ def policy_metadata(directory: str | Path) -> dict[str, Any]:
     return metadata
 
 
-__all__ = ["PolicyConfig", "PolicyNetwork", "RoleHeads", "ActOutput", "Tanh", "fast_tanh", "as_act_fn", "ServingPolicy",
-           "SavedPolicy", "mask_value", "masked_logits", "softmax_rows", "masked_log_probs", "masked_entropy",
-           "gumbel_sample", "export_policy", "load_exported", "save_policy", "load_policy", "policy_metadata"]
+__all__ = [
+    "PolicyConfig",
+    "PolicyNetwork",
+    "RoleHeads",
+    "ActOutput",
+    "Tanh",
+    "fast_tanh",
+    "as_act_fn",
+    "ServingPolicy",
+    "SavedPolicy",
+    "mask_value",
+    "masked_logits",
+    "softmax_rows",
+    "masked_log_probs",
+    "masked_entropy",
+    "gumbel_sample",
+    "export_policy",
+    "load_exported",
+    "save_policy",
+    "load_policy",
+    "policy_metadata",
+]

@@ -31,16 +31,29 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function  # labelled regions for `rlops profile`; free without a profiler
 
+from rlops.common.metrics_sink import MetricsSink, NullSink
+from rlops.common.seeding import seed_everything
 from rlops.model.early_stop import EvalPlateau, StagnationMonitor
 from rlops.model.ewc import EWCPenalty
 from rlops.model.normalize import ReturnScaler
 from rlops.model.policy import PolicyConfig, PolicyNetwork, gumbel_sample, load_policy, masked_entropy
 from rlops.model.ppo_config import PPOConfig, resolve_device
-from rlops.common.metrics_sink import MetricsSink, NullSink
-from rlops.common.seeding import seed_everything
-from rlops.model.training_hooks import (RewardSwitch, anneal, check_device, checkpoint_due, checkpoint_to_resume,
-                                  ewc_if_due, hot_reload, iteration_metrics, log_run_params, report_iteration,
-                                  resume, rollout_buffers, save_state, smoothing_term)
+from rlops.model.training_hooks import (
+    RewardSwitch,
+    anneal,
+    check_device,
+    checkpoint_due,
+    checkpoint_to_resume,
+    ewc_if_due,
+    hot_reload,
+    iteration_metrics,
+    log_run_params,
+    report_iteration,
+    resume,
+    rollout_buffers,
+    save_state,
+    smoothing_term,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +78,16 @@ class TrainResult:
 
 
 # ---------------------------------------------------------------------------- PPO math
-def compute_gae(rewards: Tensor, values: Tensor, next_value: Tensor, terminated: Tensor, truncated: Tensor,
-                final_values: Tensor, gamma: float, gae_lambda: float) -> tuple[Tensor, Tensor]:
+def compute_gae(
+    rewards: Tensor,
+    values: Tensor,
+    next_value: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    final_values: Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[Tensor, Tensor]:
     """GAE(λ) advantages and returns for a rollout of ``T`` steps × ``N`` envs (same-step autoreset).
 
     ``values[t]`` is V(obs_t); ``next_value`` is V of the observation after the last step. When
@@ -86,10 +107,19 @@ def compute_gae(rewards: Tensor, values: Tensor, next_value: Tensor, terminated:
     return advantages, advantages + values
 
 
-def ppo_losses(new_logp: Tensor, old_logp: Tensor, advantages: Tensor, new_values: Tensor, old_values: Tensor,
-               returns: Tensor, clip_coef: float, clip_vloss: bool, norm_adv: bool
-               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Clipped surrogate and value losses for one minibatch → ``pg_loss, v_loss, approx_kl, old_approx_kl, clipfrac``."""
+def ppo_losses(
+    new_logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    new_values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    clip_coef: float,
+    clip_vloss: bool,
+    norm_adv: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Clipped surrogate and value losses for one minibatch →
+    ``pg_loss, v_loss, approx_kl, old_approx_kl, clipfrac``."""
     logratio = new_logp - old_logp
     ratio = logratio.exp()
     with torch.no_grad():
@@ -120,36 +150,67 @@ def make_optimizer(policy: PolicyNetwork, learning_rate: float) -> torch.optim.A
     return torch.optim.Adam(policy.parameters(), lr=learning_rate, eps=1e-5, fused=device.type in ("cpu", "cuda"))
 
 
-def _build_policy(cfg: PPOConfig, env: Any, init_from: str | Path | PolicyNetwork | None,
-                  device: torch.device) -> PolicyNetwork:
+def _build_policy(
+    cfg: PPOConfig, env: Any, init_from: str | Path | PolicyNetwork | None, device: torch.device
+) -> PolicyNetwork:
     if cfg.mode == "full":
         if init_from is not None:
-            raise ValueError("PPOConfig.mode is 'full' (train from scratch) but init_from was given; "
-                             "use mode='incremental' to warm-start from a saved policy")
-        return PolicyNetwork(PolicyConfig.from_layout(env.layout, hidden_sizes=tuple(cfg.hidden_sizes),
-                                                      embed_dim=cfg.embed_dim, activation=cfg.activation,
-                                                      obs_norm=cfg.obs_norm, obs_clip=cfg.obs_clip))
+            raise ValueError(
+                "PPOConfig.mode is 'full' (train from scratch) but init_from was given; "
+                "use mode='incremental' to warm-start from a saved policy"
+            )
+        return PolicyNetwork(
+            PolicyConfig.from_layout(
+                env.layout,
+                hidden_sizes=tuple(cfg.hidden_sizes),
+                embed_dim=cfg.embed_dim,
+                activation=cfg.activation,
+                obs_norm=cfg.obs_norm,
+                obs_clip=cfg.obs_clip,
+            )
+        )
     if init_from is None:
-        raise ValueError("PPOConfig.mode is 'incremental' but no init_from policy was given "
-                         "(a saved policy folder or a PolicyNetwork to warm-start from)")
+        raise ValueError(
+            "PPOConfig.mode is 'incremental' but no init_from policy was given "
+            "(a saved policy folder or a PolicyNetwork to warm-start from)"
+        )
     policy = init_from if isinstance(init_from, PolicyNetwork) else load_policy(init_from)
     want = PolicyConfig.from_layout(env.layout)
     got = policy.config
-    if (got.n_features, got.n_actions, got.history_len, got.action_roles) != \
-            (want.n_features, want.n_actions, want.history_len, want.action_roles):
-        raise ValueError(f"init_from policy expects observations of {got.n_features} features / "
-                         f"{got.n_actions} actions / history {got.history_len}, but the environment produces "
-                         f"{want.n_features} / {want.n_actions} / {want.history_len}"
-                         + (f" (roles of the actions {list(got.action_roles)} vs {list(want.action_roles)})"
-                            if got.action_roles != want.action_roles else "") + "; it was trained on another "
-                         "scenario layout — train in 'full' mode instead")
+    if (got.n_features, got.n_actions, got.history_len, got.action_roles) != (
+        want.n_features,
+        want.n_actions,
+        want.history_len,
+        want.action_roles,
+    ):
+        raise ValueError(
+            f"init_from policy expects observations of {got.n_features} features / "
+            f"{got.n_actions} actions / history {got.history_len}, but the environment produces "
+            f"{want.n_features} / {want.n_actions} / {want.history_len}"
+            + (
+                f" (roles of the actions {list(got.action_roles)} vs {list(want.action_roles)})"
+                if got.action_roles != want.action_roles
+                else ""
+            )
+            + "; it was trained on another "
+            "scenario layout — train in 'full' mode instead"
+        )
     import copy
+
     return copy.deepcopy(policy).to(device)
 
 
-def collect_rollout(policy: PolicyNetwork, env: Any, gen: torch.Generator, scaler: ReturnScaler | None,
-                    bufs: tuple[Tensor, ...], next_obs: Tensor, next_mask: Tensor, T: int, device: torch.device
-                    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor, Tensor, Tensor]]:
+def collect_rollout(
+    policy: PolicyNetwork,
+    env: Any,
+    gen: torch.Generator,
+    scaler: ReturnScaler | None,
+    bufs: tuple[Tensor, ...],
+    next_obs: Tensor,
+    next_mask: Tensor,
+    T: int,
+    device: torch.device,
+) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor, Tensor, Tensor]]:
     """T steps of all N envs into ``bufs`` (see :func:`rlops.model.training_hooks.rollout_buffers`), no host
     sync; call under ``torch.no_grad()``. Returns the next observation and mask, and the summed
     ``(return, length, count, illegal actions, human takeovers)`` of the episodes that ended."""
@@ -180,8 +241,9 @@ def collect_rollout(policy: PolicyNetwork, env: Any, gen: torch.Generator, scale
     return next_obs, next_mask, (ep_ret, ep_len, ep_cnt, illegal, takeover)
 
 
-def bootstrap_gae(cfg: PPOConfig, policy: PolicyNetwork, bufs: tuple[Tensor, ...], next_obs: Tensor
-                  ) -> tuple[Tensor, Tensor]:
+def bootstrap_gae(
+    cfg: PPOConfig, policy: PolicyNetwork, bufs: tuple[Tensor, ...], next_obs: Tensor
+) -> tuple[Tensor, Tensor]:
     """Advantages and returns of the rollout in ``bufs``; call under ``torch.no_grad()``."""
     _, final_obs_buf, _, _, _, rew_buf, val_buf, term_buf, trunc_buf = bufs
     T, N = rew_buf.shape
@@ -192,13 +254,21 @@ def bootstrap_gae(cfg: PPOConfig, policy: PolicyNetwork, bufs: tuple[Tensor, ...
         final_values[trunc_idx] = policy.get_value(final_obs_buf[trunc_idx])
     next_value = policy.get_value(next_obs)
     with record_function("rlops/advantages"):
-        return compute_gae(rew_buf, val_buf, next_value, term_buf, trunc_buf, final_values,
-                           cfg.gamma, cfg.gae_lambda)
+        return compute_gae(rew_buf, val_buf, next_value, term_buf, trunc_buf, final_values, cfg.gamma, cfg.gae_lambda)
 
 
-def ppo_update(cfg: PPOConfig, policy: PolicyNetwork, optimizer: torch.optim.Optimizer, gen: torch.Generator,
-               ewc: EWCPenalty | None, ent_coef: float, N: int, minibatch_size: int, device: torch.device,
-               batch: tuple[Tensor, ...]) -> tuple[list[Tensor], int]:
+def ppo_update(
+    cfg: PPOConfig,
+    policy: PolicyNetwork,
+    optimizer: torch.optim.Optimizer,
+    gen: torch.Generator,
+    ewc: EWCPenalty | None,
+    ent_coef: float,
+    N: int,
+    minibatch_size: int,
+    device: torch.device,
+    batch: tuple[Tensor, ...],
+) -> tuple[list[Tensor], int]:
     """``update_epochs`` passes over shuffled minibatches of the flattened ``batch``; returns the
     per-minibatch loss statistics and how many epochs ran (``target_kl`` may stop early)."""
     b_obs, b_masks, b_actions, b_logp, b_advantages, b_returns, b_values, b_done = batch
@@ -209,23 +279,33 @@ def ppo_update(cfg: PPOConfig, policy: PolicyNetwork, optimizer: torch.optim.Opt
     for epoch in range(cfg.update_epochs):
         perm = torch.randperm(batch_size, generator=gen, device=device)
         for start in range(0, batch_size, minibatch_size):
-            mb = perm[start:start + minibatch_size]
+            mb = perm[start : start + minibatch_size]
             with record_function("rlops/data_movement"):
                 # index_select, not advanced indexing: the same rows, several times cheaper on CPU
                 mb_masks, mb_obs, mb_actions, mb_old_logp, mb_advantages, mb_old_values, mb_returns = (
-                    t.index_select(0, mb) for t in (b_masks, b_obs, b_actions, b_logp, b_advantages, b_values,
-                                                    b_returns))
+                    t.index_select(0, mb)
+                    for t in (b_masks, b_obs, b_actions, b_logp, b_advantages, b_values, b_returns)
+                )
             with record_function("rlops/policy_forward"):
                 mb_logp_all, mb_values = policy(mb_obs, mb_masks)
             mb_new_logp = mb_logp_all.gather(1, mb_actions.unsqueeze(1)).squeeze(1)
             mb_entropy = masked_entropy(mb_logp_all, mb_masks).mean()
             pg_loss, v_loss, approx_kl, old_approx_kl, clipfrac = ppo_losses(
-                mb_new_logp, mb_old_logp, mb_advantages, mb_values, mb_old_values, mb_returns,
-                cfg.clip_coef, cfg.clip_vloss, cfg.norm_adv)
+                mb_new_logp,
+                mb_old_logp,
+                mb_advantages,
+                mb_values,
+                mb_old_values,
+                mb_returns,
+                cfg.clip_coef,
+                cfg.clip_vloss,
+                cfg.norm_adv,
+            )
             loss = pg_loss - ent_coef * mb_entropy + cfg.vf_coef * v_loss
             ewc_term = ewc(policy) if ewc is not None else torch.zeros((), device=device)
-            smooth = smoothing_term(cfg, policy, mb, mb_logp_all, mb_masks, b_obs, b_masks, b_done, N,
-                                    batch_size, device)
+            smooth = smoothing_term(
+                cfg, policy, mb, mb_logp_all, mb_masks, b_obs, b_masks, b_done, N, batch_size, device
+            )
             loss = loss + ewc_term + cfg.smoothing_coef * smooth
             optimizer.zero_grad(set_to_none=True)
             with record_function("rlops/backward"):
@@ -233,28 +313,68 @@ def ppo_update(cfg: PPOConfig, policy: PolicyNetwork, optimizer: torch.optim.Opt
             with record_function("rlops/optimizer"):
                 torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
                 optimizer.step()
-            stats.append(torch.stack([pg_loss.detach(), v_loss.detach(), mb_entropy.detach(), approx_kl,
-                                      old_approx_kl, clipfrac, ewc_term.detach(), smooth.detach()]))
+            stats.append(
+                torch.stack(
+                    [
+                        pg_loss.detach(),
+                        v_loss.detach(),
+                        mb_entropy.detach(),
+                        approx_kl,
+                        old_approx_kl,
+                        clipfrac,
+                        ewc_term.detach(),
+                        smooth.detach(),
+                    ]
+                )
+            )
         epochs_run = epoch + 1
         if cfg.target_kl is not None and float(approx_kl) > cfg.target_kl:
             break
     return stats, epochs_run
 
 
-def _result(policy: PolicyNetwork, plateau: EvalPlateau, history: list[dict[str, float]], start_iter: int,
-            global_step: int, wall: float, stagnated: bool, switches: list[RewardSwitch], last_ckpt: Path | None,
-            reward_version: str, plateaued: bool) -> TrainResult:
+def _result(
+    policy: PolicyNetwork,
+    plateau: EvalPlateau,
+    history: list[dict[str, float]],
+    start_iter: int,
+    global_step: int,
+    wall: float,
+    stagnated: bool,
+    switches: list[RewardSwitch],
+    last_ckpt: Path | None,
+    reward_version: str,
+    plateaued: bool,
+) -> TrainResult:
     final = history[-1]["episodic_return"] if history else float("nan")
     done_iters = int(history[-1]["iteration"]) if history else start_iter
     best = None if plateau.best_state is None else plateau.best
-    return TrainResult(policy.eval(), done_iters, global_step, wall, final, stagnated, history, switches,
-                       last_ckpt, reward_version, plateaued, best, plateau.best_iteration if best is not None else None)
+    return TrainResult(
+        policy.eval(),
+        done_iters,
+        global_step,
+        wall,
+        final,
+        stagnated,
+        history,
+        switches,
+        last_ckpt,
+        reward_version,
+        plateaued,
+        best,
+        plateau.best_iteration if best is not None else None,
+    )
 
 
-def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
-          init_from: str | Path | PolicyNetwork | None = None, resume_from: str | Path | None = None,
-          reward_source: Callable[[int], Any] | None = None,
-          on_iteration: Callable[[int, PolicyNetwork, dict[str, float]], bool | None] | None = None) -> TrainResult:
+def train(
+    cfg: PPOConfig,
+    env: Any,
+    tracker: MetricsSink | None = None,
+    init_from: str | Path | PolicyNetwork | None = None,
+    resume_from: str | Path | None = None,
+    reward_source: Callable[[int], Any] | None = None,
+    on_iteration: Callable[[int, PolicyNetwork, dict[str, float]], bool | None] | None = None,
+) -> TrainResult:
     """Train a masked PPO policy on a batched environment.
 
     Args:
@@ -283,8 +403,14 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
     minibatch_size = max(batch_size // cfg.num_minibatches, 1)
     num_iterations = max(cfg.total_timesteps // batch_size, 1)
     stagnation = StagnationMonitor(cfg.stagnation_window, cfg.stagnation_tol)
-    plateau = EvalPlateau(env, cfg.plateau_eval_every, cfg.plateau_eval_episodes, cfg.plateau_eval_seed,
-                          cfg.plateau_patience, cfg.plateau_min_delta)
+    plateau = EvalPlateau(
+        env,
+        cfg.plateau_eval_every,
+        cfg.plateau_eval_episodes,
+        cfg.plateau_eval_seed,
+        cfg.plateau_patience,
+        cfg.plateau_min_delta,
+    )
     scaler = ReturnScaler(N, cfg.gamma, device) if cfg.reward_scale else None
     ewc: EWCPenalty | None = None
     start_iter, global_step, elapsed_before = 0, 0, 0.0
@@ -295,7 +421,8 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
     ckpt_path = checkpoint_to_resume(cfg, resume_from)
     if ckpt_path is not None:
         start_iter, global_step, elapsed_before, ewc, reward_version = resume(
-            ckpt_path, cfg, device, policy, optimizer, gen, env, stagnation, plateau, scaler)
+            ckpt_path, cfg, device, policy, optimizer, gen, env, stagnation, plateau, scaler
+        )
 
     log_run_params(tracker, cfg, policy, env, batch_size, minibatch_size, num_iterations)
 
@@ -310,6 +437,7 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
     t_start = time.perf_counter()
     steps_at_start = global_step
     from tqdm.auto import tqdm
+
     bar = tqdm(total=num_iterations, initial=start_iter, disable=not cfg.progress, desc="ppo", unit="it")
     for iteration in range(start_iter + 1, num_iterations + 1):
         # ---- reward hot reload (between iterations only)
@@ -319,8 +447,9 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
         # ---- rollout: T steps of all N envs, no host sync
         policy.eval()
         with torch.no_grad():
-            next_obs, next_mask, episodes = collect_rollout(policy, env, gen, scaler, bufs, next_obs, next_mask, T,
-                                                            device)
+            next_obs, next_mask, episodes = collect_rollout(
+                policy, env, gen, scaler, bufs, next_obs, next_mask, T, device
+            )
             global_step += batch_size
 
             # ---- bootstrap truncated episodes from V(final obs), then GAE
@@ -334,8 +463,18 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
         ewc = ewc_if_due(cfg, ewc, policy, b_obs, b_masks, batch_size, gen, device)
 
         # ---- update: update_epochs passes over shuffled minibatches
-        stats, epochs_run = ppo_update(cfg, policy, optimizer, gen, ewc, ent_coef, N, minibatch_size, device,
-                                       (b_obs, b_masks, b_actions, b_logp, b_advantages, b_returns, b_values, b_done))
+        stats, epochs_run = ppo_update(
+            cfg,
+            policy,
+            optimizer,
+            gen,
+            ewc,
+            ent_coef,
+            N,
+            minibatch_size,
+            device,
+            (b_obs, b_masks, b_actions, b_logp, b_advantages, b_returns, b_values, b_done),
+        )
         # The observation statistics move between iterations only, so one iteration's rollout and
         # update see the same normalisation.
         policy.update_obs_stats(b_obs)
@@ -343,9 +482,19 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
         # ---- metrics (one host copy per iteration)
         elapsed = elapsed_before + time.perf_counter() - t_start
         metrics = iteration_metrics(
-            stats, episodes, explained_variance(b_values, b_returns), stagnation,
-            optimizer, scaler, sps=(global_step - steps_at_start) / max(time.perf_counter() - t_start, 1e-9),
-            epochs_run=epochs_run, iteration=iteration, global_step=global_step, elapsed_s=elapsed, ent_coef=ent_coef)
+            stats,
+            episodes,
+            explained_variance(b_values, b_returns),
+            stagnation,
+            optimizer,
+            scaler,
+            sps=(global_step - steps_at_start) / max(time.perf_counter() - t_start, 1e-9),
+            epochs_run=epochs_run,
+            iteration=iteration,
+            global_step=global_step,
+            elapsed_s=elapsed,
+            ent_coef=ent_coef,
+        )
         stagnated = bool(metrics["stagnation"])
         if plateau.due(iteration):
             metrics["eval_return"], plateaued = plateau.update(iteration, policy, env.reward_fn)
@@ -353,24 +502,65 @@ def train(cfg: PPOConfig, env: Any, tracker: MetricsSink | None = None,
 
         # ---- checkpoint before reporting, so a kill after the report never loses the iteration
         if checkpoint_due(cfg, iteration, num_iterations):
-            last_ckpt = save_state(cfg, iteration, global_step, elapsed, policy, optimizer, gen, env, stagnation,
-                                   plateau, scaler, ewc, reward_version)
+            last_ckpt = save_state(
+                cfg,
+                iteration,
+                global_step,
+                elapsed,
+                policy,
+                optimizer,
+                gen,
+                env,
+                stagnation,
+                plateau,
+                scaler,
+                ewc,
+                reward_version,
+            )
         report_iteration(metrics, stagnation, bar, tracker, global_step)
         if on_iteration is not None and on_iteration(iteration, policy, metrics):
             policy.eval()
             break
         if plateaued:
-            log.info("early stop at iteration %d: the evaluation return has not improved for %d evaluations "
-                     "(best %.4f at iteration %d)", iteration, plateau.patience, plateau.best, plateau.best_iteration)
+            log.info(
+                "early stop at iteration %d: the evaluation return has not improved for %d evaluations "
+                "(best %.4f at iteration %d)",
+                iteration,
+                plateau.patience,
+                plateau.best,
+                plateau.best_iteration,
+            )
             break
     bar.close()
     if cfg.keep_best:
         plateau.restore_best(policy)
 
     wall = elapsed_before + time.perf_counter() - t_start
-    return _result(policy, plateau, history, start_iter, global_step, wall, stagnated, switches, last_ckpt,
-                   reward_version, plateaued)
+    return _result(
+        policy,
+        plateau,
+        history,
+        start_iter,
+        global_step,
+        wall,
+        stagnated,
+        switches,
+        last_ckpt,
+        reward_version,
+        plateaued,
+    )
 
 
-__all__ = ["PPOConfig", "TrainResult", "RewardSwitch", "MetricsSink", "NullSink", "StagnationMonitor",
-           "compute_gae", "ppo_losses", "explained_variance", "resolve_device", "train"]
+__all__ = [
+    "PPOConfig",
+    "TrainResult",
+    "RewardSwitch",
+    "MetricsSink",
+    "NullSink",
+    "StagnationMonitor",
+    "compute_gae",
+    "ppo_losses",
+    "explained_variance",
+    "resolve_device",
+    "train",
+]

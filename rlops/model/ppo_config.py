@@ -127,7 +127,7 @@ class PPOConfig:
             raise ValueError("invalid PPOConfig: " + "; ".join(problems))
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None = None, **overrides: Any) -> "PPOConfig":
+    def from_params(cls, params: dict[str, Any] | None = None, **overrides: Any) -> PPOConfig:
         """Build from a mapping of PPOConfig fields (the resolved ``ppo:`` block of params, see
         :func:`rlops.pipeline_steps.training.policy.ppo_config`) plus keyword overrides."""
         merged = {**(params or {}), **overrides}
@@ -144,9 +144,10 @@ class PPOConfig:
         return d
 
 
-def resolve_device(name: str) -> "torch.device":
+def resolve_device(name: str) -> torch.device:
     """``auto`` → CUDA when available, else CPU; an explicit ``cuda`` without CUDA is an error."""
     import torch
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(name)

@@ -51,25 +51,42 @@ class PreferencePairs:
     def __len__(self) -> int:
         return int(self.states.shape[0])
 
-    def subset(self, idx: Tensor) -> "PreferencePairs":
+    def subset(self, idx: Tensor) -> PreferencePairs:
         def pick(t: Tensor | None) -> Tensor | None:
             return None if t is None else t[idx]
-        return PreferencePairs(self.states[idx], self.chosen[idx], self.rejected[idx], self.chosen_outcomes[idx],
-                               self.rejected_outcomes[idx], pick(self.chosen_value), pick(self.rejected_value),
-                               self.n_actions)
+
+        return PreferencePairs(
+            self.states[idx],
+            self.chosen[idx],
+            self.rejected[idx],
+            self.chosen_outcomes[idx],
+            self.rejected_outcomes[idx],
+            pick(self.chosen_value),
+            pick(self.rejected_value),
+            self.n_actions,
+        )
 
     @classmethod
-    def cat(cls, parts: "list[PreferencePairs]") -> "PreferencePairs":
+    def cat(cls, parts: list[PreferencePairs]) -> PreferencePairs:
         """One set of pairs from several (true values kept only when every part has them)."""
+
         def join(name: str) -> Tensor:
             return torch.cat([getattr(p, name) for p in parts])
 
         def join_known(name: str) -> Tensor | None:
             vals = [getattr(p, name) for p in parts]
             return None if any(v is None for v in vals) else torch.cat(vals)
-        return cls(join("states"), join("chosen"), join("rejected"), join("chosen_outcomes"),
-                   join("rejected_outcomes"), join_known("chosen_value"), join_known("rejected_value"),
-                   n_actions=max(p.n_actions for p in parts))
+
+        return cls(
+            join("states"),
+            join("chosen"),
+            join("rejected"),
+            join("chosen_outcomes"),
+            join("rejected_outcomes"),
+            join_known("chosen_value"),
+            join_known("rejected_value"),
+            n_actions=max(p.n_actions for p in parts),
+        )
 
 
 @dataclass
@@ -86,7 +103,7 @@ class RewardDataset:
     def __len__(self) -> int:
         return int(self.states.shape[0])
 
-    def subset(self, idx: Tensor) -> "RewardDataset":
+    def subset(self, idx: Tensor) -> RewardDataset:
         return RewardDataset(self.states[idx], self.actions[idx], self.outcomes[idx], self.rewards[idx], self.n_actions)
 
 
@@ -124,8 +141,12 @@ class RewardModel(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def spec(self) -> dict[str, Any]:
-        return {"n_features": self.n_features, "n_actions": self.n_actions, "n_outcome": self.n_outcome,
-                "hidden_sizes": list(self.hidden_sizes)}
+        return {
+            "n_features": self.n_features,
+            "n_actions": self.n_actions,
+            "n_outcome": self.n_outcome,
+            "hidden_sizes": list(self.hidden_sizes),
+        }
 
     def forward(self, states: Tensor, actions: Tensor, outcomes: Tensor | None = None) -> Tensor:
         parts = [states.float(), F.one_hot(actions.long(), self.n_actions).float()]
@@ -175,24 +196,33 @@ def pairwise_accuracy(model: RewardModel, pairs: PreferencePairs) -> float:
 
 
 @torch.no_grad()
-def score(model: RewardModel, states: Tensor, actions: Tensor, outcomes: Tensor | None = None,
-          batch_size: int = 65536) -> Tensor:
+def score(
+    model: RewardModel, states: Tensor, actions: Tensor, outcomes: Tensor | None = None, batch_size: int = 65536
+) -> Tensor:
     """Reward-model scores ``[N]`` for a batch of steps (for labelling historical traces)."""
     model.eval()
-    out = [model(states[i:i + batch_size], actions[i:i + batch_size],
-                 None if outcomes is None else outcomes[i:i + batch_size])
-           for i in range(0, states.shape[0], batch_size)]
+    out = [
+        model(
+            states[i : i + batch_size],
+            actions[i : i + batch_size],
+            None if outcomes is None else outcomes[i : i + batch_size],
+        )
+        for i in range(0, states.shape[0], batch_size)
+    ]
     return torch.cat(out) if out else torch.zeros(0)
 
 
 # ---------------------------------------------------------------------------- training
-def train_reward_model(cfg: RewardModelConfig, data: PreferencePairs | RewardDataset
-                       ) -> tuple[RewardModel, RewardModelMetrics]:
+def train_reward_model(
+    cfg: RewardModelConfig, data: PreferencePairs | RewardDataset
+) -> tuple[RewardModel, RewardModelMetrics]:
     """Fit a reward model; returns it with held-out metrics (pairwise accuracy, Spearman ρ)."""
     pairwise = cfg.loss == "pairwise"
     if pairwise and not isinstance(data, PreferencePairs):
-        raise TypeError("RewardModelConfig.loss is 'pairwise' but the data is not PreferencePairs; build pairs "
-                        "with rlops.model.reward_pairs.build_preference_pairs or use loss='regression'")
+        raise TypeError(
+            "RewardModelConfig.loss is 'pairwise' but the data is not PreferencePairs; build pairs "
+            "with rlops.model.reward_pairs.build_preference_pairs or use loss='regression'"
+        )
     if isinstance(data, PreferencePairs) and not pairwise:
         if data.chosen_value is None or data.rejected_value is None:
             raise ValueError("regression on preference pairs needs their true values (chosen_value/rejected_value)")
@@ -217,7 +247,7 @@ def train_reward_model(cfg: RewardModelConfig, data: PreferencePairs | RewardDat
         order = torch.randperm(len(tr), generator=gen)
         total = torch.zeros(())
         for start in range(0, len(tr), cfg.batch_size):
-            loss = _loss(model, tr.subset(order[start:start + cfg.batch_size]), cfg)
+            loss = _loss(model, tr.subset(order[start : start + cfg.batch_size]), cfg)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -236,9 +266,13 @@ def _max_action(data: PreferencePairs | RewardDataset) -> int:
 
 def _pairs_as_dataset(p: PreferencePairs) -> RewardDataset:
     assert p.chosen_value is not None and p.rejected_value is not None
-    return RewardDataset(torch.cat([p.states, p.states]), torch.cat([p.chosen, p.rejected]),
-                         torch.cat([p.chosen_outcomes, p.rejected_outcomes]),
-                         torch.cat([p.chosen_value, p.rejected_value]), p.n_actions)
+    return RewardDataset(
+        torch.cat([p.states, p.states]),
+        torch.cat([p.chosen, p.rejected]),
+        torch.cat([p.chosen_outcomes, p.rejected_outcomes]),
+        torch.cat([p.chosen_value, p.rejected_value]),
+        p.n_actions,
+    )
 
 
 def _loss(model: RewardModel, batch: PreferencePairs | RewardDataset, cfg: RewardModelConfig) -> Tensor:
@@ -250,18 +284,34 @@ def _loss(model: RewardModel, batch: PreferencePairs | RewardDataset, cfg: Rewar
 
 
 @torch.no_grad()
-def _metrics(model: RewardModel, tr: PreferencePairs | RewardDataset, held: PreferencePairs | RewardDataset,
-             cfg: RewardModelConfig, history: list[float]) -> RewardModelMetrics:
+def _metrics(
+    model: RewardModel,
+    tr: PreferencePairs | RewardDataset,
+    held: PreferencePairs | RewardDataset,
+    cfg: RewardModelConfig,
+    history: list[float],
+) -> RewardModelMetrics:
     evald = held if len(held) else tr
     if isinstance(evald, PreferencePairs):
         assert isinstance(tr, PreferencePairs)
         rho = float("nan")
         if evald.chosen_value is not None and evald.rejected_value is not None:
-            s = torch.cat([score(model, evald.states, evald.chosen, evald.chosen_outcomes),
-                           score(model, evald.states, evald.rejected, evald.rejected_outcomes)])
+            s = torch.cat(
+                [
+                    score(model, evald.states, evald.chosen, evald.chosen_outcomes),
+                    score(model, evald.states, evald.rejected, evald.rejected_outcomes),
+                ]
+            )
             rho = spearman(s, torch.cat([evald.chosen_value, evald.rejected_value]))
-        return RewardModelMetrics(len(tr), len(held), pairwise_accuracy(model, evald), pairwise_accuracy(model, tr),
-                                  rho, float(_loss(model, evald, cfg)), history)
+        return RewardModelMetrics(
+            len(tr),
+            len(held),
+            pairwise_accuracy(model, evald),
+            pairwise_accuracy(model, tr),
+            rho,
+            float(_loss(model, evald, cfg)),
+            history,
+        )
     s = score(model, evald.states, evald.actions, evald.outcomes)
     # Rows of a regression set are not paired by state: accuracy is the ordering agreement on random
     # pairs of held-out rows whose rewards differ.
@@ -270,8 +320,9 @@ def _metrics(model: RewardModel, tr: PreferencePairs | RewardDataset, held: Pref
     differ = evald.rewards[i] != evald.rewards[j]
     agree = ((s[i] > s[j]) == (evald.rewards[i] > evald.rewards[j]))[differ]
     acc = float(agree.float().mean()) if agree.numel() else float("nan")
-    return RewardModelMetrics(len(tr), len(held), acc, float("nan"), spearman(s, evald.rewards),
-                              float(_loss(model, evald, cfg)), history)
+    return RewardModelMetrics(
+        len(tr), len(held), acc, float("nan"), spearman(s, evald.rewards), float(_loss(model, evald, cfg)), history
+    )
 
 
 # ---------------------------------------------------------------------------- save / load
@@ -280,8 +331,9 @@ def save_reward_model(model: RewardModel, directory: str | Path, metadata: dict[
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, d / WEIGHTS_FILE)
-    (d / CONFIG_FILE).write_text(json.dumps({"format": _FORMAT, "model": model.spec(), "metadata": metadata or {}},
-                                            indent=2, sort_keys=True))
+    (d / CONFIG_FILE).write_text(
+        json.dumps({"format": _FORMAT, "model": model.spec(), "metadata": metadata or {}}, indent=2, sort_keys=True)
+    )
     return d
 
 
@@ -290,8 +342,9 @@ def load_reward_model(directory: str | Path) -> RewardModel:
     d = Path(directory)
     for f in (CONFIG_FILE, WEIGHTS_FILE):
         if not (d / f).exists():
-            raise FileNotFoundError(f"{d / f}: missing; a saved reward model folder holds {CONFIG_FILE} and "
-                                    f"{WEIGHTS_FILE}")
+            raise FileNotFoundError(
+                f"{d / f}: missing; a saved reward model folder holds {CONFIG_FILE} and {WEIGHTS_FILE}"
+            )
     doc = json.loads((d / CONFIG_FILE).read_text())
     if doc.get("format") != _FORMAT:
         raise ValueError(f"{d / CONFIG_FILE}: reward model format {doc.get('format')!r}, expected {_FORMAT}")
@@ -301,6 +354,17 @@ def load_reward_model(directory: str | Path) -> RewardModel:
     return model.eval()
 
 
-__all__ = ["RewardModelConfig", "RewardModel", "RewardModelMetrics", "PreferencePairs", "RewardDataset",
-           "bradley_terry_loss", "spearman", "pairwise_accuracy", "score", "train_reward_model",
-           "save_reward_model", "load_reward_model"]
+__all__ = [
+    "RewardModelConfig",
+    "RewardModel",
+    "RewardModelMetrics",
+    "PreferencePairs",
+    "RewardDataset",
+    "bradley_terry_loss",
+    "spearman",
+    "pairwise_accuracy",
+    "score",
+    "train_reward_model",
+    "save_reward_model",
+    "load_reward_model",
+]

@@ -48,8 +48,9 @@ class RewardModelConfig:
         merged = {**(params or {}), **overrides}
         unknown = sorted(set(merged) - {f.name for f in fields(cls)})
         if unknown:
-            raise ValueError(f"unknown reward_model settings {unknown}; expected a subset of "
-                             f"{sorted(f.name for f in fields(cls))}")
+            raise ValueError(
+                f"unknown reward_model settings {unknown}; expected a subset of {sorted(f.name for f in fields(cls))}"
+            )
         return cls(**merged)
 
 

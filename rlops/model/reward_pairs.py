@@ -18,8 +18,9 @@ Everything runs as batched environment steps; environments are built from ``pack
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -62,14 +63,21 @@ def _snapshot(env: Any, rows: Tensor) -> dict[str, Tensor]:
 
 
 def _sub_env(env: Any, sd: dict[str, Tensor], n: int) -> Any:
-    sim = type(env)(env.scenario, env.reward_fn, num_envs=n, profile=env.profile, device=env.device,
-                    illegal_action="noop")
+    sim = type(env)(
+        env.scenario, env.reward_fn, num_envs=n, profile=env.profile, device=env.device, illegal_action="noop"
+    )
     sim.load_state_dict(sd)
     return sim
 
 
-def expected_action_values(env: Any, snapshot: dict[str, Tensor], actions: Tensor, replicas: int = 8,
-                           continuation: ActFn | None = None, seed: int = 0) -> tuple[Tensor, Tensor]:
+def expected_action_values(
+    env: Any,
+    snapshot: dict[str, Tensor],
+    actions: Tensor,
+    replicas: int = 8,
+    continuation: ActFn | None = None,
+    seed: int = 0,
+) -> tuple[Tensor, Tensor]:
     """Expected return-to-go of ``actions[m]`` in snapshot row ``m`` → ``(values [M], outcomes [M, 3])``.
 
     ``snapshot`` is a row subset of ``env.state_dict()``; outcomes are those of the first replica.
@@ -133,6 +141,7 @@ def resolve_continuation(pack: Any, continuation: ActFn | str | None) -> ActFn:
     if continuation in (None, "auto"):
         if (Path(pack.path) / "oracle.py").exists():
             from rlops.sandbox.policies import load_oracle  # only packs that ship an oracle need it
+
             oracle = load_oracle(pack)
             if oracle is not None:
                 return oracle
@@ -142,24 +151,38 @@ def resolve_continuation(pack: Any, continuation: ActFn | str | None) -> ActFn:
     raise ValueError(f"continuation must be 'auto', 'rules' or a callable act(env) -> actions, got {continuation!r}")
 
 
-def build_preference_pairs(pack: Any, n_pairs: int, seed: int = 0, reward_version: str | None = None,
-                           profile: str | None = None, replicas: int = 8, min_gap: float = 0.02,
-                           explore: float = 0.5, continuation: ActFn | str | None = "auto",
-                           device: str = "cpu") -> PreferencePairs:
+def build_preference_pairs(
+    pack: Any,
+    n_pairs: int,
+    seed: int = 0,
+    reward_version: str | None = None,
+    profile: str | None = None,
+    replicas: int = 8,
+    min_gap: float = 0.02,
+    explore: float = 0.5,
+    continuation: ActFn | str | None = "auto",
+    device: str = "cpu",
+) -> PreferencePairs:
     """``n_pairs`` preference pairs from states visited by a rule/random behaviour mix.
 
     Only states with at least two legal actions give pairs; states are drawn in proportion to the
     number of action pairs they offer and the two candidates are distinct legal actions drawn
     uniformly. ``continuation`` plays after the candidate action (see :func:`resolve_continuation`):
-    with the pack's oracle an action is scored by the best expected return-to-go it leaves open. Returns fewer pairs only if 10 rounds of rollouts cannot supply them.
+    with the pack's oracle an action is scored by the best expected return-to-go it leaves open.
+    Returns fewer pairs only if 10 rounds of rollouts cannot supply them.
     """
     gen = torch.Generator().manual_seed(seed)
     continuation = resolve_continuation(pack, continuation)
     chunks: list[PreferencePairs] = []
     have = 0
     for round_ in range(10):
-        env = pack.make_env(num_envs=max(n_pairs, 256), reward_version=reward_version, profile=profile,
-                            device=device, seed=seed * 1_000_003 + round_ * 100_000_007)
+        env = pack.make_env(
+            num_envs=max(n_pairs, 256),
+            reward_version=reward_version,
+            profile=profile,
+            device=device,
+            seed=seed * 1_000_003 + round_ * 100_000_007,
+        )
         F = env.layout.n_features
         snaps: list[dict[str, Tensor]] = []
         feats: list[Tensor] = []
@@ -184,29 +207,40 @@ def build_preference_pairs(pack: Any, n_pairs: int, seed: int = 0, reward_versio
         snap = {k: (v if k == "global_step" else v[pick]) for k, v in snap.items()}
         a, b = _two_legal_actions(mask[pick], gen)
         both = {k: (v if k == "global_step" else torch.cat([v, v])) for k, v in snap.items()}
-        values, outcomes = expected_action_values(env, both, torch.cat([a, b]), replicas, continuation,
-                                                  seed + round_)
+        values, outcomes = expected_action_values(env, both, torch.cat([a, b]), replicas, continuation, seed + round_)
         P = pick.numel()
         va, vb, oa, ob = values[:P], values[P:], outcomes[:P], outcomes[P:]
         keep = (va - vb).abs() >= min_gap
         a_wins = va > vb
-        def sel(x: Tensor, y: Tensor) -> Tensor:
+
+        def sel(x: Tensor, y: Tensor, a_wins: Tensor = a_wins) -> Tensor:
             return torch.where(a_wins.unsqueeze(-1) if x.dim() > 1 else a_wins, x, y)
-        chunk = PreferencePairs(states[pick], sel(a, b), sel(b, a), sel(oa, ob), sel(ob, oa), sel(va, vb),
-                                sel(vb, va), env.n_actions)
-        chunk = chunk.subset(keep.nonzero().squeeze(1)[:n_pairs - have])
+
+        chunk = PreferencePairs(
+            states[pick], sel(a, b), sel(b, a), sel(oa, ob), sel(ob, oa), sel(va, vb), sel(vb, va), env.n_actions
+        )
+        chunk = chunk.subset(keep.nonzero().squeeze(1)[: n_pairs - have])
         chunks.append(chunk)
         have += len(chunk)
         if have >= n_pairs:
             break
     if not chunks:
-        raise ValueError("no state with two or more legal actions was visited; the scenario offers no choices "
-                         "to build preference pairs from")
+        raise ValueError(
+            "no state with two or more legal actions was visited; the scenario offers no choices "
+            "to build preference pairs from"
+        )
     return PreferencePairs.cat(chunks)
 
 
-def collect_reward_dataset(pack: Any, episodes: int, seed: int = 0, reward_version: str | None = None,
-                           profile: str | None = None, explore: float = 0.5, device: str = "cpu") -> RewardDataset:
+def collect_reward_dataset(
+    pack: Any,
+    episodes: int,
+    seed: int = 0,
+    reward_version: str | None = None,
+    profile: str | None = None,
+    explore: float = 0.5,
+    device: str = "cpu",
+) -> RewardDataset:
     """Observed steps with their reward totals from one episode per seed (for ``loss='regression'``)."""
     gen = torch.Generator().manual_seed(seed)
     env = pack.make_env(num_envs=episodes, reward_version=reward_version, profile=profile, device=device, seed=seed)
@@ -219,8 +253,9 @@ def collect_reward_dataset(pack: Any, episodes: int, seed: int = 0, reward_versi
         _, reward, term, trunc, info = env.step(actions)
         done = term | trunc
         rows = live.nonzero().squeeze(1)
-        parts.append((obs[rows, :F], actions[rows], outcome_features(info.latency_ms, info.error, done)[rows],
-                      reward[rows]))
+        parts.append(
+            (obs[rows, :F], actions[rows], outcome_features(info.latency_ms, info.error, done)[rows], reward[rows])
+        )
         live = live & ~done
         if not bool(live.any()):
             break
@@ -228,5 +263,13 @@ def collect_reward_dataset(pack: Any, episodes: int, seed: int = 0, reward_versi
     return RewardDataset(s, a, o, r, env.n_actions)
 
 
-__all__ = ["N_OUTCOME", "outcome_features", "latent_columns", "expected_action_values", "build_preference_pairs",
-           "collect_reward_dataset", "rule_continuation", "resolve_continuation"]
+__all__ = [
+    "N_OUTCOME",
+    "outcome_features",
+    "latent_columns",
+    "expected_action_values",
+    "build_preference_pairs",
+    "collect_reward_dataset",
+    "rule_continuation",
+    "resolve_continuation",
+]

@@ -78,8 +78,13 @@ def model_only(fn: Any) -> Any:
 def centred_scores(model: RewardModel, feats: Tensor, actions: Tensor, outcomes: Tensor, masks: Tensor) -> Tensor:
     """``r(s, a) − mean over the legal actions a' of r(s, a')`` (every action scored with ``outcomes``)."""
     n = feats.shape[0]
-    every = torch.stack([model(feats, torch.full((n,), a, dtype=torch.long, device=feats.device), outcomes)
-                         for a in range(model.n_actions)], dim=1)
+    every = torch.stack(
+        [
+            model(feats, torch.full((n,), a, dtype=torch.long, device=feats.device), outcomes)
+            for a in range(model.n_actions)
+        ],
+        dim=1,
+    )
     legal = masks.to(every.dtype)
     mean = (every * legal).sum(dim=1) / legal.sum(dim=1).clamp_min(1.0)
     return every.gather(1, actions.long()[:, None])[:, 0] - mean
@@ -99,9 +104,11 @@ def reward_model_hook(env: Any, model: RewardModel, centred: bool = False) -> An
         out = outcome_features(t.latency_ms, t.error, t.terminated | t.truncated)
         with torch.no_grad():
             chosen = codes.long().clamp_min(0)
-            score = (centred_scores(model, feats, chosen, out, env.action_masks()) if centred
-                     else model(feats, chosen, out))
+            score = (
+                centred_scores(model, feats, chosen, out, env.action_masks()) if centred else model(feats, chosen, out)
+            )
         return torch.where(codes >= 0, score, torch.zeros_like(score))
+
     return hook
 
 
@@ -110,17 +117,30 @@ def apply_reward_source(env: Any, source: RewardSource, model: RewardModel | Non
     if not source.needs_model:
         return
     if model is None:
-        raise ValueError(f"reward source {source.kind!r} needs a trained reward model; train one first "
-                         "(rlops train-reward-model) or use reward source 'scripted'")
+        raise ValueError(
+            f"reward source {source.kind!r} needs a trained reward model; train one first "
+            "(rlops train-reward-model) or use reward source 'scripted'"
+        )
     if model.n_features != env.layout.n_features or model.n_actions != env.n_actions:
-        raise ValueError(f"the reward model scores {model.n_features} state features / {model.n_actions} actions, "
-                         f"but the environment has {env.layout.n_features} / {env.n_actions}; it was trained on "
-                         "another scenario layout")
+        raise ValueError(
+            f"the reward model scores {model.n_features} state features / {model.n_actions} actions, "
+            f"but the environment has {env.layout.n_features} / {env.n_actions}; it was trained on "
+            "another scenario layout"
+        )
     if source.kind == "model":
         env.set_reward_fn(model_only(env.reward_fn))
-    env.add_reward_hook(HOOK_NAME, reward_model_hook(env, model, source.centred), weight=source.model_weight,
-                        rule_ref=None)
+    env.add_reward_hook(
+        HOOK_NAME, reward_model_hook(env, model, source.centred), weight=source.model_weight, rule_ref=None
+    )
 
 
-__all__ = ["REWARD_SOURCES", "HOOK_NAME", "RewardSource", "blend_rewards", "model_only", "centred_scores",
-           "reward_model_hook", "apply_reward_source"]
+__all__ = [
+    "REWARD_SOURCES",
+    "HOOK_NAME",
+    "RewardSource",
+    "blend_rewards",
+    "model_only",
+    "centred_scores",
+    "reward_model_hook",
+    "apply_reward_source",
+]

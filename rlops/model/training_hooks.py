@@ -17,13 +17,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from rlops.common.metrics_sink import MetricsSink
 from rlops.model.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from rlops.model.early_stop import EvalPlateau, StagnationMonitor
 from rlops.model.ewc import EWCPenalty, make_ewc, smoothing_kl
 from rlops.model.normalize import ReturnScaler
 from rlops.model.policy import PolicyNetwork
 from rlops.model.ppo_config import PPOConfig, resolve_device
-from rlops.common.metrics_sink import MetricsSink
 
 log = logging.getLogger("rlops.model.ppo")  # the loop's own logger: messages read as PPO's
 
@@ -42,8 +42,10 @@ def check_device(cfg: PPOConfig, env: Any) -> torch.device:
     """The device ``cfg.device`` resolves to, which must be the environment's."""
     device = resolve_device(cfg.device)
     if env.device.type != device.type:
-        raise ValueError(f"the environment is on {env.device} but PPOConfig.device resolves to {device}; "
-                         f"create it with pack.make_env(..., device='{device.type}') so no step crosses devices")
+        raise ValueError(
+            f"the environment is on {env.device} but PPOConfig.device resolves to {device}; "
+            f"create it with pack.make_env(..., device='{device.type}') so no step crosses devices"
+        )
     return device
 
 
@@ -62,11 +64,26 @@ def rollout_buffers(T: int, N: int, D: int, A: int, device: torch.device) -> tup
     return obs_buf, final_obs_buf, mask_buf, act_buf, logp_buf, rew_buf, val_buf, term_buf, trunc_buf
 
 
-def log_run_params(tracker: MetricsSink, cfg: PPOConfig, policy: PolicyNetwork, env: Any, batch_size: int,
-                   minibatch_size: int, num_iterations: int) -> None:
-    tracker.log_params({**cfg.to_params(), "policy_parameters": policy.num_parameters(), "num_envs": env.num_envs,
-                        "batch_size": batch_size, "minibatch_size": minibatch_size,
-                        "num_iterations": num_iterations, "reward_fn_version": env.reward_fn.version})
+def log_run_params(
+    tracker: MetricsSink,
+    cfg: PPOConfig,
+    policy: PolicyNetwork,
+    env: Any,
+    batch_size: int,
+    minibatch_size: int,
+    num_iterations: int,
+) -> None:
+    tracker.log_params(
+        {
+            **cfg.to_params(),
+            "policy_parameters": policy.num_parameters(),
+            "num_envs": env.num_envs,
+            "batch_size": batch_size,
+            "minibatch_size": minibatch_size,
+            "num_iterations": num_iterations,
+            "reward_fn_version": env.reward_fn.version,
+        }
+    )
 
 
 def anneal(cfg: PPOConfig, optimizer: torch.optim.Optimizer, iteration: int, num_iterations: int) -> float:
@@ -85,10 +102,18 @@ def checkpoint_to_resume(cfg: PPOConfig, resume_from: str | Path | None) -> Path
     return Path(resume_from) if resume_from is not None else None
 
 
-def resume(ckpt_path: Path, cfg: PPOConfig, device: torch.device, policy: PolicyNetwork,
-           optimizer: torch.optim.Optimizer, gen: torch.Generator, env: Any, stagnation: StagnationMonitor,
-           plateau: EvalPlateau, scaler: ReturnScaler | None
-           ) -> tuple[int, int, float, EWCPenalty | None, str]:
+def resume(
+    ckpt_path: Path,
+    cfg: PPOConfig,
+    device: torch.device,
+    policy: PolicyNetwork,
+    optimizer: torch.optim.Optimizer,
+    gen: torch.Generator,
+    env: Any,
+    stagnation: StagnationMonitor,
+    plateau: EvalPlateau,
+    scaler: ReturnScaler | None,
+) -> tuple[int, int, float, EWCPenalty | None, str]:
     """Load every piece of training state from ``ckpt_path`` in place; returns
     ``(iteration, global_step, elapsed_s, ewc, reward_fn_version)`` of the checkpoint."""
     ck = load_checkpoint(ckpt_path, device)
@@ -110,22 +135,44 @@ def resume(ckpt_path: Path, cfg: PPOConfig, device: torch.device, policy: Policy
 
 def checkpoint_due(cfg: PPOConfig, iteration: int, num_iterations: int) -> bool:
     """Every ``checkpoint_every`` iterations, and after the last one (when checkpoints are on)."""
-    return bool(cfg.checkpoint_every and cfg.checkpoint_dir and (iteration % cfg.checkpoint_every == 0
-                                                                 or iteration == num_iterations))
+    return bool(
+        cfg.checkpoint_every
+        and cfg.checkpoint_dir
+        and (iteration % cfg.checkpoint_every == 0 or iteration == num_iterations)
+    )
 
 
-def save_state(cfg: PPOConfig, iteration: int, global_step: int, elapsed: float, policy: PolicyNetwork,
-               optimizer: torch.optim.Optimizer, gen: torch.Generator, env: Any, stagnation: StagnationMonitor,
-               plateau: EvalPlateau, scaler: ReturnScaler | None, ewc: EWCPenalty | None,
-               reward_version: str) -> Path:
+def save_state(
+    cfg: PPOConfig,
+    iteration: int,
+    global_step: int,
+    elapsed: float,
+    policy: PolicyNetwork,
+    optimizer: torch.optim.Optimizer,
+    gen: torch.Generator,
+    env: Any,
+    stagnation: StagnationMonitor,
+    plateau: EvalPlateau,
+    scaler: ReturnScaler | None,
+    ewc: EWCPenalty | None,
+    reward_version: str,
+) -> Path:
     """Checkpoint everything :func:`resume` needs to continue bit-identically."""
     assert cfg.checkpoint_dir is not None, "save_state runs only when checkpoint_due (checkpoints on)"
     state: dict[str, Any] = {
-        "iteration": iteration, "global_step": global_step, "elapsed_s": elapsed,
-        "policy": policy.state_dict(), "policy_config": policy.config.to_dict(),
-        "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-        "generator": gen.get_state(), "env": env.state_dict(), "stagnation": stagnation.state_dict(),
-        "reward_fn_version": reward_version, "config": cfg.to_params()}
+        "iteration": iteration,
+        "global_step": global_step,
+        "elapsed_s": elapsed,
+        "policy": policy.state_dict(),
+        "policy_config": policy.config.to_dict(),
+        "optimizer": optimizer.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "generator": gen.get_state(),
+        "env": env.state_dict(),
+        "stagnation": stagnation.state_dict(),
+        "reward_fn_version": reward_version,
+        "config": cfg.to_params(),
+    }
     if ewc is not None:
         state["ewc"] = ewc.state_dict()
     state["plateau"] = plateau.state_dict()
@@ -134,8 +181,15 @@ def save_state(cfg: PPOConfig, iteration: int, global_step: int, elapsed: float,
     return save_checkpoint(cfg.checkpoint_dir, iteration, state, keep=cfg.keep_checkpoints)
 
 
-def hot_reload(iteration: int, global_step: int, env: Any, reward_source: Callable[[int], Any] | None,
-               reward_version: str, switches: list[RewardSwitch], tracker: MetricsSink) -> str:
+def hot_reload(
+    iteration: int,
+    global_step: int,
+    env: Any,
+    reward_source: Callable[[int], Any] | None,
+    reward_version: str,
+    switches: list[RewardSwitch],
+    tracker: MetricsSink,
+) -> str:
     """Swap in the reward function ``reward_source`` hands out for ``iteration`` and record any
     change (also one made to ``env`` from outside); returns the version now in force."""
     if reward_source is not None:
@@ -144,26 +198,48 @@ def hot_reload(iteration: int, global_step: int, env: Any, reward_source: Callab
             env.set_reward_fn(new_fn)
     if env.reward_fn.version != reward_version:
         switches.append(RewardSwitch(iteration, global_step, reward_version, env.reward_fn.version))
-        log.warning("reward function switched at iteration %d: %s -> %s", iteration, reward_version[:12],
-                    env.reward_fn.version[:12])
+        log.warning(
+            "reward function switched at iteration %d: %s -> %s",
+            iteration,
+            reward_version[:12],
+            env.reward_fn.version[:12],
+        )
         tracker.log_params({f"reward_fn_switch_{iteration}": f"{reward_version} -> {env.reward_fn.version}"})
         reward_version = env.reward_fn.version
     return reward_version
 
 
-def ewc_if_due(cfg: PPOConfig, ewc: EWCPenalty | None, policy: PolicyNetwork, b_obs: Tensor, b_masks: Tensor,
-               batch_size: int, gen: torch.Generator, device: torch.device) -> EWCPenalty | None:
+def ewc_if_due(
+    cfg: PPOConfig,
+    ewc: EWCPenalty | None,
+    policy: PolicyNetwork,
+    b_obs: Tensor,
+    b_masks: Tensor,
+    batch_size: int,
+    gen: torch.Generator,
+    device: torch.device,
+) -> EWCPenalty | None:
     """The EWC penalty of an incremental run, built once from the first rollout."""
     if cfg.mode == "incremental" and cfg.ewc_lambda > 0 and ewc is None:
         # Fisher on the states the warm-started policy just visited, before any update.
-        pick = torch.randperm(batch_size, generator=gen, device=device)[:cfg.ewc_samples]
+        pick = torch.randperm(batch_size, generator=gen, device=device)[: cfg.ewc_samples]
         ewc = make_ewc(policy, b_obs[pick], b_masks[pick], cfg.ewc_lambda, gen)
     return ewc
 
 
-def smoothing_term(cfg: PPOConfig, policy: PolicyNetwork, mb: Tensor, mb_logp_all: Tensor, mb_masks: Tensor,
-                   b_obs: Tensor, b_masks: Tensor, b_done: Tensor, N: int, batch_size: int,
-                   device: torch.device) -> Tensor:
+def smoothing_term(
+    cfg: PPOConfig,
+    policy: PolicyNetwork,
+    mb: Tensor,
+    mb_logp_all: Tensor,
+    mb_masks: Tensor,
+    b_obs: Tensor,
+    b_masks: Tensor,
+    b_done: Tensor,
+    N: int,
+    batch_size: int,
+    device: torch.device,
+) -> Tensor:
     """KL between the policy at step t and t+1 of the same episode (0 when smoothing is off)."""
     if cfg.smoothing_coef <= 0:
         return torch.zeros((), device=device)
@@ -174,9 +250,15 @@ def smoothing_term(cfg: PPOConfig, policy: PolicyNetwork, mb: Tensor, mb_logp_al
     return smoothing_kl(mb_logp_all, mb_masks, nxt_logp, b_masks[nxt], valid)
 
 
-def iteration_metrics(stats: list[Tensor], episodes: tuple[Tensor, Tensor, Tensor, Tensor, Tensor],
-                      explained_var: float, stagnation: StagnationMonitor, optimizer: torch.optim.Optimizer,
-                      scaler: ReturnScaler | None, **counters: float) -> dict[str, float]:
+def iteration_metrics(
+    stats: list[Tensor],
+    episodes: tuple[Tensor, Tensor, Tensor, Tensor, Tensor],
+    explained_var: float,
+    stagnation: StagnationMonitor,
+    optimizer: torch.optim.Optimizer,
+    scaler: ReturnScaler | None,
+    **counters: float,
+) -> dict[str, float]:
     """The metrics of one iteration (one host copy). ``episodes`` = summed ``(return, length,
     count, illegal actions, human takeovers)`` of the episodes that ended in the rollout;
     ``counters``: ``sps``, ``epochs_run``, ``iteration``, ``global_step``, ``elapsed_s``, ``ent_coef``.
@@ -189,25 +271,42 @@ def iteration_metrics(stats: list[Tensor], episodes: tuple[Tensor, Tensor, Tenso
     ep_return = float(ep_ret / ep_cnt) if n_eps else float("nan")
     stagnated = stagnation.update(ep_return)
     return {
-        "episodic_return": ep_return, "episodic_length": float(ep_len / ep_cnt) if n_eps else float("nan"),
-        "episodes": n_eps, "policy_loss": means[0], "value_loss": means[1], "entropy": means[2],
-        "approx_kl": s[-1, 3].item(), "old_approx_kl": s[-1, 4].item(), "clipfrac": means[5],
-        "explained_variance": explained_var, "ewc_penalty": means[6],
-        "smoothing_kl": means[7], "learning_rate": optimizer.param_groups[0]["lr"],
-        "illegal_actions": float(illegal), "human_takeover_rate": float(takeover) / n_eps if n_eps else 0.0,
-        "sps": counters["sps"], "stagnation": float(stagnated), "update_epochs_run": float(counters["epochs_run"]),
-        "iteration": float(counters["iteration"]), "global_step": float(counters["global_step"]),
-        "elapsed_s": counters["elapsed_s"], "ent_coef": counters["ent_coef"],
+        "episodic_return": ep_return,
+        "episodic_length": float(ep_len / ep_cnt) if n_eps else float("nan"),
+        "episodes": n_eps,
+        "policy_loss": means[0],
+        "value_loss": means[1],
+        "entropy": means[2],
+        "approx_kl": s[-1, 3].item(),
+        "old_approx_kl": s[-1, 4].item(),
+        "clipfrac": means[5],
+        "explained_variance": explained_var,
+        "ewc_penalty": means[6],
+        "smoothing_kl": means[7],
+        "learning_rate": optimizer.param_groups[0]["lr"],
+        "illegal_actions": float(illegal),
+        "human_takeover_rate": float(takeover) / n_eps if n_eps else 0.0,
+        "sps": counters["sps"],
+        "stagnation": float(stagnated),
+        "update_epochs_run": float(counters["epochs_run"]),
+        "iteration": float(counters["iteration"]),
+        "global_step": float(counters["global_step"]),
+        "elapsed_s": counters["elapsed_s"],
+        "ent_coef": counters["ent_coef"],
         "reward_scale": float(scaler.rms.var.sqrt()) if scaler is not None else 1.0,
     }
 
 
-def report_iteration(metrics: dict[str, float], stagnation: StagnationMonitor, bar: Any, tracker: MetricsSink,
-                     global_step: int) -> None:
+def report_iteration(
+    metrics: dict[str, float], stagnation: StagnationMonitor, bar: Any, tracker: MetricsSink, global_step: int
+) -> None:
     """Warn once when the return stagnates, move the progress bar, log the iteration's metrics."""
     if metrics["stagnation"] and stagnation.since == stagnation.window:
-        log.warning("stagnation: the episodic return has not improved for %d iterations (best %.4f)",
-                    stagnation.window, stagnation.best)
+        log.warning(
+            "stagnation: the episodic return has not improved for %d iterations (best %.4f)",
+            stagnation.window,
+            stagnation.best,
+        )
     bar.set_postfix(ret=f"{metrics['episodic_return']:.3f}", kl=f"{metrics['approx_kl']:.4f}", refresh=False)
     bar.update(1)
     tracker.log_metrics(metrics, step=global_step)

@@ -8,15 +8,16 @@ variables. Every program here maps whole columns at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from rlops.sandbox.errors import ExprError, PackError
 from rlops.sandbox.expr import BOOL, NUM, CompiledExpr, ExprType, compile_expr, standard_normal
-from rlops.sandbox.rng import StepRandom, combine
 from rlops.sandbox.init_sampler import InitSampler
+from rlops.sandbox.rng import StepRandom, combine
 from rlops.sandbox.spec import ActionSpec, FieldSpec, ScenarioSpec, SimulationProfile
 
 Tensor = torch.Tensor
@@ -94,28 +95,42 @@ class CompiledScenario:
         for f in spec.fields:
             if f.visible_when is not None:
                 self.visible[f.path] = self._expr(f.visible_when, BOOL, f.line, f"{f.path}.visible_when")
-        random_fields = [f.path for f in spec.fields if InitSampler.is_random(f.init) or any(
-            InitSampler.is_random(sh.init[f.path]) for p in spec.profiles.values() for sh in p.population
-            if f.path in sh.init)]
+        random_fields = [
+            f.path
+            for f in spec.fields
+            if InitSampler.is_random(f.init)
+            or any(
+                InitSampler.is_random(sh.init[f.path])
+                for p in spec.profiles.values()
+                for sh in p.population
+                if f.path in sh.init
+            )
+        ]
         self.draw_slots = {path: k for k, path in enumerate(random_fields)}
         self.init = InitSampler(self, {})
         self.profiles = {name: self._compile_profile(p) for name, p in spec.profiles.items()}
-        self.preconditions = [self._expr(a.precondition, BOOL, a.line, f"actions.{a.name}.precondition")
-                              for a in spec.actions]
+        self.preconditions = [
+            self._expr(a.precondition, BOOL, a.line, f"actions.{a.name}.precondition") for a in spec.actions
+        ]
         self.required = [self._required(a) for a in spec.actions]
         self.effects = [self._effects(a) for a in spec.actions]
         self.terminal = [self._expr(a.terminal, BOOL, a.line, f"actions.{a.name}.terminal") for a in spec.actions]
-        self.terminal_when = (None if spec.terminal_when is None else
-                              self._expr(spec.terminal_when, BOOL, None, "terminal_when"))
-        self.rules = [(self._expr(r.when, BOOL, r.line, f"rule_policy[{i}].when"), self.action_names.index(r.action))
-                      for i, r in enumerate(spec.rule_policy)]
+        self.terminal_when = (
+            None if spec.terminal_when is None else self._expr(spec.terminal_when, BOOL, None, "terminal_when")
+        )
+        self.rules = [
+            (self._expr(r.when, BOOL, r.line, f"rule_policy[{i}].when"), self.action_names.index(r.action))
+            for i, r in enumerate(spec.rule_policy)
+        ]
         self.human_takeover = torch.tensor([a.human_takeover for a in spec.actions])
         self.role_names = tuple(r.name for r in spec.roles)
         owner = {a: k for k, r in enumerate(spec.roles) for a in r.actions}
         self.action_roles = tuple(owner[a] for a in self.action_names) if spec.roles else ()
         self._action_role = torch.tensor(self.action_roles, dtype=torch.long)
-        self.acts_when = [None if r.acts_when is None else
-                          self._expr(r.acts_when, BOOL, r.line, f"roles.{r.name}.acts_when") for r in spec.roles]
+        self.acts_when = [
+            None if r.acts_when is None else self._expr(r.acts_when, BOOL, r.line, f"roles.{r.name}.acts_when")
+            for r in spec.roles
+        ]
         self.layout = self._layout()
 
     # ---- columns and expressions -------------------------------------------------------------
@@ -129,28 +144,42 @@ class CompiledScenario:
             return self.columns[path], self.types[path]
         return None
 
-    def _expr(self, source: Any, want: ExprType, line: int | None, where: str,
-              resolve: Callable[[str], Any] | None = None, allow_random: bool = False,
-              draw_offset: int = 0) -> CompiledExpr:
+    def _expr(
+        self,
+        source: Any,
+        want: ExprType,
+        line: int | None,
+        where: str,
+        resolve: Callable[[str], Any] | None = None,
+        allow_random: bool = False,
+        draw_offset: int = 0,
+    ) -> CompiledExpr:
         try:
-            return compile_expr(source, resolve or self.resolve, want=want, allow_random=allow_random,
-                                draw_offset=draw_offset)
+            return compile_expr(
+                source, resolve or self.resolve, want=want, allow_random=allow_random, draw_offset=draw_offset
+            )
         except ExprError as exc:
             raise PackError(self.file, line, where, f"illegal expression: {exc}") from None
 
     # ---- initial state -------------------------------------------------------------------------
     def _compile_profile(self, profile: SimulationProfile) -> dict[str, Any]:
-        shifts = [(shift.probability, InitSampler(self, shift.init, only=set(shift.init)))
-                  for shift in profile.population]
+        shifts = [
+            (shift.probability, InitSampler(self, shift.init, only=set(shift.init))) for shift in profile.population
+        ]
         err = []
         for a in self.spec.actions:
             api_rate = profile.error_rates.get(a.api, 0.0) if a.api else 0.0
             err.append(1.0 - (1.0 - a.error_rate) * (1.0 - api_rate))
         own = [profile.action_latency_ms.get(a.name, (a.latency_mean_ms, a.latency_std_ms)) for a in self.spec.actions]
-        return {"profile": profile, "shifts": shifts, "error_rate": torch.tensor(err),
-                "latency_mean": torch.tensor([m for m, _ in own]), "latency_std": torch.tensor([s for _, s in own]),
-                "shift_vector_cols": [set(s.vector.cols.tolist()) for _, s in shifts],
-                "jitter": profile.latency_jitter_ms}
+        return {
+            "profile": profile,
+            "shifts": shifts,
+            "error_rate": torch.tensor(err),
+            "latency_mean": torch.tensor([m for m, _ in own]),
+            "latency_std": torch.tensor([s for _, s in own]),
+            "shift_vector_cols": [set(s.vector.cols.tolist()) for _, s in shifts],
+            "jitter": profile.latency_jitter_ms,
+        }
 
     def sample_initial(self, key: Tensor, profile: str) -> Tensor:
         """Initial states for episode keys ``key[N]`` under a simulation profile."""
@@ -196,8 +225,12 @@ class CompiledScenario:
         for path in a.required_fields:
             f = self.fields[path]
             if not f.observed:
-                raise PackError(self.file, a.line, f"actions.{a.name}.required_fields",
-                                f"required field '{path}' is never observable (observed: false)")
+                raise PackError(
+                    self.file,
+                    a.line,
+                    f"actions.{a.name}.required_fields",
+                    f"required field '{path}' is never observable (observed: false)",
+                )
             if path in self.visible:
                 out.append(self.visible[path])
         return out
@@ -245,8 +278,9 @@ class CompiledScenario:
         self._draw = STEP_DRAWS
 
         def expr(source: Any, want: ExprType, where: str) -> CompiledExpr:
-            ce = self._expr(source, want, a.line if e.line is None else e.line, where, allow_random=True,
-                            draw_offset=self._draw)
+            ce = self._expr(
+                source, want, a.line if e.line is None else e.line, where, allow_random=True, draw_offset=self._draw
+            )
             self._draw += ce.random_draws
             return ce
 
@@ -267,14 +301,22 @@ class CompiledScenario:
                     assigns.append((self.columns[target], float(value), f))
                     continue
                 if f.type == "enum" and isinstance(value, str) and value.isidentifier() and value not in self.columns:
-                    raise PackError(self.file, e.line, f"{where}.set.{target}",
-                                    f"unknown enum value '{value}' (expected one of {list(f.values)} "
-                                    "or an expression of that enum)")
+                    raise PackError(
+                        self.file,
+                        e.line,
+                        f"{where}.set.{target}",
+                        f"unknown enum value '{value}' (expected one of {list(f.values)} "
+                        "or an expression of that enum)",
+                    )
                 want = self.types[target] if f.type == "enum" else (BOOL if f.type == "bool" else NUM)
                 ce = expr(value, want, f"{where}.set.{target}")
                 if f.type == "enum" and ce.type != want:
-                    raise PackError(self.file, e.line, f"{where}.set.{target}",
-                                    f"type mismatch: expected a value of {want}, got {ce.type}")
+                    raise PackError(
+                        self.file,
+                        e.line,
+                        f"{where}.set.{target}",
+                        f"type mismatch: expected a value of {want}, got {ce.type}",
+                    )
                 assigns.append((self.columns[target], ce, f))
             out.append(_Effect(when, prob, assigns, prob_draw))
         self.step_draws = max(getattr(self, "step_draws", STEP_DRAWS), self._draw)
@@ -363,8 +405,9 @@ class CompiledScenario:
         self._bool_idx = torch.tensor(self._bool_cols, dtype=torch.long)
         self._num_off = torch.tensor(num_off)
         self._num_scale = torch.tensor(num_scale)
-        return ObsLayout(len(names), self.n_actions, self.spec.history_len, tuple(names), self.action_roles,
-                         self.role_names)
+        return ObsLayout(
+            len(names), self.n_actions, self.spec.history_len, tuple(names), self.action_roles, self.role_names
+        )
 
     def encode(self, S: Tensor, masks: Tensor, history: Tensor) -> Tensor:
         """Observation ``[N, layout.dim]``; a field that is not yet visible reads as 0."""
@@ -398,14 +441,15 @@ class CompiledScenario:
 
 def _numeric_scale(f: FieldSpec) -> tuple[float, float]:
     """Offset and scale that map a numeric field to roughly [-1, 1]."""
-    if f.bounded and f.max > f.min:  # type: ignore[operator]
-        mid = (f.max + f.min) / 2  # type: ignore[operator]
-        return mid, 2.0 / (f.max - f.min)  # type: ignore[operator]
+    if f.bounded and f.max > f.min:  # type: ignore[operator]  # bounded: min and max are set
+        mid = (f.max + f.min) / 2  # type: ignore[operator]  # bounded: min and max are set
+        return mid, 2.0 / (f.max - f.min)  # type: ignore[operator]  # bounded: min and max are set
     init = f.init
     if init.dist == "normal" and all(isinstance(init.params[k], (int, float)) for k in ("mean", "std")):
         return float(init.params["mean"]), 1.0 / max(float(init.params["std"]) * 2, 1e-6)
     if init.dist == "lognormal" and all(isinstance(init.params[k], (int, float)) for k in ("mean", "sigma")):
         import math
+
         m = math.exp(float(init.params["mean"]))
         return m, 1.0 / max(m * 2, 1e-6)
     lo = f.min if f.min is not None else 0.0

@@ -75,9 +75,10 @@ def _resolver(scenario: CompiledScenario) -> Any:
         if path == "action":
             return 2 * n, action_type
         if path.startswith(BEFORE):
-            found = scenario.resolve(path[len(BEFORE):])
+            found = scenario.resolve(path[len(BEFORE) :])
             return None if found is None else (found[0] + n, found[1])
         return scenario.resolve(path)
+
     return resolve
 
 
@@ -89,8 +90,7 @@ def _split(raw: Any) -> tuple[Any, Any, Any]:
     if isinstance(raw, dict):
         unknown = set(raw) - {"check", "when", "actions"}
         if unknown or "check" not in raw:
-            raise ExprError(f"a constraint mapping takes 'check' (required), 'when' and 'actions'; got "
-                            f"{sorted(raw)}")
+            raise ExprError(f"a constraint mapping takes 'check' (required), 'when' and 'actions'; got {sorted(raw)}")
         return raw["check"], raw.get("when"), raw.get("actions")
     raise ExprError(f"expected a constraint string ('<check> [when <condition>]') or a mapping, got {raw!r}")
 
@@ -105,8 +105,12 @@ def parse_constraints(rules: dict[str, Any], scenario: CompiledScenario, file: s
             continue
         line_of = getattr(body, "line_of", lambda _k: None)
         if not isinstance(raw_list, list):
-            raise PackError(file, line_of("constraints"), f"rules.{rid}.constraints",
-                            "expected a list of constraints ('<check> [when <condition>]')")
+            raise PackError(
+                file,
+                line_of("constraints"),
+                f"rules.{rid}.constraints",
+                "expected a list of constraints ('<check> [when <condition>]')",
+            )
         for i, raw in enumerate(raw_list):
             line = getattr(raw_list, "line_of", lambda _i: None)(i) or line_of("constraints")
             where = f"rules.{rid}.constraints[{i}]"

@@ -19,8 +19,15 @@ import torch
 
 from rlops.sandbox.compile import CompiledScenario, ObsLayout
 from rlops.sandbox.expr import standard_normal
-from rlops.sandbox.reward import (ColumnLayout, EnumColumn, RewardFunction, RewardHook, RewardRuntime, StateView,
-                            Transition)
+from rlops.sandbox.reward import (
+    ColumnLayout,
+    EnumColumn,
+    RewardFunction,
+    RewardHook,
+    RewardRuntime,
+    StateView,
+    Transition,
+)
 from rlops.sandbox.rng import StepRandom, column_weights, combine, seed_key, state_hash
 
 Tensor = torch.Tensor
@@ -64,16 +71,24 @@ class BatchedEnv:
             ``noop`` leaves that episode's state unchanged and counts it in ``info.illegal``.
     """
 
-    def __init__(self, scenario: CompiledScenario, reward_fn: RewardFunction, num_envs: int = 1,
-                 profile: str | None = None, device: str | torch.device = "cpu",
-                 illegal_action: str = "raise"):
+    def __init__(
+        self,
+        scenario: CompiledScenario,
+        reward_fn: RewardFunction,
+        num_envs: int = 1,
+        profile: str | None = None,
+        device: str | torch.device = "cpu",
+        illegal_action: str = "raise",
+    ):
         self.scenario = scenario
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.profile = profile or scenario.spec.default_profile
         if self.profile not in scenario.profiles:
-            raise ValueError(f"unknown simulation profile '{self.profile}' "
-                             f"(profiles of {scenario.spec.name}: {sorted(scenario.profiles)})")
+            raise ValueError(
+                f"unknown simulation profile '{self.profile}' "
+                f"(profiles of {scenario.spec.name}: {sorted(scenario.profiles)})"
+            )
         if illegal_action not in ("raise", "noop"):
             raise ValueError("illegal_action must be 'raise' or 'noop'")
         self.illegal_action = illegal_action
@@ -142,12 +157,22 @@ class BatchedEnv:
 
     def state_dict(self) -> dict[str, Tensor]:
         """Everything needed to continue exactly from here (checkpointing)."""
-        return {"S": self.S.clone(), "seeds": self.seeds.clone(), "episodes": self.episodes.clone(),
-                "history": self.history.clone(), "ep_return": self.ep_return.clone(),
-                "pending": self.reward.pending.clone(), "global_step": torch.tensor(self.global_step)}
+        return {
+            "S": self.S.clone(),
+            "seeds": self.seeds.clone(),
+            "episodes": self.episodes.clone(),
+            "history": self.history.clone(),
+            "ep_return": self.ep_return.clone(),
+            "pending": self.reward.pending.clone(),
+            "global_step": torch.tensor(self.global_step),
+        }
 
     def load_state_dict(self, sd: dict[str, Tensor]) -> None:
-        self.S, self.seeds, self.episodes = sd["S"].to(self.device), sd["seeds"].to(self.device), sd["episodes"].to(self.device)
+        self.S, self.seeds, self.episodes = (
+            sd["S"].to(self.device),
+            sd["seeds"].to(self.device),
+            sd["episodes"].to(self.device),
+        )
         self.history, self.ep_return = sd["history"].to(self.device), sd["ep_return"].to(self.device)
         self.reward.pending = sd["pending"].to(self.device)
         self.global_step = int(sd["global_step"])
@@ -162,7 +187,11 @@ class BatchedEnv:
         with torch.inference_mode(), torch.profiler.record_function("rlops/env_step"):
             obs, reward, terminated, truncated, info = self._step(actions)
         self.S, self._masks, self.history = self.S.clone(), self._masks.clone(), self.history.clone()
-        self.ep_return, self.episodes, self._ep_key = self.ep_return.clone(), self.episodes.clone(), self._ep_key.clone()
+        self.ep_return, self.episodes, self._ep_key = (
+            self.ep_return.clone(),
+            self.episodes.clone(),
+            self._ep_key.clone(),
+        )
         self.reward.pending = self.reward.pending.clone()
         info = StepInfo(*(getattr(info, f.name).clone() for f in dataclasses.fields(info)))
         return obs.clone(), reward.clone(), terminated.clone(), truncated.clone(), info
@@ -177,12 +206,15 @@ class BatchedEnv:
             bad = int(illegal.nonzero()[0, 0])
             raise IllegalActionError(
                 f"action {int(actions[bad])} ({self._action_name(int(actions[bad]))}) is not legal in "
-                f"episode {bad}; legal: {[self.action_names[j] for j in self._masks[bad].nonzero().flatten().tolist()]}")
+                f"episode {bad}; legal: {[self.action_names[j] for j in self._masks[bad].nonzero().flatten().tolist()]}"
+            )
         role = self.scenario.acting_role(S)
         R = StepRandom(combine(self._ep_key, state_hash(S, self._col_w)), self.scenario.step_draws)
         # ---- latency and API errors of the chosen action (profile-dependent)
         a_idx = actions.clamp(0, self.n_actions - 1)
-        latency = (self._lat_mean[a_idx] + self._lat_std[a_idx] * standard_normal(R.uniform(0), R.uniform(1))).clamp_min(0)
+        latency = (
+            self._lat_mean[a_idx] + self._lat_std[a_idx] * standard_normal(R.uniform(0), R.uniform(1))
+        ).clamp_min(0)
         lo, hi = self._jitter
         if hi > 0:
             latency = latency + lo + (hi - lo) * R.uniform(2)
@@ -206,24 +238,40 @@ class BatchedEnv:
         truncated = ~terminated & (S_next[:, self._c_step] >= self.horizon)
         done = terminated | truncated
         # ---- reward
-        t = Transition(StateView(S, self._col_layout), StateView(S_next, self._col_layout),
-                       EnumColumn(torch.where(legal, a_idx, -1).float(), self.action_names, "action"),
-                       error, latency, terminated, truncated, role=role if self.role_names else None)
+        t = Transition(
+            StateView(S, self._col_layout),
+            StateView(S_next, self._col_layout),
+            EnumColumn(torch.where(legal, a_idx, -1).float(), self.action_names, "action"),
+            error,
+            latency,
+            terminated,
+            truncated,
+            role=role if self.role_names else None,
+        )
         for h in self.reward.hooks:
             t.external[h.name] = torch.zeros(n, device=self.device)
         with torch.profiler.record_function("rlops/reward"):  # a no-op unless a profiler runs
-            reward, breakdown = self.reward.compute(t, torch.where(ok, a_idx, -1), S_next[:, self._c_repeat],
-                                                    done, self.global_step)
+            reward, breakdown = self.reward.compute(
+                t, torch.where(ok, a_idx, -1), S_next[:, self._c_repeat], done, self.global_step
+            )
         self.global_step += n
         # ---- bookkeeping, final observation, autoreset
         self.history = torch.cat([self.history[:, 1:], torch.where(legal, a_idx + 1, 0).unsqueeze(1)], dim=1)
         self.ep_return = self.ep_return + reward
         masks_next = self.scenario.action_masks(S_next)
         final_obs = self.scenario.encode(S_next, masks_next, self.history)
-        info = StepInfo(final_obs=final_obs, reward_breakdown=breakdown, latency_ms=latency, error=error,
-                        illegal=illegal, human_takeover=legal & self._takeover[a_idx] & ok,
-                        episode_return=self.ep_return.clone(), episode_length=S_next[:, self._c_step].clone(),
-                        segment=S_next[:, self._c_segment].clone(), role=role)
+        info = StepInfo(
+            final_obs=final_obs,
+            reward_breakdown=breakdown,
+            latency_ms=latency,
+            error=error,
+            illegal=illegal,
+            human_takeover=legal & self._takeover[a_idx] & ok,
+            episode_return=self.ep_return.clone(),
+            episode_length=S_next[:, self._c_step].clone(),
+            segment=S_next[:, self._c_segment].clone(),
+            role=role,
+        )
         self.S, self._masks = S_next, masks_next
         self._check_live(done)
         return self._autoreset(done, final_obs), reward, terminated, truncated, info
@@ -239,7 +287,8 @@ class BatchedEnv:
             raise NoLegalActionError(
                 f"{self.scenario.file}: episode {i} reached a non-terminal state with no legal action after "
                 f"actions {[self._action_name(int(a) - 1) for a in self.history[i] if int(a) > 0]}; "
-                "every reachable state needs at least one legal action")
+                "every reachable state needs at least one legal action"
+            )
 
     def _autoreset(self, done: Tensor, final_obs: Tensor) -> Tensor:
         """Start the next episode where one ended; return the observation after the reset."""

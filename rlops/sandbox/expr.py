@@ -18,16 +18,41 @@ from __future__ import annotations
 
 import ast
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from rlops.sandbox.errors import ExprError
-from rlops.sandbox.expr_runtime import (_BINOPS, _CMPOPS, _NUM_FUNCS, _RANDOM_FUNCS, BOOL, NUM, Compiled, CompiledExpr,
-                                  ExprType, RandomSource, Tensor, Value, _as_float, _minmax, standard_normal)
+from rlops.sandbox.expr_runtime import (
+    _BINOPS,
+    _CMPOPS,
+    _NUM_FUNCS,
+    _RANDOM_FUNCS,
+    BOOL,
+    NUM,
+    Compiled,
+    CompiledExpr,
+    ExprType,
+    RandomSource,
+    Tensor,
+    Value,
+    _as_float,
+    _minmax,
+    standard_normal,
+)
 
-__all__ = ["BOOL", "NUM", "Compiled", "CompiledExpr", "ExprType", "RandomSource", "Resolver", "compile_expr",
-           "standard_normal"]
+__all__ = [
+    "BOOL",
+    "NUM",
+    "Compiled",
+    "CompiledExpr",
+    "ExprType",
+    "RandomSource",
+    "Resolver",
+    "compile_expr",
+    "standard_normal",
+]
 
 Resolver = Callable[[str], "tuple[int, ExprType] | None"]
 
@@ -59,9 +84,12 @@ class _Compiler:
     def visit(self, node: ast.AST) -> tuple[Compiled, ExprType, Any]:
         method = getattr(self, "v_" + type(node).__name__, None)
         if method is None:
-            raise self.fail(node, f"'{type(node).__name__}' is not allowed (allowed: comparisons, "
-                                  "and/or/not, arithmetic, field access, enum literals, "
-                                  "min/max/abs/clip, a if c else b)")
+            raise self.fail(
+                node,
+                f"'{type(node).__name__}' is not allowed (allowed: comparisons, "
+                "and/or/not, arithmetic, field access, enum literals, "
+                "min/max/abs/clip, a if c else b)",
+            )
         compiled: tuple[Compiled, ExprType, Any] = method(node)
         return compiled
 
@@ -82,7 +110,7 @@ class _Compiler:
             return (lambda S, R: f), NUM, f
         if isinstance(v, str):
             # a string literal is compared by its enum code at compile time, never evaluated as a value
-            return (lambda S, R: v), ExprType("str"), v  # type: ignore[return-value]
+            return (lambda S, R: v), ExprType("str"), v  # type: ignore[return-value]  # a string literal is an enum value, not a tensor
         raise self.fail(node, f"literal {v!r} is not allowed")
 
     def _dotted(self, node: ast.AST) -> str | None:
@@ -117,8 +145,7 @@ class _Compiler:
 
     def _enum_code(self, node: ast.AST, typ: ExprType, literal: str) -> float:
         if literal not in typ.values:
-            raise self.fail(node, f"unknown enum value '{literal}' for {typ.name} "
-                                  f"(expected one of {list(typ.values)})")
+            raise self.fail(node, f"unknown enum value '{literal}' for {typ.name} (expected one of {list(typ.values)})")
         return float(typ.values.index(literal))
 
     def v_UnaryOp(self, node: ast.UnaryOp) -> tuple[Compiled, ExprType, Any]:
@@ -191,6 +218,7 @@ class _Compiler:
             for fn in fns[1:]:
                 out = (out & fn(S, R)) if is_and else (out | fn(S, R))  # type: ignore[operator]  # bool tensors: constants were folded
             return out
+
         return run, BOOL, None
 
     def v_Compare(self, node: ast.Compare) -> tuple[Compiled, ExprType, Any]:
@@ -216,10 +244,12 @@ class _Compiler:
             for s in steps[1:]:
                 out = out & s(S, R)  # type: ignore[operator]  # each link of a chain is a bool tensor
             return out
+
         return chained, BOOL, None
 
-    def _compare(self, node: ast.AST, left: tuple[Any, ...], fn_op: Callable[..., Any], right: tuple[Any, ...],
-                 op: ast.cmpop) -> Compiled:
+    def _compare(
+        self, node: ast.AST, left: tuple[Any, ...], fn_op: Callable[..., Any], right: tuple[Any, ...], op: ast.cmpop
+    ) -> Compiled:
         (fa, ta, ca), (fb, tb, cb) = left, right
         if ta.kind == "enum" or tb.kind == "enum":
             if not isinstance(op, (ast.Eq, ast.NotEq)):
@@ -260,6 +290,7 @@ class _Compiler:
             for c in codes[1:]:
                 out = out | (x == c)
             return ~out if negate else out
+
         return member
 
     def v_IfExp(self, node: ast.IfExp) -> tuple[Compiled, ExprType, Any]:
@@ -273,9 +304,12 @@ class _Compiler:
         def pick(S: Tensor, R: RandomSource | None) -> Value:
             c, a, b = fc(S, R), fa(S, R), fb(S, R)
             ref = S[:, 0]
-            return torch.where(torch.as_tensor(c, device=S.device),
-                               torch.as_tensor(_as_float(a), dtype=ref.dtype, device=S.device),
-                               torch.as_tensor(_as_float(b), dtype=ref.dtype, device=S.device))
+            return torch.where(
+                torch.as_tensor(c, device=S.device),
+                torch.as_tensor(_as_float(a), dtype=ref.dtype, device=S.device),
+                torch.as_tensor(_as_float(b), dtype=ref.dtype, device=S.device),
+            )
+
         out_t = ta
         if ta.kind == "bool":
             return (lambda S, R: pick(S, R) > 0.5), BOOL, None
@@ -320,6 +354,7 @@ class _Compiler:
             if name == "bernoulli":
                 return R.uniform(d0) < a[0]
             return a[0] + a[1] * standard_normal(R.uniform(d0), R.uniform(d0 + 1))
+
         return draw, (BOOL if name == "bernoulli" else NUM), None
 
 
@@ -339,8 +374,9 @@ def _depth(tree: ast.AST) -> int:
     return deepest
 
 
-def compile_expr(source: Any, resolve: Resolver, *, want: ExprType | None = None,
-                 allow_random: bool = False, draw_offset: int = 0) -> CompiledExpr:
+def compile_expr(
+    source: Any, resolve: Resolver, *, want: ExprType | None = None, allow_random: bool = False, draw_offset: int = 0
+) -> CompiledExpr:
     """Parse, check and compile ``source``. Raises :class:`ExprError` with a readable message."""
     if isinstance(source, bool):
         source = "true" if source else "false"

@@ -5,8 +5,9 @@ closures call while the environment steps."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -67,7 +68,7 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Div: lambda a, b: a / b,
     ast.FloorDiv: lambda a, b: a // b,
     ast.Mod: lambda a, b: a % b,
-    ast.Pow: lambda a, b: a ** b,
+    ast.Pow: lambda a, b: a**b,
 }
 _CMPOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Eq: lambda a, b: a == b,
@@ -86,6 +87,7 @@ _NUM_FUNCS: dict[str, tuple[int, Callable[..., Any]]] = {
 }
 _RANDOM_FUNCS = {"uniform": 2, "normal": 2, "bernoulli": 1}
 
+
 def _clip(x: Value, lo: Value, hi: Value) -> Tensor:
     """``clip`` with bounds that may be numbers or tensors, in any mix (``torch.clamp`` takes
     either two numbers or two tensors)."""
@@ -94,8 +96,10 @@ def _clip(x: Value, lo: Value, hi: Value) -> Tensor:
     def t(v: Value) -> Tensor:
         if isinstance(v, Tensor):
             return v
-        return torch.tensor(float(v), dtype=torch.float32 if ref is None else ref.dtype,
-                            device=None if ref is None else ref.device)
+        return torch.tensor(
+            float(v), dtype=torch.float32 if ref is None else ref.dtype, device=None if ref is None else ref.device
+        )
+
     return torch.minimum(torch.maximum(t(x), t(lo)), t(hi))
 
 
@@ -109,8 +113,10 @@ def _minmax(op: Callable[[Tensor, Tensor], Tensor], args: list[Value]) -> Value:
         if isinstance(out, Tensor) or isinstance(a, Tensor):
             ref = out if isinstance(out, Tensor) else a
             assert isinstance(ref, Tensor)
-            out = op(torch.as_tensor(out, dtype=ref.dtype, device=ref.device),
-                     torch.as_tensor(a, dtype=ref.dtype, device=ref.device))
+            out = op(
+                torch.as_tensor(out, dtype=ref.dtype, device=ref.device),
+                torch.as_tensor(a, dtype=ref.dtype, device=ref.device),
+            )
         else:
             out = min(out, a) if op is torch.minimum else max(out, a)
     return out

@@ -32,16 +32,18 @@ class ScenarioGymEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, pack: Pack, reward_version: str | None = None, profile: str | None = None, seed: int = 0):
-        self._env = BatchedEnv(pack.scenario, pack.reward_fn(reward_version), num_envs=1, profile=profile,
-                               illegal_action="noop")
+        self._env = BatchedEnv(
+            pack.scenario, pack.reward_fn(reward_version), num_envs=1, profile=profile, illegal_action="noop"
+        )
         self.observation_space, self.action_space = _spaces(self._env)
         self._instance_seed = seed
         self._env.reset(seed)
         self._needs_reset = False
         self._mid_episode = False
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         if seed is not None:
             self._instance_seed = seed
@@ -65,9 +67,18 @@ class ScenarioGymEnv(gym.Env):
         self._needs_reset = done
         self._mid_episode = not done
         out_obs = (info.final_obs if done else obs)[0].numpy().copy()
-        return out_obs, float(reward[0]), bool(term[0]), bool(trunc[0]), {
-            "illegal_action": bool(info.illegal[0]), "error": bool(info.error[0]),
-            "latency_ms": float(info.latency_ms[0]), "human_takeover": bool(info.human_takeover[0])}
+        return (
+            out_obs,
+            float(reward[0]),
+            bool(term[0]),
+            bool(trunc[0]),
+            {
+                "illegal_action": bool(info.illegal[0]),
+                "error": bool(info.error[0]),
+                "latency_ms": float(info.latency_ms[0]),
+                "human_takeover": bool(info.human_takeover[0]),
+            },
+        )
 
     def action_masks(self) -> np.ndarray:
         return self._env.action_masks()[0].numpy().copy()
@@ -78,23 +89,39 @@ class ScenarioVectorEnv(VectorEnv):
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
-    def __init__(self, pack: Pack, num_envs: int, reward_version: str | None = None, profile: str | None = None,
-                 device: str = "cpu"):
-        self._env = BatchedEnv(pack.scenario, pack.reward_fn(reward_version), num_envs=num_envs, profile=profile,
-                               device=device, illegal_action="noop")
+    def __init__(
+        self,
+        pack: Pack,
+        num_envs: int,
+        reward_version: str | None = None,
+        profile: str | None = None,
+        device: str = "cpu",
+    ):
+        self._env = BatchedEnv(
+            pack.scenario,
+            pack.reward_fn(reward_version),
+            num_envs=num_envs,
+            profile=profile,
+            device=device,
+            illegal_action="noop",
+        )
         self.num_envs = num_envs
         self.single_observation_space, self.single_action_space = _spaces(self._env)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         return self._env.reset(seed or 0).cpu().numpy(), {}
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         obs, reward, term, trunc, info = self._env.step(torch.as_tensor(actions))
-        infos = {"final_obs": info.final_obs.cpu().numpy(), "illegal_action": info.illegal.cpu().numpy(),
-                 "episode_return": info.episode_return.cpu().numpy()}
+        infos = {
+            "final_obs": info.final_obs.cpu().numpy(),
+            "illegal_action": info.illegal.cpu().numpy(),
+            "episode_return": info.episode_return.cpu().numpy(),
+        }
         return obs.cpu().numpy(), reward.cpu().numpy(), term.cpu().numpy(), trunc.cpu().numpy(), infos
 
     def action_masks(self) -> np.ndarray:

@@ -10,8 +10,9 @@ Every field drawn at random (in the base state or in any population shift) owns 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,8 +32,8 @@ _CONST, _NORMAL, _LOGNORMAL, _UNIFORM = 0, 1, 2, 3
 
 @dataclass
 class _VectorPart:
-    cols: Tensor       # state columns
-    draws: Tensor      # the field's draw slot k (draw ids 2k, 2k+1)
+    cols: Tensor  # state columns
+    draws: Tensor  # the field's draw slot k (draw ids 2k, 2k+1)
     kind: Tensor
     p1: Tensor
     p2: Tensor
@@ -42,7 +43,7 @@ class _VectorPart:
 class InitSampler:
     """Samples ``fields`` (with ``overrides`` of their init specs) into a state tensor."""
 
-    def __init__(self, scn: "CompiledScenario", overrides: dict[str, InitSpec], only: set[str] | None = None):
+    def __init__(self, scn: CompiledScenario, overrides: dict[str, InitSpec], only: set[str] | None = None):
         self.scn = scn
         vec: list[tuple[int, int, int, float, float, bool]] = []
         self.sequential: dict[int, Sampler] = {}
@@ -67,9 +68,14 @@ class InitSampler:
                     self.sequential[col] = self._sampler(f, init, resolve_earlier, k)
             declared.add(f.path)
         cols, ks, kinds, p1, p2, iu = zip(*vec) if vec else ((),) * 6
-        self.vector = _VectorPart(torch.tensor(cols, dtype=torch.long), torch.tensor(ks, dtype=torch.long),
-                                  torch.tensor(kinds), torch.tensor(p1, dtype=torch.float64),
-                                  torch.tensor(p2, dtype=torch.float64), torch.tensor(iu, dtype=torch.bool))
+        self.vector = _VectorPart(
+            torch.tensor(cols, dtype=torch.long),
+            torch.tensor(ks, dtype=torch.long),
+            torch.tensor(kinds),
+            torch.tensor(p1, dtype=torch.float64),
+            torch.tensor(p2, dtype=torch.float64),
+            torch.tensor(iu, dtype=torch.bool),
+        )
 
     # ---- compile --------------------------------------------------------------------------------
     @staticmethod
@@ -85,7 +91,8 @@ class InitSampler:
             return (_CONST, code, 0.0, False)
         params = list(init.params.values())
         if init.dist not in ("normal", "lognormal", "uniform") or not all(
-                isinstance(p, (int, float)) and not isinstance(p, bool) for p in params):
+            isinstance(p, (int, float)) and not isinstance(p, bool) for p in params
+        ):
             return None
         kind = {"normal": _NORMAL, "lognormal": _LOGNORMAL, "uniform": _UNIFORM}[init.dist]
         return (kind, float(params[0]), float(params[1]), init.dist == "uniform" and f.type == "int")
@@ -94,8 +101,12 @@ class InitSampler:
         if isinstance(v, (list, dict)):
             return v
         if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-            raise PackError(self.scn.file, init.line, f"{f.path}.init.{name}",
-                            f"type mismatch: expected a number or an expression, got {v!r}")
+            raise PackError(
+                self.scn.file,
+                init.line,
+                f"{f.path}.init.{name}",
+                f"type mismatch: expected a number or an expression, got {v!r}",
+            )
         if isinstance(v, str):
             return self.scn._expr(v, NUM, init.line, f"{f.path}.init.{name}", resolve)
         return float(v)
@@ -108,17 +119,22 @@ class InitSampler:
         p = {name: self._param(v, f, init, resolve, name) for name, v in init.params.items()}
 
         def val(x: Any, S: Tensor) -> Tensor:
-            return x(S).double() if isinstance(x, CompiledExpr) else torch.full(
-                (S.shape[0],), x, dtype=torch.float64, device=S.device)
+            return (
+                x(S).double()
+                if isinstance(x, CompiledExpr)
+                else torch.full((S.shape[0],), x, dtype=torch.float64, device=S.device)
+            )
 
         d = 2 * k
         if init.dist in ("normal", "lognormal"):
             from rlops.sandbox.expr import standard_normal
+
             scale = "std" if init.dist == "normal" else "sigma"
 
             def gaussian(S: Tensor, R: StepRandom) -> Tensor:
                 x = val(p["mean"], S) + val(p[scale], S) * standard_normal(R.uniform(d), R.uniform(d + 1)).double()
                 return (x if init.dist == "normal" else torch.exp(x)).float()
+
             return gaussian
         if init.dist == "uniform":
             extra = 1.0 if f.type == "int" else 0.0
@@ -127,6 +143,7 @@ class InitSampler:
                 lo, hi = val(p["low"], S), val(p["high"], S)
                 x = lo + (hi - lo + extra) * R.uniform(d).double()
                 return (torch.floor(x) if extra else x).float()
+
             return uniform
         if init.dist == "bernoulli":
             return lambda S, R: (R.uniform(d).double() < val(p["p"], S)).float()

@@ -11,6 +11,7 @@ valid pack, or the :class:`PackError` of a broken one. The child reports each st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -19,8 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.precheck import precheck_pack
@@ -39,12 +41,15 @@ MAX_WRITE_BYTES = 16 << 20
 _SRC = Path(__file__).resolve().parents[2]
 # -I: no user site-packages, no PYTHON* variables, no current folder on sys.path; the sandbox
 # package is put first explicitly so the child runs the same code as the parent.
-_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from rlops.sandbox.isolate import child_main; "
-         "sys.exit(child_main(sys.argv[2:]))")
+_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from rlops.sandbox.isolate import child_main; "
+    "sys.exit(child_main(sys.argv[2:]))"
+)
 
 
-def validate_isolated(path: str | Path, timeout_s: float = TIMEOUT_S,
-                      memory_bytes: int = MEMORY_BUDGET_BYTES) -> dict[str, Any]:
+def validate_isolated(
+    path: str | Path, timeout_s: float = TIMEOUT_S, memory_bytes: int = MEMORY_BUDGET_BYTES
+) -> dict[str, Any]:
     """Load and check the pack at ``path`` in a child process; return its summary (name, sizes,
     reward function versions) or raise the :class:`PackError` that describes what is wrong,
     including running past ``timeout_s`` or over the memory budget."""
@@ -57,8 +62,13 @@ def validate_isolated(path: str | Path, timeout_s: float = TIMEOUT_S,
         with open(log, "wb") as log_fh:
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-c", _BOOT, str(_SRC), str(root), str(report), str(memory_bytes)],
-                stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh, env=env, start_new_session=True,
-                preexec_fn=_limits(timeout_s))
+                stdin=subprocess.DEVNULL,
+                stdout=log_fh,
+                stderr=log_fh,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_limits(timeout_s),
+            )
             try:
                 timed_out = _wait(proc, report, timeout_s)
             finally:
@@ -78,8 +88,9 @@ def _wait(proc: subprocess.Popen[bytes], report: Path, timeout_s: float) -> bool
             finish_by = now + timeout_s
         if now > (finish_by or start_by):
             if finish_by is None:
-                raise RuntimeError(f"the validating process did not start within {STARTUP_TIMEOUT_S:g} s "
-                                   "(is the machine overloaded?)")
+                raise RuntimeError(
+                    f"the validating process did not start within {STARTUP_TIMEOUT_S:g} s (is the machine overloaded?)"
+                )
             return True
         time.sleep(0.01)
     return False
@@ -93,15 +104,14 @@ def _limits(timeout_s: float) -> Callable[[], None]:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_WRITE_BYTES, MAX_WRITE_BYTES))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
     return apply
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """Stop the child and anything the pack's code started (they share its session)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     proc.wait()
 
 
@@ -117,8 +127,15 @@ def _read_report(report: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _verdict(events: list[dict[str, Any]], rc: int | None, timed_out: bool, root: Path, timeout_s: float,
-             memory_bytes: int, log: Path) -> dict[str, Any]:
+def _verdict(
+    events: list[dict[str, Any]],
+    rc: int | None,
+    timed_out: bool,
+    root: Path,
+    timeout_s: float,
+    memory_bytes: int,
+    log: Path,
+) -> dict[str, Any]:
     stage = next((e["stage"] for e in reversed(events) if "stage" in e), [str(root), "starting"])
     for e in events:
         if "ok" in e:
@@ -130,24 +147,31 @@ def _verdict(events: list[dict[str, Any]], rc: int | None, timed_out: bool, root
             raise RuntimeError(f"internal error while validating {root} ({stage[1]}): {e['internal']}")
     file, what = stage
     if timed_out:
-        raise PackError(file, None, "", f"{what} did not finish within {timeout_s:g} s and was stopped "
-                                        "(a loop in the pack's code, or work too large to validate)")
+        raise PackError(
+            file,
+            None,
+            "",
+            f"{what} did not finish within {timeout_s:g} s and was stopped "
+            "(a loop in the pack's code, or work too large to validate)",
+        )
     if rc is not None and rc < 0:
         sig = signal.Signals(-rc)
-        why = {signal.SIGXCPU: "used too much CPU time", signal.SIGXFSZ: "wrote a file over "
-               f"{MAX_WRITE_BYTES} bytes", signal.SIGKILL: f"ran out of memory (budget {memory_bytes >> 20} MiB)"}
+        why = {
+            signal.SIGXCPU: "used too much CPU time",
+            signal.SIGXFSZ: f"wrote a file over {MAX_WRITE_BYTES} bytes",
+            signal.SIGKILL: f"ran out of memory (budget {memory_bytes >> 20} MiB)",
+        }
         raise PackError(file, None, "", f"{what} was stopped: it {why.get(sig, f'got signal {sig.name}')}")
     tail = log.read_bytes()[-300:].decode("utf-8", "replace").strip().splitlines()
     hint = f": {tail[-1]}" if tail and stage[1] == "starting" else ""
-    raise PackError(file, None, "", f"{what} ended the validating process (exit code {rc}) without a "
-                                    f"verdict{hint}")
+    raise PackError(file, None, "", f"{what} ended the validating process (exit code {rc}) without a verdict{hint}")
 
 
 # ---- the child ----------------------------------------------------------------------------------
 def child_main(argv: list[str]) -> int:
     """Entry point of the child: ``<pack> <report file> <memory budget>``."""
     pack_dir, report_file, budget = Path(argv[0]), argv[1], int(argv[2])
-    out = open(report_file, "a", encoding="utf-8")  # opened before any pack code runs
+    out = open(report_file, "a", encoding="utf-8")  # noqa: SIM115 - opened before any pack code runs, kept to the end
 
     def emit(obj: dict[str, Any]) -> None:
         out.write(json.dumps(obj) + "\n")
@@ -161,6 +185,7 @@ def child_main(argv: list[str]) -> int:
 
     from rlops.sandbox.pack import load_pack
     from rlops.sandbox.policies import probe_oracle
+
     _limit_memory(budget)
     emit({"ready": True})
     try:
@@ -171,11 +196,18 @@ def child_main(argv: list[str]) -> int:
     except PackError as exc:
         emit({"error": {"file": exc.file, "line": exc.line, "path": exc.path, "message": exc.message}})
     except MemoryError:
-        emit({"error": {"file": stage[0], "line": None, "path": "",
-                        "message": f"{stage[1]} ran out of memory (budget {budget >> 20} MiB)"}})
+        emit(
+            {
+                "error": {
+                    "file": stage[0],
+                    "line": None,
+                    "path": "",
+                    "message": f"{stage[1]} ran out of memory (budget {budget >> 20} MiB)",
+                }
+            }
+        )
     except RecursionError:
-        emit({"error": {"file": stage[0], "line": None, "path": "",
-                        "message": f"{stage[1]} recursed too deeply"}})
+        emit({"error": {"file": stage[0], "line": None, "path": "", "message": f"{stage[1]} recursed too deeply"}})
     except Exception as exc:  # noqa: BLE001 - reported to the parent as an internal error
         emit({"internal": f"{type(exc).__name__}: {exc}"})
     out.close()
@@ -192,15 +224,29 @@ def _limit_memory(budget: int) -> None:
 
 def summary(pack: Any) -> dict[str, Any]:
     """What ``rlops env validate`` reports about a valid pack."""
-    return {"pack": pack.name, "valid": True, "fields": len(pack.scenario.spec.fields),
-            "actions": pack.scenario.n_actions, "profiles": sorted(pack.scenario.profiles),
-            "reward_functions": {k: fn.version for k, fn in sorted(pack.reward_fns.items())},
-            "rules": len(pack.rules), **roles_summary(pack.scenario.spec)}
+    return {
+        "pack": pack.name,
+        "valid": True,
+        "fields": len(pack.scenario.spec.fields),
+        "actions": pack.scenario.n_actions,
+        "profiles": sorted(pack.scenario.profiles),
+        "reward_functions": {k: fn.version for k, fn in sorted(pack.reward_fns.items())},
+        "rules": len(pack.rules),
+        **roles_summary(pack.scenario.spec),
+    }
 
 
 def roles_summary(spec: Any) -> dict[str, Any]:
     """``{"roles": {name: {actions, acts_when}}}`` for a multi-agent scenario; nothing without roles."""
     if not spec.roles:
         return {}
-    return {"roles": {r.name: {"actions": list(r.actions), "acts_when": r.acts_when if r.acts_when is not None
-                               else "otherwise", "description": r.description} for r in spec.roles}}
+    return {
+        "roles": {
+            r.name: {
+                "actions": list(r.actions),
+                "acts_when": r.acts_when if r.acts_when is not None else "otherwise",
+                "description": r.description,
+            }
+            for r in spec.roles
+        }
+    }

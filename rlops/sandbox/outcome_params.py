@@ -12,7 +12,8 @@ overlay and the timeline's outcome events share: every place the scenario comput
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 FIT_KEYS = {"outcome", "event_when", "by"}
 
@@ -56,8 +57,10 @@ def rewrite_field(doc: dict[str, Any], path: str, rewrite: Callable[[Any, bool],
             if isinstance(sets, dict) and path in sets:
                 sets[path], hits = rewrite(sets[path], bounded), hits + 1
     if not hits:
-        raise OutcomeFieldError(f"field {path!r} has no expression to change (neither an init expr, a bernoulli p, "
-                                "nor an action effect that sets it)")
+        raise OutcomeFieldError(
+            f"field {path!r} has no expression to change (neither an init expr, a bernoulli p, "
+            "nor an action effect that sets it)"
+        )
     return hits
 
 
@@ -66,8 +69,10 @@ def apply_outcome_factors(doc: dict[str, Any], outcomes: dict[str, list[dict[str
     out = copy.deepcopy(doc)
     for path, factors in (outcomes or {}).items():
         for f in factors:
+
             def rewrite(src: Any, bounded: bool, f: dict[str, Any] = f) -> str:
                 return scaled(src, f["factor"], f.get("when"), bounded)
+
             rewrite_field(out, path, rewrite)
     return out
 
@@ -86,5 +91,6 @@ def fittable_fields(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
                     out[path] = v["fit"]
             else:
                 walk(v, path)
+
     walk(doc.get("state") or {}, "")
     return out

@@ -5,9 +5,10 @@ optional ``params.yaml``. :func:`load_pack` validates all of it or raises one :c
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -49,14 +50,24 @@ class Pack:
         if version is None:
             version = sorted(self.reward_fns, key=_version_key)[-1]
         if version not in self.reward_fns:
-            raise KeyError(f"pack {self.name} has no reward function '{version}' "
-                           f"(available: {sorted(self.reward_fns, key=_version_key)})")
+            raise KeyError(
+                f"pack {self.name} has no reward function '{version}' "
+                f"(available: {sorted(self.reward_fns, key=_version_key)})"
+            )
         return self.reward_fns[version]
 
-    def make_env(self, num_envs: int = 1, reward_version: str | None = None, profile: str | None = None,
-                 device: str | torch.device = "cpu", seed: int = 0, **kwargs: Any) -> BatchedEnv:
-        env = BatchedEnv(self.scenario, self.reward_fn(reward_version), num_envs=num_envs, profile=profile,
-                         device=device, **kwargs)
+    def make_env(
+        self,
+        num_envs: int = 1,
+        reward_version: str | None = None,
+        profile: str | None = None,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        **kwargs: Any,
+    ) -> BatchedEnv:
+        env = BatchedEnv(
+            self.scenario, self.reward_fn(reward_version), num_envs=num_envs, profile=profile, device=device, **kwargs
+        )
         env.reset(seed)
         return env
 
@@ -66,8 +77,13 @@ def _version_key(label: str) -> tuple[int, str]:
     return (int(digits) if digits else -1, label)
 
 
-def load_pack(path: str | Path, calibration: dict[str, Any] | None = None, check_liveness: bool = True,
-              on_stage: StageCallback | None = None, probe_rewards: bool = False) -> Pack:
+def load_pack(
+    path: str | Path,
+    calibration: dict[str, Any] | None = None,
+    check_liveness: bool = True,
+    on_stage: StageCallback | None = None,
+    probe_rewards: bool = False,
+) -> Pack:
     """Load and validate a pack folder. ``calibration`` (see :mod:`rlops.pipeline_steps.drift.calibrate`)
     replaces field initial distributions and simulation profiles before compiling.
 
@@ -113,16 +129,19 @@ _LIVE_PACKS: dict[str, None] = {}
 def _liveness_key(doc: dict[str, Any], reward_fns: dict[str, RewardFunction]) -> str:
     import hashlib
     import json
+
     text = json.dumps(doc, sort_keys=True, default=str) + "".join(
-        f"{k}:{fn.version}" for k, fn in sorted(reward_fns.items()))
+        f"{k}:{fn.version}" for k, fn in sorted(reward_fns.items())
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _load_reward_fns(root: Path, rules: dict[str, Any], scenario: CompiledScenario,
-                     stage: StageCallback, probe: bool) -> dict[str, RewardFunction]:
+def _load_reward_fns(
+    root: Path, rules: dict[str, Any], scenario: CompiledScenario, stage: StageCallback, probe: bool
+) -> dict[str, RewardFunction]:
     reward_fns = {}
     for p in reward_files(root):
-        label = REWARD_FILE.match(p.name).group(1)  # type: ignore[union-attr]
+        label = REWARD_FILE.match(p.name).group(1)  # type: ignore[union-attr]  # reward_files() lists only names REWARD_FILE matches
         stage(p, "importing the reward module")
         reward_fns[label] = load_reward_fn(p, rules, scenario.action_names, root, scenario.role_names)
         if probe:
@@ -145,23 +164,31 @@ def apply_calibration(doc: dict[str, Any], calibration: dict[str, Any]) -> dict[
     import copy
 
     from rlops.sandbox.profiles import CALIBRATED
+
     out = copy.deepcopy(doc)
     sim = out.setdefault("simulation", {})
     profiles = sim.setdefault("profiles", {})
     for name, prof in ((calibration.get("simulation") or {}).get("profiles") or {}).items():
         if name != CALIBRATED:
-            raise PackError("calibration", None, f"simulation.profiles.{name}",
-                            f"a calibration writes only the '{CALIBRATED}' profile")
+            raise PackError(
+                "calibration",
+                None,
+                f"simulation.profiles.{name}",
+                f"a calibration writes only the '{CALIBRATED}' profile",
+            )
         profiles[name] = copy.deepcopy(prof)
     fields = dict(calibration.get("fields") or {})
     if fields:
         if CALIBRATED not in profiles:
-            base = profiles[out.get("default_profile") or ("sandbox" if "sandbox" in profiles else next(iter(profiles)))]
+            base = profiles[
+                out.get("default_profile") or ("sandbox" if "sandbox" in profiles else next(iter(profiles)))
+            ]
             profiles[CALIBRATED] = {k: copy.deepcopy(v) for k, v in base.items() if k != "population"}
         segments = calibration.get("population") or [{"name": "fitted", "probability": 1.0, "init": fields}]
         profiles[CALIBRATED]["population"] = copy.deepcopy(segments)
     if calibration.get("outcomes"):  # fitted factors of the hidden dynamics (rlops.sandbox.outcome_params)
         from rlops.sandbox.outcome_params import OutcomeFieldError, apply_outcome_factors
+
         try:
             out = apply_outcome_factors(out, calibration["outcomes"])
         except OutcomeFieldError as exc:
@@ -184,24 +211,33 @@ def check_no_dead_ends(pack: Pack, episodes: int = 512, seed: int = 0) -> None:
             ever_legal |= masks.any(dim=0)
             if not bool(masks.any(dim=1).all()):
                 i = int((~masks.any(dim=1)).nonzero()[0, 0])
-                raise PackError(scn.file, None, "actions",
-                                f"the action set can leave a state with no legal action (profile {profile}, "
-                                f"reset state of episode {i}); every reachable state needs at least one legal action")
+                raise PackError(
+                    scn.file,
+                    None,
+                    "actions",
+                    f"the action set can leave a state with no legal action (profile {profile}, "
+                    f"reset state of episode {i}); every reachable state needs at least one legal action",
+                )
             actions = torch.multinomial(masks.float(), 1, generator=gen).squeeze(1)
             try:
                 env.step(actions)
             except NoLegalActionError as exc:
-                raise PackError(scn.file, None, "actions",
-                                f"the action set can leave a state with no legal action: {exc}") from None
+                raise PackError(
+                    scn.file, None, "actions", f"the action set can leave a state with no legal action: {exc}"
+                ) from None
             except RewardError as exc:
                 raise PackError(pack.reward_fn().path, None, "", f"in a random episode: {exc}") from None
             _check_finite(pack, env.S, f"a step of a random episode (profile {profile})")
     never = [a for a, legal in zip(scn.spec.actions, ever_legal.tolist()) if not legal]
     if never:
         a = never[0]
-        raise PackError(scn.file, a.line, f"actions.{a.name}",
-                        f"action '{a.name}' was never legal in {episodes} random episodes per profile: its "
-                        "precondition or required fields never hold (an action that can never be taken is a mistake)")
+        raise PackError(
+            scn.file,
+            a.line,
+            f"actions.{a.name}",
+            f"action '{a.name}' was never legal in {episodes} random episodes per profile: its "
+            "precondition or required fields never hold (an action that can never be taken is a mistake)",
+        )
 
 
 def _check_finite(pack: Pack, S: torch.Tensor, when: str) -> None:
@@ -211,6 +247,10 @@ def _check_finite(pack: Pack, S: torch.Tensor, when: str) -> None:
         return
     path = next(p for p, j in pack.scenario.columns.items() if j == int(cols[0]))
     f = pack.scenario.fields.get(path)
-    raise PackError(pack.scenario.file, None if f is None else f.line, path,
-                    f"field '{path}' is not a finite number after {when}: an initial distribution or an "
-                    "effect produces NaN or infinity")
+    raise PackError(
+        pack.scenario.file,
+        None if f is None else f.line,
+        path,
+        f"field '{path}' is not a finite number after {when}: an initial distribution or an "
+        "effect produces NaN or infinity",
+    )

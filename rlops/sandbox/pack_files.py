@@ -29,8 +29,13 @@ def check_pack_file(path: Path, root: Path | None) -> Path:
     if root is not None:
         real_root = root.resolve()
         if real != real_root and real_root not in real.parents:
-            raise PackError(str(path), None, "", "the file resolves to a location outside the pack (a link out "
-                                                 "of the pack is refused; copy the file into the pack)")
+            raise PackError(
+                str(path),
+                None,
+                "",
+                "the file resolves to a location outside the pack (a link out "
+                "of the pack is refused; copy the file into the pack)",
+            )
     try:
         st = real.stat()
     except OSError as exc:
@@ -38,8 +43,12 @@ def check_pack_file(path: Path, root: Path | None) -> Path:
     if not stat.S_ISREG(st.st_mode):
         raise PackError(str(path), None, "", "expected a regular file (not a folder, pipe or device)")
     if st.st_size > MAX_FILE_BYTES:
-        raise PackError(str(path), None, "", f"the file has {st.st_size} bytes, over the limit of "
-                                             f"{MAX_FILE_BYTES} bytes for a pack file")
+        raise PackError(
+            str(path),
+            None,
+            "",
+            f"the file has {st.st_size} bytes, over the limit of {MAX_FILE_BYTES} bytes for a pack file",
+        )
     return real
 
 
@@ -57,5 +66,9 @@ def read_pack_text(path: Path, root: Path | None = None) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise PackError(str(path), line, "", f"the file is not UTF-8 text (byte 0x{data[exc.start]:02x} cannot "
-                                             "be decoded); save it as UTF-8") from None
+        raise PackError(
+            str(path),
+            line,
+            "",
+            f"the file is not UTF-8 text (byte 0x{data[exc.start]:02x} cannot be decoded); save it as UTF-8",
+        ) from None

@@ -9,9 +9,10 @@ A policy here is any ``act(env) -> actions`` callable over a :class:`BatchedEnv`
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -32,6 +33,7 @@ def random_policy(seed: int = 0) -> ActFn:
         g = gen.setdefault("g", torch.Generator(device=env.device).manual_seed(seed))
         noise = torch.rand(env.action_masks().shape, generator=g, device=env.device)
         return torch.where(env.action_masks(), noise + 1.0, torch.zeros_like(noise)).argmax(dim=1)
+
     return act
 
 
@@ -61,8 +63,9 @@ def load_oracle(pack: Pack) -> ActFn | None:
     except SyntaxError as exc:
         raise PackError(str(path), exc.lineno, "", f"syntax error in the oracle: {exc.msg}") from None
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - pack code: any failure is an authoring error
-        raise PackError(str(path), _line_in(exc, path), "", f"the oracle failed to load: "
-                                                            f"{type(exc).__name__}: {exc}") from None
+        raise PackError(
+            str(path), _line_in(exc, path), "", f"the oracle failed to load: {type(exc).__name__}: {exc}"
+        ) from None
     if not callable(act):
         raise PackError(str(path), None, "make_oracle", "make_oracle(pack) must return a function act(env)")
     oracle: Callable[[BatchedEnv], torch.Tensor] = act
@@ -91,14 +94,25 @@ def probe_oracle(pack: Pack, episodes: int = 16) -> None:
         try:
             actions = act(env)
         except Exception as exc:  # noqa: BLE001 - pack code
-            raise PackError(str(path), _line_in(exc, path), "", f"the oracle's act(env) raised "
-                                                                f"{type(exc).__name__}: {exc}") from None
-        if not (isinstance(actions, Tensor) and actions.shape == (env.num_envs,)
-                and not actions.is_floating_point() and actions.dtype != torch.bool):
-            raise PackError(str(path), None, "", f"the oracle's act(env) must return an integer tensor "
-                                                 f"[{env.num_envs}] of actions, got {_describe(actions)}")
-        if not bool(((actions >= 0) & (actions < env.n_actions)).all()) or \
-                not bool(env.action_masks().gather(1, actions.long().unsqueeze(1)).all()):
+            raise PackError(
+                str(path), _line_in(exc, path), "", f"the oracle's act(env) raised {type(exc).__name__}: {exc}"
+            ) from None
+        if not (
+            isinstance(actions, Tensor)
+            and actions.shape == (env.num_envs,)
+            and not actions.is_floating_point()
+            and actions.dtype != torch.bool
+        ):
+            raise PackError(
+                str(path),
+                None,
+                "",
+                f"the oracle's act(env) must return an integer tensor "
+                f"[{env.num_envs}] of actions, got {_describe(actions)}",
+            )
+        if not bool(((actions >= 0) & (actions < env.n_actions)).all()) or not bool(
+            env.action_masks().gather(1, actions.long().unsqueeze(1)).all()
+        ):
             raise PackError(str(path), None, "", "the oracle's act(env) returned an action that is not legal")
         env.step(actions)
 
@@ -141,17 +155,30 @@ class EvalResult:
         }
 
 
-def evaluate_policy(pack: Pack, act: ActFn, episodes: int = 10_000, seed: int = 1_000_000,
-                    reward_version: str | None = None, profile: str | None = None,
-                    device: str | torch.device = "cpu", env: BatchedEnv | None = None) -> EvalResult:
+def evaluate_policy(
+    pack: Pack,
+    act: ActFn,
+    episodes: int = 10_000,
+    seed: int = 1_000_000,
+    reward_version: str | None = None,
+    profile: str | None = None,
+    device: str | torch.device = "cpu",
+    env: BatchedEnv | None = None,
+) -> EvalResult:
     """Run one episode for each seed ``seed .. seed + episodes - 1`` and collect its outcome.
 
     Illegal actions are not executed (the episode's state is left as it was) and are counted.
     In a scenario with ``roles:``, ``extra["role_returns"]`` splits each return into the team's
     part and each role's own (``RewardRuntime.by_role``); the parts sum to the return.
     """
-    env = env or BatchedEnv(pack.scenario, pack.reward_fn(reward_version), num_envs=episodes, profile=profile,
-                            device=device, illegal_action="noop")
+    env = env or BatchedEnv(
+        pack.scenario,
+        pack.reward_fn(reward_version),
+        num_envs=episodes,
+        profile=profile,
+        device=device,
+        illegal_action="noop",
+    )
     env.reset(seed)
     n = env.num_envs
     live = torch.ones(n, dtype=torch.bool, device=env.device)
@@ -182,5 +209,14 @@ def evaluate_policy(pack: Pack, act: ActFn, episodes: int = 10_000, seed: int = 
             break
     names = ["base"] + [p.name for p in env.scenario.spec.profiles[env.profile].population]
     extra = {"role_returns": {k: v.cpu() for k, v in parts.items()}} if parts else {}
-    return EvalResult(returns.cpu(), lengths.cpu(), completed.cpu(), takeover.cpu(), illegal.cpu(), handling.cpu(),
-                      segments.cpu(), names, extra)
+    return EvalResult(
+        returns.cpu(),
+        lengths.cpu(),
+        completed.cpu(),
+        takeover.cpu(),
+        illegal.cpu(),
+        handling.cpu(),
+        segments.cpu(),
+        names,
+        extra,
+    )

@@ -30,8 +30,9 @@ def load_rules(path: Path, root: Path | None) -> dict[str, Any]:
     doc = load_yaml(path, root)
     rules = doc.get("rules") if isinstance(doc, dict) else None
     if not isinstance(rules, dict) or not rules:
-        raise PackError(str(path), getattr(doc, "line", None), "rules",
-                        "expected a mapping 'rules:' of rule id → {title, text}")
+        raise PackError(
+            str(path), getattr(doc, "line", None), "rules", "expected a mapping 'rules:' of rule id → {title, text}"
+        )
     for rid, body in rules.items():
         if not isinstance(body, dict) or "title" not in body:
             raise PackError(str(path), _line(rules, rid), f"rules.{rid}", "each rule needs at least a 'title'")

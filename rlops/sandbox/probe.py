@@ -69,8 +69,10 @@ def probe_transitions(scn: CompiledScenario) -> tuple[Transition, Tensor, list[s
     legal = acts >= 0
     error = legal & (torch.arange(n) % 5 == 4)
     ok = legal & ~error
-    key = combine(seed_key(torch.arange(n, dtype=torch.int64), torch.zeros(n, dtype=torch.int64)),
-                  state_hash(S, column_weights(scn.n_cols)))
+    key = combine(
+        seed_key(torch.arange(n, dtype=torch.int64), torch.zeros(n, dtype=torch.int64)),
+        state_hash(S, column_weights(scn.n_cols)),
+    )
     with torch.inference_mode():
         S_next = scn.clamp(scn.apply_effects(S, acts, ok, StepRandom(key, scn.step_draws)))
         c_step = scn.columns["episode.step"]
@@ -79,8 +81,15 @@ def probe_transitions(scn: CompiledScenario) -> tuple[Transition, Tensor, list[s
         terminated = scn.terminated(S_next, acts, ok)
     truncated = ~terminated & (S_next[:, c_step] >= scn.spec.horizon)
     layout = ColumnLayout(scn.columns, {p: (t.kind, t.values) for p, t in scn.types.items()})
-    t = Transition(StateView(S.clone(), layout), StateView(S_next.clone(), layout),
-                   EnumColumn(acts.float(), scn.action_names, "action"), error, lat, terminated, truncated)
+    t = Transition(
+        StateView(S.clone(), layout),
+        StateView(S_next.clone(), layout),
+        EnumColumn(acts.float(), scn.action_names, "action"),
+        error,
+        lat,
+        terminated,
+        truncated,
+    )
     return t, acts, why * len(codes)
 
 
@@ -96,22 +105,43 @@ def probe_reward_fn(scn: CompiledScenario, fn: RewardFunction) -> None:
             with torch.inference_mode():
                 v = torch.as_tensor(c.fn(t), dtype=torch.float32)
         except Exception as exc:  # noqa: BLE001 - any failure of pack code is an authoring error
-            raise PackError(fn.path, c.line, c.name, f"reward component raised {type(exc).__name__}: {exc} "
-                                                     "on the probe states (edge values of the fields)") from None
+            raise PackError(
+                fn.path,
+                c.line,
+                c.name,
+                f"reward component raised {type(exc).__name__}: {exc} on the probe states (edge values of the fields)",
+            ) from None
         if v.dim() == 0:
             v = v.expand(n)
         if v.shape != (n,):
-            raise PackError(fn.path, c.line, c.name, f"reward component returned shape {tuple(v.shape)}, expected "
-                                                     "one score per episode (a tensor [N] or a scalar)")
+            raise PackError(
+                fn.path,
+                c.line,
+                c.name,
+                f"reward component returned shape {tuple(v.shape)}, expected "
+                "one score per episode (a tensor [N] or a scalar)",
+            )
         bad = (~torch.isfinite(v)).nonzero().flatten()
         if bad.numel():
             i = int(bad[0])
             state = f" when {why[i]}" if why[i] else " on a sampled initial state"
-            raise PackError(fn.path, c.line, c.name, f"reward component returned {v[i].item()} for "
-                                                     f"{names[int(acts[i]) + 1]}{state} (scores must be finite)")
+            raise PackError(
+                fn.path,
+                c.line,
+                c.name,
+                f"reward component returned {v[i].item()} for {names[int(acts[i]) + 1]}{state} (scores must be finite)",
+            )
         cols.append(v)
-    w = torch.tensor([max(abs(x) for x in [fn.weights_at(0)[c.objective]]
-                          + [ws.get(c.objective, 0.0) for _, ws in fn.schedule]) for c in fn.components])
+    w = torch.tensor(
+        [
+            max(abs(x) for x in [fn.weights_at(0)[c.objective]] + [ws.get(c.objective, 0.0) for _, ws in fn.schedule])
+            for c in fn.components
+        ]
+    )
     if not bool(torch.isfinite((torch.stack(cols, dim=1).abs() * w).sum(dim=1)).all()):
-        raise PackError(fn.path, None, "WEIGHTS", "the weighted reward total overflows to infinity on the probe "
-                                                  "states; scores or weights are too large")
+        raise PackError(
+            fn.path,
+            None,
+            "WEIGHTS",
+            "the weighted reward total overflows to infinity on the probe states; scores or weights are too large",
+        )

@@ -23,7 +23,7 @@ CALIBRATED = "calibrated"
 Role = Literal["production", "sandbox"]
 
 
-def default_profile(pack: "Pack", role: Role, configured: str | None = None) -> str:
+def default_profile(pack: Pack, role: Role, configured: str | None = None) -> str:
     """``configured`` when given (it must exist), else the profile that plays ``role``."""
     profiles = pack.scenario.profiles
     if configured:

@@ -34,10 +34,11 @@ import inspect
 import math
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -51,22 +52,31 @@ _Fn = TypeVar("_Fn", bound=Callable[..., Any])
 # ---- authoring API ---------------------------------------------------------------------------
 def rule_ref(ref: str) -> Callable[[_Fn], _Fn]:
     """Tie a reward component to a clause of the pack's ``rules.yaml``."""
+
     def deco(fn: _Fn) -> _Fn:
-        fn.__rule_ref__ = ref  # type: ignore[attr-defined]
+        fn.__rule_ref__ = ref  # type: ignore[attr-defined]  # the marker the runtime reads
         return fn
+
     return deco
 
 
-def component(objective: str = "default", reason: str | None = None, settle_on: str | None = None,
-              role: str | None = None) -> Callable[[_Fn], _Fn]:
+def component(
+    objective: str = "default", reason: str | None = None, settle_on: str | None = None, role: str | None = None
+) -> Callable[[_Fn], _Fn]:
     """Mark a function as a reward component of ``objective``. ``reason`` is the sentence shown
     in breakdowns (default: the docstring's first line). ``settle_on`` names an action: the
     component's scores accumulate and are paid when that action runs or the episode ends.
     ``role`` (scenarios with ``roles:``) makes it that role's own: it scores only that role's steps."""
+
     def deco(fn: _Fn) -> _Fn:
-        fn.__component__ = {"objective": objective, "settle_on": settle_on, "role": role,  # type: ignore[attr-defined]
-                            "reason": reason or (inspect.getdoc(fn) or fn.__name__).splitlines()[0]}
+        fn.__component__ = {  # type: ignore[attr-defined]  # the marker the runtime finds components by
+            "objective": objective,
+            "settle_on": settle_on,
+            "role": role,
+            "reason": reason or (inspect.getdoc(fn) or fn.__name__).splitlines()[0],
+        }
         return fn
+
     return deco
 
 
@@ -81,10 +91,10 @@ class EnumColumn:
             raise KeyError(f"'{value}' is not a value of {self.name} (expected one of {list(self.values)})")
         return float(self.values.index(value))
 
-    def __eq__(self, value: object) -> Tensor:  # type: ignore[override]
+    def __eq__(self, value: object) -> Tensor:  # type: ignore[override]  # an enum column compares element-wise, like a tensor
         return self.codes == self._code(str(value))
 
-    def __ne__(self, value: object) -> Tensor:  # type: ignore[override]
+    def __ne__(self, value: object) -> Tensor:  # type: ignore[override]  # an enum column compares element-wise, like a tensor
         return self.codes != self._code(str(value))
 
     def isin(self, values: list[str]) -> Tensor:
@@ -93,13 +103,13 @@ class EnumColumn:
             out = out | (self.codes == self._code(v))
         return out
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # element-wise equality: not hashable
 
 
 class StateView:
     """Attribute access to state columns: ``t.s.user_profile.credit_score`` → tensor ``[N]``."""
 
-    def __init__(self, S: Tensor, layout: "ColumnLayout", prefix: str = ""):
+    def __init__(self, S: Tensor, layout: ColumnLayout, prefix: str = ""):
         self._S, self._layout, self._prefix = S, layout, prefix
 
     def __getattr__(self, name: str) -> Any:
@@ -194,8 +204,9 @@ class RewardFunction:
         return w
 
 
-def load_reward_fn(path: Path, rules: dict[str, Any], actions: tuple[str, ...],
-                   root: Path | None = None, roles: tuple[str, ...] = ()) -> RewardFunction:
+def load_reward_fn(
+    path: Path, rules: dict[str, Any], actions: tuple[str, ...], root: Path | None = None, roles: tuple[str, ...] = ()
+) -> RewardFunction:
     """Import a reward module by path and check its components against ``rules`` and ``actions``.
     With ``root`` (the pack folder) the file must resolve inside it: a module linked in from
     elsewhere is refused before it runs. Importing runs the module's code in this process;
@@ -225,27 +236,49 @@ def load_reward_fn(path: Path, rules: dict[str, Any], actions: tuple[str, ...],
         line = inspect.getsourcelines(fn)[1]
         ref = getattr(fn, "__rule_ref__", None)
         if ref is None:
-            raise PackError(str(path), line, name, "reward component has no @rule_ref(...) "
-                                                   "(every component must cite a rule of rules.yaml)")
+            raise PackError(
+                str(path),
+                line,
+                name,
+                "reward component has no @rule_ref(...) (every component must cite a rule of rules.yaml)",
+            )
         if ref not in rules:
-            raise PackError(str(path), line, name, f"dangling rule ref '{ref}': not defined in rules.yaml "
-                                                   f"(known: {sorted(rules)})")
+            raise PackError(
+                str(path), line, name, f"dangling rule ref '{ref}': not defined in rules.yaml (known: {sorted(rules)})"
+            )
         if meta["settle_on"] is not None and meta["settle_on"] not in actions:
-            raise PackError(str(path), line, name, f"settle_on names undefined action '{meta['settle_on']}' "
-                                                   f"(actions: {list(actions)})")
+            raise PackError(
+                str(path),
+                line,
+                name,
+                f"settle_on names undefined action '{meta['settle_on']}' (actions: {list(actions)})",
+            )
         role = meta.get("role")
         if role is not None and role not in roles:
-            raise PackError(str(path), line, name, f"reward component names role {role!r}, but " + (
-                f"the scenario's roles are {list(roles)}" if roles else "the scenario declares no roles: block"))
+            raise PackError(
+                str(path),
+                line,
+                name,
+                f"reward component names role {role!r}, but "
+                + (f"the scenario's roles are {list(roles)}" if roles else "the scenario declares no roles: block"),
+            )
         components.append(Component(name, fn, meta["objective"], ref, meta["reason"], meta["settle_on"], line, role))
     if not components:
         raise PackError(str(path), None, "", "reward module defines no @component functions")
     components.sort(key=lambda c: c.line)
     weights, schedule, clip, rp = _settings(path, module, source, {c.objective for c in components}, rules)
     sys.modules.pop(mod_name, None)
-    return RewardFunction(str(path), str(getattr(module, "VERSION_LABEL", path.stem)),
-                          hashlib.sha256(source.encode()).hexdigest(), source, tuple(components), weights,
-                          schedule, clip, rp)
+    return RewardFunction(
+        str(path),
+        str(getattr(module, "VERSION_LABEL", path.stem)),
+        hashlib.sha256(source.encode()).hexdigest(),
+        source,
+        tuple(components),
+        weights,
+        schedule,
+        clip,
+        rp,
+    )
 
 
 def _is_num(v: Any) -> bool:
@@ -261,11 +294,12 @@ def _finite(v: Any) -> bool:
         return False
 
 
-def _settings(path: Path, module: Any, source: str, objectives: set[str], rules: dict[str, Any]
-              ) -> tuple[dict[str, float], tuple[tuple[int, dict[str, float]], ...], float | None,
-                         dict[str, Any] | None]:
+def _settings(
+    path: Path, module: Any, source: str, objectives: set[str], rules: dict[str, Any]
+) -> tuple[dict[str, float], tuple[tuple[int, dict[str, float]], ...], float | None, dict[str, Any] | None]:
     """Check the module-level WEIGHTS, WEIGHT_SCHEDULE, CLIP and REPEAT_PENALTY; a bad value is a
     PackError at the line that assigns it (a typo in an objective name would silently weigh 1)."""
+
     def bad(name: str, msg: str) -> PackError:
         m = re.search(rf"^{name}\s*[:=]", source, re.M)
         return PackError(str(path), None if m is None else source.count("\n", 0, m.start()) + 1, name, msg)
@@ -283,8 +317,13 @@ def _settings(path: Path, module: Any, source: str, objectives: set[str], rules:
         weights.setdefault(obj, 1.0)
     raw = getattr(module, "WEIGHT_SCHEDULE", None) or []
     if not isinstance(raw, (list, tuple)) or not all(
-            isinstance(s, (list, tuple)) and len(s) == 2 and isinstance(s[0], int) and not isinstance(s[0], bool)
-            and s[0] >= 0 for s in raw):
+        isinstance(s, (list, tuple))
+        and len(s) == 2
+        and isinstance(s[0], int)
+        and not isinstance(s[0], bool)
+        and s[0] >= 0
+        for s in raw
+    ):
         raise bad("WEIGHT_SCHEDULE", "expected a list of (env step, {objective: weight}) pairs")
     schedule = tuple(sorted((int(s), weight_map("WEIGHT_SCHEDULE", w)) for s, w in raw))
     clip = getattr(module, "CLIP", None)
@@ -292,10 +331,18 @@ def _settings(path: Path, module: Any, source: str, objectives: set[str], rules:
         raise bad("CLIP", f"expected a positive number (the bound on |total|), got {clip!r}")
     rp = getattr(module, "REPEAT_PENALTY", None)
     if rp is not None:
-        if not (isinstance(rp, dict) and set(rp) <= {"penalty", "after", "rule_ref"} and _finite(rp.get("penalty"))
-                and rp["penalty"] >= 0 and isinstance(rp.get("after", 1), int) and rp.get("after", 1) >= 1):
-            raise bad("REPEAT_PENALTY", "expected {'penalty': number >= 0, 'after': int >= 1, 'rule_ref': "
-                                        f"rule id}}, got {rp!r}")
+        if not (
+            isinstance(rp, dict)
+            and set(rp) <= {"penalty", "after", "rule_ref"}
+            and _finite(rp.get("penalty"))
+            and rp["penalty"] >= 0
+            and isinstance(rp.get("after", 1), int)
+            and rp.get("after", 1) >= 1
+        ):
+            raise bad(
+                "REPEAT_PENALTY",
+                f"expected {{'penalty': number >= 0, 'after': int >= 1, 'rule_ref': rule id}}, got {rp!r}",
+            )
         if rp.get("rule_ref") is not None and rp["rule_ref"] not in rules:
             raise bad("REPEAT_PENALTY", f"dangling rule ref '{rp['rule_ref']}': not defined in rules.yaml")
     return weights, schedule, None if clip is None else float(clip), rp
@@ -316,8 +363,14 @@ class RewardHook:
 class RewardRuntime:
     """Evaluates a :class:`RewardFunction` on batched transitions; holds delayed settlements."""
 
-    def __init__(self, fn: RewardFunction, n: int, device: torch.device, action_names: tuple[str, ...],
-                 role_names: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        fn: RewardFunction,
+        n: int,
+        device: torch.device,
+        action_names: tuple[str, ...],
+        role_names: tuple[str, ...] = (),
+    ):
         self.n, self.device, self.action_names, self.role_names = n, device, action_names, role_names
         self.hooks: list[RewardHook] = []
         self.set_function(fn)
@@ -325,13 +378,16 @@ class RewardRuntime:
     def set_function(self, fn: RewardFunction) -> None:
         self.fn = fn
         self.pending = torch.zeros((self.n, len(fn.components)), device=self.device)
-        self._settle_codes = [None if c.settle_on is None else self.action_names.index(c.settle_on)
-                              for c in fn.components]
+        self._settle_codes = [
+            None if c.settle_on is None else self.action_names.index(c.settle_on) for c in fn.components
+        ]
         self._weights_cache: tuple[int, Tensor] | None = None
         unknown = sorted({c.role for c in fn.components if c.role is not None} - set(self.role_names))
         if unknown:
-            raise ValueError(f"{fn.path}: reward components of role(s) {unknown}, but the environment's roles are "
-                             f"{list(self.role_names)}")
+            raise ValueError(
+                f"{fn.path}: reward components of role(s) {unknown}, but the environment's roles are "
+                f"{list(self.role_names)}"
+            )
         owners = [-1 if c.role is None else self.role_names.index(c.role) for c in fn.components]
         self._owner = torch.tensor(owners, device=self.device) if any(k >= 0 for k in owners) else None
 
@@ -343,12 +399,19 @@ class RewardRuntime:
     def by_role(self, breakdown: Tensor) -> dict[str, Tensor]:
         """A breakdown ``[N, columns]`` split into ``team`` and each role's own part; they sum to the total."""
         roles = self.column_roles
-        return {name: breakdown[:, [j for j, r in enumerate(roles) if r == role]].sum(dim=1)
-                for name, role in [("team", None), *((r, r) for r in self.role_names)]}
+        return {
+            name: breakdown[:, [j for j, r in enumerate(roles) if r == role]].sum(dim=1)
+            for name, role in [("team", None), *((r, r) for r in self.role_names)]
+        }
 
     @property
     def names(self) -> list[str]:
-        return [c.name for c in self.fn.components] + ["repeat_penalty"] + [f"hook:{h.name}" for h in self.hooks] + ["clip"]
+        return (
+            [c.name for c in self.fn.components]
+            + ["repeat_penalty"]
+            + [f"hook:{h.name}" for h in self.hooks]
+            + ["clip"]
+        )
 
     @property
     def rule_refs(self) -> list[str | None]:
@@ -357,8 +420,12 @@ class RewardRuntime:
 
     @property
     def reasons(self) -> list[str]:
-        return ([c.reason for c in self.fn.components] + ["same action repeated"]
-                + [f"external score {h.name}" for h in self.hooks] + ["total clipped to the bound"])
+        return (
+            [c.reason for c in self.fn.components]
+            + ["same action repeated"]
+            + [f"external score {h.name}" for h in self.hooks]
+            + ["total clipped to the bound"]
+        )
 
     def _weights(self, global_step: int) -> Tensor:
         active = sum(1 for start, _ in self.fn.schedule if global_step >= start)
@@ -368,8 +435,9 @@ class RewardRuntime:
             self._weights_cache = (active, vec)
         return self._weights_cache[1]
 
-    def compute(self, t: Transition, actions: Tensor, repeat_count: Tensor, done: Tensor,
-                global_step: int) -> tuple[Tensor, Tensor]:
+    def compute(
+        self, t: Transition, actions: Tensor, repeat_count: Tensor, done: Tensor, global_step: int
+    ) -> tuple[Tensor, Tensor]:
         """Total ``[N]`` and breakdown ``[N, len(names)]`` (weighted; sums to the total)."""
         cols = [self._component(c, t) for c in self.fn.components]
         raw = torch.stack(cols, dim=1) * self._weights(global_step)
@@ -419,9 +487,13 @@ class RewardRuntime:
         self.pending = torch.where(rows.unsqueeze(1), torch.zeros_like(self.pending), self.pending)
 
 
-def render_breakdown(total: float, scores: list[float], names: list[str], reasons: list[str],
-                     refs: list[str | None]) -> dict[str, Any]:
+def render_breakdown(
+    total: float, scores: list[float], names: list[str], reasons: list[str], refs: list[str | None]
+) -> dict[str, Any]:
     """The JSON form of one step's reward: non-zero components with their reason and rule."""
-    items = [{"component": n, "score": round(float(s), 6), "reason": r, "rule_ref": ref}
-             for n, s, r, ref in zip(names, scores, reasons, refs) if abs(float(s)) > 1e-12]
+    items = [
+        {"component": n, "score": round(float(s), 6), "reason": r, "rule_ref": ref}
+        for n, s, r, ref in zip(names, scores, reasons, refs)
+        if abs(float(s)) > 1e-12
+    ]
     return {"total": round(float(total), 6), "breakdown": items}

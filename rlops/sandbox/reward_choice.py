@@ -37,27 +37,32 @@ def label_of(text: str) -> str:
     return Path(str(text)).stem.removeprefix("reward_")
 
 
-def choose_reward(pack: "Pack", explicit: str | None = None, configured: str | None = None) -> RewardChoice:
+def choose_reward(pack: Pack, explicit: str | None = None, configured: str | None = None) -> RewardChoice:
     """The reward function of ``pack`` that applies (see the module docstring)."""
     available = sorted(pack.reward_fns, key=_version_key)
     if not available:
         raise UserError(f"pack {pack.name} has no reward_v*.py")
     pack_default = pack.params.get("reward_fn") if isinstance(pack.params, dict) else None
-    for value, source, strict in ((explicit, "asked for", True), (pack_default, "pack params.yaml", True),
-                                  (configured, "params.yaml", False)):
+    for value, source, strict in (
+        (explicit, "asked for", True),
+        (pack_default, "pack params.yaml", True),
+        (configured, "params.yaml", False),
+    ):
         if value in (None, ""):
             continue
         label = label_of(str(value))
         if label in pack.reward_fns:
             return _choice(pack.reward_fns[label], label, source)
         if strict:
-            raise UserError(f"reward function {value!r} ({source}): pack {pack.name} has "
-                            f"{', '.join(available)}; expected one of those labels")
+            raise UserError(
+                f"reward function {value!r} ({source}): pack {pack.name} has "
+                f"{', '.join(available)}; expected one of those labels"
+            )
     newest = available[-1]
     return _choice(pack.reward_fns[newest], newest, "newest in the pack")
 
 
-def _choice(fn: "RewardFunction", label: str, source: str) -> RewardChoice:
+def _choice(fn: RewardFunction, label: str, source: str) -> RewardChoice:
     return RewardChoice(label, fn.version, source)
 
 

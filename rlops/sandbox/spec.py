@@ -14,19 +14,65 @@ from typing import Any
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.spec_fields import _check_init_value, _Ctx, _is_num, _kind, _line, _parse_init, _walk_fields
 from rlops.sandbox.spec_roles import parse_roles
-from rlops.sandbox.spec_types import (DISTS, FIELD_TYPES, MAX_ACTIONS, MAX_ENUM_VALUES, MAX_FIELDS, MAX_HISTORY_LEN,
-                                MAX_HORIZON, MAX_MAGNITUDE, MAX_ROLES, RESERVED_GROUPS, ActionSpec, EffectSpec,
-                                FieldSpec, InitSpec, PopulationShift, RoleSpec, RuleStep, ScenarioSpec,
-                                SimulationProfile)
+from rlops.sandbox.spec_types import (
+    DISTS,
+    FIELD_TYPES,
+    MAX_ACTIONS,
+    MAX_ENUM_VALUES,
+    MAX_FIELDS,
+    MAX_HISTORY_LEN,
+    MAX_HORIZON,
+    MAX_MAGNITUDE,
+    MAX_ROLES,
+    RESERVED_GROUPS,
+    ActionSpec,
+    EffectSpec,
+    FieldSpec,
+    InitSpec,
+    PopulationShift,
+    RoleSpec,
+    RuleStep,
+    ScenarioSpec,
+    SimulationProfile,
+)
 from rlops.sandbox.yaml_lines import with_lines
 
-__all__ = ["DISTS", "FIELD_TYPES", "MAX_ACTIONS", "MAX_ENUM_VALUES", "MAX_FIELDS", "MAX_HISTORY_LEN", "MAX_HORIZON",
-           "MAX_MAGNITUDE", "MAX_ROLES", "RESERVED_GROUPS", "ActionSpec", "EffectSpec", "FieldSpec", "InitSpec",
-           "PopulationShift", "RoleSpec", "RuleStep", "ScenarioSpec", "SimulationProfile", "parse_scenario"]
+__all__ = [
+    "DISTS",
+    "FIELD_TYPES",
+    "MAX_ACTIONS",
+    "MAX_ENUM_VALUES",
+    "MAX_FIELDS",
+    "MAX_HISTORY_LEN",
+    "MAX_HORIZON",
+    "MAX_MAGNITUDE",
+    "MAX_ROLES",
+    "RESERVED_GROUPS",
+    "ActionSpec",
+    "EffectSpec",
+    "FieldSpec",
+    "InitSpec",
+    "PopulationShift",
+    "RoleSpec",
+    "RuleStep",
+    "ScenarioSpec",
+    "SimulationProfile",
+    "parse_scenario",
+]
 
 
-_ACTION_KEYS = {"name", "description", "required_fields", "precondition", "effects", "terminal", "api",
-                "latency_ms", "error_rate", "human_takeover"}
+_ACTION_KEYS = {
+    "name",
+    "description",
+    "required_fields",
+    "precondition",
+    "effects",
+    "terminal",
+    "api",
+    "latency_ms",
+    "error_rate",
+    "human_takeover",
+}
 
 
 def _parse_action(c: _Ctx, node: Any, parent: Any, i: int, paths: set[str]) -> ActionSpec:
@@ -70,20 +116,39 @@ def _parse_action(c: _Ctx, node: Any, parent: Any, i: int, paths: set[str]) -> A
     if api is not None and not isinstance(api, str):
         raise c.err(node, "api", f"{where}.api", f"type mismatch: expected an API name, got {_kind(api)}")
     if not isinstance(takeover, bool):
-        raise c.err(node, "human_takeover", f"{where}.human_takeover",
-                    f"type mismatch: 'human_takeover' expects a bool, got {_kind(takeover)}")
+        raise c.err(
+            node,
+            "human_takeover",
+            f"{where}.human_takeover",
+            f"type mismatch: 'human_takeover' expects a bool, got {_kind(takeover)}",
+        )
     err = c.number(node, "error_rate", where) if "error_rate" in node else 0.0
     if not 0.0 <= err <= 1.0:
         raise c.err(node, "error_rate", where, f"bad range: error_rate {err:g} must be within [0, 1]")
-    return ActionSpec(name=name, description=str(node.get("description", "")), required_fields=tuple(req),
-                      precondition=node.get("precondition", True), effects=tuple(effects),
-                      terminal=node.get("terminal", False), api=api, latency_mean_ms=lat_mean,
-                      latency_std_ms=lat_std, error_rate=err, human_takeover=takeover,
-                      line=_line(parent, i))
+    return ActionSpec(
+        name=name,
+        description=str(node.get("description", "")),
+        required_fields=tuple(req),
+        precondition=node.get("precondition", True),
+        effects=tuple(effects),
+        terminal=node.get("terminal", False),
+        api=api,
+        latency_mean_ms=lat_mean,
+        latency_std_ms=lat_std,
+        error_rate=err,
+        human_takeover=takeover,
+        line=_line(parent, i),
+    )
 
 
-def _parse_profiles(c: _Ctx, node: Any, root: dict[Any, Any], fields: dict[str, FieldSpec],
-                    apis: set[str], actions: tuple[str, ...] = ()) -> dict[str, SimulationProfile]:
+def _parse_profiles(
+    c: _Ctx,
+    node: Any,
+    root: dict[Any, Any],
+    fields: dict[str, FieldSpec],
+    apis: set[str],
+    actions: tuple[str, ...] = (),
+) -> dict[str, SimulationProfile]:
     if node is None:
         return {"sandbox": SimulationProfile("sandbox")}
     node = c.mapping(node, root, "simulation", "simulation")
@@ -104,16 +169,27 @@ def _parse_profiles(c: _Ctx, node: Any, root: dict[Any, Any], fields: dict[str, 
             if jitter[0] > jitter[1] or jitter[0] < 0:
                 raise c.err(j, "min", f"{where}.latency_jitter_ms", "bad range: need 0 <= min <= max")
         rates = {}
-        rates_node = c.mapping(p["error_rates"], p, "error_rates", f"{where}.error_rates") \
-            if p.get("error_rates") is not None else {}
+        rates_node = (
+            c.mapping(p["error_rates"], p, "error_rates", f"{where}.error_rates")
+            if p.get("error_rates") is not None
+            else {}
+        )
         for api, r in rates_node.items():
             if api not in apis:
                 # A misspelt API would silently never fail: name the APIs the actions call.
-                raise c.err(rates_node, api, f"{where}.error_rates.{api}",
-                            f"unknown api '{api}' (APIs of the actions: {sorted(apis)})")
+                raise c.err(
+                    rates_node,
+                    api,
+                    f"{where}.error_rates.{api}",
+                    f"unknown api '{api}' (APIs of the actions: {sorted(apis)})",
+                )
             if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
-                raise c.err(p["error_rates"], api, f"{where}.error_rates.{api}",
-                            f"bad range: an error rate is a number within [0, 1], got {_kind(r)}")
+                raise c.err(
+                    p["error_rates"],
+                    api,
+                    f"{where}.error_rates.{api}",
+                    f"bad range: an error rate is a number within [0, 1], got {_kind(r)}",
+                )
             rates[api] = float(r)
         shifts = []
         if not isinstance(p.get("population") or [], list):
@@ -124,8 +200,12 @@ def _parse_profiles(c: _Ctx, node: Any, root: dict[Any, Any], fields: dict[str, 
             c.check_keys(s, {"name", "probability", "init"}, sw)
             prob = c.number(s, "probability", sw) if "probability" in s else -1.0
             if not 0.0 <= prob <= 1.0:
-                raise c.err(s, "probability" if "probability" in s else None, sw,
-                            "bad range: a population shift needs a probability within [0, 1]")
+                raise c.err(
+                    s,
+                    "probability" if "probability" in s else None,
+                    sw,
+                    "bad range: a population shift needs a probability within [0, 1]",
+                )
             inits = {}
             init_node = c.mapping(s.get("init"), s, "init", f"{sw}.init")
             for fpath, spec in init_node.items():
@@ -133,13 +213,15 @@ def _parse_profiles(c: _Ctx, node: Any, root: dict[Any, Any], fields: dict[str, 
                     raise c.err(init_node, fpath, f"{sw}.init", f"unknown field '{fpath}'")
                 f = fields[fpath]
                 inits[fpath] = _parse_init(c, spec, init_node, fpath, f"{sw}.init.{fpath}")
-                _check_init_value(c, init_node, fpath, f"{sw}.init.{fpath}", f.type, f.min, f.max, f.values,
-                                  inits[fpath])
+                _check_init_value(
+                    c, init_node, fpath, f"{sw}.init.{fpath}", f.type, f.min, f.max, f.values, inits[fpath]
+                )
             shifts.append(PopulationShift(str(s.get("name", f"shift{k}")), prob, inits, _line(s)))
         if sum(s.probability for s in shifts) > 1.0 + 1e-9:
             raise c.err(p, "population", f"{where}.population", "population shift probabilities sum over 1")
-        out[pname] = SimulationProfile(pname, jitter, rates, tuple(shifts), _line(profiles_node, pname),
-                                       _action_latency(c, p, where, actions))
+        out[pname] = SimulationProfile(
+            pname, jitter, rates, tuple(shifts), _line(profiles_node, pname), _action_latency(c, p, where, actions)
+        )
     return out
 
 
@@ -162,8 +244,19 @@ def _action_latency(c: _Ctx, p: dict[Any, Any], where: str, actions: tuple[str, 
     return out
 
 
-_TOP_KEYS = {"name", "description", "horizon", "state", "actions", "simulation", "rule_policy",
-             "terminal_when", "history_len", "default_profile", "roles"}
+_TOP_KEYS = {
+    "name",
+    "description",
+    "horizon",
+    "state",
+    "actions",
+    "simulation",
+    "rule_policy",
+    "terminal_when",
+    "history_len",
+    "default_profile",
+    "roles",
+}
 
 
 def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
@@ -201,8 +294,14 @@ def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
     if dup:
         raise c.err(acts_node, names.index(dup, names.index(dup) + 1), f"actions.{dup}", f"duplicate action '{dup}'")
     roles = parse_roles(c, doc, names)
-    profiles = _parse_profiles(c, doc.get("simulation"), doc, {f.path: f for f in fields},
-                               {a.api for a in actions if a.api}, tuple(a.name for a in actions))
+    profiles = _parse_profiles(
+        c,
+        doc.get("simulation"),
+        doc,
+        {f.path: f for f in fields},
+        {a.api for a in actions if a.api},
+        tuple(a.name for a in actions),
+    )
     default_profile = doc.get("default_profile", "sandbox" if "sandbox" in profiles else next(iter(profiles)))
     if default_profile not in profiles:
         raise c.err(doc, "default_profile", "default_profile", f"unknown profile '{default_profile}'")
@@ -214,16 +313,31 @@ def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
         r = c.mapping(r, rp, i, f"rule_policy[{i}]")
         c.check_keys(r, {"when", "action"}, f"rule_policy[{i}]")
         if r.get("action") not in names:
-            raise c.err(r, "action" if "action" in r else None, f"rule_policy[{i}].action",
-                        f"undefined action '{r.get('action')}' in a rule (actions: {names})")
+            raise c.err(
+                r,
+                "action" if "action" in r else None,
+                f"rule_policy[{i}].action",
+                f"undefined action '{r.get('action')}' in a rule (actions: {names})",
+            )
         rules.append(RuleStep(r.get("when", True), r["action"], _line(rp, i)))
     hl = doc.get("history_len", 4)
     if isinstance(hl, bool) or not isinstance(hl, int) or hl < 1:
         raise c.err(doc, "history_len", "history_len", "history_len expects a positive int")
     if hl > MAX_HISTORY_LEN:
-        raise c.err(doc, "history_len", "history_len", f"bad range: history_len {hl} is over the limit of "
-                                                       f"{MAX_HISTORY_LEN}")
-    return ScenarioSpec(name=str(doc["name"]), description=str(doc.get("description", "")), horizon=horizon,
-                        fields=tuple(fields), actions=tuple(actions), profiles=profiles,
-                        default_profile=default_profile, rule_policy=tuple(rules),
-                        terminal_when=doc.get("terminal_when"), history_len=hl, file=file, roles=roles)
+        raise c.err(
+            doc, "history_len", "history_len", f"bad range: history_len {hl} is over the limit of {MAX_HISTORY_LEN}"
+        )
+    return ScenarioSpec(
+        name=str(doc["name"]),
+        description=str(doc.get("description", "")),
+        horizon=horizon,
+        fields=tuple(fields),
+        actions=tuple(actions),
+        profiles=profiles,
+        default_profile=default_profile,
+        rule_policy=tuple(rules),
+        terminal_when=doc.get("terminal_when"),
+        history_len=hl,
+        file=file,
+        roles=roles,
+    )

@@ -7,9 +7,17 @@ import math
 from typing import Any
 
 from rlops.sandbox.errors import PackError
-from rlops.sandbox.spec_types import (DISTS, FIELD_TYPES, MAX_ENUM_VALUES, MAX_MAGNITUDE, RESERVED_GROUPS, FieldSpec,
-                                InitSpec)
+from rlops.sandbox.spec_types import (
+    DISTS,
+    FIELD_TYPES,
+    MAX_ENUM_VALUES,
+    MAX_MAGNITUDE,
+    RESERVED_GROUPS,
+    FieldSpec,
+    InitSpec,
+)
 from rlops.sandbox.yaml_lines import LDict, LList
+
 
 class _Ctx:
     """Carries the file name for error construction."""
@@ -33,16 +41,21 @@ class _Ctx:
     def check_keys(self, node: dict[Any, Any], allowed: set[str], path: str) -> None:
         for k in node:
             if k not in allowed:
-                raise self.err(node, k, f"{path}.{k}" if path else str(k),
-                               f"unknown key '{k}' (expected one of {sorted(allowed)})")
+                raise self.err(
+                    node, k, f"{path}.{k}" if path else str(k), f"unknown key '{k}' (expected one of {sorted(allowed)})"
+                )
 
     def number(self, node: dict[Any, Any], key: str, path: str) -> float:
         v = node[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise self.err(node, key, f"{path}.{key}", f"type mismatch: expected a number, got {_kind(v)}")
         if not _finite(v):
-            raise self.err(node, key, f"{path}.{key}", f"bad value: expected a finite number (at most "
-                                                       f"{MAX_MAGNITUDE:g} in size), got {_kind(v)}")
+            raise self.err(
+                node,
+                key,
+                f"{path}.{key}",
+                f"bad value: expected a finite number (at most {MAX_MAGNITUDE:g} in size), got {_kind(v)}",
+            )
         return float(v)
 
 
@@ -88,8 +101,12 @@ def _parse_init(c: _Ctx, node: Any, parent: Any, key: Any, path: str) -> InitSpe
         return InitSpec(value=node["value"], line=_line(node))
     dist = node.get("dist")
     if dist not in DISTS:
-        raise c.err(node, "dist" if "dist" in node else None, path,
-                    f"unknown distribution {dist!r} (expected one of {sorted(DISTS)}, or 'value'/'expr')")
+        raise c.err(
+            node,
+            "dist" if "dist" in node else None,
+            path,
+            f"unknown distribution {dist!r} (expected one of {sorted(DISTS)}, or 'value'/'expr')",
+        )
     params = {}
     for p in DISTS[dist]:
         if p not in node:
@@ -98,8 +115,9 @@ def _parse_init(c: _Ctx, node: Any, parent: Any, key: Any, path: str) -> InitSpe
     extra = set(node) - {"dist", *DISTS[dist]}
     if extra:
         k = sorted(extra)[0]
-        raise c.err(node, k, f"{path}.{k}", f"unknown key '{k}' for distribution '{dist}' "
-                                            f"(expected {list(DISTS[dist])})")
+        raise c.err(
+            node, k, f"{path}.{k}", f"unknown key '{k}' for distribution '{dist}' (expected {list(DISTS[dist])})"
+        )
     return InitSpec(dist=dist, params=params, line=_line(node))
 
 
@@ -107,8 +125,12 @@ def _parse_field(c: _Ctx, node: dict[Any, Any], parent: dict[Any, Any], path: st
     c.check_keys(node, _FIELD_KEYS, path)
     t = node.get("type")
     if t not in FIELD_TYPES:
-        raise c.err(node, "type" if "type" in node else None, path,
-                    f"unknown field type {t!r} (expected one of {list(FIELD_TYPES)})")
+        raise c.err(
+            node,
+            "type" if "type" in node else None,
+            path,
+            f"unknown field type {t!r} (expected one of {list(FIELD_TYPES)})",
+        )
     lo = c.number(node, "min", path) if "min" in node else None
     hi = c.number(node, "max", path) if "max" in node else None
     if t in ("enum", "bool") and (lo is not None or hi is not None):
@@ -119,8 +141,12 @@ def _parse_field(c: _Ctx, node: dict[Any, Any], parent: dict[Any, Any], path: st
     if t == "enum":
         vals = node.get("values")
         if not isinstance(vals, list) or not vals or not all(isinstance(v, str) for v in vals):
-            raise c.err(node, "values" if "values" in node else None, path,
-                        "an enum field needs 'values': a non-empty list of names")
+            raise c.err(
+                node,
+                "values" if "values" in node else None,
+                path,
+                "an enum field needs 'values': a non-empty list of names",
+            )
         if len(vals) > MAX_ENUM_VALUES:
             raise c.err(node, "values", path, f"an enum field takes at most {MAX_ENUM_VALUES} values, got {len(vals)}")
         if len(set(vals)) != len(vals):
@@ -135,29 +161,56 @@ def _parse_field(c: _Ctx, node: dict[Any, Any], parent: dict[Any, Any], path: st
         raise c.err(node, "observed", path, f"type mismatch: 'observed' expects a bool, got {_kind(observed)}")
     if "fit" in node:
         _check_fit(c, node, path, t, hi, observed)
-    return FieldSpec(path=path, type=t, min=lo, max=hi, unit=node.get("unit"), values=values, init=init,
-                     observed=observed, visible_when=node.get("visible_when"),
-                     description=str(node.get("description", "")), line=_line(parent, path.rsplit(".", 1)[-1]))
+    return FieldSpec(
+        path=path,
+        type=t,
+        min=lo,
+        max=hi,
+        unit=node.get("unit"),
+        values=values,
+        init=init,
+        observed=observed,
+        visible_when=node.get("visible_when"),
+        description=str(node.get("description", "")),
+        line=_line(parent, path.rsplit(".", 1)[-1]),
+    )
 
 
 def _check_fit(c: _Ctx, node: dict[Any, Any], path: str, t: str, hi: float | None, observed: bool) -> None:
     """``fit: {outcome, event_when, by}`` — a fittable hidden probability (rlops.sandbox.outcome_params)."""
     from rlops.sandbox.outcome_params import FIT_KEYS
+
     fit = c.mapping(node["fit"], node, "fit", f"{path}.fit")
     c.check_keys(fit, FIT_KEYS, f"{path}.fit")
     if t != "float" or hi != 1 or observed:
-        raise c.err(node, "fit", f"{path}.fit", "only a hidden (observed: false) float probability field with "
-                                                "max: 1 can be fitted from outcomes")
+        raise c.err(
+            node,
+            "fit",
+            f"{path}.fit",
+            "only a hidden (observed: false) float probability field with max: 1 can be fitted from outcomes",
+        )
     if not isinstance(fit.get("outcome"), str):
-        raise c.err(fit, "outcome" if "outcome" in fit else None, f"{path}.fit.outcome",
-                    "expected the name of the reward component whose score reveals the outcome on a live row")
+        raise c.err(
+            fit,
+            "outcome" if "outcome" in fit else None,
+            f"{path}.fit.outcome",
+            "expected the name of the reward component whose score reveals the outcome on a live row",
+        )
     if fit.get("event_when", "negative") not in ("negative", "positive"):
-        raise c.err(fit, "event_when", f"{path}.fit.event_when", "expected 'negative' or 'positive' (the sign of "
-                                                                  "the component's score when the event happened)")
+        raise c.err(
+            fit,
+            "event_when",
+            f"{path}.fit.event_when",
+            "expected 'negative' or 'positive' (the sign of the component's score when the event happened)",
+        )
     by = fit.get("by")
     if not isinstance(by, list) or not by or not all(isinstance(b, str) for b in by):
-        raise c.err(fit, "by" if "by" in fit else None, f"{path}.fit.by",
-                    "expected a non-empty list of observed field paths (one factor per quarter or value of each)")
+        raise c.err(
+            fit,
+            "by" if "by" in fit else None,
+            f"{path}.fit.by",
+            "expected a non-empty list of observed field paths (one factor per quarter or value of each)",
+        )
 
 
 def _is_num(v: Any) -> bool:
@@ -173,8 +226,17 @@ def _finite(v: int | float) -> bool:
         return False
 
 
-def _check_init_value(c: _Ctx, node: dict[Any, Any], key: str, where: str, t: str, lo: float | None, hi: float | None,
-                      values: tuple[str, ...], init: InitSpec) -> None:
+def _check_init_value(
+    c: _Ctx,
+    node: dict[Any, Any],
+    key: str,
+    where: str,
+    t: str,
+    lo: float | None,
+    hi: float | None,
+    values: tuple[str, ...],
+    init: InitSpec,
+) -> None:
     """Check an initial value or distribution against its field (``node[key]`` holds it)."""
     if init.value is not None:
         v = init.value
@@ -186,8 +248,12 @@ def _check_init_value(c: _Ctx, node: dict[Any, Any], key: str, where: str, t: st
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise c.err(node, key, where, f"type mismatch: expected a number, got {_kind(v)}")
             if not _finite(v):
-                raise c.err(node, key, where, f"bad value: expected a finite number (at most {MAX_MAGNITUDE:g} "
-                                             f"in size), got {_kind(v)}")
+                raise c.err(
+                    node,
+                    key,
+                    where,
+                    f"bad value: expected a finite number (at most {MAX_MAGNITUDE:g} in size), got {_kind(v)}",
+                )
             if (lo is not None and v < lo) or (hi is not None and v > hi):
                 raise c.err(node, key, where, f"bad range: initial value {v:g} outside [{lo}, {hi}]")
     if init.dist == "categorical":
@@ -197,21 +263,35 @@ def _check_init_value(c: _Ctx, node: dict[Any, Any], key: str, where: str, t: st
         if isinstance(probs, dict):
             unknown = [k for k in probs if k not in values]
             if unknown:
-                raise c.err(node, key, where, f"unknown enum value {unknown[0]!r} in probs "
-                                                 f"(expected one of {list(values)})")
+                raise c.err(
+                    node, key, where, f"unknown enum value {unknown[0]!r} in probs (expected one of {list(values)})"
+                )
         elif not (isinstance(probs, list) and len(probs) == len(values)):
-            raise c.err(node, key, where, f"probs needs {len(values)} numbers (one per enum value) "
-                                             "or a mapping value → probability")
+            raise c.err(
+                node,
+                key,
+                where,
+                f"probs needs {len(values)} numbers (one per enum value) or a mapping value → probability",
+            )
         weights = list(probs.values()) if isinstance(probs, dict) else probs
         if not all(_is_num(w) and _finite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
             raise c.err(node, key, where, "bad range: probs must be non-negative numbers, not all zero")
     for k, v in init.params.items():
         if k != "probs" and not (_is_num(v) or isinstance(v, str)):
-            raise c.err(node, key, where, f"type mismatch: distribution parameter '{k}' expects a number or an "
-                                         f"expression, got {_kind(v)}")
+            raise c.err(
+                node,
+                key,
+                where,
+                f"type mismatch: distribution parameter '{k}' expects a number or an expression, got {_kind(v)}",
+            )
         if _is_num(v) and not _finite(v):
-            raise c.err(node, key, where, f"bad value: distribution parameter '{k}' must be a finite number "
-                                         f"(at most {MAX_MAGNITUDE:g} in size), got {_kind(v)}")
+            raise c.err(
+                node,
+                key,
+                where,
+                f"bad value: distribution parameter '{k}' must be a finite number "
+                f"(at most {MAX_MAGNITUDE:g} in size), got {_kind(v)}",
+            )
     num = {k: float(v) for k, v in init.params.items() if _is_num(v)}
     if init.dist == "bernoulli" and "p" in num and not 0.0 <= num["p"] <= 1.0:
         raise c.err(node, key, where, f"bad range: probability p {num['p']:g} must be within [0, 1]")

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,10 +31,21 @@ def observed_fields(pack: Pack) -> list[str]:
     return [f.path for f in pack.scenario.spec.fields if f.observed]
 
 
-def rollout_traces(pack: Pack, policy: TracePolicy, episodes: int, *, seed: int = 0, profile: str | None = None,
-                   reward_version: str | None = None, policy_version: str = "rules", source: str = "sandbox",
-                   test_group: str = "control", start_ts: datetime | None = None,
-                   sample_rate: float = 1.0, episode_prefix: str | None = None) -> pd.DataFrame:
+def rollout_traces(
+    pack: Pack,
+    policy: TracePolicy,
+    episodes: int,
+    *,
+    seed: int = 0,
+    profile: str | None = None,
+    reward_version: str | None = None,
+    policy_version: str = "rules",
+    source: str = "sandbox",
+    test_group: str = "control",
+    start_ts: datetime | None = None,
+    sample_rate: float = 1.0,
+    episode_prefix: str | None = None,
+) -> pd.DataFrame:
     """One episode per seed ``seed .. seed + episodes - 1``; returns one row per agent step.
 
     ``episode_prefix`` names the episodes ``<prefix>-<i>`` and their steps ``<episode>-<k>``:
@@ -44,20 +56,21 @@ def rollout_traces(pack: Pack, policy: TracePolicy, episodes: int, *, seed: int 
     ``sample_rate`` keeps that fraction of episodes (chosen by a hash of the episode id), as a
     live sampler would. A field that is not yet visible to the agent is recorded as null.
     """
-    env = BatchedEnv(pack.scenario, pack.reward_fn(reward_version), num_envs=episodes, profile=profile,
-                     illegal_action="noop")
+    env = BatchedEnv(
+        pack.scenario, pack.reward_fn(reward_version), num_envs=episodes, profile=profile, illegal_action="noop"
+    )
     env.reset(seed)
     scn = pack.scenario
     fields = observed_fields(pack)
     cols = [scn.columns[f] for f in fields]
     vis = {scn.columns[p]: e for p, e in scn.visible.items() if p in fields}
-    t0 = start_ts or datetime.now(timezone.utc)
+    t0 = start_ts or datetime.now(UTC)
     live = torch.ones(episodes, dtype=torch.bool)
     steps: list[dict[str, Any]] = []
     for _ in range(env.horizon):
         S, masks = env.S.clone(), env.action_masks().clone()
         out = policy(env)
-        actions, extras = (out if isinstance(out, tuple) else (out, {}))
+        actions, extras = out if isinstance(out, tuple) else (out, {})
         elapsed = S[:, scn.columns["episode.elapsed_ms"]]
         _, reward, term, trunc, info = env.step(actions)
         _check_finite_reward(env, reward, info.reward_breakdown)
@@ -65,15 +78,29 @@ def rollout_traces(pack: Pack, policy: TracePolicy, episodes: int, *, seed: int 
         for j, c in enumerate(cols):
             if c in vis:
                 state[:, j] = torch.where(vis[c](S), state[:, j], torch.full_like(state[:, j], float("nan")))
-        steps.append({"live": live.clone(), "S": S, "state": state, "masks": masks, "actions": actions.clone(),
-                      "reward": reward, "breakdown": info.reward_breakdown, "done": term | trunc,
-                      "latency": info.latency_ms, "error": info.error, "elapsed": elapsed, "extras": extras,
-                      "step": S[:, scn.columns["episode.step"]].clone()})
+        steps.append(
+            {
+                "live": live.clone(),
+                "S": S,
+                "state": state,
+                "masks": masks,
+                "actions": actions.clone(),
+                "reward": reward,
+                "breakdown": info.reward_breakdown,
+                "done": term | trunc,
+                "latency": info.latency_ms,
+                "error": info.error,
+                "elapsed": elapsed,
+                "extras": extras,
+                "step": S[:, scn.columns["episode.step"]].clone(),
+            }
+        )
         live = live & ~(term | trunc)
         if not bool(live.any()):
             break
-    return _to_frame(pack, env, steps, fields, seed, t0, policy_version, source, test_group, sample_rate,
-                     episode_prefix)
+    return _to_frame(
+        pack, env, steps, fields, seed, t0, policy_version, source, test_group, sample_rate, episode_prefix
+    )
 
 
 def _check_finite_reward(env: BatchedEnv, reward: Tensor, breakdown: Tensor) -> None:
@@ -82,13 +109,25 @@ def _check_finite_reward(env: BatchedEnv, reward: Tensor, breakdown: Tensor) -> 
         return
     bad = ~torch.isfinite(breakdown)
     col = int(bad.any(dim=0).nonzero()[0, 0]) if bool(bad.any()) else len(env.reward.names) - 1
-    raise RewardError(f"{env.reward_fn.path}: reward entry '{env.reward.names[col]}' is not a finite number on "
-                      "a sandbox step; no trace rows were written")
+    raise RewardError(
+        f"{env.reward_fn.path}: reward entry '{env.reward.names[col]}' is not a finite number on "
+        "a sandbox step; no trace rows were written"
+    )
 
 
-def _to_frame(pack: Pack, env: BatchedEnv, steps: list[dict[str, Any]], fields: list[str], seed: int,
-              t0: datetime, policy_version: str, source: str, test_group: str, sample_rate: float,
-              episode_prefix: str | None = None) -> pd.DataFrame:
+def _to_frame(
+    pack: Pack,
+    env: BatchedEnv,
+    steps: list[dict[str, Any]],
+    fields: list[str],
+    seed: int,
+    t0: datetime,
+    policy_version: str,
+    source: str,
+    test_group: str,
+    sample_rate: float,
+    episode_prefix: str | None = None,
+) -> pd.DataFrame:
     n = env.num_envs
     scn = pack.scenario
     if episode_prefix:
@@ -113,17 +152,19 @@ def _to_frame(pack: Pack, env: BatchedEnv, steps: list[dict[str, Any]], fields: 
         bd = st["breakdown"][idx].numpy()
         totals = st["reward"][idx].numpy()
         ts = [t0 + timedelta(milliseconds=float(e)) for e in st["elapsed"][idx].numpy()]
-        df = pd.DataFrame({
-            "trace_id": [f"{id_prefix}{e}-{k}" for e in ep_ids[idx]],
-            "episode_id": ep_ids[idx],
-            "step": st["step"][idx].numpy().astype(np.int64),
-            "ts": [t.isoformat() for t in ts],
-            "scenario": pack.name,
-            "source": source,
-            "test_group": test_group,
-            "policy_version": policy_version,
-            "reward_fn_version": env.reward_fn.version,
-        })
+        df = pd.DataFrame(
+            {
+                "trace_id": [f"{id_prefix}{e}-{k}" for e in ep_ids[idx]],
+                "episode_id": ep_ids[idx],
+                "step": st["step"][idx].numpy().astype(np.int64),
+                "ts": [t.isoformat() for t in ts],
+                "scenario": pack.name,
+                "source": source,
+                "test_group": test_group,
+                "policy_version": policy_version,
+                "reward_fn_version": env.reward_fn.version,
+            }
+        )
         state = st["state"][idx].numpy()
         for j, f in enumerate(fields):
             spec = scn.fields[f]
@@ -152,11 +193,17 @@ def _to_frame(pack: Pack, env: BatchedEnv, steps: list[dict[str, Any]], fields: 
         frames.append(df)
     if not frames:
         return pd.DataFrame()
-    return pd.concat(frames, ignore_index=True).sort_values(["episode_id", "step"], kind="stable").reset_index(drop=True)
+    return (
+        pd.concat(frames, ignore_index=True).sort_values(["episode_id", "step"], kind="stable").reset_index(drop=True)
+    )
 
 
-def _breakdown(total: float, scores: np.ndarray, names: list[str], reasons: list[str],
-               refs: list[str | None]) -> dict[str, Any]:
-    items = [{"component": n, "score": round(float(s), 6), "reason": r, "rule_ref": ref}
-             for n, s, r, ref in zip(names, scores, reasons, refs) if abs(float(s)) > 1e-12]
+def _breakdown(
+    total: float, scores: np.ndarray, names: list[str], reasons: list[str], refs: list[str | None]
+) -> dict[str, Any]:
+    items = [
+        {"component": n, "score": round(float(s), 6), "reason": r, "rule_ref": ref}
+        for n, s, r, ref in zip(names, scores, reasons, refs)
+        if abs(float(s)) > 1e-12
+    ]
     return {"total": round(float(total), 6), "breakdown": items}

@@ -68,8 +68,7 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LDict:
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         if key in out.key_lines:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark)
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         out[key] = loader.construct_object(value_node, deep=True)
         out.key_lines[key] = key_node.start_mark.line + 1
     return out
@@ -135,17 +134,27 @@ def load_yaml(path: Path, root: Path | None = None) -> Any:
             return None
         size = _expanded_size(node)
         if size is None:
-            raise PackError(str(path), node.start_mark.line + 1, "", "invalid YAML: an alias refers to a node "
-                                                                     "that contains it (recursive alias)")
+            raise PackError(
+                str(path),
+                node.start_mark.line + 1,
+                "",
+                "invalid YAML: an alias refers to a node that contains it (recursive alias)",
+            )
         if size > MAX_YAML_NODES:
-            raise PackError(str(path), None, "", f"the YAML document expands to more than {MAX_YAML_NODES} "
-                                                 "values once its aliases (*name) are expanded; alias "
-                                                 "expansion is capped")
+            raise PackError(
+                str(path),
+                None,
+                "",
+                f"the YAML document expands to more than {MAX_YAML_NODES} "
+                "values once its aliases (*name) are expanded; alias "
+                "expansion is capped",
+            )
         return loader.construct_document(node)
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
-        raise PackError(str(path), line, "", f"invalid YAML: unacceptable character #x{exc.character:04x} "
-                                             f"({exc.reason})") from None
+        raise PackError(
+            str(path), line, "", f"invalid YAML: unacceptable character #x{exc.character:04x} ({exc.reason})"
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         mark_line = mark.line + 1 if mark is not None else None

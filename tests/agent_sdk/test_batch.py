@@ -19,6 +19,7 @@ from tests.agent_sdk.test_policy_client import _state_dict
 @pytest.fixture(scope="module")
 def pack() -> Any:
     from rlops.sandbox.pack import load_pack
+
     return load_pack(PACK_DIR, check_liveness=False)
 
 
@@ -40,6 +41,7 @@ def test_choose_batch_is_choose_row_by_row() -> None:
 def test_batch_decisions_match_single_requests_and_count(tmp_tracking: str, pack: Any) -> None:
     from rlops.sandbox.env import BatchedEnv
     from rlops.sandbox.traces import rollout_traces
+
     torch.set_num_threads(1)
     with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None) as c:
         env = BatchedEnv(pack.scenario, pack.reward_fn("v1"), num_envs=32, profile="live")
@@ -57,8 +59,16 @@ def test_batch_decisions_match_single_requests_and_count(tmp_tracking: str, pack
         assert [pack.scenario.action_names[int(x)] for x in a] == single
         assert c.first_served_at(v1) is not None
     with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, refresh_every_s=None, exploration=0.3, seed=1) as c:
-        rows = rollout_traces(pack, batch_policy(c), 200, seed=11, profile="live", reward_version="v1",
-                              policy_version=serving_version(c.serving, "champion"), source="live")
+        rows = rollout_traces(
+            pack,
+            batch_policy(c),
+            200,
+            seed=11,
+            profile="live",
+            reward_version="v1",
+            policy_version=serving_version(c.serving, "champion"),
+            source="live",
+        )
         p = np.exp(rows["logp"].to_numpy())
         assert (p <= 1.0).all() and (p > 0).all() and (p < 0.7).any() and (p >= 0.7).mean() > 0.5
         assert c.decisions >= len(rows) and not rows["fallback"].any()  # every row act() decided is counted

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,21 @@ from rlops.common.config import REPO_ROOT
 
 SCENARIO = "credit_approval"
 RUN_KEY = "20261130T0000"
-START = datetime(2026, 11, 30, 0, 1, tzinfo=timezone.utc)  # inside the run key's 15 minutes
-CORE = {"trace_id", "episode_id", "step", "ts", "scenario", "source", "test_group", "policy_version",
-        "action", "done", "latency_ms", "error"}
+START = datetime(2026, 11, 30, 0, 1, tzinfo=UTC)  # inside the run key's 15 minutes
+CORE = {
+    "trace_id",
+    "episode_id",
+    "step",
+    "ts",
+    "scenario",
+    "source",
+    "test_group",
+    "policy_version",
+    "action",
+    "done",
+    "latency_ms",
+    "error",
+}
 
 
 def _nest(flat: dict[str, Any]) -> dict[str, Any]:
@@ -40,6 +52,7 @@ def _restore_tracking_uri(tmp_tracking: str) -> Any:
     back so later tests in this process use their own store."""
     yield
     import mlflow
+
     mlflow.set_tracking_uri(None)
 
 
@@ -49,9 +62,19 @@ def sandbox_rows() -> pd.DataFrame:
     from rlops.sandbox.pack import load_pack
     from rlops.sandbox.policies import rule_policy
     from rlops.sandbox.traces import rollout_traces
+
     pack = load_pack(REPO_ROOT / "scenarios" / SCENARIO, check_liveness=False)
-    return rollout_traces(pack, rule_policy, 3, seed=11, profile="live", reward_version="v1",
-                          policy_version="rules", source="live", start_ts=START)
+    return rollout_traces(
+        pack,
+        rule_policy,
+        3,
+        seed=11,
+        profile="live",
+        reward_version="v1",
+        policy_version="rules",
+        source="live",
+        start_ts=START,
+    )
 
 
 def run_toy_agent(tracer: Any, rows: pd.DataFrame) -> int:
@@ -65,8 +88,9 @@ def run_toy_agent(tracer: Any, rows: pd.DataFrame) -> int:
             state = _nest({k: v for k, v in r.items() if k.startswith("state.")})
             action = "launch_rockets" if broken and i == len(steps) - 1 else r["action"]
             extra = {k: v for k, v in r.items() if k not in CORE and not k.startswith("state.")}
-            episode.step(state, action, latency_ms=float(r["latency_ms"]), ts=str(r["ts"]),
-                         done=bool(r["done"]), **extra)
+            episode.step(
+                state, action, latency_ms=float(r["latency_ms"]), ts=str(r["ts"]), done=bool(r["done"]), **extra
+            )
 
     groups = [g.to_dict("records") for _, g in rows.groupby("episode_id", sort=True)]
     for i, steps in enumerate(groups):
@@ -75,7 +99,8 @@ def run_toy_agent(tracer: Any, rows: pd.DataFrame) -> int:
 
 
 def test_toy_agent_decisions_are_mlflow_traces_and_capture_into_the_trace_store(
-        sandbox_rows: pd.DataFrame, tmp_tracking: str, tmp_storage_root: str, tmp_path: Path) -> None:
+    sandbox_rows: pd.DataFrame, tmp_tracking: str, tmp_storage_root: str, tmp_path: Path
+) -> None:
     from mlflow import MlflowClient
 
     from rlops.agent_sdk import Tracer
@@ -118,20 +143,29 @@ def test_toy_agent_decisions_are_mlflow_traces_and_capture_into_the_trace_store(
 
 
 def _otlp_span(trace_id: str, span_id: str, attrs: dict[str, str], parent: str = "") -> dict[str, Any]:
-    return {"traceId": trace_id, "spanId": span_id, "parentSpanId": parent, "name": "decision",
-            "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()]}
+    return {
+        "traceId": trace_id,
+        "spanId": span_id,
+        "parentSpanId": parent,
+        "name": "decision",
+        "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()],
+    }
 
 
-def test_otlp_json_export_is_a_capture_source(sandbox_rows: pd.DataFrame, tmp_tracking: str,
-                                              tmp_storage_root: str, tmp_path: Path) -> None:
+def test_otlp_json_export_is_a_capture_source(
+    sandbox_rows: pd.DataFrame, tmp_tracking: str, tmp_storage_root: str, tmp_path: Path
+) -> None:
     from rlops.pipeline_steps.capture.step import capture_traces
     from rlops.pipeline_steps.infra.context import StepContext
+
     head = sandbox_rows.head(5).astype(object)
     recs = head.where(head.notna(), None).to_dict("records")  # JSON has null, never NaN (the tracer writes null)
-    spans = [_otlp_span(f"t{i}", f"s{i}", {"rlops.record": json.dumps(json.dumps(r, default=str))})
-             for i, r in enumerate(recs)]
+    spans = [
+        _otlp_span(f"t{i}", f"s{i}", {"rlops.record": json.dumps(json.dumps(r, default=str))})
+        for i, r in enumerate(recs)
+    ]
     spans.append(_otlp_span("t0", "c0", {"latency_ms": "3"}, parent="s0"))  # a child span: not a decision
-    spans.append(_otlp_span("tx", "sx", {"http.route": "/health"}))         # another tool's root span
+    spans.append(_otlp_span("tx", "sx", {"http.route": "/health"}))  # another tool's root span
     doc = {"resourceSpans": [{"resource": {}, "scopeSpans": [{"scope": {"name": "x"}, "spans": spans}]}]}
     export = tmp_path / "spans.json"
     export.write_text(json.dumps(doc))
@@ -145,16 +179,20 @@ def test_otlp_json_export_is_a_capture_source(sandbox_rows: pd.DataFrame, tmp_tr
 def test_agent_sdk_does_not_need_mlflow_to_import() -> None:
     import subprocess
     import sys
-    code = ("import sys; sys.modules['mlflow'] = None\n"
-            "import rlops.agent_sdk, rlops.agent_sdk.mlflow_tracing as m\n"
-            "e = m.MlflowTraceExporter('x')\n"
-            "assert e.export({'action': 'a'}) is None and e.failed == 1\n"
-            "assert not any(k.startswith('pipeline_steps') for k in sys.modules)\n")
+
+    code = (
+        "import sys; sys.modules['mlflow'] = None\n"
+        "import rlops.agent_sdk, rlops.agent_sdk.mlflow_tracing as m\n"
+        "e = m.MlflowTraceExporter('x')\n"
+        "assert e.export({'action': 'a'}) is None and e.failed == 1\n"
+        "assert not any(k.startswith('pipeline_steps') for k in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
 
 
 def test_timestamps_fall_in_the_interval() -> None:
     from rlops.agent_sdk.mlflow_tracing import _ts_ns
+
     ns = _ts_ns({"ts": (START + timedelta(seconds=5)).isoformat()})
     assert ns == int((START + timedelta(seconds=5)).timestamp() * 1e9)

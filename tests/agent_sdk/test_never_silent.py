@@ -29,6 +29,7 @@ from tests.agent_sdk.client_kit import (
 @pytest.fixture(scope="module")
 def pack() -> Any:
     from rlops.sandbox.pack import load_pack
+
     return load_pack(PACK_DIR, check_liveness=False)
 
 
@@ -46,7 +47,7 @@ def nested(row: dict[str, Any]) -> dict[str, Any]:
         if not k.startswith("state.") or v is None or (isinstance(v, float) and math.isnan(v)):
             continue
         node = out
-        *parents, leaf = k[len("state."):].split(".")
+        *parents, leaf = k[len("state.") :].split(".")
         for p in parents:
             node = node.setdefault(p, {})
         node[leaf] = v
@@ -56,6 +57,7 @@ def nested(row: dict[str, Any]) -> dict[str, Any]:
 def test_trace_store_rows_decide_with_the_policy(champion: str, tmp_tracking: str) -> None:
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.trace_store import read_traces
+
     ctx = StepContext.create(SCENARIO, "20261130T0500-15m")
     capture_step(ctx, simulate=True, episodes=40)
     rows = read_traces(ctx.storage, ctx.traces.scenario_uri(SCENARIO)).head(60).to_dict(orient="records")
@@ -126,21 +128,21 @@ class _FixedNow:
 
 
 def test_every_decision_falling_back_raises_the_alert_within_one_interval(
-        champion: str, tmp_tracking: str, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    champion: str, tmp_tracking: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import sys
 
     from rlops.cli import main
     from rlops.pipeline_steps.capture.step import capture_step
     from tests.agent_sdk.test_policy_client import socket_closed_port
+
     now = _FixedNow()
     for module in ("rlops.agent_sdk.tracer", "rlops.agent_sdk.rollout"):  # files and rows at a fixed time
         monkeypatch.setattr(sys.modules[module], "_now", now)
     ctx = StepContext.create(SCENARIO, "20261130T0500-15m")
     # An agent pointed at a registry it cannot reach: every decision is the rule engine's.
     with socket_closed_port() as port, Tracer(ctx.traces.landing_uri, fsync=False) as tracer:
-        broken = PolicyClient(f"http://127.0.0.1:{port}", SCENARIO, PACK_DIR, http_max_retries=0,
-                              refresh_every_s=None)
+        broken = PolicyClient(f"http://127.0.0.1:{port}", SCENARIO, PACK_DIR, http_max_retries=0, refresh_every_s=None)
         decisions = _serve(broken, tracer, 30)
         broken.close()
     assert all(d.fallback for d in decisions) and broken.fallback_rate == 1.0
@@ -160,8 +162,10 @@ def test_every_decision_falling_back_raises_the_alert_within_one_interval(
     # The next interval, the same agent with a reachable registry: served by the policy, no alert.
     now.t = datetime(2026, 11, 30, 5, 18, tzinfo=UTC)
     nxt = StepContext.create(SCENARIO, "20261130T0515-15m")
-    with Tracer(nxt.traces.landing_uri, fsync=False) as tracer, \
-            PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None) as healthy:
+    with (
+        Tracer(nxt.traces.landing_uri, fsync=False) as tracer,
+        PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None) as healthy,
+    ):
         assert not any(d.fallback for d in _serve(healthy, tracer, 30))
     out = capture_step(nxt)
     assert out["fallbacks"]["share"] == 0.0 and out["fallbacks"]["decisions"] == 30 and out["alerts"] == []
@@ -172,18 +176,25 @@ def test_every_decision_falling_back_raises_the_alert_within_one_interval(
 
 def _capture_run(ctx: StepContext) -> Any:
     from mlflow import MlflowClient
+
     c = MlflowClient(str(ctx.tracker.tracking_uri))
     exp = c.get_experiment_by_name(SCENARIO)
-    runs = c.search_runs([exp.experiment_id], filter_string="tags.`rlops.step` = 'capture'",
-                         order_by=["attributes.start_time DESC"])
+    runs = c.search_runs(
+        [exp.experiment_id], filter_string="tags.`rlops.step` = 'capture'", order_by=["attributes.start_time DESC"]
+    )
     return runs[0]
 
 
 def test_fallback_summary_counts_no_champion_only_once_a_champion_exists() -> None:
     from rlops.pipeline_steps.capture.fallbacks import alert_text, summarize
-    rows = pd.DataFrame({"source": ["live"] * 40 + ["sandbox"] * 10,
-                         "fallback": [True] * 30 + [False] * 5 + [None] * 5 + [True] * 10,
-                         "fallback_reason": ["no_champion: none yet"] * 25 + ["timeout: slow"] * 4 + [None] * 21})
+
+    rows = pd.DataFrame(
+        {
+            "source": ["live"] * 40 + ["sandbox"] * 10,
+            "fallback": [True] * 30 + [False] * 5 + [None] * 5 + [True] * 10,
+            "fallback_reason": ["no_champion: none yet"] * 25 + ["timeout: slow"] * 4 + [None] * 21,
+        }
+    )
     s = summarize(rows)
     assert (s.decisions, s.fallbacks, s.by_reason) == (35, 30, {"no_champion": 25, "timeout": 4, "unspecified": 1})
     assert s.share == pytest.approx(30 / 35) and alert_text(s, 0.05, 20)

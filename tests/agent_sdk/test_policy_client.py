@@ -28,6 +28,7 @@ from tests.agent_sdk.client_kit import NAME, PACK_DIR, SCENARIO, STATE, register
 @pytest.fixture(scope="module")
 def pack() -> Any:
     from rlops.sandbox.pack import load_pack
+
     return load_pack(PACK_DIR, check_liveness=False)
 
 
@@ -70,6 +71,7 @@ def _state_dict(pack: Any, S: torch.Tensor) -> dict[str, Any]:
 def test_encoder_matches_the_sandbox_observation(pack: Any) -> None:
     from rlops.sandbox.env import BatchedEnv
     from rlops.sandbox.policies import rule_policy
+
     env = BatchedEnv(pack.scenario, pack.reward_fn("v1"), num_envs=64, profile="live")
     env.reset(5)
     enc = ObservationEncoder(pack)
@@ -80,8 +82,11 @@ def test_encoder_matches_the_sandbox_observation(pack: Any) -> None:
         for i in range(0, 64, 7):
             if bool(env.S[i, pack.scenario.columns["episode.step"]] == 0):
                 history[i] = []
-            S, mask, o = enc.encode(_state_dict(pack, env.S[i]), history[i],
-                                    last_error=bool(env.S[i, pack.scenario.columns["episode.error"]]))
+            S, mask, o = enc.encode(
+                _state_dict(pack, env.S[i]),
+                history[i],
+                last_error=bool(env.S[i, pack.scenario.columns["episode.error"]]),
+            )
             assert torch.equal(mask[0], masks[i])
             torch.testing.assert_close(o[0], obs[i])
         a = rule_policy(env)
@@ -97,7 +102,7 @@ def test_encoder_matches_the_sandbox_observation(pack: Any) -> None:
 
 def test_hash_split_is_stable_and_matches_the_fraction() -> None:
     u = np.array([hash_fraction(f"user-{i}", SCENARIO) for i in range(20000)])
-    assert 0 <= u.min() and u.max() < 1 and abs((u < 0.2).mean() - 0.2) < 0.01
+    assert u.min() >= 0 and u.max() < 1 and abs((u < 0.2).mean() - 0.2) < 0.01
     assert hash_fraction("user-1", SCENARIO) == hash_fraction("user-1", SCENARIO)
 
 
@@ -129,8 +134,9 @@ def test_champion_and_challenger_split(versions: tuple[str, str], tmp_tracking: 
         assert {client.route(f"user-{i}") for i in range(500)} == {"champion"}
 
 
-def test_error_and_timeout_fall_back_to_the_rule_engine(versions: tuple[str, str], tmp_tracking: str,
-                                                        pack: Any) -> None:
+def test_error_and_timeout_fall_back_to_the_rule_engine(
+    versions: tuple[str, str], tmp_tracking: str, pack: Any
+) -> None:
     rule = ObservationEncoder(pack)
     S, mask, _ = rule.encode(STATE)
     rule_action = pack.scenario.action_names[rule.rule_action(S, mask)]
@@ -140,6 +146,7 @@ def test_error_and_timeout_fall_back_to_the_rule_engine(versions: tuple[str, str
         def slow(obs: np.ndarray) -> Any:
             time.sleep(0.5)
             raise AssertionError("never returned in time")
+
         model.predict_obs = slow
         d = client.decide(STATE, key="u1")
         assert d.fallback and d.policy_version == "rules" and d.action == rule_action and "took over" in d.reason
@@ -149,6 +156,7 @@ def test_error_and_timeout_fall_back_to_the_rule_engine(versions: tuple[str, str
 
         def broken(obs: np.ndarray) -> Any:
             raise RuntimeError("CUDA error")
+
         model.predict_obs = broken
         client.timeout_s = 10.0  # an error, not a timeout, even on a busy machine
         d = client.decide(STATE, key="u1")
@@ -182,6 +190,7 @@ def test_no_policy_or_no_mlflow_means_rules(tmp_tracking: str) -> None:
 class socket_closed_port:
     def __enter__(self) -> int:
         import socket
+
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             return int(s.getsockname()[1])

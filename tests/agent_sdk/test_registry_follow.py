@@ -35,6 +35,7 @@ class SimClock:
 @pytest.fixture(scope="module")
 def pack() -> Any:
     from rlops.sandbox.pack import load_pack
+
     return load_pack(PACK_DIR, check_liveness=False)
 
 
@@ -49,8 +50,9 @@ def ref(v: str) -> str:
     return f"{NAME}/{v}"
 
 
-def test_promotion_stages_and_rollback_reach_the_client_within_one_period(pair: tuple[str, str],
-                                                                         tmp_tracking: str) -> None:
+def test_promotion_stages_and_rollback_reach_the_client_within_one_period(
+    pair: tuple[str, str], tmp_tracking: str
+) -> None:
     v1, v2 = pair
     t = tracker()
     clock = SimClock(1000.0)
@@ -91,14 +93,17 @@ def test_promotion_stages_and_rollback_reach_the_client_within_one_period(pair: 
         assert served(1125.0) == {ref(v1): len(keys)}
         assert c.promotion_to_agent_s(v1, 1100.0) == 25.0  # since it became champion again, not its first day
         groups = [(ch.group, ch.old, ch.new) for ch in c.changes]
-        assert groups == [("champion", None, ref(v1)), ("challenger", None, ref(v2)),
-                          ("champion", ref(v1), ref(v2)), ("challenger", ref(v2), None),
-                          ("champion", ref(v2), ref(v1))]
+        assert groups == [
+            ("champion", None, ref(v1)),
+            ("challenger", None, ref(v2)),
+            ("champion", ref(v1), ref(v2)),
+            ("challenger", ref(v2), None),
+            ("champion", ref(v2), ref(v1)),
+        ]
         assert c.fallback_rate == 0.0
 
 
-def test_promotion_to_agent_latency_on_a_simulated_clock(pair: tuple[str, str], tmp_tracking: str,
-                                                         pack: Any) -> None:
+def test_promotion_to_agent_latency_on_a_simulated_clock(pair: tuple[str, str], tmp_tracking: str, pack: Any) -> None:
     v1, v2 = pair
     v3 = register(pack, preference_policy(pack, {"escalate_to_human": 5}))
     clock = SimClock(0.0)
@@ -146,13 +151,16 @@ def test_background_poll_follows_the_registry_in_real_time(pair: tuple[str, str]
     assert not thread.is_alive()  # close() stops the poller
 
 
-def test_a_failing_poll_keeps_serving_what_is_loaded(pair: tuple[str, str], tmp_tracking: str,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_poll_keeps_serving_what_is_loaded(
+    pair: tuple[str, str], tmp_tracking: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     v1, _ = pair
     clock = SimClock()
     with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=30, clock=clock) as c:
+
         def down(*a: Any, **k: Any) -> Any:
             raise ConnectionError("registry unreachable")
+
         monkeypatch.setattr(c.source, "resolve", down)
         clock.t = 60.0
         d = c.decide(STATE)
@@ -167,8 +175,15 @@ def test_no_decision_sees_half_a_swap(pair: tuple[str, str], tmp_tracking: str) 
     v1, v2 = pair
     t = tracker()
     t.set_alias(NAME, "challenger", v2)
-    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=10_000, refresh_every_s=None,
-                      challenger_fraction=0.0, shadow="challenger") as c:
+    with PolicyClient(
+        tmp_tracking,
+        SCENARIO,
+        PACK_DIR,
+        timeout_ms=10_000,
+        refresh_every_s=None,
+        challenger_fraction=0.0,
+        shadow="challenger",
+    ) as c:
         c.refresh()
         seen: list[tuple[str, str]] = []
         stop = threading.Event()
@@ -182,6 +197,7 @@ def test_no_decision_sees_half_a_swap(pair: tuple[str, str], tmp_tracking: str) 
                         seen.append((d.policy_version, d.shadow.policy_version))
             except BaseException as exc:  # noqa: BLE001 - reported by the main thread
                 errors.append(exc)
+
         threads = [threading.Thread(target=decide) for _ in range(3)]
         for th in threads:
             th.start()
@@ -203,6 +219,7 @@ def test_no_decision_sees_half_a_swap(pair: tuple[str, str], tmp_tracking: str) 
 
 def test_arguments_and_a_client_that_has_not_loaded_yet(pair: tuple[str, str], tmp_tracking: str) -> None:
     from rlops.common.errors import UserError
+
     v1, _ = pair
     for bad in (0, -1, float("inf"), float("nan"), "30"):
         with pytest.raises(UserError, match="refresh_every_s"):
@@ -213,8 +230,9 @@ def test_arguments_and_a_client_that_has_not_loaded_yet(pair: tuple[str, str], t
         d = c.decide(STATE)
         assert d.fallback_reason.startswith("load_error: nothing loaded yet")
     clock = SimClock(5.0)
-    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, load=False, refresh_every_s=30, clock=clock,
-                      timeout_ms=5000) as c:
+    with PolicyClient(
+        tmp_tracking, SCENARIO, PACK_DIR, load=False, refresh_every_s=30, clock=clock, timeout_ms=5000
+    ) as c:
         assert c.serving.generation == 0
         assert c.decide(STATE).policy_version == ref(v1)  # the first decision loads
         assert c.serving.generation == 1 and c.serving.loaded_at == 5.0

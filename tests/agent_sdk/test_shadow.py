@@ -32,6 +32,7 @@ from tests.agent_sdk.client_kit import (
 @pytest.fixture(scope="module")
 def pack() -> Any:
     from rlops.sandbox.pack import load_pack
+
     return load_pack(PACK_DIR, check_liveness=False)
 
 
@@ -46,11 +47,11 @@ def pair(tmp_tracking: str, tmp_storage_root: str, pack: Any) -> tuple[str, str]
     return v1, v2
 
 
-def test_shadow_decides_beside_the_served_policy_and_is_never_served(pair: tuple[str, str],
-                                                                    tmp_tracking: str) -> None:
+def test_shadow_decides_beside_the_served_policy_and_is_never_served(pair: tuple[str, str], tmp_tracking: str) -> None:
     v1, v2 = pair
-    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None,
-                      shadow="challenger") as c:
+    with PolicyClient(
+        tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None, shadow="challenger"
+    ) as c:
         assert c.refresh() == {"champion": v1, "challenger": v2, "shadow": v2}
         for i in range(20):
             d = c.decide(STATE, key=f"user-{i}")
@@ -69,13 +70,15 @@ def test_shadow_decides_beside_the_served_policy_and_is_never_served(pair: tuple
         # A shadow that fails never touches what is served.
         def broken(obs: Any) -> Any:
             raise RuntimeError("shadow crashed")
+
         c.serving.shadow.model.predict_obs = broken
         d = c.decide(STATE, key="x")
         assert not d.fallback and d.action == "fetch_credit_report" and "shadow crashed" in d.shadow.error
         assert c.shadow_errors == 1 and c.shadow_agreement == 0.0
     # The champion's own version as the shadow agrees everywhere; a version that does not exist: no shadow.
-    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None,
-                      shadow=f"{NAME}/{v1}") as c:
+    with PolicyClient(
+        tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None, shadow=f"{NAME}/{v1}"
+    ) as c:
         assert all(c.decide(STATE, key=f"u{i}").shadow.agrees for i in range(5)) and c.shadow_agreement == 1.0
     with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, refresh_every_s=None, shadow="99") as c:
         assert c.decide(STATE).shadow is None and c.refresh()["shadow"] is None
@@ -98,21 +101,33 @@ def test_propensity_is_the_probability_the_action_was_served() -> None:
         assert p == pytest.approx(expected[a]) and probs[a] > 0  # never an illegal action
 
 
-def test_logged_rows_carry_what_off_policy_evaluation_needs(pair: tuple[str, str], tmp_tracking: str,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_logged_rows_carry_what_off_policy_evaluation_needs(
+    pair: tuple[str, str], tmp_tracking: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Client (exploring 30 %, challenger in shadow) → tracer → capture → the trace store: each row
     has the served propensity (logp) and the shadow's probabilities, so the importance weight
     π_shadow(served action) / propensity is computable per row, and its mean is ~1."""
     from rlops.pipeline_steps.capture.step import capture_step
+
     v1, v2 = pair
     now = datetime(2026, 11, 30, 5, 3, tzinfo=UTC)
     for module in ("rlops.agent_sdk.tracer", "rlops.agent_sdk.rollout"):
         monkeypatch.setattr(sys.modules[module], "_now", lambda: now)
     ctx = StepContext.create(SCENARIO, "20261130T0500-15m")
     n = 400
-    with Tracer(ctx.traces.landing_uri, fsync=False) as tr, \
-            PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None,
-                         shadow="challenger", exploration=0.3, seed=7) as c:
+    with (
+        Tracer(ctx.traces.landing_uri, fsync=False) as tr,
+        PolicyClient(
+            tmp_tracking,
+            SCENARIO,
+            PACK_DIR,
+            timeout_ms=5000,
+            refresh_every_s=None,
+            shadow="challenger",
+            exploration=0.3,
+            seed=7,
+        ) as c,
+    ):
         for i in range(n):
             with Episode(tr, scenario=SCENARIO, policy_version="?", source="live") as ep:
                 d = c.decide(STATE, key=f"user-{i}")

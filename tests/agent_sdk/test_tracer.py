@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,8 @@ from rlops.agent_sdk import (
     ExecutionResult,
     RewardProvider,
     StateObserver,
-    TraceWriteError,
     Tracer,
+    TraceWriteError,
     current_episode,
     rollout,
 )
@@ -55,8 +56,9 @@ def test_flushes_every_n_records_then_on_close(tmp_path):
     path = files(tmp_path)[0]
     assert NAME.match(path.name), path.name
     assert path.parent.parent.parent.name == "scenario=credit_approval"
-    assert re.match(r"date=\d{4}-\d{2}-\d{2}/hour=\d{2}$",
-                    "/".join(path.parent.relative_to(path.parent.parent.parent).parts))
+    assert re.match(
+        r"date=\d{4}-\d{2}-\d{2}/hour=\d{2}$", "/".join(path.parent.relative_to(path.parent.parent.parent).parts)
+    )
     assert not [p for p in tmp_path.rglob("*") if p.name.startswith(".tmp-")]
     tracer.close()  # idempotent
     with pytest.raises(RuntimeError, match="after close"):
@@ -72,7 +74,8 @@ def test_flush_interval_and_one_file_per_scenario(tmp_path):
         tracer.record(rec(i, "credit_approval" if i % 2 else "claims"))
     written = tracer.flush()
     assert len(written) == 2 and {"scenario=claims", "scenario=credit_approval"} <= {
-        p.parent.parent.parent.name for p in files(tmp_path)}
+        p.parent.parent.parent.name for p in files(tmp_path)
+    }
     assert tracer.flush() == []
 
 
@@ -84,43 +87,55 @@ def test_context_manager_flushes(tmp_path):
 
 
 def test_values_are_serialised(tmp_path):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     import numpy as np
+
     with Tracer(tmp_path) as tracer:
-        tracer.record({"scenario": "s", "a": np.float32(0.5), "b": np.arange(2),
-                       "c": datetime(2026, 1, 1, tzinfo=timezone.utc), "d": {"x"}})
-    assert lines(tmp_path) == [{"scenario": "s", "a": 0.5, "b": [0, 1],
-                                "c": "2026-01-01T00:00:00+00:00", "d": ["x"]}]
+        tracer.record(
+            {
+                "scenario": "s",
+                "a": np.float32(0.5),
+                "b": np.arange(2),
+                "c": datetime(2026, 1, 1, tzinfo=UTC),
+                "d": {"x"},
+            }
+        )
+    assert lines(tmp_path) == [{"scenario": "s", "a": 0.5, "b": [0, 1], "c": "2026-01-01T00:00:00+00:00", "d": ["x"]}]
 
 
 def _run(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     script = f"import sys; sys.path.insert(0, {str(REPO)!r})\n" + textwrap.dedent(code)
-    return subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60)
 
 
 def test_atexit_flushes_what_is_buffered(tmp_path):
-    out = _run("""
+    out = _run(
+        """
         from rlops.agent_sdk import Tracer
         t = Tracer(sys.argv[1], flush_every=1000)
         for i in range(5):
             t.record({"scenario": "s", "step": i})
         # no close(): the interpreter exits normally
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert [r["step"] for r in lines(tmp_path)] == list(range(5))
 
 
 def test_a_crash_loses_only_the_unflushed_buffer(tmp_path):
-    out = _run("""
+    out = _run(
+        """
         import os
         from rlops.agent_sdk import Tracer
         t = Tracer(sys.argv[1], flush_every=4, flush_interval_s=None)
         for i in range(10):          # 8 flushed in two files, 2 still buffered
             t.record({"scenario": "s", "step": i, "payload": "x" * 1000})
         os._exit(1)                  # no atexit, no close
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert out.returncode == 1
     assert len(files(tmp_path)) == 2
     assert [r["step"] for r in lines(tmp_path)] == list(range(8))  # every line parses
@@ -161,13 +176,14 @@ def test_a_forked_child_does_not_write_the_parents_buffer(tmp_path):
 
 def test_s3_landing_zone(moto_bucket, moto_s3):
     import boto3
+
     with Tracer(f"{moto_bucket}/landing", flush_every=2, endpoint_url=moto_s3) as tracer:
         for i in range(3):
             tracer.record(rec(i))
-    keys = sorted(o["Key"] for o in boto3.client("s3", endpoint_url=moto_s3).list_objects_v2(
-        Bucket="rlops-test")["Contents"])
-    assert len(keys) == 2 and all(k.startswith("landing/scenario=credit_approval/date=")
-                                  for k in keys)
+    keys = sorted(
+        o["Key"] for o in boto3.client("s3", endpoint_url=moto_s3).list_objects_v2(Bucket="rlops-test")["Contents"]
+    )
+    assert len(keys) == 2 and all(k.startswith("landing/scenario=credit_approval/date=") for k in keys)
     assert NAME.match(keys[0].rsplit("/", 1)[-1])
 
 
@@ -181,6 +197,7 @@ def test_bad_configuration():
 
 
 # --------------------------------------------------------------------------- rollout
+
 
 class Observer:
     def __init__(self) -> None:
@@ -198,8 +215,9 @@ class Executor:
     def execute(self, action: str, state: Any) -> ExecutionResult:
         if action == self.fail_on:
             raise ConnectionError("credit bureau timeout")
-        return ExecutionResult(latency_ms=12.5, done=action == "approve",
-                               error="slow" if action == "fraud_check" else None)
+        return ExecutionResult(
+            latency_ms=12.5, done=action == "approve", error="slow" if action == "fraud_check" else None
+        )
 
 
 class Risk:
@@ -217,8 +235,14 @@ def test_interfaces_are_runtime_checkable():
 def test_rollout_traces_each_step(tmp_path):
     tracer = Tracer(tmp_path)
 
-    @rollout(tracer, scenario="credit_approval", policy_version="champion-3",
-             test_group="B", reward_provider=Risk(), trace_id=lambda app_id, *a, **k: app_id)
+    @rollout(
+        tracer,
+        scenario="credit_approval",
+        policy_version="champion-3",
+        test_group="B",
+        reward_provider=Risk(),
+        trace_id=lambda app_id, *a, **k: app_id,
+    )
     def handle(app_id: str, observer: Any, executor: Any) -> str:
         state = observer.observe()
         for action in ("screen", "fraud_check", "approve"):
@@ -232,14 +256,12 @@ def test_rollout_traces_each_step(tmp_path):
     tracer.close()
     recs = lines(tmp_path)
     assert [r["step"] for r in recs] == [0, 1, 2]
-    assert {r["trace_id"] for r in recs} == {"req-77"} and len({r["episode_id"]
-                                                                for r in recs}) == 1
+    assert {r["trace_id"] for r in recs} == {"req-77"} and len({r["episode_id"] for r in recs}) == 1
     assert [r["state.user_profile.credit_score"] for r in recs] == [601, 602, 603]
     assert [r["done"] for r in recs] == [False, False, True] and recs[-1]["terminated"]
     assert recs[1]["error"] == "slow" and recs[0]["latency_ms"] == 12.5
     assert recs[0]["action_mask"] == "110" and recs[0]["test_group"] == "B"
-    assert recs[0]["reward_total"] == 0.75 and recs[0]["reward_breakdown"][0] == {
-        "component": "risk", "score": -0.25}
+    assert recs[0]["reward_total"] == 0.75 and recs[0]["reward_breakdown"][0] == {"component": "risk", "score": -0.25}
     assert recs[0]["ts"] < recs[1]["ts"] < recs[2]["ts"]
 
 

@@ -35,23 +35,37 @@ def test_validate_a_pack_typo_as_json(tmp_path: Path, capsys: pytest.CaptureFixt
     pack.mkdir()
     (pack / "scenario.yaml").write_text("name: mine\n")
     (pack / "params.yaml").write_text("capture:\n  sample_rate: 0.5\n  episods: 10\n")
-    code = main(["config", "validate", "--scenario", str(pack), "--params", str(REPO_ROOT / "params.yaml"),
-                 "--json"])
+    code = main(["config", "validate", "--scenario", str(pack), "--params", str(REPO_ROOT / "params.yaml"), "--json"])
     assert code == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["valid"] is False and doc["checked"] == ["project params", "pack mine"]
-    assert doc["problems"] == [{"key": "capture.episods", "message": "unknown key", "file": str(pack / "params.yaml"),
-                                "line": 3, "suggestion": "episodes"}]
+    assert doc["problems"] == [
+        {
+            "key": "capture.episods",
+            "message": "unknown key",
+            "file": str(pack / "params.yaml"),
+            "line": 3,
+            "suggestion": "episodes",
+        }
+    ]
 
 
-def test_show_prints_each_value_with_its_origin(capsys: pytest.CaptureFixture[str],
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_show_prints_each_value_with_its_origin(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
-    assert main(["config", "show", "--scenario", "complaint_handling", "--params", str(REPO_ROOT / "params.yaml"),
-                 "--json"]) == 0
+    assert (
+        main(
+            ["config", "show", "--scenario", "complaint_handling", "--params", str(REPO_ROOT / "params.yaml"), "--json"]
+        )
+        == 0
+    )
     rows = {r["key"]: r for r in json.loads(capsys.readouterr().out)["values"]}
-    assert rows["tracking.uri"] == {"key": "tracking.uri", "value": "http://127.0.0.1:5999",
-                                    "origin": "env MLFLOW_TRACKING_URI"}
+    assert rows["tracking.uri"] == {
+        "key": "tracking.uri",
+        "value": "http://127.0.0.1:5999",
+        "origin": "env MLFLOW_TRACKING_URI",
+    }
     assert rows["evaluate.completion_min"]["value"] == 0.7
     assert rows["evaluate.completion_min"]["origin"].endswith("scenarios/complaint_handling/params.yaml:8")
     assert rows["evaluate.confidence"]["origin"].split(":")[0].endswith("params.yaml")
@@ -62,8 +76,9 @@ def test_show_prints_each_value_with_its_origin(capsys: pytest.CaptureFixture[st
 
 
 def test_the_committed_schema_is_the_generated_one() -> None:
-    assert (REPO_ROOT / SCHEMA_FILE).read_text() == schema_text(), \
+    assert (REPO_ROOT / SCHEMA_FILE).read_text() == schema_text(), (
         "params.schema.json is stale: regenerate it with `rlops config schema` (or `make params-schema`)"
+    )
     assert PROJECT.splitlines()[0] == f"# yaml-language-server: $schema={SCHEMA_FILE}"
 
 

@@ -32,11 +32,20 @@ def test_the_complaint_demo_promotes_v1_with_every_gate_passing(tmp_path: Path) 
     params["tracking"]["artifact_root"] = str(tmp_path / "mlartifacts")
     params["label_queue"]["db_url"] = f"sqlite:///{tmp_path / 'queue.db'}"
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RLOPS_STORAGE_ROOT", "RLOPS_QUEUE_DB", "MLFLOW_TRACKING_URI", "RLOPS_ARTIFACT_ROOT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RLOPS_STORAGE_ROOT", "RLOPS_QUEUE_DB", "MLFLOW_TRACKING_URI", "RLOPS_ARTIFACT_ROOT")
+    }
     env.update(RLOPS_PARAMS=str(tmp_path / "params.yaml"), RLOPS_HOME=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", f"from rlops import demo; raise SystemExit(demo.run({SCENARIO!r}))"],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    out = subprocess.run(
+        [sys.executable, "-c", f"from rlops import demo; raise SystemExit(demo.run({SCENARIO!r}))"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     log = out.stdout[-4000:] + out.stderr[-2000:]
     assert out.returncode == 0, log
     assert "stress test: pass" in out.stdout, log
@@ -44,10 +53,18 @@ def test_the_complaint_demo_promotes_v1_with_every_gate_passing(tmp_path: Path) 
     rows = [ln.split() for ln in table.splitlines()[2:] if ln.strip()]
     assert rows and all(r[-1] in ("pass", "skipped") for r in rows), table
     assert {r[0] for r in rows if r[-1] == "pass"} >= {
-        "mean_return", "completion_rate", "handling_ms", "human_takeover_rate", "segment:angry", "segment:severe",
-        "segment:platinum", "stress_test"}, table
+        "mean_return",
+        "completion_rate",
+        "handling_ms",
+        "human_takeover_rate",
+        "segment:angry",
+        "segment:severe",
+        "segment:platinum",
+        "stress_test",
+    }, table
     assert re.search(r"champion: complaint_handling-policy v1\b", out.stdout), log
 
     from rlops.pipeline_steps.infra.registry import Tracker
+
     tracker = Tracker.from_params(params, scenario=SCENARIO)
     assert tracker.get_alias(f"{SCENARIO}-policy", "champion") == "1"

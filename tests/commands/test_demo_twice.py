@@ -16,6 +16,7 @@ DEMO = {"capture_episodes": 800, "reward_model_pairs": 400, "timesteps": 16_384,
 
 def test_the_demo_runs_twice_in_a_row(rlops_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from rlops import demo
+
     params = yaml.safe_load((rlops_home / "params.yaml").read_text())
     params["demo"] = DEMO
     (rlops_home / "params.yaml").write_text(yaml.safe_dump(params))
@@ -33,8 +34,10 @@ def test_the_demo_runs_twice_in_a_row(rlops_home: Path, capsys: pytest.CaptureFi
     assert re.search(r"gated evaluation vs (champion v\d+|rules)", outputs[1]), outputs[1]
 
     from rlops.pipeline_steps.infra.context import StepContext
+
     tracker = StepContext.create("credit_approval").tracker
     runs = tracker.client.search_runs([tracker.experiment_id], max_results=1000)
-    per_parent = collections.Counter((r.data.tags.get("mlflow.parentRunId"), r.info.run_name) for r in runs
-                                     if r.data.tags.get("mlflow.parentRunId"))
+    per_parent = collections.Counter(
+        (r.data.tags.get("mlflow.parentRunId"), r.info.run_name) for r in runs if r.data.tags.get("mlflow.parentRunId")
+    )
     assert per_parent and max(per_parent.values()) == 1, [k for k, n in per_parent.items() if n > 1]

@@ -25,18 +25,24 @@ def dvc_project(tmp_path: Path, tmp_tracking: str) -> Path:
     for name in ("dvc.yaml", ".dvcignore"):
         shutil.copy(REPO_ROOT / name, proj / name)
     shutil.copytree(REPO_ROOT / ".dvc", proj / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache", "config.local"))
-    shutil.copytree(REPO_ROOT / "scenarios" / "credit_approval", proj / "scenarios" / "credit_approval",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO_ROOT / "scenarios" / "credit_approval",
+        proj / "scenarios" / "credit_approval",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    params = deep_merge(params, {
-        "dvc": {"capture_episodes": 600, "timesteps": 60_000},
-        "drift": {"baseline_episodes": 600},
-        "reward_model": {"pairs": 400, "epochs": 4},
-        "train": {"num_envs": 256, "eval_episodes": 200},
-        "evaluate": {"episodes": 600, "bootstrap_samples": 200, "latency_samples": 30},
-        "stress": {"edge_states": 1000, "gaming_episodes": 300, "policy_episodes": 200},
-        "recalibrate": {"check_samples": 1000},
-    })
+    params = deep_merge(
+        params,
+        {
+            "dvc": {"capture_episodes": 600, "timesteps": 60_000},
+            "drift": {"baseline_episodes": 600},
+            "reward_model": {"pairs": 400, "epochs": 4},
+            "train": {"num_envs": 256, "eval_episodes": 200},
+            "evaluate": {"episodes": 600, "bootstrap_samples": 200, "latency_samples": 30},
+            "stress": {"edge_states": 1000, "gaming_episodes": 300, "policy_episodes": 200},
+            "recalibrate": {"check_samples": 1000},
+        },
+    )
     params["tracking"]["uri"] = tmp_tracking
     params["label_queue"]["db_url"] = f"sqlite:///{tmp_path / 'queue.db'}"
     (proj / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -47,9 +53,15 @@ def dvc_project(tmp_path: Path, tmp_tracking: str) -> Path:
 
 def test_dvc_repro_runs_every_stage(dvc_project: Path) -> None:
     bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "PYTHONPATH": str(REPO_ROOT),
-           "RLOPS_PARAMS": str(dvc_project / "params.yaml"), "RLOPS_HOME": str(dvc_project),
-           "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "DVC_NO_ANALYTICS": "1"}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(REPO_ROOT),
+        "RLOPS_PARAMS": str(dvc_project / "params.yaml"),
+        "RLOPS_HOME": str(dvc_project),
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+        "DVC_NO_ANALYTICS": "1",
+    }
     for var in ("RLOPS_STORAGE_ROOT", "RLOPS_QUEUE_DB", "MLFLOW_TRACKING_URI"):
         env.pop(var, None)
 

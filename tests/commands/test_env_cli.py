@@ -16,9 +16,27 @@ from rlops.common.config import REPO_ROOT
 REPO = REPO_ROOT
 CREDIT = REPO / "scenarios" / "credit_approval"
 
-TRACE_COLUMNS = ["trace_id", "episode_id", "step", "ts", "scenario", "source", "test_group", "policy_version",
-                 "reward_fn_version", "action", "action_mask", "logp", "entropy", "value", "reward_total",
-                 "reward_breakdown", "done", "latency_ms", "error"]
+TRACE_COLUMNS = [
+    "trace_id",
+    "episode_id",
+    "step",
+    "ts",
+    "scenario",
+    "source",
+    "test_group",
+    "policy_version",
+    "reward_fn_version",
+    "action",
+    "action_mask",
+    "logp",
+    "entropy",
+    "value",
+    "reward_total",
+    "reward_breakdown",
+    "done",
+    "latency_ms",
+    "error",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -43,8 +61,10 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run(capsys, "env", "validate", "--scenario", str(CREDIT))
     assert rc == 0 and err == ""
-    assert out.strip() == ("ok: credit_approval — 18 fields, 7 actions, profiles ['live', 'sandbox'], "
-                           "reward functions ['v0', 'v1'], 10 rules")
+    assert out.strip() == (
+        "ok: credit_approval — 18 fields, 7 actions, profiles ['live', 'sandbox'], "
+        "reward functions ['v0', 'v1'], 10 rules"
+    )
 
 
 def test_describe_text(capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,8 +110,9 @@ def test_describe_state_only(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_rollout_rules_parquet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_file = tmp_path / "traces" / "rules.parquet"
-    rc, out, err = run(capsys, "env", "rollout", "--scenario", str(CREDIT), "--episodes", "40", "--seed", "3",
-                       "--out", str(out_file))
+    rc, out, err = run(
+        capsys, "env", "rollout", "--scenario", str(CREDIT), "--episodes", "40", "--seed", "3", "--out", str(out_file)
+    )
     assert rc == 0, err
     assert out.strip() == f"wrote 160 trace rows of 40 episodes (rules, profile sandbox, reward v1) to {out_file}"
     df = pd.read_parquet(out_file)
@@ -115,8 +136,23 @@ def test_rollout_rules_parquet(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 def test_rollout_random_jsonl_live_v0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_file = tmp_path / "random.jsonl"
-    rc, out, err = run(capsys, "env", "rollout", "--scenario", str(CREDIT), "--policy", "random", "--episodes", "30",
-                       "--profile", "live", "--reward-fn", "v0", "--out", str(out_file))
+    rc, out, err = run(
+        capsys,
+        "env",
+        "rollout",
+        "--scenario",
+        str(CREDIT),
+        "--policy",
+        "random",
+        "--episodes",
+        "30",
+        "--profile",
+        "live",
+        "--reward-fn",
+        "v0",
+        "--out",
+        str(out_file),
+    )
     assert rc == 0, err
     assert "(random, profile live, reward v0)" in out
     rows = [json.loads(x) for x in out_file.read_text().splitlines()]
@@ -129,20 +165,39 @@ def test_rollout_is_reproducible(tmp_path: Path, capsys: pytest.CaptureFixture[s
     frames = []
     for name in ("a", "b"):
         out_file = tmp_path / f"{name}.parquet"
-        assert run(capsys, "env", "rollout", "--scenario", str(CREDIT), "--policy", "random", "--episodes", "20",
-                   "--seed", "9", "--out", str(out_file))[0] == 0
+        assert (
+            run(
+                capsys,
+                "env",
+                "rollout",
+                "--scenario",
+                str(CREDIT),
+                "--policy",
+                "random",
+                "--episodes",
+                "20",
+                "--seed",
+                "9",
+                "--out",
+                str(out_file),
+            )[0]
+            == 0
+        )
         frames.append(pd.read_parquet(out_file).drop(columns=["trace_id", "ts"]))
     pd.testing.assert_frame_equal(frames[0], frames[1])
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--episodes", "5", "--out", "traces.csv"], "expected a .jsonl or .parquet file name"),
-    (["--episodes", "0", "--out", "t.jsonl"], "--episodes 0: expected a positive number of episodes"),
-    (["--profile", "prod", "--out", "t.jsonl"],
-     "--profile prod: pack credit_approval has profiles live, sandbox"),
-])
-def test_rollout_bad_arguments(argv: list[str], message: str, tmp_path: Path,
-                               capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--episodes", "5", "--out", "traces.csv"], "expected a .jsonl or .parquet file name"),
+        (["--episodes", "0", "--out", "t.jsonl"], "--episodes 0: expected a positive number of episodes"),
+        (["--profile", "prod", "--out", "t.jsonl"], "--profile prod: pack credit_approval has profiles live, sandbox"),
+    ],
+)
+def test_rollout_bad_arguments(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     rc, out, err = run(capsys, "env", "rollout", "--scenario", str(CREDIT), *argv)
     assert rc == 2 and out == ""
@@ -151,8 +206,19 @@ def test_rollout_bad_arguments(argv: list[str], message: str, tmp_path: Path,
 
 
 def test_rollout_unknown_reward_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, err = run(capsys, "env", "rollout", "--scenario", str(CREDIT), "--reward-fn", "v9", "--episodes", "5",
-                       "--out", str(tmp_path / "t.jsonl"))
+    rc, out, err = run(
+        capsys,
+        "env",
+        "rollout",
+        "--scenario",
+        str(CREDIT),
+        "--reward-fn",
+        "v9",
+        "--episodes",
+        "5",
+        "--out",
+        str(tmp_path / "t.jsonl"),
+    )
     assert rc == 2 and out == "" and "Traceback" not in err
     assert err.startswith("error: reward function 'v9'") and "has v0, v1" in err
     assert not (tmp_path / "t.jsonl").exists()
@@ -171,8 +237,19 @@ def test_unknown_pack_and_missing_arguments(tmp_path: Path, capsys: pytest.Captu
 
 def test_rollout_dry_run_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_file = tmp_path / "t.parquet"
-    rc, out, err = run(capsys, "env", "rollout", "--scenario", str(CREDIT), "--episodes", "5", "--out", str(out_file),
-                       "--dry-run", "--json")
+    rc, out, err = run(
+        capsys,
+        "env",
+        "rollout",
+        "--scenario",
+        str(CREDIT),
+        "--episodes",
+        "5",
+        "--out",
+        str(out_file),
+        "--dry-run",
+        "--json",
+    )
     assert rc == 0 and err == ""
     res = json.loads(out)
     assert res["dry_run"] is True and res["episodes"] == 5 and res["rows"] > 0

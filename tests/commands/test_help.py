@@ -17,10 +17,20 @@ from rlops.common.config import REPO_ROOT
 REPO = REPO_ROOT
 
 GRAMMAR = {
-    "env": ["validate", "describe", "rollout"], "capture": [], "drift": ["detect", "check"], "calibrate": [],
+    "env": ["validate", "describe", "rollout"],
+    "capture": [],
+    "drift": ["detect", "check"],
+    "calibrate": [],
     "labels": ["run", "export", "import"],
-    "train": ["policy", "reward-model", "status", "relabel", "switch-reward", "tune"], "profile": [], "stress": [],
-    "model": ["evaluate", "promote", "rollback", "webhook"], "replay": [], "audit": [], "simulate": [], "console": [], "demo": [],
+    "train": ["policy", "reward-model", "status", "relabel", "switch-reward", "tune"],
+    "profile": [],
+    "stress": [],
+    "model": ["evaluate", "promote", "rollback", "webhook"],
+    "replay": [],
+    "audit": [],
+    "simulate": [],
+    "console": [],
+    "demo": [],
     "config": ["show", "validate", "schema"],
 }
 
@@ -64,18 +74,38 @@ def _parser_of(command: list[str]) -> argparse.ArgumentParser:
 
 
 # demo, console, config and the webhook receiver are not steps: no run key, no JSON result, nothing to dry-run.
-@pytest.mark.parametrize("command", [c for c in _leaves() if c not in (["demo"], ["console"], ["model", "webhook", "serve"],
-                                                                 ["model", "webhook", "register"])
-                                     and c[0] != "config"], ids=" ".join)
+@pytest.mark.parametrize(
+    "command",
+    [
+        c
+        for c in _leaves()
+        if c not in (["demo"], ["console"], ["model", "webhook", "serve"], ["model", "webhook", "register"])
+        and c[0] != "config"
+    ],
+    ids=" ".join,
+)
 def test_every_command_takes_the_common_options(command: list[str]) -> None:
     options = {s for a in _parser_of(command)._actions for s in a.option_strings}
     assert {"--scenario", "--json", "--dry-run"} <= options, command
     assert "--reward-version" not in options
 
 
-@pytest.mark.parametrize("old", ["trace-capture", "drift-detect", "drift-check", "recalibrate", "label-queue",
-                                 "train-reward-model", "train-status", "stress-test", "evaluate", "promote",
-                                 "rollback"])
+@pytest.mark.parametrize(
+    "old",
+    [
+        "trace-capture",
+        "drift-detect",
+        "drift-check",
+        "recalibrate",
+        "label-queue",
+        "train-reward-model",
+        "train-status",
+        "stress-test",
+        "evaluate",
+        "promote",
+        "rollback",
+    ],
+)
 def test_old_flat_names_are_gone(old: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main([old, "--help"])
@@ -84,8 +114,11 @@ def test_old_flat_names_are_gone(old: str, capsys: pytest.CaptureFixture[str]) -
     assert out == "" and "invalid choice" in err
 
 
-@pytest.mark.parametrize("argv", [["env", "validate", "--no-such-flag"], ["model", "promote"], ["train"],
-                                  ["drift", "detect", "--baseline", "x"]], ids=" ".join)
+@pytest.mark.parametrize(
+    "argv",
+    [["env", "validate", "--no-such-flag"], ["model", "promote"], ["train"], ["drift", "detect", "--baseline", "x"]],
+    ids=" ".join,
+)
 def test_usage_errors_go_to_stderr_with_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -95,8 +128,13 @@ def test_usage_errors_go_to_stderr_with_exit_2(argv: list[str], capsys: pytest.C
 
 
 def test_a_bad_input_error_goes_to_stderr_with_exit_2(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "rlops.cli", "env", "validate", "--scenario", str(tmp_path / "nope")],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlops.cli", "env", "validate", "--scenario", str(tmp_path / "nope")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
 

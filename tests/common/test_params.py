@@ -50,15 +50,24 @@ def test_the_project_and_every_pack_validate() -> None:
         assert resolved.model.scenario == "credit_approval"
 
 
-@pytest.mark.parametrize("old,new,key,suggestion", [
-    ("evaluate:\n  episodes:", "evalute:\n  episodes:", "evalute", "evaluate"),         # a top-level block
-    ("  episodes: 2000           # simulated", "  episdes: 2000           # simulated", "capture.episdes", "episodes"),
-    ("    mode: embedded", "    mdoe: embedded", "promotion.webhook.mdoe", "mode"),        # a nested block
-    ("  clip_coef: 0.2 ", "  clip_coeff: 0.2 ", "ppo.clip_coeff", "clip_coef"),            # generated from PPOConfig
-    ("  bc_epochs: 10", "  bc_epoch: 10", "train.bc_epoch", "bc_epochs"),
-])
-def test_an_unknown_key_names_file_line_and_closest_name(tmp_path: Path, old: str, new: str, key: str,
-                                                          suggestion: str) -> None:
+@pytest.mark.parametrize(
+    "old,new,key,suggestion",
+    [
+        ("evaluate:\n  episodes:", "evalute:\n  episodes:", "evalute", "evaluate"),  # a top-level block
+        (
+            "  episodes: 2000           # simulated",
+            "  episdes: 2000           # simulated",
+            "capture.episdes",
+            "episodes",
+        ),
+        ("    mode: embedded", "    mdoe: embedded", "promotion.webhook.mdoe", "mode"),  # a nested block
+        ("  clip_coef: 0.2 ", "  clip_coeff: 0.2 ", "ppo.clip_coeff", "clip_coef"),  # generated from PPOConfig
+        ("  bc_epochs: 10", "  bc_epoch: 10", "train.bc_epoch", "bc_epochs"),
+    ],
+)
+def test_an_unknown_key_names_file_line_and_closest_name(
+    tmp_path: Path, old: str, new: str, key: str, suggestion: str
+) -> None:
     text = _replace(old, new)
     f = _project(tmp_path, text)
     with pytest.raises(ParamsError) as exc:
@@ -78,14 +87,18 @@ def test_a_key_with_no_close_name_lists_the_valid_ones(tmp_path: Path) -> None:
     assert "valid: landing_dir, trace_dir" in str(exc.value)
 
 
-@pytest.mark.parametrize("old,new,key,expected", [
-    ("  threshold: 0.01 ", "  threshold: often ", "drift.threshold", "valid number"),
-    ("  edge_states: 2048 ", "  edge_states: 500 ", "stress.edge_states", "greater than or equal to 1000"),
-    ("  selection: auto ", "  selection: everything ", "label_queue.selection", "'auto', 'entropy' or"),
-    ("  rollout_stages: [0.05, 0.15, 1.0]", "  rollout_stages: [0.5, 0.15]", "evaluate.rollout_stages", "rise"),
-])
-def test_a_wrong_value_names_file_line_and_what_was_expected(tmp_path: Path, old: str, new: str, key: str,
-                                                              expected: str) -> None:
+@pytest.mark.parametrize(
+    "old,new,key,expected",
+    [
+        ("  threshold: 0.01 ", "  threshold: often ", "drift.threshold", "valid number"),
+        ("  edge_states: 2048 ", "  edge_states: 500 ", "stress.edge_states", "greater than or equal to 1000"),
+        ("  selection: auto ", "  selection: everything ", "label_queue.selection", "'auto', 'entropy' or"),
+        ("  rollout_stages: [0.05, 0.15, 1.0]", "  rollout_stages: [0.5, 0.15]", "evaluate.rollout_stages", "rise"),
+    ],
+)
+def test_a_wrong_value_names_file_line_and_what_was_expected(
+    tmp_path: Path, old: str, new: str, key: str, expected: str
+) -> None:
     text = _replace(old, new)
     f = _project(tmp_path, text)
     with pytest.raises(ParamsError) as exc:
@@ -96,7 +109,7 @@ def test_a_wrong_value_names_file_line_and_what_was_expected(tmp_path: Path, old
 
 
 def test_a_pack_typo_names_the_pack_file(tmp_path: Path) -> None:
-    pack = _pack(tmp_path, "mine", "evaluate:\n  segments:\n    young: \"age < 25\"\n  segment_tolerence: 0.1\n")
+    pack = _pack(tmp_path, "mine", 'evaluate:\n  segments:\n    young: "age < 25"\n  segment_tolerence: 0.1\n')
     doc = yaml.safe_load(PROJECT)
     doc["scenarios_dir"] = str(pack.parent)
     with pytest.raises(ParamsError) as exc:
@@ -106,8 +119,9 @@ def test_a_pack_typo_names_the_pack_file(tmp_path: Path) -> None:
 
 
 def test_pack_params_deep_merge_and_every_origin_is_known(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pack = _pack(tmp_path, "mine", "stress:\n  perturbations:\n    old: {segment: elderly}\nevaluate:\n"
-                                   "  completion_min: 0.7\n")
+    pack = _pack(
+        tmp_path, "mine", "stress:\n  perturbations:\n    old: {segment: elderly}\nevaluate:\n  completion_min: 0.7\n"
+    )
     doc = yaml.safe_load(PROJECT)
     doc["scenarios_dir"] = str(pack.parent)
     doc["storage"]["root"] = "s3://bucket/rlops"
@@ -137,6 +151,7 @@ def test_params_yaml_writes_down_the_model_defaults() -> None:
     """params.yaml documents every block with the model's own defaults (only the project's choice of
     reward function differs: the model's default is the pack's newest)."""
     from rlops.common.params_sources import _leaves
+
     defaults = dict(_leaves(Params().model_dump(mode="json"), ()))
     written = dict(_leaves(Params.model_validate(yaml.safe_load(PROJECT)).model_dump(mode="json"), ()))
     differ = {".".join(k) for k in defaults.keys() | written.keys() if defaults.get(k) != written.get(k)}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -10,7 +10,7 @@ import pytest
 from rlops.common.errors import UserError
 from rlops.common.run_key import RunKey
 
-T = datetime(2026, 11, 30, 16, 0, tzinfo=timezone.utc)
+T = datetime(2026, 11, 30, 16, 0, tzinfo=UTC)
 
 
 def test_text_round_trip():
@@ -21,8 +21,22 @@ def test_text_round_trip():
     assert RunKey.parse(str(key)) == key
 
 
-@pytest.mark.parametrize("bad", ["", "now", "..", "../escape", "20261130", "20261130T05", "20261332T0500",
-                                 "20261130T0500-0m", "20261130T0500-99999m", "20261130T0500Z", 20261130])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "now",
+        "..",
+        "../escape",
+        "20261130",
+        "20261130T05",
+        "20261332T0500",
+        "20261130T0500-0m",
+        "20261130T0500-99999m",
+        "20261130T0500Z",
+        20261130,
+    ],
+)
 def test_bad_keys_are_user_errors_never_now(bad):
     with pytest.raises(UserError, match="run key"):
         RunKey.parse(bad)
@@ -37,8 +51,9 @@ def test_a_scheduled_run_owns_the_interval_that_has_just_ended():
     ctx = {"data_interval_start": T - timedelta(hours=1), "data_interval_end": T}
     assert str(RunKey.from_airflow(ctx, 60)) == "20261130T1500"
     # A manual run has only run_after.
-    assert RunKey.from_airflow({"dag_run": SimpleNamespace(run_after=T + timedelta(minutes=7))}, 15) \
-        == RunKey(T - timedelta(minutes=15), T)
+    assert RunKey.from_airflow({"dag_run": SimpleNamespace(run_after=T + timedelta(minutes=7))}, 15) == RunKey(
+        T - timedelta(minutes=15), T
+    )
 
 
 def test_ending_at_aligns_and_windows():

@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +30,24 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("console-demo")
-    saved = {k: os.environ.get(k) for k in ("RLOPS_HOME", "RLOPS_PARAMS", "MLFLOW_TRACKING_URI", "RLOPS_STORAGE_ROOT",
-                                            "RLOPS_ARTIFACT_ROOT", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")}
+    saved = {
+        k: os.environ.get(k)
+        for k in (
+            "RLOPS_HOME",
+            "RLOPS_PARAMS",
+            "MLFLOW_TRACKING_URI",
+            "RLOPS_STORAGE_ROOT",
+            "RLOPS_ARTIFACT_ROOT",
+            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR",
+        )
+    }
     for k in ("MLFLOW_TRACKING_URI", "RLOPS_STORAGE_ROOT", "RLOPS_ARTIFACT_ROOT"):
         os.environ.pop(k, None)
     os.environ["RLOPS_HOME"] = str(home)
     os.environ["RLOPS_PARAMS"] = str(_test_params(home))
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     from rlops import demo
+
     assert demo.run(SCENARIO) == 0, "the demo's loop did not promote a champion"
     _capture_champion_traffic()
     yield home
@@ -54,6 +65,7 @@ def _test_params(home: Path) -> Path:
     import yaml
 
     from rlops.common.config import REPO_ROOT
+
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
     params.setdefault("evaluate", {})["latency_p99_ratio"] = 500.0
     params.setdefault("demo", {}).update(capture_episodes=1000, reward_model_pairs=300, timesteps=150_000)
@@ -63,11 +75,12 @@ def _test_params(home: Path) -> Path:
 
 
 def _capture_champion_traffic() -> None:
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.context import StepContext
-    next_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+
+    next_hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     ctx = StepContext.create(SCENARIO, next_hour.strftime("%Y%m%dT%H%M"))
     capture_step(ctx, simulate=True, profile="live", episodes=1000)
 
@@ -76,18 +89,21 @@ def _capture_champion_traffic() -> None:
 def console_app(demo_home: Path) -> Any:
     from rlops.console.app import create_app
     from rlops.console.data import ProjectData
+
     return create_app(ProjectData(), mlflow_ui="http://127.0.0.1:5000")
 
 
 @pytest.fixture(scope="session")
 def client(console_app: Any) -> Any:
     from fastapi.testclient import TestClient
+
     return TestClient(console_app)
 
 
 @pytest.fixture(scope="session")
 def live_server(console_app: Any) -> Iterator[str]:
     import uvicorn
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -22,7 +22,9 @@ pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing: apt-get install -y chromium"),
 ]
 
-playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install '.[test]')")
+playwright_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed (pip install '.[test]')"
+)
 
 
 @pytest.fixture(scope="module")

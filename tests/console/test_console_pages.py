@@ -16,14 +16,24 @@ S = "credit_approval"
 
 
 def _champion_run(client: Any) -> str:
-    m = re.search(rf'id="champion-gates" href="/s/{S}/evaluation/([0-9a-f]{{32}})"', client.get(f"/s/{S}/promotion").text)
+    m = re.search(
+        rf'id="champion-gates" href="/s/{S}/evaluation/([0-9a-f]{{32}})"', client.get(f"/s/{S}/promotion").text
+    )
     assert m, "the promotion page links the champion's gate table"
     return m.group(1)
 
 
 def test_every_page_renders(client: Any) -> None:
-    for url in ("/", f"/s/{S}/map", f"/s/{S}/map?version=rules", f"/s/{S}/promotion", f"/s/{S}/drift",
-                f"/s/{S}/rewards", f"/s/{S}/rewards/diff?a=v0&b=v1", f"/s/{S}/evaluation/{_champion_run(client)}"):
+    for url in (
+        "/",
+        f"/s/{S}/map",
+        f"/s/{S}/map?version=rules",
+        f"/s/{S}/promotion",
+        f"/s/{S}/drift",
+        f"/s/{S}/rewards",
+        f"/s/{S}/rewards/diff?a=v0&b=v1",
+        f"/s/{S}/evaluation/{_champion_run(client)}",
+    ):
         r = client.get(url)
         assert r.status_code == 200, url
         assert "Traceback" not in r.text
@@ -60,14 +70,26 @@ def test_drift_and_calibration(client: Any) -> None:
     assert "Outcome drift" in page  # the calibration test of live rewards, one row per drift check
 
 
-@pytest.mark.parametrize("url", [
-    "/s/nope/map", "/s/..%2Fetc/map", f"/s/{S}/episode/no-such-trace", f"/s/{S}/episode/%3Cscript%3E",
-    f"/s/{S}/map?version=99", f"/s/{S}/map?version=%3Cx%3E", f"/s/{S}/evaluation/abc",
-    f"/s/{S}/evaluation/{'0' * 32}", f"/s/{S}/rewards/diff?a=v0&b=v9", f"/s/{S}/rewards/diff?a=%27&b=v1", "/nothing"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/s/nope/map",
+        "/s/..%2Fetc/map",
+        f"/s/{S}/episode/no-such-trace",
+        f"/s/{S}/episode/%3Cscript%3E",
+        f"/s/{S}/map?version=99",
+        f"/s/{S}/map?version=%3Cx%3E",
+        f"/s/{S}/evaluation/abc",
+        f"/s/{S}/evaluation/{'0' * 32}",
+        f"/s/{S}/rewards/diff?a=v0&b=v9",
+        f"/s/{S}/rewards/diff?a=%27&b=v1",
+        "/nothing",
+    ],
+)
 def test_bad_input_is_a_clean_404(client: Any, url: str) -> None:
     r = client.get(url)
     assert r.status_code == 404
-    assert "Traceback" not in r.text and "File \"" not in r.text and "<h1>404" in r.text
+    assert "Traceback" not in r.text and 'File "' not in r.text and "<h1>404" in r.text
 
 
 def test_read_only(client: Any) -> None:
@@ -80,6 +102,7 @@ def test_token_required_when_configured(console_app: Any, demo_home: Any) -> Non
 
     from rlops.console.app import create_app
     from rlops.console.data import ProjectData
+
     c = TestClient(create_app(ProjectData(), token="s3cret"))
     assert c.get("/").status_code == 401
     assert c.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -92,9 +115,11 @@ def test_token_required_when_configured(console_app: Any, demo_home: Any) -> Non
 
 def test_cli_refuses_a_public_address_without_token(monkeypatch: pytest.MonkeyPatch) -> None:
     from rlops.console.cli import resolve_token
+
     monkeypatch.delenv("RLOPS_CONSOLE_TOKEN", raising=False)
     assert resolve_token("127.0.0.1", None) is None and resolve_token("::1", None) is None
     from rlops.common.errors import UserError
+
     with pytest.raises(UserError, match="not a loopback address"):
         resolve_token("0.0.0.0", None)
     assert resolve_token("0.0.0.0", "t") == "t"
@@ -103,9 +128,11 @@ def test_cli_refuses_a_public_address_without_token(monkeypatch: pytest.MonkeyPa
 
 
 def test_cli_module_is_light() -> None:
-    code = ("import sys, argparse; import rlops.console.cli as c; p = argparse.ArgumentParser(); "
-            "c.add_parser(p.add_subparsers()); "
-            "print(','.join(m for m in ('fastapi', 'pandas', 'uvicorn', 'mlflow') if m in sys.modules))")
+    code = (
+        "import sys, argparse; import rlops.console.cli as c; p = argparse.ArgumentParser(); "
+        "c.add_parser(p.add_subparsers()); "
+        "print(','.join(m for m in ('fastapi', 'pandas', 'uvicorn', 'mlflow') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
 
@@ -113,8 +140,15 @@ def test_cli_module_is_light() -> None:
 def test_aggregates_transitions_and_nearest() -> None:
     import numpy as np
     import pandas as pd
-    df = pd.DataFrame({"episode_id": ["a", "a", "a", "b", "b"], "step": [0, 1, 2, 0, 1],
-                       "action": ["x", "y", "z", "x", "z"], "trace_id": ["t0", "t1", "t2", "u0", "u1"]})
+
+    df = pd.DataFrame(
+        {
+            "episode_id": ["a", "a", "a", "b", "b"],
+            "step": [0, 1, 2, 0, 1],
+            "action": ["x", "y", "z", "x", "z"],
+            "trace_id": ["t0", "t1", "t2", "u0", "u1"],
+        }
+    )
     t = agg.transitions(df, np.array([0, 1, 1, 0, 1]))
     got = {(r.source, r.action, r.target): r.count for r in t.itertuples()}
     assert got == {(0, "x", 1): 2, (1, "y", 1): 1, (1, "z", agg.END): 2}
@@ -127,9 +161,10 @@ def test_a_new_partition_changes_the_digest_and_the_aggregates(demo_home: Any) -
 
     from rlops.console.data import ProjectData
     from rlops.console.service import TraceViews
+
     views = TraceViews(ProjectData())
     before = views.overview(S)
-    src = Path(before["files"][0][len("file://"):])
+    src = Path(before["files"][0][len("file://") :])
     extra = src.parent.parent.parent / "date=2020-01-01" / "hour=0" / src.name
     extra.parent.mkdir(parents=True)
     try:

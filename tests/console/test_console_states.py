@@ -44,8 +44,8 @@ def registry(tmp_path_factory: pytest.TempPathFactory, _mlflow_template_db: Path
     import torch
 
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.promotion.flow import promote
-    from rlops.pipeline_steps.promotion.flow import promote_from_alias
+    from rlops.pipeline_steps.promotion.flow import promote, promote_from_alias
+
     tmp = tmp_path_factory.mktemp("console-states")
     (tmp / "mlflow").mkdir()
     shutil.copyfile(_mlflow_template_db, tmp / "mlflow" / "mlflow.db")
@@ -75,8 +75,16 @@ def registry(tmp_path_factory: pytest.TempPathFactory, _mlflow_template_db: Path
 
         from rlops.console.app import create_app
         from rlops.console.data import ProjectData
-        yield {"ctx": ctx, "v1": v1, "v2": v2, "v3": v3, "passed": cli, "failed": failed,
-               "client": TestClient(create_app(ProjectData(registry_ttl_s=0.0)))}
+
+        yield {
+            "ctx": ctx,
+            "v1": v1,
+            "v2": v2,
+            "v3": v3,
+            "passed": cli,
+            "failed": failed,
+            "client": TestClient(create_app(ProjectData(registry_ttl_s=0.0))),
+        }
 
 
 def _text(html: str) -> str:
@@ -105,6 +113,7 @@ def test_the_failing_evaluation_page_names_the_failing_gate(registry: dict[str, 
 def test_a_skipped_gate_reads_skipped_everywhere(registry: dict[str, Any]) -> None:
     from rlops.commands.model import _gate_lines
     from rlops.pipeline_steps.promotion.gates import gate_state
+
     gates = registry["passed"]["gates"]
     segments = [g for g in gates if g["gate"].startswith("segment:")]
     assert segments and all(gate_state(g) == "skipped" for g in segments)
@@ -125,8 +134,11 @@ def test_a_skipped_gate_reads_skipped_everywhere(registry: dict[str, Any]) -> No
     assert desc.count("Gates (") == 1, desc  # each evaluation replaces the summary of the one before
     seg_line = next(ln for ln in desc.splitlines() if ln.startswith(f"- {name}:"))
     assert seg_line.startswith(f"- {name}: skipped (") and "episodes" in seg_line
-    assert "pass (n >=" not in desc and "skipped:" in desc.splitlines()[desc.splitlines().index(
-        next(ln for ln in desc.splitlines() if ln.startswith("Gates (")))]
+    assert (
+        "pass (n >=" not in desc
+        and "skipped:"
+        in desc.splitlines()[desc.splitlines().index(next(ln for ln in desc.splitlines() if ln.startswith("Gates (")))]
+    )
 
 
 def test_gate_states_are_exactly_pass_fail_skipped(registry: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ hostname callable) and must stay light.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -82,6 +83,7 @@ def free_port() -> int:
 
 def _pg_admin(sql: str) -> None:
     import psycopg2
+
     conn = psycopg2.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, dbname="postgres", connect_timeout=5)
     conn.autocommit = True  # CREATE/DROP DATABASE cannot run inside a transaction
     try:
@@ -94,6 +96,7 @@ def _pg_admin(sql: str) -> None:
 def _claim_redis_db() -> int:
     """A Redis database number no one else uses right now (empty, then locked with SET NX)."""
     import redis
+
     for n in secrets.SystemRandom().sample(range(1, 16), 15):
         r = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=n, socket_timeout=5)
         if r.dbsize() == 0 and r.set(_REDIS_LOCK, str(os.getpid()), nx=True, ex=3600):
@@ -103,6 +106,7 @@ def _claim_redis_db() -> int:
 
 def _flush_redis(db: int) -> None:
     import redis
+
     redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=db, socket_timeout=5).flushdb()
 
 
@@ -163,8 +167,9 @@ class AirflowCluster:
             "AIRFLOW__API__PORT": str(self.api_port),
             "AIRFLOW__API__BASE_URL": f"{self.api_url}/",
             "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__CORE__AUTH_MANAGER":
-                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "AIRFLOW__CORE__AUTH_MANAGER": (
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+            ),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "PYTHONPATH": str(self.repo),
@@ -174,6 +179,7 @@ class AirflowCluster:
     def _secret(self, purpose: str, n: int = 24) -> bytes:
         # Derived from the cluster's password so every process sees the same value.
         import hashlib
+
         return hashlib.sha256(f"{purpose}:{self._password}".encode()).digest()[:n]
 
     # ---------------------------------------------------------------- lifecycle
@@ -190,11 +196,18 @@ class AirflowCluster:
 
     def airflow(self, *args: str, timeout: float = 300) -> str:
         """Run one ``airflow`` CLI command in the cluster's environment; its output."""
-        out = subprocess.run([sys.executable, "-m", "airflow", *args], env=self.env(), cwd=self.home,
-                             capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(
+            [sys.executable, "-m", "airflow", *args],
+            env=self.env(),
+            cwd=self.home,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if out.returncode != 0:
-            raise ClusterError(f"`airflow {' '.join(args)}` exited {out.returncode}:\n"
-                               f"{out.stdout[-3000:]}\n{out.stderr[-5000:]}")
+            raise ClusterError(
+                f"`airflow {' '.join(args)}` exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}"
+            )
         return out.stdout
 
     def start(self, name: str, *args: str, **extra_env: str) -> None:
@@ -202,24 +215,43 @@ class AirflowCluster:
         log = open(self.proc_logs / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
         try:
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "airflow", *args], env=self.env(**extra_env), cwd=self.home,
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                [sys.executable, "-m", "airflow", *args],
+                env=self.env(**extra_env),
+                cwd=self.home,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         finally:
             log.close()
 
     def start_worker(self, queue: str) -> str:
         """A Celery worker serving ``queue`` as node ``<queue>-worker@<host>``; the node name."""
         node = f"{queue}-worker@{socket.gethostname()}"
-        self.start(f"worker-{queue}", "celery", "worker", "--queues", queue, "--celery-hostname", node,
-                   "--concurrency", "1", "--skip-serve-logs", "--without-gossip", "--without-mingle",
-                   **{WORKER_NAME_VAR: node,
-                      "AIRFLOW__CORE__HOSTNAME_CALLABLE": f"{Path(__file__).stem}.worker_hostname",
-                      "PYTHONPATH": f"{self.repo}{os.pathsep}{Path(__file__).resolve().parent}"})
+        self.start(
+            f"worker-{queue}",
+            "celery",
+            "worker",
+            "--queues",
+            queue,
+            "--celery-hostname",
+            node,
+            "--concurrency",
+            "1",
+            "--skip-serve-logs",
+            "--without-gossip",
+            "--without-mingle",
+            **{
+                WORKER_NAME_VAR: node,
+                "AIRFLOW__CORE__HOSTNAME_CALLABLE": f"{Path(__file__).stem}.worker_hostname",
+                "PYTHONPATH": f"{self.repo}{os.pathsep}{Path(__file__).resolve().parent}",
+            },
+        )
         return node
 
     def start_services(self) -> None:
-        self.start("api-server", "api-server", "--port", str(self.api_port), "--host", "127.0.0.1",
-                   "--workers", "1")
+        self.start("api-server", "api-server", "--port", str(self.api_port), "--host", "127.0.0.1", "--workers", "1")
         self.start("scheduler", "scheduler", "--skip-serve-logs")
         self.start("dag-processor", "dag-processor")
 
@@ -235,16 +267,12 @@ class AirflowCluster:
             _signal_group(p, signal.SIGTERM)
         deadline = time.monotonic() + 30
         for p in self.procs.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         for p in self.procs.values():
             _signal_group(p, signal.SIGKILL)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
         strays = _kill_strays(f"AIRFLOW_HOME={self.home}")
         if self.redis_db is not None:
             _flush_redis(self.redis_db)
@@ -277,21 +305,25 @@ class AirflowCluster:
                 return self.api("GET", "/api/v2/monitor/health", auth=False) is not None
             except (urllib.error.URLError, OSError):
                 return False
+
         self._wait(ready, timeout, "the API server to answer")
 
     def wait_for_dag(self, dag_id: str, timeout: float = 240) -> None:
         """Until the dag-processor has parsed ``dag_id``; fail fast on an import error."""
+
         def parsed() -> bool:
             errors = self.api("GET", "/api/v2/importErrors").get("import_errors", [])
             if errors:
-                raise ClusterError("DAG import errors:\n" + "\n".join(
-                    f"{e.get('filename')}: {e.get('stack_trace')}" for e in errors))
+                raise ClusterError(
+                    "DAG import errors:\n" + "\n".join(f"{e.get('filename')}: {e.get('stack_trace')}" for e in errors)
+                )
             try:
                 return self.api("GET", f"/api/v2/dags/{dag_id}")["dag_id"] == dag_id
             except urllib.error.HTTPError as exc:
                 if exc.code == 404:
                     return False
                 raise
+
         self._wait(parsed, timeout, f"DAG {dag_id} to be parsed")
 
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
@@ -307,8 +339,10 @@ class AirflowCluster:
 
     def xcom(self, dag_id: str, run_id: str, task_id: str) -> Any:
         rid = urllib.request.quote(run_id, safe="")
-        out = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{rid}/taskInstances/{task_id}"
-                              "/xcomEntries/return_value?deserialize=true")
+        out = self.api(
+            "GET",
+            f"/api/v2/dags/{dag_id}/dagRuns/{rid}/taskInstances/{task_id}/xcomEntries/return_value?deserialize=true",
+        )
         value = out["value"]
         return json.loads(value) if isinstance(value, str) else value
 
@@ -328,6 +362,7 @@ class AirflowCluster:
                 state["run"] = f"task(s) {bad}"
                 return True
             return False
+
         self._wait(ended, timeout, f"run {run_id} of {dag_id} to end")
         return state["run"]
 
@@ -344,13 +379,15 @@ class AirflowCluster:
     def tasks_received(self, name: str) -> set[str]:
         """Task ids a process (``worker-<queue>``) logged as Celery workloads it executed."""
         text = (self.proc_logs / f"{name}.log").read_text(errors="replace")
-        return {line.split("task_id='", 1)[1].split("'", 1)[0] for line in text.splitlines()
-                if "Executing workload in Celery" in line and "task_id='" in line}
+        return {
+            line.split("task_id='", 1)[1].split("'", 1)[0]
+            for line in text.splitlines()
+            if "Executing workload in Celery" in line and "task_id='" in line
+        }
 
     def task_logs(self, dag_id: str, tail: int = 6000) -> str:
         files = sorted((self.home / "logs").glob(f"dag_id={dag_id}/**/*.log"))
-        return "\n".join(f"===== {f.relative_to(self.home)}\n{f.read_text(errors='replace')[-tail:]}"
-                         for f in files)
+        return "\n".join(f"===== {f.relative_to(self.home)}\n{f.read_text(errors='replace')[-tail:]}" for f in files)
 
     def process_logs(self, tail: int = 3000) -> str:
         files = sorted(self.proc_logs.glob("*.log")) if self.proc_logs.is_dir() else []
@@ -381,8 +418,6 @@ def _kill_strays(marker: str) -> list[str]:
         except OSError:
             continue
     for pid in found:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     return [str(p) for p in found]

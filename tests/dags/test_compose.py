@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from rlops.common.config import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -75,12 +76,15 @@ def read_env_file(path: Path) -> dict[str, str]:
     return env
 
 
-_VAR = re.compile(r"\$\$|\$\{(?P<name>[A-Za-z_]\w*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
-                  r"|\$(?P<bare>[A-Za-z_]\w*)")
+_VAR = re.compile(
+    r"\$\$|\$\{(?P<name>[A-Za-z_]\w*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
+    r"|\$(?P<bare>[A-Za-z_]\w*)"
+)
 
 
 def interpolate(text: str, env: dict[str, str]) -> str:
     """Compose-style interpolation of one string (no nesting, which the file does not use)."""
+
     def sub(m: re.Match[str]) -> str:
         if m.group(0) == "$$":
             return "$"
@@ -91,12 +95,12 @@ def interpolate(text: str, env: dict[str, str]) -> str:
             unset = value is None or (op == ":-" and value == "")
             return arg if unset else value  # type: ignore[return-value]
         if op in (":?", "?"):
-            assert value is not None and (op == "?" or value != ""), \
-                f"required variable {name} is not set ({arg})"
+            assert value is not None and (op == "?" or value != ""), f"required variable {name} is not set ({arg})"
             return value
         if op in (":+", "+"):
             return arg if value else ""
         return value or ""
+
     return _VAR.sub(sub, text)
 
 
@@ -112,8 +116,7 @@ def interpolate_tree(node: Any, env: dict[str, str]) -> Any:
 
 def required_vars(text: str) -> set[str]:
     """Variables the compose file demands with ``${VAR:?…}`` / ``${VAR?…}``."""
-    return {m.group("name") for m in _VAR.finditer(text)
-            if m.group("name") and m.group("op") in (":?", "?")}
+    return {m.group("name") for m in _VAR.finditer(text) if m.group("name") and m.group("op") in (":?", "?")}
 
 
 def example_env() -> dict[str, str]:
@@ -125,8 +128,9 @@ def example_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def raw_compose() -> dict[str, Any]:
     data = yaml.safe_load(COMPOSE_FILE.read_text())
-    assert isinstance(data, dict) and isinstance(data.get("services"), dict), \
+    assert isinstance(data, dict) and isinstance(data.get("services"), dict), (
         f"{COMPOSE_FILE}: expected a mapping with a 'services' section"
+    )
     return data
 
 
@@ -251,13 +255,15 @@ def test_airflow_services_share_the_common_environment(services: dict[str, dict[
         env = env_of(services[name])
         where = f"service {name}"
         assert env.get("AIRFLOW__CORE__EXECUTOR") == "CeleryExecutor", where
-        assert re.fullmatch(r"postgresql\+psycopg2://airflow:[^@]+@postgres(:5432)?/airflow",
-                            env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "")), where
+        assert re.fullmatch(
+            r"postgresql\+psycopg2://airflow:[^@]+@postgres(:5432)?/airflow",
+            env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", ""),
+        ), where
         assert env.get("AIRFLOW__CELERY__BROKER_URL") == "redis://:@redis:6379/0", where
-        assert re.fullmatch(r"db\+postgresql://airflow:[^@]+@postgres(:5432)?/airflow",
-                            env.get("AIRFLOW__CELERY__RESULT_BACKEND", "")), where
-        assert env.get("AIRFLOW__CORE__EXECUTION_API_SERVER_URL") == \
-            "http://airflow-apiserver:8080/execution/", where
+        assert re.fullmatch(
+            r"db\+postgresql://airflow:[^@]+@postgres(:5432)?/airflow", env.get("AIRFLOW__CELERY__RESULT_BACKEND", "")
+        ), where
+        assert env.get("AIRFLOW__CORE__EXECUTION_API_SERVER_URL") == "http://airflow-apiserver:8080/execution/", where
         assert env.get("AIRFLOW__CORE__LOAD_EXAMPLES", "").lower() == "false", where
         assert env.get("AIRFLOW__CORE__DAGS_FOLDER") == DAGS_TARGET, where
         assert env.get("AIRFLOW__API_AUTH__JWT_SECRET"), f"{where}: no JWT secret"
@@ -271,6 +277,7 @@ def test_airflow_services_share_the_common_environment(services: dict[str, dict[
 
 def test_project_env_is_set_for_every_airflow_service(services: dict[str, dict[str, Any]]) -> None:
     from rlops.common import config
+
     wanted = set(PROJECT_ENV) | set(config._ENV_OVERRIDES)  # every override the loader knows
     for name in AIRFLOW_SERVICES:
         env = env_of(services[name])
@@ -292,9 +299,12 @@ def test_workers_serve_default_and_gpu_queues(services: dict[str, dict[str, Any]
     assert worker_queues(gpu) == {"gpu"}
 
     devices = gpu["deploy"]["resources"]["reservations"]["devices"]
-    assert any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", [])
-               and (d.get("count") == "all" or int(d.get("count", 0)) >= 1) for d in devices), \
-        f"airflow-worker-gpu: no NVIDIA GPU reservation in {devices}"
+    assert any(
+        d.get("driver") == "nvidia"
+        and "gpu" in d.get("capabilities", [])
+        and (d.get("count") == "all" or int(d.get("count", 0)) >= 1)
+        for d in devices
+    ), f"airflow-worker-gpu: no NVIDIA GPU reservation in {devices}"
     assert "deploy" not in cpu, "the CPU worker should not reserve devices"
     assert gpu["build"]["dockerfile"].endswith("Dockerfile.gpu")
     assert gpu["image"] != cpu["image"], "the GPU worker needs its own (CUDA) image"
@@ -312,8 +322,9 @@ def test_airflow_init_migrates_and_creates_the_gpu_pool(services: dict[str, dict
     for name in ("airflow-init", "airflow-apiserver"):
         mounts = {target: source for _, source, target in volume_entries(services[name])}
         assert pw_dir in mounts, f"service {name} does not mount {pw_dir}"
-    assert {t: s for _, s, t in volume_entries(init)}[pw_dir] == \
-        {t: s for _, s, t in volume_entries(services["airflow-apiserver"])}[pw_dir]
+    assert {t: s for _, s, t in volume_entries(init)}[pw_dir] == {
+        t: s for _, s, t in volume_entries(services["airflow-apiserver"])
+    }[pw_dir]
 
 
 def test_service_commands(services: dict[str, dict[str, Any]]) -> None:
@@ -358,14 +369,17 @@ def test_buckets_and_databases_are_created(services: dict[str, dict[str, Any]]) 
     assert {storage_bucket, mlflow_bucket} <= made, (storage_bucket, mlflow_bucket, made)
 
     # Databases in the connection URLs are created by the postgres init script.
-    init_mount = [s for kind, s, t in volume_entries(services["postgres"])
-                  if t.startswith("/docker-entrypoint-initdb.d/")]
+    init_mount = [
+        s for kind, s, t in volume_entries(services["postgres"]) if t.startswith("/docker-entrypoint-initdb.d/")
+    ]
     assert init_mount, "postgres has no init script mounted"
     sql = (DOCKER / init_mount[0]).read_text()
     created = set(re.findall(r"CREATE DATABASE (\w+)", sql))
-    urls = [env_of(services["airflow-scheduler"])["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"],
-            env_of(services["airflow-scheduler"])["RLOPS_QUEUE_DB"],
-            args[args.index("--backend-store-uri") + 1]]
+    urls = [
+        env_of(services["airflow-scheduler"])["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"],
+        env_of(services["airflow-scheduler"])["RLOPS_QUEUE_DB"],
+        args[args.index("--backend-store-uri") + 1],
+    ]
     for url in urls:
         assert url.rsplit("/", 1)[1] in created, f"database of {url.split('@')[-1]} not created"
 
@@ -375,15 +389,16 @@ def test_dag_folder_is_mounted(services: dict[str, dict[str, Any]]) -> None:
     for name in AIRFLOW_SERVICES:
         sources = [s for kind, s, t in volume_entries(services[name]) if t == DAGS_TARGET]
         assert sources, f"service {name} does not mount the DAG folder at {DAGS_TARGET}"
-        assert (DOCKER / sources[0]).resolve() == DAGS.resolve(), \
+        assert (DOCKER / sources[0]).resolve() == DAGS.resolve(), (
             f"service {name} mounts {sources[0]}, not the repository's dags/"
+        )
 
 
 def test_volumes_are_declared_and_bind_sources_exist(compose: dict[str, Any]) -> None:
     declared = set(compose.get("volumes") or {})
     used = set()
     for name, svc in compose["services"].items():
-        for kind, source, target in volume_entries(svc):
+        for kind, source, _target in volume_entries(svc):
             if kind == "volume" and source:
                 assert source in declared, f"service {name}: volume {source!r} is not declared"
                 used.add(source)
@@ -401,11 +416,13 @@ def test_depends_on_conditions_are_satisfiable(services: dict[str, dict[str, Any
             assert dep in services, f"service {name} depends on unknown service {dep}"
             cond = spec.get("condition", "service_started")
             if cond == "service_healthy":
-                assert "healthcheck" in services[dep], \
+                assert "healthcheck" in services[dep], (
                     f"{name} waits for {dep} to be healthy, but {dep} has no healthcheck"
+                )
             elif cond == "service_completed_successfully":
-                assert str(services[dep].get("restart", "no")) == "no", \
+                assert str(services[dep].get("restart", "no")) == "no", (
                     f"{dep} is awaited to complete, so it must not restart"
+                )
             else:
                 assert cond == "service_started", f"{name}: unknown condition {cond}"
     # Every long-running service reports health (one-shot init containers excepted).
@@ -414,8 +431,7 @@ def test_depends_on_conditions_are_satisfiable(services: dict[str, dict[str, Any
             assert "healthcheck" in svc, f"service {name} has no healthcheck"
 
 
-def test_builds_use_the_repository_root_and_existing_dockerfiles(
-        services: dict[str, dict[str, Any]]) -> None:
+def test_builds_use_the_repository_root_and_existing_dockerfiles(services: dict[str, dict[str, Any]]) -> None:
     by_image: dict[str, set[str]] = {}
     for name, svc in services.items():
         build = svc.get("build")
@@ -464,11 +480,13 @@ def test_gpu_dockerfile() -> None:
     base = dockerfile_base(DOCKERFILE_GPU)
     assert base.startswith("nvidia/cuda:"), f"GPU image base {base} is not a CUDA image"
     args = dockerfile_args(DOCKERFILE_GPU)
-    assert re.fullmatch(r"cu\d{3}", args.get("TORCH_CUDA", "")), \
+    assert re.fullmatch(r"cu\d{3}", args.get("TORCH_CUDA", "")), (
         "Dockerfile.gpu must name the CUDA wheel variant in ARG TORCH_CUDA (e.g. cu128)"
+    )
     cuda = args["TORCH_CUDA"][2:]
-    assert base.split(":")[1].startswith(f"{cuda[:-1]}.{cuda[-1]}"), \
+    assert base.split(":")[1].startswith(f"{cuda[:-1]}.{cuda[-1]}"), (
         f"base {base} does not match the torch CUDA variant {args['TORCH_CUDA']}"
+    )
     text = DOCKERFILE_GPU.read_text()
     assert TORCH_PIN in text
     assert "download.pytorch.org/whl/${TORCH_CUDA}" in text
@@ -483,8 +501,9 @@ def _check_common_install(path: Path) -> None:
     assert any("requirements/lock.txt" in c for c in copies), f"{path.name}: lock not copied"
     assert "pip install -r /opt/rlops/requirements/lock.txt" in runs, path.name
     assert re.search(r"pip install --no-deps (-e )?/opt/rlops", runs), path.name
-    assert any(re.search(rf"\bdags/?\s+{DAGS_TARGET}/?$", c) for c in copies), \
+    assert any(re.search(rf"\bdags/?\s+{DAGS_TARGET}/?$", c) for c in copies), (
         f"{path.name}: DAGs not copied to {DAGS_TARGET}"
+    )
 
 
 # --------------------------------------------------------------------------- DAGs vs deployment
@@ -505,17 +524,18 @@ def test_dag_queues_and_pools_are_served(services: dict[str, dict[str, Any]]) ->
     gpu_tasks = []
     for dag_id, dag in bag.dags.items():
         for task in dag.tasks:
-            assert task.queue in served, \
+            assert task.queue in served, (
                 f"{dag_id}.{task.task_id} uses queue {task.queue!r}; workers serve {sorted(served)}"
-            assert task.pool in pools, \
+            )
+            assert task.pool in pools, (
                 f"{dag_id}.{task.task_id} uses pool {task.pool!r}; airflow-init creates {sorted(pools)}"
+            )
             if task.queue == "gpu":
                 gpu_tasks.append(f"{dag_id}.{task.task_id}")
                 assert task.pool == "gpu", f"{dag_id}.{task.task_id}: GPU work outside the gpu pool"
     for dag_id in ("retrain_full__credit_approval", "retrain_incremental__credit_approval"):
         if dag_id in bag.dags:
-            assert any(t.startswith(f"{dag_id}.") for t in gpu_tasks), \
-                f"{dag_id} trains nothing on the gpu queue"
+            assert any(t.startswith(f"{dag_id}.") for t in gpu_tasks), f"{dag_id} trains nothing on the gpu queue"
 
 
 # --------------------------------------------------------------------------- docs
@@ -548,9 +568,13 @@ def test_docker_compose_config_validates(tmp_path: Path) -> None:
     env_file = tmp_path / "compose.env"
     env_file.write_text("".join(f"{k}={v}\n" for k, v in example_env().items()))
     # Only the example's variables: a developer's shell must not change the result.
-    clean_env = {k: v for k, v in os.environ.items()
-                 if k in ("PATH", "HOME", "DOCKER_CONFIG", "DOCKER_HOST", "TMPDIR")}
+    clean_env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "DOCKER_CONFIG", "DOCKER_HOST", "TMPDIR")}
     proc = subprocess.run(
         [*cli, "--env-file", str(env_file), "-f", str(COMPOSE_FILE), "config", "-q"],
-        capture_output=True, text=True, timeout=120, env=clean_env, cwd=REPO)
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, f"docker compose config failed:\n{proc.stderr}{proc.stdout}"

@@ -3,7 +3,7 @@ hiccup), not for a conf or a pack that is wrong."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -11,11 +11,12 @@ import pytest
 from rlops.common.config import REPO_ROOT
 from rlops.common.errors import UserError
 
-WHEN = datetime(2026, 11, 30, 5, 0, tzinfo=timezone.utc)
+WHEN = datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
 
 
 def test_a_bad_conf_fails_the_first_task_without_a_retry(airflow_db: str, rlops_home: Path) -> None:
     from airflow.dag_processing.dagbag import DagBag
+
     bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / "trace_capture.py"))
     dag = bag.dags["trace_capture__credit_approval"]
     assert dag.default_args["retries"] >= 1  # the DAG does retry other failures
@@ -31,8 +32,10 @@ def test_the_error_keeps_its_class_and_message_for_other_callers() -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
     from rlops.pipeline_steps.orchestration.tasks import ConfError, validate_conf
+
     with pytest.raises(ConfError, match="reward_fn 'x'") as info:
-        validate_conf({"scenario": "credit_approval", "reward_fn": "x", "timesteps": 5000, "mode": "full",
-                       "dry_run": False})
+        validate_conf(
+            {"scenario": "credit_approval", "reward_fn": "x", "timesteps": 5000, "mode": "full", "dry_run": False}
+        )
     assert isinstance(info.value, UserError) and isinstance(info.value, AirflowFailException)
     assert isinstance(info.value.__cause__, ConfError)

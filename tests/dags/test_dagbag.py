@@ -5,14 +5,21 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+
 from rlops.common.config import REPO_ROOT
 
 REPO = REPO_ROOT
-KINDS = {"trace_capture": "*/15 * * * *", "drift_monitor": "@hourly", "label_queue": "@hourly",
-         "retrain_incremental": "*/15 * * * *", "retrain_full": "@hourly", "rollout": "*/15 * * * *", "promote": None}
+KINDS = {
+    "trace_capture": "*/15 * * * *",
+    "drift_monitor": "@hourly",
+    "label_queue": "@hourly",
+    "retrain_incremental": "*/15 * * * *",
+    "retrain_full": "@hourly",
+    "rollout": "*/15 * * * *",
+    "promote": None,
+}
 PACKS = sorted(p.name for p in (REPO / "scenarios").iterdir() if (p / "scenario.yaml").exists())
 DAG_IDS = {f"{kind}__{pack}": schedule for kind, schedule in KINDS.items() for pack in PACKS}
 HEAVY = ("torch", "mlflow", "great_expectations", "boto3", "pandas", "sandbox", "model")
@@ -21,6 +28,7 @@ HEAVY = ("torch", "mlflow", "great_expectations", "boto3", "pandas", "sandbox", 
 @pytest.fixture(scope="module")
 def dagbag():
     from airflow.dag_processing.dagbag import DagBag
+
     return DagBag(dag_folder=str(REPO / "dags"))
 
 
@@ -59,7 +67,8 @@ def test_drift_triggers_an_emergency_full_retrain(dagbag) -> None:
     trigger = dag.get_task("trigger_emergency_retrain")
     assert trigger.trigger_dag_id == "retrain_full__complaint_handling"
     assert "needs_retrain" in trigger.upstream_task_ids or any(
-        "needs_retrain" in dag.get_task(t).upstream_task_ids for t in trigger.upstream_task_ids)
+        "needs_retrain" in dag.get_task(t).upstream_task_ids for t in trigger.upstream_task_ids
+    )
 
 
 def test_dag_files_parse_fast_and_import_nothing_heavy() -> None:
@@ -70,7 +79,7 @@ t = time.perf_counter()
 from airflow.dag_processing.dagbag import DagBag
 import_s = time.perf_counter() - t
 t = time.perf_counter()
-bag = DagBag(dag_folder={str(REPO / 'dags')!r})
+bag = DagBag(dag_folder={str(REPO / "dags")!r})
 parse_s = time.perf_counter() - t
 heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)
 print(json.dumps({{"parse_s": parse_s, "heavy": heavy, "errors": list(bag.import_errors)}}))
@@ -83,12 +92,21 @@ print(json.dumps({{"parse_s": parse_s, "heavy": heavy, "errors": list(bag.import
     assert res["parse_s"] < 2.0, f"parsing the DAG folder took {res['parse_s']:.2f}s"
 
 
-@pytest.mark.parametrize("key,value", [("timesteps", -5), ("mode", "sideways"), ("reward_fn", "latest"),
-                                       ("scenario", "no_such_pack"), ("dry_run", "yes")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("timesteps", -5),
+        ("mode", "sideways"),
+        ("reward_fn", "latest"),
+        ("scenario", "no_such_pack"),
+        ("dry_run", "yes"),
+    ],
+)
 def test_bad_conf_is_rejected_by_the_typed_params(dagbag, key: str, value: object) -> None:
     import copy
 
     from airflow.sdk.definitions.param import ParamValidationError
+
     params = copy.deepcopy(dagbag.dags["retrain_full__credit_approval"].params)
     params.validate()  # the defaults are valid
     with pytest.raises(ParamValidationError):
@@ -98,8 +116,8 @@ def test_bad_conf_is_rejected_by_the_typed_params(dagbag, key: str, value: objec
 
 def test_conf_that_passes_types_but_not_the_project_fails_the_first_task() -> None:
     from rlops.pipeline_steps.orchestration.tasks import ConfError, validate_conf
-    good = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 5000, "mode": "full",
-            "dry_run": True}
+
+    good = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 5000, "mode": "full", "dry_run": True}
     assert validate_conf(good)["run_key"]
     with pytest.raises(ConfError, match="reward_fn|no reward function 'v9'"):
         validate_conf({**good, "reward_fn": "v9"})

@@ -8,19 +8,18 @@ itself better leaves the champion where it is.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-
-import pytest
 
 from rlops.common.config import REPO_ROOT
 
-WHEN = datetime(2026, 11, 30, 5, 0, tzinfo=timezone.utc)
+WHEN = datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
 CONF = {"reward_fn": "v1", "dry_run": False}
 
 
 def _dag(kind: str):
     from airflow.dag_processing.dagbag import DagBag
+
     bag = DagBag(dag_folder=str(REPO_ROOT / "dags" / f"{kind}.py"))
     assert bag.import_errors == {}
     return bag.dags[f"{kind}__credit_approval"]
@@ -73,6 +72,7 @@ def test_the_loop_through_the_dags(airflow_db: str, rlops_home: Path) -> None:
     run, states = _run("label_queue", later)
     assert str(run.state) == "success", states
     from sqlalchemy import create_engine, text
+
     with create_engine(f"sqlite:///{rlops_home / 'queue.db'}").connect() as conn:
         assert conn.execute(text("select count(*) from label_items")).scalar() > 0
 

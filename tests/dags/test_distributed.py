@@ -27,8 +27,7 @@ from distributed_cluster import AirflowCluster, ClusterError, services_unavailab
 pytestmark = pytest.mark.distributed
 
 DAG_ID = "retrain_incremental"
-CONF = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 4000,
-        "mode": "incremental", "dry_run": False}
+CONF = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 4000, "mode": "incremental", "dry_run": False}
 # Small enough for 2 CPU cores and a few minutes in all; every step still does its real work.
 TINY: dict[str, Any] = {
     "train": {"num_envs": 256, "eval_episodes": 200},
@@ -60,8 +59,9 @@ def test_retrain_on_celery_workers(tmp_path: Path, tmp_tracking: str) -> None:
         pytest.skip(reason)
     pytest.importorskip("airflow.providers.celery", reason="apache-airflow-providers-celery is not installed")
 
-    cluster = AirflowCluster(home=tmp_path / "airflow", repo=REPO_ROOT,
-                             project_env=_project_env(tmp_path / "rlops", tmp_tracking))
+    cluster = AirflowCluster(
+        home=tmp_path / "airflow", repo=REPO_ROOT, project_env=_project_env(tmp_path / "rlops", tmp_tracking)
+    )
     try:
         cluster.prepare()
         cluster.start_services()
@@ -94,8 +94,8 @@ def test_retrain_on_celery_workers(tmp_path: Path, tmp_tracking: str) -> None:
         trained = cluster.xcom(DAG_ID, run_id, "train_policy")
         assert trained["model_version"] and trained["worker_host"]
         from mlflow import MlflowClient
-        versions = MlflowClient(tracking_uri=tmp_tracking).search_model_versions(
-            "name='credit_approval-policy'")
+
+        versions = MlflowClient(tracking_uri=tmp_tracking).search_model_versions("name='credit_approval-policy'")
         assert str(trained["model_version"]) in {str(v.version) for v in versions}
     except ClusterError:
         print(cluster.task_logs(DAG_ID))

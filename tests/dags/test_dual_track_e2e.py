@@ -4,19 +4,20 @@ model version."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
 
 from tests.dags.test_dags_e2e import _run, _xcom
 
-WHEN = datetime(2026, 11, 30, 5, 0, tzinfo=timezone.utc)
+WHEN = datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
 
 
 def test_retrain_full_trains_on_the_reward_model_it_just_trained(airflow_db: str, rlops_home: Path) -> None:
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.registry import policy_model_name
+
     params = yaml.safe_load((rlops_home / "params.yaml").read_text())
     params["train"].update(reward_source="blend", reward_blend_lambda=0.5, num_envs=256, eval_episodes=200)
     params["stress"].update(gaming_episodes=200, policy_episodes=200)
@@ -33,5 +34,6 @@ def test_retrain_full_trains_on_the_reward_model_it_just_trained(airflow_db: str
     assert trained["reward_source"] == "blend" and trained["reward_model_version"] == rm["model_version"]
     assert trained["behaviour_cloning"]["steps_imitated"] > 0
     tags = StepContext.create("credit_approval").tracker.model_version_tags(
-        policy_model_name("credit_approval"), trained["model_version"])
+        policy_model_name("credit_approval"), trained["model_version"]
+    )
     assert tags["reward_model_version"] == rm["model_version"] and tags["reward_source"] == "blend"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ import yaml
 
 from rlops.common.config import REPO_ROOT
 
-WHEN = datetime(2026, 11, 30, 5, 0, tzinfo=timezone.utc)
+WHEN = datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
 PACK = "acme_credit"
 BUDGET = 16_384  # PPO trains whole batches: a budget it can spend exactly
 
@@ -29,8 +29,9 @@ def added_pack(rlops_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     doc = (root / PACK / "scenario.yaml").read_text().replace("name: credit_approval", f"name: {PACK}", 1)
     (root / PACK / "scenario.yaml").write_text(doc)
     params = yaml.safe_load((root / PACK / "params.yaml").read_text())
-    params.update(reward_fn="v0", train={"total_timesteps": BUDGET},
-                  dags={"retrain_full": "0 */2 * * *", "label_queue": None})
+    params.update(
+        reward_fn="v0", train={"total_timesteps": BUDGET}, dags={"retrain_full": "0 */2 * * *", "label_queue": None}
+    )
     (root / PACK / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.setenv("RLOPS_SCENARIOS_DIR", str(root))
     return root
@@ -38,6 +39,7 @@ def added_pack(rlops_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _bag():
     from airflow.dag_processing.dagbag import DagBag
+
     bag = DagBag(dag_folder=str(REPO_ROOT / "dags"))
     assert bag.import_errors == {}
     return bag
@@ -46,8 +48,17 @@ def _bag():
 def test_an_added_pack_gets_its_scheduled_dags(added_pack: Path) -> None:
     bag = _bag()
     assert {d for d in bag.dag_ids if d.endswith(f"__{PACK}")} == {
-        f"{k}__{PACK}" for k in ("trace_capture", "drift_monitor", "label_queue", "retrain_incremental",
-                                 "retrain_full", "rollout", "promote")}
+        f"{k}__{PACK}"
+        for k in (
+            "trace_capture",
+            "drift_monitor",
+            "label_queue",
+            "retrain_incremental",
+            "retrain_full",
+            "rollout",
+            "promote",
+        )
+    }
     full = bag.dags[f"retrain_full__{PACK}"]
     assert full.schedule == "0 */2 * * *"  # the pack's own cadence
     assert bag.dags[f"label_queue__{PACK}"].schedule is None  # opted out of the schedule
@@ -60,6 +71,7 @@ def test_an_added_pack_gets_its_scheduled_dags(added_pack: Path) -> None:
 def test_no_conf_full_retrain_trains_the_added_pack_on_its_params(airflow_db: str, added_pack: Path) -> None:
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.registry import policy_model_name
+
     run = _bag().dags[f"retrain_full__{PACK}"].test(logical_date=WHEN)
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
     assert str(run.state) == "success", states
@@ -74,15 +86,22 @@ def test_no_conf_full_retrain_trains_the_added_pack_on_its_params(airflow_db: st
 def test_airflow_dags_test_of_a_built_in_pack_trains_that_pack(airflow_db: str, rlops_home: Path) -> None:
     """The operator's command line: `airflow dags test retrain_full__<pack>` with no conf."""
     import os
+
     params = yaml.safe_load((rlops_home / "params.yaml").read_text())
     params["train"]["total_timesteps"] = BUDGET
     (rlops_home / "params.yaml").write_text(yaml.safe_dump(params))
-    out = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "retrain_full__loan_desk",
-                          "2026-11-30T05:00:00+00:00"], env=dict(os.environ), capture_output=True, text=True,
-                         timeout=1200, cwd=rlops_home)
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "test", "retrain_full__loan_desk", "2026-11-30T05:00:00+00:00"],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=rlops_home,
+    )
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.registry import policy_model_name
+
     ctx = StepContext.create("loan_desk", "20261130T0400")
     tags = ctx.tracker.model_version_tags(policy_model_name("loan_desk"), "1")
     assert tags["reward_fn"] == "v1" and BUDGET // 2 < int(tags["timesteps"]) <= BUDGET

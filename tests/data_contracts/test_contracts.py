@@ -43,16 +43,30 @@ def contract():
 
 def good_row(i: int = 0) -> dict[str, Any]:
     return {
-        "trace_id": f"req-{i // 3}", "episode_id": f"ep-{i // 3}", "step": i % 3,
-        "ts": "2026-01-05T10:15:00.250000+00:00", "scenario": "credit_approval",
-        "source": "live", "test_group": "A", "policy_version": "champion-7",
+        "trace_id": f"req-{i // 3}",
+        "episode_id": f"ep-{i // 3}",
+        "step": i % 3,
+        "ts": "2026-01-05T10:15:00.250000+00:00",
+        "scenario": "credit_approval",
+        "source": "live",
+        "test_group": "A",
+        "policy_version": "champion-7",
         "reward_fn_version": "v1",
-        "state": {"user_profile": {"credit_score": 700, "income": 5200.5},
-                  "application": {"channel": "web"}, "flags": {"vip": False}},
-        "action": "approve", "action_mask": [True, True, True, True, False],
-        "logp": -0.4, "entropy": 0.9, "value": 1.2, "reward_total": 0.8,
+        "state": {
+            "user_profile": {"credit_score": 700, "income": 5200.5},
+            "application": {"channel": "web"},
+            "flags": {"vip": False},
+        },
+        "action": "approve",
+        "action_mask": [True, True, True, True, False],
+        "logp": -0.4,
+        "entropy": 0.9,
+        "value": 1.2,
+        "reward_total": 0.8,
         "reward_breakdown": [{"component": "sla", "score": 0.8, "rule_ref": "SLA_v3.2_4.1"}],
-        "done": False, "latency_ms": 35.5, "error": None,
+        "done": False,
+        "latency_ms": 35.5,
+        "error": None,
     }
 
 
@@ -80,33 +94,49 @@ _DELETE = object()
 # (what is wrong, field path, bad value, expectation type, column)
 BAD_ROWS = [
     ("wrong type", "step", "three", "expect_column_values_to_be_in_type_list", "step"),
-    ("wrong type (bool)", "state.flags.vip", "yes", "expect_column_values_to_be_in_type_list",
-     "state.flags.vip"),
-    ("out of range", "state.user_profile.credit_score", 950,
-     "expect_column_values_to_be_between", "state.user_profile.credit_score"),
+    ("wrong type (bool)", "state.flags.vip", "yes", "expect_column_values_to_be_in_type_list", "state.flags.vip"),
+    (
+        "out of range",
+        "state.user_profile.credit_score",
+        950,
+        "expect_column_values_to_be_between",
+        "state.user_profile.credit_score",
+    ),
     ("negative step", "step", -1, "expect_column_values_to_be_between", "step"),
     ("unknown action", "action", "launch_rocket", "expect_column_values_to_be_in_set", "action"),
-    ("unknown enum value", "state.application.channel", "fax",
-     "expect_column_values_to_be_in_set", "state.application.channel"),
+    (
+        "unknown enum value",
+        "state.application.channel",
+        "fax",
+        "expect_column_values_to_be_in_set",
+        "state.application.channel",
+    ),
     ("bad source", "source", "prod", "expect_column_values_to_be_in_set", "source"),
     ("other scenario", "scenario", "claims", "expect_column_values_to_be_in_set", "scenario"),
-    ("unknown reward fn", "reward_fn_version", "v9", "expect_column_values_to_be_in_set",
-     "reward_fn_version"),
+    ("unknown reward fn", "reward_fn_version", "v9", "expect_column_values_to_be_in_set", "reward_fn_version"),
     ("missing action", "action", _DELETE, "expect_column_values_to_not_be_null", "action"),
     ("null required", "episode_id", None, "expect_column_values_to_not_be_null", "episode_id"),
-    ("missing state field", "state.user_profile.credit_score", _DELETE,
-     "expect_column_values_to_not_be_null", "state.user_profile.credit_score"),
+    (
+        "missing state field",
+        "state.user_profile.credit_score",
+        _DELETE,
+        "expect_column_values_to_not_be_null",
+        "state.user_profile.credit_score",
+    ),
     ("empty id", "trace_id", "", "expect_column_value_lengths_to_be_between", "trace_id"),
     ("bad timestamp", "ts", "2026-13-45T99:00:00Z", "expect_column_values_to_not_be_null", "ts"),
-    ("no legal action", "action_mask", "00000", "expect_column_values_to_match_regex",
-     "action_mask"),
+    ("no legal action", "action_mask", "00000", "expect_column_values_to_match_regex", "action_mask"),
     ("mask length", "action_mask", "111", "expect_column_value_lengths_to_equal", "action_mask"),
-    ("mask of odd items", "action_mask", ["x", "y"], "expect_column_values_to_be_in_type_list",
-     "action_mask"),
+    ("mask of odd items", "action_mask", ["x", "y"], "expect_column_values_to_be_in_type_list", "action_mask"),
     ("positive logp", "logp", 0.5, "expect_column_values_to_be_between", "logp"),
     ("negative latency", "latency_ms", -3.0, "expect_column_values_to_be_between", "latency_ms"),
-    ("breakdown not JSON", "reward_breakdown", "{not json",
-     "expect_column_values_to_be_json_parseable", "reward_breakdown"),
+    (
+        "breakdown not JSON",
+        "reward_breakdown",
+        "{not json",
+        "expect_column_values_to_be_json_parseable",
+        "reward_breakdown",
+    ),
     ("64-bit overflow", "step", 2**70, "expect_column_values_to_be_in_type_list", "step"),
 ]
 
@@ -115,9 +145,13 @@ def test_suites_are_real_gx_suites(contract):
     suites = contract.suites()
     assert all(isinstance(s, gx.ExpectationSuite) for s in suites)
     types = {e.expectation_type for s in suites for e in s.expectations}
-    assert {"expect_column_to_exist", "expect_column_values_to_not_be_null",
-            "expect_column_values_to_be_in_type_list", "expect_column_values_to_be_between",
-            "expect_column_values_to_be_in_set"} <= types
+    assert {
+        "expect_column_to_exist",
+        "expect_column_values_to_not_be_null",
+        "expect_column_values_to_be_in_type_list",
+        "expect_column_values_to_be_between",
+        "expect_column_values_to_be_in_set",
+    } <= types
     assert len(suites) == 2  # types, then values (no JSON-schema stage for traces)
 
 
@@ -126,20 +160,17 @@ def test_valid_rows_pass_typed_in_contract_order(contract):
     assert result.quarantined.empty, result.quarantined[REASON_COLUMN].tolist()
     acc = result.accepted
     assert len(acc) == 9
-    assert list(acc.columns[:len(contract.columns)]) == contract.column_names
+    assert list(acc.columns[: len(contract.columns)]) == contract.column_names
     assert acc["action_mask"].iloc[0] == "11110"  # list of bools → '0'/'1' string
     assert json.loads(acc["reward_breakdown"].iloc[0])["breakdown"][0]["rule_ref"] == "SLA_v3.2_4.1"  # normalised
     assert acc["ts"].dt.tz is not None and acc["step"].dtype == np.int64
     # The typed rows fit the stored schema exactly.
-    table = pa.Table.from_pandas(acc[contract.column_names], schema=contract.arrow_schema(),
-                                 preserve_index=False)
+    table = pa.Table.from_pandas(acc[contract.column_names], schema=contract.arrow_schema(), preserve_index=False)
     assert table.num_rows == 9
 
 
-@pytest.mark.parametrize("what,path,value,expectation,column", BAD_ROWS,
-                         ids=[b[0] for b in BAD_ROWS])
-def test_each_bad_row_is_quarantined_with_a_readable_reason(contract, what, path, value,
-                                                            expectation, column):
+@pytest.mark.parametrize("what,path,value,expectation,column", BAD_ROWS, ids=[b[0] for b in BAD_ROWS])
+def test_each_bad_row_is_quarantined_with_a_readable_reason(contract, what, path, value, expectation, column):
     rows = [good_row(0), set_path(good_row(1), path, value), good_row(2)]
     result = validate_frame(frame(rows), contract)
     assert len(result.accepted) + len(result.quarantined) == 3
@@ -162,8 +193,7 @@ def test_infinity_is_refused_by_the_parser_and_by_the_contract(contract):
 
 
 def test_reasons_show_the_offending_value(contract):
-    rows = [set_path(good_row(), "state.user_profile.credit_score", 950),
-            set_path(good_row(), "step", "three")]
+    rows = [set_path(good_row(), "state.user_profile.credit_score", 950), set_path(good_row(), "step", "three")]
     reasons = validate_frame(frame(rows), contract).quarantined[REASON_COLUMN].tolist()
     assert reasons[0].endswith("outside [300, 850] (got 950)")
     assert "(got str 'three')" in reasons[1]
@@ -179,8 +209,7 @@ def test_missing_required_column_quarantines_every_row(contract):
     rows = [set_path(good_row(i), "policy_version", _DELETE) for i in range(4)]
     result = validate_frame(frame(rows), contract)
     assert result.accepted.empty and len(result.quarantined) == 4
-    assert all("expect_column_to_exist[policy_version]" in r
-               for r in result.quarantined[REASON_COLUMN])
+    assert all("expect_column_to_exist[policy_version]" in r for r in result.quarantined[REASON_COLUMN])
 
 
 def test_absent_optional_columns_are_null(contract):
@@ -201,31 +230,49 @@ def test_typed_frames_from_a_simulator_validate():
     """Rows as the sandbox builds them: numpy/nullable dtypes, a field hidden until it is
     fetched (null), a boolean error flag, scenario field objects as the field list."""
     fields = [
-        SimpleNamespace(path="user_profile.credit_score", type="int", min=300, max=850,
-                        values=(), visible_when="system_status.credit_report_fetched"),
-        SimpleNamespace(path="user_profile.income", type="float", min=0, max=None, values=(),
-                        visible_when=None),
-        SimpleNamespace(path="application.channel", type="enum", min=None, max=None,
-                        values=("web", "branch"), visible_when=None),
-        SimpleNamespace(path="hidden.default_u", type="float", min=0, max=1, values=(),
-                        visible_when=None, observed=False),
+        SimpleNamespace(
+            path="user_profile.credit_score",
+            type="int",
+            min=300,
+            max=850,
+            values=(),
+            visible_when="system_status.credit_report_fetched",
+        ),
+        SimpleNamespace(path="user_profile.income", type="float", min=0, max=None, values=(), visible_when=None),
+        SimpleNamespace(
+            path="application.channel", type="enum", min=None, max=None, values=("web", "branch"), visible_when=None
+        ),
+        SimpleNamespace(
+            path="hidden.default_u", type="float", min=0, max=1, values=(), visible_when=None, observed=False
+        ),
     ]
     contract = trace_contract("credit_approval", ACTIONS, lambda: fields)
     assert "state.hidden.default_u" not in contract
     assert not contract["state.user_profile.credit_score"].required
     n = 50
     score = pd.array([None] * 10 + [640] * (n - 10), dtype="Int64")
-    df = pd.DataFrame({
-        "trace_id": [f"t{i}" for i in range(n)], "episode_id": [f"e{i}" for i in range(n)],
-        "step": np.arange(n), "ts": pd.Timestamp("2026-01-05T10:00Z"),
-        "scenario": "credit_approval", "source": "sandbox", "policy_version": "7",
-        "state.user_profile.credit_score": score,
-        "state.user_profile.income": np.linspace(0, 1e4, n),
-        "state.application.channel": "branch", "action": "screen", "action_mask": "10000",
-        "logp": np.full(n, -0.1), "reward_breakdown": json.dumps({"total": 1, "breakdown": []}),
-        "done": np.zeros(n, bool), "error": np.arange(n) % 7 == 0,
-        "fallback": np.zeros(n, bool),
-    }, index=np.arange(100, 100 + n))
+    df = pd.DataFrame(
+        {
+            "trace_id": [f"t{i}" for i in range(n)],
+            "episode_id": [f"e{i}" for i in range(n)],
+            "step": np.arange(n),
+            "ts": pd.Timestamp("2026-01-05T10:00Z"),
+            "scenario": "credit_approval",
+            "source": "sandbox",
+            "policy_version": "7",
+            "state.user_profile.credit_score": score,
+            "state.user_profile.income": np.linspace(0, 1e4, n),
+            "state.application.channel": "branch",
+            "action": "screen",
+            "action_mask": "10000",
+            "logp": np.full(n, -0.1),
+            "reward_breakdown": json.dumps({"total": 1, "breakdown": []}),
+            "done": np.zeros(n, bool),
+            "error": np.arange(n) % 7 == 0,
+            "fallback": np.zeros(n, bool),
+        },
+        index=np.arange(100, 100 + n),
+    )
     df.loc[df.index[30], "state.user_profile.credit_score"] = 10
     result = validate_frame(df, contract)
     assert len(result.accepted) == n - 1 and len(result.quarantined) == 1
@@ -233,8 +280,7 @@ def test_typed_frames_from_a_simulator_validate():
     acc = result.accepted
     assert acc["state.user_profile.credit_score"].isna().sum() == 10
     assert acc["error"].iloc[0] == "error" and acc["error"].iloc[1:7].isna().all()
-    pa.Table.from_pandas(acc[contract.column_names], schema=contract.arrow_schema(),
-                         preserve_index=False)
+    pa.Table.from_pandas(acc[contract.column_names], schema=contract.arrow_schema(), preserve_index=False)
 
 
 def test_malformed_json_lines_are_kept_with_their_text():
@@ -259,19 +305,20 @@ def test_quarantine_frame_has_the_stored_shape(contract):
     assert out["ts"].notna().tolist() == [True, False]
     # Rows that never were text are kept as JSON.
     df_q = validate_frame(pd.DataFrame([{"trace_id": "t", "step": "x"}]), contract).quarantined
-    assert json.loads(quarantine_frame(df_q, "s")["raw"].iloc[0]) == {"trace_id": "t",
-                                                                       "step": "x"}
+    assert json.loads(quarantine_frame(df_q, "s")["raw"].iloc[0]) == {"trace_id": "t", "step": "x"}
 
 
 _MUTATIONS = [None] + [(b[1], b[2]) for b in BAD_ROWS]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(st.integers(0, len(_MUTATIONS) - 1), min_size=1, max_size=30))
 def test_rows_in_equals_accepted_plus_quarantined(contract, picks):
-    rows = [good_row(i) if _MUTATIONS[k] is None else set_path(good_row(i), *_MUTATIONS[k])
-            for i, k in enumerate(picks)]
+    rows = [
+        good_row(i) if _MUTATIONS[k] is None else set_path(good_row(i), *_MUTATIONS[k]) for i, k in enumerate(picks)
+    ]
     result = validate_frame(frame(rows), contract)
     assert len(result.accepted) + len(result.quarantined) == len(rows)
     bad_lines = sorted(i + 1 for i, k in enumerate(picks) if _MUTATIONS[k] is not None)
@@ -287,26 +334,37 @@ def test_empty_input(contract):
 
 # --------------------------------------------------------------------------- label items
 
+
 def label_item(**over: Any) -> dict[str, Any]:
-    item = {"item_id": "q-1", "scenario": "credit_approval",
-            "state": {"state.user_profile.credit_score": 540},
-            "candidate_actions": ["approve", "reject"], "label": "reject",
-            "annotator": "risk-team/ana", "ts": "2026-01-05T11:00:00Z"}
+    item = {
+        "item_id": "q-1",
+        "scenario": "credit_approval",
+        "state": {"state.user_profile.credit_score": 540},
+        "candidate_actions": ["approve", "reject"],
+        "label": "reject",
+        "annotator": "risk-team/ana",
+        "ts": "2026-01-05T11:00:00Z",
+    }
     item.update(over)
     return item
 
 
-@pytest.mark.parametrize("over,expected", [
-    ({}, None),
-    ({"label": None, "annotator": None}, None),  # pending item
-    ({"label": "teleport"}, "expect_column_values_to_be_in_set[label]"),
-    ({"candidate_actions": ["approve", "teleport"]},
-     "expect_column_values_to_match_json_schema[candidate_actions]"),
-    ({"candidate_actions": []}, "expect_column_values_to_match_json_schema[candidate_actions]"),
-    ({"state": "not json"}, "expect_column_values_to_be_json_parseable[state]"),
-    ({"state": [1, 2]}, "expect_column_values_to_match_json_schema[state]"),
-    ({"item_id": None}, "expect_column_values_to_not_be_null[item_id]"),
-])
+@pytest.mark.parametrize(
+    "over,expected",
+    [
+        ({}, None),
+        ({"label": None, "annotator": None}, None),  # pending item
+        ({"label": "teleport"}, "expect_column_values_to_be_in_set[label]"),
+        (
+            {"candidate_actions": ["approve", "teleport"]},
+            "expect_column_values_to_match_json_schema[candidate_actions]",
+        ),
+        ({"candidate_actions": []}, "expect_column_values_to_match_json_schema[candidate_actions]"),
+        ({"state": "not json"}, "expect_column_values_to_be_json_parseable[state]"),
+        ({"state": [1, 2]}, "expect_column_values_to_match_json_schema[state]"),
+        ({"item_id": None}, "expect_column_values_to_not_be_null[item_id]"),
+    ],
+)
 def test_label_contract(over, expected):
     contract = label_contract("credit_approval", ACTIONS)
     items = [label_item(item_id=f"ok-{i}") for i in range(3)] + [label_item(**over)]
@@ -321,10 +379,10 @@ def test_label_contract(over, expected):
 
 # --------------------------------------------------------------------------- schema errors
 
+
 def test_state_field_descriptions():
     assert StateField.coerce(("a.b", "float")).column_spec().name == "state.a.b"
-    assert StateField.coerce({"name": "state.c", "kind": "enum", "values": ["x"]}
-                             ).column_spec().values == ("x",)
+    assert StateField.coerce({"name": "state.c", "kind": "enum", "values": ["x"]}).column_spec().values == ("x",)
     assert StateField.coerce(("a", "int", 0, 9, None, True)).column_spec().required is False
     assert StateField.coerce({"name": "a", "kind": "bool", "visible_when": "x"}).nullable
     with pytest.raises(ValueError, match="unknown kind 'text'"):

@@ -3,7 +3,7 @@ not stall when other processes hold the cores (an OpenMP team waits for its slow
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import torch

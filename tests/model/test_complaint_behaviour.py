@@ -3,18 +3,17 @@ steps after it: the oracle is the best policy, the defaults learn the pack, and 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from rlops.common.config import REPO_ROOT
 from rlops.model.pack_defaults import derive_defaults
 from rlops.model.policy import as_act_fn
 from rlops.model.ppo import train
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.policies import evaluate_policy, load_oracle, random_policy, rule_policy
-from rlops.common.config import REPO_ROOT
 
 PACK = REPO_ROOT / "scenarios" / "complaint_handling"
 HELD_OUT_SEED = 5_000_000
@@ -23,7 +22,6 @@ HELD_OUT_SEED = 5_000_000
 @pytest.fixture(scope="module")
 def pack() -> Any:
     return load_pack(PACK)
-
 
 
 def _eval(pack: Any, act: Any, episodes: int = 10_000) -> Any:
@@ -56,14 +54,21 @@ def test_the_oracle_beats_the_rules_random_and_its_own_perturbations(pack: Any) 
     def perturbed(env: Any) -> torch.Tensor:
         a = oracle(env)
         return torch.where(torch.rand(env.num_envs, generator=g) < 0.1, noise(env), a)
+
     assert _eval(pack, perturbed, 4000).mean_return < o.mean_return - 0.02
     # It calls back after most first offers; the rule engine never does.
     assert _follow_up_rate(pack, oracle, 4000) > 0.6 and _follow_up_rate(pack, rule_policy, 4000) == 0.0
 
 
 def test_two_runs_with_one_seed_are_identical(pack: Any) -> None:
-    plan = derive_defaults(pack, seed=3, total_timesteps=256 * 8 * 3, plateau_eval_every=1,
-                           plateau_eval_episodes=256, hidden_sizes=(32, 32))
+    plan = derive_defaults(
+        pack,
+        seed=3,
+        total_timesteps=256 * 8 * 3,
+        plateau_eval_every=1,
+        plateau_eval_episodes=256,
+        hidden_sizes=(32, 32),
+    )
     r1 = train(plan.config, pack.make_env(256, reward_version="v1", seed=0))
     r2 = train(plan.config, pack.make_env(256, reward_version="v1", seed=0))
     assert all(torch.equal(a, b) for a, b in zip(r1.policy.state_dict().values(), r2.policy.state_dict().values()))

@@ -12,12 +12,20 @@ from typing import Any
 import pytest
 import torch
 
-from rlops.model.policy import (PolicyConfig, PolicyNetwork, RoleHeads, as_act_fn, export_policy, load_exported,
-                          load_policy, save_policy)
+from rlops.common.config import REPO_ROOT
+from rlops.model.policy import (
+    PolicyConfig,
+    PolicyNetwork,
+    RoleHeads,
+    as_act_fn,
+    export_policy,
+    load_exported,
+    load_policy,
+    save_policy,
+)
 from rlops.model.ppo import PPOConfig, train
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.policies import evaluate_policy, random_policy, rule_policy
-from rlops.common.config import REPO_ROOT
 
 REPO = REPO_ROOT
 DESK = REPO / "scenarios" / "loan_desk"
@@ -27,7 +35,6 @@ HELD_OUT_SEED = 5_000_000
 @pytest.fixture(scope="module")
 def pack() -> Any:
     return load_pack(DESK)
-
 
 
 def _policy(pack: Any) -> PolicyNetwork:
@@ -48,7 +55,7 @@ def test_the_loss_of_a_step_reaches_only_the_head_that_acted(pack: Any) -> None:
     policy = _policy(pack)
     env = pack.make_env(64, seed=2)
     obs, masks = env.observe(), env.action_masks()
-    assert env.acting_role().tolist() == [0] * 64          # every episode starts with the screener
+    assert env.acting_role().tolist() == [0] * 64  # every episode starts with the screener
     logp, _ = policy(obs, masks)
     actions = torch.multinomial(masks.float(), 1).squeeze(1)
     (-logp.gather(1, actions.unsqueeze(1)).mean()).backward()
@@ -66,7 +73,7 @@ def test_each_role_decides_with_its_own_head(pack: Any) -> None:
     assert env.acting_role().tolist() == [1] * 256
     before, _ = policy(obs, masks)
     with torch.no_grad():
-        for p in policy.actor.heads[0].parameters():   # change the screener's head only
+        for p in policy.actor.heads[0].parameters():  # change the screener's head only
             p.add_(torch.randn_like(p))
     after, _ = policy(obs, masks)
     assert torch.equal(before, after), "the underwriter's decisions do not depend on the screener's head"
@@ -95,13 +102,24 @@ def test_incremental_training_refuses_a_policy_without_the_roles(pack: Any) -> N
 
 
 def test_a_short_ppo_run_beats_the_rule_engine_and_a_random_team(pack: Any) -> None:
-    cfg = PPOConfig(total_timesteps=256 * 8 * 30, num_steps=8, num_minibatches=2, update_epochs=4,
-                    hidden_sizes=(32, 32), embed_dim=8, device="cpu", seed=3, learning_rate=2.5e-3, progress=False)
+    cfg = PPOConfig(
+        total_timesteps=256 * 8 * 30,
+        num_steps=8,
+        num_minibatches=2,
+        update_epochs=4,
+        hidden_sizes=(32, 32),
+        embed_dim=8,
+        device="cpu",
+        seed=3,
+        learning_rate=2.5e-3,
+        progress=False,
+    )
     result = train(cfg, pack.make_env(256, seed=0))
     assert result.policy.config.action_roles == pack.scenario.action_roles
-    returns = {name: evaluate_policy(pack, act, episodes=2000, seed=HELD_OUT_SEED).mean_return
-               for name, act in [("ppo", as_act_fn(result.policy)), ("rules", rule_policy),
-                                 ("random", random_policy(0))]}
+    returns = {
+        name: evaluate_policy(pack, act, episodes=2000, seed=HELD_OUT_SEED).mean_return
+        for name, act in [("ppo", as_act_fn(result.policy)), ("rules", rule_policy), ("random", random_policy(0))]
+    }
     assert returns["ppo"] > returns["rules"] + 0.1, returns
     assert returns["ppo"] > returns["random"] + 0.1, returns
 

@@ -9,8 +9,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlops.model.policy import (PolicyConfig, PolicyNetwork, export_policy, fast_tanh, load_exported, load_policy,
-                                mask_value, masked_entropy, masked_log_probs, save_policy, softmax_rows)
+from rlops.model.policy import (
+    PolicyConfig,
+    PolicyNetwork,
+    export_policy,
+    fast_tanh,
+    load_exported,
+    load_policy,
+    mask_value,
+    masked_entropy,
+    masked_log_probs,
+    save_policy,
+    softmax_rows,
+)
 
 F, A, K = 11, 128, 4
 
@@ -74,7 +85,7 @@ def test_row_with_every_action_masked_is_uniform_not_nan() -> None:
 
 def test_sampling_and_greedy_only_pick_legal_actions(policy: PolicyNetwork) -> None:
     obs = _obs(4096, seed=1)
-    legal = obs[:, F:F + A] > 0.5
+    legal = obs[:, F : F + A] > 0.5
     out = policy.act(obs, generator=torch.Generator().manual_seed(0))
     assert legal.gather(1, out.action.unsqueeze(1)).all()
     greedy = policy.act(obs, deterministic=True)
@@ -98,19 +109,21 @@ def test_act_on_one_observation_matches_the_batch(policy: PolicyNetwork) -> None
 def test_the_action_history_changes_the_decision_inputs(policy: PolicyNetwork) -> None:
     obs = _obs(32, seed=3)
     other = obs.clone()
-    other[:, F + A:] = (other[:, F + A:] + 5) % (A + 1)
+    other[:, F + A :] = (other[:, F + A :] + 5) % (A + 1)
     lp1, v1 = policy(obs)
     lp2, v2 = policy(other)
     assert not torch.allclose(v1, v2)
     no_hist = PolicyNetwork(PolicyConfig(F, A, 0, hidden_sizes=(16,)))
-    assert no_hist(obs[:, :F + A])[0].shape == (32, A)
+    assert no_hist(obs[:, : F + A])[0].shape == (32, A)
 
 
 def test_the_mask_is_also_an_input_feature(policy: PolicyNetwork) -> None:
     obs = _obs(16, seed=4)
     legal = torch.ones(16, A, dtype=torch.bool)
-    a = obs.clone(); a[:, F:F + A] = 1.0
-    b = a.clone(); b[:, F + 5] = 0.0  # one action less in the input, same mask applied to the logits
+    a = obs.clone()
+    a[:, F : F + A] = 1.0
+    b = a.clone()
+    b[:, F + 5] = 0.0  # one action less in the input, same mask applied to the logits
     assert not torch.allclose(policy(a, legal)[0], policy(b, legal)[0])
 
 
@@ -227,8 +240,14 @@ def test_history_embedding_is_the_embedding_lookup_exactly(policy: PolicyNetwork
 
 def test_forward_is_deterministic_and_batch_independent(policy: PolicyNetwork) -> None:
     gen = torch.Generator().manual_seed(5)
-    obs = torch.cat([torch.randn(32, policy.n_features, generator=gen), torch.ones(32, policy.n_actions),
-                     torch.randint(0, policy.n_actions + 1, (32, policy.history_len), generator=gen).float()], 1)
+    obs = torch.cat(
+        [
+            torch.randn(32, policy.n_features, generator=gen),
+            torch.ones(32, policy.n_actions),
+            torch.randint(0, policy.n_actions + 1, (32, policy.history_len), generator=gen).float(),
+        ],
+        1,
+    )
     with torch.no_grad():
         logp_a, v_a = policy(obs)
         logp_b, v_b = policy(obs)

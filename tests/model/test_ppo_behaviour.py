@@ -11,23 +11,30 @@ from typing import Any
 import pytest
 import torch
 
+from rlops.common.config import REPO_ROOT
 from rlops.model.checkpoint import latest_checkpoint, list_checkpoints
 from rlops.model.policy import as_act_fn, save_policy
 from rlops.model.ppo import PPOConfig, RewardSwitch, train
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.policies import evaluate_policy, load_oracle, random_policy, rule_policy
-from rlops.common.config import REPO_ROOT
 
 PACK = REPO_ROOT / "scenarios" / "credit_approval"
 HELD_OUT_SEED = 5_000_000  # training envs use seeds 0.. ; evaluation never overlaps them
-SMALL = dict(num_steps=8, num_minibatches=2, update_epochs=2, hidden_sizes=(32, 32), embed_dim=8, device="cpu",
-             seed=3, learning_rate=2.5e-3)
+SMALL = dict(
+    num_steps=8,
+    num_minibatches=2,
+    update_epochs=2,
+    hidden_sizes=(32, 32),
+    embed_dim=8,
+    device="cpu",
+    seed=3,
+    learning_rate=2.5e-3,
+)
 
 
 @pytest.fixture(scope="module")
 def pack() -> Any:
     return load_pack(PACK)
-
 
 
 def _env(pack: Any, n: int = 256, seed: int = 0, reward: str = "v1") -> Any:
@@ -90,8 +97,12 @@ def test_resume_after_a_kill_reaches_the_same_parameters(pack: Any, tmp_path: Pa
 def test_reward_function_hot_reload_keeps_training_and_logs_both_versions(pack: Any) -> None:
     v0, v1 = pack.reward_fn("v0"), pack.reward_fn("v1")
     rec = Recorder()
-    result = train(PPOConfig(total_timesteps=256 * 8 * 4, **SMALL), _env(pack), rec,
-                   reward_source=lambda it: v0 if it == 3 else None)
+    result = train(
+        PPOConfig(total_timesteps=256 * 8 * 4, **SMALL),
+        _env(pack),
+        rec,
+        reward_source=lambda it: v0 if it == 3 else None,
+    )
     assert result.iterations == 4
     assert result.reward_switches == [RewardSwitch(3, 256 * 8 * 2, v1.version, v0.version)]
     assert rec.params["reward_fn_switch_3"] == f"{v1.version} -> {v0.version}"
@@ -103,8 +114,18 @@ def test_metrics_are_reported_every_iteration(pack: Any) -> None:
     train(PPOConfig(total_timesteps=256 * 8 * 2, **SMALL), _env(pack), rec)
     assert [s for s, _ in rec.metrics] == [256 * 8, 256 * 8 * 2]
     m = rec.metrics[-1][1]
-    for key in ("episodic_return", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",
-                "explained_variance", "sps", "illegal_actions", "stagnation"):
+    for key in (
+        "episodic_return",
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clipfrac",
+        "explained_variance",
+        "sps",
+        "illegal_actions",
+        "stagnation",
+    ):
         assert key in m
     assert m["illegal_actions"] == 0 and m["sps"] > 0 and m["episodes"] > 0
     assert rec.params["policy_parameters"] > 0 and rec.params["clip_coef"] == 0.2
@@ -118,8 +139,9 @@ def test_incremental_training_with_ewc_stays_closer_to_the_old_policy(pack: Any,
     def drift(lam: float) -> tuple[float, Any]:
         cfg = PPOConfig(total_timesteps=256 * 8 * 3, mode="incremental", ewc_lambda=lam, **SMALL)
         res = train(cfg, _env(pack, seed=50, reward="v0"), init_from=tmp_path / "champion")
-        moved = sum(float((p.detach() - anchor[k]).pow(2).sum()) for k, p in res.policy.named_parameters()
-                    if k in anchor)
+        moved = sum(
+            float((p.detach() - anchor[k]).pow(2).sum()) for k, p in res.policy.named_parameters() if k in anchor
+        )
         return moved, res
 
     free, _ = drift(0.0)
@@ -155,20 +177,24 @@ def test_training_on_cuda_keeps_env_and_learner_on_the_gpu(pack: Any) -> None:
     r2 = train(cfg, pack.make_env(num_envs=4096, reward_version="v1", profile="sandbox", device="cuda", seed=0))
     assert next(r1.policy.parameters()).device.type == "cuda"
     assert r1.history[-1]["illegal_actions"] == 0
-    assert [h["episodic_return"] for h in r1.history] == pytest.approx([h["episodic_return"] for h in r2.history],
-                                                                        rel=1e-4)
+    assert [h["episodic_return"] for h in r1.history] == pytest.approx(
+        [h["episodic_return"] for h in r2.history], rel=1e-4
+    )
 
 
 def _greedy_return(pack: Any, policy: Any, episodes: int) -> Any:
-    return evaluate_policy(pack, as_act_fn(policy), episodes=episodes, seed=HELD_OUT_SEED, reward_version="v1",
-                           profile="sandbox")
+    return evaluate_policy(
+        pack, as_act_fn(policy), episodes=episodes, seed=HELD_OUT_SEED, reward_version="v1", profile="sandbox"
+    )
 
 
 def _baselines(pack: Any, episodes: int) -> dict[str, float]:
     kw = dict(episodes=episodes, seed=HELD_OUT_SEED, reward_version="v1", profile="sandbox")
-    return {"oracle": evaluate_policy(pack, load_oracle(pack), **kw).mean_return,
-            "rules": evaluate_policy(pack, rule_policy, **kw).mean_return,
-            "random": evaluate_policy(pack, random_policy(0), **kw).mean_return}
+    return {
+        "oracle": evaluate_policy(pack, load_oracle(pack), **kw).mean_return,
+        "rules": evaluate_policy(pack, rule_policy, **kw).mean_return,
+        "random": evaluate_policy(pack, random_policy(0), **kw).mean_return,
+    }
 
 
 def test_training_reaches_95_percent_of_the_oracle_and_beats_the_rules(pack: Any) -> None:
@@ -194,8 +220,10 @@ def test_default_budget_reaches_95_percent_of_the_oracle_for_any_seed(pack: Any,
     wall = time.perf_counter() - t0
     ev = _greedy_return(pack, result.policy, 10_000)
     base = _baselines(pack, 10_000)
-    print(f"seed {seed}: {result.global_step} steps in {wall:.1f}s: return {ev.mean_return:.4f}, "
-          f"oracle {base['oracle']:.4f} ({ev.mean_return / base['oracle']:.1%}), rules {base['rules']:.4f}")
+    print(
+        f"seed {seed}: {result.global_step} steps in {wall:.1f}s: return {ev.mean_return:.4f}, "
+        f"oracle {base['oracle']:.4f} ({ev.mean_return / base['oracle']:.1%}), rules {base['rules']:.4f}"
+    )
     assert int(ev.illegal_actions.sum()) == 0
     assert ev.mean_return >= 0.95 * base["oracle"]
     assert ev.mean_return > base["rules"]
@@ -203,10 +231,17 @@ def test_default_budget_reaches_95_percent_of_the_oracle_for_any_seed(pack: Any,
 
 def test_early_stopping_on_an_evaluation_plateau_returns_the_best_evaluated_policy(pack: Any) -> None:
     from rlops.model.early_stop import EvalPlateau
+
     # Every iteration is evaluated; an improvement must exceed 10 (never), so the run stops after
     # the first evaluation plus `patience` evaluations without progress.
-    cfg = PPOConfig(total_timesteps=256 * 8 * 20, plateau_eval_every=1, plateau_patience=2, plateau_min_delta=10.0,
-                    plateau_eval_episodes=512, **SMALL)
+    cfg = PPOConfig(
+        total_timesteps=256 * 8 * 20,
+        plateau_eval_every=1,
+        plateau_patience=2,
+        plateau_min_delta=10.0,
+        plateau_eval_episodes=512,
+        **SMALL,
+    )
     result = train(cfg, _env(pack))
     assert result.stopped_early and result.iterations == 3
     evals = [h["eval_return"] for h in result.history]

@@ -26,8 +26,16 @@ def _gae(gamma: float, lam: float, garbage_final: float = 100.0) -> tuple[torch.
     col = lambda xs, dt=torch.float32: torch.tensor(xs, dtype=dt).unsqueeze(1)  # noqa: E731 - [T, 1]
     final = torch.full((8, 1), garbage_final)  # only read where truncated
     final[5, 0] = FINAL_VALUE_AT_TRUNCATION
-    adv, ret = compute_gae(col(REWARDS), col(VALUES), torch.tensor([NEXT_VALUE]), col(TERMINATED, torch.bool),
-                           col(TRUNCATED, torch.bool), final, gamma, lam)
+    adv, ret = compute_gae(
+        col(REWARDS),
+        col(VALUES),
+        torch.tensor([NEXT_VALUE]),
+        col(TERMINATED, torch.bool),
+        col(TRUNCATED, torch.bool),
+        final,
+        gamma,
+        lam,
+    )
     return adv.squeeze(1), ret.squeeze(1)
 
 
@@ -67,8 +75,16 @@ def test_gae_is_batched_per_env() -> None:
     fv, nv = torch.randn(T, N, generator=g), torch.randn(N, generator=g)
     adv, _ = compute_gae(r, v, nv, term, trunc, fv, 0.99, 0.95)
     for n in range(N):
-        a_n, _ = compute_gae(r[:, n:n + 1], v[:, n:n + 1], nv[n:n + 1], term[:, n:n + 1], trunc[:, n:n + 1],
-                             fv[:, n:n + 1], 0.99, 0.95)
+        a_n, _ = compute_gae(
+            r[:, n : n + 1],
+            v[:, n : n + 1],
+            nv[n : n + 1],
+            term[:, n : n + 1],
+            trunc[:, n : n + 1],
+            fv[:, n : n + 1],
+            0.99,
+            0.95,
+        )
         assert torch.allclose(adv[:, n], a_n[:, 0])
 
 
@@ -92,14 +108,15 @@ def test_value_clipping_takes_the_pessimistic_loss() -> None:
     z = torch.zeros(1)
     _, v_unclipped, *_ = ppo_losses(z, z, z, new_v, old_v, ret, 0.2, False, False)
     _, v_clipped, *_ = ppo_losses(z, z, z, new_v, old_v, ret, 0.2, True, False)
-    assert v_unclipped.item() == pytest.approx(0.5 * 0.1 ** 2)
-    assert v_clipped.item() == pytest.approx(0.5 * 0.8 ** 2)  # clipped to 0.2: error 0.8
+    assert v_unclipped.item() == pytest.approx(0.5 * 0.1**2)
+    assert v_clipped.item() == pytest.approx(0.5 * 0.8**2)  # clipped to 0.2: error 0.8
 
 
 def test_approx_kl_is_zero_for_an_unchanged_policy() -> None:
     lp = torch.log(torch.tensor([0.2, 0.5, 0.3]))
-    _, _, kl, old_kl, clipfrac = ppo_losses(lp, lp, torch.ones(3), torch.zeros(3), torch.zeros(3), torch.zeros(3),
-                                            0.2, False, False)
+    _, _, kl, old_kl, clipfrac = ppo_losses(
+        lp, lp, torch.ones(3), torch.zeros(3), torch.zeros(3), torch.zeros(3), 0.2, False, False
+    )
     assert kl.item() == 0 and old_kl.item() == 0 and clipfrac.item() == 0
 
 
@@ -127,7 +144,9 @@ def test_smoothing_kl_uses_the_common_legal_support() -> None:
     nxt = torch.tensor([[2.0, 1.0, 0.0, -3.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 3.0]])
     lp, lq = masked_log_probs(logits, m_t), masked_log_probs(nxt, m_n)
     valid = torch.ones(3, dtype=torch.bool)
-    per_row = [smoothing_kl(lp[i:i + 1], m_t[i:i + 1], lq[i:i + 1], m_n[i:i + 1], valid[i:i + 1]) for i in range(3)]
+    per_row = [
+        smoothing_kl(lp[i : i + 1], m_t[i : i + 1], lq[i : i + 1], m_n[i : i + 1], valid[i : i + 1]) for i in range(3)
+    ]
     # Row 0: same preferences over the common actions {0, 1, 2} once renormalised: KL 0.
     assert per_row[0].item() == pytest.approx(0.0, abs=1e-6)
     # Row 1: a single common action carries no preference.
@@ -142,6 +161,7 @@ def test_smoothing_kl_uses_the_common_legal_support() -> None:
 # ---------------------------------------------------------------------------- normalisation and defaults
 def test_running_mean_std_equals_the_statistics_of_all_rows_seen() -> None:
     from rlops.model.normalize import RunningMeanStd
+
     g = torch.Generator().manual_seed(0)
     batches = [torch.randn(n, 3, generator=g) * torch.tensor([1.0, 5.0, 0.1]) + 2.0 for n in (7, 1, 30)]
     rms = RunningMeanStd(3, prior_count=0.0 + 1e-12)
@@ -158,6 +178,7 @@ def test_running_mean_std_equals_the_statistics_of_all_rows_seen() -> None:
 
 def test_return_scaler_divides_by_the_std_of_the_discounted_return_and_resets_on_done() -> None:
     from rlops.model.normalize import ReturnScaler
+
     sc = ReturnScaler(num_envs=2, gamma=0.5, device=torch.device("cpu"))
     r = torch.tensor([1.0, 2.0])
     out = sc(r, torch.tensor([False, True]))
@@ -174,6 +195,7 @@ def test_return_scaler_divides_by_the_std_of_the_discounted_return_and_resets_on
 
 def test_eval_plateau_stops_after_patience_and_keeps_the_best_weights() -> None:
     from rlops.model.early_stop import EvalPlateau
+
     net = torch.nn.Linear(2, 1)
     plateau = EvalPlateau.__new__(EvalPlateau)
     plateau.every, plateau.seed, plateau.patience, plateau.min_delta = 1, 0, 2, 0.01
@@ -195,6 +217,7 @@ def test_defaults_are_derived_from_horizon_and_action_count() -> None:
     from types import SimpleNamespace
 
     from rlops.model.pack_defaults import derive_defaults
+
     short = SimpleNamespace(horizon=10, actions=[None] * 7)
     plan = derive_defaults(short)
     assert (plan.num_envs, plan.config.num_steps, plan.config.num_minibatches, plan.config.gamma) == (2048, 8, 8, 0.99)

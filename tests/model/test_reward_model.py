@@ -9,12 +9,26 @@ from typing import Any
 import pytest
 import torch
 
-from rlops.model.reward_model import (PreferencePairs, RewardModelConfig, bradley_terry_loss, load_reward_model,
-                                pairwise_accuracy, save_reward_model, score, spearman, train_reward_model)
-from rlops.model.reward_pairs import (build_preference_pairs, collect_reward_dataset, latent_columns, resolve_continuation,
-                                rule_continuation)
-from rlops.sandbox.pack import load_pack
 from rlops.common.config import REPO_ROOT
+from rlops.model.reward_model import (
+    PreferencePairs,
+    RewardModelConfig,
+    bradley_terry_loss,
+    load_reward_model,
+    pairwise_accuracy,
+    save_reward_model,
+    score,
+    spearman,
+    train_reward_model,
+)
+from rlops.model.reward_pairs import (
+    build_preference_pairs,
+    collect_reward_dataset,
+    latent_columns,
+    resolve_continuation,
+    rule_continuation,
+)
+from rlops.sandbox.pack import load_pack
 
 PACK = REPO_ROOT / "scenarios" / "credit_approval"
 DECISIONS = {"approve", "approve_reduced", "reject"}
@@ -49,23 +63,26 @@ def test_pairs_prefer_the_action_with_the_higher_expected_reward(pack: Any, pair
     assert [pack.scenario.columns["hidden.default_u"]] == [c for c, _, _ in latent_columns(pack.scenario)]
 
 
-def test_reward_model_reaches_90_percent_held_out_pairwise_accuracy(pack: Any, pairs: PreferencePairs,
-                                                                    trained: tuple[Any, Any]) -> None:
+def test_reward_model_reaches_90_percent_held_out_pairwise_accuracy(
+    pack: Any, pairs: PreferencePairs, trained: tuple[Any, Any]
+) -> None:
     model, metrics = trained
     assert metrics.n_heldout == 1000 and metrics.n_train == 4000
     assert metrics.heldout_pairwise_accuracy >= 0.9
     assert metrics.spearman > 0.5
     # The harder subset, decision against decision, is learnt too (not only the easy pairs).
     names = pack.scenario.action_names
-    held = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(0))[:metrics.n_heldout]
-    dec = torch.tensor([names[int(pairs.chosen[i])] in DECISIONS and names[int(pairs.rejected[i])] in DECISIONS
-                        for i in held])
+    held = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(0))[: metrics.n_heldout]
+    dec = torch.tensor(
+        [names[int(pairs.chosen[i])] in DECISIONS and names[int(pairs.rejected[i])] in DECISIONS for i in held]
+    )
     assert int(dec.sum()) > 100
     assert pairwise_accuracy(model, pairs.subset(held[dec])) >= 0.8
 
 
-def test_score_labels_batches_and_survives_save_and_load(trained: tuple[Any, Any], pairs: PreferencePairs,
-                                                         tmp_path: Path) -> None:
+def test_score_labels_batches_and_survives_save_and_load(
+    trained: tuple[Any, Any], pairs: PreferencePairs, tmp_path: Path
+) -> None:
     model, _ = trained
     s = score(model, pairs.states, pairs.chosen, pairs.chosen_outcomes, batch_size=777)
     assert s.shape == (len(pairs),) and torch.isfinite(s).all()
@@ -90,8 +107,7 @@ def test_bradley_terry_loss_and_rank_correlation() -> None:
     rc, rr = torch.tensor([2.0, 0.0]), torch.tensor([0.0, 0.0])
     expected = -(torch.nn.functional.logsigmoid(torch.tensor([1.5, -0.5]))).mean()
     assert bradley_terry_loss(rc, rr, margin=0.5).item() == pytest.approx(expected.item())
-    assert bradley_terry_loss(rc, rr, center_coef=1.0).item() == pytest.approx(
-        bradley_terry_loss(rc, rr).item() + 2.0)
+    assert bradley_terry_loss(rc, rr, center_coef=1.0).item() == pytest.approx(bradley_terry_loss(rc, rr).item() + 2.0)
     assert spearman(torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([10.0, 20.0, 25.0, 100.0])) == pytest.approx(1.0)
     assert spearman(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([3.0, 2.0, 1.0])) == pytest.approx(-1.0)
     assert spearman(torch.tensor([1.0, 1.0, 2.0]), torch.tensor([1.0, 1.0, 2.0])) == pytest.approx(1.0)

@@ -5,30 +5,42 @@ from __future__ import annotations
 import functools
 import gzip
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 SCENARIO = "credit_approval"
 ACTIONS = ["screen", "fraud_check", "approve", "reject"]
-FIELDS = [("user_profile.credit_score", "int", 300, 850, None),
-          ("application.channel", "enum", None, None, ["web", "branch"])]
-START = datetime(2026, 1, 5, 10, tzinfo=timezone.utc)
+FIELDS = [
+    ("user_profile.credit_score", "int", 300, 850, None),
+    ("application.channel", "enum", None, None, ["web", "branch"]),
+]
+START = datetime(2026, 1, 5, 10, tzinfo=UTC)
 END = START + timedelta(hours=1)
 
 
 @functools.lru_cache(maxsize=1)
 def contract() -> Any:
     from rlops.data_contracts.schema import trace_contract
+
     return trace_contract(SCENARIO, ACTIONS, FIELDS)
 
 
 def record(step: int = 0, episode: str = "ep-1", ts: str = "2026-01-05T10:01:00Z", **over: Any) -> dict[str, Any]:
     rec: dict[str, Any] = {
-        "trace_id": f"{episode}-{step}", "episode_id": episode, "step": step, "ts": ts,
-        "scenario": SCENARIO, "source": "live", "policy_version": "champion-3",
+        "trace_id": f"{episode}-{step}",
+        "episode_id": episode,
+        "step": step,
+        "ts": ts,
+        "scenario": SCENARIO,
+        "source": "live",
+        "policy_version": "champion-3",
         "state": {"user_profile": {"credit_score": 640}, "application": {"channel": "web"}},
-        "action": "screen", "action_mask": "1100", "logp": -0.2, "done": False}
+        "action": "screen",
+        "action_mask": "1100",
+        "logp": -0.2,
+        "done": False,
+    }
     rec.update(over)
     return rec
 
@@ -50,12 +62,22 @@ def write_file(tmp: Path, lines: list[str | bytes], name: str = "", minute: int 
 def capture(tmp: Path, **kw: Any) -> Any:
     from rlops.pipeline_steps.capture.core import capture_landing_zone
     from rlops.pipeline_steps.infra.storage import Storage
-    return capture_landing_zone(Storage(f"file://{tmp}", retries=1), f"file://{tmp / 'landing'}",
-                                f"file://{tmp / 'traces'}", SCENARIO, contract(), START, END, **kw)
+
+    return capture_landing_zone(
+        Storage(f"file://{tmp}", retries=1),
+        f"file://{tmp / 'landing'}",
+        f"file://{tmp / 'traces'}",
+        SCENARIO,
+        contract(),
+        START,
+        END,
+        **kw,
+    )
 
 
 def reasons(tmp: Path) -> list[str]:
     from rlops.pipeline_steps.infra.storage import Storage
+
     q = tmp / "quarantine"
     if not q.is_dir():
         return []
@@ -74,6 +96,8 @@ def check_counts(res: Any, lines_in: int, accepted: int) -> tuple[str, str] | No
     if res.rows_in != res.rows_accepted + res.rows_quarantined:
         return "lost", f"{res.rows_in} in != {res.rows_accepted} accepted + {res.rows_quarantined} quarantined"
     if res.rows_accepted != accepted:
-        return ("accepted" if res.rows_accepted > accepted else "lost",
-                f"{res.rows_accepted} rows accepted, expected {accepted}")
+        return (
+            "accepted" if res.rows_accepted > accepted else "lost",
+            f"{res.rows_accepted} rows accepted, expected {accepted}",
+        )
     return None

@@ -27,11 +27,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         return
     c = Counter(kind for _, kind, _ in RESULTS)
     slowest = max(RESULTS, key=lambda r: r[2])
-    names = {"clean": "clean", "traceback": "tracebacks", "hang": "hangs", "accepted": "silent accepts",
-             "lost": "silent losses", "security": "security findings"}
+    names = {
+        "clean": "clean",
+        "traceback": "tracebacks",
+        "hang": "hangs",
+        "accepted": "silent accepts",
+        "lost": "silent losses",
+        "security": "security findings",
+    }
     terminalreporter.write_line(
-        f"robustness: {len(RESULTS)} probes — " + ", ".join(f"{names[k]} {c.get(k, 0)}" for k in OUTCOMES)
-        + f" (slowest {slowest[0]}: {slowest[2]:.1f} s)")
+        f"robustness: {len(RESULTS)} probes — "
+        + ", ".join(f"{names[k]} {c.get(k, 0)}" for k in OUTCOMES)
+        + f" (slowest {slowest[0]}: {slowest[2]:.1f} s)"
+    )
     bad = [r for r in RESULTS if r[1] in BAD]
     for probe_id, kind, _ in bad:
         terminalreporter.write_line(f"  {kind}: {probe_id}")

@@ -28,13 +28,16 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+
 from rlops.common.config import REPO_ROOT
 
-REPO = REPO_ROOT
 from .io_harness import OUTCOMES, ProbeTimeout, cli, deadline
+
+REPO = REPO_ROOT
+
 #: When a probe counts as hung. A real hang never ends; the margin over the 10 s a validation
 #: takes on an idle machine keeps a busy CI runner from reporting false hangs. The time of
 #: every probe is measured and the slowest is printed.
@@ -108,9 +111,15 @@ def run_probe(probe: Probe, scratch: Path) -> Outcome:
     if not probe.isolated:
         return _run_in_process(probe, tmp, argv)
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "rlops.cli", *argv], cwd=REPO, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlops.cli", *argv],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         out_b, err_b = proc.communicate(timeout=probe.timeout_s)
         rc: int | None = proc.returncode

@@ -61,6 +61,7 @@ class ProbeTimeout(BaseException):
 def deadline(seconds: float) -> Iterator[None]:
     def ring(signum: int, frame: Any) -> None:
         raise ProbeTimeout()
+
     old = signal.signal(signal.SIGALRM, ring)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
@@ -72,6 +73,7 @@ def deadline(seconds: float) -> Iterator[None]:
 
 def run_probe(probe: IOProbe, scratch: Path) -> Outcome:
     from rlops.common.errors import RlopsError
+
     tmp = scratch / probe.id
     tmp.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -84,8 +86,12 @@ def run_probe(probe: IOProbe, scratch: Path) -> Outcome:
         return Outcome(probe, "accepted", time.monotonic() - t0, f"unexpected {type(exc).__name__}: {exc}")
     except Exception as exc:  # noqa: BLE001 - this is what the probes look for
         tb = traceback.format_exception(exc)
-        return Outcome(probe, "traceback", time.monotonic() - t0,
-                       f"{type(exc).__name__}: {exc} at {tb[-2].strip() if len(tb) > 1 else ''}"[:400])
+        return Outcome(
+            probe,
+            "traceback",
+            time.monotonic() - t0,
+            f"{type(exc).__name__}: {exc} at {tb[-2].strip() if len(tb) > 1 else ''}"[:400],
+        )
     seconds = time.monotonic() - t0
     if verdict is None:
         return Outcome(probe, "clean", seconds)
@@ -99,7 +105,9 @@ def run_all(probes: Sequence[IOProbe], scratch: Path) -> list[Outcome]:
 def check(outcome: Any) -> None:
     """Record one probe's outcome for the session's classification, and fail its test when bad."""
     RESULTS.append((outcome.probe.id, outcome.kind, outcome.seconds))
-    assert outcome.kind not in BAD, f"{outcome.probe.id}: {outcome.kind} ({outcome.detail}) after {outcome.seconds:.1f} s"
+    assert outcome.kind not in BAD, (
+        f"{outcome.probe.id}: {outcome.kind} ({outcome.detail}) after {outcome.seconds:.1f} s"
+    )
 
 
 def ids(probes: Sequence[Any]) -> list[str]:
@@ -113,22 +121,25 @@ def counts(outcomes: Sequence[Outcome]) -> dict[str, int]:
 def report(name: str, outcomes: Sequence[Outcome]) -> str:
     c = counts(outcomes)
     slowest = max(outcomes, key=lambda o: o.seconds)
-    return (f"\n{name}: {len(outcomes)} probes — clean {c['clean']}, tracebacks {c['traceback']}, "
-            f"hangs {c['hang']}, silently accepted {c['accepted']}, silent losses {c['lost']} "
-            f"(slowest {slowest.probe.id}: {slowest.seconds:.1f} s)")
+    return (
+        f"\n{name}: {len(outcomes)} probes — clean {c['clean']}, tracebacks {c['traceback']}, "
+        f"hangs {c['hang']}, silently accepted {c['accepted']}, silent losses {c['lost']} "
+        f"(slowest {slowest.probe.id}: {slowest.seconds:.1f} s)"
+    )
 
 
 def failures(outcomes: Sequence[Outcome]) -> str:
-    return "\n".join(f"{o.probe.id}: {o.kind} ({o.detail}) after {o.seconds:.1f} s"
-                     for o in outcomes if o.kind in BAD)
+    return "\n".join(f"{o.probe.id}: {o.kind} ({o.detail}) after {o.seconds:.1f} s" for o in outcomes if o.kind in BAD)
 
 
 # --------------------------------------------------------------------------- expectations
+
 
 def expect_error(fn: Callable[[], Any], exit_code: int, mentions: Sequence[str] = ()) -> Verdict:
     """``fn()`` must raise an :class:`RlopsError` with ``exit_code`` whose message mentions every
     one of ``mentions``; any other exception propagates (a traceback), a return is "accepted"."""
     from rlops.common.errors import RlopsError
+
     try:
         got = fn()
     except RlopsError as exc:
@@ -142,6 +153,7 @@ def expect_error(fn: Callable[[], Any], exit_code: int, mentions: Sequence[str] 
 def cli(argv: Sequence[str]) -> tuple[int, str, str]:
     """``rlops <argv>`` in this process: (exit code, stdout, stderr)."""
     from rlops.cli import main
+
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:

@@ -4,8 +4,8 @@ helpers that write it with one thing changed. Tiny keeps each probe's validation
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 SCENARIO = """\
 name: tiny
@@ -34,7 +34,7 @@ rules:
   R1: {title: Finishing pays}
 """
 
-REWARD = '''\
+REWARD = """\
 import torch
 
 from rlops.sandbox.reward import component, rule_ref
@@ -47,20 +47,29 @@ CLIP = 5.0
 @rule_ref("R1")
 def finished(t):
     return torch.where(t.action == "finish", 1.0, -0.1)
-'''
+"""
 
 #: A component body that replaces the ``return`` of :data:`REWARD`.
-RETURN = "    return torch.where(t.action == \"finish\", 1.0, -0.1)\n"
+RETURN = '    return torch.where(t.action == "finish", 1.0, -0.1)\n'
 
 Setup = Callable[[Path], None]
 
 
-def write_pack(root: Path, scenario: str = SCENARIO, rules: str = RULES, reward: str = REWARD,
-               extra: dict[str, str | bytes] | None = None) -> Path:
+def write_pack(
+    root: Path,
+    scenario: str = SCENARIO,
+    rules: str = RULES,
+    reward: str = REWARD,
+    extra: dict[str, str | bytes] | None = None,
+) -> Path:
     pack = root / "pack"
     pack.mkdir(parents=True, exist_ok=True)
-    files: dict[str, str | bytes] = {"scenario.yaml": scenario, "rules.yaml": rules, "reward_v1.py": reward,
-                                     **(extra or {})}
+    files: dict[str, str | bytes] = {
+        "scenario.yaml": scenario,
+        "rules.yaml": rules,
+        "reward_v1.py": reward,
+        **(extra or {}),
+    }
     for name, content in files.items():
         path = pack / name
         if isinstance(content, bytes):
@@ -92,6 +101,7 @@ def reward_prelude(code: str) -> Setup:
 def linked_out(name: str, content: str) -> Setup:
     """A pack whose ``name`` is a symbolic link to a file outside the pack (``{tmp}`` in
     ``content`` becomes the probe's scratch folder)."""
+
     def setup(tmp: Path) -> None:
         pack = write_pack(tmp)
         outside = tmp / f"outside_{name}"
@@ -100,4 +110,5 @@ def linked_out(name: str, content: str) -> Setup:
         if target.exists():
             target.unlink()
         os.symlink(outside, target)
+
     return setup

@@ -19,23 +19,30 @@ from rlops.sandbox.pack import load_pack
 
 from .packs import SCENARIO, write_pack
 
-SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=40, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 #: Numeric slots of the tiny scenario, as (text in SCENARIO, template with {v}).
-SLOTS = [("mean: 0, std: 1", "mean: {v}, std: 1"), ("mean: 0, std: 1", "mean: 0, std: {v}"),
-         ("min: 0, max: 100", "min: 0, max: {v}"), ("min: 0, max: 100", "min: {v}, max: 100"),
-         ("low: 1, high: 100", "low: {v}, high: 100"), ("horizon: 5", "horizon: {v}"),
-         ("latency_ms: {mean: 10, std: 1}", "latency_ms: {{mean: {v}, std: 1}}"),
-         ("init: {dist: normal, mean: 0, std: 1}", "init: {v}")]
+SLOTS = [
+    ("mean: 0, std: 1", "mean: {v}, std: 1"),
+    ("mean: 0, std: 1", "mean: 0, std: {v}"),
+    ("min: 0, max: 100", "min: 0, max: {v}"),
+    ("min: 0, max: 100", "min: {v}, max: 100"),
+    ("low: 1, high: 100", "low: {v}, high: 100"),
+    ("horizon: 5", "horizon: {v}"),
+    ("latency_ms: {mean: 10, std: 1}", "latency_ms: {{mean: {v}, std: 1}}"),
+    ("init: {dist: normal, mean: 0, std: 1}", "init: {v}"),
+]
 
 YAML_VALUES = st.one_of(
-    st.floats(allow_nan=True, allow_infinity=True).map(lambda f: ".nan" if math.isnan(f) else
-                                                       (".inf" if f == math.inf else
-                                                        ("-.inf" if f == -math.inf else repr(f)))),
+    st.floats(allow_nan=True, allow_infinity=True).map(
+        lambda f: ".nan" if math.isnan(f) else (".inf" if f == math.inf else ("-.inf" if f == -math.inf else repr(f)))
+    ),
     st.integers(min_value=-(10**40), max_value=10**40).map(str),
-    st.sampled_from(["~", "[]", "{}", "true", "'x'", "1e400", "-0.0", "0x10", "1_000", "2026-01-01", "!!binary aGk=",
-                     "&a 1", "*a"]),
+    st.sampled_from(
+        ["~", "[]", "{}", "true", "'x'", "1e400", "-0.0", "0x10", "1_000", "2026-01-01", "!!binary aGk=", "&a 1", "*a"]
+    ),
 )
 
 
@@ -58,8 +65,37 @@ def test_any_value_in_a_numeric_slot(slot: tuple[str, str], value: str) -> None:
             assert bool(torch.isfinite(env.S).all()), f"{value!r} in {template!r} gave non-finite states"
 
 
-PIECES = ["case.amount", "case.score", "1", "0", "10", "1e30", "1e38", "(", ")", "**", "*", "/", "//", "%", "+",
-          "-", "not", "and", "or", "<", "==", "case.done", "min(", "max(", "exp(", "log(", ",", "true", "9" * 50]
+PIECES = [
+    "case.amount",
+    "case.score",
+    "1",
+    "0",
+    "10",
+    "1e30",
+    "1e38",
+    "(",
+    ")",
+    "**",
+    "*",
+    "/",
+    "//",
+    "%",
+    "+",
+    "-",
+    "not",
+    "and",
+    "or",
+    "<",
+    "==",
+    "case.done",
+    "min(",
+    "max(",
+    "exp(",
+    "log(",
+    ",",
+    "true",
+    "9" * 50,
+]
 
 
 @SETTINGS

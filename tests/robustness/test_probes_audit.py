@@ -24,6 +24,7 @@ def rows() -> pd.DataFrame:
     from rlops.sandbox.pack import load_pack
     from rlops.sandbox.policies import rule_policy
     from rlops.sandbox.traces import rollout_traces
+
     pack = load_pack(REPO_ROOT / "scenarios" / "credit_approval", check_liveness=False)
     return rollout_traces(pack, rule_policy, 12, seed=3)
 
@@ -62,28 +63,35 @@ def stored_with(tmp: Path, column: str, value: Any) -> tuple[Path, str]:
 def tool_answers(id: str, column: str, value: Any) -> list[IOProbe]:
     def replay(tmp: Path) -> Verdict:
         path, trace = stored_with(tmp, column, value)
-        rc, out, err = cli(["replay", "--scenario", "credit_approval", "--trace-id", trace, "--traces", str(path),
-                            "--json"])
+        rc, out, err = cli(
+            ["replay", "--scenario", "credit_approval", "--trace-id", trace, "--traces", str(path), "--json"]
+        )
         if rc != 0:
-            return ("traceback" if "internal error" in err or rc == 1 else "accepted"), f"exit {rc}: {err.strip()[-300:]}"
+            return (
+                "traceback" if "internal error" in err or rc == 1 else "accepted"
+            ), f"exit {rc}: {err.strip()[-300:]}"
         return None if json.loads(out)["trace_id"] == trace else ("lost", out[:200])
 
     def audit(tmp: Path) -> Verdict:
         path, _ = stored_with(tmp, column, value)
         rc, out, err = cli(["audit", "--scenario", "credit_approval", "--traces", str(path), "--dry-run", "--json"])
         if rc != 0:
-            return ("traceback" if "internal error" in err or rc == 1 else "accepted"), f"exit {rc}: {err.strip()[-300:]}"
+            return (
+                "traceback" if "internal error" in err or rc == 1 else "accepted"
+            ), f"exit {rc}: {err.strip()[-300:]}"
         got = json.loads(out)
         if got["rows"] + got.get("rows_skipped", 0) != len(rows()):
             return "lost", f"{got['rows']} rows audited + {got.get('rows_skipped')} skipped != {len(rows())}"
         if column in ("action_mask", "action") and "row skipped" not in err:
             return "lost", "a row was skipped without a word"
         return None
+
     return [IOProbe(f"replay_row_{id}", replay, 90), IOProbe(f"audit_row_{id}", audit, 120)]
 
 
-TOOL_PROBES = [p for name, value in BAD_BREAKDOWNS.items()
-               for p in tool_answers(f"breakdown_{name}", "reward_breakdown", value)]
+TOOL_PROBES = [
+    p for name, value in BAD_BREAKDOWNS.items() for p in tool_answers(f"breakdown_{name}", "reward_breakdown", value)
+]
 TOOL_PROBES += tool_answers("mask_wrong_length", "action_mask", "1")
 TOOL_PROBES += tool_answers("action_unknown", "action", "launch_rockets")
 TOOL_PROBES += tool_answers("policy_version_garbage", "policy_version", "../../etc/passwd")
@@ -91,12 +99,14 @@ TOOL_PROBES += tool_answers("policy_version_garbage", "policy_version", "../../e
 
 # --------------------------------------------------------------------------- the contract
 
+
 def contract_shape(id: str, value: Any, accepted: bool, mention: str = "") -> IOProbe:
     def run(tmp: Path) -> Verdict:
         from rlops.data_contracts.records import flatten_state
         from rlops.data_contracts.validation import validate_frame
 
         from .capture_kit import contract, record
+
         frame = pd.DataFrame([flatten_state({**record(0, "a"), "reward_breakdown": value})], dtype=object)
         res = validate_frame(frame, contract())
         if len(res.accepted) + len(res.quarantined) != 1:
@@ -106,18 +116,23 @@ def contract_shape(id: str, value: Any, accepted: bool, mention: str = "") -> IO
                 return "lost", f"a valid shape was quarantined: {res.quarantined['quarantine_reason'].tolist()}"
             got = json.loads(res.accepted["reward_breakdown"].iloc[0])
             ok = set(got) == {"total", "breakdown"} and all(
-                set(b) == {"component", "score", "reason", "rule_ref"} for b in got["breakdown"])
+                set(b) == {"component", "score", "reason", "rule_ref"} for b in got["breakdown"]
+            )
             return None if ok else ("accepted", f"not normalised: {got}")
         if len(res.accepted):
             return "accepted", f"{value!r} accepted as a reward breakdown"
         reason = res.quarantined["quarantine_reason"].iloc[0]
         return None if "reward_breakdown" in reason and mention in reason else ("accepted", f"reason {reason!r}")
+
     return IOProbe(f"contract_breakdown_{id}", run)
 
 
 CONTRACT_PROBES = [
-    contract_shape("runtime_form", {"total": 1.5, "breakdown": [
-        {"component": "a", "score": 1.5, "reason": "ok", "rule_ref": "R1"}]}, True),
+    contract_shape(
+        "runtime_form",
+        {"total": 1.5, "breakdown": [{"component": "a", "score": 1.5, "reason": "ok", "rule_ref": "R1"}]},
+        True,
+    ),
     contract_shape("runtime_form_as_text", json.dumps({"total": 0, "breakdown": []}), True),
     contract_shape("sdk_list", [{"component": "a", "score": 1.0}, {"component": "b", "score": -2}], True),
     contract_shape("flat_dict", {"a": 1.0, "b": -0.5}, True),
@@ -134,8 +149,9 @@ CONTRACT_PROBES = [
     contract_shape("breakdown_object", {"total": 1, "breakdown": {"a": 1}}, False, "'breakdown'"),
     contract_shape("total_text", {"total": "1", "breakdown": []}, False, "total"),
     contract_shape("flat_dict_text_value", {"a": "b"}, False, "component 'a'"),
-    contract_shape("too_many_components", [{"component": f"c{i}", "score": 1} for i in range(300)], False,
-                   "components"),
+    contract_shape(
+        "too_many_components", [{"component": f"c{i}", "score": 1} for i in range(300)], False, "components"
+    ),
     contract_shape("reason_number", [{"component": "a", "score": 1, "reason": 5}], False, "reason"),
 ]
 

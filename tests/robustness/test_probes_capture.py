@@ -5,7 +5,6 @@ that says ``failed``. One test per probe."""
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -21,6 +20,7 @@ GOOD = line(0, "ep-good")
 
 def bad_line(id: str, text: str | bytes, reason: str) -> IOProbe:
     """``text`` next to a good line: one accepted, ``text`` quarantined with ``reason`` in its reason."""
+
     def run(tmp: Path) -> Verdict:
         write_file(tmp, [GOOD, text])
         res = capture(tmp)
@@ -31,11 +31,13 @@ def bad_line(id: str, text: str | bytes, reason: str) -> IOProbe:
         if not any(reason in r for r in got):
             return "accepted", f"no quarantine reason mentions {reason!r}: {got}"
         return None if manifest(tmp).get("status") == "complete" else ("lost", f"manifest {manifest(tmp)}")
+
     return IOProbe(f"line_{id}", run)
 
 
 def good_line(id: str, text: str, check: str | None = None) -> IOProbe:
     """An odd but valid line: accepted (``check`` must appear in the stored ``extra``)."""
+
     def run(tmp: Path) -> Verdict:
         write_file(tmp, [GOOD, text])
         res = capture(tmp)
@@ -44,10 +46,12 @@ def good_line(id: str, text: str, check: str | None = None) -> IOProbe:
             return bad[0], f"{bad[1]}; reasons {reasons(tmp)}"
         if check:
             from rlops.pipeline_steps.infra.storage import Storage
+
             extra = Storage(f"file://{tmp}").read_parquet(f"file://{tmp / 'traces'}")["extra"].dropna().tolist()
             if not any(check in e for e in extra):
                 return "lost", f"{check!r} is not kept in extra: {extra}"
         return None
+
     return IOProbe(f"valid_{id}", run)
 
 
@@ -58,15 +62,20 @@ def rec(**over: object) -> str:
 
 
 def state(**fields: object) -> dict[str, object]:
-    return {"user_profile": {"credit_score": fields.get("score", 640)},
-            "application": {"channel": fields.get("channel", "web")}}
+    return {
+        "user_profile": {"credit_score": fields.get("score", 640)},
+        "application": {"channel": fields.get("channel", "web")},
+    }
 
 
 LINE_PROBES = [
     bad_line("deep_array_100k", "[" * 100_000 + "]" * 100_000, "depth"),
     bad_line("deep_object_100k", '{"a":' * 100_000 + "1" + "}" * 100_000, "depth"),
-    bad_line("deep_state_200", json.dumps({**record(1, "ep-bad"), "extra": {"x": json.loads("[" * 200 + "]" * 200)}}),
-             "depth"),
+    bad_line(
+        "deep_state_200",
+        json.dumps({**record(1, "ep-bad"), "extra": {"x": json.loads("[" * 200 + "]" * 200)}}),
+        "depth",
+    ),
     bad_line("deep_unclosed_100k", "[" * 100_000, "depth"),
     bad_line("oversize_2mb", json.dumps({**record(1, "ep-bad"), "blob": "x" * (2 << 20)}), "size"),
     bad_line("not_utf8", b'{"trace_id": "\xff\xfe"}', "encoding"),
@@ -92,13 +101,14 @@ LINE_PROBES = [
     bad_line("step_negative", rec(step=-1), "step"),
     bad_line("step_text", rec(step="1"), "step"),
     bad_line("step_fraction", rec(step=1.5), "step"),
-    bad_line("step_beyond_64_bits", rec(step=2 ** 70), "step"),
+    bad_line("step_beyond_64_bits", rec(step=2**70), "step"),
     bad_line("step_bool", rec(step=True), "step"),
     bad_line("action_unknown", rec(action="launch_rocket"), "action"),
     bad_line("mask_wrong_length", rec(action_mask="11"), "action_mask"),
     bad_line("mask_no_legal_action", rec(action_mask="0000"), "action_mask"),
-    bad_line("trace_id_missing", json.dumps({k: v for k, v in record(1, "ep-bad").items() if k != "trace_id"}),
-             "trace_id"),
+    bad_line(
+        "trace_id_missing", json.dumps({k: v for k, v in record(1, "ep-bad").items() if k != "trace_id"}), "trace_id"
+    ),
     bad_line("episode_id_empty", rec(episode_id=""), "episode_id"),
     bad_line("scenario_other", rec(scenario="other_scenario"), "scenario"),
     bad_line("source_unknown", rec(source="mars"), "source"),
@@ -121,21 +131,24 @@ VALID_PROBES = [
     good_line("unicode_text", rec(trace_id="請求-✓-😀")),
     good_line("crlf_line", rec() + "\r"),
     good_line("nul_in_id_kept", rec(episode_id="ep\x00odd")),
-    good_line("surrogate_pair_escaped", rec(trace_id="\U0001F600")),
-    good_line("depth_just_allowed", json.dumps({**record(1, "ep-bad"), "extra": {"x": json.loads("[" * 60 + "]" * 60)}}),
-              "[[[["),
+    good_line("surrogate_pair_escaped", rec(trace_id="\U0001f600")),
+    good_line(
+        "depth_just_allowed",
+        json.dumps({**record(1, "ep-bad"), "extra": {"x": json.loads("[" * 60 + "]" * 60)}}),
+        "[[[[",
+    ),
 ]
 
 
 # --------------------------------------------------------------------------- files
+
 
 def file_probe(id: str, run) -> IOProbe:  # type: ignore[no-untyped-def]
     return IOProbe(f"file_{id}", run)
 
 
 def _gz_read(tmp: Path) -> Verdict:
-    write_file(tmp, [line(0, "a"), line(1, "a")], gz=True,
-               name="20260105T100500000000Z-agent-1-000000.jsonl.gz")
+    write_file(tmp, [line(0, "a"), line(1, "a")], gz=True, name="20260105T100500000000Z-agent-1-000000.jsonl.gz")
     return check_counts(capture(tmp), 2, 2)
 
 
@@ -165,8 +178,9 @@ def _corrupt_gz(tmp: Path) -> Verdict:
 
 
 def _truncated_gz(tmp: Path) -> Verdict:
-    path = write_file(tmp, [line(i, "a") for i in range(200)], gz=True,
-                      name="20260105T100700000000Z-agent-1-000002.jsonl.gz")
+    path = write_file(
+        tmp, [line(i, "a") for i in range(200)], gz=True, name="20260105T100700000000Z-agent-1-000002.jsonl.gz"
+    )
     path.write_bytes(path.read_bytes()[:-30])
     verdict = expect_error(lambda: capture(tmp), 1, ["000002.jsonl.gz"])
     return verdict or (None if manifest(tmp).get("status") == "failed" else ("lost", "manifest not failed"))
@@ -197,8 +211,7 @@ def _empty_and_blank(tmp: Path) -> Verdict:
     write_file(tmp, [], name="20260105T100500000000Z-agent-1-000000.jsonl")
     write_file(tmp, ["", "   ", "\t"], name="20260105T100600000000Z-agent-1-000001.jsonl")
     res = capture(tmp)
-    return None if (res.rows_in, res.rows_accepted) == (0, 0) and len(res.files_read) == 2 else (
-        "lost", f"{res}")
+    return None if (res.rows_in, res.rows_accepted) == (0, 0) and len(res.files_read) == 2 else ("lost", f"{res}")
 
 
 def _dup_across_files(tmp: Path) -> Verdict:
@@ -245,33 +258,53 @@ def test_capture_probe(probe: IOProbe, tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- generated lines
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-                    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
-                    max_leaves=30)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+    max_leaves=30,
+)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.one_of(st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1")),
-                          JSON.map(json.dumps),
-                          st.dictionaries(st.sampled_from(list(record())) | st.text(max_size=6), JSON,
-                                          max_size=12).map(json.dumps)),
-                min_size=1, max_size=20))
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=200),
+            st.binary(max_size=200).map(lambda b: b.decode("latin-1")),
+            JSON.map(json.dumps),
+            st.dictionaries(st.sampled_from(list(record())) | st.text(max_size=6), JSON, max_size=12).map(json.dumps),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
 def test_generated_lines_never_crash_and_lose_nothing(lines: list[str]) -> None:
     """Any list of lines: parse_json_lines returns one row or one reason per line, never raises."""
     from rlops.data_contracts.records import parse_json_lines
+
     lines = [ln for ln in lines if ln.strip()] or ["{}"]
     rows, unparseable = parse_json_lines(lines)
     assert len(rows) + len(unparseable) == len(lines)
     assert unparseable["quarantine_reason"].str.len().gt(0).all()
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
-@given(st.lists(st.one_of(JSON.map(json.dumps), st.builds(
-    lambda over: json.dumps({**record(0, "g"), **over}),
-    st.dictionaries(st.sampled_from(list(record())), JSON, max_size=3))), min_size=1, max_size=12))
-def test_generated_landing_files_are_captured_whole(tmp_path_factory: pytest.TempPathFactory,
-                                                   lines: list[str]) -> None:
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.one_of(
+            JSON.map(json.dumps),
+            st.builds(
+                lambda over: json.dumps({**record(0, "g"), **over}),
+                st.dictionaries(st.sampled_from(list(record())), JSON, max_size=3),
+            ),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_generated_landing_files_are_captured_whole(tmp_path_factory: pytest.TempPathFactory, lines: list[str]) -> None:
     """Whole capture runs on generated files: no exception, rows in = lines = accepted + quarantined."""
     tmp = tmp_path_factory.mktemp("gen")
     write_file(tmp, lines)

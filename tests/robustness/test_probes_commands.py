@@ -18,25 +18,35 @@ import pytest
 from .io_harness import IOProbe, Verdict, check, cli, expect_cli_error, ids, run_probe
 
 
-def cli_error(id: str, argv: list[str], mentions: tuple[str, ...] = (), setup: Any = None,
-              after: Any = None, timeout_s: float = 60) -> IOProbe:
+def cli_error(
+    id: str,
+    argv: list[str],
+    mentions: tuple[str, ...] = (),
+    setup: Any = None,
+    after: Any = None,
+    timeout_s: float = 60,
+) -> IOProbe:
     """``argv`` ({tmp} replaced) must exit 2 with one line naming ``mentions``; ``after(tmp)`` then
     checks that nothing was damaged."""
+
     def run(tmp: Path) -> Verdict:
         if setup is not None:
             setup(tmp)
         verdict = expect_cli_error([a.replace("{tmp}", str(tmp)) for a in argv], 2, mentions)
         return verdict or (after(tmp) if after is not None else None)
+
     return IOProbe(f"cmd_{id}", run, timeout_s)
 
 
 # --------------------------------------------------------------------------- train tune --write
+
 
 def tuned(id: str, value: float) -> IOProbe:
     def run(tmp: Path) -> Verdict:
         import yaml
 
         from rlops.pipeline_steps.training.tune import write_params
+
         path = tmp / "params.yaml"
         path.write_text("ppo:\n  learning_rate: 0.0003  # the default\n")
         write_params(path, {"learning_rate": value})
@@ -44,15 +54,27 @@ def tuned(id: str, value: float) -> IOProbe:
         if not isinstance(got, float) or not math.isclose(got, value, rel_tol=1e-5):
             return "lost", f"{value!r} written as {got!r}: {path.read_text()!r}"
         return None if "# the default" in path.read_text() else ("lost", "the comment was dropped")
+
     return IOProbe(f"tune_write_{id}", run)
 
 
-TUNE_PROBES = [tuned(i, v) for i, v in (("1e-7", 1e-7), ("3e-10", 3e-10), ("1.23456789e-4", 1.23456789e-4),
-                                        ("2.5e-4", 2.5e-4), ("1e5", 1e5), ("0.1", 0.1), ("7e-21", 7e-21))]
+TUNE_PROBES = [
+    tuned(i, v)
+    for i, v in (
+        ("1e-7", 1e-7),
+        ("3e-10", 3e-10),
+        ("1.23456789e-4", 1.23456789e-4),
+        ("2.5e-4", 2.5e-4),
+        ("1e5", 1e5),
+        ("0.1", 0.1),
+        ("7e-21", 7e-21),
+    )
+]
 
 
 def _tune_nan(tmp: Path) -> Verdict:
     from rlops.pipeline_steps.training.tune import write_params
+
     path = tmp / "params.yaml"
     path.write_text("ppo:\n  learning_rate: 0.0003\n")
     try:
@@ -83,35 +105,62 @@ def params_kept(tmp: Path) -> Verdict:
 def events_file(at: str) -> Any:
     def setup(tmp: Path) -> None:
         (tmp / "events.yaml").write_text(f"events:\n  - at_hour: {at}\n    kind: bad_candidate\n")
+
     return setup
 
 
 SIMULATE = ["simulate", "--hours", "4", "--dry-run"]
 SIMULATE_PROBES = [
-    cli_error("simulate_workdir_with_params", ["simulate", "--hours", "1", "--workdir", "{tmp}/work"],
-              ("--workdir", "params.yaml"), project_params, params_kept),
-    cli_error("simulate_workdir_is_a_file", ["simulate", "--hours", "1", "--workdir", "{tmp}/file"], ("--workdir",),
-              lambda tmp: (tmp / "file").write_text("x")),
-    *(cli_error(f"simulate_episodes_per_tick_{v}", [*SIMULATE, "--episodes-per-tick", v], ("--episodes-per-tick",))
-      for v in ("1e12", "1000000000000", "0", "-1", "1.5", "nan", "inf", "many", "100001")),
-    *(cli_error(f"simulate_at_hour_{v}", [*SIMULATE, "--events", "{tmp}/events.yaml"], ("at_hour",), events_file(v))
-      for v in ("nan", ".nan", "-1", "4", "1000", ".inf")),
+    cli_error(
+        "simulate_workdir_with_params",
+        ["simulate", "--hours", "1", "--workdir", "{tmp}/work"],
+        ("--workdir", "params.yaml"),
+        project_params,
+        params_kept,
+    ),
+    cli_error(
+        "simulate_workdir_is_a_file",
+        ["simulate", "--hours", "1", "--workdir", "{tmp}/file"],
+        ("--workdir",),
+        lambda tmp: (tmp / "file").write_text("x"),
+    ),
+    *(
+        cli_error(f"simulate_episodes_per_tick_{v}", [*SIMULATE, "--episodes-per-tick", v], ("--episodes-per-tick",))
+        for v in ("1e12", "1000000000000", "0", "-1", "1.5", "nan", "inf", "many", "100001")
+    ),
+    *(
+        cli_error(f"simulate_at_hour_{v}", [*SIMULATE, "--events", "{tmp}/events.yaml"], ("at_hour",), events_file(v))
+        for v in ("nan", ".nan", "-1", "4", "1000", ".inf")
+    ),
 ]
 
 
 # --------------------------------------------------------------------------- profile
 
 PROFILE_PROBES = [
-    *(cli_error(f"profile_duration_{v}", ["profile", "--duration", v, "--dry-run"], ("--duration",))
-      for v in ("nan", "inf", "-inf", "0", "-5", "1e9")),
-    cli_error("profile_trace_in_proc", ["profile", "--duration", "1", "--trace", "/proc/rlops-no/trace.json", "--dry-run"],
-              ("--trace",)),
-    cli_error("profile_trace_in_sys", ["profile", "--duration", "1", "--trace", "/sys/trace.json", "--dry-run"],
-              ("--trace",)),
-    cli_error("profile_trace_is_a_folder", ["profile", "--duration", "1", "--trace", "{tmp}", "--dry-run"],
-              ("--trace", "folder")),
-    cli_error("profile_trace_under_a_file", ["profile", "--duration", "1", "--trace", "{tmp}/f/trace.json",
-                                             "--dry-run"], ("--trace",), lambda tmp: (tmp / "f").write_text("x")),
+    *(
+        cli_error(f"profile_duration_{v}", ["profile", "--duration", v, "--dry-run"], ("--duration",))
+        for v in ("nan", "inf", "-inf", "0", "-5", "1e9")
+    ),
+    cli_error(
+        "profile_trace_in_proc",
+        ["profile", "--duration", "1", "--trace", "/proc/rlops-no/trace.json", "--dry-run"],
+        ("--trace",),
+    ),
+    cli_error(
+        "profile_trace_in_sys", ["profile", "--duration", "1", "--trace", "/sys/trace.json", "--dry-run"], ("--trace",)
+    ),
+    cli_error(
+        "profile_trace_is_a_folder",
+        ["profile", "--duration", "1", "--trace", "{tmp}", "--dry-run"],
+        ("--trace", "folder"),
+    ),
+    cli_error(
+        "profile_trace_under_a_file",
+        ["profile", "--duration", "1", "--trace", "{tmp}/f/trace.json", "--dry-run"],
+        ("--trace",),
+        lambda tmp: (tmp / "f").write_text("x"),
+    ),
 ]
 
 
@@ -135,16 +184,21 @@ COMMANDS = {
     "profile": ["profile", "--dry-run"],
 }
 BAD_SCENARIOS = {"root": "/", "dot_dot": "..", "tmp_folder": "{tmp}", "blank": "  "}
-SCENARIO_PROBES = [cli_error(f"scenario_{what}_{name}", [*argv, "--scenario", value], ("--scenario",))
-                   for name, argv in COMMANDS.items() for what, value in BAD_SCENARIOS.items()
-                   if not (what in ("dot_dot", "blank") and name not in ("capture", "model_rollback", "simulate"))]
+SCENARIO_PROBES = [
+    cli_error(f"scenario_{what}_{name}", [*argv, "--scenario", value], ("--scenario",))
+    for name, argv in COMMANDS.items()
+    for what, value in BAD_SCENARIOS.items()
+    if not (what in ("dot_dot", "blank") and name not in ("capture", "model_rollback", "simulate"))
+]
 
 
 # --------------------------------------------------------------------------- training in progress
 
+
 def _switch_without_training(tmp: Path) -> Verdict:
-    verdict = expect_cli_error(["train", "switch-reward", "--to", "v0", "--run-key", "20260105T1000"], 2,
-                               ("no training",))
+    verdict = expect_cli_error(
+        ["train", "switch-reward", "--to", "v0", "--run-key", "20260105T1000"], 2, ("no training",)
+    )
     left = list((tmp.parent.parent / "store").rglob("reward_fn.json")) if (tmp.parent.parent / "store").exists() else []
     return verdict or (None if not left else ("lost", f"a stale request was left: {left}"))
 
@@ -158,13 +212,17 @@ def _status_of_killed_run(tmp: Path) -> Verdict:
     from mlflow import MlflowClient
 
     from rlops.pipeline_steps.infra import tags as T
+
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     exp = client.get_experiment_by_name("credit_approval") or client.get_experiment(
-        client.create_experiment("credit_approval"))
-    run = client.create_run(exp.experiment_id, tags={T.STEP: T.TRAIN_POLICY, T.PID: str(gone.pid),
-                                                      T.HOST: socket.gethostname(), T.RUN_KEY: "20260105T1000"})
+        client.create_experiment("credit_approval")
+    )
+    run = client.create_run(
+        exp.experiment_id,
+        tags={T.STEP: T.TRAIN_POLICY, T.PID: str(gone.pid), T.HOST: socket.gethostname(), T.RUN_KEY: "20260105T1000"},
+    )
     client.log_metric(run.info.run_id, "episodic_return", 1.0, step=1)
     rc, out, err = cli(["train", "status", "--pid", str(gone.pid), "--json"])
     if rc != 0:
@@ -178,6 +236,7 @@ def _poller_ignores_stale(tmp: Path) -> Verdict:
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.training.hot_reload import RewardSwitchPoller, control_uri
     from rlops.sandbox.pack import load_pack
+
     ctx = StepContext.create("credit_approval", "20260105T1000")
     ctx.storage.write_json(control_uri(ctx), {"reward_fn": "v0", "requested_at": "2026-01-01T00:00:00+00:00"})
     poller = RewardSwitchPoller(ctx, load_pack(REPO_ROOT / "scenarios" / "credit_approval", check_liveness=False))
@@ -185,9 +244,11 @@ def _poller_ignores_stale(tmp: Path) -> Verdict:
     return None if got is None else ("accepted", "a request made before the training switched it")
 
 
-RUN_PROBES = [IOProbe("cmd_switch_reward_without_training", _switch_without_training),
-              IOProbe("cmd_train_status_of_killed_run", _status_of_killed_run, 90),
-              IOProbe("cmd_poller_ignores_stale_request", _poller_ignores_stale)]
+RUN_PROBES = [
+    IOProbe("cmd_switch_reward_without_training", _switch_without_training),
+    IOProbe("cmd_train_status_of_killed_run", _status_of_killed_run, 90),
+    IOProbe("cmd_poller_ignores_stale_request", _poller_ignores_stale),
+]
 
 PROBES = [*TUNE_PROBES, *SIMULATE_PROBES, *PROFILE_PROBES, *SCENARIO_PROBES, *RUN_PROBES]
 

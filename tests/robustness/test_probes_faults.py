@@ -20,7 +20,7 @@ from unittest import mock
 
 import pytest
 
-from .capture_kit import capture, line, write_file
+from .capture_kit import line, write_file
 from .io_harness import IOProbe, Verdict, check, expect_cli_error, expect_error, ids, run_probe
 
 
@@ -62,8 +62,8 @@ def error_server(status: int, body: bytes = b"", hang: bool = False) -> tuple[st
 
 def s3_storage(endpoint: str, root: str = "s3://rlops-probe/root") -> object:
     from rlops.pipeline_steps.infra.storage import Storage
-    return Storage(root, endpoint_url=endpoint, retries=2, backoff_s=0.01, connect_timeout_s=1.0,
-                   read_timeout_s=1.0)
+
+    return Storage(root, endpoint_url=endpoint, retries=2, backoff_s=0.01, connect_timeout_s=1.0, read_timeout_s=1.0)
 
 
 OPS: dict[str, Callable[[object], object]] = {
@@ -78,9 +78,12 @@ def s3_fault(name: str, make: Callable[[], tuple[str, Callable[[], None]]], op: 
     def run(tmp: Path) -> Verdict:
         endpoint, stop = make()
         try:
-            return expect_error(lambda: OPS[op](s3_storage(endpoint)), 1, ["rlops-probe", op if op != "stream" else "open"])
+            return expect_error(
+                lambda: OPS[op](s3_storage(endpoint)), 1, ["rlops-probe", op if op != "stream" else "open"]
+            )
         finally:
             stop()
+
     return IOProbe(f"s3_{name}_{op}", run, timeout_s=30)
 
 
@@ -98,8 +101,12 @@ SERVERS: dict[str, Callable[[], tuple[str, Callable[[], None]]]] = {
     "never_answers": lambda: error_server(200, hang=True),
 }
 
-S3_PROBES = [s3_fault(name, make, op) for name, make in SERVERS.items() for op in ("list", "read", "write")
-             if not (name == "answers_garbage_200" and op in ("write", "read"))]  # any bytes are an object
+S3_PROBES = [
+    s3_fault(name, make, op)
+    for name, make in SERVERS.items()
+    for op in ("list", "read", "write")
+    if not (name == "answers_garbage_200" and op in ("write", "read"))
+]  # any bytes are an object
 S3_PROBES += [s3_fault("closed_port", _closed, "stream"), s3_fault("answers_500", SERVERS["answers_500"], "stream")]
 
 
@@ -117,6 +124,7 @@ S3_PROBES.append(IOProbe("s3_answers_garbage_200_write", _garbage_200_write, tim
 
 # --------------------------------------------------------------------------- moto (a real S3 API)
 
+
 @pytest.fixture
 def moto(moto_s3: str, moto_bucket: str) -> str:
     return moto_s3  # with the bucket rlops-test created
@@ -127,12 +135,19 @@ _MOTO: dict[str, str] = {}
 
 def moto_probes() -> list[IOProbe]:
     """Probes against the moto server; the endpoint is read when a probe runs (the ``moto`` fixture)."""
+
     def missing_bucket_list(tmp: Path) -> Verdict:
-        return expect_error(lambda: s3_storage(_MOTO["endpoint"], "s3://no-such-bucket/x").list(  # type: ignore[attr-defined]
-            "s3://no-such-bucket/x/landing"), 1, ["no-such-bucket", "list"])
+        return expect_error(
+            lambda: s3_storage(_MOTO["endpoint"], "s3://no-such-bucket/x").list(  # type: ignore[attr-defined]
+                "s3://no-such-bucket/x/landing"
+            ),
+            1,
+            ["no-such-bucket", "list"],
+        )
 
     def missing_key_read(tmp: Path) -> Verdict:
         from rlops.pipeline_steps.infra.storage import StorageNotFoundError
+
         try:
             s3_storage(_MOTO["endpoint"], "s3://rlops-test/x").read_bytes("s3://rlops-test/x/none.json")  # type: ignore[attr-defined]
         except StorageNotFoundError as exc:
@@ -145,57 +160,94 @@ def moto_probes() -> list[IOProbe]:
 
     def capture_from_missing_bucket(tmp: Path) -> Verdict:
         from rlops.pipeline_steps.capture.core import capture_landing_zone
+
         from .capture_kit import END, SCENARIO, START, contract
+
         storage = s3_storage(_MOTO["endpoint"], "s3://rlops-test/x")
-        return expect_error(lambda: capture_landing_zone(storage, "s3://no-such-landing", "s3://rlops-test/x/traces",  # type: ignore[arg-type]
-                                                         SCENARIO, contract(), START, END), 1, ["no-such-landing"])
+        return expect_error(
+            lambda: capture_landing_zone(
+                storage,
+                "s3://no-such-landing",
+                "s3://rlops-test/x/traces",  # type: ignore[arg-type]
+                SCENARIO,
+                contract(),
+                START,
+                END,
+            ),
+            1,
+            ["no-such-landing"],
+        )
 
     def capture_reads_gz_from_s3(tmp: Path) -> Verdict:
         import gzip
+
         from rlops.pipeline_steps.capture.core import capture_landing_zone
+
         from .capture_kit import END, SCENARIO, START, contract
+
         storage = s3_storage(_MOTO["endpoint"], "s3://rlops-test/x")
         key = f"s3://rlops-test/x/landing/scenario={SCENARIO}/date=2026-01-05/hour=10/20260105T100500000000Z-a-1-0.JSONL.gz"
         storage.write_bytes(key, gzip.compress((line(0, "s3") + "\n" + line(1, "s3") + "\n").encode()))  # type: ignore[attr-defined]
-        res = capture_landing_zone(storage, "s3://rlops-test/x/landing", "s3://rlops-test/x/traces",  # type: ignore[arg-type]
-                                   SCENARIO, contract(), START, END)
+        res = capture_landing_zone(
+            storage,
+            "s3://rlops-test/x/landing",
+            "s3://rlops-test/x/traces",  # type: ignore[arg-type]
+            SCENARIO,
+            contract(),
+            START,
+            END,
+        )
         return None if (res.rows_in, res.rows_accepted) == (2, 2) else ("lost", f"{res}")
 
-    return [IOProbe("moto_missing_bucket_list", missing_bucket_list, 30),
-            IOProbe("moto_missing_key_read", missing_key_read, 30),
-            IOProbe("moto_missing_folder_lists_empty", missing_folder_is_empty, 30),
-            IOProbe("moto_capture_missing_landing_bucket", capture_from_missing_bucket, 60),
-            IOProbe("moto_capture_reads_gz_upper_case", capture_reads_gz_from_s3, 60)]
+    return [
+        IOProbe("moto_missing_bucket_list", missing_bucket_list, 30),
+        IOProbe("moto_missing_key_read", missing_key_read, 30),
+        IOProbe("moto_missing_folder_lists_empty", missing_folder_is_empty, 30),
+        IOProbe("moto_capture_missing_landing_bucket", capture_from_missing_bucket, 60),
+        IOProbe("moto_capture_reads_gz_upper_case", capture_reads_gz_from_s3, 60),
+    ]
 
 
 # --------------------------------------------------------------------------- the command line
+
 
 def cli_fault(id: str, env: Callable[[Path], dict[str, str]], argv: list[str], mentions: tuple[str, ...]) -> IOProbe:
     def run(tmp: Path) -> Verdict:
         with mock.patch.dict(os.environ, env(tmp)):
             return expect_cli_error(argv, 1, mentions)
+
     return IOProbe(f"cli_{id}", run, timeout_s=90)
 
 
 def _s3_env(make: Callable[[], tuple[str, Callable[[], None]]]) -> Callable[[Path], dict[str, str]]:
     def env(tmp: Path) -> dict[str, str]:
         endpoint, _ = make()  # the server threads are daemons: they end with the test process
-        return {"RLOPS_STORAGE_ROOT": "s3://rlops-probe/root", "RLOPS_S3_ENDPOINT_URL": endpoint,
-                "AWS_ACCESS_KEY_ID": "probe", "AWS_SECRET_ACCESS_KEY": "probe", "AWS_DEFAULT_REGION": "us-east-1"}
+        return {
+            "RLOPS_STORAGE_ROOT": "s3://rlops-probe/root",
+            "RLOPS_S3_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "probe",
+            "AWS_SECRET_ACCESS_KEY": "probe",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+
     return env
 
 
 CAPTURE = ["capture", "--landing-zone", "--run-key", "20260105T1000"]
 CLI_PROBES = [
-    cli_fault("capture_storage_closed_port", _s3_env(_closed), CAPTURE, ("storage", "rlops-probe", "Could not connect")),
-    cli_fault("capture_storage_answers_404", _s3_env(SERVERS["answers_404_everything"]), CAPTURE,
-              ("storage", "rlops-probe")),
+    cli_fault(
+        "capture_storage_closed_port", _s3_env(_closed), CAPTURE, ("storage", "rlops-probe", "Could not connect")
+    ),
+    cli_fault(
+        "capture_storage_answers_404", _s3_env(SERVERS["answers_404_everything"]), CAPTURE, ("storage", "rlops-probe")
+    ),
     cli_fault("capture_storage_answers_500", _s3_env(SERVERS["answers_500"]), CAPTURE, ("storage", "500")),
     cli_fault("capture_storage_answers_403", _s3_env(SERVERS["answers_403"]), CAPTURE, ("storage", "403")),
 ]
 
 
 # --------------------------------------------------------------------------- local faults
+
 
 @pytest.fixture
 def mounts(tmp_path: Path) -> Iterator[dict[str, Path | str]]:
@@ -214,8 +266,9 @@ def mounts(tmp_path: Path) -> Iterator[dict[str, Path | str]]:
     except (OSError, subprocess.SubprocessError) as exc:
         out["ro"] = f"a read-only bind mount is not permitted here ({exc})"
     try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tiny)], check=True,
-                       capture_output=True, timeout=10)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tiny)], check=True, capture_output=True, timeout=10
+        )
         made.append(tiny)
         out["tiny"] = tiny
     except (OSError, subprocess.SubprocessError) as exc:
@@ -227,52 +280,91 @@ def mounts(tmp_path: Path) -> Iterator[dict[str, Path | str]]:
 
 def local_probes(mounts: dict[str, Path | str]) -> tuple[list[IOProbe], list[str]]:
     from rlops.pipeline_steps.infra.storage import Storage
+
     probes, skipped = [], []
     ro, tiny = mounts["ro"], mounts["tiny"]
 
     def file_root(tmp: Path) -> Verdict:
         (tmp / "root").write_text("a file where the storage root folder should be")
-        return expect_error(lambda: Storage(f"file://{tmp / 'root'}").write_json(f"file://{tmp / 'root' / 'a.json'}", {}),
-                            1, ["write", "root/a.json"])
+        return expect_error(
+            lambda: Storage(f"file://{tmp / 'root'}").write_json(f"file://{tmp / 'root' / 'a.json'}", {}),
+            1,
+            ["write", "root/a.json"],
+        )
+
     probes.append(IOProbe("local_root_is_a_file", file_root))
 
     def dir_as_file(tmp: Path) -> Verdict:
         (tmp / "a.json").mkdir()
         return expect_error(lambda: Storage(f"file://{tmp}").read_json(f"file://{tmp / 'a.json'}"), 1, ["a.json"])
+
     probes.append(IOProbe("local_read_a_folder", dir_as_file))
 
     if isinstance(ro, Path):
+
         def ro_write(tmp: Path) -> Verdict:
-            return expect_error(lambda: Storage(f"file://{ro}").write_bytes(f"file://{ro}/x/a.bin", b"1"), 1,
-                                ["write", "Read-only"])
+            return expect_error(
+                lambda: Storage(f"file://{ro}").write_bytes(f"file://{ro}/x/a.bin", b"1"), 1, ["write", "Read-only"]
+            )
 
         def ro_capture(tmp: Path) -> Verdict:
             from rlops.pipeline_steps.capture.core import capture_landing_zone
+
             from .capture_kit import END, SCENARIO, START, contract
+
             write_file(tmp, [line(0, "a")])
-            return expect_error(lambda: capture_landing_zone(
-                Storage(f"file://{tmp}"), f"file://{tmp / 'landing'}", f"file://{ro}/traces", SCENARIO, contract(),
-                START, END), 1, ["Read-only", "traces"])
+            return expect_error(
+                lambda: capture_landing_zone(
+                    Storage(f"file://{tmp}"),
+                    f"file://{tmp / 'landing'}",
+                    f"file://{ro}/traces",
+                    SCENARIO,
+                    contract(),
+                    START,
+                    END,
+                ),
+                1,
+                ["Read-only", "traces"],
+            )
+
         probes += [IOProbe("readonly_write", ro_write), IOProbe("readonly_capture_target", ro_capture)]
     else:
         skipped.append(str(ro))
     if isinstance(tiny, Path):
+
         def full_write(tmp: Path) -> Verdict:
             storage = Storage(f"file://{tiny}")
-            verdict = expect_error(lambda: storage.write_bytes(f"file://{tiny}/big.bin", os.urandom(1 << 20)), 1,
-                                   ["write", "No space left"])
+            verdict = expect_error(
+                lambda: storage.write_bytes(f"file://{tiny}/big.bin", os.urandom(1 << 20)),
+                1,
+                ["write", "No space left"],
+            )
             left = [p.name for p in tiny.iterdir()]
             return verdict or (None if not left else ("lost", f"a failed write left {left}"))
 
         def full_capture(tmp: Path) -> Verdict:
             write_file(tmp, [line(i, "big", extra={"pad": secrets.token_hex(1000)}) for i in range(200)])
             from rlops.pipeline_steps.capture.core import capture_landing_zone
+
             from .capture_kit import END, SCENARIO, START, contract
-            verdict = expect_error(lambda: capture_landing_zone(
-                Storage(f"file://{tmp}"), f"file://{tmp / 'landing'}", f"file://{tiny}/traces", SCENARIO, contract(),
-                START, END, quarantine_root_uri=f"file://{tiny}/quarantine"), 1, ["No space left"])
+
+            verdict = expect_error(
+                lambda: capture_landing_zone(
+                    Storage(f"file://{tmp}"),
+                    f"file://{tmp / 'landing'}",
+                    f"file://{tiny}/traces",
+                    SCENARIO,
+                    contract(),
+                    START,
+                    END,
+                    quarantine_root_uri=f"file://{tiny}/quarantine",
+                ),
+                1,
+                ["No space left"],
+            )
             hidden = [p.name for p in tiny.rglob(".tmp-*")]
             return verdict or (None if not hidden else ("lost", f"half-written files left: {hidden}"))
+
         probes += [IOProbe("disk_full_write", full_write), IOProbe("disk_full_capture", full_capture)]
     else:
         skipped.append(str(tiny))
@@ -281,8 +373,14 @@ def local_probes(mounts: dict[str, Path | str]) -> tuple[list[IOProbe], list[str
 
 FIXED_PROBES = [*S3_PROBES, *CLI_PROBES]
 MOTO_PROBES = moto_probes()
-LOCAL_PROBES = ["local_root_is_a_file", "local_read_a_folder", "readonly_write", "readonly_capture_target",
-                "disk_full_write", "disk_full_capture"]
+LOCAL_PROBES = [
+    "local_root_is_a_file",
+    "local_read_a_folder",
+    "readonly_write",
+    "readonly_capture_target",
+    "disk_full_write",
+    "disk_full_capture",
+]
 
 
 @pytest.mark.parametrize("probe", FIXED_PROBES, ids=ids(FIXED_PROBES))

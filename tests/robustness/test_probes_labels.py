@@ -14,13 +14,16 @@ import pytest
 
 from .io_harness import IOProbe, Verdict, check, expect_cli_error, ids, run_probe
 
-ITEMS = pd.DataFrame({"item_id": ["it-1", "it-2"],
-                      "candidate_actions": [json.dumps(["approve", "reject"])] * 2})
+ITEMS = pd.DataFrame({"item_id": ["it-1", "it-2"], "candidate_actions": [json.dumps(["approve", "reject"])] * 2})
 
 
 def task(iid: Any = "it-1", choice: Any = ("approve",), **over: Any) -> dict[str, Any]:
-    ann = {"id": 1, "completed_by": {"email": "a@example.com"}, "updated_at": "2026-01-05T10:00:00Z",
-           "result": [{"from_name": "action", "type": "choices", "value": {"choices": list(choice)}}]}
+    ann = {
+        "id": 1,
+        "completed_by": {"email": "a@example.com"},
+        "updated_at": "2026-01-05T10:00:00Z",
+        "result": [{"from_name": "action", "type": "choices", "value": {"choices": list(choice)}}],
+    }
     ann.update(over.pop("ann", {}))
     t: dict[str, Any] = {"id": 7, "data": {"item_id": iid}, "annotations": [ann]}
     t.update(over)
@@ -33,12 +36,14 @@ GOOD = task("it-2", ("reject",))
 def malformed(id: str, bad: Any, mention: str) -> IOProbe:
     def run(tmp: Path) -> Verdict:
         from rlops.pipeline_steps.labels.importing import parse_annotations
+
         labels, rejected, empty, conflicts = parse_annotations([bad, GOOD], ITEMS)
         if [lab["item_id"] for lab in labels] != ["it-2"]:
             return ("accepted" if len(labels) > 1 else "lost"), f"labels {labels}"
         if len(rejected) != 1 or mention not in rejected[0]["reason"]:
             return "accepted", f"rejected {rejected} (expected one naming {mention!r})"
         return None if not conflicts else ("accepted", f"conflicts {conflicts}")
+
     return IOProbe(f"task_{id}", run)
 
 
@@ -61,8 +66,11 @@ TASK_PROBES = [
     malformed("result_text", task(**result("approve")), "'result' is a str"),
     malformed("result_without_choice", task(**result([])), "no 'action' choice"),
     malformed("value_missing", task(**result([{"from_name": "action", "type": "choices"}])), "'value' is missing"),
-    malformed("choices_text", task(**result([{"from_name": "action", "type": "choices",
-                                              "value": {"choices": "approve"}}])), "expected a list"),
+    malformed(
+        "choices_text",
+        task(**result([{"from_name": "action", "type": "choices", "value": {"choices": "approve"}}])),
+        "expected a list",
+    ),
     malformed("choices_numbers", task(choice=(1,)), "expected a list of action names"),
     malformed("choices_two_actions", task(choice=("approve", "reject")), "expected one"),
     malformed("label_illegal", task(choice=("launch_rocket",)), "not a legal action"),
@@ -74,9 +82,10 @@ TASK_PROBES = [
 
 def _conflict(tmp: Path) -> Verdict:
     from rlops.pipeline_steps.labels.importing import parse_annotations
+
     labels, rejected, _, conflicts = parse_annotations(
-        [task("it-1", ("approve",)), task("it-1", ("reject",), ann={"updated_at": "2026-01-06T00:00:00Z"}), GOOD],
-        ITEMS)
+        [task("it-1", ("approve",)), task("it-1", ("reject",), ann={"updated_at": "2026-01-06T00:00:00Z"}), GOOD], ITEMS
+    )
     if any(lab["item_id"] == "it-1" for lab in labels):
         return "accepted", f"one of two conflicting labels won: {labels}"
     if len(conflicts) != 1 or sorted(c["label"] for c in conflicts[0]["labels"]) != ["approve", "reject"]:
@@ -86,6 +95,7 @@ def _conflict(tmp: Path) -> Verdict:
 
 def _agreeing_duplicates(tmp: Path) -> Verdict:
     from rlops.pipeline_steps.labels.importing import parse_annotations
+
     labels, _, _, conflicts = parse_annotations([task("it-1"), task("it-1"), GOOD], ITEMS)
     ok = sorted(lab["item_id"] for lab in labels) == ["it-1", "it-2"] and not conflicts
     return None if ok else ("lost", f"labels {labels}, conflicts {conflicts}")
@@ -93,12 +103,14 @@ def _agreeing_duplicates(tmp: Path) -> Verdict:
 
 def _cancelled_only(tmp: Path) -> Verdict:
     from rlops.pipeline_steps.labels.importing import parse_annotations
+
     labels, rejected, empty, _ = parse_annotations([task(ann={"was_cancelled": True}), GOOD], ITEMS)
     return None if (len(labels), len(rejected), empty) == (1, 0, 1) else ("lost", f"{labels} {rejected} {empty}")
 
 
 def _export_not_a_list(tmp: Path) -> Verdict:
     from rlops.pipeline_steps.labels.importing import parse_annotations
+
     try:
         parse_annotations({"tasks": []}, ITEMS)
     except ValueError as exc:
@@ -108,30 +120,41 @@ def _export_not_a_list(tmp: Path) -> Verdict:
 
 # --------------------------------------------------------------------------- through the CLI
 
+
 def cli_import(id: str, content: str | None, mentions: tuple[str, ...]) -> IOProbe:
     def run(tmp: Path) -> Verdict:
         path = tmp / "export.json"
         if content is not None:
             path.write_text(content)
         return expect_cli_error(["labels", "import", str(path), "--scenario", "credit_approval"], 2, mentions)
+
     return IOProbe(f"cli_import_{id}", run)
 
 
 # --------------------------------------------------------------------------- labels over time
 
+
 def two(iid: str, *answers: tuple[str, str, str]) -> dict[str, Any]:
     """One task of ``iid`` with one annotation per ``(annotator, action, updated_at)``."""
     t = task(iid)
-    t["annotations"] = [{"id": k + 1, "completed_by": {"email": who}, "updated_at": at,
-                         "result": [{"from_name": "action", "type": "choices", "value": {"choices": [act]}}]}
-                        for k, (who, act, at) in enumerate(answers)]
+    t["annotations"] = [
+        {
+            "id": k + 1,
+            "completed_by": {"email": who},
+            "updated_at": at,
+            "result": [{"from_name": "action", "type": "choices", "value": {"choices": [act]}}],
+        }
+        for k, (who, act, at) in enumerate(answers)
+    ]
     return t
 
 
 def _two_annotators_agree(tmp: Path) -> Verdict:
     from rlops.pipeline_steps.labels.importing import parse_annotations
-    labels, _, _, conflicts = parse_annotations([two("it-1", ("a@x", "approve", "2026-01-05T10:00:00Z"),
-                                                     ("b@x", "approve", "2026-01-05T10:05:00Z"))], ITEMS)
+
+    labels, _, _, conflicts = parse_annotations(
+        [two("it-1", ("a@x", "approve", "2026-01-05T10:00:00Z"), ("b@x", "approve", "2026-01-05T10:05:00Z"))], ITEMS
+    )
     if conflicts or len(labels) != 1:
         return "lost", f"labels {labels}, conflicts {conflicts}"
     got = labels[0]
@@ -141,8 +164,10 @@ def _two_annotators_agree(tmp: Path) -> Verdict:
 
 def _two_annotators_disagree(tmp: Path) -> Verdict:
     from rlops.pipeline_steps.labels.importing import parse_annotations
-    labels, _, _, conflicts = parse_annotations([two("it-1", ("a@x", "approve", "2026-01-05T10:00:00Z"),
-                                                     ("b@x", "reject", "2026-01-05T10:05:00Z"))], ITEMS)
+
+    labels, _, _, conflicts = parse_annotations(
+        [two("it-1", ("a@x", "approve", "2026-01-05T10:00:00Z"), ("b@x", "reject", "2026-01-05T10:05:00Z"))], ITEMS
+    )
     if labels:
         return "accepted", f"one of two annotators won: {labels}"
     got = sorted(c["label"] for c in conflicts[0]["labels"]) if conflicts else []
@@ -151,9 +176,11 @@ def _two_annotators_disagree(tmp: Path) -> Verdict:
 
 def _newest_across_zones(tmp: Path) -> Verdict:
     from rlops.pipeline_steps.labels.importing import parse_annotations
+
     # 12:00+02:00 is 10:00 UTC: older than 11:00Z, though it sorts after it as text.
-    labels, _, _, _ = parse_annotations([two("it-1", ("a@x", "approve", "2026-01-05T12:00:00+02:00"),
-                                             ("a@x", "reject", "2026-01-05T11:00:00Z"))], ITEMS)
+    labels, _, _, _ = parse_annotations(
+        [two("it-1", ("a@x", "approve", "2026-01-05T12:00:00+02:00"), ("a@x", "reject", "2026-01-05T11:00:00Z"))], ITEMS
+    )
     got = labels[0]["label"] if labels else None
     return None if got == "reject" else ("accepted", f"the older annotation won: {labels}")
 
@@ -161,21 +188,29 @@ def _newest_across_zones(tmp: Path) -> Verdict:
 class _Ctx:
     def __init__(self, tmp: Path, run_key: str = "20260105T1000") -> None:
         from rlops.pipeline_steps.infra.storage import Storage
+
         self.storage = Storage(f"file://{tmp / 'store'}")
         self.scenario, self.run_key, self.dry_run = "credit_approval", run_key, False
 
 
 def _store(tmp: Path) -> Any:
     from rlops.pipeline_steps.labels.store import LabelStore
+
     store = LabelStore(f"sqlite:///{tmp / 'queue.db'}")
-    store.enqueue("credit_approval", "20260105T1000", [
-        {"item_id": iid, "state": {}, "candidate_actions": ["approve", "reject"], "action_mask": "11"}
-        for iid in ("it-1", "it-2")])
+    store.enqueue(
+        "credit_approval",
+        "20260105T1000",
+        [
+            {"item_id": iid, "state": {}, "candidate_actions": ["approve", "reject"], "action_mask": "11"}
+            for iid in ("it-1", "it-2")
+        ],
+    )
     return store
 
 
 def _import(tmp: Path, store: Any, tasks: list[Any], name: str) -> dict[str, Any]:
     from rlops.pipeline_steps.labels.importing import import_export
+
     path = tmp / name
     path.write_text(json.dumps(tasks))
     return import_export(_Ctx(tmp), store, f"file://{path}")
@@ -209,27 +244,43 @@ def _newer_export_relabels(tmp: Path) -> Verdict:
 
 def _both_votes_stored(tmp: Path) -> Verdict:
     store = _store(tmp)
-    _import(tmp, store, [two("it-1", ("a@x", "approve", "2026-01-05T10:00:00Z"),
-                             ("b@x", "approve", "2026-01-05T10:01:00Z"))], "e.json")
+    _import(
+        tmp,
+        store,
+        [two("it-1", ("a@x", "approve", "2026-01-05T10:00:00Z"), ("b@x", "approve", "2026-01-05T10:01:00Z"))],
+        "e.json",
+    )
     votes = store.votes_frame("credit_approval")
     return None if sorted(votes["annotator"]) == ["a@x", "b@x"] else ("lost", f"votes {votes.to_dict('records')}")
 
 
 def _conflicts_appended(tmp: Path) -> Verdict:
     store = _store(tmp)
-    first = _import(tmp, store, [two("it-1", ("a@x", "approve", "2026-01-05T10:00:00Z"),
-                                     ("b@x", "reject", "2026-01-05T10:01:00Z"))], "one.json")
-    _import(tmp, store, [two("it-2", ("a@x", "approve", "2026-01-05T10:00:00Z"),
-                             ("b@x", "reject", "2026-01-05T10:01:00Z"))], "two.json")
-    path = Path(first["conflicts_uri"][len("file://"):])
+    first = _import(
+        tmp,
+        store,
+        [two("it-1", ("a@x", "approve", "2026-01-05T10:00:00Z"), ("b@x", "reject", "2026-01-05T10:01:00Z"))],
+        "one.json",
+    )
+    _import(
+        tmp,
+        store,
+        [two("it-2", ("a@x", "approve", "2026-01-05T10:00:00Z"), ("b@x", "reject", "2026-01-05T10:01:00Z"))],
+        "two.json",
+    )
+    path = Path(first["conflicts_uri"][len("file://") :])
     got = json.loads(path.read_text())
     items = sorted(c["item_id"] for c in got.get("conflicts", []))
-    return None if items == ["it-1", "it-2"] and len(got.get("imports", [])) == 2 else (
-        "lost", f"the second import overwrote the first's conflicts: {items}")
+    return (
+        None
+        if items == ["it-1", "it-2"] and len(got.get("imports", [])) == 2
+        else ("lost", f"the second import overwrote the first's conflicts: {items}")
+    )
 
 
 def _fifo_export(tmp: Path) -> Verdict:
     import os
+
     path = tmp / "export.json"
     os.mkfifo(path)
     return expect_cli_error(["labels", "import", str(path), "--scenario", "credit_approval"], 2, ("FIFO",))
@@ -237,8 +288,9 @@ def _fifo_export(tmp: Path) -> Verdict:
 
 def _folder_export(tmp: Path) -> Verdict:
     (tmp / "export.json").mkdir()
-    return expect_cli_error(["labels", "import", str(tmp / "export.json"), "--scenario", "credit_approval"], 2,
-                            ("folder",))
+    return expect_cli_error(
+        ["labels", "import", str(tmp / "export.json"), "--scenario", "credit_approval"], 2, ("folder",)
+    )
 
 
 PROBES = [

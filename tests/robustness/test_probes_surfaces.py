@@ -45,6 +45,7 @@ def home(tmp_path_factory: pytest.TempPathFactory, _mlflow_template_db: Path) ->
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.sandbox.pack import load_pack
+
     tmp = tmp_path_factory.mktemp("surfaces")
     (tmp / "mlflow").mkdir()
     shutil.copyfile(_mlflow_template_db, tmp / "mlflow" / "mlflow.db")
@@ -68,13 +69,18 @@ def home(tmp_path_factory: pytest.TempPathFactory, _mlflow_template_db: Path) ->
         hostile["trace_id"] = "hostile-" + hostile["trace_id"].astype(str)
         hostile["episode_id"] = "hostile-" + hostile["episode_id"].astype(str)
         first = hostile["episode_id"] == hostile["episode_id"].iloc[0]
-        hostile.loc[first, "reward_breakdown"] = json.dumps([{"component": "sentiment", "score": 0.25},
-                                                             {"component": "crm", "score": -1.5}])
+        hostile.loc[first, "reward_breakdown"] = json.dumps(
+            [{"component": "sentiment", "score": 0.25}, {"component": "crm", "score": -1.5}]
+        )
         hostile.loc[~first, "reward_breakdown"] = "{not json"
         hostile.to_parquet(files[0].with_name("zz-sdk-episode.parquet"), index=False)
-        yield {"tmp": tmp, "ctx": ctx, "pack": pack,
-               "list_trace": str(hostile.loc[first, "trace_id"].iloc[0]),
-               "text_trace": str(hostile.loc[~first, "trace_id"].iloc[0])}
+        yield {
+            "tmp": tmp,
+            "ctx": ctx,
+            "pack": pack,
+            "list_trace": str(hostile.loc[first, "trace_id"].iloc[0]),
+            "text_trace": str(hostile.loc[~first, "trace_id"].iloc[0]),
+        }
 
 
 def _version(ctx: Any, **tags: str) -> str:
@@ -92,6 +98,7 @@ def console(home: dict[str, Any]) -> Any:
 
     from rlops.console.app import create_app
     from rlops.console.data import ProjectData
+
     return TestClient(create_app(ProjectData(registry_ttl_s=0.0)))
 
 
@@ -122,17 +129,25 @@ def probe_pack_without_versions(home: dict[str, Any], console: Any) -> None:
 
 
 def probe_promoted_at_not_iso(home: dict[str, Any], console: Any) -> None:
-    v = _version(home["ctx"], **{T.VERSION.PROMOTED_AT: "yesterday", T.VERSION.TRAFFIC_FRACTION: "lots",
-                                 T.VERSION.EVAL_RUN_ID: "../../etc/passwd"})
+    v = _version(
+        home["ctx"],
+        **{
+            T.VERSION.PROMOTED_AT: "yesterday",
+            T.VERSION.TRAFFIC_FRACTION: "lots",
+            T.VERSION.EVAL_RUN_ID: "../../etc/passwd",
+        },
+    )
     import html
+
     page = html.unescape(_ok(console.get(f"/s/{S}/promotion")))
     assert f"v{v} promoted to champion (promoted_at tag 'yesterday' is not a time)" in page
 
 
 def probe_gates_artifact_not_a_table(home: dict[str, Any], console: Any) -> None:
     ctx = home["ctx"]
-    with ctx.tracker.start_run("evaluate · hostile", tags={T.STEP: T.EVALUATE, T.CANDIDATE: "1",
-                                                         T.BASELINE: "rules", T.PASSED: "true"}) as run:
+    with ctx.tracker.start_run(
+        "evaluate · hostile", tags={T.STEP: T.EVALUATE, T.CANDIDATE: "1", T.BASELINE: "rules", T.PASSED: "true"}
+    ) as run:
         run.log_dict({"columns": "gate", "data": 7}, "gates.json")
     page = _ok(console.get(f"/s/{S}/evaluation/{run.run_id}"))
     assert "Gate table: v1 vs rules" in page and "not available" in page
@@ -140,11 +155,19 @@ def probe_gates_artifact_not_a_table(home: dict[str, Any], console: Any) -> None
 
 def probe_evaluation_page_reads_rlops_tags(home: dict[str, Any], console: Any) -> None:
     ctx = home["ctx"]
-    with ctx.tracker.start_run("evaluate · tags", tags={T.STEP: T.EVALUATE, T.CANDIDATE: "4",
-                                                      T.BASELINE: "champion v3", T.PASSED: "true"}) as run:
-        run.log_dict({"columns": ["gate", "passed", "status", "detail"],
-                      "data": [["mean_return", True, "pass", ""],
-                               ["segment:low_credit_score", True, "skipped", "skipped: 92 episodes"]]}, "gates.json")
+    with ctx.tracker.start_run(
+        "evaluate · tags", tags={T.STEP: T.EVALUATE, T.CANDIDATE: "4", T.BASELINE: "champion v3", T.PASSED: "true"}
+    ) as run:
+        run.log_dict(
+            {
+                "columns": ["gate", "passed", "status", "detail"],
+                "data": [
+                    ["mean_return", True, "pass", ""],
+                    ["segment:low_credit_score", True, "skipped", "skipped: 92 episodes"],
+                ],
+            },
+            "gates.json",
+        )
     page = _ok(console.get(f"/s/{S}/evaluation/{run.run_id}"))
     assert "Gate table: v4 vs champion v3" in page and "vNone" not in page
     assert 'data-gate="segment:low_credit_score" data-state="skipped"' in page
@@ -152,6 +175,7 @@ def probe_evaluation_page_reads_rlops_tags(home: dict[str, Any], console: Any) -
 
 def probe_numbers_rounded_with_units(home: dict[str, Any], console: Any) -> None:
     import re
+
     page = _ok(console.get(f"/s/{S}/episode/{home['list_trace']}"))
     text = re.sub(r"<[^>]+>", " ", page)
     assert not re.findall(r"\d\.\d{6,}", text), re.findall(r"\S*\d\.\d{6,}\S*", text)[:5]
@@ -159,6 +183,7 @@ def probe_numbers_rounded_with_units(home: dict[str, Any], console: Any) -> None
 
 def probe_clusters_named(home: dict[str, Any], console: Any) -> None:
     import re
+
     page = _ok(console.get(f"/s/{S}/map?version=rules"))
     names = re.findall(r'class="node-name">([^<]+)<', page)
     assert names and not any(re.fullmatch(r"cluster \d+", n) for n in names), names
@@ -168,19 +193,28 @@ def probe_edge_labels_do_not_overlap(home: dict[str, Any], console: Any) -> None
     import re
 
     from rlops.console.svg import overlaps, text_box
+
     page = _ok(console.get(f"/s/{S}/map?version=rules"))
-    labels = [(float(x), float(y), t) for x, y, t in
-              re.findall(r'<text x="([\d.]+)" y="([\d.]+)" class="edge-label">([^<]+)<', page)]
+    labels = [
+        (float(x), float(y), t)
+        for x, y, t in re.findall(r'<text x="([\d.]+)" y="([\d.]+)" class="edge-label">([^<]+)<', page)
+    ]
     boxes = [text_box(x, y, t) for x, y, t in labels]
     assert labels
-    assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if overlaps(a, b)]
+    assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if overlaps(a, b)]
 
 
 def probe_drift_footnote_not_a_dict(home: dict[str, Any], console: Any) -> None:
     ctx = home["ctx"]
-    ctx.storage.write_json(ctx.uri("calibrations", S, "20261201T0700.json"),
-                           {"version": "20261201T0700", "created": "2026-12-01T07:00:00Z", "check": {},
-                            "fit": {"skipped": {"user_profile.age": "fewer than 50 rows"}}})
+    ctx.storage.write_json(
+        ctx.uri("calibrations", S, "20261201T0700.json"),
+        {
+            "version": "20261201T0700",
+            "created": "2026-12-01T07:00:00Z",
+            "check": {},
+            "fit": {"skipped": {"user_profile.age": "fewer than 50 rows"}},
+        },
+    )
     page = _ok(console.get(f"/s/{S}/drift"))
     assert "{'user_profile.age'" not in page and "user_profile.age</code>: fewer than 50 rows" in page
 
@@ -189,10 +223,19 @@ def probe_drift_footnote_not_a_dict(home: dict[str, Any], console: Any) -> None:
 def probe_description_says_skipped(home: dict[str, Any], console: Any) -> None:
     from rlops.pipeline_steps.infra.descriptions import with_gate_summary
     from rlops.pipeline_steps.promotion.gates import Gate
+
     seg = Gate("segment:low_credit_score", None, None, "n >= 100", True, "skipped: 92 episodes", skipped=True)
-    text = with_gate_summary("Policy.\n\nGates: not evaluated yet", {
-        "run_key": "k", "baseline": "rules", "episodes": 92, "profile": "live", "failed_gates": [],
-        "gates": [seg.to_dict()]})
+    text = with_gate_summary(
+        "Policy.\n\nGates: not evaluated yet",
+        {
+            "run_key": "k",
+            "baseline": "rules",
+            "episodes": 92,
+            "profile": "live",
+            "failed_gates": [],
+            "gates": [seg.to_dict()],
+        },
+    )
     assert "- segment:low_credit_score: skipped (n >= 100; skipped: 92 episodes)" in text
     assert "pass (n >= 100)" not in text
 
@@ -200,8 +243,11 @@ def probe_description_says_skipped(home: dict[str, Any], console: Any) -> None:
 def probe_cli_table_says_skipped(home: dict[str, Any], console: Any) -> None:
     from rlops.commands.model import _gate_lines
     from rlops.pipeline_steps.promotion.gates import Gate
-    rows = [Gate("mean_return", 1.0, 0.5, "> 0", False).to_dict(),
-            Gate("segment:x", None, None, "n >= 100", True, "skipped: 92 episodes", skipped=True).to_dict()]
+
+    rows = [
+        Gate("mean_return", 1.0, 0.5, "> 0", False).to_dict(),
+        Gate("segment:x", None, None, "n >= 100", True, "skipped: 92 episodes", skipped=True).to_dict(),
+    ]
     lines = _gate_lines({"gates": rows})
     assert lines[1].rstrip().endswith(" fail") and lines[2].rstrip().endswith(" skipped")
 
@@ -243,11 +289,12 @@ def probe_rollback_refuses_hand_set_previous(home: dict[str, Any], console: Any)
 
 def probe_forged_alias_record_does_not_make_a_champion(home: dict[str, Any], console: Any) -> None:
     from rlops.pipeline_steps.promotion.guard import check_champion
+
     ctx = home["ctx"]
     a, b, c = _three_versions(ctx)
     client = ctx.tracker.client
     client.set_registered_model_alias(NAME, "champion", c)
-    client.set_registered_model_tag(NAME, T.alias_written("champion"), c)       # a hand-set record
+    client.set_registered_model_tag(NAME, T.alias_written("champion"), c)  # a hand-set record
     client.set_registered_model_tag(NAME, T.alias_signature("champion"), "1:00")  # and a made-up signature
     ctx.params.setdefault("promotion", {})["manual_champion"] = "revert"
     try:
@@ -261,13 +308,22 @@ def probe_forged_alias_record_does_not_make_a_champion(home: dict[str, Any], con
 def _signed(body: bytes, delivery: str, ts: int | None = None) -> dict[str, str]:
     ts_s = str(int(time.time()) if ts is None else ts)
     mac = hmac.new(SECRET.encode(), f"{delivery}.{ts_s}.".encode() + body, hashlib.sha256).digest()
-    return {"X-MLflow-Signature": "v1," + base64.b64encode(mac).decode(), "X-MLflow-Timestamp": ts_s,
-            "X-MLflow-Delivery-Id": delivery, "Content-Type": "application/json"}
+    return {
+        "X-MLflow-Signature": "v1," + base64.b64encode(mac).decode(),
+        "X-MLflow-Timestamp": ts_s,
+        "X-MLflow-Delivery-Id": delivery,
+        "Content-Type": "application/json",
+    }
 
 
 def _event(alias: str = "staging", version: str = "1", name: str = NAME) -> bytes:
-    return json.dumps({"entity": "model_version_alias", "action": "created",
-                       "data": {"name": name, "alias": alias, "version": version}}).encode()
+    return json.dumps(
+        {
+            "entity": "model_version_alias",
+            "action": "created",
+            "data": {"name": name, "alias": alias, "version": version},
+        }
+    ).encode()
 
 
 def _receiver(home: dict[str, Any], tmp: Path, **webhook: Any) -> tuple[Any, Any]:
@@ -275,10 +331,13 @@ def _receiver(home: dict[str, Any], tmp: Path, **webhook: Any) -> tuple[Any, Any
 
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.promotion.webhook import WebhookSettings, create_app
+
     params = dict(home["ctx"].params)
     tracking = webhook.pop("tracking", None)
-    params["promotion"] = {**(params.get("promotion") or {}),
-                           "webhook": {"state_db": str(tmp / "webhook.db"), **webhook}}
+    params["promotion"] = {
+        **(params.get("promotion") or {}),
+        "webhook": {"state_db": str(tmp / "webhook.db"), **webhook},
+    }
     if tracking:
         params["tracking"] = {**params["tracking"], **tracking}
     with pytest.MonkeyPatch.context() as mp:
@@ -287,6 +346,7 @@ def _receiver(home: dict[str, Any], tmp: Path, **webhook: Any) -> tuple[Any, Any
 
     def context_for(scenario: str) -> StepContext:
         return StepContext.create(scenario, "20261201T0800", params=params)
+
     app = create_app(params, settings, context_for=context_for)
     return TestClient(app), app
 
@@ -327,21 +387,34 @@ def probe_body_over_the_cap_refused_unread(home: dict[str, Any], console: Any, t
         for _ in range(64):
             sent.append(1)
             yield b"y" * 512
+
     r = client.post("/mlflow/webhook", content=chunks(), headers={"X-MLflow-Delivery-Id": "d-stream"})
     assert r.status_code == 413
 
 
-@pytest.mark.parametrize("body", [
-    pytest.param(b"[1, 2, 3]", id="json-array"),
-    pytest.param(b'"a string"', id="json-string"),
-    pytest.param(b"[" * 50_000 + b"]" * 50_000, id="deep-document"),
-    pytest.param(b"\xff\xfe not utf-8", id="not-utf8"),
-    pytest.param(json.dumps({"entity": "model_version_alias", "action": "created", "data": [1]}).encode(),
-                 id="data-not-object"),
-    pytest.param(json.dumps({"entity": "model_version_alias", "action": "created",
-                             "data": {"name": {"x": 1}, "alias": "challenger", "version": "1"}}).encode(),
-                 id="name-not-string"),
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"[1, 2, 3]", id="json-array"),
+        pytest.param(b'"a string"', id="json-string"),
+        pytest.param(b"[" * 50_000 + b"]" * 50_000, id="deep-document"),
+        pytest.param(b"\xff\xfe not utf-8", id="not-utf8"),
+        pytest.param(
+            json.dumps({"entity": "model_version_alias", "action": "created", "data": [1]}).encode(),
+            id="data-not-object",
+        ),
+        pytest.param(
+            json.dumps(
+                {
+                    "entity": "model_version_alias",
+                    "action": "created",
+                    "data": {"name": {"x": 1}, "alias": "challenger", "version": "1"},
+                }
+            ).encode(),
+            id="name-not-string",
+        ),
+    ],
+)
 def probe_signed_malformed_body_is_400(home: dict[str, Any], console: Any, tmp_path: Path, body: bytes) -> None:
     client, _ = _receiver(home, tmp_path, max_body_bytes=1_000_000)
     r = client.post("/mlflow/webhook", content=body, headers=_signed(body, f"d-{hash(body)}"))
@@ -349,8 +422,11 @@ def probe_signed_malformed_body_is_400(home: dict[str, Any], console: Any, tmp_p
 
 
 def probe_outcome_hides_tracking_password(home: dict[str, Any], console: Any, tmp_path: Path) -> None:
-    client, _ = _receiver(home, tmp_path, tracking={"uri": "http://rlops:hunter2@127.0.0.1:9/",
-                                                    "http_max_retries": 0, "http_timeout_s": 1})
+    client, _ = _receiver(
+        home,
+        tmp_path,
+        tracking={"uri": "http://rlops:hunter2@127.0.0.1:9/", "http_max_retries": 0, "http_timeout_s": 1},
+    )
     body = _event("challenger")
     assert client.post("/mlflow/webhook", content=body, headers=_signed(body, "d-secret")).status_code == 202
     out = _wait_outcome(client, "d-secret")
@@ -368,8 +444,9 @@ def probe_hand_set_previous_reverted(home: dict[str, Any], console: Any, tmp_pat
     assert out["action"] == "reverted_previous" and ctx.tracker.get_alias(NAME, "previous") == a
 
 
-def probe_decision_logged_in_one_line(home: dict[str, Any], console: Any, tmp_path: Path,
-                                      caplog: pytest.LogCaptureFixture) -> None:
+def probe_decision_logged_in_one_line(
+    home: dict[str, Any], console: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     ctx = home["ctx"]
     a, b, c = _three_versions(ctx)
     ctx.tracker.client.set_registered_model_alias(NAME, "previous", c)
@@ -385,11 +462,19 @@ def probe_decision_logged_in_one_line(home: dict[str, Any], console: Any, tmp_pa
 
 def probe_decision_line_names_failing_gates(home: dict[str, Any], console: Any) -> None:
     from rlops.pipeline_steps.promotion.webhook import decision_line
-    line = decision_line({"data": {"name": NAME, "alias": "challenger", "version": "7"}},
-                         {"action": "promotion", "outcome": "rejected", "failed_gates": ["mean_return", "ab:handling_ms"],
-                          "reason": "gate(s) failed: mean_return, ab:handling_ms; champion unchanged"})
-    assert line.startswith(f"webhook decision: {NAME} v7 alias challenger → rejected; failing gates: mean_return, "
-                           "ab:handling_ms")
+
+    line = decision_line(
+        {"data": {"name": NAME, "alias": "challenger", "version": "7"}},
+        {
+            "action": "promotion",
+            "outcome": "rejected",
+            "failed_gates": ["mean_return", "ab:handling_ms"],
+            "reason": "gate(s) failed: mean_return, ab:handling_ms; champion unchanged",
+        },
+    )
+    assert line.startswith(
+        f"webhook decision: {NAME} v7 alias challenger → rejected; failing gates: mean_return, ab:handling_ms"
+    )
 
 
 class _AirflowApi(BaseHTTPRequestHandler):
@@ -413,6 +498,7 @@ class _AirflowApi(BaseHTTPRequestHandler):
 
 def probe_airflow_down_request_kept_until_delivered(home: dict[str, Any], console: Any, tmp_path: Path) -> None:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -442,11 +528,12 @@ SURFACE_PROBES: list[Callable[..., None]] = [f for n, f in sorted(globals().item
 
 def _takes(probe: Callable[..., None], name: str) -> bool:
     import inspect
+
     return name in inspect.signature(probe).parameters
 
 
 def _id(probe: Callable[..., None]) -> str:
-    return probe.__name__[len("probe_"):].replace("_", "-")
+    return probe.__name__[len("probe_") :].replace("_", "-")
 
 
 @pytest.mark.parametrize("probe", [p for p in SURFACE_PROBES if not _takes(p, "tmp_path")], ids=_id)
@@ -454,9 +541,12 @@ def test_surface_probe(probe: Callable[..., None], home: dict[str, Any], console
     probe(home, console)
 
 
-@pytest.mark.parametrize("probe", [p for p in SURFACE_PROBES if _takes(p, "tmp_path") and not _takes(p, "body")], ids=_id)
-def test_webhook_probe(probe: Callable[..., None], home: dict[str, Any], console: Any, tmp_path: Path,
-                       caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    "probe", [p for p in SURFACE_PROBES if _takes(p, "tmp_path") and not _takes(p, "body")], ids=_id
+)
+def test_webhook_probe(
+    probe: Callable[..., None], home: dict[str, Any], console: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     probe(home, console, tmp_path, *([caplog] if _takes(probe, "caplog") else []))
 
 

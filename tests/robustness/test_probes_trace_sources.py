@@ -18,18 +18,32 @@ from .capture_kit import END, SCENARIO, START, capture, contract, line, record, 
 from .io_harness import IOProbe, Verdict, check, expect_error, ids, run_probe
 
 
-def span(rec: dict[str, Any] | None, trace: str = "t1", sid: str = "s1", parent: str = "",
-         name: str = "decision", **attrs: str) -> dict[str, Any]:
+def span(
+    rec: dict[str, Any] | None,
+    trace: str = "t1",
+    sid: str = "s1",
+    parent: str = "",
+    name: str = "decision",
+    **attrs: str,
+) -> dict[str, Any]:
     a = dict(attrs)
     if rec is not None:
         a["rlops.record"] = json.dumps(rec)
-    return {"traceId": trace, "spanId": sid, "parentSpanId": parent, "name": name,
-            "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in a.items()]}
+    return {
+        "traceId": trace,
+        "spanId": sid,
+        "parentSpanId": parent,
+        "name": name,
+        "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in a.items()],
+    }
 
 
 def doc(spans: list[Any]) -> dict[str, Any]:
-    return {"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"scope": {"name": "rlops"},
-                                                                               "spans": spans}]}]}
+    return {
+        "resourceSpans": [
+            {"resource": {"attributes": []}, "scopeSpans": [{"scope": {"name": "rlops"}, "spans": spans}]}
+        ]
+    }
 
 
 def export(tmp: Path, spans: list[Any], name: str = "spans.json", lines: bool = False) -> str:
@@ -45,9 +59,11 @@ def otlp(tmp: Path, uri: str, **kw: Any) -> Any:
     from rlops.pipeline_steps.capture.core import write_capture
     from rlops.pipeline_steps.capture.trace_sources import otlp_source
     from rlops.pipeline_steps.infra.storage import Storage
+
     storage = Storage(f"file://{tmp}", retries=1)
-    return write_capture(storage, otlp_source(storage, uri), f"file://{tmp / 'traces'}", SCENARIO, contract(),
-                         START, END, **kw)
+    return write_capture(
+        storage, otlp_source(storage, uri), f"file://{tmp / 'traces'}", SCENARIO, contract(), START, END, **kw
+    )
 
 
 def stored(tmp: Path) -> list[tuple[str, int]]:
@@ -55,12 +71,14 @@ def stored(tmp: Path) -> list[tuple[str, int]]:
     if not files:
         return []
     import pandas as pd
+
     df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
     return sorted(zip(df["episode_id"], df["step"].astype(int)))
 
 
 def quarantine_reasons(tmp: Path) -> list[str]:
     import pandas as pd
+
     files = sorted((tmp / "quarantine").rglob("*.parquet"))
     return [r for f in files for r in pd.read_parquet(f)["quarantine_reason"]]
 
@@ -71,7 +89,9 @@ def counts(res: Any, rows_in: int, accepted: int) -> Verdict:
     if res.rows_in != rows_in:
         return "lost", f"{res.rows_in} rows in, expected {rows_in}"
     if res.rows_accepted != accepted:
-        return ("accepted" if res.rows_accepted > accepted else "lost"), f"{res.rows_accepted} accepted, expected {accepted}"
+        return (
+            "accepted" if res.rows_accepted > accepted else "lost"
+        ), f"{res.rows_accepted} accepted, expected {accepted}"
     return None
 
 
@@ -93,9 +113,11 @@ def _outside_interval(tmp: Path) -> Verdict:
 
 
 def _nested_decision(tmp: Path) -> Verdict:
-    spans = [span(None, "t1", "root", name="POST /decide", **{"http.route": "/decide"}),
-             span(record(0, "a"), "t1", "d1", parent="root"),
-             span(None, "t1", "c1", parent="d1", name="observe")]
+    spans = [
+        span(None, "t1", "root", name="POST /decide", **{"http.route": "/decide"}),
+        span(record(0, "a"), "t1", "d1", parent="root"),
+        span(None, "t1", "c1", parent="d1", name="observe"),
+    ]
     res = otlp(tmp, export(tmp, spans))
     bad = counts(res, 1, 1)
     return bad or (None if res.spans_skipped == 2 else ("lost", f"spans_skipped {res.spans_skipped}, expected 2"))
@@ -156,7 +178,7 @@ def _truncated_document(tmp: Path) -> Verdict:
 
 def _broken_line_resyncs(tmp: Path) -> Verdict:
     uri = export(tmp, [span(record(i, "a"), f"t{i}") for i in range(4)], lines=True)
-    path = Path(uri[len("file://"):])
+    path = Path(uri[len("file://") :])
     rows = path.read_text().splitlines()
     rows.insert(2, '{"resourceSpans": [{"scopeSpans": [{"spans": [ {"traceId": ')
     path.write_text("\n".join(rows) + "\n")
@@ -189,8 +211,16 @@ def _missing_file(tmp: Path) -> Verdict:
 
 
 def _record_not_object(tmp: Path) -> Verdict:
-    res = otlp(tmp, export(tmp, [span(record(0, "a")), {**span(None, "t2"), "attributes": [
-        {"key": "rlops.record", "value": {"stringValue": "[1, 2]"}}]}]))
+    res = otlp(
+        tmp,
+        export(
+            tmp,
+            [
+                span(record(0, "a")),
+                {**span(None, "t2"), "attributes": [{"key": "rlops.record", "value": {"stringValue": "[1, 2]"}}]},
+            ],
+        ),
+    )
     return counts(res, 2, 1)
 
 
@@ -202,6 +232,7 @@ def _pretty_printed(tmp: Path) -> Verdict:
 
 def _gzip_export(tmp: Path) -> Verdict:
     import gzip
+
     path = tmp / "spans.json.gz"
     path.write_bytes(gzip.compress(json.dumps(doc([span(record(0, "a"))])).encode()))
     return counts(otlp(tmp, f"file://{path}"), 1, 1)
@@ -223,6 +254,7 @@ def _streamed_memory(tmp: Path) -> Verdict:
 
     from rlops.pipeline_steps.capture.trace_sources import otlp_source
     from rlops.pipeline_steps.infra.storage import Storage
+
     path = tmp / "big.json"
     one = json.dumps(span(record(0, "a")))
     with path.open("w") as fh:
@@ -249,12 +281,16 @@ def _chunks_bounded(tmp: Path) -> Verdict:
 
 def _mlflow_missing_experiment(tmp: Path) -> Verdict:
     from rlops.pipeline_steps.capture.trace_sources import mlflow_source
+
     client = mock.MagicMock()
     client.get_experiment_by_name.return_value = None
     client.search_experiments.return_value = [mock.Mock(name="credit_approval")]
     with mock.patch("mlflow.MlflowClient", return_value=client):
-        return expect_error(lambda: mlflow_source("sqlite:///x.db", "credit_aproval", START, END), 2,
-                            ["credit_aproval", "capture.mlflow_experiment"])
+        return expect_error(
+            lambda: mlflow_source("sqlite:///x.db", "credit_aproval", START, END),
+            2,
+            ["credit_aproval", "capture.mlflow_experiment"],
+        )
 
 
 def _mlflow_nested_decision(tmp: Path) -> Verdict:
@@ -264,9 +300,28 @@ def _mlflow_nested_decision(tmp: Path) -> Verdict:
 
     def s(name: str, parent: str | None, attrs: dict[str, Any]) -> Any:
         return type("Span", (), {"name": name, "parent_id": parent, "attributes": attrs})()
-    traces = [type("T", (), {"info": type("I", (), {"trace_id": f"tr-{i}"})(), "data": type("D", (), {"spans": [
-        s("request", None, {}), s("decision", "root", {"rlops.record": json.dumps(record(i, "m"))}),
-        s("observe", "d", {})]})()})() for i in range(3)]
+
+    traces = [
+        type(
+            "T",
+            (),
+            {
+                "info": type("I", (), {"trace_id": f"tr-{i}"})(),
+                "data": type(
+                    "D",
+                    (),
+                    {
+                        "spans": [
+                            s("request", None, {}),
+                            s("decision", "root", {"rlops.record": json.dumps(record(i, "m"))}),
+                            s("observe", "d", {}),
+                        ]
+                    },
+                )(),
+            },
+        )()
+        for i in range(3)
+    ]
     page = mock.MagicMock()
     page.__iter__.return_value = iter(traces)
     page.token = None
@@ -274,32 +329,70 @@ def _mlflow_nested_decision(tmp: Path) -> Verdict:
     client.search_traces.return_value = page
     with mock.patch("mlflow.MlflowClient", return_value=client):
         storage = Storage(f"file://{tmp}")
-        res = write_capture(storage, mlflow_source("sqlite:///x.db", SCENARIO, START, END),
-                            f"file://{tmp / 'traces'}", SCENARIO, contract(), START, END)
+        res = write_capture(
+            storage,
+            mlflow_source("sqlite:///x.db", SCENARIO, START, END),
+            f"file://{tmp / 'traces'}",
+            SCENARIO,
+            contract(),
+            START,
+            END,
+        )
     bad = counts(res, 3, 3)
     return bad or (None if res.spans_skipped == 6 else ("lost", f"spans_skipped {res.spans_skipped}"))
 
 
-PROBES = [IOProbe(f"otlp_{fn.__name__.strip('_')}", fn) for fn in (
-    _duplicate, _outside_interval, _nested_decision, _second_export_adds, _rerun_replaces_own, _landing_then_otlp,
-    _otlp_then_landing, _bad_span_alone, _span_not_object, _truncated_document, _broken_line_resyncs, _not_json,
-    _document_list, _empty_file, _missing_file, _record_not_object, _pretty_printed, _gzip_export,
-    _manifest_per_source, _streamed_memory, _chunks_bounded)]
+PROBES = [
+    IOProbe(f"otlp_{fn.__name__.strip('_')}", fn)
+    for fn in (
+        _duplicate,
+        _outside_interval,
+        _nested_decision,
+        _second_export_adds,
+        _rerun_replaces_own,
+        _landing_then_otlp,
+        _otlp_then_landing,
+        _bad_span_alone,
+        _span_not_object,
+        _truncated_document,
+        _broken_line_resyncs,
+        _not_json,
+        _document_list,
+        _empty_file,
+        _missing_file,
+        _record_not_object,
+        _pretty_printed,
+        _gzip_export,
+        _manifest_per_source,
+        _streamed_memory,
+        _chunks_bounded,
+    )
+]
+
+
 def _cli_from_mlflow_unknown_experiment(tmp: Path) -> Verdict:
     """Through the command line against a real (fresh) tracking store: exit 2 naming the experiment."""
     from .io_harness import expect_cli_error
-    return expect_cli_error(["capture", "--from-mlflow", "--run-key", "20260105T1000", "--scenario", "credit_approval"],
-                            2, ("credit_approval", "capture.mlflow_experiment"))
+
+    return expect_cli_error(
+        ["capture", "--from-mlflow", "--run-key", "20260105T1000", "--scenario", "credit_approval"],
+        2,
+        ("credit_approval", "capture.mlflow_experiment"),
+    )
 
 
 def _cli_otlp_file(tmp: Path) -> Verdict:
     """``rlops capture --otlp-file`` end to end: one decision nested in a request span, one duplicate."""
     from .io_harness import cli
+
     rec = {**record(0, "cli"), "scenario": "credit_approval"}
-    uri = export(tmp, [span(None, "t1", "root", name="POST /decide"), span(rec, "t1", "d1", parent="root"),
-                       span(rec, "t2", "d2")])
-    rc, out, err = cli(["capture", "--otlp-file", uri, "--run-key", "20260105T1000", "--scenario",
-                        "credit_approval", "--json"])
+    uri = export(
+        tmp,
+        [span(None, "t1", "root", name="POST /decide"), span(rec, "t1", "d1", parent="root"), span(rec, "t2", "d2")],
+    )
+    rc, out, err = cli(
+        ["capture", "--otlp-file", uri, "--run-key", "20260105T1000", "--scenario", "credit_approval", "--json"]
+    )
     if rc != 0:
         return ("traceback" if "internal error" in err else "accepted"), f"exit {rc}: {err.strip()[-300:]}"
     got = json.loads(out)
@@ -308,10 +401,12 @@ def _cli_otlp_file(tmp: Path) -> Verdict:
     return None if got["spans_skipped"] == 1 else ("lost", f"spans_skipped {got['spans_skipped']}")
 
 
-PROBES += [IOProbe("cli_from_mlflow_unknown_experiment", _cli_from_mlflow_unknown_experiment, 90),
-           IOProbe("cli_otlp_file_end_to_end", _cli_otlp_file, 90),
-           IOProbe("mlflow_missing_experiment_is_an_error", _mlflow_missing_experiment),
-           IOProbe("mlflow_nested_decision_counted", _mlflow_nested_decision)]
+PROBES += [
+    IOProbe("cli_from_mlflow_unknown_experiment", _cli_from_mlflow_unknown_experiment, 90),
+    IOProbe("cli_otlp_file_end_to_end", _cli_otlp_file, 90),
+    IOProbe("mlflow_missing_experiment_is_an_error", _mlflow_missing_experiment),
+    IOProbe("mlflow_nested_decision_counted", _mlflow_nested_decision),
+]
 
 
 @pytest.mark.parametrize("probe", PROBES, ids=ids(PROBES))

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlops.common.config import REPO_ROOT
 from rlops.sandbox.env import BatchedEnv, IllegalActionError, NoLegalActionError
 from rlops.sandbox.pack import Pack, load_pack
 from rlops.sandbox.policies import evaluate_policy, random_policy, rule_policy
-from rlops.common.config import REPO_ROOT
 
 REPO = REPO_ROOT
 CREDIT = REPO / "scenarios" / "credit_approval"
@@ -40,8 +40,10 @@ def act(pack: Pack, name: str, n: int = 1) -> torch.Tensor:
 def priority_policy(priorities: torch.Tensor):
     """Deterministic per-instance policy: at step t, the legal action with the highest
     ``priorities[i, t]``. The same table drives a batch and its single-instance replays."""
+
     def choose(masks: torch.Tensor, t: int) -> torch.Tensor:
         return torch.where(masks, priorities[:, t], torch.full_like(priorities[:, t], -1.0)).argmax(dim=1)
+
     return choose
 
 
@@ -50,8 +52,15 @@ def test_credit_pack_loads(credit: Pack) -> None:
     # (The liveness check of load_pack runs in test_cli_env's validate test.)
     pack = credit
     assert pack.name == "credit_approval"
-    assert pack.scenario.action_names == ("initiate_fraud_check", "fetch_credit_report", "approve",
-                                          "approve_reduced", "reject", "escalate_to_human", "send_notification")
+    assert pack.scenario.action_names == (
+        "initiate_fraud_check",
+        "fetch_credit_report",
+        "approve",
+        "approve_reduced",
+        "reject",
+        "escalate_to_human",
+        "send_notification",
+    )
     assert set(pack.reward_fns) == {"v0", "v1"}
     assert pack.reward_fn().label == "v1"
     assert set(pack.scenario.profiles) == {"sandbox", "live"}
@@ -102,10 +111,12 @@ def test_noop_mode_leaves_illegal_rows_unchanged_and_counts_them(credit: Pack) -
     n_fields = len(credit.scenario.spec.fields)
     # The scenario's fields of an illegal row are untouched; only the step counter moves on.
     assert torch.equal(env.S[illegal_rows, :n_fields], S0[illegal_rows, :n_fields])
-    assert torch.equal(env.S[illegal_rows, col(credit, "episode.last_action")],
-                      S0[illegal_rows, col(credit, "episode.last_action")])
-    assert torch.equal(env.S[illegal_rows, col(credit, "episode.elapsed_ms")],
-                      S0[illegal_rows, col(credit, "episode.elapsed_ms")])
+    assert torch.equal(
+        env.S[illegal_rows, col(credit, "episode.last_action")], S0[illegal_rows, col(credit, "episode.last_action")]
+    )
+    assert torch.equal(
+        env.S[illegal_rows, col(credit, "episode.elapsed_ms")], S0[illegal_rows, col(credit, "episode.elapsed_ms")]
+    )
     assert (env.S[:, col(credit, "episode.step")] == 1).all()
     assert (env.S[~illegal_rows, col(credit, "system_status.fraud_check_done")] == 1).all()
     assert not bool(info.error[illegal_rows].any())
@@ -144,8 +155,11 @@ def test_every_reachable_state_has_a_legal_action(credit: Pack, profile: str) ->
         assert bool(masks.any(dim=1).all())
         # The mask of approve is exactly: pending, fraud check done, credit report fetched.
         S = env.S
-        expected = (S[:, c["decision.approval_result"]] == 0) & (S[:, c["system_status.fraud_check_done"]] > 0.5) \
+        expected = (
+            (S[:, c["decision.approval_result"]] == 0)
+            & (S[:, c["system_status.fraud_check_done"]] > 0.5)
             & (S[:, c["system_status.credit_report_fetched"]] > 0.5)
+        )
         assert torch.equal(masks[:, a_approve], expected)
         _, _, term, trunc, info = env.step(policy(env))
         assert not bool(info.illegal.any())
@@ -169,9 +183,10 @@ def test_dead_end_raises_no_legal_action(tmp_path: Path) -> None:
         (pack_dir / f).write_text((COUNTER / f).read_text())
     # wait becomes legal only before the first bump and finish never: a bump leaves a state with
     # at most "bump" legal, and at counter 10 nothing at all.
-    text = text.replace("    description: Do nothing (always legal)",
-                        "    description: Do nothing\n    precondition: \"counter == 0\"")
-    text = text.replace("    terminal: true", "    terminal: true\n    precondition: \"false\"")
+    text = text.replace(
+        "    description: Do nothing (always legal)", '    description: Do nothing\n    precondition: "counter == 0"'
+    )
+    text = text.replace("    terminal: true", '    terminal: true\n    precondition: "false"')
     (pack_dir / "scenario.yaml").write_text(text.replace("horizon: 6", "horizon: 20"))
     pack = load_pack(pack_dir, check_liveness=False)
     env = pack.make_env(2)
@@ -188,9 +203,9 @@ def test_observation_layout_and_hidden_fields(credit: Pack) -> None:
     env = credit.make_env(8, seed=1)
     obs = env.observe()
     assert obs.shape == (8, layout.dim)
-    masks_part = obs[:, layout.n_features:layout.n_features + credit.scenario.n_actions]
+    masks_part = obs[:, layout.n_features : layout.n_features + credit.scenario.n_actions]
     assert torch.equal(masks_part.bool(), env.action_masks())
-    assert (obs[:, layout.n_features + credit.scenario.n_actions:] == 0).all(), "empty history"
+    assert (obs[:, layout.n_features + credit.scenario.n_actions :] == 0).all(), "empty history"
 
 
 def test_a_field_reads_zero_until_visible(credit: Pack) -> None:
@@ -205,7 +220,7 @@ def test_a_field_reads_zero_until_visible(credit: Pack) -> None:
     assert (obs[:, i_present] == 1).all()
     # Bounded numbers are mapped to [-1, 1]: (x - mid) * 2 / (max - min), score in [300, 900].
     assert torch.allclose(obs[:, i_cs], (score - 600.0) / 300.0)
-    history = obs[:, -credit.scenario.spec.history_len:]
+    history = obs[:, -credit.scenario.spec.history_len :]
     assert (history[:, -1] == credit.scenario.action_names.index("fetch_credit_report") + 1).all()
 
 
@@ -225,7 +240,7 @@ def test_same_step_autoreset(credit: Pack) -> None:
     assert bool(term.all()) and not bool(trunc.any())
     assert torch.allclose(info.final_obs[:, i_progress], torch.full((3,), 4 / credit.scenario.spec.horizon))
     assert (obs[:, i_progress] == 0).all(), "the returned observation starts the next episode"
-    assert (obs[:, -credit.scenario.spec.history_len:] == 0).all()
+    assert (obs[:, -credit.scenario.spec.history_len :] == 0).all()
     assert (env.S[:, col(credit, "decision.approval_result")] == 0).all()
     assert torch.equal(env.episodes, torch.ones(3, dtype=torch.long))
     assert torch.equal(info.episode_length, torch.full((3,), 4.0))
@@ -270,8 +285,16 @@ def _trajectory(env: BatchedEnv, choose, steps: int) -> list[tuple[torch.Tensor,
     out = []
     for t in range(steps):
         obs, reward, term, trunc, info = env.step(choose(env.action_masks(), t))
-        out.append((obs.clone(), reward.clone(), term.clone(), trunc.clone(), info.final_obs.clone(),
-                    info.reward_breakdown.clone()))
+        out.append(
+            (
+                obs.clone(),
+                reward.clone(),
+                term.clone(),
+                trunc.clone(),
+                info.final_obs.clone(),
+                info.reward_breakdown.clone(),
+            )
+        )
     return out
 
 
@@ -286,7 +309,7 @@ def test_batched_equals_single(credit: Pack, profile: str) -> None:
     for i in range(n):
         single = BatchedEnv(credit.scenario, credit.reward_fn(), 1, profile=profile)
         assert torch.equal(single.reset(seed + i)[0], obs0[i])
-        one = _trajectory(single, priority_policy(pri[i:i + 1]), steps)
+        one = _trajectory(single, priority_policy(pri[i : i + 1]), steps)
         for t in range(steps):
             for k, name in enumerate(("obs", "reward", "terminated", "truncated", "final_obs", "breakdown")):
                 assert torch.equal(one[t][k][0], traj[t][k][i]), f"instance {i} step {t}: {name} differs"
@@ -405,8 +428,11 @@ def _counter_variant(tmp_path: Path, old: str, new: str) -> Pack:
 
 
 def test_a_hidden_enum_reads_as_an_all_zero_block(tmp_path: Path) -> None:
-    pack = _counter_variant(tmp_path, "mode: {type: enum, values: [idle, busy], init: idle}",
-                            "mode: {type: enum, values: [idle, busy], init: idle, visible_when: \"counter > 0\"}")
+    pack = _counter_variant(
+        tmp_path,
+        "mode: {type: enum, values: [idle, busy], init: idle}",
+        'mode: {type: enum, values: [idle, busy], init: idle, visible_when: "counter > 0"}',
+    )
     names = pack.scenario.layout.feature_names
     block = [names.index("mode=idle"), names.index("mode=busy")]
     present = names.index("mode?present")
@@ -419,10 +445,12 @@ def test_a_hidden_enum_reads_as_an_all_zero_block(tmp_path: Path) -> None:
 
 def test_effect_when_and_prob(tmp_path: Path) -> None:
     pack = _counter_variant(
-        tmp_path, "      - set: {counter: \"counter + 1\", mode: busy}",
-        "      - set: {counter: \"counter + 1\"}\n        prob: 0.25\n"
-        "      - set: {mode: busy}\n        when: \"counter >= 1\"\n"
-        "      - set: {level: \"uniform(0.5, 0.75)\", flag: \"bernoulli(0.5)\"}")
+        tmp_path,
+        '      - set: {counter: "counter + 1", mode: busy}',
+        '      - set: {counter: "counter + 1"}\n        prob: 0.25\n'
+        '      - set: {mode: busy}\n        when: "counter >= 1"\n'
+        '      - set: {level: "uniform(0.5, 0.75)", flag: "bernoulli(0.5)"}',
+    )
     env = pack.make_env(4000, seed=1)
     S0 = env.S.clone()
     env.step(act(pack, "bump", 4000))
@@ -465,8 +493,9 @@ def test_calibration_overlay_loads_and_is_validated() -> None:
     # every other profile (the production stand-in `live` above all) stays as declared.
     calibration = {
         "fields": {"user_profile.age": {"dist": "normal", "mean": 60, "std": 5}},
-        "simulation": {"profiles": {"calibrated": {"latency_jitter_ms": {"min": 10, "max": 20},
-                                                   "error_rates": {"sms": 0.5}}}},
+        "simulation": {
+            "profiles": {"calibrated": {"latency_jitter_ms": {"min": 10, "max": 20}, "error_rates": {"sms": 0.5}}}
+        },
     }
     declared = load_pack(CREDIT, check_liveness=False)
     pack = load_pack(CREDIT, calibration=calibration, check_liveness=False)
@@ -477,6 +506,7 @@ def test_calibration_overlay_loads_and_is_validated() -> None:
     assert torch.equal(live.S, live0.S)
     assert pack.scenario.spec.profiles["live"] == declared.scenario.spec.profiles["live"]
     from rlops.sandbox.errors import PackError
+
     with pytest.raises(PackError, match="only the 'calibrated' profile"):
         load_pack(CREDIT, calibration={"simulation": {"profiles": {"live": {}}}}, check_liveness=False)
     bad = {"fields": {"user_profile.age": {"dist": "normal", "mean": 60, "std": -5}}}

@@ -4,19 +4,17 @@ the right spaces and shapes, and same-step autoreset hands back the final observ
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
 
+from rlops.common.config import REPO_ROOT
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.gym_adapter import ScenarioGymEnv, ScenarioVectorEnv
 from rlops.sandbox.pack import Pack, load_pack
-from rlops.common.config import REPO_ROOT
 
 REPO = REPO_ROOT
 CREDIT = REPO / "scenarios" / "credit_approval"

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from rlops.common.config import REPO_ROOT
 from rlops.common.errors import UserError
 from rlops.common.policy_ref import PolicyRef, canonical_policy
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.profiles import default_profile
 from rlops.sandbox.reward_choice import choose_reward
-from rlops.common.config import REPO_ROOT
 
 CREDIT = REPO_ROOT / "scenarios" / "credit_approval"
 
 
-@pytest.mark.parametrize("text", ["2", "v2", "credit_approval-policy/2", "models:/credit_approval-policy/2",
-                                  "credit_approval-policy/v2", PolicyRef("credit_approval", version="2")])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2",
+        "v2",
+        "credit_approval-policy/2",
+        "models:/credit_approval-policy/2",
+        "credit_approval-policy/v2",
+        PolicyRef("credit_approval", version="2"),
+    ],
+)
 def test_every_spelling_of_a_version_is_one_policy(text):
     assert canonical_policy(text, "credit_approval") == "credit_approval-policy/2"
     assert PolicyRef.parse(text, "credit_approval") == PolicyRef("credit_approval", version="2")
@@ -39,7 +46,7 @@ def test_rules_and_bad_input():
     with pytest.raises(UserError, match="belongs to scenario"):
         PolicyRef.parse("claims-policy/2", "credit_approval")
     with pytest.raises(UserError, match="scenario is needed"):
-        PolicyRef.parse("2").model_name
+        _ = PolicyRef.parse("2").model_name
 
 
 @pytest.fixture(scope="module")

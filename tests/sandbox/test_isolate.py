@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from rlops.common.config import REPO_ROOT
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.isolate import validate_isolated
-from rlops.common.config import REPO_ROOT
 
 REPO = REPO_ROOT
 CREDIT = REPO / "scenarios" / "credit_approval"
@@ -43,9 +43,14 @@ def test_a_loop_at_import_is_stopped_and_named(tmp_path: Path) -> None:
 
 def test_nan_reward_fails_validation_with_component_and_edge(tmp_path: Path) -> None:
     pack = copy_credit(tmp_path)
-    src = (pack / "reward_v1.py").read_text().replace(
-        "share = t.ns.decision.approved_amount / t.s.application.loan_amount",
-        "share = t.ns.decision.approved_amount / (t.s.application.loan_amount - 1000)")
+    src = (
+        (pack / "reward_v1.py")
+        .read_text()
+        .replace(
+            "share = t.ns.decision.approved_amount / t.s.application.loan_amount",
+            "share = t.ns.decision.approved_amount / (t.s.application.loan_amount - 1000)",
+        )
+    )
     (pack / "reward_v1.py").write_text(src)
     with pytest.raises(PackError) as info:
         validate_isolated(pack)
@@ -58,6 +63,7 @@ def test_broken_yaml_needs_no_child(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     def no_child(*_a: object, **_k: object) -> None:
         raise AssertionError("a child process was started for a pack that fails before any code runs")
+
     monkeypatch.setattr(subprocess, "Popen", no_child)
     with pytest.raises(PackError, match="invalid YAML"):
         validate_isolated(pack)

@@ -4,15 +4,14 @@ deviation from it gains return (paired episodes)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from rlops.common.config import REPO_ROOT
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.policies import evaluate_policy, load_oracle, probe_oracle, random_policy, rule_policy
-from rlops.common.config import REPO_ROOT
 
 DESK = REPO_ROOT / "scenarios" / "loan_desk"
 SEED = 4_000_000
@@ -48,9 +47,11 @@ def test_no_single_step_deviation_from_the_oracle_gains(pack: Any) -> None:
     c_step = pack.scenario.columns["episode.step"]
     for step in range(3):
         for a, name in enumerate(pack.scenario.action_names):
+
             def deviate(env: Any, step: int = step, a: int = a) -> torch.Tensor:
                 choice = oracle(env)
                 here = (env.S[:, c_step] == step) & env.action_masks()[:, a]
                 return torch.where(here, torch.full_like(choice, a), choice)
+
             gained = _eval(pack, deviate, episodes=2000).mean_return - base
             assert gained <= 0.0, f"{name} at step {step} instead of the oracle's action gains {gained:.4f}"

@@ -11,35 +11,35 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlops.common.config import REPO_ROOT
 from rlops.sandbox.env import BatchedEnv
+from rlops.sandbox.errors import PackError
 from rlops.sandbox.pack import Pack, load_pack
 from rlops.sandbox.policies import random_policy, rule_policy
-from rlops.sandbox.traces import rollout_traces
-from rlops.sandbox.errors import PackError
 from rlops.sandbox.reward import RewardError, load_reward_fn, render_breakdown
-from rlops.common.config import REPO_ROOT
+from rlops.sandbox.traces import rollout_traces
 
 REPO = REPO_ROOT
 CREDIT = REPO / "scenarios" / "credit_approval"
 COUNTER = REPO / "tests" / "data" / "packs" / "counter"
 
-HEADER = '''import torch
+HEADER = """import torch
 
 from rlops.sandbox.reward import component, rule_ref
 
-'''
-PROGRESS = '''
+"""
+PROGRESS = """
 @component(objective="progress", reason="the counter went up")
 @rule_ref("R_PROGRESS")
 def progress(t):
     return t.ns.counter - t.s.counter
-'''
-COST = '''
+"""
+COST = """
 @component(objective="cost", reason="step cost")
 @rule_ref("R_COST")
 def step_cost(t):
     return torch.full_like(t.latency_ms, -0.1)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -96,13 +96,18 @@ def test_clip_is_its_own_entry(tmp_path: Path) -> None:
 def test_render_breakdown_lists_non_zero_components(credit: Pack) -> None:
     env = credit.make_env(1, seed=0)
     _, reward, _, _, info = env.step(act(credit, "escalate_to_human"))
-    doc = render_breakdown(float(reward[0]), info.reward_breakdown[0].tolist(), env.reward.names,
-                           env.reward.reasons, env.reward.rule_refs)
+    doc = render_breakdown(
+        float(reward[0]), info.reward_breakdown[0].tolist(), env.reward.names, env.reward.reasons, env.reward.rule_refs
+    )
     assert set(doc) == {"total", "breakdown"}
     comps = {b["component"]: b for b in doc["breakdown"]}
     assert set(comps) == {"handling_time", "human_cost"}
-    assert comps["human_cost"] == {"component": "human_cost", "score": -0.3,
-                                   "reason": "case handed to a human underwriter", "rule_ref": "OPS_v2.0_2.2"}
+    assert comps["human_cost"] == {
+        "component": "human_cost",
+        "score": -0.3,
+        "reason": "case handed to a human underwriter",
+        "rule_ref": "OPS_v2.0_2.2",
+    }
     assert doc["total"] == pytest.approx(sum(b["score"] for b in doc["breakdown"]), abs=1e-5)
 
 
@@ -119,8 +124,9 @@ def test_delayed_settlement_pays_on_notification(credit: Pack) -> None:
     defaulted = env.S[:, c["hidden.defaulted"]] > 0.5
     fraud = S[:, c["hidden.is_fraud"]] > 0.5
     expected = torch.where(fraud, -4.0, torch.where(defaulted, -2.5, 1.0))  # approved share is 1
-    assert torch.allclose(env.reward.pending[:, [cc.name for cc in env.reward_fn.components].index("loan_outcome")],
-                          expected)
+    assert torch.allclose(
+        env.reward.pending[:, [cc.name for cc in env.reward_fn.components].index("loan_outcome")], expected
+    )
     _, reward, term, _, info = env.step(act(credit, "send_notification", n))
     assert bool(term.all())
     assert torch.allclose(entry(env, info, "loan_outcome"), expected)
@@ -145,8 +151,9 @@ def test_settlement_pays_at_episode_end_without_the_action(tmp_path: Path) -> No
 
 # ------------------------------------------------------------------------------- repeat penalty
 def test_repeat_penalty(tmp_path: Path) -> None:
-    pack = counter_pack(tmp_path, 'REPEAT_PENALTY = {"penalty": 0.2, "after": 2, "rule_ref": "R_REPEAT"}\n'
-                        + PROGRESS + COST)
+    pack = counter_pack(
+        tmp_path, 'REPEAT_PENALTY = {"penalty": 0.2, "after": 2, "rule_ref": "R_REPEAT"}\n' + PROGRESS + COST
+    )
     env = pack.make_env(1)
     penalties = []
     for name in ("wait", "wait", "wait", "wait", "bump", "wait"):
@@ -169,8 +176,7 @@ def test_no_repeat_penalty_without_the_setting(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------- weights
 def test_weights_and_schedule_switch_at_the_step(tmp_path: Path) -> None:
-    src = ('WEIGHTS = {"progress": 2.0}\n'
-           'WEIGHT_SCHEDULE = [(12, {"progress": 5.0, "cost": 0.0})]\n' + PROGRESS + COST)
+    src = 'WEIGHTS = {"progress": 2.0}\nWEIGHT_SCHEDULE = [(12, {"progress": 5.0, "cost": 0.0})]\n' + PROGRESS + COST
     pack = counter_pack(tmp_path, src)
     fn = pack.reward_fn()
     assert fn.weights == {"progress": 2.0, "cost": 1.0}
@@ -180,14 +186,16 @@ def test_weights_and_schedule_switch_at_the_step(tmp_path: Path) -> None:
     seen = []
     for _ in range(5):
         _, reward, _, _, info = env.step(act(pack, "bump", 4))
-        seen.append((round(float(entry(env, info, "progress")[0]), 6),
-                     round(float(entry(env, info, "step_cost")[0]), 6)))
+        seen.append(
+            (round(float(entry(env, info, "progress")[0]), 6), round(float(entry(env, info, "step_cost")[0]), 6))
+        )
     assert seen == [(2.0, -0.1)] * 3 + [(5.0, 0.0)] * 2
     assert env.global_step == 20
 
 
 def test_schedule_with_unknown_objective_is_rejected(tmp_path: Path) -> None:
     from rlops.sandbox.errors import PackError
+
     with pytest.raises(PackError, match=r"unknown objective\(s\) \['speed'\]"):
         counter_pack(tmp_path, 'WEIGHT_SCHEDULE = [(10, {"speed": 1.0})]\n' + PROGRESS)
 
@@ -301,13 +309,16 @@ def broken_swap(tmp_path: Path, src: str) -> tuple[Pack, BatchedEnv]:
 
 
 def test_component_with_a_wrong_shape_is_reported(tmp_path: Path) -> None:
-    src = PROGRESS + '''
+    src = (
+        PROGRESS
+        + '''
 @component(objective="cost")
 @rule_ref("R_COST")
 def broken(t):
     """wrong shape"""
     return torch.zeros(3, 2)
 '''
+    )
     with pytest.raises(PackError, match=r"reward component returned shape \(3, 2\), expected one score per episode"):
         counter_pack(tmp_path / "load", src, probe=True)
     pack, env = broken_swap(tmp_path, src)
@@ -316,30 +327,45 @@ def broken(t):
 
 
 def test_component_that_raises_is_reported_with_its_line(tmp_path: Path) -> None:
-    src = PROGRESS + '''
+    src = (
+        PROGRESS
+        + """
 @component(objective="cost")
 @rule_ref("R_COST")
 def typo(t):
     return t.ns.countr
-'''
-    with pytest.raises(PackError, match=r"reward_v1\.py:\d+: reward component raised AttributeError: "
-                                        r"unknown state field 'countr'.* at typo"):
+"""
+    )
+    with pytest.raises(
+        PackError,
+        match=r"reward_v1\.py:\d+: reward component raised AttributeError: "
+        r"unknown state field 'countr'.* at typo",
+    ):
         counter_pack(tmp_path / "load", src, probe=True)
     pack, env = broken_swap(tmp_path, src)
-    with pytest.raises(RewardError, match=r"reward_v9\.py:\d+: reward component 'typo' raised AttributeError: "
-                                          r"unknown state field 'countr'"):
+    with pytest.raises(
+        RewardError,
+        match=r"reward_v9\.py:\d+: reward component 'typo' raised AttributeError: "
+        r"unknown state field 'countr'",
+    ):
         env.step(act(pack, "wait", 2))
 
 
 def test_component_returning_nan_is_refused(tmp_path: Path) -> None:
-    src = PROGRESS + '''
+    src = (
+        PROGRESS
+        + """
 @component(objective="cost")
 @rule_ref("R_COST")
 def ratio(t):
     return t.ns.counter / t.s.counter
-'''
-    with pytest.raises(PackError, match=r"reward component returned nan for an illegal action on a sampled "
-                                        r"initial state \(scores must be finite\) at ratio"):
+"""
+    )
+    with pytest.raises(
+        PackError,
+        match=r"reward component returned nan for an illegal action on a sampled "
+        r"initial state \(scores must be finite\) at ratio",
+    ):
         counter_pack(tmp_path / "load", src, probe=True)
     pack = counter_pack(tmp_path / "plain", src)
     with pytest.raises(RewardError, match=r"reward entry 'ratio' is not a finite number .* no trace rows"):

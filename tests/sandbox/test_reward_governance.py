@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlops.common.config import REPO_ROOT
 from rlops.pipeline_steps.stress.step import StressConfig, report_dict, stress_reward_fn
 from rlops.sandbox.constraints import parse_constraints, transition_matrix
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.pack import Pack, load_pack
-from rlops.common.config import REPO_ROOT
 
 REPO = REPO_ROOT
 CREDIT = REPO / "scenarios" / "credit_approval"
@@ -34,9 +34,15 @@ def test_credit_pack_states_the_amount_cap_as_constraints(credit: Pack) -> None:
 
 
 def test_constraint_reads_after_before_and_action(credit: Pack) -> None:
-    rules = {"R": {"title": "t", "constraints": [
-        {"check": "decision.approved_amount <= before.application.loan_amount", "actions": ["approve"]},
-        "decision.approved_amount == 0 when action == 'reject'"]}}
+    rules = {
+        "R": {
+            "title": "t",
+            "constraints": [
+                {"check": "decision.approved_amount <= before.application.loan_amount", "actions": ["approve"]},
+                "decision.approved_amount == 0 when action == 'reject'",
+            ],
+        }
+    }
     c1, c2 = parse_constraints(rules, credit.scenario, "rules.yaml")
     cols = credit.scenario.columns
     S = torch.zeros((3, credit.scenario.n_cols))
@@ -67,16 +73,22 @@ def test_reward_v1_satisfies_every_constraint(credit: Pack) -> None:
     assert res.constraints and all(c.passed and c.violations > 0 and c.judged >= 1000 for c in res.constraints)
 
 
-@pytest.mark.parametrize("constraint, expected", [
-    ("decision.approved_amount <= __import__('os').getpid()", "illegal constraint"),
-    ("decision.no_such_field <= 3", "unknown field 'decision.no_such_field'"),
-    ("decision.approved_amount * 3", "type mismatch"),
-])
+@pytest.mark.parametrize(
+    "constraint, expected",
+    [
+        ("decision.approved_amount <= __import__('os').getpid()", "illegal constraint"),
+        ("decision.no_such_field <= 3", "unknown field 'decision.no_such_field'"),
+        ("decision.approved_amount * 3", "type mismatch"),
+    ],
+)
 def test_bad_constraint_fails_the_load_at_its_line(tmp_path: Path, constraint: str, expected: str) -> None:
     dst = tmp_path / "credit_approval"
     shutil.copytree(CREDIT, dst)
-    text = (dst / "rules.yaml").read_text().replace(
-        '      - "decision.approved_amount <= user_profile.income_monthly * 5"', f'      - "{constraint}"')
+    text = (
+        (dst / "rules.yaml")
+        .read_text()
+        .replace('      - "decision.approved_amount <= user_profile.income_monthly * 5"', f'      - "{constraint}"')
+    )
     (dst / "rules.yaml").write_text(text)
     line = next(i for i, s in enumerate(text.splitlines(), 1) if constraint in s)
     with pytest.raises(PackError) as exc:

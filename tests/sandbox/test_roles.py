@@ -7,18 +7,19 @@ from __future__ import annotations
 import math
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
 
 from rlops.cli import main
+from rlops.common.config import REPO_ROOT
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.reward import load_reward_fn
-from rlops.common.config import REPO_ROOT
 
 REPO = REPO_ROOT
 DESK = REPO / "scenarios" / "loan_desk"
@@ -44,6 +45,7 @@ def _edit(file: str, old: str, new: str) -> Callable[[Path], None]:
         text = (pack / file).read_text()
         assert old in text, old
         (pack / file).write_text(text.replace(old, new, 1))
+
     return mutate
 
 
@@ -52,12 +54,23 @@ def test_roles_are_parsed_in_order_and_own_every_action(pack: Any) -> None:
     scn = pack.scenario
     assert scn.role_names == ("screener", "underwriter")
     owner = dict(zip(scn.action_names, scn.action_roles))
-    assert owner == {"request_documents": 0, "pass_to_underwriting": 0, "reject_application": 0,
-                     "approve": 1, "approve_reduced": 1, "decline": 1}
+    assert owner == {
+        "request_documents": 0,
+        "pass_to_underwriting": 0,
+        "reject_application": 0,
+        "approve": 1,
+        "approve_reduced": 1,
+        "decline": 1,
+    }
     assert scn.layout.action_roles == scn.action_roles and scn.layout.role_names == scn.role_names
     roles = {c.name: c.role for c in pack.reward_fn("v1").components}
-    assert roles == {"loan_margin": None, "handling_time": None, "incomplete_file": "screener",
-                     "document_request": "screener", "affordability_cap": "underwriter"}
+    assert roles == {
+        "loan_margin": None,
+        "handling_time": None,
+        "incomplete_file": "screener",
+        "document_request": "screener",
+        "affordability_cap": "underwriter",
+    }
 
 
 def test_a_pack_without_roles_has_none(pack: Any) -> None:
@@ -75,52 +88,133 @@ class Case:
     file: str
     expect: tuple[str, ...]
     path: str
-    line_of: str | None          # the error's line: the first line holding this text
+    line_of: str | None  # the error's line: the first line holding this text
 
 
 CASES = [
-    Case("roles_not_a_list", lambda p: (p / S).write_text(re.sub(r"roles:\n.*?\n\n", "roles: screener\n\n",
-                                                                  (p / S).read_text(), count=1, flags=re.S)),
-         S, ("expected a list of at least two roles",), "roles", "roles: screener"),
-    Case("one_role", _edit(S, "    acts_when: \"application.stage == 'intake'\"\n  - name: underwriter\n"
-                              "    description: decides on the loan once the file is in underwriting\n"
-                              "    actions: [approve, approve_reduced, decline]\n", ""),
-         S, ("expected a list of at least two roles", "got 1 role(s)"), "roles", "roles:"),
-    Case("undefined_action", _edit(S, "actions: [approve, approve_reduced, decline]",
-                                   "actions: [approve, aprove_reduced, decline]"),
-         S, ("undefined action 'aprove_reduced'",), "roles.underwriter.actions", "aprove_reduced, decline]"),
-    Case("action_in_two_roles", _edit(S, "actions: [approve, approve_reduced, decline]",
-                                      "actions: [approve, approve_reduced, decline, reject_application]"),
-         S, ("action 'reject_application' already belongs to role 'screener'",), "roles.underwriter.actions",
-         "decline, reject_application]"),
-    Case("action_in_no_role", _edit(S, "actions: [approve, approve_reduced, decline]", "actions: [approve, decline]"),
-         S, ("action(s) ['approve_reduced'] belong to no role",), "roles", "roles:"),
-    Case("acts_when_missing_before_the_last", _edit(S, "    acts_when: \"application.stage == 'intake'\"\n", ""),
-         S, ("only the last role may leave out 'acts_when'",), "roles.screener.acts_when", SCREENER),
-    Case("acts_when_unknown_field", _edit(S, "acts_when: \"application.stage == 'intake'\"",
-                                          "acts_when: \"application.phase == 'intake'\""),
-         S, ("illegal expression", "unknown field 'application.phase'"), "roles.screener.acts_when", SCREENER),
-    Case("acts_when_not_a_condition", _edit(S, "acts_when: \"application.stage == 'intake'\"",
-                                            "acts_when: \"application.document_requests + 1\""),
-         S, ("type mismatch: expected bool, got number",), "roles.screener.acts_when", SCREENER),
-    Case("acts_when_a_list", _edit(S, "acts_when: \"application.stage == 'intake'\"", "acts_when: [intake]"),
-         S, ("acts_when expects a condition", "got a list"), "roles.screener.acts_when", "acts_when: [intake]"),
-    Case("duplicate_role", _edit(S, "  - name: underwriter", "  - name: screener"),
-         S, ("duplicate role 'screener'",), "roles.screener", "  - name: screener\n    description: decides"),
-    Case("role_named_team", _edit(S, "  - name: underwriter", "  - name: team"),
-         S, ("an identifier other than 'team'",), "roles[1]", "  - name: team"),
-    Case("unknown_role_key", _edit(S, "    description: checks the file at intake",
-                                   "    descripton: checks the file at intake"),
-         S, ("unknown key 'descripton'",), "roles[0].descripton", "descripton:"),
-    Case("component_names_an_unknown_role", _edit(V1, "role=\"underwriter\")", "role=\"underwritter\")"),
-         V1, ("names role 'underwritter'", "roles are ['screener', 'underwriter']"), "affordability_cap",
-         "@component(objective=\"compliance\", reason=\"approved over"),
+    Case(
+        "roles_not_a_list",
+        lambda p: (p / S).write_text(
+            re.sub(r"roles:\n.*?\n\n", "roles: screener\n\n", (p / S).read_text(), count=1, flags=re.S)
+        ),
+        S,
+        ("expected a list of at least two roles",),
+        "roles",
+        "roles: screener",
+    ),
+    Case(
+        "one_role",
+        _edit(
+            S,
+            "    acts_when: \"application.stage == 'intake'\"\n  - name: underwriter\n"
+            "    description: decides on the loan once the file is in underwriting\n"
+            "    actions: [approve, approve_reduced, decline]\n",
+            "",
+        ),
+        S,
+        ("expected a list of at least two roles", "got 1 role(s)"),
+        "roles",
+        "roles:",
+    ),
+    Case(
+        "undefined_action",
+        _edit(S, "actions: [approve, approve_reduced, decline]", "actions: [approve, aprove_reduced, decline]"),
+        S,
+        ("undefined action 'aprove_reduced'",),
+        "roles.underwriter.actions",
+        "aprove_reduced, decline]",
+    ),
+    Case(
+        "action_in_two_roles",
+        _edit(
+            S,
+            "actions: [approve, approve_reduced, decline]",
+            "actions: [approve, approve_reduced, decline, reject_application]",
+        ),
+        S,
+        ("action 'reject_application' already belongs to role 'screener'",),
+        "roles.underwriter.actions",
+        "decline, reject_application]",
+    ),
+    Case(
+        "action_in_no_role",
+        _edit(S, "actions: [approve, approve_reduced, decline]", "actions: [approve, decline]"),
+        S,
+        ("action(s) ['approve_reduced'] belong to no role",),
+        "roles",
+        "roles:",
+    ),
+    Case(
+        "acts_when_missing_before_the_last",
+        _edit(S, "    acts_when: \"application.stage == 'intake'\"\n", ""),
+        S,
+        ("only the last role may leave out 'acts_when'",),
+        "roles.screener.acts_when",
+        SCREENER,
+    ),
+    Case(
+        "acts_when_unknown_field",
+        _edit(S, "acts_when: \"application.stage == 'intake'\"", "acts_when: \"application.phase == 'intake'\""),
+        S,
+        ("illegal expression", "unknown field 'application.phase'"),
+        "roles.screener.acts_when",
+        SCREENER,
+    ),
+    Case(
+        "acts_when_not_a_condition",
+        _edit(S, "acts_when: \"application.stage == 'intake'\"", 'acts_when: "application.document_requests + 1"'),
+        S,
+        ("type mismatch: expected bool, got number",),
+        "roles.screener.acts_when",
+        SCREENER,
+    ),
+    Case(
+        "acts_when_a_list",
+        _edit(S, "acts_when: \"application.stage == 'intake'\"", "acts_when: [intake]"),
+        S,
+        ("acts_when expects a condition", "got a list"),
+        "roles.screener.acts_when",
+        "acts_when: [intake]",
+    ),
+    Case(
+        "duplicate_role",
+        _edit(S, "  - name: underwriter", "  - name: screener"),
+        S,
+        ("duplicate role 'screener'",),
+        "roles.screener",
+        "  - name: screener\n    description: decides",
+    ),
+    Case(
+        "role_named_team",
+        _edit(S, "  - name: underwriter", "  - name: team"),
+        S,
+        ("an identifier other than 'team'",),
+        "roles[1]",
+        "  - name: team",
+    ),
+    Case(
+        "unknown_role_key",
+        _edit(S, "    description: checks the file at intake", "    descripton: checks the file at intake"),
+        S,
+        ("unknown key 'descripton'",),
+        "roles[0].descripton",
+        "descripton:",
+    ),
+    Case(
+        "component_names_an_unknown_role",
+        _edit(V1, 'role="underwriter")', 'role="underwritter")'),
+        V1,
+        ("names role 'underwritter'", "roles are ['screener', 'underwriter']"),
+        "affordability_cap",
+        '@component(objective="compliance", reason="approved over',
+    ),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_a_malformed_roles_block_is_one_error_with_file_line_and_path(
-        case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pack = _copy(tmp_path)
     case.mutate(pack)
     text = (pack / case.file).read_text()
@@ -141,8 +235,11 @@ def test_a_malformed_roles_block_is_one_error_with_file_line_and_path(
 
 def test_a_role_component_in_a_pack_without_roles_is_an_error(tmp_path: Path) -> None:
     credit = load_pack(CREDIT, check_liveness=False)
-    src = (CREDIT / "reward_v1.py").read_text().replace('@component(objective="compliance"',
-                                                        '@component(role="underwriter", objective="compliance"', 1)
+    src = (
+        (CREDIT / "reward_v1.py")
+        .read_text()
+        .replace('@component(objective="compliance"', '@component(role="underwriter", objective="compliance"', 1)
+    )
     (tmp_path / "reward_v9.py").write_text(src)
     with pytest.raises(PackError, match="the scenario declares no roles: block"):
         load_reward_fn(tmp_path / "reward_v9.py", credit.rules, credit.scenario.action_names)
@@ -191,10 +288,23 @@ def _p_default(score: float, amount: float, income: float) -> float:
 def test_a_hand_checked_episode_splits_into_team_and_role_parts(pack: Any) -> None:
     env = pack.make_env(2, seed=0)
     base = {"applicant.income_monthly": 10_000.0, "application.document_requests": 0, "application.stage": 0}
-    _set(env, [{**base, "applicant.credit_score": 700, "applicant.requested_amount": 30_000,
-                "applicant.documents_complete": 0},
-               {**base, "applicant.credit_score": 560, "applicant.requested_amount": 50_000,
-                "applicant.documents_complete": 1}])
+    _set(
+        env,
+        [
+            {
+                **base,
+                "applicant.credit_score": 700,
+                "applicant.requested_amount": 30_000,
+                "applicant.documents_complete": 0,
+            },
+            {
+                **base,
+                "applicant.credit_score": 560,
+                "applicant.requested_amount": 50_000,
+                "applicant.documents_complete": 1,
+            },
+        ],
+    )
     # Step 1, the screener passes both files on: the first is incomplete (its own rule, -0.5).
     reward, parts, _ = _step(env, ["pass_to_underwriting", "pass_to_underwriting"])
     assert parts["team"].tolist() == pytest.approx([-0.02, -0.02])
@@ -207,7 +317,7 @@ def test_a_hand_checked_episode_splits_into_team_and_role_parts(pack: Any) -> No
     assert not bool(env.action_masks()[0, env.action_names.index("approve")])
     reward, parts, breakdown = _step(env, ["decline", "approve"])
     p = _p_default(560, 50_000, 10_000)
-    margin = 5.0 * (0.4 * (1 - p) - 0.6 * p)           # 50,000 CNY = 5 units, margin 40%, loss 60%
+    margin = 5.0 * (0.4 * (1 - p) - 0.6 * p)  # 50,000 CNY = 5 units, margin 40%, loss 60%
     assert parts["team"].tolist() == pytest.approx([-0.02, margin - 0.02], abs=1e-5)
     assert parts["underwriter"].tolist() == pytest.approx([0.0, -1.0])
     assert parts["screener"].tolist() == [0.0, 0.0]
@@ -220,8 +330,9 @@ def test_a_role_component_scores_only_the_steps_of_its_role(tmp_path: Path) -> N
     # Two components that score every transition alike, one for each role: each must show up
     # only on the steps its role takes.
     root = _copy(tmp_path)
-    (root / "reward_v2.py").write_text((root / V1).read_text().replace('VERSION_LABEL = "v1"', 'VERSION_LABEL = "v2"')
-                                       + '''
+    (root / "reward_v2.py").write_text(
+        (root / V1).read_text().replace('VERSION_LABEL = "v1"', 'VERSION_LABEL = "v2"')
+        + """
 
 @component(objective="operations", reason="screener turn", role="screener")
 @rule_ref("SCREENING_v1.0_3.2")
@@ -233,7 +344,8 @@ def screener_turn(t):
 @rule_ref("SCREENING_v1.0_3.2")
 def underwriter_turn(t):
     return torch.full_like(t.latency_ms, -0.125)
-''')
+"""
+    )
     pack = load_pack(root)
     env = pack.make_env(256, reward_version="v2", seed=1)
     names = env.reward.names

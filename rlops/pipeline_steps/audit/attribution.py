@@ -37,6 +37,7 @@ def episode_outcomes(df: pd.DataFrame, column: str = "outcome") -> tuple[np.ndar
 def worst_component(df: pd.DataFrame) -> tuple[list[str], list[str]]:
     """Per row, the breakdown component with the lowest score and its rule ref ("—" when none)."""
     from rlops.data_contracts.shapes import read_breakdown
+
     comps, rules = [], []
     for text in df.get("reward_breakdown", pd.Series([None] * len(df))).tolist():
         items = read_breakdown(text)
@@ -50,41 +51,71 @@ def worst_component(df: pd.DataFrame) -> tuple[list[str], list[str]]:
     return comps, rules
 
 
-def attribute(pack: "Pack", df: pd.DataFrame, scores: np.ndarray | None, clusters: np.ndarray,
-              score_source: str, top: int = 5, temperature: float = 1.0) -> dict[str, Any] | None:
+def attribute(
+    pack: Pack,
+    df: pd.DataFrame,
+    scores: np.ndarray | None,
+    clusters: np.ndarray,
+    score_source: str,
+    top: int = 5,
+    temperature: float = 1.0,
+) -> dict[str, Any] | None:
     """The attribution section of the audit report (None when the traces carry no outcome)."""
     from rlops.model.credit_assignment import distribute_outcome
+
     eo = episode_outcomes(df)
     if eo is None:
         return None
     codes, outcome = eo
     s = scores if scores is not None else pd.to_numeric(df["reward_total"], errors="coerce").fillna(0.0).to_numpy()
-    credit = distribute_outcome(torch.tensor(s, dtype=torch.float32), torch.from_numpy(codes),
-                                torch.tensor(outcome, dtype=torch.float32), temperature).numpy()
+    credit = distribute_outcome(
+        torch.tensor(s, dtype=torch.float32),
+        torch.from_numpy(codes),
+        torch.tensor(outcome, dtype=torch.float32),
+        temperature,
+    ).numpy()
     cut = float(np.quantile(credit, LOW_QUANTILE))
     low = (credit <= cut) & (credit < 0)
     comps, rules = worst_component(df)
-    frame = pd.DataFrame({"cluster": clusters, "action": df["action"].astype(str).to_numpy(),
-                          "component": comps, "rule_ref": rules})[low]
+    frame = pd.DataFrame(
+        {"cluster": clusters, "action": df["action"].astype(str).to_numpy(), "component": comps, "rule_ref": rules}
+    )[low]
     lines = []
     if len(frame):
         grouped = frame.value_counts(["component", "rule_ref", "action", "cluster"]).head(top)
         for (comp, rule, action, cluster), n in grouped.items():
             share = n / len(frame)
-            lines.append({"share": round(float(share), 4), "component": comp, "rule_ref": rule, "action": action,
-                          "cluster": int(cluster),
-                          "sentence": f"{share:.0%} of low scores come from component {comp} / rule {rule} / "
-                                      f"action {action} in state cluster {int(cluster)}"})
-    return {"episodes": int(len(outcome)), "mean_outcome": float(outcome.mean()), "score_source": score_source,
-            "low_threshold": cut, "low_steps": int(low.sum()), "lines": lines}
+            lines.append(
+                {
+                    "share": round(float(share), 4),
+                    "component": comp,
+                    "rule_ref": rule,
+                    "action": action,
+                    "cluster": int(cluster),
+                    "sentence": f"{share:.0%} of low scores come from component {comp} / rule {rule} / "
+                    f"action {action} in state cluster {int(cluster)}",
+                }
+            )
+    return {
+        "episodes": int(len(outcome)),
+        "mean_outcome": float(outcome.mean()),
+        "score_source": score_source,
+        "low_threshold": cut,
+        "low_steps": int(low.sum()),
+        "lines": lines,
+    }
 
 
 def render(section: dict[str, Any] | None) -> str:
     from rlops.pipeline_steps.infra.html import html_table
+
     if not section:
         return ""
-    return (f"<h2>Where the low scores come from</h2><p>{section['episodes']:,} episodes carry an outcome (mean "
-            f"{section['mean_outcome']:.3g}); it is spread over their steps by {section['score_source']}. "
-            f"{section['low_steps']:,} steps got credit ≤ {section['low_threshold']:.3g}:</p><ul>"
-            + "".join(f"<li>{ln['sentence']}</li>" for ln in section["lines"]) + "</ul>"
-            + html_table(section["lines"], ["share", "component", "rule_ref", "action", "cluster"]))
+    return (
+        f"<h2>Where the low scores come from</h2><p>{section['episodes']:,} episodes carry an outcome (mean "
+        f"{section['mean_outcome']:.3g}); it is spread over their steps by {section['score_source']}. "
+        f"{section['low_steps']:,} steps got credit ≤ {section['low_threshold']:.3g}:</p><ul>"
+        + "".join(f"<li>{ln['sentence']}</li>" for ln in section["lines"])
+        + "</ul>"
+        + html_table(section["lines"], ["share", "component", "rule_ref", "action", "cluster"])
+    )

@@ -16,7 +16,8 @@ with its raw text). No single line can stop an interval: a line over 1 MiB, nest
 64 levels, not UTF-8 or with a lone surrogate is quarantined with its reason (see
 :func:`rlops.data_contracts.records.parse_line`), as is a row whose ``ts`` lies outside the interval
 (less the allowed lateness) or whose ``(episode_id, step)`` came earlier in the run. A storage
-failure ends the run with the manifest's status ``failed``. Input is streamed in chunks of ``chunk_rows`` lines, so memory stays
+failure ends the run with the manifest's status ``failed``. Input is streamed in chunks of
+``chunk_rows`` lines, so memory stays
 bounded however large the interval is. Re-running an interval first deletes the files its
 last run listed in the manifest (kept up to date after every chunk, so a crashed run is
 cleaned up too), then writes files named after the interval: re-runs overwrite, never
@@ -51,6 +52,7 @@ from typing import Any
 
 import pandas as pd
 
+from rlops.common.run_key import RunKey, as_utc
 from rlops.data_contracts.records import (
     LINE_COLUMN,
     SOURCE_COLUMN,
@@ -62,7 +64,6 @@ from rlops.data_contracts.validation import (
     reject_outside_interval_and_duplicates,
     validate_frame,
 )
-from rlops.common.run_key import RunKey, as_utc
 from rlops.pipeline_steps.infra.storage import Storage
 from rlops.pipeline_steps.infra.trace_store import (
     TraceStore,
@@ -98,16 +99,18 @@ class CaptureResult:
     def counts(self) -> dict[str, int]:
         """The three row counts; raises when they do not balance (the invariant of every capture)."""
         if self.rows_in != self.rows_accepted + self.rows_quarantined:
-            raise RuntimeError(f"capture lost rows: {self.rows_in} in, {self.rows_accepted} accepted, "
-                               f"{self.rows_quarantined} quarantined")
-        return {"rows_in": self.rows_in, "rows_accepted": self.rows_accepted,
-                "rows_quarantined": self.rows_quarantined}
+            raise RuntimeError(
+                f"capture lost rows: {self.rows_in} in, {self.rows_accepted} accepted, "
+                f"{self.rows_quarantined} quarantined"
+            )
+        return {"rows_in": self.rows_in, "rows_accepted": self.rows_accepted, "rows_quarantined": self.rows_quarantined}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 # --------------------------------------------------------------------------- pure helpers
+
 
 def validate_rows(df: pd.DataFrame, contract: Contract) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(accepted, quarantined)``: typed rows in contract order, and the input rows that broke
@@ -153,11 +156,14 @@ class LineChunk:
 
     def rejected_rows(self) -> pd.DataFrame:
         """The rejected items, shaped like :func:`parse_json_lines`'s unparseable rows."""
-        return pd.DataFrame({
-            "raw": pd.Series([r[0] for r in self.rejected], dtype="str"),
-            REASON_COLUMN: pd.Series([r[3] for r in self.rejected], dtype="str"),
-            SOURCE_COLUMN: pd.Series([r[1] for r in self.rejected], dtype="str"),
-            LINE_COLUMN: pd.Series([r[2] for r in self.rejected], dtype="int64")})
+        return pd.DataFrame(
+            {
+                "raw": pd.Series([r[0] for r in self.rejected], dtype="str"),
+                REASON_COLUMN: pd.Series([r[3] for r in self.rejected], dtype="str"),
+                SOURCE_COLUMN: pd.Series([r[1] for r in self.rejected], dtype="str"),
+                LINE_COLUMN: pd.Series([r[2] for r in self.rejected], dtype="int64"),
+            }
+        )
 
 
 def chunked(items: Iterable[SourceLine], chunk_rows: int) -> Iterator[LineChunk]:
@@ -179,8 +185,7 @@ def landing_lines(storage: Storage, files: Sequence[str]) -> Iterator[SourceLine
     for uri in files:
         # Read as latin-1 (every byte is a character) and decode each line as UTF-8 here, so
         # one bad byte quarantines its line instead of failing the whole file.
-        with storage.open_stream(uri, encoding="latin-1",
-                                 gzip=uri.lower().endswith(".gz")) as stream:
+        with storage.open_stream(uri, encoding="latin-1", gzip=uri.lower().endswith(".gz")) as stream:
             for no, line in enumerate(stream, start=1):
                 raw = line.rstrip("\r\n").encode("latin-1")
                 if not raw.strip():
@@ -188,12 +193,10 @@ def landing_lines(storage: Storage, files: Sequence[str]) -> Iterator[SourceLine
                 try:
                     yield SourceLine(raw.decode("utf-8"), uri, no)
                 except UnicodeDecodeError:
-                    yield SourceLine(raw.decode("utf-8", "replace"), uri, no,
-                                     "encoding: line is not valid UTF-8")
+                    yield SourceLine(raw.decode("utf-8", "replace"), uri, no, "encoding: line is not valid UTF-8")
 
 
-def iter_line_chunks(storage: Storage, files: Sequence[str],
-                     chunk_rows: int) -> Iterator[LineChunk]:
+def iter_line_chunks(storage: Storage, files: Sequence[str], chunk_rows: int) -> Iterator[LineChunk]:
     """Stream the landing files line by line, yielding chunks; blank lines are not rows."""
     return chunked(landing_lines(storage, files), chunk_rows)
 
@@ -226,15 +229,16 @@ def manifest_name(run_key: str, tag: str) -> str:
     return f"{run_key}~{tag}" if tag else run_key
 
 
-def _captured_keys(storage: Storage, store: TraceStore, scenario: str, run_key: str,
-                   own_manifest: str) -> set[tuple[str, int]]:
+def _captured_keys(
+    storage: Storage, store: TraceStore, scenario: str, run_key: str, own_manifest: str
+) -> set[tuple[str, int]]:
     """``(episode_id, step)`` of the rows the run key's *other* sources already captured, so a
     decision that arrives through two sources is stored once."""
     folder = store.manifest_uri(scenario, run_key).rsplit("/", 1)[0]
     seen: set[tuple[str, int]] = set()
     prefix = folder + "/"
     for uri in storage.list(folder, suffix=".json"):
-        name = uri[len(prefix):] if uri.startswith(prefix) else uri.rsplit("/", 1)[-1]
+        name = uri[len(prefix) :] if uri.startswith(prefix) else uri.rsplit("/", 1)[-1]
         if uri == own_manifest or not (name == f"{run_key}.json" or name.startswith(f"{run_key}~")):
             continue
         for part in storage.read_json(uri).get("files", []):
@@ -249,13 +253,23 @@ def _captured_keys(storage: Storage, store: TraceStore, scenario: str, run_key: 
 
 # --------------------------------------------------------------------------- the step
 
-def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str, scenario: str,
-                         contract: Contract, interval_start: datetime | str,
-                         interval_end: datetime | str, chunk_rows: int = 100_000,
-                         dry_run: bool = False, quarantine_root_uri: str | None = None,
-                         run_key: str | None = None, progress: bool = False,
-                         max_lateness: timedelta = timedelta(hours=1),
-                         max_clock_skew: timedelta = timedelta(minutes=5)) -> CaptureResult:
+
+def capture_landing_zone(
+    storage: Storage,
+    landing_uri: str,
+    trace_root_uri: str,
+    scenario: str,
+    contract: Contract,
+    interval_start: datetime | str,
+    interval_end: datetime | str,
+    chunk_rows: int = 100_000,
+    dry_run: bool = False,
+    quarantine_root_uri: str | None = None,
+    run_key: str | None = None,
+    progress: bool = False,
+    max_lateness: timedelta = timedelta(hours=1),
+    max_clock_skew: timedelta = timedelta(minutes=5),
+) -> CaptureResult:
     """Capture one data interval of ``scenario`` from the landing zone (see module docstring).
 
     A row's ``ts`` must lie in ``[start - max_lateness, end + max_clock_skew)``: a tracer names a
@@ -271,24 +285,48 @@ def capture_landing_zone(storage: Storage, landing_uri: str, trace_root_uri: str
     RunKey.covering(start, end)  # rejects an empty or reversed interval before any listing
     files, skipped = scan_landing(storage, landing_uri, scenario, start, end)
     source = CaptureSource(LANDING_ZONE, landing_lines(storage, files), files, skipped)
-    return write_capture(storage, source, trace_root_uri, scenario, contract, start, end,
-                         chunk_rows=chunk_rows, dry_run=dry_run, quarantine_root_uri=quarantine_root_uri,
-                         run_key=run_key, progress=progress, max_lateness=max_lateness,
-                         max_clock_skew=max_clock_skew, landing_uri=landing_uri)
+    return write_capture(
+        storage,
+        source,
+        trace_root_uri,
+        scenario,
+        contract,
+        start,
+        end,
+        chunk_rows=chunk_rows,
+        dry_run=dry_run,
+        quarantine_root_uri=quarantine_root_uri,
+        run_key=run_key,
+        progress=progress,
+        max_lateness=max_lateness,
+        max_clock_skew=max_clock_skew,
+        landing_uri=landing_uri,
+    )
 
 
-def write_capture(storage: Storage, source: CaptureSource, trace_root_uri: str, scenario: str,
-                  contract: Contract, interval_start: datetime | str, interval_end: datetime | str,
-                  chunk_rows: int = 100_000, dry_run: bool = False, quarantine_root_uri: str | None = None,
-                  run_key: str | None = None, progress: bool = False,
-                  max_lateness: timedelta = timedelta(hours=1),
-                  max_clock_skew: timedelta = timedelta(minutes=5),
-                  landing_uri: str = "") -> CaptureResult:
+def write_capture(
+    storage: Storage,
+    source: CaptureSource,
+    trace_root_uri: str,
+    scenario: str,
+    contract: Contract,
+    interval_start: datetime | str,
+    interval_end: datetime | str,
+    chunk_rows: int = 100_000,
+    dry_run: bool = False,
+    quarantine_root_uri: str | None = None,
+    run_key: str | None = None,
+    progress: bool = False,
+    max_lateness: timedelta = timedelta(hours=1),
+    max_clock_skew: timedelta = timedelta(minutes=5),
+    landing_uri: str = "",
+) -> CaptureResult:
     """The one capture writer: ``source``'s rows, streamed in chunks, validated against the
     contract, checked against the interval and for duplicates (within the run and against the
     run key's other sources), written to the trace store and quarantine, with a manifest kept
     up to date after every chunk. See the module docstring and :func:`capture_landing_zone`."""
     from tqdm.auto import tqdm
+
     start, end = as_utc(interval_start), as_utc(interval_end)
     key = RunKey.covering(start, end)  # rejects an empty or reversed interval
     run_key = str(RunKey.parse(run_key)) if run_key else str(key)
@@ -307,12 +345,24 @@ def write_capture(storage: Storage, source: CaptureSource, trace_root_uri: str, 
 
     def save_manifest(status: str) -> None:
         if not dry_run:
-            storage.write_json(manifest_uri, {
-                "run_key": run_key, "scenario": scenario, "status": status, "source": source.name,
-                "spans_skipped": source.spans_skipped,
-                "interval_start": start.isoformat(), "interval_end": end.isoformat(),
-                "files_read": files, "files_skipped": skipped, "files": written, "rows_in": rows_in,
-                "rows_accepted": rows_accepted, "rows_quarantined": rows_quarantined})
+            storage.write_json(
+                manifest_uri,
+                {
+                    "run_key": run_key,
+                    "scenario": scenario,
+                    "status": status,
+                    "source": source.name,
+                    "spans_skipped": source.spans_skipped,
+                    "interval_start": start.isoformat(),
+                    "interval_end": end.isoformat(),
+                    "files_read": files,
+                    "files_skipped": skipped,
+                    "files": written,
+                    "rows_in": rows_in,
+                    "rows_accepted": rows_accepted,
+                    "rows_quarantined": rows_quarantined,
+                },
+            )
 
     save_manifest("running")
     seen = _captured_keys(storage, store, scenario, run_key, manifest_uri)
@@ -329,15 +379,26 @@ def write_capture(storage: Storage, source: CaptureSource, trace_root_uri: str, 
             if extra:
                 quarantined = pd.concat([quarantined, *extra], ignore_index=True)
             if len(accepted) + len(quarantined) != len(chunk):
-                raise AssertionError(f"capture lost rows in chunk {chunk.index} of {run_key}: "
-                                     f"{len(chunk)} in, {len(accepted)} accepted, "
-                                     f"{len(quarantined)} quarantined")
-            new = write_trace_partitions(storage, accepted, trace_root_uri, file_key,
-                                         contract=contract, part=chunk.index, dry_run=dry_run)
+                raise AssertionError(
+                    f"capture lost rows in chunk {chunk.index} of {run_key}: "
+                    f"{len(chunk)} in, {len(accepted)} accepted, "
+                    f"{len(quarantined)} quarantined"
+                )
+            new = write_trace_partitions(
+                storage, accepted, trace_root_uri, file_key, contract=contract, part=chunk.index, dry_run=dry_run
+            )
             accepted_parts += new
-            newq = write_quarantine_partitions(storage, quarantined, quarantine_root, scenario,
-                                               file_key, fallback_ts=start, part=chunk.index,
-                                               dry_run=dry_run, window=window)
+            newq = write_quarantine_partitions(
+                storage,
+                quarantined,
+                quarantine_root,
+                scenario,
+                file_key,
+                fallback_ts=start,
+                part=chunk.index,
+                dry_run=dry_run,
+                window=window,
+            )
             quarantine_parts += newq
             written += new + newq
             rows_in += len(chunk)
@@ -359,11 +420,22 @@ def write_capture(storage: Storage, source: CaptureSource, trace_root_uri: str, 
         return sorted({u.rsplit("/", 1)[0] for u in uris})
 
     return CaptureResult(
-        partitions=folders(accepted_parts), rows_in=rows_in, rows_accepted=rows_accepted,
+        partitions=folders(accepted_parts),
+        rows_in=rows_in,
+        rows_accepted=rows_accepted,
         rows_quarantined=rows_quarantined,
-        quarantine_uri=(TraceStore(storage, landing_uri, quarantine_root, quarantine_root).scenario_uri(scenario)
-                        if rows_quarantined else None),
-        run_key=run_key, files_read=files, files_skipped=skipped, files_written=written,
+        quarantine_uri=(
+            TraceStore(storage, landing_uri, quarantine_root, quarantine_root).scenario_uri(scenario)
+            if rows_quarantined
+            else None
+        ),
+        run_key=run_key,
+        files_read=files,
+        files_skipped=skipped,
+        files_written=written,
         quarantine_partitions=folders(quarantine_parts),
-        manifest_uri=None if dry_run else manifest_uri, dry_run=dry_run, source=source.name,
-        spans_skipped=source.spans_skipped)
+        manifest_uri=None if dry_run else manifest_uri,
+        dry_run=dry_run,
+        source=source.name,
+        spans_skipped=source.spans_skipped,
+    )

@@ -57,8 +57,11 @@ def summarize(rows: pd.DataFrame, champion_exists: bool = True) -> FallbackSumma
     live = rows[rows["source"].astype("string") == "live"] if "source" in rows.columns else rows
     decided = live[live["fallback"].notna()]
     fell = decided[decided["fallback"].astype(bool)]
-    reasons = (fell["fallback_reason"] if "fallback_reason" in fell.columns
-               else pd.Series([None] * len(fell), index=fell.index))
+    reasons = (
+        fell["fallback_reason"]
+        if "fallback_reason" in fell.columns
+        else pd.Series([None] * len(fell), index=fell.index)
+    )
     codes = Counter(UNSPECIFIED if r is None or pd.isna(r) else str(r).split(":", 1)[0].strip() for r in reasons)
     expected = 0 if champion_exists else codes.get(NO_CHAMPION, 0)
     return FallbackSummary(len(decided), len(fell), dict(sorted(codes.items())), expected)
@@ -70,19 +73,25 @@ def alert_text(summary: FallbackSummary, threshold: float, min_decisions: int) -
     if counted < max(min_decisions, 1) or summary.share <= threshold:
         return None
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(summary.by_reason.items(), key=lambda kv: -kv[1]))
-    return (f"rule-engine fallback share {summary.share:.1%} of {counted} live decisions is above "
-            f"capture.fallback_alert_share={threshold:.1%} (reasons: {reasons}); the agent is serving rules, "
-            "not the policy — check fallback_reason on the trace rows")
+    return (
+        f"rule-engine fallback share {summary.share:.1%} of {counted} live decisions is above "
+        f"capture.fallback_alert_share={threshold:.1%} (reasons: {reasons}); the agent is serving rules, "
+        "not the policy — check fallback_reason on the trace rows"
+    )
 
 
 def _interval_rows(ctx: StepContext, partitions: list[str]) -> pd.DataFrame:
     """The accepted rows this run key wrote (its own files in the partitions it touched)."""
     from rlops.pipeline_steps.infra.trace_store import read_traces
+
     files: set[str] = set()
     for where in partitions:  # partition folders, or the files themselves
         files.update([where] if where.endswith(".parquet") else ctx.storage.list(where, suffix=".parquet"))
-    frames = [read_traces(ctx.storage, uri) for uri in sorted(files)
-              if uri.rsplit("/", 1)[-1].startswith(f"part-{ctx.run_key}-")]
+    frames = [
+        read_traces(ctx.storage, uri)
+        for uri in sorted(files)
+        if uri.rsplit("/", 1)[-1].startswith(f"part-{ctx.run_key}-")
+    ]
     frames = [f[[c for c in COLUMNS if c in f.columns]] for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(COLUMNS))
 
@@ -99,6 +108,7 @@ def check_fallbacks(ctx: StepContext, out: dict[str, Any]) -> dict[str, Any]:
     summary = summarize(rows)
     if summary.by_reason.get(NO_CHAMPION):
         from rlops.common.policy_ref import policy_model_name
+
         try:
             champion = ctx.tracker.get_alias(policy_model_name(ctx.scenario), "champion")
         except Exception:  # noqa: BLE001 - without the registry, count them (the safe side)
@@ -111,11 +121,18 @@ def check_fallbacks(ctx: StepContext, out: dict[str, Any]) -> dict[str, Any]:
 def log_fallbacks(run: RunHandle, out: dict[str, Any]) -> None:
     """The fallback share as a metric of the capture run, and the alert (if any) as a tag."""
     from rlops.pipeline_steps.infra import tags as T
+
     summary = out.get("fallbacks")
     if not summary:
         return
-    run.log_metrics({"fallback_share": float(summary["share"]), "fallback_decisions": float(summary["decisions"]),
-                     "fallback_rows": float(summary["fallbacks"])}, step=0)
+    run.log_metrics(
+        {
+            "fallback_share": float(summary["share"]),
+            "fallback_decisions": float(summary["decisions"]),
+            "fallback_rows": float(summary["fallbacks"]),
+        },
+        step=0,
+    )
     alerts = [a for a in out.get("alerts", []) if "fallback share" in a]
     if alerts:
         run.set_tags({T.ALERT_FALLBACK: alerts[0][:5000]})

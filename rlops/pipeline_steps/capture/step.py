@@ -9,7 +9,8 @@ Two sources, one contract:
   (or the pack's rule engine while there is none) runs in a named simulation profile, ``live`` by
   default, and a ``sample_rate`` fraction of its episodes is recorded, as a live sampler would.
   The result records ``source: simulation:<profile>`` (the rows stand in for live traffic, so
-  they carry the contract's ``live``/``sandbox`` source); episode ids are ``<scenario>-<run key>-<i>``, so they never collide across captures.
+  they carry the contract's ``live``/``sandbox`` source); episode ids are
+  ``<scenario>-<run key>-<i>``, so they never collide across captures.
 
 Either way every row is validated against the scenario's trace contract (Great Expectations);
 rows that break it go to quarantine with their reason, and rows in = accepted + quarantined.
@@ -26,12 +27,16 @@ from rlops.pipeline_steps.infra.context import StepContext
 
 if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack
-    from rlops.sandbox.traces import TracePolicy
 
 
-def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int | None = None,
-                 sample_rate: float | None = None, profile: str | None = None, progress: bool = False
-                 ) -> dict[str, Any]:
+def capture_step(
+    ctx: StepContext,
+    simulate: bool | None = None,
+    episodes: int | None = None,
+    sample_rate: float | None = None,
+    profile: str | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
     """Capture the run key's interval. ``simulate=None`` uses the landing zone when it has files
     for the interval and falls back to simulation when ``capture.simulate_when_empty`` is on.
     ``progress`` draws a bar of the landing-zone rows read (a simulation is one batched rollout)."""
@@ -39,13 +44,12 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
     from rlops.data_contracts.schema import contract_for
     from rlops.pipeline_steps.capture.core import capture_landing_zone
     from rlops.sandbox.profiles import default_profile
+
     cfg = ctx.config.capture
     # Arguments first (an explicit 0 is an error, never "the default"), then any work.
-    n_episodes = count("--episodes", episodes if episodes is not None else cfg.episodes,
-                       maximum=MAX_EPISODES)
+    n_episodes = count("--episodes", episodes if episodes is not None else cfg.episodes, maximum=MAX_EPISODES)
     rate = fraction("--sample-rate", sample_rate if sample_rate is not None else cfg.sample_rate)
-    lateness = count("capture.max_lateness_minutes", cfg.max_lateness_minutes, minimum=0,
-                     maximum=7 * 24 * 60)
+    lateness = count("capture.max_lateness_minutes", cfg.max_lateness_minutes, minimum=0, maximum=7 * 24 * 60)
     pack = ctx.load_pack()
     store = ctx.traces
     landing, traces, quarantine = store.landing_uri, store.trace_uri, store.quarantine_uri
@@ -53,21 +57,53 @@ def capture_step(ctx: StepContext, simulate: bool | None = None, episodes: int |
     has_files = bool(store.landing_files(ctx.scenario, ctx.key))
     if simulate is None:  # simulated traffic is never stored as live unless the configuration asks
         simulate = not has_files and cfg.simulate_when_empty
-    base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "interval": [start.isoformat(), end.isoformat()],
-            "dry_run": ctx.dry_run}
+    base = {
+        "scenario": ctx.scenario,
+        "run_key": ctx.run_key,
+        "interval": [start.isoformat(), end.isoformat()],
+        "dry_run": ctx.dry_run,
+    }
     if not simulate:
-        res = capture_landing_zone(ctx.storage, landing, traces, ctx.scenario, contract_for(pack), start, end,
-                                   chunk_rows=cfg.chunk_rows, dry_run=ctx.dry_run,
-                                   quarantine_root_uri=quarantine, run_key=ctx.run_key, progress=progress,
-                                   max_lateness=timedelta(minutes=lateness))
-        out = {**base, "source": "landing_zone", **res.counts(),
-               "partitions": res.partitions, "quarantine_uri": res.quarantine_uri,
-               "files_skipped": res.files_skipped,
-               "warnings": [f"landing file not read (expected .jsonl or .jsonl.gz): {u}" for u in res.files_skipped]}
+        res = capture_landing_zone(
+            ctx.storage,
+            landing,
+            traces,
+            ctx.scenario,
+            contract_for(pack),
+            start,
+            end,
+            chunk_rows=cfg.chunk_rows,
+            dry_run=ctx.dry_run,
+            quarantine_root_uri=quarantine,
+            run_key=ctx.run_key,
+            progress=progress,
+            max_lateness=timedelta(minutes=lateness),
+        )
+        out = {
+            **base,
+            "source": "landing_zone",
+            **res.counts(),
+            "partitions": res.partitions,
+            "quarantine_uri": res.quarantine_uri,
+            "files_skipped": res.files_skipped,
+            "warnings": [f"landing file not read (expected .jsonl or .jsonl.gz): {u}" for u in res.files_skipped],
+        }
     else:
-        out = {**base, **simulate_capture(ctx, pack, traces, quarantine, start, n_episodes, rate,
-                                          default_profile(pack, "production", profile or cfg.get("profile")))}
+        out = {
+            **base,
+            **simulate_capture(
+                ctx,
+                pack,
+                traces,
+                quarantine,
+                start,
+                n_episodes,
+                rate,
+                default_profile(pack, "production", profile or cfg.get("profile")),
+            ),
+        }
     from rlops.pipeline_steps.capture.fallbacks import check_fallbacks
+
     out.update(check_fallbacks(ctx, out))  # a live fallback share over the threshold is an incident
     if not ctx.dry_run and bool(cfg.get("track", True)):
         track_capture(ctx, out)
@@ -80,12 +116,14 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
     quarantine and manifest (each source of a run key adds its own files; see
     :mod:`rlops.pipeline_steps.capture.core`)."""
     from rlops.common.arguments import count
+    from rlops.data_contracts.schema import contract_for
     from rlops.pipeline_steps.capture.core import write_capture
     from rlops.pipeline_steps.capture.trace_sources import mlflow_source, otlp_source
-    from rlops.data_contracts.schema import contract_for
+
     cfg = ctx.section("capture")
-    lateness = count("capture.max_lateness_minutes", cfg.get("max_lateness_minutes", 60), minimum=0,
-                     maximum=7 * 24 * 60)
+    lateness = count(
+        "capture.max_lateness_minutes", cfg.get("max_lateness_minutes", 60), minimum=0, maximum=7 * 24 * 60
+    )
     start, end = ctx.key.start, ctx.key.end
     if otlp_uri:
         source = otlp_source(ctx.storage, otlp_uri)
@@ -93,15 +131,37 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
         experiment = str(cfg.get("mlflow_experiment") or ctx.scenario)
         source = mlflow_source(ctx.tracker.tracking_uri, experiment, start, end)
     store = ctx.traces
-    res = write_capture(ctx.storage, source, store.trace_uri, ctx.scenario, contract_for(ctx.load_pack()),
-                        start, end, chunk_rows=int(cfg.get("chunk_rows", 100_000)), dry_run=ctx.dry_run,
-                        quarantine_root_uri=store.quarantine_uri, run_key=ctx.run_key, progress=progress,
-                        max_lateness=timedelta(minutes=lateness), landing_uri=store.landing_uri)
-    out = {"scenario": ctx.scenario, "run_key": ctx.run_key, "interval": [start.isoformat(), end.isoformat()],
-           "source": res.source, **res.counts(), "spans_skipped": res.spans_skipped,
-           "partitions": res.partitions, "quarantine_partitions": res.quarantine_partitions,
-           "quarantine_uri": res.quarantine_uri, "manifest_uri": res.manifest_uri, "dry_run": ctx.dry_run}
+    res = write_capture(
+        ctx.storage,
+        source,
+        store.trace_uri,
+        ctx.scenario,
+        contract_for(ctx.load_pack()),
+        start,
+        end,
+        chunk_rows=int(cfg.get("chunk_rows", 100_000)),
+        dry_run=ctx.dry_run,
+        quarantine_root_uri=store.quarantine_uri,
+        run_key=ctx.run_key,
+        progress=progress,
+        max_lateness=timedelta(minutes=lateness),
+        landing_uri=store.landing_uri,
+    )
+    out = {
+        "scenario": ctx.scenario,
+        "run_key": ctx.run_key,
+        "interval": [start.isoformat(), end.isoformat()],
+        "source": res.source,
+        **res.counts(),
+        "spans_skipped": res.spans_skipped,
+        "partitions": res.partitions,
+        "quarantine_partitions": res.quarantine_partitions,
+        "quarantine_uri": res.quarantine_uri,
+        "manifest_uri": res.manifest_uri,
+        "dry_run": ctx.dry_run,
+    }
     from rlops.pipeline_steps.capture.fallbacks import check_fallbacks
+
     out.update(check_fallbacks(ctx, out))  # a live fallback share over the threshold is an incident
     if not ctx.dry_run and bool(cfg.get("track", True)):
         track_capture(ctx, out)
@@ -113,15 +173,15 @@ def track_capture(ctx: StepContext, out: dict[str, Any]) -> None:
     from rlops.pipeline_steps.infra import tags as T
     from rlops.pipeline_steps.infra.datasets import log_dataset_inputs, parquet_dataset
     from rlops.pipeline_steps.infra.pass_run import step_run
+
     with step_run(ctx, T.CAPTURE) as run:
         run.log_params({"source": out.get("source"), "interval": " .. ".join(out["interval"])})
         run.log_metrics({k: float(out[k]) for k in ("rows_in", "rows_accepted", "rows_quarantined")}, step=0)
         from rlops.pipeline_steps.capture.fallbacks import log_fallbacks
+
         log_fallbacks(run, out)
         parts = list(out.get("partitions") or [])[:50]  # a bound on what one run lists as inputs
-        log_dataset_inputs(run, [parquet_dataset(ctx.storage, p, f"traces-{ctx.scenario}") for p in parts],
-                           "captured")
-
+        log_dataset_inputs(run, [parquet_dataset(ctx.storage, p, f"traces-{ctx.scenario}") for p in parts], "captured")
 
 
 def _counts(rows_in: int, accepted: int, quarantined: int) -> dict[str, int]:
@@ -130,32 +190,68 @@ def _counts(rows_in: int, accepted: int, quarantined: int) -> dict[str, int]:
     return {"rows_in": rows_in, "rows_accepted": accepted, "rows_quarantined": quarantined}
 
 
-def simulate_capture(ctx: StepContext, pack: "Pack", traces: str, quarantine: str, start: datetime,
-                     episodes: int, sample_rate: float, profile: str) -> dict[str, Any]:
+def simulate_capture(
+    ctx: StepContext,
+    pack: Pack,
+    traces: str,
+    quarantine: str,
+    start: datetime,
+    episodes: int,
+    sample_rate: float,
+    profile: str,
+) -> dict[str, Any]:
     from rlops.data_contracts.schema import contract_for
     from rlops.pipeline_steps.capture.core import validate_rows
-    from rlops.pipeline_steps.infra.trace_store import (episode_prefix, write_quarantine_partitions,
-                                                  write_trace_partitions)
+    from rlops.pipeline_steps.infra.trace_store import (
+        episode_prefix,
+        write_quarantine_partitions,
+        write_trace_partitions,
+    )
     from rlops.sandbox.traces import rollout_traces
+
     if profile not in pack.scenario.profiles:
         from rlops.common.errors import UserError
-        raise UserError(f"capture --profile {profile!r}: pack {pack.name} has no such profile; "
-                        f"expected one of {sorted(pack.scenario.profiles)}")
+
+        raise UserError(
+            f"capture --profile {profile!r}: pack {pack.name} has no such profile; "
+            f"expected one of {sorted(pack.scenario.profiles)}"
+        )
     from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
+
     policy, version = champion_trace_policy(ctx, pack)
     # Seed and ids derive from the run key: each interval sees other applicants, ids never collide
     # across run keys, and re-running a run key reproduces its rows.
     seed = int(start.timestamp()) // 60 * 1000
-    df = rollout_traces(pack, policy, episodes, seed=seed, profile=profile,
-                        reward_version=ctx.reward_choice().reward_fn, policy_version=version,
-                        source="live" if profile == "live" else "sandbox", start_ts=start, sample_rate=sample_rate,
-                        episode_prefix=episode_prefix(ctx.scenario, ctx.run_key))
+    df = rollout_traces(
+        pack,
+        policy,
+        episodes,
+        seed=seed,
+        profile=profile,
+        reward_version=ctx.reward_choice().reward_fn,
+        policy_version=version,
+        source="live" if profile == "live" else "sandbox",
+        start_ts=start,
+        sample_rate=sample_rate,
+        episode_prefix=episode_prefix(ctx.scenario, ctx.run_key),
+    )
     contract = contract_for(pack)
     accepted, quarantined = validate_rows(df, contract)
-    parts = write_trace_partitions(ctx.storage, accepted, traces, ctx.run_key, contract=contract,
-                                   dry_run=ctx.dry_run)
-    qparts = write_quarantine_partitions(ctx.storage, quarantined, quarantine, ctx.scenario, ctx.run_key,
-                                         fallback_ts=start, dry_run=ctx.dry_run) if len(quarantined) else []
-    return {"source": f"simulation:{profile}", "policy_version": version, "episodes": episodes,
-            "sample_rate": sample_rate, **_counts(len(df), len(accepted), len(quarantined)),
-            "partitions": parts, "quarantine_partitions": qparts, "warnings": ctx.extra.get("warnings", [])}
+    parts = write_trace_partitions(ctx.storage, accepted, traces, ctx.run_key, contract=contract, dry_run=ctx.dry_run)
+    qparts = (
+        write_quarantine_partitions(
+            ctx.storage, quarantined, quarantine, ctx.scenario, ctx.run_key, fallback_ts=start, dry_run=ctx.dry_run
+        )
+        if len(quarantined)
+        else []
+    )
+    return {
+        "source": f"simulation:{profile}",
+        "policy_version": version,
+        "episodes": episodes,
+        "sample_rate": sample_rate,
+        **_counts(len(df), len(accepted), len(quarantined)),
+        "partitions": parts,
+        "quarantine_partitions": qparts,
+        "warnings": ctx.extra.get("warnings", []),
+    }

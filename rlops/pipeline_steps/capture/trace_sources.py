@@ -67,28 +67,40 @@ def _is_decision(name: Any, attributes: Mapping[str, Any]) -> bool:
 
 # --------------------------------------------------------------------------- MLflow
 
-def mlflow_source(tracking_uri: str, experiment: str, start: datetime, end: datetime,
-                  page_size: int = 500) -> CaptureSource:
+
+def mlflow_source(
+    tracking_uri: str, experiment: str, start: datetime, end: datetime, page_size: int = 500
+) -> CaptureSource:
     """The decisions of ``experiment``'s traces started in ``[start, end)``. Raises
     :class:`~rlops.common.errors.UserError` when the experiment does not exist."""
     from mlflow import MlflowClient
 
     from rlops.common.errors import UserError
+
     client = MlflowClient(tracking_uri=tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         names = sorted(e.name for e in client.search_experiments(max_results=50))
-        raise UserError(f"capture --from-mlflow: MLflow at {tracking_uri} has no experiment {experiment!r} "
-                        f"(capture.mlflow_experiment, default: the scenario's name); expected one of {names}")
+        raise UserError(
+            f"capture --from-mlflow: MLflow at {tracking_uri} has no experiment {experiment!r} "
+            f"(capture.mlflow_experiment, default: the scenario's name); expected one of {names}"
+        )
     source = CaptureSource(f"mlflow:{experiment}", iter(()))
-    filt = (f"attributes.timestamp_ms >= {int(start.timestamp() * 1000)} AND "
-            f"attributes.timestamp_ms < {int(end.timestamp() * 1000)}")
+    filt = (
+        f"attributes.timestamp_ms >= {int(start.timestamp() * 1000)} AND "
+        f"attributes.timestamp_ms < {int(end.timestamp() * 1000)}"
+    )
 
     def items() -> Iterator[SourceLine]:
         token = None
         while True:
-            page = client.search_traces(locations=[exp.experiment_id], filter_string=filt,
-                                        max_results=page_size, page_token=token, order_by=["timestamp_ms ASC"])
+            page = client.search_traces(
+                locations=[exp.experiment_id],
+                filter_string=filt,
+                max_results=page_size,
+                page_token=token,
+                order_by=["timestamp_ms ASC"],
+            )
             for trace in page:
                 where = f"mlflow:{experiment}/{trace.info.trace_id}"
                 spans = [(s.name, s.parent_id, dict(s.attributes or {})) for s in trace.data.spans]
@@ -100,11 +112,13 @@ def mlflow_source(tracking_uri: str, experiment: str, start: datetime, end: date
             token = page.token
             if not token:
                 return
+
     source.items = items()
     return source
 
 
 # --------------------------------------------------------------------------- OTLP/JSON
+
 
 class _Reader:
     """A rolling buffer over a text stream that decodes one JSON value at a time
@@ -123,7 +137,7 @@ class _Reader:
             self.eof = True
             return False
         self.offset += self.pos
-        self.buf = self.buf[self.pos:] + data
+        self.buf = self.buf[self.pos :] + data
         self.pos = 0
         return True
 
@@ -151,11 +165,14 @@ class _Reader:
                 obj, stop = self.decoder.raw_decode(self.buf, self.pos)
             except ValueError:
                 if len(self.buf) - self.pos > MAX_VALUE_CHARS:
-                    raise ValueError(f"a value at character {self.offset + self.pos} is over "
-                                     f"{MAX_VALUE_CHARS} characters or not JSON") from None
+                    raise ValueError(
+                        f"a value at character {self.offset + self.pos} is over "
+                        f"{MAX_VALUE_CHARS} characters or not JSON"
+                    ) from None
                 if not self._more():
-                    raise ValueError(f"the document ends inside a value at character "
-                                     f"{self.offset + self.pos}") from None
+                    raise ValueError(
+                        f"the document ends inside a value at character {self.offset + self.pos}"
+                    ) from None
                 continue
             # a number cut by the read boundary: decode again with the rest
             if stop == len(self.buf) and not self.eof and isinstance(obj, (int, float)) and self._more():
@@ -215,7 +232,7 @@ class _OtlpSpans:
     def __init__(self, source: CaptureSource, uri: str) -> None:
         self.source, self.uri = source, uri
         self.count = 0
-        self.decided: set[str] = set()            # trace ids with a decision span
+        self.decided: set[str] = set()  # trace ids with a decision span
         self.roots: list[tuple[str, SourceLine]] = []  # root spans without a record, by trace id
 
     def walk(self, r: _Reader, depth: int = 0) -> Iterator[SourceLine]:
@@ -223,8 +240,12 @@ class _OtlpSpans:
             at = r.offset + r.pos
             value = r.value()
             what = "a document" if depth == 0 else f"an element of {_SPAN_LISTS[min(depth, 2) - 1]}"
-            yield SourceLine(json.dumps(value, default=str)[:4096], f"{self.uri}@{at}", at,
-                             f"otlp: {what} at character {at} is a {type(value).__name__}, expected an object")
+            yield SourceLine(
+                json.dumps(value, default=str)[:4096],
+                f"{self.uri}@{at}",
+                at,
+                f"otlp: {what} at character {at} is a {type(value).__name__}, expected an object",
+            )
             return
         for key in r.members():
             if key in _SPAN_LISTS and depth < 2 and r.peek() == "[":
@@ -240,17 +261,25 @@ class _OtlpSpans:
         self.count += 1
         where = f"{self.uri}#span-{self.count}"
         if not isinstance(span, dict):
-            yield SourceLine(json.dumps(span, default=str)[:4096], where, self.count,
-                             f"otlp: span {self.count} is a {type(span).__name__}, expected an object")
+            yield SourceLine(
+                json.dumps(span, default=str)[:4096],
+                where,
+                self.count,
+                f"otlp: span {self.count} is a {type(span).__name__}, expected an object",
+            )
             return
         trace = str(span.get("traceId", ""))
         where = f"{self.uri}#{trace}/{span.get('spanId', '')}"
         try:
             attrs = {a["key"]: _otlp_value(a.get("value") or {}) for a in span.get("attributes") or []}
         except (KeyError, TypeError, AttributeError) as exc:
-            yield SourceLine(json.dumps(span, default=str)[:4096], where, self.count,
-                             f"otlp: span {self.count} has an unreadable attribute list ({exc!r}); "
-                             "expected [{\"key\": ..., \"value\": {...}}]")
+            yield SourceLine(
+                json.dumps(span, default=str)[:4096],
+                where,
+                self.count,
+                f"otlp: span {self.count} has an unreadable attribute list ({exc!r}); "
+                'expected [{"key": ..., "value": {...}}]',
+            )
             return
         if _is_decision(span.get("name"), attrs):
             self.decided.add(trace)
@@ -276,7 +305,7 @@ def _otlp_value(value: Mapping[str, Any]) -> Any:
     return json.dumps(value)
 
 
-def otlp_source(storage: "Storage", uri: str) -> CaptureSource:
+def otlp_source(storage: Storage, uri: str) -> CaptureSource:
     """The decisions of an OTLP/JSON export file, streamed (see the module docstring). A document
     that breaks off quarantines one row saying where; the spans before it stand."""
     source = CaptureSource(f"otlp:{uri}", iter(()), files_read=[uri])
@@ -292,11 +321,16 @@ def otlp_source(storage: "Storage", uri: str) -> CaptureSource:
                 try:
                     yield from spans.walk(r)
                 except ValueError as exc:
-                    tail = r.buf[r.pos:r.pos + 200]
-                    yield SourceLine(tail, f"{uri}#document-{doc}", doc,
-                                     f"otlp: document {doc} (from character {start}) is not valid OTLP/JSON: {exc}")
+                    tail = r.buf[r.pos : r.pos + 200]
+                    yield SourceLine(
+                        tail,
+                        f"{uri}#document-{doc}",
+                        doc,
+                        f"otlp: document {doc} (from character {start}) is not valid OTLP/JSON: {exc}",
+                    )
                     if not r.next_document():
                         break
         yield from spans.undecided_roots()
+
     source.items = items()
     return source

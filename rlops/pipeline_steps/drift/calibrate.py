@@ -36,12 +36,19 @@ Output
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
 from rlops.common.params_model import RecalConfig  # the typed ``recalibrate:`` params block
-from rlops.pipeline_steps.drift.field_fits import (changed_by_actions, declared, fit_field, fittable, initial_series,
-                                                   initial_values, unfittable_reason)
+from rlops.pipeline_steps.drift.field_fits import (
+    changed_by_actions,
+    declared,
+    fit_field,
+    fittable,
+    initial_series,
+    initial_values,
+    unfittable_reason,
+)
 from rlops.sandbox.profiles import CALIBRATED
 
 if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: registering the CLI stays light
@@ -50,23 +57,26 @@ if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: regist
 
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.sandbox.pack import Pack
-    from rlops.sandbox.spec import FieldSpec
 
 PROFILE = CALIBRATED  # the profile a calibration writes
 
 
 # --------------------------------------------------------------------------- simulation fits
-def fit_simulation(pack: "Pack", df: pd.DataFrame, min_rows: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def fit_simulation(pack: Pack, df: pd.DataFrame, min_rows: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(profile, fit details)``: the ``calibrated`` profile and what it was fitted from."""
     import numpy as np
     import pandas as pd
 
     from rlops.pipeline_steps.infra.trace_states import action_codes, error_flags
+
     spec = pack.scenario.spec
     base = spec.profiles[spec.default_profile]
     codes = action_codes(pack, df["action"])
-    latency = pd.to_numeric(df.get("latency_ms"), errors="coerce").to_numpy(np.float64) \
-        if "latency_ms" in df.columns else np.full(len(df), np.nan)
+    latency = (
+        pd.to_numeric(df.get("latency_ms"), errors="coerce").to_numpy(np.float64)
+        if "latency_ms" in df.columns
+        else np.full(len(df), np.nan)
+    )
     jitter, own_latency, details = fit_latency(pack, codes, latency, min_rows)
     err = error_flags(df["error"]) if "error" in df.columns else np.zeros(len(df), dtype=bool)
     own_rate = np.array([a.error_rate for a in spec.actions])[codes]
@@ -84,16 +94,19 @@ def fit_simulation(pack: "Pack", df: pd.DataFrame, min_rows: int) -> tuple[dict[
         rates[api] = float(np.clip(1.0 - (1.0 - observed) / max(1.0 - own, 1e-9), 0.0, 1.0))
         per_api[api] = {"rows": n, "observed_rate": observed, "api_rate": rates[api]}
     details["error_rates"] = per_api
-    profile = {"description": "fitted to live traces by rlops calibrate",
-               "latency_jitter_ms": {"min": float(jitter[0]), "max": float(jitter[1])},
-               "error_rates": {k: float(v) for k, v in rates.items()}}
+    profile = {
+        "description": "fitted to live traces by rlops calibrate",
+        "latency_jitter_ms": {"min": float(jitter[0]), "max": float(jitter[1])},
+        "error_rates": {k: float(v) for k, v in rates.items()},
+    }
     if own_latency:
         profile["action_latency_ms"] = own_latency
     return profile, details
 
 
-def fit_latency(pack: "Pack", codes: np.ndarray, latency: np.ndarray, min_rows: int
-                ) -> tuple[list[float], dict[str, dict[str, float]], dict[str, Any]]:
+def fit_latency(
+    pack: Pack, codes: np.ndarray, latency: np.ndarray, min_rows: int
+) -> tuple[list[float], dict[str, dict[str, float]], dict[str, Any]]:
     """``(jitter range, per-action latency, details)``. An action's latency is its own normal
     draw plus the profile's uniform jitter, common to all actions. Per action with ``min_rows``
     rows, the residual against its declared latency has mean ``(lo + hi) / 2`` and variance
@@ -101,6 +114,7 @@ def fit_latency(pack: "Pack", codes: np.ndarray, latency: np.ndarray, min_rows: 
     equations (so one action whose own latency changed — an API slowing down — does not bend
     it), and each action's own mean and std are then what its rows leave after the jitter."""
     import numpy as np
+
     spec = pack.scenario.spec
     base = spec.profiles[spec.default_profile]
     ok = np.isfinite(latency)
@@ -110,12 +124,17 @@ def fit_latency(pack: "Pack", codes: np.ndarray, latency: np.ndarray, min_rows: 
     if not per_action:
         return list(base.latency_jitter_ms), {}, details
     center = float(np.median([x.mean() - a.latency_mean_ms for a, x in per_action]))
-    spread = float(np.median([x.var() - a.latency_std_ms ** 2 for a, x in per_action]))
+    spread = float(np.median([x.var() - a.latency_std_ms**2 for a, x in per_action]))
     width = math.sqrt(12.0 * max(spread, 0.0))
     lo = max(0.0, center - width / 2)
     hi = max(lo, center + width / 2)
-    own = {a.name: {"mean": max(float(x.mean()) - (lo + hi) / 2, 0.0),
-                    "std": math.sqrt(max(float(x.var()) - (hi - lo) ** 2 / 12.0, 0.0))} for a, x in per_action}
+    own = {
+        a.name: {
+            "mean": max(float(x.mean()) - (lo + hi) / 2, 0.0),
+            "std": math.sqrt(max(float(x.var()) - (hi - lo) ** 2 / 12.0, 0.0)),
+        }
+        for a, x in per_action
+    }
     details.update(jitter_center_ms=center, jitter_width_ms=width, actions={a.name: int(x.size) for a, x in per_action})
     return [lo, hi], own, details
 
@@ -127,7 +146,7 @@ def live_rows(df: pd.DataFrame, source: str | None) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def fit_calibration(pack: "Pack", df: pd.DataFrame, cfg: RecalConfig) -> dict[str, Any]:
+def fit_calibration(pack: Pack, df: pd.DataFrame, cfg: RecalConfig) -> dict[str, Any]:
     """The calibration dict (``fields``, ``simulation``, ``fit``) from live trace rows."""
     if df.empty:
         raise ValueError(f"no {cfg.source or ''} trace rows to recalibrate from".replace("  ", " "))
@@ -135,6 +154,7 @@ def fit_calibration(pack: "Pack", df: pd.DataFrame, cfg: RecalConfig) -> dict[st
     if missing:
         raise ValueError(f"trace rows lack column(s) {sorted(missing)}; expected the trace record")
     from rlops.pipeline_steps.drift.mixture import fit_mixture, mixture_features, segment_population
+
     changed = changed_by_actions(pack)
     fields, fit, skipped, values = {}, {}, {}, {}
     for f in pack.scenario.spec.fields:
@@ -149,25 +169,45 @@ def fit_calibration(pack: "Pack", df: pd.DataFrame, cfg: RecalConfig) -> dict[st
         fields[f.path] = fit_field(f, x)
         fit[f.path] = {"n": int(x.size), "declared": declared(f), "fitted": fields[f.path]}
     profile, sim = fit_simulation(pack, df, cfg.min_rows)
-    out: dict[str, Any] = {"fields": fields, "simulation": {"profiles": {PROFILE: profile}},
-           "fit": {"fields": fit, "skipped": skipped, "simulation": sim, "rows": len(df),
-                   "episodes": int(df["episode_id"].nunique())}}
+    out: dict[str, Any] = {
+        "fields": fields,
+        "simulation": {"profiles": {PROFILE: profile}},
+        "fit": {
+            "fields": fit,
+            "skipped": skipped,
+            "simulation": sim,
+            "rows": len(df),
+            "episodes": int(df["episode_id"].nunique()),
+        },
+    }
     features = mixture_features(pack, fields)
     mix = fit_mixture(values, fields, features, cfg.max_components, cfg.min_component_weight, cfg.seed)
-    out["fit"]["mixture"] = {"features": features, "components": mix.components if mix else 1,
-                             "bic": mix.bic if mix else {}, "weights": mix.weights if mix else [1.0]}
+    out["fit"]["mixture"] = {
+        "features": features,
+        "components": mix.components if mix else 1,
+        "bic": mix.bic if mix else {},
+        "weights": mix.weights if mix else [1.0],
+    }
     if mix is not None:
         out["population"] = segment_population(pack, values, fields, mix, cfg.min_rows)
     return out
 
 
-def check_calibration(before: "Pack", before_profile: str, after: "Pack", df: pd.DataFrame,
-                      fitted: list[str], samples: int = 20_000, seed: int = 7) -> dict[str, dict[str, float | str]]:
+def check_calibration(
+    before: Pack,
+    before_profile: str,
+    after: Pack,
+    df: pd.DataFrame,
+    fitted: list[str],
+    samples: int = 20_000,
+    seed: int = 7,
+) -> dict[str, dict[str, float | str]]:
     """Distance of sandbox initial states to live initial values, before and after, per field:
     KS statistic for numbers, total-variation distance for enums and bools."""
     import numpy as np
     import torch
     from scipy.stats import ks_2samp
+
     key = torch.arange(samples, dtype=torch.int64) * 7919 + seed
     S_before = before.scenario.sample_initial(key, before_profile)
     S_after = after.scenario.sample_initial(key, PROFILE)
@@ -186,10 +226,14 @@ def check_calibration(before: "Pack", before_profile: str, after: "Pack", df: pd
 
             def dist(u: np.ndarray, v: np.ndarray) -> float:
                 return 0.5 * float(np.abs(share(u) - share(v)).sum())
+
             out[path] = {"metric": "tv", "before": dist(b, live), "after": dist(a, live)}
         else:
-            out[path] = {"metric": "ks", "before": float(ks_2samp(b, live).statistic),
-                         "after": float(ks_2samp(a, live).statistic)}
+            out[path] = {
+                "metric": "ks",
+                "before": float(ks_2samp(b, live).statistic),
+                "after": float(ks_2samp(a, live).statistic),
+            }
     return out
 
 
@@ -198,14 +242,16 @@ def worse_fits(check: dict[str, dict[str, float]], tolerance: float) -> list[str
     return sorted(p for p, c in check.items() if c["after"] > c["before"] + tolerance)
 
 
-def active_profile(pack: "Pack") -> str:
+def active_profile(pack: Pack) -> str:
     from rlops.sandbox.profiles import default_profile
+
     return default_profile(pack, "sandbox")
 
 
-def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, Any]:
+def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> dict[str, Any]:
     """Fit, check and write a new calibration version; returns a summary."""
     from rlops.sandbox.pack import load_pack
+
     cfg = ctx.config.recalibrate
     uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
     window = ctx.key.lookback(cfg.window_hours) if cfg.window_hours else None
@@ -215,33 +261,47 @@ def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, 
     written = ctx.load_pack(calibration=None)
     current = ctx.load_pack()
     cal = fit_calibration(written, df, cfg)
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    now = datetime.now(UTC).isoformat(timespec="seconds")
     cal.update(version=ctx.run_key, scenario=ctx.scenario, created=now, traces_uri=uri)
     if cfg.fit_outcomes:  # fittable hidden dynamics (scenario `fit:`), from the same live rows
         from rlops.pipeline_steps.drift.outcome_fit import fit_outcomes
+
         outcomes = fit_outcomes(current, df)
         if outcomes:
             cal["outcomes"] = outcomes
     after = load_pack(ctx.pack_dir, calibration=cal, check_liveness=False)
-    cal["check"] = check_calibration(current, active_profile(current), after, df, list(cal["fields"]),
-                                     cfg.check_samples, cfg.seed)
+    cal["check"] = check_calibration(
+        current, active_profile(current), after, df, list(cal["fields"]), cfg.check_samples, cfg.seed
+    )
     rejected = worse_fits(cal["check"], cfg.worse_tolerance)
     if rejected:  # keep the current sandbox's distribution of a field whose fit matches live worse
         from rlops.pipeline_steps.drift.mixture import drop_fields
+
         cal["fit"]["rejected"] = {p: cal["check"][p] for p in rejected}
         cal["fields"] = {p: v for p, v in cal["fields"].items() if p not in rejected}
         if "population" in cal:
             cal["population"] = drop_fields(cal["population"], set(rejected))
         after = load_pack(ctx.pack_dir, calibration=cal, check_liveness=False)
-        cal["check"] = check_calibration(current, active_profile(current), after, df, list(cal["fields"]),
-                                         cfg.check_samples, cfg.seed)
+        cal["check"] = check_calibration(
+            current, active_profile(current), after, df, list(cal["fields"]), cfg.check_samples, cfg.seed
+        )
     version_uri = ctx.uri("calibrations", ctx.scenario, f"{ctx.run_key}.json")
     latest_uri = ctx.uri("calibrations", ctx.scenario, "latest.json")
-    result = {"version": ctx.run_key, "calibration_uri": version_uri, "latest_uri": latest_uri,
-              "rows": len(df), "fields": sorted(cal["fields"]), "skipped": cal["fit"]["skipped"],
-              "rejected": cal["fit"].get("rejected", {}), "segments": len(cal.get("population") or []) or 1,
-              "profile": PROFILE, "simulation": cal["simulation"]["profiles"][PROFILE],
-              "check": cal["check"], "dry_run": ctx.dry_run, "run_id": None}
+    result = {
+        "version": ctx.run_key,
+        "calibration_uri": version_uri,
+        "latest_uri": latest_uri,
+        "rows": len(df),
+        "fields": sorted(cal["fields"]),
+        "skipped": cal["fit"]["skipped"],
+        "rejected": cal["fit"].get("rejected", {}),
+        "segments": len(cal.get("population") or []) or 1,
+        "profile": PROFILE,
+        "simulation": cal["simulation"]["profiles"][PROFILE],
+        "check": cal["check"],
+        "dry_run": ctx.dry_run,
+        "run_id": None,
+    }
     if ctx.dry_run:
         return result
     ctx.storage.write_json(version_uri, cal)
@@ -249,13 +309,22 @@ def recalibrate(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, 
     from rlops.pipeline_steps.infra import tags as T
     from rlops.pipeline_steps.infra.datasets import CALIBRATION, log_dataset_inputs, parquet_dataset
     from rlops.pipeline_steps.infra.pass_run import step_run
+
     with step_run(ctx, T.RECALIBRATE, extra_tags={T.CALIBRATION_VERSION: ctx.run_key}) as run:
         log_dataset_inputs(run, [parquet_dataset(ctx.storage, uri, f"traces-{ctx.scenario}")], CALIBRATION)
         flat = {f"{path}.{k}": v for path, spec in cal["fields"].items() for k, v in spec.items() if k != "dist"}
         flat.update({f"sim.{k}": v for k, v in result["simulation"].items() if k != "description"})
         run.log_params({**flat, "traces_uri": uri, "calibration_uri": version_uri})
-        run.log_metrics({f"{m}_{when}/{p}": v[when] for p, v in cal["check"].items()
-                         for when in ("before", "after") for m in [v["metric"]]} | {"rows": float(len(df))}, step=0)
+        run.log_metrics(
+            {
+                f"{m}_{when}/{p}": v[when]
+                for p, v in cal["check"].items()
+                for when in ("before", "after")
+                for m in [v["metric"]]
+            }
+            | {"rows": float(len(df))},
+            step=0,
+        )
         run.log_dict(cal, f"calibration/{ctx.run_key}.json")
         result["run_id"] = run.run_id
     return result

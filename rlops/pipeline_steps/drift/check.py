@@ -3,7 +3,8 @@
 Baseline: traces of the current champion as production serves it (its most likely action, as
 the agent SDK's policy client decides; the rule engine while there is none) in the
 calibrated sandbox (the pack under its latest calibration, profile ``calibrated``; the pack's
-default profile before the first calibration), encoded through the trace contract as live rows are, written to ``sandbox_traces/<scenario>/<run_key>.parquet``. Target: the live
+default profile before the first calibration), encoded through the trace contract as live rows
+are, written to ``sandbox_traces/<scenario>/<run_key>.parquet``. Target: the live
 trace partition of the run key's hour, or with ``drift.window_hours`` the trace-store window of that many
 hours ending with the run key (read by DuckDB: only the tested columns, partitions outside the
 window skipped). The field-by-field comparison is :func:`run_drift`, its
@@ -34,22 +35,26 @@ if TYPE_CHECKING:
 def window_uri(ctx: StepContext) -> str:
     """The trace-store partition of the run key's hour."""
     from rlops.pipeline_steps.infra.trace_store import join_uri, partition_path
+
     t = ctx.key.start
-    return join_uri(ctx.traces.trace_uri,
-                    partition_path(scenario=ctx.scenario, date=f"{t:%Y-%m-%d}", hour=t.hour))
+    return join_uri(ctx.traces.trace_uri, partition_path(scenario=ctx.scenario, date=f"{t:%Y-%m-%d}", hour=t.hour))
 
 
 def drift_columns(available: list[str], cfg: DriftParams | Mapping[str, Any]) -> list[str]:
     """The trace columns the drift check reads: the tested fields (``drift.fields``, else every
     ``state.*`` column plus the operational ones), the episode (the p-values' unit) and the reward."""
-    from rlops.pipeline_steps.drift.stats import OPERATIONAL_FIELDS
     from rlops.data_contracts.schema import STATE_PREFIX
+    from rlops.pipeline_steps.drift.stats import OPERATIONAL_FIELDS
+
     fields = set(cfg.get("fields") or [])
     wanted = {"episode_id", "reward_total", str(cfg.get("cluster") or "episode_id")}
     if cfg.get("outcome_enabled"):  # outcome drift predicts each live step's reward from its state and action
         wanted |= {"step", "action", "action_mask"}
-    return [c for c in available if c in wanted or c in fields
-            or (not fields and (c.startswith(STATE_PREFIX) or c in OPERATIONAL_FIELDS))]
+    return [
+        c
+        for c in available
+        if c in wanted or c in fields or (not fields and (c.startswith(STATE_PREFIX) or c in OPERATIONAL_FIELDS))
+    ]
 
 
 def target_rows(ctx: StepContext, cfg: DriftParams | Mapping[str, Any]) -> tuple[str, Any]:
@@ -76,6 +81,7 @@ def comparable_rows(pack: Any, df: Any) -> Any:
     distribution differs only where the worlds differ."""
     from rlops.data_contracts.schema import contract_for
     from rlops.data_contracts.validation import validate_frame
+
     return validate_frame(df, contract_for(pack)).accepted.reset_index(drop=True)
 
 
@@ -85,10 +91,18 @@ def baseline_inputs(ctx: StepContext, pack: Any, profile: str, episodes: int, re
     import json
 
     from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
+
     champion = ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION) or "rules"
-    doc = {"scenario": (pack.path / "scenario.yaml").read_text(), "calibration": pack.calibration,
-           "champion": str(champion), "profile": profile, "episodes": episodes, "reward_fn": reward_fn,
-           "reward_sha": pack.reward_fn(reward_fn).version, "seed": ctx.config.seed}
+    doc = {
+        "scenario": (pack.path / "scenario.yaml").read_text(),
+        "calibration": pack.calibration,
+        "champion": str(champion),
+        "profile": profile,
+        "episodes": episodes,
+        "reward_fn": reward_fn,
+        "reward_sha": pack.reward_fn(reward_fn).version,
+        "seed": ctx.config.seed,
+    }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:24], str(champion)
 
 
@@ -97,6 +111,7 @@ def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -
     back when an earlier check had the same inputs."""
     from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
     from rlops.sandbox.traces import rollout_traces
+
     reward_fn = ctx.reward_choice().reward_fn
     digest, champion = baseline_inputs(ctx, pack, profile, episodes, reward_fn)
     cached = ctx.uri("sandbox_traces", ctx.scenario, "by_inputs", f"{digest}.parquet")
@@ -104,8 +119,18 @@ def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -
         df = ctx.storage.read_parquet(cached)
         return df, str(df["policy_version"].iloc[0]) if len(df) else "rules"
     policy, version = champion_trace_policy(ctx, pack, deterministic=True)
-    df = comparable_rows(pack, rollout_traces(pack, policy, episodes, seed=ctx.config.seed,
-                                              profile=profile, policy_version=version, reward_version=reward_fn))
+    df = comparable_rows(
+        pack,
+        rollout_traces(
+            pack,
+            policy,
+            episodes,
+            seed=ctx.config.seed,
+            profile=profile,
+            policy_version=version,
+            reward_version=reward_fn,
+        ),
+    )
     if not ctx.dry_run and version.rsplit("/", 1)[-1] == champion:  # the champion did not move meanwhile
         ctx.storage.write_parquet(cached, df)
     return df, version
@@ -114,12 +139,18 @@ def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -
 def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]:
     from rlops.pipeline_steps.drift.report import run_drift
     from rlops.sandbox.profiles import default_profile
+
     cfg = ctx.config.drift
     target, live = target_rows(ctx, cfg)
     base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "target_uri": target, "dry_run": ctx.dry_run}
     if live.empty:
-        return {**base, "drifted_fields": [], "anomaly": False, "retrain": False,
-                "summary": f"no live traces at {target}; nothing to compare"}
+        return {
+            **base,
+            "drifted_fields": [],
+            "anomaly": False,
+            "retrain": False,
+            "summary": f"no live traces at {target}; nothing to compare",
+        }
     pack = ctx.load_pack()  # with the latest calibration: the sandbox as it stands now
     profile = default_profile(pack, "sandbox")
     baseline_df, version = sandbox_baseline(ctx, pack, profile, int(episodes or cfg.baseline_episodes))
@@ -127,23 +158,49 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
     if not ctx.dry_run:
         ctx.storage.write_parquet(baseline, baseline_df)
     fit_n = ((pack.calibration or {}).get("fit") or {}).get("episodes")
-    result = run_drift(ctx.params, baseline, target, ctx.report_uri("drift"), dry_run=ctx.dry_run,
-                       scenario=ctx.scenario, ctx=ctx, baseline_fit_n=fit_n,
-                       target_rows=live) if not ctx.dry_run else None
+    result = (
+        run_drift(
+            ctx.params,
+            baseline,
+            target,
+            ctx.report_uri("drift"),
+            dry_run=ctx.dry_run,
+            scenario=ctx.scenario,
+            ctx=ctx,
+            baseline_fit_n=fit_n,
+            target_rows=live,
+        )
+        if not ctx.dry_run
+        else None
+    )
     r_live, r_base = episode_returns(live), episode_returns(baseline_df)
-    se = float(np.sqrt(r_live.var(ddof=1) / max(len(r_live), 1) + r_base.var(ddof=1) / max(len(r_base), 1))) \
-        if len(r_live) > 1 and len(r_base) > 1 else 0.0
+    se = (
+        float(np.sqrt(r_live.var(ddof=1) / max(len(r_live), 1) + r_base.var(ddof=1) / max(len(r_base), 1)))
+        if len(r_live) > 1 and len(r_base) > 1
+        else 0.0
+    )
     drop = float(r_base.mean() - r_live.mean()) if len(r_live) and len(r_base) else 0.0
     anomaly = drop > max(cfg.anomaly_drop, 3 * se)
     drifted = list(result.drifted_fields) if result else []
     from rlops.pipeline_steps.drift.outcomes import outcome_drift_step
+
     outcome = outcome_drift_step(ctx, pack, baseline_df, live)
-    return {**base, "baseline_uri": baseline, "policy_version": version, "profile": profile,
-            "calibration": (pack.calibration or {}).get("version"), "drifted_fields": drifted,
-            "report_uri": result.report_uri if result else None, "html_uri": result.html_uri if result else None,
-            "summary": result.summary if result else "dry run: no report written",
-            "live_mean_return": round(float(r_live.mean()), 4) if len(r_live) else None,
-            "sandbox_mean_return": round(float(r_base.mean()), 4), "anomaly": bool(anomaly),
-            "outcome_drift": outcome.drifted, "outcome_onset": outcome.onset,
-            "outcome_drifted_cells": outcome.drifted_cells, "outcome_summary": outcome.summary,
-            "retrain": bool(drifted) or bool(anomaly) or outcome.onset}
+    return {
+        **base,
+        "baseline_uri": baseline,
+        "policy_version": version,
+        "profile": profile,
+        "calibration": (pack.calibration or {}).get("version"),
+        "drifted_fields": drifted,
+        "report_uri": result.report_uri if result else None,
+        "html_uri": result.html_uri if result else None,
+        "summary": result.summary if result else "dry run: no report written",
+        "live_mean_return": round(float(r_live.mean()), 4) if len(r_live) else None,
+        "sandbox_mean_return": round(float(r_base.mean()), 4),
+        "anomaly": bool(anomaly),
+        "outcome_drift": outcome.drifted,
+        "outcome_onset": outcome.onset,
+        "outcome_drifted_cells": outcome.drifted_cells,
+        "outcome_summary": outcome.summary,
+        "retrain": bool(drifted) or bool(anomaly) or outcome.onset,
+    }

@@ -45,6 +45,7 @@ def changed_by_actions(pack: Pack) -> set[str]:
 def initial_values(pack: Pack, df: pd.DataFrame, path: str, changed: bool) -> np.ndarray:
     """A field's initial value per episode (see module docstring); NaNs dropped."""
     import numpy as np
+
     out: np.ndarray = initial_series(pack, df, path, changed).to_numpy(np.float64)
     return out
 
@@ -55,6 +56,7 @@ def initial_series(pack: Pack, df: pd.DataFrame, path: str, changed: bool) -> pd
     import pandas as pd
 
     from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX, field_values
+
     col = STATE_PREFIX + path
     if col not in df.columns:
         return pd.Series([], dtype=np.float64)
@@ -69,12 +71,14 @@ def fit_field(f: FieldSpec, x: np.ndarray, w: np.ndarray | None = None) -> dict[
     """The MLE init spec of ``f``'s declared family from values ``x`` (enum codes, bools 0/1),
     each value weighted by ``w`` when given (a population segment's responsibilities)."""
     import numpy as np
+
     dist = f.init.dist
     w = np.ones_like(x, dtype=np.float64) if w is None else np.asarray(w, dtype=np.float64)
 
     def moments(v: np.ndarray, wv: np.ndarray) -> tuple[float, float]:
         m = float(np.average(v, weights=wv))
         return m, max(float(np.sqrt(np.average((v - m) ** 2, weights=wv))), 1e-6)
+
     if dist == "normal":
         mean, std = moments(x, w)
         return {"dist": "normal", "mean": mean, "std": std}
@@ -87,7 +91,7 @@ def fit_field(f: FieldSpec, x: np.ndarray, w: np.ndarray | None = None) -> dict[
     if dist == "uniform":
         return {"dist": "uniform", "low": float(x.min()), "high": float(x.max())}
     if dist == "categorical":
-        counts = np.bincount(x.astype(np.int64), weights=w, minlength=len(f.values))[:len(f.values)]
+        counts = np.bincount(x.astype(np.int64), weights=w, minlength=len(f.values))[: len(f.values)]
         return {"dist": "categorical", "probs": {v: float(c) / float(counts.sum()) for v, c in zip(f.values, counts)}}
     if dist == "bernoulli":
         return {"dist": "bernoulli", "p": float(np.average(x, weights=w))}
@@ -98,5 +102,12 @@ def declared(f: FieldSpec) -> dict[str, Any]:
     return {"dist": f.init.dist, **{k: (dict(v) if isinstance(v, dict) else v) for k, v in f.init.params.items()}}
 
 
-__all__ = ["changed_by_actions", "declared", "fit_field", "fittable", "initial_series", "initial_values",
-           "unfittable_reason"]
+__all__ = [
+    "changed_by_actions",
+    "declared",
+    "fit_field",
+    "fittable",
+    "initial_series",
+    "initial_values",
+    "unfittable_reason",
+]

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import numpy as np
     import pandas as pd
 
     from rlops.sandbox.pack import Pack
@@ -31,7 +30,7 @@ class MixtureFit:
     """The chosen mixture: weights, per-episode responsibilities and the BIC of every K tried."""
 
     weights: list[float]
-    responsibilities: "pd.DataFrame"  # index: episode id, one column per component
+    responsibilities: pd.DataFrame  # index: episode id, one column per component
     features: list[str]
     bic: dict[int, float]
 
@@ -40,20 +39,28 @@ class MixtureFit:
         return len(self.weights)
 
 
-def mixture_features(pack: "Pack", fitted: dict[str, dict[str, Any]]) -> list[str]:
+def mixture_features(pack: Pack, fitted: dict[str, dict[str, Any]]) -> list[str]:
     """Fitted ``normal``/``lognormal`` fields visible from the first step of every episode."""
     fields = pack.scenario.fields
-    return [p for p, spec in fitted.items()
-            if spec["dist"] in ("normal", "lognormal") and fields[p].visible_when is None]
+    return [
+        p for p, spec in fitted.items() if spec["dist"] in ("normal", "lognormal") and fields[p].visible_when is None
+    ]
 
 
-def fit_mixture(values: dict[str, "pd.Series"], fitted: dict[str, dict[str, Any]], features: list[str],
-                max_components: int, min_weight: float, seed: int) -> MixtureFit | None:
+def fit_mixture(
+    values: dict[str, pd.Series],
+    fitted: dict[str, dict[str, Any]],
+    features: list[str],
+    max_components: int,
+    min_weight: float,
+    seed: int,
+) -> MixtureFit | None:
     """The mixture of the features' initial values with the lowest admissible BIC; None when
     fewer than two features' worth of data or ``max_components`` < 2."""
     import numpy as np
     import pandas as pd
     from sklearn.mixture import GaussianMixture
+
     if not features or max_components < 2:
         return None
     table = pd.concat({p: values[p] for p in features}, axis=1).dropna()
@@ -82,14 +89,16 @@ def fit_mixture(values: dict[str, "pd.Series"], fitted: dict[str, dict[str, Any]
     return MixtureFit([float(w) for w in gm.weights_[order]], resp, list(features), bic)
 
 
-def segment_population(pack: "Pack", values: dict[str, "pd.Series"], fitted: dict[str, dict[str, Any]],
-                       mix: MixtureFit, min_rows: int) -> list[dict[str, Any]]:
+def segment_population(
+    pack: Pack, values: dict[str, pd.Series], fitted: dict[str, dict[str, Any]], mix: MixtureFit, min_rows: int
+) -> list[dict[str, Any]]:
     """One population segment per mixture component, every fitted field refitted in it with the
     episodes weighted by their responsibility (a field with fewer than ``min_rows`` weighted
     values in a segment, and every ``uniform`` field, keeps its one-population fit)."""
     import numpy as np
 
     from rlops.pipeline_steps.drift.field_fits import fit_field
+
     fields = pack.scenario.fields
     weights = _probabilities(mix.weights)
     segments = []

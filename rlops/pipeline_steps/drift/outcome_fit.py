@@ -40,22 +40,24 @@ GRID = np.exp(np.linspace(np.log(0.2), np.log(5.0), 161))
 _EPS = 1e-6
 
 
-def component_scores(frame: "pd.DataFrame", component: str) -> np.ndarray:
+def component_scores(frame: pd.DataFrame, component: str) -> np.ndarray:
     """The score of ``component`` in each row's reward breakdown JSON (NaN where absent)."""
     import pandas as pd
+
     pattern = r'"component":\s*"' + re.escape(component) + r'",\s*"score":\s*(-?[0-9.eE+-]+)'
     got = frame["reward_breakdown"].astype("string").str.extract(pattern, expand=False)
     out: np.ndarray = pd.to_numeric(got, errors="coerce").to_numpy(dtype=np.float64)
     return out
 
 
-def field_probabilities(pack: "Pack", doc: dict[str, Any], path: str, frame: "pd.DataFrame") -> np.ndarray:
+def field_probabilities(pack: Pack, doc: dict[str, Any], path: str, frame: pd.DataFrame) -> np.ndarray:
     """The pack's probability ``path`` on each row of ``frame`` (settling rows): the expression of
     the effect of the previous row's action where it sets the field, else the ``init`` expression."""
     from rlops.pipeline_steps.infra.trace_states import _previous_in_episode, action_codes, states_from_traces
     from rlops.sandbox.expr import compile_expr
     from rlops.sandbox.expr_runtime import NUM
     from rlops.sandbox.outcome_params import field_node
+
     S = states_from_traces(pack, frame)
     init = field_node(doc, path).get("init") or {}
     p = np.full(len(frame), np.nan)
@@ -79,10 +81,11 @@ def _loglik(y: np.ndarray, p: np.ndarray, theta: np.ndarray) -> np.ndarray:
     return out
 
 
-def segments(pack: "Pack", frame: "pd.DataFrame", by: list[str], quantiles: int = 8) -> dict[str, np.ndarray]:
+def segments(pack: Pack, frame: pd.DataFrame, by: list[str], quantiles: int = 8) -> dict[str, np.ndarray]:
     """``{condition expression: row mask}`` for each ``by`` field's quarters or values."""
     from rlops.data_contracts.schema import STATE_PREFIX
     from rlops.pipeline_steps.infra.trace_states import field_values
+
     out: dict[str, np.ndarray] = {}
     for path in by:
         spec = pack.scenario.fields.get(path)
@@ -99,17 +102,25 @@ def segments(pack: "Pack", frame: "pd.DataFrame", by: list[str], quantiles: int 
         cuts = np.unique(np.round(np.quantile(v[ok], np.linspace(0, 1, quantiles + 1)[1:-1]), 6))
         edges = [-np.inf, *cuts, np.inf]
         for lo, hi in zip(edges[:-1], edges[1:]):
-            parts = (([f"{path} > {float(lo)!r}"] if np.isfinite(lo) else [])
-                     + ([f"{path} <= {float(hi)!r}"] if np.isfinite(hi) else []))
+            parts = ([f"{path} > {float(lo)!r}"] if np.isfinite(lo) else []) + (
+                [f"{path} <= {float(hi)!r}"] if np.isfinite(hi) else []
+            )
             with np.errstate(invalid="ignore"):
                 out[" and ".join(parts)] = ok & (v > lo) & (v <= hi)
     return out
 
 
-def fit_factors(y: np.ndarray, p: np.ndarray, masks: dict[str, np.ndarray], alpha: float = 0.01,
-                max_factors: int = 3, min_rows: int = 100) -> list[dict[str, Any]]:
+def fit_factors(
+    y: np.ndarray,
+    p: np.ndarray,
+    masks: dict[str, np.ndarray],
+    alpha: float = 0.01,
+    max_factors: int = 3,
+    min_rows: int = 100,
+) -> list[dict[str, Any]]:
     """The greedy maximum-likelihood factors of step 3–4 of the module docstring."""
     from scipy.stats import chi2
+
     base = p.copy()
     chosen: list[dict[str, Any]] = []
     for _ in range(max_factors):
@@ -121,8 +132,15 @@ def fit_factors(y: np.ndarray, p: np.ndarray, masks: dict[str, np.ndarray], alph
             gain = float(ll[g] - _loglik(y[m], base[m], np.array([1.0]))[0])
             p_value = float(chi2.sf(2 * max(gain, 0.0), 1)) * len(tested)
             if p_value < alpha and (best is None or p_value < best["p_value"]):
-                best = {"factor": round(float(GRID[g]), 4), "when": when, "p_value": min(1.0, p_value),
-                        "rows": int(m.sum()), "events": int(y[m].sum()), "loglik_gain": round(gain, 3), "_mask": m}
+                best = {
+                    "factor": round(float(GRID[g]), 4),
+                    "when": when,
+                    "p_value": min(1.0, p_value),
+                    "rows": int(m.sum()),
+                    "events": int(y[m].sum()),
+                    "loglik_gain": round(gain, 3),
+                    "_mask": m,
+                }
         if best is None:
             break
         m = np.asarray(best.pop("_mask"), dtype=bool)
@@ -131,13 +149,15 @@ def fit_factors(y: np.ndarray, p: np.ndarray, masks: dict[str, np.ndarray], alph
     return chosen
 
 
-def fit_outcomes(pack: "Pack", frame: "pd.DataFrame", alpha: float = 0.01, quantiles: int = 8,
-                 max_factors: int = 3, min_rows: int = 100) -> dict[str, list[dict[str, Any]]]:
+def fit_outcomes(
+    pack: Pack, frame: pd.DataFrame, alpha: float = 0.01, quantiles: int = 8, max_factors: int = 3, min_rows: int = 100
+) -> dict[str, list[dict[str, Any]]]:
     """Fitted factors of every fittable field of ``pack`` from the live rows ``frame`` (the
     pack's own expressions, not an earlier calibration's, are the baseline)."""
     import yaml
 
     from rlops.sandbox.outcome_params import fittable_fields
+
     doc = yaml.safe_load((pack.path / "scenario.yaml").read_text())
     out: dict[str, list[dict[str, Any]]] = {}
     if frame.empty or "reward_breakdown" not in frame:

@@ -60,11 +60,16 @@ class OutcomeConfig:
     quantiles: int = 4
 
     @classmethod
-    def from_drift(cls, block: dict[str, Any] | None) -> "OutcomeConfig":
+    def from_drift(cls, block: dict[str, Any] | None) -> OutcomeConfig:
         b = block or {}
-        cfg = cls(enabled=bool(b.get("outcome_enabled", True)), alpha=float(b.get("outcome_alpha", 0.01)),
-                  min_effect=float(b.get("outcome_min_effect", 0.1)), min_rows=int(b.get("outcome_min_rows", 50)),
-                  ridge=float(b.get("outcome_ridge", 1.0)), quantiles=int(b.get("outcome_quantiles", 4)))
+        cfg = cls(
+            enabled=bool(b.get("outcome_enabled", True)),
+            alpha=float(b.get("outcome_alpha", 0.01)),
+            min_effect=float(b.get("outcome_min_effect", 0.1)),
+            min_rows=int(b.get("outcome_min_rows", 50)),
+            ridge=float(b.get("outcome_ridge", 1.0)),
+            quantiles=int(b.get("outcome_quantiles", 4)),
+        )
         if not 0 < cfg.alpha < 1:
             raise ValueError(f"drift.outcome_alpha must be in (0, 1), got {cfg.alpha}")
         if cfg.min_rows < 2:
@@ -112,26 +117,36 @@ class OutcomeReport:
         if self.reason:
             return f"outcome drift not tested: {self.reason}"
         worst = min((c for c in self.cells if c.tested), key=lambda c: c.p_adjusted, default=None)
-        head = (f"OUTCOME DRIFT in {len(self.drifted_cells)} cell(s): {', '.join(self.drifted_cells[:4])}"
-                if self.drifted else "no outcome drift")
+        head = (
+            f"OUTCOME DRIFT in {len(self.drifted_cells)} cell(s): {', '.join(self.drifted_cells[:4])}"
+            if self.drifted
+            else "no outcome drift"
+        )
         if worst is None:
             return head
-        return (f"{head} (most significant {worst.action}@{worst.segment}: live residual "
-                f"{worst.live_residual:+.3f} vs sandbox {worst.sandbox_residual:+.3f}, d={worst.effect:+.2f}, "
-                f"p={worst.p_adjusted:.2g})")
+        return (
+            f"{head} (most significant {worst.action}@{worst.segment}: live residual "
+            f"{worst.live_residual:+.3f} vs sandbox {worst.sandbox_residual:+.3f}, d={worst.effect:+.2f}, "
+            f"p={worst.p_adjusted:.2g})"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k != "cells"}
-        out["cells"] = [{k: (round(v, 6) if isinstance(v, float) and math.isfinite(v) else v)
-                         for k, v in asdict(c).items()} for c in self.cells]
+        out["cells"] = [
+            {k: (round(v, 6) if isinstance(v, float) and math.isfinite(v) else v) for k, v in asdict(c).items()}
+            for c in self.cells
+        ]
         out.update(summary=self.summary, drifted_cells=self.drifted_cells)
         return out
 
     def metrics(self) -> dict[str, float]:
         tested = [c for c in self.cells if c.tested]
-        out = {"outcome.drifted": float(self.drifted), "outcome.onset": float(self.onset),
-               "outcome.n_cells": float(len(tested)),
-               "outcome.n_drifted": float(len(self.drifted_cells))}
+        out = {
+            "outcome.drifted": float(self.drifted),
+            "outcome.onset": float(self.onset),
+            "outcome.n_cells": float(len(tested)),
+            "outcome.n_drifted": float(len(self.drifted_cells)),
+        }
         if tested:
             out["outcome.min_p"] = min(c.p_adjusted for c in tested)
             out["outcome.max_abs_effect"] = max(abs(c.effect) for c in tested)
@@ -141,6 +156,7 @@ class OutcomeReport:
 def welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """Two-sided Welch t-test of mean(a) = mean(b) → (p-value, Cohen's d with the pooled sd)."""
     from scipy.stats import ttest_ind
+
     va, vb = a.var(ddof=1), b.var(ddof=1)
     pooled = math.sqrt(((len(a) - 1) * va + (len(b) - 1) * vb) / max(len(a) + len(b) - 2, 1))
     diff = float(a.mean() - b.mean())
@@ -150,11 +166,12 @@ def welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return (p if math.isfinite(p) else 1.0), diff / pooled
 
 
-def field_segments(pack: "Pack", reference: "pd.DataFrame", quantiles: int) -> dict[str, tuple[str, float, float]]:
+def field_segments(pack: Pack, reference: pd.DataFrame, quantiles: int) -> dict[str, tuple[str, float, float]]:
     """Automatic segments: each observed numeric field cut at the ``reference`` rows' quantiles
     (``age:q4`` = its top quarter), each enum field by value."""
     from rlops.data_contracts.schema import STATE_PREFIX
     from rlops.pipeline_steps.infra.trace_states import field_values
+
     out: dict[str, tuple[str, float, float]] = {}
     for f in pack.scenario.spec.fields:
         col = STATE_PREFIX + f.path
@@ -171,13 +188,18 @@ def field_segments(pack: "Pack", reference: "pd.DataFrame", quantiles: int) -> d
     return out
 
 
-def segment_masks(pack: "Pack", frame: "pd.DataFrame", expressions: dict[str, str] | None,
-                  fields: dict[str, tuple[str, float, float]] | None = None) -> dict[str, np.ndarray]:
+def segment_masks(
+    pack: Pack,
+    frame: pd.DataFrame,
+    expressions: dict[str, str] | None,
+    fields: dict[str, tuple[str, float, float]] | None = None,
+) -> dict[str, np.ndarray]:
     """``all``, each expression segment and each automatic field segment, evaluated on the rows'
     observed state (a field not yet visible on a row puts the row in none of its segments)."""
     from rlops.data_contracts.schema import STATE_PREFIX
     from rlops.pipeline_steps.infra.trace_states import field_values, states_from_traces
     from rlops.sandbox.expr import BOOL, compile_expr
+
     out = {"all": np.ones(len(frame), dtype=bool)}
     if expressions:
         S = states_from_traces(pack, frame)
@@ -194,11 +216,13 @@ def segment_masks(pack: "Pack", frame: "pd.DataFrame", expressions: dict[str, st
     return out
 
 
-def outcome_drift(pack: "Pack", sandbox: "pd.DataFrame", live: "pd.DataFrame", cfg: OutcomeConfig,
-                  segments: dict[str, str] | None = None) -> OutcomeReport:
+def outcome_drift(
+    pack: Pack, sandbox: pd.DataFrame, live: pd.DataFrame, cfg: OutcomeConfig, segments: dict[str, str] | None = None
+) -> OutcomeReport:
     """The calibration test of ``live`` rows against the calibrated sandbox's ``sandbox`` rows."""
     from rlops.pipeline_steps.infra.trace_states import action_codes, state_features
     from rlops.pipeline_steps.promotion.ope_direct import fit_linear_q
+
     rep = OutcomeReport(alpha=cfg.alpha, min_effect=cfg.min_effect, live_rows=len(live), sandbox_rows=len(sandbox))
     if live.empty or sandbox.empty or "reward_total" not in live:
         rep.reason = "no live or no sandbox rows with rewards"
@@ -217,7 +241,7 @@ def outcome_drift(pack: "Pack", sandbox: "pd.DataFrame", live: "pd.DataFrame", c
     pred_live = np.zeros(len(live))
     for part in (fit, ~fit):
         model = fit_linear_q(x_sb[part], a_sb[part], r_sb[part], pack.scenario.n_actions, cfg.ridge)
-        res_sb[~part] = r_sb[~part] - model.predict(x_sb[~part])[idx_sb[:(~part).sum()], a_sb[~part]]
+        res_sb[~part] = r_sb[~part] - model.predict(x_sb[~part])[idx_sb[: (~part).sum()], a_sb[~part]]
         pred_live += 0.5 * model.predict(x_live)[idx_live, a_live]
     res_live = r_live - pred_live
     held = np.ones(len(sandbox), dtype=bool)
@@ -230,9 +254,20 @@ def outcome_drift(pack: "Pack", sandbox: "pd.DataFrame", live: "pd.DataFrame", c
             v = res_live[(a_live == a) & seg_live[seg]]
             if min(len(s), len(v)) < cfg.min_rows:
                 if len(v):
-                    rep.cells.append(OutcomeCell(action, seg, len(v), len(s), float(v.mean()),
-                                                 float(s.mean()) if len(s) else math.nan, math.nan, math.nan,
-                                                 math.nan, tested=False))
+                    rep.cells.append(
+                        OutcomeCell(
+                            action,
+                            seg,
+                            len(v),
+                            len(s),
+                            float(v.mean()),
+                            float(s.mean()) if len(s) else math.nan,
+                            math.nan,
+                            math.nan,
+                            math.nan,
+                            tested=False,
+                        )
+                    )
                 continue
             p, d = welch(v, s)
             rep.cells.append(OutcomeCell(action, seg, len(v), len(s), float(v.mean()), float(s.mean()), d, p, p))
@@ -252,14 +287,15 @@ def outcome_drift(pack: "Pack", sandbox: "pd.DataFrame", live: "pd.DataFrame", c
     return rep
 
 
-def _half(episodes: "pd.Series") -> np.ndarray:
+def _half(episodes: pd.Series) -> np.ndarray:
     """A deterministic half of the episodes (by a stable hash of the id): the regression's fit set."""
     import pandas as pd
-    out: np.ndarray = (pd.util.hash_array(episodes.to_numpy(dtype=object)) % 2 == 0)
+
+    out: np.ndarray = pd.util.hash_array(episodes.to_numpy(dtype=object)) % 2 == 0
     return out
 
 
-def outcome_drift_step(ctx: Any, pack: "Pack", sandbox: "pd.DataFrame", live: "pd.DataFrame") -> OutcomeReport:
+def outcome_drift_step(ctx: Any, pack: Pack, sandbox: pd.DataFrame, live: pd.DataFrame) -> OutcomeReport:
     """The drift check's call: test, write ``outcomes.json`` beside the drift report and log the
     ``outcome.*`` metrics and the report to an MLflow run of the drift step."""
     cfg = OutcomeConfig.from_drift(ctx.section("drift"))
@@ -279,6 +315,7 @@ def outcome_drift_step(ctx: Any, pack: "Pack", sandbox: "pd.DataFrame", live: "p
     ctx.storage.write_json(uri, doc)
     from rlops.pipeline_steps.infra import tags as T
     from rlops.pipeline_steps.infra.pass_run import step_run
+
     with step_run(ctx, T.DRIFT, label="outcomes") as run:
         run.log_params({"outcome_alpha": cfg.alpha, "outcome_min_effect": cfg.min_effect, "report_uri": uri})
         run.log_metrics(rep.metrics(), step=0)

@@ -67,9 +67,15 @@ def _numeric_plot(ax: Any, b: np.ndarray, t: np.ndarray) -> None:
     for values, label, color in ((b, "baseline", _COLORS[0]), (t, "target", _COLORS[1])):
         counts, _ = np.histogram(values, bins=bins)  # the outer 0.5% tails are left out
         share = counts / max(values.size, 1)
-        ax.stairs(share, bins, label=f"{label} (n={values.size:,})", color=color,
-                  fill=label == "baseline", alpha=0.35 if label == "baseline" else 1.0,
-                  linewidth=1.8)
+        ax.stairs(
+            share,
+            bins,
+            label=f"{label} (n={values.size:,})",
+            color=color,
+            fill=label == "baseline",
+            alpha=0.35 if label == "baseline" else 1.0,
+            linewidth=1.8,
+        )
     ax.set_ylabel("share of rows")
 
 
@@ -77,15 +83,13 @@ def _category_plot(ax: Any, b: pd.Series, t: pd.Series) -> None:
     def shares(col: pd.Series) -> pd.Series:
         s = col.astype(object).where(col.notna(), MISSING).astype(str).value_counts()
         return s / max(int(s.sum()), 1)
+
     sb, st = shares(b), shares(t)
-    cats = (sb.add(st, fill_value=0).sort_values(ascending=False).index[:_TOP_CATEGORIES])
+    cats = sb.add(st, fill_value=0).sort_values(ascending=False).index[:_TOP_CATEGORIES]
     x = np.arange(len(cats))
-    ax.bar(x - 0.2, sb.reindex(cats, fill_value=0).to_numpy(), 0.4, label="baseline",
-           color=_COLORS[0])
-    ax.bar(x + 0.2, st.reindex(cats, fill_value=0).to_numpy(), 0.4, label="target",
-           color=_COLORS[1])
-    ax.set_xticks(x, [c if len(c) <= 18 else c[:17] + "…" for c in cats], rotation=30,
-                  ha="right", fontsize=8)
+    ax.bar(x - 0.2, sb.reindex(cats, fill_value=0).to_numpy(), 0.4, label="baseline", color=_COLORS[0])
+    ax.bar(x + 0.2, st.reindex(cats, fill_value=0).to_numpy(), 0.4, label="target", color=_COLORS[1])
+    ax.set_xticks(x, [c if len(c) <= 18 else c[:17] + "…" for c in cats], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("share of rows")
 
 
@@ -103,9 +107,11 @@ def field_plot(f: FieldDrift, baseline: pd.DataFrame, target: pd.DataFrame) -> s
         _category_plot(ax, baseline[f.field], target[f.field])
     verdict = "DRIFTED" if f.drifted else "stable"
     measure = "KS distance" if f.test == "ks" else "share moved"
-    ax.set_title(f"{f.field} — {verdict} ({measure} {f.effect:.3f}, p = {_fmt_p(f.p_value)})",
-                 fontsize=10,
-                 color="#B00020" if f.drifted else "#222222")
+    ax.set_title(
+        f"{f.field} — {verdict} ({measure} {f.effect:.3f}, p = {_fmt_p(f.p_value)})",
+        fontsize=10,
+        color="#B00020" if f.drifted else "#222222",
+    )
     ax.legend(fontsize=8, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return _png(fig)
@@ -125,14 +131,20 @@ def _fmt_p(p: float) -> str:
     return "—" if not np.isfinite(p) else ("< 1e-300" if p < 1e-300 else f"{p:.3g}")
 
 
-def render_html(report: DriftReport, baseline: pd.DataFrame, target: pd.DataFrame,
-                title: str = "Drift report", plots_for: str = "all") -> str:
+def render_html(
+    report: DriftReport,
+    baseline: pd.DataFrame,
+    target: pd.DataFrame,
+    title: str = "Drift report",
+    plots_for: str = "all",
+) -> str:
     """The report as one self-contained HTML page (plots embedded as base64 PNG; ``plots_for``
     ``drifted``: histograms of the flagged fields only, for reports written every hour)."""
     esc = html.escape
     meta = report.meta or {}
-    sub = " · ".join(f"{esc(str(k))}: {esc(str(v))}" for k, v in meta.items()
-                     if k in ("scenario", "baseline", "target", "created"))
+    sub = " · ".join(
+        f"{esc(str(k))}: {esc(str(v))}" for k, v in meta.items() if k in ("scenario", "baseline", "target", "created")
+    )
     rows, plots = [], []
     for f in report.tested:
         effect_label = "KS distance" if f.test == "ks" else "share moved (TV)"
@@ -140,13 +152,17 @@ def render_html(report: DriftReport, baseline: pd.DataFrame, target: pd.DataFram
             f"<tr class='{'drifted' if f.drifted else ''}'><td>{esc(f.field)}</td>"
             f"<td>{'yes' if f.drifted else 'no'}</td><td>{f.effect:.4f}</td>"
             f"<td>{esc(effect_label)}</td><td>{_fmt_p(f.p_value)}</td>"
-            + (f"<td>{_fmt_p(f.p_adjusted)}</td>" if report.bh else "") +
-            f"<td>{f.n_baseline:,} / {f.n_target:,}</td></tr>")
+            + (f"<td>{_fmt_p(f.p_adjusted)}</td>" if report.bh else "")
+            + f"<td>{f.n_baseline:,} / {f.n_target:,}</td></tr>"
+        )
         if plots_for == "all" or f.drifted:
-            plots.append(f"<div class='field'><img alt='{esc(f.field)}' src='data:image/png;base64,"
-                         f"{field_plot(f, baseline, target)}'></div>")
-    errors = "".join(f"<tr><td>{esc(f.field)}</td><td style='text-align:left'>"
-                     f"{esc(f.error or '')}</td></tr>" for f in report.errors)
+            plots.append(
+                f"<div class='field'><img alt='{esc(f.field)}' src='data:image/png;base64,"
+                f"{field_plot(f, baseline, target)}'></div>"
+            )
+    errors = "".join(
+        f"<tr><td>{esc(f.field)}</td><td style='text-align:left'>{esc(f.error or '')}</td></tr>" for f in report.errors
+    )
     alert = " alert" if report.drifted_fields else ""
     bh_head = "<th>p-value after BH</th>" if report.bh else ""
     return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">
@@ -160,9 +176,9 @@ clear (p-value below {report.threshold:g}) and large enough to matter (effect at
 for numbers, and the share of rows that would have to change category for categories.</p>
 <table><thead><tr><th>Field</th><th>Drifted</th><th>Effect</th><th>Effect measure</th>
 <th>p-value</th>{bh_head}<th>Rows (baseline / target)</th></tr></thead>
-<tbody>{''.join(rows)}</tbody></table>
+<tbody>{"".join(rows)}</tbody></table>
 {f"<h2>Fields that could not be compared</h2><table>{errors}</table>" if errors else ""}
-<h2>Distributions</h2>{''.join(plots)}
+<h2>Distributions</h2>{"".join(plots)}
 </body></html>"""
 
 
@@ -173,12 +189,23 @@ def _default_out(storage: Any, report_dir: str, baseline_uri: str, target_uri: s
     return out
 
 
-def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
-              out_uri: str | None = None, *, fields: Sequence[str] | None = None,
-              threshold: float | None = None, min_effect: float | None = None,
-              bh: bool | None = None, dry_run: bool = False, track: bool = True,
-              scenario: str | None = None, ctx: Any = None, baseline_fit_n: float | None = None,
-              target_rows: pd.DataFrame | None = None) -> DriftResult:
+def run_drift(
+    params: Mapping[str, Any],
+    baseline_uri: str,
+    target_uri: str,
+    out_uri: str | None = None,
+    *,
+    fields: Sequence[str] | None = None,
+    threshold: float | None = None,
+    min_effect: float | None = None,
+    bh: bool | None = None,
+    dry_run: bool = False,
+    track: bool = True,
+    scenario: str | None = None,
+    ctx: Any = None,
+    baseline_fit_n: float | None = None,
+    target_rows: pd.DataFrame | None = None,
+) -> DriftResult:
     """Read both windows, test them, write ``report.json``/``report.html`` under ``out_uri``
     (default ``<storage.root>/<drift.report_dir>/<hash of the two URIs>``) and log them to
     MLflow. Arguments left ``None`` come from the typed ``drift`` block of ``params`` (the params
@@ -201,31 +228,44 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
     if target_rows is None:  # live traces: read as every trace-store read is (DuckDB unless trace_store.engine)
         from rlops.pipeline_steps.infra.storage import StorageNotFoundError
         from rlops.pipeline_steps.infra.trace_query import QueryEngineConfig, TraceReader
+
         reader = TraceReader(storage, QueryEngineConfig.from_params(params))
         if not reader.files(target_uri):
-            raise StorageNotFoundError(f"read_parquet: no parquet file at or under {target_uri} "
-                                       "(quarantine partitions are not read)", op="read_parquet", uri=target_uri)
+            raise StorageNotFoundError(
+                f"read_parquet: no parquet file at or under {target_uri} (quarantine partitions are not read)",
+                op="read_parquet",
+                uri=target_uri,
+            )
         target_rows = reader.read(target_uri)
     target = target_rows
     unit = cfg.cluster
     clusters = (baseline[unit], target[unit]) if unit and unit in baseline and unit in target else None
     report = detect_drift(
-        baseline, target,
+        baseline,
+        target,
         threshold=float(threshold if threshold is not None else cfg.threshold),
         min_effect=float(min_effect if min_effect is not None else cfg.min_effect),
         bh=bool(bh if bh is not None else cfg.bh),
-        fields=fields, workers=cfg.workers, clusters=clusters, baseline_fit_n=baseline_fit_n)
+        fields=fields,
+        workers=cfg.workers,
+        clusters=clusters,
+        baseline_fit_n=baseline_fit_n,
+    )
     scenario = scenario or (ctx.scenario if ctx is not None else config.scenario)
-    report.meta.update(scenario=scenario, baseline=baseline_uri, target=target_uri,
-                       created=pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"))
+    report.meta.update(
+        scenario=scenario,
+        baseline=baseline_uri,
+        target=target_uri,
+        created=pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
+    )
     out = (out_uri or _default_out(storage, cfg.report_dir, baseline_uri, target_uri)).rstrip("/")
     json_uri, html_uri = f"{out}/report.json", f"{out}/report.html"
-    result = DriftResult(report.drifted_fields, len(report.tested), report.summary, json_uri,
-                         html_uri, dry_run=dry_run, report=report)
+    result = DriftResult(
+        report.drifted_fields, len(report.tested), report.summary, json_uri, html_uri, dry_run=dry_run, report=report
+    )
     if dry_run:
         return result
-    page = render_html(report, baseline, target, title=f"Drift report — {scenario}",
-                       plots_for=cfg.plots)
+    page = render_html(report, baseline, target, title=f"Drift report — {scenario}", plots_for=cfg.plots)
     report_json = report.to_json()
     storage.write_text(json_uri, report_json)
     storage.write_text(html_uri, page)
@@ -234,14 +274,25 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
     from rlops.pipeline_steps.infra.datasets import DRIFT, log_dataset_inputs, parquet_dataset
 
     with _drift_run(params, scenario, ctx) as run:
-        log_dataset_inputs(run, [parquet_dataset(storage, baseline_uri, "drift-baseline"),
-                                 parquet_dataset(storage, target_uri, "drift-target") if not window_read
-                                 else None], DRIFT)
-        run.log_params({"baseline": baseline_uri, "target": target_uri,
-                        "threshold": report.threshold, "min_effect": report.min_effect,
-                        "bh": report.bh, "report_uri": json_uri})
-        metrics = {"drift.n_fields": float(len(report.tested)),
-                   "drift.n_drifted": float(len(report.drifted_fields))}
+        log_dataset_inputs(
+            run,
+            [
+                parquet_dataset(storage, baseline_uri, "drift-baseline"),
+                parquet_dataset(storage, target_uri, "drift-target") if not window_read else None,
+            ],
+            DRIFT,
+        )
+        run.log_params(
+            {
+                "baseline": baseline_uri,
+                "target": target_uri,
+                "threshold": report.threshold,
+                "min_effect": report.min_effect,
+                "bh": report.bh,
+                "report_uri": json_uri,
+            }
+        )
+        metrics = {"drift.n_fields": float(len(report.tested)), "drift.n_drifted": float(len(report.drifted_fields))}
         for f in report.tested:
             name = _METRIC_UNSAFE.sub("_", f.field)  # MLflow's allowed metric-name characters
             metrics[f"drift_effect/{name}"] = f.effect
@@ -256,10 +307,14 @@ def run_drift(params: Mapping[str, Any], baseline_uri: str, target_uri: str,
 def _drift_run(params: Mapping[str, Any], scenario: str | None, ctx: Any) -> Any:
     """The MLflow run of a drift report: a step of the pass with a context, else a run of its own."""
     from rlops.pipeline_steps.infra import tags as T
+
     if ctx is not None:
         from rlops.pipeline_steps.infra.pass_run import step_run
+
         return step_run(ctx, T.DRIFT)
     from rlops.pipeline_steps.infra.registry import Tracker
+
     tracker = Tracker.from_params(params, scenario=scenario)
-    return tracker.start_run(f"{T.DRIFT} · {tracker.scenario} · ad hoc",
-                             tags={T.STEP: T.DRIFT, T.SCENARIO: tracker.scenario})
+    return tracker.start_run(
+        f"{T.DRIFT} · {tracker.scenario} · ad hoc", tags={T.STEP: T.DRIFT, T.SCENARIO: tracker.scenario}
+    )

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import scipy.stats
+
 from rlops.data_contracts.schema import STATE_PREFIX
 
 try:  # scipy's exact small-sample p-value from (n1, n2, D); public ks_2samp is the fallback
@@ -60,7 +61,7 @@ DEFAULT_THRESHOLD = 0.01
 DEFAULT_MIN_EFFECT = 0.02
 
 _MAX_EXACT_N = 10_000  # scipy's MAX_AUTO_N: 'auto' is exact when both samples are this small
-_BLOCK = 64            # block size of the bound-and-refine search for the ECDF gap
+_BLOCK = 64  # block size of the bound-and-refine search for the ECDF gap
 _FAST_SMIRNOV_MIN_N = 4096
 _SMIRNOV_MAX_COMPUTE_N = 1_000_000  # above this scipy uses a closed-form approximation
 # the fast Smirnov sum needs x87 80-bit long double (64-bit mantissa); elsewhere scipy sums
@@ -115,16 +116,20 @@ class DriftReport:
     def summary(self) -> str:
         """One sentence for people: ``"3 of 12 fields drifted (…)"``."""
         bh = " after BH" if self.bh else ""
-        text = (f"{len(self.drifted_fields)} of {len(self.tested)} fields drifted "
-                f"(p < {self.threshold:g}{bh} and effect ≥ {self.min_effect:g}).")
+        text = (
+            f"{len(self.drifted_fields)} of {len(self.tested)} fields drifted "
+            f"(p < {self.threshold:g}{bh} and effect ≥ {self.min_effect:g})."
+        )
         if self.errors:
             text += f" {len(self.errors)} field(s) could not be compared."
         return text
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["fields"] = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                          for k, v in asdict(f).items()} for f in self.fields]
+        out["fields"] = [
+            {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(f).items()}
+            for f in self.fields
+        ]
         out["drifted_fields"] = self.drifted_fields
         out["summary"] = self.summary
         return out
@@ -197,8 +202,7 @@ def _kstwo_sf(d: float, n_eff: float) -> float:
     extended precision (:func:`_smirnov_sf`); every other case goes to scipy itself.
     """
     n = int(n_eff)
-    if _HAS_X87_LONG_DOUBLE and _FAST_SMIRNOV_MIN_N <= n <= _SMIRNOV_MAX_COMPUTE_N \
-            and 0.0 < d < 0.5:
+    if _HAS_X87_LONG_DOUBLE and _FAST_SMIRNOV_MIN_N <= n <= _SMIRNOV_MAX_COMPUTE_N and 0.0 < d < 0.5:
         t = n * d
         if 1.0 < t < n - 1 and 2.2 <= t * d < 370.0:  # scipy's own branch conditions
             return min(2.0 * _smirnov_sf(n, d), 1.0)
@@ -213,8 +217,7 @@ def _stirlerr_table() -> np.ndarray:
     """``log k! - (k+1/2) log k + k - log(2π)/2`` for k < 64, from 50-digit decimals."""
     with localcontext() as ctx:
         ctx.prec = 50
-        half_log_2pi = (2 * Decimal("3.14159265358979323846264338327950288419716939937510")
-                        ).ln() / 2
+        half_log_2pi = (2 * Decimal("3.14159265358979323846264338327950288419716939937510")).ln() / 2
         out, fact = [0.0], Decimal(1)
         for k in range(1, 64):
             fact *= k
@@ -251,7 +254,7 @@ def _smirnov_sf(n: int, x: float) -> float:
     nv = n - v
     rough = v * np.log1p(nx_f / v) - nv * np.log1p(nx_f / (nv - nx_f))
     keep = np.flatnonzero(rough >= rough.max() - 80.0)
-    v, nv = v[keep[0]:keep[-1] + 1], nv[keep[0]:keep[-1] + 1]
+    v, nv = v[keep[0] : keep[-1] + 1], nv[keep[0] : keep[-1] + 1]
     nx = ld(n) * ld(x)
     vl, nvl = v.astype(ld), nv.astype(ld)
     deviance = nvl * np.log1p(nx / (nvl - nx)) - vl * np.log1p(nx / vl)
@@ -276,7 +279,7 @@ def _numeric_values(col: pd.Series) -> np.ndarray:
 def _sorted_no_nan(values: np.ndarray) -> np.ndarray:
     s = np.sort(values)  # NaNs sort last, so dropping them is one binary search
     nan_tail = s.dtype.kind == "f" and s.size and np.isnan(s[-1])
-    return s[:np.searchsorted(s, np.nan, side="left")] if nan_tail else s
+    return s[: np.searchsorted(s, np.nan, side="left")] if nan_tail else s
 
 
 def _ks_field(name: str, b: pd.Series, t: pd.Series, n_eff: tuple[float, float] | None = None) -> FieldDrift:
@@ -295,8 +298,7 @@ def _ks_field(name: str, b: pd.Series, t: pd.Series, n_eff: tuple[float, float] 
         d, p, method = float(ref.statistic), float(ref.pvalue), "exact"
     else:
         d, p, method = ks_pvalue(ks_statistic(sb, st), sb.size, st.size)
-    return FieldDrift(name, "ks", d, p, d, False, int(sb.size), int(st.size),
-                      effect_name="ks_statistic", method=method)
+    return FieldDrift(name, "ks", d, p, d, False, int(sb.size), int(st.size), effect_name="ks_statistic", method=method)
 
 
 def _category_counts(col: pd.Series) -> pd.Series:
@@ -310,15 +312,25 @@ def _chi2_field(name: str, b: pd.Series, t: pd.Series, n_eff: tuple[float, float
     if cb.sum() == 0 or ct.sum() == 0:
         return _error(name, "no rows on one side", int(cb.sum()), int(ct.sum()))
     cats = cb.index.union(ct.index)
-    table = np.vstack([cb.reindex(cats, fill_value=0).to_numpy(),
-                       ct.reindex(cats, fill_value=0).to_numpy()]).astype(np.float64)
+    table = np.vstack([cb.reindex(cats, fill_value=0).to_numpy(), ct.reindex(cats, fill_value=0).to_numpy()]).astype(
+        np.float64
+    )
     nb, nt = table.sum(axis=1)
     scaled = table if n_eff is None else table * (np.array(n_eff) / np.array([nb, nt]))[:, None]
     res = scipy.stats.chi2_contingency(scaled)
     tv = 0.5 * float(np.abs(table[0] / nb - table[1] / nt).sum())
-    return FieldDrift(name, "chi2", float(res.statistic), float(res.pvalue), tv, False, int(nb),
-                      int(nt), effect_name="total_variation", method=f"dof={int(res.dof)}" + (
-                          "" if n_eff is None else f", n_eff={n_eff[0]:.0f}/{n_eff[1]:.0f}"))
+    return FieldDrift(
+        name,
+        "chi2",
+        float(res.statistic),
+        float(res.pvalue),
+        tv,
+        False,
+        int(nb),
+        int(nt),
+        effect_name="total_variation",
+        method=f"dof={int(res.dof)}" + ("" if n_eff is None else f", n_eff={n_eff[0]:.0f}/{n_eff[1]:.0f}"),
+    )
 
 
 def _nan_for_null(row: dict[str, Any]) -> dict[str, Any]:
@@ -334,22 +346,30 @@ def _kind(col: pd.Series) -> str:
     dt, types = col.dtype, pd.api.types
     if types.is_numeric_dtype(dt) and not types.is_bool_dtype(dt):
         return "numeric"
-    if types.is_bool_dtype(dt) or isinstance(dt, pd.CategoricalDtype) or dt == object \
-            or types.is_string_dtype(dt):
+    if (
+        types.is_bool_dtype(dt)
+        or isinstance(dt, pd.CategoricalDtype)
+        or dt == np.dtype(object)
+        or types.is_string_dtype(dt)
+    ):
         return "categorical"
     return f"unsupported ({dt})"
 
 
-def _test_field(name: str, b: pd.Series | None, t: pd.Series | None,
-                n_rows: tuple[int, int], clusters: tuple[pd.Series, pd.Series] | None = None,
-                fit_n: float | None = None) -> FieldDrift:
+def _test_field(
+    name: str,
+    b: pd.Series | None,
+    t: pd.Series | None,
+    n_rows: tuple[int, int],
+    clusters: tuple[pd.Series, pd.Series] | None = None,
+    fit_n: float | None = None,
+) -> FieldDrift:
     if b is None or t is None:
         side, n = ("baseline", (n_rows[0], 0)) if t is None else ("target", (0, n_rows[1]))
         return _error(name, f"field only in the {side}; cannot compare", *n)
     kb, kt = _kind(b), _kind(t)
     if kb != kt or kb.startswith("unsupported"):
-        return _error(name, f"baseline is {kb}, target is {kt}; expected both numeric or "
-                      "both categorical", *n_rows)
+        return _error(name, f"baseline is {kb}, target is {kt}; expected both numeric or both categorical", *n_rows)
     numeric = kb == "numeric"
     n_eff = None
     if clusters is not None or fit_n:
@@ -373,8 +393,7 @@ def _cpu_count() -> int:
 def default_fields(baseline: pd.DataFrame, target: pd.DataFrame) -> list[str]:
     """``state.*`` columns and ``latency_ms``/``error`` of either side, baseline order first."""
     cols = list(dict.fromkeys([*baseline.columns, *target.columns]))
-    return [c for c in cols if isinstance(c, str)
-            and (c.startswith(STATE_PREFIX) or c in OPERATIONAL_FIELDS)]
+    return [c for c in cols if isinstance(c, str) and (c.startswith(STATE_PREFIX) or c in OPERATIONAL_FIELDS)]
 
 
 def benjamini_hochberg(p_values: Sequence[float]) -> np.ndarray:
@@ -388,11 +407,17 @@ def benjamini_hochberg(p_values: Sequence[float]) -> np.ndarray:
     return out
 
 
-def detect_drift(baseline: pd.DataFrame, target: pd.DataFrame,
-                 threshold: float = DEFAULT_THRESHOLD, min_effect: float = DEFAULT_MIN_EFFECT,
-                 bh: bool = False, fields: Sequence[str] | None = None,
-                 workers: int | None = None, clusters: tuple[pd.Series, pd.Series] | None = None,
-                 baseline_fit_n: float | None = None) -> DriftReport:
+def detect_drift(
+    baseline: pd.DataFrame,
+    target: pd.DataFrame,
+    threshold: float = DEFAULT_THRESHOLD,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    bh: bool = False,
+    fields: Sequence[str] | None = None,
+    workers: int | None = None,
+    clusters: tuple[pd.Series, pd.Series] | None = None,
+    baseline_fit_n: float | None = None,
+) -> DriftReport:
     """Test every field of ``baseline`` against ``target`` and flag the drifted ones
     (``clusters``, ``baseline_fit_n``: the sample sizes the p-values count, see the module).
 
@@ -411,19 +436,24 @@ def detect_drift(baseline: pd.DataFrame, target: pd.DataFrame,
     names = default_fields(baseline, target) if fields is None else list(dict.fromkeys(fields))
     unknown = [f for f in names if f not in baseline.columns and f not in target.columns]
     if unknown:
-        raise ValueError(f"detect_drift: field(s) {unknown} are in neither the baseline nor the "
-                         f"target; baseline columns are {list(baseline.columns)}")
+        raise ValueError(
+            f"detect_drift: field(s) {unknown} are in neither the baseline nor the "
+            f"target; baseline columns are {list(baseline.columns)}"
+        )
     # columns are taken here, in one thread; the workers only read arrays
-    jobs = [(f, baseline[f] if f in baseline.columns else None,
-             target[f] if f in target.columns else None) for f in names]
+    jobs = [
+        (f, baseline[f] if f in baseline.columns else None, target[f] if f in target.columns else None) for f in names
+    ]
     n_rows = (len(baseline), len(target))
     n_workers = max(1, min(len(names), workers or _cpu_count()))
     if n_workers == 1:
         results = [_test_field(*job, n_rows, clusters, baseline_fit_n) for job in jobs]
     else:
         with ThreadPoolExecutor(n_workers, thread_name_prefix="drift") as pool:
+
             def test(job: tuple[str, pd.Series | None, pd.Series | None]) -> FieldDrift:
                 return _test_field(*job, n_rows, clusters, baseline_fit_n)
+
             results = list(pool.map(test, jobs))
     tested = [i for i, r in enumerate(results) if r.test != "error"]
     raw = [results[i].p_value for i in tested]
@@ -432,5 +462,11 @@ def detect_drift(baseline: pd.DataFrame, target: pd.DataFrame,
         r = results[i]
         drifted = bool(p_adj < threshold and r.effect >= min_effect)
         results[i] = FieldDrift(**{**asdict(r), "p_adjusted": float(p_adj), "drifted": drifted})
-    return DriftReport(fields=results, threshold=threshold, min_effect=min_effect, bh=bh,
-                       n_baseline_rows=len(baseline), n_target_rows=len(target))
+    return DriftReport(
+        fields=results,
+        threshold=threshold,
+        min_effect=min_effect,
+        bh=bh,
+        n_baseline_rows=len(baseline),
+        n_target_rows=len(target),
+    )

@@ -35,6 +35,7 @@ RecordState = Literal["absent", "verified", "forged"]
 
 def key_path() -> Path:
     from rlops.common.config import home
+
     return home() / KEY_FILE
 
 
@@ -70,7 +71,10 @@ def record_tags(name: str, alias: str, version: str | None) -> dict[str, str]:
     """The registered-model tags that record rlops pointing ``alias`` at ``version`` (None: deleted)."""
     v = "" if version is None else str(version)
     stamp = str(time.time_ns())
-    return {K.alias_written(alias): v, K.alias_signature(alias): f"{stamp}:{_mac(registry_key(), name, alias, v, stamp)}"}
+    return {
+        K.alias_written(alias): v,
+        K.alias_signature(alias): f"{stamp}:{_mac(registry_key(), name, alias, v, stamp)}",
+    }
 
 
 def record_state(tags: Mapping[str, str], name: str, alias: str) -> RecordState:

@@ -55,8 +55,11 @@ def move_aliases(tracker: Tracker, name: str, target: dict[str, str | None], why
                 restore_err += f" Restoring {alias!r} to {before[alias]} also failed: {rexc}."
         raise TrackingError(
             f"{why} for {name!r} failed: {exc}. Aliases were "
-            + ("NOT fully restored:" + restore_err if restore_err else
-               f"restored to champion={before[CHAMPION]}, previous={before[PREVIOUS]}.")
+            + (
+                "NOT fully restored:" + restore_err
+                if restore_err
+                else f"restored to champion={before[CHAMPION]}, previous={before[PREVIOUS]}."
+            )
         ) from exc
     return AliasState(name, target[CHAMPION], target[PREVIOUS])
 
@@ -77,8 +80,10 @@ def champion_history(tracker: Tracker, name: str) -> list[str]:
 
 
 def _write_history(tracker: Tracker, name: str, history: list[str]) -> None:
-    tracker._call(f"record the champion history of {name!r}",
-                  lambda c: c.set_registered_model_tag(name, K.CHAMPION_HISTORY, json.dumps(history)))
+    tracker._call(
+        f"record the champion history of {name!r}",
+        lambda c: c.set_registered_model_tag(name, K.CHAMPION_HISTORY, json.dumps(history)),
+    )
 
 
 def move_champion(tracker: Tracker, name: str, new_version: str) -> AliasState:
@@ -92,11 +97,19 @@ def move_champion(tracker: Tracker, name: str, new_version: str) -> AliasState:
     history = [v for v in champion_history(tracker, name) if v != new_version]
     if current is not None:
         history = [v for v in history if v != current] + [current]
-    state = move_aliases(tracker, name, {CHAMPION: new_version, PREVIOUS: history[-1] if history else None},
-                         f"moving champion to v{new_version}")
+    state = move_aliases(
+        tracker,
+        name,
+        {CHAMPION: new_version, PREVIOUS: history[-1] if history else None},
+        f"moving champion to v{new_version}",
+    )
     _write_history(tracker, name, history)
-    tracker.record_outcome(name, new_version, K.OUTCOME_CHAMPION,
-                           f"promoted to champion (previous: {'v' + current if current else 'none'})")
+    tracker.record_outcome(
+        name,
+        new_version,
+        K.OUTCOME_CHAMPION,
+        f"promoted to champion (previous: {'v' + current if current else 'none'})",
+    )
     return state
 
 
@@ -107,23 +120,32 @@ def rollback(tracker: Tracker, name: str, reason: str | None = None) -> AliasSta
     further back instead of bouncing to it."""
     current, previous = tracker.get_alias(name, CHAMPION), tracker.get_alias(name, PREVIOUS)
     tags = tracker.model_tags(name)
-    if previous is not None and record_state(tags, name, PREVIOUS) != "absent" \
-            and verified_version(tags, name, PREVIOUS) != previous:
-        raise ValueError(f"cannot roll back {name}: 'previous' points at v{previous}, which was set outside "
-                         "rlops; rollback only returns to a version rlops itself replaced. Set the alias "
-                         f"'challenger' on v{previous} to put it through the gates instead")
+    if (
+        previous is not None
+        and record_state(tags, name, PREVIOUS) != "absent"
+        and verified_version(tags, name, PREVIOUS) != previous
+    ):
+        raise ValueError(
+            f"cannot roll back {name}: 'previous' points at v{previous}, which was set outside "
+            "rlops; rollback only returns to a version rlops itself replaced. Set the alias "
+            f"'challenger' on v{previous} to put it through the gates instead"
+        )
     history = [v for v in champion_history(tracker, name) if v != current]
     if not history:
-        raise TrackingError(f"cannot roll back {name!r}: it has no 'previous' alias and no earlier champion "
-                            f"(champion is {current}); promote a version explicitly instead")
+        raise TrackingError(
+            f"cannot roll back {name!r}: it has no 'previous' alias and no earlier champion "
+            f"(champion is {current}); promote a version explicitly instead"
+        )
     target, rest = history[-1], history[:-1]
     state = move_aliases(tracker, name, {CHAMPION: target, PREVIOUS: rest[-1] if rest else None}, "rollback")
     _write_history(tracker, name, rest)
     if current is not None and current != target:
-        tracker.set_model_version_tags(name, current, {K.ROLLED_BACK: "true",
-                                                       K.ROLLED_BACK_REASON: (reason or "rolled back")[:5000]})
-    tracker.record_outcome(name, target, K.OUTCOME_CHAMPION,
-                           f"champion again: rolled back from {'v' + current if current else 'none'}")
+        tracker.set_model_version_tags(
+            name, current, {K.ROLLED_BACK: "true", K.ROLLED_BACK_REASON: (reason or "rolled back")[:5000]}
+        )
+    tracker.record_outcome(
+        name, target, K.OUTCOME_CHAMPION, f"champion again: rolled back from {'v' + current if current else 'none'}"
+    )
     if current is not None and current != target:
         tracker.record_outcome(name, current, K.OUTCOME_ROLLED_BACK, reason or f"rolled back to v{target}")
     return state

@@ -28,13 +28,13 @@ from rlops.common.run_key import RunKey
 
 if TYPE_CHECKING:
     from rlops.common.params_base import Block
-
     from rlops.common.params_sources import ResolvedParams
+    from rlops.pipeline_steps.infra.registry import Tracker
     from rlops.pipeline_steps.infra.storage import Storage
     from rlops.pipeline_steps.infra.trace_store import TraceStore
-    from rlops.pipeline_steps.infra.registry import Tracker
     from rlops.sandbox.pack import Pack
     from rlops.sandbox.reward_choice import RewardChoice
+
 
 @dataclass
 class StepContext:
@@ -51,8 +51,14 @@ class StepContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, scenario: str | None = None, run_key: "RunKey | str | None" = None, dry_run: bool = False,
-               params: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None) -> "StepContext":
+    def create(
+        cls,
+        scenario: str | None = None,
+        run_key: RunKey | str | None = None,
+        dry_run: bool = False,
+        params: dict[str, Any] | None = None,
+        overrides: dict[str, Any] | None = None,
+    ) -> StepContext:
         """A context for ``run_key`` (parsed strictly; None means the hour that has just ended)."""
         p = params if params is not None else load_params(overrides=overrides)
         return cls(p, str(RunKey.of(run_key)), scenario or str(p.get("scenario") or Params().scenario), dry_run)
@@ -64,7 +70,7 @@ class StepContext:
 
     # ---- shared resources ---------------------------------------------------------------------
     @cached_property
-    def resolved(self) -> "ResolvedParams":
+    def resolved(self) -> ResolvedParams:
         """The project params merged with the pack's, validated once (bad keys: file, line, suggestion)."""
         return resolve_params(self.scenario, params=self.params)
 
@@ -74,26 +80,30 @@ class StepContext:
         return self.resolved.model
 
     @cached_property
-    def storage(self) -> "Storage":
+    def storage(self) -> Storage:
         from rlops.pipeline_steps.infra.storage import Storage
+
         return Storage.from_params(self.config.storage)
 
     @cached_property
-    def tracker(self) -> "Tracker":
+    def tracker(self) -> Tracker:
         from rlops.pipeline_steps.infra.registry import Tracker
+
         return Tracker.from_params(self.config.tracking, scenario=self.scenario)
 
     @cached_property
-    def traces(self) -> "TraceStore":
+    def traces(self) -> TraceStore:
         from rlops.pipeline_steps.infra.trace_store import TraceStore
+
         return TraceStore.from_params(self.config, self.storage)
 
-    def reward_choice(self, explicit: str | None = None) -> "RewardChoice":
+    def reward_choice(self, explicit: str | None = None) -> RewardChoice:
         """The reward function that applies to this run (one rule: :mod:`rlops.sandbox.reward_choice`)."""
         from rlops.sandbox.reward_choice import choose_reward
+
         return choose_reward(self.load_pack(calibration=None), explicit, self.params.get("reward_fn"))
 
-    def section(self, name: str) -> "Block":
+    def section(self, name: str) -> Block:
         """A typed params block (``train``, ``evaluate``…), the pack's overrides deep-merged in;
         the same as ``ctx.config.<name>``."""
         if name not in Params.model_fields:
@@ -108,13 +118,15 @@ class StepContext:
     @cached_property
     def pack_params(self) -> dict[str, Any]:
         import yaml
+
         f = self.pack_dir / "params.yaml"
         return (yaml.safe_load(f.read_text()) or {}) if f.exists() else {}
 
-    def load_pack(self, calibration: str | None = "latest") -> "Pack":
+    def load_pack(self, calibration: str | None = "latest") -> Pack:
         """The scenario pack, with the latest sandbox calibration applied unless ``calibration`` is
         None (``latest`` when none exists yet means the pack as written)."""
         from rlops.sandbox.pack import load_pack
+
         cal = self.read_calibration(calibration) if calibration else None
         return load_pack(self.pack_dir, calibration=cal)
 
@@ -128,7 +140,7 @@ class StepContext:
             return cal
         best: tuple[Any, str] | None = None
         for other in self.storage.list(self.uri("calibrations", self.scenario), suffix=".json"):
-            stem = other.rsplit("/", 1)[-1][:-len(".json")]
+            stem = other.rsplit("/", 1)[-1][: -len(".json")]
             if self._ends_by_run_key(stem):
                 end = RunKey.parse(stem).end
                 best = max(best, (end, other)) if best else (end, other)

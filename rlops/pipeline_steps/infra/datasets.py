@@ -36,11 +36,17 @@ class DatasetRef:
 
     def to_entity(self) -> Any:
         from mlflow.entities import Dataset
+
         source_type = self.uri.split("://", 1)[0] if "://" in self.uri else "local"
         schema = {"mlflow_colspec": [{"name": n, "type": t} for n, t in self.schema]}
-        return Dataset(name=self.name, digest=self.digest, source_type=source_type,
-                       source=json.dumps({"uri": self.uri}), schema=json.dumps(schema),
-                       profile=json.dumps({"num_rows": self.rows, "num_files": self.files}))
+        return Dataset(
+            name=self.name,
+            digest=self.digest,
+            source_type=source_type,
+            source=json.dumps({"uri": self.uri}),
+            schema=json.dumps(schema),
+            profile=json.dumps({"num_rows": self.rows, "num_files": self.files}),
+        )
 
 
 def _arrow_type(t: Any) -> str:
@@ -57,10 +63,11 @@ def _arrow_type(t: Any) -> str:
     return "string"
 
 
-def parquet_dataset(storage: "Storage", uri: str, name: str) -> DatasetRef | None:
+def parquet_dataset(storage: Storage, uri: str, name: str) -> DatasetRef | None:
     """A parquet file, or every ``.parquet`` file under a folder, as one dataset; None when
     there is no file (a step that read nothing has no input to record)."""
     import pyarrow.parquet as pq
+
     if uri.endswith(".parquet"):
         files = [uri] if storage.exists(uri) else []
     else:
@@ -78,7 +85,7 @@ def parquet_dataset(storage: "Storage", uri: str, name: str) -> DatasetRef | Non
     return DatasetRef(name=name, uri=uri, digest=h.hexdigest()[:16], rows=rows, schema=cols, files=len(files))
 
 
-def calibration_dataset(storage: "Storage", uri: str, name: str) -> DatasetRef | None:
+def calibration_dataset(storage: Storage, uri: str, name: str) -> DatasetRef | None:
     """A sandbox calibration file as a dataset: rows = the trace rows it was fitted on, schema =
     the fitted state fields."""
     if not storage.exists(uri):
@@ -90,9 +97,10 @@ def calibration_dataset(storage: "Storage", uri: str, name: str) -> DatasetRef |
     return DatasetRef(name=name, uri=uri, digest=hashlib.sha256(data).hexdigest()[:16], rows=rows, schema=fields)
 
 
-def log_dataset_inputs(run: "RunHandle", refs: list[DatasetRef | None], context: str) -> list[DatasetRef]:
+def log_dataset_inputs(run: RunHandle, refs: list[DatasetRef | None], context: str) -> list[DatasetRef]:
     """Attach ``refs`` (Nones skipped) to ``run`` as dataset inputs with ``context``."""
     from mlflow.entities import DatasetInput, InputTag
+
     kept = [r for r in refs if r is not None]
     if kept:
         inputs = [DatasetInput(r.to_entity(), tags=[InputTag("mlflow.data.context", context)]) for r in kept]

@@ -17,35 +17,41 @@ MODEL_DESCRIPTION = (
     "reward function, sandbox calibration and data, and the gate summary of its last evaluation.\n\n"
     "To promote a version, set the alias `challenger` on it: rlops evaluates it against the champion and "
     "promotes it only if every gate passes (outcome in the version's `rlops.promotion.*` tags). A `champion` "
-    "alias set by hand is put back (and re-gated, per promotion.manual_champion).")
+    "alias set by hand is put back (and re-gated, per promotion.manual_champion)."
+)
 
 
 def version_description(scenario: str, base: dict[str, Any], evaluation: dict[str, Any]) -> str:
     """What a user reads on the version page of the MLflow UI: what it is, reward, calibration;
     evaluation appends the gate summary."""
-    return (f"Masked-PPO decision policy for scenario '{scenario}' ({base['mode']} training, run key "
-            f"{base['run_key']}, warm start: {base['parent_champion'] or 'none'}).\n\n"
-            f"Reward function: {base['reward_fn']} (sha256 {str(base['reward_fn_sha256'])[:12]}).\n"
-            f"Sandbox calibration: {base['calibration_version']} (profile {base['profile']}); "
-            f"data: {base['data_version']}.\n"
-            f"Held-out in training: mean return {evaluation['mean_return']:.4f}, completion "
-            f"{evaluation['completion_rate']:.1%}.\n\n"
-            "Gates: not evaluated yet — promotion runs `rlops model evaluate/promote`, or set the alias "
-            "`challenger` on this version to request a gated promotion.")
+    return (
+        f"Masked-PPO decision policy for scenario '{scenario}' ({base['mode']} training, run key "
+        f"{base['run_key']}, warm start: {base['parent_champion'] or 'none'}).\n\n"
+        f"Reward function: {base['reward_fn']} (sha256 {str(base['reward_fn_sha256'])[:12]}).\n"
+        f"Sandbox calibration: {base['calibration_version']} (profile {base['profile']}); "
+        f"data: {base['data_version']}.\n"
+        f"Held-out in training: mean return {evaluation['mean_return']:.4f}, completion "
+        f"{evaluation['completion_rate']:.1%}.\n\n"
+        "Gates: not evaluated yet — promotion runs `rlops model evaluate/promote`, or set the alias "
+        "`challenger` on this version to request a gated promotion."
+    )
 
 
 def with_gate_summary(description: str, report: dict[str, Any]) -> str:
     """The version description with its ``Gates:`` paragraph replaced by this evaluation's verdict:
     one line per gate, its state exactly ``pass``, ``fail`` or ``skipped`` (with why it was skipped)."""
     from rlops.pipeline_steps.promotion.gates import SKIPPED, failing_gates, gate_state
+
     head = re.split(r"(?:^|\n\n)Gates[ :(]", description, maxsplit=1)[0].rstrip()
     failed = failing_gates(report["gates"]) if report.get("gates") else list(report["failed_gates"])
     skipped = [g["gate"] for g in report["gates"] if gate_state(g) == SKIPPED]
     verdict = "all passed" if not failed else f"FAILED {', '.join(failed)}"
     if skipped:
         verdict += f" ({len(skipped)} skipped: {', '.join(skipped)})"
-    lines = [f"Gates ({report['run_key']}, vs {report['baseline']}, {report['episodes']} episodes, "
-             f"{report['profile']} profile): {verdict}."]
+    lines = [
+        f"Gates ({report['run_key']}, vs {report['baseline']}, {report['episodes']} episodes, "
+        f"{report['profile']} profile): {verdict}."
+    ]
     for g in report["gates"]:
         state = gate_state(g)
         why = str(g.get("detail") or "") if state == SKIPPED else ""

@@ -31,12 +31,16 @@ def html_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], classes: 
 
 def html_page(title: str, body: str) -> str:
     """One self-contained page (inline CSS, no external resources)."""
-    style = ("body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;"
-             "margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;font-size:14px}"
-             "th{background:#f3f3f3}tr.fail td{background:#fde2e2}tr.warn td{background:#fff4d6}"
-             "tr.pass td{background:#e6f4e6}.verdict{font-size:20px;font-weight:bold}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>")
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;"
+        "margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;font-size:14px}"
+        "th{background:#f3f3f3}tr.fail td{background:#fde2e2}tr.warn td{background:#fff4d6}"
+        "tr.pass td{background:#e6f4e6}.verdict{font-size:20px;font-weight:bold}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>"
+    )
 
 
 def fmt(v: Any) -> str:

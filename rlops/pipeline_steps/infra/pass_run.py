@@ -43,21 +43,21 @@ def _q(value: str) -> str:
     return value.replace("'", "\\'")
 
 
-def find_pass_run(tracker: "Tracker", scenario: str, run_key: str) -> str | None:
+def find_pass_run(tracker: Tracker, scenario: str, run_key: str) -> str | None:
     """Run id of the pass's parent run (the oldest, should two exist), or None."""
     exp_id = tracker.experiment_id_for(scenario)
     filt = f"tags.`{T.PASS}` = 'true' and tags.`{T.RUN_KEY}` = '{_q(run_key)}'"
 
-    def search(c: "MlflowClient") -> list[Any]:
-        return list(c.search_runs([exp_id], filter_string=filt, max_results=50,
-                                  order_by=["attributes.start_time ASC"]))
+    def search(c: MlflowClient) -> list[Any]:
+        return list(c.search_runs([exp_id], filter_string=filt, max_results=50, order_by=["attributes.start_time ASC"]))
+
     runs = tracker._call(f"search pass run {run_key!r}", search)
     if not runs:
         return None
     return str(min(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id)).info.run_id)
 
 
-def ensure_pass_run(tracker: "Tracker", scenario: str, run_key: str, dag_run_id: str | None = None) -> str:
+def ensure_pass_run(tracker: Tracker, scenario: str, run_key: str, dag_run_id: str | None = None) -> str:
     """Find or create the parent run of the pass (scenario, run key); returns its run id."""
     found = find_pass_run(tracker, scenario, run_key)
     if found is None:
@@ -67,7 +67,8 @@ def ensure_pass_run(tracker: "Tracker", scenario: str, run_key: str, dag_run_id:
             run_tags[T.DAG_RUN_ID] = dag_run_id
         created = tracker._call(
             f"create pass run {run_key!r}",
-            lambda c: c.create_run(exp_id, run_name=pass_run_name(scenario, run_key), tags=run_tags))
+            lambda c: c.create_run(exp_id, run_name=pass_run_name(scenario, run_key), tags=run_tags),
+        )
         mine = created.info.run_id
         found = find_pass_run(tracker, scenario, run_key) or mine
         if found != mine:  # another process won the race: keep one parent per pass
@@ -77,7 +78,7 @@ def ensure_pass_run(tracker: "Tracker", scenario: str, run_key: str, dag_run_id:
     return found
 
 
-def _close_parent(tracker: "Tracker", parent: str, failed: bool) -> None:
+def _close_parent(tracker: Tracker, parent: str, failed: bool) -> None:
     """The parent shows FAILED once any step failed, FINISHED otherwise (ended at the last step)."""
     status = tracker._call("get pass run", lambda c: c.get_run(parent)).info.status
     new = "FAILED" if failed or status == "FAILED" else "FINISHED"
@@ -85,20 +86,21 @@ def _close_parent(tracker: "Tracker", parent: str, failed: bool) -> None:
 
 
 @contextmanager
-def step_run(ctx: "StepContext", step: str, label: str | None = None,
-             extra_tags: Mapping[str, Any] | None = None) -> Iterator["RunHandle"]:
+def step_run(
+    ctx: StepContext, step: str, label: str | None = None, extra_tags: Mapping[str, Any] | None = None
+) -> Iterator[RunHandle]:
     """A step run nested under the pass's parent run, named after step, scenario and run key."""
     dag_run_id = ctx.extra.get("dag_run_id")
     tracker = ctx.tracker
     parent = ensure_pass_run(tracker, ctx.scenario, ctx.run_key, dag_run_id)
-    run_tags: dict[str, Any] = {T.STEP: step, T.SCENARIO: ctx.scenario, T.RUN_KEY: ctx.run_key,
-                                **(extra_tags or {})}
+    run_tags: dict[str, Any] = {T.STEP: step, T.SCENARIO: ctx.scenario, T.RUN_KEY: ctx.run_key, **(extra_tags or {})}
     if dag_run_id:
         run_tags[T.DAG_RUN_ID] = dag_run_id
     failed = True
     try:
-        with tracker.start_run(step_run_name(step, ctx.scenario, ctx.run_key, label), tags=run_tags,
-                               parent_run_id=parent) as run:
+        with tracker.start_run(
+            step_run_name(step, ctx.scenario, ctx.run_key, label), tags=run_tags, parent_run_id=parent
+        ) as run:
             yield run
             failed = False
     finally:

@@ -30,17 +30,18 @@ class LoadedPolicy:
     """A policy network and the reference it was resolved from (``ref.version`` is set)."""
 
     ref: PolicyRef
-    network: "PolicyNetwork"
+    network: PolicyNetwork
 
     @property
     def version(self) -> str:
         return str(self.ref.version)
 
 
-def resolve(ctx: "StepContext", ref: "str | int | PolicyRef") -> PolicyRef | None:
+def resolve(ctx: StepContext, ref: str | int | PolicyRef) -> PolicyRef | None:
     """``ref`` with its alias resolved to a version; None for an alias that is not set. A
     version the registry does not know is a UserError."""
     from rlops.pipeline_steps.infra.registry import TrackingError
+
     parsed = PolicyRef.parse(ref, ctx.scenario)
     if parsed.is_rules:
         raise UserError("policy 'rules' is the pack's rule engine, not a registered policy")
@@ -52,59 +53,67 @@ def resolve(ctx: "StepContext", ref: "str | int | PolicyRef") -> PolicyRef | Non
     except TrackingError as exc:
         code = str(getattr(exc.__cause__, "error_code", ""))
         if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-            raise UserError(f"{parsed.model_name} has no version {parsed.version}; pass a registered "
-                            "version (see the MLflow model registry or the output of `rlops train policy`)"
-                            ) from None
+            raise UserError(
+                f"{parsed.model_name} has no version {parsed.version}; pass a registered "
+                "version (see the MLflow model registry or the output of `rlops train policy`)"
+            ) from None
         raise
     return parsed
 
 
-def download(ctx: "StepContext", ref: PolicyRef, dst: Path) -> Path:
+def download(ctx: StepContext, ref: PolicyRef, dst: Path) -> Path:
     """The folder of a resolved registry version's network, downloaded under ``dst``."""
     from rlops.model.policy import CONFIG_FILE
+
     source = ctx.tracker.model_version_source(ref.model_name, str(ref.version))
     target = dst / f"v{ref.version}"
     if source.startswith("runs:/"):
-        run_id, _, path = source[len("runs:/"):].partition("/")
+        run_id, _, path = source[len("runs:/") :].partition("/")
         folder = ctx.tracker.download_artifacts(run_id, path, target)
     else:
         import mlflow.artifacts
+
         folder = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(target)))
     found = sorted(Path(folder).rglob(CONFIG_FILE)) if Path(folder).is_dir() else []
     if not found:
-        raise UserError(f"{ref} (source {source}) holds no {CONFIG_FILE}; expected a folder written "
-                        "by rlops.model.policy.save_policy")
+        raise UserError(
+            f"{ref} (source {source}) holds no {CONFIG_FILE}; expected a folder written "
+            "by rlops.model.policy.save_policy"
+        )
     return found[0].parent
 
 
-def load_policy_ref(ctx: "StepContext", ref: "str | int | PolicyRef | Path",
-                    dst: Path | None = None) -> LoadedPolicy | None:
+def load_policy_ref(
+    ctx: StepContext, ref: str | int | PolicyRef | Path, dst: Path | None = None
+) -> LoadedPolicy | None:
     """The network behind ``ref`` (a local policy folder works too, for experiments), in eval
     mode; None when ``ref`` is an alias that is not set (e.g. no champion yet)."""
     from rlops.model.policy import load_policy
+
     local = Path(str(ref)) if not isinstance(ref, PolicyRef) else None
     if local is not None and local.is_dir():
         return LoadedPolicy(PolicyRef(ctx.scenario, alias=None, version=local.name), load_policy(local).eval())
-    resolved = resolve(ctx, ref)  # type: ignore[arg-type]
+    resolved = resolve(ctx, ref)  # type: ignore[arg-type]  # ref is a PolicyRef once local is None
     if resolved is None:
         return None
     folder = dst or Path(tempfile.mkdtemp(prefix="rlops-policy-", dir=ctx.local_dir("policies")))
     return LoadedPolicy(resolved, load_policy(download(ctx, resolved, folder)).eval())
 
 
-def champion_policy(ctx: "StepContext", dst: Path) -> tuple[str | None, "PolicyNetwork | None"]:
+def champion_policy(ctx: StepContext, dst: Path) -> tuple[str | None, PolicyNetwork | None]:
     """The current champion's version and network (None, None when there is none)."""
     from rlops.pipeline_steps.infra.registry import CHAMPION
+
     loaded = load_policy_ref(ctx, CHAMPION, dst)
     return (loaded.version, loaded.network) if loaded is not None else (None, None)
 
 
-def champion_trace_policy(ctx: "StepContext", pack: "Pack", deterministic: bool = False
-                          ) -> tuple["TracePolicy", str]:
+def champion_trace_policy(ctx: StepContext, pack: Pack, deterministic: bool = False) -> tuple[TracePolicy, str]:
     """The champion as a tracing policy (sampled actions with logp/entropy/value; its most likely
     action with ``deterministic``, as the agent SDK's policy client serves it), or the rule
     engine when no champion is registered yet."""
     from rlops.sandbox.policies import rule_policy
+
     try:
         version, policy = champion_policy(ctx, Path(tempfile.mkdtemp(prefix="rlops-champion-")))
     except Exception as exc:  # noqa: BLE001 - a registry outage must not stop capture
@@ -113,16 +122,20 @@ def champion_trace_policy(ctx: "StepContext", pack: "Pack", deterministic: bool 
     if policy is None:
         return rule_policy, "rules"
     import torch
+
     gen = torch.Generator().manual_seed(ctx.config.seed)
 
     def act(env: Any) -> Any:
         out = policy.act(env.observe(), deterministic=deterministic, generator=gen)
         return out.action, {"logp": out.logp, "entropy": out.entropy, "value": out.value}
+
     return act, f"{ctx.scenario}-policy/{version}"
 
 
-def greedy_act(policy: "PolicyNetwork") -> Any:
+def greedy_act(policy: PolicyNetwork) -> Any:
     """The serving decision rule as a sandbox policy: the most probable legal action."""
-    def act(env: Any) -> "torch.Tensor":
+
+    def act(env: Any) -> torch.Tensor:
         return policy.act(env.observe(), deterministic=True).action.to(env.device)
+
     return act

@@ -32,8 +32,9 @@ def segment_key(name: str) -> str:
     return f"{PREFIX}mean_return/segment/{_UNSAFE.sub('_', name)}"
 
 
-def policy_metrics(summary: Mapping[str, Any], segment_returns: Mapping[str, float] | None = None,
-                   latency_ms: float | None = None) -> dict[str, float]:
+def policy_metrics(
+    summary: Mapping[str, Any], segment_returns: Mapping[str, float] | None = None, latency_ms: float | None = None
+) -> dict[str, float]:
     """The comparable metrics of one policy from an evaluation summary (``EvalResult.summary()``),
     mean return per segment and the p99 decision latency; non-finite values are left out."""
     out = {f"{PREFIX}{k}": float(summary[k]) for k in SUMMARY_KEYS if k in summary}
@@ -57,14 +58,14 @@ def population_masks(segment_codes: Any, names: list[str]) -> dict[str, np.ndarr
     return {n: codes == i for i, n in enumerate(names)}
 
 
-def latency_p99_ms(policy: "PolicyNetwork", obs: "torch.Tensor", samples: int = 300) -> float:
+def latency_p99_ms(policy: PolicyNetwork, obs: torch.Tensor, samples: int = 300) -> float:
     """p99 of the wall time of one ``act`` call on a single observation (batch 1), in ms."""
     n = obs.shape[0]
     for i in range(min(10, n)):  # warm-up: first calls pay for allocator and dispatch caches
-        policy.act(obs[i:i + 1], deterministic=True)
+        policy.act(obs[i : i + 1], deterministic=True)
     times = np.empty(samples)
     for i in range(samples):
-        row = obs[i % n:i % n + 1]
+        row = obs[i % n : i % n + 1]
         t0 = time.perf_counter()
         policy.act(row, deterministic=True)
         times[i] = (time.perf_counter() - t0) * 1000.0

@@ -50,7 +50,9 @@ class PolicyPyfunc(PythonModel):
 
     def load_context(self, context: Any) -> None:
         import torch
+
         from rlops.model.policy import CONFIG_FILE, load_policy
+
         folder = Path(context.artifacts[POLICY_ARTIFACT])
         self.policy = load_policy(folder).eval()
         meta = json.loads((folder / CONFIG_FILE).read_text()).get("metadata", {})
@@ -64,23 +66,33 @@ class PolicyPyfunc(PythonModel):
         ``logp``, ``entropy``, ``value`` (what the policy client calls)."""
         x = self._torch.from_numpy(np.array(obs, dtype=np.float32))  # a copy: inputs may be read-only
         out = self.policy.act(x.reshape(-1, len(self.obs_columns)), deterministic=True)
-        return {"action_index": out.action.numpy(), "probs": out.probs.numpy(), "logp": out.logp.numpy(),
-                "entropy": out.entropy.numpy(), "value": out.value.numpy()}
+        return {
+            "action_index": out.action.numpy(),
+            "probs": out.probs.numpy(),
+            "logp": out.logp.numpy(),
+            "entropy": out.entropy.numpy(),
+            "value": out.value.numpy(),
+        }
 
-    def predict(self, context: Any, model_input: pd.DataFrame,
-                params: dict[str, Any] | None = None) -> pd.DataFrame:
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
         missing = [c for c in self.obs_columns if c not in frame.columns]
         if missing:
-            raise ValueError(f"policy input lacks {len(missing)} observation column(s), e.g. {missing[:5]}; "
-                             f"expected the {len(self.obs_columns)} columns of the scenario's observation "
-                             "layout (features, mask.<action>, history.<i>)")
+            raise ValueError(
+                f"policy input lacks {len(missing)} observation column(s), e.g. {missing[:5]}; "
+                f"expected the {len(self.obs_columns)} columns of the scenario's observation "
+                "layout (features, mask.<action>, history.<i>)"
+            )
         res = self.predict_obs(frame[self.obs_columns].to_numpy(dtype=np.float32))
-        out = pd.DataFrame({"action": np.asarray(self.action_names, dtype=object)[res["action_index"]],
-                            "action_index": res["action_index"].astype(np.int64),
-                            "logp": res["logp"].astype(np.float64),
-                            "entropy": res["entropy"].astype(np.float64),
-                            "value": res["value"].astype(np.float64)})
+        out = pd.DataFrame(
+            {
+                "action": np.asarray(self.action_names, dtype=object)[res["action_index"]],
+                "action_index": res["action_index"].astype(np.int64),
+                "logp": res["logp"].astype(np.float64),
+                "entropy": res["entropy"].astype(np.float64),
+                "value": res["value"].astype(np.float64),
+            }
+        )
         for j, name in enumerate(self.action_names):
             out[f"prob.{name}"] = res["probs"][:, j].astype(np.float64)
         return out
@@ -90,10 +102,18 @@ def policy_signature(obs_columns: list[str], action_names: list[str]) -> Any:
     """Input/output schema of the pyfunc (column names and types)."""
     from mlflow.models.signature import ModelSignature
     from mlflow.types.schema import ColSpec, Schema
+
     inputs = Schema([ColSpec("double", c) for c in obs_columns])
-    outputs = Schema([ColSpec("string", "action"), ColSpec("long", "action_index"), ColSpec("double", "logp"),
-                      ColSpec("double", "entropy"), ColSpec("double", "value"),
-                      *[ColSpec("double", f"prob.{a}") for a in action_names]])
+    outputs = Schema(
+        [
+            ColSpec("string", "action"),
+            ColSpec("long", "action_index"),
+            ColSpec("double", "logp"),
+            ColSpec("double", "entropy"),
+            ColSpec("double", "value"),
+            *[ColSpec("double", f"prob.{a}") for a in action_names],
+        ]
+    )
     return ModelSignature(inputs=inputs, outputs=outputs)
 
 
@@ -101,6 +121,7 @@ def _pins() -> list[str]:
     """Requirements pinned to this environment; given explicitly so MLflow does not start a
     subprocess to infer them."""
     from importlib.metadata import version
+
     return [f"{pkg}=={version(pkg)}" for pkg in ("mlflow", "torch", "numpy", "pandas")]
 
 
@@ -109,19 +130,25 @@ def save_pyfunc_policy(policy_dir: str | Path, dst: str | Path, input_example: p
     ``action_names`` and ``obs_columns``) to the new folder ``dst``. ``input_example`` (encoded
     observations) is stored with the model as the serving example."""
     from rlops.model.policy import CONFIG_FILE
+
     meta = json.loads((Path(policy_dir) / CONFIG_FILE).read_text()).get("metadata", {})
     for key in ("action_names", "obs_columns"):
         if key not in meta:
-            raise ValueError(f"{Path(policy_dir) / CONFIG_FILE}: metadata lacks '{key}'; save the policy with "
-                             "the scenario's action names and observation columns")
+            raise ValueError(
+                f"{Path(policy_dir) / CONFIG_FILE}: metadata lacks '{key}'; save the policy with "
+                "the scenario's action names and observation columns"
+            )
     with tempfile.TemporaryDirectory() as staging:
         mlflow.pyfunc.save_model(
-            path=str(dst), python_model=str(Path(__file__).resolve()),
+            path=str(dst),
+            python_model=str(Path(__file__).resolve()),
             artifacts={POLICY_ARTIFACT: str(policy_dir)},
             code_paths=[str(_stage_model_package(Path(staging)))],
             signature=policy_signature(meta["obs_columns"], meta["action_names"]),
-            pip_requirements=_pins(), input_example=input_example,
-            metadata={"rlops_kind": "policy", "n_actions": len(meta["action_names"])})
+            pip_requirements=_pins(),
+            input_example=input_example,
+            metadata={"rlops_kind": "policy", "n_actions": len(meta["action_names"])},
+        )
     return Path(dst)
 
 
@@ -129,9 +156,11 @@ def _stage_model_package(staging: Path) -> Path:
     """A copy of ``rlops.model`` under an otherwise empty ``rlops`` package in ``staging``: what a
     bare serving environment needs to import :mod:`rlops.model.policy` (nothing else of rlops)."""
     import rlops.model as model_pkg
+
     root = staging / "rlops"
-    shutil.copytree(Path(model_pkg.__file__).resolve().parent, root / "model",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(model_pkg.__file__).resolve().parent, root / "model", ignore=shutil.ignore_patterns("__pycache__")
+    )
     (root / "__init__.py").write_text("# the parts of rlops a served policy needs\n")
     return root
 

@@ -24,22 +24,24 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rlops.common.config import resolve_local
 from rlops.common.metrics_sink import ListSink, MetricsSink, NullSink
+from rlops.common.policy_ref import policy_model_name as policy_model_name  # re-exported: the registry names models
 from rlops.pipeline_steps.infra import tags as K
 from rlops.pipeline_steps.infra.redact import redact
 from rlops.pipeline_steps.infra.run_handle import RunHandle
 
 if TYPE_CHECKING:
-    from rlops.common.params_model import Params, TrackingParams
     from mlflow import MlflowClient
+
+    from rlops.common.params_model import Params, TrackingParams
 
 T = TypeVar("T")
 
-from rlops.common.policy_ref import policy_model_name as policy_model_name  # noqa: E402  (the registry names models)
 
 CHAMPION, CHALLENGER, PREVIOUS = "champion", "challenger", "previous"
 
@@ -79,8 +81,14 @@ ListTracker = ListSink
 class Tracker:
     """MLflow client for one scenario. Build it with :meth:`from_params`."""
 
-    def __init__(self, tracking_uri: str, scenario: str, artifact_root: str | None = None,
-                 http_max_retries: int = 2, http_timeout_s: int = 10) -> None:
+    def __init__(
+        self,
+        tracking_uri: str,
+        scenario: str,
+        artifact_root: str | None = None,
+        http_max_retries: int = 2,
+        http_timeout_s: int = 10,
+    ) -> None:
         self.tracking_uri = resolve_local(tracking_uri)
         self.scenario = scenario
         self.artifact_root = _artifact_location(artifact_root, self.tracking_uri)
@@ -91,18 +99,26 @@ class Tracker:
         self.requested_by = K.REQUESTED_BY_RLOPS  # who the alias moves are made for (see on_behalf_of)
 
     @classmethod
-    def from_params(cls, params: "Params | TrackingParams | Mapping[str, Any]", scenario: str | None = None
-                    ) -> Tracker:
+    def from_params(cls, params: Params | TrackingParams | Mapping[str, Any], scenario: str | None = None) -> Tracker:
         """Build from the typed ``tracking`` block (or the params document holding it; env overrides
         already applied) for ``scenario`` (default: the document's ``scenario``)."""
         from rlops.common.params_model import Params as _Params
         from rlops.common.params_sources import params_block
+
         cfg: TrackingParams = params_block(params, "tracking")
         if scenario is None:
-            scenario = params.scenario if isinstance(params, _Params) else \
-                str((params.get("scenario") if isinstance(params, Mapping) else None) or _Params().scenario)
-        return cls(tracking_uri=cfg.uri, scenario=scenario, artifact_root=cfg.artifact_root or None,
-                   http_max_retries=cfg.http_max_retries, http_timeout_s=cfg.http_timeout_s)
+            scenario = (
+                params.scenario
+                if isinstance(params, _Params)
+                else str((params.get("scenario") if isinstance(params, Mapping) else None) or _Params().scenario)
+            )
+        return cls(
+            tracking_uri=cfg.uri,
+            scenario=scenario,
+            artifact_root=cfg.artifact_root or None,
+            http_max_retries=cfg.http_max_retries,
+            http_timeout_s=cfg.http_timeout_s,
+        )
 
     def __repr__(self) -> str:
         return f"Tracker(uri={self.tracking_uri!r}, scenario={self.scenario!r})"
@@ -112,20 +128,21 @@ class Tracker:
     def client(self) -> MlflowClient:
         if self._client is None:
             from mlflow import MlflowClient
+
             if self.tracking_uri.startswith("sqlite:///"):  # SQLite cannot create the folder
-                Path(self.tracking_uri[len("sqlite:///"):]).parent.mkdir(parents=True,
-                                                                         exist_ok=True)
-            self._client = MlflowClient(tracking_uri=self.tracking_uri,
-                                        registry_uri=self.tracking_uri)
+                Path(self.tracking_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+            self._client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
         return self._client
 
     @contextmanager
     def _http_limits(self) -> Iterator[None]:
         """MLflow retries HTTP calls for minutes by default; bound that for this client,
         unless the deployment set the variables itself."""
-        names = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(self.http_max_retries),
-                 "MLFLOW_HTTP_REQUEST_TIMEOUT": str(self.http_timeout_s),
-                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+        names = {
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(self.http_max_retries),
+            "MLFLOW_HTTP_REQUEST_TIMEOUT": str(self.http_timeout_s),
+            "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+        }
         added = [k for k in names if k not in os.environ]
         os.environ.update({k: names[k] for k in added})
         try:
@@ -136,21 +153,26 @@ class Tracker:
 
     def _call(self, op: str, fn: Callable[[MlflowClient], T]) -> T:
         from mlflow.exceptions import MlflowException
+
         try:
             with self._http_limits():
                 return fn(self.client)
         except TrackingError:
             raise
         except (MlflowException, OSError) as exc:
-            raise TrackingError(redact(
-                f"MLflow {op} failed against {self.tracking_uri}: {_short(exc)}. Check that "
-                "the tracking server is reachable (tracking.uri / MLFLOW_TRACKING_URI) and that "
-                "the experiment, model and version names exist.")) from exc
+            raise TrackingError(
+                redact(
+                    f"MLflow {op} failed against {self.tracking_uri}: {_short(exc)}. Check that "
+                    "the tracking server is reachable (tracking.uri / MLFLOW_TRACKING_URI) and that "
+                    "the experiment, model and version names exist."
+                )
+            ) from exc
 
     # ------------------------------------------------------------------ experiments and runs
     def experiment_id_for(self, scenario: str) -> str:
         """Id of the experiment named ``scenario``, created on first use."""
         if scenario not in self._experiments:
+
             def get_or_create(c: MlflowClient) -> str:
                 exp = c.get_experiment_by_name(scenario)
                 if exp is not None:
@@ -158,15 +180,20 @@ class Tracker:
                         c.set_experiment_tag(exp.experiment_id, K.EXPERIMENT_KIND, K.EXPERIMENT_KIND_TRAINING)
                     return str(exp.experiment_id)
                 try:
-                    return str(c.create_experiment(scenario, artifact_location=self.artifact_root,
-                                                   tags={K.EXPERIMENT_KIND: K.EXPERIMENT_KIND_TRAINING}))
+                    return str(
+                        c.create_experiment(
+                            scenario,
+                            artifact_location=self.artifact_root,
+                            tags={K.EXPERIMENT_KIND: K.EXPERIMENT_KIND_TRAINING},
+                        )
+                    )
                 except Exception:  # noqa: BLE001 - another process created it concurrently
                     exp = c.get_experiment_by_name(scenario)
                     if exp is None:
                         raise
                     return str(exp.experiment_id)
-            self._experiments[scenario] = self._call(f"get/create experiment {scenario!r}",
-                                                     get_or_create)
+
+            self._experiments[scenario] = self._call(f"get/create experiment {scenario!r}", get_or_create)
         return self._experiments[scenario]
 
     @property
@@ -174,16 +201,19 @@ class Tracker:
         return self.experiment_id_for(self.scenario)
 
     @contextmanager
-    def start_run(self, run_name: str, tags: Mapping[str, Any] | None = None,
-                  scenario: str | None = None,
-                  parent_run_id: str | None = None) -> Iterator[RunHandle]:
+    def start_run(
+        self,
+        run_name: str,
+        tags: Mapping[str, Any] | None = None,
+        scenario: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> Iterator[RunHandle]:
         """A run in the scenario's experiment: FINISHED on normal exit, FAILED on an exception."""
         exp_id = self.experiment_id_for(scenario or self.scenario)
         all_tags = {k: str(v) for k, v in (tags or {}).items()}
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
-        run = self._call(f"create run {run_name!r}",
-                         lambda c: c.create_run(exp_id, run_name=run_name, tags=all_tags))
+        run = self._call(f"create run {run_name!r}", lambda c: c.create_run(exp_id, run_name=run_name, tags=all_tags))
         handle = RunHandle(self, run.info.run_id, run.info.artifact_uri)
         try:
             yield handle
@@ -195,40 +225,52 @@ class Tracker:
             raise
         self._call("end run", lambda c: c.set_terminated(handle.run_id, status="FINISHED"))
 
-    def close_stale_runs(self, tags: Mapping[str, Any], status: str = "KILLED",
-                         scenario: str | None = None) -> list[str]:
+    def close_stale_runs(
+        self, tags: Mapping[str, Any], status: str = "KILLED", scenario: str | None = None
+    ) -> list[str]:
         """End every run still ``RUNNING`` whose tags match ``tags``, as ``status``, and return
         their ids: a killed process never ends its run, so the next attempt of the same work
         closes it (``rlops.closed_by`` says so) instead of leaving it running forever."""
         if status not in ("KILLED", "FAILED"):
             raise ValueError(f"close_stale_runs: status {status!r}, expected KILLED or FAILED")
         exp_id = self.experiment_id_for(scenario or self.scenario)
-        where = " and ".join([*(f"tags.`{k}` = '{_q(str(v))}'" for k, v in tags.items()),
-                              "attributes.status = 'RUNNING'"])
+        where = " and ".join(
+            [*(f"tags.`{k}` = '{_q(str(v))}'" for k, v in tags.items()), "attributes.status = 'RUNNING'"]
+        )
         runs = self._call("search stale runs", lambda c: list(c.search_runs([exp_id], filter_string=where)))
         for r in runs:
+
             def close(c: MlflowClient, run_id: str = r.info.run_id) -> None:
-                c.set_tag(run_id, K.CLOSED_BY, "a later attempt of the same work (the process ended "
-                          "without closing the run)")
+                c.set_tag(
+                    run_id, K.CLOSED_BY, "a later attempt of the same work (the process ended without closing the run)"
+                )
                 c.set_terminated(run_id, status=status)
+
             self._call("close stale run", close)
         return [r.info.run_id for r in runs]
 
     def download_artifacts(self, run_id: str, path: str, dst_dir: str | os.PathLike[str]) -> Path:
         Path(dst_dir).mkdir(parents=True, exist_ok=True)
-        return Path(self._call(f"download {path!r} of run {run_id}",
-                               lambda c: c.download_artifacts(run_id, path, str(dst_dir))))
+        return Path(
+            self._call(f"download {path!r} of run {run_id}", lambda c: c.download_artifacts(run_id, path, str(dst_dir)))
+        )
 
     # ------------------------------------------------------------------ registry
-    def register_model(self, run_id: str, artifact_path: str, name: str,
-                       tags: Mapping[str, Any] | None = None,
-                       description: str | None = None) -> str:
+    def register_model(
+        self,
+        run_id: str,
+        artifact_path: str,
+        name: str,
+        tags: Mapping[str, Any] | None = None,
+        description: str | None = None,
+    ) -> str:
         """Register the run's artifact folder ``artifact_path`` as a new version of ``name``
         (the registered model is created if needed); returns the version number as a string."""
         str_tags = {k: str(v) for k, v in (tags or {}).items()}
 
         def create(c: MlflowClient) -> str:
             from mlflow.exceptions import MlflowException
+
             try:
                 c.get_registered_model(name)
             except MlflowException:
@@ -236,9 +278,11 @@ class Tracker:
                     c.create_registered_model(name)
                 except MlflowException:  # created concurrently by another process
                     c.get_registered_model(name)
-            mv = c.create_model_version(name, source=f"runs:/{run_id}/{artifact_path}",
-                                        run_id=run_id, tags=str_tags, description=description)
+            mv = c.create_model_version(
+                name, source=f"runs:/{run_id}/{artifact_path}", run_id=run_id, tags=str_tags, description=description
+            )
             return str(mv.version)
+
         return self._call(f"register {name!r} from run {run_id}", create)
 
     def model_version_tags(self, name: str, version: str) -> dict[str, str]:
@@ -249,17 +293,19 @@ class Tracker:
         def tag(c: MlflowClient) -> None:
             for k, v in tags.items():
                 c.set_model_version_tag(name, str(version), k, str(v))
+
         self._call(f"tag {name!r} v{version}", tag)
 
     def model_version_source(self, name: str, version: str) -> str:
         """The artifact URI a version was registered from (``runs:/<run_id>/<path>``)."""
-        return str(self._call(f"get {name!r} v{version}",
-                              lambda c: c.get_model_version(name, str(version))).source)
+        return str(self._call(f"get {name!r} v{version}", lambda c: c.get_model_version(name, str(version))).source)
 
     def find_version_by_tag(self, name: str, key: str, value: str) -> str | None:
         """Lowest version of ``name`` whose tag ``key`` equals ``value``, or None."""
+
         def search(c: MlflowClient) -> list[Any]:
             from mlflow.exceptions import MlflowException
+
             try:
                 c.get_registered_model(name)
             except MlflowException as exc:
@@ -267,20 +313,24 @@ class Tracker:
                     return []
                 raise
             return list(c.search_model_versions(f"name = '{_q(name)}' and tags.`{key}` = '{_q(value)}'"))
+
         found = self._call(f"search {name!r} by tag {key}", search)
         return str(min(int(mv.version) for mv in found)) if found else None
 
     # ------------------------------------------------------------------ aliases
     def get_alias(self, name: str, alias: str) -> str | None:
         """Version that ``alias`` points to, or None when the alias or the model is absent."""
+
         def get(c: MlflowClient) -> str | None:
             from mlflow.exceptions import MlflowException
+
             try:
                 return str(c.get_model_version_by_alias(name, alias).version)
             except MlflowException as exc:
                 if _not_found(exc):
                     return None
                 raise
+
         return self._call(f"get alias {alias!r} of {name!r}", get)
 
     def set_alias(self, name: str, alias: str, version: str) -> None:
@@ -294,11 +344,16 @@ class Tracker:
             for k, v in record_tags(name, alias, str(version)).items():
                 c.set_registered_model_tag(name, k, v)
             c.set_registered_model_alias(name, alias, str(version))
+
         self._call(f"set alias {alias!r} of {name!r} to v{version}", move)
         if alias == CHALLENGER:  # a staged roll-out stage: the version's fate changed
             share = self.model_version_tags(name, version).get(K.VERSION.TRAFFIC_FRACTION)
-            self.record_outcome(name, str(version), K.OUTCOME_CHALLENGER,
-                                f"challenger in a staged roll-out (traffic_fraction {share or 'unset'})")
+            self.record_outcome(
+                name,
+                str(version),
+                K.OUTCOME_CHALLENGER,
+                f"challenger in a staged roll-out (traffic_fraction {share or 'unset'})",
+            )
 
     def delete_alias(self, name: str, alias: str) -> None:
         from rlops.pipeline_steps.infra.alias_records import record_tags
@@ -307,12 +362,14 @@ class Tracker:
             c.delete_registered_model_alias(name, alias)
             for k, v in record_tags(name, alias, None).items():
                 c.set_registered_model_tag(name, k, v)
+
         self._call(f"delete alias {alias!r} of {name!r}", delete)
 
     def alias_written_by_rlops(self, name: str, alias: str) -> str | None:
         """The version rlops itself last pointed ``alias`` at (None: rlops never set it, deleted
         it, or the record does not carry rlops' signature)."""
         from rlops.pipeline_steps.infra.alias_records import verified_version
+
         return verified_version(self.model_tags(name), name, alias)
 
     @contextmanager
@@ -324,31 +381,43 @@ class Tracker:
         finally:
             self.requested_by = before
 
-    def record_outcome(self, name: str, version: str, outcome: str, reason: str,
-                       requested_by: str | None = None) -> None:
+    def record_outcome(
+        self, name: str, version: str, outcome: str, reason: str, requested_by: str | None = None
+    ) -> None:
         """Rewrite all promotion-outcome tags of a version whose fate changed (the outcome tag last,
         so whoever waits for it finds the others written); a champion also sheds ``rolled_back``."""
         if outcome not in K.OUTCOMES:
             raise ValueError(f"promotion outcome {outcome!r}: expected one of {', '.join(K.OUTCOMES)}")
-        from datetime import datetime, timezone
-        at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        self.set_model_version_tags(name, version, {K.PROMOTION_REASON: reason[:5000],
-                                                    K.PROMOTION_REQUESTED_BY: requested_by or self.requested_by,
-                                                    K.PROMOTION_AT: at, K.PROMOTION_OUTCOME: outcome})
+
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        self.set_model_version_tags(
+            name,
+            version,
+            {
+                K.PROMOTION_REASON: reason[:5000],
+                K.PROMOTION_REQUESTED_BY: requested_by or self.requested_by,
+                K.PROMOTION_AT: at,
+                K.PROMOTION_OUTCOME: outcome,
+            },
+        )
         if outcome == K.OUTCOME_CHAMPION and self.model_version_tags(name, version).get(K.ROLLED_BACK):
-            self._call(f"untag {name!r} v{version}",
-                       lambda c: c.delete_model_version_tag(name, str(version), K.ROLLED_BACK))
+            self._call(
+                f"untag {name!r} v{version}", lambda c: c.delete_model_version_tag(name, str(version), K.ROLLED_BACK)
+            )
 
     def model_tags(self, name: str) -> dict[str, str]:
         """Tags of the registered model ``name`` (empty when it does not exist)."""
+
         def get(c: MlflowClient) -> dict[str, str]:
             from mlflow.exceptions import MlflowException
+
             try:
                 return dict(c.get_registered_model(name).tags)
             except MlflowException as exc:
                 if _not_found(exc):
                     return {}
                 raise
+
         return self._call(f"get tags of {name!r}", get)
 
     def describe(self, name: str, version: str | None, text: str) -> None:
@@ -357,8 +426,9 @@ class Tracker:
         if version is None:
             self._call(f"describe {name!r}", lambda c: c.update_registered_model(name, description=text))
         else:
-            self._call(f"describe {name!r} v{version}",
-                       lambda c: c.update_model_version(name, str(version), description=text))
+            self._call(
+                f"describe {name!r} v{version}", lambda c: c.update_model_version(name, str(version), description=text)
+            )
 
     def version_description(self, name: str, version: str) -> str:
         mv = self._call(f"get {name!r} v{version}", lambda c: c.get_model_version(name, str(version)))
@@ -366,19 +436,29 @@ class Tracker:
 
     def aliases(self, name: str) -> dict[str, str]:
         """All aliases of ``name`` (alias → version); empty when the model does not exist."""
+
         def get(c: MlflowClient) -> dict[str, str]:
             from mlflow.exceptions import MlflowException
+
             try:
                 return {k: str(v) for k, v in c.get_registered_model(name).aliases.items()}
             except MlflowException as exc:
                 if _not_found(exc):
                     return {}
                 raise
+
         return self._call(f"get aliases of {name!r}", get)
 
     # ------------------------------------------------------------------ reward functions
-    def register_reward_fn(self, scenario: str, source_path: str | os.PathLike[str], sha256: str,
-                           rule_refs: list[str], version_label: str, parent_run_id: str | None = None) -> str:
+    def register_reward_fn(
+        self,
+        scenario: str,
+        source_path: str | os.PathLike[str],
+        sha256: str,
+        rule_refs: list[str],
+        version_label: str,
+        parent_run_id: str | None = None,
+    ) -> str:
         """Register a reward module as a version of ``<scenario>-reward-fn`` (tags: sha256,
         rule_refs, version_label); an existing version with the same sha256 is returned
         instead of a duplicate. ``parent_run_id``: the pass the registration happens in."""
@@ -388,13 +468,22 @@ class Tracker:
             return existing
         src = Path(source_path)
         if not src.is_file():
-            raise TrackingError(f"reward function source {src} does not exist; expected the "
-                                f"reward_{version_label}.py module of scenario {scenario!r}")
-        tags = {"sha256": sha256, "rule_refs": ",".join(rule_refs), "version_label": version_label,
-                "scenario": scenario}
-        with self.start_run(f"{K.REWARD_FN} {version_label} · {scenario}",
-                            tags={K.STEP: K.REWARD_FN, K.SCENARIO: scenario, **tags}, scenario=scenario,
-                            parent_run_id=parent_run_id) as run:
+            raise TrackingError(
+                f"reward function source {src} does not exist; expected the "
+                f"reward_{version_label}.py module of scenario {scenario!r}"
+            )
+        tags = {
+            "sha256": sha256,
+            "rule_refs": ",".join(rule_refs),
+            "version_label": version_label,
+            "scenario": scenario,
+        }
+        with self.start_run(
+            f"{K.REWARD_FN} {version_label} · {scenario}",
+            tags={K.STEP: K.REWARD_FN, K.SCENARIO: scenario, **tags},
+            scenario=scenario,
+            parent_run_id=parent_run_id,
+        ) as run:
             run.log_artifact(src, artifact_path="reward_fn")
             return self.register_model(run.run_id, "reward_fn", name, tags=tags)
 
@@ -414,8 +503,7 @@ def _artifact_location(root: str | None, tracking_uri: str) -> str | None:
 
 def _not_found(exc: Exception) -> bool:
     code = str(getattr(exc, "error_code", ""))
-    return code == "RESOURCE_DOES_NOT_EXIST" or (
-        code == "INVALID_PARAMETER_VALUE" and "not found" in str(exc).lower())
+    return code == "RESOURCE_DOES_NOT_EXIST" or (code == "INVALID_PARAMETER_VALUE" and "not found" in str(exc).lower())
 
 
 def _q(value: str) -> str:

@@ -30,23 +30,30 @@ class RunHandle:
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         from mlflow.entities import Metric
+
         ts = int(time.time() * 1000)
         items = [Metric(k, float(v), ts, int(step)) for k, v in metrics.items()]
         for i in range(0, len(items), 1000):  # log_batch takes at most 1000 metrics
-            def log(c: MlflowClient, b: list[Metric] = items[i:i + 1000]) -> None:
+
+            def log(c: MlflowClient, b: list[Metric] = items[i : i + 1000]) -> None:
                 c.log_batch(self.run_id, metrics=b)
+
             self._c("log_metrics", log)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
+
         items = [Param(k, str(v)[:_PARAM_MAX]) for k, v in params.items()]
         for i in range(0, len(items), 100):  # log_batch takes at most 100 params
-            def log(c: MlflowClient, b: list[Param] = items[i:i + 100]) -> None:
+
+            def log(c: MlflowClient, b: list[Param] = items[i : i + 100]) -> None:
                 c.log_batch(self.run_id, params=b)
+
             self._c("log_params", log)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
+
         items = [RunTag(k, str(v)) for k, v in tags.items()]
         self._c("set_tags", lambda c: c.log_batch(self.run_id, tags=items))
 

@@ -43,9 +43,10 @@ from rlops.pipeline_steps.infra.storage_errors import StorageError, StorageNotFo
 from rlops.pipeline_steps.infra.storage_s3 import S3Access, split_s3
 
 if TYPE_CHECKING:  # heavy imports stay lazy so DAG parsing does not pay for them
-    from rlops.common.params_model import Params, StorageParams
     import pandas as pd
     import pyarrow as pa
+
+    from rlops.common.params_model import Params, StorageParams
 
 _TMP_PREFIX = ".tmp-"  # local temp files; hidden from list() so a crashed write is never read
 
@@ -62,10 +63,9 @@ def normalize_uri(uri: str) -> str:
         split_s3(uri)
         return uri.rstrip("/") if uri.count("/") > 3 else uri
     if "://" in uri and not uri.startswith("file://"):
-        raise ValueError(f"unsupported storage URI {uri!r}; expected file://<path>, a local path "
-                         "or s3://bucket/key")
+        raise ValueError(f"unsupported storage URI {uri!r}; expected file://<path>, a local path or s3://bucket/key")
     resolved = resolve_local(uri)
-    path = resolved[len("file://"):] if resolved.startswith("file://") else resolved
+    path = resolved[len("file://") :] if resolved.startswith("file://") else resolved
     return "file://" + os.path.normpath(path)
 
 
@@ -76,9 +76,15 @@ class Storage(S3Access):
     URIs outside its root, e.g. an S3 landing zone next to a local trace store.
     """
 
-    def __init__(self, root_uri: str, endpoint_url: str | None = None, retries: int = 4,
-                 backoff_s: float = 0.5, connect_timeout_s: float = 5.0,
-                 read_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        root_uri: str,
+        endpoint_url: str | None = None,
+        retries: int = 4,
+        backoff_s: float = 0.5,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 60.0,
+    ) -> None:
         if retries < 1:
             raise ValueError(f"storage retries must be >= 1 (attempts per operation), got {retries}")
         self.root = normalize_uri(root_uri)
@@ -91,29 +97,34 @@ class Storage(S3Access):
         self._sleep: Callable[[float], None] = time.sleep
 
     @classmethod
-    def from_params(cls, params: "Params | StorageParams | Mapping[str, Any]") -> Storage:
+    def from_params(cls, params: Params | StorageParams | Mapping[str, Any]) -> Storage:
         """Build from the typed ``storage`` block (or the params document holding it; env
         overrides already applied): the defaults are the params model's."""
         from rlops.common.params_sources import params_block
+
         cfg: StorageParams = params_block(params, "storage")
-        return cls(root_uri=cfg.root, endpoint_url=cfg.s3_endpoint_url or None, retries=cfg.retries,
-                   backoff_s=cfg.backoff_s, connect_timeout_s=cfg.connect_timeout_s,
-                   read_timeout_s=cfg.read_timeout_s)
+        return cls(
+            root_uri=cfg.root,
+            endpoint_url=cfg.s3_endpoint_url or None,
+            retries=cfg.retries,
+            backoff_s=cfg.backoff_s,
+            connect_timeout_s=cfg.connect_timeout_s,
+            read_timeout_s=cfg.read_timeout_s,
+        )
 
     def __repr__(self) -> str:
         return f"Storage(root={self.root!r}, endpoint_url={self.endpoint_url!r})"
 
     @staticmethod
     def _path(uri: str) -> Path:
-        return Path(uri[len("file://"):])
+        return Path(uri[len("file://") :])
 
     @contextmanager
     def _local_op(self, op: str, uri: str) -> Iterator[None]:
         try:
             yield
         except FileNotFoundError as exc:
-            raise StorageNotFoundError(f"{op}: {uri} does not exist", op=op, uri=uri,
-                                       attempts=1) from exc
+            raise StorageNotFoundError(f"{op}: {uri} does not exist", op=op, uri=uri, attempts=1) from exc
         except OSError as exc:
             raise self._error(op, uri, 1, exc, transient=False) from exc
 
@@ -153,6 +164,7 @@ class Storage(S3Access):
             def put() -> None:
                 resp = self.s3_client.put_object(Bucket=bucket, Key=key, Body=data)
                 self._verify_s3(uri, bucket, key, len(data), resp.get("ETag"))
+
             self._retry("write", uri, put)
         else:
             with self._local_op("write", uri):
@@ -163,8 +175,9 @@ class Storage(S3Access):
         uri = normalize_uri(uri)
         if uri.startswith("s3://"):
             bucket, key = split_s3(uri)
-            data: bytes = self._retry("read", uri, lambda: self.s3_client.get_object(
-                Bucket=bucket, Key=key)["Body"].read())
+            data: bytes = self._retry(
+                "read", uri, lambda: self.s3_client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            )
             return data
         with self._local_op("read", uri):
             return self._path(uri).read_bytes()
@@ -205,27 +218,33 @@ class Storage(S3Access):
 
             def pages() -> list[str]:
                 out: list[str] = []
-                for page in self.s3_client.get_paginator("list_objects_v2").paginate(
-                        Bucket=bucket, Prefix=key):
+                for page in self.s3_client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
                     out.extend(f"s3://{bucket}/{o['Key']}" for o in page.get("Contents", []))
                 return out
+
             try:
                 uris = self._retry("list", prefix_uri, pages)
             except StorageNotFoundError as exc:
                 # A missing folder lists as empty, but a 404 for the listing itself means the
                 # bucket is missing or the endpoint is not S3: reading that as "no objects"
                 # would turn an outage into "0 rows", exit 0.
-                raise StorageError(f"storage list failed for {prefix_uri} against "
-                                   f"{self._endpoint_label(prefix_uri)}: the endpoint answered "
-                                   f"'not found' for the bucket {bucket!r} itself ({exc}); "
-                                   "expected an existing bucket: check storage.root, the "
-                                   "landing/trace URIs and s3_endpoint_url",
-                                   op="list", uri=prefix_uri, attempts=exc.attempts) from exc
+                raise StorageError(
+                    f"storage list failed for {prefix_uri} against "
+                    f"{self._endpoint_label(prefix_uri)}: the endpoint answered "
+                    f"'not found' for the bucket {bucket!r} itself ({exc}); "
+                    "expected an existing bucket: check storage.root, the "
+                    "landing/trace URIs and s3_endpoint_url",
+                    op="list",
+                    uri=prefix_uri,
+                    attempts=exc.attempts,
+                ) from exc
         else:
             root = self._path(prefix_uri)
-            uris = [] if not root.is_dir() else [
-                "file://" + str(p) for p in root.rglob("*")
-                if p.is_file() and not p.name.startswith(_TMP_PREFIX)]
+            uris = (
+                []
+                if not root.is_dir()
+                else ["file://" + str(p) for p in root.rglob("*") if p.is_file() and not p.name.startswith(_TMP_PREFIX)]
+            )
         if suffix:
             uris = [u for u in uris if u.endswith(suffix)]
         return sorted(uris)
@@ -244,19 +263,20 @@ class Storage(S3Access):
         """Delete everything under the folder ``prefix_uri`` (to overwrite a partition
         idempotently); returns how many objects were removed."""
         prefix_uri = normalize_uri(prefix_uri)
-        top = (not split_s3(prefix_uri)[1] if prefix_uri.startswith("s3://")
-               else self._path(prefix_uri) == Path("/"))
+        top = not split_s3(prefix_uri)[1] if prefix_uri.startswith("s3://") else self._path(prefix_uri) == Path("/")
         if top or prefix_uri == self.root:
-            raise ValueError(f"refusing to delete the whole storage root or bucket {prefix_uri}; "
-                             "pass a partition prefix under it")
+            raise ValueError(
+                f"refusing to delete the whole storage root or bucket {prefix_uri}; pass a partition prefix under it"
+            )
         uris = self.list(prefix_uri)
         if prefix_uri.startswith("s3://"):
             bucket, _ = split_s3(prefix_uri)
             for i in range(0, len(uris), 1000):  # delete_objects takes at most 1000 keys
-                batch = [{"Key": split_s3(u)[1]} for u in uris[i:i + 1000]]
+                batch = [{"Key": split_s3(u)[1]} for u in uris[i : i + 1000]]
 
                 def delete(b: builtins.list[dict[str, str]] = batch) -> Any:
                     return self.s3_client.delete_objects(Bucket=bucket, Delete={"Objects": b, "Quiet": True})
+
                 self._retry("delete_prefix", prefix_uri, delete)
         else:
             with self._local_op("delete_prefix", prefix_uri):
@@ -272,8 +292,7 @@ class Storage(S3Access):
             try:
                 self._retry("head_bucket", self.root, lambda: self.s3_client.head_bucket(Bucket=bucket))
             except StorageNotFoundError:
-                self._retry("create_bucket", self.root,
-                            lambda: self.s3_client.create_bucket(Bucket=bucket))
+                self._retry("create_bucket", self.root, lambda: self.s3_client.create_bucket(Bucket=bucket))
         else:
             with self._local_op("mkdir", self.root):
                 self._path(self.root).mkdir(parents=True, exist_ok=True)
@@ -283,20 +302,22 @@ class Storage(S3Access):
         """Copy a local file to ``uri`` (atomic; the source file is never modified)."""
         src, uri = Path(local_path), normalize_uri(uri)
         if not src.is_file():
-            raise StorageNotFoundError(f"upload: local file {src} does not exist", op="upload",
-                                       uri=uri)
+            raise StorageNotFoundError(f"upload: local file {src} does not exist", op="upload", uri=uri)
         if uri.startswith("s3://"):
             bucket, key = split_s3(uri)
 
             def up() -> None:
                 self.s3_client.upload_file(str(src), bucket, key)
                 self._verify_s3(uri, bucket, key, src.stat().st_size, None)
+
             self._retry("upload", uri, up)
         else:
             with self._local_op("upload", uri):
+
                 def copy(fh: IO[bytes]) -> None:
                     with src.open("rb") as inp:
                         shutil.copyfileobj(inp, fh, 1 << 20)
+
                 self._atomic_local(self._path(uri), copy)
         return uri
 
@@ -311,13 +332,17 @@ class Storage(S3Access):
                     fh.seek(0)
                     fh.truncate()
                     self.s3_client.download_fileobj(bucket, key, fh)
+
                 self._retry("download", uri, once)
+
             self._atomic_local(dst, down)
         else:
             with self._local_op("download", uri):
+
                 def copy(fh: IO[bytes]) -> None:
                     with self._path(uri).open("rb") as inp:
                         shutil.copyfileobj(inp, fh, 1 << 20)
+
                 self._atomic_local(dst, copy)
         return dst
 
@@ -336,18 +361,17 @@ class Storage(S3Access):
             yield self.download_file(uri, Path(tmp) / uri.rsplit("/", 1)[-1])
 
     @contextmanager
-    def open_stream(self, uri: str, encoding: str = "utf-8",
-                    gzip: bool = False) -> Iterator[IO[str]]:
+    def open_stream(self, uri: str, encoding: str = "utf-8", gzip: bool = False) -> Iterator[IO[str]]:
         """Open ``uri`` as a text stream to iterate line by line (big JSONL files are never
         loaded whole), gunzipping it on the fly with ``gzip``. Only opening is retried: a broken
         stream mid-read, or a corrupt gzip file, raises :class:`StorageError` naming the URI."""
         import gzip as gz
         import zlib
+
         uri = normalize_uri(uri)
         if uri.startswith("s3://"):
             bucket, key = split_s3(uri)
-            body = self._retry("open", uri, lambda: self.s3_client.get_object(
-                Bucket=bucket, Key=key)["Body"])
+            body = self._retry("open", uri, lambda: self.s3_client.get_object(Bucket=bucket, Key=key)["Body"])
             raw: IO[bytes] = io.BufferedReader(body, 1 << 20)
         else:
             with self._local_op("open", uri):
@@ -365,14 +389,13 @@ class Storage(S3Access):
             raw.close()
 
     # ------------------------------------------------------------------ parquet
-    def write_parquet(self, uri: str, data: pd.DataFrame | pa.Table,
-                      compression: str = "zstd", **options: Any) -> str:
+    def write_parquet(self, uri: str, data: pd.DataFrame | pa.Table, compression: str = "zstd", **options: Any) -> str:
         """Write a DataFrame or Arrow table as one parquet object (atomically); ``options`` go to
         ``pyarrow.parquet.write_table`` (e.g. bloom filters)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
-        table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data,
-                                                                             preserve_index=False)
+
+        table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
         buf = pa.BufferOutputStream()
         pq.write_table(table, buf, compression=compression, **options)
         return self.write_bytes(uri, buf.getvalue().to_pybytes())
@@ -382,18 +405,16 @@ class Storage(S3Access):
         parts (``date=2026-01-01``) become string columns when the files lack them."""
         import pyarrow as pa
         import pyarrow.parquet as pq
+
         uri = normalize_uri(uri)
-        files = [uri] if uri.endswith(".parquet") and self.exists(uri) else self.list(
-            uri, suffix=".parquet")
+        files = [uri] if uri.endswith(".parquet") and self.exists(uri) else self.list(uri, suffix=".parquet")
         if not files:
-            raise StorageNotFoundError(f"read_parquet: no parquet file at or under {uri}",
-                                       op="read_parquet", uri=uri)
+            raise StorageNotFoundError(f"read_parquet: no parquet file at or under {uri}", op="read_parquet", uri=uri)
         tables = []
         for f in files:
-            src: Any = (pa.BufferReader(self.read_bytes(f)) if f.startswith("s3://")
-                        else str(self._path(f)))
+            src: Any = pa.BufferReader(self.read_bytes(f)) if f.startswith("s3://") else str(self._path(f))
             t = pq.read_table(src, columns=columns)
-            rel = f[len(uri):].strip("/").split("/")[:-1] if f != uri else []
+            rel = f[len(uri) :].strip("/").split("/")[:-1] if f != uri else []
             for seg in rel:
                 name, eq, value = seg.partition("=")
                 if eq and name not in t.column_names and (columns is None or name in columns):
@@ -406,7 +427,6 @@ class Storage(S3Access):
         return self.read_parquet_table(uri, columns=columns).to_pandas()
 
 
-def get_storage(root_uri: str, endpoint_url: str | None = None, retries: int = 4,
-                backoff_s: float = 0.5) -> Storage:
+def get_storage(root_uri: str, endpoint_url: str | None = None, retries: int = 4, backoff_s: float = 0.5) -> Storage:
     """Shorthand for :class:`Storage` with explicit settings."""
     return Storage(root_uri, endpoint_url=endpoint_url, retries=retries, backoff_s=backoff_s)

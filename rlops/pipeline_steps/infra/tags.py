@@ -24,25 +24,25 @@ from typing import Final
 PREFIX: Final = "rlops."
 
 # --------------------------------------------------------------------------- run tags
-STEP: Final = "rlops.step"                  # capture, drift, recalibrate, train_policy, …
+STEP: Final = "rlops.step"  # capture, drift, recalibrate, train_policy, …
 SCENARIO: Final = "rlops.scenario"
-RUN_KEY: Final = "rlops.run_key"            # the data interval of the pass
-DAG_RUN_ID: Final = "rlops.dag_run_id"      # Airflow's run id when a DAG task ran the step
-PASS: Final = "rlops.pass"                  # "true" on the parent run of one pipeline pass
-CANDIDATE: Final = "rlops.candidate"        # policy version judged by an evaluate run
-BASELINE: Final = "rlops.baseline"          # what the candidate was compared with
-PASSED: Final = "rlops.passed"              # gate verdict of an evaluate run
-MODE: Final = "rlops.mode"                  # full | incremental training
+RUN_KEY: Final = "rlops.run_key"  # the data interval of the pass
+DAG_RUN_ID: Final = "rlops.dag_run_id"  # Airflow's run id when a DAG task ran the step
+PASS: Final = "rlops.pass"  # "true" on the parent run of one pipeline pass
+CANDIDATE: Final = "rlops.candidate"  # policy version judged by an evaluate run
+BASELINE: Final = "rlops.baseline"  # what the candidate was compared with
+PASSED: Final = "rlops.passed"  # gate verdict of an evaluate run
+MODE: Final = "rlops.mode"  # full | incremental training
 PARENT_CHAMPION: Final = "rlops.parent_champion"
-REWARD_SOURCE: Final = "rlops.reward_source"          # scripted | model | blend
+REWARD_SOURCE: Final = "rlops.reward_source"  # scripted | model | blend
 REWARD_MODEL_VERSION: Final = "rlops.reward_model_version"
 REWARD_FN_SHA256: Final = "rlops.reward_fn_sha256"
 CALIBRATION_VERSION: Final = "rlops.calibration_version"
 TRAIN_FINGERPRINT: Final = "rlops.train_fingerprint"  # the inputs of a training (resume finds its runs)
 CLOSED_STALE_RUNS: Final = "rlops.closed_stale_runs"  # runs of a killed attempt this one closed
-PID: Final = "rlops.pid"                    # process and host of a training in progress
+PID: Final = "rlops.pid"  # process and host of a training in progress
 HOST: Final = "rlops.host"
-CLOSED_BY: Final = "rlops.closed_by"                  # on a run closed as KILLED: the run that did it
+CLOSED_BY: Final = "rlops.closed_by"  # on a run closed as KILLED: the run that did it
 MODEL_VERSION: Final = "rlops.model_version"  # the version a training run registered
 STRESS_VERDICT: Final = "rlops.stress_test"
 PROMOTION_ACTION: Final = "rlops.promotion.action"  # champion | challenger | none, on a promote run
@@ -59,11 +59,11 @@ ROLLOUT = "rollout"
 # --------------------------------------------------------------------------- experiment tags
 # MLflow 3's UI opens an experiment on the view its kind names; without it, on the GenAI overview.
 EXPERIMENT_KIND: Final = "mlflow.experimentKind"
-EXPERIMENT_KIND_TRAINING: Final = "custom_model_development"   # runs, metrics and models first
+EXPERIMENT_KIND_TRAINING: Final = "custom_model_development"  # runs, metrics and models first
 
 # --------------------------------------------------------------------------- registered-model tags
-ALIAS_WRITTEN_PREFIX: Final = "rlops.alias."    # + alias name → version rlops last set it to
-ALIAS_SIGNATURE_SUFFIX: Final = ".sig"          # + on the alias tag: rlops' HMAC of its own move
+ALIAS_WRITTEN_PREFIX: Final = "rlops.alias."  # + alias name → version rlops last set it to
+ALIAS_SIGNATURE_SUFFIX: Final = ".sig"  # + on the alias tag: rlops' HMAC of its own move
 
 
 CHAMPION_HISTORY: Final = "rlops.champion.history"  # versions that were champion before, oldest first (JSON)
@@ -82,10 +82,10 @@ def alias_signature(alias: str) -> str:
 # --------------------------------------------------------------------------- model-version tags
 ROLLED_BACK: Final = "rlops.rolled_back"
 ROLLED_BACK_REASON: Final = "rlops.rolled_back.reason"  # why the roll-out DAG (or a person) demoted it
-ROLLOUT_ACTION: Final = "rlops.rollout.action"          # advanced | finished | rolled_back | held | withdrawn
+ROLLOUT_ACTION: Final = "rlops.rollout.action"  # advanced | finished | rolled_back | held | withdrawn
 ROLLOUT_REASON: Final = "rlops.rollout.reason"
 ROLLOUT_STAGE_STARTED: Final = "rlops.rollout.stage_started"  # end of the run key that set the current share (ISO)
-PROMOTION_OUTCOME: Final = "rlops.promotion.outcome"    # see OUTCOMES
+PROMOTION_OUTCOME: Final = "rlops.promotion.outcome"  # see OUTCOMES
 PROMOTION_REASON: Final = "rlops.promotion.reason"
 PROMOTION_REQUESTED_BY: Final = "rlops.promotion.requested_by"  # rlops | mlflow-ui-alias | manual-champion
 PROMOTION_AT: Final = "rlops.promotion.at"
@@ -93,18 +93,24 @@ PROMOTION_AT: Final = "rlops.promotion.at"
 # version never shows an outcome older than its aliases (a new champion carries no "rejected").
 OUTCOME_CHAMPION, OUTCOME_CHALLENGER, OUTCOME_REJECTED = "champion", "challenger", "rejected"
 OUTCOME_REQUESTED, OUTCOME_ROLLED_BACK, OUTCOME_ERROR = "requested", "rolled_back", "error"
-OUTCOMES: Final = (OUTCOME_CHAMPION, OUTCOME_CHALLENGER, OUTCOME_REJECTED, OUTCOME_REQUESTED,
-                   OUTCOME_ROLLED_BACK, OUTCOME_ERROR)
-REQUESTED_BY_RLOPS: Final = "rlops"     # a promotion or rollback run by the CLI or a DAG
-MANUAL_CHAMPION: Final = "rlops.manual_champion"        # regated | reverted, on the hand-set version
+OUTCOMES: Final = (
+    OUTCOME_CHAMPION,
+    OUTCOME_CHALLENGER,
+    OUTCOME_REJECTED,
+    OUTCOME_REQUESTED,
+    OUTCOME_ROLLED_BACK,
+    OUTCOME_ERROR,
+)
+REQUESTED_BY_RLOPS: Final = "rlops"  # a promotion or rollback run by the CLI or a DAG
+MANUAL_CHAMPION: Final = "rlops.manual_champion"  # regated | reverted, on the hand-set version
 MANUAL_CHAMPION_REASON: Final = "rlops.manual_champion.reason"
 
 
 class VERSION:
     """Lineage and state tags of a policy version (established names, see the module doc)."""
 
-    REWARD_FN = "reward_fn"                 # the label a person reads, e.g. v1
-    REWARD_FN_SHA256 = "reward_fn_sha256"   # the sha256 of the reward function's source
+    REWARD_FN = "reward_fn"  # the label a person reads, e.g. v1
+    REWARD_FN_SHA256 = "reward_fn_sha256"  # the sha256 of the reward function's source
     CALIBRATION_VERSION = "calibration_version"
     DATA_VERSION = "data_version"
     RUN_KEY = "run_key"

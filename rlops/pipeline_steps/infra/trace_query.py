@@ -35,7 +35,7 @@ import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -73,8 +73,10 @@ class QueryEngineConfig:
         if int(self.threads) < 0:
             raise ValueError(f"trace_store.threads is {self.threads}; expected 0 (every CPU) or a positive count")
         if not _MEMORY.match(str(self.memory_limit).strip()):
-            raise ValueError(f"trace_store.memory_limit is {self.memory_limit!r}; expected a size such as "
-                             "512MB, 2GB or a share of the machine's memory such as 50%")
+            raise ValueError(
+                f"trace_store.memory_limit is {self.memory_limit!r}; expected a size such as "
+                "512MB, 2GB or a share of the machine's memory such as 50%"
+            )
 
     @classmethod
     def from_params(cls, params: Params | TraceStoreParams | CaptureParams | Mapping[str, Any]) -> QueryEngineConfig:
@@ -82,11 +84,16 @@ class QueryEngineConfig:
         mapping (validated by the params model)."""
         from rlops.common.params_model import CaptureParams
         from rlops.common.params_sources import params_block
+
         if isinstance(params, CaptureParams):  # a capture block alone carries no engine settings
             return cls()
         cfg = params_block(params, "trace_store")
-        return cls(engine=cfg.engine, threads=cfg.threads, memory_limit=cfg.memory_limit,
-                   temp_directory=cfg.temp_directory or "")
+        return cls(
+            engine=cfg.engine,
+            threads=cfg.threads,
+            memory_limit=cfg.memory_limit,
+            temp_directory=cfg.temp_directory or "",
+        )
 
     def with_engine(self, engine: str) -> QueryEngineConfig:
         return QueryEngineConfig(engine, self.threads, self.memory_limit, self.temp_directory)
@@ -110,12 +117,16 @@ def database(cfg: QueryEngineConfig) -> duckdb.DuckDBPyConnection:
     use; every query runs on its own cursor, so threads may query at once). The parquet metadata
     cache keeps footers and bloom filters of files already opened."""
     import duckdb
+
     with _DB_LOCK:
         db = _DATABASES.get(cfg)
         if db is None:
             temp = cfg.temp_directory or os.path.join(tempfile.gettempdir(), "rlops-duckdb")
-            config: dict[str, Any] = {"memory_limit": cfg.memory_limit, "temp_directory": temp,
-                                      "preserve_insertion_order": True}
+            config: dict[str, Any] = {
+                "memory_limit": cfg.memory_limit,
+                "temp_directory": temp,
+                "preserve_insertion_order": True,
+            }
             if cfg.threads:
                 config["threads"] = int(cfg.threads)
             db = duckdb.connect(":memory:", config=config)
@@ -134,6 +145,7 @@ def sample_buckets(episode_ids: Sequence[str]) -> np.ndarray:
     computed here for the pandas engine exactly as :meth:`TraceReader.sample_episodes` does in SQL."""
     import numpy as np
     import pyarrow as pa
+
     ids = pa.table({"episode_id": pa.array([str(e) for e in episode_ids], pa.string())})
     cur = cursor(QueryEngineConfig(threads=1, memory_limit="256MB"))
     try:
@@ -196,6 +208,7 @@ class TraceReader:
             return []
         if self.engine == "pandas":
             import pyarrow.parquet as pq
+
             seen: dict[str, None] = {}
             for f in files:
                 with self.storage.local_path(f) as path:
@@ -205,21 +218,32 @@ class TraceReader:
             return [d[0] for d in cur.execute(f"SELECT * FROM {source} LIMIT 0").description]
 
     # ------------------------------------------------------------------ rows
-    def read(self, uri: str, window: tuple[datetime, datetime] | None = None,
-             columns: Sequence[str] | None = None, where: Mapping[str, Any] | None = None,
-             categorical: bool = False) -> pd.DataFrame:
+    def read(
+        self,
+        uri: str,
+        window: tuple[datetime, datetime] | None = None,
+        columns: Sequence[str] | None = None,
+        where: Mapping[str, Any] | None = None,
+        categorical: bool = False,
+    ) -> pd.DataFrame:
         """Rows under ``uri`` in ``window`` matching ``where``: only ``columns`` (the ones the store
         has), in file order. An empty frame when nothing matches. ``categorical``: text columns as
         pandas categoricals, built in Arrow (a day of ids and enum values without a Python string
         per value: a fraction of the memory)."""
         return self._frame(self.files(uri, window), window, columns, where, categorical)
 
-    def batches(self, uri: str, window: tuple[datetime, datetime] | None = None,
-                columns: Sequence[str] | None = None, where: Mapping[str, Any] | None = None,
-                batch_rows: int = 1_000_000) -> Iterator[pd.DataFrame]:
+    def batches(
+        self,
+        uri: str,
+        window: tuple[datetime, datetime] | None = None,
+        columns: Sequence[str] | None = None,
+        where: Mapping[str, Any] | None = None,
+        batch_rows: int = 1_000_000,
+    ) -> Iterator[pd.DataFrame]:
         """:meth:`read` in frames of at most ``batch_rows`` rows, one at a time (a week of traffic
         in the memory of one batch)."""
         import pyarrow as pa
+
         files = self.files(uri, window)
         if not files:
             return
@@ -227,7 +251,7 @@ class TraceReader:
             for f in files:
                 df = self._frame([f], window, columns, where)
                 for i in range(0, len(df), batch_rows):
-                    yield df.iloc[i:i + batch_rows].reset_index(drop=True)
+                    yield df.iloc[i : i + batch_rows].reset_index(drop=True)
             return
         with self._scan(files) as (cur, source):
             sql, args = self._select(cur, source, window, columns, where)
@@ -250,6 +274,7 @@ class TraceReader:
     def count_by(self, uri: str, column: str, window: tuple[datetime, datetime] | None = None) -> dict[str, int]:
         """Rows per value of ``column`` (as text), most rows first, ties by value."""
         import pandas as pd
+
         files = self.files(uri, window)
         if not files:
             return {}
@@ -265,14 +290,22 @@ class TraceReader:
                 sql, args = self._select(cur, source, window, [column], None)
                 if column not in self._names(cur, source):
                     return {}
-                got = cur.execute(f"SELECT CAST({_ident(column)} AS VARCHAR) AS v, count(*) AS n FROM ({sql}) "
-                                  "GROUP BY 1", args).fetchall()
+                got = cur.execute(
+                    f"SELECT CAST({_ident(column)} AS VARCHAR) AS v, count(*) AS n FROM ({sql}) GROUP BY 1", args
+                ).fetchall()
             pairs = [("None" if v is None else str(v), int(n)) for v, n in got]
         return dict(sorted(pairs, key=lambda kv: (-kv[1], kv[0])))
 
-    def sample_episodes(self, uri: str, max_rows: int, window: tuple[datetime, datetime] | None = None,
-                        columns: Sequence[str] | None = None, where: Mapping[str, Any] | None = None,
-                        total: int | None = None, spread: int = 8) -> tuple[pd.DataFrame, int]:
+    def sample_episodes(
+        self,
+        uri: str,
+        max_rows: int,
+        window: tuple[datetime, datetime] | None = None,
+        columns: Sequence[str] | None = None,
+        where: Mapping[str, Any] | None = None,
+        total: int | None = None,
+        spread: int = 8,
+    ) -> tuple[pd.DataFrame, int]:
         """``(rows, total)``: every matching row when there are at most ``max_rows`` of them, else a
         sample of whole episodes: first evenly spaced partition files holding about four times
         ``max_rows`` (at least ``spread`` of them; a sample decodes a few files, not the store),
@@ -280,6 +313,7 @@ class TraceReader:
         the rate that leaves about ``max_rows`` rows, so return-to-go over an episode stays exact.
         ``total`` (the matching row count of every file) is counted when not given."""
         import numpy as np
+
         files = self.files(uri, window)
         if total is None:
             total = self._count(files, window, where)
@@ -305,8 +339,9 @@ class TraceReader:
             df = df.drop(columns="episode_id")
         return df, total
 
-    def query(self, uri: str, sql: str, params: Sequence[Any] | None = None,
-              window: tuple[datetime, datetime] | None = None) -> pd.DataFrame:
+    def query(
+        self, uri: str, sql: str, params: Sequence[Any] | None = None, window: tuple[datetime, datetime] | None = None
+    ) -> pd.DataFrame:
         """Run ``sql`` (one DuckDB ``SELECT … FROM traces …``; ``?`` placeholders take ``params``) over
         the rows under ``uri`` in ``window``: aggregates that never load the rows into Python."""
         if self.engine != "duckdb":
@@ -320,8 +355,9 @@ class TraceReader:
         return self._to_pandas(table)
 
     # ------------------------------------------------------------------ engines
-    def _count(self, files: list[str], window: tuple[datetime, datetime] | None,
-               where: Mapping[str, Any] | None) -> int:
+    def _count(
+        self, files: list[str], window: tuple[datetime, datetime] | None, where: Mapping[str, Any] | None
+    ) -> int:
         if not files:
             return 0
         if self.engine == "pandas":
@@ -330,10 +366,16 @@ class TraceReader:
             sql, args = self._select(cur, source, window, ["ts"], where)
             return int(cur.execute(f"SELECT count(*) FROM ({sql})", args).fetchone()[0])
 
-    def _frame(self, files: list[str], window: tuple[datetime, datetime] | None,
-               columns: Sequence[str] | None, where: Mapping[str, Any] | None,
-               categorical: bool = False) -> pd.DataFrame:
+    def _frame(
+        self,
+        files: list[str],
+        window: tuple[datetime, datetime] | None,
+        columns: Sequence[str] | None,
+        where: Mapping[str, Any] | None,
+        categorical: bool = False,
+    ) -> pd.DataFrame:
         import pandas as pd
+
         if not files:
             return pd.DataFrame()
         if self.engine == "pandas":
@@ -354,10 +396,11 @@ class TraceReader:
 
     def _pandas_metadata(self, uri: str) -> bytes | None:
         import pyarrow.parquet as pq
+
         if uri.startswith("file://"):
-            schema = pq.read_schema(uri[len("file://"):])
+            schema = pq.read_schema(uri[len("file://") :])
         else:
-            schema = pq.read_schema(uri[len("s3://"):], filesystem=self.storage.arrow_s3_filesystem())
+            schema = pq.read_schema(uri[len("s3://") :], filesystem=self.storage.arrow_s3_filesystem())
         return (schema.metadata or {}).get(b"pandas")
 
     def _names(self, cur: Any, source: str) -> list[str]:
@@ -371,15 +414,23 @@ class TraceReader:
         with _DB_LOCK:
             hit = _SCHEMAS.get(key)
         if hit is None:
-            hit = dict(cur.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {source})").fetchall())
+            hit = dict(
+                cur.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {source})").fetchall()
+            )
             with _DB_LOCK:
                 if len(_SCHEMAS) > 256:
                     _SCHEMAS.clear()
                 _SCHEMAS[key] = hit
         return hit
 
-    def _select(self, cur: Any, source: str, window: tuple[datetime, datetime] | None,
-                columns: Sequence[str] | None, where: Mapping[str, Any] | None) -> tuple[str, list[Any]]:
+    def _select(
+        self,
+        cur: Any,
+        source: str,
+        window: tuple[datetime, datetime] | None,
+        columns: Sequence[str] | None,
+        where: Mapping[str, Any] | None,
+    ) -> tuple[str, list[Any]]:
         types = self._schema(cur, source)
         names = list(types)
         keep = [c for c in columns if c in names] if columns else names
@@ -418,7 +469,7 @@ class TraceReader:
         def __enter__(self) -> tuple[Any, str]:
             self.cur = cursor(self.reader.config)
             if all(f.startswith("file://") for f in self.files):
-                paths = ", ".join("'" + f[len("file://"):].replace("'", "''") + "'" for f in self.files)
+                paths = ", ".join("'" + f[len("file://") :].replace("'", "''") + "'" for f in self.files)
                 return self.cur, f"read_parquet([{paths}], union_by_name = true, hive_partitioning = false)"
             dataset = self.reader._arrow_dataset(self.files)
             name = "_trace_files_" + hashlib.sha1("\n".join(self.files).encode()).hexdigest()[:16]
@@ -436,15 +487,17 @@ class TraceReader:
         import pyarrow as pa
         import pyarrow.dataset as ds
         import pyarrow.fs as pafs
+
         local = [f for f in files if f.startswith("file://")]
         remote = [f for f in files if f.startswith("s3://")]
         parts = []
         if remote:
             fs = self.storage.arrow_s3_filesystem()
-            parts.append(ds.dataset([f[len("s3://"):] for f in remote], filesystem=fs, format="parquet"))
+            parts.append(ds.dataset([f[len("s3://") :] for f in remote], filesystem=fs, format="parquet"))
         if local:
-            parts.append(ds.dataset([f[len("file://"):] for f in local], filesystem=pafs.LocalFileSystem(),
-                                    format="parquet"))
+            parts.append(
+                ds.dataset([f[len("file://") :] for f in local], filesystem=pafs.LocalFileSystem(), format="parquet")
+            )
         schemas = [frag.physical_schema for part in parts for frag in part.get_fragments()]
         schema = pa.unify_schemas(schemas, promote_options="default")
         parts = [ds.dataset(p.files, filesystem=p.filesystem, format="parquet", schema=schema) for p in parts]
@@ -462,14 +515,21 @@ def _plain_types(table: pa.Table) -> pa.Table:
         if pa.types.is_timestamp(t) and t.tz == "Etc/UTC":
             return pa.timestamp(t.unit, tz="UTC")
         return t
-    target = pa.schema([pa.field(f.name, plain(f.type), f.nullable) for f in table.schema],
-                       metadata=table.schema.metadata)
+
+    target = pa.schema(
+        [pa.field(f.name, plain(f.type), f.nullable) for f in table.schema], metadata=table.schema.metadata
+    )
     return table if target.equals(table.schema) else table.cast(target)
 
 
-def _pandas_frame(storage: Storage, files: list[str], window: tuple[datetime, datetime] | None,
-                  columns: Sequence[str] | None, where: Mapping[str, Any] | None,
-                  categorical: bool = False) -> pd.DataFrame:
+def _pandas_frame(
+    storage: Storage,
+    files: list[str],
+    window: tuple[datetime, datetime] | None,
+    columns: Sequence[str] | None,
+    where: Mapping[str, Any] | None,
+    categorical: bool = False,
+) -> pd.DataFrame:
     """The reference path: each file read whole (the asked columns plus those filtered on) with
     pyarrow into pandas and filtered there, the kept rows concatenated (as :func:`pyarrow.concat_tables`
     with schema promotion, then one conversion, so dtypes match a single read of the files)."""
@@ -481,8 +541,11 @@ def _pandas_frame(storage: Storage, files: list[str], window: tuple[datetime, da
     for f in files:
         with storage.local_path(f) as path:
             have = pq.read_schema(path).names
-            need = None if not columns else [c for c in have if c in {*columns, *(where or {}),
-                                                                     *(["ts"] if window else [])}]
+            need = (
+                None
+                if not columns
+                else [c for c in have if c in {*columns, *(where or {}), *(["ts"] if window else [])}]
+            )
             table = pq.read_table(path, columns=need)
         df = table.to_pandas()
         keep = np.ones(len(df), dtype=bool)
@@ -508,6 +571,7 @@ _PART = re.compile(r"/date=(\d{4}-\d{2}-\d{2})(?:/hour=(\d{1,2}))?/")
 def parse_ts(col: pd.Series) -> pd.Series:
     """Trace timestamps (ISO text, datetimes) as UTC."""
     import pandas as pd
+
     if isinstance(col.dtype, pd.DatetimeTZDtype):
         return col.dt.tz_convert("UTC")
     return pd.to_datetime(col, utc=True, format="ISO8601", errors="coerce")
@@ -519,7 +583,7 @@ def partition_overlaps(uri: str, window: tuple[datetime, datetime]) -> bool:
     m = _PART.search(uri)
     if not m:
         return True  # not partitioned by time: read it and filter rows by ts
-    day = datetime.strptime(m.group(1), "%Y-%m-%d").replace(tzinfo=timezone.utc)
+    day = datetime.strptime(m.group(1), "%Y-%m-%d").replace(tzinfo=UTC)
     if m.group(2) is None:
         lo, hi = day, day + timedelta(days=1)
     else:

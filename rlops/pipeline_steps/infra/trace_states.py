@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 import torch
+
 from rlops.data_contracts.schema import STATE_PREFIX as STATE_PREFIX  # re-exported: readers of trace states use it
 
 if TYPE_CHECKING:
@@ -50,8 +51,10 @@ def mask_matrix(col: pd.Series, n_actions: int) -> np.ndarray:
     bad = text.str.len() != n_actions
     if bool(bad.any()):
         i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise ValueError(f"action_mask of row {i} is {text.iloc[i]!r}: expected {n_actions} '0'/'1' "
-                         "characters, one per action in scenario order")
+        raise ValueError(
+            f"action_mask of row {i} is {text.iloc[i]!r}: expected {n_actions} '0'/'1' "
+            "characters, one per action in scenario order"
+        )
     if len(text) == 0:
         return np.zeros((0, n_actions), dtype=bool)
     raw = np.frombuffer("".join(text.tolist()).encode("ascii"), dtype=np.uint8)
@@ -59,7 +62,7 @@ def mask_matrix(col: pd.Series, n_actions: int) -> np.ndarray:
     return out
 
 
-def action_codes(pack: "Pack", col: pd.Series) -> np.ndarray:
+def action_codes(pack: Pack, col: pd.Series) -> np.ndarray:
     """Action names → indices in scenario order; an unknown name is a clear error."""
     names = pack.scenario.action_names
     codes = pd.Categorical(col.astype("string"), categories=list(names)).codes.astype(np.int64)
@@ -70,7 +73,7 @@ def action_codes(pack: "Pack", col: pd.Series) -> np.ndarray:
     return out
 
 
-def field_values(pack: "Pack", path: str, col: pd.Series) -> np.ndarray:
+def field_values(pack: Pack, path: str, col: pd.Series) -> np.ndarray:
     """One ``state.<path>`` column as float codes (enum index, bool 0/1, number); missing → NaN."""
     spec = pack.scenario.fields[path]
     if spec.type == "enum":
@@ -88,7 +91,7 @@ def field_values(pack: "Pack", path: str, col: pd.Series) -> np.ndarray:
     return out
 
 
-def states_from_traces(pack: "Pack", df: pd.DataFrame) -> Tensor:
+def states_from_traces(pack: Pack, df: pd.DataFrame) -> Tensor:
     """The state tensor ``S[N, C]`` of trace rows: observed fields from ``state.*`` columns
     (missing/not visible → 0), ``episode.step`` from ``step``, ``episode.last_action`` and
     ``episode.error`` from the previous row of the same episode. Hidden fields read 0."""
@@ -124,7 +127,7 @@ def _previous_in_episode(df: pd.DataFrame, values: np.ndarray, lag: int) -> np.n
     return out
 
 
-def history_from_traces(pack: "Pack", df: pd.DataFrame) -> Tensor:
+def history_from_traces(pack: Pack, df: pd.DataFrame) -> Tensor:
     """The last ``history_len`` action codes (``a + 1``, 0 = none) before each row."""
     k = pack.scenario.layout.history_len
     codes = (action_codes(pack, df["action"]) + 1).astype(np.float32)
@@ -134,20 +137,19 @@ def history_from_traces(pack: "Pack", df: pd.DataFrame) -> Tensor:
     return torch.from_numpy(hist)
 
 
-def observations_from_traces(pack: "Pack", df: pd.DataFrame) -> tuple[Tensor, Tensor]:
+def observations_from_traces(pack: Pack, df: pd.DataFrame) -> tuple[Tensor, Tensor]:
     """``(obs[N, D], masks[N, A])``: the observation the policy saw at each trace row."""
     masks = torch.from_numpy(mask_matrix(df["action_mask"], pack.scenario.n_actions))
     S = states_from_traces(pack, df)
     return pack.scenario.encode(S, masks, history_from_traces(pack, df)), masks
 
 
-def state_features(pack: "Pack", df: pd.DataFrame) -> Tensor:
+def state_features(pack: Pack, df: pd.DataFrame) -> Tensor:
     """Encoded state features plus the mask (no history): what clustering compares."""
     masks = torch.from_numpy(mask_matrix(df["action_mask"], pack.scenario.n_actions))
     S = states_from_traces(pack, df)
-    obs = pack.scenario.encode(S, masks, torch.zeros((len(df), pack.scenario.layout.history_len),
-                                                     dtype=torch.long))
-    return obs[:, :pack.scenario.layout.n_features + pack.scenario.n_actions]
+    obs = pack.scenario.encode(S, masks, torch.zeros((len(df), pack.scenario.layout.history_len), dtype=torch.long))
+    return obs[:, : pack.scenario.layout.n_features + pack.scenario.n_actions]
 
 
 def normalized_entropy(entropy: np.ndarray, masks: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -33,7 +33,6 @@ import pyarrow as pa
 from rlops.common.run_key import RunKey
 from rlops.data_contracts.records import QUARANTINE_SCHEMA, quarantine_frame
 from rlops.data_contracts.schema import META_PREFIX, Contract
-
 from rlops.pipeline_steps.infra.trace_query import QueryEngineConfig, TraceReader
 
 if TYPE_CHECKING:
@@ -57,21 +56,23 @@ BLOOM_COLUMNS = ("trace_id", "episode_id")
 class TraceStore:
     """The three roots of the trace store on one :class:`Storage`, and how it is read."""
 
-    storage: "Storage"
+    storage: Storage
     landing_uri: str
     trace_uri: str
     quarantine_uri: str
     engine: QueryEngineConfig = QueryEngineConfig()
 
     @classmethod
-    def from_params(cls, params: "Params | CaptureParams | Mapping[str, Any]", storage: "Storage | None" = None
-                    ) -> "TraceStore":
+    def from_params(
+        cls, params: Params | CaptureParams | Mapping[str, Any], storage: Storage | None = None
+    ) -> TraceStore:
         """Roots from the typed ``capture`` block (or the params document holding it): folders
         under ``storage.root``, or full URIs when they contain ``://``. Without ``storage``, the
         document's own storage block is used."""
         from rlops.common.params_model import CaptureParams
         from rlops.common.params_sources import params_block
         from rlops.pipeline_steps.infra.storage import Storage
+
         cfg: CaptureParams = params_block(params, "capture")
         if storage is None:
             if isinstance(params, CaptureParams):
@@ -80,8 +81,14 @@ class TraceStore:
 
         def where(value: str) -> str:
             return value if "://" in value else storage.join(value)
-        return cls(storage, where(cfg.landing_dir), where(cfg.trace_dir), where(cfg.quarantine_dir),
-                   QueryEngineConfig.from_params(params))
+
+        return cls(
+            storage,
+            where(cfg.landing_dir),
+            where(cfg.trace_dir),
+            where(cfg.quarantine_dir),
+            QueryEngineConfig.from_params(params),
+        )
 
     @property
     def reader(self) -> TraceReader:
@@ -98,8 +105,9 @@ class TraceStore:
     def landing_files(self, scenario: str, key: RunKey) -> list[str]:
         return landing_files(self.storage, self.landing_uri, scenario, key.start, key.end)
 
-    def read(self, scenario: str, window: tuple[datetime, datetime] | None = None,
-             columns: Sequence[str] | None = None) -> pd.DataFrame:
+    def read(
+        self, scenario: str, window: tuple[datetime, datetime] | None = None, columns: Sequence[str] | None = None
+    ) -> pd.DataFrame:
         return self.reader.read(self.scenario_uri(scenario), window, columns)
 
 
@@ -142,13 +150,12 @@ def file_time(uri: str, hour_start: datetime) -> datetime:
     m = _NAME_TIME.match(uri.rsplit("/", 1)[-1])
     if not m:
         return hour_start
-    return datetime.strptime(m.group(1), "%Y%m%dT%H%M%S%f").replace(tzinfo=timezone.utc)
+    return datetime.strptime(m.group(1), "%Y%m%dT%H%M%S%f").replace(tzinfo=UTC)
 
 
 def partition_groups(df: pd.DataFrame, ts: pd.Series) -> Iterator[tuple[str, str, pd.DataFrame]]:
     """Split ``df`` by the UTC date and hour of ``ts`` (aligned with ``df``)."""
-    keys = pd.DataFrame({"date": ts.dt.strftime("%Y-%m-%d"), "hour": ts.dt.strftime("%H")},
-                        index=df.index)
+    keys = pd.DataFrame({"date": ts.dt.strftime("%Y-%m-%d"), "hour": ts.dt.strftime("%H")}, index=df.index)
     for (date, hour), idx in keys.groupby(["date", "hour"], sort=True).groups.items():
         yield str(date), str(hour), df.loc[idx]
 
@@ -162,17 +169,27 @@ def parquet_options(num_rows: int) -> dict[str, Any]:
     of :data:`ROW_GROUP_ROWS`, and per row group bloom filters on the id columns (1 % false
     positives), so a lookup by trace or episode id decodes only the row groups that may hold it."""
     ndv = max(min(int(num_rows), ROW_GROUP_ROWS), 1)
-    return {"compression": "zstd", "row_group_size": ROW_GROUP_ROWS,
-            "bloom_filter_options": {c: {"ndv": ndv, "fpp": 0.01} for c in BLOOM_COLUMNS}}
+    return {
+        "compression": "zstd",
+        "row_group_size": ROW_GROUP_ROWS,
+        "bloom_filter_options": {c: {"ndv": ndv, "fpp": 0.01} for c in BLOOM_COLUMNS},
+    }
 
 
 def _part_name(run_key: str, part: int) -> str:
     return f"part-{run_key}-{part:05d}.parquet"
 
 
-def write_trace_partitions(storage: Storage, df: pd.DataFrame, trace_root_uri: str,
-                           run_key: str, *, contract: Contract | None = None, part: int = 0,
-                           dry_run: bool = False) -> list[str]:
+def write_trace_partitions(
+    storage: Storage,
+    df: pd.DataFrame,
+    trace_root_uri: str,
+    run_key: str,
+    *,
+    contract: Contract | None = None,
+    part: int = 0,
+    dry_run: bool = False,
+) -> list[str]:
     """Write accepted trace rows to ``scenario=/date=/hour=`` partitions under
     ``trace_root_uri``, one file per partition named ``part-<run_key>-<part>.parquet``.
 
@@ -183,17 +200,20 @@ def write_trace_partitions(storage: Storage, df: pd.DataFrame, trace_root_uri: s
         return []
     for col in ("scenario", "ts"):
         if col not in df:
-            raise ValueError(f"write_trace_partitions: rows lack the {col!r} column needed to "
-                             "partition them; pass validated trace rows")
+            raise ValueError(
+                f"write_trace_partitions: rows lack the {col!r} column needed to "
+                "partition them; pass validated trace rows"
+            )
     schema = contract.arrow_schema() if contract is not None else None
-    columns = (contract.column_names if contract is not None
-               else [c for c in df.columns if not str(c).startswith(META_PREFIX)])
+    columns = (
+        contract.column_names if contract is not None else [c for c in df.columns if not str(c).startswith(META_PREFIX)]
+    )
     written = []
     for scenario, rows in df.groupby("scenario", sort=True):
         for date, hour, group in partition_groups(rows, pd.to_datetime(rows["ts"], utc=True)):
-            uri = join_uri(trace_root_uri,
-                           partition_path(scenario=scenario, date=date, hour=hour),
-                           _part_name(run_key, part))
+            uri = join_uri(
+                trace_root_uri, partition_path(scenario=scenario, date=date, hour=hour), _part_name(run_key, part)
+            )
             if not dry_run:
                 table = pa.Table.from_pandas(group[columns], schema=schema, preserve_index=False)
                 storage.write_parquet(uri, table, **parquet_options(table.num_rows))
@@ -201,11 +221,18 @@ def write_trace_partitions(storage: Storage, df: pd.DataFrame, trace_root_uri: s
     return written
 
 
-def write_quarantine_partitions(storage: Storage, quarantined: pd.DataFrame,
-                                quarantine_root_uri: str, scenario: str, run_key: str, *,
-                                fallback_ts: datetime, part: int = 0,
-                                dry_run: bool = False,
-                                window: tuple[datetime, datetime] | None = None) -> list[str]:
+def write_quarantine_partitions(
+    storage: Storage,
+    quarantined: pd.DataFrame,
+    quarantine_root_uri: str,
+    scenario: str,
+    run_key: str,
+    *,
+    fallback_ts: datetime,
+    part: int = 0,
+    dry_run: bool = False,
+    window: tuple[datetime, datetime] | None = None,
+) -> list[str]:
     """Write quarantined rows (input rows + ``quarantine_reason``) to
     ``<quarantine_root>/scenario=/date=/hour=`` partitions; rows whose ``ts`` is unreadable (or
     outside ``window``, so a bogus year never names a folder) go to the partition of
@@ -219,9 +246,9 @@ def write_quarantine_partitions(storage: Storage, quarantined: pd.DataFrame,
     ts = ts.fillna(pd.Timestamp(fallback_ts)).dt.as_unit("us")
     written = []
     for date, hour, group in partition_groups(frame, ts):
-        uri = join_uri(quarantine_root_uri,
-                       partition_path(scenario=scenario, date=date, hour=hour),
-                       _part_name(run_key, part))
+        uri = join_uri(
+            quarantine_root_uri, partition_path(scenario=scenario, date=date, hour=hour), _part_name(run_key, part)
+        )
         if not dry_run:
             table = pa.Table.from_pandas(group, schema=QUARANTINE_SCHEMA, preserve_index=False)
             storage.write_parquet(uri, table)
@@ -229,16 +256,16 @@ def write_quarantine_partitions(storage: Storage, quarantined: pd.DataFrame,
     return written
 
 
-def scan_landing(storage: Storage, landing_uri: str, scenario: str, start: datetime,
-                 end: datetime) -> tuple[list[str], list[str]]:
+def scan_landing(
+    storage: Storage, landing_uri: str, scenario: str, start: datetime, end: datetime
+) -> tuple[list[str], list[str]]:
     """``(files, skipped)`` of ``scenario`` written in ``[start, end)``, both sorted: ``files``
     are the JSON-lines files, ``*.jsonl`` and ``*.jsonl.gz`` in any letter case; ``skipped``
     every other visible file there, for the caller to report (nothing is skipped silently)."""
     files: list[str] = []
     skipped: list[str] = []
     for hour in RunKey.covering(start, end).hours():
-        folder = join_uri(landing_uri, partition_path(
-            scenario=scenario, date=f"{hour:%Y-%m-%d}", hour=hour.hour))
+        folder = join_uri(landing_uri, partition_path(scenario=scenario, date=f"{hour:%Y-%m-%d}", hour=hour.hour))
         for uri in storage.list(folder):
             name = uri.rsplit("/", 1)[-1]
             if name.startswith(".") or not start <= file_time(uri, hour) < end:
@@ -247,19 +274,21 @@ def scan_landing(storage: Storage, landing_uri: str, scenario: str, start: datet
     return sorted(files), sorted(skipped)
 
 
-def landing_files(storage: Storage, landing_uri: str, scenario: str, start: datetime,
-                  end: datetime) -> list[str]:
+def landing_files(storage: Storage, landing_uri: str, scenario: str, start: datetime, end: datetime) -> list[str]:
     """The landing-zone JSON-lines files of ``scenario`` written in ``[start, end)``, sorted
     (see :func:`scan_landing`)."""
     return scan_landing(storage, landing_uri, scenario, start, end)[0]
 
 
-def read_traces(storage: "Storage", uri: str, window: tuple[datetime, datetime] | None = None,
-                columns: Sequence[str] | None = None, engine: QueryEngineConfig | None = None) -> pd.DataFrame:
+def read_traces(
+    storage: Storage,
+    uri: str,
+    window: tuple[datetime, datetime] | None = None,
+    columns: Sequence[str] | None = None,
+    engine: QueryEngineConfig | None = None,
+) -> pd.DataFrame:
     """Trace rows from one parquet file or every ``*.parquet`` under a folder (``quarantine``
     partitions excluded). With ``window``, hour partitions outside it are skipped and rows are
     kept when ``window[0] <= ts < window[1]``. Read by :class:`TraceReader` (``engine``: the
     ``trace_store`` block of params; DuckDB by default)."""
     return TraceReader(storage, engine).read(uri, window, columns)
-
-

@@ -39,8 +39,8 @@ import pandas as pd
 import torch
 
 if TYPE_CHECKING:
-    from rlops.model.reward_model import RewardModel
     from rlops.common.params_model import QueueConfig
+    from rlops.model.reward_model import RewardModel
     from rlops.pipeline_steps.labels.select import ClusterStat
     from rlops.sandbox.pack import Pack
 
@@ -66,12 +66,14 @@ class LabelledStates:
 
 
 # --------------------------------------------------------------------------- the ensemble
-def fit_reward_ensemble(pack: "Pack", labelled: LabelledStates, members: int, epochs: int, seed: int
-                        ) -> list["RewardModel"]:
+def fit_reward_ensemble(
+    pack: Pack, labelled: LabelledStates, members: int, epochs: int, seed: int
+) -> list[RewardModel]:
     """``members`` reward models, each trained on a bootstrap resample of the labelled states
     (members whose resample holds fewer than 2 pairs are left out)."""
     from rlops.model.reward_model import RewardModelConfig, train_reward_model
     from rlops.pipeline_steps.labels.select import choice_pairs
+
     pairs, state_of_pair = choice_pairs(pack, labelled.obs, labelled.masks, labelled.chosen)
     gen = torch.Generator().manual_seed(seed)
     n = len(labelled)
@@ -82,24 +84,27 @@ def fit_reward_ensemble(pack: "Pack", labelled: LabelledStates, members: int, ep
         idx = torch.repeat_interleave(torch.arange(len(pairs)), draw[state_of_pair])
         if idx.numel() < 2:
             continue
-        cfg = RewardModelConfig(hidden_sizes=MEMBER_HIDDEN, epochs=epochs, batch_size=128, holdout_fraction=0.0,
-                                seed=seed + m)
+        cfg = RewardModelConfig(
+            hidden_sizes=MEMBER_HIDDEN, epochs=epochs, batch_size=128, holdout_fraction=0.0, seed=seed + m
+        )
         models.append(train_reward_model(cfg, pairs.subset(idx))[0])
     return models
 
 
 @torch.no_grad()
-def choice_probabilities(pack: "Pack", models: list["RewardModel"], obs: Tensor, masks: Tensor) -> Tensor:
+def choice_probabilities(pack: Pack, models: list[RewardModel], obs: Tensor, masks: Tensor) -> Tensor:
     """``[M, N, A]``: each member's Bradley–Terry choice distribution over the legal actions."""
     from rlops.pipeline_steps.labels.select import expected_outcomes
-    feats = obs[:, :pack.scenario.layout.n_features]
+
+    feats = obs[:, : pack.scenario.layout.n_features]
     out = expected_outcomes(pack)
     n, n_actions = feats.shape[0], pack.scenario.n_actions
     probs = []
     for model in models:
         model.eval()
-        scores = torch.stack([model(feats, torch.full((n,), a, dtype=torch.long), out[a].expand(n, -1))
-                              for a in range(n_actions)], dim=1)
+        scores = torch.stack(
+            [model(feats, torch.full((n,), a, dtype=torch.long), out[a].expand(n, -1)) for a in range(n_actions)], dim=1
+        )
         probs.append(torch.softmax(scores.masked_fill(~masks, float("-inf")), dim=1))
     return torch.stack(probs) if probs else torch.zeros((0, n, n_actions))
 
@@ -118,16 +123,18 @@ def ensemble_disagreement(probs: Tensor, masks: Tensor) -> np.ndarray:
     return mutual.clamp_min(0.0).numpy().astype(np.float64)
 
 
-def state_disagreement(pack: "Pack", labelled: LabelledStates, obs: Tensor, masks: Tensor, cfg: "QueueConfig"
-                       ) -> np.ndarray:
+def state_disagreement(
+    pack: Pack, labelled: LabelledStates, obs: Tensor, masks: Tensor, cfg: QueueConfig
+) -> np.ndarray:
     """The ensemble disagreement of each candidate state, the ensemble fitted on ``labelled``."""
     models = fit_reward_ensemble(pack, labelled, cfg.ensemble_members, cfg.ensemble_epochs, cfg.seed + len(labelled))
     return ensemble_disagreement(choice_probabilities(pack, models, obs, masks), masks)
 
 
 # --------------------------------------------------------------------------- the batch
-def fill_budget(disagreement: np.ndarray, clusters: np.ndarray, budget: int, sample_fraction: float,
-                spread_clusters: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def fill_budget(
+    disagreement: np.ndarray, clusters: np.ndarray, budget: int, sample_fraction: float, spread_clusters: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``(row indices, why)`` of one run's batch: the most disagreeing rows, at most
     ``ceil(share / spread_clusters)`` per cluster, then a draw from the rest with probability
     proportional to disagreement (a state without any is drawn only when nothing else is left)."""
@@ -155,36 +162,66 @@ def fill_budget(disagreement: np.ndarray, clusters: np.ndarray, budget: int, sam
     return order, why
 
 
-def select_disagreeing(pack: "Pack", df: pd.DataFrame, labelled: LabelledStates, cfg: "QueueConfig"
-                       ) -> tuple[pd.DataFrame, "list[ClusterStat]"]:
+def select_disagreeing(
+    pack: Pack, df: pd.DataFrame, labelled: LabelledStates, cfg: QueueConfig
+) -> tuple[pd.DataFrame, list[ClusterStat]]:
     """The rows to enqueue (``cluster_id``, ``cluster_entropy``, ``norm_entropy``, ``disagreement``,
     ``why``) and per-cluster statistics, for candidate trace rows ``df`` none of which is labelled yet."""
-    from rlops.pipeline_steps.infra.trace_states import (mask_matrix, normalized_entropy, observations_from_traces,
-                                                   state_features)
+    from rlops.pipeline_steps.infra.trace_states import (
+        mask_matrix,
+        normalized_entropy,
+        observations_from_traces,
+        state_features,
+    )
     from rlops.pipeline_steps.labels.select import ClusterStat, kmeans
+
     masks_np = mask_matrix(df["action_mask"], pack.scenario.n_actions) if not df.empty else np.zeros((0, 1), bool)
     rows = df.loc[masks_np.sum(axis=1) >= 2].reset_index(drop=True) if not df.empty else df
     if rows.empty:
         return rows.assign(cluster_id=[], cluster_entropy=[], norm_entropy=[], disagreement=[], why=[]), []
     obs, masks = observations_from_traces(pack, rows)
     score = state_disagreement(pack, labelled, obs, masks, cfg)
-    entropy = (normalized_entropy(pd.to_numeric(rows["entropy"], errors="coerce").to_numpy(np.float64),
-                                  masks.numpy()) if "entropy" in rows.columns else np.zeros(len(rows)))
+    entropy = (
+        normalized_entropy(pd.to_numeric(rows["entropy"], errors="coerce").to_numpy(np.float64), masks.numpy())
+        if "entropy" in rows.columns
+        else np.zeros(len(rows))
+    )
     clusters = kmeans(state_features(pack, rows), cfg.clusters, cfg.seed, cfg.kmeans_iters)[0].numpy()
     budget = cfg.max_items if cfg.max_items > 0 else cfg.states_per_cluster * max(cfg.top_k, 1)
-    order, why = fill_budget(score, clusters, budget, cfg.sample_fraction, cfg.spread_clusters,
-                             cfg.seed + len(labelled))
+    order, why = fill_budget(
+        score, clusters, budget, cfg.sample_fraction, cfg.spread_clusters, cfg.seed + len(labelled)
+    )
     frame = pd.DataFrame({"c": clusters, "e": entropy, "d": score})
     per = frame.groupby("c").agg(states=("e", "size"), entropy=("e", "mean"), disagreement=("d", "mean"))
     chosen = pd.Series(why, index=clusters[order]).groupby(level=0).agg(lambda w: ",".join(sorted(set(w))))
-    stats = [ClusterStat(int(c), int(r.states), float(r.entropy), None, 0, c in chosen.index,
-                         chosen.get(c, "not chosen"), float(r.disagreement))
-             for c, r in per.iterrows()]
-    out = rows.iloc[order].assign(cluster_id=clusters[order], norm_entropy=entropy[order],
-                                  disagreement=score[order], why=why)
+    stats = [
+        ClusterStat(
+            int(c),
+            int(r.states),
+            float(r.entropy),
+            None,
+            0,
+            c in chosen.index,
+            chosen.get(c, "not chosen"),
+            float(r.disagreement),
+        )
+        for c, r in per.iterrows()
+    ]
+    out = rows.iloc[order].assign(
+        cluster_id=clusters[order], norm_entropy=entropy[order], disagreement=score[order], why=why
+    )
     out = out.assign(cluster_entropy=out["cluster_id"].map(per["entropy"]))
     return out.reset_index(drop=True), stats
 
 
-__all__ = ["LabelledStates", "fit_reward_ensemble", "choice_probabilities", "ensemble_disagreement",
-           "state_disagreement", "fill_budget", "select_disagreeing", "DISAGREEMENT", "SAMPLED"]
+__all__ = [
+    "LabelledStates",
+    "fit_reward_ensemble",
+    "choice_probabilities",
+    "ensemble_disagreement",
+    "state_disagreement",
+    "fill_budget",
+    "select_disagreeing",
+    "DISAGREEMENT",
+    "SAMPLED",
+]

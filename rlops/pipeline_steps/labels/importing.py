@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import UTC
 from typing import Any
 
 import pandas as pd
@@ -41,8 +42,11 @@ def _field(obj: Any, key: str, kind: type | tuple[type, ...], where: str, *, opt
         if optional:
             return None
         raise TaskError(f"{where}: '{key}' is missing")
-    if not isinstance(value, kind) or isinstance(value, bool) and bool not in (
-            kind if isinstance(kind, tuple) else (kind,)):
+    if (
+        not isinstance(value, kind)
+        or isinstance(value, bool)
+        and bool not in (kind if isinstance(kind, tuple) else (kind,))
+    ):
         names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
         raise TaskError(f"{where}: '{key}' is a {type(value).__name__}, expected {names}")
     return value
@@ -116,13 +120,13 @@ def read_task(n: int, task: Any, legal: Mapping[str, set[str]], choice_name: str
     return list(newest.values())
 
 
-def _read_annotation(ann: Mapping[str, Any], where: str, iid: str, legal: Mapping[str, set[str]],
-                     choice_name: str) -> Label:
+def _read_annotation(
+    ann: Mapping[str, Any], where: str, iid: str, legal: Mapping[str, set[str]], choice_name: str
+) -> Label:
     results = _field(ann, "result", list, where) or []
     choice = None
     for res in results:
-        if (isinstance(res, Mapping) and res.get("from_name") == choice_name
-                and res.get("type", "choices") == "choices"):
+        if isinstance(res, Mapping) and res.get("from_name") == choice_name and res.get("type", "choices") == "choices":
             choices = _field(res, "value", Mapping, f"{where} result", optional=False).get("choices")
             if not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
                 raise TaskError(f"{where}: '{choice_name}' choices are {choices!r}, expected a list of action names")
@@ -138,18 +142,22 @@ def _read_annotation(ann: Mapping[str, Any], where: str, iid: str, legal: Mappin
         who = _annotator(ann)
     except TaskError as exc:
         raise TaskError(f"{where}: {exc}") from None
-    return {"item_id": iid, "label": choice[0], "annotator": who,
-            "labelled_at": ann.get("updated_at") or ann.get("created_at"),
-            "_id": ann.get("id") if isinstance(ann.get("id"), int) and not isinstance(ann.get("id"), bool) else 0}
+    return {
+        "item_id": iid,
+        "label": choice[0],
+        "annotator": who,
+        "labelled_at": ann.get("updated_at") or ann.get("created_at"),
+        "_id": ann.get("id") if isinstance(ann.get("id"), int) and not isinstance(ann.get("id"), bool) else 0,
+    }
 
 
-def parse_annotations(tasks: Any, items: pd.DataFrame, choice_name: str = "action"
-                      ) -> tuple[list[Label], list[dict[str, Any]], int, list[dict[str, Any]]]:
+def parse_annotations(
+    tasks: Any, items: pd.DataFrame, choice_name: str = "action"
+) -> tuple[list[Label], list[dict[str, Any]], int, list[dict[str, Any]]]:
     """``(labels, rejected, not_annotated, conflicts)`` from a Label Studio JSON export (see the
     module docstring). A top-level shape other than a list of tasks is a ``ValueError``."""
     if not isinstance(tasks, list):
-        raise ValueError("a Label Studio export is a JSON list of tasks (Export → JSON); got "
-                         f"{type(tasks).__name__}")
+        raise ValueError(f"a Label Studio export is a JSON list of tasks (Export → JSON); got {type(tasks).__name__}")
     legal = {r.item_id: set(json.loads(r.candidate_actions)) for r in items.itertuples(index=False)}
     by_item: dict[str, list[tuple[int, Label]]] = {}  # every annotator's answer, by item
     rejected: list[dict[str, Any]] = []
@@ -175,9 +183,15 @@ def parse_annotations(tasks: Any, items: pd.DataFrame, choice_name: str = "actio
         if len({lab["label"] for _, lab in answers}) == 1:
             newest = answers[-1][1]
             who = sorted({str(lab["annotator"]) for _, lab in answers if lab["annotator"] is not None})
-            labels.append({"item_id": iid, "label": newest["label"], "annotator": ", ".join(who) or None,
-                           "labelled_at": newest["labelled_at"],
-                           "annotations": [_public(lab) for _, lab in answers]})
+            labels.append(
+                {
+                    "item_id": iid,
+                    "label": newest["label"],
+                    "annotator": ", ".join(who) or None,
+                    "labelled_at": newest["labelled_at"],
+                    "annotations": [_public(lab) for _, lab in answers],
+                }
+            )
         else:
             conflicts.append({"item_id": iid, "labels": [{"task": n, **_public(lab)} for n, lab in answers]})
     return labels, rejected, empty, conflicts
@@ -193,24 +207,29 @@ def import_export(ctx: Any, store: Any, uri: str) -> dict[str, Any]:
     root (not in a dry run) so they can be resolved in Label Studio; the items keep their label."""
     from rlops.common.errors import UserError
     from rlops.pipeline_steps.infra.storage import normalize_uri
+
     local = normalize_uri(uri)
     if local.startswith("file://"):
         import stat
         from pathlib import Path
-        path = Path(local[len("file://"):])
+
+        path = Path(local[len("file://") :])
         try:
             mode = path.stat().st_mode
         except OSError:
             mode = None  # missing: the read below says so
         if mode is not None and not stat.S_ISREG(mode):
             kind = "folder" if stat.S_ISDIR(mode) else "FIFO" if stat.S_ISFIFO(mode) else "special file"
-            raise UserError(f"label import {uri}: is a {kind}, expected a regular file holding a Label Studio "
-                            "JSON export (Export → JSON)")
+            raise UserError(
+                f"label import {uri}: is a {kind}, expected a regular file holding a Label Studio "
+                "JSON export (Export → JSON)"
+            )
     try:
         tasks = ctx.storage.read_json(uri)
     except ValueError as exc:  # not JSON at all (a StorageError for a missing file passes through)
-        raise UserError(f"label import {uri}: the file is not JSON ({exc}); expected a Label "
-                        "Studio JSON export (Export → JSON)") from None
+        raise UserError(
+            f"label import {uri}: the file is not JSON ({exc}); expected a Label Studio JSON export (Export → JSON)"
+        ) from None
     try:
         labels, rejected, empty, conflicts = parse_annotations(tasks, store.items_frame(ctx.scenario))
     except ValueError as exc:
@@ -222,15 +241,24 @@ def import_export(ctx: Any, store: Any, uri: str) -> dict[str, Any]:
     stale = store.stale_labels(ctx.scenario, labels)
     fresh = [lab for lab in labels if lab["item_id"] not in {s["item_id"] for s in stale}]
     ingested = 0 if ctx.dry_run else store.add_labels(ctx.scenario, fresh)
-    return {"tasks_in": len(tasks), "labels": len(labels), "ingested": ingested, "rejected": rejected,
-            "not_annotated": empty, "conflicts": conflicts, "conflicts_uri": conflicts_uri,
-            "stale": stale, "dry_run": ctx.dry_run}
+    return {
+        "tasks_in": len(tasks),
+        "labels": len(labels),
+        "ingested": ingested,
+        "rejected": rejected,
+        "not_annotated": empty,
+        "conflicts": conflicts,
+        "conflicts_uri": conflicts_uri,
+        "stale": stale,
+        "dry_run": ctx.dry_run,
+    }
 
 
 def append_conflicts(storage: Any, conflicts_uri: str, source: str, conflicts: list[dict[str, Any]]) -> None:
     """Add one import's conflicts to the run key's conflicts file (``{"imports": [...]}``): a second
     import never overwrites what an earlier one reported."""
-    from datetime import datetime, timezone
+    from datetime import datetime
+
     imports: list[dict[str, Any]] = []
     if storage.exists(conflicts_uri):
         old = storage.read_json(conflicts_uri)
@@ -238,7 +266,7 @@ def append_conflicts(storage: Any, conflicts_uri: str, source: str, conflicts: l
             imports = old["imports"]
         elif isinstance(old, dict) and "conflicts" in old:  # the one-import layout of earlier versions
             imports = [{"source": old.get("source"), "conflicts": old["conflicts"]}]
-    imports.append({"source": source, "imported_at": datetime.now(timezone.utc).isoformat(),
-                    "conflicts": conflicts})
-    storage.write_json(conflicts_uri, {"imports": imports,
-                                       "conflicts": [c for imp in imports for c in imp["conflicts"]]})
+    imports.append({"source": source, "imported_at": datetime.now(UTC).isoformat(), "conflicts": conflicts})
+    storage.write_json(
+        conflicts_uri, {"imports": imports, "conflicts": [c for imp in imports for c in imp["conflicts"]]}
+    )

@@ -13,13 +13,19 @@ import numpy as np
 import pandas as pd
 import torch
 
-from rlops.pipeline_steps.infra.trace_states import (STATE_PREFIX, action_codes, mask_matrix, normalized_entropy,
-                                               state_features, states_from_traces)
 from rlops.pipeline_steps.infra.trace_query import parse_ts
+from rlops.pipeline_steps.infra.trace_states import (
+    STATE_PREFIX,
+    action_codes,
+    mask_matrix,
+    normalized_entropy,
+    state_features,
+    states_from_traces,
+)
 
 if TYPE_CHECKING:
-    from rlops.model.reward_model import PreferencePairs
     from rlops.common.params_model import QueueConfig
+    from rlops.model.reward_model import PreferencePairs
     from rlops.sandbox.pack import Pack
 
 Tensor = torch.Tensor
@@ -38,7 +44,11 @@ def kmeans(X: Tensor, k: int, seed: int = 0, iters: int = 50) -> tuple[Tensor, T
     cent = X[torch.randint(n, (1,), generator=gen)]
     d2 = torch.cdist(X, cent).squeeze(1) ** 2
     for _ in range(1, k):
-        nxt = torch.multinomial(d2 / d2.sum(), 1, generator=gen) if float(d2.sum()) > 0 else torch.randint(n, (1,), generator=gen)
+        nxt = (
+            torch.multinomial(d2 / d2.sum(), 1, generator=gen)
+            if float(d2.sum()) > 0
+            else torch.randint(n, (1,), generator=gen)
+        )
         cent = torch.cat([cent, X[nxt]])
         d2 = torch.minimum(d2, (torch.cdist(X, X[nxt]).squeeze(1)) ** 2)
     labels = torch.cdist(X, cent).argmin(dim=1)
@@ -70,7 +80,7 @@ class ClusterStat:
     """Mean reward-ensemble disagreement of the cluster's states (None under entropy selection)."""
 
 
-def select_uncertain(pack: "Pack", df: pd.DataFrame, cfg: QueueConfig) -> tuple[pd.DataFrame, list[ClusterStat]]:
+def select_uncertain(pack: Pack, df: pd.DataFrame, cfg: QueueConfig) -> tuple[pd.DataFrame, list[ClusterStat]]:
     """The rows to enqueue (with ``cluster_id``, ``cluster_entropy``, ``norm_entropy``) and the
     per-cluster statistics. ``df`` holds trace rows (``state.*``, ``action_mask``, ``entropy``, ``ts``)."""
     if df.empty:
@@ -92,12 +102,19 @@ def select_uncertain(pack: "Pack", df: pd.DataFrame, cfg: QueueConfig) -> tuple[
     # Clusters large enough to judge; of those, the ones over the threshold in every judged bucket,
     # plus the top_k by mean entropy (a confident policy still has its least certain states).
     big = [int(c) for c, row in overall.iterrows() if row["size"] >= cfg.min_cluster_states and c in min_bucket.index]
-    ranked = sorted(big, key=lambda c: (-float(overall.loc[c, "mean"]), c))[:max(int(cfg.top_k), 0)]
+    ranked = sorted(big, key=lambda c: (-float(overall.loc[c, "mean"]), c))[: max(int(cfg.top_k), 0)]
     stats, keep = [], []
     for c, row in overall.iterrows():  # one iteration per cluster (k of them), not per state
         mb = float(min_bucket[c]) if c in min_bucket.index else None
-        why = ("too few states" if int(c) not in big else "threshold" if mb is not None and mb > cfg.threshold
-               else "top_k" if int(c) in ranked else "below threshold")
+        why = (
+            "too few states"
+            if int(c) not in big
+            else "threshold"
+            if mb is not None and mb > cfg.threshold
+            else "top_k"
+            if int(c) in ranked
+            else "below threshold"
+        )
         ok = why in ("threshold", "top_k")
         stats.append(ClusterStat(int(c), int(row["size"]), float(row["mean"]), mb, int(n_judged.get(c, 0)), ok, why))
         if ok:
@@ -105,8 +122,11 @@ def select_uncertain(pack: "Pack", df: pd.DataFrame, cfg: QueueConfig) -> tuple[
     out = rows.assign(cluster_id=labels.numpy(), norm_entropy=ent, _ts=ts)
     out = out[out["cluster_id"].isin(keep)]
     out = out.assign(cluster_entropy=out["cluster_id"].map(overall["mean"]))
-    out = (out.sort_values(["cluster_id", "_ts", "episode_id", "step"], ascending=[True, False, True, True], kind="stable")
-              .groupby("cluster_id", sort=True).head(cfg.states_per_cluster))
+    out = (
+        out.sort_values(["cluster_id", "_ts", "episode_id", "step"], ascending=[True, False, True, True], kind="stable")
+        .groupby("cluster_id", sort=True)
+        .head(cfg.states_per_cluster)
+    )
     out = out.drop(columns="_ts").reset_index(drop=True)
     return (_round_robin(out, ranked, cfg.max_items) if cfg.max_items > 0 else out), stats
 
@@ -117,7 +137,7 @@ def _round_robin(out: pd.DataFrame, ranked: list[int], budget: int) -> pd.DataFr
     rank = {c: i for i, c in enumerate(ranked)}
     turn = out.groupby("cluster_id", sort=False).cumcount()
     order = pd.DataFrame({"turn": turn, "rank": out["cluster_id"].map(lambda c: rank.get(int(c), len(rank) + int(c)))})
-    keep = order.sort_values(["turn", "rank"], kind="stable").index[:int(budget)]
+    keep = order.sort_values(["turn", "rank"], kind="stable").index[: int(budget)]
     return out.loc[keep].reset_index(drop=True)
 
 
@@ -126,28 +146,39 @@ def item_id(scenario: str, episode_id: str, step: Any) -> str:
     return hashlib.sha256(f"{scenario}|{episode_id}|{int(step)}".encode()).hexdigest()[:40]
 
 
-def queue_items(pack: "Pack", scenario: str, rows: pd.DataFrame, all_rows: pd.DataFrame) -> list[dict[str, Any]]:
+def queue_items(pack: Pack, scenario: str, rows: pd.DataFrame, all_rows: pd.DataFrame) -> list[dict[str, Any]]:
     """Label items for ``rows``: visible state, legal actions, and the episode's earlier actions
     (looked up in ``all_rows``) so the policy's observation can be rebuilt."""
     names = pack.scenario.action_names
     masks = mask_matrix(rows["action_mask"], pack.scenario.n_actions)
     state_cols = [c for c in rows.columns if c.startswith(STATE_PREFIX)]
     states = rows[state_cols].astype(object).where(rows[state_cols].notna(), None)
-    states.columns = [c[len(STATE_PREFIX):] for c in state_cols]
+    states.columns = [c[len(STATE_PREFIX) :] for c in state_cols]
     hist = _histories(pack, rows, all_rows)
     out = []
     for i, (rec, r) in enumerate(zip(states.to_dict("records"), rows.itertuples(index=False))):
-        out.append({"item_id": item_id(scenario, r.episode_id, r.step), "cluster_id": r.cluster_id,
-                    "cluster_entropy": r.cluster_entropy, "norm_entropy": r.norm_entropy,
-                    "trace_id": getattr(r, "trace_id", None), "episode_id": r.episode_id, "step": int(r.step),
-                    "ts": getattr(r, "ts", None), "policy_version": getattr(r, "policy_version", None),
-                    "action_taken": getattr(r, "action", None), "state": _jsonable(rec),
-                    "candidate_actions": [names[a] for a in np.flatnonzero(masks[i])],
-                    "action_mask": r.action_mask, "history": hist[i]})
+        out.append(
+            {
+                "item_id": item_id(scenario, r.episode_id, r.step),
+                "cluster_id": r.cluster_id,
+                "cluster_entropy": r.cluster_entropy,
+                "norm_entropy": r.norm_entropy,
+                "trace_id": getattr(r, "trace_id", None),
+                "episode_id": r.episode_id,
+                "step": int(r.step),
+                "ts": getattr(r, "ts", None),
+                "policy_version": getattr(r, "policy_version", None),
+                "action_taken": getattr(r, "action", None),
+                "state": _jsonable(rec),
+                "candidate_actions": [names[a] for a in np.flatnonzero(masks[i])],
+                "action_mask": r.action_mask,
+                "history": hist[i],
+            }
+        )
     return out
 
 
-def _histories(pack: "Pack", rows: pd.DataFrame, all_rows: pd.DataFrame) -> list[list[str]]:
+def _histories(pack: Pack, rows: pd.DataFrame, all_rows: pd.DataFrame) -> list[list[str]]:
     """The actions taken earlier in each row's episode (oldest first, at most ``history_len``)."""
     k = pack.scenario.layout.history_len
     eps = all_rows[all_rows["episode_id"].isin(rows["episode_id"])][["episode_id", "step", "action"]]
@@ -164,15 +195,17 @@ def _jsonable(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- Label Studio
-def label_config(pack: "Pack") -> str:
+def label_config(pack: Pack) -> str:
     """Label Studio labelling config: the state as text, one single choice among the actions."""
     choices = "".join(f'<Choice value="{a}"/>' for a in pack.scenario.action_names)
-    return ('<View><Header value="Which action should the agent take in this state?"/>'
-            '<Text name="state" value="$state_text"/><Text name="legal" value="$legal_text"/>'
-            f'<Choices name="action" toName="state" choice="single" required="true">{choices}</Choices></View>')
+    return (
+        '<View><Header value="Which action should the agent take in this state?"/>'
+        '<Text name="state" value="$state_text"/><Text name="legal" value="$legal_text"/>'
+        f'<Choices name="action" toName="state" choice="single" required="true">{choices}</Choices></View>'
+    )
 
 
-def display_value(pack: "Pack | None", path: str, value: Any) -> str:
+def display_value(pack: Pack | None, path: str, value: Any) -> str:
     """A state value as a labeller reads it: numbers rounded (thousands separated) with the
     field's unit (``6,415.46 CNY``, ``42 years``), bools as yes/no, missing as —."""
     if value is None or (isinstance(value, float) and np.isnan(value)):
@@ -190,17 +223,27 @@ def display_value(pack: "Pack | None", path: str, value: Any) -> str:
     return str(value)
 
 
-def to_tasks(items: pd.DataFrame, pack: "Pack | None" = None) -> list[dict[str, Any]]:
+def to_tasks(items: pd.DataFrame, pack: Pack | None = None) -> list[dict[str, Any]]:
     tasks = []
     for r in items.itertuples(index=False):
         state = json.loads(r.state)
         legal = json.loads(r.candidate_actions)
         text = "\n".join(f"{k}: {display_value(pack, k, v)}" for k, v in state.items())
-        tasks.append({"data": {"item_id": r.item_id, "state": state, "state_text": text,
-                               "candidate_actions": legal, "legal_text": "Legal actions: " + ", ".join(legal),
-                               "policy_action": r.action_taken, "cluster_id": r.cluster_id,
-                               "norm_entropy": r.norm_entropy},
-                      "meta": {"trace_id": r.trace_id, "episode_id": r.episode_id, "step": r.step}})
+        tasks.append(
+            {
+                "data": {
+                    "item_id": r.item_id,
+                    "state": state,
+                    "state_text": text,
+                    "candidate_actions": legal,
+                    "legal_text": "Legal actions: " + ", ".join(legal),
+                    "policy_action": r.action_taken,
+                    "cluster_id": r.cluster_id,
+                    "norm_entropy": r.norm_entropy,
+                },
+                "meta": {"trace_id": r.trace_id, "episode_id": r.episode_id, "step": r.step},
+            }
+        )
     return tasks
 
 
@@ -208,15 +251,17 @@ def parse_annotations(tasks: Any, items: pd.DataFrame, choice_name: str = "actio
     """Reading an export has one home, :func:`rlops.pipeline_steps.labels.importing.parse_annotations`
     (task checks, every annotator's answer, conflicts): ``(labels, rejected, not_annotated, conflicts)``."""
     from rlops.pipeline_steps.labels.importing import parse_annotations as parse
+
     return parse(tasks, items, choice_name)
 
 
 # --------------------------------------------------------------------------- training inputs
-def _item_states(pack: "Pack", labels: pd.DataFrame) -> tuple[Tensor, Tensor, Tensor]:
+def _item_states(pack: Pack, labels: pd.DataFrame) -> tuple[Tensor, Tensor, Tensor]:
     """Observations ``[N, D]``, masks ``[N, A]`` and state tensors of labelled items."""
     states = pd.DataFrame([json.loads(s) for s in labels["state"]], index=labels.index)
-    df = states.add_prefix(STATE_PREFIX).assign(step=labels["step"].fillna(0).to_numpy(),
-                                               action_mask=labels["action_mask"].to_numpy())
+    df = states.add_prefix(STATE_PREFIX).assign(
+        step=labels["step"].fillna(0).to_numpy(), action_mask=labels["action_mask"].to_numpy()
+    )
     S = states_from_traces(pack, df)
     k = pack.scenario.layout.history_len
     hist = torch.zeros((len(df), k), dtype=torch.long)
@@ -224,42 +269,43 @@ def _item_states(pack: "Pack", labels: pd.DataFrame) -> tuple[Tensor, Tensor, Te
         names = json.loads(h)[-k:]
         if names:
             codes = action_codes(pack, pd.Series(names)) + 1
-            hist[i, k - len(codes):] = torch.from_numpy(codes)
+            hist[i, k - len(codes) :] = torch.from_numpy(codes)
             S[i, pack.scenario.columns["episode.last_action"]] = float(codes[-1])
     masks = torch.from_numpy(mask_matrix(df["action_mask"], pack.scenario.n_actions))
     return pack.scenario.encode(S, masks, hist), masks, S
 
 
-def expected_outcomes(pack: "Pack") -> Tensor:
+def expected_outcomes(pack: Pack) -> Tensor:
     """Per action ``[declared latency s, 0 (no error), ends the episode]`` — the reward model's
     outcome features for a labelled choice whose outcome was never observed."""
     rows = [[a.latency_mean_ms / 1000.0, 0.0, 1.0 if a.terminal is True else 0.0] for a in pack.scenario.spec.actions]
     return torch.tensor(rows, dtype=torch.float32)
 
 
-def choice_pairs(pack: "Pack", obs: Tensor, masks: Tensor, chosen: Tensor) -> tuple["PreferencePairs", Tensor]:
+def choice_pairs(pack: Pack, obs: Tensor, masks: Tensor, chosen: Tensor) -> tuple[PreferencePairs, Tensor]:
     """``(pairs, state_of_pair)``: in each labelled state (observation ``obs``, legal ``masks``) the
     chosen action preferred over every other legal action; ``state_of_pair`` is the row of
     ``obs`` each pair comes from (what a bootstrap over labelled states resamples)."""
     from rlops.model.reward_model import PreferencePairs
+
     chosen = chosen.long()
     others = masks.clone()
     others[torch.arange(len(chosen)), chosen] = False
     row, rej = others.nonzero(as_tuple=True)
-    feats = obs[:, :pack.scenario.layout.n_features]
+    feats = obs[:, : pack.scenario.layout.n_features]
     out = expected_outcomes(pack)
     pairs = PreferencePairs(feats[row], chosen[row], rej, out[chosen[row]], out[rej], n_actions=pack.scenario.n_actions)
     return pairs, row
 
 
-def labels_as_pairs(pack: "Pack", labels: pd.DataFrame) -> "PreferencePairs":
+def labels_as_pairs(pack: Pack, labels: pd.DataFrame) -> PreferencePairs:
     """Reward-model pairs: each labelled action preferred over every other legal action of its
     state (``labels`` as :meth:`LabelStore.labelled_frame` returns it)."""
     obs, masks, _ = _item_states(pack, labels)
     return choice_pairs(pack, obs, masks, torch.from_numpy(action_codes(pack, labels["label"])))[0]
 
 
-def labels_as_choices(pack: "Pack", labels: pd.DataFrame) -> tuple[Tensor, Tensor, Tensor]:
+def labels_as_choices(pack: Pack, labels: pd.DataFrame) -> tuple[Tensor, Tensor, Tensor]:
     """``(obs, masks, chosen)`` of finished labels: the labelled states and the labellers' actions."""
     obs, masks, _ = _item_states(pack, labels)
     return obs, masks, torch.from_numpy(action_codes(pack, labels["label"]))
@@ -275,7 +321,8 @@ class ImitationBatch:
     item_ids: list[str]
 
 
-def labels_as_imitation_batch(pack: "Pack", labels: pd.DataFrame) -> ImitationBatch:
+def labels_as_imitation_batch(pack: Pack, labels: pd.DataFrame) -> ImitationBatch:
     obs, masks, _ = _item_states(pack, labels)
-    return ImitationBatch(obs, torch.from_numpy(action_codes(pack, labels["label"])), masks,
-                          labels["item_id"].astype(str).tolist())
+    return ImitationBatch(
+        obs, torch.from_numpy(action_codes(pack, labels["label"])), masks, labels["item_id"].astype(str).tolist()
+    )

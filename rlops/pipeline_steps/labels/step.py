@@ -57,12 +57,13 @@ if TYPE_CHECKING:
 
 
 # --------------------------------------------------------------------------- steps
-def store_for(ctx: "StepContext", cfg: QueueConfig) -> "LabelStore":
+def store_for(ctx: StepContext, cfg: QueueConfig) -> LabelStore:
     from rlops.pipeline_steps.labels.store import LabelStore
+
     return LabelStore(cfg.db_url, cfg.db_schema)
 
 
-def finished_labels(ctx: "StepContext") -> "pd.DataFrame":
+def finished_labels(ctx: StepContext) -> pd.DataFrame:
     """The label queue's finished labels of the scenario (an empty frame when there are none)."""
     store = store_for(ctx, ctx.config.label_queue)
     store.create()
@@ -80,8 +81,7 @@ def label_columns(available: list[str]) -> list[str]:
     return [c for c in available if c not in UNREAD_COLUMNS]
 
 
-def queue_selection(ctx: "StepContext", pack: Any, cfg: QueueConfig
-                    ) -> "tuple[LabelledStates | None, str, set[str]]":
+def queue_selection(ctx: StepContext, pack: Any, cfg: QueueConfig) -> tuple[LabelledStates | None, str, set[str]]:
     """``(labelled states, description, item ids already in the queue)``: the finished labels the
     reward ensemble is fitted on, or None for entropy selection (``selection: entropy``, or
     ``auto`` with fewer than ``ensemble_min_labels`` finished labels)."""
@@ -89,32 +89,45 @@ def queue_selection(ctx: "StepContext", pack: Any, cfg: QueueConfig
         return None, "entropy (label_queue.selection)", set()
     from rlops.pipeline_steps.labels.disagreement import LabelledStates
     from rlops.pipeline_steps.labels.select import labels_as_choices
+
     store = store_for(ctx, cfg)
     if ctx.dry_run and not store.exists():  # a dry run creates no queue
         return None, "entropy: no label queue yet (dry run)", set()
     store.create()
     labels = store.labelled_frame(ctx.scenario)
     if cfg.selection == "auto" and len(labels) < cfg.ensemble_min_labels:
-        return None, (f"entropy: {len(labels)} finished label(s), the reward ensemble starts at "
-                      f"{cfg.ensemble_min_labels} (label_queue.ensemble_min_labels)"), set()
+        return (
+            None,
+            (
+                f"entropy: {len(labels)} finished label(s), the reward ensemble starts at "
+                f"{cfg.ensemble_min_labels} (label_queue.ensemble_min_labels)"
+            ),
+            set(),
+        )
     if len(labels) < 2:
-        raise ValueError(f"label_queue.selection is reward_ensemble but scenario {ctx.scenario} has {len(labels)} "
-                         "finished label(s); the ensemble is fitted on them (at least 2): label the queue's first "
-                         "items (rlops labels export / import) or use selection auto or entropy")
+        raise ValueError(
+            f"label_queue.selection is reward_ensemble but scenario {ctx.scenario} has {len(labels)} "
+            "finished label(s); the ensemble is fitted on them (at least 2): label the queue's first "
+            "items (rlops labels export / import) or use selection auto or entropy"
+        )
     obs, masks, chosen = labels_as_choices(pack, labels)
     known = set(store.items_frame(ctx.scenario)["item_id"].astype(str))
-    return (LabelledStates(obs, masks, chosen),
-            f"reward_ensemble: disagreement of {cfg.ensemble_members} reward models fitted on {len(labels)} "
-            f"finished labels, {cfg.sample_fraction:.0%} of the items drawn in proportion to it", known)
+    return (
+        LabelledStates(obs, masks, chosen),
+        f"reward_ensemble: disagreement of {cfg.ensemble_members} reward models fitted on {len(labels)} "
+        f"finished labels, {cfg.sample_fraction:.0%} of the items drawn in proportion to it",
+        known,
+    )
 
 
-def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[str, Any]:
+def label_queue_run(ctx: StepContext, traces_uri: str | None = None) -> dict[str, Any]:
     """Enqueue the states worth labelling in the run key's window (policy entropy, or the reward
     ensemble's disagreement once labels are finished: see the module docstring)."""
     import pandas as pd
 
     from rlops.pipeline_steps.labels.select import item_id, queue_items, select_uncertain
     from rlops.pipeline_steps.labels.uncertainty import EXCLUDED_SINGLE, count_single_choice, usable_rows
+
     cfg = ctx.config.label_queue
     pack = ctx.load_pack()
     window = ctx.key.lookback(cfg.window_hours)
@@ -139,24 +152,35 @@ def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[s
         selected, stats = select_uncertain(pack, df, cfg)
     else:
         from rlops.pipeline_steps.labels.disagreement import select_disagreeing
-        fresh = pd.Series([item_id(ctx.scenario, e, s) not in known
-                           for e, s in zip(df.get("episode_id", []), df.get("step", []))], index=df.index, dtype=bool)
+
+        fresh = pd.Series(
+            [item_id(ctx.scenario, e, s) not in known for e, s in zip(df.get("episode_id", []), df.get("step", []))],
+            index=df.index,
+            dtype=bool,
+        )
         if int((~fresh).sum()):
             excluded[EXCLUDED_QUEUED] = int((~fresh).sum())
         selected, stats = select_disagreeing(pack, df[fresh].reset_index(drop=True), labelled, cfg)
     items = queue_items(pack, ctx.scenario, selected, df) if len(selected) else []
-    result: dict[str, Any] = {"traces_uri": uri, "window": [str(w) for w in window] if window else None,
-                              "rows_read": len(raw), "rows_judged": len(df) - single,
-                              "rows_excluded": excluded, "uncertainty_from": usable.uncertainty_from,
-                              "selection": selection,
-                              "items_by_reason": ({} if "why" not in selected.columns else
-                                                  {str(k): int(v) for k, v in selected["why"].value_counts().items()}),
-                              "clusters": len(stats),
-                              "clusters_selected": [s.cluster_id for s in stats if s.selected],
-                              "clusters_by_threshold": [s.cluster_id for s in stats if s.why == "threshold"],
-                              "clusters_by_top_k": [s.cluster_id for s in stats if s.why == "top_k"],
-                              "items": len(items), "dry_run": ctx.dry_run,
-                              "cluster_stats": [asdict(s) for s in stats]}
+    result: dict[str, Any] = {
+        "traces_uri": uri,
+        "window": [str(w) for w in window] if window else None,
+        "rows_read": len(raw),
+        "rows_judged": len(df) - single,
+        "rows_excluded": excluded,
+        "uncertainty_from": usable.uncertainty_from,
+        "selection": selection,
+        "items_by_reason": (
+            {} if "why" not in selected.columns else {str(k): int(v) for k, v in selected["why"].value_counts().items()}
+        ),
+        "clusters": len(stats),
+        "clusters_selected": [s.cluster_id for s in stats if s.selected],
+        "clusters_by_threshold": [s.cluster_id for s in stats if s.why == "threshold"],
+        "clusters_by_top_k": [s.cluster_id for s in stats if s.why == "top_k"],
+        "items": len(items),
+        "dry_run": ctx.dry_run,
+        "cluster_stats": [asdict(s) for s in stats],
+    }
     if ctx.dry_run:
         return result
     store = store_for(ctx, cfg)
@@ -165,18 +189,24 @@ def label_queue_run(ctx: "StepContext", traces_uri: str | None = None) -> dict[s
     return result
 
 
-def label_queue_export(ctx: "StepContext", out_uri: str | None = None) -> dict[str, Any]:
+def label_queue_export(ctx: StepContext, out_uri: str | None = None) -> dict[str, Any]:
     from rlops.pipeline_steps.labels.select import label_config, to_tasks
     from rlops.pipeline_steps.labels.store import EXPORTED
+
     cfg = ctx.config.label_queue
     store = store_for(ctx, cfg)
     items = store.export_batch(ctx.scenario, ctx.run_key)
     uri = out_uri or ctx.uri(cfg.export_dir, ctx.scenario, f"tasks-{ctx.run_key}.json")
     result: dict[str, Any]
-    result = {"tasks": len(items), "tasks_uri": uri, "config_uri": uri.rsplit("/", 1)[0] + "/label_config.xml",
-              "dry_run": ctx.dry_run}
+    result = {
+        "tasks": len(items),
+        "tasks_uri": uri,
+        "config_uri": uri.rsplit("/", 1)[0] + "/label_config.xml",
+        "dry_run": ctx.dry_run,
+    }
     if not ctx.dry_run:
         from rlops.sandbox.pack import load_pack  # action names, field units
+
         pack = load_pack(ctx.pack_dir, check_liveness=False)
         ctx.storage.write_json(uri, to_tasks(items, pack))
         ctx.storage.write_text(result["config_uri"], label_config(pack))
@@ -184,7 +214,7 @@ def label_queue_export(ctx: "StepContext", out_uri: str | None = None) -> dict[s
     return result
 
 
-def label_queue_import(ctx: "StepContext", uri: str) -> dict[str, Any]:
+def label_queue_import(ctx: StepContext, uri: str) -> dict[str, Any]:
     from rlops.pipeline_steps.labels.importing import import_export
-    return import_export(ctx, store_for(ctx, ctx.config.label_queue), uri)
 
+    return import_export(ctx, store_for(ctx, ctx.config.label_queue), uri)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -61,39 +61,55 @@ class LabelStore:
         self.url = resolve_local(url)
         if self.url.startswith("sqlite:///"):
             from pathlib import Path
-            Path(self.url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+
+            Path(self.url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
         self.engine = sa.create_engine(self.url, future=True, pool_pre_ping=True)
         md = sa.MetaData(schema=schema)
         self.items = sa.Table(
-            "label_items", md,
+            "label_items",
+            md,
             sa.Column("item_id", sa.String(64), primary_key=True),
             sa.Column("scenario", sa.String(128), nullable=False, index=True),
             sa.Column("run_key", sa.String(64), nullable=False, index=True),
             sa.Column("status", sa.String(16), nullable=False, index=True),
-            sa.Column("cluster_id", sa.Integer), sa.Column("cluster_entropy", sa.Float),
+            sa.Column("cluster_id", sa.Integer),
+            sa.Column("cluster_entropy", sa.Float),
             sa.Column("norm_entropy", sa.Float),
-            sa.Column("trace_id", sa.String(256)), sa.Column("episode_id", sa.String(256)),
-            sa.Column("step", sa.Integer), sa.Column("ts", sa.DateTime(timezone=True)),
-            sa.Column("policy_version", sa.String(128)), sa.Column("action_taken", sa.String(128)),
-            sa.Column("state", sa.Text, nullable=False), sa.Column("candidate_actions", sa.Text, nullable=False),
-            sa.Column("action_mask", sa.String(256), nullable=False), sa.Column("history", sa.Text),
+            sa.Column("trace_id", sa.String(256)),
+            sa.Column("episode_id", sa.String(256)),
+            sa.Column("step", sa.Integer),
+            sa.Column("ts", sa.DateTime(timezone=True)),
+            sa.Column("policy_version", sa.String(128)),
+            sa.Column("action_taken", sa.String(128)),
+            sa.Column("state", sa.Text, nullable=False),
+            sa.Column("candidate_actions", sa.Text, nullable=False),
+            sa.Column("action_mask", sa.String(256), nullable=False),
+            sa.Column("history", sa.Text),
             sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-            sa.Column("exported_at", sa.DateTime(timezone=True)), sa.Column("export_key", sa.String(64)))
+            sa.Column("exported_at", sa.DateTime(timezone=True)),
+            sa.Column("export_key", sa.String(64)),
+        )
         self.labels = sa.Table(
-            "labels", md,
+            "labels",
+            md,
             sa.Column("item_id", sa.String(64), primary_key=True),
             sa.Column("scenario", sa.String(128), nullable=False, index=True),
             sa.Column("label", sa.String(128), nullable=False),
-            sa.Column("annotator", sa.String(256)), sa.Column("labelled_at", sa.DateTime(timezone=True)),
-            sa.Column("source", sa.String(64)), sa.Column("imported_at", sa.DateTime(timezone=True), nullable=False))
+            sa.Column("annotator", sa.String(256)),
+            sa.Column("labelled_at", sa.DateTime(timezone=True)),
+            sa.Column("source", sa.String(64)),
+            sa.Column("imported_at", sa.DateTime(timezone=True), nullable=False),
+        )
         self.votes = sa.Table(
-            "label_votes", md,
+            "label_votes",
+            md,
             sa.Column("item_id", sa.String(64), primary_key=True),
             sa.Column("annotator", sa.String(256), primary_key=True),
             sa.Column("scenario", sa.String(128), nullable=False, index=True),
             sa.Column("label", sa.String(128), nullable=False),
             sa.Column("labelled_at", sa.DateTime(timezone=True)),
-            sa.Column("imported_at", sa.DateTime(timezone=True), nullable=False))
+            sa.Column("imported_at", sa.DateTime(timezone=True), nullable=False),
+        )
         self._md = md
         self._ready = False
 
@@ -104,7 +120,8 @@ class LabelStore:
         """Whether the tables are there — asked without creating anything (a dry run's question)."""
         if self.url.startswith("sqlite:///"):
             from pathlib import Path
-            if not Path(self.url[len("sqlite:///"):]).exists():
+
+            if not Path(self.url[len("sqlite:///") :]).exists():
                 return False
         return bool(sa.inspect(self.engine).has_table(self.labels.name, schema=self.labels.schema))
 
@@ -118,24 +135,39 @@ class LabelStore:
     def enqueue(self, scenario: str, run_key: str, items: Sequence[dict[str, Any]]) -> EnqueueResult:
         """Replace this run key's pending items with ``items``, skipping ids already queued."""
         self.create()
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         t = self.items
         with self.engine.begin() as conn:
-            replaced = conn.execute(t.delete().where(
-                (t.c.scenario == scenario) & (t.c.run_key == run_key) & (t.c.status == PENDING))).rowcount or 0
+            replaced = (
+                conn.execute(
+                    t.delete().where((t.c.scenario == scenario) & (t.c.run_key == run_key) & (t.c.status == PENDING))
+                ).rowcount
+                or 0
+            )
             ids = [it["item_id"] for it in items]
             existing = set()
             for chunk in _chunks(ids):
                 existing |= set(conn.execute(sa.select(t.c.item_id).where(t.c.item_id.in_(chunk))).scalars())
-            fresh = [{**_item_row(it), "scenario": scenario, "run_key": run_key, "status": PENDING,
-                      "created_at": now, "exported_at": None, "export_key": None}
-                     for it in _unique(items) if it["item_id"] not in existing]
+            fresh = [
+                {
+                    **_item_row(it),
+                    "scenario": scenario,
+                    "run_key": run_key,
+                    "status": PENDING,
+                    "created_at": now,
+                    "exported_at": None,
+                    "export_key": None,
+                }
+                for it in _unique(items)
+                if it["item_id"] not in existing
+            ]
             if fresh:
                 conn.execute(t.insert(), fresh)
         return EnqueueResult(len(fresh), int(replaced), len(items) - len(fresh))
 
-    def items_frame(self, scenario: str, status: Iterable[str] | None = None, run_key: str | None = None
-                    ) -> pd.DataFrame:
+    def items_frame(
+        self, scenario: str, status: Iterable[str] | None = None, run_key: str | None = None
+    ) -> pd.DataFrame:
         self.create()
         t = self.items
         q = sa.select(t).where(t.c.scenario == scenario)
@@ -150,8 +182,12 @@ class LabelStore:
         re-running an export writes the same tasks again (and new pending ones)."""
         self.create()
         t = self.items
-        return self._frame(sa.select(t).where((t.c.scenario == scenario) & (
-            (t.c.status == PENDING) | ((t.c.status == EXPORTED) & (t.c.export_key == export_key)))))
+        return self._frame(
+            sa.select(t).where(
+                (t.c.scenario == scenario)
+                & ((t.c.status == PENDING) | ((t.c.status == EXPORTED) & (t.c.export_key == export_key)))
+            )
+        )
 
     def _frame(self, q: Any) -> pd.DataFrame:
         t = self.items
@@ -165,7 +201,7 @@ class LabelStore:
         n = 0
         values: dict[str, Any] = {"status": status}
         if status == EXPORTED:
-            values.update(exported_at=datetime.now(timezone.utc), export_key=export_key)
+            values.update(exported_at=datetime.now(UTC), export_key=export_key)
         with self.engine.begin() as conn:
             for chunk in _chunks(list(item_ids)):
                 q = t.update().where(t.c.item_id.in_(chunk))
@@ -178,8 +214,9 @@ class LabelStore:
         self.create()
         t = self.items
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(t.c.status, sa.func.count()).where(t.c.scenario == scenario)
-                                .group_by(t.c.status)).all()
+            rows = conn.execute(
+                sa.select(t.c.status, sa.func.count()).where(t.c.scenario == scenario).group_by(t.c.status)
+            ).all()
         return {str(s): int(n) for s, n in rows}
 
     # ------------------------------------------------------------------ labels
@@ -194,8 +231,11 @@ class LabelStore:
         stored: dict[str, tuple[str, datetime | None]] = {}
         with self.engine.connect() as conn:
             for chunk in _chunks(ids):
-                for r in conn.execute(sa.select(lab.c.item_id, lab.c.label, lab.c.labelled_at).where(
-                        (lab.c.scenario == scenario) & lab.c.item_id.in_(chunk))):
+                for r in conn.execute(
+                    sa.select(lab.c.item_id, lab.c.label, lab.c.labelled_at).where(
+                        (lab.c.scenario == scenario) & lab.c.item_id.in_(chunk)
+                    )
+                ):
                     stored[r.item_id] = (r.label, _utc(r.labelled_at))
         out = []
         for x in labels:
@@ -204,8 +244,15 @@ class LabelStore:
             old_label, old_at = stored[x["item_id"]]
             new_at = _utc(x.get("labelled_at"))
             if old_at is not None and (new_at is None or new_at < old_at):
-                out.append({"item_id": x["item_id"], "label": x["label"], "labelled_at": x.get("labelled_at"),
-                            "stored_label": old_label, "stored_at": old_at.isoformat()})
+                out.append(
+                    {
+                        "item_id": x["item_id"],
+                        "label": x["label"],
+                        "labelled_at": x.get("labelled_at"),
+                        "stored_label": old_label,
+                        "stored_at": old_at.isoformat(),
+                    }
+                )
         return out
 
     def add_labels(self, scenario: str, labels: Sequence[dict[str, Any]]) -> int:
@@ -214,23 +261,40 @@ class LabelStore:
         self.create()
         if not labels:
             return 0
-        now = datetime.now(timezone.utc)
-        rows = {lab["item_id"]: {"item_id": lab["item_id"], "scenario": scenario, "label": lab["label"],
-                                 "annotator": lab.get("annotator"), "labelled_at": _utc(lab.get("labelled_at")),
-                                 "source": lab.get("source", "label_studio"), "imported_at": now}
-                for lab in labels}
+        now = datetime.now(UTC)
+        rows = {
+            lab["item_id"]: {
+                "item_id": lab["item_id"],
+                "scenario": scenario,
+                "label": lab["label"],
+                "annotator": lab.get("annotator"),
+                "labelled_at": _utc(lab.get("labelled_at")),
+                "source": lab.get("source", "label_studio"),
+                "imported_at": now,
+            }
+            for lab in labels
+        }
         ids = list(rows)
         with self.engine.begin() as conn:
             for chunk in _chunks(ids):
                 conn.execute(self.labels.delete().where(self.labels.c.item_id.in_(chunk)))
             conn.execute(self.labels.insert(), list(rows.values()))
-            votes = {(lab["item_id"], str(a.get("annotator") or "")): {
-                "item_id": lab["item_id"], "annotator": str(a.get("annotator") or ""), "scenario": scenario,
-                "label": a["label"], "labelled_at": _utc(a.get("labelled_at")), "imported_at": now}
-                for lab in labels for a in (lab.get("annotations") or [lab])}
+            votes = {
+                (lab["item_id"], str(a.get("annotator") or "")): {
+                    "item_id": lab["item_id"],
+                    "annotator": str(a.get("annotator") or ""),
+                    "scenario": scenario,
+                    "label": a["label"],
+                    "labelled_at": _utc(a.get("labelled_at")),
+                    "imported_at": now,
+                }
+                for lab in labels
+                for a in (lab.get("annotations") or [lab])
+            }
             for item_id, annotator in votes:
-                conn.execute(self.votes.delete().where((self.votes.c.item_id == item_id)
-                                                       & (self.votes.c.annotator == annotator)))
+                conn.execute(
+                    self.votes.delete().where((self.votes.c.item_id == item_id) & (self.votes.c.annotator == annotator))
+                )
             if votes:
                 conn.execute(self.votes.insert(), list(votes.values()))
             for chunk in _chunks(ids):
@@ -242,18 +306,36 @@ class LabelStore:
         self.create()
         v = self.votes
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(v).where(v.c.scenario == scenario).order_by(v.c.item_id, v.c.annotator)
-                                ).mappings().all()
+            rows = (
+                conn.execute(sa.select(v).where(v.c.scenario == scenario).order_by(v.c.item_id, v.c.annotator))
+                .mappings()
+                .all()
+            )
         return pd.DataFrame([dict(r) for r in rows], columns=[c.name for c in v.columns])
 
     def labelled_frame(self, scenario: str) -> pd.DataFrame:
         """Labels joined with their items (state, mask, history): what training reads."""
         self.create()
         i, lab = self.items, self.labels
-        q = (sa.select(lab.c.item_id, lab.c.label, lab.c.annotator, lab.c.labelled_at, i.c.state,
-                       i.c.candidate_actions, i.c.action_mask, i.c.history, i.c.step, i.c.episode_id,
-                       i.c.trace_id, i.c.cluster_id)
-             .join(i, i.c.item_id == lab.c.item_id).where(lab.c.scenario == scenario).order_by(lab.c.item_id))
+        q = (
+            sa.select(
+                lab.c.item_id,
+                lab.c.label,
+                lab.c.annotator,
+                lab.c.labelled_at,
+                i.c.state,
+                i.c.candidate_actions,
+                i.c.action_mask,
+                i.c.history,
+                i.c.step,
+                i.c.episode_id,
+                i.c.trace_id,
+                i.c.cluster_id,
+            )
+            .join(i, i.c.item_id == lab.c.item_id)
+            .where(lab.c.scenario == scenario)
+            .order_by(lab.c.item_id)
+        )
         with self.engine.connect() as conn:
             rows = conn.execute(q).mappings().all()
         return pd.DataFrame([dict(r) for r in rows], columns=[c.name for c in q.selected_columns])
@@ -267,13 +349,23 @@ class LabelStore:
 def _item_row(it: dict[str, Any]) -> dict[str, Any]:
     def js(v: Any) -> str:
         return v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
-    return {"item_id": it["item_id"], "cluster_id": _int(it.get("cluster_id")),
-            "cluster_entropy": _float(it.get("cluster_entropy")), "norm_entropy": _float(it.get("norm_entropy")),
-            "trace_id": it.get("trace_id"), "episode_id": it.get("episode_id"), "step": _int(it.get("step")),
-            "ts": _utc(it.get("ts")), "policy_version": it.get("policy_version"),
-            "action_taken": it.get("action_taken"), "state": js(it["state"]),
-            "candidate_actions": js(it["candidate_actions"]), "action_mask": it["action_mask"],
-            "history": js(it.get("history") or [])}
+
+    return {
+        "item_id": it["item_id"],
+        "cluster_id": _int(it.get("cluster_id")),
+        "cluster_entropy": _float(it.get("cluster_entropy")),
+        "norm_entropy": _float(it.get("norm_entropy")),
+        "trace_id": it.get("trace_id"),
+        "episode_id": it.get("episode_id"),
+        "step": _int(it.get("step")),
+        "ts": _utc(it.get("ts")),
+        "policy_version": it.get("policy_version"),
+        "action_taken": it.get("action_taken"),
+        "state": js(it["state"]),
+        "candidate_actions": js(it["candidate_actions"]),
+        "action_mask": it["action_mask"],
+        "history": js(it.get("history") or []),
+    }
 
 
 def _int(v: Any) -> int | None:
@@ -296,4 +388,4 @@ def _unique(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _chunks(ids: Sequence[str]) -> Iterable[list[str]]:
     for i in range(0, len(ids), _CHUNK):
-        yield list(ids[i:i + _CHUNK])
+        yield list(ids[i : i + _CHUNK])

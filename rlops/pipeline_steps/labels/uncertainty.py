@@ -51,19 +51,24 @@ def split_rows(df: pd.DataFrame, scenario: str) -> tuple[pd.DataFrame, pd.DataFr
     if "policy_version" not in df.columns:
         return df, df.iloc[0:0], excluded
     rules = df["policy_version"].astype(str) == RULES
-    fallback = (df["fallback"].fillna(False).astype(bool) if "fallback" in df.columns
-                else pd.Series(False, index=df.index)) & ~rules
+    fallback = (
+        df["fallback"].fillna(False).astype(bool) if "fallback" in df.columns else pd.Series(False, index=df.index)
+    ) & ~rules
     learned = ~rules & ~fallback
     counts = {EXCLUDED_RULE_ENGINE: int(rules.sum()), EXCLUDED_FALLBACK: int(fallback.sum())}
-    return (df[learned].reset_index(drop=True), df[~learned].reset_index(drop=True),
-            {**excluded, **{k: v for k, v in counts.items() if v}})
+    return (
+        df[learned].reset_index(drop=True),
+        df[~learned].reset_index(drop=True),
+        {**excluded, **{k: v for k, v in counts.items() if v}},
+    )
 
 
-def uncertainty_policy(ctx: "StepContext", setting: str = "auto") -> tuple[str | None, "PolicyNetwork | None"]:
+def uncertainty_policy(ctx: StepContext, setting: str = "auto") -> tuple[str | None, PolicyNetwork | None]:
     """``(description, policy)`` whose entropy scores rule-engine rows: ``auto`` = the champion,
     else the newest registered candidate; ``none`` = never; a version number = that version."""
     from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
     from rlops.pipeline_steps.infra.versions import latest_model_version
+
     if setting == "none":
         return None, None
     name = policy_model_name(ctx.scenario)
@@ -78,21 +83,23 @@ def uncertainty_policy(ctx: "StepContext", setting: str = "auto") -> tuple[str |
     return f"latest candidate {name} v{latest} (no champion yet)", load_policy_version(ctx, latest)
 
 
-def load_policy_version(ctx: "StepContext", version: str) -> "PolicyNetwork":
+def load_policy_version(ctx: StepContext, version: str) -> PolicyNetwork:
     """The network of a registered policy (any spelling :mod:`rlops.common.policy_ref` accepts)."""
     from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
+
     loaded = load_policy_ref(ctx, version)
     if loaded is None:
         raise ValueError(f"label_queue.uncertainty_policy {version!r}: that alias is not set")
     return loaded.network
 
 
-def policy_entropy(pack: "Pack", policy: "PolicyNetwork", df: pd.DataFrame) -> np.ndarray:
+def policy_entropy(pack: Pack, policy: PolicyNetwork, df: pd.DataFrame) -> np.ndarray:
     """The policy's masked entropy (nats) on each row's rebuilt observation."""
     import torch
 
     from rlops.model.policy import masked_entropy
     from rlops.pipeline_steps.infra.trace_states import observations_from_traces
+
     obs, masks = observations_from_traces(pack, df)
     policy = policy.to("cpu").eval()
     with torch.no_grad():
@@ -100,14 +107,17 @@ def policy_entropy(pack: "Pack", policy: "PolicyNetwork", df: pd.DataFrame) -> n
         return masked_entropy(logp, masks).numpy().astype(np.float64)
 
 
-def usable_rows(ctx: "StepContext", pack: "Pack", df: pd.DataFrame, setting: str = "auto") -> UsableRows:
+def usable_rows(ctx: StepContext, pack: Pack, df: pd.DataFrame, setting: str = "auto") -> UsableRows:
     """The rows to judge and whose uncertainty they carry (see the module docstring)."""
     learned, rule_rows, excluded = split_rows(df, ctx.scenario)
     who: str | None
     if not learned.empty or rule_rows.empty:
         versions = sorted(learned["policy_version"].astype(str).unique()) if "policy_version" in learned else []
-        who = ("no rows" if learned.empty else "recorded entropy" + (
-            " of policy version(s) " + ", ".join(versions) if versions else ""))
+        who = (
+            "no rows"
+            if learned.empty
+            else "recorded entropy" + (" of policy version(s) " + ", ".join(versions) if versions else "")
+        )
         return UsableRows(learned, who, excluded)
     who, policy = uncertainty_policy(ctx, setting)
     if policy is None:
@@ -124,6 +134,15 @@ def count_single_choice(df: pd.DataFrame) -> int:
     return int((df["action_mask"].astype(str).str.count("1") < 2).sum())
 
 
-__all__ = ["UsableRows", "split_rows", "uncertainty_policy", "policy_entropy", "usable_rows",
-           "count_single_choice", "EXCLUDED_RULE_ENGINE", "EXCLUDED_FALLBACK", "EXCLUDED_SCENARIO",
-           "EXCLUDED_SINGLE"]
+__all__ = [
+    "UsableRows",
+    "split_rows",
+    "uncertainty_policy",
+    "policy_entropy",
+    "usable_rows",
+    "count_single_choice",
+    "EXCLUDED_RULE_ENGINE",
+    "EXCLUDED_FALLBACK",
+    "EXCLUDED_SCENARIO",
+    "EXCLUDED_SINGLE",
+]

@@ -55,9 +55,14 @@ def airflow_home(folder: Path) -> None:
     if "airflow" in sys.modules or os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
         return
     folder.mkdir(parents=True, exist_ok=True)
-    os.environ.update({"AIRFLOW_HOME": str(folder), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                       "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
-                       "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{folder / 'airflow.db'}"})
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": str(folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{folder / 'airflow.db'}",
+        }
+    )
     for cmd in (["db", "migrate"], ["pools", "set", "gpu", "1", "GPU training slots"]):
         out = subprocess.run([sys.executable, "-m", "airflow", *cmd], capture_output=True, text=True, timeout=900)
         if out.returncode != 0:
@@ -71,6 +76,7 @@ def is_due(schedule: object, when: datetime) -> bool:
     if not isinstance(schedule, str):
         raise TypeError(f"schedule {schedule!r} is not a cron expression or preset")
     from croniter import croniter
+
     return bool(croniter.match(_PRESETS.get(schedule, schedule), when.replace(tzinfo=None)))
 
 
@@ -79,6 +85,7 @@ class PackDags:
 
     def __init__(self, scenario: str, kinds: tuple[str, ...] = ORDER) -> None:
         from airflow.dag_processing.dagbag import DagBag
+
         bag = DagBag(dag_folder=str(REPO_ROOT / "dags"))
         if bag.import_errors:
             raise RuntimeError(f"the DAG folder does not parse: {bag.import_errors}")
@@ -89,14 +96,14 @@ class PackDags:
         """The DAGs (of ``kinds``) whose schedule fires at ``when``, in :data:`ORDER`."""
         return [k for k in self.kinds if is_due(self.dags[k].schedule, when)]
 
-    def run(self, kind: str, when: datetime, conf: dict[str, Any] | None = None,
-            triggered: bool = False) -> DagOutcome:
+    def run(self, kind: str, when: datetime, conf: dict[str, Any] | None = None, triggered: bool = False) -> DagOutcome:
         """``dag.test()`` of the pack's ``kind`` DAG at ``when``; raises when the run failed."""
         dag = self.dags[kind]
         run = dag.test(logical_date=when, run_conf=conf)
         tis = run.get_task_instances()
-        out = DagOutcome(dag.dag_id, when, str(run.state), {ti.task_id: str(ti.state) for ti in tis},
-                         triggered=triggered)
+        out = DagOutcome(
+            dag.dag_id, when, str(run.state), {ti.task_id: str(ti.state) for ti in tis}, triggered=triggered
+        )
         for ti in tis:
             if str(ti.state) == "success":
                 out.results[ti.task_id] = ti.xcom_pull(task_ids=ti.task_id)
@@ -109,13 +116,17 @@ class PackDags:
         from airflow import settings
         from airflow.models.dagrun import DagRun
         from sqlalchemy import select
+
         done = []
         ids = {d.dag_id: k for k, d in self.dags.items()}
         assert settings.Session is not None, "airflow configures its session factory on import"
         session = settings.Session()
         try:
-            queued = session.scalars(select(DagRun).where(DagRun.dag_id.in_(list(ids)), DagRun.state == "queued")
-                                     .order_by(DagRun.logical_date)).all()
+            queued = session.scalars(
+                select(DagRun)
+                .where(DagRun.dag_id.in_(list(ids)), DagRun.state == "queued")
+                .order_by(DagRun.logical_date)
+            ).all()
             todo = [(ids[r.dag_id], r.logical_date, dict(r.conf or {})) for r in queued]
             for r in queued:
                 session.delete(r)

@@ -50,8 +50,14 @@ from rlops.common.errors import UserError
 DRIFT_KINDS = ("population", "latency", "error_rate")
 OUTCOME_KINDS = ("outcome", "reward_fn")
 KINDS = DRIFT_KINDS + OUTCOME_KINDS + ("bad_candidate",)
-_KEYS = {"population": {"init"}, "latency": {"action", "factor"}, "error_rate": {"api", "rate"},
-         "outcome": {"field", "factor"}, "reward_fn": {"version"}, "bad_candidate": set()}
+_KEYS = {
+    "population": {"init"},
+    "latency": {"action", "factor"},
+    "error_rate": {"api", "rate"},
+    "outcome": {"field", "factor"},
+    "reward_fn": {"version"},
+    "bad_candidate": set(),
+}
 _OPTIONAL = {"outcome": {"when", "expr", "factor"}, "reward_fn": {"module"}}
 
 
@@ -77,8 +83,9 @@ class Event:
     def changes_world(self) -> bool:
         """Whether the production stand-in differs once this event is in force (its scenario document,
         or the reward modules it holds)."""
-        return (self.kind in DRIFT_KINDS or self.kind == "outcome"
-                or (self.kind == "reward_fn" and "module" in self.args))
+        return (
+            self.kind in DRIFT_KINDS or self.kind == "outcome" or (self.kind == "reward_fn" and "module" in self.args)
+        )
 
     def label(self) -> str:
         if self.kind == "outcome":  # short: the label annotates the timeline's plot
@@ -86,8 +93,9 @@ class Event:
             return f"h{self.at_hour:g} outcome ({self.args['field']} {change})"
         if self.kind == "reward_fn":
             return f"h{self.at_hour:g} reward_fn ({self.args['version']})"
-        detail = ", ".join(f"{k}={v}" for k, v in self.args.items() if k != "init") or \
-            ", ".join(self.args.get("init", {}))
+        detail = ", ".join(f"{k}={v}" for k, v in self.args.items() if k != "init") or ", ".join(
+            self.args.get("init", {})
+        )
         return f"h{self.at_hour:g} {self.kind}" + (f" ({detail})" if detail else "")
 
 
@@ -113,10 +121,15 @@ def parse_events(doc: Any, where: str = "events") -> list[Event]:
         elif not (_KEYS[kind] <= set(args) <= _KEYS[kind] | _OPTIONAL.get(kind, set())):
             raise UserError(f"{at}: a {kind} event takes {sorted(_KEYS[kind]) or 'no other keys'}, got {sorted(args)}")
         if kind == "reward_fn" and not (isinstance(args["version"], str) and re.fullmatch(r"v\w+", args["version"])):
-            raise UserError(f"{at}: version {args['version']!r}: expected a reward function label such as v2 "
-                            "(reward_<label>.py of the pack, or of the event's module)")
-        if kind == "reward_fn" and "module" in args and not (isinstance(args["module"], str) and
-                                                             args["module"].endswith(".py")):
+            raise UserError(
+                f"{at}: version {args['version']!r}: expected a reward function label such as v2 "
+                "(reward_<label>.py of the pack, or of the event's module)"
+            )
+        if (
+            kind == "reward_fn"
+            and "module" in args
+            and not (isinstance(args["module"], str) and args["module"].endswith(".py"))
+        ):
             raise UserError(f"{at}: module {args['module']!r}: expected a reward module path (.py) inside the pack")
         if kind == "latency" and not (isinstance(args["factor"], (int, float)) and args["factor"] > 0):
             raise UserError(f"{at}: factor {args['factor']!r}: expected a number > 0")
@@ -131,16 +144,20 @@ def parse_events(doc: Any, where: str = "events") -> list[Event]:
 def _check_outcome(at: str, args: dict[str, Any]) -> None:
     keys = set(args)
     if "field" not in keys or not keys <= _OPTIONAL["outcome"] | {"field"} or ("factor" in keys) == ("expr" in keys):
-        raise UserError(f"{at}: an outcome event takes field and either factor (with an optional when) or expr, "
-                        f"got {sorted(keys)}")
+        raise UserError(
+            f"{at}: an outcome event takes field and either factor (with an optional when) or expr, got {sorted(keys)}"
+        )
     if not isinstance(args["field"], str) or "." not in args["field"]:
         raise UserError(f"{at}: field {args['field']!r}: expected a state field path such as hidden.default_prob")
-    if "factor" in args and not (isinstance(args["factor"], (int, float)) and not isinstance(args["factor"], bool)
-                                 and args["factor"] >= 0):
+    if "factor" in args and not (
+        isinstance(args["factor"], (int, float)) and not isinstance(args["factor"], bool) and args["factor"] >= 0
+    ):
         raise UserError(f"{at}: factor {args['factor']!r}: expected a number >= 0")
     if "expr" in args and "when" in args:
-        raise UserError(f"{at}: 'when' goes with factor; an expr replaces the field's expression for everyone "
-                        "(write the condition into the expression)")
+        raise UserError(
+            f"{at}: 'when' goes with factor; an expr replaces the field's expression for everyone "
+            "(write the condition into the expression)"
+        )
     for k in ("when", "expr"):
         if k in args and not (isinstance(args[k], str) and args[k].strip()):
             raise UserError(f"{at}: {k} {args[k]!r}: expected an expression over the scenario's state")
@@ -148,6 +165,7 @@ def _check_outcome(at: str, args: dict[str, Any]) -> None:
 
 def load_events(path: str | Path) -> list[Event]:
     import yaml
+
     p = Path(path)
     if not p.is_file():
         raise UserError(f"events file {p}: not found; expected a YAML file with an 'events:' list")
@@ -164,8 +182,11 @@ def in_force(events: list[Event], hour: float) -> list[Event]:
 
 def reward_modules(events: list[Event]) -> dict[str, str]:
     """``{reward_<label>.py: module path inside the pack}`` the production world adds for ``events``."""
-    return {f"reward_{e.args['version']}.py": str(e.args["module"]) for e in events
-            if e.kind == "reward_fn" and "module" in e.args}
+    return {
+        f"reward_{e.args['version']}.py": str(e.args["module"])
+        for e in events
+        if e.kind == "reward_fn" and "module" in e.args
+    }
 
 
 def reward_version(events: list[Event], default: str) -> str:
@@ -181,6 +202,7 @@ def _apply_outcome(out: dict[str, Any], e: Event) -> None:
         if "expr" in e.args:
             return str(e.args["expr"])
         return scaled(source, float(e.args["factor"]), e.args.get("when"), bounded)
+
     try:
         rewrite_field(out, e.args["field"], rewrite)
     except OutcomeFieldError as exc:
@@ -220,14 +242,22 @@ def production_doc(doc: dict[str, Any], events: list[Event], live: str = "live")
     return out
 
 
-DEFAULT_EVENTS_48H: dict[str, Any] = {"events": [
-    {"at_hour": 10, "kind": "population", "init": {"user_profile.age": {"dist": "normal", "mean": 58, "std": 10}}},
-    {"at_hour": 20, "kind": "latency", "action": "fetch_credit_report", "factor": 3},
-    {"at_hour": 24, "kind": "outcome", "field": "hidden.default_prob", "factor": 2.5, "when": "user_profile.age >= 60"},
-    {"at_hour": 30, "kind": "error_rate", "api": "credit_bureau", "rate": 0.25},
-    {"at_hour": 34, "kind": "reward_fn", "version": "v2", "module": "changes/reward_v2.py"},
-    {"at_hour": 40, "kind": "bad_candidate"},
-]}
+DEFAULT_EVENTS_48H: dict[str, Any] = {
+    "events": [
+        {"at_hour": 10, "kind": "population", "init": {"user_profile.age": {"dist": "normal", "mean": 58, "std": 10}}},
+        {"at_hour": 20, "kind": "latency", "action": "fetch_credit_report", "factor": 3},
+        {
+            "at_hour": 24,
+            "kind": "outcome",
+            "field": "hidden.default_prob",
+            "factor": 2.5,
+            "when": "user_profile.age >= 60",
+        },
+        {"at_hour": 30, "kind": "error_rate", "api": "credit_bureau", "rate": 0.25},
+        {"at_hour": 34, "kind": "reward_fn", "version": "v2", "module": "changes/reward_v2.py"},
+        {"at_hour": 40, "kind": "bad_candidate"},
+    ]
+}
 
 
 def scaled_events(hours: float) -> list[Event]:

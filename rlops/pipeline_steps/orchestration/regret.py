@@ -48,14 +48,15 @@ class RegretMeter:
     _oracles: dict[int, Any] = field(default_factory=dict)
     _hour: _Sums = field(default_factory=_Sums)
 
-    def _oracle(self, pack: "Pack") -> Any:
+    def _oracle(self, pack: Pack) -> Any:
         from rlops.sandbox.policies import load_oracle
+
         key = id(pack)
         if key not in self._oracles:
             self._oracles[key] = load_oracle(pack)
         return self._oracles[key]
 
-    def add(self, pack: "Pack", seed: int, episodes: int, reward_version: str | None, profile: str = "live") -> None:
+    def add(self, pack: Pack, seed: int, episodes: int, reward_version: str | None, profile: str = "live") -> None:
         """Score the oracle and the rules on the live episodes ``seed .. seed + episodes − 1``."""
         if not self.enabled or episodes <= 0:
             return
@@ -64,9 +65,11 @@ class RegretMeter:
             self.enabled = False
             return
         from rlops.sandbox.policies import evaluate_policy, rule_policy
+
         for name, act in (("oracle", oracle), ("rules", rule_policy)):
-            res = evaluate_policy(pack, act, episodes=episodes, seed=seed, profile=profile,
-                                  reward_version=reward_version)
+            res = evaluate_policy(
+                pack, act, episodes=episodes, seed=seed, profile=profile, reward_version=reward_version
+            )
             setattr(self._hour, name, getattr(self._hour, name) + float(res.returns.sum()))
         self._hour.episodes += episodes
 
@@ -96,25 +99,37 @@ def recovery_hours(hours: list[Any], onset: float, fraction: float = RECOVERY_FR
     return None
 
 
-def regret_metrics(hours: list[Any], events: list["Event"], first_promotion_hour: int | None) -> dict[str, Any]:
+def regret_metrics(hours: list[Any], events: list[Event], first_promotion_hour: int | None) -> dict[str, Any]:
     """``recovery_h`` per world-changing event, ``mean_regret_share`` after the first promotion,
     and the hourly series (for the JSON report)."""
     if not any(getattr(h, "oracle_return", None) is not None for h in hours):
         return {}
     changing = [e for e in events if e.drift or e.outcome]
-    after = [h.regret_share for h in hours if first_promotion_hour is not None and h.hour > first_promotion_hour
-             and h.regret_share is not None and math.isfinite(h.regret_share)]
-    return {"recovery_h": {e.label(): recovery_hours(hours, e.at_hour) for e in changing},
-            "mean_regret_share": round(sum(after) / len(after), 4) if after else None,
-            "mean_regret": round(sum(h.regret for h in hours if h.regret is not None)
-                                 / max(1, sum(h.regret is not None for h in hours)), 4)}
+    after = [
+        h.regret_share
+        for h in hours
+        if first_promotion_hour is not None
+        and h.hour > first_promotion_hour
+        and h.regret_share is not None
+        and math.isfinite(h.regret_share)
+    ]
+    return {
+        "recovery_h": {e.label(): recovery_hours(hours, e.at_hour) for e in changing},
+        "mean_regret_share": round(sum(after) / len(after), 4) if after else None,
+        "mean_regret": round(
+            sum(h.regret for h in hours if h.regret is not None) / max(1, sum(h.regret is not None for h in hours)), 4
+        ),
+    }
 
 
 def draw(ax: Any, hours: list[Any]) -> None:
     """Oracle and rule-engine returns beside the live return, the regret shaded (the gap a person
     looks at)."""
-    pts = [(h.hour + 1, h.live_return, h.oracle_return, h.rules_return) for h in hours
-           if getattr(h, "oracle_return", None) is not None and h.live_return is not None]
+    pts = [
+        (h.hour + 1, h.live_return, h.oracle_return, h.rules_return)
+        for h in hours
+        if getattr(h, "oracle_return", None) is not None and h.live_return is not None
+    ]
     if not pts:
         return
     x, live, oracle, rules = (list(c) for c in zip(*pts))

@@ -17,13 +17,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
 
-_KEYS = ("reward_fn", "timesteps", "mode", "reward_source", "reward_blend_lambda", "reward_switch_to",
-         "reward_switch_at_iteration")
+_KEYS = (
+    "reward_fn",
+    "timesteps",
+    "mode",
+    "reward_source",
+    "reward_blend_lambda",
+    "reward_switch_to",
+    "reward_switch_at_iteration",
+)
 
 
 def _sha(data: bytes) -> str:
@@ -37,7 +45,9 @@ def retrain_inputs(ctx: StepContext, mode: str, conf: Mapping[str, Any]) -> dict
     cal = ctx.read_calibration("latest")
     source = conf.get("reward_source") or ctx.section("train").get("reward_source") or "scripted"
     inputs: dict[str, Any] = {
-        "mode": mode, "conf": {k: conf.get(k) for k in _KEYS}, "reward_source": source,
+        "mode": mode,
+        "conf": {k: conf.get(k) for k in _KEYS},
+        "reward_source": source,
         "scenario_yaml": _sha((pack / "scenario.yaml").read_bytes()),
         "reward_fn_source": _sha(reward_file.read_bytes()) if reward_file.exists() else None,
         "pack_params": _sha((pack / "params.yaml").read_bytes()) if (pack / "params.yaml").exists() else None,

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pendulum
 from airflow.sdk import Param
@@ -25,8 +26,15 @@ from airflow.sdk import Param
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 GPU_QUEUE = "gpu"
 GPU_POOL = "gpu"
-DAG_KINDS = ("trace_capture", "drift_monitor", "label_queue", "retrain_incremental", "retrain_full", "rollout",
-             "promote")
+DAG_KINDS = (
+    "trace_capture",
+    "drift_monitor",
+    "label_queue",
+    "retrain_incremental",
+    "retrain_full",
+    "rollout",
+    "promote",
+)
 _REWARD_FILE = re.compile(r"^reward_(v\d+)\.py$")
 
 DEFAULT_ARGS: dict[str, Any] = {
@@ -47,6 +55,7 @@ def scenarios_dir(params: Mapping[str, Any] | None = None) -> Path:
     """Where the packs are (``RLOPS_SCENARIOS_DIR``, else params ``scenarios_dir``, else the
     repository's ``scenarios/``): :func:`rlops.common.config.scenarios_dir`."""
     from rlops.common import config
+
     return config.scenarios_dir(dict(params) if params is not None else config.load_params())
 
 
@@ -78,6 +87,7 @@ def resolved_params(scenario: str) -> tuple[dict[str, Any], Any]:
     the one place the DAGs read settings from."""
     from rlops.common.config import load_params
     from rlops.pipeline_steps.infra.context import StepContext
+
     params = load_params()
     return params, StepContext.create(scenario, params=params)
 
@@ -86,8 +96,10 @@ def pack_reward_fn(ctx: Any, params: Mapping[str, Any]) -> str:
     """The reward function a run uses without conf, by the rule of
     :func:`rlops.sandbox.reward_choice.choose_reward` read from the pack's files (no pack load):
     the pack's own params ``reward_fn``, the project's when the pack has it, else the newest."""
-    available = sorted((m.group(1) for p in ctx.pack_dir.glob("reward_v*.py") if (m := _REWARD_FILE.match(p.name))),
-                       key=lambda v: int(v[1:]))
+    available = sorted(
+        (m.group(1) for p in ctx.pack_dir.glob("reward_v*.py") if (m := _REWARD_FILE.match(p.name))),
+        key=lambda v: int(v[1:]),
+    )
     own = ctx.pack_params.get("reward_fn")
     if own:
         return str(own)
@@ -101,12 +113,17 @@ def pack_dag_config(scenario: str) -> PackDagConfig:
     params, ctx = resolved_params(scenario)
     train, dags = ctx.config.train, ctx.config.dags
     # promote runs only when asked (the webhook, a person): it has no schedule to set
-    schedules = {kind: (getattr(dags, kind) if dags.scheduled and kind in type(dags).model_fields else None)
-                 for kind in DAG_KINDS}
-    return PackDagConfig(scenario=scenario, reward_fn=pack_reward_fn(ctx, params),
-                         full_timesteps=train.total_timesteps,
-                         incremental_timesteps=train.incremental_timesteps,
-                         schedules=schedules)
+    schedules = {
+        kind: (getattr(dags, kind) if dags.scheduled and kind in type(dags).model_fields else None)
+        for kind in DAG_KINDS
+    }
+    return PackDagConfig(
+        scenario=scenario,
+        reward_fn=pack_reward_fn(ctx, params),
+        full_timesteps=train.total_timesteps,
+        incremental_timesteps=train.incremental_timesteps,
+        schedules=schedules,
+    )
 
 
 _CACHE: dict[tuple[Any, ...], list[PackDagConfig]] = {}
@@ -117,6 +134,7 @@ def _signature() -> tuple[Any, ...]:
     """What the configs depend on: the params file, the environment overrides, every pack's
     params file (a change in any re-reads them)."""
     from rlops.common.config import params_path
+
     p = params_path()
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("RLOPS_")))
     base = (str(p), p.stat().st_mtime_ns if p.exists() else None, env)
@@ -147,38 +165,69 @@ def dag_params(pack: PackDagConfig, mode: str = "full", training: bool = False) 
     reward source, a reward switch) — the others leave them out (fewer Params to serialize)."""
     timesteps = pack.full_timesteps if mode == "full" else pack.incremental_timesteps
     common = {
-        "scenario": Param(pack.scenario, type="string", enum=[pack.scenario],
-                          description="the scenario pack this DAG belongs to"),
-        "reward_fn": Param(pack.reward_fn, type="string", pattern=r"^v\d+$",
-                           description="reward function of the pack (reward_<version>.py); default: the pack's "
-                                       "params reward_fn"),
-        "timesteps": Param(timesteps, type="integer", minimum=1_000, maximum=1_000_000_000,
-                           description="PPO environment steps for training tasks (default: params train."
-                                       + ("total_timesteps" if mode == "full" else "incremental_timesteps") + ")"),
-        "mode": Param(mode, type="string", enum=["full", "incremental"],
-                      description="train from scratch or warm-start from the champion"),
+        "scenario": Param(
+            pack.scenario, type="string", enum=[pack.scenario], description="the scenario pack this DAG belongs to"
+        ),
+        "reward_fn": Param(
+            pack.reward_fn,
+            type="string",
+            pattern=r"^v\d+$",
+            description="reward function of the pack (reward_<version>.py); default: the pack's params reward_fn",
+        ),
+        "timesteps": Param(
+            timesteps,
+            type="integer",
+            minimum=1_000,
+            maximum=1_000_000_000,
+            description="PPO environment steps for training tasks (default: params train."
+            + ("total_timesteps" if mode == "full" else "incremental_timesteps")
+            + ")",
+        ),
+        "mode": Param(
+            mode,
+            type="string",
+            enum=["full", "incremental"],
+            description="train from scratch or warm-start from the champion",
+        ),
         "dry_run": Param(False, type="boolean", description="report what would change, write nothing"),
     }
     if not training:
         return common
     return {
         **common,
-        "staged": Param(None, type=["null", "boolean"],
-                        description="promote a passing candidate as staged challenger (null: params rollout.staged, "
-                                    "rollout.staged_emergency for a retrain triggered by drift)"),
-        "reason": Param("schedule", type="string", enum=["schedule", "drift", "manual"],
-                        description="why this run: schedule, drift (emergency retrain) or manual"),
-        "reward_source": Param(None, type=["null", "string"], enum=[None, "scripted", "model", "blend"],
-                               description="policy training reward: scripted, model, blend (null: params "
-                                           "train.reward_source)"),
-        "reward_blend_lambda": Param(None, type=["null", "number"], minimum=0,
-                                     description="weight of the reward model in 'blend' (null: params "
-                                                 "train.reward_blend_lambda)"),
-        "reward_switch_to": Param(None, type=["null", "string"],
-                                  description="hot reload: switch training to this reward function (v<N>) at "
-                                              "reward_switch_at_iteration (null: no switch)"),
-        "reward_switch_at_iteration": Param(None, type=["null", "integer"], minimum=1,
-                                            description="PPO iteration of the switch (null: the first)"),
+        "staged": Param(
+            None,
+            type=["null", "boolean"],
+            description="promote a passing candidate as staged challenger (null: params rollout.staged, "
+            "rollout.staged_emergency for a retrain triggered by drift)",
+        ),
+        "reason": Param(
+            "schedule",
+            type="string",
+            enum=["schedule", "drift", "manual"],
+            description="why this run: schedule, drift (emergency retrain) or manual",
+        ),
+        "reward_source": Param(
+            None,
+            type=["null", "string"],
+            enum=[None, "scripted", "model", "blend"],
+            description="policy training reward: scripted, model, blend (null: params train.reward_source)",
+        ),
+        "reward_blend_lambda": Param(
+            None,
+            type=["null", "number"],
+            minimum=0,
+            description="weight of the reward model in 'blend' (null: params train.reward_blend_lambda)",
+        ),
+        "reward_switch_to": Param(
+            None,
+            type=["null", "string"],
+            description="hot reload: switch training to this reward function (v<N>) at "
+            "reward_switch_at_iteration (null: no switch)",
+        ),
+        "reward_switch_at_iteration": Param(
+            None, type=["null", "integer"], minimum=1, description="PPO iteration of the switch (null: the first)"
+        ),
     }
 
 
@@ -186,13 +235,21 @@ def dag_settings(pack: PackDagConfig, kind: str, mode: str = "full") -> dict[str
     """What every rlops DAG shares: its id, the pack's schedule for it, start date, no catch-up,
     one run at a time, retries with backoff and the typed params. Each DAG file adds its tags,
     doc and tasks."""
-    return {"dag_id": dag_id(kind, pack.scenario), "schedule": pack.schedule(kind), "start_date": START_DATE,
-            "catchup": False, "max_active_runs": 1, "default_args": DEFAULT_ARGS,
-            "params": dag_params(pack, mode=mode, training=kind.startswith("retrain_"))}
+    return {
+        "dag_id": dag_id(kind, pack.scenario),
+        "schedule": pack.schedule(kind),
+        "start_date": START_DATE,
+        "catchup": False,
+        "max_active_runs": 1,
+        "default_args": DEFAULT_ARGS,
+        "params": dag_params(pack, mode=mode, training=kind.startswith("retrain_")),
+    }
 
 
 def pack_doc(doc: str | None, kind: str, pack: PackDagConfig) -> str:
     """The DAG file's doc with the pack, the DAG id and the schedule it runs on."""
     when = pack.schedule(kind) or "only when triggered"
-    return (f"{doc or ''}\n\nPack **{pack.scenario}** — DAG `{dag_id(kind, pack.scenario)}`, schedule `{when}` "
-            f"(params `dags.{kind}`); Param defaults from the pack's resolved params.")
+    return (
+        f"{doc or ''}\n\nPack **{pack.scenario}** — DAG `{dag_id(kind, pack.scenario)}`, schedule `{when}` "
+        f"(params `dags.{kind}`); Param defaults from the pack's resolved params."
+    )

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rlops.pipeline_steps.orchestration.events import Event, in_force, reward_version
 from rlops.pipeline_steps.orchestration.timeline import Hour, TimelineConfig
@@ -77,24 +78,38 @@ class _Run:
         from rlops.pipeline_steps.infra.context import StepContext
         from rlops.pipeline_steps.orchestration.dag_driver import PackDags
         from rlops.pipeline_steps.orchestration.timeline import ProductionWorld, SimTracer
+
         self.cfg, self.events, self.root, self.say = cfg, events, root, say
         self.ctx = StepContext.create(cfg.scenario)
         self.dags = PackDags(cfg.scenario, kinds=cfg.dags)
         self.world = ProductionWorld(self.ctx.pack_dir, root)
         self.tracer = SimTracer(self.ctx.traces.landing_uri)
-        self.client = PolicyClient(str(self.ctx.tracker.tracking_uri), cfg.scenario, self.ctx.pack_dir,
-                                   challenger_fraction=cfg.challenger_fraction)
+        self.client = PolicyClient(
+            str(self.ctx.tracker.tracking_uri),
+            cfg.scenario,
+            self.ctx.pack_dir,
+            challenger_fraction=cfg.challenger_fraction,
+        )
         self.t0 = RunKey.parse(cfg.start).start
         self.follower = RegistryFollower(self.client, self.t0, cfg.client_refresh_s, cfg.client_refresh_phase_s)
         self.hours: list[Hour] = []
         self.rows = {"landing": 0, "accepted": 0, "quarantined": 0}
         self.calibrated = False
         self.detected: dict[int, float] = {}
-        self.n = {"false_alarms": 0, "emergency": 0, "promotions": 0, "stage_moves": 0, "rolled_back": 0,
-                  "ab_gates_run": 0, "retrains_skipped": 0, "dag_runs": 0}
+        self.n = {
+            "false_alarms": 0,
+            "emergency": 0,
+            "promotions": 0,
+            "stage_moves": 0,
+            "rolled_back": 0,
+            "ab_gates_run": 0,
+            "retrains_skipped": 0,
+            "dag_runs": 0,
+        }
         self.bad_versions: set[str] = set()
         self.registry = self._registry_state()
         from rlops.pipeline_steps.orchestration.regret import RegretMeter
+
         self.regret = RegretMeter()
 
     # ---------------------------------------------------------------- production traffic
@@ -104,6 +119,7 @@ class _Run:
         from rlops.common.policy_ref import canonical_policy
         from rlops.pipeline_steps.orchestration.timeline import client_policy, no_policy_fallback
         from rlops.sandbox.traces import rollout_traces
+
         cfg = self.cfg
         key = f"{start:%Y%m%dT%H%M}-{cfg.tick_minutes}m"
         h = (start - self.t0).total_seconds() / 3600
@@ -117,12 +133,27 @@ class _Run:
             if not n:
                 continue
             loaded = self.client.policies.get(group)
-            policy, version = ((client_policy(loaded.model), canonical_policy(loaded.version, cfg.scenario))
-                               if loaded else (no_policy_fallback, "rules"))
+            policy, version = (
+                (client_policy(loaded.model), canonical_policy(loaded.version, cfg.scenario))
+                if loaded
+                else (no_policy_fallback, "rules")
+            )
             seed = int(start.timestamp()) // 60 * 1000 + (500 if group == "challenger" else 0) + cfg.seed
-            frames.append(rollout_traces(pack, policy, n, seed=seed, profile="live", reward_version=scored_with,
-                                         policy_version=version, source="live", start_ts=start, test_group=group,
-                                         episode_prefix=f"{prefix}-{group}"))
+            frames.append(
+                rollout_traces(
+                    pack,
+                    policy,
+                    n,
+                    seed=seed,
+                    profile="live",
+                    reward_version=scored_with,
+                    policy_version=version,
+                    source="live",
+                    start_ts=start,
+                    test_group=group,
+                    episode_prefix=f"{prefix}-{group}",
+                )
+            )
             self.regret.add(pack, seed, n, scored_with)  # the oracle and the rules on these episodes
         df = pd.concat([f for f in frames if len(f)], ignore_index=True)
         self.tracer.clock = start + timedelta(seconds=1)
@@ -135,6 +166,7 @@ class _Run:
     # ---------------------------------------------------------------- the DAGs, as scheduled
     def _registry_state(self) -> tuple[Any, ...]:
         from rlops.pipeline_steps.infra.registry import policy_model_name
+
         name = policy_model_name(self.cfg.scenario)
         aliases = self.ctx.tracker.aliases(name)
         ch = aliases.get("challenger")
@@ -174,6 +206,7 @@ class _Run:
         elif kind == "rollout":
             from rlops.pipeline_steps.promotion.gates import SKIPPED, gate_state
             from rlops.pipeline_steps.promotion.rollout import STAGE_MOVES
+
             move = out.rollout_move()
             judged = [g for g in move.get("ab_gates", []) if gate_state(g) != SKIPPED]
             self.n["ab_gates_run"] += len(judged)
@@ -194,9 +227,13 @@ class _Run:
                 self.n["retrains_skipped"] += 1
                 return
             version = (r.get("train_policy") or {}).get("model_version")
-            outcome = ("promoted" if res.get("promoted") else
-                       f"challenger at {res['traffic_fraction']:.0%}" if res.get("action") == "challenger"
-                       else "kept champion")
+            outcome = (
+                "promoted"
+                if res.get("promoted")
+                else f"challenger at {res['traffic_fraction']:.0%}"
+                if res.get("action") == "challenger"
+                else "kept champion"
+            )
             self.n["promotions"] += int(bool(res.get("promoted")))
             hour.actions.append(f"{why}{kind} v{version} → {outcome}")
 
@@ -209,8 +246,11 @@ class _Run:
         if not hour.alarm:
             return
         h_end = (when - self.t0).total_seconds() / 3600
-        new = [i for i, e in enumerate(self.events) if (e.drift or e.outcome) and e.at_hour < h_end
-               and i not in self.detected]
+        new = [
+            i
+            for i, e in enumerate(self.events)
+            if (e.drift or e.outcome) and e.at_hour < h_end and i not in self.detected
+        ]
         for i in new:
             self.detected[i] = h_end - self.events[i].at_hour
         if not new and self.calibrated:
@@ -222,6 +262,7 @@ class _Run:
         """The world's deliberately worse candidate, offered through the promotion DAG."""
         from rlops.pipeline_steps.infra.context import StepContext
         from rlops.pipeline_steps.orchestration.timeline import bad_candidate
+
         ctx = StepContext.create(self.cfg.scenario, hour_key(self.t0, hour.hour))
         v = bad_candidate(ctx, self.cfg.seed + hour.hour)
         self.bad_versions.add(str(v))
@@ -245,6 +286,7 @@ class _Run:
 
     def run(self) -> dict[str, Any]:
         import pandas as pd
+
         ticks = 60 // self.cfg.tick_minutes
         champions_seen: list[str] = []
         for h in range(self.cfg.hours):
@@ -253,36 +295,49 @@ class _Run:
             df = pd.concat([self.tick(h * ticks + q, self.hours[-1]) for q in range(ticks)], ignore_index=True)
             hour = self.hourly(h, df)
             champions_seen.append(str(hour.champion))
-            self.say(f"h{h:02d} return {hour.live_return if hour.live_return is None else round(hour.live_return, 3)}"
-                     f" alarm={hour.alarm} champion={hour.champion} {'; '.join(hour.actions)} "
-                     f"({time.monotonic() - t:.0f}s, cpu {time.process_time() - cpu:.0f}s)")
+            self.say(
+                f"h{h:02d} return {hour.live_return if hour.live_return is None else round(hour.live_return, 3)}"
+                f" alarm={hour.alarm} champion={hour.champion} {'; '.join(hour.actions)} "
+                f"({time.monotonic() - t:.0f}s, cpu {time.process_time() - cpu:.0f}s)"
+            )
         self.client.close()
         drift_events = [e for e in self.events if e.drift]
         from rlops.pipeline_steps.orchestration.regret import regret_metrics
+
         first_promotion = next((h.hour for h in self.hours if h.champion not in (None, "rules")), None)
-        return {**regret_metrics(self.hours, self.events, first_promotion),
-                "detection_delay_h": [self.detected.get(self.events.index(e)) for e in drift_events],
-                "outcome_detection_delay_h": [self.detected.get(i) for i, e in enumerate(self.events) if e.outcome],
-                "false_alarms": self.n["false_alarms"], "emergency_retrains": self.n["emergency"],
-                "drift_events": len(drift_events),
-                "bad_candidate_promoted": bool(self.bad_versions & set(champions_seen)),
-                "champion_regressions": self.n["rolled_back"], "rolled_back": self.n["rolled_back"],
-                "promotions": self.n["promotions"], "stage_moves": self.n["stage_moves"],
-                "ab_gates_run": self.n["ab_gates_run"], "retrains_skipped": self.n["retrains_skipped"],
-                "dag_runs": self.n["dag_runs"],
-                "promotion_to_agent_s": max(self.follower.latencies_s, default=None),
-                "rows_lost": self.rows["landing"] - self.rows["accepted"] - self.rows["quarantined"],
-                "rows": dict(self.rows),
-                "fallback_episodes": sum(h.fallbacks for h in self.hours),
-                "challenger_episodes": sum(h.challenger_episodes for h in self.hours)}
+        return {
+            **regret_metrics(self.hours, self.events, first_promotion),
+            "detection_delay_h": [self.detected.get(self.events.index(e)) for e in drift_events],
+            "outcome_detection_delay_h": [self.detected.get(i) for i, e in enumerate(self.events) if e.outcome],
+            "false_alarms": self.n["false_alarms"],
+            "emergency_retrains": self.n["emergency"],
+            "drift_events": len(drift_events),
+            "bad_candidate_promoted": bool(self.bad_versions & set(champions_seen)),
+            "champion_regressions": self.n["rolled_back"],
+            "rolled_back": self.n["rolled_back"],
+            "promotions": self.n["promotions"],
+            "stage_moves": self.n["stage_moves"],
+            "ab_gates_run": self.n["ab_gates_run"],
+            "retrains_skipped": self.n["retrains_skipped"],
+            "dag_runs": self.n["dag_runs"],
+            "promotion_to_agent_s": max(self.follower.latencies_s, default=None),
+            "rows_lost": self.rows["landing"] - self.rows["accepted"] - self.rows["quarantined"],
+            "rows": dict(self.rows),
+            "fallback_episodes": sum(h.fallbacks for h in self.hours),
+            "challenger_episodes": sum(h.challenger_episodes for h in self.hours),
+        }
 
 
 def hour_key(t0: Any, h: int) -> str:
     return f"{t0 + timedelta(hours=h):%Y%m%dT%H%M}"
 
 
-def run_timeline(cfg: TimelineConfig, events: list[Event], workdir: str | Path | None = None,
-                 say: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+def run_timeline(
+    cfg: TimelineConfig,
+    events: list[Event],
+    workdir: str | Path | None = None,
+    say: Callable[[str], None] = lambda s: None,
+) -> dict[str, Any]:
     """Run the timeline in ``workdir`` (a fresh temporary folder by default); returns
     ``{metrics, hours, png, json, run_id, workdir}``."""
     import tempfile
@@ -292,6 +347,7 @@ def run_timeline(cfg: TimelineConfig, events: list[Event], workdir: str | Path |
     from rlops.common.config import load_params
     from rlops.pipeline_steps.orchestration.timeline import _environment, simulation_params
     from rlops.pipeline_steps.orchestration.timeline_report import write_report
+
     t0, cpu0 = time.monotonic(), time.process_time()
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="rlops-timeline-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -299,8 +355,10 @@ def run_timeline(cfg: TimelineConfig, events: list[Event], workdir: str | Path |
     params_file.write_text(yaml.safe_dump(simulation_params(load_params(), root, cfg), sort_keys=False))
     with _environment(params_file, root, cfg.scenario):
         from rlops.pipeline_steps.orchestration.dag_driver import airflow_home
+
         airflow_home(root / "airflow")
         import torch
+
         torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
         run = _Run(cfg, events, root, say)
         metrics = run.run()

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Callable, Mapping, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from rlops.common.errors import UserError
 from rlops.common.run_key import RunKey
@@ -23,10 +24,11 @@ class ConfError(UserError):
     """A DAG run's conf that cannot be used; the first task fails with this message."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _failing_without_retry(cls: type[UserError]) -> type[UserError]:
     """``cls`` that Airflow also reads as ``AirflowFailException``: the task fails at once."""
     from airflow.sdk.exceptions import AirflowFailException
+
     return type(cls.__name__, (cls, AirflowFailException), {"__module__": cls.__module__, "fails_without_retry": True})
 
 
@@ -34,6 +36,7 @@ def no_retry_on_user_error(fn: F) -> F:
     """Bad input (a conf, a pack, a file) fails the task without Airflow's retries: retrying cannot
     mend it, and the run should say so at once. The error keeps its class (a ``ConfError`` is
     still one) and its message; other errors (storage, tracking server) keep their retries."""
+
     @functools.wraps(fn)
     def task(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -46,7 +49,8 @@ def no_retry_on_user_error(fn: F) -> F:
             again.__dict__.update(exc.__dict__)
             again.args = exc.args
             raise again.with_traceback(exc.__traceback__) from exc
-    return task  # type: ignore[return-value]
+
+    return task  # type: ignore[return-value]  # the wrapper has the task's signature
 
 
 def run_key_from_context(context: Mapping[str, Any], interval_minutes: int = 60) -> str:
@@ -58,14 +62,29 @@ def run_key_from_context(context: Mapping[str, Any], interval_minutes: int = 60)
 
 
 @no_retry_on_user_error
-def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None = None,
-                  interval_minutes: int = 60) -> dict[str, Any]:
+def validate_conf(
+    params: Mapping[str, Any], context: Mapping[str, Any] | None = None, interval_minutes: int = 60
+) -> dict[str, Any]:
     """Check the run's conf against the project (pack exists and loads, reward version exists);
     Airflow has already checked the types. Returns the conf with its run key."""
     from rlops.sandbox.errors import PackError
-    conf = {k: params.get(k) for k in ("scenario", "reward_fn", "timesteps", "mode", "dry_run",
-                                       "reward_source", "reward_blend_lambda", "reward_switch_to",
-                                       "reward_switch_at_iteration", "staged", "reason")}
+
+    conf = {
+        k: params.get(k)
+        for k in (
+            "scenario",
+            "reward_fn",
+            "timesteps",
+            "mode",
+            "dry_run",
+            "reward_source",
+            "reward_blend_lambda",
+            "reward_switch_to",
+            "reward_switch_at_iteration",
+            "staged",
+            "reason",
+        )
+    }
     if "simulate" in params:  # the capture DAG's switch: simulated traffic only when asked for
         conf["simulate"] = params.get("simulate")
     problems = []
@@ -74,8 +93,9 @@ def validate_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None =
     lam = conf["reward_blend_lambda"]
     if lam is not None and (isinstance(lam, bool) or not isinstance(lam, (int, float)) or lam < 0):
         problems.append(f"reward_blend_lambda {lam!r}: expected a number >= 0 (or null: params)")
-    if conf["reward_switch_to"] is not None and not (isinstance(conf["reward_switch_to"], str)
-                                                     and _VERSION.match(conf["reward_switch_to"])):
+    if conf["reward_switch_to"] is not None and not (
+        isinstance(conf["reward_switch_to"], str) and _VERSION.match(conf["reward_switch_to"])
+    ):
         problems.append(f"reward_switch_to {conf['reward_switch_to']!r}: expected v<N> (or null: no switch)")
     at = conf["reward_switch_at_iteration"]
     if at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 1):
@@ -127,8 +147,9 @@ def dag_run_id_from_context(context: Mapping[str, Any]) -> str | None:
 
 
 def _ctx(conf: Mapping[str, Any]) -> StepContext:
-    ctx = StepContext.create(conf["scenario"], conf["run_key"], bool(conf.get("dry_run")),
-                             overrides={"reward_fn": conf["reward_fn"]})
+    ctx = StepContext.create(
+        conf["scenario"], conf["run_key"], bool(conf.get("dry_run")), overrides={"reward_fn": conf["reward_fn"]}
+    )
     if conf.get("dag_run_id"):
         ctx.extra["dag_run_id"] = str(conf["dag_run_id"])
     return ctx
@@ -139,24 +160,28 @@ def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
     """The landing zone of the run key's interval; simulated traffic only when the conf says
     ``simulate: true`` (the result then says ``source: simulation:<profile>``)."""
     from rlops.pipeline_steps.capture.step import capture_step
+
     return capture_step(_ctx(conf), simulate=bool(conf.get("simulate", False)))
 
 
 @no_retry_on_user_error
 def detect_drift(conf: Mapping[str, Any]) -> dict[str, Any]:
     from rlops.pipeline_steps.drift.check import drift_check
+
     return drift_check(_ctx(conf))
 
 
 @no_retry_on_user_error
 def recalibrate(conf: Mapping[str, Any], drift: Mapping[str, Any]) -> dict[str, Any]:
     from rlops.pipeline_steps.drift.calibrate import recalibrate as run
+
     return run(_ctx(conf), traces_uri=drift.get("target_uri"))
 
 
 @no_retry_on_user_error
 def label_queue(conf: Mapping[str, Any]) -> dict[str, Any]:
     from rlops.pipeline_steps.labels.step import label_queue_export, label_queue_run
+
     ctx = _ctx(conf)
     queued = label_queue_run(ctx)
     exported = label_queue_export(ctx)
@@ -167,6 +192,7 @@ def label_queue(conf: Mapping[str, Any]) -> dict[str, Any]:
 def ingest_labels(conf: Mapping[str, Any]) -> dict[str, Any]:
     """Import every Label Studio annotation file in ``labels/<scenario>/inbox/`` (idempotent)."""
     from rlops.pipeline_steps.labels.step import label_queue_import
+
     ctx = _ctx(conf)
     inbox = ctx.uri("labels", ctx.scenario, "inbox")
     files = ctx.storage.list(inbox, suffix=".json")
@@ -177,6 +203,7 @@ def ingest_labels(conf: Mapping[str, Any]) -> dict[str, Any]:
 @no_retry_on_user_error
 def train_reward_model(conf: Mapping[str, Any]) -> dict[str, Any]:
     from rlops.pipeline_steps.training.reward_model import train_reward_model_step
+
     return train_reward_model_step(_ctx(conf), conf["reward_fn"])
 
 
@@ -184,6 +211,7 @@ def train_reward_model(conf: Mapping[str, Any]) -> dict[str, Any]:
 def relabel(conf: Mapping[str, Any], reward_model: Mapping[str, Any]) -> dict[str, Any]:
     """Score the window's captured traces with the reward model just trained."""
     from rlops.pipeline_steps.training.relabel import relabel_step
+
     ctx = _ctx(conf)
     if ctx.dry_run or not reward_model.get("model_version"):
         return {"skipped": True, "reason": "dry run" if ctx.dry_run else "no reward model was trained"}
@@ -191,18 +219,27 @@ def relabel(conf: Mapping[str, Any], reward_model: Mapping[str, Any]) -> dict[st
 
 
 @no_retry_on_user_error
-def train_policy(conf: Mapping[str, Any], mode: str, reward_model: Mapping[str, Any] | None = None
-                 ) -> dict[str, Any]:
+def train_policy(conf: Mapping[str, Any], mode: str, reward_model: Mapping[str, Any] | None = None) -> dict[str, Any]:
     import socket
 
     from rlops.pipeline_steps.training.policy import train_policy as run
+
     # The reward model version this DAG run trained (when it did) is the one a model/blend run uses.
     rm_version = (reward_model or {}).get("model_version")
-    out = run(_ctx(conf), mode=mode, timesteps=int(conf["timesteps"]), reward_version=conf["reward_fn"],
-              reward_source=conf.get("reward_source"), blend_lambda=conf.get("reward_blend_lambda"),
-              reward_model_version=None if rm_version is None else str(rm_version),
-              reward_switch=((int(conf.get("reward_switch_at_iteration") or 1), conf["reward_switch_to"])
-                             if conf.get("reward_switch_to") else None))
+    out = run(
+        _ctx(conf),
+        mode=mode,
+        timesteps=int(conf["timesteps"]),
+        reward_version=conf["reward_fn"],
+        reward_source=conf.get("reward_source"),
+        blend_lambda=conf.get("reward_blend_lambda"),
+        reward_model_version=None if rm_version is None else str(rm_version),
+        reward_switch=(
+            (int(conf.get("reward_switch_at_iteration") or 1), conf["reward_switch_to"])
+            if conf.get("reward_switch_to")
+            else None
+        ),
+    )
     # Where training ran: the distributed test checks that it was the gpu queue's worker.
     return {**out, "worker_host": socket.gethostname()}
 
@@ -210,6 +247,7 @@ def train_policy(conf: Mapping[str, Any], mode: str, reward_model: Mapping[str, 
 @no_retry_on_user_error
 def stress_test(conf: Mapping[str, Any], trained: Mapping[str, Any]) -> dict[str, Any]:
     from rlops.pipeline_steps.stress.step import stress_test as run
+
     if not trained.get("model_version"):
         return {"skipped": True, "reason": "no candidate was trained", "passed": False}
     out = run(_ctx(conf), reward_fn=conf["reward_fn"], policy_version=str(trained["model_version"]))
@@ -224,6 +262,7 @@ def staged_promotion(conf: Mapping[str, Any]) -> bool:
     if conf.get("staged") is not None:
         return bool(conf["staged"])
     from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
+
     ctx = _ctx(conf)
     cfg = ctx.config.rollout
     if conf.get("reason") == "drift" and ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION):
@@ -232,17 +271,20 @@ def staged_promotion(conf: Mapping[str, Any]) -> bool:
 
 
 @no_retry_on_user_error
-def evaluate_and_promote(conf: Mapping[str, Any], trained: Mapping[str, Any],
-                         stressed: Mapping[str, Any], staged: bool | None = None) -> dict[str, Any]:
+def evaluate_and_promote(
+    conf: Mapping[str, Any], trained: Mapping[str, Any], stressed: Mapping[str, Any], staged: bool | None = None
+) -> dict[str, Any]:
     """Gated promotion of the trained candidate; ``staged`` (None: :func:`staged_promotion`): as
     challenger first, moved on by the roll-out DAG (5% → 15% → 100% of traffic)."""
     from rlops.pipeline_steps.promotion.flow import promote
+
     if not trained.get("model_version"):
         return {"promoted": False, "reason": "no candidate was trained"}
     staged = staged_promotion(conf) if staged is None else staged
     ctx = _ctx(conf)
     out = promote(ctx, candidate=str(trained["model_version"]), staged=staged)
     from rlops.pipeline_steps.orchestration.retrain_inputs import mark_done
+
     mark_done(ctx, str(conf.get("mode") or "full"))
     return {k: v for k, v in out.items() if k not in ("gates_detail",)}
 
@@ -252,6 +294,7 @@ def rollout(conf: Mapping[str, Any]) -> dict[str, Any]:
     """The roll-out DAG's step: advance, finish or withdraw the challenger; roll back a champion
     that regressed (:mod:`rlops.pipeline_steps.promotion.rollout`)."""
     from rlops.pipeline_steps.promotion.rollout import rollout_step
+
     return rollout_step(_ctx(conf))
 
 
@@ -260,6 +303,7 @@ def inputs_changed(conf: Mapping[str, Any], mode: str) -> bool:
     """False when a retrain would see exactly the inputs of the last one of this pack and mode
     (``dags.skip_unchanged``): the DAG then skips its training tasks."""
     from rlops.pipeline_steps.orchestration.retrain_inputs import record_if_changed
+
     return record_if_changed(_ctx(conf), mode, conf)
 
 
@@ -269,14 +313,17 @@ def validate_promotion_conf(params: Mapping[str, Any], context: Mapping[str, Any
     conf = validate_conf(params, context)
     from rlops.common.errors import UserError
     from rlops.common.policy_ref import PolicyRef
+
     candidate = params.get("candidate")
     try:
         ref = PolicyRef.parse(str(candidate), conf["scenario"]) if isinstance(candidate, (str, int)) else None
     except UserError:
         ref = None
     if ref is None or ref.version is None:
-        raise ConfError(f"invalid DAG run conf: candidate {candidate!r}: expected a policy version, e.g. 3 or "
-                        f"{conf['scenario']}-policy/3")
+        raise ConfError(
+            f"invalid DAG run conf: candidate {candidate!r}: expected a policy version, e.g. 3 or "
+            f"{conf['scenario']}-policy/3"
+        )
     conf.update(candidate=ref.version, requested_by=str(params.get("requested_by") or "airflow"))
     return conf
 
@@ -285,4 +332,5 @@ def validate_promotion_conf(params: Mapping[str, Any], context: Mapping[str, Any
 def promote_requested(conf: Mapping[str, Any]) -> dict[str, Any]:
     """Gated promotion of ``conf['candidate']``; the outcome is written back on the version."""
     from rlops.pipeline_steps.promotion.flow import promote_from_alias
+
     return promote_from_alias(_ctx(conf), conf["candidate"], requested_by=str(conf.get("requested_by") or "airflow"))

@@ -23,14 +23,15 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from unittest import mock
 
-from rlops.pipeline_steps.orchestration.events import Event, production_doc, reward_modules
 from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.orchestration.events import Event, production_doc, reward_modules
 
 
 @dataclass(frozen=True)
@@ -79,21 +80,35 @@ class Hour:
 def simulation_params(base: dict[str, Any], root: Path, cfg: TimelineConfig) -> dict[str, Any]:
     """params.yaml with the timeline's own storage, registry and scaled-down budgets."""
     from rlops.common.config import deep_merge
-    return deep_merge(base, {
-        "scenario": cfg.scenario,
-        "storage": {"root": f"file://{root / 'storage'}"},
-        "tracking": {"uri": f"sqlite:///{root / 'mlflow.db'}", "artifact_root": str(root / "artifacts")},
-        "local_dir": str(root / "local"),
-        "label_queue": {"db_url": f"sqlite:///{root / 'queue.db'}"},
-        "capture": {"simulate_when_empty": False},
-        "drift": {"baseline_episodes": 4 * cfg.episodes_per_tick * 2, "workers": 1, "plots": "drifted"},
-        "recalibrate": {"check_samples": 5000},
-        "train": {"total_timesteps": cfg.full_timesteps, "incremental_timesteps": cfg.incremental_timesteps,
-                  "num_envs": 256, "eval_episodes": 300, "checkpoint_every": 1000},
-        "evaluate": {"episodes": cfg.eval_episodes, "bootstrap_samples": 500, "latency_samples": 100,
-                     "ab_window_hours": 2, "ab_min_episodes": cfg.ab_min_episodes},
-        "stress": {"edge_states": 1000, "gaming_episodes": 300, "policy_episodes": 300},
-    })
+
+    return deep_merge(
+        base,
+        {
+            "scenario": cfg.scenario,
+            "storage": {"root": f"file://{root / 'storage'}"},
+            "tracking": {"uri": f"sqlite:///{root / 'mlflow.db'}", "artifact_root": str(root / "artifacts")},
+            "local_dir": str(root / "local"),
+            "label_queue": {"db_url": f"sqlite:///{root / 'queue.db'}"},
+            "capture": {"simulate_when_empty": False},
+            "drift": {"baseline_episodes": 4 * cfg.episodes_per_tick * 2, "workers": 1, "plots": "drifted"},
+            "recalibrate": {"check_samples": 5000},
+            "train": {
+                "total_timesteps": cfg.full_timesteps,
+                "incremental_timesteps": cfg.incremental_timesteps,
+                "num_envs": 256,
+                "eval_episodes": 300,
+                "checkpoint_every": 1000,
+            },
+            "evaluate": {
+                "episodes": cfg.eval_episodes,
+                "bootstrap_samples": 500,
+                "latency_samples": 100,
+                "ab_window_hours": 2,
+                "ab_min_episodes": cfg.ab_min_episodes,
+            },
+            "stress": {"edge_states": 1000, "gaming_episodes": 300, "policy_episodes": 300},
+        },
+    )
 
 
 @contextmanager
@@ -101,12 +116,18 @@ def _environment(params_file: Path, root: Path, scenario: str) -> Iterator[None]
     """Point every step and DAG (they read params through RLOPS_PARAMS, packs through
     RLOPS_SCENARIOS_DIR) at the timeline's own world: one pack, its own storage and registry."""
     from rlops.common.config import load_params, scenarios_dir
+
     packs = root / "scenarios"
     if not (packs / scenario).exists():
         shutil.copytree(scenarios_dir(load_params()) / scenario, packs / scenario)
-    env = {"RLOPS_PARAMS": str(params_file), "RLOPS_STORAGE_ROOT": f"file://{root / 'storage'}",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "RLOPS_ARTIFACT_ROOT": str(root / "artifacts"),
-           "RLOPS_QUEUE_DB": f"sqlite:///{root / 'queue.db'}", "RLOPS_SCENARIOS_DIR": str(packs)}
+    env = {
+        "RLOPS_PARAMS": str(params_file),
+        "RLOPS_STORAGE_ROOT": f"file://{root / 'storage'}",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
+        "RLOPS_ARTIFACT_ROOT": str(root / "artifacts"),
+        "RLOPS_QUEUE_DB": f"sqlite:///{root / 'queue.db'}",
+        "RLOPS_SCENARIOS_DIR": str(packs),
+    }
     with mock.patch.dict(os.environ, env):
         yield
 
@@ -117,6 +138,7 @@ class ProductionWorld:
 
     def __init__(self, pack_dir: Path, root: Path) -> None:
         import yaml
+
         self.pack_dir, self.root = pack_dir, root
         self.doc = yaml.safe_load((pack_dir / "scenario.yaml").read_text())
         self._cache: dict[tuple[int, ...], Any] = {}
@@ -125,6 +147,7 @@ class ProductionWorld:
         import yaml
 
         from rlops.sandbox.pack import load_pack
+
         key = tuple(i for i, e in enumerate(all_events) if e in events and e.changes_world)
         if key not in self._cache:
             folder = self.root / "production" / ("world-" + "-".join(map(str, key)) if key else "world")
@@ -153,6 +176,7 @@ class SimTracer:
                 now = self.clock
                 folder = folder.rsplit("/", 2)[0] + f"/date={now:%Y-%m-%d}/hour={now:%H}"
                 return folder, f"{now:%Y%m%dT%H%M%S%f}Z" + name.split("Z", 1)[1]
+
         return _Tracer(landing_uri, flush_every=100_000, max_buffer=200_000, flush_interval_s=None, fsync=False)
 
 
@@ -170,8 +194,12 @@ def client_policy(model: Any) -> Any:
         legal = mask.gather(1, a[:, None])[:, 0]
         rules = rule_policy(env)
         return torch.where(legal, a, rules), {
-            "logp": torch.as_tensor(out["logp"]).float(), "entropy": torch.as_tensor(out["entropy"]).float(),
-            "value": torch.as_tensor(out["value"]).float(), "fallback": ~legal}
+            "logp": torch.as_tensor(out["logp"]).float(),
+            "entropy": torch.as_tensor(out["entropy"]).float(),
+            "value": torch.as_tensor(out["value"]).float(),
+            "fallback": ~legal,
+        }
+
     return act
 
 
@@ -180,6 +208,7 @@ def no_policy_fallback(env: Any) -> Any:
     import torch
 
     from rlops.sandbox.policies import rule_policy
+
     return rule_policy(env), {"fallback": torch.ones(env.num_envs, dtype=torch.bool)}
 
 
@@ -189,10 +218,11 @@ def bad_candidate(ctx: Any, seed: int) -> str:
 
     from rlops.model.policy import PolicyConfig, PolicyNetwork
     from rlops.pipeline_steps.training.policy import register_policy
+
     pack = ctx.load_pack()
     torch.manual_seed(seed)
     net = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout)).eval()
-    with ctx.tracker.start_run("bad-candidate", tags={T.STEP: T.TIMELINE}) as run, \
-            tempfile.TemporaryDirectory() as tmp:
-        return register_policy(ctx, run, pack, net, {"mode": "full", "run_key": ctx.run_key,
-                                                     "timeline": "bad_candidate"}, Path(tmp))
+    with ctx.tracker.start_run("bad-candidate", tags={T.STEP: T.TIMELINE}) as run, tempfile.TemporaryDirectory() as tmp:
+        return register_policy(
+            ctx, run, pack, net, {"mode": "full", "run_key": ctx.run_key, "timeline": "bad_candidate"}, Path(tmp)
+        )

@@ -10,46 +10,65 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.orchestration.events import Event
 from rlops.pipeline_steps.orchestration.timeline import Hour, TimelineConfig
-from rlops.pipeline_steps.infra import tags as T
 
 
 def plot(hours: list[Hour], events: list[Event], path: Path, title: str) -> Path:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     x = [h.hour + 1 for h in hours]  # each hour is judged at its end
-    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(12, 9), sharex=True,
-                                        gridspec_kw={"height_ratios": [2, 2, 1]})
+    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(12, 9), sharex=True, gridspec_kw={"height_ratios": [2, 2, 1]})
     ret = [h.live_return if h.live_return is not None else math.nan for h in hours]
     se = [h.live_return_se or 0.0 for h in hours]
     ax1.errorbar(x, ret, yerr=[2 * s for s in se], marker="o", ms=3, lw=1.2, label="live mean return (±2 se)")
     ax1.set_ylabel("live return")
     from rlops.pipeline_steps.orchestration.regret import draw as draw_regret
+
     draw_regret(ax1, hours)
     fields = sorted({f for h in hours for f in h.p_values})
     for f in fields:
         p = [max(h.p_values.get(f, math.nan) or 1e-300, 1e-300) for h in hours]
         shifted = any(f in h.drifted for h in hours)
-        ax2.plot(x, p, lw=1.6 if shifted else 0.6, alpha=1.0 if shifted else 0.35,
-                 label=f.replace("state.", "") if shifted else None)
+        ax2.plot(
+            x,
+            p,
+            lw=1.6 if shifted else 0.6,
+            alpha=1.0 if shifted else 0.35,
+            label=f.replace("state.", "") if shifted else None,
+        )
     ax2.set_yscale("log")
     ax2.axhline(0.01, color="k", ls=":", lw=0.8)
     ax2.set_ylim(top=2.0)  # p-values live in (0, 1]
     ax2.set_ylabel("drift p-value per field")
     if any(f in h.drifted for h in hours for f in fields):
         ax2.legend(fontsize=7, loc="lower left", ncol=3)
-    marks = {"alarm": ("v", "tab:red"), "retrain": ("s", "tab:orange"), "promoted": ("^", "tab:green"),
-             "rollback": ("x", "k"), "kept": ("o", "tab:gray")}
+    marks = {
+        "alarm": ("v", "tab:red"),
+        "retrain": ("s", "tab:orange"),
+        "promoted": ("^", "tab:green"),
+        "rollback": ("x", "k"),
+        "kept": ("o", "tab:gray"),
+    }
     rows = {"alarm": 4, "retrain": 3, "promoted": 2, "kept": 1, "rollback": 0}
     for h in hours:
         t = h.hour + 1
         if h.alarm:
             ax3.scatter([t], [rows["alarm"]], marker=marks["alarm"][0], color=marks["alarm"][1])
         for a in h.actions:
-            kind = ("rollback" if a.startswith("rollback") else "promoted" if a.endswith("promoted")
-                    else "kept" if a.endswith("kept champion") else None)
+            kind = (
+                "rollback"
+                if a.startswith("rollback")
+                else "promoted"
+                if a.endswith("promoted")
+                else "kept"
+                if a.endswith("kept champion")
+                else None
+            )
             if "retrain" in a:
                 ax3.scatter([t], [rows["retrain"]], marker=marks["retrain"][0], color=marks["retrain"][1])
             if kind:
@@ -61,8 +80,16 @@ def plot(hours: list[Hour], events: list[Event], path: Path, title: str) -> Path
         for e in events:
             ax.axvline(e.at_hour, color="tab:purple", ls="--", lw=0.9)
     for e in events:
-        ax1.annotate(e.label(), (e.at_hour, 1.0), xycoords=("data", "axes fraction"), fontsize=7, rotation=90,
-                     va="top", ha="right", color="tab:purple")
+        ax1.annotate(
+            e.label(),
+            (e.at_hour, 1.0),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            rotation=90,
+            va="top",
+            ha="right",
+            color="tab:purple",
+        )
     ax1.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -82,13 +109,22 @@ def table(hours: list[dict[str, Any]] | list[Hour], metrics: dict[str, Any]) -> 
     return "\n".join(lines)
 
 
-def write_report(ctx: Any, cfg: TimelineConfig, events: list[Event], hours: list[Hour], metrics: dict[str, Any],
-                 root: Path) -> dict[str, Any]:
+def write_report(
+    ctx: Any, cfg: TimelineConfig, events: list[Event], hours: list[Hour], metrics: dict[str, Any], root: Path
+) -> dict[str, Any]:
     """Write ``timeline.png`` and ``timeline.json`` under ``root`` and log both to MLflow."""
-    png = plot(hours, events, root / "timeline.png",
-               f"{cfg.scenario}: {cfg.hours} simulated hours, {cfg.episodes_per_tick} episodes / 15 min")
-    doc = {"config": asdict(cfg), "events": [asdict(e) for e in events], "metrics": metrics,
-           "hours": [asdict(h) for h in hours]}
+    png = plot(
+        hours,
+        events,
+        root / "timeline.png",
+        f"{cfg.scenario}: {cfg.hours} simulated hours, {cfg.episodes_per_tick} episodes / 15 min",
+    )
+    doc = {
+        "config": asdict(cfg),
+        "events": [asdict(e) for e in events],
+        "metrics": metrics,
+        "hours": [asdict(h) for h in hours],
+    }
     path = root / "timeline.json"
     path.write_text(json.dumps(doc, indent=2, default=str))
     with ctx.tracker.start_run(f"timeline-{cfg.hours}h", tags={T.STEP: T.SIMULATE}) as run:

@@ -25,16 +25,24 @@ import numpy as np
 import pandas as pd
 
 from rlops.common.policy_ref import canonical_policy
-from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.aliases import move_champion, rollback as rollback_champion
-from rlops.pipeline_steps.promotion.gates import (Gate, GateConfig, ab_gates, comparison_gates, episode_outcomes, gate_frame,
-                                  gate_table_html, stress_gate)
 from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.policy_metrics import policy_metrics, segment_returns
 from rlops.pipeline_steps.infra.registry import CHAMPION, TrackingError, policy_model_name
+from rlops.pipeline_steps.promotion.gates import (
+    Gate,
+    GateConfig,
+    ab_gates,
+    comparison_gates,
+    episode_outcomes,
+    gate_frame,
+    gate_table_html,
+    stress_gate,
+)
 
 if TYPE_CHECKING:
     import torch
+
     from rlops.model.policy import PolicyNetwork
     from rlops.sandbox.pack import Pack
 
@@ -50,8 +58,10 @@ def _version_tags(ctx: StepContext, version: str) -> dict[str, str]:
     except TrackingError as exc:
         code = str(getattr(exc.__cause__, "error_code", ""))
         if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-            raise ValueError(f"{name} has no version {version!r}; pass a registered version number "
-                             "(see the MLflow model registry or the output of `rlops train policy`)") from None
+            raise ValueError(
+                f"{name} has no version {version!r}; pass a registered version number "
+                "(see the MLflow model registry or the output of `rlops train policy`)"
+            ) from None
         raise
 
 
@@ -59,22 +69,25 @@ def _version_of(ctx: StepContext, policy: str) -> str:
     """The registry version ``policy`` names (``3``, ``<scenario>-policy/3``, ``challenger``…)."""
     from rlops.common.errors import UserError
     from rlops.pipeline_steps.infra.policy_loader import resolve
+
     ref = resolve(ctx, policy)
     if ref is None:
         raise UserError(f"policy {policy!r}: that alias is not set for {policy_model_name(ctx.scenario)}")
     return str(ref.version)
 
 
-def _network(ctx: StepContext, version: str, dst: Path) -> "PolicyNetwork":
+def _network(ctx: StepContext, version: str, dst: Path) -> PolicyNetwork:
     from rlops.common.policy_ref import PolicyRef
     from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
+
     loaded = load_policy_ref(ctx, PolicyRef(ctx.scenario, version=version), dst)
     assert loaded is not None  # a version, not an alias
     return loaded.network
 
 
-def paired_p99_ms(policy: "PolicyNetwork", obs: "torch.Tensor", samples: int = 300,
-                   other: "PolicyNetwork | None" = None) -> tuple[float, float | None]:
+def paired_p99_ms(
+    policy: PolicyNetwork, obs: torch.Tensor, samples: int = 300, other: PolicyNetwork | None = None
+) -> tuple[float, float | None]:
     """p99 of the wall time of one ``act`` call on a single observation (batch 1), in ms, of
     ``policy`` and of ``other``: the two are timed alternately on the same rows in this process,
     so load on the machine slows both alike and their ratio is what a gate can judge."""
@@ -82,10 +95,10 @@ def paired_p99_ms(policy: "PolicyNetwork", obs: "torch.Tensor", samples: int = 3
     nets = [policy] + ([other] if other is not None else [])
     for net in nets:
         for i in range(min(10, n)):  # warm-up: first calls pay for allocator and dispatch caches
-            net.act(obs[i:i + 1], deterministic=True)
+            net.act(obs[i : i + 1], deterministic=True)
     times = np.empty((len(nets), samples))
     for i in range(samples):
-        row = obs[i % n:i % n + 1]
+        row = obs[i % n : i % n + 1]
         order = (0,) if len(nets) == 1 else ((0, 1) if i % 2 == 0 else (1, 0))  # neither always goes first
         for j in order:
             t0 = time.perf_counter()
@@ -95,8 +108,9 @@ def paired_p99_ms(policy: "PolicyNetwork", obs: "torch.Tensor", samples: int = 3
     return float(p99[0]), (float(p99[1]) if other is not None else None)
 
 
-def timed_p99(cand: "PolicyNetwork", champ: "PolicyNetwork | None", obs: "torch.Tensor", samples: int,
-              bound: float, tries: int = 3) -> tuple[float, float | None]:
+def timed_p99(
+    cand: PolicyNetwork, champ: PolicyNetwork | None, obs: torch.Tensor, samples: int, bound: float, tries: int = 3
+) -> tuple[float, float | None]:
     """:func:`paired_p99_ms` of both, measured again (up to ``tries`` times) while the ratio is
     over ``bound``, keeping the lowest ratio: a load spike slows one run, a slower network stays
     slower on every run."""
@@ -105,15 +119,17 @@ def timed_p99(cand: "PolicyNetwork", champ: "PolicyNetwork | None", obs: "torch.
         if best[1] is None or best[0] <= bound * best[1]:
             break
         again = paired_p99_ms(cand, obs, samples, champ)
-        best = min(best, again, key=lambda t: t[0] / t[1])  # type: ignore[operator]
+        best = min(best, again, key=lambda t: t[0] / t[1])  # type: ignore[operator]  # both pairs hold floats
     return best
 
 
-def segment_masks(pack: "Pack", S0: "torch.Tensor", segment_codes: "torch.Tensor", names: list[str],
-                  expressions: dict[str, str]) -> dict[str, np.ndarray]:
+def segment_masks(
+    pack: Pack, S0: torch.Tensor, segment_codes: torch.Tensor, names: list[str], expressions: dict[str, str]
+) -> dict[str, np.ndarray]:
     """Population segments of the profile plus expression segments over the initial states."""
     from rlops.sandbox.errors import ExprError
     from rlops.sandbox.expr import BOOL, compile_expr
+
     out: dict[str, np.ndarray] = {}
     if len(names) > 1:
         codes = segment_codes.numpy()
@@ -122,14 +138,17 @@ def segment_masks(pack: "Pack", S0: "torch.Tensor", segment_codes: "torch.Tensor
         try:
             expr = compile_expr(source, pack.scenario.resolve, want=BOOL)
         except ExprError as exc:
-            raise ValueError(f"evaluate.segments.{name}: {exc} (the expression is evaluated on the initial "
-                             f"state of scenario {pack.name})") from None
+            raise ValueError(
+                f"evaluate.segments.{name}: {exc} (the expression is evaluated on the initial "
+                f"state of scenario {pack.name})"
+            ) from None
         out[name] = expr(S0).cpu().numpy().astype(bool)
     return out
 
 
-def live_ab_gates(ctx: StepContext, pack: "Pack", candidate: str, cfg: GateConfig,
-                  window_hours: float) -> tuple[list[Gate], str]:
+def live_ab_gates(
+    ctx: StepContext, pack: Pack, candidate: str, cfg: GateConfig, window_hours: float
+) -> tuple[list[Gate], str]:
     """A/B gates from captured traces of the last ``window_hours`` before the run key: episodes
     of group ``challenger`` served by the candidate against groups ``champion``/``control``.
     Trace rows name their policy in any form :class:`~rlops.common.policy_ref.PolicyRef` reads
@@ -154,8 +173,9 @@ def live_ab_gates(ctx: StepContext, pack: "Pack", candidate: str, cfg: GateConfi
     if ch_rows.empty or ctl_rows.empty:
         return [], "no live A/B traffic for this candidate"
     takeover = {a.name for a in pack.scenario.spec.actions if a.human_takeover}
-    return ab_gates(episode_outcomes(ch_rows, takeover), episode_outcomes(ctl_rows, takeover), cfg), \
-        f"{ch_rows['episode_id'].nunique()} challenger / {ctl_rows['episode_id'].nunique()} control episodes"
+    return ab_gates(
+        episode_outcomes(ch_rows, takeover), episode_outcomes(ctl_rows, takeover), cfg
+    ), f"{ch_rows['episode_id'].nunique()} challenger / {ctl_rows['episode_id'].nunique()} control episodes"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -163,6 +183,7 @@ def _canonical_or_none(text: Any, scenario: str) -> str | None:
     """The canonical policy a trace row names; None for a missing or unreadable value (or
     another scenario's policy), which then matches no candidate."""
     from rlops.common.errors import UserError
+
     if text is None or (isinstance(text, float) and np.isnan(text)):
         return None
     try:
@@ -174,11 +195,12 @@ def _canonical_or_none(text: Any, scenario: str) -> str | None:
 # --------------------------------------------------------------------------- evaluate
 def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = None) -> dict[str, Any]:
     """Compare ``candidate`` with the champion (or the rule engine) and judge every gate."""
+    from rlops.common.arguments import MAX_EPISODES, count
     from rlops.pipeline_steps.infra.policy_loader import greedy_act
     from rlops.sandbox.env import BatchedEnv
-    from rlops.sandbox.profiles import default_profile
     from rlops.sandbox.policies import evaluate_policy, rule_policy
-    from rlops.common.arguments import MAX_EPISODES, count
+    from rlops.sandbox.profiles import default_profile
+
     if episodes is not None:  # before any registry or sandbox work
         count("--episodes", episodes, maximum=MAX_EPISODES)
     candidate = _version_of(ctx, candidate)
@@ -193,8 +215,7 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     profile = default_profile(pack, "production", settings.profile)
     label = settings.reward_fn or (tags.get("reward_fn") if tags.get("reward_fn") in pack.reward_fns else None)
     label = str(label or ctx.reward_choice().reward_fn)
-    n = count("--episodes", episodes if episodes is not None else settings.episodes,
-              maximum=MAX_EPISODES)
+    n = count("--episodes", episodes if episodes is not None else settings.episodes, maximum=MAX_EPISODES)
     seed = settings.seed
     notes: list[str] = []
 
@@ -210,17 +231,14 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
                 notes.append(f"champion v{champion} uses another observation layout: compared with the rule engine")
 
         def run(act: Any) -> Any:
-            env = BatchedEnv(pack.scenario, pack.reward_fn(label), num_envs=n, profile=profile,
-                             illegal_action="noop")
+            env = BatchedEnv(pack.scenario, pack.reward_fn(label), num_envs=n, profile=profile, illegal_action="noop")
             return evaluate_policy(pack, act, seed=seed, env=env), env
 
         cand_res, env = run(greedy_act(cand_policy))
         champ_res, _ = run(champ_act)
         env.reset(seed)  # the initial states both policies started from
-        segments = segment_masks(pack, env.S, cand_res.segments, cand_res.segment_names,
-                                 settings.segments)
-        p99 = timed_p99(cand_policy, champ_net, env.observe(), settings.latency_samples,
-                        cfg.latency_p99_ratio)
+        segments = segment_masks(pack, env.S, cand_res.segments, cand_res.segment_names, settings.segments)
+        p99 = timed_p99(cand_policy, champ_net, env.observe(), settings.latency_samples, cfg.latency_p99_ratio)
 
     gates = comparison_gates(cand_res, champ_res, cfg, segments, p99, seed=seed)
     gates.append(stress_gate(tags, cfg))
@@ -228,19 +246,33 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     gates.extend(ab)
     notes.append(f"live A/B: {ab_note}")
     from rlops.pipeline_steps.promotion.ope_gate import ope_gates
+
     ope, ope_metrics, ope_note = ope_gates(ctx, pack, cand_policy, cand_res.mean_return, label, profile)
     gates.extend(ope)
     notes.append(ope_note)
     failed = [g.gate for g in gates if not g.passed]
     report: dict[str, Any] = {
-        "scenario": ctx.scenario, "run_key": ctx.run_key, "candidate": candidate, "champion_version": champion,
-        "baseline": baseline, "passed": not failed, "failed_gates": failed, "episodes": n, "seed": seed,
-        "profile": profile, "reward_fn": label, "notes": notes,
-        "candidate_summary": _round(cand_res.summary()), "champion_summary": _round(champ_res.summary()),
-        "gates": [g.to_dict() for g in gates], "dry_run": ctx.dry_run,
-        "candidate_metrics": policy_metrics(cand_res.summary(), segment_returns(cand_res.returns.cpu().numpy(),
-                                                                                 segments), p99[0]),
-        "ope_metrics": ope_metrics}
+        "scenario": ctx.scenario,
+        "run_key": ctx.run_key,
+        "candidate": candidate,
+        "champion_version": champion,
+        "baseline": baseline,
+        "passed": not failed,
+        "failed_gates": failed,
+        "episodes": n,
+        "seed": seed,
+        "profile": profile,
+        "reward_fn": label,
+        "notes": notes,
+        "candidate_summary": _round(cand_res.summary()),
+        "champion_summary": _round(champ_res.summary()),
+        "gates": [g.to_dict() for g in gates],
+        "dry_run": ctx.dry_run,
+        "candidate_metrics": policy_metrics(
+            cand_res.summary(), segment_returns(cand_res.returns.cpu().numpy(), segments), p99[0]
+        ),
+        "ope_metrics": ope_metrics,
+    }
     if not ctx.dry_run:
         report.update(_record(ctx, report, gates))
     return report
@@ -257,20 +289,40 @@ def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict
     facts = {k: report[k] for k in ("passed", "episodes", "seed", "profile", "reward_fn", "run_key")}
     page = gate_table_html(gates, title, {**facts, "notes": "; ".join(report["notes"])})
     table = gate_frame(gates)
-    table_json = {"columns": list(table.columns), "data": table.astype(object).where(table.notna(), None)
-                  .values.tolist()}
+    table_json = {
+        "columns": list(table.columns),
+        "data": table.astype(object).where(table.notna(), None).values.tolist(),
+    }
     uri = ctx.report_uri("evaluate", f"v{cand}")
     ctx.storage.write_json(f"{uri}/gates.json", table_json)
     ctx.storage.write_text(f"{uri}/gates.html", page)
     ctx.storage.write_json(f"{uri}/summary.json", {k: v for k, v in report.items() if k != "gates"})
     from rlops.pipeline_steps.infra.datasets import EVALUATION, calibration_dataset, log_dataset_inputs
     from rlops.pipeline_steps.infra.pass_run import step_run
-    with step_run(ctx, T.EVALUATE, label=f"v{cand}", extra_tags={
-            T.CANDIDATE: cand, T.BASELINE: report["baseline"], T.PASSED: str(report["passed"]).lower()}) as run:
-        log_dataset_inputs(run, [calibration_dataset(ctx.storage, ctx.uri("calibrations", ctx.scenario, "latest.json"),
-                                                     f"calibration-{ctx.scenario}")], EVALUATION)
-        run.log_params({"episodes": report["episodes"], "seed": report["seed"], "profile": report["profile"],
-                        "reward_fn": report["reward_fn"]})
+
+    with step_run(
+        ctx,
+        T.EVALUATE,
+        label=f"v{cand}",
+        extra_tags={T.CANDIDATE: cand, T.BASELINE: report["baseline"], T.PASSED: str(report["passed"]).lower()},
+    ) as run:
+        log_dataset_inputs(
+            run,
+            [
+                calibration_dataset(
+                    ctx.storage, ctx.uri("calibrations", ctx.scenario, "latest.json"), f"calibration-{ctx.scenario}"
+                )
+            ],
+            EVALUATION,
+        )
+        run.log_params(
+            {
+                "episodes": report["episodes"],
+                "seed": report["seed"],
+                "profile": report["profile"],
+                "reward_fn": report["reward_fn"],
+            }
+        )
         metrics = dict(report["candidate_metrics"])
         metrics.update({f"candidate_{k}": float(v) for k, v in report["candidate_summary"].items()})
         metrics.update({f"champion_{k}": float(v) for k, v in report["champion_summary"].items()})
@@ -279,9 +331,16 @@ def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict
         run.log_dict(table_json, "gates.json")
         run.log_text(page, "gates.html")
     name = policy_model_name(ctx.scenario)
-    ctx.tracker.set_model_version_tags(name, cand, {
-        T.VERSION.EVAL_PASSED: str(report["passed"]).lower(), T.VERSION.EVAL_RUN_ID: run.run_id,
-        T.VERSION.EVAL_BASELINE: report["baseline"]})
+    ctx.tracker.set_model_version_tags(
+        name,
+        cand,
+        {
+            T.VERSION.EVAL_PASSED: str(report["passed"]).lower(),
+            T.VERSION.EVAL_RUN_ID: run.run_id,
+            T.VERSION.EVAL_BASELINE: report["baseline"],
+        },
+    )
     from rlops.pipeline_steps.infra.descriptions import with_gate_summary
+
     ctx.tracker.describe(name, cand, with_gate_summary(ctx.tracker.version_description(name, cand), report))
     return {"report_uri": uri, "eval_run_id": run.run_id}

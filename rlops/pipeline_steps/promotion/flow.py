@@ -20,16 +20,24 @@ A ``champion`` set by hand outside rlops is handled first (:func:`check_champion
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.infra.aliases import move_champion, rollback as rollback_champion
+from rlops.pipeline_steps.infra.aliases import move_champion
+from rlops.pipeline_steps.infra.aliases import rollback as rollback_champion
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, TrackingError, policy_model_name
 from rlops.pipeline_steps.infra.storage import StorageError
-from rlops.pipeline_steps.promotion.guard import MANUAL, REGATE, UI_REQUEST, ChampionCheck, manual_mode, \
-    restore_champion, withdraw_hand_set_challenger
+from rlops.pipeline_steps.promotion.guard import (
+    MANUAL,
+    REGATE,
+    UI_REQUEST,
+    ChampionCheck,
+    manual_mode,
+    restore_champion,
+    withdraw_hand_set_challenger,
+)
 
 TRAFFIC_TAG = "traffic_fraction"
 DEFAULT_STAGES = (0.05, 0.15, 1.0)
@@ -38,7 +46,7 @@ DEFAULT_STAGES = (0.05, 0.15, 1.0)
 def rollout_stages(ctx: StepContext) -> list[float]:
     """Challenger traffic shares of a staged roll-out (``evaluate.rollout_stages``), ending at 1.0."""
     stages = [float(s) for s in ctx.section("evaluate").get("rollout_stages") or DEFAULT_STAGES]
-    if not stages or stages != sorted(stages) or not 0 < stages[0] or stages[-1] != 1.0:
+    if not stages or stages != sorted(stages) or not stages[0] > 0 or stages[-1] != 1.0:
         raise ValueError(f"evaluate.rollout_stages must rise from above 0 to 1.0, got {stages}")
     return stages
 
@@ -56,12 +64,19 @@ def check_champion(ctx: StepContext) -> ChampionCheck:
         return check
     outcome = promote_from_alias(ctx, check.hand_set, requested_by=MANUAL)
     after = ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION)
-    return ChampionCheck(ctx.scenario, after, check.hand_set, "regated",
-                         f"{check.reason}; re-gated: {outcome['reason']}", promotion=outcome)
+    return ChampionCheck(
+        ctx.scenario,
+        after,
+        check.hand_set,
+        "regated",
+        f"{check.reason}; re-gated: {outcome['reason']}",
+        promotion=outcome,
+    )
 
 
-def promote_from_alias(ctx: StepContext, version: str, requested_by: str = UI_REQUEST,
-                       staged: bool | None = None) -> dict[str, Any]:
+def promote_from_alias(
+    ctx: StepContext, version: str, requested_by: str = UI_REQUEST, staged: bool | None = None
+) -> dict[str, Any]:
     """The gated promotion of ``version`` requested through an alias; the outcome is written back
     on the version as tags (and the gate summary in its description, by the evaluation)."""
     name, tracker = policy_model_name(ctx.scenario), ctx.tracker
@@ -82,13 +97,24 @@ def promote_from_alias(ctx: StepContext, version: str, requested_by: str = UI_RE
     if not ctx.dry_run:
         try:
             # The outcome tag last: whoever waits for it then finds the others written.
-            tracker.set_model_version_tags(name, version, {
-                T.PROMOTION_REASON: str(res.get("reason"))[:5000], T.PROMOTION_REQUESTED_BY: requested_by,
-                T.PROMOTION_AT: _now(), T.PROMOTION_OUTCOME: outcome})
+            tracker.set_model_version_tags(
+                name,
+                version,
+                {
+                    T.PROMOTION_REASON: str(res.get("reason"))[:5000],
+                    T.PROMOTION_REQUESTED_BY: requested_by,
+                    T.PROMOTION_AT: _now(),
+                    T.PROMOTION_OUTCOME: outcome,
+                },
+            )
         except TrackingError as exc:
             res["warning"] = f"writing the outcome tags failed: {exc}"
-    return {**{k: v for k, v in res.items() if k != "gates"}, "outcome": outcome, "version": version,
-            "requested_by": requested_by}
+    return {
+        **{k: v for k, v in res.items() if k != "gates"},
+        "outcome": outcome,
+        "version": version,
+        "requested_by": requested_by,
+    }
 
 
 # --------------------------------------------------------------------------- promote
@@ -100,8 +126,15 @@ def promote(ctx: StepContext, candidate: str, staged: bool = False, episodes: in
     one lock, and the move is refused if the champion changed meanwhile. The outcome is recorded
     as the pass's ``promote`` step run."""
     from rlops.pipeline_steps.promotion.lock import PromotionBusy, lock_path, promotion_lock
-    out: dict[str, Any] = {"scenario": ctx.scenario, "candidate": str(candidate), "staged": staged,
-                           "promoted": False, "action": "none", "dry_run": ctx.dry_run}
+
+    out: dict[str, Any] = {
+        "scenario": ctx.scenario,
+        "candidate": str(candidate),
+        "staged": staged,
+        "promoted": False,
+        "action": "none",
+        "dry_run": ctx.dry_run,
+    }
     try:
         check = check_champion(ctx)
     except (TrackingError, StorageError) as exc:
@@ -121,13 +154,26 @@ def promote(ctx: StepContext, candidate: str, staged: bool = False, episodes: in
 
 def _track_promotion(ctx: StepContext, out: dict[str, Any]) -> None:
     from rlops.pipeline_steps.infra.pass_run import step_run
+
     try:
-        with step_run(ctx, T.PROMOTE, label=f"v{out['candidate']}",
-                      extra_tags={T.CANDIDATE: out["candidate"], T.PASSED: str(bool(out.get("passed"))).lower(),
-                                  T.PROMOTION_ACTION: out["action"]}) as run:
+        with step_run(
+            ctx,
+            T.PROMOTE,
+            label=f"v{out['candidate']}",
+            extra_tags={
+                T.CANDIDATE: out["candidate"],
+                T.PASSED: str(bool(out.get("passed"))).lower(),
+                T.PROMOTION_ACTION: out["action"],
+            },
+        ) as run:
             run.log_params({"reason": str(out.get("reason", ""))[:500], "staged": out["staged"]})
-            run.log_metrics({"promoted": float(bool(out["promoted"])),
-                             "traffic_fraction": float(out.get("traffic_fraction") or 0.0)}, step=0)
+            run.log_metrics(
+                {
+                    "promoted": float(bool(out["promoted"])),
+                    "traffic_fraction": float(out.get("traffic_fraction") or 0.0),
+                },
+                step=0,
+            )
     except TrackingError as exc:  # the promotion's own outcome stands; only its record is missing
         out.setdefault("warning", f"recording the promotion in MLflow failed: {exc}")
 
@@ -135,10 +181,17 @@ def _track_promotion(ctx: StepContext, out: dict[str, Any]) -> None:
 def _promote(ctx: StepContext, candidate: str, staged: bool, episodes: int | None) -> dict[str, Any]:
     from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
     from rlops.pipeline_steps.promotion.lock import ChampionMoved, check_unchanged
+
     name = policy_model_name(ctx.scenario)
     stages = rollout_stages(ctx)
-    out: dict[str, Any] = {"scenario": ctx.scenario, "candidate": candidate, "staged": staged, "promoted": False,
-                           "action": "none", "dry_run": ctx.dry_run}
+    out: dict[str, Any] = {
+        "scenario": ctx.scenario,
+        "candidate": candidate,
+        "staged": staged,
+        "promoted": False,
+        "action": "none",
+        "dry_run": ctx.dry_run,
+    }
     try:
         report = evaluate_candidate(ctx, candidate, episodes)
     except (TrackingError, StorageError) as exc:
@@ -163,12 +216,21 @@ def _promote(ctx: StepContext, candidate: str, staged: bool, episodes: int | Non
             nxt = next_stage(stages, current)
         if ctx.dry_run:
             what = "champion" if nxt >= 1.0 else f"challenger at {nxt:.0%} of traffic"
-            return {**out, "action": "would_promote" if nxt >= 1.0 else "would_stage", "traffic_fraction": nxt,
-                    "reason": f"dry run: all gates pass; v{candidate} would become {what}"}
+            return {
+                **out,
+                "action": "would_promote" if nxt >= 1.0 else "would_stage",
+                "traffic_fraction": nxt,
+                "reason": f"dry run: all gates pass; v{candidate} would become {what}",
+            }
         if nxt < 1.0:
             stage_challenger(ctx, candidate, nxt, f"all gates pass; staged at {nxt:.0%} of traffic")
-            return {**out, "action": "challenger", "traffic_fraction": nxt, "champion": report["champion_version"],
-                    "reason": f"all gates pass; v{candidate} serves {nxt:.0%} of traffic as challenger"}
+            return {
+                **out,
+                "action": "challenger",
+                "traffic_fraction": nxt,
+                "champion": report["champion_version"],
+                "reason": f"all gates pass; v{candidate} serves {nxt:.0%} of traffic as challenger",
+            }
         out.update(finish(ctx, candidate, "all gates pass"))
     except TrackingError as exc:
         return {**out, "reason": f"MLflow failed during promotion; aliases left as they were: {exc}"}
@@ -181,8 +243,11 @@ def stage_challenger(ctx: StepContext, version: str, fraction: float, reason: st
     """Serve ``version`` to ``fraction`` of traffic as ``challenger``. Tags first, alias second: a
     client that sees the alias always reads the new share."""
     name = policy_model_name(ctx.scenario)
-    ctx.tracker.set_model_version_tags(name, version, {
-        TRAFFIC_TAG: fraction, T.ROLLOUT_STAGE_STARTED: ctx.key.end.isoformat(), T.ROLLOUT_REASON: reason[:5000]})
+    ctx.tracker.set_model_version_tags(
+        name,
+        version,
+        {TRAFFIC_TAG: fraction, T.ROLLOUT_STAGE_STARTED: ctx.key.end.isoformat(), T.ROLLOUT_REASON: reason[:5000]},
+    )
     if ctx.tracker.get_alias(name, CHALLENGER) != version:
         ctx.tracker.set_alias(name, CHALLENGER, version)
 
@@ -193,11 +258,17 @@ def finish(ctx: StepContext, version: str, reason: str) -> dict[str, Any]:
     name = policy_model_name(ctx.scenario)
     challenger = ctx.tracker.get_alias(name, CHALLENGER)
     state = move_champion(ctx.tracker, name, version)
-    out: dict[str, Any] = {"promoted": True, "action": "champion", "champion": state.champion,
-                           "previous": state.previous, "traffic_fraction": 1.0}
+    out: dict[str, Any] = {
+        "promoted": True,
+        "action": "champion",
+        "champion": state.champion,
+        "previous": state.previous,
+        "traffic_fraction": 1.0,
+    }
     try:
-        ctx.tracker.set_model_version_tags(name, version, {TRAFFIC_TAG: 1.0, "promoted_at": _now(),
-                                                           T.ROLLOUT_REASON: reason[:5000]})
+        ctx.tracker.set_model_version_tags(
+            name, version, {TRAFFIC_TAG: 1.0, "promoted_at": _now(), T.ROLLOUT_REASON: reason[:5000]}
+        )
         if challenger == version:
             ctx.tracker.delete_alias(name, CHALLENGER)
     except TrackingError as exc:  # the champion moved; only bookkeeping is behind
@@ -218,19 +289,33 @@ def rollback(ctx: StepContext, reason: str | None = None) -> dict[str, Any]:
     before; see :func:`rlops.pipeline_steps.infra.aliases.rollback`); the demoted version is
     tagged ``rlops.rolled_back`` with ``reason``."""
     from rlops.pipeline_steps.infra.aliases import champion_history
+
     name = policy_model_name(ctx.scenario)
     current = ctx.tracker.get_alias(name, CHAMPION)
     history = [v for v in champion_history(ctx.tracker, name) if v != current]
     if not history:
-        raise ValueError(f"cannot roll back {name}: there is no 'previous' version (champion is {current}); "
-                         "promote a version explicitly instead")
+        raise ValueError(
+            f"cannot roll back {name}: there is no 'previous' version (champion is {current}); "
+            "promote a version explicitly instead"
+        )
     if ctx.dry_run:
-        return {"scenario": ctx.scenario, "dry_run": True, "champion": current, "would_restore": history[-1],
-                "reason": f"dry run: champion would move from v{current} back to v{history[-1]}"}
+        return {
+            "scenario": ctx.scenario,
+            "dry_run": True,
+            "champion": current,
+            "would_restore": history[-1],
+            "reason": f"dry run: champion would move from v{current} back to v{history[-1]}",
+        }
     state = rollback_champion(ctx.tracker, name, reason)
-    return {"scenario": ctx.scenario, "dry_run": False, "rolled_back_from": current, "champion": state.champion,
-            "previous": state.previous, "reason": reason or f"champion restored to v{state.champion}"}
+    return {
+        "scenario": ctx.scenario,
+        "dry_run": False,
+        "rolled_back_from": current,
+        "champion": state.champion,
+        "previous": state.previous,
+        "reason": reason or f"champion restored to v{state.champion}",
+    }
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")

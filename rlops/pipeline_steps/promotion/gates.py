@@ -36,11 +36,14 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Final, Literal, Mapping
+from typing import Any, Final, Literal
 
 import numpy as np
 import pandas as pd
+
+from rlops.common.params_model import GateConfig  # the gate part of the typed evaluate: block
 
 GateState = Literal["pass", "fail", "skipped"]
 PASS: Final = "pass"
@@ -55,7 +58,7 @@ def gate_state(row: Mapping[str, Any]) -> GateState:
     and a ``detail`` starting with ``skipped``; an upper-case ``FAIL`` of older tables reads ``fail``."""
     status = str(row.get("status") or "").strip().lower()
     if status in GATE_STATES:
-        return status  # type: ignore[return-value]
+        return status  # type: ignore[return-value]  # narrowed by the membership test
     if str(row.get("detail") or "").startswith("skipped"):
         return SKIPPED
     passed = row.get("passed")
@@ -65,10 +68,6 @@ def gate_state(row: Mapping[str, Any]) -> GateState:
 def failing_gates(rows: list[Mapping[str, Any]]) -> list[str]:
     """Names of the rows whose state is ``fail`` (skipped gates block nothing)."""
     return [str(r.get("gate")) for r in rows if gate_state(r) == FAIL]
-
-
-# The thresholds: the gate part of the typed ``evaluate:`` params block (the evaluate block subclasses it).
-from rlops.common.params_model import GateConfig
 
 
 @dataclass
@@ -98,8 +97,9 @@ class Gate:
 
 
 # --------------------------------------------------------------------------- statistics
-def paired_bootstrap(diffs: np.ndarray, samples: int = 2000, confidence: float = 0.95,
-                     seed: int = 0) -> tuple[float, float, float]:
+def paired_bootstrap(
+    diffs: np.ndarray, samples: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
     """Mean of ``diffs`` and the percentile bootstrap interval ``(low, high)`` of the mean.
     Any non-finite difference makes all three NaN (no interval can be trusted)."""
     d = np.asarray(diffs, dtype=np.float64)
@@ -110,7 +110,7 @@ def paired_bootstrap(diffs: np.ndarray, samples: int = 2000, confidence: float =
     chunk = max(1, 4_000_000 // d.size)  # bound memory: ``chunk × n`` indices at a time
     for start in range(0, samples, chunk):
         k = min(chunk, samples - start)
-        means[start:start + k] = d[rng.integers(0, d.size, size=(k, d.size))].mean(axis=1)
+        means[start : start + k] = d[rng.integers(0, d.size, size=(k, d.size))].mean(axis=1)
     alpha = 1.0 - confidence
     lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     return float(d.mean()), float(lo), float(hi)
@@ -119,6 +119,7 @@ def paired_bootstrap(diffs: np.ndarray, samples: int = 2000, confidence: float =
 def two_proportion_z(x1: int, n1: int, x2: int, n2: int) -> tuple[float, float]:
     """z statistic of ``p1 - p2`` (pooled) and the one-sided p-value of ``p1 > p2``."""
     from scipy.stats import norm
+
     if n1 == 0 or n2 == 0:
         return float("nan"), float("nan")
     p = (x1 + x2) / (n1 + n2)
@@ -132,6 +133,7 @@ def two_proportion_z(x1: int, n1: int, x2: int, n2: int) -> tuple[float, float]:
 def welch_greater(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """Welch t statistic of ``mean(a) - mean(b)`` and the one-sided p-value of ``mean(a) > mean(b)``."""
     from scipy.stats import ttest_ind
+
     if len(a) < 2 or len(b) < 2:
         return float("nan"), float("nan")
     res = ttest_ind(a, b, equal_var=False, alternative="greater")
@@ -142,11 +144,24 @@ def welch_greater(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 def latency_gate(cand_p99_ms: float, champ_p99_ms: float | None, cfg: GateConfig) -> Gate:
     """Candidate p99 over champion p99 (measured together); skipped without a champion network."""
     if champ_p99_ms is None or not champ_p99_ms > 0:
-        return Gate("latency_p99_ratio", cand_p99_ms, None, f"<= {cfg.latency_p99_ratio:g} x champion", True,
-                    "skipped: no champion network to time against (rule engine)", skipped=True)
+        return Gate(
+            "latency_p99_ratio",
+            cand_p99_ms,
+            None,
+            f"<= {cfg.latency_p99_ratio:g} x champion",
+            True,
+            "skipped: no champion network to time against (rule engine)",
+            skipped=True,
+        )
     ratio = cand_p99_ms / champ_p99_ms
-    return Gate("latency_p99_ratio", cand_p99_ms, champ_p99_ms, f"<= {cfg.latency_p99_ratio:g} x champion",
-                bool(ratio <= cfg.latency_p99_ratio), f"ratio {ratio:.3f} (p99 ms, batch 1, interleaved)")
+    return Gate(
+        "latency_p99_ratio",
+        cand_p99_ms,
+        champ_p99_ms,
+        f"<= {cfg.latency_p99_ratio:g} x champion",
+        bool(ratio <= cfg.latency_p99_ratio),
+        f"ratio {ratio:.3f} (p99 ms, batch 1, interleaved)",
+    )
 
 
 def _or_budget(relative: str, budget: float | None, op: str) -> str:
@@ -157,31 +172,52 @@ def completion_gate(cand: float, champ: float, cfg: GateConfig) -> Gate:
     """No more than ``completion_epsilon`` below the champion, or at least ``completion_min``."""
     within = cfg.completion_min is not None and cand >= cfg.completion_min
     relative = cand >= champ - cfg.completion_epsilon
-    return Gate("completion_rate", cand, champ, _or_budget(f">= champion - {cfg.completion_epsilon:g}",
-                                                            cfg.completion_min, ">="),
-                bool(relative or within), "within the pack's operational budget" if within and not relative else "")
+    return Gate(
+        "completion_rate",
+        cand,
+        champ,
+        _or_budget(f">= champion - {cfg.completion_epsilon:g}", cfg.completion_min, ">="),
+        bool(relative or within),
+        "within the pack's operational budget" if within and not relative else "",
+    )
 
 
 def handling_gate(cand: float, champ: float, cfg: GateConfig) -> Gate:
     """No more than ``handling_epsilon`` longer than the champion, or at most ``handling_max_ms``."""
     within = cfg.handling_max_ms is not None and cand <= cfg.handling_max_ms
     relative = cand <= champ * (1 + cfg.handling_epsilon)
-    return Gate("handling_ms", cand, champ, _or_budget(f"<= champion x {1 + cfg.handling_epsilon:g}",
-                                                        cfg.handling_max_ms, "<="),
-                bool(relative or within), "within the pack's operational budget" if within and not relative else "")
+    return Gate(
+        "handling_ms",
+        cand,
+        champ,
+        _or_budget(f"<= champion x {1 + cfg.handling_epsilon:g}", cfg.handling_max_ms, "<="),
+        bool(relative or within),
+        "within the pack's operational budget" if within and not relative else "",
+    )
 
 
 def takeover_gate(cand: float, champ: float, cfg: GateConfig) -> Gate:
     """No more than ``takeover_epsilon`` above the champion, or at most ``takeover_max``."""
     within = cfg.takeover_max is not None and cand <= cfg.takeover_max
     relative = cand <= champ + cfg.takeover_epsilon
-    return Gate("human_takeover_rate", cand, champ, _or_budget(f"<= champion + {cfg.takeover_epsilon:g}",
-                                                                cfg.takeover_max, "<="),
-                bool(relative or within), "within the pack's operational budget" if within and not relative else "")
+    return Gate(
+        "human_takeover_rate",
+        cand,
+        champ,
+        _or_budget(f"<= champion + {cfg.takeover_epsilon:g}", cfg.takeover_max, "<="),
+        bool(relative or within),
+        "within the pack's operational budget" if within and not relative else "",
+    )
 
 
-def comparison_gates(cand: Any, champ: Any, cfg: GateConfig, segments: Mapping[str, np.ndarray],
-                     latency: tuple[float, float | None], seed: int = 0) -> list[Gate]:
+def comparison_gates(
+    cand: Any,
+    champ: Any,
+    cfg: GateConfig,
+    segments: Mapping[str, np.ndarray],
+    latency: tuple[float, float | None],
+    seed: int = 0,
+) -> list[Gate]:
     """Gates of a paired sandbox comparison (``cand``/``champ`` are ``EvalResult``s of the same
     seeded episodes; ``segments`` maps a segment name to a boolean mask over the episodes;
     ``latency`` is the candidate's and the champion's p99 in ms, the latter None for rules)."""
@@ -190,32 +226,62 @@ def comparison_gates(cand: Any, champ: Any, cfg: GateConfig, segments: Mapping[s
     mean, lo, hi = paired_bootstrap(rc - rb, cfg.bootstrap_samples, cfg.confidence, seed)
     pct = int(round(cfg.confidence * 100))
     gates = [
-        Gate("mean_return", sc["mean_return"], sb["mean_return"],
-             f"CI{pct} low of mean diff > {cfg.min_improvement:g}", bool(lo > cfg.min_improvement),
-             f"mean diff {mean:.4f}, CI{pct} [{lo:.4f}, {hi:.4f}]"),
-        Gate("finite_returns", float(np.isfinite(rc).mean()), float(np.isfinite(rb).mean()),
-             "all returns finite", bool(np.isfinite(rc).all() and np.isfinite(rb).all()),
-             "NaN/inf returns: the reward function is broken" if not np.isfinite(rc).all() else ""),
+        Gate(
+            "mean_return",
+            sc["mean_return"],
+            sb["mean_return"],
+            f"CI{pct} low of mean diff > {cfg.min_improvement:g}",
+            bool(lo > cfg.min_improvement),
+            f"mean diff {mean:.4f}, CI{pct} [{lo:.4f}, {hi:.4f}]",
+        ),
+        Gate(
+            "finite_returns",
+            float(np.isfinite(rc).mean()),
+            float(np.isfinite(rb).mean()),
+            "all returns finite",
+            bool(np.isfinite(rc).all() and np.isfinite(rb).all()),
+            "NaN/inf returns: the reward function is broken" if not np.isfinite(rc).all() else "",
+        ),
         completion_gate(sc["completion_rate"], sb["completion_rate"], cfg),
         handling_gate(sc["mean_handling_ms"], sb["mean_handling_ms"], cfg),
         takeover_gate(sc["human_takeover_rate"], sb["human_takeover_rate"], cfg),
-        Gate("illegal_action_rate", sc["illegal_action_rate"], sb["illegal_action_rate"],
-             f"<= {cfg.max_illegal_rate:g}", sc["illegal_action_rate"] <= cfg.max_illegal_rate,
-             f"{sc['illegal_actions']} illegal actions"),
+        Gate(
+            "illegal_action_rate",
+            sc["illegal_action_rate"],
+            sb["illegal_action_rate"],
+            f"<= {cfg.max_illegal_rate:g}",
+            sc["illegal_action_rate"] <= cfg.max_illegal_rate,
+            f"{sc['illegal_actions']} illegal actions",
+        ),
         latency_gate(latency[0], latency[1], cfg),
     ]
     for name, rows in segments.items():
         n = int(rows.sum())
         if n < cfg.min_segment_episodes:
-            gates.append(Gate(f"segment:{name}", None, None, f"n >= {cfg.min_segment_episodes}", True,
-                              f"skipped: {n} episodes", skipped=True))
+            gates.append(
+                Gate(
+                    f"segment:{name}",
+                    None,
+                    None,
+                    f"n >= {cfg.min_segment_episodes}",
+                    True,
+                    f"skipped: {n} episodes",
+                    skipped=True,
+                )
+            )
             continue
         d = rc[rows] - rb[rows]
         diff = float(d.mean())
-        gates.append(Gate(f"segment:{name}", float(rc[rows].mean()), float(rb[rows].mean()),
-                          f"mean diff >= -{cfg.segment_tolerance:g}",
-                          bool(np.isfinite(diff) and diff >= -cfg.segment_tolerance),
-                          f"{n} episodes, mean diff {diff:.4f}"))
+        gates.append(
+            Gate(
+                f"segment:{name}",
+                float(rc[rows].mean()),
+                float(rb[rows].mean()),
+                f"mean diff >= -{cfg.segment_tolerance:g}",
+                bool(np.isfinite(diff) and diff >= -cfg.segment_tolerance),
+                f"{n} episodes, mean diff {diff:.4f}",
+            )
+        )
     return gates
 
 
@@ -223,10 +289,23 @@ def stress_gate(tags: Mapping[str, str], cfg: GateConfig) -> Gate:
     """The candidate's latest stress-test verdict (model version tag ``stress_test``)."""
     value = tags.get("stress_test")
     if value is None and not cfg.require_stress_test:
-        return Gate("stress_test", "missing", None, "verdict pass (not required)", True,
-                    "skipped: no stress test recorded (evaluate.require_stress_test is off)", skipped=True)
-    return Gate("stress_test", value or "missing", None, "pass", value == "pass",
-                "" if value else "no stress test recorded for this version (run `rlops stress`)")
+        return Gate(
+            "stress_test",
+            "missing",
+            None,
+            "verdict pass (not required)",
+            True,
+            "skipped: no stress test recorded (evaluate.require_stress_test is off)",
+            skipped=True,
+        )
+    return Gate(
+        "stress_test",
+        value or "missing",
+        None,
+        "pass",
+        value == "pass",
+        "" if value else "no stress test recorded for this version (run `rlops stress`)",
+    )
 
 
 # --------------------------------------------------------------------------- live A/B gates
@@ -235,12 +314,15 @@ def episode_outcomes(traces: pd.DataFrame, takeover_actions: set[str]) -> pd.Dat
     t = traces
     done = t["done"].fillna(False).astype(bool)
     ended = done & (t["terminated"].fillna(True).astype(bool) if "terminated" in t else True)
-    g = pd.DataFrame({"episode_id": t["episode_id"], "ended": ended,
-                      "takeover": t["action"].isin(takeover_actions),
-                      "latency": pd.to_numeric(t.get("latency_ms"), errors="coerce").fillna(0.0)
-                      if "latency_ms" in t else 0.0}).groupby("episode_id", sort=False)
-    out = pd.DataFrame({"ended": g["ended"].any(), "takeover": g["takeover"].any(),
-                        "handling_ms": g["latency"].sum()})
+    g = pd.DataFrame(
+        {
+            "episode_id": t["episode_id"],
+            "ended": ended,
+            "takeover": t["action"].isin(takeover_actions),
+            "latency": pd.to_numeric(t.get("latency_ms"), errors="coerce").fillna(0.0) if "latency_ms" in t else 0.0,
+        }
+    ).groupby("episode_id", sort=False)
+    out = pd.DataFrame({"ended": g["ended"].any(), "takeover": g["takeover"].any(), "handling_ms": g["latency"].sum()})
     out["completed"] = out["ended"] & ~out["takeover"]
     return out
 
@@ -249,33 +331,59 @@ def ab_gates(challenger: pd.DataFrame, control: pd.DataFrame, cfg: GateConfig) -
     """Live A/B gates from per-episode outcomes of the two groups (:func:`episode_outcomes`)."""
     n1, n2 = len(challenger), len(control)
     if min(n1, n2) < cfg.ab_min_episodes:
-        return [Gate("ab:live_traffic", float(n1), float(n2), f"n >= {cfg.ab_min_episodes} per group", True,
-                     "skipped: not enough live episodes in a group", skipped=True)]
+        return [
+            Gate(
+                "ab:live_traffic",
+                float(n1),
+                float(n2),
+                f"n >= {cfg.ab_min_episodes} per group",
+                True,
+                "skipped: not enough live episodes in a group",
+                skipped=True,
+            )
+        ]
     gates = []
     # The pack's operational budget (GateConfig) admits a challenger that is worse but within it.
-    for name, col, worse_if_higher, budget in (("completion_rate", "completed", False, cfg.completion_min),
-                                               ("human_takeover_rate", "takeover", True, cfg.takeover_max)):
+    for name, col, worse_if_higher, budget in (
+        ("completion_rate", "completed", False, cfg.completion_min),
+        ("human_takeover_rate", "takeover", True, cfg.takeover_max),
+    ):
         x1, x2 = int(challenger[col].sum()), int(control[col].sum())
         z, p_greater = two_proportion_z(x1, n1, x2, n2)
         p_worse = p_greater if worse_if_higher else (1.0 - p_greater if np.isfinite(p_greater) else p_greater)
         within = budget is not None and (x1 / n1 <= budget if worse_if_higher else x1 / n1 >= budget)
-        gates.append(Gate(f"ab:{name}", x1 / n1, x2 / n2,
-                          _or_budget(f"not worse at p < {cfg.ab_alpha:g}", budget, "<=" if worse_if_higher else ">="),
-                          bool(not (p_worse < cfg.ab_alpha) or within),
-                          f"z={z:.3f}, one-sided p={p_worse:.4g}, n={n1}/{n2}"))
+        gates.append(
+            Gate(
+                f"ab:{name}",
+                x1 / n1,
+                x2 / n2,
+                _or_budget(f"not worse at p < {cfg.ab_alpha:g}", budget, "<=" if worse_if_higher else ">="),
+                bool(not (p_worse < cfg.ab_alpha) or within),
+                f"z={z:.3f}, one-sided p={p_worse:.4g}, n={n1}/{n2}",
+            )
+        )
     handling = float(challenger["handling_ms"].mean())
     t, p = welch_greater(challenger["handling_ms"].to_numpy(float), control["handling_ms"].to_numpy(float))
     within = cfg.handling_max_ms is not None and handling <= cfg.handling_max_ms
-    gates.append(Gate("ab:handling_ms", handling, float(control["handling_ms"].mean()),
-                      _or_budget(f"not longer at p < {cfg.ab_alpha:g}", cfg.handling_max_ms, "<="),
-                      bool(not (p < cfg.ab_alpha) or within), f"Welch t={t:.3f}, one-sided p={p:.4g}"))
+    gates.append(
+        Gate(
+            "ab:handling_ms",
+            handling,
+            float(control["handling_ms"].mean()),
+            _or_budget(f"not longer at p < {cfg.ab_alpha:g}", cfg.handling_max_ms, "<="),
+            bool(not (p < cfg.ab_alpha) or within),
+            f"Welch t={t:.3f}, one-sided p={p:.4g}",
+        )
+    )
     return gates
 
 
 # --------------------------------------------------------------------------- rendering
 def gate_frame(gates: list[Gate]) -> pd.DataFrame:
-    return pd.DataFrame([g.to_dict() for g in gates],
-                        columns=["gate", "candidate", "champion", "threshold", "passed", "status", "detail"])
+    return pd.DataFrame(
+        [g.to_dict() for g in gates],
+        columns=["gate", "candidate", "champion", "threshold", "passed", "status", "detail"],
+    )
 
 
 def gate_table_html(gates: list[Gate], title: str, facts: Mapping[str, Any]) -> str:
@@ -284,20 +392,44 @@ def gate_table_html(gates: list[Gate], title: str, facts: Mapping[str, Any]) -> 
     for g in gates:
         d = g.to_dict()
         color = "#eeeeee" if g.skipped else ("#e6f4ea" if g.passed else "#fce8e6")
-        cells = "".join(f"<td>{html.escape('' if d[k] is None else str(d[k]))}</td>"
-                        for k in ("gate", "candidate", "champion", "threshold"))
-        rows.append(f"<tr style='background:{color}'>{cells}<td>{g.status}</td>"
-                    f"<td>{html.escape(g.detail)}</td></tr>")
+        cells = "".join(
+            f"<td>{html.escape('' if d[k] is None else str(d[k]))}</td>"
+            for k in ("gate", "candidate", "champion", "threshold")
+        )
+        rows.append(f"<tr style='background:{color}'>{cells}<td>{g.status}</td><td>{html.escape(g.detail)}</td></tr>")
     info = "".join(f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>" for k, v in facts.items())
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            "<style>body{font-family:sans-serif}td,th{padding:4px 8px;border:1px solid #ccc}"
-            "table{border-collapse:collapse}</style></head>"
-            f"<body><h1>{html.escape(title)}</h1><ul>{info}</ul><table><tr><th>gate</th><th>candidate</th>"
-            "<th>champion</th><th>threshold</th><th>result</th><th>detail</th></tr>"
-            + "".join(rows) + "</table></body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "<style>body{font-family:sans-serif}td,th{padding:4px 8px;border:1px solid #ccc}"
+        "table{border-collapse:collapse}</style></head>"
+        f"<body><h1>{html.escape(title)}</h1><ul>{info}</ul><table><tr><th>gate</th><th>candidate</th>"
+        "<th>champion</th><th>threshold</th><th>result</th><th>detail</th></tr>"
+        + "".join(rows)
+        + "</table></body></html>"
+    )
 
 
-__all__ = ["FAIL", "GATE_STATES", "Gate", "GateConfig", "GateState", "PASS", "SKIPPED", "failing_gates", "gate_state",
-           "ab_gates", "comparison_gates", "completion_gate", "handling_gate", "latency_gate",
-           "takeover_gate", "episode_outcomes", "gate_frame",
-           "gate_table_html", "paired_bootstrap", "stress_gate", "two_proportion_z", "welch_greater"]
+__all__ = [
+    "FAIL",
+    "GATE_STATES",
+    "Gate",
+    "GateConfig",
+    "GateState",
+    "PASS",
+    "SKIPPED",
+    "failing_gates",
+    "gate_state",
+    "ab_gates",
+    "comparison_gates",
+    "completion_gate",
+    "handling_gate",
+    "latency_gate",
+    "takeover_gate",
+    "episode_outcomes",
+    "gate_frame",
+    "gate_table_html",
+    "paired_bootstrap",
+    "stress_gate",
+    "two_proportion_z",
+    "welch_greater",
+]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from rlops.pipeline_steps.infra import tags as T
@@ -41,9 +41,9 @@ class ChampionCheck:
     """What the hand-set-champion check found and did."""
 
     scenario: str
-    champion: str | None        # the champion alias after the check
-    hand_set: str | None        # the version someone set by hand, if any
-    action: str                 # none | adopted | reverted | regated
+    champion: str | None  # the champion alias after the check
+    hand_set: str | None  # the version someone set by hand, if any
+    action: str  # none | adopted | reverted | regated
     reason: str
     promotion: dict[str, Any] | None = None
 
@@ -56,7 +56,7 @@ def manual_mode(ctx: StepContext) -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def restore_champion(ctx: StepContext) -> ChampionCheck:
@@ -74,20 +74,38 @@ def restore_champion(ctx: StepContext) -> ChampionCheck:
         return ChampionCheck(ctx.scenario, current, None, "none", "the champion is the one rlops promoted")
     if state == "absent":  # the registry predates the bookkeeping: this champion is rlops' own
         tracker.set_alias(name, CHAMPION, current)
-        return ChampionCheck(ctx.scenario, current, None, "adopted",
-                             f"no record of rlops' champion yet: v{current} adopted as the gated champion")
+        return ChampionCheck(
+            ctx.scenario,
+            current,
+            None,
+            "adopted",
+            f"no record of rlops' champion yet: v{current} adopted as the gated champion",
+        )
     if ctx.dry_run:
-        return ChampionCheck(ctx.scenario, current, current, f"would_{mode}",
-                             f"dry run: champion v{current} was set outside rlops (rlops' champion: "
-                             f"{'v' + recorded if recorded else 'none'})")
+        return ChampionCheck(
+            ctx.scenario,
+            current,
+            current,
+            f"would_{mode}",
+            f"dry run: champion v{current} was set outside rlops (rlops' champion: "
+            f"{'v' + recorded if recorded else 'none'})",
+        )
     if recorded is not None:
         tracker.set_alias(name, CHAMPION, recorded)
     else:
         tracker.delete_alias(name, CHAMPION)
-    reason = (f"the champion alias was set to v{current} outside rlops at {_now()}; put back to "
-              f"{'v' + recorded if recorded else 'no champion'} (promotion.manual_champion={mode})")
-    tracker.set_model_version_tags(name, current, {T.MANUAL_CHAMPION_REASON: reason,  # the verdict tag last
-                                                   T.MANUAL_CHAMPION: "regated" if mode == REGATE else "reverted"})
+    reason = (
+        f"the champion alias was set to v{current} outside rlops at {_now()}; put back to "
+        f"{'v' + recorded if recorded else 'no champion'} (promotion.manual_champion={mode})"
+    )
+    tracker.set_model_version_tags(
+        name,
+        current,
+        {
+            T.MANUAL_CHAMPION_REASON: reason,  # the verdict tag last
+            T.MANUAL_CHAMPION: "regated" if mode == REGATE else "reverted",
+        },
+    )
     log.warning("%s: %s", name, reason)
     return ChampionCheck(ctx.scenario, recorded, current, "reverted", reason)
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 
 class PromotionBusy(RuntimeError):
@@ -36,6 +36,7 @@ def lock_path(folder: Path, tracking_uri: str, model_name: str) -> Path:
 def promotion_lock(path: Path, timeout_s: float = 900.0, poll_s: float = 0.2) -> Iterator[float]:
     """Hold the exclusive lock at ``path``; yields the seconds spent waiting for it."""
     import fcntl
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     t0 = time.monotonic()
@@ -46,8 +47,10 @@ def promotion_lock(path: Path, timeout_s: float = 900.0, poll_s: float = 0.2) ->
                 break
             except BlockingIOError:
                 if time.monotonic() - t0 > timeout_s:
-                    raise PromotionBusy(f"another promotion has held {path} for over {timeout_s:g} s; "
-                                        "nothing was changed — retry when it has finished") from None
+                    raise PromotionBusy(
+                        f"another promotion has held {path} for over {timeout_s:g} s; "
+                        "nothing was changed — retry when it has finished"
+                    ) from None
                 time.sleep(poll_s)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
@@ -62,6 +65,8 @@ def promotion_lock(path: Path, timeout_s: float = 900.0, poll_s: float = 0.2) ->
 def check_unchanged(gated_against: str | None, current: str | None, model_name: str) -> None:
     """Compare-and-set guard: refuse the move when the champion is no longer ``gated_against``."""
     if (gated_against or None) != (current or None):
-        raise ChampionMoved(f"{model_name}: the champion moved from {gated_against or 'none'} to "
-                            f"{current or 'none'} while the candidate was evaluated; it was not gated "
-                            "against the version it would replace, so nothing was changed")
+        raise ChampionMoved(
+            f"{model_name}: the champion moved from {gated_against or 'none'} to "
+            f"{current or 'none'} while the candidate was evaluated; it was not gated "
+            "against the version it would replace, so nothing was changed"
+        )

@@ -60,8 +60,7 @@ class Estimate:
         return self.low <= x <= self.high
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 6) if isinstance(v, float) and math.isfinite(v) else v)
-                for k, v in self.__dict__.items()}
+        return {k: (round(v, 6) if isinstance(v, float) and math.isfinite(v) else v) for k, v in self.__dict__.items()}
 
 
 @dataclass(frozen=True)
@@ -79,8 +78,14 @@ class Episodes:
         return int(self.rho.shape[0])
 
 
-def to_episodes(episode: np.ndarray, step: np.ndarray, rho: np.ndarray, reward: np.ndarray,
-                q_taken: np.ndarray | None = None, v_hat: np.ndarray | None = None) -> Episodes:
+def to_episodes(
+    episode: np.ndarray,
+    step: np.ndarray,
+    rho: np.ndarray,
+    reward: np.ndarray,
+    q_taken: np.ndarray | None = None,
+    v_hat: np.ndarray | None = None,
+) -> Episodes:
     """Scatter per-row arrays into ``[E, T]`` (rows in any order; ``step`` orders an episode).
     Without a direct method, ``q_taken``/``v_hat`` are zero and DR reduces to PDIS."""
     _, e = np.unique(np.asarray(episode), return_inverse=True)
@@ -95,6 +100,7 @@ def to_episodes(episode: np.ndarray, step: np.ndarray, rho: np.ndarray, reward: 
         if values is not None:
             out[e_sorted, pos] = np.asarray(values, dtype=np.float64)[order]
         return out
+
     valid = np.zeros((E, T), dtype=bool)
     valid[e_sorted, pos] = True
     return Episodes(grid(rho, 1.0), grid(reward, 0.0), grid(q_taken, 0.0), grid(v_hat, 0.0), valid)
@@ -129,12 +135,13 @@ def wis_value(rho: np.ndarray, reward: np.ndarray) -> float:
 def effective_sample_size(rho: np.ndarray) -> float:
     """``(Σ w)² / Σ w²`` of the episodes' final cumulative weights."""
     w = cumulative_weights(rho)[:, -1] if rho.size else np.zeros(0)
-    s2 = float((w ** 2).sum())
+    s2 = float((w**2).sum())
     return float(w.sum() ** 2 / s2) if s2 > 0 else 0.0
 
 
 def _z(confidence: float) -> float:
     from scipy.stats import norm
+
     return float(norm.ppf(0.5 + confidence / 2))
 
 
@@ -170,8 +177,11 @@ def wis_estimate(ep: Episodes, cfg: OPEConfig) -> Estimate:
 
 def estimate_all(ep: Episodes, cfg: OPEConfig) -> dict[str, Estimate]:
     """PDIS, WIS and DR of one candidate on the same logged episodes."""
-    return {"pdis": mean_estimate("pdis", pdis_values(ep), cfg), "wis": wis_estimate(ep, cfg),
-            "dr": mean_estimate("dr", dr_values(ep), cfg)}
+    return {
+        "pdis": mean_estimate("pdis", pdis_values(ep), cfg),
+        "wis": wis_estimate(ep, cfg),
+        "dr": mean_estimate("dr", dr_values(ep), cfg),
+    }
 
 
 # --------------------------------------------------------------------------- probabilities
@@ -190,9 +200,13 @@ def logged_propensities(frame: Any) -> np.ndarray:
     """``μ(a_t|s_t)`` of each row: the ``propensity`` column where recorded, else ``exp(logp)``;
     a rule-engine fallback (deterministic) is 1. A non-positive or missing value is NaN."""
     import pandas as pd
+
     n = len(frame)
-    logp = pd.to_numeric(frame["logp"], errors="coerce").to_numpy(dtype=np.float64) if "logp" in frame \
+    logp = (
+        pd.to_numeric(frame["logp"], errors="coerce").to_numpy(dtype=np.float64)
+        if "logp" in frame
         else np.full(n, np.nan)
+    )
     mu = np.exp(logp)
     if "propensity" in frame:
         given = pd.to_numeric(frame["propensity"], errors="coerce").to_numpy(dtype=np.float64)

@@ -16,8 +16,9 @@ Either way ``Q̂`` only sets DR's variance; with correct propensities DR is unbi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,8 +46,9 @@ class LinearQ:
         return out
 
 
-def fit_linear_q(features: np.ndarray, actions: np.ndarray, targets: np.ndarray, n_actions: int,
-                 ridge: float = 1.0) -> LinearQ:
+def fit_linear_q(
+    features: np.ndarray, actions: np.ndarray, targets: np.ndarray, n_actions: int, ridge: float = 1.0
+) -> LinearQ:
     """Ridge least squares of ``targets`` on ``features``, one model per action (an action never
     taken predicts the mean target)."""
     X = np.asarray(features, dtype=np.float64)
@@ -67,7 +69,7 @@ def fit_linear_q(features: np.ndarray, actions: np.ndarray, targets: np.ndarray,
     return LinearQ(mean, std, W)
 
 
-def returns_to_go(frame: "pd.DataFrame") -> np.ndarray:
+def returns_to_go(frame: pd.DataFrame) -> np.ndarray:
     """Each row's reward plus every later reward of its episode."""
     order = frame.sort_values(["episode_id", "step"], ascending=[True, False], kind="stable").index
     rtg = frame.loc[order].groupby("episode_id", sort=False)["reward_total"].cumsum()
@@ -81,6 +83,7 @@ def exploring_policy(target: TargetProbs, explore: float, seed: int) -> Callable
     log of the probability ``(1 − explore)·π(a|s) + explore / n_legal`` with which it chose — the
     propensity an exploring logger writes on each row."""
     import torch
+
     gen = torch.Generator().manual_seed(seed)
 
     def act(env: Any) -> Any:
@@ -93,32 +96,52 @@ def exploring_policy(target: TargetProbs, explore: float, seed: int) -> Callable
         action = torch.where(pick, rand, own)
         mu = (1 - explore) * probs.gather(1, action[:, None])[:, 0] + explore / mask.sum(dim=1).double()
         return action, {"logp": mu.log().float()}
+
     return act
 
 
-def sandbox_q(pack: "Pack", target: TargetProbs, *, episodes: int, explore: float, ridge: float,
-              profile: str | None, reward_label: str | None, seed: int) -> LinearQ:
+def sandbox_q(
+    pack: Pack,
+    target: TargetProbs,
+    *,
+    episodes: int,
+    explore: float,
+    ridge: float,
+    profile: str | None,
+    reward_label: str | None,
+    seed: int,
+) -> LinearQ:
     """Fit the sandbox direct method (see the module docstring) on ``pack`` — the calibrated sandbox."""
     from rlops.pipeline_steps.infra.trace_states import action_codes, state_features
     from rlops.sandbox.traces import rollout_traces
-    rows = rollout_traces(pack, exploring_policy(target, explore, seed), episodes, seed=seed, profile=profile,
-                          reward_version=reward_label, source="sandbox", episode_prefix=f"ope-dm-{seed}")
+
+    rows = rollout_traces(
+        pack,
+        exploring_policy(target, explore, seed),
+        episodes,
+        seed=seed,
+        profile=profile,
+        reward_version=reward_label,
+        source="sandbox",
+        episode_prefix=f"ope-dm-{seed}",
+    )
     feats = state_features(pack, rows).numpy()
-    return fit_linear_q(feats, action_codes(pack, rows["action"]), returns_to_go(rows), pack.scenario.n_actions,
-                        ridge)
+    return fit_linear_q(feats, action_codes(pack, rows["action"]), returns_to_go(rows), pack.scenario.n_actions, ridge)
 
 
-def reward_model_q(pack: "Pack", model: Any, frame: "pd.DataFrame", rewards: np.ndarray) -> np.ndarray:
+def reward_model_q(pack: Pack, model: Any, frame: pd.DataFrame, rewards: np.ndarray) -> np.ndarray:
     """``Q̂[N, A]`` of logged rows from a reward model: every action scored, mapped to reward units."""
     import torch
 
     from rlops.model.reward_model import score
     from rlops.pipeline_steps.training.relabel import step_inputs
+
     obs, _, actions, outcomes = step_inputs(pack, frame)
-    states = obs[:, :pack.scenario.layout.n_features]
+    states = obs[:, : pack.scenario.layout.n_features]
     n, A = len(frame), pack.scenario.n_actions
-    raw = np.stack([score(model, states, torch.full((n,), a, dtype=torch.long), outcomes).numpy()
-                    for a in range(A)], axis=1).astype(np.float64)
+    raw = np.stack(
+        [score(model, states, torch.full((n,), a, dtype=torch.long), outcomes).numpy() for a in range(A)], axis=1
+    ).astype(np.float64)
     taken = raw[np.arange(n), actions.numpy()]
     slope, intercept = np.polyfit(taken, rewards, 1) if n > 1 and np.ptp(taken) > 0 else (0.0, rewards.mean())
     out: np.ndarray = slope * raw + intercept

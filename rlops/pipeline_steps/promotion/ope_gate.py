@@ -30,8 +30,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlops.pipeline_steps.promotion.ope import (Estimate, OPEConfig, effective_sample_size, estimate_all,
-                                                logged_propensities, target_probabilities, to_episodes)
+from rlops.pipeline_steps.promotion.ope import (
+    Estimate,
+    OPEConfig,
+    effective_sample_size,
+    estimate_all,
+    logged_propensities,
+    target_probabilities,
+    to_episodes,
+)
 from rlops.pipeline_steps.promotion.ope_direct import LinearQ, TargetProbs
 
 if TYPE_CHECKING:
@@ -57,25 +64,30 @@ class OPEResult:
     skipped: str | None = None
 
     def metrics(self, prefix: str = "ope_") -> dict[str, float]:
-        out = {f"{prefix}episodes": float(self.episodes), f"{prefix}ess": self.ess,
-               f"{prefix}logged_return": self.logged_return, f"{prefix}agreement": self.agreement}
+        out = {
+            f"{prefix}episodes": float(self.episodes),
+            f"{prefix}ess": self.ess,
+            f"{prefix}logged_return": self.logged_return,
+            f"{prefix}agreement": self.agreement,
+        }
         for name, e in self.estimates.items():
             out.update({f"{prefix}{name}": e.value, f"{prefix}{name}_low": e.low, f"{prefix}{name}_high": e.high})
         return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
 
 
-def network_target(net: "PolicyNetwork", greedy: bool) -> TargetProbs:
+def network_target(net: PolicyNetwork, greedy: bool) -> TargetProbs:
     """A policy network as OPE's target: greedy (its served argmax) or its softmax."""
     import torch
 
-    def probs(obs: "torch.Tensor", mask: "torch.Tensor") -> np.ndarray:
+    def probs(obs: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
         with torch.no_grad():
             logp, _ = net.forward(obs.float(), mask.bool())
         return target_probabilities(logp.double().numpy(), mask.numpy().astype(bool), greedy)
+
     return probs
 
 
-def complete_live_episodes(frame: "pd.DataFrame") -> "pd.DataFrame":
+def complete_live_episodes(frame: pd.DataFrame) -> pd.DataFrame:
     """Live rows of episodes that start at step 0 and end (``done``) inside the frame."""
     if frame.empty:
         return frame
@@ -87,7 +99,7 @@ def complete_live_episodes(frame: "pd.DataFrame") -> "pd.DataFrame":
     return frame[frame["episode_id"].isin(ok)].sort_values(["episode_id", "step"], kind="stable")
 
 
-def traffic_problem(rows: "pd.DataFrame", cfg: OPEConfig) -> str | None:
+def traffic_problem(rows: pd.DataFrame, cfg: OPEConfig) -> str | None:
     """Why the complete live episodes ``rows`` cannot judge a candidate (None: they can)."""
     episodes = int(rows["episode_id"].nunique()) if len(rows) else 0
     if episodes < cfg.min_episodes:
@@ -99,11 +111,13 @@ def traffic_problem(rows: "pd.DataFrame", cfg: OPEConfig) -> str | None:
     return None
 
 
-def off_policy_value(pack: "Pack", frame: "pd.DataFrame", target: TargetProbs, cfg: OPEConfig,
-                     q: "LinearQ | np.ndarray | None" = None) -> OPEResult:
+def off_policy_value(
+    pack: Pack, frame: pd.DataFrame, target: TargetProbs, cfg: OPEConfig, q: LinearQ | np.ndarray | None = None
+) -> OPEResult:
     """PDIS, WIS and DR of ``target`` on the complete live episodes of ``frame``; ``q`` is the
     direct method (a fitted :class:`LinearQ`, or ``Q̂[N, A]`` for the rows of ``frame`` as given)."""
     from rlops.pipeline_steps.infra.trace_states import action_codes, observations_from_traces, state_features
+
     q_rows = None
     if isinstance(q, np.ndarray):
         q_rows = q
@@ -128,8 +142,7 @@ def off_policy_value(pack: "Pack", frame: "pd.DataFrame", target: TargetProbs, c
     if q_rows is not None:
         q_rows = np.where(mask.numpy(), q_rows, 0.0)
         q_taken, v_hat = q_rows[idx, a], (pi * q_rows).sum(axis=1)
-    ep = to_episodes(rows["episode_id"].astype(str).to_numpy(), rows["step"].to_numpy(), rho, reward,
-                     q_taken, v_hat)
+    ep = to_episodes(rows["episode_id"].astype(str).to_numpy(), rows["step"].to_numpy(), rho, reward, q_taken, v_hat)
     res.ess = effective_sample_size(ep.rho)
     returns = ep.reward.sum(axis=1)
     res.logged_return = float(returns.mean())
@@ -138,8 +151,10 @@ def off_policy_value(pack: "Pack", frame: "pd.DataFrame", target: TargetProbs, c
     res.agreement = float((pi[idx, a][choice] > 0.5).mean()) if choice.any() else 1.0
     res.estimates = estimate_all(ep, cfg)
     if res.ess < cfg.min_ess:
-        res.skipped = (f"effective sample size {res.ess:.0f} of {res.episodes} episodes (ope.min_ess {cfg.min_ess:g}):"
-                       " the candidate decides too differently from what was served")
+        res.skipped = (
+            f"effective sample size {res.ess:.0f} of {res.episodes} episodes (ope.min_ess {cfg.min_ess:g}):"
+            " the candidate decides too differently from what was served"
+        )
     return res
 
 
@@ -152,22 +167,38 @@ def sim_to_real_gap(res: OPEResult, sandbox_value: float | None, cfg: OPEConfig)
     return gap if abs(gap) > cfg.gap_threshold and not dr.covers(sandbox_value) else None
 
 
-def ope_gate_row(res: OPEResult, cfg: OPEConfig) -> "Gate":
+def ope_gate_row(res: OPEResult, cfg: OPEConfig) -> Gate:
     from rlops.pipeline_steps.promotion.gates import Gate
+
     threshold = f"DR {cfg.confidence:.0%} upper ≥ logged − {cfg.tolerance:g}"
     if res.skipped:
-        return Gate("ope:dr", None, None if math.isnan(res.logged_return) else res.logged_return, threshold,
-                    True, f"skipped: {res.skipped}", skipped=True)
+        return Gate(
+            "ope:dr",
+            None,
+            None if math.isnan(res.logged_return) else res.logged_return,
+            threshold,
+            True,
+            f"skipped: {res.skipped}",
+            skipped=True,
+        )
     dr, pdis, wis = res.estimates["dr"], res.estimates["pdis"], res.estimates["wis"]
     passed = dr.high >= res.logged_return - cfg.tolerance
-    detail = (f"DR {dr.value:.3f} [{dr.low:.3f}, {dr.high:.3f}] ({dr.ci}); PDIS {pdis.value:.3f} "
-              f"[{pdis.low:.3f}, {pdis.high:.3f}]; WIS {wis.value:.3f} [{wis.low:.3f}, {wis.high:.3f}]; "
-              f"{res.episodes} live episodes, ESS {res.ess:.0f}, agreement {res.agreement:.0%}")
+    detail = (
+        f"DR {dr.value:.3f} [{dr.low:.3f}, {dr.high:.3f}] ({dr.ci}); PDIS {pdis.value:.3f} "
+        f"[{pdis.low:.3f}, {pdis.high:.3f}]; WIS {wis.value:.3f} [{wis.low:.3f}, {wis.high:.3f}]; "
+        f"{res.episodes} live episodes, ESS {res.ess:.0f}, agreement {res.agreement:.0%}"
+    )
     return Gate("ope:dr", dr.value, res.logged_return, threshold, bool(passed), detail)
 
 
-def ope_gates(ctx: "StepContext", pack: "Pack", candidate: "PolicyNetwork", sandbox_value: float | None,
-              reward_label: str | None, profile: str | None) -> tuple[list["Gate"], dict[str, float], str]:
+def ope_gates(
+    ctx: StepContext,
+    pack: Pack,
+    candidate: PolicyNetwork,
+    sandbox_value: float | None,
+    reward_label: str | None,
+    profile: str | None,
+) -> tuple[list[Gate], dict[str, float], str]:
     """The ``ope:dr`` gate of ``candidate`` on the live traffic of the window, its MLflow metrics
     (``ope_*``) and a note for the report (the sim-to-real gap when there is one)."""
     cfg = ctx.config.ope
@@ -187,28 +218,43 @@ def ope_gates(ctx: "StepContext", pack: "Pack", candidate: "PolicyNetwork", sand
     note = "off-policy: " + (res.skipped or f"DR {res.estimates['dr'].value:.3f} on {res.episodes} live episodes")
     if gap is not None:
         metrics["ope_sim_to_real_gap"] = float(gap)
-        note += (f"; SIM-TO-REAL GAP: the sandbox estimates {sandbox_value:.3f}, live traffic (DR) "
-                 f"{res.estimates['dr'].value:.3f}")
+        note += (
+            f"; SIM-TO-REAL GAP: the sandbox estimates {sandbox_value:.3f}, live traffic (DR) "
+            f"{res.estimates['dr'].value:.3f}"
+        )
     return [ope_gate_row(res, cfg)], metrics, note
 
 
-def _sandbox_direct(pack: "Pack", target: TargetProbs, cfg: OPEConfig, profile: str | None,
-                    reward_label: str | None) -> LinearQ:
+def _sandbox_direct(
+    pack: Pack, target: TargetProbs, cfg: OPEConfig, profile: str | None, reward_label: str | None
+) -> LinearQ:
     from rlops.pipeline_steps.promotion.ope_direct import sandbox_q
-    return sandbox_q(pack, target, episodes=cfg.dm_episodes, explore=cfg.dm_explore, ridge=cfg.ridge,
-                     profile=profile, reward_label=reward_label, seed=cfg.seed)
+
+    return sandbox_q(
+        pack,
+        target,
+        episodes=cfg.dm_episodes,
+        explore=cfg.dm_explore,
+        ridge=cfg.ridge,
+        profile=profile,
+        reward_label=reward_label,
+        seed=cfg.seed,
+    )
 
 
-def _with_reward_model(ctx: "StepContext", pack: "Pack", frame: "pd.DataFrame", target: TargetProbs,
-                       cfg: OPEConfig) -> OPEResult | None:
+def _with_reward_model(
+    ctx: StepContext, pack: Pack, frame: pd.DataFrame, target: TargetProbs, cfg: OPEConfig
+) -> OPEResult | None:
     """DR with the newest reward model as the direct method (None when none is registered)."""
     from rlops.pipeline_steps.promotion.ope_direct import reward_model_q
     from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
+
     if latest_reward_model_version(ctx) is None:
         return None
     _, model = load_reward_model_version(ctx)
     rows = complete_live_episodes(frame)
     q_rows = np.zeros((len(frame), pack.scenario.n_actions))
-    q_rows[frame.index.get_indexer(rows.index)] = reward_model_q(pack, model, rows,
-                                                                 rows["reward_total"].to_numpy(np.float64))
+    q_rows[frame.index.get_indexer(rows.index)] = reward_model_q(
+        pack, model, rows, rows["reward_total"].to_numpy(np.float64)
+    )
     return off_policy_value(pack, frame, target, cfg, q_rows)

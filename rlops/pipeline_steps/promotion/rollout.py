@@ -57,6 +57,7 @@ class RolloutMove:
 def rollout_step(ctx: StepContext) -> dict[str, Any]:
     """One roll-out tick for the run key (see the module docstring)."""
     from rlops.pipeline_steps.promotion.lock import lock_path, promotion_lock
+
     cfg = ctx.config.rollout
     name = policy_model_name(ctx.scenario)
     path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), name)
@@ -71,8 +72,13 @@ def rollout_step(ctx: StepContext) -> dict[str, Any]:
             move = RolloutMove(None, HELD, "no champion and no challenger: the rule engine serves")
     if move.action != HELD and not ctx.dry_run:
         _record(ctx, move)
-    return {"scenario": ctx.scenario, "run_key": ctx.run_key, "dry_run": ctx.dry_run, **move.to_dict(),
-            "champion": ctx.tracker.get_alias(name, CHAMPION)}
+    return {
+        "scenario": ctx.scenario,
+        "run_key": ctx.run_key,
+        "dry_run": ctx.dry_run,
+        **move.to_dict(),
+        "champion": ctx.tracker.get_alias(name, CHAMPION),
+    }
 
 
 def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg: RolloutParams) -> RolloutMove:
@@ -86,6 +92,7 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
         stage_challenger,
         withdraw_challenger,
     )
+
     name = policy_model_name(ctx.scenario)
     tags = ctx.tracker.model_version_tags(name, version)
     share = float(tags.get(TRAFFIC_TAG) or 0.0)
@@ -95,8 +102,12 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
     if started:
         served_min = (ctx.key.end - datetime.fromisoformat(started)).total_seconds() / 60.0
         if served_min < cfg.min_stage_minutes:
-            return RolloutMove(version, HELD, f"stage {share:.0%} has served {max(served_min, 0):.0f} of "
-                                              f"{cfg.min_stage_minutes:g} minutes", share)
+            return RolloutMove(
+                version,
+                HELD,
+                f"stage {share:.0%} has served {max(served_min, 0):.0f} of {cfg.min_stage_minutes:g} minutes",
+                share,
+            )
         window_h = min(window_h, served_min / 60.0)
     gates, note = live_ab_gates(ctx, ctx.load_pack(), version, settings, window_h)
     rows = tuple(g.to_dict() for g in gates)
@@ -126,27 +137,37 @@ def judge_champion(ctx: StepContext, champion: str, cfg: RolloutParams) -> Rollo
     """Roll back ``champion`` when its live return falls below the previous champion's."""
     from rlops.pipeline_steps.infra.aliases import champion_history
     from rlops.pipeline_steps.promotion.flow import rollback
-    history = [v for v in champion_history(ctx.tracker, policy_model_name(ctx.scenario))
-               if v != champion]
+
+    history = [v for v in champion_history(ctx.tracker, policy_model_name(ctx.scenario)) if v != champion]
     if not history:
         return RolloutMove(champion, HELD, "no earlier champion to compare with")
     previous = history[-1]
     start, end = ctx.key.lookback(cfg.regression_window_hours)
     recalibrated = _recalibrations(ctx, start, end)
     if recalibrated:
-        return RolloutMove(champion, HELD, f"the sandbox was recalibrated in the window ({', '.join(recalibrated)}): "
-                                           "live returns before and after are not comparable")
+        return RolloutMove(
+            champion,
+            HELD,
+            f"the sandbox was recalibrated in the window ({', '.join(recalibrated)}): "
+            "live returns before and after are not comparable",
+        )
     returns = live_returns(ctx.traces.read(ctx.scenario, (start, end)), ctx.scenario)
     now, before = returns.get(champion), returns.get(previous)
     if now is None or before is None or min(len(now), len(before)) < cfg.regression_min_episodes:
-        return RolloutMove(champion, HELD, f"too few live episodes to compare v{champion} with v{previous} "
-                                           f"({0 if now is None else len(now)} / {0 if before is None else len(before)}"
-                                           f", need {cfg.regression_min_episodes} each)")
+        return RolloutMove(
+            champion,
+            HELD,
+            f"too few live episodes to compare v{champion} with v{previous} "
+            f"({0 if now is None else len(now)} / {0 if before is None else len(before)}"
+            f", need {cfg.regression_min_episodes} each)",
+        )
     margin = float(ctx.section("evaluate").get("segment_tolerance", 0.05))
     drop = float(before.mean() - now.mean())
     se = float((before.var(ddof=1) / len(before) + now.var(ddof=1) / len(now)) ** 0.5)
-    facts = (f"live return v{champion} {now.mean():.4f} (n={len(now)}) vs v{previous} {before.mean():.4f} "
-             f"(n={len(before)}): drop {drop:.4f}, margin {margin:g}, 3 SE {3 * se:.4f}")
+    facts = (
+        f"live return v{champion} {now.mean():.4f} (n={len(now)}) vs v{previous} {before.mean():.4f} "
+        f"(n={len(before)}): drop {drop:.4f}, margin {margin:g}, 3 SE {3 * se:.4f}"
+    )
     if not (drop > margin and drop > 3 * se):
         return RolloutMove(champion, HELD, facts)
     reason = f"rolled back: {facts}"
@@ -159,6 +180,7 @@ def live_returns(traces: pd.DataFrame, scenario: str) -> dict[str, pd.Series]:
     """Per-episode live return of each registry version (by bare version number) in ``traces``."""
     from rlops.common.errors import UserError
     from rlops.common.policy_ref import PolicyRef
+
     if traces.empty or "policy_version" not in traces:
         return {}
     if "source" in traces:
@@ -169,17 +191,23 @@ def live_returns(traces: pd.DataFrame, scenario: str) -> dict[str, pd.Series]:
             return PolicyRef.parse(str(text), scenario).version
         except UserError:
             return None
+
     names = {v: version(v) for v in traces["policy_version"].dropna().unique()}
-    per_episode = traces.assign(version=traces["policy_version"].map(names)).dropna(subset=["version"]) \
-        .groupby(["version", "episode_id"])["reward_total"].sum()
+    per_episode = (
+        traces.assign(version=traces["policy_version"].map(names))
+        .dropna(subset=["version"])
+        .groupby(["version", "episode_id"])["reward_total"]
+        .sum()
+    )
     return {str(v): per_episode.loc[v].astype(float) for v in per_episode.index.get_level_values(0).unique()}
 
 
 def _recalibrations(ctx: StepContext, start: datetime, end: datetime) -> list[str]:
     from rlops.common.run_key import RunKey
+
     found = []
     for uri in ctx.storage.list(ctx.uri("calibrations", ctx.scenario), suffix=".json"):
-        stem = uri.rsplit("/", 1)[-1][:-len(".json")]
+        stem = uri.rsplit("/", 1)[-1][: -len(".json")]
         try:
             key = RunKey.parse(stem)
         except Exception:  # noqa: BLE001 - latest.json and other files are not versions
@@ -191,9 +219,14 @@ def _recalibrations(ctx: StepContext, start: datetime, end: datetime) -> list[st
 
 def _record(ctx: StepContext, move: RolloutMove) -> None:
     from rlops.pipeline_steps.infra.pass_run import step_run
+
     try:
-        with step_run(ctx, T.ROLLOUT, label=f"v{move.version}", extra_tags={
-                T.CANDIDATE: str(move.version), T.ROLLOUT_ACTION: move.action}) as run:
+        with step_run(
+            ctx,
+            T.ROLLOUT,
+            label=f"v{move.version}",
+            extra_tags={T.CANDIDATE: str(move.version), T.ROLLOUT_ACTION: move.action},
+        ) as run:
             run.log_params({"reason": move.reason[:500], "action": move.action})
             run.log_metrics({"traffic_fraction": float(move.traffic_fraction or 0.0)}, step=0)
     except TrackingError:  # the move stands; the version's own tags carry the reason

@@ -72,11 +72,13 @@ def sign(secret: str, delivery_id: str, timestamp: str, body: bytes) -> str:
     return "v1," + base64.b64encode(hmac.new(secret.encode(), content, hashlib.sha256).digest()).decode()
 
 
-def verify(secret: str, headers: Mapping[str, str], body: bytes, tolerance_s: int = 300,
-           now: float | None = None) -> str | None:
+def verify(
+    secret: str, headers: Mapping[str, str], body: bytes, tolerance_s: int = 300, now: float | None = None
+) -> str | None:
     """None when the request is signed with ``secret`` and recent, else what is wrong."""
-    sig, ts, did = (headers.get(h) or headers.get(h.lower()) for h in
-                    (SIGNATURE_HEADER, TIMESTAMP_HEADER, DELIVERY_HEADER))
+    sig, ts, did = (
+        headers.get(h) or headers.get(h.lower()) for h in (SIGNATURE_HEADER, TIMESTAMP_HEADER, DELIVERY_HEADER)
+    )
     if not (sig and ts and did):
         return "missing signature, timestamp or delivery id header"
     try:
@@ -111,28 +113,41 @@ class WebhookSettings:
         """From the typed ``promotion`` block (or the params document holding it)."""
         from rlops.common.errors import UserError
         from rlops.common.params_sources import params_block
+
         cfg = params_block(params, "promotion").webhook
         secret_env = cfg.secret_env
         secret = os.environ.get(secret_env, "")
         if not secret:
-            raise UserError(f"the webhook receiver needs the HMAC secret shared with MLflow in ${secret_env} "
-                            "(promotion.webhook.secret_env in params.yaml); unsigned requests are refused")
+            raise UserError(
+                f"the webhook receiver needs the HMAC secret shared with MLflow in ${secret_env} "
+                "(promotion.webhook.secret_env in params.yaml); unsigned requests are refused"
+            )
         chosen = str(mode or cfg.mode)
         if chosen not in (EMBEDDED, AIRFLOW):
             raise UserError(f"promotion.webhook.mode {chosen!r}: expected '{EMBEDDED}' or '{AIRFLOW}'")
         from rlops.common.config import resolve_local
+
         numbers: dict[str, Any] = {}
-        for key, default, kind in (("max_body_bytes", 65_536, int), ("tolerance_s", 300, int), ("retry_s", 30.0, float)):
+        for key, default, kind in (
+            ("max_body_bytes", 65_536, int),
+            ("tolerance_s", 300, int),
+            ("retry_s", 30.0, float),
+        ):
             try:
                 numbers[key] = kind(cfg.get(key, default))
             except (TypeError, ValueError):
                 raise UserError(f"promotion.webhook.{key} {cfg.get(key)!r}: expected a number") from None
             if not numbers[key] > 0:
                 raise UserError(f"promotion.webhook.{key} {numbers[key]!r}: expected a positive number")
-        return cls(mode=chosen, secret=secret, airflow_url=str(cfg.get("airflow_url") or "http://localhost:8080"),
-                   airflow_token=os.environ.get(str(cfg.get("airflow_token_env") or "RLOPS_AIRFLOW_TOKEN")) or None,
-                   dag_id=str(cfg.get("dag_id") or "promote__{scenario}"),
-                   state_db=resolve_local(str(cfg.get("state_db") or "rlops-data/webhook.db")), **numbers)
+        return cls(
+            mode=chosen,
+            secret=secret,
+            airflow_url=str(cfg.get("airflow_url") or "http://localhost:8080"),
+            airflow_token=os.environ.get(str(cfg.get("airflow_token_env") or "RLOPS_AIRFLOW_TOKEN")) or None,
+            dag_id=str(cfg.get("dag_id") or "promote__{scenario}"),
+            state_db=resolve_local(str(cfg.get("state_db") or "rlops-data/webhook.db")),
+            **numbers,
+        )
 
 
 def trigger_promotion_dag(settings: WebhookSettings, conf: Mapping[str, Any], timeout_s: float = 10.0) -> str:
@@ -172,18 +187,22 @@ def revert_alias(ctx: StepContext, name: str, alias: str, version: str) -> dict[
         ctx.tracker.set_alias(name, alias, recorded)
     else:
         ctx.tracker.delete_alias(name, alias)
-    reason = (f"the alias {alias!r} was set to v{version} outside rlops; put back to "
-              f"{'v' + recorded if recorded else 'no version'} (rlops moves {alias!r} itself)")
+    reason = (
+        f"the alias {alias!r} was set to v{version} outside rlops; put back to "
+        f"{'v' + recorded if recorded else 'no version'} (rlops moves {alias!r} itself)"
+    )
     log.warning("%s: %s", name, reason)
     return {"action": f"reverted_{alias}", "version": version, "restored": recorded, "reason": reason}
 
 
-def deliver_to_airflow(ctx: StepContext, settings: WebhookSettings, store: WebhookStore | None, delivery_id: str,
-                       conf: Mapping[str, Any]) -> dict[str, Any]:
+def deliver_to_airflow(
+    ctx: StepContext, settings: WebhookSettings, store: WebhookStore | None, delivery_id: str, conf: Mapping[str, Any]
+) -> dict[str, Any]:
     """Trigger the promotion DAG; when Airflow does not accept it, keep the request (``store``) and
     say so on the version. The outcome tag is written last."""
     from rlops.pipeline_steps.infra import tags as T
     from rlops.pipeline_steps.promotion.guard import UI_REQUEST
+
     name, version = f"{conf['scenario']}{POLICY_SUFFIX}", str(conf["candidate"])
     try:
         run_id = trigger_promotion_dag(settings, conf)
@@ -192,35 +211,60 @@ def deliver_to_airflow(ctx: StepContext, settings: WebhookSettings, store: Webho
         if store is None:
             raise
         store.keep(delivery_id, conf, error, settings.retry_s)
-        reason = (f"Airflow ({redact(settings.airflow_url)}) did not accept the request: {error}; kept, "
-                  f"retried every {settings.retry_s:g} s until delivered")
-        _tag_quietly(ctx, name, version, {T.PROMOTION_REQUESTED_BY: UI_REQUEST, T.PROMOTION_REASON: reason,
-                                          T.PROMOTION_OUTCOME: T.OUTCOME_REQUESTED})
+        reason = (
+            f"Airflow ({redact(settings.airflow_url)}) did not accept the request: {error}; kept, "
+            f"retried every {settings.retry_s:g} s until delivered"
+        )
+        _tag_quietly(
+            ctx,
+            name,
+            version,
+            {
+                T.PROMOTION_REQUESTED_BY: UI_REQUEST,
+                T.PROMOTION_REASON: reason,
+                T.PROMOTION_OUTCOME: T.OUTCOME_REQUESTED,
+            },
+        )
         return {"action": "kept", "version": version, "reason": reason}
     if store is not None:
         store.delivered(delivery_id)
-    _tag_quietly(ctx, name, version, {T.PROMOTION_REQUESTED_BY: UI_REQUEST,
-                                      T.PROMOTION_REASON: f"promotion DAG {settings.dag_id.format(scenario=conf['scenario'])} run {run_id} triggered",
-                                      T.PROMOTION_OUTCOME: T.OUTCOME_REQUESTED})
+    dag_id = settings.dag_id.format(scenario=conf["scenario"])
+    _tag_quietly(
+        ctx,
+        name,
+        version,
+        {
+            T.PROMOTION_REQUESTED_BY: UI_REQUEST,
+            T.PROMOTION_REASON: f"promotion DAG {dag_id} run {run_id} triggered",
+            T.PROMOTION_OUTCOME: T.OUTCOME_REQUESTED,
+        },
+    )
     return {"action": "dag_triggered", "dag_run_id": run_id, "version": version}
 
 
 def _tag_quietly(ctx: StepContext, name: str, version: str, tags: Mapping[str, str]) -> None:
     from rlops.pipeline_steps.infra.registry import TrackingError
+
     try:
         ctx.tracker.set_model_version_tags(name, version, tags)
     except TrackingError as exc:
         log.warning("%s v%s: writing the request's tags failed: %s", name, version, redact(str(exc)))
 
 
-def handle_event(params: Mapping[str, Any], settings: WebhookSettings, event: Mapping[str, Any],
-                 context_for: Callable[[str], StepContext] | None = None, store: WebhookStore | None = None,
-                 delivery_id: str = "") -> dict[str, Any]:
+def handle_event(
+    params: Mapping[str, Any],
+    settings: WebhookSettings,
+    event: Mapping[str, Any],
+    context_for: Callable[[str], StepContext] | None = None,
+    store: WebhookStore | None = None,
+    delivery_id: str = "",
+) -> dict[str, Any]:
     """Act on one verified ``model_version_alias.created`` payload; returns what was done."""
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, PREVIOUS
     from rlops.pipeline_steps.promotion.flow import check_champion, promote_from_alias
     from rlops.pipeline_steps.promotion.guard import UI_REQUEST
+
     problem = event_problem(event)
     if problem:
         return {"action": "ignored", "reason": problem}
@@ -251,9 +295,11 @@ def decision_line(event: Mapping[str, Any], out: Mapping[str, Any]) -> str:
     promotion: Mapping[str, Any] = nested if isinstance(nested, Mapping) else {}
     verdict = out.get("outcome") or promotion.get("outcome") or out.get("action") or "?"
     failing = list(out.get("failed_gates") or promotion.get("failed_gates") or [])
-    line: str = redact(f"webhook decision: {data.get('name', '?')} v{data.get('version', '?')} alias "
-                       f"{data.get('alias', '?')!s} → {verdict}; failing gates: {', '.join(failing) or 'none'}; "
-                       f"{str(out.get('reason') or '')[:300]}")
+    line: str = redact(
+        f"webhook decision: {data.get('name', '?')} v{data.get('version', '?')} alias "
+        f"{data.get('alias', '?')!s} → {verdict}; failing gates: {', '.join(failing) or 'none'}; "
+        f"{str(out.get('reason') or '')[:300]}"
+    )
     return line
 
 
@@ -262,9 +308,15 @@ class Receiver:
     """Runs verified events one at a time in a background thread and keeps their outcomes; in
     ``airflow`` mode it also retries the requests Airflow did not accept yet."""
 
-    def __init__(self, params: Mapping[str, Any], settings: WebhookSettings,
-                 context_for: Callable[[str], StepContext] | None = None, store: WebhookStore | None = None) -> None:
+    def __init__(
+        self,
+        params: Mapping[str, Any],
+        settings: WebhookSettings,
+        context_for: Callable[[str], StepContext] | None = None,
+        store: WebhookStore | None = None,
+    ) -> None:
         from rlops.pipeline_steps.promotion.webhook_store import WebhookStore
+
         self.params, self.settings, self.context_for = params, settings, context_for
         self.store = store or WebhookStore(settings.state_db, keep_s=max(3600.0, 4.0 * settings.tolerance_s))
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlops-webhook")
@@ -289,21 +341,29 @@ class Receiver:
                 out = {"action": "error", "reason": f"{type(exc).__name__}: {exc}"}
             log.info("%s", decision_line(event, out).replace("\n", " "))
             self._record(delivery_id, out)
+
         return self.pool.submit(run)
 
     def retry_pending(self) -> list[dict[str, Any]]:
         """Try once more every kept request that is due (the retry thread calls this)."""
         from rlops.pipeline_steps.infra.context import StepContext
+
         done = []
         for req in self.store.due():
             conf = req.payload
             scenario = str(conf.get("scenario"))
-            ctx = self.context_for(scenario) if self.context_for else StepContext.create(scenario,
-                                                                                         params=dict(self.params))
+            ctx = (
+                self.context_for(scenario)
+                if self.context_for
+                else StepContext.create(scenario, params=dict(self.params))
+            )
             out = deliver_to_airflow(ctx, self.settings, self.store, req.delivery_id, conf)
-            event = {"data": {"name": f"{scenario}{POLICY_SUFFIX}", "alias": "challenger",
-                              "version": conf.get("candidate")}}
-            log.info("%s", decision_line(event, {**out, "reason": f"retry {req.attempts + 1}: {out.get('reason', '')}"}))
+            event = {
+                "data": {"name": f"{scenario}{POLICY_SUFFIX}", "alias": "challenger", "version": conf.get("candidate")}
+            }
+            log.info(
+                "%s", decision_line(event, {**out, "reason": f"retry {req.attempts + 1}: {out.get('reason', '')}"})
+            )
             self._record(req.delivery_id, out)
             done.append(out)
         return done
@@ -323,6 +383,7 @@ class Receiver:
 async def read_capped(request: Any, limit: int) -> bytes:
     """The request body, refused (413) once it grows past ``limit`` bytes — before it is read whole."""
     from fastapi import HTTPException
+
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -339,9 +400,12 @@ async def read_capped(request: Any, limit: int) -> bytes:
     return bytes(body)
 
 
-def create_app(params: Mapping[str, Any], settings: WebhookSettings,
-               context_for: Callable[[str], StepContext] | None = None,
-               store: WebhookStore | None = None) -> FastAPI:
+def create_app(
+    params: Mapping[str, Any],
+    settings: WebhookSettings,
+    context_for: Callable[[str], StepContext] | None = None,
+    store: WebhookStore | None = None,
+) -> FastAPI:
     """The receiver: ``POST /mlflow/webhook`` (MLflow's deliveries), ``GET /healthz``,
     ``GET /outcomes/{delivery_id}``."""
     from fastapi import FastAPI, HTTPException, Request
@@ -398,14 +462,24 @@ def register_webhook(tracking_uri: str, url: str, secret: str, name: str = "rlop
     """Create (or update) the MLflow webhook that calls this receiver; returns its id. Needs an
     MLflow server with a SQL backend that accepts ``url`` (see the README for the settings)."""
     from mlflow import MlflowClient
+
     client = MlflowClient(tracking_uri=tracking_uri)
     for hook in client.list_webhooks():
         if hook.name == name:
-            return str(client.update_webhook(hook.webhook_id, url=url, events=list(EVENTS), secret=secret,
-                                             status="ACTIVE").webhook_id)
-    return str(client.create_webhook(name=name, url=url, events=list(EVENTS), secret=secret,
-                                     description="rlops: gated promotion when `challenger` is set in the UI; "
-                                                 "hand-set `champion` check").webhook_id)
+            return str(
+                client.update_webhook(
+                    hook.webhook_id, url=url, events=list(EVENTS), secret=secret, status="ACTIVE"
+                ).webhook_id
+            )
+    return str(
+        client.create_webhook(
+            name=name,
+            url=url,
+            events=list(EVENTS),
+            secret=secret,
+            description="rlops: gated promotion when `challenger` is set in the UI; hand-set `champion` check",
+        ).webhook_id
+    )
 
 
 # --------------------------------------------------------------------------- command handlers
@@ -414,6 +488,7 @@ def serve(host: str, port: int, mode: str | None = None) -> int:
     import uvicorn
 
     from rlops.common.config import load_params
+
     params = load_params()
     if not log.handlers and not logging.getLogger().handlers:  # one line per decision on stderr
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -426,8 +501,10 @@ def serve(host: str, port: int, mode: str | None = None) -> int:
 def register(url: str, tracking_uri: str | None = None) -> str:
     """Create or update the MLflow webhook pointing at ``url``; returns its id."""
     from rlops.common.config import load_params
+
     params = load_params()
     settings = WebhookSettings.from_params(params)
     from rlops.common.params_sources import params_block
+
     uri = tracking_uri or params_block(params, "tracking").uri
     return str(register_webhook(uri, url, settings.secret))

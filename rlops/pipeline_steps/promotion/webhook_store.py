@@ -69,17 +69,20 @@ class WebhookStore:
     def keep(self, delivery_id: str, payload: Mapping[str, Any], error: str, retry_in_s: float) -> None:
         """Keep (or update) an undelivered request, to be tried again in ``retry_in_s`` seconds."""
         with self._lock, self._connect() as db:
-            db.execute("INSERT INTO pending (id, payload, attempts, last_error, next_try) VALUES (?, ?, 1, ?, ?) "
-                       "ON CONFLICT(id) DO UPDATE SET attempts = attempts + 1, last_error = excluded.last_error, "
-                       "next_try = excluded.next_try",
-                       (delivery_id, json.dumps(dict(payload)), error[:2000], time.time() + retry_in_s))
+            db.execute(
+                "INSERT INTO pending (id, payload, attempts, last_error, next_try) VALUES (?, ?, 1, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET attempts = attempts + 1, last_error = excluded.last_error, "
+                "next_try = excluded.next_try",
+                (delivery_id, json.dumps(dict(payload)), error[:2000], time.time() + retry_in_s),
+            )
 
     def due(self, now: float | None = None) -> list[PendingRequest]:
         """Requests whose next try is due, oldest first."""
         now = time.time() if now is None else now
         with self._lock, self._connect() as db:
-            rows = db.execute("SELECT id, payload, attempts, last_error FROM pending WHERE next_try <= ? "
-                              "ORDER BY next_try", (now,)).fetchall()
+            rows = db.execute(
+                "SELECT id, payload, attempts, last_error FROM pending WHERE next_try <= ? ORDER BY next_try", (now,)
+            ).fetchall()
         return [PendingRequest(r[0], json.loads(r[1]), int(r[2]), str(r[3])) for r in rows]
 
     def pending(self) -> list[PendingRequest]:

@@ -25,9 +25,9 @@ from typing import Any, TypedDict
 
 import torch
 
+from rlops.pipeline_steps.stress.probes import ProbeResult
 from rlops.sandbox.compile import CompiledScenario
 from rlops.sandbox.env import BatchedEnv, NoLegalActionError
-from rlops.pipeline_steps.stress.probes import ProbeResult
 from rlops.sandbox.pack import Pack, apply_calibration
 from rlops.sandbox.policies import random_policy, rule_policy
 from rlops.sandbox.reward import RewardError, RewardFunction, RewardRuntime
@@ -35,6 +35,8 @@ from rlops.sandbox.spec import FieldSpec, parse_scenario
 from rlops.sandbox.yaml_lines import load_yaml
 
 Tensor = torch.Tensor
+
+
 class HarshSimulation(TypedDict):
     error_rate: float
     jitter_ms: tuple[float, float]
@@ -142,11 +144,16 @@ def _init_spread(f: FieldSpec) -> tuple[float, float]:
 def episode_edges(scn: CompiledScenario) -> dict[str, list[float]]:
     h, a = scn.spec.horizon, scn.n_actions
     n_seg = max((len(p.population) for p in scn.spec.profiles.values()), default=0)
-    return {"episode.step": [0.0, 1.0, h - 1.0], "episode.elapsed_ms": [0.0, 1e3, 1e6],
-            "episode.last_action": [float(i) for i in range(a + 1)],
-            "episode.repeat_count": [0.0, 1.0, 2.0, float(h)], "episode.error": [0.0, 1.0],
-            "episode.errors": [0.0, float(h)], "episode.latency_ms": [0.0, 1e4],
-            "episode.segment": [float(i) for i in range(n_seg + 1)]}
+    return {
+        "episode.step": [0.0, 1.0, h - 1.0],
+        "episode.elapsed_ms": [0.0, 1e3, 1e6],
+        "episode.last_action": [float(i) for i in range(a + 1)],
+        "episode.repeat_count": [0.0, 1.0, 2.0, float(h)],
+        "episode.error": [0.0, 1.0],
+        "episode.errors": [0.0, float(h)],
+        "episode.latency_ms": [0.0, 1e4],
+        "episode.segment": [float(i) for i in range(n_seg + 1)],
+    }
 
 
 def reachable_states(pack: Pack, fn: RewardFunction, n: int, seed: int) -> Tensor:
@@ -164,8 +171,9 @@ def reachable_states(pack: Pack, fn: RewardFunction, n: int, seed: int) -> Tenso
     return torch.cat(snaps)
 
 
-def edge_states(pack: Pack, fn: RewardFunction, n: int = 2048, seed: int = 0,
-                mix_prob: float = 0.3) -> tuple[Tensor, dict[str, int]]:
+def edge_states(
+    pack: Pack, fn: RewardFunction, n: int = 2048, seed: int = 0, mix_prob: float = 0.3
+) -> tuple[Tensor, dict[str, int]]:
     """``n`` edge states ``S[n, C]`` and how many rows set each field to one of its edges."""
     scn = pack.scenario
     gen = torch.Generator().manual_seed(seed)
@@ -175,8 +183,9 @@ def edge_states(pack: Pack, fn: RewardFunction, n: int = 2048, seed: int = 0,
     edges.update(episode_edges(scn))
     singles = [(scn.columns[p], v) for p, vals in edges.items() for v in vals]
     if len(singles) + 2 > n:
-        raise ValueError(f"stress.edge_states={n} is too small: the one-at-a-time edge rows alone need "
-                         f"{len(singles) + 2}")
+        raise ValueError(
+            f"stress.edge_states={n} is too small: the one-at-a-time edge rows alone need {len(singles) + 2}"
+        )
     for i, (col, v) in enumerate(singles):
         S[i, col] = v
     row_min, row_max = len(singles), len(singles) + 1
@@ -192,8 +201,10 @@ def edge_states(pack: Pack, fn: RewardFunction, n: int = 2048, seed: int = 0,
         choice = vals_t[torch.randint(len(vals), (n - start,), generator=gen)]
         S[start:, col] = torch.where(pick, choice, S[start:, col])
     S = scn.clamp(S)
-    counts = {p: int(torch.isin(S[:, scn.columns[p]], torch.tensor(vals, dtype=torch.float32)).sum())
-              for p, vals in edges.items()}
+    counts = {
+        p: int(torch.isin(S[:, scn.columns[p]], torch.tensor(vals, dtype=torch.float32)).sum())
+        for p, vals in edges.items()
+    }
     return S, counts
 
 
@@ -213,9 +224,15 @@ def describe_state(pack: Pack, row: Tensor) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- perturbed scenarios
-def perturbed_pack(pack: Pack, base_profile: str | None = None, latency: float = 1.0, errors: float = 1.0,
-                   segment: str | None = None, action_error_rate: float | None = None,
-                   jitter_ms: tuple[float, float] | None = None) -> Pack:
+def perturbed_pack(
+    pack: Pack,
+    base_profile: str | None = None,
+    latency: float = 1.0,
+    errors: float = 1.0,
+    segment: str | None = None,
+    action_error_rate: float | None = None,
+    jitter_ms: tuple[float, float] | None = None,
+) -> Pack:
     """A copy of ``pack`` with a profile :data:`STRESS_PROFILE`: ``base_profile`` with action
     latencies and jitter ×``latency``, error rates ×``errors`` (at most 1), optionally every
     episode in population segment ``segment``, every action's own error rate set to
@@ -244,8 +261,10 @@ def perturbed_pack(pack: Pack, base_profile: str | None = None, latency: float =
     jit = prof.get("latency_jitter_ms") or {"min": 0.0, "max": 0.0}
     lo, hi = jitter_ms if jitter_ms is not None else (float(jit["min"]) * latency, float(jit["max"]) * latency)
     prof["latency_jitter_ms"] = {"min": lo, "max": hi}
-    prof["action_latency_ms"] = {name: {k: float(v) * latency for k, v in own.items()}
-                                 for name, own in (prof.get("action_latency_ms") or {}).items()}
+    prof["action_latency_ms"] = {
+        name: {k: float(v) * latency for k, v in own.items()}
+        for name, own in (prof.get("action_latency_ms") or {}).items()
+    }
     prof["error_rates"] = {api: min(1.0, float(r) * errors) for api, r in (prof.get("error_rates") or {}).items()}
     if segment is not None:
         shift = _find_shift(profiles, segment)
@@ -273,15 +292,17 @@ class _SettleEveryStep(RewardRuntime):
 
     last: tuple[Tensor, Tensor] | None = None
 
-    def compute(self, t: Any, actions: Tensor, repeat_count: Tensor, done: Tensor,
-                global_step: int) -> tuple[Tensor, Tensor]:
+    def compute(
+        self, t: Any, actions: Tensor, repeat_count: Tensor, done: Tensor, global_step: int
+    ) -> tuple[Tensor, Tensor]:
         total, breakdown = super().compute(t, actions, repeat_count, torch.ones_like(done), global_step)
         self.last = (total, breakdown)
         return total, breakdown
 
 
-def step_all(pack: Pack, fn: RewardFunction, S: Tensor, action: int, profile: str | None = None,
-             seed: int = 0) -> tuple[Tensor, Tensor, list[str], bool]:
+def step_all(
+    pack: Pack, fn: RewardFunction, S: Tensor, action: int, profile: str | None = None, seed: int = 0
+) -> tuple[Tensor, Tensor, list[str], bool]:
     """Step ``action`` on every state of ``S``: ``(total, breakdown, names, dead_end)``.
 
     Raises :class:`RewardError` when a component raises. ``dead_end`` says the step left a state
@@ -293,9 +314,17 @@ def step_all(pack: Pack, fn: RewardFunction, S: Tensor, action: int, profile: st
     env.reward = probe
     hist = torch.zeros((n, pack.scenario.layout.history_len), dtype=torch.long)
     hist[:, -1] = S[:, pack.scenario.columns["episode.last_action"]].long()
-    env.load_state_dict({"S": S.clone(), "seeds": seed + torch.arange(n), "episodes": torch.zeros(n, dtype=torch.long),
-                         "history": hist, "ep_return": torch.zeros(n), "pending": probe.pending.clone(),
-                         "global_step": torch.tensor(0)})
+    env.load_state_dict(
+        {
+            "S": S.clone(),
+            "seeds": seed + torch.arange(n),
+            "episodes": torch.zeros(n, dtype=torch.long),
+            "history": hist,
+            "ep_return": torch.zeros(n),
+            "pending": probe.pending.clone(),
+            "global_step": torch.tensor(0),
+        }
+    )
     dead_end = False
     try:
         env.step(torch.full((n,), action, dtype=torch.long))
@@ -312,15 +341,20 @@ def _first_raising_row(pack: Pack, fn: RewardFunction, S: Tensor, action: int, p
         half = rows[: rows.numel() // 2]
         try:
             step_all(pack, fn, S[half], action, profile)
-            rows = rows[rows.numel() // 2:]
+            rows = rows[rows.numel() // 2 :]
         except RewardError:
             rows = half
     return int(rows[0])
 
 
-def check_reward(pack: Pack, fn: RewardFunction, S: Tensor, bound: float, tolerance: float = 1e-4,
-                 sims: Sequence[tuple[str, Pack, str | None]] | None = None,
-                 ) -> tuple[list[ActionCoverage], list[Finding], int]:
+def check_reward(
+    pack: Pack,
+    fn: RewardFunction,
+    S: Tensor,
+    bound: float,
+    tolerance: float = 1e-4,
+    sims: Sequence[tuple[str, Pack, str | None]] | None = None,
+) -> tuple[list[ActionCoverage], list[Finding], int]:
     """Every action on every edge state in each simulation: NaN/inf, bound, breakdown sum, raises."""
     sims = sims or [("nominal", pack, None)]
     coverage = [ActionCoverage(a) for a in pack.scenario.action_names]
@@ -347,8 +381,18 @@ def check_reward(pack: Pack, fn: RewardFunction, S: Tensor, bound: float, tolera
     return coverage, findings, dead_ends
 
 
-def _value_findings(pack: Pack, cov: ActionCoverage, action: str, sim: str, S: Tensor, total: Tensor,
-                    bd: Tensor, names: list[str], bound: float, tol: float) -> list[Finding]:
+def _value_findings(
+    pack: Pack,
+    cov: ActionCoverage,
+    action: str,
+    sim: str,
+    S: Tensor,
+    total: Tensor,
+    bd: Tensor,
+    names: list[str],
+    bound: float,
+    tol: float,
+) -> list[Finding]:
     out: list[Finding] = []
     n = S.shape[0]
     finite_rows = torch.isfinite(total) & torch.isfinite(bd).all(dim=1)
@@ -365,33 +409,66 @@ def _value_findings(pack: Pack, cov: ActionCoverage, action: str, sim: str, S: T
             if bool(rows.any()):
                 i = int(rows.nonzero()[0, 0])
                 kind = "NaN" if bool(torch.isnan(bd[rows, j]).any()) else "an infinite value"
-                out.append(Finding("nan" if kind == "NaN" else "inf", action, sim, int(rows.sum()),
-                                   f"reward component '{comp}' returned {kind} on {int(rows.sum())} of {n} edge "
-                                   f"states of action '{action}' ({sim} simulation)", comp,
-                                   describe_state(pack, S[i])))
+                out.append(
+                    Finding(
+                        "nan" if kind == "NaN" else "inf",
+                        action,
+                        sim,
+                        int(rows.sum()),
+                        f"reward component '{comp}' returned {kind} on {int(rows.sum())} of {n} edge "
+                        f"states of action '{action}' ({sim} simulation)",
+                        comp,
+                        describe_state(pack, S[i]),
+                    )
+                )
         if not any(f.check in ("nan", "inf") for f in out):
             i = int(bad.nonzero()[0, 0])
-            out.append(Finding("nan", action, sim, int(bad.sum()), f"the total reward of action '{action}' is "
-                               f"not finite on {int(bad.sum())} of {n} edge states ({sim} simulation)", None,
-                               describe_state(pack, S[i])))
+            out.append(
+                Finding(
+                    "nan",
+                    action,
+                    sim,
+                    int(bad.sum()),
+                    f"the total reward of action '{action}' is "
+                    f"not finite on {int(bad.sum())} of {n} edge states ({sim} simulation)",
+                    None,
+                    describe_state(pack, S[i]),
+                )
+            )
     t, b = torch.where(finite_rows, total, 0.0), torch.where(finite_rows.unsqueeze(1), bd, 0.0)
     cov.max_abs_reward = max(cov.max_abs_reward, float(t.abs().max()) if n else 0.0)
     over = finite_rows & (t.abs() > bound + 1e-6)
     cov.out_of_bounds += int(over.sum())
     if bool(over.any()):
         i = int(over.nonzero()[0, 0])
-        out.append(Finding("out_of_bounds", action, sim, int(over.sum()),
-                           f"|reward| of action '{action}' exceeds the bound {bound:g} on {int(over.sum())} of {n} "
-                           f"edge states (largest {float(t.abs().max()):.4g}; {sim} simulation)", None,
-                           describe_state(pack, S[i])))
+        out.append(
+            Finding(
+                "out_of_bounds",
+                action,
+                sim,
+                int(over.sum()),
+                f"|reward| of action '{action}' exceeds the bound {bound:g} on {int(over.sum())} of {n} "
+                f"edge states (largest {float(t.abs().max()):.4g}; {sim} simulation)",
+                None,
+                describe_state(pack, S[i]),
+            )
+        )
     mismatch = finite_rows & ((b.sum(dim=1) - t).abs() > tol * (1 + t.abs()))
     cov.sum_mismatch += int(mismatch.sum())
     if bool(mismatch.any()):
         i = int(mismatch.nonzero()[0, 0])
-        out.append(Finding("breakdown_sum", action, sim, int(mismatch.sum()),
-                           f"the breakdown of action '{action}' does not sum to the total on {int(mismatch.sum())} "
-                           f"of {n} edge states (e.g. {float(b[i].sum()):.6g} vs {float(t[i]):.6g})", None,
-                           describe_state(pack, S[i])))
+        out.append(
+            Finding(
+                "breakdown_sum",
+                action,
+                sim,
+                int(mismatch.sum()),
+                f"the breakdown of action '{action}' does not sum to the total on {int(mismatch.sum())} "
+                f"of {n} edge states (e.g. {float(b[i].sum()):.6g} vs {float(t[i]):.6g})",
+                None,
+                describe_state(pack, S[i]),
+            )
+        )
     if "clip" in names:
         cov.clipped += int((b[:, names.index("clip")].abs() > 1e-9).sum())
     return out

@@ -47,8 +47,9 @@ class _Recorder(_SettleEveryStep):
     after: Tensor | None = None
     codes: Tensor | None = None
 
-    def compute(self, t: Any, actions: Tensor, repeat_count: Tensor, done: Tensor,
-                global_step: int) -> tuple[Tensor, Tensor]:
+    def compute(
+        self, t: Any, actions: Tensor, repeat_count: Tensor, done: Tensor, global_step: int
+    ) -> tuple[Tensor, Tensor]:
         self.after, self.codes = t.ns._S.clone(), t.action.codes.clone()
         return super().compute(t, actions, repeat_count, done, global_step)
 
@@ -61,9 +62,17 @@ def step_transitions(pack: Pack, fn: RewardFunction, S: Tensor, action: int) -> 
     env.reward = rec
     hist = torch.zeros((n, pack.scenario.layout.history_len), dtype=torch.long)
     hist[:, -1] = S[:, pack.scenario.columns["episode.last_action"]].long()
-    env.load_state_dict({"S": S.clone(), "seeds": torch.arange(n), "episodes": torch.zeros(n, dtype=torch.long),
-                         "history": hist, "ep_return": torch.zeros(n), "pending": rec.pending.clone(),
-                         "global_step": torch.tensor(0)})
+    env.load_state_dict(
+        {
+            "S": S.clone(),
+            "seeds": torch.arange(n),
+            "episodes": torch.zeros(n, dtype=torch.long),
+            "history": hist,
+            "ep_return": torch.zeros(n),
+            "pending": rec.pending.clone(),
+            "global_step": torch.tensor(0),
+        }
+    )
     try:
         env.step(torch.full((n,), action, dtype=torch.long))
     except NoLegalActionError:
@@ -72,9 +81,9 @@ def step_transitions(pack: Pack, fn: RewardFunction, S: Tensor, action: int) -> 
     return transition_matrix(S, rec.after, rec.codes), rec.last[1], rec.names
 
 
-def check_constraints(pack: Pack, fn: RewardFunction, S: Tensor,
-                      constraints: list[RuleConstraint] | None = None
-                      ) -> tuple[list[ConstraintResult], list[Finding]]:
+def check_constraints(
+    pack: Pack, fn: RewardFunction, S: Tensor, constraints: list[RuleConstraint] | None = None
+) -> tuple[list[ConstraintResult], list[Finding]]:
     """Judge every constraint on every action stepped on ``S``."""
     if constraints is None:
         constraints = parse_constraints(pack.rules, pack.scenario, str(pack.path / "rules.yaml"))
@@ -100,11 +109,19 @@ def check_constraints(pack: Pack, fn: RewardFunction, S: Tensor,
                 acc[id(c)][2] += int(paid.sum())
                 i = int(paid.nonzero()[0, 0])
                 comp = names[j]
-                findings.append(Finding(
-                    "rule_violation_rewarded", action, "nominal", int(paid.sum()),
-                    f"reward component '{comp}' pays +{float(bd[paid, j].max()):.3g} for breaking rule {c.rule} "
-                    f"({c.title}: {c.source}) on {int(paid.sum())} of {int(broken.sum())} edge states where action "
-                    f"'{action}' breaks it", comp, describe_state(pack, S[i])))
+                findings.append(
+                    Finding(
+                        "rule_violation_rewarded",
+                        action,
+                        "nominal",
+                        int(paid.sum()),
+                        f"reward component '{comp}' pays +{float(bd[paid, j].max()):.3g} for breaking rule {c.rule} "
+                        f"({c.title}: {c.source}) on {int(paid.sum())} of {int(broken.sum())} edge states where action "
+                        f"'{action}' breaks it",
+                        comp,
+                        describe_state(pack, S[i]),
+                    )
+                )
     results = []
     for c in constraints:
         judged, viol, rewarded = acc[id(c)]

@@ -47,6 +47,7 @@ def repeat_policy(a: int) -> ActFn:
     def act(env: BatchedEnv) -> Tensor:
         m = env.action_masks()
         return torch.where(m[:, a], torch.full((m.shape[0],), a, device=m.device), _first_legal(m))
+
     return act
 
 
@@ -57,6 +58,7 @@ def prefer_policy(actions: Sequence[int]) -> ActFn:
         for a in reversed(list(actions)):
             choice = torch.where(m[:, a], torch.full_like(choice, a), choice)
         return choice
+
     return act
 
 
@@ -74,6 +76,7 @@ def stall_policy(pack: Pack) -> ActFn:
         masked = (~m).float().argmax(dim=1)
         choice = torch.where((~m).any(dim=1), masked, least)
         return torch.where(legal_quiet.any(dim=1), legal_quiet.float().argmax(dim=1), choice)
+
     return act
 
 
@@ -102,13 +105,20 @@ def honest_baselines(pack: Pack, names: Sequence[str]) -> dict[str, ActFn]:
     return out
 
 
-def run_gaming_probes(pack: Pack, fn: RewardFunction, episodes: int = 2000, seed: int = 1_000_000,
-                      margin: float = 0.0, baselines: Sequence[str] = ("rules", "oracle"),
-                      ) -> tuple[list[ProbeResult], dict[str, float]]:
+def run_gaming_probes(
+    pack: Pack,
+    fn: RewardFunction,
+    episodes: int = 2000,
+    seed: int = 1_000_000,
+    margin: float = 0.0,
+    baselines: Sequence[str] = ("rules", "oracle"),
+) -> tuple[list[ProbeResult], dict[str, float]]:
     """Each probe against the best honest baseline on the same seeded episodes."""
+
     def returns(act: ActFn) -> Tensor:
         env = BatchedEnv(pack.scenario, fn, num_envs=episodes, illegal_action="noop")
         return evaluate_policy(pack, act, episodes, seed=seed, env=env).returns
+
     base = {name: returns(act) for name, act in honest_baselines(pack, baselines).items()}
     base_means = {k: float(v.mean()) for k, v in base.items()}
     best = max(base_means, key=base_means.__getitem__)
@@ -118,8 +128,23 @@ def run_gaming_probes(pack: Pack, fn: RewardFunction, episodes: int = 2000, seed
         diff = r - base[best]
         se = float(diff.std()) / math.sqrt(max(episodes, 1)) if episodes > 1 else 0.0
         mean = float(diff.mean())
-        beats_rules = "rules" in base and float((r - base["rules"]).mean()) - 1.96 * float(
-            (r - base["rules"]).std()) / math.sqrt(max(episodes, 1)) > margin
-        out.append(ProbeResult(name, float(r.mean()), best, base_means[best], mean, mean - 1.96 * se,
-                               mean + 1.96 * se, bool(beats_rules), bool(mean - 1.96 * se <= margin)))
+        beats_rules = (
+            "rules" in base
+            and float((r - base["rules"]).mean())
+            - 1.96 * float((r - base["rules"]).std()) / math.sqrt(max(episodes, 1))
+            > margin
+        )
+        out.append(
+            ProbeResult(
+                name,
+                float(r.mean()),
+                best,
+                base_means[best],
+                mean,
+                mean - 1.96 * se,
+                mean + 1.96 * se,
+                bool(beats_rules),
+                bool(mean - 1.96 * se <= margin),
+            )
+        )
     return out, base_means

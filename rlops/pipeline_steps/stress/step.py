@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlops.pipeline_steps.infra.html import html_page, html_table
 from rlops.common.errors import UserError
 from rlops.common.params_model import StressConfig  # the typed ``stress:`` params block
+from rlops.pipeline_steps.infra.html import html_page, html_table
 
 if TYPE_CHECKING:  # the computations (torch, the sandbox) are imported where they run
     from rlops.pipeline_steps.infra.context import StepContext
@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the computations (torch, the sandbox) are imported where th
     from rlops.sandbox.pack import Pack
     from rlops.sandbox.policies import ActFn
     from rlops.sandbox.reward import RewardFunction
+
 
 @dataclass(frozen=True)
 class PolicyStressRow:
@@ -54,36 +55,59 @@ class PolicyStressRow:
 
 
 # --------------------------------------------------------------------------- computations
-def stress_reward_fn(pack: "Pack", fn: "RewardFunction", cfg: StressConfig, probes: bool = True) -> RewardStress:
+def stress_reward_fn(pack: Pack, fn: RewardFunction, cfg: StressConfig, probes: bool = True) -> RewardStress:
     """The reward-function half: edge checks in two simulations, then the gaming probes."""
-    from rlops.pipeline_steps.stress.checks import (HARSH, STRESS_PROFILE, RewardStress, check_reward, edge_states,
-                                              perturbed_pack, visibility_coverage)
+    from rlops.pipeline_steps.stress.checks import (
+        HARSH,
+        STRESS_PROFILE,
+        RewardStress,
+        check_reward,
+        edge_states,
+        perturbed_pack,
+        visibility_coverage,
+    )
     from rlops.pipeline_steps.stress.probes import run_gaming_probes
+
     S, counts = edge_states(pack, fn, cfg.edge_states, cfg.seed)
     harsh = perturbed_pack(pack, action_error_rate=HARSH["error_rate"], jitter_ms=HARSH["jitter_ms"])
     bound = fn.clip if fn.clip is not None else cfg.reward_bound
-    coverage, findings, dead = check_reward(pack, fn, S, bound, cfg.sum_tolerance,
-                                            sims=[("nominal", pack, None), ("harsh", harsh, STRESS_PROFILE)])
+    coverage, findings, dead = check_reward(
+        pack, fn, S, bound, cfg.sum_tolerance, sims=[("nominal", pack, None), ("harsh", harsh, STRESS_PROFILE)]
+    )
     constraints: list[ConstraintResult] = []
     if not any(f.check == "raised" for f in findings):
         from rlops.pipeline_steps.stress.governance import check_constraints
+
         constraints, broken = check_constraints(pack, fn, S)
         findings = findings + broken
     results: list[ProbeResult] = []
     base: dict[str, float] = {}
     if probes and not any(f.check == "raised" for f in findings):
-        results, base = run_gaming_probes(pack, fn, cfg.gaming_episodes, cfg.gaming_seed, cfg.gaming_margin,
-                                          cfg.baselines)
-    return RewardStress(fn.label, fn.version, bound, coverage, findings, results, base, counts,
-                        visibility_coverage(pack, S), dead, constraints)
+        results, base = run_gaming_probes(
+            pack, fn, cfg.gaming_episodes, cfg.gaming_seed, cfg.gaming_margin, cfg.baselines
+        )
+    return RewardStress(
+        fn.label,
+        fn.version,
+        bound,
+        coverage,
+        findings,
+        results,
+        base,
+        counts,
+        visibility_coverage(pack, S),
+        dead,
+        constraints,
+    )
 
 
-def nominal_profile(pack: "Pack", configured: str | None = None) -> str:
+def nominal_profile(pack: Pack, configured: str | None = None) -> str:
     from rlops.sandbox.profiles import default_profile
+
     return default_profile(pack, "sandbox", configured)
 
 
-def stress_policy(pack: "Pack", fn: "RewardFunction", act: "ActFn", cfg: StressConfig) -> list[PolicyStressRow]:
+def stress_policy(pack: Pack, fn: RewardFunction, act: ActFn, cfg: StressConfig) -> list[PolicyStressRow]:
     """Nominal run, then one run per perturbation on the same seeded episodes.
 
     A perturbation can make every policy earn less (three times the latency costs handling time
@@ -95,18 +119,27 @@ def stress_policy(pack: "Pack", fn: "RewardFunction", act: "ActFn", cfg: StressC
     from rlops.pipeline_steps.stress.checks import STRESS_PROFILE, perturbed_pack
     from rlops.sandbox.env import BatchedEnv
     from rlops.sandbox.policies import evaluate_policy, rule_policy
+
     base = nominal_profile(pack, cfg.policy_profile)
 
-    def run_with(p: "Pack", profile: str, policy: "ActFn") -> dict[str, float]:
+    def run_with(p: Pack, profile: str, policy: ActFn) -> dict[str, float]:
         env = BatchedEnv(p.scenario, fn, num_envs=cfg.policy_episodes, profile=profile, illegal_action="noop")
         return evaluate_policy(p, policy, cfg.policy_episodes, seed=cfg.gaming_seed, env=env).summary()
 
-    def run(p: "Pack", profile: str) -> dict[str, float]:
+    def run(p: Pack, profile: str) -> dict[str, float]:
         return run_with(p, profile, act)
 
     nom = run(pack, base)
-    rows = [PolicyStressRow("nominal", base, nom["mean_return"], nom["completion_rate"],
-                            nom["human_takeover_rate"], nom["mean_handling_ms"])]
+    rows = [
+        PolicyStressRow(
+            "nominal",
+            base,
+            nom["mean_return"],
+            nom["completion_rate"],
+            nom["human_takeover_rate"],
+            nom["mean_handling_ms"],
+        )
+    ]
     for name, spec in cfg.perturbations.items():
         r_floor = cfg.return_floor if spec.return_floor is None else spec.return_floor
         c_floor = cfg.completion_floor if spec.completion_floor is None else spec.completion_floor
@@ -120,8 +153,20 @@ def stress_policy(pack: "Pack", fn: "RewardFunction", act: "ActFn", cfg: StressC
             why.append(f"mean return {s['mean_return']:.4g} < floor {min_ret:.4g}")
         if s["completion_rate"] < min_comp:
             why.append(f"completion {s['completion_rate']:.3f} < floor {min_comp:.3f}")
-        rows.append(PolicyStressRow(name, base, s["mean_return"], s["completion_rate"], s["human_takeover_rate"],
-                                    s["mean_handling_ms"], min_ret, min_comp, not why, "; ".join(why)))
+        rows.append(
+            PolicyStressRow(
+                name,
+                base,
+                s["mean_return"],
+                s["completion_rate"],
+                s["human_takeover_rate"],
+                s["mean_handling_ms"],
+                min_ret,
+                min_comp,
+                not why,
+                "; ".join(why),
+            )
+        )
     return rows
 
 
@@ -129,56 +174,129 @@ def stress_policy(pack: "Pack", fn: "RewardFunction", act: "ActFn", cfg: StressC
 def report_dict(reward: RewardStress, policy: list[PolicyStressRow] | None, meta: dict[str, Any]) -> dict[str, Any]:
     passed = reward.passed and all(r.passed for r in policy or [])
     reasons = [f.message for f in reward.findings]
-    reasons += [f"gaming probe '{p.name}' out-earns the honest baseline '{p.baseline}' by {p.advantage:.4g} "
-                f"(95% interval {p.advantage_low:.4g} … {p.advantage_high:.4g})" for p in reward.probes if not p.passed]
+    reasons += [
+        f"gaming probe '{p.name}' out-earns the honest baseline '{p.baseline}' by {p.advantage:.4g} "
+        f"(95% interval {p.advantage_low:.4g} … {p.advantage_high:.4g})"
+        for p in reward.probes
+        if not p.passed
+    ]
     reasons += [f"policy under '{r.scenario}': {r.reason}" for r in policy or [] if not r.passed]
-    warnings = [f"gaming probe '{p.name}' earns more than the rule engine ({p.mean_return:.4g} vs "
-                f"{reward.baselines.get('rules', float('nan')):.4g}) though less than '{p.baseline}': either the rule "
-                "engine is weak in those states or the reward overpays that behaviour — worth a look"
-                for p in reward.probes if p.passed and p.beats_rules]
-    return {"passed": passed, "verdict": "pass" if passed else "fail", "reasons": reasons, "warnings": warnings,
-            "meta": meta,
-            "reward": reward.to_dict(), "policy": [asdict(r) for r in policy] if policy is not None else None}
+    warnings = [
+        f"gaming probe '{p.name}' earns more than the rule engine ({p.mean_return:.4g} vs "
+        f"{reward.baselines.get('rules', float('nan')):.4g}) though less than '{p.baseline}': either the rule "
+        "engine is weak in those states or the reward overpays that behaviour — worth a look"
+        for p in reward.probes
+        if p.passed and p.beats_rules
+    ]
+    return {
+        "passed": passed,
+        "verdict": "pass" if passed else "fail",
+        "reasons": reasons,
+        "warnings": warnings,
+        "meta": meta,
+        "reward": reward.to_dict(),
+        "policy": [asdict(r) for r in policy] if policy is not None else None,
+    }
 
 
 def render_html(report: dict[str, Any]) -> str:
     rw, meta = report["reward"], report["meta"]
     verdict = "PASS" if report["passed"] else "FAIL"
-    parts = [f"<p class='verdict'>{verdict}</p><p>Scenario <b>{meta.get('scenario')}</b>, reward function "
-             f"<b>{rw['reward_fn']}</b> (sha256 {rw['reward_fn_sha256'][:12]}…), bound ±{rw['bound']:g}"
-             + (f", policy version <b>{meta['policy_version']}</b>" if meta.get("policy_version") else "") + ".</p>"]
+    parts = [
+        f"<p class='verdict'>{verdict}</p><p>Scenario <b>{meta.get('scenario')}</b>, reward function "
+        f"<b>{rw['reward_fn']}</b> (sha256 {rw['reward_fn_sha256'][:12]}…), bound ±{rw['bound']:g}"
+        + (f", policy version <b>{meta['policy_version']}</b>" if meta.get("policy_version") else "")
+        + ".</p>"
+    ]
     if report["reasons"]:
         parts.append("<h2>Why it failed</h2><ul>" + "".join(f"<li>{_esc(r)}</li>" for r in report["reasons"]) + "</ul>")
     if report.get("warnings"):
         parts.append("<h2>Worth a look</h2><ul>" + "".join(f"<li>{_esc(w)}</li>" for w in report["warnings"]) + "</ul>")
-    cols = ["action", "states", "legal", "masked", "non_finite", "out_of_bounds", "sum_mismatch", "raised",
-            "clipped", "max_abs_reward"]
-    bad = {i: "fail" for i, c in enumerate(rw["coverage"])
-           if c["non_finite"] or c["out_of_bounds"] or c["sum_mismatch"] or c["raised"]}
-    parts.append("<h2>Edge states per action</h2><p>Nominal and harsh simulation together; masked actions are "
-                 "executed as no-ops.</p>" + html_table(rw["coverage"], cols, bad))
+    cols = [
+        "action",
+        "states",
+        "legal",
+        "masked",
+        "non_finite",
+        "out_of_bounds",
+        "sum_mismatch",
+        "raised",
+        "clipped",
+        "max_abs_reward",
+    ]
+    bad = {
+        i: "fail"
+        for i, c in enumerate(rw["coverage"])
+        if c["non_finite"] or c["out_of_bounds"] or c["sum_mismatch"] or c["raised"]
+    }
+    parts.append(
+        "<h2>Edge states per action</h2><p>Nominal and harsh simulation together; masked actions are "
+        "executed as no-ops.</p>" + html_table(rw["coverage"], cols, bad)
+    )
     if rw["findings"]:
         rows = [{**f, "example": json.dumps(f["example"])[:400] if f.get("example") else None} for f in rw["findings"]]
-        parts.append("<h2>Findings</h2>" + html_table(rows, ["check", "action", "sim", "component", "count",
-                                                             "message", "example"], {i: "fail" for i in range(len(rows))}))
+        parts.append(
+            "<h2>Findings</h2>"
+            + html_table(
+                rows,
+                ["check", "action", "sim", "component", "count", "message", "example"],
+                {i: "fail" for i in range(len(rows))},
+            )
+        )
     if rw["probes"]:
-        parts.append("<h2>Gaming probes</h2><p>Honest baselines: "
-                     + ", ".join(f"{k} {v:.4g}" for k, v in rw["baselines"].items()) + "</p>"
-                     + html_table(rw["probes"], ["name", "mean_return", "baseline", "baseline_return", "advantage",
-                                                 "advantage_low", "advantage_high", "beats_rules", "passed"],
-                                  {i: ("fail" if not p["passed"] else "warn" if p["beats_rules"] else "pass")
-                                   for i, p in enumerate(rw["probes"])}))
+        parts.append(
+            "<h2>Gaming probes</h2><p>Honest baselines: "
+            + ", ".join(f"{k} {v:.4g}" for k, v in rw["baselines"].items())
+            + "</p>"
+            + html_table(
+                rw["probes"],
+                [
+                    "name",
+                    "mean_return",
+                    "baseline",
+                    "baseline_return",
+                    "advantage",
+                    "advantage_low",
+                    "advantage_high",
+                    "beats_rules",
+                    "passed",
+                ],
+                {
+                    i: ("fail" if not p["passed"] else "warn" if p["beats_rules"] else "pass")
+                    for i, p in enumerate(rw["probes"])
+                },
+            )
+        )
     if report.get("policy"):
-        parts.append("<h2>Policy under perturbed simulation</h2>" + html_table(
-            report["policy"], ["scenario", "profile", "mean_return", "return_floor", "completion_rate",
-                               "completion_floor", "human_takeover_rate", "mean_handling_ms", "passed", "reason"],
-            {i: "pass" if r["passed"] else "fail" for i, r in enumerate(report["policy"])}))
+        parts.append(
+            "<h2>Policy under perturbed simulation</h2>"
+            + html_table(
+                report["policy"],
+                [
+                    "scenario",
+                    "profile",
+                    "mean_return",
+                    "return_floor",
+                    "completion_rate",
+                    "completion_floor",
+                    "human_takeover_rate",
+                    "mean_handling_ms",
+                    "passed",
+                    "reason",
+                ],
+                {i: "pass" if r["passed"] else "fail" for i, r in enumerate(report["policy"])},
+            )
+        )
     if rw.get("constraints"):
-        parts.append("<h2>Rule constraints</h2><p>Transitions of the edge states that break a rule's constraint, "
-                     "and how many of them the components citing the rule pay for.</p>" + html_table(
-                         rw["constraints"], ["rule", "constraint", "components", "judged", "violations", "rewarded",
-                                             "passed"],
-                         {i: "pass" if c["passed"] else "fail" for i, c in enumerate(rw["constraints"])}))
+        parts.append(
+            "<h2>Rule constraints</h2><p>Transitions of the edge states that break a rule's constraint, "
+            "and how many of them the components citing the rule pay for.</p>"
+            + html_table(
+                rw["constraints"],
+                ["rule", "constraint", "components", "judged", "violations", "rewarded", "passed"],
+                {i: "pass" if c["passed"] else "fail" for i, c in enumerate(rw["constraints"])},
+            )
+        )
     vis = [{"field": k, **v} for k, v in rw["visibility"].items()]
     if vis:
         parts.append("<h2>Visibility coverage</h2>" + html_table(vis, ["field", "visible", "hidden"]))
@@ -187,29 +305,32 @@ def render_html(report: dict[str, Any]) -> str:
 
 def _esc(text: str) -> str:
     import html
+
     return html.escape(text)
 
 
 # --------------------------------------------------------------------------- step
-def resolve_reward_fn(pack: "Pack", reward_fn: str | None) -> "RewardFunction":
+def resolve_reward_fn(pack: Pack, reward_fn: str | None) -> RewardFunction:
     """A reward function by file path, or by label (``v1``) of the pack."""
     from rlops.sandbox.reward import load_reward_fn
+
     if reward_fn and Path(reward_fn).is_file():
-        return load_reward_fn(Path(reward_fn), pack.rules, pack.scenario.action_names,
-                              roles=pack.scenario.role_names)
+        return load_reward_fn(Path(reward_fn), pack.rules, pack.scenario.action_names, roles=pack.scenario.role_names)
     try:
         return pack.reward_fn(Path(reward_fn).stem.removeprefix("reward_") if reward_fn else None)
     except KeyError as exc:
         raise ValueError(f"--reward-fn {reward_fn!r}: no such file, and {exc.args[0]}") from None
 
 
-def stress_test(ctx: "StepContext", reward_fn: str | None = None, policy_version: str | None = None,
-                progress: bool = False) -> dict[str, Any]:
+def stress_test(
+    ctx: StepContext, reward_fn: str | None = None, policy_version: str | None = None, progress: bool = False
+) -> dict[str, Any]:
     """Run the stress test; returns ``{passed, verdict, reasons, report_uri, html_uri, …}``.
     ``progress`` draws a bar over its stages (reward checks, then the policy runs) on stderr."""
     from tqdm.auto import tqdm
 
     from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref
+
     cfg = ctx.config.stress
     pack = ctx.load_pack()
     fn = resolve_reward_fn(pack, reward_fn or ctx.reward_choice().reward_fn)
@@ -226,14 +347,28 @@ def stress_test(ctx: "StepContext", reward_fn: str | None = None, policy_version
             bar.set_postfix_str(f"policy v{policy_version} under {len(cfg.perturbations)} perturbations")
             policy_rows = stress_policy(pack, fn, greedy_act(loaded.network), cfg)
             bar.update()
-    meta = {"scenario": ctx.scenario, "run_key": ctx.run_key, "reward_fn_file": fn.path,
-            "policy_version": policy_version, "config": cfg.model_dump(mode="json")}
+    meta = {
+        "scenario": ctx.scenario,
+        "run_key": ctx.run_key,
+        "reward_fn_file": fn.path,
+        "policy_version": policy_version,
+        "config": cfg.model_dump(mode="json"),
+    }
     report = report_dict(reward, policy_rows, meta)
     json_uri, html_uri = ctx.report_uri("stress", "report.json"), ctx.report_uri("stress", "report.html")
-    result = {"passed": report["passed"], "verdict": report["verdict"], "reasons": report["reasons"],
-              "warnings": report["warnings"],
-              "report_uri": json_uri, "html_uri": html_uri, "policy_version": policy_version,
-              "reward_fn": fn.label, "reward_fn_sha256": fn.version, "dry_run": ctx.dry_run, "run_id": None}
+    result = {
+        "passed": report["passed"],
+        "verdict": report["verdict"],
+        "reasons": report["reasons"],
+        "warnings": report["warnings"],
+        "report_uri": json_uri,
+        "html_uri": html_uri,
+        "policy_version": policy_version,
+        "reward_fn": fn.label,
+        "reward_fn_sha256": fn.version,
+        "dry_run": ctx.dry_run,
+        "run_id": None,
+    }
     if ctx.dry_run:
         return result
     page = render_html(report)
@@ -243,20 +378,36 @@ def stress_test(ctx: "StepContext", reward_fn: str | None = None, policy_version
     return result
 
 
-def _track(ctx: "StepContext", report: dict[str, Any], page: str, fn: "RewardFunction",
-           policy_version: str | None, json_uri: str) -> str:
+def _track(
+    ctx: StepContext, report: dict[str, Any], page: str, fn: RewardFunction, policy_version: str | None, json_uri: str
+) -> str:
     from rlops.pipeline_steps.infra.registry import policy_model_name, reward_fn_model_name
+
     tracker = ctx.tracker
     verdict = report["verdict"]
     from rlops.pipeline_steps.infra import tags as T
     from rlops.pipeline_steps.infra.pass_run import step_run
-    with step_run(ctx, T.STRESS_TEST, label=f"v{policy_version}" if policy_version else None,
-                  extra_tags={T.STRESS_VERDICT: verdict}) as run:
-        run.log_params({"reward_fn": fn.label, "reward_sha256": fn.version, "policy_version": policy_version or "",
-                        "report_uri": json_uri})
+
+    with step_run(
+        ctx,
+        T.STRESS_TEST,
+        label=f"v{policy_version}" if policy_version else None,
+        extra_tags={T.STRESS_VERDICT: verdict},
+    ) as run:
+        run.log_params(
+            {
+                "reward_fn": fn.label,
+                "reward_sha256": fn.version,
+                "policy_version": policy_version or "",
+                "report_uri": json_uri,
+            }
+        )
         rw = report["reward"]
-        metrics = {"stress.passed": float(report["passed"]), "stress.findings": float(len(rw["findings"])),
-                   "stress.probes_failed": float(sum(not p["passed"] for p in rw["probes"]))}
+        metrics = {
+            "stress.passed": float(report["passed"]),
+            "stress.findings": float(len(rw["findings"])),
+            "stress.probes_failed": float(sum(not p["passed"] for p in rw["probes"])),
+        }
         for p in rw["probes"]:
             metrics[f"stress.probe_advantage/{p['name'].replace(':', '_')}"] = p["advantage"]
         for r in report.get("policy") or []:

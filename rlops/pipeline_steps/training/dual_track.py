@@ -18,19 +18,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def resolve_reward_source(ctx: StepContext, kind: str | None = None, blend_lambda: float | None = None
-                          ) -> "RewardSource":
+def resolve_reward_source(ctx: StepContext, kind: str | None = None, blend_lambda: float | None = None) -> RewardSource:
     """Arguments over ``train.reward_source`` / ``train.reward_blend_lambda`` of the typed params."""
     from rlops.model.reward_source import RewardSource
+
     train = ctx.config.train
     lam = blend_lambda if blend_lambda is not None else train.reward_blend_lambda
     return RewardSource(str(kind or train.reward_source), float(lam), train.reward_model_centred)
 
 
-def human_labels(ctx: StepContext, pack: "Pack") -> "tuple[Any, Any, Any] | None":
+def human_labels(ctx: StepContext, pack: Pack) -> tuple[Any, Any, Any] | None:
     """``(obs, masks, actions)`` of the label queue's finished labels (None when there are none)."""
     from rlops.pipeline_steps.labels.select import labels_as_imitation_batch
     from rlops.pipeline_steps.labels.step import finished_labels
+
     labels = finished_labels(ctx)
     if labels.empty:
         return None
@@ -38,13 +39,14 @@ def human_labels(ctx: StepContext, pack: "Pack") -> "tuple[Any, Any, Any] | None
     return batch.obs, batch.masks, batch.actions
 
 
-def warm_start(ctx: StepContext, pack: "Pack", cfg: Any) -> tuple["PolicyNetwork | None", dict[str, Any]]:
+def warm_start(ctx: StepContext, pack: Pack, cfg: Any) -> tuple[PolicyNetwork | None, dict[str, Any]]:
     """A policy cloned from the run key's high-score relabelled steps, or ``(None, {reason})`` when
     there is nothing to clone from (no relabelled traces, too few steps, or ``train.bc_warm_start``
     is false)."""
     from rlops.model.behaviour_cloning import BCConfig, behaviour_clone
     from rlops.model.policy import PolicyConfig, PolicyNetwork
     from rlops.pipeline_steps.training.relabel import labelled_steps
+
     train = ctx.config.train
     if not train.bc_warm_start:
         return None, {"skipped": "train.bc_warm_start is false"}
@@ -53,23 +55,33 @@ def warm_start(ctx: StepContext, pack: "Pack", cfg: Any) -> tuple["PolicyNetwork
     if data is None and human is None:
         return None, {"skipped": "no relabelled traces for this run key (rlops train relabel) and no human labels"}
     import torch
+
     if data is None:
         assert human is not None
         data = (*(t[:0] for t in human), torch.zeros(0))
     if human is not None:
         # A person's label is imitated whatever the model's score: it ranks with the best steps.
         top = float(data[3].max()) if data[3].numel() else 0.0
-        data = tuple(torch.cat([a, b.to(a.dtype) if b.dtype != a.dtype else b])
-                     for a, b in zip(data, (*human[:3], torch.full((human[0].shape[0],), top))))
+        data = tuple(
+            torch.cat([a, b.to(a.dtype) if b.dtype != a.dtype else b])
+            for a, b in zip(data, (*human[:3], torch.full((human[0].shape[0],), top)))
+        )
     obs, masks, actions, scores = data
     bc_cfg = BCConfig(top_fraction=train.bc_top_fraction, epochs=train.bc_epochs, seed=int(cfg.seed))
-    policy = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout, hidden_sizes=tuple(cfg.hidden_sizes),
-                                                    embed_dim=cfg.embed_dim, activation=cfg.activation))
+    policy = PolicyNetwork(
+        PolicyConfig.from_layout(
+            pack.scenario.layout,
+            hidden_sizes=tuple(cfg.hidden_sizes),
+            embed_dim=cfg.embed_dim,
+            activation=cfg.activation,
+        )
+    )
     res = behaviour_clone(policy, obs, masks, actions, scores, bc_cfg)
     if res is None:
         return None, {"skipped": f"fewer than {bc_cfg.min_steps} high-score choice steps to imitate"}
-    log.info("behaviour cloning: %d of %d steps imitated (accuracy %.3f)", res.steps_imitated, res.steps_scored,
-             res.accuracy)
+    log.info(
+        "behaviour cloning: %d of %d steps imitated (accuracy %.3f)", res.steps_imitated, res.steps_scored, res.accuracy
+    )
     return policy, asdict(res)
 
 

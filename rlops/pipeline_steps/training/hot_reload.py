@@ -21,9 +21,10 @@ cleanly: the training goes on with the function it has, and says why in
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from rlops.pipeline_steps.infra.context import StepContext
 
@@ -45,10 +46,15 @@ def running_training(ctx: StepContext) -> str | None:
     RUNNING by a process that is gone (killed) does not count."""
     from rlops.pipeline_steps.infra import tags as T
     from rlops.pipeline_steps.training.status import process_alive
-    filt = (f"tags.`{T.STEP}` = '{T.TRAIN_POLICY}' and tags.`{T.RUN_KEY}` = '{ctx.run_key}' "
-            "and attributes.status = 'RUNNING'")
-    runs = ctx.tracker._call(f"find the training of run key {ctx.run_key}", lambda c: c.search_runs(
-        [ctx.tracker.experiment_id], filt, max_results=10))
+
+    filt = (
+        f"tags.`{T.STEP}` = '{T.TRAIN_POLICY}' and tags.`{T.RUN_KEY}` = '{ctx.run_key}' "
+        "and attributes.status = 'RUNNING'"
+    )
+    runs = ctx.tracker._call(
+        f"find the training of run key {ctx.run_key}",
+        lambda c: c.search_runs([ctx.tracker.experiment_id], filt, max_results=10),
+    )
     for run in runs:
         if process_alive(run.data.tags.get(T.PID), run.data.tags.get(T.HOST)):
             return str(run.info.run_id)
@@ -59,15 +65,22 @@ def request_switch(ctx: StepContext, label: str) -> dict[str, Any]:
     """Ask the training of ``ctx.run_key`` in progress to switch to reward function ``label``
     (checked now); a :class:`UserError` when no training of the run key is running."""
     from rlops.common.errors import UserError
+
     fn = ctx.load_pack(calibration=None).reward_fn(label)  # KeyError: no such reward function
     training = running_training(ctx)
     if training is None and not ctx.dry_run:
-        raise UserError(f"train switch-reward --to {label}: no training of {ctx.scenario} run key {ctx.run_key} is "
-                        "running; a request now would be applied by no one (or by a later training, registered "
-                        "under another reward function). Start the training with the reward function wanted "
-                        "(--reward-fn), or schedule a switch with the DAG conf reward_switch_to")
-    req = {"reward_fn": label, "reward_fn_sha256": fn.version, "training_run": training,
-           "requested_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        raise UserError(
+            f"train switch-reward --to {label}: no training of {ctx.scenario} run key {ctx.run_key} is "
+            "running; a request now would be applied by no one (or by a later training, registered "
+            "under another reward function). Start the training with the reward function wanted "
+            "(--reward-fn), or schedule a switch with the DAG conf reward_switch_to"
+        )
+    req = {
+        "reward_fn": label,
+        "reward_fn_sha256": fn.version,
+        "training_run": training,
+        "requested_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
     uri = control_uri(ctx)
     if not ctx.dry_run:
         ctx.storage.write_json(uri, req)
@@ -80,15 +93,15 @@ class RewardSwitchPoller:
     request (control file) or the schedule (``at_iteration``, ``label``) asks for, else None."""
 
     ctx: StepContext
-    pack: "Pack"
+    pack: Pack
     at_iteration: int | None = None
     label: str | None = None
-    wrap: Callable[["RewardFunction"], "RewardFunction"] | None = None
+    wrap: Callable[[RewardFunction], RewardFunction] | None = None
     #: when this training started: a request made earlier is stale and never applied
-    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     _answered: set[str] = field(default_factory=set)
 
-    def __call__(self, iteration: int) -> "RewardFunction | None":
+    def __call__(self, iteration: int) -> RewardFunction | None:
         label = None
         if self.at_iteration is not None and self.label and iteration >= self.at_iteration:
             label = self.label
@@ -100,8 +113,11 @@ class RewardSwitchPoller:
         try:
             fn = self.pack.reward_fn(label)
         except KeyError as exc:  # e.g. a reward file added to the pack after this training loaded it
-            self._answer(label, "refused", f"this training has no reward function {label!r} ({exc}); it keeps "
-                                            "the function it has")
+            self._answer(
+                label,
+                "refused",
+                f"this training has no reward function {label!r} ({exc}); it keeps the function it has",
+            )
             return None
         return self.wrap(fn) if self.wrap is not None else fn
 
@@ -115,10 +131,14 @@ class RewardSwitchPoller:
         except ValueError:
             at = None
         if at is not None and at.tzinfo is None:
-            at = at.replace(tzinfo=timezone.utc)
+            at = at.replace(tzinfo=UTC)
         if at is None or at < self.started_at.replace(microsecond=0):
-            self._answer(label, "ignored", f"the request ({req.get('requested_at')}) is older than this training "
-                                           f"({self.started_at.isoformat(timespec='seconds')})")
+            self._answer(
+                label,
+                "ignored",
+                f"the request ({req.get('requested_at')}) is older than this training "
+                f"({self.started_at.isoformat(timespec='seconds')})",
+            )
             return None
         try:
             fn = self.pack.reward_fn(label)
@@ -126,8 +146,12 @@ class RewardSwitchPoller:
             return label  # refused by the caller with the reason
         want = req.get("reward_fn_sha256")
         if want and want != fn.version:
-            self._answer(label, "refused", f"reward function {label} is {fn.version[:12]} in this training, the "
-                                           f"request asked for {str(want)[:12]}")
+            self._answer(
+                label,
+                "refused",
+                f"reward function {label} is {fn.version[:12]} in this training, the "
+                f"request asked for {str(want)[:12]}",
+            )
             return None
         return label
 
@@ -139,17 +163,30 @@ class RewardSwitchPoller:
         log.warning("reward switch to %s %s: %s", label, status, reason)
         if not self.ctx.dry_run:
             try:
-                self.ctx.storage.write_json(self.ctx.uri("control", self.ctx.scenario, self.ctx.run_key, STATUS_FILE),
-                                            {"reward_fn": label, "status": status, "reason": reason,
-                                             "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+                self.ctx.storage.write_json(
+                    self.ctx.uri("control", self.ctx.scenario, self.ctx.run_key, STATUS_FILE),
+                    {
+                        "reward_fn": label,
+                        "status": status,
+                        "reason": reason,
+                        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+                    },
+                )
             except Exception as exc:  # noqa: BLE001 - a status note must never stop a training
                 log.warning("could not record the reward switch status: %s", exc)
 
 
 def record_switches(run: Any, switches: list[Any]) -> list[dict[str, Any]]:
     """Tags and metrics of the training run for each switch; returns them for the step result."""
-    out = [{"iteration": s.iteration, "global_step": s.global_step, "old_sha256": s.old_version,
-            "new_sha256": s.new_version} for s in switches]
+    out = [
+        {
+            "iteration": s.iteration,
+            "global_step": s.global_step,
+            "old_sha256": s.old_version,
+            "new_sha256": s.new_version,
+        }
+        for s in switches
+    ]
     if out:
         run.set_tags({f"reward_switch.{s['iteration']}": f"{s['old_sha256']} -> {s['new_sha256']}" for s in out})
         for s in out:

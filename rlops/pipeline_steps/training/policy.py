@@ -37,10 +37,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlops.common.config import resolve_local
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
-from rlops.common.config import resolve_local
 
 if TYPE_CHECKING:
     from rlops.model.pack_defaults import TrainingPlan
@@ -54,13 +54,20 @@ MODEL_ARTIFACT = "policy_model"
 
 
 # --------------------------------------------------------------------------- settings
-def ppo_config(ctx: StepContext, pack: "Pack", mode: str, timesteps: int | None = None,
-               checkpoint_dir: Path | None = None, **overrides: Any) -> "TrainingPlan":
+def ppo_config(
+    ctx: StepContext,
+    pack: Pack,
+    mode: str,
+    timesteps: int | None = None,
+    checkpoint_dir: Path | None = None,
+    **overrides: Any,
+) -> TrainingPlan:
     """The :class:`~rlops.model.pack_defaults.TrainingPlan` of this run (env count + PPOConfig): what the
     pack implies < ``ppo:`` block < ``train:`` keys < arguments. Checkpoints are written every
     ``checkpoint_every`` iterations (default 10) to ``checkpoint_dir``; without one (dry runs) never."""
     from rlops.model.pack_defaults import derive_defaults
     from rlops.model.ppo_config import PPOConfig, resolve_device
+
     known = {f.name for f in fields(PPOConfig)}
     train = ctx.config.train
     # null in the typed blocks: the pack decides (num_steps, γ, minibatches) or `ppo:` does (train's overrides)
@@ -104,11 +111,18 @@ def fingerprint(**inputs: Any) -> str:
 
 
 # --------------------------------------------------------------------------- the step
-def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = None,
-                 reward_version: str | None = None, data_version: str | None = None,
-                 reward_source: str | None = None, blend_lambda: float | None = None,
-                 reward_model_version: str | None = None, reward_switch: tuple[int, str] | None = None,
-                 **ppo_overrides: Any) -> dict[str, Any]:
+def train_policy(
+    ctx: StepContext,
+    mode: str = "full",
+    timesteps: int | None = None,
+    reward_version: str | None = None,
+    data_version: str | None = None,
+    reward_source: str | None = None,
+    blend_lambda: float | None = None,
+    reward_model_version: str | None = None,
+    reward_switch: tuple[int, str] | None = None,
+    **ppo_overrides: Any,
+) -> dict[str, Any]:
     """Train (or resume) a candidate and register it. Returns a small JSON-able summary.
 
     ``reward_source`` (else ``train.reward_source``): ``scripted``, ``model`` or ``blend``
@@ -119,12 +133,14 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
     by ``rlops train switch-reward`` for this run key are picked up between iterations too.
     """
     from rlops.common.arguments import MAX_TIMESTEPS, choice, count
+
     choice("--mode", mode, ("full", "incremental"))
     if timesteps is not None:
         timesteps = count("--timesteps", timesteps, maximum=MAX_TIMESTEPS)
     from rlops.model.ppo_config import resolve_device
-    from rlops.sandbox.profiles import default_profile
     from rlops.pipeline_steps.training.dual_track import resolve_reward_source
+    from rlops.sandbox.profiles import default_profile
+
     pack = ctx.load_pack()
     source = resolve_reward_source(ctx, reward_source, blend_lambda)
     label = reward_label(ctx, reward_version)
@@ -141,22 +157,47 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
         plan = ppo_config(ctx, pack, mode_used, timesteps, None if ctx.dry_run else ckpt, **ppo_overrides)
         cfg, num_envs = plan.config, plan.num_envs
         rm_version, rm_model = _reward_model(ctx, source, reward_model_version)
-        fp = fingerprint(scenario=ctx.scenario, run_key=ctx.run_key, mode=mode_used, reward=reward_fn.version,
-                         reward_source=source.kind, blend_lambda=source.model_weight, reward_model=rm_version,
-                         **({"reward_centred": source.centred} if source.needs_model else {}),
-                         parent=parent, calibration=cal_version, num_envs=num_envs, profile=profile,
-                         ppo={k: v for k, v in cfg.to_params().items()
-                              if k not in ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "progress",
-                                           "device", "torch_threads")})
+        fp = fingerprint(
+            scenario=ctx.scenario,
+            run_key=ctx.run_key,
+            mode=mode_used,
+            reward=reward_fn.version,
+            reward_source=source.kind,
+            blend_lambda=source.model_weight,
+            reward_model=rm_version,
+            **({"reward_centred": source.centred} if source.needs_model else {}),
+            parent=parent,
+            calibration=cal_version,
+            num_envs=num_envs,
+            profile=profile,
+            ppo={
+                k: v
+                for k, v in cfg.to_params().items()
+                if k
+                not in ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "progress", "device", "torch_threads")
+            },
+        )
         base: dict[str, Any]
-        base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "requested_mode": mode, "mode": mode_used,
-                "note": note, "parent_champion": parent, "timesteps_budget": cfg.total_timesteps,
-                "reward_fn": label, "reward_fn_sha256": reward_fn.version,
-                "calibration_version": cal_version, "data_version": data_version, "num_envs": num_envs,
-                "profile": profile, "checkpoint_dir": str(ckpt),
-                "reward_source": source.kind, "reward_blend_lambda": source.model_weight,
-                "reward_model_centred": source.centred,
-                "reward_model_version": rm_version}
+        base = {
+            "scenario": ctx.scenario,
+            "run_key": ctx.run_key,
+            "requested_mode": mode,
+            "mode": mode_used,
+            "note": note,
+            "parent_champion": parent,
+            "timesteps_budget": cfg.total_timesteps,
+            "reward_fn": label,
+            "reward_fn_sha256": reward_fn.version,
+            "calibration_version": cal_version,
+            "data_version": data_version,
+            "num_envs": num_envs,
+            "profile": profile,
+            "checkpoint_dir": str(ckpt),
+            "reward_source": source.kind,
+            "reward_blend_lambda": source.model_weight,
+            "reward_model_centred": source.centred,
+            "reward_model_version": rm_version,
+        }
         if ctx.dry_run:
             return _dry_run_summary(base, ckpt, name, parent)
         existing = ctx.tracker.find_version_by_tag(name, "train_fingerprint", fp)
@@ -164,27 +205,40 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
             return _reused_summary(ctx, name, existing, base, note)
 
         _prepare_checkpoints(ckpt, fp)
-        env = pack.make_env(num_envs, reward_version=label, profile=profile,
-                            device=resolve_device(cfg.device).type, seed=cfg.seed)
+        env = pack.make_env(
+            num_envs, reward_version=label, profile=profile, device=resolve_device(cfg.device).type, seed=cfg.seed
+        )
         from rlops.model.reward_source import apply_reward_source
+
         apply_reward_source(env, source, rm_model)
         init, cfg, base["behaviour_cloning"] = _behaviour_cloning_start(ctx, pack, cfg, source, init)
         from rlops.pipeline_steps.infra.pass_run import ensure_pass_run, step_run
+
         pass_run = ensure_pass_run(ctx.tracker, ctx.scenario, ctx.run_key, ctx.extra.get("dag_run_id"))
-        fn_version = ctx.tracker.register_reward_fn(ctx.scenario, reward_fn.path, reward_fn.version,
-                                                    reward_fn.rule_refs, label, parent_run_id=pass_run)
-        run_tags = {T.MODE: mode_used, T.REWARD_FN_SHA256: reward_fn.version, T.PARENT_CHAMPION: parent or "none",
-                    T.CALIBRATION_VERSION: cal_version, T.REWARD_SOURCE: source.kind,
-                    T.REWARD_MODEL_VERSION: rm_version or "none", T.TRAIN_FINGERPRINT: fp,
-                    # pid + host let `rlops train status --pid` find the run of a training in progress.
-                    T.PID: os.getpid(), T.HOST: socket.gethostname()}
+        fn_version = ctx.tracker.register_reward_fn(
+            ctx.scenario, reward_fn.path, reward_fn.version, reward_fn.rule_refs, label, parent_run_id=pass_run
+        )
+        run_tags = {
+            T.MODE: mode_used,
+            T.REWARD_FN_SHA256: reward_fn.version,
+            T.PARENT_CHAMPION: parent or "none",
+            T.CALIBRATION_VERSION: cal_version,
+            T.REWARD_SOURCE: source.kind,
+            T.REWARD_MODEL_VERSION: rm_version or "none",
+            T.TRAIN_FINGERPRINT: fp,
+            # pid + host let `rlops train status --pid` find the run of a training in progress.
+            T.PID: os.getpid(),
+            T.HOST: socket.gethostname(),
+        }
         # A training killed mid-run left its run RUNNING: this attempt resumes its work, so it closes it.
         stale = ctx.tracker.close_stale_runs({T.STEP: T.TRAIN_POLICY, T.TRAIN_FINGERPRINT: fp})
         from rlops.model.reward_source import model_only
         from rlops.pipeline_steps.training.hot_reload import RewardSwitchPoller
+
         switch_at, switch_label = reward_switch or (None, None)
-        poller = RewardSwitchPoller(ctx, pack, switch_at, switch_label,
-                                    wrap=model_only if source.kind == "model" else None)
+        poller = RewardSwitchPoller(
+            ctx, pack, switch_at, switch_label, wrap=model_only if source.kind == "model" else None
+        )
         with step_run(ctx, T.TRAIN_POLICY, label=mode_used, extra_tags=run_tags) as run:
             if stale:
                 run.set_tags({T.CLOSED_STALE_RUNS: ",".join(stale)})
@@ -192,22 +246,28 @@ def train_policy(ctx: StepContext, mode: str = "full", timesteps: int | None = N
             return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp), poller)
 
 
-def _starting_point(ctx: StepContext, pack: "Pack", mode: str, name: str,
-                    tmp: Path) -> tuple[str, str, str | None, "PolicyNetwork | None"]:
+def _starting_point(
+    ctx: StepContext, pack: Pack, mode: str, name: str, tmp: Path
+) -> tuple[str, str, str | None, PolicyNetwork | None]:
     """``(mode actually used, note, parent champion version, warm-start network)``: an incremental
     run falls back to full when there is no champion or it has another observation layout."""
     from rlops.pipeline_steps.infra.policy_loader import champion_policy
+
     parent: str | None = None
     init: PolicyNetwork | None = None
     if mode == "incremental":  # a dry run only asks who the champion is
-        parent, init = ((ctx.tracker.get_alias(name, CHAMPION), None) if ctx.dry_run
-                        else champion_policy(ctx, tmp))
+        parent, init = (ctx.tracker.get_alias(name, CHAMPION), None) if ctx.dry_run else champion_policy(ctx, tmp)
     mode_used, note = mode, ""
     if mode == "incremental" and parent is None:
         mode_used, note = "full", "no champion yet: trained from scratch (full) instead of warm-starting"
     elif init is not None and _layout_of(init) != _layout_of(pack):
-        mode_used, note = "full", (f"champion v{parent} was trained on another observation layout: trained "
-                                   "from scratch (full) instead of warm-starting")
+        mode_used, note = (
+            "full",
+            (
+                f"champion v{parent} was trained on another observation layout: trained "
+                "from scratch (full) instead of warm-starting"
+            ),
+        )
         parent, init = None, None
     return mode_used, note, parent, init
 
@@ -217,6 +277,7 @@ def _reward_model(ctx: StepContext, source: Any, reward_model_version: str | Non
     if not source.needs_model:
         return None, None
     from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
+
     if ctx.dry_run:
         return reward_model_version or latest_reward_model_version(ctx), None
     return load_reward_model_version(ctx, reward_model_version)
@@ -224,32 +285,43 @@ def _reward_model(ctx: StepContext, source: Any, reward_model_version: str | Non
 
 def _dry_run_summary(base: dict[str, Any], ckpt: Path, name: str, parent: str | None) -> dict[str, Any]:
     from rlops.model.checkpoint import latest_checkpoint
+
     last = latest_checkpoint(ckpt) if ckpt.is_dir() else None
-    return {**base, "dry_run": True, "would_register": name,
-            "resume_from": str(last) if last else None,
-            "warm_start": f"champion v{parent}" if parent else "none (from scratch)"}
+    return {
+        **base,
+        "dry_run": True,
+        "would_register": name,
+        "resume_from": str(last) if last else None,
+        "warm_start": f"champion v{parent}" if parent else "none (from scratch)",
+    }
 
 
-def _reused_summary(ctx: StepContext, name: str, existing: str, base: dict[str, Any],
-                    note: str) -> dict[str, Any]:
+def _reused_summary(ctx: StepContext, name: str, existing: str, base: dict[str, Any], note: str) -> dict[str, Any]:
     """The already registered version trained with the same fingerprint (idempotent reruns)."""
     tags = ctx.tracker.model_version_tags(name, existing)
-    return {**base, "model_version": existing, "run_id": tags.get("run_id"), "reused": True,
-            "mean_return": _float(tags.get("eval_mean_return")),
-            "note": (note + "; " if note else "") + "already trained for this run key: returned the "
-                                                    "registered version"}
+    return {
+        **base,
+        "model_version": existing,
+        "run_id": tags.get("run_id"),
+        "reused": True,
+        "mean_return": _float(tags.get("eval_mean_return")),
+        "note": (note + "; " if note else "") + "already trained for this run key: returned the registered version",
+    }
 
 
-def _behaviour_cloning_start(ctx: StepContext, pack: "Pack", cfg: Any, source: Any,
-                             init: "PolicyNetwork | None") -> tuple["PolicyNetwork | None", Any, dict[str, Any] | None]:
+def _behaviour_cloning_start(
+    ctx: StepContext, pack: Pack, cfg: Any, source: Any, init: PolicyNetwork | None
+) -> tuple[PolicyNetwork | None, Any, dict[str, Any] | None]:
     """A learned reward with nothing to warm-start from: clone the relabelled traces first.
     Returns ``(init, cfg, behaviour-cloning summary or None)``."""
     bc: dict[str, Any] = {}
     if source.needs_model and init is None:
         from rlops.pipeline_steps.training.dual_track import warm_start
+
         init, bc = warm_start(ctx, pack, cfg)
         if init is not None:  # PPO continues from the cloned policy (no EWC: nothing to keep)
             import dataclasses
+
             cfg = dataclasses.replace(cfg, mode="incremental", ewc_lambda=0.0)
     return init, cfg, bc or None
 
@@ -258,83 +330,144 @@ def log_training_inputs(ctx: StepContext, run: Any, cal_version: str, cal: dict[
     """The calibration the sandbox was fitted with, and the trace partitions it was fitted on, as
     the run's training datasets (nothing when the pack is used as written)."""
     from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, log_dataset_inputs, parquet_dataset
+
     if cal is None:
         return
-    refs = [calibration_dataset(ctx.storage, ctx.uri("calibrations", ctx.scenario, f"{cal_version}.json"),
-                                f"calibration-{ctx.scenario}")]
+    refs = [
+        calibration_dataset(
+            ctx.storage, ctx.uri("calibrations", ctx.scenario, f"{cal_version}.json"), f"calibration-{ctx.scenario}"
+        )
+    ]
     traces = cal.get("traces_uri")
     if traces:
         refs.append(parquet_dataset(ctx.storage, str(traces), f"traces-{ctx.scenario}"))
     log_dataset_inputs(run, refs, TRAINING)
 
 
-def _train_and_register(ctx: StepContext, pack: "Pack", env: Any, cfg: Any, run: Any,
-                        init: "PolicyNetwork | None", base: dict[str, Any], fp: str, fn_version: str,
-                        tmp: Path, poller: Any = None) -> dict[str, Any]:
+def _train_and_register(
+    ctx: StepContext,
+    pack: Pack,
+    env: Any,
+    cfg: Any,
+    run: Any,
+    init: PolicyNetwork | None,
+    base: dict[str, Any],
+    fp: str,
+    fn_version: str,
+    tmp: Path,
+    poller: Any = None,
+) -> dict[str, Any]:
     from rlops.model.checkpoint import latest_checkpoint
     from rlops.model.ppo import train
     from rlops.pipeline_steps.infra.descriptions import version_description
+
     settings = ctx.config.train
     resumed = latest_checkpoint(cfg.checkpoint_dir)
-    run.log_params({"scenario": ctx.scenario, "run_key": ctx.run_key, "num_envs": base["num_envs"],
-                    "profile": base["profile"], "reward_fn": base["reward_fn"],
-                    "resumed_from": resumed.name if resumed else "none"})
+    run.log_params(
+        {
+            "scenario": ctx.scenario,
+            "run_key": ctx.run_key,
+            "num_envs": base["num_envs"],
+            "profile": base["profile"],
+            "reward_fn": base["reward_fn"],
+            "resumed_from": resumed.name if resumed else "none",
+        }
+    )
     t0 = time.perf_counter()
     result = train(cfg, env, tracker=run, init_from=init, resume_from="auto", reward_source=poller)
     train_seconds = time.perf_counter() - t0
     from rlops.pipeline_steps.training.hot_reload import record_switches
+
     switches = record_switches(run, result.reward_switches)
 
-    evaluation = _evaluate(pack, result.policy, base["reward_fn"], settings.eval_episodes,
-                           settings.eval_seed, base["profile"])
+    evaluation = _evaluate(
+        pack, result.policy, base["reward_fn"], settings.eval_episodes, settings.eval_seed, base["profile"]
+    )
     run.log_metrics(evaluation["metrics"], step=result.global_step)
     if result.history:
         run.log_figure(learning_curve(result.history), "plots/learning_curve.png")
-        run.log_dict({"columns": list(result.history[0]), "data": [list(r.values()) for r in result.history]},
-                     "metrics/history.json")
+        run.log_dict(
+            {"columns": list(result.history[0]), "data": [list(r.values()) for r in result.history]},
+            "metrics/history.json",
+        )
 
-    tags = {"reward_fn_sha256": base["reward_fn_sha256"], "reward_fn": base["reward_fn"],
-            "reward_fn_model_version": fn_version, "calibration_version": base["calibration_version"],
-            "data_version": base["data_version"], "parent_champion": base["parent_champion"] or "none",
-            "mode": base["mode"], "timesteps": result.global_step, "train_seconds": round(train_seconds, 3),
-            "run_key": ctx.run_key, "train_fingerprint": fp, "run_id": run.run_id,
-            "stagnated": str(result.stagnated).lower(), "eval_mean_return": round(evaluation["mean_return"], 6),
-            "reward_source": base["reward_source"], "reward_blend_lambda": base["reward_blend_lambda"],
-            "reward_model_version": base["reward_model_version"] or "none",
-            "bc_steps": (base.get("behaviour_cloning") or {}).get("steps_imitated", 0)}
-    version = register_policy(ctx, run, pack, result.policy, tags, tmp,
-                              description=version_description(ctx.scenario, base, evaluation))
-    return {**base, "model_version": version, "run_id": run.run_id, "reused": False,
-            "mean_return": evaluation["mean_return"], "completion_rate": evaluation["completion_rate"],
-            "train_return": result.final_return, "iterations": result.iterations,
-            "timesteps": result.global_step, "train_seconds": round(train_seconds, 3),
-            "stagnated": result.stagnated, "reward_fn_model_version": fn_version, "reward_switches": switches,
-            "reward_fn_sha256_final": result.reward_fn_version,
-            "resumed_from": resumed.name if resumed else None}
+    tags = {
+        "reward_fn_sha256": base["reward_fn_sha256"],
+        "reward_fn": base["reward_fn"],
+        "reward_fn_model_version": fn_version,
+        "calibration_version": base["calibration_version"],
+        "data_version": base["data_version"],
+        "parent_champion": base["parent_champion"] or "none",
+        "mode": base["mode"],
+        "timesteps": result.global_step,
+        "train_seconds": round(train_seconds, 3),
+        "run_key": ctx.run_key,
+        "train_fingerprint": fp,
+        "run_id": run.run_id,
+        "stagnated": str(result.stagnated).lower(),
+        "eval_mean_return": round(evaluation["mean_return"], 6),
+        "reward_source": base["reward_source"],
+        "reward_blend_lambda": base["reward_blend_lambda"],
+        "reward_model_version": base["reward_model_version"] or "none",
+        "bc_steps": (base.get("behaviour_cloning") or {}).get("steps_imitated", 0),
+    }
+    version = register_policy(
+        ctx, run, pack, result.policy, tags, tmp, description=version_description(ctx.scenario, base, evaluation)
+    )
+    return {
+        **base,
+        "model_version": version,
+        "run_id": run.run_id,
+        "reused": False,
+        "mean_return": evaluation["mean_return"],
+        "completion_rate": evaluation["completion_rate"],
+        "train_return": result.final_return,
+        "iterations": result.iterations,
+        "timesteps": result.global_step,
+        "train_seconds": round(train_seconds, 3),
+        "stagnated": result.stagnated,
+        "reward_fn_model_version": fn_version,
+        "reward_switches": switches,
+        "reward_fn_sha256_final": result.reward_fn_version,
+        "resumed_from": resumed.name if resumed else None,
+    }
 
 
-def register_policy(ctx: StepContext, run: Any, pack: "Pack", policy: "PolicyNetwork", tags: dict[str, Any],
-                    tmp: Path, description: str | None = None) -> str:
+def register_policy(
+    ctx: StepContext,
+    run: Any,
+    pack: Pack,
+    policy: PolicyNetwork,
+    tags: dict[str, Any],
+    tmp: Path,
+    description: str | None = None,
+) -> str:
     """Log ``policy`` as the pyfunc model ``policy_model/`` of ``run`` and register it as a new
     ``<scenario>-policy`` version with ``tags``; returns the version."""
     from rlops.agent_sdk.policy_client import observation_columns
     from rlops.model.policy import save_policy
     from rlops.pipeline_steps.infra.pyfunc_policy import save_pyfunc_policy
-    meta = {"scenario": ctx.scenario, "action_names": list(pack.scenario.action_names),
-            "obs_columns": observation_columns(pack.scenario.layout, pack.scenario.action_names),
-            **{k: str(v) for k, v in tags.items() if k in ("reward_fn_sha256", "mode", "run_key")}}
+
+    meta = {
+        "scenario": ctx.scenario,
+        "action_names": list(pack.scenario.action_names),
+        "obs_columns": observation_columns(pack.scenario.layout, pack.scenario.action_names),
+        **{k: str(v) for k, v in tags.items() if k in ("reward_fn_sha256", "mode", "run_key")},
+    }
     work = Path(tempfile.mkdtemp(prefix="policy-", dir=tmp))
     policy_dir = save_policy(policy, work / "policy", metadata=meta).directory
     import pandas as pd
+
     example = pd.DataFrame(pack.make_env(2, seed=0).observe().double().numpy(), columns=meta["obs_columns"])
     run.log_artifact(save_pyfunc_policy(policy_dir, work / MODEL_ARTIFACT, example), MODEL_ARTIFACT)
-    version = ctx.tracker.register_model(run.run_id, MODEL_ARTIFACT, policy_model_name(ctx.scenario),
-                                         tags=tags, description=description)
+    version = ctx.tracker.register_model(
+        run.run_id, MODEL_ARTIFACT, policy_model_name(ctx.scenario), tags=tags, description=description
+    )
     run.set_tags({T.MODEL_VERSION: version})
     from rlops.pipeline_steps.infra.descriptions import MODEL_DESCRIPTION
+
     ctx.tracker.describe(policy_model_name(ctx.scenario), None, MODEL_DESCRIPTION.format(scenario=ctx.scenario))
     return version
-
 
 
 def _layout_of(obj: Any) -> tuple[int, int, int]:
@@ -348,6 +481,7 @@ def _layout_of(obj: Any) -> tuple[int, int, int]:
 def _prepare_checkpoints(ckpt: Path, fp: str) -> None:
     """Keep the checkpoints of the same run (same fingerprint) to resume; drop any other."""
     from rlops.model.checkpoint import list_checkpoints
+
     marker = ckpt / "fingerprint.txt"
     if marker.exists() and marker.read_text().strip() != fp:
         for old in list_checkpoints(ckpt):
@@ -355,13 +489,20 @@ def _prepare_checkpoints(ckpt: Path, fp: str) -> None:
     marker.write_text(fp + "\n")
 
 
-def _evaluate(pack: "Pack", policy: "PolicyNetwork", label: str, episodes: int, seed: int,
-              profile: str | None) -> dict[str, Any]:
+def _evaluate(
+    pack: Pack, policy: PolicyNetwork, label: str, episodes: int, seed: int, profile: str | None
+) -> dict[str, Any]:
     """Held-out summary of the trained policy plus its comparable metrics (``metrics``, the keys of
     :mod:`rlops.pipeline_steps.infra.policy_metrics` that evaluation runs log too)."""
-    from rlops.pipeline_steps.infra.policy_metrics import latency_p99_ms, policy_metrics, population_masks, segment_returns
+    from rlops.pipeline_steps.infra.policy_metrics import (
+        latency_p99_ms,
+        policy_metrics,
+        population_masks,
+        segment_returns,
+    )
     from rlops.sandbox.env import BatchedEnv
     from rlops.sandbox.policies import evaluate_policy
+
     cpu = policy.to("cpu").eval()
     env = BatchedEnv(pack.scenario, pack.reward_fn(label), num_envs=episodes, profile=profile, illegal_action="noop")
     res = evaluate_policy(pack, lambda e: cpu.act(e.observe(), deterministic=True).action, seed=seed, env=env)
@@ -375,8 +516,10 @@ def _evaluate(pack: "Pack", policy: "PolicyNetwork", label: str, episodes: int, 
 def learning_curve(history: list[dict[str, float]]) -> Any:
     """Episodic return and entropy against environment steps (a matplotlib figure)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     steps = [r["global_step"] for r in history]
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, [r["episodic_return"] for r in history], label="episodic return", color="tab:blue")

@@ -38,8 +38,13 @@ class ProfileReport:
         return dict(self.__dict__)
 
 
-def profile_training(ctx: StepContext, duration_s: float, device: str | None = None,
-                     trace_path: Path | None = None, reward_fn: str | None = None) -> ProfileReport:
+def profile_training(
+    ctx: StepContext,
+    duration_s: float,
+    device: str | None = None,
+    trace_path: Path | None = None,
+    reward_fn: str | None = None,
+) -> ProfileReport:
     """Train for about ``duration_s`` seconds under the profiler and report where the time went."""
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -48,14 +53,16 @@ def profile_training(ctx: StepContext, duration_s: float, device: str | None = N
     from rlops.model.ppo_config import resolve_device
     from rlops.pipeline_steps.training.policy import ppo_config
     from rlops.sandbox.profiles import default_profile
+
     pack = ctx.load_pack()
     label = ctx.reward_choice(reward_fn).reward_fn
     profile_name = default_profile(pack, "sandbox", ctx.config.train.profile)
     # A budget no run reaches in ``duration_s``: the clock, not the step count, ends the run.
     plan = ppo_config(ctx, pack, "full", 10**12, None, device=device, progress=False, plateau_eval_every=0)
     dev = resolve_device(plan.config.device)
-    env = pack.make_env(plan.num_envs, reward_version=label, profile=profile_name, device=dev.type,
-                        seed=plan.config.seed)
+    env = pack.make_env(
+        plan.num_envs, reward_version=label, profile=profile_name, device=dev.type, seed=plan.config.seed
+    )
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     t0 = time.perf_counter()
     with profile(activities=activities) as prof:
@@ -79,8 +86,9 @@ def profile_training(ctx: StepContext, duration_s: float, device: str | None = N
     out = trace_path or ctx.local_dir("profiles", ctx.scenario) / f"trace-{time.strftime('%Y%m%dT%H%M%S')}.json"
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(out))
-    return ProfileReport(ctx.scenario, dev.type, round(wall, 2), res.iterations, res.global_step, regions, table,
-                         str(out))
+    return ProfileReport(
+        ctx.scenario, dev.type, round(wall, 2), res.iterations, res.global_step, regions, table, str(out)
+    )
 
 
 def region_lines(report: ProfileReport) -> list[str]:
@@ -89,9 +97,11 @@ def region_lines(report: ProfileReport) -> list[str]:
     head = f"  {'phase':<22}{'calls':>8}{'cpu ms':>11}{'share':>8}" + (f"{'device ms':>11}" if dev else "")
     lines = [head]
     for name, r in report.regions.items():
-        shown = ("    reward (in env_step)" if name == "reward" else f"  {name}")
-        lines.append(f"{shown:<24}{int(r['calls']):>8}{r['cpu_ms']:>11.1f}{r['share']:>8.1%}"
-                     + (f"{r['device_ms']:>11.1f}" if dev else ""))
+        shown = "    reward (in env_step)" if name == "reward" else f"  {name}"
+        lines.append(
+            f"{shown:<24}{int(r['calls']):>8}{r['cpu_ms']:>11.1f}{r['share']:>8.1%}"
+            + (f"{r['device_ms']:>11.1f}" if dev else "")
+        )
     return lines
 
 

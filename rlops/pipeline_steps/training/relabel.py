@@ -29,7 +29,7 @@ KEYS = ("episode_id", "step")
 
 
 # --------------------------------------------------------------------------- pure core
-def step_inputs(pack: "Pack", df: "pd.DataFrame") -> tuple["torch.Tensor", ...]:
+def step_inputs(pack: Pack, df: pd.DataFrame) -> tuple[torch.Tensor, ...]:
     """``(obs, masks, actions, outcomes)`` of trace rows, as the policy and reward model see them."""
     import numpy as np
     import pandas as pd
@@ -37,26 +37,39 @@ def step_inputs(pack: "Pack", df: "pd.DataFrame") -> tuple["torch.Tensor", ...]:
 
     from rlops.model.reward_pairs import outcome_features
     from rlops.pipeline_steps.infra.trace_states import action_codes, error_flags, observations_from_traces
+
     obs, masks = observations_from_traces(pack, df)
     actions = torch.from_numpy(action_codes(pack, df["action"]))
-    latency = torch.from_numpy(pd.to_numeric(df["latency_ms"], errors="coerce").fillna(0.0).to_numpy(np.float32)
-                               if "latency_ms" in df.columns else np.zeros(len(df), np.float32))
-    err = torch.from_numpy(np.array(error_flags(df["error"]), dtype=bool) if "error" in df.columns
-                           else np.zeros(len(df), bool))
-    done = torch.from_numpy(np.array(df["done"].fillna(False).astype(bool).to_numpy(), dtype=bool)
-                            if "done" in df.columns else np.zeros(len(df), bool))
+    latency = torch.from_numpy(
+        pd.to_numeric(df["latency_ms"], errors="coerce").fillna(0.0).to_numpy(np.float32)
+        if "latency_ms" in df.columns
+        else np.zeros(len(df), np.float32)
+    )
+    err = torch.from_numpy(
+        np.array(error_flags(df["error"]), dtype=bool) if "error" in df.columns else np.zeros(len(df), bool)
+    )
+    done = torch.from_numpy(
+        np.array(df["done"].fillna(False).astype(bool).to_numpy(), dtype=bool)
+        if "done" in df.columns
+        else np.zeros(len(df), bool)
+    )
     return obs, masks, actions, outcome_features(latency, err, done)
 
 
-def relabel_frame(pack: "Pack", model: "RewardModel", df: "pd.DataFrame", version: str) -> "pd.DataFrame":
+def relabel_frame(pack: Pack, model: RewardModel, df: pd.DataFrame, version: str) -> pd.DataFrame:
     """One label row per trace row: the reward model's score of the step."""
     import pandas as pd
 
     from rlops.model.reward_model import score
+
     obs, _, actions, outcomes = step_inputs(pack, df)
-    s = score(model, obs[:, :pack.scenario.layout.n_features], actions, outcomes)
-    out = pd.DataFrame({"episode_id": df["episode_id"].astype(str).to_numpy(),
-                        "step": pd.to_numeric(df["step"]).astype("int64").to_numpy()})
+    s = score(model, obs[:, : pack.scenario.layout.n_features], actions, outcomes)
+    out = pd.DataFrame(
+        {
+            "episode_id": df["episode_id"].astype(str).to_numpy(),
+            "step": pd.to_numeric(df["step"]).astype("int64").to_numpy(),
+        }
+    )
     if "trace_id" in df.columns:
         out["trace_id"] = df["trace_id"].astype(str).to_numpy()
     out["reward_model_version"] = str(version)
@@ -69,19 +82,21 @@ def latest_reward_model_version(ctx: StepContext) -> str | None:
     """The newest version of ``<scenario>-reward-model`` (None when none is registered)."""
     from rlops.pipeline_steps.infra.registry import reward_model_name
     from rlops.pipeline_steps.infra.versions import latest_model_version
+
     return latest_model_version(ctx.tracker, reward_model_name(ctx.scenario))
 
 
-def load_reward_model_version(ctx: StepContext, version: str | None = None) -> tuple[str, "RewardModel"]:
+def load_reward_model_version(ctx: StepContext, version: str | None = None) -> tuple[str, RewardModel]:
     """``(version, model)`` of a registered reward model (the newest when ``version`` is None)."""
     from rlops.model.reward_model import CONFIG_FILE, load_reward_model
     from rlops.pipeline_steps.infra.registry import reward_model_name
+
     name = reward_model_name(ctx.scenario)
     version = version or latest_reward_model_version(ctx)
     if version is None:
         raise ValueError(f"no {name} is registered yet; train one first (rlops train-reward-model)")
     source = ctx.tracker.model_version_source(name, str(version))
-    run_id, _, path = source[len("runs:/"):].partition("/")
+    run_id, _, path = source[len("runs:/") :].partition("/")
     with tempfile.TemporaryDirectory(prefix="rlops-rm-") as tmp:
         folder = ctx.tracker.download_artifacts(run_id, path, Path(tmp))
         found = sorted(Path(folder).rglob(CONFIG_FILE)) if Path(folder).is_dir() else []
@@ -95,7 +110,7 @@ def labels_uri(ctx: StepContext, run_key: str | None = None) -> str:
     return ctx.uri(LABELS_DIR, f"scenario={ctx.scenario}", f"run_key={run_key or ctx.run_key}", "labels.parquet")
 
 
-def window_traces(ctx: StepContext, traces_uri: str | None = None, hours: float | None = None) -> "pd.DataFrame":
+def window_traces(ctx: StepContext, traces_uri: str | None = None, hours: float | None = None) -> pd.DataFrame:
     """The run key's trace window of this scenario (empty when there are no traces)."""
     window = ctx.key.lookback(float(hours or ctx.config.relabel.window_hours))
     df = ctx.traces.reader.read(traces_uri or ctx.traces.scenario_uri(ctx.scenario), window)
@@ -104,30 +119,41 @@ def window_traces(ctx: StepContext, traces_uri: str | None = None, hours: float 
     return df
 
 
-def relabel_step(ctx: StepContext, reward_model_version: str | None = None, traces_uri: str | None = None
-                 ) -> dict[str, Any]:
+def relabel_step(
+    ctx: StepContext, reward_model_version: str | None = None, traces_uri: str | None = None
+) -> dict[str, Any]:
     """Score the window's trace rows with the reward model and write the labels next to them."""
     df = window_traces(ctx, traces_uri)
     uri = labels_uri(ctx)
-    result: dict[str, Any] = {"scenario": ctx.scenario, "run_key": ctx.run_key, "rows_in": len(df),
-                              "labels_uri": uri, "dry_run": ctx.dry_run}
+    result: dict[str, Any] = {
+        "scenario": ctx.scenario,
+        "run_key": ctx.run_key,
+        "rows_in": len(df),
+        "labels_uri": uri,
+        "dry_run": ctx.dry_run,
+    }
     if df.empty:
-        return {**result, "rows_out": 0, "reward_model_version": reward_model_version,
-                "note": "no captured traces in the window: nothing to relabel"}
+        return {
+            **result,
+            "rows_out": 0,
+            "reward_model_version": reward_model_version,
+            "note": "no captured traces in the window: nothing to relabel",
+        }
     version, model = load_reward_model_version(ctx, reward_model_version)
     labels = relabel_frame(ctx.load_pack(), model, df, version)
-    result.update(rows_out=len(labels), reward_model_version=version,
-                  mean_score=round(float(labels["rm_score"].mean()), 6))
+    result.update(
+        rows_out=len(labels), reward_model_version=version, mean_score=round(float(labels["rm_score"].mean()), 6)
+    )
     if not ctx.dry_run:
         ctx.storage.write_parquet(uri, labels)
     return result
 
 
-def labelled_steps(ctx: StepContext, pack: "Pack", traces_uri: str | None = None
-                   ) -> tuple["torch.Tensor", ...] | None:
+def labelled_steps(ctx: StepContext, pack: Pack, traces_uri: str | None = None) -> tuple[torch.Tensor, ...] | None:
     """``(obs, masks, actions, scores)`` of the window's traces joined with this run key's labels
     (None when either is missing) — the behaviour-cloning data."""
     import torch
+
     uri = labels_uri(ctx)
     if not ctx.storage.exists(uri):
         return None

@@ -21,10 +21,11 @@ if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack
 
 
-def human_pairs(ctx: StepContext, pack: "Pack") -> "PreferencePairs | None":
+def human_pairs(ctx: StepContext, pack: Pack) -> PreferencePairs | None:
     """Pairs from the label queue's finished labels (None when there are none)."""
     from rlops.pipeline_steps.labels.select import labels_as_pairs
     from rlops.pipeline_steps.labels.step import finished_labels
+
     labels = finished_labels(ctx)
     if labels.empty:
         return None
@@ -32,14 +33,15 @@ def human_pairs(ctx: StepContext, pack: "Pack") -> "PreferencePairs | None":
     return pairs if len(pairs) else None
 
 
-def train_reward_model_step(ctx: StepContext, reward_version: str | None = None, pairs: int | None = None
-                            ) -> dict[str, Any]:
+def train_reward_model_step(
+    ctx: StepContext, reward_version: str | None = None, pairs: int | None = None
+) -> dict[str, Any]:
     """Build pairs, train, log and register; returns the version and its held-out metrics."""
+    from rlops.common.arguments import MAX_EPISODES, count
     from rlops.model.reward_model import PreferencePairs, RewardModelConfig, save_reward_model, train_reward_model
     from rlops.model.reward_pairs import build_preference_pairs
     from rlops.pipeline_steps.infra.registry import reward_model_name
 
-    from rlops.common.arguments import MAX_EPISODES, count
     section = ctx.config.reward_model.model_dump()
     n_pairs = count("--pairs", pairs if pairs is not None else section.pop("pairs"), maximum=MAX_EPISODES)
     section.pop("pairs", None)
@@ -47,8 +49,13 @@ def train_reward_model_step(ctx: StepContext, reward_version: str | None = None,
     label = ctx.reward_choice(reward_version).reward_fn
     pack = ctx.load_pack()
     fn = pack.reward_fn(label)
-    plan = {"scenario": ctx.scenario, "run_key": ctx.run_key, "sandbox_pairs": n_pairs, "reward_fn": label,
-            "reward_fn_sha256": fn.version}
+    plan = {
+        "scenario": ctx.scenario,
+        "run_key": ctx.run_key,
+        "sandbox_pairs": n_pairs,
+        "reward_fn": label,
+        "reward_fn_sha256": fn.version,
+    }
     if ctx.dry_run:
         return {**plan, "dry_run": True}
     data = build_preference_pairs(pack, n_pairs, seed=seed, reward_version=label)
@@ -60,20 +67,39 @@ def train_reward_model_step(ctx: StepContext, reward_version: str | None = None,
     name = reward_model_name(ctx.scenario)
     from rlops.pipeline_steps.infra import tags as T
     from rlops.pipeline_steps.infra.pass_run import step_run
+
     with step_run(ctx, T.TRAIN_REWARD_MODEL, extra_tags={T.REWARD_FN_SHA256: fn.version}) as run:
-        run.log_params({**plan, "human_pairs": 0 if labelled is None else len(labelled),
-                        **{f"rm.{k}": v for k, v in cfg.__dict__.items()}})
+        run.log_params(
+            {
+                **plan,
+                "human_pairs": 0 if labelled is None else len(labelled),
+                **{f"rm.{k}": v for k, v in cfg.__dict__.items()},
+            }
+        )
         for i, loss in enumerate(metrics.history):
             run.log_metrics({"rm.train_loss": loss}, step=i)
         run.log_metrics({f"rm.{k}": float(v) for k, v in metrics.to_dict().items()}, step=len(metrics.history))
         with tempfile.TemporaryDirectory() as tmp:
             save_reward_model(model, Path(tmp) / "reward_model", metadata={**plan, **metrics.to_dict()})
             run.log_artifact(Path(tmp) / "reward_model", "reward_model")
-        version = ctx.tracker.register_model(run.run_id, "reward_model", name, tags={
-            "reward_fn_sha256": fn.version, "reward_fn": label, "run_key": ctx.run_key,
-            "pairwise_accuracy": round(metrics.heldout_pairwise_accuracy, 4),
-            "spearman": round(metrics.spearman, 4)})
-    return {**plan, "model_version": version, "run_id": run.run_id, "pairs": len(data),
-            "human_pairs": 0 if labelled is None else len(labelled),
-            "heldout_pairwise_accuracy": round(metrics.heldout_pairwise_accuracy, 4),
-            "spearman": round(metrics.spearman, 4)}
+        version = ctx.tracker.register_model(
+            run.run_id,
+            "reward_model",
+            name,
+            tags={
+                "reward_fn_sha256": fn.version,
+                "reward_fn": label,
+                "run_key": ctx.run_key,
+                "pairwise_accuracy": round(metrics.heldout_pairwise_accuracy, 4),
+                "spearman": round(metrics.spearman, 4),
+            },
+        )
+    return {
+        **plan,
+        "model_version": version,
+        "run_id": run.run_id,
+        "pairs": len(data),
+        "human_pairs": 0 if labelled is None else len(labelled),
+        "heldout_pairwise_accuracy": round(metrics.heldout_pairwise_accuracy, 4),
+        "spearman": round(metrics.spearman, 4),
+    }

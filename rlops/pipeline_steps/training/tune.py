@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.context import StepContext
 
 if TYPE_CHECKING:
     import optuna
@@ -57,25 +57,34 @@ class TuneResult:
 def defaults_of(ctx: StepContext, pack: Any, timesteps: int, device: str | None) -> dict[str, Any]:
     """The tuned knobs as the training step would set them on this pack."""
     from rlops.pipeline_steps.training.policy import ppo_config
+
     plan = ppo_config(ctx, pack, "full", timesteps, None, device=device)
     cfg = plan.config
-    return {"learning_rate": cfg.learning_rate, "ent_coef": cfg.ent_coef, "clip_coef": cfg.clip_coef,
-            "gamma": cfg.gamma, "num_envs": plan.num_envs, "num_steps": cfg.num_steps}
+    return {
+        "learning_rate": cfg.learning_rate,
+        "ent_coef": cfg.ent_coef,
+        "clip_coef": cfg.clip_coef,
+        "gamma": cfg.gamma,
+        "num_envs": plan.num_envs,
+        "num_steps": cfg.num_steps,
+    }
 
 
-def suggest(trial: "optuna.Trial", base: dict[str, Any]) -> dict[str, Any]:
+def suggest(trial: optuna.Trial, base: dict[str, Any]) -> dict[str, Any]:
     """One point of the search space: a factor of 4 (10 for the entropy weight) around the
     defaults, half / same / double env count and rollout length, γ from a short list."""
     lr, ent = float(base["learning_rate"]), max(float(base["ent_coef"]), 1e-4)
     gammas = sorted({0.95, 0.99, 0.995, 0.999, float(base["gamma"])})
     envs = sorted({max(16, int(base["num_envs"]) // 2), int(base["num_envs"]), int(base["num_envs"]) * 2})
     steps = sorted({max(4, int(base["num_steps"]) // 2), int(base["num_steps"]), int(base["num_steps"]) * 2})
-    return {"learning_rate": trial.suggest_float("learning_rate", lr / 4, lr * 4, log=True),
-            "ent_coef": trial.suggest_float("ent_coef", ent / 10, ent * 10, log=True),
-            "clip_coef": trial.suggest_float("clip_coef", 0.1, 0.3),
-            "gamma": trial.suggest_categorical("gamma", gammas),
-            "num_envs": trial.suggest_categorical("num_envs", envs),
-            "num_steps": trial.suggest_categorical("num_steps", steps)}
+    return {
+        "learning_rate": trial.suggest_float("learning_rate", lr / 4, lr * 4, log=True),
+        "ent_coef": trial.suggest_float("ent_coef", ent / 10, ent * 10, log=True),
+        "clip_coef": trial.suggest_float("clip_coef", 0.1, 0.3),
+        "gamma": trial.suggest_categorical("gamma", gammas),
+        "num_envs": trial.suggest_categorical("num_envs", envs),
+        "num_steps": trial.suggest_categorical("num_steps", steps),
+    }
 
 
 class _TrialSink:
@@ -85,7 +94,7 @@ class _TrialSink:
     ``step_unit`` environment steps (the defaults' batch), not every iteration, so trials with
     smaller batches are not judged on fewer samples than the others."""
 
-    def __init__(self, run: Any, trial: "optuna.Trial", step_unit: int) -> None:
+    def __init__(self, run: Any, trial: optuna.Trial, step_unit: int) -> None:
         self.run, self.trial, self.pruned = run, trial, False
         self.step_unit, self.reported = max(int(step_unit), 1), -1
 
@@ -105,38 +114,81 @@ class _TrialSink:
         return self.pruned
 
 
-def tune(ctx: StepContext, trials: int, budget_s: float | None = None, timesteps: int = 200_000,
-         eval_episodes: int = 500, eval_seed: int = 3_000_000, reward_fn: str | None = None,
-         device: str | None = None, write: bool = False, seed: int = 0) -> TuneResult:
+def tune(
+    ctx: StepContext,
+    trials: int,
+    budget_s: float | None = None,
+    timesteps: int = 200_000,
+    eval_episodes: int = 500,
+    eval_seed: int = 3_000_000,
+    reward_fn: str | None = None,
+    device: str | None = None,
+    write: bool = False,
+    seed: int = 0,
+) -> TuneResult:
     """Run the study (at most ``trials`` trials, stopping after ``budget_s`` seconds)."""
     import optuna
+
     from rlops.sandbox.profiles import default_profile
+
     t0 = time.perf_counter()
     pack = ctx.load_pack()
     label = ctx.reward_choice(reward_fn).reward_fn
     profile = default_profile(pack, "sandbox", ctx.config.train.profile)
     base = defaults_of(ctx, pack, timesteps, device)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed),
-                                pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=2))
+    study = optuna.create_study(
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=seed),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=2),
+    )
     rows: list[dict[str, Any]] = []
     step_unit = int(base["num_envs"]) * int(base["num_steps"])
-    with ctx.tracker.start_run(f"tune-{ctx.scenario}", tags={T.STEP: T.TUNE, "reward_fn": label,
-                                                               "profile": str(profile)}) as parent:
-        parent.log_params({"trials": trials, "budget_s": budget_s, "timesteps_per_trial": timesteps,
-                           "eval_episodes": eval_episodes, "eval_seed": eval_seed,
-                           **{f"default_{k}": v for k, v in base.items()}})
+    with ctx.tracker.start_run(
+        f"tune-{ctx.scenario}", tags={T.STEP: T.TUNE, "reward_fn": label, "profile": str(profile)}
+    ) as parent:
+        parent.log_params(
+            {
+                "trials": trials,
+                "budget_s": budget_s,
+                "timesteps_per_trial": timesteps,
+                "eval_episodes": eval_episodes,
+                "eval_seed": eval_seed,
+                **{f"default_{k}": v for k, v in base.items()},
+            }
+        )
 
-        def objective(trial: "optuna.Trial") -> float:
+        def objective(trial: optuna.Trial) -> float:
             # Trial 0 runs the defaults as they are, not as a point of the search space (a default
             # such as ent_coef 0 may lie outside it); the pruner never stops it (nothing to compare).
             defaults = trial.number == 0
             knobs = dict(base) if defaults else suggest(trial, base)
             trial.set_user_attr("knobs", knobs)
-            value, run_id, pruned = _run_trial(ctx, pack, trial, knobs, label, profile, timesteps, eval_episodes,
-                                               eval_seed, device, parent.run_id, defaults, step_unit)
-            rows.append({"number": trial.number, "run_id": run_id, "value": value, "pruned": pruned,
-                         "defaults": defaults, **knobs})
+            value, run_id, pruned = _run_trial(
+                ctx,
+                pack,
+                trial,
+                knobs,
+                label,
+                profile,
+                timesteps,
+                eval_episodes,
+                eval_seed,
+                device,
+                parent.run_id,
+                defaults,
+                step_unit,
+            )
+            rows.append(
+                {
+                    "number": trial.number,
+                    "run_id": run_id,
+                    "value": value,
+                    "pruned": pruned,
+                    "defaults": defaults,
+                    **knobs,
+                }
+            )
             if pruned:
                 raise optuna.TrialPruned()
             return value
@@ -147,11 +199,16 @@ def tune(ctx: StepContext, trials: int, budget_s: float | None = None, timesteps
         best = study.best_trial if done else study.trials[0]
         assert best.value is not None, "the default trial (the first) always completes"
         best_params = {k: best.user_attrs["knobs"][k] for k in KNOBS}
-        result = TuneResult(ctx.scenario, base, default_value, best_params, float(best.value), rows,
-                            parent.run_id)
-        parent.log_metrics({"default_value": default_value, "best_value": result.best_value,
-                            "trials_complete": float(len(done)), "trials_pruned": float(len(rows) - len(done))},
-                           step=0)
+        result = TuneResult(ctx.scenario, base, default_value, best_params, float(best.value), rows, parent.run_id)
+        parent.log_metrics(
+            {
+                "default_value": default_value,
+                "best_value": result.best_value,
+                "trials_complete": float(len(done)),
+                "trials_pruned": float(len(rows) - len(done)),
+            },
+            step=0,
+        )
         parent.log_dict(result.to_dict(), "tune/result.json")
         if write and not ctx.dry_run:
             result.written = str(write_params(ctx.pack_dir / "params.yaml", best_params))
@@ -160,32 +217,52 @@ def tune(ctx: StepContext, trials: int, budget_s: float | None = None, timesteps
     return result
 
 
-def _run_trial(ctx: StepContext, pack: Any, trial: "optuna.Trial", knobs: dict[str, Any], label: str,
-               profile: str | None, timesteps: int, eval_episodes: int, eval_seed: int, device: str | None,
-               parent_id: str, defaults: bool = False, step_unit: int = 1) -> tuple[float, str, bool]:
+def _run_trial(
+    ctx: StepContext,
+    pack: Any,
+    trial: optuna.Trial,
+    knobs: dict[str, Any],
+    label: str,
+    profile: str | None,
+    timesteps: int,
+    eval_episodes: int,
+    eval_seed: int,
+    device: str | None,
+    parent_id: str,
+    defaults: bool = False,
+    step_unit: int = 1,
+) -> tuple[float, str, bool]:
     from rlops.model.ppo import train
     from rlops.model.ppo_config import resolve_device
     from rlops.pipeline_steps.training.policy import ppo_config
     from rlops.sandbox.policies import evaluate_policy
+
     batch = int(knobs["num_envs"]) * int(knobs["num_steps"])
     # Another batch size keeps minibatches near MINIBATCH transitions; the defaults keep their own.
     minibatches = {} if defaults else {"num_minibatches": max(4, batch // MINIBATCH)}
-    plan = ppo_config(ctx, pack, "full", max(timesteps, batch), None, device=device, progress=False,
-                      **minibatches, **knobs)
+    plan = ppo_config(
+        ctx, pack, "full", max(timesteps, batch), None, device=device, progress=False, **minibatches, **knobs
+    )
     cfg = plan.config
-    env = pack.make_env(plan.num_envs, reward_version=label, profile=profile,
-                        device=resolve_device(cfg.device).type, seed=cfg.seed)
+    env = pack.make_env(
+        plan.num_envs, reward_version=label, profile=profile, device=resolve_device(cfg.device).type, seed=cfg.seed
+    )
     tags = {T.STEP: T.TUNE_TRIAL, "trial": trial.number, "reward_fn": label, "defaults": str(defaults).lower()}
-    with ctx.tracker.start_run(f"tune-{ctx.scenario}-trial-{trial.number}", tags=tags,
-                               parent_run_id=parent_id) as run:
+    with ctx.tracker.start_run(f"tune-{ctx.scenario}-trial-{trial.number}", tags=tags, parent_run_id=parent_id) as run:
         sink = _TrialSink(run, trial, step_unit)
         res = train(cfg, env, tracker=sink, on_iteration=sink.on_iteration)
         if sink.pruned:
             run.set_tags({"optuna_state": "pruned"})
             return float("nan"), run.run_id, True
         cpu = res.policy.to("cpu").eval()
-        ev = evaluate_policy(pack, lambda e: cpu.act(e.observe(), deterministic=True).action,
-                             episodes=eval_episodes, seed=eval_seed, reward_version=label, profile=profile)
+        ev = evaluate_policy(
+            pack,
+            lambda e: cpu.act(e.observe(), deterministic=True).action,
+            episodes=eval_episodes,
+            seed=eval_seed,
+            reward_version=label,
+            profile=profile,
+        )
         value = float(ev.mean_return)
         run.log_metrics({"objective": value}, step=res.global_step)
         run.set_tags({"optuna_state": "complete"})
@@ -201,9 +278,12 @@ def write_params(path: Path, best: dict[str, Any]) -> Path:
     ``train:``. An existing ``  key: value  # comment`` line keeps its comment; missing keys are
     appended to their block, a missing block to the file. The result is re-read to check it."""
     import yaml
+
     text = path.read_text() if path.exists() else ""
-    blocks = {"ppo": {k: v for k, v in best.items() if k != "num_envs"},
-              "train": {k: v for k, v in best.items() if k == "num_envs"}}
+    blocks = {
+        "ppo": {k: v for k, v in best.items() if k != "num_envs"},
+        "train": {k: v for k, v in best.items() if k == "num_envs"},
+    }
     for block, values in blocks.items():
         if values:
             text = _set_block(text, block, values)
@@ -246,7 +326,7 @@ def _set_block(text: str, block: str, values: dict[str, Any]) -> str:
         head = [f"{block}:  # tuned by `rlops train tune`"]
         return "\n".join([*lines, *head, *(f"  {k}: {_text(v)}" for k, v in values.items())]) + "\n"
     end = next((i for i in range(start + 1, len(lines)) if _TOP.match(lines[i])), len(lines))
-    body, todo = lines[start + 1:end], dict(values)
+    body, todo = lines[start + 1 : end], dict(values)
     for i, ln in enumerate(body):
         m = re.match(r"^(\s+)([\w-]+):\s*([^#]*?)(\s*#.*)?$", ln)
         if m and m.group(2) in todo:
@@ -256,7 +336,7 @@ def _set_block(text: str, block: str, values: dict[str, Any]) -> str:
         body.pop()
         blank += 1
     body += [f"  {k}: {_text(v)}" for k, v in todo.items()] + [""] * blank
-    return "\n".join([*lines[:start + 1], *body, *lines[end:]]) + "\n"
+    return "\n".join([*lines[: start + 1], *body, *lines[end:]]) + "\n"
 
 
 __all__ = ["KNOBS", "TuneResult", "defaults_of", "suggest", "tune", "write_params"]

@@ -11,15 +11,20 @@ import pandas as pd
 import pytest
 import torch
 
+from rlops.cli import main as rlops_main
+from rlops.common.config import REPO_ROOT, load_params
 from rlops.model.policy import PolicyConfig, PolicyNetwork, save_policy
 from rlops.pipeline_steps.audit.replay import audit, audit_clusters, replay
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.trace_states import error_flags, mask_matrix, normalized_entropy, observations_from_traces
-from rlops.common.config import REPO_ROOT, load_params
+from rlops.pipeline_steps.infra.trace_states import (
+    error_flags,
+    mask_matrix,
+    normalized_entropy,
+    observations_from_traces,
+)
 from rlops.sandbox.pack import Pack, load_pack
 from rlops.sandbox.policies import random_policy, rule_policy
 from rlops.sandbox.traces import rollout_traces
-from rlops.cli import main as rlops_main
 
 REPO = REPO_ROOT
 
@@ -39,6 +44,7 @@ def policy_dir(credit: Pack, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def network_policy(path: Path, seen: list[torch.Tensor] | None = None):
     from rlops.model.policy import load_policy
+
     net = load_policy(path)
     gen = torch.Generator().manual_seed(0)
 
@@ -48,13 +54,15 @@ def network_policy(path: Path, seen: list[torch.Tensor] | None = None):
             seen.append(obs.clone())
         out = net.act(obs, generator=gen)
         return out.action, {"logp": out.logp, "entropy": out.entropy, "value": out.value}
+
     return act
 
 
 def test_observations_rebuilt_from_traces_equal_what_the_policy_saw(credit: Pack, policy_dir: Path) -> None:
     seen: list[torch.Tensor] = []
-    df = rollout_traces(credit, network_policy(policy_dir, seen), 64, seed=100, profile="live",
-                        policy_version=str(policy_dir))
+    df = rollout_traces(
+        credit, network_policy(policy_dir, seen), 64, seed=100, profile="live", policy_version=str(policy_dir)
+    )
     obs, masks = observations_from_traces(credit, df.sample(frac=1.0, random_state=0).sort_index())
     ep = df["episode_id"].str.rsplit("-", n=1).str[1].astype(int).to_numpy() - 100
     expected = torch.stack([seen[k][i] for k, i in zip(df["step"].to_numpy(), ep)])
@@ -77,12 +85,14 @@ def _ctx(tmp_path: Path, tracking: str | None = None) -> StepContext:
 
 
 def _store(ctx: StepContext, df: pd.DataFrame, name: str) -> None:
-    ctx.storage.write_parquet(ctx.uri("traces", "scenario=credit_approval", "date=2026-11-30", "hour=04",
-                                      f"part-{name}.parquet"), df)
+    ctx.storage.write_parquet(
+        ctx.uri("traces", "scenario=credit_approval", "date=2026-11-30", "hour=04", f"part-{name}.parquet"), df
+    )
 
 
-def test_replay_recomputes_probabilities_with_the_recorded_policy(credit: Pack, policy_dir: Path,
-                                                                  tmp_path: Path) -> None:
+def test_replay_recomputes_probabilities_with_the_recorded_policy(
+    credit: Pack, policy_dir: Path, tmp_path: Path
+) -> None:
     ctx = _ctx(tmp_path)
     df = rollout_traces(credit, network_policy(policy_dir), 20, seed=5, policy_version=str(policy_dir))
     _store(ctx, df, "net")
@@ -117,24 +127,46 @@ def test_replay_falls_back_to_logp_for_the_rule_engine(credit: Pack, tmp_path: P
 
 
 def test_audit_clusters_name_actions_and_low_score_drivers(credit: Pack) -> None:
-    df = pd.concat([rollout_traces(credit, rule_policy, 300, seed=0),
-                    rollout_traces(credit, random_policy(3), 300, seed=1000, policy_version="random")],
-                   ignore_index=True)
+    df = pd.concat(
+        [
+            rollout_traces(credit, rule_policy, 300, seed=0),
+            rollout_traces(credit, random_policy(3), 300, seed=1000, policy_version="random"),
+        ],
+        ignore_index=True,
+    )
     clusters = audit_clusters(credit, df, clusters=4)
     assert sum(c["states"] for c in clusters) == len(df)
     assert all(c["top_actions"] and c["description"] for c in clusters)
     drivers = [d["component"] for c in clusters for d in c["drivers"]]
-    assert drivers and set(drivers) <= {"handling_time", "human_cost", "loan_outcome", "lost_business",
-                                        "amount_cap", "repeat_penalty", "clip"}
+    assert drivers and set(drivers) <= {
+        "handling_time",
+        "human_cost",
+        "loan_outcome",
+        "lost_business",
+        "amount_cap",
+        "repeat_penalty",
+        "clip",
+    }
     top = clusters[0]["top_actions"][0]
     assert {"mean_reward", "std_reward", "mean_return_to_go", "std_return_to_go"} <= set(top)
 
 
-def test_audit_step_writes_html_and_logs(credit: Pack, tmp_path: Path, tmp_tracking: str,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_audit_step_writes_html_and_logs(
+    credit: Pack, tmp_path: Path, tmp_tracking: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     ctx = _ctx(tmp_path, tmp_tracking)
-    _store(ctx, rollout_traces(credit, random_policy(0), 200, seed=0, policy_version="9",
-                               start_ts=pd.Timestamp("2026-11-30T04:10:00Z").to_pydatetime()), "a")
+    _store(
+        ctx,
+        rollout_traces(
+            credit,
+            random_policy(0),
+            200,
+            seed=0,
+            policy_version="9",
+            start_ts=pd.Timestamp("2026-11-30T04:10:00Z").to_pydatetime(),
+        ),
+        "a",
+    )
     out = audit(ctx, policy_version="9")
     page = ctx.storage.read_text(out["html_uri"])
     assert "<img" in page and "data:image/png;base64," in page and "<table>" in page
@@ -143,13 +175,15 @@ def test_audit_step_writes_html_and_logs(credit: Pack, tmp_path: Path, tmp_track
     with pytest.raises(ValueError, match="no trace rows"):
         audit(ctx, policy_version="nope")
     from rlops.pipeline_steps.infra.registry import Tracker
+
     tr = Tracker(tmp_tracking, "credit_approval")
     assert tr.client.list_artifacts(out["run_id"], "audit")
     assert body["meta"]["traces_uri"].endswith("scenario=credit_approval")
 
 
-def test_replay_cli_prints_the_path(credit: Pack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_cli_prints_the_path(
+    credit: Pack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("RLOPS_STORAGE_ROOT", f"file://{tmp_path / 'storage'}")
     ctx = _ctx(tmp_path)
     df = rollout_traces(credit, rule_policy, 5, seed=2)

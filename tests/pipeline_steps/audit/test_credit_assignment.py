@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 import torch
 
+from rlops.common.config import REPO_ROOT
 from rlops.model.credit_assignment import distribute_outcome
 from rlops.pipeline_steps.audit.attribution import attribute
-from rlops.sandbox.pack import Pack, load_pack
+from rlops.sandbox.pack import load_pack
 from rlops.sandbox.policies import random_policy
 from rlops.sandbox.traces import rollout_traces
-from rlops.common.config import REPO_ROOT
 
 REPO = REPO_ROOT
 
@@ -54,10 +54,17 @@ def test_attribution_names_component_rule_action_and_cluster() -> None:
 def test_audit_report_shows_the_attribution(tmp_path: Path, tmp_tracking: str) -> None:
     from rlops.pipeline_steps.audit.replay import audit
     from tests.pipeline_steps.audit.test_audit import _ctx, _store
+
     credit = load_pack(REPO / "scenarios" / "credit_approval", check_liveness=False)
     ctx = _ctx(tmp_path, tmp_tracking)
-    df = rollout_traces(credit, random_policy(0), 200, seed=0, policy_version="9",
-                        start_ts=pd.Timestamp("2026-11-30T04:10:00Z").to_pydatetime())
+    df = rollout_traces(
+        credit,
+        random_policy(0),
+        200,
+        seed=0,
+        policy_version="9",
+        start_ts=pd.Timestamp("2026-11-30T04:10:00Z").to_pydatetime(),
+    )
     last = df.groupby("episode_id")["step"].transform("max") == df["step"]
     df["outcome"] = np.where(last, np.where(df["reward_total"] < 0, -1.0, 1.0), np.nan)
     _store(ctx, df, "a")

@@ -6,26 +6,28 @@ import json
 import subprocess
 import sys
 import textwrap
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 
-from rlops.data_contracts import trace_contract
-from rlops.common.run_key import RunKey
-from rlops.pipeline_steps.capture.core import capture_landing_zone, validate_rows
-from rlops.pipeline_steps.infra.trace_store import landing_files, write_trace_partitions
-from rlops.pipeline_steps.infra.storage import Storage
 from rlops.common.config import REPO_ROOT
+from rlops.common.run_key import RunKey
+from rlops.data_contracts import trace_contract
+from rlops.pipeline_steps.capture.core import capture_landing_zone, validate_rows
+from rlops.pipeline_steps.infra.storage import Storage
+from rlops.pipeline_steps.infra.trace_store import landing_files, write_trace_partitions
 
 REPO = REPO_ROOT
 SCENARIO = "credit_approval"
 ACTIONS = ["screen", "fraud_check", "approve", "reject"]
-FIELDS = [("user_profile.credit_score", "int", 300, 850, None),
-          ("application.channel", "enum", None, None, ["web", "branch"])]
-START = datetime(2026, 1, 5, 10, tzinfo=timezone.utc)
+FIELDS = [
+    ("user_profile.credit_score", "int", 300, 850, None),
+    ("application.channel", "enum", None, None, ["web", "branch"]),
+]
+START = datetime(2026, 1, 5, 10, tzinfo=UTC)
 END = START + timedelta(hours=1)
 
 
@@ -35,10 +37,21 @@ def contract():
 
 
 def row(step: int, ts: str, **over: Any) -> str:
-    rec = {"trace_id": "req-1", "episode_id": f"ep-{ts[11:13]}", "step": step, "ts": ts,
-           "scenario": SCENARIO, "source": "live", "policy_version": "champion-3",
-           "state.user_profile.credit_score": 640, "state.application.channel": "web",
-           "action": "screen", "action_mask": "1100", "logp": -0.2, "done": False}
+    rec = {
+        "trace_id": "req-1",
+        "episode_id": f"ep-{ts[11:13]}",
+        "step": step,
+        "ts": ts,
+        "scenario": SCENARIO,
+        "source": "live",
+        "policy_version": "champion-3",
+        "state.user_profile.credit_score": 640,
+        "state.application.channel": "web",
+        "action": "screen",
+        "action_mask": "1100",
+        "logp": -0.2,
+        "done": False,
+    }
     rec.update(over)
     return json.dumps(rec)
 
@@ -54,30 +67,52 @@ def landing_file(root: Path, when: datetime, lines: list[str], seq: int = 0) -> 
 @pytest.fixture
 def zone(tmp_path: Path) -> dict[str, Any]:
     landing = tmp_path / "landing"
-    landing_file(landing, START + timedelta(minutes=5), [
-        row(0, "2026-01-05T09:59:30Z"),            # buffered before the hour: partition 09
-        row(1, "2026-01-05T10:01:00Z"),
-        '{"trace_id": "req-2", "step": ',          # corrupt line
-        "",                                        # blank: not a row
-        row(2, "2026-01-05T10:02:00Z"),
-    ], seq=0)
-    landing_file(landing, START + timedelta(minutes=40), [
-        row(0, "2026-01-05T10:39:00Z"),
-        row(1, "2026-01-05T10:39:05Z", action="launch_rocket"),   # unknown action
-        row(2, "not-a-time"),                                     # unreadable ts
-        row(3, "2026-01-05T10:39:09Z", done=True),
-    ], seq=1)
+    landing_file(
+        landing,
+        START + timedelta(minutes=5),
+        [
+            row(0, "2026-01-05T09:59:30Z"),  # buffered before the hour: partition 09
+            row(1, "2026-01-05T10:01:00Z"),
+            '{"trace_id": "req-2", "step": ',  # corrupt line
+            "",  # blank: not a row
+            row(2, "2026-01-05T10:02:00Z"),
+        ],
+        seq=0,
+    )
+    landing_file(
+        landing,
+        START + timedelta(minutes=40),
+        [
+            row(0, "2026-01-05T10:39:00Z"),
+            row(1, "2026-01-05T10:39:05Z", action="launch_rocket"),  # unknown action
+            row(2, "not-a-time"),  # unreadable ts
+            row(3, "2026-01-05T10:39:09Z", done=True),
+        ],
+        seq=1,
+    )
     landing_file(landing, END + timedelta(minutes=5), [row(0, "2026-01-05T11:04:00Z")], seq=2)
     hour10 = landing / f"scenario={SCENARIO}" / "date=2026-01-05" / "hour=10"
     (hour10 / ".tmp-half-written.jsonl.abc").write_text(row(0, "2026-01-05T10:00:00Z"))
     (hour10 / "notes.txt").write_text("not a trace file")
-    return {"storage": Storage(f"file://{tmp_path}"), "landing": f"file://{landing}",
-            "traces": f"file://{tmp_path / 'traces'}", "tmp": tmp_path}
+    return {
+        "storage": Storage(f"file://{tmp_path}"),
+        "landing": f"file://{landing}",
+        "traces": f"file://{tmp_path / 'traces'}",
+        "tmp": tmp_path,
+    }
 
 
 def run(zone: dict[str, Any], contract, **kw: Any):
-    return capture_landing_zone(zone["storage"], zone["landing"], zone["traces"], SCENARIO,
-                                contract, kw.pop("start", START), kw.pop("end", END), **kw)
+    return capture_landing_zone(
+        zone["storage"],
+        zone["landing"],
+        zone["traces"],
+        SCENARIO,
+        contract,
+        kw.pop("start", START),
+        kw.pop("end", END),
+        **kw,
+    )
 
 
 def stored(zone: dict[str, Any]) -> list[Path]:
@@ -110,8 +145,7 @@ def test_capture_end_to_end(zone, contract):
     assert any("hour=10" in p for p in res.quarantine_partitions)
 
     manifest = storage.read_json(res.manifest_uri)
-    assert manifest["status"] == "complete" and sorted(manifest["files"]) == sorted(
-        res.files_written)
+    assert manifest["status"] == "complete" and sorted(manifest["files"]) == sorted(res.files_written)
 
 
 def test_rerun_overwrites_instead_of_duplicating(zone, contract):
@@ -129,8 +163,7 @@ def test_rerun_overwrites_instead_of_duplicating(zone, contract):
 
 def test_late_files_are_picked_up_on_rerun(zone, contract):
     run(zone, contract)
-    landing_file(Path(zone["landing"][7:]), START + timedelta(minutes=59),
-                 [row(9, "2026-01-05T10:59:00Z")], seq=7)
+    landing_file(Path(zone["landing"][7:]), START + timedelta(minutes=59), [row(9, "2026-01-05T10:59:00Z")], seq=7)
     res = run(zone, contract)
     assert res.rows_accepted == 6
     assert len(zone["storage"].read_parquet(zone["traces"] + f"/scenario={SCENARIO}")) == 6
@@ -170,14 +203,17 @@ def test_a_crashed_run_is_cleaned_up_by_the_next(zone, contract, monkeypatch):
 
 
 def test_bytes_that_are_not_utf8_quarantine_only_their_line(tmp_path, contract):
-    path = landing_file(tmp_path / "landing", START + timedelta(minutes=3),
-                        [row(0, "2026-01-05T10:01:00Z"), row(1, "2026-01-05T10:02:00Z")])
+    path = landing_file(
+        tmp_path / "landing",
+        START + timedelta(minutes=3),
+        [row(0, "2026-01-05T10:01:00Z"), row(1, "2026-01-05T10:02:00Z")],
+    )
     good = path.read_bytes().splitlines()
     path.write_bytes(b"\n".join([good[0], b'{"trace_id": "caf\xe9"}', good[1]]) + b"\n")
     storage = Storage(f"file://{tmp_path}")
-    res = capture_landing_zone(storage, f"file://{tmp_path}/landing",
-                               f"file://{tmp_path}/traces", SCENARIO, contract, START, END,
-                               chunk_rows=2)
+    res = capture_landing_zone(
+        storage, f"file://{tmp_path}/landing", f"file://{tmp_path}/traces", SCENARIO, contract, START, END, chunk_rows=2
+    )
     assert (res.rows_in, res.rows_accepted, res.rows_quarantined) == (3, 2, 1)
     q = storage.read_parquet(res.quarantine_uri)
     assert q["quarantine_reason"].tolist() == ["encoding: line is not valid UTF-8"]
@@ -186,10 +222,11 @@ def test_bytes_that_are_not_utf8_quarantine_only_their_line(tmp_path, contract):
 
 def test_interval_selection_and_errors(zone, contract):
     storage = zone["storage"]
-    assert len(landing_files(storage, zone["landing"], SCENARIO, START,
-                             START + timedelta(minutes=15))) == 1
-    assert len(landing_files(storage, zone["landing"], SCENARIO, START - timedelta(hours=3),
-                             END + timedelta(hours=1))) == 3
+    assert len(landing_files(storage, zone["landing"], SCENARIO, START, START + timedelta(minutes=15))) == 1
+    assert (
+        len(landing_files(storage, zone["landing"], SCENARIO, START - timedelta(hours=3), END + timedelta(hours=1)))
+        == 3
+    )
     empty = run(zone, contract, start=START - timedelta(days=1), end=START - timedelta(hours=23))
     assert (empty.rows_in, empty.partitions, empty.quarantine_uri) == (0, [], None)
     with pytest.raises(ValueError, match="start before end"):
@@ -206,8 +243,7 @@ def test_row_writing_helpers_are_reusable(tmp_path, contract):
     accepted, quarantined = validate_rows(df, contract)
     assert (len(accepted), len(quarantined)) == (2, 1)
     storage = Storage(f"file://{tmp_path}")
-    files = write_trace_partitions(storage, accepted, f"file://{tmp_path}/t", "sandbox-run-1",
-                                   contract=contract)
+    files = write_trace_partitions(storage, accepted, f"file://{tmp_path}/t", "sandbox-run-1", contract=contract)
     assert [f.split("/")[-2] for f in files] == ["hour=10", "hour=12"]
     assert all(f.endswith("part-sandbox-run-1-00000.parquet") for f in files)
     assert len(storage.read_parquet(f"file://{tmp_path}/t")) == 2
@@ -216,16 +252,17 @@ def test_row_writing_helpers_are_reusable(tmp_path, contract):
 def test_capture_on_s3(moto_bucket, moto_s3, tmp_path, contract):
     storage = Storage(moto_bucket, endpoint_url=moto_s3)
     local = tmp_path / "landing"
-    path = landing_file(local, START + timedelta(minutes=1),
-                        [row(0, "2026-01-05T10:00:30Z"), "oops"])
+    path = landing_file(local, START + timedelta(minutes=1), [row(0, "2026-01-05T10:00:30Z"), "oops"])
     storage.upload_file(path, f"{moto_bucket}/landing/{path.relative_to(local)}")
-    res = capture_landing_zone(storage, f"{moto_bucket}/landing", f"{moto_bucket}/traces",
-                               SCENARIO, contract, START, END)
+    res = capture_landing_zone(
+        storage, f"{moto_bucket}/landing", f"{moto_bucket}/traces", SCENARIO, contract, START, END
+    )
     assert (res.rows_in, res.rows_accepted, res.rows_quarantined) == (2, 1, 1)
     assert res.partitions[0].startswith(f"{moto_bucket}/traces/scenario={SCENARIO}/")
     assert len(storage.read_parquet(res.partitions[0])) == 1
-    again = capture_landing_zone(storage, f"{moto_bucket}/landing", f"{moto_bucket}/traces",
-                                 SCENARIO, contract, START, END)
+    again = capture_landing_zone(
+        storage, f"{moto_bucket}/landing", f"{moto_bucket}/traces", SCENARIO, contract, START, END
+    )
     assert storage.list(moto_bucket, suffix=".parquet") == sorted(again.files_written)
     assert again.quarantine_uri == f"{moto_bucket}/quarantine/scenario={SCENARIO}"
 
@@ -242,6 +279,7 @@ def test_tracer_to_capture_round_trip(tmp_path, contract):
             return ExecutionResult(done=action == "approve")
 
     with Tracer(tmp_path / "landing", flush_every=2) as tracer:
+
         @rollout(tracer, scenario=SCENARIO, policy_version="champion-3")
         def episode(observer, executor, episode) -> None:
             state = observer.observe()
@@ -252,10 +290,16 @@ def test_tracer_to_capture_round_trip(tmp_path, contract):
                 state = observer.observe()
 
         episode(Observer(), Executor())
-    now = datetime.now(timezone.utc)
-    res = capture_landing_zone(Storage(f"file://{tmp_path}"), f"file://{tmp_path}/landing",
-                               f"file://{tmp_path}/traces", SCENARIO, contract,
-                               now - timedelta(hours=1), now + timedelta(minutes=1))
+    now = datetime.now(UTC)
+    res = capture_landing_zone(
+        Storage(f"file://{tmp_path}"),
+        f"file://{tmp_path}/landing",
+        f"file://{tmp_path}/traces",
+        SCENARIO,
+        contract,
+        now - timedelta(hours=1),
+        now + timedelta(minutes=1),
+    )
     assert (res.rows_in, res.rows_accepted) == (3, 3), res
 
 
@@ -289,8 +333,13 @@ def test_memory_stays_bounded_on_a_million_rows(tmp_path):
     """)
     rss = {}
     for n in (100_000, 1_000_000):
-        out = subprocess.run([sys.executable, "-c", script, str(n), str(tmp_path / str(n))],
-                             capture_output=True, text=True, check=True, timeout=900)
+        out = subprocess.run(
+            [sys.executable, "-c", script, str(n), str(tmp_path / str(n))],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=900,
+        )
         rss[n] = int(out.stdout.strip().splitlines()[-1])  # KiB
     assert rss[1_000_000] < rss[100_000] * 1.25 + 50_000, rss
 

@@ -26,11 +26,13 @@ def _env(tmp_tracking: str, tmp_storage_root: str) -> None:
 
 def _rows(ctx: StepContext) -> pd.DataFrame:
     from rlops.pipeline_steps.infra.trace_store import read_traces
+
     return read_traces(ctx.storage, ctx.traces.scenario_uri(SCENARIO), None)
 
 
 def test_simulated_episodes_never_collide_and_reruns_reproduce() -> None:
     from rlops.pipeline_steps.capture.step import capture_step
+
     a = StepContext.create(SCENARIO, "20261130T0500-15m")
     b = StepContext.create(SCENARIO, "20261130T0515-15m")
     capture_step(a, simulate=True, episodes=300)
@@ -45,19 +47,28 @@ def test_simulated_episodes_never_collide_and_reruns_reproduce() -> None:
     capture_step(a, simulate=True, episodes=300)  # re-run of the first run key
     again = _rows(a)
     key = ["trace_id"]
-    pd.testing.assert_frame_equal(both.sort_values(key).reset_index(drop=True),
-                                  again.sort_values(key).reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        both.sort_values(key).reset_index(drop=True), again.sort_values(key).reset_index(drop=True)
+    )
 
 
 def test_no_simulated_traffic_unless_asked() -> None:
     from rlops.pipeline_steps.orchestration.tasks import capture, validate_conf
-    conf = validate_conf({"scenario": SCENARIO, "reward_fn": "v1", "timesteps": 1000, "mode": "full",
-                          "dry_run": False})
+
+    conf = validate_conf({"scenario": SCENARIO, "reward_fn": "v1", "timesteps": 1000, "mode": "full", "dry_run": False})
     res = capture({**conf, "run_key": "20261130T0500-15m"})
     assert res["source"] == "landing_zone" and res["rows_in"] == 0
     assert _rows(StepContext.create(SCENARIO)).empty
     res = capture({**conf, "run_key": "20261130T0500-15m", "simulate": True})
     assert res["source"] == "simulation:live" and res["rows_accepted"] > 0
     with pytest.raises(ValueError, match="simulate"):
-        validate_conf({"scenario": SCENARIO, "reward_fn": "v1", "timesteps": 1000, "mode": "full",
-                       "dry_run": False, "simulate": "yes"})
+        validate_conf(
+            {
+                "scenario": SCENARIO,
+                "reward_fn": "v1",
+                "timesteps": 1000,
+                "mode": "full",
+                "dry_run": False,
+                "simulate": "yes",
+            }
+        )

@@ -14,10 +14,18 @@ import scipy.stats
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlops.pipeline_steps.drift.stats import (MISSING, DriftReport, _kstwo_sf, benjamini_hochberg,
-                                  default_fields, detect_drift, ks_pvalue, ks_statistic)
 from rlops.cli import main as rlops_main
 from rlops.pipeline_steps.drift.report import render_html, run_drift
+from rlops.pipeline_steps.drift.stats import (
+    MISSING,
+    DriftReport,
+    _kstwo_sf,
+    benjamini_hochberg,
+    default_fields,
+    detect_drift,
+    ks_pvalue,
+    ks_statistic,
+)
 
 
 def same_p(ours: float, ref: float) -> bool:
@@ -43,7 +51,8 @@ def assert_like_scipy(a: np.ndarray, b: np.ndarray) -> str:
 samples = st.one_of(
     st.lists(st.floats(-1e6, 1e6, allow_nan=False, width=64), min_size=1, max_size=60),
     st.lists(st.integers(0, 4).map(float), min_size=1, max_size=60),  # heavy ties
-    st.lists(st.sampled_from([-np.inf, -1.0, 0.0, 0.5, np.inf]), min_size=1, max_size=30))
+    st.lists(st.sampled_from([-np.inf, -1.0, 0.0, 0.5, np.inf]), min_size=1, max_size=30),
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -58,22 +67,24 @@ def test_ks_equals_scipy_on_generated_pairs(a: list[float], b: list[float]) -> N
 
 @settings(max_examples=25, deadline=None)
 @given(st.integers(1, 3000), st.integers(1, 3000), st.floats(-0.5, 0.5), st.integers(0, 2**31))
-def test_ks_equals_scipy_on_generated_normal_samples(n1: int, n2: int, shift: float,
-                                                     seed: int) -> None:
+def test_ks_equals_scipy_on_generated_normal_samples(n1: int, n2: int, shift: float, seed: int) -> None:
     rng = np.random.default_rng(seed)
     assert_like_scipy(rng.normal(size=n1), rng.normal(shift, 1.0, size=n2))
 
 
-@pytest.mark.parametrize(("n1", "n2", "shift", "ties", "method"), [
-    (3, 4, 0.0, False, "exact"),
-    (100, 100, 0.3, False, "exact"),
-    (10_000, 10_000, 0.05, False, "exact"),      # scipy's largest 'auto' exact size
-    (10_000, 7_001, 0.0, True, "exact"),
-    (10_001, 500, 0.1, False, "asymp"),
-    (50_000, 50_000, 0.0, True, "asymp"),        # integer data: ties across samples
-    (200_000, 150_000, 0.01, False, "asymp"),    # p from the Smirnov series (n d^2 in [2.2, 370))
-    (200_000, 200_000, 0.3, False, "asymp"),     # p underflows to 0
-])
+@pytest.mark.parametrize(
+    ("n1", "n2", "shift", "ties", "method"),
+    [
+        (3, 4, 0.0, False, "exact"),
+        (100, 100, 0.3, False, "exact"),
+        (10_000, 10_000, 0.05, False, "exact"),  # scipy's largest 'auto' exact size
+        (10_000, 7_001, 0.0, True, "exact"),
+        (10_001, 500, 0.1, False, "asymp"),
+        (50_000, 50_000, 0.0, True, "asymp"),  # integer data: ties across samples
+        (200_000, 150_000, 0.01, False, "asymp"),  # p from the Smirnov series (n d^2 in [2.2, 370))
+        (200_000, 200_000, 0.3, False, "asymp"),  # p underflows to 0
+    ],
+)
 def test_ks_equals_scipy_by_size(n1: int, n2: int, shift: float, ties: bool, method: str) -> None:
     rng = np.random.default_rng(n1 + n2)
     a, b = rng.normal(size=n1), rng.normal(shift, 1.0, size=n2)
@@ -82,9 +93,14 @@ def test_ks_equals_scipy_by_size(n1: int, n2: int, shift: float, ties: bool, met
     assert assert_like_scipy(a, b) == method
 
 
-@pytest.mark.parametrize(("n", "nd2"), [
-    *[(n, nd2) for n in (4096, 20_000, 150_000) for nd2 in (2.2, 2.5, 7.9, 60.0, 369.0)],
-    (1_000_000, 3.1), (1_000_000, 369.0)])  # SMIRNOV_MAX_COMPUTE_N: the last n summed exactly
+@pytest.mark.parametrize(
+    ("n", "nd2"),
+    [
+        *[(n, nd2) for n in (4096, 20_000, 150_000) for nd2 in (2.2, 2.5, 7.9, 60.0, 369.0)],
+        (1_000_000, 3.1),
+        (1_000_000, 369.0),
+    ],
+)  # SMIRNOV_MAX_COMPUTE_N: the last n summed exactly
 def test_kstwo_sf_fast_path_matches_scipy(n: int, nd2: float) -> None:
     d = math.sqrt(nd2 / n) * 1.0001
     ref = float(scipy.stats.kstwo.sf(d, float(n)))
@@ -93,11 +109,15 @@ def test_kstwo_sf_fast_path_matches_scipy(n: int, nd2: float) -> None:
 
 def test_int_and_nullable_columns_match_scipy() -> None:
     rng = np.random.default_rng(3)
-    b = pd.DataFrame({"state.k": rng.integers(0, 50, 3000),
-                      "state.m": pd.array(rng.integers(0, 9, 3000), dtype="Int64")})
-    t = pd.DataFrame({"state.k": rng.integers(2, 52, 2000).astype(float),
-                      "state.m": pd.array([None] * 100 + list(rng.integers(0, 9, 1900)),
-                                          dtype="Int64")})
+    b = pd.DataFrame(
+        {"state.k": rng.integers(0, 50, 3000), "state.m": pd.array(rng.integers(0, 9, 3000), dtype="Int64")}
+    )
+    t = pd.DataFrame(
+        {
+            "state.k": rng.integers(2, 52, 2000).astype(float),
+            "state.m": pd.array([None] * 100 + list(rng.integers(0, 9, 1900)), dtype="Int64"),
+        }
+    )
     rep = detect_drift(b, t)
     for f in rep.fields:
         xb = b[f.field].to_numpy(dtype=float, na_value=np.nan)
@@ -158,8 +178,7 @@ def test_chi_square_on_shifted_categorical() -> None:
     t = pd.DataFrame({"state.band": rng.choice(cats, 4000, p=[0.38, 0.3, 0.32])})
     same = pd.DataFrame({"state.band": rng.choice(cats, 4000, p=[0.5, 0.3, 0.2])})
     f = detect_drift(b, t).fields[0]
-    table = pd.crosstab(np.r_[np.zeros(5000), np.ones(4000)],
-                        np.r_[b["state.band"], t["state.band"]]).to_numpy()
+    table = pd.crosstab(np.r_[np.zeros(5000), np.ones(4000)], np.r_[b["state.band"], t["state.band"]]).to_numpy()
     ref = scipy.stats.chi2_contingency(table)
     assert f.test == "chi2" and f.drifted and f.statistic == pytest.approx(ref.statistic)
     assert f.p_value == pytest.approx(ref.pvalue, rel=1e-12, abs=1e-300)
@@ -169,8 +188,7 @@ def test_chi_square_on_shifted_categorical() -> None:
 
 def test_missing_error_values_are_a_category() -> None:
     b = pd.DataFrame({"error": [None] * 980 + ["timeout"] * 20, "latency_ms": np.arange(1000.0)})
-    t = pd.DataFrame({"error": [None] * 850 + ["timeout"] * 150,
-                      "latency_ms": np.arange(1000.0) * 1.6})
+    t = pd.DataFrame({"error": [None] * 850 + ["timeout"] * 150, "latency_ms": np.arange(1000.0) * 1.6})
     rep = detect_drift(b, t)
     assert default_fields(b, t) == ["error", "latency_ms"]
     err, lat = rep.fields
@@ -199,10 +217,22 @@ def test_default_fields_pick_state_and_operational_columns() -> None:
 
 def test_one_sided_and_mismatched_fields_are_reported_not_raised() -> None:
     rng = np.random.default_rng(9)
-    b = pd.DataFrame({"state.x": rng.normal(size=500), "state.only_b": 1.0,
-                      "state.kind": rng.normal(size=500), "state.empty": np.nan})
-    t = pd.DataFrame({"state.x": rng.normal(size=400), "state.only_t": "a",
-                      "state.kind": ["a"] * 400, "state.empty": rng.normal(size=400)})
+    b = pd.DataFrame(
+        {
+            "state.x": rng.normal(size=500),
+            "state.only_b": 1.0,
+            "state.kind": rng.normal(size=500),
+            "state.empty": np.nan,
+        }
+    )
+    t = pd.DataFrame(
+        {
+            "state.x": rng.normal(size=400),
+            "state.only_t": "a",
+            "state.kind": ["a"] * 400,
+            "state.empty": rng.normal(size=400),
+        }
+    )
     rep = detect_drift(b, t)
     by = {f.field: f for f in rep.fields}
     assert by["state.x"].test == "ks"
@@ -230,9 +260,16 @@ def test_bad_arguments_raise_clear_errors() -> None:
 def _frames() -> tuple[pd.DataFrame, pd.DataFrame]:
     rng = np.random.default_rng(10)
     n = 4000
-    b = pd.DataFrame({"state.income": rng.lognormal(10, 0.5, n), "state.age": rng.normal(45, 12, n),
-                      "state.<tag>": rng.choice(["a", "b"], n), "latency_ms": rng.gamma(2, 50, n),
-                      "error": [None] * (n - 40) + ["timeout"] * 40, "done": rng.random(n) < 0.3})
+    b = pd.DataFrame(
+        {
+            "state.income": rng.lognormal(10, 0.5, n),
+            "state.age": rng.normal(45, 12, n),
+            "state.<tag>": rng.choice(["a", "b"], n),
+            "latency_ms": rng.gamma(2, 50, n),
+            "error": [None] * (n - 40) + ["timeout"] * 40,
+            "done": rng.random(n) < 0.3,
+        }
+    )
     t = b.copy()
     t["state.age"] = rng.normal(52, 12, n)
     t["latency_ms"] = rng.gamma(2, 80, n)
@@ -251,12 +288,11 @@ def test_html_report_lists_every_field_with_a_plot() -> None:
     assert set(rep.drifted_fields) == {"state.age", "latency_ms"}
 
 
-def test_run_drift_writes_reports_and_logs_to_mlflow(tmp_storage_root: str,
-                                                     tmp_tracking: str) -> None:
+def test_run_drift_writes_reports_and_logs_to_mlflow(tmp_storage_root: str, tmp_tracking: str) -> None:
     from mlflow import MlflowClient
 
-    from rlops.pipeline_steps.infra.storage import Storage
     from rlops.common.config import load_params
+    from rlops.pipeline_steps.infra.storage import Storage
 
     params = load_params()
     storage = Storage.from_params(params)
@@ -280,15 +316,15 @@ def test_run_drift_writes_reports_and_logs_to_mlflow(tmp_storage_root: str,
     run = client.get_run(result.run_id)
     assert run.data.metrics["drift.n_drifted"] == 2.0
     assert run.data.metrics["drift_effect/state.age"] == pytest.approx(
-        next(f.effect for f in rep.fields if f.field == "state.age"))
+        next(f.effect for f in rep.fields if f.field == "state.age")
+    )
     arts = {a.path for a in client.list_artifacts(result.run_id, "drift")}
     assert arts == {"drift/report.json", "drift/report.html"}
 
 
-def test_run_drift_reads_and_writes_s3(moto_bucket: str,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlops.pipeline_steps.infra.storage import Storage
+def test_run_drift_reads_and_writes_s3(moto_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from rlops.common.config import load_params
+    from rlops.pipeline_steps.infra.storage import Storage
 
     monkeypatch.setenv("RLOPS_STORAGE_ROOT", f"{moto_bucket}/root")
     params = load_params()
@@ -296,30 +332,48 @@ def test_run_drift_reads_and_writes_s3(moto_bucket: str,
     b, t = _frames()
     storage.write_parquet(storage.join("traces", "b", "part-0.parquet"), b)
     storage.write_parquet(storage.join("traces", "t", "part-0.parquet"), t)
-    result = run_drift(params, storage.join("traces", "b"), storage.join("traces", "t"),
-                       track=False)
+    result = run_drift(params, storage.join("traces", "b"), storage.join("traces", "t"), track=False)
     assert result.report_uri.startswith(f"{moto_bucket}/root/drift/")
     assert storage.read_json(result.report_uri)["summary"] == result.summary
     assert result.run_id is None and len(result.drifted_fields) == 2
 
 
 def test_cli_exit_codes(tmp_storage_root: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from rlops.pipeline_steps.infra.storage import Storage
     from rlops.common.config import load_params
+    from rlops.pipeline_steps.infra.storage import Storage
 
     storage = Storage.from_params(load_params())
     b, t = _frames()
     storage.write_parquet(storage.join("b.parquet"), b)
     storage.write_parquet(storage.join("t.parquet"), t)
-    args = ["drift", "detect", "--baseline", storage.join("b.parquet"), "--target", storage.join("t.parquet"),
-            "--no-track"]
+    args = [
+        "drift",
+        "detect",
+        "--baseline",
+        storage.join("b.parquet"),
+        "--target",
+        storage.join("t.parquet"),
+        "--no-track",
+    ]
     assert rlops_main(args) == 0
     assert "2 of 5 fields drifted" in capsys.readouterr().out
     assert rlops_main([*args, "--fail-on-drift", "--json"]) == 3
     assert json.loads(capsys.readouterr().out)["drifted_fields"] == ["state.age", "latency_ms"]
     assert rlops_main([*args, "--fail-on-drift", "--fields", "state.income"]) == 0
-    assert rlops_main(["drift", "detect", "--baseline", storage.join("nope.parquet"), "--target",
-                       storage.join("t.parquet"), "--no-track"]) == 2
+    assert (
+        rlops_main(
+            [
+                "drift",
+                "detect",
+                "--baseline",
+                storage.join("nope.parquet"),
+                "--target",
+                storage.join("t.parquet"),
+                "--no-track",
+            ]
+        )
+        == 2
+    )
     assert "nope.parquet" in capsys.readouterr().err
 
 
@@ -331,8 +385,9 @@ def test_rows_of_one_episode_count_once_with_clusters() -> None:
     t_eps[:60] += 30  # a little real difference, so the p-value is not near 1
     rows = lambda x: pd.DataFrame({"state.age": np.repeat(x, 5), "ep": np.repeat(np.arange(x.size), 5)})  # noqa: E731
     b, t = rows(b_eps), rows(t_eps)
-    per_episode = detect_drift(pd.DataFrame({"state.age": b_eps}), pd.DataFrame({"state.age": t_eps}),
-                               min_effect=0.0).fields[0]
+    per_episode = detect_drift(
+        pd.DataFrame({"state.age": b_eps}), pd.DataFrame({"state.age": t_eps}), min_effect=0.0
+    ).fields[0]
     as_rows = detect_drift(b, t, min_effect=0.0).fields[0]
     clustered = detect_drift(b, t, min_effect=0.0, clusters=(b["ep"], t["ep"])).fields[0]
     assert clustered.effect == pytest.approx(per_episode.effect)

@@ -4,7 +4,7 @@ raised from the first hour of live traffic after it; a fresh draw from the calib
 from __future__ import annotations
 
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +22,22 @@ SEGMENTS = {"older": "user_profile.age >= 60", "low_credit_score": "user_profile
 @pytest.fixture(scope="module")
 def worlds(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     from rlops.sandbox.pack import load_pack
+
     root = tmp_path_factory.mktemp("worlds")
-    doc = production_doc(yaml.safe_load((PACK / "scenario.yaml").read_text()), parse_events(
-        [{"at_hour": 0, "kind": "outcome", "field": "hidden.default_prob", "factor": 2.5,
-          "when": "user_profile.age >= 60"}]))
+    doc = production_doc(
+        yaml.safe_load((PACK / "scenario.yaml").read_text()),
+        parse_events(
+            [
+                {
+                    "at_hour": 0,
+                    "kind": "outcome",
+                    "field": "hidden.default_prob",
+                    "factor": 2.5,
+                    "when": "user_profile.age >= 60",
+                }
+            ]
+        ),
+    )
     shutil.copytree(PACK, root / "prod")
     (root / "prod" / "scenario.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     shutil.copytree(PACK, root / "rule")  # the business's reward_v2 in force (the rule-change event)
@@ -36,8 +48,10 @@ def worlds(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
 def rows(pack, seed: int, n: int, reward: str = "v1"):  # type: ignore[no-untyped-def]
     from rlops.sandbox.policies import rule_policy
     from rlops.sandbox.traces import rollout_traces
-    return rollout_traces(pack, rule_policy, n, seed=seed, profile="live", reward_version=reward, source="live",
-                          episode_prefix=f"e{seed}")
+
+    return rollout_traces(
+        pack, rule_policy, n, seed=seed, profile="live", reward_version=reward, source="live", episode_prefix=f"e{seed}"
+    )
 
 
 def test_welch_and_effect_by_hand() -> None:
@@ -85,8 +99,11 @@ def test_thin_traffic_is_reported_not_tested(worlds) -> None:  # type: ignore[no
 
 
 @pytest.mark.slow
-def test_the_drift_check_raises_outcome_drift_after_a_quiet_calibrated_hour(worlds, tmp_tracking: str,  # type: ignore[no-untyped-def]
-                                                                          tmp_storage_root: str) -> None:
+def test_the_drift_check_raises_outcome_drift_after_a_quiet_calibrated_hour(
+    worlds,
+    tmp_tracking: str,  # type: ignore[no-untyped-def]
+    tmp_storage_root: str,
+) -> None:
     """As the scheduler runs it: hour 1, live traffic of the calibrated world → recalibrate → the
     check is quiet on outcomes; hour 2, the hidden dynamics changed → outcome drift asks for a retrain,
     with its report in storage and its metrics in MLflow, and the recalibration fits the change from
@@ -96,6 +113,7 @@ def test_the_drift_check_raises_outcome_drift_after_a_quiet_calibrated_hour(worl
     from rlops.pipeline_steps.drift.calibrate import recalibrate
     from rlops.pipeline_steps.drift.check import comparable_rows, drift_check, window_uri
     from rlops.pipeline_steps.infra.context import StepContext
+
     torch.set_num_threads(1)
     sandbox_pack, prod, _ = worlds
 
@@ -103,9 +121,10 @@ def test_the_drift_check_raises_outcome_drift_after_a_quiet_calibrated_hour(worl
         ctx = StepContext.create("credit_approval", key, overrides={"recalibrate": {"check_samples": 5000}})
         t = ctx.key.start
         live = rows(pack, seed, 1500)
-        live["ts"] = datetime(t.year, t.month, t.day, t.hour, 5, tzinfo=timezone.utc).isoformat()
+        live["ts"] = datetime(t.year, t.month, t.day, t.hour, 5, tzinfo=UTC).isoformat()
         ctx.storage.write_parquet(f"{window_uri(ctx)}/part-0.parquet", comparable_rows(sandbox_pack, live))
         return ctx
+
     ctx = hour("20261130T0500", sandbox_pack, 1_000)
     recalibrate(ctx, traces_uri=window_uri(ctx))
     quiet = drift_check(ctx, episodes=2000)
@@ -117,8 +136,9 @@ def test_the_drift_check_raises_outcome_drift_after_a_quiet_calibrated_hour(worl
     assert any(c.startswith("send_notification@user_profile.age") for c in raised["outcome_drifted_cells"])
     doc = ctx.storage.read_json(f"{ctx.report_uri('drift')}/outcomes.json")
     assert doc["drifted"] and doc["cells"]
-    runs = ctx.tracker.client.search_runs([ctx.tracker.experiment_id_for(ctx.scenario)],
-                                          "metrics.`outcome.drifted` = 1")
+    runs = ctx.tracker.client.search_runs(
+        [ctx.tracker.experiment_id_for(ctx.scenario)], "metrics.`outcome.drifted` = 1"
+    )
     assert len(runs) == 1
     # the alarm's recalibration fits the changed dynamics from the hour's outcomes (into the calibration)
     cal = recalibrate(ctx, traces_uri=window_uri(ctx))
@@ -136,6 +156,7 @@ def test_recovery_fits_the_changed_dynamics_and_only_into_the_calibration(worlds
     files stay as they were."""
     from rlops.pipeline_steps.drift.outcome_fit import _loglik, fit_factors, fit_outcomes
     from rlops.sandbox.pack import load_pack
+
     # the likelihood by hand: one event at p = 0.5 doubled to 1 (capped just below) is certain
     assert _loglik(np.array([1.0]), np.array([0.5]), np.array([1.0]))[0] == pytest.approx(np.log(0.5))
     rng = np.random.default_rng(0)
@@ -158,14 +179,21 @@ def test_recovery_fits_the_changed_dynamics_and_only_into_the_calibration(worlds
     assert abs(older.effect) < 0.25, rep.summary  # was d ≈ −0.5 against the uncalibrated sandbox
 
 
-@pytest.mark.parametrize("fit, message", [
-    ({"outcome": "loan_outcome", "by": ["user_profile.age"], "colour": 1}, "unknown key 'colour'"),
-    ({"outcome": "loan_outcome"}, "non-empty list of observed field paths"),
-    ({"outcome": "loan_outcome", "by": ["user_profile.age"], "event_when": "sometimes"}, "'negative' or 'positive'"),
-])
+@pytest.mark.parametrize(
+    "fit, message",
+    [
+        ({"outcome": "loan_outcome", "by": ["user_profile.age"], "colour": 1}, "unknown key 'colour'"),
+        ({"outcome": "loan_outcome"}, "non-empty list of observed field paths"),
+        (
+            {"outcome": "loan_outcome", "by": ["user_profile.age"], "event_when": "sometimes"},
+            "'negative' or 'positive'",
+        ),
+    ],
+)
 def test_a_bad_fit_declaration_is_a_clear_pack_error(tmp_path: Path, fit: dict, message: str) -> None:
     from rlops.sandbox.errors import PackError
     from rlops.sandbox.pack import load_pack
+
     shutil.copytree(PACK, tmp_path / "pack")
     doc = yaml.safe_load((PACK / "scenario.yaml").read_text())
     doc["state"]["hidden"]["default_prob"]["fit"] = fit

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.stats import ks_2samp
 import torch
+from scipy.stats import ks_2samp
 
-from rlops.pipeline_steps.infra.context import StepContext
+from rlops.common.config import REPO_ROOT, load_params
 from rlops.pipeline_steps.drift.calibrate import PROFILE, RecalConfig, fit_calibration, recalibrate
 from rlops.pipeline_steps.drift.field_fits import fit_field, initial_values
-from rlops.common.config import REPO_ROOT, load_params
+from rlops.pipeline_steps.infra.context import StepContext
 from rlops.sandbox.pack import Pack, load_pack
 from rlops.sandbox.policies import rule_policy
 from rlops.sandbox.traces import rollout_traces
@@ -46,15 +46,24 @@ def test_fit_field_is_the_mle_of_the_declared_family(credit: Pack) -> None:
     y = rng.lognormal(8.0, 0.3, 5000)
     assert fit_field(income, y)["mean"] == pytest.approx(np.log(y).mean())
     emp = credit.scenario.fields["user_profile.employment"]
-    assert fit_field(emp, np.array([0, 0, 3, 1.0]))["probs"] == {"salaried": 0.5, "self_employed": 0.25,
-                                                                "unemployed": 0.0, "retired": 0.25}
+    assert fit_field(emp, np.array([0, 0, 3, 1.0]))["probs"] == {
+        "salaried": 0.5,
+        "self_employed": 0.25,
+        "unemployed": 0.0,
+        "retired": 0.25,
+    }
 
 
 def test_fit_moves_fields_errors_and_latency_toward_live(credit: Pack, live_traces: pd.DataFrame) -> None:
     live = live_traces[live_traces["source"] == "live"].reset_index(drop=True)
     cal = fit_calibration(credit, live, RecalConfig())
-    assert set(cal["fields"]) >= {"user_profile.age", "user_profile.income_monthly", "user_profile.employment",
-                                  "user_profile.credit_score", "application.loan_amount"}
+    assert set(cal["fields"]) >= {
+        "user_profile.age",
+        "user_profile.income_monthly",
+        "user_profile.employment",
+        "user_profile.credit_score",
+        "application.loan_amount",
+    }
     assert not {"hidden.default_u", "hidden.is_fraud", "system_status.fraud_flag"} & set(cal["fields"])
     prof = cal["simulation"]["profiles"][PROFILE]
     lo, hi = prof["latency_jitter_ms"]["min"], prof["latency_jitter_ms"]["max"]
@@ -65,10 +74,12 @@ def test_fit_moves_fields_errors_and_latency_toward_live(credit: Pack, live_trac
     assert cal["fit"]["fields"]["user_profile.credit_score"]["n"] > 2500
 
 
-def test_step_writes_a_version_that_load_pack_uses(credit: Pack, live_traces: pd.DataFrame, tmp_path: Path,
-                                                   tmp_tracking: str) -> None:
-    params = load_params(overrides={"storage": {"root": f"file://{tmp_path / 'storage'}"},
-                                    "tracking": {"uri": tmp_tracking}})
+def test_step_writes_a_version_that_load_pack_uses(
+    credit: Pack, live_traces: pd.DataFrame, tmp_path: Path, tmp_tracking: str
+) -> None:
+    params = load_params(
+        overrides={"storage": {"root": f"file://{tmp_path / 'storage'}"}, "tracking": {"uri": tmp_tracking}}
+    )
     ctx = StepContext.create("credit_approval", "20261130T0500", params=params)
     uri = ctx.uri("traces", "scenario=credit_approval", "date=2026-11-30", "hour=04", "part-0.parquet")
     ctx.storage.write_parquet(uri, live_traces)
@@ -90,8 +101,10 @@ def test_step_writes_a_version_that_load_pack_uses(credit: Pack, live_traces: pd
     assert pack.scenario.spec.profiles[PROFILE].error_rates["sms"] == pytest.approx(0.037, abs=0.01)
 
     from rlops.pipeline_steps.infra.registry import Tracker
+
     runs = Tracker(tmp_tracking, "credit_approval").client.search_runs(
-        [Tracker(tmp_tracking, "credit_approval").experiment_id], "tags.`rlops.step` = 'recalibrate'")
+        [Tracker(tmp_tracking, "credit_approval").experiment_id], "tags.`rlops.step` = 'recalibrate'"
+    )
     assert len(runs) == 1 and "user_profile.age.mean" in runs[0].data.params
     again = recalibrate(ctx, ctx.uri("traces"))  # same run key: the same version, overwritten
     assert again["calibration_uri"] == out["calibration_uri"]
@@ -127,8 +140,11 @@ def test_one_population_stays_one_segment(credit: Pack) -> None:
     df = rollout_traces(credit, rule_policy, 2000, seed=3, profile="sandbox", source="live")
     cal = fit_calibration(credit, df, RecalConfig())
     assert "population" not in cal and cal["fit"]["mixture"]["components"] == 1
-    one = fit_calibration(credit, rollout_traces(credit, rule_policy, 2000, seed=3, profile="live", source="live"),
-                          RecalConfig(max_components=1))
+    one = fit_calibration(
+        credit,
+        rollout_traces(credit, rule_policy, 2000, seed=3, profile="live", source="live"),
+        RecalConfig(max_components=1),
+    )
     assert "population" not in one
 
 
@@ -141,6 +157,7 @@ def test_an_api_slowing_down_is_fitted_on_its_own_action(credit: Pack, tmp_path:
 
     from rlops.pipeline_steps.drift.calibrate import fit_simulation
     from rlops.pipeline_steps.orchestration.events import parse_events, production_doc
+
     slow = parse_events([{"at_hour": 0, "kind": "latency", "action": "fetch_credit_report", "factor": 3}])
     shutil.copytree(REPO / "scenarios" / "credit_approval", tmp_path / "world")
     doc = yaml.safe_load((tmp_path / "world" / "scenario.yaml").read_text())

@@ -31,12 +31,14 @@ def ctx(tmp_tracking: str, tmp_storage_root: str) -> StepContext:
 
 def _live_capture(ctx: StepContext, episodes: int = 1500) -> dict:
     from rlops.pipeline_steps.capture.step import capture_step
+
     return capture_step(ctx, simulate=True, episodes=episodes, profile="live")
 
 
 def test_drift_after_recalibration_is_quiet_on_latency_and_error(ctx: StepContext) -> None:
     from rlops.pipeline_steps.drift.calibrate import recalibrate
     from rlops.pipeline_steps.drift.check import drift_check
+
     cap = _live_capture(ctx)
     assert cap["source"] == "simulation:live" and cap["rows_accepted"] > 0
     before = drift_check(ctx, episodes=1500)
@@ -61,6 +63,7 @@ def _initial(pack, profile: str, n: int = 20_000) -> dict[str, float]:
 
 def test_recalibration_never_edits_the_production_world_and_is_idempotent(ctx: StepContext) -> None:
     from rlops.pipeline_steps.drift.calibrate import recalibrate
+
     _live_capture(ctx, 1000)
     declared = ctx.load_pack(calibration=None)
     live_before = _initial(declared, "live")
@@ -78,12 +81,14 @@ def test_recalibration_never_edits_the_production_world_and_is_idempotent(ctx: S
     # a calibration that tries to write another profile is refused
     from rlops.sandbox.errors import PackError
     from rlops.sandbox.pack import load_pack
+
     with pytest.raises(PackError, match="only the 'calibrated' profile"):
         load_pack(ctx.pack_dir, calibration={"simulation": {"profiles": {"live": {}}}}, check_liveness=False)
 
 
 def test_calibration_reports_every_unfitted_field_and_refuses_worse_fits(ctx: StepContext) -> None:
     from rlops.pipeline_steps.drift.calibrate import recalibrate, worse_fits
+
     _live_capture(ctx, 1000)
     res = recalibrate(ctx)
     pack = ctx.load_pack(calibration=None)

@@ -18,14 +18,21 @@ N = 200_000
 
 def _detect(baseline: pd.DataFrame, target: pd.DataFrame):
     cfg = load_params()["drift"]
-    return detect_drift(baseline, target, threshold=float(cfg["threshold"]), min_effect=float(cfg["min_effect"]),
-                        bh=bool(cfg["bh"]))
+    return detect_drift(
+        baseline, target, threshold=float(cfg["threshold"]), min_effect=float(cfg["min_effect"]), bh=bool(cfg["bh"])
+    )
 
 
 def _worlds(seed: int) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    return pd.DataFrame({"state.fraud_score": rng.beta(2, 8, N), "state.claim_amount": rng.lognormal(8.0, 0.6, N),
-                         "state.age": rng.normal(45, 12, N).round(), "state.channel": rng.choice(["app", "web", "branch"], N)})
+    return pd.DataFrame(
+        {
+            "state.fraud_score": rng.beta(2, 8, N),
+            "state.claim_amount": rng.lognormal(8.0, 0.6, N),
+            "state.age": rng.normal(45, 12, N).round(),
+            "state.channel": rng.choice(["app", "web", "branch"], N),
+        }
+    )
 
 
 def test_business_shifts_are_caught_by_default() -> None:
@@ -35,7 +42,9 @@ def test_business_shifts_are_caught_by_default() -> None:
     mix = rng.random(N) < 0.05
     live["state.fraud_score"] = np.where(mix, rng.uniform(0.985, 1.0, N), live["state.fraud_score"])
     tail = rng.random(N) < 0.10
-    live["state.claim_amount"] = np.where(tail, rng.lognormal(8.0, 0.6, N) * rng.uniform(1.0, 4.0, N), live["state.claim_amount"])
+    live["state.claim_amount"] = np.where(
+        tail, rng.lognormal(8.0, 0.6, N) * rng.uniform(1.0, 4.0, N), live["state.claim_amount"]
+    )
     rep = _detect(base, live)
     effects = {f.field: f.effect for f in rep.tested}
     assert 0.045 < effects["state.fraud_score"] < 0.055 and 0.03 < effects["state.claim_amount"] < 0.05, effects

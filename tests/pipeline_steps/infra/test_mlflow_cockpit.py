@@ -27,11 +27,17 @@ def test_every_rlops_tag_key_is_spelled_in_one_module() -> None:
     agents without the rest of rlops, and they are not tags.)"""
     pattern = re.compile(r"""["']rlops\.[a-z_]""")
     module = re.compile(r"""["']rlops\.(cli|demo|model|agent_sdk|sandbox|common|pipeline_steps|console)\b""")
-    files = [f for f in (REPO_ROOT / "rlops").rglob("*.py")
-             if not (f.name == "tags.py" and f.parent.name == "infra") and "agent_sdk" not in f.parts]
-    offenders = [f"{f.relative_to(REPO_ROOT)}:{i}: {line.strip()}"
-                 for f in [*files, *(REPO_ROOT / "dags").rglob("*.py")]
-                 for i, line in enumerate(f.read_text().splitlines(), 1) if pattern.search(module.sub("", line))]
+    files = [
+        f
+        for f in (REPO_ROOT / "rlops").rglob("*.py")
+        if not (f.name == "tags.py" and f.parent.name == "infra") and "agent_sdk" not in f.parts
+    ]
+    offenders = [
+        f"{f.relative_to(REPO_ROOT)}:{i}: {line.strip()}"
+        for f in [*files, *(REPO_ROOT / "dags").rglob("*.py")]
+        for i, line in enumerate(f.read_text().splitlines(), 1)
+        if pattern.search(module.sub("", line))
+    ]
     assert not offenders, "tag keys spelled outside infra/tags.py:\n" + "\n".join(offenders)
 
 
@@ -44,6 +50,7 @@ def _ctx(run_key: str, dag_run_id: str | None = None) -> StepContext:
 
 def test_step_runs_of_one_pass_nest_under_one_parent(tmp_tracking: str, tmp_storage_root: str) -> None:
     from rlops.pipeline_steps.infra.pass_run import step_run
+
     # Each context has its own Tracker, as separate Airflow task processes do.
     with step_run(_ctx("20261130T0500", "scheduled__2026-11-30T05:00"), T.CAPTURE) as cap:
         cap.log_metrics({"rows_in": 10.0}, step=0)
@@ -51,9 +58,8 @@ def test_step_runs_of_one_pass_nest_under_one_parent(tmp_tracking: str, tmp_stor
         pass
     with step_run(_ctx("20261130T0600"), T.CAPTURE):
         pass
-    with pytest.raises(RuntimeError):
-        with step_run(_ctx("20261130T0500"), T.EVALUATE, label="v3"):
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), step_run(_ctx("20261130T0500"), T.EVALUATE, label="v3"):
+        raise RuntimeError("boom")
 
     c = Tracker(tmp_tracking, SCENARIO).client
     exp = c.get_experiment_by_name(SCENARIO).experiment_id
@@ -65,8 +71,11 @@ def test_step_runs_of_one_pass_nest_under_one_parent(tmp_tracking: str, tmp_stor
     assert parent.info.status == "FAILED"  # one of its steps failed
     children = c.search_runs([exp], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
     names = sorted(r.info.run_name for r in children)
-    assert names == ["capture · credit_approval · 20261130T0500", "evaluate v3 · credit_approval · 20261130T0500",
-                     "train_policy full · credit_approval · 20261130T0500"]
+    assert names == [
+        "capture · credit_approval · 20261130T0500",
+        "evaluate v3 · credit_approval · 20261130T0500",
+        "train_policy full · credit_approval · 20261130T0500",
+    ]
     train = c.get_run(tr.run_id)
     assert train.data.tags[T.STEP] == T.TRAIN_POLICY and train.data.tags[T.DAG_RUN_ID].startswith("scheduled__")
 
@@ -74,6 +83,7 @@ def test_step_runs_of_one_pass_nest_under_one_parent(tmp_tracking: str, tmp_stor
 def test_partitions_and_calibrations_are_mlflow_datasets(tmp_tracking: str, tmp_storage_root: str) -> None:
     from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, log_dataset_inputs, parquet_dataset
     from rlops.pipeline_steps.infra.pass_run import step_run
+
     ctx = _ctx("20261130T0700")
     part = ctx.uri("traces", "scenario=credit_approval", "date=2026-11-30", "hour=07")
     ctx.storage.write_parquet(f"{part}/part-a.parquet", pd.DataFrame({"step": [0, 1, 2], "action": ["a", "b", "c"]}))
@@ -85,8 +95,9 @@ def test_partitions_and_calibrations_are_mlflow_datasets(tmp_tracking: str, tmp_
     assert dict(traces.schema) == {"step": "long", "action": "string"}
     assert parquet_dataset(ctx.storage, ctx.uri("traces", "nothing-here"), "x") is None
     with step_run(ctx, T.TRAIN_POLICY) as run:
-        log_dataset_inputs(run, [traces, calibration_dataset(ctx.storage, cal_uri, "calibration-credit_approval"),
-                                 None], TRAINING)
+        log_dataset_inputs(
+            run, [traces, calibration_dataset(ctx.storage, cal_uri, "calibration-credit_approval"), None], TRAINING
+        )
     inputs = ctx.tracker.client.get_run(run.run_id).inputs.dataset_inputs
     by_name = {d.dataset.name: d for d in inputs}
     assert set(by_name) == {"traces-credit_approval", "calibration-credit_approval"}
@@ -109,11 +120,12 @@ def _register(ctx: StepContext, n: int) -> list[str]:
 
 def test_hand_set_champion_is_reverted_with_the_reason(tmp_tracking: str, tmp_storage_root: str) -> None:
     from rlops.pipeline_steps.promotion.flow import check_champion
+
     ctx = StepContext.create(SCENARIO, "20261130T0800", overrides={"promotion": {"manual_champion": "revert"}})
     v1, v2 = _register(ctx, 2)
-    ctx.tracker.set_alias(NAME, "champion", v1)          # rlops' own move
+    ctx.tracker.set_alias(NAME, "champion", v1)  # rlops' own move
     assert check_champion(ctx).action == "none"
-    ctx.tracker.client.set_registered_model_alias(NAME, "champion", v2)   # by hand, around rlops
+    ctx.tracker.client.set_registered_model_alias(NAME, "champion", v2)  # by hand, around rlops
     res = check_champion(ctx)
     assert res.action == "reverted" and res.hand_set == v2 and res.champion == v1
     assert ctx.tracker.get_alias(NAME, "champion") == v1
@@ -128,14 +140,17 @@ def test_hand_set_champion_is_reverted_with_the_reason(tmp_tracking: str, tmp_st
     assert check_champion(other).action == "adopted"
     assert other.tracker.alias_written_by_rlops("other_scenario-policy", "champion") == v
     with pytest.raises(ValueError, match="manual_champion"):
-        check_champion(StepContext.create(SCENARIO, "20261130T0800",
-                                          overrides={"promotion": {"manual_champion": "ignore"}}))
+        check_champion(
+            StepContext.create(SCENARIO, "20261130T0800", overrides={"promotion": {"manual_champion": "ignore"}})
+        )
 
 
-def test_distributed_mode_triggers_the_promotion_dag(tmp_tracking: str, tmp_storage_root: str,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_distributed_mode_triggers_the_promotion_dag(
+    tmp_tracking: str, tmp_storage_root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A challenger set in the UI starts the ``promote`` DAG through Airflow 3's REST API."""
     from rlops.pipeline_steps.promotion.webhook import AIRFLOW, WebhookSettings, handle_event
+
     seen: list[tuple[str, dict[str, str], dict[str, Any]]] = []
 
     class Airflow(BaseHTTPRequestHandler):
@@ -156,11 +171,18 @@ def test_distributed_mode_triggers_the_promotion_dag(tmp_tracking: str, tmp_stor
     (v1,) = _register(ctx, 1)
     monkeypatch.setenv("RLOPS_WEBHOOK_SECRET", "x")
     monkeypatch.setenv("RLOPS_AIRFLOW_TOKEN", "tok")
-    params = {**ctx.params, "promotion": {"webhook": {"mode": AIRFLOW, "dag_id": "promote",
-                                                      "airflow_url": f"http://127.0.0.1:{server.server_port}"}}}
+    params = {
+        **ctx.params,
+        "promotion": {
+            "webhook": {"mode": AIRFLOW, "dag_id": "promote", "airflow_url": f"http://127.0.0.1:{server.server_port}"}
+        },
+    }
     settings = WebhookSettings.from_params(params)
-    event = {"entity": "model_version_alias", "action": "created",
-             "data": {"name": NAME, "alias": "challenger", "version": v1}}
+    event = {
+        "entity": "model_version_alias",
+        "action": "created",
+        "data": {"name": NAME, "alias": "challenger", "version": v1},
+    }
     out = handle_event(params, settings, event, context_for=lambda s: ctx)
     server.shutdown()
     assert out == {"action": "dag_triggered", "dag_run_id": "manual__2026-11-30T09:00:00", "version": v1}
@@ -181,6 +203,7 @@ def test_webhook_signature_matches_mlflows() -> None:
     from mlflow.webhooks.delivery import _generate_hmac_signature
 
     from rlops.pipeline_steps.promotion.webhook import verify
+
     body = '{"entity": "model_version_alias", "action": "created", "data": {}}'
     sig = _generate_hmac_signature("k", "id-1", "1796000000", body)
     headers = {"X-MLflow-Signature": sig, "X-MLflow-Timestamp": "1796000000", "X-MLflow-Delivery-Id": "id-1"}
@@ -196,6 +219,7 @@ def test_promotion_dag_wiring() -> None:
 
 def test_cli_registration_of_the_webhook_commands() -> None:
     from rlops.cli import build_parser
+
     parser = build_parser()
     args = parser.parse_args(["model", "webhook", "serve", "--port", "9000", "--mode", "airflow"])
     assert (args.port, args.mode, args.func.__name__) == (9000, "airflow", "cmd_webhook_serve")
@@ -206,9 +230,12 @@ def test_cli_registration_of_the_webhook_commands() -> None:
 def test_tag_module_and_pass_run_import_nothing_heavy() -> None:
     import subprocess
     import sys
-    code = ("import sys; import rlops.pipeline_steps.infra.tags, rlops.pipeline_steps.infra.pass_run, "
-            "rlops.pipeline_steps.promotion.webhook\n"
-            "heavy = [m for m in ('mlflow', 'torch', 'pandas', 'fastapi') if m in sys.modules]\n"
-            "assert not heavy, heavy\n")
+
+    code = (
+        "import sys; import rlops.pipeline_steps.infra.tags, rlops.pipeline_steps.infra.pass_run, "
+        "rlops.pipeline_steps.promotion.webhook\n"
+        "heavy = [m for m in ('mlflow', 'torch', 'pandas', 'fastapi') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

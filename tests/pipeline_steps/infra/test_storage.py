@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from rlops.common.config import load_params
 from rlops.pipeline_steps.infra.storage import Storage, StorageError, StorageNotFoundError, get_storage, normalize_uri
 from rlops.pipeline_steps.infra.trace_store import partition_path
-from rlops.common.config import load_params
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -53,10 +53,11 @@ def test_list_recursive_with_suffix_and_delete_prefix(storage: Storage) -> None:
     for name in ("p/date=1/a.parquet", "p/date=1/b.json", "p/date=2/c.parquet", "pq/other.parquet"):
         storage.write_bytes(storage.join(name), b"x")
     under_p = storage.list(storage.join("p"))
-    assert under_p == sorted(storage.join(n) for n in
-                             ("p/date=1/a.parquet", "p/date=1/b.json", "p/date=2/c.parquet"))
+    assert under_p == sorted(storage.join(n) for n in ("p/date=1/a.parquet", "p/date=1/b.json", "p/date=2/c.parquet"))
     assert storage.list(storage.join("p"), suffix=".parquet") == [
-        storage.join("p/date=1/a.parquet"), storage.join("p/date=2/c.parquet")]
+        storage.join("p/date=1/a.parquet"),
+        storage.join("p/date=2/c.parquet"),
+    ]
     assert storage.list(storage.join("nothing-here")) == []
     assert storage.delete_prefix(storage.join("p", "date=1")) == 2
     assert storage.list(storage.join("p")) == [storage.join("p/date=2/c.parquet")]
@@ -102,15 +103,15 @@ def test_open_stream_reads_lines(storage: Storage) -> None:
     assert got == lines
 
 
-def test_local_atomic_write_leaves_no_temp_files(tmp_storage_root: str,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_atomic_write_leaves_no_temp_files(tmp_storage_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
     storage = get_storage(tmp_storage_root)
     uri = storage.join("part", "data.bin")
     storage.write_bytes(uri, b"old")
-    folder = Path(uri[len("file://"):]).parent
+    folder = Path(uri[len("file://") :]).parent
 
     def boom(src: str, dst: str) -> None:
         raise OSError("disk full")
+
     monkeypatch.setattr("rlops.pipeline_steps.infra.storage.os.replace", boom)
     with pytest.raises(StorageError, match="disk full"):
         storage.write_bytes(uri, b"new")
@@ -121,11 +122,9 @@ def test_local_atomic_write_leaves_no_temp_files(tmp_storage_root: str,
 
 def test_endpoint_down_retries_then_clear_error(moto_s3: str, tmp_path: Path) -> None:
     endpoint = f"http://127.0.0.1:{_closed_port()}"
-    storage = get_storage("s3://rlops-test/root", endpoint_url=endpoint, retries=3,
-                          backoff_s=0.001)
+    storage = get_storage("s3://rlops-test/root", endpoint_url=endpoint, retries=3, backoff_s=0.001)
     calls: list[str] = []
-    storage.s3_client.meta.events.register("before-call.s3.*",
-                                           lambda model, **_: calls.append(model.name))
+    storage.s3_client.meta.events.register("before-call.s3.*", lambda model, **_: calls.append(model.name))
     src = tmp_path / "traces.jsonl"
     src.write_bytes(b'{"a": 1}\n' * 100)
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
@@ -145,11 +144,9 @@ def test_endpoint_down_retries_then_clear_error(moto_s3: str, tmp_path: Path) ->
 
 
 def test_permanent_errors_are_not_retried(moto_s3: str) -> None:
-    storage = get_storage("s3://no-such-bucket/root", endpoint_url=moto_s3, retries=3,
-                          backoff_s=0.001)
+    storage = get_storage("s3://no-such-bucket/root", endpoint_url=moto_s3, retries=3, backoff_s=0.001)
     calls: list[str] = []
-    storage.s3_client.meta.events.register("before-call.s3.PutObject",
-                                           lambda **_: calls.append("put"))
+    storage.s3_client.meta.events.register("before-call.s3.PutObject", lambda **_: calls.append("put"))
     with pytest.raises(StorageNotFoundError, match="bucket 'no-such-bucket' does not exist") as nf:
         storage.write_bytes(storage.join("x"), b"1")
     assert calls == ["put"] and nf.value.attempts == 1
@@ -176,8 +173,7 @@ def test_join_normalize_and_params(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("RLOPS_S3_ENDPOINT_URL", "http://127.0.0.1:9")
     p = Storage.from_params(load_params())
     assert (p.root, p.endpoint_url) == ("s3://from-env/data", "http://127.0.0.1:9")
-    assert partition_path(scenario="a", date="2026-01-01", hour=7) == \
-        "scenario=a/date=2026-01-01/hour=07"
+    assert partition_path(scenario="a", date="2026-01-01", hour=7) == "scenario=a/date=2026-01-01/hour=07"
 
 
 def test_ensure_root_creates_bucket_and_folder(moto_s3: str, tmp_path: Path) -> None:

@@ -36,12 +36,21 @@ def _rows() -> list[pd.DataFrame]:
     from rlops.sandbox.pack import load_pack
     from rlops.sandbox.policies import random_policy, rule_policy
     from rlops.sandbox.traces import rollout_traces
+
     pack = load_pack(REPO_ROOT / "scenarios" / SCENARIO)
     out = []
-    for i, (policy, version) in enumerate([(rule_policy, "rules"), (random_policy(1), CHAMPION),
-                                           (rule_policy, "rules")]):
-        df = rollout_traces(pack, policy, 120, seed=1000 * i, policy_version=version,
-                            start_ts=T0 + timedelta(minutes=50 * i), episode_prefix=f"{SCENARIO}-rk{i}")
+    for i, (policy, version) in enumerate(
+        [(rule_policy, "rules"), (random_policy(1), CHAMPION), (rule_policy, "rules")]
+    ):
+        df = rollout_traces(
+            pack,
+            policy,
+            120,
+            seed=1000 * i,
+            policy_version=version,
+            start_ts=T0 + timedelta(minutes=50 * i),
+            episode_prefix=f"{SCENARIO}-rk{i}",
+        )
         out.append(comparable_rows(pack, df))
     return out
 
@@ -54,6 +63,7 @@ def parts() -> list[pd.DataFrame]:
 def _write(storage: Storage, root: str, parts: list[pd.DataFrame]) -> str:
     from rlops.data_contracts.schema import contract_for
     from rlops.sandbox.pack import load_pack
+
     contract = contract_for(load_pack(REPO_ROOT / "scenarios" / SCENARIO))
     for i, df in enumerate(parts):
         write_trace_partitions(storage, df, root, f"rk{i}", contract=contract)
@@ -68,8 +78,10 @@ def local_store(parts: list[pd.DataFrame], tmp_path_factory: pytest.TempPathFact
 
 
 def _engines(storage: Storage) -> tuple[TraceReader, TraceReader]:
-    return (TraceReader(storage, QueryEngineConfig(threads=2, memory_limit="256MB")),
-            TraceReader(storage, QueryEngineConfig(engine="pandas")))
+    return (
+        TraceReader(storage, QueryEngineConfig(threads=2, memory_limit="256MB")),
+        TraceReader(storage, QueryEngineConfig(engine="pandas")),
+    )
 
 
 CASES: list[dict[str, Any]] = [
@@ -105,7 +117,7 @@ def test_rows_come_in_file_order_with_every_type(local_store: tuple[Storage, str
     assert str(df["ts"].dtype) == "datetime64[us, UTC]"
     files = duck.files(uri)
     assert files == sorted(files) and len(files) == 3
-    assert df["trace_id"].iloc[0] == pd.read_parquet(files[0][len("file://"):])["trace_id"].iloc[0]
+    assert df["trace_id"].iloc[0] == pd.read_parquet(files[0][len("file://") :])["trace_id"].iloc[0]
     window = (T0 + timedelta(hours=1), T0 + timedelta(hours=2))
     assert duck.files(uri, window) == files[2:]  # hour partitions outside the window are never opened
 
@@ -155,8 +167,9 @@ def test_episode_replay_counts_samples_and_sql(local_store: tuple[Storage, str])
 
 def test_trace_files_carry_bloom_filters_on_ids(local_store: tuple[Storage, str]) -> None:
     import pyarrow.parquet as pq
+
     storage, uri = local_store
-    f = TraceReader(storage).files(uri)[0][len("file://"):]
+    f = TraceReader(storage).files(uri)[0][len("file://") :]
     meta = pq.ParquetFile(f).metadata.row_group(0)
     names = [meta.column(i).path_in_schema for i in range(meta.num_columns)]
     with_bloom = {n for i, n in enumerate(names) if meta.column(i).to_dict().get("bloom_filter_offset")}
@@ -164,26 +177,33 @@ def test_trace_files_carry_bloom_filters_on_ids(local_store: tuple[Storage, str]
 
 
 def test_engine_settings_come_from_params() -> None:
-    cfg = QueryEngineConfig.from_params({"trace_store": {"threads": 1, "memory_limit": "300MB",
-                                                         "temp_directory": "/tmp/x"}})
+    cfg = QueryEngineConfig.from_params(
+        {"trace_store": {"threads": 1, "memory_limit": "300MB", "temp_directory": "/tmp/x"}}
+    )
     assert (cfg.engine, cfg.threads, cfg.memory_limit, cfg.temp_directory) == ("duckdb", 1, "300MB", "/tmp/x")
     assert QueryEngineConfig.from_params({}).engine == "duckdb"
-    for bad, match in [({"engine": "spark"}, "engine"), ({"threads": -1}, "threads"),
-                       ({"memory_limit": "lots"}, "memory_limit"), ({"thread": 2}, "unknown key")]:
+    for bad, match in [
+        ({"engine": "spark"}, "engine"),
+        ({"threads": -1}, "threads"),
+        ({"memory_limit": "lots"}, "memory_limit"),
+        ({"thread": 2}, "unknown key"),
+    ]:
         with pytest.raises(ValueError, match=match):
             QueryEngineConfig.from_params({"trace_store": bad})
-    store = TraceStore.from_params({"storage": {"root": "file:///tmp/rlops-x"},
-                                    "trace_store": {"engine": "pandas"}})
+    store = TraceStore.from_params({"storage": {"root": "file:///tmp/rlops-x"}, "trace_store": {"engine": "pandas"}})
     assert store.reader.engine == "pandas"
     from rlops.pipeline_steps.infra.trace_query import database
+
     db = database(QueryEngineConfig(threads=1, memory_limit="300MB"))
-    got = dict(db.execute("SELECT name, value FROM duckdb_settings() WHERE name IN ('threads', 'memory_limit')")
-               .fetchall())
+    got = dict(
+        db.execute("SELECT name, value FROM duckdb_settings() WHERE name IN ('threads', 'memory_limit')").fetchall()
+    )
     assert got["threads"] == "1" and got["memory_limit"].startswith("286")  # 300 MB in MiB
 
 
-def test_s3_store_reads_like_the_local_one(parts: list[pd.DataFrame], moto_bucket: str, moto_s3: str,
-                                           local_store: tuple[Storage, str]) -> None:
+def test_s3_store_reads_like_the_local_one(
+    parts: list[pd.DataFrame], moto_bucket: str, moto_s3: str, local_store: tuple[Storage, str]
+) -> None:
     s3 = Storage(moto_bucket, endpoint_url=moto_s3)
     uri = _write(s3, f"{moto_bucket}/traces", parts)
     duck, ref = _engines(s3)
@@ -197,13 +217,15 @@ def test_s3_store_reads_like_the_local_one(parts: list[pd.DataFrame], moto_bucke
     assert duck.count_by(uri, "policy_version") == ref.count_by(uri, "policy_version")
 
 
-def test_steps_read_through_the_configured_engine(local_store: tuple[Storage, str], tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_steps_read_through_the_configured_engine(
+    local_store: tuple[Storage, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Replay, the label queue's window, calibration inputs and the drift target all go through
     the store's reader, and what they get does not depend on the engine."""
     from rlops.pipeline_steps.audit.replay import find_episode
     from rlops.pipeline_steps.drift.check import drift_columns
     from rlops.pipeline_steps.labels.step import UNREAD_COLUMNS, label_columns
+
     storage, uri = local_store
     duck, ref = _engines(storage)
     trace_id = str(ref.read(uri)["trace_id"].iloc[3])
@@ -215,19 +237,28 @@ def test_steps_read_through_the_configured_engine(local_store: tuple[Storage, st
     drift_cols = drift_columns(cols, {"cluster": "episode_id"})
     assert "reward_breakdown" not in drift_cols and {"episode_id", "latency_ms", "error"} <= set(drift_cols)
     assert drift_columns(cols, {"fields": ["state.user_profile.credit_score"]}) == [
-        "episode_id", "state.user_profile.credit_score", "reward_total"]
+        "episode_id",
+        "state.user_profile.credit_score",
+        "reward_total",
+    ]
     seen: list[str] = []
     real = TraceReader._frame
 
     def spy(self: TraceReader, *a: Any, **kw: Any) -> pd.DataFrame:
         seen.append(self.engine)
         return real(self, *a, **kw)
+
     monkeypatch.setattr(TraceReader, "_frame", spy)
     from rlops.pipeline_steps.infra.context import StepContext
+
     for engine in ("duckdb", "pandas"):
-        ctx = StepContext.create(SCENARIO, "20260105T1100", params={
-            "storage": {"root": str(storage.root)}, "trace_store": {"engine": engine}})
+        ctx = StepContext.create(
+            SCENARIO,
+            "20260105T1100",
+            params={"storage": {"root": str(storage.root)}, "trace_store": {"engine": engine}},
+        )
         from rlops.pipeline_steps.training.relabel import window_traces
+
         got = window_traces(ctx, uri, hours=2)
         assert seen[-1] == engine and len(got) == len(ref.read(uri, (T0, T0 + timedelta(hours=2))))
 
@@ -236,6 +267,7 @@ def test_categorical_reads_test_the_same_drift(local_store: tuple[Storage, str])
     """The drift monitor reads a long window with text as categoricals: same frame values in both
     engines, and the same field tests as on the plain frame."""
     from rlops.pipeline_steps.drift.stats import detect_drift
+
     storage, uri = local_store
     duck, ref = _engines(storage)
     cat = duck.read(uri, categorical=True)
@@ -250,4 +282,5 @@ def test_categorical_reads_test_the_same_drift(local_store: tuple[Storage, str])
         b, t = plain.iloc[:half], frame.iloc[half:].reset_index(drop=True)
         rep = detect_drift(b, t, clusters=(b[units[0]], t[units[0]]), workers=1)
         return [{k: v for k, v in f.__dict__.items()} for f in rep.fields]
+
     assert report(cat) == report(plain)

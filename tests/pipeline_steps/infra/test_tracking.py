@@ -10,11 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from rlops.pipeline_steps.infra.aliases import move_champion, rollback
-from rlops.pipeline_steps.infra.registry import (ListTracker, MetricsTracker, NullTracker, Tracker,
-                                     TrackingError, policy_model_name, reward_fn_model_name,
-                                     reward_model_name)
 from rlops.common.config import load_params
+from rlops.pipeline_steps.infra.aliases import move_champion, rollback
+from rlops.pipeline_steps.infra.registry import (
+    ListTracker,
+    MetricsTracker,
+    NullTracker,
+    Tracker,
+    TrackingError,
+    policy_model_name,
+    reward_fn_model_name,
+    reward_model_name,
+)
 
 SCENARIO = "credit_approval"
 
@@ -33,9 +40,11 @@ def _register(tracker: Tracker, tmp_path: Path, n: int) -> list[str]:
         ckpt.write_bytes(b"weights%d" % i)
         with tracker.start_run(f"train-{i}", tags={"step": "train_policy"}) as run:
             run.log_artifact(ckpt.parent, artifact_path="policy")
-            versions.append(tracker.register_model(run.run_id, "policy",
-                                                   policy_model_name(SCENARIO),
-                                                   tags={"reward_fn_version": "v1", "i": i}))
+            versions.append(
+                tracker.register_model(
+                    run.run_id, "policy", policy_model_name(SCENARIO), tags={"reward_fn_version": "v1", "i": i}
+                )
+            )
     return versions
 
 
@@ -47,19 +56,20 @@ def _closed_port() -> int:
 
 def test_names_and_metric_sinks() -> None:
     assert (policy_model_name("s"), reward_model_name("s"), reward_fn_model_name("s")) == (
-        "s-policy", "s-reward-model", "s-reward-fn")
+        "s-policy",
+        "s-reward-model",
+        "s-reward-fn",
+    )
     sink = ListTracker()
     sink.log_params({"lr": 3e-4})
     sink.log_metrics({"loss": 1.0, "return": 2}, step=0)
     sink.log_metrics({"loss": 0.5}, step=1)
-    assert sink.series("loss") == [1.0, 0.5] and sink.rows[0] == {"step": 0, "loss": 1.0,
-                                                                  "return": 2.0}
+    assert sink.series("loss") == [1.0, 0.5] and sink.rows[0] == {"step": 0, "loss": 1.0, "return": 2.0}
     assert sink.params == {"lr": 3e-4}
     assert isinstance(sink, MetricsTracker) and isinstance(NullTracker(), MetricsTracker)
 
 
-def test_experiment_per_scenario_and_run_logging(tracker: Tracker, tmp_tracking: str,
-                                                 tmp_path: Path) -> None:
+def test_experiment_per_scenario_and_run_logging(tracker: Tracker, tmp_tracking: str, tmp_path: Path) -> None:
     exp_id = tracker.experiment_id
     assert tracker.experiment_id == exp_id  # cached, not recreated
     other = tracker.experiment_id_for("complaints")
@@ -87,9 +97,8 @@ def test_experiment_per_scenario_and_run_logging(tracker: Tracker, tmp_tracking:
     arts = {a.path for a in tracker.client.list_artifacts(run.run_id)}
     assert {"gates.json", "notes"} <= arts
 
-    with pytest.raises(RuntimeError, match="boom"):
-        with tracker.start_run("crash") as failed:
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), tracker.start_run("crash") as failed:
+        raise RuntimeError("boom")
     assert tracker.client.get_run(failed.run_id).info.status == "FAILED"
 
 
@@ -124,8 +133,9 @@ def test_register_move_champion_and_rollback(tracker: Tracker, tmp_path: Path) -
     assert (got / "policy.pt").read_bytes() == b"weights0"
 
 
-def test_failed_alias_move_restores_prior_aliases(tracker: Tracker, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_alias_move_restores_prior_aliases(
+    tracker: Tracker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     name = policy_model_name(SCENARIO)
     v1, v2, v3 = _register(tracker, tmp_path, 3)
     move_champion(tracker, name, v1)
@@ -142,6 +152,7 @@ def test_failed_alias_move_restores_prior_aliases(tracker: Tracker, tmp_path: Pa
         if calls["n"] == 2:  # previous was already moved; now champion fails
             raise ConnectionError("registry went away")
         real(model, alias, version)
+
     monkeypatch.setattr(client, "set_registered_model_alias", flaky)
 
     with pytest.raises(TrackingError, match="restored to champion=2, previous=1"):
@@ -161,9 +172,8 @@ def test_unreachable_server_fails_fast_with_clear_error(tmp_tracking: str) -> No
     elapsed = time.monotonic() - t0
     msg = str(info.value)
     assert url in msg and "reachable" in msg
-    with pytest.raises(TrackingError, match=url):
-        with remote.start_run("never"):
-            pass
+    with pytest.raises(TrackingError, match=url), remote.start_run("never"):
+        pass
     # Bounded retries are scoped to the call: the environment is left as it was.
     assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
     print(f"unreachable server reported after {elapsed:.2f}s")

@@ -8,24 +8,24 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.labels.step import QueueConfig, label_queue_export, label_queue_import, label_queue_run
-from rlops.pipeline_steps.labels.select import kmeans, labels_as_imitation_batch, labels_as_pairs, select_uncertain
-from rlops.pipeline_steps.labels.store import LabelStore
 from rlops.common.config import REPO_ROOT, load_params
+from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.labels.select import kmeans, labels_as_imitation_batch, labels_as_pairs, select_uncertain
+from rlops.pipeline_steps.labels.step import QueueConfig, label_queue_export, label_queue_import, label_queue_run
+from rlops.pipeline_steps.labels.store import LabelStore
 from rlops.sandbox.pack import Pack, load_pack
 from rlops.sandbox.policies import rule_policy
 from rlops.sandbox.traces import rollout_traces
 
 REPO = REPO_ROOT
-T0 = datetime(2026, 11, 30, 5, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
 PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
 
 
@@ -49,10 +49,22 @@ def synthetic_traces(pack: Pack) -> tuple[pd.DataFrame, pd.DataFrame]:
     decision = base[base["action_mask"].str.count("1") >= 4]
     # two unusual applicants, far from the rule-engine traffic in feature space
     template_a, template_b = decision.iloc[0].copy(), decision.iloc[7].copy()
-    template_a[["state.user_profile.age", "state.user_profile.income_monthly", "state.user_profile.employment",
-                "state.application.loan_amount"]] = [89, 190_000.0, "retired", 990_000.0]
-    template_b[["state.user_profile.age", "state.user_profile.debt_ratio", "state.user_profile.employment",
-                "state.application.purpose"]] = [19, 1.45, "unemployed", "education"]
+    template_a[
+        [
+            "state.user_profile.age",
+            "state.user_profile.income_monthly",
+            "state.user_profile.employment",
+            "state.application.loan_amount",
+        ]
+    ] = [89, 190_000.0, "retired", 990_000.0]
+    template_b[
+        [
+            "state.user_profile.age",
+            "state.user_profile.debt_ratio",
+            "state.user_profile.employment",
+            "state.application.purpose",
+        ]
+    ] = [19, 1.45, "unemployed", "education"]
 
     def copies(template: pd.Series, n: int, start: datetime, name: str, share: float) -> pd.DataFrame:
         rows = pd.DataFrame([template] * n).reset_index(drop=True)
@@ -61,14 +73,20 @@ def synthetic_traces(pack: Pack) -> tuple[pd.DataFrame, pd.DataFrame]:
         rows["ts"] = [(start + timedelta(seconds=5 * i)).isoformat() for i in range(n)]
         rows["entropy"] = share * math.log(template["action_mask"].count("1"))
         return rows
+
     hot = copies(template_a, 250, T0 - timedelta(minutes=50), "hot", 0.95)
-    fading = pd.concat([copies(template_b, 200, T0 - timedelta(hours=2), "fade1", 0.95),
-                        copies(template_b, 20, T0 - timedelta(minutes=40), "fade2", 0.5)])
+    fading = pd.concat(
+        [
+            copies(template_b, 200, T0 - timedelta(hours=2), "fade1", 0.95),
+            copies(template_b, 20, T0 - timedelta(minutes=40), "fade2", 0.5),
+        ]
+    )
     return pd.concat([base, hot, fading], ignore_index=True), hot
 
 
 def test_kmeans_is_deterministic_and_groups_identical_points() -> None:
     import torch
+
     g = torch.Generator().manual_seed(0)
     X = torch.cat([torch.randn(100, 3, generator=g), torch.zeros(50, 3) + 5.0])
     a, ca = kmeans(X, 4, seed=3)
@@ -94,9 +112,12 @@ def test_one_high_entropy_cluster_enqueues_exactly_its_latest_100(credit: Pack) 
 
 
 def _ctx(tmp_path: Path, db_url: str, schema: str | None = None) -> StepContext:
-    params = load_params(overrides={
-        "storage": {"root": f"file://{tmp_path / 'storage'}"},
-        "label_queue": {"db_url": db_url, "db_schema": schema, "clusters": 8, "top_k": 0}})
+    params = load_params(
+        overrides={
+            "storage": {"root": f"file://{tmp_path / 'storage'}"},
+            "label_queue": {"db_url": db_url, "db_schema": schema, "clusters": 8, "top_k": 0},
+        }
+    )
     return StepContext.create("credit_approval", "20261130T0500", params=params)
 
 
@@ -120,10 +141,17 @@ def _round_trip(ctx: StepContext, credit: Pack, df: pd.DataFrame) -> None:
     for i, t in enumerate(tasks):
         legal = t["data"]["candidate_actions"]
         choice = "send_notification" if i == 0 else legal[i % len(legal)]  # task 0: not legal there
-        t["annotations"] = [{"id": 1, "completed_by": {"id": 3, "email": "ana@example.com"},
-                             "was_cancelled": i == 1, "created_at": "2026-11-30T07:00:00Z",
-                             "result": [{"from_name": "action", "to_name": "state", "type": "choices",
-                                         "value": {"choices": [choice]}}]}]
+        t["annotations"] = [
+            {
+                "id": 1,
+                "completed_by": {"id": 3, "email": "ana@example.com"},
+                "was_cancelled": i == 1,
+                "created_at": "2026-11-30T07:00:00Z",
+                "result": [
+                    {"from_name": "action", "to_name": "state", "type": "choices", "value": {"choices": [choice]}}
+                ],
+            }
+        ]
     ls_export = ctx.uri("label_studio", "export.json")
     ctx.storage.write_json(ls_export, tasks)
     imp = label_queue_import(ctx, ls_export)
@@ -181,12 +209,14 @@ def test_dry_run_writes_nothing(credit: Pack, tmp_path: Path) -> None:
 
 def test_the_step_module_re_exports_nothing() -> None:
     import rlops.pipeline_steps.labels.step as lq
+
     with pytest.raises(AttributeError):
         lq.labels_as_pairs  # noqa: B018  (lives in rlops.pipeline_steps.labels.select)
 
 
 def test_unknown_config_key_is_a_clear_error() -> None:
     from pydantic import ValidationError
+
     with pytest.raises(ValidationError, match="treshold"):
         QueueConfig.model_validate({"treshold": 0.8})
     assert json.loads(QueueConfig().model_dump_json())["threshold"] == 0.8

@@ -5,7 +5,7 @@ their reasons; the labeller sees rounded values with units."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from rlops.sandbox.policies import random_policy, rule_policy
 from rlops.sandbox.traces import rollout_traces
 
 REPO = REPO_ROOT
-T0 = datetime(2026, 11, 30, 5, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,9 @@ def _traces(pack: Pack, policy: Any, version: str, entropy_share: float | None) 
     df["ts"] = [(T0 - timedelta(minutes=50) + timedelta(seconds=i)).isoformat() for i in range(len(df))]
     if entropy_share is not None:
         rng = np.random.default_rng(0)
-        df["entropy"] = rng.uniform(0.0, entropy_share, len(df)) * np.log(df["action_mask"].str.count("1").clip(lower=2))
+        df["entropy"] = rng.uniform(0.0, entropy_share, len(df)) * np.log(
+            df["action_mask"].str.count("1").clip(lower=2)
+        )
     return df
 
 
@@ -54,20 +56,28 @@ def test_top_k_queues_a_confident_policys_least_certain_clusters(credit: Pack) -
 
 
 def _ctx(tmp_path: Path) -> StepContext:
-    params = load_params(overrides={"storage": {"root": f"file://{tmp_path / 'storage'}"},
-                                    "label_queue": {"db_url": f"sqlite:///{tmp_path / 'q.db'}", "clusters": 8}})
+    params = load_params(
+        overrides={
+            "storage": {"root": f"file://{tmp_path / 'storage'}"},
+            "label_queue": {"db_url": f"sqlite:///{tmp_path / 'q.db'}", "clusters": 8},
+        }
+    )
     return StepContext.create("credit_approval", "20261130T0400", params=params)
 
 
 def test_before_any_champion_the_newest_candidate_scores_rule_engine_traffic(
-        tmp_tracking: str, tmp_path: Path, credit: Pack, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_tracking: str, tmp_path: Path, credit: Pack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from rlops.pipeline_steps.infra.registry import policy_model_name
+
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": credit)
     ctx = _ctx(tmp_path)
     df = _traces(credit, rule_policy, "rules", None)
     other = df.head(5).assign(scenario="claims")
-    ctx.storage.write_parquet(ctx.uri("traces", "scenario=credit_approval", "date=2026-11-30", "hour=04",
-                                      "part-0.parquet"), pd.concat([df, other], ignore_index=True))
+    ctx.storage.write_parquet(
+        ctx.uri("traces", "scenario=credit_approval", "date=2026-11-30", "hour=04", "part-0.parquet"),
+        pd.concat([df, other], ignore_index=True),
+    )
     # no policy registered: nothing to measure, and the result says why
     res = label_queue_run(ctx, ctx.uri("traces"))
     assert res["items"] == 0 and res["rows_excluded"][EXCLUDED_RULE_ENGINE] == len(df)
@@ -76,12 +86,16 @@ def test_before_any_champion_the_newest_candidate_scores_rule_engine_traffic(
     # a candidate (untrained: uncertain) is registered, no champion yet
     from rlops.model.policy import PolicyConfig, PolicyNetwork
     from rlops.pipeline_steps.training.policy import register_policy
+
     torch.manual_seed(0)
     policy = PolicyNetwork(PolicyConfig.from_layout(credit.scenario.layout))
     with ctx.tracker.start_run("candidate") as run:
         version = register_policy(ctx, run, credit, policy, {"mode": "full"}, tmp_path)
     res = label_queue_run(ctx, ctx.uri("traces"))
-    assert res["uncertainty_from"] == f"latest candidate {policy_model_name('credit_approval')} v{version} (no champion yet)"
+    assert (
+        res["uncertainty_from"]
+        == f"latest candidate {policy_model_name('credit_approval')} v{version} (no champion yet)"
+    )
     assert res["items"] > 0 and EXCLUDED_RULE_ENGINE not in res["rows_excluded"]
     assert res["rows_excluded"][EXCLUDED_SINGLE] > 0 and res["rows_judged"] > 0
 

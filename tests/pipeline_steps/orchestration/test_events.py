@@ -10,32 +10,42 @@ import yaml
 
 from rlops.common.config import REPO_ROOT
 from rlops.common.errors import UserError
-from rlops.pipeline_steps.orchestration.events import (DEFAULT_EVENTS_48H, in_force, load_events, parse_events,
-                                                 production_doc, scaled_events)
+from rlops.pipeline_steps.orchestration.events import (
+    DEFAULT_EVENTS_48H,
+    in_force,
+    load_events,
+    parse_events,
+    production_doc,
+    scaled_events,
+)
 
 
 def test_the_standard_events_parse_and_scale() -> None:
     events = parse_events(DEFAULT_EVENTS_48H)
-    assert [e.kind for e in events] == ["population", "latency", "outcome", "error_rate", "reward_fn",
-                                        "bad_candidate"]
+    assert [e.kind for e in events] == ["population", "latency", "outcome", "error_rate", "reward_fn", "bad_candidate"]
     assert [e.at_hour for e in scaled_events(12)] == [2.5, 5.0, 6.0, 7.5, 8.5, 10.0]
     assert [e.kind for e in in_force(events, 25)] == ["population", "latency", "outcome"]
     assert [e.kind for e in events if e.outcome] == ["outcome", "reward_fn"]
 
 
-@pytest.mark.parametrize("doc, message", [
-    ({"events": [{"at_hour": 1, "kind": "meteor"}]}, "kind 'meteor' unknown"),
-    ({"events": [{"at_hour": -1, "kind": "bad_candidate"}]}, "at_hour -1"),
-    ({"events": [{"at_hour": 1, "kind": "latency", "action": "approve"}]}, "takes \\['action', 'factor'\\]"),
-    ({"events": [{"at_hour": 1, "kind": "error_rate", "api": "sms", "rate": 2}]}, "probability"),
-    ({"events": "soon"}, "expected a list"),
-    ({"events": [{"at_hour": 1, "kind": "outcome", "field": "hidden.default_prob"}]}, "either factor"),
-    ({"events": [{"at_hour": 1, "kind": "outcome", "field": "hidden.default_prob", "factor": 2, "expr": "0.1"}]},
-     "either factor"),
-    ({"events": [{"at_hour": 1, "kind": "outcome", "field": "hidden.default_prob", "factor": -1}]}, ">= 0"),
-    ({"events": [{"at_hour": 1, "kind": "reward_fn", "version": ""}]}, "reward function label"),
-    ({"events": [{"at_hour": 1, "kind": "reward_fn", "version": "v2", "when": "x"}]}, "takes \\['version'\\]"),
-])
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ({"events": [{"at_hour": 1, "kind": "meteor"}]}, "kind 'meteor' unknown"),
+        ({"events": [{"at_hour": -1, "kind": "bad_candidate"}]}, "at_hour -1"),
+        ({"events": [{"at_hour": 1, "kind": "latency", "action": "approve"}]}, "takes \\['action', 'factor'\\]"),
+        ({"events": [{"at_hour": 1, "kind": "error_rate", "api": "sms", "rate": 2}]}, "probability"),
+        ({"events": "soon"}, "expected a list"),
+        ({"events": [{"at_hour": 1, "kind": "outcome", "field": "hidden.default_prob"}]}, "either factor"),
+        (
+            {"events": [{"at_hour": 1, "kind": "outcome", "field": "hidden.default_prob", "factor": 2, "expr": "0.1"}]},
+            "either factor",
+        ),
+        ({"events": [{"at_hour": 1, "kind": "outcome", "field": "hidden.default_prob", "factor": -1}]}, ">= 0"),
+        ({"events": [{"at_hour": 1, "kind": "reward_fn", "version": ""}]}, "reward function label"),
+        ({"events": [{"at_hour": 1, "kind": "reward_fn", "version": "v2", "when": "x"}]}, "takes \\['version'\\]"),
+    ],
+)
 def test_bad_events_are_clear_errors(doc: dict, message: str) -> None:
     with pytest.raises(UserError, match=message):
         parse_events(doc)
@@ -71,15 +81,29 @@ def test_an_outcome_event_rewrites_every_expression_of_the_hidden_field(tmp_path
 
     from rlops.sandbox.pack import load_pack
     from rlops.sandbox.policies import evaluate_policy, rule_policy
+
     doc = _credit_doc()
-    event = parse_events([{"at_hour": 0, "kind": "outcome", "field": "hidden.default_prob", "factor": 2.5,
-                           "when": "user_profile.age >= 60"}])
+    event = parse_events(
+        [
+            {
+                "at_hour": 0,
+                "kind": "outcome",
+                "field": "hidden.default_prob",
+                "factor": 2.5,
+                "when": "user_profile.age >= 60",
+            }
+        ]
+    )
     prod = production_doc(doc, event)
     assert doc == _credit_doc()  # the pack's document is untouched
     init = prod["state"]["hidden"]["default_prob"]["init"]["expr"]
     assert init.startswith("min(1.0, (sigmoid(") and init.endswith("* (1 + 1.5 * (user_profile.age >= 60)))")
-    setters = [eff["set"]["hidden.default_prob"] for a in prod["actions"] for eff in a.get("effects") or []
-               if "hidden.default_prob" in eff.get("set", {})]
+    setters = [
+        eff["set"]["hidden.default_prob"]
+        for a in prod["actions"]
+        for eff in a.get("effects") or []
+        if "hidden.default_prob" in eff.get("set", {})
+    ]
     assert len(setters) == 2 and all("user_profile.age >= 60" in s for s in setters)
     # The rewritten world compiles, and older applicants now default 2.5 times as often.
     worlds = {}
@@ -106,14 +130,14 @@ def test_an_outcome_event_rewrites_every_expression_of_the_hidden_field(tmp_path
     with pytest.raises(UserError, match="no state field"):
         production_doc(doc, parse_events([{"at_hour": 0, "kind": "outcome", "field": "hidden.nope", "factor": 2}]))
     with pytest.raises(UserError, match="no expression to change"):
-        production_doc(doc, parse_events([{"at_hour": 0, "kind": "outcome", "field": "user_profile.age",
-                                           "factor": 2}]))
+        production_doc(doc, parse_events([{"at_hour": 0, "kind": "outcome", "field": "user_profile.age", "factor": 2}]))
 
 
 def test_a_rule_change_moves_the_production_reward_version(tmp_path: Path) -> None:
     from rlops.pipeline_steps.orchestration.events import reward_modules, reward_version
     from rlops.pipeline_steps.orchestration.timeline import ProductionWorld
     from rlops.sandbox.pack import load_pack
+
     events = parse_events(DEFAULT_EVENTS_48H)
     assert reward_version(in_force(events, 33.9), "v1") == "v1"
     assert reward_version(in_force(events, 34), "v1") == "v2"

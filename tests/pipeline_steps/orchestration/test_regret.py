@@ -24,15 +24,27 @@ def test_the_meter_scores_the_same_episodes_the_world_served() -> None:
     from rlops.pipeline_steps.orchestration.timeline import no_policy_fallback
     from rlops.sandbox.pack import load_pack
     from rlops.sandbox.traces import rollout_traces
+
     torch.set_num_threads(1)
     pack = load_pack(REPO_ROOT / "scenarios" / "credit_approval")
     meter = RegretMeter()
     frames = []
     for seed, n in ((1000, 120), (5000, 80)):  # two traffic groups of one hour
-        frames.append(rollout_traces(pack, no_policy_fallback, n, seed=seed, profile="live", reward_version="v1",
-                                     source="live", episode_prefix=f"g{seed}"))
+        frames.append(
+            rollout_traces(
+                pack,
+                no_policy_fallback,
+                n,
+                seed=seed,
+                profile="live",
+                reward_version="v1",
+                source="live",
+                episode_prefix=f"g{seed}",
+            )
+        )
         meter.add(pack, seed, n, "v1")
     import pandas as pd
+
     df = pd.concat(frames)
     hour = Hour(0, live_return=float(df.groupby("episode_id")["reward_total"].sum().mean()))
     meter.close(hour)
@@ -47,14 +59,20 @@ def test_the_meter_scores_the_same_episodes_the_world_served() -> None:
 
 
 def test_recovery_and_regret_share_by_hand() -> None:
-    hours = [_hour(0, 0.2, 0.7, 0.2), _hour(1, 0.68, 0.7, 0.2), _hour(2, 0.5, 0.7, 0.2), _hour(3, 0.60, 0.7, 0.2),
-             _hour(4, 0.67, 0.7, 0.2)]
+    hours = [
+        _hour(0, 0.2, 0.7, 0.2),
+        _hour(1, 0.68, 0.7, 0.2),
+        _hour(2, 0.5, 0.7, 0.2),
+        _hour(3, 0.60, 0.7, 0.2),
+        _hour(4, 0.67, 0.7, 0.2),
+    ]
     # onset at 2: hour 2 (0.5 < 0.665) and 3 (0.60) miss 95 %, hour 4 (0.67) makes it: 5 − 2 = 3 h
     assert recovery_hours(hours, 2.0) == 3.0
     assert recovery_hours(hours[:4], 2.5) is None  # never within the run
     assert recovery_hours(hours, 4.5) == 0.5  # the hour the event falls in counts from its onset
-    events = parse_events([{"at_hour": 2, "kind": "latency", "action": "approve", "factor": 2},
-                           {"at_hour": 3, "kind": "bad_candidate"}])
+    events = parse_events(
+        [{"at_hour": 2, "kind": "latency", "action": "approve", "factor": 2}, {"at_hour": 3, "kind": "bad_candidate"}]
+    )
     m = regret_metrics(hours, events, first_promotion_hour=1)
     # hours after the first promotion (2, 3, 4): shares 0.4, 0.2, 0.06
     assert m["mean_regret_share"] == pytest.approx((0.4 + 0.2 + 0.06) / 3, abs=1e-4)

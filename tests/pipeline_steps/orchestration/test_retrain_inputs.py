@@ -13,6 +13,7 @@ CONF = {"reward_fn": "v1", "timesteps": 10_000, "mode": "incremental", "reward_s
 def test_unchanged_inputs_skip_and_changed_inputs_train(rlops_home: Path) -> None:
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.orchestration.retrain_inputs import mark_done, record_if_changed
+
     ctx = StepContext.create("credit_approval", "20261201T0100-15m")
     assert record_if_changed(ctx, "incremental", CONF)
     assert record_if_changed(ctx, "incremental", CONF)  # the first one never completed: try again
@@ -34,6 +35,7 @@ def test_unchanged_inputs_skip_and_changed_inputs_train(rlops_home: Path) -> Non
 
 def test_a_run_reads_the_calibration_of_its_own_interval(rlops_home: Path) -> None:
     from rlops.pipeline_steps.infra.context import StepContext
+
     ctx = StepContext.create("credit_approval", "20261201T0500")
     for key in ("20261201T0300", "20261201T0500", "20261201T0900"):
         ctx.storage.write_json(ctx.uri("calibrations", "credit_approval", f"{key}.json"), {"version": key})

@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 from rlops.pipeline_steps.orchestration.events import parse_events
 from rlops.pipeline_steps.orchestration.simulate import run_timeline
 from rlops.pipeline_steps.orchestration.timeline import TimelineConfig
 
-EVENTS = [{"at_hour": 1, "kind": "population", "init": {"user_profile.age": {"dist": "normal", "mean": 58, "std": 10}}},
-          {"at_hour": 1.5, "kind": "bad_candidate"}]
+EVENTS = [
+    {"at_hour": 1, "kind": "population", "init": {"user_profile.age": {"dist": "normal", "mean": 58, "std": 10}}},
+    {"at_hour": 1.5, "kind": "bad_candidate"},
+]
 
 
 def test_two_simulated_hours_detect_the_ageing_and_refuse_the_bad_candidate(airflow_db: str, tmp_path: Path) -> None:
@@ -46,5 +47,6 @@ def test_two_simulated_hours_detect_the_ageing_and_refuse_the_bad_candidate(airf
     doc = json.loads(Path(res["json"]).read_text())
     assert doc["metrics"]["rows_lost"] == 0 and len(doc["hours"]) == 2
     from mlflow import MlflowClient
+
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'timeline' / 'mlflow.db'}")
     assert {a.path for a in client.list_artifacts(res["run_id"])} == {"timeline.png", "timeline.json"}

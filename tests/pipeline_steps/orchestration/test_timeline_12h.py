@@ -8,24 +8,30 @@ landing-zone row lost; and production traffic went through the policy client's f
 rule engine before the first champion) and its challenger split: the first policy rolls out
 staged, moved 5% → 15% → 100% by the roll-out DAG on live A/B gates that ran on real rows, and the
 client served each alias move within a minute of simulated time. Everything runs through the
-pack's DAG definitions (``dag.test()`` at each due interval).
+pack's DAG definitions (``dag.test()`` at each due interval): about 14 DAG runs per simulated hour, so this
+runs for tens of minutes; it carries the ``soak`` marker (``pytest -m soak``), outside the default and slow suites.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from rlops.pipeline_steps.orchestration.events import parse_events
 from rlops.pipeline_steps.orchestration.simulate import run_timeline
 from rlops.pipeline_steps.orchestration.timeline import TimelineConfig
 
 AGEING = {"user_profile.age": {"dist": "normal", "mean": 58, "std": 10}}
-EVENTS = [{"at_hour": 3, "kind": "population", "init": AGEING},
-          {"at_hour": 5, "kind": "latency", "action": "fetch_credit_report", "factor": 3},
-          {"at_hour": 7, "kind": "error_rate", "api": "credit_bureau", "rate": 0.25},
-          {"at_hour": 9, "kind": "bad_candidate"}]
+EVENTS = [
+    {"at_hour": 3, "kind": "population", "init": AGEING},
+    {"at_hour": 5, "kind": "latency", "action": "fetch_credit_report", "factor": 3},
+    {"at_hour": 7, "kind": "error_rate", "api": "credit_bureau", "rate": 0.25},
+    {"at_hour": 9, "kind": "bad_candidate"},
+]
 
 
+@pytest.mark.soak
 def test_twelve_simulated_hours_hold_the_loop_properties(airflow_db: str, tmp_path: Path) -> None:
     cfg = TimelineConfig(hours=12)
     res = run_timeline(cfg, parse_events(EVENTS), tmp_path / "timeline")

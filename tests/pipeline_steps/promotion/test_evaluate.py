@@ -16,8 +16,7 @@ import pytest
 from rlops.common.config import REPO_ROOT
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import Tracker
-from tests.policy_kit import NAME, SCENARIO, promotion_ctx, register
-from tests.policy_kit import approve_all, good, pack, promotion_sandbox  # noqa: F401  (fixtures)
+from tests.policy_kit import NAME, SCENARIO, approve_all, good, pack, promotion_ctx, promotion_sandbox, register  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.usefixtures("promotion_sandbox")
 RUN_KEY = "20260105T1000"
@@ -30,6 +29,7 @@ def aliases(ctx: StepContext) -> dict[str, str]:
 # --------------------------------------------------------------------------- statistics
 def test_paired_bootstrap_and_tests() -> None:
     from rlops.pipeline_steps.promotion.gates import paired_bootstrap, two_proportion_z, welch_greater
+
     rng = np.random.default_rng(0)
     d = rng.normal(0.3, 1.0, 2000)
     mean, lo, hi = paired_bootstrap(d, 1000, 0.95, seed=1)
@@ -46,6 +46,7 @@ def test_paired_bootstrap_and_tests() -> None:
 # --------------------------------------------------------------------------- promotion
 def test_good_candidate_beats_bad_champion_and_is_promoted(pack: Any, good: Any, approve_all: Any) -> None:
     from rlops.pipeline_steps.promotion.flow import promote
+
     ctx = promotion_ctx()
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
@@ -54,9 +55,19 @@ def test_good_candidate_beats_bad_champion_and_is_promoted(pack: Any, good: Any,
     assert res["promoted"] and res["action"] == "champion" and res["baseline"] == f"champion v{bad_v}"
     assert aliases(ctx) == {"champion": cand, "previous": bad_v}
     gates = {g["gate"]: g for g in res["gates"]}
-    assert {"mean_return", "completion_rate", "handling_ms", "human_takeover_rate", "illegal_action_rate",
-            "latency_p99_ratio", "segment:base", "segment:elderly", "segment:low_credit_score",
-            "stress_test", "finite_returns"} <= set(gates)
+    assert {
+        "mean_return",
+        "completion_rate",
+        "handling_ms",
+        "human_takeover_rate",
+        "illegal_action_rate",
+        "latency_p99_ratio",
+        "segment:base",
+        "segment:elderly",
+        "segment:low_credit_score",
+        "stress_test",
+        "finite_returns",
+    } <= set(gates)
     assert gates["mean_return"]["candidate"] > gates["mean_return"]["champion"]
     # the gate table went to storage and to an MLflow run; the version carries the verdict
     table = ctx.storage.read_json(f"{res['report_uri']}/gates.json")
@@ -67,14 +78,16 @@ def test_good_candidate_beats_bad_champion_and_is_promoted(pack: Any, good: Any,
     assert ctx.tracker.model_version_tags(NAME, cand)["eval_passed"] == "true"
     # rollback puts the old champion back
     from rlops.pipeline_steps.promotion.flow import rollback
+
     rb = rollback(promotion_ctx())
     assert rb["champion"] == bad_v and aliases(ctx) == {"champion": bad_v}
 
 
-def test_worse_candidate_fails_and_champion_stays(pack: Any, good: Any, approve_all: Any,
-                                                  capsys: pytest.CaptureFixture[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worse_candidate_fails_and_champion_stays(
+    pack: Any, good: Any, approve_all: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from rlops.cli import main
+
     ctx = promotion_ctx()
     champ = register(ctx, pack, good)
     ctx.tracker.set_alias(NAME, "champion", champ)
@@ -91,6 +104,7 @@ def test_worse_candidate_fails_and_champion_stays(pack: Any, good: Any, approve_
 def test_first_champion_is_judged_against_the_rule_engine(pack: Any, good: Any) -> None:
     from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
     from rlops.pipeline_steps.promotion.flow import promote
+
     ctx = promotion_ctx(min_improvement=-0.15, segment_tolerance=0.3)
     cand = register(ctx, pack, good)
     dry = evaluate_candidate(promotion_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand)
@@ -108,10 +122,12 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_mlflow_unreachable_during_the_move_leaves_champion(pack: Any, good: Any, approve_all: Any,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mlflow_unreachable_during_the_move_leaves_champion(
+    pack: Any, good: Any, approve_all: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import rlops.pipeline_steps.promotion.evaluate as ev
     import rlops.pipeline_steps.promotion.flow as flow
+
     ctx = promotion_ctx()
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
@@ -121,9 +137,11 @@ def test_mlflow_unreachable_during_the_move_leaves_champion(pack: Any, good: Any
     def then_outage(c: StepContext, *a: Any, **kw: Any) -> dict[str, Any]:
         report = real(c, *a, **kw)
         # MLflow goes away between the evaluation and the alias move
-        c.__dict__["tracker"] = Tracker(f"http://127.0.0.1:{_closed_port()}", SCENARIO, http_max_retries=0,
-                                        http_timeout_s=2)
+        c.__dict__["tracker"] = Tracker(
+            f"http://127.0.0.1:{_closed_port()}", SCENARIO, http_max_retries=0, http_timeout_s=2
+        )
         return report
+
     monkeypatch.setattr(ev, "evaluate_candidate", then_outage)
     res = flow.promote(ctx, cand)
     assert res["passed"] and not res["promoted"] and "MLflow failed" in res["reason"]
@@ -137,23 +155,29 @@ def test_mlflow_unreachable_during_the_move_leaves_champion(pack: Any, good: Any
     def flaky(self: Tracker, name: str, alias: str, version: str) -> None:
         if alias == "champion" and version == cand:
             from rlops.pipeline_steps.infra.registry import TrackingError
+
             raise TrackingError("connection reset")
         orig_set(self, name, alias, version)
+
     monkeypatch.setattr(Tracker, "set_alias", flaky)
     res = flow.promote(ctx2, cand)
     assert not res["promoted"] and aliases(promotion_ctx()) == {"champion": bad_v}
 
 
-def test_nan_reward_and_failed_stress_test_block_promotion(pack: Any, good: Any, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nan_reward_and_failed_stress_test_block_promotion(
+    pack: Any, good: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from rlops.pipeline_steps.promotion.flow import promote
     from rlops.sandbox.pack import load_pack
+
     # a pack copy whose reward v2 yields NaN for low credit scores
     scen = tmp_path / "scenarios" / SCENARIO
     shutil.copytree(REPO_ROOT / "scenarios" / SCENARIO, scen)
     src = (scen / "reward_v1.py").read_text().replace('VERSION_LABEL = "v1"', 'VERSION_LABEL = "v2"')
-    src += ('\n\n@component(objective="risk", reason="broken")\n@rule_ref("CREDIT_POLICY_v2.1_2.1")\n'
-            'def broken(t):\n    return torch.where(t.s.user_profile.credit_score < 600, float("nan"), 0.0)\n')
+    src += (
+        '\n\n@component(objective="risk", reason="broken")\n@rule_ref("CREDIT_POLICY_v2.1_2.1")\n'
+        'def broken(t):\n    return torch.where(t.s.user_profile.credit_score < 600, float("nan"), 0.0)\n'
+    )
     (scen / "reward_v2.py").write_text(src)
     nan_pack = load_pack(scen, check_liveness=False)
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": nan_pack)
@@ -175,6 +199,7 @@ def test_nan_reward_and_failed_stress_test_block_promotion(pack: Any, good: Any,
 
 def test_staged_rollout_advances_5_15_100(pack: Any, good: Any, approve_all: Any) -> None:
     from rlops.pipeline_steps.promotion.flow import promote
+
     ctx = promotion_ctx(episodes=300)
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
@@ -191,8 +216,9 @@ def test_staged_rollout_advances_5_15_100(pack: Any, good: Any, approve_all: Any
 
 
 def test_live_ab_traffic_feeds_gates(pack: Any, good: Any, approve_all: Any) -> None:
-    from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
     from rlops.pipeline_steps.infra.trace_store import partition_path
+    from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
+
     ctx = promotion_ctx(ab_min_episodes=50)
     bad_v = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad_v)
@@ -203,12 +229,25 @@ def test_live_ab_traffic_feeds_gates(pack: Any, good: Any, approve_all: Any) -> 
         rows = []
         for i in range(n):
             esc = rng.random() < takeover_p
-            acts = ["initiate_fraud_check", "escalate_to_human"] if esc else \
-                ["initiate_fraud_check", "fetch_credit_report", "approve", "send_notification"]
+            acts = (
+                ["initiate_fraud_check", "escalate_to_human"]
+                if esc
+                else ["initiate_fraud_check", "fetch_credit_report", "approve", "send_notification"]
+            )
             for k, a in enumerate(acts):
-                rows.append({"episode_id": f"{group}-{i}", "step": k, "test_group": group, "policy_version": version,
-                             "action": a, "latency_ms": rng.normal(latency, 20), "done": k == len(acts) - 1})
+                rows.append(
+                    {
+                        "episode_id": f"{group}-{i}",
+                        "step": k,
+                        "test_group": group,
+                        "policy_version": version,
+                        "action": a,
+                        "latency_ms": rng.normal(latency, 20),
+                        "done": k == len(acts) - 1,
+                    }
+                )
         return pd.DataFrame(rows)
+
     traces = pd.concat([episodes("challenger", cand, 120, 0.30, 300), episodes("champion", bad_v, 300, 0.02, 300)])
     uri = ctx.uri("traces", partition_path(scenario=SCENARIO, date="2026-01-05", hour=9), "part-x.parquet")
     ctx.storage.write_parquet(uri, traces)
@@ -222,6 +261,7 @@ def test_live_ab_traffic_feeds_gates(pack: Any, good: Any, approve_all: Any) -> 
 def test_bad_input_is_reported(pack: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
     from rlops.pipeline_steps.promotion.flow import rollback
+
     ctx = promotion_ctx()
     with pytest.raises(ValueError, match="no version 42"):
         evaluate_candidate(ctx, "42")

@@ -16,10 +16,21 @@ RUN_KEY = "20261130T0500"
 def _land(ctx, pack, version: str, group: str, seed: int, episodes: int) -> int:
     from rlops.pipeline_steps.orchestration.timeline import SimTracer, no_policy_fallback
     from rlops.sandbox.traces import rollout_traces
+
     start = ctx.key.start
-    df = rollout_traces(pack, no_policy_fallback, episodes, seed=seed, profile="live", reward_version="v1",
-                        policy_version=version, source="live", start_ts=start, test_group=group,
-                        episode_prefix=f"{ctx.scenario}-prod-{group}-{seed}")
+    df = rollout_traces(
+        pack,
+        no_policy_fallback,
+        episodes,
+        seed=seed,
+        profile="live",
+        reward_version="v1",
+        policy_version=version,
+        source="live",
+        start_ts=start,
+        test_group=group,
+        episode_prefix=f"{ctx.scenario}-prod-{group}-{seed}",
+    )
     tracer = SimTracer(ctx.traces.landing_uri)
     tracer.clock = start + timedelta(seconds=1 + seed % 7)
     for rec in json.loads(df.to_json(orient="records")):
@@ -34,6 +45,7 @@ def test_ab_gates_run_on_rows_as_agents_write_them(rlops_home: Path, control_gro
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.promotion.evaluate import live_ab_gates
     from rlops.pipeline_steps.promotion.gates import GateConfig
+
     ctx = StepContext.create("credit_approval", RUN_KEY)
     pack = ctx.load_pack(calibration=None)
     rows = _land(ctx, pack, "credit_approval-policy/7", "challenger", 1, 250)

@@ -6,26 +6,41 @@ cannot judge."""
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from rlops.pipeline_steps.promotion.ope import (Episodes, OPEConfig, dr_values, effective_sample_size, estimate_all,
-                                                logged_propensities, mean_estimate, pdis_values, target_probabilities,
-                                                to_episodes, wis_value)
+from rlops.pipeline_steps.promotion.ope import (
+    Episodes,
+    OPEConfig,
+    dr_values,
+    effective_sample_size,
+    estimate_all,
+    logged_propensities,
+    mean_estimate,
+    pdis_values,
+    target_probabilities,
+    to_episodes,
+    wis_value,
+)
 from rlops.pipeline_steps.promotion.ope_direct import exploring_policy, fit_linear_q, returns_to_go, sandbox_q
-from rlops.pipeline_steps.promotion.ope_gate import (network_target, off_policy_value, ope_gate_row,
-                                                     sim_to_real_gap)
+from rlops.pipeline_steps.promotion.ope_gate import network_target, off_policy_value, ope_gate_row, sim_to_real_gap
 from tests.policy_kit import pack  # noqa: F401  (fixture)
 
 
 def _two_episodes() -> Episodes:
     # episode 0: two steps, ρ = (2, 0.5), r = (1, 3); episode 1: one step, ρ = 0.5, r = 4 (padded)
-    return to_episodes(np.array(["b", "a", "a"]), np.array([0, 1, 0]), np.array([0.5, 0.5, 2.0]),
-                       np.array([4.0, 3.0, 1.0]), np.array([1.0, 2.0, 0.5]), np.array([1.5, 2.5, 1.0]))
+    return to_episodes(
+        np.array(["b", "a", "a"]),
+        np.array([0, 1, 0]),
+        np.array([0.5, 0.5, 2.0]),
+        np.array([4.0, 3.0, 1.0]),
+        np.array([1.0, 2.0, 0.5]),
+        np.array([1.5, 2.5, 1.0]),
+    )
 
 
 def test_to_episodes_pads_after_the_end() -> None:
@@ -54,8 +69,14 @@ def test_pdis_wis_dr_by_hand() -> None:
 def test_dr_with_the_exact_q_has_no_variance_on_the_target_policy() -> None:
     # On-policy (ρ = 1) with Q̂ equal to the realised return-to-go, every episode's DR term is V̂(s0).
     rho = np.ones(4)
-    ep = to_episodes(np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1]), rho, np.array([1.0, 2.0, 0.0, 5.0]),
-                     np.array([3.0, 2.0, 5.0, 5.0]), np.array([4.0, 2.0, 4.0, 5.0]))
+    ep = to_episodes(
+        np.array([0, 0, 1, 1]),
+        np.array([0, 1, 0, 1]),
+        rho,
+        np.array([1.0, 2.0, 0.0, 5.0]),
+        np.array([3.0, 2.0, 5.0, 5.0]),
+        np.array([4.0, 2.0, 4.0, 5.0]),
+    )
     np.testing.assert_allclose(dr_values(ep), [4.0 + 0 + 0, 4.0 + 0 + 0])
 
 
@@ -76,8 +97,13 @@ def test_target_probabilities_and_logged_propensities() -> None:
     mask = np.array([[True, False, True], [True, True, True]])
     np.testing.assert_allclose(target_probabilities(logp, mask, greedy=True), [[0, 0, 1], [1, 0, 0]])
     np.testing.assert_allclose(target_probabilities(logp, mask, greedy=False), [[0.2, 0, 0.3], [0.6, 0.3, 0.1]])
-    rows = pd.DataFrame({"logp": [math.log(0.25), math.log(0.5), 0.0, None],
-                         "propensity": [None, 0.4, None, None], "fallback": [False, False, True, False]})
+    rows = pd.DataFrame(
+        {
+            "logp": [math.log(0.25), math.log(0.5), 0.0, None],
+            "propensity": [None, 0.4, None, None],
+            "fallback": [False, False, True, False],
+        }
+    )
     mu = logged_propensities(rows)
     np.testing.assert_allclose(mu[:3], [0.25, 0.4, 1.0])  # propensity wins over logp; a fallback is 1
     assert math.isnan(mu[3])
@@ -104,20 +130,29 @@ def logged(pack):  # type: ignore[no-untyped-def]
     from rlops.model.policy import PolicyConfig, PolicyNetwork
     from rlops.sandbox.policies import evaluate_policy
     from rlops.sandbox.traces import rollout_traces
+
     torch.manual_seed(3)
     behaviour = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout)).eval()
     logger = exploring_policy(network_target(behaviour, greedy=False), 0.3, seed=1)
-    rows = rollout_traces(pack, logger, 1500, seed=11, profile="live", reward_version="v1", source="live",
-                          episode_prefix="live")
+    rows = rollout_traces(
+        pack, logger, 1500, seed=11, profile="live", reward_version="v1", source="live", episode_prefix="live"
+    )
     torch.manual_seed(4)
     candidate = network_target(PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout)).eval(), greedy=True)
-    truth = evaluate_policy(pack, lambda env: torch.as_tensor(candidate(env.observe(), env.action_masks())).argmax(1),
-                            episodes=20000, seed=10 ** 6, profile="live", reward_version="v1").mean_return
+    truth = evaluate_policy(
+        pack,
+        lambda env: torch.as_tensor(candidate(env.observe(), env.action_masks())).argmax(1),
+        episodes=20000,
+        seed=10**6,
+        profile="live",
+        reward_version="v1",
+    ).mean_return
     return pack, rows, behaviour, candidate, truth
 
 
 def test_observations_rebuilt_from_rows_reproduce_the_logged_propensities(logged) -> None:  # type: ignore[no-untyped-def]
     from rlops.pipeline_steps.infra.trace_states import action_codes, observations_from_traces
+
     pack, rows, behaviour, _, _ = logged
     obs, mask = observations_from_traces(pack, rows)
     pi = network_target(behaviour, greedy=False)(obs, mask)
@@ -153,7 +188,7 @@ def test_thin_or_propensity_less_traffic_skips_with_a_reason(logged) -> None:  #
     blind = rows.assign(logp=np.nan)
     res = off_policy_value(pack, blind, candidate, OPEConfig())
     assert res.skipped and "no usable propensity" in res.skipped
-    res = off_policy_value(pack, rows, candidate, OPEConfig(min_ess=10 ** 6))
+    res = off_policy_value(pack, rows, candidate, OPEConfig(min_ess=10**6))
     assert res.skipped and "effective sample size" in res.skipped
     # an episode cut by the window (no step 0) is not judged
     cut = rows[~((rows["episode_id"] == rows["episode_id"].iloc[0]) & (rows["step"] == 0))]
@@ -162,6 +197,7 @@ def test_thin_or_propensity_less_traffic_skips_with_a_reason(logged) -> None:  #
 
 def test_bad_ope_settings_are_clear_errors() -> None:
     from rlops.common.params_sources import ParamsError, as_params
+
     with pytest.raises(ParamsError, match="ope.ci: Input should be 'normal' or 'bootstrap'"):
         as_params({"ope": {"ci": "magic"}})
     with pytest.raises(ParamsError, match="ope.frobnicate: unknown key"):
@@ -173,26 +209,48 @@ def test_bad_ope_settings_are_clear_errors() -> None:
 def test_the_evaluation_run_carries_the_ope_gate(pack) -> None:  # type: ignore[no-untyped-def]
     """Live traffic logged with propensities around the champion: ``evaluate_candidate`` judges the
     candidate on it (gate ``ope:dr`` in the table and ``ope_*`` metrics in the MLflow run)."""
+    from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.trace_store import partition_path
     from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
     from rlops.sandbox.traces import rollout_traces
-    from rlops.pipeline_steps.infra.context import StepContext
     from tests.policy_kit import NAME, SCENARIO, approve_all_policy, cloned_rules_policy, register
+
     torch.set_num_threads(1)
     champion_net, candidate_net = approve_all_policy(pack), cloned_rules_policy(pack)
-    ctx = StepContext.create(run_key="20260105T1000", overrides={
-        "evaluate": {"episodes": 600, "bootstrap_samples": 500, "latency_samples": 50, "require_stress_test": False,
-                     "min_segment_episodes": 50, "segment_tolerance": 0.1},
-        "ope": {"dm_episodes": 300}, "tracking": {"http_max_retries": 0}})
+    ctx = StepContext.create(
+        run_key="20260105T1000",
+        overrides={
+            "evaluate": {
+                "episodes": 600,
+                "bootstrap_samples": 500,
+                "latency_samples": 50,
+                "require_stress_test": False,
+                "min_segment_episodes": 50,
+                "segment_tolerance": 0.1,
+            },
+            "ope": {"dm_episodes": 300},
+            "tracking": {"http_max_retries": 0},
+        },
+    )
     champ = register(ctx, pack, champion_net)
     ctx.tracker.set_alias(NAME, "champion", champ)
     cand = register(ctx, pack, candidate_net)
     logger = exploring_policy(network_target(champion_net, greedy=True), 0.3, seed=2)
-    rows = rollout_traces(pack, logger, 600, seed=77, profile="live", reward_version="v1", source="live",
-                          policy_version=f"{SCENARIO}-policy/{champ}", episode_prefix="live",
-                          start_ts=datetime(2026, 1, 5, 9, 10, tzinfo=timezone.utc))
-    ctx.storage.write_parquet(ctx.uri("traces", partition_path(scenario=SCENARIO, date="2026-01-05", hour=9),
-                                      "part-ope.parquet"), rows)
+    rows = rollout_traces(
+        pack,
+        logger,
+        600,
+        seed=77,
+        profile="live",
+        reward_version="v1",
+        source="live",
+        policy_version=f"{SCENARIO}-policy/{champ}",
+        episode_prefix="live",
+        start_ts=datetime(2026, 1, 5, 9, 10, tzinfo=UTC),
+    )
+    ctx.storage.write_parquet(
+        ctx.uri("traces", partition_path(scenario=SCENARIO, date="2026-01-05", hour=9), "part-ope.parquet"), rows
+    )
     res = evaluate_candidate(ctx, cand)
     gate = {g["gate"]: g for g in res["gates"]}["ope:dr"]
     assert gate["status"] == "pass", gate["detail"]
@@ -207,6 +265,7 @@ def test_dr_with_the_reward_model_as_direct_method(logged) -> None:  # type: ign
     per action and row, and DR stays unbiased (whatever Q̂ is)."""
     from rlops.model.reward_model import RewardModel
     from rlops.pipeline_steps.promotion.ope_direct import reward_model_q
+
     pack, rows, _, candidate, truth = logged
     torch.manual_seed(0)
     model = RewardModel(pack.scenario.layout.n_features, pack.scenario.n_actions, 3)

@@ -18,8 +18,14 @@ from rlops.pipeline_steps.promotion.gates import GateConfig, ab_gates, compariso
 
 def _result(returns: list[float], completion: float, handling_ms: float, takeover: float) -> Any:
     r = torch.tensor(returns)
-    summary = {"mean_return": float(r.mean()), "completion_rate": completion, "mean_handling_ms": handling_ms,
-               "human_takeover_rate": takeover, "illegal_action_rate": 0.0, "illegal_actions": 0}
+    summary = {
+        "mean_return": float(r.mean()),
+        "completion_rate": completion,
+        "mean_handling_ms": handling_ms,
+        "human_takeover_rate": takeover,
+        "illegal_action_rate": 0.0,
+        "illegal_actions": 0,
+    }
     return SimpleNamespace(returns=r, summary=lambda: summary)
 
 
@@ -39,8 +45,9 @@ def test_without_a_budget_the_gates_are_non_regression() -> None:
 
 
 def test_within_the_budget_a_better_policy_passes_and_says_why() -> None:
-    cfg = GateConfig.model_validate({"bootstrap_samples": 200, "completion_min": 0.7, "handling_max_ms": 6000,
-                                     "takeover_max": 0.3})
+    cfg = GateConfig.model_validate(
+        {"bootstrap_samples": 200, "completion_min": 0.7, "handling_max_ms": 6000, "takeover_max": 0.3}
+    )
     assert cfg.handling_max_ms == 6000.0 and isinstance(cfg.handling_max_ms, float)
     gates = _gates(cfg)
     assert all(gates[g].passed for g in OPERATIONAL)
@@ -59,10 +66,12 @@ def test_beyond_the_budget_or_with_a_worse_return_it_fails() -> None:
 def test_live_ab_gates_honour_the_budget() -> None:
     rng = np.random.default_rng(0)
     n = 1000
-    control = pd.DataFrame({"completed": np.ones(n, bool), "takeover": np.zeros(n, bool),
-                            "handling_ms": rng.normal(2800, 300, n)})
-    challenger = pd.DataFrame({"completed": rng.random(n) > 0.22, "takeover": rng.random(n) < 0.22,
-                               "handling_ms": rng.normal(5000, 300, n)})
+    control = pd.DataFrame(
+        {"completed": np.ones(n, bool), "takeover": np.zeros(n, bool), "handling_ms": rng.normal(2800, 300, n)}
+    )
+    challenger = pd.DataFrame(
+        {"completed": rng.random(n) > 0.22, "takeover": rng.random(n) < 0.22, "handling_ms": rng.normal(5000, 300, n)}
+    )
     plain = {g.gate: g.passed for g in ab_gates(challenger, control, GateConfig())}
     assert plain == {"ab:completion_rate": False, "ab:human_takeover_rate": False, "ab:handling_ms": False}
     budget = GateConfig(completion_min=0.7, handling_max_ms=6000.0, takeover_max=0.3)

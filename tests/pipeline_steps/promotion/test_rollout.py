@@ -10,10 +10,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from rlops.pipeline_steps.infra.aliases import move_champion
 
-from tests.policy_kit import NAME, promotion_ctx, register
-from tests.policy_kit import approve_all, good, pack, promotion_sandbox  # noqa: F401  (fixtures)
+from rlops.pipeline_steps.infra.aliases import move_champion
+from tests.policy_kit import NAME, approve_all, good, pack, promotion_ctx, promotion_sandbox, register  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.usefixtures("promotion_sandbox")
 HOURS = ["20260105T1000", "20260105T1100", "20260105T1200", "20260105T1300", "20260105T1400"]
@@ -31,12 +30,23 @@ def _serve(ctx: Any, pack: Any, served: dict[str, tuple[Any, str, int]], slow: s
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.orchestration.timeline import SimTracer
     from rlops.sandbox.traces import rollout_traces
+
     tracer = SimTracer(ctx.traces.landing_uri)
     tracer.clock = ctx.key.start + timedelta(minutes=5)
     for i, (version, (policy, group, n)) in enumerate(served.items()):
-        df = rollout_traces(pack, policy, n, seed=1000 * i + int(ctx.run_key[-4:-2]) * 10_000, profile="live",
-                            reward_version="v1", policy_version=f"credit_approval-policy/{version}", source="live",
-                            start_ts=ctx.key.start, test_group=group, episode_prefix=f"{ctx.run_key}-{group}-{version}")
+        df = rollout_traces(
+            pack,
+            policy,
+            n,
+            seed=1000 * i + int(ctx.run_key[-4:-2]) * 10_000,
+            profile="live",
+            reward_version="v1",
+            policy_version=f"credit_approval-policy/{version}",
+            source="live",
+            start_ts=ctx.key.start,
+            test_group=group,
+            episode_prefix=f"{ctx.run_key}-{group}-{version}",
+        )
         if version == slow:
             df["latency_ms"] = df["latency_ms"] * 3
         for rec in json.loads(df.to_json(orient="records")):
@@ -49,6 +59,7 @@ def test_staged_rollout_then_rollback(pack: Any, good: Any, approve_all: Any) ->
     from rlops.pipeline_steps.infra.policy_loader import greedy_act
     from rlops.pipeline_steps.promotion.flow import promote
     from rlops.pipeline_steps.promotion.rollout import rollout_step
+
     first = _ctx(HOURS[0])
     old = register(first, pack, approve_all)  # a champion the candidate beats in the sandbox
     move_champion(first.tracker, NAME, old)
@@ -96,6 +107,7 @@ def test_a_failing_live_gate_withdraws_the_challenger(pack: Any, good: Any) -> N
     from rlops.pipeline_steps.infra.policy_loader import greedy_act
     from rlops.pipeline_steps.promotion.flow import stage_challenger
     from rlops.pipeline_steps.promotion.rollout import rollout_step
+
     first = _ctx(HOURS[0])
     old = register(first, pack, good)
     move_champion(first.tracker, NAME, old)

@@ -19,15 +19,25 @@ import numpy as np
 import pytest
 import torch
 
-from tests.policy_kit import NAME, preference_policy, promotion_ctx, register
-from tests.policy_kit import approve_all, good, pack, promotion_sandbox  # noqa: F401  (fixtures)
+from tests.policy_kit import (  # noqa: F401  (fixtures)
+    NAME,
+    approve_all,
+    good,
+    pack,
+    preference_policy,
+    promotion_ctx,
+    promotion_sandbox,
+    register,
+)
 
 pytestmark = pytest.mark.usefixtures("promotion_sandbox")
 
 
 def test_racing_promotions_gate_each_candidate_against_the_champion_it_replaces(
-        pack: Any, good: Any, approve_all: Any) -> None:
+    pack: Any, good: Any, approve_all: Any
+) -> None:
     from rlops.pipeline_steps.promotion.flow import promote
+
     ctx = promotion_ctx()
     bad = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad)
@@ -59,13 +69,20 @@ def test_racing_promotions_gate_each_candidate_against_the_champion_it_replaces(
 
 def _result(returns: list[float]) -> Any:
     r = torch.tensor(returns)
-    summary = {"mean_return": float(r.mean()), "completion_rate": 1.0, "mean_handling_ms": 1.0,
-               "human_takeover_rate": 0.0, "illegal_action_rate": 0.0, "illegal_actions": 0}
+    summary = {
+        "mean_return": float(r.mean()),
+        "completion_rate": 1.0,
+        "mean_handling_ms": 1.0,
+        "human_takeover_rate": 0.0,
+        "illegal_action_rate": 0.0,
+        "illegal_actions": 0,
+    }
     return SimpleNamespace(returns=r, summary=lambda: summary)
 
 
 def test_a_gate_that_was_not_judged_says_skipped() -> None:
     from rlops.pipeline_steps.promotion.gates import GateConfig, comparison_gates, gate_frame, gate_table_html
+
     cfg = GateConfig(bootstrap_samples=200, min_segment_episodes=100)
     rows = np.zeros(300, dtype=bool)
     rows[:10] = True
@@ -80,6 +97,7 @@ def test_a_gate_that_was_not_judged_says_skipped() -> None:
 def test_latency_gate_is_a_ratio_measured_together(pack: Any) -> None:
     from rlops.pipeline_steps.promotion.evaluate import timed_p99
     from rlops.pipeline_steps.promotion.gates import GateConfig, latency_gate
+
     cfg = GateConfig()
     assert latency_gate(24.3, 20.0, cfg).passed and latency_gate(26.5, 20.0, cfg).passed
     assert not latency_gate(40.0, 20.0, cfg).passed

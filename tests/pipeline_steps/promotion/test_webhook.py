@@ -27,14 +27,22 @@ from tests.policy_kit import NAME, SCENARIO, approve_all_policy, cloned_rules_po
 
 def free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 SECRET = "s3cret-shared-with-mlflow"
-GATES = {"episodes": 500, "bootstrap_samples": 300, "latency_p99_ratio": 1000.0, "latency_samples": 30,
-         "require_stress_test": False, "min_segment_episodes": 50, "segment_tolerance": 0.1}
+GATES = {
+    "episodes": 500,
+    "bootstrap_samples": 300,
+    "latency_p99_ratio": 1000.0,
+    "latency_samples": 30,
+    "require_stress_test": False,
+    "min_segment_episodes": 50,
+    "segment_tolerance": 0.1,
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +53,12 @@ def pack() -> Any:
 def set_alias_via_rest(server: str, alias: str, version: str) -> None:
     """What the MLflow UI does when a user adds an alias to a version."""
     body = json.dumps({"name": NAME, "alias": alias, "version": version}).encode()
-    req = urllib.request.Request(f"{server}/api/2.0/mlflow/registered-models/alias", data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{server}/api/2.0/mlflow/registered-models/alias",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         assert r.status == 200
 
@@ -67,13 +79,19 @@ def receiver(mlflow_server: str, pack: Any, tmp_path: Any, monkeypatch: pytest.M
     import uvicorn
 
     from rlops.pipeline_steps.promotion.webhook import WebhookSettings, create_app, register_webhook
+
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
     monkeypatch.setenv("RLOPS_WEBHOOK_SECRET", SECRET)
     monkeypatch.setenv("RLOPS_STORAGE_ROOT", f"file://{tmp_path / 'storage'}")
     monkeypatch.delenv("RLOPS_ARTIFACT_ROOT", raising=False)
     torch.set_num_threads(1)
-    params = load_params(overrides={"tracking": {"uri": mlflow_server, "artifact_root": None, "http_max_retries": 0},
-                                    "evaluate": GATES, "promotion": {"manual_champion": "regate"}})
+    params = load_params(
+        overrides={
+            "tracking": {"uri": mlflow_server, "artifact_root": None, "http_max_retries": 0},
+            "evaluate": GATES,
+            "promotion": {"manual_champion": "regate"},
+        }
+    )
     params["evaluate"] = deep_merge(params["evaluate"], GATES)
 
     def context_for(scenario: str) -> StepContext:
@@ -92,13 +110,15 @@ def receiver(mlflow_server: str, pack: Any, tmp_path: Any, monkeypatch: pytest.M
     thread.join(timeout=10)
 
 
-def test_aliases_set_in_the_ui_go_through_the_gates(mlflow_server: str, receiver: Any, pack: Any,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_aliases_set_in_the_ui_go_through_the_gates(
+    mlflow_server: str, receiver: Any, pack: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     import logging
+
     caplog.set_level(logging.INFO, logger="rlops.pipeline_steps.promotion.webhook")
     ctx, app = receiver
     bad = register(ctx, pack, approve_all_policy(pack))
-    ctx.tracker.set_alias(NAME, "champion", bad)   # rlops' own champion (recorded)
+    ctx.tracker.set_alias(NAME, "champion", bad)  # rlops' own champion (recorded)
     good = register(ctx, pack, cloned_rules_policy(pack))
 
     # a candidate that passes the gates: the champion moves
@@ -121,8 +141,9 @@ def test_aliases_set_in_the_ui_go_through_the_gates(mlflow_server: str, receiver
     # the receiver's log says each gated decision in one line: version, verdict, failing gates
     decisions = [r.getMessage() for r in caplog.records if r.getMessage().startswith("webhook decision:")]
     assert any(f"{NAME} v{good} alias challenger → champion; failing gates: none" in d for d in decisions), decisions
-    assert any(f"{NAME} v{worse} alias challenger → rejected; failing gates: mean_return" in d
-               for d in decisions), decisions
+    assert any(f"{NAME} v{worse} alias challenger → rejected; failing gates: mean_return" in d for d in decisions), (
+        decisions
+    )
 
     # a champion set by hand: put back at once, then re-gated (and it fails the gates)
     set_alias_via_rest(mlflow_server, "champion", worse)
@@ -140,18 +161,30 @@ def test_unsigned_or_forged_deliveries_are_refused(receiver: Any) -> None:
     from fastapi.testclient import TestClient
 
     from rlops.pipeline_steps.promotion.webhook import sign
+
     _, app = receiver
     client = TestClient(app)
-    body = json.dumps({"entity": "model_version_alias", "action": "created",
-                       "data": {"name": NAME, "alias": "challenger", "version": "1"}}).encode()
+    body = json.dumps(
+        {
+            "entity": "model_version_alias",
+            "action": "created",
+            "data": {"name": NAME, "alias": "challenger", "version": "1"},
+        }
+    ).encode()
     ts = str(int(time.time()))
     assert client.post("/mlflow/webhook", content=body).status_code == 401
-    forged = {"X-MLflow-Signature": sign("wrong", "d1", ts, body), "X-MLflow-Timestamp": ts,
-              "X-MLflow-Delivery-Id": "d1"}
+    forged = {
+        "X-MLflow-Signature": sign("wrong", "d1", ts, body),
+        "X-MLflow-Timestamp": ts,
+        "X-MLflow-Delivery-Id": "d1",
+    }
     assert client.post("/mlflow/webhook", content=body, headers=forged).status_code == 401
     old = str(int(time.time()) - 3600)
-    replay = {"X-MLflow-Signature": sign(SECRET, "d2", old, body), "X-MLflow-Timestamp": old,
-              "X-MLflow-Delivery-Id": "d2"}
+    replay = {
+        "X-MLflow-Signature": sign(SECRET, "d2", old, body),
+        "X-MLflow-Timestamp": old,
+        "X-MLflow-Delivery-Id": "d2",
+    }
     assert client.post("/mlflow/webhook", content=body, headers=replay).status_code == 401
     other = json.dumps({"entity": "model_version", "action": "created", "data": {}}).encode()
     ok = {"X-MLflow-Signature": sign(SECRET, "d3", ts, other), "X-MLflow-Timestamp": ts, "X-MLflow-Delivery-Id": "d3"}

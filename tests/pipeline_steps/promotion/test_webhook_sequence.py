@@ -31,10 +31,20 @@ SECRET = "sequence-secret"
 
 def _post(client: Any, alias: str, version: str, delivery: str, ts: int) -> Any:
     from rlops.pipeline_steps.promotion.webhook import sign
-    body = json.dumps({"entity": "model_version_alias", "action": "created",
-                       "data": {"name": NAME, "alias": alias, "version": version}}).encode()
-    headers = {"X-MLflow-Signature": sign(SECRET, delivery, str(ts), body), "X-MLflow-Timestamp": str(ts),
-               "X-MLflow-Delivery-Id": delivery, "Content-Type": "application/json"}
+
+    body = json.dumps(
+        {
+            "entity": "model_version_alias",
+            "action": "created",
+            "data": {"name": NAME, "alias": alias, "version": version},
+        }
+    ).encode()
+    headers = {
+        "X-MLflow-Signature": sign(SECRET, delivery, str(ts), body),
+        "X-MLflow-Timestamp": str(ts),
+        "X-MLflow-Delivery-Id": delivery,
+        "Content-Type": "application/json",
+    }
     return client.post("/mlflow/webhook", content=body, headers=headers)
 
 
@@ -49,11 +59,13 @@ def _outcome(client: Any, delivery: str) -> dict[str, Any]:
 
 
 def test_a_replayed_delivery_and_a_hand_set_previous_never_move_the_champion(
-        pack: Any, good: Any, approve_all: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pack: Any, good: Any, approve_all: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from fastapi.testclient import TestClient
 
     from rlops.pipeline_steps.promotion.flow import rollback
     from rlops.pipeline_steps.promotion.webhook import WebhookSettings, create_app
+
     ctx = promotion_ctx()
     v1 = register(ctx, pack, approve_all)
     move_champion(ctx.tracker, NAME, v1)

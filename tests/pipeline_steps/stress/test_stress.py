@@ -11,25 +11,25 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlops.pipeline_steps.stress.checks import edge_states, field_edges, perturbed_pack, STRESS_PROFILE
-from rlops.pipeline_steps.stress.step import StressConfig, stress_reward_fn
 from rlops.cli import main
-from rlops.sandbox.pack import Pack, load_pack
 from rlops.common.config import REPO_ROOT
+from rlops.pipeline_steps.stress.checks import STRESS_PROFILE, edge_states, field_edges, perturbed_pack
+from rlops.pipeline_steps.stress.step import StressConfig, stress_reward_fn
+from rlops.sandbox.pack import Pack, load_pack
 
 REPO = REPO_ROOT
 CREDIT = REPO / "scenarios" / "credit_approval"
 FAST = StressConfig(edge_states=1024, gaming_episodes=400)
 
-NAN_COMPONENT = '''
+NAN_COMPONENT = """
 
 @component(objective="risk", reason="debt ratio relative to itself")
 @rule_ref("RISK_v1.3_5.2")
 def debt_ratio_norm(t):
     r = t.s.user_profile.debt_ratio
     return r / r - 1.0
-'''
-RAISING_COMPONENT = '''
+"""
+RAISING_COMPONENT = """
 
 @component(objective="risk", reason="age table lookup")
 @rule_ref("RISK_v1.3_5.2")
@@ -37,14 +37,14 @@ def age_table(t):
     if bool((t.s.user_profile.age >= 90).any()):
         raise ValueError("age outside the actuarial table")
     return torch.zeros_like(t.latency_ms)
-'''
-ACTIVITY_COMPONENT = '''
+"""
+ACTIVITY_COMPONENT = """
 
 @component(objective="service", reason="the agent did something")
 @rule_ref("CX_v1.0_1.1")
 def activity(t):
     return torch.ones_like(t.latency_ms)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +56,9 @@ def pack_with_reward(tmp_path: Path, extra: str) -> tuple[Pack, str]:
     """A copy of the credit pack with ``reward_v9.py`` = reward_v1 plus ``extra``."""
     dst = tmp_path / "credit_approval"
     shutil.copytree(CREDIT, dst)
-    (dst / "reward_v9.py").write_text((CREDIT / "reward_v1.py").read_text().replace(
-        'VERSION_LABEL = "v1"', 'VERSION_LABEL = "v9"') + extra)
+    (dst / "reward_v9.py").write_text(
+        (CREDIT / "reward_v1.py").read_text().replace('VERSION_LABEL = "v1"', 'VERSION_LABEL = "v9"') + extra
+    )
     return load_pack(dst, check_liveness=False), str(dst / "reward_v9.py")
 
 
@@ -130,6 +131,7 @@ def test_perturbed_pack_scales_latency_errors_and_segment(credit: Pack) -> None:
 def _register_random_policy(tracking_uri: str, scenario: str, pack: Pack, tmp_path: Path) -> str:
     from rlops.model.policy import PolicyConfig, PolicyNetwork, save_policy
     from rlops.pipeline_steps.infra.registry import Tracker, policy_model_name
+
     torch.manual_seed(0)
     folder = tmp_path / "policy"
     save_policy(PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout)), folder)
@@ -143,9 +145,14 @@ def _register_random_policy(tracking_uri: str, scenario: str, pack: Pack, tmp_pa
 def fast_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The repository's params with a small ``stress`` block, as ``RLOPS_PARAMS``."""
     import yaml
+
     doc = yaml.safe_load((REPO / "params.yaml").read_text())
-    doc["stress"] = {"edge_states": 1024, "gaming_episodes": 300, "policy_episodes": 300,
-                     "perturbations": {"latency_x3": {"latency": 3.0}}}
+    doc["stress"] = {
+        "edge_states": 1024,
+        "gaming_episodes": 300,
+        "policy_episodes": 300,
+        "perturbations": {"latency_x3": {"latency": 3.0}},
+    }
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(doc))
     monkeypatch.setenv("RLOPS_PARAMS", str(path))
@@ -153,21 +160,41 @@ def fast_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def test_step_writes_report_logs_and_tags_policy(credit: Pack, tmp_path: Path, tmp_tracking: str,
-                                                 tmp_storage_root: str, fast_params: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    from rlops.pipeline_steps.infra.storage import Storage
+def test_step_writes_report_logs_and_tags_policy(
+    credit: Pack,
+    tmp_path: Path,
+    tmp_tracking: str,
+    tmp_storage_root: str,
+    fast_params: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from rlops.pipeline_steps.infra.registry import Tracker, policy_model_name
+    from rlops.pipeline_steps.infra.storage import Storage
+
     version = _register_random_policy(tmp_tracking, "credit_approval", credit, tmp_path)
-    code = main(["stress", "--scenario", str(CREDIT), "--reward-fn", "v1", "--policy-version", version,
-                 "--run-key", "20261130T0500", "--json"])
+    code = main(
+        [
+            "stress",
+            "--scenario",
+            str(CREDIT),
+            "--reward-fn",
+            "v1",
+            "--policy-version",
+            version,
+            "--run-key",
+            "20261130T0500",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == (0 if out["passed"] else 1)
     assert out["reward_fn"] == "v1" and out["report_uri"].endswith(
-        "reports/stress/credit_approval/20261130T0500/report.json")
+        "reports/stress/credit_approval/20261130T0500/report.json"
+    )
     report = Storage(tmp_storage_root).read_json(out["report_uri"])
     # the pack's own perturbations (its population segment included) win over the project's block
     import yaml
+
     pack_perturbations = list(yaml.safe_load((CREDIT / "params.yaml").read_text())["stress"]["perturbations"])
     assert pack_perturbations == ["latency_x3", "errors_x5", "elderly"]
     assert report["reward"]["passed"] and [r["scenario"] for r in report["policy"]] == ["nominal", *pack_perturbations]
@@ -176,9 +203,12 @@ def test_step_writes_report_logs_and_tags_policy(credit: Pack, tmp_path: Path, t
     assert "<table>" in Storage(tmp_storage_root).read_text(out["html_uri"])
 
 
-def test_cli_exits_1_on_a_nan_reward(tmp_path: Path, tmp_tracking: str, tmp_storage_root: str,
-                                     fast_params: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_exits_1_on_a_nan_reward(
+    tmp_path: Path, tmp_tracking: str, tmp_storage_root: str, fast_params: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pack, reward_file = pack_with_reward(tmp_path, NAN_COMPONENT)
-    code = main(["stress", "--scenario", str(pack.path), "--reward-fn", reward_file, "--run-key", "20261130T0500", "--dry-run"])
+    code = main(
+        ["stress", "--scenario", str(pack.path), "--reward-fn", reward_file, "--run-key", "20261130T0500", "--dry-run"]
+    )
     out = capsys.readouterr().out
     assert code == 1 and "FAIL" in out and "debt_ratio_norm" in out

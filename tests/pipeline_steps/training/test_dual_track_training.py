@@ -4,7 +4,7 @@ relabelled steps and tags the policy version with the reward model version it us
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ RUN_KEY = "20260105T1000"
 @pytest.fixture(scope="module")
 def pack() -> Any:
     from rlops.sandbox.pack import load_pack
+
     return load_pack(REPO_ROOT / "scenarios" / SCENARIO, check_liveness=False)
 
 
@@ -35,6 +36,7 @@ def _model(pack: Any, seed: int = 0) -> RewardModel:
 
 def _rollout(pack: Any, source: RewardSource, model: RewardModel | None) -> tuple[torch.Tensor, ...]:
     from rlops.sandbox.policies import rule_policy
+
     env = pack.make_env(64, seed=3)
     apply_reward_source(env, source, model)
     totals, bds = [], []
@@ -62,7 +64,7 @@ def test_centred_score_is_the_models_preference_within_the_legal_actions(pack: A
     model = _model(pack)
     env = pack.make_env(16, seed=1)
     env.step(env.action_masks().float().argmax(dim=1))  # past the first step: other legal sets
-    feats, masks = env.observe()[:, :pack.scenario.layout.n_features], env.action_masks()
+    feats, masks = env.observe()[:, : pack.scenario.layout.n_features], env.action_masks()
     out, n = torch.rand(16, 3), pack.scenario.n_actions
     with torch.no_grad():
         centred = torch.stack([centred_scores(model, feats, torch.full((16,), a), out, masks) for a in range(n)], 1)
@@ -93,10 +95,12 @@ def test_select_high_reward_keeps_top_choice_steps() -> None:
 
 
 def _ctx(tmp_path: Path, **over: Any) -> StepContext:
-    overrides = {"local_dir": str(tmp_path / "local"),
-                 "label_queue": {"db_url": f"sqlite:///{tmp_path / 'queue.db'}"},
-                 "train": {"num_envs": 16, "eval_episodes": 64, "checkpoint_every": 1, "bc_epochs": 2},
-                 "ppo": {"num_steps": 8, "device": "cpu"}}
+    overrides = {
+        "local_dir": str(tmp_path / "local"),
+        "label_queue": {"db_url": f"sqlite:///{tmp_path / 'queue.db'}"},
+        "train": {"num_envs": 16, "eval_episodes": 64, "checkpoint_every": 1, "bc_epochs": 2},
+        "ppo": {"num_steps": 8, "device": "cpu"},
+    }
     return StepContext.create(run_key=RUN_KEY, overrides=deep_merge(overrides, over))
 
 
@@ -105,6 +109,7 @@ def _register_reward_model(ctx: StepContext, model: RewardModel) -> str:
 
     from rlops.model.reward_model import save_reward_model
     from rlops.pipeline_steps.infra.registry import reward_model_name
+
     with ctx.tracker.start_run("rm") as run, tempfile.TemporaryDirectory() as tmp:
         save_reward_model(model, Path(tmp) / "reward_model")
         run.log_artifact(Path(tmp) / "reward_model", "reward_model")
@@ -112,14 +117,16 @@ def _register_reward_model(ctx: StepContext, model: RewardModel) -> str:
 
 
 @pytest.mark.usefixtures("steps_load_pack")
-def test_relabel_then_blend_training_tags_the_reward_model(tmp_tracking: str, tmp_storage_root: str,
-                                                           tmp_path: Path, pack: Any) -> None:
+def test_relabel_then_blend_training_tags_the_reward_model(
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path, pack: Any
+) -> None:
     from rlops.pipeline_steps.training.policy import train_policy
     from rlops.pipeline_steps.training.relabel import labels_uri, relabel_step
     from rlops.sandbox.policies import random_policy
     from rlops.sandbox.traces import rollout_traces
+
     ctx = _ctx(tmp_path, train={"reward_source": "blend", "reward_blend_lambda": 0.5})
-    start = datetime(2026, 1, 5, 10, 5, tzinfo=timezone.utc)
+    start = datetime(2026, 1, 5, 10, 5, tzinfo=UTC)
     traces = rollout_traces(pack, random_policy(1), 200, seed=0, start_ts=start, policy_version="rules")
     traces["ts"] = [(start + timedelta(seconds=i)).isoformat() for i in range(len(traces))]
     ctx.storage.write_parquet(ctx.traces.scenario_uri(ctx.scenario) + "/date=2026-01-05/hour=10/part-0.parquet", traces)
@@ -129,8 +136,9 @@ def test_relabel_then_blend_training_tags_the_reward_model(tmp_tracking: str, tm
     assert res["rows_in"] == res["rows_out"] == len(traces) and res["reward_model_version"] == version
     labels = ctx.storage.read_parquet(labels_uri(ctx))
     assert len(labels) == len(traces) and labels["rm_score"].notna().all()
-    assert set(zip(labels["episode_id"], labels["step"])) == set(zip(traces["episode_id"].astype(str),
-                                                                      traces["step"].astype(int)))
+    assert set(zip(labels["episode_id"], labels["step"])) == set(
+        zip(traces["episode_id"].astype(str), traces["step"].astype(int))
+    )
 
     out = train_policy(ctx, "full", timesteps=16 * 8 * 2)
     assert out["reward_source"] == "blend" and out["reward_model_version"] == version
@@ -141,15 +149,18 @@ def test_relabel_then_blend_training_tags_the_reward_model(tmp_tracking: str, tm
 
 
 @pytest.mark.usefixtures("steps_load_pack")
-def test_model_source_without_a_reward_model_is_a_clear_error(tmp_tracking: str, tmp_storage_root: str,
-                                                              tmp_path: Path, pack: Any) -> None:
+def test_model_source_without_a_reward_model_is_a_clear_error(
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path, pack: Any
+) -> None:
     from rlops.pipeline_steps.training.policy import train_policy
+
     with pytest.raises(ValueError, match="train one first"):
         train_policy(_ctx(tmp_path), "full", timesteps=256, reward_source="model")
 
 
-def test_warm_start_imitates_human_labels_too(tmp_tracking: str, tmp_storage_root: str, tmp_path: Path,
-                                              pack: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_warm_start_imitates_human_labels_too(
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path, pack: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Labels from the queue feed the policy, not only the reward model: with no relabelled traces,
     the warm start clones the labelled actions."""
     from rlops.model.ppo_config import PPOConfig
@@ -158,15 +169,29 @@ def test_warm_start_imitates_human_labels_too(tmp_tracking: str, tmp_storage_roo
     from rlops.pipeline_steps.training.dual_track import warm_start
     from rlops.sandbox.policies import rule_policy
     from rlops.sandbox.traces import rollout_traces
+
     ctx = _ctx(tmp_path, train={"bc_top_fraction": 1.0})
     rows = rollout_traces(pack, rule_policy, 100, seed=0)
-    rows = rows[rows["action_mask"].str.count("1") >= 2].head(80).assign(cluster_id=0, cluster_entropy=0.9,
-                                                                        norm_entropy=0.9)
+    rows = (
+        rows[rows["action_mask"].str.count("1") >= 2]
+        .head(80)
+        .assign(cluster_id=0, cluster_entropy=0.9, norm_entropy=0.9)
+    )
     store = store_for(ctx, ctx.config.label_queue)
     store.create()
     items = queue_items(pack, "credit_approval", rows.reset_index(drop=True), rows)
     store.enqueue("credit_approval", RUN_KEY, items)
-    store.add_labels("credit_approval", [{"item_id": it["item_id"], "label": it["action_taken"], "annotator": "a",
-                                          "labelled_at": "2026-01-05T10:00:00Z"} for it in items])
+    store.add_labels(
+        "credit_approval",
+        [
+            {
+                "item_id": it["item_id"],
+                "label": it["action_taken"],
+                "annotator": "a",
+                "labelled_at": "2026-01-05T10:00:00Z",
+            }
+            for it in items
+        ],
+    )
     policy, info = warm_start(ctx, pack, PPOConfig(seed=0))
     assert policy is not None and info["steps_imitated"] == len(items) and info["accuracy"] > 0.5

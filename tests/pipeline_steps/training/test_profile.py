@@ -14,9 +14,13 @@ from rlops.pipeline_steps.infra.context import StepContext
 
 def test_profile_reports_the_phases_and_writes_a_chrome_trace(tmp_path: Path) -> None:
     from rlops.pipeline_steps.training.profile import REGIONS, profile_training, region_lines
+
     torch.set_num_threads(1)
-    overrides = {"local_dir": str(tmp_path / "local"), "train": {"num_envs": 16},
-                 "ppo": {"num_steps": 8, "device": "cpu", "num_minibatches": 2}}
+    overrides = {
+        "local_dir": str(tmp_path / "local"),
+        "train": {"num_envs": 16},
+        "ppo": {"num_steps": 8, "device": "cpu", "num_minibatches": 2},
+    }
     ctx = StepContext.create("credit_approval", run_key="20260105T1000", overrides=deep_merge(overrides, {}))
     trace = tmp_path / "trace.json"
     report = profile_training(ctx, duration_s=1.0, trace_path=trace)

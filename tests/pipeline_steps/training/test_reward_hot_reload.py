@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +20,31 @@ BUDGET = 16 * 8 * 3  # three iterations
 @pytest.fixture(scope="module")
 def pack() -> Any:
     from rlops.sandbox.pack import load_pack
+
     return load_pack(REPO_ROOT / "scenarios" / "credit_approval", check_liveness=False)
 
 
 def _ctx(tmp_path: Path) -> StepContext:
-    overrides = {"local_dir": str(tmp_path / "local"), "train": {"num_envs": 16, "eval_episodes": 32},
-                 "ppo": {"num_steps": 8, "device": "cpu"}}
+    overrides = {
+        "local_dir": str(tmp_path / "local"),
+        "train": {"num_envs": 16, "eval_episodes": 32},
+        "ppo": {"num_steps": 8, "device": "cpu"},
+    }
     return StepContext.create(run_key=RUN_KEY, overrides=deep_merge(overrides, {}))
 
 
 def _client(ctx: StepContext) -> Any:
     from mlflow.tracking import MlflowClient
+
     return MlflowClient(ctx.params["tracking"]["uri"])
 
 
 @pytest.mark.usefixtures("steps_load_pack")
-def test_scheduled_switch_is_recorded_and_training_continues(tmp_tracking: str, tmp_storage_root: str,
-                                                             tmp_path: Path, pack: Any) -> None:
+def test_scheduled_switch_is_recorded_and_training_continues(
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path, pack: Any
+) -> None:
     from rlops.pipeline_steps.training.policy import train_policy
+
     ctx = _ctx(tmp_path)
     res = train_policy(ctx, "full", timesteps=BUDGET, reward_switch=(2, "v0"))
     v0, v1 = pack.reward_fn("v0").version, pack.reward_fn("v1").version
@@ -47,14 +55,20 @@ def test_scheduled_switch_is_recorded_and_training_continues(tmp_tracking: str, 
 
 
 @pytest.mark.usefixtures("steps_load_pack")
-def test_cli_request_switches_the_training_in_progress(tmp_tracking: str, tmp_storage_root: str,
-                                                       tmp_path: Path, pack: Any, monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_request_switches_the_training_in_progress(
+    tmp_tracking: str,
+    tmp_storage_root: str,
+    tmp_path: Path,
+    pack: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """The request is made while the training runs (from inside its first poll, as an operator's
     command would arrive): the next iteration trains with v0, and the switch is recorded."""
     from rlops.cli import main
     from rlops.pipeline_steps.training.hot_reload import RewardSwitchPoller, control_uri
     from rlops.pipeline_steps.training.policy import train_policy
+
     ctx = _ctx(tmp_path)
     answers: list[int] = []
     poll = RewardSwitchPoller.__call__
@@ -63,6 +77,7 @@ def test_cli_request_switches_the_training_in_progress(tmp_tracking: str, tmp_st
         if iteration == 1 and not answers:
             answers.append(main(["train", "switch-reward", "--run-key", RUN_KEY, "--to", "v0"]))
         return poll(self, iteration)
+
     monkeypatch.setattr(RewardSwitchPoller, "__call__", operator_asks)
     res = train_policy(ctx, "full", timesteps=BUDGET)
     assert answers == [0] and "switch to reward v0" in capsys.readouterr().out
@@ -74,15 +89,16 @@ def test_cli_request_switches_the_training_in_progress(tmp_tracking: str, tmp_st
 
 
 @pytest.mark.usefixtures("steps_load_pack")
-def test_a_stale_request_never_switches_a_later_training(tmp_tracking: str, tmp_storage_root: str,
-                                                         tmp_path: Path, pack: Any,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_stale_request_never_switches_a_later_training(
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path, pack: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """No training running: the CLI refuses. A request left from before (written by an older
     version, or by hand) is ignored by the next training of the run key, which trains and
     registers the reward function it started with."""
     from rlops.cli import main
     from rlops.pipeline_steps.training.hot_reload import STATUS_FILE, control_uri
     from rlops.pipeline_steps.training.policy import train_policy
+
     ctx = _ctx(tmp_path)
     assert main(["train", "switch-reward", "--run-key", RUN_KEY, "--to", "v0"]) == 2
     assert "no training" in capsys.readouterr().err
@@ -94,31 +110,47 @@ def test_a_stale_request_never_switches_a_later_training(tmp_tracking: str, tmp_
     assert status["status"] == "ignored" and "older than this training" in status["reason"]
 
 
-def test_a_reward_file_added_mid_training_is_refused_cleanly(tmp_storage_root: str, tmp_path: Path,
-                                                            pack: Any) -> None:
+def test_a_reward_file_added_mid_training_is_refused_cleanly(tmp_storage_root: str, tmp_path: Path, pack: Any) -> None:
     """The training's pack has no such function: the poller refuses (and says why), never raises."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from rlops.pipeline_steps.training.hot_reload import STATUS_FILE, RewardSwitchPoller, control_uri
+
     ctx = _ctx(tmp_path)
-    poller = RewardSwitchPoller(ctx, pack, started_at=datetime.now(timezone.utc) - timedelta(minutes=1))
-    ctx.storage.write_json(control_uri(ctx), {"reward_fn": "v9", "requested_at":
-                                              datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    poller = RewardSwitchPoller(ctx, pack, started_at=datetime.now(UTC) - timedelta(minutes=1))
+    ctx.storage.write_json(
+        control_uri(ctx), {"reward_fn": "v9", "requested_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    )
     assert poller(3) is None
     status = ctx.storage.read_json(ctx.uri("control", ctx.scenario, RUN_KEY, STATUS_FILE))
     assert status["status"] == "refused" and "v9" in status["reason"]
-    ctx.storage.write_json(control_uri(ctx), {"reward_fn": "v0", "reward_fn_sha256": "0" * 64, "requested_at":
-                                              datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    ctx.storage.write_json(
+        control_uri(ctx),
+        {
+            "reward_fn": "v0",
+            "reward_fn_sha256": "0" * 64,
+            "requested_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    )
     assert poller(4) is None  # the file changed since the request: refused, not silently another function
-    ctx.storage.write_json(control_uri(ctx), {"reward_fn": "v0", "requested_at":
-                                              datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    ctx.storage.write_json(
+        control_uri(ctx), {"reward_fn": "v0", "requested_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    )
     assert poller(5).version == pack.reward_fn("v0").version
 
 
 def test_dag_conf_schedules_the_switch() -> None:
     from rlops.pipeline_steps.orchestration.tasks import ConfError, validate_conf
-    good = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 2000, "mode": "full",
-            "dry_run": True, "reward_switch_to": "v0", "reward_switch_at_iteration": 3}
+
+    good = {
+        "scenario": "credit_approval",
+        "reward_fn": "v1",
+        "timesteps": 2000,
+        "mode": "full",
+        "dry_run": True,
+        "reward_switch_to": "v0",
+        "reward_switch_at_iteration": 3,
+    }
     conf = validate_conf(good)
     assert conf["reward_switch_to"] == "v0" and conf["reward_switch_at_iteration"] == 3
     with pytest.raises(ConfError, match="reward_switch_to"):

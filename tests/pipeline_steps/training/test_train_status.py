@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -19,14 +18,19 @@ ROW = {"entropy": 1.0, "approx_kl": 0.01, "clipfrac": 0.1, "sps": 1000.0}
 
 
 def make_ctx(tmp_path: Path) -> StepContext:
-    overrides = {"local_dir": str(tmp_path / "local"), "train": {"num_envs": 16, "eval_episodes": 32},
-                 "ppo": {"num_steps": 8, "device": "cpu"}}
+    overrides = {
+        "local_dir": str(tmp_path / "local"),
+        "train": {"num_envs": 16, "eval_episodes": 32},
+        "ppo": {"num_steps": 8, "device": "cpu"},
+    }
     return StepContext.create(SCENARIO, run_key="20260105T1000", overrides=overrides)
 
 
 def test_a_running_training_is_found_by_pid_and_a_flat_return_is_a_plateau(
-        tmp_tracking: str, tmp_storage_root: str, tmp_path: Path) -> None:
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path
+) -> None:
     from rlops.pipeline_steps.training.status import train_status
+
     ctx = make_ctx(tmp_path)
     tags = {"rlops.step": "train_policy", "rlops.pid": os.getpid(), "rlops.host": socket.gethostname()}
     with ctx.tracker.start_run("train-full-x", tags=tags) as run:
@@ -46,11 +50,13 @@ def test_a_running_training_is_found_by_pid_and_a_flat_return_is_a_plateau(
     assert train_status(ctx, run.run_id)["status"] == "FINISHED"
 
 
-def test_a_training_run_records_its_pid(tmp_tracking: str, tmp_storage_root: str, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlops.sandbox.pack import load_pack
+def test_a_training_run_records_its_pid(
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from rlops.pipeline_steps.training.policy import train_policy
     from rlops.pipeline_steps.training.status import train_status
+    from rlops.sandbox.pack import load_pack
+
     pack = load_pack(REPO_ROOT / "scenarios" / SCENARIO)
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
     torch.set_num_threads(1)

@@ -10,40 +10,54 @@ from typing import Any
 import pytest
 import torch
 
+from rlops.common.config import REPO_ROOT, deep_merge
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import policy_model_name, reward_fn_model_name
-from rlops.common.config import REPO_ROOT, deep_merge
 
 SCENARIO = "credit_approval"
 NAME = policy_model_name(SCENARIO)
 TINY = 16 * 8 * 2  # 16 envs x 8 steps x 2 iterations
-LINEAGE = ("reward_fn", "reward_fn_sha256", "reward_fn_model_version", "calibration_version", "data_version",
-           "parent_champion", "mode", "timesteps", "train_seconds")
+LINEAGE = (
+    "reward_fn",
+    "reward_fn_sha256",
+    "reward_fn_model_version",
+    "calibration_version",
+    "data_version",
+    "parent_champion",
+    "mode",
+    "timesteps",
+    "train_seconds",
+)
 
 
 @pytest.fixture(scope="module")
 def pack() -> Any:
     from rlops.sandbox.pack import load_pack
+
     return load_pack(REPO_ROOT / "scenarios" / SCENARIO)
 
 
 pytestmark = pytest.mark.usefixtures("steps_load_pack")
 
 
-def make_ctx(tmp_path: Path, run_key: str = "20260105T1000", dry_run: bool = False,
-             **over: Any) -> StepContext:
-    overrides = {"local_dir": str(tmp_path / "local"),
-                 "train": {"num_envs": 16, "eval_episodes": 64, "checkpoint_every": 1},
-                 "ppo": {"num_steps": 8, "device": "cpu", "learning_rate": 1e-3}}
+def make_ctx(tmp_path: Path, run_key: str = "20260105T1000", dry_run: bool = False, **over: Any) -> StepContext:
+    overrides = {
+        "local_dir": str(tmp_path / "local"),
+        "train": {"num_envs": 16, "eval_episodes": 64, "checkpoint_every": 1},
+        "ppo": {"num_steps": 8, "device": "cpu", "learning_rate": 1e-3},
+    }
     return StepContext.create(run_key=run_key, dry_run=dry_run, overrides=deep_merge(overrides, over))
 
 
-def test_full_run_registers_lineage_and_a_servable_pyfunc(tmp_tracking: str, tmp_storage_root: str,
-                                                          tmp_path: Path, pack: Any) -> None:
+def test_full_run_registers_lineage_and_a_servable_pyfunc(
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path, pack: Any
+) -> None:
     import mlflow.pyfunc
+
     from rlops.agent_sdk.policy_client import ObservationEncoder
     from rlops.pipeline_steps.training.policy import train_policy
     from rlops.pipeline_steps.training.status import train_status
+
     ctx = make_ctx(tmp_path)
     res = train_policy(ctx, "full", timesteps=TINY)
     assert res["mode"] == "full" and res["parent_champion"] is None and not res["reused"]
@@ -63,12 +77,15 @@ def test_full_run_registers_lineage_and_a_servable_pyfunc(tmp_tracking: str, tmp
     # the registered pyfunc loads and decides a legal action for an encoded production state
     model = mlflow.pyfunc.load_model(f"models:/{NAME}/{res['model_version']}")
     enc = ObservationEncoder(pack)
-    state = {"user_profile": {"age": 30, "income_monthly": 9000.0, "employment": "salaried"},
-             "application": {"loan_amount": 30000.0, "purpose": "car", "term_months": 12},
-             "system_status": {"fraud_check_done": False, "credit_report_fetched": False},
-             "decision": {"approval_result": "pending", "approved_amount": 0.0, "notified": False}}
+    state = {
+        "user_profile": {"age": 30, "income_monthly": 9000.0, "employment": "salaried"},
+        "application": {"loan_amount": 30000.0, "purpose": "car", "term_months": 12},
+        "system_status": {"fraud_check_done": False, "credit_report_fetched": False},
+        "decision": {"approval_result": "pending", "approved_amount": 0.0, "notified": False},
+    }
     _, mask, obs = enc.encode(state)
     import pandas as pd
+
     out = model.predict(pd.DataFrame(obs.numpy().astype("float64"), columns=enc.columns))
     assert list(out.columns[:2]) == ["action", "action_index"] and len(out) == 1
     assert bool(mask[0, int(out["action_index"][0])])
@@ -80,19 +97,23 @@ def test_full_run_registers_lineage_and_a_servable_pyfunc(tmp_tracking: str, tmp
     assert again["reused"] and again["model_version"] == res["model_version"]
 
 
-def test_incremental_without_champion_trains_full_and_says_so(tmp_tracking: str, tmp_storage_root: str,
-                                                              tmp_path: Path) -> None:
+def test_incremental_without_champion_trains_full_and_says_so(
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path
+) -> None:
     from rlops.pipeline_steps.training.policy import train_policy
+
     res = train_policy(make_ctx(tmp_path), "incremental", timesteps=TINY)
     assert res["requested_mode"] == "incremental" and res["mode"] == "full"
     assert "no champion" in res["note"] and res["parent_champion"] is None
 
 
 @pytest.mark.parametrize("ewc_lambda", [0.0, 5.0], ids=["plain", "ewc"])
-def test_incremental_warm_starts_from_the_champion(tmp_tracking: str, tmp_storage_root: str,
-                                                   tmp_path: Path, ewc_lambda: float) -> None:
+def test_incremental_warm_starts_from_the_champion(
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path, ewc_lambda: float
+) -> None:
     from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
     from rlops.pipeline_steps.training.policy import train_policy
+
     ctx = make_ctx(tmp_path, run_key="20260105T1000")
     first = train_policy(ctx, "full", timesteps=TINY)
     ctx.tracker.set_alias(NAME, "champion", first["model_version"])
@@ -110,15 +131,19 @@ def test_incremental_warm_starts_from_the_champion(tmp_tracking: str, tmp_storag
     assert (w_new - w_champ).abs().max() < 0.2 * (w_champ - torch.randn_like(w_champ)).abs().max()
 
 
-def test_resume_continues_from_the_last_checkpoint(tmp_tracking: str, tmp_storage_root: str,
-                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_continues_from_the_last_checkpoint(
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import rlops.pipeline_steps.training.policy as train_mod
     from rlops.pipeline_steps.training.policy import train_policy
+
     register = train_mod.register_policy
 
     def crash(*a: Any, **kw: Any) -> Any:
         raise RuntimeError("worker lost")
+
     from mlflow.tracking import MlflowClient
+
     end_run = MlflowClient.set_terminated
     monkeypatch.setattr(train_mod, "register_policy", crash)  # dies after training, before registering
     # ... and like a killed process, never gets to end its MLflow run.
@@ -138,15 +163,37 @@ def test_resume_continues_from_the_last_checkpoint(tmp_tracking: str, tmp_storag
     assert client.get_run(res["run_id"]).data.tags["rlops.closed_stale_runs"] == stale.info.run_id
 
 
-def test_dry_run_writes_nothing(tmp_tracking: str, tmp_storage_root: str, tmp_path: Path,
-                                capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dry_run_writes_nothing(
+    tmp_tracking: str,
+    tmp_storage_root: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from mlflow import MlflowClient
+
     from rlops.cli import main
+
     params = tmp_path / "params.yaml"
     params.write_text((REPO_ROOT / "params.yaml").read_text() + f"\nlocal_dir: {tmp_path / 'local'}\n")
     monkeypatch.setenv("RLOPS_PARAMS", str(params))
-    assert main(["train", "policy", "--mode", "incremental", "--timesteps", "5000", "--dry-run", "--json",
-                 "--run-key", "20260105T1100"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "policy",
+                "--mode",
+                "incremental",
+                "--timesteps",
+                "5000",
+                "--dry-run",
+                "--json",
+                "--run-key",
+                "20260105T1100",
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     assert res["dry_run"] and res["mode"] == "full" and res["timesteps_budget"] == 5000
     assert res["warm_start"] == "none (from scratch)" and res["reward_fn"] == "v1"

@@ -19,6 +19,7 @@ SCENARIO = "credit_approval"
 @pytest.fixture(scope="module")
 def pack() -> Any:
     from rlops.sandbox.pack import load_pack
+
     return load_pack(REPO_ROOT / "scenarios" / SCENARIO)
 
 
@@ -28,14 +29,20 @@ pytestmark = pytest.mark.usefixtures("steps_load_pack")
 def make_ctx(tmp_path: Path, ppo: dict[str, Any] | None = None) -> StepContext:
     packs = tmp_path / "scenarios"
     shutil.copytree(REPO_ROOT / "scenarios" / SCENARIO, packs / SCENARIO)
-    overrides = {"local_dir": str(tmp_path / "local"), "scenarios_dir": str(packs),
-                 "train": {"num_envs": 16}, "ppo": {"num_steps": 8, "device": "cpu"}}
+    overrides = {
+        "local_dir": str(tmp_path / "local"),
+        "scenarios_dir": str(packs),
+        "train": {"num_envs": 16},
+        "ppo": {"num_steps": 8, "device": "cpu"},
+    }
     return StepContext.create(SCENARIO, run_key="20260105T1000", overrides=deep_merge(overrides, {"ppo": ppo or {}}))
 
 
 def test_two_trials_are_mlflow_runs_and_the_best_is_no_worse_than_the_defaults(
-        tmp_tracking: str, tmp_storage_root: str, tmp_path: Path) -> None:
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path
+) -> None:
     from rlops.pipeline_steps.training.tune import KNOBS, tune
+
     ctx = make_ctx(tmp_path)
     params_file = ctx.pack_dir / "params.yaml"
     before = params_file.read_text()
@@ -62,18 +69,22 @@ def test_two_trials_are_mlflow_runs_and_the_best_is_no_worse_than_the_defaults(
     assert parent.data.params["eval_episodes"] == "64"
 
 
-def test_trial_0_is_the_defaults_even_outside_the_search_space(tmp_tracking: str, tmp_storage_root: str,
-                                                               tmp_path: Path) -> None:
+def test_trial_0_is_the_defaults_even_outside_the_search_space(
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path
+) -> None:
     from rlops.pipeline_steps.training.tune import tune
+
     ctx = make_ctx(tmp_path, ppo={"ent_coef": 0.0})  # no point of the log-scale entropy range
     res = tune(ctx, trials=1, timesteps=128, eval_episodes=16)
     assert res.trials[0]["defaults"] and res.trials[0]["ent_coef"] == 0.0 == res.default_params["ent_coef"]
     assert res.best_params == res.default_params and res.best_value == res.default_value
 
 
-def test_write_puts_the_best_config_into_the_packs_params(tmp_tracking: str, tmp_storage_root: str,
-                                                          tmp_path: Path) -> None:
+def test_write_puts_the_best_config_into_the_packs_params(
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path
+) -> None:
     from rlops.pipeline_steps.training.tune import tune
+
     ctx = make_ctx(tmp_path)
     before = ctx.pack_dir.joinpath("params.yaml").read_text()
     res = tune(ctx, trials=1, timesteps=128, eval_episodes=16, write=True)
@@ -88,23 +99,39 @@ def test_write_puts_the_best_config_into_the_packs_params(tmp_tracking: str, tmp
 
 def test_write_merges_the_best_knobs_and_keeps_comments(tmp_path: Path) -> None:
     from rlops.pipeline_steps.training.tune import write_params
+
     f = tmp_path / "params.yaml"
-    f.write_text("# pack overrides\nppo:\n  learning_rate: 0.01   # keep me\n  anneal_lr: true\n\n"
-                 "evaluate:\n  segments: {}\n")
-    best = {"learning_rate": 0.001, "ent_coef": 0.02, "clip_coef": 0.15, "gamma": 0.99, "num_envs": 512,
-            "num_steps": 16}
+    f.write_text(
+        "# pack overrides\nppo:\n  learning_rate: 0.01   # keep me\n  anneal_lr: true\n\nevaluate:\n  segments: {}\n"
+    )
+    best = {
+        "learning_rate": 0.001,
+        "ent_coef": 0.02,
+        "clip_coef": 0.15,
+        "gamma": 0.99,
+        "num_envs": 512,
+        "num_steps": 16,
+    }
     write_params(f, best)
     text = f.read_text()
     assert "# pack overrides" in text and "learning_rate: 0.001   # keep me" in text
     data = yaml.safe_load(text)
-    assert data["ppo"] == {"learning_rate": 0.001, "anneal_lr": True, "ent_coef": 0.02, "clip_coef": 0.15,
-                           "gamma": 0.99, "num_steps": 16}
+    assert data["ppo"] == {
+        "learning_rate": 0.001,
+        "anneal_lr": True,
+        "ent_coef": 0.02,
+        "clip_coef": 0.15,
+        "gamma": 0.99,
+        "num_steps": 16,
+    }
     assert data["train"] == {"num_envs": 512} and data["evaluate"] == {"segments": {}}
 
 
 def test_trials_report_to_the_pruner_at_equal_environment_steps() -> None:
     import optuna
+
     from rlops.pipeline_steps.training.tune import _TrialSink
+
     study = optuna.create_study(direction="maximize")
     trial = study.ask()
     sink = _TrialSink(None, trial, step_unit=1000)  # a trial whose batch is half the defaults'
