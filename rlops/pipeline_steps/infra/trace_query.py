@@ -33,6 +33,7 @@ import os
 import re
 import tempfile
 import threading
+from pathlib import Path
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -199,6 +200,8 @@ class TraceReader:
             files = [uri]
         else:
             files = [f for f in self.storage.list(uri, suffix=".parquet") if not any(x in f for x in _EXCLUDED)]
+        # a plain local path (``--traces ./x.parquet``) is a file:// URI like every other local file
+        files = [f if "://" in f else f"file://{Path(f).resolve()}" for f in files]
         return [f for f in files if window is None or partition_overlaps(f, window)]
 
     def columns(self, uri: str) -> list[str]:
@@ -488,16 +491,15 @@ class TraceReader:
         import pyarrow.dataset as ds
         import pyarrow.fs as pafs
 
-        local = [f for f in files if f.startswith("file://")]
         remote = [f for f in files if f.startswith("s3://")]
+        local = [f for f in files if not f.startswith("s3://")]  # file:// URIs and plain paths
         parts = []
         if remote:
             fs = self.storage.arrow_s3_filesystem()
             parts.append(ds.dataset([f[len("s3://") :] for f in remote], filesystem=fs, format="parquet"))
         if local:
-            parts.append(
-                ds.dataset([f[len("file://") :] for f in local], filesystem=pafs.LocalFileSystem(), format="parquet")
-            )
+            paths = [f.removeprefix("file://") for f in local]
+            parts.append(ds.dataset(paths, filesystem=pafs.LocalFileSystem(), format="parquet"))
         schemas = [frag.physical_schema for part in parts for frag in part.get_fragments()]
         schema = pa.unify_schemas(schemas, promote_options="default")
         parts = [ds.dataset(p.files, filesystem=p.filesystem, format="parquet", schema=schema) for p in parts]
