@@ -33,10 +33,10 @@ import os
 import re
 import tempfile
 import threading
-from pathlib import Path
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
