@@ -13,9 +13,8 @@ jitter); the money figures come from the pack's ``reward_v1.py``.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -24,8 +23,8 @@ from rlops.sandbox.pack import Pack
 
 Tensor = torch.Tensor
 OFFERS = ("offer_apology", "offer_voucher", "offer_refund")
-SUPERVISOR_RESOLVES = 0.85  # escalate_to_supervisor's effect in scenario.yaml
-REOFFER_FACTOR = 0.7  # a second offer resolves 0.7 times as often (scenario.yaml)
+SUPERVISOR_RESOLVES = 0.85   # escalate_to_supervisor's effect in scenario.yaml
+REOFFER_FACTOR = 0.7         # a second offer resolves 0.7 times as often (scenario.yaml)
 MAX_OFFERS = 2
 
 
@@ -42,28 +41,15 @@ def make_oracle(pack: Pack) -> Callable[[BatchedEnv], Tensor]:
     cols = pack.scenario.columns
     rw = _reward_module(pack)
     idx = {n: names.index(n) for n in names}
-    c = {
-        k: cols[k]
-        for k in (
-            "case.identified",
-            "case.offers",
-            "hidden.p_resolved",
-            "customer.annual_value",
-            "hidden.p_apology",
-            "hidden.p_voucher",
-            "hidden.p_refund",
-            "episode.last_action",
-        )
-    }
+    c = {k: cols[k] for k in ("case.identified", "case.offers", "hidden.p_resolved", "customer.annual_value",
+                              "hidden.p_apology", "hidden.p_voucher", "hidden.p_refund", "episode.last_action")}
     # An action executed `after` + 1 times in a row costs `penalty` (REPEAT_PENALTY in reward_v1.py).
     repeat_penalty = float(rw.REPEAT_PENALTY["penalty"]) if int(rw.REPEAT_PENALTY.get("after", 1)) == 1 else 0.0
 
     def step_cost(env: BatchedEnv) -> dict[str, float]:
         lo, hi = env.scenario.spec.profiles[env.profile].latency_jitter_ms
-        return {
-            a.name: rw.STEP_COST + rw.LATENCY_COST_PER_S * (a.latency_mean_ms + (lo + hi) / 2) / 1000.0
-            for a in env.scenario.spec.actions
-        }
+        return {a.name: rw.STEP_COST + rw.LATENCY_COST_PER_S * (a.latency_mean_ms + (lo + hi) / 2) / 1000.0
+                for a in env.scenario.spec.actions}
 
     def act(env: BatchedEnv) -> Tensor:
         S, masks = env.S, env.action_masks()
@@ -72,14 +58,15 @@ def make_oracle(pack: Pack) -> Callable[[BatchedEnv], Tensor]:
         first = torch.stack([S[:, c["hidden.p_apology"]], S[:, c["hidden.p_voucher"]], S[:, c["hidden.p_refund"]]])
         offer_cost = [rw.OFFER_COST[o] + cost[o] for o in OFFERS]
 
-        def outcome(pi: Tensor) -> Tensor:  # expected retention value at the end, belief pi
+        def outcome(pi: Tensor) -> Tensor:      # expected retention value at the end, belief pi
             return pi * rw.RETAINED * v - (1 - pi) * rw.LOST * v
 
         def close(pi: Tensor) -> Tensor:
             return -cost["close_case"] + outcome(pi)
 
         def escalate(pi: Tensor) -> Tensor:
-            return -cost["escalate_to_supervisor"] - rw.SUPERVISOR_COST + outcome(pi + (1 - pi) * SUPERVISOR_RESOLVES)
+            return (-cost["escalate_to_supervisor"] - rw.SUPERVISOR_COST
+                    + outcome(pi + (1 - pi) * SUPERVISOR_RESOLVES))
 
         def repeat(last: Tensor, name: str) -> Tensor:  # the repeated-action penalty of doing `name` now
             return torch.where(last == idx[name], repeat_penalty, 0.0)
@@ -94,20 +81,14 @@ def make_oracle(pack: Pack) -> Callable[[BatchedEnv], Tensor]:
             q = {"close_case": close(pi), "escalate_to_supervisor": escalate(pi)}
             if follow_up and n >= 1:
                 after = torch.full_like(last, idx["follow_up"])
-                q["follow_up"] = (
-                    -cost["follow_up"]
-                    - repeat(last, "follow_up")
-                    + pi * value(torch.ones_like(pi), n, after, False)
-                    + (1 - pi) * value(torch.zeros_like(pi), n, after, False)
-                )
+                q["follow_up"] = (-cost["follow_up"] - repeat(last, "follow_up")
+                                  + pi * value(torch.ones_like(pi), n, after, False)
+                                  + (1 - pi) * value(torch.zeros_like(pi), n, after, False))
             if n < MAX_OFFERS:
                 factor = 1.0 if n == 0 else REOFFER_FACTOR
                 for k, o in enumerate(OFFERS):
-                    q[o] = (
-                        -offer_cost[k]
-                        - repeat(last, o)
-                        + value(pi + (1 - pi) * first[k] * factor, n + 1, torch.full_like(last, idx[o]))
-                    )
+                    q[o] = (-offer_cost[k] - repeat(last, o)
+                            + value(pi + (1 - pi) * first[k] * factor, n + 1, torch.full_like(last, idx[o])))
             return q
 
         def value(pi: Tensor, n: int, last: Tensor, follow_up: bool = True) -> Tensor:
@@ -129,5 +110,4 @@ def make_oracle(pack: Pack) -> Callable[[BatchedEnv], Tensor]:
                 best = torch.where(better, q, best)
                 choice = torch.where(better, torch.full_like(choice, a), choice)
         return choice
-
     return act

@@ -13,8 +13,8 @@ REPEAT_PENALTY = {"penalty": 0.2, "after": 1, "rule_ref": "OPS_v2.0_2.3"}
 
 # The business figures, also read by oracle.py.
 OFFER_COST = {"offer_apology": 0.0, "offer_voucher": 0.25, "offer_refund": 0.7}
-RETAINED = 1.2  # × customer value, for a resolved complaint
-LOST = 0.6  # × customer value, for a case that ends unresolved
+RETAINED = 1.2          # × customer value, for a resolved complaint
+LOST = 0.6              # × customer value, for a case that ends unresolved
 SUPERVISOR_COST = 1.0
 STEP_COST, LATENCY_COST_PER_S = 0.03, 0.05
 VALUE_UNIT_CNY = 3000.0

@@ -57,5 +57,4 @@ def make_oracle(pack: Pack):
             best = torch.where(better, ev, best)
             choice = torch.where(deciding & better, torch.full_like(choice, d), choice)
         return choice
-
     return act

@@ -32,5 +32,4 @@ def make_oracle(pack):
         choice = base(env)
         escalate = (env.S[:, col] == retired) & env.action_masks()[:, a_escalate]
         return torch.where(escalate, torch.full_like(choice, a_escalate), choice)
-
     return act

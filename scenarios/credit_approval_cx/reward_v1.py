@@ -40,15 +40,18 @@ def rejection_reason(t):
     return torch.where((t.action == "reject") & listed, 0.2, 0.0)
 
 
-@component(objective="risk", reason="loan outcome: margin earned, default or fraud loss", settle_on="send_notification")
+@component(objective="risk", reason="loan outcome: margin earned, default or fraud loss",
+           settle_on="send_notification")
 @rule_ref("RISK_v1.3_5.2")
 def loan_outcome(t):
     share = t.ns.decision.approved_amount / t.s.application.loan_amount
-    outcome = torch.where(t.s.hidden.is_fraud, -4.0, torch.where(t.ns.hidden.defaulted, -2.5, 1.0))
+    outcome = torch.where(t.s.hidden.is_fraud, -4.0,
+                          torch.where(t.ns.hidden.defaulted, -2.5, 1.0))
     return torch.where(t.action.isin(APPROVALS), share * outcome, 0.0)
 
 
-@component(objective="risk", reason="rejected an applicant who would have repaid", settle_on="send_notification")
+@component(objective="risk", reason="rejected an applicant who would have repaid",
+           settle_on="send_notification")
 @rule_ref("CX_v1.0_1.2")
 def lost_business(t):
     would_repay = ~t.s.hidden.is_fraud & (t.s.hidden.default_u >= t.s.hidden.default_prob)

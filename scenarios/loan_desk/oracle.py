@@ -13,9 +13,8 @@ team components plus each acting role's own, weighted and clipped per step as th
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -26,7 +25,7 @@ Tensor = torch.Tensor
 INTAKE, UNDERWRITING = "intake", "underwriting"
 SCREENER_ACTIONS = ("request_documents", "pass_to_underwriting", "reject_application")
 UNDERWRITER_ACTIONS = ("approve", "approve_reduced", "decline")
-REDUCED_INCOMES = 2.0  # approve_reduced approves twice the monthly income (scenario.yaml)
+REDUCED_INCOMES = 2.0   # approve_reduced approves twice the monthly income (scenario.yaml)
 
 
 def _reward_module(pack: Pack) -> Any:
@@ -55,18 +54,9 @@ def make_oracle(pack: Pack) -> Callable[[BatchedEnv], Tensor]:
     w = {k: float(rw.WEIGHTS.get(k, 1.0)) for k in ("margin", "operations", "compliance")}
     clip_at = getattr(rw, "CLIP", None)
     max_requests = int(scenario.spec.field("application.document_requests").max or 0)
-    c = {
-        k: cols[k]
-        for k in (
-            "applicant.credit_score",
-            "applicant.income_monthly",
-            "applicant.requested_amount",
-            "applicant.documents_complete",
-            "application.stage",
-            "application.document_requests",
-            "episode.step",
-        )
-    }
+    c = {k: cols[k] for k in ("applicant.credit_score", "applicant.income_monthly", "applicant.requested_amount",
+                              "applicant.documents_complete", "application.stage",
+                              "application.document_requests", "episode.step")}
 
     def act(env: BatchedEnv) -> Tensor:
         S, masks = env.S, env.action_masks()
@@ -102,9 +92,8 @@ def make_oracle(pack: Pack) -> Callable[[BatchedEnv], Tensor]:
                 memo[key] = torch.stack(list(q_values(stage, docs, n, k).values())).max(0).values
             return memo[key]
 
-        def attempt(
-            a: str, ok_reward: Tensor, ok_value: Tensor, failed_reward: Tensor, stay: tuple[str, bool, int, int]
-        ) -> Tensor:
+        def attempt(a: str, ok_reward: Tensor, ok_value: Tensor, failed_reward: Tensor,
+                    stay: tuple[str, bool, int, int]) -> Tensor:
             """An action that goes through with the profile's success rate; a failed call
             changes nothing but costs its step."""
             e = float(err[idx[a]])
@@ -120,17 +109,13 @@ def make_oracle(pack: Pack) -> Callable[[BatchedEnv], Tensor]:
                     q["approve_reduced"] = attempt("approve_reduced", r_reduced, zero, step_only, stay)
                 return q
             passed = clip(step_only - (0.0 if docs else w["compliance"] * rw.INCOMPLETE_FILE_COST))
-            q = {
-                "reject_application": attempt("reject_application", step_only, zero, step_only, stay),
-                "pass_to_underwriting": attempt(
-                    "pass_to_underwriting", passed, value(UNDERWRITING, docs, n, k - 1), step_only, stay
-                ),
-            }
+            q = {"reject_application": attempt("reject_application", step_only, zero, step_only, stay),
+                 "pass_to_underwriting": attempt("pass_to_underwriting", passed,
+                                                 value(UNDERWRITING, docs, n, k - 1), step_only, stay)}
             if not docs and n < max_requests:
-                asked = clip(step_only - w["operations"] * rw.REQUEST_COST)  # charged even if the mail fails
-                after = answered * value(INTAKE, True, n + 1, k - 1) + (1 - answered) * value(
-                    INTAKE, False, n + 1, k - 1
-                )
+                asked = clip(step_only - w["operations"] * rw.REQUEST_COST)   # charged even if the mail fails
+                after = (answered * value(INTAKE, True, n + 1, k - 1)
+                         + (1 - answered) * value(INTAKE, False, n + 1, k - 1))
                 q["request_documents"] = attempt("request_documents", asked, after, asked, stay)
             return q
 
@@ -138,7 +123,7 @@ def make_oracle(pack: Pack) -> Callable[[BatchedEnv], Tensor]:
         docs_now = S[:, c["applicant.documents_complete"]] > 0.5
         n_now = S[:, c["application.document_requests"]].long()
         k_now = env.horizon - S[:, c["episode.step"]].long()
-        choice = scenario.rule_actions(S, masks)  # closed rows: whatever is legal
+        choice = scenario.rule_actions(S, masks)   # closed rows: whatever is legal
         best = neg_inf.clone()
         for stage in (INTAKE, UNDERWRITING):
             for docs in (False, True):
@@ -152,5 +137,4 @@ def make_oracle(pack: Pack) -> Callable[[BatchedEnv], Tensor]:
                             best = torch.where(better, q, best)
                             choice = torch.where(better, torch.full_like(choice, idx[name]), choice)
         return choice
-
     return act

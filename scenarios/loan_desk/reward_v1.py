@@ -12,7 +12,7 @@ CLIP = 5.0
 
 # The business figures.
 MARGIN, LOSS_GIVEN_DEFAULT = 0.4, 0.6
-REDUCED_TAKE_UP = 0.5  # share of applicants who take a reduced offer
+REDUCED_TAKE_UP = 0.5   # share of applicants who take a reduced offer
 AMOUNT_UNIT_CNY = 10_000.0
 STEP_COST = 0.02
 INCOMPLETE_FILE_COST, REQUEST_COST = 0.5, 0.05
@@ -54,9 +54,8 @@ def document_request(t):
     return torch.where(t.action == "request_documents", -REQUEST_COST, 0.0)
 
 
-@component(
-    objective="compliance", reason="approved over three monthly incomes below a credit score of 600", role="underwriter"
-)
+@component(objective="compliance", reason="approved over three monthly incomes below a credit score of 600",
+           role="underwriter")
 @rule_ref("UNDERWRITING_v1.0_4.1")
 def affordability_cap(t):
     approved = t.action.isin(["approve", "approve_reduced"]) & ~t.error

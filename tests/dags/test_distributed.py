@@ -1,6 +1,6 @@
 """The distributed deployment, for real: Airflow 3 with the CeleryExecutor on the local PostgreSQL
 and Redis, a scheduler, a dag-processor, an API server and two Celery workers — one on the
-``default`` queue, one on ``gpu`` — running ``retrain_incremental`` end to end with tiny budgets.
+``default`` queue, one on ``gpu`` — running ``retrain_incremental__credit_approval`` end to end with tiny budgets.
 
 Checks that the run succeeds, that ``train_policy`` ran on the gpu queue's worker and every other
 task on the default queue's, and that MLflow holds the new policy version. Skipped when Postgres
@@ -26,7 +26,7 @@ from distributed_cluster import AirflowCluster, ClusterError, services_unavailab
 
 pytestmark = pytest.mark.distributed
 
-DAG_ID = "retrain_incremental"
+DAG_ID = "retrain_incremental__credit_approval"  # one set of DAGs per pack
 CONF = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 4000, "mode": "incremental", "dry_run": False}
 # Small enough for 2 CPU cores and a few minutes in all; every step still does its real work.
 TINY: dict[str, Any] = {

@@ -288,7 +288,7 @@ def probe_rollback_refuses_hand_set_previous(home: dict[str, Any], console: Any)
 
 
 def probe_forged_alias_record_does_not_make_a_champion(home: dict[str, Any], console: Any) -> None:
-    from rlops.pipeline_steps.promotion.guard import check_champion
+    from rlops.pipeline_steps.promotion.flow import check_champion
 
     ctx = home["ctx"]
     a, b, c = _three_versions(ctx)
@@ -296,11 +296,11 @@ def probe_forged_alias_record_does_not_make_a_champion(home: dict[str, Any], con
     client.set_registered_model_alias(NAME, "champion", c)
     client.set_registered_model_tag(NAME, T.alias_written("champion"), c)  # a hand-set record
     client.set_registered_model_tag(NAME, T.alias_signature("champion"), "1:00")  # and a made-up signature
-    ctx.params.setdefault("promotion", {})["manual_champion"] = "revert"
+    ctx.config.promotion.manual_champion = "revert"  # the typed block every step reads
     try:
         check = check_champion(ctx)
     finally:
-        ctx.params["promotion"]["manual_champion"] = "regate"
+        ctx.config.promotion.manual_champion = "regate"
     assert check.action == "reverted" and ctx.tracker.get_alias(NAME, "champion") != c
 
 
