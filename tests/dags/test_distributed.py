@@ -85,7 +85,7 @@ def test_retrain_on_celery_workers(tmp_path: Path, tmp_tracking: str) -> None:
         for task_id, ti in tis.items():
             if task_id != "train_policy":
                 assert (ti["queue"], ti["hostname"]) == ("default", default_node), placement
-        assert set(tis) == {"validate_conf", "train_policy", "stress_test", "evaluate_and_promote"}
+        assert set(tis) == {"validate_conf", "inputs_changed", "train_policy", "stress_test", "evaluate_and_promote"}
         # The workers' own logs agree: each executed exactly its queue's tasks.
         assert cluster.tasks_received("worker-gpu") == {"train_policy"}
         assert cluster.tasks_received("worker-default") == set(tis) - {"train_policy"}
