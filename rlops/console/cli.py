@@ -56,6 +56,9 @@ def resolve_token(host: str, token: str | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlops.common.arguments import count
+
+    port = count("--port", args.port, minimum=1, maximum=65_535)  # out of range: exit 2, never a hang
     token = resolve_token(args.host, args.token)
     import uvicorn
 
@@ -63,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from rlops.console.data import ProjectData
 
     app = create_app(ProjectData(), token=token, mlflow_ui=args.mlflow_ui or None)
-    where = f"http://{args.host}:{args.port}/"
+    where = f"http://{args.host}:{port}/"
     print(f"rlops console on {where}" + (" (token required: open it once with ?token=…)" if token else ""), flush=True)
-    uvicorn.run(app, host=args.host, port=int(args.port), log_level="warning")
+    uvicorn.run(app, host=args.host, port=port, log_level="warning")
     return 0

@@ -132,6 +132,8 @@ SIMULATE_PROBES = [
         cli_error(f"simulate_at_hour_{v}", [*SIMULATE, "--events", "{tmp}/events.yaml"], ("at_hour",), events_file(v))
         for v in ("nan", ".nan", "-1", "4", "1000", ".inf")
     ),
+    # a port out of range is refused before anything binds (it used to hang, or exit 3)
+    *(cli_error(f"console_port_{v}", ["console", "--port", v], ("--port",)) for v in ("99999", "-1", "0", "65536")),
 ]
 
 
