@@ -6,7 +6,7 @@ here. Nothing in this module writes to the registry or the trace store.
 
 Project functions used (and where they live today):
 
-* ``rlops.common.config``: ``load_params``, ``REPO_ROOT``
+* ``rlops.common.config``: ``load_params``, ``scenarios_dir``
 * ``rlops.pipeline_steps.infra.context.StepContext`` (``create``, ``storage`` — ``list``, ``local_path``,
   ``join``, ``exists``, ``read_json`` —, ``traces.reader`` (every trace-store read, DuckDB),
   ``tracker.client`` / ``tracker.tracking_uri``,
@@ -90,9 +90,9 @@ class ProjectData:
 
     # ------------------------------------------------------------------ scenarios and packs
     def scenarios_dir(self) -> Path:
-        from rlops.common.config import REPO_ROOT
+        from rlops.common.config import scenarios_dir
 
-        return Path(str(self.params.get("scenarios_dir") or REPO_ROOT / "scenarios"))
+        return scenarios_dir(self.params)
 
     def scenarios(self) -> list[str]:
         root = self.scenarios_dir()

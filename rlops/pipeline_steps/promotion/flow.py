@@ -82,7 +82,7 @@ def promote_from_alias(
     name, tracker = policy_model_name(ctx.scenario), ctx.tracker
     version = str(version)
     if staged is None:
-        staged = bool((ctx.params.get("promotion") or {}).get("staged", False))
+        staged = ctx.config.promotion.staged
     try:
         with tracker.on_behalf_of(requested_by):  # the outcome tags of an alias move name the requester
             res = promote(ctx, version, staged=staged)
