@@ -10,7 +10,8 @@ simulated or replayed episodes at once (``rlops.sandbox.traces.rollout_traces``)
 
 Each call of ``act(env)`` returns the actions and, per row, ``logp`` (log of the propensity the
 client served the action with), ``entropy``, ``value`` and ``fallback`` (the policy's action was
-illegal, or no policy is loaded: the rule engine's action, propensity 1). The client's counters
+illegal, or no policy is loaded: the rule engine's action, propensity 1) with its ``fallback_reason``
+(``"<code>: <detail>"``, as on a single decision). The client's counters
 (:attr:`PolicyClient.decisions`, :attr:`PolicyClient.fallbacks`: every row ``act`` decides) and
 :meth:`PolicyClient.mark_served` see these decisions too, so ``promotion_to_agent_s`` holds for
 batched traffic as well.
@@ -47,6 +48,13 @@ def serving_version(serving: ServingState, group: str) -> str:
     return policy.ref if policy is not None else RULES_VERSION
 
 
+def illegal_reasons(legal: np.ndarray, reason: str) -> np.ndarray:
+    """Per row: None where the policy's action was legal, ``reason`` where it fell back."""
+    out = np.full(len(legal), None, dtype=object)
+    out[~legal] = reason
+    return out
+
+
 def batch_policy(
     client: PolicyClient, group: str = CHAMPION, serving: ServingState | None = None
 ) -> Callable[[Any], tuple[Any, dict[str, Any]]]:
@@ -63,8 +71,16 @@ def batch_policy(
         rules = env.scenario.rule_actions(env.S, mask)
         n = int(mask.shape[0])
         if policy is None:
-            client.count_batch(n, {"no_champion": n})
-            return rules, {"fallback": torch.ones(n, dtype=torch.bool), "logp": torch.zeros(n)}
+            err = dict(serving.load_errors).get(CHAMPION) or client.last_refresh_error
+            kind = "load_error" if err else "no_champion"
+            client.count_batch(n, {kind: n})
+            detail = f"no champion policy loaded: {err}" if err else f"{client.model_name} has no champion alias yet"
+            reason = np.full(n, f"{kind}: {detail}", dtype=object)
+            return rules, {
+                "fallback": torch.ones(n, dtype=torch.bool),
+                "logp": torch.zeros(n),
+                "fallback_reason": reason,
+            }
         out = policy.model.predict_obs(env.observe().cpu().numpy())
         legal_mask = mask.cpu().numpy()
         probs = np.asarray(out["probs"], dtype=np.float64) * legal_mask
@@ -82,6 +98,7 @@ def batch_policy(
             "entropy": torch.as_tensor(np.asarray(out["entropy"]), dtype=torch.float32),
             "value": torch.as_tensor(np.asarray(out["value"]), dtype=torch.float32),
             "fallback": torch.as_tensor(~legal),
+            "fallback_reason": illegal_reasons(legal, f"illegal_action: policy {policy.ref} chose an illegal action"),
         }
 
     return act

@@ -8,6 +8,7 @@ each problem with the file and line it comes from and, for an unknown key, the c
 
 from __future__ import annotations
 
+import copy
 import difflib
 import typing
 from collections.abc import Iterator, Mapping
@@ -88,11 +89,16 @@ def _walk_lines(node: yaml.Node, prefix: KeyPath, out: dict[KeyPath, int]) -> No
             _walk_lines(value, path, out)
 
 
+# libyaml when PyYAML was built with it (the pure-Python parser costs ~0.1 s per params file, and
+# every task of every DAG run reads two of them)
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _lines_of(path: Path) -> dict[KeyPath, int]:
     """The 1-based line of every mapping key of a YAML file, by key path."""
     out: dict[KeyPath, int] = {}
     try:
-        root = yaml.compose(path.read_text())
+        root = yaml.compose(path.read_text(), Loader=_YAML_LOADER)
     except (OSError, yaml.YAMLError):
         return out
     if root is not None:
@@ -100,19 +106,46 @@ def _lines_of(path: Path) -> dict[KeyPath, int]:
     return out
 
 
-def read_params_file(path: Path, label: str) -> ParamsSource:
-    """Read one params file (a mapping) with the line of every key."""
+def _parse(text: str) -> tuple[dict[KeyPath, int], Any]:
+    """The key lines and the document of one YAML text, from a single parse."""
+    loader = _YAML_LOADER(text)
     try:
-        text = path.read_text()
+        root = loader.get_single_node()
+        doc = loader.construct_document(root) if root is not None else None
+    finally:
+        loader.dispose()
+    lines: dict[KeyPath, int] = {}
+    if root is not None:
+        _walk_lines(root, (), lines)
+    return lines, doc
+
+
+# A long-lived process (a Celery worker, the simulated timeline) reads the same params files for
+# every task: keep the last parse of each, keyed by the file's identity (mtime, size, inode), so an
+# edited file is read again at once.
+_PARSED: dict[Path, tuple[tuple[int, int, int], dict[KeyPath, int], dict[str, Any]]] = {}
+
+
+def read_params_file(path: Path, label: str) -> ParamsSource:
+    """Read one params file (a mapping) with the line of every key. The source is a fresh copy
+    (callers may edit its document)."""
+    try:
+        stat = path.stat()
+        stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        cached = _PARSED.get(path)
+        if cached is None or cached[0] != stamp:
+            text = path.read_text()
+            try:
+                lines, doc = _parse(text)
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"params file {path} is not valid YAML: {exc}") from exc
+            doc = doc or {}
+            if not isinstance(doc, dict):
+                raise ConfigError(f"params file {path}: expected a mapping of params blocks at the top level")
+            cached = _PARSED[path] = (stamp, lines, doc)
     except FileNotFoundError as exc:
         raise ConfigError(f"params file {path} not found; set RLOPS_PARAMS or run from the repository root") from exc
-    try:
-        doc = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"params file {path} is not valid YAML: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise ConfigError(f"params file {path}: expected a mapping of params blocks at the top level")
-    return ParamsSource(label, path, _lines_of(path), doc)
+    return ParamsSource(label, path, dict(cached[1]), copy.deepcopy(cached[2]))
 
 
 def _model_at(path: tuple[Any, ...]) -> type[BaseModel] | None:

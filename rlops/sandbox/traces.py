@@ -22,7 +22,8 @@ from rlops.sandbox.reward import RewardError
 
 Tensor = torch.Tensor
 #: A policy for tracing returns actions, or actions plus a dict of per-row ``logp``, ``entropy``,
-#: ``value`` tensors (and optionally ``fallback``).
+#: ``value`` tensors (and optionally ``fallback``, and ``fallback_reason``: an object array of
+#: ``"<code>: <detail>"`` strings, None where the policy decided).
 TracePolicy = Callable[[BatchedEnv], "Tensor | tuple[Tensor, dict[str, Tensor]]"]
 
 
@@ -190,6 +191,8 @@ def _to_frame(
         df["latency_ms"] = st["latency"][idx].numpy().astype(np.float64)
         df["error"] = st["error"][idx].numpy()
         df["fallback"] = ex["fallback"][idx].cpu().numpy() if "fallback" in ex else False
+        if "fallback_reason" in ex:
+            df["fallback_reason"] = np.asarray(ex["fallback_reason"], dtype=object)[idx]
         frames.append(df)
     if not frames:
         return pd.DataFrame()

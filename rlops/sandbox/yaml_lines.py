@@ -56,7 +56,9 @@ def with_lines(obj: Any) -> Any:
     return obj
 
 
-class _LineLoader(yaml.SafeLoader):
+# libyaml's parser when PyYAML has it: a pack is loaded by every step of every DAG run, and the
+# pure-Python parser is most of that cost. Nodes, marks and errors are the same.
+class _LineLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # base chosen at runtime
     pass
 
 
@@ -158,7 +160,10 @@ def load_yaml(path: Path, root: Path | None = None) -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         mark_line = mark.line + 1 if mark is not None else None
-        raise PackError(str(path), mark_line, "", f"invalid YAML: {exc.problem or exc}") from None
+        problem = str(exc.problem or exc)
+        if "nesting depth" in problem:  # libyaml's own depth limit, where Python would recurse
+            problem = "the document is nested too deeply"
+        raise PackError(str(path), mark_line, "", f"invalid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise PackError(str(path), None, "", f"invalid YAML: {str(exc).splitlines()[0]}") from None
     except RecursionError:

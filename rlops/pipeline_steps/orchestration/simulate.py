@@ -44,31 +44,24 @@ from rlops.pipeline_steps.orchestration.events import Event, in_force, reward_ve
 from rlops.pipeline_steps.orchestration.timeline import Hour, TimelineConfig
 
 
-class RegistryFollower:
-    """The policy client following the registry on the simulated clock: it polls every
-    ``every_s`` simulated seconds (from ``phase_s`` after the start); an alias moved at time t is
-    served from the first poll at or after t. Records that latency per move."""
+class SimClock:
+    """Simulated seconds since the timeline's start: the policy client's clock. The client polls
+    the registry every ``every_s`` seconds on it (from ``phase_s`` after the start); traffic is served
+    at the first poll of each tick, so a move made by the DAGs at the end of one tick reaches the
+    agent at that poll of the next."""
 
-    def __init__(self, client: Any, t0: datetime, every_s: float, phase_s: float) -> None:
-        self.client, self.t0, self.every_s, self.phase_s = client, t0, every_s, phase_s
-        self.moved_at: datetime | None = None
-        self.latencies_s: list[float] = []
+    def __init__(self, t0: datetime, every_s: float, phase_s: float) -> None:
+        self.t0, self.every_s, self.phase_s, self.now_s = t0, every_s, phase_s, 0.0
 
-    def alias_moved(self, when: datetime) -> None:
-        if self.moved_at is None:
-            self.moved_at = when
+    def __call__(self) -> float:
+        return self.now_s
 
-    def let_time_pass(self, now: datetime) -> None:
-        """Let simulated time pass up to ``now``: a pending move is picked up at the next poll."""
-        if self.moved_at is None:
-            return
-        since = (self.moved_at - self.t0).total_seconds() - self.phase_s
-        k = max(0, -(-since // self.every_s))  # the first poll at or after the move
-        poll = self.t0 + timedelta(seconds=self.phase_s + k * self.every_s)
-        if poll <= now:
-            self.client.refresh()
-            self.latencies_s.append((poll - self.moved_at).total_seconds())
-            self.moved_at = None
+    def seconds(self, when: datetime) -> float:
+        return (when - self.t0).total_seconds()
+
+    def first_poll_at_or_after(self, when: datetime) -> float:
+        since = self.seconds(when) - self.phase_s
+        return self.phase_s + max(0.0, -(-since // self.every_s)) * self.every_s
 
 
 class _Run:
@@ -84,14 +77,20 @@ class _Run:
         self.dags = PackDags(cfg.scenario, kinds=cfg.dags)
         self.world = ProductionWorld(self.ctx.pack_dir, root)
         self.tracer = SimTracer(self.ctx.traces.landing_uri)
+        self.t0 = RunKey.parse(cfg.start).start
+        self.clock = SimClock(self.t0, cfg.client_refresh_s, cfg.client_refresh_phase_s)
         self.client = PolicyClient(
             str(self.ctx.tracker.tracking_uri),
             cfg.scenario,
             self.ctx.pack_dir,
             challenger_fraction=cfg.challenger_fraction,
+            refresh_every_s=cfg.client_refresh_s,
+            clock=self.clock,
+            exploration=cfg.exploration,
+            seed=cfg.seed,
         )
-        self.t0 = RunKey.parse(cfg.start).start
-        self.follower = RegistryFollower(self.client, self.t0, cfg.client_refresh_s, cfg.client_refresh_phase_s)
+        self.moves: list[tuple[str, str, float]] = []  # (alias, version, moved at): not served yet
+        self.latencies_s: list[float] = []
         self.hours: list[Hour] = []
         self.rows = {"landing": 0, "accepted": 0, "quarantined": 0}
         self.calibrated = False
@@ -114,10 +113,13 @@ class _Run:
 
     # ---------------------------------------------------------------- production traffic
     def traffic(self, start: datetime) -> Any:
+        """One tick of production traffic, decided by the policy client as it serves at the tick's
+        first registry poll (:class:`SimClock`): the champion, the challenger on its share of request
+        keys, the rule engine (with its ``fallback_reason``) where nothing is loaded or a decision is
+        illegal; each row carries the propensity it was served with (``logp``)."""
         import pandas as pd
 
-        from rlops.common.policy_ref import canonical_policy
-        from rlops.pipeline_steps.orchestration.timeline import client_policy, no_policy_fallback
+        from rlops.agent_sdk.batch import batch_policy, serving_version
         from rlops.sandbox.traces import rollout_traces
 
         cfg = self.cfg
@@ -126,28 +128,24 @@ class _Run:
         now = in_force(self.events, h)
         pack, scored_with = self.world.pack(now, self.events), reward_version(now, "v1")
         prefix = f"{cfg.scenario}-prod-{key}"
-        routes = [self.client.route(f"{prefix}-{i}") for i in range(cfg.episodes_per_tick)]
+        self.clock.now_s = self.clock.first_poll_at_or_after(start)
+        serving = self.client.poll()  # one consistent serving state for the tick
+        routes = [serving.route(f"{prefix}-{i}", cfg.scenario) for i in range(cfg.episodes_per_tick)]
         frames = []
         for group in ("champion", "challenger"):
             n = routes.count(group)
             if not n:
                 continue
-            loaded = self.client.policies.get(group)
-            policy, version = (
-                (client_policy(loaded.model), canonical_policy(loaded.version, cfg.scenario))
-                if loaded
-                else (no_policy_fallback, "rules")
-            )
             seed = int(start.timestamp()) // 60 * 1000 + (500 if group == "challenger" else 0) + cfg.seed
             frames.append(
                 rollout_traces(
                     pack,
-                    policy,
+                    batch_policy(self.client, group, serving),
                     n,
                     seed=seed,
                     profile="live",
                     reward_version=scored_with,
-                    policy_version=version,
+                    policy_version=serving_version(serving, group),
                     source="live",
                     start_ts=start,
                     test_group=group,
@@ -155,6 +153,7 @@ class _Run:
                 )
             )
             self.regret.add(pack, seed, n, scored_with)  # the oracle and the rules on these episodes
+        self.served_moves()
         df = pd.concat([f for f in frames if len(f)], ignore_index=True)
         self.tracer.clock = start + timedelta(seconds=1)
         for rec in json.loads(df.to_json(orient="records")):
@@ -162,6 +161,18 @@ class _Run:
         self.tracer.flush()
         self.rows["landing"] += len(df)
         return df
+
+    def served_moves(self) -> None:
+        """Alias moves the client has now served: their promotion-to-agent latency, as the client
+        measures it (:meth:`PolicyClient.promotion_to_agent_s`)."""
+        pending = []
+        for alias, version, moved_at in self.moves:
+            latency = self.client.promotion_to_agent_s(version, moved_at, alias)
+            if latency is None:
+                pending.append((alias, version, moved_at))
+            else:
+                self.latencies_s.append(latency)
+        self.moves = pending
 
     # ---------------------------------------------------------------- the DAGs, as scheduled
     def _registry_state(self) -> tuple[Any, ...]:
@@ -177,7 +188,6 @@ class _Run:
         cfg = self.cfg
         start = self.t0 + timedelta(minutes=i * cfg.tick_minutes)
         end = start + timedelta(minutes=cfg.tick_minutes)
-        self.follower.let_time_pass(start)
         df = self.traffic(start)
         for kind in self.dags.due(end):
             outcomes = [self.dags.run(kind, end)]
@@ -189,9 +199,10 @@ class _Run:
             if e.kind == "bad_candidate" and start <= self.t0 + timedelta(hours=e.at_hour) < end:
                 self.offer_bad_candidate(hour, end)
         state = self._registry_state()
-        if state != self.registry:
-            self.follower.alias_moved(end)
-            self.registry = state
+        for alias, old, new in zip(("champion", "challenger"), self.registry[:2], state[:2]):
+            if new is not None and new != old:  # an alias moved by this tick's DAG runs
+                self.moves.append((alias, str(new), self.clock.seconds(end)))
+        self.registry = state
         return df
 
     def observe(self, kind: str, out: Any, hour: Hour, when: datetime) -> None:
@@ -320,7 +331,7 @@ class _Run:
             "ab_gates_run": self.n["ab_gates_run"],
             "retrains_skipped": self.n["retrains_skipped"],
             "dag_runs": self.n["dag_runs"],
-            "promotion_to_agent_s": max(self.follower.latencies_s, default=None),
+            "promotion_to_agent_s": max(self.latencies_s, default=None),
             "rows_lost": self.rows["landing"] - self.rows["accepted"] - self.rows["quarantined"],
             "rows": dict(self.rows),
             "fallback_episodes": sum(h.fallbacks for h in self.hours),

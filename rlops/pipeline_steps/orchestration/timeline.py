@@ -52,6 +52,9 @@ class TimelineConfig:
     ab_min_episodes: int = 40  # live A/B episodes per group a stage needs (traffic is scaled down too)
     client_refresh_s: float = 30.0  # the policy client's registry poll period, in simulated seconds
     client_refresh_phase_s: float = 7.0  # when its first poll falls after the start
+    exploration: float = 0.05
+    """share of decisions the policy client samples from the serving policy's distribution: the
+    logged propensities then support off-policy evaluation of candidates (the ``ope:dr`` gate)"""
     seed: int = 0
 
 
@@ -178,29 +181,6 @@ class SimTracer:
                 return folder, f"{now:%Y%m%dT%H%M%S%f}Z" + name.split("Z", 1)[1]
 
         return _Tracer(landing_uri, flush_every=100_000, max_buffer=200_000, flush_interval_s=None, fsync=False)
-
-
-def client_policy(model: Any) -> Any:
-    """A batched trace policy deciding through a policy the ``PolicyClient`` loaded; an illegal
-    decision falls back to the rule engine (``fallback``), as the client does per request."""
-    import torch
-
-    from rlops.sandbox.policies import rule_policy
-
-    def act(env: Any) -> Any:
-        out = model.predict_obs(env.observe().numpy())
-        a = torch.as_tensor(out["action_index"], dtype=torch.int64)
-        mask = env.action_masks()
-        legal = mask.gather(1, a[:, None])[:, 0]
-        rules = rule_policy(env)
-        return torch.where(legal, a, rules), {
-            "logp": torch.as_tensor(out["logp"]).float(),
-            "entropy": torch.as_tensor(out["entropy"]).float(),
-            "value": torch.as_tensor(out["value"]).float(),
-            "fallback": ~legal,
-        }
-
-    return act
 
 
 def no_policy_fallback(env: Any) -> Any:
