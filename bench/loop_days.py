@@ -16,7 +16,7 @@ same episodes; bar ≤ 6 h after outcomes arrive), ``mean_regret_share`` ((oracl
 simulated time from an alias move to the policy client serving it; bar: <= 60 s), ``retrains_skipped``,
 ``dag_runs``, ``wall_s`` (bar: < 30 min on 2 cores), ``cpu_s`` (the process's CPU seconds: on a shared
 machine ``wall_s`` grows with the load, this does not), the policy client's ``fallback_episodes`` and
-``challenger_episodes``, the PNG path.
+``challenger_episodes`` and ``fallback_reasons`` (decisions per fallback code), the PNG path.
 
     python bench/loop_days.py [--hours 48] [--events FILE] [--workdir DIR]
 """
@@ -95,6 +95,7 @@ def main() -> None:
         dag_runs=m["dag_runs"],
         fallback_episodes=m["fallback_episodes"],
         challenger_episodes=m["challenger_episodes"],
+        fallback_reasons=m["fallback_reasons"],
         png=res["png"],
         mlflow_run_id=res["run_id"],
         loadavg_start=[round(x, 2) for x in load_start],

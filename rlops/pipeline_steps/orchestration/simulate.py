@@ -25,7 +25,8 @@ Figures (the JSON's ``metrics``):
 * ``rows_lost`` — landing-zone rows − accepted − quarantined;
 * ``wall_s`` — the whole run; ``cpu_s`` — the CPU seconds this process used for it;
 * ``fallback_episodes`` / ``challenger_episodes`` — production episodes the policy client answered
-  with the rule engine / routed to the challenger;
+  with the rule engine / routed to the challenger; ``fallback_reasons`` — the client's fallback
+  decisions per code (``no_champion`` before the first promotion, ``illegal_action``, …);
 * ``outcome_detection_delay_h`` — per outcome event, as ``detection_delay_h`` (outcome drift);
 * ``recovery_h``, ``mean_regret_share``, ``mean_regret`` — the served policy against the oracle and
   the rule engine on the same live episodes (:mod:`rlops.pipeline_steps.orchestration.regret`).
@@ -335,6 +336,7 @@ class _Run:
             "rows_lost": self.rows["landing"] - self.rows["accepted"] - self.rows["quarantined"],
             "rows": dict(self.rows),
             "fallback_episodes": sum(h.fallbacks for h in self.hours),
+            "fallback_reasons": dict(self.client.fallbacks),  # decisions per fallback code, as the client counted
             "challenger_episodes": sum(h.challenger_episodes for h in self.hours),
         }
 
