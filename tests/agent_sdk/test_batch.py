@@ -48,6 +48,7 @@ def test_batch_decisions_match_single_requests_and_count(tmp_tracking: str, pack
         env.reset(3)
         a, extras = batch_policy(c)(env)  # no champion yet: the rule engine, every row a fallback
         assert extras["fallback"].all() and c.fallbacks["no_champion"] == 32 and c.decisions == 32
+        assert all(r.startswith("no_champion: ") for r in extras["fallback_reason"])  # the reason, as decide() gives it
         v1, _ = register_pair(pack)
         tracker().set_alias(NAME, "champion", v1)
         c.refresh()
@@ -55,6 +56,7 @@ def test_batch_decisions_match_single_requests_and_count(tmp_tracking: str, pack
         assert serving_version(serving, "challenger") == f"{NAME}/{v1}"  # no challenger: the champion serves
         a, extras = batch_policy(c, serving=serving)(env)
         assert not extras["fallback"].any() and (extras["logp"] == 0).all()  # greedy: propensity 1
+        assert (extras["fallback_reason"] == None).all()  # noqa: E711 - element-wise over an object array
         single = [c.decide(_state_dict(pack, env.S[i])).action for i in range(32)]
         assert [pack.scenario.action_names[int(x)] for x in a] == single
         assert c.first_served_at(v1) is not None
@@ -72,3 +74,4 @@ def test_batch_decisions_match_single_requests_and_count(tmp_tracking: str, pack
         p = np.exp(rows["logp"].to_numpy())
         assert (p <= 1.0).all() and (p > 0).all() and (p < 0.7).any() and (p >= 0.7).mean() > 0.5
         assert c.decisions >= len(rows) and not rows["fallback"].any()  # every row act() decided is counted
+        assert rows["fallback_reason"].isna().all()
