@@ -166,6 +166,19 @@ def _add_trace_routes(app: FastAPI, data: ProjectData, views: TraceViews, page: 
             policy_name=data.model_names(scenario)["policy"],
         )
 
+    @app.get("/s/{scenario}/shadow", response_class=HTMLResponse)
+    def shadow(request: Request, scenario: str) -> HTMLResponse:
+        scenario = _scenario(data, scenario)
+        view = views.shadow(scenario)
+        return page(
+            request,
+            "shadow.html",
+            scenario=scenario,
+            view=view,
+            registry={c["version"]: views.registry_version(scenario, c["version"]) for c in view["candidates"]},
+            policy_name=data.model_names(scenario)["policy"],
+        )
+
     @app.get("/s/{scenario}/episode/{trace_id}", response_class=HTMLResponse)
     def episode(request: Request, scenario: str, trace_id: str) -> HTMLResponse:
         scenario = _scenario(data, scenario)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rlops.console.data import ProjectData
+from rlops.console.offpolicy import evaluation_ope
 from rlops.console.service import NotFound
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.promotion.gates import FAIL, SKIPPED, gate_state
@@ -225,6 +226,7 @@ def evaluation(data: ProjectData, scenario: str, run_id: str) -> dict[str, Any]:
         "params": run["params"],
         "metrics": metrics,
         "notes": [str(n) for n in summary.get("notes") or []],
+        "ope": evaluation_ope(run, gates),
     }
 
 

@@ -173,6 +173,16 @@ class TraceViews:
             "edges": edges,
         }
 
+    # ------------------------------------------------------------------ shadow candidates
+    def shadow(self, scenario: str) -> dict[str, Any]:
+        """Each shadow candidate's agreement with the served decisions and its off-policy estimate
+        (:func:`rlops.console.offpolicy.shadow_view`), once per content digest."""
+        from rlops.console.offpolicy import shadow_view
+
+        files, dg = self.files_digest(scenario)
+        out: dict[str, Any] = self._once(("shadow", scenario), dg, lambda: shadow_view(self.data, scenario, files, dg))
+        return out
+
     # ------------------------------------------------------------------ episode replay
     def episode(self, scenario: str, trace_id: str) -> dict[str, Any]:
         """The decision path of ``trace_id``'s episode: a lookup by id in the store (bloom filters

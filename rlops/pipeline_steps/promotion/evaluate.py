@@ -245,9 +245,10 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     ab, ab_note = live_ab_gates(ctx, pack, candidate, cfg, int(settings.ab_window_hours))
     gates.extend(ab)
     notes.append(f"live A/B: {ab_note}")
-    from rlops.pipeline_steps.promotion.ope_gate import ope_gates
+    from rlops.pipeline_steps.promotion.ope_gate import ope_gates, ope_run_fields
 
     ope, ope_metrics, ope_note = ope_gates(ctx, pack, cand_policy, cand_res.mean_return, label, profile)
+    ope_params, ope_tags = ope_run_fields(ope, ctx.config.ope)
     gates.extend(ope)
     notes.append(ope_note)
     failed = [g.gate for g in gates if not g.passed]
@@ -272,6 +273,8 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
             cand_res.summary(), segment_returns(cand_res.returns.cpu().numpy(), segments), p99[0]
         ),
         "ope_metrics": ope_metrics,
+        "ope_params": ope_params,
+        "ope_tags": ope_tags,
     }
     if not ctx.dry_run:
         report.update(_record(ctx, report, gates))
@@ -304,7 +307,12 @@ def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict
         ctx,
         T.EVALUATE,
         label=f"v{cand}",
-        extra_tags={T.CANDIDATE: cand, T.BASELINE: report["baseline"], T.PASSED: str(report["passed"]).lower()},
+        extra_tags={
+            T.CANDIDATE: cand,
+            T.BASELINE: report["baseline"],
+            T.PASSED: str(report["passed"]).lower(),
+            **(report.get("ope_tags") or {}),
+        },
     ) as run:
         log_dataset_inputs(
             run,
@@ -321,6 +329,7 @@ def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict
                 "seed": report["seed"],
                 "profile": report["profile"],
                 "reward_fn": report["reward_fn"],
+                **(report.get("ope_params") or {}),
             }
         )
         metrics = dict(report["candidate_metrics"])

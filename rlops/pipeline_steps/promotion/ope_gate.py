@@ -4,7 +4,9 @@
 method → PDIS, WIS and DR with intervals, the logged policy's own live return, the effective
 sample size and the agreement with the served decisions); :func:`ope_gates` is what
 ``evaluate_candidate`` calls: it reads the last ``ope.window_hours`` of live traces, fits the
-direct method in the calibrated sandbox, and returns the gate row, the MLflow metrics and a note.
+direct method in the calibrated sandbox, and returns the gate row, the MLflow metrics and a note;
+:func:`ope_run_fields` gives the params (interval kind and level, direct method, …) and the tags
+(``rlops.ope.state``, ``rlops.ope.reason``) the evaluation run records beside those metrics.
 
 Gate ``ope:dr`` (states ``pass | fail | skipped``):
 
@@ -213,16 +215,54 @@ def ope_gates(
     res = off_policy_value(pack, frame, target, cfg, q)
     if cfg.direct_method == "reward_model" and not res.skipped:
         res = _with_reward_model(ctx, pack, frame, target, cfg) or res
-    metrics = res.metrics()
-    gap = sim_to_real_gap(res, sandbox_value, cfg)
+    metrics = ope_metrics(res, sandbox_value, cfg)
+    gap = metrics.get("ope_sim_to_real_gap")
     note = "off-policy: " + (res.skipped or f"DR {res.estimates['dr'].value:.3f} on {res.episodes} live episodes")
     if gap is not None:
-        metrics["ope_sim_to_real_gap"] = float(gap)
         note += (
             f"; SIM-TO-REAL GAP: the sandbox estimates {sandbox_value:.3f}, live traffic (DR) "
             f"{res.estimates['dr'].value:.3f}"
         )
     return [ope_gate_row(res, cfg)], metrics, note
+
+
+def ope_metrics(res: OPEResult, sandbox_value: float | None, cfg: OPEConfig) -> dict[str, float]:
+    """The ``ope_*`` metrics of an evaluation run: the result's, the sandbox estimate of the
+    candidate (``ope_sandbox_value``, what DR is compared with) and ``ope_sim_to_real_gap`` when
+    :func:`sim_to_real_gap` finds one."""
+    metrics = res.metrics()
+    if sandbox_value is not None and math.isfinite(sandbox_value):
+        metrics["ope_sandbox_value"] = float(sandbox_value)
+    gap = sim_to_real_gap(res, sandbox_value, cfg)
+    if gap is not None:
+        metrics["ope_sim_to_real_gap"] = float(gap)
+    return metrics
+
+
+def ope_run_fields(gates: list[Gate], cfg: OPEConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """The params and tags an evaluation run records of its ``ope:dr`` gate beside the ``ope_*``
+    metrics: the settings the estimates were made with (interval kind and level, direct method,
+    target, window, tolerance, gap threshold) and the gate's state with its skip reason, so the
+    run alone says what the off-policy evaluation concluded and why."""
+    from rlops.pipeline_steps.infra import tags as T
+
+    row = next((g for g in gates if g.gate == "ope:dr"), None)
+    if not cfg.enabled or row is None:
+        return {}, {T.OPE_STATE: "off", T.OPE_REASON: "ope.enabled is false"}
+    params = {
+        "ope.ci": cfg.ci,
+        "ope.confidence": f"{cfg.confidence:g}",
+        "ope.direct_method": cfg.direct_method,
+        "ope.target": cfg.target,
+        "ope.window_hours": f"{cfg.window_hours:g}",
+        "ope.tolerance": f"{cfg.tolerance:g}",
+        "ope.gap_threshold": f"{cfg.gap_threshold:g}",
+        "ope.min_ess": f"{cfg.min_ess:g}",
+    }
+    tags: dict[str, str] = {T.OPE_STATE: str(row.status)}
+    if row.skipped:
+        tags[T.OPE_REASON] = row.detail.removeprefix("skipped: ")[:5000]  # MLflow caps tag values
+    return params, tags
 
 
 def _sandbox_direct(

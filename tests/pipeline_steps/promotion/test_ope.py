@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
+from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.promotion.ope import (
     Episodes,
     OPEConfig,
@@ -27,7 +28,15 @@ from rlops.pipeline_steps.promotion.ope import (
     wis_value,
 )
 from rlops.pipeline_steps.promotion.ope_direct import exploring_policy, fit_linear_q, returns_to_go, sandbox_q
-from rlops.pipeline_steps.promotion.ope_gate import network_target, off_policy_value, ope_gate_row, sim_to_real_gap
+from rlops.pipeline_steps.promotion.ope_gate import (
+    OPEResult,
+    network_target,
+    off_policy_value,
+    ope_gate_row,
+    ope_metrics,
+    ope_run_fields,
+    sim_to_real_gap,
+)
 from tests.policy_kit import pack  # noqa: F401  (fixture)
 
 
@@ -195,6 +204,24 @@ def test_thin_or_propensity_less_traffic_skips_with_a_reason(logged) -> None:  #
     assert off_policy_value(pack, cut, candidate, OPEConfig(min_ess=1)).episodes == 1499
 
 
+def test_the_run_fields_say_state_reason_and_settings() -> None:
+    cfg = OPEConfig(ci="bootstrap", confidence=0.9)
+    skipped = ope_gate_row(OPEResult(episodes=3, skipped="3 complete live episodes in the window"), cfg)
+    params, tags = ope_run_fields([skipped], cfg)
+    assert tags == {T.OPE_STATE: "skipped", T.OPE_REASON: "3 complete live episodes in the window"}
+    assert params["ope.ci"] == "bootstrap" and params["ope.confidence"] == "0.9" and params["ope.target"] == "greedy"
+    assert ope_run_fields([], OPEConfig(enabled=False)) == (
+        {},
+        {T.OPE_STATE: "off", T.OPE_REASON: "ope.enabled is false"},
+    )
+    res = OPEResult(episodes=500, estimates={"dr": mean_estimate("dr", np.array([1.0, 1.2, 0.8, 1.0]), cfg)}, ess=400)
+    m = ope_metrics(res, 3.0, cfg)
+    assert m["ope_sandbox_value"] == 3.0 and m["ope_sim_to_real_gap"] == pytest.approx(2.0)
+    assert "ope_sim_to_real_gap" not in ope_metrics(res, 1.0, cfg) and "ope_sandbox_value" not in ope_metrics(
+        res, None, cfg
+    )
+
+
 def test_bad_ope_settings_are_clear_errors() -> None:
     from rlops.common.params_sources import ParamsError, as_params
 
@@ -257,6 +284,19 @@ def test_the_evaluation_run_carries_the_ope_gate(pack) -> None:  # type: ignore[
     assert gate["candidate"] > gate["champion"]  # the rules' clone earns more live than approving everyone
     run = ctx.tracker.client.get_run(res["eval_run_id"])
     assert {"ope_dr", "ope_dr_low", "ope_dr_high", "ope_pdis", "ope_wis", "ope_ess"} <= set(run.data.metrics)
+    # what the console's off-policy section reads: every estimate's bounds, the sandbox estimate
+    # DR is compared with, the settings of the intervals and the gate's state
+    for name in ("pdis", "wis", "dr"):
+        assert (
+            run.data.metrics[f"ope_{name}_low"]
+            <= run.data.metrics[f"ope_{name}"]
+            <= run.data.metrics[f"ope_{name}_high"]
+        )
+    assert run.data.metrics["ope_sandbox_value"] == pytest.approx(res["candidate_summary"]["mean_return"], abs=1e-5)
+    assert {"ope_logged_return", "ope_episodes", "ope_agreement"} <= set(run.data.metrics)
+    assert run.data.params["ope.ci"] == "normal" and run.data.params["ope.confidence"] == "0.95"
+    assert run.data.params["ope.direct_method"] == "sandbox"
+    assert run.data.tags[T.OPE_STATE] == "pass" and T.OPE_REASON not in run.data.tags
     assert any(n.startswith("off-policy: DR") for n in res["notes"])
 
 
