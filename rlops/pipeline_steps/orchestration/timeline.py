@@ -110,6 +110,7 @@ def simulation_params(base: dict[str, Any], root: Path, cfg: TimelineConfig) -> 
                 "ab_min_episodes": cfg.ab_min_episodes,
             },
             "stress": {"edge_states": 1000, "gaming_episodes": 300, "policy_episodes": 300},
+            "reward_model": {"pairs": 1000, "epochs": 30},  # relabels traces; the policy trains on the sandbox
         },
     )
 
