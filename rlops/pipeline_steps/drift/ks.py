@@ -26,6 +26,7 @@ try:  # scipy's exact small-sample p-value from (n1, n2, D); public ks_2samp is 
     from scipy.stats._stats_py import _attempt_exact_2kssamp
 except ImportError:  # pragma: no cover - depends on the scipy release
     _attempt_exact_2kssamp = None
+HAS_EXACT = _attempt_exact_2kssamp is not None  # else small samples go to ks_2samp itself
 
 MAX_EXACT_N = 10_000  # scipy's MAX_AUTO_N: 'auto' is exact when both samples are this small
 _BLOCK = 64  # block size of the bound-and-refine search for the ECDF gap of sorted samples

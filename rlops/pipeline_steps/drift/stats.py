@@ -45,9 +45,9 @@ import scipy.stats
 
 from rlops.data_contracts.schema import STATE_PREFIX
 from rlops.pipeline_steps.drift.ks import (
+    HAS_EXACT,
     MAX_EXACT_N,
     Scratch,
-    _attempt_exact_2kssamp,
     _kstwo_sf,
     ks_pvalue,
     ks_statistic_unsorted,
@@ -167,7 +167,7 @@ def _ks_field(
     if n_eff is not None:  # independent units fewer than rows: the asymptotic law at their number
         d, (nb, nt) = ks_statistic_unsorted(xb, xt, scratch), n_eff
         p, method = min(_kstwo_sf(d, float(np.round(nb * nt / (nb + nt)))), 1.0), f"asymp, n_eff={nb:.0f}/{nt:.0f}"
-    elif _attempt_exact_2kssamp is None and max(xb.size, xt.size) <= MAX_EXACT_N:
+    elif not HAS_EXACT and max(xb.size, xt.size) <= MAX_EXACT_N:
         ref = scipy.stats.ks_2samp(xb, xt)  # pragma: no cover - small samples, another scipy
         d, p, method = float(ref.statistic), float(ref.pvalue), "exact"
     else:
