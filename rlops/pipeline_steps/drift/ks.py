@@ -249,8 +249,9 @@ def _stirlerr_table() -> np.ndarray:
 
 def _stirlerr(k: np.ndarray) -> np.ndarray:
     """Stirling's error term for integer-valued float ``k >= 1`` (series for k >= 64)."""
-    k2, s = k * k, _STIRLING
-    out = (s[0] - (s[1] - (s[2] - (s[3] - (s[4] - s[5] / k2) / k2) / k2) / k2) / k2) / k
+    r, s = 1.0 / k, _STIRLING  # one division: the series in 1/k² by products (each term ~1e-17 of 1/12k)
+    r2 = r * r
+    out = (s[0] - (s[1] - (s[2] - (s[3] - (s[4] - s[5] * r2) * r2) * r2) * r2) * r2) * r
     small = k < 64
     if small.any():
         out[small] = _stirlerr_table()[k[small].astype(np.int64)]
