@@ -302,12 +302,12 @@ def _term_ratios(a: np.ndarray, n: int, nx: float, last: int) -> np.ndarray:
     ``t(u+1)/t(u) = (n-u)/(u+1) · (nx+u+1)/(n-nx-u) · exp((u-1) log1p(1/(nx+u)) + (n-u-1)
     log1p(-1/(n-nx-u)))``: both products in the exponent are below about 1 in size.
     """
-    u = np.add.outer(a, np.arange(-1.0, _ANCHOR_EVERY - 1.0))  # column j: t(a+j)/t(a+j-1)
+    u: np.ndarray = np.add.outer(a, np.arange(-1.0, _ANCHOR_EVERY - 1.0))  # column j: t(a+j)/t(a+j-1)
     # Past the last term, and at a last term whose (1-x-v/n) is below float resolution (nx
     # rounded up to an integer): the true ratio is under ~1e-12, nothing against the sum.
     past = (u + 1.0 > last) | (n - nx - u <= 1.0)
     u[past] = 1.0  # any valid term; zeroed below
-    out = np.log1p(1.0 / (nx + u))
+    out: np.ndarray = np.log1p(1.0 / (nx + u))
     out *= u - 1.0
     q = n - nx - u
     tail = np.log1p(-1.0 / q)
