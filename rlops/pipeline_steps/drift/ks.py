@@ -155,8 +155,9 @@ def ks_statistic_unsorted(a: np.ndarray, b: np.ndarray, scratch: Scratch | None 
     open_min = (count_b > 0) & (fb[1:] - fa[:-1] >= best_min)
     refine = open_max | open_min
     if refine.any():
-        ca = np.sort(a[refine[ia]])
-        cb = np.sort(b[refine[ib]])
+        # the float work array is free again: its bytes hold the masks (no fresh pages)
+        ca = np.sort(a[np.take(refine, ia, out=work.view(np.bool_)[:na])])
+        cb = np.sort(b[np.take(refine, ib, out=work.view(np.bool_)[:nb])])
         ka = _buckets(ca, lo, scale, np.empty(ca.size), np.empty(ca.size, np.intp))
         kb = _buckets(cb, lo, scale, np.empty(cb.size), np.empty(cb.size, np.intp))
         # values of each side below bucket k that are not among the refined ones

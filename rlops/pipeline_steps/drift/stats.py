@@ -144,10 +144,10 @@ def _numeric_values(col: pd.Series) -> np.ndarray:
 
 
 def _no_nan(values: np.ndarray) -> np.ndarray:
-    if values.dtype.kind != "f":
-        return values
-    nan = np.isnan(values)
-    return values[~nan] if nan.any() else values  # a copy only when there is something to drop
+    if values.dtype.kind != "f" or not values.size or not np.isnan(values.min()):
+        return values  # min is NaN exactly when a value is: one pass, no mask array
+    kept: np.ndarray = values[~np.isnan(values)]
+    return kept
 
 
 def _ks_field(
