@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,4 +27,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     warnings.filterwarnings("ignore")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
-    return run(args.scenario)
+    _exit_now(run(args.scenario))
+
+
+def _exit_now(rc: int) -> NoReturn:
+    """End the process once the demo is done. Everything it wrote is closed and committed by
+    then (trace files, reports, the SQLite MLflow store); what is left is the interpreter freeing
+    torch, MLflow and Great Expectations object by object and their exit hooks (torch's dynamo
+    formats a table of compile times it then does not print): 4-5 s of a ~45 s demo, measured."""
+    import logging
+    import os
+    import sys
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)

@@ -463,7 +463,7 @@ class DemoParams(Block):
 
     capture_episodes: int = Field(3000, ge=1, description="live-profile episodes captured")
     reward_model_pairs: int = Field(1000, ge=1, description="sandbox preference pairs for the reward model")
-    timesteps: int = Field(200_000, ge=1, description="PPO environment steps of the demo's full retrain")
+    timesteps: int = Field(100_000, ge=1, description="PPO environment steps of the demo's full retrain")
     torch_threads: int = Field(1, ge=1, description="torch threads (small networks train fastest on one)")
 
 

@@ -78,7 +78,7 @@ def test_two_runs_with_one_seed_are_identical(pack: Any) -> None:
 
 @pytest.mark.slow
 def test_default_settings_close_the_gap_from_the_rules_to_the_oracle(pack: Any) -> None:
-    """Budget: the derived defaults (2048 envs × 8 steps, up to 1,000,000 steps, early stop on an
+    """Budget: the derived defaults (1024 envs × 8 steps, up to 1,000,000 steps, early stop on an
     evaluation plateau), 1 torch thread — about 35 s on an idle core."""
     plan = derive_defaults(pack, seed=1)
     result = train(plan.config, pack.make_env(plan.num_envs, reward_version="v1", seed=0))

@@ -220,13 +220,13 @@ def test_defaults_are_derived_from_horizon_and_action_count() -> None:
 
     short = SimpleNamespace(horizon=10, actions=[None] * 7)
     plan = derive_defaults(short)
-    assert (plan.num_envs, plan.config.num_steps, plan.config.num_minibatches, plan.config.gamma) == (2048, 8, 8, 0.99)
+    assert (plan.num_envs, plan.config.num_steps, plan.config.num_minibatches, plan.config.gamma) == (1024, 8, 4, 0.99)
     long = SimpleNamespace(horizon=40, actions=[None] * 12)
     plan = derive_defaults(long)
-    # 32 steps (half of 40, next power of two); a batch of 12 × 2048 = 24,576 → 768 → 1024 envs.
-    assert (plan.num_envs, plan.config.num_steps, plan.config.num_minibatches) == (1024, 32, 16)
+    # 32 steps (half of 40, next power of two); a batch of 12 × 1024 = 12,288 → 384 → 512 envs.
+    assert (plan.num_envs, plan.config.num_steps, plan.config.num_minibatches) == (512, 32, 8)
     assert plan.config.gamma == pytest.approx(0.9975)
     assert set(plan.reasons) == {"num_steps", "num_envs", "num_minibatches", "gamma"}
     over = derive_defaults(long, num_envs=64, gamma=0.9, learning_rate=1e-3)
     assert (over.num_envs, over.config.gamma, over.config.learning_rate) == (64, 0.9, 1e-3)
-    assert derive_defaults(short, device="cuda").num_envs == 2048 * 16
+    assert derive_defaults(short, device="cuda").num_envs == 1024 * 16

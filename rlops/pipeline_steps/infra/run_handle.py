@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,10 +29,15 @@ class RunHandle:
         return self._tracker._call(f"{op} (run {self.run_id})", fn)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        self.log_metric_steps([(step, metrics)])
+
+    def log_metric_steps(self, steps: Iterable[tuple[int, Mapping[str, float]]]) -> None:
+        """Metrics of many steps (a loss curve) in as few store writes as MLflow allows: one
+        ``log_batch`` per 1,000 values instead of one transaction per step."""
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        items = [Metric(k, float(v), ts, int(step)) for k, v in metrics.items()]
+        items = [Metric(k, float(v), ts, int(step)) for step, metrics in steps for k, v in metrics.items()]
         for i in range(0, len(items), 1000):  # log_batch takes at most 1000 metrics
 
             def log(c: MlflowClient, b: list[Metric] = items[i : i + 1000]) -> None:

@@ -76,8 +76,7 @@ def train_reward_model_step(
                 **{f"rm.{k}": v for k, v in cfg.__dict__.items()},
             }
         )
-        for i, loss in enumerate(metrics.history):
-            run.log_metrics({"rm.train_loss": loss}, step=i)
+        run.log_metric_steps((i, {"rm.train_loss": loss}) for i, loss in enumerate(metrics.history))
         run.log_metrics({f"rm.{k}": float(v) for k, v in metrics.to_dict().items()}, step=len(metrics.history))
         with tempfile.TemporaryDirectory() as tmp:
             save_reward_model(model, Path(tmp) / "reward_model", metadata={**plan, **metrics.to_dict()})

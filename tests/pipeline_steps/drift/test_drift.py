@@ -15,16 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlops.cli import main as rlops_main
+from rlops.pipeline_steps.drift.ks import _kstwo_sf, ks_pvalue, ks_statistic, ks_statistic_unsorted
 from rlops.pipeline_steps.drift.report import render_html, run_drift
 from rlops.pipeline_steps.drift.stats import (
     MISSING,
     DriftReport,
-    _kstwo_sf,
     benjamini_hochberg,
     default_fields,
     detect_drift,
-    ks_pvalue,
-    ks_statistic,
 )
 
 
@@ -93,10 +91,38 @@ def test_ks_equals_scipy_by_size(n1: int, n2: int, shift: float, ties: bool, met
     assert assert_like_scipy(a, b) == method
 
 
+def _unsorted_sample(kind: str, n: int, shift: float, rng: np.random.Generator) -> np.ndarray:
+    if kind == "normal":
+        return rng.normal(shift, 1.0, n)
+    if kind == "outliers":  # a few huge values: the grid comes from inner quantiles
+        x = rng.normal(shift, 1.0, n)
+        x[rng.integers(0, n, 5)] = rng.choice([-1e300, 1e12, np.inf, -np.inf], 5)
+        return x
+    if kind == "heavy":  # lognormal: most values in a few buckets of a linear grid
+        return rng.lognormal(shift, 3.0, n)
+    if kind == "ties":  # few distinct values: whole buckets of one value
+        return np.round(rng.normal(shift, 1.0, n) * 2)
+    if kind == "ints":
+        return rng.integers(0, 40, n) + int(shift * 10)
+    return np.full(n, 3.0) + (rng.random(n) < 0.5) * shift  # "two": one or two values
+
+
+@pytest.mark.parametrize("kind", ["normal", "outliers", "heavy", "ties", "ints", "two"])
+@pytest.mark.parametrize(("n1", "n2", "shift"), [(20_000, 30_000, 0.0), (50_000, 17_000, 0.05), (40_000, 40_000, 1.0)])
+def test_unsorted_statistic_is_scipys(kind: str, n1: int, n2: int, shift: float) -> None:
+    # sizes above the sort-below threshold: the counting pass, its refinement and fallbacks
+    rng = np.random.default_rng(n1 + n2 + len(kind))
+    a, b = _unsorted_sample(kind, n1, 0.0, rng), _unsorted_sample(kind, n2, shift, rng)
+    ref = scipy.stats.ks_2samp(a, b, method="asymp")
+    assert ks_statistic_unsorted(a, b) == float(ref.statistic)
+    assert ks_statistic_unsorted(b, a) == float(scipy.stats.ks_2samp(b, a, method="asymp").statistic)
+
+
 @pytest.mark.parametrize(
     ("n", "nd2"),
     [
         *[(n, nd2) for n in (4096, 20_000, 150_000) for nd2 in (2.2, 2.5, 7.9, 60.0, 369.0)],
+        *[(n, nd2) for n in (4099, 77_777, 500_000) for nd2 in (2.3, 20.0, 200.0)],  # blocks of 16 cut short
         (1_000_000, 3.1),
         (1_000_000, 369.0),
     ],

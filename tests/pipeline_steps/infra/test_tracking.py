@@ -85,6 +85,7 @@ def test_experiment_per_scenario_and_run_logging(tracker: Tracker, tmp_tracking:
         run.log_params({"lr": 0.0003, "clip": 0.2})
         for step in range(3):
             run.log_metrics({"loss": 1.0 / (step + 1), "return": float(step)}, step=step)
+        run.log_metric_steps((step, {"curve": 0.5 * step}) for step in range(1500))  # two batches of 1000
         run.log_dict({"gates": {"return": True}}, "gates.json")
         run.log_text("hello", "notes/readme.txt")
         run.set_tags({"data_version": "d1"})
@@ -94,6 +95,8 @@ def test_experiment_per_scenario_and_run_logging(tracker: Tracker, tmp_tracking:
     assert data.data.tags["data_version"] == "d1" and data.data.tags["kind"] == "test"
     history = tracker.client.get_metric_history(run.run_id, "loss")
     assert [m.step for m in history] == [0, 1, 2]
+    curve = tracker.client.get_metric_history(run.run_id, "curve")
+    assert sorted((m.step, m.value) for m in curve) == [(s, 0.5 * s) for s in range(1500)]
     arts = {a.path for a in tracker.client.list_artifacts(run.run_id)}
     assert {"gates.json", "notes"} <= arts
 
