@@ -10,8 +10,9 @@ maximum likelihood from the live rows that reveal its event:
 2. The sandbox's probability of the event on each of those rows: the pack's own expression for the
    field (the effect of the decision that preceded the settling row, else the field's ``init``
    expression), evaluated on the row's observed state.
-3. Segments: each ``by`` field's eighths (numeric, cut at the settling rows' octiles) or values
-   (enum). Per segment, the factor ``θ`` maximising the Bernoulli log-likelihood of the outcomes
+3. Segments: each ``by`` field's values (enum) or, numeric, its eighths (cut at the settling rows'
+   octiles) and the tails above and below each cut (a threshold change, "over 60", is one tail).
+   Per segment, the factor ``θ`` maximising the Bernoulli log-likelihood of the outcomes
    under ``min(1, θ·p)``, and the likelihood-ratio test of ``θ = 1`` (χ², one degree of freedom),
    Bonferroni-adjusted over the segments.
 4. Greedily, the most significant factor (adjusted p < ``alpha``) is kept and the others refitted
@@ -82,7 +83,8 @@ def _loglik(y: np.ndarray, p: np.ndarray, theta: np.ndarray) -> np.ndarray:
 
 
 def segments(pack: Pack, frame: pd.DataFrame, by: list[str], quantiles: int = 8) -> dict[str, np.ndarray]:
-    """``{condition expression: row mask}`` for each ``by`` field's quarters or values."""
+    """``{condition expression: row mask}`` for each ``by`` field's values (enum) or, numeric, its
+    octile bins and the tails above and below each inner cut."""
     from rlops.data_contracts.schema import STATE_PREFIX
     from rlops.pipeline_steps.infra.trace_states import field_values
 
@@ -101,12 +103,20 @@ def segments(pack: Pack, frame: pd.DataFrame, by: list[str], quantiles: int = 8)
             continue
         cuts = np.unique(np.round(np.quantile(v[ok], np.linspace(0, 1, quantiles + 1)[1:-1]), 6))
         edges = [-np.inf, *cuts, np.inf]
-        for lo, hi in zip(edges[:-1], edges[1:]):
-            parts = ([f"{path} > {float(lo)!r}"] if np.isfinite(lo) else []) + (
-                [f"{path} <= {float(hi)!r}"] if np.isfinite(hi) else []
-            )
-            with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore"):
+            for lo, hi in zip(edges[:-1], edges[1:]):
+                parts = ([f"{path} > {float(lo)!r}"] if np.isfinite(lo) else []) + (
+                    [f"{path} <= {float(hi)!r}"] if np.isfinite(hi) else []
+                )
                 out[" and ".join(parts)] = ok & (v > lo) & (v <= hi)
+            # and each cut's two tails: a change in outcomes is often a threshold ("applicants
+            # over 60"), which one bin only partly covers and a tail covers whole
+            # (the tail below the first cut and the one above the last are bins already)
+            for i, cut in enumerate(cuts):
+                if i < len(cuts) - 1:
+                    out[f"{path} > {float(cut)!r}"] = ok & (v > cut)
+                if i > 0:
+                    out[f"{path} <= {float(cut)!r}"] = ok & (v <= cut)
     return out
 
 

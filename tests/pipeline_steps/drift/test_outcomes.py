@@ -205,3 +205,29 @@ def test_a_bad_fit_declaration_is_a_clear_pack_error(tmp_path: Path, fit: dict, 
     (tmp_path / "pack" / "scenario.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     with pytest.raises(PackError, match="only a hidden"):
         load_pack(tmp_path / "pack", check_liveness=False)
+
+
+def test_a_threshold_change_is_fitted_as_one_tail_from_an_hour_of_outcomes(tmp_path: Path) -> None:
+    """Applicants over 60 default 2.5 times as often, in an older population: one hour of traffic
+    (1,000 episodes) is enough for the fit to find the age's upper tail and a factor near 2.5 —
+    not a patchwork of the age's bins or of employment types that correlate with age."""
+    from rlops.pipeline_steps.drift.outcome_fit import fit_outcomes
+    from rlops.sandbox.pack import load_pack
+
+    events = [
+        {"at_hour": 0, "kind": "population", "init": {"user_profile.age": {"dist": "normal", "mean": 58, "std": 10}}},
+        {
+            "at_hour": 0,
+            "kind": "outcome",
+            "field": "hidden.default_prob",
+            "factor": 2.5,
+            "when": "user_profile.age >= 60",
+        },
+    ]
+    doc = production_doc(yaml.safe_load((PACK / "scenario.yaml").read_text()), parse_events(events))
+    shutil.copytree(PACK, tmp_path / "prod")
+    (tmp_path / "prod" / "scenario.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    prod = load_pack(tmp_path / "prod", check_liveness=False)
+    first = fit_outcomes(load_pack(PACK), rows(prod, 5, 1000))["hidden.default_prob"][0]
+    assert first["when"].startswith("user_profile.age > ") and " and " not in first["when"], first
+    assert 57.0 <= float(first["when"].split("> ")[1]) <= 63.0 and 2.0 < first["factor"] < 3.0, first
