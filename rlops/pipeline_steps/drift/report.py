@@ -205,6 +205,7 @@ def run_drift(
     ctx: Any = None,
     baseline_fit_n: float | None = None,
     target_rows: pd.DataFrame | None = None,
+    target_summary: Any = None,
 ) -> DriftResult:
     """Read both windows, test them, write ``report.json``/``report.html`` under ``out_uri``
     (default ``<storage.root>/<drift.report_dir>/<hash of the two URIs>``) and log them to
@@ -215,17 +216,29 @@ def run_drift(
     ``drift.cluster`` names the column whose rows are one unit (the episode), ``baseline_fit_n``
     how many episodes a fitted baseline was estimated from (see :mod:`rlops.pipeline_steps.drift.stats`).
     ``target_rows``: the target already read (a trace-store window read by DuckDB); ``target_uri``
-    then only names it in the report."""
+    then only names it in the report. ``target_summary``: a long window summarised instead
+    (:class:`~rlops.pipeline_steps.drift.window.WindowSummary`; the histograms drawn from its sample)."""
     from rlops.common.params_sources import as_params
     from rlops.pipeline_steps.infra.storage import Storage
 
     config = ctx.config if ctx is not None else as_params(params)
     cfg = config.drift
     storage = ctx.storage if ctx is not None else Storage.from_params(config)
-    window_read = target_rows is not None  # a window of the store: its URI names more than was read
+    window_read = target_rows is not None or target_summary is not None  # its URI names more than was read
     fields = fields if fields is not None else cfg.fields
     baseline = storage.read_parquet(baseline_uri)
-    if target_rows is None:  # live traces: read as every trace-store read is (DuckDB unless trace_store.engine)
+    unit = cfg.cluster
+    threshold = float(threshold if threshold is not None else cfg.threshold)
+    min_effect = float(min_effect if min_effect is not None else cfg.min_effect)
+    bh = bool(bh if bh is not None else cfg.bh)
+    if target_summary is not None:
+        from rlops.pipeline_steps.drift.window import detect_drift_window
+
+        report = detect_drift_window(
+            baseline, target_summary, threshold, min_effect, bh, fields, unit, baseline_fit_n=baseline_fit_n
+        )
+        target = target_summary.plot_rows
+    elif target_rows is None:  # live traces: read as every trace-store read is (DuckDB unless trace_store.engine)
         from rlops.pipeline_steps.infra.storage import StorageNotFoundError
         from rlops.pipeline_steps.infra.trace_query import QueryEngineConfig, TraceReader
 
@@ -237,20 +250,21 @@ def run_drift(
                 uri=target_uri,
             )
         target_rows = reader.read(target_uri)
-    target = target_rows
-    unit = cfg.cluster
-    clusters = (baseline[unit], target[unit]) if unit and unit in baseline and unit in target else None
-    report = detect_drift(
-        baseline,
-        target,
-        threshold=float(threshold if threshold is not None else cfg.threshold),
-        min_effect=float(min_effect if min_effect is not None else cfg.min_effect),
-        bh=bool(bh if bh is not None else cfg.bh),
-        fields=fields,
-        workers=cfg.workers,
-        clusters=clusters,
-        baseline_fit_n=baseline_fit_n,
-    )
+    if target_summary is None:
+        assert target_rows is not None
+        target = target_rows
+        clusters = (baseline[unit], target[unit]) if unit and unit in baseline and unit in target else None
+        report = detect_drift(
+            baseline,
+            target,
+            threshold=threshold,
+            min_effect=min_effect,
+            bh=bh,
+            fields=fields,
+            workers=cfg.workers,
+            clusters=clusters,
+            baseline_fit_n=baseline_fit_n,
+        )
     scenario = scenario or (ctx.scenario if ctx is not None else config.scenario)
     report.meta.update(
         scenario=scenario,

@@ -63,6 +63,26 @@ def kmeans(X: Tensor, k: int, seed: int = 0, iters: int = 50) -> tuple[Tensor, T
     return labels, cent
 
 
+def cluster_states(X: Tensor, k: int, seed: int = 0, iters: int = 50, fit_rows: int = 0) -> Tensor:
+    """Cluster labels of the states ``X``: :func:`kmeans` over them all, or, past ``fit_rows`` rows
+    (0: never), k-means fitted on ``fit_rows`` evenly spaced rows (a systematic sample of the
+    window, deterministic) and every row given its nearest centroid — what the fit's own labels
+    are, so a window within ``fit_rows`` is clustered exactly as before."""
+    n = X.shape[0]
+    if not fit_rows or n <= fit_rows:
+        return kmeans(X, k, seed, iters)[0]
+    idx = torch.from_numpy(np.linspace(0, n - 1, fit_rows).round().astype(np.int64))
+    _, cent = kmeans(X[idx], k, seed, iters)
+    return nearest_centroid(X, cent)
+
+
+def nearest_centroid(X: Tensor, cent: Tensor, chunk: int = 262_144) -> Tensor:
+    """Each row's nearest centroid, a chunk of rows at a time (bounded memory)."""
+    if X.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.cat([torch.cdist(X[i : i + chunk].float(), cent).argmin(dim=1) for i in range(0, X.shape[0], chunk)])
+
+
 @dataclass(frozen=True)
 class ClusterStat:
     cluster_id: int
@@ -91,7 +111,7 @@ def select_uncertain(pack: Pack, df: pd.DataFrame, cfg: QueueConfig) -> tuple[pd
     if rows.empty:
         return rows.assign(cluster_id=[], cluster_entropy=[], norm_entropy=[]), []
     ent = normalized_entropy(pd.to_numeric(rows["entropy"], errors="coerce").to_numpy(np.float64), masks[choice])
-    labels, _ = kmeans(state_features(pack, rows), cfg.clusters, cfg.seed, cfg.kmeans_iters)
+    labels = cluster_states(state_features(pack, rows), cfg.clusters, cfg.seed, cfg.kmeans_iters, cfg.kmeans_fit_rows)
     ts = parse_ts(rows["ts"])
     frame = pd.DataFrame({"c": labels.numpy(), "e": ent, "b": ts.dt.floor(f"{int(cfg.bucket_minutes)}min")})
     overall = frame.groupby("c")["e"].agg(["mean", "size"])

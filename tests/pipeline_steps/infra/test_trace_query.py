@@ -224,7 +224,7 @@ def test_steps_read_through_the_configured_engine(
     the store's reader, and what they get does not depend on the engine."""
     from rlops.pipeline_steps.audit.replay import find_episode
     from rlops.pipeline_steps.drift.check import drift_columns
-    from rlops.pipeline_steps.labels.step import UNREAD_COLUMNS, label_columns
+    from rlops.pipeline_steps.labels.step import LABEL_COLUMNS, label_columns
 
     storage, uri = local_store
     duck, ref = _engines(storage)
@@ -233,7 +233,8 @@ def test_steps_read_through_the_configured_engine(
     with pytest.raises(ValueError, match="not found"):
         find_episode(duck, uri, "missing-id")
     cols = duck.columns(uri)
-    assert set(label_columns(cols)) == set(cols) - UNREAD_COLUMNS and "entropy" in label_columns(cols)
+    assert set(label_columns(cols)) == {c for c in cols if c in LABEL_COLUMNS or c.startswith("state.")}
+    assert "entropy" in label_columns(cols) and "reward_breakdown" not in label_columns(cols)
     drift_cols = drift_columns(cols, {"cluster": "episode_id"})
     assert "reward_breakdown" not in drift_cols and {"episode_id", "latency_ms", "error"} <= set(drift_cols)
     assert drift_columns(cols, {"fields": ["state.user_profile.credit_score"]}) == [
