@@ -9,9 +9,10 @@ rewards), and keeps per tested field what its test reads:
   target value among them) — the KS statistic of two samples is attained at one of those points,
   so :func:`ks_from_counts` gives the very float :func:`stats.ks_statistic` gives on the rows;
 * categorical fields: the category counts (missing values a category of their own);
-* the p-values' units (``drift.cluster``): each row's unit as a code shared by every frame, and per
-  field which rows have a value, counted per unit at the end;
-* the live episodes' returns (the anomaly check), summed per episode as a group-by does;
+* the p-values' units (``drift.cluster``): per field, the distinct units among its rows with a
+  value, and the live episodes' returns (the anomaly check), summed per episode as a group-by does —
+  both counted by DuckDB's group-by (:func:`units_in_sql`), or, on the pandas engine, from each
+  row's unit as a code shared by every frame;
 * the rows the report's histograms are drawn from: every k-th row of the window, at most
   :data:`PLOT_ROWS` of them (a systematic sample; the tests themselves count every row).
 
@@ -22,7 +23,7 @@ window's rows (the same fields, statistics, p-values and verdicts; the tests com
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +69,10 @@ class TargetField:
     counts: pd.Series | None = None
     """Categorical: rows per category (text; missing as :data:`stats.MISSING`)."""
     has: list[np.ndarray] = field(default_factory=list)
-    """Per frame, which rows have a value (numeric fields; categorical rows all count)."""
+    """Per frame, which rows have a value (numeric fields; categorical rows all count); let go once
+    :attr:`units` is counted."""
+    units: float | None = None
+    """Distinct ``drift.cluster`` values among the rows with a value (None without a cluster column)."""
 
 
 @dataclass
@@ -77,11 +81,13 @@ class WindowSummary:
 
     rows: int
     fields: dict[str, TargetField]
-    unit_codes: np.ndarray | None
-    """Each row's ``drift.cluster`` value as a code (-1: none); None without a cluster column."""
+    clustered: bool
+    """Whether the window has the ``drift.cluster`` column (each field's :attr:`TargetField.units`)."""
     episode_returns: np.ndarray
     """Summed reward of each live episode (as ``groupby("episode_id")["reward_total"].sum()``, in code order)."""
     plot_rows: pd.DataFrame
+    plot_every: int = 1
+    """The histograms' rows are every ``plot_every``-th row of the window."""
 
     @property
     def empty(self) -> bool:
@@ -118,6 +124,94 @@ class _Codes:
         return codes, len(encoded.dictionary)
 
 
+@dataclass
+class UnitSummary:
+    """The units and returns of a window, counted by the query engine (:func:`units_in_sql`)."""
+
+    units: dict[str, float]
+    """Per field, distinct units among rows with a value; ``""``: among all rows."""
+    episode_returns: np.ndarray
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def units_in_sql(
+    reader: Any, uri: str, window: tuple[Any, Any], unit: str | None, fields: Sequence[str], columns: Sequence[str]
+) -> UnitSummary | None:
+    """:class:`UnitSummary` by DuckDB aggregates grouped by unit and by episode (None for the pandas
+    engine, or without an ``episode_id`` column: the frames carry them then). A row "has a value" as
+    the field tests count it: not null, and not NaN. A missing unit is one unit of its own (as
+    ``pd.unique`` counts it); returns leave out rows without an episode (as ``groupby`` does)."""
+    if reader.engine != "duckdb" or "episode_id" not in columns:
+        return None
+    have = [f for f in fields if f in columns]
+    flags = [
+        f"count(CASE WHEN NOT isnan(TRY_CAST({_ident(f)} AS DOUBLE)) THEN 1 END) > 0 AS h{i}"
+        for i, f in enumerate(have)
+    ]
+    reward = "reward_total" in columns
+    summed = "sum(CASE WHEN isnan(reward_total) THEN 0 ELSE reward_total END)" if reward else "0"
+    units: dict[str, float] = {}
+    if unit and unit in columns and unit != "episode_id":
+        got = reader.query(
+            uri, f"SELECT {', '.join(['1 AS one', *flags])} FROM traces GROUP BY {_ident(unit)}", window=window
+        )
+        units = {"": float(len(got)), **{f: float(got[f"h{i}"].sum()) for i, f in enumerate(have)}}
+        flags = []
+    elif unit != "episode_id":
+        flags = []
+    sql = (
+        f"SELECT {', '.join([f'coalesce({summed}, 0) AS r', 'episode_id IS NULL AS k', *flags])} "
+        "FROM traces GROUP BY episode_id"
+    )
+    got = reader.query(uri, sql, window=window)
+    if unit == "episode_id":
+        units = {"": float(len(got)), **{f: float(got[f"h{i}"].sum()) for i, f in enumerate(have)}}
+    keyed = ~got["k"].to_numpy(dtype=bool)
+    return UnitSummary(units, got["r"].to_numpy(dtype=np.float64)[keyed])
+
+
+def prefetched(frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """``frames``, the next one read (DuckDB's scan, the conversion) on a thread of its own while
+    this one is summarised: the two overlap on a second core. At most two frames are held."""
+    import queue
+    import threading
+
+    box: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def pull() -> None:
+        try:
+            for frame in frames:
+                while not stop.is_set():
+                    try:
+                        box.put(("frame", frame), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            box.put(("end", None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            box.put(("error", exc))
+
+    worker = threading.Thread(target=pull, name="drift-window-read", daemon=True)
+    worker.start()
+    try:
+        while True:
+            kind, item = box.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join(timeout=5)
+
+
 def summarise_window(
     frames: Iterable[pd.DataFrame],
     baseline: pd.DataFrame,
@@ -125,9 +219,12 @@ def summarise_window(
     total: int,
     unit: str | None,
     plot_rows: int = PLOT_ROWS,
+    counted: UnitSummary | None = None,
 ) -> WindowSummary:
     """One pass over ``frames`` (the window's rows, in order; ``total`` of them in all) keeping what
-    the tests of ``fields`` against ``baseline`` need, the units of ``unit`` and the episodes' returns."""
+    the tests of ``fields`` against ``baseline`` need, the units of ``unit`` and the episodes' returns
+    (those two from ``counted`` when the query engine counted them: the frames then need neither
+    the unit, the episode nor the reward column)."""
     acc = {f: TargetField() for f in fields}
     every = max(1, math.ceil(total / max(plot_rows, 1)))
     units, episodes = _Codes(), _Codes()
@@ -138,17 +235,22 @@ def summarise_window(
         if df.empty:
             continue
         offset, rows = rows, rows + len(df)
-        pick = np.flatnonzero((np.arange(offset, rows) % every) == 0)
-        plots.append(df.iloc[pick][[f for f in fields if f in df.columns]])
-        if unit and unit in df.columns and unit != "episode_id":
+        plots.append(df[[f for f in fields if f in df.columns]].iloc[(-offset) % every :: every])
+        if counted is None and unit and unit in df.columns and unit != "episode_id":
             units.add(df[unit])
-        if "episode_id" in df.columns:
+        if counted is None and "episode_id" in df.columns:
             episodes.add(df["episode_id"])
             reward = df["reward_total"] if "reward_total" in df.columns else pd.Series(np.nan, index=df.index)
             rewards.append(pd.to_numeric(reward, errors="coerce").to_numpy(np.float64, na_value=np.nan))
         for name, a in acc.items():
             if name in df.columns:
                 _add(a, name, df[name], baseline)
+    if counted is not None:
+        clustered = bool(counted.units)
+        for name, a in acc.items():
+            key = name if a.kind == "numeric" else ""
+            a.has, a.units = [], (counted.units.get(key, counted.units[""]) if clustered else None)
+        return WindowSummary(rows, acc, clustered, counted.episode_returns, _plots(plots), every)
     ep_codes, n_eps = episodes.codes()
     if unit == "episode_id":  # the usual unit: one encoding serves both
         unit_codes = ep_codes if episodes.arrays else None
@@ -157,13 +259,16 @@ def summarise_window(
     reward = np.nan_to_num(np.concatenate(rewards)) if rewards else np.zeros(0)
     keep = ep_codes >= 0
     returns = np.bincount(ep_codes[keep], weights=reward[keep], minlength=n_eps) if n_eps else np.zeros(0)
-    return WindowSummary(
-        rows=rows,
-        fields=acc,
-        unit_codes=unit_codes,
-        episode_returns=returns,
-        plot_rows=pd.concat(plots, ignore_index=True) if plots else pd.DataFrame(),
-    )
+    if unit_codes is not None:
+        every_row: dict[str, float] = {}  # units over all rows, counted once
+        for a in acc.values():
+            has = np.concatenate(a.has) if a.kind == "numeric" and a.has else np.ones(rows, dtype=bool)
+            a.has, a.units = [], _units(has, unit_codes, every_row)
+    return WindowSummary(rows, acc, unit_codes is not None, returns, _plots(plots), every)
+
+
+def _plots(plots: list[pd.DataFrame]) -> pd.DataFrame:
+    return pd.concat(plots, ignore_index=True) if plots else pd.DataFrame()
 
 
 def _add(a: TargetField, name: str, col: pd.Series, baseline: pd.DataFrame) -> None:
@@ -245,10 +350,8 @@ def _test_window_field(
     t: TargetField | None,
     rows: tuple[int, int],
     b_unit: pd.Series | None,
-    t_codes: np.ndarray | None,
     clustered: bool,
     fit_n: float | None,
-    every: dict[str, float],
 ) -> FieldDrift:
     if t is not None and not t.kind:
         t = None
@@ -261,9 +364,12 @@ def _test_window_field(
     numeric = kb == "numeric"
     n_eff = None
     if clustered or fit_n:
-        has = np.concatenate(t.has) if numeric and t.has else np.ones(rows[1], dtype=bool)
         nb = _baseline_units(b, b_unit, numeric)
-        nt = _units(has, t_codes if clustered else None, every)
+        if clustered:
+            assert t.units is not None
+            nt = t.units
+        else:  # no units: the values (every row of a categorical field) are the draws
+            nt = float(max(t.n if numeric else rows[1], 1))
         n_eff = (1.0 / (1.0 / nb + 1.0 / fit_n) if fit_n else nb, nt)
     if not numeric:
         assert t.counts is not None
@@ -312,10 +418,9 @@ def detect_drift_window(
             f"detect_drift: field(s) {unknown} are in neither the baseline nor the "
             f"target; baseline columns are {list(baseline.columns)}"
         )
-    clustered = bool(cluster) and cluster in baseline.columns and target.unit_codes is not None
+    clustered = bool(cluster) and cluster in baseline.columns and target.clustered
     b_unit = baseline[cluster] if clustered and cluster else None
     rows = (len(baseline), target.rows)
-    every: dict[str, float] = {}  # the target's units over all rows, counted once
     results = [
         _test_window_field(
             f,
@@ -323,10 +428,8 @@ def detect_drift_window(
             target.fields.get(f) if f in present else None,
             rows,
             b_unit,
-            target.unit_codes,
             clustered,
             baseline_fit_n,
-            every,
         )
         for f in names
     ]

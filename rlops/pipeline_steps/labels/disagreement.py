@@ -176,7 +176,8 @@ def select_disagreeing(
     from rlops.pipeline_steps.labels.select import ClusterStat, cluster_states
 
     masks_np = mask_matrix(df["action_mask"], pack.scenario.n_actions) if not df.empty else np.zeros((0, 1), bool)
-    rows = df.loc[masks_np.sum(axis=1) >= 2].reset_index(drop=True) if not df.empty else df
+    choice = masks_np.sum(axis=1) >= 2
+    rows = (df if bool(choice.all()) else df.loc[choice]).reset_index(drop=True) if not df.empty else df
     if rows.empty:
         return rows.assign(cluster_id=[], cluster_entropy=[], norm_entropy=[], disagreement=[], why=[]), []
     obs, masks = observations_from_traces(pack, rows)

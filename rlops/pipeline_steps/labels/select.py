@@ -107,7 +107,7 @@ def select_uncertain(pack: Pack, df: pd.DataFrame, cfg: QueueConfig) -> tuple[pd
         return df.assign(cluster_id=[], cluster_entropy=[], norm_entropy=[]), []
     masks = mask_matrix(df["action_mask"], pack.scenario.n_actions)
     choice = masks.sum(axis=1) >= 2
-    rows = df.loc[choice].reset_index(drop=True)
+    rows = (df if bool(choice.all()) else df.loc[choice]).reset_index(drop=True)
     if rows.empty:
         return rows.assign(cluster_id=[], cluster_entropy=[], norm_entropy=[]), []
     ent = normalized_entropy(pd.to_numeric(rows["entropy"], errors="coerce").to_numpy(np.float64), masks[choice])

@@ -141,6 +141,17 @@ def with_trace_ids(ctx: StepContext, uri: str, window: tuple[Any, Any], rows: pd
     return rows.assign(trace_id=got.to_numpy())
 
 
+def choice_rows(pack: Any, df: pd.DataFrame) -> pd.DataFrame:
+    """The rows with at least two legal actions (what the selections judge), in order; the masks
+    are checked as the selections check them."""
+    from rlops.pipeline_steps.infra.trace_states import mask_matrix
+
+    if df.empty or "action_mask" not in df.columns:
+        return df
+    multi = mask_matrix(df["action_mask"], pack.scenario.n_actions).sum(axis=1) >= 2
+    return df if bool(multi.all()) else df[multi].reset_index(drop=True)
+
+
 def queue_selection(ctx: StepContext, pack: Any, cfg: QueueConfig) -> tuple[LabelledStates | None, str, set[str]]:
     """``(labelled states, description, item ids already in the queue)``: the finished labels the
     reward ensemble is fitted on, or None for entropy selection (``selection: entropy``, or
@@ -211,6 +222,12 @@ def label_queue_run(ctx: StepContext, traces_uri: str | None = None) -> dict[str
     single = count_single_choice(df)
     if single:
         excluded[EXCLUDED_SINGLE] = single
+    # the items' histories look at every step of their episodes; the selection only at steps with a
+    # choice: the frame is narrowed to those once, and the window's other copies let go
+    history = df[["episode_id", "step", "action"]] if not df.empty else df
+    df = choice_rows(pack, df)
+    read.rows = usable.rows = df
+    del raw
     labelled, selection, known = queue_selection(ctx, pack, cfg)
     if labelled is None:
         selected, stats = select_uncertain(pack, df, cfg)
@@ -227,12 +244,12 @@ def label_queue_run(ctx: StepContext, traces_uri: str | None = None) -> dict[str
         selected, stats = select_disagreeing(pack, df[fresh].reset_index(drop=True), labelled, cfg)
     if read.trace_ids:
         selected = with_trace_ids(ctx, uri, window, selected)
-    items = queue_items(pack, ctx.scenario, selected, df) if len(selected) else []
+    items = queue_items(pack, ctx.scenario, selected, history) if len(selected) else []
     result: dict[str, Any] = {
         "traces_uri": uri,
         "window": [str(w) for w in window] if window else None,
         "rows_read": read.total,
-        "rows_judged": len(df) - single,
+        "rows_judged": len(df),
         "rows_excluded": excluded,
         "uncertainty_from": usable.uncertainty_from,
         "selection": selection,

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from rlops.pipeline_steps.drift.stats import default_fields, detect_drift
-from rlops.pipeline_steps.drift.window import ks_from_counts, summarise_window
+from rlops.pipeline_steps.drift.window import ks_from_counts, prefetched, summarise_window
 
 
 def _frame(rng: np.random.Generator, n: int, shift: float, episodes: int, tag: str) -> pd.DataFrame:
@@ -71,6 +71,26 @@ def test_summarised_window_reports_what_the_rows_report(n_target: int, cluster: 
     returns = target.groupby("episode_id")["reward_total"].sum().to_numpy()
     np.testing.assert_allclose(np.sort(summary.episode_returns), np.sort(returns), rtol=1e-12)
     assert len(summary.plot_rows) <= 200_000 and set(summary.plot_rows.columns) <= set(fields)
+    small = summarise_window(prefetched(_chunks(target, 7_001, False)), base, fields, len(target), cluster, 1_000)
+    every = small.plot_every
+    assert every == -(-len(target) // 1_000)
+    pd.testing.assert_frame_equal(
+        small.plot_rows, target[list(small.plot_rows.columns)].iloc[::every].reset_index(drop=True)
+    )
+
+
+def test_prefetched_frames_come_in_order_and_errors_surface() -> None:
+    frames = [pd.DataFrame({"a": [i]}) for i in range(5)]
+    assert [int(f["a"].iloc[0]) for f in prefetched(iter(frames))] == list(range(5))
+
+    def broken() -> Any:
+        yield frames[0]
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        list(prefetched(broken()))
+    first = next(prefetched(iter(frames)))  # a consumer that stops early lets the reader go
+    assert int(first["a"].iloc[0]) == 0
 
 
 def test_ks_from_counts_is_the_statistic_of_the_rows() -> None:

@@ -285,3 +285,34 @@ def test_categorical_reads_test_the_same_drift(local_store: tuple[Storage, str])
         return [{k: v for k, v in f.__dict__.items()} for f in rep.fields]
 
     assert report(cat) == report(plain)
+
+
+@pytest.mark.parametrize("cluster", ["episode_id", "policy_version", None])
+def test_a_summarised_drift_window_is_the_same_on_both_engines(
+    local_store: tuple[Storage, str], parts: list[pd.DataFrame], cluster: str | None
+) -> None:
+    """The drift monitor's streamed window: DuckDB's group-by counts (units, returns) and the pandas
+    engine's per-row codes give the report detect_drift gives on the window's rows."""
+    import numpy as np
+
+    from rlops.pipeline_steps.drift.stats import default_fields, detect_drift
+    from rlops.pipeline_steps.drift.window import detect_drift_window, summarise_window, units_in_sql
+
+    storage, uri = local_store
+    duck, ref = _engines(storage)
+    window = (T0 + timedelta(minutes=30), T0 + timedelta(hours=3))
+    base = parts[0].iloc[::2].reset_index(drop=True)
+    rows = ref.read(uri, window)
+    fields = default_fields(base, rows)
+    clusters = (base[cluster], rows[cluster]) if cluster else None
+    expected = detect_drift(base, rows, bh=True, clusters=clusters, workers=1).fields
+    returns = np.sort(rows.groupby("episode_id")["reward_total"].sum().to_numpy())
+    columns = duck.columns(uri)
+    counted = units_in_sql(duck, uri, window, cluster, fields, columns)
+    assert counted is not None and units_in_sql(ref, uri, window, cluster, fields, columns) is None
+    for reader, got_counts in ((duck, counted), (ref, None)):
+        frames = reader.batches(uri, window, columns, batch_rows=97)
+        summary = summarise_window(frames, base, fields, len(rows), cluster, counted=got_counts)
+        report = detect_drift_window(base, summary, bh=True, cluster=cluster)
+        assert [f.__dict__ for f in report.fields] == [f.__dict__ for f in expected]
+        np.testing.assert_allclose(np.sort(summary.episode_returns), returns, rtol=1e-12)
