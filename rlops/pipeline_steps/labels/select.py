@@ -40,7 +40,7 @@ def kmeans(X: Tensor, k: int, seed: int = 0, iters: int = 50) -> tuple[Tensor, T
     if n == 0:
         return torch.zeros(0, dtype=torch.long), torch.zeros((0, X.shape[1]))
     gen = torch.Generator().manual_seed(seed)
-    k = min(k, int(torch.unique(X, dim=0).shape[0]))
+    k = _distinct_rows_up_to(X, k)
     cent = X[torch.randint(n, (1,), generator=gen)]
     d2 = torch.cdist(X, cent).squeeze(1) ** 2
     for _ in range(1, k):
@@ -81,6 +81,14 @@ def nearest_centroid(X: Tensor, cent: Tensor, chunk: int = 262_144) -> Tensor:
     if X.shape[0] == 0:
         return torch.zeros(0, dtype=torch.long)
     return torch.cat([torch.cdist(X[i : i + chunk].float(), cent).argmin(dim=1) for i in range(0, X.shape[0], chunk)])
+
+
+def _distinct_rows_up_to(X: Tensor, k: int, head: int = 4096) -> int:
+    """``min(k, distinct rows of X)``, sorting the first ``head`` rows only when they already hold
+    ``k`` distinct ones (sorting every row of a large sample costs more than the clustering)."""
+    if int(torch.unique(X[:head], dim=0).shape[0]) >= k:
+        return k
+    return min(k, int(torch.unique(X, dim=0).shape[0]))
 
 
 @dataclass(frozen=True)
