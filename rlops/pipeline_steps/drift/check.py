@@ -157,18 +157,25 @@ def summarised_target(
     import pandas as pd
 
     from rlops.pipeline_steps.drift.stats import default_fields
-    from rlops.pipeline_steps.drift.window import BATCH_ROWS, prefetched, summarise_window, units_in_sql
+    from rlops.pipeline_steps.drift.window import BATCH_ROWS, prefetched, sql_counts, summarise_window, units_in_sql
 
     reader = ctx.traces.reader
     columns = drift_columns(reader.columns(uri), cfg)
     fields = cfg.fields if cfg.fields is not None else default_fields(baseline, pd.DataFrame(columns=columns))
     # units and returns by DuckDB's group-by when it can; the field tests' pass then reads the tested
     # fields alone (not the episode ids, nor outcome drift's columns)
-    counted = units_in_sql(reader, uri, window, cfg.cluster, fields, columns)
-    extra = set() if counted is not None else {"episode_id", "reward_total", cfg.cluster}
+    in_sql = sql_counts(reader, columns)
+    extra = set() if in_sql else {"episode_id", "reward_total", cfg.cluster}
     summary_columns = [c for c in columns if c in {*fields, *extra}]
     frames = reader.batches(uri, window, summary_columns, batch_rows=BATCH_ROWS)
-    summary = summarise_window(prefetched(frames), baseline, fields, rows, cfg.cluster, counted=counted)
+    summary = summarise_window(
+        prefetched(frames),
+        baseline,
+        fields,
+        rows,
+        cfg.cluster,
+        count_units=(lambda gaps: units_in_sql(reader, uri, window, cfg.cluster, gaps, columns)) if in_sql else None,
+    )
     outcome_rows = (
         reader.sample_episodes(uri, cfg.outcome_max_rows, window, columns, total=rows)[0]
         if cfg.outcome_enabled

@@ -23,7 +23,7 @@ window's rows (the same fields, statistics, p-values and verdicts; the tests com
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,15 +137,19 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def sql_counts(reader: Any, columns: Sequence[str]) -> bool:
+    """Whether :func:`units_in_sql` can count a window's units (DuckDB, with episode ids); else the
+    frames carry them (the pandas engine)."""
+    return bool(reader.engine == "duckdb" and "episode_id" in columns)
+
+
 def units_in_sql(
     reader: Any, uri: str, window: tuple[Any, Any], unit: str | None, fields: Sequence[str], columns: Sequence[str]
-) -> UnitSummary | None:
-    """:class:`UnitSummary` by DuckDB aggregates grouped by unit and by episode (None for the pandas
-    engine, or without an ``episode_id`` column: the frames carry them then). A row "has a value" as
-    the field tests count it: not null, and not NaN. A missing unit is one unit of its own (as
-    ``pd.unique`` counts it); returns leave out rows without an episode (as ``groupby`` does)."""
-    if reader.engine != "duckdb" or "episode_id" not in columns:
-        return None
+) -> UnitSummary:
+    """:class:`UnitSummary` by DuckDB aggregates grouped by unit and by episode, with the units of
+    ``fields`` counted over their rows with a value (as the field tests count them: not null, not
+    NaN). A missing unit is one unit of its own (as ``pd.unique`` counts it); returns leave out rows
+    without an episode (as ``groupby`` does)."""
     have = [f for f in fields if f in columns]
     flags = [
         f"count(CASE WHEN NOT isnan(TRY_CAST({_ident(f)} AS DOUBLE)) THEN 1 END) > 0 AS h{i}"
@@ -219,12 +223,13 @@ def summarise_window(
     total: int,
     unit: str | None,
     plot_rows: int = PLOT_ROWS,
-    counted: UnitSummary | None = None,
+    count_units: Callable[[list[str]], UnitSummary] | None = None,
 ) -> WindowSummary:
     """One pass over ``frames`` (the window's rows, in order; ``total`` of them in all) keeping what
     the tests of ``fields`` against ``baseline`` need, the units of ``unit`` and the episodes' returns
-    (those two from ``counted`` when the query engine counted them: the frames then need neither
-    the unit, the episode nor the reward column)."""
+    (those two from ``count_units`` when the query engine counts them: the frames then need neither
+    the unit, the episode nor the reward column; it is asked for the numeric fields with missing
+    values, the others' units being those of every row)."""
     acc = {f: TargetField() for f in fields}
     every = max(1, math.ceil(total / max(plot_rows, 1)))
     units, episodes = _Codes(), _Codes()
@@ -236,16 +241,17 @@ def summarise_window(
             continue
         offset, rows = rows, rows + len(df)
         plots.append(df[[f for f in fields if f in df.columns]].iloc[(-offset) % every :: every])
-        if counted is None and unit and unit in df.columns and unit != "episode_id":
+        if count_units is None and unit and unit in df.columns and unit != "episode_id":
             units.add(df[unit])
-        if counted is None and "episode_id" in df.columns:
+        if count_units is None and "episode_id" in df.columns:
             episodes.add(df["episode_id"])
             reward = df["reward_total"] if "reward_total" in df.columns else pd.Series(np.nan, index=df.index)
             rewards.append(pd.to_numeric(reward, errors="coerce").to_numpy(np.float64, na_value=np.nan))
         for name, a in acc.items():
             if name in df.columns:
                 _add(a, name, df[name], baseline)
-    if counted is not None:
+    if count_units is not None:
+        counted = count_units([f for f, a in acc.items() if a.kind == "numeric" and a.n < rows])
         clustered = bool(counted.units)
         for name, a in acc.items():
             key = name if a.kind == "numeric" else ""

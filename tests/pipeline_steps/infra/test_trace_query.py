@@ -296,7 +296,7 @@ def test_a_summarised_drift_window_is_the_same_on_both_engines(
     import numpy as np
 
     from rlops.pipeline_steps.drift.stats import default_fields, detect_drift
-    from rlops.pipeline_steps.drift.window import detect_drift_window, summarise_window, units_in_sql
+    from rlops.pipeline_steps.drift.window import detect_drift_window, sql_counts, summarise_window, units_in_sql
 
     storage, uri = local_store
     duck, ref = _engines(storage)
@@ -308,11 +308,15 @@ def test_a_summarised_drift_window_is_the_same_on_both_engines(
     expected = detect_drift(base, rows, bh=True, clusters=clusters, workers=1).fields
     returns = np.sort(rows.groupby("episode_id")["reward_total"].sum().to_numpy())
     columns = duck.columns(uri)
-    counted = units_in_sql(duck, uri, window, cluster, fields, columns)
-    assert counted is not None and units_in_sql(ref, uri, window, cluster, fields, columns) is None
-    for reader, got_counts in ((duck, counted), (ref, None)):
+    assert sql_counts(duck, columns) and not sql_counts(ref, columns)
+
+    def counted(gaps: list[str]) -> Any:
+        assert set(gaps) <= set(fields)
+        return units_in_sql(duck, uri, window, cluster, gaps, columns)
+
+    for reader, count_units in ((duck, counted), (ref, None)):
         frames = reader.batches(uri, window, columns, batch_rows=97)
-        summary = summarise_window(frames, base, fields, len(rows), cluster, counted=got_counts)
+        summary = summarise_window(frames, base, fields, len(rows), cluster, count_units=count_units)
         report = detect_drift_window(base, summary, bh=True, cluster=cluster)
         assert [f.__dict__ for f in report.fields] == [f.__dict__ for f in expected]
         np.testing.assert_allclose(np.sort(summary.episode_returns), returns, rtol=1e-12)
