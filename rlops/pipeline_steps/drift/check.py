@@ -58,18 +58,11 @@ def drift_columns(available: list[str], cfg: DriftParams | Mapping[str, Any]) ->
 
 
 def target_rows(ctx: StepContext, cfg: DriftParams | Mapping[str, Any]) -> tuple[str, Any]:
-    """``(description, rows)`` of the live traffic to test: the run key's hour partition, or the
-    ``drift.window_hours`` ending with the run key (an empty frame when there is none). The drift
-    check itself summarises a long window instead (:func:`summarised_target`)."""
+    """``(description, rows)`` of the run key's hour partition (an empty frame when there is
+    none); a ``drift.window_hours`` window is summarised instead (:func:`summarised_target`)."""
     reader = ctx.traces.reader
-    hours = cfg.get("window_hours")
-    if not hours:
-        uri = window_uri(ctx)
-        return uri, reader.read(uri, columns=drift_columns(reader.columns(uri), cfg))
-    uri, window = ctx.traces.scenario_uri(ctx.scenario), ctx.key.lookback(float(hours))
-    where = f"{uri} [{window[0]:%Y-%m-%dT%H:%M}Z, {window[1]:%Y-%m-%dT%H:%M}Z)"
-    # a day of text values as categoricals: counted the same by the tests, a fraction of the memory
-    return where, reader.read(uri, window, drift_columns(reader.columns(uri), cfg), categorical=True)
+    uri = window_uri(ctx)
+    return uri, reader.read(uri, columns=drift_columns(reader.columns(uri), cfg))
 
 
 def episode_returns(df: Any) -> np.ndarray:
@@ -157,7 +150,8 @@ def summarised_target(
     import pandas as pd
 
     from rlops.pipeline_steps.drift.stats import default_fields
-    from rlops.pipeline_steps.drift.window import BATCH_ROWS, prefetched, sql_counts, summarise_window, units_in_sql
+    from rlops.pipeline_steps.drift.window import BATCH_ROWS, sql_counts, summarise_window, units_in_sql
+    from rlops.pipeline_steps.infra.prefetch import prefetched
 
     reader = ctx.traces.reader
     columns = drift_columns(reader.columns(uri), cfg)

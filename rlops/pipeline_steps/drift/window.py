@@ -23,7 +23,7 @@ window's rows (the same fields, statistics, p-values and verdicts; the tests com
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,45 +175,6 @@ def units_in_sql(
         units = {"": float(len(got)), **{f: float(got[f"h{i}"].sum()) for i, f in enumerate(have)}}
     keyed = ~got["k"].to_numpy(dtype=bool)
     return UnitSummary(units, got["r"].to_numpy(dtype=np.float64)[keyed])
-
-
-def prefetched(frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-    """``frames``, the next one read (DuckDB's scan, the conversion) on a thread of its own while
-    this one is summarised: the two overlap on a second core. At most two frames are held."""
-    import queue
-    import threading
-
-    box: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def pull() -> None:
-        try:
-            for frame in frames:
-                while not stop.is_set():
-                    try:
-                        box.put(("frame", frame), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            box.put(("end", None))
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
-            box.put(("error", exc))
-
-    worker = threading.Thread(target=pull, name="drift-window-read", daemon=True)
-    worker.start()
-    try:
-        while True:
-            kind, item = box.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise item
-            yield item
-    finally:
-        stop.set()
-        worker.join(timeout=5)
 
 
 def summarise_window(

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from rlops.pipeline_steps.drift.stats import default_fields, detect_drift
-from rlops.pipeline_steps.drift.window import ks_from_counts, prefetched, summarise_window
+from rlops.pipeline_steps.drift.window import ks_from_counts, summarise_window
+from rlops.pipeline_steps.infra.prefetch import prefetched
 
 
 def _frame(rng: np.random.Generator, n: int, shift: float, episodes: int, tag: str) -> pd.DataFrame:
