@@ -6,7 +6,8 @@
    (``traces-bench/scenario=<s>/date=<d>/hour=<h>/part-<run_key>-00000.parquet``, one file per hour,
    written with the store's own parquet options: zstd, bloom filters on the ids), with fresh ids in
    the simulated-traffic format (``<scenario>-<run_key>-<n>``, ``<episode>-<step>``). Vectorised
-   Arrow, one file at a time.
+   Arrow, one file at a time. ``--reuse`` (with ``--home``) keeps the store and, on the next run
+   with the same ``--rows`` and ``--days``, measures it again instead of rebuilding it.
 3. Each measurement runs in a child process of its own, once per engine (``trace_store.engine``
    ``duckdb``, then ``pandas``), with its peak RSS from ``wait4`` and, beside the wall-clock
    ``seconds``, the process's CPU seconds over the same span (``cpu_s``, every thread counted: on a
