@@ -6,9 +6,12 @@
    (``traces-bench/scenario=<s>/date=<d>/hour=<h>/part-<run_key>-00000.parquet``, one file per hour,
    written with the store's own parquet options: zstd, bloom filters on the ids), with fresh ids in
    the simulated-traffic format (``<scenario>-<run_key>-<n>``, ``<episode>-<step>``). Vectorised
-   Arrow, one file at a time.
+   Arrow, one file at a time. ``--reuse`` (with ``--home``) keeps the store and, on the next run
+   with the same ``--rows`` and ``--days``, measures it again instead of rebuilding it.
 3. Each measurement runs in a child process of its own, once per engine (``trace_store.engine``
-   ``duckdb``, then ``pandas``), with its peak RSS from ``wait4``:
+   ``duckdb``, then ``pandas``), with its peak RSS from ``wait4`` and, beside the wall-clock
+   ``seconds``, the process's CPU seconds over the same span (``cpu_s``, every thread counted: on a
+   shared machine the figure that does not grow with other people's load):
 
    * ``replay``: the lookup of one trace id of the middle day and its episode (the first query of
      the process: footers and bloom filters read cold), then ``rlops replay``'s whole step for it
@@ -26,7 +29,7 @@
 Prints the load average at start and end, and as the LAST line one JSON object. The store is deleted
 afterwards unless ``--keep``.
 
-    python bench/trace_scale.py [--rows 50000000] [--days 7] [--home DIR] [--keep] [--no-pandas]
+    python bench/trace_scale.py [--rows 50000000] [--days 7] [--home DIR] [--keep] [--reuse] [--no-pandas]
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 SCENARIO = "credit_approval"
 STORE_DIR = "traces-bench"
+STORE_INFO = "_bench_store.json"  # beside the partitions; the reader lists only parquet files
 START = datetime(2026, 1, 5, tzinfo=UTC)
 MEASURES = ("replay", "console", "drift_day", "label_queue")
 BARS = {
@@ -136,6 +140,18 @@ def build_store(home: Path, rows: int, days: int) -> dict[str, Any]:
     }
 
 
+def reused_store(home: Path, rows: int, days: int) -> dict[str, Any] | None:
+    """What :func:`build_store` returned when it built the store now under ``home`` with the same
+    ``rows`` and ``days`` (recorded beside it), else None."""
+    info = home / "rlops-data" / STORE_DIR / STORE_INFO
+    try:
+        store: dict[str, Any] = json.loads(info.read_text())
+    except (OSError, ValueError):
+        return None
+    same = store.get("rows") == rows and store.get("files") == days * 24
+    return store if same else None
+
+
 def last_run_key(days: int) -> str:
     return f"{START + timedelta(days=days) - timedelta(hours=1):%Y%m%dT%H%M}"
 
@@ -155,10 +171,16 @@ def child_params(home: Path, engine: str) -> dict[str, Any]:
 
 
 def measure(name: str, engine: str, home: Path, days: int, repeats: int, trace_id: str) -> dict[str, Any]:
-    """One measurement. The process's library imports (torch, the sandbox, pandas, DuckDB) happen
-    before the clock starts: a long-running console or worker has paid them already."""
+    """One measurement. The process's library imports (torch, the sandbox, pandas, DuckDB, MLflow,
+    scipy, matplotlib) happen before the clock starts: a long-running console or worker has paid
+    them already."""
     import duckdb  # noqa: F401
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
+    import mlflow  # noqa: F401
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
     import pandas  # noqa: F401
+    import scipy.stats  # noqa: F401
     import torch  # noqa: F401
 
     import rlops.sandbox.pack  # noqa: F401
@@ -171,21 +193,22 @@ def measure(name: str, engine: str, home: Path, days: int, repeats: int, trace_i
         from rlops.sandbox.profiles import default_profile
 
         pack = ctx.load_pack()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         df, _ = sandbox_baseline(
             ctx, pack, default_profile(pack, "sandbox"), int(ctx.section("drift").get("baseline_episodes", 2000))
         )
-        return {"seconds": time.perf_counter() - t0, "rows": len(df)}
+        return {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "rows": len(df)}
     if name == "replay":
         from rlops.pipeline_steps.audit.replay import find_episode, replay
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         rows = find_episode(ctx.traces.reader, ctx.traces.scenario_uri(SCENARIO), trace_id)
-        lookup = time.perf_counter() - t0
+        lookup, lookup_cpu = time.perf_counter() - t0, time.process_time() - c0
         t1 = time.perf_counter()
         path = replay(ctx, trace_id)
         return {
             "seconds": lookup,
+            "cpu_s": lookup_cpu,
             "step_s": time.perf_counter() - t1,
             "episode_steps": path["episode_steps"],
             "rows": len(rows),
@@ -201,9 +224,9 @@ def measure(name: str, engine: str, home: Path, days: int, repeats: int, trace_i
         cb = _console_bench()
         shutil.rmtree(home / "rlops-data" / "console-cache", ignore_errors=True)
         client = TestClient(create_app(ProjectData(params), mlflow_ui="http://127.0.0.1:5000"))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         urls = cb.pages(client)  # the overview and the champion's map: the first load
-        first = time.perf_counter() - t0
+        first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
         firsts = {n: cb.timed(client, u) for n, u in urls.items()}
         times: dict[str, list[float]] = {n: [] for n in urls}
         for _ in range(repeats):
@@ -212,6 +235,7 @@ def measure(name: str, engine: str, home: Path, days: int, repeats: int, trace_i
         every = [t for v in times.values() for t in v]
         return {
             "seconds": first,
+            "cpu_s": first_cpu,
             "page_p95_ms": float(np.percentile(every, 95)),
             "pages": {
                 n: {"first_ms": round(firsts[n], 1), "p95_ms": round(float(np.percentile(v, 95)), 1)}
@@ -221,10 +245,11 @@ def measure(name: str, engine: str, home: Path, days: int, repeats: int, trace_i
     if name == "drift_day":
         from rlops.pipeline_steps.drift.check import drift_check
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = drift_check(ctx)
         return {
             "seconds": time.perf_counter() - t0,
+            "cpu_s": time.process_time() - c0,
             "drifted_fields": len(out["drifted_fields"]),
             "target": out["target_uri"],
             "summary": out["summary"],
@@ -232,9 +257,14 @@ def measure(name: str, engine: str, home: Path, days: int, repeats: int, trace_i
     if name == "label_queue":
         from rlops.pipeline_steps.labels.step import label_queue_run
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = label_queue_run(ctx)
-        return {"seconds": time.perf_counter() - t0, "rows_read": out["rows_read"], "items": out["items"]}
+        return {
+            "seconds": time.perf_counter() - t0,
+            "cpu_s": time.process_time() - c0,
+            "rows_read": out["rows_read"],
+            "items": out["items"],
+        }
     raise SystemExit(f"unknown measurement {name!r}")
 
 
@@ -326,6 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=20, help="console: fetches of every page after the first load")
     ap.add_argument("--home", type=Path, default=None, help="a demo home to reuse (default: a new temp folder)")
     ap.add_argument("--keep", action="store_true", help="keep the tiled store afterwards")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --home: reuse the store an earlier run left there with the same --rows and --days (implies --keep)",
+    )
     ap.add_argument("--no-pandas", action="store_true", help="measure the DuckDB path only")
     ap.add_argument("--measures", default=",".join(MEASURES), help=f"comma-separated subset of {','.join(MEASURES)}")
     ap.add_argument("--pandas-timeout", type=float, default=300.0, help="seconds a pandas measurement may take")
@@ -347,7 +382,12 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     _console_bench().ensure_demo(home)
     print(f"demo home ready: {home} ({time.perf_counter() - t0:.0f}s)", flush=True)
-    store = build_store(home, args.rows, args.days)
+    store = reused_store(home, args.rows, args.days) if args.reuse else None
+    if store is None:
+        store = build_store(home, args.rows, args.days)
+        (home / "rlops-data" / STORE_DIR / STORE_INFO).write_text(json.dumps(store))
+    else:
+        print("store: reused (built by an earlier --keep run)", flush=True)
     args.trace_id = store["trace_id"]
     print(
         f"store: {store['rows']:,} rows in {store['files']} hourly partitions, {store['gib']} GiB, "
@@ -369,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
                 shown = {k: v for k, v in r.items() if k != "pages"}
                 print(f"{engine:6} {name:12} {json.dumps(shown, default=str)}", flush=True)
     finally:
-        if not args.keep:
+        if not (args.keep or args.reuse):
             shutil.rmtree(home / "rlops-data" / STORE_DIR, ignore_errors=True)
     passed = verdict(results["duckdb"])
     load_end = loadavg()

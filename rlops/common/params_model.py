@@ -131,6 +131,12 @@ class DriftParams(Block):
     )
     outcome_min_effect: float = Field(0.1, ge=0, description="|Cohen's d| floor of an outcome drift")
     outcome_min_rows: int = Field(50, ge=2, description="a cell with fewer rows on either side is reported, not tested")
+    outcome_max_rows: int = Field(
+        100_000,
+        ge=1,
+        description="a drift.window_hours window past this many rows tests outcome drift on whole episodes "
+        "drawn by a stable hash of their id, about this many rows",
+    )
     outcome_ridge: float = Field(1.0, ge=0, description="L2 penalty of the sandbox's per-action reward regression")
     outcome_quantiles: int = Field(
         4, ge=1, description="automatic segments: each observed numeric field's quantiles, each enum value"
@@ -423,6 +429,12 @@ class QueueConfig(Block):
     bucket_minutes: int = Field(60, ge=1, description="the threshold must hold in every bucket of the window…")
     min_bucket_states: int = Field(5, ge=1, description="…that has at least this many states of the cluster")
     kmeans_iters: int = Field(50, ge=1, description="k-means iterations")
+    kmeans_fit_rows: int = Field(
+        100_000,
+        ge=0,
+        description="past this many states, k-means is fitted on this many evenly spaced ones and every "
+        "state takes its nearest centroid (0: fit on all)",
+    )
     seed: int = Field(7, description="seed of the clustering and the sampling")
     export_dir: str = Field("label_queue", description="Label Studio tasks and config under storage.root")
     selection: Literal["auto", "entropy", "reward_ensemble"] = Field(

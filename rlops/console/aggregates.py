@@ -239,13 +239,6 @@ def breakdown_items(raw: Any) -> list[dict[str, Any]]:
     return out
 
 
-def canonical_breakdown(raw: Any) -> str:
-    """:func:`breakdown_items` as the sandbox's JSON shape (what the audit tools parse)."""
-    import json
-
-    return json.dumps({"breakdown": breakdown_items(raw)})
-
-
 # --------------------------------------------------------------------------- cluster names
 def cluster_names(features: list[tuple[str, str, pd.Series]], labels: np.ndarray, top: int = 2) -> dict[int, str]:
     """A short name per cluster from its dominant state features: ``features`` are

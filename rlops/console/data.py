@@ -170,11 +170,13 @@ class ProjectData:
 
     def components(self, df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str | None]]:
         """Per-row component scores; each row's breakdown is first put in the sandbox's shape (a
-        trace row from an agent may carry a list, a dict or text that is not JSON)."""
-        from rlops.console.aggregates import canonical_breakdown
+        trace row from an agent may carry a list, a dict or text that is not JSON), as an object:
+        no JSON round trip between the two (a sampled map reads tens of thousands of them)."""
+        from rlops.console.aggregates import breakdown_items
         from rlops.pipeline_steps.audit.replay import component_frame
 
-        return component_frame(df.assign(reward_breakdown=df["reward_breakdown"].map(canonical_breakdown)))
+        shaped = [{"breakdown": breakdown_items(raw)} for raw in df["reward_breakdown"].tolist()]
+        return component_frame(df.assign(reward_breakdown=shaped))
 
     def state_fields(self, scenario: str) -> list[tuple[str, str, str | None]]:
         """``(path, kind, unit)`` of every observed state field; kind ``number`` or ``category``."""

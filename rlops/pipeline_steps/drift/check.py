@@ -58,17 +58,11 @@ def drift_columns(available: list[str], cfg: DriftParams | Mapping[str, Any]) ->
 
 
 def target_rows(ctx: StepContext, cfg: DriftParams | Mapping[str, Any]) -> tuple[str, Any]:
-    """``(description, rows)`` of the live traffic to test: the run key's hour partition, or the
-    ``drift.window_hours`` ending with the run key (an empty frame when there is none)."""
+    """``(description, rows)`` of the run key's hour partition (an empty frame when there is
+    none); a ``drift.window_hours`` window is summarised instead (:func:`summarised_target`)."""
     reader = ctx.traces.reader
-    hours = cfg.get("window_hours")
-    if not hours:
-        uri = window_uri(ctx)
-        return uri, reader.read(uri, columns=drift_columns(reader.columns(uri), cfg))
-    uri, window = ctx.traces.scenario_uri(ctx.scenario), ctx.key.lookback(float(hours))
-    where = f"{uri} [{window[0]:%Y-%m-%dT%H:%M}Z, {window[1]:%Y-%m-%dT%H:%M}Z)"
-    # a day of text values as categoricals: counted the same by the tests, a fraction of the memory
-    return where, reader.read(uri, window, drift_columns(reader.columns(uri), cfg), categorical=True)
+    uri = window_uri(ctx)
+    return uri, reader.read(uri, columns=drift_columns(reader.columns(uri), cfg))
 
 
 def episode_returns(df: Any) -> np.ndarray:
@@ -136,14 +130,67 @@ def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -
     return df, version
 
 
+def long_window(ctx: StepContext, cfg: DriftParams) -> tuple[str, str, tuple[Any, Any], int] | None:
+    """``(description, uri, window, rows)`` of the ``drift.window_hours`` window (None without one)."""
+    hours = cfg.window_hours
+    if not hours:
+        return None
+    uri, window = ctx.traces.scenario_uri(ctx.scenario), ctx.key.lookback(float(hours))
+    where = f"{uri} [{window[0]:%Y-%m-%dT%H:%M}Z, {window[1]:%Y-%m-%dT%H:%M}Z)"
+    return where, uri, window, ctx.traces.reader.count(uri, window)
+
+
+def summarised_target(
+    ctx: StepContext, cfg: DriftParams, uri: str, window: tuple[Any, Any], rows: int, baseline: Any
+) -> tuple[Any, Any]:
+    """``(summary, outcome rows)`` of a long window: the field tests' counts over every row in one
+    streamed pass (:mod:`rlops.pipeline_steps.drift.window`), and for outcome drift the window's
+    rows when there are at most ``drift.outcome_max_rows``, else whole episodes drawn by the stable
+    hash of their id (``TraceReader.sample_episodes``) leaving about that many."""
+    import pandas as pd
+
+    from rlops.pipeline_steps.drift.stats import default_fields
+    from rlops.pipeline_steps.drift.window import BATCH_ROWS, sql_counts, summarise_window, units_in_sql
+    from rlops.pipeline_steps.infra.prefetch import prefetched
+
+    reader = ctx.traces.reader
+    columns = drift_columns(reader.columns(uri), cfg)
+    fields = cfg.fields if cfg.fields is not None else default_fields(baseline, pd.DataFrame(columns=columns))
+    # units and returns by DuckDB's group-by when it can; the field tests' pass then reads the tested
+    # fields alone (not the episode ids, nor outcome drift's columns)
+    in_sql = sql_counts(reader, columns)
+    extra = set() if in_sql else {"episode_id", "reward_total", cfg.cluster}
+    summary_columns = [c for c in columns if c in {*fields, *extra}]
+    frames = reader.batches(uri, window, summary_columns, batch_rows=BATCH_ROWS)
+    summary = summarise_window(
+        prefetched(frames),
+        baseline,
+        fields,
+        rows,
+        cfg.cluster,
+        count_units=(lambda gaps: units_in_sql(reader, uri, window, cfg.cluster, gaps, columns)) if in_sql else None,
+    )
+    outcome_rows = (
+        reader.sample_episodes(uri, cfg.outcome_max_rows, window, columns, total=rows)[0]
+        if cfg.outcome_enabled
+        else pd.DataFrame()
+    )
+    return summary, outcome_rows
+
+
 def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]:
     from rlops.pipeline_steps.drift.report import run_drift
     from rlops.sandbox.profiles import default_profile
 
     cfg = ctx.config.drift
-    target, live = target_rows(ctx, cfg)
+    long = long_window(ctx, cfg)
+    if long is None:
+        target, live = target_rows(ctx, cfg)
+        empty = bool(live.empty)
+    else:
+        target, empty = long[0], long[3] == 0
     base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "target_uri": target, "dry_run": ctx.dry_run}
-    if live.empty:
+    if empty:
         return {
             **base,
             "drifted_fields": [],
@@ -154,6 +201,9 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
     pack = ctx.load_pack()  # with the latest calibration: the sandbox as it stands now
     profile = default_profile(pack, "sandbox")
     baseline_df, version = sandbox_baseline(ctx, pack, profile, int(episodes or cfg.baseline_episodes))
+    summary = None
+    if long is not None:
+        summary, live = summarised_target(ctx, cfg, long[1], long[2], long[3], baseline_df)
     baseline = ctx.uri("sandbox_traces", ctx.scenario, f"{ctx.run_key}.parquet")
     if not ctx.dry_run:
         ctx.storage.write_parquet(baseline, baseline_df)
@@ -168,12 +218,14 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
             scenario=ctx.scenario,
             ctx=ctx,
             baseline_fit_n=fit_n,
-            target_rows=live,
+            target_rows=live if summary is None else None,
+            target_summary=summary,
         )
         if not ctx.dry_run
         else None
     )
-    r_live, r_base = episode_returns(live), episode_returns(baseline_df)
+    r_live = episode_returns(live) if summary is None else summary.episode_returns
+    r_base = episode_returns(baseline_df)
     se = (
         float(np.sqrt(r_live.var(ddof=1) / max(len(r_live), 1) + r_base.var(ddof=1) / max(len(r_base), 1)))
         if len(r_live) > 1 and len(r_base) > 1

@@ -54,7 +54,7 @@ class DriftResult:
 # --------------------------------------------------------------------------- plots
 def _png(fig: Any) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=80)  # margins set by the plot: no second layout pass
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -99,6 +99,9 @@ def field_plot(f: FieldDrift, baseline: pd.DataFrame, target: pd.DataFrame) -> s
 
     fig = Figure(figsize=(6.4, 2.6))
     ax = fig.add_subplot()
+    # fixed margins (room for the y label, the title and the slanted category names): the cost of
+    # a page is its plots, and "tight" bounding boxes draw each one twice
+    fig.subplots_adjust(left=0.1, right=0.98, top=0.88, bottom=0.17 if f.test == "ks" else 0.33)
     if f.test == "ks":
         b = baseline[f.field].to_numpy(dtype=np.float64, na_value=np.nan)
         t = target[f.field].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -137,6 +140,7 @@ def render_html(
     target: pd.DataFrame,
     title: str = "Drift report",
     plots_for: str = "all",
+    plot_note: str = "",
 ) -> str:
     """The report as one self-contained HTML page (plots embedded as base64 PNG; ``plots_for``
     ``drifted``: histograms of the flagged fields only, for reports written every hour)."""
@@ -178,7 +182,7 @@ for numbers, and the share of rows that would have to change category for catego
 <th>p-value</th>{bh_head}<th>Rows (baseline / target)</th></tr></thead>
 <tbody>{"".join(rows)}</tbody></table>
 {f"<h2>Fields that could not be compared</h2><table>{errors}</table>" if errors else ""}
-<h2>Distributions</h2>{"".join(plots)}
+<h2>Distributions</h2>{f'<p class="note">{esc(plot_note)}</p>' if plot_note else ""}{"".join(plots)}
 </body></html>"""
 
 
@@ -205,6 +209,7 @@ def run_drift(
     ctx: Any = None,
     baseline_fit_n: float | None = None,
     target_rows: pd.DataFrame | None = None,
+    target_summary: Any = None,
 ) -> DriftResult:
     """Read both windows, test them, write ``report.json``/``report.html`` under ``out_uri``
     (default ``<storage.root>/<drift.report_dir>/<hash of the two URIs>``) and log them to
@@ -215,17 +220,29 @@ def run_drift(
     ``drift.cluster`` names the column whose rows are one unit (the episode), ``baseline_fit_n``
     how many episodes a fitted baseline was estimated from (see :mod:`rlops.pipeline_steps.drift.stats`).
     ``target_rows``: the target already read (a trace-store window read by DuckDB); ``target_uri``
-    then only names it in the report."""
+    then only names it in the report. ``target_summary``: a long window summarised instead
+    (:class:`~rlops.pipeline_steps.drift.window.WindowSummary`; the histograms drawn from its sample)."""
     from rlops.common.params_sources import as_params
     from rlops.pipeline_steps.infra.storage import Storage
 
     config = ctx.config if ctx is not None else as_params(params)
     cfg = config.drift
     storage = ctx.storage if ctx is not None else Storage.from_params(config)
-    window_read = target_rows is not None  # a window of the store: its URI names more than was read
+    window_read = target_rows is not None or target_summary is not None  # its URI names more than was read
     fields = fields if fields is not None else cfg.fields
     baseline = storage.read_parquet(baseline_uri)
-    if target_rows is None:  # live traces: read as every trace-store read is (DuckDB unless trace_store.engine)
+    unit = cfg.cluster
+    threshold = float(threshold if threshold is not None else cfg.threshold)
+    min_effect = float(min_effect if min_effect is not None else cfg.min_effect)
+    bh = bool(bh if bh is not None else cfg.bh)
+    if target_summary is not None:
+        from rlops.pipeline_steps.drift.window import detect_drift_window
+
+        report = detect_drift_window(
+            baseline, target_summary, threshold, min_effect, bh, fields, unit, baseline_fit_n=baseline_fit_n
+        )
+        target = target_summary.plot_rows
+    elif target_rows is None:  # live traces: read as every trace-store read is (DuckDB unless trace_store.engine)
         from rlops.pipeline_steps.infra.storage import StorageNotFoundError
         from rlops.pipeline_steps.infra.trace_query import QueryEngineConfig, TraceReader
 
@@ -237,20 +254,21 @@ def run_drift(
                 uri=target_uri,
             )
         target_rows = reader.read(target_uri)
-    target = target_rows
-    unit = cfg.cluster
-    clusters = (baseline[unit], target[unit]) if unit and unit in baseline and unit in target else None
-    report = detect_drift(
-        baseline,
-        target,
-        threshold=float(threshold if threshold is not None else cfg.threshold),
-        min_effect=float(min_effect if min_effect is not None else cfg.min_effect),
-        bh=bool(bh if bh is not None else cfg.bh),
-        fields=fields,
-        workers=cfg.workers,
-        clusters=clusters,
-        baseline_fit_n=baseline_fit_n,
-    )
+    if target_summary is None:
+        assert target_rows is not None
+        target = target_rows
+        clusters = (baseline[unit], target[unit]) if unit and unit in baseline and unit in target else None
+        report = detect_drift(
+            baseline,
+            target,
+            threshold=threshold,
+            min_effect=min_effect,
+            bh=bh,
+            fields=fields,
+            workers=cfg.workers,
+            clusters=clusters,
+            baseline_fit_n=baseline_fit_n,
+        )
     scenario = scenario or (ctx.scenario if ctx is not None else config.scenario)
     report.meta.update(
         scenario=scenario,
@@ -265,7 +283,15 @@ def run_drift(
     )
     if dry_run:
         return result
-    page = render_html(report, baseline, target, title=f"Drift report — {scenario}", plots_for=cfg.plots)
+    note = (
+        f"The target's histograms are drawn from one row in every {target_summary.plot_every:,} of its "
+        f"{target_summary.rows:,} rows ({len(target):,} rows); the tests above count every row."
+        if target_summary is not None and target_summary.plot_every > 1
+        else ""
+    )
+    page = render_html(
+        report, baseline, target, title=f"Drift report — {scenario}", plots_for=cfg.plots, plot_note=note
+    )
     report_json = report.to_json()
     storage.write_text(json_uri, report_json)
     storage.write_text(html_uri, page)

@@ -182,7 +182,11 @@ def _category_counts(col: pd.Series) -> pd.Series:
 
 
 def _chi2_field(name: str, b: pd.Series, t: pd.Series, n_eff: tuple[float, float] | None = None) -> FieldDrift:
-    cb, ct = _category_counts(b), _category_counts(t)
+    return chi2_counts(name, _category_counts(b), _category_counts(t), n_eff)
+
+
+def chi2_counts(name: str, cb: pd.Series, ct: pd.Series, n_eff: tuple[float, float] | None = None) -> FieldDrift:
+    """The chi-square test of one categorical field from its category counts on each side."""
     if cb.sum() == 0 or ct.sum() == 0:
         return _error(name, "no rows on one side", int(cb.sum()), int(ct.sum()))
     cats = cb.index.union(ct.index)
@@ -331,6 +335,13 @@ def detect_drift(
     else:
         with ThreadPoolExecutor(n_workers, thread_name_prefix="drift") as pool:
             results = list(pool.map(test, jobs))
+    return finish_report(results, threshold, min_effect, bh, n_rows)
+
+
+def finish_report(
+    results: list[FieldDrift], threshold: float, min_effect: float, bh: bool, n_rows: tuple[int, int]
+) -> DriftReport:
+    """The report of the field tests: p-values adjusted (with ``bh``) and each field's verdict."""
     tested = [i for i, r in enumerate(results) if r.test != "error"]
     raw = [results[i].p_value for i in tested]
     adjusted = benjamini_hochberg(raw) if bh else np.asarray(raw, dtype=np.float64)
@@ -343,6 +354,6 @@ def detect_drift(
         threshold=threshold,
         min_effect=min_effect,
         bh=bh,
-        n_baseline_rows=len(baseline),
-        n_target_rows=len(target),
+        n_baseline_rows=n_rows[0],
+        n_target_rows=n_rows[1],
     )

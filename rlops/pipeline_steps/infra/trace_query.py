@@ -132,7 +132,7 @@ def database(cfg: QueryEngineConfig) -> duckdb.DuckDBPyConnection:
                 config["threads"] = int(cfg.threads)
             db = duckdb.connect(":memory:", config=config)
             db.execute("LOAD parquet")  # built in; loaded first so its settings exist
-            db.execute("SET parquet_metadata_cache = true")
+            db.execute("SET GLOBAL parquet_metadata_cache = true")  # GLOBAL: every cursor shares it
             _DATABASES[cfg] = db
         return db
 
@@ -242,9 +242,10 @@ class TraceReader:
         columns: Sequence[str] | None = None,
         where: Mapping[str, Any] | None = None,
         batch_rows: int = 1_000_000,
+        categorical: bool = False,
     ) -> Iterator[pd.DataFrame]:
         """:meth:`read` in frames of at most ``batch_rows`` rows, one at a time (a week of traffic
-        in the memory of one batch)."""
+        in the memory of one batch); ``categorical`` as in :meth:`read`, per frame."""
         import pyarrow as pa
 
         files = self.files(uri, window)
@@ -252,16 +253,27 @@ class TraceReader:
             return
         if self.engine == "pandas":
             for f in files:
-                df = self._frame([f], window, columns, where)
+                df = self._frame([f], window, columns, where, categorical)
                 for i in range(0, len(df), batch_rows):
                     yield df.iloc[i : i + batch_rows].reset_index(drop=True)
             return
         with self._scan(files) as (cur, source):
             sql, args = self._select(cur, source, window, columns, where)
             reader = cur.sql(sql, params=args).to_arrow_reader(batch_rows)
+            # DuckDB hands over vectors of a few thousand rows: gathered into frames of batch_rows
+            # (one conversion to pandas per frame, not per vector)
+            pending: list[pa.RecordBatch] = []
+            held = 0
             for batch in reader:
-                if batch.num_rows:
-                    yield self._to_pandas(pa.Table.from_batches([batch]), files)
+                pending.append(batch)
+                held += batch.num_rows
+                while held >= batch_rows:
+                    table = pa.Table.from_batches(pending)
+                    yield self._to_pandas(table.slice(0, batch_rows), files, categorical)
+                    rest = table.slice(batch_rows)
+                    pending, held = rest.to_batches(), rest.num_rows
+            if held:
+                yield self._to_pandas(pa.Table.from_batches(pending), files, categorical)
 
     def episode_rows(self, uri: str, trace_id: str) -> pd.DataFrame:
         """Every row of the episode(s) holding ``trace_id``, sorted by episode and step; a
@@ -273,6 +285,12 @@ class TraceReader:
             raise LookupError(f"trace id {trace_id!r} not found under {uri}")
         rows = self._frame(files, None, None, {"episode_id": episodes})
         return rows.sort_values(["episode_id", "step"], kind="stable").reset_index(drop=True)
+
+    def count(
+        self, uri: str, window: tuple[datetime, datetime] | None = None, where: Mapping[str, Any] | None = None
+    ) -> int:
+        """How many rows :meth:`read` would return (counted in the scan; no row is loaded)."""
+        return self._count(self.files(uri, window), window, where)
 
     def count_by(self, uri: str, column: str, window: tuple[datetime, datetime] | None = None) -> dict[str, int]:
         """Rows per value of ``column`` (as text), most rows first, ties by value."""

@@ -19,7 +19,7 @@ Everything is vectorised over rows; nothing loops per row in Python.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -57,9 +57,30 @@ def mask_matrix(col: pd.Series, n_actions: int) -> np.ndarray:
         )
     if len(text) == 0:
         return np.zeros((0, n_actions), dtype=bool)
-    raw = np.frombuffer("".join(text.tolist()).encode("ascii"), dtype=np.uint8)
+    raw = _ascii_bytes(text)
+    if raw is None or raw.size != len(text) * n_actions:
+        raw = np.frombuffer("".join(text.tolist()).encode("ascii"), dtype=np.uint8)
     out: np.ndarray = raw.reshape(len(text), n_actions) == ord("1")
     return out
+
+
+def _ascii_bytes(text: pd.Series) -> np.ndarray | None:
+    """The characters of Arrow-backed text, concatenated, read straight from its value buffer
+    (no Python string per row); None for other storage or non-ASCII text."""
+    import pyarrow as pa
+
+    try:
+        arr = pa.array(text, from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)) or arr.null_count:
+        return None
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32 if pa.types.is_string(arr.type) else np.int64)
+    offsets = offsets[arr.offset : arr.offset + len(arr) + 1]
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[int(offsets[0]) : int(offsets[-1])]
+    return None if bool((data >= 128).any()) else data
 
 
 def action_codes(pack: Pack, col: pd.Series) -> np.ndarray:
@@ -91,10 +112,12 @@ def field_values(pack: Pack, path: str, col: pd.Series) -> np.ndarray:
     return out
 
 
-def states_from_traces(pack: Pack, df: pd.DataFrame) -> Tensor:
+def states_from_traces(pack: Pack, df: pd.DataFrame, previous: EpisodeOrder | None = None) -> Tensor:
     """The state tensor ``S[N, C]`` of trace rows: observed fields from ``state.*`` columns
     (missing/not visible → 0), ``episode.step`` from ``step``, ``episode.last_action`` and
-    ``episode.error`` from the previous row of the same episode. Hidden fields read 0."""
+    ``episode.error`` from the previous row of the same episode. Hidden fields read 0.
+    ``previous``: the rows' :class:`EpisodeOrder` when already known (or when ``df`` is a slice of
+    a larger frame, whose order then gives the previous rows)."""
     scn = pack.scenario
     S = np.zeros((len(df), scn.n_cols), dtype=np.float32)
     for f in scn.spec.fields:
@@ -104,27 +127,119 @@ def states_from_traces(pack: Pack, df: pd.DataFrame) -> Tensor:
     if "step" in df.columns:
         S[:, scn.columns["episode.step"]] = pd.to_numeric(df["step"], errors="coerce").fillna(0).to_numpy()
     if "episode_id" in df.columns and "action" in df.columns:
-        codes = (action_codes(pack, df["action"]) + 1).astype(np.float32)
-        S[:, scn.columns["episode.last_action"]] = _previous_in_episode(df, codes, 1)
-        if "error" in df.columns:
-            err = error_flags(df["error"]).astype(np.float32)
-            S[:, scn.columns["episode.error"]] = _previous_in_episode(df, err, 1)
+        if previous is None:
+            previous = EpisodeOrder.of(df)
+        last, err = previous.last_action_and_error(pack)
+        S[:, scn.columns["episode.last_action"]] = last
+        if err is not None:
+            S[:, scn.columns["episode.error"]] = err
     return torch.from_numpy(S)
+
+
+class EpisodeOrder:
+    """The rows of a frame in episode order (by episode id, then step; ties in row order), sorted
+    once for every look-back at earlier rows of the same episode. :meth:`slice` narrows it to a
+    range of the rows, whose look-backs still come from the whole frame."""
+
+    def __init__(self, df: pd.DataFrame, order: np.ndarray, same: dict[int, np.ndarray]) -> None:
+        self.df, self.order, self._same = df, order, same
+        self.rows = slice(0, len(df))
+        self._last: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+
+    @classmethod
+    def of(cls, df: pd.DataFrame) -> EpisodeOrder:
+        order, same = _episode_sort(df)
+        return cls(df, order, {1: same})
+
+    def slice(self, start: int, stop: int) -> EpisodeOrder:
+        part = EpisodeOrder(self.df, self.order, self._same)
+        part.rows, part._last = slice(start, stop), self._last  # the whole frame's look-backs, shared
+        return part
+
+    def same(self, lag: int) -> np.ndarray:
+        """Whether each row of the sorted order is in the episode of the row ``lag`` before it."""
+        if lag not in self._same:
+            e = _episode_keys(self.df)[self.order]
+            self._same[lag] = e[lag:] == e[:-lag]
+        return self._same[lag]
+
+    def previous(self, values: np.ndarray, lag: int) -> np.ndarray:
+        """``values`` (one per row of the whole frame) of the row ``lag`` steps earlier in the same
+        episode (0 before its start), for the rows of :attr:`rows`."""
+        v = values[self.order]
+        out_sorted = np.zeros(len(v), dtype=np.float32)
+        if 0 < lag < len(v):
+            out_sorted[lag:] = np.where(self.same(lag), v[:-lag], 0)
+        out = np.empty_like(out_sorted)
+        out[self.order] = out_sorted
+        return out[self.rows]
+
+    def last_action_and_error(self, pack: Pack) -> tuple[np.ndarray, np.ndarray | None]:
+        """``episode.last_action`` (code + 1) and ``episode.error`` (None without an ``error``
+        column) of :attr:`rows`: the previous row's, computed once for the whole frame."""
+        full = self._last.get(id(pack))
+        if full is None:
+            whole = EpisodeOrder(self.df, self.order, self._same)
+            codes = (action_codes(pack, self.df["action"]) + 1).astype(np.float32)
+            err = error_flags(self.df["error"]).astype(np.float32) if "error" in self.df.columns else None
+            full = (whole.previous(codes, 1), None if err is None else whole.previous(err, 1))
+            self._last[id(pack)] = full
+        return full[0][self.rows], None if full[1] is None else full[1][self.rows]
+
+
+def _episode_keys(df: pd.DataFrame) -> np.ndarray:
+    out: np.ndarray = df["episode_id"].astype(str).to_numpy()
+    return out
+
+
+def _episode_sort(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The rows' order by (episode id as text, step), stable, and whether each sorted row shares
+    the episode of the one before. In Arrow when the ids are text without nulls (a stable sort by
+    the same keys: UTF-8 bytes order as the code points do), else with numpy."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    step = pd.to_numeric(df["step"], errors="coerce").fillna(0).to_numpy()
+    col = df["episode_id"]
+    ids = _text_ids(col) if len(df) and not bool(col.isna().any()) else None
+    if ids is not None:
+        table = pa.table({"e": ids, "s": pa.array(step)})
+        order = pc.sort_indices(table, sort_keys=[("e", "ascending"), ("s", "ascending")]).to_numpy()
+        e = ids.take(pa.array(order))
+        same = pc.equal(e.slice(1), e.slice(0, len(e) - 1)).to_numpy(zero_copy_only=False).astype(bool)
+        return order.astype(np.int64), same
+    ep = _episode_keys(df)
+    order = np.lexsort((step, ep))
+    e = ep[order]
+    return order, e[1:] == e[:-1]
+
+
+def _text_ids(col: pd.Series) -> Any:
+    """The ids as one Arrow text array (None unless every value is text already)."""
+    import pyarrow as pa
+
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        if not pd.api.types.is_string_dtype(col.cat.categories.dtype):
+            return None
+    elif not (pd.api.types.is_string_dtype(col.dtype) and col.dtype != np.dtype(object)):
+        return None  # object columns may hold anything; str() of it is what the order is by
+    try:
+        ids = pa.array(col, from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    if pa.types.is_dictionary(ids.type):
+        ids = ids.dictionary_decode()
+    if not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type) or pa.types.is_string_view(ids.type)):
+        return None
+    return ids
 
 
 def _previous_in_episode(df: pd.DataFrame, values: np.ndarray, lag: int) -> np.ndarray:
     """``values`` of the row ``lag`` steps earlier in the same episode (0 before its start);
     rows may come in any order."""
-    ep = df["episode_id"].astype(str).to_numpy()
-    step = pd.to_numeric(df["step"], errors="coerce").fillna(0).to_numpy()
-    order = np.lexsort((step, ep))
-    v, e = values[order], ep[order]
-    out_sorted = np.zeros(len(v), dtype=np.float32)
-    if 0 < lag < len(v):
-        out_sorted[lag:] = np.where(e[lag:] == e[:-lag], v[:-lag], 0)
-    out = np.empty_like(out_sorted)
-    out[order] = out_sorted
-    return out
+    return EpisodeOrder.of(df).previous(values, lag)
 
 
 def history_from_traces(pack: Pack, df: pd.DataFrame) -> Tensor:
@@ -132,8 +247,10 @@ def history_from_traces(pack: Pack, df: pd.DataFrame) -> Tensor:
     k = pack.scenario.layout.history_len
     codes = (action_codes(pack, df["action"]) + 1).astype(np.float32)
     hist = np.zeros((len(df), k), dtype=np.int64)
+    order = EpisodeOrder.of(df) if len(df) else None
     for lag in range(1, k + 1):
-        hist[:, k - lag] = _previous_in_episode(df, codes, lag).astype(np.int64)
+        if order is not None:
+            hist[:, k - lag] = order.previous(codes, lag).astype(np.int64)
     return torch.from_numpy(hist)
 
 
@@ -144,12 +261,26 @@ def observations_from_traces(pack: Pack, df: pd.DataFrame) -> tuple[Tensor, Tens
     return pack.scenario.encode(S, masks, history_from_traces(pack, df)), masks
 
 
-def state_features(pack: Pack, df: pd.DataFrame) -> Tensor:
-    """Encoded state features plus the mask (no history): what clustering compares."""
+def state_features(pack: Pack, df: pd.DataFrame, chunk_rows: int = 262_144) -> Tensor:
+    """Encoded state features plus the mask (no history): what clustering compares. Encoded
+    ``chunk_rows`` rows at a time (the look-back at earlier rows over the whole frame), so a day's
+    states cost their features' memory, not the encoder's intermediates for every row at once."""
+    n_out = pack.scenario.layout.n_features + pack.scenario.n_actions
+    if len(df) <= chunk_rows:
+        return _features(pack, df, None)
+    order = EpisodeOrder.of(df) if "episode_id" in df.columns and "action" in df.columns else None
+    out = torch.empty((len(df), n_out), dtype=torch.float32)
+    for i in range(0, len(df), chunk_rows):
+        part = df.iloc[i : i + chunk_rows]
+        out[i : i + len(part)] = _features(pack, part, order.slice(i, i + len(part)) if order is not None else None)
+    return out
+
+
+def _features(pack: Pack, df: pd.DataFrame, previous: EpisodeOrder | None) -> Tensor:
     masks = torch.from_numpy(mask_matrix(df["action_mask"], pack.scenario.n_actions))
-    S = states_from_traces(pack, df)
+    S = states_from_traces(pack, df, previous)
     obs = pack.scenario.encode(S, masks, torch.zeros((len(df), pack.scenario.layout.history_len), dtype=torch.long))
-    return obs[:, : pack.scenario.layout.n_features + pack.scenario.n_actions]
+    return obs[:, : pack.scenario.layout.n_features + pack.scenario.n_actions].float()
 
 
 def normalized_entropy(entropy: np.ndarray, masks: np.ndarray) -> np.ndarray:

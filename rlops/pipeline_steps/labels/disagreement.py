@@ -173,10 +173,11 @@ def select_disagreeing(
         observations_from_traces,
         state_features,
     )
-    from rlops.pipeline_steps.labels.select import ClusterStat, kmeans
+    from rlops.pipeline_steps.labels.select import ClusterStat, cluster_states
 
     masks_np = mask_matrix(df["action_mask"], pack.scenario.n_actions) if not df.empty else np.zeros((0, 1), bool)
-    rows = df.loc[masks_np.sum(axis=1) >= 2].reset_index(drop=True) if not df.empty else df
+    choice = masks_np.sum(axis=1) >= 2
+    rows = (df if bool(choice.all()) else df.loc[choice]).reset_index(drop=True) if not df.empty else df
     if rows.empty:
         return rows.assign(cluster_id=[], cluster_entropy=[], norm_entropy=[], disagreement=[], why=[]), []
     obs, masks = observations_from_traces(pack, rows)
@@ -186,7 +187,9 @@ def select_disagreeing(
         if "entropy" in rows.columns
         else np.zeros(len(rows))
     )
-    clusters = kmeans(state_features(pack, rows), cfg.clusters, cfg.seed, cfg.kmeans_iters)[0].numpy()
+    clusters = cluster_states(
+        state_features(pack, rows), cfg.clusters, cfg.seed, cfg.kmeans_iters, cfg.kmeans_fit_rows
+    ).numpy()
     budget = cfg.max_items if cfg.max_items > 0 else cfg.states_per_cluster * max(cfg.top_k, 1)
     order, why = fill_budget(
         score, clusters, budget, cfg.sample_fraction, cfg.spread_clusters, cfg.seed + len(labelled)

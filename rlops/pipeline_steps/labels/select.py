@@ -40,7 +40,7 @@ def kmeans(X: Tensor, k: int, seed: int = 0, iters: int = 50) -> tuple[Tensor, T
     if n == 0:
         return torch.zeros(0, dtype=torch.long), torch.zeros((0, X.shape[1]))
     gen = torch.Generator().manual_seed(seed)
-    k = min(k, int(torch.unique(X, dim=0).shape[0]))
+    k = _distinct_rows_up_to(X, k)
     cent = X[torch.randint(n, (1,), generator=gen)]
     d2 = torch.cdist(X, cent).squeeze(1) ** 2
     for _ in range(1, k):
@@ -61,6 +61,34 @@ def kmeans(X: Tensor, k: int, seed: int = 0, iters: int = 50) -> tuple[Tensor, T
             break
         labels = new
     return labels, cent
+
+
+def cluster_states(X: Tensor, k: int, seed: int = 0, iters: int = 50, fit_rows: int = 0) -> Tensor:
+    """Cluster labels of the states ``X``: :func:`kmeans` over them all, or, past ``fit_rows`` rows
+    (0: never), k-means fitted on ``fit_rows`` evenly spaced rows (a systematic sample of the
+    window, deterministic) and every row given its nearest centroid — what the fit's own labels
+    are, so a window within ``fit_rows`` is clustered exactly as before."""
+    n = X.shape[0]
+    if not fit_rows or n <= fit_rows:
+        return kmeans(X, k, seed, iters)[0]
+    idx = torch.from_numpy(np.linspace(0, n - 1, fit_rows).round().astype(np.int64))
+    _, cent = kmeans(X[idx], k, seed, iters)
+    return nearest_centroid(X, cent)
+
+
+def nearest_centroid(X: Tensor, cent: Tensor, chunk: int = 262_144) -> Tensor:
+    """Each row's nearest centroid, a chunk of rows at a time (bounded memory)."""
+    if X.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.cat([torch.cdist(X[i : i + chunk].float(), cent).argmin(dim=1) for i in range(0, X.shape[0], chunk)])
+
+
+def _distinct_rows_up_to(X: Tensor, k: int, head: int = 4096) -> int:
+    """``min(k, distinct rows of X)``, sorting the first ``head`` rows only when they already hold
+    ``k`` distinct ones (sorting every row of a large sample costs more than the clustering)."""
+    if int(torch.unique(X[:head], dim=0).shape[0]) >= k:
+        return k
+    return min(k, int(torch.unique(X, dim=0).shape[0]))
 
 
 @dataclass(frozen=True)
@@ -87,11 +115,11 @@ def select_uncertain(pack: Pack, df: pd.DataFrame, cfg: QueueConfig) -> tuple[pd
         return df.assign(cluster_id=[], cluster_entropy=[], norm_entropy=[]), []
     masks = mask_matrix(df["action_mask"], pack.scenario.n_actions)
     choice = masks.sum(axis=1) >= 2
-    rows = df.loc[choice].reset_index(drop=True)
+    rows = (df if bool(choice.all()) else df.loc[choice]).reset_index(drop=True)
     if rows.empty:
         return rows.assign(cluster_id=[], cluster_entropy=[], norm_entropy=[]), []
     ent = normalized_entropy(pd.to_numeric(rows["entropy"], errors="coerce").to_numpy(np.float64), masks[choice])
-    labels, _ = kmeans(state_features(pack, rows), cfg.clusters, cfg.seed, cfg.kmeans_iters)
+    labels = cluster_states(state_features(pack, rows), cfg.clusters, cfg.seed, cfg.kmeans_iters, cfg.kmeans_fit_rows)
     ts = parse_ts(rows["ts"])
     frame = pd.DataFrame({"c": labels.numpy(), "e": ent, "b": ts.dt.floor(f"{int(cfg.bucket_minutes)}min")})
     overall = frame.groupby("c")["e"].agg(["mean", "size"])

@@ -43,7 +43,7 @@ optional imitation term); the computations (clustering, selection, Label Studio 
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rlops.common.params_model import QueueConfig  # the typed ``label_queue:`` params block
@@ -71,14 +71,85 @@ def finished_labels(ctx: StepContext) -> pd.DataFrame:
 
 
 EXCLUDED_QUEUED = "already queued or labelled"
-#: Trace columns no part of the queue reads: left in the parquet (the JSON reward breakdowns alone
-#: are most of a day's bytes), so a day's window stays within a worker's memory.
-UNREAD_COLUMNS = frozenset({"reward_breakdown", "reward_total", "reward_fn_version", "logp", "value", "latency_ms"})
+#: The trace columns the queue reads, besides the ``state.*`` fields: the rest (the JSON reward
+#: breakdowns alone are most of a day's bytes, shadow and bookkeeping columns) stays in the parquet,
+#: so a day's window stays within a worker's memory.
+LABEL_COLUMNS = frozenset(
+    {"trace_id", "episode_id", "step", "ts", "scenario", "policy_version", "fallback"}
+    | {"action", "action_mask", "entropy", "error"}
+)
 
 
 def label_columns(available: list[str]) -> list[str]:
     """The trace columns the label queue reads, of those the store has."""
-    return [c for c in available if c not in UNREAD_COLUMNS]
+    from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX
+
+    return [c for c in available if c in LABEL_COLUMNS or c.startswith(STATE_PREFIX)]
+
+
+@dataclass
+class WindowRows:
+    """The window's rows the queue reads (:func:`window_rows`)."""
+
+    rows: pd.DataFrame
+    total: int
+    """Rows in the window."""
+    left_out: dict[str, int] = field(default_factory=dict)
+    """Rows not read, by reason (rule-engine rows when a learned policy's rows are there)."""
+    trace_ids: bool = False
+    """Whether the store has trace ids: looked up for the chosen rows only (:func:`with_trace_ids`)."""
+
+
+def window_rows(ctx: StepContext, uri: str, window: tuple[Any, Any]) -> WindowRows:
+    """The window's rows as the queue judges them, read in bounded memory: the columns of
+    :func:`label_columns` but the trace id (unique per row; fetched for the chosen items alone).
+    When a learned policy decided some of the window's steps, only its rows are read (the policy
+    versions counted first, the others left out in the scan): the rule engine's rows are then
+    excluded anyway (:func:`uncertainty.split_rows`), and counted as such here. Any other case
+    (no learned rows, rows of other scenarios or without a version) reads every row."""
+    from rlops.pipeline_steps.labels.uncertainty import EXCLUDED_RULE_ENGINE, RULES
+
+    reader = ctx.traces.reader
+    cols = label_columns(reader.columns(uri))
+    read_cols = [c for c in cols if c != "trace_id"]
+    total = reader.count(uri, window)
+    versions = reader.count_by(uri, "policy_version", window) if "policy_version" in cols else {}
+    scenarios = reader.count_by(uri, "scenario", window) if "scenario" in cols else {}
+    learned = [v for v in versions if v not in (RULES, "None")]
+    if learned and set(scenarios) <= {ctx.scenario} and "None" not in versions:
+        rows = reader.read(uri, window, read_cols, where={"policy_version": learned})
+        left = {EXCLUDED_RULE_ENGINE: versions[RULES]} if versions.get(RULES) else {}
+        return WindowRows(rows, total, left, "trace_id" in cols)
+    return WindowRows(reader.read(uri, window, read_cols), total, {}, "trace_id" in cols)
+
+
+def with_trace_ids(ctx: StepContext, uri: str, window: tuple[Any, Any], rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with the trace id of each (episode, step), looked up by episode id (bloom filters)."""
+    if rows.empty or "trace_id" in rows.columns:
+        return rows
+    ids = ctx.traces.reader.read(
+        uri,
+        window,
+        ["episode_id", "step", "trace_id"],
+        where={"episode_id": sorted(set(rows["episode_id"].astype(str)))},
+    )
+    if ids.empty:
+        return rows.assign(trace_id=None)
+    ids = ids.astype({"episode_id": str}).drop_duplicates(["episode_id", "step"])
+    key = rows[["episode_id", "step"]].astype({"episode_id": str})
+    got = key.merge(ids, on=["episode_id", "step"], how="left")["trace_id"]
+    return rows.assign(trace_id=got.to_numpy())
+
+
+def choice_rows(pack: Any, df: pd.DataFrame) -> pd.DataFrame:
+    """The rows with at least two legal actions (what the selections judge), in order; the masks
+    are checked as the selections check them."""
+    from rlops.pipeline_steps.infra.trace_states import mask_matrix
+
+    if df.empty or "action_mask" not in df.columns:
+        return df
+    multi = mask_matrix(df["action_mask"], pack.scenario.n_actions).sum(axis=1) >= 2
+    return df if bool(multi.all()) else df[multi].reset_index(drop=True)
 
 
 def queue_selection(ctx: StepContext, pack: Any, cfg: QueueConfig) -> tuple[LabelledStates | None, str, set[str]]:
@@ -132,21 +203,31 @@ def label_queue_run(ctx: StepContext, traces_uri: str | None = None) -> dict[str
     pack = ctx.load_pack()
     window = ctx.key.lookback(cfg.window_hours)
     uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
-    reader = ctx.traces.reader
-    raw = reader.read(uri, window, label_columns(reader.columns(uri)))
+    read = window_rows(ctx, uri, window)
+    raw = read.rows
     missing = {"episode_id", "step", "ts", "action", "action_mask"} - set(raw.columns)
     if not raw.empty and missing:
         raise ValueError(f"trace rows at {uri} lack column(s) {sorted(missing)}; expected the trace record")
     # Entropy is a property of a learned policy: rule-engine steps carry none (they would read as
     # perfectly certain); before any champion a registered candidate's entropy is computed instead.
     usable = usable_rows(ctx, pack, raw, cfg.uncertainty_policy)
+    if read.left_out and usable.rows.empty:  # every learned-policy row was a fallback: judge them all
+        read = WindowRows(ctx.traces.reader.read(uri, window, list(raw.columns)), read.total, {}, read.trace_ids)
+        raw = read.rows
+        usable = usable_rows(ctx, pack, raw, cfg.uncertainty_policy)
     df = usable.rows
     if not df.empty and "entropy" not in df.columns:
         raise ValueError(f"trace rows at {uri} lack the entropy column; expected the trace record")
-    excluded = dict(usable.excluded)
+    excluded = {**read.left_out, **usable.excluded}
     single = count_single_choice(df)
     if single:
         excluded[EXCLUDED_SINGLE] = single
+    # the items' histories look at every step of their episodes; the selection only at steps with a
+    # choice: the frame is narrowed to those once, and the window's other copies let go
+    history = df[["episode_id", "step", "action"]] if not df.empty else df
+    df = choice_rows(pack, df)
+    read.rows = usable.rows = df
+    del raw
     labelled, selection, known = queue_selection(ctx, pack, cfg)
     if labelled is None:
         selected, stats = select_uncertain(pack, df, cfg)
@@ -161,12 +242,14 @@ def label_queue_run(ctx: StepContext, traces_uri: str | None = None) -> dict[str
         if int((~fresh).sum()):
             excluded[EXCLUDED_QUEUED] = int((~fresh).sum())
         selected, stats = select_disagreeing(pack, df[fresh].reset_index(drop=True), labelled, cfg)
-    items = queue_items(pack, ctx.scenario, selected, df) if len(selected) else []
+    if read.trace_ids:
+        selected = with_trace_ids(ctx, uri, window, selected)
+    items = queue_items(pack, ctx.scenario, selected, history) if len(selected) else []
     result: dict[str, Any] = {
         "traces_uri": uri,
         "window": [str(w) for w in window] if window else None,
-        "rows_read": len(raw),
-        "rows_judged": len(df) - single,
+        "rows_read": read.total,
+        "rows_judged": len(df),
         "rows_excluded": excluded,
         "uncertainty_from": usable.uncertainty_from,
         "selection": selection,

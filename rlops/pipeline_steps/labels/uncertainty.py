@@ -47,7 +47,7 @@ def split_rows(df: pd.DataFrame, scenario: str) -> tuple[pd.DataFrame, pd.DataFr
         other = df["scenario"] != scenario
         if bool(other.any()):
             excluded[EXCLUDED_SCENARIO] = int(other.sum())
-        df = df[~other].reset_index(drop=True)
+            df = df[~other].reset_index(drop=True)
     if "policy_version" not in df.columns:
         return df, df.iloc[0:0], excluded
     rules = df["policy_version"].astype(str) == RULES
@@ -56,6 +56,8 @@ def split_rows(df: pd.DataFrame, scenario: str) -> tuple[pd.DataFrame, pd.DataFr
     ) & ~rules
     learned = ~rules & ~fallback
     counts = {EXCLUDED_RULE_ENGINE: int(rules.sum()), EXCLUDED_FALLBACK: int(fallback.sum())}
+    if bool(learned.all()):  # no copy of a window that is all learned-policy rows (a day is millions)
+        return df.reset_index(drop=True), df.iloc[0:0], excluded
     return (
         df[learned].reset_index(drop=True),
         df[~learned].reset_index(drop=True),

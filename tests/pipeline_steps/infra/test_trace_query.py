@@ -224,7 +224,7 @@ def test_steps_read_through_the_configured_engine(
     the store's reader, and what they get does not depend on the engine."""
     from rlops.pipeline_steps.audit.replay import find_episode
     from rlops.pipeline_steps.drift.check import drift_columns
-    from rlops.pipeline_steps.labels.step import UNREAD_COLUMNS, label_columns
+    from rlops.pipeline_steps.labels.step import LABEL_COLUMNS, label_columns
 
     storage, uri = local_store
     duck, ref = _engines(storage)
@@ -233,7 +233,8 @@ def test_steps_read_through_the_configured_engine(
     with pytest.raises(ValueError, match="not found"):
         find_episode(duck, uri, "missing-id")
     cols = duck.columns(uri)
-    assert set(label_columns(cols)) == set(cols) - UNREAD_COLUMNS and "entropy" in label_columns(cols)
+    assert set(label_columns(cols)) == {c for c in cols if c in LABEL_COLUMNS or c.startswith("state.")}
+    assert "entropy" in label_columns(cols) and "reward_breakdown" not in label_columns(cols)
     drift_cols = drift_columns(cols, {"cluster": "episode_id"})
     assert "reward_breakdown" not in drift_cols and {"episode_id", "latency_ms", "error"} <= set(drift_cols)
     assert drift_columns(cols, {"fields": ["state.user_profile.credit_score"]}) == [
@@ -284,3 +285,38 @@ def test_categorical_reads_test_the_same_drift(local_store: tuple[Storage, str])
         return [{k: v for k, v in f.__dict__.items()} for f in rep.fields]
 
     assert report(cat) == report(plain)
+
+
+@pytest.mark.parametrize("cluster", ["episode_id", "policy_version", None])
+def test_a_summarised_drift_window_is_the_same_on_both_engines(
+    local_store: tuple[Storage, str], parts: list[pd.DataFrame], cluster: str | None
+) -> None:
+    """The drift monitor's streamed window: DuckDB's group-by counts (units, returns) and the pandas
+    engine's per-row codes give the report detect_drift gives on the window's rows."""
+    import numpy as np
+
+    from rlops.pipeline_steps.drift.stats import default_fields, detect_drift
+    from rlops.pipeline_steps.drift.window import detect_drift_window, sql_counts, summarise_window, units_in_sql
+
+    storage, uri = local_store
+    duck, ref = _engines(storage)
+    window = (T0 + timedelta(minutes=30), T0 + timedelta(hours=3))
+    base = parts[0].iloc[::2].reset_index(drop=True)
+    rows = ref.read(uri, window)
+    fields = default_fields(base, rows)
+    clusters = (base[cluster], rows[cluster]) if cluster else None
+    expected = detect_drift(base, rows, bh=True, clusters=clusters, workers=1).fields
+    returns = np.sort(rows.groupby("episode_id")["reward_total"].sum().to_numpy())
+    columns = duck.columns(uri)
+    assert sql_counts(duck, columns) and not sql_counts(ref, columns)
+
+    def counted(gaps: list[str]) -> Any:
+        assert set(gaps) <= set(fields)
+        return units_in_sql(duck, uri, window, cluster, gaps, columns)
+
+    for reader, count_units in ((duck, counted), (ref, None)):
+        frames = reader.batches(uri, window, columns, batch_rows=97)
+        summary = summarise_window(frames, base, fields, len(rows), cluster, count_units=count_units)
+        report = detect_drift_window(base, summary, bh=True, cluster=cluster)
+        assert [f.__dict__ for f in report.fields] == [f.__dict__ for f in expected]
+        np.testing.assert_allclose(np.sort(summary.episode_returns), returns, rtol=1e-12)

@@ -1,0 +1,418 @@
+"""A long live window for the drift monitor, tested without holding its rows.
+
+A day of traffic is millions of rows; the field tests of :mod:`rlops.pipeline_steps.drift.stats`
+need far less than the rows themselves. :func:`summarise_window` streams the window once, in
+frames of :data:`BATCH_ROWS` (``TraceReader.batches``: only the tested columns, the units and the
+rewards), and keeps per tested field what its test reads:
+
+* numeric fields: the target's counts at the baseline's distinct values (a binary search of each
+  target value among them) — the KS statistic of two samples is attained at one of those points,
+  so :func:`ks_from_counts` gives the very float :func:`stats.ks_statistic` gives on the rows;
+* categorical fields: the category counts (missing values a category of their own);
+* the p-values' units (``drift.cluster``): per field, the distinct units among its rows with a
+  value, and the live episodes' returns (the anomaly check), summed per episode as a group-by does —
+  both counted by DuckDB's group-by (:func:`units_in_sql`), or, on the pandas engine, from each
+  row's unit as a code shared by every frame;
+* the rows the report's histograms are drawn from: every k-th row of the window, at most
+  :data:`PLOT_ROWS` of them (a systematic sample; the tests themselves count every row).
+
+:func:`detect_drift_window` then reports exactly what :func:`stats.detect_drift` reports on the
+window's rows (the same fields, statistics, p-values and verdicts; the tests compare the two).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rlops.pipeline_steps.drift.stats import (
+    DEFAULT_MIN_EFFECT,
+    DEFAULT_THRESHOLD,
+    DriftReport,
+    FieldDrift,
+    _category_counts,
+    _error,
+    _kind,
+    _kstwo_sf,
+    _numeric_values,
+    _sorted_no_nan,
+    chi2_counts,
+    default_fields,
+    finish_report,
+    ks_pvalue,
+)
+
+BATCH_ROWS = 1_000_000
+PLOT_ROWS = 200_000
+
+
+@dataclass
+class TargetField:
+    """What the test of one field needs of the target window."""
+
+    kind: str = ""
+    """``numeric``, ``categorical`` or ``unsupported (<dtype>)`` (the first frame's, as
+    :func:`stats._kind` names it); ``mixed`` when frames disagree."""
+    cuts: np.ndarray | None = None
+    """Numeric: the baseline's sorted distinct values (the points the KS statistic is taken at)."""
+    below: np.ndarray | None = None
+    """Numeric: per interval ``k`` (target values with ``k`` cuts at or below them) the count."""
+    equal: np.ndarray | None = None
+    """Numeric: per cut, the target values equal to it."""
+    n: int = 0
+    """Numeric: target values that are not missing."""
+    counts: pd.Series | None = None
+    """Categorical: rows per category (text; missing as :data:`stats.MISSING`)."""
+    has: list[np.ndarray] = field(default_factory=list)
+    """Per frame, which rows have a value (numeric fields; categorical rows all count); let go once
+    :attr:`units` is counted."""
+    units: float | None = None
+    """Distinct ``drift.cluster`` values among the rows with a value (None without a cluster column)."""
+
+
+@dataclass
+class WindowSummary:
+    """A target window as the drift check reads it (see the module)."""
+
+    rows: int
+    fields: dict[str, TargetField]
+    clustered: bool
+    """Whether the window has the ``drift.cluster`` column (each field's :attr:`TargetField.units`)."""
+    episode_returns: np.ndarray
+    """Summed reward of each live episode (as ``groupby("episode_id")["reward_total"].sum()``, in code order)."""
+    plot_rows: pd.DataFrame
+    plot_every: int = 1
+    """The histograms' rows are every ``plot_every``-th row of the window."""
+
+    @property
+    def empty(self) -> bool:
+        return self.rows == 0
+
+
+class _Codes:
+    """One integer code per distinct value over every frame (-1: missing): the frames' values are
+    kept as Arrow arrays and hashed together once at the end (no Python object per value)."""
+
+    def __init__(self) -> None:
+        self.arrays: list[Any] = []
+
+    def add(self, col: pd.Series) -> None:
+        import pyarrow as pa
+
+        arr = pa.array(col, from_pandas=True)
+        if isinstance(arr, pa.ChunkedArray):  # Arrow-backed text hands over its chunks
+            arr = arr.combine_chunks()
+        self.arrays.append(arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr)
+
+    def codes(self) -> tuple[np.ndarray, int]:
+        """Every row's code, and how many distinct values there are."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not self.arrays:
+            return np.zeros(0, dtype=np.int64), 0
+        arrays = self.arrays
+        if len({a.type for a in arrays}) > 1:
+            arrays = [a.cast(pa.large_string()) for a in arrays]
+        encoded = pc.dictionary_encode(pa.concat_arrays(arrays))
+        codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        return codes, len(encoded.dictionary)
+
+
+@dataclass
+class UnitSummary:
+    """The units and returns of a window, counted by the query engine (:func:`units_in_sql`)."""
+
+    units: dict[str, float]
+    """Per field, distinct units among rows with a value; ``""``: among all rows."""
+    episode_returns: np.ndarray
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def sql_counts(reader: Any, columns: Sequence[str]) -> bool:
+    """Whether :func:`units_in_sql` can count a window's units (DuckDB, with episode ids); else the
+    frames carry them (the pandas engine)."""
+    return bool(reader.engine == "duckdb" and "episode_id" in columns)
+
+
+def units_in_sql(
+    reader: Any, uri: str, window: tuple[Any, Any], unit: str | None, fields: Sequence[str], columns: Sequence[str]
+) -> UnitSummary:
+    """:class:`UnitSummary` by DuckDB aggregates grouped by unit and by episode, with the units of
+    ``fields`` counted over their rows with a value (as the field tests count them: not null, not
+    NaN). A missing unit is one unit of its own (as ``pd.unique`` counts it); returns leave out rows
+    without an episode (as ``groupby`` does)."""
+    have = [f for f in fields if f in columns]
+    flags = [
+        f"count(CASE WHEN NOT isnan(TRY_CAST({_ident(f)} AS DOUBLE)) THEN 1 END) > 0 AS h{i}"
+        for i, f in enumerate(have)
+    ]
+    reward = "reward_total" in columns
+    summed = "sum(CASE WHEN isnan(reward_total) THEN 0 ELSE reward_total END)" if reward else "0"
+    units: dict[str, float] = {}
+    if unit and unit in columns and unit != "episode_id":
+        got = reader.query(
+            uri, f"SELECT {', '.join(['1 AS one', *flags])} FROM traces GROUP BY {_ident(unit)}", window=window
+        )
+        units = {"": float(len(got)), **{f: float(got[f"h{i}"].sum()) for i, f in enumerate(have)}}
+        flags = []
+    elif unit != "episode_id":
+        flags = []
+    sql = (
+        f"SELECT {', '.join([f'coalesce({summed}, 0) AS r', 'episode_id IS NULL AS k', *flags])} "
+        "FROM traces GROUP BY episode_id"
+    )
+    got = reader.query(uri, sql, window=window)
+    if unit == "episode_id":
+        units = {"": float(len(got)), **{f: float(got[f"h{i}"].sum()) for i, f in enumerate(have)}}
+    keyed = ~got["k"].to_numpy(dtype=bool)
+    return UnitSummary(units, got["r"].to_numpy(dtype=np.float64)[keyed])
+
+
+def summarise_window(
+    frames: Iterable[pd.DataFrame],
+    baseline: pd.DataFrame,
+    fields: Sequence[str],
+    total: int,
+    unit: str | None,
+    plot_rows: int = PLOT_ROWS,
+    count_units: Callable[[list[str]], UnitSummary] | None = None,
+) -> WindowSummary:
+    """One pass over ``frames`` (the window's rows, in order; ``total`` of them in all) keeping what
+    the tests of ``fields`` against ``baseline`` need, the units of ``unit`` and the episodes' returns
+    (those two from ``count_units`` when the query engine counts them: the frames then need neither
+    the unit, the episode nor the reward column; it is asked for the numeric fields with missing
+    values, the others' units being those of every row)."""
+    acc = {f: TargetField() for f in fields}
+    every = max(1, math.ceil(total / max(plot_rows, 1)))
+    units, episodes = _Codes(), _Codes()
+    rewards: list[np.ndarray] = []
+    plots: list[pd.DataFrame] = []
+    rows = 0
+    for df in frames:
+        if df.empty:
+            continue
+        offset, rows = rows, rows + len(df)
+        plots.append(df[[f for f in fields if f in df.columns]].iloc[(-offset) % every :: every])
+        if count_units is None and unit and unit in df.columns and unit != "episode_id":
+            units.add(df[unit])
+        if count_units is None and "episode_id" in df.columns:
+            episodes.add(df["episode_id"])
+            reward = df["reward_total"] if "reward_total" in df.columns else pd.Series(np.nan, index=df.index)
+            rewards.append(pd.to_numeric(reward, errors="coerce").to_numpy(np.float64, na_value=np.nan))
+        for name, a in acc.items():
+            if name in df.columns:
+                _add(a, name, df[name], baseline)
+    if count_units is not None:
+        counted = count_units([f for f, a in acc.items() if a.kind == "numeric" and a.n < rows])
+        clustered = bool(counted.units)
+        for name, a in acc.items():
+            key = name if a.kind == "numeric" else ""
+            a.has, a.units = [], (counted.units.get(key, counted.units[""]) if clustered else None)
+        return WindowSummary(rows, acc, clustered, counted.episode_returns, _plots(plots), every)
+    ep_codes, n_eps = episodes.codes()
+    if unit == "episode_id":  # the usual unit: one encoding serves both
+        unit_codes = ep_codes if episodes.arrays else None
+    else:
+        unit_codes = units.codes()[0] if units.arrays else None
+    reward = np.nan_to_num(np.concatenate(rewards)) if rewards else np.zeros(0)
+    keep = ep_codes >= 0
+    returns = np.bincount(ep_codes[keep], weights=reward[keep], minlength=n_eps) if n_eps else np.zeros(0)
+    if unit_codes is not None:
+        every_row: dict[str, float] = {}  # units over all rows, counted once
+        for a in acc.values():
+            has = np.concatenate(a.has) if a.kind == "numeric" and a.has else np.ones(rows, dtype=bool)
+            a.has, a.units = [], _units(has, unit_codes, every_row)
+    return WindowSummary(rows, acc, unit_codes is not None, returns, _plots(plots), every)
+
+
+def _plots(plots: list[pd.DataFrame]) -> pd.DataFrame:
+    return pd.concat(plots, ignore_index=True) if plots else pd.DataFrame()
+
+
+def _add(a: TargetField, name: str, col: pd.Series, baseline: pd.DataFrame) -> None:
+    kind = _kind(col)
+    if a.kind and a.kind != kind:
+        a.kind = "mixed"
+    a.kind = a.kind or kind
+    if a.kind != kind:
+        return
+    if kind == "numeric":
+        x = _numeric_values(col)
+        if a.cuts is None:
+            b = _numeric_values(baseline[name]) if name in baseline.columns else np.zeros(0)
+            if b.dtype != x.dtype:  # int vs float: compared as floats, as detect_drift does
+                b = b.astype(np.float64)
+            a.cuts = np.unique(_sorted_no_nan(b))
+            a.below = np.zeros(a.cuts.size + 1, dtype=np.int64)
+            a.equal = np.zeros(a.cuts.size, dtype=np.int64)
+        if x.dtype != a.cuts.dtype:
+            x = x.astype(np.float64)
+        has = ~np.isnan(x) if x.dtype.kind == "f" else np.ones(x.size, dtype=bool)
+        a.has.append(has)
+        x = x[has]
+        k = np.searchsorted(a.cuts, x, side="right")  # cuts at or below each value
+        on = k > 0
+        on[on] = x[on] == a.cuts[k[on] - 1]
+        assert a.below is not None and a.equal is not None
+        a.below += np.bincount(k, minlength=a.cuts.size + 1)
+        a.equal += np.bincount(k[on] - 1, minlength=a.cuts.size)
+        a.n += int(x.size)
+    elif kind == "categorical":
+        counts = _category_counts(col)
+        a.counts = counts if a.counts is None else a.counts.add(counts, fill_value=0).astype(np.int64)
+
+
+def ks_from_counts(sorted_b: np.ndarray, cuts: np.ndarray, below: np.ndarray, equal: np.ndarray, nt: int) -> float:
+    """:func:`stats.ks_statistic` of the baseline and a target known by its counts at the
+    baseline's distinct values (``cuts``): the ECDF gaps at every baseline value, and at the largest
+    target value of each interval between them — the same expressions, so the same float."""
+    nb = sorted_b.size
+    b_le = np.searchsorted(sorted_b, cuts, side="right")  # baseline values at or below each cut
+    t_lt = np.cumsum(below)  # t_lt[k]: target values below cuts[k] (k < len(cuts)); t_lt[-1] = nt
+    t_le = t_lt[:-1] + equal
+    max_s = max(float(np.max(b_le / nb - t_le / nt)), 0.0) if cuts.size else 0.0
+    # the target values of interval k (cuts[k-1] <= y < cuts[k]): the largest has t_lt[k] at or below it
+    occupied = below > 0
+    b_before = np.concatenate([[0], b_le])
+    min_s = max(float(np.max(t_lt[occupied] / nt - b_before[occupied] / nb)), 0.0) if occupied.any() else 0.0
+    return min_s if min_s > max_s else max_s
+
+
+def _units(has: np.ndarray, codes: np.ndarray | None, every: dict[str, float]) -> float:
+    if has.all() and "all" in every:  # every row has a value (all categorical fields, most numeric ones)
+        return every["all"]
+    got = _count_units(has, codes)
+    if has.all():
+        every["all"] = got
+    return got
+
+
+def _count_units(has: np.ndarray, codes: np.ndarray | None) -> float:
+    if codes is None:
+        return float(max(int(has.sum()), 1))
+    picked = codes[has]
+    missing = bool((picked < 0).any())  # a missing unit is one value of its own, as pd.unique counts it
+    picked = picked[picked >= 0]
+    return float(max((int(np.count_nonzero(np.bincount(picked))) if picked.size else 0) + missing, 1))
+
+
+def _baseline_units(col: pd.Series, unit: pd.Series | None, numeric: bool) -> float:
+    from rlops.pipeline_steps.drift.stats import _units as units_of
+
+    return units_of(col, unit, numeric)
+
+
+def _test_window_field(
+    name: str,
+    b: pd.Series | None,
+    t: TargetField | None,
+    rows: tuple[int, int],
+    b_unit: pd.Series | None,
+    clustered: bool,
+    fit_n: float | None,
+) -> FieldDrift:
+    if t is not None and not t.kind:
+        t = None
+    if b is None or t is None:
+        side, n = ("baseline", (rows[0], 0)) if t is None else ("target", (0, rows[1]))
+        return _error(name, f"field only in the {side}; cannot compare", *n)
+    kb, kt = _kind(b), t.kind
+    if kb != kt or kb.startswith("unsupported"):
+        return _error(name, f"baseline is {kb}, target is {kt}; expected both numeric or both categorical", *rows)
+    numeric = kb == "numeric"
+    n_eff = None
+    if clustered or fit_n:
+        nb = _baseline_units(b, b_unit, numeric)
+        if clustered:
+            assert t.units is not None
+            nt = t.units
+        else:  # no units: the values (every row of a categorical field) are the draws
+            nt = float(max(t.n if numeric else rows[1], 1))
+        n_eff = (1.0 / (1.0 / nb + 1.0 / fit_n) if fit_n else nb, nt)
+    if not numeric:
+        assert t.counts is not None
+        return chi2_counts(name, _category_counts(b), t.counts.astype(np.int64), n_eff)
+    assert t.cuts is not None and t.below is not None and t.equal is not None
+    xb = _numeric_values(b)
+    if xb.dtype != t.cuts.dtype:
+        xb = xb.astype(np.float64)
+    sb = _sorted_no_nan(xb)
+    if sb.size == 0 or t.n == 0:
+        side = "baseline" if sb.size == 0 else "target"
+        return _error(name, f"no non-missing values in the {side}", sb.size, t.n)
+    d = ks_from_counts(sb, t.cuts, t.below, t.equal, t.n)
+    if n_eff is not None:
+        nb_, nt_ = n_eff
+        p, method = (
+            min(_kstwo_sf(d, float(np.round(nb_ * nt_ / (nb_ + nt_)))), 1.0),
+            f"asymp, n_eff={nb_:.0f}/{nt_:.0f}",
+        )
+    else:
+        d, p, method = ks_pvalue(d, sb.size, t.n)
+    return FieldDrift(name, "ks", d, p, d, False, int(sb.size), int(t.n), effect_name="ks_statistic", method=method)
+
+
+def detect_drift_window(
+    baseline: pd.DataFrame,
+    target: WindowSummary,
+    threshold: float = DEFAULT_THRESHOLD,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    bh: bool = False,
+    fields: Sequence[str] | None = None,
+    cluster: str | None = None,
+    baseline_fit_n: float | None = None,
+) -> DriftReport:
+    """:func:`stats.detect_drift` of ``baseline`` against a summarised window (``cluster``: the
+    column whose values are the units on both sides, as ``clusters`` there)."""
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"detect_drift: threshold={threshold!r} must be in (0, 1]")
+    if min_effect < 0.0 or not math.isfinite(min_effect):
+        raise ValueError(f"detect_drift: min_effect={min_effect!r} must be a finite number >= 0")
+    present = [f for f, t in target.fields.items() if t.kind]
+    names = default_fields(baseline, pd.DataFrame(columns=present)) if fields is None else list(dict.fromkeys(fields))
+    unknown = [f for f in names if f not in baseline.columns and f not in present]
+    if unknown:
+        raise ValueError(
+            f"detect_drift: field(s) {unknown} are in neither the baseline nor the "
+            f"target; baseline columns are {list(baseline.columns)}"
+        )
+    clustered = bool(cluster) and cluster in baseline.columns and target.clustered
+    b_unit = baseline[cluster] if clustered and cluster else None
+    rows = (len(baseline), target.rows)
+    results = [
+        _test_window_field(
+            f,
+            baseline[f] if f in baseline.columns else None,
+            target.fields.get(f) if f in present else None,
+            rows,
+            b_unit,
+            clustered,
+            baseline_fit_n,
+        )
+        for f in names
+    ]
+    return finish_report(results, threshold, min_effect, bh, rows)
+
+
+def read_summary(
+    reader: Any,
+    uri: str,
+    window: tuple[Any, Any],
+    columns: list[str],
+    baseline: pd.DataFrame,
+    fields: Sequence[str],
+    unit: str | None,
+) -> WindowSummary:
+    """:func:`summarise_window` over the trace store's ``window`` under ``uri`` (``columns`` read)."""
+    total = reader.count(uri, window)
+    frames = reader.batches(uri, window, columns, batch_rows=BATCH_ROWS, categorical=True)
+    return summarise_window(frames, baseline, fields, total, unit)
