@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rlops.pipeline_steps.drift.ks import _kstwo_sf, ks_pvalue
 from rlops.pipeline_steps.drift.stats import (
     DEFAULT_MIN_EFFECT,
     DEFAULT_THRESHOLD,
@@ -38,16 +39,21 @@ from rlops.pipeline_steps.drift.stats import (
     _category_counts,
     _error,
     _kind,
-    _kstwo_sf,
+    _no_nan,
     _numeric_values,
-    _sorted_no_nan,
     chi2_counts,
     default_fields,
     finish_report,
-    ks_pvalue,
 )
 
 BATCH_ROWS = 1_000_000
+
+
+def _sorted_no_nan(values: np.ndarray) -> np.ndarray:
+    """The values without NaN, sorted (the window's KS works on the baseline's sorted values)."""
+    return np.sort(_no_nan(values))
+
+
 PLOT_ROWS = 200_000
 
 

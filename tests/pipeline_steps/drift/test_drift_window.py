@@ -95,7 +95,7 @@ def test_prefetched_frames_come_in_order_and_errors_surface() -> None:
 
 
 def test_ks_from_counts_is_the_statistic_of_the_rows() -> None:
-    from rlops.pipeline_steps.drift.stats import ks_statistic
+    from rlops.pipeline_steps.drift.ks import ks_statistic
 
     rng = np.random.default_rng(0)
     for _ in range(200):
