@@ -1,6 +1,6 @@
 """The distributed deployment, for real: Airflow 3 with the CeleryExecutor on the local PostgreSQL
 and Redis, a scheduler, a dag-processor, an API server and two Celery workers — one on the
-``default`` queue, one on ``gpu`` — running ``retrain_incremental__credit_approval`` end to end with tiny budgets.
+``default`` queue, one on ``gpu`` — running ``retrain_full__credit_approval`` end to end with tiny budgets.
 
 Checks that the run succeeds, that ``train_policy`` ran on the gpu queue's worker and every other
 task on the default queue's, and that MLflow holds the new policy version. Skipped when Postgres
@@ -26,8 +26,9 @@ from distributed_cluster import AirflowCluster, ClusterError, services_unavailab
 
 pytestmark = pytest.mark.distributed
 
-DAG_ID = "retrain_incremental__credit_approval"  # one set of DAGs per pack
-CONF = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 4000, "mode": "incremental", "dry_run": False}
+# one set of DAGs per pack; the full retrain (an incremental one waits for a champion to fine-tune)
+DAG_ID = "retrain_full__credit_approval"
+CONF = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 4000, "dry_run": False}
 # Small enough for 2 CPU cores and a few minutes in all; every step still does its real work.
 TINY: dict[str, Any] = {
     "train": {"num_envs": 256, "eval_episodes": 200},
@@ -85,7 +86,15 @@ def test_retrain_on_celery_workers(tmp_path: Path, tmp_tracking: str) -> None:
         for task_id, ti in tis.items():
             if task_id != "train_policy":
                 assert (ti["queue"], ti["hostname"]) == ("default", default_node), placement
-        assert set(tis) == {"validate_conf", "inputs_changed", "train_policy", "stress_test", "evaluate_and_promote"}
+        assert set(tis) == {
+            "validate_conf",
+            "inputs_changed",
+            "train_reward_model",
+            "relabel",
+            "train_policy",
+            "stress_test",
+            "evaluate_and_promote",
+        }
         # The workers' own logs agree: each executed exactly its queue's tasks.
         assert cluster.tasks_received("worker-gpu") == {"train_policy"}
         assert cluster.tasks_received("worker-default") == set(tis) - {"train_policy"}

@@ -11,17 +11,25 @@ last *completed* retrain of the same pack and mode, training would repeat itself
 The digest of a retrain in progress is kept as ``pending`` and becomes ``done`` when its
 promotion step has run (:func:`mark_done`), so a retrain that failed is tried again.
 State: ``state/retrain/<scenario>/<mode>.json`` in the project storage.
+
+An incremental retrain fine-tunes the champion, so it also waits (:func:`incremental_blocker`)
+while there is no champion to fine-tune (the full retrain trains the first policy) and while a
+challenger is rolling out: a few thousand steps on the old champion must not displace a candidate
+that is being proven on live traffic (a full retrain on changed inputs may).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
+from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, policy_model_name
+
+log = logging.getLogger(__name__)
 
 _KEYS = (
     "reward_fn",
@@ -67,9 +75,26 @@ def _state_uri(ctx: StepContext, mode: str) -> str:
     return ctx.uri("state", "retrain", ctx.scenario, f"{mode}.json")
 
 
+def incremental_blocker(ctx: StepContext) -> str | None:
+    """Why an incremental retrain waits now (None: it may run); see the module docstring."""
+    name = policy_model_name(ctx.scenario)
+    if ctx.tracker.get_alias(name, CHAMPION) is None:
+        return "no champion to fine-tune yet: the full retrain trains the first policy"
+    challenger = ctx.tracker.get_alias(name, CHALLENGER)
+    if challenger is not None:
+        return f"v{challenger} is rolling out as challenger: an incremental candidate waits until it ends"
+    return None
+
+
 def record_if_changed(ctx: StepContext, mode: str, conf: Mapping[str, Any]) -> bool:
     """True (and the digest kept as pending) when this retrain's inputs differ from those of the
-    last completed one, or skipping is off; False when the retrain would repeat itself."""
+    last completed one, or skipping is off; False when the retrain would repeat itself, or is an
+    incremental one that must wait (:func:`incremental_blocker`)."""
+    if mode == "incremental" and not ctx.dry_run:
+        blocker = incremental_blocker(ctx)
+        if blocker is not None:
+            log.info("retrain_incremental skipped for %s: %s", ctx.scenario, blocker)
+            return False
     if not bool(ctx.section("dags").get("skip_unchanged", True)) or ctx.dry_run:
         return True
     now = digest(retrain_inputs(ctx, mode, conf))

@@ -7,30 +7,55 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CONF = {"reward_fn": "v1", "timesteps": 10_000, "mode": "incremental", "reward_source": None}
+import pytest
+
+CONF = {"reward_fn": "v1", "timesteps": 10_000, "mode": "full", "reward_source": None}
 
 
-def test_unchanged_inputs_skip_and_changed_inputs_train(rlops_home: Path) -> None:
+def test_unchanged_inputs_skip_and_changed_inputs_train(rlops_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.orchestration import retrain_inputs
     from rlops.pipeline_steps.orchestration.retrain_inputs import mark_done, record_if_changed
 
     ctx = StepContext.create("credit_approval", "20261201T0100-15m")
-    assert record_if_changed(ctx, "incremental", CONF)
-    assert record_if_changed(ctx, "incremental", CONF)  # the first one never completed: try again
-    mark_done(ctx, "incremental")
-    assert not record_if_changed(ctx, "incremental", CONF)  # nothing new to learn from
-    assert record_if_changed(ctx, "full", CONF)  # each mode keeps its own record
-    assert record_if_changed(ctx, "incremental", {**CONF, "timesteps": 20_000})
-    mark_done(ctx, "incremental")
-    assert record_if_changed(ctx, "incremental", {**CONF, "reward_fn": "v0"})
-    mark_done(ctx, "incremental")
+    assert record_if_changed(ctx, "full", CONF)
+    assert record_if_changed(ctx, "full", CONF)  # the first one never completed: try again
+    mark_done(ctx, "full")
+    assert not record_if_changed(ctx, "full", CONF)  # nothing new to learn from
+    monkeypatch.setattr(retrain_inputs, "incremental_blocker", lambda ctx: None)  # as with a champion
+    assert record_if_changed(ctx, "incremental", CONF)  # each mode keeps its own record
+    assert record_if_changed(ctx, "full", {**CONF, "timesteps": 20_000})
+    mark_done(ctx, "full")
+    assert record_if_changed(ctx, "full", {**CONF, "reward_fn": "v0"})
+    mark_done(ctx, "full")
     later = StepContext.create("credit_approval", "20261201T0115-15m")
-    assert not record_if_changed(later, "incremental", {**CONF, "reward_fn": "v0"})
+    assert not record_if_changed(later, "full", {**CONF, "reward_fn": "v0"})
     # A recalibration (drift) is a new input.
     cal = {"version": "20261201T0100-15m", "profiles": {}}
     later.storage.write_json(later.uri("calibrations", "credit_approval", "20261201T0100-15m.json"), cal)
     later.storage.write_json(later.uri("calibrations", "credit_approval", "latest.json"), cal)
-    assert record_if_changed(later, "incremental", {**CONF, "reward_fn": "v0"})
+    assert record_if_changed(later, "full", {**CONF, "reward_fn": "v0"})
+
+
+def test_an_incremental_retrain_waits_for_a_champion_and_for_the_roll_out(
+    rlops_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It fine-tunes the champion: with none there is nothing to fine-tune, and while a challenger
+    is rolling out a few thousand steps on the old champion must not displace it."""
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.orchestration.retrain_inputs import incremental_blocker, record_if_changed
+
+    ctx = StepContext.create("credit_approval", "20261201T0100-15m")
+    assert "no champion" in str(incremental_blocker(ctx))
+    assert not record_if_changed(ctx, "incremental", {**CONF, "mode": "incremental"})
+    assert not ctx.storage.exists(ctx.uri("state", "retrain", "credit_approval", "incremental.json"))  # not pending
+    aliases = {"champion": "3", "challenger": "4"}
+    monkeypatch.setattr(type(ctx.tracker), "get_alias", lambda self, name, alias: aliases.get(alias))
+    assert "v4 is rolling out" in str(incremental_blocker(ctx))
+    assert not record_if_changed(ctx, "incremental", {**CONF, "mode": "incremental"})
+    del aliases["challenger"]
+    assert incremental_blocker(ctx) is None
+    assert record_if_changed(ctx, "incremental", {**CONF, "mode": "incremental"})
 
 
 def test_a_run_reads_the_calibration_of_its_own_interval(rlops_home: Path) -> None:
