@@ -28,10 +28,12 @@ as soon as its first episodes complete. A fresh calibration of the same world dr
 the same distribution, so it raises nothing.
 
 The alarm (``onset``, which asks the drift monitor for an emergency retrain) is raised once per
-cell: the cells that have drifted are kept in ``drift_state/<scenario>/outcome_cells.json``, and a
-cell still drifting an hour later is reported (``drifted``) without asking for another retrain —
-retraining in a sandbox that cannot see the change would not change the policy. A new cell (a
-second change, e.g. the business's reward function after a change in defaults) raises it again.
+cell and once per episode of drift (:func:`next_onset_state`): the cells that have drifted are
+kept in ``drift_state/<scenario>/outcome_cells.json``, and drift still present an hour after an
+onset — the same cells, or more of them reaching significance as outcomes accumulate — is
+reported (``drifted``) without asking for another retrain: retraining in a sandbox that cannot see
+the change would not change the policy. After an hour without outcome drift, a new cell (a second
+change, e.g. the business's reward function after a change in defaults) raises it again.
 """
 
 from __future__ import annotations
@@ -295,6 +297,23 @@ def _half(episodes: pd.Series) -> np.ndarray:
     return out
 
 
+def next_onset_state(state: dict[str, Any], drifted_cells: list[str]) -> tuple[bool, dict[str, Any]]:
+    """Whether this hour's drifted cells are an onset, and the state to keep (pure).
+
+    An onset is a cell drifting that had not drifted before, outside an episode of drift: once an
+    onset has been raised (and its recalibration and retrain have run), the drift that persists
+    hour after hour — more cells reaching significance as outcomes accumulate, or a change the
+    recalibration cannot fit, such as the business's new reward function — is reported, not raised
+    again, until an hour without outcome drift ends the episode."""
+    seen = set(state.get("cells", []))
+    persisting = bool(state.get("persisting", False))
+    if not drifted_cells:
+        return False, {"cells": sorted(seen), "persisting": False}
+    new = [c for c in drifted_cells if c not in seen]
+    onset = bool(new) and not persisting
+    return onset, {"cells": sorted(seen | set(drifted_cells)), "persisting": persisting or onset}
+
+
 def outcome_drift_step(ctx: Any, pack: Pack, sandbox: pd.DataFrame, live: pd.DataFrame) -> OutcomeReport:
     """The drift check's call: test, write ``outcomes.json`` beside the drift report and log the
     ``outcome.*`` metrics and the report to an MLflow run of the drift step."""
@@ -305,11 +324,10 @@ def outcome_drift_step(ctx: Any, pack: Pack, sandbox: pd.DataFrame, live: pd.Dat
     if ctx.dry_run:
         return rep
     state_uri = ctx.uri("drift_state", ctx.scenario, "outcome_cells.json")
-    seen = set(ctx.storage.read_json(state_uri).get("cells", [])) if ctx.storage.exists(state_uri) else set()
-    new = [c for c in rep.drifted_cells if c not in seen]
-    rep.onset = bool(new)
-    if new:
-        ctx.storage.write_json(state_uri, {"cells": sorted(seen | set(new)), "run_key": ctx.run_key})
+    state = ctx.storage.read_json(state_uri) if ctx.storage.exists(state_uri) else {}
+    rep.onset, after = next_onset_state(state, rep.drifted_cells)
+    if after != state:
+        ctx.storage.write_json(state_uri, {**after, "run_key": ctx.run_key})
     doc = rep.to_dict()
     uri = f"{ctx.report_uri('drift')}/outcomes.json"
     ctx.storage.write_json(uri, doc)

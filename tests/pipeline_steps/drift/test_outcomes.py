@@ -231,3 +231,20 @@ def test_a_threshold_change_is_fitted_as_one_tail_from_an_hour_of_outcomes(tmp_p
     first = fit_outcomes(load_pack(PACK), rows(prod, 5, 1000))["hidden.default_prob"][0]
     assert first["when"].startswith("user_profile.age > ") and " and " not in first["when"], first
     assert 57.0 <= float(first["when"].split("> ")[1]) <= 63.0 and 2.0 < first["factor"] < 3.0, first
+
+
+def test_an_episode_of_outcome_drift_raises_one_onset() -> None:
+    """Hour by hour: the first drifted cells raise the alarm; the drift that persists (more cells
+    reaching significance, or a change recalibration cannot fit) is reported, not raised again; an
+    hour without outcome drift ends the episode, and a new cell after it raises again."""
+    from rlops.pipeline_steps.drift.outcomes import next_onset_state
+
+    state: dict = {}
+    hours = [["a@all"], ["a@all", "b@age:q4"], ["c@all"], [], ["a@all"], ["d@all"]]
+    onsets = []
+    for cells in hours:
+        onset, state = next_onset_state(state, cells)
+        onsets.append(onset)
+    assert onsets == [True, False, False, False, False, True]
+    assert state == {"cells": ["a@all", "b@age:q4", "c@all", "d@all"], "persisting": True}
+    assert next_onset_state({"cells": ["a@all"]}, ["a@all"]) == (False, {"cells": ["a@all"], "persisting": False})
