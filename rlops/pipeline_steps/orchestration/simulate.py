@@ -308,7 +308,7 @@ class _Run:
             hour = self.hourly(h, df)
             champions_seen.append(str(hour.champion))
             self.say(
-                f"h{h:02d} return {hour.live_return if hour.live_return is None else round(hour.live_return, 3)}"
+                f"h{h:02d} return {_r(hour.live_return)} oracle {_r(hour.oracle_return)} rules {_r(hour.rules_return)}"
                 f" alarm={hour.alarm} champion={hour.champion} {'; '.join(hour.actions)} "
                 f"({time.monotonic() - t:.0f}s, cpu {time.process_time() - cpu:.0f}s)"
             )
@@ -339,6 +339,10 @@ class _Run:
             "fallback_reasons": dict(self.client.fallbacks),  # decisions per fallback code, as the client counted
             "challenger_episodes": sum(h.challenger_episodes for h in self.hours),
         }
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
 
 
 def hour_key(t0: Any, h: int) -> str:
