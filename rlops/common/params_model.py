@@ -127,7 +127,11 @@ class DriftParams(Block):
         True, description="outcome drift: live rewards against the calibrated sandbox's prediction for the same states"
     )
     outcome_alpha: float = Field(
-        0.01, gt=0, lt=1, description="Bonferroni-adjusted p-value cut-off over the (action, segment) cells"
+        0.001,
+        gt=0,
+        lt=1,
+        description="Bonferroni-adjusted p-value cut-off over the (action, segment) cells, per hourly check: "
+        "over 48 checks at most ~5% chance of one false alarm",
     )
     outcome_min_effect: float = Field(0.1, ge=0, description="|Cohen's d| floor of an outcome drift")
     outcome_min_rows: int = Field(50, ge=2, description="a cell with fewer rows on either side is reported, not tested")
