@@ -276,17 +276,34 @@ def evaluate_and_promote(
 ) -> dict[str, Any]:
     """Gated promotion of the trained candidate; ``staged`` (None: :func:`staged_promotion`): as
     challenger first, moved on by the roll-out DAG (5% → 15% → 100% of traffic)."""
+    from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
     from rlops.pipeline_steps.promotion.flow import promote
 
     if not trained.get("model_version"):
         return {"promoted": False, "reason": "no candidate was trained"}
     staged = staged_promotion(conf) if staged is None else staged
     ctx = _ctx(conf)
-    out = promote(ctx, candidate=str(trained["model_version"]), staged=staged)
+    candidate = str(trained["model_version"])
+    if ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION) == candidate:
+        # this interval's training was done and promoted by an earlier run of the same run key
+        # (an emergency retrain triggered at the hour the scheduled one also runs): nothing to judge
+        mark_done_for(ctx, conf)
+        return {
+            "promoted": False,
+            "action": "none",
+            "candidate": candidate,
+            "reason": f"v{candidate} is already the champion",
+        }
+    out = promote(ctx, candidate=candidate, staged=staged)
+    mark_done_for(ctx, conf)
+    return {k: v for k, v in out.items() if k not in ("gates_detail",)}
+
+
+def mark_done_for(ctx: StepContext, conf: Mapping[str, Any]) -> None:
+    """This retrain's inputs are now the last completed ones of its mode."""
     from rlops.pipeline_steps.orchestration.retrain_inputs import mark_done
 
     mark_done(ctx, str(conf.get("mode") or "full"))
-    return {k: v for k, v in out.items() if k not in ("gates_detail",)}
 
 
 @no_retry_on_user_error
