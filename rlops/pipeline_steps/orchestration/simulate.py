@@ -176,14 +176,13 @@ class _Run:
         self.moves = pending
 
     # ---------------------------------------------------------------- the DAGs, as scheduled
-    def _registry_state(self) -> tuple[Any, ...]:
+    def _registry_state(self) -> tuple[str | None, str | None]:
+        """The versions behind ``champion`` and ``challenger`` (the policy client reads the
+        challenger's share itself)."""
         from rlops.pipeline_steps.infra.registry import policy_model_name
 
-        name = policy_model_name(self.cfg.scenario)
-        aliases = self.ctx.tracker.aliases(name)
-        ch = aliases.get("challenger")
-        share = self.ctx.tracker.model_version_tags(name, ch).get("traffic_fraction") if ch else None
-        return aliases.get("champion"), ch, share
+        aliases = self.ctx.tracker.aliases(policy_model_name(self.cfg.scenario))
+        return aliases.get("champion"), aliases.get("challenger")
 
     def tick(self, i: int, hour: Hour) -> Any:
         cfg = self.cfg
@@ -200,7 +199,7 @@ class _Run:
             if e.kind == "bad_candidate" and start <= self.t0 + timedelta(hours=e.at_hour) < end:
                 self.offer_bad_candidate(hour, end)
         state = self._registry_state()
-        for alias, old, new in zip(("champion", "challenger"), self.registry[:2], state[:2]):
+        for alias, old, new in zip(("champion", "challenger"), self.registry, state):
             if new is not None and new != old:  # an alias moved by this tick's DAG runs
                 self.moves.append((alias, str(new), self.clock.seconds(end)))
         self.registry = state
