@@ -114,7 +114,8 @@ class DriftParams(Block):
         0.1,
         ge=0,
         description="`rlops drift check`: a live mean return this far below "
-        "the sandbox's (and 3 standard errors) is an anomaly",
+        "the sandbox's (and 3 standard errors), and 3 standard errors below the champion's own "
+        "live return at the previous check, is an anomaly",
     )
     window_hours: float | None = Field(
         None,
@@ -303,7 +304,9 @@ class EvaluateParams(GateConfig):
     episodes: int = Field(4000, ge=1, description="held-out seeded episodes, the same for candidate and champion")
     seed: int = Field(1_000_000, description="first held-out seed (training envs use seeds near `seed`)")
     profile: str | None = Field(
-        None, description="null: the production stand-in (`live`, else the pack's default profile)"
+        None,
+        description="null: the calibrated sandbox (`calibrated` once recalibrated, else the pack's default "
+        "profile): the world as last observed, on held-out seeds",
     )
     reward_fn: str | None = Field(None, description="null: the candidate's reward function")
     latency_samples: int = Field(300, ge=1, description="decisions timed for the latency gate")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from rlops.data_contracts.schema import EXTRA_COLUMN, META_PREFIX, ColumnSpec, Contract
+from rlops.data_contracts.schema import EXTRA_COLUMN, META_PREFIX, RAW_TYPES, ColumnSpec, Contract
 
 if TYPE_CHECKING:
     import great_expectations as gx
@@ -360,6 +360,28 @@ def _check_shapes(raw: pd.DataFrame, contract: Contract) -> tuple[list[int], lis
     return rows, reasons
 
 
+def typed_columns(raw: pd.DataFrame, contract: Contract) -> list[str]:
+    """The columns of a normalised batch whose values are all of their kind, which the type check
+    would pass whole: a numeric or boolean dtype (:func:`_narrow` gave it only to columns whose
+    every value has the type) or, for text kinds, only ``str`` values (or none). Every other
+    column keeps its per-value type check."""
+    out = []
+    for name in raw.columns:
+        if name not in contract:
+            continue
+        kind, col = contract[name].kind, raw[name]
+        if col.dtype != object:
+            if col.dtype.kind in _DTYPE_KINDS.get(kind, ""):
+                out.append(name)
+        elif RAW_TYPES[kind] == ["str"] and all(type(v) is str for v in col.dropna().tolist()):
+            out.append(name)
+    return out
+
+
+# numpy dtype kinds whose every value passes a kind's type list (float64 → "float", int64 → "int")
+_DTYPE_KINDS = {"float": "fi", "int": "i", "bool": "b"}
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -383,7 +405,7 @@ def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
         reasons.extend(shape_reasons)
         alive[shape_rows] = False
     typed: pd.DataFrame | None = None
-    for stage, suite in enumerate(contract.suites(raw.columns)):
+    for stage, suite in enumerate(contract.suites(raw.columns, typed_columns(raw, contract))):
         if not alive.any():
             break
         if stage == 1:  # values are checked on typed columns, for rows whose types are right

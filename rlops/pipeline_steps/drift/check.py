@@ -13,8 +13,9 @@ fitted to (a fitted baseline carries its own estimation error). The baseline is 
 the pack, its calibration, the champion version, the reward function and the budget: an hour
 whose inputs are those of an earlier one reads that baseline back instead of rolling it again
 (``sandbox_traces/<scenario>/by_inputs/<digest>.parquet``). On top
-of it, a champion metric anomaly is flagged when the live mean episode return falls below the
-sandbox's by more than ``drift.anomaly_drop`` (and three standard errors), and outcome drift
+of it, a champion return anomaly is flagged when the live mean episode return falls below the
+sandbox's by more than ``drift.anomaly_drop`` (and three standard errors) and below the champion's
+own live return at the previous check (:mod:`rlops.pipeline_steps.drift.anomaly`), and outcome drift
 (:mod:`rlops.pipeline_steps.drift.outcomes`: live rewards against the sandbox's prediction for the
 same states) is tested on the same two samples. Any one asks for an emergency retrain.
 """
@@ -224,15 +225,11 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
         if not ctx.dry_run
         else None
     )
+    from rlops.pipeline_steps.drift.anomaly import check_return_anomaly
+
     r_live = episode_returns(live) if summary is None else summary.episode_returns
     r_base = episode_returns(baseline_df)
-    se = (
-        float(np.sqrt(r_live.var(ddof=1) / max(len(r_live), 1) + r_base.var(ddof=1) / max(len(r_base), 1)))
-        if len(r_live) > 1 and len(r_base) > 1
-        else 0.0
-    )
-    drop = float(r_base.mean() - r_live.mean()) if len(r_live) and len(r_base) else 0.0
-    anomaly = drop > max(cfg.anomaly_drop, 3 * se)
+    verdict = check_return_anomaly(ctx, r_live, r_base, version)
     drifted = list(result.drifted_fields) if result else []
     from rlops.pipeline_steps.drift.outcomes import outcome_drift_step
 
@@ -249,10 +246,11 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
         "summary": result.summary if result else "dry run: no report written",
         "live_mean_return": round(float(r_live.mean()), 4) if len(r_live) else None,
         "sandbox_mean_return": round(float(r_base.mean()), 4),
-        "anomaly": bool(anomaly),
+        "anomaly": verdict["anomaly"],
+        "anomaly_check": verdict,
         "outcome_drift": outcome.drifted,
         "outcome_onset": outcome.onset,
         "outcome_drifted_cells": outcome.drifted_cells,
         "outcome_summary": outcome.summary,
-        "retrain": bool(drifted) or bool(anomaly) or outcome.onset,
+        "retrain": bool(drifted) or verdict["anomaly"] or outcome.onset,
     }

@@ -14,10 +14,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from rlops.common.config import REPO_ROOT
 
@@ -80,6 +83,37 @@ def is_due(schedule: object, when: datetime) -> bool:
     return bool(croniter.match(_PRESETS.get(schedule, schedule), when.replace(tzinfo=None)))
 
 
+def _definitions_stamp() -> tuple[tuple[str, int, int], ...]:
+    """What the DAG definitions are made of — the DAG files, the packs, the params file — as
+    (path, mtime, size) of each file: equal stamps, equal DAGs."""
+    from rlops.common.config import load_params, params_path, scenarios_dir
+
+    files = [*(REPO_ROOT / "dags").rglob("*.py"), *scenarios_dir(load_params()).rglob("*"), params_path()]
+    stats = ((str(f), f.stat()) for f in files if f.is_file())
+    return tuple(sorted((name, st.st_mtime_ns, st.st_size) for name, st in stats))
+
+
+@contextmanager
+def _synced_when_changed(synced: dict[str, tuple[Any, ...]]) -> Iterator[None]:
+    """``dag.test()`` re-parses the DAG folder and serializes every DAG in it to the metadata
+    database on each call (so that the DAGs a run triggers are there); the scheduler's DAG
+    processor does so only when a definition changes. Within this context a bundle is synced
+    again only when :func:`_definitions_stamp` changed since its last sync (``synced``, per
+    bundle, is updated in place): a DAG run costs what it costs under a scheduler."""
+    import airflow.dag_processing.dagbag as dagbag_module
+
+    sync = dagbag_module.sync_bag_to_db
+
+    def sync_when_changed(dagbag: Any, bundle_name: str, bundle_version: str | None, *args: Any, **kw: Any) -> None:
+        stamp = (bundle_version, _definitions_stamp())
+        if synced.get(bundle_name) != stamp:
+            sync(dagbag, bundle_name, bundle_version, *args, **kw)
+            synced[bundle_name] = stamp
+
+    with mock.patch.object(dagbag_module, "sync_bag_to_db", sync_when_changed):
+        yield
+
+
 class PackDags:
     """The DAGs of one pack, parsed once from ``dags/``."""
 
@@ -91,6 +125,7 @@ class PackDags:
             raise RuntimeError(f"the DAG folder does not parse: {bag.import_errors}")
         self.scenario, self.kinds = scenario, tuple(k for k in ORDER if k in kinds)
         self.dags = {k: bag.dags[f"{k}__{scenario}"] for k in (*ORDER, "promote")}
+        self._synced: dict[str, tuple[Any, ...]] = {}
 
     def due(self, when: datetime) -> list[str]:
         """The DAGs (of ``kinds``) whose schedule fires at ``when``, in :data:`ORDER`."""
@@ -99,7 +134,8 @@ class PackDags:
     def run(self, kind: str, when: datetime, conf: dict[str, Any] | None = None, triggered: bool = False) -> DagOutcome:
         """``dag.test()`` of the pack's ``kind`` DAG at ``when``; raises when the run failed."""
         dag = self.dags[kind]
-        run = dag.test(logical_date=when, run_conf=conf)
+        with _synced_when_changed(self._synced):
+            run = dag.test(logical_date=when, run_conf=conf)
         tis = run.get_task_instances()
         out = DagOutcome(
             dag.dag_id, when, str(run.state), {ti.task_id: str(ti.state) for ti in tis}, triggered=triggered

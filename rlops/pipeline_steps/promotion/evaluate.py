@@ -3,9 +3,11 @@
 ``rlops model evaluate --candidate V`` runs :func:`evaluate_candidate`: the candidate and the
 ``champion`` (the pack's rule engine while there is no champion — the production fallback)
 play the same seeded held-out episodes in the sandbox (profile ``evaluate.profile``, default
-``live`` when the pack has it), and the gates of :mod:`rlops.pipeline_steps.promotion.gates` judge the paired
-outcomes, the candidate's decision latency, its segments, its stress-test verdict and, when the
-trace store holds live A/B traffic for it, the challenger group against the control group.
+the calibrated sandbox — ``calibrated`` once a calibration exists, else the pack's default
+profile — where the candidate was trained, on seeds it never saw), and the gates of
+:mod:`rlops.pipeline_steps.promotion.gates` judge the paired outcomes, the candidate's decision
+latency, its segments, its stress-test verdict and, when the trace store holds live A/B traffic
+for it, the challenger group against the control group.
 The gate table goes to MLflow (an ``evaluate-…`` run: ``gates.json`` table + ``gates.html``)
 and to ``reports/evaluate/<scenario>/<run_key>/v<candidate>/``.
 
@@ -212,7 +214,9 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     if champion == candidate:
         raise ValueError(f"{name} v{candidate} is already the champion; evaluate a newer version")
     pack = ctx.load_pack()
-    profile = default_profile(pack, "production", settings.profile)
+    # the sandbox as last recalibrated to live traffic: what is known of production now (the pack's
+    # own `live` profile is its author's guess at the start; it never learns of a change)
+    profile = default_profile(pack, "sandbox", settings.profile)
     label = settings.reward_fn or (tags.get("reward_fn") if tags.get("reward_fn") in pack.reward_fns else None)
     label = str(label or ctx.reward_choice().reward_fn)
     n = count("--episodes", episodes if episodes is not None else settings.episodes, maximum=MAX_EPISODES)

@@ -1,0 +1,116 @@
+"""The champion return anomaly: has the live return fallen, beyond what noise and the sandbox's
+own error explain?
+
+The drift check compares the live mean episode return of the hour with the calibrated sandbox's
+prediction for the champion. The sandbox's absolute level is only as good as its calibration:
+after a recalibration it can sit a few hundredths above the live return on the very rows it was
+fitted to, and an hour's mean return moves by as much from one hour to the next (an oracle's on
+1,000 credit episodes moves by ±0.05). A drop against the sandbox alone is therefore not
+evidence that the world changed. The anomaly needs both:
+
+* **against the sandbox**: ``sandbox − live > max(anomaly_drop, z·se)``, and
+* **against the champion's own live return at the previous check**, when that check saw the same
+  serving policy: ``previous − live > z·se`` (``se`` of the difference of the two means).
+
+With no comparable previous check (the first one, or the first after a promotion) the sandbox
+condition decides alone. Each check leaves its live summary (mean, variance, episodes, policy
+version, run key) in ``drift_state/<scenario>/live_return.json`` for the next one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+Z = 3.0  # standard errors a drop must exceed, against each reference
+
+
+@dataclass(frozen=True)
+class ReturnSummary:
+    """One window's live episode returns, as the next check needs them."""
+
+    mean: float
+    var: float
+    episodes: int
+    policy_version: str | None
+    run_key: str
+
+    @classmethod
+    def of(cls, returns: np.ndarray, policy_version: str | None, run_key: str) -> ReturnSummary:
+        r = np.asarray(returns, dtype=np.float64)
+        return cls(
+            float(r.mean()) if r.size else math.nan,
+            float(r.var(ddof=1)) if r.size > 1 else math.nan,
+            int(r.size),
+            policy_version,
+            run_key,
+        )
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReturnSummary:
+        return cls(float(d["mean"]), float(d["var"]), int(d["episodes"]), d.get("policy_version"), str(d["run_key"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _se(a: ReturnSummary, b: ReturnSummary) -> float:
+    if a.episodes < 2 or b.episodes < 2 or not (math.isfinite(a.var) and math.isfinite(b.var)):
+        return 0.0
+    return math.sqrt(a.var / a.episodes + b.var / b.episodes)
+
+
+def return_anomaly(
+    live: ReturnSummary,
+    sandbox: ReturnSummary,
+    previous: ReturnSummary | None,
+    min_drop: float,
+    z: float = Z,
+) -> dict[str, Any]:
+    """The verdict (pure): ``anomaly``, the two drops and their thresholds, and which references
+    were used (see the module docstring)."""
+    if live.episodes == 0 or sandbox.episodes == 0:
+        return {"anomaly": False, "drop": 0.0, "threshold": min_drop, "reference": "none"}
+    drop = sandbox.mean - live.mean
+    threshold = max(min_drop, z * _se(live, sandbox))
+    out: dict[str, Any] = {"anomaly": drop > threshold, "drop": drop, "threshold": threshold, "reference": "sandbox"}
+    comparable = (
+        previous is not None
+        and previous.episodes > 1
+        and previous.policy_version == live.policy_version
+        and previous.run_key != live.run_key
+    )
+    if comparable:
+        assert previous is not None
+        prev_drop = previous.mean - live.mean
+        prev_threshold = z * _se(live, previous)
+        out.update(
+            anomaly=bool(out["anomaly"] and prev_drop > prev_threshold),
+            previous_drop=prev_drop,
+            previous_threshold=prev_threshold,
+            previous_run_key=previous.run_key,
+            reference="sandbox and previous check",
+        )
+    out["anomaly"] = bool(out["anomaly"])
+    return out
+
+
+def check_return_anomaly(
+    ctx: Any, live_returns: np.ndarray, sandbox_returns: np.ndarray, policy_version: str | None
+) -> dict[str, Any]:
+    """The drift check's call: the verdict against the sandbox and the previous check's live
+    summary (read from, then replaced in, the drift state; nothing is written on a dry run)."""
+    live = ReturnSummary.of(live_returns, policy_version, ctx.run_key)
+    sandbox = ReturnSummary.of(sandbox_returns, policy_version, ctx.run_key)
+    state_uri = ctx.uri("drift_state", ctx.scenario, "live_return.json")
+    previous = ReturnSummary.from_dict(ctx.storage.read_json(state_uri)) if ctx.storage.exists(state_uri) else None
+    verdict = return_anomaly(live, sandbox, previous, float(ctx.config.drift.anomaly_drop))
+    if not ctx.dry_run and live.episodes > 1:
+        ctx.storage.write_json(state_uri, live.to_dict())
+    return verdict
+
+
+__all__ = ["ReturnSummary", "return_anomaly", "check_return_anomaly"]
