@@ -305,8 +305,8 @@ class EvaluateParams(GateConfig):
     seed: int = Field(1_000_000, description="first held-out seed (training envs use seeds near `seed`)")
     profile: str | None = Field(
         None,
-        description="null: the calibrated sandbox (`calibrated` once recalibrated, else the pack's default "
-        "profile): the world as last observed, on held-out seeds",
+        description="null: the calibrated sandbox once recalibrated (the world as last observed), else the "
+        "production stand-in (`live`, else the pack's default profile)",
     )
     reward_fn: str | None = Field(None, description="null: the candidate's reward function")
     latency_samples: int = Field(300, ge=1, description="decisions timed for the latency gate")

@@ -3,8 +3,8 @@
 ``rlops model evaluate --candidate V`` runs :func:`evaluate_candidate`: the candidate and the
 ``champion`` (the pack's rule engine while there is no champion — the production fallback)
 play the same seeded held-out episodes in the sandbox (profile ``evaluate.profile``, default
-the calibrated sandbox — ``calibrated`` once a calibration exists, else the pack's default
-profile — where the candidate was trained, on seeds it never saw), and the gates of
+:func:`evaluation_profile`: the calibrated sandbox once a calibration exists, else the pack's
+production stand-in ``live``; seeds training never uses), and the gates of
 :mod:`rlops.pipeline_steps.promotion.gates` judge the paired outcomes, the candidate's decision
 latency, its segments, its stress-test verdict and, when the trace store holds live A/B traffic
 for it, the challenger group against the control group.
@@ -195,13 +195,25 @@ def _canonical_or_none(text: Any, scenario: str) -> str | None:
 
 
 # --------------------------------------------------------------------------- evaluate
+def evaluation_profile(pack: Any, configured: str | None) -> str:
+    """The world the gates judge in: ``configured``, else the best model of production there is —
+    the calibrated sandbox once live traffic has been observed (its population, API behaviour and
+    fitted outcome factors), else the pack's production stand-in (``live``). The pack's own ``live``
+    profile is its author's guess at the start: it never learns of a change, and a candidate
+    trained on a changed world would be judged in the old one."""
+    from rlops.sandbox.profiles import CALIBRATED, default_profile
+
+    if configured or CALIBRATED not in pack.scenario.profiles:
+        return default_profile(pack, "production", configured)
+    return CALIBRATED
+
+
 def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = None) -> dict[str, Any]:
     """Compare ``candidate`` with the champion (or the rule engine) and judge every gate."""
     from rlops.common.arguments import MAX_EPISODES, count
     from rlops.pipeline_steps.infra.policy_loader import greedy_act
     from rlops.sandbox.env import BatchedEnv
     from rlops.sandbox.policies import evaluate_policy, rule_policy
-    from rlops.sandbox.profiles import default_profile
 
     if episodes is not None:  # before any registry or sandbox work
         count("--episodes", episodes, maximum=MAX_EPISODES)
@@ -214,9 +226,7 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
     if champion == candidate:
         raise ValueError(f"{name} v{candidate} is already the champion; evaluate a newer version")
     pack = ctx.load_pack()
-    # the sandbox as last recalibrated to live traffic: what is known of production now (the pack's
-    # own `live` profile is its author's guess at the start; it never learns of a change)
-    profile = default_profile(pack, "sandbox", settings.profile)
+    profile = evaluation_profile(pack, settings.profile)
     label = settings.reward_fn or (tags.get("reward_fn") if tags.get("reward_fn") in pack.reward_fns else None)
     label = str(label or ctx.reward_choice().reward_fn)
     n = count("--episodes", episodes if episodes is not None else settings.episodes, maximum=MAX_EPISODES)
