@@ -115,7 +115,7 @@ class DriftParams(Block):
         ge=0,
         description="`rlops drift check`: a live mean return this far below "
         "the sandbox's (and 3 standard errors), and 3 standard errors below the champion's own "
-        "live return at the previous check, is an anomaly",
+        "live return at the previous check of the same policy, is an anomaly",
     )
     window_hours: float | None = Field(
         None,

@@ -256,7 +256,6 @@ def finish(ctx: StepContext, version: str, reason: str) -> dict[str, Any]:
     """Make ``version`` the champion (the old one becomes ``previous``) and retire its
     ``challenger`` alias."""
     name = policy_model_name(ctx.scenario)
-    challenger = ctx.tracker.get_alias(name, CHALLENGER)
     state = move_champion(ctx.tracker, name, version)
     out: dict[str, Any] = {
         "promoted": True,
@@ -269,7 +268,9 @@ def finish(ctx: StepContext, version: str, reason: str) -> dict[str, Any]:
         ctx.tracker.set_model_version_tags(
             name, version, {TRAFFIC_TAG: 1.0, "promoted_at": _now(), T.ROLLOUT_REASON: reason[:5000]}
         )
-        if challenger == version:
+        # read after the move, not before: a challenger alias set in the UI a moment earlier (the
+        # webhook that asked for this promotion) may reach the registry's reads only now
+        if ctx.tracker.get_alias(name, CHALLENGER) == version:
             ctx.tracker.delete_alias(name, CHALLENGER)
     except TrackingError as exc:  # the champion moved; only bookkeeping is behind
         out["warning"] = f"champion moved, but updating the challenger alias/tags failed: {exc}"

@@ -69,3 +69,27 @@ def test_a_run_reads_the_calibration_of_its_own_interval(rlops_home: Path) -> No
     assert StepContext.create("credit_approval", "20261201T0400").read_calibration()["version"] == "20261201T0300"
     assert StepContext.create("credit_approval", "20261201T0200").read_calibration() is None
     assert StepContext.create("credit_approval", "20261201T1000").read_calibration()["version"] == "20261201T0900"
+
+
+def test_a_retrain_whose_candidate_an_earlier_run_of_its_interval_promoted_ends_as_already_champion(
+    rlops_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The emergency retrain the drift monitor triggers and the scheduled full retrain share the
+    hour's run key: the second finds the first's training (same inputs, same version) already the
+    champion. It ends without judging it again — and without failing its DAG run — and its inputs
+    count as done, so the next quarter-hour does not train them a third time."""
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.orchestration import tasks
+    from rlops.pipeline_steps.orchestration.retrain_inputs import record_if_changed
+
+    conf = {**CONF, "scenario": "credit_approval", "run_key": "20261201T0100"}
+    ctx = StepContext.create("credit_approval", "20261201T0100")
+    monkeypatch.setattr(type(ctx.tracker), "get_alias", lambda self, name, alias: {"champion": "7"}.get(alias))
+    monkeypatch.setattr(tasks, "_ctx", lambda conf: ctx)
+    promoted: list[str] = []
+    monkeypatch.setattr("rlops.pipeline_steps.promotion.flow.promote", lambda *a, **k: promoted.append("called"))
+    assert record_if_changed(ctx, "full", conf)  # the scheduled run's inputs: pending
+    out = tasks.evaluate_and_promote(conf, {"model_version": "7"}, {"passed": True}, staged=False)
+    assert out == {"promoted": False, "action": "none", "candidate": "7", "reason": "v7 is already the champion"}
+    assert promoted == []  # no second evaluation of the champion against itself
+    assert not record_if_changed(ctx, "full", conf)  # done: the next run with these inputs skips
