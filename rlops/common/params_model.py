@@ -146,6 +146,12 @@ class DriftParams(Block):
     outcome_quantiles: int = Field(
         4, ge=1, description="automatic segments: each observed numeric field's quantiles, each enum value"
     )
+    outcome_clear_hours: int = Field(
+        12,
+        ge=1,
+        description="consecutive hourly checks without outcome drift that end an episode of it (until then "
+        "new drifted cells are reported, not raised as a new onset)",
+    )
 
 
 class RecalConfig(Block):

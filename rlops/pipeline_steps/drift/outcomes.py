@@ -32,8 +32,11 @@ cell and once per episode of drift (:func:`next_onset_state`): the cells that ha
 kept in ``drift_state/<scenario>/outcome_cells.json``, and drift still present an hour after an
 onset — the same cells, or more of them reaching significance as outcomes accumulate — is
 reported (``drifted``) without asking for another retrain: retraining in a sandbox that cannot see
-the change would not change the policy. After an hour without outcome drift, a new cell (a second
-change, e.g. the business's reward function after a change in defaults) raises it again.
+the change would not change the policy. The episode ends after ``drift.outcome_clear_hours``
+consecutive hours without outcome drift (a drift the recalibration cannot fit, such as the
+business's new reward function, passes in and out of significance from hour to hour as the test's
+power varies: on the credit pack it was significant at the change, then 7 hours later, in new
+cells); after that a new cell raises it again.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class OutcomeConfig:
     min_rows: int = 50
     ridge: float = 1.0
     quantiles: int = 4
+    clear_hours: int = 12
 
     @classmethod
     def from_drift(cls, block: dict[str, Any] | None) -> OutcomeConfig:
@@ -71,6 +75,7 @@ class OutcomeConfig:
             min_rows=int(b.get("outcome_min_rows", 50)),
             ridge=float(b.get("outcome_ridge", 1.0)),
             quantiles=int(b.get("outcome_quantiles", 4)),
+            clear_hours=int(b.get("outcome_clear_hours", 12)),
         )
         if not 0 < cfg.alpha < 1:
             raise ValueError(f"drift.outcome_alpha must be in (0, 1), got {cfg.alpha}")
@@ -297,21 +302,25 @@ def _half(episodes: pd.Series) -> np.ndarray:
     return out
 
 
-def next_onset_state(state: dict[str, Any], drifted_cells: list[str]) -> tuple[bool, dict[str, Any]]:
+def next_onset_state(
+    state: dict[str, Any], drifted_cells: list[str], clear_hours: int = 1
+) -> tuple[bool, dict[str, Any]]:
     """Whether this hour's drifted cells are an onset, and the state to keep (pure).
 
     An onset is a cell drifting that had not drifted before, outside an episode of drift: once an
     onset has been raised (and its recalibration and retrain have run), the drift that persists
     hour after hour — more cells reaching significance as outcomes accumulate, or a change the
     recalibration cannot fit, such as the business's new reward function — is reported, not raised
-    again, until an hour without outcome drift ends the episode."""
+    again, until ``clear_hours`` consecutive hours without outcome drift end the episode."""
     seen = set(state.get("cells", []))
     persisting = bool(state.get("persisting", False))
     if not drifted_cells:
-        return False, {"cells": sorted(seen), "persisting": False}
+        clean = int(state.get("clean_hours", 0)) + 1
+        still = persisting and clean < clear_hours
+        return False, {"cells": sorted(seen), "persisting": still, "clean_hours": clean if still else 0}
     new = [c for c in drifted_cells if c not in seen]
     onset = bool(new) and not persisting
-    return onset, {"cells": sorted(seen | set(drifted_cells)), "persisting": persisting or onset}
+    return onset, {"cells": sorted(seen | set(drifted_cells)), "persisting": persisting or onset, "clean_hours": 0}
 
 
 def outcome_drift_step(ctx: Any, pack: Pack, sandbox: pd.DataFrame, live: pd.DataFrame) -> OutcomeReport:
@@ -325,7 +334,7 @@ def outcome_drift_step(ctx: Any, pack: Pack, sandbox: pd.DataFrame, live: pd.Dat
         return rep
     state_uri = ctx.uri("drift_state", ctx.scenario, "outcome_cells.json")
     state = ctx.storage.read_json(state_uri) if ctx.storage.exists(state_uri) else {}
-    rep.onset, after = next_onset_state(state, rep.drifted_cells)
+    rep.onset, after = next_onset_state(state, rep.drifted_cells, cfg.clear_hours)
     if after != state:
         ctx.storage.write_json(state_uri, {**after, "run_key": ctx.run_key})
     doc = rep.to_dict()

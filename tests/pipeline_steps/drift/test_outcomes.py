@@ -246,5 +246,24 @@ def test_an_episode_of_outcome_drift_raises_one_onset() -> None:
         onset, state = next_onset_state(state, cells)
         onsets.append(onset)
     assert onsets == [True, False, False, False, False, True]
-    assert state == {"cells": ["a@all", "b@age:q4", "c@all", "d@all"], "persisting": True}
-    assert next_onset_state({"cells": ["a@all"]}, ["a@all"]) == (False, {"cells": ["a@all"], "persisting": False})
+    assert state == {"cells": ["a@all", "b@age:q4", "c@all", "d@all"], "persisting": True, "clean_hours": 0}
+    assert next_onset_state({"cells": ["a@all"]}, ["a@all"]) == (
+        False,
+        {"cells": ["a@all"], "persisting": False, "clean_hours": 0},
+    )
+
+
+def test_an_episode_of_outcome_drift_ends_after_enough_clean_hours() -> None:
+    """The 48-hour run: the new reward function drifts at h34, the test's power lets it pass for
+    seven hours, then new cells of the same change reach significance at h42 — within the episode,
+    no second onset. Twelve clean hours end it; a new cell after them raises again."""
+    from rlops.pipeline_steps.drift.outcomes import next_onset_state
+
+    state: dict = {}
+    hours = [["n@all"]] + [[]] * 7 + [["n@all", "n@age:q1"]] + [[]] * 12 + [["m@all"]]
+    onsets = []
+    for cells in hours:
+        onset, state = next_onset_state(state, cells, clear_hours=12)
+        onsets.append(onset)
+    assert onsets == [True] + [False] * 20 + [True]
+    assert state["persisting"] and state["clean_hours"] == 0
