@@ -195,6 +195,28 @@ def _canonical_or_none(text: Any, scenario: str) -> str | None:
 
 
 # --------------------------------------------------------------------------- evaluate
+def named_segment_gates(pack: Any, profile: str, run: Any, cand_act: Any, champ_act: Any, cfg: Any) -> list[Any]:
+    """The segment gates of the populations the pack's author named in its production stand-in
+    (``live``: the complaint pack's angry, severe and platinum customers), when the gates judge in
+    another profile. A calibrated sandbox's population is fitted (``fitted1`` …) and carries none
+    of those names, and a segment is only defined in the profile that draws it: both policies play
+    the stand-in's seeded episodes too, and each named segment is judged there."""
+    from rlops.pipeline_steps.promotion.gates import segment_gates
+    from rlops.sandbox.profiles import default_profile
+
+    stand_in = default_profile(pack, "production")
+    if stand_in == profile:
+        return []
+    cand, _ = run(cand_act, stand_in)
+    champ, _ = run(champ_act, stand_in)
+    if len(cand.segment_names) < 2:
+        return []
+    codes = cand.segments.numpy()
+    masks = {name: codes == i for i, name in enumerate(cand.segment_names)}
+    rc, rb = cand.returns.double().numpy(), champ.returns.double().numpy()
+    return segment_gates(rc, rb, masks, cfg)
+
+
 def evaluation_profile(pack: Any, configured: str | None) -> str:
     """The world the gates judge in: ``configured``, else the best model of production there is —
     the calibrated sandbox once live traffic has been observed (its population, API behaviour and
@@ -244,8 +266,8 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
             else:
                 notes.append(f"champion v{champion} uses another observation layout: compared with the rule engine")
 
-        def run(act: Any) -> Any:
-            env = BatchedEnv(pack.scenario, pack.reward_fn(label), num_envs=n, profile=profile, illegal_action="noop")
+        def run(act: Any, world: str = profile) -> Any:
+            env = BatchedEnv(pack.scenario, pack.reward_fn(label), num_envs=n, profile=world, illegal_action="noop")
             return evaluate_policy(pack, act, seed=seed, env=env), env
 
         cand_res, env = run(greedy_act(cand_policy))
@@ -253,8 +275,9 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
         env.reset(seed)  # the initial states both policies started from
         segments = segment_masks(pack, env.S, cand_res.segments, cand_res.segment_names, settings.segments)
         p99 = timed_p99(cand_policy, champ_net, env.observe(), settings.latency_samples, cfg.latency_p99_ratio)
+        named = named_segment_gates(pack, profile, run, greedy_act(cand_policy), champ_act, cfg)
 
-    gates = comparison_gates(cand_res, champ_res, cfg, segments, p99, seed=seed)
+    gates = comparison_gates(cand_res, champ_res, cfg, segments, p99, seed=seed) + named
     gates.append(stress_gate(tags, cfg))
     ab, ab_note = live_ab_gates(ctx, pack, candidate, cfg, int(settings.ab_window_hours))
     gates.extend(ab)

@@ -255,6 +255,14 @@ def comparison_gates(
         ),
         latency_gate(latency[0], latency[1], cfg),
     ]
+    gates.extend(segment_gates(rc, rb, segments, cfg))
+    return gates
+
+
+def segment_gates(rc: np.ndarray, rb: np.ndarray, segments: Mapping[str, np.ndarray], cfg: GateConfig) -> list[Gate]:
+    """Per segment (a boolean mask over the paired episodes), candidate − champion mean return
+    ``>= -segment_tolerance``; skipped below ``min_segment_episodes``."""
+    gates: list[Gate] = []
     for name, rows in segments.items():
         n = int(rows.sum())
         if n < cfg.min_segment_episodes:
