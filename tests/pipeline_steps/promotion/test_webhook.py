@@ -73,6 +73,16 @@ def wait_for_tag(ctx: StepContext, version: str, key: str, timeout_s: float = 60
     raise AssertionError(f"v{version} never got the tag {key}; tags: {ctx.tracker.model_version_tags(NAME, version)}")
 
 
+def settled_aliases(ctx: StepContext, expected: dict[str, str], timeout_s: float = 30) -> dict[str, str]:
+    """The model's aliases once they equal ``expected``, or as they stand after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    aliases = ctx.tracker.aliases(NAME)
+    while aliases != expected and time.monotonic() < deadline:
+        time.sleep(0.3)
+        aliases = ctx.tracker.aliases(NAME)
+    return aliases
+
+
 @pytest.fixture()
 def receiver(mlflow_server: str, pack: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The rlops receiver (embedded mode) on 127.0.0.1, registered as MLflow's webhook."""
@@ -126,7 +136,9 @@ def test_aliases_set_in_the_ui_go_through_the_gates(
     tags = wait_for_tag(ctx, good, T.PROMOTION_OUTCOME)
     assert tags[T.PROMOTION_OUTCOME] == "champion", tags
     assert tags[T.PROMOTION_REQUESTED_BY] == "mlflow-ui-alias"
-    assert ctx.tracker.aliases(NAME) == {"champion": good, "previous": bad}
+    # the hand-set challenger is retired: under load a second delivery of the same MLflow event can
+    # still be in flight when the outcome tag lands, so the registry gets a few seconds to settle
+    assert settled_aliases(ctx, {"champion": good, "previous": bad}) == {"champion": good, "previous": bad}
     assert "Gates (" in ctx.tracker.version_description(NAME, good)  # the gate summary, for the UI
 
     # a candidate that fails: the champion stays, the hand-set challenger goes, the tags say why
