@@ -201,6 +201,8 @@ def named_segment_gates(pack: Any, profile: str, run: Any, cand_act: Any, champ_
     another profile. A calibrated sandbox's population is fitted (``fitted1`` …) and carries none
     of those names, and a segment is only defined in the profile that draws it: both policies play
     the stand-in's seeded episodes too, and each named segment is judged there."""
+    import torch
+
     from rlops.pipeline_steps.promotion.gates import segment_gates
     from rlops.sandbox.profiles import default_profile
 
@@ -209,10 +211,7 @@ def named_segment_gates(pack: Any, profile: str, run: Any, cand_act: Any, champ_
         return []
     cand, _ = run(cand_act, stand_in)
     champ, _ = run(champ_act, stand_in)
-    if len(cand.segment_names) < 2:
-        return []
-    codes = cand.segments.numpy()
-    masks = {name: codes == i for i, name in enumerate(cand.segment_names)}
+    masks = segment_masks(pack, torch.empty(0), cand.segments, cand.segment_names, {})
     rc, rb = cand.returns.double().numpy(), champ.returns.double().numpy()
     return segment_gates(rc, rb, masks, cfg)
 
@@ -270,12 +269,13 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
             env = BatchedEnv(pack.scenario, pack.reward_fn(label), num_envs=n, profile=world, illegal_action="noop")
             return evaluate_policy(pack, act, seed=seed, env=env), env
 
-        cand_res, env = run(greedy_act(cand_policy))
+        cand_act = greedy_act(cand_policy)
+        cand_res, env = run(cand_act)
         champ_res, _ = run(champ_act)
         env.reset(seed)  # the initial states both policies started from
         segments = segment_masks(pack, env.S, cand_res.segments, cand_res.segment_names, settings.segments)
         p99 = timed_p99(cand_policy, champ_net, env.observe(), settings.latency_samples, cfg.latency_p99_ratio)
-        named = named_segment_gates(pack, profile, run, greedy_act(cand_policy), champ_act, cfg)
+        named = named_segment_gates(pack, profile, run, cand_act, champ_act, cfg)
 
     gates = comparison_gates(cand_res, champ_res, cfg, segments, p99, seed=seed) + named
     gates.append(stress_gate(tags, cfg))
