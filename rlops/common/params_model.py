@@ -172,7 +172,9 @@ class RecalConfig(Block):
         0.05, ge=0, le=1, description="a mixture component holding fewer episodes is not a segment"
     )
     fit_outcomes: bool = Field(
-        True, description="fit the pack's fittable hidden probabilities (`fit:`) from live outcomes"
+        True,
+        description="fit the pack's fittable hidden probabilities (`fit:`) from live outcomes, and the "
+        "scale live traffic scores their outcome component with",
     )
 
 

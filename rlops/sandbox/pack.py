@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,9 @@ class Pack:
                 f"pack {self.name} has no reward function '{version}' "
                 f"(available: {sorted(self.reward_fns, key=_version_key)})"
             )
-        return self.reward_fns[version]
+        fn = self.reward_fns[version]
+        scales = outcome_scales(self.calibration, fn)
+        return replace(fn, outcome_scales=scales) if scales else fn
 
     def make_env(
         self,
@@ -148,6 +150,21 @@ def _load_reward_fns(
             stage(p, "probing the reward function on edge states")
             probe_reward_fn(scenario, reward_fns[label])
     return reward_fns
+
+
+def outcome_scales(calibration: dict[str, Any] | None, fn: RewardFunction) -> tuple[tuple[str, float, float], ...]:
+    """The ``rewards:`` block of a calibration — ``{component: {negative|positive: {factor, …}}}``,
+    how live traffic scores a component's outcomes against the pack's function — as
+    :attr:`RewardFunction.outcome_scales` for the components ``fn`` has."""
+    block = (calibration or {}).get("rewards") or {}
+    names = {c.name for c in fn.components}
+    out = []
+    for name, signs in sorted(block.items()):
+        if name not in names or not isinstance(signs, dict):
+            continue
+        factor = {k: float((signs.get(k) or {}).get("factor", 1.0)) for k in ("negative", "positive")}
+        out.append((name, factor["negative"], factor["positive"]))
+    return tuple(out)
 
 
 def apply_calibration(doc: dict[str, Any], calibration: dict[str, Any]) -> dict[str, Any]:

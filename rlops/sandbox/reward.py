@@ -188,6 +188,10 @@ class RewardFunction:
     schedule: tuple[tuple[int, dict[str, float]], ...]
     clip: float | None
     repeat_penalty: dict[str, Any] | None
+    outcome_scales: tuple[tuple[str, float, float], ...] = ()
+    """``(component, negative, positive)``: the component's negative and positive scores are
+    multiplied by these (a calibration's ``rewards:`` block, fitted to how live outcomes are scored;
+    see :func:`rlops.pipeline_steps.drift.outcome_fit.fit_reward_scales`). Empty: as written."""
 
     @property
     def rule_refs(self) -> list[str]:
@@ -390,6 +394,14 @@ class RewardRuntime:
             )
         owners = [-1 if c.role is None else self.role_names.index(c.role) for c in fn.components]
         self._owner = torch.tensor(owners, device=self.device) if any(k >= 0 for k in owners) else None
+        self._scales: tuple[Tensor, Tensor] | None = None
+        if fn.outcome_scales:
+            by_name = {name: (neg, pos) for name, neg, pos in fn.outcome_scales}
+            pairs = [by_name.get(c.name, (1.0, 1.0)) for c in fn.components]
+            self._scales = (
+                torch.tensor([n for n, _ in pairs], device=self.device),
+                torch.tensor([p for _, p in pairs], device=self.device),
+            )
 
     @property
     def column_roles(self) -> list[str | None]:
@@ -441,6 +453,8 @@ class RewardRuntime:
         """Total ``[N]`` and breakdown ``[N, len(names)]`` (weighted; sums to the total)."""
         cols = [self._component(c, t) for c in self.fn.components]
         raw = torch.stack(cols, dim=1) * self._weights(global_step)
+        if self._scales is not None:  # a calibrated pack scores outcomes as live traffic is scored
+            raw = torch.where(raw < 0, raw * self._scales[0], raw * self._scales[1])
         if self._owner is not None and t.role is not None:
             # A role's own component scores the steps that role takes; team components every step.
             mine = (self._owner.unsqueeze(0) < 0) | (self._owner.unsqueeze(0) == t.role.unsqueeze(1))

@@ -248,6 +248,37 @@ def active_profile(pack: Pack) -> str:
     return default_profile(pack, "sandbox")
 
 
+def fit_rewards(ctx: StepContext, after: Pack, live: pd.DataFrame) -> dict[str, Any]:
+    """The ``rewards:`` block: the champion rolled out in the newly fitted world ``after`` (scored by
+    the pack's own reward function), its declared outcome scores against ``live``'s
+    (:func:`rlops.pipeline_steps.drift.outcome_fit.fit_reward_scales`)."""
+    import yaml
+
+    from rlops.pipeline_steps.drift.check import comparable_rows
+    from rlops.pipeline_steps.drift.outcome_fit import fit_reward_scales
+    from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
+    from rlops.sandbox.outcome_params import fittable_fields
+    from rlops.sandbox.traces import rollout_traces
+
+    doc = yaml.safe_load((after.path / "scenario.yaml").read_text())
+    if live.empty or not any(spec.get("outcome") for spec in fittable_fields(doc).values()):
+        return {}
+    policy, version = champion_trace_policy(ctx, after, deterministic=True)
+    sandbox = comparable_rows(
+        after,
+        rollout_traces(
+            after,
+            policy,
+            int(ctx.config.drift.baseline_episodes),
+            seed=ctx.config.seed,
+            profile=active_profile(after),
+            policy_version=version,
+            reward_version=ctx.reward_choice().reward_fn,
+        ),
+    )
+    return fit_reward_scales(after, live, sandbox)
+
+
 def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> dict[str, Any]:
     """Fit, check and write a new calibration version; returns a summary."""
     from rlops.sandbox.pack import load_pack
@@ -285,6 +316,10 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> dict[str, An
         cal["check"] = check_calibration(
             current, active_profile(current), after, df, list(cal["fields"]), cfg.check_samples, cfg.seed
         )
+    if cfg.fit_outcomes:
+        rewards = fit_rewards(ctx, after, df)
+        if rewards:
+            cal["rewards"] = rewards
     version_uri = ctx.uri("calibrations", ctx.scenario, f"{ctx.run_key}.json")
     latest_uri = ctx.uri("calibrations", ctx.scenario, "latest.json")
     result = {
@@ -299,6 +334,7 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> dict[str, An
         "profile": PROFILE,
         "simulation": cal["simulation"]["profiles"][PROFILE],
         "check": cal["check"],
+        "rewards": cal.get("rewards", {}),
         "dry_run": ctx.dry_run,
         "run_id": None,
     }
@@ -321,6 +357,11 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> dict[str, An
                 for p, v in cal["check"].items()
                 for when in ("before", "after")
                 for m in [v["metric"]]
+            }
+            | {
+                f"reward_scale_{sign}/{name}": float(v["factor"])
+                for name, signs in (cal.get("rewards") or {}).items()
+                for sign, v in signs.items()
             }
             | {"rows": float(len(df))},
             step=0,

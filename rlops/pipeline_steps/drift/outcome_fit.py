@@ -23,6 +23,17 @@ The result, ``[{factor, when, p_value, rows, events, loglik_gain}]`` per field, 
 calibration's ``outcomes:`` block (:func:`rlops.sandbox.pack.apply_calibration` rewrites the field's
 expressions in the calibrated scenario only) and, with the calibration, into its MLflow run.
 A fresh calibration of an unchanged world finds no factor significant and writes none.
+
+The same declared ``outcome`` component also says what an outcome is *worth*: the business may
+start scoring it differently (a risk committee raises the loss given default) without the pack's
+reward function changing. :func:`fit_reward_scales` compares the component's live scores with its
+scores in the calibrated sandbox (the champion rolled out in the newly fitted world, scored by the
+pack's function), separately for negative and positive scores: the ratio of their means is the
+scale live traffic applies, kept when a Welch test rejects equal means (Bonferroni over the tests,
+``p < alpha``) and the ratio is at least ``min_change`` from 1. It goes into the calibration's
+``rewards:`` block; a pack loaded with that calibration scores the component's outcomes with it
+(:attr:`rlops.sandbox.reward.RewardFunction.outcome_scales`) — in training, evaluation and the
+drift baseline alike — while the pack's reward module stays as written.
 """
 
 from __future__ import annotations
@@ -189,4 +200,48 @@ def fit_outcomes(
         factors = fit_factors(y, p, masks, alpha, max_factors, min_rows)
         if factors:
             out[path] = factors
+    return out
+
+
+def fit_reward_scales(
+    pack: Pack,
+    live: pd.DataFrame,
+    sandbox: pd.DataFrame,
+    alpha: float = 0.01,
+    min_rows: int = 30,
+    min_change: float = 0.1,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{component: {negative|positive: {factor, p_value, rows, sandbox_rows, live_mean,
+    sandbox_mean}}}`` for each declared ``outcome`` component whose live scores of one sign differ
+    from the sandbox's (see the module docstring)."""
+    import yaml
+
+    from rlops.pipeline_steps.drift.outcomes import welch
+    from rlops.sandbox.outcome_params import fittable_fields
+
+    if live.empty or sandbox.empty or "reward_breakdown" not in live or "reward_breakdown" not in sandbox:
+        return {}
+    doc = yaml.safe_load((pack.path / "scenario.yaml").read_text())
+    components = sorted({str(spec["outcome"]) for spec in fittable_fields(doc).values() if spec.get("outcome")})
+    tests: list[tuple[str, str, np.ndarray, np.ndarray]] = []
+    for name in components:
+        s_live, s_sb = component_scores(live, name), component_scores(sandbox, name)
+        for sign, pick in (("negative", np.less), ("positive", np.greater)):
+            a, b = s_live[pick(s_live, 0)], s_sb[pick(s_sb, 0)]
+            if min(len(a), len(b)) >= min_rows:
+                tests.append((name, sign, a, b))
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, sign, a, b in tests:
+        p_value, _ = welch(a, b)
+        p_adj = min(1.0, p_value * len(tests))
+        factor = float(a.mean() / b.mean())
+        if p_adj < alpha and abs(factor - 1.0) >= min_change:
+            out.setdefault(name, {})[sign] = {
+                "factor": round(factor, 4),
+                "p_value": p_adj,
+                "rows": len(a),
+                "sandbox_rows": len(b),
+                "live_mean": round(float(a.mean()), 4),
+                "sandbox_mean": round(float(b.mean()), 4),
+            }
     return out

@@ -267,3 +267,57 @@ def test_an_episode_of_outcome_drift_ends_after_enough_clean_hours() -> None:
         onsets.append(onset)
     assert onsets == [True] + [False] * 20 + [True]
     assert state["persisting"] and state["clean_hours"] == 0
+
+
+def test_a_rule_change_is_fitted_as_a_reward_scale_and_only_into_the_calibration(worlds) -> None:  # type: ignore[no-untyped-def]
+    """The business scoring a default at 4 margins instead of 2.5 (reward_v2): the negative
+    loan_outcome scores of an hour of live traffic are ~1.5× the sandbox's; an unchanged world and
+    the repaid loans' positive scores fit nothing. The calibrated pack scores with the scale, its
+    drift check no longer sees the rule change, and the pack's reward module is untouched."""
+    from rlops.pipeline_steps.drift.outcome_fit import fit_reward_scales
+    from rlops.sandbox.pack import load_pack
+
+    sandbox_pack, _, rule = worlds
+    baseline = rows(sandbox_pack, 0, 2000)
+    assert fit_reward_scales(sandbox_pack, rows(sandbox_pack, 10_000, 1000), baseline) == {}
+    live = rows(rule, 10_000, 1000, reward="v2")
+    fitted = fit_reward_scales(sandbox_pack, live, baseline)
+    assert list(fitted) == ["loan_outcome"] and list(fitted["loan_outcome"]) == ["negative"], fitted
+    neg = fitted["loan_outcome"]["negative"]
+    assert 1.3 < neg["factor"] < 1.65 and neg["p_value"] < 1e-6 and neg["rows"] >= 30
+    calibrated = load_pack(PACK, calibration={"rewards": fitted}, check_liveness=False)
+    assert calibrated.reward_fn("v1").outcome_scales == (("loan_outcome", neg["factor"], 1.0),)
+    assert sandbox_pack.reward_fn("v1").outcome_scales == ()  # the pack as written
+    rep = outcome_drift(calibrated, rows(calibrated, 0, 2000), live, OutcomeConfig(), SEGMENTS)
+    assert not rep.drifted, rep.summary
+
+
+def test_recalibration_on_rule_changed_traffic_writes_the_scale_the_next_training_sees(
+    worlds, tmp_path: Path, tmp_tracking: str
+) -> None:  # type: ignore[no-untyped-def]
+    """The step as the scheduler runs it: an hour of live traffic scored with reward_v2 → the new
+    calibration version carries the scale (and its MLflow run the metric) → the pack the next
+    retrain loads scores defaults at the new price; the recalibration after it, on the same
+    traffic, finds the same scale again (it is fitted against the unscaled sandbox, not itself)."""
+    from rlops.common.config import load_params
+    from rlops.pipeline_steps.drift.calibrate import recalibrate
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.registry import Tracker
+
+    _, _, rule = worlds
+    params = load_params(
+        overrides={"storage": {"root": f"file://{tmp_path / 'storage'}"}, "tracking": {"uri": tmp_tracking}}
+    )
+    ctx = StepContext.create("credit_approval", "20261130T0500", params=params)
+    uri = ctx.uri("traces", "scenario=credit_approval", "date=2026-11-30", "hour=04", "part-0.parquet")
+    ctx.storage.write_parquet(uri, rows(rule, 10_000, 1000, reward="v2"))
+    out = recalibrate(ctx, ctx.uri("traces"))
+    factor = out["rewards"]["loan_outcome"]["negative"]["factor"]
+    assert 1.3 < factor < 1.65, out["rewards"]
+    assert ctx.load_pack().reward_fn("v1").outcome_scales == (("loan_outcome", factor, 1.0),)
+    tracker = Tracker(tmp_tracking, "credit_approval")
+    (run,) = tracker.client.search_runs([tracker.experiment_id], "tags.`rlops.step` = 'recalibrate'")
+    assert run.data.metrics["reward_scale_negative/loan_outcome"] == pytest.approx(factor)
+    later = StepContext.create("credit_approval", "20261130T0600", params=params)
+    again = recalibrate(later, later.uri("traces"))
+    assert again["rewards"]["loan_outcome"]["negative"]["factor"] == pytest.approx(factor, rel=0.05)
