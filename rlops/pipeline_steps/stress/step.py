@@ -12,7 +12,8 @@ episodes in the nominal profile (``calibrated``, else ``live``, else the pack's 
 ``stress.policy_profile`` names one) and under each of ``stress.perturbations`` (latency ×k,
 error rates ×k, every episode in one population segment). A perturbation fails when the mean
 return falls below ``nominal − return_floor·|nominal|`` or the completion rate below
-``completion_floor × nominal``.
+``completion_floor × nominal``, and below what the rule engine and the champion reach under the
+same perturbation (:func:`stress_policy`).
 
 Writes ``report.json`` and ``report.html`` to ``reports/stress/<scenario>/<run_key>/``, logs both
 to MLflow, and with a policy version tags ``<scenario>-policy`` v<V> with ``stress_test=pass|fail``
@@ -107,14 +108,20 @@ def nominal_profile(pack: Pack, configured: str | None = None) -> str:
     return default_profile(pack, "sandbox", configured)
 
 
-def stress_policy(pack: Pack, fn: RewardFunction, act: ActFn, cfg: StressConfig) -> list[PolicyStressRow]:
+def stress_policy(
+    pack: Pack, fn: RewardFunction, act: ActFn, cfg: StressConfig, champion: ActFn | None = None
+) -> list[PolicyStressRow]:
     """Nominal run, then one run per perturbation on the same seeded episodes.
 
     A perturbation can make every policy earn less (three times the latency costs handling time
-    whatever the decisions), so the return floor is the lower of two bars: the policy's nominal
-    return minus ``return_floor`` of it, and what the production fallback (the pack's rule
-    engine) earns under the same perturbation. A policy fails when it degrades more than allowed
-    *and* falls below the fallback.
+    whatever the decisions), so each floor is the lowest of its bars: for the return, the
+    policy's nominal return minus ``return_floor`` of it, what the production fallback (the pack's
+    rule engine) earns under the same perturbation and, given the ``champion``, what the policy in
+    production earns there; for the completion rate, ``completion_floor`` × the nominal rate and
+    the fallback's and the champion's rates under the perturbation. A policy fails when it degrades
+    more than allowed *and* falls below the fallback and the champion: a perturbation nobody
+    survives — five times an API error rate of 0.26 is an API that always fails — tells a
+    candidate from the champion only by how it fails.
     """
     from rlops.pipeline_steps.stress.checks import STRESS_PROFILE, perturbed_pack
     from rlops.sandbox.env import BatchedEnv
@@ -145,9 +152,11 @@ def stress_policy(pack: Pack, fn: RewardFunction, act: ActFn, cfg: StressConfig)
         c_floor = cfg.completion_floor if spec.completion_floor is None else spec.completion_floor
         p = perturbed_pack(pack, base, latency=spec.latency, errors=spec.errors, segment=spec.segment)
         s = run(p, STRESS_PROFILE)
-        fallback = run_with(p, STRESS_PROFILE, rule_policy)["mean_return"]
-        min_ret = min(nom["mean_return"] - r_floor * abs(nom["mean_return"]), fallback)
-        min_comp = c_floor * nom["completion_rate"]
+        others = [run_with(p, STRESS_PROFILE, rule_policy)]
+        if champion is not None:
+            others.append(run_with(p, STRESS_PROFILE, champion))
+        min_ret = min(nom["mean_return"] - r_floor * abs(nom["mean_return"]), *(o["mean_return"] for o in others))
+        min_comp = min(c_floor * nom["completion_rate"], *(o["completion_rate"] for o in others))
         why = []
         if s["mean_return"] < min_ret:
             why.append(f"mean return {s['mean_return']:.4g} < floor {min_ret:.4g}")
@@ -330,6 +339,7 @@ def stress_test(
     from tqdm.auto import tqdm
 
     from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref
+    from rlops.pipeline_steps.infra.registry import CHAMPION
 
     cfg = ctx.config.stress
     pack = ctx.load_pack()
@@ -345,7 +355,12 @@ def stress_test(
         if loaded is not None:
             policy_version = loaded.version  # the registry version, whatever spelling named it
             bar.set_postfix_str(f"policy v{policy_version} under {len(cfg.perturbations)} perturbations")
-            policy_rows = stress_policy(pack, fn, greedy_act(loaded.network), cfg)
+            champion = load_policy_ref(ctx, CHAMPION)
+            if champion is not None and str(champion.version) == str(policy_version):
+                champion = None
+            policy_rows = stress_policy(
+                pack, fn, greedy_act(loaded.network), cfg, greedy_act(champion.network) if champion else None
+            )
             bar.update()
     meta = {
         "scenario": ctx.scenario,

@@ -212,3 +212,30 @@ def test_cli_exits_1_on_a_nan_reward(
     )
     out = capsys.readouterr().out
     assert code == 1 and "FAIL" in out and "debt_ratio_norm" in out
+
+
+def test_a_perturbation_nobody_survives_judges_the_candidate_against_the_fallback_and_the_champion(
+    credit: Pack,
+) -> None:
+    """The credit bureau always down (error rates ×1000): no policy completes an episode, so the
+    completion floor is what the rule engine reaches (0), not 90 % of nominal; a candidate that
+    keeps calling the bureau earns less than the rule engine and fails — unless the champion in
+    production fails the same way, when the perturbation cannot tell them apart."""
+    from rlops.pipeline_steps.stress.step import stress_policy
+    from rlops.sandbox.policies import rule_policy
+
+    cfg = StressConfig(policy_episodes=300, policy_profile="live", perturbations={"down": {"errors": 1000.0}})
+    fetch = credit.scenario.action_names.index("fetch_credit_report")
+
+    def stubborn(env):  # type: ignore[no-untyped-def]
+        rules = rule_policy(env)
+        return torch.where(env.action_masks()[:, fetch], torch.full_like(rules, fetch), rules)
+
+    fn = credit.reward_fn("v1")
+    (_, rules_down) = stress_policy(credit, fn, rule_policy, cfg)
+    assert rules_down.completion_rate == 0.0 and rules_down.completion_floor == 0.0 and rules_down.passed
+    (_, alone) = stress_policy(credit, fn, stubborn, cfg)
+    assert not alone.passed and alone.mean_return < rules_down.mean_return == alone.return_floor
+    assert "completion" not in alone.reason
+    (_, beside) = stress_policy(credit, fn, stubborn, cfg, champion=stubborn)
+    assert beside.passed and beside.return_floor == pytest.approx(beside.mean_return)
