@@ -379,7 +379,9 @@ class Perturbation(Block):
     """One perturbed simulation of the policy stress test."""
 
     latency: float = Field(1.0, gt=0, description="latency ×k")
-    errors: float = Field(1.0, ge=0, description="error rates ×k")
+    errors: float = Field(
+        1.0, ge=0, description="error rates k times as bad: each call fails as one of k calls in a row, 1 - (1 - p)^k"
+    )
     segment: str | None = Field(None, description="every episode in this population segment of the pack")
     return_floor: float | None = Field(None, ge=0, description="null: stress.return_floor")
     completion_floor: float | None = Field(None, ge=0, le=1, description="null: stress.completion_floor")

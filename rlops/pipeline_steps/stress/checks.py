@@ -224,6 +224,14 @@ def describe_state(pack: Pack, row: Tensor) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- perturbed scenarios
+def scaled_error_rate(rate: float, k: float) -> float:
+    """An error rate ``k`` times as bad: each call fails as often as one of ``k`` calls in a row
+    would, ``1 − (1 − rate)^k`` — about ``k · rate`` for a rare error, never a certain one. (``k ·
+    rate`` capped at 1 turned five times a flaky API's 0.26 into an API that always fails: a
+    world no policy completes an episode in, which tells policies apart only by how they fail.)"""
+    return float(1.0 - (1.0 - min(max(rate, 0.0), 1.0)) ** k)
+
+
 def perturbed_pack(
     pack: Pack,
     base_profile: str | None = None,
@@ -234,7 +242,7 @@ def perturbed_pack(
     jitter_ms: tuple[float, float] | None = None,
 ) -> Pack:
     """A copy of ``pack`` with a profile :data:`STRESS_PROFILE`: ``base_profile`` with action
-    latencies and jitter ×``latency``, error rates ×``errors`` (at most 1), optionally every
+    latencies and jitter ×``latency``, error rates ×``errors`` (:func:`scaled_error_rate`), optionally every
     episode in population segment ``segment``, every action's own error rate set to
     ``action_error_rate`` and the jitter range replaced by ``jitter_ms``."""
     doc = load_yaml(pack.path / "scenario.yaml")
@@ -256,7 +264,7 @@ def perturbed_pack(
         elif lat is not None:
             a["latency_ms"] = float(lat) * latency
         rate = float(a.get("error_rate", 0.0)) if action_error_rate is None else action_error_rate
-        a["error_rate"] = min(1.0, rate * (errors if action_error_rate is None else 1.0))
+        a["error_rate"] = rate if action_error_rate is not None else scaled_error_rate(rate, errors)
     prof = copy.deepcopy(profiles[base])
     jit = prof.get("latency_jitter_ms") or {"min": 0.0, "max": 0.0}
     lo, hi = jitter_ms if jitter_ms is not None else (float(jit["min"]) * latency, float(jit["max"]) * latency)
@@ -265,7 +273,8 @@ def perturbed_pack(
         name: {k: float(v) * latency for k, v in own.items()}
         for name, own in (prof.get("action_latency_ms") or {}).items()
     }
-    prof["error_rates"] = {api: min(1.0, float(r) * errors) for api, r in (prof.get("error_rates") or {}).items()}
+    rates = prof.get("error_rates") or {}
+    prof["error_rates"] = {api: scaled_error_rate(float(r), errors) for api, r in rates.items()}
     if segment is not None:
         shift = _find_shift(profiles, segment)
         if shift is None:

@@ -119,7 +119,7 @@ def test_perturbed_pack_scales_latency_errors_and_segment(credit: Pack) -> None:
     p = perturbed_pack(credit, "live", latency=3.0, errors=2.0, segment="elderly")
     prof = p.scenario.spec.profiles[STRESS_PROFILE]
     assert prof.latency_jitter_ms == (600.0, 4500.0)
-    assert prof.error_rates["sms"] == pytest.approx(0.074)
+    assert prof.error_rates["sms"] == pytest.approx(1 - (1 - 0.037) ** 2)  # ≈ 2 × 0.037
     assert [(s.name, s.probability) for s in prof.population] == [("elderly", 1.0)]
     assert p.scenario.spec.actions[0].latency_mean_ms == pytest.approx(900.0)
     env = p.make_env(256, profile=STRESS_PROFILE)
@@ -217,7 +217,7 @@ def test_cli_exits_1_on_a_nan_reward(
 def test_a_perturbation_nobody_survives_judges_the_candidate_against_the_fallback_and_the_champion(
     credit: Pack,
 ) -> None:
-    """The credit bureau always down (error rates ×1000): no policy completes an episode, so the
+    """The credit bureau all but always down (error rates ×1000): no policy completes an episode, so the
     completion floor is what the rule engine reaches (0), not 90 % of nominal; a candidate that
     keeps calling the bureau earns less than the rule engine and fails — unless the champion in
     production fails the same way, when the perturbation cannot tell them apart."""
