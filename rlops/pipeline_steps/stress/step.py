@@ -117,8 +117,9 @@ def stress_policy(
     whatever the decisions), so each floor is the lowest of its bars: for the return, the
     policy's nominal return minus ``return_floor`` of it, what the production fallback (the pack's
     rule engine) earns under the same perturbation and, given the ``champion``, what the policy in
-    production earns there; for the completion rate, ``completion_floor`` × the nominal rate and
-    the fallback's and the champion's rates under the perturbation. A policy fails when it degrades
+    production earns there; for the completion rate, ``completion_floor`` × the lowest of the
+    nominal rate and the fallback's and the champion's rates under the perturbation (the same
+    allowance for the sampling noise of ``policy_episodes`` episodes against each). A policy fails when it degrades
     more than allowed *and* falls below the fallback and the champion: a perturbation nobody
     survives — five times an API error rate of 0.26 is an API that always fails — tells a
     candidate from the champion only by how it fails.
@@ -156,7 +157,7 @@ def stress_policy(
         if champion is not None:
             others.append(run_with(p, STRESS_PROFILE, champion))
         min_ret = min(nom["mean_return"] - r_floor * abs(nom["mean_return"]), *(o["mean_return"] for o in others))
-        min_comp = min(c_floor * nom["completion_rate"], *(o["completion_rate"] for o in others))
+        min_comp = c_floor * min(nom["completion_rate"], *(o["completion_rate"] for o in others))
         why = []
         if s["mean_return"] < min_ret:
             why.append(f"mean return {s['mean_return']:.4g} < floor {min_ret:.4g}")
