@@ -252,30 +252,13 @@ def fit_rewards(ctx: StepContext, after: Pack, live: pd.DataFrame) -> dict[str, 
     """The ``rewards:`` block: the champion rolled out in the newly fitted world ``after`` (scored by
     the pack's own reward function), its declared outcome scores against ``live``'s
     (:func:`rlops.pipeline_steps.drift.outcome_fit.fit_reward_scales`)."""
-    import yaml
+    from rlops.pipeline_steps.drift.check import champion_rows
+    from rlops.pipeline_steps.drift.outcome_fit import fit_reward_scales, outcome_components
 
-    from rlops.pipeline_steps.drift.check import comparable_rows
-    from rlops.pipeline_steps.drift.outcome_fit import fit_reward_scales
-    from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
-    from rlops.sandbox.outcome_params import fittable_fields
-    from rlops.sandbox.traces import rollout_traces
-
-    doc = yaml.safe_load((after.path / "scenario.yaml").read_text())
-    if live.empty or not any(spec.get("outcome") for spec in fittable_fields(doc).values()):
+    if live.empty or not outcome_components(after):
         return {}
-    policy, version = champion_trace_policy(ctx, after, deterministic=True)
-    sandbox = comparable_rows(
-        after,
-        rollout_traces(
-            after,
-            policy,
-            int(ctx.config.drift.baseline_episodes),
-            seed=ctx.config.seed,
-            profile=active_profile(after),
-            policy_version=version,
-            reward_version=ctx.reward_choice().reward_fn,
-        ),
-    )
+    episodes = int(ctx.config.drift.baseline_episodes)
+    sandbox, _ = champion_rows(ctx, after, active_profile(after), episodes, ctx.reward_choice().reward_fn)
     return fit_reward_scales(after, live, sandbox)
 
 

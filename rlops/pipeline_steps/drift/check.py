@@ -101,31 +101,35 @@ def baseline_inputs(ctx: StepContext, pack: Any, profile: str, episodes: int, re
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:24], str(champion)
 
 
-def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -> tuple[Any, str]:
-    """``(rows, policy version)`` of the champion in the calibrated sandbox, rolled out or read
-    back when an earlier check had the same inputs."""
+def champion_rows(ctx: StepContext, pack: Any, profile: str, episodes: int, reward_fn: str) -> tuple[Any, str]:
+    """``(rows, policy version)``: the champion's most likely actions on ``episodes`` seeded
+    episodes of ``pack`` in ``profile``, encoded as captured live rows are."""
     from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
     from rlops.sandbox.traces import rollout_traces
 
+    policy, version = champion_trace_policy(ctx, pack, deterministic=True)
+    rows = rollout_traces(
+        pack,
+        policy,
+        episodes,
+        seed=ctx.config.seed,
+        profile=profile,
+        policy_version=version,
+        reward_version=reward_fn,
+    )
+    return comparable_rows(pack, rows), version
+
+
+def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -> tuple[Any, str]:
+    """``(rows, policy version)`` of the champion in the calibrated sandbox, rolled out or read
+    back when an earlier check had the same inputs."""
     reward_fn = ctx.reward_choice().reward_fn
     digest, champion = baseline_inputs(ctx, pack, profile, episodes, reward_fn)
     cached = ctx.uri("sandbox_traces", ctx.scenario, "by_inputs", f"{digest}.parquet")
     if ctx.storage.exists(cached):
         df = ctx.storage.read_parquet(cached)
         return df, str(df["policy_version"].iloc[0]) if len(df) else "rules"
-    policy, version = champion_trace_policy(ctx, pack, deterministic=True)
-    df = comparable_rows(
-        pack,
-        rollout_traces(
-            pack,
-            policy,
-            episodes,
-            seed=ctx.config.seed,
-            profile=profile,
-            policy_version=version,
-            reward_version=reward_fn,
-        ),
-    )
+    df, version = champion_rows(ctx, pack, profile, episodes, reward_fn)
     if not ctx.dry_run and version.rsplit("/", 1)[-1] == champion:  # the champion did not move meanwhile
         ctx.storage.write_parquet(cached, df)
     return df, version

@@ -203,6 +203,16 @@ def fit_outcomes(
     return out
 
 
+def outcome_components(pack: Pack) -> list[str]:
+    """The reward components the pack's fittable fields declare as their ``outcome``."""
+    import yaml
+
+    from rlops.sandbox.outcome_params import fittable_fields
+
+    doc = yaml.safe_load((pack.path / "scenario.yaml").read_text())
+    return sorted({str(spec["outcome"]) for spec in fittable_fields(doc).values() if spec.get("outcome")})
+
+
 def fit_reward_scales(
     pack: Pack,
     live: pd.DataFrame,
@@ -214,17 +224,12 @@ def fit_reward_scales(
     """``{component: {negative|positive: {factor, p_value, rows, sandbox_rows, live_mean,
     sandbox_mean}}}`` for each declared ``outcome`` component whose live scores of one sign differ
     from the sandbox's (see the module docstring)."""
-    import yaml
-
     from rlops.pipeline_steps.drift.outcomes import welch
-    from rlops.sandbox.outcome_params import fittable_fields
 
     if live.empty or sandbox.empty or "reward_breakdown" not in live or "reward_breakdown" not in sandbox:
         return {}
-    doc = yaml.safe_load((pack.path / "scenario.yaml").read_text())
-    components = sorted({str(spec["outcome"]) for spec in fittable_fields(doc).values() if spec.get("outcome")})
     tests: list[tuple[str, str, np.ndarray, np.ndarray]] = []
-    for name in components:
+    for name in outcome_components(pack):
         s_live, s_sb = component_scores(live, name), component_scores(sandbox, name)
         for sign, pick in (("negative", np.less), ("positive", np.greater)):
             a, b = s_live[pick(s_live, 0)], s_sb[pick(s_sb, 0)]
