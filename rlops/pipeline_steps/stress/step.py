@@ -33,6 +33,7 @@ from rlops.pipeline_steps.infra.html import html_page, html_table
 
 if TYPE_CHECKING:  # the computations (torch, the sandbox) are imported where they run
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.policy_loader import LoadedPolicy
     from rlops.pipeline_steps.stress.checks import RewardStress
     from rlops.pipeline_steps.stress.governance import ConstraintResult
     from rlops.pipeline_steps.stress.probes import ProbeResult
@@ -332,6 +333,22 @@ def resolve_reward_fn(pack: Pack, reward_fn: str | None) -> RewardFunction:
         raise ValueError(f"--reward-fn {reward_fn!r}: no such file, and {exc.args[0]}") from None
 
 
+def champion_reference(ctx: StepContext, candidate: LoadedPolicy) -> LoadedPolicy | None:
+    """The champion the candidate's perturbed runs are compared with: None when there is none, when
+    the candidate is the champion, or when the champion reads another observation layout (a pack
+    whose state changed since): it could not act on the candidate's observations."""
+    from rlops.pipeline_steps.infra.policy_loader import load_policy_ref, resolve
+    from rlops.pipeline_steps.infra.registry import CHAMPION
+
+    ref = resolve(ctx, CHAMPION)
+    if ref is None or str(ref.version) == candidate.version:
+        return None
+    champion = load_policy_ref(ctx, ref)
+    if champion is None or champion.network.config.obs_dim != candidate.network.config.obs_dim:
+        return None
+    return champion
+
+
 def stress_test(
     ctx: StepContext, reward_fn: str | None = None, policy_version: str | None = None, progress: bool = False
 ) -> dict[str, Any]:
@@ -340,7 +357,6 @@ def stress_test(
     from tqdm.auto import tqdm
 
     from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref
-    from rlops.pipeline_steps.infra.registry import CHAMPION
 
     cfg = ctx.config.stress
     pack = ctx.load_pack()
@@ -356,9 +372,7 @@ def stress_test(
         if loaded is not None:
             policy_version = loaded.version  # the registry version, whatever spelling named it
             bar.set_postfix_str(f"policy v{policy_version} under {len(cfg.perturbations)} perturbations")
-            champion = load_policy_ref(ctx, CHAMPION)
-            if champion is not None and str(champion.version) == str(policy_version):
-                champion = None
+            champion = champion_reference(ctx, loaded)
             policy_rows = stress_policy(
                 pack, fn, greedy_act(loaded.network), cfg, greedy_act(champion.network) if champion else None
             )

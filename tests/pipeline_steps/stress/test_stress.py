@@ -128,13 +128,19 @@ def test_perturbed_pack_scales_latency_errors_and_segment(credit: Pack) -> None:
     assert float(env.S[:, p.scenario.columns["user_profile.age"]].mean()) > 60
 
 
-def _register_random_policy(tracking_uri: str, scenario: str, pack: Pack, tmp_path: Path) -> str:
+def _register_random_policy(
+    tracking_uri: str, scenario: str, pack: Pack, tmp_path: Path, extra_features: int = 0
+) -> str:
+    import dataclasses
+
     from rlops.model.policy import PolicyConfig, PolicyNetwork, save_policy
     from rlops.pipeline_steps.infra.registry import Tracker, policy_model_name
 
     torch.manual_seed(0)
-    folder = tmp_path / "policy"
-    save_policy(PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout)), folder)
+    folder = tmp_path / f"policy{extra_features}"
+    config = PolicyConfig.from_layout(pack.scenario.layout)
+    config = dataclasses.replace(config, n_features=config.n_features + extra_features)
+    save_policy(PolicyNetwork(config), folder)
     tracker = Tracker(tracking_uri, scenario)
     with tracker.start_run("train") as run:
         run.log_artifact(folder, "policy")
@@ -239,3 +245,32 @@ def test_a_perturbation_nobody_survives_judges_the_candidate_against_the_fallbac
     assert "completion" not in alone.reason
     (_, beside) = stress_policy(credit, fn, stubborn, cfg, champion=stubborn)
     assert beside.passed and beside.return_floor == pytest.approx(beside.mean_return)
+
+
+def test_the_champion_reference_is_one_that_can_read_the_candidates_observations(
+    credit: Pack, tmp_path: Path, tmp_tracking: str, tmp_storage_root: str
+) -> None:
+    """The perturbed runs compare the candidate with the champion only when the champion is another
+    version that reads the same observation layout; a champion trained before the pack's state
+    changed (another feature count) is left out rather than fed observations it cannot read."""
+    from rlops.common.config import load_params
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
+    from rlops.pipeline_steps.infra.registry import CHAMPION, Tracker, policy_model_name
+    from rlops.pipeline_steps.stress.step import champion_reference
+
+    params = load_params(overrides={"storage": {"root": tmp_storage_root}, "tracking": {"uri": tmp_tracking}})
+    ctx = StepContext.create("credit_approval", "20261130T0500", params=params)
+    name, tracker = policy_model_name("credit_approval"), Tracker(tmp_tracking, "credit_approval")
+    candidate = _register_random_policy(tmp_tracking, "credit_approval", credit, tmp_path)
+    loaded = load_policy_ref(ctx, candidate)
+    assert loaded is not None and champion_reference(ctx, loaded) is None  # no champion yet
+    tracker.set_alias(name, CHAMPION, candidate)
+    assert champion_reference(ctx, loaded) is None  # the candidate is the champion
+    same = _register_random_policy(tmp_tracking, "credit_approval", credit, tmp_path / "same")
+    tracker.set_alias(name, CHAMPION, same)
+    reference = champion_reference(ctx, loaded)
+    assert reference is not None and reference.version == same
+    older = _register_random_policy(tmp_tracking, "credit_approval", credit, tmp_path, extra_features=3)
+    tracker.set_alias(name, CHAMPION, older)
+    assert champion_reference(ctx, loaded) is None
