@@ -110,6 +110,8 @@ def load_pack(
     rules = load_rules(root / "rules.yaml", root)
     parse_constraints(rules, scenario, str(root / "rules.yaml"))  # a bad rule constraint fails the load
     reward_fns = _load_reward_fns(root, rules, scenario, stage, probe_rewards)
+    for fn in reward_fns.values():  # a malformed rewards: block fails the load, not a later training
+        outcome_scales(calibration, fn)
     pack = Pack(root, scenario, rules, reward_fns, load_params(root), calibration)
     if check_liveness:
         stage(scen_file, "rolling random episodes (liveness check)")
@@ -157,14 +159,28 @@ def outcome_scales(calibration: dict[str, Any] | None, fn: RewardFunction) -> tu
     how live traffic scores a component's outcomes against the pack's function — as
     :attr:`RewardFunction.outcome_scales` for the components ``fn`` has."""
     block = (calibration or {}).get("rewards") or {}
+    if not isinstance(block, dict):
+        raise PackError("calibration", None, "rewards", "expected a mapping {component: {negative|positive: {factor}}}")
     names = {c.name for c in fn.components}
     out = []
     for name, signs in sorted(block.items()):
-        if name not in names or not isinstance(signs, dict):
-            continue
-        factor = {k: float((signs.get(k) or {}).get("factor", 1.0)) for k in ("negative", "positive")}
-        out.append((name, factor["negative"], factor["positive"]))
+        if not isinstance(signs, dict) or set(signs) - {"negative", "positive"}:
+            raise PackError(
+                "calibration", None, f"rewards.{name}", "expected a mapping with the keys 'negative' and/or 'positive'"
+            )
+        factor = {k: _scale_factor(signs.get(k), f"rewards.{name}.{k}") for k in ("negative", "positive")}
+        if name in names:  # a component of another reward function of the pack
+            out.append((name, factor["negative"], factor["positive"]))
     return tuple(out)
+
+
+def _scale_factor(entry: Any, path: str) -> float:
+    if entry is None:
+        return 1.0
+    value = entry.get("factor") if isinstance(entry, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise PackError("calibration", None, path, f"factor {value!r}: expected a finite number > 0")
+    return float(value)
 
 
 def apply_calibration(doc: dict[str, Any], calibration: dict[str, Any]) -> dict[str, Any]:

@@ -321,3 +321,26 @@ def test_recalibration_on_rule_changed_traffic_writes_the_scale_the_next_trainin
     later = StepContext.create("credit_approval", "20261130T0600", params=params)
     again = recalibrate(later, later.uri("traces"))
     assert again["rewards"]["loan_outcome"]["negative"]["factor"] == pytest.approx(factor, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    "rewards, where, message",
+    [
+        ({"loan_outcome": {"negative": {"factor": -1.5}}}, "rewards.loan_outcome.negative", "finite number > 0"),
+        ({"loan_outcome": {"negative": {"factor": "high"}}}, "rewards.loan_outcome.negative", "finite number > 0"),
+        ({"loan_outcome": {"worse": {"factor": 1.5}}}, "rewards.loan_outcome", "'negative' and/or 'positive'"),
+        ({"loan_outcome": 1.5}, "rewards.loan_outcome", "'negative' and/or 'positive'"),
+        ([1.5], "rewards", "expected a mapping"),
+    ],
+)
+def test_a_malformed_reward_scale_in_a_calibration_fails_the_load_with_where_and_what(
+    rewards: object, where: str, message: str
+) -> None:
+    """A hand-edited calibration's ``rewards:`` block is checked when the pack loads (not at the next
+    training): the error names the entry and what was expected."""
+    from rlops.sandbox.errors import PackError
+    from rlops.sandbox.pack import load_pack
+
+    with pytest.raises(PackError) as err:
+        load_pack(PACK, calibration={"rewards": rewards}, check_liveness=False)
+    assert f"at {where}" in str(err.value) and message in str(err.value), str(err.value)
