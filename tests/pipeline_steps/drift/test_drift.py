@@ -108,7 +108,15 @@ def _unsorted_sample(kind: str, n: int, shift: float, rng: np.random.Generator) 
 
 
 @pytest.mark.parametrize("kind", ["normal", "outliers", "heavy", "ties", "ints", "two"])
-@pytest.mark.parametrize(("n1", "n2", "shift"), [(20_000, 30_000, 0.0), (50_000, 17_000, 0.05), (40_000, 40_000, 1.0)])
+@pytest.mark.parametrize(
+    ("n1", "n2", "shift"),
+    [
+        (20_000, 30_000, 0.0),
+        (50_000, 17_000, 0.05),
+        (40_000, 40_000, 1.0),
+        (300_001, 140_000, 0.01),  # several chunks of the counting pass, the last one short
+    ],
+)
 def test_unsorted_statistic_is_scipys(kind: str, n1: int, n2: int, shift: float) -> None:
     # sizes above the sort-below threshold: the counting pass, its refinement and fallbacks
     rng = np.random.default_rng(n1 + n2 + len(kind))
