@@ -20,7 +20,12 @@
      page ``--repeats`` times (p95 over them all), in-process through Starlette's TestClient;
    * ``drift_day``: the drift monitor's step over the last day's window (``drift.window_hours: 24``)
      against the sandbox baseline (rolled out once beforehand, outside the timings);
-   * ``label_queue``: ``rlops labels run`` over its configured window (24 hours).
+   * ``label_queue``: ``rlops labels run`` over its configured window (24 hours);
+   * ``drift_fanned`` (DuckDB only): the same day's drift check fanned out as the drift_monitor DAG
+     does with ``drift.slice_hours`` (``--slice-hours``, 6 by default): the plan, then one
+     ``summarise_slice`` task per slice run by ``--workers`` warm worker processes (2 by default, as
+     Celery workers would; here on the same machine), then ``detect_drift`` reducing their counts —
+     the same task functions the DAG calls. Its verdicts are compared with ``drift_day``'s.
 
    A pandas child past ``--pandas-timeout`` seconds or ``--pandas-max-gb`` of RSS is stopped and
    reported as not finished. Bars: replay < 1 s, console first load < 5 s, page p95 < 300 ms, a
@@ -54,7 +59,7 @@ SCENARIO = "credit_approval"
 STORE_DIR = "traces-bench"
 STORE_INFO = "_bench_store.json"  # beside the partitions; the reader lists only parquet files
 START = datetime(2026, 1, 5, tzinfo=UTC)
-MEASURES = ("replay", "console", "drift_day", "label_queue")
+MEASURES = ("replay", "console", "drift_day", "label_queue", "drift_fanned")
 BARS = {
     "replay_s": 1.0,
     "console_first_load_s": 5.0,
@@ -157,20 +162,94 @@ def last_run_key(days: int) -> str:
 
 
 # --------------------------------------------------------------------------- measurements (child side)
+def child_overrides(home: Path, engine: str, slice_hours: float | None = None) -> dict[str, Any]:
+    return {
+        "capture": {"trace_dir": STORE_DIR},
+        "trace_store": {"engine": engine},
+        "drift": {"window_hours": 24, "slice_hours": slice_hours},
+        "label_queue": {"db_url": f"sqlite:///{home}/rlops-data/queue-{engine}.db"},
+    }
+
+
 def child_params(home: Path, engine: str) -> dict[str, Any]:
     from rlops.common.config import load_params
 
-    return load_params(
-        overrides={
-            "capture": {"trace_dir": STORE_DIR},
-            "trace_store": {"engine": engine},
-            "drift": {"window_hours": 24},
-            "label_queue": {"db_url": f"sqlite:///{home}/rlops-data/queue-{engine}.db"},
-        }
-    )
+    return load_params(overrides=child_overrides(home, engine))
 
 
-def measure(name: str, engine: str, home: Path, days: int, repeats: int, trace_id: str) -> dict[str, Any]:
+def fanned_params_file(home: Path, slice_hours: float) -> Path:
+    """A params file for the fanned drift check: the DAG's task functions read theirs from
+    ``RLOPS_PARAMS``, as on a Celery worker."""
+    import yaml
+
+    from rlops.common.config import deep_merge
+
+    defaults = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = deep_merge(defaults, child_overrides(home, "duckdb", slice_hours))
+    path = home / "params-drift-fanned.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def _warm_worker() -> None:
+    """A worker process as a Celery worker is: its libraries imported before any task."""
+    import duckdb  # noqa: F401
+    import pandas  # noqa: F401
+
+    import rlops.pipeline_steps.drift.fan_out  # noqa: F401
+    import rlops.pipeline_steps.orchestration.tasks  # noqa: F401
+
+
+def _slice_task(conf: dict[str, Any], drift_slice: dict[str, Any]) -> tuple[dict[str, Any] | None, float, float]:
+    import resource
+
+    from rlops.pipeline_steps.orchestration import tasks
+
+    t0 = time.perf_counter()
+    out = tasks.summarise_drift_slice(conf, drift_slice)
+    return out, time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def drift_fanned(home: Path, days: int, slice_hours: float, workers: int) -> dict[str, Any]:
+    """The fanned-out drift check through the DAG's task functions (see the module)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from rlops.pipeline_steps.orchestration import tasks
+
+    os.environ["RLOPS_PARAMS"] = str(fanned_params_file(home, slice_hours))
+    conf = {"scenario": SCENARIO, "run_key": last_run_key(days), "reward_fn": "v1", "dry_run": False}
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_warm_worker) as pool:
+        list(pool.map(time.sleep, [0.5] * workers))  # every worker started and warm before the clock
+        t0, c0 = time.perf_counter(), time.process_time()
+        plan = tasks.plan_drift_slices(conf)
+        planned = time.perf_counter() - t0
+        done = list(pool.map(_slice_task, [conf] * len(plan), plan))
+        mapped = time.perf_counter() - t0 - planned
+        t1 = time.perf_counter()
+        out = tasks.detect_drift(conf, [d[0] for d in done])
+        reduced = time.perf_counter() - t1
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {
+        "seconds": wall,
+        "cpu_s_reduce_process": cpu,
+        "plan_s": planned,
+        "slices_s": mapped,
+        "reduce_s": reduced,
+        "slices": len(plan),
+        "workers": workers,
+        "slice_task_s": [round(d[1], 2) for d in done],
+        "worker_peak_rss_gb": round(max(d[2] for d in done), 2),
+        "drifted_fields": len(out["drifted_fields"]),
+        "drifted": out["drifted_fields"],
+        "summary": out["summary"],
+    }
+
+
+def measure(
+    name: str, engine: str, home: Path, days: int, repeats: int, trace_id: str, fan: tuple[float, int] = (6.0, 2)
+) -> dict[str, Any]:
     """One measurement. The process's library imports (torch, the sandbox, pandas, DuckDB, MLflow,
     scipy, matplotlib) happen before the clock starts: a long-running console or worker has paid
     them already."""
@@ -186,6 +265,8 @@ def measure(name: str, engine: str, home: Path, days: int, repeats: int, trace_i
     import rlops.sandbox.pack  # noqa: F401
     from rlops.pipeline_steps.infra.context import StepContext
 
+    if name == "drift_fanned":
+        return drift_fanned(home, days, *fan)
     params = child_params(home, engine)
     ctx = StepContext.create(SCENARIO, last_run_key(days), params=params)
     if name == "baseline":
@@ -251,6 +332,7 @@ def measure(name: str, engine: str, home: Path, days: int, repeats: int, trace_i
             "seconds": time.perf_counter() - t0,
             "cpu_s": time.process_time() - c0,
             "drifted_fields": len(out["drifted_fields"]),
+            "drifted": out["drifted_fields"],
             "target": out["target_uri"],
             "summary": out["summary"],
         }
@@ -289,6 +371,10 @@ def run_child(
         str(args.repeats),
         "--trace-id",
         args.trace_id,
+        "--slice-hours",
+        str(args.slice_hours),
+        "--workers",
+        str(args.workers),
     ]
     env = {**os.environ, "RLOPS_HOME": str(home), "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
     t0, why = time.perf_counter(), None
@@ -346,6 +432,9 @@ def verdict(duck: dict[str, dict[str, Any]]) -> dict[str, bool]:
         "label_queue_s": ok("label_queue", "seconds", BARS["label_queue_s"]),
     }
     out["peak_rss_gb"] = all(float(r.get("peak_rss_gb", 99)) < BARS["peak_rss_gb"] for r in duck.values())
+    one, fanned = duck.get("drift_day", {}), duck.get("drift_fanned", {})
+    if one.get("finished") or fanned.get("finished"):  # the fan-out changes the wall clock, never a verdict
+        out["drift_fanned_same_verdicts"] = bool(one.get("finished")) and one.get("drifted") == fanned.get("drifted")
     return out
 
 
@@ -365,13 +454,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measures", default=",".join(MEASURES), help=f"comma-separated subset of {','.join(MEASURES)}")
     ap.add_argument("--pandas-timeout", type=float, default=300.0, help="seconds a pandas measurement may take")
     ap.add_argument("--pandas-max-gb", type=float, default=8.0, help="RSS at which a pandas measurement is stopped")
+    ap.add_argument("--slice-hours", type=float, default=6.0, help="drift_fanned: hours of the window per mapped task")
+    ap.add_argument("--workers", type=int, default=2, help="drift_fanned: worker processes running the mapped tasks")
     ap.add_argument("--child", choices=(*MEASURES, "baseline"), help=argparse.SUPPRESS)
     ap.add_argument("--engine", default="duckdb", help=argparse.SUPPRESS)
     ap.add_argument("--trace-id", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(
-            json.dumps(measure(args.child, args.engine, args.home, args.days, args.repeats, args.trace_id), default=str)
+            json.dumps(
+                measure(
+                    args.child,
+                    args.engine,
+                    args.home,
+                    args.days,
+                    args.repeats,
+                    args.trace_id,
+                    (args.slice_hours, args.workers),
+                ),
+                default=str,
+            )
         )
         return 0
     if args.days < 2:
@@ -403,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sandbox baseline (outside the timings): {warm.get('seconds', warm.get('why'))}", flush=True)
         for engine in ("duckdb", *(() if args.no_pandas else ("pandas",))):
             for name in [m for m in MEASURES if m in args.measures.split(",")]:
+                if name == "drift_fanned" and engine != "duckdb":
+                    continue
                 limit = (args.pandas_timeout, args.pandas_max_gb) if engine == "pandas" else (None, None)
                 r = run_child(name, engine, args, home, *limit)
                 results[engine][name] = r

@@ -6,6 +6,10 @@ chi-square per categorical field, effect-size floor) and checks the champion's l
 anomalies. When drift or an anomaly is found it recalibrates the sandbox to live traffic and
 triggers the pack's `retrain_full__<pack>` as an emergency retrain (conf `reason: drift`). The
 drift report (JSON + HTML with histograms) is logged to MLflow.
+
+With `drift.window_hours` and `drift.slice_hours` the window's field counts are taken by one mapped
+`summarise_slice` task per slice of hours (any Celery worker) and added up by `detect_drift`; without
+them `plan_slices` hands one empty slice on and `detect_drift` reads the window itself.
 """
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
@@ -26,10 +30,22 @@ def build(pack: PackDagConfig):
             return tasks.validate_conf(context["params"], context, interval_minutes=60)
 
         @task
-        def detect_drift(conf: dict) -> dict:
+        def plan_slices(conf: dict) -> list[dict]:
             from rlops.pipeline_steps.orchestration import tasks
 
-            return tasks.detect_drift(conf)
+            return tasks.plan_drift_slices(conf)
+
+        @task
+        def summarise_slice(conf: dict, drift_slice: dict) -> dict | None:
+            from rlops.pipeline_steps.orchestration import tasks
+
+            return tasks.summarise_drift_slice(conf, drift_slice)
+
+        @task
+        def detect_drift(conf: dict, slices: list) -> dict:
+            from rlops.pipeline_steps.orchestration import tasks
+
+            return tasks.detect_drift(conf, slices)
 
         @task.short_circuit
         def needs_retrain(drift: dict) -> bool:
@@ -42,7 +58,8 @@ def build(pack: PackDagConfig):
             return tasks.recalibrate(conf, drift)
 
         conf = validate_conf()
-        drift = detect_drift(conf)
+        slices = summarise_slice.partial(conf=conf).expand(drift_slice=plan_slices(conf))
+        drift = detect_drift(conf, slices)
         calibrated = recalibrate(conf, drift)
         emergency = TriggerDagRunOperator(
             task_id="trigger_emergency_retrain",

@@ -124,6 +124,13 @@ class DriftParams(Block):
         "the run key's hour partition, N = the N hours ending "
         "with the run key",
     )
+    slice_hours: float | None = Field(
+        None,
+        gt=0,
+        description="with window_hours: the drift_monitor DAG summarises the window in one mapped task per "
+        "slice of this many hours (on any Celery worker) and reduces their counts, with the verdicts of one "
+        "task; null: one task reads the window whole",
+    )
     outcome_enabled: bool = Field(
         True, description="outcome drift: live rewards against the calibrated sandbox's prediction for the same states"
     )

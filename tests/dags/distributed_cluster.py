@@ -226,11 +226,12 @@ class AirflowCluster:
         finally:
             log.close()
 
-    def start_worker(self, queue: str) -> str:
-        """A Celery worker serving ``queue`` as node ``<queue>-worker@<host>``; the node name."""
-        node = f"{queue}-worker@{socket.gethostname()}"
+    def start_worker(self, queue: str, name: str = "") -> str:
+        """A Celery worker serving ``queue`` as node ``<queue>-worker<name>@<host>`` (its log
+        ``worker-<queue><name>``); the node name."""
+        node = f"{queue}-worker{name}@{socket.gethostname()}"
         self.start(
-            f"worker-{queue}",
+            f"worker-{queue}{name}",
             "celery",
             "worker",
             "--queues",
@@ -326,11 +327,17 @@ class AirflowCluster:
 
         self._wait(parsed, timeout, f"DAG {dag_id} to be parsed")
 
-    def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
+    def trigger(self, dag_id: str, conf: dict[str, Any], logical_date: str | None = None) -> str:
         """Unpause ``dag_id`` and create one manual run with ``conf``; the run id."""
         self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
-        run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
+        run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": logical_date, "conf": conf})
         return str(run["dag_run_id"])
+
+    def mapped_instances(self, dag_id: str, run_id: str, task_id: str) -> list[dict[str, Any]]:
+        """The mapped instances of ``task_id`` in the run, by map index."""
+        rid = urllib.request.quote(run_id, safe="")
+        out = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{rid}/taskInstances/{task_id}/listMapped")
+        return sorted(out["task_instances"], key=lambda ti: int(ti["map_index"]))
 
     def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
         rid = urllib.request.quote(run_id, safe="")

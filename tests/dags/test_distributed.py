@@ -39,9 +39,9 @@ TINY: dict[str, Any] = {
 RUN_TIMEOUT_S = 480
 
 
-def _project_env(root: Path, tracking_uri: str) -> dict[str, str]:
+def _project_env(root: Path, tracking_uri: str, extra: dict[str, Any] | None = None) -> dict[str, str]:
     """rlops settings for every cluster process: its own params file, storage, MLflow, queue DB."""
-    params = deep_merge(yaml.safe_load((REPO_ROOT / "params.yaml").read_text()), TINY)
+    params = deep_merge(deep_merge(yaml.safe_load((REPO_ROOT / "params.yaml").read_text()), TINY), extra or {})
     root.mkdir(parents=True, exist_ok=True)
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     return {
@@ -113,3 +113,81 @@ def test_retrain_on_celery_workers(tmp_path: Path, tmp_tracking: str) -> None:
         strays = cluster.close()
         if strays:
             print(f"killed processes that had left their groups: {strays}")
+
+
+DRIFT_DAG_ID = "drift_monitor__credit_approval"
+# A 4-hour window summarised one hour per mapped task; the run at 08:00 owns [07:00, 08:00).
+DRIFT = {"drift": {"window_hours": 4, "slice_hours": 1, "baseline_episodes": 200}}
+DRIFT_KEY, DRIFT_LOGICAL_DATE = "20261130T0700", "2026-11-30T08:00:00Z"
+
+
+def _write_live_window(hours: int) -> None:
+    """The rule engine's traffic (what the sandbox baseline serves: no drift) in each hour of the window."""
+    from datetime import UTC, datetime, timedelta
+
+    from rlops.pipeline_steps.drift.check import comparable_rows
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.trace_store import join_uri, partition_path
+    from rlops.sandbox.pack import load_pack
+    from rlops.sandbox.policies import rule_policy
+    from rlops.sandbox.traces import rollout_traces
+
+    ctx = StepContext.create("credit_approval", DRIFT_KEY)
+    pack = load_pack(REPO_ROOT / "scenarios" / "credit_approval", check_liveness=False)
+    for h in range(hours):
+        t = ctx.key.end - timedelta(hours=hours - h)
+        live = comparable_rows(pack, rollout_traces(pack, rule_policy, 100, seed=100 + h, episode_prefix=f"live-{h}"))
+        live["ts"] = datetime(t.year, t.month, t.day, t.hour, 5, tzinfo=UTC).isoformat()
+        part = partition_path(scenario=ctx.scenario, date=f"{t:%Y-%m-%d}", hour=t.hour)
+        ctx.storage.write_parquet(join_uri(ctx.traces.trace_uri, part, "part-0.parquet"), live)
+
+
+def test_a_drift_window_fans_out_over_celery_workers(
+    tmp_path: Path, tmp_tracking: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``drift.slice_hours``: one mapped ``summarise_slice`` task per hour of the window, taken by
+    two workers of the default queue; the reduce reports what one task reading the window does."""
+    reason = services_unavailable()
+    if reason:
+        pytest.skip(reason)
+    pytest.importorskip("airflow.providers.celery", reason="apache-airflow-providers-celery is not installed")
+
+    env = _project_env(tmp_path / "rlops", tmp_tracking, DRIFT)
+    for var in ("RLOPS_PARAMS", "RLOPS_HOME", "RLOPS_STORAGE_ROOT", "RLOPS_QUEUE_DB"):
+        monkeypatch.setenv(var, env[var])
+    _write_live_window(4)
+    cluster = AirflowCluster(home=tmp_path / "airflow", repo=REPO_ROOT, project_env=env)
+    try:
+        cluster.prepare()
+        cluster.start_services()
+        nodes = {cluster.start_worker("default", "-a"), cluster.start_worker("default", "-b")}
+        cluster.wait_for_api()
+        cluster.wait_for_dag(DRIFT_DAG_ID)
+        conf = {"scenario": "credit_approval", "reward_fn": "v1", "dry_run": False}
+        run_id = cluster.trigger(DRIFT_DAG_ID, conf, logical_date=DRIFT_LOGICAL_DATE)
+        state = cluster.wait_for_run(DRIFT_DAG_ID, run_id, timeout=RUN_TIMEOUT_S)
+        if state != "success":
+            print(cluster.task_logs(DRIFT_DAG_ID), cluster.process_logs(), sep="\n")
+        assert state == "success", cluster.task_instances(DRIFT_DAG_ID, run_id)
+
+        mapped = cluster.mapped_instances(DRIFT_DAG_ID, run_id, "summarise_slice")
+        placement = [(ti["map_index"], ti["state"], ti["hostname"]) for ti in mapped]
+        print(f"summarise_slice placement: {placement}")
+        assert [ti["map_index"] for ti in mapped] == [0, 1, 2, 3], placement
+        assert all(ti["state"] == "success" and ti["hostname"] in nodes for ti in mapped), placement
+        fanned = cluster.xcom(DRIFT_DAG_ID, run_id, "detect_drift")
+    except ClusterError:
+        print(cluster.task_logs(DRIFT_DAG_ID))
+        raise
+    finally:
+        strays = cluster.close()
+        if strays:
+            print(f"killed processes that had left their groups: {strays}")
+
+    from rlops.pipeline_steps.drift.check import drift_check
+    from rlops.pipeline_steps.infra.context import StepContext
+
+    one = drift_check(StepContext.create("credit_approval", DRIFT_KEY))  # the window read whole, here
+    assert fanned["run_key"] == DRIFT_KEY
+    for key in ("drifted_fields", "live_mean_return", "policy_version", "retrain", "summary"):
+        assert fanned[key] == one[key], key

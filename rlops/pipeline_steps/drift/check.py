@@ -135,6 +135,11 @@ def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -
     return df, version
 
 
+def baseline_uri(ctx: StepContext) -> str:
+    """Where the run key's sandbox baseline is written (the drift report reads it there)."""
+    return ctx.uri("sandbox_traces", ctx.scenario, f"{ctx.run_key}.parquet")
+
+
 def long_window(ctx: StepContext, cfg: DriftParams) -> tuple[str, str, tuple[Any, Any], int] | None:
     """``(description, uri, window, rows)`` of the ``drift.window_hours`` window (None without one)."""
     hours = cfg.window_hours
@@ -175,15 +180,25 @@ def summarised_target(
         cfg.cluster,
         count_units=(lambda gaps: units_in_sql(reader, uri, window, cfg.cluster, gaps, columns)) if in_sql else None,
     )
-    outcome_rows = (
-        reader.sample_episodes(uri, cfg.outcome_max_rows, window, columns, total=rows)[0]
-        if cfg.outcome_enabled
-        else pd.DataFrame()
-    )
-    return summary, outcome_rows
+    return summary, outcome_rows(ctx, cfg, uri, window, rows)
 
 
-def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]:
+def outcome_rows(ctx: StepContext, cfg: DriftParams, uri: str, window: tuple[Any, Any], rows: int) -> Any:
+    """The long window's rows outcome drift reads: all of them up to ``drift.outcome_max_rows``,
+    else whole episodes drawn by the stable hash of their id leaving about that many."""
+    import pandas as pd
+
+    if not cfg.outcome_enabled:
+        return pd.DataFrame()
+    reader = ctx.traces.reader
+    columns = drift_columns(reader.columns(uri), cfg)
+    return reader.sample_episodes(uri, cfg.outcome_max_rows, window, columns, total=rows)[0]
+
+
+def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any] | None = None) -> dict[str, Any]:
+    """The drift check of the run key (see the module). ``slices``: a fanned-out check's slices
+    (:func:`rlops.pipeline_steps.drift.fan_out.summarise_slice`), counted against the baseline the
+    plan froze."""
     from rlops.pipeline_steps.drift.report import run_drift
     from rlops.sandbox.profiles import default_profile
 
@@ -205,12 +220,22 @@ def drift_check(ctx: StepContext, episodes: int | None = None) -> dict[str, Any]
         }
     pack = ctx.load_pack()  # with the latest calibration: the sandbox as it stands now
     profile = default_profile(pack, "sandbox")
-    baseline_df, version = sandbox_baseline(ctx, pack, profile, int(episodes or cfg.baseline_episodes))
     summary = None
-    if long is not None:
+    fanned = [s for s in slices or [] if s] if long is not None else []
+    if fanned:
+        from rlops.pipeline_steps.drift.fan_out import merge_slices
+
+        assert long is not None
+        baseline_df = ctx.storage.read_parquet(fanned[0]["baseline_uri"])
+        version = str(baseline_df["policy_version"].iloc[0]) if len(baseline_df) else "rules"
+        summary = merge_slices(ctx, fanned, baseline_df, long[1], long[2], long[3])
+        live = outcome_rows(ctx, cfg, long[1], long[2], long[3])
+    else:
+        baseline_df, version = sandbox_baseline(ctx, pack, profile, int(episodes or cfg.baseline_episodes))
+    if long is not None and summary is None:
         summary, live = summarised_target(ctx, cfg, long[1], long[2], long[3], baseline_df)
-    baseline = ctx.uri("sandbox_traces", ctx.scenario, f"{ctx.run_key}.parquet")
-    if not ctx.dry_run:
+    baseline = baseline_uri(ctx)
+    if not ctx.dry_run and not fanned:
         ctx.storage.write_parquet(baseline, baseline_df)
     fit_n = ((pack.calibration or {}).get("fit") or {}).get("episodes")
     result = (

@@ -183,6 +183,69 @@ def units_in_sql(
     return UnitSummary(units, got["r"].to_numpy(dtype=np.float64)[keyed])
 
 
+@dataclass
+class FramePass:
+    """What one streamed pass over some of a window's frames kept (:func:`scan_frames`)."""
+
+    fields: dict[str, TargetField]
+    rows: int
+    plots: list[pd.DataFrame]
+    units: _Codes
+    episodes: _Codes
+    rewards: list[np.ndarray]
+
+
+def scan_frames(
+    frames: Iterable[pd.DataFrame],
+    baseline: pd.DataFrame,
+    fields: Sequence[str],
+    every: int,
+    unit: str | None,
+    carry_units: bool,
+    offset: int = 0,
+) -> FramePass:
+    """One pass over ``frames``: each field's counts against ``baseline``, every ``every``-th row for
+    the histograms (``offset``: rows of the window before the first frame, so that consecutive
+    slices of a window sample the rows one pass over all of it would), and with ``carry_units`` each
+    row's unit, episode and reward."""
+    acc = {f: TargetField() for f in fields}
+    units, episodes = _Codes(), _Codes()
+    rewards: list[np.ndarray] = []
+    plots: list[pd.DataFrame] = []
+    rows = 0
+    for df in frames:
+        if df.empty:
+            continue
+        at, rows = offset + rows, rows + len(df)
+        plots.append(df[[f for f in fields if f in df.columns]].iloc[(-at) % every :: every])
+        if carry_units and unit and unit in df.columns and unit != "episode_id":
+            units.add(df[unit])
+        if carry_units and "episode_id" in df.columns:
+            episodes.add(df["episode_id"])
+            reward = df["reward_total"] if "reward_total" in df.columns else pd.Series(np.nan, index=df.index)
+            rewards.append(pd.to_numeric(reward, errors="coerce").to_numpy(np.float64, na_value=np.nan))
+        for name, a in acc.items():
+            if name in df.columns:
+                _add(a, name, df[name], baseline)
+    return FramePass(acc, rows, plots, units, episodes, rewards)
+
+
+def plot_every(total: int, plot_rows: int = PLOT_ROWS) -> int:
+    """The histograms of a window of ``total`` rows are drawn from every this-many-th row."""
+    return max(1, math.ceil(total / max(plot_rows, 1)))
+
+
+def with_units(
+    acc: dict[str, TargetField], rows: int, counted: UnitSummary, plots: list[pd.DataFrame], every: int
+) -> WindowSummary:
+    """The summary of a window whose units and returns the query engine counted."""
+    clustered = bool(counted.units)
+    for name, a in acc.items():
+        key = name if a.kind == "numeric" else ""
+        a.has, a.units = [], (counted.units.get(key, counted.units[""]) if clustered else None)
+    return WindowSummary(rows, acc, clustered, counted.episode_returns, _plots(plots), every)
+
+
 def summarise_window(
     frames: Iterable[pd.DataFrame],
     baseline: pd.DataFrame,
@@ -197,39 +260,18 @@ def summarise_window(
     (those two from ``count_units`` when the query engine counts them: the frames then need neither
     the unit, the episode nor the reward column; it is asked for the numeric fields with missing
     values, the others' units being those of every row)."""
-    acc = {f: TargetField() for f in fields}
-    every = max(1, math.ceil(total / max(plot_rows, 1)))
-    units, episodes = _Codes(), _Codes()
-    rewards: list[np.ndarray] = []
-    plots: list[pd.DataFrame] = []
-    rows = 0
-    for df in frames:
-        if df.empty:
-            continue
-        offset, rows = rows, rows + len(df)
-        plots.append(df[[f for f in fields if f in df.columns]].iloc[(-offset) % every :: every])
-        if count_units is None and unit and unit in df.columns and unit != "episode_id":
-            units.add(df[unit])
-        if count_units is None and "episode_id" in df.columns:
-            episodes.add(df["episode_id"])
-            reward = df["reward_total"] if "reward_total" in df.columns else pd.Series(np.nan, index=df.index)
-            rewards.append(pd.to_numeric(reward, errors="coerce").to_numpy(np.float64, na_value=np.nan))
-        for name, a in acc.items():
-            if name in df.columns:
-                _add(a, name, df[name], baseline)
+    every = plot_every(total, plot_rows)
+    scan = scan_frames(frames, baseline, fields, every, unit, carry_units=count_units is None)
+    acc, rows = scan.fields, scan.rows
     if count_units is not None:
-        counted = count_units([f for f, a in acc.items() if a.kind == "numeric" and a.n < rows])
-        clustered = bool(counted.units)
-        for name, a in acc.items():
-            key = name if a.kind == "numeric" else ""
-            a.has, a.units = [], (counted.units.get(key, counted.units[""]) if clustered else None)
-        return WindowSummary(rows, acc, clustered, counted.episode_returns, _plots(plots), every)
-    ep_codes, n_eps = episodes.codes()
+        counted = count_units(numeric_gaps(acc, rows))
+        return with_units(acc, rows, counted, scan.plots, every)
+    ep_codes, n_eps = scan.episodes.codes()
     if unit == "episode_id":  # the usual unit: one encoding serves both
-        unit_codes = ep_codes if episodes.arrays else None
+        unit_codes = ep_codes if scan.episodes.arrays else None
     else:
-        unit_codes = units.codes()[0] if units.arrays else None
-    reward = np.nan_to_num(np.concatenate(rewards)) if rewards else np.zeros(0)
+        unit_codes = scan.units.codes()[0] if scan.units.arrays else None
+    reward = np.nan_to_num(np.concatenate(scan.rewards)) if scan.rewards else np.zeros(0)
     keep = ep_codes >= 0
     returns = np.bincount(ep_codes[keep], weights=reward[keep], minlength=n_eps) if n_eps else np.zeros(0)
     if unit_codes is not None:
@@ -237,7 +279,12 @@ def summarise_window(
         for a in acc.values():
             has = np.concatenate(a.has) if a.kind == "numeric" and a.has else np.ones(rows, dtype=bool)
             a.has, a.units = [], _units(has, unit_codes, every_row)
-    return WindowSummary(rows, acc, unit_codes is not None, returns, _plots(plots), every)
+    return WindowSummary(rows, acc, unit_codes is not None, returns, _plots(scan.plots), every)
+
+
+def numeric_gaps(acc: dict[str, TargetField], rows: int) -> list[str]:
+    """The numeric fields with missing values (their units are not those of every row)."""
+    return [f for f, a in acc.items() if a.kind == "numeric" and a.n < rows]
 
 
 def _plots(plots: list[pd.DataFrame]) -> pd.DataFrame:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from rlops.common.errors import UserError
@@ -165,10 +165,26 @@ def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @no_retry_on_user_error
-def detect_drift(conf: Mapping[str, Any]) -> dict[str, Any]:
+def plan_drift_slices(conf: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The drift window's slices for the mapped ``summarise_slice`` tasks (one empty one when the
+    check is not fanned out: ``drift.slice_hours``)."""
+    from rlops.pipeline_steps.drift.fan_out import plan_slices
+
+    return plan_slices(_ctx(conf))
+
+
+@no_retry_on_user_error
+def summarise_drift_slice(conf: Mapping[str, Any], drift_slice: Mapping[str, Any]) -> dict[str, Any] | None:
+    from rlops.pipeline_steps.drift.fan_out import summarise_slice
+
+    return summarise_slice(_ctx(conf), dict(drift_slice))
+
+
+@no_retry_on_user_error
+def detect_drift(conf: Mapping[str, Any], slices: Sequence[Any] | None = None) -> dict[str, Any]:
     from rlops.pipeline_steps.drift.check import drift_check
 
-    return drift_check(_ctx(conf))
+    return drift_check(_ctx(conf), slices=list(slices or []))
 
 
 @no_retry_on_user_error

@@ -1,0 +1,259 @@
+"""A long drift window fanned out: one Airflow mapped task per slice of hours, reduced afterwards.
+
+A day of a busy pack is millions of rows, and the field tests' pass over them
+(:func:`rlops.pipeline_steps.drift.window.scan_frames`) is most of a day's drift check. Its results
+add up across rows: per numeric field the target's counts at the baseline's values, per categorical
+field the category counts. With ``drift.slice_hours`` the drift monitor DAG therefore
+
+1. plans (:func:`plan_slices`): rolls out or reads back the sandbox baseline once, writes it under
+   the run key, and cuts the ``drift.window_hours`` window into slices of that many hours, each
+   with its row count and its offset in the window;
+2. summarises each slice in its own mapped task (:func:`summarise_slice`), on any Celery worker:
+   reads the baseline and only the slice's hour partitions, writes the slice's counts and
+   histogram rows under ``drift_slices/<scenario>/<run_key>/`` and hands back their URI;
+3. reduces (:func:`merge_slices`, in the drift check): adds the counts up, lets DuckDB count the
+   units and episode returns over the whole window as the one-task check does, and tests — the same
+   fields, statistics, p-values and verdicts as one task reading the window whole (the tests
+   compare the two).
+
+Without ``drift.slice_hours`` (or with the pandas engine, in a dry run, or with no
+``drift.window_hours``) the plan is one empty slice and the drift check reads its window whole.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from rlops.common.errors import UserError
+from rlops.pipeline_steps.infra.context import StepContext
+
+if TYPE_CHECKING:
+    from rlops.pipeline_steps.drift.window import TargetField, WindowSummary
+
+SLICE_DIR = "drift_slices"
+
+
+class SliceError(UserError):
+    """A slice handed to a mapped task or back to the reduce that cannot be used."""
+
+
+@dataclass(frozen=True)
+class WindowSlice:
+    """One mapped task's part of a drift window (XCom carries it as a small dict)."""
+
+    index: int
+    """Position in the window, from 0."""
+    start: str
+    """ISO start of the slice (inclusive, UTC)."""
+    end: str
+    """ISO end of the slice (exclusive)."""
+    offset: int
+    """Rows of the window before this slice (the histogram sample continues across slices)."""
+    rows: int
+    """Rows in the slice."""
+    every: int
+    """The histograms are drawn from every ``every``-th row of the whole window."""
+    baseline_uri: str
+    """The sandbox baseline every slice is counted against (written once, by the plan)."""
+
+    @classmethod
+    def parse(cls, obj: Any) -> WindowSlice:
+        names = set(cls.__dataclass_fields__)
+        if not isinstance(obj, dict) or set(obj) != names:
+            got = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+            raise SliceError(f"drift slice: expected a mapping with keys {sorted(names)}, got {got}")
+        try:
+            sl = cls(**obj)
+            window = (datetime.fromisoformat(sl.start), datetime.fromisoformat(sl.end))
+        except (TypeError, ValueError) as exc:
+            raise SliceError(f"drift slice {obj!r}: {exc}") from exc
+        if window[0] >= window[1] or min(sl.index, sl.offset, sl.rows) < 0 or sl.every < 1:
+            raise SliceError(f"drift slice {obj!r}: expected start < end, counts >= 0 and every >= 1")
+        return sl
+
+    @property
+    def window(self) -> tuple[datetime, datetime]:
+        return datetime.fromisoformat(self.start), datetime.fromisoformat(self.end)
+
+
+def slice_bounds(window: tuple[datetime, datetime], hours: float) -> list[tuple[datetime, datetime]]:
+    """``window`` cut into consecutive slices of ``hours`` (the last one shorter when it must)."""
+    start, end = window
+    step = timedelta(hours=hours)
+    out = []
+    while start < end:
+        out.append((start, min(start + step, end)))
+        start += step
+    return out
+
+
+def fans_out(ctx: StepContext) -> bool:
+    """Whether this drift check is fanned out (see the module)."""
+    cfg = ctx.config.drift
+    return bool(cfg.window_hours and cfg.slice_hours and not ctx.dry_run and ctx.traces.reader.engine == "duckdb")
+
+
+def plan_slices(ctx: StepContext) -> list[dict[str, Any]]:
+    """The slices of the run key's window (as :class:`WindowSlice` dicts); one empty slice when the
+    check is not fanned out or the window has no rows (its drift check then reads the window)."""
+    from rlops.pipeline_steps.drift.check import baseline_uri, long_window, sandbox_baseline
+    from rlops.pipeline_steps.drift.window import plot_every
+    from rlops.sandbox.profiles import default_profile
+
+    cfg = ctx.config.drift
+    long = long_window(ctx, cfg) if fans_out(ctx) else None
+    if long is None or long[3] == 0:
+        return [{}]
+    _, uri, window, total = long
+    pack = ctx.load_pack()
+    baseline, _ = sandbox_baseline(ctx, pack, default_profile(pack, "sandbox"), cfg.baseline_episodes)
+    frozen = ctx.storage.write_parquet(baseline_uri(ctx), baseline)
+    reader, every = ctx.traces.reader, plot_every(total)
+    slices, offset = [], 0
+    for i, (start, end) in enumerate(slice_bounds(window, float(cfg.slice_hours or 0))):
+        rows = reader.count(uri, (start, end))
+        sl = WindowSlice(i, start.isoformat(), end.isoformat(), offset, rows, every, frozen)
+        slices.append(asdict(sl))
+        offset += rows
+    return slices
+
+
+def slice_uri(ctx: StepContext, index: int, suffix: str) -> str:
+    return ctx.uri(SLICE_DIR, ctx.scenario, ctx.run_key, f"{index:04d}{suffix}")
+
+
+def summarise_slice(ctx: StepContext, obj: Any) -> dict[str, Any] | None:
+    """A mapped task's work: the field counts of one slice, written under the run key; ``None`` for
+    the plan's empty slice."""
+    from rlops.pipeline_steps.drift.check import drift_columns
+    from rlops.pipeline_steps.drift.stats import default_fields
+    from rlops.pipeline_steps.drift.window import BATCH_ROWS, scan_frames
+    from rlops.pipeline_steps.infra.prefetch import prefetched
+
+    if obj == {}:
+        return None
+    sl = WindowSlice.parse(obj)
+    cfg = ctx.config.drift
+    baseline = ctx.storage.read_parquet(sl.baseline_uri)
+    reader, uri = ctx.traces.reader, ctx.traces.scenario_uri(ctx.scenario)
+    columns = drift_columns(reader.columns(uri), cfg)
+    fields = cfg.fields if cfg.fields is not None else default_fields(baseline, pd.DataFrame(columns=columns))
+    frames = reader.batches(uri, sl.window, [c for c in columns if c in fields], batch_rows=BATCH_ROWS)
+    scan = scan_frames(prefetched(frames), baseline, fields, sl.every, cfg.cluster, False, sl.offset)
+    if scan.rows != sl.rows:
+        raise SliceError(
+            f"drift slice {sl.index} [{sl.start}, {sl.end}): the plan counted {sl.rows} rows, the pass read "
+            f"{scan.rows}; rows landed in the window after the plan — run the drift check again"
+        )
+    counts = _to_npz(scan.fields, scan.rows)
+    written = ctx.storage.write_bytes(slice_uri(ctx, sl.index, ".npz"), counts)
+    plots = pd.concat(scan.plots, ignore_index=True) if scan.plots else pd.DataFrame()
+    ctx.storage.write_parquet(slice_uri(ctx, sl.index, ".plots.parquet"), plots)
+    return {"index": sl.index, "uri": written, "rows": scan.rows, "baseline_uri": sl.baseline_uri}
+
+
+def _to_npz(acc: dict[str, TargetField], rows: int) -> bytes:
+    meta: dict[str, Any] = {"rows": rows, "fields": []}
+    arrays: dict[str, np.ndarray] = {}
+    for i, (name, a) in enumerate(acc.items()):
+        entry: dict[str, Any] = {"name": name, "kind": a.kind, "n": a.n, "dtype": str(getattr(a.cuts, "dtype", ""))}
+        if a.kind == "numeric" and a.below is not None and a.equal is not None:
+            arrays[f"below_{i}"], arrays[f"equal_{i}"] = a.below, a.equal
+        elif a.kind == "categorical" and a.counts is not None:
+            entry["categories"] = [str(k) for k in a.counts.index]
+            arrays[f"counts_{i}"] = a.counts.to_numpy(dtype=np.int64)
+        meta["fields"].append(entry)
+    buf = io.BytesIO()
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub types the keywords as allow_pickle
+    return buf.getvalue()
+
+
+def _read_npz(data: bytes, where: str) -> tuple[int, list[tuple[str, str, int, str, Any]]]:
+    """``(rows, [(field, kind, n, dtype of the cuts, counts)])`` of one slice's file; counts are ``(below, equal)`` or a
+    category Series."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            out = []
+            for i, f in enumerate(meta["fields"]):
+                if f["kind"] == "numeric" and f"below_{i}" in z:
+                    counts: Any = (z[f"below_{i}"], z[f"equal_{i}"])
+                elif f["kind"] == "categorical" and f"counts_{i}" in z:
+                    counts = pd.Series(z[f"counts_{i}"], index=list(f["categories"]), dtype=np.int64)
+                else:
+                    counts = None
+                out.append((str(f["name"]), str(f["kind"]), int(f["n"]), str(f["dtype"]), counts))
+            return int(meta["rows"]), out
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SliceError(f"drift slice file {where}: not a slice summary this version wrote ({exc})") from exc
+
+
+def merge_slices(
+    ctx: StepContext,
+    results: list[dict[str, Any]],
+    baseline: pd.DataFrame,
+    uri: str,
+    window: tuple[Any, Any],
+    total: int,
+) -> WindowSummary:
+    """The window's :class:`WindowSummary` from its slices' files (in window order), its units and
+    episode returns counted by DuckDB over the whole window, as the one-task check counts them."""
+    from rlops.pipeline_steps.drift.check import drift_columns
+    from rlops.pipeline_steps.drift.window import TargetField, numeric_gaps, plot_every, units_in_sql, with_units
+
+    cfg = ctx.config.drift
+    ordered = sorted(results, key=lambda r: int(r["index"]))
+    if [int(r["index"]) for r in ordered] != list(range(len(ordered))):
+        raise SliceError(f"drift slices: expected indexes 0..{len(ordered) - 1}, got {[r['index'] for r in ordered]}")
+    acc: dict[str, TargetField] = {}
+    rows, plots = 0, []
+    for r in ordered:
+        n, fields = _read_npz(ctx.storage.read_bytes(r["uri"]), r["uri"])
+        rows += n
+        for name, kind, count, dtype, counts in fields:
+            a = acc.setdefault(name, TargetField())
+            _merge(a, name, kind, count, dtype, counts, baseline)
+        plots.append(ctx.storage.read_parquet(slice_uri(ctx, int(r["index"]), ".plots.parquet")))
+    if rows != total:
+        raise SliceError(
+            f"drift slices: the slices counted {rows} rows, the window {uri} now holds {total}; rows landed in "
+            "the window after the plan — run the drift check again"
+        )
+    reader = ctx.traces.reader
+    columns = drift_columns(reader.columns(uri), cfg)
+    counted = units_in_sql(reader, uri, window, cfg.cluster, numeric_gaps(acc, rows), columns)
+    return with_units(acc, rows, counted, plots, plot_every(rows))
+
+
+def _merge(a: TargetField, name: str, kind: str, n: int, dtype: str, counts: Any, baseline: pd.DataFrame) -> None:
+    """Add one slice's counts of a field to the window's (kinds that disagree make it ``mixed``,
+    as frames that disagree do in one pass)."""
+    from rlops.pipeline_steps.drift.window import _add
+
+    if not kind:
+        return
+    if a.kind and a.kind != kind:
+        a.kind = "mixed"
+    a.kind = a.kind or kind
+    if a.kind != kind:
+        return
+    if kind == "numeric":
+        if a.cuts is None:  # the baseline's cuts, as the one pass takes them from its first frame
+            _add(a, name, pd.Series(np.zeros(0, dtype=dtype)), baseline)
+        assert a.below is not None and a.equal is not None and a.cuts is not None
+        below, equal = counts
+        if below.shape != a.below.shape or equal.shape != a.equal.shape:
+            raise SliceError(f"drift slices: field {name!r} was counted against another baseline")
+        a.below += below
+        a.equal += equal
+        a.n += n
+    elif kind == "categorical":
+        a.counts = counts if a.counts is None else a.counts.add(counts, fill_value=0).astype(np.int64)
