@@ -21,11 +21,13 @@
    * ``drift_day``: the drift monitor's step over the last day's window (``drift.window_hours: 24``)
      against the sandbox baseline (rolled out once beforehand, outside the timings);
    * ``label_queue``: ``rlops labels run`` over its configured window (24 hours);
-   * ``drift_fanned`` (DuckDB only): the same day's drift check fanned out as the drift_monitor DAG
-     does with ``drift.slice_hours`` (``--slice-hours``, 6 by default): the plan, then one
-     ``summarise_slice`` task per slice run by ``--workers`` warm worker processes (2 by default, as
-     Celery workers would; here on the same machine), then ``detect_drift`` reducing their counts —
-     the same task functions the DAG calls. Its verdicts are compared with ``drift_day``'s.
+   * ``drift_fanned`` (DuckDB only): the drift check over the last ``--fan-hours`` hours (24 by
+     default: the same day) fanned out as the drift_monitor DAG does with ``drift.slice_hours``
+     (``--slice-hours``, 6 by default): the plan, then one ``summarise_slice`` task per slice run by
+     ``--workers`` warm worker processes (2 by default, as Celery workers would; here on the same
+     machine), then ``detect_drift`` reducing their counts — the same task functions the DAG calls.
+     Its verdicts are compared with one task's over the same window (``drift_day``, or with another
+     ``--fan-hours`` the ``drift_window`` measurement, run just before it).
 
    A pandas child past ``--pandas-timeout`` seconds or ``--pandas-max-gb`` of RSS is stopped and
    reported as not finished. Bars: replay < 1 s, console first load < 5 s, page p95 < 300 ms, a
@@ -162,22 +164,24 @@ def last_run_key(days: int) -> str:
 
 
 # --------------------------------------------------------------------------- measurements (child side)
-def child_overrides(home: Path, engine: str, slice_hours: float | None = None) -> dict[str, Any]:
+def child_overrides(
+    home: Path, engine: str, slice_hours: float | None = None, window_hours: float = 24
+) -> dict[str, Any]:
     return {
         "capture": {"trace_dir": STORE_DIR},
         "trace_store": {"engine": engine},
-        "drift": {"window_hours": 24, "slice_hours": slice_hours},
+        "drift": {"window_hours": window_hours, "slice_hours": slice_hours},
         "label_queue": {"db_url": f"sqlite:///{home}/rlops-data/queue-{engine}.db"},
     }
 
 
-def child_params(home: Path, engine: str) -> dict[str, Any]:
+def child_params(home: Path, engine: str, window_hours: float = 24) -> dict[str, Any]:
     from rlops.common.config import load_params
 
-    return load_params(overrides=child_overrides(home, engine))
+    return load_params(overrides=child_overrides(home, engine, window_hours=window_hours))
 
 
-def fanned_params_file(home: Path, slice_hours: float) -> Path:
+def fanned_params_file(home: Path, slice_hours: float, window_hours: float) -> Path:
     """A params file for the fanned drift check: the DAG's task functions read theirs from
     ``RLOPS_PARAMS``, as on a Celery worker."""
     import yaml
@@ -185,19 +189,30 @@ def fanned_params_file(home: Path, slice_hours: float) -> Path:
     from rlops.common.config import deep_merge
 
     defaults = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params = deep_merge(defaults, child_overrides(home, "duckdb", slice_hours))
+    params = deep_merge(defaults, child_overrides(home, "duckdb", slice_hours, window_hours))
     path = home / "params-drift-fanned.yaml"
     path.write_text(yaml.safe_dump(params))
     return path
 
 
 def _warm_worker() -> None:
-    """A worker process as a Celery worker is: its libraries imported before any task."""
+    """A worker process as a Celery worker that has run tasks before is: its libraries imported,
+    the store's layout read once."""
     import duckdb  # noqa: F401
     import pandas  # noqa: F401
+    import pyarrow.compute  # noqa: F401
+    import pyarrow.dataset  # noqa: F401
 
+    import rlops.pipeline_steps.drift.check  # noqa: F401
     import rlops.pipeline_steps.drift.fan_out  # noqa: F401
+    import rlops.pipeline_steps.drift.stats  # noqa: F401
+    import rlops.pipeline_steps.drift.window  # noqa: F401
+    import rlops.pipeline_steps.infra.prefetch  # noqa: F401
     import rlops.pipeline_steps.orchestration.tasks  # noqa: F401
+    from rlops.pipeline_steps.infra.context import StepContext
+
+    ctx = StepContext.create(SCENARIO, START.strftime("%Y%m%dT%H%M"))
+    ctx.traces.reader.columns(ctx.traces.scenario_uri(SCENARIO))
 
 
 def _slice_task(conf: dict[str, Any], drift_slice: dict[str, Any]) -> tuple[dict[str, Any] | None, float, float]:
@@ -210,14 +225,14 @@ def _slice_task(conf: dict[str, Any], drift_slice: dict[str, Any]) -> tuple[dict
     return out, time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def drift_fanned(home: Path, days: int, slice_hours: float, workers: int) -> dict[str, Any]:
+def drift_fanned(home: Path, days: int, slice_hours: float, workers: int, window_hours: float) -> dict[str, Any]:
     """The fanned-out drift check through the DAG's task functions (see the module)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     from rlops.pipeline_steps.orchestration import tasks
 
-    os.environ["RLOPS_PARAMS"] = str(fanned_params_file(home, slice_hours))
+    os.environ["RLOPS_PARAMS"] = str(fanned_params_file(home, slice_hours, window_hours))
     conf = {"scenario": SCENARIO, "run_key": last_run_key(days), "reward_fn": "v1", "dry_run": False}
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_warm_worker) as pool:
@@ -237,6 +252,7 @@ def drift_fanned(home: Path, days: int, slice_hours: float, workers: int) -> dic
         "plan_s": planned,
         "slices_s": mapped,
         "reduce_s": reduced,
+        "window_hours": window_hours,
         "slices": len(plan),
         "workers": workers,
         "slice_task_s": [round(d[1], 2) for d in done],
@@ -248,7 +264,13 @@ def drift_fanned(home: Path, days: int, slice_hours: float, workers: int) -> dic
 
 
 def measure(
-    name: str, engine: str, home: Path, days: int, repeats: int, trace_id: str, fan: tuple[float, int] = (6.0, 2)
+    name: str,
+    engine: str,
+    home: Path,
+    days: int,
+    repeats: int,
+    trace_id: str,
+    fan: tuple[float, int, float] = (6.0, 2, 24.0),
 ) -> dict[str, Any]:
     """One measurement. The process's library imports (torch, the sandbox, pandas, DuckDB, MLflow,
     scipy, matplotlib) happen before the clock starts: a long-running console or worker has paid
@@ -267,7 +289,7 @@ def measure(
 
     if name == "drift_fanned":
         return drift_fanned(home, days, *fan)
-    params = child_params(home, engine)
+    params = child_params(home, engine, fan[2] if name == "drift_window" else 24)
     ctx = StepContext.create(SCENARIO, last_run_key(days), params=params)
     if name == "baseline":
         from rlops.pipeline_steps.drift.check import sandbox_baseline
@@ -323,7 +345,7 @@ def measure(
                 for n, v in times.items()
             },
         }
-    if name == "drift_day":
+    if name in ("drift_day", "drift_window"):
         from rlops.pipeline_steps.drift.check import drift_check
 
         t0, c0 = time.perf_counter(), time.process_time()
@@ -375,6 +397,8 @@ def run_child(
         str(args.slice_hours),
         "--workers",
         str(args.workers),
+        "--fan-hours",
+        str(args.fan_hours),
     ]
     env = {**os.environ, "RLOPS_HOME": str(home), "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
     t0, why = time.perf_counter(), None
@@ -432,7 +456,7 @@ def verdict(duck: dict[str, dict[str, Any]]) -> dict[str, bool]:
         "label_queue_s": ok("label_queue", "seconds", BARS["label_queue_s"]),
     }
     out["peak_rss_gb"] = all(float(r.get("peak_rss_gb", 99)) < BARS["peak_rss_gb"] for r in duck.values())
-    one, fanned = duck.get("drift_day", {}), duck.get("drift_fanned", {})
+    one, fanned = duck.get("drift_window", duck.get("drift_day", {})), duck.get("drift_fanned", {})
     if one.get("finished") or fanned.get("finished"):  # the fan-out changes the wall clock, never a verdict
         out["drift_fanned_same_verdicts"] = bool(one.get("finished")) and one.get("drifted") == fanned.get("drifted")
     return out
@@ -456,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pandas-max-gb", type=float, default=8.0, help="RSS at which a pandas measurement is stopped")
     ap.add_argument("--slice-hours", type=float, default=6.0, help="drift_fanned: hours of the window per mapped task")
     ap.add_argument("--workers", type=int, default=2, help="drift_fanned: worker processes running the mapped tasks")
-    ap.add_argument("--child", choices=(*MEASURES, "baseline"), help=argparse.SUPPRESS)
+    ap.add_argument("--fan-hours", type=float, default=24.0, help="drift_fanned: hours of the window it fans out")
+    ap.add_argument("--child", choices=(*MEASURES, "baseline", "drift_window"), help=argparse.SUPPRESS)
     ap.add_argument("--engine", default="duckdb", help=argparse.SUPPRESS)
     ap.add_argument("--trace-id", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -470,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.days,
                     args.repeats,
                     args.trace_id,
-                    (args.slice_hours, args.workers),
+                    (args.slice_hours, args.workers, args.fan_hours),
                 ),
                 default=str,
             )
@@ -507,6 +532,9 @@ def main(argv: list[str] | None = None) -> int:
             for name in [m for m in MEASURES if m in args.measures.split(",")]:
                 if name == "drift_fanned" and engine != "duckdb":
                     continue
+                if name == "drift_fanned" and args.fan_hours != 24:  # one task over the same window first
+                    results[engine]["drift_window"] = r = run_child("drift_window", engine, args, home, None, None)
+                    print(f"{engine:6} drift_window {json.dumps(r, default=str)[:600]}", flush=True)
                 limit = (args.pandas_timeout, args.pandas_max_gb) if engine == "pandas" else (None, None)
                 r = run_child(name, engine, args, home, *limit)
                 results[engine][name] = r

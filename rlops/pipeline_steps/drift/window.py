@@ -226,7 +226,7 @@ def scan_frames(
             rewards.append(pd.to_numeric(reward, errors="coerce").to_numpy(np.float64, na_value=np.nan))
         for name, a in acc.items():
             if name in df.columns:
-                _add(a, name, df[name], baseline)
+                _add(a, name, df[name], baseline, keep_has=carry_units)
     return FramePass(acc, rows, plots, units, episodes, rewards)
 
 
@@ -291,7 +291,9 @@ def _plots(plots: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(plots, ignore_index=True) if plots else pd.DataFrame()
 
 
-def _add(a: TargetField, name: str, col: pd.Series, baseline: pd.DataFrame) -> None:
+def _add(a: TargetField, name: str, col: pd.Series, baseline: pd.DataFrame, keep_has: bool = True) -> None:
+    """Count one frame's values of a field (``keep_has``: and which rows have one, for units
+    counted from the frames)."""
     kind = _kind(col)
     if a.kind and a.kind != kind:
         a.kind = "mixed"
@@ -310,7 +312,8 @@ def _add(a: TargetField, name: str, col: pd.Series, baseline: pd.DataFrame) -> N
         if x.dtype != a.cuts.dtype:
             x = x.astype(np.float64)
         has = ~np.isnan(x) if x.dtype.kind == "f" else np.ones(x.size, dtype=bool)
-        a.has.append(has)
+        if keep_has:
+            a.has.append(has)
         x = x[has]
         k = np.searchsorted(a.cuts, x, side="right")  # cuts at or below each value
         on = k > 0
