@@ -14,7 +14,7 @@ Project functions used (and where they live today):
 * ``rlops.pipeline_steps.infra.trace_states``: ``state_features``, ``mask_matrix``,
   ``observations_from_traces``, ``error_flags``, ``STATE_PREFIX``
 * ``rlops.pipeline_steps.labels.select``: ``kmeans``
-* ``rlops.pipeline_steps.audit.replay``: ``component_frame``, ``to_go``, ``describe_cluster``
+* ``rlops.pipeline_steps.audit.replay``: ``component_records``, ``to_go``, ``describe_cluster``
 * ``rlops.pipeline_steps.infra.policy_loader``: ``load_policy_ref``
 * ``rlops.pipeline_steps.infra.registry``: ``policy_model_name``, ``reward_model_name``, ``reward_fn_model_name``
 """
@@ -173,10 +173,12 @@ class ProjectData:
         trace row from an agent may carry a list, a dict or text that is not JSON), as an object:
         no JSON round trip between the two (a sampled map reads tens of thousands of them)."""
         from rlops.console.aggregates import breakdown_items
-        from rlops.pipeline_steps.audit.replay import component_frame
+        from rlops.data_contracts.shapes import displayable_items
+        from rlops.pipeline_steps.audit.replay import component_records
 
-        shaped = [{"breakdown": breakdown_items(raw)} for raw in df["reward_breakdown"].tolist()]
-        return component_frame(df.assign(reward_breakdown=shaped))
+        # shaped once: the items breakdown_items writes need only read_breakdown's verdict, not its checks again
+        rows = [displayable_items(breakdown_items(raw)) for raw in df["reward_breakdown"].tolist()]
+        return component_records(df.index, rows)
 
     def state_fields(self, scenario: str) -> list[tuple[str, str, str | None]]:
         """``(path, kind, unit)`` of every observed state field; kind ``number`` or ``category``."""

@@ -119,6 +119,25 @@ def normalise_breakdown(value: Any) -> dict[str, Any]:
     return {"total": total, "breakdown": parts}
 
 
+def displayable_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``items`` already shaped as ``{component: text, score: finite float, reason: text,
+    rule_ref: text or None}`` (as the console's reader shapes untrusted rows) when
+    :func:`read_breakdown` would accept them, else ``[]`` — the same verdict without validating
+    each item a second time."""
+    if len(items) > MAX_COMPONENTS:
+        return []
+    for item in items:
+        name, reason, ref = item["component"], item["reason"], item["rule_ref"]
+        if (
+            not name.strip()
+            or len(name) > MAX_TEXT
+            or len(reason) > MAX_TEXT
+            or (ref is not None and len(ref) > MAX_TEXT)
+        ):
+            return []
+    return items
+
+
 def breakdown_text(value: Any) -> str:
     """:func:`normalise_breakdown` as compact JSON text (how the trace store keeps it)."""
     return json.dumps(normalise_breakdown(value), separators=(",", ":"))

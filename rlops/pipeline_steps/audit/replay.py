@@ -198,18 +198,22 @@ def replay(ctx: StepContext, trace_id: str, depth: int | None = None, traces_uri
 # --------------------------------------------------------------------------- audit
 def component_frame(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str | None]]:
     """Per-row component scores (one column per component) and each component's rule ref."""
-    import pandas as pd
-
     from rlops.data_contracts.shapes import read_breakdown
+
+    return component_records(df.index, [read_breakdown(text) for text in df["reward_breakdown"].tolist()])
+
+
+def component_records(index: pd.Index, rows: list[list[dict[str, Any]]]) -> tuple[pd.DataFrame, dict[str, str | None]]:
+    """:func:`component_frame` of rows whose breakdowns are already read (one list of items each)."""
+    import pandas as pd
 
     refs: dict[str, str | None] = {}
     recs = []
-    for text in df["reward_breakdown"].tolist():
-        items = read_breakdown(text)
+    for items in rows:
         recs.append({b["component"]: float(b["score"]) for b in items})
         for b in items:
             refs.setdefault(b["component"], b.get("rule_ref"))
-    comp = pd.DataFrame.from_records(recs, index=df.index).fillna(0.0) if recs else pd.DataFrame(index=df.index)
+    comp = pd.DataFrame.from_records(recs, index=index).fillna(0.0) if recs else pd.DataFrame(index=index)
     return comp, refs
 
 
