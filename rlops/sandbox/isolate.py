@@ -99,8 +99,10 @@ def _wait(proc: subprocess.Popen[bytes], report: Path, timeout_s: float) -> bool
 def _limits(timeout_s: float) -> Callable[[], None]:
     def apply() -> None:
         # CPU time is a backstop for a child whose parent died: the wall clock is the real
-        # limit, but two busy threads may spend CPU twice as fast as the wall clock runs.
-        cpu = int(2 * timeout_s) + 2
+        # limit, but two busy threads may spend CPU twice as fast as the wall clock runs. The
+        # child's start-up (interpreter, imports) spends CPU before the pack's clock starts; on a
+        # slow machine it took most of a 1-s budget's allowance, so it gets its own.
+        cpu = int(2 * (timeout_s + STARTUP_TIMEOUT_S)) + 2
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_WRITE_BYTES, MAX_WRITE_BYTES))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -198,7 +198,7 @@ def outcome_rows(ctx: StepContext, cfg: DriftParams, uri: str, window: tuple[Any
 def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any] | None = None) -> dict[str, Any]:
     """The drift check of the run key (see the module). ``slices``: a fanned-out check's slices
     (:func:`rlops.pipeline_steps.drift.fan_out.summarise_slice`), counted against the baseline the
-    plan froze."""
+    plan froze and added up by :func:`rlops.pipeline_steps.drift.slice_counts.merge_slices`."""
     from rlops.pipeline_steps.drift.report import run_drift
     from rlops.sandbox.profiles import default_profile
 
@@ -223,12 +223,14 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
     summary = None
     fanned = [s for s in slices or [] if s] if long is not None else []
     if fanned:
-        from rlops.pipeline_steps.drift.fan_out import merge_slices
+        from rlops.pipeline_steps.drift.slice_counts import merge_slices
 
         assert long is not None
         baseline_df = ctx.storage.read_parquet(fanned[0]["baseline_uri"])
         version = str(baseline_df["policy_version"].iloc[0]) if len(baseline_df) else "rules"
-        summary = merge_slices(ctx, fanned, baseline_df, long[1], long[2], long[3])
+        reader = ctx.traces.reader
+        columns = drift_columns(reader.columns(long[1]), cfg)
+        summary = merge_slices(ctx.storage, reader, fanned, baseline_df, long[1:], cfg.cluster, columns)
         live = outcome_rows(ctx, cfg, long[1], long[2], long[3])
     else:
         baseline_df, version = sandbox_baseline(ctx, pack, profile, int(episodes or cfg.baseline_episodes))

@@ -11,8 +11,8 @@ field the category counts. With ``drift.slice_hours`` the drift monitor DAG ther
 2. summarises each slice in its own mapped task (:func:`summarise_slice`), on any Celery worker:
    reads the baseline and only the slice's hour partitions, writes the slice's counts and
    histogram rows under ``drift_slices/<scenario>/<run_key>/`` and hands back their URI;
-3. reduces (:func:`merge_slices`, in the drift check): adds the counts up, lets DuckDB count the
-   units and episode returns over the whole window as the one-task check does, and tests — the same
+3. reduces (``slice_counts.merge_slices``, in the drift check): adds the counts up, lets DuckDB
+   count the units and episode returns over the whole window as the one-task check does, and tests — the same
    fields, statistics, p-values and verdicts as one task reading the window whole (the tests
    compare the two).
 
@@ -22,26 +22,16 @@ Without ``drift.slice_hours`` (or with the pandas engine, in a dry run, or with 
 
 from __future__ import annotations
 
-import io
-import json
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from rlops.common.errors import UserError
+from rlops.pipeline_steps.drift.slice_counts import SliceError
 from rlops.pipeline_steps.infra.context import StepContext
 
-if TYPE_CHECKING:
-    from rlops.pipeline_steps.drift.window import TargetField, WindowSummary
-
 SLICE_DIR = "drift_slices"
-
-
-class SliceError(UserError):
-    """A slice handed to a mapped task or back to the reduce that cannot be used."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +123,7 @@ def summarise_slice(ctx: StepContext, obj: Any) -> dict[str, Any] | None:
     """A mapped task's work: the field counts of one slice, written under the run key; ``None`` for
     the plan's empty slice."""
     from rlops.pipeline_steps.drift.check import drift_columns
+    from rlops.pipeline_steps.drift.slice_counts import to_npz
     from rlops.pipeline_steps.drift.stats import default_fields
     from rlops.pipeline_steps.drift.window import BATCH_ROWS, scan_frames
     from rlops.pipeline_steps.infra.prefetch import prefetched
@@ -152,108 +143,14 @@ def summarise_slice(ctx: StepContext, obj: Any) -> dict[str, Any] | None:
             f"drift slice {sl.index} [{sl.start}, {sl.end}): the plan counted {sl.rows} rows, the pass read "
             f"{scan.rows}; rows landed in the window after the plan — run the drift check again"
         )
-    counts = _to_npz(scan.fields, scan.rows)
+    counts = to_npz(scan.fields, scan.rows)
     written = ctx.storage.write_bytes(slice_uri(ctx, sl.index, ".npz"), counts)
     plots = pd.concat(scan.plots, ignore_index=True) if scan.plots else pd.DataFrame()
-    ctx.storage.write_parquet(slice_uri(ctx, sl.index, ".plots.parquet"), plots)
-    return {"index": sl.index, "uri": written, "rows": scan.rows, "baseline_uri": sl.baseline_uri}
-
-
-def _to_npz(acc: dict[str, TargetField], rows: int) -> bytes:
-    meta: dict[str, Any] = {"rows": rows, "fields": []}
-    arrays: dict[str, np.ndarray] = {}
-    for i, (name, a) in enumerate(acc.items()):
-        entry: dict[str, Any] = {"name": name, "kind": a.kind, "n": a.n, "dtype": str(getattr(a.cuts, "dtype", ""))}
-        if a.kind == "numeric" and a.below is not None and a.equal is not None:
-            arrays[f"below_{i}"], arrays[f"equal_{i}"] = a.below, a.equal
-        elif a.kind == "categorical" and a.counts is not None:
-            entry["categories"] = [str(k) for k in a.counts.index]
-            arrays[f"counts_{i}"] = a.counts.to_numpy(dtype=np.int64)
-        meta["fields"].append(entry)
-    buf = io.BytesIO()
-    arrays["meta"] = np.array(json.dumps(meta))
-    np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub types the keywords as allow_pickle
-    return buf.getvalue()
-
-
-def _read_npz(data: bytes, where: str) -> tuple[int, list[tuple[str, str, int, str, Any]]]:
-    """``(rows, [(field, kind, n, dtype of the cuts, counts)])`` of one slice's file; counts are ``(below, equal)`` or a
-    category Series."""
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            out = []
-            for i, f in enumerate(meta["fields"]):
-                if f["kind"] == "numeric" and f"below_{i}" in z:
-                    counts: Any = (z[f"below_{i}"], z[f"equal_{i}"])
-                elif f["kind"] == "categorical" and f"counts_{i}" in z:
-                    counts = pd.Series(z[f"counts_{i}"], index=list(f["categories"]), dtype=np.int64)
-                else:
-                    counts = None
-                out.append((str(f["name"]), str(f["kind"]), int(f["n"]), str(f["dtype"]), counts))
-            return int(meta["rows"]), out
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SliceError(f"drift slice file {where}: not a slice summary this version wrote ({exc})") from exc
-
-
-def merge_slices(
-    ctx: StepContext,
-    results: list[dict[str, Any]],
-    baseline: pd.DataFrame,
-    uri: str,
-    window: tuple[Any, Any],
-    total: int,
-) -> WindowSummary:
-    """The window's :class:`WindowSummary` from its slices' files (in window order), its units and
-    episode returns counted by DuckDB over the whole window, as the one-task check counts them."""
-    from rlops.pipeline_steps.drift.check import drift_columns
-    from rlops.pipeline_steps.drift.window import TargetField, numeric_gaps, plot_every, units_in_sql, with_units
-
-    cfg = ctx.config.drift
-    ordered = sorted(results, key=lambda r: int(r["index"]))
-    if [int(r["index"]) for r in ordered] != list(range(len(ordered))):
-        raise SliceError(f"drift slices: expected indexes 0..{len(ordered) - 1}, got {[r['index'] for r in ordered]}")
-    acc: dict[str, TargetField] = {}
-    rows, plots = 0, []
-    for r in ordered:
-        n, fields = _read_npz(ctx.storage.read_bytes(r["uri"]), r["uri"])
-        rows += n
-        for name, kind, count, dtype, counts in fields:
-            a = acc.setdefault(name, TargetField())
-            _merge(a, name, kind, count, dtype, counts, baseline)
-        plots.append(ctx.storage.read_parquet(slice_uri(ctx, int(r["index"]), ".plots.parquet")))
-    if rows != total:
-        raise SliceError(
-            f"drift slices: the slices counted {rows} rows, the window {uri} now holds {total}; rows landed in "
-            "the window after the plan — run the drift check again"
-        )
-    reader = ctx.traces.reader
-    columns = drift_columns(reader.columns(uri), cfg)
-    counted = units_in_sql(reader, uri, window, cfg.cluster, numeric_gaps(acc, rows), columns)
-    return with_units(acc, rows, counted, plots, plot_every(rows))
-
-
-def _merge(a: TargetField, name: str, kind: str, n: int, dtype: str, counts: Any, baseline: pd.DataFrame) -> None:
-    """Add one slice's counts of a field to the window's (kinds that disagree make it ``mixed``,
-    as frames that disagree do in one pass)."""
-    from rlops.pipeline_steps.drift.window import _add
-
-    if not kind:
-        return
-    if a.kind and a.kind != kind:
-        a.kind = "mixed"
-    a.kind = a.kind or kind
-    if a.kind != kind:
-        return
-    if kind == "numeric":
-        if a.cuts is None:  # the baseline's cuts, as the one pass takes them from its first frame
-            _add(a, name, pd.Series(np.zeros(0, dtype=dtype)), baseline)
-        assert a.below is not None and a.equal is not None and a.cuts is not None
-        below, equal = counts
-        if below.shape != a.below.shape or equal.shape != a.equal.shape:
-            raise SliceError(f"drift slices: field {name!r} was counted against another baseline")
-        a.below += below
-        a.equal += equal
-        a.n += n
-    elif kind == "categorical":
-        a.counts = counts if a.counts is None else a.counts.add(counts, fill_value=0).astype(np.int64)
+    plots_uri = ctx.storage.write_parquet(slice_uri(ctx, sl.index, ".plots.parquet"), plots)
+    return {
+        "index": sl.index,
+        "uri": written,
+        "plots_uri": plots_uri,
+        "rows": scan.rows,
+        "baseline_uri": sl.baseline_uri,
+    }

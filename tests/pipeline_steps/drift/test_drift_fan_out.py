@@ -53,8 +53,9 @@ def _fields(report: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def test_slices_add_up_to_the_summary_of_one_pass(tmp_tracking: str, tmp_storage_root: str) -> None:
-    from rlops.pipeline_steps.drift.check import drift_check, long_window, summarised_target
-    from rlops.pipeline_steps.drift.fan_out import merge_slices, plan_slices, summarise_slice
+    from rlops.pipeline_steps.drift.check import drift_check, drift_columns, long_window, summarised_target
+    from rlops.pipeline_steps.drift.fan_out import plan_slices, summarise_slice
+    from rlops.pipeline_steps.drift.slice_counts import merge_slices
     from rlops.pipeline_steps.infra.context import StepContext
 
     overrides = {"drift": {"window_hours": HOURS, "slice_hours": 1, "outcome_max_rows": 400, "baseline_episodes": 200}}
@@ -71,7 +72,9 @@ def test_slices_add_up_to_the_summary_of_one_pass(tmp_tracking: str, tmp_storage
     long = long_window(ctx, cfg)
     assert long is not None
     baseline = ctx.storage.read_parquet(plan[0]["baseline_uri"])
-    merged = merge_slices(ctx, [r for r in results if r], baseline, long[1], long[2], long[3])
+    reader = ctx.traces.reader
+    columns = drift_columns(reader.columns(long[1]), cfg)
+    merged = merge_slices(ctx.storage, reader, [r for r in results if r], baseline, long[1:], cfg.cluster, columns)
     whole, _ = summarised_target(ctx, cfg, long[1], long[2], long[3], baseline)
     assert merged.rows == whole.rows == total
     assert merged.fields.keys() == whole.fields.keys()
