@@ -58,6 +58,16 @@ def drift_columns(available: list[str], cfg: DriftParams | Mapping[str, Any]) ->
     ]
 
 
+def tested_fields(cfg: DriftParams, baseline: Any, columns: list[str]) -> list[str]:
+    """The fields a long window's check tests: ``drift.fields``, else the defaults for the
+    baseline and the window's ``columns``."""
+    import pandas as pd
+
+    from rlops.pipeline_steps.drift.stats import default_fields
+
+    return list(cfg.fields) if cfg.fields is not None else default_fields(baseline, pd.DataFrame(columns=columns))
+
+
 def target_rows(ctx: StepContext, cfg: DriftParams | Mapping[str, Any]) -> tuple[str, Any]:
     """``(description, rows)`` of the run key's hour partition (an empty frame when there is
     none); a ``drift.window_hours`` window is summarised instead (:func:`summarised_target`)."""
@@ -157,15 +167,12 @@ def summarised_target(
     streamed pass (:mod:`rlops.pipeline_steps.drift.window`), and for outcome drift the window's
     rows when there are at most ``drift.outcome_max_rows``, else whole episodes drawn by the stable
     hash of their id (``TraceReader.sample_episodes``) leaving about that many."""
-    import pandas as pd
-
-    from rlops.pipeline_steps.drift.stats import default_fields
     from rlops.pipeline_steps.drift.window import BATCH_ROWS, sql_counts, summarise_window, units_in_sql
     from rlops.pipeline_steps.infra.prefetch import prefetched
 
     reader = ctx.traces.reader
     columns = drift_columns(reader.columns(uri), cfg)
-    fields = cfg.fields if cfg.fields is not None else default_fields(baseline, pd.DataFrame(columns=columns))
+    fields = tested_fields(cfg, baseline, columns)
     # units and returns by DuckDB's group-by when it can; the field tests' pass then reads the tested
     # fields alone (not the episode ids, nor outcome drift's columns)
     in_sql = sql_counts(reader, columns)

@@ -122,9 +122,8 @@ def slice_uri(ctx: StepContext, index: int, suffix: str) -> str:
 def summarise_slice(ctx: StepContext, obj: Any) -> dict[str, Any] | None:
     """A mapped task's work: the field counts of one slice, written under the run key; ``None`` for
     the plan's empty slice."""
-    from rlops.pipeline_steps.drift.check import drift_columns
+    from rlops.pipeline_steps.drift.check import drift_columns, tested_fields
     from rlops.pipeline_steps.drift.slice_counts import to_npz
-    from rlops.pipeline_steps.drift.stats import default_fields
     from rlops.pipeline_steps.drift.window import BATCH_ROWS, scan_frames
     from rlops.pipeline_steps.infra.prefetch import prefetched
 
@@ -135,7 +134,7 @@ def summarise_slice(ctx: StepContext, obj: Any) -> dict[str, Any] | None:
     baseline = ctx.storage.read_parquet(sl.baseline_uri)
     reader, uri = ctx.traces.reader, ctx.traces.scenario_uri(ctx.scenario)
     columns = drift_columns(reader.columns(uri), cfg)
-    fields = cfg.fields if cfg.fields is not None else default_fields(baseline, pd.DataFrame(columns=columns))
+    fields = tested_fields(cfg, baseline, columns)
     frames = reader.batches(uri, sl.window, [c for c in columns if c in fields], batch_rows=BATCH_ROWS)
     scan = scan_frames(prefetched(frames), baseline, fields, sl.every, cfg.cluster, False, sl.offset)
     if scan.rows != sl.rows:

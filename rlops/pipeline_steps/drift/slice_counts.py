@@ -101,21 +101,15 @@ def merge_slices(
 
 
 def _merge(a: TargetField, name: str, kind: str, n: int, dtype: str, counts: Any, baseline: pd.DataFrame) -> None:
-    """Add one slice's counts of a field to the window's (kinds that disagree make it ``mixed``,
-    as frames that disagree do in one pass)."""
-    from rlops.pipeline_steps.drift.window import _add
+    """Add one slice's counts of a field to the window's, as one pass adds a frame's."""
+    from rlops.pipeline_steps.drift.window import add_categories, joins, start_counts
 
-    if not kind:
-        return
-    if a.kind and a.kind != kind:
-        a.kind = "mixed"
-    a.kind = a.kind or kind
-    if a.kind != kind:
+    if not kind or not joins(a, kind):
         return
     if kind == "numeric":
         if a.cuts is None:  # the baseline's cuts, as the one pass takes them from its first frame
-            _add(a, name, pd.Series(np.zeros(0, dtype=dtype)), baseline)
-        assert a.below is not None and a.equal is not None and a.cuts is not None
+            start_counts(a, name, baseline, np.dtype(dtype))
+        assert a.below is not None and a.equal is not None
         below, equal = counts
         if below.shape != a.below.shape or equal.shape != a.equal.shape:
             raise SliceError(f"drift slices: field {name!r} was counted against another baseline")
@@ -123,4 +117,4 @@ def _merge(a: TargetField, name: str, kind: str, n: int, dtype: str, counts: Any
         a.equal += equal
         a.n += n
     elif kind == "categorical":
-        a.counts = counts if a.counts is None else a.counts.add(counts, fill_value=0).astype(np.int64)
+        add_categories(a, counts)

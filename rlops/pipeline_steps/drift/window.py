@@ -291,24 +291,41 @@ def _plots(plots: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(plots, ignore_index=True) if plots else pd.DataFrame()
 
 
+def joins(a: TargetField, kind: str) -> bool:
+    """Whether values of ``kind`` join the counts of field ``a`` (frames or slices whose kinds
+    disagree make it ``mixed``, and nothing joins it after)."""
+    if a.kind and a.kind != kind:
+        a.kind = "mixed"
+    a.kind = a.kind or kind
+    return a.kind == kind
+
+
+def start_counts(a: TargetField, name: str, baseline: pd.DataFrame, dtype: np.dtype) -> None:
+    """The baseline's cuts of numeric field ``a`` and empty counts at them, taken when its first
+    values (of ``dtype``) arrive: int against float is compared as floats, as detect_drift does."""
+    b = _numeric_values(baseline[name]) if name in baseline.columns else np.zeros(0)
+    if b.dtype != dtype:
+        b = b.astype(np.float64)
+    a.cuts = np.unique(_sorted_no_nan(b))
+    a.below = np.zeros(a.cuts.size + 1, dtype=np.int64)
+    a.equal = np.zeros(a.cuts.size, dtype=np.int64)
+
+
+def add_categories(a: TargetField, counts: pd.Series) -> None:
+    a.counts = counts if a.counts is None else a.counts.add(counts, fill_value=0).astype(np.int64)
+
+
 def _add(a: TargetField, name: str, col: pd.Series, baseline: pd.DataFrame, keep_has: bool = True) -> None:
     """Count one frame's values of a field (``keep_has``: and which rows have one, for units
     counted from the frames)."""
     kind = _kind(col)
-    if a.kind and a.kind != kind:
-        a.kind = "mixed"
-    a.kind = a.kind or kind
-    if a.kind != kind:
+    if not joins(a, kind):
         return
     if kind == "numeric":
         x = _numeric_values(col)
         if a.cuts is None:
-            b = _numeric_values(baseline[name]) if name in baseline.columns else np.zeros(0)
-            if b.dtype != x.dtype:  # int vs float: compared as floats, as detect_drift does
-                b = b.astype(np.float64)
-            a.cuts = np.unique(_sorted_no_nan(b))
-            a.below = np.zeros(a.cuts.size + 1, dtype=np.int64)
-            a.equal = np.zeros(a.cuts.size, dtype=np.int64)
+            start_counts(a, name, baseline, x.dtype)
+        assert a.cuts is not None
         if x.dtype != a.cuts.dtype:
             x = x.astype(np.float64)
         has = ~np.isnan(x) if x.dtype.kind == "f" else np.ones(x.size, dtype=bool)
@@ -323,8 +340,7 @@ def _add(a: TargetField, name: str, col: pd.Series, baseline: pd.DataFrame, keep
         a.equal += np.bincount(k[on] - 1, minlength=a.cuts.size)
         a.n += int(x.size)
     elif kind == "categorical":
-        counts = _category_counts(col)
-        a.counts = counts if a.counts is None else a.counts.add(counts, fill_value=0).astype(np.int64)
+        add_categories(a, _category_counts(col))
 
 
 def ks_from_counts(sorted_b: np.ndarray, cuts: np.ndarray, below: np.ndarray, equal: np.ndarray, nt: int) -> float:
