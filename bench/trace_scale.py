@@ -457,7 +457,7 @@ def verdict(duck: dict[str, dict[str, Any]]) -> dict[str, bool]:
     }
     out["peak_rss_gb"] = all(float(r.get("peak_rss_gb", 99)) < BARS["peak_rss_gb"] for r in duck.values())
     one, fanned = duck.get("drift_window", duck.get("drift_day", {})), duck.get("drift_fanned", {})
-    if one.get("finished") or fanned.get("finished"):  # the fan-out changes the wall clock, never a verdict
+    if "drift_fanned" in duck:  # the fan-out changes the wall clock, never a verdict
         out["drift_fanned_same_verdicts"] = bool(one.get("finished")) and one.get("drifted") == fanned.get("drifted")
     return out
 

@@ -54,7 +54,7 @@ def _fields(report: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 def test_slices_add_up_to_the_summary_of_one_pass(tmp_tracking: str, tmp_storage_root: str) -> None:
     from rlops.pipeline_steps.drift.check import drift_check, drift_columns, long_window, summarised_target
-    from rlops.pipeline_steps.drift.fan_out import plan_slices, summarise_slice
+    from rlops.pipeline_steps.drift.fan_out import SLICE_DIR, plan_slices, summarise_slice
     from rlops.pipeline_steps.drift.slice_counts import merge_slices
     from rlops.pipeline_steps.infra.context import StepContext
 
@@ -92,8 +92,11 @@ def test_slices_add_up_to_the_summary_of_one_pass(tmp_tracking: str, tmp_storage
 
     one = drift_check(ctx)
     one_report = json.loads(ctx.storage.read_text(one["report_uri"]))
+    slice_dir = ctx.uri(SLICE_DIR, ctx.scenario, KEY)
+    assert len(ctx.storage.list(slice_dir)) == 2 * len(plan)  # counts and histogram rows a slice
     fanned = drift_check(ctx, slices=results)
     fanned_report = json.loads(ctx.storage.read_text(fanned["report_uri"]))
+    assert ctx.storage.list(slice_dir) == []  # merged into the report, then deleted
     assert _fields(fanned_report) == _fields(one_report)
     for key in ("drifted_fields", "live_mean_return", "sandbox_mean_return", "policy_version", "retrain", "summary"):
         assert fanned[key] == one[key], key
@@ -131,6 +134,7 @@ def test_the_drift_monitor_dag_maps_one_task_per_slice(
     from airflow.dag_processing.dagbag import DagBag
 
     from rlops.pipeline_steps.drift.check import drift_check
+    from rlops.pipeline_steps.drift.fan_out import SLICE_DIR
     from rlops.pipeline_steps.infra.context import StepContext
 
     params = yaml.safe_load((rlops_home / "params.yaml").read_text())
@@ -156,3 +160,4 @@ def test_the_drift_monitor_dag_maps_one_task_per_slice(
     for key in ("drifted_fields", "live_mean_return", "policy_version", "retrain", "summary"):
         assert fanned[key] == one[key], key
     assert fanned["retrain"] is False, fanned["summary"]
+    assert ctx.storage.list(ctx.uri(SLICE_DIR, ctx.scenario, KEY)) == []  # the slice files are gone
