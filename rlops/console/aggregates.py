@@ -195,11 +195,20 @@ def nearest(X: np.ndarray, centroids: np.ndarray, chunk: int = 200_000) -> np.nd
 
 
 # --------------------------------------------------------------------------- untrusted trace fields
+def _unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def breakdown_items(raw: Any) -> list[dict[str, Any]]:
     """The reward breakdown of one trace row as ``[{component, score, rule_ref, reason}]``, whatever
     shape the row carries: the sandbox's ``{"total", "breakdown": [...]}``, a bare list of components
     (what an SDK episode writes for a dict-valued reward), or ``{component: score}``. Items that are
-    not a named finite score are left out; text that is not JSON gives no components."""
+    not a named finite score, or carry text that is not Unicode (a lone surrogate, which JSON's
+    ``\\ud800`` escapes can spell), are left out; text that is not JSON gives no components."""
     import json
 
     if isinstance(raw, (bytes, str)):
@@ -228,6 +237,8 @@ def breakdown_items(raw: Any) -> list[dict[str, Any]]:
         if not math.isfinite(score):
             continue
         ref, reason = item.get("rule_ref"), item.get("reason")
+        if not all(_unicode(t) for t in (item["component"], ref, reason) if isinstance(t, str)):
+            continue
         out.append(
             {
                 "component": str(item["component"]),

@@ -169,16 +169,12 @@ class ProjectData:
         return error_flags(col)
 
     def components(self, df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str | None]]:
-        """Per-row component scores; each row's breakdown is first put in the sandbox's shape (a
-        trace row from an agent may carry a list, a dict or text that is not JSON), as an object:
-        no JSON round trip between the two (a sampled map reads tens of thousands of them)."""
-        from rlops.console.aggregates import breakdown_items
-        from rlops.data_contracts.shapes import displayable_items
-        from rlops.pipeline_steps.audit.replay import component_records
+        """Per-row component scores and each component's rule ref: the breakdowns in the store's own
+        shape parsed together, any other (a trace row from an agent may carry a list, a dict or text
+        that is not JSON) shaped row by row (:mod:`rlops.console.breakdowns`)."""
+        from rlops.console.breakdowns import component_scores
 
-        # shaped once: the items breakdown_items writes need only read_breakdown's verdict, not its checks again
-        rows = [displayable_items(breakdown_items(raw)) for raw in df["reward_breakdown"].tolist()]
-        return component_records(df.index, rows)
+        return component_scores(df.index, df["reward_breakdown"].tolist())
 
     def state_fields(self, scenario: str) -> list[tuple[str, str, str | None]]:
         """``(path, kind, unit)`` of every observed state field; kind ``number`` or ``category``."""
