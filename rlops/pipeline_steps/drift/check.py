@@ -273,7 +273,7 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
 
     outcome = outcome_drift_step(ctx, pack, baseline_df, live)
     if fanned and not ctx.dry_run:  # last: a failure above leaves the slices for the task's retry
-        from rlops.pipeline_steps.drift.fan_out import drop_slices
+        from rlops.pipeline_steps.drift.slice_counts import drop_slices
 
         drop_slices(ctx)
     return {

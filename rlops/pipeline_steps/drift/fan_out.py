@@ -15,9 +15,9 @@ field the category counts. With ``drift.slice_hours`` the drift monitor DAG ther
    count the units and episode returns over the whole window as the one-task check does, and tests — the same
    fields, statistics, p-values and verdicts as one task reading the window whole (the tests
    compare the two).
-4. once the drift report is written, deletes the run key's slice files (:func:`drop_slices`): the
-   report holds what they added up to, and a monitor every 15 minutes would otherwise leave a
-   folder of them per run.
+4. once the drift report is written, deletes the run key's slice files
+   (``slice_counts.drop_slices``): the report holds what they added up to, and a monitor every
+   15 minutes would otherwise leave a folder of them per run.
 
 Without ``drift.slice_hours`` (or with the pandas engine, in a dry run, or with no
 ``drift.window_hours``) the plan is one empty slice and the drift check reads its window whole.
@@ -31,10 +31,8 @@ from typing import Any
 
 import pandas as pd
 
-from rlops.pipeline_steps.drift.slice_counts import SliceError
+from rlops.pipeline_steps.drift.slice_counts import SLICE_DIR, SliceError
 from rlops.pipeline_steps.infra.context import StepContext
-
-SLICE_DIR = "drift_slices"
 
 
 @dataclass(frozen=True)
@@ -120,12 +118,6 @@ def plan_slices(ctx: StepContext) -> list[dict[str, Any]]:
 
 def slice_uri(ctx: StepContext, index: int, suffix: str) -> str:
     return ctx.uri(SLICE_DIR, ctx.scenario, ctx.run_key, f"{index:04d}{suffix}")
-
-
-def drop_slices(ctx: StepContext) -> int:
-    """Delete the run key's slice files (after the drift check has merged them and written its
-    report); returns how many were removed."""
-    return ctx.storage.delete_prefix(ctx.uri(SLICE_DIR, ctx.scenario, ctx.run_key))
 
 
 def summarise_slice(ctx: StepContext, obj: Any) -> dict[str, Any] | None:

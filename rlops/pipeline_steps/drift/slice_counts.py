@@ -20,11 +20,20 @@ from rlops.common.errors import UserError
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.drift.window import TargetField, WindowSummary
+    from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.storage import Storage
+
+SLICE_DIR = "drift_slices"  # drift_slices/<scenario>/<run_key>/<index>.npz and .plots.parquet
 
 
 class SliceError(UserError):
     """A slice handed to a mapped task or back to the reduce that cannot be used."""
+
+
+def drop_slices(ctx: StepContext) -> int:
+    """Delete the run key's slice files (once the drift check has merged them and written its
+    report); returns how many were removed."""
+    return ctx.storage.delete_prefix(ctx.uri(SLICE_DIR, ctx.scenario, ctx.run_key))
 
 
 def to_npz(acc: dict[str, TargetField], rows: int) -> bytes:
