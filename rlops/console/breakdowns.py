@@ -30,11 +30,12 @@ def component_scores(index: pd.Index, raw: list[Any]) -> tuple[pd.DataFrame, dic
 
     fast = [i for i, v in enumerate(raw) if isinstance(v, str) and v[:1] == "{" and "\n" not in v and "\r" not in v]
     parsed = _arrow_items(raw, fast) if fast else None
-    read = np.asarray(fast if parsed is not None else [], dtype=np.int64)
-    if parsed is not None:  # rows without a "breakdown" list ({component: score}, null) are read one by one
-        read = read[~parsed[1]]
+    parts, read = [], np.zeros(0, dtype=np.int64)
+    if parsed is not None:
+        items, no_list = parsed
+        parts.append(items)
+        read = np.asarray(fast, dtype=np.int64)[~no_list]  # rows with no "breakdown" list: one by one
     slow = np.setdiff1d(np.arange(len(raw)), read)
-    parts = [] if parsed is None else [parsed[0]]
     if slow.size:
         parts.append(_python_items(raw, slow))
     flat = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
@@ -123,7 +124,7 @@ def _arrow_items(raw: list[Any], fast: list[int]) -> tuple[pd.DataFrame, np.ndar
     rows_local = np.repeat(np.arange(len(fast)), counts)
     per_row = np.bincount(rows_local[valid], minlength=len(fast))
     rejected = (np.bincount(rows_local[bad], minlength=len(fast)) > 0) | (per_row > MAX_COMPONENTS)
-    keep = valid & ~rejected[rows_local] & ~no_list[rows_local]
+    keep = valid & ~rejected[rows_local]  # a row with no list has no items here
     out = pd.DataFrame(
         {
             "row": row[keep],

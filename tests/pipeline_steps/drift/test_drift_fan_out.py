@@ -54,8 +54,8 @@ def _fields(report: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 def test_slices_add_up_to_the_summary_of_one_pass(tmp_tracking: str, tmp_storage_root: str) -> None:
     from rlops.pipeline_steps.drift.check import drift_check, drift_columns, long_window, summarised_target
-    from rlops.pipeline_steps.drift.fan_out import SLICE_DIR, plan_slices, summarise_slice
-    from rlops.pipeline_steps.drift.slice_counts import merge_slices
+    from rlops.pipeline_steps.drift.fan_out import plan_slices, summarise_slice
+    from rlops.pipeline_steps.drift.slice_counts import SLICE_DIR, merge_slices
     from rlops.pipeline_steps.infra.context import StepContext
 
     overrides = {"drift": {"window_hours": HOURS, "slice_hours": 1, "outcome_max_rows": 400, "baseline_episodes": 200}}
@@ -134,7 +134,7 @@ def test_the_drift_monitor_dag_maps_one_task_per_slice(
     from airflow.dag_processing.dagbag import DagBag
 
     from rlops.pipeline_steps.drift.check import drift_check
-    from rlops.pipeline_steps.drift.fan_out import SLICE_DIR
+    from rlops.pipeline_steps.drift.slice_counts import SLICE_DIR
     from rlops.pipeline_steps.infra.context import StepContext
 
     params = yaml.safe_load((rlops_home / "params.yaml").read_text())
