@@ -18,6 +18,9 @@ from rlops.common.config import REPO_ROOT, deep_merge
 STAGES = ["validate", "capture", "drift", "recalibrate", "reward_model", "train", "stress", "evaluate"]
 
 
+pytestmark = pytest.mark.slow  # every stage of the pipeline, about 80 s: `make test-slow` (and CI) run it
+
+
 @pytest.fixture()
 def dvc_project(tmp_path: Path, tmp_tracking: str) -> Path:
     proj = tmp_path / "proj"

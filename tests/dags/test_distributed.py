@@ -28,7 +28,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:  # pytest's default imp
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distributed_cluster import AirflowCluster, ClusterError, services_unavailable  # noqa: E402
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]  # about two minutes: `make test-slow` (and CI) run it
 
 # one set of DAGs per pack; the full retrain (an incremental one waits for a champion to fine-tune)
 DAG_ID = "retrain_full__credit_approval"

@@ -12,14 +12,16 @@ rule engine are scored on the same live episodes every hour; the report (PNG, JS
 MLflow.
 
 Everything runs through the pack's DAG definitions (``dag.test()`` at each due interval, about 14
-DAG runs per simulated hour, plus the runs they trigger): the loop as it ships, over time. The
-slowest test of the default suite, on purpose.
+DAG runs per simulated hour, plus the runs they trigger): the loop as it ships, over time. About
+six minutes on two cores: marked ``slow``, so ``make test-slow`` and CI (``.ci/run``) run it.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pytest
 
 from rlops.pipeline_steps.orchestration.events import parse_events
 from rlops.pipeline_steps.orchestration.simulate import run_timeline
@@ -34,6 +36,7 @@ EVENTS = [
 ]
 
 
+@pytest.mark.slow
 def test_twelve_simulated_hours_hold_the_loop_properties(airflow_db: str, tmp_path: Path) -> None:
     cfg = TimelineConfig(hours=12)
     res = run_timeline(cfg, parse_events(EVENTS), tmp_path / "timeline")
