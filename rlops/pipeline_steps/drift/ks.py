@@ -14,13 +14,15 @@ few buckets whose bound reaches the best difference seen are sorted and searched
 from __future__ import annotations
 
 import math
-import threading
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from functools import cache
+from typing import NamedTuple
 
 import numpy as np
 import scipy.stats
+
+from rlops.pipeline_steps.drift.ks_kernels import bucket_counts, buckets_of, gap_bounds, values_in_buckets
 
 try:  # scipy's exact small-sample p-value from (n1, n2, D); public ks_2samp is the fallback
     from scipy.stats._stats_py import _attempt_exact_2kssamp
@@ -30,8 +32,7 @@ HAS_EXACT = _attempt_exact_2kssamp is not None  # else small samples go to ks_2s
 
 MAX_EXACT_N = 10_000  # scipy's MAX_AUTO_N: 'auto' is exact when both samples are this small
 _BLOCK = 64  # block size of the bound-and-refine search for the ECDF gap of sorted samples
-_GRID = 1 << 16  # buckets of the counting pass (plus one below and one above the grid)
-_CHUNK = 1 << 17  # values per chunk of the counting pass: its work arrays fit the CPU's cache
+_GRID = (1 << 16) - 2  # buckets of the counting pass, plus one below and one above: a uint16 each
 _SORT_BELOW = 1 << 14  # pooled size under which sorting both samples is cheaper than counting
 _GRID_SAMPLE = 4096  # values a side that place the grid
 _GRID_TAIL = 1 / 1024  # the grid spans these sample quantiles; the tails get the end buckets
@@ -41,21 +42,6 @@ _ANCHOR_EVERY = 16  # Smirnov terms computed in long double; the others by ratio
 _ANCHORS_PER_CHUNK = 2048  # anchors whose ratios are worked out together (32k terms)
 # the fast Smirnov sum needs x87 80-bit long double (64-bit mantissa); elsewhere scipy sums
 _HAS_X87_LONG_DOUBLE = np.finfo(np.longdouble).nmant == 63
-
-
-class Scratch(threading.local):
-    """Work arrays of the counting pass, one set a thread, kept between fields: a fresh array
-    of a million values costs as much in page faults as the arithmetic on it."""
-
-    def __init__(self) -> None:
-        self.floats = np.empty(0)
-        self.ints = (np.empty(0, np.int32), np.empty(0, np.int32))
-
-    def take(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if self.floats.size < n:
-            self.floats = np.empty(n)
-            self.ints = (np.empty(n, np.int32), np.empty(n, np.int32))
-        return self.floats, self.ints[0], self.ints[1]
 
 
 # --------------------------------------------------------------------------- KS statistic
@@ -112,119 +98,82 @@ def _grid(a: np.ndarray, b: np.ndarray) -> tuple[float, float] | None:
     return lo - 1.0 / scale, scale  # values at lo land in bucket 1; bucket 0 holds the low tail
 
 
-def _buckets(x: np.ndarray, lo: float, scale: float, work: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Bucket of every value: ``trunc(clip(float32(x - lo) * scale, 0, GRID + 1))``. Each step
-    is monotone (IEEE rounding is, float64 to float32 included), so ``x <= y`` implies
-    ``bucket(x) <= bucket(y)``: a lower bucket holds only smaller values, whatever the rounding.
-    float32 (a 24-bit mantissa is ample for 2^16 buckets) halves the memory traffic after the
-    first pass. ±inf and values beyond float32 land in the end buckets."""
-    y, idx = work.view(np.float32)[: x.size], out[: x.size]
-    with np.errstate(over="ignore"):  # beyond float32: inf, the top bucket, as intended
-        np.subtract(x, lo, out=y, casting="same_kind")
-    np.multiply(y, np.float32(scale), out=y)
-    np.clip(y, np.float32(0.0), np.float32(_GRID + 1.0), out=y)
-    idx[...] = y  # truncation toward zero, of values >= 0
-    return idx
+class SampleStatistic(NamedTuple):
+    """The two-sample KS statistic and how many values of each sample it counts (NaN left out)."""
+
+    statistic: float
+    n_a: int
+    n_b: int
 
 
-def _bucket_counts(
-    x: np.ndarray, lo: float, scale: float, work: np.ndarray, out: np.ndarray, n_buckets: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(counts per bucket, bucket of every value)``, as :func:`_buckets` then ``bincount``, in
-    chunks of :data:`_CHUNK` values: each chunk's passes (subtract, scale, clip, truncate, count)
-    run on data still in the CPU cache, where whole columns would go to memory and back five times."""
-    counts = np.zeros(n_buckets, np.int64)
-    for start in range(0, x.size, _CHUNK):
-        part = x[start : start + _CHUNK]
-        idx = _buckets(part, lo, scale, work, out[start : start + part.size])
-        counts += np.bincount(idx, minlength=n_buckets)
-    return counts, out[: x.size]
+def _drop_nan(x: np.ndarray) -> np.ndarray:
+    kept: np.ndarray = x[~np.isnan(x)] if x.dtype.kind == "f" else x
+    return kept
 
 
-def ks_statistic_unsorted(a: np.ndarray, b: np.ndarray, scratch: Scratch | None = None) -> float:
-    """:func:`ks_statistic` of two NaN-free samples in any order, without sorting them.
+def ks_statistic_unsorted(a: np.ndarray, b: np.ndarray) -> SampleStatistic:
+    """:func:`ks_statistic` of the non-NaN values of two samples in any order, without sorting
+    them, and the sizes of the samples it compares (the statistic is NaN when one is empty).
 
-    Count both samples into the buckets of :func:`_buckets`; with ``A[k]``, ``B[k]`` the
-    counts below bucket ``k``, every point of bucket ``k`` has ``F_a - F_b`` between
-    ``A[k]/n_a - B[k+1]/n_b`` and ``A[k+1]/n_a - B[k]/n_b``, and the last pooled point of a
+    Count both samples into the buckets of :mod:`~rlops.pipeline_steps.drift.ks_kernels`; with
+    ``A[k]``, ``B[k]`` the counts below bucket ``k``, every point of bucket ``k`` has ``F_a - F_b``
+    between ``A[k]/n_a - B[k+1]/n_b`` and ``A[k+1]/n_a - B[k]/n_b``, and the last pooled point of a
     bucket has exactly ``A[k+1]/n_a - B[k+1]/n_b``. The largest of those exact values is a
     floor for the maximum; only buckets whose bound reaches it can hold a larger value, and
     only their values are sorted and compared, with counts offset by the buckets below. Every
     value compared is the float expression scipy computes (counts divided by sizes, then
     subtracted), so the result is scipy's statistic bit for bit.
     """
-    na, nb = a.size, b.size
-    grid = None if na + nb < _SORT_BELOW else _grid(a, b)
+    grid = None if a.size + b.size < _SORT_BELOW else _grid(a, b)
     if grid is None:
-        return ks_statistic(np.sort(a), np.sort(b))
+        a, b = _drop_nan(a), _drop_nan(b)
+        if a.size == 0 or b.size == 0:
+            return SampleStatistic(math.nan, a.size, b.size)
+        return SampleStatistic(ks_statistic(np.sort(a), np.sort(b)), a.size, b.size)
     lo, scale = grid
-    work, out_a, out_b = (scratch or Scratch()).take(max(na, nb))
-    n_buckets = _GRID + 2
-    count_a, ia = _bucket_counts(a, lo, scale, work, out_a, n_buckets)
-    count_b, ib = _bucket_counts(b, lo, scale, work, out_b, n_buckets)
-    below_a = np.zeros(n_buckets + 1, np.int64)
-    below_b = np.zeros(n_buckets + 1, np.int64)
-    np.cumsum(count_a, out=below_a[1:])
-    np.cumsum(count_b, out=below_b[1:])
-    fa, fb = below_a / na, below_b / nb
-    ends = fa[1:] - fb[1:]  # F_a - F_b at each bucket's last pooled point (or the one before)
-    best_max, best_min = max(float(ends.max()), 0.0), max(float((-ends).max()), 0.0)
-    open_max = (count_a > 0) & (fa[1:] - fb[:-1] >= best_max)
-    open_min = (count_b > 0) & (fb[1:] - fa[:-1] >= best_min)
+    where_a, where_b = np.empty(a.size, np.uint16), np.empty(b.size, np.uint16)
+    count_a, nan_a = bucket_counts(a, lo, scale, _GRID, where_a)
+    count_b, nan_b = bucket_counts(b, lo, scale, _GRID, where_b)
+    na, nb = a.size - nan_a, b.size - nan_b
+    if na == 0 or nb == 0:
+        return SampleStatistic(math.nan, na, nb)
+    below_a, below_b, best_max, best_min, open_max, open_min = gap_bounds(count_a, count_b, na, nb)
     refine = open_max | open_min
     if refine.any():
-        # the float work array is free again: its bytes hold the masks (no fresh pages)
-        ca = np.sort(a[_in_buckets(refine, ia, work.view(np.bool_)[:na])])
-        cb = np.sort(b[_in_buckets(refine, ib, work.view(np.bool_)[:nb])])
-        ka = _buckets(ca, lo, scale, np.empty(ca.size), np.empty(ca.size, np.intp))
-        kb = _buckets(cb, lo, scale, np.empty(cb.size), np.empty(cb.size, np.intp))
-        # values of each side below bucket k that are not among the refined ones
-        skip_a, skip_b = _skipped(below_a, ka, n_buckets), _skipped(below_b, kb, n_buckets)
-        best_max = _refined_gap(ca, ka, cb, open_max, skip_a, skip_b, na, nb, best_max)
-        best_min = _refined_gap(cb, kb, ca, open_min, skip_b, skip_a, nb, na, best_min)
-    return best_min if best_min > best_max else best_max
-
-
-def _in_buckets(buckets: np.ndarray, idx: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``buckets[idx]`` into ``out``, a chunk at a time (``take`` would first copy all of the
-    32-bit ``idx`` to 64-bit indices)."""
-    for start in range(0, idx.size, _CHUNK):
-        np.take(buckets, idx[start : start + _CHUNK], out=out[start : start + _CHUNK])
-    return out
-
-
-def _skipped(below: np.ndarray, refined_buckets: np.ndarray, n_buckets: int) -> np.ndarray:
-    """Values below each bucket that were not refined: all below it, less the refined ones."""
-    refined = np.bincount(refined_buckets, minlength=n_buckets)
-    out: np.ndarray = below[:-1] - (np.cumsum(refined) - refined)
-    return out
+        ca = np.sort(values_in_buckets(a, where_a, refine, int(count_a[refine].sum())))
+        cb = np.sort(values_in_buckets(b, where_b, refine, int(count_b[refine].sum())))
+        ka, kb = buckets_of(ca, lo, scale, _GRID), buckets_of(cb, lo, scale, _GRID)
+        best_max = _refined_gap(ca, ka, cb, kb, open_max, below_a, below_b, na, nb, best_max)
+        best_min = _refined_gap(cb, kb, ca, ka, open_min, below_b, below_a, nb, na, best_min)
+    return SampleStatistic(best_min if best_min > best_max else best_max, na, nb)
 
 
 def _refined_gap(
     x: np.ndarray,
     kx: np.ndarray,
     y: np.ndarray,
+    ky: np.ndarray,
     open_: np.ndarray,
-    skip_x: np.ndarray,
-    skip_y: np.ndarray,
+    below_x: np.ndarray,
+    below_y: np.ndarray,
     nx: int,
     ny: int,
     best: float,
 ) -> float:
     """``max(best, F_x(x_i) - F_y(x_i))`` over the refined values ``x_i`` in the open buckets.
 
-    ``x``, ``y``: the refined values of each side, sorted (so in bucket order too); ``kx``
-    the buckets of ``x``; ``skip_*`` the values of each side below a bucket not refined. The
-    rank of ``x_i`` in the whole sample is its rank among the refined values plus the values
-    skipped below its bucket; as in :func:`_max_ecdf_gap`,
-    ``(rank+1)/n_x`` is below the true ECDF inside a run of ties and never wins.
+    ``x``, ``y``: the refined values of each side, sorted (so in bucket order too), ``kx``,
+    ``ky`` their buckets; ``below_*[k]`` the values of each side below bucket ``k``. The rank of
+    ``x_i`` in the whole sample is the values below its bucket that were not refined, plus its
+    rank among the refined values; as in :func:`_max_ecdf_gap`, ``(rank+1)/n_x`` is below the
+    true ECDF inside a run of ties and never wins.
     """
     pick = np.flatnonzero(open_[kx])
     if pick.size == 0:
         return best
     k = kx[pick]
-    rank_x = skip_x[k] + pick
-    count_y = skip_y[k] + np.searchsorted(y, x[pick], side="right")
+    rank_x = below_x[k] - np.searchsorted(kx, k, side="left") + pick
+    count_y = below_y[k] - np.searchsorted(ky, k, side="left") + np.searchsorted(y, x[pick], side="right")
     return max(best, float(np.max((rank_x + 1) / nx - count_y / ny)))
 
 

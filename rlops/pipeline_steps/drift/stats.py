@@ -47,7 +47,6 @@ from rlops.data_contracts.schema import STATE_PREFIX
 from rlops.pipeline_steps.drift.ks import (
     HAS_EXACT,
     MAX_EXACT_N,
-    Scratch,
     _kstwo_sf,
     ks_pvalue,
     ks_statistic_unsorted,
@@ -155,24 +154,23 @@ def _ks_field(
     b: pd.Series,
     t: pd.Series,
     n_eff: tuple[float, float] | None = None,
-    scratch: Scratch | None = None,
 ) -> FieldDrift:
     xb, xt = _numeric_values(b), _numeric_values(t)
     if xb.dtype != xt.dtype:  # int vs float: compare as floats, as scipy's concatenation does
         xb, xt = xb.astype(np.float64), xt.astype(np.float64)
-    xb, xt = _no_nan(xb), _no_nan(xt)
-    if xb.size == 0 or xt.size == 0:
-        side = "baseline" if xb.size == 0 else "target"
-        return _error(name, f"no non-missing values in the {side}", xb.size, xt.size)
+    d, n_b, n_t = ks_statistic_unsorted(xb, xt)  # NaN (missing) values left out, in the same pass
+    if n_b == 0 or n_t == 0:
+        side = "baseline" if n_b == 0 else "target"
+        return _error(name, f"no non-missing values in the {side}", n_b, n_t)
     if n_eff is not None:  # independent units fewer than rows: the asymptotic law at their number
-        d, (nb, nt) = ks_statistic_unsorted(xb, xt, scratch), n_eff
+        nb, nt = n_eff
         p, method = min(_kstwo_sf(d, float(np.round(nb * nt / (nb + nt)))), 1.0), f"asymp, n_eff={nb:.0f}/{nt:.0f}"
-    elif not HAS_EXACT and max(xb.size, xt.size) <= MAX_EXACT_N:
-        ref = scipy.stats.ks_2samp(xb, xt)  # pragma: no cover - small samples, another scipy
+    elif not HAS_EXACT and max(n_b, n_t) <= MAX_EXACT_N:
+        ref = scipy.stats.ks_2samp(_no_nan(xb), _no_nan(xt))  # pragma: no cover - small samples, another scipy
         d, p, method = float(ref.statistic), float(ref.pvalue), "exact"
     else:
-        d, p, method = ks_pvalue(ks_statistic_unsorted(xb, xt, scratch), xb.size, xt.size)
-    return FieldDrift(name, "ks", d, p, d, False, int(xb.size), int(xt.size), effect_name="ks_statistic", method=method)
+        d, p, method = ks_pvalue(d, n_b, n_t)
+    return FieldDrift(name, "ks", d, p, d, False, int(n_b), int(n_t), effect_name="ks_statistic", method=method)
 
 
 def _category_counts(col: pd.Series) -> pd.Series:
@@ -241,7 +239,6 @@ def _test_field(
     n_rows: tuple[int, int],
     clusters: tuple[pd.Series, pd.Series] | None = None,
     fit_n: float | None = None,
-    scratch: Scratch | None = None,
 ) -> FieldDrift:
     if b is None or t is None:
         side, n = ("baseline", (n_rows[0], 0)) if t is None else ("target", (0, n_rows[1]))
@@ -254,7 +251,7 @@ def _test_field(
     if clusters is not None or fit_n:
         nb, nt = (_units(col, unit, numeric) for col, unit in zip((b, t), clusters or (None, None)))
         n_eff = (1.0 / (1.0 / nb + 1.0 / fit_n) if fit_n else nb, nt)
-    return _ks_field(name, b, t, n_eff, scratch) if numeric else _chi2_field(name, b, t, n_eff)
+    return _ks_field(name, b, t, n_eff) if numeric else _chi2_field(name, b, t, n_eff)
 
 
 def _units(col: pd.Series, unit: pd.Series | None, numeric: bool) -> float:
@@ -325,10 +322,9 @@ def detect_drift(
     ]
     n_rows = (len(baseline), len(target))
     n_workers = max(1, min(len(names), workers or _cpu_count()))
-    scratch = Scratch()  # work arrays a thread, reused across its fields, freed after this call
 
     def test(job: tuple[str, pd.Series | None, pd.Series | None]) -> FieldDrift:
-        return _test_field(*job, n_rows, clusters, baseline_fit_n, scratch)
+        return _test_field(*job, n_rows, clusters, baseline_fit_n)
 
     if n_workers == 1:
         results = [test(job) for job in jobs]

@@ -122,8 +122,29 @@ def test_unsorted_statistic_is_scipys(kind: str, n1: int, n2: int, shift: float)
     rng = np.random.default_rng(n1 + n2 + len(kind))
     a, b = _unsorted_sample(kind, n1, 0.0, rng), _unsorted_sample(kind, n2, shift, rng)
     ref = scipy.stats.ks_2samp(a, b, method="asymp")
-    assert ks_statistic_unsorted(a, b) == float(ref.statistic)
-    assert ks_statistic_unsorted(b, a) == float(scipy.stats.ks_2samp(b, a, method="asymp").statistic)
+    assert ks_statistic_unsorted(a, b) == (float(ref.statistic), n1, n2)
+    assert ks_statistic_unsorted(b, a) == (float(scipy.stats.ks_2samp(b, a, method="asymp").statistic), n2, n1)
+
+
+@pytest.mark.parametrize(
+    ("n1", "n2", "shift"), [(30_000, 20_000, 0.0), (300_001, 140_000, 0.01), (40_000, 40_000, 1.0)]
+)
+def test_unsorted_statistic_leaves_nan_out(n1: int, n2: int, shift: float) -> None:
+    # missing values among the counted ones (NaN joins the lowest bucket, which is often refined)
+    rng = np.random.default_rng(n1 - n2)
+    a, b = rng.normal(0.0, 1.0, n1), rng.normal(shift, 1.0, n2)
+    a[rng.random(n1) < 0.02], b[rng.random(n2) < 0.3] = np.nan, np.nan
+    a[:50] = -np.inf  # the low tail bucket holds both NaN and values
+    ka, kb = a[~np.isnan(a)], b[~np.isnan(b)]
+    ref = scipy.stats.ks_2samp(ka, kb, method="asymp")
+    assert ks_statistic_unsorted(a, b) == (float(ref.statistic), ka.size, kb.size)
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_unsorted_statistic_of_an_all_nan_sample_is_nan(small: bool) -> None:
+    n = 100 if small else 50_000
+    d, n_a, n_b = ks_statistic_unsorted(np.full(n, np.nan), np.random.default_rng(0).normal(size=n))
+    assert math.isnan(d) and (n_a, n_b) == (0, n)
 
 
 @pytest.mark.parametrize(
