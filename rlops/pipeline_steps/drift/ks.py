@@ -22,7 +22,13 @@ from typing import NamedTuple
 import numpy as np
 import scipy.stats
 
-from rlops.pipeline_steps.drift.ks_kernels import bucket_counts, buckets_of, gap_bounds, values_in_buckets
+from rlops.pipeline_steps.drift.ks_kernels import (
+    anchored_sum,
+    bucket_counts,
+    buckets_of,
+    gap_bounds,
+    values_in_buckets,
+)
 
 try:  # scipy's exact small-sample p-value from (n1, n2, D); public ks_2samp is the fallback
     from scipy.stats._stats_py import _attempt_exact_2kssamp
@@ -270,10 +276,8 @@ def _smirnov_sf(n: int, x: float) -> float:
     # reused, where the whole series' (~20 of n/2 values each) cost as much in page faults as in math
     for start in range(0, a.size, _ANCHORS_PER_CHUNK):
         part = slice(start, start + _ANCHORS_PER_CHUNK)
-        terms = _term_ratios(a[part], n, nx_f, n_below)
-        np.cumprod(terms, axis=1, out=terms)
-        terms *= anchor[part, None]
-        total += np.sum(terms, dtype=ld)
+        hi, lo = anchored_sum(_term_ratios(a[part], n, nx_f, n_below), anchor[part])
+        total += ld(hi) + ld(lo)
     return float(total * np.exp(top))
 
 

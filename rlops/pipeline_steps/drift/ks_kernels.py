@@ -68,16 +68,13 @@ def buckets_of(x, lo, scale, grid):  # type: ignore[no-untyped-def]
 @njit(cache=True, nogil=True)
 def values_in_buckets(x, where, chosen, n_chosen):  # type: ignore[no-untyped-def]
     """The non-NaN values of ``x`` whose bucket (``where``, from :func:`bucket_counts`) is marked
-    in ``chosen``, in their order; ``n_chosen`` is how many there are (their buckets' counts)."""
+    in ``chosen``, in their order; ``n_chosen`` is how many there are (their buckets' counts).
+    The pass reads the 2-byte bucket codes; the 8-byte values only where a code is chosen."""
     out = np.empty(n_chosen, x.dtype)
-    bits = np.zeros((chosen.size + 63) // 64, np.uint64)  # 8 KiB: stays in L1, unlike 64 KiB of bools
-    for c in np.flatnonzero(chosen):
-        bits[c >> 6] |= np.uint64(1) << np.uint64(c & 63)
     j = 0
     for i in range(x.size):
-        k = np.uint64(where[i])
-        if (bits[k >> np.uint64(6)] >> (k & np.uint64(63))) & np.uint64(1):
-            v = x[i]  # read only here: the pass reads the 2-byte buckets, not the 8-byte values
+        if chosen[where[i]]:
+            v = x[i]
             if v == v and j < n_chosen:
                 out[j] = v
                 j += 1
@@ -113,4 +110,22 @@ def gap_bounds(count_a, count_b, na, nb):  # type: ignore[no-untyped-def]
     return below_a, below_b, best_max, best_min, open_max, open_min
 
 
-__all__ = ["bucket_counts", "buckets_of", "gap_bounds", "values_in_buckets"]
+@njit(cache=True, nogil=True)
+def anchored_sum(ratios, anchor):  # type: ignore[no-untyped-def]
+    """``sum_i anchor[i] · cumprod(ratios[i])`` as a double-double ``(hi, lo)``: each row's running
+    product in float64, as ``np.cumprod`` forms it, and the terms added with an error-free
+    two-sum, so the sum of half a million terms loses nothing before the caller's rounding."""
+    hi, lo = 0.0, 0.0
+    for i in range(ratios.shape[0]):
+        p = 1.0
+        for j in range(ratios.shape[1]):
+            p *= ratios[i, j]
+            t = p * anchor[i]
+            s = hi + t
+            b = s - hi
+            lo += (hi - (s - b)) + (t - b)
+            hi = s
+    return hi, lo
+
+
+__all__ = ["anchored_sum", "bucket_counts", "buckets_of", "gap_bounds", "values_in_buckets"]
