@@ -13,6 +13,7 @@ $(STAMP): requirements/lock.txt setup.cfg
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/lock.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PY) -m rlops.pipeline_steps.drift.ks_kernels  # compile the drift kernels into their cache
 	touch $(STAMP)
 
 demo: $(STAMP)

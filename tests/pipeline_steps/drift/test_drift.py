@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from rlops.cli import main as rlops_main
 from rlops.pipeline_steps.drift.ks import _kstwo_sf, ks_pvalue, ks_statistic, ks_statistic_unsorted
+from rlops.pipeline_steps.drift.ks_kernels import bucket_counts, compile_kernels
 from rlops.pipeline_steps.drift.report import render_html, run_drift
 from rlops.pipeline_steps.drift.stats import (
     MISSING,
@@ -450,3 +451,14 @@ def test_rows_of_one_episode_count_once_with_clusters() -> None:
     assert as_rows.p_value < per_episode.p_value / 100
     fitted = detect_drift(b, t, min_effect=0.0, clusters=(b["ep"], t["ep"]), baseline_fit_n=1000).fields[0]
     assert fitted.p_value > clustered.p_value  # a fitted baseline's own error widens the test
+
+
+def test_compile_kernels_covers_the_column_types_drift_compares() -> None:
+    # what the install compiles ahead: read-only column views and owned arrays, float64 and int64
+    compile_kernels()
+    seen = {(sig[0].dtype.name, not sig[0].mutable) for sig in bucket_counts.signatures}
+    assert {(d, ro) for d in ("float64", "int64") for ro in (True, False)} <= seen
+    x = np.array([3, 1, 2, 2], dtype=np.int64)
+    x.flags.writeable = False
+    counts, n_nan = bucket_counts(x, 0.0, 1.0, 4, np.empty(x.size, np.uint16))
+    assert n_nan == 0 and counts.tolist() == [0, 1, 2, 1, 0, 0]
