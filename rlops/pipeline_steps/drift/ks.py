@@ -112,8 +112,11 @@ class SampleStatistic(NamedTuple):
     n_b: int
 
 
-def _drop_nan(x: np.ndarray) -> np.ndarray:
-    kept: np.ndarray = x[~np.isnan(x)] if x.dtype.kind == "f" else x
+def _no_nan(values: np.ndarray) -> np.ndarray:
+    """``values`` without its NaN (missing) values."""
+    if values.dtype.kind != "f" or not values.size or not np.isnan(values.min()):
+        return values  # min is NaN exactly when a value is: one pass, no mask array
+    kept: np.ndarray = values[~np.isnan(values)]
     return kept
 
 
@@ -132,7 +135,7 @@ def ks_statistic_unsorted(a: np.ndarray, b: np.ndarray) -> SampleStatistic:
     """
     grid = None if a.size + b.size < _SORT_BELOW else _grid(a, b)
     if grid is None:
-        a, b = _drop_nan(a), _drop_nan(b)
+        a, b = _no_nan(a), _no_nan(b)
         if a.size == 0 or b.size == 0:
             return SampleStatistic(math.nan, a.size, b.size)
         return SampleStatistic(ks_statistic(np.sort(a), np.sort(b)), a.size, b.size)

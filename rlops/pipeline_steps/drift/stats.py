@@ -48,6 +48,7 @@ from rlops.pipeline_steps.drift.ks import (
     HAS_EXACT,
     MAX_EXACT_N,
     _kstwo_sf,
+    _no_nan,
     ks_pvalue,
     ks_statistic_unsorted,
 )
@@ -140,13 +141,6 @@ def _numeric_values(col: pd.Series) -> np.ndarray:
     is_int = isinstance(col.dtype, np.dtype) and col.dtype.kind in "iu"  # NaN-free: keep ints
     out: np.ndarray = col.to_numpy() if is_int else col.to_numpy(dtype=np.float64, na_value=np.nan)
     return out
-
-
-def _no_nan(values: np.ndarray) -> np.ndarray:
-    if values.dtype.kind != "f" or not values.size or not np.isnan(values.min()):
-        return values  # min is NaN exactly when a value is: one pass, no mask array
-    kept: np.ndarray = values[~np.isnan(values)]
-    return kept
 
 
 def _ks_field(

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rlops.pipeline_steps.drift.ks import _kstwo_sf, ks_pvalue
+from rlops.pipeline_steps.drift.ks import _kstwo_sf, _no_nan, ks_pvalue
 from rlops.pipeline_steps.drift.stats import (
     DEFAULT_MIN_EFFECT,
     DEFAULT_THRESHOLD,
@@ -39,7 +39,6 @@ from rlops.pipeline_steps.drift.stats import (
     _category_counts,
     _error,
     _kind,
-    _no_nan,
     _numeric_values,
     chi2_counts,
     default_fields,
