@@ -306,23 +306,26 @@ class PolicyNetwork(nn.Module):
         state = torch.cat([self.normalized_features(obs), obs[:, F : F + A]], dim=-1)
         if not self.use_history:
             return state
-        # Single-head attention: the state asks which of the last k actions matter now.
-        # Keys and values of a token, key_value(embed[code] + pos[j]), are key_value(embed)[code]
-        # + W_kv·pos[j]: a table of A+1 rows and one of k rows, computed once per batch, picked by a
-        # one-hot product (each token has exactly one code), whose gradient is one small matrix
-        # product instead of a scatter — a third of the per-token work. The two attention products
-        # over k ≤ a few tokens are broadcast multiply-sums, which on CPU cost a fraction of
-        # thousands of tiny batched matrix products.
+        # Single-head attention: the state asks which of the last k actions matter now. A token's
+        # key and value, key_value(embed[code] + pos[j]), are a row of a code table (A+1 rows) plus
+        # a row of a position table (k rows), both computed once per batch. So a score q·key_j is
+        # (q·code_keys)[code_j] + (q·pos_keys)[j], and the summary Σ_j w_j·value_j is the attention
+        # mass each code and each position received, times the two value tables: every per-row
+        # tensor is [N, k, A+1] or narrower, never the [N, k, 2E] of materialised keys and values
+        # (most of the cost of the policy's forward and backward on CPU; the same function).
+        E = self.embed_dim
         codes = obs[:, F + A :]
         one_hot = torch.eq(codes.unsqueeze(-1), self._codes).to(obs.dtype)  # [N, k, A+1]
         code_kv = self.key_value(self.action_embed.weight)  # [A+1, 2E]
         pos_kv = self.pos_embed @ self.key_value.weight.t()  # [k, 2E]
-        kv = one_hot @ code_kv + pos_kv  # [N, k, 2E]
-        keys, values = kv[..., : self.embed_dim], kv[..., self.embed_dim :]
-        q = self.query(state).unsqueeze(1)  # [N, 1, E]
-        scores = (keys * q).sum(-1) * (1.0 / math.sqrt(self.embed_dim))
+        table_k = torch.cat([code_kv[:, :E], pos_kv[:, :E]])  # [A+1+k, E]
+        table_v = torch.cat([code_kv[:, E:], pos_kv[:, E:]])
+        q = self.query(state) * (1.0 / math.sqrt(E))  # [N, E]
+        q_table = q @ table_k.t()  # [N, A+1+k]: q against every code key and every position key
+        scores = (one_hot * q_table[:, None, : A + 1]).sum(-1) + q_table[:, A + 1 :]  # [N, k]
         weights = softmax_rows(scores)  # [N, k]
-        ctx = (weights.unsqueeze(-1) * values).sum(1)  # [N, E]
+        code_mass = (weights.unsqueeze(-1) * one_hot).sum(1)  # [N, A+1]
+        ctx = torch.cat([code_mass, weights], dim=-1) @ table_v  # [N, E]
         return torch.cat([state, ctx], dim=-1)
 
     def forward(self, obs: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:

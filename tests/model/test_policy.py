@@ -238,6 +238,38 @@ def test_history_embedding_is_the_embedding_lookup_exactly(policy: PolicyNetwork
     assert torch.equal(one_hot @ policy.action_embed.weight, policy.action_embed(codes))
 
 
+def _textbook_history_summary(policy: PolicyNetwork, obs: torch.Tensor) -> torch.Tensor:
+    """The attention over the last k actions as written down: tokens embed[code] + pos[j], keys and
+    values from one linear map, softmax of q·key / sqrt(E), the value-weighted sum."""
+    F_, A_, E = policy.n_features, policy.n_actions, policy.embed_dim
+    state = torch.cat([policy.normalized_features(obs), obs[:, F_ : F_ + A_]], dim=-1)
+    tokens = policy.action_embed(obs[:, F_ + A_ :].long()) + policy.pos_embed  # [N, k, E]
+    kv = policy.key_value(tokens)
+    keys, values = kv[..., :E], kv[..., E:]
+    q = policy.query(state).unsqueeze(1)
+    weights = torch.softmax((keys * q).sum(-1) / math.sqrt(E), dim=-1)
+    return (weights.unsqueeze(-1) * values).sum(1)
+
+
+def test_history_summary_is_the_textbook_attention_with_its_gradients() -> None:
+    torch.manual_seed(3)
+    net = PolicyNetwork(PolicyConfig(F, 6, 5, hidden_sizes=(16, 16), embed_dim=8))
+    gen = torch.Generator().manual_seed(4)
+    obs = torch.cat(
+        [torch.randn(256, F, generator=gen), torch.ones(256, 6), torch.randint(0, 7, (256, 5), generator=gen).float()],
+        1,
+    )
+    params = [net.action_embed.weight, net.pos_embed, net.query.weight, net.key_value.weight, net.key_value.bias]
+    got = net._inputs(obs)[:, F + 6 :]
+    want = _textbook_history_summary(net, obs)
+    assert (got - want).abs().max() < 1e-5
+    probe = torch.randn_like(want, generator=gen)
+    g_got = torch.autograd.grad((got * probe).sum(), params)
+    g_want = torch.autograd.grad((want * probe).sum(), params)
+    for a, b in zip(g_got, g_want, strict=True):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+
+
 def test_forward_is_deterministic_and_batch_independent(policy: PolicyNetwork) -> None:
     gen = torch.Generator().manual_seed(5)
     obs = torch.cat(
