@@ -16,6 +16,8 @@ Beyond the CleanRL core: resumable checkpoints (bit-identical continuation on CP
 hot-reload between iterations, incremental (warm-start) training with an optional EWC penalty,
 an optional action-smoothing penalty, and a stagnation flag. See :class:`PPOConfig` for knobs.
 Those side concerns are one call each in the loop; their code is in :mod:`rlops.model.training_hooks`.
+The default network's minibatch loss and gradient are written out (:mod:`rlops.model.ppo_grad`, pinned
+against autograd); other networks and the penalties go through autograd.
 """
 
 from __future__ import annotations
@@ -304,23 +306,22 @@ def ppo_update(
                     for t in (b_masks, b_obs, b_actions, b_logp, b_advantages, b_values, b_returns)
                 )
             zero = torch.zeros((), device=device)
-            if written_out:
-                with record_function("rlops/backward"):
-                    pg_loss, v_loss, mb_entropy, approx_kl, old_approx_kl, clipfrac = ppo_grad.loss_and_grads(
-                        policy,
-                        mb_obs,
-                        mb_masks,
-                        mb_actions,
-                        mb_old_logp,
-                        mb_advantages,
-                        mb_old_values,
-                        mb_returns,
-                        ent_coef,
-                        cfg.vf_coef,
-                        cfg.clip_coef,
-                        cfg.clip_vloss,
-                        cfg.norm_adv,
-                    )
+            if written_out:  # labels its forward and backward for `rlops profile` itself
+                pg_loss, v_loss, mb_entropy, approx_kl, old_approx_kl, clipfrac = ppo_grad.loss_and_grads(
+                    policy,
+                    mb_obs,
+                    mb_masks,
+                    mb_actions,
+                    mb_old_logp,
+                    mb_advantages,
+                    mb_old_values,
+                    mb_returns,
+                    ent_coef,
+                    cfg.vf_coef,
+                    cfg.clip_coef,
+                    cfg.clip_vloss,
+                    cfg.norm_adv,
+                )
                 ewc_term = smooth = zero
             else:
                 with record_function("rlops/policy_forward"):

@@ -20,6 +20,7 @@ import math
 
 import torch
 from torch import Tensor
+from torch.profiler import record_function  # labelled regions for `rlops profile`
 
 from rlops.model.policy import PolicyNetwork, mask_value
 
@@ -81,7 +82,7 @@ def loss_and_grads(
     actor = [m for m in policy.actor.modules() if isinstance(m, torch.nn.Linear)]
     critic = [m for m in policy.critic.modules() if isinstance(m, torch.nn.Linear)]
     grads: dict[Tensor, Tensor] = {}
-    with torch.no_grad():
+    with torch.no_grad(), record_function("rlops/policy_forward"):
         # ---- forward, keeping what the backward needs
         state = torch.cat([policy.normalized_features(obs), obs[:, F : F + A]], dim=-1)
         S = state.shape[1]
@@ -131,6 +132,7 @@ def loss_and_grads(
         else:
             v_loss = 0.5 * (diff * diff).mean()
 
+    with torch.no_grad(), record_function("rlops/backward"):
         # ---- backward: the policy head. torch.max passes the gradient to the larger side, half to
         # each on a tie; there the clipped side is the unclipped one (ratio inside the range).
         d_ratio = torch.where(unclipped >= clipped, -adv / n, torch.zeros_like(adv))
