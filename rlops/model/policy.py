@@ -301,6 +301,20 @@ class PolicyNetwork(nn.Module):
         if self.obs_rms is not None:
             self.obs_rms.update(obs[:, : self.n_features])
 
+    def history_one_hot(self, obs: Tensor) -> Tensor:
+        """The last k action codes of ``obs`` one-hot, ``[N, k, A+1]``."""
+        codes = obs[:, self.n_features + self.n_actions :]
+        return torch.eq(codes.unsqueeze(-1), self._codes).to(obs.dtype)
+
+    def history_tables(self) -> tuple[Tensor, Tensor]:
+        """Key and value tables of the history attention, each ``[A+1+k, E]``: a row per action code
+        (``key_value(embed[code])``) then a row per position (``W_kv·pos[j]``); a token's key or value
+        is the sum of its code's row and its position's row."""
+        E = self.embed_dim
+        code_kv = self.key_value(self.action_embed.weight)  # [A+1, 2E]
+        pos_kv = self.pos_embed @ self.key_value.weight.t()  # [k, 2E]
+        return torch.cat([code_kv[:, :E], pos_kv[:, :E]]), torch.cat([code_kv[:, E:], pos_kv[:, E:]])
+
     def _inputs(self, obs: Tensor) -> Tensor:
         F, A = self.n_features, self.n_actions
         state = torch.cat([self.normalized_features(obs), obs[:, F : F + A]], dim=-1)
@@ -313,14 +327,9 @@ class PolicyNetwork(nn.Module):
         # mass each code and each position received, times the two value tables: every per-row
         # tensor is [N, k, A+1] or narrower, never the [N, k, 2E] of materialised keys and values
         # (most of the cost of the policy's forward and backward on CPU; the same function).
-        E = self.embed_dim
-        codes = obs[:, F + A :]
-        one_hot = torch.eq(codes.unsqueeze(-1), self._codes).to(obs.dtype)  # [N, k, A+1]
-        code_kv = self.key_value(self.action_embed.weight)  # [A+1, 2E]
-        pos_kv = self.pos_embed @ self.key_value.weight.t()  # [k, 2E]
-        table_k = torch.cat([code_kv[:, :E], pos_kv[:, :E]])  # [A+1+k, E]
-        table_v = torch.cat([code_kv[:, E:], pos_kv[:, E:]])
-        q = self.query(state) * (1.0 / math.sqrt(E))  # [N, E]
+        one_hot = self.history_one_hot(obs)
+        table_k, table_v = self.history_tables()
+        q = self.query(state) * (1.0 / math.sqrt(self.embed_dim))  # [N, E]
         q_table = q @ table_k.t()  # [N, A+1+k]: q against every code key and every position key
         scores = (one_hot * q_table[:, None, : A + 1]).sum(-1) + q_table[:, A + 1 :]  # [N, k]
         weights = softmax_rows(scores)  # [N, k]

@@ -292,7 +292,8 @@ def ppo_update(
     # The default network's loss and gradient are written out (rlops.model.ppo_grad): the same
     # numbers as autograd, without recording and replaying a graph every minibatch.
     written_out = ppo_grad.supports(policy, ewc is not None or cfg.smoothing_coef > 0)
-    params = [p for p in policy.parameters()]
+    params = list(policy.parameters())
+    zero = torch.zeros((), device=device)
     stats: list[Tensor] = []
     epochs_run = 0
     for epoch in range(cfg.update_epochs):
@@ -305,7 +306,6 @@ def ppo_update(
                     t.index_select(0, mb)
                     for t in (b_masks, b_obs, b_actions, b_logp, b_advantages, b_values, b_returns)
                 )
-            zero = torch.zeros((), device=device)
             if written_out:  # labels its forward and backward for `rlops profile` itself
                 pg_loss, v_loss, mb_entropy, approx_kl, old_approx_kl, clipfrac = ppo_grad.loss_and_grads(
                     policy,

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function  # labelled regions for `rlops profile`
 
-from rlops.model.policy import PolicyNetwork, mask_value
+from rlops.model.policy import PolicyNetwork, masked_log_probs, softmax_rows
 
 
 def supports(policy: PolicyNetwork, with_penalty: bool) -> bool:
@@ -88,17 +88,13 @@ def loss_and_grads(
         S = state.shape[1]
         if policy.use_history:
             C = A + 1
-            one_hot = torch.eq(obs[:, F + A :].unsqueeze(-1), policy._codes).to(obs.dtype)  # [n, k, C]
-            kv = policy.key_value
-            code_kv = torch.addmm(kv.bias, policy.action_embed.weight, kv.weight.t())  # [C, 2E]
-            pos_kv = policy.pos_embed @ kv.weight.t()  # [k, 2E]
-            table_k = torch.cat([code_kv[:, :E], pos_kv[:, :E]])
-            table_v = torch.cat([code_kv[:, E:], pos_kv[:, E:]])
+            one_hot = policy.history_one_hot(obs)  # [n, k, C]
+            table_k, table_v = policy.history_tables()  # [C + k, E] each
             scale = 1.0 / math.sqrt(E)
             q = torch.addmm(policy.query.bias, state, policy.query.weight.t(), beta=scale, alpha=scale)
             q_table = q @ table_k.t()  # [n, C + k]
             scores = (one_hot * q_table[:, None, :C]).sum(-1).add_(q_table[:, C:])
-            w = torch.softmax(scores.t(), dim=0).t()  # [n, k]
+            w = softmax_rows(scores)  # [n, k]
             mass = torch.cat([(w.unsqueeze(-1) * one_hot).sum(1), w], dim=-1)  # [n, C + k]
             x = torch.cat([state, mass @ table_v], dim=-1)
         else:
@@ -106,7 +102,7 @@ def loss_and_grads(
         logits, a_acts = _mlp_forward(actor, x)
         value, c_acts = _mlp_forward(critic, x)
         value = value.squeeze(-1)
-        logp = torch.log_softmax(logits.masked_fill(~mask, mask_value(logits.dtype)).t(), dim=0).t()  # [n, A]
+        logp = masked_log_probs(logits, mask)  # [n, A]
         p = logp.exp()
         new_logp = logp.gather(1, actions.unsqueeze(1)).squeeze(1)
 
@@ -166,6 +162,7 @@ def loss_and_grads(
             grads[policy.query.bias] = d_q.sum(0)
             d_code_kv = torch.cat([d_table_k[:C], d_table_v[:C]], dim=1)  # [C, 2E]
             d_pos_kv = torch.cat([d_table_k[C:], d_table_v[C:]], dim=1)  # [k, 2E]
+            kv = policy.key_value
             grads[kv.weight] = d_code_kv.t() @ policy.action_embed.weight + d_pos_kv.t() @ policy.pos_embed
             grads[kv.bias] = d_code_kv.sum(0)
             grads[policy.action_embed.weight] = d_code_kv @ kv.weight
