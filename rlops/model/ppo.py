@@ -292,6 +292,7 @@ def ppo_update(
     # The default network's loss and gradient are written out (rlops.model.ppo_grad): the same
     # numbers as autograd, without recording and replaying a graph every minibatch.
     written_out = ppo_grad.supports(policy, ewc is not None or cfg.smoothing_coef > 0)
+    fixed = ppo_grad.fixed_inputs(policy, b_obs) if written_out else None
     params = list(policy.parameters())
     zero = torch.zeros((), device=device)
     stats: list[Tensor] = []
@@ -302,14 +303,14 @@ def ppo_update(
             mb = perm[start : start + minibatch_size]
             with record_function("rlops/data_movement"):
                 # index_select, not advanced indexing: the same rows, several times cheaper on CPU
-                mb_masks, mb_obs, mb_actions, mb_old_logp, mb_advantages, mb_old_values, mb_returns = (
-                    t.index_select(0, mb)
-                    for t in (b_masks, b_obs, b_actions, b_logp, b_advantages, b_values, b_returns)
+                mb_masks, mb_actions, mb_old_logp, mb_advantages, mb_old_values, mb_returns = (
+                    t.index_select(0, mb) for t in (b_masks, b_actions, b_logp, b_advantages, b_values, b_returns)
                 )
-            if written_out:  # labels its forward and backward for `rlops profile` itself
+                mb_inputs = fixed.select(mb) if fixed is not None else b_obs.index_select(0, mb)
+            if isinstance(mb_inputs, ppo_grad.FixedInputs):  # labels its forward and backward itself
                 pg_loss, v_loss, mb_entropy, approx_kl, old_approx_kl, clipfrac = ppo_grad.loss_and_grads(
                     policy,
-                    mb_obs,
+                    mb_inputs,
                     mb_masks,
                     mb_actions,
                     mb_old_logp,
@@ -325,7 +326,7 @@ def ppo_update(
                 ewc_term = smooth = zero
             else:
                 with record_function("rlops/policy_forward"):
-                    mb_logp_all, mb_values = policy(mb_obs, mb_masks)
+                    mb_logp_all, mb_values = policy(mb_inputs, mb_masks)
                 mb_new_logp = mb_logp_all.gather(1, mb_actions.unsqueeze(1)).squeeze(1)
                 mb_entropy = masked_entropy(mb_logp_all, mb_masks).mean()
                 pg_loss, v_loss, approx_kl, old_approx_kl, clipfrac = ppo_losses(

@@ -17,6 +17,7 @@ autograd otherwise (multi-role heads, ``relu``, an EWC or smoothing penalty).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -28,6 +29,30 @@ from rlops.model.policy import PolicyNetwork, masked_log_probs, softmax_rows
 def supports(policy: PolicyNetwork, with_penalty: bool) -> bool:
     """Whether :func:`loss_and_grads` computes this policy's update (else use autograd)."""
     return not with_penalty and not policy.config.action_roles and policy.config.activation == "tanh"
+
+
+class FixedInputs(NamedTuple):
+    """What of each row's input an update does not change: the state as the network sees it
+    (normalised features and the action mask; the feature statistics move between iterations
+    only) and the history's one-hot codes. Computed once per batch, not once per minibatch."""
+
+    state: Tensor
+    """``[N, F + A]``"""
+    one_hot: Tensor | None
+    """``[N, k, A + 1]``, or None without the history attention"""
+
+    def select(self, rows: Tensor) -> FixedInputs:
+        """The inputs of ``rows`` (a minibatch)."""
+        one_hot = None if self.one_hot is None else self.one_hot.index_select(0, rows)
+        return FixedInputs(self.state.index_select(0, rows), one_hot)
+
+
+@torch.no_grad()
+def fixed_inputs(policy: PolicyNetwork, obs: Tensor) -> FixedInputs:
+    """The :class:`FixedInputs` of observations ``obs[N, D]``."""
+    F, A = policy.n_features, policy.n_actions
+    state = torch.cat([policy.normalized_features(obs), obs[:, F : F + A]], dim=-1)
+    return FixedInputs(state, policy.history_one_hot(obs) if policy.use_history else None)
 
 
 def _mlp_forward(layers: list[torch.nn.Linear], x: Tensor) -> tuple[Tensor, list[Tensor]]:
@@ -59,7 +84,7 @@ def _mlp_backward(
 
 def loss_and_grads(
     policy: PolicyNetwork,
-    obs: Tensor,
+    inputs: FixedInputs,
     mask: Tensor,
     actions: Tensor,
     old_logp: Tensor,
@@ -72,23 +97,23 @@ def loss_and_grads(
     clip_vloss: bool,
     norm_adv: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Set ``p.grad`` of every parameter to the gradient of the PPO loss on one minibatch.
+    """Set ``p.grad`` of every parameter to the gradient of the PPO loss on one minibatch, whose
+    observations are given as their :func:`fixed_inputs`.
 
     Returns ``pg_loss, v_loss, entropy, approx_kl, old_approx_kl, clipfrac`` as
     :func:`rlops.model.ppo.ppo_losses` (and the entropy mean) would.
     """
-    n = obs.shape[0]
-    F, A, E = policy.n_features, policy.n_actions, policy.embed_dim
+    state, one_hot = inputs
+    n = state.shape[0]
+    A, E = policy.n_actions, policy.embed_dim
     actor = [m for m in policy.actor.modules() if isinstance(m, torch.nn.Linear)]
     critic = [m for m in policy.critic.modules() if isinstance(m, torch.nn.Linear)]
     grads: dict[Tensor, Tensor] = {}
     with torch.no_grad(), record_function("rlops/policy_forward"):
         # ---- forward, keeping what the backward needs
-        state = torch.cat([policy.normalized_features(obs), obs[:, F : F + A]], dim=-1)
         S = state.shape[1]
-        if policy.use_history:
+        if one_hot is not None:  # [n, k, C]
             C = A + 1
-            one_hot = policy.history_one_hot(obs)  # [n, k, C]
             table_k, table_v = policy.history_tables()  # [C + k, E] each
             scale = 1.0 / math.sqrt(E)
             q = torch.addmm(policy.query.bias, state, policy.query.weight.t(), beta=scale, alpha=scale)
@@ -148,7 +173,7 @@ def loss_and_grads(
 
         d_a = _mlp_backward(actor, a_acts, d_logits, grads)
         d_c = _mlp_backward(critic, c_acts, d_value, grads)
-        if policy.use_history:
+        if one_hot is not None:
             # ---- the history attention (see PolicyNetwork._inputs)
             d_ctx = d_a @ actor[0].weight[:, S:] + d_c @ critic[0].weight[:, S:]  # [n, E]
             d_table_v = mass.t() @ d_ctx  # [C + k, E]
@@ -172,4 +197,4 @@ def loss_and_grads(
     return pg_loss, v_loss, entropy, approx_kl, old_approx_kl, clipfrac
 
 
-__all__ = ["loss_and_grads", "supports"]
+__all__ = ["FixedInputs", "fixed_inputs", "loss_and_grads", "supports"]

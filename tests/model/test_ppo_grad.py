@@ -7,7 +7,7 @@ import torch
 
 from rlops.model.policy import PolicyConfig, PolicyNetwork, masked_entropy
 from rlops.model.ppo import ppo_losses
-from rlops.model.ppo_grad import loss_and_grads, supports
+from rlops.model.ppo_grad import fixed_inputs, loss_and_grads, supports
 
 F, A = 9, 5
 
@@ -69,7 +69,10 @@ def test_written_out_gradient_is_autograds(case: str) -> None:
     want_stats, want_grads = _autograd(policy, batch, kw)
     assert supports(policy, with_penalty=False)
     policy.zero_grad(set_to_none=True)
-    got_stats = loss_and_grads(policy, *batch, **kw)
+    # as ppo_update does: the fixed inputs of the whole batch once, then a minibatch's rows of them
+    whole = torch.cat([_batch(policy, 100, 8)[0], batch[0]])
+    inputs = fixed_inputs(policy, whole).select(torch.arange(100, 100 + 512))
+    got_stats = loss_and_grads(policy, inputs, *batch[1:], **kw)
     for got, want in zip(got_stats, want_stats, strict=True):
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), (got, want)
     for (name, p), want in zip(policy.named_parameters(), want_grads, strict=True):
