@@ -10,6 +10,8 @@ from rlops.commands.common_args import add_common_args, add_reward_fn_arg, conte
 
 #: The longest profile one command may ask for (a day): a typo must not mean a machine busy for a week.
 MAX_DURATION_S = 86_400.0
+#: The most iterations one profile records: the profiler's report costs ~70 µs per recorded event.
+MAX_SAMPLE_ITERATIONS = 50
 
 
 def check_trace_path(path: Path) -> None:
@@ -42,7 +44,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         default=60.0,
         metavar="SECONDS",
-        help="wall seconds of training to profile (default 60; the iteration running then finishes)",
+        help="wall seconds of training (default 60; the iteration running then finishes, and the run lasts "
+        "at least until the sample is recorded)",
+    )
+    p.add_argument(
+        "--iterations",
+        type=int,
+        default=3,
+        metavar="N",
+        help="consecutive iterations the profiler records, after the first two (default 3; "
+        f"at most {MAX_SAMPLE_ITERATIONS}: each one takes seconds to report)",
     )
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: params)")
     p.add_argument(
@@ -57,27 +68,37 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from rlops.common.errors import UserError
-    from rlops.pipeline_steps.training.profile import REGIONS, profile_training, region_lines
+    from rlops.pipeline_steps.training.profile import REGIONS, profile_training, region_lines, timing_line
 
     if not math.isfinite(args.duration) or not 0 < args.duration <= MAX_DURATION_S:
         raise UserError(f"--duration {args.duration}: expected a number of seconds in (0, {MAX_DURATION_S:g}]")
+    if not 1 <= args.iterations <= MAX_SAMPLE_ITERATIONS:
+        raise UserError(
+            f"--iterations {args.iterations}: expected how many iterations to record, 1 to {MAX_SAMPLE_ITERATIONS}"
+        )
     trace = Path(args.trace) if args.trace else None
     if trace is not None:
         check_trace_path(trace)
     ctx = context_from_args(args)
     if args.dry_run:
-        res = {"dry_run": True, "scenario": ctx.scenario, "duration_s": args.duration, "regions": list(REGIONS)}
+        res = {
+            "dry_run": True,
+            "scenario": ctx.scenario,
+            "duration_s": args.duration,
+            "iterations": args.iterations,
+            "regions": list(REGIONS),
+        }
         print_result(
             res,
             args.json,
             [
-                f"dry run: would profile {args.duration:g}s of PPO training on {ctx.scenario} "
-                f"(phases {', '.join(REGIONS)})"
+                f"dry run: would train {args.duration:g}s of PPO on {ctx.scenario} and profile "
+                f"{args.iterations} iterations of it (phases {', '.join(REGIONS)})"
             ],
         )
         return 0
     try:
-        report = profile_training(ctx, args.duration, args.device, trace, args.reward_fn)
+        report = profile_training(ctx, args.duration, args.device, trace, args.reward_fn, args.iterations)
     except KeyError as exc:
         raise UserError(str(exc).strip("'\"")) from None
     except ValueError as exc:
@@ -86,7 +107,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         raise UserError(f"profile --trace {report.trace}: the Chrome trace was not written")
     lines = [
         f"{report.scenario} on {report.device}: {report.iterations} iterations, {report.global_step:,} steps "
-        f"in {report.wall_s:.1f}s (profiled)",
+        f"in {report.wall_s:.1f}s",
+        timing_line(report),
         "where the time goes:",
         *region_lines(report),
         "top 10 operators:",

@@ -144,6 +144,10 @@ PROFILE_PROBES = [
         cli_error(f"profile_duration_{v}", ["profile", "--duration", v, "--dry-run"], ("--duration",))
         for v in ("nan", "inf", "-inf", "0", "-5", "1e9")
     ),
+    *(
+        cli_error(f"profile_iterations_{v}", ["profile", "--iterations", v, "--dry-run"], ("--iterations",))
+        for v in ("0", "-1", "51")
+    ),
     cli_error(
         "profile_trace_in_proc",
         ["profile", "--duration", "1", "--trace", "/proc/rlops-no/trace.json", "--dry-run"],
