@@ -258,8 +258,6 @@ class RoleHeads(nn.Module):
 class PolicyNetwork(nn.Module):
     """Actor-critic over ``[features | mask | history]`` observations (see module docstring)."""
 
-    _codes: Tensor  # buffer: the action codes 0..A of the history, for its one-hot encoding
-
     def __init__(self, config: PolicyConfig):
         super().__init__()
         self.config = config
@@ -268,7 +266,6 @@ class PolicyNetwork(nn.Module):
         self.use_history = k > 0
         act = _ACTIVATIONS[config.activation]
         self.action_embed = nn.Embedding(A + 1, E)
-        self.register_buffer("_codes", torch.arange(A + 1, dtype=torch.float32), persistent=False)
         self.pos_embed = nn.Parameter(torch.randn(max(k, 1), E) * 0.1)
         self.query = nn.Linear(F + A, E)
         self.key_value = nn.Linear(E, 2 * E)
@@ -301,10 +298,9 @@ class PolicyNetwork(nn.Module):
         if self.obs_rms is not None:
             self.obs_rms.update(obs[:, : self.n_features])
 
-    def history_one_hot(self, obs: Tensor) -> Tensor:
-        """The last k action codes of ``obs`` one-hot, ``[N, k, A+1]``."""
-        codes = obs[:, self.n_features + self.n_actions :]
-        return torch.eq(codes.unsqueeze(-1), self._codes).to(obs.dtype)
+    def history_codes(self, obs: Tensor) -> Tensor:
+        """The last k action codes of ``obs`` (0: none, ``a + 1``: action ``a``), ``[N, k]`` long."""
+        return obs[:, self.n_features + self.n_actions :].long().clamp_(0, self.n_actions)
 
     def history_tables(self) -> tuple[Tensor, Tensor]:
         """Key and value tables of the history attention, each ``[A+1+k, E]``: a row per action code
@@ -323,17 +319,17 @@ class PolicyNetwork(nn.Module):
         # Single-head attention: the state asks which of the last k actions matter now. A token's
         # key and value, key_value(embed[code] + pos[j]), are a row of a code table (A+1 rows) plus
         # a row of a position table (k rows), both computed once per batch. So a score q·key_j is
-        # (q·code_keys)[code_j] + (q·pos_keys)[j], and the summary Σ_j w_j·value_j is the attention
-        # mass each code and each position received, times the two value tables: every per-row
-        # tensor is [N, k, A+1] or narrower, never the [N, k, 2E] of materialised keys and values
-        # (most of the cost of the policy's forward and backward on CPU; the same function).
-        one_hot = self.history_one_hot(obs)
+        # (q·code_keys)[code_j] + (q·pos_keys)[j] (a gather), and the summary Σ_j w_j·value_j is the
+        # attention mass each code (a scatter-add of the weights) and each position received, times
+        # the two value tables: every per-row tensor is [N, A+1+k] or narrower, never the [N, k, 2E]
+        # of materialised keys and values (most of the cost of the policy on CPU; the same function).
+        codes = self.history_codes(obs)
         table_k, table_v = self.history_tables()
         q = self.query(state) * (1.0 / math.sqrt(self.embed_dim))  # [N, E]
         q_table = q @ table_k.t()  # [N, A+1+k]: q against every code key and every position key
-        scores = (one_hot * q_table[:, None, : A + 1]).sum(-1) + q_table[:, A + 1 :]  # [N, k]
+        scores = q_table[:, : A + 1].gather(1, codes) + q_table[:, A + 1 :]  # [N, k]
         weights = softmax_rows(scores)  # [N, k]
-        code_mass = (weights.unsqueeze(-1) * one_hot).sum(1)  # [N, A+1]
+        code_mass = weights.new_zeros(weights.shape[0], A + 1).scatter_add(1, codes, weights)  # [N, A+1]
         ctx = torch.cat([code_mass, weights], dim=-1) @ table_v  # [N, E]
         return torch.cat([state, ctx], dim=-1)
 

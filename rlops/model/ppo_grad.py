@@ -34,17 +34,17 @@ def supports(policy: PolicyNetwork, with_penalty: bool) -> bool:
 class FixedInputs(NamedTuple):
     """What of each row's input an update does not change: the state as the network sees it
     (normalised features and the action mask; the feature statistics move between iterations
-    only) and the history's one-hot codes. Computed once per batch, not once per minibatch."""
+    only) and the history's action codes. Computed once per batch, not once per minibatch."""
 
     state: Tensor
     """``[N, F + A]``"""
-    one_hot: Tensor | None
-    """``[N, k, A + 1]``, or None without the history attention"""
+    codes: Tensor | None
+    """``[N, k]`` long (:meth:`PolicyNetwork.history_codes`), or None without the history attention"""
 
     def select(self, rows: Tensor) -> FixedInputs:
         """The inputs of ``rows`` (a minibatch)."""
-        one_hot = None if self.one_hot is None else self.one_hot.index_select(0, rows)
-        return FixedInputs(self.state.index_select(0, rows), one_hot)
+        codes = None if self.codes is None else self.codes.index_select(0, rows)
+        return FixedInputs(self.state.index_select(0, rows), codes)
 
 
 @torch.no_grad()
@@ -52,7 +52,7 @@ def fixed_inputs(policy: PolicyNetwork, obs: Tensor) -> FixedInputs:
     """The :class:`FixedInputs` of observations ``obs[N, D]``."""
     F, A = policy.n_features, policy.n_actions
     state = torch.cat([policy.normalized_features(obs), obs[:, F : F + A]], dim=-1)
-    return FixedInputs(state, policy.history_one_hot(obs) if policy.use_history else None)
+    return FixedInputs(state, policy.history_codes(obs) if policy.use_history else None)
 
 
 def _mlp_forward(layers: list[torch.nn.Linear], x: Tensor) -> tuple[Tensor, list[Tensor]]:
@@ -103,7 +103,7 @@ def loss_and_grads(
     Returns ``pg_loss, v_loss, entropy, approx_kl, old_approx_kl, clipfrac`` as
     :func:`rlops.model.ppo.ppo_losses` (and the entropy mean) would.
     """
-    state, one_hot = inputs
+    state, codes = inputs
     n = state.shape[0]
     A, E = policy.n_actions, policy.embed_dim
     actor = [m for m in policy.actor.modules() if isinstance(m, torch.nn.Linear)]
@@ -112,15 +112,15 @@ def loss_and_grads(
     with torch.no_grad(), record_function("rlops/policy_forward"):
         # ---- forward, keeping what the backward needs
         S = state.shape[1]
-        if one_hot is not None:  # [n, k, C]
+        if codes is not None:  # [n, k]
             C = A + 1
             table_k, table_v = policy.history_tables()  # [C + k, E] each
             scale = 1.0 / math.sqrt(E)
             q = torch.addmm(policy.query.bias, state, policy.query.weight.t(), beta=scale, alpha=scale)
             q_table = q @ table_k.t()  # [n, C + k]
-            scores = (one_hot * q_table[:, None, :C]).sum(-1).add_(q_table[:, C:])
+            scores = q_table[:, :C].gather(1, codes).add_(q_table[:, C:])
             w = softmax_rows(scores)  # [n, k]
-            mass = torch.cat([(w.unsqueeze(-1) * one_hot).sum(1), w], dim=-1)  # [n, C + k]
+            mass = torch.cat([w.new_zeros(n, C).scatter_add_(1, codes, w), w], dim=-1)  # [n, C + k]
             x = torch.cat([state, mass @ table_v], dim=-1)
         else:
             x = state
@@ -173,14 +173,14 @@ def loss_and_grads(
 
         d_a = _mlp_backward(actor, a_acts, d_logits, grads)
         d_c = _mlp_backward(critic, c_acts, d_value, grads)
-        if one_hot is not None:
+        if codes is not None:
             # ---- the history attention (see PolicyNetwork._inputs)
             d_ctx = d_a @ actor[0].weight[:, S:] + d_c @ critic[0].weight[:, S:]  # [n, E]
             d_table_v = mass.t() @ d_ctx  # [C + k, E]
             d_mass = d_ctx @ table_v.t()  # [n, C + k]
-            d_w = (one_hot * d_mass[:, None, :C]).sum(-1).add_(d_mass[:, C:])
+            d_w = d_mass[:, :C].gather(1, codes).add_(d_mass[:, C:])
             d_scores = w * (d_w - (w * d_w).sum(-1, keepdim=True))
-            d_q_table = torch.cat([(d_scores.unsqueeze(-1) * one_hot).sum(1), d_scores], dim=-1)
+            d_q_table = torch.cat([d_scores.new_zeros(n, C).scatter_add_(1, codes, d_scores), d_scores], dim=-1)
             d_table_k = d_q_table.t() @ q
             d_q = (d_q_table @ table_k).mul_(scale)
             grads[policy.query.weight] = d_q.t() @ state

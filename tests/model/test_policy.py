@@ -231,11 +231,14 @@ def test_softmax_rows_equals_softmax_over_the_last_dimension() -> None:
     assert torch.allclose(xg.grad, xr.grad, atol=1e-6)
 
 
-def test_history_embedding_is_the_embedding_lookup_exactly(policy: PolicyNetwork) -> None:
-    A, k = policy.n_actions, policy.history_len
+def test_history_codes_are_read_from_the_observation_and_kept_in_range(policy: PolicyNetwork) -> None:
+    F_, A, k = policy.n_features, policy.n_actions, policy.history_len
     codes = torch.randint(0, A + 1, (64, k), generator=torch.Generator().manual_seed(0))
-    one_hot = (codes.float().unsqueeze(-1) == policy._codes).float()
-    assert torch.equal(one_hot @ policy.action_embed.weight, policy.action_embed(codes))
+    obs = torch.cat([torch.zeros(64, F_ + A), codes.float()], dim=1)
+    assert torch.equal(policy.history_codes(obs), codes)
+    # a code no encoder writes (a corrupt observation) reads as the nearest valid one, never an index error
+    obs[0, F_ + A :] = torch.tensor([-3.0] + [A + 5.0] * (k - 1))
+    assert policy.history_codes(obs)[0].tolist() == [0] + [A] * (k - 1)
 
 
 def _textbook_history_summary(policy: PolicyNetwork, obs: torch.Tensor) -> torch.Tensor:
