@@ -197,6 +197,16 @@ def softmax_rows(x: Tensor, log: bool = False) -> Tensor:
     return (torch.log_softmax(xt, dim=0) if log else torch.softmax(xt, dim=0)).t()
 
 
+def sum_by_code(values: Tensor, codes: Tensor, n_codes: int) -> Tensor:
+    """``out[i, c] = Σ_j values[i, j] · [codes[i, j] == c]``, ``[N, n_codes]``, for ``values`` and
+    ``codes`` of shape ``[N, k]``. A scatter-add on CPU; on an accelerator, whose scatter-add adds
+    atomically in no fixed order, a one-hot product, so a seeded run gives the same numbers."""
+    if values.device.type == "cpu":
+        return values.new_zeros(values.shape[0], n_codes).scatter_add_(1, codes, values)
+    one_hot = codes.unsqueeze(-1) == torch.arange(n_codes, device=codes.device)
+    return (values.unsqueeze(-1) * one_hot).sum(1)
+
+
 def masked_log_probs(logits: Tensor, mask: Tensor) -> Tensor:
     """Log-probabilities over legal actions; masked entries are very negative (finite)."""
     return softmax_rows(masked_logits(logits, mask), log=True)
@@ -329,7 +339,7 @@ class PolicyNetwork(nn.Module):
         q_table = q @ table_k.t()  # [N, A+1+k]: q against every code key and every position key
         scores = q_table[:, : A + 1].gather(1, codes) + q_table[:, A + 1 :]  # [N, k]
         weights = softmax_rows(scores)  # [N, k]
-        code_mass = weights.new_zeros(weights.shape[0], A + 1).scatter_add(1, codes, weights)  # [N, A+1]
+        code_mass = sum_by_code(weights, codes, A + 1)  # [N, A+1]
         ctx = torch.cat([code_mass, weights], dim=-1) @ table_v  # [N, E]
         return torch.cat([state, ctx], dim=-1)
 
@@ -485,6 +495,7 @@ __all__ = [
     "masked_logits",
     "softmax_rows",
     "masked_log_probs",
+    "sum_by_code",
     "masked_entropy",
     "gumbel_sample",
     "export_policy",

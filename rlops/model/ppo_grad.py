@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function  # labelled regions for `rlops profile`
 
-from rlops.model.policy import PolicyNetwork, masked_log_probs, softmax_rows
+from rlops.model.policy import PolicyNetwork, masked_log_probs, softmax_rows, sum_by_code
 
 
 def supports(policy: PolicyNetwork, with_penalty: bool) -> bool:
@@ -120,7 +120,7 @@ def loss_and_grads(
             q_table = q @ table_k.t()  # [n, C + k]
             scores = q_table[:, :C].gather(1, codes).add_(q_table[:, C:])
             w = softmax_rows(scores)  # [n, k]
-            mass = torch.cat([w.new_zeros(n, C).scatter_add_(1, codes, w), w], dim=-1)  # [n, C + k]
+            mass = torch.cat([sum_by_code(w, codes, C), w], dim=-1)  # [n, C + k]
             x = torch.cat([state, mass @ table_v], dim=-1)
         else:
             x = state
@@ -180,7 +180,7 @@ def loss_and_grads(
             d_mass = d_ctx @ table_v.t()  # [n, C + k]
             d_w = d_mass[:, :C].gather(1, codes).add_(d_mass[:, C:])
             d_scores = w * (d_w - (w * d_w).sum(-1, keepdim=True))
-            d_q_table = torch.cat([d_scores.new_zeros(n, C).scatter_add_(1, codes, d_scores), d_scores], dim=-1)
+            d_q_table = torch.cat([sum_by_code(d_scores, codes, C), d_scores], dim=-1)
             d_table_k = d_q_table.t() @ q
             d_q = (d_q_table @ table_k).mul_(scale)
             grads[policy.query.weight] = d_q.t() @ state

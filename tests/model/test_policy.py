@@ -21,6 +21,7 @@ from rlops.model.policy import (
     masked_log_probs,
     save_policy,
     softmax_rows,
+    sum_by_code,
 )
 
 F, A, K = 11, 128, 4
@@ -289,3 +290,25 @@ def test_forward_is_deterministic_and_batch_independent(policy: PolicyNetwork) -
         logp_1, v_1 = policy(obs[:1])
     assert torch.equal(logp_a, logp_b) and torch.equal(v_a, v_b)
     assert torch.allclose(logp_1, logp_a[:1], atol=1e-6) and torch.allclose(v_1, v_a[:1], atol=1e-6)
+
+
+def _sum_by_code_reference(values: torch.Tensor, codes: torch.Tensor, n_codes: int) -> torch.Tensor:
+    return torch.stack([(values * (codes == c)).sum(1) for c in range(n_codes)], dim=1)
+
+
+def test_sum_by_code_adds_each_rows_values_per_code() -> None:
+    gen = torch.Generator().manual_seed(5)
+    values, codes = torch.rand(300, 6, generator=gen), torch.randint(0, 4, (300, 6), generator=gen)
+    got = sum_by_code(values, codes, 4)
+    assert got.shape == (300, 4)
+    assert torch.allclose(got, _sum_by_code_reference(values, codes, 4), rtol=1e-6, atol=1e-7)
+    assert torch.allclose(got.sum(1), values.sum(1), rtol=1e-6)  # every value lands in exactly one code
+
+
+@pytest.mark.gpu
+def test_sum_by_code_on_an_accelerator_is_the_cpu_sum_and_repeatable() -> None:
+    gen = torch.Generator().manual_seed(6)
+    values, codes = torch.rand(4096, 8, generator=gen), torch.randint(0, 5, (4096, 8), generator=gen)
+    on_gpu = [sum_by_code(values.cuda(), codes.cuda(), 5).cpu() for _ in range(3)]
+    assert torch.equal(on_gpu[0], on_gpu[1]) and torch.equal(on_gpu[1], on_gpu[2])
+    assert torch.allclose(on_gpu[0], sum_by_code(values, codes, 5), rtol=1e-6, atol=1e-7)
