@@ -310,7 +310,7 @@ class PolicyNetwork(nn.Module):
 
     def history_codes(self, obs: Tensor) -> Tensor:
         """The last k action codes of ``obs`` (0: none, ``a + 1``: action ``a``), ``[N, k]`` long."""
-        return obs[:, self.n_features + self.n_actions :].long().clamp_(0, self.n_actions)
+        return obs[:, self.n_features + self.n_actions :].long().clamp(0, self.n_actions)
 
     def history_tables(self) -> tuple[Tensor, Tensor]:
         """Key and value tables of the history attention, each ``[A+1+k, E]``: a row per action code
