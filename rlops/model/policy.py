@@ -308,6 +308,12 @@ class PolicyNetwork(nn.Module):
         if self.obs_rms is not None:
             self.obs_rms.update(obs[:, : self.n_features])
 
+    def state_inputs(self, obs: Tensor) -> Tensor:
+        """The state part of the network's input, ``[N, F + A]``: the features as the network sees
+        them (:meth:`normalized_features`) and the action mask."""
+        F, A = self.n_features, self.n_actions
+        return torch.cat([self.normalized_features(obs), obs[:, F : F + A]], dim=-1)
+
     def history_codes(self, obs: Tensor) -> Tensor:
         """The last k action codes of ``obs`` (0: none, ``a + 1``: action ``a``), ``[N, k]`` long."""
         return obs[:, self.n_features + self.n_actions :].long().clamp(0, self.n_actions)
@@ -322,8 +328,8 @@ class PolicyNetwork(nn.Module):
         return torch.cat([code_kv[:, :E], pos_kv[:, :E]]), torch.cat([code_kv[:, E:], pos_kv[:, E:]])
 
     def _inputs(self, obs: Tensor) -> Tensor:
-        F, A = self.n_features, self.n_actions
-        state = torch.cat([self.normalized_features(obs), obs[:, F : F + A]], dim=-1)
+        A = self.n_actions
+        state = self.state_inputs(obs)
         if not self.use_history:
             return state
         # Single-head attention: the state asks which of the last k actions matter now. A token's

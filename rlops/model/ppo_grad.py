@@ -50,9 +50,7 @@ class FixedInputs(NamedTuple):
 @torch.no_grad()
 def fixed_inputs(policy: PolicyNetwork, obs: Tensor) -> FixedInputs:
     """The :class:`FixedInputs` of observations ``obs[N, D]``."""
-    F, A = policy.n_features, policy.n_actions
-    state = torch.cat([policy.normalized_features(obs), obs[:, F : F + A]], dim=-1)
-    return FixedInputs(state, policy.history_codes(obs) if policy.use_history else None)
+    return FixedInputs(policy.state_inputs(obs), policy.history_codes(obs) if policy.use_history else None)
 
 
 def _mlp_forward(layers: list[torch.nn.Linear], x: Tensor) -> tuple[Tensor, list[Tensor]]:
