@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function  # labelled regions for `rlops profile`
 
-from rlops.model.policy import PolicyNetwork, masked_log_probs, softmax_rows, sum_by_code
+from rlops.model.policy import PolicyNetwork, masked_log_probs, narrow_linear, probs_of, softmax_rows, sum_by_code
 
 
 def supports(policy: PolicyNetwork, with_penalty: bool) -> bool:
@@ -60,8 +60,7 @@ def _mlp_forward(layers: list[torch.nn.Linear], x: Tensor) -> tuple[Tensor, list
         # tanh(u) = 2σ(2u) − 1, the same function as policy.fast_tanh
         h = torch.addmm(lin.bias, acts[-1], lin.weight.t(), beta=2.0, alpha=2.0).sigmoid_().mul_(2.0).sub_(1.0)
         acts.append(h)
-    out = torch.addmm(layers[-1].bias, acts[-1], layers[-1].weight.t())
-    return out, acts
+    return narrow_linear(acts[-1], layers[-1]), acts
 
 
 def _mlp_backward(
@@ -126,7 +125,7 @@ def loss_and_grads(
         value, c_acts = _mlp_forward(critic, x)
         value = value.squeeze(-1)
         logp = masked_log_probs(logits, mask)  # [n, A]
-        p = logp.exp()
+        p = probs_of(logp)  # masked entries ~1.6e-38, not 0: every use below zeroes them by the mask
         new_logp = logp.gather(1, actions.unsqueeze(1)).squeeze(1)
 
         # ---- the loss (as ppo_losses)

@@ -14,11 +14,15 @@ from rlops.model.policy import (
     PolicyNetwork,
     export_policy,
     fast_tanh,
+    greedy_actions,
+    gumbel_sample,
     load_exported,
     load_policy,
     mask_value,
     masked_entropy,
     masked_log_probs,
+    narrow_linear,
+    probs_of,
     save_policy,
     softmax_rows,
     sum_by_code,
@@ -218,6 +222,57 @@ def test_fast_tanh_matches_torch_tanh_in_value_and_gradient() -> None:
     fast_tanh(xg).sum().backward()
     assert (xg.grad - (1 - torch.tanh(x) ** 2)).abs().max() < 5e-7
     assert fast_tanh(torch.tensor([0.0])).item() == 0.0
+
+
+def test_probs_of_is_exp_on_legal_actions_and_zero_on_masked_ones() -> None:
+    gen = torch.Generator().manual_seed(5)
+    mask = torch.rand(300, 7, generator=gen) < 0.5
+    mask[:, 2] = True
+    logits = torch.randn(300, 7, generator=gen) * 3
+    logits[0, 2] = -150.0  # a legal action far below the others: its probability underflows
+    mask[0, 3] = True
+    logp = masked_log_probs(logits, mask)
+    p = probs_of(logp, mask)
+    legal = mask.clone()
+    legal[0, 2] = False
+    assert torch.equal(p[legal], logp.exp()[legal])  # bit for bit where exp does not underflow
+    assert torch.equal(p[~mask], torch.zeros_like(p[~mask]))
+    assert p[0, 2].item() == pytest.approx(math.exp(-87.0), rel=1e-6)  # floored, not a denormal
+    assert torch.allclose(p.sum(-1), torch.ones(300), atol=1e-6)
+    # without a mask the masked entries are the floor, which every caller zeroes by the mask
+    assert torch.equal(torch.where(mask, probs_of(logp), 0.0), torch.where(mask, p, 0.0))
+
+
+def test_greedy_and_gumbel_choices_do_not_depend_on_the_memory_layout() -> None:
+    gen = torch.Generator().manual_seed(6)
+    mask = torch.rand(500, 6, generator=gen) < 0.6
+    mask[:, 0] = True
+    logp = masked_log_probs(torch.randn(500, 6, generator=gen), mask)  # a transposed view
+    assert not logp.is_contiguous()
+    assert torch.equal(greedy_actions(logp), logp.contiguous().argmax(-1))
+    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    u = torch.rand(logp.shape, generator=g1).clamp_(1e-20, 1.0 - 1e-7)
+    want = (logp + -torch.log(-torch.log(u))).argmax(-1)
+    assert torch.equal(gumbel_sample(logp, g2), want)
+
+
+def test_narrow_linear_is_the_layer() -> None:
+    torch.manual_seed(2)
+    h = torch.randn(1000, 64)
+    for out in (1, 7, 16, 40):
+        lin = torch.nn.Linear(64, out)
+        got = narrow_linear(h, lin)
+        assert got.shape == (1000, out)
+        assert torch.allclose(got, lin(h), atol=1e-5)
+    hg = h.clone().requires_grad_()
+    lin = torch.nn.Linear(64, 5)
+    narrow_linear(hg, lin).square().sum().backward()
+    hr = h.clone().requires_grad_()
+    lin2 = torch.nn.Linear(64, 5)
+    lin2.load_state_dict(lin.state_dict())
+    lin2(hr).square().sum().backward()
+    assert torch.allclose(hg.grad, hr.grad, atol=1e-5)
+    assert torch.allclose(lin.weight.grad, lin2.weight.grad, rtol=1e-4, atol=1e-4)
 
 
 def test_softmax_rows_equals_softmax_over_the_last_dimension() -> None:
