@@ -253,35 +253,6 @@ def gumbel_sample(logp: Tensor, generator: torch.Generator | None = None) -> Ten
 
 
 # ---------------------------------------------------------------------------- network
-NARROW_OUT = 16
-"""Output widths up to which :func:`narrow_linear` computes a layer transposed."""
-
-
-def narrow_linear(h: Tensor, lin: nn.Linear) -> Tensor:
-    """``lin(h)`` for ``h[N, d]``, computed as ``(W·hᵀ + b)ᵀ`` when the layer has few outputs (an
-    actor's logits, a critic's value): on CPU, MKL's product of ``[N, 64]·[64, A]`` for a handful
-    of outputs ``A`` runs 2–3 times slower than the same product transposed, ``[A, 64]·[64, N]``.
-    The result is a transposed view of a contiguous ``[A, N]``, which :func:`softmax_rows` reads
-    in its fast layout."""
-    if lin.out_features > NARROW_OUT:
-        wide: Tensor = lin(h)
-        return wide
-    out: Tensor = torch.addmm(lin.bias.unsqueeze(1), lin.weight, h.t()).t()
-    return out
-
-
-class MLP(nn.Sequential):
-    """Linear layers with an activation between each two; the last one by :func:`narrow_linear`.
-    (A ``Sequential``, so a saved policy's weights keep their names: ``actor.0.weight``, …)"""
-
-    def forward(self, x: Tensor) -> Tensor:
-        *hidden, last = self
-        for module in hidden:
-            x = module(x)
-        assert isinstance(last, nn.Linear)
-        return narrow_linear(x, last)
-
-
 def _mlp(sizes: list[int], act: type[nn.Module], out_gain: float) -> nn.Sequential:
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
@@ -292,7 +263,7 @@ def _mlp(sizes: list[int], act: type[nn.Module], out_gain: float) -> nn.Sequenti
         layers.append(lin)
         if not last:
             layers.append(act())
-    return MLP(*layers)
+    return nn.Sequential(*layers)
 
 
 class RoleHeads(nn.Module):
@@ -554,8 +525,6 @@ __all__ = [
     "ActOutput",
     "Tanh",
     "fast_tanh",
-    "MLP",
-    "narrow_linear",
     "as_act_fn",
     "ServingPolicy",
     "SavedPolicy",

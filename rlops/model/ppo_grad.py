@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function  # labelled regions for `rlops profile`
 
-from rlops.model.policy import PolicyNetwork, masked_log_probs, narrow_linear, probs_of, softmax_rows, sum_by_code
+from rlops.model.policy import PolicyNetwork, masked_log_probs, probs_of, softmax_rows, sum_by_code
 
 
 def supports(policy: PolicyNetwork, with_penalty: bool) -> bool:
@@ -60,7 +60,8 @@ def _mlp_forward(layers: list[torch.nn.Linear], x: Tensor) -> tuple[Tensor, list
         # tanh(u) = 2σ(2u) − 1, the same function as policy.fast_tanh
         h = torch.addmm(lin.bias, acts[-1], lin.weight.t(), beta=2.0, alpha=2.0).sigmoid_().mul_(2.0).sub_(1.0)
         acts.append(h)
-    return narrow_linear(acts[-1], layers[-1]), acts
+    out = torch.addmm(layers[-1].bias, acts[-1], layers[-1].weight.t())
+    return out, acts
 
 
 def _mlp_backward(

@@ -21,7 +21,6 @@ from rlops.model.policy import (
     mask_value,
     masked_entropy,
     masked_log_probs,
-    narrow_linear,
     probs_of,
     save_policy,
     softmax_rows,
@@ -254,25 +253,6 @@ def test_greedy_and_gumbel_choices_do_not_depend_on_the_memory_layout() -> None:
     u = torch.rand(logp.shape, generator=g1).clamp_(1e-20, 1.0 - 1e-7)
     want = (logp + -torch.log(-torch.log(u))).argmax(-1)
     assert torch.equal(gumbel_sample(logp, g2), want)
-
-
-def test_narrow_linear_is_the_layer() -> None:
-    torch.manual_seed(2)
-    h = torch.randn(1000, 64)
-    for out in (1, 7, 16, 40):
-        lin = torch.nn.Linear(64, out)
-        got = narrow_linear(h, lin)
-        assert got.shape == (1000, out)
-        assert torch.allclose(got, lin(h), atol=1e-5)
-    hg = h.clone().requires_grad_()
-    lin = torch.nn.Linear(64, 5)
-    narrow_linear(hg, lin).square().sum().backward()
-    hr = h.clone().requires_grad_()
-    lin2 = torch.nn.Linear(64, 5)
-    lin2.load_state_dict(lin.state_dict())
-    lin2(hr).square().sum().backward()
-    assert torch.allclose(hg.grad, hr.grad, atol=1e-5)
-    assert torch.allclose(lin.weight.grad, lin2.weight.grad, rtol=1e-4, atol=1e-4)
 
 
 def test_softmax_rows_equals_softmax_over_the_last_dimension() -> None:
