@@ -237,9 +237,10 @@ def greedy_actions(logp: Tensor) -> Tensor:
     return logp.contiguous().argmax(dim=-1)
 
 
-def masked_entropy(logp: Tensor, mask: Tensor) -> Tensor:
-    """Entropy of the distribution restricted to legal actions (masked terms contribute 0)."""
-    p = probs_of(logp)
+def masked_entropy(logp: Tensor, mask: Tensor, probs: Tensor | None = None) -> Tensor:
+    """Entropy of the distribution restricted to legal actions (masked terms contribute 0);
+    ``probs`` is :func:`probs_of` ``(logp)`` where the caller has it already."""
+    p = probs_of(logp) if probs is None else probs
     return -torch.where(mask, p * logp, torch.zeros_like(logp)).sum(-1)
 
 
@@ -404,13 +405,8 @@ class PolicyNetwork(nn.Module):
         mask = x[:, self.n_features : self.n_features + self.n_actions] > 0.5
         logp, value = self.forward(x, mask)
         action = greedy_actions(logp) if deterministic else gumbel_sample(logp, generator)
-        out = ActOutput(
-            action,
-            probs_of(logp, mask),
-            logp.gather(1, action.unsqueeze(1)).squeeze(1),
-            masked_entropy(logp, mask),
-            value,
-        )
+        p = probs_of(logp, mask)
+        out = ActOutput(action, p, logp.gather(1, action.unsqueeze(1)).squeeze(1), masked_entropy(logp, mask, p), value)
         if single:
             out = ActOutput(*(t.squeeze(0) for t in (out.action, out.probs, out.logp, out.entropy, out.value)))
         return out
@@ -442,8 +438,7 @@ class ServingPolicy(nn.Module):
         logp, value = self.policy(obs, mask)
         action = greedy_actions(logp)
         p = probs_of(logp, mask)
-        entropy = -torch.where(mask, p * logp, torch.zeros_like(logp)).sum(-1)
-        return action, p, logp.gather(1, action.unsqueeze(1)).squeeze(1), entropy, value
+        return action, p, logp.gather(1, action.unsqueeze(1)).squeeze(1), masked_entropy(logp, mask, p), value
 
 
 def export_policy(policy: PolicyNetwork, path: str | Path | None = None) -> torch.export.ExportedProgram:
