@@ -1,0 +1,163 @@
+"""How often the champion return anomaly alarms in a world that does not change.
+
+The drift check's return anomaly (:mod:`rlops.pipeline_steps.drift.anomaly`) compares each hour's
+live mean episode return with the calibrated sandbox's and with the same policy's live return at
+the previous check, each against ``drift.anomaly_z`` standard errors. This bench runs a fixed
+policy (the pack's oracle, or its rule engine) for ``--hours`` independent hours of ``--episodes``
+episodes in the pack's production stand-in (its ``live`` profile, where it has one), rolls the
+sandbox baseline once (``drift.baseline_episodes`` episodes of its sandbox profile), and calls the
+product's verdict, ``return_anomaly``, on each pair of consecutive hours, at each ``--z``. Nothing
+changes between the hours, so every alarm is a false one. Reported per z: the alarms, their share
+of the checks with a 95% Clopper–Pearson upper bound, the hours between false alarms that share
+means, the one-sided normal tail the test is built on, and how often the previous-check reference
+alone tripped. Consecutive checks share an hour, so the bound is approximate. Also: the spread of the
+hourly means against their mean standard error (≈ 1 when episodes are independent draws, as the test
+assumes).
+
+Usage: python bench/anomaly_false_alarms.py [--pack credit_approval] [--policy oracle|rules]
+       [--hours 400] [--episodes 1000] [--z 2.5,3,3.5]
+The last line of output is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.loadavg import report as report_load  # noqa: E402
+from rlops.common.config import load_params  # noqa: E402
+from rlops.pipeline_steps.drift.anomaly import ReturnSummary, return_anomaly  # noqa: E402
+from rlops.sandbox.pack import load_pack  # noqa: E402
+from rlops.sandbox.policies import evaluate_policy, load_oracle, rule_policy  # noqa: E402
+from rlops.sandbox.profiles import default_profile  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+HOUR_SEED = 10**7  # hour h uses instance seeds HOUR_SEED + h·episodes …; the baseline's are disjoint
+BASELINE_SEED = 10**9
+POLICY = "fixed-policy"
+
+
+def hourly_returns(pack: Any, act: Any, hours: int, episodes: int, profile: str, reward: str) -> list[np.ndarray]:
+    """Each hour's episode returns, from disjoint seeds: independent hours of one unchanged world."""
+    return [
+        evaluate_policy(
+            pack, act, episodes=episodes, seed=HOUR_SEED + h * episodes, reward_version=reward, profile=profile
+        ).returns.numpy()
+        for h in range(hours)
+    ]
+
+
+def false_alarms(hours: list[np.ndarray], sandbox: ReturnSummary, min_drop: float, z: float) -> dict[str, Any]:
+    """The product's verdict on each pair of consecutive hours at ``z``, counted."""
+    alarms = previous_trips = 0
+    checks = len(hours) - 1
+    for i in range(1, len(hours)):
+        previous = ReturnSummary.of(hours[i - 1], POLICY, f"hour-{i - 1}")
+        live = ReturnSummary.of(hours[i], POLICY, f"hour-{i}")
+        verdict = return_anomaly(live, sandbox, previous, min_drop, z)
+        alarms += bool(verdict["anomaly"])
+        previous_trips += bool(verdict["previous_drop"] > verdict["previous_threshold"])
+    rate = alarms / checks
+    upper = float(scipy.stats.beta.ppf(0.975, alarms + 1, checks - alarms)) if alarms < checks else 1.0
+    return {
+        "z": z,
+        "checks": checks,
+        "alarms": alarms,
+        "rate": rate,
+        "rate_upper_95": upper,
+        "hours_between_alarms": None if alarms == 0 else checks / alarms,
+        "normal_tail": float(scipy.stats.norm.sf(z)),
+        "previous_reference_trips": previous_trips,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pack", default="credit_approval", help="a pack under scenarios/, or a pack directory")
+    ap.add_argument(
+        "--policy", default=None, choices=["oracle", "rules"], help="default: the oracle if the pack has one"
+    )
+    ap.add_argument("--hours", type=int, default=400)
+    ap.add_argument("--episodes", type=int, default=1000, help="live episodes per hour")
+    ap.add_argument("--z", default="2.5,3,3.5", help="comma-separated values of drift.anomaly_z to count at")
+    ap.add_argument("--reward", default="v1")
+    args = ap.parse_args(argv)
+    if args.hours < 2 or args.episodes < 2:
+        ap.error("--hours and --episodes must each be at least 2 (a check compares two hours of episodes)")
+    load_start = report_load("start")
+    drift = load_params(REPO / "params.yaml")["drift"]
+    pack_dir = Path(args.pack) if Path(args.pack).is_dir() else REPO / "scenarios" / args.pack
+    pack = load_pack(pack_dir)
+    oracle = load_oracle(pack)
+    policy = args.policy or ("oracle" if oracle is not None else "rules")
+    if policy == "oracle" and oracle is None:
+        ap.error(f"pack {pack.name} has no oracle.py: use --policy rules")
+    act = oracle if policy == "oracle" and oracle is not None else rule_policy
+    live_profile, sandbox_profile = default_profile(pack, "production"), default_profile(pack, "sandbox")
+    t0 = time.perf_counter()
+    base = evaluate_policy(
+        pack,
+        act,
+        episodes=int(drift["baseline_episodes"]),
+        seed=BASELINE_SEED,
+        reward_version=args.reward,
+        profile=sandbox_profile,
+    ).returns.numpy()
+    hours = hourly_returns(pack, act, args.hours, args.episodes, live_profile, args.reward)
+    rollout_s = time.perf_counter() - t0
+    means = np.array([h.mean() for h in hours])
+    ses = np.array([h.std(ddof=1) / math.sqrt(len(h)) for h in hours])
+    sandbox = ReturnSummary.of(base, POLICY, "baseline")
+    rows = [false_alarms(hours, sandbox, float(drift["anomaly_drop"]), float(z)) for z in args.z.split(",")]
+    print(
+        f"{pack.name}, {policy} policy: {args.hours} stable hours of {args.episodes} episodes ({live_profile} "
+        f"profile) against a {len(base)}-episode {sandbox_profile} baseline; rollouts {rollout_s:.1f} s"
+    )
+    print(
+        f"live mean return {means.mean():.4f}, sandbox {base.mean():.4f}; spread of the hourly means "
+        f"{means.std(ddof=1):.4f} against their mean standard error {ses.mean():.4f} "
+        f"(ratio {means.std(ddof=1) / ses.mean():.2f})"
+    )
+    print(f"\n{'z':>5}{'alarms':>9}{'rate':>10}{'95% upper':>11}{'hours between':>15}{'normal tail':>13}")
+    for r in rows:
+        between = "none" if r["hours_between_alarms"] is None else f"{r['hours_between_alarms']:.0f}"
+        print(
+            f"{r['z']:>5}{r['alarms']:>9}{r['rate']:>10.3%}{r['rate_upper_95']:>11.3%}{between:>15}"
+            f"{r['normal_tail']:>13.3%}"
+        )
+    load_end = report_load("end")
+    print(
+        json.dumps(
+            {
+                "pack": pack.name,
+                "policy": policy,
+                "hours": args.hours,
+                "episodes_per_hour": args.episodes,
+                "live_profile": live_profile,
+                "sandbox_profile": sandbox_profile,
+                "live_mean_return": round(float(means.mean()), 4),
+                "sandbox_mean_return": round(float(base.mean()), 4),
+                "hourly_mean_spread": round(float(means.std(ddof=1)), 4),
+                "mean_standard_error": round(float(ses.mean()), 4),
+                "by_z": rows,
+                "rollout_s": round(rollout_s, 1),
+                "load_average_start": load_start,
+                "load_average_end": load_end,
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
