@@ -118,13 +118,13 @@ class DriftParams(Block):
         "live return at the previous check of the same policy, is an anomaly",
     )
     anomaly_z: float = Field(
-        3.0,
+        4.0,
         gt=0,
         description="`rlops drift check`: standard errors a live return's drop must exceed against each "
-        "reference of the return anomaly; a stable world trips it in about the one-sided normal tail beyond "
-        "this many standard errors (3: 0.13%; measured over 2,000 stable hours, 0–0.20% of the checks on the "
-        "built-in packs, at most about one false alarm in three weeks of hourly checks; "
-        "`bench/anomaly_false_alarms.py` measures it on a pack)",
+        "reference of the return anomaly. A stable world trips it in about the one-sided normal tail beyond "
+        "this many standard errors, once per check: at 3 (0.13%) 0–0.20% of 2,000 stable hourly checks on the "
+        "built-in packs, a false alarm every few weeks per pack; at 4 (0.003%) about one in three years. "
+        "Lower it to flag smaller falls sooner (`bench/anomaly_false_alarms.py` measures the rate on a pack)",
     )
     window_hours: float | None = Field(
         None,
