@@ -15,7 +15,7 @@ hourly means against their mean standard error (≈ 1 when episodes are independ
 assumes).
 
 Usage: python bench/anomaly_false_alarms.py [--pack credit_approval] [--policy oracle|rules]
-       [--hours 400] [--episodes 1000] [--z 2.5,3,3.5]
+       [--hours 400] [--episodes 1000] [--z 2.5,3,3.5,4]
 The last line of output is one JSON object.
 """
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--hours", type=int, default=400)
     ap.add_argument("--episodes", type=int, default=1000, help="live episodes per hour")
-    ap.add_argument("--z", default="2.5,3,3.5", help="comma-separated values of drift.anomaly_z to count at")
+    ap.add_argument("--z", default="2.5,3,3.5,4", help="comma-separated values of drift.anomaly_z to count at")
     ap.add_argument("--reward", default="v1")
     args = ap.parse_args(argv)
     if args.hours < 2 or args.episodes < 2:

@@ -13,9 +13,10 @@ anomaly needs both:
 * **against the champion's own live return at the previous check** of the same serving policy:
   ``previous − live > z·se`` (``se`` of the difference of the two means),
 
-with ``z = drift.anomaly_z`` (3 by default). The sandbox is rarely within ``anomaly_drop`` of a
+with ``z = drift.anomaly_z`` (4 by default). The sandbox is rarely within ``anomaly_drop`` of a
 live return, so in a stable world the second reference decides, and it is a one-sided test of two
-independent hourly means: it trips in about the normal tail beyond ``z`` (0.13% at 3). Episodes
+independent hourly means: it trips in about the normal tail beyond ``z`` (0.13% at 3, 0.003% at 4)
+— once per check, every hour, so the tail is a rate of false alarms per pack-hour. Episodes
 are independent draws, so the hourly means spread as their standard errors say (2,000 stable hours
 of 1,000 oracle episodes: the means' spread 0.0297 against their mean se 0.0296 on the credit pack,
 0.0375 against 0.0374 on the complaint pack; at ``z = 3`` 0 and 2 of 1,999 checks tripped, at 2.5
@@ -24,7 +25,12 @@ any pack). Most of an hour's spread is
 the outcomes' own chance (a loan repaid or not), not the mix of requests: the applicants' first
 observed fields explain 2.5% of the credit pack's return variance. An hour 2–3 standard errors
 below the one before is therefore ordinary, and the oracle's return on the same episodes falls as
-far. Each false alarm costs a recalibration and a retrain, which the promotion gates then judge.
+far: the twelve-hour timeline's hour 11 is such an hour (the oracle falls 2.5 standard errors, one
+champion 3.3), and at z = 3 it raised an alarm in one of three runs. Each false alarm costs a
+recalibration and an emergency retrain; at 4 a stable pack raises about one in three years of hourly
+checks, and the smallest fall flagged in its hour grows from 3 to 4 standard errors of the
+difference (0.14 → 0.19 of return at 1,000 episodes an hour on the credit pack). Falls the input
+and outcome tests explain are caught by them in any case.
 
 Without a previous check of the same policy (the first check, or the first after a promotion)
 there is no verdict: the check says so, and the hour's input tests and outcome calibration test
