@@ -118,13 +118,14 @@ class DriftParams(Block):
         "live return at the previous check of the same policy, is an anomaly",
     )
     anomaly_z: float = Field(
-        4.0,
+        3.0,
         gt=0,
         description="`rlops drift check`: standard errors a live return's drop must exceed against each "
-        "reference of the return anomaly. A stable world trips it in about the one-sided normal tail beyond "
-        "this many standard errors, once per check: at 3 (0.13%) 0–0.20% of 2,000 stable hourly checks on the "
-        "built-in packs, a false alarm every few weeks per pack; at 4 (0.003%) about one in three years. "
-        "Lower it to flag smaller falls sooner (`bench/anomaly_false_alarms.py` measures the rate on a pack)",
+        "reference of the return anomaly. In a stable world each check trips it with about the one-sided normal "
+        "tail beyond this many standard errors: at 3 (0.13%) 0–0.20% of 2,000 stable hourly checks on the "
+        "built-in packs, a false alarm every few weeks per pack; at 4 (0.003%) about one in three years, but a "
+        "return-only change must then fall 4 standard errors in its hour to be seen (the 48-hour timeline's "
+        "rule change, 3.4, then goes unseen). `bench/anomaly_false_alarms.py` measures the rate on a pack",
     )
     window_hours: float | None = Field(
         None,

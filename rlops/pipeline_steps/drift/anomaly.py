@@ -13,7 +13,7 @@ anomaly needs both:
 * **against the champion's own live return at the previous check** of the same serving policy:
   ``previous − live > z·se`` (``se`` of the difference of the two means),
 
-with ``z = drift.anomaly_z`` (4 by default). The sandbox is rarely within ``anomaly_drop`` of a
+with ``z = drift.anomaly_z`` (3 by default). The sandbox is rarely within ``anomaly_drop`` of a
 live return, so in a stable world the second reference decides, and it is a one-sided test of two
 independent hourly means: it trips in about the normal tail beyond ``z`` (0.13% at 3, 0.003% at 4)
 — once per check, every hour, so the tail is a rate of false alarms per pack-hour. Episodes
@@ -26,17 +26,12 @@ the outcomes' own chance (a loan repaid or not), not the mix of requests: the ap
 observed fields explain 2.5% of the credit pack's return variance. An hour 2–3 standard errors
 below the one before is therefore ordinary, and the oracle's return on the same episodes falls as
 far: the twelve-hour timeline's hour 11 is such an hour (the oracle falls 2.5 standard errors, one
-champion 3.3), and at z = 3 it raised an alarm in one of three runs. Each false alarm costs a
-recalibration and an emergency retrain; at 4 a stable pack raises about one in three years of hourly
-checks, and the smallest fall flagged in its hour grows from 3 to 4 standard errors of the
-difference (0.14 → 0.19 of return at 1,000 episodes an hour on the credit pack). Falls the input
-and outcome tests explain are caught by them in any case.
-
-Without a previous check of the same policy (the first check, or the first after a promotion)
-there is no verdict: the check says so, and the hour's input tests and outcome calibration test
-(:mod:`rlops.pipeline_steps.drift.outcomes`, per action and segment against the same sandbox,
-with its own error) still stand. Each check leaves its live summary (mean, variance, episodes,
-policy version, run key) in ``drift_state/<scenario>/live_return.json`` for the next one.
+champion 3.3), and at z = 3 it raised an alarm in one of four runs. A real change whose only trace
+is the return looks the same for one hour: the 48-hour timeline's reward-rule change fell 3.4
+standard errors, seen at 3, unseen at 4. Each false alarm costs a recalibration and an emergency
+retrain that the promotion gates then judge; a missed change costs the served policy its fit. The
+default stays 3; telling a chance hour from a lasting fall needs more than one hour (the next
+check against the level before the fall), which this check does not do yet.
 """
 
 from __future__ import annotations

@@ -58,6 +58,9 @@ class TimelineConfig:
     """share of decisions the policy client samples from the serving policy's distribution: the
     logged propensities then support off-policy evaluation of candidates (the ``ope:dr`` gate)"""
     seed: int = 0
+    params: tuple[tuple[str, Any], ...] = ()
+    """settings of the simulated project over params.yaml's, as (dotted key, value) pairs, merged
+    last: e.g. ``(("drift.anomaly_z", 4.0),)`` to see what a setting does to the loop"""
 
 
 @dataclass
@@ -86,7 +89,14 @@ def simulation_params(base: dict[str, Any], root: Path, cfg: TimelineConfig) -> 
     """params.yaml with the timeline's own storage, registry and scaled-down budgets."""
     from rlops.common.config import deep_merge
 
-    return deep_merge(
+    overrides: dict[str, Any] = {}
+    for dotted, value in cfg.params:
+        node = overrides
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    merged = deep_merge(
         base,
         {
             "scenario": cfg.scenario,
@@ -115,6 +125,7 @@ def simulation_params(base: dict[str, Any], root: Path, cfg: TimelineConfig) -> 
             "reward_model": {"pairs": 1000, "epochs": 30},  # relabels traces; the policy trains on the sandbox
         },
     )
+    return deep_merge(merged, overrides)
 
 
 @contextmanager

@@ -38,7 +38,12 @@ EVENTS = [
 
 @pytest.mark.slow
 def test_twelve_simulated_hours_hold_the_loop_properties(airflow_db: str, tmp_path: Path) -> None:
-    cfg = TimelineConfig(hours=12)
+    # Hour 11's traffic is a chance dip of the loan outcomes for every policy (the oracle's return on
+    # the same episodes falls 2.5 standard errors, a champion's up to 3.3), and the timeline is not
+    # bit-reproducible from run to run: at the default drift.anomaly_z = 3 the return anomaly flagged
+    # it in one run of four. Twelve hours cannot pin a rate of ~0.1% per hourly check; that rate is
+    # measured by bench/anomaly_false_alarms.py, and this test holds the rest of the loop at z = 4.
+    cfg = TimelineConfig(hours=12, params=(("drift.anomaly_z", 4.0),))
     res = run_timeline(cfg, parse_events(EVENTS), tmp_path / "timeline")
     m, hours = res["metrics"], res["hours"]
     table = [(h["hour"], h["alarm"], h["drifted"], h["actions"]) for h in hours]
