@@ -78,7 +78,8 @@ def _env_overrides() -> dict[tuple[str, ...], tuple[str, str]]:
     return {keys: (var, os.environ[var]) for var, keys in _ENV_OVERRIDES.items() if os.environ.get(var)}
 
 
-def _set(doc: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
+def set_path(doc: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
+    """Set ``doc[k0][k1]…[kn] = value``, creating (or replacing non-dict) levels on the way."""
     node = doc
     for k in keys[:-1]:
         if not isinstance(node.get(k), dict):
@@ -96,8 +97,8 @@ def load_params(path: str | os.PathLike[str] | None = None, overrides: dict[str,
     params = copy.deepcopy(source.document)
     env: dict[str, Any] = {}
     for keys, (_, value) in _env_overrides().items():
-        _set(params, keys, value)
-        _set(env, keys, value)
+        set_path(params, keys, value)
+        set_path(env, keys, value)
     if overrides:
         params = deep_merge(params, overrides)
     validate_document(
@@ -118,7 +119,7 @@ def resolve_params(
         project = read_params_file(project_file, "project params.yaml")
         params = project.document
         for keys, (_, value) in _env_overrides().items():
-            _set(params, keys, value)
+            set_path(params, keys, value)
     else:
         project = ParamsSource(
             "project params.yaml",

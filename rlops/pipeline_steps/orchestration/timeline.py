@@ -87,15 +87,11 @@ class Hour:
 
 def simulation_params(base: dict[str, Any], root: Path, cfg: TimelineConfig) -> dict[str, Any]:
     """params.yaml with the timeline's own storage, registry and scaled-down budgets."""
-    from rlops.common.config import deep_merge
+    from rlops.common.config import deep_merge, set_path
 
     overrides: dict[str, Any] = {}
     for dotted, value in cfg.params:
-        node = overrides
-        *parents, leaf = dotted.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
+        set_path(overrides, tuple(dotted.split(".")), value)
     merged = deep_merge(
         base,
         {
