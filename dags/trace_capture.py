@@ -6,8 +6,10 @@ store (parquet partitioned by scenario/date/hour), validating every row against 
 contract: rows that break it go to the quarantine partition with their reason
 (rows in = accepted + quarantined). With `simulate: true` in the conf (no live agent yet, demos)
 it samples the `champion` running in the pack's `live` simulation profile instead, and says so
-(`source: simulation:live`); by default it never stores simulated traffic. Re-running an interval
-overwrites its partition.
+(`source: simulation:live`); `simulate: false` reads the landing zone only. By default (`null`, a
+scheduled run) it reads the landing zone and, when the interval has no files there, simulates only
+if the pack's params say `capture.simulate_when_empty: true`. Re-running an interval overwrites
+its partition.
 """
 
 from airflow.sdk import Param, dag, task
@@ -21,11 +23,15 @@ def build(pack: PackDagConfig):
     settings = dag_settings(pack, KIND)
     settings["params"] = {
         **settings["params"],
+        # null, not false: a scheduled run passes no conf, and only null lets the params'
+        # capture.simulate_when_empty decide what an interval without landing files stores.
         "simulate": Param(
-            False,
-            type="boolean",
-            description="sample the champion in the `live` simulation profile instead of "
-            "reading the landing zone (recorded as source simulation:live)",
+            None,
+            type=["null", "boolean"],
+            description="true: sample the champion in the `live` simulation profile instead of "
+            "reading the landing zone (recorded as source simulation:live); false: the landing zone "
+            "only; null: the landing zone, simulated when it is empty and params say "
+            "capture.simulate_when_empty",
         ),
     }
 

@@ -85,7 +85,7 @@ def validate_conf(
             "reason",
         )
     }
-    if "simulate" in params:  # the capture DAG's switch: simulated traffic only when asked for
+    if "simulate" in params:  # the capture DAG's switch; null leaves it to capture.simulate_when_empty
         conf["simulate"] = params.get("simulate")
     problems = []
     if conf["reward_source"] not in (None, "scripted", "model", "blend"):
@@ -108,8 +108,10 @@ def validate_conf(
         problems.append(f"timesteps {conf['timesteps']!r}: expected an integer >= 1000")
     if conf["mode"] not in ("full", "incremental"):
         problems.append(f"mode {conf['mode']!r}: expected 'full' or 'incremental'")
-    if not isinstance(conf.get("simulate", False), bool):
-        problems.append(f"simulate {conf['simulate']!r}: expected true or false")
+    if conf.get("simulate") is not None and not isinstance(conf["simulate"], bool):
+        problems.append(
+            f"simulate {conf['simulate']!r}: expected true, false or null (params capture.simulate_when_empty)"
+        )
     if not isinstance(conf["dry_run"], bool):
         problems.append(f"dry_run {conf['dry_run']!r}: expected true or false")
     if conf["staged"] is not None and not isinstance(conf["staged"], bool):
@@ -157,11 +159,14 @@ def _ctx(conf: Mapping[str, Any]) -> StepContext:
 
 @no_retry_on_user_error
 def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
-    """The landing zone of the run key's interval; simulated traffic only when the conf says
-    ``simulate: true`` (the result then says ``source: simulation:<profile>``)."""
+    """The landing zone of the run key's interval; simulated traffic when the conf says
+    ``simulate: true``, or when it says null (a scheduled run), the interval has no landing files
+    and params say ``capture.simulate_when_empty`` (the result then says
+    ``source: simulation:<profile>``)."""
     from rlops.pipeline_steps.capture.step import capture_step
 
-    return capture_step(_ctx(conf), simulate=bool(conf.get("simulate", False)))
+    simulate = conf.get("simulate")
+    return capture_step(_ctx(conf), simulate=None if simulate is None else bool(simulate))
 
 
 @no_retry_on_user_error
