@@ -9,7 +9,8 @@ Each noun is one module of ``rlops.commands`` holding only its argparse definiti
 handlers; a handler imports its step (and with it torch, pandas, MLflow) when it runs, so
 building the parser — ``rlops --help`` — imports nothing heavy. The pipeline commands (all but
 ``console``, ``demo``, ``config`` and ``model webhook``) take ``--scenario NAME_OR_PATH``, ``--json``
-and ``--dry-run``; results go to stdout, errors to stderr.
+and ``--dry-run``; results go to stdout, errors to stderr. With ``--json`` stdout carries the JSON
+result only: whatever else a command or a library prints there goes to stderr.
 
 Exit codes: 0 success, 1 a check failed (stress test, gate) or a service/internal error,
 2 bad input (pack, config, arguments), 3 drift found with ``--fail-on-drift``.
@@ -94,12 +95,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from rlops.commands.common_args import json_stdout
+
     parser = build_parser()
     args = parser.parse_args(argv)
     # Progress bars of artifact downloads drown the step summaries on a terminal.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:
-        return int(args.func(args) or 0)
+        with json_stdout(bool(getattr(args, "json", False))):
+            return int(args.func(args) or 0)
     except RlopsError as exc:
         if args.debug:
             raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rlops.commands.common_args import add_common_args, as_user_error, context_from_args
+from rlops.commands.common_args import add_common_args, as_user_error, context_from_args, print_json
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,34 +23,36 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    import json
 
     from rlops.pipeline_steps.audit.replay import render_path, replay
 
     ctx = context_from_args(args)
     with as_user_error("replay"):
         path = replay(ctx, args.trace_id, args.depth, args.traces)
-    print(json.dumps(path, indent=2, default=str) if args.json else render_path(path))
+    if args.json:
+        print_json(path)
+    else:
+        print(render_path(path))
     for reason in path.get("rows_skipped", []):
         print(f"warning: row skipped: {reason}", file=sys.stderr)
     return 0
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    import json
 
     from rlops.pipeline_steps.audit.replay import audit
 
     ctx = context_from_args(args)
     with as_user_error("audit"):
         result = audit(ctx, args.policy_version, args.traces)
-    print(
-        json.dumps(result, indent=2, default=str)
-        if args.json
-        else f"audit of {result['rows']} steps in {result['clusters']} clusters: "
-        + ("would write " if ctx.dry_run else "wrote ")
-        + result["html_uri"]
-    )
+    if args.json:
+        print_json(result)
+    else:
+        print(
+            f"audit of {result['rows']} steps in {result['clusters']} clusters: "
+            + ("would write " if ctx.dry_run else "wrote ")
+            + result["html_uri"]
+        )
     for warning in result.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     return 0

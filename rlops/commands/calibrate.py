@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlops.commands.common_args import add_common_args, as_user_error, context_from_args
+from rlops.commands.common_args import add_common_args, as_user_error, context_from_args, print_json
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -15,15 +15,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    import json
-
     from rlops.pipeline_steps.drift.calibrate import PROFILE, recalibrate
 
     ctx = context_from_args(args)
     with as_user_error("calibrate"):
         result = recalibrate(ctx, args.traces)
     if args.json:
-        print(json.dumps(result, indent=2, default=str))
+        print_json(result)
         return 0
     segments = f" in {result['segments']} population segments" if result.get("segments", 1) > 1 else ""
     print(

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
@@ -114,9 +116,41 @@ def pack_dir_from_args(args: argparse.Namespace) -> Path:
     return scenarios_dir(params) / str(scenario or as_params(params).scenario)
 
 
+_json_out: list[TextIO] = []
+"""The real stdout while a ``--json`` command runs (see :func:`json_stdout`); empty otherwise."""
+
+
+@contextmanager
+def json_stdout(as_json: bool) -> Iterator[None]:
+    """While a ``--json`` command runs, its stdout carries only the JSON :func:`print_json` writes:
+    anything else printed to stdout — MLflow's "View run … at: http://…" lines when a run ends on a
+    tracking server, a library's chatter — goes to stderr instead."""
+    if not as_json:
+        yield
+        return
+    # MLflow prints those links itself (at run end, possibly at exit); this switch is its own.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    _json_out.append(sys.stdout)
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _json_out.pop()
+
+
+def print_json(data: Any, indent: int | None = 2) -> None:
+    """``data`` as the command's JSON result, on the real stdout even inside :func:`json_stdout`."""
+    out = _json_out[-1] if _json_out else sys.stdout
+    out.write(json.dumps(data, indent=indent, default=str) + "\n")
+    out.flush()
+
+
 def print_result(result: dict[str, Any], as_json: bool, lines: list[str]) -> None:
     """The result as JSON (``--json``) or as the human-readable lines."""
-    print(json.dumps(result, indent=2, default=str) if as_json else "\n".join(lines))
+    if as_json:
+        print_json(result)
+    else:
+        print("\n".join(lines))
 
 
 def infrastructure(exc: Exception) -> Exception:

@@ -16,6 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rlops.commands.common_args import print_json
+
 SCHEMA_FILE = "params.schema.json"
 
 
@@ -108,14 +110,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         (key, value, _short(origin) if origin.startswith("/") else origin) for key, value, origin in resolved.rows()
     ]
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "scenario": resolved.model.scenario if scenario is None else scenario,
-                    "values": [{"key": k, "value": v, "origin": o} for k, v, o in rows],
-                },
-                indent=2,
-            )
+        print_json(
+            {
+                "scenario": resolved.model.scenario if scenario is None else scenario,
+                "values": [{"key": k, "value": v, "origin": o} for k, v, o in rows],
+            }
         )
         return 0
     width = max(len(k) for k, _, _ in rows)
@@ -147,11 +146,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             problems.extend(p for p in exc.problems if p not in problems)
     checked = ["project params"] + [f"pack {p}" for p in packs]
     if args.json:
-        print(
-            json.dumps(
-                {"valid": not problems, "checked": checked, "problems": [p.to_dict() for p in problems]}, indent=2
-            )
-        )
+        print_json({"valid": not problems, "checked": checked, "problems": [p.to_dict() for p in problems]})
     if problems:
         raise ParamsError(problems)
     if not args.json:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlops.commands.common_args import add_common_args, as_user_error, context_from_args, print_result
+from rlops.commands.common_args import add_common_args, as_user_error, context_from_args, print_json, print_result
 
 EXIT_DRIFT = 3
 
@@ -41,7 +41,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
-    import json
 
     from rlops.pipeline_steps.drift.report import run_drift
 
@@ -64,7 +63,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     report = result.report
     assert report is not None  # run_drift always attaches it
     if args.json:
-        print(json.dumps({**report.to_dict(), "result": result.to_dict()}, indent=2, default=str))
+        print_json({**report.to_dict(), "result": result.to_dict()})
     else:
         for f in report.fields:
             print(

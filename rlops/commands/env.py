@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from rlops.commands.common_args import add_common_args, add_reward_fn_arg, pack_dir_from_args
+from rlops.commands.common_args import add_common_args, add_reward_fn_arg, pack_dir_from_args, print_json
 from rlops.common.errors import UserError
 
 # Bounds of the arguments, checked before any work: a rollout keeps every row in memory.
@@ -83,7 +82,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     s = validate_isolated(str(pack_dir_from_args(args)), timeout_s=args.timeout or TIMEOUT_S)
     if args.json:
-        print(json.dumps(s, indent=2))
+        print_json(s)
         return 0
     roles = "".join(f", role {name} ({len(r['actions'])} actions)" for name, r in s.get("roles", {}).items())
     print(
@@ -164,7 +163,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
     if args.state:
         d = {"name": d["name"], "state": d["state"]}
     if args.json:
-        print(json.dumps(d, indent=2))
+        print_json(d)
         return 0
     print(f"{d['name']}: {d.get('description', '').strip()}")
     print("\nstate:")
@@ -229,18 +228,17 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if not args.dry_run:
         _write_atomic(df, out)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "rows": len(df),
-                    "episodes": args.episodes,
-                    "policy": args.policy,
-                    "profile": profile,
-                    **reward.as_fields(),
-                    "out": str(out),
-                    "dry_run": args.dry_run,
-                }
-            )
+        print_json(
+            {
+                "rows": len(df),
+                "episodes": args.episodes,
+                "policy": args.policy,
+                "profile": profile,
+                **reward.as_fields(),
+                "out": str(out),
+                "dry_run": args.dry_run,
+            },
+            None,
         )
     else:
         print(

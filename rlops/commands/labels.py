@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rlops.commands.common_args import add_common_args, as_user_error, context_from_args
+from rlops.commands.common_args import add_common_args, as_user_error, context_from_args, print_json
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,7 +25,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_labels(args: argparse.Namespace) -> int:
-    import json
 
     from rlops.pipeline_steps.labels.step import label_queue_export, label_queue_import, label_queue_run
 
@@ -38,7 +37,7 @@ def cmd_labels(args: argparse.Namespace) -> int:
         else:
             result = label_queue_import(ctx, args.file)
     if args.json:
-        print(json.dumps(result, indent=2, default=str))
+        print_json(result)
     else:
         print(", ".join(f"{k}={v}" for k, v in result.items() if not isinstance(v, (list, dict))))
     for old in result.get("stale") or []:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 from pathlib import Path
 
-from rlops.commands.common_args import add_common_args
+from rlops.commands.common_args import add_common_args, print_json
 
 #: Production episodes per 15-minute tick at most: far above a test or demo, low enough that an
 #: extra zero or three is an error instead of a machine busy for days.
@@ -86,18 +85,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if per_tick is not None:
         config = dataclasses.replace(config, episodes_per_tick=per_tick)
     if args.dry_run:
-        print(
-            json.dumps({"scenario": scenario, "hours": hours, "events": [str(e) for e in events], "dry_run": True})
-            if args.json
-            else f"dry run: would simulate {hours} h of {scenario} with {len(events)} event(s)"
-        )
+        if args.json:
+            print_json(
+                {"scenario": scenario, "hours": hours, "events": [str(e) for e in events], "dry_run": True}, None
+            )
+        else:
+            print(f"dry run: would simulate {hours} h of {scenario} with {len(events)} event(s)")
         return 0
     if args.workdir is not None:
         Path(args.workdir).mkdir(parents=True, exist_ok=True)
         (Path(args.workdir) / WORKDIR_MARK).write_text("a timeline of `rlops simulate` lives here\n")
     res = run_timeline(config, events, args.workdir, say=(lambda s: None) if args.json else print)
     if args.json:
-        print(json.dumps({k: v for k, v in res.items() if k != "hours"}, default=str))
+        print_json({k: v for k, v in res.items() if k != "hours"}, None)
     else:
         print(table(res["hours"], res["metrics"]))
         print(f"report: {res['png']}\njson:   {res['json']}")

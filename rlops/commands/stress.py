@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlops.commands.common_args import add_common_args, add_reward_fn_arg, as_user_error, context_from_args
+from rlops.commands.common_args import add_common_args, add_reward_fn_arg, as_user_error, context_from_args, print_json
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -16,7 +16,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_stress(args: argparse.Namespace) -> int:
-    import json
 
     from rlops.common.progress import show_progress
     from rlops.pipeline_steps.stress.step import stress_test
@@ -25,7 +24,7 @@ def cmd_stress(args: argparse.Namespace) -> int:
     with as_user_error("stress"):
         result = stress_test(ctx, args.reward_fn, args.policy_version, progress=show_progress(args.json))
     if args.json:
-        print(json.dumps(result, indent=2, default=str))
+        print_json(result)
     else:
         print(
             f"stress test {result['verdict'].upper()}: reward {result['reward_fn']}"
