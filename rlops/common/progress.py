@@ -1,14 +1,21 @@
-"""When to draw a progress bar: one decision for every long-running command.
+"""When to draw a progress bar, and where library chatter goes when no one watches a terminal.
 
 A bar helps a person watching a terminal; it is noise in machine-read output (``--json``), in a
-file or pipe, and in Airflow task logs (where each redraw becomes a log line).
+file or pipe, and in Airflow task logs (where each redraw becomes a log line). Worse, Airflow's
+task runner logs everything a task writes to stderr at ERROR: a bar, or MLflow's INFO lines from
+its own stderr handler, would read as errors there. So bars draw only on a terminal, and outside
+one MLflow's loggers go through logging, where a record keeps its level.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 AIRFLOW_ENV = "AIRFLOW_CTX_DAG_ID"
 """Set by Airflow in the environment of every running task."""
@@ -22,3 +29,37 @@ def show_progress(as_json: bool = False, stream: TextIO | None = None) -> bool:
     stream = stream if stream is not None else sys.stderr
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
+
+
+def progress_bar(enabled: bool, **kwargs: Any) -> tqdm[Any]:
+    """A tqdm bar on stderr (or ``file=``) that draws only when ``enabled`` and
+    :func:`show_progress` agrees: a caller that asks for a bar inside an Airflow task or with its
+    stderr in a pipe gets one that writes nothing (``update``/``close`` still work)."""
+    from tqdm.auto import tqdm
+
+    stream = kwargs.pop("file", None) or sys.stderr
+    return tqdm(file=stream, disable=not (enabled and show_progress(stream=stream)), **kwargs)
+
+
+def route_library_output() -> None:
+    """Outside a terminal (an Airflow task, a pipe), with logging configured (Airflow's task runner
+    does), MLflow's loggers lose their own stderr handler and propagate, so their records reach the
+    task log at their own level; MLflow's artifact progress bars are turned off. Idempotent;
+    nothing changes for a person at a terminal, nor where no logging is configured (MLflow's
+    handler is then the only place its warnings show)."""
+    if show_progress():
+        return
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    if not logging.getLogger().handlers:
+        return
+    # Importing MLflow installs its handlers; they are taken off right after, whatever was first.
+    from mlflow.utils.logging_utils import MLFLOW_LOGGING_STREAM
+
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        if not isinstance(logger, logging.Logger):
+            continue  # a placeholder of a dotted name no one asked for yet
+        own = [h for h in logger.handlers if getattr(h, "stream", None) is MLFLOW_LOGGING_STREAM]
+        if own:
+            for handler in own:
+                logger.removeHandler(handler)
+            logger.propagate = True

@@ -475,9 +475,9 @@ def train(
     stagnated = plateaued = False
     t_start = time.perf_counter()
     steps_at_start = global_step
-    from tqdm.auto import tqdm
+    from rlops.common.progress import progress_bar
 
-    bar = tqdm(total=num_iterations, initial=start_iter, disable=not cfg.progress, desc="ppo", unit="it")
+    bar = progress_bar(cfg.progress, total=num_iterations, initial=start_iter, desc="ppo", unit="it")
     for iteration in range(start_iter + 1, num_iterations + 1):
         # ---- reward hot reload (between iterations only)
         reward_version = hot_reload(iteration, global_step, env, reward_source, reward_version, switches, tracker)

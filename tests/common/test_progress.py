@@ -1,12 +1,17 @@
-"""One decision for progress bars: only for a person at a terminal."""
+"""One decision for progress bars: only for a person at a terminal. Outside one (an Airflow task),
+MLflow's lines go through logging at their level, never raw to stderr, which the task runner logs
+as ERROR."""
 
 from __future__ import annotations
 
 import io
+import logging
+import os
+from collections.abc import Iterator
 
 import pytest
 
-from rlops.common.progress import AIRFLOW_ENV, show_progress
+from rlops.common.progress import AIRFLOW_ENV, progress_bar, show_progress
 
 
 class _Tty(io.StringIO):
@@ -25,3 +30,53 @@ def test_no_bar_under_json_in_a_pipe_or_in_airflow(monkeypatch: pytest.MonkeyPat
     assert not show_progress(stream=io.StringIO())
     monkeypatch.setenv(AIRFLOW_ENV, "retrain_full")
     assert not show_progress(stream=_Tty())
+
+
+def test_a_bar_asked_for_outside_a_terminal_writes_nothing(
+    tmp_storage_root: str, tmp_tracking: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlops.pipeline_steps.capture.step import capture_step
+    from rlops.pipeline_steps.infra.context import StepContext
+
+    monkeypatch.delenv(AIRFLOW_ENV, raising=False)
+    ctx = StepContext.create("credit_approval", "20261130T0500", overrides={"capture": {"track": False}})
+    out = capture_step(ctx, simulate=False, progress=True)  # stderr is pytest's capture: no terminal
+    assert out["rows_in"] == 0
+    assert "capture" not in capsys.readouterr().err
+
+    tty = _Tty()
+    with progress_bar(True, total=3, desc="on a terminal", file=tty) as bar:
+        bar.update(3)
+    assert "on a terminal" in tty.getvalue()
+
+
+@pytest.fixture
+def mlflow_loggers() -> Iterator[None]:
+    """MLflow's logger configuration as it was, after the test."""
+    import mlflow  # noqa: F401 - configures its loggers on import
+
+    names = ("mlflow", "alembic", "huey", "sqlalchemy.engine")
+    saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).propagate) for n in names}
+    yield
+    for n, (handlers, propagate) in saved.items():
+        logging.getLogger(n).handlers, logging.getLogger(n).propagate = handlers, propagate
+
+
+def test_in_a_task_mlflow_logs_through_logging_at_its_level(
+    mlflow_loggers: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rlops.pipeline_steps.orchestration.tasks import ConfError, validate_conf
+
+    monkeypatch.setenv(AIRFLOW_ENV, "trace_capture__credit_approval")
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    with pytest.raises(ConfError):  # any task function: each one routes the output first
+        validate_conf({"scenario": "credit_approval", "reward_fn": "x", "timesteps": 1, "mode": "full"})
+    caplog.set_level(logging.INFO)
+    logging.getLogger("mlflow.tracking.fluent").info("a line of MLflow's")
+    record = next(r for r in caplog.records if r.getMessage() == "a line of MLflow's")
+    assert record.levelname == "INFO"
+    assert "a line of MLflow's" not in capsys.readouterr().err  # not raw stderr, which the runner calls ERROR
+    assert os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "false"

@@ -325,7 +325,7 @@ def write_capture(
     contract, checked against the interval and for duplicates (within the run and against the
     run key's other sources), written to the trace store and quarantine, with a manifest kept
     up to date after every chunk. See the module docstring and :func:`capture_landing_zone`."""
-    from tqdm.auto import tqdm
+    from rlops.common.progress import progress_bar
 
     start, end = as_utc(interval_start), as_utc(interval_end)
     key = RunKey.covering(start, end)  # rejects an empty or reversed interval
@@ -367,7 +367,7 @@ def write_capture(
     save_manifest("running")
     seen = _captured_keys(storage, store, scenario, run_key, manifest_uri)
     window = (start - max_lateness, end + max_clock_skew)
-    bar = tqdm(desc="capture", unit="rows", unit_scale=True, disable=not progress)
+    bar = progress_bar(progress, desc="capture", unit="rows", unit_scale=True)
     try:
         for chunk in chunked(source.items, chunk_rows):
             rows, unparseable = parse_json_lines(chunk.lines, chunk.sources, chunk.line_nos)

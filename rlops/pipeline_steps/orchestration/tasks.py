@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from rlops.common.errors import UserError
+from rlops.common.progress import route_library_output
 from rlops.common.run_key import RunKey
 from rlops.pipeline_steps.infra.context import StepContext
 
@@ -39,6 +40,9 @@ def no_retry_on_user_error(fn: F) -> F:
 
     @functools.wraps(fn)
     def task(*args: Any, **kwargs: Any) -> Any:
+        # Every task enters here: MLflow's lines must reach the task log at their level, not as
+        # the ERRORs Airflow makes of anything written to stderr.
+        route_library_output()
         try:
             return fn(*args, **kwargs)
         except UserError as exc:

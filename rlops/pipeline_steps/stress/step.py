@@ -354,8 +354,7 @@ def stress_test(
 ) -> dict[str, Any]:
     """Run the stress test; returns ``{passed, verdict, reasons, report_uri, html_uri, …}``.
     ``progress`` draws a bar over its stages (reward checks, then the policy runs) on stderr."""
-    from tqdm.auto import tqdm
-
+    from rlops.common.progress import progress_bar
     from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref
 
     cfg = ctx.config.stress
@@ -364,7 +363,7 @@ def stress_test(
     loaded = load_policy_ref(ctx, policy_version) if policy_version is not None else None
     if policy_version is not None and loaded is None:
         raise UserError(f"policy {policy_version!r}: that alias is not set for {ctx.scenario}")
-    with tqdm(total=1 + (loaded is not None), desc="stress", unit="stage", disable=not progress) as bar:
+    with progress_bar(progress, total=1 + (loaded is not None), desc="stress", unit="stage") as bar:
         bar.set_postfix_str("reward checks and gaming probes")
         reward = stress_reward_fn(pack, fn, cfg)
         bar.update()
