@@ -73,8 +73,8 @@ def batch_policy(
         if policy is None:
             err = dict(serving.load_errors).get(CHAMPION) or client.last_refresh_error
             kind = "load_error" if err else "no_champion"
-            client.count_batch(n, {kind: n})
             detail = f"no champion policy loaded: {err}" if err else f"{client.model_name} has no champion alias yet"
+            client.count_batch(n, {kind: n}, {kind: detail})
             reason = np.full(n, f"{kind}: {detail}", dtype=object)
             return rules, {
                 "fallback": torch.ones(n, dtype=torch.bool),
@@ -90,7 +90,8 @@ def batch_policy(
         legal = legal_mask[np.arange(n), a]
         a = np.where(legal, a, rules.cpu().numpy())
         propensity = np.where(legal, propensity, 1.0)
-        client.count_batch(n, {"illegal_action": int((~legal).sum())})
+        illegal = f"policy {policy.ref} chose an illegal action"
+        client.count_batch(n, {"illegal_action": int((~legal).sum())}, {"illegal_action": illegal})
         if legal.any():
             client.mark_served(policy, alias)
         return torch.as_tensor(a, dtype=torch.int64, device=mask.device), {
@@ -98,7 +99,7 @@ def batch_policy(
             "entropy": torch.as_tensor(np.asarray(out["entropy"]), dtype=torch.float32),
             "value": torch.as_tensor(np.asarray(out["value"]), dtype=torch.float32),
             "fallback": torch.as_tensor(~legal),
-            "fallback_reason": illegal_reasons(legal, f"illegal_action: policy {policy.ref} chose an illegal action"),
+            "fallback_reason": illegal_reasons(legal, f"illegal_action: {illegal}"),
         }
 
     return act

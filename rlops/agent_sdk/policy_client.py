@@ -36,7 +36,9 @@ registry while running, and fall back to the scenario's rule engine — never si
   its reason (``"raise"``: always raise, ``"fallback"``: never). A failing, slow (``timeout_ms``)
   or illegal policy decision, or no policy loaded, returns the rule engine's action with
   ``fallback_reason``; :attr:`fallback_rate` and :attr:`fallbacks` count them, and the trace row
-  carries the reason (``Decision.trace_fields``), which capture turns into an alert.
+  carries the reason (``Decision.trace_fields``), which capture turns into an alert. The log gets
+  one WARNING per cause, then a count every ``fallback_log_every_s`` and when a policy serves
+  again (:mod:`rlops.agent_sdk.fallback_log`), not a line per decision.
 * **Shadow mode.** ``shadow`` names a candidate (an alias such as ``"challenger"``, or a version)
   that decides on every request on the same observation, beside the served policy, without being
   served; its action, probabilities and version go on the same trace row
@@ -62,6 +64,7 @@ from typing import Any, Self
 import numpy as np
 
 from rlops.agent_sdk.encoding import ObservationEncoder, StateError, observation_columns
+from rlops.agent_sdk.fallback_log import FallbackLog
 from rlops.agent_sdk.registry_source import RegistrySource, build_serving_state
 from rlops.agent_sdk.serving import (
     CHALLENGER,
@@ -110,6 +113,8 @@ class PolicyClient:
         seed: seeds the exploration draws.
         http_max_retries, http_timeout_s: bounds on MLflow server calls while loading (MLflow's
             own defaults retry for minutes); variables the deployment set itself win.
+        fallback_log_every_s: seconds (on ``clock``) between the log lines that count the
+            fallbacks of a cause after its first WARNING.
     """
 
     def __init__(
@@ -130,6 +135,7 @@ class PolicyClient:
         exploration: float = 0.0,
         bad_state: str = "raise_first",
         seed: int = 0,
+        fallback_log_every_s: float = 300.0,
     ):
         from rlops.sandbox.pack import load_pack
 
@@ -144,6 +150,8 @@ class PolicyClient:
             raise UserError(f"PolicyClient(exploration={exploration!r}): expected a share in [0, 1]")
         if bad_state not in BAD_STATE_MODES:
             raise UserError(f"PolicyClient(bad_state={bad_state!r}): expected one of {', '.join(BAD_STATE_MODES)}")
+        if not isinstance(fallback_log_every_s, (int, float)) or not 0 < float(fallback_log_every_s) < float("inf"):
+            raise UserError(f"PolicyClient(fallback_log_every_s={fallback_log_every_s!r}): expected seconds > 0")
         if challenger_fraction is not None and not 0.0 <= float(challenger_fraction) <= 1.0:
             raise UserError(f"PolicyClient(challenger_fraction={challenger_fraction!r}): expected a share in [0, 1]")
         self.tracking_uri, self.scenario = tracking_uri, scenario
@@ -167,6 +175,7 @@ class PolicyClient:
         self.changes: list[ServingChange] = []
         self._served_since: dict[tuple[str, str], float] = {}  # (group, version) → first decision since it entered
         self.fallbacks: collections.Counter[str] = collections.Counter()
+        self.fallback_log = FallbackLog(self.clock, log, float(fallback_log_every_s))
         self.decisions = 0
         self.shadow_decisions = self.shadow_agreements = self.shadow_errors = 0
         self.last_refresh_error: str | None = None
@@ -295,6 +304,7 @@ class PolicyClient:
         key = (alias, policy.ref)
         if key not in self._served_since:
             self._served_since.setdefault(key, self.clock())
+        self.fallback_log.served(f"{alias} {policy.ref}")
 
     # ------------------------------------------------------------------ deciding
     def route(self, key: str | None) -> str:
@@ -420,13 +430,16 @@ class PolicyClient:
         """``n`` pairs of exploration draws, reproducible from ``seed`` and the order of the calls."""
         return np.random.default_rng((self.seed, next(self._draws))).random((n, 2))
 
-    def count_batch(self, n: int, fallbacks: Mapping[str, int]) -> None:
-        """Count ``n`` decisions made outside :meth:`decide` (see :mod:`rlops.agent_sdk.batch`)."""
+    def count_batch(self, n: int, fallbacks: Mapping[str, int], details: Mapping[str, str] | None = None) -> None:
+        """Count ``n`` decisions made outside :meth:`decide` (see :mod:`rlops.agent_sdk.batch`), of
+        which ``fallbacks`` fell back per cause (``details``: what each cause's log line says)."""
         with self._stats_lock:
             self.decisions += n
             for kind, k in fallbacks.items():
                 if k:
                     self.fallbacks[kind] += int(k)
+        for kind, k in fallbacks.items():
+            self.fallback_log.fell_back(kind, (details or {}).get(kind, "in a batch of decisions"), int(k))
 
     def _shadow(
         self, shadow: LoadedPolicy | None, future: Any, served: int, legal: list[bool], t0: float
@@ -474,7 +487,7 @@ class PolicyClient:
     ) -> Decision:
         with self._stats_lock:
             self.fallbacks[kind] += 1
-        log.warning("policy client: rule-engine fallback (%s): %s", kind, detail)
+        self.fallback_log.fell_back(kind, detail)
         a = self.encoder.rule_action(S, mask)
         legal = mask[0].tolist()
         return Decision(
@@ -511,12 +524,14 @@ class PolicyClient:
         return self.shadow_agreements / self.shadow_decisions if self.shadow_decisions else None
 
     def stats(self) -> dict[str, Any]:
-        """Counters for a metrics endpoint: decisions, fallbacks by code, rates, shadow agreement,
-        the serving versions and the last poll error."""
+        """Counters for a metrics endpoint: decisions, fallbacks by code (in all, and per cause still
+        going on since its first log line), rates, shadow agreement, the serving versions and the
+        last poll error."""
         s = self._serving
         return {
             "decisions": self.decisions,
             "fallbacks": dict(self.fallbacks),
+            "fallback_causes": self.fallback_log.active,
             "fallback_rate": self.fallback_rate,
             "shadow_decisions": self.shadow_decisions,
             "shadow_agreement": self.shadow_agreement,
@@ -535,6 +550,7 @@ class PolicyClient:
         self._wake.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.source.close()
+        self.fallback_log.close()
 
     def __enter__(self) -> Self:
         return self
