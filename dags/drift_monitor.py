@@ -27,7 +27,7 @@ def build(pack: PackDagConfig):
         def validate_conf(**context) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
 
-            return tasks.validate_conf(context["params"], context, interval_minutes=60)
+            return tasks.validate_conf(context["params"], context, interval_minutes=pack.interval_minutes(KIND))
 
         @task
         def plan_slices(conf: dict) -> list[dict]:
@@ -64,9 +64,18 @@ def build(pack: PackDagConfig):
         emergency = TriggerDagRunOperator(
             task_id="trigger_emergency_retrain",
             trigger_dag_id=dag_id("retrain_full", pack.scenario),
-            # The emergency retrain owns the same interval as this run (its logical date).
-            logical_date="{{ logical_date.isoformat() }}",
-            conf={"reward_fn": "{{ params.reward_fn }}", "reason": "drift"},
+            # A run id of its own and no logical date: the scheduled retrain of the same hour
+            # already holds that date, and a second run for it would be refused (the trigger lost).
+            # The interval it trains on is this run's, carried in the conf; a retry of this task
+            # finds its run already there and skips.
+            trigger_run_id="emergency__{{ run_id }}",
+            logical_date=None,
+            conf={
+                "reward_fn": "{{ params.reward_fn }}",
+                "reason": "drift",
+                "run_key": "{{ ti.xcom_pull(task_ids='validate_conf')['run_key'] }}",
+            },
+            skip_when_already_exists=True,
             wait_for_completion=False,
         )
         needs_retrain(drift) >> calibrated >> emergency

@@ -21,7 +21,7 @@ def build(pack: PackDagConfig):
         def validate_conf(**context) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
 
-            return tasks.validate_conf(context["params"], context, interval_minutes=60)
+            return tasks.validate_conf(context["params"], context, interval_minutes=pack.interval_minutes(KIND))
 
         @task
         def enqueue_uncertain_states(conf: dict) -> dict:

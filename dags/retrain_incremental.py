@@ -37,7 +37,9 @@ def build(pack: PackDagConfig):
         def validate_conf(**context) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
 
-            return tasks.validate_conf(context["params"], context, interval_minutes=15)
+            return tasks.validate_conf(
+                context["params"], context, interval_minutes=pack.interval_minutes(KIND), pools=(GPU_POOL,)
+            )
 
         @task.short_circuit
         def inputs_changed(conf: dict) -> bool:

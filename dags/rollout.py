@@ -24,7 +24,7 @@ def build(pack: PackDagConfig):
         def validate_conf(**context) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
 
-            return tasks.validate_conf(context["params"], context, interval_minutes=15)
+            return tasks.validate_conf(context["params"], context, interval_minutes=pack.interval_minutes(KIND))
 
         @task
         def advance_or_roll_back(conf: dict) -> dict:

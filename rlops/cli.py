@@ -3,7 +3,7 @@
     rlops env {validate,describe,rollout} | capture | drift {detect,check} | calibrate
           | labels {run,export,import} | train {policy,relabel,switch-reward,reward-model,tune,status}
           | profile | stress | model {evaluate,promote,rollback,webhook} | replay | audit | simulate
-          | console | demo | config {show,validate,schema}
+          | console | demo | config {show,validate,schema} | stack {up,status,down}
 
 Each noun is one module of ``rlops.commands`` holding only its argparse definitions and thin
 handlers; a handler imports its step (and with it torch, pandas, MLflow) when it runs, so
@@ -48,6 +48,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.Argument
         model,
         profile,
         simulate,
+        stack,
         stress,
         train,
     )
@@ -67,6 +68,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.Argument
         console.register,
         demo.register,
         config.register,
+        stack.register,
     ]
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator
 
 from rlops.common.params_base import Block, block_from_dataclass
-from rlops.common.params_operations import DagsParams, OpeParams, RolloutParams, TraceStoreParams
+from rlops.common.params_operations import DagsParams, OpeParams, RolloutParams, StackParams, TraceStoreParams
 from rlops.model.ppo_config import PPOConfig
 from rlops.model.reward_model_config import RewardModelConfig
 
@@ -558,6 +558,7 @@ class Params(Block):
     rollout: RolloutParams = Field(default_factory=RolloutParams, description=RolloutParams.__doc__)
     dags: DagsParams = Field(default_factory=DagsParams, description=DagsParams.__doc__)
     ope: OpeParams = Field(default_factory=OpeParams, description=OpeParams.__doc__)
+    stack: StackParams = Field(default_factory=StackParams, description=StackParams.__doc__)
 
 
 __all__ = [

@@ -30,6 +30,11 @@ class RolloutParams(Block):
     staged_emergency: bool = Field(
         False, description="a retrain triggered by drift replaces the stale champion at once"
     )
+    staged_first_champion: bool = Field(
+        False,
+        description="true: a pack's first champion rolls out staged too (false: with no champion to A/B "
+        "against, a candidate that beat the rule engine in the gates becomes champion at once)",
+    )
     min_stage_minutes: float = Field(
         60, ge=0, description="a stage serves at least this long before its live A/B gates may move it"
     )
@@ -57,6 +62,38 @@ class DagsParams(Block):
         description="a retrain whose inputs (traces, calibration, champion, reward "
         "fn, budget) equal the last one's is skipped",
     )
+    unpaused: list[str] | None = Field(
+        None,
+        description="DAG ids (fnmatch patterns, e.g. '*__credit_approval', 'promote__*') `rlops stack up` unpauses; "
+        "null: every DAG of the params' scenario pack and promote of every pack",
+    )
+
+
+class StackParams(Block):
+    """The one-machine deployment started by ``rlops stack up`` (``rlops/stack/``): where it lives, its ports."""
+
+    home: str = Field(
+        "rlops-data/stack", description="the stack's folder: secrets, AIRFLOW_HOME, process logs and state"
+    )
+    host: str = Field("127.0.0.1", description="address every listener binds (127.0.0.1: this machine only)")
+    airflow_port: int = Field(8080, ge=1, le=65535, description="Airflow API server and UI")
+    mlflow_port: int = Field(5000, ge=1, le=65535, description="MLflow tracking server and UI")
+    console_port: int = Field(8765, ge=1, le=65535, description="rlops console")
+    webhook_port: int = Field(8766, ge=1, le=65535, description="webhook receiver (MLflow UI promotion)")
+    database: Literal["auto", "postgresql", "sqlite"] = Field(
+        "auto", description="Airflow's metadata DB: auto = PostgreSQL when postgres_url answers, else SQLite"
+    )
+    postgres_url: str = Field(
+        "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres",
+        description="a PostgreSQL server the stack may create its database on (the database part is replaced)",
+    )
+    parallelism: int = Field(
+        4, ge=1, description="task processes Airflow's LocalExecutor runs at once (training takes its threads from it)"
+    )
+    pools: dict[str, int] = Field(
+        default_factory=lambda: {"gpu": 1}, description="Airflow pools created at start: name -> slots"
+    )
+    start_timeout_s: float = Field(240, gt=0, description="how long `up` waits for every part to answer")
 
 
 class OpeParams(Block):

@@ -32,6 +32,7 @@ GRAMMAR = {
     "console": [],
     "demo": [],
     "config": ["show", "validate", "schema"],
+    "stack": ["up", "status", "down"],
 }
 
 
@@ -73,14 +74,14 @@ def _parser_of(command: list[str]) -> argparse.ArgumentParser:
     return p
 
 
-# demo, console, config and the webhook receiver are not steps: no run key, no JSON result, nothing to dry-run.
+# demo, console, config, the webhook receiver and the stack are not steps: no run key, nothing to dry-run.
 @pytest.mark.parametrize(
     "command",
     [
         c
         for c in _leaves()
         if c not in (["demo"], ["console"], ["model", "webhook", "serve"], ["model", "webhook", "register"])
-        and c[0] != "config"
+        and c[0] not in ("config", "stack")
     ],
     ids=" ".join,
 )

@@ -36,6 +36,18 @@ DAG_KINDS = (
     "promote",
 )
 _REWARD_FILE = re.compile(r"^reward_(v\d+)\.py$")
+# The interval a run owns when its DAG has no schedule (or one with no fixed period): the cadence
+# each DAG was designed for.
+DEFAULT_MINUTES = {
+    "trace_capture": 15,
+    "drift_monitor": 60,
+    "label_queue": 60,
+    "retrain_incremental": 15,
+    "retrain_full": 60,
+    "rollout": 15,
+    "promote": 60,
+}
+_PRESET_MINUTES = {"@hourly": 60, "@daily": 1440, "@midnight": 1440, "@weekly": 10080}
 
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "ml-ops",
@@ -49,6 +61,29 @@ DEFAULT_ARGS: dict[str, Any] = {
 def dag_id(kind: str, scenario: str) -> str:
     """``retrain_full__credit_approval``: the id of a pack's DAG."""
     return f"{kind}__{scenario}"
+
+
+def schedule_minutes(schedule: str | None, default: int) -> int:
+    """The period of a cron schedule or preset in whole minutes (``*/5 * * * *`` → 5), ``default``
+    when there is none or it is not a whole number of minutes up to a week."""
+    if not schedule:
+        return default
+    if schedule in _PRESET_MINUTES:
+        return _PRESET_MINUTES[schedule]
+    if schedule.startswith("@"):
+        return default
+    from datetime import datetime
+
+    from croniter import croniter
+
+    try:
+        it = croniter(schedule, datetime(2026, 1, 5))
+        ticks = [it.get_next(datetime) for _ in range(3)]
+    except (ValueError, KeyError):
+        return default
+    gaps = {int((b - a).total_seconds()) for a, b in zip(ticks, ticks[1:])}
+    minutes = min(gaps) // 60
+    return minutes if len(gaps) == 1 and 0 < minutes <= 7 * 24 * 60 and min(gaps) % 60 == 0 else default
 
 
 def scenarios_dir(params: Mapping[str, Any] | None = None) -> Path:
@@ -77,6 +112,13 @@ class PackDagConfig:
 
     def schedule(self, kind: str) -> str | None:
         return self.schedules.get(kind)
+
+    def interval_minutes(self, kind: str) -> int:
+        """The data interval a run of ``kind`` owns: the DAG's designed cadence, or its schedule's
+        period when that is shorter (a pack whose params run its DAGs every 5 minutes owns 5-minute
+        intervals, so consecutive runs never own the same data twice)."""
+        default = DEFAULT_MINUTES[kind]
+        return min(default, schedule_minutes(self.schedule(kind), default))
 
     def tags(self, *more: str) -> list[str]:
         return ["rlops", f"pack:{self.scenario}", *more]
@@ -200,6 +242,13 @@ def dag_params(pack: PackDagConfig, mode: str = "full", training: bool = False) 
             type=["null", "boolean"],
             description="promote a passing candidate as staged challenger (null: params rollout.staged, "
             "rollout.staged_emergency for a retrain triggered by drift)",
+        ),
+        "run_key": Param(
+            None,
+            type=["null", "string"],
+            pattern=r"^\d{8}T\d{4}(-\d{1,5}m)?$",
+            description="the data interval this run owns, e.g. 20261130T0500 (null: the one its date says; "
+            "an emergency retrain gets the drift run's)",
         ),
         "reason": Param(
             "schedule",

@@ -8,16 +8,18 @@ data.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from rlops.common.errors import UserError
 from rlops.common.progress import route_library_output
-from rlops.common.run_key import RunKey
+from rlops.common.run_key import RunKey, parse_run_key
 from rlops.pipeline_steps.infra.context import StepContext
 
 _VERSION = re.compile(r"^v\d+$")
+log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -67,10 +69,14 @@ def run_key_from_context(context: Mapping[str, Any], interval_minutes: int = 60)
 
 @no_retry_on_user_error
 def validate_conf(
-    params: Mapping[str, Any], context: Mapping[str, Any] | None = None, interval_minutes: int = 60
+    params: Mapping[str, Any],
+    context: Mapping[str, Any] | None = None,
+    interval_minutes: int = 60,
+    pools: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Check the run's conf against the project (pack exists and loads, reward version exists);
-    Airflow has already checked the types. Returns the conf with its run key."""
+    """Check the run's conf against the project (pack exists and loads, reward version exists) and
+    that the Airflow ``pools`` its tasks need exist; Airflow has already checked the types. Returns
+    the conf with its run key."""
     from rlops.sandbox.errors import PackError
 
     conf = {
@@ -141,9 +147,41 @@ def validate_conf(
                     problems.append("reward_switch_to: " + str(exc).strip("'\""))
     if problems:
         raise ConfError("invalid DAG run conf: " + "; ".join(problems))
-    conf["run_key"] = run_key_from_context(context or {}, interval_minutes)
+    conf["run_key"] = run_key_of(params, context or {}, interval_minutes)
     conf["dag_run_id"] = dag_run_id_from_context(context or {})
+    missing = missing_pools(pools)
+    if missing:
+        raise ConfError(
+            f"Airflow has no pool {', '.join(repr(p) for p in missing)}: the training task would wait in state "
+            f"'scheduled' for ever. Create it (`airflow pools set {missing[0]} 1 \"rlops training\"`; "
+            "`rlops stack up` creates the pools of params stack.pools)"
+        )
     return conf
+
+
+def run_key_of(params: Mapping[str, Any], context: Mapping[str, Any], interval_minutes: int) -> str:
+    """The conf's ``run_key`` (an emergency retrain owns the interval of the drift run that asked for
+    it), else the interval the DAG run's date says."""
+    given = params.get("run_key")
+    if given in (None, ""):
+        return run_key_from_context(context, interval_minutes)
+    try:
+        return parse_run_key(str(given))
+    except UserError as exc:
+        raise ConfError(f"invalid DAG run conf: {exc}") from None
+
+
+def missing_pools(pools: Sequence[str]) -> list[str]:
+    """The Airflow pools among ``pools`` that do not exist, asked of the API server this process is
+    told about (``RLOPS_AIRFLOW_URL``: the stack sets it). Without one (``dag.test()``, a bare worker)
+    or when it does not answer, nothing is reported: the check must not fail a run the scheduler could run."""
+    import urllib.error
+
+    from rlops.common.airflow_api import AirflowApi
+
+    api = AirflowApi.from_env(timeout_s=5) if pools else None
+    if api is None:
+        return []
 
 
 def dag_run_id_from_context(context: Mapping[str, Any]) -> str | None:

@@ -1,0 +1,167 @@
+"""What the stack creates once in Airflow and MLflow: the metadata database and its schema, the
+pools the DAGs name, the DAGs unpaused as params say, the MLflow webhook that calls the receiver."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rlops.common.airflow_api import AirflowApi
+from rlops.common.errors import InfrastructureError, UserError
+from rlops.common.params_model import Params
+from rlops.stack.home import StackHome
+
+MIGRATED_STAMP = "migrated"
+
+
+def _connect(url: str, timeout_s: int = 5) -> Any:
+    """A connection to the ``postgres`` maintenance database of the server ``url`` names."""
+    import psycopg2
+
+    u = urllib.parse.urlsplit(url.replace("postgresql+psycopg2://", "postgresql://"))
+    return psycopg2.connect(
+        host=u.hostname, port=u.port or 5432, user=u.username, password=u.password, dbname="postgres",
+        connect_timeout=timeout_s,
+    )  # fmt: skip
+
+
+def _postgres_answers(url: str) -> bool:
+    try:
+        _connect(url, timeout_s=3).close()
+    except Exception:  # noqa: BLE001 - any failure means "no PostgreSQL for us here"
+        return False
+    return True
+
+
+def database_url(params: Params, stack: StackHome) -> str:
+    """Airflow's metadata DB: a database of this stack's own on PostgreSQL (created when missing), or
+    SQLite under AIRFLOW_HOME (``stack.database``; ``auto`` takes PostgreSQL when it answers)."""
+    choice, pg = params.stack.database, params.stack.postgres_url
+    if choice == "sqlite" or (choice == "auto" and not _postgres_answers(pg)):
+        return f"sqlite:///{stack.airflow_home / 'airflow.db'}"
+    if not _postgres_answers(pg):
+        raise UserError(
+            f"stack.database is postgresql but {_redacted(pg)} does not answer: start PostgreSQL, "
+            "or set stack.database to auto or sqlite in params.yaml"
+        )
+    # one database per stack home: two stacks (a test's and yours) never share Airflow's tables
+    name = "rlops_airflow_" + hashlib.sha256(str(stack.root).encode()).hexdigest()[:10]
+    u = urllib.parse.urlsplit(pg.replace("postgresql+psycopg2://", "postgresql://"))
+    conn = _connect(pg)
+    conn.autocommit = True  # CREATE DATABASE cannot run inside a transaction
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cur.fetchone() is None:
+                cur.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        conn.close()
+    return urllib.parse.urlunsplit(("postgresql+psycopg2", u.netloc, f"/{name}", "", ""))
+
+
+def _redacted(url: str) -> str:
+    u = urllib.parse.urlsplit(url)
+    return url.replace(f":{u.password}@", ":***@") if u.password else url
+
+
+def migrate(stack: StackHome, env: Mapping[str, str], database: str, airflow_version: str) -> bool:
+    """``airflow db migrate`` once per database and Airflow version (it costs tens of seconds even
+    when there is nothing to do); True when it ran."""
+    stamp = stack.root / MIGRATED_STAMP
+    key = f"{airflow_version} {_redacted(database)}"
+    if stamp.exists() and stamp.read_text().strip() == key:
+        return False
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"],
+        env=dict(env),
+        cwd=stack.airflow_home,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if out.returncode != 0:
+        log = stack.logs / "airflow-db-migrate.log"
+        log.write_text(out.stdout + out.stderr)
+        raise InfrastructureError(
+            f"`airflow db migrate` on {_redacted(database)} exited {out.returncode}; its output is in {log}: "
+            + (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+        )
+    stamp.write_text(key + "\n")
+    return True
+
+
+def ensure_pools(api: AirflowApi, pools: Mapping[str, int]) -> list[str]:
+    """Create the pools that do not exist yet (an existing pool keeps the slots an operator gave it);
+    the names created."""
+    created = []
+    for name, slots in pools.items():
+        if not api.pool_exists(name):
+            api.request(
+                "POST",
+                "/api/v2/pools",
+                {"name": name, "slots": int(slots), "description": "rlops: created by `rlops stack up`"},
+            )
+            created.append(name)
+    return created
+
+
+def wanted_unpaused(params: Params, dag_ids: Iterable[str], packs: Iterable[str]) -> list[str]:
+    """The DAG ids to unpause: ``dags.unpaused`` patterns, or by default every DAG of the params'
+    ``scenario`` pack and ``promote`` of every pack (two cores are not buried under every pack's retrains)."""
+    patterns = params.dags.unpaused
+    if patterns is None:
+        patterns = [f"*__{params.scenario}", *(f"promote__{p}" for p in packs)]
+    return sorted(d for d in dag_ids if any(fnmatch.fnmatchcase(d, p) for p in patterns))
+
+
+def dag_states(api: AirflowApi) -> dict[str, bool]:
+    """``{dag_id: is_paused}`` of every DAG Airflow knows."""
+    out: dict[str, bool] = {}
+    offset = 0
+    while True:
+        page = api.request("GET", f"/api/v2/dags?limit=100&offset={offset}") or {}
+        dags = page.get("dags", [])
+        out.update({d["dag_id"]: bool(d.get("is_paused")) for d in dags})
+        offset += len(dags)
+        if not dags or offset >= int(page.get("total_entries", 0)):
+            return out
+
+
+def import_errors(api: AirflowApi) -> list[dict[str, Any]]:
+    return list((api.request("GET", "/api/v2/importErrors?limit=100") or {}).get("import_errors", []))
+
+
+def wait_for_dags(api: AirflowApi, expected: set[str], timeout_s: float) -> dict[str, bool]:
+    """Until the dag-processor has parsed every DAG of ``expected`` (or ``timeout_s``); the states known.
+    An import error does not end the wait: the other packs' DAGs still come (one broken pack must not
+    take them down), and ``status`` reports it."""
+    deadline = time.monotonic() + timeout_s
+    states = dag_states(api)
+    while not expected <= set(states) and time.monotonic() < deadline:
+        time.sleep(2)
+        states = dag_states(api)
+    return states
+
+
+def unpause(api: AirflowApi, dag_ids: Iterable[str], states: Mapping[str, bool]) -> list[str]:
+    """Unpause the paused ones among ``dag_ids``; those it unpaused."""
+    done = []
+    for dag_id in dag_ids:
+        if states.get(dag_id, False):
+            api.request("PATCH", f"/api/v2/dags/{urllib.parse.quote(dag_id, safe='')}", {"is_paused": False})
+            done.append(dag_id)
+    return done
+
+
+def missing_pools(api: AirflowApi, pools: Iterable[str]) -> list[str]:
+    try:
+        return [p for p in pools if not api.pool_exists(p)]
+    except (urllib.error.URLError, OSError):
+        return list(pools)

@@ -1,0 +1,127 @@
+"""The stack through its real processes: ``rlops stack up`` (a real scheduler, dag-processor,
+triggerer and API server on LocalExecutor, an MLflow server, the receiver, the console), runs
+triggered over the REST API as an operator would, and the seams one process never meets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from tests.stack.conftest import RunningStack
+
+pytestmark = pytest.mark.slow
+PACK = "credit_approval"
+WHEN = "2026-11-30T05:00:00Z"
+
+
+def test_up_starts_every_part_and_a_second_up_reuses_them(stack: RunningStack) -> None:
+    up = stack.up
+    print(f"rlops stack up: {stack.up_seconds:.1f} s")
+    assert up["up"] is True and up["problems"] == [], up["problems"]
+    names = {p["name"] for p in up["parts"]}
+    assert names == {
+        "mlflow", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer",
+        "webhook", "console",
+    }  # fmt: skip
+    assert all(p["state"] == "running" for p in up["parts"])
+    # every listener on 127.0.0.1 only
+    for url in (up["airflow_url"], up["mlflow_url"]):
+        assert url.startswith("http://127.0.0.1:")
+    # the default unpaused set: every DAG of the params' pack, promote of every pack
+    assert f"retrain_full__{PACK}" in up["unpaused"] and "promote__loan_desk" in up["unpaused"]
+    assert "retrain_full__loan_desk" not in up["unpaused"]
+    assert stack.api.pool_exists("gpu")
+
+    again = stack.rlops("stack", "up", "--json")
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)
+    assert second["started"] == [] and len(second["reused"]) == 7
+    assert [p["pid"] for p in second["parts"]] == [p["pid"] for p in up["parts"]]
+
+
+def test_stdout_of_status_json_is_json(stack: RunningStack) -> None:
+    out = stack.rlops("stack", "status", "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout)["up"] is True
+
+
+def test_retrain_full_triggered_over_rest_runs_to_the_end(stack: RunningStack) -> None:
+    """No manual step: the pool exists, the DAG is unpaused, the tasks reach the MLflow server."""
+    run_id = stack.trigger(f"trace_capture__{PACK}", {"simulate": True}, logical_date=WHEN)
+    assert stack.wait(f"trace_capture__{PACK}", run_id, 600) == "success", stack.tasks(f"trace_capture__{PACK}", run_id)
+    run_id = stack.trigger(f"retrain_full__{PACK}", {"timesteps": 30_000, "staged": False})
+    state = stack.wait(f"retrain_full__{PACK}", run_id, 1500)
+    assert state == "success", stack.tasks(f"retrain_full__{PACK}", run_id)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=stack.up["mlflow_url"])
+    versions = client.search_model_versions(f"name='{PACK}-policy'")
+    assert versions, "the retrain registered no policy version on the tracking server"
+
+
+def test_emergency_retrain_is_never_lost_beside_the_scheduled_run(stack: RunningStack) -> None:
+    """drift_monitor triggers retrain_full for the hour whose run already exists (the scheduled one):
+    the emergency run has an id of its own and trains on the drift run's interval."""
+    hour = "2026-11-30T07:00:00Z"
+    run_id = stack.trigger(f"trace_capture__{PACK}", {"simulate": True}, logical_date=hour)
+    assert stack.wait(f"trace_capture__{PACK}", run_id, 600) == "success"
+    scheduled = stack.trigger(f"retrain_full__{PACK}", {"timesteps": 20_000, "staged": False}, logical_date=hour)
+    drift = stack.trigger(f"drift_monitor__{PACK}", {}, logical_date=hour)
+    assert stack.wait(f"drift_monitor__{PACK}", drift, 900) == "success", stack.tasks(f"drift_monitor__{PACK}", drift)
+    tasks = stack.tasks(f"drift_monitor__{PACK}", drift)
+    assert tasks["trigger_emergency_retrain"] == "success", tasks
+    emergency = f"emergency__{drift}"
+    runs = {r["dag_run_id"]: r for r in stack.runs(f"retrain_full__{PACK}")}
+    assert emergency in runs and scheduled in runs
+    assert runs[emergency]["conf"]["reason"] == "drift"
+    assert runs[emergency]["conf"]["run_key"] == "20261130T0600"
+    assert stack.wait(f"retrain_full__{PACK}", scheduled, 1500) == "success"
+    assert stack.wait(f"retrain_full__{PACK}", emergency, 1500) == "success", stack.tasks(
+        f"retrain_full__{PACK}", emergency
+    )
+
+
+def test_a_missing_pool_fails_the_run_at_once_and_status_says_so(stack: RunningStack) -> None:
+    stack.api.request("DELETE", "/api/v2/pools/gpu")
+    try:
+        status = stack.rlops("stack", "status", "--json")
+        assert status.returncode == 1
+        doc = json.loads(status.stdout)
+        assert doc["missing_pools"] == ["gpu"] and any("pool 'gpu'" in p for p in doc["problems"])
+        run_id = stack.trigger(f"retrain_full__{PACK}", {"timesteps": 20_000})
+        assert stack.wait(f"retrain_full__{PACK}", run_id, 300) == "failed"
+        assert stack.tasks(f"retrain_full__{PACK}", run_id)["validate_conf"] == "failed"
+        assert "Airflow has no pool 'gpu'" in stack.task_log(f"retrain_full__{PACK}", run_id, "validate_conf")
+    finally:
+        again = stack.rlops("stack", "up", "--json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert stack.api.pool_exists("gpu")
+
+
+def test_a_stale_pid_is_not_taken_for_a_part_and_down_leaves_other_processes(stack: RunningStack) -> None:
+    bystander = subprocess.Popen(["sleep", "600"])
+    try:
+        state_file = stack.stack_home / "state.json"
+        state = json.loads(state_file.read_text())
+        console = state["parts"]["console"]
+        # the console's record now names the bystander's pid (a pid reused by another program)
+        state["parts"]["console"] = {**console, "pid": bystander.pid}
+        state_file.write_text(json.dumps(state))
+        status = json.loads(stack.rlops("stack", "status", "--json").stdout)
+        assert {p["name"]: p["state"] for p in status["parts"]}["console"] == "stopped"
+        state["parts"]["console"] = console
+        state_file.write_text(json.dumps(state))
+        down = stack.rlops("stack", "down", "--json")
+        assert down.returncode == 0, down.stderr
+        assert len(json.loads(down.stdout)["stopped"]) == 7
+        time.sleep(1)
+        assert bystander.poll() is None, "down stopped a process the stack did not start"
+        status = json.loads(stack.rlops("stack", "status", "--json").stdout)
+        assert all(p["state"] == "stopped" for p in status["parts"])
+        again = stack.rlops("stack", "down", "--json")
+        assert again.returncode == 0 and json.loads(again.stdout)["stopped"] == []
+    finally:
+        bystander.kill()
