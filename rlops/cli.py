@@ -13,7 +13,8 @@ and ``--dry-run``; results go to stdout, errors to stderr. With ``--json`` stdou
 result only: whatever else a command or a library prints there goes to stderr.
 
 Exit codes: 0 success, 1 a check failed (stress test, gate) or a service/internal error,
-2 bad input (pack, config, arguments), 3 drift found with ``--fail-on-drift``.
+2 bad input (pack, config, arguments), 3 drift found with ``--fail-on-drift``; 130 interrupted
+(SIGINT), 143 terminated (SIGTERM) — either way the command's open MLflow runs end as KILLED.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from rlops.common.errors import ExitCode, RlopsError
+from rlops.common.signals import Terminated, exit_code, signals_unwind
 
 EXIT_CODES = """exit codes:
   0  success
   1  a check failed (stress test, promotion gate), or a service or internal error
   2  bad input: arguments, scenario pack, params, data
   3  drift found, with --fail-on-drift
+  130, 143  interrupted (SIGINT), terminated (SIGTERM): the command's MLflow runs end KILLED
 """
 
 
@@ -104,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Progress bars of artifact downloads drown the step summaries on a terminal.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:
-        with json_stdout(bool(getattr(args, "json", False))):
+        # SIGTERM unwinds like SIGINT: the command's open MLflow runs end KILLED, not RUNNING for ever
+        with signals_unwind(), json_stdout(bool(getattr(args, "json", False))):
             return int(args.func(args) or 0)
     except RlopsError as exc:
         if args.debug:
@@ -112,9 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = f" ({exc.hint})" if exc.hint else ""
         print(f"error: {exc}{hint}", file=sys.stderr)
         return int(exc.exit_code)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print("terminated" if isinstance(exc, Terminated) else "interrupted", file=sys.stderr)
+        return exit_code(exc)
     except Exception as exc:  # an internal error: a short message, the traceback only on request
         if args.debug:
             raise

@@ -22,6 +22,7 @@ from typing import Any
 
 from rlops.agent_sdk.serving import (
     CHALLENGER,
+    CHALLENGER_RECORD_TAG,
     CHAMPION,
     SHADOW,
     TRAFFIC_TAG,
@@ -78,6 +79,18 @@ class RegistrySource:
                 return None
             raise
         return str(mv.version), dict(mv.tags)
+
+    def model_tags(self) -> dict[str, str]:
+        """The registered model's own tags (empty when it does not exist)."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            with self._http_limits():
+                return dict(self._client().get_registered_model(self.model_name).tags)
+        except MlflowException as exc:
+            if str(getattr(exc, "error_code", "")) == "RESOURCE_DOES_NOT_EXIST":
+                return {}
+            raise
 
     def load(self, version: str) -> Any:
         """The loaded model of ``version`` (downloaded on first use)."""
@@ -140,7 +153,14 @@ def build_serving_state(
     """The complete next serving state: the versions behind ``champion``, ``challenger`` (and the
     shadow), loaded, and the challenger's traffic share (``fraction_override``, else its
     ``traffic_fraction`` tag). A policy that cannot be resolved or loaded keeps the one of ``old``,
-    with the error recorded; an alias that does not exist serves nothing."""
+    with the error recorded; an alias that does not exist serves nothing.
+
+    The challenger is served a share only when rlops staged it: the registered model's record
+    ``rlops.alias.challenger`` names the same version. A ``challenger`` set by hand in the MLflow
+    UI is a request for the gates, not a roll-out — its version may still carry the share of an
+    earlier roll-out — so it serves no traffic until rlops stages it (or while the record cannot be
+    read). The record is not signed for the agent (it has no registry key); a person who forges it
+    by hand bypasses the gates knowingly."""
     refs = [(CHAMPION, PolicyRef(scenario, alias=CHAMPION)), (CHALLENGER, PolicyRef(scenario, alias=CHALLENGER))]
     if shadow is not None:
         refs.append((SHADOW, shadow))
@@ -175,6 +195,8 @@ def build_serving_state(
                 challenger.tags.get(TRAFFIC_TAG),
             )
     fraction = min(max(fraction, 0.0), 1.0) if math.isfinite(fraction) else 0.0
+    if challenger is not None and fraction > 0.0:
+        fraction = fraction if _staged_by_rlops(source, challenger.version, old, errors) else 0.0
     return ServingState(
         loaded.get(CHAMPION),
         challenger,
@@ -184,3 +206,24 @@ def build_serving_state(
         now,
         tuple(sorted(errors.items())),
     )
+
+
+def _staged_by_rlops(source: RegistrySource, version: str, old: ServingState, errors: dict[str, str]) -> bool:
+    """Whether rlops' challenger record names ``version`` (see :func:`build_serving_state`)."""
+    try:
+        recorded = source.model_tags().get(CHALLENGER_RECORD_TAG)
+    except Exception as exc:  # noqa: BLE001 - unreadable: no share rather than an unchecked one
+        errors[CHALLENGER] = f"cannot read rlops' challenger record: {type(exc).__name__}: {exc}"
+        log.warning("policy client: %s: %s; serving the challenger no traffic", source.model_name, exc)
+        return False
+    if recorded == version:
+        return True
+    if old.challenger is None or old.challenger.version != version or old.challenger_fraction > 0.0:
+        log.warning(
+            "policy client: %s v%s is challenger but rlops did not stage it (record: %s); serving it no "
+            "traffic until its gated promotion stages it",
+            source.model_name,
+            version,
+            f"v{recorded}" if recorded else "none",
+        )
+    return False

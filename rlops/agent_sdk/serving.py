@@ -23,6 +23,10 @@ CHAMPION, CHALLENGER, SHADOW, FALLBACK = "champion", "challenger", "shadow", "fa
 #: ``Decision.test_group`` values.
 TEST_GROUPS = (CHAMPION, CHALLENGER, SHADOW, FALLBACK)
 TRAFFIC_TAG = "traffic_fraction"
+#: The registered-model tag in which rlops records the version it staged as ``challenger``
+#: (``rlops.pipeline_steps.infra.tags.alias_written``; spelled here because agents install this
+#: package without the rest of rlops). An alias set in the MLflow UI has no matching record.
+CHALLENGER_RECORD_TAG = "rlops.alias.challenger"
 RULES_VERSION = "rules"
 
 #: Why a decision fell back to the rule engine: the code in front of ``fallback_reason``
@@ -220,6 +224,7 @@ def choose_batch(
 
 __all__ = [
     "CHALLENGER",
+    "CHALLENGER_RECORD_TAG",
     "CHAMPION",
     "FALLBACK",
     "FALLBACK_CODES",

@@ -6,6 +6,11 @@ points ``champion`` back at the most recent of them and ``previous`` at the one 
 back again walks further back through the history (never forward to a demoted version) until it is
 exhausted. If MLflow fails half-way the prior aliases are put back, so the registry never shows a
 half-moved champion. Reached through :meth:`Tracker.move_champion` and :meth:`Tracker.rollback`.
+
+A version an alias moves off has its promotion outcome rewritten (``previous``, ``retired``,
+``rolled_back``) and its challenger share ``traffic_fraction`` set to 0, so neither a person nor an
+agent reads a fate or a share the version no longer has. A process whose registry key is not the
+deployment's moves nothing (:func:`~rlops.pipeline_steps.infra.alias_records.require_key`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rlops.pipeline_steps.infra import tags as K
-from rlops.pipeline_steps.infra.alias_records import record_state, verified_version
+from rlops.pipeline_steps.infra.alias_records import RegistryKeyMismatch, record_state, require_key, verified_version
 from rlops.pipeline_steps.infra.registry import CHAMPION, PREVIOUS, TrackingError
 
 if TYPE_CHECKING:
@@ -43,6 +48,8 @@ def move_aliases(tracker: Tracker, name: str, target: dict[str, str | None], why
                 tracker.delete_alias(name, alias)
             else:
                 tracker.set_alias(name, alias, str(target[alias]))
+    except RegistryKeyMismatch:  # refused before anything was written: nothing to put back
+        raise
     except Exception as exc:
         restore_err = ""
         for alias in order:
@@ -90,10 +97,12 @@ def move_champion(tracker: Tracker, name: str, new_version: str) -> AliasState:
     """Make ``new_version`` the champion and keep the current one as ``previous`` (and at the
     end of the champion history)."""
     new_version = str(new_version)
+    require_key(tracker, name)
     tracker._call(f"get {name!r} v{new_version}", lambda c: c.get_model_version(name, new_version))
     current = tracker.get_alias(name, CHAMPION)
     if current == new_version:
         return AliasState(name, current, tracker.get_alias(name, PREVIOUS))
+    before_previous = tracker.get_alias(name, PREVIOUS)
     history = [v for v in champion_history(tracker, name) if v != new_version]
     if current is not None:
         history = [v for v in history if v != current] + [current]
@@ -110,7 +119,32 @@ def move_champion(tracker: Tracker, name: str, new_version: str) -> AliasState:
         K.OUTCOME_CHAMPION,
         f"promoted to champion (previous: {'v' + current if current else 'none'})",
     )
+    if current is not None:
+        _moved_off(tracker, name, current, K.OUTCOME_PREVIOUS, f"champion until v{new_version} replaced it")
+    if before_previous is not None and before_previous not in (state.champion, state.previous):
+        _moved_off(
+            tracker,
+            name,
+            before_previous,
+            K.OUTCOME_RETIRED,
+            f"no longer 'previous' (v{state.previous} is); still in the champion history",
+        )
     return state
+
+
+def _moved_off(tracker: Tracker, name: str, version: str, outcome: str, reason: str) -> None:
+    """An alias left ``version``: its outcome says what it is now, and it serves no challenger share."""
+    if float_or_zero(tracker.model_version_tags(name, version).get(K.VERSION.TRAFFIC_FRACTION)) != 0.0:
+        tracker.set_model_version_tags(name, version, {K.VERSION.TRAFFIC_FRACTION: 0.0})
+    tracker.record_outcome(name, version, outcome, reason)
+
+
+def float_or_zero(text: str | None) -> float:
+    """A share tag as a number; a missing or unreadable one counts as 0 (an agent serves it none)."""
+    try:
+        return float(text) if text else 0.0
+    except ValueError:
+        return 0.0
 
 
 def rollback(tracker: Tracker, name: str, reason: str | None = None) -> AliasState:
@@ -118,6 +152,7 @@ def rollback(tracker: Tracker, name: str, reason: str | None = None) -> AliasSta
     before it (None once the history is exhausted). The demoted version is tagged
     ``rlops.rolled_back`` (with ``reason``) and leaves the history, so a second rollback goes
     further back instead of bouncing to it."""
+    require_key(tracker, name)
     current, previous = tracker.get_alias(name, CHAMPION), tracker.get_alias(name, PREVIOUS)
     tags = tracker.model_tags(name)
     if (
@@ -147,5 +182,9 @@ def rollback(tracker: Tracker, name: str, reason: str | None = None) -> AliasSta
         name, target, K.OUTCOME_CHAMPION, f"champion again: rolled back from {'v' + current if current else 'none'}"
     )
     if current is not None and current != target:
-        tracker.record_outcome(name, current, K.OUTCOME_ROLLED_BACK, reason or f"rolled back to v{target}")
+        _moved_off(tracker, name, current, K.OUTCOME_ROLLED_BACK, reason or f"rolled back to v{target}")
+    if state.previous is not None and state.previous != previous:
+        tracker.record_outcome(
+            name, state.previous, K.OUTCOME_PREVIOUS, f"'previous' again after the rollback to v{target}"
+        )
     return state

@@ -7,6 +7,12 @@ processes creating it at the same moment both look again afterwards and keep the
 pass ends with one parent. The DAG run id (when a DAG task runs the step) is tagged on the
 parent and on the step run.
 
+A step run also carries the process id and host that run it. A process killed outright (SIGKILL,
+the out-of-memory killer) never ends its run; the next run of the same step of the pack on that
+host ends every run of the step still ``RUNNING`` whose process no longer exists there as
+``KILLED`` (and their pass's parent run, when no other step of it still runs). Interrupted and
+terminated processes end their own runs (:mod:`rlops.common.signals`).
+
 Usage in a step::
 
     with step_run(ctx, tags.TRAIN_POLICY, extra_tags={tags.MODE: "full"}) as run:
@@ -15,6 +21,8 @@ Usage in a step::
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -78,33 +86,116 @@ def ensure_pass_run(tracker: Tracker, scenario: str, run_key: str, dag_run_id: s
     return found
 
 
-def _close_parent(tracker: Tracker, parent: str, failed: bool) -> None:
-    """The parent shows FAILED once any step failed, FINISHED otherwise (ended at the last step)."""
+def _close_parent(tracker: Tracker, parent: str, failed: bool, killed: bool = False) -> None:
+    """The parent shows FAILED once any step failed, KILLED when its last step was killed,
+    FINISHED otherwise (ended at the last step)."""
     status = tracker._call("get pass run", lambda c: c.get_run(parent)).info.status
-    new = "FAILED" if failed or status == "FAILED" else "FINISHED"
+    new = "FAILED" if status == "FAILED" or (failed and not killed) else ("KILLED" if killed else "FINISHED")
     tracker._call("end pass run", lambda c: c.set_terminated(parent, status=new))
+
+
+def process_alive(pid: Any, host: Any = None, started_ms: int | None = None) -> bool:
+    """Whether process ``pid`` on ``host`` still runs. Another host's process cannot be seen from
+    here and counts as alive; on this host a missing process, a zombie, or a process that started
+    after ``started_ms`` (its pid reused by another program) does not."""
+    if host is not None and str(host) != socket.gethostname():
+        return True
+    try:
+        pid = int(pid)
+    except (TypeError, ValueError):
+        return False
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+        if state in (b"Z", b"X"):
+            return False
+        if started_ms is not None and os.stat(f"/proc/{pid}").st_ctime * 1000 > started_ms + 60_000:
+            return False
+    except (OSError, IndexError):
+        pass
+    return True
+
+
+def close_runs_of_dead_processes(tracker: Tracker, scenario: str, step: str) -> list[str]:
+    """End as KILLED the runs of ``step`` of ``scenario`` left RUNNING by a process of this host that
+    no longer exists (see the module doc); returns their ids. A run without a readable pid, from
+    another host or from a live process is left alone."""
+    exp_id = tracker.experiment_id_for(scenario)
+    host = socket.gethostname()
+    where = (
+        f"tags.`{T.STEP}` = '{_q(step)}' and tags.`{T.SCENARIO}` = '{_q(scenario)}' and "
+        f"tags.`{T.HOST}` = '{_q(host)}' and attributes.status = 'RUNNING'"
+    )
+    runs = tracker._call("search runs of ended processes", lambda c: list(c.search_runs([exp_id], filter_string=where)))
+    closed: list[str] = []
+    parents: set[str] = set()
+    for r in runs:
+        pid = str(r.data.tags.get(T.PID) or "")
+        if not pid.isdigit() or int(pid) == os.getpid() or process_alive(pid, host, r.info.start_time):
+            continue
+
+        def close(c: MlflowClient, run_id: str = r.info.run_id, pid: str = pid) -> None:
+            c.set_tag(run_id, T.CLOSED_BY, f"the next {step} run on {host}: process {pid} ended without closing it")
+            c.set_terminated(run_id, status="KILLED")
+
+        tracker._call("close run of an ended process", close)
+        closed.append(r.info.run_id)
+        if r.data.tags.get("mlflow.parentRunId"):
+            parents.add(str(r.data.tags["mlflow.parentRunId"]))
+    for parent in parents:
+        _close_orphaned_parent(tracker, exp_id, parent)
+    return closed
+
+
+def _close_orphaned_parent(tracker: Tracker, exp_id: str, parent: str) -> None:
+    still = f"tags.`mlflow.parentRunId` = '{_q(parent)}' and attributes.status = 'RUNNING'"
+    if tracker._call("search running steps", lambda c: list(c.search_runs([exp_id], filter_string=still))):
+        return
+    if tracker._call("get pass run", lambda c: c.get_run(parent)).info.status == "RUNNING":
+        tracker._call("end pass run", lambda c: c.set_terminated(parent, status="KILLED"))
 
 
 @contextmanager
 def step_run(
     ctx: StepContext, step: str, label: str | None = None, extra_tags: Mapping[str, Any] | None = None
 ) -> Iterator[RunHandle]:
-    """A step run nested under the pass's parent run, named after step, scenario and run key."""
+    """A step run nested under the pass's parent run, named after step, scenario and run key,
+    tagged with the process and host running it; runs of the step that ended processes left
+    RUNNING are closed first."""
     dag_run_id = ctx.extra.get("dag_run_id")
     tracker = ctx.tracker
+    close_runs_of_dead_processes(tracker, ctx.scenario, step)
     parent = ensure_pass_run(tracker, ctx.scenario, ctx.run_key, dag_run_id)
-    run_tags: dict[str, Any] = {T.STEP: step, T.SCENARIO: ctx.scenario, T.RUN_KEY: ctx.run_key, **(extra_tags or {})}
+    run_tags: dict[str, Any] = {
+        T.STEP: step,
+        T.SCENARIO: ctx.scenario,
+        T.RUN_KEY: ctx.run_key,
+        T.PID: os.getpid(),
+        T.HOST: socket.gethostname(),
+        **(extra_tags or {}),
+    }
     if dag_run_id:
         run_tags[T.DAG_RUN_ID] = dag_run_id
-    failed = True
+    failed, killed = True, False
     try:
         with tracker.start_run(
             step_run_name(step, ctx.scenario, ctx.run_key, label), tags=run_tags, parent_run_id=parent
         ) as run:
             yield run
             failed = False
+    except KeyboardInterrupt:  # interrupted or terminated (rlops.common.signals): the run ended KILLED
+        killed = True
+        raise
     finally:
         try:
-            _close_parent(tracker, parent, failed)
+            _close_parent(tracker, parent, failed, killed)
         except Exception:  # noqa: BLE001 - bookkeeping; the step's own outcome matters more
             pass

@@ -208,7 +208,8 @@ class Tracker:
         scenario: str | None = None,
         parent_run_id: str | None = None,
     ) -> Iterator[RunHandle]:
-        """A run in the scenario's experiment: FINISHED on normal exit, FAILED on an exception."""
+        """A run in the scenario's experiment: FINISHED on normal exit, FAILED on an exception,
+        KILLED when the process was interrupted or terminated (:mod:`rlops.common.signals`)."""
         exp_id = self.experiment_id_for(scenario or self.scenario)
         all_tags = {k: str(v) for k, v in (tags or {}).items()}
         if parent_run_id:
@@ -217,9 +218,10 @@ class Tracker:
         handle = RunHandle(self, run.info.run_id, run.info.artifact_uri)
         try:
             yield handle
-        except BaseException:
+        except BaseException as exc:
+            status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
             try:
-                self._call("end run", lambda c: c.set_terminated(handle.run_id, status="FAILED"))
+                self._call("end run", lambda c: c.set_terminated(handle.run_id, status=status))
             except TrackingError:
                 pass  # the original error is the one worth reporting
             raise
@@ -337,11 +339,12 @@ class Tracker:
         """Point ``alias`` at ``version``. rlops' signed record of the move (registered-model tags
         ``rlops.alias.<alias>`` and ``.sig``, :mod:`~rlops.pipeline_steps.infra.alias_records`) is
         written first, so a webhook or check that sees the alias can tell rlops' own move from one
-        made around rlops (by hand in the MLflow UI), whatever tags the UI wrote."""
+        made around rlops (by hand in the MLflow UI), whatever tags the UI wrote. Refused, with
+        nothing written, by a process whose registry key is not the deployment's."""
         from rlops.pipeline_steps.infra.alias_records import record_tags
 
         def move(c: MlflowClient) -> None:
-            for k, v in record_tags(name, alias, str(version)).items():
+            for k, v in record_tags(name, alias, str(version), c.get_registered_model(name).tags).items():
                 c.set_registered_model_tag(name, k, v)
             c.set_registered_model_alias(name, alias, str(version))
 
@@ -359,8 +362,9 @@ class Tracker:
         from rlops.pipeline_steps.infra.alias_records import record_tags
 
         def delete(c: MlflowClient) -> None:
+            record = record_tags(name, alias, None, c.get_registered_model(name).tags)  # refused before the delete
             c.delete_registered_model_alias(name, alias)
-            for k, v in record_tags(name, alias, None).items():
+            for k, v in record.items():
                 c.set_registered_model_tag(name, k, v)
 
         self._call(f"delete alias {alias!r} of {name!r}", delete)

@@ -42,7 +42,7 @@ REWARD_FN_SHA256: Final = "rlops.reward_fn_sha256"
 CALIBRATION_VERSION: Final = "rlops.calibration_version"
 TRAIN_FINGERPRINT: Final = "rlops.train_fingerprint"  # the inputs of a training (resume finds its runs)
 CLOSED_STALE_RUNS: Final = "rlops.closed_stale_runs"  # runs of a killed attempt this one closed
-PID: Final = "rlops.pid"  # process and host of a training in progress
+PID: Final = "rlops.pid"  # process and host of a step run (a killed one is closed by the next)
 HOST: Final = "rlops.host"
 CLOSED_BY: Final = "rlops.closed_by"  # on a run closed as KILLED: the run that did it
 MODEL_VERSION: Final = "rlops.model_version"  # the version a training run registered
@@ -65,7 +65,8 @@ EXPERIMENT_KIND_TRAINING: Final = "custom_model_development"  # runs, metrics an
 
 # --------------------------------------------------------------------------- registered-model tags
 ALIAS_WRITTEN_PREFIX: Final = "rlops.alias."  # + alias name → version rlops last set it to
-ALIAS_SIGNATURE_SUFFIX: Final = ".sig"  # + on the alias tag: rlops' HMAC of its own move
+ALIAS_SIGNATURE_SUFFIX: Final = ".sig"  # + on the alias tag: rlops' HMAC of its own move, with its key id
+REGISTRY_KEY_ID: Final = "rlops.registry.key_id"  # the key id the deployment signs alias records with
 
 
 CHAMPION_HISTORY: Final = "rlops.champion.history"  # versions that were champion before, oldest first (JSON)
@@ -93,8 +94,11 @@ PROMOTION_REQUESTED_BY: Final = "rlops.promotion.requested_by"  # rlops | mlflow
 PROMOTION_AT: Final = "rlops.promotion.at"
 # The fate of a version, latest first: every change of it rewrites all four promotion tags, so a
 # version never shows an outcome older than its aliases (a new champion carries no "rejected").
+# An alias moving off a version rewrites them too: the replaced champion reads "previous", a former
+# champion no alias points at any more "retired", a challenger that stopped serving "withdrawn".
 OUTCOME_CHAMPION, OUTCOME_CHALLENGER, OUTCOME_REJECTED = "champion", "challenger", "rejected"
 OUTCOME_REQUESTED, OUTCOME_ROLLED_BACK, OUTCOME_ERROR = "requested", "rolled_back", "error"
+OUTCOME_PREVIOUS, OUTCOME_RETIRED, OUTCOME_WITHDRAWN = "previous", "retired", "withdrawn"
 OUTCOMES: Final = (
     OUTCOME_CHAMPION,
     OUTCOME_CHALLENGER,
@@ -102,6 +106,9 @@ OUTCOMES: Final = (
     OUTCOME_REQUESTED,
     OUTCOME_ROLLED_BACK,
     OUTCOME_ERROR,
+    OUTCOME_PREVIOUS,
+    OUTCOME_RETIRED,
+    OUTCOME_WITHDRAWN,
 )
 REQUESTED_BY_RLOPS: Final = "rlops"  # a promotion or rollback run by the CLI or a DAG
 MANUAL_CHAMPION: Final = "rlops.manual_champion"  # regated | reverted, on the hand-set version
@@ -124,6 +131,7 @@ class VERSION:
     TRAFFIC_FRACTION = "traffic_fraction"
     PROMOTED_AT = "promoted_at"
     STRESS_TEST = "stress_test"
+    STRESS_REPORT = "stress_report"  # the storage URI of the report behind STRESS_TEST
     SHA256 = "sha256"
     REWARD_FN_MODEL_VERSION = "reward_fn_model_version"
     REWARD_MODEL_VERSION = "reward_model_version"

@@ -320,8 +320,9 @@ def stress_test(conf: Mapping[str, Any], trained: Mapping[str, Any]) -> dict[str
 def staged_promotion(conf: Mapping[str, Any]) -> bool:
     """Whether a retrain stages its candidate: the conf's ``staged``, else params
     ``rollout.staged`` — ``rollout.staged_emergency`` for a retrain triggered by drift that would
-    replace a (stale) champion; the first policy to replace the rule engine always rolls out as
-    ``rollout.staged`` says."""
+    replace a (stale) champion. A staged first policy (no champion yet) still becomes champion at
+    once unless ``rollout.staged_first_champion``: there is no champion to run a live A/B against
+    (:func:`rlops.pipeline_steps.promotion.flow.promote`)."""
     if conf.get("staged") is not None:
         return bool(conf["staged"])
     from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name

@@ -20,6 +20,7 @@ import functools
 import logging
 import tempfile
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -195,12 +196,16 @@ def _canonical_or_none(text: Any, scenario: str) -> str | None:
 
 
 # --------------------------------------------------------------------------- evaluate
-def named_segment_gates(pack: Any, profile: str, run: Any, cand_act: Any, champ_act: Any, cfg: Any) -> list[Any]:
+def named_segment_gates(
+    pack: Any, profile: str, run: Any, cand_act: Any, champ_act: Any, cfg: Any, judged: Collection[str] = ()
+) -> list[Any]:
     """The segment gates of the populations the pack's author named in its production stand-in
     (``live``: the complaint pack's angry, severe and platinum customers), when the gates judge in
     another profile. A calibrated sandbox's population is fitted (``fitted1`` …) and carries none
     of those names, and a segment is only defined in the profile that draws it: both policies play
-    the stand-in's seeded episodes too, and each named segment is judged there."""
+    the stand-in's seeded episodes too, and each named segment is judged there. A name already in
+    ``judged`` (the evaluation profile's own segments: a calibrated population has its ``base``
+    too) keeps that gate only, so the gate table has one row per segment."""
     import torch
 
     from rlops.pipeline_steps.promotion.gates import segment_gates
@@ -212,6 +217,9 @@ def named_segment_gates(pack: Any, profile: str, run: Any, cand_act: Any, champ_
     cand, _ = run(cand_act, stand_in)
     champ, _ = run(champ_act, stand_in)
     masks = segment_masks(pack, torch.empty(0), cand.segments, cand.segment_names, {})
+    masks = {n: m for n, m in masks.items() if n not in set(judged)}
+    if not masks:
+        return []
     rc, rb = cand.returns.double().numpy(), champ.returns.double().numpy()
     return segment_gates(rc, rb, masks, cfg)
 
@@ -229,8 +237,12 @@ def evaluation_profile(pack: Any, configured: str | None) -> str:
     return CALIBRATED
 
 
-def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = None) -> dict[str, Any]:
-    """Compare ``candidate`` with the champion (or the rule engine) and judge every gate."""
+def evaluate_candidate(
+    ctx: StepContext, candidate: str, episodes: int | None = None, stress_verdict: str | None = None
+) -> dict[str, Any]:
+    """Compare ``candidate`` with the champion (or the rule engine) and judge every gate.
+    ``stress_verdict``: the verdict of a stress test run for this evaluation (a dry run writes
+    no tag for the gate to read), else the version's ``stress_test`` tag."""
     from rlops.common.arguments import MAX_EPISODES, count
     from rlops.pipeline_steps.infra.policy_loader import greedy_act
     from rlops.sandbox.env import BatchedEnv
@@ -275,10 +287,10 @@ def evaluate_candidate(ctx: StepContext, candidate: str, episodes: int | None = 
         env.reset(seed)  # the initial states both policies started from
         segments = segment_masks(pack, env.S, cand_res.segments, cand_res.segment_names, settings.segments)
         p99 = timed_p99(cand_policy, champ_net, env.observe(), settings.latency_samples, cfg.latency_p99_ratio)
-        named = named_segment_gates(pack, profile, run, cand_act, champ_act, cfg)
+        named = named_segment_gates(pack, profile, run, cand_act, champ_act, cfg, judged=segments)
 
     gates = comparison_gates(cand_res, champ_res, cfg, segments, p99, seed=seed) + named
-    gates.append(stress_gate(tags, cfg))
+    gates.append(stress_gate({**tags, T.VERSION.STRESS_TEST: stress_verdict} if stress_verdict else tags, cfg))
     ab, ab_note = live_ab_gates(ctx, pack, candidate, cfg, int(settings.ab_window_hours))
     gates.extend(ab)
     notes.append(f"live A/B: {ab_note}")

@@ -8,23 +8,33 @@ champion history; MLflow failing half-way puts the aliases back). Staged (the re
 default, ``rollout.staged``), a passing candidate first becomes ``challenger`` at the first share of
 ``evaluate.rollout_stages`` (5% → 15% → 100%); the roll-out DAG
 (:mod:`rlops.pipeline_steps.promotion.rollout`) advances it on its live A/B gates. A failing gate,
-an unreachable MLflow or storage leaves every alias as it was; the result says why.
+an unreachable MLflow or storage leaves every alias as it was; the result says why. The first
+champion of a pack (none yet: the rule engine serves) is made champion at once even when staged —
+there is no champion to run a live A/B against, and the gates compared it with the rule engine —
+unless ``rollout.staged_first_champion`` asks for the roll-out. A staged result says how long the
+roll-out takes at the least before the challenger can become champion.
+
+A version that fails its gates, is withdrawn or stops being challenger serves no traffic: its
+``traffic_fraction`` tag goes to 0 and its outcome tag says what happened.
 
 A ``champion`` set by hand outside rlops is handled first (:func:`check_champion`): put back by
 :mod:`rlops.pipeline_steps.promotion.guard`, then re-gated here as a candidate when
 ``promotion.manual_champion`` says ``regate``. ``challenger`` set by hand is a request:
-:func:`promote_from_alias`.
+:func:`promote_from_alias`, which also runs the stress test of the requested version when it has
+no passing report of its own (:mod:`rlops.pipeline_steps.stress.version`).
 
 ``rlops model rollback`` runs :func:`rollback`: ``champion`` walks back through the history.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
 from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.infra.aliases import move_champion
+from rlops.pipeline_steps.infra.alias_records import RegistryKeyMismatch, require_key
+from rlops.pipeline_steps.infra.aliases import float_or_zero, move_champion
 from rlops.pipeline_steps.infra.aliases import rollback as rollback_champion
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, TrackingError, policy_model_name
@@ -39,8 +49,9 @@ from rlops.pipeline_steps.promotion.guard import (
     withdraw_hand_set_challenger,
 )
 
-TRAFFIC_TAG = "traffic_fraction"
+TRAFFIC_TAG = T.VERSION.TRAFFIC_FRACTION
 DEFAULT_STAGES = (0.05, 0.15, 1.0)
+log = logging.getLogger(__name__)
 
 
 def rollout_stages(ctx: StepContext) -> list[float]:
@@ -53,6 +64,22 @@ def rollout_stages(ctx: StepContext) -> list[float]:
 
 def next_stage(stages: list[float], current: float) -> float:
     return next((s for s in stages if s > current + 1e-9), 1.0)
+
+
+def minutes_to_champion(stages: list[float], share: float, min_stage_minutes: float) -> float:
+    """The least time a challenger serving ``share`` needs before it can become champion: each
+    stage from ``share`` up to the last one below 100 % serves at least ``min_stage_minutes``
+    (and moves on only when its live A/B gates pass on enough episodes)."""
+    return sum(1 for s in stages if share - 1e-9 <= s < 1.0) * float(min_stage_minutes)
+
+
+def champion_eta(ctx: StepContext, share: float) -> str:
+    """``v… can become champion in ≥ 120 min`` for a challenger at ``share`` (for reasons and logs)."""
+    minutes = minutes_to_champion(rollout_stages(ctx), share, ctx.config.rollout.min_stage_minutes)
+    return (
+        f"it can become champion in {minutes:g} min at the earliest (rollout.min_stage_minutes per stage, "
+        f"each stage's live A/B gates passing on evaluate.ab_min_episodes episodes per group)"
+    )
 
 
 # --------------------------------------------------------------------------- hand-set aliases
@@ -78,16 +105,28 @@ def promote_from_alias(
     ctx: StepContext, version: str, requested_by: str = UI_REQUEST, staged: bool | None = None
 ) -> dict[str, Any]:
     """The gated promotion of ``version`` requested through an alias; the outcome is written back
-    on the version as tags (and the gate summary in its description, by the evaluation)."""
+    on the version as tags (and the gate summary in its description, by the evaluation). The
+    version's own stress test is run first when it has no passing report (a version trained by
+    ``rlops train policy`` never had one), and the ``stress_test`` gate judges that verdict. A
+    process whose registry key is not the deployment's changes nothing and raises."""
     name, tracker = policy_model_name(ctx.scenario), ctx.tracker
     version = str(version)
+    require_key(tracker, name)  # before the stress test tags anything
     if staged is None:
         staged = ctx.config.promotion.staged
+    stress: dict[str, Any] | None = None
     try:
+        stress = _stress_of(ctx, version)
         with tracker.on_behalf_of(requested_by):  # the outcome tags of an alias move name the requester
-            res = promote(ctx, version, staged=staged)
+            res = promote(ctx, version, staged=staged, stress_verdict=stress["verdict"] if stress else None)
+    except RegistryKeyMismatch:
+        raise
     except ValueError as exc:  # e.g. already the champion, no such version
         res = {"action": "none", "promoted": False, "reason": str(exc).strip("'\"")}
+    except (TrackingError, StorageError) as exc:  # the stress test could not complete
+        res = {"action": "none", "promoted": False, "reason": f"stress test of v{version} failed to run: {exc}"}
+    if stress is not None:
+        res["stress"] = stress
     action = str(res.get("action"))
     outcome = {"champion": "champion", "challenger": "challenger"}.get(action, "rejected")
     if outcome == "rejected":
@@ -96,6 +135,8 @@ def promote_from_alias(
             res["reason"] = f"{res.get('reason')}; {problem}"
     if not ctx.dry_run:
         try:
+            if outcome == "rejected":
+                stop_serving(ctx, version)
             # The outcome tag last: whoever waits for it then finds the others written.
             tracker.set_model_version_tags(
                 name,
@@ -117,9 +158,29 @@ def promote_from_alias(
     }
 
 
+def _stress_of(ctx: StepContext, version: str) -> dict[str, Any] | None:
+    """The stress verdict the promotion of ``version`` is gated on (None: the gate does not ask for
+    one — ``evaluate.require_stress_test`` is off — or the version is the champion already, which
+    the evaluation refuses anyway)."""
+    from rlops.pipeline_steps.stress.version import stress_version
+
+    if not ctx.config.evaluate.require_stress_test:
+        return None
+    if ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION) == version:
+        return None
+    return stress_version(ctx, version).to_dict()
+
+
 # --------------------------------------------------------------------------- promote
-def promote(ctx: StepContext, candidate: str, staged: bool = False, episodes: int | None = None) -> dict[str, Any]:
-    """Evaluate and, when every gate passes, promote (or stage as challenger). A champion set by
+def promote(
+    ctx: StepContext,
+    candidate: str,
+    staged: bool = False,
+    episodes: int | None = None,
+    stress_verdict: str | None = None,
+) -> dict[str, Any]:
+    """Evaluate and, when every gate passes, promote (or stage as challenger; ``stress_verdict``:
+    see :func:`~rlops.pipeline_steps.promotion.evaluate.evaluate_candidate`). A champion set by
     hand outside rlops is handled first (:func:`check_champion`, before the lock: its re-gating is
     a promotion of its own). One promotion of a model at a time
     (:mod:`rlops.pipeline_steps.promotion.lock`): the evaluation and the alias move happen under
@@ -142,7 +203,7 @@ def promote(ctx: StepContext, candidate: str, staged: bool = False, episodes: in
     path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), policy_model_name(ctx.scenario))
     try:
         with promotion_lock(path, float(ctx.section("evaluate").get("lock_timeout_s", 900))) as waited:
-            out = {**_promote(ctx, str(candidate), staged, episodes), "lock_wait_s": round(waited, 3)}
+            out = {**_promote(ctx, str(candidate), staged, episodes, stress_verdict), "lock_wait_s": round(waited, 3)}
     except PromotionBusy as exc:
         out = {**out, "reason": str(exc)}
     if check.action != "none":
@@ -178,7 +239,9 @@ def _track_promotion(ctx: StepContext, out: dict[str, Any]) -> None:
         out.setdefault("warning", f"recording the promotion in MLflow failed: {exc}")
 
 
-def _promote(ctx: StepContext, candidate: str, staged: bool, episodes: int | None) -> dict[str, Any]:
+def _promote(
+    ctx: StepContext, candidate: str, staged: bool, episodes: int | None, stress_verdict: str | None
+) -> dict[str, Any]:
     from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
     from rlops.pipeline_steps.promotion.lock import ChampionMoved, check_unchanged
 
@@ -193,13 +256,19 @@ def _promote(ctx: StepContext, candidate: str, staged: bool, episodes: int | Non
         "dry_run": ctx.dry_run,
     }
     try:
-        report = evaluate_candidate(ctx, candidate, episodes)
+        report = evaluate_candidate(ctx, candidate, episodes, stress_verdict)
     except (TrackingError, StorageError) as exc:
         return {**out, "reason": f"evaluation could not complete, nothing changed: {exc}"}
     out.update({k: report.get(k) for k in ("passed", "failed_gates", "baseline", "report_uri", "eval_run_id")})
     out["gates"] = report["gates"]
     if not report["passed"]:
-        return {**out, "reason": f"gate(s) failed: {', '.join(report['failed_gates'])}; champion unchanged"}
+        reason = f"gate(s) failed: {', '.join(report['failed_gates'])}; champion unchanged"
+        if not ctx.dry_run:
+            try:
+                stop_serving(ctx, candidate, reason)
+            except TrackingError as exc:
+                reason += f"; setting its traffic share to 0 failed: {exc}"
+        return {**out, "reason": reason}
     try:
         check_unchanged(report["champion_version"], ctx.tracker.get_alias(name, CHAMPION), name)
     except ChampionMoved as exc:
@@ -208,48 +277,68 @@ def _promote(ctx: StepContext, candidate: str, staged: bool, episodes: int | Non
         return {**out, "reason": f"MLflow failed during promotion; aliases left as they were: {exc}"}
     try:
         challenger = ctx.tracker.get_alias(name, CHALLENGER)
-        nxt = 1.0
-        if staged:
+        nxt, why = 1.0, "all gates pass"
+        first = report["champion_version"] is None and not ctx.config.rollout.staged_first_champion
+        if staged and first:
+            why = (
+                "all gates pass; first champion of the pack, not staged: there is no champion to run a live "
+                "A/B against and the gates compared it with the rule engine (rollout.staged_first_champion: false)"
+            )
+        elif staged:
             current = 0.0
             if challenger == candidate:
-                current = float(ctx.tracker.model_version_tags(name, candidate).get(TRAFFIC_TAG, 0.0))
+                current = float_or_zero(ctx.tracker.model_version_tags(name, candidate).get(TRAFFIC_TAG))
             nxt = next_stage(stages, current)
+        eta = champion_eta(ctx, nxt) if nxt < 1.0 else ""
         if ctx.dry_run:
-            what = "champion" if nxt >= 1.0 else f"challenger at {nxt:.0%} of traffic"
+            what = "champion" if nxt >= 1.0 else f"challenger at {nxt:.0%} of traffic; {eta}"
             return {
                 **out,
                 "action": "would_promote" if nxt >= 1.0 else "would_stage",
                 "traffic_fraction": nxt,
-                "reason": f"dry run: all gates pass; v{candidate} would become {what}",
+                "reason": f"dry run: {why}; v{candidate} would become {what}",
             }
         if nxt < 1.0:
             stage_challenger(ctx, candidate, nxt, f"all gates pass; staged at {nxt:.0%} of traffic")
+            reason = f"all gates pass; v{candidate} serves {nxt:.0%} of traffic as challenger; {eta}"
+            log.info("%s: %s", name, reason)
             return {
                 **out,
                 "action": "challenger",
                 "traffic_fraction": nxt,
                 "champion": report["champion_version"],
-                "reason": f"all gates pass; v{candidate} serves {nxt:.0%} of traffic as challenger",
+                "champion_in_min": minutes_to_champion(stages, nxt, ctx.config.rollout.min_stage_minutes),
+                "reason": reason,
             }
-        out.update(finish(ctx, candidate, "all gates pass"))
+        out.update(finish(ctx, candidate, why))
     except TrackingError as exc:
         return {**out, "reason": f"MLflow failed during promotion; aliases left as they were: {exc}"}
-    out["reason"] = f"all gates pass; v{candidate} is the champion"
+    out["reason"] = f"{why}; v{candidate} is the champion"
+    log.info("%s: %s", name, out["reason"])
     return out
 
 
 # --------------------------------------------------------------------------- alias moves
 def stage_challenger(ctx: StepContext, version: str, fraction: float, reason: str) -> None:
     """Serve ``version`` to ``fraction`` of traffic as ``challenger``. Tags first, alias second: a
-    client that sees the alias always reads the new share."""
+    client that sees the alias always reads the new share. A challenger it replaces stops serving
+    (share 0; outcome ``withdrawn`` when rlops had staged it)."""
     name = policy_model_name(ctx.scenario)
     ctx.tracker.set_model_version_tags(
         name,
         version,
         {TRAFFIC_TAG: fraction, T.ROLLOUT_STAGE_STARTED: ctx.key.end.isoformat(), T.ROLLOUT_REASON: reason[:5000]},
     )
-    if ctx.tracker.get_alias(name, CHALLENGER) != version:
+    replaced = ctx.tracker.get_alias(name, CHALLENGER)
+    if replaced != version:
+        staged_by_rlops = replaced is not None and ctx.tracker.alias_written_by_rlops(name, CHALLENGER) == replaced
         ctx.tracker.set_alias(name, CHALLENGER, version)
+        if replaced is not None:
+            stop_serving(ctx, replaced)
+        if staged_by_rlops:  # a hand-set one is a request in flight: its promotion writes its outcome
+            ctx.tracker.record_outcome(
+                name, str(replaced), T.OUTCOME_WITHDRAWN, f"replaced as challenger by v{version}"
+            )
 
 
 def finish(ctx: StepContext, version: str, reason: str) -> dict[str, Any]:
@@ -278,11 +367,29 @@ def finish(ctx: StepContext, version: str, reason: str) -> dict[str, Any]:
 
 
 def withdraw_challenger(ctx: StepContext, version: str, reason: str) -> None:
-    """Stop serving ``version`` as challenger (a failed live gate): alias removed, why tagged."""
+    """Stop serving ``version`` as challenger (a failed live gate): share 0 and alias removed,
+    why tagged, outcome ``withdrawn``."""
     name = policy_model_name(ctx.scenario)
     ctx.tracker.set_model_version_tags(name, version, {TRAFFIC_TAG: 0.0, T.ROLLOUT_REASON: reason[:5000]})
     if ctx.tracker.get_alias(name, CHALLENGER) == version:
         ctx.tracker.delete_alias(name, CHALLENGER)
+    ctx.tracker.record_outcome(name, version, T.OUTCOME_WITHDRAWN, reason)
+
+
+def stop_serving(ctx: StepContext, version: str, reason: str | None = None) -> None:
+    """``version`` serves no challenger share any more (its gates failed, it was rejected):
+    ``traffic_fraction`` 0 where it was set; given a ``reason``, a challenger alias rlops staged on
+    it is withdrawn. A hand-set one is the requested promotion's to remove
+    (:func:`promote_from_alias`), which writes the version's outcome last."""
+    name = policy_model_name(ctx.scenario)
+    if float_or_zero(ctx.tracker.model_version_tags(name, version).get(TRAFFIC_TAG)) != 0.0:
+        ctx.tracker.set_model_version_tags(name, version, {TRAFFIC_TAG: 0.0})
+    if (
+        reason is not None
+        and ctx.tracker.get_alias(name, CHALLENGER) == version
+        and ctx.tracker.alias_written_by_rlops(name, CHALLENGER) == version
+    ):
+        withdraw_challenger(ctx, version, reason)
 
 
 def rollback(ctx: StepContext, reason: str | None = None) -> dict[str, Any]:

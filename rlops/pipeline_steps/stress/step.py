@@ -15,9 +15,11 @@ return falls below ``nominal − return_floor·|nominal|`` or the completion rat
 ``completion_floor × nominal``, and below what the rule engine and the champion reach under the
 same perturbation (:func:`stress_policy`).
 
-Writes ``report.json`` and ``report.html`` to ``reports/stress/<scenario>/<run_key>/``, logs both
-to MLflow, and with a policy version tags ``<scenario>-policy`` v<V> with ``stress_test=pass|fail``
-and ``stress_report=<uri>`` (the evaluation gate reads that tag). Exit code 1 when anything fails.
+Writes ``report.json`` and ``report.html`` to ``reports/stress/<scenario>/<run_key>/`` — under
+``v<V>/`` there with a policy version, so versions stressed under one run key keep a report each —,
+logs both to MLflow, and with a policy version tags ``<scenario>-policy`` v<V> with
+``stress_test=pass|fail`` and ``stress_report=<uri>`` (the evaluation gate reads that tag). Exit
+code 1 when anything fails.
 """
 
 from __future__ import annotations
@@ -384,7 +386,8 @@ def stress_test(
         "config": cfg.model_dump(mode="json"),
     }
     report = report_dict(reward, policy_rows, meta)
-    json_uri, html_uri = ctx.report_uri("stress", "report.json"), ctx.report_uri("stress", "report.html")
+    folder = (f"v{policy_version}",) if policy_version is not None else ()
+    json_uri, html_uri = (ctx.report_uri("stress", *folder, f) for f in ("report.json", "report.html"))
     result = {
         "passed": report["passed"],
         "verdict": report["verdict"],

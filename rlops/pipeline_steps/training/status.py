@@ -3,12 +3,12 @@ finished run by its id, or of a training in progress by its process id — and t
 
 from __future__ import annotations
 
-import os
 import socket
 from typing import Any
 
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.pass_run import process_alive as process_alive  # re-exported: its old home
 
 STATUS_COLUMNS = (
     "episodic_return",
@@ -26,43 +26,16 @@ PLATEAU_WINDOW = 10
 """Iterations without a better training return that make a plateau (``ppo.stagnation_window``)."""
 
 
-def process_alive(pid: Any, host: Any = None, started_ms: int | None = None) -> bool:
-    """Whether process ``pid`` on ``host`` still runs. Another host's process cannot be seen from
-    here and counts as alive; on this host a missing process, a zombie, or a process that started
-    after ``started_ms`` (its pid reused by another program) does not."""
-    if host is not None and str(host) != socket.gethostname():
-        return True
-    try:
-        pid = int(pid)
-    except (TypeError, ValueError):
-        return False
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            state = fh.read().rsplit(b")", 1)[1].split()[0]
-        if state in (b"Z", b"X"):
-            return False
-        if started_ms is not None and os.stat(f"/proc/{pid}").st_ctime * 1000 > started_ms + 60_000:
-            return False
-    except (OSError, IndexError):
-        pass
-    return True
-
-
 def run_of_pid(ctx: StepContext, pid: int, host: str | None = None) -> str:
     """The RUNNING training run of this scenario started by process ``pid`` (on ``host``, default
     this machine); raises LookupError when there is none."""
     from mlflow.entities import ViewType
 
     host = host or socket.gethostname()
-    filt = f"tags.`{T.PID}` = '{pid}' and tags.`{T.HOST}` = '{host}' and attributes.status = 'RUNNING'"
+    filt = (  # every step run carries its pid and host: the training's is the one asked for
+        f"tags.`{T.STEP}` = '{T.TRAIN_POLICY}' and tags.`{T.PID}` = '{pid}' and tags.`{T.HOST}` = '{host}' "
+        "and attributes.status = 'RUNNING'"
+    )
     runs = ctx.tracker._call(
         f"find the run of pid {pid}",
         lambda c: c.search_runs(

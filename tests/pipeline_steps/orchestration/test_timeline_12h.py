@@ -43,7 +43,9 @@ def test_twelve_simulated_hours_hold_the_loop_properties(airflow_db: str, tmp_pa
     # bit-reproducible from run to run: at the default drift.anomaly_z = 3 the return anomaly flagged
     # it in one run of four. Twelve hours cannot pin a rate of ~0.1% per hourly check; that rate is
     # measured by bench/anomaly_false_alarms.py, and this test holds the rest of the loop at z = 4.
-    cfg = TimelineConfig(hours=12, params=(("drift.anomaly_z", 4.0),))
+    # A pack's first champion is made champion at once by default (nothing to A/B it against); this
+    # test rolls it out staged, so the roll-out DAG's live A/B gates run on real rows within 12 hours.
+    cfg = TimelineConfig(hours=12, params=(("drift.anomaly_z", 4.0), ("rollout.staged_first_champion", True)))
     res = run_timeline(cfg, parse_events(EVENTS), tmp_path / "timeline")
     m, hours = res["metrics"], res["hours"]
     table = [(h["hour"], h["alarm"], h["drifted"], h["actions"]) for h in hours]

@@ -195,7 +195,7 @@ def test_step_writes_report_logs_and_tags_policy(
     out = json.loads(capsys.readouterr().out)
     assert code == (0 if out["passed"] else 1)
     assert out["reward_fn"] == "v1" and out["report_uri"].endswith(
-        "reports/stress/credit_approval/20261130T0500/report.json"
+        f"reports/stress/credit_approval/20261130T0500/v{version}/report.json"
     )
     report = Storage(tmp_storage_root).read_json(out["report_uri"])
     # the pack's own perturbations (its population segment included) win over the project's block
