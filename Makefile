@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint bench venv clean params-schema
+.PHONY: demo test test-slow lint bench venv clean params-schema up down
 
 venv: $(STAMP)
 
@@ -18,6 +18,13 @@ $(STAMP): requirements/lock.txt setup.cfg
 
 demo: $(STAMP)
 	$(VENV)/bin/rlops demo
+
+# The one-machine deployment: a real Airflow scheduler, an MLflow server, the receiver, the console.
+up: $(STAMP)
+	$(VENV)/bin/rlops stack up
+
+down: $(STAMP)
+	$(VENV)/bin/rlops stack down
 
 # lint first: a style or type error fails in seconds, before the suite's minutes
 test: lint

@@ -41,12 +41,12 @@ import os
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlops.common import airflow_api
 from rlops.pipeline_steps.infra.redact import redact
 
 if TYPE_CHECKING:
@@ -103,6 +103,9 @@ class WebhookSettings:
     airflow_url: str
     airflow_token: str | None
     dag_id: str
+    airflow_credentials: str | None = None
+    """A credentials file (``rlops stack up`` writes one): the token is then fetched and renewed, never
+    held past its expiry as a fixed ``airflow_token`` would be."""
     max_body_bytes: int = 65_536
     tolerance_s: int = 300
     state_db: str = "rlops-data/webhook.db"
@@ -142,8 +145,9 @@ class WebhookSettings:
         return cls(
             mode=chosen,
             secret=secret,
-            airflow_url=str(cfg.get("airflow_url") or "http://localhost:8080"),
+            airflow_url=os.environ.get(airflow_api.URL_ENV) or str(cfg.get("airflow_url") or "http://localhost:8080"),
             airflow_token=os.environ.get(str(cfg.get("airflow_token_env") or "RLOPS_AIRFLOW_TOKEN")) or None,
+            airflow_credentials=os.environ.get(airflow_api.CREDENTIALS_ENV) or None,
             dag_id=str(cfg.get("dag_id") or "promote__{scenario}"),
             state_db=resolve_local(str(cfg.get("state_db") or "rlops-data/webhook.db")),
             **numbers,
@@ -153,14 +157,24 @@ class WebhookSettings:
 def trigger_promotion_dag(settings: WebhookSettings, conf: Mapping[str, Any], timeout_s: float = 10.0) -> str:
     """Start a run of the promotion DAG through Airflow 3's REST API; returns its dag_run_id."""
     dag_id = settings.dag_id.format(scenario=conf.get("scenario", ""))  # one promotion DAG per pack
-    url = f"{settings.airflow_url.rstrip('/')}/api/v2/dags/{dag_id}/dagRuns"
-    body = json.dumps({"logical_date": None, "conf": dict(conf)}).encode()
-    headers = {"Content-Type": "application/json"}
-    if settings.airflow_token:
-        headers["Authorization"] = f"Bearer {settings.airflow_token}"
-    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - configured URL
-        return str(json.loads(resp.read() or b"{}").get("dag_run_id", ""))
+    return _airflow(settings, timeout_s).trigger(dag_id, dict(conf))
+
+
+_CLIENTS: dict[tuple[str, str | None, str | None, float], airflow_api.AirflowApi] = {}
+
+
+def _airflow(settings: WebhookSettings, timeout_s: float) -> airflow_api.AirflowApi:
+    """One client per Airflow and credentials: its token is reused until it is about to expire."""
+    key = (settings.airflow_url, settings.airflow_credentials, settings.airflow_token, timeout_s)
+    if key not in _CLIENTS:
+        if settings.airflow_credentials:
+            user, password = airflow_api.read_credentials(settings.airflow_credentials)
+            _CLIENTS[key] = airflow_api.AirflowApi(settings.airflow_url, user, password, timeout_s=timeout_s)
+        else:
+            _CLIENTS[key] = airflow_api.AirflowApi(
+                settings.airflow_url, token=settings.airflow_token, timeout_s=timeout_s
+            )
+    return _CLIENTS[key]
 
 
 def event_problem(event: Any) -> str | None:
