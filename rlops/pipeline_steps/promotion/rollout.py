@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlops.common.params_operations import RolloutParams
 from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.alias_records import require_key
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, TrackingError, policy_model_name
 
@@ -62,6 +63,7 @@ def rollout_step(ctx: StepContext) -> dict[str, Any]:
     name = policy_model_name(ctx.scenario)
     path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), name)
     with promotion_lock(path, float(ctx.section("evaluate").get("lock_timeout_s", 900))):
+        require_key(ctx.tracker, name)  # another key than the deployment's tags and moves nothing
         aliases = ctx.tracker.aliases(name)
         challenger, champion = aliases.get(CHALLENGER), aliases.get(CHAMPION)
         if challenger is not None and challenger != champion:
@@ -86,6 +88,7 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
     from rlops.pipeline_steps.promotion.evaluate import live_ab_gates
     from rlops.pipeline_steps.promotion.flow import (
         TRAFFIC_TAG,
+        champion_eta,
         finish,
         next_stage,
         rollout_stages,
@@ -121,7 +124,7 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
         return RolloutMove(version, WITHDRAWN, reason, 0.0, rows)
     nxt = next_stage(rollout_stages(ctx), share)
     if nxt < 1.0:
-        reason = f"live A/B gates pass at {share:.0%} ({note}); advanced to {nxt:.0%}"
+        reason = f"live A/B gates pass at {share:.0%} ({note}); advanced to {nxt:.0%}; {champion_eta(ctx, nxt)}"
         if not ctx.dry_run:
             stage_challenger(ctx, version, nxt, reason)
         return RolloutMove(version, ADVANCED, reason, nxt, rows)

@@ -42,6 +42,7 @@ def test_a_process_with_another_key_refuses_and_the_champion_stays(
     tmp_tracking: str, tmp_storage_root: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rlops.pipeline_steps.promotion.flow import check_champion, promote_from_alias
+    from rlops.pipeline_steps.promotion.rollout import rollout_step
 
     monkeypatch.setenv(KEY_ENV, KEY_A)
     ctx = _ctx(manual_champion="revert")
@@ -73,6 +74,8 @@ def test_a_process_with_another_key_refuses_and_the_champion_stays(
     other.tracker.client.set_registered_model_alias(NAME, "challenger", v3)  # a UI request it must not judge
     with pytest.raises(RegistryKeyMismatch):
         promote_from_alias(other, v3)
+    with pytest.raises(RegistryKeyMismatch):
+        rollout_step(other)  # the roll-out DAG's tick would tag and move the challenger
     # nothing was deleted, moved or re-tagged
     assert other.tracker.aliases(NAME) == {"champion": v2, "previous": v1, "challenger": v3}
     assert other.tracker.model_tags(NAME) == tags

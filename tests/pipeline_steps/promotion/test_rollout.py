@@ -77,6 +77,7 @@ def test_staged_rollout_then_rollback(pack: Any, good: Any, approve_all: Any) ->
     _serve(ctx, pack, {cand: (rules_like, "challenger", 150), old: (rules_like, "champion", 300)})
     moved = rollout_step(ctx)
     assert moved["action"] == "advanced" and moved["traffic_fraction"] == 0.15, moved
+    assert "can become champion in 60 min" in moved["reason"], moved["reason"]
     assert {g["gate"] for g in moved["ab_gates"]} >= {"ab:completion_rate", "ab:handling_ms"}
     assert all(g["status"] == "pass" for g in moved["ab_gates"])
 
