@@ -63,7 +63,8 @@ def restore_champion(ctx: StepContext) -> ChampionCheck:
     """Detect a ``champion`` alias set outside rlops and put rlops' own champion back; the
     hand-set version is tagged with why (``rlops.manual_champion``). Action ``none``, ``adopted``,
     ``reverted`` (``hand_set`` names the version to re-gate when the mode says so) or
-    ``would_<mode>`` on a dry run."""
+    ``would_<mode>`` on a dry run. A process whose registry key is not the deployment's cannot tell
+    rlops' champion from a hand-set one: it raises ``RegistryKeyMismatch`` and puts back nothing."""
     name, tracker = policy_model_name(ctx.scenario), ctx.tracker
     mode = manual_mode(ctx)  # a bad setting fails every promotion, not only the first hand-set champion
     current = tracker.get_alias(name, CHAMPION)

@@ -18,6 +18,9 @@ event at a time:
 Events rlops caused itself (its own alias moves) are recognised by rlops' *signed* record of the
 move (:mod:`~rlops.pipeline_steps.infra.alias_records`) and ignored, so a promotion never
 triggers itself; a record written in the UI does not carry the signature and counts for nothing.
+A receiver whose registry key is not the deployment's acts on no event: the delivery fails with
+:class:`~rlops.pipeline_steps.infra.alias_records.RegistryKeyMismatch`, logged and kept for
+``/outcomes``, and every alias stays as it was.
 
 Hostile input: the body is capped (``max_body_bytes``) before it is read whole; a body that is not
 a JSON object with string ``name``/``alias``/``version`` is a 400; each signed delivery id is
