@@ -14,7 +14,7 @@ so their defaults and descriptions live there only. Adding a block: write its cl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -214,6 +214,11 @@ class _TrainStep(Block):
         "calibration exists, else the pack's default)",
     )
     checkpoint_every: int = Field(10, ge=1, description="iterations between resumable checkpoints")
+    threads: Literal["auto"] | Annotated[int, Field(ge=1)] = Field(
+        "auto",
+        description="torch threads of the training (wins over ppo.torch_threads): auto = the CPUs the "
+        "process may use (affinity, cgroup quota) / the tasks its Airflow worker runs at once, at least 1",
+    )
     eval_episodes: int = Field(
         1000, ge=1, description="greedy episodes scored after training (the result's mean_return)"
     )
@@ -274,7 +279,8 @@ else:
     TrainParams = block_from_dataclass(
         "TrainParams",
         PPOConfig,
-        exclude=frozenset({"mode", "checkpoint_dir"}) | _TRAIN_OWN,
+        # torch_threads: `threads` is the step's own (auto or a count)
+        exclude=frozenset({"mode", "checkpoint_dir", "torch_threads"}) | _TRAIN_OWN,
         optional=True,
         base=_TrainStep,
         doc="Policy training (rlops/pipeline_steps/training/policy.py, `rlops train policy`): the step's own "

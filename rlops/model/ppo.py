@@ -35,6 +35,7 @@ from torch.profiler import record_function  # labelled regions for `rlops profil
 
 from rlops.common.metrics_sink import MetricsSink, NullSink
 from rlops.common.seeding import seed_everything
+from rlops.common.threads import set_torch_threads
 from rlops.model import ppo_grad
 from rlops.model.early_stop import EvalPlateau, StagnationMonitor
 from rlops.model.ewc import EWCPenalty
@@ -431,7 +432,7 @@ def train(
     # ---- setup: device, seeds, policy, optimizer
     device = check_device(cfg, env)
     if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+        set_torch_threads(cfg.torch_threads)
     tracker = tracker or NullSink()
     seed_everything(cfg.seed)
     gen = torch.Generator(device=device).manual_seed(cfg.seed)

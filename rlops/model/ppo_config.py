@@ -71,7 +71,8 @@ class PPOConfig:
     device: str = "auto"
     """``cpu``, ``cuda`` or ``auto`` (CUDA when present); the environment must live on the same device."""
     torch_threads: int | None = None
-    """``torch.set_num_threads`` for the run (None: leave as is)."""
+    """Torch threads for the run, intra-op and (where still allowed) inter-op (None: leave as is);
+    the training step sets it from ``train.threads``."""
     progress: bool = False
     """Show a tqdm progress bar."""
     checkpoint_every: int = 0

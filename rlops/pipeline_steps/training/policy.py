@@ -17,7 +17,8 @@
 
 Settings: the ``ppo:`` block (``rlops.model.ppo_config.PPOConfig``), overridden by keys of the
 ``train:`` block with the same names, then by arguments. The other ``train:`` keys are this
-step's own (see ``params.yaml``).
+step's own (see ``params.yaml``); ``train.threads`` sets the torch thread count
+(:mod:`rlops.common.threads`), recorded as the run's ``threads`` param and in the result.
 
 Resumable and idempotent: checkpoints go to ``<local_dir>/checkpoints/<scenario>/<run_key>/<mode>``
 and a re-run with the same run key continues from the newest one; a run whose exact inputs
@@ -64,7 +65,8 @@ def ppo_config(
 ) -> TrainingPlan:
     """The :class:`~rlops.model.pack_defaults.TrainingPlan` of this run (env count + PPOConfig): what the
     pack implies < ``ppo:`` block < ``train:`` keys < arguments. Checkpoints are written every
-    ``checkpoint_every`` iterations (default 10) to ``checkpoint_dir``; without one (dry runs) never."""
+    ``checkpoint_every`` iterations (default 10) to ``checkpoint_dir``; without one (dry runs) never.
+    The torch thread count is ``train.threads`` resolved for this process (:mod:`rlops.common.threads`)."""
     from rlops.model.pack_defaults import derive_defaults
     from rlops.model.ppo_config import PPOConfig, resolve_device
 
@@ -80,6 +82,10 @@ def ppo_config(
     if train.num_envs:
         merged["num_envs"] = train.num_envs
     merged.update({k: v for k, v in overrides.items() if v is not None})
+    if overrides.get("torch_threads") is None:  # train.threads wins over ppo.torch_threads
+        from rlops.common.threads import resolve_threads
+
+        merged["torch_threads"] = resolve_threads(train.threads)
     merged["mode"] = mode
     merged["checkpoint_dir"] = str(checkpoint_dir) if checkpoint_dir is not None else None
     merged["checkpoint_every"] = train.checkpoint_every if checkpoint_dir is not None else 0
@@ -191,6 +197,7 @@ def train_policy(
             "calibration_version": cal_version,
             "data_version": data_version,
             "num_envs": num_envs,
+            "threads": cfg.torch_threads,
             "profile": profile,
             "checkpoint_dir": str(ckpt),
             "reward_source": source.kind,
@@ -368,13 +375,17 @@ def _train_and_register(
             "scenario": ctx.scenario,
             "run_key": ctx.run_key,
             "num_envs": base["num_envs"],
+            "threads": base["threads"],
+            "threads_setting": settings.threads,
             "profile": base["profile"],
             "reward_fn": base["reward_fn"],
             "resumed_from": resumed.name if resumed else "none",
         }
     )
     t0 = time.perf_counter()
-    result = train(cfg, env, tracker=run, init_from=init, resume_from="auto", reward_source=poller)
+    # Metrics in one write per 10 s, not one per iteration: over HTTP the loop would wait on each.
+    with run.buffered(every_s=10.0) as sink:
+        result = train(cfg, env, tracker=sink, init_from=init, resume_from="auto", reward_source=poller)
     train_seconds = time.perf_counter() - t0
     from rlops.pipeline_steps.training.hot_reload import record_switches
 
