@@ -11,11 +11,14 @@ file against the Compose specification as well; otherwise that one test is skipp
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
+import sys
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -382,6 +385,232 @@ def test_buckets_and_databases_are_created(services: dict[str, dict[str, Any]]) 
     ]
     for url in urls:
         assert url.rsplit("/", 1)[1] in created, f"database of {url.split('@')[-1]} not created"
+
+
+# --------------------------------------------------------------------------- promotion from the MLflow UI
+WEBHOOK_SERVICE = "webhook"
+WEBHOOK_PORT = "8766"
+# Airflow's simple auth manager: the roles that may trigger DAG runs (and read pools).
+TRIGGER_ROLES = {"user", "op", "admin"}
+
+
+def service_argv(service: dict[str, Any]) -> list[str]:
+    """What the container runs: its entrypoint (when set) followed by its command."""
+    return [*argv(service.get("entrypoint")), *argv(service.get("command"))]
+
+
+def runs_rlops(service: dict[str, Any]) -> bool:
+    """A container of the project's images that runs rlops code: the Airflow services (their tasks
+    import rlops), the webhook receiver and the one-shots; not the MLflow server the image also runs."""
+    if "build" not in service:
+        return False
+    args = service_argv(service)
+    return not ("mlflow" in args and "server" in args)
+
+
+def rlops_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    found = {name: svc for name, svc in services.items() if runs_rlops(svc)}
+    assert set(AIRFLOW_SERVICES) <= set(found), sorted(found)
+    return found
+
+
+def webhook_commands(services: dict[str, dict[str, Any]], action: str) -> dict[str, list[str]]:
+    """``{service: argv after "rlops"}`` of the services that run ``rlops model webhook <action>``."""
+    out = {}
+    for name, svc in services.items():
+        args = service_argv(svc)
+        if "rlops" in args:
+            rest = args[args.index("rlops") + 1 :]
+            if rest[:3] == ["model", "webhook", action]:
+                out[name] = rest
+    return out
+
+
+def parsed(rlops_args: list[str]) -> Any:
+    """The rlops command line parsed by the real parser (an unknown flag fails the test)."""
+    from rlops.cli import build_parser
+
+    return build_parser().parse_args(rlops_args)
+
+
+def mounted_configs(service: dict[str, Any]) -> dict[str, str]:
+    """``{target path: config name}`` of the configs a service mounts (short or long syntax)."""
+    out = {}
+    for entry in service.get("configs") or []:
+        if isinstance(entry, str):
+            out[f"/{entry}"] = entry
+        else:
+            out[str(entry.get("target") or f"/{entry['source']}")] = str(entry["source"])
+    return out
+
+
+def credentials_of(compose: dict[str, Any], service: dict[str, Any]) -> dict[str, str]:
+    """The Airflow credentials file a service's ``RLOPS_AIRFLOW_CREDENTIALS`` names, as JSON."""
+    path = env_of(service).get("RLOPS_AIRFLOW_CREDENTIALS", "")
+    assert path, "RLOPS_AIRFLOW_CREDENTIALS is not set"
+    configs = mounted_configs(service)
+    assert path in configs, f"{path} is not a config mounted in the service (mounts {sorted(configs)})"
+    content = (compose.get("configs") or {}).get(configs[path], {}).get("content")
+    assert content, f"config {configs[path]} has no inline content"
+    doc = json.loads(content)
+    assert isinstance(doc.get("username"), str) and isinstance(doc.get("password"), str) and doc["password"], doc
+    return doc
+
+
+def simple_auth_roles(service: dict[str, Any]) -> dict[str, str]:
+    users = env_of(service).get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "")
+    return {u.split(":")[0]: u.split(":")[1].lower() for u in users.split(",") if ":" in u}
+
+
+def test_webhook_receiver_service(compose: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
+    assert WEBHOOK_SERVICE in services, "no webhook receiver service: MLflow UI promotions reach nothing"
+    svc = services[WEBHOOK_SERVICE]
+    serving = webhook_commands(services, "serve")
+    assert list(serving) == [WEBHOOK_SERVICE], f"services running the receiver: {sorted(serving)}"
+    args = parsed(serving[WEBHOOK_SERVICE])
+    assert args.mode == "airflow", "the receiver must trigger promote__<pack> in Airflow (--mode airflow)"
+    assert args.host == "0.0.0.0" and str(args.port) == WEBHOOK_PORT, (args.host, args.port)
+    # The Airflow image's entrypoint would run "rlops" as an Airflow sub-command.
+    assert svc.get("entrypoint"), "the receiver must bypass the Airflow entrypoint"
+    health = " ".join(argv(svc.get("healthcheck", {}).get("test")))
+    assert f"localhost:{WEBHOOK_PORT}/healthz" in health, health
+
+    env = env_of(svc)
+    assert env.get("RLOPS_WEBHOOK_SECRET"), "the receiver refuses every delivery without RLOPS_WEBHOOK_SECRET"
+    assert env.get("MLFLOW_TRACKING_URI") == "http://mlflow:5000"
+    url = env.get("RLOPS_AIRFLOW_URL", "")
+    assert re.fullmatch(r"http://airflow-apiserver:8080/?", url), f"RLOPS_AIRFLOW_URL={url!r}"
+    assert argv(services["airflow-apiserver"]["command"]) == ["airflow", "api-server"]  # listens on 8080
+    creds = credentials_of(compose, svc)
+    role = simple_auth_roles(services["airflow-apiserver"]).get(creds["username"])
+    assert role in TRIGGER_ROLES, f"Airflow user {creds['username']!r} (role {role}) cannot trigger DAG runs"
+
+
+def test_mlflow_accepts_and_registers_the_webhook(
+    services: dict[str, dict[str, Any]], raw_compose: dict[str, Any]
+) -> None:
+    env = env_of(services["mlflow"])
+    schemes = {s.strip() for s in env.get("MLFLOW_WEBHOOK_ALLOWED_SCHEMES", "").split(",")}
+    assert "http" in schemes, "MLflow refuses the receiver's http:// URL (MLFLOW_WEBHOOK_ALLOWED_SCHEMES)"
+    assert env.get("MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS", "").lower() == "true", (
+        "MLflow refuses a receiver on the compose network (MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS)"
+    )
+    # A fixed key from .env: each server process would otherwise encrypt the secret with its own.
+    raw_key = str(env_of(raw_compose["services"]["mlflow"]).get("MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY", ""))
+    assert re.fullmatch(r"\$\{MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY:\?[^}]*\}", raw_key), raw_key
+    assert read_env_file(ENV_EXAMPLE).get("MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY") == ""
+
+    registering = webhook_commands(services, "register")
+    assert len(registering) == 1, f"services registering the MLflow webhook: {sorted(registering)}"
+    ((name, rlops_args),) = registering.items()
+    svc = services[name]
+    assert str(svc.get("restart", "no")) == "no", f"{name} is a one-shot"
+    assert (svc.get("depends_on") or {}).get("mlflow", {}).get("condition") == "service_healthy", name
+    target = urllib.parse.urlsplit(parsed(rlops_args).url)
+    assert target.scheme == "http" and target.hostname == WEBHOOK_SERVICE, target
+    assert str(target.port) == WEBHOOK_PORT and target.path == "/mlflow/webhook", target
+    reg_env = env_of(svc)
+    assert reg_env.get("MLFLOW_TRACKING_URI") == "http://mlflow:5000", name
+    # The secret MLflow signs with is the one the receiver checks: the same .env variable.
+    raw = {n: env_of(raw_compose["services"][n]).get("RLOPS_WEBHOOK_SECRET") for n in (name, WEBHOOK_SERVICE)}
+    assert raw[name] and raw[name] == raw[WEBHOOK_SERVICE], raw
+    assert re.fullmatch(r"\$\{RLOPS_WEBHOOK_SECRET:\?[^}]*\}", str(raw[name])), raw[name]
+    assert read_env_file(ENV_EXAMPLE).get("RLOPS_WEBHOOK_SECRET") == ""
+
+
+def test_every_rlops_container_shares_the_registry_key(
+    services: dict[str, dict[str, Any]], raw_compose: dict[str, Any]
+) -> None:
+    names = rlops_services(services)
+    assert WEBHOOK_SERVICE in names, "the webhook receiver runs rlops"
+    raw = {n: env_of(raw_compose["services"][n]).get("RLOPS_REGISTRY_KEY") for n in names}
+    missing = sorted(n for n, v in raw.items() if not v)
+    assert not missing, f"RLOPS_REGISTRY_KEY not set for {missing}: each makes its own key and refuses the others'"
+    # One required variable from docker/.env, never a literal or a default that differs per host.
+    for n, value in raw.items():
+        assert re.fullmatch(r"\$\{RLOPS_REGISTRY_KEY:\?[^}]*\}", str(value)), f"{n}: RLOPS_REGISTRY_KEY={value!r}"
+    assert len({env_of(services[n])["RLOPS_REGISTRY_KEY"] for n in names}) == 1
+    assert read_env_file(ENV_EXAMPLE).get("RLOPS_REGISTRY_KEY") == "", ".env.example must not ship a registry key"
+    assert "RLOPS_REGISTRY_KEY" in required_vars(COMPOSE_FILE.read_text())
+
+
+def test_tasks_reach_the_airflow_api(compose: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
+    # The retrain DAGs' first task asks the API server whether its pool exists; the receiver triggers
+    # promote__<pack> there. Both log in with the same credentials file, whose user airflow-init creates.
+    roles = simple_auth_roles(services["airflow-apiserver"])
+    users = set()
+    for name, svc in rlops_services(services).items():
+        env = env_of(svc)
+        assert re.fullmatch(r"http://airflow-apiserver:8080/?", env.get("RLOPS_AIRFLOW_URL", "")), name
+        creds = credentials_of(compose, svc)
+        assert roles.get(creds["username"]) in TRIGGER_ROLES, f"{name}: user {creds['username']!r} has no usable role"
+        users.add((creds["username"], creds["password"]))
+    assert len(users) == 1, "the rlops containers log in to Airflow as different users"
+    init_script = " ".join(argv(services["airflow-init"].get("command")))
+    assert "RLOPS_AIRFLOW_CREDENTIALS" in init_script, "airflow-init must give the rlops user its password"
+    # Every pool params name (params.stack.pools: the one-machine stack's list) is created by the init.
+    from rlops.common.config import resolve_params
+
+    created = set(re.findall(r"airflow pools set (\w+)", init_script))
+    assert set(resolve_params().model.stack.pools) <= created, created
+
+
+def _unpause_selection(init: dict[str, Any]) -> tuple[str, str, str]:
+    """The python program airflow-init runs to choose the DAGs to unpause, the script after it, and
+    the shell variable it sets."""
+    script = init["command"][-1]
+    m = re.search(r"(\w+)=\$\(python - <<'PY'\n(.*?)\nPY\n\)", script, re.DOTALL)
+    assert m, "airflow-init chooses no DAGs to unpause (expected VAR=$(python - <<'PY' … PY))"
+    return m.group(2), script[m.end() :], m.group(1)
+
+
+def test_init_unpauses_promote_of_every_pack(services: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    from rlops.common.config import resolve_params, scenarios_dir
+    from rlops.pipeline_steps.orchestration.settings import DAG_KINDS, dag_id
+    from rlops.stack.airflow_setup import wanted_unpaused
+
+    init = services["airflow-init"]
+    script = init["command"][-1]
+    program, after, var = _unpause_selection(init)
+    unpause = re.search(rf'airflow dags unpause --treat-dag-id-as-regex (--yes|-y) "\${var}"', after)
+    assert unpause, f"airflow-init does not unpause the DAGs in ${var}"
+    # The DAGs must be in the metadata DB before they can be unpaused: the dag-processor starts later.
+    assert 0 <= script.find("airflow dags reserialize") < script.find(program), "no `airflow dags reserialize` first"
+
+    # Run the selection as the container would, against this repository's params and packs.
+    env = {**os.environ, **env_of(init), "RLOPS_HOME": str(tmp_path), "RLOPS_PARAMS": str(REPO / "params.yaml")}
+    env["RLOPS_SCENARIOS_DIR"] = str(REPO / "scenarios")
+    proc = subprocess.run(
+        [sys.executable, "-"], input=program, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    pattern = proc.stdout.strip()
+
+    params = resolve_params().model
+    packs = sorted(p.name for p in scenarios_dir(params.model_dump()).iterdir() if (p / "scenario.yaml").is_file())
+    assert packs, "no scenario packs"
+    dag_ids = {dag_id(k, p) for k in DAG_KINDS for p in packs}
+    matched = {d for d in dag_ids if pattern and re.search(pattern, d)}
+    # The rule of `rlops stack up` (params dags.unpaused; null: the scenario pack + promote of every pack).
+    assert matched == set(wanted_unpaused(params, dag_ids, packs)), (pattern, sorted(matched))
+    if params.dags.unpaused is None:
+        missing = sorted(f"promote__{p}" for p in packs if f"promote__{p}" not in matched)
+        assert not missing, f"{missing} stay paused: promotions requested in the MLflow UI queue forever"
+        assert {dag_id(k, params.scenario) for k in DAG_KINDS} <= matched
+
+
+def test_readme_documents_ui_promotion_and_shared_secrets() -> None:
+    text = (DOCKER / "README.md").read_text()
+    for needle in (
+        "RLOPS_REGISTRY_KEY",
+        "RLOPS_WEBHOOK_SECRET",
+        "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY",
+        "RLOPS_AIRFLOW_PASSWORD",
+        "rlops stack up",
+        "challenger",
+        "promote__",
+    ):
+        assert needle in text, f"docker/README.md does not mention {needle}"
 
 
 # --------------------------------------------------------------------------- volumes, deps, builds
