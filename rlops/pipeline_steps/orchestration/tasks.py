@@ -182,6 +182,11 @@ def missing_pools(pools: Sequence[str]) -> list[str]:
     api = AirflowApi.from_env(timeout_s=5) if pools else None
     if api is None:
         return []
+    try:
+        return [p for p in pools if not api.pool_exists(p)]
+    except (urllib.error.URLError, OSError, UserError) as exc:
+        log.warning("could not ask Airflow whether pools %s exist: %s", ", ".join(pools), exc)
+        return []
 
 
 def dag_run_id_from_context(context: Mapping[str, Any]) -> str | None:
