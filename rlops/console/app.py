@@ -23,12 +23,16 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rlops.common.airflow_api import AirflowApi
+from rlops.common.config import resolve_params
+from rlops.common.errors import UserError
 from rlops.console import format as fmt
 from rlops.console import registry_views as rv
 from rlops.console import svg
 from rlops.console.data import SCENARIO_RE, ProjectData
 from rlops.console.service import NotFound, TraceViews
 from rlops.pipeline_steps.infra.registry import ui_url
+from rlops.stack.airflow_setup import airflow_problems
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
@@ -127,6 +131,19 @@ def _install_error_pages(app: FastAPI, page: Callable[..., HTMLResponse]) -> Non
         )
 
 
+def _deployment_problems(data: ProjectData) -> list[str] | None:
+    """What keeps the Airflow this console is told about (``RLOPS_AIRFLOW_URL``: the stack sets it)
+    from running the DAGs as params want — a missing pool, a DAG left paused, an import error; None
+    without an Airflow to ask."""
+    try:
+        api = AirflowApi.from_env(timeout_s=3)
+    except UserError as exc:  # a credentials file that is not there or not readable
+        return [str(exc)]
+    if api is None:
+        return None
+    return airflow_problems(api, resolve_params(params=data.params).model, data.scenarios()).lines()
+
+
 def _scenario(data: ProjectData, scenario: str) -> str:
     if not SCENARIO_RE.match(scenario) or scenario not in data.scenarios():
         raise NotFound(f"there is no scenario {scenario!r}")
@@ -137,7 +154,7 @@ def _add_trace_routes(app: FastAPI, data: ProjectData, views: TraceViews, page: 
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request) -> HTMLResponse:
         rows = [{"scenario": s, "champion": _champion(data, s)} for s in data.scenarios()]
-        return page(request, "index.html", rows=rows)
+        return page(request, "index.html", rows=rows, deployment=_deployment_problems(data))
 
     @app.get("/s/{scenario}", response_class=HTMLResponse)
     def scenario_home(scenario: str) -> RedirectResponse:

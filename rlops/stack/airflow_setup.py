@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.parse
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from rlops.common.airflow_api import AirflowApi
@@ -160,8 +161,36 @@ def unpause(api: AirflowApi, dag_ids: Iterable[str], states: Mapping[str, bool])
     return done
 
 
-def missing_pools(api: AirflowApi, pools: Iterable[str]) -> list[str]:
+@dataclass(frozen=True)
+class AirflowProblems:
+    """What keeps an Airflow's DAGs from running as params want: where the operator looks
+    (``rlops stack status``, the console's front page)."""
+
+    missing_pools: tuple[str, ...] = ()
+    paused: tuple[str, ...] = ()
+    """DAGs ``dags.unpaused`` wants running that are paused."""
+    import_errors: tuple[str, ...] = ()
+    unreachable: str | None = None
+
+    def lines(self) -> list[str]:
+        out = [f"the Airflow API did not answer: {self.unreachable}"] if self.unreachable else []
+        out += [f"pool {p!r} does not exist: tasks in it wait for ever (`rlops stack up` creates it)"
+                for p in self.missing_pools]  # fmt: skip
+        out += [f"DAG {d} is paused although params (dags.unpaused) want it running" for d in self.paused]
+        return out + [f"import error: {e}" for e in self.import_errors]
+
+
+def airflow_problems(api: AirflowApi, params: Params, packs: Iterable[str]) -> AirflowProblems:
+    """Missing pools, DAGs left paused, import errors — asked of the API server ``api``."""
     try:
-        return [p for p in pools if not api.pool_exists(p)]
-    except (urllib.error.URLError, OSError):
-        return list(pools)
+        states = dag_states(api)
+        return AirflowProblems(
+            missing_pools=tuple(p for p in params.stack.pools if not api.pool_exists(p)),
+            paused=tuple(d for d in wanted_unpaused(params, states, packs) if states.get(d)),
+            import_errors=tuple(
+                f"{e.get('filename')}: {(str(e.get('stack_trace') or '').strip().splitlines() or [''])[-1]}"
+                for e in import_errors(api)
+            ),
+        )
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return AirflowProblems(unreachable=str(exc))

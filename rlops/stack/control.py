@@ -10,7 +10,6 @@ answers, and what stops the DAGs from running (a missing pool, a DAG left paused
 from __future__ import annotations
 
 import time
-import urllib.error
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -203,26 +202,11 @@ def _status(
                 str(stack.logs / f"{p.name}.log"),
             )
         )
-    missing: list[str] = []
-    paused: list[str] = []
-    errors: list[str] = []
-    problems: list[str] = []
+    seen = airflow_setup.AirflowProblems()
     api_part = next(p for p in parts if p.name == "airflow-api-server")
     if api is not None and api_part.state == "running":
-        try:
-            missing = airflow_setup.missing_pools(api, params.stack.pools)
-            states = airflow_setup.dag_states(api)
-            wanted = airflow_setup.wanted_unpaused(params, states, _packs(params))
-            paused = [d for d in wanted if states.get(d)]
-            errors = [f"{e.get('filename')}: {str(e.get('stack_trace', '')).strip().splitlines()[-1:]}"
-                      for e in airflow_setup.import_errors(api)]  # fmt: skip
-        except (urllib.error.URLError, OSError) as exc:
-            problems.append(f"the Airflow API did not answer: {exc}")
-    for name in missing:
-        problems.append(f"pool {name!r} does not exist: tasks in it wait for ever (`rlops stack up` creates it)")
-    for d in paused:
-        problems.append(f"DAG {d} is paused although params (dags.unpaused) want it running")
-    problems += [f"import error: {e}" for e in errors]
+        seen = airflow_setup.airflow_problems(api, params, _packs(params))
+    missing, paused, errors, problems = seen.missing_pools, seen.paused, seen.import_errors, list(seen.lines())
     problems += [f"{p.name} is {p.state} (log: {p.log})" for p in parts if p.state != "running"]
     return StackStatus(
         home=str(stack.root),
@@ -234,9 +218,9 @@ def _status(
         password=secrets["airflow_password"],
         credentials_file=str(stack.credentials_file),
         parts=tuple(parts),
-        missing_pools=tuple(missing),
-        paused=tuple(paused),
-        import_errors=tuple(errors),
+        missing_pools=missing,
+        paused=paused,
+        import_errors=errors,
         problems=tuple(problems),
     )
 

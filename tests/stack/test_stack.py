@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -84,6 +86,55 @@ def test_emergency_retrain_is_never_lost_beside_the_scheduled_run(stack: Running
     )
 
 
+def test_a_process_with_another_registry_key_refuses_and_the_champion_stays(stack: RunningStack) -> None:
+    """The stack hands every part the project's key; a CLI run with another key refuses to touch
+    the aliases instead of taking rlops' own champion for a hand-set one and removing it."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=stack.up["mlflow_url"])
+    before = client.get_registered_model(f"{PACK}-policy").aliases
+    assert "champion" in before
+    env = {**stack.env, "RLOPS_REGISTRY_KEY": "another-key", "MLFLOW_TRACKING_URI": stack.up["mlflow_url"]}
+    out = subprocess.run(
+        [sys.executable, "-m", "rlops.cli", "model", "rollback", "--scenario", PACK],
+        env=env, cwd=stack.home, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "RLOPS_REGISTRY_KEY" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert client.get_registered_model(f"{PACK}-policy").aliases == before
+
+
+def test_challenger_set_in_the_mlflow_ui_is_stress_tested_and_gated_by_the_promote_dag(stack: RunningStack) -> None:
+    """What the UI does (the alias set through MLflow's REST API) reaches the receiver by MLflow's
+    webhook, the receiver triggers promote__<pack> (unpaused by `up`), and the DAG stress-tests the
+    very version it gates: the outcome is a verdict, never 'requested' for ever."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=stack.up["mlflow_url"])
+    model = client.get_registered_model(f"{PACK}-policy")
+    champion = model.aliases["champion"]
+    versions = sorted(int(v.version) for v in client.search_model_versions(f"name='{PACK}-policy'"))
+    candidate = str(next(v for v in reversed(versions) if str(v) != str(champion)))
+    body = json.dumps({"name": f"{PACK}-policy", "alias": "challenger", "version": candidate}).encode()
+    req = urllib.request.Request(
+        f"{stack.up['mlflow_url']}/api/2.0/mlflow/registered-models/alias",
+        data=body, method="POST", headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 200
+    deadline = time.monotonic() + 120
+    runs: list[dict[str, object]] = []
+    while not runs and time.monotonic() < deadline:
+        runs = stack.runs(f"promote__{PACK}")
+        time.sleep(2)
+    assert runs, "the webhook never started promote__credit_approval"
+    run_id = str(runs[0]["dag_run_id"])
+    assert stack.wait(f"promote__{PACK}", run_id, 900) == "success", stack.tasks(f"promote__{PACK}", run_id)
+    tags = client.get_model_version(f"{PACK}-policy", candidate).tags
+    assert tags.get("rlops.promotion.outcome") not in (None, "requested"), tags
+    assert tags.get("stress_test") in ("pass", "fail"), tags
+
+
 def test_a_missing_pool_fails_the_run_at_once_and_status_says_so(stack: RunningStack) -> None:
     stack.api.request("DELETE", "/api/v2/pools/gpu")
     try:
@@ -91,6 +142,9 @@ def test_a_missing_pool_fails_the_run_at_once_and_status_says_so(stack: RunningS
         assert status.returncode == 1
         doc = json.loads(status.stdout)
         assert doc["missing_pools"] == ["gpu"] and any("pool 'gpu'" in p for p in doc["problems"])
+        console = next(p["url"] for p in doc["parts"] if p["name"] == "console")
+        with urllib.request.urlopen(console + "/", timeout=60) as page:
+            assert "pool &#39;gpu&#39; does not exist" in page.read().decode()  # where the operator looks
         run_id = stack.trigger(f"retrain_full__{PACK}", {"timesteps": 20_000})
         assert stack.wait(f"retrain_full__{PACK}", run_id, 300) == "failed"
         assert stack.tasks(f"retrain_full__{PACK}", run_id)["validate_conf"] == "failed"
