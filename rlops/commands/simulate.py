@@ -56,9 +56,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from rlops.commands.common_args import scenario_of
     from rlops.common.arguments import count
-    from rlops.common.config import load_params
+    from rlops.common.config import load_params, scenarios_dir
     from rlops.common.errors import UserError
-    from rlops.pipeline_steps.orchestration.events import load_events, scaled_events
+    from rlops.pipeline_steps.orchestration.events import check_reward_modules, load_events, scaled_events
     from rlops.pipeline_steps.orchestration.simulate import run_timeline
     from rlops.pipeline_steps.orchestration.timeline import TimelineConfig
     from rlops.pipeline_steps.orchestration.timeline_report import table
@@ -81,6 +81,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = scenario_of(args.scenario, params)[1] if args.scenario is not None else str(params.get("scenario"))
     if args.workdir is not None:
         check_workdir(Path(args.workdir))
+    # an events file is data, not code: a reward module it names must be a pack author's file
+    check_reward_modules(events, scenarios_dir(params) / scenario, f"events file {args.events}")
     config = TimelineConfig(scenario=scenario, hours=hours)
     if per_tick is not None:
         config = dataclasses.replace(config, episodes_per_tick=per_tick)

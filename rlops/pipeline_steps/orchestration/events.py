@@ -125,12 +125,8 @@ def parse_events(doc: Any, where: str = "events") -> list[Event]:
                 f"{at}: version {args['version']!r}: expected a reward function label such as v2 "
                 "(reward_<label>.py of the pack, or of the event's module)"
             )
-        if (
-            kind == "reward_fn"
-            and "module" in args
-            and not (isinstance(args["module"], str) and args["module"].endswith(".py"))
-        ):
-            raise UserError(f"{at}: module {args['module']!r}: expected a reward module path (.py) inside the pack")
+        if kind == "reward_fn" and "module" in args:
+            module_problem(args["module"], at)
         if kind == "latency" and not (isinstance(args["factor"], (int, float)) and args["factor"] > 0):
             raise UserError(f"{at}: factor {args['factor']!r}: expected a number > 0")
         if kind == "error_rate" and not (isinstance(args["rate"], (int, float)) and 0 <= args["rate"] <= 1):
@@ -178,6 +174,48 @@ def load_events(path: str | Path) -> list[Event]:
 
 def in_force(events: list[Event], hour: float) -> list[Event]:
     return [e for e in events if e.at_hour <= hour]
+
+
+def module_problem(module: Any, at: str) -> None:
+    """Refuse a ``reward_fn`` event's ``module`` that is not, by its text alone, a relative path to
+    a ``.py`` file: an events file is data (see the README's trust model), and the module it names is
+    copied into the production world's pack and imported, so it may name only a pack author's file."""
+    expected = "expected a relative path to a .py file inside the pack folder"
+    if not isinstance(module, str) or not module.strip():
+        raise UserError(f"{at}: module {module!r}: not a path; {expected}")
+    if Path(module).is_absolute() or module.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", module):
+        raise UserError(f"{at}: module {module!r}: an absolute path; {expected}")
+    if ".." in re.split(r"[/\\]", module):
+        raise UserError(f"{at}: module {module!r}: leaves the pack folder (..); {expected}")
+    if not module.endswith(".py"):
+        raise UserError(f"{at}: module {module!r}: not a .py file; {expected}")
+
+
+def reward_module_path(pack_dir: Path, module: Any, at: str) -> Path:
+    """The file inside ``pack_dir`` a ``reward_fn`` event's ``module`` names, after
+    :func:`module_problem`'s checks and two that need the pack: no symlink on the way may lead out
+    of the pack folder, and the file must exist. Refused with a :class:`UserError` otherwise."""
+    module_problem(module, at)
+    path = pack_dir / str(module)
+    root, real = pack_dir.resolve(), path.resolve()
+    if not real.is_relative_to(root):
+        raise UserError(
+            f"{at}: module {module!r}: a symlink leading out of the pack folder {pack_dir} (to {real}); "
+            "expected a .py file inside the pack folder"
+        )
+    if not real.is_file():
+        raise UserError(
+            f"{at}: module {module!r}: no such file in the pack folder {pack_dir}; expected a .py file there"
+        )
+    return path
+
+
+def check_reward_modules(events: list[Event], pack_dir: Path, where: str = "events") -> None:
+    """Refuse, before anything is copied or imported, every ``reward_fn`` event whose ``module`` is
+    not a ``.py`` file inside ``pack_dir`` (:func:`reward_module_path`)."""
+    for e in events:
+        if e.kind == "reward_fn" and "module" in e.args:
+            reward_module_path(pack_dir, e.args["module"], f"{where}: {e.label()}")
 
 
 def reward_modules(events: list[Event]) -> dict[str, str]:

@@ -360,10 +360,13 @@ def run_timeline(
 
     import yaml
 
-    from rlops.common.config import load_params
+    from rlops.common.config import load_params, scenarios_dir
+    from rlops.pipeline_steps.orchestration.events import check_reward_modules
     from rlops.pipeline_steps.orchestration.timeline import _environment, simulation_params
     from rlops.pipeline_steps.orchestration.timeline_report import write_report
 
+    # an events file is data: the modules it names are refused before the pack is copied or imported
+    check_reward_modules(events, scenarios_dir(load_params()) / cfg.scenario)
     t0, cpu0 = time.monotonic(), time.process_time()
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="rlops-timeline-"))
     root.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ from typing import Any
 from unittest import mock
 
 from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.orchestration.events import Event, production_doc, reward_modules
+from rlops.pipeline_steps.orchestration.events import Event, production_doc, reward_module_path, reward_modules
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class ProductionWorld:
                 shutil.rmtree(folder)
             shutil.copytree(self.pack_dir, folder)
             for name, module in reward_modules([all_events[i] for i in key]).items():  # the business's new reward
-                shutil.copyfile(self.pack_dir / module, folder / name)
+                shutil.copyfile(reward_module_path(self.pack_dir, module, f"reward module {name}"), folder / name)
             doc = production_doc(self.doc, [all_events[i] for i in key])
             (folder / "scenario.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
             self._cache[key] = load_pack(folder, check_liveness=False)

@@ -149,5 +149,5 @@ def test_a_rule_change_moves_the_production_reward_version(tmp_path: Path) -> No
     assert "v2" not in world.pack(in_force(events, 33), events).reward_fns
     prod = world.pack(in_force(events, 34), events)
     assert prod.reward_fn("v2").label == "v2" and "v1" in prod.reward_fns
-    with pytest.raises(UserError, match="reward module path"):
+    with pytest.raises(UserError, match="not a .py file"):
         parse_events([{"at_hour": 0, "kind": "reward_fn", "version": "v2", "module": "x.txt"}])
