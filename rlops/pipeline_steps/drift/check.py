@@ -247,28 +247,27 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
     if not ctx.dry_run and not fanned:
         ctx.storage.write_parquet(baseline, baseline_df)
     fit_n = ((pack.calibration or {}).get("fit") or {}).get("episodes")
-    result = (
-        run_drift(
-            ctx.params,
-            baseline,
-            target,
-            ctx.report_uri("drift"),
-            dry_run=ctx.dry_run,
-            scenario=ctx.scenario,
-            ctx=ctx,
-            baseline_fit_n=fit_n,
-            target_rows=live if summary is None else None,
-            target_summary=summary,
-        )
-        if not ctx.dry_run
-        else None
+    # a dry run runs the same tests on the same frames (the baseline in hand, as it is not written)
+    # so that its drifted fields and retrain are the real run's; run_drift skips the writes
+    result = run_drift(
+        ctx.params,
+        baseline,
+        target,
+        ctx.report_uri("drift"),
+        dry_run=ctx.dry_run,
+        scenario=ctx.scenario,
+        ctx=ctx,
+        baseline_fit_n=fit_n,
+        target_rows=live if summary is None else None,
+        target_summary=summary,
+        baseline_rows=baseline_df,
     )
     from rlops.pipeline_steps.drift.anomaly import check_return_anomaly
 
     r_live = episode_returns(live) if summary is None else summary.episode_returns
     r_base = episode_returns(baseline_df)
     verdict = check_return_anomaly(ctx, r_live, r_base, version)
-    drifted = list(result.drifted_fields) if result else []
+    drifted = list(result.drifted_fields)
     from rlops.pipeline_steps.drift.outcomes import outcome_drift_step
 
     outcome = outcome_drift_step(ctx, pack, baseline_df, live)
@@ -283,9 +282,9 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
         "profile": profile,
         "calibration": (pack.calibration or {}).get("version"),
         "drifted_fields": drifted,
-        "report_uri": result.report_uri if result else None,
-        "html_uri": result.html_uri if result else None,
-        "summary": result.summary if result else "dry run: no report written",
+        "report_uri": None if ctx.dry_run else result.report_uri,
+        "html_uri": None if ctx.dry_run else result.html_uri,
+        "summary": f"{result.summary} (dry run: no report written)" if ctx.dry_run else result.summary,
         "live_mean_return": round(float(r_live.mean()), 4) if len(r_live) else None,
         "sandbox_mean_return": round(float(r_base.mean()), 4),
         "anomaly": verdict["anomaly"],

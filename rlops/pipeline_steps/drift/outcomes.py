@@ -325,16 +325,18 @@ def next_onset_state(
 
 def outcome_drift_step(ctx: Any, pack: Pack, sandbox: pd.DataFrame, live: pd.DataFrame) -> OutcomeReport:
     """The drift check's call: test, write ``outcomes.json`` beside the drift report and log the
-    ``outcome.*`` metrics and the report to an MLflow run of the drift step."""
+    ``outcome.*`` metrics and the report to an MLflow run of the drift step. A dry run tests and
+    decides the onset from the kept state alike, and writes and logs nothing."""
     cfg = OutcomeConfig.from_drift(ctx.section("drift"))
     if not cfg.enabled:
         return OutcomeReport(reason="off (drift.outcome_enabled)")
     rep = outcome_drift(pack, sandbox, live, cfg, ctx.section("evaluate").get("segments") or {})
-    if ctx.dry_run:
-        return rep
     state_uri = ctx.uri("drift_state", ctx.scenario, "outcome_cells.json")
     state = ctx.storage.read_json(state_uri) if ctx.storage.exists(state_uri) else {}
+    # a dry run decides the onset as the real run would (it drives the retrain), keeping nothing
     rep.onset, after = next_onset_state(state, rep.drifted_cells, cfg.clear_hours)
+    if ctx.dry_run:
+        return rep
     if after != state:
         ctx.storage.write_json(state_uri, {**after, "run_key": ctx.run_key})
     doc = rep.to_dict()

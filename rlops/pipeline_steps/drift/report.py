@@ -210,6 +210,7 @@ def run_drift(
     baseline_fit_n: float | None = None,
     target_rows: pd.DataFrame | None = None,
     target_summary: Any = None,
+    baseline_rows: pd.DataFrame | None = None,
 ) -> DriftResult:
     """Read both windows, test them, write ``report.json``/``report.html`` under ``out_uri``
     (default ``<storage.root>/<drift.report_dir>/<hash of the two URIs>``) and log them to
@@ -221,7 +222,9 @@ def run_drift(
     how many episodes a fitted baseline was estimated from (see :mod:`rlops.pipeline_steps.drift.stats`).
     ``target_rows``: the target already read (a trace-store window read by DuckDB); ``target_uri``
     then only names it in the report. ``target_summary``: a long window summarised instead
-    (:class:`~rlops.pipeline_steps.drift.window.WindowSummary`; the histograms drawn from its sample)."""
+    (:class:`~rlops.pipeline_steps.drift.window.WindowSummary`; the histograms drawn from its sample).
+    ``baseline_rows``: the baseline already in hand (a dry run's, which is never written to
+    ``baseline_uri``); ``baseline_uri`` then only names it in the report."""
     from rlops.common.params_sources import as_params
     from rlops.pipeline_steps.infra.storage import Storage
 
@@ -230,7 +233,7 @@ def run_drift(
     storage = ctx.storage if ctx is not None else Storage.from_params(config)
     window_read = target_rows is not None or target_summary is not None  # its URI names more than was read
     fields = fields if fields is not None else cfg.fields
-    baseline = storage.read_parquet(baseline_uri)
+    baseline = baseline_rows if baseline_rows is not None else storage.read_parquet(baseline_uri)
     unit = cfg.cluster
     threshold = float(threshold if threshold is not None else cfg.threshold)
     min_effect = float(min_effect if min_effect is not None else cfg.min_effect)
