@@ -84,6 +84,17 @@ def register(ctx: Any, pack: Any, policy: Any, description: str | None = None, *
         return register_policy(ctx, run, pack, policy, {"mode": "full", **tags}, Path(tmp), description=description)
 
 
+def register_placeholders(ctx: Any, n: int) -> list[str]:
+    """``n`` registered versions whose artifact is a text file: for tests of aliases and tags, where
+    no policy is ever loaded."""
+    versions = []
+    for i in range(n):
+        with ctx.tracker.start_run(f"fake-{i}") as run:
+            run.log_text("weights", "policy_model/weights.txt")
+            versions.append(ctx.tracker.register_model(run.run_id, "policy_model", NAME, tags={"mode": "full"}))
+    return versions
+
+
 def promotion_ctx(run_key: str = "20260105T1000", dry_run: bool = False, **evaluate: Any) -> Any:
     """A step context with evaluation budgets small enough for tests (600 episodes, 500 bootstrap
     samples, a loose latency ceiling, no stress test required); ``evaluate`` overrides them."""

@@ -19,6 +19,7 @@ from rlops.pipeline_steps.infra.alias_records import (
 from rlops.pipeline_steps.infra.aliases import move_champion, rollback
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import policy_model_name
+from tests.policy_kit import register_placeholders
 
 SCENARIO = "credit_approval"
 NAME = policy_model_name(SCENARIO)
@@ -29,15 +30,6 @@ def _ctx(**promotion: str) -> StepContext:
     return StepContext.create(SCENARIO, "20261130T0800", overrides={"promotion": dict(promotion)} if promotion else {})
 
 
-def _register(ctx: StepContext, n: int) -> list[str]:
-    versions = []
-    for i in range(n):
-        with ctx.tracker.start_run(f"fake-{i}") as run:
-            run.log_text("weights", "policy_model/weights.txt")
-            versions.append(ctx.tracker.register_model(run.run_id, "policy_model", NAME, tags={"mode": "full"}))
-    return versions
-
-
 def test_a_process_with_another_key_refuses_and_the_champion_stays(
     tmp_tracking: str, tmp_storage_root: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -46,7 +38,7 @@ def test_a_process_with_another_key_refuses_and_the_champion_stays(
 
     monkeypatch.setenv(KEY_ENV, KEY_A)
     ctx = _ctx(manual_champion="revert")
-    v1, v2, v3 = _register(ctx, 3)
+    v1, v2, v3 = register_placeholders(ctx, 3)
     move_champion(ctx.tracker, NAME, v1)
     move_champion(ctx.tracker, NAME, v2)  # champion v2, previous v1: rlops' own moves, signed with key A
     tags = ctx.tracker.model_tags(NAME)
@@ -96,7 +88,7 @@ def test_a_record_forged_by_hand_still_reads_forged(
 ) -> None:
     monkeypatch.setenv(KEY_ENV, KEY_A)
     ctx = _ctx()
-    v1, v2 = _register(ctx, 2)
+    v1, v2 = register_placeholders(ctx, 2)
     ctx.tracker.set_alias(NAME, "champion", v1)
     ours = key_id(KEY_A.encode())
     sig = T.alias_signature("champion")
@@ -113,7 +105,7 @@ def test_records_from_before_key_ids_belong_to_the_key_that_verifies_them(
     verifies its records is the deployment's, and its first signed write claims it."""
     monkeypatch.setenv(KEY_ENV, KEY_A)
     ctx = _ctx()
-    (v1,) = _register(ctx, 1)
+    (v1,) = register_placeholders(ctx, 1)
     client = ctx.tracker.client
     stamp = str(time.time_ns())
     client.set_registered_model_alias(NAME, "champion", v1)

@@ -16,6 +16,7 @@ from rlops.common.config import REPO_ROOT
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import Tracker, policy_model_name
+from tests.policy_kit import register_placeholders
 
 SCENARIO = "credit_approval"
 NAME = policy_model_name(SCENARIO)
@@ -109,20 +110,11 @@ def test_partitions_and_calibrations_are_mlflow_datasets(tmp_tracking: str, tmp_
     assert parquet_dataset(ctx.storage, part, "traces-credit_approval").digest == traces.digest
 
 
-def _register(ctx: StepContext, n: int) -> list[str]:
-    versions = []
-    for i in range(n):
-        with ctx.tracker.start_run(f"fake-{i}") as run:
-            run.log_text("weights", "policy_model/weights.txt")
-            versions.append(ctx.tracker.register_model(run.run_id, "policy_model", NAME, tags={"mode": "full"}))
-    return versions
-
-
 def test_hand_set_champion_is_reverted_with_the_reason(tmp_tracking: str, tmp_storage_root: str) -> None:
     from rlops.pipeline_steps.promotion.flow import check_champion
 
     ctx = StepContext.create(SCENARIO, "20261130T0800", overrides={"promotion": {"manual_champion": "revert"}})
-    v1, v2 = _register(ctx, 2)
+    v1, v2 = register_placeholders(ctx, 2)
     ctx.tracker.set_alias(NAME, "champion", v1)  # rlops' own move
     assert check_champion(ctx).action == "none"
     ctx.tracker.client.set_registered_model_alias(NAME, "champion", v2)  # by hand, around rlops
@@ -168,7 +160,7 @@ def test_distributed_mode_triggers_the_promotion_dag(
     server = HTTPServer(("127.0.0.1", 0), Airflow)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     ctx = StepContext.create(SCENARIO, "20261130T0900")
-    (v1,) = _register(ctx, 1)
+    (v1,) = register_placeholders(ctx, 1)
     monkeypatch.setenv("RLOPS_WEBHOOK_SECRET", "x")
     monkeypatch.setenv("RLOPS_AIRFLOW_TOKEN", "tok")
     params = {
