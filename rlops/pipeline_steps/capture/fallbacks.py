@@ -97,10 +97,14 @@ def _interval_rows(ctx: StepContext, partitions: list[str]) -> pd.DataFrame:
 
 
 def check_fallbacks(ctx: StepContext, out: dict[str, Any]) -> dict[str, Any]:
-    """``{"fallbacks": summary, "alerts": [...]}`` for a capture result ``out`` (nothing in a dry run,
-    which wrote no rows)."""
+    """``{"fallbacks": summary, "alerts": [...]}`` for a capture result ``out``. The share is counted
+    on the partitions the capture wrote, so a dry run, which writes none, cannot compute it: its
+    ``fallbacks`` says so instead of reporting no alert."""
     if ctx.dry_run:
-        return {}
+        return {
+            "fallbacks": "not computed: a dry run writes no partitions, and the fallback share "
+            "(and its alert) is counted on the partitions written"
+        }
     cfg = ctx.section("capture")
     threshold = float(cfg.get("fallback_alert_share", 0.05))
     min_decisions = int(cfg.get("fallback_alert_min_decisions", 20))

@@ -240,7 +240,8 @@ def import_export(ctx: Any, store: Any, uri: str) -> dict[str, Any]:
         append_conflicts(ctx.storage, conflicts_uri, uri, conflicts)
     stale = store.stale_labels(ctx.scenario, labels)
     fresh = [lab for lab in labels if lab["item_id"] not in {s["item_id"] for s in stale}]
-    ingested = 0 if ctx.dry_run else store.add_labels(ctx.scenario, fresh)
+    # a dry run counts what add_labels would store: one label per item id
+    ingested = len({lab["item_id"] for lab in fresh}) if ctx.dry_run else store.add_labels(ctx.scenario, fresh)
     return {
         "tasks_in": len(tasks),
         "labels": len(labels),

@@ -162,22 +162,21 @@ def queue_selection(ctx: StepContext, pack: Any, cfg: QueueConfig) -> tuple[Labe
     from rlops.pipeline_steps.labels.select import labels_as_choices
 
     store = store_for(ctx, cfg)
-    if ctx.dry_run and not store.exists():  # a dry run creates no queue
-        return None, "entropy: no label queue yet (dry run)", set()
-    store.create()
-    labels = store.labelled_frame(ctx.scenario)
-    if cfg.selection == "auto" and len(labels) < cfg.ensemble_min_labels:
+    # a dry run creates no queue: without one there are no labels, and the choice below is made on that
+    missing = ctx.dry_run and not store.exists()
+    n_labels = 0 if missing else len(labels := store.labelled_frame(ctx.scenario))
+    if cfg.selection == "auto" and n_labels < cfg.ensemble_min_labels:
         return (
             None,
             (
-                f"entropy: {len(labels)} finished label(s), the reward ensemble starts at "
+                f"entropy: {n_labels} finished label(s), the reward ensemble starts at "
                 f"{cfg.ensemble_min_labels} (label_queue.ensemble_min_labels)"
             ),
             set(),
         )
-    if len(labels) < 2:
+    if n_labels < 2:
         raise ValueError(
-            f"label_queue.selection is reward_ensemble but scenario {ctx.scenario} has {len(labels)} "
+            f"label_queue.selection is reward_ensemble but scenario {ctx.scenario} has {n_labels} "
             "finished label(s); the ensemble is fitted on them (at least 2): label the queue's first "
             "items (rlops labels export / import) or use selection auto or entropy"
         )
@@ -264,9 +263,10 @@ def label_queue_run(ctx: StepContext, traces_uri: str | None = None) -> dict[str
         "dry_run": ctx.dry_run,
         "cluster_stats": [asdict(s) for s in stats],
     }
-    if ctx.dry_run:
-        return result
     store = store_for(ctx, cfg)
+    if ctx.dry_run:  # the counts the enqueue would give, read without writing
+        plan = store.plan_enqueue(ctx.scenario, ctx.run_key, items)
+        return {**result, **asdict(plan), "queue": "not computed: the queue's counts after an enqueue a dry run skips"}
     res = store.enqueue(ctx.scenario, ctx.run_key, items)
     result.update(asdict(res), queue=store.counts(ctx.scenario))
     return result

@@ -165,6 +165,23 @@ class LabelStore:
                 conn.execute(t.insert(), fresh)
         return EnqueueResult(len(fresh), int(replaced), len(items) - len(fresh))
 
+    def plan_enqueue(self, scenario: str, run_key: str, items: Sequence[dict[str, Any]]) -> EnqueueResult:
+        """What :meth:`enqueue` would return, asked without writing or creating anything (a dry
+        run's answer): this run key's pending items are the ones it would replace, and every other
+        queued id is one it would skip."""
+        unique = _unique(items)
+        if not self.exists():  # no queue yet: everything would be inserted
+            return EnqueueResult(len(unique), 0, len(items) - len(unique))
+        t = self.items
+        mine = (t.c.scenario == scenario) & (t.c.run_key == run_key) & (t.c.status == PENDING)
+        with self.engine.connect() as conn:
+            replaced = int(conn.execute(sa.select(sa.func.count()).select_from(t).where(mine)).scalar_one())
+            existing: set[str] = set()
+            for chunk in _chunks([it["item_id"] for it in items]):
+                existing |= set(conn.execute(sa.select(t.c.item_id).where(t.c.item_id.in_(chunk) & ~mine)).scalars())
+        fresh = [it for it in unique if it["item_id"] not in existing]
+        return EnqueueResult(len(fresh), replaced, len(items) - len(fresh))
+
     def items_frame(
         self, scenario: str, status: Iterable[str] | None = None, run_key: str | None = None
     ) -> pd.DataFrame:

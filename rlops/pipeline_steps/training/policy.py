@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from rlops.common.config import resolve_local
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
+from rlops.pipeline_steps.infra.registry import policy_model_name
 
 if TYPE_CHECKING:
     from rlops.model.pack_defaults import TrainingPlan
@@ -137,6 +137,9 @@ def train_policy(
     mode, warm-start by behaviour cloning from the run key's relabelled traces when there are any.
     ``reward_switch`` = ``(iteration, label)`` schedules a reward function switch; requests written
     by ``rlops train switch-reward`` for this run key are picked up between iterations too.
+    A dry run decides what the real run would — the mode (the champion is loaded to compare its
+    layout), the reuse of a version trained with the same fingerprint — and trains and writes
+    nothing: its ``model_version`` and ``mean_return`` say they were not computed.
     """
     from rlops.common.arguments import MAX_TIMESTEPS, choice, count
 
@@ -205,11 +208,12 @@ def train_policy(
             "reward_model_centred": source.centred,
             "reward_model_version": rm_version,
         }
-        if ctx.dry_run:
-            return _dry_run_summary(base, ckpt, name, parent)
+        # the reuse is decided before the dry run stops: an identical training returns its version
         existing = ctx.tracker.find_version_by_tag(name, "train_fingerprint", fp)
         if existing is not None:
-            return _reused_summary(ctx, name, existing, base, note)
+            return {**_reused_summary(ctx, name, existing, base, note), "dry_run": ctx.dry_run}
+        if ctx.dry_run:
+            return _dry_run_summary(base, ckpt, name, parent)
 
         _prepare_checkpoints(ckpt, fp)
         env = pack.make_env(
@@ -262,8 +266,8 @@ def _starting_point(
 
     parent: str | None = None
     init: PolicyNetwork | None = None
-    if mode == "incremental":  # a dry run only asks who the champion is
-        parent, init = (ctx.tracker.get_alias(name, CHAMPION), None) if ctx.dry_run else champion_policy(ctx, tmp)
+    if mode == "incremental":  # a dry run loads it too: its layout decides the mode
+        parent, init = champion_policy(ctx, tmp)
     mode_used, note = mode, ""
     if mode == "incremental" and parent is None:
         mode_used, note = "full", "no champion yet: trained from scratch (full) instead of warm-starting"
@@ -294,9 +298,13 @@ def _dry_run_summary(base: dict[str, Any], ckpt: Path, name: str, parent: str | 
     from rlops.model.checkpoint import latest_checkpoint
 
     last = latest_checkpoint(ckpt) if ckpt.is_dir() else None
+    not_trained = "not computed: a dry run does not train (the version and its return exist once trained)"
     return {
         **base,
         "dry_run": True,
+        "reused": False,
+        "model_version": not_trained,
+        "mean_return": not_trained,
         "would_register": name,
         "resume_from": str(last) if last else None,
         "warm_start": f"champion v{parent}" if parent else "none (from scratch)",

@@ -36,7 +36,8 @@ def human_pairs(ctx: StepContext, pack: Pack) -> PreferencePairs | None:
 def train_reward_model_step(
     ctx: StepContext, reward_version: str | None = None, pairs: int | None = None
 ) -> dict[str, Any]:
-    """Build pairs, train, log and register; returns the version and its held-out metrics."""
+    """Build pairs, train, log and register; returns the version and its held-out metrics. A dry
+    run returns the plan, its ``model_version`` saying it was not computed: it trains nothing."""
     from rlops.common.arguments import MAX_EPISODES, count
     from rlops.model.reward_model import PreferencePairs, RewardModelConfig, save_reward_model, train_reward_model
     from rlops.model.reward_pairs import build_preference_pairs
@@ -56,8 +57,12 @@ def train_reward_model_step(
         "reward_fn": label,
         "reward_fn_sha256": fn.version,
     }
-    if ctx.dry_run:
-        return {**plan, "dry_run": True}
+    if ctx.dry_run:  # the version and its held-out metrics exist only once trained and registered
+        return {
+            **plan,
+            "dry_run": True,
+            "model_version": "not computed: a dry run does not train or register the reward model",
+        }
     data = build_preference_pairs(pack, n_pairs, seed=seed, reward_version=label)
     labelled = human_pairs(ctx, pack)
     if labelled is not None:

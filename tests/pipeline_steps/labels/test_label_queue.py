@@ -203,8 +203,24 @@ def test_dry_run_writes_nothing(credit: Pack, tmp_path: Path) -> None:
     ctx.storage.write_parquet(ctx.uri("traces", "part.parquet"), df)
     ctx.dry_run = True
     out = label_queue_run(ctx, ctx.uri("traces"))
-    assert out["items"] == 100 and "inserted" not in out
+    assert out["items"] == out["inserted"] == 100 and out["already_queued"] == out["replaced_pending"] == 0
     assert not (tmp_path / "queue.db").exists()
+
+
+def test_a_dry_run_counts_what_the_enqueue_would(credit: Pack, tmp_path: Path) -> None:
+    """Over a queue that already holds this run key's items, the dry run's counts (replaced,
+    inserted, already queued) are the real enqueue's."""
+    df, _ = synthetic_traces(credit)
+    ctx = _ctx(tmp_path, f"sqlite:///{tmp_path / 'queue.db'}")
+    ctx.storage.write_parquet(ctx.uri("traces", "part.parquet"), df)
+    label_queue_run(ctx, ctx.uri("traces"))
+    counts = ("items", "inserted", "replaced_pending", "already_queued")
+    ctx.dry_run = True
+    dry = label_queue_run(ctx, ctx.uri("traces"))
+    ctx.dry_run = False
+    real = label_queue_run(ctx, ctx.uri("traces"))
+    assert real["replaced_pending"] == 100
+    assert {k: dry[k] for k in counts} == {k: real[k] for k in counts}
 
 
 def test_the_step_module_re_exports_nothing() -> None:
