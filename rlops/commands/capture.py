@@ -10,7 +10,13 @@ from rlops.commands.common_args import add_common_args, as_user_error, context_f
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("capture", help="landing zone (or simulated champion traffic) → validated trace store")
+    p = sub.add_parser(
+        "capture",
+        help="landing zone (or simulated champion traffic) → validated trace store",
+        description="With --dry-run every row is read, validated and counted as in a real run, but no "
+        "partition is written: the fallback share (and its alert) is counted on the partitions "
+        "written, so the dry run's fallbacks says 'not computed'.",
+    )
     add_common_args(p)
     src = p.add_mutually_exclusive_group()
     src.add_argument(

@@ -37,7 +37,12 @@ def check_trace_path(path: Path) -> None:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("profile", help="profile PPO training on a pack: time per phase, top operators, Chrome trace")
+    p = sub.add_parser(
+        "profile",
+        help="profile PPO training on a pack: time per phase, top operators, Chrome trace",
+        description="With --dry-run the arguments are checked but nothing is trained: the timings "
+        "come from training, so the dry run's report says 'not computed'.",
+    )
     add_common_args(p, run_key=False)
     p.add_argument(
         "--duration",
@@ -87,6 +92,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             "duration_s": args.duration,
             "iterations": args.iterations,
             "regions": list(REGIONS),
+            "report": "not computed: a dry run trains nothing, and the timings come from training",
         }
         print_result(
             res,

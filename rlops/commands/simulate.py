@@ -13,6 +13,11 @@ from rlops.commands.common_args import add_common_args, print_json
 #: Production episodes per 15-minute tick at most: far above a test or demo, low enough that an
 #: extra zero or three is an error instead of a machine busy for days.
 MAX_EPISODES_PER_TICK = 100_000
+#: A dry run's metrics: the timeline is what decides them, and it writes a whole simulated project.
+NOT_SIMULATED = (
+    "not computed: a dry run checks the arguments and the events file only; the metrics come from "
+    "running the timeline, which writes a simulated project (storage, registry, Airflow home)"
+)
 #: Marks a folder a timeline wrote, so a re-run may reuse it and a foreign params.yaml is never overwritten.
 WORKDIR_MARK = ".rlops-timeline"
 
@@ -36,6 +41,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "simulate",
         help="run the DAGs' tasks on their schedules over simulated days, against a "
         "production world scripted by an events file",
+        description="With --dry-run the arguments and the events file are checked (a reward module "
+        "outside the pack is refused) but the timeline is not run: it writes a whole simulated "
+        "project, so the dry run's metrics say 'not computed'.",
     )
     add_common_args(p, run_key=False)
     p.add_argument("--hours", type=int, default=48, help="simulated hours (default 48)")
@@ -89,7 +97,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.dry_run:
         if args.json:
             print_json(
-                {"scenario": scenario, "hours": hours, "events": [str(e) for e in events], "dry_run": True}, None
+                {
+                    "scenario": scenario,
+                    "hours": hours,
+                    "events": [str(e) for e in events],
+                    "dry_run": True,
+                    "metrics": NOT_SIMULATED,
+                },
+                None,
             )
         else:
             print(f"dry run: would simulate {hours} h of {scenario} with {len(events)} event(s)")

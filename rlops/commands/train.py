@@ -19,7 +19,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     train = sub.add_parser("train", help="train a policy (masked PPO) or the reward model; training status")
     verbs = train.add_subparsers(dest="train_command", required=True, metavar="ACTION")
 
-    p = verbs.add_parser("policy", help="train a candidate policy (masked PPO) and register it")
+    p = verbs.add_parser(
+        "policy",
+        help="train a candidate policy (masked PPO) and register it",
+        description="With --dry-run the mode (the champion's layout), the budget and the reuse of an "
+        "identical training are decided as in a real run, but nothing is trained: a new version "
+        "and its return exist only once trained, so they say 'not computed'.",
+    )
     add_common_args(p)
     p.add_argument("--mode", choices=["full", "incremental"], default="full")
     p.add_argument("--timesteps", type=int, default=None, help="environment steps (default: params)")
@@ -60,13 +66,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--to", required=True, metavar="LABEL", help="reward function label of the pack, e.g. v2")
     p.set_defaults(func=cmd_switch_reward)
 
-    p = verbs.add_parser("reward-model", help="fit the reward model on sandbox pairs and human labels")
+    p = verbs.add_parser(
+        "reward-model",
+        help="fit the reward model on sandbox pairs and human labels",
+        description="With --dry-run nothing is trained: the version and its held-out metrics exist "
+        "only once trained, so the dry run's model_version says 'not computed'.",
+    )
     add_common_args(p)
     add_reward_fn_arg(p)
     p.add_argument("--pairs", type=int, default=None, help="sandbox preference pairs (default: params)")
     p.set_defaults(func=cmd_reward_model)
 
-    p = verbs.add_parser("tune", help="search PPO settings for a pack (Optuna; first trial = the defaults)")
+    p = verbs.add_parser(
+        "tune",
+        help="search PPO settings for a pack (Optuna; first trial = the defaults)",
+        description="With --dry-run no trial is run: the best settings come from training the trials, "
+        "so the dry run's best says 'not computed'.",
+    )
     add_common_args(p, run_key=False)
     p.add_argument("--trials", type=int, default=20, help="at most this many trials (default 20)")
     p.add_argument(
@@ -130,7 +146,12 @@ def cmd_policy(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     except TrackingError as exc:
         raise infrastructure(exc) from exc
-    if res.get("dry_run"):
+    if res.get("dry_run") and res.get("reused"):
+        lines = [
+            f"dry run: {policy_model_name(res['scenario'])} v{res['model_version']} was trained with the same "
+            f"inputs (run {res['run_id']}); the training would return it"
+        ]
+    elif res.get("dry_run"):
         lines = [
             f"dry run: would train {res['mode']} ({res['timesteps_budget']:,} steps, {res['num_envs']} envs, "
             f"profile {res['profile']}) with reward {res['reward_fn']} ({res['reward_fn_sha256'][:12]})",
@@ -195,6 +216,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "trials": args.trials,
             "budget_s": args.budget_s,
             "timesteps_per_trial": args.timesteps,
+            "best": "not computed: a dry run trains no trial, and the best settings come from the trials",
         }
         print_result(
             res,

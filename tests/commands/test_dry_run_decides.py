@@ -173,3 +173,56 @@ def verdicts(doc: dict[str, Any], decision: tuple[str, ...]) -> dict[str, Any]:
     if "gates" in out:
         out["gates"] = [(g["gate"], g["status"]) for g in out["gates"]]
     return out
+
+
+@pytest.mark.parametrize(
+    ("argv", "key"),
+    [
+        pytest.param(["capture", *KEYED, "--simulate", "--episodes", "100"], "fallbacks", id="capture-fallbacks"),
+        pytest.param(["train", "reward-model", *KEYED], "model_version", id="train-reward-model"),
+        pytest.param(["train", "tune", "--scenario", SCENARIO, "--trials", "2"], "best", id="train-tune"),
+        pytest.param(["simulate", "--scenario", SCENARIO, "--hours", "2"], "metrics", id="simulate"),
+        pytest.param(["profile", "--scenario", SCENARIO, "--duration", "1"], "report", id="profile"),
+    ],
+)
+def test_a_dry_run_that_cannot_decide_says_so(
+    rlops_home: Path, capsys: pytest.CaptureFixture[str], argv: list[str], key: str
+) -> None:
+    """What only the writes (a training, a timeline, written partitions) can tell is reported as not
+    computed, with the reason — never left out, nor a silent false or zero."""
+    before = files_under(rlops_home / "data")
+    rc, doc = run_json([*argv, "--dry-run"], capsys)
+    assert rc == 0 and doc["dry_run"] is True
+    assert isinstance(doc.get(key), str) and doc[key].startswith("not computed: "), doc.get(key)
+    assert files_under(rlops_home / "data") == before
+
+
+def test_switch_reward_dry_run_refuses_as_the_real_run_does(
+    rlops_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No training of the run key is running: the real request is refused, so is the dry run's."""
+    from rlops.cli import main
+
+    argv = ["train", "switch-reward", *KEYED, "--to", "v0", "--json"]
+    for extra in (["--dry-run"], []):
+        capsys.readouterr()
+        assert main([*argv, *extra]) == 2
+        assert "no training" in capsys.readouterr().err
+
+
+def test_train_policy_dry_run_decides_the_mode_and_the_reuse(
+    rlops_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before the training the dry run plans it (nothing to reuse: version and return not computed);
+    after it, the dry run finds the identical training and names its version, as the real rerun does."""
+    argv = ["train", "policy", *KEYED, "--mode", "incremental", "--timesteps", "2048"]
+    plan = ("mode", "timesteps_budget", "num_envs", "profile", "reward_fn", "reward_fn_sha256")
+    _, dry = run_json([*argv, "--dry-run"], capsys)
+    _, real = run_json(argv, capsys)
+    assert {k: dry[k] for k in plan} == {k: real[k] for k in plan} and real["mode"] == "full"  # no champion
+    assert dry["reused"] is False and real["reused"] is False
+    assert dry["model_version"].startswith("not computed: ") and dry["mean_return"].startswith("not computed: ")
+    _, dry_again = run_json([*argv, "--dry-run"], capsys)
+    _, rerun = run_json(argv, capsys)
+    assert dry_again["reused"] is rerun["reused"] is True
+    assert dry_again["model_version"] == rerun["model_version"] == real["model_version"]

@@ -278,7 +278,12 @@ def label_queue_export(ctx: StepContext, out_uri: str | None = None) -> dict[str
 
     cfg = ctx.config.label_queue
     store = store_for(ctx, cfg)
-    items = store.export_batch(ctx.scenario, ctx.run_key)
+    if ctx.dry_run and not store.exists():  # export_batch would create the queue: without one, nothing to export
+        import pandas as pd
+
+        items = pd.DataFrame(columns=[c.name for c in store.items.columns])
+    else:
+        items = store.export_batch(ctx.scenario, ctx.run_key)
     uri = out_uri or ctx.uri(cfg.export_dir, ctx.scenario, f"tasks-{ctx.run_key}.json")
     result: dict[str, Any]
     result = {

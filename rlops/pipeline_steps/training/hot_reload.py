@@ -63,12 +63,13 @@ def running_training(ctx: StepContext) -> str | None:
 
 def request_switch(ctx: StepContext, label: str) -> dict[str, Any]:
     """Ask the training of ``ctx.run_key`` in progress to switch to reward function ``label``
-    (checked now); a :class:`UserError` when no training of the run key is running."""
+    (checked now); a :class:`UserError` when no training of the run key is running, in a dry run
+    too (which writes no request)."""
     from rlops.common.errors import UserError
 
     fn = ctx.load_pack(calibration=None).reward_fn(label)  # KeyError: no such reward function
     training = running_training(ctx)
-    if training is None and not ctx.dry_run:
+    if training is None:  # a dry run refuses as well: it must answer what the real request would
         raise UserError(
             f"train switch-reward --to {label}: no training of {ctx.scenario} run key {ctx.run_key} is "
             "running; a request now would be applied by no one (or by a later training, registered "
