@@ -216,8 +216,8 @@ class _TrainStep(Block):
     checkpoint_every: int = Field(10, ge=1, description="iterations between resumable checkpoints")
     threads: Literal["auto"] | Annotated[int, Field(ge=1)] = Field(
         "auto",
-        description="torch threads of the training (wins over ppo.torch_threads): auto = the CPUs the "
-        "process may use (affinity, cgroup quota) / the tasks its Airflow worker runs at once, at least 1",
+        description="torch threads of the training and of every DAG task (wins over ppo.torch_threads): auto = "
+        "the CPUs the process may use (affinity, cgroup quota) / the tasks its Airflow worker runs at once, at least 1",
     )
     eval_episodes: int = Field(
         1000, ge=1, description="greedy episodes scored after training (the result's mean_return)"

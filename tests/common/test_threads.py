@@ -94,3 +94,17 @@ def test_set_torch_threads_sets_the_intra_op_count() -> None:
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_every_dag_task_takes_its_share_of_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not only PPO: the reward model, evaluation and stress tests of a task run on the same threads."""
+    from rlops.pipeline_steps.orchestration.tasks import no_retry_on_user_error
+
+    before = torch.get_num_threads()
+    monkeypatch.setenv("AIRFLOW__CORE__PARALLELISM", "64")  # more tasks than this machine has CPUs
+    try:
+        torch.set_num_threads(2)
+        seen = no_retry_on_user_error(lambda: torch.get_num_threads())()
+        assert seen == 1
+    finally:
+        torch.set_num_threads(before)

@@ -13,9 +13,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from rlops.common.config import resolve_params
 from rlops.common.errors import UserError
 from rlops.common.progress import route_library_output
 from rlops.common.run_key import RunKey, parse_run_key
+from rlops.common.threads import resolve_threads, set_torch_threads
 from rlops.pipeline_steps.infra.context import StepContext
 
 _VERSION = re.compile(r"^v\d+$")
@@ -35,6 +37,14 @@ def _failing_without_retry(cls: type[UserError]) -> type[UserError]:
     return type(cls.__name__, (cls, AirflowFailException), {"__module__": cls.__module__, "fails_without_retry": True})
 
 
+def fit_torch_threads() -> int:
+    """Set this task process's torch threads from params ``train.threads`` (``auto``: the CPUs the
+    process may use divided by the tasks its worker runs at once, see :mod:`rlops.common.threads`)."""
+    n = resolve_threads(resolve_params().model.train.threads)
+    set_torch_threads(n)
+    return n
+
+
 def no_retry_on_user_error(fn: F) -> F:
     """Bad input (a conf, a pack, a file) fails the task without Airflow's retries: retrying cannot
     mend it, and the run should say so at once. The error keeps its class (a ``ConfError`` is
@@ -43,8 +53,11 @@ def no_retry_on_user_error(fn: F) -> F:
     @functools.wraps(fn)
     def task(*args: Any, **kwargs: Any) -> Any:
         # Every task enters here: MLflow's lines must reach the task log at their level, not as
-        # the ERRORs Airflow makes of anything written to stderr.
+        # the ERRORs Airflow makes of anything written to stderr; and torch gets the task's share of
+        # the CPUs before any step runs (the reward model, evaluation and stress tests stall on a
+        # busy worker just as PPO does when an OpenMP team outnumbers the free cores).
         route_library_output()
+        fit_torch_threads()
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
