@@ -226,3 +226,20 @@ def test_train_policy_dry_run_decides_the_mode_and_the_reuse(
     _, rerun = run_json(argv, capsys)
     assert dry_again["reused"] is rerun["reused"] is True
     assert dry_again["model_version"] == rerun["model_version"] == real["model_version"]
+
+
+def test_model_rollback_dry_run_names_the_version_the_real_rollback_restores(
+    rlops_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlops.pipeline_steps.infra.aliases import move_champion
+    from rlops.pipeline_steps.infra.context import StepContext
+    from tests.policy_kit import NAME, approve_all_policy, credit_pack, register
+
+    pack, ctx = credit_pack(), StepContext.create(SCENARIO, RUN_KEY)
+    for _ in range(2):
+        move_champion(ctx.tracker, NAME, register(ctx, pack, approve_all_policy(pack)))
+    rc_dry, dry = run_json(["model", "rollback", "--scenario", SCENARIO, "--dry-run"], capsys)
+    assert ctx.tracker.get_alias(NAME, "champion") == "2"  # the dry run moved nothing
+    rc_real, real = run_json(["model", "rollback", "--scenario", SCENARIO], capsys)
+    assert rc_dry == rc_real == 0
+    assert (dry["champion"], dry["would_restore"]) == (real["rolled_back_from"], real["champion"]) == ("2", "1")

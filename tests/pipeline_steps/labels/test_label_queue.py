@@ -223,6 +223,37 @@ def test_a_dry_run_counts_what_the_enqueue_would(credit: Pack, tmp_path: Path) -
     assert {k: dry[k] for k in counts} == {k: real[k] for k in counts}
 
 
+def test_export_and_import_dry_runs_count_what_the_real_runs_do(credit: Pack, tmp_path: Path) -> None:
+    """The dry export names as many tasks as the real one; the dry import counts the labels it
+    would ingest, reject and leave stale, as the real import then does — and stores none."""
+    df, _ = synthetic_traces(credit)
+    ctx = _ctx(tmp_path, f"sqlite:///{tmp_path / 'queue.db'}")
+    ctx.storage.write_parquet(ctx.uri("traces", "part.parquet"), df)
+    label_queue_run(ctx, ctx.uri("traces"))
+    ctx.dry_run = True
+    dry_export = label_queue_export(ctx)
+    ctx.dry_run = False
+    exported = label_queue_export(ctx)
+    assert dry_export["tasks"] == exported["tasks"] == 100
+    tasks = ctx.storage.read_json(exported["tasks_uri"])
+    for i, t in enumerate(tasks):
+        choice = "send_notification" if i == 0 else t["data"]["candidate_actions"][0]  # task 0: not legal
+        result = [{"from_name": "action", "to_name": "state", "type": "choices", "value": {"choices": [choice]}}]
+        when = "2026-11-30T07:00:00Z"
+        t["annotations"] = [{"id": 1, "completed_by": {"id": 3}, "created_at": when, "result": result}]
+    ls_export = ctx.uri("label_studio", "export.json")
+    ctx.storage.write_json(ls_export, tasks)
+    counts = ("tasks_in", "labels", "ingested", "rejected", "not_annotated", "conflicts", "stale")
+    ctx.dry_run = True
+    dry = label_queue_import(ctx, ls_export)
+    store = LabelStore(ctx.params["label_queue"]["db_url"])
+    assert store.counts("credit_approval") == {"exported": 100}  # the dry run stored no label
+    ctx.dry_run = False
+    real = label_queue_import(ctx, ls_export)
+    assert real["ingested"] == 99
+    assert {k: dry[k] for k in counts} == {k: real[k] for k in counts}
+
+
 def test_the_step_module_re_exports_nothing() -> None:
     import rlops.pipeline_steps.labels.step as lq
 
