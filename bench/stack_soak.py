@@ -223,6 +223,8 @@ def main() -> None:
     )
     try:
         watcher.run(agent, status)
+    except KeyboardInterrupt:  # ended early by hand: count what ran, then take the stack down
+        print("interrupted: counting what ran so far", flush=True)
     finally:
         agent.send_signal(signal.SIGTERM)
         try:
