@@ -75,7 +75,7 @@ def _scenario_arg(p: argparse.ArgumentParser, every: bool = False) -> None:
 def _project(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     """The project params document (environment overrides applied) and the pack name ``--scenario``
     means (a pack folder anywhere sets ``scenarios_dir`` to its parent)."""
-    from rlops.common.config import load_params, scenarios_dir
+    from rlops.common.config import load_params, pack_names, scenarios_dir
     from rlops.common.errors import UserError
 
     params = load_params(args.params)
@@ -85,7 +85,7 @@ def _project(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
         params["scenarios_dir"], scenario = str(folder.parent), folder.name
     elif scenario and not (scenarios_dir(params) / scenario).is_dir():
         root = scenarios_dir(params)
-        packs = sorted(p.name for p in root.iterdir() if (p / "scenario.yaml").exists()) if root.is_dir() else []
+        packs = pack_names(root)
         raise UserError(
             f"--scenario {scenario}: no pack folder {root / scenario}; expected a pack name "
             f"({', '.join(packs) or 'none under ' + str(root)}) or a pack folder"
@@ -125,18 +125,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from rlops.common.config import resolve_params, scenarios_dir
+    from rlops.common.config import pack_names, resolve_params, scenarios_dir
     from rlops.common.params_sources import ParamsError, ParamsProblem
 
     params, scenario = _project(args)
     root = scenarios_dir(params)
-    packs = (
-        [scenario]
-        if scenario
-        else sorted(p.name for p in root.iterdir() if (p / "scenario.yaml").exists())
-        if root.is_dir()
-        else []
-    )
+    packs = [scenario] if scenario else pack_names(root)
     problems: list[ParamsProblem] = []
     targets: list[str | None] = list(packs) or [None]  # no packs: the project's params alone
     for name in targets:

@@ -152,6 +152,11 @@ def scenarios_dir(params: dict[str, Any]) -> Path:
     return Path(str(params.get("scenarios_dir") or REPO_ROOT / "scenarios"))
 
 
+def pack_names(root: Path) -> list[str]:
+    """The packs under a scenarios folder: its sub-folders holding a ``scenario.yaml``, sorted."""
+    return sorted(p.name for p in root.iterdir() if (p / "scenario.yaml").is_file()) if root.is_dir() else []
+
+
 def resolve_local(path_or_uri: str) -> str:
     """Make a relative local path or ``file://`` URI absolute against :func:`home`.
 
@@ -182,6 +187,7 @@ __all__ = [
     "home",
     "load_params",
     "params_path",
+    "pack_names",
     "resolve_local",
     "resolve_params",
     "scenarios_dir",

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from rlops.common.config import pack_names
+
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.trace_query import TraceReader
@@ -95,8 +97,7 @@ class ProjectData:
         return scenarios_dir(self.params)
 
     def scenarios(self) -> list[str]:
-        root = self.scenarios_dir()
-        return sorted(p.name for p in root.iterdir() if (p / "scenario.yaml").is_file()) if root.is_dir() else []
+        return pack_names(self.scenarios_dir())
 
     def context(self, scenario: str) -> StepContext:
         from rlops.pipeline_steps.infra.context import StepContext

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlops.common.airflow_api import AirflowApi
-from rlops.common.config import home, scenarios_dir
+from rlops.common.config import home, pack_names, scenarios_dir
 from rlops.common.errors import InfrastructureError, UserError
 from rlops.common.params_model import Params
 from rlops.stack import airflow_setup, processes
@@ -76,8 +76,7 @@ def stack_home(params: Params, override: str | Path | None = None) -> StackHome:
 
 
 def _packs(params: Params) -> list[str]:
-    root = scenarios_dir(params.model_dump())
-    return sorted(p.name for p in root.iterdir() if (p / "scenario.yaml").is_file()) if root.is_dir() else []
+    return pack_names(scenarios_dir(params.model_dump()))
 
 
 def _secrets(stack: StackHome) -> dict[str, str]:

@@ -96,8 +96,9 @@ def scenarios_dir(params: Mapping[str, Any] | None = None) -> Path:
 
 def scenario_names(root: Path | None = None) -> list[str]:
     """Packs under the scenarios folder (a folder with a scenario.yaml), sorted."""
-    root = root if root is not None else scenarios_dir()
-    return sorted(p.name for p in root.iterdir() if (p / "scenario.yaml").exists()) if root.is_dir() else []
+    from rlops.common.config import pack_names
+
+    return pack_names(root if root is not None else scenarios_dir())
 
 
 @dataclass(frozen=True)
