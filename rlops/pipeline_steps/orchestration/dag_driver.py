@@ -23,6 +23,7 @@ from typing import Any
 from unittest import mock
 
 from rlops.common.config import REPO_ROOT
+from rlops.common.run_key import RunKey
 
 # The order DAGs due at the same logical date run in: traffic captured first, then judged.
 ORDER = ("trace_capture", "drift_monitor", "rollout", "retrain_full", "retrain_incremental", "label_queue")
@@ -163,7 +164,9 @@ class PackDags:
                 .where(DagRun.dag_id.in_(list(ids)), DagRun.state == "queued")
                 .order_by(DagRun.logical_date)
             ).all()
-            todo = [(ids[r.dag_id], r.logical_date, dict(r.conf or {})) for r in queued]
+            # A run triggered without a logical date (the emergency retrain: its own run id) owns the
+            # interval its conf names; it runs at that interval's end, as its trigger did.
+            todo = [(ids[r.dag_id], r.logical_date or _run_key_end(r.conf), dict(r.conf or {})) for r in queued]
             for r in queued:
                 session.delete(r)
             session.commit()
@@ -172,3 +175,8 @@ class PackDags:
         for kind, when, conf in todo:
             done.append(self.run(kind, when, conf, triggered=True))
         return done
+
+
+def _run_key_end(conf: dict[str, Any] | None) -> datetime | None:
+    key = (conf or {}).get("run_key")
+    return RunKey.parse(str(key)).end if key else None
