@@ -166,7 +166,7 @@ class PackDags:
             ).all()
             # A run triggered without a logical date (the emergency retrain: its own run id) owns the
             # interval its conf names; it runs at that interval's end, as its trigger did.
-            todo = [(ids[r.dag_id], r.logical_date or _run_key_end(r.conf), dict(r.conf or {})) for r in queued]
+            todo = [(ids[r.dag_id], _when(r), dict(r.conf or {})) for r in queued]
             for r in queued:
                 session.delete(r)
             session.commit()
@@ -177,6 +177,10 @@ class PackDags:
         return done
 
 
-def _run_key_end(conf: dict[str, Any] | None) -> datetime | None:
-    key = (conf or {}).get("run_key")
-    return RunKey.parse(str(key)).end if key else None
+def _when(run: Any) -> datetime:
+    """The logical date of a triggered run, or the end of the interval its conf names."""
+    if run.logical_date is not None:
+        return run.logical_date  # type: ignore[no-any-return]  # Airflow's DagRun column
+    key = (run.conf or {}).get("run_key")
+    when: datetime = RunKey.parse(str(key)).end if key else run.run_after
+    return when
