@@ -171,7 +171,11 @@ TINY: dict[str, Any] = {
 def airflow_db() -> str:
     """Migrate the session's Airflow metadata DB (its home is set in tests/conftest.py) and create
     the ``gpu`` pool the training tasks use."""
-    env = dict(os.environ)
+    from airflow import settings
+
+    # The database this process's Airflow opened (its settings are read once, at first import) is
+    # the one to migrate, whatever the environment says by now.
+    env = {**os.environ, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": str(settings.SQL_ALCHEMY_CONN)}
     for cmd in (["db", "migrate"], ["pools", "set", "gpu", "1", "GPU training slots"]):
         out = subprocess.run(
             [sys.executable, "-m", "airflow", *cmd], env=env, capture_output=True, text=True, timeout=600
