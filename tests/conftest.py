@@ -175,12 +175,15 @@ def airflow_db() -> str:
 
     # The database this process's Airflow opened (its settings are read once, at first import) is
     # the one to migrate, whatever the environment says by now.
-    env = {**os.environ, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": str(settings.SQL_ALCHEMY_CONN)}
-    for cmd in (["db", "migrate"], ["pools", "set", "gpu", "1", "GPU training slots"]):
-        out = subprocess.run(
-            [sys.executable, "-m", "airflow", *cmd], env=env, capture_output=True, text=True, timeout=600
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
+    # The environment's database is migrated too: `airflow` subprocesses of the tests open that one.
+    urls = dict.fromkeys([str(settings.SQL_ALCHEMY_CONN), os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]])
+    for url in urls:
+        env = {**os.environ, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url}
+        for cmd in (["db", "migrate"], ["pools", "set", "gpu", "1", "GPU training slots"]):
+            out = subprocess.run(
+                [sys.executable, "-m", "airflow", *cmd], env=env, capture_output=True, text=True, timeout=600
+            )
+            assert out.returncode == 0, out.stderr[-3000:]
     return env["AIRFLOW_HOME"]
 
 
