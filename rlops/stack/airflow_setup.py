@@ -22,7 +22,7 @@ from rlops.stack.home import StackHome
 MIGRATED_STAMP = "migrated"
 
 
-def _connect(url: str, timeout_s: int = 5) -> Any:
+def maintenance_connection(url: str, timeout_s: int = 5) -> Any:
     """A connection to the ``postgres`` maintenance database of the server ``url`` names."""
     import psycopg2
 
@@ -35,7 +35,7 @@ def _connect(url: str, timeout_s: int = 5) -> Any:
 
 def _postgres_answers(url: str) -> bool:
     try:
-        _connect(url, timeout_s=3).close()
+        maintenance_connection(url, timeout_s=3).close()
     except Exception:  # noqa: BLE001 - any failure means "no PostgreSQL for us here"
         return False
     return True
@@ -55,7 +55,7 @@ def database_url(params: Params, stack: StackHome) -> str:
     # one database per stack home: two stacks (a test's and yours) never share Airflow's tables
     name = "rlops_airflow_" + hashlib.sha256(str(stack.root).encode()).hexdigest()[:10]
     u = urllib.parse.urlsplit(pg.replace("postgresql+psycopg2://", "postgresql://"))
-    conn = _connect(pg)
+    conn = maintenance_connection(pg)
     conn.autocommit = True  # CREATE DATABASE cannot run inside a transaction
     try:
         with conn.cursor() as cur:

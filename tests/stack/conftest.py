@@ -20,6 +20,7 @@ import yaml
 
 from rlops.common.airflow_api import AirflowApi, read_credentials
 from rlops.common.config import deep_merge
+from rlops.stack.airflow_setup import maintenance_connection
 from tests.conftest import REPO_ROOT, TINY, free_port
 
 _DROPPED = ("AIRFLOW", "MLFLOW_", "RLOPS_")
@@ -114,16 +115,14 @@ def stack_env(home: Path, params: Path) -> dict[str, str]:
 
 
 def drop_database(url: str) -> None:
-    import psycopg2
-
     if not url.startswith("postgresql"):
         return
-    u = urllib.parse.urlsplit(url.replace("postgresql+psycopg2://", "postgresql://"))
-    conn = psycopg2.connect(host=u.hostname, port=u.port or 5432, user=u.username, dbname="postgres")
+    name = urllib.parse.urlsplit(url).path.lstrip("/")
+    conn = maintenance_connection(url)
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{u.path.lstrip("/")}" WITH (FORCE)')
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         conn.close()
 
