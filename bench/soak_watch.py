@@ -96,14 +96,11 @@ class Watcher:
 
     def _sample_cpu(self) -> None:
         """CPU seconds of every process in the stack's sessions, sampled (the max per process)."""
-        ticks = os.sysconf("SC_CLK_TCK")
         for pid in processes.session_members(self._sessions()):
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            key = (pid, int(fields[19]))
-            self.cpu[key] = max(self.cpu.get(key, 0.0), (int(fields[11]) + int(fields[12])) / ticks)
+            st = processes.proc_stat(pid)
+            if st is not None:
+                key = (pid, st.start_ticks)
+                self.cpu[key] = max(self.cpu.get(key, 0.0), st.cpu_s)
 
     def _training_now(self) -> bool:
         out = self.api.request("GET", "/api/v2/dags/~/dagRuns/~/taskInstances?task_id=train_policy&state=running")

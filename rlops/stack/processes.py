@@ -28,13 +28,29 @@ class Started:
     start_ticks: int
 
 
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """``(state, session id, start time in clock ticks)`` of ``pid``, or None when it does not run."""
+@dataclass(frozen=True)
+class ProcStat:
+    """What ``/proc/<pid>/stat`` says of a process."""
+
+    state: str
+    """One letter: R running, S sleeping, Z zombie, …"""
+    session: int
+    start_ticks: int
+    """Start time after boot, in clock ticks: with the pid, it names one process for good."""
+    cpu_s: float
+    """User plus system CPU seconds used so far."""
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """The state of ``pid``, or None when it does not run."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return fields[0], int(fields[3]), int(fields[19])
+    return ProcStat(fields[0], int(fields[3]), int(fields[19]), (int(fields[11]) + int(fields[12])) / _TICKS)
 
 
 def start(argv: Sequence[str], env: Mapping[str, str], log_file: Path, cwd: Path) -> Started:
@@ -49,14 +65,14 @@ def start(argv: Sequence[str], env: Mapping[str, str], log_file: Path, cwd: Path
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    st = _stat(proc.pid)
-    return Started(proc.pid, st[2] if st else 0)
+    st = proc_stat(proc.pid)
+    return Started(proc.pid, st.start_ticks if st else 0)
 
 
 def is_ours(p: Started) -> bool:
     """Whether the recorded process still runs (same pid, same start time, not a zombie)."""
-    st = _stat(p.pid) if p.pid > 0 else None
-    return st is not None and st[2] == p.start_ticks and st[0] != "Z"
+    st = proc_stat(p.pid) if p.pid > 0 else None
+    return st is not None and st.start_ticks == p.start_ticks and st.state != "Z"
 
 
 def session_members(sessions: Iterable[int]) -> list[int]:
@@ -65,8 +81,8 @@ def session_members(sessions: Iterable[int]) -> list[int]:
     found = []
     for d in Path("/proc").iterdir() if wanted else ():
         if d.name.isdigit() and int(d.name) != os.getpid():
-            st = _stat(int(d.name))
-            if st is not None and st[1] in wanted and st[0] != "Z":
+            st = proc_stat(int(d.name))
+            if st is not None and st.session in wanted and st.state != "Z":
                 found.append(int(d.name))
     return found
 
@@ -79,8 +95,8 @@ def stop(p: Started, grace_s: float = 20.0) -> None:
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and is_ours(p):
             time.sleep(0.2)
-    st = _stat(p.pid)
-    if st is not None and st[2] != p.start_ticks and st[1] == p.pid:
+    st = proc_stat(p.pid)
+    if st is not None and st.start_ticks != p.start_ticks and st.session == p.pid:
         return  # the pid now leads another program's session: nothing of ours is left in it
     for pid in session_members([p.pid]):
         with contextlib.suppress(ProcessLookupError, PermissionError):
