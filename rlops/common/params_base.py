@@ -20,7 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 class Block(BaseModel):
     """A params block: unknown keys are errors, values are checked on assignment too."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+    # NaN passes every range check (each comparison is false) and infinity is no setting: both refused
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, use_attribute_docstrings=True, allow_inf_nan=False
+    )
 
     def get(self, key: str, default: Any = None) -> Any:
         """``block.get("key", fallback)`` for code that reads a block like a mapping: the field's

@@ -14,6 +14,7 @@ import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 from typing import Any
 
 import yaml
@@ -98,8 +99,8 @@ def _lines_of(path: Path) -> dict[KeyPath, int]:
     """The 1-based line of every mapping key of a YAML file, by key path."""
     out: dict[KeyPath, int] = {}
     try:
-        root = yaml.compose(path.read_text(), Loader=_YAML_LOADER)
-    except (OSError, yaml.YAMLError):
+        root = yaml.compose(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER) if path.is_file() else None
+    except (OSError, ValueError, yaml.YAMLError):
         return out
     if root is not None:
         _walk_lines(root, (), out)
@@ -131,20 +132,29 @@ def read_params_file(path: Path, label: str) -> ParamsSource:
     (callers may edit its document)."""
     try:
         stat = path.stat()
+        # a FIFO or a device would block the read (or never end): only a regular file is read
+        if not S_ISREG(stat.st_mode):
+            kind = "a folder" if S_ISDIR(stat.st_mode) else "not a regular file"
+            raise ConfigError(f"params file {path} is {kind}; expected a YAML file")
         stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
         cached = _PARSED.get(path)
         if cached is None or cached[0] != stamp:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
             try:
                 lines, doc = _parse(text)
             except yaml.YAMLError as exc:
-                raise ConfigError(f"params file {path} is not valid YAML: {exc}") from exc
+                where = " ".join(str(exc).split())  # PyYAML's message spans lines: one line here
+                raise ConfigError(f"params file {path} is not valid YAML: {where}") from exc
             doc = doc or {}
             if not isinstance(doc, dict):
                 raise ConfigError(f"params file {path}: expected a mapping of params blocks at the top level")
             cached = _PARSED[path] = (stamp, lines, doc)
     except FileNotFoundError as exc:
         raise ConfigError(f"params file {path} not found; set RLOPS_PARAMS or run from the repository root") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"params file {path} is not UTF-8 text (byte {exc.start}); expected a YAML file") from None
+    except OSError as exc:
+        raise ConfigError(f"params file {path} cannot be read ({exc.strerror or exc})") from None
     return ParamsSource(label, path, dict(cached[1]), copy.deepcopy(cached[2]))
 
 
