@@ -10,8 +10,13 @@ that carries out an action, and optionally something that scores an outcome.
 * :class:`ActionExecutor` — ``execute(action, state)`` carries out an action and returns an
   :class:`ExecutionResult` (latency, error, optionally the next state and whether the
   episode ended).
-* :class:`RewardProvider` — ``reward(state, action, next_state)`` returns an external score
-  (risk, sentiment, CRM outcome): a float, or a mapping of named components.
+* :class:`RewardProvider` — ``reward(state, action, next_state, episode=...)`` returns an external
+  score (risk, sentiment, CRM outcome): a float, or a mapping of named components. ``episode`` (an
+  :class:`EpisodeRef`) says which episode and step it scores; a provider whose ``reward`` takes no
+  ``episode`` parameter is called without it. The score is the reward hook's: it is traced as the
+  breakdown component ``hook:<component>`` (the provider's ``component`` attribute, default
+  ``external``; one ``hook:<name>`` per key of a mapping), never as ``reward_total``, which is the
+  pack's reward function's alone.
 
 They are :class:`typing.Protocol` classes: implement the method, no base class needed
 (inheriting from them is fine too).
@@ -46,6 +51,21 @@ class ExecutionResult:
         return self.error is None
 
 
+@dataclass(frozen=True)
+class EpisodeRef:
+    """Which step a :class:`RewardProvider` scores: the trace and episode ids, the step index and
+    the scenario."""
+
+    trace_id: str
+    episode_id: str
+    step: int
+    scenario: str
+
+
+#: The hook component an external score is traced under when the provider declares none.
+DEFAULT_HOOK_COMPONENT = "external"
+
+
 @runtime_checkable
 class StateObserver(Protocol):
     """Reads the current production state."""
@@ -66,11 +86,16 @@ class ActionExecutor(Protocol):
 
 @runtime_checkable
 class RewardProvider(Protocol):
-    """Supplies external scores that feed the reward function's ``reward_hook``."""
+    """Supplies external scores that feed the reward function's ``reward_hook`` (optionally with a
+    ``component`` attribute: the hook's name, default :data:`DEFAULT_HOOK_COMPONENT`)."""
 
     def reward(
-        self, state: Mapping[str, Any], action: str, next_state: Mapping[str, Any] | None
+        self,
+        state: Mapping[str, Any],
+        action: str,
+        next_state: Mapping[str, Any] | None,
+        episode: EpisodeRef | None = None,
     ) -> float | Mapping[str, float]:
         """A score for taking ``action`` in ``state`` (``next_state`` is ``None`` when the
-        episode ended without a further observation)."""
+        episode ended without a further observation) at the step ``episode`` names."""
         ...

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from rlops.agent_sdk.interfaces import ExecutionResult, RewardProvider
+from rlops.agent_sdk.interfaces import DEFAULT_HOOK_COMPONENT, EpisodeRef, ExecutionResult, RewardProvider
 from rlops.agent_sdk.tracer import Tracer, _now, flatten_state, mask_text
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _CURRENT: contextvars.ContextVar[Episode | None] = contextvars.ContextVar("rlops_current_episode", default=None)
 _EPISODE_ATTRS = ("trace_id", "scenario", "source", "test_group", "policy_version", "reward_fn_version")
+#: The policy version of decisions taken by the scenario's rule engine (``agent_sdk.serving.RULES_VERSION``).
+RULES_VERSION = "rules"
+HOOK_PREFIX = "hook:"
+
+
+def _takes_episode(provider: RewardProvider) -> bool:
+    """Whether ``provider.reward`` accepts the ``episode`` keyword (older providers take three
+    arguments and are called with three)."""
+    try:
+        params = inspect.signature(provider.reward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "episode" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def current_episode() -> Episode:
@@ -60,6 +73,12 @@ class Episode:
     A step's record is written once the next state is known (the next :meth:`observe` or
     :meth:`step`, or the end of the episode), so a :class:`RewardProvider` can score
     ``(state, action, next_state)`` and the last step can be marked ``done``.
+
+    ``episode_id``: the caller's id for this episode (e.g. the conversation or application id), so
+    the same decisions traced twice (by the SDK and by OTLP/MLflow spans) are one episode to the
+    duplicate check; default a new uuid. A step whose ``policy_version`` is ``rules`` and that
+    carries no ``logp`` gets ``logp = 0.0``: the rule engine is deterministic, so it served its
+    action with propensity 1, which off-policy evaluation needs.
     """
 
     def __init__(
@@ -73,9 +92,12 @@ class Episode:
         reward_fn_version: str | None = None,
         trace_id: str | None = None,
         reward_provider: RewardProvider | None = None,
+        episode_id: str | None = None,
     ) -> None:
+        if episode_id is not None and (not isinstance(episode_id, str) or not episode_id.strip()):
+            raise ValueError(f"Episode(episode_id={episode_id!r}): expected non-empty text or None")
         self.tracer = tracer
-        self.episode_id = uuid.uuid4().hex
+        self.episode_id = episode_id or uuid.uuid4().hex
         self.attrs: dict[str, Any] = {
             "trace_id": trace_id or uuid.uuid4().hex,
             "scenario": scenario,
@@ -85,6 +107,7 @@ class Episode:
             "reward_fn_version": reward_fn_version,
         }
         self.reward_provider = reward_provider
+        self._provider_takes_episode = reward_provider is not None and _takes_episode(reward_provider)
         self.steps = 0
         self.last_state: Mapping[str, Any] | None = None
         self._notes: dict[str, Any] = {}
@@ -167,6 +190,8 @@ class Episode:
         rec.update(notes)
         if "action_mask" in rec:
             rec["action_mask"] = mask_text(rec["action_mask"])
+        if rec.get("policy_version") == RULES_VERSION and rec.get("logp") is None:
+            rec["logp"] = 0.0
         self.steps += 1
         self.last_state = state
         # Kept pending until the next state is known (for the reward provider) and so that
@@ -203,26 +228,49 @@ class Episode:
             rec.update(done=True, terminated=terminated, truncated=truncated)
             if error and not rec.get("error"):
                 rec["error"] = error
-        if self.reward_provider is not None and rec.get("reward_total") is None:
+        if rec.get("policy_version") == RULES_VERSION and rec.get("logp") is None:
+            rec["logp"] = 0.0  # annotated after the step as a rule-engine decision
+        if self.reward_provider is not None:
             self._score(rec, state, action, next_state)
         self.tracer.record(rec)
 
     def _score(
         self, rec: dict[str, Any], state: Mapping[str, Any], action: str, next_state: Mapping[str, Any] | None
     ) -> None:
-        assert self.reward_provider is not None
+        """The provider's score as the reward hook's breakdown component(s) ``hook:<name>``, after
+        any the step already carries; ``reward_total`` (the pack's reward) is left as it is."""
+        provider = self.reward_provider
+        assert provider is not None
         try:
-            score = self.reward_provider.reward(state, action, next_state)
+            if self._provider_takes_episode:
+                ref = EpisodeRef(self.trace_id, self.episode_id, int(rec["step"]), str(self.attrs["scenario"]))
+                score = provider.reward(state, action, next_state, episode=ref)
+            else:
+                score = provider.reward(state, action, next_state)
         except Exception as exc:  # noqa: BLE001 - a scoring failure must not break the agent
             log.warning("reward provider failed on step %s: %s", rec["step"], exc)
             rec["reward_error"] = f"{type(exc).__name__}: {exc}"
             return
         if isinstance(score, Mapping):
-            parts = {k: float(v) for k, v in score.items() if k != "total"}
-            rec["reward_total"] = float(score.get("total", sum(parts.values())))
-            rec["reward_breakdown"] = [{"component": k, "score": v} for k, v in parts.items()]
+            parts = {str(k): float(v) for k, v in score.items() if k != "total"}
         else:
-            rec["reward_total"] = float(score)
+            parts = {str(getattr(provider, "component", None) or DEFAULT_HOOK_COMPONENT): float(score)}
+        items = [
+            {
+                "component": k if k.startswith(HOOK_PREFIX) else f"{HOOK_PREFIX}{k}",
+                "score": v,
+                "reason": f"external score {k}",
+            }
+            for k, v in parts.items()
+        ]
+        before = rec.get("reward_breakdown")
+        if isinstance(before, Mapping) and isinstance(before.get("breakdown"), list):
+            rec["reward_breakdown"] = {**before, "breakdown": [*before["breakdown"], *items]}
+        elif isinstance(before, Mapping):  # {component: score}
+            rec["reward_breakdown"] = [{"component": str(k), "score": v} for k, v in before.items() if k != "total"]
+            rec["reward_breakdown"] += items
+        else:
+            rec["reward_breakdown"] = [*(before if isinstance(before, list) else []), *items]
 
     def __enter__(self) -> Episode:
         self._token = _CURRENT.set(self)
@@ -319,12 +367,14 @@ def rollout(
     trace_id: Callable[..., str] | None = None,
     observer: str = "observer",
     executor: str = "executor",
+    episode_id: Callable[..., str] | None = None,
 ) -> Callable[[F], F]:
     """Decorate a function that runs one episode so that each of its steps is traced.
 
     ``observer``/``executor`` name the parameters holding the state observer and action
     executor (wrapped during the call); ``trace_id`` computes the trace id from the call's
-    arguments (default: a new uuid per call, e.g. use the request id instead); a parameter
+    arguments (default: a new uuid per call, e.g. use the request id instead), ``episode_id`` the
+    episode id likewise (default: a new uuid); a parameter
     named ``episode`` receives the :class:`Episode`. Works on ``async def`` functions too.
     """
     attrs = dict(
@@ -340,7 +390,12 @@ def rollout(
         sig = inspect.signature(fn)
 
         def start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Episode, Any]:
-            ep = Episode(tracer, trace_id=trace_id(*args, **kwargs) if trace_id else None, **attrs)  # type: ignore[arg-type]  # attrs are Episode's own keyword arguments
+            ep = Episode(
+                tracer,
+                trace_id=trace_id(*args, **kwargs) if trace_id else None,
+                episode_id=episode_id(*args, **kwargs) if episode_id else None,
+                **attrs,  # type: ignore[arg-type]  # attrs are Episode's own keyword arguments
+            )
             bound = sig.bind_partial(*args, **kwargs)
             for name, wrap in ((observer, TracedObserver), (executor, TracedExecutor)):
                 if bound.arguments.get(name) is not None:
