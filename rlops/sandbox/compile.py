@@ -15,42 +15,16 @@ from typing import Any
 import torch
 
 from rlops.sandbox.errors import ExprError, PackError
-from rlops.sandbox.expr import BOOL, NUM, CompiledExpr, ExprType, compile_expr, standard_normal
+from rlops.sandbox.expr import BOOL, NUM, CompiledExpr, ExprType, compile_expr
+from rlops.sandbox.expr_torch import standard_normal
 from rlops.sandbox.init_sampler import InitSampler
+from rlops.sandbox.layout import EPISODE_VARS, FeaturePlan, ObsLayout, StateLayout
 from rlops.sandbox.rng import StepRandom, combine
 from rlops.sandbox.spec import ActionSpec, FieldSpec, ScenarioSpec, SimulationProfile
 
 Tensor = torch.Tensor
 
 STEP_DRAWS = 4  # latency (2, Box–Muller), jitter, API error
-
-EPISODE_VARS: tuple[tuple[str, str], ...] = (
-    ("episode.step", "int"),
-    ("episode.elapsed_ms", "float"),
-    ("episode.last_action", "enum"),
-    ("episode.repeat_count", "int"),
-    ("episode.error", "bool"),
-    ("episode.errors", "int"),
-    ("episode.latency_ms", "float"),
-    ("episode.segment", "int"),
-)
-
-
-@dataclass(frozen=True)
-class ObsLayout:
-    """The flat observation is ``[features | action mask | last-k action codes]``."""
-
-    n_features: int
-    n_actions: int
-    history_len: int
-    feature_names: tuple[str, ...]
-    action_roles: tuple[int, ...] = ()
-    """The role (index into ``role_names``) that owns each action; empty without ``roles:``."""
-    role_names: tuple[str, ...] = ()
-
-    @property
-    def dim(self) -> int:
-        return self.n_features + self.n_actions + self.history_len
 
 
 @dataclass
@@ -69,28 +43,16 @@ class CompiledScenario:
         self.file = spec.file
         self.action_names = tuple(a.name for a in spec.actions)
         self.n_actions = len(spec.actions)
-        self.columns: dict[str, int] = {}
-        self.kinds: dict[str, str] = {}
-        self.types: dict[str, ExprType] = {}
-        for f in spec.fields:
-            self._add_column(f.path, f.type, f.values)
-        for name, kind in EPISODE_VARS:
-            values = ("none", *self.action_names) if name == "episode.last_action" else ()
-            self._add_column(name, kind, values)
+        plan = StateLayout.of(spec)
+        self.state_layout = plan
+        self.columns: dict[str, int] = plan.columns
+        self.kinds: dict[str, str] = plan.kinds
+        self.types: dict[str, ExprType] = plan.types
         self.n_cols = len(self.columns)
         self.fields = {f.path: f for f in spec.fields}
-        self.col_min = torch.full((self.n_cols,), -float("inf"))
-        self.col_max = torch.full((self.n_cols,), float("inf"))
-        for f in spec.fields:
-            j = self.columns[f.path]
-            if f.type in ("int", "float"):
-                self.col_min[j] = -float("inf") if f.min is None else f.min
-                self.col_max[j] = float("inf") if f.max is None else f.max
-            elif f.type == "enum":
-                self.col_min[j], self.col_max[j] = 0, len(f.values) - 1
-            else:
-                self.col_min[j], self.col_max[j] = 0, 1
-        self.int_cols = torch.tensor([self.kinds[p] in ("int", "enum", "bool") for p in self.columns])
+        self.col_min = torch.tensor(plan.col_min, dtype=torch.float32)
+        self.col_max = torch.tensor(plan.col_max, dtype=torch.float32)
+        self.int_cols = torch.tensor(plan.int_cols)
         self.visible: dict[str, CompiledExpr] = {}
         for f in spec.fields:
             if f.visible_when is not None:
@@ -134,15 +96,8 @@ class CompiledScenario:
         self.layout = self._layout()
 
     # ---- columns and expressions -------------------------------------------------------------
-    def _add_column(self, path: str, kind: str, values: tuple[str, ...]) -> None:
-        self.columns[path] = len(self.columns)
-        self.kinds[path] = kind
-        self.types[path] = ExprType(kind, values, path) if kind == "enum" else (BOOL if kind == "bool" else NUM)
-
     def resolve(self, path: str) -> tuple[int, ExprType] | None:
-        if path in self.columns:
-            return self.columns[path], self.types[path]
-        return None
+        return self.state_layout.resolve(path)
 
     def _expr(
         self,
@@ -365,48 +320,28 @@ class CompiledScenario:
 
     # ---- observation -------------------------------------------------------------------------
     def _layout(self) -> ObsLayout:
-        names: list[str] = []
-        self._num_cols, num_off, num_scale = [], [], []
-        self._enum_cols: list[tuple[int, int]] = []
-        self._bool_cols: list[int] = []
+        plan = FeaturePlan.of(self.spec, self.columns)
+        self._num_cols = list(plan.num_cols)
+        self._enum_cols: list[tuple[int, int]] = list(plan.enum_cols)
+        self._bool_cols: list[int] = list(plan.bool_cols)
         # (column, visibility, fill): a hidden field's raw value is replaced by ``fill``, chosen so
         # that every feature it owns reads 0 (a number's offset, enum code -1, bool 0).
-        self._vis: list[tuple[int, CompiledExpr, float]] = []
-        fill: dict[str, float] = {}
-        for f in self.spec.fields:
-            if not f.observed:
-                continue
-            j = self.columns[f.path]
-            if f.type in ("int", "float"):
-                off, scale = _numeric_scale(f)
-                self._num_cols.append(j)
-                num_off.append(off)
-                num_scale.append(scale)
-                names.append(f.path)
-                fill[f.path] = off
-        for f in self.spec.fields:
-            if f.observed and f.type == "enum":
-                self._enum_cols.append((self.columns[f.path], len(f.values)))
-                names.extend(f"{f.path}={v}" for v in f.values)
-                fill[f.path] = -1.0
-        for f in self.spec.fields:
-            if f.observed and f.type == "bool":
-                self._bool_cols.append(self.columns[f.path])
-                names.append(f.path)
-                fill[f.path] = 0.0
-        for f in self.spec.fields:
-            if f.observed and f.path in self.visible:
-                self._vis.append((self.columns[f.path], self.visible[f.path], fill[f.path]))
-                names.append(f"{f.path}?present")
-        names += ["episode.progress", "episode.error"]
+        self._vis: list[tuple[int, CompiledExpr, float]] = [
+            (col, self.visible[path], fill) for path, col, fill in plan.hidden_fill
+        ]
         self._onehot_cols = torch.tensor([c for c, n in self._enum_cols for _ in range(n)], dtype=torch.long)
         self._onehot_codes = torch.tensor([float(v) for _, n in self._enum_cols for v in range(n)])
         self._num_idx = torch.tensor(self._num_cols, dtype=torch.long)
         self._bool_idx = torch.tensor(self._bool_cols, dtype=torch.long)
-        self._num_off = torch.tensor(num_off)
-        self._num_scale = torch.tensor(num_scale)
+        self._num_off = torch.tensor(plan.num_off)
+        self._num_scale = torch.tensor(plan.num_scale)
         return ObsLayout(
-            len(names), self.n_actions, self.spec.history_len, tuple(names), self.action_roles, self.role_names
+            len(plan.feature_names),
+            self.n_actions,
+            self.spec.history_len,
+            plan.feature_names,
+            self.action_roles,
+            self.role_names,
         )
 
     def encode(self, S: Tensor, masks: Tensor, history: Tensor) -> Tensor:
@@ -439,18 +374,4 @@ class CompiledScenario:
         return torch.cat(parts, dim=1)
 
 
-def _numeric_scale(f: FieldSpec) -> tuple[float, float]:
-    """Offset and scale that map a numeric field to roughly [-1, 1]."""
-    if f.bounded and f.max > f.min:  # type: ignore[operator]  # bounded: min and max are set
-        mid = (f.max + f.min) / 2  # type: ignore[operator]  # bounded: min and max are set
-        return mid, 2.0 / (f.max - f.min)  # type: ignore[operator]  # bounded: min and max are set
-    init = f.init
-    if init.dist == "normal" and all(isinstance(init.params[k], (int, float)) for k in ("mean", "std")):
-        return float(init.params["mean"]), 1.0 / max(float(init.params["std"]) * 2, 1e-6)
-    if init.dist == "lognormal" and all(isinstance(init.params[k], (int, float)) for k in ("mean", "sigma")):
-        import math
-
-        m = math.exp(float(init.params["mean"]))
-        return m, 1.0 / max(m * 2, 1e-6)
-    lo = f.min if f.min is not None else 0.0
-    return lo, 1.0 / max(abs(lo), 1.0)
+__all__ = ["EPISODE_VARS", "STEP_DRAWS", "CompiledScenario", "ObsLayout"]

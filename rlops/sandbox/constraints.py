@@ -59,7 +59,8 @@ class RuleConstraint:
             for name in self.actions:
                 allowed |= codes == float(action_names.index(name))
             scope &= allowed
-        return scope & ~self.check(X)
+        broken: Tensor = ~self.check(X)
+        return scope & broken
 
 
 def transition_matrix(S: Tensor, S_next: Tensor, actions: Tensor) -> Tensor:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from rlops.sandbox.compile import CompiledScenario, ObsLayout
-from rlops.sandbox.expr import standard_normal
+from rlops.sandbox.expr_torch import standard_normal
 from rlops.sandbox.reward import (
     ColumnLayout,
     EnumColumn,

@@ -10,8 +10,11 @@ path, ``+ - * / // % **``, unary ``-``/``not``, comparisons (chained too), ``and
 ``x in ['a', 'b']`` for enums, ``a if cond else b``, and the functions below. The random draws
 ``uniform``, ``normal`` and ``bernoulli`` are allowed in effects only.
 
-The types, the compiled record and the tensor helpers the closures call are in
-:mod:`rlops.sandbox.expr_runtime` (importable from here too); this module is the checker and compiler.
+The types and the compiled record are in :mod:`rlops.sandbox.expr_runtime` (importable from here
+too); this module is the checker and compiler. It builds closures over torch tensors by default
+(:mod:`rlops.sandbox.expr_torch`, imported only then) or over numpy arrays (``ops=NUMPY_OPS`` from
+:mod:`rlops.sandbox.expr_numpy`): the same checks and codes, so an agent without torch evaluates a
+pack's preconditions as the sandbox does.
 """
 
 from __future__ import annotations
@@ -21,37 +24,32 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from rlops.sandbox.errors import ExprError
 from rlops.sandbox.expr_runtime import (
     _BINOPS,
     _CMPOPS,
-    _NUM_FUNCS,
     _RANDOM_FUNCS,
     BOOL,
     NUM,
+    NUM_FUNCS,
+    ArrayOps,
     Compiled,
     CompiledExpr,
     ExprType,
     RandomSource,
-    Tensor,
     Value,
-    _as_float,
-    _minmax,
-    standard_normal,
 )
 
 __all__ = [
     "BOOL",
     "NUM",
+    "ArrayOps",
     "Compiled",
     "CompiledExpr",
     "ExprType",
     "RandomSource",
     "Resolver",
     "compile_expr",
-    "standard_normal",
 ]
 
 Resolver = Callable[[str], "tuple[int, ExprType] | None"]
@@ -68,8 +66,9 @@ MAX_MAGNITUDE = 1e30
 
 
 class _Compiler:
-    def __init__(self, source: str, resolve: Resolver, allow_random: bool, draw_offset: int = 0):
+    def __init__(self, source: str, resolve: Resolver, allow_random: bool, ops: ArrayOps, draw_offset: int = 0):
         self.source = source
+        self.ops = ops
         self.resolve = resolve
         self.allow_random = allow_random
         self.fields: set[str] = set()
@@ -110,7 +109,7 @@ class _Compiler:
             return (lambda S, R: f), NUM, f
         if isinstance(v, str):
             # a string literal is compared by its enum code at compile time, never evaluated as a value
-            return (lambda S, R: v), ExprType("str"), v  # type: ignore[return-value]  # a string literal is an enum value, not a tensor
+            return (lambda S, R: v), ExprType("str"), v  # a string literal is an enum value, compared by its code
         raise self.fail(node, f"literal {v!r} is not allowed")
 
     def _dotted(self, node: ast.AST) -> str | None:
@@ -154,7 +153,7 @@ class _Compiler:
             self._expect(node, t, BOOL)
             if c is not None:
                 return (lambda S, R: not c), BOOL, (not c)
-            return (lambda S, R: ~f(S, R)), BOOL, None  # type: ignore[operator]  # a non-constant condition is a bool tensor
+            return (lambda S, R: ~f(S, R)), BOOL, None
         if isinstance(node.op, ast.USub):
             self._expect(node, t, NUM)
             if c is not None:
@@ -202,7 +201,8 @@ class _Compiler:
         if t.kind == "bool":
             if c is not None:
                 return (lambda S, R: float(c)), NUM, float(c)
-            return (lambda S, R: _as_float(f(S, R))), NUM, None
+            ops = self.ops
+            return (lambda S, R: ops.as_float(f(S, R))), NUM, None
         self._expect(node, t, NUM)
         return f, t, c
 
@@ -213,10 +213,10 @@ class _Compiler:
         fns = [p[0] for p in parts]
         is_and = isinstance(node.op, ast.And)
 
-        def run(S: Tensor, R: RandomSource | None) -> Value:
+        def run(S: Value, R: RandomSource | None) -> Value:
             out = fns[0](S, R)
             for fn in fns[1:]:
-                out = (out & fn(S, R)) if is_and else (out | fn(S, R))  # type: ignore[operator]  # bool tensors: constants were folded
+                out = (out & fn(S, R)) if is_and else (out | fn(S, R))
             return out
 
         return run, BOOL, None
@@ -239,10 +239,10 @@ class _Compiler:
         if len(steps) == 1:
             return steps[0], BOOL, None
 
-        def chained(S: Tensor, R: RandomSource | None) -> Value:
+        def chained(S: Value, R: RandomSource | None) -> Value:
             out = steps[0](S, R)
             for s in steps[1:]:
-                out = out & s(S, R)  # type: ignore[operator]  # each link of a chain is a bool tensor
+                out = out & s(S, R)
             return out
 
         return chained, BOOL, None
@@ -269,7 +269,8 @@ class _Compiler:
             raise self.fail(node, f"type mismatch: cannot compare {ta} with {tb}")
         if ta.kind == "bool" and not isinstance(op, (ast.Eq, ast.NotEq)):
             raise self.fail(node, "bools can only be compared with == or !=")
-        return lambda S, R: fn_op(_as_float(fa(S, R)), _as_float(fb(S, R)))
+        as_float = self.ops.as_float
+        return lambda S, R: fn_op(as_float(fa(S, R)), as_float(fb(S, R)))
 
     def _membership(self, node: ast.AST, left: tuple[Any, ...], op: ast.cmpop, right: ast.AST) -> Compiled:
         fa, ta, _ = left
@@ -284,9 +285,9 @@ class _Compiler:
             codes.append(self._enum_code(node, ta, elt.value))
         negate = isinstance(op, ast.NotIn)
 
-        def member(S: Tensor, R: RandomSource | None) -> Value:
+        def member(S: Value, R: RandomSource | None) -> Value:
             x = fa(S, R)
-            out: Tensor = x == codes[0]  # an enum field's codes: a tensor
+            out = x == codes[0]  # an enum field's codes: an array
             for c in codes[1:]:
                 out = out | (x == c)
             return ~out if negate else out
@@ -301,14 +302,10 @@ class _Compiler:
         if ta.kind != tb.kind or ta.kind == "str":
             raise self.fail(node, f"type mismatch: both branches must have one type, got {ta} and {tb}")
 
-        def pick(S: Tensor, R: RandomSource | None) -> Value:
-            c, a, b = fc(S, R), fa(S, R), fb(S, R)
-            ref = S[:, 0]
-            return torch.where(
-                torch.as_tensor(c, device=S.device),
-                torch.as_tensor(_as_float(a), dtype=ref.dtype, device=S.device),
-                torch.as_tensor(_as_float(b), dtype=ref.dtype, device=S.device),
-            )
+        where = self.ops.where
+
+        def pick(S: Value, R: RandomSource | None) -> Value:
+            return where(fc(S, R), fa(S, R), fb(S, R), S)
 
         out_t = ta
         if ta.kind == "bool":
@@ -319,7 +316,7 @@ class _Compiler:
         if not isinstance(node.func, ast.Name) or node.keywords:
             raise self.fail(node, "only plain calls of min/max/abs/clip/exp/log/sigmoid are allowed")
         name = node.func.id
-        if node.func.id in _RANDOM_FUNCS or node.func.id in _NUM_FUNCS or node.func.id in ("min", "max"):
+        if node.func.id in _RANDOM_FUNCS or node.func.id in NUM_FUNCS or node.func.id in ("min", "max"):
             args = [self._numeric(a) for a in node.args]
         else:
             raise self.fail(node, f"function '{node.func.id}' is not allowed")
@@ -327,13 +324,13 @@ class _Compiler:
         if name in ("min", "max"):
             if len(fns) < 2:
                 raise self.fail(node, f"{name}() needs at least 2 arguments")
-            op = torch.minimum if name == "min" else torch.maximum
-            return (lambda S, R: _minmax(op, [f(S, R) for f in fns])), NUM, None
-        if name in _NUM_FUNCS:
-            arity, impl = _NUM_FUNCS[name]
+            minmax = self.ops.minmax
+            return (lambda S, R: minmax(name, [f(S, R) for f in fns])), NUM, None
+        if name in NUM_FUNCS:
+            arity, call = NUM_FUNCS[name], self.ops.call
             if len(fns) != arity:
                 raise self.fail(node, f"{name}() takes {arity} argument(s), got {len(fns)}")
-            return (lambda S, R: impl(*[f(S, R) for f in fns])), NUM, None
+            return (lambda S, R: call(name, [f(S, R) for f in fns])), NUM, None
         if name in _RANDOM_FUNCS:
             return self._random(node, name, fns)
         raise self.fail(node, f"function '{name}' is not allowed")
@@ -345,8 +342,9 @@ class _Compiler:
             raise self.fail(node, f"{name}() takes {_RANDOM_FUNCS[name]} argument(s)")
         d0 = self.draws
         self.draws += 2 if name == "normal" else 1
+        standard_normal = self.ops.standard_normal
 
-        def draw(S: Tensor, R: RandomSource | None) -> Value:
+        def draw(S: Value, R: RandomSource | None) -> Value:
             assert R is not None, "random expression evaluated without a random source"
             a = [f(S, R) for f in fns]
             if name == "uniform":
@@ -375,9 +373,16 @@ def _depth(tree: ast.AST) -> int:
 
 
 def compile_expr(
-    source: Any, resolve: Resolver, *, want: ExprType | None = None, allow_random: bool = False, draw_offset: int = 0
+    source: Any,
+    resolve: Resolver,
+    *,
+    want: ExprType | None = None,
+    allow_random: bool = False,
+    draw_offset: int = 0,
+    ops: ArrayOps | None = None,
 ) -> CompiledExpr:
-    """Parse, check and compile ``source``. Raises :class:`ExprError` with a readable message."""
+    """Parse, check and compile ``source``. Raises :class:`ExprError` with a readable message.
+    ``ops``: the array library of the closure (default: torch)."""
     if isinstance(source, bool):
         source = "true" if source else "false"
     if isinstance(source, (int, float)):
@@ -395,10 +400,14 @@ def compile_expr(
         raise ExprError(f"expression nested deeper than {MAX_EXPR_DEPTH} levels") from None
     if _depth(tree) > MAX_EXPR_DEPTH:
         raise ExprError(f"expression nested deeper than {MAX_EXPR_DEPTH} levels")
-    comp = _Compiler(source, resolve, allow_random, draw_offset)
+    if ops is None:
+        from rlops.sandbox.expr_torch import TORCH_OPS  # torch only for those who evaluate on tensors
+
+        ops = TORCH_OPS
+    comp = _Compiler(source, resolve, allow_random, ops, draw_offset)
     fn, typ, _ = comp.visit(tree)
     if typ.kind == "str":
         raise ExprError(f"a bare string is not a value in expression {_show(source)}")
     if want is not None and want.kind != typ.kind:
         raise ExprError(f"type mismatch: expected {want}, got {typ} in expression {_show(source)}")
-    return CompiledExpr(source, typ, fn, frozenset(comp.fields), comp.draws - draw_offset)
+    return CompiledExpr(source, typ, fn, frozenset(comp.fields), comp.draws - draw_offset, ops)

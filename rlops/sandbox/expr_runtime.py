@@ -1,6 +1,12 @@
 """The runtime side of scenario expressions (compiled by :mod:`rlops.sandbox.expr`): their types, the
-compiled-expression record, the operator and function tables, and the tensor helpers the compiled
-closures call while the environment steps."""
+compiled-expression record, the operator tables and the array operations a compiled closure calls.
+
+A closure is built for one array library, named by its :class:`ArrayOps`: torch for the sandbox's
+batched environments (:data:`rlops.sandbox.expr_torch.TORCH_OPS`), numpy for an agent deciding one
+state at a time without torch (:data:`rlops.sandbox.expr_numpy.NUMPY_OPS`). The parsing, the
+whitelist, the type checks and the enum codes are the same for both; only these operations differ.
+This module imports neither library.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import torch
-
-Tensor = torch.Tensor
-Value = Tensor | float
+#: A column, a row of results or a constant: a ``torch.Tensor`` or a ``numpy.ndarray`` (by the
+#: expression's :class:`ArrayOps`), or a Python number folded at compile time.
+Value = Any
 
 
 @dataclass(frozen=True)
@@ -34,10 +39,41 @@ BOOL = ExprType("bool")
 
 
 class RandomSource(Protocol):
-    def uniform(self, draw_id: int) -> Tensor: ...
+    def uniform(self, draw_id: int) -> Value: ...
 
 
-Compiled = Callable[[Tensor, "RandomSource | None"], Value]
+Compiled = Callable[[Value, "RandomSource | None"], Value]
+
+
+class ArrayOps(Protocol):
+    """The array operations a compiled expression needs beyond Python's operators."""
+
+    name: str
+    """``torch`` or ``numpy``."""
+
+    def where(self, cond: Value, a: Value, b: Value, S: Value) -> Value:
+        """``a`` where ``cond`` else ``b``, in the dtype of ``S``."""
+        ...
+
+    def minmax(self, name: str, args: list[Value]) -> Value:
+        """``min`` or ``max`` of numbers and arrays, elementwise."""
+        ...
+
+    def call(self, name: str, args: list[Value]) -> Value:
+        """One of :data:`NUM_FUNCS` (``abs``, ``exp``, ``log``, ``sigmoid``, ``clip``)."""
+        ...
+
+    def as_float(self, v: Value) -> Value:
+        """A bool array as 0.0/1.0 floats; anything else as it is."""
+        ...
+
+    def standard_normal(self, u1: Value, u2: Value) -> Value:
+        """Box–Muller on two uniforms in [0, 1)."""
+        ...
+
+    def evaluate(self, fn: Compiled, S: Value, rng: RandomSource | None, is_bool: bool) -> Value:
+        """``fn(S, rng)`` as one value per row of ``S``: bool, or the dtype of ``S``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -50,15 +86,11 @@ class CompiledExpr:
     fields: frozenset[str]
     random_draws: int
     """How many random draw ids the expression uses, from the offset it was compiled with."""
+    ops: ArrayOps
+    """The array library the closure was built for."""
 
-    def __call__(self, S: Tensor, rng: RandomSource | None = None) -> Tensor:
-        out = self.fn(S, rng)
-        if not isinstance(out, Tensor):
-            out = torch.full((S.shape[0],), float(out), dtype=S.dtype, device=S.device)
-        elif out.dim() == 0:
-            # A call on constants (``exp(0)``, ``clip(5, 0, 3)``) is a 0-d tensor: one per row.
-            out = out.to(S.device).expand(S.shape[0]).contiguous()
-        return out.bool() if self.type.kind == "bool" else out.to(S.dtype)
+    def __call__(self, S: Value, rng: RandomSource | None = None) -> Value:
+        return self.ops.evaluate(self.fn, S, rng, self.type.kind == "bool")
 
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
@@ -78,52 +110,6 @@ _CMPOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Gt: lambda a, b: a > b,
     ast.GtE: lambda a, b: a >= b,
 }
-_NUM_FUNCS: dict[str, tuple[int, Callable[..., Any]]] = {
-    "abs": (1, lambda x: x.abs() if isinstance(x, Tensor) else abs(x)),
-    "exp": (1, lambda x: torch.exp(torch.as_tensor(x))),
-    "log": (1, lambda x: torch.log(torch.as_tensor(x))),
-    "sigmoid": (1, lambda x: torch.sigmoid(torch.as_tensor(x))),
-    "clip": (3, lambda x, lo, hi: _clip(x, lo, hi)),
-}
+#: The numeric functions and their arity (their array implementations are in each ArrayOps).
+NUM_FUNCS: dict[str, int] = {"abs": 1, "exp": 1, "log": 1, "sigmoid": 1, "clip": 3}
 _RANDOM_FUNCS = {"uniform": 2, "normal": 2, "bernoulli": 1}
-
-
-def _clip(x: Value, lo: Value, hi: Value) -> Tensor:
-    """``clip`` with bounds that may be numbers or tensors, in any mix (``torch.clamp`` takes
-    either two numbers or two tensors)."""
-    ref = next((v for v in (x, lo, hi) if isinstance(v, Tensor)), None)
-
-    def t(v: Value) -> Tensor:
-        if isinstance(v, Tensor):
-            return v
-        return torch.tensor(
-            float(v), dtype=torch.float32 if ref is None else ref.dtype, device=None if ref is None else ref.device
-        )
-
-    return torch.minimum(torch.maximum(t(x), t(lo)), t(hi))
-
-
-def _as_float(v: Value) -> Value:
-    return v.float() if isinstance(v, Tensor) and v.dtype == torch.bool else v
-
-
-def _minmax(op: Callable[[Tensor, Tensor], Tensor], args: list[Value]) -> Value:
-    out = args[0]
-    for a in args[1:]:
-        if isinstance(out, Tensor) or isinstance(a, Tensor):
-            ref = out if isinstance(out, Tensor) else a
-            assert isinstance(ref, Tensor)
-            out = op(
-                torch.as_tensor(out, dtype=ref.dtype, device=ref.device),
-                torch.as_tensor(a, dtype=ref.dtype, device=ref.device),
-            )
-        else:
-            out = min(out, a) if op is torch.minimum else max(out, a)
-    return out
-
-
-def standard_normal(u1: Tensor, u2: Tensor) -> Tensor:
-    """Box–Muller on two uniforms in [0, 1); computed in float64 so that batched and one-row
-    evaluation round to the same float32 value."""
-    u1 = u1.double().clamp_min(1e-12)
-    return (torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * torch.pi * u2.double())).float()

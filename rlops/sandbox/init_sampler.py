@@ -127,7 +127,7 @@ class InitSampler:
 
         d = 2 * k
         if init.dist in ("normal", "lognormal"):
-            from rlops.sandbox.expr import standard_normal
+            from rlops.sandbox.expr_torch import standard_normal
 
             scale = "std" if init.dist == "normal" else "sigma"
 
