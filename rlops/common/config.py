@@ -131,7 +131,7 @@ def resolve_params(
     pack_file = scenarios_dir(params) / scenario / "params.yaml"
     sources = [project]
     merged = copy.deepcopy(params)
-    if pack_file.exists():
+    if pack_file.exists() or pack_file.is_symlink():  # a dangling link is an error, not "no params"
         pack = read_params_file(pack_file, f"pack {scenario} params.yaml")
         sources.append(pack)
         merged = deep_merge(merged, pack.document)

@@ -150,7 +150,8 @@ def read_params_file(path: Path, label: str) -> ParamsSource:
                 raise ConfigError(f"params file {path}: expected a mapping of params blocks at the top level")
             cached = _PARSED[path] = (stamp, lines, doc)
     except FileNotFoundError as exc:
-        raise ConfigError(f"params file {path} not found; set RLOPS_PARAMS or run from the repository root") from exc
+        hint = "set RLOPS_PARAMS or run from the repository root" if label.startswith("project") else f"fix {label}"
+        raise ConfigError(f"params file {path} not found; {hint}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"params file {path} is not UTF-8 text (byte {exc.start}); expected a YAML file") from None
     except OSError as exc:

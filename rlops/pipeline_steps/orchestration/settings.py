@@ -63,6 +63,28 @@ def dag_id(kind: str, scenario: str) -> str:
     return f"{kind}__{scenario}"
 
 
+# Airflow's rule for a DAG id (its KEY_REGEX, no "..", 250 characters): a pack's folder name is
+# used as is, never rewritten, so two folders can never end up with one DAG id.
+_DAG_ID = re.compile(r"^[\w.-]+$")
+MAX_DAG_ID = 250
+
+
+def pack_name_problem(scenario: str) -> str | None:
+    """Why a pack's folder name cannot be part of its DAG ids, or None."""
+    if not _DAG_ID.match(scenario) or ".." in scenario:
+        return (
+            f"pack folder name {scenario!r} cannot be part of a DAG id: expected letters, digits, "
+            "'_', '-' and single dots only; rename the folder"
+        )
+    longest = max(len(dag_id(kind, scenario)) for kind in DAG_KINDS)
+    if longest > MAX_DAG_ID:
+        return (
+            f"pack folder name {scenario[:40]!r}… ({len(scenario)} characters) makes a DAG id of {longest} "
+            f"characters, over Airflow's {MAX_DAG_ID}; rename the folder"
+        )
+    return None
+
+
 def schedule_minutes(schedule: str | None, default: int) -> int:
     """The period of a cron schedule or preset in whole minutes (``*/5 * * * *`` → 5), ``default``
     when there is none or it is not a whole number of minutes up to a week."""
@@ -169,7 +191,20 @@ def pack_dag_config(scenario: str) -> PackDagConfig:
     )
 
 
-_CACHE: dict[tuple[Any, ...], list[PackDagConfig]] = {}
+@dataclass(frozen=True)
+class PackProblem:
+    """A pack under the scenarios folder that gets no DAGs, and why (its name or its params)."""
+
+    scenario: str
+    reason: str
+
+
+class PackProblems(ValueError):
+    """Packs that get no DAGs: raised by the ``pack_problems`` DAG file, so Airflow lists them as
+    that file's import error while every other pack keeps its DAGs."""
+
+
+_CACHE: dict[tuple[Any, ...], tuple[list[PackDagConfig], list[PackProblem]]] = {}
 _ROOTS: dict[tuple[Any, ...], Path] = {}
 
 
@@ -192,14 +227,45 @@ def _signature() -> tuple[Any, ...]:
     return (*base, str(root), tuple(stamps))
 
 
-def pack_dag_configs() -> list[PackDagConfig]:
-    """One config per pack under the scenarios folder (read once per parse of the DAG folder:
-    every DAG file asks, the params are resolved once while nothing changed)."""
+def _read_packs() -> tuple[list[PackDagConfig], list[PackProblem]]:
+    """The config of every pack under the scenarios folder (read once per parse of the DAG folder:
+    every DAG file asks, the params are resolved once while nothing changed), and the packs that
+    get none: a folder name that is no DAG id, params that do not validate. One broken pack costs
+    only its own DAGs."""
     key = _signature()
     if key not in _CACHE:
+        configs, problems = [], []
+        for name in scenario_names():
+            reason = pack_name_problem(name)
+            if reason is None:
+                try:
+                    configs.append(pack_dag_config(name))
+                    continue
+                except (ValueError, OSError) as exc:  # ConfigError/ParamsError are ValueErrors
+                    reason = " ".join(str(exc).split())
+            problems.append(PackProblem(name, reason))
         _CACHE.clear()
-        _CACHE[key] = [pack_dag_config(name) for name in scenario_names()]
+        _CACHE[key] = (configs, problems)
     return _CACHE[key]
+
+
+def pack_dag_configs() -> list[PackDagConfig]:
+    """One config per pack under the scenarios folder that can have DAGs (see :func:`pack_problems`)."""
+    return _read_packs()[0]
+
+
+def pack_problems() -> list[PackProblem]:
+    """The packs under the scenarios folder that get no DAGs, each with its reason."""
+    return _read_packs()[1]
+
+
+def raise_pack_problems() -> None:
+    """Raise :class:`PackProblems` naming every pack that gets no DAGs (nothing when there is none)."""
+    problems = pack_problems()
+    if problems:
+        raise PackProblems(
+            f"{len(problems)} pack(s) get no DAGs: " + "; ".join(f"{p.scenario}: {p.reason}" for p in problems)
+        )
 
 
 def dag_params(pack: PackDagConfig, mode: str = "full", training: bool = False) -> dict[str, Param]:
