@@ -12,6 +12,10 @@ hand, and all of them mean the same thing:
 A state that cannot be read (not a mapping, a required field missing, a value of the wrong type,
 an unknown action in the history) raises :class:`StateError`, which says which fields, what was
 given and what the scenario expects.
+
+The encoder runs on numpy (:class:`~rlops.agent_sdk.decision_program.DecisionProgram`): an agent
+needs neither torch nor the pack's reward modules to encode a state, mask its actions or ask the
+rule engine.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
+from rlops.agent_sdk.decision_program import DecisionProgram
 from rlops.common.errors import UserError
+from rlops.sandbox.spec import ScenarioSpec
 
 STATE_PREFIX = "state."
 
@@ -87,16 +92,27 @@ def _is_nan(v: Any) -> bool:
 
 
 class ObservationEncoder:
-    """Production states → the sandbox's state tensor, action masks and observations."""
+    """Production states → the sandbox's state row, action masks and observations (numpy).
 
-    def __init__(self, pack: Any):
-        self.pack = pack
-        self.scenario = scn = pack.scenario
-        self.action_names: tuple[str, ...] = tuple(scn.action_names)
+    Built from a :class:`DecisionProgram`, a parsed :class:`ScenarioSpec`, or a loaded pack
+    (``rlops.sandbox.pack.Pack``: its scenario's spec); :meth:`from_pack` reads a pack folder."""
+
+    def __init__(self, pack: DecisionProgram | ScenarioSpec | Any):
+        if isinstance(pack, DecisionProgram):
+            self.program = pack
+        else:
+            self.program = DecisionProgram(pack if isinstance(pack, ScenarioSpec) else pack.scenario.spec)
+        self.scenario = scn = self.program
+        self.action_names: tuple[str, ...] = scn.action_names
         self.columns = observation_columns(scn.layout, self.action_names)
         self._fields = [f for f in scn.spec.fields if f.observed]
         self._optional = set(scn.visible)  # hidden until their visible_when holds
         self._known = frozenset(f.path for f in scn.spec.fields)
+
+    @classmethod
+    def from_pack(cls, path: str | Any) -> ObservationEncoder:
+        """The encoder of the pack folder ``path`` (reads its ``scenario.yaml`` only)."""
+        return cls(DecisionProgram.from_pack(path))
 
     @property
     def required_fields(self) -> list[str]:
@@ -111,8 +127,8 @@ class ObservationEncoder:
         elapsed_ms: float = 0.0,
         last_error: bool = False,
         strict: bool = True,
-    ) -> torch.Tensor:
-        """One row ``S[1, C]`` for a production state and the actions taken so far. Not ``strict``:
+    ) -> np.ndarray:
+        """One row ``S[1, C]`` (float32) for a production state and the actions taken so far. Not ``strict``:
         what cannot be read (a missing or bad field, an unknown action) is left at 0 instead of
         raising — the best-effort state the rule-engine fallback decides on."""
         scn = self.scenario
@@ -130,7 +146,7 @@ class ObservationEncoder:
             if strict:
                 raise
             flat = {}
-        S = torch.zeros((1, scn.n_cols), dtype=torch.float32)
+        S = scn.zeros(1)
         missing = []
         for f in self._fields:
             v = flat.get(f.path)
@@ -167,19 +183,19 @@ class ObservationEncoder:
             if c != codes[-1]:
                 break
             run += 1
-        c = scn.columns
-        S[0, c["episode.step"]] = float(len(codes) if step is None else step)
-        S[0, c["episode.elapsed_ms"]] = float(elapsed_ms)
-        S[0, c["episode.last_action"]] = float(codes[-1]) if codes else 0.0
-        S[0, c["episode.repeat_count"]] = float(max(run - 1, 0))
-        S[0, c["episode.error"]] = float(bool(last_error))
-        clamped: torch.Tensor = scn.clamp(S)
-        return clamped
+        col = scn.columns
+        S[0, col["episode.step"]] = float(len(codes) if step is None else step)
+        S[0, col["episode.elapsed_ms"]] = float(elapsed_ms)
+        S[0, col["episode.last_action"]] = float(codes[-1]) if codes else 0.0
+        S[0, col["episode.repeat_count"]] = float(max(run - 1, 0))
+        S[0, col["episode.error"]] = float(bool(last_error))
+        return scn.clamp(S)
 
-    def history_tensor(self, history: Sequence[str]) -> torch.Tensor:
+    def history_codes(self, history: Sequence[str]) -> np.ndarray:
+        """``[1, k]`` codes of the last ``k`` actions, oldest first (0: none, ``a + 1``: action ``a``)."""
         k = self.scenario.layout.history_len
         codes = [self._action_code(a) for a in history][-k:] if k else []
-        return torch.tensor([[0] * (k - len(codes)) + codes], dtype=torch.long)
+        return np.asarray([[0] * (k - len(codes)) + codes], dtype=np.int64)
 
     def encode(
         self,
@@ -189,16 +205,18 @@ class ObservationEncoder:
         elapsed_ms: float = 0.0,
         last_error: bool = False,
         strict: bool = True,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(S[1, C], mask[1, A], obs[1, D])`` for one production state (see :meth:`state_tensor`)."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(S[1, C], mask[1, A], obs[1, D])`` for one production state (see :meth:`state_tensor`):
+        float32, bool and float32 arrays."""
         S = self.state_tensor(state, history, step, elapsed_ms, last_error, strict)
         if not strict:
             history = [a for a in history if isinstance(a, str) and a in self.action_names]
         mask = self.scenario.action_masks(S)
-        return S, mask, self.scenario.encode(S, mask, self.history_tensor(history))
+        return S, mask, self.scenario.encode(S, mask, self.history_codes(history))
 
-    def rule_action(self, S: torch.Tensor, mask: torch.Tensor) -> int:
-        return int(self.scenario.rule_actions(S, mask)[0])
+    def rule_action(self, S: np.ndarray, mask: np.ndarray) -> int:
+        """The rule engine's action for the first row of ``S`` with its mask."""
+        return int(self.scenario.rule_actions(S[:1], mask[:1])[0])
 
     def _code(self, f: Any, v: Any) -> float:
         if f.type == "enum":

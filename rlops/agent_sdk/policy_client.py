@@ -45,14 +45,22 @@ registry while running, and fall back to the scenario's rule engine — never si
   (:class:`ShadowDecision`), and :attr:`shadow_agreement` is the share of requests where it chose
   the served action.
 
+* **With or without torch.** ``runtime="torch"`` serves the registered pyfunc model;
+  ``runtime="numpy"`` serves its network's numpy export (``policy.npz``, written with every saved
+  policy: :mod:`rlops.agent_sdk.numpy_policy`), which is what an agent host with the slim
+  ``rlops-agent`` package has; ``"auto"`` (default) picks torch when it is installed. Masks,
+  observations and the rule engine are computed with numpy either way
+  (:mod:`rlops.agent_sdk.decision_program`), from the pack's ``scenario.yaml`` only.
+
 The state is the production state as a nested dict or flattened ``state.<path>`` keys (see
-:mod:`rlops.agent_sdk.encoding`). Needs the scenario pack, torch and MLflow.
+:mod:`rlops.agent_sdk.encoding`). Needs the scenario pack and MLflow (``mlflow-skinny`` suffices).
 """
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
+import importlib.util
 import itertools
 import logging
 import threading
@@ -87,6 +95,16 @@ from rlops.common.policy_ref import PolicyRef
 log = logging.getLogger(__name__)
 
 BAD_STATE_MODES = ("raise_first", "raise", "fallback")
+RUNTIMES = ("auto", "torch", "numpy")
+
+
+def resolve_runtime(runtime: str) -> str:
+    """``torch`` or ``numpy`` for a ``runtime`` setting (``auto``: torch when it is installed)."""
+    if runtime not in RUNTIMES:
+        raise UserError(f"PolicyClient(runtime={runtime!r}): expected one of {', '.join(RUNTIMES)}")
+    if runtime == "auto":
+        return "torch" if importlib.util.find_spec("torch") is not None else "numpy"
+    return runtime
 
 
 class PolicyClient:
@@ -115,6 +133,8 @@ class PolicyClient:
             own defaults retry for minutes); variables the deployment set itself win.
         fallback_log_every_s: seconds (on ``clock``) between the log lines that count the
             fallbacks of a cause after its first WARNING.
+        runtime: ``torch`` (the registered pyfunc model), ``numpy`` (its numpy export, no torch
+            needed) or ``auto`` (torch when installed); :attr:`runtime` is the one in use.
     """
 
     def __init__(
@@ -136,9 +156,9 @@ class PolicyClient:
         bad_state: str = "raise_first",
         seed: int = 0,
         fallback_log_every_s: float = 300.0,
+        runtime: str = "auto",
     ):
-        from rlops.sandbox.pack import load_pack
-
+        self.runtime = resolve_runtime(runtime)
         if refresh_every_s is not None and not (
             isinstance(refresh_every_s, (int, float)) and 0 < float(refresh_every_s) < float("inf")
         ):
@@ -156,9 +176,15 @@ class PolicyClient:
             raise UserError(f"PolicyClient(challenger_fraction={challenger_fraction!r}): expected a share in [0, 1]")
         self.tracking_uri, self.scenario = tracking_uri, scenario
         self.model_name = model_name or f"{scenario}-policy"
-        self.encoder = ObservationEncoder(load_pack(pack_path, check_liveness=False))
+        self.encoder = ObservationEncoder.from_pack(pack_path)
         self.source = RegistrySource(
-            tracking_uri, scenario, self.model_name, self.encoder.columns, http_max_retries, http_timeout_s
+            tracking_uri,
+            scenario,
+            self.model_name,
+            self.encoder.columns,
+            http_max_retries,
+            http_timeout_s,
+            self.runtime,
         )
         self.shadow_ref = PolicyRef.parse(shadow, scenario) if shadow is not None else None
         if self.shadow_ref is not None and self.shadow_ref.is_rules:
@@ -357,9 +383,9 @@ class PolicyClient:
                 f"no champion policy loaded: {err}" if err else f"{self.model_name} has no champion alias yet",
                 t0,
             )
-        served = self._pool.submit(policy.model.predict_obs, obs.numpy())
+        served = self._pool.submit(policy.model.predict_obs, obs)
         shadow = serving.shadow
-        shadowed = self._pool.submit(shadow.model.predict_obs, obs.numpy()) if shadow is not None else None
+        shadowed = self._pool.submit(shadow.model.predict_obs, obs) if shadow is not None else None
         try:
             out = served.result(timeout=self.timeout_s)
         except concurrent.futures.TimeoutError:
@@ -561,6 +587,7 @@ class PolicyClient:
 
 __all__ = [
     "BAD_STATE_MODES",
+    "RUNTIMES",
     "CHALLENGER",
     "CHAMPION",
     "Decision",

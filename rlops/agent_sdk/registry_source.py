@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rlops.agent_sdk.numpy_policy import NumpyPolicy
 from rlops.agent_sdk.serving import (
     CHALLENGER,
     CHALLENGER_RECORD_TAG,
@@ -48,9 +49,12 @@ class RegistrySource:
         obs_columns: list[str],
         http_max_retries: int = 2,
         http_timeout_s: int = 10,
+        runtime: str = "torch",
     ):
         self.tracking_uri, self.scenario, self.model_name = tracking_uri, scenario, model_name
         self.obs_columns = obs_columns
+        self.runtime = runtime
+        """``torch``: the pyfunc model as registered; ``numpy``: its network's numpy export."""
         self._http_env = {
             "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(int(http_max_retries)),
             "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(http_timeout_s)),
@@ -98,8 +102,6 @@ class RegistrySource:
             if version in self._models:
                 self._models.move_to_end(version)
                 return self._models[version]
-        import mlflow.pyfunc
-
         client = self._client()
         with self._http_limits():
             mv = client.get_model_version(self.model_name, version)
@@ -110,7 +112,12 @@ class RegistrySource:
             dst = self._cache / f"v{version}"
             shutil.rmtree(dst, ignore_errors=True)
             local = client.download_artifacts(run_id, path, str(dst))
-        model = mlflow.pyfunc.load_model(local).unwrap_python_model()
+        if self.runtime == "numpy":
+            model: Any = NumpyPolicy.load_pyfunc(local)
+        else:
+            import mlflow.pyfunc
+
+            model = mlflow.pyfunc.load_model(local).unwrap_python_model()
         if list(model.obs_columns) != self.obs_columns:
             raise ValueError(
                 f"{self.model_name} v{version} expects another observation layout than the "

@@ -17,7 +17,9 @@ The observation of a scenario is ``[features | action mask | last-k action codes
 
 Serving goes through :meth:`PolicyNetwork.act` (eager) or :func:`export_policy` (a ``torch.export``
 program with the same outputs); weights travel as ``policy.pt`` (state dict, loaded with
-``weights_only=True``) next to ``policy.json`` (the :class:`PolicyConfig`).
+``weights_only=True``) next to ``policy.json`` (the :class:`PolicyConfig`) and ``policy.npz`` (the
+same tensors as numpy arrays: what an agent without torch serves, see
+:mod:`rlops.agent_sdk.numpy_policy`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -38,6 +41,8 @@ log = logging.getLogger(__name__)
 
 WEIGHTS_FILE = "policy.pt"
 CONFIG_FILE = "policy.json"
+NUMPY_WEIGHTS_FILE = "policy.npz"
+"""The state dict as numpy arrays (``numpy.savez``, no pickles), for serving without torch."""
 _FORMAT = 1
 
 
@@ -478,11 +483,14 @@ class SavedPolicy:
 
 
 def save_policy(policy: PolicyNetwork, directory: str | Path, metadata: dict[str, Any] | None = None) -> SavedPolicy:
-    """Write ``policy.pt`` (state dict) and ``policy.json`` (config + metadata) into ``directory``."""
+    """Write ``policy.pt`` (state dict), ``policy.npz`` (the same tensors for numpy serving) and
+    ``policy.json`` (config + metadata) into ``directory``."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu() for k, v in policy.state_dict().items()}
     torch.save(state, d / WEIGHTS_FILE)
+    with (d / NUMPY_WEIGHTS_FILE).open("wb") as fh:
+        np.savez(fh, **{k: v.numpy() for k, v in state.items()})
     doc = {
         "format": _FORMAT,
         "config": policy.config.to_dict(),
@@ -533,6 +541,7 @@ __all__ = [
     "probs_of",
     "greedy_actions",
     "EXP_FLOOR",
+    "NUMPY_WEIGHTS_FILE",
     "export_policy",
     "load_exported",
     "save_policy",

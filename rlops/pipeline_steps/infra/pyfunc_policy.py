@@ -4,7 +4,8 @@ What a registered ``<scenario>-policy`` version holds (the folder ``policy_model
 
     MLmodel, requirements.txt, …          MLflow's model description and environment
     pyfunc_policy.py                       this file: the model code MLflow executes on load
-    artifacts/policy/policy.pt|.json       the network (``rlops.model.policy.save_policy``)
+    artifacts/policy/policy.pt|.npz|.json  the network (``rlops.model.policy.save_policy``; ``.npz``: the
+                                           same weights for serving without torch, rlops.agent_sdk.numpy_policy)
     code/rlops/model/                      the ``rlops.model`` package (beside an empty ``rlops/__init__.py``),
                                            so a bare server can load it without rlops installed
 

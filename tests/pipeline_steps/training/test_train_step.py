@@ -86,11 +86,11 @@ def test_full_run_registers_lineage_and_a_servable_pyfunc(
     _, mask, obs = enc.encode(state)
     import pandas as pd
 
-    out = model.predict(pd.DataFrame(obs.numpy().astype("float64"), columns=enc.columns))
+    out = model.predict(pd.DataFrame(obs.astype("float64"), columns=enc.columns))
     assert list(out.columns[:2]) == ["action", "action_index"] and len(out) == 1
     assert bool(mask[0, int(out["action_index"][0])])
     probs = out[[f"prob.{a}" for a in pack.scenario.action_names]].to_numpy()
-    assert abs(probs.sum() - 1) < 1e-5 and probs[0][~mask[0].numpy()].max() == 0
+    assert abs(probs.sum() - 1) < 1e-5 and probs[0][~mask[0]].max() == 0
 
     # same run key, same inputs: the registered version is returned instead of a second one
     again = train_policy(make_ctx(tmp_path), "full", timesteps=TINY)
