@@ -192,15 +192,10 @@ def build_serving_state(
     if fraction_override is not None:
         fraction = float(fraction_override)
     elif challenger is not None:
-        try:
-            fraction = float(challenger.tags.get(TRAFFIC_TAG, 0.0))
-        except ValueError:
-            log.warning(
-                "policy client: %s v%s has traffic_fraction %r, not a number; serving it no traffic",
-                source.model_name,
-                challenger.version,
-                challenger.tags.get(TRAFFIC_TAG),
-            )
+        fraction, problem = traffic_share(challenger.tags.get(TRAFFIC_TAG))
+        if problem:
+            errors[CHALLENGER] = "; ".join(filter(None, [errors.get(CHALLENGER), f"v{challenger.version}: {problem}"]))
+            log.warning("policy client: %s v%s: %s", source.model_name, challenger.version, problem)
     fraction = min(max(fraction, 0.0), 1.0) if math.isfinite(fraction) else 0.0
     if challenger is not None and fraction > 0.0:
         fraction = fraction if _staged_by_rlops(source, challenger.version, old, errors) else 0.0
@@ -213,6 +208,21 @@ def build_serving_state(
         now,
         tuple(sorted(errors.items())),
     )
+
+
+def traffic_share(raw: str | None) -> tuple[float, str | None]:
+    """The share of traffic a ``traffic_fraction`` tag gives (no tag: none), and what is wrong with a
+    tag that is no fraction from 0 to 1: text, NaN, or 5 meant as 5 % serve the challenger nothing,
+    never a share clamped to all of the traffic."""
+    if raw is None:
+        return 0.0, None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 1.0:  # also false for NaN
+        return 0.0, f"{TRAFFIC_TAG} tag {raw[:40]!r} is not a fraction from 0 to 1; serving the challenger no traffic"
+    return value, None
 
 
 def _staged_by_rlops(source: RegistrySource, version: str, old: ServingState, errors: dict[str, str]) -> bool:
