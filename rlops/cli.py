@@ -3,7 +3,7 @@
     rlops env {validate,describe,rollout} | capture | drift {detect,check} | calibrate
           | labels {run,export,import} | train {policy,relabel,switch-reward,reward-model,tune,status}
           | profile | stress | model {evaluate,promote,rollback,webhook} | replay | audit | simulate
-          | console | demo | config {show,validate,schema} | stack {up,status,down}
+          | console | demo | config {show,validate,schema} | stack {up,status,down} | signal {set,show}
 
 Each noun is one module of ``rlops.commands`` holding only its argparse definitions and thin
 handlers; a handler imports its step (and with it torch, pandas, MLflow) when it runs, so
@@ -50,6 +50,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.Argument
         labels,
         model,
         profile,
+        signal,
         simulate,
         stack,
         stress,
@@ -65,6 +66,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.Argument
         train.register,
         profile.register,
         stress.register,
+        signal.register,
         model.register,
         audit.register,
         simulate.register,

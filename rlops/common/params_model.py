@@ -496,6 +496,24 @@ class QueueConfig(Block):
     ensemble_min_labels: int = Field(20, ge=0, description="finished labels from which `auto` uses the ensemble")
 
 
+class SignalsParams(Block):
+    """Business signals that drive reward weights (``rlops/pipeline_steps/infra/signal_store.py``, ``rlops signal``)."""
+
+    dir: str = Field("signals", description="folder under storage.root: one <signal>.json (its values) per signal")
+    history: int = Field(500, ge=1, description="values kept per signal (accepted and refused), newest last")
+    retrain_delta: float = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="the drift monitor asks for a retrain when a signal in force moved this far from the "
+        "champion's value, as a share of the signal's declared range",
+    )
+    airflow_variables: bool = Field(
+        True, description="the drift monitor's task also reads an Airflow Variable per declared signal"
+    )
+    variable_prefix: str = Field("rlops_signal_", description="that Variable's name: prefix + signal name")
+
+
 class AuditParams(Block):
     """Audit report (``rlops/pipeline_steps/audit/replay.py``, ``rlops audit``, ``rlops replay``)."""
 
@@ -556,6 +574,7 @@ class Params(Block):
     label_queue: QueueConfig = Field(default_factory=QueueConfig, description=QueueConfig.__doc__)
     recalibrate: RecalConfig = Field(default_factory=RecalConfig, description=RecalConfig.__doc__)
     audit: AuditParams = Field(default_factory=AuditParams, description=AuditParams.__doc__)
+    signals: SignalsParams = Field(default_factory=SignalsParams, description=SignalsParams.__doc__)
     demo: DemoParams = Field(default_factory=DemoParams, description=DemoParams.__doc__)
     ppo: PpoParams = Field(default_factory=PpoParams, description=PpoParams.__doc__)
     reward_model: RewardModelParams = Field(default_factory=RewardModelParams, description=RewardModelParams.__doc__)
@@ -583,6 +602,7 @@ __all__ = [
     "RecalConfig",
     "RelabelParams",
     "RewardModelParams",
+    "SignalsParams",
     "StorageParams",
     "StressConfig",
     "TrackingParams",

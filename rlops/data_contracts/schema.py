@@ -413,6 +413,13 @@ def trace_base_columns(
             description="{total, breakdown: [{component, score, reason, rule_ref}]}; a list of "
             "components or {component: score} is accepted and normalised",
         ),
+        ColumnSpec(
+            "reward_signals",
+            "json",
+            required=False,
+            description="the business signals in force that drove the reward's weights, {signal: value} "
+            "(reward lineage beside reward_fn_version)",
+        ),
         ColumnSpec("done", "bool"),
         ColumnSpec("latency_ms", "float", required=False, min=0.0, finite=True),
         ColumnSpec(

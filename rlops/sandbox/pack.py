@@ -19,6 +19,7 @@ from rlops.sandbox.errors import PackError
 from rlops.sandbox.precheck import REWARD_FILE, load_params, load_rules, reward_files, scenario_file
 from rlops.sandbox.probe import probe_reward_fn
 from rlops.sandbox.reward import RewardError, RewardFunction, load_reward_fn
+from rlops.sandbox.reward_signals import SignalWeight
 from rlops.sandbox.spec import parse_scenario
 from rlops.sandbox.yaml_lines import load_yaml
 
@@ -40,10 +41,19 @@ class Pack:
     reward_fns: dict[str, RewardFunction]
     params: dict[str, Any] = field(default_factory=dict)
     calibration: dict[str, Any] | None = None
+    signals: dict[str, float] = field(default_factory=dict)
+    """Business signal values in force (:mod:`rlops.sandbox.reward_signals`), bound to every reward
+    function :meth:`reward_fn` returns; a declared signal without a value is at its baseline."""
 
     @property
     def name(self) -> str:
         return self.scenario.spec.name
+
+    @property
+    def signal_weights(self) -> list[SignalWeight]:
+        """Every ``SIGNAL_WEIGHTS`` declaration of the pack's reward functions, by label order."""
+        labels = sorted(self.reward_fns, key=_version_key)
+        return [sw for label in labels for sw in self.reward_fns[label].signal_weights]
 
     def reward_fn(self, version: str | None = None) -> RewardFunction:
         """The reward function by label (``v1``) — the newest when ``version`` is None."""
@@ -54,7 +64,7 @@ class Pack:
                 f"pack {self.name} has no reward function '{version}' "
                 f"(available: {sorted(self.reward_fns, key=_version_key)})"
             )
-        fn = self.reward_fns[version]
+        fn = self.reward_fns[version].with_signals(self.signals)
         scales = outcome_scales(self.calibration, fn)
         return replace(fn, outcome_scales=scales) if scales else fn
 
@@ -85,6 +95,7 @@ def load_pack(
     check_liveness: bool = True,
     on_stage: StageCallback | None = None,
     probe_rewards: bool = False,
+    signals: dict[str, float] | None = None,
 ) -> Pack:
     """Load and validate a pack folder. ``calibration`` (see :mod:`rlops.pipeline_steps.drift.calibrate`)
     replaces field initial distributions and simulation profiles before compiling.
@@ -94,7 +105,8 @@ def load_pack(
     finite numbers; validation does this, while the stress test and the evaluation gates load
     broken reward functions on purpose, to report them. Reward modules are imported in this process:
     to bound untrusted pack code in time and memory, validate with
-    :func:`rlops.sandbox.isolate.validate_isolated` first."""
+    :func:`rlops.sandbox.isolate.validate_isolated` first. ``signals`` are the business signal
+    values in force (:attr:`Pack.signals`)."""
     stage = on_stage or (lambda _file, _what: None)
     root = Path(path)
     scen_file = scenario_file(root)
@@ -112,7 +124,7 @@ def load_pack(
     reward_fns = _load_reward_fns(root, rules, scenario, stage, probe_rewards)
     for fn in reward_fns.values():  # a malformed rewards: block fails the load, not a later training
         outcome_scales(calibration, fn)
-    pack = Pack(root, scenario, rules, reward_fns, load_params(root), calibration)
+    pack = Pack(root, scenario, rules, reward_fns, load_params(root), calibration, dict(signals or {}))
     if check_liveness:
         stage(scen_file, "rolling random episodes (liveness check)")
         live_key = _liveness_key(doc, reward_fns)

@@ -34,8 +34,8 @@ import inspect
 import math
 import re
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,6 +44,7 @@ import torch
 
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.pack_files import read_pack_text
+from rlops.sandbox.reward_signals import SignalWeight, bind_values, parse_signal_weights
 
 Tensor = torch.Tensor
 _Fn = TypeVar("_Fn", bound=Callable[..., Any])
@@ -192,6 +193,11 @@ class RewardFunction:
     """``(component, negative, positive)``: the component's negative and positive scores are
     multiplied by these (a calibration's ``rewards:`` block, fitted to how live outcomes are scored;
     see :func:`rlops.pipeline_steps.drift.outcome_fit.fit_reward_scales`). Empty: as written."""
+    signal_weights: tuple[SignalWeight, ...] = ()
+    """The objectives whose weight a business signal drives (``SIGNAL_WEIGHTS``, see
+    :mod:`rlops.sandbox.reward_signals`)."""
+    signal_values: tuple[tuple[str, float], ...] = ()
+    """``(signal, value)`` bound by :meth:`with_signals`; a declared signal not bound is at its baseline."""
 
     @property
     def rule_refs(self) -> list[str]:
@@ -205,7 +211,23 @@ class RewardFunction:
         for start, update in self.schedule:
             if global_step >= start:
                 w.update(update)
+        values = self.signals_in_force
+        for sw in self.signal_weights:
+            w[sw.objective] = sw.weight(values[sw.signal])
         return w
+
+    @property
+    def signals_in_force(self) -> dict[str, float]:
+        """Every declared signal's value: the bound one, else its baseline."""
+        bound = dict(self.signal_values)
+        return {sw.signal: bound.get(sw.signal, sw.baseline) for sw in self.signal_weights}
+
+    def with_signals(self, values: Mapping[str, float]) -> RewardFunction:
+        """This function with the declared signals among ``values`` bound (others are ignored);
+        a value outside a signal's declared range is a ``ValueError``."""
+        if not self.signal_weights:
+            return self
+        return replace(self, signal_values=bind_values(self.signal_weights, values))
 
 
 def load_reward_fn(
@@ -270,7 +292,11 @@ def load_reward_fn(
     if not components:
         raise PackError(str(path), None, "", "reward module defines no @component functions")
     components.sort(key=lambda c: c.line)
-    weights, schedule, clip, rp = _settings(path, module, source, {c.objective for c in components}, rules)
+    objectives = {c.objective for c in components}
+    weights, schedule, clip, rp = _settings(path, module, source, objectives, rules)
+    written = getattr(module, "WEIGHTS", None) or {}
+    scheduled = {k for _, update in schedule for k in update}
+    signal_weights = parse_signal_weights(path, module, source, objectives, written, scheduled)
     sys.modules.pop(mod_name, None)
     return RewardFunction(
         str(path),
@@ -282,6 +308,7 @@ def load_reward_fn(
         schedule,
         clip,
         rp,
+        signal_weights=signal_weights,
     )
 
 

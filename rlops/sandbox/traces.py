@@ -187,6 +187,8 @@ def _to_frame(
             df[key] = ex[key][idx].detach().cpu().numpy().astype(np.float64) if key in ex else 0.0
         df["reward_total"] = totals.astype(np.float64)
         df["reward_breakdown"] = [json.dumps(_breakdown(t, b, names, reasons, refs)) for t, b in zip(totals, bd)]
+        if env.reward_fn.signal_weights:  # reward lineage: the signal values its weights followed
+            df["reward_signals"] = json.dumps(env.reward_fn.signals_in_force, sort_keys=True)
         df["done"] = st["done"][idx].numpy()
         df["latency_ms"] = st["latency"][idx].numpy().astype(np.float64)
         df["error"] = st["error"][idx].numpy()

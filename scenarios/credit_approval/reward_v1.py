@@ -7,6 +7,11 @@ from rlops.sandbox.reward import component, rule_ref
 
 VERSION_LABEL = "v1"
 WEIGHTS = {"compliance": 1.0, "risk": 1.0, "service": 1.0, "efficiency": 1.0}
+# A wave of complaints raises the weight of compliance, up to 1.77x when the complaint index is at
+# its top (the source's 0.35 -> 0.62); with no index set it is 0 and the weights are as above.
+SIGNAL_WEIGHTS = {
+    "compliance": {"signal": "complaint_index", "range": (0.0, 1.0), "weights": (1.0, 1.77), "baseline": 0.0},
+}
 CLIP = 5.0
 REPEAT_PENALTY = {"penalty": 0.2, "after": 2, "rule_ref": "OPS_v2.0_2.3"}
 

@@ -17,7 +17,9 @@ of it, a champion return anomaly is flagged when the live mean episode return fa
 sandbox's by more than ``drift.anomaly_drop`` (and ``drift.anomaly_z`` standard errors) and below the
 champion's own live return at the previous check (:mod:`rlops.pipeline_steps.drift.anomaly`), and outcome drift
 (:mod:`rlops.pipeline_steps.drift.outcomes`: live rewards against the sandbox's prediction for the
-same states) is tested on the same two samples. Any one asks for an emergency retrain.
+same states) is tested on the same two samples. A business signal that moved a reward weight since
+the champion was trained (:mod:`rlops.pipeline_steps.drift.signal_drift`) is checked even without
+live traffic. Any one asks for an emergency retrain.
 """
 
 from __future__ import annotations
@@ -217,15 +219,22 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
     else:
         target, empty = long[0], long[3] == 0
     base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "target_uri": target, "dry_run": ctx.dry_run}
+    pack = ctx.load_pack()  # with the latest calibration: the sandbox as it stands now
+    from rlops.pipeline_steps.drift.signal_drift import signal_shifts
+
+    shifts = signal_shifts(ctx, pack)  # a business signal moves the reward with or without traffic
+    signals_moved = [s.describe() for s in shifts if s.moved]
+    base["signal_shifts"] = [s.as_dict() for s in shifts]
+    base["signal_drift"] = signals_moved
     if empty:
         return {
             **base,
             "drifted_fields": [],
             "anomaly": False,
-            "retrain": False,
-            "summary": f"no live traces at {target}; nothing to compare",
+            "retrain": bool(signals_moved),
+            "summary": f"no live traces at {target}; nothing to compare"
+            + "".join(f"; {line}: retrain" for line in signals_moved),
         }
-    pack = ctx.load_pack()  # with the latest calibration: the sandbox as it stands now
     profile = default_profile(pack, "sandbox")
     summary = None
     fanned = [s for s in slices or [] if s] if long is not None else []
@@ -284,7 +293,8 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
         "drifted_fields": drifted,
         "report_uri": None if ctx.dry_run else result.report_uri,
         "html_uri": None if ctx.dry_run else result.html_uri,
-        "summary": f"{result.summary} (dry run: no report written)" if ctx.dry_run else result.summary,
+        "summary": (f"{result.summary} (dry run: no report written)" if ctx.dry_run else result.summary)
+        + "".join(f"; {line}" for line in signals_moved),
         "live_mean_return": round(float(r_live.mean()), 4) if len(r_live) else None,
         "sandbox_mean_return": round(float(r_base.mean()), 4),
         "anomaly": verdict["anomaly"],
@@ -293,5 +303,5 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
         "outcome_onset": outcome.onset,
         "outcome_drifted_cells": outcome.drifted_cells,
         "outcome_summary": outcome.summary,
-        "retrain": bool(drifted) or verdict["anomaly"] or outcome.onset,
+        "retrain": bool(drifted) or verdict["anomaly"] or outcome.onset or bool(signals_moved),
     }

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rlops.common.params_base import Block
     from rlops.common.params_sources import ResolvedParams
     from rlops.pipeline_steps.infra.registry import Tracker
+    from rlops.pipeline_steps.infra.signal_store import SignalReading
     from rlops.pipeline_steps.infra.storage import Storage
     from rlops.pipeline_steps.infra.trace_store import TraceStore
     from rlops.sandbox.pack import Pack
@@ -49,6 +50,7 @@ class StepContext:
     scenario: str
     dry_run: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    _signals: list[SignalReading] | None = field(default=None, repr=False)
 
     @classmethod
     def create(
@@ -128,7 +130,33 @@ class StepContext:
         from rlops.sandbox.pack import load_pack
 
         cal = self.read_calibration(calibration) if calibration else None
-        return load_pack(self.pack_dir, calibration=cal)
+        pack = load_pack(self.pack_dir, calibration=cal)
+        if pack.signal_weights:  # the business signals in force drive their reward weights
+            pack.signals = {r.name: r.value for r in self.signal_readings(pack)}
+        return pack
+
+    def signal_readings(self, pack: Pack | None = None) -> list[SignalReading]:
+        """The business signals the pack's reward functions declare, as in force for this step (read
+        once: every load of the pack in one step binds the same values; see
+        :mod:`rlops.pipeline_steps.infra.signal_store`). Empty for a pack without signal weights."""
+        if self._signals is None:
+            from rlops.pipeline_steps.infra.signal_store import SignalStore, pack_declarations
+
+            if pack is None:
+                from rlops.sandbox.pack import load_pack
+
+                pack = load_pack(self.pack_dir, check_liveness=False)
+            by_name: dict[str, list[Any]] = {}
+            for d in pack_declarations(pack.name, pack.reward_fns):
+                by_name.setdefault(d.weight.signal, []).append(d)
+            store = SignalStore(self.storage, self.config.signals)
+            self._signals = [store.reading(name, decls) for name, decls in sorted(by_name.items())]
+            for r in self._signals:
+                if r.status == "last_good":
+                    import logging
+
+                    logging.getLogger(__name__).warning("signal %s: %s", r.name, r.note)
+        return self._signals
 
     def read_calibration(self, version: str = "latest") -> dict[str, Any] | None:
         """A calibration version; ``latest`` is the newest one written for an interval that ended

@@ -247,15 +247,29 @@ def summarise_drift_slice(conf: Mapping[str, Any], drift_slice: Mapping[str, Any
 
 @no_retry_on_user_error
 def detect_drift(conf: Mapping[str, Any], slices: Sequence[Any] | None = None) -> dict[str, Any]:
+    """The drift check; first, in a real run, the business signals' Airflow Variables are offered to
+    the signal store (:func:`rlops.pipeline_steps.infra.signal_store.feed_airflow_variables`)."""
     from rlops.pipeline_steps.drift.check import drift_check
 
-    return drift_check(_ctx(conf), slices=list(slices or []))
+    ctx = _ctx(conf)
+    if not ctx.dry_run:
+        from rlops.pipeline_steps.infra.signal_store import feed_airflow_variables, pack_declarations
+        from rlops.sandbox.pack import load_pack
+
+        pack = load_pack(ctx.pack_dir, check_liveness=False)
+        for line in feed_airflow_variables(
+            ctx.storage, ctx.config.signals, pack_declarations(pack.name, pack.reward_fns)
+        ):
+            log.warning(line)
+    return drift_check(ctx, slices=list(slices or []))
 
 
 @no_retry_on_user_error
 def recalibrate(conf: Mapping[str, Any], drift: Mapping[str, Any]) -> dict[str, Any]:
     from rlops.pipeline_steps.drift.calibrate import recalibrate as run
 
+    if drift.get("signal_drift") and not drift.get("baseline_uri"):  # a signal moved; no traffic to fit
+        return {"skipped": "no live traces in the window: the sandbox keeps its calibration"}
     return run(_ctx(conf), traces_uri=drift.get("target_uri"))
 
 

@@ -92,6 +92,9 @@ class RewardStress:
     dead_ends: int = 0
     constraints: list[Any] = field(default_factory=list)
     """One :class:`rlops.pipeline_steps.stress.governance.ConstraintResult` per rule constraint."""
+    signal_range: list[dict[str, Any]] = field(default_factory=list)
+    """Per end of the business signals' declared ranges: ``{signals, weights, findings, probes_failed}``
+    (:mod:`rlops.pipeline_steps.stress.signal_range`)."""
 
     @property
     def passed(self) -> bool:

@@ -90,6 +90,12 @@ def stress_reward_fn(pack: Pack, fn: RewardFunction, cfg: StressConfig, probes: 
         results, base = run_gaming_probes(
             pack, fn, cfg.gaming_episodes, cfg.gaming_seed, cfg.gaming_margin, cfg.baselines
         )
+    signal_range: list[dict[str, Any]] = []
+    if fn.signal_weights and not any(f.check == "raised" for f in findings):
+        from rlops.pipeline_steps.stress.signal_range import stress_signal_range
+
+        more, more_probes, signal_range = stress_signal_range(pack, fn, S, bound, cfg, probes)
+        findings, results = findings + more, results + more_probes
     return RewardStress(
         fn.label,
         fn.version,
@@ -102,6 +108,7 @@ def stress_reward_fn(pack: Pack, fn: RewardFunction, cfg: StressConfig, probes: 
         visibility_coverage(pack, S),
         dead,
         constraints,
+        signal_range,
     )
 
 
@@ -194,9 +201,15 @@ def report_dict(reward: RewardStress, policy: list[PolicyStressRow] | None, meta
         if not p.passed
     ]
     reasons += [f"policy under '{r.scenario}': {r.reason}" for r in policy or [] if not r.passed]
+    rules_at = {f" at {r['at']}": r["baselines"].get("rules", float("nan")) for r in reward.signal_range}
+
+    def rules_return(p: ProbeResult) -> float:  # a probe at a signal's end is paired with the rules there
+        at = next((k for k in rules_at if p.name.endswith(k)), None)
+        return rules_at[at] if at is not None else reward.baselines.get("rules", float("nan"))
+
     warnings = [
         f"gaming probe '{p.name}' earns more than the rule engine ({p.mean_return:.4g} vs "
-        f"{reward.baselines.get('rules', float('nan')):.4g}) though less than '{p.baseline}': either the rule "
+        f"{rules_return(p):.4g}) though less than '{p.baseline}': either the rule "
         "engine is weak in those states or the reward overpays that behaviour — worth a look"
         for p in reward.probes
         if p.passed and p.beats_rules
@@ -308,6 +321,22 @@ def render_html(report: dict[str, Any]) -> str:
                 rw["constraints"],
                 ["rule", "constraint", "components", "judged", "violations", "rewarded", "passed"],
                 {i: "pass" if c["passed"] else "fail" for i, c in enumerate(rw["constraints"])},
+            )
+        )
+    if rw.get("signal_range"):
+        parts.append(
+            "<h2>Business signals over their declared range</h2><p>The checks and gaming probes above, "
+            "run again with the signal-driven weights at each end of their range.</p>"
+            + html_table(
+                [
+                    {**r, "signals": json.dumps(r["signals"]), "weights": json.dumps(r["weights"])}
+                    for r in rw["signal_range"]
+                ],
+                ["signals", "weights", "findings", "probes_failed"],
+                {
+                    i: "fail" if r["findings"] or r["probes_failed"] else "pass"
+                    for i, r in enumerate(rw["signal_range"])
+                },
             )
         )
     vis = [{"field": k, **v} for k, v in rw["visibility"].items()]

@@ -42,6 +42,8 @@ from rlops.common.config import resolve_local
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import policy_model_name
+from rlops.pipeline_steps.infra.signal_store import SignalReading
+from rlops.pipeline_steps.infra.signal_store import lineage as signal_lineage
 
 if TYPE_CHECKING:
     from rlops.model.pack_defaults import TrainingPlan
@@ -154,6 +156,7 @@ def train_policy(
     source = resolve_reward_source(ctx, reward_source, blend_lambda)
     label = reward_label(ctx, reward_version)
     reward_fn = pack.reward_fn(label)
+    signals = _signals_of(ctx, pack, reward_fn)
     cal, cal_version = calibration_info(ctx)
     data_version = str(data_version or (cal or {}).get("data_version") or f"run_key={ctx.run_key}")
     # The sandbox as last recalibrated to live traffic, else the pack's default profile.
@@ -171,6 +174,7 @@ def train_policy(
             run_key=ctx.run_key,
             mode=mode_used,
             reward=reward_fn.version,
+            **({"reward_signals": reward_fn.signals_in_force} if reward_fn.signal_weights else {}),
             reward_source=source.kind,
             blend_lambda=source.model_weight,
             reward_model=rm_version,
@@ -197,6 +201,8 @@ def train_policy(
             "timesteps_budget": cfg.total_timesteps,
             "reward_fn": label,
             "reward_fn_sha256": reward_fn.version,
+            "reward_signals": {r.name: r.value for r in signals},
+            "reward_signal_status": {r.name: signal_lineage([r])[f"signal.{r.name}.status"] for r in signals},
             "calibration_version": cal_version,
             "data_version": data_version,
             "num_envs": num_envs,
@@ -240,6 +246,7 @@ def train_policy(
             # pid + host let `rlops train status --pid` find the run of a training in progress.
             T.PID: os.getpid(),
             T.HOST: socket.gethostname(),
+            **signal_lineage(signals),
         }
         # A training killed mid-run left its run RUNNING: this attempt resumes its work, so it closes it.
         stale = ctx.tracker.close_stale_runs({T.STEP: T.TRAIN_POLICY, T.TRAIN_FINGERPRINT: fp})
@@ -255,6 +262,13 @@ def train_policy(
                 run.set_tags({T.CLOSED_STALE_RUNS: ",".join(stale)})
             log_training_inputs(ctx, run, cal_version, cal)
             return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp), poller)
+
+
+def _signals_of(ctx: StepContext, pack: Pack, reward_fn: Any) -> list[SignalReading]:
+    """The readings of the business signals ``reward_fn`` declares (its reward lineage with label and
+    sha256); empty for a function without signal weights."""
+    names = {sw.signal for sw in reward_fn.signal_weights}
+    return [r for r in ctx.signal_readings(pack) if r.name in names]
 
 
 def _starting_point(
@@ -388,6 +402,8 @@ def _train_and_register(
             "profile": base["profile"],
             "reward_fn": base["reward_fn"],
             "resumed_from": resumed.name if resumed else "none",
+            # the values only: a param cannot change when a resumed run logs it again
+            **{f"signal.{k}": f"{v:g}" for k, v in base["reward_signals"].items()},
         }
     )
     t0 = time.perf_counter()
@@ -429,6 +445,8 @@ def _train_and_register(
         "reward_blend_lambda": base["reward_blend_lambda"],
         "reward_model_version": base["reward_model_version"] or "none",
         "bc_steps": (base.get("behaviour_cloning") or {}).get("steps_imitated", 0),
+        **{f"signal.{k}": f"{v:g}" for k, v in base["reward_signals"].items()},
+        **{f"signal.{k}.status": v for k, v in base["reward_signal_status"].items()},
     }
     version = register_policy(
         ctx, run, pack, result.policy, tags, tmp, description=version_description(ctx.scenario, base, evaluation)

@@ -1,0 +1,318 @@
+"""What every framework adapter shares, free of any framework.
+
+* :class:`StateMapping` — the declared mapping from the framework's state (a LangGraph state dict,
+  a context object) to the pack's state fields;
+* :class:`DecisionLoop` — the forward path: asks the policy (a
+  :class:`~rlops.agent_sdk.policy_client.PolicyClient`, which falls back to the pack's rule engine) for
+  the next action of an episode, and traces each step — state, mask, action, propensity, serving
+  version — with the executed tool's outcome (latency, error) and the reward provider's score once
+  the next state is known;
+* :class:`ToolCallRecorder` — the reverse path: an agent that chooses its tools itself is traced from
+  its framework's tool-call events, the state read by a state observer when a tool starts.
+
+Steps are written by :class:`~rlops.agent_sdk.rollout.Episode`, so a framework's episode is the same
+episode (id, steps, ``done``) as with the SDK by hand, and a duplicate check sees it as one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from rlops.agent_sdk.interfaces import RewardProvider
+from rlops.agent_sdk.rollout import RULES_VERSION, Episode
+from rlops.agent_sdk.serving import Decision
+from rlops.agent_sdk.tracer import Tracer
+from rlops.common.errors import UserError
+
+
+class Policy(Protocol):
+    """What decides: :class:`~rlops.agent_sdk.policy_client.PolicyClient` (or anything answering alike)."""
+
+    def decide(self, state: Mapping[str, Any], key: str | None = None, history: Sequence[str] = ()) -> Decision: ...
+
+
+def _read(source: Any, path: str) -> Any:
+    """``a.b`` of a mapping or an object (a dict, a TypedDict state, a pydantic model, a dataclass)."""
+    value = source
+    for part in path.split("."):
+        if isinstance(value, Mapping):
+            if part not in value:
+                return None
+            value = value[part]
+        else:
+            value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value
+
+
+def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        *groups, leaf = path.split(".")
+        node = out
+        for g in groups:
+            node = node.setdefault(g, {})
+        node[leaf] = value
+    return out
+
+
+@dataclass(frozen=True)
+class StateMapping:
+    """Which key of the framework's state holds each pack field.
+
+    ``fields``: pack field path → the key (a dotted path into dicts or attributes) in the framework's
+    state, e.g. ``{"user_profile.credit_score": "credit_score"}``. A key whose value is missing (or
+    None) leaves the field out; the policy client says which required fields a state lacks.
+    """
+
+    fields: Mapping[str, str]
+
+    @classmethod
+    def by_leaf_name(cls, pack_fields: Collection[str], **renamed: str) -> StateMapping:
+        """Each pack field from the framework key of its last name (``user_profile.credit_score`` ←
+        ``credit_score``); ``renamed``: leaf name → another key (``loan_amount="amount"``)."""
+        leaves = [p.rsplit(".", 1)[-1] for p in pack_fields]
+        clashes = sorted({leaf for leaf in leaves if leaves.count(leaf) > 1})
+        if clashes:
+            raise UserError(
+                f"StateMapping.by_leaf_name: pack fields share the last name(s) {clashes}; declare "
+                "those fields with StateMapping({'<group>.<field>': '<key>', ...}) instead"
+            )
+        unknown = sorted(set(renamed) - set(leaves))
+        if unknown:
+            raise UserError(f"StateMapping.by_leaf_name: {unknown} are not field names of the pack ({sorted(leaves)})")
+        return cls({p: renamed.get(leaf, leaf) for p, leaf in zip(pack_fields, leaves)})
+
+    def read(self, source: Any) -> dict[str, Any]:
+        """The pack's state (nested by field path) from the framework's state."""
+        flat = {path: _read(source, key) for path, key in self.fields.items()}
+        return _nest({p: v for p, v in flat.items() if v is not None})
+
+
+def observed_fields(pack_path: str | Path) -> list[str]:
+    """The pack's observed state field paths (what a policy reads), for :meth:`StateMapping.by_leaf_name`."""
+    from rlops.sandbox.pack import load_pack
+
+    spec = load_pack(pack_path, check_liveness=False).scenario.spec
+    return [f.path for f in spec.fields if f.observed]
+
+
+@dataclass
+class _Open:
+    """An episode in progress: its steps, the actions taken and the decision awaiting its outcome."""
+
+    episode: Episode
+    history: list[str] = field(default_factory=list)
+    pending: Decision | None = None
+    state: Mapping[str, Any] | None = None
+    decided_at: float = 0.0
+
+
+class DecisionLoop:
+    """Decides each step of an agent's episodes with ``policy`` and traces it.
+
+    ``decide(episode_id, state)`` records the state (the previous step's next state), asks the policy
+    (``key`` = the episode id, for the A/B split; ``history`` = the actions so far) and returns the
+    :class:`~rlops.agent_sdk.serving.Decision`; ``outcome(episode_id, error=…)`` records the step once
+    its tool has run; ``end(episode_id)`` marks the last step ``done``. A decision whose outcome was
+    never reported is recorded at the next decision with the time between the two as its latency.
+    :attr:`decision_ms` holds how long each decision took inside the agent (mapping, policy, tracing).
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        tracer: Tracer,
+        *,
+        scenario: str,
+        reward_provider: RewardProvider | None = None,
+        source: str = "live",
+        reward_fn_version: str | None = None,
+        actions: Collection[str] | None = None,
+    ) -> None:
+        self.policy, self.tracer, self.scenario = policy, tracer, scenario
+        self.reward_provider, self.source, self.reward_fn_version = reward_provider, source, reward_fn_version
+        self.actions = None if actions is None else frozenset(actions)
+        self.decision_ms: list[float] = []
+        self._open: dict[str, _Open] = {}
+        self._lock = threading.Lock()
+
+    def _episode(self, episode_id: str, trace_id: str | None) -> _Open:
+        with self._lock:
+            run = self._open.get(episode_id)
+            if run is None:
+                ep = Episode(
+                    self.tracer,
+                    scenario=self.scenario,
+                    policy_version=RULES_VERSION,
+                    source=self.source,
+                    reward_fn_version=self.reward_fn_version,
+                    trace_id=trace_id or episode_id,
+                    episode_id=episode_id,
+                    reward_provider=self.reward_provider,
+                )
+                run = self._open[episode_id] = _Open(ep)
+            return run
+
+    def decide(self, episode_id: str, state: Mapping[str, Any], trace_id: str | None = None) -> Decision:
+        """The next action of ``episode_id`` in ``state`` (the pack's nested fields)."""
+        t0 = time.perf_counter()
+        run = self._episode(str(episode_id), trace_id)
+        if run.pending is not None:
+            self._record(run, error=None, latency_ms=(t0 - run.decided_at) * 1e3)
+        run.episode.observe(state)
+        decision = self.policy.decide(state, key=str(episode_id), history=tuple(run.history))
+        if self.actions is not None and decision.action not in self.actions:
+            raise UserError(
+                f"the policy chose {decision.action!r} for episode {episode_id}, but the agent has no tool for it "
+                f"(its tools: {sorted(self.actions)}); give the agent a tool per pack action"
+            )
+        run.pending, run.state = decision, state
+        run.decided_at = time.perf_counter()
+        self.decision_ms.append((run.decided_at - t0) * 1e3)
+        return decision
+
+    def pending(self, episode_id: str) -> Decision | None:
+        """The decision of ``episode_id`` whose outcome is not recorded yet."""
+        run = self._open.get(str(episode_id))
+        return None if run is None else run.pending
+
+    def outcome(self, episode_id: str, *, error: str | None = None, latency_ms: float | None = None) -> None:
+        """The pending decision's tool ran (``error``: what failed, None on success)."""
+        run = self._open.get(str(episode_id))
+        if run is None or run.pending is None:
+            return
+        measured = (time.perf_counter() - run.decided_at) * 1e3
+        self._record(run, error=error, latency_ms=measured if latency_ms is None else latency_ms)
+
+    def _record(self, run: _Open, *, error: str | None, latency_ms: float) -> None:
+        decision, state = run.pending, run.state
+        assert decision is not None and state is not None
+        run.pending = None
+        run.history.append(decision.action)
+        run.episode.step(state, decision.action, latency_ms=latency_ms, error=error, **decision.trace_fields())
+
+    def end(self, episode_id: str, *, error: str | None = None) -> None:
+        """The episode ended (``error``: it was cut short by one); its last step becomes ``done``."""
+        with self._lock:
+            run = self._open.pop(str(episode_id), None)
+        if run is None:
+            return
+        if run.pending is not None:
+            self._record(run, error=error, latency_ms=(time.perf_counter() - run.decided_at) * 1e3)
+        run.episode.end(truncated=error is not None, error=error)
+
+    @property
+    def open_episodes(self) -> list[str]:
+        return list(self._open)
+
+
+MaskFn = Callable[[Mapping[str, Any], Sequence[str]], Sequence[bool]]
+
+
+def pack_masks(pack_path: str | Path) -> tuple[tuple[str, ...], MaskFn]:
+    """The pack's action names and a function ``(state, history) -> mask`` evaluating the actions'
+    preconditions on one production state (what a trace row's ``action_mask`` holds)."""
+    from rlops.agent_sdk.encoding import ObservationEncoder
+    from rlops.sandbox.pack import load_pack
+
+    encoder = ObservationEncoder(load_pack(pack_path, check_liveness=False))
+
+    def mask(state: Mapping[str, Any], history: Sequence[str]) -> list[bool]:
+        _, m, _ = encoder.encode(state, history, strict=False)
+        return [bool(v) for v in m[0].tolist()]
+
+    return encoder.action_names, mask
+
+
+@dataclass
+class _Call:
+    episode_id: str
+    action: str
+    state: Mapping[str, Any]
+    mask: Sequence[bool]
+    started: float
+
+
+class ToolCallRecorder:
+    """Traces the tool calls an agent makes on its own (its framework's events), one step per call of a
+    tool named as a pack action; calls of other tools are counted in :attr:`skipped`, not traced.
+
+    ``observer(episode_id)`` returns the pack's state when a tool starts (a
+    :class:`~rlops.agent_sdk.interfaces.StateObserver`'s ``observe`` wrapped to take the episode id);
+    ``policy_version``: what chose the tools (``rules`` for the agent's own logic before any policy,
+    traced with propensity 1).
+    """
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        *,
+        scenario: str,
+        pack_path: str | Path,
+        observer: Callable[[str], Mapping[str, Any]],
+        policy_version: str = RULES_VERSION,
+        reward_provider: RewardProvider | None = None,
+        source: str = "live",
+    ) -> None:
+        self.tracer, self.scenario, self.observer = tracer, scenario, observer
+        self.policy_version, self.reward_provider, self.source = policy_version, reward_provider, source
+        self.actions, self._mask = pack_masks(pack_path)
+        self.skipped = 0
+        self._episodes: dict[str, tuple[Episode, list[str]]] = {}
+        self._calls: dict[str, _Call] = {}
+        self._lock = threading.Lock()
+
+    def started(self, episode_id: str, call_id: str, tool: str) -> None:
+        """A tool call began; a tool that is no pack action is counted in :attr:`skipped`."""
+        if tool not in self.actions:
+            self.skipped += 1
+            return
+        ep, history = self._episode(str(episode_id))
+        state = self.observer(str(episode_id))
+        ep.observe(state)
+        self._calls[call_id] = _Call(str(episode_id), tool, state, self._mask(state, history), time.perf_counter())
+
+    def finished(self, call_id: str, error: str | None = None) -> None:
+        """The call ``call_id`` returned (``error``: what failed)."""
+        call = self._calls.pop(call_id, None)
+        if call is None:
+            return
+        ep, history = self._episode(call.episode_id)
+        history.append(call.action)
+        ep.step(
+            call.state,
+            call.action,
+            latency_ms=(time.perf_counter() - call.started) * 1e3,
+            error=error,
+            action_mask=list(call.mask),
+        )
+
+    def end(self, episode_id: str, error: str | None = None) -> None:
+        """The agent's run for ``episode_id`` ended; its last traced step becomes ``done``."""
+        with self._lock:
+            entry = self._episodes.pop(str(episode_id), None)
+        if entry is not None:
+            entry[0].end(truncated=error is not None, error=error)
+
+    def _episode(self, episode_id: str) -> tuple[Episode, list[str]]:
+        with self._lock:
+            entry = self._episodes.get(episode_id)
+            if entry is None:
+                ep = Episode(
+                    self.tracer,
+                    scenario=self.scenario,
+                    policy_version=self.policy_version,
+                    source=self.source,
+                    trace_id=episode_id,
+                    episode_id=episode_id,
+                    reward_provider=self.reward_provider,
+                )
+                entry = self._episodes[episode_id] = (ep, [])
+            return entry
