@@ -68,7 +68,12 @@ def _module(tmp_path: Path, declaration: str, weights: str = '{"compliance": 1.0
 @pytest.mark.parametrize(
     ("declaration", "weights", "extra", "message"),
     [
-        ('{"risk": {"signal": "x", "range": (0, 1), "weights": (1, 2)}}', '{"compliance": 1.0}', "", "unknown objective"),
+        (
+            '{"risk": {"signal": "x", "range": (0, 1), "weights": (1, 2)}}',
+            '{"compliance": 1.0}',
+            "",
+            "unknown objective",
+        ),
         ('{"compliance": {"signal": "x", "range": (1, 0), "weights": (1, 2)}}', "{}", "", "expected low < high"),
         ('{"compliance": {"signal": "X-1", "range": (0, 1), "weights": (1, 2)}}', "{}", "", "signal name"),
         ('{"compliance": {"signal": "x", "range": (0, 1), "weights": (1, 2), "baseline": 3}}', "{}", "", "baseline"),

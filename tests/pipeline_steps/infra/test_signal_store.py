@@ -29,7 +29,12 @@ def test_never_set_is_the_baseline(store: SignalStore) -> None:
 
 @pytest.mark.parametrize(
     ("raw", "reason"),
-    [("nan", "not a finite number"), ("1.5", "outside the declared range [0, 1]"), ("", "missing"), ("high", "not a number")],
+    [
+        ("nan", "not a finite number"),
+        ("1.5", "outside the declared range [0, 1]"),
+        ("", "missing"),
+        ("high", "not a number"),
+    ],
 )
 def test_a_bad_value_keeps_the_last_good_one_and_says_so(store: SignalStore, raw: str, reason: str) -> None:
     ok, r = store.offer("complaint_index", "0.4", DECL, by="test")

@@ -42,7 +42,9 @@ def _run(ctx: StepContext, run_id: str) -> Any:
     return mlflow.MlflowClient(ctx.config.tracking.uri).get_run(run_id).data
 
 
-def test_the_next_retrain_and_trace_rows_record_the_signal(tmp_tracking: str, tmp_storage_root: str, tmp_path: Path) -> None:
+def test_the_next_retrain_and_trace_rows_record_the_signal(
+    tmp_tracking: str, tmp_storage_root: str, tmp_path: Path
+) -> None:
     import torch
 
     from rlops.pipeline_steps.capture.step import capture_step
@@ -51,7 +53,9 @@ def test_the_next_retrain_and_trace_rows_record_the_signal(tmp_tracking: str, tm
     params = StepContext.create(SCENARIO).params
     first = _train(make_ctx(tmp_path, "20260105T1000"))
     assert first["reward_signals"] == {"complaint_index": 0.0}  # never set: the baseline, the pack as written
-    assert _run(make_ctx(tmp_path, "20260105T1000"), first["run_id"]).tags["signal.complaint_index.status"] == "baseline"
+    assert (
+        _run(make_ctx(tmp_path, "20260105T1000"), first["run_id"]).tags["signal.complaint_index.status"] == "baseline"
+    )
 
     set_signal(params, "complaint_index", "0.6")
     ctx = make_ctx(tmp_path, "20260105T1100")
