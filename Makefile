@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint bench venv clean params-schema up down
+.PHONY: demo test test-slow lint docs docs-reference bench venv clean params-schema up down
 
 venv: $(STAMP)
 
@@ -34,6 +34,17 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(MAKE) docs
+
+# The documentation site (mkdocs.yml, docs/), built offline: any warning (a broken link or anchor) fails.
+# tests/test_docs.py checks the nav, the commands and imports the pages show, and the generated pages.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# Rewrite the generated pages: the CLI and params references, the benchmark table.
+docs-reference: $(STAMP)
+	$(PY) tools/docs_reference.py
+	$(PY) bench/results_table.py
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
@@ -46,4 +57,4 @@ bench: $(STAMP)
 	$(PY) bench/env_throughput.py
 
 clean:
-	rm -rf $(VENV) rlops-data
+	rm -rf $(VENV) rlops-data site

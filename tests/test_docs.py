@@ -1,22 +1,31 @@
-"""The docs cannot drift: every ``rlops …`` command line shown in the README, the guides and the
-docker README is parsed against the real command-line parser, and every module path named in the
-docs, the docstrings and params.yaml exists in the tree."""
+"""The docs cannot drift: every ``rlops …`` command line shown in the README, the documentation
+site's pages (``docs/**/*.md``) and the docker README is parsed against the real command-line parser,
+every import in their Python code blocks runs, every module path named in the docs, the docstrings
+and params.yaml exists in the tree, and the generated pages (the CLI and params references, the
+benchmark table) are what their generators write now."""
 
 from __future__ import annotations
 
 import argparse
 import ast
 import functools
+import importlib.util
+import json
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from rlops.cli import build_parser
 from rlops.common.config import REPO_ROOT
 
-DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md")), REPO_ROOT / "docker" / "README.md"]
+DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md")), REPO_ROOT / "docker" / "README.md"]
+CLI_GUIDE = REPO_ROOT / "docs" / "cli.md"
+README_MAX_LINES = 250
 SOURCES = [p for d in ("rlops", "dags", "bench") for p in sorted((REPO_ROOT / d).rglob("*.py"))]
 
 _FENCE = re.compile(r"^```.*?$(.*?)^```", re.DOTALL | re.MULTILINE)
@@ -225,12 +234,12 @@ def _leaf_commands(
         yield from _leaf_commands(child, path + (name,))
 
 
-def test_the_readme_says_which_commands_take_the_common_flags(parser: argparse.ArgumentParser) -> None:
+def test_the_cli_guide_says_which_commands_take_the_common_flags(parser: argparse.ArgumentParser) -> None:
     """ "The pipeline commands — all but `console`, `demo`, `config` and `model webhook` — take
     `--scenario`, `--json` and `--dry-run`": the parser agrees, both ways."""
-    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
-    claim = re.search(r"The pipeline commands — all but (.*?) — take `--scenario NAME_OR_PATH`", readme)
-    assert claim, "the README's sentence on the common flags is gone"
+    guide = " ".join(CLI_GUIDE.read_text().split())
+    claim = re.search(r"The pipeline commands — all but (.*?) — take `--scenario NAME_OR_PATH`", guide)
+    assert claim, "the command-line guide's sentence on the common flags is gone"
     named = set(re.findall(r"`([^`]+)`", claim.group(1)))
     lacking = {
         " ".join(path) for path, p in _leaf_commands(parser) if not {"--scenario", "--json", "--dry-run"} <= _options(p)
@@ -240,12 +249,12 @@ def test_the_readme_says_which_commands_take_the_common_flags(parser: argparse.A
 
 
 def test_the_checker_fails_on_a_renamed_flag_or_command(parser: argparse.ArgumentParser) -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert "[--bh] [--fail-on-drift]" in readme and "rlops model rollback" in readme
-    renamed = readme.replace("[--bh] [--fail-on-drift]", "[--bh] [--fail-if-drift]", 1)
-    problems = command_problems(renamed, "README.md", parser)
+    guide = CLI_GUIDE.read_text()
+    assert "[--bh] [--fail-on-drift]" in guide and "rlops model rollback" in guide
+    renamed = guide.replace("[--bh] [--fail-on-drift]", "[--bh] [--fail-if-drift]", 1)
+    problems = command_problems(renamed, "docs/cli.md", parser)
     assert len(problems) == 1 and "`rlops drift detect` has no option --fail-if-drift" in problems[0]
-    assert command_problems(readme.replace("rlops model rollback", "rlops model roll-back"), "README.md", parser)
+    assert command_problems(guide.replace("rlops model rollback", "rlops model roll-back"), "docs/cli.md", parser)
     assert command_problems("```\nrlops label-queue import x.json\n```\n", "x.md", parser)
     assert command_problems("`rlops labels run\\|export\\|imports`", "x.md", parser)
     assert not command_problems("`rlops labels run\\|export\\|import`, `rlops --debug env validate`", "x.md", parser)
@@ -294,11 +303,149 @@ def _dag_param_names() -> set[str]:
 
 
 def test_dag_conf_shown_in_the_docs_uses_the_dags_params() -> None:
-    import json
-
     known = _dag_param_names()
     assert {"scenario", "reward_fn", "timesteps", "dry_run", "candidate"} <= known
     confs = [(doc, m.group(1)) for doc in DOCS for m in re.finditer(r"--conf '(\{.*?\})'", doc.read_text())]
     assert confs
     unknown = [f"{_rel(doc)}: {key}" for doc, conf in confs for key in json.loads(conf) if key not in known]
     assert not unknown, f"DAG conf keys the DAGs do not take: {unknown} (expected some of {sorted(known)})"
+
+
+# --------------------------------------------------------------------------- Python imports in the docs
+_PY_FENCE = re.compile(r"^```(?:python|py)\s*$(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def python_imports(text: str) -> Iterator[tuple[int, str]]:
+    """``(line number, statement)`` of each ``import`` / ``from … import`` statement of the document's
+    Python code blocks. A block that is not valid Python as a whole (a fragment with ``…``) gives
+    the import statements found line by line, parenthesised continuations joined."""
+    for m in _PY_FENCE.finditer(text):
+        first = text.count("\n", 0, m.start(1)) + 1
+        code = m.group(1).lstrip("\n")
+        first += len(m.group(1)) - len(m.group(1).lstrip("\n")) - 1
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            lines = code.split("\n")
+            i = 0
+            while i < len(lines):
+                line, at = lines[i], i
+                if re.match(r"\s*(import|from)\s+\w", line):
+                    while line.count("(") > line.count(")") and i + 1 < len(lines):
+                        i += 1
+                        line += "\n" + lines[i]
+                    yield first + at + 1, line.strip()
+                i += 1
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                yield first + node.lineno, ast.unparse(node)
+
+
+def import_problems(text: str, source: str) -> list[str]:
+    problems = []
+    for line, statement in python_imports(text):
+        try:
+            exec(compile(statement, f"{source}:{line}", "exec"), {})
+        except Exception as exc:  # any failure of the import is the finding
+            problems.append(f"{source}:{line}: `{statement}`: {type(exc).__name__}: {exc}")
+    return problems
+
+
+def test_every_import_in_the_docs_python_blocks_runs() -> None:
+    problems = [p for doc in DOCS for p in import_problems(doc.read_text(), _rel(doc))]
+    assert not problems, "imports shown in the docs that do not run:\n" + "\n".join(problems)
+    assert sum(1 for doc in DOCS for _ in python_imports(doc.read_text())) >= 5  # the checker sees them
+
+
+def test_the_import_checker_sees_a_wrong_import() -> None:
+    doc = "```python\nfrom rlops.agent_kit import Tracer\nclient.decide(state, …)\n```\n"
+    assert [line for line, _ in python_imports("text\n\n" + doc)] == [4]
+    problems = import_problems(doc, "x.md")
+    assert len(problems) == 1 and "x.md:2: `from rlops.agent_kit import Tracer`: ModuleNotFoundError" in problems[0]
+    ok = "```python\nfrom rlops.agent_sdk import (\n    Episode,\n    Tracer,\n)\n```\n"
+    assert import_problems(ok, "x.md") == []
+
+
+# --------------------------------------------------------------------------- the site and its generated pages
+def test_the_readme_stays_short() -> None:
+    lines = len((REPO_ROOT / "README.md").read_text().splitlines())
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines (at most {README_MAX_LINES}): move reference material to a page under docs/"
+    )
+
+
+def _load_tool(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cli_and_params_references_are_current() -> None:
+    """docs/reference/cli.md and params.md are what tools/docs_reference.py writes from the parser
+    and the params model now; a new flag or params key is documented by rerunning it."""
+    tool = _load_tool(REPO_ROOT / "tools" / "docs_reference.py")
+    stale = [str(p.relative_to(REPO_ROOT)) for p in tool.stale_pages()]
+    assert not stale, f"{stale} differ from the code: run `python tools/docs_reference.py` and commit the pages"
+
+
+def test_the_references_name_every_command_and_params_key(parser: argparse.ArgumentParser) -> None:
+    from rlops.common.params_model import Params
+
+    cli = (REPO_ROOT / "docs" / "reference" / "cli.md").read_text()
+    assert all(f"`rlops {' '.join(path)}`" in cli for path, _ in _leaf_commands(parser))
+    assert "`--fail-on-drift`" in cli and "`--reward-fn`" in cli
+    params = (REPO_ROOT / "docs" / "reference" / "params.md").read_text()
+    assert all(f"`{block}:`" in params for block in ("storage", "ppo", "train", "promotion.webhook", "stack"))
+    assert all(f"| `{key}` |" in params for key in Params.model_fields["ppo"].annotation.model_fields)  # type: ignore[union-attr]
+
+
+def test_the_benchmark_table_is_generated_from_the_recorded_results() -> None:
+    tool = _load_tool(REPO_ROOT / "bench" / "results_table.py")
+    page = tool.PAGE.read_text()
+    runs = tool.load_runs()
+    assert tool.render(page, runs) == page, "docs/benchmarks.md is stale: run `python bench/results_table.py`"
+    assert len({r.bench for r in runs}) >= 15 and all(r.record["load_average"] or r.record["load_note"] for r in runs)
+
+
+def test_the_benchmark_table_shows_the_latest_run_of_each_command(tmp_path: Path) -> None:
+    tool = _load_tool(REPO_ROOT / "bench" / "results_table.py")
+
+    def result(bench: str, host: str, runs: list[dict[str, Any]]) -> None:
+        doc = {"bench": bench, "host_class": host, "host": "2 cores", "runs": runs}
+        (tmp_path / f"{bench}.{host}.json").write_text(json.dumps(doc))
+
+    def run(date: str, ratio: str, command: str = "bench/x.py") -> dict[str, Any]:
+        fields = dict.fromkeys(("what", "rlops", "peer", "bar"), "-")
+        return {**fields, "date": date, "commit": "abc", "command": command, "ratio": ratio, "bar_met": True,
+                "figures": {}, "load_average": [[0.5, 1.0]]}  # fmt: skip
+
+    result("x", "old-host", [run("2026-12-01T00:00:00+00:00", "11×"), run("2026-12-03T00:00:00+00:00", "33×")])
+    other = run("2026-12-02T00:00:00+00:00", "7×", "bench/x.py --y")
+    result("x", "new-host", [run("2026-12-02T00:00:00+00:00", "22×"), other])
+    runs = tool.load_runs(tmp_path)
+    table = tool.current_table(runs)
+    assert "33×" in table and "7×" in table and "11×" not in table and "22×" not in table
+    assert "| `bench/results/x.old-host.json` | 2 | 2026-12-01 → 2026-12-03 | 2 of 2 |" in tool.history_table(runs)
+    (tmp_path / "x.new-host.json").rename(tmp_path / "x.json")
+    with pytest.raises(tool.ResultsError, match="named <bench>.<host_class>.json"):
+        tool.load_runs(tmp_path)
+
+
+def test_every_page_of_the_docs_is_in_the_site_nav() -> None:
+    """Every docs/**/*.md is reachable from the site's navigation (mkdocs.yml), and every nav entry exists."""
+    config = yaml.load((REPO_ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+
+    def entries(nav: Any) -> Iterator[str]:
+        for item in nav:
+            value = next(iter(item.values())) if isinstance(item, dict) else item
+            yield from entries(value) if isinstance(value, list) else [value]
+
+    in_nav = set(entries(config["nav"]))
+    pages = {str(p.relative_to(REPO_ROOT / "docs")) for p in (REPO_ROOT / "docs").rglob("*.md")}
+    generated = {"docker.md"}  # tools/mkdocs_hooks.py adds docker/README.md as this page
+    assert pages - in_nav == set(), f"pages missing from the nav of mkdocs.yml: {sorted(pages - in_nav)}"
+    assert in_nav - pages - generated == set(), f"nav entries with no page: {sorted(in_nav - pages - generated)}"

@@ -12,7 +12,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """The exit codes of every ``rlops`` command, as documented in the README."""
+    """The exit codes of every ``rlops`` command, as documented in docs/cli.md."""
 
     OK = 0
     FAILED = 1  # a check failed (stress test, gate), or an internal error

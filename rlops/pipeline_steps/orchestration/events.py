@@ -178,7 +178,7 @@ def in_force(events: list[Event], hour: float) -> list[Event]:
 
 def module_problem(module: Any, at: str) -> None:
     """Refuse a ``reward_fn`` event's ``module`` that is not, by its text alone, a relative path to
-    a ``.py`` file: an events file is data (see the README's trust model), and the module it names is
+    a ``.py`` file: an events file is data (see docs/trust-model.md), and the module it names is
     copied into the production world's pack and imported, so it may name only a pack author's file."""
     expected = "expected a relative path to a .py file inside the pack folder"
     if not isinstance(module, str) or not module.strip():

@@ -30,7 +30,7 @@ accepted once (:class:`~rlops.pipeline_steps.promotion.webhook_store.WebhookStor
 decision is logged in one line: model, version, alias, verdict, failing gates.
 
 Serve it with ``rlops model webhook serve`` and register it with ``rlops model webhook register``;
-MLflow refuses ``http`` and private addresses by default, see the README (MLflow as the cockpit).
+MLflow refuses ``http`` and private addresses by default, see docs/mlflow.md.
 """
 
 from __future__ import annotations
@@ -477,7 +477,7 @@ def create_app(
 
 def register_webhook(tracking_uri: str, url: str, secret: str, name: str = "rlops-promotion") -> str:
     """Create (or update) the MLflow webhook that calls this receiver; returns its id. Needs an
-    MLflow server with a SQL backend that accepts ``url`` (see the README for the settings)."""
+    MLflow server with a SQL backend that accepts ``url`` (see docs/mlflow.md for the settings)."""
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
