@@ -16,6 +16,7 @@ from typing import Any
 from rlops.console.data import ProjectData
 from rlops.console.offpolicy import evaluation_ope
 from rlops.console.service import NotFound
+from rlops.console.signal_views import signal_rows
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.promotion.gates import FAIL, SKIPPED, gate_state
 
@@ -297,6 +298,7 @@ def rewards(data: ProjectData, scenario: str) -> dict[str, Any]:
     """The pack's reward functions with their registry versions and stress-test verdicts."""
     registered = data.model_versions(scenario, "reward_fn")
     stress = data.runs(scenario, T.STEP, T.STRESS_TEST)
+    signals = signal_rows(data, scenario)
     out = []
     for fn in data.reward_functions(scenario):
         versions = [v for v in registered if v["tags"].get(T.VERSION.SHA256) == fn["sha256"]]
@@ -310,7 +312,7 @@ def rewards(data: ProjectData, scenario: str) -> dict[str, Any]:
             for r in reversed(stress)
             if r["params"].get("reward_sha256") == fn["sha256"]
         ]
-        out.append({**fn, "registry": versions, "verdicts": verdicts})
+        out.append({**fn, "registry": versions, "verdicts": verdicts, "signals": signals.get(fn["label"], [])})
     return {"functions": out}
 
 
