@@ -103,6 +103,8 @@ def complete_live_episodes(frame: pd.DataFrame) -> pd.DataFrame:
 
 def traffic_problem(rows: pd.DataFrame, cfg: OPEConfig) -> str | None:
     """Why the complete live episodes ``rows`` cannot judge a candidate (None: they can)."""
+    import pandas as pd
+
     episodes = int(rows["episode_id"].nunique()) if len(rows) else 0
     if episodes < cfg.min_episodes:
         return f"{episodes} complete live episodes in the window (ope.min_episodes {cfg.min_episodes})"
@@ -110,7 +112,30 @@ def traffic_problem(rows: pd.DataFrame, cfg: OPEConfig) -> str | None:
     if not np.isfinite(mu).all():
         bad = int((~np.isfinite(mu)).sum())
         return f"{bad} of {len(rows)} logged rows carry no usable propensity (propensity or logp)"
+    reward = pd.to_numeric(rows["reward_total"], errors="coerce").to_numpy(dtype=np.float64)
+    if not np.isfinite(reward).all():
+        bad = int((~np.isfinite(reward)).sum())
+        return f"{bad} of {len(rows)} logged rows carry no finite reward_total"
     return None
+
+
+def unusable_estimates(res: OPEResult) -> str | None:
+    """Why the estimates cannot decide (a value or interval bound that is not a finite number:
+    importance weights or returns beyond float range), else None. An infinite upper bound would
+    pass any candidate."""
+    bad = [
+        f"{name} {e.value:g} [{e.low:g}, {e.high:g}]"
+        for name, e in res.estimates.items()
+        if not all(math.isfinite(x) for x in (e.value, e.low, e.high))
+    ]
+    if not math.isfinite(res.logged_return):
+        bad.append(f"logged return {res.logged_return:g}")
+    if not bad:
+        return None
+    return (
+        f"the estimates are not finite ({'; '.join(bad)}): importance weights or rewards of the logged "
+        "traffic are beyond what can be summed"
+    )
 
 
 def off_policy_value(
@@ -118,6 +143,8 @@ def off_policy_value(
 ) -> OPEResult:
     """PDIS, WIS and DR of ``target`` on the complete live episodes of ``frame``; ``q`` is the
     direct method (a fitted :class:`LinearQ`, or ``Q̂[N, A]`` for the rows of ``frame`` as given)."""
+    import pandas as pd
+
     from rlops.pipeline_steps.infra.trace_states import action_codes, observations_from_traces, state_features
 
     q_rows = None
@@ -136,8 +163,9 @@ def off_policy_value(
     pi = target(obs, mask)
     a = action_codes(pack, rows["action"])
     idx = np.arange(len(rows))
-    rho = pi[idx, a] / mu
-    reward = rows["reward_total"].to_numpy(dtype=np.float64)
+    with np.errstate(over="ignore", divide="ignore"):  # a propensity of 1e-320 gives weights past float range
+        rho = pi[idx, a] / mu
+    reward = pd.to_numeric(rows["reward_total"], errors="coerce").to_numpy(dtype=np.float64)
     if q is not None:
         q_rows = q.predict(state_features(pack, rows).numpy())
     q_taken = v_hat = None
@@ -151,8 +179,12 @@ def off_policy_value(
     res.logged_return_se = float(returns.std(ddof=1) / math.sqrt(len(returns)))
     choice = mask.numpy().sum(axis=1) > 1  # rows with a real decision
     res.agreement = float((pi[idx, a][choice] > 0.5).mean()) if choice.any() else 1.0
-    res.estimates = estimate_all(ep, cfg)
-    if res.ess < cfg.min_ess:
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # judged below: unusable_estimates
+        res.estimates = estimate_all(ep, cfg)
+    res.skipped = unusable_estimates(res)
+    if res.skipped:
+        return res
+    if not res.ess >= cfg.min_ess:  # also for an ESS that is NaN
         res.skipped = (
             f"effective sample size {res.ess:.0f} of {res.episodes} episodes (ope.min_ess {cfg.min_ess:g}):"
             " the candidate decides too differently from what was served"
