@@ -5,7 +5,7 @@ finding — and the classification of the whole run is printed at the end of the
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -22,7 +22,27 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+#: Probes run per surface (the test module: ``test_probes_sql.py`` is ``sql``; the command-line
+#: probes of ``probes_*.py`` by their module's prefix), printed at the end of the session.
+SURFACES: Counter[str] = Counter()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path, _, name = report.nodeid.partition("::")
+    if report.when != "call" or "robustness/" not in path or "[" not in name:
+        return
+    surface = PurePosixPath(path).stem.removeprefix("test_probes_").removeprefix("test_")
+    if surface == "robustness":  # the command-line probes: pack_…, args_…
+        surface = "command-" + name.partition("[")[2].split("_")[0]
+    SURFACES[surface] += 1
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if SURFACES:
+        terminalreporter.write_line(
+            f"robustness probes per surface ({sum(SURFACES.values())}): "
+            + ", ".join(f"{k} {v}" for k, v in sorted(SURFACES.items()))
+        )
     if not RESULTS:
         return
     c = Counter(kind for _, kind, _ in RESULTS)
