@@ -449,3 +449,17 @@ def test_every_page_of_the_docs_is_in_the_site_nav() -> None:
     generated = {"docker.md"}  # tools/mkdocs_hooks.py adds docker/README.md as this page
     assert pages - in_nav == set(), f"pages missing from the nav of mkdocs.yml: {sorted(pages - in_nav)}"
     assert in_nav - pages - generated == set(), f"nav entries with no page: {sorted(in_nav - pages - generated)}"
+
+
+def test_the_package_map_names_every_package_of_rlops() -> None:
+    """The concepts page's package map lists every sub-package of ``rlops`` (and every stage of
+    ``pipeline_steps``), so a newcomer finds each part, and names no package that is gone."""
+    page = (REPO_ROOT / "docs" / "concepts.md").read_text()
+    table = page[page.index("## The package map") :]
+    packages = [p.parent for p in sorted((REPO_ROOT / "rlops").glob("*/__init__.py"))]
+    unlisted = [f"rlops/{p.name}/" for p in packages if f"`rlops/{p.name}/`" not in table]
+    assert not unlisted, f"packages missing from the package map of docs/concepts.md: {unlisted}"
+    stages = [p.parent.name for p in sorted((REPO_ROOT / "rlops" / "pipeline_steps").glob("*/__init__.py"))]
+    assert [s for s in stages if f"`{s}/`" not in table] == []
+    named = set(re.findall(r"`rlops/(\w+)/`", table))
+    assert named <= {p.name for p in packages}, f"the package map names packages that are gone: {named}"
