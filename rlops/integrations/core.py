@@ -178,6 +178,13 @@ class DecisionLoop:
         self.decision_ms.append((run.decided_at - t0) * 1e3)
         return decision
 
+    def history(self, episode_id: str) -> list[str]:
+        """The actions ``episode_id`` took so far, the pending decision's included."""
+        run = self._open.get(str(episode_id))
+        if run is None:
+            return []
+        return [*run.history, *([run.pending.action] if run.pending is not None else [])]
+
     def pending(self, episode_id: str) -> Decision | None:
         """The decision of ``episode_id`` whose outcome is not recorded yet."""
         run = self._open.get(str(episode_id))

@@ -106,8 +106,7 @@ class PolicyRouter:
             return
         span = get_current_span()
         if span is not None:
-            run = self.loop._open.get(episode_id)
-            step = run.episode.steps if run is not None else 0
+            step = len(self.loop.history(episode_id)) - 1  # the pending decision's step
             span.set_attribute(DECISION_ATTRIBUTE, decision_attribute(self.loop, episode_id, step, state, d))
 
     def config(self, **config: Any) -> dict[str, Any]:

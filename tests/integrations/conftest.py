@@ -4,11 +4,14 @@ example agents trace into, capture of what they wrote, and the count of an examp
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -116,3 +119,14 @@ def capture(scenario: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def example(name: str) -> Path:
     return REPO_ROOT / "examples" / name
+
+
+def load_example(path: Path) -> ModuleType:
+    """An example file imported as a module (examples are scripts, not a package)."""
+    name = f"example_{path.parent.name}_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

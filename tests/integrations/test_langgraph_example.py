@@ -5,31 +5,20 @@ handler traces the tool calls of an unchanged agent."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-from tests.integrations.conftest import adapter_lines, capture, example, landing_rows
+from tests.integrations.conftest import adapter_lines, capture, example, landing_rows, load_example
 
 EXAMPLE = example("langgraph") / "credit_agent.py"
 
 
-def load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def agent() -> ModuleType:
-    return load(EXAMPLE)
+    return load_example(EXAMPLE)
 
 
 def test_the_adapter_is_at_most_20_lines() -> None:
