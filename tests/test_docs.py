@@ -400,7 +400,8 @@ def test_the_references_name_every_command_and_params_key(parser: argparse.Argum
     assert "`--fail-on-drift`" in cli and "`--reward-fn`" in cli
     params = (REPO_ROOT / "docs" / "reference" / "params.md").read_text()
     assert all(f"`{block}:`" in params for block in ("storage", "ppo", "train", "promotion.webhook", "stack"))
-    assert all(f"| `{key}` |" in params for key in Params.model_fields["ppo"].annotation.model_fields)  # type: ignore[union-attr]
+    ppo_block = Params.model_fields["ppo"].annotation
+    assert isinstance(ppo_block, type) and all(f"| `{key}` |" in params for key in ppo_block.model_fields)
 
 
 def test_the_benchmark_table_is_generated_from_the_recorded_results() -> None:

@@ -143,7 +143,7 @@ def _bounds(field: FieldInfo) -> str:
 
 def _default_value(field: FieldInfo) -> str:
     value = field.get_default(call_default_factory=True)
-    dumped = TypeAdapter(field.annotation).dump_python(value, mode="json")
+    dumped = TypeAdapter(field.annotation or Any).dump_python(value, mode="json")
     return f"`{json.dumps(dumped, ensure_ascii=False)}`"
 
 
@@ -168,7 +168,9 @@ def _block_sections(model: type[BaseModel], path: str) -> Iterator[str]:
         yield "| key | type | default | description |\n|---|---|---|---|"
         yield "\n".join(rows) + "\n"
     for name, field in nested:
-        yield from _block_sections(field.annotation, f"{path}.{name}" if path else name)  # type: ignore[arg-type]
+        block = field.annotation
+        assert isinstance(block, type) and issubclass(block, BaseModel)
+        yield from _block_sections(block, f"{path}.{name}" if path else name)
 
 
 def params_page() -> str:
