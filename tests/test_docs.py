@@ -464,3 +464,9 @@ def test_the_package_map_names_every_package_of_rlops() -> None:
     assert [s for s in stages if f"`{s}/`" not in table] == []
     named = set(re.findall(r"`rlops/(\w+)/`", table))
     assert named <= {p.name for p in packages}, f"the package map names packages that are gone: {named}"
+
+
+def test_the_site_shows_a_pipe_in_a_table_code_span_as_github_does() -> None:
+    hooks = _load_tool(REPO_ROOT / "tools" / "mkdocs_hooks.py")
+    text = "| `a\\|b` | x \\| y |\n`c\\|d`\n```\n| `e\\|f` |\n```"
+    assert hooks.unescape_table_code(text) == "| `a|b` | x \\| y |\n`c\\|d`\n```\n| `e\\|f` |\n```"
