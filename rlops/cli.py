@@ -2,7 +2,7 @@
 
     rlops env {validate,describe,rollout} | capture | drift {detect,check} | calibrate
           | labels {run,export,import} | train {policy,relabel,switch-reward,reward-model,tune,status}
-          | profile | stress | model {evaluate,promote,rollback,webhook} | replay | audit | simulate
+          | profile | stress | reward {whatif} | model {evaluate,promote,rollback,webhook} | replay | audit | simulate
           | console | demo | config {show,validate,schema} | stack {up,status,down} | signal {set,show}
 
 Each noun is one module of ``rlops.commands`` holding only its argparse definitions and thin
@@ -50,6 +50,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.Argument
         labels,
         model,
         profile,
+        reward,
         signal,
         simulate,
         stack,
@@ -66,6 +67,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.Argument
         train.register,
         profile.register,
         stress.register,
+        reward.register,
         signal.register,
         model.register,
         audit.register,

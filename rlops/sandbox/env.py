@@ -112,6 +112,10 @@ class BatchedEnv:
         self.role_names = scenario.role_names
         self.reward = RewardRuntime(reward_fn, num_envs, self.device, self.action_names, self.role_names)
         self.global_step = 0
+        self.keep_final_state = False
+        """Set True to keep each step's next states, before the autoreset, in :attr:`final_state`
+        (an evaluation reads an episode's last state there; training leaves it off: a copy per step)."""
+        self.final_state: Tensor | None = None
         self.reset(0)
 
     # ---- public API ------------------------------------------------------------------------------
@@ -272,6 +276,8 @@ class BatchedEnv:
             segment=S_next[:, self._c_segment].clone(),
             role=role,
         )
+        if self.keep_final_state:
+            self.final_state = S_next.clone()
         self.S, self._masks = S_next, masks_next
         self._check_live(done)
         return self._autoreset(done, final_obs), reward, terminated, truncated, info

@@ -16,6 +16,7 @@ from rlops.sandbox.compile import CompiledScenario
 from rlops.sandbox.constraints import parse_constraints
 from rlops.sandbox.env import BatchedEnv, NoLegalActionError
 from rlops.sandbox.errors import PackError
+from rlops.sandbox.kpis import compile_kpis
 from rlops.sandbox.precheck import REWARD_FILE, load_params, load_rules, reward_files, scenario_file
 from rlops.sandbox.probe import probe_reward_fn
 from rlops.sandbox.reward import RewardError, RewardFunction, load_reward_fn
@@ -121,6 +122,7 @@ def load_pack(
         raise PackError(str(scen_file), None, "", "the scenario is nested too deeply") from None
     rules = load_rules(root / "rules.yaml", root)
     parse_constraints(rules, scenario, str(root / "rules.yaml"))  # a bad rule constraint fails the load
+    compile_kpis(scenario, rules)  # a bad KPI fails the load
     reward_fns = _load_reward_fns(root, rules, scenario, stage, probe_rewards)
     for fn in reward_fns.values():  # a malformed rewards: block fails the load, not a later training
         outcome_scales(calibration, fn)

@@ -44,6 +44,7 @@ import torch
 
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.pack_files import read_pack_text
+from rlops.sandbox.reward_params import TunableParam, parse_params
 from rlops.sandbox.reward_signals import SignalWeight, bind_values, parse_signal_weights
 
 Tensor = torch.Tensor
@@ -198,6 +199,8 @@ class RewardFunction:
     :mod:`rlops.sandbox.reward_signals`)."""
     signal_values: tuple[tuple[str, float], ...] = ()
     """``(signal, value)`` bound by :meth:`with_signals`; a declared signal not bound is at its baseline."""
+    params: tuple[TunableParam, ...] = ()
+    """The constants the module declares tunable (``PARAMS``, see :mod:`rlops.sandbox.reward_params`)."""
 
     @property
     def rule_refs(self) -> list[str]:
@@ -297,6 +300,7 @@ def load_reward_fn(
     written = getattr(module, "WEIGHTS", None) or {}
     scheduled = {k for _, update in schedule for k in update}
     signal_weights = parse_signal_weights(path, module, source, objectives, written, scheduled)
+    params = parse_params(path, module, source, rules)
     sys.modules.pop(mod_name, None)
     return RewardFunction(
         str(path),
@@ -309,6 +313,7 @@ def load_reward_fn(
         clip,
         rp,
         signal_weights=signal_weights,
+        params=params,
     )
 
 

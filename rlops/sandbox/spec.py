@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlops.sandbox.errors import PackError
+from rlops.sandbox.spec_kpis import parse_kpis
 from rlops.sandbox.spec_fields import _check_init_value, _Ctx, _is_num, _kind, _line, _parse_init, _walk_fields
 from rlops.sandbox.spec_roles import parse_roles
 from rlops.sandbox.spec_types import (
@@ -256,6 +257,7 @@ _TOP_KEYS = {
     "history_len",
     "default_profile",
     "roles",
+    "kpis",
 }
 
 
@@ -340,4 +342,5 @@ def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
         history_len=hl,
         file=file,
         roles=roles,
+        kpis=parse_kpis(c, doc),
     )

@@ -25,6 +25,7 @@ MAX_FIELDS = 1000
 MAX_ACTIONS = 256
 MAX_ENUM_VALUES = 1000
 MAX_ROLES = 16
+MAX_KPIS = 64
 #: The largest magnitude of a number in a scenario: the state is float32 (at most ~3.4e38), and
 #: a draw of ``normal(0, 1e300)`` must not overflow it.
 MAX_MAGNITUDE = 1e30
@@ -120,6 +121,22 @@ class RuleStep:
 
 
 @dataclass(frozen=True)
+class KpiSpec:
+    """A business KPI the pack declares (``kpis:``): ``expr`` evaluated on each episode's final
+    state (a bool is a rate, a number a mean), over the episodes where ``when`` holds."""
+
+    name: str
+    expr: str
+    when: str | None = None
+    description: str = ""
+    better: str | None = None
+    """``higher`` or ``lower``: which way the KPI improves (None: neither is better)."""
+    rule_ref: str | None = None
+    """The rule of rules.yaml the KPI measures (a breach rate names the rule it breaches)."""
+    line: int | None = None
+
+
+@dataclass(frozen=True)
 class RoleSpec:
     """One agent of a multi-agent scenario: the actions it owns and when it is its turn.
     ``acts_when`` None (only the last role) means "when no role before it acts"."""
@@ -145,6 +162,7 @@ class ScenarioSpec:
     history_len: int = 4
     file: str = ""
     roles: tuple[RoleSpec, ...] = ()
+    kpis: tuple[KpiSpec, ...] = ()
 
     def field(self, path: str) -> FieldSpec:
         return next(f for f in self.fields if f.path == path)

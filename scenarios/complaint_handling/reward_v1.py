@@ -19,6 +19,25 @@ SUPERVISOR_COST = 1.0
 STEP_COST, LATENCY_COST_PER_S = 0.03, 0.05
 VALUE_UNIT_CNY = 3000.0
 
+# The constants a business expert may change in a reward what-if (rlops reward whatif --param).
+PARAMS = {
+    "RETAINED": {
+        "range": [0.0, 5.0],
+        "rule_ref": "RETENTION_v2.0_1.1",
+        "description": "value of a resolved complaint, in customer values",
+    },
+    "LOST": {
+        "range": [0.0, 5.0],
+        "rule_ref": "RETENTION_v2.0_1.2",
+        "description": "cost of a lost customer, in customer values",
+    },
+    "SUPERVISOR_COST": {
+        "range": [0.0, 5.0],
+        "rule_ref": "OPS_v2.0_2.2",
+        "description": "cost of a case handed to a supervisor",
+    },
+}
+
 
 def customer_value(t):
     return t.s.customer.annual_value / VALUE_UNIT_CNY

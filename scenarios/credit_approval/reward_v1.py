@@ -18,9 +18,38 @@ REPEAT_PENALTY = {"penalty": 0.2, "after": 2, "rule_ref": "OPS_v2.0_2.3"}
 DECISIONS = ["approve", "approve_reduced", "reject"]
 APPROVALS = ["approve", "approve_reduced"]
 
+LOW_SCORE_CAP_MULTIPLE = 3.0  # monthly incomes an approval may reach below a credit score of 550
+CAP_MULTIPLE = 5.0  # monthly incomes an approval may reach otherwise
+DEFAULT_LOSS = 2.5  # margins lost when a loan defaults
+HUMAN_COST = 0.3  # cost of handing a case to a human underwriter
+
+# The constants a business expert may change in a reward what-if (rlops reward whatif --param).
+PARAMS = {
+    "LOW_SCORE_CAP_MULTIPLE": {
+        "range": [1.0, 5.0],
+        "rule_ref": "CREDIT_POLICY_v2.1_3.4",
+        "description": "amount cap below a credit score of 550, in monthly incomes",
+    },
+    "CAP_MULTIPLE": {
+        "range": [3.0, 10.0],
+        "rule_ref": "CREDIT_POLICY_v2.1_3.4",
+        "description": "amount cap from a credit score of 550, in monthly incomes",
+    },
+    "DEFAULT_LOSS": {
+        "range": [0.5, 10.0],
+        "rule_ref": "RISK_v1.3_5.2",
+        "description": "loss given default, in margins of a repaid loan",
+    },
+    "HUMAN_COST": {
+        "range": [0.0, 2.0],
+        "rule_ref": "OPS_v2.0_2.2",
+        "description": "cost of a case handed to a human underwriter",
+    },
+}
+
 
 def cap_multiple(t):
-    return torch.where(t.s.user_profile.credit_score < 550, 3.0, 5.0)
+    return torch.where(t.s.user_profile.credit_score < 550, LOW_SCORE_CAP_MULTIPLE, CAP_MULTIPLE)
 
 
 @component(objective="compliance", reason="decision made after fraud check and credit report")
@@ -51,7 +80,7 @@ def rejection_reason(t):
 def loan_outcome(t):
     share = t.ns.decision.approved_amount / t.s.application.loan_amount
     outcome = torch.where(t.s.hidden.is_fraud, -4.0,
-                          torch.where(t.ns.hidden.defaulted, -2.5, 1.0))
+                          torch.where(t.ns.hidden.defaulted, -DEFAULT_LOSS, 1.0))
     return torch.where(t.action.isin(APPROVALS), share * outcome, 0.0)
 
 
@@ -78,4 +107,4 @@ def handling_time(t):
 @component(objective="efficiency", reason="case handed to a human underwriter")
 @rule_ref("OPS_v2.0_2.2")
 def human_cost(t):
-    return torch.where(t.action == "escalate_to_human", -0.3, 0.0)
+    return torch.where(t.action == "escalate_to_human", -HUMAN_COST, 0.0)

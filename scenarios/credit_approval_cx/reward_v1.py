@@ -12,6 +12,16 @@ REPEAT_PENALTY = {"penalty": 0.2, "after": 2, "rule_ref": "OPS_v2.0_2.3"}
 
 DECISIONS = ["approve", "approve_reduced", "reject"]
 APPROVALS = ["approve", "approve_reduced"]
+HUMAN_COST = 0.3  # cost of handing a case to a human underwriter
+
+# The constants a business expert may change in a reward what-if (rlops reward whatif --param).
+PARAMS = {
+    "HUMAN_COST": {
+        "range": [0.0, 2.0],
+        "rule_ref": "OPS_v2.0_2.2",
+        "description": "cost of a case handed to a human underwriter",
+    },
+}
 
 
 def cap_multiple(t):
@@ -73,4 +83,4 @@ def handling_time(t):
 @component(objective="efficiency", reason="case handed to a human underwriter")
 @rule_ref("OPS_v2.0_2.2")
 def human_cost(t):
-    return torch.where(t.action == "escalate_to_human", -0.3, 0.0)
+    return torch.where(t.action == "escalate_to_human", -HUMAN_COST, 0.0)

@@ -15,8 +15,29 @@ MARGIN, LOSS_GIVEN_DEFAULT = 0.4, 0.6
 REDUCED_TAKE_UP = 0.5   # share of applicants who take a reduced offer
 AMOUNT_UNIT_CNY = 10_000.0
 STEP_COST = 0.02
-INCOMPLETE_FILE_COST, REQUEST_COST = 0.5, 0.05
-CAP_SCORE, CAP_INCOMES, CAP_COST = 600, 3.0, 1.0
+INCOMPLETE_FILE_COST = 0.5
+REQUEST_COST = 0.05
+CAP_SCORE, CAP_INCOMES = 600, 3.0
+CAP_COST = 1.0
+
+# The constants a business expert may change in a reward what-if (rlops reward whatif --param).
+PARAMS = {
+    "INCOMPLETE_FILE_COST": {
+        "range": [0.0, 5.0],
+        "rule_ref": "SCREENING_v1.0_3.1",
+        "description": "cost of a file passed to underwriting with documents missing",
+    },
+    "REQUEST_COST": {
+        "range": [0.0, 1.0],
+        "rule_ref": "SCREENING_v1.0_3.2",
+        "description": "cost of a document request",
+    },
+    "CAP_COST": {
+        "range": [0.0, 5.0],
+        "rule_ref": "UNDERWRITING_v1.0_4.1",
+        "description": "cost of an approval over the affordability cap",
+    },
+}
 
 
 def default_probability(credit_score, amount, income):
