@@ -202,12 +202,15 @@ class Episode:
         if next_state is not None:
             self.last_state = next_state
 
-    def end(self, *, truncated: bool = False, error: str | None = None) -> None:
+    def end(
+        self, *, truncated: bool = False, error: str | None = None, final_state: Mapping[str, Any] | None = None
+    ) -> None:
         """Finish the episode: the last step becomes ``done`` (``truncated`` when the
-        episode was cut short, e.g. by an exception)."""
+        episode was cut short, e.g. by an exception); ``final_state``, the state its last action
+        led to, is what the reward provider scores that step on (None: not observed)."""
         if self._ended:
             return
-        self._finish(next_state=None, done=True, terminated=not truncated, truncated=truncated, error=error)
+        self._finish(next_state=final_state, done=True, terminated=not truncated, truncated=truncated, error=error)
         self._ended = True
 
     def _finish(

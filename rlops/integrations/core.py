@@ -112,6 +112,7 @@ class _Open:
     pending: Decision | None = None
     state: Mapping[str, Any] | None = None
     decided_at: float = 0.0
+    fields: Mapping[str, Any] = field(default_factory=dict)
 
 
 class DecisionLoop:
@@ -173,10 +174,17 @@ class DecisionLoop:
                 f"the policy chose {decision.action!r} for episode {episode_id}, but the agent has no tool for it "
                 f"(its tools: {sorted(self.actions)}); give the agent a tool per pack action"
             )
-        run.pending, run.state = decision, state
+        run.pending, run.state, run.fields = decision, state, {}
         run.decided_at = time.perf_counter()
         self.decision_ms.append((run.decided_at - t0) * 1e3)
         return decision
+
+    def annotate(self, episode_id: str, **fields: Any) -> None:
+        """More columns for the pending decision's row (names the contract does not know land in its
+        ``extra``), e.g. the speaking ``role`` of a team."""
+        run = self._open.get(str(episode_id))
+        if run is not None and run.pending is not None:
+            run.fields = {**run.fields, **fields}
 
     def history(self, episode_id: str) -> list[str]:
         """The actions ``episode_id`` took so far, the pending decision's included."""
@@ -203,17 +211,24 @@ class DecisionLoop:
         assert decision is not None and state is not None
         run.pending = None
         run.history.append(decision.action)
-        run.episode.step(state, decision.action, latency_ms=latency_ms, error=error, **decision.trace_fields())
+        run.episode.step(
+            state,
+            decision.action,
+            latency_ms=latency_ms,
+            error=error,
+            **{**run.fields, **decision.trace_fields()},
+        )
 
-    def end(self, episode_id: str, *, error: str | None = None) -> None:
-        """The episode ended (``error``: it was cut short by one); its last step becomes ``done``."""
+    def end(self, episode_id: str, *, error: str | None = None, final_state: Mapping[str, Any] | None = None) -> None:
+        """The episode ended (``error``: it was cut short by one); its last step becomes ``done``, scored
+        by the reward provider on ``final_state`` (the pack's fields after the last action) when given."""
         with self._lock:
             run = self._open.pop(str(episode_id), None)
         if run is None:
             return
         if run.pending is not None:
             self._record(run, error=error, latency_ms=(time.perf_counter() - run.decided_at) * 1e3)
-        run.episode.end(truncated=error is not None, error=error)
+        run.episode.end(truncated=error is not None, error=error, final_state=final_state)
 
     @property
     def open_episodes(self) -> list[str]:

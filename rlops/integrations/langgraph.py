@@ -154,7 +154,8 @@ class _RouterCallbacks:
                     error = outputs.get(router.error_key) if router.error_key and isinstance(outputs, Mapping) else None
                     router.loop.outcome(self.tools.pop(run_id), error=None if error is None else str(error))
                 elif run_id in self.roots:
-                    router.loop.end(self.roots.pop(run_id))
+                    final = router.mapping.read(outputs) if isinstance(outputs, Mapping) else None
+                    router.loop.end(self.roots.pop(run_id), final_state=final)
 
             def on_chain_error(self, error: BaseException, *, run_id: UUID, **kw: Any) -> None:
                 text = f"{type(error).__name__}: {error}"

@@ -149,7 +149,7 @@ class PolicyToolChoice:
             raise
         finally:
             _RUN.reset(token)
-        self.loop.end(str(episode_id))
+        self.loop.end(str(episode_id), final_state=self.mapping.read(context))
         return result
 
 
