@@ -470,3 +470,9 @@ def test_the_site_shows_a_pipe_in_a_table_code_span_as_github_does() -> None:
     hooks = _load_tool(REPO_ROOT / "tools" / "mkdocs_hooks.py")
     text = "| `a\\|b` | x \\| y |\n`c\\|d`\n```\n| `e\\|f` |\n```"
     assert hooks.unescape_table_code(text) == "| `a|b` | x \\| y |\n`c\\|d`\n```\n| `e\\|f` |\n```"
+
+
+def test_the_cli_guide_tree_names_every_command(parser: argparse.ArgumentParser) -> None:
+    tree = CLI_GUIDE.read_text().split("```")[1]
+    nouns = re.findall(r"[├└]── ([a-z-]+)", tree)
+    assert sorted(nouns) == sorted(_subparsers(parser)), "the command tree of docs/cli.md differs from the parser"
