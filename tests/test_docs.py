@@ -476,3 +476,15 @@ def test_the_cli_guide_tree_names_every_command(parser: argparse.ArgumentParser)
     tree = CLI_GUIDE.read_text().split("```")[1]
     nouns = re.findall(r"[├└]── ([a-z-]+)", tree)
     assert sorted(nouns) == sorted(_subparsers(parser)), "the command tree of docs/cli.md differs from the parser"
+
+
+def test_the_readme_opens_with_the_two_commands_and_ci_runs_its_test_command() -> None:
+    """The README's first lines are the command that sets up and runs the main job and the one that
+    runs the tests; CI (``.ci/run``) runs exactly that test command."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    first_block = _FENCE.search(readme)
+    assert first_block and readme[: first_block.start()].count("\n") <= 3, "the README opens with its two commands"
+    commands = [line.split("#")[0].strip() for line in first_block.group(1).strip().split("\n")]
+    assert commands == ["make demo", "make test"]
+    ci_lines = [line.strip() for line in (REPO_ROOT / ".ci" / "run").read_text().split("\n")]
+    assert commands[1] in ci_lines
