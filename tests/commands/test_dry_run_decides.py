@@ -243,3 +243,160 @@ def test_model_rollback_dry_run_names_the_version_the_real_rollback_restores(
     rc_real, real = run_json(["model", "rollback", "--scenario", SCENARIO], capsys)
     assert rc_dry == rc_real == 0
     assert (dry["champion"], dry["would_restore"]) == (real["rolled_back_from"], real["champion"]) == ("2", "1")
+
+
+# --------------------------------------------------------------------------- the other dry runs
+PACK_DIR = str(REPO_ROOT / "scenarios" / SCENARIO)
+
+
+@pytest.mark.parametrize(
+    ("argv", "decision"),
+    [
+        pytest.param(
+            ["env", "validate", "--scenario", PACK_DIR],
+            ("pack", "fields", "actions", "profiles", "reward_functions", "rules"),
+            id="env-validate",
+        ),
+        pytest.param(
+            ["env", "describe", "--scenario", PACK_DIR],
+            ("name", "state", "actions", "profiles", "reward_functions", "observation_dim"),
+            id="env-describe",
+        ),
+    ],
+)
+def test_read_only_commands_decide_the_same_dry(
+    rlops_home: Path, capsys: pytest.CaptureFixture[str], argv: list[str], decision: tuple[str, ...]
+) -> None:
+    """Commands that write nothing anyway: the dry run's document is the real run's."""
+    rc_dry, dry = run_json([*argv, "--dry-run"], capsys)
+    rc_real, real = run_json(argv, capsys)
+    assert rc_dry == rc_real == 0
+    assert {k: dry[k] for k in decision} == {k: real[k] for k in decision}
+
+
+def test_env_rollout_dry_run_rolls_out_what_the_real_run_writes(
+    rlops_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = rlops_home / "rollout" / "traces.parquet"
+    argv = ["env", "rollout", "--scenario", PACK_DIR, "--episodes", "20", "--seed", "4", "--out", str(out)]
+    rc_dry, dry = run_json([*argv, "--dry-run"], capsys)
+    assert not out.exists() and not out.parent.exists(), "the dry run wrote or created its output"
+    rc_real, real = run_json(argv, capsys)
+    decision = ("rows", "episodes", "policy", "profile", "reward_fn", "out")
+    assert rc_dry == rc_real == 0 and out.is_file()
+    assert {k: dry[k] for k in decision} == {k: real[k] for k in decision}
+    assert dry["dry_run"] is True and real["dry_run"] is False
+
+
+def test_replay_dry_run_shows_the_path_the_real_run_shows(rlops_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pandas as pd
+
+    simulated_capture(capsys)
+    parts = [p for p in (rlops_home / "data").rglob("*.parquet") if "quarantine" not in p.parts]
+    trace = str(pd.read_parquet(parts[0], columns=["trace_id"])["trace_id"].iloc[3])
+    argv = ["replay", *KEYED, "--trace-id", trace]
+    before = files_under(rlops_home / "data")
+    rc_dry, dry = run_json([*argv, "--dry-run"], capsys)
+    assert files_under(rlops_home / "data") == before
+    rc_real, real = run_json(argv, capsys)
+    assert rc_dry == rc_real == 0
+    assert {k: v for k, v in dry.items() if k != "dry_run"} == {k: v for k, v in real.items() if k != "dry_run"}
+
+
+def test_train_status_dry_run_reports_the_table_and_writes_no_csv(
+    rlops_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A training's metric history: the dry run's table and plateau flag are the real run's; only
+    the CSV is not written."""
+    from rlops.pipeline_steps.infra.context import StepContext
+
+    ctx = StepContext.create(SCENARIO, RUN_KEY)
+    with ctx.tracker.start_run("train · probe") as run:
+        for i, ret in enumerate([0.1, 0.4, 0.5, 0.5, 0.49, 0.5]):
+            run.log_metrics({"episodic_return": ret, "entropy": 1.0 - i / 10}, step=i)
+    csv = rlops_home / "status.csv"
+    argv = ["train", "status", "--scenario", SCENARIO, run.run_id, "--csv", str(csv)]
+    rc_dry, dry = run_json([*argv, "--dry-run"], capsys)
+    assert not csv.exists(), "the dry run wrote the CSV"
+    rc_real, real = run_json(argv, capsys)
+    assert rc_dry == rc_real == 0 and csv.is_file()
+    decision = ("run_id", "status", "iterations", "columns", "rows", "plateau", "iterations_without_improvement")
+    assert {k: dry[k] for k in decision} == {k: real[k] for k in decision}
+    assert dry["iterations"] == 6
+
+
+def queued(rlops_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A captured hour served by a learned policy (version 7) that was unsure of every decision,
+    and its items in the label queue (the export's input)."""
+    import numpy as np
+    import pandas as pd
+
+    simulated_capture(capsys)
+    for part in (rlops_home / "data").rglob("*.parquet"):
+        if "quarantine" in part.parts:
+            continue
+        df = pd.read_parquet(part)
+        df["policy_version"] = "7"
+        df["entropy"] = 0.9 * np.log(df["action_mask"].str.count("1").clip(lower=2))
+        df.to_parquet(part, index=False)
+    _, res = run_json(["labels", "run", *KEYED], capsys)
+    assert res["inserted"] > 0, res
+
+
+@pytest.mark.slow  # a capture, a queue run and an export first (the step-level test runs by default)
+def test_labels_export_dry_run_names_the_tasks_the_real_export_writes(
+    rlops_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queued(rlops_home, capsys)
+    out = f"file://{rlops_home / 'ls' / 'tasks.json'}"
+    argv = ["labels", "export", *KEYED, "--out", out]
+    rc_dry, dry = run_json([*argv, "--dry-run"], capsys)
+    assert not (rlops_home / "ls").exists(), "the dry run wrote the tasks"
+    rc_real, real = run_json(argv, capsys)
+    assert rc_dry == rc_real == 0
+    assert dry["tasks"] == real["tasks"] > 0
+
+
+@pytest.mark.slow  # a capture, a queue run and an export first (the step-level test runs by default)
+def test_labels_import_dry_run_counts_what_the_real_import_ingests(
+    rlops_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every exported task annotated (the first with an action its state does not allow): the dry
+    import's counts are the real import's, and it stores no label."""
+    from rlops.pipeline_steps.labels.store import LabelStore
+
+    queued(rlops_home, capsys)
+    path = rlops_home / "tasks.json"
+    run_json(["labels", "export", *KEYED, "--out", f"file://{path}"], capsys)
+    tasks = json.loads(path.read_text())
+    for i, t in enumerate(tasks):
+        choice = "no_such_action" if i == 0 else t["data"]["candidate_actions"][0]
+        result = [{"from_name": "action", "to_name": "state", "type": "choices", "value": {"choices": [choice]}}]
+        t["annotations"] = [
+            {"id": 1, "completed_by": {"id": 3}, "created_at": "2026-11-30T07:00:00Z", "result": result}
+        ]
+    path.write_text(json.dumps(tasks))
+    store = LabelStore(f"sqlite:///{rlops_home / 'queue.db'}")
+    before = store.counts(SCENARIO)
+    rc_dry, dry = run_json(["labels", "import", *KEYED, str(path), "--dry-run"], capsys)
+    assert store.counts(SCENARIO) == before, "the dry run stored labels"
+    rc_real, real = run_json(["labels", "import", *KEYED, str(path)], capsys)
+    counts = ("tasks_in", "labels", "ingested", "rejected", "not_annotated", "conflicts", "stale")
+    assert rc_dry == rc_real == 0 and real["ingested"] == len(tasks) - 1 and len(real["rejected"]) == 1
+    assert {k: dry[k] for k in counts} == {k: real[k] for k in counts}
+
+
+@pytest.mark.slow  # a reward-model training first (~1 min on two cores)
+def test_train_relabel_dry_run_scores_what_the_real_run_writes(
+    rlops_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    simulated_capture(capsys)
+    run_json(["train", "reward-model", *KEYED], capsys)
+    argv = ["train", "relabel", *KEYED]
+    before = files_under(rlops_home / "data")
+    rc_dry, dry = run_json([*argv, "--dry-run"], capsys)
+    assert files_under(rlops_home / "data") == before, "the dry run wrote labels"
+    rc_real, real = run_json(argv, capsys)
+    decision = ("rows_in", "rows_out", "reward_model_version", "mean_score", "labels_uri")
+    assert rc_dry == rc_real == 0 and real["rows_out"] > 0
+    assert {k: dry[k] for k in decision} == {k: real[k] for k in decision}
