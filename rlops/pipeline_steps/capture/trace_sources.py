@@ -8,11 +8,14 @@ job alone, so the interval and duplicate checks, quarantine, the manifest and st
 these sources exactly as for the landing zone.
 
 Which spans are rows: every span that carries ``rlops.record`` (the exporter's ``decision``), at any
-depth (an agent framework often wraps decisions in a request span). The children of a decision
-(``observe``, ``decide``, …) are parts of it, not rows; they are counted as ``spans_skipped``. A
-trace with no decision span at all (another tool's instrumentation, a truncated export) gives one
-row per root span, holding its attributes, which the contract then quarantines with the reason. A
-span that cannot be read (no attribute list, an attribute without a key) is quarantined alone.
+depth (an agent framework often wraps decisions in a request span), and in an OTLP export every span
+that carries ``rlops.decision`` (a framework's own instrumentation, e.g. OpenInference: the attribute
+mapping and how the outcome is joined are in :mod:`rlops.pipeline_steps.capture.span_mapping`).
+The children of a decision (``observe``, ``decide``, …) are parts of it, not rows; they are counted
+as ``spans_skipped``. A trace with no decision span at all (another tool's instrumentation, a
+truncated export) gives one row per root span, holding its attributes, which the contract then
+quarantines with the reason. A span that cannot be read (no attribute list, an attribute without
+a key) is quarantined alone.
 
 * :func:`mlflow_source` — traces of an experiment in a time window, through the MLflow client, page
   by page; an experiment that does not exist is an error, never "0 rows";
@@ -30,6 +33,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rlops.agent_sdk.mlflow_tracing import RECORD_ATTRIBUTE
 from rlops.pipeline_steps.capture.core import CaptureSource, SourceLine
+from rlops.pipeline_steps.capture.span_mapping import DecisionSpans
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.storage import Storage
@@ -234,6 +238,7 @@ class _OtlpSpans:
         self.count = 0
         self.decided: set[str] = set()  # trace ids with a decision span
         self.roots: list[tuple[str, SourceLine]] = []  # root spans without a record, by trace id
+        self.mapped = DecisionSpans()  # decision spans of a framework's instrumentation (rlops.decision)
 
     def walk(self, r: _Reader, depth: int = 0) -> Iterator[SourceLine]:
         if r.peek() != "{":
@@ -284,18 +289,29 @@ class _OtlpSpans:
         if _is_decision(span.get("name"), attrs):
             self.decided.add(trace)
             yield SourceLine(_line(attrs), where, self.count)
-        elif not span.get("parentSpanId"):
-            self.roots.append((trace, SourceLine(_line(attrs), where, self.count)))
+        elif self.mapped.is_decision(attrs):
+            self.decided.add(trace)
+            bad = self.mapped.add_decision(trace, span, attrs, where, self.count)
+            if bad is not None:
+                yield bad
         else:
-            self.source.spans_skipped += 1
+            self.mapped.add_span(trace, span, attrs)
+            if not span.get("parentSpanId"):
+                self.roots.append((trace, SourceLine(_line(attrs), where, self.count)))
+            else:
+                self.source.spans_skipped += 1
 
     def undecided_roots(self) -> Iterator[SourceLine]:
-        """Root spans of traces that held no decision (a request span around one is skipped)."""
+        """The mapped decisions with their outcomes, then the root spans of traces that held no
+        decision (a request span around one is skipped); an OpenInference trace without a decision
+        span is quarantined with the one line naming the attribute to add."""
+        yield from self.mapped.rows()
         for trace, line in self.roots:
             if trace in self.decided:
                 self.source.spans_skipped += 1
-            else:
-                yield line
+                continue
+            reason = self.mapped.undecided(trace)
+            yield line if reason is None else SourceLine(line.text, line.source, line.line_no, reason)
 
 
 def _otlp_value(value: Mapping[str, Any]) -> Any:
