@@ -3,7 +3,7 @@
     rlops env {validate,describe,rollout} | capture | drift {detect,check} | calibrate
           | labels {run,export,import} | train {policy,relabel,switch-reward,reward-model,tune,status}
           | profile | stress | reward {whatif} | model {evaluate,promote,rollback,webhook} | replay | audit | simulate
-          | console | demo | config {show,validate,schema} | stack {up,status,down} | signal {set,show}
+          | console | demo | config {show,validate,schema} | stack {up,status,down} | init | signal {set,show}
 
 Each noun is one module of ``rlops.commands`` holding only its argparse definitions and thin
 handlers; a handler imports its step (and with it torch, pandas, MLflow) when it runs, so
@@ -47,6 +47,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.Argument
         demo,
         drift,
         env,
+        init,
         labels,
         model,
         profile,
@@ -76,6 +77,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.Argument
         demo.register,
         config.register,
         stack.register,
+        init.register,
     ]
 
 

@@ -1,0 +1,306 @@
+"""The reward a generated pack starts with: one fitted placeholder component per logged component.
+
+Trace rows carry the reward breakdown (component, score, reason, rule ref). Each component becomes
+a reward component with the same name, reason and rule ref whose body reproduces what it paid: a
+linear function of the step's latency when that explains at least :data:`LATENCY_R2` of its variance
+(a handling-time cost), else per action a shallow regression tree (:mod:`rlops.pack_init.cart`) of
+its scores on the state fields visible on every step of that action. The module says, at each
+body, that the expert must replace it with the rule itself (``# TODO(expert)``), and rules.yaml
+gets one placeholder clause per rule ref.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from rlops.data_contracts.shapes import read_breakdown
+from rlops.pack_init.actions import error_column
+from rlops.pack_init.cart import Node, fit_tree, number_text, predict
+from rlops.pack_init.fields import IDENTIFIER, FieldGuess
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+NOT_COMPONENTS = ("repeat_penalty", "clip")
+LATENCY_R2 = 0.9
+TREE_DEPTH = 3
+MIN_GAIN = 0.02
+"""A split must remove this share of its tree's squared error: smaller ones chase noise."""
+
+
+@dataclass(frozen=True)
+class ActionFit:
+    """What a component paid on one action's steps, as a tree over the state."""
+
+    action: str
+    tree: Node
+    unless_error: bool = False
+    """The component pays nothing when the action's call failed (fitted on the successful steps)."""
+    state: tuple[tuple[str, str, str | bool], ...] = ()
+    """The process state (``(field, type, value)`` of the fields effects set) the fit applies in."""
+
+
+@dataclass(frozen=True)
+class ComponentGuess:
+    """One reward component of the logged breakdowns and its fitted placeholder."""
+
+    name: str
+    reason: str
+    rule_ref: str
+    rows: int
+    """Steps on which it paid a non-zero score."""
+    r2: float
+    """Share of the variance of its logged scores the placeholder reproduces."""
+    latency: tuple[float, float] | None = None
+    """``(intercept, per ms)`` when it is a linear function of the step's latency."""
+    per_action: tuple[ActionFit, ...] = ()
+
+
+@dataclass(frozen=True)
+class RewardGuess:
+    components: tuple[ComponentGuess, ...]
+    clip: float
+    repeat_penalty: dict[str, object] | None
+    """``REPEAT_PENALTY`` when the breakdowns carry a repeat penalty."""
+    repeat_rule_title: str = "No busy loops"
+    source: str = "reward_breakdown"
+    """Where the scores came from: ``reward_breakdown``, ``reward_total`` or ``none``."""
+
+
+def _rule_id(name: str) -> str:
+    return f"{name.upper()}_v0.1"
+
+
+def infer_reward(df: pd.DataFrame, fields: list[FieldGuess], process: list[FieldGuess]) -> RewardGuess:
+    """Components, clip bound and repeat penalty from the rows' reward columns. ``process`` are the
+    bool and enum fields the actions set (the state of the process): each component is fitted
+    apart in each of their value combinations seen, and pays nothing in one never seen."""
+    scores, meta = _scores(df)
+    if scores is None:
+        return RewardGuess((), 5.0, None, source="none")
+    actions = df["action"].astype(str).to_numpy()
+    latency = df["latency_ms"].astype(float).to_numpy() if "latency_ms" in df.columns else None
+    errors = error_column(df)
+    comps = []
+    for name, (reason, rule) in meta.items():
+        if name in NOT_COMPONENTS or name.startswith(("hook:", "__")) or not IDENTIFIER.match(name):
+            continue
+        comps.append(_fit_component(name, reason, rule, scores[name], actions, errors, latency, fields, process))
+    totals = df["reward_total"].astype(float).to_numpy() if "reward_total" in df.columns else None
+    bound = float(np.nanmax(np.abs(totals))) if totals is not None and np.isfinite(totals).any() else 5.0
+    clip = float(math.ceil(max(bound, 1.0) * 1.5))
+    repeat = _repeat_penalty(df, scores.get("repeat_penalty"), meta.get("repeat_penalty"))
+    return RewardGuess(
+        tuple(comps), clip, repeat, source="reward_breakdown" if meta.get("__breakdown__") else "reward_total"
+    )
+
+
+def _scores(df: pd.DataFrame) -> tuple[dict[str, np.ndarray] | None, dict[str, tuple[str, str]]]:
+    """``{component: score per row}`` and ``{component: (reason, rule ref)}`` of the breakdowns;
+    the total as one ``logged_reward`` component when rows carry no breakdown."""
+    n = len(df)
+    if "reward_breakdown" in df.columns and df["reward_breakdown"].notna().any():
+        cols: dict[str, np.ndarray] = {}
+        reasons: dict[str, Counter[str]] = {}
+        rules: dict[str, Counter[str]] = {}
+        for i, value in enumerate(df["reward_breakdown"].to_numpy()):
+            for item in read_breakdown(value):
+                name = str(item["component"])
+                if name not in cols:
+                    cols[name] = np.zeros(n)
+                    reasons[name], rules[name] = Counter(), Counter()
+                cols[name][i] += float(item["score"])
+                if item.get("reason"):
+                    reasons[name][str(item["reason"])] += 1
+                if item.get("rule_ref"):
+                    rules[name][str(item["rule_ref"])] += 1
+        if cols:
+            meta = {
+                k: (
+                    reasons[k].most_common(1)[0][0] if reasons[k] else k.replace("_", " "),
+                    rules[k].most_common(1)[0][0] if rules[k] else _rule_id(k),
+                )
+                for k in cols
+            }
+            meta["__breakdown__"] = ("", "")
+            return cols, meta
+    if "reward_total" in df.columns and df["reward_total"].notna().any():
+        total = df["reward_total"].astype(float).fillna(0.0).to_numpy()
+        return {"logged_reward": total}, {
+            "logged_reward": ("the reward logged with each step", _rule_id("logged_reward"))
+        }
+    return None, {}
+
+
+def _fit_component(
+    name: str,
+    reason: str,
+    rule: str,
+    y: np.ndarray,
+    actions: np.ndarray,
+    errors: np.ndarray,
+    latency: np.ndarray | None,
+    fields: list[FieldGuess],
+    process: list[FieldGuess],
+) -> ComponentGuess:
+    paid = int(np.count_nonzero(y))
+    var = float(y.var())
+    if latency is not None and np.isfinite(latency).all() and var > 0 and np.all(y != 0):
+        slope, intercept = np.polyfit(latency, y, 1)
+        r2 = 1.0 - float(np.var(y - (intercept + slope * latency))) / var
+        if r2 >= LATENCY_R2:
+            return ComponentGuess(name, reason, rule, paid, r2, (float(intercept), float(slope)))
+    fits = []
+    fitted = np.zeros_like(y)
+    for action in dict.fromkeys(actions):
+        rows = actions == action
+        if not np.any(y[rows]):
+            continue
+        unless_error = bool(errors[rows].any() and not np.any(y[rows & errors]))
+        base = rows & ~errors if unless_error else rows
+        keys = [f for f in process if not np.isnan(f.data[base]).any()]
+        combos = np.stack([f.data[base] for f in keys], axis=1) if keys else np.zeros((int(base.sum()), 0))
+        base_idx = np.flatnonzero(base)
+        for combo in np.unique(combos, axis=0):
+            fit_rows = np.zeros(len(y), dtype=bool)
+            fit_rows[base_idx[np.all(combos == combo, axis=1)]] = True
+            if not np.any(y[fit_rows]):
+                continue  # the component never paid in this state of the process
+            n = int(fit_rows.sum())
+            feats = [f.feature() for f in fields if f not in keys and not np.isnan(f.data[fit_rows]).any()]
+            sub = [type(f)(f.name, f.kind, f.data[fit_rows], f.labels) for f in feats]
+            tree = fit_tree(
+                sub, y[fit_rows], classify=False, max_depth=TREE_DEPTH, min_leaf=max(20, n // 50), min_gain=MIN_GAIN
+            )
+            fitted[fit_rows] = predict(tree, n)
+            state = tuple(
+                (f.path, f.type, f.values[int(v)] if f.type == "enum" else bool(v > 0.5)) for f, v in zip(keys, combo)
+            )
+            fits.append(ActionFit(str(action), tree, unless_error, state))
+    r2 = 1.0 - float(np.var(y - fitted)) / var if var > 0 else 1.0
+    return ComponentGuess(name, reason, rule, paid, r2, None, tuple(fits))
+
+
+def _repeat_penalty(
+    df: pd.DataFrame, scores: np.ndarray | None, meta: tuple[str, str] | None
+) -> dict[str, object] | None:
+    """``REPEAT_PENALTY`` from the rows it was charged on: its size, and ``after`` as the fewest
+    repeats in a row seen on a charged step."""
+    if scores is None or meta is None or not np.any(scores):
+        return None
+    charged = scores < 0
+    actions = df["action"].astype(str).to_numpy()
+    ep = df["episode_id"].to_numpy()
+    run = np.zeros(len(df), dtype=np.int64)
+    for i in range(1, len(df)):
+        if ep[i] == ep[i - 1] and actions[i] == actions[i - 1]:
+            run[i] = run[i - 1] + 1
+    after = int(max(1, run[charged].min())) if charged.any() else 1
+    return {"penalty": round(float(-np.median(scores[charged])), 4), "after": after, "rule_ref": meta[1]}
+
+
+# --------------------------------------------------------------------------- rendering
+def _condition(node: Node) -> str:
+    split = node.split
+    assert split is not None
+    f = split.feature
+    attr = f"s.{f.name}"
+    if f.kind in ("int", "float"):
+        return f"({attr} < {number_text(split.threshold)})"
+    if f.kind == "enum":
+        return f"({attr} == {f.labels[split.code]!r})"
+    return attr
+
+
+def _tree_expr(node: Node, indent: int) -> str:
+    if node.split is None or node.left is None or node.right is None:
+        return f"{node.value:.4g}"
+    pad = " " * (indent + 4)
+    return (
+        f"torch.where(\n{pad}{_condition(node)},\n{pad}{_tree_expr(node.left, indent + 4)},\n"
+        f"{pad}{_tree_expr(node.right, indent + 4)},\n{' ' * indent})"
+    )
+
+
+def _body(c: ComponentGuess) -> str:
+    if c.latency is not None:
+        a, b = c.latency
+        return f"    return {a:.4g} + {b:.4g} * t.latency_ms"
+    lines = ["    s = t.s", "    score = torch.zeros_like(t.latency_ms)"]
+    for fit in c.per_action:
+        value = _tree_expr(fit.tree, 4)
+        if fit.unless_error:
+            value = f"torch.where(t.error, 0.0, {value})"
+        where = [f"(t.action == {fit.action!r})"]
+        for path, kind, v in fit.state:
+            where.append(f"(s.{path} == {v!r})" if kind == "enum" else (f"s.{path}" if v else f"~s.{path}"))
+        lines.append(f"    score = torch.where({' & '.join(where)}, {value}, score)")
+    return "\n".join([*lines, "    return score"])
+
+
+def render_reward_module(pack: str, reward: RewardGuess, source: str, rows: int) -> str:
+    """reward_v1.py of the generated pack."""
+    head = f'''"""Reward v1 of {pack}, written by `rlops init` from {rows:,} logged steps ({source}).
+
+Every component below is a fitted placeholder: what the component of that name paid in the traces,
+by action and by a shallow tree over the state (or by the step's latency). It reproduces the logged
+scores well enough to train and compare policies at once, but it is not the business rule: replace
+each body marked TODO(expert) with the rule it stands for (rules.yaml names the clause), and delete
+this paragraph when none is left.
+"""
+
+import torch
+
+from rlops.sandbox.reward import component, rule_ref
+
+VERSION_LABEL = "v1"
+# TODO(expert): how much each objective counts against the others (1.0: as logged).
+WEIGHTS = {json.dumps({c.name: 1.0 for c in reward.components})}
+CLIP = {number_text(reward.clip)}  # 1.5 x the largest logged |reward|
+'''
+    if reward.repeat_penalty:
+        head += f"REPEAT_PENALTY = {json.dumps(reward.repeat_penalty)}\n"
+    parts = [head]
+    for c in reward.components:
+        fit = "a linear function of the step's latency" if c.latency else "mean score by action and state"
+        parts.append(
+            f"""
+
+@component(objective={c.name!r}, reason={c.reason!r})
+@rule_ref({c.rule_ref!r})
+def {c.name}(t):
+    # TODO(expert): fitted placeholder ({fit}; reproduces {c.r2:.0%} of the variance of the
+    # {c.rows:,} logged scores). Replace with the rule of {c.rule_ref}.
+{_body(c)}
+"""
+        )
+    return "".join(parts)
+
+
+def render_rules(reward: RewardGuess) -> dict[str, dict[str, str]]:
+    """rules.yaml's ``rules:`` mapping: one placeholder clause per rule ref."""
+    rules: dict[str, dict[str, str]] = {}
+    for c in reward.components:
+        rules.setdefault(
+            c.rule_ref,
+            {
+                "title": c.reason[:1].upper() + c.reason[1:],
+                "text": f"TODO(expert): the written rule component '{c.name}' stands for (inferred from "
+                f"{c.rows:,} logged steps that paid it).",
+            },
+        )
+    if reward.repeat_penalty:
+        rule = str(reward.repeat_penalty["rule_ref"])
+        rules.setdefault(
+            rule, {"title": reward.repeat_rule_title, "text": "TODO(expert): the rule against repeating an action."}
+        )
+    return rules
+
+
+__all__ = ["ComponentGuess", "RewardGuess", "infer_reward", "render_reward_module", "render_rules"]
