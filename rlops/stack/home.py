@@ -54,6 +54,10 @@ def _read_json(path: Path) -> dict[str, Any]:
     return doc
 
 
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class StackHome:
     """The folder of one stack (see the module doc)."""
@@ -87,9 +91,15 @@ class StackHome:
 
     def create(self) -> None:
         """The folders, private to this user (they hold secrets)."""
-        for d in (self.root, self.airflow_home, self.logs):
-            d.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.root, 0o700)
+        try:
+            for d in (self.root, self.airflow_home, self.logs):
+                d.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.root, 0o700)
+        except OSError as exc:
+            raise UserError(
+                f"cannot create the stack's folders under {self.root} ({exc.strerror or exc}); expected a folder "
+                "this user can write (params stack.home, or --home)"
+            ) from None
 
     # ------------------------------------------------------------------ secrets, once
     def secrets(self) -> dict[str, str]:
@@ -119,6 +129,14 @@ class StackHome:
         doc = _read_json(self.state_file)
         parts = doc.get("parts")
         doc["parts"] = {k: v for k, v in parts.items() if isinstance(v, dict)} if isinstance(parts, dict) else {}
+        for name, record in doc["parts"].items():
+            bad = [k for k in ("pid", "start_ticks") if k in record and not _whole(record[k])]
+            if bad:
+                raise UserError(
+                    f"{self.state_file}: part {name} has {bad[0]} {record[bad[0]]!r}, expected a whole number; "
+                    "the file belongs to `rlops stack`: stop what it started by hand, remove the file, and "
+                    "`rlops stack up` writes it anew"
+                )
         return doc
 
     def save_state(self, state: dict[str, Any]) -> None:
