@@ -1,6 +1,6 @@
 """Trace and label data contracts: schemas, Great Expectations suites, row validation.
 
->>> from data_contracts import trace_contract, validate_frame
+>>> from rlops.data_contracts import trace_contract, validate_frame
 >>> contract = trace_contract("credit_approval", ["approve", "reject"],
 ...                           [("user_profile.credit_score", "int", 300, 850, None)])
 >>> result = validate_frame(rows_df, contract)          # doctest: +SKIP
