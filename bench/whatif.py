@@ -8,6 +8,8 @@ timed runs find it kept. Reported per pack:
 
 * ``wall_s_median``: the slower of the two what-ifs' median wall times (baseline kept);
 * ``wall_s_cold``: the first what-if's wall time, the baseline's training included;
+* ``cpu_s_median``, ``cpu_s_cold``: the same in CPU seconds of the command (user + system): one
+  torch thread, so on an idle machine the wall time is about this; on a loaded one, compare these;
 * ``direction_ok``: both what-ifs moved the KPIs tied to the weight's rules the way the weight says
   (raised: one improves beyond its interval and none worsens; lowered: the reverse);
 * ``kpis_with_interval``: KPIs answered with a 95 % interval for both policies (of the pack's total).
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -48,7 +51,9 @@ WHATIFS: dict[str, list[str]] = {
 }
 
 
-def run_whatif(pack: str, change: str, episodes: int, env: dict[str, str]) -> tuple[float, dict[str, Any]]:
+def run_whatif(pack: str, change: str, episodes: int, env: dict[str, str]) -> tuple[float, float, dict[str, Any]]:
+    """Wall seconds, CPU seconds (user + system of the command) and the JSON result of one what-if."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     out = subprocess.run(
         [RLOPS, "reward", "whatif", "--scenario", pack, "--set", change, "--episodes", str(episodes), "--json"],
@@ -58,9 +63,11 @@ def run_whatif(pack: str, change: str, episodes: int, env: dict[str, str]) -> tu
         cwd=ROOT,
     )
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if out.returncode != 0:
         raise SystemExit(f"rlops reward whatif --scenario {pack} --set {change} failed: {out.stderr[-2000:]}")
-    return wall, json.loads(out.stdout)
+    return wall, cpu, json.loads(out.stdout)
 
 
 def with_interval(result: dict[str, Any]) -> tuple[int, int]:
@@ -88,15 +95,25 @@ def main(argv: list[str] | None = None) -> int:
         for pack in args.packs.split(","):
             whatifs: list[dict[str, Any]] = []
             # the pack's first what-if, once more beforehand: it trains and keeps the baseline
-            cold, _ = run_whatif(pack, WHATIFS[pack][0], args.episodes, env)
-            print(f"{pack:20} {WHATIFS[pack][0]:16} cold:  {cold:6.1f} s  load {load_average()}", flush=True)
+            cold, cold_cpu, _ = run_whatif(pack, WHATIFS[pack][0], args.episodes, env)
+            print(
+                f"{pack:20} {WHATIFS[pack][0]:16} cold:  {cold:6.1f} s wall {cold_cpu:5.1f} CPU-s "
+                f" load {load_average()}",
+                flush=True,
+            )
             for change in WHATIFS[pack]:
                 walls: list[float] = []
+                cpus: list[float] = []
                 last: dict[str, Any] = {}
                 for i in range(args.repeats):
-                    wall, last = run_whatif(pack, change, args.episodes, env)
+                    wall, cpu, last = run_whatif(pack, change, args.episodes, env)
                     walls.append(wall)
-                    print(f"{pack:20} {change:16} run {i + 1}: {wall:6.1f} s  load {load_average()}", flush=True)
+                    cpus.append(cpu)
+                    print(
+                        f"{pack:20} {change:16} run {i + 1}: {wall:6.1f} s wall {cpu:5.1f} CPU-s "
+                        f" load {load_average()}",
+                        flush=True,
+                    )
                 objective = change.split("=", 1)[0]
                 direction = last["direction"][objective]
                 n_ok, n_all = with_interval(last)
@@ -105,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                         "change": change,
                         "wall_s": [round(w, 1) for w in walls],
                         "wall_s_median": round(statistics.median(walls), 1),
+                        "cpu_s": [round(c, 1) for c in cpus],
+                        "cpu_s_median": round(statistics.median(cpus), 1),
                         "direction_ok": direction["ok"],
                         "improved": direction["improved"],
                         "worsened": direction["worsened"],
@@ -123,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             packs[pack] = {
                 "wall_s_median": max(w["wall_s_median"] for w in whatifs),
                 "wall_s_cold": round(cold, 1),
+                "cpu_s_median": max(w["cpu_s_median"] for w in whatifs),
+                "cpu_s_cold": round(cold_cpu, 1),
                 "direction_ok": all(w["direction_ok"] is True for w in whatifs),
                 "kpis_with_interval": min(w["kpis_with_interval"] for w in whatifs),
                 "kpis": whatifs[0]["kpis"],
