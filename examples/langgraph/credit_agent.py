@@ -30,6 +30,7 @@ class Application(TypedDict, total=False):
     age: int
     income_monthly: float
     employment: str
+    region: str
     credit_score: int
     debt_ratio: float
     loan_amount: float
@@ -61,6 +62,7 @@ def applications(n: int, seed: int = 0) -> list[Application]:
             approval_result="pending",
             approved_amount=0.0,
             notified=False,
+            region=rng.choice(["guangdong", "jiangsu", "zhejiang", "shanghai", "other", "other"]),
         )
         for i in range(n)
     ]

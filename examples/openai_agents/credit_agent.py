@@ -42,6 +42,7 @@ def applications(n: int, seed: int = 0) -> list[dict[str, Any]]:
             "approval_result": "pending",
             "approved_amount": 0.0,
             "notified": False,
+            "region": rng.choice(["guangdong", "jiangsu", "zhejiang", "shanghai", "other", "other"]),
         }
         for i in range(n)
     ]

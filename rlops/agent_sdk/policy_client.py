@@ -91,6 +91,10 @@ from rlops.agent_sdk.serving import (
 )
 from rlops.common.errors import UserError
 from rlops.common.policy_ref import PolicyRef
+from rlops.sandbox.errors import ExprError
+from rlops.sandbox.expr import CompiledExpr
+from rlops.sandbox.expr_numpy import NUMPY_OPS
+from rlops.sandbox.segments import compile_segment
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +202,7 @@ class PolicyClient:
         self.clock: Callable[[], float] = clock or time.monotonic
         self.exploration, self.bad_state, self.seed = float(exploration), bad_state, int(seed)
         self._serving = ServingState()
+        self._segments: dict[str, CompiledExpr | None] = {}  # segment text → compiled (None: cannot compile)
         self.changes: list[ServingChange] = []
         self._served_since: dict[tuple[str, str], float] = {}  # (group, version) → first decision since it entered
         self.fallbacks: collections.Counter[str] = collections.Counter()
@@ -333,9 +338,28 @@ class PolicyClient:
         self.fallback_log.served(f"{alias} {policy.ref}")
 
     # ------------------------------------------------------------------ deciding
-    def route(self, key: str | None) -> str:
-        """``challenger`` or ``champion`` for a request key (stable)."""
-        return self._serving.route(key, self.scenario)
+    def route(self, key: str | None, state: Mapping[str, Any] | None = None) -> str:
+        """``challenger`` or ``champion`` for a request key (stable), and for a challenger serving a
+        segment, the ``state`` of the request (outside the segment, or none given: the champion)."""
+        serving = self._serving
+        if serving.challenger_segment is None:
+            return serving.route(key, self.scenario)
+        if state is None:
+            return serving.route(key, self.scenario)
+        S = self.encoder.state_tensor(state, strict=False)
+        return serving.route(key, self.scenario, self.in_segment(serving.challenger_segment, S))
+
+    def in_segment(self, segment: str, S: np.ndarray) -> bool:
+        """Whether the state row ``S[1, C]`` is in ``segment`` (:mod:`rlops.sandbox.segments`). A
+        segment this pack cannot compile holds no request: the challenger serves nobody, said once."""
+        if segment not in self._segments:
+            try:
+                self._segments[segment] = compile_segment(self.encoder.scenario.spec, segment, ops=NUMPY_OPS)
+            except ExprError as exc:
+                log.warning("policy client: challenger segment %r: %s; serving the challenger no traffic", segment, exc)
+                self._segments[segment] = None
+        compiled = self._segments[segment]
+        return bool(compiled(S)[0]) if compiled is not None else False
 
     def decide(
         self,
@@ -363,6 +387,8 @@ class PolicyClient:
             S, mask, _ = self.encoder.encode(state, history, step, elapsed_ms, last_error, strict=False)
             return self._fallback(S, mask, group, "bad_state", f"unreadable state: {exc}", t0)
         self._state_ok = True
+        if serving.challenger_segment is not None:  # a segment stage: only its requests may meet the challenger
+            group = serving.route(key, self.scenario, self.in_segment(serving.challenger_segment, S))
         policy = serving.challenger if group == CHALLENGER and serving.challenger else serving.champion
         if policy is None:
             if serving.generation == 0:

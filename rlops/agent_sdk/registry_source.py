@@ -25,6 +25,7 @@ from rlops.agent_sdk.serving import (
     CHALLENGER,
     CHALLENGER_RECORD_TAG,
     CHAMPION,
+    SEGMENT_TAG,
     SHADOW,
     TRAFFIC_TAG,
     LoadedPolicy,
@@ -199,6 +200,9 @@ def build_serving_state(
     fraction = min(max(fraction, 0.0), 1.0) if math.isfinite(fraction) else 0.0
     if challenger is not None and fraction > 0.0:
         fraction = fraction if _staged_by_rlops(source, challenger.version, old, errors) else 0.0
+    segment = None
+    if challenger is not None:  # a segment stage: the share applies to that segment's requests only
+        segment = (challenger.tags.get(SEGMENT_TAG) or "").strip() or None
     return ServingState(
         loaded.get(CHAMPION),
         challenger,
@@ -207,6 +211,7 @@ def build_serving_state(
         old.generation + 1,
         now,
         tuple(sorted(errors.items())),
+        segment,
     )
 
 

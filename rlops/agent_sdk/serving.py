@@ -23,6 +23,7 @@ CHAMPION, CHALLENGER, SHADOW, FALLBACK = "champion", "challenger", "shadow", "fa
 #: ``Decision.test_group`` values.
 TEST_GROUPS = (CHAMPION, CHALLENGER, SHADOW, FALLBACK)
 TRAFFIC_TAG = "traffic_fraction"
+SEGMENT_TAG = "traffic_segment"
 #: The registered-model tag in which rlops records the version it staged as ``challenger``
 #: (``rlops.pipeline_steps.infra.tags.alias_written``; spelled here because agents install this
 #: package without the rest of rlops). An alias set in the MLflow UI has no matching record.
@@ -71,6 +72,9 @@ class ServingState:
     loaded_at: float | None = None
     """The client's clock when it was swapped in."""
     load_errors: tuple[tuple[str, str], ...] = ()
+    challenger_segment: str | None = None
+    """The segment expression the challenger's share applies to (its ``traffic_segment`` tag; None:
+    every request). A request whose state is outside it is the champion's."""
 
     @property
     def policies(self) -> dict[str, LoadedPolicy]:
@@ -84,9 +88,12 @@ class ServingState:
             CHALLENGER: self.challenger.version if self.challenger else None,
         }
 
-    def route(self, key: str | None, salt: str) -> str:
-        """``challenger`` or ``champion`` for a request key (stable for a key and a traffic share)."""
-        if key is None or self.challenger is None or self.challenger_fraction <= 0.0:
+    def route(self, key: str | None, salt: str, in_segment: bool | None = None) -> str:
+        """``challenger`` or ``champion`` for a request key (stable for a key and a traffic share).
+        With a :attr:`challenger_segment`, ``in_segment`` says whether the request's state is in it;
+        outside it, or not told, the request is the champion's."""
+        outside = in_segment is False or (in_segment is None and self.challenger_segment is not None)
+        if key is None or self.challenger is None or self.challenger_fraction <= 0.0 or outside:
             return CHAMPION
         return CHALLENGER if hash_fraction(str(key), salt) < self.challenger_fraction else CHAMPION
 
@@ -231,6 +238,7 @@ __all__ = [
     "RULES_VERSION",
     "SHADOW",
     "TEST_GROUPS",
+    "SEGMENT_TAG",
     "TRAFFIC_TAG",
     "Decision",
     "LoadedPolicy",

@@ -136,8 +136,38 @@ def resolve_params(
         sources.append(pack)
         merged = deep_merge(merged, pack.document)
     model = validate_document(merged, sources)
+    check_rollout_segments(model, scenarios_dir(params) / scenario, sources)
     env = {keys: var for keys, (var, value) in _env_overrides().items() if _get(params, keys) == value}
     return ResolvedParams(model, merged, tuple(sources), env)
+
+
+def check_rollout_segments(model: Params, pack_dir: Path, sources: list[ParamsSource]) -> None:
+    """The segments of ``evaluate.rollout_stages`` compiled against the pack's scenario (when the
+    folder holds one): a bad one is a :class:`ParamsError` naming the stage, its file and line."""
+    from rlops.common.params_model import RolloutStage
+
+    stages = [(i, s.segment) for i, s in enumerate(model.evaluate.rollout_stages) if isinstance(s, RolloutStage)]
+    if not any(segment for _, segment in stages) or not (pack_dir / "scenario.yaml").is_file():
+        return
+    from rlops.common.params_sources import ParamsError, ParamsProblem
+    from rlops.common.params_sources import _locate as locate
+    from rlops.sandbox.errors import ExprError, PackError
+    from rlops.sandbox.expr_numpy import NUMPY_OPS
+    from rlops.sandbox.segments import compile_segment, read_spec
+
+    try:
+        spec = read_spec(pack_dir)
+    except PackError:
+        return  # the pack's own error is reported where the pack is loaded
+    for i, segment in stages:
+        if segment is None:
+            continue
+        try:
+            compile_segment(spec, segment, ops=NUMPY_OPS)
+        except ExprError as exc:
+            file, line = locate(("evaluate", "rollout_stages"), sources)
+            where = f"evaluate.rollout_stages.{i}.segment"
+            raise ParamsError([ParamsProblem(where, f"{exc} (scenario {spec.name})", file, line, None)]) from None
 
 
 def _get(doc: Any, keys: tuple[str, ...]) -> Any:

@@ -14,9 +14,10 @@ so their defaults and descriptions live there only. Adding a block: write its cl
 
 from __future__ import annotations
 
+import ast
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from rlops.common.params_base import Block, block_from_dataclass
 from rlops.common.params_operations import DagsParams, OpeParams, RolloutParams, StackParams, TraceStoreParams
@@ -328,6 +329,29 @@ class GateConfig(Block):
     require_stress_test: bool = Field(True, description="the candidate needs the model version tag stress_test=pass")
 
 
+class RolloutStage(Block):
+    """One stage of a staged roll-out that names a segment of traffic."""
+
+    segment: str | None = Field(
+        None,
+        description="expression over observable state fields, e.g. \"user_profile.region == 'guangdong'\" "
+        "(null: everyone)",
+    )
+    share: float = Field(1.0, gt=0, le=1, description="share of the segment's request keys the challenger serves")
+
+    @field_validator("segment")
+    @classmethod
+    def _segment_parses(cls, segment: str | None) -> str | None:
+        # The scenario's fields are checked where the pack is known (rlops.common.config.check_rollout_segments).
+        if segment is None:
+            return None
+        try:
+            ast.parse(segment.strip(), mode="eval")
+        except SyntaxError as exc:
+            raise ValueError(f"segment {segment!r} is not an expression: {exc.msg}") from None
+        return segment.strip()
+
+
 class EvaluateParams(GateConfig):
     """Gated evaluation and promotion (``rlops/pipeline_steps/promotion/evaluate.py``,
     ``rlops model evaluate|promote``): the gate thresholds plus the evaluation's own settings."""
@@ -347,20 +371,49 @@ class EvaluateParams(GateConfig):
     ab_window_hours: float = Field(
         24, gt=0, description="live A/B: captured traces of this many hours before the run key"
     )
-    rollout_stages: list[float] = Field(
+    rollout_stages: list[float | RolloutStage] = Field(
         [0.05, 0.15, 1.0],
         min_length=1,
-        description="`promote --staged`: challenger traffic share per passing evaluation",
+        description="`promote --staged`: challenger traffic share per passing evaluation, or stages "
+        "{segment, share} that serve one segment of traffic at a time, the last one everyone at 1.0",
     )
     lock_timeout_s: float = Field(
         900, gt=0, description="seconds a promotion waits for another one of the same scenario to finish"
     )
 
+    @field_validator("rollout_stages", mode="before")
+    @classmethod
+    def _stage_items(cls, stages: Any) -> Any:
+        """A mapping is a :class:`RolloutStage`, checked here so that a bad one is one line naming the stage."""
+        if not isinstance(stages, list):
+            return stages
+        out = []
+        for i, s in enumerate(stages):
+            if isinstance(s, dict):
+                try:
+                    s = RolloutStage.model_validate(s)
+                except ValidationError as exc:
+                    why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'stage'}: {e['msg']}" for e in exc.errors())
+                    raise ValueError(f"stage {i} {s!r}: {why}") from None
+            out.append(s)
+        return out
+
     @field_validator("rollout_stages")
     @classmethod
-    def _stages_rise_to_one(cls, stages: list[float]) -> list[float]:
-        if stages != sorted(stages) or not stages[0] > 0 or stages[-1] != 1.0:
-            raise ValueError(f"must rise from above 0 to 1.0, got {stages}")
+    def _stages_rise_to_one(cls, stages: list[float | RolloutStage]) -> list[float | RolloutStage]:
+        shares = [s for s in stages if isinstance(s, float)]
+        if len(shares) == len(stages):
+            if shares != sorted(shares) or not shares[0] > 0 or shares[-1] != 1.0:
+                raise ValueError(f"must rise from above 0 to 1.0, got {shares}")
+            return stages
+        last = stages[-1]
+        if not (isinstance(last, RolloutStage) and last.segment is None and last.share == 1.0) and last != 1.0:
+            raise ValueError(
+                "with segment stages, the last stage must serve everyone at 1.0 ({segment: null, share: 1.0})"
+            )
+        for i, s in enumerate(stages):
+            if isinstance(s, float) and not 0 < s <= 1:
+                raise ValueError(f"stage {i}: a share must be above 0 and at most 1, got {s}")
         return stages
 
 
@@ -602,6 +655,7 @@ __all__ = [
     "RecalConfig",
     "RelabelParams",
     "RewardModelParams",
+    "RolloutStage",
     "SignalsParams",
     "StorageParams",
     "StressConfig",

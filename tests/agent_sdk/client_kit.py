@@ -16,7 +16,7 @@ SCENARIO = "credit_approval"
 NAME = policy_model_name(SCENARIO)
 PACK_DIR = REPO_ROOT / "scenarios" / SCENARIO
 STATE = {
-    "user_profile": {"age": 30, "income_monthly": 9000.0, "employment": "salaried"},
+    "user_profile": {"age": 30, "income_monthly": 9000.0, "employment": "salaried", "region": "guangdong"},
     "application": {"loan_amount": 30000.0, "purpose": "car", "term_months": 12},
     "system_status": {"fraud_check_done": False, "credit_report_fetched": False},
     "decision": {"approval_result": "pending", "approved_amount": 0.0, "notified": False},

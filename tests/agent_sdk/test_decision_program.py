@@ -101,7 +101,7 @@ def test_numeric_expressions_agree_to_float32_rounding() -> None:
 def test_action_masker_reads_a_production_state() -> None:
     masker = ActionMasker.from_pack(SCENARIOS / "credit_approval")
     state = {
-        "user_profile": {"age": 30, "income_monthly": 9000.0, "employment": "salaried"},
+        "user_profile": {"age": 30, "income_monthly": 9000.0, "employment": "salaried", "region": "guangdong"},
         "application": {"loan_amount": 30000.0, "purpose": "car", "term_months": 12},
         "system_status": {"fraud_check_done": False, "credit_report_fetched": False},
         "decision": {"approval_result": "pending", "approved_amount": 0.0, "notified": False},

@@ -62,7 +62,7 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run(capsys, "env", "validate", "--scenario", str(CREDIT))
     assert rc == 0 and err == ""
     assert out.strip() == (
-        "ok: credit_approval — 18 fields, 7 actions, profiles ['live', 'sandbox'], "
+        "ok: credit_approval — 19 fields, 7 actions, profiles ['live', 'sandbox'], "
         "reward functions ['v0', 'v1'], 10 rules"
     )
 
@@ -85,7 +85,7 @@ def test_describe_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0
     d = json.loads(out)
     assert d["name"] == "credit_approval" and d["horizon"] == 10
-    assert len(d["state"]) == 18 and len(d["actions"]) == 7
+    assert len(d["state"]) == 19 and len(d["actions"]) == 7
     emp = next(f for f in d["state"] if f["path"] == "user_profile.employment")
     assert emp["type"] == "enum" and emp["init"] == "categorical"
     assert emp["values"] == ["salaried", "self_employed", "unemployed", "retired"]
@@ -98,7 +98,7 @@ def test_describe_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert d["reward_functions"]["v0"]["version"] == sha("v0")
     assert d["reward_functions"]["v1"]["version"] == sha("v1")
     assert "OPS_v2.0_2.3" in d["reward_functions"]["v1"]["rule_refs"]
-    assert d["observation_dim"] == 40
+    assert d["observation_dim"] == 45  # 34 state features (region: 5 one-hot), 7 mask bits, 4 history
 
 
 def test_describe_state_only(capsys: pytest.CaptureFixture[str]) -> None:

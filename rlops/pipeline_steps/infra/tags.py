@@ -88,6 +88,7 @@ ROLLED_BACK_REASON: Final = "rlops.rolled_back.reason"  # why the roll-out DAG (
 ROLLOUT_ACTION: Final = "rlops.rollout.action"  # advanced | finished | rolled_back | held | withdrawn
 ROLLOUT_REASON: Final = "rlops.rollout.reason"
 ROLLOUT_STAGE_STARTED: Final = "rlops.rollout.stage_started"  # end of the run key that set the current share (ISO)
+ROLLOUT_STAGE: Final = "rlops.rollout.stage"  # index in evaluate.rollout_stages of the stage it serves (segment stages)
 PROMOTION_OUTCOME: Final = "rlops.promotion.outcome"  # see OUTCOMES
 PROMOTION_REASON: Final = "rlops.promotion.reason"
 PROMOTION_REQUESTED_BY: Final = "rlops.promotion.requested_by"  # rlops | mlflow-ui-alias | manual-champion
@@ -129,6 +130,7 @@ class VERSION:
     EVAL_RUN_ID = "eval_run_id"
     EVAL_BASELINE = "eval_baseline"
     TRAFFIC_FRACTION = "traffic_fraction"
+    TRAFFIC_SEGMENT = "traffic_segment"  # the segment expression the challenger's share applies to ("": everyone)
     PROMOTED_AT = "promoted_at"
     STRESS_TEST = "stress_test"
     STRESS_REPORT = "stress_report"  # the storage URI of the report behind STRESS_TEST

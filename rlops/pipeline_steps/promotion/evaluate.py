@@ -21,6 +21,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Collection
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -150,13 +151,29 @@ def segment_masks(
 
 
 def live_ab_gates(
-    ctx: StepContext, pack: Pack, candidate: str, cfg: GateConfig, window_hours: float
+    ctx: StepContext,
+    pack: Pack,
+    candidate: str,
+    cfg: GateConfig,
+    window_hours: float,
+    segment: str | None = None,
+    control_before: datetime | None = None,
 ) -> tuple[list[Gate], str]:
     """A/B gates from captured traces of the last ``window_hours`` before the run key: episodes
-    of group ``challenger`` served by the candidate against groups ``champion``/``control``.
+    of group ``challenger`` served by the candidate against groups ``champion``/``control``; with a
+    ``segment`` (a roll-out stage's), the episodes of that segment only, on both sides. With
+    ``control_before`` (a stage that serves its whole segment, so no request of it is the
+    champion's meanwhile) the control episodes are those of the same length of time before it.
     Trace rows name their policy in any form :class:`~rlops.common.policy_ref.PolicyRef` reads
     (``7``, ``credit_approval-policy/7``…); they are compared by canonical text, never raw."""
     traces = ctx.traces.read(ctx.scenario, ctx.key.lookback(window_hours))
+    if control_before is not None:
+        before = ctx.traces.read(ctx.scenario, (control_before - timedelta(hours=window_hours), control_before))
+        if not before.empty and "test_group" in before:  # only its control rows: the challenger's are this stage's
+            before = before[before["test_group"].fillna("").astype(str).isin(["champion", "control"])]
+            if "test_group" in traces:
+                traces = traces[traces["test_group"].fillna("").astype(str).eq("challenger")]
+            traces = pd.concat([traces, before], ignore_index=True)
     if traces.empty:
         return [], "no captured traces in the window"
     if "source" in traces:  # sandbox rollouts in the store are not live traffic
@@ -173,12 +190,20 @@ def live_ab_gates(
     served = traces.loc[group.eq("challenger") & by_candidate, "episode_id"].unique()
     ch_rows = traces[group.eq("challenger") & traces["episode_id"].isin(served)]
     ctl_rows = traces[group.isin(["champion", "control"])]
+    where = ""
+    if segment is not None:
+        from rlops.pipeline_steps.promotion.stages import segment_episodes
+
+        inside = segment_episodes(pack, pd.concat([ch_rows, ctl_rows]), segment)
+        ch_rows = ch_rows[ch_rows["episode_id"].astype(str).isin(inside)]
+        ctl_rows = ctl_rows[ctl_rows["episode_id"].astype(str).isin(inside)]
+        where = f" in segment {segment}"
     if ch_rows.empty or ctl_rows.empty:
-        return [], "no live A/B traffic for this candidate"
+        return [], f"no live A/B traffic for this candidate{where}"
     takeover = {a.name for a in pack.scenario.spec.actions if a.human_takeover}
-    return ab_gates(
-        episode_outcomes(ch_rows, takeover), episode_outcomes(ctl_rows, takeover), cfg
-    ), f"{ch_rows['episode_id'].nunique()} challenger / {ctl_rows['episode_id'].nunique()} control episodes"
+    return ab_gates(episode_outcomes(ch_rows, takeover), episode_outcomes(ctl_rows, takeover), cfg), (
+        f"{ch_rows['episode_id'].nunique()} challenger / {ctl_rows['episode_id'].nunique()} control episodes{where}"
+    )
 
 
 @functools.lru_cache(maxsize=4096)

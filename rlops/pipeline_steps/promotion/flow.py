@@ -48,6 +48,8 @@ from rlops.pipeline_steps.promotion.guard import (
     restore_champion,
     withdraw_hand_set_challenger,
 )
+from rlops.pipeline_steps.promotion.stages import Stage, current_stage, rollout_plan, segmented
+from rlops.pipeline_steps.promotion.stages import next_stage as plan_next
 
 TRAFFIC_TAG = T.VERSION.TRAFFIC_FRACTION
 DEFAULT_STAGES = (0.05, 0.15, 1.0)
@@ -55,8 +57,12 @@ log = logging.getLogger(__name__)
 
 
 def rollout_stages(ctx: StepContext) -> list[float]:
-    """Challenger traffic shares of a staged roll-out (``evaluate.rollout_stages``), ending at 1.0."""
-    stages = [float(s) for s in ctx.section("evaluate").get("rollout_stages") or DEFAULT_STAGES]
+    """Challenger traffic shares of a staged roll-out (``evaluate.rollout_stages``), ending at 1.0; a
+    plan with segment stages is :func:`rlops.pipeline_steps.promotion.stages.rollout_plan`'s."""
+    plan = rollout_plan(ctx)
+    if segmented(plan):
+        raise ValueError("evaluate.rollout_stages names segments: its stages are rollout_plan(ctx)")
+    stages = [s.share for s in plan] or list(DEFAULT_STAGES)
     if not stages or stages != sorted(stages) or not stages[0] > 0 or stages[-1] != 1.0:
         raise ValueError(f"evaluate.rollout_stages must rise from above 0 to 1.0, got {stages}")
     return stages
@@ -73,9 +79,17 @@ def minutes_to_champion(stages: list[float], share: float, min_stage_minutes: fl
     return sum(1 for s in stages if share - 1e-9 <= s < 1.0) * float(min_stage_minutes)
 
 
-def champion_eta(ctx: StepContext, share: float) -> str:
-    """``v… can become champion in ≥ 120 min`` for a challenger at ``share`` (for reasons and logs)."""
-    minutes = minutes_to_champion(rollout_stages(ctx), share, ctx.config.rollout.min_stage_minutes)
+def minutes_to_champion_at(plan: list[Stage], stage: Stage, min_stage_minutes: float) -> float:
+    """:func:`minutes_to_champion` of a challenger serving ``stage`` of ``plan`` (segment stages too)."""
+    return sum(1 for s in plan[stage.index :] if not s.final) * float(min_stage_minutes)
+
+
+def champion_eta(ctx: StepContext, at: float | Stage) -> str:
+    """``v… can become champion in ≥ 120 min`` for a challenger at a share or stage (for reasons and logs)."""
+    if isinstance(at, Stage):
+        minutes = minutes_to_champion_at(rollout_plan(ctx), at, ctx.config.rollout.min_stage_minutes)
+    else:
+        minutes = minutes_to_champion(rollout_stages(ctx), at, ctx.config.rollout.min_stage_minutes)
     return (
         f"it can become champion in {minutes:g} min at the earliest (rollout.min_stage_minutes per stage, "
         f"each stage's live A/B gates passing on evaluate.ab_min_episodes episodes per group)"
@@ -246,7 +260,7 @@ def _promote(
     from rlops.pipeline_steps.promotion.lock import ChampionMoved, check_unchanged
 
     name = policy_model_name(ctx.scenario)
-    stages = rollout_stages(ctx)
+    plan = rollout_plan(ctx)
     out: dict[str, Any] = {
         "scenario": ctx.scenario,
         "candidate": candidate,
@@ -277,7 +291,7 @@ def _promote(
         return {**out, "reason": f"MLflow failed during promotion; aliases left as they were: {exc}"}
     try:
         challenger = ctx.tracker.get_alias(name, CHALLENGER)
-        nxt, why = 1.0, "all gates pass"
+        stage, why = plan[-1], "all gates pass"
         first = report["champion_version"] is None and not ctx.config.rollout.staged_first_champion
         if staged and first:
             why = (
@@ -285,29 +299,32 @@ def _promote(
                 "A/B against and the gates compared it with the rule engine (rollout.staged_first_champion: false)"
             )
         elif staged:
-            current = 0.0
+            current = None
             if challenger == candidate:
-                current = float_or_zero(ctx.tracker.model_version_tags(name, candidate).get(TRAFFIC_TAG))
-            nxt = next_stage(stages, current)
-        eta = champion_eta(ctx, nxt) if nxt < 1.0 else ""
+                current = current_stage(plan, ctx.tracker.model_version_tags(name, candidate))
+            stage = plan_next(plan, current)
+        nxt = stage.share if not stage.final else 1.0
+        eta = champion_eta(ctx, stage) if not stage.final else ""
         if ctx.dry_run:
-            what = "champion" if nxt >= 1.0 else f"challenger at {nxt:.0%} of traffic; {eta}"
+            what = "champion" if stage.final else f"challenger at {stage.describe()}; {eta}"
             return {
                 **out,
-                "action": "would_promote" if nxt >= 1.0 else "would_stage",
+                "action": "would_promote" if stage.final else "would_stage",
                 "traffic_fraction": nxt,
+                **({"traffic_segment": stage.segment} if stage.segment else {}),
                 "reason": f"dry run: {why}; v{candidate} would become {what}",
             }
-        if nxt < 1.0:
-            stage_challenger(ctx, candidate, nxt, f"all gates pass; staged at {nxt:.0%} of traffic")
-            reason = f"all gates pass; v{candidate} serves {nxt:.0%} of traffic as challenger; {eta}"
+        if not stage.final:
+            stage_challenger(ctx, candidate, nxt, f"all gates pass; staged at {stage.describe()}", stage)
+            reason = f"all gates pass; v{candidate} serves {stage.describe()} as challenger; {eta}"
             log.info("%s: %s", name, reason)
             return {
                 **out,
                 "action": "challenger",
                 "traffic_fraction": nxt,
+                **({"traffic_segment": stage.segment} if stage.segment else {}),
                 "champion": report["champion_version"],
-                "champion_in_min": minutes_to_champion(stages, nxt, ctx.config.rollout.min_stage_minutes),
+                "champion_in_min": minutes_to_champion_at(plan, stage, ctx.config.rollout.min_stage_minutes),
                 "reason": reason,
             }
         out.update(finish(ctx, candidate, why))
@@ -319,15 +336,17 @@ def _promote(
 
 
 # --------------------------------------------------------------------------- alias moves
-def stage_challenger(ctx: StepContext, version: str, fraction: float, reason: str) -> None:
-    """Serve ``version`` to ``fraction`` of traffic as ``challenger``. Tags first, alias second: a
+def stage_challenger(ctx: StepContext, version: str, fraction: float, reason: str, stage: Stage | None = None) -> None:
+    """Serve ``version`` to ``fraction`` of traffic as ``challenger`` — of the segment of ``stage``
+    when it names one (:mod:`rlops.pipeline_steps.promotion.stages`). Tags first, alias second: a
     client that sees the alias always reads the new share. A challenger it replaces stops serving
     (share 0; outcome ``withdrawn`` when rlops had staged it)."""
     name = policy_model_name(ctx.scenario)
+    serve = stage.tags() if stage is not None else {TRAFFIC_TAG: fraction, T.VERSION.TRAFFIC_SEGMENT: ""}
     ctx.tracker.set_model_version_tags(
         name,
         version,
-        {TRAFFIC_TAG: fraction, T.ROLLOUT_STAGE_STARTED: ctx.key.end.isoformat(), T.ROLLOUT_REASON: reason[:5000]},
+        {**serve, T.ROLLOUT_STAGE_STARTED: ctx.key.end.isoformat(), T.ROLLOUT_REASON: reason[:5000]},
     )
     replaced = ctx.tracker.get_alias(name, CHALLENGER)
     if replaced != version:
@@ -355,7 +374,9 @@ def finish(ctx: StepContext, version: str, reason: str) -> dict[str, Any]:
     }
     try:
         ctx.tracker.set_model_version_tags(
-            name, version, {TRAFFIC_TAG: 1.0, "promoted_at": _now(), T.ROLLOUT_REASON: reason[:5000]}
+            name,
+            version,
+            {TRAFFIC_TAG: 1.0, T.VERSION.TRAFFIC_SEGMENT: "", "promoted_at": _now(), T.ROLLOUT_REASON: reason[:5000]},
         )
         # read after the move, not before: a challenger alias set in the UI a moment earlier (the
         # webhook that asked for this promotion) may reach the registry's reads only now

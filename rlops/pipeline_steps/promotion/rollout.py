@@ -48,6 +48,8 @@ class RolloutMove:
     reason: str
     traffic_fraction: float | None = None
     ab_gates: tuple[dict[str, Any], ...] = ()
+    traffic_segment: str | None = None
+    """The segment the new share applies to (segment stages; None: all traffic)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -90,15 +92,19 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
         TRAFFIC_TAG,
         champion_eta,
         finish,
-        next_stage,
-        rollout_stages,
         stage_challenger,
         withdraw_challenger,
     )
+    from rlops.pipeline_steps.promotion.stages import Stage, current_stage, next_stage, rollout_plan, segmented
 
     name = policy_model_name(ctx.scenario)
     tags = ctx.tracker.model_version_tags(name, version)
     share = float(tags.get(TRAFFIC_TAG) or 0.0)
+    plan = rollout_plan(ctx)
+    stage = current_stage(plan, tags)
+    if stage is None:  # a stage the plan does not name (the plan changed since): judged as it serves
+        stage = Stage(-1, share, tags.get(T.VERSION.TRAFFIC_SEGMENT) or None)
+    where = stage.describe()
     settings = ctx.config.evaluate
     window_h = float(settings.get("ab_window_hours", 24))
     started = tags.get(T.ROLLOUT_STAGE_STARTED)
@@ -108,29 +114,35 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
             return RolloutMove(
                 version,
                 HELD,
-                f"stage {share:.0%} has served {max(served_min, 0):.0f} of {cfg.min_stage_minutes:g} minutes",
+                f"stage {where} has served {max(served_min, 0):.0f} of {cfg.min_stage_minutes:g} minutes",
                 share,
             )
         window_h = min(window_h, served_min / 60.0)
-    gates, note = live_ab_gates(ctx, ctx.load_pack(), version, settings, window_h)
+    # A stage serving its whole segment leaves no request of it to the champion meanwhile: its
+    # control is the segment's traffic of the same length of time before the stage began.
+    before = datetime.fromisoformat(started) if started and stage.segment and stage.share >= 1.0 else None
+    gates, note = live_ab_gates(ctx, ctx.load_pack(), version, settings, window_h, stage.segment, before)
     rows = tuple(g.to_dict() for g in gates)
     if not gates or any(g.skipped for g in gates):
         return RolloutMove(version, HELD, f"live A/B gates not judged yet: {note}", share, rows)
     failed = [g.gate for g in gates if not g.passed]
     if failed:
-        reason = f"live A/B gate(s) failed at {share:.0%}: {', '.join(failed)} ({note})"
+        reason = f"live A/B gate(s) failed at {where}: {', '.join(failed)} ({note})"
         if not ctx.dry_run:
             withdraw_challenger(ctx, version, reason)
         return RolloutMove(version, WITHDRAWN, reason, 0.0, rows)
-    nxt = next_stage(rollout_stages(ctx), share)
-    if nxt < 1.0:
-        reason = f"live A/B gates pass at {share:.0%} ({note}); advanced to {nxt:.0%}; {champion_eta(ctx, nxt)}"
+    nxt = next_stage(plan, stage if stage.index >= 0 else None)
+    if stage.index < 0:  # off the plan: on to its first stage (a share plan: its first share above this one)
+        above = [s for s in plan if s.segment is None and s.share > share + 1e-9]
+        nxt = plan[0] if segmented(plan) else (above[0] if above else plan[-1])
+    if not nxt.final:
+        reason = f"live A/B gates pass at {where} ({note}); advanced to {nxt.describe()}; {champion_eta(ctx, nxt)}"
         if not ctx.dry_run:
-            stage_challenger(ctx, version, nxt, reason)
-        return RolloutMove(version, ADVANCED, reason, nxt, rows)
+            stage_challenger(ctx, version, nxt.share, reason, nxt)
+        return RolloutMove(version, ADVANCED, reason, nxt.share, rows, nxt.segment)
     if ctx.tracker.get_alias(name, CHAMPION) != champion:
         return RolloutMove(version, HELD, "the champion moved during the check; judged again next run", share, rows)
-    reason = f"live A/B gates pass at {share:.0%} ({note}); v{version} is the champion"
+    reason = f"live A/B gates pass at {where} ({note}); v{version} is the champion"
     if not ctx.dry_run:
         finish(ctx, version, reason)
     return RolloutMove(version, FINISHED, reason, 1.0, rows)

@@ -78,7 +78,7 @@ def test_full_run_registers_lineage_and_a_servable_pyfunc(
     model = mlflow.pyfunc.load_model(f"models:/{NAME}/{res['model_version']}")
     enc = ObservationEncoder(pack)
     state = {
-        "user_profile": {"age": 30, "income_monthly": 9000.0, "employment": "salaried"},
+        "user_profile": {"age": 30, "income_monthly": 9000.0, "employment": "salaried", "region": "guangdong"},
         "application": {"loan_amount": 30000.0, "purpose": "car", "term_months": 12},
         "system_status": {"fraud_check_done": False, "credit_report_fetched": False},
         "decision": {"approval_result": "pending", "approved_amount": 0.0, "notified": False},
