@@ -132,6 +132,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     root = scenarios_dir(params)
     packs = [scenario] if scenario else pack_names(root)
     problems: list[ParamsProblem] = []
+    if not root.is_dir():  # every command would then fail to find its pack
+        problems.append(
+            ParamsProblem("scenarios_dir", f"{root} is not a folder; expected the folder of the scenario packs")
+        )
     targets: list[str | None] = list(packs) or [None]  # no packs: the project's params alone
     for name in targets:
         try:

@@ -12,9 +12,11 @@ import dataclasses
 import inspect
 import itertools
 import textwrap
+import types
+import typing
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
 
 
 class Block(BaseModel):
@@ -24,6 +26,16 @@ class Block(BaseModel):
     model_config = ConfigDict(
         extra="forbid", validate_assignment=True, use_attribute_docstrings=True, allow_inf_nan=False
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """``seed: true`` is a mistake, not the number 1 (pydantic's lax mode would take it as one)."""
+        if isinstance(value, bool) and info.field_name is not None:
+            allowed = _types(cls.model_fields[info.field_name].annotation)
+            if bool not in allowed and allowed & {int, float}:
+                raise ValueError("expected a number, not a boolean")
+        return value
 
     def get(self, key: str, default: Any = None) -> Any:
         """``block.get("key", fallback)`` for code that reads a block like a mapping: the field's
@@ -37,6 +49,18 @@ class Block(BaseModel):
             )
         value = getattr(self, key)
         return default if value is None else value
+
+
+def _types(annotation: Any) -> set[Any]:
+    """The plain types an annotation admits (``int | None`` → {int, NoneType}; Literal values as given)."""
+    args = typing.get_args(annotation)
+    if not args:
+        return {annotation}
+    if typing.get_origin(annotation) is typing.Literal:
+        return {type(a) for a in args}
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, typing.Annotated):
+        return set().union(*(_types(a) for a in args))
+    return {typing.get_origin(annotation)}
 
 
 def _field_docs(cls: type) -> dict[str, str]:

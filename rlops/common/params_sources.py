@@ -127,6 +127,28 @@ def _parse(text: str) -> tuple[dict[KeyPath, int], Any]:
 _PARSED: dict[Path, tuple[tuple[int, int, int], dict[KeyPath, int], dict[str, Any]]] = {}
 
 
+#: The most values a params document may hold once its YAML aliases are expanded: a few hundred in
+#: practice, while aliases can make a few hundred bytes stand for billions ("billion laughs"), which
+#: validating, merging or printing the document would walk.
+MAX_VALUES = 100_000
+
+
+def _expands_past(doc: Any, limit: int) -> bool:
+    """Whether ``doc`` holds more than ``limit`` values, counting a shared (aliased) value each time
+    it appears; stops counting at ``limit``."""
+    stack, seen = [doc], 0
+    while stack:
+        value = stack.pop()
+        seen += 1
+        if seen > limit:
+            return True
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
+
+
 def read_params_file(path: Path, label: str) -> ParamsSource:
     """Read one params file (a mapping) with the line of every key. The source is a fresh copy
     (callers may edit its document)."""
@@ -142,12 +164,17 @@ def read_params_file(path: Path, label: str) -> ParamsSource:
             text = path.read_text(encoding="utf-8")
             try:
                 lines, doc = _parse(text)
-            except yaml.YAMLError as exc:
+            except (yaml.YAMLError, ValueError) as exc:  # ValueError: an integer of over 4,300 digits
                 where = " ".join(str(exc).split())  # PyYAML's message spans lines: one line here
                 raise ConfigError(f"params file {path} is not valid YAML: {where}") from exc
             doc = doc or {}
             if not isinstance(doc, dict):
                 raise ConfigError(f"params file {path}: expected a mapping of params blocks at the top level")
+            if _expands_past(doc, MAX_VALUES):
+                raise ConfigError(
+                    f"params file {path} expands to more than {MAX_VALUES:,} values (YAML aliases repeating "
+                    "a list?); expected a params document"
+                )
             cached = _PARSED[path] = (stamp, lines, doc)
     except FileNotFoundError as exc:
         hint = "set RLOPS_PARAMS or run from the repository root" if label.startswith("project") else f"fix {label}"
