@@ -204,7 +204,8 @@ class Storage(S3Access):
             except StorageNotFoundError:
                 return False
             return True
-        return self._path(uri).is_file()
+        with self._local_op("exists", uri):  # e.g. a name too long: an error, never "not there"
+            return self._path(uri).is_file()
 
     # ------------------------------------------------------------------ prefixes
     def list(self, prefix_uri: str, suffix: str | None = None) -> list[str]:

@@ -31,6 +31,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from rlops.common.config import resolve_local
+from rlops.common.errors import UserError
 
 PENDING, EXPORTED, LABELLED = "pending", "exported", "labelled"
 _CHUNK = 500  # ids per IN (...) clause: well under SQLite's and Postgres' parameter limits
@@ -63,7 +64,13 @@ class LabelStore:
             from pathlib import Path
 
             Path(self.url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-        self.engine = sa.create_engine(self.url, future=True, pool_pre_ping=True)
+        try:
+            self.engine = sa.create_engine(self.url, future=True, pool_pre_ping=True)
+        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+            raise UserError(
+                f"label queue database URL {url!r} (params label_queue.db_url, RLOPS_QUEUE_DB) cannot be used: "
+                f"{exc}; expected e.g. sqlite:///queue.db or postgresql+psycopg2://user@host/db"
+            ) from None
         md = sa.MetaData(schema=schema)
         self.items = sa.Table(
             "label_items",
