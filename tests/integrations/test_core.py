@@ -1,0 +1,116 @@
+"""The framework-free part of the integrations on tiny hand-checkable cases: the state mapping, the
+decision loop's steps (outcome, an outcome never reported, the end with the final state), a decision
+the agent has no tool for, a missing framework named with its extra, and a core that imports none."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlops.agent_sdk import Tracer
+from rlops.agent_sdk.serving import Decision
+from rlops.common.errors import UserError
+from rlops.integrations import MissingExtraError, require
+from rlops.integrations.core import DecisionLoop, StateMapping
+
+
+class Scripted:
+    """A policy answering a fixed sequence of actions, propensity 0.5 each."""
+
+    def __init__(self, actions: Sequence[str]) -> None:
+        self.actions = list(actions)
+        self.seen: list[tuple[Mapping[str, Any], str | None, tuple[str, ...]]] = []
+
+    def decide(self, state: Mapping[str, Any], key: str | None = None, history: Sequence[str] = ()) -> Decision:
+        self.seen.append((state, key, tuple(history)))
+        a = self.actions[len(history)]
+        return Decision(a, 0, [True, True], None, 0.5, None, None, "s-policy/3", "champion")
+
+
+class Score:
+    component = "csat"
+
+    def reward(self, state: Any, action: str, next_state: Any, episode: Any = None) -> float:
+        return float(next_state["n"]) if next_state else -1.0
+
+
+def rows(folder: Path) -> list[dict[str, Any]]:
+    recs = [json.loads(line) for f in sorted(folder.rglob("*.jsonl")) for line in f.read_text().splitlines()]
+    return sorted(recs, key=lambda r: r["step"])
+
+
+def test_state_mapping_reads_nested_keys_and_attributes() -> None:
+    class Ctx:
+        bureau = {"score": 700}
+        amount = None
+
+    m = StateMapping({"user.credit_score": "bureau.score", "app.amount": "amount", "app.term": "term"})
+    assert m.read(Ctx()) == {"user": {"credit_score": 700}}  # missing and None keys left out
+    by_leaf = StateMapping.by_leaf_name(["user.age", "app.amount"], amount="loan")
+    assert by_leaf.fields == {"user.age": "age", "app.amount": "loan"}
+    with pytest.raises(UserError, match="share the last name"):
+        StateMapping.by_leaf_name(["a.x", "b.x"])
+    with pytest.raises(UserError, match="not field names"):
+        StateMapping.by_leaf_name(["a.x"], y="z")
+
+
+def test_the_loop_records_each_step_with_its_outcome(tmp_path: Path) -> None:
+    policy = Scripted(["check", "approve"])
+    tracer = Tracer(tmp_path)
+    loop = DecisionLoop(policy, tracer, scenario="s", reward_provider=Score(), actions=["check", "approve"])
+    assert loop.decide("ep-1", {"n": 1}).action == "check"
+    loop.outcome("ep-1", error="bureau down", latency_ms=12.0)
+    assert loop.decide("ep-1", {"n": 2}).action == "approve"
+    loop.annotate("ep-1", role="underwriter")
+    loop.end("ep-1", final_state={"n": 3})
+    tracer.close()
+    first, second = rows(tmp_path)
+    assert policy.seen[1] == ({"n": 2}, "ep-1", ("check",))  # the episode id routes, the history grows
+    assert (first["episode_id"], first["trace_id"], first["step"]) == ("ep-1", "ep-1", 0)
+    assert (first["error"], first["latency_ms"], first["done"]) == ("bureau down", 12.0, False)
+    assert first["logp"] == pytest.approx(-0.6931, abs=1e-4) and first["policy_version"] == "s-policy/3"
+    assert first["reward_breakdown"][0]["score"] == 2.0  # scored on the next state
+    assert second["done"] and second["role"] == "underwriter" and second["error"] is None
+    assert second["reward_breakdown"][0]["score"] == 3.0  # scored on the final state
+    assert len(loop.decision_ms) == 2 and loop.open_episodes == []
+
+
+def test_an_outcome_never_reported_is_recorded_at_the_next_decision(tmp_path: Path) -> None:
+    tracer = Tracer(tmp_path)
+    loop = DecisionLoop(Scripted(["a", "b"]), tracer, scenario="s")
+    loop.decide("e", {"n": 1})
+    loop.decide("e", {"n": 2})
+    loop.end("e", error="RuntimeError: boom")
+    tracer.close()
+    first, second = rows(tmp_path)
+    assert first["latency_ms"] >= 0 and first["error"] is None
+    assert second["truncated"] and second["error"] == "RuntimeError: boom"
+
+
+def test_a_decision_the_agent_has_no_tool_for_is_refused(tmp_path: Path) -> None:
+    loop = DecisionLoop(Scripted(["escalate"]), Tracer(tmp_path), scenario="s", actions=["check"])
+    with pytest.raises(UserError, match="no tool for it"):
+        loop.decide("e", {"n": 1})
+
+
+def test_a_missing_framework_names_its_extra() -> None:
+    with pytest.raises(MissingExtraError, match=r"pip install 'rlops\[autogen\]'") as err:
+        require("autogen_not_installed_here", "autogen", "AutoGen")
+    assert isinstance(err.value, ImportError) and isinstance(err.value, UserError)
+
+
+def test_the_core_imports_no_framework() -> None:
+    code = (
+        "import sys, rlops.integrations.core, rlops.integrations.langgraph, rlops.integrations.openai_agents, "
+        "rlops.integrations.autogen, rlops.pipeline_steps.capture.trace_sources; "
+        "print(sorted(m for m in ('langgraph', 'langchain_core', 'agents', 'autogen_agentchat', 'opentelemetry.sdk') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
