@@ -37,6 +37,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--dir", default=None, help="the scenarios folder (default: params 'scenarios_dir', else scenarios/)"
     )
     p.add_argument("--force", action="store_true", help="replace an existing pack folder of that name")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="preconditions also say where each action was logged (a policy can then only do what was logged)",
+    )
     p.add_argument("--json", action="store_true", help="print what was inferred as JSON on stdout")
     p.set_defaults(func=cmd_init)
 
@@ -64,7 +69,13 @@ def cmd_init(args: argparse.Namespace) -> int:
     folder = Path(args.dir) if args.dir else scenarios_dir(load_params())
     result = init_pack(
         InitRequest(
-            args.pack, folder, args.from_traces, actions, tuple(parse_field(f) for f in fields), force=args.force
+            args.pack,
+            folder,
+            args.from_traces,
+            actions,
+            tuple(parse_field(f) for f in fields),
+            force=args.force,
+            strict=args.strict,
         )
     )
     if args.json:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlops.pack_init.cart import Feature, fit_tree, leaf_index, leaves, number_text, predict
+from rlops.pack_init.cart import Feature, Split, fit_tree, leaf_index, leaf_paths, leaves, number_text, predict
 from rlops.pack_init.fields import FieldGuess
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ SUPPORT_MIN_ROWS = 20
 TERMINAL_SHARE = 0.99
 MIN_POLICY_ACCURACY = 0.8
 POLICY_DEPTH = 6
+SupportPath = tuple[tuple[Split, bool], ...]
 HUMAN = re.compile(r"escalat|human|hand_?over|handoff|supervisor|underwriter")
 
 
@@ -57,10 +58,15 @@ class ActionGuess:
     human_takeover: bool
     notes: tuple[str, ...] = ()
     """What was guessed and should be checked, for the README."""
+    support: tuple[SupportPath, ...] = ()
+    """Where it was logged (the leaves of ``bounds``); empty: wherever its precondition holds."""
 
     def condition(self, with_bounds: bool = True) -> str:
-        parts = [p for p in self.precondition.split(" and ") if with_bounds or p not in self.bounds]
-        return " and ".join(parts) if parts and parts != [""] else "true"
+        """The precondition, without the part saying where it was logged unless ``with_bounds``."""
+        if with_bounds or not self.bounds:
+            return self.precondition
+        tail = " and ".join(self.bounds)
+        return "true" if self.precondition == tail else self.precondition.removesuffix(" and " + tail)
 
 
 @dataclass(frozen=True)
@@ -141,7 +147,7 @@ def _action(
             literals.append(f"{f.path} in [{', '.join(repr(f.values[int(v)]) for v in seen)}]")
         comparable &= np.isin(f.data, seen)
     support = _support(name, actions, fields, comparable)
-    bounds = [f"({support})" if " or " in support else support] if support else []
+    bounds = [f"({support[0]})" if " or " in support[0] else support[0]] if support else []
     required = tuple(f.path for f in fields if f.visible_when and not np.isnan(f.data[rows]).any())
     ran = rows & ~errors
     effects, effect_notes = _effects(fields, ran & has_next)
@@ -169,13 +175,16 @@ def _action(
         latency_ms,
         bool(HUMAN.search(name)),
         tuple(notes),
+        support[1] if support else (),
     )
 
 
-def _support(name: str, actions: np.ndarray, fields: list[FieldGuess], comparable: np.ndarray) -> str | None:
+def _support(
+    name: str, actions: np.ndarray, fields: list[FieldGuess], comparable: np.ndarray
+) -> tuple[str, tuple[SupportPath, ...]] | None:
     """Where, among the comparable steps, the action was taken: the leaves of a one-vs-rest tree
-    that hold at least :data:`SUPPORT_SHARE` of their steps for it, as a disjunction. None when
-    the action was taken all over the comparable steps (or too rarely to say)."""
+    that hold at least :data:`SUPPORT_SHARE` of their steps for it, as a disjunction (and as the
+    leaves' paths). None when the action was taken all over the comparable steps (or too rarely)."""
     rows = np.flatnonzero(comparable)
     y = (actions[rows] == name).astype(np.int64)
     if y.all() or y.sum() < SUPPORT_MIN_ROWS:
@@ -183,16 +192,17 @@ def _support(name: str, actions: np.ndarray, fields: list[FieldGuess], comparabl
     feats = [Feature(f.path, f.type, f.data[rows], f.values) for f in fields]
     tree = fit_tree(feats, y, classify=True, max_depth=SUPPORT_DEPTH, min_leaf=max(5, len(rows) // 200))
     which = leaf_index(tree, len(y))
-    kept, dropped = [], 0
-    for i, leaf in enumerate(leaves(tree)):
-        taken, total = int(y[which == i].sum()), int((which == i).sum())
-        if taken >= SUPPORT_SHARE * total:
+    kept: list[str] = []
+    paths: list[SupportPath] = []
+    all_leaves = leaves(tree)
+    for i, (leaf, path) in enumerate(zip(all_leaves, leaf_paths(tree))):
+        if int(y[which == i].sum()) >= SUPPORT_SHARE * int((which == i).sum()):
             kept.append(" and ".join(leaf.conditions) or "true")
-        else:
-            dropped += 1
-    if not dropped:
+            paths.append(path)
+    if len(kept) == len(all_leaves):
         return None
-    return " or ".join(f"({p})" if len(kept) > 1 and " and " in p else p for p in kept)
+    text = " or ".join(f"({p})" if len(kept) > 1 and " and " in p else p for p in kept)
+    return text, tuple(paths)
 
 
 def _effects(fields: list[FieldGuess], step: np.ndarray) -> tuple[list[dict[str, Any]], list[str]]:

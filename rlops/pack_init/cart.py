@@ -217,6 +217,13 @@ def leaves(node: Node, path: tuple[Split, ...] = (), sides: tuple[bool, ...] = (
     )
 
 
+def leaf_paths(node: Node, path: tuple[tuple[Split, bool], ...] = ()) -> list[tuple[tuple[Split, bool], ...]]:
+    """Every leaf's path as ``(split, took the left branch)`` pairs, in the order of :func:`leaves`."""
+    if node.split is None or node.left is None or node.right is None:
+        return [path]
+    return leaf_paths(node.left, (*path, (node.split, True))) + leaf_paths(node.right, (*path, (node.split, False)))
+
+
 def _conditions(path: tuple[Split, ...], sides: tuple[bool, ...]) -> tuple[str, ...]:
     below: dict[str, float] = {}  # field < t
     at_least: dict[str, float] = {}  # field >= t
@@ -229,7 +236,11 @@ def _conditions(path: tuple[Split, ...], sides: tuple[bool, ...]) -> tuple[str, 
             else:
                 at_least[name] = max(at_least.get(name, -math.inf), split.threshold)
             out.setdefault(name, "")
-        else:
+        elif split.feature.kind == "enum" and left:
+            # an equality says all there is: drop the inequalities of that field above it
+            out = {k: v for k, v in out.items() if not k.startswith(f"{name}=")}
+            out[f"{name}=="] = split.condition()
+        elif f"{name}==" not in out:
             out[f"{name}={split.code}={left}"] = split.condition(negate=not left)
     text = []
     for key, cond in out.items():

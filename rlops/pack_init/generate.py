@@ -3,8 +3,8 @@
 The pack is written into a temporary folder next to its destination and loaded there with every
 check of :func:`rlops.sandbox.pack.load_pack` (liveness included); only a pack that loads is renamed
 into place, so a failed run leaves nothing behind. When the inferred preconditions leave a state
-without a legal action, their numeric bounds are dropped first, then every precondition, and the
-README says so.
+without a legal action, the part saying where each action was logged is dropped first (with
+``strict``), then every precondition, and the README says so.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ class InitRequest:
     """State fields of a pack written from nothing."""
     force: bool = False
     """Replace an existing pack folder."""
+    strict: bool = False
+    """Make where each action was logged part of its precondition (a policy can then only do what was logged)."""
 
 
 @dataclass(frozen=True)
@@ -99,11 +101,12 @@ def draft_from_traces(req: InitRequest) -> PackDraft:
         tuple(fields),
         tuple(actions),
         rules if rules.accuracy >= MIN_RULE_ACCURACY else None,
-        infer_reward(df, fields, process_fields(fields, actions)),
+        infer_reward(df, fields, process_fields(fields, actions), {a.name: a.support for a in actions}),
         table.source,
         episodes,
         len(df),
         tuple(skipped),
+        with_bounds=req.strict,
     )
 
 
@@ -124,7 +127,9 @@ def _write_checked(folder: Path, draft: PackDraft) -> tuple[PackDraft, list[str]
 
     relaxed: list[str] = []
     attempts = [draft, replace(draft, with_bounds=False), _without_preconditions(draft)]
-    reasons = ["their numeric bounds were dropped", "every precondition was dropped"]
+    reasons = ["where each action was logged was dropped from them", "every precondition was dropped"]
+    if not draft.with_bounds:
+        attempts, reasons = [draft, _without_preconditions(draft)], reasons[1:]
     for i, attempt in enumerate(attempts):
         _write(folder, attempt, relaxed)
         try:

@@ -30,8 +30,9 @@ class PackDraft:
     episodes: int = 0
     rows: int = 0
     skipped: tuple[SkippedColumn, ...] = ()
-    with_bounds: bool = True
-    """Numeric bounds kept in the preconditions (false once they left a state without a legal action)."""
+    with_bounds: bool = False
+    """Where each action was logged is part of its precondition (``--strict``); else a comment, and
+    the reward is pessimistic outside it."""
 
 
 def _flow(value: Any) -> str:
@@ -88,6 +89,8 @@ def render_scenario(d: PackDraft) -> str:
         out.append(f"  # taken on {a.rows:,} logged steps" if a.rows else "  # never logged")
         out.append(f"  - name: {a.name}")
         pre = a.condition(with_bounds=d.with_bounds)
+        if a.bounds and not d.with_bounds:
+            out.append(f"    # logged only where {' and '.join(a.bounds)}")
         out.append(f"    precondition: {_flow(pre)}")
         if a.required_fields:
             out.append(f"    required_fields: {_flow(list(a.required_fields))}")
@@ -205,7 +208,9 @@ def render_readme(d: PackDraft, relaxed: list[str]) -> str:
         "population`) are not inferred.",
         "Preconditions say where each action *was* taken, not where it *may* be taken: widen them where the "
         "business allows more (a trained policy can only choose among legal actions), and add the rules that "
-        "forbid an action. Numeric bounds there are the logged policy's thresholds, not necessarily rules.",
+        "forbid an action. Where an action was logged only in part of its states (the `# logged only where` "
+        "comments, the logged policy's thresholds), the reward pays its least favourable value outside that "
+        "part: write the rule there, or make the comment part of the precondition (`rlops init --strict`).",
         "Effects were read off consecutive steps; a random draw (`bernoulli`, `normal`, `prob`) marks an outcome "
         "whose cause the traces do not show. Hidden ground truth (fraud, default) is not in traces: add it as "
         "`observed: false` fields.",

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rlops.data_contracts.shapes import read_breakdown
-from rlops.pack_init.actions import error_column
-from rlops.pack_init.cart import Node, fit_tree, number_text, predict
+from rlops.pack_init.actions import SupportPath, error_column
+from rlops.pack_init.cart import Node, Split, fit_tree, leaves, number_text, predict
 from rlops.pack_init.fields import IDENTIFIER, FieldGuess
 
 if TYPE_CHECKING:
@@ -44,6 +44,14 @@ class ActionFit:
     """The component pays nothing when the action's call failed (fitted on the successful steps)."""
     state: tuple[tuple[str, str, str | bool], ...] = ()
     """The process state (``(field, type, value)`` of the fields effects set) the fit applies in."""
+    support: tuple[SupportPath, ...] = ()
+    """Where the action was logged; outside it the component pays :attr:`outside` (empty: everywhere)."""
+
+    @property
+    def outside(self) -> float:
+        """What the component pays where the action was never logged: its least favourable fitted
+        value, and never more than 0 (nothing in the traces says the action earns anything there)."""
+        return min(0.0, min(leaf.value for leaf in leaves(self.tree)))
 
 
 @dataclass(frozen=True)
@@ -77,10 +85,14 @@ def _rule_id(name: str) -> str:
     return f"{name.upper()}_v0.1"
 
 
-def infer_reward(df: pd.DataFrame, fields: list[FieldGuess], process: list[FieldGuess]) -> RewardGuess:
+def infer_reward(
+    df: pd.DataFrame, fields: list[FieldGuess], process: list[FieldGuess], support: dict[str, tuple[SupportPath, ...]]
+) -> RewardGuess:
     """Components, clip bound and repeat penalty from the rows' reward columns. ``process`` are the
     bool and enum fields the actions set (the state of the process): each component is fitted
-    apart in each of their value combinations seen, and pays nothing in one never seen."""
+    apart in each of their value combinations seen, and pays nothing in one never seen. ``support``
+    says where each action was logged: outside it a component pays its least favourable value
+    (pessimism where the traces say nothing, so a policy gains nothing from leaving the data)."""
     scores, meta = _scores(df)
     if scores is None:
         return RewardGuess((), 5.0, None, source="none")
@@ -91,7 +103,9 @@ def infer_reward(df: pd.DataFrame, fields: list[FieldGuess], process: list[Field
     for name, (reason, rule) in meta.items():
         if name in NOT_COMPONENTS or name.startswith(("hook:", "__")) or not IDENTIFIER.match(name):
             continue
-        comps.append(_fit_component(name, reason, rule, scores[name], actions, errors, latency, fields, process))
+        comps.append(
+            _fit_component(name, reason, rule, scores[name], actions, errors, latency, fields, process, support)
+        )
     totals = df["reward_total"].astype(float).to_numpy() if "reward_total" in df.columns else None
     bound = float(np.nanmax(np.abs(totals))) if totals is not None and np.isfinite(totals).any() else 5.0
     clip = float(math.ceil(max(bound, 1.0) * 1.5))
@@ -148,6 +162,7 @@ def _fit_component(
     latency: np.ndarray | None,
     fields: list[FieldGuess],
     process: list[FieldGuess],
+    support: dict[str, tuple[SupportPath, ...]],
 ) -> ComponentGuess:
     paid = int(np.count_nonzero(y))
     var = float(y.var())
@@ -182,7 +197,7 @@ def _fit_component(
             state = tuple(
                 (f.path, f.type, f.values[int(v)] if f.type == "enum" else bool(v > 0.5)) for f, v in zip(keys, combo)
             )
-            fits.append(ActionFit(str(action), tree, unless_error, state))
+            fits.append(ActionFit(str(action), tree, unless_error, state, support.get(str(action), ())))
     r2 = 1.0 - float(np.var(y - fitted)) / var if var > 0 else 1.0
     return ComponentGuess(name, reason, rule, paid, r2, None, tuple(fits))
 
@@ -206,16 +221,18 @@ def _repeat_penalty(
 
 
 # --------------------------------------------------------------------------- rendering
-def _condition(node: Node) -> str:
-    split = node.split
-    assert split is not None
+def _split_expr(split: Split, left: bool) -> str:
     f = split.feature
     attr = f"s.{f.name}"
     if f.kind in ("int", "float"):
-        return f"({attr} < {number_text(split.threshold)})"
+        return f"({attr} {'<' if left else '>='} {number_text(split.threshold)})"
     if f.kind == "enum":
-        return f"({attr} == {f.labels[split.code]!r})"
-    return attr
+        return f"({attr} {'==' if left else '!='} {f.labels[split.code]!r})"
+    return attr if left else f"~{attr}"
+
+
+def _path_expr(path: SupportPath) -> str:
+    return " & ".join(_split_expr(split, left) for split, left in path) or "True"
 
 
 def _tree_expr(node: Node, indent: int) -> str:
@@ -223,7 +240,7 @@ def _tree_expr(node: Node, indent: int) -> str:
         return f"{node.value:.4g}"
     pad = " " * (indent + 4)
     return (
-        f"torch.where(\n{pad}{_condition(node)},\n{pad}{_tree_expr(node.left, indent + 4)},\n"
+        f"torch.where(\n{pad}{_split_expr(node.split, True)},\n{pad}{_tree_expr(node.left, indent + 4)},\n"
         f"{pad}{_tree_expr(node.right, indent + 4)},\n{' ' * indent})"
     )
 
@@ -240,6 +257,11 @@ def _body(c: ComponentGuess) -> str:
         where = [f"(t.action == {fit.action!r})"]
         for path, kind, v in fit.state:
             where.append(f"(s.{path} == {v!r})" if kind == "enum" else (f"s.{path}" if v else f"~s.{path}"))
+        if fit.support:
+            inside = " | ".join(f"({_path_expr(p)})" for p in fit.support)
+            lines.append(f"    # logged only where {inside}: elsewhere the least favourable value")
+            lines.append(f"    score = torch.where({' & '.join(where)}, {fit.outside:.4g}, score)")
+            where.append(f"({inside})")
         lines.append(f"    score = torch.where({' & '.join(where)}, {value}, score)")
     return "\n".join([*lines, "    return score"])
 
