@@ -26,7 +26,8 @@ arguments of :func:`rollout`) are wrapped for the duration of the call: each ``e
 is one step, recorded with the trace and episode ids, the step index, the UTC timestamp,
 the flattened state (``state.user_profile.credit_score``), the action, latency and error,
 whatever was passed to :meth:`Episode.annotate` since the previous step, and — with a
-:class:`~rlops.agent_sdk.interfaces.RewardProvider` — its reward once the next state is known.
+:class:`~rlops.agent_sdk.interfaces.RewardProvider` — its score once the next state is known, as the
+reward hook's breakdown component ``hook:<name>`` (``reward_total`` stays the pack's reward).
 The last step gets ``done=True`` (``truncated=True`` when the function raised). Without
 an executor, call :meth:`Episode.step` yourself; a function that takes an ``episode``
 parameter receives the :class:`Episode`.
