@@ -16,6 +16,7 @@ episode (id, steps, ``done``) as with the SDK by hand, and a duplicate check see
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -23,11 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlops.agent_sdk.encoding import StateError
 from rlops.agent_sdk.interfaces import RewardProvider
 from rlops.agent_sdk.rollout import RULES_VERSION, Episode
 from rlops.agent_sdk.serving import Decision
 from rlops.agent_sdk.tracer import Tracer
 from rlops.common.errors import UserError
+
+log = logging.getLogger(__name__)
 
 
 class Policy(Protocol):
@@ -97,10 +101,9 @@ class StateMapping:
 
 def observed_fields(pack_path: str | Path) -> list[str]:
     """The pack's observed state field paths (what a policy reads), for :meth:`StateMapping.by_leaf_name`."""
-    from rlops.sandbox.pack import load_pack
+    from rlops.agent_sdk.decision_program import DecisionProgram
 
-    spec = load_pack(pack_path, check_liveness=False).scenario.spec
-    return [f.path for f in spec.fields if f.observed]
+    return [f.path for f in DecisionProgram.from_pack(pack_path).spec.fields if f.observed]
 
 
 @dataclass
@@ -240,17 +243,12 @@ MaskFn = Callable[[Mapping[str, Any], Sequence[str]], Sequence[bool]]
 
 def pack_masks(pack_path: str | Path) -> tuple[tuple[str, ...], MaskFn]:
     """The pack's action names and a function ``(state, history) -> mask`` evaluating the actions'
-    preconditions on one production state (what a trace row's ``action_mask`` holds)."""
-    from rlops.agent_sdk.encoding import ObservationEncoder
-    from rlops.sandbox.pack import load_pack
+    preconditions on one production state (:class:`~rlops.agent_sdk.masks.ActionMasker`: what a trace
+    row's ``action_mask`` holds)."""
+    from rlops.agent_sdk.masks import ActionMasker
 
-    encoder = ObservationEncoder(load_pack(pack_path, check_liveness=False))
-
-    def mask(state: Mapping[str, Any], history: Sequence[str]) -> list[bool]:
-        _, m, _ = encoder.encode(state, history, strict=False)
-        return [bool(v) for v in m[0].tolist()]
-
-    return encoder.action_names, mask
+    masker = ActionMasker.from_pack(pack_path)
+    return masker.action_names, masker.mask
 
 
 @dataclass
@@ -258,7 +256,7 @@ class _Call:
     episode_id: str
     action: str
     state: Mapping[str, Any]
-    mask: Sequence[bool]
+    mask: Sequence[bool] | None
     started: float
 
 
@@ -299,7 +297,12 @@ class ToolCallRecorder:
         ep, history = self._episode(str(episode_id))
         state = self.observer(str(episode_id))
         ep.observe(state)
-        self._calls[call_id] = _Call(str(episode_id), tool, state, self._mask(state, history), time.perf_counter())
+        try:
+            mask: Sequence[bool] | None = self._mask(state, history)
+        except StateError as exc:  # never break the agent: the row goes without a mask, quarantined saying so
+            log.warning("rlops: no action mask for episode %s (%s)", episode_id, exc)
+            mask = None
+        self._calls[call_id] = _Call(str(episode_id), tool, state, mask, time.perf_counter())
 
     def finished(self, call_id: str, error: str | None = None) -> None:
         """The call ``call_id`` returned (``error``: what failed)."""
@@ -308,13 +311,8 @@ class ToolCallRecorder:
             return
         ep, history = self._episode(call.episode_id)
         history.append(call.action)
-        ep.step(
-            call.state,
-            call.action,
-            latency_ms=(time.perf_counter() - call.started) * 1e3,
-            error=error,
-            action_mask=list(call.mask),
-        )
+        mask: dict[str, Any] = {} if call.mask is None else {"action_mask": list(call.mask)}
+        ep.step(call.state, call.action, latency_ms=(time.perf_counter() - call.started) * 1e3, error=error, **mask)
 
     def end(self, episode_id: str, error: str | None = None) -> None:
         """The agent's run for ``episode_id`` ended; its last traced step becomes ``done``."""
