@@ -400,3 +400,39 @@ def test_train_relabel_dry_run_scores_what_the_real_run_writes(
     decision = ("rows_in", "rows_out", "reward_model_version", "mean_score", "labels_uri")
     assert rc_dry == rc_real == 0 and real["rows_out"] > 0
     assert {k: dry[k] for k in decision} == {k: real[k] for k in decision}
+
+
+@pytest.mark.parametrize("value", ["0.3", "3"], ids=["in-range", "out-of-range"])
+def test_signal_set_dry_run_decides_what_the_real_set_does(
+    rlops_home: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """The dry run accepts or refuses the offer as the real set does, and names the value it would
+    put in force; only the real set records it."""
+    from rlops.cli import main
+
+    def offer(*extra: str) -> tuple[int, dict[str, Any] | None]:
+        capsys.readouterr()
+        rc = main(["signal", "set", "complaint_index", value, "--json", *extra])
+        out = capsys.readouterr().out
+        return rc, (json.loads(out) if out.strip() else None)
+
+    def in_force() -> float:
+        _, doc = run_json(["signal", "show", "complaint_index"], capsys)
+        return float(doc["signals"][0]["value"])
+
+    before = in_force()
+    rc_dry, dry = offer("--dry-run")
+    assert in_force() == before, "the dry run put the value in force"
+    rc_real, real = offer()
+    assert rc_dry == rc_real
+    if dry is None or real is None:  # refused: one error line, no document
+        assert rc_real == 2 and dry is real is None and in_force() == before
+        return
+    decision = (dry["offer"]["accepted"], dry["offer"]["value"], dry["in_force"]["value"], dry["in_force"]["status"])
+    assert decision == (
+        real["offer"]["accepted"],
+        real["offer"]["value"],
+        real["in_force"]["value"],
+        real["in_force"]["status"],
+    )
+    assert in_force() == float(value)
