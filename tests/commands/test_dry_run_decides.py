@@ -436,3 +436,25 @@ def test_signal_set_dry_run_decides_what_the_real_set_does(
         real["in_force"]["status"],
     )
     assert in_force() == float(value)
+
+
+@pytest.mark.slow  # two small trainings per run (the what-if and its baseline)
+def test_reward_whatif_dry_run_decides_what_the_real_run_saves(
+    rlops_home: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """On a copy of the pack: the dry run computes the same change, weights and figures as the real
+    run with ``--save``, names the file the real run writes, and writes none itself."""
+    import shutil
+
+    pack = tmp_path / "pack" / SCENARIO
+    shutil.copytree(REPO_ROOT / "scenarios" / SCENARIO, pack)
+    argv = ["reward", "whatif", "--scenario", str(pack), "--set", "compliance=2.0"]
+    argv += ["--timesteps", "2048", "--episodes", "64", "--seed", "3", "--threads", "1", "--save"]
+    before = sorted(p.name for p in pack.iterdir())
+    rc_dry, dry = run_json([*argv, "--dry-run"], capsys)
+    assert sorted(p.name for p in pack.iterdir()) == before, "the dry run wrote into the pack"
+    rc_real, real = run_json(argv, capsys)
+    decision = ("change", "weights", "whatif_reward_fn", "whatif_reward_fn_sha256", "whatif_weights", "segments")
+    assert rc_dry == rc_real == 0
+    assert {k: dry[k] for k in decision} == {k: real[k] for k in decision}
+    assert dry["saved_as"] is None and dry["would_save_as"] == real["saved_as"] and Path(real["saved_as"]).is_file()
