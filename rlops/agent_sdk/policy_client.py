@@ -409,13 +409,11 @@ class PolicyClient:
                 f"no champion policy loaded: {err}" if err else f"{self.model_name} has no champion alias yet",
                 t0,
             )
-        served = self._pool.submit(policy.model.predict_obs, obs)
         shadow = serving.shadow
         shadowed = self._pool.submit(shadow.model.predict_obs, obs) if shadow is not None else None
         try:
-            out = served.result(timeout=self.timeout_s)
+            out = self._predict(policy, obs)
         except concurrent.futures.TimeoutError:
-            served.cancel()
             return self._fallback(
                 S,
                 mask,
@@ -471,6 +469,26 @@ class PolicyClient:
             self._shadow(shadow, shadowed, a, legal, t0),
             (time.perf_counter() - t0) * 1000.0,
         )
+
+    def _predict(self, policy: LoadedPolicy, obs: np.ndarray) -> dict[str, np.ndarray]:
+        """The policy's outputs for ``obs``, or ``concurrent.futures.TimeoutError`` past ``timeout_ms``.
+        The numpy export decides in the caller's thread: its forward pass is a few small matrix
+        products with no I/O, and a hand-off to a worker thread and back would cost more than the
+        pass (two wake-ups, each delayed on a busy host); the decision falls back when it took
+        longer than the timeout all the same. A torch model runs on the pool, bounded by the timeout."""
+        if self.runtime == "numpy":
+            started = time.perf_counter()
+            out: dict[str, np.ndarray] = policy.model.predict_obs(obs)
+            if time.perf_counter() - started > self.timeout_s:
+                raise concurrent.futures.TimeoutError
+            return out
+        served = self._pool.submit(policy.model.predict_obs, obs)
+        try:
+            result: dict[str, np.ndarray] = served.result(timeout=self.timeout_s)
+        except concurrent.futures.TimeoutError:
+            served.cancel()
+            raise
+        return result
 
     def _uniforms(self) -> tuple[float, float]:
         if self.exploration <= 0.0:

@@ -5,6 +5,7 @@ the policy client serves a registered version the same with runtime numpy as wit
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,5 +116,24 @@ def test_policy_client_serves_the_numpy_export_as_torch_serves_the_pyfunc(tmp_tr
             assert b.action == a.action and b.mask == a.mask
             assert max(abs(b.probs[k] - a.probs[k]) for k in a.probs) < 1e-5
         assert n.fallback_count == 0
+    # the numpy export decides in the caller's thread, and still falls back when late or failing
+    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, runtime="numpy", **{**kw, "timeout_ms": 20}) as n:
+        model = n.policies["champion"].model
+        predict = model.predict_obs
+
+        def slow(obs: np.ndarray) -> Any:
+            time.sleep(0.05)
+            return predict(obs)
+
+        model.predict_obs = slow
+        d = n.decide(STATE)
+        assert d.fallback_reason.startswith("timeout: ") and d.policy_version == "rules" and d.propensity == 1.0
+
+        def broken(obs: np.ndarray) -> Any:
+            raise FloatingPointError("overflow")
+
+        model.predict_obs = broken
+        assert n.decide(STATE).fallback_reason.startswith("error: ")
+        assert n.fallbacks == {"timeout": 1, "error": 1}
     with pytest.raises(UserError, match="runtime='onnx'"):
         PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, runtime="onnx", **kw)
