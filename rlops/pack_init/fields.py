@@ -203,14 +203,9 @@ def _initial_values(df: pd.DataFrame, data: np.ndarray, starts: np.ndarray) -> n
 
 def value_range(x: np.ndarray, integer: bool) -> tuple[float, float]:
     """``[min, max]`` of a numeric field from its values (see the module docstring)."""
-    lo, hi = float(np.quantile(x, 0.0005)), float(np.quantile(x, 0.9995))
     x_min, x_max = float(x.min()), float(x.max())
-    if np.mean(x == x_min) >= CLIPPED_SHARE:
-        lo = x_min
-    if np.mean(x == x_max) >= CLIPPED_SHARE:
-        hi = x_max
-    lo = lo if lo == x_min else _round_out(lo, down=True)
-    hi = hi if hi == x_max else _round_out(hi, down=False)
+    lo = x_min if np.mean(x == x_min) >= CLIPPED_SHARE else _round_out(float(np.quantile(x, 0.0005)), down=True)
+    hi = x_max if np.mean(x == x_max) >= CLIPPED_SHARE else _round_out(float(np.quantile(x, 0.9995)), down=False)
     if integer:
         lo, hi = float(math.floor(lo)), float(math.ceil(hi))
     return lo, hi

@@ -123,3 +123,17 @@ def test_an_existing_pack_is_kept_unless_forced(tmp_path: Path, capsys: pytest.C
     assert main(["init", "p", "--dir", str(tmp_path), "--actions", "a,b", "--force"]) == 0
     assert not (tmp_path / "p" / "mine.txt").exists() and (tmp_path / "p" / "scenario.yaml").is_file()
     assert [p.name for p in tmp_path.iterdir()] == ["p"]  # no temporary folder left behind
+
+
+def test_a_json_lines_file_by_uri_gives_the_same_fields(credit_live_traces: Path, tmp_path: Path) -> None:
+    df = pd.read_parquet(credit_live_traces)
+    df = df[df["episode_id"].isin(df["episode_id"].unique()[:300])]
+    jsonl = tmp_path / "landing.jsonl"
+    df.to_json(jsonl, orient="records", lines=True, double_precision=15)
+    parquet = tmp_path / "same.parquet"
+    df.to_parquet(parquet)
+    from_jsonl = init_pack(InitRequest("a", tmp_path / "s", f"file://{jsonl}"))
+    from_parquet = init_pack(InitRequest("b", tmp_path / "s", str(parquet)))
+    assert [(f["path"], f["type"], f["min"], f["max"]) for f in from_jsonl.fields] == [
+        (f["path"], f["type"], f["min"], f["max"]) for f in from_parquet.fields
+    ]
