@@ -171,16 +171,14 @@ def baseline_policy(
     return policy, info
 
 
-def registry_champion(ctx: StepContext, obs_dim: int) -> tuple[PolicyNetwork | None, str]:
-    """The registry's champion, or None with the reason it cannot be used."""
+def registry_champion(ctx: StepContext, obs_dim: int, dst: Path) -> tuple[PolicyNetwork | None, str]:
+    """The registry's champion (downloaded under ``dst``), or None with the reason it cannot be used."""
     from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
     from rlops.pipeline_steps.infra.registry import CHAMPION
 
     name = policy_model_name(ctx.scenario)
     try:
-        loaded = load_policy_ref(
-            ctx, CHAMPION, Path(tempfile.mkdtemp(prefix="rlops-whatif-", dir=ctx.local_dir("policies")))
-        )
+        loaded = load_policy_ref(ctx, CHAMPION, dst)
     except Exception as exc:  # noqa: BLE001 - an unreachable registry falls back to a trained baseline
         return None, f"the registry could not be read ({type(exc).__name__}: {str(exc)[:200]})"
     if loaded is None:
@@ -224,7 +222,7 @@ def reward_whatif(
         changed = changed_reward_fn(
             base, change, label, Path(tmp), pack.rules, pack.scenario.action_names, pack.scenario.role_names
         )
-        champion, champion_desc = registry_champion(ctx, pack.scenario.layout.dim)
+        champion, champion_desc = registry_champion(ctx, pack.scenario.layout.dim, Path(tmp) / "champion")
         per_run = _iterations(pack, settings)
         bar = progress_bar(progress, total=per_run * (1 if champion is not None else 2) + 3, desc="what-if", unit="it")
         done_its = [0]

@@ -19,7 +19,7 @@ from rlops.whatif.run import registry_champion
 def test_the_registry_champion_is_the_comparison(rlops_home: Path, tmp_tracking: str, credit: Pack) -> None:
     ctx = StepContext.create(scenario="credit_approval", params=load_params())
     dim = credit.scenario.layout.dim
-    assert registry_champion(ctx, dim) == (None, "credit_approval-policy has no champion")
+    assert registry_champion(ctx, dim, rlops_home / "dl") == (None, "credit_approval-policy has no champion")
     torch.manual_seed(0)
     save_policy(PolicyNetwork(PolicyConfig.from_layout(credit.scenario.layout)), rlops_home / "policy")
     tracker = Tracker(tmp_tracking, "credit_approval")
@@ -27,6 +27,9 @@ def test_the_registry_champion_is_the_comparison(rlops_home: Path, tmp_tracking:
         run.log_artifact(rlops_home / "policy", "policy")
         version = tracker.register_model(run.run_id, "policy", policy_model_name("credit_approval"))
     tracker.set_alias(policy_model_name("credit_approval"), "champion", version)
-    network, desc = registry_champion(ctx, dim)
+    network, desc = registry_champion(ctx, dim, rlops_home / "dl")
     assert network is not None and desc == f"champion v{version}"
-    assert registry_champion(ctx, dim + 3) == (None, f"champion v{version} reads another observation layout")
+    assert registry_champion(ctx, dim + 3, rlops_home / "dl3") == (
+        None,
+        f"champion v{version} reads another observation layout",
+    )
