@@ -21,6 +21,7 @@ Needs ``pip install 'rlops[openai-agents]'``.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -139,8 +140,8 @@ class PolicyToolChoice:
         if not self._registered:
             self._sdk.add_trace_processor(self.processor)
             self._registered = True
-        run_config = kwargs.pop("run_config", None) or self._sdk.RunConfig()
-        run_config.group_id = str(episode_id)
+        given = kwargs.pop("run_config", None) or self._sdk.RunConfig()
+        run_config = dataclasses.replace(given, group_id=str(episode_id))  # the caller's config stays as it is
         token = _RUN.set((str(episode_id), context))
         try:
             result = await self._sdk.Runner.run(agent, input, context=context, run_config=run_config, **kwargs)
