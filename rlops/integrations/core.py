@@ -266,8 +266,10 @@ class ToolCallRecorder:
 
     ``observer(episode_id)`` returns the pack's state when a tool starts (a
     :class:`~rlops.agent_sdk.interfaces.StateObserver`'s ``observe`` wrapped to take the episode id);
-    ``policy_version``: what chose the tools (``rules`` for the agent's own logic before any policy,
-    traced with propensity 1).
+    ``policy_version``: what chose the tools. The default ``rules`` says the agent's own deterministic
+    logic did (traced with propensity 1, ``logp = 0``); an agent whose LLM chooses its tools is not
+    deterministic: name it (e.g. ``"support-agent-v3"``) and its rows carry no propensity, so
+    off-policy evaluation says it cannot weigh them instead of weighing them wrongly.
     """
 
     def __init__(
