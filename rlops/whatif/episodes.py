@@ -40,7 +40,8 @@ class Played:
 
 def _one_play(
     pack: Pack, act: ActFn, fn: RewardFunction, profile: str, episodes: int, seed: int, kpis: tuple[Kpi, ...] | None
-) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]], list[torch.Tensor]]:
+) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]], tuple[np.ndarray, ...] | None]:
+    """One greedy play: per-episode returns and, with ``kpis``, the KPIs and the visited states."""
     env = BatchedEnv(pack.scenario, fn, num_envs=episodes, profile=profile, illegal_action="noop")
     env.keep_final_state = kpis is not None
     env.reset(seed)
@@ -53,8 +54,9 @@ def _one_play(
     handling = torch.zeros(n)
     final = env.S.clone()
     c_elapsed = pack.scenario.columns["episode.elapsed_ms"]
-    visited: list[torch.Tensor] = [torch.empty(0, env.S.shape[1]), torch.empty(0, env.layout.dim), torch.empty(0)]
-    seen_s, seen_o, seen_a = [], [], []
+    seen_s: list[torch.Tensor] = []
+    seen_o: list[torch.Tensor] = []
+    seen_a: list[torch.Tensor] = []
     for _ in range(env.horizon):
         before, obs = env.S.clone(), env.observe()
         actions = act(env)
@@ -75,7 +77,7 @@ def _one_play(
         if not bool(live.any()):
             break
     if kpis is None:
-        return returns.numpy(), {}, visited
+        return returns.numpy(), {}, None
     everyone = np.ones(n, dtype=bool)
     out = {
         "completion_rate": (completed.float().numpy(), everyone),
@@ -85,7 +87,7 @@ def _one_play(
     }
     for name, (values, counted) in evaluate_kpis(kpis, final).items():
         out[name] = (values.numpy(), counted.numpy())
-    visited = [torch.cat(seen_s), torch.cat(seen_o), torch.cat(seen_a)]
+    visited = (torch.cat(seen_s).numpy(), torch.cat(seen_o).numpy(), torch.cat(seen_a).numpy().astype(np.int64))
     return returns.numpy(), out, visited
 
 
@@ -102,13 +104,15 @@ def play(
     reward of ``rewards`` (the first play also measures the KPIs and records the states)."""
     returns: dict[str, np.ndarray] = {}
     measured: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    visited: list[torch.Tensor] = []
+    visited: tuple[np.ndarray, ...] | None = None
     for i, (name, fn) in enumerate(rewards.items()):
         r, k, v = _one_play(pack, act, fn, profile, episodes, seed, kpis if i == 0 else None)
         returns[name] = r
         if i == 0:
             measured, visited = k, v
-    return Played(returns, measured, visited[0].numpy(), visited[1].numpy(), visited[2].numpy().astype(np.int64))
+    assert visited is not None  # the first play records them
+    states, observations, actions = visited
+    return Played(returns, measured, states, observations, actions)
 
 
 __all__ = ["ActFn", "Played", "play"]
