@@ -1,21 +1,23 @@
 """How often the champion return anomaly alarms in a world that does not change.
 
-The drift check's return anomaly (:mod:`rlops.pipeline_steps.drift.anomaly`) compares each hour's
-live mean episode return with the calibrated sandbox's and with the same policy's live return at
-the previous check, each against ``drift.anomaly_z`` standard errors. This bench runs a fixed
-policy (the pack's oracle, or its rule engine) for ``--hours`` independent hours of ``--episodes``
-episodes in the pack's production stand-in (its ``live`` profile, where it has one), rolls the
-sandbox baseline once (``drift.baseline_episodes`` episodes of its sandbox profile), and calls the
-product's verdict, ``return_anomaly``, on each pair of consecutive hours, at each ``--z``. Nothing
-changes between the hours, so every alarm is a false one. Reported per z: the alarms, their share
-of the checks with a 95% Clopper–Pearson upper bound, the hours between false alarms that share
-means, the one-sided normal tail the test is built on, and how often the previous-check reference
-alone tripped. Consecutive checks share an hour, so the bound is approximate. Also: the spread of the
-hourly means against their mean standard error (≈ 1 when episodes are independent draws, as the test
-assumes).
+The drift check's return anomaly (:mod:`rlops.pipeline_steps.drift.anomaly`) makes an hour a
+*suspect* when its live mean episode return falls ``drift.anomaly_z`` standard errors below the
+calibrated sandbox's and below the level before (the same policy's last checks pooled), and raises
+the alarm only when the next check confirms the fall (``drift.anomaly_confirm``). This bench runs a
+fixed policy (the pack's oracle, or its rule engine) for ``--hours`` independent hours of
+``--episodes`` episodes in the pack's production stand-in (its ``live`` profile, where it has one),
+rolls the sandbox baseline once (``drift.baseline_episodes`` episodes of its sandbox profile), and
+feeds the hours in order through the product's stateful verdict, ``return_anomaly``, carrying its
+state from check to check as the drift monitor does, at each ``--z`` — with the confirmation of
+``params.yaml`` and, side by side, without it (``anomaly_confirm: none``). Nothing changes between
+the hours, so every alarm is a false one. Reported per row: the alarms, the suspects, the alarms'
+share of the checks with a 95% Clopper–Pearson upper bound, and the hours between false alarms
+that share means. Consecutive checks share hours, so the bound is approximate. Also: the spread of
+the hourly means against their mean standard error (≈ 1 when episodes are independent draws, as
+the test assumes).
 
 Usage: python bench/anomaly_false_alarms.py [--pack credit_approval] [--policy oracle|rules]
-       [--hours 400] [--episodes 1000] [--z 2.5,3,3.5,4]
+       [--hours 400] [--episodes 1000] [--z 2.5,3]
 The last line of output is one JSON object.
 """
 
@@ -26,7 +28,9 @@ import json
 import math
 import sys
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -36,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.loadavg import report as report_load  # noqa: E402
 from rlops.common.config import load_params  # noqa: E402
-from rlops.pipeline_steps.drift.anomaly import ReturnSummary, return_anomaly  # noqa: E402
+from rlops.pipeline_steps.drift.anomaly import AnomalyRule, AnomalyState, ReturnSummary, return_anomaly  # noqa: E402
 from rlops.sandbox.pack import load_pack  # noqa: E402
 from rlops.sandbox.policies import evaluate_policy, load_oracle, rule_policy  # noqa: E402
 from rlops.sandbox.profiles import default_profile  # noqa: E402
@@ -47,14 +51,20 @@ BASELINE_SEED = 10**9
 POLICY = "fixed-policy"
 
 
-def hourly_returns(pack: Any, act: Any, hours: int, episodes: int, profile: str, reward: str) -> list[np.ndarray]:
-    """Each hour's episode returns, from disjoint seeds: independent hours of one unchanged world."""
-    return [
-        evaluate_policy(
-            pack, act, episodes=episodes, seed=HOUR_SEED + h * episodes, reward_version=reward, profile=profile
+def hourly_returns(
+    pack: Any, act: Any, hours: int, episodes: int, profile: str, reward: str, block: int = 20
+) -> list[np.ndarray]:
+    """Each hour's episode returns, from disjoint seeds: independent hours of one unchanged world.
+    Episode ``j`` of hour ``h`` has seed ``HOUR_SEED + h·episodes + j`` however the hours are
+    batched; ``block`` hours are rolled in one batch (a wider batch runs faster per episode)."""
+    out: list[np.ndarray] = []
+    for h0 in range(0, hours, block):
+        n = min(block, hours - h0)
+        r = evaluate_policy(
+            pack, act, episodes=n * episodes, seed=HOUR_SEED + h0 * episodes, reward_version=reward, profile=profile
         ).returns.numpy()
-        for h in range(hours)
-    ]
+        out.extend(np.split(r, n))
+    return out
 
 
 def summarise(hours: list[np.ndarray]) -> list[ReturnSummary]:
@@ -62,25 +72,28 @@ def summarise(hours: list[np.ndarray]) -> list[ReturnSummary]:
     return [ReturnSummary.of(r, POLICY, f"hour-{i}") for i, r in enumerate(hours)]
 
 
-def false_alarms(hours: list[ReturnSummary], sandbox: ReturnSummary, min_drop: float, z: float) -> dict[str, Any]:
-    """The product's verdict on each pair of consecutive hours at ``z``, counted."""
-    alarms = previous_trips = 0
-    checks = len(hours) - 1
-    for previous, live in zip(hours, hours[1:], strict=False):
-        verdict = return_anomaly(live, sandbox, previous, min_drop, z)
+def false_alarms(hours: list[ReturnSummary], sandbox: ReturnSummary, rule: AnomalyRule) -> dict[str, Any]:
+    """The product's verdicts on the hours in order (the state carried from check to check), counted."""
+    alarms = suspects = 0
+    state = AnomalyState()
+    for live in hours:
+        verdict, state = return_anomaly(live, sandbox, state, rule)
         alarms += bool(verdict["anomaly"])
-        previous_trips += bool(verdict["previous_drop"] > verdict["previous_threshold"])
+        suspects += bool(verdict["suspect"])
+    checks = len(hours) - 1  # the first hour has nothing to compare with
     rate = alarms / checks
     upper = float(scipy.stats.beta.ppf(0.975, alarms + 1, checks - alarms)) if alarms < checks else 1.0
     return {
-        "z": z,
+        "z": rule.z,
+        "confirm": rule.confirm,
+        "confirm_z": rule.confirm_z if rule.confirm != "none" else None,
+        "level_hours": rule.level_hours,
         "checks": checks,
         "alarms": alarms,
+        "suspects": suspects,
         "rate": rate,
         "rate_upper_95": upper,
         "hours_between_alarms": None if alarms == 0 else checks / alarms,
-        "normal_tail": float(scipy.stats.norm.sf(z)),
-        "previous_reference_trips": previous_trips,
     }
 
 
@@ -92,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--hours", type=int, default=400)
     ap.add_argument("--episodes", type=int, default=1000, help="live episodes per hour")
-    ap.add_argument("--z", default="2.5,3,3.5,4", help="comma-separated values of drift.anomaly_z to count at")
+    ap.add_argument("--z", default=None, help="comma-separated drift.anomaly_z values (default: params.yaml's, 3)")
     ap.add_argument("--reward", default="v1")
     args = ap.parse_args(argv)
     if args.hours < 2 or args.episodes < 2:
@@ -123,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     ses = np.array([math.sqrt(h.var / h.episodes) for h in summaries])
     spread = float(means.std(ddof=1))
     sandbox = ReturnSummary.of(base, POLICY, "baseline")
-    rows = [false_alarms(summaries, sandbox, float(drift["anomaly_drop"]), float(z)) for z in args.z.split(",")]
+    configured = AnomalyRule.of(SimpleNamespace(**drift))
+    zs = [float(z) for z in args.z.split(",")] if args.z else sorted({configured.z, 3.0})
+    rules = [replace(configured, z=z, confirm=c) for z in zs for c in dict.fromkeys((configured.confirm, "none"))]
+    rows = [false_alarms(summaries, sandbox, rule) for rule in rules]
     print(
         f"{pack.name}, {policy} policy: {args.hours} stable hours of {args.episodes} episodes ({live_profile} "
         f"profile) against a {len(base)}-episode {sandbox_profile} baseline; rollouts {rollout_s:.1f} s"
@@ -132,12 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         f"live mean return {means.mean():.4f}, sandbox {base.mean():.4f}; spread of the hourly means "
         f"{spread:.4f} against their mean standard error {ses.mean():.4f} (ratio {spread / ses.mean():.2f})"
     )
-    print(f"\n{'z':>5}{'alarms':>9}{'rate':>10}{'95% upper':>11}{'hours between':>15}{'normal tail':>13}")
+    print(f"\n{'z':>5}{'confirm':>11}{'suspects':>10}{'alarms':>8}{'rate':>10}{'95% upper':>11}{'hours between':>15}")
     for r in rows:
         between = "none" if r["hours_between_alarms"] is None else f"{r['hours_between_alarms']:.0f}"
         print(
-            f"{r['z']:>5}{r['alarms']:>9}{r['rate']:>10.3%}{r['rate_upper_95']:>11.3%}{between:>15}"
-            f"{r['normal_tail']:>13.3%}"
+            f"{r['z']:>5}{r['confirm']:>11}{r['suspects']:>10}{r['alarms']:>8}{r['rate']:>10.3%}"
+            f"{r['rate_upper_95']:>11.3%}{between:>15}"
         )
     load_end = report_load("end")
     print(
@@ -153,7 +169,11 @@ def main(argv: list[str] | None = None) -> int:
                 "sandbox_mean_return": round(float(base.mean()), 4),
                 "hourly_mean_spread": round(spread, 4),
                 "mean_standard_error": round(float(ses.mean()), 4),
-                "by_z": rows,
+                "default_rule": asdict(configured),
+                "default_alarms": next(
+                    (r["alarms"] for r, rule in zip(rows, rules, strict=True) if rule == configured), None
+                ),
+                "by_rule": rows,
                 "rollout_s": round(rollout_s, 1),
                 "load_average_start": load_start,
                 "load_average_end": load_end,

@@ -114,19 +114,29 @@ class DriftParams(Block):
     anomaly_drop: float = Field(
         0.1,
         ge=0,
-        description="`rlops drift check`: a live mean return this far below "
-        "the sandbox's (and `anomaly_z` standard errors), and `anomaly_z` standard errors below the champion's own "
-        "live return at the previous check of the same policy, is an anomaly",
+        description="`rlops drift check`: a live mean return this far below the sandbox's (and `anomaly_z` "
+        "standard errors), and `anomaly_z` standard errors below the level before (the same policy's last "
+        "`anomaly_level_hours` checks pooled), makes the hour a suspect of the return anomaly",
     )
     anomaly_z: float = Field(
-        3.0,
+        2.5,
         gt=0,
-        description="`rlops drift check`: standard errors a live return's drop must exceed against each "
-        "reference of the return anomaly. In a stable world each check trips it with about the one-sided normal "
-        "tail beyond this many standard errors: at 3 (0.13%) 0–0.20% of 2,000 stable hourly checks on the "
-        "built-in packs, a false alarm every few weeks per pack; at 4 (0.003%) about one in three years, but a "
-        "return-only change must then fall 4 standard errors in its hour to be seen (the 48-hour timeline's "
-        "rule change, 3.4, then goes unseen). `bench/anomaly_false_alarms.py` measures the rate on a pack",
+        description="`rlops drift check`: standard errors a live return's fall must exceed against the sandbox and "
+        "against the level before for the hour to be a suspect (rlops/pipeline_steps/drift/anomaly.py)",
+    )
+    anomaly_confirm: Literal["next_hour", "none"] = Field(
+        "next_hour",
+        description="the return anomaly's confirmation: next_hour = a suspect raises the alarm (and the retrain) "
+        "only when the next check of the same policy is still below the level before the fall and the two hours "
+        "together are `anomaly_confirm_z` standard errors below it (a chance hour reverts, a lasting change "
+        "stays); none = the alarm fires at the suspect hour. With the defaults a stable pack raises about 0.3 "
+        "false alarms per 2,000 hourly checks (simulated; `bench/anomaly_false_alarms.py` counts them per pack)",
+    )
+    anomaly_confirm_z: float = Field(
+        3.5, gt=0, description="standard errors the suspect and the next hour together must stay below the level"
+    )
+    anomaly_level_hours: int = Field(
+        6, ge=1, description="unremarkable checks of the same policy pooled into the level a fall is measured from"
     )
     window_hours: float | None = Field(
         None,

@@ -1,13 +1,17 @@
-"""The false-alarm bench counts the product's verdicts: one hour far below the one before, in
-front of a sandbox that expects more, is one alarm, and only at the z values it exceeds."""
+"""The false-alarm bench counts the product's verdicts, carrying the check's state from hour to
+hour: a chance hour that reverts is a suspect and no alarm; without the confirmation it is one."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from bench.anomaly_false_alarms import POLICY, false_alarms, summarise
-from rlops.pipeline_steps.drift.anomaly import ReturnSummary
+from rlops.pipeline_steps.drift.anomaly import AnomalyRule, ReturnSummary
+
+RULE = AnomalyRule(min_drop=0.1, z=2.5, confirm="next_hour", confirm_z=3.5, level_hours=6)
 
 
 def _hour(mean: float, n: int = 1000, seed: int = 0) -> np.ndarray:
@@ -15,24 +19,23 @@ def _hour(mean: float, n: int = 1000, seed: int = 0) -> np.ndarray:
     return (r - r.mean()) / r.std(ddof=1) + mean  # se of one hour's mean: 1/sqrt(n)
 
 
-def test_one_drop_of_3_2_standard_errors_is_one_alarm_at_z_3_and_none_at_3_5() -> None:
-    se = np.sqrt(2 / 1000)
-    hours = summarise([_hour(0.70), _hour(0.70), _hour(0.70 - 3.2 * se), _hour(0.70 - 3.2 * se)])
-    sandbox = ReturnSummary.of(_hour(0.90, 2000), POLICY, "baseline")
-    at3 = false_alarms(hours, sandbox, min_drop=0.1, z=3.0)
-    at35 = false_alarms(hours, sandbox, min_drop=0.1, z=3.5)
-    assert (at3["checks"], at3["alarms"], at3["previous_reference_trips"]) == (3, 1, 1)
-    assert at3["rate"] == pytest.approx(1 / 3) and at3["hours_between_alarms"] == pytest.approx(3.0)
-    assert at3["normal_tail"] == pytest.approx(0.00135, abs=1e-5)
-    assert at35["alarms"] == 0 and at35["hours_between_alarms"] is None
-    assert at35["rate_upper_95"] == pytest.approx(1 - 0.025 ** (1 / 3))
+SANDBOX = ReturnSummary.of(_hour(0.90, 2000), POLICY, "baseline")
 
 
-def test_a_sandbox_within_anomaly_drop_of_the_live_return_raises_no_alarm() -> None:
-    hours = summarise([_hour(0.70), _hour(0.55)])  # 3.35 standard errors below the hour before …
-    sandbox = ReturnSummary.of(_hour(0.62, 2000), POLICY, "baseline")  # … but only 0.07 below the sandbox
-    out = false_alarms(hours, sandbox, min_drop=0.1, z=3.0)
-    assert out["previous_reference_trips"] == 1 and out["alarms"] == 0
+def test_a_chance_hour_that_reverts_is_a_suspect_and_no_alarm_unless_unconfirmed() -> None:
+    hours = summarise([_hour(m) for m in (0.70, 0.70, 0.70, 0.58, 0.70, 0.70)])
+    confirmed = false_alarms(hours, SANDBOX, RULE)
+    unconfirmed = false_alarms(hours, SANDBOX, replace(RULE, confirm="none"))
+    assert (confirmed["checks"], confirmed["suspects"], confirmed["alarms"]) == (5, 1, 0)
+    assert confirmed["hours_between_alarms"] is None
+    assert confirmed["rate_upper_95"] == pytest.approx(1 - 0.025 ** (1 / 5))
+    assert (unconfirmed["alarms"], unconfirmed["rate"]) == (1, pytest.approx(1 / 5))
+
+
+def test_a_fall_that_stays_is_one_alarm() -> None:
+    hours = summarise([_hour(m) for m in (0.70, 0.70, 0.70, 0.58, 0.58, 0.58)])
+    out = false_alarms(hours, SANDBOX, RULE)
+    assert (out["suspects"], out["alarms"]) == (1, 1)
 
 
 def test_too_few_hours_or_episodes_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,46 +1,61 @@
-"""The champion return anomaly: has the live return fallen, beyond what noise and the sandbox's
-own error explain?
+"""The champion return anomaly: has the live return fallen and stayed down, beyond what noise and
+the sandbox's own error explain?
 
-The drift check compares the live mean episode return of the hour with the calibrated sandbox's
-prediction for the champion. The sandbox's absolute level is only as good as its calibration, and
-a calibration fitted on an hour of traffic moves it: on the credit pack the champion's predicted
-return went 0.70 → 0.78 → 0.66 over three hourly recalibrations of one unchanged world, while
-the live return held at 0.63–0.76 (an oracle's own hourly return on 1,000 episodes moves by
-±0.05). A drop against the sandbox alone is therefore not evidence that the world changed. The
-anomaly needs both:
+Each hourly drift check summarises the serving policy's live episode returns. The sandbox's
+absolute level is only as good as its calibration (on the credit pack the champion's predicted
+return went 0.70 → 0.78 → 0.66 over three hourly recalibrations of one unchanged world while the
+live return held at 0.63–0.76), so a drop against the sandbox alone is not evidence that the world
+changed. The check has two stages:
 
-* **against the sandbox**: ``sandbox − live > max(anomaly_drop, z·se)``, and
-* **against the champion's own live return at the previous check** of the same serving policy:
-  ``previous − live > z·se`` (``se`` of the difference of the two means),
+1. **Suspect.** The hour is a suspect when its mean return is
+   ``sandbox − live > max(anomaly_drop, z·se)`` below the calibrated sandbox's **and**
+   ``level − live > z·se`` below the *level before*: the pooled returns of the same policy's last
+   ``drift.anomaly_level_hours`` unremarkable checks (``z = drift.anomaly_z``; ``se`` of the
+   difference of the two means). Pooling several hours makes the reference's own noise small: a
+   single previous hour contributes as much noise as the hour judged.
+2. **Confirmed at the next hour** (``drift.anomaly_confirm: next_hour``). A lasting change — a
+   reward rule the business now scores with, an outcome the sandbox does not see — keeps the
+   return down; a chance hour reverts. The next check of the same policy confirms the suspect when
+   that hour is still below the level before the fall and the two hours together are
+   ``drift.anomaly_confirm_z`` standard errors below it (``level − mean(suspect, next) >
+   confirm_z·se``). Only then is the anomaly raised (and the emergency retrain triggered), an hour
+   after the fall. An unconfirmed suspect is dropped and the next hour is judged as a suspect on
+   its own. ``anomaly_confirm: none`` raises the alarm at the suspect hour (one hour, one test).
 
-with ``z = drift.anomaly_z`` (3 by default). The sandbox is rarely within ``anomaly_drop`` of a
-live return, so in a stable world the second reference decides, and it is a one-sided test of two
-independent hourly means: it trips in about the normal tail beyond ``z`` (0.13% at 3, 0.003% at 4)
-— once per check, every hour, so the tail is a rate of false alarms per pack-hour. Episodes
-are independent draws, so the hourly means spread as their standard errors say (2,000 stable hours
-of 1,000 oracle episodes: the means' spread 0.0297 against their mean se 0.0296 on the credit pack,
-0.0375 against 0.0374 on the complaint pack; at ``z = 3`` 0 and 2 of 1,999 checks tripped, at 2.5
-5 and 14; 0–4 at 3 on the four built-in packs; ``bench/anomaly_false_alarms.py`` measures it on
-any pack). Most of an hour's spread is
-the outcomes' own chance (a loan repaid or not), not the mix of requests: the applicants' first
-observed fields explain 2.5% of the credit pack's return variance. An hour 2–3 standard errors
-below the one before is therefore ordinary, and the oracle's return on the same episodes falls as
-far: the twelve-hour timeline's hour 11 is such an hour (the oracle falls 2.5 standard errors, one
-champion 3.3), and at z = 3 it raised an alarm in one of four runs. A real change whose only trace
-is the return looks the same for one hour: the 48-hour timeline's reward-rule change fell 3.4
-standard errors, seen at 3, unseen at 4. Each false alarm costs a recalibration and an emergency
-retrain that the promotion gates then judge; a missed change costs the served policy its fit. The
-default stays 3; telling a chance hour from a lasting fall needs more than one hour (the next
-check against the level before the fall), which this check does not do yet.
+Why two stages: the hourly means are independent draws whose spread is their standard error
+(2,000 stable hours of 1,000 oracle episodes: spread 0.0297 against se 0.0296 on the credit pack,
+0.0375 against 0.0374 on the complaint pack; the loan outcomes' own chance, not the mix of
+requests). A one-hour test therefore trips in the normal tail beyond ``z`` every hour: at
+``z = 3`` 0–4 of 1,999 stable checks per built-in pack (a false alarm every few weeks), and a
+change whose only trace is the return must fall ``z`` standard errors of a *difference* in its
+first hour to be seen — the 48-hour timeline's reward-rule change fell 3.4 (seen at 3, unseen at 4),
+and a chance hour fell 3.3 in the twelve-hour timeline. One hour cannot tell them apart; two can:
+a suspect needs only 2.5 standard errors against the pooled level, and a chance suspect's next
+hour is an independent draw at the old level, so it confirms rarely. Simulated on normal hourly
+means (in units of one hour's se, a lasting fall of 3.9 — the credit pack's champion under
+``reward_v2``, 0.13 at se 0.033): one-hour ``z = 3`` against the previous hour, 2.9 false alarms
+per 2,000 hours and the fall seen within 2 h 37 % of the time; the defaults here (6 level hours,
+``z = 2.5``, confirm at 3.5) 0.3 false alarms per 2,000 hours, seen within 2 h 83 %.
+``bench/anomaly_false_alarms.py`` counts the product's verdicts on each built-in pack's stable hours.
+
+State: the level's hours, and a pending suspect with the level it fell from, are kept in the drift
+state (``drift_state/<scenario>/live_return.json``), read and replaced by each real check, so
+the confirmation works across separate scheduler task processes. The file also keeps the state as
+it was before the check of its run key, so a retried or repeated check of the same run key decides
+from the same state as the first. A change of the serving policy starts a new level (another
+policy's returns are no reference); an alarm starts a new level at the confirming hour (the world
+changed). A dry run reads the state and writes nothing.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+
+CONFIRM_RULES = ("next_hour", "none")
 
 
 @dataclass(frozen=True)
@@ -72,60 +87,165 @@ class ReturnSummary:
         return asdict(self)
 
 
+def pooled(parts: list[ReturnSummary] | tuple[ReturnSummary, ...], run_key: str = "level") -> ReturnSummary:
+    """The summary of all the parts' episodes together: the episode-weighted mean and the sample
+    variance of the concatenated returns (within-hour and between-hour spread)."""
+    n = sum(p.episodes for p in parts)
+    if n == 0:
+        return ReturnSummary(math.nan, math.nan, 0, None, run_key)
+    mean = sum(p.episodes * p.mean for p in parts) / n
+    within = sum((p.episodes - 1) * p.var for p in parts if p.episodes > 1 and math.isfinite(p.var))
+    between = sum(p.episodes * (p.mean - mean) ** 2 for p in parts)
+    var = (within + between) / (n - 1) if n > 1 else math.nan
+    return ReturnSummary(mean, var, n, parts[0].policy_version, run_key)
+
+
 def _se(a: ReturnSummary, b: ReturnSummary) -> float:
     if a.episodes < 2 or b.episodes < 2 or not (math.isfinite(a.var) and math.isfinite(b.var)):
         return 0.0
     return math.sqrt(a.var / a.episodes + b.var / b.episodes)
 
 
+@dataclass(frozen=True)
+class AnomalyRule:
+    """The settings of the check (``drift.anomaly_*``; see the module docstring)."""
+
+    min_drop: float
+    """A suspect's live mean must be at least this far below the sandbox's."""
+    z: float
+    """Standard errors a suspect's fall must exceed against the sandbox and against the level before."""
+    confirm: Literal["next_hour", "none"] = "next_hour"
+    """``next_hour``: the alarm waits for the next check to confirm; ``none``: it fires at the suspect."""
+    confirm_z: float = 3.5
+    """Standard errors by which the suspect and the next hour together must stay below the level."""
+    level_hours: int = 6
+    """Unremarkable checks of the same policy pooled into the level before."""
+
+    @classmethod
+    def of(cls, drift: Any) -> AnomalyRule:
+        """The rule of a ``drift:`` params block (typed or a plain namespace)."""
+        return cls(
+            float(drift.anomaly_drop),
+            float(drift.anomaly_z),
+            getattr(drift, "anomaly_confirm", "next_hour"),
+            float(getattr(drift, "anomaly_confirm_z", 3.5)),
+            int(getattr(drift, "anomaly_level_hours", 6)),
+        )
+
+
+@dataclass(frozen=True)
+class AnomalyState:
+    """What the check keeps between runs: the level's hours (oldest first) and a pending suspect
+    with the level it fell from."""
+
+    history: tuple[ReturnSummary, ...] = ()
+    suspect: ReturnSummary | None = None
+    suspect_level: ReturnSummary | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "history": [h.to_dict() for h in self.history],
+            "suspect": None if self.suspect is None else self.suspect.to_dict(),
+            "suspect_level": None if self.suspect_level is None else self.suspect_level.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AnomalyState:
+        if "mean" in d:  # the earlier file: the previous check's summary alone
+            return cls((ReturnSummary.from_dict(d),))
+        sus, lvl = d.get("suspect"), d.get("suspect_level")
+        return cls(
+            tuple(ReturnSummary.from_dict(h) for h in d.get("history") or []),
+            None if sus is None else ReturnSummary.from_dict(sus),
+            None if lvl is None else ReturnSummary.from_dict(lvl),
+        )
+
+
+def _confirmation(live: ReturnSummary, state: AnomalyState, rule: AnomalyRule) -> dict[str, Any] | None:
+    """The next hour's test of a pending suspect of the same policy (None: nothing to confirm)."""
+    sus, level = state.suspect, state.suspect_level
+    if rule.confirm != "next_hour" or sus is None or level is None or sus.policy_version != live.policy_version:
+        return None
+    pair = pooled([sus, live], "suspect+next")
+    drop = level.mean - pair.mean
+    threshold = rule.confirm_z * _se(pair, level)
+    return {
+        "suspect_run_key": sus.run_key,
+        "level_mean": level.mean,
+        "next_below_level": level.mean - live.mean,
+        "pair_drop": drop,
+        "pair_threshold": threshold,
+        "confirmed": bool(drop > threshold and level.mean - live.mean > 0),
+    }
+
+
 def return_anomaly(
-    live: ReturnSummary,
-    sandbox: ReturnSummary,
-    previous: ReturnSummary | None,
-    min_drop: float,
-    z: float,
-) -> dict[str, Any]:
-    """The verdict (pure): ``anomaly``, the two drops and their thresholds, and which references
-    were used (see the module docstring)."""
+    live: ReturnSummary, sandbox: ReturnSummary, state: AnomalyState, rule: AnomalyRule
+) -> tuple[dict[str, Any], AnomalyState]:
+    """The verdict (pure) and the state the next check starts from: ``anomaly`` (the alarm),
+    ``suspect``, the drops and their thresholds, and which references were used (see the module
+    docstring)."""
     if live.episodes == 0 or sandbox.episodes == 0:
-        return {"anomaly": False, "drop": 0.0, "threshold": min_drop, "reference": "none"}
+        return {"anomaly": False, "suspect": False, "drop": 0.0, "threshold": rule.min_drop, "reference": "none"}, state
     drop = sandbox.mean - live.mean
-    threshold = max(min_drop, z * _se(live, sandbox))
-    out: dict[str, Any] = {"anomaly": False, "drop": drop, "threshold": threshold}
-    if (
-        previous is None
-        or previous.episodes < 2
-        or previous.policy_version != live.policy_version
-        or previous.run_key == live.run_key
-    ):
+    threshold = max(rule.min_drop, rule.z * _se(live, sandbox))
+    out: dict[str, Any] = {"anomaly": False, "suspect": False, "drop": drop, "threshold": threshold}
+    confirmation = _confirmation(live, state, rule)
+    if confirmation is not None:
+        out["confirmation"] = confirmation
+        if confirmation["confirmed"]:
+            stayed = f"confirmed: {confirmation['suspect_run_key']} and this hour stayed down"
+            out.update(anomaly=True, reference=stayed)
+            return out, AnomalyState((live,))
+    history = tuple(h for h in state.history if h.policy_version == live.policy_version and h.episodes > 1)
+    if not history:
         out["reference"] = f"none: no earlier check of {live.policy_version or 'this policy'} to compare with"
-        return out
-    prev_drop = previous.mean - live.mean
-    prev_threshold = z * _se(live, previous)
+        return out, AnomalyState((live,))
+    level = pooled(history[-rule.level_hours :])
+    fall, fall_threshold = level.mean - live.mean, rule.z * _se(live, level)
     out.update(
-        anomaly=bool(drop > threshold and prev_drop > prev_threshold),
-        previous_drop=prev_drop,
-        previous_threshold=prev_threshold,
-        previous_run_key=previous.run_key,
-        reference="sandbox and previous check",
+        level_drop=fall,
+        level_threshold=fall_threshold,
+        level_hours=len(history[-rule.level_hours :]),
+        level_run_keys=[h.run_key for h in history[-rule.level_hours :]],
+        reference="sandbox and level before",
     )
-    return out
+    if drop > threshold and fall > fall_threshold:
+        if rule.confirm == "none":
+            out["anomaly"] = True
+            return out, AnomalyState((live,))
+        out["suspect"] = True
+        return out, AnomalyState(history, live, level)
+    return out, AnomalyState((*history, live)[-rule.level_hours :])
 
 
 def check_return_anomaly(
     ctx: Any, live_returns: np.ndarray, sandbox_returns: np.ndarray, policy_version: str | None
 ) -> dict[str, Any]:
-    """The drift check's call: the verdict against the sandbox and the previous check's live
-    summary (read from, then replaced in, the drift state; nothing is written on a dry run)."""
+    """The drift check's call: the verdict from the kept state, which a real check then replaces
+    (nothing is written on a dry run)."""
     live = ReturnSummary.of(live_returns, policy_version, ctx.run_key)
     sandbox = ReturnSummary.of(sandbox_returns, policy_version, ctx.run_key)
     state_uri = ctx.uri("drift_state", ctx.scenario, "live_return.json")
-    previous = ReturnSummary.from_dict(ctx.storage.read_json(state_uri)) if ctx.storage.exists(state_uri) else None
-    cfg = ctx.config.drift
-    verdict = return_anomaly(live, sandbox, previous, float(cfg.anomaly_drop), float(cfg.anomaly_z))
+    doc = ctx.storage.read_json(state_uri) if ctx.storage.exists(state_uri) else None
+    state = AnomalyState()
+    if isinstance(doc, dict) and "state" in doc:
+        # a repeated check of the same run key starts from the state its first check started from
+        state = AnomalyState.from_dict(doc["prior"] if doc.get("run_key") == ctx.run_key else doc["state"])
+    elif isinstance(doc, dict) and str(doc.get("run_key")) != ctx.run_key:
+        state = AnomalyState.from_dict(doc)
+    verdict, after = return_anomaly(live, sandbox, state, AnomalyRule.of(ctx.config.drift))
     if not ctx.dry_run and live.episodes > 1:
-        ctx.storage.write_json(state_uri, live.to_dict())
+        ctx.storage.write_json(state_uri, {"run_key": ctx.run_key, "prior": state.to_dict(), "state": after.to_dict()})
     return verdict
 
 
-__all__ = ["ReturnSummary", "return_anomaly", "check_return_anomaly"]
+__all__ = [
+    "CONFIRM_RULES",
+    "AnomalyRule",
+    "AnomalyState",
+    "ReturnSummary",
+    "check_return_anomaly",
+    "pooled",
+    "return_anomaly",
+]

@@ -15,7 +15,8 @@ whose inputs are those of an earlier one reads that baseline back instead of rol
 (``sandbox_traces/<scenario>/by_inputs/<digest>.parquet``). On top
 of it, a champion return anomaly is flagged when the live mean episode return falls below the
 sandbox's by more than ``drift.anomaly_drop`` (and ``drift.anomaly_z`` standard errors) and below the
-champion's own live return at the previous check (:mod:`rlops.pipeline_steps.drift.anomaly`), and outcome drift
+level of the policy's earlier checks, and the next check confirms it stayed down
+(:mod:`rlops.pipeline_steps.drift.anomaly`), and outcome drift
 (:mod:`rlops.pipeline_steps.drift.outcomes`: live rewards against the sandbox's prediction for the
 same states) is tested on the same two samples. A business signal that moved a reward weight since
 the champion was trained (:mod:`rlops.pipeline_steps.drift.signal_drift`) is checked even without

@@ -1,16 +1,27 @@
-"""The champion return anomaly: a drop against the sandbox alone is not enough once the champion's
-own live return of the previous check is there to compare with."""
+"""The champion return anomaly: an hour that falls below the sandbox and the level before is a
+suspect; the alarm waits for the next hour to stay down, with the state kept in storage between
+checks."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from rlops.pipeline_steps.drift.anomaly import ReturnSummary, check_return_anomaly, return_anomaly
+from rlops.pipeline_steps.drift.anomaly import (
+    AnomalyRule,
+    AnomalyState,
+    ReturnSummary,
+    check_return_anomaly,
+    pooled,
+    return_anomaly,
+)
 
 POLICY = "credit_approval-policy/1"
+SE = np.sqrt(1 / 1000)  # one hour's standard error: unit spread, 1,000 episodes
+RULE = AnomalyRule(min_drop=0.1, z=2.5, confirm="next_hour", confirm_z=3.5, level_hours=6)
 
 
 def _returns(mean: float, n: int = 1000, seed: int = 0) -> np.ndarray:
@@ -22,92 +33,164 @@ def _summary(mean: float, run_key: str, policy: str | None = POLICY, n: int = 10
     return ReturnSummary.of(_returns(mean, n), policy, run_key)
 
 
-def test_a_drop_against_the_sandbox_alone_is_no_anomaly() -> None:
-    # the timeline's hour 11 after an emergency promotion at hour 10: the new champion's first check,
-    # against a sandbox recalibrated on one hour of traffic (0.78; recalibrated an hour later: 0.66)
-    live, sandbox = _summary(0.63, "20261201T1100"), _summary(0.78, "20261201T1100", n=2000)
-    verdict = return_anomaly(live, sandbox, None, min_drop=0.1, z=3.0)
-    assert not verdict["anomaly"] and verdict["reference"].startswith("none: no earlier check of")
-    assert verdict["drop"] == pytest.approx(0.15)
+SANDBOX = _summary(0.90, "baseline", n=2000)
 
 
-def test_an_hour_in_line_with_the_previous_one_is_not_an_anomaly_however_far_below_the_sandbox() -> None:
-    # the timeline's hour 11: the sandbox recalibrated an hour before predicts 0.78, the champion
-    # earned 0.75 the hour before and 0.65 now (an oracle's hourly return moves as much)
-    live, sandbox = _summary(0.65, "20261201T1100"), _summary(0.78, "20261201T1100", n=2000)
-    previous = _summary(0.75, "20261201T1000")
-    verdict = return_anomaly(live, sandbox, previous, min_drop=0.1, z=3.0)
+def _history(*means: float, policy: str = POLICY) -> AnomalyState:
+    return AnomalyState(tuple(_summary(m, f"h{i}", policy) for i, m in enumerate(means)))
+
+
+def test_pooled_hours_are_the_concatenated_episodes() -> None:
+    a = ReturnSummary.of(np.array([0.0, 2.0]), POLICY, "a")
+    b = ReturnSummary.of(np.array([4.0, 6.0]), POLICY, "b")
+    p = pooled([a, b])
+    assert (p.mean, p.episodes) == (3.0, 4)
+    assert p.var == pytest.approx(20 / 3)  # sample variance of 0, 2, 4, 6
+
+
+def test_a_drop_against_the_sandbox_alone_is_no_suspect() -> None:
+    verdict, state = return_anomaly(_summary(0.63, "h0"), SANDBOX, AnomalyState(), RULE)
+    assert not verdict["anomaly"] and not verdict["suspect"]
+    assert verdict["reference"].startswith("none: no earlier check of")
+    assert [h.run_key for h in state.history] == ["h0"]
+
+
+def test_a_fall_is_measured_from_the_pooled_level_before() -> None:
+    # level 0.70 over two hours (se² = 1/2000), live 2.6 se of the difference below: a suspect
+    se = np.sqrt(1 / 2000 + 1 / 1000)
+    state = AnomalyState((_summary(0.69, "h0"), _summary(0.71, "h1")))
+    verdict, after = return_anomaly(_summary(0.70 - 2.6 * se, "h2"), SANDBOX, state, RULE)
+    assert verdict["level_drop"] == pytest.approx(2.6 * se)
+    assert verdict["level_threshold"] == pytest.approx(2.5 * se, rel=1e-3)
+    assert verdict["suspect"] and not verdict["anomaly"]
+    assert after.suspect is not None and after.suspect.run_key == "h2" and after.suspect_level is not None
+    assert after.suspect_level.mean == pytest.approx(0.70) and after.history == state.history
+
+
+def test_a_suspect_whose_next_hour_stays_down_raises_the_alarm() -> None:
+    state = _history(0.70, 0.70, 0.70, 0.70, 0.70, 0.70)
+    first, state = return_anomaly(_summary(0.57, "h6"), SANDBOX, state, RULE)
+    assert first["suspect"] and not first["anomaly"]
+    second, after = return_anomaly(_summary(0.58, "h7"), SANDBOX, state, RULE)
+    # the pair's mean 0.575 against the level 0.70: se √(1/2000 + 1/6000) = 0.0258, threshold 0.0904
+    assert second["confirmation"]["pair_drop"] == pytest.approx(0.125)
+    assert second["confirmation"]["pair_threshold"] == pytest.approx(3.5 * np.sqrt(1 / 2000 + 1 / 6000), rel=1e-3)
+    assert second["anomaly"] and second["reference"].startswith("confirmed: h6")
+    assert [h.run_key for h in after.history] == ["h7"] and after.suspect is None  # a new level
+
+
+def test_a_suspect_whose_next_hour_reverts_is_dropped() -> None:
+    state = _history(0.70, 0.70, 0.70, 0.70, 0.70, 0.70)
+    _, state = return_anomaly(_summary(0.57, "h6"), SANDBOX, state, RULE)
+    verdict, after = return_anomaly(_summary(0.69, "h7"), SANDBOX, state, RULE)
+    assert not verdict["anomaly"] and not verdict["confirmation"]["confirmed"]
+    assert not verdict["suspect"]
+    # the chance hour leaves the level; the reverted hour joins it (six hours kept)
+    assert [h.run_key for h in after.history] == ["h1", "h2", "h3", "h4", "h5", "h7"]
+
+
+def test_the_next_hour_must_itself_stay_below_the_level() -> None:
+    # a deep suspect carries the pair below the threshold, but the next hour is back above the level
+    state = _history(0.70, 0.70, 0.70, 0.70, 0.70, 0.70)
+    _, state = return_anomaly(_summary(0.40, "h6"), SANDBOX, state, RULE)
+    verdict, _ = return_anomaly(_summary(0.71, "h7"), SANDBOX, state, RULE)
+    assert verdict["confirmation"]["pair_drop"] > verdict["confirmation"]["pair_threshold"]
     assert not verdict["anomaly"]
-    assert verdict["previous_drop"] == pytest.approx(0.10)
-    assert verdict["previous_threshold"] == pytest.approx(3 * np.sqrt(2 / 1000), rel=1e-3)
 
 
-def test_a_fall_against_both_references_is_an_anomaly() -> None:
-    live, sandbox = _summary(0.45, "20261201T2400"), _summary(0.70, "20261201T2400", n=2000)
-    verdict = return_anomaly(live, sandbox, _summary(0.70, "20261201T2300"), min_drop=0.1, z=3.0)
-    assert verdict["anomaly"] and verdict["reference"] == "sandbox and previous check"
+def test_without_confirmation_the_suspect_hour_alarms() -> None:
+    rule = AnomalyRule(min_drop=0.1, z=2.5, confirm="none", level_hours=6)
+    verdict, after = return_anomaly(_summary(0.57, "h6"), SANDBOX, _history(0.70, 0.70, 0.70), rule)
+    assert verdict["anomaly"] and after.suspect is None and [h.run_key for h in after.history] == ["h6"]
 
 
-def test_a_previous_check_of_another_policy_is_no_reference() -> None:
-    live, sandbox = _summary(0.40, "20261201T0300"), _summary(0.75, "20261201T0300", n=2000)
-    previous = _summary(0.70, "20261201T0200", policy="rules")
-    verdict = return_anomaly(live, sandbox, previous, min_drop=0.1, z=3.0)
-    assert not verdict["anomaly"] and "credit_approval-policy/1" in verdict["reference"]
+def test_a_sandbox_within_anomaly_drop_of_the_live_return_makes_no_suspect() -> None:
+    sandbox = _summary(0.62, "baseline", n=2000)  # only 0.05 above the live hour
+    verdict, _ = return_anomaly(_summary(0.57, "h3"), sandbox, _history(0.70, 0.70, 0.70), RULE)
+    assert verdict["level_drop"] > verdict["level_threshold"] and not verdict["suspect"]
+
+
+def test_another_policys_hours_are_no_level_and_its_suspect_is_not_confirmed() -> None:
+    state = _history(0.70, 0.70, policy="rules")
+    verdict, after = return_anomaly(_summary(0.40, "h2"), SANDBOX, state, RULE)
+    assert not verdict["suspect"] and POLICY in verdict["reference"]
+    pending = AnomalyState((), _summary(0.40, "h1", "rules"), _summary(0.70, "level", "rules"))
+    verdict, _ = return_anomaly(_summary(0.40, "h2"), SANDBOX, pending, RULE)
+    assert "confirmation" not in verdict and not verdict["anomaly"]
 
 
 def test_no_live_episodes_is_no_anomaly() -> None:
-    empty = ReturnSummary.of(np.array([]), POLICY, "20261201T0000")
-    assert not return_anomaly(empty, _summary(0.7, "20261201T0000"), None, min_drop=0.1, z=3.0)["anomaly"]
+    empty = ReturnSummary.of(np.array([]), POLICY, "h0")
+    verdict, state = return_anomaly(empty, SANDBOX, _history(0.7), RULE)
+    assert not verdict["anomaly"] and state == _history(0.7)
 
 
 class _Storage:
+    """Keeps JSON as text, as a file would: each check reads what the last one wrote."""
+
     def __init__(self) -> None:
-        self.files: dict[str, object] = {}
+        self.files: dict[str, str] = {}
 
     def exists(self, uri: str) -> bool:
         return uri in self.files
 
     def read_json(self, uri: str) -> object:
-        return self.files[uri]
+        return json.loads(self.files[uri])
 
     def write_json(self, uri: str, doc: object) -> None:
-        self.files[uri] = doc
+        self.files[uri] = json.dumps(doc)
 
 
-def _ctx(storage: _Storage, run_key: str, dry_run: bool = False, z: float = 3.0) -> SimpleNamespace:
+STATE_URI = "mem://drift_state/credit_approval/live_return.json"
+
+
+def _ctx(storage: _Storage, run_key: str, dry_run: bool = False, **drift: object) -> SimpleNamespace:
+    settings = {"anomaly_drop": 0.1, "anomaly_z": 2.5, "anomaly_confirm": "next_hour", "anomaly_confirm_z": 3.5}
     return SimpleNamespace(
         run_key=run_key,
         scenario="credit_approval",
         dry_run=dry_run,
         storage=storage,
         uri=lambda *parts: "mem://" + "/".join(parts),
-        config=SimpleNamespace(drift=SimpleNamespace(anomaly_drop=0.1, anomaly_z=z)),
+        config=SimpleNamespace(drift=SimpleNamespace(**{**settings, "anomaly_level_hours": 6, **drift})),
     )
 
 
-def test_hourly_checks_in_sequence_compare_each_hour_with_the_one_before() -> None:
-    """As the scheduler runs them: each check reads the previous hour's live summary and leaves
-    its own; a dry run reads but writes nothing."""
+def _check(storage: _Storage, run_key: str, mean: float, dry_run: bool = False, **drift: object) -> dict[str, object]:
+    return check_return_anomaly(_ctx(storage, run_key, dry_run, **drift), _returns(mean), _returns(0.90, 2000), POLICY)
+
+
+def test_hourly_checks_keep_the_suspect_in_storage_until_the_next_hour_confirms_it() -> None:
+    """As the scheduler runs them, each in its own process: the state is only what storage holds."""
     storage = _Storage()
-    sandbox = _returns(0.78, 2000)
-    first = check_return_anomaly(_ctx(storage, "20261201T1000"), _returns(0.40), sandbox, POLICY)
-    assert not first["anomaly"] and first["reference"].startswith("none")
-    assert storage.files["mem://drift_state/credit_approval/live_return.json"]["run_key"] == "20261201T1000"
-    second = check_return_anomaly(_ctx(storage, "20261201T1100"), _returns(0.45), sandbox, POLICY)
-    assert not second["anomaly"] and second["previous_run_key"] == "20261201T1000"
-    dry = check_return_anomaly(_ctx(storage, "20261201T1200", dry_run=True), _returns(0.20), sandbox, POLICY)
-    assert dry["anomaly"] and dry["previous_run_key"] == "20261201T1100"
-    assert storage.files["mem://drift_state/credit_approval/live_return.json"]["run_key"] == "20261201T1100"
+    for i in range(3):
+        assert not _check(storage, f"20261201T0{i}00", 0.70)["suspect"]
+    suspect = _check(storage, "20261201T0300", 0.57)
+    assert suspect["suspect"] and not suspect["anomaly"]
+    assert json.loads(storage.files[STATE_URI])["state"]["suspect"]["run_key"] == "20261201T0300"
+    dry = _check(storage, "20261201T0400", 0.57, dry_run=True)
+    assert dry["anomaly"]  # a dry run decides as the real run …
+    assert json.loads(storage.files[STATE_URI])["run_key"] == "20261201T0300"  # … and writes nothing
+    confirmed = _check(storage, "20261201T0400", 0.57)
+    assert confirmed["anomaly"] and confirmed["reference"].startswith("confirmed: 20261201T0300")
+    again = _check(storage, "20261201T0400", 0.57)  # a retried task: the same state, the same verdict
+    assert again["anomaly"]
 
 
-def test_the_check_takes_its_standard_errors_from_drift_anomaly_z() -> None:
-    """A fall of 3.2 standard errors of the difference against the hour before: an anomaly at the
-    default z = 3, none with ``drift.anomaly_z: 3.5``."""
-    sandbox = _returns(0.78, 2000)
+def test_the_earlier_state_file_is_read_as_a_one_hour_level() -> None:
+    storage = _Storage()
+    storage.write_json(STATE_URI, _summary(0.70, "20261201T0000").to_dict())
+    verdict = _check(storage, "20261201T0100", 0.55)
+    assert verdict["suspect"] and verdict["level_run_keys"] == ["20261201T0000"]
+
+
+def test_the_check_takes_its_settings_from_the_drift_block() -> None:
+    """A fall of 2.6 standard errors of the difference below a one-hour level: a suspect at the
+    default z = 2.5, none at ``drift.anomaly_z: 3``; with ``anomaly_confirm: none`` an alarm."""
     se = np.sqrt(2 / 1000)
-    for z, expected in ((3.0, True), (3.5, False)):
+    cases = (({}, True, False), ({"anomaly_z": 3.0}, False, False), ({"anomaly_confirm": "none"}, False, True))
+    for drift, suspect, alarm in cases:
         storage = _Storage()
-        check_return_anomaly(_ctx(storage, "20261201T1000", z=z), _returns(0.60), sandbox, POLICY)
-        verdict = check_return_anomaly(_ctx(storage, "20261201T1100", z=z), _returns(0.60 - 3.2 * se), sandbox, POLICY)
-        assert verdict["anomaly"] is expected
-        assert verdict["previous_threshold"] == pytest.approx(z * se, rel=1e-3)
+        _check(storage, "20261201T1000", 0.60, **drift)
+        verdict = _check(storage, "20261201T1100", 0.60 - 2.6 * se, **drift)
+        assert (verdict["suspect"], verdict["anomaly"]) == (suspect, alarm), drift
