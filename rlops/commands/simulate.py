@@ -66,7 +66,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from rlops.common.arguments import count
     from rlops.common.config import load_params, scenarios_dir
     from rlops.common.errors import UserError
-    from rlops.pipeline_steps.orchestration.events import check_reward_modules, load_events, scaled_events
+    from rlops.pipeline_steps.orchestration.events import (
+        check_reward_modules,
+        check_world,
+        load_events,
+        scaled_events,
+    )
     from rlops.pipeline_steps.orchestration.simulate import run_timeline
     from rlops.pipeline_steps.orchestration.timeline import TimelineConfig
     from rlops.pipeline_steps.orchestration.timeline_report import table
@@ -91,6 +96,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         check_workdir(Path(args.workdir))
     # an events file is data, not code: a reward module it names must be a pack author's file
     check_reward_modules(events, scenarios_dir(params) / scenario, f"events file {args.events}")
+    check_world(scenarios_dir(params) / scenario, events, f"events file {args.events}")
     config = TimelineConfig(scenario=scenario, hours=hours)
     if per_tick is not None:
         config = dataclasses.replace(config, episodes_per_tick=per_tick)

@@ -40,10 +40,14 @@ Bernoulli ``p``) and each action effect that sets it. ``bad_candidate`` is a pro
 from __future__ import annotations
 
 import copy
+import math
 import re
+import reprlib
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from rlops.common.errors import UserError
 
@@ -108,13 +112,13 @@ def parse_events(doc: Any, where: str = "events") -> list[Event]:
     for i, raw in enumerate(items):
         at = f"{where}: events[{i}]"
         if not isinstance(raw, dict):
-            raise UserError(f"{at}: expected a mapping with at_hour and kind, got {raw!r}")
+            raise UserError(f"{at}: expected a mapping with at_hour and kind, got {_shown(raw)}")
         kind = raw.get("kind")
-        if kind not in KINDS:
-            raise UserError(f"{at}: kind {kind!r} unknown; expected one of {', '.join(KINDS)}")
+        if not isinstance(kind, str) or kind not in KINDS:
+            raise UserError(f"{at}: kind {_shown(kind)} unknown; expected one of {', '.join(KINDS)}")
         hour = raw.get("at_hour")
-        if not isinstance(hour, (int, float)) or isinstance(hour, bool) or hour < 0:
-            raise UserError(f"{at}: at_hour {hour!r}: expected a number of hours >= 0 from the start")
+        if not _number(hour) or not hour >= 0:
+            raise UserError(f"{at}: at_hour {_shown(hour)}: expected a number of hours >= 0 from the start")
         args = {k: v for k, v in raw.items() if k not in ("at_hour", "kind")}
         if kind == "outcome":
             _check_outcome(at, args)
@@ -127,10 +131,10 @@ def parse_events(doc: Any, where: str = "events") -> list[Event]:
             )
         if kind == "reward_fn" and "module" in args:
             module_problem(args["module"], at)
-        if kind == "latency" and not (isinstance(args["factor"], (int, float)) and args["factor"] > 0):
-            raise UserError(f"{at}: factor {args['factor']!r}: expected a number > 0")
-        if kind == "error_rate" and not (isinstance(args["rate"], (int, float)) and 0 <= args["rate"] <= 1):
-            raise UserError(f"{at}: rate {args['rate']!r}: expected a probability in [0, 1]")
+        if kind == "latency" and not (_number(args["factor"]) and args["factor"] > 0):
+            raise UserError(f"{at}: factor {_shown(args['factor'])}: expected a finite number > 0")
+        if kind == "error_rate" and not (_number(args["rate"]) and 0 <= args["rate"] <= 1):
+            raise UserError(f"{at}: rate {_shown(args['rate'])}: expected a probability in [0, 1]")
         if kind == "population" and not (isinstance(args["init"], dict) and args["init"]):
             raise UserError(f"{at}: init: expected a mapping of field path → initial distribution")
         out.append(Event(float(hour), str(kind), args))
@@ -145,10 +149,8 @@ def _check_outcome(at: str, args: dict[str, Any]) -> None:
         )
     if not isinstance(args["field"], str) or "." not in args["field"]:
         raise UserError(f"{at}: field {args['field']!r}: expected a state field path such as hidden.default_prob")
-    if "factor" in args and not (
-        isinstance(args["factor"], (int, float)) and not isinstance(args["factor"], bool) and args["factor"] >= 0
-    ):
-        raise UserError(f"{at}: factor {args['factor']!r}: expected a number >= 0")
+    if "factor" in args and not (_number(args["factor"]) and args["factor"] >= 0):
+        raise UserError(f"{at}: factor {_shown(args['factor'])}: expected a finite number >= 0")
     if "expr" in args and "when" in args:
         raise UserError(
             f"{at}: 'when' goes with factor; an expr replaces the field's expression for everyone "
@@ -159,6 +161,20 @@ def _check_outcome(at: str, args: dict[str, Any]) -> None:
             raise UserError(f"{at}: {k} {args[k]!r}: expected an expression over the scenario's state")
 
 
+def _number(value: Any) -> TypeGuard[float]:
+    """A finite int or float (not a boolean, not NaN or infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _shown(value: Any) -> str:
+    """A value as an error shows it: bounded (an events file's YAML aliases can make a list of billions)."""
+    r = reprlib.Repr()
+    r.maxstring = r.maxother = 80
+    r.maxlist = r.maxdict = 4
+    r.maxlevel = 2
+    return r.repr(value)
+
+
 def load_events(path: str | Path) -> list[Event]:
     import yaml
 
@@ -166,10 +182,41 @@ def load_events(path: str | Path) -> list[Event]:
     if not p.is_file():
         raise UserError(f"events file {p}: not found; expected a YAML file with an 'events:' list")
     try:
-        doc = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise UserError(f"events file {p}: not valid YAML: {exc}") from exc
+        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UserError(f"events file {p}: not UTF-8 text (byte {exc.start}); expected a YAML file") from None
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: an integer of over 4,300 digits
+        raise UserError(f"events file {p}: not valid YAML: {' '.join(str(exc).split())}") from exc
     return parse_events(doc, str(p))
+
+
+def check_world(pack_dir: Path, events: list[Event], where: str = "events") -> None:
+    """Build the production world with every event in force, as the timeline does once its last
+    event has happened, in a scratch copy of the pack, and load it (expressions compiled by the
+    sandbox's whitelist compiler). An event naming a field, action or API the pack lacks, or an
+    expression or value the pack's checks refuse, is refused here, before the timeline starts —
+    so a dry run refuses what the real run would only fail on hours into its timeline."""
+    import yaml
+
+    from rlops.sandbox.pack import load_pack
+
+    world = [e for e in events if e.changes_world]
+    if not world:
+        return
+    doc = yaml.safe_load((pack_dir / "scenario.yaml").read_text())
+    with tempfile.TemporaryDirectory(prefix="rlops-events-") as tmp:
+        folder = Path(tmp) / pack_dir.name
+        shutil.copytree(pack_dir, folder, symlinks=True)
+        for name, module in reward_modules(world).items():
+            shutil.copyfile(reward_module_path(pack_dir, module, f"{where}: reward module {name}"), folder / name)
+        try:
+            (folder / "scenario.yaml").write_text(yaml.safe_dump(production_doc(doc, world), sort_keys=False))
+            load_pack(folder, check_liveness=False)
+        except UserError as exc:
+            message = " ".join(str(exc).replace(str(folder), f"(production copy of {pack_dir.name})").split())
+            raise UserError(
+                f"{where}: with every event in force the production world is not a valid pack: {message}"
+            ) from None
 
 
 def in_force(events: list[Event], hour: float) -> list[Event]:
