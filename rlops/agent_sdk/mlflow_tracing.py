@@ -11,11 +11,19 @@ OpenTelemetry-compatible, so the same spans can go to any OTLP collector MLflow 
 
 mlflow is imported on first use only: an agent without it can import :mod:`rlops.agent_sdk` freely.
 A failed export is logged and counted (:attr:`MlflowTraceExporter.failed`), never raised into
-the agent.
+the agent; a span MLflow did not start (it answers with a no-op span and a warning instead of
+raising) is a failed export too, so :attr:`MlflowTraceExporter.exported` counts only decisions that
+became traces.
+
+Each decision is its own trace, also when the agent runs inside another trace (e.g. under
+``mlflow.langchain.autolog()``, whose span is active while the agent's tools run): the spans are
+started in an empty context, so the active span of the agent's framework is neither their parent
+nor disturbed.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 from collections.abc import Mapping
@@ -94,7 +102,8 @@ class MlflowTraceExporter:
     def export(self, rec: Mapping[str, Any]) -> str | None:
         """Emit one record as a trace; returns the MLflow trace id (None when it failed)."""
         try:
-            trace_id = self._emit(rec)
+            # a fresh context: no active span of the agent's framework becomes the decision's parent
+            trace_id = contextvars.Context().run(self._emit, rec)
         except Exception as exc:  # noqa: BLE001 - tracing must never break the agent
             self.failed += 1
             log.warning("MLflow trace export failed: %s", exc)
@@ -106,22 +115,31 @@ class MlflowTraceExporter:
     def _emit(self, rec: Mapping[str, Any]) -> str:
         import mlflow
         from mlflow.entities import SpanType
+        from mlflow.entities.span import NoOpSpan
+
+        def started(span: Any, name: str) -> Any:
+            if isinstance(span, NoOpSpan) or span is None:
+                raise RuntimeError(f"MLflow did not start the span {name!r} (see its warning above)")
+            return span
 
         exp_id = self._setup()
         end = _ts_ns(rec)
         latency_ns = int(float(rec.get("latency_ms") or 0.0) * 1e6)
         start = end - latency_ns - 3_000  # observe and decide precede execution
         ident = {k: rec.get(k) for k in ("scenario", "trace_id", "episode_id", "step", "source")}
-        root = mlflow.start_span_no_context(
+        root = started(
+            mlflow.start_span_no_context(
+                ROOT_SPAN,
+                span_type=SpanType.AGENT,
+                experiment_id=exp_id,
+                start_time_ns=start,
+                inputs={"episode_id": rec.get("episode_id"), "step": rec.get("step")},
+                attributes={
+                    RECORD_ATTRIBUTE: json.dumps(dict(rec), default=_json_default),
+                    **{f"rlops.{k}": _scalar(v) for k, v in ident.items() if v is not None},
+                },
+            ),
             ROOT_SPAN,
-            span_type=SpanType.AGENT,
-            experiment_id=exp_id,
-            start_time_ns=start,
-            inputs={"episode_id": rec.get("episode_id"), "step": rec.get("step")},
-            attributes={
-                RECORD_ATTRIBUTE: json.dumps(dict(rec), default=_json_default),
-                **{f"rlops.{k}": _scalar(v) for k, v in ident.items() if v is not None},
-            },
         )
         state = {k: _scalar(v) for k, v in rec.items() if str(k).startswith("state.")}
         spans = {
@@ -146,12 +164,15 @@ class MlflowTraceExporter:
             ),
         }
         for name, (attrs, t0, t1, outputs) in spans.items():
-            child = mlflow.start_span_no_context(
+            child = started(
+                mlflow.start_span_no_context(
+                    name,
+                    span_type=SpanType.TOOL if name == "execute" else SpanType.UNKNOWN,
+                    parent_span=root,
+                    start_time_ns=t0,
+                    attributes={k: v for k, v in attrs.items() if v is not None},
+                ),
                 name,
-                span_type=SpanType.TOOL if name == "execute" else SpanType.UNKNOWN,
-                parent_span=root,
-                start_time_ns=t0,
-                attributes={k: v for k, v in attrs.items() if v is not None},
             )
             child.end(
                 outputs=outputs or None,

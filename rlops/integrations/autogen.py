@@ -61,11 +61,11 @@ class PolicySelector:
         pack_path: str | Path,
         agents: Mapping[str, str] | None = None,
     ) -> None:
-        from rlops.sandbox.pack import load_pack
+        from rlops.agent_sdk.decision_program import DecisionProgram
 
         self._agentchat = require("autogen_agentchat.conditions", _EXTRA, _FRAMEWORK)
         self.loop, self.observer = loop, observer
-        spec = load_pack(pack_path, check_liveness=False).scenario.spec
+        spec = DecisionProgram.from_pack(pack_path).spec
         if not spec.roles:
             raise UserError(
                 f"PolicySelector: the pack {spec.name} has no roles; a team's speakers are the roles of a "

@@ -41,6 +41,7 @@ def check_rows(rows: list[dict[str, Any]], n: int) -> None:
         assert "reward_total" not in last  # the pack's team reward is computed from the rows, not replaced
 
 
+@pytest.mark.slow  # a run and a capture: the LangGraph example keeps this path in the default suite
 def test_the_rule_engine_runs_the_desk_before_a_promotion(team: ModuleType, bare_world: dict[str, Any]) -> None:
     out = asyncio.run(team.run_team(team.applications(4, seed=7), bare_world["landing"], bare_world["tracking_uri"]))
     rows = landing_rows(bare_world["landing"])

@@ -33,6 +33,7 @@ def episodes(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+@pytest.mark.slow  # a run and a capture: the LangGraph example keeps this path in the default suite
 def test_the_rule_engine_chooses_the_tools_before_a_promotion(agent: ModuleType, bare_world: dict[str, Any]) -> None:
     out = asyncio.run(agent.run_agent(agent.applications(3, seed=4), bare_world["landing"], bare_world["tracking_uri"]))
     rows = landing_rows(bare_world["landing"])
