@@ -85,7 +85,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     if result.rule_policy_accuracy is not None:
         print(f"  rule_policy: reproduces {result.rule_policy_accuracy:.1%} of the logged actions")
     for c in result.reward_components:
-        print(f"  reward component {c['name']} ({c['rule_ref']}): fitted placeholder, R² {c['r2']:.2f}")
+        fitted = f"fitted placeholder, R² {c['r2']:.2f}" if c["r2"] is not None else "placeholder"
+        print(f"  reward component {c['name']} ({c['rule_ref']}): {fitted}")
     for r in result.relaxed:
         print(f"  ! preconditions relaxed: {r}")
     for s in result.skipped_columns:

@@ -10,10 +10,9 @@ import numpy as np
 
 from rlops.common.errors import UserError
 from rlops.pack_init.actions import HUMAN, ActionGuess, RulePolicyGuess
-from rlops.pack_init.cart import Node
 from rlops.pack_init.fields import IDENTIFIER, FieldGuess
 from rlops.pack_init.render import PackDraft
-from rlops.pack_init.rewards import ActionFit, ComponentGuess, RewardGuess
+from rlops.pack_init.rewards import placeholder_reward
 
 CLOSED = "case.closed"
 TYPES = ("int", "float", "bool", "enum")
@@ -95,17 +94,7 @@ def blank_draft(name: str, actions: tuple[str, ...], fields: tuple[FieldGuess, .
         )
         for a in actions
     )
-    reward = RewardGuess(
-        (
-            ComponentGuess("step_cost", "handling cost of a step", "OPS_STEP_COST_v0.1", 0, 0.0, (-0.05, 0.0)),
-            ComponentGuess(
-                "case_closed", "case closed", "CASE_CLOSED_v0.1", 0, 0.0, None, (ActionFit(last, Node(1.0, 0)),)
-            ),
-        ),
-        clip=5.0,
-        repeat_penalty=None,
-        source="none",
-    )
+    reward = placeholder_reward(last)
     return PackDraft(
         name,
         f"{name}: {len(actions)} actions; written by rlops init — describe the process here.",

@@ -22,7 +22,7 @@ from rlops.pack_init.actions import ActionGuess, infer_actions, infer_rule_polic
 from rlops.pack_init.blank import blank_draft
 from rlops.pack_init.fields import IDENTIFIER, FieldGuess, infer_fields
 from rlops.pack_init.render import PARAMS_YAML, PackDraft, render_readme, render_rules_yaml, render_scenario
-from rlops.pack_init.rewards import infer_reward, render_reward_module, render_rules
+from rlops.pack_init.rewards import infer_reward, placeholder_reward, render_reward_module, render_rules
 from rlops.pack_init.traces import read_trace_table
 from rlops.sandbox.errors import PackError
 
@@ -92,6 +92,9 @@ def draft_from_traces(req: InitRequest) -> PackDraft:
         raise UserError(f"--from-traces {req.traces}: no usable state.<field> column ({skipped[0].reason})")
     actions = infer_actions(df, fields, req.actions)
     rules = infer_rule_policy(df, fields, [a for a in actions if a.rows])
+    reward = infer_reward(df, fields, process_fields(fields, actions), {a.name: a.support for a in actions})
+    if not reward.components:
+        reward = placeholder_reward(next((a.name for a in actions if a.terminal), None))
     lengths = df.groupby("episode_id").size()
     episodes = int(len(lengths))
     return PackDraft(
@@ -101,7 +104,7 @@ def draft_from_traces(req: InitRequest) -> PackDraft:
         tuple(fields),
         tuple(actions),
         rules if rules.accuracy >= MIN_RULE_ACCURACY else None,
-        infer_reward(df, fields, process_fields(fields, actions), {a.name: a.support for a in actions}),
+        reward,
         table.source,
         episodes,
         len(df),
@@ -188,8 +191,11 @@ def _result(target: Path, d: PackDraft, relaxed: list[str]) -> InitResult:
             for f in d.fields
         ],
         [_action_summary(a, d.with_bounds) for a in d.actions],
-        d.rule_policy.accuracy if d.rule_policy else None,
-        [{"name": c.name, "rule_ref": c.rule_ref, "r2": round(c.r2, 4)} for c in d.reward.components],
+        d.rule_policy.accuracy if d.rule_policy and d.source else None,
+        [
+            {"name": c.name, "rule_ref": c.rule_ref, "r2": round(c.r2, 4) if c.rows else None}
+            for c in d.reward.components
+        ],
         relaxed,
         [{"column": s.column, "reason": s.reason} for s in d.skipped],
     )

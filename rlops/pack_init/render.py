@@ -175,13 +175,18 @@ def render_readme(d: PackDraft, relaxed: list[str]) -> str:
         "",
         "## Actions",
         "",
-        "| action | logged steps | precondition | effects | terminal | failure rate |",
-        "|---|---|---|---|---|---|",
+        "| action | logged steps | precondition | logged only where | effects | terminal | failure rate |",
+        "|---|---|---|---|---|---|---|",
     ]
+    notes = []
     for a in d.actions:
         effects = "; ".join(", ".join(f"{k} ← {v}" for k, v in e["set"].items()) for e in a.effects) or "none seen"
         pre = a.condition(with_bounds=d.with_bounds).replace("|", "\\|")
-        lines.append(f"| `{a.name}` | {a.rows:,} | `{pre}` | {effects} | {a.terminal} | {a.error_rate:.2%} |")
+        where = f"`{' and '.join(a.bounds)}`" if a.bounds and not d.with_bounds else ""
+        lines.append(f"| `{a.name}` | {a.rows:,} | `{pre}` | {where} | {effects} | {a.terminal} | {a.error_rate:.2%} |")
+        notes += [f"- `{a.name}`: {n}" for n in a.notes]
+    if notes:
+        lines += ["", "Guessed, to check:", "", *notes]
     if d.rule_policy:
         lines += [
             "",
@@ -192,7 +197,7 @@ def render_readme(d: PackDraft, relaxed: list[str]) -> str:
             "every trained policy must beat.",
         ]
     lines += ["", "## Reward", ""]
-    if d.reward.components:
+    if d.reward.source != "none":
         lines += [
             "`reward_v1.py` has one fitted placeholder per component of the logged reward breakdowns "
             "(the share of the variance of its logged scores it reproduces):",

@@ -220,6 +220,16 @@ def _repeat_penalty(
     return {"penalty": round(float(-np.median(scores[charged])), 4), "after": after, "rule_ref": meta[1]}
 
 
+def placeholder_reward(closing_action: str | None) -> RewardGuess:
+    """The reward of a pack with no logged reward: a cost per step and, when one action ends a
+    case, a bonus for ending it — both for the expert to replace."""
+    components = [ComponentGuess("step_cost", "handling cost of a step", "OPS_STEP_COST_v0.1", 0, 0.0, (-0.05, 0.0))]
+    if closing_action:
+        done = ActionFit(closing_action, Node(1.0, 0), unless_error=True)
+        components.append(ComponentGuess("case_closed", "case closed", "CASE_CLOSED_v0.1", 0, 0.0, None, (done,)))
+    return RewardGuess(tuple(components), clip=5.0, repeat_penalty=None, source="none")
+
+
 # --------------------------------------------------------------------------- rendering
 def _split_expr(split: Split, left: bool) -> str:
     f = split.feature
@@ -268,13 +278,24 @@ def _body(c: ComponentGuess) -> str:
 
 def render_reward_module(pack: str, reward: RewardGuess, source: str, rows: int) -> str:
     """reward_v1.py of the generated pack."""
-    head = f'''"""Reward v1 of {pack}, written by `rlops init` from {rows:,} logged steps ({source}).
+    if reward.source == "none":
+        intro = (
+            "No reward was logged: the components below are placeholders (a cost per step, a bonus for\n"
+            "ending a case) so that the pack trains at once. Replace each body marked TODO(expert) with\n"
+            "the rules of the process (rules.yaml names the clause each one stands for)."
+        )
+    else:
+        intro = (
+            "Every component below is a fitted placeholder: what the component of that name paid in the\n"
+            "traces, by action and by a shallow tree over the state (or by the step's latency). It\n"
+            "reproduces the logged scores well enough to train and compare policies at once, but it is not\n"
+            "the business rule: replace each body marked TODO(expert) with the rule it stands for\n"
+            "(rules.yaml names the clause), and delete this paragraph when none is left."
+        )
+    origin = f"from {rows:,} logged steps ({source})" if rows else "from flags"
+    head = f'''"""Reward v1 of {pack}, written by `rlops init` {origin}.
 
-Every component below is a fitted placeholder: what the component of that name paid in the traces,
-by action and by a shallow tree over the state (or by the step's latency). It reproduces the logged
-scores well enough to train and compare policies at once, but it is not the business rule: replace
-each body marked TODO(expert) with the rule it stands for (rules.yaml names the clause), and delete
-this paragraph when none is left.
+{intro}
 """
 
 import torch
@@ -284,21 +305,25 @@ from rlops.sandbox.reward import component, rule_ref
 VERSION_LABEL = "v1"
 # TODO(expert): how much each objective counts against the others (1.0: as logged).
 WEIGHTS = {json.dumps({c.name: 1.0 for c in reward.components})}
-CLIP = {number_text(reward.clip)}  # 1.5 x the largest logged |reward|
+CLIP = {number_text(reward.clip)}  # the bound on a step's reward (from traces: 1.5 x the largest logged |reward|)
 '''
     if reward.repeat_penalty:
         head += f"REPEAT_PENALTY = {json.dumps(reward.repeat_penalty)}\n"
     parts = [head]
     for c in reward.components:
         fit = "a linear function of the step's latency" if c.latency else "mean score by action and state"
+        todo = (
+            f"fitted placeholder ({fit}; reproduces {c.r2:.0%} of the variance of the\n    # {c.rows:,} logged scores)"
+            if c.rows
+            else "placeholder"
+        )
         parts.append(
             f"""
 
 @component(objective={c.name!r}, reason={c.reason!r})
 @rule_ref({c.rule_ref!r})
 def {c.name}(t):
-    # TODO(expert): fitted placeholder ({fit}; reproduces {c.r2:.0%} of the variance of the
-    # {c.rows:,} logged scores). Replace with the rule of {c.rule_ref}.
+    # TODO(expert): {todo}. Replace with the rule of {c.rule_ref}.
 {_body(c)}
 """
         )
@@ -325,4 +350,11 @@ def render_rules(reward: RewardGuess) -> dict[str, dict[str, str]]:
     return rules
 
 
-__all__ = ["ComponentGuess", "RewardGuess", "infer_reward", "render_reward_module", "render_rules"]
+__all__ = [
+    "ComponentGuess",
+    "RewardGuess",
+    "infer_reward",
+    "placeholder_reward",
+    "render_reward_module",
+    "render_rules",
+]

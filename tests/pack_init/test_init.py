@@ -137,3 +137,14 @@ def test_a_json_lines_file_by_uri_gives_the_same_fields(credit_live_traces: Path
     assert [(f["path"], f["type"], f["min"], f["max"]) for f in from_jsonl.fields] == [
         (f["path"], f["type"], f["min"], f["max"]) for f in from_parquet.fields
     ]
+
+
+def test_traces_without_a_reward_get_a_placeholder_reward_that_loads(credit_live_traces: Path, tmp_path: Path) -> None:
+    df = pd.read_parquet(credit_live_traces).drop(columns=["reward_total", "reward_breakdown"])
+    df = df[df["episode_id"].isin(df["episode_id"].unique()[:300])]
+    df.to_parquet(tmp_path / "no_reward.parquet")
+    result = init_pack(InitRequest("p", tmp_path / "s", str(tmp_path / "no_reward.parquet")))
+    assert [c["name"] for c in result.reward_components] == ["step_cost", "case_closed"]
+    assert all(c["r2"] is None for c in result.reward_components)
+    assert "No reward was logged" in (tmp_path / "s" / "p" / "reward_v1.py").read_text()
+    load_pack(tmp_path / "s" / "p")
