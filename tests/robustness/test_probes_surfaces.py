@@ -551,3 +551,51 @@ def test_webhook_probe(
 
 
 test_webhook_malformed_body = probe_signed_malformed_body_is_400
+
+
+# --------------------------------------------------------------------------- hostile path segments
+#: Strings a visitor can put in a console URL's path segments and query parameters.
+HOSTILE_SEGMENTS: dict[str, str] = {
+    "single-quote": "x' OR '1'='1",
+    "double-quote": 'x" OR "1"="1',
+    "semicolon-drop": "x'; DROP TABLE traces; --",
+    "line-comment": "x -- rest",
+    "nul": "x\x00y",
+    "ten-thousand": "a" * 10_000,
+    "script": "<script>alert(1)</script>",
+    "traversal": "../../../../etc/passwd",
+    "percent": "%",
+    "unicode": "трасса-🙂",
+}
+ROUTES: dict[str, str] = {
+    "episode-trace-id": f"/s/{S}/episode/{{v}}",
+    "evaluation-run-id": f"/s/{S}/evaluation/{{v}}",
+    "scenario-segment": "/s/{v}",
+    "scenario-promotion": "/s/{v}/promotion",
+    "map-version": f"/s/{S}/map?version={{v}}",
+    "rewards-diff": f"/s/{S}/rewards/diff?a={{v}}&b=v1",
+}
+
+
+@pytest.mark.parametrize("value", list(HOSTILE_SEGMENTS.values()), ids=list(HOSTILE_SEGMENTS))
+@pytest.mark.parametrize("route", list(ROUTES.values()), ids=list(ROUTES))
+def test_console_hostile_segment(
+    home: dict[str, Any], console: Any, route: str, value: str, request: pytest.FixtureRequest
+) -> None:
+    """Every page answers a hostile id, version or scenario with the page or a 4xx page naming
+    nothing it does not have — never a 500 or a traceback — and never echoes markup unescaped."""
+    from urllib.parse import quote
+
+    from .io_harness import IOProbe, check, run_probe
+
+    def run(tmp: Path) -> Any:
+        r = console.get(route.format(v=quote(value, safe="")))
+        if r.status_code >= 500 or "Traceback" in r.text or "could not be built" in r.text:
+            return "traceback", f"{r.status_code}: {r.text[-300:]}"
+        if r.status_code not in (200, 400, 404, 422):
+            return "accepted", f"status {r.status_code}"
+        if "<script>alert(1)</script>" in r.text:
+            return "security", "the page echoes markup from the URL unescaped"
+        return None
+
+    check(run_probe(IOProbe(f"console-{request.node.callspec.id}", run), home["tmp"] / "probes"))
