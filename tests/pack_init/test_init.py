@@ -148,3 +148,15 @@ def test_traces_without_a_reward_get_a_placeholder_reward_that_loads(credit_live
     assert all(c["r2"] is None for c in result.reward_components)
     assert "No reward was logged" in (tmp_path / "s" / "p" / "reward_v1.py").read_text()
     load_pack(tmp_path / "s" / "p")
+
+
+def test_on_a_terminal_it_asks_for_the_actions_and_fields(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answers = iter(["open, resolve", "ticket.priority:int:1:5"])
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda prompt: next(answers))
+    assert main(["init", "asked", "--dir", str(tmp_path)]) == 0
+    pack = load_pack(tmp_path / "asked")
+    assert list(pack.scenario.action_names) == ["open", "resolve"]
+    assert pack.scenario.spec.fields[0].path == "ticket.priority"
