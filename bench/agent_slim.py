@@ -6,7 +6,8 @@ in the full install. Bar: p99 ≤ 1 ms in the slim venv.
 A policy of the default training widths is registered on a real ``mlflow server`` (SQLite backend,
 artifacts proxied over HTTP, started here) as the champion of the credit pack; every client follows
 it as an agent does and decides the same ``--decisions`` production states (a state a request:
-the pack's live profile stepped by its rule engine, with the actions taken so far). The slim
+the pack's live profile stepped by its rule engine, with the actions taken so far), one request
+every ``--request-every-ms`` as an agent receives them between its tool calls. The slim
 venv is built under ``--slim-venv`` when it holds no Python yet (the wheel from ``agent/``, its
 pinned dependencies from the configured index). Prints the load average at start and end and, last,
 one JSON line.
@@ -44,13 +45,17 @@ DECIDE = textwrap.dedent(
     """
     import json, sys, time
     from rlops.agent_sdk.policy_client import PolicyClient
-    uri, pack, runtime, states_file = sys.argv[1:5]
+    uri, pack, runtime, states_file, every_ms = sys.argv[1:6]
     cases = json.load(open(states_file))
+    every = float(every_ms) / 1000.0
     with PolicyClient(uri, "credit_approval", pack, runtime=runtime, refresh_every_s=30, timeout_ms=50) as client:
         for state, history in cases[:100]:  # warm-up: first calls allocate
             client.decide(state, history=history)
         out = []
+        due = time.perf_counter()
         for state, history in cases:
+            due += every  # requests arrive at a steady pace, as at an agent between its tool calls
+            time.sleep(max(due - time.perf_counter(), 0.0))
             t0 = time.perf_counter()
             d = client.decide(state, history=history)
             out.append((time.perf_counter() - t0) * 1000.0)
@@ -172,9 +177,9 @@ def _slim_python(venv: Path, work: Path) -> str:
     return str(py)
 
 
-def _decide(python: str, url: str, runtime: str, states: Path, cwd: Path) -> dict[str, Any]:
+def _decide(python: str, url: str, runtime: str, states: Path, cwd: Path, every_ms: float) -> dict[str, Any]:
     res = subprocess.run(
-        [python, "-c", DECIDE, url, str(PACK), runtime, str(states)],
+        [python, "-c", DECIDE, url, str(PACK), runtime, str(states), str(every_ms)],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -209,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--decisions", type=int, default=5000)
     p.add_argument("--rounds", type=int, default=5, help="turns each client takes (a slice of the states each)")
+    p.add_argument("--request-every-ms", type=float, default=2.0, help="pace of the requests (0: back to back)")
     p.add_argument("--slim-venv", type=Path, default=Path(tempfile.gettempdir()) / "rlops-agent-venv")
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="rlops-bench-agent-slim-"))
@@ -229,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             states = work / f"states-{r}.json"
             states.write_text(json.dumps(cases[r :: args.rounds]))
             for name, (python, runtime, cwd) in clients.items():
-                parts[name].append(_decide(python, url, runtime, states, cwd))
+                parts[name].append(_decide(python, url, runtime, states, cwd, args.request_every_ms))
         runs = {name: _summary(p) for name, p in parts.items()}
     finally:
         server.terminate()
@@ -243,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                 "scenario": SCENARIO,
                 "champion_version": version,
                 "decisions": args.decisions,
+                "request_every_ms": args.request_every_ms,
                 **runs,
                 "torch_over_slim_p50": round(torch_run["p50_ms"] / slim_run["p50_ms"], 2),
                 "torch_over_slim_p99": round(torch_run["p99_ms"] / slim_run["p99_ms"], 2),
