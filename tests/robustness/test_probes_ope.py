@@ -119,7 +119,9 @@ PROBES = [
     IOProbe("ope-propensity-tiny", hostile("propensity", 1e-12)),
     IOProbe("ope-propensity-subnormal", hostile("propensity", 5e-324)),
     IOProbe("ope-propensity-text", hostile("propensity", "high", expect=None)),
-    IOProbe("ope-propensity-every-row-tiny", hostile("propensity", 1e-12, where="all")),
+    IOProbe(
+        "ope-propensity-every-row-tiny", hostile("propensity", 1e-12, where="all", expect="mean importance weight")
+    ),
     IOProbe("ope-propensity-every-row-zero", hostile("propensity", 0.0, where="all", expect=PROPENSITY)),
     IOProbe("ope-propensity-and-logp-nan", hostile("propensity,logp", None, where="drop", expect=PROPENSITY)),
     IOProbe("ope-logp-positive", hostile("logp", 3.0)),  # propensity still recorded: it wins

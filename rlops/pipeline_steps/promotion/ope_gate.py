@@ -13,7 +13,9 @@ Gate ``ope:dr`` (states ``pass | fail | skipped``):
 * ``skipped`` — fewer than ``ope.min_episodes`` complete live episodes in the window, rows without
   a usable propensity (no ``propensity``/``logp``), or an effective sample size under
   ``ope.min_ess`` (the candidate decides too differently from what was served for the logged
-  traffic to say anything); the reason is in the row.
+  traffic to say anything), rewards that are not finite, estimates that are not finite numbers,
+  or a mean importance weight far from 1 (the logged propensities are not the serving policy's);
+  the reason is in the row.
 * ``fail`` — the upper bound of DR's interval is below the logged policy's live return minus
   ``ope.tolerance``: on real traffic the candidate is confidently worse than what serves now.
 * ``pass`` — otherwise.
@@ -33,8 +35,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlops.pipeline_steps.promotion.ope import (
+    Episodes,
     Estimate,
     OPEConfig,
+    cumulative_weights,
     effective_sample_size,
     estimate_all,
     logged_propensities,
@@ -189,7 +193,30 @@ def off_policy_value(
             f"effective sample size {res.ess:.0f} of {res.episodes} episodes (ope.min_ess {cfg.min_ess:g}):"
             " the candidate decides too differently from what was served"
         )
+        return res
+    res.skipped = propensity_mismatch(ep)
     return res
+
+
+#: How far the mean importance weight may stray from 1 before the logged propensities are taken to
+#: describe another policy than the one that served.
+MEAN_WEIGHT_BAND = 10.0
+
+
+def propensity_mismatch(ep: Episodes) -> str | None:
+    """Why the logged propensities cannot be the serving policy's, or None. With the true
+    propensities every episode's importance weight has expectation 1 (for any target), so a mean
+    weight outside [1/10, 10] over episodes that carry weight (the effective sample size passed)
+    says the log's probabilities are wrong — e.g. 1e-12 on every row, which makes any candidate's
+    estimate as large as the weights and would pass the gate."""
+    w = cumulative_weights(ep.rho)[:, -1] if ep.rho.size else np.zeros(0)
+    mean = float(w.mean()) if len(w) else 1.0
+    if 1.0 / MEAN_WEIGHT_BAND <= mean <= MEAN_WEIGHT_BAND:
+        return None
+    return (
+        f"the mean importance weight over {len(w)} episodes is {mean:.3g} (about 1 when the logged propensities "
+        "are the serving policy's): the logged propensities do not describe what was served"
+    )
 
 
 def sim_to_real_gap(res: OPEResult, sandbox_value: float | None, cfg: OPEConfig) -> float | None:
