@@ -35,8 +35,13 @@ SLIM_SCRIPT = textwrap.dedent(
     from rlops.agent_sdk.policy_client import PolicyClient
     masker = ActionMasker.from_pack(sys.argv[3])
     state = json.loads(sys.argv[4])
+    from rlops.agent_sdk import Episode
     with PolicyClient(sys.argv[2], "credit_approval", sys.argv[3], refresh_every_s=None, timeout_ms=5000) as c:
         d = c.decide(state, history=["fetch_credit_report"])
+        with Tracer(sys.argv[5]) as tracer:
+            with Episode(tracer, scenario="credit_approval", policy_version=d.policy_version) as ep:
+                ep.annotate(**d.trace_fields())
+                ep.step(state, d.action, done=True)
         out = {
             "missing": missing,
             "loaded": sorted(m for m in heavy if m in sys.modules),
@@ -94,15 +99,20 @@ def test_the_agent_package_installs_alone_and_serves_the_champion_without_torch(
     assert not installed & {"torch", "apache-airflow", "dvc", "great-expectations", "rlops"}, installed
     assert {"rlops-agent", "numpy", "pyyaml", "mlflow-skinny"} <= installed
 
+    landing = tmp_path / "landing"
     out = json.loads(
         _run(
-            [py, "-c", SLIM_SCRIPT, ",".join(HEAVY), mlflow_server, str(PACK_DIR), json.dumps(STATE)],
+            [py, "-c", SLIM_SCRIPT, ",".join(HEAVY), mlflow_server, str(PACK_DIR), json.dumps(STATE), str(landing)],
             cwd=tmp_path,  # not the repository: only the installed package is importable
         ).splitlines()[-1]
     )
     assert out["missing"] == {m: True for m in HEAVY if "." not in m}, out["missing"]
     assert out["loaded"] == []
     assert out["runtime"] == "numpy" and out["fallback"] is None and out["version"] == f"{NAME}/{v1}"
+    # the traced step reached the landing zone with the served version and its mask
+    (written,) = [json.loads(line) for f in landing.rglob("*.jsonl") for line in f.read_text().splitlines()]
+    assert written["action"] == out["action"] and written["policy_version"] == out["version"]
+    assert written["action_mask"] == "".join("1" if m else "0" for m in out["mask"])
 
     # the same decision, mask and probabilities as the torch client and the sandbox's mask here
     masker = ActionMasker.from_pack(PACK_DIR)
