@@ -8,9 +8,9 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
-import numpy as np
 import torch
 
 from rlops.agent_sdk import Episode, Tracer
