@@ -66,16 +66,10 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fmt(e: dict[str, Any], rate: bool) -> str:
-    if e["mean"] is None:
-        return "n/a"
-    if rate:
-        return f"{e['mean']:.1%} [{e['low']:.1%}, {e['high']:.1%}]"
-    return f"{e['mean']:.4g} [{e['low']:.4g}, {e['high']:.4g}]"
-
-
 def summary_lines(r: dict[str, Any]) -> list[str]:
     """The what-if as a person reads it: what changed, against what, every figure with its interval."""
+    from rlops.whatif.compare import format_estimate
+
     pct = round(r["confidence"] * 100)
     out = [
         f"reward what-if on {r['scenario']}: {r['change']} (reward {r['reward_fn']} → {r['whatif_reward_fn']}, "
@@ -88,19 +82,9 @@ def summary_lines(r: dict[str, Any]) -> list[str]:
         rows = [(f"return under {k} reward", v, False) for k, v in block["returns"].items()]
         rows += [(k, v, r["kpis"][k]["rate"]) for k, v in block["kpis"].items()]
         for name, v, rate in rows:
-            diff = v["difference"]
-            d = (
-                "n/a"
-                if diff["mean"] is None
-                else (
-                    f"{diff['mean']:+.1%} [{diff['low']:+.1%}, {diff['high']:+.1%}]"
-                    if rate
-                    else f"{diff['mean']:+.4g} [{diff['low']:+.4g}, {diff['high']:+.4g}]"
-                )
-            )
-            out.append(
-                f"  {name:34} champion {_fmt(v['champion'], rate):28} what-if {_fmt(v['whatif'], rate):28} Δ {d}"
-            )
+            champ, what = format_estimate(v["champion"], rate), format_estimate(v["whatif"], rate)
+            d = format_estimate(v["difference"], rate, signed=True)
+            out.append(f"  {name:34} champion {champ:28} what-if {what:28} Δ {d}")
         if seg == "overall" and len(r["segments"]) > 3:
             out.append("  (per-segment figures: --json)")
             break

@@ -1,4 +1,6 @@
-"""The console's web application: read-only GET pages over the registry and the trace store.
+"""The console's web application: read-only GET pages over the registry and the trace store, and
+one form, the reward what-if, whose jobs run in the background (:mod:`rlops.console.whatif_jobs`)
+and write only to the console's own cache folder.
 
 ``create_app(data, token=..., mlflow_ui=...)`` builds a FastAPI app. With a token, every request
 must carry it: ``Authorization: Bearer <token>``, the header ``X-Console-Token``, or the cookie
@@ -31,8 +33,10 @@ from rlops.console import registry_views as rv
 from rlops.console import svg
 from rlops.console.data import SCENARIO_RE, ProjectData
 from rlops.console.service import NotFound, TraceViews
+from rlops.console.whatif_jobs import WhatIfJobs, project_jobs, split_assignments
 from rlops.pipeline_steps.infra.registry import ui_url
 from rlops.stack.airflow_setup import airflow_problems
+from rlops.whatif.compare import format_estimate
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
@@ -40,6 +44,7 @@ COOKIE = "rlops_console_token"
 TRACE_ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
 VERSION_RE = re.compile(r"^[A-Za-z0-9_.:/\-]{1,128}$")
 LABEL_RE = re.compile(r"^v?[A-Za-z0-9_.\-]{1,32}$")
+WHATIF_FORM_RE = re.compile(r"^/s/[A-Za-z0-9_\-]{1,100}/whatif$")
 
 
 class Links:
@@ -62,7 +67,9 @@ class Links:
         return ui_url(self.base, f"models/{quote(name)}" + (f"/versions/{version}" if version else ""))
 
 
-def create_app(data: ProjectData, token: str | None = None, mlflow_ui: str | None = None) -> FastAPI:
+def create_app(
+    data: ProjectData, token: str | None = None, mlflow_ui: str | None = None, whatif_jobs: WhatIfJobs | None = None
+) -> FastAPI:
     app = FastAPI(title="rlops console", docs_url=None, redoc_url=None, openapi_url=None)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     fmt.install(templates.env)
@@ -78,16 +85,21 @@ def create_app(data: ProjectData, token: str | None = None, mlflow_ui: str | Non
     _install_error_pages(app, page)
     _add_trace_routes(app, data, TraceViews(data), page)
     _add_registry_routes(app, data, page)
+    _add_whatif_routes(app, data, whatif_jobs or project_jobs(data), page)
     return app
 
 
 def _install_guard(app: FastAPI, token: str | None) -> None:
-    """Read-only (GET/HEAD) always; with a token, every request must carry it."""
+    """Read-only (GET/HEAD), but for the what-if form's POST, which must come from the console's own
+    pages (its Origin, else its Referer, is this console); with a token, every request must carry it."""
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         if request.method not in ("GET", "HEAD"):
-            return HTMLResponse("read-only console: only GET requests", status_code=405)
+            if request.method != "POST" or not WHATIF_FORM_RE.match(request.url.path):
+                return HTMLResponse("read-only console: only GET requests (and the what-if form)", status_code=405)
+            if not _same_origin(request):
+                return HTMLResponse("the what-if form is accepted from this console's own pages only", 403)
         if token is None:
             return await call_next(request)
         offered = request.query_params.get("token")
@@ -107,6 +119,16 @@ def _install_guard(app: FastAPI, token: str | None) -> None:
         return HTMLResponse(
             "<h1>401</h1><p>This console needs its token: open it once with ?token=…</p>", status_code=401
         )
+
+
+def _same_origin(request: Request) -> bool:
+    """The request's Origin (else Referer) is this console's own origin: another site cannot post."""
+    from urllib.parse import urlsplit
+
+    claimed = request.headers.get("origin") or request.headers.get("referer") or ""
+    parts = urlsplit(claimed)
+    host = request.headers.get("host", "")
+    return bool(host) and parts.netloc == host and parts.scheme == request.url.scheme
 
 
 def _install_error_pages(app: FastAPI, page: Callable[..., HTMLResponse]) -> None:
@@ -259,6 +281,34 @@ def _add_registry_routes(app: FastAPI, data: ProjectData, page: Callable[..., HT
             if not LABEL_RE.match(label):
                 raise NotFound(f"{label!r} is not a reward function version")
         return page(request, "diff.html", scenario=scenario, view=rv.reward_diff(data, scenario, a, b))
+
+
+def _add_whatif_routes(app: FastAPI, data: ProjectData, jobs: WhatIfJobs, page: Callable[..., HTMLResponse]) -> None:
+    @app.get("/s/{scenario}/whatif", response_class=HTMLResponse)
+    def whatif(request: Request, scenario: str) -> HTMLResponse:
+        scenario = _scenario(data, scenario)
+        return page(request, "whatif.html", scenario=scenario, jobs=jobs.list(scenario), error=None, form={})
+
+    @app.post("/s/{scenario}/whatif", response_class=HTMLResponse)
+    async def whatif_submit(request: Request, scenario: str) -> Response:
+        scenario = _scenario(data, scenario)
+        form = await request.form()
+        text = {k: str(form.get(k) or "") for k in ("set", "param")}
+        try:
+            job_id = jobs.submit(scenario, split_assignments(text["set"]), split_assignments(text["param"]))
+        except UserError as exc:
+            return page(
+                request, "whatif.html", 400, scenario=scenario, jobs=jobs.list(scenario), error=str(exc), form=text
+            )
+        return RedirectResponse(f"/s/{scenario}/whatif/{job_id}", 303)
+
+    @app.get("/s/{scenario}/whatif/{job_id}", response_class=HTMLResponse)
+    def whatif_job(request: Request, scenario: str, job_id: str) -> HTMLResponse:
+        scenario = _scenario(data, scenario)
+        job = jobs.get(scenario, job_id)
+        if job is None:
+            raise NotFound(f"there is no what-if {job_id!r} of {scenario}")
+        return page(request, "whatif_job.html", scenario=scenario, job=job, est=format_estimate)
 
 
 def _champion(data: ProjectData, scenario: str) -> str | None:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlops.whatif.episodes import Played
+if TYPE_CHECKING:  # the console formats figures with this module; it need not import torch for it
+    from rlops.whatif.episodes import Played
 
 
 @dataclass(frozen=True)
@@ -101,4 +102,15 @@ def compare(
     return out
 
 
-__all__ = ["Estimate", "compare", "difference", "mean_interval", "z_of"]
+def format_estimate(e: dict[str, Any], rate: bool, signed: bool = False) -> str:
+    """``12.3% [10.1%, 14.6%]`` (a rate) or ``1.234 [1.2, 1.27]``; ``n/a`` when nothing was counted."""
+    if e["mean"] is None:
+        return "n/a"
+    sign = "+" if signed else ""
+    f = f"{{:{sign}.1%}}" if rate else f"{{:{sign}.4g}}"
+    if e["low"] is None or e["high"] is None:
+        return f.format(e["mean"])
+    return f"{f.format(e['mean'])} [{f.format(e['low'])}, {f.format(e['high'])}]"
+
+
+__all__ = ["Estimate", "compare", "difference", "format_estimate", "mean_interval", "z_of"]
