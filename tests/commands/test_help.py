@@ -25,6 +25,7 @@ GRAMMAR = {
     "train": ["policy", "reward-model", "status", "relabel", "switch-reward", "tune"],
     "profile": [],
     "stress": [],
+    "reward": ["whatif"],
     "model": ["evaluate", "promote", "rollback", "webhook"],
     "replay": [],
     "audit": [],
