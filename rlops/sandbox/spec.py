@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from rlops.sandbox.errors import PackError
-from rlops.sandbox.spec_kpis import parse_kpis
 from rlops.sandbox.spec_fields import _check_init_value, _Ctx, _is_num, _kind, _line, _parse_init, _walk_fields
+from rlops.sandbox.spec_kpis import parse_kpis
 from rlops.sandbox.spec_roles import parse_roles
 from rlops.sandbox.spec_types import (
     DISTS,
