@@ -177,10 +177,11 @@ def off_policy_value(
         q_rows = np.where(mask.numpy(), q_rows, 0.0)
         q_taken, v_hat = q_rows[idx, a], (pi * q_rows).sum(axis=1)
     ep = to_episodes(rows["episode_id"].astype(str).to_numpy(), rows["step"].to_numpy(), rho, reward, q_taken, v_hat)
-    res.ess = effective_sample_size(ep.rho)
-    returns = ep.reward.sum(axis=1)
-    res.logged_return = float(returns.mean())
-    res.logged_return_se = float(returns.std(ddof=1) / math.sqrt(len(returns)))
+    with np.errstate(over="ignore", invalid="ignore"):  # weights or rewards past float range: judged below
+        res.ess = effective_sample_size(ep.rho)
+        returns = ep.reward.sum(axis=1)
+        res.logged_return = float(returns.mean())
+        res.logged_return_se = float(returns.std(ddof=1) / math.sqrt(len(returns)))
     choice = mask.numpy().sum(axis=1) > 1  # rows with a real decision
     res.agreement = float((pi[idx, a][choice] > 0.5).mean()) if choice.any() else 1.0
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # judged below: unusable_estimates
