@@ -28,13 +28,15 @@ the normal interval's width is right. The standardised errors ``(DR − truth)/s
 standard deviation of 0.98 (1.0 for a calibrated interval); a bootstrap over episodes covers no more
 (90 % against the normal interval's 91 %: at 4,000 episodes the mean of the skewed per-episode
 values — skewness 2.4 — is near normal, and the percentile bootstrap is narrower in small samples).
-What the earlier count of 21/24 saw was most likely the yardstick: every candidate was scored against one truth
+What the earlier count of 21/24 saw was the yardstick: every candidate was scored against one truth
 sample (the same 20,000 production episodes for near copies of one policy), so the truths erred
 together — the errors' mean was +0.43 se for DR and +0.39 for PDIS, which has no direct method, and
 the two estimators' errors correlate at 0.88 — and that shared truth's own standard error (~0.3 se)
 was not counted. Widening the interval to absorb it would make the gate's ``fail`` (an upper
 bound below the live return) rarer for a reason that is not in the logged traffic; the bench now
-gives each candidate its own truth sample and counts its standard error.
+gives each candidate its own truth sample and counts its standard error. So measured, on 100
+candidates: the standardised errors' mean −0.05 (the offset was the shared truth's), their spread
+1.08, coverage 94 % (90 % against the noisy truth without its error counted).
 
 The *effective sample size* ``(Σ_i w_i)² / Σ_i w_i²`` of the final weights says how much
 of the logged traffic actually informs the estimate; the gate is skipped below ``min_ess``.
