@@ -127,15 +127,17 @@ class Watcher:
         self.say(f"restarted {again['started']} in {again['seconds']} s")
 
     def drain(self, stopped_at: float, timeout_s: float) -> bool:
-        """Until every pack's capture has run for an interval that ends after the agent stopped (all
-        it wrote is then in the trace store), at most ``timeout_s``; whether it got there."""
+        """Until every pack's capture has run for an interval that ends after the agent stopped and
+        no capture of an earlier interval is still queued or running (all the agent wrote is then in
+        the trace store: a busy scheduler runs captures late, not never), at most ``timeout_s``;
+        whether it got there."""
         deadline = time.time() + timeout_s
         while time.time() < deadline:
-            done = [
-                any(r["state"] == "success" and (_ts(r.get("run_after")) or 0.0) >= stopped_at
-                    for r in self.runs(f"trace_capture__{p}"))
-                for p in self.packs
-            ]  # fmt: skip
+            done = []
+            for p in self.packs:
+                runs = self.runs(f"trace_capture__{p}")
+                after = any(r["state"] == "success" and (_ts(r.get("run_after")) or 0.0) >= stopped_at for r in runs)
+                done.append(after and not any(r["state"] in ("queued", "running") for r in runs))
             if all(done):
                 return True
             self._sample_cpu()
