@@ -26,7 +26,7 @@ def copy_credit(tmp_path: Path) -> Path:
 
 def test_valid_pack_summary() -> None:
     s = validate_isolated(CREDIT)
-    assert s["pack"] == "credit_approval" and s["fields"] == 18 and s["actions"] == 7
+    assert s["pack"] == "credit_approval" and s["fields"] == 19 and s["actions"] == 7
     assert sorted(s["reward_functions"]) == ["v0", "v1"] and s["rules"] == 10
 
 
