@@ -77,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="rlops-train-stack-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     params = soak_params(workdir, [args.pack], cadence=5)
-    params["dags"] = {**params["dags"], "scheduled": False, "unpaused": [f"retrain_full__{args.pack}"]}
+    # every run trains: the same inputs would otherwise be skipped as unchanged after the first
+    params["dags"] = {
+        **params["dags"], "scheduled": False, "skip_unchanged": False, "unpaused": [f"retrain_full__{args.pack}"],
+    }  # fmt: skip
     (workdir / "params.yaml").write_text(yaml.safe_dump(params))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_", "RLOPS_"))}
     env.update(RLOPS_HOME=str(workdir), RLOPS_PARAMS=str(workdir / "params.yaml"))
