@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from rlops.sandbox.errors import ExprError, PackError
-from rlops.sandbox.expr import BOOL, CompiledExpr, compile_expr
+from rlops.sandbox.expr import BOOL, CompiledExpr, compile_expr, legal_columns
 from rlops.sandbox.expr_numpy import NUMPY_OPS
 from rlops.sandbox.layout import FeaturePlan, ObsLayout, StateLayout
 from rlops.sandbox.precheck import scenario_file
@@ -126,20 +126,7 @@ class DecisionProgram:
 
     def action_masks(self, S: np.ndarray) -> np.ndarray:
         """Legal actions ``[N, A]`` (bool): precondition holds and every required field is present."""
-        memo: dict[str, np.ndarray] = {}
-
-        def ev(e: CompiledExpr) -> np.ndarray:
-            if e.source not in memo:
-                memo[e.source] = e(S)
-            return memo[e.source]
-
-        cols = []
-        for pre, req in zip(self.preconditions, self.required):
-            m = ev(pre)
-            for r in req:
-                m = m & ev(r)
-            cols.append(m)
-        masks = np.stack(cols, axis=1)
+        masks = np.stack(legal_columns(self.preconditions, self.required, S), axis=1)
         if self.role_names:
             masks = masks & (self._action_role[None, :] == self.acting_role(S)[:, None])
         return masks

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from rlops.sandbox.errors import ExprError, PackError
-from rlops.sandbox.expr import BOOL, NUM, CompiledExpr, ExprType, compile_expr
+from rlops.sandbox.expr import BOOL, NUM, CompiledExpr, ExprType, compile_expr, legal_columns
 from rlops.sandbox.expr_torch import standard_normal
 from rlops.sandbox.init_sampler import InitSampler
 from rlops.sandbox.layout import EPISODE_VARS, FeaturePlan, ObsLayout, StateLayout
@@ -192,22 +192,7 @@ class CompiledScenario:
 
     def action_masks(self, S: Tensor) -> Tensor:
         """Legal actions ``[N, A]``: precondition holds and every required field is present."""
-        # Actions often share a precondition ("still pending") and required fields: evaluate
-        # each distinct expression once per call.
-        memo: dict[str, Tensor] = {}
-
-        def ev(e: CompiledExpr) -> Tensor:
-            if e.source not in memo:
-                memo[e.source] = e(S)
-            return memo[e.source]
-
-        cols = []
-        for pre, req in zip(self.preconditions, self.required):
-            m = ev(pre)
-            for r in req:
-                m = m & ev(r)
-            cols.append(m)
-        masks = torch.stack(cols, dim=1)
+        masks = torch.stack(legal_columns(self.preconditions, self.required, S), dim=1)
         if self.role_names:
             # Only the acting role's actions are legal: its turn is part of the state.
             masks = masks & (self._action_role.to(S.device).unsqueeze(0) == self.acting_role(S).unsqueeze(1))

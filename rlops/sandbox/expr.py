@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rlops.sandbox.errors import ExprError
@@ -411,3 +411,26 @@ def compile_expr(
     if want is not None and want.kind != typ.kind:
         raise ExprError(f"type mismatch: expected {want}, got {typ} in expression {_show(source)}")
     return CompiledExpr(source, typ, fn, frozenset(comp.fields), comp.draws - draw_offset, ops)
+
+
+def legal_columns(
+    preconditions: Sequence[CompiledExpr], required: Sequence[Sequence[CompiledExpr]], S: Any
+) -> list[Any]:
+    """One boolean column per action over the state batch ``S`` (of the array library the expressions
+    were compiled for): its precondition holds and every field it requires is present. Actions often
+    share a precondition ("still pending") and required fields: each distinct expression is
+    evaluated once per call."""
+    memo: dict[str, Any] = {}
+
+    def ev(e: CompiledExpr) -> Any:
+        if e.source not in memo:
+            memo[e.source] = e(S)
+        return memo[e.source]
+
+    cols = []
+    for pre, req in zip(preconditions, required):
+        m = ev(pre)
+        for r in req:
+            m = m & ev(r)
+        cols.append(m)
+    return cols
