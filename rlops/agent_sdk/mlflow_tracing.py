@@ -33,6 +33,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 RECORD_ATTRIBUTE = "rlops.record"
+# The span attribute a framework adapter sets on its decision span (OpenInference/OTLP capture reads it).
+DECISION_ATTRIBUTE = "rlops.decision"
 ROOT_SPAN = "decision"
 CHILD_SPANS = ("observe", "decide", "execute", "reward")
 _DECIDE_FIELDS = (

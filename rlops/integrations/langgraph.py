@@ -32,13 +32,13 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from rlops.agent_sdk.mlflow_tracing import DECISION_ATTRIBUTE
 from rlops.agent_sdk.serving import Decision
 from rlops.agent_sdk.tracer import flatten_state, mask_text
 from rlops.integrations import require
 from rlops.integrations.core import DecisionLoop, StateMapping, ToolCallRecorder
 
 #: The span attribute holding a decision (OpenInference capture mapping).
-DECISION_ATTRIBUTE = "rlops.decision"
 _EXTRA, _FRAMEWORK = "langgraph", "LangGraph/LangChain"
 
 

@@ -71,8 +71,11 @@ def blend_rewards(scripted: Tensor, model_score: Tensor, source: RewardSource) -
 
 def model_only(fn: Any) -> Any:
     """``fn`` with every objective weighted 0 and no repeat penalty: the ``model`` source keeps the
-    scripted breakdown visible (all zeros) but pays nothing from it."""
-    return dataclasses.replace(fn, weights={k: 0.0 for k in fn.weights}, schedule=(), repeat_penalty=None)
+    scripted breakdown visible (all zeros) but pays nothing from it. A weight a business signal
+    drives is dropped too: it would set its objective's weight again on every step."""
+    return dataclasses.replace(
+        fn, weights={k: 0.0 for k in fn.weights}, schedule=(), repeat_penalty=None, signal_weights=()
+    )
 
 
 def centred_scores(model: RewardModel, feats: Tensor, actions: Tensor, outcomes: Tensor, masks: Tensor) -> Tensor:

@@ -27,9 +27,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlops.agent_sdk.mlflow_tracing import DECISION_ATTRIBUTE
 from rlops.pipeline_steps.capture.core import SourceLine
 
-DECISION_ATTRIBUTE = "rlops.decision"
 OPENINFERENCE_KIND = "openinference.span.kind"
 TOOL_NAME = "tool.name"
 _ERROR_CODES = ("2", "STATUS_CODE_ERROR", "ERROR")

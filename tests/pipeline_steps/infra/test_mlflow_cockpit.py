@@ -27,7 +27,9 @@ def test_every_rlops_tag_key_is_spelled_in_one_module() -> None:
     rlops/pipeline_steps/infra/tags.py. (agent_sdk names its span attributes itself: it is installed in
     agents without the rest of rlops, and they are not tags.)"""
     pattern = re.compile(r"""["']rlops\.[a-z_]""")
-    module = re.compile(r"""["']rlops\.(cli|demo|model|agent_sdk|sandbox|common|pipeline_steps|console)\b""")
+    module = re.compile(
+        r"""["']rlops\.(cli|demo|model|agent_sdk|sandbox|common|pipeline_steps|console|integrations|whatif|pack_init|stack)\b"""
+    )
     files = [
         f
         for f in (REPO_ROOT / "rlops").rglob("*.py")
