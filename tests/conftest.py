@@ -126,9 +126,15 @@ def tmp_tracking(_mlflow_template_db: Path, tmp_path: Path, monkeypatch: pytest.
     folder.mkdir()
     shutil.copyfile(_mlflow_template_db, folder / "mlflow.db")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
+    import mlflow
+
+    # a URI an earlier test (or an exporter it ran) set in-process would win over the environment;
+    # clearing it also clears MLFLOW_TRACKING_URI, so it comes before the environment is set
+    mlflow.set_tracking_uri(None)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("RLOPS_ARTIFACT_ROOT", str(folder / "artifacts"))
     monkeypatch.delenv("MLFLOW_REGISTRY_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
     return uri
 
 

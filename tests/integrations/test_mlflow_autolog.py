@@ -5,6 +5,7 @@ reads every decision back (rows in = accepted + quarantined)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -30,6 +31,11 @@ def autolog(bare_world: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield bare_world
     finally:
         mlflow.langchain.autolog(disable=True)
+        # set_experiment and set_tracking_uri are process-global (the former also sets
+        # MLFLOW_EXPERIMENT_ID): later tests name their own store and experiment
+        mlflow.set_tracking_uri(None)
+        mlflow.tracking.fluent._active_experiment_id = None
+        os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
 
 
 def test_no_decision_is_lost_under_autolog(agent: ModuleType, autolog: dict[str, Any]) -> None:
