@@ -91,7 +91,7 @@ def test_console_walkthrough(page: Any, artifacts: Path) -> None:
     page.click("#diff-button")
     diff = page.locator("#reward-diff")
     playwright_api.expect(diff).to_contain_text("return 5.0")
-    playwright_api.expect(diff).to_contain_text("3.0, 5.0")
+    playwright_api.expect(diff).to_contain_text("LOW_SCORE_CAP_MULTIPLE, CAP_MULTIPLE")
     page.screenshot(path=str(artifacts / "06-reward-diff-v0-v1.png"), full_page=True)
 
     page.goto(f"/s/{S}/drift")
