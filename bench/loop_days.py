@@ -9,9 +9,12 @@ deliberately worse candidate is offered at hour 40 — running the pack's DAG de
 Prints the hour table, the load average at the start and the end, and as the LAST line one JSON
 object: ``detection_delay_h``, ``false_alarms``, ``emergency_retrains``, ``bad_candidate_promoted``,
 ``champion_regressions``, ``rows_lost``, per event ``events.<label>.detection_delay_h`` and
-``recovery_h`` (hours from onset until the live return is back to ≥ 95 % of the oracle's on the
-same episodes; bar ≤ 6 h after outcomes arrive), ``mean_regret_share`` ((oracle − served) /
-(oracle − rules) averaged over the hours after the first promotion; bar ≤ 0.10), ``promotions``,
+``recovery_h`` (hours from onset until the live return is back to ≥ 95 % of the world-optimal
+reference's on the same episodes; bar ≤ 6 h after outcomes arrive), ``mean_regret_share``
+((reference − served) / (reference − rules) averaged over the hours after the first promotion; bar
+≤ 0.05), where the reference is the better of the pack's oracle and, after the reward-rule change, a
+policy trained in that world with the product's defaults (``reference_trained``: its budget, steps
+and wall seconds; :mod:`rlops.pipeline_steps.orchestration.regret`), ``promotions``,
 ``rollbacks``, ``stages_advanced``, ``ab_gates_run`` (bar: > 0), ``promotion_to_agent_s`` (the longest
 simulated time from an alias move to the policy client serving it; bar: <= 60 s), ``retrains_skipped``,
 ``dag_runs``, ``wall_s`` (bar: < 30 min on 2 cores), ``cpu_s`` (the process's CPU seconds: on a shared
@@ -81,7 +84,8 @@ def main() -> None:
     out.update(
         mean_regret_share=m.get("mean_regret_share"),
         mean_regret=m.get("mean_regret"),
-        regret_share_bar=0.10,
+        regret_share_bar=0.05,
+        reference_trained=m.get("reference_trained"),
         recovery_bar_h=6,
     )
     out.update(

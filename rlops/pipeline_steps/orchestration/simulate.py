@@ -44,6 +44,9 @@ from typing import Any
 from rlops.pipeline_steps.orchestration.events import Event, in_force, reward_version
 from rlops.pipeline_steps.orchestration.timeline import Hour, TimelineConfig
 
+BASE_REWARD = "v1"
+"""the reward the business scores with until a rule-change event (the built-in oracles are written for it)"""
+
 
 class SimClock:
     """Simulated seconds since the timeline's start: the policy client's clock. The client polls
@@ -110,7 +113,7 @@ class _Run:
         self.registry = self._registry_state()
         from rlops.pipeline_steps.orchestration.regret import RegretMeter
 
-        self.regret = RegretMeter()
+        self.regret = RegretMeter(oracle_reward=BASE_REWARD, reference_timesteps=cfg.reference_timesteps, seed=cfg.seed)
 
     # ---------------------------------------------------------------- production traffic
     def traffic(self, start: datetime) -> Any:
@@ -127,7 +130,7 @@ class _Run:
         key = f"{start:%Y%m%dT%H%M}-{cfg.tick_minutes}m"
         h = (start - self.t0).total_seconds() / 3600
         now = in_force(self.events, h)
-        pack, scored_with = self.world.pack(now, self.events), reward_version(now, "v1")
+        pack, scored_with = self.world.pack(now, self.events), reward_version(now, BASE_REWARD)
         prefix = f"{cfg.scenario}-prod-{key}"
         self.clock.now_s = self.clock.first_poll_at_or_after(start)
         serving = self.client.poll()  # one consistent serving state for the tick
@@ -307,7 +310,7 @@ class _Run:
             hour = self.hourly(h, df)
             champions_seen.append(str(hour.champion))
             self.say(
-                f"h{h:02d} return {_r(hour.live_return)} oracle {_r(hour.oracle_return)} rules {_r(hour.rules_return)}"
+                f"h{h:02d} return {_r(hour.live_return)} best {_r(hour.reference_return)} rules {_r(hour.rules_return)}"
                 f" alarm={hour.alarm} champion={hour.champion} {'; '.join(hour.actions)} "
                 f"({time.monotonic() - t:.0f}s, cpu {time.process_time() - cpu:.0f}s)"
             )
@@ -318,6 +321,7 @@ class _Run:
         first_promotion = next((h.hour for h in self.hours if h.champion not in (None, "rules")), None)
         return {
             **regret_metrics(self.hours, self.events, first_promotion),
+            "reference_trained": self.regret.trained,
             "detection_delay_h": [self.detected.get(self.events.index(e)) for e in drift_events],
             "outcome_detection_delay_h": [self.detected.get(i) for i, e in enumerate(self.events) if e.outcome],
             "false_alarms": self.n["false_alarms"],

@@ -47,6 +47,9 @@ class TimelineConfig:
     """a seventh of the product's 1.5M: after the rule change, PPO from scratch in the calibrated
     sandbox reached 99–106 % of the oracle's live return at 200k steps, 26–68 % at 40k"""
     incremental_timesteps: int = 50_000
+    reference_timesteps: int | None = None
+    """budget of the regret's world-trained reference after a reward change (None: the product's
+    default, as a real full retrain in that world would train)"""
     eval_episodes: int = 1000
     challenger_fraction: float | None = None  # None: the staged roll-out's share (model version tag)
     dags: tuple[str, ...] = ("trace_capture", "drift_monitor", "rollout", "retrain_full", "retrain_incremental")
@@ -79,7 +82,9 @@ class Hour:
     events: list[str] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
     champion: str | None = None
-    oracle_return: float | None = None  # the oracle / rule engine on the same live episodes (regret.py)
+    oracle_return: float | None = None  # the references / rule engine on the same live episodes (regret.py)
+    trained_return: float | None = None
+    reference_return: float | None = None
     rules_return: float | None = None
     regret: float | None = None
     regret_share: float | None = None

@@ -14,6 +14,9 @@ from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.orchestration.events import Event
 from rlops.pipeline_steps.orchestration.timeline import Hour, TimelineConfig
 
+SERIES = ("live_return", "reference_return", "oracle_return", "trained_return", "rules_return", "regret")
+"""the hourly figures the timeline's MLflow run logs, one metric each per simulated hour"""
+
 
 def plot(hours: list[Hour], events: list[Event], path: Path, title: str) -> Path:
     import matplotlib
@@ -132,7 +135,7 @@ def write_report(
         flat["bad_candidate_promoted"] = float(bool(metrics.get("bad_candidate_promoted")))
         run.log_metrics(flat, step=0)
         for h in hours:  # the regret series: per simulated hour
-            series = {k: getattr(h, k) for k in ("live_return", "oracle_return", "rules_return", "regret")}
+            series = {k: getattr(h, k) for k in SERIES}
             if series["regret"] is not None:
                 run.log_metrics({k: float(v) for k, v in series.items() if v is not None}, step=h.hour)
         run.log_artifact(png)

@@ -1,5 +1,6 @@
-"""Regret on the timeline: the oracle and the rule engine are scored on exactly the live episodes
-the production world served (same seeds), and the run's recovery and regret-share figures follow
+"""Regret on the timeline: the references and the rule engine are scored on exactly the live
+episodes the production world served (same seeds); under a reward the oracle was not written for, a
+policy trained in that world joins the reference; the run's recovery and regret-share figures follow
 from the hourly series by hand."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from rlops.pipeline_steps.orchestration.timeline import Hour
 
 
 def _hour(h: int, live: float, oracle: float, rules: float) -> Hour:
-    out = Hour(h, live_return=live, oracle_return=oracle, rules_return=rules, regret=oracle - live)
+    out = Hour(h, live_return=live, reference_return=oracle, rules_return=rules, regret=oracle - live)
     out.regret_share = (oracle - live) / (oracle - rules)
     return out
 
@@ -51,11 +52,33 @@ def test_the_meter_scores_the_same_episodes_the_world_served() -> None:
     # the rule engine served these episodes: its score on the same seeds is the live return itself
     assert hour.rules_return == pytest.approx(hour.live_return, abs=1e-5)
     assert hour.oracle_return > hour.rules_return
+    # the oracle's own reward is in force: it is the reference, nothing is trained
+    assert hour.reference_return == hour.oracle_return and hour.trained_return is None and meter.trained == {}
     assert hour.regret == pytest.approx(hour.oracle_return - hour.live_return)
     assert hour.regret_share == pytest.approx(1.0, abs=1e-4)
     nxt = Hour(1, live_return=0.5)
     meter.close(nxt)  # nothing served since: no figures
-    assert nxt.oracle_return is None
+    assert nxt.oracle_return is None and nxt.reference_return is None
+
+
+def test_after_a_reward_change_a_policy_trained_in_that_world_joins_the_reference() -> None:
+    import torch
+
+    from rlops.sandbox.pack import load_pack
+
+    torch.set_num_threads(1)
+    pack = load_pack(REPO_ROOT / "scenarios" / "credit_approval")
+    meter = RegretMeter(oracle_reward="v1", reference_timesteps=16_384)
+    meter.add(pack, 1000, 100, "v0")
+    meter.add(pack, 2000, 100, "v0")  # the same world and reward: trained once
+    hour = Hour(0, live_return=0.0)
+    meter.close(hour)
+    assert list(meter.trained) == ["credit_approval:v0"]
+    assert meter.trained["credit_approval:v0"]["steps"] >= 16_384 * 0.5
+    assert hour.trained_return is not None and hour.oracle_return is not None
+    # per block of episodes the better of the two: at least either one over the hour
+    assert hour.reference_return >= max(hour.oracle_return, hour.trained_return) - 1e-9
+    assert hour.regret == pytest.approx(hour.reference_return - hour.live_return)
 
 
 def test_recovery_and_regret_share_by_hand() -> None:
