@@ -94,6 +94,21 @@ def test_default_unpaused_dags_are_the_scenario_pack_and_every_promote(tmp_path:
     assert airflow_setup.wanted_unpaused(chosen, dag_ids, packs) == ["rollout__credit_approval", "rollout__loan_desk"]
 
 
+def test_up_waits_only_for_the_dags_of_packs_that_get_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from rlops.common.config import REPO_ROOT
+    from rlops.stack import control
+
+    root = tmp_path / "scenarios"
+    shutil.copytree(REPO_ROOT / "scenarios" / "credit_approval", root / "credit_approval")
+    shutil.copytree(REPO_ROOT / "scenarios" / "credit_approval", root / "bad_params")
+    (root / "bad_params" / "params.yaml").write_text("train:\n  no_such_key: 1\n")
+    shutil.copytree(REPO_ROOT / "scenarios" / "credit_approval", root / "bad name")
+    monkeypatch.setenv("RLOPS_SCENARIOS_DIR", str(root))
+    assert control._packs(resolve_params().model) == ["credit_approval"]
+
+
 @pytest.mark.parametrize(
     ("schedule", "minutes"),
     [("*/5 * * * *", 5), ("*/15 * * * *", 15), ("@hourly", 60), ("0 */2 * * *", 120), (None, 33), ("@once", 33)],
