@@ -136,6 +136,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         problems.append(
             ParamsProblem("scenarios_dir", f"{root} is not a folder; expected the folder of the scenario packs")
         )
+    from rlops.pipeline_steps.orchestration.settings import pack_name_problem  # imports Airflow's SDK
+
+    for name in [] if scenario else packs:  # a folder name no DAG id can hold: the pack would get no DAGs
+        reason = pack_name_problem(name)
+        if reason is not None:
+            problems.append(ParamsProblem(f"scenarios_dir/{name}", reason, file=str(root / name)))
     targets: list[str | None] = list(packs) or [None]  # no packs: the project's params alone
     for name in targets:
         try:

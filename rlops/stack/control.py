@@ -18,7 +18,6 @@ from rlops.common.airflow_api import AirflowApi
 from rlops.common.config import home, pack_names, scenarios_dir
 from rlops.common.errors import InfrastructureError, UserError
 from rlops.common.params_model import Params
-from rlops.pipeline_steps.orchestration.settings import pack_problems
 from rlops.stack import airflow_setup, processes
 from rlops.stack.home import ADMIN_USER, StackHome
 from rlops.stack.parts import Part, StackLayout, layout
@@ -79,6 +78,8 @@ def stack_home(params: Params, override: str | Path | None = None) -> StackHome:
 def _packs(params: Params) -> list[str]:
     """The packs that get DAGs: a pack whose folder name or params are refused gets none (the
     ``pack_problems`` DAG file's import error says why, and status lists it), so nothing waits for them."""
+    from rlops.pipeline_steps.orchestration.settings import pack_problems  # imports Airflow's SDK
+
     refused = {p.scenario for p in pack_problems()}
     return [name for name in pack_names(scenarios_dir(params.model_dump())) if name not in refused]
 

@@ -30,6 +30,19 @@ def test_validate_names_file_line_and_suggestion_exit_2(tmp_path: Path, capsys: 
     assert err.startswith("error: invalid params (1 problem)")
 
 
+def test_validate_names_a_pack_folder_that_can_get_no_dags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    root = tmp_path / "scenarios"
+    shutil.copytree(REPO_ROOT / "scenarios" / "credit_approval", root / "credit approval")
+    monkeypatch.setenv("RLOPS_SCENARIOS_DIR", str(root))
+    assert main(["config", "validate", "--params", str(REPO_ROOT / "params.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "pack folder name 'credit approval' cannot be part of a DAG id" in err and len(err.splitlines()) == 1
+
+
 def test_validate_a_pack_typo_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pack = tmp_path / "mine"
     pack.mkdir()
