@@ -61,7 +61,7 @@ def hourly_returns(
     for h0 in range(0, hours, block):
         n = min(block, hours - h0)
         r = evaluate_policy(
-            pack, act, episodes=n * episodes, seed=HOUR_SEED + h0 * episodes, reward_version=reward, profile=profile
+            pack, act, episodes=n * episodes, seed=HOUR_SEED + h0 * episodes, reward_fn=reward, profile=profile
         ).returns.numpy()
         out.extend(np.split(r, n))
     return out
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         act,
         episodes=int(drift["baseline_episodes"]),
         seed=BASELINE_SEED,
-        reward_version=args.reward,
+        reward_fn=args.reward,
         profile=sandbox_profile,
     ).returns.numpy()
     hours = hourly_returns(pack, act, args.hours, args.episodes, live_profile, args.reward)

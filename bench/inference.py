@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     pack = load_pack(PACK)
-    env = pack.make_env(num_envs=1024, reward_version="v1", profile="sandbox", seed=0)
+    env = pack.make_env(num_envs=1024, reward_fn="v1", profile="sandbox", seed=0)
     obs_batch = env.observe()
     torch.manual_seed(0)
     policy = PolicyNetwork(PolicyConfig.from_layout(env.layout)).eval()

@@ -54,7 +54,7 @@ def built_in_packs() -> list[str]:
 
 
 def baselines(pack: Any, episodes: int) -> dict[str, float]:
-    kw = dict(episodes=episodes, seed=HELD_OUT_SEED, reward_version=REWARD)
+    kw = dict(episodes=episodes, seed=HELD_OUT_SEED, reward_fn=REWARD)
     return {
         "oracle": evaluate_policy(pack, load_oracle(pack), **kw).mean_return,
         "rules": evaluate_policy(pack, rule_policy, **kw).mean_return,
@@ -64,11 +64,11 @@ def baselines(pack: Any, episodes: int) -> dict[str, float]:
 
 def one_run(pack: Any, seed: int, base: dict[str, float], episodes: int) -> dict[str, Any]:
     plan = derive_defaults(pack, device="cpu", seed=seed)
-    env = pack.make_env(plan.num_envs, reward_version=REWARD, seed=0)
+    env = pack.make_env(plan.num_envs, reward_fn=REWARD, seed=0)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     result = train(plan.config, env)
     cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
-    ev = evaluate_policy(pack, as_act_fn(result.policy), episodes=episodes, seed=HELD_OUT_SEED, reward_version=REWARD)
+    ev = evaluate_policy(pack, as_act_fn(result.policy), episodes=episodes, seed=HELD_OUT_SEED, reward_fn=REWARD)
     policy = ev.mean_return
     return {
         "seed": seed,

@@ -118,7 +118,7 @@ def greedy_returns(pack: Pack, net: PolicyNetwork, episodes: int, seed: int) -> 
     """The candidate's episode returns, greedy as it would serve."""
     target = network_target(net, greedy=True)
     act = lambda env: torch.as_tensor(target(env.observe(), env.action_masks())).argmax(1)  # noqa: E731
-    res = evaluate_policy(pack, act, episodes=episodes, seed=seed, profile="live", reward_version="v1")
+    res = evaluate_policy(pack, act, episodes=episodes, seed=seed, profile="live", reward_fn="v1")
     out: np.ndarray = res.returns.numpy()
     return out
 
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.logged,
                 seed=50_000 + 100_000 * i,
                 profile="live",
-                reward_version="v1",
+                reward_fn="v1",
                 source="live",
                 episode_prefix=f"live-{i}",
             )

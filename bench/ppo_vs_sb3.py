@@ -53,14 +53,14 @@ clock = CLOCKS["wall"]  # set by --clock; ``cpu`` counts this process's CPU seco
 
 def _eval(pack: Any, act: Any, episodes: int, device: str = "cpu") -> float:
     return evaluate_policy(
-        pack, act, episodes=episodes, seed=EVAL_SEED, reward_version=REWARD, profile=PROFILE, device=device
+        pack, act, episodes=episodes, seed=EVAL_SEED, reward_fn=REWARD, profile=PROFILE, device=device
     ).mean_return
 
 
 def run_rlops(pack: Any, target: float, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     plan = derive_defaults(pack, device=args.device, seed=seed, total_timesteps=args.rlops_timesteps)
     num_envs = args.num_envs or plan.num_envs
-    env = pack.make_env(num_envs=num_envs, reward_version=REWARD, profile=PROFILE, device=args.device, seed=0)
+    env = pack.make_env(num_envs=num_envs, reward_fn=REWARD, profile=PROFILE, device=args.device, seed=0)
     cfg = plan.config
     state: dict[str, Any] = {"eval_s": 0.0, "t0": clock(), "hit": None, "ret": None}
 
@@ -95,7 +95,7 @@ def run_sb3(pack: Any, target: float, args: argparse.Namespace, seed: int) -> di
 
     from rlops.sandbox.gym_adapter import ScenarioGymEnv
 
-    env = ScenarioGymEnv(pack, reward_version=REWARD, profile=PROFILE, seed=0)
+    env = ScenarioGymEnv(pack, reward_fn=REWARD, profile=PROFILE, seed=0)
     model = MaskablePPO(
         "MlpPolicy",
         env,
@@ -154,9 +154,9 @@ def warm_up(pack: Any, args: argparse.Namespace) -> None:
 
     from rlops.sandbox.gym_adapter import ScenarioGymEnv
 
-    env = pack.make_env(num_envs=64, reward_version=REWARD, profile=PROFILE, device=args.device, seed=10**7)
+    env = pack.make_env(num_envs=64, reward_fn=REWARD, profile=PROFILE, device=args.device, seed=10**7)
     train(PPOConfig(device=args.device, total_timesteps=64 * 8 * 2, seed=0), env)
-    genv = ScenarioGymEnv(pack, reward_version=REWARD, profile=PROFILE, seed=10**7)
+    genv = ScenarioGymEnv(pack, reward_fn=REWARD, profile=PROFILE, seed=10**7)
     MaskablePPO(
         "MlpPolicy",
         genv,

@@ -123,9 +123,7 @@ def run_bench(pack: Any, timesteps: int, num_envs: int | None, threads: int, see
     from rlops.model.ppo import train
 
     plan = derive_defaults(pack, device="cpu", seed=seed, total_timesteps=timesteps, torch_threads=threads)
-    env = pack.make_env(
-        num_envs=num_envs or plan.num_envs, reward_version=REWARD, profile=PROFILE, device="cpu", seed=seed
-    )
+    env = pack.make_env(num_envs=num_envs or plan.num_envs, reward_fn=REWARD, profile=PROFILE, device="cpu", seed=seed)
     t0 = time.perf_counter()
     result = train(plan.config, env)
     wall = time.perf_counter() - t0

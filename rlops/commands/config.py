@@ -138,10 +138,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         )
     from rlops.pipeline_steps.orchestration.settings import pack_name_problem  # imports Airflow's SDK
 
-    for name in [] if scenario else packs:  # a folder name no DAG id can hold: the pack would get no DAGs
-        reason = pack_name_problem(name)
+    for folder in [] if scenario else pack_names(root):  # a name no DAG id can hold: the pack gets no DAGs
+        reason = pack_name_problem(folder)
         if reason is not None:
-            problems.append(ParamsProblem(f"scenarios_dir/{name}", reason, file=str(root / name)))
+            problems.append(ParamsProblem(f"scenarios_dir/{folder}", reason, file=str(root / folder)))
     targets: list[str | None] = list(packs) or [None]  # no packs: the project's params alone
     for name in targets:
         try:

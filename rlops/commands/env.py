@@ -220,7 +220,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             args.episodes,
             seed=args.seed,
             profile=profile,
-            reward_version=reward.reward_fn,
+            reward_fn=reward.reward_fn,
             policy_version=args.policy,
         )
     except RewardError as exc:

@@ -383,7 +383,7 @@ def _result(
     stagnated: bool,
     switches: list[RewardSwitch],
     last_ckpt: Path | None,
-    reward_version: str,
+    reward_fn_sha256: str,
     plateaued: bool,
 ) -> TrainResult:
     final = history[-1]["episodic_return"] if history else float("nan")
@@ -399,7 +399,7 @@ def _result(
         history,
         switches,
         last_ckpt,
-        reward_version,
+        reward_fn_sha256,
         plateaued,
         best,
         plateau.best_iteration if best is not None else None,
@@ -454,13 +454,13 @@ def train(
     scaler = ReturnScaler(N, cfg.gamma, device) if cfg.reward_scale else None
     ewc: EWCPenalty | None = None
     start_iter, global_step, elapsed_before = 0, 0, 0.0
-    reward_version = env.reward_fn.version
+    reward_fn_sha256 = env.reward_fn.version
     switches: list[RewardSwitch] = []
 
     # ---- resume
     ckpt_path = checkpoint_to_resume(cfg, resume_from)
     if ckpt_path is not None:
-        start_iter, global_step, elapsed_before, ewc, reward_version = resume(
+        start_iter, global_step, elapsed_before, ewc, reward_fn_sha256 = resume(
             ckpt_path, cfg, device, policy, optimizer, gen, env, stagnation, plateau, scaler
         )
 
@@ -481,7 +481,7 @@ def train(
     bar = progress_bar(cfg.progress, total=num_iterations, initial=start_iter, desc="ppo", unit="it")
     for iteration in range(start_iter + 1, num_iterations + 1):
         # ---- reward hot reload (between iterations only)
-        reward_version = hot_reload(iteration, global_step, env, reward_source, reward_version, switches, tracker)
+        reward_fn_sha256 = hot_reload(iteration, global_step, env, reward_source, reward_fn_sha256, switches, tracker)
         ent_coef = anneal(cfg, optimizer, iteration, num_iterations)  # learning rate and entropy schedules
 
         # ---- rollout: T steps of all N envs, no host sync
@@ -555,7 +555,7 @@ def train(
                 plateau,
                 scaler,
                 ewc,
-                reward_version,
+                reward_fn_sha256,
             )
         report_iteration(metrics, stagnation, bar, tracker, global_step)
         if on_iteration is not None and on_iteration(iteration, policy, metrics):
@@ -586,7 +586,7 @@ def train(
         stagnated,
         switches,
         last_ckpt,
-        reward_version,
+        reward_fn_sha256,
         plateaued,
     )
 

@@ -155,7 +155,7 @@ def build_preference_pairs(
     pack: Any,
     n_pairs: int,
     seed: int = 0,
-    reward_version: str | None = None,
+    reward_fn: str | None = None,
     profile: str | None = None,
     replicas: int = 8,
     min_gap: float = 0.02,
@@ -178,7 +178,7 @@ def build_preference_pairs(
     for round_ in range(10):
         env = pack.make_env(
             num_envs=max(n_pairs, 256),
-            reward_version=reward_version,
+            reward_fn=reward_fn,
             profile=profile,
             device=device,
             seed=seed * 1_000_003 + round_ * 100_000_007,
@@ -236,14 +236,14 @@ def collect_reward_dataset(
     pack: Any,
     episodes: int,
     seed: int = 0,
-    reward_version: str | None = None,
+    reward_fn: str | None = None,
     profile: str | None = None,
     explore: float = 0.5,
     device: str = "cpu",
 ) -> RewardDataset:
     """Observed steps with their reward totals from one episode per seed (for ``loss='regression'``)."""
     gen = torch.Generator().manual_seed(seed)
-    env = pack.make_env(num_envs=episodes, reward_version=reward_version, profile=profile, device=device, seed=seed)
+    env = pack.make_env(num_envs=episodes, reward_fn=reward_fn, profile=profile, device=device, seed=seed)
     F = env.layout.n_features
     live = torch.ones(episodes, dtype=torch.bool, device=env.device)
     parts: list[tuple[Tensor, ...]] = []

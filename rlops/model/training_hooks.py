@@ -155,7 +155,7 @@ def save_state(
     plateau: EvalPlateau,
     scaler: ReturnScaler | None,
     ewc: EWCPenalty | None,
-    reward_version: str,
+    reward_fn_sha256: str,
 ) -> Path:
     """Checkpoint everything :func:`resume` needs to continue bit-identically."""
     assert cfg.checkpoint_dir is not None, "save_state runs only when checkpoint_due (checkpoints on)"
@@ -170,7 +170,7 @@ def save_state(
         "generator": gen.get_state(),
         "env": env.state_dict(),
         "stagnation": stagnation.state_dict(),
-        "reward_fn_version": reward_version,
+        "reward_fn_version": reward_fn_sha256,
         "config": cfg.to_params(),
     }
     if ewc is not None:
@@ -186,7 +186,7 @@ def hot_reload(
     global_step: int,
     env: Any,
     reward_source: Callable[[int], Any] | None,
-    reward_version: str,
+    reward_fn_sha256: str,
     switches: list[RewardSwitch],
     tracker: MetricsSink,
 ) -> str:
@@ -196,17 +196,17 @@ def hot_reload(
         new_fn = reward_source(iteration)
         if new_fn is not None and new_fn.version != env.reward_fn.version:
             env.set_reward_fn(new_fn)
-    if env.reward_fn.version != reward_version:
-        switches.append(RewardSwitch(iteration, global_step, reward_version, env.reward_fn.version))
+    if env.reward_fn.version != reward_fn_sha256:
+        switches.append(RewardSwitch(iteration, global_step, reward_fn_sha256, env.reward_fn.version))
         log.warning(
             "reward function switched at iteration %d: %s -> %s",
             iteration,
-            reward_version[:12],
+            reward_fn_sha256[:12],
             env.reward_fn.version[:12],
         )
-        tracker.log_params({f"reward_fn_switch_{iteration}": f"{reward_version} -> {env.reward_fn.version}"})
-        reward_version = env.reward_fn.version
-    return reward_version
+        tracker.log_params({f"reward_fn_switch_{iteration}": f"{reward_fn_sha256} -> {env.reward_fn.version}"})
+        reward_fn_sha256 = env.reward_fn.version
+    return reward_fn_sha256
 
 
 def ewc_if_due(

@@ -31,9 +31,9 @@ class ScenarioGymEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, pack: Pack, reward_version: str | None = None, profile: str | None = None, seed: int = 0):
+    def __init__(self, pack: Pack, reward_fn: str | None = None, profile: str | None = None, seed: int = 0):
         self._env = BatchedEnv(
-            pack.scenario, pack.reward_fn(reward_version), num_envs=1, profile=profile, illegal_action="noop"
+            pack.scenario, pack.reward_fn(reward_fn), num_envs=1, profile=profile, illegal_action="noop"
         )
         self.observation_space, self.action_space = _spaces(self._env)
         self._instance_seed = seed
@@ -93,13 +93,13 @@ class ScenarioVectorEnv(VectorEnv):
         self,
         pack: Pack,
         num_envs: int,
-        reward_version: str | None = None,
+        reward_fn: str | None = None,
         profile: str | None = None,
         device: str = "cpu",
     ):
         self._env = BatchedEnv(
             pack.scenario,
-            pack.reward_fn(reward_version),
+            pack.reward_fn(reward_fn),
             num_envs=num_envs,
             profile=profile,
             device=device,

@@ -72,14 +72,14 @@ class Pack:
     def make_env(
         self,
         num_envs: int = 1,
-        reward_version: str | None = None,
+        reward_fn: str | None = None,
         profile: str | None = None,
         device: str | torch.device = "cpu",
         seed: int = 0,
         **kwargs: Any,
     ) -> BatchedEnv:
         env = BatchedEnv(
-            self.scenario, self.reward_fn(reward_version), num_envs=num_envs, profile=profile, device=device, **kwargs
+            self.scenario, self.reward_fn(reward_fn), num_envs=num_envs, profile=profile, device=device, **kwargs
         )
         env.reset(seed)
         return env

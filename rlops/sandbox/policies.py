@@ -160,7 +160,7 @@ def evaluate_policy(
     act: ActFn,
     episodes: int = 10_000,
     seed: int = 1_000_000,
-    reward_version: str | None = None,
+    reward_fn: str | None = None,
     profile: str | None = None,
     device: str | torch.device = "cpu",
     env: BatchedEnv | None = None,
@@ -173,7 +173,7 @@ def evaluate_policy(
     """
     env = env or BatchedEnv(
         pack.scenario,
-        pack.reward_fn(reward_version),
+        pack.reward_fn(reward_fn),
         num_envs=episodes,
         profile=profile,
         device=device,

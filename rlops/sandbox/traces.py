@@ -39,7 +39,7 @@ def rollout_traces(
     *,
     seed: int = 0,
     profile: str | None = None,
-    reward_version: str | None = None,
+    reward_fn: str | None = None,
     policy_version: str = "rules",
     source: str = "sandbox",
     test_group: str = "control",
@@ -58,7 +58,7 @@ def rollout_traces(
     live sampler would. A field that is not yet visible to the agent is recorded as null.
     """
     env = BatchedEnv(
-        pack.scenario, pack.reward_fn(reward_version), num_envs=episodes, profile=profile, illegal_action="noop"
+        pack.scenario, pack.reward_fn(reward_fn), num_envs=episodes, profile=profile, illegal_action="noop"
     )
     env.reset(seed)
     scn = pack.scenario

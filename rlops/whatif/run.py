@@ -46,7 +46,7 @@ from rlops.whatif.compare import compare
 from rlops.whatif.decision_map import decision_map_change
 from rlops.whatif.direction import weight_direction
 from rlops.whatif.episodes import play
-from rlops.whatif.save import save_reward_version
+from rlops.whatif.save import save_reward_module
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
@@ -266,7 +266,7 @@ def reward_whatif(
         bar.close()
         saved = None
         if save and not ctx.dry_run:
-            saved = save_reward_version(pack.path, changed, label)
+            saved = save_reward_module(pack.path, changed, label)
         source = changed.source
     result = {
         "scenario": ctx.scenario,

@@ -19,7 +19,7 @@ from rlops.common.errors import UserError
 from rlops.sandbox.reward import RewardFunction
 
 
-def save_reward_version(pack_dir: Path, fn: RewardFunction, label: str) -> Path:
+def save_reward_module(pack_dir: Path, fn: RewardFunction, label: str) -> Path:
     """Write ``fn``'s source as ``pack_dir/reward_<label>.py``; a UserError if it exists."""
     target = pack_dir / f"reward_{label}.py"
     tmp = pack_dir / f".reward_{label}.py.{os.getpid()}.tmp"
@@ -35,4 +35,4 @@ def save_reward_version(pack_dir: Path, fn: RewardFunction, label: str) -> Path:
     return target
 
 
-__all__ = ["save_reward_version"]
+__all__ = ["save_reward_module"]

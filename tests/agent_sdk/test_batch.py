@@ -67,7 +67,7 @@ def test_batch_decisions_match_single_requests_and_count(tmp_tracking: str, pack
             200,
             seed=11,
             profile="live",
-            reward_version="v1",
+            reward_fn="v1",
             policy_version=serving_version(c.serving, "champion"),
             source="live",
         )

@@ -70,7 +70,7 @@ def sandbox_rows() -> pd.DataFrame:
         3,
         seed=11,
         profile="live",
-        reward_version="v1",
+        reward_fn="v1",
         policy_version="rules",
         source="live",
         start_ts=START,

@@ -205,7 +205,7 @@ def test_rollout_bad_arguments(
     assert not list(tmp_path.iterdir()), "nothing written"
 
 
-def test_rollout_unknown_reward_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_rollout_unknown_reward_fn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run(
         capsys,
         "env",

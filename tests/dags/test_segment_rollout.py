@@ -73,7 +73,7 @@ def _serve_hour(ctx: Any, pack: Any, nets: dict[str, Any], slow_challenger: bool
             EPISODES,
             seed=seed,
             profile="live",
-            reward_version="v1",
+            reward_fn="v1",
             policy_version=f"{NAME}/{versions[group]}",
             source="live",
             start_ts=ctx.key.start,

@@ -25,12 +25,12 @@ def pack() -> Any:
 
 
 def _eval(pack: Any, act: Any, episodes: int = 10_000) -> Any:
-    return evaluate_policy(pack, act, episodes=episodes, seed=HELD_OUT_SEED, reward_version="v1", profile="sandbox")
+    return evaluate_policy(pack, act, episodes=episodes, seed=HELD_OUT_SEED, reward_fn="v1", profile="sandbox")
 
 
 def _follow_up_rate(pack: Any, act: Any, episodes: int = 10_000) -> float:
     """Share of episodes in which the customer is called back at least once."""
-    env = pack.make_env(episodes, reward_version="v1", seed=HELD_OUT_SEED, illegal_action="noop")
+    env = pack.make_env(episodes, reward_fn="v1", seed=HELD_OUT_SEED, illegal_action="noop")
     a_fu = pack.scenario.action_names.index("follow_up")
     live = torch.ones(episodes, dtype=torch.bool)
     called = torch.zeros(episodes, dtype=torch.bool)
@@ -69,8 +69,8 @@ def test_two_runs_with_one_seed_are_identical(pack: Any) -> None:
         plateau_eval_episodes=256,
         hidden_sizes=(32, 32),
     )
-    r1 = train(plan.config, pack.make_env(256, reward_version="v1", seed=0))
-    r2 = train(plan.config, pack.make_env(256, reward_version="v1", seed=0))
+    r1 = train(plan.config, pack.make_env(256, reward_fn="v1", seed=0))
+    r2 = train(plan.config, pack.make_env(256, reward_fn="v1", seed=0))
     assert all(torch.equal(a, b) for a, b in zip(r1.policy.state_dict().values(), r2.policy.state_dict().values()))
     strip = lambda h: [{k: v for k, v in m.items() if k not in ("sps", "elapsed_s")} for m in h]  # noqa: E731
     assert strip(r1.history) == strip(r2.history) and "eval_return" in r1.history[0]
@@ -81,7 +81,7 @@ def test_default_settings_close_the_gap_from_the_rules_to_the_oracle(pack: Any) 
     """Budget: the derived defaults (1024 envs × 8 steps, up to 1,000,000 steps, early stop on an
     evaluation plateau), 1 torch thread — about 35 s on an idle core."""
     plan = derive_defaults(pack, seed=1)
-    result = train(plan.config, pack.make_env(plan.num_envs, reward_version="v1", seed=0))
+    result = train(plan.config, pack.make_env(plan.num_envs, reward_fn="v1", seed=0))
     ev = _eval(pack, as_act_fn(result.policy))
     oracle, rules = _eval(pack, load_oracle(pack)).mean_return, _eval(pack, rule_policy).mean_return
     gap_closed = (ev.mean_return - rules) / (oracle - rules)
@@ -99,7 +99,7 @@ def test_gamma_matters_when_the_payoff_is_settled_later(pack: Any, seed: int) ->
     out = {}
     for gamma in (0.5, 0.95):
         plan = derive_defaults(pack, seed=seed, gamma=gamma, total_timesteps=400_000)
-        policy = train(plan.config, pack.make_env(plan.num_envs, reward_version="v1", seed=0)).policy
+        policy = train(plan.config, pack.make_env(plan.num_envs, reward_fn="v1", seed=0)).policy
         out[gamma] = (_eval(pack, as_act_fn(policy)).mean_return, _follow_up_rate(pack, as_act_fn(policy)))
     rules = _eval(pack, rule_policy).mean_return
     print(f"seed {seed}: γ=0.5 {out[0.5]}, γ=0.95 {out[0.95]}, rules {rules:.4f}")

@@ -38,7 +38,7 @@ def pack() -> Any:
 
 
 def _env(pack: Any, n: int = 256, seed: int = 0, reward: str = "v1") -> Any:
-    return pack.make_env(num_envs=n, reward_version=reward, profile="sandbox", seed=seed)
+    return pack.make_env(num_envs=n, reward_fn=reward, profile="sandbox", seed=seed)
 
 
 class Recorder:
@@ -171,10 +171,10 @@ def test_bad_configurations_fail_with_a_clear_message(pack: Any, tmp_path: Path)
 
 @pytest.mark.gpu
 def test_training_on_cuda_keeps_env_and_learner_on_the_gpu(pack: Any) -> None:
-    env = pack.make_env(num_envs=4096, reward_version="v1", profile="sandbox", device="cuda", seed=0)
+    env = pack.make_env(num_envs=4096, reward_fn="v1", profile="sandbox", device="cuda", seed=0)
     cfg = PPOConfig(total_timesteps=4096 * 8 * 3, **{**SMALL, "device": "auto"})
     r1 = train(cfg, env)
-    r2 = train(cfg, pack.make_env(num_envs=4096, reward_version="v1", profile="sandbox", device="cuda", seed=0))
+    r2 = train(cfg, pack.make_env(num_envs=4096, reward_fn="v1", profile="sandbox", device="cuda", seed=0))
     assert next(r1.policy.parameters()).device.type == "cuda"
     assert r1.history[-1]["illegal_actions"] == 0
     assert [h["episodic_return"] for h in r1.history] == pytest.approx(
@@ -184,12 +184,12 @@ def test_training_on_cuda_keeps_env_and_learner_on_the_gpu(pack: Any) -> None:
 
 def _greedy_return(pack: Any, policy: Any, episodes: int) -> Any:
     return evaluate_policy(
-        pack, as_act_fn(policy), episodes=episodes, seed=HELD_OUT_SEED, reward_version="v1", profile="sandbox"
+        pack, as_act_fn(policy), episodes=episodes, seed=HELD_OUT_SEED, reward_fn="v1", profile="sandbox"
     )
 
 
 def _baselines(pack: Any, episodes: int) -> dict[str, float]:
-    kw = dict(episodes=episodes, seed=HELD_OUT_SEED, reward_version="v1", profile="sandbox")
+    kw = dict(episodes=episodes, seed=HELD_OUT_SEED, reward_fn="v1", profile="sandbox")
     return {
         "oracle": evaluate_policy(pack, load_oracle(pack), **kw).mean_return,
         "rules": evaluate_policy(pack, rule_policy, **kw).mean_return,

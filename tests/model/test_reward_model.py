@@ -43,7 +43,7 @@ def pack() -> Any:
 def pairs(pack: Any) -> PreferencePairs:
     # True expected reward = expected return-to-go of the action followed by the pack's oracle
     # (continuation "auto": the credit pack ships oracle.py).
-    return build_preference_pairs(pack, 5000, seed=0, reward_version="v1", profile="sandbox")
+    return build_preference_pairs(pack, 5000, seed=0, reward_fn="v1", profile="sandbox")
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_score_labels_batches_and_survives_save_and_load(
 
 
 def test_regression_on_observed_reward_totals(pack: Any) -> None:
-    data = collect_reward_dataset(pack, 3000, seed=1, reward_version="v1", profile="sandbox")
+    data = collect_reward_dataset(pack, 3000, seed=1, reward_fn="v1", profile="sandbox")
     model, metrics = train_reward_model(RewardModelConfig(loss="regression", epochs=30, seed=0), data)
     assert metrics.n_train + metrics.n_heldout == len(data)
     assert metrics.spearman > 0.5 and metrics.heldout_pairwise_accuracy > 0.7
@@ -114,7 +114,7 @@ def test_bradley_terry_loss_and_rank_correlation() -> None:
 
 
 def test_wrong_data_for_the_loss_is_rejected(pack: Any) -> None:
-    data = collect_reward_dataset(pack, 50, seed=2, reward_version="v1", profile="sandbox")
+    data = collect_reward_dataset(pack, 50, seed=2, reward_fn="v1", profile="sandbox")
     with pytest.raises(TypeError, match="PreferencePairs"):
         train_reward_model(RewardModelConfig(), data)
     with pytest.raises(ValueError, match="loss"):

@@ -103,7 +103,7 @@ PROBES: list[Probe] = [
         check=out_kept,
     ),
     rollout(
-        "out_kept_on_bad_reward_version",
+        "out_kept_on_bad_reward_fn",
         "--reward-fn",
         "v9",
         mentions=("reward function", "v9"),
@@ -120,7 +120,7 @@ PROBES: list[Probe] = [
     # ---- other arguments
     rollout("policy_unknown", "--policy", "oracle", mentions=("--policy", "invalid choice")),
     rollout("profile_unknown", "--profile", "staging", mentions=("--profile", "staging")),
-    rollout("reward_version_unknown", "--reward-fn", "v7", mentions=("reward function", "v7")),
+    rollout("reward_fn_unknown", "--reward-fn", "v7", mentions=("reward function", "v7")),
     rollout("unknown_option", "--episdoes", "3", mentions=("unrecognized arguments",)),
     Probe("args_rollout_without_out", ("env", "rollout", "--scenario", PACK), pack_with(), ("--out",)),
     Probe("args_validate_missing_folder", ("env", "validate", "--scenario", "{tmp}/nope"), None, ("nope", "not found")),

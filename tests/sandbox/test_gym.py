@@ -42,7 +42,7 @@ def test_check_env_passes(credit: Pack) -> None:
 
 
 def test_spaces_and_masks(credit: Pack) -> None:
-    env = ScenarioGymEnv(credit, profile="live", reward_version="v0")
+    env = ScenarioGymEnv(credit, profile="live", reward_fn="v0")
     assert env.observation_space.shape == (credit.scenario.layout.dim,)
     assert env.observation_space.dtype == np.float32
     assert env.action_space == gym.spaces.Discrete(credit.scenario.n_actions)

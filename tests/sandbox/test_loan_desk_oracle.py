@@ -24,7 +24,7 @@ def pack() -> Any:
 
 
 def _eval(pack: Any, act: Any, profile: str = "sandbox", episodes: int = EPISODES) -> Any:
-    return evaluate_policy(pack, act, episodes=episodes, seed=SEED, reward_version="v1", profile=profile)
+    return evaluate_policy(pack, act, episodes=episodes, seed=SEED, reward_fn="v1", profile=profile)
 
 
 @pytest.mark.parametrize("profile", ["sandbox", "live"])

@@ -233,7 +233,7 @@ def test_version_is_the_sha256_of_the_source(credit: Pack) -> None:
 
 
 def test_hot_swap_changes_version_and_rewards(credit: Pack) -> None:
-    env = credit.make_env(8, seed=1, reward_version="v1")
+    env = credit.make_env(8, seed=1, reward_fn="v1")
     assert env.reward_fn.version == credit.reward_fn("v1").version
     env.step(act(credit, "initiate_fraud_check", 8))
     env.set_reward_fn(credit.reward_fn("v0"))

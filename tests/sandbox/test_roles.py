@@ -347,7 +347,7 @@ def underwriter_turn(t):
 """
     )
     pack = load_pack(root)
-    env = pack.make_env(256, reward_version="v2", seed=1)
+    env = pack.make_env(256, reward_fn="v2", seed=1)
     names = env.reward.names
     s_col, u_col = names.index("screener_turn"), names.index("underwriter_turn")
     gen = torch.Generator().manual_seed(1)

@@ -228,7 +228,7 @@ def simulate_capture(
         episodes,
         seed=seed,
         profile=profile,
-        reward_version=ctx.reward_choice().reward_fn,
+        reward_fn=ctx.reward_choice().reward_fn,
         policy_version=version,
         source="live" if profile == "live" else "sandbox",
         start_ts=start,

@@ -128,7 +128,7 @@ def champion_rows(ctx: StepContext, pack: Any, profile: str, episodes: int, rewa
         seed=ctx.config.seed,
         profile=profile,
         policy_version=version,
-        reward_version=reward_fn,
+        reward_fn=reward_fn,
     )
     return comparable_rows(pack, rows), version
 

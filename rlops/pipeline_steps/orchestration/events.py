@@ -274,7 +274,7 @@ def reward_modules(events: list[Event]) -> dict[str, str]:
     }
 
 
-def reward_version(events: list[Event], default: str) -> str:
+def reward_fn_in_force(events: list[Event], default: str) -> str:
     """The reward function the business scores production with once ``events`` are in force."""
     versions = [e.args["version"] for e in sorted(events, key=lambda e: e.at_hour) if e.kind == "reward_fn"]
     return str(versions[-1]) if versions else default

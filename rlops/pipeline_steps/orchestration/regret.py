@@ -74,12 +74,12 @@ class RegretMeter:
             self._oracles[key] = load_oracle(pack)
         return self._oracles[key]
 
-    def _world_policy(self, pack: Pack, reward_version: str | None, profile: str) -> Any:
-        """A policy trained in this world under ``reward_version`` with the product's defaults
+    def _world_policy(self, pack: Pack, reward_fn: str | None, profile: str) -> Any:
+        """A policy trained in this world under ``reward_fn`` with the product's defaults
         (None where the oracle's own reward is in force); trained once per world and reward."""
-        if reward_version is None or reward_version == self.oracle_reward:
+        if reward_fn is None or reward_fn == self.oracle_reward:
             return None
-        key = (id(pack), reward_version)
+        key = (id(pack), reward_fn)
         if key not in self._world_policies:
             import time
 
@@ -89,10 +89,10 @@ class RegretMeter:
 
             budget = {"total_timesteps": self.reference_timesteps} if self.reference_timesteps else {}
             plan = derive_defaults(pack, device="cpu", seed=self.seed, **budget)
-            env = pack.make_env(plan.num_envs, reward_version=reward_version, profile=profile, seed=self.seed)
+            env = pack.make_env(plan.num_envs, reward_fn=reward_fn, profile=profile, seed=self.seed)
             wall0 = time.perf_counter()
             result = train(plan.config, env)
-            self.trained[f"{pack.path.name}:{reward_version}"] = {
+            self.trained[f"{pack.path.name}:{reward_fn}"] = {
                 "total_timesteps": plan.config.total_timesteps,
                 "steps": result.global_step,
                 "wall_s": round(time.perf_counter() - wall0, 1),
@@ -100,7 +100,7 @@ class RegretMeter:
             self._world_policies[key] = as_act_fn(result.policy)
         return self._world_policies[key]
 
-    def add(self, pack: Pack, seed: int, episodes: int, reward_version: str | None, profile: str = "live") -> None:
+    def add(self, pack: Pack, seed: int, episodes: int, reward_fn: str | None, profile: str = "live") -> None:
         """Score the references and the rules on the live episodes ``seed .. seed + episodes − 1``."""
         if not self.enabled or episodes <= 0:
             return
@@ -111,15 +111,13 @@ class RegretMeter:
         from rlops.sandbox.policies import evaluate_policy, rule_policy
 
         def total(act: Any) -> float:
-            res = evaluate_policy(
-                pack, act, episodes=episodes, seed=seed, profile=profile, reward_version=reward_version
-            )
+            res = evaluate_policy(pack, act, episodes=episodes, seed=seed, profile=profile, reward_fn=reward_fn)
             return float(res.returns.sum())
 
         h = self._hour
         oracle_sum, rules_sum = total(oracle), total(rule_policy)
         h.oracle, h.rules, h.episodes = h.oracle + oracle_sum, h.rules + rules_sum, h.episodes + episodes
-        world = self._world_policy(pack, reward_version, profile)
+        world = self._world_policy(pack, reward_fn, profile)
         trained_sum = total(world) if world is not None else None
         if trained_sum is not None:
             h.trained, h.trained_episodes = h.trained + trained_sum, h.trained_episodes + episodes

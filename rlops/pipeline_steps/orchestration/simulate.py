@@ -41,7 +41,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from rlops.pipeline_steps.orchestration.events import Event, in_force, reward_version
+from rlops.pipeline_steps.orchestration.events import Event, in_force, reward_fn_in_force
 from rlops.pipeline_steps.orchestration.timeline import Hour, TimelineConfig
 
 BASE_REWARD = "v1"
@@ -130,7 +130,7 @@ class _Run:
         key = f"{start:%Y%m%dT%H%M}-{cfg.tick_minutes}m"
         h = (start - self.t0).total_seconds() / 3600
         now = in_force(self.events, h)
-        pack, scored_with = self.world.pack(now, self.events), reward_version(now, BASE_REWARD)
+        pack, scored_with = self.world.pack(now, self.events), reward_fn_in_force(now, BASE_REWARD)
         prefix = f"{cfg.scenario}-prod-{key}"
         self.clock.now_s = self.clock.first_poll_at_or_after(start)
         serving = self.client.poll()  # one consistent serving state for the tick
@@ -148,7 +148,7 @@ class _Run:
                     n,
                     seed=seed,
                     profile="live",
-                    reward_version=scored_with,
+                    reward_fn=scored_with,
                     policy_version=serving_version(serving, group),
                     source="live",
                     start_ts=start,

@@ -121,7 +121,7 @@ def sandbox_q(
         episodes,
         seed=seed,
         profile=profile,
-        reward_version=reward_label,
+        reward_fn=reward_label,
         source="sandbox",
         episode_prefix=f"ope-dm-{seed}",
     )

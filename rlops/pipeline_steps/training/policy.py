@@ -123,7 +123,7 @@ def train_policy(
     ctx: StepContext,
     mode: str = "full",
     timesteps: int | None = None,
-    reward_version: str | None = None,
+    reward_fn: str | None = None,
     data_version: str | None = None,
     reward_source: str | None = None,
     blend_lambda: float | None = None,
@@ -154,9 +154,9 @@ def train_policy(
 
     pack = ctx.load_pack()
     source = resolve_reward_source(ctx, reward_source, blend_lambda)
-    label = reward_label(ctx, reward_version)
-    reward_fn = pack.reward_fn(label)
-    signals = _signals_of(ctx, pack, reward_fn)
+    label = reward_label(ctx, reward_fn)
+    reward_function = pack.reward_fn(label)
+    signals = _signals_of(ctx, pack, reward_function)
     cal, cal_version = calibration_info(ctx)
     data_version = str(data_version or (cal or {}).get("data_version") or f"run_key={ctx.run_key}")
     # The sandbox as last recalibrated to live traffic, else the pack's default profile.
@@ -173,8 +173,8 @@ def train_policy(
             scenario=ctx.scenario,
             run_key=ctx.run_key,
             mode=mode_used,
-            reward=reward_fn.version,
-            **({"reward_signals": reward_fn.signals_in_force} if reward_fn.signal_weights else {}),
+            reward=reward_function.version,
+            **({"reward_signals": reward_function.signals_in_force} if reward_function.signal_weights else {}),
             reward_source=source.kind,
             blend_lambda=source.model_weight,
             reward_model=rm_version,
@@ -200,7 +200,7 @@ def train_policy(
             "parent_champion": parent,
             "timesteps_budget": cfg.total_timesteps,
             "reward_fn": label,
-            "reward_fn_sha256": reward_fn.version,
+            "reward_fn_sha256": reward_function.version,
             "reward_signals": {r.name: r.value for r in signals},
             "reward_signal_status": {r.name: signal_lineage([r])[f"signal.{r.name}.status"] for r in signals},
             "calibration_version": cal_version,
@@ -223,7 +223,7 @@ def train_policy(
 
         _prepare_checkpoints(ckpt, fp)
         env = pack.make_env(
-            num_envs, reward_version=label, profile=profile, device=resolve_device(cfg.device).type, seed=cfg.seed
+            num_envs, reward_fn=label, profile=profile, device=resolve_device(cfg.device).type, seed=cfg.seed
         )
         from rlops.model.reward_source import apply_reward_source
 
@@ -233,11 +233,16 @@ def train_policy(
 
         pass_run = ensure_pass_run(ctx.tracker, ctx.scenario, ctx.run_key, ctx.extra.get("dag_run_id"))
         fn_version = ctx.tracker.register_reward_fn(
-            ctx.scenario, reward_fn.path, reward_fn.version, reward_fn.rule_refs, label, parent_run_id=pass_run
+            ctx.scenario,
+            reward_function.path,
+            reward_function.version,
+            reward_function.rule_refs,
+            label,
+            parent_run_id=pass_run,
         )
         run_tags = {
             T.MODE: mode_used,
-            T.REWARD_FN_SHA256: reward_fn.version,
+            T.REWARD_FN_SHA256: reward_function.version,
             T.PARENT_CHAMPION: parent or "none",
             T.CALIBRATION_VERSION: cal_version,
             T.REWARD_SOURCE: source.kind,

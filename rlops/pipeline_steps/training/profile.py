@@ -82,9 +82,7 @@ def profile_training(
     # A budget no run reaches in ``duration_s``: the clock, not the step count, ends the run.
     plan = ppo_config(ctx, pack, "full", 10**12, None, device=device, progress=False, plateau_eval_every=0)
     dev = resolve_device(plan.config.device)
-    env = pack.make_env(
-        plan.num_envs, reward_version=label, profile=profile_name, device=dev.type, seed=plan.config.seed
-    )
+    env = pack.make_env(plan.num_envs, reward_fn=label, profile=profile_name, device=dev.type, seed=plan.config.seed)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     first, last = SKIPPED_ITERATIONS + 1, SKIPPED_ITERATIONS + sample_iterations
     ends: list[float] = []  # wall clock at the end of each iteration

@@ -33,9 +33,7 @@ def human_pairs(ctx: StepContext, pack: Pack) -> PreferencePairs | None:
     return pairs if len(pairs) else None
 
 
-def train_reward_model_step(
-    ctx: StepContext, reward_version: str | None = None, pairs: int | None = None
-) -> dict[str, Any]:
+def train_reward_model_step(ctx: StepContext, reward_fn: str | None = None, pairs: int | None = None) -> dict[str, Any]:
     """Build pairs, train, log and register; returns the version and its held-out metrics. A dry
     run returns the plan, its ``model_version`` saying it was not computed: it trains nothing."""
     from rlops.common.arguments import MAX_EPISODES, count
@@ -47,7 +45,7 @@ def train_reward_model_step(
     n_pairs = count("--pairs", pairs if pairs is not None else section.pop("pairs"), maximum=MAX_EPISODES)
     section.pop("pairs", None)
     seed = ctx.config.seed
-    label = ctx.reward_choice(reward_version).reward_fn
+    label = ctx.reward_choice(reward_fn).reward_fn
     pack = ctx.load_pack()
     fn = pack.reward_fn(label)
     plan = {
@@ -63,7 +61,7 @@ def train_reward_model_step(
             "dry_run": True,
             "model_version": "not computed: a dry run does not train or register the reward model",
         }
-    data = build_preference_pairs(pack, n_pairs, seed=seed, reward_version=label)
+    data = build_preference_pairs(pack, n_pairs, seed=seed, reward_fn=label)
     labelled = human_pairs(ctx, pack)
     if labelled is not None:
         data = PreferencePairs.cat([data, labelled])

@@ -245,7 +245,7 @@ def _run_trial(
     )
     cfg = plan.config
     env = pack.make_env(
-        plan.num_envs, reward_version=label, profile=profile, device=resolve_device(cfg.device).type, seed=cfg.seed
+        plan.num_envs, reward_fn=label, profile=profile, device=resolve_device(cfg.device).type, seed=cfg.seed
     )
     tags = {T.STEP: T.TUNE_TRIAL, "trial": trial.number, "reward_fn": label, "defaults": str(defaults).lower()}
     with ctx.tracker.start_run(f"tune-{ctx.scenario}-trial-{trial.number}", tags=tags, parent_run_id=parent_id) as run:
@@ -260,7 +260,7 @@ def _run_trial(
             lambda e: cpu.act(e.observe(), deterministic=True).action,
             episodes=eval_episodes,
             seed=eval_seed,
-            reward_version=label,
+            reward_fn=label,
             profile=profile,
         )
         value = float(ev.mean_return)

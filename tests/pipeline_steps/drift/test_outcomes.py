@@ -50,7 +50,7 @@ def rows(pack, seed: int, n: int, reward: str = "v1"):  # type: ignore[no-untype
     from rlops.sandbox.traces import rollout_traces
 
     return rollout_traces(
-        pack, rule_policy, n, seed=seed, profile="live", reward_version=reward, source="live", episode_prefix=f"e{seed}"
+        pack, rule_policy, n, seed=seed, profile="live", reward_fn=reward, source="live", episode_prefix=f"e{seed}"
     )
 
 

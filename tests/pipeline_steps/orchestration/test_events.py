@@ -133,14 +133,14 @@ def test_an_outcome_event_rewrites_every_expression_of_the_hidden_field(tmp_path
         production_doc(doc, parse_events([{"at_hour": 0, "kind": "outcome", "field": "user_profile.age", "factor": 2}]))
 
 
-def test_a_rule_change_moves_the_production_reward_version(tmp_path: Path) -> None:
-    from rlops.pipeline_steps.orchestration.events import reward_modules, reward_version
+def test_a_rule_change_moves_the_production_reward_fn(tmp_path: Path) -> None:
+    from rlops.pipeline_steps.orchestration.events import reward_fn_in_force, reward_modules
     from rlops.pipeline_steps.orchestration.timeline import ProductionWorld
     from rlops.sandbox.pack import load_pack
 
     events = parse_events(DEFAULT_EVENTS_48H)
-    assert reward_version(in_force(events, 33.9), "v1") == "v1"
-    assert reward_version(in_force(events, 34), "v1") == "v2"
+    assert reward_fn_in_force(in_force(events, 33.9), "v1") == "v1"
+    assert reward_fn_in_force(in_force(events, 34), "v1") == "v2"
     assert reward_modules(in_force(events, 34)) == {"reward_v2.py": "changes/reward_v2.py"}
     # the business's new reward function reaches the production world only, not the pack
     pack_dir = REPO_ROOT / "scenarios" / "credit_approval"

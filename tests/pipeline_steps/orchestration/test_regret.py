@@ -38,7 +38,7 @@ def test_the_meter_scores_the_same_episodes_the_world_served() -> None:
                 n,
                 seed=seed,
                 profile="live",
-                reward_version="v1",
+                reward_fn="v1",
                 source="live",
                 episode_prefix=f"g{seed}",
             )

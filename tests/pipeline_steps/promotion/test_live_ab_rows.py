@@ -24,7 +24,7 @@ def _land(ctx, pack, version: str, group: str, seed: int, episodes: int) -> int:
         episodes,
         seed=seed,
         profile="live",
-        reward_version="v1",
+        reward_fn="v1",
         policy_version=version,
         source="live",
         start_ts=start,

@@ -146,7 +146,7 @@ def logged(pack):  # type: ignore[no-untyped-def]
     behaviour = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout)).eval()
     logger = exploring_policy(network_target(behaviour, greedy=False), 0.3, seed=1)
     rows = rollout_traces(
-        pack, logger, 1500, seed=11, profile="live", reward_version="v1", source="live", episode_prefix="live"
+        pack, logger, 1500, seed=11, profile="live", reward_fn="v1", source="live", episode_prefix="live"
     )
     torch.manual_seed(6)
     candidate = network_target(PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout)).eval(), greedy=True)
@@ -156,7 +156,7 @@ def logged(pack):  # type: ignore[no-untyped-def]
         episodes=20000,
         seed=10**6,
         profile="live",
-        reward_version="v1",
+        reward_fn="v1",
     ).mean_return
     return pack, rows, behaviour, candidate, truth
 
@@ -271,7 +271,7 @@ def test_the_evaluation_run_carries_the_ope_gate(pack) -> None:  # type: ignore[
         600,
         seed=77,
         profile="live",
-        reward_version="v1",
+        reward_fn="v1",
         source="live",
         policy_version=f"{SCENARIO}-policy/{champ}",
         episode_prefix="live",

@@ -40,7 +40,7 @@ def _serve(ctx: Any, pack: Any, served: dict[str, tuple[Any, str, int]], slow: s
             n,
             seed=1000 * i + int(ctx.run_key[-4:-2]) * 10_000,
             profile="live",
-            reward_version="v1",
+            reward_fn="v1",
             policy_version=f"credit_approval-policy/{version}",
             source="live",
             start_ts=ctx.key.start,
