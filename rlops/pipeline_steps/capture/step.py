@@ -218,7 +218,8 @@ def simulate_capture(
         )
     from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
 
-    policy, version = champion_trace_policy(ctx, pack)
+    traced = champion_trace_policy(ctx, pack)
+    policy, version = traced.policy, traced.version
     # Seed and ids derive from the run key: each interval sees other applicants, ids never collide
     # across run keys, and re-running a run key reproduces its rows.
     seed = int(start.timestamp()) // 60 * 1000
@@ -253,5 +254,5 @@ def simulate_capture(
         **_counts(len(df), len(accepted), len(quarantined)),
         "partitions": parts,
         "quarantine_partitions": qparts,
-        "warnings": ctx.extra.get("warnings", []),
+        "warnings": [traced.warning] if traced.warning else [],
     }

@@ -120,10 +120,11 @@ def champion_rows(ctx: StepContext, pack: Any, profile: str, episodes: int, rewa
     from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
     from rlops.sandbox.traces import rollout_traces
 
-    policy, version = champion_trace_policy(ctx, pack, deterministic=True)
+    traced = champion_trace_policy(ctx, pack, deterministic=True)
+    version = traced.version
     rows = rollout_traces(
         pack,
-        policy,
+        traced.policy,
         episodes,
         seed=ctx.config.seed,
         profile=profile,

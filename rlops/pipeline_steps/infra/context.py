@@ -49,7 +49,8 @@ class StepContext:
     run_key: str
     scenario: str
     dry_run: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    dag_run_id: str | None = None
+    """Airflow's id of the DAG run the step runs in (None outside a DAG): the pass's MLflow runs carry it"""
     _signals: list[SignalReading] | None = field(default=None, repr=False)
 
     @classmethod

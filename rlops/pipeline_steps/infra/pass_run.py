@@ -170,7 +170,7 @@ def step_run(
     """A step run nested under the pass's parent run, named after step, scenario and run key,
     tagged with the process and host running it; runs of the step that ended processes left
     RUNNING are closed first."""
-    dag_run_id = ctx.extra.get("dag_run_id")
+    dag_run_id = ctx.dag_run_id
     tracker = ctx.tracker
     close_runs_of_dead_processes(tracker, ctx.scenario, step)
     parent = ensure_pass_run(tracker, ctx.scenario, ctx.run_key, dag_run_id)

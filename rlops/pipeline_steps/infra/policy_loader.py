@@ -108,7 +108,18 @@ def champion_policy(ctx: StepContext, dst: Path) -> tuple[str | None, PolicyNetw
     return (loaded.version, loaded.network) if loaded is not None else (None, None)
 
 
-def champion_trace_policy(ctx: StepContext, pack: Pack, deterministic: bool = False) -> tuple[TracePolicy, str]:
+@dataclass(frozen=True)
+class ChampionTrace:
+    """The policy a capture or a drift check traces with."""
+
+    policy: TracePolicy
+    version: str
+    """the champion's ``<scenario>-policy/<version>``, or ``rules``"""
+    warning: str | None = None
+    """why the champion could not be loaded, when the rule engine stands in for it (a registry outage)"""
+
+
+def champion_trace_policy(ctx: StepContext, pack: Pack, deterministic: bool = False) -> ChampionTrace:
     """The champion as a tracing policy (sampled actions with logp/entropy/value; its most likely
     action with ``deterministic``, as the agent SDK's policy client serves it), or the rule
     engine when no champion is registered yet."""
@@ -117,10 +128,9 @@ def champion_trace_policy(ctx: StepContext, pack: Pack, deterministic: bool = Fa
     try:
         version, policy = champion_policy(ctx, Path(tempfile.mkdtemp(prefix="rlops-champion-")))
     except Exception as exc:  # noqa: BLE001 - a registry outage must not stop capture
-        ctx.extra.setdefault("warnings", []).append(f"champion unavailable ({exc}); traced the rule engine")
-        version, policy = None, None
+        return ChampionTrace(rule_policy, "rules", f"champion unavailable ({exc}); traced the rule engine")
     if policy is None:
-        return rule_policy, "rules"
+        return ChampionTrace(rule_policy, "rules")
     import torch
 
     gen = torch.Generator().manual_seed(ctx.config.seed)
@@ -129,7 +139,7 @@ def champion_trace_policy(ctx: StepContext, pack: Pack, deterministic: bool = Fa
         out = policy.act(env.observe(), deterministic=deterministic, generator=gen)
         return out.action, {"logp": out.logp, "entropy": out.entropy, "value": out.value}
 
-    return act, f"{ctx.scenario}-policy/{version}"
+    return ChampionTrace(act, f"{ctx.scenario}-policy/{version}")
 
 
 def greedy_act(policy: PolicyNetwork) -> Any:

@@ -213,7 +213,7 @@ def _ctx(conf: Mapping[str, Any]) -> StepContext:
         conf["scenario"], conf["run_key"], bool(conf.get("dry_run")), overrides={"reward_fn": conf["reward_fn"]}
     )
     if conf.get("dag_run_id"):
-        ctx.extra["dag_run_id"] = str(conf["dag_run_id"])
+        ctx.dag_run_id = str(conf["dag_run_id"])
     return ctx
 
 

@@ -231,7 +231,7 @@ def train_policy(
         init, cfg, base["behaviour_cloning"] = _behaviour_cloning_start(ctx, pack, cfg, source, init)
         from rlops.pipeline_steps.infra.pass_run import ensure_pass_run, step_run
 
-        pass_run = ensure_pass_run(ctx.tracker, ctx.scenario, ctx.run_key, ctx.extra.get("dag_run_id"))
+        pass_run = ensure_pass_run(ctx.tracker, ctx.scenario, ctx.run_key, ctx.dag_run_id)
         fn_version = ctx.tracker.register_reward_fn(
             ctx.scenario,
             reward_function.path,

@@ -47,7 +47,7 @@ def test_every_rlops_tag_key_is_spelled_in_one_module() -> None:
 def _ctx(run_key: str, dag_run_id: str | None = None) -> StepContext:
     ctx = StepContext.create(SCENARIO, run_key)
     if dag_run_id:
-        ctx.extra["dag_run_id"] = dag_run_id
+        ctx.dag_run_id = dag_run_id
     return ctx
 
 
