@@ -67,8 +67,10 @@ def cloned_rules_policy(pack: Any) -> Any:
     obs_all, A = torch.cat(obs), torch.cat(acts)
     torch.manual_seed(0)
     p = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))
-    opt = torch.optim.Adam(p.parameters(), lr=2e-2)
-    for _ in range(200):
+    # Cloned to 100 % agreement on these states: 200 steps at 2e-2 stopped at 97 % on some CPUs, a
+    # policy 40 % worse than the rules it copies, and the promotion tests' thresholds assume a copy.
+    opt = torch.optim.Adam(p.parameters(), lr=1e-2)
+    for _ in range(400):
         loss = torch.nn.functional.nll_loss(p(obs_all)[0], A)
         opt.zero_grad()
         loss.backward()

@@ -37,12 +37,18 @@ def label_of(text: str) -> str:
     return Path(str(text)).stem.removeprefix("reward_")
 
 
-def choose_reward(pack: Pack, explicit: str | None = None, configured: str | None = None) -> RewardChoice:
-    """The reward function of ``pack`` that applies (see the module docstring)."""
-    available = sorted(pack.reward_fns, key=_version_key)
-    if not available:
-        raise UserError(f"pack {pack.name} has no reward_v*.py")
-    pack_default = pack.params.get("reward_fn") if isinstance(pack.params, dict) else None
+def choose_label(
+    pack_name: str,
+    available: list[str],
+    explicit: str | None = None,
+    pack_default: str | None = None,
+    configured: str | None = None,
+) -> tuple[str, str]:
+    """``(label, source)`` of the reward function that applies among the pack's ``available`` labels
+    (see the module docstring): the rule itself, for a loaded pack and for a pack's files alike."""
+    ordered = sorted(available, key=_version_key)
+    if not ordered:
+        raise UserError(f"pack {pack_name} has no reward_v*.py")
     for value, source, strict in (
         (explicit, "asked for", True),
         (pack_default, "pack params.yaml", True),
@@ -51,15 +57,21 @@ def choose_reward(pack: Pack, explicit: str | None = None, configured: str | Non
         if value in (None, ""):
             continue
         label = label_of(str(value))
-        if label in pack.reward_fns:
-            return _choice(pack.reward_fns[label], label, source)
+        if label in ordered:
+            return label, source
         if strict:
             raise UserError(
-                f"reward function {value!r} ({source}): pack {pack.name} has "
-                f"{', '.join(available)}; expected one of those labels"
+                f"reward function {value!r} ({source}): pack {pack_name} has "
+                f"{', '.join(ordered)}; expected one of those labels"
             )
-    newest = available[-1]
-    return _choice(pack.reward_fns[newest], newest, "newest in the pack")
+    return ordered[-1], "newest in the pack"
+
+
+def choose_reward(pack: Pack, explicit: str | None = None, configured: str | None = None) -> RewardChoice:
+    """The reward function of ``pack`` that applies (see the module docstring)."""
+    pack_default = pack.params.get("reward_fn") if isinstance(pack.params, dict) else None
+    label, source = choose_label(pack.name, list(pack.reward_fns), explicit, pack_default, configured)
+    return _choice(pack.reward_fns[label], label, source)
 
 
 def _choice(fn: RewardFunction, label: str, source: str) -> RewardChoice:

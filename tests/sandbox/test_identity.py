@@ -67,6 +67,42 @@ def test_reward_choice_order(credit):
         choose_reward(credit, "v7")
 
 
+@pytest.mark.parametrize(
+    ("pack_default", "project"), [(None, None), (None, "v0"), (None, "v9"), ("v0", "v1"), ("v7", None)]
+)
+def test_dag_parse_time_reward_choice_is_the_loaded_packs(tmp_path, pack_default, project):
+    """The DAG files choose from the pack's files without loading it: the same rule, the same answer
+    or the same refusal (a pack whose own reward_fn it lacks gets no DAGs, never a guessed v1)."""
+    import shutil
+    from types import SimpleNamespace
+
+    from rlops.pipeline_steps.orchestration.settings import pack_reward_fn
+
+    pack_dir = tmp_path / "credit_approval"
+    shutil.copytree(CREDIT, pack_dir)
+    (pack_dir / "params.yaml").write_text(f"reward_fn: {pack_default}\n" if pack_default else "")
+    ctx = SimpleNamespace(pack_dir=pack_dir, scenario="credit_approval")
+    params = {"reward_fn": project} if project else {}
+    try:
+        expected = choose_reward(load_pack(pack_dir), None, project).reward_fn
+    except UserError as exc:
+        with pytest.raises(UserError, match="expected one of those labels") as got:
+            pack_reward_fn(ctx, params)
+        assert str(got.value) == str(exc)
+        return
+    assert pack_reward_fn(ctx, params) == expected
+
+
+def test_a_pack_without_reward_modules_gets_a_reason_not_a_guess(tmp_path):
+    from types import SimpleNamespace
+
+    from rlops.pipeline_steps.orchestration.settings import pack_reward_fn
+
+    (tmp_path / "bare").mkdir()
+    with pytest.raises(UserError, match="pack bare has no reward_v"):
+        pack_reward_fn(SimpleNamespace(pack_dir=tmp_path / "bare", scenario="bare"), {"reward_fn": "v1"})
+
+
 def test_default_profile_roles(credit):
     assert default_profile(credit, "production") == "live"
     assert default_profile(credit, "sandbox") == credit.scenario.spec.default_profile  # before any calibration

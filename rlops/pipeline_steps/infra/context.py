@@ -118,13 +118,6 @@ class StepContext:
     def pack_dir(self) -> Path:
         return scenarios_dir(self.params) / self.scenario
 
-    @cached_property
-    def pack_params(self) -> dict[str, Any]:
-        import yaml
-
-        f = self.pack_dir / "params.yaml"
-        return (yaml.safe_load(f.read_text()) or {}) if f.exists() else {}
-
     def load_pack(self, calibration: str | None = "latest") -> Pack:
         """The scenario pack, with the latest sandbox calibration applied unless ``calibration`` is
         None (``latest`` when none exists yet means the pack as written)."""

@@ -35,7 +35,6 @@ DAG_KINDS = (
     "rollout",
     "promote",
 )
-_REWARD_FILE = re.compile(r"^reward_(v\d+)\.py$")
 # The interval a run owns when its DAG has no schedule (or one with no fixed period): the cadence
 # each DAG was designed for.
 DEFAULT_MINUTES = {
@@ -159,19 +158,14 @@ def resolved_params(scenario: str) -> tuple[dict[str, Any], Any]:
 
 def pack_reward_fn(ctx: Any, params: Mapping[str, Any]) -> str:
     """The reward function a run uses without conf, by the rule of
-    :func:`rlops.sandbox.reward_choice.choose_reward` read from the pack's files (no pack load):
-    the pack's own params ``reward_fn``, the project's when the pack has it, else the newest."""
-    available = sorted(
-        (m.group(1) for p in ctx.pack_dir.glob("reward_v*.py") if (m := _REWARD_FILE.match(p.name))),
-        key=lambda v: int(v[1:]),
-    )
-    own = ctx.pack_params.get("reward_fn")
-    if own:
-        return str(own)
-    project = params.get("reward_fn")
-    if project and str(project) in available:
-        return str(project)
-    return available[-1] if available else "v1"
+    :func:`rlops.sandbox.reward_choice.choose_label` applied to the pack's files (no pack load)."""
+    from rlops.sandbox.precheck import REWARD_FILE, load_params
+    from rlops.sandbox.reward_choice import choose_label
+
+    available = [m.group(1) for p in ctx.pack_dir.iterdir() if (m := REWARD_FILE.match(p.name))]
+    own = load_params(ctx.pack_dir).get("reward_fn")
+    label, _ = choose_label(ctx.scenario, available, None, own, params.get("reward_fn"))
+    return label
 
 
 def pack_dag_config(scenario: str) -> PackDagConfig:

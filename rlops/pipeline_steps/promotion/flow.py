@@ -216,7 +216,7 @@ def promote(
         return {**out, "reason": f"checking the champion failed, nothing changed: {exc}"}
     path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), policy_model_name(ctx.scenario))
     try:
-        with promotion_lock(path, float(ctx.section("evaluate").get("lock_timeout_s", 900))) as waited:
+        with promotion_lock(path, ctx.config.evaluate.lock_timeout_s) as waited:
             out = {**_promote(ctx, str(candidate), staged, episodes, stress_verdict), "lock_wait_s": round(waited, 3)}
     except PromotionBusy as exc:
         out = {**out, "reason": str(exc)}

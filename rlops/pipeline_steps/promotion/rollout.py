@@ -64,7 +64,7 @@ def rollout_step(ctx: StepContext) -> dict[str, Any]:
     cfg = ctx.config.rollout
     name = policy_model_name(ctx.scenario)
     path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), name)
-    with promotion_lock(path, float(ctx.section("evaluate").get("lock_timeout_s", 900))):
+    with promotion_lock(path, ctx.config.evaluate.lock_timeout_s):
         require_key(ctx.tracker, name)  # another key than the deployment's tags and moves nothing
         aliases = ctx.tracker.aliases(name)
         challenger, champion = aliases.get(CHALLENGER), aliases.get(CHAMPION)
