@@ -214,16 +214,20 @@ class Watcher:
                 latencies.append(max(0.0, float(first) - moved + 5.0))  # the move happened up to 5 s before it was seen
         client = MlflowClient(tracking_uri=self.up_doc["mlflow_url"])
         answered = 0
+        outcomes = []
         for pack in self.packs:
             for change in changes[pack]:
                 at = self.t0 + change["at"] * self.minutes * 60
+                served_after = False
                 for k, first in served.items():
                     if not k.startswith(f"{pack}|champion|") or float(first) < at:
                         continue
                     mv = client.get_model_version(f"{pack}-policy", k.rsplit("/", 1)[-1].lstrip("v"))
                     if mv.run_id and client.get_run(mv.run_id).info.start_time / 1000 > at:
                         answered += 1
+                        served_after = True
                         break
+                outcomes.append(change_outcome(client, pack, change, at, self.t0, served_after))
         return {
             "scheduler_minutes": round(wall / 60, 1),
             "packs": self.packs,
@@ -244,9 +248,40 @@ class Watcher:
             "rows_quarantined": captured["rows_quarantined"],
             "world_changes": sum(len(changes[p]) for p in self.packs),
             "world_changes_answered": answered,
+            "world_changes_judged": sum(bool(o["judged"]) for o in outcomes),
+            "world_change_outcomes": outcomes,
             "cpu_s_per_pack_hour": round(sum(self.cpu.values()) / (len(self.packs) * wall / 3600), 1),
             "wall_s": round(wall, 1),
         }
+
+
+def change_outcome(
+    client: Any, pack: str, change: dict[str, Any], at: float, t0: float, served_after: bool
+) -> dict[str, Any]:
+    """What the loop did about one world change: the candidates trained after it and the gates'
+    verdict on each (``eval_passed``, the candidate's and the champion's mean return in the
+    sandbox as recalibrated). A change is *judged* when at least one such candidate got a verdict:
+    an input drift the champion already handles is answered by keeping it, which the gates say."""
+    judged = []
+    for mv in client.search_model_versions(f"name='{pack}-policy'"):
+        if not mv.run_id or client.get_run(mv.run_id).info.start_time / 1000 <= at:
+            continue
+        verdict = mv.tags.get("eval_passed")
+        if verdict is None:
+            continue
+        row: dict[str, Any] = {"version": mv.version, "eval_passed": verdict == "true"}
+        eval_run = mv.tags.get("eval_run_id")
+        if eval_run:
+            m = client.get_run(eval_run).data.metrics
+            row |= {k: round(m[k], 4) for k in ("candidate_mean_return", "champion_mean_return") if k in m}
+        judged.append(row)
+    return {
+        "pack": pack,
+        "kind": change["kind"],
+        "at_minute": round((at - t0) / 60, 1),
+        "champion_trained_after_serves": served_after,
+        "judged": sorted(judged, key=lambda r: int(r["version"])),
+    }
 
 
 def _ts(text: str | None) -> float | None:
