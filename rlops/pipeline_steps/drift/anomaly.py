@@ -180,11 +180,27 @@ def _confirmation(live: ReturnSummary, state: AnomalyState, rule: AnomalyRule) -
 
 
 def return_anomaly(
-    live: ReturnSummary, sandbox: ReturnSummary, state: AnomalyState, rule: AnomalyRule
+    live: ReturnSummary,
+    sandbox: ReturnSummary,
+    state: AnomalyState,
+    rule: AnomalyRule,
+    alarmed_for: str | None = None,
 ) -> tuple[dict[str, Any], AnomalyState]:
     """The verdict (pure) and the state the next check starts from: ``anomaly`` (the alarm),
     ``suspect``, the drops and their thresholds, and which references were used (see the module
-    docstring)."""
+    docstring). ``alarmed_for``: why the same check already raises the alarm (input drift), when it
+    does — a suspect of that hour is then not kept for the next hour to confirm: the fall has its
+    cause and its retrain, and the level starts again from this hour (one alarm per cause)."""
+    verdict, after = _return_anomaly(live, sandbox, state, rule)
+    if alarmed_for and after.suspect is not None:
+        verdict["suspect_cleared"] = f"the hour already alarms for {alarmed_for}"
+        return verdict, AnomalyState((live,))
+    return verdict, after
+
+
+def _return_anomaly(
+    live: ReturnSummary, sandbox: ReturnSummary, state: AnomalyState, rule: AnomalyRule
+) -> tuple[dict[str, Any], AnomalyState]:
     if live.episodes == 0 or sandbox.episodes == 0:
         return {"anomaly": False, "suspect": False, "drop": 0.0, "threshold": rule.min_drop, "reference": "none"}, state
     drop = sandbox.mean - live.mean
@@ -220,10 +236,14 @@ def return_anomaly(
 
 
 def check_return_anomaly(
-    ctx: Any, live_returns: np.ndarray, sandbox_returns: np.ndarray, policy_version: str | None
+    ctx: Any,
+    live_returns: np.ndarray,
+    sandbox_returns: np.ndarray,
+    policy_version: str | None,
+    alarmed_for: str | None = None,
 ) -> dict[str, Any]:
     """The drift check's call: the verdict from the kept state, which a real check then replaces
-    (nothing is written on a dry run)."""
+    (nothing is written on a dry run); ``alarmed_for`` as :func:`return_anomaly` takes it."""
     live = ReturnSummary.of(live_returns, policy_version, ctx.run_key)
     sandbox = ReturnSummary.of(sandbox_returns, policy_version, ctx.run_key)
     state_uri = ctx.uri("drift_state", ctx.scenario, "live_return.json")
@@ -234,7 +254,7 @@ def check_return_anomaly(
         state = AnomalyState.from_dict(doc["prior"] if doc.get("run_key") == ctx.run_key else doc["state"])
     elif isinstance(doc, dict) and str(doc.get("run_key")) != ctx.run_key:
         state = AnomalyState.from_dict(doc)
-    verdict, after = return_anomaly(live, sandbox, state, AnomalyRule.of(ctx.config.drift))
+    verdict, after = return_anomaly(live, sandbox, state, AnomalyRule.of(ctx.config.drift), alarmed_for)
     if not ctx.dry_run and live.episodes > 1:
         ctx.storage.write_json(state_uri, {"run_key": ctx.run_key, "prior": state.to_dict(), "state": after.to_dict()})
     return verdict

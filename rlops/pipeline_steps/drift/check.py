@@ -277,8 +277,9 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
 
     r_live = episode_returns(live) if summary is None else summary.episode_returns
     r_base = episode_returns(baseline_df)
-    verdict = check_return_anomaly(ctx, r_live, r_base, version)
     drifted = list(result.drifted_fields)
+    alarmed_for = f"input drift ({', '.join(drifted[:3])})" if drifted else None
+    verdict = check_return_anomaly(ctx, r_live, r_base, version, alarmed_for)
     from rlops.pipeline_steps.drift.outcomes import outcome_drift_step
 
     outcome = outcome_drift_step(ctx, pack, baseline_df, live)

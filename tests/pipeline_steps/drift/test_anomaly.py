@@ -79,6 +79,20 @@ def test_a_suspect_whose_next_hour_stays_down_raises_the_alarm() -> None:
     assert [h.run_key for h in after.history] == ["h7"] and after.suspect is None  # a new level
 
 
+def test_a_suspect_hour_that_already_alarms_for_input_drift_is_not_confirmed_again() -> None:
+    # the error-rate event of the 48-hour timeline: its hour alarms for drifted errors (retrain)
+    # and is a return suspect; the next hour stays down, but that fall has had its alarm
+    state = _history(0.70, 0.70, 0.70, 0.70, 0.70, 0.70)
+    first, state = return_anomaly(_summary(0.57, "h6"), SANDBOX, state, RULE, alarmed_for="input drift (error)")
+    assert first["suspect"] and first["suspect_cleared"] == "the hour already alarms for input drift (error)"
+    assert state.suspect is None and [h.run_key for h in state.history] == ["h6"]
+    second, _ = return_anomaly(_summary(0.58, "h7"), SANDBOX, state, RULE)
+    assert not second["anomaly"] and "confirmation" not in second
+    # without the drift alarm the same two hours raise the return alarm
+    _, pending = return_anomaly(_summary(0.57, "h6"), SANDBOX, _history(*[0.70] * 6), RULE)
+    assert return_anomaly(_summary(0.58, "h7"), SANDBOX, pending, RULE)[0]["anomaly"]
+
+
 def test_a_suspect_whose_next_hour_reverts_is_dropped() -> None:
     state = _history(0.70, 0.70, 0.70, 0.70, 0.70, 0.70)
     _, state = return_anomaly(_summary(0.57, "h6"), SANDBOX, state, RULE)
