@@ -11,7 +11,9 @@ Prints progress, then ONE JSON line: ``scheduler_minutes``, ``dag_runs`` (by sta
 ``failed_not_by_kill``, ``seconds_without_champion`` (after each pack's first promotion),
 ``promotion_to_agent_s`` (max), ``rows_in`` / ``rows_accepted`` / ``rows_quarantined`` (the captures),
 ``rows_written`` (the agent), ``world_changes``, ``world_changes_answered`` (a champion trained after
-the change serves), ``cpu_s_per_pack_hour``, ``wall_s``, and the load average at start and end.
+the change serves), ``world_changes_judged`` and ``world_change_outcomes`` (per change, the candidates
+trained after it and the gates' verdict on each: a change the champion already handles is answered
+by keeping it), ``cpu_s_per_pack_hour``, ``wall_s``, and the load average at start and end.
 
     python bench/stack_soak.py [--minutes 60] [--packs credit_approval,complaint_handling] [--workdir DIR]
 """
