@@ -130,18 +130,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     params, scenario = _project(args)
     root = scenarios_dir(params)
-    packs = [scenario] if scenario else pack_names(root)
+    folders = [] if scenario else pack_names(root)  # the packs the DAG files read
+    packs = [scenario] if scenario else folders
     problems: list[ParamsProblem] = []
     if not root.is_dir():  # every command would then fail to find its pack
         problems.append(
             ParamsProblem("scenarios_dir", f"{root} is not a folder; expected the folder of the scenario packs")
         )
-    from rlops.pipeline_steps.orchestration.settings import pack_name_problem  # imports Airflow's SDK
+    if folders:
+        from rlops.pipeline_steps.orchestration.settings import pack_name_problem  # imports Airflow's SDK
 
-    for folder in [] if scenario else pack_names(root):  # a name no DAG id can hold: the pack gets no DAGs
-        reason = pack_name_problem(folder)
-        if reason is not None:
-            problems.append(ParamsProblem(f"scenarios_dir/{folder}", reason, file=str(root / folder)))
+        for folder in folders:  # a name no DAG id can hold: the pack gets no DAGs
+            reason = pack_name_problem(folder)
+            if reason is not None:
+                problems.append(ParamsProblem(f"scenarios_dir/{folder}", reason, file=str(root / folder)))
     targets: list[str | None] = list(packs) or [None]  # no packs: the project's params alone
     for name in targets:
         try:

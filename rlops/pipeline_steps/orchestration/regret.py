@@ -29,6 +29,7 @@ A pack without an oracle gets no figures (``oracle_return`` stays None), and not
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -81,8 +82,6 @@ class RegretMeter:
             return None
         key = (id(pack), reward_fn)
         if key not in self._world_policies:
-            import time
-
             from rlops.model.pack_defaults import derive_defaults
             from rlops.model.policy import as_act_fn
             from rlops.model.ppo import train
