@@ -15,7 +15,7 @@ the change serves), ``world_changes_judged`` and ``world_change_outcomes`` (per 
 trained after it and the gates' verdict on each: a change the champion already handles is answered
 by keeping it), ``cpu_s_per_pack_hour``, ``wall_s``, and the load average at start and end.
 
-    python bench/stack_soak.py [--minutes 60] [--packs credit_approval,complaint_handling] [--workdir DIR]
+    python bench/stack_soak.py [--minutes 75] [--packs credit_approval,complaint_handling] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -36,12 +36,16 @@ from bench.soak_watch import Watcher  # noqa: E402
 from rlops.common.config import REPO_ROOT, deep_merge  # noqa: E402
 
 # The production stand-in's changes, per pack, at a share of the run: an input drift the drift
-# monitor sees, then an outcome change only the returns show.
+# monitor sees, then an outcome change only the returns show. Each outcome change is one the pack's
+# recalibration can learn from live traces (credit fits default odds on its loan outcomes; complaint
+# has no fit for its hidden resolution odds, so its outcome change is the billing API failing, which
+# the traces' errors show): a change the sandbox cannot learn could not be trained against. Both land
+# after the first champion and early enough for two scheduled retrains and a roll-out after them.
 WORLD_CHANGES: dict[str, list[dict[str, Any]]] = {
     "credit_approval": [
-        {"at": 0.3, "kind": "population", "init": {"user_profile.age": {"dist": "normal", "mean": 58, "std": 10}}},
+        {"at": 0.25, "kind": "population", "init": {"user_profile.age": {"dist": "normal", "mean": 58, "std": 10}}},
         {
-            "at": 0.55,
+            "at": 0.4,
             "kind": "outcome",
             "field": "hidden.default_prob",
             "factor": 2.5,
@@ -49,8 +53,12 @@ WORLD_CHANGES: dict[str, list[dict[str, Any]]] = {
         },
     ],
     "complaint_handling": [
-        {"at": 0.3, "kind": "population", "init": {"customer.sentiment": {"dist": "normal", "mean": -0.7, "std": 0.3}}},
-        {"at": 0.55, "kind": "outcome", "field": "hidden.p_apology", "factor": 0.4},
+        {
+            "at": 0.25,
+            "kind": "population",
+            "init": {"customer.sentiment": {"dist": "normal", "mean": -0.7, "std": 0.3}},
+        },
+        {"at": 0.4, "kind": "error_rate", "api": "billing", "rate": 0.6},
     ],
 }
 
@@ -68,7 +76,7 @@ def free_port() -> int:
 
 def soak_params(workdir: Path, packs: list[str], cadence: int) -> dict[str, Any]:
     """The project's params with everything under ``workdir`` and the DAGs at a compressed cadence:
-    capture and roll-out every ``cadence`` minutes, drift every 2, full retrains every 4 cadences."""
+    capture and roll-out every ``cadence`` minutes, drift every 2, full retrains every 3 cadences."""
     import yaml
 
     base = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
@@ -86,7 +94,7 @@ def soak_params(workdir: Path, packs: list[str], cadence: int) -> dict[str, Any]
                 "drift_monitor": every(2 * cadence),
                 "label_queue": None,
                 "retrain_incremental": None,
-                "retrain_full": every(4 * cadence),
+                "retrain_full": every(3 * cadence),
                 "rollout": every(cadence),
                 "unpaused": [f"*__{p}" for p in packs],
             },
@@ -167,7 +175,7 @@ def agent_main(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--minutes", type=float, default=60.0, help="scheduler time to soak (default 60)")
+    ap.add_argument("--minutes", type=float, default=75.0, help="scheduler time to soak (default 75)")
     ap.add_argument("--packs", default="credit_approval,complaint_handling")
     ap.add_argument("--cadence", type=int, default=5, help="minutes between captures (default 5)")
     ap.add_argument("--episodes", type=int, default=40, help="episodes per pack per agent tick")

@@ -43,7 +43,7 @@ def test_bad_arguments_are_one_usage_line_and_exit_2(script: str, args: list[str
 def test_soak_params_are_valid_params_at_a_compressed_cadence(tmp_path: Path) -> None:
     doc = soak_params(tmp_path, ["credit_approval", "complaint_handling"], cadence=5)
     params = Params.model_validate(doc)
-    assert params.dags.trace_capture == "*/5 * * * *" and params.dags.retrain_full == "*/20 * * * *"
+    assert params.dags.trace_capture == "*/5 * * * *" and params.dags.retrain_full == "*/15 * * * *"
     assert params.dags.unpaused == ["*__credit_approval", "*__complaint_handling"]
     assert len({params.stack.airflow_port, params.stack.mlflow_port, params.stack.console_port}) == 3
 
@@ -51,4 +51,5 @@ def test_soak_params_are_valid_params_at_a_compressed_cadence(tmp_path: Path) ->
 def test_the_world_changes_are_valid_timeline_events() -> None:
     for pack, changes in WORLD_CHANGES.items():
         events = parse_events([{**{k: v for k, v in c.items() if k != "at"}, "at_hour": c["at"]} for c in changes])
-        assert [e.kind for e in events] == ["population", "outcome"], pack
+        # an input drift, then a change only the returns and the errors show, which recalibration learns
+        assert events[0].kind == "population" and events[1].kind in ("outcome", "error_rate"), pack
