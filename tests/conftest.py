@@ -42,6 +42,8 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO_ROOT / "dags")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}"
 os.environ.setdefault("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT", "120")
+# The session's own cache (the pack liveness verdicts): the user's never decides a test.
+os.environ["RLOPS_CACHE_DIR"] = str(_AIRFLOW_HOME / "rlops-cache")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -4,6 +4,10 @@ optional ``params.yaml``. :func:`load_pack` validates all of it or raises one :c
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -129,29 +133,68 @@ def load_pack(
     pack = Pack(root, scenario, rules, reward_fns, load_params(root), calibration, dict(signals or {}))
     if check_liveness:
         stage(scen_file, "rolling random episodes (liveness check)")
-        live_key = _liveness_key(doc, reward_fns)
-        if live_key not in _LIVE_PACKS:  # the verdict is a function of the document and the rewards
+        live_key = _liveness_key(doc, rules, pack.params, reward_fns)
+        if not _passed_liveness(live_key):  # the verdict is a function of the document and the rewards
             check_no_dead_ends(pack)
-            _LIVE_PACKS[live_key] = None
-            while len(_LIVE_PACKS) > 256:
-                _LIVE_PACKS.pop(next(iter(_LIVE_PACKS)))
+            _remember_liveness(live_key)
     return pack
 
 
-#: Digests of (effective scenario document, reward sources) that passed the liveness check in this
-#: process: the check rolls seeded random episodes, so the same inputs always give the same verdict,
-#: and a scheduler loading the same pack every few minutes need not roll them again.
+#: Digests of (effective scenario document, rules, pack params, reward sources, sandbox code) that passed the liveness
+#: check: the check rolls seeded random episodes, so the same inputs always give the same verdict,
+#: and a scheduler loading the same pack every few minutes need not roll them again. Kept in this
+#: process and, across the processes of a deployment (each task is one), as empty files under
+#: ``$RLOPS_CACHE_DIR/liveness`` (default ``$XDG_CACHE_HOME/rlops``, else ``~/.cache/rlops``).
 _LIVE_PACKS: dict[str, None] = {}
 
 
-def _liveness_key(doc: dict[str, Any], reward_fns: dict[str, RewardFunction]) -> str:
-    import hashlib
-    import json
+def liveness_cache_dir() -> Path:
+    root = (
+        os.environ.get("RLOPS_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlops"
+    )
+    return Path(root) / "liveness"
 
-    text = json.dumps(doc, sort_keys=True, default=str) + "".join(
+
+def _passed_liveness(key: str) -> bool:
+    if key in _LIVE_PACKS:
+        return True
+    try:
+        found = (liveness_cache_dir() / key).is_file()
+    except OSError:
+        found = False
+    if found:
+        _LIVE_PACKS[key] = None
+    return found
+
+
+def _remember_liveness(key: str) -> None:
+    _LIVE_PACKS[key] = None
+    while len(_LIVE_PACKS) > 256:
+        _LIVE_PACKS.pop(next(iter(_LIVE_PACKS)))
+    try:  # a cache that cannot be written only costs the next process the check again
+        folder = liveness_cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / key).touch()
+    except OSError:
+        pass
+
+
+@functools.cache
+def _sandbox_code_digest() -> str:
+    """The sandbox's own source: a verdict recorded by other code does not carry over."""
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()
+
+
+def _liveness_key(
+    doc: dict[str, Any], rules: dict[str, Any], params: dict[str, Any], reward_fns: dict[str, RewardFunction]
+) -> str:
+    text = json.dumps([doc, rules, params], sort_keys=True, default=str) + "".join(
         f"{k}:{fn.version}" for k, fn in sorted(reward_fns.items())
     )
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256((_sandbox_code_digest() + text).encode()).hexdigest()
 
 
 def _load_reward_fns(
