@@ -31,9 +31,11 @@ MLflow loads this file as model code (module name ``code_model_<hex>``); only th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +141,7 @@ def save_pyfunc_policy(policy_dir: str | Path, dst: str | Path, input_example: p
                 f"{Path(policy_dir) / CONFIG_FILE}: metadata lacks '{key}'; save the policy with "
                 "the scenario's action names and observation columns"
             )
-    with tempfile.TemporaryDirectory() as staging:
+    with tempfile.TemporaryDirectory() as staging, _pins_known_satisfied():
         mlflow.pyfunc.save_model(
             path=str(dst),
             python_model=str(Path(__file__).resolve()),
@@ -151,6 +153,28 @@ def save_pyfunc_policy(policy_dir: str | Path, dst: str | Path, input_example: p
             metadata={"rlops_kind": "policy", "n_actions": len(meta["action_names"])},
         )
     return Path(dst)
+
+
+@contextlib.contextmanager
+def _pins_known_satisfied() -> Iterator[None]:
+    """Skip MLflow's check that the requirements are installed: :func:`_pins` reads them from this
+    environment, so they are by construction, and the check maps every installed distribution to its
+    modules first (over a second of every training task in a full deployment's environment)."""
+    from mlflow.utils import environment
+
+    check = getattr(environment, "warn_dependency_requirement_mismatches", None)
+    if check is None:  # another MLflow: nothing to skip
+        yield
+        return
+
+    def satisfied(model_requirements: list[str]) -> None:
+        return None
+
+    environment.warn_dependency_requirement_mismatches = satisfied  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        environment.warn_dependency_requirement_mismatches = check  # type: ignore[attr-defined]
 
 
 def _stage_model_package(staging: Path) -> Path:
