@@ -49,6 +49,7 @@ def run(scenario: str | None = None) -> int:
     from rlops.pipeline_steps.promotion.flow import promote
     from rlops.pipeline_steps.stress.step import stress_test
     from rlops.pipeline_steps.training.policy import train_policy
+    from rlops.pipeline_steps.training.request import TrainRequest
     from rlops.pipeline_steps.training.reward_model import train_reward_model_step
     from rlops.sandbox.pack import load_pack
 
@@ -104,7 +105,7 @@ def run(scenario: str | None = None) -> int:
 
     timesteps = demo.timesteps
     _say(6, f"training a policy with masked PPO for {timesteps:,} steps in the calibrated sandbox …")
-    tr, dt = _timed(lambda: train_policy(ctx, mode="full", timesteps=timesteps))
+    tr, dt = _timed(lambda: train_policy(ctx, TrainRequest(timesteps=timesteps)))
     print(
         f"      candidate {scenario}-policy v{tr['model_version']}: mean return {tr['mean_return']:.3f} ({dt:.1f}s)",
         flush=True,

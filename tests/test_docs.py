@@ -285,7 +285,11 @@ def test_the_module_path_checker_sees_what_is_gone() -> None:
 
 
 def _dag_param_names() -> set[str]:
-    """The names of the DAGs' typed Params (``"name": Param(...)`` in the DAG files and their settings)."""
+    """The names of the DAGs' typed Params: ``"name": Param(...)`` in the DAG files and their settings,
+    and the options of the training request the settings make Params of."""
+    from rlops.common.step_request import options
+    from rlops.pipeline_steps.training.request import TrainRequest
+
     files = [
         REPO_ROOT / "rlops" / "pipeline_steps" / "orchestration" / "settings.py",
         *sorted((REPO_ROOT / "dags").glob("*.py")),
@@ -299,7 +303,7 @@ def _dag_param_names() -> set[str]:
         if isinstance(k, ast.Constant)
         and isinstance(v, ast.Call)
         and getattr(v.func, "id", getattr(v.func, "attr", None)) == "Param"
-    }
+    } | {o.name for o in options(TrainRequest) if o.dag}
 
 
 def test_dag_conf_shown_in_the_docs_uses_the_dags_params() -> None:

@@ -4,6 +4,7 @@ and read a training run's per-iteration metrics."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from rlops.commands.common_args import (
     add_common_args,
@@ -13,6 +14,8 @@ from rlops.commands.common_args import (
     infrastructure,
     print_result,
 )
+from rlops.common import step_request
+from rlops.pipeline_steps.training.request import TrainRequest
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,27 +30,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "and its return exist only once trained, so they say 'not computed'.",
     )
     add_common_args(p)
-    p.add_argument("--mode", choices=["full", "incremental"], default="full")
-    p.add_argument("--timesteps", type=int, default=None, help="environment steps (default: params)")
     add_reward_fn_arg(p)
-    p.add_argument("--device", default=None, help="cpu, cuda or auto (default: params)")
-    p.add_argument(
-        "--reward-source",
-        choices=["scripted", "model", "blend"],
-        default=None,
-        help="per-step reward: the reward function, the reward model, or both (default: params)",
-    )
-    p.add_argument(
-        "--reward-blend-lambda",
-        type=float,
-        default=None,
-        help="weight of the reward model's score in 'blend' (default: params train.reward_blend_lambda)",
-    )
-    p.add_argument(
-        "--reward-model-version",
-        default=None,
-        help="version of <scenario>-reward-model for 'model'/'blend' (default: the newest)",
-    )
+    step_request.add_arguments(p, TrainRequest)
     p.set_defaults(func=cmd_policy)
 
     p = verbs.add_parser(
@@ -126,19 +110,10 @@ def cmd_policy(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.training.policy import train_policy
 
     ctx = context_from_args(args)
-    if args.timesteps is not None and args.timesteps < 1:
-        raise UserError(f"--timesteps must be a positive number of environment steps, got {args.timesteps}")
     try:
+        request = step_request.from_args(TrainRequest, args)
         res = train_policy(
-            ctx,
-            args.mode,
-            args.timesteps,
-            args.reward_fn,
-            device=args.device,
-            progress=show_progress(args.json),
-            reward_source=args.reward_source,
-            blend_lambda=args.reward_blend_lambda,
-            reward_model_version=args.reward_model_version,
+            ctx, dataclasses.replace(request, reward_fn=args.reward_fn), progress=show_progress(args.json)
         )
     except KeyError as exc:  # unknown reward function label
         raise UserError(str(exc).strip("'\"")) from None

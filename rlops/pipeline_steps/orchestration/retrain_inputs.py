@@ -26,21 +26,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from rlops.common import step_request
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, policy_model_name
+from rlops.pipeline_steps.training.request import TrainRequest
 
 log = logging.getLogger(__name__)
-
-_KEYS = (
-    "reward_fn",
-    "timesteps",
-    "mode",
-    "reward_source",
-    "reward_blend_lambda",
-    "reward_switch_to",
-    "reward_switch_at_iteration",
-)
-
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -54,7 +45,8 @@ def retrain_inputs(ctx: StepContext, mode: str, conf: Mapping[str, Any]) -> dict
     source = conf.get("reward_source") or ctx.section("train").get("reward_source") or "scripted"
     inputs: dict[str, Any] = {
         "mode": mode,
-        "conf": {k: conf.get(k) for k in _KEYS},
+        # the run's options that decide what it trains: the request's, so a new option counts here too
+        "conf": {k: conf.get(k) for k in step_request.digest_options(TrainRequest)},
         "reward_source": source,
         "scenario_yaml": _sha((pack / "scenario.yaml").read_bytes()),
         "reward_fn_source": _sha(reward_file.read_bytes()) if reward_file.exists() else None,

@@ -23,6 +23,9 @@ from typing import Any
 import pendulum
 from airflow.sdk import Param
 
+from rlops.common import step_request
+from rlops.pipeline_steps.training.request import RESOLVED_OPTIONS, TrainRequest
+
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 GPU_QUEUE = "gpu"
 GPU_POOL = "gpu"
@@ -267,31 +270,12 @@ def dag_params(pack: PackDagConfig, mode: str = "full", training: bool = False) 
     from the pack's resolved params. ``training``: the retrain DAGs' own keys too (staging, the
     reward source, a reward switch) — the others leave them out (fewer Params to serialize)."""
     timesteps = pack.full_timesteps if mode == "full" else pack.incremental_timesteps
+    resolved = {"mode": mode, "timesteps": timesteps, "reward_fn": pack.reward_fn}
     common = {
         "scenario": Param(
             pack.scenario, type="string", enum=[pack.scenario], description="the scenario pack this DAG belongs to"
         ),
-        "reward_fn": Param(
-            pack.reward_fn,
-            type="string",
-            pattern=r"^v\d+$",
-            description="reward function of the pack (reward_<version>.py); default: the pack's params reward_fn",
-        ),
-        "timesteps": Param(
-            timesteps,
-            type="integer",
-            minimum=1_000,
-            maximum=1_000_000_000,
-            description="PPO environment steps for training tasks (default: params train."
-            + ("total_timesteps" if mode == "full" else "incremental_timesteps")
-            + ")",
-        ),
-        "mode": Param(
-            mode,
-            type="string",
-            enum=["full", "incremental"],
-            description="train from scratch or warm-start from the champion",
-        ),
+        **step_request.dag_params(TrainRequest, resolved, only=RESOLVED_OPTIONS),
         "dry_run": Param(False, type="boolean", description="report what would change, write nothing"),
     }
     if not training:
@@ -317,27 +301,7 @@ def dag_params(pack: PackDagConfig, mode: str = "full", training: bool = False) 
             enum=["schedule", "drift", "manual"],
             description="why this run: schedule, drift (emergency retrain) or manual",
         ),
-        "reward_source": Param(
-            None,
-            type=["null", "string"],
-            enum=[None, "scripted", "model", "blend"],
-            description="policy training reward: scripted, model, blend (null: params train.reward_source)",
-        ),
-        "reward_blend_lambda": Param(
-            None,
-            type=["null", "number"],
-            minimum=0,
-            description="weight of the reward model in 'blend' (null: params train.reward_blend_lambda)",
-        ),
-        "reward_switch_to": Param(
-            None,
-            type=["null", "string"],
-            description="hot reload: switch training to this reward function (v<N>) at "
-            "reward_switch_at_iteration (null: no switch)",
-        ),
-        "reward_switch_at_iteration": Param(
-            None, type=["null", "integer"], minimum=1, description="PPO iteration of the switch (null: the first)"
-        ),
+        **{k: v for k, v in step_request.dag_params(TrainRequest).items() if k not in RESOLVED_OPTIONS},
     }
 
 

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from rlops.common import step_request
 from rlops.common.config import resolve_params
 from rlops.common.errors import UserError
 from rlops.common.progress import route_library_output
 from rlops.common.run_key import RunKey, parse_run_key
 from rlops.common.threads import resolve_threads, set_torch_threads
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.training.request import RESOLVED_OPTIONS, TrainRequest
 
-_VERSION = re.compile(r"^v\d+$")
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -92,45 +92,13 @@ def validate_conf(
     the conf with its run key."""
     from rlops.sandbox.errors import PackError
 
-    conf = {
-        k: params.get(k)
-        for k in (
-            "scenario",
-            "reward_fn",
-            "timesteps",
-            "mode",
-            "dry_run",
-            "reward_source",
-            "reward_blend_lambda",
-            "reward_switch_to",
-            "reward_switch_at_iteration",
-            "staged",
-            "reason",
-        )
-    }
+    train_options = [o.name for o in step_request.options(TrainRequest) if o.dag]
+    conf = {k: params.get(k) for k in ("scenario", *train_options, "dry_run", "staged", "reason")}
     if "simulate" in params:  # the capture DAG's switch; null leaves it to capture.simulate_when_empty
         conf["simulate"] = params.get("simulate")
-    problems = []
-    if conf["reward_source"] not in (None, "scripted", "model", "blend"):
-        problems.append(f"reward_source {conf['reward_source']!r}: expected scripted, model, blend (or null: params)")
-    lam = conf["reward_blend_lambda"]
-    if lam is not None and (isinstance(lam, bool) or not isinstance(lam, (int, float)) or lam < 0):
-        problems.append(f"reward_blend_lambda {lam!r}: expected a number >= 0 (or null: params)")
-    if conf["reward_switch_to"] is not None and not (
-        isinstance(conf["reward_switch_to"], str) and _VERSION.match(conf["reward_switch_to"])
-    ):
-        problems.append(f"reward_switch_to {conf['reward_switch_to']!r}: expected v<N> (or null: no switch)")
-    at = conf["reward_switch_at_iteration"]
-    if at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 1):
-        problems.append(f"reward_switch_at_iteration {at!r}: expected an iteration number >= 1")
+    problems = step_request.conf_problems(TrainRequest, conf, required=RESOLVED_OPTIONS)
     if not isinstance(conf["scenario"], str) or not conf["scenario"]:
         problems.append(f"scenario {conf['scenario']!r}: expected the name of a pack under scenarios/")
-    if not isinstance(conf["reward_fn"], str) or not _VERSION.match(conf["reward_fn"]):
-        problems.append(f"reward_fn {conf['reward_fn']!r}: expected v<N>, e.g. v1")
-    if not isinstance(conf["timesteps"], int) or conf["timesteps"] < 1000:
-        problems.append(f"timesteps {conf['timesteps']!r}: expected an integer >= 1000")
-    if conf["mode"] not in ("full", "incremental"):
-        problems.append(f"mode {conf['mode']!r}: expected 'full' or 'incremental'")
     if conf.get("simulate") is not None and not isinstance(conf["simulate"], bool):
         problems.append(
             f"simulate {conf['simulate']!r}: expected true, false or null (params capture.simulate_when_empty)"
@@ -321,20 +289,10 @@ def train_policy(conf: Mapping[str, Any], mode: str, reward_model: Mapping[str, 
 
     # The reward model version this DAG run trained (when it did) is the one a model/blend run uses.
     rm_version = (reward_model or {}).get("model_version")
-    out = run(
-        _ctx(conf),
-        mode=mode,
-        timesteps=int(conf["timesteps"]),
-        reward_fn=conf["reward_fn"],
-        reward_source=conf.get("reward_source"),
-        blend_lambda=conf.get("reward_blend_lambda"),
-        reward_model_version=None if rm_version is None else str(rm_version),
-        reward_switch=(
-            (int(conf.get("reward_switch_at_iteration") or 1), conf["reward_switch_to"])
-            if conf.get("reward_switch_to")
-            else None
-        ),
+    request = step_request.from_conf(
+        TrainRequest, conf, mode=mode, reward_model_version=None if rm_version is None else str(rm_version)
     )
+    out = run(_ctx(conf), request)
     # Where training ran: the distributed test checks that it was the gpu queue's worker.
     return {**out, "worker_host": socket.gethostname()}
 

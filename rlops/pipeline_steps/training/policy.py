@@ -44,6 +44,7 @@ from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import policy_model_name
 from rlops.pipeline_steps.infra.signal_store import SignalReading
 from rlops.pipeline_steps.infra.signal_store import lineage as signal_lineage
+from rlops.pipeline_steps.training.request import TrainRequest
 
 if TYPE_CHECKING:
     from rlops.model.pack_defaults import TrainingPlan
@@ -119,46 +120,41 @@ def fingerprint(**inputs: Any) -> str:
 
 
 # --------------------------------------------------------------------------- the step
-def train_policy(
-    ctx: StepContext,
-    mode: str = "full",
-    timesteps: int | None = None,
-    reward_fn: str | None = None,
-    data_version: str | None = None,
-    reward_source: str | None = None,
-    blend_lambda: float | None = None,
-    reward_model_version: str | None = None,
-    reward_switch: tuple[int, str] | None = None,
-    **ppo_overrides: Any,
-) -> dict[str, Any]:
-    """Train (or resume) a candidate and register it. Returns a small JSON-able summary.
+def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_overrides: Any) -> dict[str, Any]:
+    """Train (or resume) a candidate as ``request`` asks and register it. Returns a small JSON-able
+    summary.
 
-    ``reward_source`` (else ``train.reward_source``): ``scripted``, ``model`` or ``blend``
-    (scripted + ``blend_lambda`` · reward model, see :mod:`rlops.model.reward_source`); the last two use
-    ``reward_model_version`` of ``<scenario>-reward-model`` (default: the newest) and, in ``full``
-    mode, warm-start by behaviour cloning from the run key's relabelled traces when there are any.
-    ``reward_switch`` = ``(iteration, label)`` schedules a reward function switch; requests written
-    by ``rlops train switch-reward`` for this run key are picked up between iterations too.
+    ``request.reward_source`` (else ``train.reward_source``): ``scripted``, ``model`` or ``blend``
+    (scripted + ``reward_blend_lambda`` · reward model, see :mod:`rlops.model.reward_source`); the last
+    two use ``reward_model_version`` of ``<scenario>-reward-model`` (default: the newest) and, in
+    ``full`` mode, warm-start by behaviour cloning from the run key's relabelled traces when there are
+    any. ``reward_switch_to`` at ``reward_switch_at_iteration`` schedules a reward function switch;
+    requests written by ``rlops train switch-reward`` for this run key are picked up between
+    iterations too. ``ppo_overrides``: PPO settings over the params' (``progress``, a tuning trial's).
     A dry run decides what the real run would — the mode (the champion is loaded to compare its
     layout), the reuse of a version trained with the same fingerprint — and trains and writes
     nothing: its ``model_version`` and ``mean_return`` say they were not computed.
     """
     from rlops.common.arguments import MAX_TIMESTEPS, choice, count
 
+    request = request or TrainRequest()
+    mode, timesteps, reward_fn = request.mode, request.timesteps, request.reward_fn
     choice("--mode", mode, ("full", "incremental"))
     if timesteps is not None:
         timesteps = count("--timesteps", timesteps, maximum=MAX_TIMESTEPS)
+    if request.device is not None:
+        ppo_overrides["device"] = request.device
     from rlops.model.ppo_config import resolve_device
     from rlops.pipeline_steps.training.dual_track import resolve_reward_source
     from rlops.sandbox.profiles import default_profile
 
     pack = ctx.load_pack()
-    source = resolve_reward_source(ctx, reward_source, blend_lambda)
+    source = resolve_reward_source(ctx, request.reward_source, request.reward_blend_lambda)
     label = reward_label(ctx, reward_fn)
     reward_function = pack.reward_fn(label)
     signals = _signals_of(ctx, pack, reward_function)
     cal, cal_version = calibration_info(ctx)
-    data_version = str(data_version or (cal or {}).get("data_version") or f"run_key={ctx.run_key}")
+    data_version = str((cal or {}).get("data_version") or f"run_key={ctx.run_key}")
     # The sandbox as last recalibrated to live traffic, else the pack's default profile.
     profile = default_profile(pack, "sandbox", ctx.config.train.profile)
     name = policy_model_name(ctx.scenario)
@@ -168,7 +164,7 @@ def train_policy(
         ckpt = checkpoint_folder(ctx, mode_used, create=not ctx.dry_run)
         plan = ppo_config(ctx, pack, mode_used, timesteps, None if ctx.dry_run else ckpt, **ppo_overrides)
         cfg, num_envs = plan.config, plan.num_envs
-        rm_version, rm_model = _reward_model(ctx, source, reward_model_version)
+        rm_version, rm_model = _reward_model(ctx, source, request.reward_model_version)
         fp = fingerprint(
             scenario=ctx.scenario,
             run_key=ctx.run_key,
@@ -258,7 +254,7 @@ def train_policy(
         from rlops.model.reward_source import model_only
         from rlops.pipeline_steps.training.hot_reload import RewardSwitchPoller
 
-        switch_at, switch_label = reward_switch or (None, None)
+        switch_at, switch_label = request.reward_switch or (None, None)
         poller = RewardSwitchPoller(
             ctx, pack, switch_at, switch_label, wrap=model_only if source.kind == "model" else None
         )

@@ -122,6 +122,7 @@ def test_relabel_then_blend_training_tags_the_reward_model(
 ) -> None:
     from rlops.pipeline_steps.training.policy import train_policy
     from rlops.pipeline_steps.training.relabel import labels_uri, relabel_step
+    from rlops.pipeline_steps.training.request import TrainRequest
     from rlops.sandbox.policies import random_policy
     from rlops.sandbox.traces import rollout_traces
 
@@ -140,7 +141,7 @@ def test_relabel_then_blend_training_tags_the_reward_model(
         zip(traces["episode_id"].astype(str), traces["step"].astype(int))
     )
 
-    out = train_policy(ctx, "full", timesteps=16 * 8 * 2)
+    out = train_policy(ctx, TrainRequest(timesteps=16 * 8 * 2))
     assert out["reward_source"] == "blend" and out["reward_model_version"] == version
     assert out["behaviour_cloning"]["steps_imitated"] >= 64
     tags = ctx.tracker.model_version_tags(policy_model_name(SCENARIO), out["model_version"])
@@ -153,9 +154,10 @@ def test_model_source_without_a_reward_model_is_a_clear_error(
     tmp_tracking: str, tmp_storage_root: str, tmp_path: Path, pack: Any
 ) -> None:
     from rlops.pipeline_steps.training.policy import train_policy
+    from rlops.pipeline_steps.training.request import TrainRequest
 
     with pytest.raises(ValueError, match="train one first"):
-        train_policy(_ctx(tmp_path), "full", timesteps=256, reward_source="model")
+        train_policy(_ctx(tmp_path), TrainRequest(timesteps=256, reward_source="model"))
 
 
 def test_warm_start_imitates_human_labels_too(

@@ -32,8 +32,9 @@ def make_ctx(tmp_path: Path, run_key: str, **over: Any) -> StepContext:
 
 def _train(ctx: StepContext) -> dict[str, Any]:
     from rlops.pipeline_steps.training.policy import train_policy
+    from rlops.pipeline_steps.training.request import TrainRequest
 
-    return train_policy(ctx, "full", timesteps=256)
+    return train_policy(ctx, TrainRequest(timesteps=256))
 
 
 def _run(ctx: StepContext, run_id: str) -> Any:

@@ -54,6 +54,7 @@ def test_a_training_run_records_its_pid(
     tmp_tracking: str, tmp_storage_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rlops.pipeline_steps.training.policy import train_policy
+    from rlops.pipeline_steps.training.request import TrainRequest
     from rlops.pipeline_steps.training.status import train_status
     from rlops.sandbox.pack import load_pack
 
@@ -61,7 +62,7 @@ def test_a_training_run_records_its_pid(
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
     torch.set_num_threads(1)
     ctx = make_ctx(tmp_path)
-    res = train_policy(ctx, "full", timesteps=16 * 8 * 2)
+    res = train_policy(ctx, TrainRequest(timesteps=16 * 8 * 2))
     status = train_status(ctx, res["run_id"])
     assert status["tags"]["rlops.pid"] == str(os.getpid()) and status["tags"]["rlops.host"] == socket.gethostname()
     assert status["iterations"] == 2 and not status["plateau"] and "clipfrac" in status["columns"]

@@ -56,10 +56,11 @@ def test_full_run_registers_lineage_and_a_servable_pyfunc(
 
     from rlops.agent_sdk.policy_client import ObservationEncoder
     from rlops.pipeline_steps.training.policy import train_policy
+    from rlops.pipeline_steps.training.request import TrainRequest
     from rlops.pipeline_steps.training.status import train_status
 
     ctx = make_ctx(tmp_path)
-    res = train_policy(ctx, "full", timesteps=TINY)
+    res = train_policy(ctx, TrainRequest(timesteps=TINY))
     assert res["mode"] == "full" and res["parent_champion"] is None and not res["reused"]
     assert res["iterations"] == 2 and res["timesteps"] == TINY and isinstance(res["mean_return"], float)
     tags = ctx.tracker.model_version_tags(NAME, res["model_version"])
@@ -93,7 +94,7 @@ def test_full_run_registers_lineage_and_a_servable_pyfunc(
     assert abs(probs.sum() - 1) < 1e-5 and probs[0][~mask[0]].max() == 0
 
     # same run key, same inputs: the registered version is returned instead of a second one
-    again = train_policy(make_ctx(tmp_path), "full", timesteps=TINY)
+    again = train_policy(make_ctx(tmp_path), TrainRequest(timesteps=TINY))
     assert again["reused"] and again["model_version"] == res["model_version"]
 
 
@@ -101,8 +102,9 @@ def test_incremental_without_champion_trains_full_and_says_so(
     tmp_tracking: str, tmp_storage_root: str, tmp_path: Path
 ) -> None:
     from rlops.pipeline_steps.training.policy import train_policy
+    from rlops.pipeline_steps.training.request import TrainRequest
 
-    res = train_policy(make_ctx(tmp_path), "incremental", timesteps=TINY)
+    res = train_policy(make_ctx(tmp_path), TrainRequest(mode="incremental", timesteps=TINY))
     assert res["requested_mode"] == "incremental" and res["mode"] == "full"
     assert "no champion" in res["note"] and res["parent_champion"] is None
 
@@ -113,12 +115,13 @@ def test_incremental_warm_starts_from_the_champion(
 ) -> None:
     from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
     from rlops.pipeline_steps.training.policy import train_policy
+    from rlops.pipeline_steps.training.request import TrainRequest
 
     ctx = make_ctx(tmp_path, run_key="20260105T1000")
-    first = train_policy(ctx, "full", timesteps=TINY)
+    first = train_policy(ctx, TrainRequest(timesteps=TINY))
     ctx.tracker.set_alias(NAME, "champion", first["model_version"])
     ctx2 = make_ctx(tmp_path, run_key="20260105T1015-15m", train={"ewc_lambda": ewc_lambda})
-    res = train_policy(ctx2, "incremental", timesteps=TINY)
+    res = train_policy(ctx2, TrainRequest(mode="incremental", timesteps=TINY))
     assert res["mode"] == "incremental" and res["parent_champion"] == first["model_version"]
     tags = ctx2.tracker.model_version_tags(NAME, res["model_version"])
     assert tags["parent_champion"] == first["model_version"] and tags["mode"] == "incremental"
@@ -136,6 +139,7 @@ def test_resume_continues_from_the_last_checkpoint(
 ) -> None:
     import rlops.pipeline_steps.training.policy as train_mod
     from rlops.pipeline_steps.training.policy import train_policy
+    from rlops.pipeline_steps.training.request import TrainRequest
 
     register = train_mod.register_policy
 
@@ -149,14 +153,14 @@ def test_resume_continues_from_the_last_checkpoint(
     # ... and like a killed process, never gets to end its MLflow run.
     monkeypatch.setattr(MlflowClient, "set_terminated", lambda *a, **kw: None)
     with pytest.raises(RuntimeError, match="worker lost"):
-        train_policy(make_ctx(tmp_path), "full", timesteps=TINY)
+        train_policy(make_ctx(tmp_path), TrainRequest(timesteps=TINY))
     monkeypatch.setattr(MlflowClient, "set_terminated", end_run)
     client = MlflowClient(tmp_tracking)
     exp = client.get_experiment_by_name(SCENARIO)
     left_open = [r for r in client.search_runs([exp.experiment_id], "tags.`rlops.step` = 'train_policy'")]
     assert [r.info.status for r in left_open] == ["RUNNING"]
     monkeypatch.setattr(train_mod, "register_policy", register)
-    res = train_policy(make_ctx(tmp_path), "full", timesteps=TINY)
+    res = train_policy(make_ctx(tmp_path), TrainRequest(timesteps=TINY))
     assert res["resumed_from"] == "ckpt_00000002.pt" and res["iterations"] == 2 and res["model_version"] == "1"
     stale = client.get_run(left_open[0].info.run_id)  # the resumed training closed it
     assert stale.info.status == "KILLED" and "rlops.closed_by" in stale.data.tags

@@ -1,0 +1,71 @@
+"""What a policy training is asked to do: the options of ``rlops train policy`` and of the retrain
+DAGs' ``train_policy`` task, declared once (see :mod:`rlops.common.step_request`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlops.common.arguments import MAX_TIMESTEPS
+from rlops.common.step_request import option
+
+REWARD_SOURCES = ("scripted", "model", "blend")
+#: The options every pack DAG accepts, with the pack's resolved value as the Param default (a drift
+#: run passes them on to the retrain it triggers); the retrain DAGs accept the others too.
+RESOLVED_OPTIONS = ("reward_fn", "timesteps", "mode")
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """One training run's options; ``None`` leaves an option to the pack's resolved params."""
+
+    mode: str = option(
+        "full", choices=("full", "incremental"), help="train from scratch or warm-start from the champion"
+    )
+    timesteps: int | None = option(
+        None,
+        minimum=1_000,
+        maximum=MAX_TIMESTEPS,
+        help="PPO environment steps (default: params train.total_timesteps, or train.incremental_timesteps "
+        "in incremental mode)",
+    )
+    reward_fn: str | None = option(
+        None,
+        pattern=r"v\d+",
+        cli=False,  # the command shares --reward-fn with the others (rlops.commands.common_args)
+        help="reward function of the pack (reward_<label>.py), e.g. v1 (default: the pack's params "
+        "reward_fn, else the project's, else the pack's newest)",
+    )
+    reward_source: str | None = option(
+        None,
+        choices=REWARD_SOURCES,
+        help="per-step reward: the reward function, the reward model, or both (default: params train.reward_source)",
+    )
+    reward_blend_lambda: float | None = option(
+        None,
+        minimum=0,
+        help="weight of the reward model's score in 'blend' (default: params train.reward_blend_lambda)",
+    )
+    reward_model_version: str | None = option(
+        None,
+        dag=False,  # the retrain DAG trains with the reward model its relabel task used
+        digest=False,
+        help="version of <scenario>-reward-model for 'model'/'blend' (default: the newest)",
+    )
+    reward_switch_to: str | None = option(
+        None,
+        pattern=r"v\d+",
+        cli=False,  # a running training switches with `rlops train switch-reward`
+        help="hot reload: switch training to this reward function (v<N>) at reward_switch_at_iteration "
+        "(default: no switch)",
+    )
+    reward_switch_at_iteration: int | None = option(
+        None, minimum=1, cli=False, help="PPO iteration of the reward switch (default: the first)"
+    )
+    device: str | None = option(None, dag=False, digest=False, help="cpu, cuda or auto (default: params ppo.device)")
+
+    @property
+    def reward_switch(self) -> tuple[int, str] | None:
+        """``(iteration, label)`` of a scheduled reward switch, if any."""
+        if not self.reward_switch_to:
+            return None
+        return (self.reward_switch_at_iteration or 1, self.reward_switch_to)
