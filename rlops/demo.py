@@ -27,6 +27,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rlops.common.config import load_params, resolve_local
+from rlops.common.errors import UserError
+from rlops.common.run_key import RunKey
+from rlops.pipeline_steps.drift.calibrate import recalibrate
+from rlops.pipeline_steps.drift.check import drift_check
+from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.registry import ui_url
+from rlops.pipeline_steps.promotion.gates import gate_state
+from rlops.pipeline_steps.stress.step import stress_test
+from rlops.pipeline_steps.training.request import TrainRequest
+from rlops.pipeline_steps.training.reward_model import train_reward_model_step
+from rlops.sandbox.pack import load_pack
 
 STEPS = 8
 
@@ -43,15 +54,8 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 def run(scenario: str | None = None) -> int:
     from rlops.pipeline_steps.capture.step import capture_step
-    from rlops.pipeline_steps.drift.calibrate import recalibrate
-    from rlops.pipeline_steps.drift.check import drift_check
-    from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.promotion.flow import promote
-    from rlops.pipeline_steps.stress.step import stress_test
     from rlops.pipeline_steps.training.policy import train_policy
-    from rlops.pipeline_steps.training.request import TrainRequest
-    from rlops.pipeline_steps.training.reward_model import train_reward_model_step
-    from rlops.sandbox.pack import load_pack
 
     params = load_params()
     scenario = scenario or str(params.get("scenario"))
@@ -123,7 +127,6 @@ def run(scenario: str | None = None) -> int:
         f"{pr.get('reason', '')}"
     )
     print(f"champion: {scenario}-policy v{champion}" if champion else "champion: none (the rule engine serves)")
-    from rlops.pipeline_steps.infra.registry import ui_url
 
     print(
         f"total {time.perf_counter() - started:.0f}s\n\nSee it in the MLflow UI:\n"
@@ -139,8 +142,6 @@ def _own_run_key(ctx: Any) -> str:
     calibration is written under its run key)."""
     from datetime import timedelta
 
-    from rlops.common.run_key import RunKey
-
     key = RunKey.ending_at(datetime.now(UTC), minutes=1)
     while ctx.storage.exists(ctx.uri("calibrations", ctx.scenario, f"{key}.json")):
         key = RunKey(key.start - timedelta(minutes=1), key.start)
@@ -150,7 +151,6 @@ def _own_run_key(ctx: Any) -> str:
 def _promote_or_say_why(promote: Callable[..., dict[str, Any]], ctx: Any, candidate: str) -> dict[str, Any]:
     """The gated promotion; a candidate that cannot be promoted (e.g. training reproduced the
     champion itself) is an outcome with its reason, not a crash."""
-    from rlops.common.errors import UserError
 
     try:
         return promote(ctx, candidate=candidate)
@@ -159,7 +159,6 @@ def _promote_or_say_why(promote: Callable[..., dict[str, Any]], ctx: Any, candid
 
 
 def _print_gates(gates: list[dict[str, Any]]) -> None:
-    from rlops.pipeline_steps.promotion.gates import gate_state
 
     def fmt(v: Any) -> str:
         return "—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))

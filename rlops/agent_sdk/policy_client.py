@@ -90,7 +90,7 @@ from rlops.agent_sdk.serving import (
     hash_fraction,
 )
 from rlops.common.errors import UserError
-from rlops.common.policy_ref import PolicyRef
+from rlops.common.policy_ref import PolicyRef, canonical_policy
 from rlops.sandbox.errors import ExprError
 from rlops.sandbox.expr import CompiledExpr
 from rlops.sandbox.expr_numpy import NUMPY_OPS
@@ -319,7 +319,6 @@ class PolicyClient:
     def first_served_at(self, version: str | int, alias: str = CHAMPION) -> float | None:
         """The client's clock at the first decision ``version`` served as ``alias`` (``champion`` or
         ``challenger``) since it last became that alias here; None while it has served none."""
-        from rlops.common.policy_ref import canonical_policy
 
         return self._served_since.get((alias, canonical_policy(version, self.scenario)))
 

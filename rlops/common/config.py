@@ -30,16 +30,21 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rlops.common.params_model import Params
+from rlops.common.params_model import Params, RolloutStage
 from rlops.common.params_sources import (
     ConfigError,
     ParamsError,
+    ParamsProblem,
     ParamsSource,
     ResolvedParams,
     _lines_of,
     read_params_file,
     validate_document,
 )
+from rlops.common.params_sources import _locate as locate
+from rlops.sandbox.errors import ExprError, PackError
+from rlops.sandbox.expr_numpy import NUMPY_OPS
+from rlops.sandbox.segments import compile_segment, read_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,16 +149,10 @@ def resolve_params(
 def check_rollout_segments(model: Params, pack_dir: Path, sources: list[ParamsSource]) -> None:
     """The segments of ``evaluate.rollout_stages`` compiled against the pack's scenario (when the
     folder holds one): a bad one is a :class:`ParamsError` naming the stage, its file and line."""
-    from rlops.common.params_model import RolloutStage
 
     stages = [(i, s.segment) for i, s in enumerate(model.evaluate.rollout_stages) if isinstance(s, RolloutStage)]
     if not any(segment for _, segment in stages) or not (pack_dir / "scenario.yaml").is_file():
         return
-    from rlops.common.params_sources import ParamsError, ParamsProblem
-    from rlops.common.params_sources import _locate as locate
-    from rlops.sandbox.errors import ExprError, PackError
-    from rlops.sandbox.expr_numpy import NUMPY_OPS
-    from rlops.sandbox.segments import compile_segment, read_spec
 
     try:
         spec = read_spec(pack_dir)

@@ -19,6 +19,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from rlops.console.aggregates import breakdown_items
+from rlops.data_contracts.shapes import MAX_COMPONENTS, MAX_TEXT, displayable_items
+from rlops.pipeline_steps.audit.replay import component_records
+
 _TEXT_FIELDS = ("component", "reason", "rule_ref")
 
 
@@ -26,7 +30,6 @@ def component_scores(index: pd.Index, raw: list[Any]) -> tuple[pd.DataFrame, dic
     """Per-row component scores (one column per component, in order of first appearance; 0 where a
     row has none; a row's repeated component keeps its last score) and each component's rule ref
     where it first appears, for the breakdowns ``raw`` of the rows ``index``."""
-    from rlops.pipeline_steps.audit.replay import component_records
 
     fast = [i for i, v in enumerate(raw) if isinstance(v, str) and v[:1] == "{" and "\n" not in v and "\r" not in v]
     parsed = _arrow_items(raw, fast) if fast else None
@@ -54,8 +57,6 @@ def component_scores(index: pd.Index, raw: list[Any]) -> tuple[pd.DataFrame, dic
 
 def _python_items(raw: list[Any], rows: np.ndarray) -> pd.DataFrame:
     """The displayable items of ``rows``, read one by one as the console always has."""
-    from rlops.console.aggregates import breakdown_items
-    from rlops.data_contracts.shapes import displayable_items
 
     recs = [
         (int(r), pos, item["component"], float(item["score"]), item["rule_ref"])
@@ -72,8 +73,6 @@ def _arrow_items(raw: list[Any], fast: list[int]) -> tuple[pd.DataFrame, np.ndar
     otherwise than the console's reader would (then every row is read one by one)."""
     import pyarrow.compute as pc
     import pyarrow.json as pj
-
-    from rlops.data_contracts.shapes import MAX_COMPONENTS, MAX_TEXT
 
     try:
         data = "\n".join(raw[i] for i in fast).encode()

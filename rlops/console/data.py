@@ -34,7 +34,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from rlops.common.config import pack_names
+from rlops.common.config import load_params, pack_names, scenarios_dir
+from rlops.console.breakdowns import component_scores
+from rlops.pipeline_steps.audit.replay import describe_cluster, to_go
+from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
+from rlops.pipeline_steps.infra.registry import policy_model_name, reward_fn_model_name, reward_model_name
+from rlops.pipeline_steps.infra.trace_states import (
+    STATE_PREFIX,
+    error_flags,
+    mask_matrix,
+    observations_from_traces,
+    state_features,
+)
+from rlops.pipeline_steps.labels.select import kmeans
+from rlops.sandbox.pack import load_pack
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
@@ -80,7 +94,6 @@ class ProjectData:
     """Read-only access to one rlops deployment (params → storage, MLflow, scenario packs)."""
 
     def __init__(self, params: dict[str, Any] | None = None, registry_ttl_s: float = 15.0) -> None:
-        from rlops.common.config import load_params
 
         self.params = params if params is not None else load_params()
         self._contexts: dict[str, StepContext] = {}
@@ -92,7 +105,6 @@ class ProjectData:
 
     # ------------------------------------------------------------------ scenarios and packs
     def scenarios_dir(self) -> Path:
-        from rlops.common.config import scenarios_dir
 
         return scenarios_dir(self.params)
 
@@ -100,7 +112,6 @@ class ProjectData:
         return pack_names(self.scenarios_dir())
 
     def context(self, scenario: str) -> StepContext:
-        from rlops.pipeline_steps.infra.context import StepContext
 
         with self._lock:
             if scenario not in self._contexts:
@@ -111,8 +122,6 @@ class ProjectData:
         with self._lock:
             cached = self._packs.get(scenario)
         if cached is None:  # read-only: the pack's liveness check (a sandbox run) is for training, not here
-            from rlops.sandbox.pack import load_pack
-
             ctx = self.context(scenario)
             cached = load_pack(ctx.pack_dir, calibration=ctx.read_calibration("latest"), check_liveness=False)
             with self._lock:
@@ -151,7 +160,6 @@ class ProjectData:
 
     # ------------------------------------------------------------------ project computations
     def state_features(self, scenario: str, df: pd.DataFrame) -> np.ndarray:
-        from rlops.pipeline_steps.infra.trace_states import state_features
 
         return state_features(self.pack(scenario), df).numpy()
 
@@ -159,13 +167,10 @@ class ProjectData:
         """The centroids ``[k', D]`` of the project's k-means (k-means++ seeding, Lloyd)."""
         import torch
 
-        from rlops.pipeline_steps.labels.select import kmeans
-
         _, centroids = kmeans(torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)), k, seed)
         return centroids.numpy()
 
     def error_flags(self, col: pd.Series) -> np.ndarray:
-        from rlops.pipeline_steps.infra.trace_states import error_flags
 
         return error_flags(col)
 
@@ -173,7 +178,6 @@ class ProjectData:
         """Per-row component scores and each component's rule ref: the breakdowns in the store's own
         shape parsed together, any other (a trace row from an agent may carry a list, a dict or text
         that is not JSON) shaped row by row (:mod:`rlops.console.breakdowns`)."""
-        from rlops.console.breakdowns import component_scores
 
         return component_scores(df.index, df["reward_breakdown"].tolist())
 
@@ -186,22 +190,18 @@ class ProjectData:
         ]
 
     def return_to_go(self, df: pd.DataFrame, values: pd.DataFrame) -> pd.DataFrame:
-        from rlops.pipeline_steps.audit.replay import to_go
 
         return to_go(df, values)
 
     def describe_cluster(self, scenario: str, rows: pd.DataFrame, everything: pd.DataFrame) -> list[str]:
-        from rlops.pipeline_steps.audit.replay import describe_cluster
 
         return describe_cluster(self.pack(scenario), rows, everything)
 
     def state_prefix(self) -> str:
-        from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX
 
         return STATE_PREFIX
 
     def mask_matrix(self, scenario: str, col: pd.Series) -> np.ndarray:
-        from rlops.pipeline_steps.infra.trace_states import mask_matrix
 
         return mask_matrix(col, self.pack(scenario).scenario.n_actions)
 
@@ -212,8 +212,6 @@ class ProjectData:
         """Probabilities of every action at each row, recomputed with registry version ``version``
         (None when the rows were not served by a registered version that can be loaded)."""
         import torch
-
-        from rlops.pipeline_steps.infra.trace_states import observations_from_traces
 
         policy = self._policy(scenario, version)
         if policy is None:
@@ -229,7 +227,6 @@ class ProjectData:
         with self._lock:
             if key in self._policies:
                 return self._policies[key]
-        from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
 
         try:
             dst = Path(tempfile.mkdtemp(prefix="rlops-console-policy-"))
@@ -243,7 +240,6 @@ class ProjectData:
 
     # ------------------------------------------------------------------ registry (MLflow)
     def model_names(self, scenario: str) -> dict[str, str]:
-        from rlops.pipeline_steps.infra.registry import policy_model_name, reward_fn_model_name, reward_model_name
 
         return {
             "policy": policy_model_name(scenario),

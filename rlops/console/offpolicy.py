@@ -24,6 +24,8 @@ import pandas as pd
 
 from rlops.console import aggregates as agg
 from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.promotion.ope import effective_sample_size, estimate_all, logged_propensities, to_episodes
+from rlops.pipeline_steps.promotion.ope_gate import complete_live_episodes, traffic_problem
 
 if TYPE_CHECKING:
     from rlops.console.data import ProjectData, TraceFile
@@ -181,8 +183,6 @@ def shadow_estimate(rows: pd.DataFrame, cfg: Any) -> dict[str, Any]:
     otherwise (greedy: the candidate as it would serve) or ``exp(shadow_served_logp)``
     (stochastic); the logged propensity is the row's ``propensity`` (or ``exp(logp)``).
     Without a direct method the doubly robust estimate equals PDIS, so it is not shown here."""
-    from rlops.pipeline_steps.promotion.ope import effective_sample_size, estimate_all, to_episodes
-    from rlops.pipeline_steps.promotion.ope_gate import complete_live_episodes, traffic_problem
 
     greedy = cfg.target == "greedy"
     out: dict[str, Any] = {"target": cfg.target, "episodes": 0, "partial_episodes": 0, "estimates": []}
@@ -205,7 +205,6 @@ def shadow_estimate(rows: pd.DataFrame, cfg: Any) -> dict[str, Any]:
     if problem:  # the gate's words, for the episodes a shadow saw rather than the gate's window
         out["skipped"] = problem.replace("episodes in the window", "episodes shadowed at every step")
         return out
-    from rlops.pipeline_steps.promotion.ope import logged_propensities
 
     rho = pi / logged_propensities(rows)
     reward = pd.to_numeric(rows["reward_total"], errors="coerce").fillna(0.0).to_numpy(np.float64)

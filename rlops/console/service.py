@@ -26,6 +26,7 @@ import pandas as pd
 
 from rlops.console import aggregates as agg
 from rlops.console.data import ProjectData
+from rlops.console.offpolicy import shadow_view
 
 _MAP_MAX_FIT_ROWS = 200_000  # k-means is fitted on a sample of this many rows, then assigns every row
 _REPLAYS_KEPT = 256  # episode replays kept in memory per console (for the store's current digest)
@@ -177,7 +178,6 @@ class TraceViews:
     def shadow(self, scenario: str) -> dict[str, Any]:
         """Each shadow candidate's agreement with the served decisions and its off-policy estimate
         (:func:`rlops.console.offpolicy.shadow_view`), once per content digest."""
-        from rlops.console.offpolicy import shadow_view
 
         files, dg = self.files_digest(scenario)
         out: dict[str, Any] = self._once(("shadow", scenario), dg, lambda: shadow_view(self.data, scenario, files, dg))

@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from rlops.common.errors import UserError
+from rlops.sandbox.reward_choice import choose_reward
+from rlops.whatif.change import resolve_change
+from rlops.whatif.run import reward_whatif
 
 log = logging.getLogger(__name__)
 
@@ -135,15 +138,12 @@ def project_jobs(data: Any, settings: Any = None) -> WhatIfJobs:
         return path
 
     def validate(scenario: str, sets: list[str], params: list[str]) -> None:
-        from rlops.sandbox.reward_choice import choose_reward
-        from rlops.whatif.change import resolve_change
 
         pack = data.pack(scenario)
         choice = choose_reward(pack, None, data.context(scenario).params.get("reward_fn"))
         resolve_change(pack.reward_fn(choice.reward_fn), sets, params)
 
     def run(scenario: str, sets: list[str], params: list[str]) -> dict[str, Any]:
-        from rlops.whatif.run import reward_whatif
 
         return reward_whatif(data.context(scenario), sets, params, settings)
 

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from rlops.data_contracts.schema import EXTRA_COLUMN, META_PREFIX, RAW_TYPES, ColumnSpec, Contract
+from rlops.data_contracts.shapes import SHAPES, ShapeError
 
 if TYPE_CHECKING:
     import great_expectations as gx
@@ -348,7 +349,6 @@ def _exception_message(info: Any) -> str:
 def _check_shapes(raw: pd.DataFrame, contract: Contract) -> tuple[list[int], list[str]]:
     """Normalise every ``shape`` column of ``raw`` in place; ``(rows, reasons)`` of the values
     that are of no accepted shape."""
-    from rlops.data_contracts.shapes import SHAPES, ShapeError
 
     rows: list[int] = []
     reasons: list[str] = []

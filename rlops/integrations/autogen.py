@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlops.agent_sdk.decision_program import DecisionProgram
 from rlops.agent_sdk.interfaces import StateObserver
 from rlops.common.errors import UserError
 from rlops.integrations import require
@@ -61,7 +62,6 @@ class PolicySelector:
         pack_path: str | Path,
         agents: Mapping[str, str] | None = None,
     ) -> None:
-        from rlops.agent_sdk.decision_program import DecisionProgram
 
         self._agentchat = require("autogen_agentchat.conditions", _EXTRA, _FRAMEWORK)
         self.loop, self.observer = loop, observer

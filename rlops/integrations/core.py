@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlops.agent_sdk.decision_program import DecisionProgram
 from rlops.agent_sdk.encoding import StateError
 from rlops.agent_sdk.interfaces import RewardProvider
+from rlops.agent_sdk.masks import ActionMasker
 from rlops.agent_sdk.rollout import RULES_VERSION, Episode
 from rlops.agent_sdk.serving import Decision
 from rlops.agent_sdk.tracer import Tracer
@@ -101,7 +103,6 @@ class StateMapping:
 
 def observed_fields(pack_path: str | Path) -> list[str]:
     """The pack's observed state field paths (what a policy reads), for :meth:`StateMapping.by_leaf_name`."""
-    from rlops.agent_sdk.decision_program import DecisionProgram
 
     return [f.path for f in DecisionProgram.from_pack(pack_path).spec.fields if f.observed]
 
@@ -245,7 +246,6 @@ def pack_masks(pack_path: str | Path) -> tuple[tuple[str, ...], MaskFn]:
     """The pack's action names and a function ``(state, history) -> mask`` evaluating the actions'
     preconditions on one production state (:class:`~rlops.agent_sdk.masks.ActionMasker`: what a trace
     row's ``action_mask`` holds)."""
-    from rlops.agent_sdk.masks import ActionMasker
 
     masker = ActionMasker.from_pack(pack_path)
     return masker.action_names, masker.mask

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from rlops.model.policy import as_act_fn
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.policies import evaluate_policy
 
@@ -81,7 +82,6 @@ class EvalPlateau:
 
     def evaluate(self, policy: Any, reward_fn: Any) -> float:
         """Mean greedy return of ``policy`` on the fixed evaluation batch."""
-        from rlops.model.policy import as_act_fn
 
         assert self.env is not None
         if self.env.reward_fn.version != reward_fn.version:

@@ -34,6 +34,7 @@ from torch import Tensor
 from torch.profiler import record_function  # labelled regions for `rlops profile`; free without a profiler
 
 from rlops.common.metrics_sink import MetricsSink, NullSink
+from rlops.common.progress import progress_bar
 from rlops.common.seeding import seed_everything
 from rlops.common.threads import set_torch_threads
 from rlops.model import ppo_grad
@@ -476,7 +477,6 @@ def train(
     stagnated = plateaued = False
     t_start = time.perf_counter()
     steps_at_start = global_step
-    from rlops.common.progress import progress_bar
 
     bar = progress_bar(cfg.progress, total=num_iterations, initial=start_iter, desc="ppo", unit="it")
     for iteration in range(start_iter + 1, num_iterations + 1):

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlops.pack_init.cart import Feature, Split, fit_tree, leaf_index, leaf_paths, leaves, number_text, predict
+from rlops.pack_init.cart import Feature, Split, depth, fit_tree, leaf_index, leaf_paths, leaves, number_text, predict
 from rlops.pack_init.fields import FieldGuess
+from rlops.pipeline_steps.infra.trace_states import error_flags
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,7 +78,6 @@ class RulePolicyGuess:
 
 
 def error_column(df: pd.DataFrame) -> np.ndarray:
-    from rlops.pipeline_steps.infra.trace_states import error_flags
 
     return error_flags(df["error"]) if "error" in df.columns else np.zeros(len(df), dtype=bool)
 
@@ -308,7 +308,6 @@ def process_fields(fields: list[FieldGuess], actions: list[ActionGuess]) -> list
 
 def infer_rule_policy(df: pd.DataFrame, fields: list[FieldGuess], actions: list[ActionGuess]) -> RulePolicyGuess:
     """The logged behaviour as a shallow tree, one rule per leaf (see the module docstring)."""
-    from rlops.pack_init.cart import depth
 
     names = [a.name for a in actions]
     y = df["action"].astype(str).map({n: i for i, n in enumerate(names)}).to_numpy(dtype=np.int64)

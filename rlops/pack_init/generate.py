@@ -25,6 +25,7 @@ from rlops.pack_init.render import PARAMS_YAML, PackDraft, render_readme, render
 from rlops.pack_init.rewards import infer_reward, placeholder_reward, render_reward_module, render_rules
 from rlops.pack_init.traces import read_trace_table
 from rlops.sandbox.errors import PackError
+from rlops.sandbox.pack import load_pack
 
 MIN_RULE_ACCURACY = 0.8
 """A tree that reproduces fewer of the logged actions is left out (the engine then takes the first legal action)."""
@@ -126,7 +127,6 @@ def _write(folder: Path, draft: PackDraft, relaxed: list[str]) -> None:
 
 def _write_checked(folder: Path, draft: PackDraft) -> tuple[PackDraft, list[str]]:
     """Write and load the pack; relax the preconditions while a state is left without a legal action."""
-    from rlops.sandbox.pack import load_pack
 
     relaxed: list[str] = []
     attempts = [draft, replace(draft, with_bounds=False), _without_preconditions(draft)]

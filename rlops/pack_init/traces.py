@@ -11,8 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rlops.common.config import load_params
 from rlops.common.errors import UserError
+from rlops.data_contracts.records import parse_json_lines
 from rlops.data_contracts.schema import STATE_PREFIX
+from rlops.pipeline_steps.infra.storage import Storage, StorageError
+from rlops.pipeline_steps.infra.trace_store import read_traces
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,11 +42,6 @@ def read_trace_table(uri: str) -> TraceTable:
     """The trace rows at ``uri``, checked to be traces: ``episode_id``, ``step``, ``action`` and at
     least one ``state.<field>`` column, and at least :data:`MIN_EPISODES` episodes."""
     import pandas as pd
-
-    from rlops.common.config import load_params
-    from rlops.data_contracts.records import parse_json_lines
-    from rlops.pipeline_steps.infra.storage import Storage, StorageError
-    from rlops.pipeline_steps.infra.trace_store import read_traces
 
     storage = Storage.from_params(load_params())
     try:

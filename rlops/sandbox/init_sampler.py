@@ -18,6 +18,7 @@ import torch
 
 from rlops.sandbox.errors import ExprError, PackError
 from rlops.sandbox.expr import BOOL, NUM, CompiledExpr, ExprType
+from rlops.sandbox.expr_torch import standard_normal
 from rlops.sandbox.rng import StepRandom
 from rlops.sandbox.spec import FieldSpec, InitSpec
 
@@ -127,8 +128,6 @@ class InitSampler:
 
         d = 2 * k
         if init.dist in ("normal", "lognormal"):
-            from rlops.sandbox.expr_torch import standard_normal
-
             scale = "std" if init.dist == "normal" else "sigma"
 
             def gaussian(S: Tensor, R: StepRandom) -> Tensor:

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from rlops.sandbox.errors import PackError
+from rlops.sandbox.pack import load_pack
+from rlops.sandbox.policies import probe_oracle
 from rlops.sandbox.precheck import precheck_pack
 
 #: Wall-clock limit of the pack's part of a validation, from the moment the child has started
@@ -184,9 +186,6 @@ def child_main(argv: list[str]) -> int:
     def on_stage(file: Path, what: str) -> None:
         stage[:] = [str(file), f"{what} ({file.name})"]
         emit({"stage": stage})
-
-    from rlops.sandbox.pack import load_pack
-    from rlops.sandbox.policies import probe_oracle
 
     _limit_memory(budget)
     emit({"ready": True})

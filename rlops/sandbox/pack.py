@@ -21,8 +21,10 @@ from rlops.sandbox.constraints import parse_constraints
 from rlops.sandbox.env import BatchedEnv, NoLegalActionError
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.kpis import compile_kpis
+from rlops.sandbox.outcome_params import OutcomeFieldError, apply_outcome_factors
 from rlops.sandbox.precheck import REWARD_FILE, load_params, load_rules, reward_files, scenario_file
 from rlops.sandbox.probe import probe_reward_fn
+from rlops.sandbox.profiles import CALIBRATED
 from rlops.sandbox.reward import RewardError, RewardFunction, load_reward_fn
 from rlops.sandbox.reward_signals import SignalWeight
 from rlops.sandbox.spec import parse_scenario
@@ -253,8 +255,6 @@ def apply_calibration(doc: dict[str, Any], calibration: dict[str, Any]) -> dict[
     scenario (the pack's files are never edited)."""
     import copy
 
-    from rlops.sandbox.profiles import CALIBRATED
-
     out = copy.deepcopy(doc)
     sim = out.setdefault("simulation", {})
     profiles = sim.setdefault("profiles", {})
@@ -277,8 +277,6 @@ def apply_calibration(doc: dict[str, Any], calibration: dict[str, Any]) -> dict[
         segments = calibration.get("population") or [{"name": "fitted", "probability": 1.0, "init": fields}]
         profiles[CALIBRATED]["population"] = copy.deepcopy(segments)
     if calibration.get("outcomes"):  # fitted factors of the hidden dynamics (rlops.sandbox.outcome_params)
-        from rlops.sandbox.outcome_params import OutcomeFieldError, apply_outcome_factors
-
         try:
             out = apply_outcome_factors(out, calibration["outcomes"])
         except OutcomeFieldError as exc:

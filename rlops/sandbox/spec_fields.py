@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from rlops.sandbox.errors import PackError
+from rlops.sandbox.outcome_params import FIT_KEYS
 from rlops.sandbox.spec_types import (
     DISTS,
     FIELD_TYPES,
@@ -178,7 +179,6 @@ def _parse_field(c: _Ctx, node: dict[Any, Any], parent: dict[Any, Any], path: st
 
 def _check_fit(c: _Ctx, node: dict[Any, Any], path: str, t: str, hi: float | None, observed: bool) -> None:
     """``fit: {outcome, event_when, by}`` — a fittable hidden probability (rlops.sandbox.outcome_params)."""
-    from rlops.sandbox.outcome_params import FIT_KEYS
 
     fit = c.mapping(node["fit"], node, "fit", f"{path}.fit")
     c.check_keys(fit, FIT_KEYS, f"{path}.fit")

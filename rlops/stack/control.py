@@ -18,6 +18,8 @@ from rlops.common.airflow_api import AirflowApi
 from rlops.common.config import home, pack_names, scenarios_dir
 from rlops.common.errors import InfrastructureError, UserError
 from rlops.common.params_model import Params
+from rlops.pipeline_steps.infra.alias_records import registry_key
+from rlops.pipeline_steps.promotion.webhook import register_webhook
 from rlops.stack import airflow_setup, processes
 from rlops.stack.home import ADMIN_USER, StackHome
 from rlops.stack.parts import Part, StackLayout, layout
@@ -85,7 +87,6 @@ def _packs(params: Params) -> list[str]:
 
 
 def _secrets(stack: StackHome) -> dict[str, str]:
-    from rlops.pipeline_steps.infra.alias_records import registry_key
 
     return {**stack.secrets(), "registry_key": registry_key().decode()}
 
@@ -136,7 +137,6 @@ def up(params: Params, home_override: str | Path | None = None) -> StackStatus:
     import airflow
 
     from rlops.pipeline_steps.orchestration.settings import DAG_KINDS, dag_id
-    from rlops.pipeline_steps.promotion.webhook import register_webhook
 
     t0 = time.monotonic()
     stack = stack_home(params, home_override)

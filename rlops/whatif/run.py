@@ -30,12 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rlops.common.arguments import MAX_EPISODES, count
 from rlops.common.policy_ref import policy_model_name
 from rlops.common.progress import progress_bar
 from rlops.common.threads import set_torch_threads
 from rlops.model.pack_defaults import derive_defaults
-from rlops.model.policy import PolicyNetwork
+from rlops.model.policy import PolicyNetwork, load_policy, save_policy
 from rlops.model.ppo import train
+from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
+from rlops.pipeline_steps.infra.registry import CHAMPION
+from rlops.pipeline_steps.promotion.evaluate import segment_masks
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.kpis import compile_kpis
 from rlops.sandbox.pack import Pack
@@ -145,8 +149,6 @@ def baseline_policy(
     import hashlib
     import json
 
-    from rlops.model.policy import load_policy, save_policy
-
     key = json.dumps(
         {
             "scenario": pack.scenario.spec.name,
@@ -173,8 +175,6 @@ def baseline_policy(
 
 def registry_champion(ctx: StepContext, obs_dim: int, dst: Path) -> tuple[PolicyNetwork | None, str]:
     """The registry's champion (downloaded under ``dst``), or None with the reason it cannot be used."""
-    from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
-    from rlops.pipeline_steps.infra.registry import CHAMPION
 
     name = policy_model_name(ctx.scenario)
     try:
@@ -198,8 +198,6 @@ def reward_whatif(
     progress: bool = False,
 ) -> dict[str, Any]:
     """Answer a reward what-if (see the module doc); bad input is a UserError before anything runs."""
-    from rlops.common.arguments import MAX_EPISODES, count
-    from rlops.pipeline_steps.promotion.evaluate import segment_masks
 
     settings = settings or WhatIfSettings()
     cfg = ctx.config.evaluate

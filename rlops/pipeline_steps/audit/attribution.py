@@ -17,6 +17,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from rlops.data_contracts.shapes import read_breakdown
+from rlops.model.credit_assignment import distribute_outcome
+from rlops.pipeline_steps.infra.html import html_table
+
 if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack
 
@@ -36,7 +40,6 @@ def episode_outcomes(df: pd.DataFrame, column: str = "outcome") -> tuple[np.ndar
 
 def worst_component(df: pd.DataFrame) -> tuple[list[str], list[str]]:
     """Per row, the breakdown component with the lowest score and its rule ref ("—" when none)."""
-    from rlops.data_contracts.shapes import read_breakdown
 
     comps, rules = [], []
     for text in df.get("reward_breakdown", pd.Series([None] * len(df))).tolist():
@@ -61,7 +64,6 @@ def attribute(
     temperature: float = 1.0,
 ) -> dict[str, Any] | None:
     """The attribution section of the audit report (None when the traces carry no outcome)."""
-    from rlops.model.credit_assignment import distribute_outcome
 
     eo = episode_outcomes(df)
     if eo is None:
@@ -107,7 +109,6 @@ def attribute(
 
 
 def render(section: dict[str, Any] | None) -> str:
-    from rlops.pipeline_steps.infra.html import html_table
 
     if not section:
         return ""

@@ -24,8 +24,17 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlops.common.errors import RlopsError, UserError
+from rlops.common.policy_ref import PolicyRef
+from rlops.data_contracts.shapes import read_breakdown
+from rlops.pipeline_steps.audit.attribution import attribute, episode_outcomes, render
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.html import html_page, html_table, png_base64
+from rlops.pipeline_steps.infra.pass_run import step_run
+from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
+from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX, mask_matrix, observations_from_traces, state_features
+from rlops.pipeline_steps.labels.select import kmeans
+from rlops.pipeline_steps.training.relabel import KEYS, labels_uri
 
 if TYPE_CHECKING:  # numpy, pandas, torch are imported where they run: registering the CLI stays light
     import numpy as np
@@ -81,10 +90,6 @@ def decision_path(
     """The steps of ``trace_id``'s episode up to its (last) matching step, at most ``depth`` of them."""
     import numpy as np
     import pandas as pd
-
-    from rlops.common.errors import UserError
-    from rlops.data_contracts.shapes import read_breakdown
-    from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX, mask_matrix
 
     ep = str(rows.loc[rows["trace_id"].astype(str) == trace_id, "episode_id"].iloc[-1])
     episode, skipped = screen_rows(pack, rows[rows["episode_id"].astype(str) == ep])
@@ -143,11 +148,6 @@ def decision_path(
 def _probabilities(ctx: StepContext, pack: Pack, episode: pd.DataFrame) -> tuple[np.ndarray | None, str]:
     import torch
 
-    from rlops.common.errors import RlopsError
-    from rlops.common.policy_ref import PolicyRef
-    from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
-    from rlops.pipeline_steps.infra.trace_states import observations_from_traces
-
     version = str(episode["policy_version"].iloc[0])
     try:
         ref = PolicyRef.parse(version, ctx.scenario) if not Path(version).is_dir() else Path(version)
@@ -198,7 +198,6 @@ def replay(ctx: StepContext, trace_id: str, depth: int | None = None, traces_uri
 # --------------------------------------------------------------------------- audit
 def component_frame(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str | None]]:
     """Per-row component scores (one column per component) and each component's rule ref."""
-    from rlops.data_contracts.shapes import read_breakdown
 
     return component_records(df.index, [read_breakdown(text) for text in df["reward_breakdown"].tolist()])
 
@@ -226,8 +225,6 @@ def to_go(df: pd.DataFrame, values: pd.DataFrame) -> pd.DataFrame:
 def describe_cluster(pack: Pack, rows: pd.DataFrame, everything: pd.DataFrame, top: int = 4) -> list[str]:
     """The few fields that set a cluster apart, in words."""
     import pandas as pd
-
-    from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX
 
     scored = []
     for f in pack.scenario.spec.fields:
@@ -264,9 +261,6 @@ def audit_clusters(
     top_actions: int = 3,
 ) -> list[dict[str, Any]]:
     import pandas as pd
-
-    from rlops.pipeline_steps.infra.trace_states import state_features
-    from rlops.pipeline_steps.labels.select import kmeans
 
     labels, _ = kmeans(state_features(pack, df), clusters, seed)
     comp, refs = component_frame(df)
@@ -384,7 +378,6 @@ def render_audit_html(report: dict[str, Any]) -> str:
                     ["component", "rule_ref", "share_of_low_steps", "mean_in_low_steps", "mean_in_cluster"],
                 )
             )
-    from rlops.pipeline_steps.audit.attribution import render
 
     parts.append(render(report.get("attribution")))
     return html_page(f"Policy audit — {meta['scenario']}", "".join(parts))
@@ -393,10 +386,6 @@ def render_audit_html(report: dict[str, Any]) -> str:
 def _attribution(ctx: StepContext, pack: Pack, df: pd.DataFrame, clusters: int, seed: int) -> dict[str, Any] | None:
     """Sparse-outcome attribution (see :mod:`rlops.pipeline_steps.audit.attribution`), scored by the run
     key's reward-model labels when the relabel step wrote them."""
-    from rlops.pipeline_steps.audit.attribution import attribute, episode_outcomes
-    from rlops.pipeline_steps.infra.trace_states import state_features
-    from rlops.pipeline_steps.labels.select import kmeans
-    from rlops.pipeline_steps.training.relabel import KEYS, labels_uri
 
     if episode_outcomes(df) is None:
         return None
@@ -472,7 +461,6 @@ def audit(ctx: StepContext, policy_version: str | None = None, traces_uri: str |
     body = {k: v for k, v in report.items() if k != "chart"}
     ctx.storage.write_json(json_uri, body)
     ctx.storage.write_text(html_uri, page)
-    from rlops.pipeline_steps.infra.pass_run import step_run
 
     with step_run(ctx, T.AUDIT) as run:
         run.log_params({"policy_version": policy_version or "", "traces_uri": uri, "report_uri": json_uri})

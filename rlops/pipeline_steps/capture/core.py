@@ -52,6 +52,7 @@ from typing import Any
 
 import pandas as pd
 
+from rlops.common.progress import progress_bar
 from rlops.common.run_key import RunKey, as_utc
 from rlops.data_contracts.records import (
     LINE_COLUMN,
@@ -325,7 +326,6 @@ def write_capture(
     contract, checked against the interval and for duplicates (within the run and against the
     run key's other sources), written to the trace store and quarantine, with a manifest kept
     up to date after every chunk. See the module docstring and :func:`capture_landing_zone`."""
-    from rlops.common.progress import progress_bar
 
     start, end = as_utc(interval_start), as_utc(interval_end)
     key = RunKey.covering(start, end)  # rejects an empty or reversed interval

@@ -22,6 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from rlops.common.policy_ref import policy_model_name
+from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.trace_store import read_traces
+
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.run_handle import RunHandle
@@ -82,7 +86,6 @@ def alert_text(summary: FallbackSummary, threshold: float, min_decisions: int) -
 
 def _interval_rows(ctx: StepContext, partitions: list[str]) -> pd.DataFrame:
     """The accepted rows this run key wrote (its own files in the partitions it touched)."""
-    from rlops.pipeline_steps.infra.trace_store import read_traces
 
     files: set[str] = set()
     for where in partitions:  # partition folders, or the files themselves
@@ -111,8 +114,6 @@ def check_fallbacks(ctx: StepContext, out: dict[str, Any]) -> dict[str, Any]:
     rows = _interval_rows(ctx, list(out.get("partitions") or []))
     summary = summarize(rows)
     if summary.by_reason.get(NO_CHAMPION):
-        from rlops.common.policy_ref import policy_model_name
-
         try:
             champion = ctx.tracker.get_alias(policy_model_name(ctx.scenario), "champion")
         except Exception:  # noqa: BLE001 - without the registry, count them (the safe side)
@@ -124,7 +125,6 @@ def check_fallbacks(ctx: StepContext, out: dict[str, Any]) -> dict[str, Any]:
 
 def log_fallbacks(run: RunHandle, out: dict[str, Any]) -> None:
     """The fallback share as a metric of the capture run, and the alert (if any) as a tag."""
-    from rlops.pipeline_steps.infra import tags as T
 
     summary = out.get("fallbacks")
     if not summary:

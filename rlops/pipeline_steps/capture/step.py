@@ -23,7 +23,24 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from rlops.common.arguments import MAX_EPISODES, count, fraction
+from rlops.common.errors import UserError
+from rlops.data_contracts.schema import contract_for
+from rlops.pipeline_steps.capture.core import capture_landing_zone, validate_rows, write_capture
+from rlops.pipeline_steps.capture.fallbacks import check_fallbacks, log_fallbacks
+from rlops.pipeline_steps.capture.trace_sources import mlflow_source, otlp_source
+from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.datasets import log_dataset_inputs, parquet_dataset
+from rlops.pipeline_steps.infra.pass_run import step_run
+from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
+from rlops.pipeline_steps.infra.trace_store import (
+    episode_prefix,
+    write_quarantine_partitions,
+    write_trace_partitions,
+)
+from rlops.sandbox.profiles import default_profile
+from rlops.sandbox.traces import rollout_traces
 
 if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack
@@ -40,10 +57,6 @@ def capture_step(
     """Capture the run key's interval. ``simulate=None`` uses the landing zone when it has files
     for the interval and falls back to simulation when ``capture.simulate_when_empty`` is on.
     ``progress`` draws a bar of the landing-zone rows read (a simulation is one batched rollout)."""
-    from rlops.common.arguments import MAX_EPISODES, count, fraction
-    from rlops.data_contracts.schema import contract_for
-    from rlops.pipeline_steps.capture.core import capture_landing_zone
-    from rlops.sandbox.profiles import default_profile
 
     cfg = ctx.config.capture
     # Arguments first (an explicit 0 is an error, never "the default"), then any work.
@@ -102,7 +115,6 @@ def capture_step(
                 default_profile(pack, "production", profile or cfg.get("profile")),
             ),
         }
-    from rlops.pipeline_steps.capture.fallbacks import check_fallbacks
 
     out.update(check_fallbacks(ctx, out))  # a live fallback share over the threshold is an incident
     if not ctx.dry_run and bool(cfg.get("track", True)):
@@ -115,10 +127,6 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
     file, through the landing zone's writer: the same contract, interval and duplicate checks,
     quarantine and manifest (each source of a run key adds its own files; see
     :mod:`rlops.pipeline_steps.capture.core`)."""
-    from rlops.common.arguments import count
-    from rlops.data_contracts.schema import contract_for
-    from rlops.pipeline_steps.capture.core import write_capture
-    from rlops.pipeline_steps.capture.trace_sources import mlflow_source, otlp_source
 
     cfg = ctx.section("capture")
     lateness = count(
@@ -160,7 +168,6 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
         "manifest_uri": res.manifest_uri,
         "dry_run": ctx.dry_run,
     }
-    from rlops.pipeline_steps.capture.fallbacks import check_fallbacks
 
     out.update(check_fallbacks(ctx, out))  # a live fallback share over the threshold is an incident
     if not ctx.dry_run and bool(cfg.get("track", True)):
@@ -170,14 +177,10 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
 
 def track_capture(ctx: StepContext, out: dict[str, Any]) -> None:
     """The capture's step run in the pass: row counts, and the partitions it wrote as datasets."""
-    from rlops.pipeline_steps.infra import tags as T
-    from rlops.pipeline_steps.infra.datasets import log_dataset_inputs, parquet_dataset
-    from rlops.pipeline_steps.infra.pass_run import step_run
 
     with step_run(ctx, T.CAPTURE) as run:
         run.log_params({"source": out.get("source"), "interval": " .. ".join(out["interval"])})
         run.log_metrics({k: float(out[k]) for k in ("rows_in", "rows_accepted", "rows_quarantined")}, step=0)
-        from rlops.pipeline_steps.capture.fallbacks import log_fallbacks
 
         log_fallbacks(run, out)
         parts = list(out.get("partitions") or [])[:50]  # a bound on what one run lists as inputs
@@ -200,23 +203,12 @@ def simulate_capture(
     sample_rate: float,
     profile: str,
 ) -> dict[str, Any]:
-    from rlops.data_contracts.schema import contract_for
-    from rlops.pipeline_steps.capture.core import validate_rows
-    from rlops.pipeline_steps.infra.trace_store import (
-        episode_prefix,
-        write_quarantine_partitions,
-        write_trace_partitions,
-    )
-    from rlops.sandbox.traces import rollout_traces
 
     if profile not in pack.scenario.profiles:
-        from rlops.common.errors import UserError
-
         raise UserError(
             f"capture --profile {profile!r}: pack {pack.name} has no such profile; "
             f"expected one of {sorted(pack.scenario.profiles)}"
         )
-    from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
 
     traced = champion_trace_policy(ctx, pack)
     policy, version = traced.policy, traced.version

@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from rlops.agent_sdk.mlflow_tracing import RECORD_ATTRIBUTE
+from rlops.common.errors import UserError
 from rlops.pipeline_steps.capture.core import CaptureSource, SourceLine
 from rlops.pipeline_steps.capture.span_mapping import DecisionSpans
 
@@ -78,8 +79,6 @@ def mlflow_source(
     """The decisions of ``experiment``'s traces started in ``[start, end)``. Raises
     :class:`~rlops.common.errors.UserError` when the experiment does not exist."""
     from mlflow import MlflowClient
-
-    from rlops.common.errors import UserError
 
     client = MlflowClient(tracking_uri=tracking_uri)
     exp = client.get_experiment_by_name(experiment)

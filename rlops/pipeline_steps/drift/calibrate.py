@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rlops.common.params_model import RecalConfig  # the typed ``recalibrate:`` params block
+from rlops.pipeline_steps.drift.check import champion_rows
 from rlops.pipeline_steps.drift.field_fits import (
     changed_by_actions,
     declared,
@@ -49,7 +50,14 @@ from rlops.pipeline_steps.drift.field_fits import (
     initial_values,
     unfittable_reason,
 )
-from rlops.sandbox.profiles import CALIBRATED
+from rlops.pipeline_steps.drift.mixture import drop_fields, fit_mixture, mixture_features, segment_population
+from rlops.pipeline_steps.drift.outcome_fit import fit_outcomes, fit_reward_scales, outcome_components
+from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.datasets import CALIBRATION, log_dataset_inputs, parquet_dataset
+from rlops.pipeline_steps.infra.pass_run import step_run
+from rlops.pipeline_steps.infra.trace_states import action_codes, error_flags
+from rlops.sandbox.pack import load_pack
+from rlops.sandbox.profiles import CALIBRATED, default_profile
 
 if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: registering the CLI stays light
     import numpy as np
@@ -66,8 +74,6 @@ def fit_simulation(pack: Pack, df: pd.DataFrame, min_rows: int) -> tuple[dict[st
     """``(profile, fit details)``: the ``calibrated`` profile and what it was fitted from."""
     import numpy as np
     import pandas as pd
-
-    from rlops.pipeline_steps.infra.trace_states import action_codes, error_flags
 
     spec = pack.scenario.spec
     base = spec.profiles[spec.default_profile]
@@ -153,7 +159,6 @@ def fit_calibration(pack: Pack, df: pd.DataFrame, cfg: RecalConfig) -> dict[str,
     missing = {"episode_id", "step", "action"} - set(df.columns)
     if missing:
         raise ValueError(f"trace rows lack column(s) {sorted(missing)}; expected the trace record")
-    from rlops.pipeline_steps.drift.mixture import fit_mixture, mixture_features, segment_population
 
     changed = changed_by_actions(pack)
     fields, fit, skipped, values = {}, {}, {}, {}
@@ -243,7 +248,6 @@ def worse_fits(check: dict[str, dict[str, float]], tolerance: float) -> list[str
 
 
 def active_profile(pack: Pack) -> str:
-    from rlops.sandbox.profiles import default_profile
 
     return default_profile(pack, "sandbox")
 
@@ -252,8 +256,6 @@ def fit_rewards(ctx: StepContext, after: Pack, live: pd.DataFrame) -> dict[str, 
     """The ``rewards:`` block: the champion rolled out in the newly fitted world ``after`` (scored by
     the pack's own reward function), its declared outcome scores against ``live``'s
     (:func:`rlops.pipeline_steps.drift.outcome_fit.fit_reward_scales`)."""
-    from rlops.pipeline_steps.drift.check import champion_rows
-    from rlops.pipeline_steps.drift.outcome_fit import fit_reward_scales, outcome_components
 
     if live.empty or not outcome_components(after):
         return {}
@@ -264,7 +266,6 @@ def fit_rewards(ctx: StepContext, after: Pack, live: pd.DataFrame) -> dict[str, 
 
 def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> dict[str, Any]:
     """Fit, check and write a new calibration version; returns a summary."""
-    from rlops.sandbox.pack import load_pack
 
     cfg = ctx.config.recalibrate
     uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
@@ -278,8 +279,6 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> dict[str, An
     now = datetime.now(UTC).isoformat(timespec="seconds")
     cal.update(version=ctx.run_key, scenario=ctx.scenario, created=now, traces_uri=uri)
     if cfg.fit_outcomes:  # fittable hidden dynamics (scenario `fit:`), from the same live rows
-        from rlops.pipeline_steps.drift.outcome_fit import fit_outcomes
-
         outcomes = fit_outcomes(current, df)
         if outcomes:
             cal["outcomes"] = outcomes
@@ -289,8 +288,6 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> dict[str, An
     )
     rejected = worse_fits(cal["check"], cfg.worse_tolerance)
     if rejected:  # keep the current sandbox's distribution of a field whose fit matches live worse
-        from rlops.pipeline_steps.drift.mixture import drop_fields
-
         cal["fit"]["rejected"] = {p: cal["check"][p] for p in rejected}
         cal["fields"] = {p: v for p, v in cal["fields"].items() if p not in rejected}
         if "population" in cal:
@@ -325,9 +322,6 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> dict[str, An
         return result
     ctx.storage.write_json(version_uri, cal)
     ctx.storage.write_json(latest_uri, cal)
-    from rlops.pipeline_steps.infra import tags as T
-    from rlops.pipeline_steps.infra.datasets import CALIBRATION, log_dataset_inputs, parquet_dataset
-    from rlops.pipeline_steps.infra.pass_run import step_run
 
     with step_run(ctx, T.RECALIBRATE, extra_tags={T.CALIBRATION_VERSION: ctx.run_key}) as run:
         log_dataset_inputs(run, [parquet_dataset(ctx.storage, uri, f"traces-{ctx.scenario}")], CALIBRATION)

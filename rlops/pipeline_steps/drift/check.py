@@ -30,7 +30,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlops.data_contracts.schema import STATE_PREFIX, contract_for
+from rlops.data_contracts.validation import validate_frame
+from rlops.pipeline_steps.drift.anomaly import check_return_anomaly
+from rlops.pipeline_steps.drift.outcomes import outcome_drift_step
+from rlops.pipeline_steps.drift.report import run_drift
+from rlops.pipeline_steps.drift.signal_drift import signal_shifts
+from rlops.pipeline_steps.drift.slice_counts import drop_slices, merge_slices
+from rlops.pipeline_steps.drift.stats import OPERATIONAL_FIELDS, default_fields
+from rlops.pipeline_steps.drift.window import BATCH_ROWS, sql_counts, summarise_window, units_in_sql
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
+from rlops.pipeline_steps.infra.prefetch import prefetched
+from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
+from rlops.pipeline_steps.infra.trace_store import join_uri, partition_path
+from rlops.sandbox.profiles import default_profile
+from rlops.sandbox.traces import rollout_traces
 
 if TYPE_CHECKING:
     from rlops.common.params_model import DriftParams
@@ -38,7 +53,6 @@ if TYPE_CHECKING:
 
 def window_uri(ctx: StepContext) -> str:
     """The trace-store partition of the run key's hour."""
-    from rlops.pipeline_steps.infra.trace_store import join_uri, partition_path
 
     t = ctx.key.start
     return join_uri(ctx.traces.trace_uri, partition_path(scenario=ctx.scenario, date=f"{t:%Y-%m-%d}", hour=t.hour))
@@ -47,8 +61,6 @@ def window_uri(ctx: StepContext) -> str:
 def drift_columns(available: list[str], cfg: DriftParams | Mapping[str, Any]) -> list[str]:
     """The trace columns the drift check reads: the tested fields (``drift.fields``, else every
     ``state.*`` column plus the operational ones), the episode (the p-values' unit) and the reward."""
-    from rlops.data_contracts.schema import STATE_PREFIX
-    from rlops.pipeline_steps.drift.stats import OPERATIONAL_FIELDS
 
     fields = set(cfg.get("fields") or [])
     wanted = {"episode_id", "reward_total", str(cfg.get("cluster") or "episode_id")}
@@ -65,8 +77,6 @@ def tested_fields(cfg: DriftParams, baseline: Any, columns: list[str]) -> list[s
     """The fields a long window's check tests: ``drift.fields``, else the defaults for the
     baseline and the window's ``columns``."""
     import pandas as pd
-
-    from rlops.pipeline_steps.drift.stats import default_fields
 
     return list(cfg.fields) if cfg.fields is not None else default_fields(baseline, pd.DataFrame(columns=columns))
 
@@ -87,8 +97,6 @@ def comparable_rows(pack: Any, df: Any) -> Any:
     """Sandbox trace rows encoded as captured live rows are: through the same trace contract
     (e.g. ``error`` becomes "error"/null as on live rows, not True/False), so a column's
     distribution differs only where the worlds differ."""
-    from rlops.data_contracts.schema import contract_for
-    from rlops.data_contracts.validation import validate_frame
 
     return validate_frame(df, contract_for(pack)).accepted.reset_index(drop=True)
 
@@ -97,8 +105,6 @@ def baseline_inputs(ctx: StepContext, pack: Any, profile: str, episodes: int, re
     """Digest of everything the sandbox baseline depends on (the champion read from its alias)."""
     import hashlib
     import json
-
-    from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
 
     champion = ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION) or "rules"
     doc = {
@@ -117,8 +123,6 @@ def baseline_inputs(ctx: StepContext, pack: Any, profile: str, episodes: int, re
 def champion_rows(ctx: StepContext, pack: Any, profile: str, episodes: int, reward_fn: str) -> tuple[Any, str]:
     """``(rows, policy version)``: the champion's most likely actions on ``episodes`` seeded
     episodes of ``pack`` in ``profile``, encoded as captured live rows are."""
-    from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
-    from rlops.sandbox.traces import rollout_traces
 
     traced = champion_trace_policy(ctx, pack, deterministic=True)
     version = traced.version
@@ -171,8 +175,6 @@ def summarised_target(
     streamed pass (:mod:`rlops.pipeline_steps.drift.window`), and for outcome drift the window's
     rows when there are at most ``drift.outcome_max_rows``, else whole episodes drawn by the stable
     hash of their id (``TraceReader.sample_episodes``) leaving about that many."""
-    from rlops.pipeline_steps.drift.window import BATCH_ROWS, sql_counts, summarise_window, units_in_sql
-    from rlops.pipeline_steps.infra.prefetch import prefetched
 
     reader = ctx.traces.reader
     columns = drift_columns(reader.columns(uri), cfg)
@@ -210,8 +212,6 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
     """The drift check of the run key (see the module). ``slices``: a fanned-out check's slices
     (:func:`rlops.pipeline_steps.drift.fan_out.summarise_slice`), counted against the baseline the
     plan froze and added up by :func:`rlops.pipeline_steps.drift.slice_counts.merge_slices`."""
-    from rlops.pipeline_steps.drift.report import run_drift
-    from rlops.sandbox.profiles import default_profile
 
     cfg = ctx.config.drift
     long = long_window(ctx, cfg)
@@ -222,7 +222,6 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
         target, empty = long[0], long[3] == 0
     base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "target_uri": target, "dry_run": ctx.dry_run}
     pack = ctx.load_pack()  # with the latest calibration: the sandbox as it stands now
-    from rlops.pipeline_steps.drift.signal_drift import signal_shifts
 
     shifts = signal_shifts(ctx, pack)  # a business signal moves the reward with or without traffic
     signals_moved = [s.describe() for s in shifts if s.moved]
@@ -241,8 +240,6 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
     summary = None
     fanned = [s for s in slices or [] if s] if long is not None else []
     if fanned:
-        from rlops.pipeline_steps.drift.slice_counts import merge_slices
-
         assert long is not None
         baseline_df = ctx.storage.read_parquet(fanned[0]["baseline_uri"])
         version = str(baseline_df["policy_version"].iloc[0]) if len(baseline_df) else "rules"
@@ -273,19 +270,15 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
         target_summary=summary,
         baseline_rows=baseline_df,
     )
-    from rlops.pipeline_steps.drift.anomaly import check_return_anomaly
 
     r_live = episode_returns(live) if summary is None else summary.episode_returns
     r_base = episode_returns(baseline_df)
     drifted = list(result.drifted_fields)
     alarmed_for = f"input drift ({', '.join(drifted[:3])})" if drifted else None
     verdict = check_return_anomaly(ctx, r_live, r_base, version, alarmed_for)
-    from rlops.pipeline_steps.drift.outcomes import outcome_drift_step
 
     outcome = outcome_drift_step(ctx, pack, baseline_df, live)
     if fanned and not ctx.dry_run:  # last: a failure above leaves the slices for the task's retry
-        from rlops.pipeline_steps.drift.slice_counts import drop_slices
-
         drop_slices(ctx)
     return {
         **base,

@@ -31,8 +31,12 @@ from typing import Any
 
 import pandas as pd
 
-from rlops.pipeline_steps.drift.slice_counts import SLICE_DIR, SliceError
+from rlops.pipeline_steps.drift.check import baseline_uri, drift_columns, long_window, sandbox_baseline, tested_fields
+from rlops.pipeline_steps.drift.slice_counts import SLICE_DIR, SliceError, to_npz
+from rlops.pipeline_steps.drift.window import BATCH_ROWS, plot_every, scan_frames
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.prefetch import prefetched
+from rlops.sandbox.profiles import default_profile
 
 
 @dataclass(frozen=True)
@@ -94,9 +98,6 @@ def fans_out(ctx: StepContext) -> bool:
 def plan_slices(ctx: StepContext) -> list[dict[str, Any]]:
     """The slices of the run key's window (as :class:`WindowSlice` dicts); one empty slice when the
     check is not fanned out or the window has no rows (its drift check then reads the window)."""
-    from rlops.pipeline_steps.drift.check import baseline_uri, long_window, sandbox_baseline
-    from rlops.pipeline_steps.drift.window import plot_every
-    from rlops.sandbox.profiles import default_profile
 
     cfg = ctx.config.drift
     long = long_window(ctx, cfg) if fans_out(ctx) else None
@@ -123,10 +124,6 @@ def slice_uri(ctx: StepContext, index: int, suffix: str) -> str:
 def summarise_slice(ctx: StepContext, obj: Any) -> dict[str, Any] | None:
     """A mapped task's work: the field counts of one slice, written under the run key; ``None`` for
     the plan's empty slice."""
-    from rlops.pipeline_steps.drift.check import drift_columns, tested_fields
-    from rlops.pipeline_steps.drift.slice_counts import to_npz
-    from rlops.pipeline_steps.drift.window import BATCH_ROWS, scan_frames
-    from rlops.pipeline_steps.infra.prefetch import prefetched
 
     if obj == {}:
         return None

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX, field_values
+
 if TYPE_CHECKING:  # numpy and pandas are imported where they run: registering the CLI stays light
     import numpy as np
     import pandas as pd
@@ -54,8 +56,6 @@ def initial_series(pack: Pack, df: pd.DataFrame, path: str, changed: bool) -> pd
     """:func:`initial_values` indexed by episode id (episodes in sorted order)."""
     import numpy as np
     import pandas as pd
-
-    from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX, field_values
 
     col = STATE_PREFIX + path
     if col not in df.columns:

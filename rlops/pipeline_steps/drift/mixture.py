@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlops.pipeline_steps.drift.field_fits import fit_field
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -96,8 +98,6 @@ def segment_population(
     episodes weighted by their responsibility (a field with fewer than ``min_rows`` weighted
     values in a segment, and every ``uniform`` field, keeps its one-population fit)."""
     import numpy as np
-
-    from rlops.pipeline_steps.drift.field_fits import fit_field
 
     fields = pack.scenario.fields
     weights = _probabilities(mix.weights)

@@ -43,6 +43,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlops.data_contracts.schema import STATE_PREFIX
+from rlops.pipeline_steps.drift.outcomes import welch
+from rlops.pipeline_steps.infra.trace_states import _previous_in_episode, action_codes, field_values, states_from_traces
+from rlops.sandbox.expr import compile_expr
+from rlops.sandbox.expr_runtime import NUM
+from rlops.sandbox.outcome_params import field_node, fittable_fields
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -65,10 +72,6 @@ def component_scores(frame: pd.DataFrame, component: str) -> np.ndarray:
 def field_probabilities(pack: Pack, doc: dict[str, Any], path: str, frame: pd.DataFrame) -> np.ndarray:
     """The pack's probability ``path`` on each row of ``frame`` (settling rows): the expression of
     the effect of the previous row's action where it sets the field, else the ``init`` expression."""
-    from rlops.pipeline_steps.infra.trace_states import _previous_in_episode, action_codes, states_from_traces
-    from rlops.sandbox.expr import compile_expr
-    from rlops.sandbox.expr_runtime import NUM
-    from rlops.sandbox.outcome_params import field_node
 
     S = states_from_traces(pack, frame)
     init = field_node(doc, path).get("init") or {}
@@ -96,8 +99,6 @@ def _loglik(y: np.ndarray, p: np.ndarray, theta: np.ndarray) -> np.ndarray:
 def segments(pack: Pack, frame: pd.DataFrame, by: list[str], quantiles: int = 8) -> dict[str, np.ndarray]:
     """``{condition expression: row mask}`` for each ``by`` field's values (enum) or, numeric, its
     octile bins and the tails above and below each inner cut."""
-    from rlops.data_contracts.schema import STATE_PREFIX
-    from rlops.pipeline_steps.infra.trace_states import field_values
 
     out: dict[str, np.ndarray] = {}
     for path in by:
@@ -177,8 +178,6 @@ def fit_outcomes(
     pack's own expressions, not an earlier calibration's, are the baseline)."""
     import yaml
 
-    from rlops.sandbox.outcome_params import fittable_fields
-
     doc = yaml.safe_load((pack.path / "scenario.yaml").read_text())
     out: dict[str, list[dict[str, Any]]] = {}
     if frame.empty or "reward_breakdown" not in frame:
@@ -207,8 +206,6 @@ def outcome_components(pack: Pack) -> list[str]:
     """The reward components the pack's fittable fields declare as their ``outcome``."""
     import yaml
 
-    from rlops.sandbox.outcome_params import fittable_fields
-
     doc = yaml.safe_load((pack.path / "scenario.yaml").read_text())
     return sorted({str(spec["outcome"]) for spec in fittable_fields(doc).values() if spec.get("outcome")})
 
@@ -224,7 +221,6 @@ def fit_reward_scales(
     """``{component: {negative|positive: {factor, p_value, rows, sandbox_rows, live_mean,
     sandbox_mean}}}`` for each declared ``outcome`` component whose live scores of one sign differ
     from the sandbox's (see the module docstring)."""
-    from rlops.pipeline_steps.drift.outcomes import welch
 
     if live.empty or sandbox.empty or "reward_breakdown" not in live or "reward_breakdown" not in sandbox:
         return {}

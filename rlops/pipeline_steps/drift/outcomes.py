@@ -47,6 +47,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlops.data_contracts.schema import STATE_PREFIX
+from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.pass_run import step_run
+from rlops.pipeline_steps.infra.trace_states import action_codes, field_values, state_features, states_from_traces
+from rlops.pipeline_steps.promotion.ope_direct import fit_linear_q
+from rlops.sandbox.expr import BOOL, compile_expr
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -176,8 +183,6 @@ def welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 def field_segments(pack: Pack, reference: pd.DataFrame, quantiles: int) -> dict[str, tuple[str, float, float]]:
     """Automatic segments: each observed numeric field cut at the ``reference`` rows' quantiles
     (``age:q4`` = its top quarter), each enum field by value."""
-    from rlops.data_contracts.schema import STATE_PREFIX
-    from rlops.pipeline_steps.infra.trace_states import field_values
 
     out: dict[str, tuple[str, float, float]] = {}
     for f in pack.scenario.spec.fields:
@@ -203,9 +208,6 @@ def segment_masks(
 ) -> dict[str, np.ndarray]:
     """``all``, each expression segment and each automatic field segment, evaluated on the rows'
     observed state (a field not yet visible on a row puts the row in none of its segments)."""
-    from rlops.data_contracts.schema import STATE_PREFIX
-    from rlops.pipeline_steps.infra.trace_states import field_values, states_from_traces
-    from rlops.sandbox.expr import BOOL, compile_expr
 
     out = {"all": np.ones(len(frame), dtype=bool)}
     if expressions:
@@ -227,8 +229,6 @@ def outcome_drift(
     pack: Pack, sandbox: pd.DataFrame, live: pd.DataFrame, cfg: OutcomeConfig, segments: dict[str, str] | None = None
 ) -> OutcomeReport:
     """The calibration test of ``live`` rows against the calibrated sandbox's ``sandbox`` rows."""
-    from rlops.pipeline_steps.infra.trace_states import action_codes, state_features
-    from rlops.pipeline_steps.promotion.ope_direct import fit_linear_q
 
     rep = OutcomeReport(alpha=cfg.alpha, min_effect=cfg.min_effect, live_rows=len(live), sandbox_rows=len(sandbox))
     if live.empty or sandbox.empty or "reward_total" not in live:
@@ -342,8 +342,6 @@ def outcome_drift_step(ctx: Any, pack: Pack, sandbox: pd.DataFrame, live: pd.Dat
     doc = rep.to_dict()
     uri = f"{ctx.report_uri('drift')}/outcomes.json"
     ctx.storage.write_json(uri, doc)
-    from rlops.pipeline_steps.infra import tags as T
-    from rlops.pipeline_steps.infra.pass_run import step_run
 
     with step_run(ctx, T.DRIFT, label="outcomes") as run:
         run.log_params({"outcome_alpha": cfg.alpha, "outcome_min_effect": cfg.min_effect, "report_uri": uri})

@@ -25,7 +25,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rlops.common.params_sources import as_params
 from rlops.pipeline_steps.drift.stats import MISSING, DriftReport, FieldDrift, detect_drift
+from rlops.pipeline_steps.drift.window import detect_drift_window
+from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.datasets import DRIFT, log_dataset_inputs, parquet_dataset
+from rlops.pipeline_steps.infra.pass_run import step_run
+from rlops.pipeline_steps.infra.registry import Tracker
+from rlops.pipeline_steps.infra.storage import Storage, StorageNotFoundError
+from rlops.pipeline_steps.infra.trace_query import QueryEngineConfig, TraceReader
 
 _TOP_CATEGORIES = 12
 _BINS = 40
@@ -225,8 +233,6 @@ def run_drift(
     (:class:`~rlops.pipeline_steps.drift.window.WindowSummary`; the histograms drawn from its sample).
     ``baseline_rows``: the baseline already in hand (a dry run's, which is never written to
     ``baseline_uri``); ``baseline_uri`` then only names it in the report."""
-    from rlops.common.params_sources import as_params
-    from rlops.pipeline_steps.infra.storage import Storage
 
     config = ctx.config if ctx is not None else as_params(params)
     cfg = config.drift
@@ -239,16 +245,11 @@ def run_drift(
     min_effect = float(min_effect if min_effect is not None else cfg.min_effect)
     bh = bool(bh if bh is not None else cfg.bh)
     if target_summary is not None:
-        from rlops.pipeline_steps.drift.window import detect_drift_window
-
         report = detect_drift_window(
             baseline, target_summary, threshold, min_effect, bh, fields, unit, baseline_fit_n=baseline_fit_n
         )
         target = target_summary.plot_rows
     elif target_rows is None:  # live traces: read as every trace-store read is (DuckDB unless trace_store.engine)
-        from rlops.pipeline_steps.infra.storage import StorageNotFoundError
-        from rlops.pipeline_steps.infra.trace_query import QueryEngineConfig, TraceReader
-
         reader = TraceReader(storage, QueryEngineConfig.from_params(params))
         if not reader.files(target_uri):
             raise StorageNotFoundError(
@@ -300,7 +301,6 @@ def run_drift(
     storage.write_text(html_uri, page)
     if not track:
         return result
-    from rlops.pipeline_steps.infra.datasets import DRIFT, log_dataset_inputs, parquet_dataset
 
     with _drift_run(params, scenario, ctx) as run:
         log_dataset_inputs(
@@ -335,13 +335,9 @@ def run_drift(
 
 def _drift_run(params: Mapping[str, Any], scenario: str | None, ctx: Any) -> Any:
     """The MLflow run of a drift report: a step of the pass with a context, else a run of its own."""
-    from rlops.pipeline_steps.infra import tags as T
 
     if ctx is not None:
-        from rlops.pipeline_steps.infra.pass_run import step_run
-
         return step_run(ctx, T.DRIFT)
-    from rlops.pipeline_steps.infra.registry import Tracker
 
     tracker = Tracker.from_params(params, scenario=scenario)
     return tracker.start_run(

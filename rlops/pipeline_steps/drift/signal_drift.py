@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
 
 if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack
@@ -44,7 +45,6 @@ class SignalShift:
 
 def signal_shifts(ctx: StepContext, pack: Pack) -> list[SignalShift]:
     """Every signal the reward function that applies declares, against the champion (none: no champion)."""
-    from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
 
     fn = pack.reward_fn(ctx.reward_choice().reward_fn)
     if not fn.signal_weights:

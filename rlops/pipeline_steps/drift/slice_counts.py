@@ -17,6 +17,16 @@ import numpy as np
 import pandas as pd
 
 from rlops.common.errors import UserError
+from rlops.pipeline_steps.drift.window import (
+    TargetField,
+    add_categories,
+    joins,
+    numeric_gaps,
+    plot_every,
+    start_counts,
+    units_in_sql,
+    with_units,
+)
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.drift.window import TargetField, WindowSummary
@@ -85,7 +95,6 @@ def merge_slices(
     """The window's :class:`WindowSummary` from its slices' files (in window order; ``target``: the
     window's ``(uri, (start, end), rows)``), its units and episode returns counted by DuckDB over
     the whole window (``columns`` of it), as the one-task check counts them."""
-    from rlops.pipeline_steps.drift.window import TargetField, numeric_gaps, plot_every, units_in_sql, with_units
 
     uri, window, total = target
     ordered = sorted(results, key=lambda r: int(r["index"]))
@@ -111,7 +120,6 @@ def merge_slices(
 
 def _merge(a: TargetField, name: str, kind: str, n: int, dtype: str, counts: Any, baseline: pd.DataFrame) -> None:
     """Add one slice's counts of a field to the window's, as one pass adds a frame's."""
-    from rlops.pipeline_steps.drift.window import add_categories, joins, start_counts
 
     if not kind or not joins(a, kind):
         return

@@ -44,6 +44,7 @@ from rlops.pipeline_steps.drift.stats import (
     default_fields,
     finish_report,
 )
+from rlops.pipeline_steps.drift.stats import _units as units_of
 
 BATCH_ROWS = 1_000_000
 
@@ -377,7 +378,6 @@ def _count_units(has: np.ndarray, codes: np.ndarray | None) -> float:
 
 
 def _baseline_units(col: pd.Series, unit: pd.Series | None, numeric: bool) -> float:
-    from rlops.pipeline_steps.drift.stats import _units as units_of
 
     return units_of(col, unit, numeric)
 

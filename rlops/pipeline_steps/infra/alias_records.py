@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
+from rlops.common.config import home
 from rlops.common.errors import UserError
 from rlops.pipeline_steps.infra import tags as K
 
@@ -62,7 +63,6 @@ class Signature(NamedTuple):
 
 
 def key_path() -> Path:
-    from rlops.common.config import home
 
     return home() / KEY_FILE
 

@@ -25,6 +25,10 @@ from typing import TYPE_CHECKING, Any
 from rlops.common.config import load_params, resolve_local, resolve_params, scenarios_dir
 from rlops.common.params_model import Params
 from rlops.common.run_key import RunKey
+from rlops.pipeline_steps.infra.registry import Tracker
+from rlops.pipeline_steps.infra.signal_store import SignalStore, pack_declarations
+from rlops.pipeline_steps.infra.storage import Storage
+from rlops.sandbox.reward_choice import choose_reward
 
 if TYPE_CHECKING:
     from rlops.common.params_base import Block
@@ -84,13 +88,11 @@ class StepContext:
 
     @cached_property
     def storage(self) -> Storage:
-        from rlops.pipeline_steps.infra.storage import Storage
 
         return Storage.from_params(self.config.storage)
 
     @cached_property
     def tracker(self) -> Tracker:
-        from rlops.pipeline_steps.infra.registry import Tracker
 
         return Tracker.from_params(self.config.tracking, scenario=self.scenario)
 
@@ -102,7 +104,6 @@ class StepContext:
 
     def reward_choice(self, explicit: str | None = None) -> RewardChoice:
         """The reward function that applies to this run (one rule: :mod:`rlops.sandbox.reward_choice`)."""
-        from rlops.sandbox.reward_choice import choose_reward
 
         return choose_reward(self.load_pack(calibration=None), explicit, self.params.get("reward_fn"))
 
@@ -134,8 +135,6 @@ class StepContext:
         once: every load of the pack in one step binds the same values; see
         :mod:`rlops.pipeline_steps.infra.signal_store`). Empty for a pack without signal weights."""
         if self._signals is None:
-            from rlops.pipeline_steps.infra.signal_store import SignalStore, pack_declarations
-
             if pack is None:
                 from rlops.sandbox.pack import load_pack
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rlops.pipeline_steps.promotion.gates import SKIPPED, failing_gates, gate_state
+
 MODEL_DESCRIPTION = (
     "Decision policies of the '{scenario}' agent, trained by rlops with masked PPO in the scenario sandbox.\n\n"
     "Aliases: `champion` serves production; `challenger` serves its `traffic_fraction` share in a staged "
@@ -40,7 +42,6 @@ def version_description(scenario: str, base: dict[str, Any], evaluation: dict[st
 def with_gate_summary(description: str, report: dict[str, Any]) -> str:
     """The version description with its ``Gates:`` paragraph replaced by this evaluation's verdict:
     one line per gate, its state exactly ``pass``, ``fail`` or ``skipped`` (with why it was skipped)."""
-    from rlops.pipeline_steps.promotion.gates import SKIPPED, failing_gates, gate_state
 
     head = re.split(r"(?:^|\n\n)Gates[ :(]", description, maxsplit=1)[0].rstrip()
     failed = failing_gates(report["gates"]) if report.get("gates") else list(report["failed_gates"])

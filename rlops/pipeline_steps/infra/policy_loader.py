@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlops.common.errors import UserError
 from rlops.common.policy_ref import PolicyRef
+from rlops.pipeline_steps.infra.registry import CHAMPION, TrackingError
 
 if TYPE_CHECKING:
     import torch
@@ -40,7 +41,6 @@ class LoadedPolicy:
 def resolve(ctx: StepContext, ref: str | int | PolicyRef) -> PolicyRef | None:
     """``ref`` with its alias resolved to a version; None for an alias that is not set. A
     version the registry does not know is a UserError."""
-    from rlops.pipeline_steps.infra.registry import TrackingError
 
     parsed = PolicyRef.parse(ref, ctx.scenario)
     if parsed.is_rules:
@@ -102,7 +102,6 @@ def load_policy_ref(
 
 def champion_policy(ctx: StepContext, dst: Path) -> tuple[str | None, PolicyNetwork | None]:
     """The current champion's version and network (None, None when there is none)."""
-    from rlops.pipeline_steps.infra.registry import CHAMPION
 
     loaded = load_policy_ref(ctx, CHAMPION, dst)
     return (loaded.version, loaded.network) if loaded is not None else (None, None)

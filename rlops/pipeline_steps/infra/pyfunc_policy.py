@@ -44,6 +44,9 @@ import numpy as np
 import pandas as pd
 from mlflow.pyfunc.model import PythonModel
 
+import rlops.model as model_pkg
+from rlops.model.policy import CONFIG_FILE, load_policy
+
 POLICY_ARTIFACT = "policy"
 """Key (and folder under ``artifacts/``) of the saved network inside the pyfunc model."""
 
@@ -53,8 +56,6 @@ class PolicyPyfunc(PythonModel):
 
     def load_context(self, context: Any) -> None:
         import torch
-
-        from rlops.model.policy import CONFIG_FILE, load_policy
 
         folder = Path(context.artifacts[POLICY_ARTIFACT])
         self.policy = load_policy(folder).eval()
@@ -132,7 +133,6 @@ def save_pyfunc_policy(policy_dir: str | Path, dst: str | Path, input_example: p
     """Write the pyfunc model for a policy saved by ``save_policy`` (whose metadata carries
     ``action_names`` and ``obs_columns``) to the new folder ``dst``. ``input_example`` (encoded
     observations) is stored with the model as the serving example."""
-    from rlops.model.policy import CONFIG_FILE
 
     meta = json.loads((Path(policy_dir) / CONFIG_FILE).read_text()).get("metadata", {})
     for key in ("action_names", "obs_columns"):
@@ -180,7 +180,6 @@ def _pins_known_satisfied() -> Iterator[None]:
 def _stage_model_package(staging: Path) -> Path:
     """A copy of ``rlops.model`` under an otherwise empty ``rlops`` package in ``staging``: what a
     bare serving environment needs to import :mod:`rlops.model.policy` (nothing else of rlops)."""
-    import rlops.model as model_pkg
 
     root = staging / "rlops"
     shutil.copytree(

@@ -30,15 +30,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from rlops.common.config import resolve_local
 from rlops.common.metrics_sink import ListSink, MetricsSink, NullSink
+from rlops.common.params_model import Params, TrackingParams
+from rlops.common.params_sources import params_block
 from rlops.common.policy_ref import policy_model_name as policy_model_name  # re-exported: the registry names models
 from rlops.pipeline_steps.infra import tags as K
+from rlops.pipeline_steps.infra.alias_records import record_tags, verified_version
 from rlops.pipeline_steps.infra.redact import redact
 from rlops.pipeline_steps.infra.run_handle import RunHandle
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
-
-    from rlops.common.params_model import Params, TrackingParams
 
 T = TypeVar("T")
 
@@ -102,15 +103,13 @@ class Tracker:
     def from_params(cls, params: Params | TrackingParams | Mapping[str, Any], scenario: str | None = None) -> Tracker:
         """Build from the typed ``tracking`` block (or the params document holding it; env overrides
         already applied) for ``scenario`` (default: the document's ``scenario``)."""
-        from rlops.common.params_model import Params as _Params
-        from rlops.common.params_sources import params_block
 
         cfg: TrackingParams = params_block(params, "tracking")
         if scenario is None:
             scenario = (
                 params.scenario
-                if isinstance(params, _Params)
-                else str((params.get("scenario") if isinstance(params, Mapping) else None) or _Params().scenario)
+                if isinstance(params, Params)
+                else str((params.get("scenario") if isinstance(params, Mapping) else None) or Params().scenario)
             )
         return cls(
             tracking_uri=cfg.uri,
@@ -341,7 +340,6 @@ class Tracker:
         written first, so a webhook or check that sees the alias can tell rlops' own move from one
         made around rlops (by hand in the MLflow UI), whatever tags the UI wrote. Refused, with
         nothing written, by a process whose registry key is not the deployment's."""
-        from rlops.pipeline_steps.infra.alias_records import record_tags
 
         def move(c: MlflowClient) -> None:
             for k, v in record_tags(name, alias, str(version), c.get_registered_model(name).tags).items():
@@ -359,7 +357,6 @@ class Tracker:
             )
 
     def delete_alias(self, name: str, alias: str) -> None:
-        from rlops.pipeline_steps.infra.alias_records import record_tags
 
         def delete(c: MlflowClient) -> None:
             record = record_tags(name, alias, None, c.get_registered_model(name).tags)  # refused before the delete
@@ -372,7 +369,6 @@ class Tracker:
     def alias_written_by_rlops(self, name: str, alias: str) -> str | None:
         """The version rlops itself last pointed ``alias`` at (None: rlops never set it, deleted
         it, or the record does not carry rlops' signature)."""
-        from rlops.pipeline_steps.infra.alias_records import verified_version
 
         return verified_version(self.model_tags(name), name, alias)
 

@@ -26,7 +26,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from rlops.common.config import pack_names, scenarios_dir
 from rlops.common.errors import UserError
+from rlops.common.params_model import Params
+from rlops.pipeline_steps.infra.storage import Storage
 from rlops.sandbox.reward_signals import SIGNAL_NAME, SignalWeight
 
 if TYPE_CHECKING:
@@ -216,8 +219,6 @@ def lineage(readings: Iterable[SignalReading]) -> dict[str, str]:
 def set_signal(params: dict[str, Any], name: str, raw: str, by: str = "cli", dry_run: bool = False) -> dict[str, Any]:
     """``rlops signal set``: offer ``raw`` for ``name``, checked against every pack that declares it.
     A refused value is recorded as such and raises a :class:`UserError` (the last good value stays)."""
-    from rlops.common.config import pack_names, scenarios_dir
-    from rlops.common.params_model import Params
 
     check_name(name)
     config = Params.model_validate(params)
@@ -236,8 +237,6 @@ def set_signal(params: dict[str, Any], name: str, raw: str, by: str = "cli", dry
 def show_signals(params: dict[str, Any], name: str | None = None, last: int = 10) -> dict[str, Any]:
     """``rlops signal show``: every declared signal (or ``name``), its value in force, where it is
     declared with the weight that value gives, and its ``last`` offers."""
-    from rlops.common.config import pack_names, scenarios_dir
-    from rlops.common.params_model import Params
 
     config = Params.model_validate(params)
     root = scenarios_dir(params)
@@ -273,7 +272,6 @@ def show_signals(params: dict[str, Any], name: str | None = None, last: int = 10
 
 
 def _storage(config: Any) -> Storage:
-    from rlops.pipeline_steps.infra.storage import Storage
 
     return Storage.from_params(config.storage)
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from rlops.common.config import resolve_local
+from rlops.common.params_sources import params_block
 from rlops.pipeline_steps.infra.storage_errors import StorageError, StorageNotFoundError
 from rlops.pipeline_steps.infra.storage_s3 import S3Access, split_s3
 
@@ -100,7 +101,6 @@ class Storage(S3Access):
     def from_params(cls, params: Params | StorageParams | Mapping[str, Any]) -> Storage:
         """Build from the typed ``storage`` block (or the params document holding it; env
         overrides already applied): the defaults are the params model's."""
-        from rlops.common.params_sources import params_block
 
         cfg: StorageParams = params_block(params, "storage")
         return cls(

@@ -39,6 +39,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlops.common.params_model import CaptureParams
+from rlops.common.params_sources import params_block
+
 if TYPE_CHECKING:
     import duckdb
     import numpy as np
@@ -83,8 +86,6 @@ class QueryEngineConfig:
     def from_params(cls, params: Params | TraceStoreParams | CaptureParams | Mapping[str, Any]) -> QueryEngineConfig:
         """From the typed ``trace_store`` block, the params document holding it, or a raw params
         mapping (validated by the params model)."""
-        from rlops.common.params_model import CaptureParams
-        from rlops.common.params_sources import params_block
 
         if isinstance(params, CaptureParams):  # a capture block alone carries no engine settings
             return cls()

@@ -30,9 +30,12 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import pyarrow as pa
 
+from rlops.common.params_model import CaptureParams
+from rlops.common.params_sources import params_block
 from rlops.common.run_key import RunKey
 from rlops.data_contracts.records import QUARANTINE_SCHEMA, quarantine_frame
 from rlops.data_contracts.schema import META_PREFIX, Contract
+from rlops.pipeline_steps.infra.storage import Storage
 from rlops.pipeline_steps.infra.trace_query import QueryEngineConfig, TraceReader
 
 if TYPE_CHECKING:
@@ -69,9 +72,6 @@ class TraceStore:
         """Roots from the typed ``capture`` block (or the params document holding it): folders
         under ``storage.root``, or full URIs when they contain ``://``. Without ``storage``, the
         document's own storage block is used."""
-        from rlops.common.params_model import CaptureParams
-        from rlops.common.params_sources import params_block
-        from rlops.pipeline_steps.infra.storage import Storage
 
         cfg: CaptureParams = params_block(params, "capture")
         if storage is None:

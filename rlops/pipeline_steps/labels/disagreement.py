@@ -38,6 +38,15 @@ import numpy as np
 import pandas as pd
 import torch
 
+from rlops.model.reward_model import RewardModelConfig, train_reward_model
+from rlops.pipeline_steps.infra.trace_states import (
+    mask_matrix,
+    normalized_entropy,
+    observations_from_traces,
+    state_features,
+)
+from rlops.pipeline_steps.labels.select import ClusterStat, choice_pairs, cluster_states, expected_outcomes
+
 if TYPE_CHECKING:
     from rlops.common.params_model import QueueConfig
     from rlops.model.reward_model import RewardModel
@@ -71,8 +80,6 @@ def fit_reward_ensemble(
 ) -> list[RewardModel]:
     """``members`` reward models, each trained on a bootstrap resample of the labelled states
     (members whose resample holds fewer than 2 pairs are left out)."""
-    from rlops.model.reward_model import RewardModelConfig, train_reward_model
-    from rlops.pipeline_steps.labels.select import choice_pairs
 
     pairs, state_of_pair = choice_pairs(pack, labelled.obs, labelled.masks, labelled.chosen)
     gen = torch.Generator().manual_seed(seed)
@@ -94,7 +101,6 @@ def fit_reward_ensemble(
 @torch.no_grad()
 def choice_probabilities(pack: Pack, models: list[RewardModel], obs: Tensor, masks: Tensor) -> Tensor:
     """``[M, N, A]``: each member's Bradley–Terry choice distribution over the legal actions."""
-    from rlops.pipeline_steps.labels.select import expected_outcomes
 
     feats = obs[:, : pack.scenario.layout.n_features]
     out = expected_outcomes(pack)
@@ -167,13 +173,6 @@ def select_disagreeing(
 ) -> tuple[pd.DataFrame, list[ClusterStat]]:
     """The rows to enqueue (``cluster_id``, ``cluster_entropy``, ``norm_entropy``, ``disagreement``,
     ``why``) and per-cluster statistics, for candidate trace rows ``df`` none of which is labelled yet."""
-    from rlops.pipeline_steps.infra.trace_states import (
-        mask_matrix,
-        normalized_entropy,
-        observations_from_traces,
-        state_features,
-    )
-    from rlops.pipeline_steps.labels.select import ClusterStat, cluster_states
 
     masks_np = mask_matrix(df["action_mask"], pack.scenario.n_actions) if not df.empty else np.zeros((0, 1), bool)
     choice = masks_np.sum(axis=1) >= 2

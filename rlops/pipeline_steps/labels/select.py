@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from rlops.model.reward_model import PreferencePairs
 from rlops.pipeline_steps.infra.trace_query import parse_ts
 from rlops.pipeline_steps.infra.trace_states import (
     STATE_PREFIX,
@@ -22,6 +23,7 @@ from rlops.pipeline_steps.infra.trace_states import (
     state_features,
     states_from_traces,
 )
+from rlops.pipeline_steps.labels import importing
 
 if TYPE_CHECKING:
     from rlops.common.params_model import QueueConfig
@@ -278,9 +280,8 @@ def to_tasks(items: pd.DataFrame, pack: Pack | None = None) -> list[dict[str, An
 def parse_annotations(tasks: Any, items: pd.DataFrame, choice_name: str = "action") -> Any:
     """Reading an export has one home, :func:`rlops.pipeline_steps.labels.importing.parse_annotations`
     (task checks, every annotator's answer, conflicts): ``(labels, rejected, not_annotated, conflicts)``."""
-    from rlops.pipeline_steps.labels.importing import parse_annotations as parse
 
-    return parse(tasks, items, choice_name)
+    return importing.parse_annotations(tasks, items, choice_name)
 
 
 # --------------------------------------------------------------------------- training inputs
@@ -314,7 +315,6 @@ def choice_pairs(pack: Pack, obs: Tensor, masks: Tensor, chosen: Tensor) -> tupl
     """``(pairs, state_of_pair)``: in each labelled state (observation ``obs``, legal ``masks``) the
     chosen action preferred over every other legal action; ``state_of_pair`` is the row of
     ``obs`` each pair comes from (what a bootstrap over labelled states resamples)."""
-    from rlops.model.reward_model import PreferencePairs
 
     chosen = chosen.long()
     others = masks.clone()

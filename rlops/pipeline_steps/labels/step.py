@@ -47,6 +47,25 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rlops.common.params_model import QueueConfig  # the typed ``label_queue:`` params block
+from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX, mask_matrix
+from rlops.pipeline_steps.labels.disagreement import LabelledStates, select_disagreeing
+from rlops.pipeline_steps.labels.importing import import_export
+from rlops.pipeline_steps.labels.select import (
+    item_id,
+    label_config,
+    labels_as_choices,
+    queue_items,
+    select_uncertain,
+    to_tasks,
+)
+from rlops.pipeline_steps.labels.store import EXPORTED, LabelStore
+from rlops.pipeline_steps.labels.uncertainty import (
+    EXCLUDED_RULE_ENGINE,
+    EXCLUDED_SINGLE,
+    RULES,
+    count_single_choice,
+    usable_rows,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,7 +77,6 @@ if TYPE_CHECKING:
 
 # --------------------------------------------------------------------------- steps
 def store_for(ctx: StepContext, cfg: QueueConfig) -> LabelStore:
-    from rlops.pipeline_steps.labels.store import LabelStore
 
     return LabelStore(cfg.db_url, cfg.db_schema)
 
@@ -82,7 +100,6 @@ LABEL_COLUMNS = frozenset(
 
 def label_columns(available: list[str]) -> list[str]:
     """The trace columns the label queue reads, of those the store has."""
-    from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX
 
     return [c for c in available if c in LABEL_COLUMNS or c.startswith(STATE_PREFIX)]
 
@@ -107,7 +124,6 @@ def window_rows(ctx: StepContext, uri: str, window: tuple[Any, Any]) -> WindowRo
     versions counted first, the others left out in the scan): the rule engine's rows are then
     excluded anyway (:func:`uncertainty.split_rows`), and counted as such here. Any other case
     (no learned rows, rows of other scenarios or without a version) reads every row."""
-    from rlops.pipeline_steps.labels.uncertainty import EXCLUDED_RULE_ENGINE, RULES
 
     reader = ctx.traces.reader
     cols = label_columns(reader.columns(uri))
@@ -144,7 +160,6 @@ def with_trace_ids(ctx: StepContext, uri: str, window: tuple[Any, Any], rows: pd
 def choice_rows(pack: Any, df: pd.DataFrame) -> pd.DataFrame:
     """The rows with at least two legal actions (what the selections judge), in order; the masks
     are checked as the selections check them."""
-    from rlops.pipeline_steps.infra.trace_states import mask_matrix
 
     if df.empty or "action_mask" not in df.columns:
         return df
@@ -158,8 +173,6 @@ def queue_selection(ctx: StepContext, pack: Any, cfg: QueueConfig) -> tuple[Labe
     ``auto`` with fewer than ``ensemble_min_labels`` finished labels)."""
     if cfg.selection == "entropy":
         return None, "entropy (label_queue.selection)", set()
-    from rlops.pipeline_steps.labels.disagreement import LabelledStates
-    from rlops.pipeline_steps.labels.select import labels_as_choices
 
     store = store_for(ctx, cfg)
     # a dry run creates no queue: without one there are no labels, and the choice below is made on that
@@ -195,9 +208,6 @@ def label_queue_run(ctx: StepContext, traces_uri: str | None = None) -> dict[str
     ensemble's disagreement once labels are finished: see the module docstring)."""
     import pandas as pd
 
-    from rlops.pipeline_steps.labels.select import item_id, queue_items, select_uncertain
-    from rlops.pipeline_steps.labels.uncertainty import EXCLUDED_SINGLE, count_single_choice, usable_rows
-
     cfg = ctx.config.label_queue
     pack = ctx.load_pack()
     window = ctx.key.lookback(cfg.window_hours)
@@ -231,8 +241,6 @@ def label_queue_run(ctx: StepContext, traces_uri: str | None = None) -> dict[str
     if labelled is None:
         selected, stats = select_uncertain(pack, df, cfg)
     else:
-        from rlops.pipeline_steps.labels.disagreement import select_disagreeing
-
         fresh = pd.Series(
             [item_id(ctx.scenario, e, s) not in known for e, s in zip(df.get("episode_id", []), df.get("step", []))],
             index=df.index,
@@ -273,8 +281,6 @@ def label_queue_run(ctx: StepContext, traces_uri: str | None = None) -> dict[str
 
 
 def label_queue_export(ctx: StepContext, out_uri: str | None = None) -> dict[str, Any]:
-    from rlops.pipeline_steps.labels.select import label_config, to_tasks
-    from rlops.pipeline_steps.labels.store import EXPORTED
 
     cfg = ctx.config.label_queue
     store = store_for(ctx, cfg)
@@ -303,6 +309,5 @@ def label_queue_export(ctx: StepContext, out_uri: str | None = None) -> dict[str
 
 
 def label_queue_import(ctx: StepContext, uri: str) -> dict[str, Any]:
-    from rlops.pipeline_steps.labels.importing import import_export
 
     return import_export(ctx, store_for(ctx, ctx.config.label_queue), uri)

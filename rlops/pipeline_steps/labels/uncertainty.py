@@ -17,6 +17,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from rlops.model.policy import masked_entropy
+from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
+from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
+from rlops.pipeline_steps.infra.trace_states import observations_from_traces
+from rlops.pipeline_steps.infra.versions import latest_model_version
+
 if TYPE_CHECKING:
     from rlops.model.policy import PolicyNetwork
     from rlops.pipeline_steps.infra.context import StepContext
@@ -68,8 +74,6 @@ def split_rows(df: pd.DataFrame, scenario: str) -> tuple[pd.DataFrame, pd.DataFr
 def uncertainty_policy(ctx: StepContext, setting: str = "auto") -> tuple[str | None, PolicyNetwork | None]:
     """``(description, policy)`` whose entropy scores rule-engine rows: ``auto`` = the champion,
     else the newest registered candidate; ``none`` = never; a version number = that version."""
-    from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
-    from rlops.pipeline_steps.infra.versions import latest_model_version
 
     if setting == "none":
         return None, None
@@ -87,7 +91,6 @@ def uncertainty_policy(ctx: StepContext, setting: str = "auto") -> tuple[str | N
 
 def load_policy_version(ctx: StepContext, version: str) -> PolicyNetwork:
     """The network of a registered policy (any spelling :mod:`rlops.common.policy_ref` accepts)."""
-    from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
 
     loaded = load_policy_ref(ctx, version)
     if loaded is None:
@@ -98,9 +101,6 @@ def load_policy_version(ctx: StepContext, version: str) -> PolicyNetwork:
 def policy_entropy(pack: Pack, policy: PolicyNetwork, df: pd.DataFrame) -> np.ndarray:
     """The policy's masked entropy (nats) on each row's rebuilt observation."""
     import torch
-
-    from rlops.model.policy import masked_entropy
-    from rlops.pipeline_steps.infra.trace_states import observations_from_traces
 
     obs, masks = observations_from_traces(pack, df)
     policy = policy.to("cpu").eval()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from rlops.common.config import REPO_ROOT
+from rlops.common.config import REPO_ROOT, load_params, params_path, scenarios_dir
 from rlops.common.run_key import RunKey
 
 # The order DAGs due at the same logical date run in: traffic captured first, then judged.
@@ -87,7 +87,6 @@ def is_due(schedule: object, when: datetime) -> bool:
 def _definitions_stamp() -> tuple[tuple[str, int, int], ...]:
     """What the DAG definitions are made of — the DAG files, the packs, the params file — as
     (path, mtime, size) of each file: equal stamps, equal DAGs."""
-    from rlops.common.config import load_params, params_path, scenarios_dir
 
     files = [*(REPO_ROOT / "dags").rglob("*.py"), *scenarios_dir(load_params()).rglob("*"), params_path()]
     stats = ((str(f), f.stat()) for f in files if f.is_file())

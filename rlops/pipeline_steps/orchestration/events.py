@@ -50,6 +50,8 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from rlops.common.errors import UserError
+from rlops.sandbox.outcome_params import OutcomeFieldError, rewrite_field, scaled
+from rlops.sandbox.pack import load_pack
 
 DRIFT_KINDS = ("population", "latency", "error_rate")
 OUTCOME_KINDS = ("outcome", "reward_fn")
@@ -198,8 +200,6 @@ def check_world(pack_dir: Path, events: list[Event], where: str = "events") -> N
     so a dry run refuses what the real run would only fail on hours into its timeline."""
     import yaml
 
-    from rlops.sandbox.pack import load_pack
-
     world = [e for e in events if e.changes_world]
     if not world:
         return
@@ -281,7 +281,6 @@ def reward_fn_in_force(events: list[Event], default: str) -> str:
 
 
 def _apply_outcome(out: dict[str, Any], e: Event) -> None:
-    from rlops.sandbox.outcome_params import OutcomeFieldError, rewrite_field, scaled
 
     def rewrite(source: Any, bounded: bool) -> str:
         if "expr" in e.args:

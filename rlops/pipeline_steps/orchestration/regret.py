@@ -33,6 +33,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rlops.model.pack_defaults import derive_defaults
+from rlops.model.policy import as_act_fn
+from rlops.model.ppo import train
+from rlops.sandbox.policies import evaluate_policy, load_oracle, rule_policy
+
 if TYPE_CHECKING:
     from rlops.pipeline_steps.orchestration.events import Event
     from rlops.sandbox.pack import Pack
@@ -68,7 +73,6 @@ class RegretMeter:
     _hour: _Sums = field(default_factory=_Sums)
 
     def _oracle(self, pack: Pack) -> Any:
-        from rlops.sandbox.policies import load_oracle
 
         key = id(pack)
         if key not in self._oracles:
@@ -82,10 +86,6 @@ class RegretMeter:
             return None
         key = (id(pack), reward_fn)
         if key not in self._world_policies:
-            from rlops.model.pack_defaults import derive_defaults
-            from rlops.model.policy import as_act_fn
-            from rlops.model.ppo import train
-
             budget = {"total_timesteps": self.reference_timesteps} if self.reference_timesteps else {}
             plan = derive_defaults(pack, device="cpu", seed=self.seed, **budget)
             env = pack.make_env(plan.num_envs, reward_fn=reward_fn, profile=profile, seed=self.seed)
@@ -107,7 +107,6 @@ class RegretMeter:
         if oracle is None:
             self.enabled = False
             return
-        from rlops.sandbox.policies import evaluate_policy, rule_policy
 
         def total(act: Any) -> float:
             res = evaluate_policy(pack, act, episodes=episodes, seed=seed, profile=profile, reward_fn=reward_fn)

@@ -33,6 +33,7 @@ from rlops.pipeline_steps.training.request import TrainRequest
 
 log = logging.getLogger(__name__)
 
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

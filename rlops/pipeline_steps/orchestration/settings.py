@@ -23,8 +23,11 @@ from typing import Any
 import pendulum
 from airflow.sdk import Param
 
-from rlops.common import step_request
+from rlops.common import config, step_request
+from rlops.common.config import pack_names, params_path
+from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.training.request import RESOLVED_OPTIONS, TrainRequest
+from rlops.sandbox.reward_choice import choose_label
 
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 GPU_QUEUE = "gpu"
@@ -113,14 +116,12 @@ def schedule_minutes(schedule: str | None, default: int) -> int:
 def scenarios_dir(params: Mapping[str, Any] | None = None) -> Path:
     """Where the packs are (``RLOPS_SCENARIOS_DIR``, else params ``scenarios_dir``, else the
     repository's ``scenarios/``): :func:`rlops.common.config.scenarios_dir`."""
-    from rlops.common import config
 
     return config.scenarios_dir(dict(params) if params is not None else config.load_params())
 
 
 def scenario_names(root: Path | None = None) -> list[str]:
     """Packs under the scenarios folder (a folder with a scenario.yaml), sorted."""
-    from rlops.common.config import pack_names
 
     return pack_names(root if root is not None else scenarios_dir())
 
@@ -153,7 +154,6 @@ def resolved_params(scenario: str) -> tuple[dict[str, Any], Any]:
     """The project params and the pack's StepContext (its ``section`` merges the pack's params):
     the one place the DAGs read settings from."""
     from rlops.common.config import load_params
-    from rlops.pipeline_steps.infra.context import StepContext
 
     params = load_params()
     return params, StepContext.create(scenario, params=params)
@@ -163,7 +163,6 @@ def pack_reward_fn(ctx: Any, params: Mapping[str, Any]) -> str:
     """The reward function a run uses without conf, by the rule of
     :func:`rlops.sandbox.reward_choice.choose_label` applied to the pack's files (no pack load)."""
     from rlops.sandbox.precheck import REWARD_FILE, load_params
-    from rlops.sandbox.reward_choice import choose_label
 
     available = [m.group(1) for p in ctx.pack_dir.iterdir() if (m := REWARD_FILE.match(p.name))]
     own = load_params(ctx.pack_dir).get("reward_fn")
@@ -208,7 +207,6 @@ _ROOTS: dict[tuple[Any, ...], Path] = {}
 def _signature() -> tuple[Any, ...]:
     """What the configs depend on: the params file, the environment overrides, every pack's
     params file (a change in any re-reads them)."""
-    from rlops.common.config import params_path
 
     p = params_path()
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("RLOPS_")))

@@ -41,8 +41,28 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from rlops.pipeline_steps.orchestration.events import Event, in_force, reward_fn_in_force
-from rlops.pipeline_steps.orchestration.timeline import Hour, TimelineConfig
+from rlops.agent_sdk.batch import batch_policy, serving_version
+from rlops.agent_sdk.policy_client import PolicyClient
+from rlops.common.config import load_params, scenarios_dir
+from rlops.common.run_key import RunKey
+from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.registry import policy_model_name
+from rlops.pipeline_steps.orchestration.dag_driver import PackDags, airflow_home
+from rlops.pipeline_steps.orchestration.events import Event, check_reward_modules, in_force, reward_fn_in_force
+from rlops.pipeline_steps.orchestration.regret import RegretMeter, regret_metrics
+from rlops.pipeline_steps.orchestration.timeline import (
+    Hour,
+    ProductionWorld,
+    SimTracer,
+    TimelineConfig,
+    _environment,
+    bad_candidate,
+    simulation_params,
+)
+from rlops.pipeline_steps.orchestration.timeline_report import write_report
+from rlops.pipeline_steps.promotion.gates import SKIPPED, gate_state
+from rlops.pipeline_steps.promotion.rollout import STAGE_MOVES
+from rlops.sandbox.traces import rollout_traces
 
 BASE_REWARD = "v1"
 """the reward the business scores with until a rule-change event (the built-in oracles are written for it)"""
@@ -70,11 +90,6 @@ class SimClock:
 
 class _Run:
     def __init__(self, cfg: TimelineConfig, events: list[Event], root: Path, say: Callable[[str], None]) -> None:
-        from rlops.agent_sdk.policy_client import PolicyClient
-        from rlops.common.run_key import RunKey
-        from rlops.pipeline_steps.infra.context import StepContext
-        from rlops.pipeline_steps.orchestration.dag_driver import PackDags
-        from rlops.pipeline_steps.orchestration.timeline import ProductionWorld, SimTracer
 
         self.cfg, self.events, self.root, self.say = cfg, events, root, say
         self.ctx = StepContext.create(cfg.scenario)
@@ -111,7 +126,6 @@ class _Run:
         }
         self.bad_versions: set[str] = set()
         self.registry = self._registry_state()
-        from rlops.pipeline_steps.orchestration.regret import RegretMeter
 
         self.regret = RegretMeter(oracle_reward=BASE_REWARD, reference_timesteps=cfg.reference_timesteps, seed=cfg.seed)
 
@@ -122,9 +136,6 @@ class _Run:
         keys, the rule engine (with its ``fallback_reason``) where nothing is loaded or a decision is
         illegal; each row carries the propensity it was served with (``logp``)."""
         import pandas as pd
-
-        from rlops.agent_sdk.batch import batch_policy, serving_version
-        from rlops.sandbox.traces import rollout_traces
 
         cfg = self.cfg
         key = f"{start:%Y%m%dT%H%M}-{cfg.tick_minutes}m"
@@ -182,7 +193,6 @@ class _Run:
     def _registry_state(self) -> tuple[str | None, str | None]:
         """The versions behind ``champion`` and ``challenger`` (the policy client reads the
         challenger's share itself)."""
-        from rlops.pipeline_steps.infra.registry import policy_model_name
 
         aliases = self.ctx.tracker.aliases(policy_model_name(self.cfg.scenario))
         return aliases.get("champion"), aliases.get("challenger")
@@ -218,9 +228,6 @@ class _Run:
         elif kind == "drift_monitor":
             self.drift(r, hour, when)
         elif kind == "rollout":
-            from rlops.pipeline_steps.promotion.gates import SKIPPED, gate_state
-            from rlops.pipeline_steps.promotion.rollout import STAGE_MOVES
-
             move = out.rollout_move()
             judged = [g for g in move.get("ab_gates", []) if gate_state(g) != SKIPPED]
             self.n["ab_gates_run"] += len(judged)
@@ -274,8 +281,6 @@ class _Run:
 
     def offer_bad_candidate(self, hour: Hour, when: datetime) -> None:
         """The world's deliberately worse candidate, offered through the promotion DAG."""
-        from rlops.pipeline_steps.infra.context import StepContext
-        from rlops.pipeline_steps.orchestration.timeline import bad_candidate
 
         ctx = StepContext.create(self.cfg.scenario, hour_key(self.t0, hour.hour))
         v = bad_candidate(ctx, self.cfg.seed + hour.hour)
@@ -316,7 +321,6 @@ class _Run:
             )
         self.client.close()
         drift_events = [e for e in self.events if e.drift]
-        from rlops.pipeline_steps.orchestration.regret import regret_metrics
 
         first_promotion = next((h.hour for h in self.hours if h.champion not in (None, "rules")), None)
         return {
@@ -364,11 +368,6 @@ def run_timeline(
 
     import yaml
 
-    from rlops.common.config import load_params, scenarios_dir
-    from rlops.pipeline_steps.orchestration.events import check_reward_modules
-    from rlops.pipeline_steps.orchestration.timeline import _environment, simulation_params
-    from rlops.pipeline_steps.orchestration.timeline_report import write_report
-
     # an events file is data: the modules it names are refused before the pack is copied or imported
     check_reward_modules(events, scenarios_dir(load_params()) / cfg.scenario)
     t0, cpu0 = time.monotonic(), time.process_time()
@@ -377,8 +376,6 @@ def run_timeline(
     params_file = root / "params.yaml"
     params_file.write_text(yaml.safe_dump(simulation_params(load_params(), root, cfg), sort_keys=False))
     with _environment(params_file, root, cfg.scenario):
-        from rlops.pipeline_steps.orchestration.dag_driver import airflow_home
-
         airflow_home(root / "airflow")
         import torch
 

@@ -30,8 +30,13 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from rlops.agent_sdk.tracer import Tracer
+from rlops.common.config import deep_merge, load_params, scenarios_dir, set_path
+from rlops.model.policy import PolicyConfig, PolicyNetwork
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.orchestration.events import Event, production_doc, reward_module_path, reward_modules
+from rlops.sandbox.pack import load_pack
+from rlops.sandbox.policies import rule_policy
 
 
 @dataclass(frozen=True)
@@ -92,7 +97,6 @@ class Hour:
 
 def simulation_params(base: dict[str, Any], root: Path, cfg: TimelineConfig) -> dict[str, Any]:
     """params.yaml with the timeline's own storage, registry and scaled-down budgets."""
-    from rlops.common.config import deep_merge, set_path
 
     overrides: dict[str, Any] = {}
     for dotted, value in cfg.params:
@@ -133,7 +137,6 @@ def simulation_params(base: dict[str, Any], root: Path, cfg: TimelineConfig) -> 
 def _environment(params_file: Path, root: Path, scenario: str) -> Iterator[None]:
     """Point every step and DAG (they read params through RLOPS_PARAMS, packs through
     RLOPS_SCENARIOS_DIR) at the timeline's own world: one pack, its own storage and registry."""
-    from rlops.common.config import load_params, scenarios_dir
 
     packs = root / "scenarios"
     if not (packs / scenario).exists():
@@ -164,8 +167,6 @@ class ProductionWorld:
     def pack(self, events: list[Event], all_events: list[Event]) -> Any:
         import yaml
 
-        from rlops.sandbox.pack import load_pack
-
         key = tuple(i for i, e in enumerate(all_events) if e in events and e.changes_world)
         if key not in self._cache:
             folder = self.root / "production" / ("world-" + "-".join(map(str, key)) if key else "world")
@@ -184,9 +185,8 @@ class SimTracer:
     """An ``agent_sdk.Tracer`` whose files carry simulated time in their hour folder and name."""
 
     def __new__(cls, landing_uri: str) -> Any:
-        from rlops.agent_sdk import tracer as tr
 
-        class _Tracer(tr.Tracer):
+        class _Tracer(Tracer):
             clock = None
 
             def _name(self, scenario: str) -> tuple[str, str]:
@@ -202,8 +202,6 @@ def no_policy_fallback(env: Any) -> Any:
     """The client with no champion loaded: every decision is the rule engine's fallback."""
     import torch
 
-    from rlops.sandbox.policies import rule_policy
-
     return rule_policy(env), {"fallback": torch.ones(env.num_envs, dtype=torch.bool)}
 
 
@@ -211,7 +209,6 @@ def bad_candidate(ctx: Any, seed: int) -> str:
     """Register a randomly initialised network: a deliberately worse candidate."""
     import torch
 
-    from rlops.model.policy import PolicyConfig, PolicyNetwork
     from rlops.pipeline_steps.training.policy import register_policy
 
     pack = ctx.load_pack()

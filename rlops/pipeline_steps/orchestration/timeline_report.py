@@ -12,6 +12,7 @@ from typing import Any
 
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.orchestration.events import Event
+from rlops.pipeline_steps.orchestration.regret import draw as draw_regret
 from rlops.pipeline_steps.orchestration.timeline import Hour, TimelineConfig
 
 SERIES = ("live_return", "reference_return", "oracle_return", "trained_return", "rules_return", "regret")
@@ -30,7 +31,6 @@ def plot(hours: list[Hour], events: list[Event], path: Path, title: str) -> Path
     se = [h.live_return_se or 0.0 for h in hours]
     ax1.errorbar(x, ret, yerr=[2 * s for s in se], marker="o", ms=3, lw=1.2, label="live mean return (±2 se)")
     ax1.set_ylabel("live return")
-    from rlops.pipeline_steps.orchestration.regret import draw as draw_regret
 
     draw_regret(ax1, hours)
     fields = sorted({f for h in hours for f in h.p_values})

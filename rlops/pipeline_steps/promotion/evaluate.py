@@ -28,9 +28,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from rlops.common.policy_ref import canonical_policy
+from rlops.common.arguments import MAX_EPISODES, count
+from rlops.common.errors import UserError
+from rlops.common.policy_ref import PolicyRef, canonical_policy
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.datasets import EVALUATION, calibration_dataset, log_dataset_inputs
+from rlops.pipeline_steps.infra.descriptions import with_gate_summary
+from rlops.pipeline_steps.infra.pass_run import step_run
+from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref, resolve
 from rlops.pipeline_steps.infra.policy_metrics import policy_metrics, segment_returns
 from rlops.pipeline_steps.infra.registry import CHAMPION, TrackingError, policy_model_name
 from rlops.pipeline_steps.promotion.gates import (
@@ -41,8 +47,16 @@ from rlops.pipeline_steps.promotion.gates import (
     episode_outcomes,
     gate_frame,
     gate_table_html,
+    segment_gates,
     stress_gate,
 )
+from rlops.pipeline_steps.promotion.ope_gate import ope_gates, ope_run_fields
+from rlops.pipeline_steps.promotion.stages import segment_episodes
+from rlops.sandbox.env import BatchedEnv
+from rlops.sandbox.errors import ExprError
+from rlops.sandbox.expr import BOOL, compile_expr
+from rlops.sandbox.policies import evaluate_policy, rule_policy
+from rlops.sandbox.profiles import CALIBRATED, default_profile
 
 if TYPE_CHECKING:
     import torch
@@ -71,8 +85,6 @@ def _version_tags(ctx: StepContext, version: str) -> dict[str, str]:
 
 def _version_of(ctx: StepContext, policy: str) -> str:
     """The registry version ``policy`` names (``3``, ``<scenario>-policy/3``, ``challenger``…)."""
-    from rlops.common.errors import UserError
-    from rlops.pipeline_steps.infra.policy_loader import resolve
 
     ref = resolve(ctx, policy)
     if ref is None:
@@ -81,8 +93,6 @@ def _version_of(ctx: StepContext, policy: str) -> str:
 
 
 def _network(ctx: StepContext, version: str, dst: Path) -> PolicyNetwork:
-    from rlops.common.policy_ref import PolicyRef
-    from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
 
     loaded = load_policy_ref(ctx, PolicyRef(ctx.scenario, version=version), dst)
     assert loaded is not None  # a version, not an alias
@@ -131,8 +141,6 @@ def segment_masks(
     pack: Pack, S0: torch.Tensor, segment_codes: torch.Tensor, names: list[str], expressions: dict[str, str]
 ) -> dict[str, np.ndarray]:
     """Population segments of the profile plus expression segments over the initial states."""
-    from rlops.sandbox.errors import ExprError
-    from rlops.sandbox.expr import BOOL, compile_expr
 
     out: dict[str, np.ndarray] = {}
     if len(names) > 1:
@@ -192,8 +200,6 @@ def live_ab_gates(
     ctl_rows = traces[group.isin(["champion", "control"])]
     where = ""
     if segment is not None:
-        from rlops.pipeline_steps.promotion.stages import segment_episodes
-
         inside = segment_episodes(pack, pd.concat([ch_rows, ctl_rows]), segment)
         ch_rows = ch_rows[ch_rows["episode_id"].astype(str).isin(inside)]
         ctl_rows = ctl_rows[ctl_rows["episode_id"].astype(str).isin(inside)]
@@ -210,7 +216,6 @@ def live_ab_gates(
 def _canonical_or_none(text: Any, scenario: str) -> str | None:
     """The canonical policy a trace row names; None for a missing or unreadable value (or
     another scenario's policy), which then matches no candidate."""
-    from rlops.common.errors import UserError
 
     if text is None or (isinstance(text, float) and np.isnan(text)):
         return None
@@ -233,9 +238,6 @@ def named_segment_gates(
     too) keeps that gate only, so the gate table has one row per segment."""
     import torch
 
-    from rlops.pipeline_steps.promotion.gates import segment_gates
-    from rlops.sandbox.profiles import default_profile
-
     stand_in = default_profile(pack, "production")
     if stand_in == profile:
         return []
@@ -255,7 +257,6 @@ def evaluation_profile(pack: Any, configured: str | None) -> str:
     fitted outcome factors), else the pack's production stand-in (``live``). The pack's own ``live``
     profile is its author's guess at the start: it never learns of a change, and a candidate
     trained on a changed world would be judged in the old one."""
-    from rlops.sandbox.profiles import CALIBRATED, default_profile
 
     if configured or CALIBRATED not in pack.scenario.profiles:
         return default_profile(pack, "production", configured)
@@ -268,10 +269,6 @@ def evaluate_candidate(
     """Compare ``candidate`` with the champion (or the rule engine) and judge every gate.
     ``stress_verdict``: the verdict of a stress test run for this evaluation (a dry run writes
     no tag for the gate to read), else the version's ``stress_test`` tag."""
-    from rlops.common.arguments import MAX_EPISODES, count
-    from rlops.pipeline_steps.infra.policy_loader import greedy_act
-    from rlops.sandbox.env import BatchedEnv
-    from rlops.sandbox.policies import evaluate_policy, rule_policy
 
     if episodes is not None:  # before any registry or sandbox work
         count("--episodes", episodes, maximum=MAX_EPISODES)
@@ -319,7 +316,6 @@ def evaluate_candidate(
     ab, ab_note = live_ab_gates(ctx, pack, candidate, cfg, int(settings.ab_window_hours))
     gates.extend(ab)
     notes.append(f"live A/B: {ab_note}")
-    from rlops.pipeline_steps.promotion.ope_gate import ope_gates, ope_run_fields
 
     ope, ope_metrics, ope_note = ope_gates(ctx, pack, cand_policy, cand_res.mean_return, label, profile)
     ope_params, ope_tags = ope_run_fields(ope, ctx.config.ope)
@@ -374,8 +370,6 @@ def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict
     ctx.storage.write_json(f"{uri}/gates.json", table_json)
     ctx.storage.write_text(f"{uri}/gates.html", page)
     ctx.storage.write_json(f"{uri}/summary.json", {k: v for k, v in report.items() if k != "gates"})
-    from rlops.pipeline_steps.infra.datasets import EVALUATION, calibration_dataset, log_dataset_inputs
-    from rlops.pipeline_steps.infra.pass_run import step_run
 
     with step_run(
         ctx,
@@ -423,7 +417,6 @@ def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict
             T.VERSION.EVAL_BASELINE: report["baseline"],
         },
     )
-    from rlops.pipeline_steps.infra.descriptions import with_gate_summary
 
     ctx.tracker.describe(name, cand, with_gate_summary(ctx.tracker.version_description(name, cand), report))
     return {"report_uri": uri, "eval_run_id": run.run_id}

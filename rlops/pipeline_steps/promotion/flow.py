@@ -34,9 +34,10 @@ from typing import Any
 
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.alias_records import RegistryKeyMismatch, require_key
-from rlops.pipeline_steps.infra.aliases import float_or_zero, move_champion
+from rlops.pipeline_steps.infra.aliases import champion_history, float_or_zero, move_champion
 from rlops.pipeline_steps.infra.aliases import rollback as rollback_champion
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, TrackingError, policy_model_name
 from rlops.pipeline_steps.infra.storage import StorageError
 from rlops.pipeline_steps.promotion.guard import (
@@ -48,8 +49,10 @@ from rlops.pipeline_steps.promotion.guard import (
     restore_champion,
     withdraw_hand_set_challenger,
 )
+from rlops.pipeline_steps.promotion.lock import ChampionMoved, PromotionBusy, check_unchanged, lock_path, promotion_lock
 from rlops.pipeline_steps.promotion.stages import Stage, current_stage, rollout_plan, segmented
 from rlops.pipeline_steps.promotion.stages import next_stage as plan_next
+from rlops.pipeline_steps.stress.version import stress_version
 
 TRAFFIC_TAG = T.VERSION.TRAFFIC_FRACTION
 DEFAULT_STAGES = (0.05, 0.15, 1.0)
@@ -176,7 +179,6 @@ def _stress_of(ctx: StepContext, version: str) -> dict[str, Any] | None:
     """The stress verdict the promotion of ``version`` is gated on (None: the gate does not ask for
     one — ``evaluate.require_stress_test`` is off — or the version is the champion already, which
     the evaluation refuses anyway)."""
-    from rlops.pipeline_steps.stress.version import stress_version
 
     if not ctx.config.evaluate.require_stress_test:
         return None
@@ -200,7 +202,6 @@ def promote(
     (:mod:`rlops.pipeline_steps.promotion.lock`): the evaluation and the alias move happen under
     one lock, and the move is refused if the champion changed meanwhile. The outcome is recorded
     as the pass's ``promote`` step run."""
-    from rlops.pipeline_steps.promotion.lock import PromotionBusy, lock_path, promotion_lock
 
     out: dict[str, Any] = {
         "scenario": ctx.scenario,
@@ -228,7 +229,6 @@ def promote(
 
 
 def _track_promotion(ctx: StepContext, out: dict[str, Any]) -> None:
-    from rlops.pipeline_steps.infra.pass_run import step_run
 
     try:
         with step_run(
@@ -257,7 +257,6 @@ def _promote(
     ctx: StepContext, candidate: str, staged: bool, episodes: int | None, stress_verdict: str | None
 ) -> dict[str, Any]:
     from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
-    from rlops.pipeline_steps.promotion.lock import ChampionMoved, check_unchanged
 
     name = policy_model_name(ctx.scenario)
     plan = rollout_plan(ctx)
@@ -417,7 +416,6 @@ def rollback(ctx: StepContext, reason: str | None = None) -> dict[str, Any]:
     """Point ``champion`` back at the most recent earlier champion (``previous`` at the one
     before; see :func:`rlops.pipeline_steps.infra.aliases.rollback`); the demoted version is
     tagged ``rlops.rolled_back`` with ``reason``."""
-    from rlops.pipeline_steps.infra.aliases import champion_history
 
     name = policy_model_name(ctx.scenario)
     current = ctx.tracker.get_alias(name, CHAMPION)

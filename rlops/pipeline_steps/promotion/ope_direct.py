@@ -22,6 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlops.model.reward_model import score
+from rlops.pipeline_steps.infra.trace_states import action_codes, state_features
+from rlops.pipeline_steps.training.relabel import step_inputs
+from rlops.sandbox.traces import rollout_traces
+
 if TYPE_CHECKING:
     import pandas as pd
     import torch
@@ -112,8 +117,6 @@ def sandbox_q(
     seed: int,
 ) -> LinearQ:
     """Fit the sandbox direct method (see the module docstring) on ``pack`` — the calibrated sandbox."""
-    from rlops.pipeline_steps.infra.trace_states import action_codes, state_features
-    from rlops.sandbox.traces import rollout_traces
 
     rows = rollout_traces(
         pack,
@@ -132,9 +135,6 @@ def sandbox_q(
 def reward_model_q(pack: Pack, model: Any, frame: pd.DataFrame, rewards: np.ndarray) -> np.ndarray:
     """``Q̂[N, A]`` of logged rows from a reward model: every action scored, mapped to reward units."""
     import torch
-
-    from rlops.model.reward_model import score
-    from rlops.pipeline_steps.training.relabel import step_inputs
 
     obs, _, actions, outcomes = step_inputs(pack, frame)
     states = obs[:, : pack.scenario.layout.n_features]

@@ -34,6 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.trace_states import action_codes, observations_from_traces, state_features
+from rlops.pipeline_steps.promotion.gates import Gate
 from rlops.pipeline_steps.promotion.ope import (
     Episodes,
     Estimate,
@@ -45,7 +48,8 @@ from rlops.pipeline_steps.promotion.ope import (
     target_probabilities,
     to_episodes,
 )
-from rlops.pipeline_steps.promotion.ope_direct import LinearQ, TargetProbs
+from rlops.pipeline_steps.promotion.ope_direct import LinearQ, TargetProbs, reward_model_q, sandbox_q
+from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -149,8 +153,6 @@ def off_policy_value(
     direct method (a fitted :class:`LinearQ`, or ``Q̂[N, A]`` for the rows of ``frame`` as given)."""
     import pandas as pd
 
-    from rlops.pipeline_steps.infra.trace_states import action_codes, observations_from_traces, state_features
-
     q_rows = None
     if isinstance(q, np.ndarray):
         q_rows = q
@@ -230,7 +232,6 @@ def sim_to_real_gap(res: OPEResult, sandbox_value: float | None, cfg: OPEConfig)
 
 
 def ope_gate_row(res: OPEResult, cfg: OPEConfig) -> Gate:
-    from rlops.pipeline_steps.promotion.gates import Gate
 
     threshold = f"DR {cfg.confidence:.0%} upper ≥ logged − {cfg.tolerance:g}"
     if res.skipped:
@@ -304,7 +305,6 @@ def ope_run_fields(gates: list[Gate], cfg: OPEConfig) -> tuple[dict[str, str], d
     metrics: the settings the estimates were made with (interval kind and level, direct method,
     target, window, tolerance, gap threshold) and the gate's state with its skip reason, so the
     run alone says what the off-policy evaluation concluded and why."""
-    from rlops.pipeline_steps.infra import tags as T
 
     row = next((g for g in gates if g.gate == "ope:dr"), None)
     if not cfg.enabled or row is None:
@@ -328,7 +328,6 @@ def ope_run_fields(gates: list[Gate], cfg: OPEConfig) -> tuple[dict[str, str], d
 def _sandbox_direct(
     pack: Pack, target: TargetProbs, cfg: OPEConfig, profile: str | None, reward_label: str | None
 ) -> LinearQ:
-    from rlops.pipeline_steps.promotion.ope_direct import sandbox_q
 
     return sandbox_q(
         pack,
@@ -346,8 +345,6 @@ def _with_reward_model(
     ctx: StepContext, pack: Pack, frame: pd.DataFrame, target: TargetProbs, cfg: OPEConfig
 ) -> OPEResult | None:
     """DR with the newest reward model as the direct method (None when none is registered)."""
-    from rlops.pipeline_steps.promotion.ope_direct import reward_model_q
-    from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
 
     if latest_reward_model_version(ctx) is None:
         return None

@@ -26,11 +26,27 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from rlops.common.errors import UserError
 from rlops.common.params_operations import RolloutParams
+from rlops.common.policy_ref import PolicyRef
+from rlops.common.run_key import RunKey
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.alias_records import require_key
+from rlops.pipeline_steps.infra.aliases import champion_history
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, TrackingError, policy_model_name
+from rlops.pipeline_steps.promotion.evaluate import live_ab_gates
+from rlops.pipeline_steps.promotion.flow import (
+    TRAFFIC_TAG,
+    champion_eta,
+    finish,
+    rollback,
+    stage_challenger,
+    withdraw_challenger,
+)
+from rlops.pipeline_steps.promotion.lock import lock_path, promotion_lock
+from rlops.pipeline_steps.promotion.stages import Stage, current_stage, next_stage, rollout_plan, segmented
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,7 +75,6 @@ class RolloutMove:
 
 def rollout_step(ctx: StepContext) -> dict[str, Any]:
     """One roll-out tick for the run key (see the module docstring)."""
-    from rlops.pipeline_steps.promotion.lock import lock_path, promotion_lock
 
     cfg = ctx.config.rollout
     name = policy_model_name(ctx.scenario)
@@ -87,15 +102,6 @@ def rollout_step(ctx: StepContext) -> dict[str, Any]:
 
 def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg: RolloutParams) -> RolloutMove:
     """Advance, finish, withdraw or hold the staged ``version`` on its live A/B gates."""
-    from rlops.pipeline_steps.promotion.evaluate import live_ab_gates
-    from rlops.pipeline_steps.promotion.flow import (
-        TRAFFIC_TAG,
-        champion_eta,
-        finish,
-        stage_challenger,
-        withdraw_challenger,
-    )
-    from rlops.pipeline_steps.promotion.stages import Stage, current_stage, next_stage, rollout_plan, segmented
 
     name = policy_model_name(ctx.scenario)
     tags = ctx.tracker.model_version_tags(name, version)
@@ -150,8 +156,6 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
 
 def judge_champion(ctx: StepContext, champion: str, cfg: RolloutParams) -> RolloutMove:
     """Roll back ``champion`` when its live return falls below the previous champion's."""
-    from rlops.pipeline_steps.infra.aliases import champion_history
-    from rlops.pipeline_steps.promotion.flow import rollback
 
     history = [v for v in champion_history(ctx.tracker, policy_model_name(ctx.scenario)) if v != champion]
     if not history:
@@ -193,8 +197,6 @@ def judge_champion(ctx: StepContext, champion: str, cfg: RolloutParams) -> Rollo
 
 def live_returns(traces: pd.DataFrame, scenario: str) -> dict[str, pd.Series]:
     """Per-episode live return of each registry version (by bare version number) in ``traces``."""
-    from rlops.common.errors import UserError
-    from rlops.common.policy_ref import PolicyRef
 
     if traces.empty or "policy_version" not in traces:
         return {}
@@ -218,7 +220,6 @@ def live_returns(traces: pd.DataFrame, scenario: str) -> dict[str, pd.Series]:
 
 
 def _recalibrations(ctx: StepContext, start: datetime, end: datetime) -> list[str]:
-    from rlops.common.run_key import RunKey
 
     found = []
     for uri in ctx.storage.list(ctx.uri("calibrations", ctx.scenario), suffix=".json"):
@@ -233,7 +234,6 @@ def _recalibrations(ctx: StepContext, start: datetime, end: datetime) -> list[st
 
 
 def _record(ctx: StepContext, move: RolloutMove) -> None:
-    from rlops.pipeline_steps.infra.pass_run import step_run
 
     try:
         with step_run(

@@ -50,7 +50,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlops.common import airflow_api
+from rlops.common.config import load_params, resolve_local
+from rlops.common.errors import UserError
+from rlops.common.params_sources import params_block
+from rlops.pipeline_steps.infra import tags as T
+from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.redact import redact
+from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, PREVIOUS, TrackingError
+from rlops.pipeline_steps.promotion.flow import check_champion, promote_from_alias
+from rlops.pipeline_steps.promotion.guard import UI_REQUEST
+from rlops.pipeline_steps.promotion.webhook_store import WebhookStore
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -117,8 +126,6 @@ class WebhookSettings:
     @classmethod
     def from_params(cls, params: Mapping[str, Any] | Any, mode: str | None = None) -> WebhookSettings:
         """From the typed ``promotion`` block (or the params document holding it)."""
-        from rlops.common.errors import UserError
-        from rlops.common.params_sources import params_block
 
         cfg = params_block(params, "promotion").webhook
         secret_env = cfg.secret_env
@@ -131,7 +138,6 @@ class WebhookSettings:
         chosen = str(mode or cfg.mode)
         if chosen not in (EMBEDDED, AIRFLOW):
             raise UserError(f"promotion.webhook.mode {chosen!r}: expected '{EMBEDDED}' or '{AIRFLOW}'")
-        from rlops.common.config import resolve_local
 
         numbers: dict[str, Any] = {}
         for key, default, kind in (
@@ -217,8 +223,6 @@ def deliver_to_airflow(
 ) -> dict[str, Any]:
     """Trigger the promotion DAG; when Airflow does not accept it, keep the request (``store``) and
     say so on the version. The outcome tag is written last."""
-    from rlops.pipeline_steps.infra import tags as T
-    from rlops.pipeline_steps.promotion.guard import UI_REQUEST
 
     name, version = f"{conf['scenario']}{POLICY_SUFFIX}", str(conf["candidate"])
     try:
@@ -260,7 +264,6 @@ def deliver_to_airflow(
 
 
 def _tag_quietly(ctx: StepContext, name: str, version: str, tags: Mapping[str, str]) -> None:
-    from rlops.pipeline_steps.infra.registry import TrackingError
 
     try:
         ctx.tracker.set_model_version_tags(name, version, tags)
@@ -277,10 +280,6 @@ def handle_event(
     delivery_id: str = "",
 ) -> dict[str, Any]:
     """Act on one verified ``model_version_alias.created`` payload; returns what was done."""
-    from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, PREVIOUS
-    from rlops.pipeline_steps.promotion.flow import check_champion, promote_from_alias
-    from rlops.pipeline_steps.promotion.guard import UI_REQUEST
 
     problem = event_problem(event)
     if problem:
@@ -332,7 +331,6 @@ class Receiver:
         context_for: Callable[[str], StepContext] | None = None,
         store: WebhookStore | None = None,
     ) -> None:
-        from rlops.pipeline_steps.promotion.webhook_store import WebhookStore
 
         self.params, self.settings, self.context_for = params, settings, context_for
         self.store = store or WebhookStore(settings.state_db, keep_s=max(3600.0, 4.0 * settings.tolerance_s))
@@ -363,7 +361,6 @@ class Receiver:
 
     def retry_pending(self) -> list[dict[str, Any]]:
         """Try once more every kept request that is due (the retry thread calls this)."""
-        from rlops.pipeline_steps.infra.context import StepContext
 
         done = []
         for req in self.store.due():
@@ -504,8 +501,6 @@ def serve(host: str, port: int, mode: str | None = None) -> int:
     """Serve the receiver until interrupted (``rlops model webhook serve``)."""
     import uvicorn
 
-    from rlops.common.config import load_params
-
     params = load_params()
     if not log.handlers and not logging.getLogger().handlers:  # one line per decision on stderr
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -517,11 +512,9 @@ def serve(host: str, port: int, mode: str | None = None) -> int:
 
 def register(url: str, tracking_uri: str | None = None) -> str:
     """Create or update the MLflow webhook pointing at ``url``; returns its id."""
-    from rlops.common.config import load_params
 
     params = load_params()
     settings = WebhookSettings.from_params(params)
-    from rlops.common.params_sources import params_block
 
     uri = tracking_uri or params_block(params, "tracking").uri
     return str(register_webhook(uri, url, settings.secret))

@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from rlops.common.errors import UserError
 from rlops.common.params_model import StressConfig  # the typed ``stress:`` params block
+from rlops.common.progress import progress_bar
+from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.html import html_page, html_table
+from rlops.pipeline_steps.infra.pass_run import step_run
+from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref, resolve
+from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name, reward_fn_model_name
+from rlops.sandbox.profiles import default_profile
 
 if TYPE_CHECKING:  # the computations (torch, the sandbox) are imported where they run
     from rlops.pipeline_steps.infra.context import StepContext
@@ -113,7 +119,6 @@ def stress_reward_fn(pack: Pack, fn: RewardFunction, cfg: StressConfig, probes: 
 
 
 def nominal_profile(pack: Pack, configured: str | None = None) -> str:
-    from rlops.sandbox.profiles import default_profile
 
     return default_profile(pack, "sandbox", configured)
 
@@ -368,8 +373,6 @@ def champion_reference(ctx: StepContext, candidate: LoadedPolicy) -> LoadedPolic
     """The champion the candidate's perturbed runs are compared with: None when there is none, when
     the candidate is the champion, or when the champion reads another observation layout (a pack
     whose state changed since): it could not act on the candidate's observations."""
-    from rlops.pipeline_steps.infra.policy_loader import load_policy_ref, resolve
-    from rlops.pipeline_steps.infra.registry import CHAMPION
 
     ref = resolve(ctx, CHAMPION)
     if ref is None or str(ref.version) == candidate.version:
@@ -385,8 +388,6 @@ def stress_test(
 ) -> dict[str, Any]:
     """Run the stress test; returns ``{passed, verdict, reasons, report_uri, html_uri, …}``.
     ``progress`` draws a bar over its stages (reward checks, then the policy runs) on stderr."""
-    from rlops.common.progress import progress_bar
-    from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref
 
     cfg = ctx.config.stress
     pack = ctx.load_pack()
@@ -442,12 +443,9 @@ def stress_test(
 def _track(
     ctx: StepContext, report: dict[str, Any], page: str, fn: RewardFunction, policy_version: str | None, json_uri: str
 ) -> str:
-    from rlops.pipeline_steps.infra.registry import policy_model_name, reward_fn_model_name
 
     tracker = ctx.tracker
     verdict = report["verdict"]
-    from rlops.pipeline_steps.infra import tags as T
-    from rlops.pipeline_steps.infra.pass_run import step_run
 
     with step_run(
         ctx,

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.registry import policy_model_name
+from rlops.pipeline_steps.infra.storage import StorageError
+from rlops.pipeline_steps.stress.step import stress_test
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
@@ -37,7 +39,6 @@ class VersionStress:
 
 def passing_report(ctx: StepContext, version: str, tags: dict[str, str]) -> str | None:
     """The URI of a passing stress report of exactly ``version``, or None."""
-    from rlops.pipeline_steps.infra.storage import StorageError
 
     uri = tags.get(T.VERSION.STRESS_REPORT)
     if tags.get(T.VERSION.STRESS_TEST) != "pass" or not uri:
@@ -56,7 +57,6 @@ def stress_version(ctx: StepContext, version: str) -> VersionStress:
     """Use the passing report of ``version``, else run the stress step on it (reward function: the
     one the version was trained with, when the pack has it). A dry run computes the verdict and
     writes nothing."""
-    from rlops.pipeline_steps.stress.step import stress_test
 
     version = str(version)
     tags = ctx.tracker.model_version_tags(policy_model_name(ctx.scenario), version)

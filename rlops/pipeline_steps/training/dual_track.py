@@ -8,7 +8,13 @@ import logging
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from rlops.model.behaviour_cloning import BCConfig, behaviour_clone
+from rlops.model.policy import PolicyConfig, PolicyNetwork
+from rlops.model.reward_source import RewardSource
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.labels.select import labels_as_imitation_batch
+from rlops.pipeline_steps.labels.step import finished_labels
+from rlops.pipeline_steps.training.relabel import labelled_steps
 
 if TYPE_CHECKING:
     from rlops.model.policy import PolicyNetwork
@@ -20,7 +26,6 @@ log = logging.getLogger(__name__)
 
 def resolve_reward_source(ctx: StepContext, kind: str | None = None, blend_lambda: float | None = None) -> RewardSource:
     """Arguments over ``train.reward_source`` / ``train.reward_blend_lambda`` of the typed params."""
-    from rlops.model.reward_source import RewardSource
 
     train = ctx.config.train
     lam = blend_lambda if blend_lambda is not None else train.reward_blend_lambda
@@ -29,8 +34,6 @@ def resolve_reward_source(ctx: StepContext, kind: str | None = None, blend_lambd
 
 def human_labels(ctx: StepContext, pack: Pack) -> tuple[Any, Any, Any] | None:
     """``(obs, masks, actions)`` of the label queue's finished labels (None when there are none)."""
-    from rlops.pipeline_steps.labels.select import labels_as_imitation_batch
-    from rlops.pipeline_steps.labels.step import finished_labels
 
     labels = finished_labels(ctx)
     if labels.empty:
@@ -43,9 +46,6 @@ def warm_start(ctx: StepContext, pack: Pack, cfg: Any) -> tuple[PolicyNetwork | 
     """A policy cloned from the run key's high-score relabelled steps, or ``(None, {reason})`` when
     there is nothing to clone from (no relabelled traces, too few steps, or ``train.bc_warm_start``
     is false)."""
-    from rlops.model.behaviour_cloning import BCConfig, behaviour_clone
-    from rlops.model.policy import PolicyConfig, PolicyNetwork
-    from rlops.pipeline_steps.training.relabel import labelled_steps
 
     train = ctx.config.train
     if not train.bc_warm_start:

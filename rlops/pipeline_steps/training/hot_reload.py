@@ -26,7 +26,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rlops.common.errors import UserError
+from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.training.status import process_alive
 
 if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack
@@ -44,8 +47,6 @@ def control_uri(ctx: StepContext, run_key: str | None = None) -> str:
 def running_training(ctx: StepContext) -> str | None:
     """The run id of the policy training of ``ctx.run_key`` in progress, or None. A run left
     RUNNING by a process that is gone (killed) does not count."""
-    from rlops.pipeline_steps.infra import tags as T
-    from rlops.pipeline_steps.training.status import process_alive
 
     filt = (
         f"tags.`{T.STEP}` = '{T.TRAIN_POLICY}' and tags.`{T.RUN_KEY}` = '{ctx.run_key}' "
@@ -65,7 +66,6 @@ def request_switch(ctx: StepContext, label: str) -> dict[str, Any]:
     """Ask the training of ``ctx.run_key`` in progress to switch to reward function ``label``
     (checked now); a :class:`UserError` when no training of the run key is running, in a dry run
     too (which writes no request)."""
-    from rlops.common.errors import UserError
 
     fn = ctx.load_pack(calibration=None).reward_fn(label)  # KeyError: no such reward function
     training = running_training(ctx)

@@ -38,13 +38,38 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlops.agent_sdk.policy_client import observation_columns
+from rlops.common.arguments import MAX_TIMESTEPS, choice, count
 from rlops.common.config import resolve_local
+from rlops.common.threads import resolve_threads
+from rlops.model.checkpoint import latest_checkpoint, list_checkpoints
+from rlops.model.pack_defaults import derive_defaults
+from rlops.model.policy import save_policy
+from rlops.model.ppo import train
+from rlops.model.ppo_config import PPOConfig, resolve_device
+from rlops.model.reward_source import apply_reward_source, model_only
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, log_dataset_inputs, parquet_dataset
+from rlops.pipeline_steps.infra.descriptions import MODEL_DESCRIPTION, version_description
+from rlops.pipeline_steps.infra.pass_run import ensure_pass_run, step_run
+from rlops.pipeline_steps.infra.policy_metrics import (
+    latency_p99_ms,
+    policy_metrics,
+    population_masks,
+    segment_returns,
+)
+from rlops.pipeline_steps.infra.pyfunc_policy import save_pyfunc_policy
 from rlops.pipeline_steps.infra.registry import policy_model_name
 from rlops.pipeline_steps.infra.signal_store import SignalReading
 from rlops.pipeline_steps.infra.signal_store import lineage as signal_lineage
+from rlops.pipeline_steps.training.dual_track import resolve_reward_source, warm_start
+from rlops.pipeline_steps.training.hot_reload import RewardSwitchPoller, record_switches
+from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
 from rlops.pipeline_steps.training.request import TrainRequest
+from rlops.sandbox.env import BatchedEnv
+from rlops.sandbox.policies import evaluate_policy
+from rlops.sandbox.profiles import default_profile
 
 if TYPE_CHECKING:
     from rlops.model.pack_defaults import TrainingPlan
@@ -70,8 +95,6 @@ def ppo_config(
     pack implies < ``ppo:`` block < ``train:`` keys < arguments. Checkpoints are written every
     ``checkpoint_every`` iterations (default 10) to ``checkpoint_dir``; without one (dry runs) never.
     The torch thread count is ``train.threads`` resolved for this process (:mod:`rlops.common.threads`)."""
-    from rlops.model.pack_defaults import derive_defaults
-    from rlops.model.ppo_config import PPOConfig, resolve_device
 
     known = {f.name for f in fields(PPOConfig)}
     train = ctx.config.train
@@ -86,8 +109,6 @@ def ppo_config(
         merged["num_envs"] = train.num_envs
     merged.update({k: v for k, v in overrides.items() if v is not None})
     if overrides.get("torch_threads") is None:  # train.threads wins over ppo.torch_threads
-        from rlops.common.threads import resolve_threads
-
         merged["torch_threads"] = resolve_threads(train.threads)
     merged["mode"] = mode
     merged["checkpoint_dir"] = str(checkpoint_dir) if checkpoint_dir is not None else None
@@ -135,7 +156,6 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
     layout), the reuse of a version trained with the same fingerprint — and trains and writes
     nothing: its ``model_version`` and ``mean_return`` say they were not computed.
     """
-    from rlops.common.arguments import MAX_TIMESTEPS, choice, count
 
     request = request or TrainRequest()
     mode, timesteps, reward_fn = request.mode, request.timesteps, request.reward_fn
@@ -144,9 +164,6 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
         timesteps = count("--timesteps", timesteps, maximum=MAX_TIMESTEPS)
     if request.device is not None:
         ppo_overrides["device"] = request.device
-    from rlops.model.ppo_config import resolve_device
-    from rlops.pipeline_steps.training.dual_track import resolve_reward_source
-    from rlops.sandbox.profiles import default_profile
 
     pack = ctx.load_pack()
     source = resolve_reward_source(ctx, request.reward_source, request.reward_blend_lambda)
@@ -221,11 +238,9 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
         env = pack.make_env(
             num_envs, reward_fn=label, profile=profile, device=resolve_device(cfg.device).type, seed=cfg.seed
         )
-        from rlops.model.reward_source import apply_reward_source
 
         apply_reward_source(env, source, rm_model)
         init, cfg, base["behaviour_cloning"] = _behaviour_cloning_start(ctx, pack, cfg, source, init)
-        from rlops.pipeline_steps.infra.pass_run import ensure_pass_run, step_run
 
         pass_run = ensure_pass_run(ctx.tracker, ctx.scenario, ctx.run_key, ctx.dag_run_id)
         fn_version = ctx.tracker.register_reward_fn(
@@ -251,8 +266,6 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
         }
         # A training killed mid-run left its run RUNNING: this attempt resumes its work, so it closes it.
         stale = ctx.tracker.close_stale_runs({T.STEP: T.TRAIN_POLICY, T.TRAIN_FINGERPRINT: fp})
-        from rlops.model.reward_source import model_only
-        from rlops.pipeline_steps.training.hot_reload import RewardSwitchPoller
 
         switch_at, switch_label = request.reward_switch or (None, None)
         poller = RewardSwitchPoller(
@@ -302,7 +315,6 @@ def _reward_model(ctx: StepContext, source: Any, reward_model_version: str | Non
     """``(version, loaded model)`` of the reward model the source needs; a dry run only names it."""
     if not source.needs_model:
         return None, None
-    from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
 
     if ctx.dry_run:
         return reward_model_version or latest_reward_model_version(ctx), None
@@ -310,7 +322,6 @@ def _reward_model(ctx: StepContext, source: Any, reward_model_version: str | Non
 
 
 def _dry_run_summary(base: dict[str, Any], ckpt: Path, name: str, parent: str | None) -> dict[str, Any]:
-    from rlops.model.checkpoint import latest_checkpoint
 
     last = latest_checkpoint(ckpt) if ckpt.is_dir() else None
     not_trained = "not computed: a dry run does not train (the version and its return exist once trained)"
@@ -346,8 +357,6 @@ def _behaviour_cloning_start(
     Returns ``(init, cfg, behaviour-cloning summary or None)``."""
     bc: dict[str, Any] = {}
     if source.needs_model and init is None:
-        from rlops.pipeline_steps.training.dual_track import warm_start
-
         init, bc = warm_start(ctx, pack, cfg)
         if init is not None:  # PPO continues from the cloned policy (no EWC: nothing to keep)
             import dataclasses
@@ -359,7 +368,6 @@ def _behaviour_cloning_start(
 def log_training_inputs(ctx: StepContext, run: Any, cal_version: str, cal: dict[str, Any] | None) -> None:
     """The calibration the sandbox was fitted with, and the trace partitions it was fitted on, as
     the run's training datasets (nothing when the pack is used as written)."""
-    from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, log_dataset_inputs, parquet_dataset
 
     if cal is None:
         return
@@ -387,9 +395,6 @@ def _train_and_register(
     tmp: Path,
     poller: Any = None,
 ) -> dict[str, Any]:
-    from rlops.model.checkpoint import latest_checkpoint
-    from rlops.model.ppo import train
-    from rlops.pipeline_steps.infra.descriptions import version_description
 
     settings = ctx.config.train
     resumed = latest_checkpoint(cfg.checkpoint_dir)
@@ -412,7 +417,6 @@ def _train_and_register(
     with run.buffered(every_s=10.0) as sink:
         result = train(cfg, env, tracker=sink, init_from=init, resume_from="auto", reward_source=poller)
     train_seconds = time.perf_counter() - t0
-    from rlops.pipeline_steps.training.hot_reload import record_switches
 
     switches = record_switches(run, result.reward_switches)
 
@@ -482,9 +486,6 @@ def register_policy(
 ) -> str:
     """Log ``policy`` as the pyfunc model ``policy_model/`` of ``run`` and register it as a new
     ``<scenario>-policy`` version with ``tags``; returns the version."""
-    from rlops.agent_sdk.policy_client import observation_columns
-    from rlops.model.policy import save_policy
-    from rlops.pipeline_steps.infra.pyfunc_policy import save_pyfunc_policy
 
     meta = {
         "scenario": ctx.scenario,
@@ -502,7 +503,6 @@ def register_policy(
         run.run_id, MODEL_ARTIFACT, policy_model_name(ctx.scenario), tags=tags, description=description
     )
     run.set_tags({T.MODEL_VERSION: version})
-    from rlops.pipeline_steps.infra.descriptions import MODEL_DESCRIPTION
 
     ctx.tracker.describe(policy_model_name(ctx.scenario), None, MODEL_DESCRIPTION.format(scenario=ctx.scenario))
     return version
@@ -518,7 +518,6 @@ def _layout_of(obj: Any) -> tuple[int, int, int]:
 
 def _prepare_checkpoints(ckpt: Path, fp: str) -> None:
     """Keep the checkpoints of the same run (same fingerprint) to resume; drop any other."""
-    from rlops.model.checkpoint import list_checkpoints
 
     marker = ckpt / "fingerprint.txt"
     if marker.exists() and marker.read_text().strip() != fp:
@@ -532,14 +531,6 @@ def _evaluate(
 ) -> dict[str, Any]:
     """Held-out summary of the trained policy plus its comparable metrics (``metrics``, the keys of
     :mod:`rlops.pipeline_steps.infra.policy_metrics` that evaluation runs log too)."""
-    from rlops.pipeline_steps.infra.policy_metrics import (
-        latency_p99_ms,
-        policy_metrics,
-        population_masks,
-        segment_returns,
-    )
-    from rlops.sandbox.env import BatchedEnv
-    from rlops.sandbox.policies import evaluate_policy
 
     cpu = policy.to("cpu").eval()
     env = BatchedEnv(pack.scenario, pack.reward_fn(label), num_envs=episodes, profile=profile, illegal_action="noop")

@@ -22,7 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlops.model.ppo import train
+from rlops.model.ppo_config import resolve_device
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.training.policy import ppo_config
+from rlops.sandbox.profiles import default_profile
 
 REGIONS = ("env_step", "reward", "policy_forward", "advantages", "backward", "optimizer", "data_movement")
 """The labelled phases (``rlops.<name>``); ``reward`` runs inside ``env_step``."""
@@ -68,11 +72,6 @@ def profile_training(
     ``sample_iterations`` consecutive iterations after the first two and report where the time went."""
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
-
-    from rlops.model.ppo import train
-    from rlops.model.ppo_config import resolve_device
-    from rlops.pipeline_steps.training.policy import ppo_config
-    from rlops.sandbox.profiles import default_profile
 
     if sample_iterations < 1:
         raise ValueError(f"sample_iterations {sample_iterations}: expected at least one iteration to record")

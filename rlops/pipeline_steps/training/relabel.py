@@ -15,7 +15,12 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlops.model.reward_model import CONFIG_FILE, load_reward_model, score
+from rlops.model.reward_pairs import outcome_features
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.registry import reward_model_name
+from rlops.pipeline_steps.infra.trace_states import action_codes, error_flags, observations_from_traces
+from rlops.pipeline_steps.infra.versions import latest_model_version
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,9 +39,6 @@ def step_inputs(pack: Pack, df: pd.DataFrame) -> tuple[torch.Tensor, ...]:
     import numpy as np
     import pandas as pd
     import torch
-
-    from rlops.model.reward_pairs import outcome_features
-    from rlops.pipeline_steps.infra.trace_states import action_codes, error_flags, observations_from_traces
 
     obs, masks = observations_from_traces(pack, df)
     actions = torch.from_numpy(action_codes(pack, df["action"]))
@@ -60,8 +62,6 @@ def relabel_frame(pack: Pack, model: RewardModel, df: pd.DataFrame, version: str
     """One label row per trace row: the reward model's score of the step."""
     import pandas as pd
 
-    from rlops.model.reward_model import score
-
     obs, _, actions, outcomes = step_inputs(pack, df)
     s = score(model, obs[:, : pack.scenario.layout.n_features], actions, outcomes)
     out = pd.DataFrame(
@@ -80,16 +80,12 @@ def relabel_frame(pack: Pack, model: RewardModel, df: pd.DataFrame, version: str
 # --------------------------------------------------------------------------- registry
 def latest_reward_model_version(ctx: StepContext) -> str | None:
     """The newest version of ``<scenario>-reward-model`` (None when none is registered)."""
-    from rlops.pipeline_steps.infra.registry import reward_model_name
-    from rlops.pipeline_steps.infra.versions import latest_model_version
 
     return latest_model_version(ctx.tracker, reward_model_name(ctx.scenario))
 
 
 def load_reward_model_version(ctx: StepContext, version: str | None = None) -> tuple[str, RewardModel]:
     """``(version, model)`` of a registered reward model (the newest when ``version`` is None)."""
-    from rlops.model.reward_model import CONFIG_FILE, load_reward_model
-    from rlops.pipeline_steps.infra.registry import reward_model_name
 
     name = reward_model_name(ctx.scenario)
     version = version or latest_reward_model_version(ctx)

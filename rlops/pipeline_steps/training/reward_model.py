@@ -14,7 +14,15 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlops.common.arguments import MAX_EPISODES, count
+from rlops.model.reward_model import PreferencePairs, RewardModelConfig, save_reward_model, train_reward_model
+from rlops.model.reward_pairs import build_preference_pairs
+from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.pass_run import step_run
+from rlops.pipeline_steps.infra.registry import reward_model_name
+from rlops.pipeline_steps.labels.select import labels_as_pairs
+from rlops.pipeline_steps.labels.step import finished_labels
 
 if TYPE_CHECKING:
     from rlops.model.reward_model import PreferencePairs
@@ -23,8 +31,6 @@ if TYPE_CHECKING:
 
 def human_pairs(ctx: StepContext, pack: Pack) -> PreferencePairs | None:
     """Pairs from the label queue's finished labels (None when there are none)."""
-    from rlops.pipeline_steps.labels.select import labels_as_pairs
-    from rlops.pipeline_steps.labels.step import finished_labels
 
     labels = finished_labels(ctx)
     if labels.empty:
@@ -36,10 +42,6 @@ def human_pairs(ctx: StepContext, pack: Pack) -> PreferencePairs | None:
 def train_reward_model_step(ctx: StepContext, reward_fn: str | None = None, pairs: int | None = None) -> dict[str, Any]:
     """Build pairs, train, log and register; returns the version and its held-out metrics. A dry
     run returns the plan, its ``model_version`` saying it was not computed: it trains nothing."""
-    from rlops.common.arguments import MAX_EPISODES, count
-    from rlops.model.reward_model import PreferencePairs, RewardModelConfig, save_reward_model, train_reward_model
-    from rlops.model.reward_pairs import build_preference_pairs
-    from rlops.pipeline_steps.infra.registry import reward_model_name
 
     section = ctx.config.reward_model.model_dump()
     n_pairs = count("--pairs", pairs if pairs is not None else section.pop("pairs"), maximum=MAX_EPISODES)
@@ -68,8 +70,6 @@ def train_reward_model_step(ctx: StepContext, reward_fn: str | None = None, pair
     cfg = RewardModelConfig.from_params(section, seed=seed)  # the typed block's fields, seeded by `seed`
     model, metrics = train_reward_model(cfg, data)
     name = reward_model_name(ctx.scenario)
-    from rlops.pipeline_steps.infra import tags as T
-    from rlops.pipeline_steps.infra.pass_run import step_run
 
     with step_run(ctx, T.TRAIN_REWARD_MODEL, extra_tags={T.REWARD_FN_SHA256: fn.version}) as run:
         run.log_params(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from rlops.model.early_stop import StagnationMonitor
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import process_alive as process_alive  # re-exported: its old home
@@ -57,7 +58,6 @@ def run_of_pid(ctx: StepContext, pid: int, host: str | None = None) -> str:
 def plateau_of(returns: list[float], window: int = PLATEAU_WINDOW, tol: float = 0.01) -> tuple[bool, int]:
     """Whether the training return has not improved for ``window`` iterations (the training loop's
     own :class:`~rlops.model.early_stop.StagnationMonitor`), and for how many iterations it has not."""
-    from rlops.model.early_stop import StagnationMonitor
 
     monitor, flagged = StagnationMonitor(window, tol), False
     for r in returns:

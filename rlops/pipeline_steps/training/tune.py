@@ -23,8 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlops.model.ppo import train
+from rlops.model.ppo_config import resolve_device
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.training.policy import ppo_config
+from rlops.sandbox.policies import evaluate_policy
+from rlops.sandbox.profiles import default_profile
 
 if TYPE_CHECKING:
     import optuna
@@ -56,7 +61,6 @@ class TuneResult:
 
 def defaults_of(ctx: StepContext, pack: Any, timesteps: int, device: str | None) -> dict[str, Any]:
     """The tuned knobs as the training step would set them on this pack."""
-    from rlops.pipeline_steps.training.policy import ppo_config
 
     plan = ppo_config(ctx, pack, "full", timesteps, None, device=device)
     cfg = plan.config
@@ -128,8 +132,6 @@ def tune(
 ) -> TuneResult:
     """Run the study (at most ``trials`` trials, stopping after ``budget_s`` seconds)."""
     import optuna
-
-    from rlops.sandbox.profiles import default_profile
 
     t0 = time.perf_counter()
     pack = ctx.load_pack()
@@ -232,10 +234,6 @@ def _run_trial(
     defaults: bool = False,
     step_unit: int = 1,
 ) -> tuple[float, str, bool]:
-    from rlops.model.ppo import train
-    from rlops.model.ppo_config import resolve_device
-    from rlops.pipeline_steps.training.policy import ppo_config
-    from rlops.sandbox.policies import evaluate_policy
 
     batch = int(knobs["num_envs"]) * int(knobs["num_steps"])
     # Another batch size keeps minibatches near MINIBATCH transitions; the defaults keep their own.
