@@ -4,7 +4,7 @@ aged 60 and over start defaulting 2.5 times as often at hour 24 (an outcome even
 error rate jumps at hour 30, the business scores with reward_v2 from hour 34 (a rule change), a
 deliberately worse candidate is offered at hour 40 — running the pack's DAG definitions (``dags/``,
 ``<dag>__credit_approval``) through ``dag.test()`` at each due interval, plus the runs they trigger
-(:mod:`rlops.pipeline_steps.orchestration.simulate`).
+(:mod:`rlops.timeline.simulate`).
 
 Prints the hour table, the load average at the start and the end, and as the LAST line one JSON
 object: ``detection_delay_h``, ``false_alarms``, ``emergency_retrains``, ``bad_candidate_promoted``,
@@ -14,7 +14,7 @@ reference's on the same episodes; bar ≤ 6 h after outcomes arrive), ``mean_reg
 ((reference − served) / (reference − rules) averaged over the hours after the first promotion; bar
 ≤ 0.05), where the reference is the better of the pack's oracle and, after the reward-rule change, a
 policy trained in that world with the product's defaults (``reference_trained``: its budget, steps
-and wall seconds; :mod:`rlops.pipeline_steps.orchestration.regret`), ``promotions``,
+and wall seconds; :mod:`rlops.timeline.regret`), ``promotions``,
 ``rollbacks``, ``stages_advanced``, ``ab_gates_run`` (bar: > 0), ``promotion_to_agent_s`` (the longest
 simulated time from an alias move to the policy client serving it; bar: <= 60 s), ``retrains_skipped``,
 ``dag_runs``, ``wall_s`` (bar: < 30 min on 2 cores), ``cpu_s`` (the process's CPU seconds: on a shared
@@ -34,10 +34,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rlops.pipeline_steps.orchestration.events import DEFAULT_EVENTS_48H, load_events, parse_events  # noqa: E402
-from rlops.pipeline_steps.orchestration.simulate import run_timeline  # noqa: E402
-from rlops.pipeline_steps.orchestration.timeline import TimelineConfig  # noqa: E402
-from rlops.pipeline_steps.orchestration.timeline_report import table  # noqa: E402
+from rlops.timeline.events import DEFAULT_EVENTS_48H, load_events, parse_events  # noqa: E402
+from rlops.timeline.report import table  # noqa: E402
+from rlops.timeline.simulate import run_timeline  # noqa: E402
+from rlops.timeline.world import TimelineConfig  # noqa: E402
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Benchmark: off-policy evaluation against the truth the sandbox knows.
 
 The production world is the credit pack's ``live`` profile with an outcome event in force
-(applicants aged 60 and over default 2.5 times as often — ``rlops.pipeline_steps.orchestration.events``);
+(applicants aged 60 and over default 2.5 times as often — ``rlops.timeline.events``);
 the calibrated sandbox is the pack itself, which does not see it. The champion — a network cloned
 from the rule engine — serves ``--logged`` live episodes in the production world through an
 exploring logger (its greedy action, or with probability ``--explore`` a random legal one), which
@@ -54,13 +54,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.loadavg import report as report_load  # noqa: E402
 from rlops.common.config import REPO_ROOT  # noqa: E402
 from rlops.model.policy import PolicyConfig, PolicyNetwork  # noqa: E402
-from rlops.pipeline_steps.orchestration.events import parse_events, production_doc  # noqa: E402
 from rlops.pipeline_steps.promotion.ope import OPEConfig  # noqa: E402
 from rlops.pipeline_steps.promotion.ope_direct import exploring_policy, sandbox_q  # noqa: E402
 from rlops.pipeline_steps.promotion.ope_gate import network_target, off_policy_value, ope_gate_row  # noqa: E402
 from rlops.sandbox.pack import Pack, load_pack  # noqa: E402
 from rlops.sandbox.policies import evaluate_policy, rule_policy  # noqa: E402
 from rlops.sandbox.traces import rollout_traces  # noqa: E402
+from rlops.timeline.events import parse_events, production_doc  # noqa: E402
 
 OUTCOME_EVENT = {
     "at_hour": 0,

@@ -112,9 +112,9 @@ def agent_main(args: argparse.Namespace) -> None:
     from rlops.agent_sdk.policy_client import PolicyClient
     from rlops.agent_sdk.tracer import Tracer
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.orchestration.events import Event, in_force
-    from rlops.pipeline_steps.orchestration.timeline import ProductionWorld
     from rlops.sandbox.traces import rollout_traces
+    from rlops.timeline.events import Event, in_force
+    from rlops.timeline.world import ProductionWorld
 
     t0, minutes, status_file = float(args.t0), float(args.minutes), Path(args.status)
     stop = {"now": False}

@@ -179,3 +179,13 @@ def test_function_level_imports_of_rlops_modules_stay_under_the_ceiling() -> Non
     worst = sorted(counted.items(), key=lambda kv: -len(kv[1]))[:5]
     where = ", ".join(f"{f.relative_to(REPO_ROOT)} {len(v)}" for f, v in worst)
     assert total <= FUNCTION_LEVEL_IMPORT_CEILING, f"{total} function-level rlops imports (most: {where})"
+
+
+def test_nothing_in_the_library_imports_the_timeline() -> None:
+    """The simulated timeline drives the DAGs from above: only it, the command line (``rlops
+    simulate``) and the benches and tests may import it."""
+    graph = import_graph(module_files())
+    above = ("rlops.timeline", "rlops.commands", "rlops.cli")
+    below = {m: sorted(t for t in ts if t.startswith("rlops.timeline")) for m, ts in graph.items()}
+    offenders = {m: ts for m, ts in below.items() if ts and not m.startswith(above)}
+    assert not offenders, f"modules below the timeline that import it: {offenders}"

@@ -1,5 +1,5 @@
 """``rlops simulate``: the five DAGs' tasks on their schedules over simulated days, against a
-production world scripted by an events file (see :mod:`rlops.pipeline_steps.orchestration.simulate`)."""
+production world scripted by an events file (see :mod:`rlops.timeline.simulate`)."""
 
 from __future__ import annotations
 
@@ -66,15 +66,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from rlops.common.arguments import count
     from rlops.common.config import load_params, scenarios_dir
     from rlops.common.errors import UserError
-    from rlops.pipeline_steps.orchestration.events import (
+    from rlops.timeline.events import (
         check_reward_modules,
         check_world,
         load_events,
         scaled_events,
     )
-    from rlops.pipeline_steps.orchestration.simulate import run_timeline
-    from rlops.pipeline_steps.orchestration.timeline import TimelineConfig
-    from rlops.pipeline_steps.orchestration.timeline_report import table
+    from rlops.timeline.report import table
+    from rlops.timeline.simulate import run_timeline
+    from rlops.timeline.world import TimelineConfig
 
     hours = count("--hours", args.hours, maximum=24 * 60)
     per_tick = (

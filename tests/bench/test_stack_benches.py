@@ -12,7 +12,7 @@ import pytest
 from bench.stack_soak import WORLD_CHANGES, soak_params
 from rlops.common.config import REPO_ROOT
 from rlops.common.params_model import Params
-from rlops.pipeline_steps.orchestration.events import parse_events
+from rlops.timeline.events import parse_events
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -57,8 +57,8 @@ def _serve_hour(ctx: Any, pack: Any, nets: dict[str, Any], slow_challenger: bool
     from rlops.agent_sdk.policy_client import PolicyClient
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.policy_loader import greedy_act
-    from rlops.pipeline_steps.orchestration.timeline import SimTracer
     from rlops.sandbox.traces import rollout_traces
+    from rlops.timeline.world import SimTracer
 
     client = PolicyClient(ctx.config.tracking.uri, "credit_approval", ctx.pack_dir, refresh_every_s=None)
     client.refresh()

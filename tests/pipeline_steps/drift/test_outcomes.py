@@ -13,7 +13,7 @@ import yaml
 
 from rlops.common.config import REPO_ROOT
 from rlops.pipeline_steps.drift.outcomes import OutcomeConfig, outcome_drift, welch
-from rlops.pipeline_steps.orchestration.events import parse_events, production_doc
+from rlops.timeline.events import parse_events, production_doc
 
 PACK = REPO_ROOT / "scenarios" / "credit_approval"
 SEGMENTS = {"older": "user_profile.age >= 60", "low_credit_score": "user_profile.credit_score < 450"}

@@ -156,7 +156,7 @@ def test_an_api_slowing_down_is_fitted_on_its_own_action(credit: Pack, tmp_path:
     import yaml
 
     from rlops.pipeline_steps.drift.calibrate import fit_simulation
-    from rlops.pipeline_steps.orchestration.events import parse_events, production_doc
+    from rlops.timeline.events import parse_events, production_doc
 
     slow = parse_events([{"at_hour": 0, "kind": "latency", "action": "fetch_credit_report", "factor": 3}])
     shutil.copytree(REPO / "scenarios" / "credit_approval", tmp_path / "world")

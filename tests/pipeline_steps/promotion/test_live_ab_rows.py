@@ -14,8 +14,8 @@ RUN_KEY = "20261130T0500"
 
 
 def _land(ctx, pack, version: str, group: str, seed: int, episodes: int) -> int:
-    from rlops.pipeline_steps.orchestration.timeline import SimTracer, no_policy_fallback
     from rlops.sandbox.traces import rollout_traces
+    from rlops.timeline.world import SimTracer, no_policy_fallback
 
     start = ctx.key.start
     df = rollout_traces(

@@ -28,8 +28,8 @@ def _serve(ctx: Any, pack: Any, served: dict[str, tuple[Any, str, int]], slow: s
     """Traffic of the run key's hour: ``version → (trace policy, test group, episodes)``, written
     by the agent SDK's tracer into the landing zone and captured, as production would."""
     from rlops.pipeline_steps.capture.step import capture_step
-    from rlops.pipeline_steps.orchestration.timeline import SimTracer
     from rlops.sandbox.traces import rollout_traces
+    from rlops.timeline.world import SimTracer
 
     tracer = SimTracer(ctx.traces.landing_uri)
     tracer.clock = ctx.key.start + timedelta(minutes=5)

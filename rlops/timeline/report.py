@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.orchestration.events import Event
-from rlops.pipeline_steps.orchestration.regret import draw as draw_regret
-from rlops.pipeline_steps.orchestration.timeline import Hour, TimelineConfig
+from rlops.timeline.events import Event
+from rlops.timeline.regret import draw as draw_regret
+from rlops.timeline.world import Hour, TimelineConfig
 
 SERIES = ("live_return", "reference_return", "oracle_return", "trained_return", "rules_return", "regret")
 """the hourly figures the timeline's MLflow run logs, one metric each per simulated hour"""

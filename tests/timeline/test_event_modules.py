@@ -58,7 +58,7 @@ def test_a_module_outside_the_pack_is_refused_before_anything_runs(
 
 
 def test_a_module_inside_the_pack_is_accepted(packs: Path) -> None:
-    from rlops.pipeline_steps.orchestration.events import check_reward_modules, parse_events
+    from rlops.timeline.events import check_reward_modules, parse_events
 
     pack = packs / "credit_approval"
     events = parse_events([{"at_hour": 1, "kind": "reward_fn", "version": "v2", "module": "changes/reward_v2.py"}])
@@ -69,8 +69,8 @@ def test_the_production_world_refuses_what_the_command_would(packs: Path, tmp_pa
     """The copy into the production world checks again: a caller of the timeline that skipped the
     command's check still cannot copy a file from outside the pack."""
     from rlops.common.errors import UserError
-    from rlops.pipeline_steps.orchestration.events import Event
-    from rlops.pipeline_steps.orchestration.timeline import ProductionWorld
+    from rlops.timeline.events import Event
+    from rlops.timeline.world import ProductionWorld
 
     world = ProductionWorld(packs / "credit_approval", tmp_path / "world")
     events = [Event(1.0, "reward_fn", {"version": "v2", "module": "changes/leak.py"})]

@@ -1,11 +1,11 @@
 """``rlops simulate``: the per-pack DAGs over simulated days against a scripted production world.
 
 This module owns only the world, the clock and the traffic. Each 15-minute tick the production
-stand-in (:class:`~rlops.pipeline_steps.orchestration.timeline.ProductionWorld`) serves applicants
+stand-in (:class:`~rlops.timeline.world.ProductionWorld`) serves applicants
 through the ``agent_sdk.PolicyClient`` — which follows the registry on the simulated clock — and
 its traces go through the ``agent_sdk`` tracer into the landing zone; then every DAG of the pack
 due at the tick's end runs through ``dag.test()`` with that logical date, followed by the runs it
-triggered (:mod:`rlops.pipeline_steps.orchestration.dag_driver`). Capture, drift, recalibration,
+triggered (:mod:`rlops.timeline.dag_driver`). Capture, drift, recalibration,
 retrains, staging and the roll-out DAG's moves are the DAGs' own; this module only reads what they did.
 
 Figures (the JSON's ``metrics``):
@@ -29,7 +29,7 @@ Figures (the JSON's ``metrics``):
   decisions per code (``no_champion`` before the first promotion, ``illegal_action``, …);
 * ``outcome_detection_delay_h`` — per outcome event, as ``detection_delay_h`` (outcome drift);
 * ``recovery_h``, ``mean_regret_share``, ``mean_regret`` — the served policy against the oracle and
-  the rule engine on the same live episodes (:mod:`rlops.pipeline_steps.orchestration.regret`).
+  the rule engine on the same live episodes (:mod:`rlops.timeline.regret`).
 """
 
 from __future__ import annotations
@@ -47,10 +47,14 @@ from rlops.common.config import load_params, scenarios_dir
 from rlops.common.run_key import RunKey
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.registry import policy_model_name
-from rlops.pipeline_steps.orchestration.dag_driver import PackDags, airflow_home
-from rlops.pipeline_steps.orchestration.events import Event, check_reward_modules, in_force, reward_fn_in_force
-from rlops.pipeline_steps.orchestration.regret import RegretMeter, regret_metrics
-from rlops.pipeline_steps.orchestration.timeline import (
+from rlops.pipeline_steps.promotion.gates import SKIPPED, gate_state
+from rlops.pipeline_steps.promotion.rollout import STAGE_MOVES
+from rlops.sandbox.traces import rollout_traces
+from rlops.timeline.dag_driver import PackDags, airflow_home
+from rlops.timeline.events import Event, check_reward_modules, in_force, reward_fn_in_force
+from rlops.timeline.regret import RegretMeter, regret_metrics
+from rlops.timeline.report import write_report
+from rlops.timeline.world import (
     Hour,
     ProductionWorld,
     SimTracer,
@@ -59,10 +63,6 @@ from rlops.pipeline_steps.orchestration.timeline import (
     bad_candidate,
     simulation_params,
 )
-from rlops.pipeline_steps.orchestration.timeline_report import write_report
-from rlops.pipeline_steps.promotion.gates import SKIPPED, gate_state
-from rlops.pipeline_steps.promotion.rollout import STAGE_MOVES
-from rlops.sandbox.traces import rollout_traces
 
 BASE_REWARD = "v1"
 """the reward the business scores with until a rule-change event (the built-in oracles are written for it)"""

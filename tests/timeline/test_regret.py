@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from rlops.common.config import REPO_ROOT
-from rlops.pipeline_steps.orchestration.events import parse_events
-from rlops.pipeline_steps.orchestration.regret import RegretMeter, recovery_hours, regret_metrics
-from rlops.pipeline_steps.orchestration.timeline import Hour
+from rlops.timeline.events import parse_events
+from rlops.timeline.regret import RegretMeter, recovery_hours, regret_metrics
+from rlops.timeline.world import Hour
 
 
 def _hour(h: int, live: float, oracle: float, rules: float) -> Hour:
@@ -22,9 +22,9 @@ def _hour(h: int, live: float, oracle: float, rules: float) -> Hour:
 def test_the_meter_scores_the_same_episodes_the_world_served() -> None:
     import torch
 
-    from rlops.pipeline_steps.orchestration.timeline import no_policy_fallback
     from rlops.sandbox.pack import load_pack
     from rlops.sandbox.traces import rollout_traces
+    from rlops.timeline.world import no_policy_fallback
 
     torch.set_num_threads(1)
     pack = load_pack(REPO_ROOT / "scenarios" / "credit_approval")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlops.common.config import load_params
-from rlops.pipeline_steps.orchestration.timeline import TimelineConfig, simulation_params
+from rlops.timeline.world import TimelineConfig, simulation_params
 
 
 def test_params_overrides_are_merged_last_and_leave_sibling_keys_alone(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import yaml
 
 from rlops.common.config import REPO_ROOT
 from rlops.common.errors import UserError
-from rlops.pipeline_steps.orchestration.events import (
+from rlops.timeline.events import (
     DEFAULT_EVENTS_48H,
     in_force,
     load_events,
@@ -134,9 +134,9 @@ def test_an_outcome_event_rewrites_every_expression_of_the_hidden_field(tmp_path
 
 
 def test_a_rule_change_moves_the_production_reward_fn(tmp_path: Path) -> None:
-    from rlops.pipeline_steps.orchestration.events import reward_fn_in_force, reward_modules
-    from rlops.pipeline_steps.orchestration.timeline import ProductionWorld
     from rlops.sandbox.pack import load_pack
+    from rlops.timeline.events import reward_fn_in_force, reward_modules
+    from rlops.timeline.world import ProductionWorld
 
     events = parse_events(DEFAULT_EVENTS_48H)
     assert reward_fn_in_force(in_force(events, 33.9), "v1") == "v1"

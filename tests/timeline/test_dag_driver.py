@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from rlops.pipeline_steps.orchestration import dag_driver
+from rlops.timeline import dag_driver
 
 
 def test_cron_schedules_and_presets_fire_at_their_minutes() -> None:

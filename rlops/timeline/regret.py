@@ -39,8 +39,8 @@ from rlops.model.ppo import train
 from rlops.sandbox.policies import evaluate_policy, load_oracle, rule_policy
 
 if TYPE_CHECKING:
-    from rlops.pipeline_steps.orchestration.events import Event
     from rlops.sandbox.pack import Pack
+    from rlops.timeline.events import Event
 
 RECOVERY_FRACTION = 0.95
 
@@ -124,7 +124,7 @@ class RegretMeter:
     def close(self, hour: Any) -> None:
         """Set ``oracle_return``, ``trained_return``, ``reference_return``, ``rules_return``,
         ``regret`` and ``regret_share`` on ``hour`` (a timeline
-        :class:`~rlops.pipeline_steps.orchestration.timeline.Hour`) and start the next."""
+        :class:`~rlops.timeline.world.Hour`) and start the next."""
         sums, self._hour = self._hour, _Sums()
         if not self.enabled or not sums.episodes or hour.live_return is None:
             return

@@ -2,13 +2,13 @@
 time, against a production world scripted by events.
 
 Each 15-minute tick, the *production stand-in* (the pack's ``live`` profile with the events in
-force, :mod:`rlops.pipeline_steps.orchestration.events`) serves applicants with the policies the
+force, :mod:`rlops.timeline.events`) serves applicants with the policies the
 ``agent_sdk.PolicyClient`` holds — champion, challenger by its traffic share, the rule engine
 before the first champion and for any illegal decision — and its traces go through the
 ``agent_sdk`` tracer into the landing zone, stamped with simulated time. Then the pack's DAGs
 (``dags/``, ids ``<dag>__<pack>``) that are due at the tick's end run through ``dag.test()`` with
 that logical date, as the scheduler would start them, and the runs they trigger after them
-(:mod:`rlops.pipeline_steps.orchestration.dag_driver`): schedules, Param defaults, trigger links,
+(:mod:`rlops.timeline.dag_driver`): schedules, Param defaults, trigger links,
 staged roll-out, demotion of a regressed champion and the skipping of unchanged retrains are the
 DAGs' own.
 ``label_queue`` is left out by default (no human labels to simulate: ``TimelineConfig.dags``).
@@ -34,9 +34,9 @@ from rlops.agent_sdk.tracer import Tracer
 from rlops.common.config import deep_merge, load_params, scenarios_dir, set_path
 from rlops.model.policy import PolicyConfig, PolicyNetwork
 from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.orchestration.events import Event, production_doc, reward_module_path, reward_modules
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.policies import rule_policy
+from rlops.timeline.events import Event, production_doc, reward_module_path, reward_modules
 
 
 @dataclass(frozen=True)

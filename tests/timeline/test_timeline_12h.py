@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from rlops.pipeline_steps.orchestration.events import parse_events
-from rlops.pipeline_steps.orchestration.simulate import run_timeline
-from rlops.pipeline_steps.orchestration.timeline import TimelineConfig
+from rlops.timeline.events import parse_events
+from rlops.timeline.simulate import run_timeline
+from rlops.timeline.world import TimelineConfig
 
 AGEING = {"user_profile.age": {"dist": "normal", "mean": 58, "std": 10}}
 EVENTS = [
