@@ -28,6 +28,8 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
         ("stack_soak.py", ["--packs", "no_such_pack"]),
         ("train_stack.py", ["--runs", "0"]),
         ("train_stack.py", ["--timesteps", "10"]),
+        ("soak_changes.py", ["--packs", "no_such_pack"]),
+        ("soak_changes.py", ["--episodes", "5"]),
     ],
 )
 def test_bad_arguments_are_one_usage_line_and_exit_2(script: str, args: list[str]) -> None:
@@ -36,7 +38,7 @@ def test_bad_arguments_are_one_usage_line_and_exit_2(script: str, args: list[str
     assert (
         out.stderr.strip()
         .splitlines()[-1]
-        .startswith("stack_soak.py: error:" if "soak" in script else "train_stack.py: error:")
+        .startswith(f"{script}: error:")
     )
 
 
