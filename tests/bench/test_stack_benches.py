@@ -35,11 +35,7 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
 def test_bad_arguments_are_one_usage_line_and_exit_2(script: str, args: list[str]) -> None:
     out = _run(script, *args)
     assert out.returncode == 2, out.stderr
-    assert (
-        out.stderr.strip()
-        .splitlines()[-1]
-        .startswith(f"{script}: error:")
-    )
+    assert out.stderr.strip().splitlines()[-1].startswith(f"{script}: error:")
 
 
 def test_soak_params_are_valid_params_at_a_compressed_cadence(tmp_path: Path) -> None:
