@@ -76,7 +76,8 @@ def free_port() -> int:
 
 def soak_params(workdir: Path, packs: list[str], cadence: int) -> dict[str, Any]:
     """The project's params with everything under ``workdir`` and the DAGs at a compressed cadence:
-    capture and roll-out every ``cadence`` minutes, drift every 2, full retrains every 3 cadences."""
+    capture and roll-out every ``cadence`` minutes, drift every 2, full retrains every 3 cadences, the
+    off-policy gate's window 3 cadences."""
     import yaml
 
     base = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
@@ -99,6 +100,9 @@ def soak_params(workdir: Path, packs: list[str], cadence: int) -> dict[str, Any]
                 "unpaused": [f"*__{p}" for p in packs],
             },
             "rollout": {"min_stage_minutes": 2 * cadence, "regression_window_hours": 4 * cadence / 60},
+            # the off-policy gate reads the traffic of the world a retrain answers, as the calibration
+            # does: 24 hours would be every episode since the start, from before and after each change
+            "ope": {"window_hours": 3 * cadence / 60},
             "stack": {"home": str(workdir / "stack"), **{f"{part}_port": free_port() for part in PORTS}},
         },
     )

@@ -42,6 +42,7 @@ def test_soak_params_are_valid_params_at_a_compressed_cadence(tmp_path: Path) ->
     doc = soak_params(tmp_path, ["credit_approval", "complaint_handling"], cadence=5)
     params = Params.model_validate(doc)
     assert params.dags.trace_capture == "*/5 * * * *" and params.dags.retrain_full == "*/15 * * * *"
+    assert params.ope.window_hours == 0.25  # the gate reads the last three captures, not a day
     assert params.dags.unpaused == ["*__credit_approval", "*__complaint_handling"]
     assert len({params.stack.airflow_port, params.stack.mlflow_port, params.stack.console_port}) == 3
 
