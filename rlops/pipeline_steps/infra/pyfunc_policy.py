@@ -159,7 +159,7 @@ def save_pyfunc_policy(policy_dir: str | Path, dst: str | Path, input_example: p
 def _pins_known_satisfied() -> Iterator[None]:
     """Skip MLflow's check that the requirements are installed: :func:`_pins` reads them from this
     environment, so they are by construction, and the check maps every installed distribution to its
-    modules first (over a second of every training task in a full deployment's environment)."""
+    modules first, which every training task would pay again in a full deployment's environment."""
     from mlflow.utils import environment
 
     check = getattr(environment, "warn_dependency_requirement_mismatches", None)
