@@ -151,7 +151,6 @@ def _own_run_key(ctx: Any) -> str:
 def _promote_or_say_why(promote: Callable[..., dict[str, Any]], ctx: Any, candidate: str) -> dict[str, Any]:
     """The gated promotion; a candidate that cannot be promoted (e.g. training reproduced the
     champion itself) is an outcome with its reason, not a crash."""
-
     try:
         return promote(ctx, candidate=candidate)
     except (ValueError, UserError) as exc:

@@ -319,7 +319,6 @@ class PolicyClient:
     def first_served_at(self, version: str | int, alias: str = CHAMPION) -> float | None:
         """The client's clock at the first decision ``version`` served as ``alias`` (``champion`` or
         ``challenger``) since it last became that alias here; None while it has served none."""
-
         return self._served_since.get((alias, canonical_policy(version, self.scenario)))
 
     def promotion_to_agent_s(self, version: str | int, moved_at: float, alias: str = CHAMPION) -> float | None:

@@ -149,7 +149,6 @@ def resolve_params(
 def check_rollout_segments(model: Params, pack_dir: Path, sources: list[ParamsSource]) -> None:
     """The segments of ``evaluate.rollout_stages`` compiled against the pack's scenario (when the
     folder holds one): a bad one is a :class:`ParamsError` naming the stage, its file and line."""
-
     stages = [(i, s.segment) for i, s in enumerate(model.evaluate.rollout_stages) if isinstance(s, RolloutStage)]
     if not any(segment for _, segment in stages) or not (pack_dir / "scenario.yaml").is_file():
         return

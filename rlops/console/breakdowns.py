@@ -30,7 +30,6 @@ def component_scores(index: pd.Index, raw: list[Any]) -> tuple[pd.DataFrame, dic
     """Per-row component scores (one column per component, in order of first appearance; 0 where a
     row has none; a row's repeated component keeps its last score) and each component's rule ref
     where it first appears, for the breakdowns ``raw`` of the rows ``index``."""
-
     fast = [i for i, v in enumerate(raw) if isinstance(v, str) and v[:1] == "{" and "\n" not in v and "\r" not in v]
     parsed = _arrow_items(raw, fast) if fast else None
     parts, read = [], np.zeros(0, dtype=np.int64)
@@ -57,7 +56,6 @@ def component_scores(index: pd.Index, raw: list[Any]) -> tuple[pd.DataFrame, dic
 
 def _python_items(raw: list[Any], rows: np.ndarray) -> pd.DataFrame:
     """The displayable items of ``rows``, read one by one as the console always has."""
-
     recs = [
         (int(r), pos, item["component"], float(item["score"]), item["rule_ref"])
         for r in rows

@@ -178,7 +178,6 @@ class ProjectData:
         """Per-row component scores and each component's rule ref: the breakdowns in the store's own
         shape parsed together, any other (a trace row from an agent may carry a list, a dict or text
         that is not JSON) shaped row by row (:mod:`rlops.console.breakdowns`)."""
-
         return component_scores(df.index, df["reward_breakdown"].tolist())
 
     def state_fields(self, scenario: str) -> list[tuple[str, str, str | None]]:

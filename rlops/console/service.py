@@ -178,7 +178,6 @@ class TraceViews:
     def shadow(self, scenario: str) -> dict[str, Any]:
         """Each shadow candidate's agreement with the served decisions and its off-policy estimate
         (:func:`rlops.console.offpolicy.shadow_view`), once per content digest."""
-
         files, dg = self.files_digest(scenario)
         out: dict[str, Any] = self._once(("shadow", scenario), dg, lambda: shadow_view(self.data, scenario, files, dg))
         return out

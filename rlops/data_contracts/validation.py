@@ -349,7 +349,6 @@ def _exception_message(info: Any) -> str:
 def _check_shapes(raw: pd.DataFrame, contract: Contract) -> tuple[list[int], list[str]]:
     """Normalise every ``shape`` column of ``raw`` in place; ``(rows, reasons)`` of the values
     that are of no accepted shape."""
-
     rows: list[int] = []
     reasons: list[str] = []
     for name in raw.columns:

@@ -103,7 +103,6 @@ class StateMapping:
 
 def observed_fields(pack_path: str | Path) -> list[str]:
     """The pack's observed state field paths (what a policy reads), for :meth:`StateMapping.by_leaf_name`."""
-
     return [f.path for f in DecisionProgram.from_pack(pack_path).spec.fields if f.observed]
 
 
@@ -246,7 +245,6 @@ def pack_masks(pack_path: str | Path) -> tuple[tuple[str, ...], MaskFn]:
     """The pack's action names and a function ``(state, history) -> mask`` evaluating the actions'
     preconditions on one production state (:class:`~rlops.agent_sdk.masks.ActionMasker`: what a trace
     row's ``action_mask`` holds)."""
-
     masker = ActionMasker.from_pack(pack_path)
     return masker.action_names, masker.mask
 

@@ -82,7 +82,6 @@ class EvalPlateau:
 
     def evaluate(self, policy: Any, reward_fn: Any) -> float:
         """Mean greedy return of ``policy`` on the fixed evaluation batch."""
-
         assert self.env is not None
         if self.env.reward_fn.version != reward_fn.version:
             self.env.set_reward_fn(reward_fn)

@@ -308,7 +308,6 @@ def process_fields(fields: list[FieldGuess], actions: list[ActionGuess]) -> list
 
 def infer_rule_policy(df: pd.DataFrame, fields: list[FieldGuess], actions: list[ActionGuess]) -> RulePolicyGuess:
     """The logged behaviour as a shallow tree, one rule per leaf (see the module docstring)."""
-
     names = [a.name for a in actions]
     y = df["action"].astype(str).map({n: i for i, n in enumerate(names)}).to_numpy(dtype=np.int64)
     tree = fit_tree(

@@ -127,7 +127,6 @@ def _write(folder: Path, draft: PackDraft, relaxed: list[str]) -> None:
 
 def _write_checked(folder: Path, draft: PackDraft) -> tuple[PackDraft, list[str]]:
     """Write and load the pack; relax the preconditions while a state is left without a legal action."""
-
     relaxed: list[str] = []
     attempts = [draft, replace(draft, with_bounds=False), _without_preconditions(draft)]
     reasons = ["where each action was logged was dropped from them", "every precondition was dropped"]

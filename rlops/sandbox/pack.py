@@ -136,17 +136,18 @@ def load_pack(
     if check_liveness:
         stage(scen_file, "rolling random episodes (liveness check)")
         live_key = _liveness_key(doc, rules, pack.params, reward_fns)
-        if not _passed_liveness(live_key):  # the verdict is a function of the document and the rewards
+        if not _passed_liveness(live_key):  # the verdict is a function of what the key digests
             check_no_dead_ends(pack)
             _remember_liveness(live_key)
     return pack
 
 
-#: Digests of (effective scenario document, rules, pack params, reward sources, sandbox code) that passed the liveness
-#: check: the check rolls seeded random episodes, so the same inputs always give the same verdict,
-#: and a scheduler loading the same pack every few minutes need not roll them again. Kept in this
-#: process and, across the processes of a deployment (each task is one), as empty files under
-#: ``$RLOPS_CACHE_DIR/liveness`` (default ``$XDG_CACHE_HOME/rlops``, else ``~/.cache/rlops``).
+#: Digests of (effective scenario document, rules, pack params, reward sources, sandbox code) that
+#: passed the liveness check: the check rolls seeded random episodes, so the same inputs always give
+#: the same verdict, and a scheduler loading the same pack every few minutes need not roll them
+#: again. Kept in this process and, across the processes of a deployment (each task is one), as
+#: empty files under ``$RLOPS_CACHE_DIR/liveness`` (default ``$XDG_CACHE_HOME/rlops``, else
+#: ``~/.cache/rlops``).
 _LIVE_PACKS: dict[str, None] = {}
 
 

@@ -179,7 +179,6 @@ def _parse_field(c: _Ctx, node: dict[Any, Any], parent: dict[Any, Any], path: st
 
 def _check_fit(c: _Ctx, node: dict[Any, Any], path: str, t: str, hi: float | None, observed: bool) -> None:
     """``fit: {outcome, event_when, by}`` — a fittable hidden probability (rlops.sandbox.outcome_params)."""
-
     fit = c.mapping(node["fit"], node, "fit", f"{path}.fit")
     c.check_keys(fit, FIT_KEYS, f"{path}.fit")
     if t != "float" or hi != 1 or observed:

@@ -87,7 +87,6 @@ def is_due(schedule: object, when: datetime) -> bool:
 def _definitions_stamp() -> tuple[tuple[str, int, int], ...]:
     """What the DAG definitions are made of — the DAG files, the packs, the params file — as
     (path, mtime, size) of each file: equal stamps, equal DAGs."""
-
     files = [*(REPO_ROOT / "dags").rglob("*.py"), *scenarios_dir(load_params()).rglob("*"), params_path()]
     stats = ((str(f), f.stat()) for f in files if f.is_file())
     return tuple(sorted((name, st.st_mtime_ns, st.st_size) for name, st in stats))

@@ -193,7 +193,6 @@ class _Run:
     def _registry_state(self) -> tuple[str | None, str | None]:
         """The versions behind ``champion`` and ``challenger`` (the policy client reads the
         challenger's share itself)."""
-
         aliases = self.ctx.tracker.aliases(policy_model_name(self.cfg.scenario))
         return aliases.get("champion"), aliases.get("challenger")
 
@@ -281,7 +280,6 @@ class _Run:
 
     def offer_bad_candidate(self, hour: Hour, when: datetime) -> None:
         """The world's deliberately worse candidate, offered through the promotion DAG."""
-
         ctx = StepContext.create(self.cfg.scenario, hour_key(self.t0, hour.hour))
         v = bad_candidate(ctx, self.cfg.seed + hour.hour)
         self.bad_versions.add(str(v))

@@ -97,7 +97,6 @@ class Hour:
 
 def simulation_params(base: dict[str, Any], root: Path, cfg: TimelineConfig) -> dict[str, Any]:
     """params.yaml with the timeline's own storage, registry and scaled-down budgets."""
-
     overrides: dict[str, Any] = {}
     for dotted, value in cfg.params:
         set_path(overrides, tuple(dotted.split(".")), value)
@@ -137,7 +136,6 @@ def simulation_params(base: dict[str, Any], root: Path, cfg: TimelineConfig) -> 
 def _environment(params_file: Path, root: Path, scenario: str) -> Iterator[None]:
     """Point every step and DAG (they read params through RLOPS_PARAMS, packs through
     RLOPS_SCENARIOS_DIR) at the timeline's own world: one pack, its own storage and registry."""
-
     packs = root / "scenarios"
     if not (packs / scenario).exists():
         shutil.copytree(scenarios_dir(load_params()) / scenario, packs / scenario)

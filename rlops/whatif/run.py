@@ -175,7 +175,6 @@ def baseline_policy(
 
 def registry_champion(ctx: StepContext, obs_dim: int, dst: Path) -> tuple[PolicyNetwork | None, str]:
     """The registry's champion (downloaded under ``dst``), or None with the reason it cannot be used."""
-
     name = policy_model_name(ctx.scenario)
     try:
         loaded = load_policy_ref(ctx, CHAMPION, dst)
@@ -198,7 +197,6 @@ def reward_whatif(
     progress: bool = False,
 ) -> dict[str, Any]:
     """Answer a reward what-if (see the module doc); bad input is a UserError before anything runs."""
-
     settings = settings or WhatIfSettings()
     cfg = ctx.config.evaluate
     episodes = count(

@@ -40,7 +40,6 @@ def episode_outcomes(df: pd.DataFrame, column: str = "outcome") -> tuple[np.ndar
 
 def worst_component(df: pd.DataFrame) -> tuple[list[str], list[str]]:
     """Per row, the breakdown component with the lowest score and its rule ref ("—" when none)."""
-
     comps, rules = [], []
     for text in df.get("reward_breakdown", pd.Series([None] * len(df))).tolist():
         items = read_breakdown(text)
@@ -64,7 +63,6 @@ def attribute(
     temperature: float = 1.0,
 ) -> dict[str, Any] | None:
     """The attribution section of the audit report (None when the traces carry no outcome)."""
-
     eo = episode_outcomes(df)
     if eo is None:
         return None

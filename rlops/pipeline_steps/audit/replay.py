@@ -198,7 +198,6 @@ def replay(ctx: StepContext, trace_id: str, depth: int | None = None, traces_uri
 # --------------------------------------------------------------------------- audit
 def component_frame(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str | None]]:
     """Per-row component scores (one column per component) and each component's rule ref."""
-
     return component_records(df.index, [read_breakdown(text) for text in df["reward_breakdown"].tolist()])
 
 
@@ -386,7 +385,6 @@ def render_audit_html(report: dict[str, Any]) -> str:
 def _attribution(ctx: StepContext, pack: Pack, df: pd.DataFrame, clusters: int, seed: int) -> dict[str, Any] | None:
     """Sparse-outcome attribution (see :mod:`rlops.pipeline_steps.audit.attribution`), scored by the run
     key's reward-model labels when the relabel step wrote them."""
-
     if episode_outcomes(df) is None:
         return None
     scores, source = None, "the scripted reward (no reward-model labels for this run key)"

@@ -326,7 +326,6 @@ def write_capture(
     contract, checked against the interval and for duplicates (within the run and against the
     run key's other sources), written to the trace store and quarantine, with a manifest kept
     up to date after every chunk. See the module docstring and :func:`capture_landing_zone`."""
-
     start, end = as_utc(interval_start), as_utc(interval_end)
     key = RunKey.covering(start, end)  # rejects an empty or reversed interval
     run_key = str(RunKey.parse(run_key)) if run_key else str(key)

@@ -86,7 +86,6 @@ def alert_text(summary: FallbackSummary, threshold: float, min_decisions: int) -
 
 def _interval_rows(ctx: StepContext, partitions: list[str]) -> pd.DataFrame:
     """The accepted rows this run key wrote (its own files in the partitions it touched)."""
-
     files: set[str] = set()
     for where in partitions:  # partition folders, or the files themselves
         files.update([where] if where.endswith(".parquet") else ctx.storage.list(where, suffix=".parquet"))
@@ -125,7 +124,6 @@ def check_fallbacks(ctx: StepContext, out: dict[str, Any]) -> dict[str, Any]:
 
 def log_fallbacks(run: RunHandle, out: dict[str, Any]) -> None:
     """The fallback share as a metric of the capture run, and the alert (if any) as a tag."""
-
     summary = out.get("fallbacks")
     if not summary:
         return

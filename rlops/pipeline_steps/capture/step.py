@@ -57,7 +57,6 @@ def capture_step(
     """Capture the run key's interval. ``simulate=None`` uses the landing zone when it has files
     for the interval and falls back to simulation when ``capture.simulate_when_empty`` is on.
     ``progress`` draws a bar of the landing-zone rows read (a simulation is one batched rollout)."""
-
     cfg = ctx.config.capture
     # Arguments first (an explicit 0 is an error, never "the default"), then any work.
     n_episodes = count("--episodes", episodes if episodes is not None else cfg.episodes, maximum=MAX_EPISODES)
@@ -127,7 +126,6 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
     file, through the landing zone's writer: the same contract, interval and duplicate checks,
     quarantine and manifest (each source of a run key adds its own files; see
     :mod:`rlops.pipeline_steps.capture.core`)."""
-
     cfg = ctx.section("capture")
     lateness = count(
         "capture.max_lateness_minutes", cfg.get("max_lateness_minutes", 60), minimum=0, maximum=7 * 24 * 60
@@ -177,7 +175,6 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
 
 def track_capture(ctx: StepContext, out: dict[str, Any]) -> None:
     """The capture's step run in the pass: row counts, and the partitions it wrote as datasets."""
-
     with step_run(ctx, T.CAPTURE) as run:
         run.log_params({"source": out.get("source"), "interval": " .. ".join(out["interval"])})
         run.log_metrics({k: float(out[k]) for k in ("rows_in", "rows_accepted", "rows_quarantined")}, step=0)

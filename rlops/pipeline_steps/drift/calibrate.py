@@ -256,7 +256,6 @@ def fit_rewards(ctx: StepContext, after: Pack, live: pd.DataFrame) -> dict[str, 
     """The ``rewards:`` block: the champion rolled out in the newly fitted world ``after`` (scored by
     the pack's own reward function), its declared outcome scores against ``live``'s
     (:func:`rlops.pipeline_steps.drift.outcome_fit.fit_reward_scales`)."""
-
     if live.empty or not outcome_components(after):
         return {}
     episodes = int(ctx.config.drift.baseline_episodes)
@@ -266,7 +265,6 @@ def fit_rewards(ctx: StepContext, after: Pack, live: pd.DataFrame) -> dict[str, 
 
 def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> dict[str, Any]:
     """Fit, check and write a new calibration version; returns a summary."""
-
     cfg = ctx.config.recalibrate
     uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
     window = ctx.key.lookback(cfg.window_hours) if cfg.window_hours else None

@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 
 def window_uri(ctx: StepContext) -> str:
     """The trace-store partition of the run key's hour."""
-
     t = ctx.key.start
     return join_uri(ctx.traces.trace_uri, partition_path(scenario=ctx.scenario, date=f"{t:%Y-%m-%d}", hour=t.hour))
 
@@ -61,7 +60,6 @@ def window_uri(ctx: StepContext) -> str:
 def drift_columns(available: list[str], cfg: DriftParams | Mapping[str, Any]) -> list[str]:
     """The trace columns the drift check reads: the tested fields (``drift.fields``, else every
     ``state.*`` column plus the operational ones), the episode (the p-values' unit) and the reward."""
-
     fields = set(cfg.get("fields") or [])
     wanted = {"episode_id", "reward_total", str(cfg.get("cluster") or "episode_id")}
     if cfg.get("outcome_enabled"):  # outcome drift predicts each live step's reward from its state and action
@@ -97,7 +95,6 @@ def comparable_rows(pack: Any, df: Any) -> Any:
     """Sandbox trace rows encoded as captured live rows are: through the same trace contract
     (e.g. ``error`` becomes "error"/null as on live rows, not True/False), so a column's
     distribution differs only where the worlds differ."""
-
     return validate_frame(df, contract_for(pack)).accepted.reset_index(drop=True)
 
 
@@ -123,7 +120,6 @@ def baseline_inputs(ctx: StepContext, pack: Any, profile: str, episodes: int, re
 def champion_rows(ctx: StepContext, pack: Any, profile: str, episodes: int, reward_fn: str) -> tuple[Any, str]:
     """``(rows, policy version)``: the champion's most likely actions on ``episodes`` seeded
     episodes of ``pack`` in ``profile``, encoded as captured live rows are."""
-
     traced = champion_trace_policy(ctx, pack, deterministic=True)
     version = traced.version
     rows = rollout_traces(
@@ -175,7 +171,6 @@ def summarised_target(
     streamed pass (:mod:`rlops.pipeline_steps.drift.window`), and for outcome drift the window's
     rows when there are at most ``drift.outcome_max_rows``, else whole episodes drawn by the stable
     hash of their id (``TraceReader.sample_episodes``) leaving about that many."""
-
     reader = ctx.traces.reader
     columns = drift_columns(reader.columns(uri), cfg)
     fields = tested_fields(cfg, baseline, columns)
@@ -212,7 +207,6 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
     """The drift check of the run key (see the module). ``slices``: a fanned-out check's slices
     (:func:`rlops.pipeline_steps.drift.fan_out.summarise_slice`), counted against the baseline the
     plan froze and added up by :func:`rlops.pipeline_steps.drift.slice_counts.merge_slices`."""
-
     cfg = ctx.config.drift
     long = long_window(ctx, cfg)
     if long is None:

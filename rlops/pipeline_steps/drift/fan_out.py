@@ -98,7 +98,6 @@ def fans_out(ctx: StepContext) -> bool:
 def plan_slices(ctx: StepContext) -> list[dict[str, Any]]:
     """The slices of the run key's window (as :class:`WindowSlice` dicts); one empty slice when the
     check is not fanned out or the window has no rows (its drift check then reads the window)."""
-
     cfg = ctx.config.drift
     long = long_window(ctx, cfg) if fans_out(ctx) else None
     if long is None or long[3] == 0:
@@ -124,7 +123,6 @@ def slice_uri(ctx: StepContext, index: int, suffix: str) -> str:
 def summarise_slice(ctx: StepContext, obj: Any) -> dict[str, Any] | None:
     """A mapped task's work: the field counts of one slice, written under the run key; ``None`` for
     the plan's empty slice."""
-
     if obj == {}:
         return None
     sl = WindowSlice.parse(obj)

@@ -72,7 +72,6 @@ def component_scores(frame: pd.DataFrame, component: str) -> np.ndarray:
 def field_probabilities(pack: Pack, doc: dict[str, Any], path: str, frame: pd.DataFrame) -> np.ndarray:
     """The pack's probability ``path`` on each row of ``frame`` (settling rows): the expression of
     the effect of the previous row's action where it sets the field, else the ``init`` expression."""
-
     S = states_from_traces(pack, frame)
     init = field_node(doc, path).get("init") or {}
     p = np.full(len(frame), np.nan)
@@ -99,7 +98,6 @@ def _loglik(y: np.ndarray, p: np.ndarray, theta: np.ndarray) -> np.ndarray:
 def segments(pack: Pack, frame: pd.DataFrame, by: list[str], quantiles: int = 8) -> dict[str, np.ndarray]:
     """``{condition expression: row mask}`` for each ``by`` field's values (enum) or, numeric, its
     octile bins and the tails above and below each inner cut."""
-
     out: dict[str, np.ndarray] = {}
     for path in by:
         spec = pack.scenario.fields.get(path)
@@ -221,7 +219,6 @@ def fit_reward_scales(
     """``{component: {negative|positive: {factor, p_value, rows, sandbox_rows, live_mean,
     sandbox_mean}}}`` for each declared ``outcome`` component whose live scores of one sign differ
     from the sandbox's (see the module docstring)."""
-
     if live.empty or sandbox.empty or "reward_breakdown" not in live or "reward_breakdown" not in sandbox:
         return {}
     tests: list[tuple[str, str, np.ndarray, np.ndarray]] = []

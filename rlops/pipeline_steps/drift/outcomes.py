@@ -183,7 +183,6 @@ def welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 def field_segments(pack: Pack, reference: pd.DataFrame, quantiles: int) -> dict[str, tuple[str, float, float]]:
     """Automatic segments: each observed numeric field cut at the ``reference`` rows' quantiles
     (``age:q4`` = its top quarter), each enum field by value."""
-
     out: dict[str, tuple[str, float, float]] = {}
     for f in pack.scenario.spec.fields:
         col = STATE_PREFIX + f.path
@@ -208,7 +207,6 @@ def segment_masks(
 ) -> dict[str, np.ndarray]:
     """``all``, each expression segment and each automatic field segment, evaluated on the rows'
     observed state (a field not yet visible on a row puts the row in none of its segments)."""
-
     out = {"all": np.ones(len(frame), dtype=bool)}
     if expressions:
         S = states_from_traces(pack, frame)
@@ -229,7 +227,6 @@ def outcome_drift(
     pack: Pack, sandbox: pd.DataFrame, live: pd.DataFrame, cfg: OutcomeConfig, segments: dict[str, str] | None = None
 ) -> OutcomeReport:
     """The calibration test of ``live`` rows against the calibrated sandbox's ``sandbox`` rows."""
-
     rep = OutcomeReport(alpha=cfg.alpha, min_effect=cfg.min_effect, live_rows=len(live), sandbox_rows=len(sandbox))
     if live.empty or sandbox.empty or "reward_total" not in live:
         rep.reason = "no live or no sandbox rows with rewards"

@@ -233,7 +233,6 @@ def run_drift(
     (:class:`~rlops.pipeline_steps.drift.window.WindowSummary`; the histograms drawn from its sample).
     ``baseline_rows``: the baseline already in hand (a dry run's, which is never written to
     ``baseline_uri``); ``baseline_uri`` then only names it in the report."""
-
     config = ctx.config if ctx is not None else as_params(params)
     cfg = config.drift
     storage = ctx.storage if ctx is not None else Storage.from_params(config)
@@ -335,7 +334,6 @@ def run_drift(
 
 def _drift_run(params: Mapping[str, Any], scenario: str | None, ctx: Any) -> Any:
     """The MLflow run of a drift report: a step of the pass with a context, else a run of its own."""
-
     if ctx is not None:
         return step_run(ctx, T.DRIFT)
 

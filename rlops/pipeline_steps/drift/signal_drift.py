@@ -45,7 +45,6 @@ class SignalShift:
 
 def signal_shifts(ctx: StepContext, pack: Pack) -> list[SignalShift]:
     """Every signal the reward function that applies declares, against the champion (none: no champion)."""
-
     fn = pack.reward_fn(ctx.reward_choice().reward_fn)
     if not fn.signal_weights:
         return []

@@ -95,7 +95,6 @@ def merge_slices(
     """The window's :class:`WindowSummary` from its slices' files (in window order; ``target``: the
     window's ``(uri, (start, end), rows)``), its units and episode returns counted by DuckDB over
     the whole window (``columns`` of it), as the one-task check counts them."""
-
     uri, window, total = target
     ordered = sorted(results, key=lambda r: int(r["index"]))
     if [int(r["index"]) for r in ordered] != list(range(len(ordered))):
@@ -120,7 +119,6 @@ def merge_slices(
 
 def _merge(a: TargetField, name: str, kind: str, n: int, dtype: str, counts: Any, baseline: pd.DataFrame) -> None:
     """Add one slice's counts of a field to the window's, as one pass adds a frame's."""
-
     if not kind or not joins(a, kind):
         return
     if kind == "numeric":

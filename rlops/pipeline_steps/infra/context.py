@@ -104,7 +104,6 @@ class StepContext:
 
     def reward_choice(self, explicit: str | None = None) -> RewardChoice:
         """The reward function that applies to this run (one rule: :mod:`rlops.sandbox.reward_choice`)."""
-
         return choose_reward(self.load_pack(calibration=None), explicit, self.params.get("reward_fn"))
 
     def section(self, name: str) -> Block:

@@ -42,7 +42,6 @@ def version_description(scenario: str, base: dict[str, Any], evaluation: dict[st
 def with_gate_summary(description: str, report: dict[str, Any]) -> str:
     """The version description with its ``Gates:`` paragraph replaced by this evaluation's verdict:
     one line per gate, its state exactly ``pass``, ``fail`` or ``skipped`` (with why it was skipped)."""
-
     head = re.split(r"(?:^|\n\n)Gates[ :(]", description, maxsplit=1)[0].rstrip()
     failed = failing_gates(report["gates"]) if report.get("gates") else list(report["failed_gates"])
     skipped = [g["gate"] for g in report["gates"] if gate_state(g) == SKIPPED]

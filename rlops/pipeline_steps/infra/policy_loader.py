@@ -41,7 +41,6 @@ class LoadedPolicy:
 def resolve(ctx: StepContext, ref: str | int | PolicyRef) -> PolicyRef | None:
     """``ref`` with its alias resolved to a version; None for an alias that is not set. A
     version the registry does not know is a UserError."""
-
     parsed = PolicyRef.parse(ref, ctx.scenario)
     if parsed.is_rules:
         raise UserError("policy 'rules' is the pack's rule engine, not a registered policy")
@@ -102,7 +101,6 @@ def load_policy_ref(
 
 def champion_policy(ctx: StepContext, dst: Path) -> tuple[str | None, PolicyNetwork | None]:
     """The current champion's version and network (None, None when there is none)."""
-
     loaded = load_policy_ref(ctx, CHAMPION, dst)
     return (loaded.version, loaded.network) if loaded is not None else (None, None)
 

@@ -133,7 +133,6 @@ def save_pyfunc_policy(policy_dir: str | Path, dst: str | Path, input_example: p
     """Write the pyfunc model for a policy saved by ``save_policy`` (whose metadata carries
     ``action_names`` and ``obs_columns``) to the new folder ``dst``. ``input_example`` (encoded
     observations) is stored with the model as the serving example."""
-
     meta = json.loads((Path(policy_dir) / CONFIG_FILE).read_text()).get("metadata", {})
     for key in ("action_names", "obs_columns"):
         if key not in meta:
@@ -180,7 +179,6 @@ def _pins_known_satisfied() -> Iterator[None]:
 def _stage_model_package(staging: Path) -> Path:
     """A copy of ``rlops.model`` under an otherwise empty ``rlops`` package in ``staging``: what a
     bare serving environment needs to import :mod:`rlops.model.policy` (nothing else of rlops)."""
-
     root = staging / "rlops"
     shutil.copytree(
         Path(model_pkg.__file__).resolve().parent, root / "model", ignore=shutil.ignore_patterns("__pycache__")

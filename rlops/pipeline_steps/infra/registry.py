@@ -103,7 +103,6 @@ class Tracker:
     def from_params(cls, params: Params | TrackingParams | Mapping[str, Any], scenario: str | None = None) -> Tracker:
         """Build from the typed ``tracking`` block (or the params document holding it; env overrides
         already applied) for ``scenario`` (default: the document's ``scenario``)."""
-
         cfg: TrackingParams = params_block(params, "tracking")
         if scenario is None:
             scenario = (
@@ -369,7 +368,6 @@ class Tracker:
     def alias_written_by_rlops(self, name: str, alias: str) -> str | None:
         """The version rlops itself last pointed ``alias`` at (None: rlops never set it, deleted
         it, or the record does not carry rlops' signature)."""
-
         return verified_version(self.model_tags(name), name, alias)
 
     @contextmanager

@@ -219,7 +219,6 @@ def lineage(readings: Iterable[SignalReading]) -> dict[str, str]:
 def set_signal(params: dict[str, Any], name: str, raw: str, by: str = "cli", dry_run: bool = False) -> dict[str, Any]:
     """``rlops signal set``: offer ``raw`` for ``name``, checked against every pack that declares it.
     A refused value is recorded as such and raises a :class:`UserError` (the last good value stays)."""
-
     check_name(name)
     config = Params.model_validate(params)
     root = scenarios_dir(params)
@@ -237,7 +236,6 @@ def set_signal(params: dict[str, Any], name: str, raw: str, by: str = "cli", dry
 def show_signals(params: dict[str, Any], name: str | None = None, last: int = 10) -> dict[str, Any]:
     """``rlops signal show``: every declared signal (or ``name``), its value in force, where it is
     declared with the weight that value gives, and its ``last`` offers."""
-
     config = Params.model_validate(params)
     root = scenarios_dir(params)
     declared = project_declarations(root, pack_names(root))

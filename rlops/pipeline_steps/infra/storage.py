@@ -101,7 +101,6 @@ class Storage(S3Access):
     def from_params(cls, params: Params | StorageParams | Mapping[str, Any]) -> Storage:
         """Build from the typed ``storage`` block (or the params document holding it; env
         overrides already applied): the defaults are the params model's."""
-
         cfg: StorageParams = params_block(params, "storage")
         return cls(
             root_uri=cfg.root,

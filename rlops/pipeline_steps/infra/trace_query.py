@@ -86,7 +86,6 @@ class QueryEngineConfig:
     def from_params(cls, params: Params | TraceStoreParams | CaptureParams | Mapping[str, Any]) -> QueryEngineConfig:
         """From the typed ``trace_store`` block, the params document holding it, or a raw params
         mapping (validated by the params model)."""
-
         if isinstance(params, CaptureParams):  # a capture block alone carries no engine settings
             return cls()
         cfg = params_block(params, "trace_store")

@@ -72,7 +72,6 @@ class TraceStore:
         """Roots from the typed ``capture`` block (or the params document holding it): folders
         under ``storage.root``, or full URIs when they contain ``://``. Without ``storage``, the
         document's own storage block is used."""
-
         cfg: CaptureParams = params_block(params, "capture")
         if storage is None:
             if isinstance(params, CaptureParams):

@@ -80,7 +80,6 @@ def fit_reward_ensemble(
 ) -> list[RewardModel]:
     """``members`` reward models, each trained on a bootstrap resample of the labelled states
     (members whose resample holds fewer than 2 pairs are left out)."""
-
     pairs, state_of_pair = choice_pairs(pack, labelled.obs, labelled.masks, labelled.chosen)
     gen = torch.Generator().manual_seed(seed)
     n = len(labelled)
@@ -101,7 +100,6 @@ def fit_reward_ensemble(
 @torch.no_grad()
 def choice_probabilities(pack: Pack, models: list[RewardModel], obs: Tensor, masks: Tensor) -> Tensor:
     """``[M, N, A]``: each member's Bradley–Terry choice distribution over the legal actions."""
-
     feats = obs[:, : pack.scenario.layout.n_features]
     out = expected_outcomes(pack)
     n, n_actions = feats.shape[0], pack.scenario.n_actions
@@ -173,7 +171,6 @@ def select_disagreeing(
 ) -> tuple[pd.DataFrame, list[ClusterStat]]:
     """The rows to enqueue (``cluster_id``, ``cluster_entropy``, ``norm_entropy``, ``disagreement``,
     ``why``) and per-cluster statistics, for candidate trace rows ``df`` none of which is labelled yet."""
-
     masks_np = mask_matrix(df["action_mask"], pack.scenario.n_actions) if not df.empty else np.zeros((0, 1), bool)
     choice = masks_np.sum(axis=1) >= 2
     rows = (df if bool(choice.all()) else df.loc[choice]).reset_index(drop=True) if not df.empty else df

@@ -208,7 +208,6 @@ def import_export(ctx: Any, store: Any, uri: str) -> dict[str, Any]:
     """Read the export at ``uri``, store its labels and say what was rejected and what conflicts.
     Conflicts are written to ``labels/conflicts/scenario=<s>/<run_key>.json`` under the storage
     root (not in a dry run) so they can be resolved in Label Studio; the items keep their label."""
-
     local = normalize_uri(uri)
     if local.startswith("file://"):
         import stat

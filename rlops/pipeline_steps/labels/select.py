@@ -280,7 +280,6 @@ def to_tasks(items: pd.DataFrame, pack: Pack | None = None) -> list[dict[str, An
 def parse_annotations(tasks: Any, items: pd.DataFrame, choice_name: str = "action") -> Any:
     """Reading an export has one home, :func:`rlops.pipeline_steps.labels.importing.parse_annotations`
     (task checks, every annotator's answer, conflicts): ``(labels, rejected, not_annotated, conflicts)``."""
-
     return importing.parse_annotations(tasks, items, choice_name)
 
 
@@ -315,7 +314,6 @@ def choice_pairs(pack: Pack, obs: Tensor, masks: Tensor, chosen: Tensor) -> tupl
     """``(pairs, state_of_pair)``: in each labelled state (observation ``obs``, legal ``masks``) the
     chosen action preferred over every other legal action; ``state_of_pair`` is the row of
     ``obs`` each pair comes from (what a bootstrap over labelled states resamples)."""
-
     chosen = chosen.long()
     others = masks.clone()
     others[torch.arange(len(chosen)), chosen] = False

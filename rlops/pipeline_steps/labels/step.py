@@ -100,7 +100,6 @@ LABEL_COLUMNS = frozenset(
 
 def label_columns(available: list[str]) -> list[str]:
     """The trace columns the label queue reads, of those the store has."""
-
     return [c for c in available if c in LABEL_COLUMNS or c.startswith(STATE_PREFIX)]
 
 
@@ -124,7 +123,6 @@ def window_rows(ctx: StepContext, uri: str, window: tuple[Any, Any]) -> WindowRo
     versions counted first, the others left out in the scan): the rule engine's rows are then
     excluded anyway (:func:`uncertainty.split_rows`), and counted as such here. Any other case
     (no learned rows, rows of other scenarios or without a version) reads every row."""
-
     reader = ctx.traces.reader
     cols = label_columns(reader.columns(uri))
     read_cols = [c for c in cols if c != "trace_id"]
@@ -160,7 +158,6 @@ def with_trace_ids(ctx: StepContext, uri: str, window: tuple[Any, Any], rows: pd
 def choice_rows(pack: Any, df: pd.DataFrame) -> pd.DataFrame:
     """The rows with at least two legal actions (what the selections judge), in order; the masks
     are checked as the selections check them."""
-
     if df.empty or "action_mask" not in df.columns:
         return df
     multi = mask_matrix(df["action_mask"], pack.scenario.n_actions).sum(axis=1) >= 2

@@ -74,7 +74,6 @@ def split_rows(df: pd.DataFrame, scenario: str) -> tuple[pd.DataFrame, pd.DataFr
 def uncertainty_policy(ctx: StepContext, setting: str = "auto") -> tuple[str | None, PolicyNetwork | None]:
     """``(description, policy)`` whose entropy scores rule-engine rows: ``auto`` = the champion,
     else the newest registered candidate; ``none`` = never; a version number = that version."""
-
     if setting == "none":
         return None, None
     name = policy_model_name(ctx.scenario)
@@ -91,7 +90,6 @@ def uncertainty_policy(ctx: StepContext, setting: str = "auto") -> tuple[str | N
 
 def load_policy_version(ctx: StepContext, version: str) -> PolicyNetwork:
     """The network of a registered policy (any spelling :mod:`rlops.common.policy_ref` accepts)."""
-
     loaded = load_policy_ref(ctx, version)
     if loaded is None:
         raise ValueError(f"label_queue.uncertainty_policy {version!r}: that alias is not set")

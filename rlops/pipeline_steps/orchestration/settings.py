@@ -116,13 +116,11 @@ def schedule_minutes(schedule: str | None, default: int) -> int:
 def scenarios_dir(params: Mapping[str, Any] | None = None) -> Path:
     """Where the packs are (``RLOPS_SCENARIOS_DIR``, else params ``scenarios_dir``, else the
     repository's ``scenarios/``): :func:`rlops.common.config.scenarios_dir`."""
-
     return config.scenarios_dir(dict(params) if params is not None else config.load_params())
 
 
 def scenario_names(root: Path | None = None) -> list[str]:
     """Packs under the scenarios folder (a folder with a scenario.yaml), sorted."""
-
     return pack_names(root if root is not None else scenarios_dir())
 
 
@@ -153,9 +151,7 @@ class PackDagConfig:
 def resolved_params(scenario: str) -> tuple[dict[str, Any], Any]:
     """The project params and the pack's StepContext (its ``section`` merges the pack's params):
     the one place the DAGs read settings from."""
-    from rlops.common.config import load_params
-
-    params = load_params()
+    params = config.load_params()
     return params, StepContext.create(scenario, params=params)
 
 
@@ -207,7 +203,6 @@ _ROOTS: dict[tuple[Any, ...], Path] = {}
 def _signature() -> tuple[Any, ...]:
     """What the configs depend on: the params file, the environment overrides, every pack's
     params file (a change in any re-reads them)."""
-
     p = params_path()
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("RLOPS_")))
     base = (str(p), p.stat().st_mtime_ns if p.exists() else None, env)
@@ -278,6 +273,7 @@ def dag_params(pack: PackDagConfig, mode: str = "full", training: bool = False) 
     }
     if not training:
         return common
+    retrain_only = [o.name for o in step_request.options(TrainRequest) if o.dag and o.name not in RESOLVED_OPTIONS]
     return {
         **common,
         "staged": Param(
@@ -299,7 +295,7 @@ def dag_params(pack: PackDagConfig, mode: str = "full", training: bool = False) 
             enum=["schedule", "drift", "manual"],
             description="why this run: schedule, drift (emergency retrain) or manual",
         ),
-        **{k: v for k, v in step_request.dag_params(TrainRequest).items() if k not in RESOLVED_OPTIONS},
+        **step_request.dag_params(TrainRequest, only=retrain_only),
     }
 
 

@@ -85,7 +85,6 @@ def _version_tags(ctx: StepContext, version: str) -> dict[str, str]:
 
 def _version_of(ctx: StepContext, policy: str) -> str:
     """The registry version ``policy`` names (``3``, ``<scenario>-policy/3``, ``challenger``…)."""
-
     ref = resolve(ctx, policy)
     if ref is None:
         raise UserError(f"policy {policy!r}: that alias is not set for {policy_model_name(ctx.scenario)}")
@@ -141,7 +140,6 @@ def segment_masks(
     pack: Pack, S0: torch.Tensor, segment_codes: torch.Tensor, names: list[str], expressions: dict[str, str]
 ) -> dict[str, np.ndarray]:
     """Population segments of the profile plus expression segments over the initial states."""
-
     out: dict[str, np.ndarray] = {}
     if len(names) > 1:
         codes = segment_codes.numpy()
@@ -216,7 +214,6 @@ def live_ab_gates(
 def _canonical_or_none(text: Any, scenario: str) -> str | None:
     """The canonical policy a trace row names; None for a missing or unreadable value (or
     another scenario's policy), which then matches no candidate."""
-
     if text is None or (isinstance(text, float) and np.isnan(text)):
         return None
     try:
@@ -257,7 +254,6 @@ def evaluation_profile(pack: Any, configured: str | None) -> str:
     fitted outcome factors), else the pack's production stand-in (``live``). The pack's own ``live``
     profile is its author's guess at the start: it never learns of a change, and a candidate
     trained on a changed world would be judged in the old one."""
-
     if configured or CALIBRATED not in pack.scenario.profiles:
         return default_profile(pack, "production", configured)
     return CALIBRATED
@@ -269,7 +265,6 @@ def evaluate_candidate(
     """Compare ``candidate`` with the champion (or the rule engine) and judge every gate.
     ``stress_verdict``: the verdict of a stress test run for this evaluation (a dry run writes
     no tag for the gate to read), else the version's ``stress_test`` tag."""
-
     if episodes is not None:  # before any registry or sandbox work
         count("--episodes", episodes, maximum=MAX_EPISODES)
     candidate = _version_of(ctx, candidate)

@@ -179,7 +179,6 @@ def _stress_of(ctx: StepContext, version: str) -> dict[str, Any] | None:
     """The stress verdict the promotion of ``version`` is gated on (None: the gate does not ask for
     one — ``evaluate.require_stress_test`` is off — or the version is the champion already, which
     the evaluation refuses anyway)."""
-
     if not ctx.config.evaluate.require_stress_test:
         return None
     if ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION) == version:
@@ -202,7 +201,6 @@ def promote(
     (:mod:`rlops.pipeline_steps.promotion.lock`): the evaluation and the alias move happen under
     one lock, and the move is refused if the champion changed meanwhile. The outcome is recorded
     as the pass's ``promote`` step run."""
-
     out: dict[str, Any] = {
         "scenario": ctx.scenario,
         "candidate": str(candidate),
@@ -416,7 +414,6 @@ def rollback(ctx: StepContext, reason: str | None = None) -> dict[str, Any]:
     """Point ``champion`` back at the most recent earlier champion (``previous`` at the one
     before; see :func:`rlops.pipeline_steps.infra.aliases.rollback`); the demoted version is
     tagged ``rlops.rolled_back`` with ``reason``."""
-
     name = policy_model_name(ctx.scenario)
     current = ctx.tracker.get_alias(name, CHAMPION)
     history = [v for v in champion_history(ctx.tracker, name) if v != current]

@@ -117,7 +117,6 @@ def sandbox_q(
     seed: int,
 ) -> LinearQ:
     """Fit the sandbox direct method (see the module docstring) on ``pack`` — the calibrated sandbox."""
-
     rows = rollout_traces(
         pack,
         exploring_policy(target, explore, seed),

@@ -305,7 +305,6 @@ def ope_run_fields(gates: list[Gate], cfg: OPEConfig) -> tuple[dict[str, str], d
     metrics: the settings the estimates were made with (interval kind and level, direct method,
     target, window, tolerance, gap threshold) and the gate's state with its skip reason, so the
     run alone says what the off-policy evaluation concluded and why."""
-
     row = next((g for g in gates if g.gate == "ope:dr"), None)
     if not cfg.enabled or row is None:
         return {}, {T.OPE_STATE: "off", T.OPE_REASON: "ope.enabled is false"}
@@ -345,7 +344,6 @@ def _with_reward_model(
     ctx: StepContext, pack: Pack, frame: pd.DataFrame, target: TargetProbs, cfg: OPEConfig
 ) -> OPEResult | None:
     """DR with the newest reward model as the direct method (None when none is registered)."""
-
     if latest_reward_model_version(ctx) is None:
         return None
     _, model = load_reward_model_version(ctx)

@@ -75,7 +75,6 @@ class RolloutMove:
 
 def rollout_step(ctx: StepContext) -> dict[str, Any]:
     """One roll-out tick for the run key (see the module docstring)."""
-
     cfg = ctx.config.rollout
     name = policy_model_name(ctx.scenario)
     path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), name)
@@ -102,7 +101,6 @@ def rollout_step(ctx: StepContext) -> dict[str, Any]:
 
 def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg: RolloutParams) -> RolloutMove:
     """Advance, finish, withdraw or hold the staged ``version`` on its live A/B gates."""
-
     name = policy_model_name(ctx.scenario)
     tags = ctx.tracker.model_version_tags(name, version)
     share = float(tags.get(TRAFFIC_TAG) or 0.0)
@@ -156,7 +154,6 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
 
 def judge_champion(ctx: StepContext, champion: str, cfg: RolloutParams) -> RolloutMove:
     """Roll back ``champion`` when its live return falls below the previous champion's."""
-
     history = [v for v in champion_history(ctx.tracker, policy_model_name(ctx.scenario)) if v != champion]
     if not history:
         return RolloutMove(champion, HELD, "no earlier champion to compare with")
@@ -197,7 +194,6 @@ def judge_champion(ctx: StepContext, champion: str, cfg: RolloutParams) -> Rollo
 
 def live_returns(traces: pd.DataFrame, scenario: str) -> dict[str, pd.Series]:
     """Per-episode live return of each registry version (by bare version number) in ``traces``."""
-
     if traces.empty or "policy_version" not in traces:
         return {}
     if "source" in traces:

@@ -126,7 +126,6 @@ class WebhookSettings:
     @classmethod
     def from_params(cls, params: Mapping[str, Any] | Any, mode: str | None = None) -> WebhookSettings:
         """From the typed ``promotion`` block (or the params document holding it)."""
-
         cfg = params_block(params, "promotion").webhook
         secret_env = cfg.secret_env
         secret = os.environ.get(secret_env, "")
@@ -223,7 +222,6 @@ def deliver_to_airflow(
 ) -> dict[str, Any]:
     """Trigger the promotion DAG; when Airflow does not accept it, keep the request (``store``) and
     say so on the version. The outcome tag is written last."""
-
     name, version = f"{conf['scenario']}{POLICY_SUFFIX}", str(conf["candidate"])
     try:
         run_id = trigger_promotion_dag(settings, conf)
@@ -280,7 +278,6 @@ def handle_event(
     delivery_id: str = "",
 ) -> dict[str, Any]:
     """Act on one verified ``model_version_alias.created`` payload; returns what was done."""
-
     problem = event_problem(event)
     if problem:
         return {"action": "ignored", "reason": problem}
@@ -361,7 +358,6 @@ class Receiver:
 
     def retry_pending(self) -> list[dict[str, Any]]:
         """Try once more every kept request that is due (the retry thread calls this)."""
-
         done = []
         for req in self.store.due():
             conf = req.payload
@@ -512,7 +508,6 @@ def serve(host: str, port: int, mode: str | None = None) -> int:
 
 def register(url: str, tracking_uri: str | None = None) -> str:
     """Create or update the MLflow webhook pointing at ``url``; returns its id."""
-
     params = load_params()
     settings = WebhookSettings.from_params(params)
 

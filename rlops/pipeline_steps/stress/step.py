@@ -373,7 +373,6 @@ def champion_reference(ctx: StepContext, candidate: LoadedPolicy) -> LoadedPolic
     """The champion the candidate's perturbed runs are compared with: None when there is none, when
     the candidate is the champion, or when the champion reads another observation layout (a pack
     whose state changed since): it could not act on the candidate's observations."""
-
     ref = resolve(ctx, CHAMPION)
     if ref is None or str(ref.version) == candidate.version:
         return None
@@ -388,7 +387,6 @@ def stress_test(
 ) -> dict[str, Any]:
     """Run the stress test; returns ``{passed, verdict, reasons, report_uri, html_uri, …}``.
     ``progress`` draws a bar over its stages (reward checks, then the policy runs) on stderr."""
-
     cfg = ctx.config.stress
     pack = ctx.load_pack()
     fn = resolve_reward_fn(pack, reward_fn or ctx.reward_choice().reward_fn)

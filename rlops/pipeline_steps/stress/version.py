@@ -39,7 +39,6 @@ class VersionStress:
 
 def passing_report(ctx: StepContext, version: str, tags: dict[str, str]) -> str | None:
     """The URI of a passing stress report of exactly ``version``, or None."""
-
     uri = tags.get(T.VERSION.STRESS_REPORT)
     if tags.get(T.VERSION.STRESS_TEST) != "pass" or not uri:
         return None
@@ -57,7 +56,6 @@ def stress_version(ctx: StepContext, version: str) -> VersionStress:
     """Use the passing report of ``version``, else run the stress step on it (reward function: the
     one the version was trained with, when the pack has it). A dry run computes the verdict and
     writes nothing."""
-
     version = str(version)
     tags = ctx.tracker.model_version_tags(policy_model_name(ctx.scenario), version)
     found = passing_report(ctx, version, tags)

@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 
 def resolve_reward_source(ctx: StepContext, kind: str | None = None, blend_lambda: float | None = None) -> RewardSource:
     """Arguments over ``train.reward_source`` / ``train.reward_blend_lambda`` of the typed params."""
-
     train = ctx.config.train
     lam = blend_lambda if blend_lambda is not None else train.reward_blend_lambda
     return RewardSource(str(kind or train.reward_source), float(lam), train.reward_model_centred)
@@ -34,7 +33,6 @@ def resolve_reward_source(ctx: StepContext, kind: str | None = None, blend_lambd
 
 def human_labels(ctx: StepContext, pack: Pack) -> tuple[Any, Any, Any] | None:
     """``(obs, masks, actions)`` of the label queue's finished labels (None when there are none)."""
-
     labels = finished_labels(ctx)
     if labels.empty:
         return None
@@ -46,7 +44,6 @@ def warm_start(ctx: StepContext, pack: Pack, cfg: Any) -> tuple[PolicyNetwork | 
     """A policy cloned from the run key's high-score relabelled steps, or ``(None, {reason})`` when
     there is nothing to clone from (no relabelled traces, too few steps, or ``train.bc_warm_start``
     is false)."""
-
     train = ctx.config.train
     if not train.bc_warm_start:
         return None, {"skipped": "train.bc_warm_start is false"}

@@ -47,7 +47,6 @@ def control_uri(ctx: StepContext, run_key: str | None = None) -> str:
 def running_training(ctx: StepContext) -> str | None:
     """The run id of the policy training of ``ctx.run_key`` in progress, or None. A run left
     RUNNING by a process that is gone (killed) does not count."""
-
     filt = (
         f"tags.`{T.STEP}` = '{T.TRAIN_POLICY}' and tags.`{T.RUN_KEY}` = '{ctx.run_key}' "
         "and attributes.status = 'RUNNING'"
@@ -66,7 +65,6 @@ def request_switch(ctx: StepContext, label: str) -> dict[str, Any]:
     """Ask the training of ``ctx.run_key`` in progress to switch to reward function ``label``
     (checked now); a :class:`UserError` when no training of the run key is running, in a dry run
     too (which writes no request)."""
-
     fn = ctx.load_pack(calibration=None).reward_fn(label)  # KeyError: no such reward function
     training = running_training(ctx)
     if training is None:  # a dry run refuses as well: it must answer what the real request would

@@ -95,7 +95,6 @@ def ppo_config(
     pack implies < ``ppo:`` block < ``train:`` keys < arguments. Checkpoints are written every
     ``checkpoint_every`` iterations (default 10) to ``checkpoint_dir``; without one (dry runs) never.
     The torch thread count is ``train.threads`` resolved for this process (:mod:`rlops.common.threads`)."""
-
     known = {f.name for f in fields(PPOConfig)}
     train = ctx.config.train
     # null in the typed blocks: the pack decides (num_steps, γ, minibatches) or `ppo:` does (train's overrides)
@@ -156,7 +155,6 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
     layout), the reuse of a version trained with the same fingerprint — and trains and writes
     nothing: its ``model_version`` and ``mean_return`` say they were not computed.
     """
-
     request = request or TrainRequest()
     mode, timesteps, reward_fn = request.mode, request.timesteps, request.reward_fn
     choice("--mode", mode, ("full", "incremental"))
@@ -368,7 +366,6 @@ def _behaviour_cloning_start(
 def log_training_inputs(ctx: StepContext, run: Any, cal_version: str, cal: dict[str, Any] | None) -> None:
     """The calibration the sandbox was fitted with, and the trace partitions it was fitted on, as
     the run's training datasets (nothing when the pack is used as written)."""
-
     if cal is None:
         return
     refs = [
@@ -486,7 +483,6 @@ def register_policy(
 ) -> str:
     """Log ``policy`` as the pyfunc model ``policy_model/`` of ``run`` and register it as a new
     ``<scenario>-policy`` version with ``tags``; returns the version."""
-
     meta = {
         "scenario": ctx.scenario,
         "action_names": list(pack.scenario.action_names),
@@ -518,7 +514,6 @@ def _layout_of(obj: Any) -> tuple[int, int, int]:
 
 def _prepare_checkpoints(ckpt: Path, fp: str) -> None:
     """Keep the checkpoints of the same run (same fingerprint) to resume; drop any other."""
-
     marker = ckpt / "fingerprint.txt"
     if marker.exists() and marker.read_text().strip() != fp:
         for old in list_checkpoints(ckpt):
@@ -531,7 +526,6 @@ def _evaluate(
 ) -> dict[str, Any]:
     """Held-out summary of the trained policy plus its comparable metrics (``metrics``, the keys of
     :mod:`rlops.pipeline_steps.infra.policy_metrics` that evaluation runs log too)."""
-
     cpu = policy.to("cpu").eval()
     env = BatchedEnv(pack.scenario, pack.reward_fn(label), num_envs=episodes, profile=profile, illegal_action="noop")
     res = evaluate_policy(pack, lambda e: cpu.act(e.observe(), deterministic=True).action, seed=seed, env=env)

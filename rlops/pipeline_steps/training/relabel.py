@@ -80,13 +80,11 @@ def relabel_frame(pack: Pack, model: RewardModel, df: pd.DataFrame, version: str
 # --------------------------------------------------------------------------- registry
 def latest_reward_model_version(ctx: StepContext) -> str | None:
     """The newest version of ``<scenario>-reward-model`` (None when none is registered)."""
-
     return latest_model_version(ctx.tracker, reward_model_name(ctx.scenario))
 
 
 def load_reward_model_version(ctx: StepContext, version: str | None = None) -> tuple[str, RewardModel]:
     """``(version, model)`` of a registered reward model (the newest when ``version`` is None)."""
-
     name = reward_model_name(ctx.scenario)
     version = version or latest_reward_model_version(ctx)
     if version is None:

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 def human_pairs(ctx: StepContext, pack: Pack) -> PreferencePairs | None:
     """Pairs from the label queue's finished labels (None when there are none)."""
-
     labels = finished_labels(ctx)
     if labels.empty:
         return None
@@ -42,7 +41,6 @@ def human_pairs(ctx: StepContext, pack: Pack) -> PreferencePairs | None:
 def train_reward_model_step(ctx: StepContext, reward_fn: str | None = None, pairs: int | None = None) -> dict[str, Any]:
     """Build pairs, train, log and register; returns the version and its held-out metrics. A dry
     run returns the plan, its ``model_version`` saying it was not computed: it trains nothing."""
-
     section = ctx.config.reward_model.model_dump()
     n_pairs = count("--pairs", pairs if pairs is not None else section.pop("pairs"), maximum=MAX_EPISODES)
     section.pop("pairs", None)

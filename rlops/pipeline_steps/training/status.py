@@ -58,7 +58,6 @@ def run_of_pid(ctx: StepContext, pid: int, host: str | None = None) -> str:
 def plateau_of(returns: list[float], window: int = PLATEAU_WINDOW, tol: float = 0.01) -> tuple[bool, int]:
     """Whether the training return has not improved for ``window`` iterations (the training loop's
     own :class:`~rlops.model.early_stop.StagnationMonitor`), and for how many iterations it has not."""
-
     monitor, flagged = StagnationMonitor(window, tol), False
     for r in returns:
         flagged = monitor.update(r)

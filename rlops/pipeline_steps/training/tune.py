@@ -61,7 +61,6 @@ class TuneResult:
 
 def defaults_of(ctx: StepContext, pack: Any, timesteps: int, device: str | None) -> dict[str, Any]:
     """The tuned knobs as the training step would set them on this pack."""
-
     plan = ppo_config(ctx, pack, "full", timesteps, None, device=device)
     cfg = plan.config
     return {
