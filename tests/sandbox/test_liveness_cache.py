@@ -84,3 +84,25 @@ def test_an_unwritable_cache_costs_only_the_check(tmp_path: Path, monkeypatch: p
     calls = _count_checks(monkeypatch)
     load_pack(REPO / "scenarios" / "credit_approval")
     assert calls == ["credit_approval"]
+
+
+def test_a_second_process_finds_the_first_ones_verdict(tmp_path: Path) -> None:
+    """Two interpreters, as two Airflow tasks: the second would fail if it rolled the episodes."""
+    import os
+    import subprocess
+    import sys
+
+    load = f"from rlops.sandbox.pack import load_pack; load_pack({str(REPO / 'scenarios' / 'credit_approval')!r})"
+    refuse = (
+        "import rlops.sandbox.pack as m\n"
+        "def rolled(*a, **k):\n    raise SystemExit('rolled the episodes again')\n"
+        f"m.check_no_dead_ends = rolled\n{load}\n"
+    )
+    env = {**os.environ, "RLOPS_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
+    for code in (load, refuse):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-800:]
+    # and without the first process's verdict the second one does roll them
+    env["RLOPS_CACHE_DIR"] = str(tmp_path / "empty")
+    out = subprocess.run([sys.executable, "-c", refuse], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "rolled the episodes again" in out.stderr
