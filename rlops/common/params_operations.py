@@ -103,6 +103,14 @@ class OpeParams(Block):
     window_hours: float = Field(24, gt=0, description="live traces of this many hours before the run key")
     min_episodes: int = Field(200, ge=1, description="fewer complete live episodes: the gate is skipped")
     min_ess: float = Field(50, ge=0, description="effective sample size of the importance weights below this: skipped")
+    max_unsupported: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="share of live episodes with a decision served with certainty (propensity 1: no exploration) "
+        "where the candidate would act otherwise, above which the gate is skipped: importance weights count "
+        "those episodes as worth 0",
+    )
     confidence: float = Field(0.95, gt=0.5, lt=1, description="interval level")
     ci: Literal["normal", "bootstrap"] = Field(
         "normal", description="PDIS/DR interval: normal (mean ± z·se) | bootstrap; WIS: always bootstrap"

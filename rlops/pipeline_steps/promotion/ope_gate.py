@@ -13,8 +13,12 @@ Gate ``ope:dr`` (states ``pass | fail | skipped``):
 * ``skipped`` — fewer than ``ope.min_episodes`` complete live episodes in the window, rows without
   a usable propensity (no ``propensity``/``logp``), or an effective sample size under
   ``ope.min_ess`` (the candidate decides too differently from what was served for the logged
-  traffic to say anything), rewards that are not finite, estimates that are not finite numbers,
-  or a mean importance weight far from 1 (the logged propensities are not the serving policy's);
+  traffic to say anything), more than ``ope.max_unsupported`` of the episodes with a decision the
+  served policy made with certainty where the candidate would act otherwise (an agent that does not
+  explore logs propensity 1: the candidate's choice there was never possible, so its weight is 0
+  whatever the choice earns, and every estimate leans toward what serves now), rewards that are
+  not finite, estimates that are not finite numbers, or a mean importance weight far from 1 (the
+  logged propensities are not the serving policy's);
   the reason is in the row.
 * ``fail`` — the upper bound of DR's interval is below the logged policy's live return minus
   ``ope.tolerance``: on real traffic the candidate is confidently worse than what serves now.
@@ -186,6 +190,9 @@ def off_policy_value(
         res.logged_return_se = float(returns.std(ddof=1) / math.sqrt(len(returns)))
     choice = mask.numpy().sum(axis=1) > 1  # rows with a real decision
     res.agreement = float((pi[idx, a][choice] > 0.5).mean()) if choice.any() else 1.0
+    res.skipped = unsupported_decisions(rows["episode_id"].astype(str).to_numpy(), mu, pi[idx, a], choice, cfg)
+    if res.skipped:
+        return res
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # judged below: unusable_estimates
         res.estimates = estimate_all(ep, cfg)
     res.skipped = unusable_estimates(res)
@@ -199,6 +206,28 @@ def off_policy_value(
         return res
     res.skipped = propensity_mismatch(ep)
     return res
+
+
+def unsupported_decisions(
+    episode: np.ndarray, mu: np.ndarray, pi_taken: np.ndarray, choice: np.ndarray, cfg: OPEConfig
+) -> str | None:
+    """Why the logged traffic cannot judge a candidate that acts where the served policy never
+    explored, or None. A row served with propensity 1 gave every other action no chance; where the
+    candidate prefers another action there (``pi_taken`` < 1), its episode's importance weight is
+    0 whatever that action would earn, so PDIS, WIS and DR all lean toward what serves now — a
+    better candidate would fail the gate for the agent's lack of exploration, not its own worth."""
+    blind = choice & (mu >= 1.0 - 1e-6) & (pi_taken < 1.0 - 1e-6)
+    episodes = len(np.unique(episode))
+    unsupported = len(np.unique(episode[blind]))
+    if not episodes or unsupported <= cfg.max_unsupported * episodes:
+        return None
+    return (
+        f"{unsupported} of {episodes} live episodes ({unsupported / episodes:.0%}; ope.max_unsupported "
+        f"{cfg.max_unsupported:.0%}) hold a decision served with propensity 1 (the served policy did not explore "
+        "there) where the candidate would act otherwise: importance weights count those episodes as worth 0, "
+        "so the estimate would lean toward what serves now; agents that explore (PolicyClient(exploration=0.05)) "
+        "make such a candidate judgeable"
+    )
 
 
 #: How far the mean importance weight may stray from 1 before the logged propensities are taken to

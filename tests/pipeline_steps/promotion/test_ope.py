@@ -206,6 +206,50 @@ def test_thin_or_propensity_less_traffic_skips_with_a_reason(logged) -> None:  #
     assert off_policy_value(pack, cut, candidate, OPEConfig(min_ess=1)).episodes == 1499
 
 
+def test_traffic_served_without_exploration_cannot_judge_a_candidate_that_acts_otherwise(pack) -> None:  # type: ignore[no-untyped-def]
+    """An agent that does not explore logs propensity 1 on every decision: where a better candidate
+    would act otherwise its episode weighs 0, so the estimates lean toward the served policy and
+    would fail the candidate. The gate is skipped with that reason instead; the same champion
+    exploring a little gives traffic the gate can judge."""
+    from rlops.sandbox.policies import evaluate_policy
+    from rlops.sandbox.traces import rollout_traces
+    from tests.policy_kit import approve_all_policy, cloned_rules_policy
+
+    torch.set_num_threads(1)
+    champion = network_target(approve_all_policy(pack), greedy=True)
+    candidate = network_target(cloned_rules_policy(pack), greedy=True)
+
+    def live(explore: float) -> pd.DataFrame:
+        logger = exploring_policy(champion, explore, seed=2)
+        return rollout_traces(
+            pack, logger, 600, seed=77, profile="live", reward_fn="v1", source="live", episode_prefix="live"
+        )
+
+    greedy_rows = live(0.0)
+    np.testing.assert_allclose(np.exp(greedy_rows["logp"].to_numpy()), 1.0)
+    q = sandbox_q(pack, candidate, episodes=300, explore=0.3, ridge=1.0, profile="sandbox", reward_label="v1", seed=0)
+    res = off_policy_value(pack, greedy_rows, candidate, OPEConfig(min_ess=10), q)
+    assert res.skipped and "served with propensity 1" in res.skipped and "exploration" in res.skipped
+    assert ope_gate_row(res, OPEConfig()).to_dict()["status"] == "skipped"
+
+    # unchecked, the episodes where the candidate acts otherwise count as worth 0: PDIS sits more
+    # than a standard error below the candidate's true live value
+    truth = evaluate_policy(
+        pack,
+        lambda env: torch.as_tensor(candidate(env.observe(), env.action_masks())).argmax(1),
+        episodes=5000,
+        seed=10**6,
+        profile="live",
+        reward_fn="v1",
+    ).mean_return
+    blind = off_policy_value(pack, greedy_rows, candidate, OPEConfig(min_ess=10, max_unsupported=1.0), q)
+    pdis = blind.estimates["pdis"]
+    assert blind.skipped is None and truth - pdis.value > pdis.se
+
+    explored = off_policy_value(pack, live(0.3), candidate, OPEConfig(min_ess=10), q)
+    assert explored.skipped is None, explored.skipped
+
+
 def test_the_run_fields_say_state_reason_and_settings() -> None:
     cfg = OPEConfig(ci="bootstrap", confidence=0.9)
     skipped = ope_gate_row(OPEResult(episodes=3, skipped="3 complete live episodes in the window"), cfg)
@@ -315,3 +359,15 @@ def test_dr_with_the_reward_model_as_direct_method(logged) -> None:  # type: ign
     assert q.shape == (len(rows), pack.scenario.n_actions) and np.isfinite(q).all()
     res = off_policy_value(pack, rows, candidate, OPEConfig(min_ess=10), q)
     assert abs(res.estimates["dr"].value - truth) < 3 * res.estimates["dr"].se
+
+
+def test_unsupported_decisions_by_hand() -> None:
+    from rlops.pipeline_steps.promotion.ope_gate import unsupported_decisions
+
+    episode = np.array(["a", "a", "b", "c", "d"])
+    mu = np.array([1.0, 0.5, 1.0, 1.0, 1.0])  # a's second decision explored
+    pi_taken = np.array([1.0, 0.0, 0.0, 0.0, 1.0])  # b and c: the candidate acts otherwise
+    choice = np.array([True, True, True, False, True])  # c had one legal action: no decision
+    assert unsupported_decisions(episode, mu, pi_taken, choice, OPEConfig(max_unsupported=0.25)) is None  # 1 of 4
+    reason = unsupported_decisions(episode, mu, pi_taken, choice, OPEConfig(max_unsupported=0.2))
+    assert reason and reason.startswith("1 of 4 live episodes (25%")
