@@ -44,7 +44,10 @@ from rlops.common.params_sources import (
 from rlops.common.params_sources import _locate as locate
 from rlops.sandbox.errors import ExprError, PackError
 from rlops.sandbox.expr_numpy import NUMPY_OPS
+from rlops.sandbox.precheck import load_params as load_pack_params
+from rlops.sandbox.precheck import present
 from rlops.sandbox.segments import compile_segment, read_spec
+from rlops.sandbox.yaml_lines import LDict
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,17 +136,44 @@ def resolve_params(
             copy.deepcopy(params),
         )
     scenario = scenario or str(params.get("scenario") or Params.model_fields["scenario"].default)
-    pack_file = scenarios_dir(params) / scenario / "params.yaml"
     sources = [project]
     merged = copy.deepcopy(params)
-    if pack_file.exists() or pack_file.is_symlink():  # a dangling link is an error, not "no params"
-        pack = read_params_file(pack_file, f"pack {scenario} params.yaml")
+    pack = pack_params_source(scenarios_dir(params) / scenario, scenario)
+    if pack is not None:
         sources.append(pack)
         merged = deep_merge(merged, pack.document)
     model = validate_document(merged, sources)
     check_rollout_segments(model, scenarios_dir(params) / scenario, sources)
     env = {keys: var for keys, (var, value) in _env_overrides().items() if _get(params, keys) == value}
     return ResolvedParams(model, merged, tuple(sources), env)
+
+
+def pack_params_source(pack_dir: Path, scenario: str) -> ParamsSource | None:
+    """The pack's ``params.yaml`` as a params source (None when the pack has none), read by the
+    pack loader's own reader (:func:`rlops.sandbox.precheck.load_params`: a link out of the pack
+    or a bad document is refused there), so the sandbox and the resolved params see one document."""
+    path = pack_dir / "params.yaml"
+    if not present(path):  # a dangling link is an error, not "no params"
+        return None
+    try:
+        document = load_pack_params(pack_dir)
+    except PackError as exc:
+        raise ConfigError(f"pack {scenario} params.yaml: {exc}") from None
+    return ParamsSource(f"pack {scenario} params.yaml", path, key_lines(document), copy.deepcopy(document))
+
+
+def key_lines(doc: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
+    """The 1-based line of every mapping key of a document :func:`rlops.sandbox.yaml_lines.load_yaml`
+    read, by key path."""
+    out: dict[tuple[str, ...], int] = {}
+    if isinstance(doc, LDict):
+        for key, value in doc.items():
+            path = (*prefix, str(key))
+            line = doc.key_lines.get(key)
+            if line is not None:
+                out[path] = line
+            out.update(key_lines(value, path))
+    return out
 
 
 def check_rollout_segments(model: Params, pack_dir: Path, sources: list[ParamsSource]) -> None:

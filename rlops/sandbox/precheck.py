@@ -40,14 +40,16 @@ def load_rules(path: Path, root: Path | None) -> dict[str, Any]:
 
 
 def load_params(root: Path) -> dict[str, Any]:
-    """``params.yaml`` (optional): a mapping of parameter overrides."""
+    """``params.yaml`` (optional): a mapping of parameter overrides, as parsed (an
+    :class:`~rlops.sandbox.yaml_lines.LDict` that knows each key's line). The one reader of a
+    pack's params: the sandbox and :func:`rlops.common.config.resolve_params` both call it."""
     path = root / "params.yaml"
     if not present(path):
         return {}
     params = load_yaml(path, root) or {}
     if not isinstance(params, dict):
         raise PackError(str(path), None, "", "expected a mapping of parameter overrides")
-    return dict(params)
+    return params
 
 
 def reward_files(root: Path) -> list[Path]:

@@ -118,6 +118,30 @@ def test_a_pack_typo_names_the_pack_file(tmp_path: Path) -> None:
     assert (p.file, p.line, p.suggestion) == (str(pack / "params.yaml"), 4, "segment_tolerance")  # type: ignore
 
 
+def test_a_pack_params_link_out_of_the_pack_is_refused_by_the_resolved_params_as_by_the_sandbox(
+    tmp_path: Path,
+) -> None:
+    """One reader of a pack's params.yaml (``rlops.sandbox.precheck.load_params``): the resolved
+    params refuse what the pack loader refuses — here a link to a file outside the pack, which the
+    project-file reader would have followed."""
+    from rlops.common.params_sources import ConfigError
+    from rlops.sandbox.errors import PackError
+    from rlops.sandbox.precheck import load_params as load_pack_params
+
+    pack = _pack(tmp_path, "mine", "")
+    outside = tmp_path / "elsewhere.yaml"
+    outside.write_text("train:\n  total_timesteps: 1000\n")
+    (pack / "params.yaml").unlink()
+    (pack / "params.yaml").symlink_to(outside)
+    doc = yaml.safe_load(PROJECT)
+    doc["scenarios_dir"] = str(pack.parent)
+    with pytest.raises(PackError) as by_pack:
+        load_pack_params(pack)
+    with pytest.raises(ConfigError) as by_params:
+        resolve_params("mine", params=doc, path=REPO_ROOT / "params.yaml")
+    assert str(by_params.value) == f"pack mine params.yaml: {by_pack.value}"
+
+
 def test_pack_params_deep_merge_and_every_origin_is_known(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pack = _pack(
         tmp_path, "mine", "stress:\n  perturbations:\n    old: {segment: elderly}\nevaluate:\n  completion_min: 0.7\n"
