@@ -73,7 +73,7 @@ def train_champions(folder: Path, timesteps: int) -> str:
             "ppo": {"num_steps": 16, "device": "cpu"},
         }
         ctx = StepContext.create(scenario, "20260105T1000", overrides=overrides)
-        version = str(train_policy(ctx, TrainRequest(timesteps=timesteps))["model_version"])
+        version = str(train_policy(ctx, TrainRequest(timesteps=timesteps)).model_version)
         ctx.tracker.set_alias(policy_model_name(scenario), "champion", version)
     return tracking
 

@@ -111,14 +111,14 @@ def run(scenario: str | None = None) -> int:
     _say(6, f"training a policy with masked PPO for {timesteps:,} steps in the calibrated sandbox …")
     tr, dt = _timed(lambda: train_policy(ctx, TrainRequest(timesteps=timesteps)))
     print(
-        f"      candidate {scenario}-policy v{tr['model_version']}: mean return {tr['mean_return']:.3f} ({dt:.1f}s)",
+        f"      candidate {scenario}-policy v{tr.model_version}: mean return {tr.mean_return:.3f} ({dt:.1f}s)",
         flush=True,
     )
 
-    st, dt = _timed(lambda: stress_test(ctx, policy_version=str(tr["model_version"])))
+    st, dt = _timed(lambda: stress_test(ctx, policy_version=str(tr.model_version)))
     _say(7, f"stress test: {st['verdict']}{'' if st['passed'] else ' — ' + '; '.join(st['reasons'])} ({dt:.1f}s)")
 
-    pr, dt = _timed(lambda: _promote_or_say_why(promote, ctx, str(tr["model_version"])))
+    pr, dt = _timed(lambda: _promote_or_say_why(promote, ctx, str(tr.model_version)))
     _say(8, f"gated evaluation vs {pr.get('baseline') or 'champion'} ({dt:.1f}s):")
     _print_gates(pr.get("gates", []))
     champion = ctx.tracker.get_alias(f"{scenario}-policy", "champion")

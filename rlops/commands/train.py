@@ -121,28 +121,28 @@ def cmd_policy(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     except TrackingError as exc:
         raise infrastructure(exc) from exc
-    if res.get("dry_run") and res.get("reused"):
+    inputs, name = res.inputs, policy_model_name(res.inputs.scenario)
+    if res.plan is not None:
         lines = [
-            f"dry run: {policy_model_name(res['scenario'])} v{res['model_version']} was trained with the same "
-            f"inputs (run {res['run_id']}); the training would return it"
+            f"dry run: would train {inputs.mode} ({inputs.timesteps_budget:,} steps, {inputs.num_envs} envs, "
+            f"profile {inputs.profile}) with reward {inputs.reward_fn} ({inputs.reward_fn_sha256[:12]})",
+            f"  warm start: {res.plan.warm_start}; resume from: {res.plan.resume_from or 'nothing'}",
+            f"  would register a version of {res.plan.would_register}",
         ]
-    elif res.get("dry_run"):
+    elif res.dry_run:
         lines = [
-            f"dry run: would train {res['mode']} ({res['timesteps_budget']:,} steps, {res['num_envs']} envs, "
-            f"profile {res['profile']}) with reward {res['reward_fn']} ({res['reward_fn_sha256'][:12]})",
-            f"  warm start: {res['warm_start']}; resume from: {res['resume_from'] or 'nothing'}",
-            f"  would register a version of {res['would_register']}",
+            f"dry run: {name} v{res.model_version} was trained with the same inputs (run {res.run_id}); "
+            "the training would return it"
         ]
     else:
         lines = [
-            f"{res['scenario']}: registered {policy_model_name(res['scenario'])} v{res['model_version']} "
-            f"(run {res['run_id']}{', reused' if res['reused'] else ''})",
-            f"  mode {res['mode']}, parent champion {res['parent_champion'] or 'none'}, "
-            f"mean return {res['mean_return']}",
+            f"{inputs.scenario}: registered {name} v{res.model_version} "
+            f"(run {res.run_id}{', reused' if res.reused else ''})",
+            f"  mode {inputs.mode}, parent champion {inputs.parent_champion or 'none'}, mean return {res.mean_return}",
         ]
-    if res.get("note"):
-        lines.append(f"  note: {res['note']}")
-    print_result(res, args.json, lines)
+    if inputs.note:
+        lines.append(f"  note: {inputs.note}")
+    print_result(res.as_dict(), args.json, lines)
     return 0
 
 

@@ -69,7 +69,7 @@ def registry(_mlflow_template_db: Path, tmp_path_factory: pytest.TempPathFactory
                 "ppo": {"num_steps": 8, "device": "cpu", "learning_rate": 1e-3},
             }
             ctx = StepContext.create(scenario, "20260105T1000", overrides=overrides)
-            version = str(train_policy(ctx, TrainRequest(timesteps=TINY))["model_version"])
+            version = str(train_policy(ctx, TrainRequest(timesteps=TINY)).model_version)
             ctx.tracker.set_alias(policy_model_name(scenario), "champion", version)
             champions[scenario] = version
     torch.set_num_threads(threads)

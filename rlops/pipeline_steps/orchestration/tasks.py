@@ -294,7 +294,7 @@ def train_policy(conf: Mapping[str, Any], mode: str, reward_model: Mapping[str, 
     )
     out = run(_ctx(conf), request)
     # Where training ran: the distributed test checks that it was the gpu queue's worker.
-    return {**out, "worker_host": socket.gethostname()}
+    return {**out.as_dict(), "worker_host": socket.gethostname()}
 
 
 @no_retry_on_user_error

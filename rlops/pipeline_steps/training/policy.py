@@ -27,6 +27,7 @@ and a re-run with the same run key continues from the newest one; a run whose ex
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -67,6 +68,7 @@ from rlops.pipeline_steps.training.dual_track import resolve_reward_source, warm
 from rlops.pipeline_steps.training.hot_reload import RewardSwitchPoller, record_switches
 from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
 from rlops.pipeline_steps.training.request import TrainRequest
+from rlops.pipeline_steps.training.summary import DryRunPlan, TrainedRun, TrainInputs, TrainSummary
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.policies import evaluate_policy
 from rlops.sandbox.profiles import default_profile
@@ -140,9 +142,9 @@ def fingerprint(**inputs: Any) -> str:
 
 
 # --------------------------------------------------------------------------- the step
-def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_overrides: Any) -> dict[str, Any]:
-    """Train (or resume) a candidate as ``request`` asks and register it. Returns a small JSON-able
-    summary.
+def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_overrides: Any) -> TrainSummary:
+    """Train (or resume) a candidate as ``request`` asks and register it; returns its inputs and
+    outcome (:class:`~rlops.pipeline_steps.training.summary.TrainSummary`).
 
     ``request.reward_source`` (else ``train.reward_source``): ``scripted``, ``model`` or ``blend``
     (scripted + ``reward_blend_lambda`` · reward model, see :mod:`rlops.model.reward_source`); the last
@@ -153,7 +155,7 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
     iterations too. ``ppo_overrides``: PPO settings over the params' (``progress``, a tuning trial's).
     A dry run decides what the real run would — the mode (the champion is loaded to compare its
     layout), the reuse of a version trained with the same fingerprint — and trains and writes
-    nothing: its ``model_version`` and ``mean_return`` say they were not computed.
+    nothing: its ``plan`` says what the real run would do.
     """
     request = request or TrainRequest()
     mode, timesteps, reward_fn = request.mode, request.timesteps, request.reward_fn
@@ -201,36 +203,35 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
                 not in ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "progress", "device", "torch_threads")
             },
         )
-        base: dict[str, Any]
-        base = {
-            "scenario": ctx.scenario,
-            "run_key": ctx.run_key,
-            "requested_mode": mode,
-            "mode": mode_used,
-            "note": note,
-            "parent_champion": parent,
-            "timesteps_budget": cfg.total_timesteps,
-            "reward_fn": label,
-            "reward_fn_sha256": reward_function.version,
-            "reward_signals": {r.name: r.value for r in signals},
-            "reward_signal_status": {r.name: signal_lineage([r])[f"signal.{r.name}.status"] for r in signals},
-            "calibration_version": cal_version,
-            "data_version": data_version,
-            "num_envs": num_envs,
-            "threads": cfg.torch_threads,
-            "profile": profile,
-            "checkpoint_dir": str(ckpt),
-            "reward_source": source.kind,
-            "reward_blend_lambda": source.model_weight,
-            "reward_model_centred": source.centred,
-            "reward_model_version": rm_version,
-        }
+        inputs = TrainInputs(
+            scenario=ctx.scenario,
+            run_key=ctx.run_key,
+            requested_mode=mode,
+            mode=mode_used,
+            note=note,
+            parent_champion=parent,
+            timesteps_budget=cfg.total_timesteps,
+            reward_fn=label,
+            reward_fn_sha256=reward_function.version,
+            reward_signals={r.name: r.value for r in signals},
+            reward_signal_status={r.name: signal_lineage([r])[f"signal.{r.name}.status"] for r in signals},
+            calibration_version=cal_version,
+            data_version=data_version,
+            num_envs=num_envs,
+            threads=cfg.torch_threads,
+            profile=profile,
+            checkpoint_dir=str(ckpt),
+            reward_source=source.kind,
+            reward_blend_lambda=source.model_weight,
+            reward_model_centred=source.centred,
+            reward_model_version=rm_version,
+        )
         # the reuse is decided before the dry run stops: an identical training returns its version
         existing = ctx.tracker.find_version_by_tag(name, "train_fingerprint", fp)
         if existing is not None:
-            return {**_reused_summary(ctx, name, existing, base, note), "dry_run": ctx.dry_run}
+            return _reused_summary(ctx, name, existing, inputs)
         if ctx.dry_run:
-            return _dry_run_summary(base, ckpt, name, parent)
+            return _dry_run_summary(inputs, ckpt, name)
 
         _prepare_checkpoints(ckpt, fp)
         env = pack.make_env(
@@ -238,7 +239,7 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
         )
 
         apply_reward_source(env, source, rm_model)
-        init, cfg, base["behaviour_cloning"] = _behaviour_cloning_start(ctx, pack, cfg, source, init)
+        init, cfg, cloned = _behaviour_cloning_start(ctx, pack, cfg, source, init)
 
         pass_run = ensure_pass_run(ctx.tracker, ctx.scenario, ctx.run_key, ctx.dag_run_id)
         fn_version = ctx.tracker.register_reward_fn(
@@ -273,7 +274,9 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
             if stale:
                 run.set_tags({T.CLOSED_STALE_RUNS: ",".join(stale)})
             log_training_inputs(ctx, run, cal_version, cal)
-            return _train_and_register(ctx, pack, env, cfg, run, init, base, fp, fn_version, Path(tmp), poller)
+            return _train_and_register(
+                ctx, pack, env, cfg, run, init, inputs, fp, fn_version, Path(tmp), poller, cloned
+            )
 
 
 def _signals_of(ctx: StepContext, pack: Pack, reward_fn: Any) -> list[SignalReading]:
@@ -319,33 +322,29 @@ def _reward_model(ctx: StepContext, source: Any, reward_model_version: str | Non
     return load_reward_model_version(ctx, reward_model_version)
 
 
-def _dry_run_summary(base: dict[str, Any], ckpt: Path, name: str, parent: str | None) -> dict[str, Any]:
-
+def _dry_run_summary(inputs: TrainInputs, ckpt: Path, name: str) -> TrainSummary:
     last = latest_checkpoint(ckpt) if ckpt.is_dir() else None
-    not_trained = "not computed: a dry run does not train (the version and its return exist once trained)"
-    return {
-        **base,
-        "dry_run": True,
-        "reused": False,
-        "model_version": not_trained,
-        "mean_return": not_trained,
-        "would_register": name,
-        "resume_from": str(last) if last else None,
-        "warm_start": f"champion v{parent}" if parent else "none (from scratch)",
-    }
+    parent = inputs.parent_champion
+    plan = DryRunPlan(
+        would_register=name,
+        resume_from=str(last) if last else None,
+        warm_start=f"champion v{parent}" if parent else "none (from scratch)",
+    )
+    return TrainSummary(inputs, model_version=None, mean_return=None, dry_run=True, plan=plan)
 
 
-def _reused_summary(ctx: StepContext, name: str, existing: str, base: dict[str, Any], note: str) -> dict[str, Any]:
+def _reused_summary(ctx: StepContext, name: str, existing: str, inputs: TrainInputs) -> TrainSummary:
     """The already registered version trained with the same fingerprint (idempotent reruns)."""
     tags = ctx.tracker.model_version_tags(name, existing)
-    return {
-        **base,
-        "model_version": existing,
-        "run_id": tags.get("run_id"),
-        "reused": True,
-        "mean_return": _float(tags.get("eval_mean_return")),
-        "note": (note + "; " if note else "") + "already trained for this run key: returned the registered version",
-    }
+    said = "already trained for this run key: returned the registered version"
+    return TrainSummary(
+        dataclasses.replace(inputs, note=(inputs.note + "; " if inputs.note else "") + said),
+        model_version=existing,
+        mean_return=_float(tags.get("eval_mean_return")),
+        run_id=tags.get("run_id"),
+        reused=True,
+        dry_run=ctx.dry_run,
+    )
 
 
 def _behaviour_cloning_start(
@@ -357,8 +356,6 @@ def _behaviour_cloning_start(
     if source.needs_model and init is None:
         init, bc = warm_start(ctx, pack, cfg)
         if init is not None:  # PPO continues from the cloned policy (no EWC: nothing to keep)
-            import dataclasses
-
             cfg = dataclasses.replace(cfg, mode="incremental", ewc_lambda=0.0)
     return init, cfg, bc or None
 
@@ -386,12 +383,13 @@ def _train_and_register(
     cfg: Any,
     run: Any,
     init: PolicyNetwork | None,
-    base: dict[str, Any],
+    inputs: TrainInputs,
     fp: str,
     fn_version: str,
     tmp: Path,
     poller: Any = None,
-) -> dict[str, Any]:
+    cloned: dict[str, Any] | None = None,
+) -> TrainSummary:
 
     settings = ctx.config.train
     resumed = latest_checkpoint(cfg.checkpoint_dir)
@@ -399,14 +397,14 @@ def _train_and_register(
         {
             "scenario": ctx.scenario,
             "run_key": ctx.run_key,
-            "num_envs": base["num_envs"],
-            "threads": base["threads"],
+            "num_envs": inputs.num_envs,
+            "threads": inputs.threads,
             "threads_setting": settings.threads,
-            "profile": base["profile"],
-            "reward_fn": base["reward_fn"],
+            "profile": inputs.profile,
+            "reward_fn": inputs.reward_fn,
             "resumed_from": resumed.name if resumed else "none",
             # the values only: a param cannot change when a resumed run logs it again
-            **{f"signal.{k}": f"{v:g}" for k, v in base["reward_signals"].items()},
+            **{f"signal.{k}": f"{v:g}" for k, v in inputs.reward_signals.items()},
         }
     )
     t0 = time.perf_counter()
@@ -418,7 +416,7 @@ def _train_and_register(
     switches = record_switches(run, result.reward_switches)
 
     evaluation = _evaluate(
-        pack, result.policy, base["reward_fn"], settings.eval_episodes, settings.eval_seed, base["profile"]
+        pack, result.policy, inputs.reward_fn, settings.eval_episodes, settings.eval_seed, inputs.profile
     )
     run.log_metrics(evaluation["metrics"], step=result.global_step)
     if result.history:
@@ -429,13 +427,13 @@ def _train_and_register(
         )
 
     tags = {
-        "reward_fn_sha256": base["reward_fn_sha256"],
-        "reward_fn": base["reward_fn"],
+        "reward_fn_sha256": inputs.reward_fn_sha256,
+        "reward_fn": inputs.reward_fn,
         "reward_fn_model_version": fn_version,
-        "calibration_version": base["calibration_version"],
-        "data_version": base["data_version"],
-        "parent_champion": base["parent_champion"] or "none",
-        "mode": base["mode"],
+        "calibration_version": inputs.calibration_version,
+        "data_version": inputs.data_version,
+        "parent_champion": inputs.parent_champion or "none",
+        "mode": inputs.mode,
         "timesteps": result.global_step,
         "train_seconds": round(train_seconds, 3),
         "run_key": ctx.run_key,
@@ -443,33 +441,38 @@ def _train_and_register(
         "run_id": run.run_id,
         "stagnated": str(result.stagnated).lower(),
         "eval_mean_return": round(evaluation["mean_return"], 6),
-        "reward_source": base["reward_source"],
-        "reward_blend_lambda": base["reward_blend_lambda"],
-        "reward_model_version": base["reward_model_version"] or "none",
-        "bc_steps": (base.get("behaviour_cloning") or {}).get("steps_imitated", 0),
-        **{f"signal.{k}": f"{v:g}" for k, v in base["reward_signals"].items()},
-        **{f"signal.{k}.status": v for k, v in base["reward_signal_status"].items()},
+        "reward_source": inputs.reward_source,
+        "reward_blend_lambda": inputs.reward_blend_lambda,
+        "reward_model_version": inputs.reward_model_version or "none",
+        "bc_steps": (cloned or {}).get("steps_imitated", 0),
+        **{f"signal.{k}": f"{v:g}" for k, v in inputs.reward_signals.items()},
+        **{f"signal.{k}.status": v for k, v in inputs.reward_signal_status.items()},
     }
     version = register_policy(
-        ctx, run, pack, result.policy, tags, tmp, description=version_description(ctx.scenario, base, evaluation)
+        ctx,
+        run,
+        pack,
+        result.policy,
+        tags,
+        tmp,
+        description=version_description(ctx.scenario, dataclasses.asdict(inputs), evaluation),
     )
-    return {
-        **base,
-        "model_version": version,
-        "run_id": run.run_id,
-        "reused": False,
-        "mean_return": evaluation["mean_return"],
-        "completion_rate": evaluation["completion_rate"],
-        "train_return": result.final_return,
-        "iterations": result.iterations,
-        "timesteps": result.global_step,
-        "train_seconds": round(train_seconds, 3),
-        "stagnated": result.stagnated,
-        "reward_fn_model_version": fn_version,
-        "reward_switches": switches,
-        "reward_fn_sha256_final": result.reward_fn_version,
-        "resumed_from": resumed.name if resumed else None,
-    }
+    trained = TrainedRun(
+        completion_rate=evaluation["completion_rate"],
+        train_return=result.final_return,
+        iterations=result.iterations,
+        timesteps=result.global_step,
+        train_seconds=round(train_seconds, 3),
+        stagnated=result.stagnated,
+        reward_fn_model_version=fn_version,
+        reward_switches=switches,
+        reward_fn_sha256_final=result.reward_fn_version,
+        resumed_from=resumed.name if resumed else None,
+        behaviour_cloning=cloned,
+    )
+    return TrainSummary(
+        inputs, model_version=version, mean_return=evaluation["mean_return"], run_id=run.run_id, trained=trained
+    )
 
 
 def register_policy(

@@ -141,7 +141,7 @@ def test_relabel_then_blend_training_tags_the_reward_model(
         zip(traces["episode_id"].astype(str), traces["step"].astype(int))
     )
 
-    out = train_policy(ctx, TrainRequest(timesteps=16 * 8 * 2))
+    out = train_policy(ctx, TrainRequest(timesteps=16 * 8 * 2)).as_dict()
     assert out["reward_source"] == "blend" and out["reward_model_version"] == version
     assert out["behaviour_cloning"]["steps_imitated"] >= 64
     tags = ctx.tracker.model_version_tags(policy_model_name(SCENARIO), out["model_version"])

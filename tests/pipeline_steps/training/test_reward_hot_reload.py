@@ -47,7 +47,9 @@ def test_scheduled_switch_is_recorded_and_training_continues(
     from rlops.pipeline_steps.training.request import TrainRequest
 
     ctx = _ctx(tmp_path)
-    res = train_policy(ctx, TrainRequest(timesteps=BUDGET, reward_switch_to="v0", reward_switch_at_iteration=2))
+    res = train_policy(
+        ctx, TrainRequest(timesteps=BUDGET, reward_switch_to="v0", reward_switch_at_iteration=2)
+    ).as_dict()
     v0, v1 = pack.reward_fn("v0").version, pack.reward_fn("v1").version
     assert res["reward_switches"] == [{"iteration": 2, "global_step": 128, "old_sha256": v1, "new_sha256": v0}]
     assert res["iterations"] == 3 and res["reward_fn_sha256_final"] == v0
@@ -81,7 +83,7 @@ def test_cli_request_switches_the_training_in_progress(
         return poll(self, iteration)
 
     monkeypatch.setattr(RewardSwitchPoller, "__call__", operator_asks)
-    res = train_policy(ctx, TrainRequest(timesteps=BUDGET))
+    res = train_policy(ctx, TrainRequest(timesteps=BUDGET)).as_dict()
     assert answers == [0] and "switch to reward v0" in capsys.readouterr().out
     assert ctx.storage.read_json(control_uri(ctx))["training_run"] == res["run_id"]
     assert [s["iteration"] for s in res["reward_switches"]] == [1]
@@ -106,7 +108,7 @@ def test_a_stale_request_never_switches_a_later_training(
     assert main(["train", "switch-reward", "--run-key", RUN_KEY, "--to", "v0"]) == 2
     assert "no training" in capsys.readouterr().err
     ctx.storage.write_json(control_uri(ctx), {"reward_fn": "v0", "requested_at": "2026-01-01T00:00:00+00:00"})
-    res = train_policy(ctx, TrainRequest(timesteps=BUDGET))
+    res = train_policy(ctx, TrainRequest(timesteps=BUDGET)).as_dict()
     assert res["reward_switches"] == []
     assert res["reward_fn_sha256_final"] == res["reward_fn_sha256"] == pack.reward_fn("v1").version
     status = ctx.storage.read_json(ctx.uri("control", ctx.scenario, RUN_KEY, STATUS_FILE))

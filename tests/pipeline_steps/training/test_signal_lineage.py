@@ -34,7 +34,7 @@ def _train(ctx: StepContext) -> dict[str, Any]:
     from rlops.pipeline_steps.training.policy import train_policy
     from rlops.pipeline_steps.training.request import TrainRequest
 
-    return train_policy(ctx, TrainRequest(timesteps=256))
+    return train_policy(ctx, TrainRequest(timesteps=256)).as_dict()
 
 
 def _run(ctx: StepContext, run_id: str) -> Any:

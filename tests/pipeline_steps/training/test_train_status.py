@@ -62,7 +62,7 @@ def test_a_training_run_records_its_pid(
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
     torch.set_num_threads(1)
     ctx = make_ctx(tmp_path)
-    res = train_policy(ctx, TrainRequest(timesteps=16 * 8 * 2))
+    res = train_policy(ctx, TrainRequest(timesteps=16 * 8 * 2)).as_dict()
     status = train_status(ctx, res["run_id"])
     assert status["tags"]["rlops.pid"] == str(os.getpid()) and status["tags"]["rlops.host"] == socket.gethostname()
     assert status["iterations"] == 2 and not status["plateau"] and "clipfrac" in status["columns"]

@@ -60,9 +60,13 @@ def test_full_run_registers_lineage_and_a_servable_pyfunc(
     from rlops.pipeline_steps.training.status import train_status
 
     ctx = make_ctx(tmp_path)
-    res = train_policy(ctx, TrainRequest(timesteps=TINY))
-    assert res["mode"] == "full" and res["parent_champion"] is None and not res["reused"]
-    assert res["iterations"] == 2 and res["timesteps"] == TINY and isinstance(res["mean_return"], float)
+    summary = train_policy(ctx, TrainRequest(timesteps=TINY))
+    assert summary.inputs.mode == "full" and summary.inputs.parent_champion is None and not summary.reused
+    assert summary.trained is not None and summary.plan is None
+    assert summary.trained.iterations == 2 and summary.trained.timesteps == TINY
+    res = summary.as_dict()  # the JSON the CLI prints and the DAG task pushes
+    assert res["model_version"] == summary.model_version and isinstance(res["mean_return"], float)
+    assert res["iterations"] == 2 and res["timesteps"] == TINY and res["mode"] == "full"
     tags = ctx.tracker.model_version_tags(NAME, res["model_version"])
     assert set(LINEAGE) <= set(tags)
     assert tags["reward_fn_sha256"] == pack.reward_fn("v1").version and tags["reward_fn"] == "v1"
@@ -95,7 +99,8 @@ def test_full_run_registers_lineage_and_a_servable_pyfunc(
 
     # same run key, same inputs: the registered version is returned instead of a second one
     again = train_policy(make_ctx(tmp_path), TrainRequest(timesteps=TINY))
-    assert again["reused"] and again["model_version"] == res["model_version"]
+    assert again.reused and again.trained is None and again.model_version == summary.model_version
+    assert again.as_dict()["reused"] and "already trained" in again.inputs.note
 
 
 def test_incremental_without_champion_trains_full_and_says_so(
@@ -104,7 +109,7 @@ def test_incremental_without_champion_trains_full_and_says_so(
     from rlops.pipeline_steps.training.policy import train_policy
     from rlops.pipeline_steps.training.request import TrainRequest
 
-    res = train_policy(make_ctx(tmp_path), TrainRequest(mode="incremental", timesteps=TINY))
+    res = train_policy(make_ctx(tmp_path), TrainRequest(mode="incremental", timesteps=TINY)).as_dict()
     assert res["requested_mode"] == "incremental" and res["mode"] == "full"
     assert "no champion" in res["note"] and res["parent_champion"] is None
 
@@ -118,10 +123,10 @@ def test_incremental_warm_starts_from_the_champion(
     from rlops.pipeline_steps.training.request import TrainRequest
 
     ctx = make_ctx(tmp_path, run_key="20260105T1000")
-    first = train_policy(ctx, TrainRequest(timesteps=TINY))
+    first = train_policy(ctx, TrainRequest(timesteps=TINY)).as_dict()
     ctx.tracker.set_alias(NAME, "champion", first["model_version"])
     ctx2 = make_ctx(tmp_path, run_key="20260105T1015-15m", train={"ewc_lambda": ewc_lambda})
-    res = train_policy(ctx2, TrainRequest(mode="incremental", timesteps=TINY))
+    res = train_policy(ctx2, TrainRequest(mode="incremental", timesteps=TINY)).as_dict()
     assert res["mode"] == "incremental" and res["parent_champion"] == first["model_version"]
     tags = ctx2.tracker.model_version_tags(NAME, res["model_version"])
     assert tags["parent_champion"] == first["model_version"] and tags["mode"] == "incremental"
@@ -160,7 +165,7 @@ def test_resume_continues_from_the_last_checkpoint(
     left_open = [r for r in client.search_runs([exp.experiment_id], "tags.`rlops.step` = 'train_policy'")]
     assert [r.info.status for r in left_open] == ["RUNNING"]
     monkeypatch.setattr(train_mod, "register_policy", register)
-    res = train_policy(make_ctx(tmp_path), TrainRequest(timesteps=TINY))
+    res = train_policy(make_ctx(tmp_path), TrainRequest(timesteps=TINY)).as_dict()
     assert res["resumed_from"] == "ckpt_00000002.pt" and res["iterations"] == 2 and res["model_version"] == "1"
     stale = client.get_run(left_open[0].info.run_id)  # the resumed training closed it
     assert stale.info.status == "KILLED" and "rlops.closed_by" in stale.data.tags
