@@ -84,8 +84,8 @@ def run(scenario: str | None = None) -> int:
     cap, dt = _timed(lambda: capture_step(ctx, simulate=True, profile="live"))
     _say(
         2,
-        f"captured {cap['rows_in']} trace rows of live traffic served by {cap['policy_version']}: "
-        f"{cap['rows_accepted']} accepted, {cap['rows_quarantined']} quarantined ({dt:.1f}s)",
+        f"captured {cap.rows_in} trace rows of live traffic served by {cap.policy_version}: "
+        f"{cap.rows_accepted} accepted, {cap.rows_quarantined} quarantined ({dt:.1f}s)",
     )
 
     drift, dt = _timed(lambda: drift_check(ctx))
@@ -116,7 +116,7 @@ def run(scenario: str | None = None) -> int:
     )
 
     st, dt = _timed(lambda: stress_test(ctx, policy_version=str(tr.model_version)))
-    _say(7, f"stress test: {st['verdict']}{'' if st['passed'] else ' — ' + '; '.join(st['reasons'])} ({dt:.1f}s)")
+    _say(7, f"stress test: {st.verdict}{'' if st.passed else ' — ' + '; '.join(st.reasons)} ({dt:.1f}s)")
 
     pr, dt = _timed(lambda: _promote_or_say_why(promote, ctx, str(tr.model_version)))
     _say(8, f"gated evaluation vs {pr.get('baseline') or 'champion'} ({dt:.1f}s):")

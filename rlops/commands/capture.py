@@ -60,16 +60,15 @@ def cmd_capture(args: argparse.Namespace) -> int:
             )
     verb = "would write" if ctx.dry_run else "wrote"
     print_result(
-        res,
+        res.as_dict(),
         args.json,
         [
-            f"{res['source']}: {res['rows_in']} rows in, {res['rows_accepted']} accepted, "
-            f"{res['rows_quarantined']} quarantined; {verb} {len(res['partitions'])} "
-            "partition file(s)"
+            f"{res.source}: {res.rows_in} rows in, {res.rows_accepted} accepted, "
+            f"{res.rows_quarantined} quarantined; {verb} {len(res.partitions)} partition file(s)"
         ],
     )
-    for warning in res.get("warnings", []):
+    for warning in res.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    for alert in res.get("alerts", []):
+    for alert in res.alerts:
         print(f"ALERT: {alert}", file=sys.stderr)
     return 0

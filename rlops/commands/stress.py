@@ -24,15 +24,15 @@ def cmd_stress(args: argparse.Namespace) -> int:
     with as_user_error("stress"):
         result = stress_test(ctx, args.reward_fn, args.policy_version, progress=show_progress(args.json))
     if args.json:
-        print_json(result)
+        print_json(result.as_dict())
     else:
         print(
-            f"stress test {result['verdict'].upper()}: reward {result['reward_fn']}"
+            f"stress test {result.verdict.upper()}: reward {result.reward_fn}"
             + (f", policy v{args.policy_version}" if args.policy_version else "")
         )
-        for reason in result["reasons"]:
+        for reason in result.reasons:
             print(f"  - {reason}")
-        for warning in result["warnings"]:
+        for warning in result.warnings:
             print(f"  ! {warning}")
-        print(("would write " if ctx.dry_run else "report: ") + result["html_uri"])
-    return 0 if result["passed"] else 1
+        print(("would write " if ctx.dry_run else "report: ") + result.html_uri)
+    return 0 if result.passed else 1

@@ -128,7 +128,7 @@ def test_toy_agent_decisions_are_mlflow_traces_and_capture_into_the_trace_store(
     assert decide.attributes["action"] == record["action"]
 
     ctx = StepContext.create(SCENARIO, RUN_KEY)
-    res = capture_traces(ctx)
+    res = capture_traces(ctx).as_dict()
     assert res["source"] == f"mlflow:{SCENARIO}"
     assert res["rows_in"] == n == res["rows_accepted"] + res["rows_quarantined"]
     assert res["rows_quarantined"] == 1  # the decision with an action the scenario lacks
@@ -170,7 +170,7 @@ def test_otlp_json_export_is_a_capture_source(
     export = tmp_path / "spans.json"
     export.write_text(json.dumps(doc))
     ctx = StepContext.create(SCENARIO, RUN_KEY, overrides={"capture": {"track": False}})
-    res = capture_traces(ctx, otlp_uri=f"file://{export}")
+    res = capture_traces(ctx, otlp_uri=f"file://{export}").as_dict()
     assert res["rows_in"] == 6 and res["rows_accepted"] == 5 and res["rows_quarantined"] == 1
     q = ctx.storage.read_parquet(res["quarantine_partitions"][0])
     assert "/health" in q["raw"].iloc[0]

@@ -147,7 +147,7 @@ def test_every_decision_falling_back_raises_the_alert_within_one_interval(
         decisions = _serve(broken, tracer, 30)
         broken.close()
     assert all(d.fallback for d in decisions) and broken.fallback_rate == 1.0
-    out = capture_step(ctx)
+    out = capture_step(ctx).as_dict()
     assert out["rows_accepted"] == 30 and out["fallbacks"]["share"] == 1.0
     assert out["fallbacks"]["by_reason"] == {"load_error": 30}
     assert len(out["alerts"]) == 1 and "fallback share 100.0% of 30 live decisions" in out["alerts"][0]
@@ -168,7 +168,7 @@ def test_every_decision_falling_back_raises_the_alert_within_one_interval(
         PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None) as healthy,
     ):
         assert not any(d.fallback for d in _serve(healthy, tracer, 30))
-    out = capture_step(nxt)
+    out = capture_step(nxt).as_dict()
     assert out["fallbacks"]["share"] == 0.0 and out["fallbacks"]["decisions"] == 30 and out["alerts"] == []
     rows = nxt.traces.read(SCENARIO, window=(nxt.key.start, nxt.key.end))
     assert (rows["policy_version"] == f"{NAME}/{champion}").all() and rows["fallback_reason"].isna().all()

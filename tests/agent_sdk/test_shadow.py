@@ -134,7 +134,7 @@ def test_logged_rows_carry_what_off_policy_evaluation_needs(
                 ep.annotate(**d.trace_fields())
                 ep.step(ep.observe(STATE), d.action)
         agreement = c.shadow_agreement
-    out = capture_step(ctx)
+    out = capture_step(ctx).as_dict()
     assert out["rows_accepted"] == n and out["rows_quarantined"] == 0 and out["alerts"] == []
     rows = ctx.traces.read(SCENARIO)
     assert (rows["shadow_policy_version"] == f"{NAME}/{v2}").all() and (rows["policy_version"] == f"{NAME}/{v1}").all()

@@ -40,7 +40,7 @@ def test_a_bar_asked_for_outside_a_terminal_writes_nothing(
 
     monkeypatch.delenv(AIRFLOW_ENV, raising=False)
     ctx = StepContext.create("credit_approval", "20261130T0500", overrides={"capture": {"track": False}})
-    out = capture_step(ctx, simulate=False, progress=True)  # stderr is pytest's capture: no terminal
+    out = capture_step(ctx, simulate=False, progress=True).as_dict()  # stderr is pytest's capture: no terminal
     assert out["rows_in"] == 0
     assert "capture" not in capsys.readouterr().err
 

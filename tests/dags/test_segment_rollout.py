@@ -98,7 +98,7 @@ def _serve_hour(ctx: Any, pack: Any, nets: dict[str, Any], slow_challenger: bool
     for rec in json.loads(rows.to_json(orient="records")):
         tracer.record(rec)
     tracer.flush()
-    out = capture_step(ctx, simulate=False)
+    out = capture_step(ctx, simulate=False).as_dict()
     assert out["rows_in"] == out["rows_accepted"] == len(rows)
     return rows
 

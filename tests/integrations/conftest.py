@@ -115,7 +115,7 @@ def capture(scenario: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     stamps = [datetime.fromisoformat(r["ts"]) for r in rows]
     key = RunKey.covering(min(stamps), max(stamps))
     ctx = StepContext.create(scenario, str(key), overrides={"capture": {"track": False}})
-    return capture_step(ctx, simulate=False)
+    return capture_step(ctx, simulate=False).as_dict()
 
 
 def example(name: str) -> Path:

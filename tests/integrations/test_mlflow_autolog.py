@@ -77,7 +77,7 @@ def test_no_decision_is_lost_under_autolog(agent: ModuleType, autolog: dict[str,
     stamps = [r["ts"] for r in rows]
     key = RunKey.covering(min(stamps), max(stamps))
     ctx = StepContext.create("credit_approval", str(key), overrides={"capture": {"track": False}})
-    res = capture_traces(ctx)
+    res = capture_traces(ctx).as_dict()
     assert res["rows_accepted"] == len(rows)
     assert res["rows_in"] == res["rows_accepted"] + res["rows_quarantined"]
     assert res["rows_quarantined"] == len(apps)  # autolog's own traces: no decision record, quarantined

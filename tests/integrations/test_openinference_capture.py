@@ -90,7 +90,7 @@ def test_every_span_is_accounted_for_and_decisions_land_as_the_sdks(
     stamps = [r["ts"] for r in sdk_rows]
     key = RunKey.covering(min(stamps), max(stamps))
     ctx = StepContext.create("credit_approval", str(key), overrides={"capture": {"track": False}})
-    res = capture_traces(ctx, otlp_uri=path.as_uri())
+    res = capture_traces(ctx, otlp_uri=path.as_uri()).as_dict()
     assert res["rows_in"] == len(sdk_rows) + 2 == res["rows_accepted"] + res["rows_quarantined"]
     assert res["rows_accepted"] == len(sdk_rows) and res["rows_quarantined"] == 2  # the 2 unmapped runs
     assert res["rows_in"] + res["spans_skipped"] == len(spans)  # every span: a row or skipped
@@ -106,5 +106,5 @@ def test_every_span_is_accounted_for_and_decisions_land_as_the_sdks(
     assert got == want
     assert stored["latency_ms"].notna().all()  # joined from the tool node's span
 
-    again = capture_step(ctx, simulate=False)  # the SDK's copy of the same decisions
+    again = capture_step(ctx, simulate=False).as_dict()  # the SDK's copy of the same decisions
     assert again["rows_in"] == len(sdk_rows) == again["rows_quarantined"]  # duplicates: one episode id

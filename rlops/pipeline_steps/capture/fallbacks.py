@@ -98,19 +98,20 @@ def _interval_rows(ctx: StepContext, partitions: list[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(COLUMNS))
 
 
-def check_fallbacks(ctx: StepContext, out: dict[str, Any]) -> dict[str, Any]:
-    """``{"fallbacks": summary, "alerts": [...]}`` for a capture result ``out``. The share is counted
-    on the partitions the capture wrote, so a dry run, which writes none, cannot compute it: its
-    ``fallbacks`` says so instead of reporting no alert."""
+def check_fallbacks(ctx: StepContext, partitions: list[str]) -> tuple[dict[str, Any] | str, list[str]]:
+    """``(fallbacks, alerts)`` of the rows a capture wrote to ``partitions``: the fallback summary
+    and the alert its share raises (if any). The share is counted on the partitions written, so a
+    dry run, which writes none, cannot compute it: its ``fallbacks`` says so instead of reporting
+    no alert."""
     if ctx.dry_run:
-        return {
-            "fallbacks": "not computed: a dry run writes no partitions, and the fallback share "
+        return (
+            "not computed: a dry run writes no partitions, and the fallback share "
             "(and its alert) is counted on the partitions written"
-        }
+        ), []
     cfg = ctx.section("capture")
     threshold = float(cfg.get("fallback_alert_share", 0.05))
     min_decisions = int(cfg.get("fallback_alert_min_decisions", 20))
-    rows = _interval_rows(ctx, list(out.get("partitions") or []))
+    rows = _interval_rows(ctx, list(partitions))
     summary = summarize(rows)
     if summary.by_reason.get(NO_CHAMPION):
         try:
@@ -119,13 +120,12 @@ def check_fallbacks(ctx: StepContext, out: dict[str, Any]) -> dict[str, Any]:
             champion = "unknown"
         summary = summarize(rows, champion_exists=champion is not None)
     alert = alert_text(summary, threshold, min_decisions)
-    return {"fallbacks": summary.to_dict(), "alerts": [*out.get("alerts", []), *([alert] if alert else [])]}
+    return summary.to_dict(), [alert] if alert else []
 
 
-def log_fallbacks(run: RunHandle, out: dict[str, Any]) -> None:
+def log_fallbacks(run: RunHandle, summary: dict[str, Any] | str | None, alerts: list[str]) -> None:
     """The fallback share as a metric of the capture run, and the alert (if any) as a tag."""
-    summary = out.get("fallbacks")
-    if not summary:
+    if not isinstance(summary, dict):
         return
     run.log_metrics(
         {
@@ -135,6 +135,6 @@ def log_fallbacks(run: RunHandle, out: dict[str, Any]) -> None:
         },
         step=0,
     )
-    alerts = [a for a in out.get("alerts", []) if "fallback share" in a]
+    alerts = [a for a in alerts if "fallback share" in a]
     if alerts:
         run.set_tags({T.ALERT_FALLBACK: alerts[0][:5000]})

@@ -20,6 +20,7 @@ run key, so a re-run overwrites them.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from rlops.common.errors import UserError
 from rlops.data_contracts.schema import contract_for
 from rlops.pipeline_steps.capture.core import capture_landing_zone, validate_rows, write_capture
 from rlops.pipeline_steps.capture.fallbacks import check_fallbacks, log_fallbacks
+from rlops.pipeline_steps.capture.summary import CaptureSummary
 from rlops.pipeline_steps.capture.trace_sources import mlflow_source, otlp_source
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
@@ -53,7 +55,7 @@ def capture_step(
     sample_rate: float | None = None,
     profile: str | None = None,
     progress: bool = False,
-) -> dict[str, Any]:
+) -> CaptureSummary:
     """Capture the run key's interval. ``simulate=None`` uses the landing zone when it has files
     for the interval and falls back to simulation when ``capture.simulate_when_empty`` is on.
     ``progress`` draws a bar of the landing-zone rows read (a simulation is one batched rollout)."""
@@ -69,12 +71,6 @@ def capture_step(
     has_files = bool(store.landing_files(ctx.scenario, ctx.key))
     if simulate is None:  # simulated traffic is never stored as live unless the configuration asks
         simulate = not has_files and cfg.simulate_when_empty
-    base = {
-        "scenario": ctx.scenario,
-        "run_key": ctx.run_key,
-        "interval": [start.isoformat(), end.isoformat()],
-        "dry_run": ctx.dry_run,
-    }
     if not simulate:
         res = capture_landing_zone(
             ctx.storage,
@@ -91,37 +87,40 @@ def capture_step(
             progress=progress,
             max_lateness=timedelta(minutes=lateness),
         )
-        out = {
-            **base,
-            "source": "landing_zone",
-            **res.counts(),
-            "partitions": res.partitions,
-            "quarantine_uri": res.quarantine_uri,
-            "files_skipped": res.files_skipped,
-            "warnings": [f"landing file not read (expected .jsonl or .jsonl.gz): {u}" for u in res.files_skipped],
-        }
+        out = CaptureSummary(
+            **_interval(ctx),
+            source="landing_zone",
+            rows_in=res.rows_in,
+            rows_accepted=res.rows_accepted,
+            rows_quarantined=res.rows_quarantined,
+            partitions=res.partitions,
+            quarantine_uri=res.quarantine_uri,
+            files_skipped=res.files_skipped,
+            warnings=[f"landing file not read (expected .jsonl or .jsonl.gz): {u}" for u in res.files_skipped],
+        )
     else:
-        out = {
-            **base,
-            **simulate_capture(
-                ctx,
-                pack,
-                traces,
-                quarantine,
-                start,
-                n_episodes,
-                rate,
-                default_profile(pack, "production", profile or cfg.get("profile")),
-            ),
-        }
+        world = default_profile(pack, "production", profile or cfg.get("profile"))
+        out = simulate_capture(ctx, pack, traces, quarantine, start, n_episodes, rate, world)
+    return _checked_and_tracked(ctx, out, track=cfg.track)
 
-    out.update(check_fallbacks(ctx, out))  # a live fallback share over the threshold is an incident
-    if not ctx.dry_run and bool(cfg.get("track", True)):
+
+def _interval(ctx: StepContext) -> dict[str, Any]:
+    """The fields every capture summary starts with: what was captured, and whether for real."""
+    interval = [ctx.key.start.isoformat(), ctx.key.end.isoformat()]
+    return {"scenario": ctx.scenario, "run_key": ctx.run_key, "interval": interval, "dry_run": ctx.dry_run}
+
+
+def _checked_and_tracked(ctx: StepContext, out: CaptureSummary, track: bool) -> CaptureSummary:
+    """``out`` with the live fallback share of its rows (over the threshold: an incident), tracked
+    as the pass's capture run unless the run is dry or ``capture.track`` is off."""
+    fallbacks, alerts = check_fallbacks(ctx, out.partitions)
+    out = dataclasses.replace(out, fallbacks=fallbacks, alerts=[*out.alerts, *alerts])
+    if not ctx.dry_run and track:
         track_capture(ctx, out)
     return out
 
 
-def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool = False) -> dict[str, Any]:
+def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool = False) -> CaptureSummary:
     """Capture the interval's agent decisions from MLflow's trace store, or from an OTLP/JSON export
     file, through the landing zone's writer: the same contract, interval and duplicate checks,
     quarantine and manifest (each source of a run key adds its own files; see
@@ -153,41 +152,30 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
         max_lateness=timedelta(minutes=lateness),
         landing_uri=store.landing_uri,
     )
-    out = {
-        "scenario": ctx.scenario,
-        "run_key": ctx.run_key,
-        "interval": [start.isoformat(), end.isoformat()],
-        "source": res.source,
-        **res.counts(),
-        "spans_skipped": res.spans_skipped,
-        "partitions": res.partitions,
-        "quarantine_partitions": res.quarantine_partitions,
-        "quarantine_uri": res.quarantine_uri,
-        "manifest_uri": res.manifest_uri,
-        "dry_run": ctx.dry_run,
-    }
-
-    out.update(check_fallbacks(ctx, out))  # a live fallback share over the threshold is an incident
-    if not ctx.dry_run and bool(cfg.get("track", True)):
-        track_capture(ctx, out)
-    return out
+    out = CaptureSummary(
+        **_interval(ctx),
+        source=res.source,
+        rows_in=res.rows_in,
+        rows_accepted=res.rows_accepted,
+        rows_quarantined=res.rows_quarantined,
+        spans_skipped=res.spans_skipped,
+        partitions=res.partitions,
+        quarantine_partitions=res.quarantine_partitions,
+        quarantine_uri=res.quarantine_uri,
+        manifest_uri=res.manifest_uri,
+    )
+    return _checked_and_tracked(ctx, out, track=bool(cfg.get("track", True)))
 
 
-def track_capture(ctx: StepContext, out: dict[str, Any]) -> None:
+def track_capture(ctx: StepContext, out: CaptureSummary) -> None:
     """The capture's step run in the pass: row counts, and the partitions it wrote as datasets."""
     with step_run(ctx, T.CAPTURE) as run:
-        run.log_params({"source": out.get("source"), "interval": " .. ".join(out["interval"])})
-        run.log_metrics({k: float(out[k]) for k in ("rows_in", "rows_accepted", "rows_quarantined")}, step=0)
-
-        log_fallbacks(run, out)
-        parts = list(out.get("partitions") or [])[:50]  # a bound on what one run lists as inputs
+        run.log_params({"source": out.source, "interval": " .. ".join(out.interval)})
+        counts = {"rows_in": out.rows_in, "rows_accepted": out.rows_accepted, "rows_quarantined": out.rows_quarantined}
+        run.log_metrics({k: float(v) for k, v in counts.items()}, step=0)
+        log_fallbacks(run, out.fallbacks, out.alerts)
+        parts = out.partitions[:50]  # a bound on what one run lists as inputs
         log_dataset_inputs(run, [parquet_dataset(ctx.storage, p, f"traces-{ctx.scenario}") for p in parts], "captured")
-
-
-def _counts(rows_in: int, accepted: int, quarantined: int) -> dict[str, int]:
-    if rows_in != accepted + quarantined:  # the invariant every capture keeps
-        raise RuntimeError(f"capture lost rows: {rows_in} in, {accepted} accepted, {quarantined} quarantined")
-    return {"rows_in": rows_in, "rows_accepted": accepted, "rows_quarantined": quarantined}
 
 
 def simulate_capture(
@@ -199,7 +187,7 @@ def simulate_capture(
     episodes: int,
     sample_rate: float,
     profile: str,
-) -> dict[str, Any]:
+) -> CaptureSummary:
 
     if profile not in pack.scenario.profiles:
         raise UserError(
@@ -235,13 +223,16 @@ def simulate_capture(
         if len(quarantined)
         else []
     )
-    return {
-        "source": f"simulation:{profile}",
-        "policy_version": version,
-        "episodes": episodes,
-        "sample_rate": sample_rate,
-        **_counts(len(df), len(accepted), len(quarantined)),
-        "partitions": parts,
-        "quarantine_partitions": qparts,
-        "warnings": [traced.warning] if traced.warning else [],
-    }
+    return CaptureSummary(
+        **_interval(ctx),
+        source=f"simulation:{profile}",
+        policy_version=version,
+        episodes=episodes,
+        sample_rate=sample_rate,
+        rows_in=len(df),
+        rows_accepted=len(accepted),
+        rows_quarantined=len(quarantined),
+        partitions=parts,
+        quarantine_partitions=qparts,
+        warnings=[traced.warning] if traced.warning else [],
+    )

@@ -194,7 +194,7 @@ def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
     from rlops.pipeline_steps.capture.step import capture_step
 
     simulate = conf.get("simulate")
-    return capture_step(_ctx(conf), simulate=None if simulate is None else bool(simulate))
+    return capture_step(_ctx(conf), simulate=None if simulate is None else bool(simulate)).as_dict()
 
 
 @no_retry_on_user_error
@@ -304,7 +304,7 @@ def stress_test(conf: Mapping[str, Any], trained: Mapping[str, Any]) -> dict[str
     if not trained.get("model_version"):
         return {"skipped": True, "reason": "no candidate was trained", "passed": False}
     out = run(_ctx(conf), reward_fn=conf["reward_fn"], policy_version=str(trained["model_version"]))
-    return {k: out[k] for k in ("passed", "verdict", "reasons", "report_uri", "html_uri") if k in out}
+    return {k: v for k, v in out.as_dict().items() if k in ("passed", "verdict", "reasons", "report_uri", "html_uri")}
 
 
 def staged_promotion(conf: Mapping[str, Any]) -> bool:

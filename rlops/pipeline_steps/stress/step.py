@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from rlops.common.errors import UserError
 from rlops.common.params_model import StressConfig  # the typed ``stress:`` params block
 from rlops.common.progress import progress_bar
+from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.html import html_page, html_table
 from rlops.pipeline_steps.infra.pass_run import step_run
@@ -382,11 +383,35 @@ def champion_reference(ctx: StepContext, candidate: LoadedPolicy) -> LoadedPolic
     return champion
 
 
+@dataclass(frozen=True)
+class StressSummary(StepResult):
+    """What a stress test concluded and where its report is."""
+
+    passed: bool
+    verdict: str
+    """``pass`` or ``fail``."""
+    reasons: list[str]
+    """Why it failed: each finding, probe and perturbation that did not pass."""
+    warnings: list[str]
+    """Passing probes worth a look (they earn more than the rule engine)."""
+    report_uri: str
+    """The JSON report (a dry run names where it would be written)."""
+    html_uri: str
+    policy_version: str | None
+    """The policy version stressed (None: the reward function alone)."""
+    reward_fn: str
+    reward_fn_sha256: str
+    dry_run: bool
+    run_id: str | None
+    """The MLflow run holding the report (None: a dry run)."""
+
+
 def stress_test(
     ctx: StepContext, reward_fn: str | None = None, policy_version: str | None = None, progress: bool = False
-) -> dict[str, Any]:
-    """Run the stress test; returns ``{passed, verdict, reasons, report_uri, html_uri, …}``.
-    ``progress`` draws a bar over its stages (reward checks, then the policy runs) on stderr."""
+) -> StressSummary:
+    """Run the stress test of the reward function and, with ``policy_version``, of that policy under
+    the perturbations; write its report (JSON and HTML) unless the run is dry. ``progress`` draws a
+    bar over its stages (reward checks, then the policy runs) on stderr."""
     cfg = ctx.config.stress
     pack = ctx.load_pack()
     fn = resolve_reward_fn(pack, reward_fn or ctx.reward_choice().reward_fn)
@@ -416,26 +441,25 @@ def stress_test(
     report = report_dict(reward, policy_rows, meta)
     folder = (f"v{policy_version}",) if policy_version is not None else ()
     json_uri, html_uri = (ctx.report_uri("stress", *folder, f) for f in ("report.json", "report.html"))
-    result = {
-        "passed": report["passed"],
-        "verdict": report["verdict"],
-        "reasons": report["reasons"],
-        "warnings": report["warnings"],
-        "report_uri": json_uri,
-        "html_uri": html_uri,
-        "policy_version": policy_version,
-        "reward_fn": fn.label,
-        "reward_fn_sha256": fn.version,
-        "dry_run": ctx.dry_run,
-        "run_id": None,
-    }
-    if ctx.dry_run:
-        return result
-    page = render_html(report)
-    ctx.storage.write_json(json_uri, report)
-    ctx.storage.write_text(html_uri, page)
-    result["run_id"] = _track(ctx, report, page, fn, policy_version, json_uri)
-    return result
+    run_id = None
+    if not ctx.dry_run:
+        page = render_html(report)
+        ctx.storage.write_json(json_uri, report)
+        ctx.storage.write_text(html_uri, page)
+        run_id = _track(ctx, report, page, fn, policy_version, json_uri)
+    return StressSummary(
+        passed=report["passed"],
+        verdict=report["verdict"],
+        reasons=report["reasons"],
+        warnings=report["warnings"],
+        report_uri=json_uri,
+        html_uri=html_uri,
+        policy_version=policy_version,
+        reward_fn=fn.label,
+        reward_fn_sha256=fn.version,
+        dry_run=ctx.dry_run,
+        run_id=run_id,
+    )
 
 
 def _track(

@@ -64,12 +64,12 @@ def stress_version(ctx: StepContext, version: str) -> VersionStress:
     label = tags.get(T.VERSION.REWARD_FN)
     pack = ctx.load_pack()
     out = stress_test(ctx, reward_fn=label if label in pack.reward_fns else None, policy_version=version)
-    verdict = str(out["verdict"])
-    why = "; ".join(str(r) for r in out.get("reasons") or [])[:1000]
+    verdict = out.verdict
+    why = "; ".join(out.reasons)[:1000]
     return VersionStress(
         version,
         verdict,
         True,
-        out.get("report_uri"),
+        out.report_uri,
         f"stress test of v{version} run for this promotion: {verdict}" + (f" ({why})" if why else ""),
     )

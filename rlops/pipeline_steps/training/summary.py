@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from rlops.common.step_result import StepResult
+
 #: What a dry run says in place of the figures only a training computes.
 NOT_TRAINED = "not computed: a dry run does not train (the version and its return exist once trained)"
 
@@ -80,7 +82,7 @@ class DryRunPlan:
 
 
 @dataclass(frozen=True)
-class TrainSummary:
+class TrainSummary(StepResult):
     """One training's result: its inputs and what came of them."""
 
     inputs: TrainInputs
@@ -96,7 +98,7 @@ class TrainSummary:
     plan: DryRunPlan | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON of this result: the inputs' fields, then the outcome's."""
+        """The JSON of this result, flat: the inputs' fields, then the outcome's."""
         out: dict[str, Any] = dataclasses.asdict(self.inputs)
         if self.trained is not None:
             trained = dataclasses.asdict(self.trained)

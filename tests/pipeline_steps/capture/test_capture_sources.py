@@ -50,7 +50,7 @@ def test_landing_then_otlp_then_landing_again(rows: pd.DataFrame, tmp_storage_ro
     (folder / "20261130T000500000000Z-agent-1-000000.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in records(rows[rows["episode_id"].isin(landing_eps)]))
     )
-    first = capture_step(ctx, simulate=False)
+    first = capture_step(ctx, simulate=False).as_dict()
     n_landing = int(rows["episode_id"].isin(landing_eps).sum())
     assert first["rows_in"] == first["rows_accepted"] == n_landing
 
@@ -66,13 +66,13 @@ def test_landing_then_otlp_then_landing_again(rows: pd.DataFrame, tmp_storage_ro
     ]
     export = tmp_path / "spans.json"
     export.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}))
-    second = capture_traces(ctx, otlp_uri=f"file://{export}")
+    second = capture_traces(ctx, otlp_uri=f"file://{export}").as_dict()
     overlap = int(rows["episode_id"].isin(set(landing_eps) & set(otlp_eps)).sum())
     assert second["rows_in"] == len(spans) == second["rows_accepted"] + second["rows_quarantined"]
     assert second["rows_quarantined"] == overlap  # already captured through the landing zone
     assert len(stored(ctx)) == len(rows) and not stored(ctx).duplicated(["episode_id", "step"]).any()
 
-    again = capture_step(ctx, simulate=False)  # the scheduler re-runs the interval
+    again = capture_step(ctx, simulate=False).as_dict()  # the scheduler re-runs the interval
     assert again["rows_accepted"] == n_landing
     got = stored(ctx)
     assert len(got) == len(rows) and not got.duplicated(["episode_id", "step"]).any()

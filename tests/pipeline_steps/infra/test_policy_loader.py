@@ -32,5 +32,5 @@ def test_a_registry_outage_traces_the_rule_engine_and_says_why(
     traced = policy_loader.champion_trace_policy(ctx, ctx.load_pack())
     assert traced.version == "rules" and traced.policy is rule_policy
     assert traced.warning == "champion unavailable (tracking server refused the connection); traced the rule engine"
-    out = capture_step(ctx, simulate=True)
+    out = capture_step(ctx, simulate=True).as_dict()
     assert out["policy_version"] == "rules" and out["warnings"] == [traced.warning]

@@ -50,7 +50,7 @@ def test_ab_gates_run_on_rows_as_agents_write_them(rlops_home: Path, control_gro
     pack = ctx.load_pack(calibration=None)
     rows = _land(ctx, pack, "credit_approval-policy/7", "challenger", 1, 250)
     rows += _land(ctx, pack, "credit_approval-policy/6", control_group, 5000, 250)
-    res = capture_step(ctx, simulate=False)
+    res = capture_step(ctx, simulate=False).as_dict()
     assert res["rows_accepted"] + res["rows_quarantined"] == rows and res["rows_accepted"] > 0
 
     cfg = GateConfig(ab_min_episodes=200)

@@ -58,9 +58,9 @@ def test_a_cli_trained_version_requested_in_the_ui_passes_its_stress_gate(
     # a second version stressed under the same run key keeps its own report beside the first
     w = register(ctx, pack, approve_all)
     other = stress_test(ctx, policy_version=w)
-    assert other["report_uri"] != tags["stress_report"]
+    assert other.report_uri != tags["stress_report"]
     assert ctx.storage.read_json(tags["stress_report"])["meta"]["policy_version"] == v
-    assert ctx.storage.read_json(other["report_uri"])["meta"]["policy_version"] == w
+    assert ctx.storage.read_json(other.report_uri)["meta"]["policy_version"] == w
 
 
 def test_a_first_champion_is_not_staged_unless_asked(pack: Any, good: Any) -> None:

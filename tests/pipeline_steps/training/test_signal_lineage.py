@@ -69,7 +69,7 @@ def test_the_next_retrain_and_trace_rows_record_the_signal(
     assert (tags["signal.complaint_index"], tags["reward_fn"]) == ("0.6", "v1")
     assert tags["reward_fn_sha256"] == first["reward_fn_sha256"]  # same source: the signal is its own lineage field
 
-    cap = capture_step(make_ctx(tmp_path, "20260105T1100"), simulate=True)
+    cap = capture_step(make_ctx(tmp_path, "20260105T1100"), simulate=True).as_dict()
     rows = ctx.traces.read(SCENARIO)
     assert cap["rows_accepted"] == len(rows) > 0
     assert set(rows["reward_signals"].map(json.loads).map(json.dumps)) == {'{"complaint_index": 0.6}'}
