@@ -285,11 +285,11 @@ def cmd_relabel(args: argparse.Namespace) -> int:
     with as_user_error("train relabel"):
         res = relabel_step(ctx, args.reward_model_version, args.traces)
     print_result(
-        res,
+        res.as_dict(),
         args.json,
         [
-            f"relabelled {res['rows_out']} of {res['rows_in']} trace rows with reward model "
-            f"v{res['reward_model_version']}: {res['labels_uri']}" + (f" ({res['note']})" if res.get("note") else "")
+            f"relabelled {res.rows_out} of {res.rows_in} trace rows with reward model "
+            f"v{res.reward_model_version}: {res.labels_uri}" + (f" ({res.note})" if res.note else "")
         ],
     )
     return 0

@@ -278,7 +278,7 @@ def relabel(conf: Mapping[str, Any], reward_model: Mapping[str, Any]) -> dict[st
     ctx = _ctx(conf)
     if ctx.dry_run or not reward_model.get("model_version"):
         return {"skipped": True, "reason": "dry run" if ctx.dry_run else "no reward model was trained"}
-    return relabel_step(ctx, str(reward_model["model_version"]))
+    return relabel_step(ctx, str(reward_model["model_version"])).as_dict()
 
 
 @no_retry_on_user_error
@@ -366,7 +366,7 @@ def rollout(conf: Mapping[str, Any]) -> dict[str, Any]:
     that regressed (:mod:`rlops.pipeline_steps.promotion.rollout`)."""
     from rlops.pipeline_steps.promotion.rollout import rollout_step
 
-    return rollout_step(_ctx(conf))
+    return rollout_step(_ctx(conf)).as_dict()
 
 
 @no_retry_on_user_error

@@ -30,6 +30,7 @@ from rlops.common.errors import UserError
 from rlops.common.params_operations import RolloutParams
 from rlops.common.policy_ref import PolicyRef
 from rlops.common.run_key import RunKey
+from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.alias_records import require_key
 from rlops.pipeline_steps.infra.aliases import champion_history
@@ -73,7 +74,24 @@ class RolloutMove:
         return d
 
 
-def rollout_step(ctx: StepContext) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RolloutTick(StepResult):
+    """One roll-out run of a pack: its move, and the champion after it."""
+
+    scenario: str
+    run_key: str
+    dry_run: bool
+    move: RolloutMove
+    champion: str | None
+    """The champion once the move is made."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Flat: the move's fields beside the run's (the roll-out DAG's XCom)."""
+        head = {"scenario": self.scenario, "run_key": self.run_key, "dry_run": self.dry_run}
+        return {**head, **self.move.to_dict(), "champion": self.champion}
+
+
+def rollout_step(ctx: StepContext) -> RolloutTick:
     """One roll-out tick for the run key (see the module docstring)."""
     cfg = ctx.config.rollout
     name = policy_model_name(ctx.scenario)
@@ -90,13 +108,7 @@ def rollout_step(ctx: StepContext) -> dict[str, Any]:
             move = RolloutMove(None, HELD, "no champion and no challenger: the rule engine serves")
     if move.action != HELD and not ctx.dry_run:
         _record(ctx, move)
-    return {
-        "scenario": ctx.scenario,
-        "run_key": ctx.run_key,
-        "dry_run": ctx.dry_run,
-        **move.to_dict(),
-        "champion": ctx.tracker.get_alias(name, CHAMPION),
-    }
+    return RolloutTick(ctx.scenario, ctx.run_key, ctx.dry_run, move, ctx.tracker.get_alias(name, CHAMPION))
 
 
 def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg: RolloutParams) -> RolloutMove:

@@ -12,9 +12,11 @@ overwrites its file.
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from rlops.common.step_result import StepResult
 from rlops.model.reward_model import CONFIG_FILE, load_reward_model, score
 from rlops.model.reward_pairs import outcome_features
 from rlops.pipeline_steps.infra.context import StepContext
@@ -113,34 +115,47 @@ def window_traces(ctx: StepContext, traces_uri: str | None = None, hours: float 
     return df
 
 
+@dataclass(frozen=True)
+class RelabelSummary(StepResult):
+    """The window's trace rows scored by the reward model, and where the labels went."""
+
+    scenario: str
+    run_key: str
+    rows_in: int
+    labels_uri: str
+    dry_run: bool
+    rows_out: int
+    reward_model_version: str | None
+    """The reward model version that scored (None: no rows, and none was named)."""
+    mean_score: float | None = None
+    note: str | None = None
+
+
 def relabel_step(
     ctx: StepContext, reward_model_version: str | None = None, traces_uri: str | None = None
-) -> dict[str, Any]:
+) -> RelabelSummary:
     """Score the window's trace rows with the reward model and write the labels next to them."""
     df = window_traces(ctx, traces_uri)
     uri = labels_uri(ctx)
-    result: dict[str, Any] = {
-        "scenario": ctx.scenario,
-        "run_key": ctx.run_key,
-        "rows_in": len(df),
-        "labels_uri": uri,
-        "dry_run": ctx.dry_run,
-    }
     if df.empty:
-        return {
-            **result,
-            "rows_out": 0,
-            "reward_model_version": reward_model_version,
-            "note": "no captured traces in the window: nothing to relabel",
-        }
+        return RelabelSummary(
+            ctx.scenario,
+            ctx.run_key,
+            rows_in=0,
+            labels_uri=uri,
+            dry_run=ctx.dry_run,
+            rows_out=0,
+            reward_model_version=reward_model_version,
+            note="no captured traces in the window: nothing to relabel",
+        )
     version, model = load_reward_model_version(ctx, reward_model_version)
     labels = relabel_frame(ctx.load_pack(), model, df, version)
-    result.update(
-        rows_out=len(labels), reward_model_version=version, mean_score=round(float(labels["rm_score"].mean()), 6)
-    )
     if not ctx.dry_run:
         ctx.storage.write_parquet(uri, labels)
-    return result
+    mean = round(float(labels["rm_score"].mean()), 6)
+    return RelabelSummary(
+        ctx.scenario, ctx.run_key, len(df), uri, ctx.dry_run, len(labels), reward_model_version=version, mean_score=mean
+    )
 
 
 def labelled_steps(ctx: StepContext, pack: Pack, traces_uri: str | None = None) -> tuple[torch.Tensor, ...] | None:

@@ -70,30 +70,30 @@ def test_staged_rollout_then_rollback(pack: Any, good: Any, approve_all: Any) ->
 
     # The stage has not served its minimum time yet: hold.
     held = rollout_step(first)
-    assert held["action"] == "held" and "minutes" in held["reason"]
+    assert held.move.action == "held" and "minutes" in held.move.reason
 
     # An hour of traffic at 5 %: the live A/B gates run on it and pass → 15 %.
     ctx = _ctx(HOURS[1])
     _serve(ctx, pack, {cand: (rules_like, "challenger", 150), old: (rules_like, "champion", 300)})
     moved = rollout_step(ctx)
-    assert moved["action"] == "advanced" and moved["traffic_fraction"] == 0.15, moved
-    assert "can become champion in 60 min" in moved["reason"], moved["reason"]
-    assert {g["gate"] for g in moved["ab_gates"]} >= {"ab:completion_rate", "ab:handling_ms"}
-    assert all(g["status"] == "pass" for g in moved["ab_gates"])
+    assert moved.move.action == "advanced" and moved.move.traffic_fraction == 0.15, moved
+    assert "can become champion in 60 min" in moved.move.reason, moved.move.reason
+    assert {g["gate"] for g in moved.move.ab_gates} >= {"ab:completion_rate", "ab:handling_ms"}
+    assert all(g["status"] == "pass" for g in moved.move.ab_gates)
 
     # Another hour at 15 % → finished: challenger → champion, old champion → previous. (Returns of
     # single credit episodes spread widely: thousands of episodes make a fall significant.)
     ctx = _ctx(HOURS[2])
     _serve(ctx, pack, {cand: (rules_like, "challenger", 500), old: (rules_like, "champion", 3000)})
     done = rollout_step(ctx)
-    assert done["action"] == "finished" and done["champion"] == cand, done
+    assert done.move.action == "finished" and done.champion == cand, done
     assert ctx.tracker.aliases(NAME) == {"champion": cand, "previous": old}
 
     # The new champion's live return falls far below the previous one's: rolled back.
     ctx = _ctx(HOURS[3])
     _serve(ctx, pack, {cand: (greedy_act(approve_all), "champion", 3000)})
     back = rollout_step(ctx)
-    assert back["action"] == "rolled_back" and back["champion"] == old, back["reason"]
+    assert back.move.action == "rolled_back" and back.champion == old, back.move.reason
     assert ctx.tracker.aliases(NAME) == {"champion": old}
     tags = ctx.tracker.model_version_tags(NAME, cand)
     assert tags["rlops.rolled_back"] == "true" and "live return" in tags["rlops.rolled_back.reason"]
@@ -118,6 +118,6 @@ def test_a_failing_live_gate_withdraws_the_challenger(pack: Any, good: Any) -> N
     act = greedy_act(good)
     _serve(ctx, pack, {cand: (act, "challenger", 200), old: (act, "champion", 300)}, slow=cand)
     out = rollout_step(ctx)
-    assert out["action"] == "withdrawn" and "ab:handling_ms" in out["reason"], out
+    assert out.move.action == "withdrawn" and "ab:handling_ms" in out.move.reason, out
     assert ctx.tracker.aliases(NAME) == {"champion": old}
     assert "live A/B gate(s) failed" in ctx.tracker.model_version_tags(NAME, cand)["rlops.rollout.reason"]

@@ -134,7 +134,7 @@ def test_relabel_then_blend_training_tags_the_reward_model(
     version = _register_reward_model(ctx, _model(pack, 1))
 
     res = relabel_step(ctx)
-    assert res["rows_in"] == res["rows_out"] == len(traces) and res["reward_model_version"] == version
+    assert res.rows_in == res.rows_out == len(traces) and res.reward_model_version == version
     labels = ctx.storage.read_parquet(labels_uri(ctx))
     assert len(labels) == len(traces) and labels["rm_score"].notna().all()
     assert set(zip(labels["episode_id"], labels["step"])) == set(
