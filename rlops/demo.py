@@ -103,8 +103,7 @@ def run(scenario: str | None = None) -> int:
     rm, dt = _timed(lambda: train_reward_model_step(ctx))
     _say(
         5,
-        f"reward model v{rm['model_version']}: held-out pairwise accuracy {rm['heldout_pairwise_accuracy']:.3f} "
-        f"({dt:.1f}s)",
+        f"reward model v{rm.model_version}: held-out pairwise accuracy {rm.heldout_pairwise_accuracy:.3f} ({dt:.1f}s)",
     )
 
     timesteps = demo.timesteps

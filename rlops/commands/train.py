@@ -155,17 +155,17 @@ def cmd_reward_model(args: argparse.Namespace) -> int:
         res = train_reward_model_step(ctx, args.reward_fn, args.pairs)
     except KeyError as exc:
         raise UserError(str(exc).strip("'\"")) from None
-    if res.get("dry_run"):
+    if res.dry_run:
         line = (
-            f"would train the {ctx.scenario} reward model on {res['sandbox_pairs']} sandbox pairs "
-            f"(+ human labels) for reward {res['reward_fn']}"
+            f"would train the {ctx.scenario} reward model on {res.sandbox_pairs} sandbox pairs "
+            f"(+ human labels) for reward {res.reward_fn}"
         )
     else:
         line = (
-            f"reward model {ctx.scenario}-reward-model v{res['model_version']}: held-out pairwise accuracy "
-            f"{res['heldout_pairwise_accuracy']:.3f}, Spearman {res['spearman']:.3f} on {res['pairs']} pairs"
+            f"reward model {ctx.scenario}-reward-model v{res.model_version}: held-out pairwise accuracy "
+            f"{res.heldout_pairwise_accuracy:.3f}, Spearman {res.spearman:.3f} on {res.pairs} pairs"
         )
-    print_result(res, args.json, [line])
+    print_result(res.as_dict(), args.json, [line])
     return 0
 
 

@@ -267,7 +267,7 @@ def ingest_labels(conf: Mapping[str, Any]) -> dict[str, Any]:
 def train_reward_model(conf: Mapping[str, Any]) -> dict[str, Any]:
     from rlops.pipeline_steps.training.reward_model import train_reward_model_step
 
-    return train_reward_model_step(_ctx(conf), conf["reward_fn"])
+    return train_reward_model_step(_ctx(conf), conf["reward_fn"]).as_dict()
 
 
 @no_retry_on_user_error

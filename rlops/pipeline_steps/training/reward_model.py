@@ -11,10 +11,12 @@ with the model's score.
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlops.common.arguments import MAX_EPISODES, count
+from rlops.common.step_result import StepResult
 from rlops.model.reward_model import PreferencePairs, RewardModelConfig, save_reward_model, train_reward_model
 from rlops.model.reward_pairs import build_preference_pairs
 from rlops.pipeline_steps.infra import tags as T
@@ -38,9 +40,44 @@ def human_pairs(ctx: StepContext, pack: Pack) -> PreferencePairs | None:
     return pairs if len(pairs) else None
 
 
-def train_reward_model_step(ctx: StepContext, reward_fn: str | None = None, pairs: int | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RewardModelSummary(StepResult):
+    """A reward model trained and registered, or (a dry run) the plan of one."""
+
+    scenario: str
+    run_key: str
+    sandbox_pairs: int
+    """Preference pairs asked of the sandbox."""
+    reward_fn: str
+    reward_fn_sha256: str
+    dry_run: bool
+    model_version: str | None = None
+    """The registered ``<scenario>-reward-model`` version (None: a dry run)."""
+    run_id: str | None = None
+    pairs: int | None = None
+    """Pairs trained on: the sandbox's and the human labels'."""
+    human_pairs: int | None = None
+    heldout_pairwise_accuracy: float | None = None
+    spearman: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A dry run says in ``model_version`` why there is none, and lists only the plan."""
+        out = super().as_dict()
+        if self.dry_run:
+            plan = ("scenario", "run_key", "sandbox_pairs", "reward_fn", "reward_fn_sha256", "dry_run")
+            return {**{k: out[k] for k in plan}, "model_version": NOT_TRAINED}
+        return {k: v for k, v in out.items() if k != "dry_run"}
+
+
+#: What a dry run says in place of the version.
+NOT_TRAINED = "not computed: a dry run does not train or register the reward model"
+
+
+def train_reward_model_step(
+    ctx: StepContext, reward_fn: str | None = None, pairs: int | None = None
+) -> RewardModelSummary:
     """Build pairs, train, log and register; returns the version and its held-out metrics. A dry
-    run returns the plan, its ``model_version`` saying it was not computed: it trains nothing."""
+    run returns the plan: it trains nothing."""
     section = ctx.config.reward_model.model_dump()
     n_pairs = count("--pairs", pairs if pairs is not None else section.pop("pairs"), maximum=MAX_EPISODES)
     section.pop("pairs", None)
@@ -56,11 +93,7 @@ def train_reward_model_step(ctx: StepContext, reward_fn: str | None = None, pair
         "reward_fn_sha256": fn.version,
     }
     if ctx.dry_run:  # the version and its held-out metrics exist only once trained and registered
-        return {
-            **plan,
-            "dry_run": True,
-            "model_version": "not computed: a dry run does not train or register the reward model",
-        }
+        return RewardModelSummary(ctx.scenario, ctx.run_key, n_pairs, label, fn.version, dry_run=True)
     data = build_preference_pairs(pack, n_pairs, seed=seed, reward_fn=label)
     labelled = human_pairs(ctx, pack)
     if labelled is not None:
@@ -94,12 +127,17 @@ def train_reward_model_step(ctx: StepContext, reward_fn: str | None = None, pair
                 "spearman": round(metrics.spearman, 4),
             },
         )
-    return {
-        **plan,
-        "model_version": version,
-        "run_id": run.run_id,
-        "pairs": len(data),
-        "human_pairs": 0 if labelled is None else len(labelled),
-        "heldout_pairwise_accuracy": round(metrics.heldout_pairwise_accuracy, 4),
-        "spearman": round(metrics.spearman, 4),
-    }
+    return RewardModelSummary(
+        ctx.scenario,
+        ctx.run_key,
+        n_pairs,
+        label,
+        fn.version,
+        dry_run=False,
+        model_version=version,
+        run_id=run.run_id,
+        pairs=len(data),
+        human_pairs=0 if labelled is None else len(labelled),
+        heldout_pairwise_accuracy=round(metrics.heldout_pairwise_accuracy, 4),
+        spearman=round(metrics.spearman, 4),
+    )
