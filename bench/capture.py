@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.loadavg import report as report_load  # noqa: E402
 from rlops.data_contracts import parse_json_lines, trace_contract, validate_frame  # noqa: E402
 from rlops.pipeline_steps.capture.core import capture_landing_zone  # noqa: E402
-from rlops.pipeline_steps.infra.storage import Storage  # noqa: E402
+from rlops.storage.backend import Storage  # noqa: E402
 
 ACTIONS = ["screen", "fraud_check", "credit_report", "approve", "reject", "notify"]
 FIELDS = [(f"user_profile.f{i}", "float", 0, 100, None) for i in range(9)] + [

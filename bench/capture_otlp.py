@@ -63,7 +63,7 @@ def side_rlops(file: Path, chunk_rows: int) -> dict[str, float]:
     from rlops.data_contracts.schema import trace_contract
     from rlops.pipeline_steps.capture.core import write_capture
     from rlops.pipeline_steps.capture.trace_sources import otlp_source
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
     contract = trace_contract("bench", ACTIONS, [("x", "int", 0, 10, None)])
     storage = Storage(f"file://{file.parent}")

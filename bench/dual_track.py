@@ -135,8 +135,8 @@ def choice_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 def labelled_states(pack: Any, df: pd.DataFrame) -> Any:
     """Captured rows with the labeller's answer, as the label queue's reward ensemble takes them."""
-    from rlops.pipeline_steps.infra.trace_states import observations_from_traces
     from rlops.pipeline_steps.labels.disagreement import LabelledStates
+    from rlops.trace_store.states import observations_from_traces
 
     obs, masks = observations_from_traces(pack, df)
     return LabelledStates(obs, masks, torch.from_numpy(df["oracle_action"].to_numpy().astype(np.int64)))

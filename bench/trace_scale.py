@@ -91,7 +91,7 @@ def build_store(home: Path, rows: int, days: int) -> dict[str, Any]:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from rlops.pipeline_steps.infra.trace_store import parquet_options, partition_path
+    from rlops.trace_store.store import parquet_options, partition_path
 
     src = home / "rlops-data" / "traces" / f"scenario={SCENARIO}"
     files = sorted(str(p) for p in src.rglob("*.parquet"))

@@ -32,11 +32,11 @@ from rlops.common.run_key import RunKey
 from rlops.pipeline_steps.drift.calibrate import recalibrate
 from rlops.pipeline_steps.drift.check import drift_check
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import ui_url
 from rlops.pipeline_steps.promotion.gates import gate_state
 from rlops.pipeline_steps.stress.step import stress_test
 from rlops.pipeline_steps.training.request import TrainRequest
 from rlops.pipeline_steps.training.reward_model import train_reward_model_step
+from rlops.registry.client import ui_url
 from rlops.sandbox.pack import load_pack
 
 STEPS = 8

@@ -189,3 +189,14 @@ def test_nothing_in_the_library_imports_the_timeline() -> None:
     below = {m: sorted(t for t in ts if t.startswith("rlops.timeline")) for m, ts in graph.items()}
     offenders = {m: ts for m, ts in below.items() if ts and not m.startswith(above)}
     assert not offenders, f"modules below the timeline that import it: {offenders}"
+
+
+def test_the_base_packages_import_no_step() -> None:
+    """The registry, the trace store and storage sit beside the sandbox, below the steps: none of
+    their modules (nor the base layers' under them) imports ``rlops.pipeline_steps`` or above."""
+    graph = import_graph(module_files())
+    base = ("rlops.registry", "rlops.trace_store", "rlops.storage", "rlops.common", "rlops.sandbox")
+    above = ("rlops.pipeline_steps", "rlops.timeline", "rlops.commands", "rlops.cli", "rlops.console")
+    offenders = {m: sorted(t for t in ts if t.startswith(above)) for m, ts in graph.items() if m.startswith(base)}
+    offenders = {m: ts for m, ts in offenders.items() if ts}
+    assert not offenders, f"base modules that import a step or above: {offenders}"

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 #: Files of a saved policy folder (``rlops.model.policy``) and where a pyfunc model keeps it
-#: (``rlops.pipeline_steps.infra.pyfunc_policy.POLICY_ARTIFACT``); spelled here because an agent
+#: (``rlops.registry.pyfunc_policy.POLICY_ARTIFACT``); spelled here because an agent
 #: host has neither module's dependencies.
 CONFIG_FILE = "policy.json"
 NUMPY_WEIGHTS_FILE = "policy.npz"

@@ -25,7 +25,7 @@ TEST_GROUPS = (CHAMPION, CHALLENGER, SHADOW, FALLBACK)
 TRAFFIC_TAG = "traffic_fraction"
 SEGMENT_TAG = "traffic_segment"
 #: The registered-model tag in which rlops records the version it staged as ``challenger``
-#: (``rlops.pipeline_steps.infra.tags.alias_written``; spelled here because agents install this
+#: (``rlops.registry.tags.alias_written``; spelled here because agents install this
 #: package without the rest of rlops). An alias set in the MLflow UI has no matching record.
 CHALLENGER_RECORD_TAG = "rlops.alias.challenger"
 RULES_VERSION = "rules"

@@ -88,8 +88,8 @@ def _call(fn: Any, *a: Any, **kw: Any) -> Any:
     """Run a promotion function: bad input (an unknown version, a bad setting) exits 2, an
     unreachable registry or store exits 1, both with the message on stderr."""
     from rlops.common.errors import UserError
-    from rlops.pipeline_steps.infra.registry import TrackingError
-    from rlops.pipeline_steps.infra.storage import StorageError
+    from rlops.registry.client import TrackingError
+    from rlops.storage.backend import StorageError
 
     try:
         return fn(*a, **kw)

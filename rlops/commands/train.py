@@ -106,8 +106,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_policy(args: argparse.Namespace) -> int:
     from rlops.common.errors import UserError
     from rlops.common.progress import show_progress
-    from rlops.pipeline_steps.infra.registry import TrackingError, policy_model_name
     from rlops.pipeline_steps.training.policy import train_policy
+    from rlops.registry.client import TrackingError, policy_model_name
 
     ctx = context_from_args(args)
     try:
@@ -171,8 +171,8 @@ def cmd_reward_model(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from rlops.common.errors import UserError
-    from rlops.pipeline_steps.infra.registry import TrackingError
     from rlops.pipeline_steps.training.tune import defaults_of, tune
+    from rlops.registry.client import TrackingError
 
     ctx = context_from_args(args)
     if args.trials < 1 or args.timesteps < 1 or args.eval_episodes < 1:
@@ -239,8 +239,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from rlops.common.errors import UserError
-    from rlops.pipeline_steps.infra.registry import TrackingError
     from rlops.pipeline_steps.training.status import train_status
+    from rlops.registry.client import TrackingError
 
     if (args.run_id is None) == (args.pid is None):
         raise UserError("train status: give either a RUN_ID or --pid PID (the process of a training in progress)")

@@ -1,5 +1,5 @@
 """What a training loop reports to: the one protocol shared by the learners (``rlops/model/``) and the
-MLflow run handles (``rlops/pipeline_steps/infra/registry.py``), with two in-memory implementations."""
+MLflow run handles (``rlops/registry/client.py``), with two in-memory implementations."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from rlops.model.reward_model_config import RewardModelConfig
 
 # --------------------------------------------------------------------------- locations
 class StorageParams(Block):
-    """Where data lives (``rlops/pipeline_steps/infra/storage.py``)."""
+    """Where data lives (``rlops/storage/backend.py``)."""
 
     root: str = Field("file://rlops-data", description="file://<path> or s3://bucket/prefix (env RLOPS_STORAGE_ROOT)")
     s3_endpoint_url: str | None = Field(
@@ -40,7 +40,7 @@ class StorageParams(Block):
 
 
 class TrackingParams(Block):
-    """The MLflow tracking server and artifact store (``rlops/pipeline_steps/infra/registry.py``)."""
+    """The MLflow tracking server and artifact store (``rlops/registry/client.py``)."""
 
     uri: str = Field("sqlite:///rlops-data/mlflow.db", description="MLflow tracking URI (env MLFLOW_TRACKING_URI)")
     artifact_root: str | None = Field(

@@ -11,7 +11,7 @@ from rlops.common.params_base import Block
 
 
 class TraceStoreParams(Block):
-    """Trace-store reads (``rlops/pipeline_steps/infra/trace_query.py``): DuckDB over the parquet partitions."""
+    """Trace-store reads (``rlops/trace_store/query.py``): DuckDB over the parquet partitions."""
 
     engine: Literal["duckdb", "pandas"] = Field(
         "duckdb", description="duckdb | pandas (every matching file read whole into memory: the reference path)"

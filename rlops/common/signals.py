@@ -5,7 +5,7 @@ scheduler's timeout) ends the process on the spot: every MLflow run it had open 
 for ever, every lock file stays written. Inside :func:`signals_unwind` SIGTERM raises
 :class:`Terminated` (a ``KeyboardInterrupt``) in the main thread instead, so each ``with`` block
 on the way out closes what it opened — an MLflow run ends as ``KILLED``
-(:meth:`rlops.pipeline_steps.infra.registry.Tracker.start_run`). A second signal while the first
+(:meth:`rlops.registry.client.Tracker.start_run`). A second signal while the first
 one unwinds is ignored: the cleanup is what it would cut short.
 
 SIGKILL cannot be caught; the runs of a killed process are closed by the next run of the same

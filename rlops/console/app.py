@@ -34,7 +34,7 @@ from rlops.console import svg
 from rlops.console.data import SCENARIO_RE, ProjectData
 from rlops.console.service import NotFound, TraceViews
 from rlops.console.whatif_jobs import WhatIfJobs, project_jobs, split_assignments
-from rlops.pipeline_steps.infra.registry import ui_url
+from rlops.registry.client import ui_url
 from rlops.stack.airflow_setup import airflow_problems
 from rlops.whatif.compare import format_estimate
 

@@ -11,12 +11,12 @@ Project functions used (and where they live today):
   ``join``, ``exists``, ``read_json`` —, ``traces.reader`` (every trace-store read, DuckDB),
   ``tracker.client`` / ``tracker.tracking_uri``,
   ``load_pack``, ``section``, ``uri``, ``local_dir``)
-* ``rlops.pipeline_steps.infra.trace_states``: ``state_features``, ``mask_matrix``,
+* ``rlops.trace_store.states``: ``state_features``, ``mask_matrix``,
   ``observations_from_traces``, ``error_flags``, ``STATE_PREFIX``
 * ``rlops.pipeline_steps.labels.select``: ``kmeans``
 * ``rlops.pipeline_steps.audit.replay``: ``component_records``, ``to_go``, ``describe_cluster``
 * ``rlops.pipeline_steps.infra.policy_loader``: ``load_policy_ref``
-* ``rlops.pipeline_steps.infra.registry``: ``policy_model_name``, ``reward_model_name``, ``reward_fn_model_name``
+* ``rlops.registry.client``: ``policy_model_name``, ``reward_model_name``, ``reward_fn_model_name``
 """
 
 from __future__ import annotations
@@ -39,21 +39,21 @@ from rlops.console.breakdowns import component_scores
 from rlops.pipeline_steps.audit.replay import describe_cluster, to_go
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
-from rlops.pipeline_steps.infra.registry import policy_model_name, reward_fn_model_name, reward_model_name
-from rlops.pipeline_steps.infra.trace_states import (
+from rlops.pipeline_steps.labels.select import kmeans
+from rlops.registry.client import policy_model_name, reward_fn_model_name, reward_model_name
+from rlops.sandbox.pack import load_pack
+from rlops.trace_store.states import (
     STATE_PREFIX,
     error_flags,
     mask_matrix,
     observations_from_traces,
     state_features,
 )
-from rlops.pipeline_steps.labels.select import kmeans
-from rlops.sandbox.pack import load_pack
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.trace_query import TraceReader
     from rlops.sandbox.pack import Pack
+    from rlops.trace_store.query import TraceReader
 
 T = TypeVar("T")
 SCENARIO_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")

@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from rlops.console import aggregates as agg
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.promotion.ope import effective_sample_size, estimate_all, logged_propensities, to_episodes
 from rlops.pipeline_steps.promotion.ope_gate import complete_live_episodes, traffic_problem
+from rlops.registry import tags as T
 
 if TYPE_CHECKING:
     from rlops.console.data import ProjectData, TraceFile

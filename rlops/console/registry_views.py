@@ -17,8 +17,8 @@ from rlops.console.data import ProjectData
 from rlops.console.offpolicy import evaluation_ope
 from rlops.console.service import NotFound
 from rlops.console.signal_views import signal_rows
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.promotion.gates import FAIL, SKIPPED, gate_state
+from rlops.registry import tags as T
 
 RUN_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 LINEAGE = (

@@ -25,7 +25,7 @@ import numpy as np
 
 from rlops.pack_init.cart import Feature, Split, depth, fit_tree, leaf_index, leaf_paths, leaves, number_text, predict
 from rlops.pack_init.fields import FieldGuess
-from rlops.pipeline_steps.infra.trace_states import error_flags
+from rlops.trace_store.states import error_flags
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -15,8 +15,8 @@ from rlops.common.config import load_params
 from rlops.common.errors import UserError
 from rlops.data_contracts.records import parse_json_lines
 from rlops.data_contracts.schema import STATE_PREFIX
-from rlops.pipeline_steps.infra.storage import Storage, StorageError
-from rlops.pipeline_steps.infra.trace_store import read_traces
+from rlops.storage.backend import Storage, StorageError
+from rlops.trace_store.store import read_traces
 
 if TYPE_CHECKING:
     import pandas as pd

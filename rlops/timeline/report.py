@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rlops.pipeline_steps.infra import tags as T
+from rlops.registry import tags as T
 from rlops.timeline.events import Event
 from rlops.timeline.regret import draw as draw_regret
 from rlops.timeline.world import Hour, TimelineConfig

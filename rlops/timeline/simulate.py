@@ -46,9 +46,9 @@ from rlops.agent_sdk.policy_client import PolicyClient
 from rlops.common.config import load_params, scenarios_dir
 from rlops.common.run_key import RunKey
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import policy_model_name
 from rlops.pipeline_steps.promotion.gates import SKIPPED, gate_state
 from rlops.pipeline_steps.promotion.rollout import STAGE_MOVES
+from rlops.registry.client import policy_model_name
 from rlops.sandbox.traces import rollout_traces
 from rlops.timeline.dag_driver import PackDags, airflow_home
 from rlops.timeline.events import Event, check_reward_modules, in_force, reward_fn_in_force

@@ -33,7 +33,7 @@ from unittest import mock
 from rlops.agent_sdk.tracer import Tracer
 from rlops.common.config import deep_merge, load_params, scenarios_dir, set_path
 from rlops.model.policy import PolicyConfig, PolicyNetwork
-from rlops.pipeline_steps.infra import tags as T
+from rlops.registry import tags as T
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.policies import rule_policy
 from rlops.timeline.events import Event, production_doc, reward_module_path, reward_modules

@@ -38,8 +38,8 @@ from rlops.model.pack_defaults import derive_defaults
 from rlops.model.policy import PolicyNetwork, load_policy, save_policy
 from rlops.model.ppo import train
 from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
-from rlops.pipeline_steps.infra.registry import CHAMPION
 from rlops.pipeline_steps.promotion.evaluate import segment_masks
+from rlops.registry.client import CHAMPION
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.kpis import compile_kpis
 from rlops.sandbox.pack import Pack

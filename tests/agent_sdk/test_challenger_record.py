@@ -10,7 +10,7 @@ import pytest
 
 from rlops.agent_sdk.policy_client import PolicyClient
 from rlops.agent_sdk.serving import CHALLENGER_RECORD_TAG
-from rlops.pipeline_steps.infra import tags as T
+from rlops.registry import tags as T
 from tests.agent_sdk.client_kit import NAME, PACK_DIR, SCENARIO, STATE, register_pair, tracker
 
 

@@ -57,7 +57,7 @@ def nested(row: dict[str, Any]) -> dict[str, Any]:
 
 def test_trace_store_rows_decide_with_the_policy(champion: str, tmp_tracking: str) -> None:
     from rlops.pipeline_steps.capture.step import capture_step
-    from rlops.pipeline_steps.infra.trace_store import read_traces
+    from rlops.trace_store.store import read_traces
 
     ctx = StepContext.create(SCENARIO, "20261130T0500-15m")
     capture_step(ctx, simulate=True, episodes=40)

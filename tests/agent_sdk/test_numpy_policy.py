@@ -18,7 +18,7 @@ from rlops.agent_sdk.policy_client import PolicyClient
 from rlops.common.errors import UserError
 from rlops.model.policy import WEIGHTS_FILE, PolicyConfig, PolicyNetwork, save_policy
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.pyfunc_policy import POLICY_ARTIFACT
+from rlops.registry.pyfunc_policy import POLICY_ARTIFACT
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.policies import random_policy
 from tests.agent_sdk.client_kit import NAME, PACK_DIR, SCENARIO, STATE, register_pair

@@ -64,7 +64,7 @@ def test_the_complaint_demo_promotes_v1_with_every_gate_passing(tmp_path: Path) 
     }, table
     assert re.search(r"champion: complaint_handling-policy v1\b", out.stdout), log
 
-    from rlops.pipeline_steps.infra.registry import Tracker
+    from rlops.registry.client import Tracker
 
     tracker = Tracker.from_params(params, scenario=SCENARIO)
     assert tracker.get_alias(f"{SCENARIO}-policy", "champion") == "1"

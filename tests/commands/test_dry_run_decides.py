@@ -86,7 +86,7 @@ def two_windows(home: Path) -> list[str]:
 def registered_candidate() -> None:
     """A rule-like champion (v1) and a deliberately bad candidate (v2) in the registry."""
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.registry import CHAMPION
+    from rlops.registry.client import CHAMPION
     from tests.policy_kit import NAME, approve_all_policy, cloned_rules_policy, credit_pack, register
 
     pack, ctx = credit_pack(), StepContext.create(SCENARIO, RUN_KEY)
@@ -231,8 +231,8 @@ def test_train_policy_dry_run_decides_the_mode_and_the_reuse(
 def test_model_rollback_dry_run_names_the_version_the_real_rollback_restores(
     rlops_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rlops.pipeline_steps.infra.aliases import move_champion
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.registry.aliases import move_champion
     from tests.policy_kit import NAME, approve_all_policy, credit_pack, register
 
     pack, ctx = credit_pack(), StepContext.create(SCENARIO, RUN_KEY)

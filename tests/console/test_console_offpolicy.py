@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from rlops.pipeline_steps.infra import tags as T
+from rlops.registry import tags as T
 
 S = "credit_approval"
 SERVED = f"{S}-policy/1"
@@ -63,7 +63,7 @@ def _client() -> Any:
 
 def _write_traces(rows: list[dict[str, Any]]) -> None:
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.trace_store import write_trace_partitions
+    from rlops.trace_store.store import write_trace_partitions
 
     ctx = StepContext.create(S, "20261201T0900")
     t0 = datetime(2026, 12, 1, 9, 5, tzinfo=UTC)

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.infra.aliases import move_champion
+from rlops.registry import tags as T
+from rlops.registry.aliases import move_champion
 from tests.policy_kit import (
     NAME,
     SCENARIO,

@@ -39,7 +39,7 @@ def _xcom(run, task_id: str):
 
 def test_the_loop_through_the_dags(airflow_db: str, rlops_home: Path) -> None:
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.registry import CHAMPION, PREVIOUS, policy_model_name
+    from rlops.registry.client import CHAMPION, PREVIOUS, policy_model_name
 
     # ---- trace_capture: simulated live traffic lands in the trace store, validated. The 05:00
     # tick owns the quarter hour that has just ended, [04:45, 05:00), never the one starting.

@@ -70,10 +70,10 @@ def _write_live_window(hours: int) -> None:
 
     from rlops.pipeline_steps.drift.check import comparable_rows
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.trace_store import join_uri, partition_path
     from rlops.sandbox.pack import load_pack
     from rlops.sandbox.policies import rule_policy
     from rlops.sandbox.traces import rollout_traces
+    from rlops.trace_store.store import join_uri, partition_path
 
     ctx = StepContext.create("credit_approval", DRIFT_KEY)
     pack = load_pack(REPO_ROOT / "scenarios" / "credit_approval", check_liveness=False)

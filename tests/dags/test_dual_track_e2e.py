@@ -16,7 +16,7 @@ WHEN = datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
 
 def test_retrain_full_trains_on_the_reward_model_it_just_trained(airflow_db: str, rlops_home: Path) -> None:
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.registry import policy_model_name
+    from rlops.registry.client import policy_model_name
 
     params = yaml.safe_load((rlops_home / "params.yaml").read_text())
     params["train"].update(reward_source="blend", reward_blend_lambda=0.5, num_envs=256, eval_episodes=200)

@@ -70,7 +70,7 @@ def test_an_added_pack_gets_its_scheduled_dags(added_pack: Path) -> None:
 
 def test_no_conf_full_retrain_trains_the_added_pack_on_its_params(airflow_db: str, added_pack: Path) -> None:
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.registry import policy_model_name
+    from rlops.registry.client import policy_model_name
 
     run = _bag().dags[f"retrain_full__{PACK}"].test(logical_date=WHEN)
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
@@ -100,7 +100,7 @@ def test_airflow_dags_test_of_a_built_in_pack_trains_that_pack(airflow_db: str, 
     )
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.registry import policy_model_name
+    from rlops.registry.client import policy_model_name
 
     ctx = StepContext.create("loan_desk", "20261130T0400")
     tags = ctx.tracker.model_version_tags(policy_model_name("loan_desk"), "1")

@@ -111,10 +111,10 @@ def _regions(rows: pd.DataFrame, group: str) -> set[str]:
 def test_a_challenger_rolls_out_region_by_region(
     airflow_db: str, segment_home: Path, pack: Any, good: Any, approve_all: Any
 ) -> None:  # noqa: F811
-    from rlops.pipeline_steps.infra.aliases import move_champion
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.promotion.flow import promote, stage_challenger
     from rlops.pipeline_steps.promotion.stages import rollout_plan
+    from rlops.registry.aliases import move_champion
 
     def ctx_at(hour: int) -> Any:
         return StepContext.create("credit_approval", (T0 + timedelta(hours=hour - 1)).strftime("%Y%m%dT%H%M"))

@@ -61,7 +61,7 @@ def write_file(tmp: Path, lines: list[str | bytes], name: str = "", minute: int 
 
 def capture(tmp: Path, **kw: Any) -> Any:
     from rlops.pipeline_steps.capture.core import capture_landing_zone
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
     return capture_landing_zone(
         Storage(f"file://{tmp}", retries=1),
@@ -76,7 +76,7 @@ def capture(tmp: Path, **kw: Any) -> Any:
 
 
 def reasons(tmp: Path) -> list[str]:
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
     q = tmp / "quarantine"
     if not q.is_dir():

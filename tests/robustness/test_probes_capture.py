@@ -45,7 +45,7 @@ def good_line(id: str, text: str, check: str | None = None) -> IOProbe:
         if bad:
             return bad[0], f"{bad[1]}; reasons {reasons(tmp)}"
         if check:
-            from rlops.pipeline_steps.infra.storage import Storage
+            from rlops.storage.backend import Storage
 
             extra = Storage(f"file://{tmp}").read_parquet(f"file://{tmp / 'traces'}")["extra"].dropna().tolist()
             if not any(check in e for e in extra):

@@ -217,7 +217,7 @@ def _status_of_killed_run(tmp: Path) -> Verdict:
 
     from mlflow import MlflowClient
 
-    from rlops.pipeline_steps.infra import tags as T
+    from rlops.registry import tags as T
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()

@@ -61,7 +61,7 @@ def error_server(status: int, body: bytes = b"", hang: bool = False) -> tuple[st
 
 
 def s3_storage(endpoint: str, root: str = "s3://rlops-probe/root") -> object:
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
     return Storage(root, endpoint_url=endpoint, retries=2, backoff_s=0.01, connect_timeout_s=1.0, read_timeout_s=1.0)
 
@@ -146,7 +146,7 @@ def moto_probes() -> list[IOProbe]:
         )
 
     def missing_key_read(tmp: Path) -> Verdict:
-        from rlops.pipeline_steps.infra.storage import StorageNotFoundError
+        from rlops.storage.backend import StorageNotFoundError
 
         try:
             s3_storage(_MOTO["endpoint"], "s3://rlops-test/x").read_bytes("s3://rlops-test/x/none.json")  # type: ignore[attr-defined]
@@ -279,7 +279,7 @@ def mounts(tmp_path: Path) -> Iterator[dict[str, Path | str]]:
 
 
 def local_probes(mounts: dict[str, Path | str]) -> tuple[list[IOProbe], list[str]]:
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
     probes, skipped = [], []
     ro, tiny = mounts["ro"], mounts["tiny"]

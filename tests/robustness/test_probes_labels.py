@@ -187,7 +187,7 @@ def _newest_across_zones(tmp: Path) -> Verdict:
 
 class _Ctx:
     def __init__(self, tmp: Path, run_key: str = "20260105T1000") -> None:
-        from rlops.pipeline_steps.infra.storage import Storage
+        from rlops.storage.backend import Storage
 
         self.storage = Storage(f"file://{tmp / 'store'}")
         self.scenario, self.run_key, self.dry_run = "credit_approval", run_key, False

@@ -49,8 +49,8 @@ def rows() -> pd.DataFrame:
 
 
 def reader() -> object:
-    from rlops.pipeline_steps.infra.storage import Storage
-    from rlops.pipeline_steps.infra.trace_query import QueryEngineConfig, TraceReader
+    from rlops.storage.backend import Storage
+    from rlops.trace_store.query import QueryEngineConfig, TraceReader
 
     return TraceReader(Storage(root_uri="file:///"), QueryEngineConfig())
 

@@ -29,7 +29,7 @@ def stack_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[
     """A params file whose stack lives under tmp on four ports held by this test (a listener of
     "another program"), the registry key from the environment; launching or migrating trips."""
     from rlops.common.config import REPO_ROOT
-    from rlops.pipeline_steps.infra.alias_records import KEY_ENV
+    from rlops.registry.alias_records import KEY_ENV
     from rlops.stack import airflow_setup, processes
 
     listeners = []

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.infra.aliases import move_champion, rollback
+from rlops.registry import tags as T
+from rlops.registry.aliases import move_champion, rollback
 
 S = "credit_approval"
 NAME = f"{S}-policy"

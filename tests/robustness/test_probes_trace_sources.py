@@ -58,7 +58,7 @@ def export(tmp: Path, spans: list[Any], name: str = "spans.json", lines: bool = 
 def otlp(tmp: Path, uri: str, **kw: Any) -> Any:
     from rlops.pipeline_steps.capture.core import write_capture
     from rlops.pipeline_steps.capture.trace_sources import otlp_source
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
     storage = Storage(f"file://{tmp}", retries=1)
     return write_capture(
@@ -253,7 +253,7 @@ def _streamed_memory(tmp: Path) -> Verdict:
     import tracemalloc
 
     from rlops.pipeline_steps.capture.trace_sources import otlp_source
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
     path = tmp / "big.json"
     one = json.dumps(span(record(0, "a")))
@@ -296,7 +296,7 @@ def _mlflow_missing_experiment(tmp: Path) -> Verdict:
 def _mlflow_nested_decision(tmp: Path) -> Verdict:
     from rlops.pipeline_steps.capture.core import write_capture
     from rlops.pipeline_steps.capture.trace_sources import mlflow_source
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
     def s(name: str, parent: str | None, attrs: dict[str, Any]) -> Any:
         return type("Span", (), {"name": name, "parent_id": parent, "attributes": attrs})()

@@ -11,7 +11,7 @@ from rlops.common.config import load_params
 from rlops.common.policy_ref import policy_model_name
 from rlops.model.policy import PolicyConfig, PolicyNetwork, save_policy
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import Tracker
+from rlops.registry.client import Tracker
 from rlops.sandbox.pack import Pack
 from rlops.whatif.run import registry_champion
 

@@ -16,8 +16,8 @@ from rlops.cli import main
 from rlops.common.config import load_params
 from rlops.console.data import ProjectData
 from rlops.console.registry_views import reward_diff
-from rlops.pipeline_steps.infra.registry import Tracker
 from rlops.pipeline_steps.stress.step import StressConfig, stress_reward_fn
+from rlops.registry.client import Tracker
 from rlops.sandbox.pack import load_pack
 
 # Small enough to run in seconds, large enough for the direction to be far outside the intervals.

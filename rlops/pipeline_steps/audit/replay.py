@@ -28,21 +28,21 @@ from rlops.common.errors import RlopsError, UserError
 from rlops.common.policy_ref import PolicyRef
 from rlops.data_contracts.shapes import read_breakdown
 from rlops.pipeline_steps.audit.attribution import attribute, episode_outcomes, render
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.html import html_page, html_table, png_base64
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
-from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX, mask_matrix, observations_from_traces, state_features
 from rlops.pipeline_steps.labels.select import kmeans
 from rlops.pipeline_steps.training.relabel import KEYS, labels_uri
+from rlops.registry import tags as T
+from rlops.trace_store.states import STATE_PREFIX, mask_matrix, observations_from_traces, state_features
 
 if TYPE_CHECKING:  # numpy, pandas, torch are imported where they run: registering the CLI stays light
     import numpy as np
     import pandas as pd
 
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.trace_query import TraceReader
     from rlops.sandbox.pack import Pack
+    from rlops.trace_store.query import TraceReader
 
 _LOW_QUANTILE = 0.25
 

@@ -65,8 +65,8 @@ from rlops.data_contracts.validation import (
     reject_outside_interval_and_duplicates,
     validate_frame,
 )
-from rlops.pipeline_steps.infra.storage import Storage
-from rlops.pipeline_steps.infra.trace_store import (
+from rlops.storage.backend import Storage
+from rlops.trace_store.store import (
     TraceStore,
     default_quarantine_root,
     scan_landing,

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from rlops.common.policy_ref import policy_model_name
-from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.infra.trace_store import read_traces
+from rlops.registry import tags as T
+from rlops.trace_store.store import read_traces
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.run_handle import RunHandle
+    from rlops.registry.run_handle import RunHandle
 
 COLUMNS = ("source", "fallback", "fallback_reason")
 NO_CHAMPION = "no_champion"

@@ -31,18 +31,18 @@ from rlops.pipeline_steps.capture.core import capture_landing_zone, validate_row
 from rlops.pipeline_steps.capture.fallbacks import check_fallbacks, log_fallbacks
 from rlops.pipeline_steps.capture.summary import CaptureSummary
 from rlops.pipeline_steps.capture.trace_sources import mlflow_source, otlp_source
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.datasets import log_dataset_inputs, parquet_dataset
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
-from rlops.pipeline_steps.infra.trace_store import (
+from rlops.registry import tags as T
+from rlops.sandbox.profiles import default_profile
+from rlops.sandbox.traces import rollout_traces
+from rlops.trace_store.store import (
     episode_prefix,
     write_quarantine_partitions,
     write_trace_partitions,
 )
-from rlops.sandbox.profiles import default_profile
-from rlops.sandbox.traces import rollout_traces
 
 if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack

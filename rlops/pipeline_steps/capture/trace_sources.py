@@ -37,7 +37,7 @@ from rlops.pipeline_steps.capture.core import CaptureSource, SourceLine
 from rlops.pipeline_steps.capture.span_mapping import DecisionSpans
 
 if TYPE_CHECKING:
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
 #: The most text one value of an OTLP document (one span, one resource block) may take.
 MAX_VALUE_CHARS = 16 << 20

@@ -42,10 +42,10 @@ from rlops.pipeline_steps.drift.window import BATCH_ROWS, sql_counts, summarise_
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
 from rlops.pipeline_steps.infra.prefetch import prefetched
-from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
-from rlops.pipeline_steps.infra.trace_store import join_uri, partition_path
+from rlops.registry.client import CHAMPION, policy_model_name
 from rlops.sandbox.profiles import default_profile
 from rlops.sandbox.traces import rollout_traces
+from rlops.trace_store.store import join_uri, partition_path
 
 if TYPE_CHECKING:
     from rlops.common.params_model import DriftParams

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX, field_values
+from rlops.trace_store.states import STATE_PREFIX, field_values
 
 if TYPE_CHECKING:  # numpy and pandas are imported where they run: registering the CLI stays light
     import numpy as np

@@ -45,10 +45,10 @@ import numpy as np
 
 from rlops.data_contracts.schema import STATE_PREFIX
 from rlops.pipeline_steps.drift.outcomes import welch
-from rlops.pipeline_steps.infra.trace_states import _previous_in_episode, action_codes, field_values, states_from_traces
 from rlops.sandbox.expr import compile_expr
 from rlops.sandbox.expr_runtime import NUM
 from rlops.sandbox.outcome_params import field_node, fittable_fields
+from rlops.trace_store.states import _previous_in_episode, action_codes, field_values, states_from_traces
 
 if TYPE_CHECKING:
     import pandas as pd

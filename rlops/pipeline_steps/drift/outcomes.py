@@ -48,11 +48,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlops.data_contracts.schema import STATE_PREFIX
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.pass_run import step_run
-from rlops.pipeline_steps.infra.trace_states import action_codes, field_values, state_features, states_from_traces
 from rlops.pipeline_steps.promotion.ope_direct import fit_linear_q
+from rlops.registry import tags as T
 from rlops.sandbox.expr import BOOL, compile_expr
+from rlops.trace_store.states import action_codes, field_values, state_features, states_from_traces
 
 if TYPE_CHECKING:
     import pandas as pd

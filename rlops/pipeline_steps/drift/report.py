@@ -3,7 +3,7 @@
 :func:`render_html` turns a :class:`~rlops.pipeline_steps.drift.stats.DriftReport` into one self-contained
 HTML page (a summary sentence, a table, and per field an overlaid histogram as an embedded PNG)
 that a business reader can open from MLflow or a browser. :func:`run_drift` reads the two
-parquet windows through :class:`~rlops.pipeline_steps.infra.storage.Storage`, runs
+parquet windows through :class:`~rlops.storage.backend.Storage`, runs
 :func:`~rlops.pipeline_steps.drift.stats.detect_drift`, writes ``report.json`` and ``report.html`` under
 ``out_uri`` (overwriting: a re-run of the same windows replaces its report) and logs both, with
 one metric per field, to an MLflow run of the scenario's experiment.
@@ -28,12 +28,12 @@ import pandas as pd
 from rlops.common.params_sources import as_params
 from rlops.pipeline_steps.drift.stats import MISSING, DriftReport, FieldDrift, detect_drift
 from rlops.pipeline_steps.drift.window import detect_drift_window
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.datasets import DRIFT, log_dataset_inputs, parquet_dataset
 from rlops.pipeline_steps.infra.pass_run import step_run
-from rlops.pipeline_steps.infra.registry import Tracker
-from rlops.pipeline_steps.infra.storage import Storage, StorageNotFoundError
-from rlops.pipeline_steps.infra.trace_query import QueryEngineConfig, TraceReader
+from rlops.registry import tags as T
+from rlops.registry.client import Tracker
+from rlops.storage.backend import Storage, StorageNotFoundError
+from rlops.trace_store.query import QueryEngineConfig, TraceReader
 
 _TOP_CATEGORIES = 12
 _BINS = 40

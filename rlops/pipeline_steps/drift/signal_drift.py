@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
+from rlops.registry.client import CHAMPION, policy_model_name
 
 if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack

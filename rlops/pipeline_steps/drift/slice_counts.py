@@ -31,7 +31,7 @@ from rlops.pipeline_steps.drift.window import (
 if TYPE_CHECKING:
     from rlops.pipeline_steps.drift.window import TargetField, WindowSummary
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
 SLICE_DIR = "drift_slices"  # drift_slices/<scenario>/<run_key>/<index>.npz and .plots.parquet
 

@@ -25,20 +25,20 @@ from typing import TYPE_CHECKING, Any
 from rlops.common.config import load_params, resolve_local, resolve_params, scenarios_dir
 from rlops.common.params_model import Params
 from rlops.common.run_key import RunKey
-from rlops.pipeline_steps.infra.registry import Tracker
 from rlops.pipeline_steps.infra.signal_store import SignalStore, pack_declarations
-from rlops.pipeline_steps.infra.storage import Storage
+from rlops.registry.client import Tracker
 from rlops.sandbox.reward_choice import choose_reward
+from rlops.storage.backend import Storage
 
 if TYPE_CHECKING:
     from rlops.common.params_base import Block
     from rlops.common.params_sources import ResolvedParams
-    from rlops.pipeline_steps.infra.registry import Tracker
     from rlops.pipeline_steps.infra.signal_store import SignalReading
-    from rlops.pipeline_steps.infra.storage import Storage
-    from rlops.pipeline_steps.infra.trace_store import TraceStore
+    from rlops.registry.client import Tracker
     from rlops.sandbox.pack import Pack
     from rlops.sandbox.reward_choice import RewardChoice
+    from rlops.storage.backend import Storage
+    from rlops.trace_store.store import TraceStore
 
 
 @dataclass
@@ -98,7 +98,7 @@ class StepContext:
 
     @cached_property
     def traces(self) -> TraceStore:
-        from rlops.pipeline_steps.infra.trace_store import TraceStore
+        from rlops.trace_store.store import TraceStore
 
         return TraceStore.from_params(self.config, self.storage)
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rlops.pipeline_steps.infra.run_handle import RunHandle
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.registry.run_handle import RunHandle
+    from rlops.storage.backend import Storage
 
 TRAINING, EVALUATION, CALIBRATION, DRIFT = "training", "evaluation", "calibration", "drift"
 

@@ -27,14 +27,14 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from rlops.pipeline_steps.infra import tags as T
+from rlops.registry import tags as T
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.registry import Tracker
-    from rlops.pipeline_steps.infra.run_handle import RunHandle
+    from rlops.registry.client import Tracker
+    from rlops.registry.run_handle import RunHandle
 
 
 def step_run_name(step: str, scenario: str, run_key: str, label: str | None = None) -> str:

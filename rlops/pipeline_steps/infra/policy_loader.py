@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlops.common.errors import UserError
 from rlops.common.policy_ref import PolicyRef
-from rlops.pipeline_steps.infra.registry import CHAMPION, TrackingError
+from rlops.registry.client import CHAMPION, TrackingError
 
 if TYPE_CHECKING:
     import torch

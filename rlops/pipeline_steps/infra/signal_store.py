@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from rlops.common.config import pack_names, scenarios_dir
 from rlops.common.errors import UserError
 from rlops.common.params_model import Params
-from rlops.pipeline_steps.infra.storage import Storage
 from rlops.sandbox.reward_signals import SIGNAL_NAME, SignalWeight
+from rlops.storage.backend import Storage
 
 if TYPE_CHECKING:
     from rlops.common.params_model import SignalsParams
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
 
 Status = Literal["set", "baseline", "last_good"]

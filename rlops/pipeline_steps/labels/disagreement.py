@@ -39,13 +39,13 @@ import pandas as pd
 import torch
 
 from rlops.model.reward_model import RewardModelConfig, train_reward_model
-from rlops.pipeline_steps.infra.trace_states import (
+from rlops.pipeline_steps.labels.select import ClusterStat, choice_pairs, cluster_states, expected_outcomes
+from rlops.trace_store.states import (
     mask_matrix,
     normalized_entropy,
     observations_from_traces,
     state_features,
 )
-from rlops.pipeline_steps.labels.select import ClusterStat, choice_pairs, cluster_states, expected_outcomes
 
 if TYPE_CHECKING:
     from rlops.common.params_model import QueueConfig

@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from rlops.common.errors import UserError
-from rlops.pipeline_steps.infra.storage import normalize_uri
+from rlops.storage.backend import normalize_uri
 
 Label = dict[str, Any]
 

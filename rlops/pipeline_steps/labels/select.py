@@ -14,8 +14,9 @@ import pandas as pd
 import torch
 
 from rlops.model.reward_model import PreferencePairs
-from rlops.pipeline_steps.infra.trace_query import parse_ts
-from rlops.pipeline_steps.infra.trace_states import (
+from rlops.pipeline_steps.labels import importing
+from rlops.trace_store.query import parse_ts
+from rlops.trace_store.states import (
     STATE_PREFIX,
     action_codes,
     mask_matrix,
@@ -23,7 +24,6 @@ from rlops.pipeline_steps.infra.trace_states import (
     state_features,
     states_from_traces,
 )
-from rlops.pipeline_steps.labels import importing
 
 if TYPE_CHECKING:
     from rlops.common.params_model import QueueConfig

@@ -47,7 +47,6 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rlops.common.params_model import QueueConfig  # the typed ``label_queue:`` params block
-from rlops.pipeline_steps.infra.trace_states import STATE_PREFIX, mask_matrix
 from rlops.pipeline_steps.labels.disagreement import LabelledStates, select_disagreeing
 from rlops.pipeline_steps.labels.importing import import_export
 from rlops.pipeline_steps.labels.select import (
@@ -66,6 +65,7 @@ from rlops.pipeline_steps.labels.uncertainty import (
     count_single_choice,
     usable_rows,
 )
+from rlops.trace_store.states import STATE_PREFIX, mask_matrix
 
 if TYPE_CHECKING:
     import pandas as pd

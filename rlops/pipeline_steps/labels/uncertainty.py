@@ -19,9 +19,9 @@ import pandas as pd
 
 from rlops.model.policy import masked_entropy
 from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
-from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
-from rlops.pipeline_steps.infra.trace_states import observations_from_traces
-from rlops.pipeline_steps.infra.versions import latest_model_version
+from rlops.registry.client import CHAMPION, policy_model_name
+from rlops.registry.versions import latest_model_version
+from rlops.trace_store.states import observations_from_traces
 
 if TYPE_CHECKING:
     from rlops.model.policy import PolicyNetwork

@@ -28,8 +28,8 @@ from typing import Any
 
 from rlops.common import step_request
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, policy_model_name
 from rlops.pipeline_steps.training.request import TrainRequest
+from rlops.registry.client import CHALLENGER, CHAMPION, policy_model_name
 
 log = logging.getLogger(__name__)
 

@@ -315,7 +315,7 @@ def staged_promotion(conf: Mapping[str, Any]) -> bool:
     (:func:`rlops.pipeline_steps.promotion.flow.promote`)."""
     if conf.get("staged") is not None:
         return bool(conf["staged"])
-    from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
+    from rlops.registry.client import CHAMPION, policy_model_name
 
     ctx = _ctx(conf)
     cfg = ctx.config.rollout
@@ -330,8 +330,8 @@ def evaluate_and_promote(
 ) -> dict[str, Any]:
     """Gated promotion of the trained candidate; ``staged`` (None: :func:`staged_promotion`): as
     challenger first, moved on by the roll-out DAG (5% → 15% → 100% of traffic)."""
-    from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
     from rlops.pipeline_steps.promotion.flow import promote
+    from rlops.registry.client import CHAMPION, policy_model_name
 
     if not trained.get("model_version"):
         return {"promoted": False, "reason": "no candidate was trained"}

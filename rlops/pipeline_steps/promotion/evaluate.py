@@ -31,14 +31,12 @@ import pandas as pd
 from rlops.common.arguments import MAX_EPISODES, count
 from rlops.common.errors import UserError
 from rlops.common.policy_ref import PolicyRef, canonical_policy
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.datasets import EVALUATION, calibration_dataset, log_dataset_inputs
 from rlops.pipeline_steps.infra.descriptions import with_gate_summary
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref, resolve
 from rlops.pipeline_steps.infra.policy_metrics import policy_metrics, segment_returns
-from rlops.pipeline_steps.infra.registry import CHAMPION, TrackingError, policy_model_name
 from rlops.pipeline_steps.promotion.gates import (
     Gate,
     GateConfig,
@@ -52,6 +50,8 @@ from rlops.pipeline_steps.promotion.gates import (
 )
 from rlops.pipeline_steps.promotion.ope_gate import ope_gates, ope_run_fields
 from rlops.pipeline_steps.promotion.stages import segment_episodes
+from rlops.registry import tags as T
+from rlops.registry.client import CHAMPION, TrackingError, policy_model_name
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.errors import ExprError
 from rlops.sandbox.expr import BOOL, compile_expr

@@ -32,14 +32,8 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.infra.alias_records import RegistryKeyMismatch, require_key
-from rlops.pipeline_steps.infra.aliases import champion_history, float_or_zero, move_champion
-from rlops.pipeline_steps.infra.aliases import rollback as rollback_champion
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import step_run
-from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, TrackingError, policy_model_name
-from rlops.pipeline_steps.infra.storage import StorageError
 from rlops.pipeline_steps.promotion.guard import (
     MANUAL,
     REGATE,
@@ -53,6 +47,12 @@ from rlops.pipeline_steps.promotion.lock import ChampionMoved, PromotionBusy, ch
 from rlops.pipeline_steps.promotion.stages import Stage, current_stage, rollout_plan, segmented
 from rlops.pipeline_steps.promotion.stages import next_stage as plan_next
 from rlops.pipeline_steps.stress.version import stress_version
+from rlops.registry import tags as T
+from rlops.registry.alias_records import RegistryKeyMismatch, require_key
+from rlops.registry.aliases import champion_history, float_or_zero, move_champion
+from rlops.registry.aliases import rollback as rollback_champion
+from rlops.registry.client import CHALLENGER, CHAMPION, TrackingError, policy_model_name
+from rlops.storage.backend import StorageError
 
 TRAFFIC_TAG = T.VERSION.TRAFFIC_FRACTION
 DEFAULT_STAGES = (0.05, 0.15, 1.0)
@@ -412,7 +412,7 @@ def stop_serving(ctx: StepContext, version: str, reason: str | None = None) -> N
 
 def rollback(ctx: StepContext, reason: str | None = None) -> dict[str, Any]:
     """Point ``champion`` back at the most recent earlier champion (``previous`` at the one
-    before; see :func:`rlops.pipeline_steps.infra.aliases.rollback`); the demoted version is
+    before; see :func:`rlops.registry.aliases.rollback`); the demoted version is
     tagged ``rlops.rolled_back`` with ``reason``."""
     name = policy_model_name(ctx.scenario)
     current = ctx.tracker.get_alias(name, CHAMPION)

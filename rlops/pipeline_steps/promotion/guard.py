@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.infra.alias_records import record_state, verified_version
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, TrackingError, policy_model_name
+from rlops.registry import tags as T
+from rlops.registry.alias_records import record_state, verified_version
+from rlops.registry.client import CHALLENGER, CHAMPION, TrackingError, policy_model_name
 
 log = logging.getLogger(__name__)
 

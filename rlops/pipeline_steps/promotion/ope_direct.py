@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlops.model.reward_model import score
-from rlops.pipeline_steps.infra.trace_states import action_codes, state_features
 from rlops.pipeline_steps.training.relabel import step_inputs
 from rlops.sandbox.traces import rollout_traces
+from rlops.trace_store.states import action_codes, state_features
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -38,8 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.infra.trace_states import action_codes, observations_from_traces, state_features
 from rlops.pipeline_steps.promotion.gates import Gate
 from rlops.pipeline_steps.promotion.ope import (
     Episodes,
@@ -54,6 +52,8 @@ from rlops.pipeline_steps.promotion.ope import (
 )
 from rlops.pipeline_steps.promotion.ope_direct import LinearQ, TargetProbs, reward_model_q, sandbox_q
 from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
+from rlops.registry import tags as T
+from rlops.trace_store.states import action_codes, observations_from_traces, state_features
 
 if TYPE_CHECKING:
     import pandas as pd

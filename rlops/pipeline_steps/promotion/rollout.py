@@ -31,12 +31,8 @@ from rlops.common.params_operations import RolloutParams
 from rlops.common.policy_ref import PolicyRef
 from rlops.common.run_key import RunKey
 from rlops.common.step_result import StepResult
-from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.infra.alias_records import require_key
-from rlops.pipeline_steps.infra.aliases import champion_history
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import step_run
-from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, TrackingError, policy_model_name
 from rlops.pipeline_steps.promotion.evaluate import live_ab_gates
 from rlops.pipeline_steps.promotion.flow import (
     TRAFFIC_TAG,
@@ -48,6 +44,10 @@ from rlops.pipeline_steps.promotion.flow import (
 )
 from rlops.pipeline_steps.promotion.lock import lock_path, promotion_lock
 from rlops.pipeline_steps.promotion.stages import Stage, current_stage, next_stage, rollout_plan, segmented
+from rlops.registry import tags as T
+from rlops.registry.alias_records import require_key
+from rlops.registry.aliases import champion_history
+from rlops.registry.client import CHALLENGER, CHAMPION, TrackingError, policy_model_name
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlops.common.errors import UserError
 from rlops.common.params_model import RolloutStage
-from rlops.pipeline_steps.infra import tags as T
+from rlops.registry import tags as T
 from rlops.sandbox.errors import ExprError
 from rlops.sandbox.segments import compile_segment
 
@@ -99,7 +99,7 @@ def next_stage(plan: list[Stage], current: Stage | None) -> Stage:
 
 def segment_episodes(pack: Pack, rows: pd.DataFrame, segment: str) -> set[str]:
     """The episodes of trace ``rows`` whose state (their first row) is in ``segment``."""
-    from rlops.pipeline_steps.infra.trace_states import states_from_traces
+    from rlops.trace_store.states import states_from_traces
 
     if rows.empty:
         return set()

@@ -16,10 +16,10 @@ event at a time:
   version rlops itself replaced).
 
 Events rlops caused itself (its own alias moves) are recognised by rlops' *signed* record of the
-move (:mod:`~rlops.pipeline_steps.infra.alias_records`) and ignored, so a promotion never
+move (:mod:`~rlops.registry.alias_records`) and ignored, so a promotion never
 triggers itself; a record written in the UI does not carry the signature and counts for nothing.
 A receiver whose registry key is not the deployment's acts on no event: the delivery fails with
-:class:`~rlops.pipeline_steps.infra.alias_records.RegistryKeyMismatch`, logged and kept for
+:class:`~rlops.registry.alias_records.RegistryKeyMismatch`, logged and kept for
 ``/outcomes``, and every alias stays as it was.
 
 Hostile input: the body is capped (``max_body_bytes``) before it is read whole; a body that is not
@@ -53,13 +53,13 @@ from rlops.common import airflow_api
 from rlops.common.config import load_params, resolve_local
 from rlops.common.errors import UserError
 from rlops.common.params_sources import params_block
-from rlops.pipeline_steps.infra import tags as T
+from rlops.common.redact import redact
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.redact import redact
-from rlops.pipeline_steps.infra.registry import CHALLENGER, CHAMPION, PREVIOUS, TrackingError
 from rlops.pipeline_steps.promotion.flow import check_champion, promote_from_alias
 from rlops.pipeline_steps.promotion.guard import UI_REQUEST
 from rlops.pipeline_steps.promotion.webhook_store import WebhookStore
+from rlops.registry import tags as T
+from rlops.registry.client import CHALLENGER, CHAMPION, PREVIOUS, TrackingError
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

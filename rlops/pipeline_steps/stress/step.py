@@ -33,11 +33,11 @@ from rlops.common.errors import UserError
 from rlops.common.params_model import StressConfig  # the typed ``stress:`` params block
 from rlops.common.progress import progress_bar
 from rlops.common.step_result import StepResult
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.html import html_page, html_table
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref, resolve
-from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name, reward_fn_model_name
+from rlops.registry import tags as T
+from rlops.registry.client import CHAMPION, policy_model_name, reward_fn_model_name
 from rlops.sandbox.profiles import default_profile
 
 if TYPE_CHECKING:  # the computations (torch, the sandbox) are imported where they run

@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.infra.registry import policy_model_name
-from rlops.pipeline_steps.infra.storage import StorageError
 from rlops.pipeline_steps.stress.step import stress_test
+from rlops.registry import tags as T
+from rlops.registry.client import policy_model_name
+from rlops.storage.backend import StorageError
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext

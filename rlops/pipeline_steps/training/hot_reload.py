@@ -27,9 +27,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rlops.common.errors import UserError
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.training.status import process_alive
+from rlops.registry import tags as T
 
 if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack

@@ -49,7 +49,6 @@ from rlops.model.policy import save_policy
 from rlops.model.ppo import train
 from rlops.model.ppo_config import PPOConfig, resolve_device
 from rlops.model.reward_source import apply_reward_source, model_only
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, log_dataset_inputs, parquet_dataset
 from rlops.pipeline_steps.infra.descriptions import MODEL_DESCRIPTION, version_description
@@ -60,8 +59,6 @@ from rlops.pipeline_steps.infra.policy_metrics import (
     population_masks,
     segment_returns,
 )
-from rlops.pipeline_steps.infra.pyfunc_policy import save_pyfunc_policy
-from rlops.pipeline_steps.infra.registry import policy_model_name
 from rlops.pipeline_steps.infra.signal_store import SignalReading
 from rlops.pipeline_steps.infra.signal_store import lineage as signal_lineage
 from rlops.pipeline_steps.training.dual_track import resolve_reward_source, warm_start
@@ -69,6 +66,9 @@ from rlops.pipeline_steps.training.hot_reload import RewardSwitchPoller, record_
 from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
 from rlops.pipeline_steps.training.request import TrainRequest
 from rlops.pipeline_steps.training.summary import DryRunPlan, TrainedRun, TrainInputs, TrainSummary
+from rlops.registry import tags as T
+from rlops.registry.client import policy_model_name
+from rlops.registry.pyfunc_policy import save_pyfunc_policy
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.policies import evaluate_policy
 from rlops.sandbox.profiles import default_profile

@@ -20,9 +20,9 @@ from rlops.common.step_result import StepResult
 from rlops.model.reward_model import CONFIG_FILE, load_reward_model, score
 from rlops.model.reward_pairs import outcome_features
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import reward_model_name
-from rlops.pipeline_steps.infra.trace_states import action_codes, error_flags, observations_from_traces
-from rlops.pipeline_steps.infra.versions import latest_model_version
+from rlops.registry.client import reward_model_name
+from rlops.registry.versions import latest_model_version
+from rlops.trace_store.states import action_codes, error_flags, observations_from_traces
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -19,12 +19,12 @@ from rlops.common.arguments import MAX_EPISODES, count
 from rlops.common.step_result import StepResult
 from rlops.model.reward_model import PreferencePairs, RewardModelConfig, save_reward_model, train_reward_model
 from rlops.model.reward_pairs import build_preference_pairs
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import step_run
-from rlops.pipeline_steps.infra.registry import reward_model_name
 from rlops.pipeline_steps.labels.select import labels_as_pairs
 from rlops.pipeline_steps.labels.step import finished_labels
+from rlops.registry import tags as T
+from rlops.registry.client import reward_model_name
 
 if TYPE_CHECKING:
     from rlops.model.reward_model import PreferencePairs

@@ -7,9 +7,9 @@ import socket
 from typing import Any
 
 from rlops.model.early_stop import StagnationMonitor
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import process_alive as process_alive  # re-exported: its old home
+from rlops.registry import tags as T
 
 STATUS_COLUMNS = (
     "episodic_return",

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from rlops.model.ppo import train
 from rlops.model.ppo_config import resolve_device
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.training.policy import ppo_config
+from rlops.registry import tags as T
 from rlops.sandbox.policies import evaluate_policy
 from rlops.sandbox.profiles import default_profile
 

@@ -16,15 +16,15 @@ from rlops.common.config import REPO_ROOT, load_params
 from rlops.model.policy import PolicyConfig, PolicyNetwork, save_policy
 from rlops.pipeline_steps.audit.replay import audit, audit_clusters, replay
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.trace_states import (
+from rlops.sandbox.pack import Pack, load_pack
+from rlops.sandbox.policies import random_policy, rule_policy
+from rlops.sandbox.traces import rollout_traces
+from rlops.trace_store.states import (
     error_flags,
     mask_matrix,
     normalized_entropy,
     observations_from_traces,
 )
-from rlops.sandbox.pack import Pack, load_pack
-from rlops.sandbox.policies import random_policy, rule_policy
-from rlops.sandbox.traces import rollout_traces
 
 REPO = REPO_ROOT
 
@@ -174,7 +174,7 @@ def test_audit_step_writes_html_and_logs(
     assert body["meta"]["policy_version"] == "9" and len(body["clusters"]) == out["clusters"] <= 4
     with pytest.raises(ValueError, match="no trace rows"):
         audit(ctx, policy_version="nope")
-    from rlops.pipeline_steps.infra.registry import Tracker
+    from rlops.registry.client import Tracker
 
     tr = Tracker(tmp_tracking, "credit_approval")
     assert tr.client.list_artifacts(out["run_id"], "audit")

@@ -17,8 +17,8 @@ from rlops.common.config import REPO_ROOT
 from rlops.common.run_key import RunKey
 from rlops.data_contracts import trace_contract
 from rlops.pipeline_steps.capture.core import capture_landing_zone, validate_rows
-from rlops.pipeline_steps.infra.storage import Storage
-from rlops.pipeline_steps.infra.trace_store import landing_files, write_trace_partitions
+from rlops.storage.backend import Storage
+from rlops.trace_store.store import landing_files, write_trace_partitions
 
 REPO = REPO_ROOT
 SCENARIO = "credit_approval"
@@ -312,7 +312,7 @@ def test_memory_stays_bounded_on_a_million_rows(tmp_path):
         sys.path.insert(0, {str(REPO)!r})
         from rlops.data_contracts import trace_contract
         from rlops.pipeline_steps.capture.core import capture_landing_zone
-        from rlops.pipeline_steps.infra.storage import Storage
+        from rlops.storage.backend import Storage
         n, root = int(sys.argv[1]), sys.argv[2]
         start = datetime(2026, 1, 5, 10, tzinfo=timezone.utc)
         folder = f"{{root}}/landing/scenario=s/date=2026-01-05/hour=10"

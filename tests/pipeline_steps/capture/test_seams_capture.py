@@ -25,7 +25,7 @@ def _env(tmp_tracking: str, tmp_storage_root: str) -> None:
 
 
 def _rows(ctx: StepContext) -> pd.DataFrame:
-    from rlops.pipeline_steps.infra.trace_store import read_traces
+    from rlops.trace_store.store import read_traces
 
     return read_traces(ctx.storage, ctx.traces.scenario_uri(SCENARIO), None)
 

@@ -348,7 +348,7 @@ def test_run_drift_writes_reports_and_logs_to_mlflow(tmp_storage_root: str, tmp_
     from mlflow import MlflowClient
 
     from rlops.common.config import load_params
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
     params = load_params()
     storage = Storage.from_params(params)
@@ -380,7 +380,7 @@ def test_run_drift_writes_reports_and_logs_to_mlflow(tmp_storage_root: str, tmp_
 
 def test_run_drift_reads_and_writes_s3(moto_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from rlops.common.config import load_params
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
     monkeypatch.setenv("RLOPS_STORAGE_ROOT", f"{moto_bucket}/root")
     params = load_params()
@@ -396,7 +396,7 @@ def test_run_drift_reads_and_writes_s3(moto_bucket: str, monkeypatch: pytest.Mon
 
 def test_cli_exit_codes(tmp_storage_root: str, capsys: pytest.CaptureFixture[str]) -> None:
     from rlops.common.config import load_params
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
     storage = Storage.from_params(load_params())
     b, t = _frames()

@@ -24,10 +24,10 @@ def _write_live(ctx: Any, hours: int = HOURS, rules: bool = False) -> int:
     drift) in each hour partition of the window ending with ``ctx``'s key, with a few missing values
     so that the units of a field with gaps are counted too."""
     from rlops.pipeline_steps.drift.check import comparable_rows
-    from rlops.pipeline_steps.infra.trace_store import join_uri, partition_path
     from rlops.sandbox.pack import load_pack
     from rlops.sandbox.policies import random_policy, rule_policy
     from rlops.sandbox.traces import rollout_traces
+    from rlops.trace_store.store import join_uri, partition_path
 
     pack = load_pack(REPO_ROOT / "scenarios" / "credit_approval", check_liveness=False)
     total = 0

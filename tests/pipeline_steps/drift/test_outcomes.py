@@ -302,7 +302,7 @@ def test_recalibration_on_rule_changed_traffic_writes_the_scale_the_next_trainin
     from rlops.common.config import load_params
     from rlops.pipeline_steps.drift.calibrate import recalibrate
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.registry import Tracker
+    from rlops.registry.client import Tracker
 
     _, _, rule = worlds
     params = load_params(

@@ -100,7 +100,7 @@ def test_step_writes_a_version_that_load_pack_uses(
     assert ks_after < 0.7 * ks_before, (ks_before, ks_after)  # one normal vs a two-population mix
     assert pack.scenario.spec.profiles[PROFILE].error_rates["sms"] == pytest.approx(0.037, abs=0.01)
 
-    from rlops.pipeline_steps.infra.registry import Tracker
+    from rlops.registry.client import Tracker
 
     runs = Tracker(tmp_tracking, "credit_approval").client.search_runs(
         [Tracker(tmp_tracking, "credit_approval").experiment_id], "tags.`rlops.step` = 'recalibrate'"

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from rlops.common.config import REPO_ROOT
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import step_run
+from rlops.registry import tags as T
 
 SCENARIO = "credit_approval"
 

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from rlops.common.config import REPO_ROOT
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import Tracker, policy_model_name
+from rlops.registry import tags as T
+from rlops.registry.client import Tracker, policy_model_name
 from tests.policy_kit import register_placeholders
 
 SCENARIO = "credit_approval"
@@ -24,7 +24,7 @@ NAME = policy_model_name(SCENARIO)
 
 def test_every_rlops_tag_key_is_spelled_in_one_module() -> None:
     """``"rlops.…"`` string literals (other than module and logger names) appear only in
-    rlops/pipeline_steps/infra/tags.py. (agent_sdk names its span attributes itself: it is installed in
+    rlops/registry/tags.py. (agent_sdk names its span attributes itself: it is installed in
     agents without the rest of rlops, and they are not tags.)"""
     pattern = re.compile(r"""["']rlops\.[a-z_]""")
     module = re.compile(
@@ -33,7 +33,7 @@ def test_every_rlops_tag_key_is_spelled_in_one_module() -> None:
     files = [
         f
         for f in (REPO_ROOT / "rlops").rglob("*.py")
-        if not (f.name == "tags.py" and f.parent.name == "infra") and "agent_sdk" not in f.parts
+        if not (f.name == "tags.py" and f.parent.name == "registry") and "agent_sdk" not in f.parts
     ]
     offenders = [
         f"{f.relative_to(REPO_ROOT)}:{i}: {line.strip()}"
@@ -41,7 +41,7 @@ def test_every_rlops_tag_key_is_spelled_in_one_module() -> None:
         for i, line in enumerate(f.read_text().splitlines(), 1)
         if pattern.search(module.sub("", line))
     ]
-    assert not offenders, "tag keys spelled outside infra/tags.py:\n" + "\n".join(offenders)
+    assert not offenders, "tag keys spelled outside registry/tags.py:\n" + "\n".join(offenders)
 
 
 def _ctx(run_key: str, dag_run_id: str | None = None) -> StepContext:
@@ -226,7 +226,7 @@ def test_tag_module_and_pass_run_import_nothing_heavy() -> None:
     import sys
 
     code = (
-        "import sys; import rlops.pipeline_steps.infra.tags, rlops.pipeline_steps.infra.pass_run, "
+        "import sys; import rlops.registry.tags, rlops.pipeline_steps.infra.pass_run, "
         "rlops.pipeline_steps.promotion.webhook\n"
         "heavy = [m for m in ('mlflow', 'torch', 'pandas', 'fastapi') if m in sys.modules]\n"
         "assert not heavy, heavy\n"

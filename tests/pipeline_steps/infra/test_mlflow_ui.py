@@ -163,7 +163,7 @@ def test_the_experiment_opens_on_its_training_runs(ui: str, page: Any, demo_stor
     and the experiment carries ``mlflow.experimentKind`` for the UIs that read it."""
     from mlflow import MlflowClient
 
-    from rlops.pipeline_steps.infra.registry import ui_url
+    from rlops.registry.client import ui_url
 
     exp = _experiment_id(demo_store["db"])
     tags = MlflowClient(tracking_uri=f"sqlite:///{demo_store['db']}").get_experiment(exp).tags

@@ -11,8 +11,8 @@ import pytest
 from rlops.common.errors import UserError
 from rlops.common.params_model import SignalsParams
 from rlops.pipeline_steps.infra.signal_store import Declaration, SignalStore, lineage, set_signal, show_signals
-from rlops.pipeline_steps.infra.storage import Storage
 from rlops.sandbox.reward_signals import SignalWeight
+from rlops.storage.backend import Storage
 
 DECL = [Declaration("credit_approval", "v1", SignalWeight("compliance", "complaint_index", 0.0, 1.0, 1.0, 1.77, 0.0))]
 

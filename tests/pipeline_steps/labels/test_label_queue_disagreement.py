@@ -17,7 +17,6 @@ import torch
 
 from rlops.common.config import REPO_ROOT, load_params
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.trace_states import observations_from_traces
 from rlops.pipeline_steps.labels.disagreement import (
     DISAGREEMENT,
     SAMPLED,
@@ -30,6 +29,7 @@ from rlops.pipeline_steps.labels.step import QueueConfig, label_queue_export, la
 from rlops.sandbox.pack import Pack, load_pack
 from rlops.sandbox.policies import rule_policy
 from rlops.sandbox.traces import rollout_traces
+from rlops.trace_store.states import observations_from_traces
 
 REPO = REPO_ROOT
 T0 = datetime(2026, 11, 30, 5, 0, tzinfo=UTC)

@@ -68,7 +68,7 @@ def _ctx(tmp_path: Path) -> StepContext:
 def test_before_any_champion_the_newest_candidate_scores_rule_engine_traffic(
     tmp_tracking: str, tmp_path: Path, credit: Pack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rlops.pipeline_steps.infra.registry import policy_model_name
+    from rlops.registry.client import policy_model_name
 
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": credit)
     ctx = _ctx(tmp_path)

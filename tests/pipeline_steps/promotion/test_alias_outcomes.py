@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.infra.aliases import move_champion, rollback
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import policy_model_name
+from rlops.registry import tags as T
+from rlops.registry.aliases import move_champion, rollback
+from rlops.registry.client import policy_model_name
 
 NAME = policy_model_name("credit_approval")
 

@@ -15,7 +15,7 @@ import pytest
 
 from rlops.common.config import REPO_ROOT
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import Tracker
+from rlops.registry.client import Tracker
 from tests.policy_kit import NAME, SCENARIO, approve_all, good, pack, promotion_ctx, promotion_sandbox, register  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.usefixtures("promotion_sandbox")
@@ -154,7 +154,7 @@ def test_mlflow_unreachable_during_the_move_leaves_champion(
 
     def flaky(self: Tracker, name: str, alias: str, version: str) -> None:
         if alias == "champion" and version == cand:
-            from rlops.pipeline_steps.infra.registry import TrackingError
+            from rlops.registry.client import TrackingError
 
             raise TrackingError("connection reset")
         orig_set(self, name, alias, version)
@@ -216,8 +216,8 @@ def test_staged_rollout_advances_5_15_100(pack: Any, good: Any, approve_all: Any
 
 
 def test_live_ab_traffic_feeds_gates(pack: Any, good: Any, approve_all: Any) -> None:
-    from rlops.pipeline_steps.infra.trace_store import partition_path
     from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
+    from rlops.trace_store.store import partition_path
 
     ctx = promotion_ctx(ab_min_episodes=50)
     bad_v = register(ctx, pack, approve_all)

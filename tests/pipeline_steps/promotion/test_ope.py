@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 import torch
 
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.promotion.ope import (
     Episodes,
     OPEConfig,
@@ -37,6 +36,7 @@ from rlops.pipeline_steps.promotion.ope_gate import (
     ope_run_fields,
     sim_to_real_gap,
 )
+from rlops.registry import tags as T
 from tests.policy_kit import pack  # noqa: F401  (fixture)
 
 
@@ -162,7 +162,7 @@ def logged(pack):  # type: ignore[no-untyped-def]
 
 
 def test_observations_rebuilt_from_rows_reproduce_the_logged_propensities(logged) -> None:  # type: ignore[no-untyped-def]
-    from rlops.pipeline_steps.infra.trace_states import action_codes, observations_from_traces
+    from rlops.trace_store.states import action_codes, observations_from_traces
 
     pack, rows, behaviour, _, _ = logged
     obs, mask = observations_from_traces(pack, rows)
@@ -283,9 +283,9 @@ def test_the_evaluation_run_carries_the_ope_gate(pack) -> None:  # type: ignore[
     """Live traffic logged with propensities around the champion: ``evaluate_candidate`` judges the
     candidate on it (gate ``ope:dr`` in the table and ``ope_*`` metrics in the MLflow run)."""
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.infra.trace_store import partition_path
     from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
     from rlops.sandbox.traces import rollout_traces
+    from rlops.trace_store.store import partition_path
     from tests.policy_kit import NAME, SCENARIO, approve_all_policy, cloned_rules_policy, register
 
     torch.set_num_threads(1)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from rlops.common.config import REPO_ROOT
-from rlops.pipeline_steps.infra.aliases import move_champion
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.registry.aliases import move_champion
 from tests.policy_kit import NAME, SCENARIO, approve_all, good, pack, promotion_ctx, promotion_sandbox, register  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.usefixtures("promotion_sandbox")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rlops.pipeline_steps.infra.aliases import move_champion
+from rlops.registry.aliases import move_champion
 from tests.policy_kit import NAME, approve_all, good, pack, promotion_ctx, promotion_sandbox, register  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.usefixtures("promotion_sandbox")

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from rlops.common.config import deep_merge, load_params
-from rlops.pipeline_steps.infra import tags as T
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.registry import tags as T
 from tests.policy_kit import NAME, SCENARIO, approve_all_policy, cloned_rules_policy, credit_pack, register
 
 

@@ -134,7 +134,7 @@ def _register_random_policy(
     import dataclasses
 
     from rlops.model.policy import PolicyConfig, PolicyNetwork, save_policy
-    from rlops.pipeline_steps.infra.registry import Tracker, policy_model_name
+    from rlops.registry.client import Tracker, policy_model_name
 
     torch.manual_seed(0)
     folder = tmp_path / f"policy{extra_features}"
@@ -174,8 +174,8 @@ def test_step_writes_report_logs_and_tags_policy(
     fast_params: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from rlops.pipeline_steps.infra.registry import Tracker, policy_model_name
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.registry.client import Tracker, policy_model_name
+    from rlops.storage.backend import Storage
 
     version = _register_random_policy(tmp_tracking, "credit_approval", credit, tmp_path)
     code = main(
@@ -256,8 +256,8 @@ def test_the_champion_reference_is_one_that_can_read_the_candidates_observations
     from rlops.common.config import load_params
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
-    from rlops.pipeline_steps.infra.registry import CHAMPION, Tracker, policy_model_name
     from rlops.pipeline_steps.stress.step import champion_reference
+    from rlops.registry.client import CHAMPION, Tracker, policy_model_name
 
     params = load_params(overrides={"storage": {"root": tmp_storage_root}, "tracking": {"uri": tmp_tracking}})
     ctx = StepContext.create("credit_approval", "20261130T0500", params=params)

@@ -16,7 +16,7 @@ from rlops.model.behaviour_cloning import select_high_reward
 from rlops.model.reward_model import RewardModel
 from rlops.model.reward_source import HOOK_NAME, RewardSource, apply_reward_source, blend_rewards, centred_scores
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import policy_model_name
+from rlops.registry.client import policy_model_name
 
 SCENARIO = "credit_approval"
 RUN_KEY = "20260105T1000"
@@ -108,7 +108,7 @@ def _register_reward_model(ctx: StepContext, model: RewardModel) -> str:
     import tempfile
 
     from rlops.model.reward_model import save_reward_model
-    from rlops.pipeline_steps.infra.registry import reward_model_name
+    from rlops.registry.client import reward_model_name
 
     with ctx.tracker.start_run("rm") as run, tempfile.TemporaryDirectory() as tmp:
         save_reward_model(model, Path(tmp) / "reward_model")

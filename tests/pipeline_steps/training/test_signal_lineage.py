@@ -13,8 +13,8 @@ import pytest
 from rlops.common.config import deep_merge
 from rlops.common.errors import UserError
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import CHAMPION, policy_model_name
 from rlops.pipeline_steps.infra.signal_store import set_signal
+from rlops.registry.client import CHAMPION, policy_model_name
 
 SCENARIO = "credit_approval"
 NAME = policy_model_name(SCENARIO)

@@ -12,7 +12,7 @@ import torch
 
 from rlops.common.config import REPO_ROOT, deep_merge
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import policy_model_name, reward_fn_model_name
+from rlops.registry.client import policy_model_name, reward_fn_model_name
 
 SCENARIO = "credit_approval"
 NAME = policy_model_name(SCENARIO)

@@ -33,10 +33,10 @@ from rlops.common.metrics_sink import ListSink, MetricsSink, NullSink
 from rlops.common.params_model import Params, TrackingParams
 from rlops.common.params_sources import params_block
 from rlops.common.policy_ref import policy_model_name as policy_model_name  # re-exported: the registry names models
-from rlops.pipeline_steps.infra import tags as K
-from rlops.pipeline_steps.infra.alias_records import record_tags, verified_version
-from rlops.pipeline_steps.infra.redact import redact
-from rlops.pipeline_steps.infra.run_handle import RunHandle
+from rlops.common.redact import redact
+from rlops.registry import tags as K
+from rlops.registry.alias_records import record_tags, verified_version
+from rlops.registry.run_handle import RunHandle
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -335,7 +335,7 @@ class Tracker:
 
     def set_alias(self, name: str, alias: str, version: str) -> None:
         """Point ``alias`` at ``version``. rlops' signed record of the move (registered-model tags
-        ``rlops.alias.<alias>`` and ``.sig``, :mod:`~rlops.pipeline_steps.infra.alias_records`) is
+        ``rlops.alias.<alias>`` and ``.sig``, :mod:`~rlops.registry.alias_records`) is
         written first, so a webhook or check that sees the alias can tell rlops' own move from one
         made around rlops (by hand in the MLflow UI), whatever tags the UI wrote. Refused, with
         nothing written, by a process whose registry key is not the deployment's."""

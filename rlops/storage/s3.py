@@ -1,4 +1,4 @@
-"""The S3 side of :class:`rlops.pipeline_steps.infra.storage.Storage`: the boto3 client, which errors
+"""The S3 side of :class:`rlops.storage.backend.Storage`: the boto3 client, which errors
 are transient, retries with exponential backoff, and put-then-verify of written objects.
 
 :class:`S3Access` is a mixin of ``Storage``: it reads the settings ``Storage.__init__`` sets
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from rlops.pipeline_steps.infra.storage_errors import StorageError, StorageNotFoundError
+from rlops.storage.errors import StorageError, StorageNotFoundError
 
 T = TypeVar("T")
 

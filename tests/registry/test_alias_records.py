@@ -8,17 +8,17 @@ import time
 
 import pytest
 
-from rlops.pipeline_steps.infra import tags as T
-from rlops.pipeline_steps.infra.alias_records import (
+from rlops.pipeline_steps.infra.context import StepContext
+from rlops.registry import tags as T
+from rlops.registry.alias_records import (
     KEY_ENV,
     RegistryKeyMismatch,
     _mac,
     key_id,
     record_state,
 )
-from rlops.pipeline_steps.infra.aliases import move_champion, rollback
-from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.registry import policy_model_name
+from rlops.registry.aliases import move_champion, rollback
+from rlops.registry.client import policy_model_name
 from tests.policy_kit import register_placeholders
 
 SCENARIO = "credit_approval"

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from rlops.common.config import load_params
-from rlops.pipeline_steps.infra.registry import Tracker
-from rlops.pipeline_steps.infra.run_handle import BufferedMetrics
+from rlops.registry.client import Tracker
+from rlops.registry.run_handle import BufferedMetrics
 
 
 class _Run:

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from rlops.common.config import load_params
-from rlops.pipeline_steps.infra.storage import Storage, StorageError, StorageNotFoundError, get_storage, normalize_uri
-from rlops.pipeline_steps.infra.trace_store import partition_path
+from rlops.storage.backend import Storage, StorageError, StorageNotFoundError, get_storage, normalize_uri
+from rlops.trace_store.store import partition_path
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -112,7 +112,7 @@ def test_local_atomic_write_leaves_no_temp_files(tmp_storage_root: str, monkeypa
     def boom(src: str, dst: str) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("rlops.pipeline_steps.infra.storage.os.replace", boom)
+    monkeypatch.setattr("rlops.storage.backend.os.replace", boom)
     with pytest.raises(StorageError, match="disk full"):
         storage.write_bytes(uri, b"new")
     monkeypatch.undo()

@@ -1,4 +1,4 @@
-"""The errors :mod:`rlops.pipeline_steps.infra.storage` raises (importable from there too)."""
+"""The errors :mod:`rlops.storage.backend` raises (importable from there too)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rlops.pipeline_steps.infra.registry import Tracker
+    from rlops.registry.client import Tracker
 
 
 def latest_model_version(tracker: Tracker, name: str) -> str | None:

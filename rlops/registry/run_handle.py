@@ -1,5 +1,5 @@
 """One MLflow run as rlops logs to it (see :class:`RunHandle`); created by
-:meth:`rlops.pipeline_steps.infra.registry.Tracker.start_run`, which owns the client and its errors."""
+:meth:`rlops.registry.client.Tracker.start_run`, which owns the client and its errors."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-    from rlops.pipeline_steps.infra.registry import Tracker
+    from rlops.registry.client import Tracker
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

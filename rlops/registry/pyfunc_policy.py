@@ -25,7 +25,7 @@ Serve it with ``mlflow models serve -m models:/<scenario>-policy@champion --env-
 and POST ``{"dataframe_split": {"columns": [...], "data": [[...]]}}`` to ``/invocations``.
 
 MLflow loads this file as model code (module name ``code_model_<hex>``); only then does it call
-``mlflow.models.set_model``. Imported as ``rlops.pipeline_steps.infra.pyfunc_policy`` it only offers
+``mlflow.models.set_model``. Imported as ``rlops.registry.pyfunc_policy`` it only offers
 :func:`save_pyfunc_policy` and the wrapper class.
 """
 

@@ -11,13 +11,13 @@ import pandas as pd
 import pytest
 
 from rlops.common.config import REPO_ROOT
-from rlops.pipeline_steps.infra.storage import Storage
-from rlops.pipeline_steps.infra.trace_query import (
+from rlops.storage.backend import Storage
+from rlops.trace_store.query import (
     QueryEngineConfig,
     TraceReader,
     sample_buckets,
 )
-from rlops.pipeline_steps.infra.trace_store import (
+from rlops.trace_store.store import (
     TraceStore,
     join_uri,
     write_trace_partitions,
@@ -192,7 +192,7 @@ def test_engine_settings_come_from_params() -> None:
             QueryEngineConfig.from_params({"trace_store": bad})
     store = TraceStore.from_params({"storage": {"root": "file:///tmp/rlops-x"}, "trace_store": {"engine": "pandas"}})
     assert store.reader.engine == "pandas"
-    from rlops.pipeline_steps.infra.trace_query import database
+    from rlops.trace_store.query import database
 
     db = database(QueryEngineConfig(threads=1, memory_limit="300MB"))
     got = dict(

@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from rlops.common.config import home
 from rlops.common.errors import UserError
-from rlops.pipeline_steps.infra import tags as K
+from rlops.registry import tags as K
 
 if TYPE_CHECKING:
-    from rlops.pipeline_steps.infra.registry import Tracker
+    from rlops.registry.client import Tracker
 
 KEY_ENV = "RLOPS_REGISTRY_KEY"
 KEY_FILE = Path("rlops-data") / "registry.key"

@@ -10,7 +10,7 @@ half-moved champion. Reached through :meth:`Tracker.move_champion` and :meth:`Tr
 A version an alias moves off has its promotion outcome rewritten (``previous``, ``retired``,
 ``rolled_back``) and its challenger share ``traffic_fraction`` set to 0, so neither a person nor an
 agent reads a fate or a share the version no longer has. A process whose registry key is not the
-deployment's moves nothing (:func:`~rlops.pipeline_steps.infra.alias_records.require_key`).
+deployment's moves nothing (:func:`~rlops.registry.alias_records.require_key`).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rlops.pipeline_steps.infra import tags as K
-from rlops.pipeline_steps.infra.alias_records import RegistryKeyMismatch, record_state, require_key, verified_version
-from rlops.pipeline_steps.infra.registry import CHAMPION, PREVIOUS, TrackingError
+from rlops.registry import tags as K
+from rlops.registry.alias_records import RegistryKeyMismatch, record_state, require_key, verified_version
+from rlops.registry.client import CHAMPION, PREVIOUS, TrackingError
 
 if TYPE_CHECKING:
-    from rlops.pipeline_steps.infra.registry import Tracker
+    from rlops.registry.client import Tracker
 
 
 @dataclass(frozen=True)

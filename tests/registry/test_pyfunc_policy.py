@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlops.model.policy import PolicyConfig, PolicyNetwork, save_policy
-from rlops.pipeline_steps.infra import pyfunc_policy
+from rlops.registry import pyfunc_policy
 
 
 def test_saving_pins_this_environment_without_scanning_the_installed_distributions(

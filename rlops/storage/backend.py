@@ -5,7 +5,7 @@ Two kinds of URI are understood, and one :class:`Storage` handles both, whatever
 * ``file:///abs/path`` (the default; a relative ``file://rel`` or plain path is made absolute
   with :func:`rlops.common.config.resolve_local`), and
 * ``s3://bucket/key`` through boto3, with ``endpoint_url`` for S3-compatible servers (MinIO, moto);
-  client, retries and write verification live in :mod:`rlops.pipeline_steps.infra.storage_s3`.
+  client, retries and write verification live in :mod:`rlops.storage.s3`.
 
 Guarantees, so a step can be re-run after any failure:
 
@@ -40,8 +40,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rlops.common.config import resolve_local
 from rlops.common.params_sources import params_block
-from rlops.pipeline_steps.infra.storage_errors import StorageError, StorageNotFoundError
-from rlops.pipeline_steps.infra.storage_s3 import S3Access, split_s3
+from rlops.storage.errors import StorageError, StorageNotFoundError
+from rlops.storage.s3 import S3Access, split_s3
 
 if TYPE_CHECKING:  # heavy imports stay lazy so DAG parsing does not pay for them
     import pandas as pd

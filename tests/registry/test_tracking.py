@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rlops.common.config import load_params
-from rlops.pipeline_steps.infra.aliases import move_champion, rollback
-from rlops.pipeline_steps.infra.registry import (
+from rlops.registry.aliases import move_champion, rollback
+from rlops.registry.client import (
     ListTracker,
     MetricsTracker,
     NullTracker,

@@ -1,6 +1,6 @@
 """Every read of the trace store: DuckDB over the partitioned parquet. One home.
 
-The layout and the writes live in :mod:`rlops.pipeline_steps.infra.trace_store`; this module
+The layout and the writes live in :mod:`rlops.trace_store.store`; this module
 answers the questions the steps, the CLI and the console ask of it, in bounded memory:
 
 * which files: the ``scenario=/date=/hour=`` partitions overlapping a time window (partition
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
     from rlops.common.params_model import CaptureParams, Params
     from rlops.common.params_operations import TraceStoreParams
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
 ENGINES = ("duckdb", "pandas")
 _MEMORY = re.compile(r"^\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB|%)$", re.IGNORECASE)

@@ -1,6 +1,6 @@
 """The trace store: where trace rows live, how they are laid out, written and read. One home.
 
-Layout (every URI may be local ``file://`` or ``s3://``; see :mod:`rlops.pipeline_steps.infra.storage`)::
+Layout (every URI may be local ``file://`` or ``s3://``; see :mod:`rlops.storage.backend`)::
 
     <landing>/scenario=<s>/date=YYYY-MM-DD/hour=HH/<YYYYmmddTHHMMSSffffff>Z-<host>-<pid>-<seq>.jsonl
     <traces>/scenario=<s>/date=YYYY-MM-DD/hour=HH/part-<run_key>-NNNNN.parquet
@@ -13,7 +13,7 @@ the interval that holds the UTC time at the front of its name (its hour folder's
 
 Every parquet file carries bloom filters on ``trace_id`` and ``episode_id`` (:func:`parquet_options`),
 so a lookup by id reads only the row groups that may hold it. Reads go through
-:class:`~rlops.pipeline_steps.infra.trace_query.TraceReader` (DuckDB over these partitions).
+:class:`~rlops.trace_store.query.TraceReader` (DuckDB over these partitions).
 
 Ids: an episode id is ``<scenario>-<run_key>-<n>`` for simulated traffic (unique across run keys,
 the same on a re-run), a trace id ``<episode_id>-<step>``; live agents bring their own.
@@ -35,14 +35,14 @@ from rlops.common.params_sources import params_block
 from rlops.common.run_key import RunKey
 from rlops.data_contracts.records import QUARANTINE_SCHEMA, quarantine_frame
 from rlops.data_contracts.schema import META_PREFIX, Contract
-from rlops.pipeline_steps.infra.storage import Storage
-from rlops.pipeline_steps.infra.trace_query import QueryEngineConfig, TraceReader
+from rlops.storage.backend import Storage
+from rlops.trace_store.query import QueryEngineConfig, TraceReader
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from rlops.common.params_model import CaptureParams, Params
-    from rlops.pipeline_steps.infra.storage import Storage
+    from rlops.storage.backend import Storage
 
 LANDING_DIR = "landing"
 TRACE_DIR = "traces"

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from rlops.common.config import REPO_ROOT
-from rlops.pipeline_steps.infra import trace_states as T
 from rlops.sandbox.pack import Pack, load_pack
 from rlops.sandbox.policies import random_policy
 from rlops.sandbox.traces import rollout_traces
+from rlops.trace_store import states as T
 
 
 @pytest.fixture(scope="module")
