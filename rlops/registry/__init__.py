@@ -10,6 +10,7 @@
   history and the roll-back;
 * :mod:`rlops.registry.tags` — every tag name rlops writes on runs and versions;
 * :mod:`rlops.registry.versions` — the newest version of a registered model;
+* :mod:`rlops.registry.descriptions` — what the MLflow UI shows of a registered model and a version;
 * :mod:`rlops.registry.run_handle` — a run being written (params, metrics, artifacts, buffered);
 * :mod:`rlops.registry.pyfunc_policy` — a policy saved as an MLflow pyfunc model.
 """

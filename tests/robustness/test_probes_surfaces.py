@@ -221,8 +221,7 @@ def probe_drift_footnote_not_a_dict(home: dict[str, Any], console: Any) -> None:
 
 # --------------------------------------------------------------------------- vocabulary probes
 def probe_description_says_skipped(home: dict[str, Any], console: Any) -> None:
-    from rlops.pipeline_steps.infra.descriptions import with_gate_summary
-    from rlops.pipeline_steps.promotion.gates import Gate
+    from rlops.pipeline_steps.promotion.gates import Gate, with_gate_summary
 
     seg = Gate("segment:low_credit_score", None, None, "n >= 100", True, "skipped: 92 episodes", skipped=True)
     text = with_gate_summary(

@@ -33,7 +33,6 @@ from rlops.common.errors import UserError
 from rlops.common.policy_ref import PolicyRef, canonical_policy
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.datasets import EVALUATION, calibration_dataset, log_dataset_inputs
-from rlops.pipeline_steps.infra.descriptions import with_gate_summary
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref, resolve
 from rlops.pipeline_steps.infra.policy_metrics import policy_metrics, segment_returns
@@ -47,6 +46,7 @@ from rlops.pipeline_steps.promotion.gates import (
     gate_table_html,
     segment_gates,
     stress_gate,
+    with_gate_summary,
 )
 from rlops.pipeline_steps.promotion.ope_gate import ope_gates, ope_run_fields
 from rlops.pipeline_steps.promotion.stages import segment_episodes

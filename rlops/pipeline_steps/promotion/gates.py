@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal
@@ -417,6 +418,26 @@ def gate_table_html(gates: list[Gate], title: str, facts: Mapping[str, Any]) -> 
     )
 
 
+def with_gate_summary(description: str, report: dict[str, Any]) -> str:
+    """The version description with its ``Gates:`` paragraph replaced by this evaluation's verdict:
+    one line per gate, its state exactly ``pass``, ``fail`` or ``skipped`` (with why it was skipped)."""
+    head = re.split(r"(?:^|\n\n)Gates[ :(]", description, maxsplit=1)[0].rstrip()
+    failed = failing_gates(report["gates"]) if report.get("gates") else list(report["failed_gates"])
+    skipped = [g["gate"] for g in report["gates"] if gate_state(g) == SKIPPED]
+    verdict = "all passed" if not failed else f"FAILED {', '.join(failed)}"
+    if skipped:
+        verdict += f" ({len(skipped)} skipped: {', '.join(skipped)})"
+    lines = [
+        f"Gates ({report['run_key']}, vs {report['baseline']}, {report['episodes']} episodes, "
+        f"{report['profile']} profile): {verdict}."
+    ]
+    for g in report["gates"]:
+        state = gate_state(g)
+        why = str(g.get("detail") or "") if state == SKIPPED else ""
+        lines.append(f"- {g['gate']}: {state} ({g['threshold']}{'; ' + why if why else ''})")
+    return (head + "\n\n" if head else "") + "\n".join(lines)
+
+
 __all__ = [
     "FAIL",
     "GATE_STATES",
@@ -440,4 +461,5 @@ __all__ = [
     "stress_gate",
     "two_proportion_z",
     "welch_greater",
+    "with_gate_summary",
 ]

@@ -51,7 +51,6 @@ from rlops.model.ppo_config import PPOConfig, resolve_device
 from rlops.model.reward_source import apply_reward_source, model_only
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, log_dataset_inputs, parquet_dataset
-from rlops.pipeline_steps.infra.descriptions import MODEL_DESCRIPTION, version_description
 from rlops.pipeline_steps.infra.pass_run import ensure_pass_run, step_run
 from rlops.pipeline_steps.infra.policy_metrics import (
     latency_p99_ms,
@@ -68,6 +67,7 @@ from rlops.pipeline_steps.training.request import TrainRequest
 from rlops.pipeline_steps.training.summary import DryRunPlan, TrainedRun, TrainInputs, TrainSummary
 from rlops.registry import tags as T
 from rlops.registry.client import policy_model_name
+from rlops.registry.descriptions import MODEL_DESCRIPTION, version_description
 from rlops.registry.pyfunc_policy import save_pyfunc_policy
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.policies import evaluate_policy

@@ -2,15 +2,12 @@
 
 A policy version's description says what it is (training mode, reward function and its hash,
 sandbox calibration, data) and, once evaluated, the gate summary — one line per gate — which
-each evaluation replaces.
+each evaluation replaces (:func:`rlops.pipeline_steps.promotion.gates.with_gate_summary`).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
-
-from rlops.pipeline_steps.promotion.gates import SKIPPED, failing_gates, gate_state
 
 MODEL_DESCRIPTION = (
     "Decision policies of the '{scenario}' agent, trained by rlops with masked PPO in the scenario sandbox.\n\n"
@@ -37,23 +34,3 @@ def version_description(scenario: str, base: dict[str, Any], evaluation: dict[st
         "Gates: not evaluated yet — promotion runs `rlops model evaluate/promote`, or set the alias "
         "`challenger` on this version to request a gated promotion."
     )
-
-
-def with_gate_summary(description: str, report: dict[str, Any]) -> str:
-    """The version description with its ``Gates:`` paragraph replaced by this evaluation's verdict:
-    one line per gate, its state exactly ``pass``, ``fail`` or ``skipped`` (with why it was skipped)."""
-    head = re.split(r"(?:^|\n\n)Gates[ :(]", description, maxsplit=1)[0].rstrip()
-    failed = failing_gates(report["gates"]) if report.get("gates") else list(report["failed_gates"])
-    skipped = [g["gate"] for g in report["gates"] if gate_state(g) == SKIPPED]
-    verdict = "all passed" if not failed else f"FAILED {', '.join(failed)}"
-    if skipped:
-        verdict += f" ({len(skipped)} skipped: {', '.join(skipped)})"
-    lines = [
-        f"Gates ({report['run_key']}, vs {report['baseline']}, {report['episodes']} episodes, "
-        f"{report['profile']} profile): {verdict}."
-    ]
-    for g in report["gates"]:
-        state = gate_state(g)
-        why = str(g.get("detail") or "") if state == SKIPPED else ""
-        lines.append(f"- {g['gate']}: {state} ({g['threshold']}{'; ' + why if why else ''})")
-    return (head + "\n\n" if head else "") + "\n".join(lines)
