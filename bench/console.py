@@ -47,12 +47,14 @@ def ensure_demo(home: Path) -> None:
         raise SystemExit("the demo did not promote a champion; the console pages would have no champion")
     from datetime import datetime, timedelta
 
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.context import StepContext
 
     hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     capture_step(
-        StepContext.create(SCENARIO, hour.strftime("%Y%m%dT%H%M")), simulate=True, profile="live", episodes=2000
+        StepContext.create(SCENARIO, hour.strftime("%Y%m%dT%H%M")),
+        CaptureRequest(simulate=True, profile="live", episodes=2000),
     )
 
 

@@ -12,8 +12,10 @@ if the pack's params say `capture.simulate_when_empty: true`. Re-running an inte
 its partition.
 """
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 
+from rlops.common import step_request
+from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.orchestration.settings import PackDagConfig, dag_id, dag_settings, pack_dag_configs, pack_doc
 
 KIND = "trace_capture"
@@ -21,19 +23,9 @@ KIND = "trace_capture"
 
 def build(pack: PackDagConfig):
     settings = dag_settings(pack, KIND)
-    settings["params"] = {
-        **settings["params"],
-        # null, not false: a scheduled run passes no conf, and only null lets the params'
-        # capture.simulate_when_empty decide what an interval without landing files stores.
-        "simulate": Param(
-            None,
-            type=["null", "boolean"],
-            description="true: sample the champion in the `live` simulation profile instead of "
-            "reading the landing zone (recorded as source simulation:live); false: the landing zone "
-            "only; null: the landing zone, simulated when it is empty and params say "
-            "capture.simulate_when_empty",
-        ),
-    }
+    # simulate: null, not false, by default: a scheduled run passes no conf, and only null lets the
+    # params' capture.simulate_when_empty decide what an interval without landing files stores.
+    settings["params"] = {**settings["params"], **step_request.dag_params(CaptureRequest)}
 
     @dag(tags=pack.tags("data"), doc_md=pack_doc(__doc__, KIND, pack), **settings)
     def trace_capture():

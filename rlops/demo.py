@@ -53,6 +53,7 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def run(scenario: str | None = None) -> int:
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.promotion.flow import promote
     from rlops.pipeline_steps.training.policy import train_policy
@@ -81,7 +82,7 @@ def run(scenario: str | None = None) -> int:
         f"profiles {sorted(pack.scenario.profiles)}, reward functions {sorted(pack.reward_fns)} ({dt:.1f}s)",
     )
 
-    cap, dt = _timed(lambda: capture_step(ctx, simulate=True, profile="live"))
+    cap, dt = _timed(lambda: capture_step(ctx, CaptureRequest(simulate=True, profile="live")))
     _say(
         2,
         f"captured {cap.rows_in} trace rows of live traffic served by {cap.policy_version}: "

@@ -4,9 +4,12 @@ validated trace store."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from rlops.commands.common_args import add_common_args, as_user_error, context_from_args, print_result
+from rlops.common import step_request
+from rlops.pipeline_steps.capture.request import CaptureRequest
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,9 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     src.add_argument(
         "--otlp-file", default=None, metavar="URI", help="read agent decisions from an OTLP/JSON span export file"
     )
-    p.add_argument("--episodes", type=int, default=None, help="simulated episodes (default: params)")
-    p.add_argument("--sample-rate", type=float, default=None, help="fraction of episodes recorded (default: params)")
-    p.add_argument("--profile", default=None, help="simulation profile (default: live)")
+    step_request.add_arguments(p, CaptureRequest)
     p.set_defaults(func=cmd_capture)
 
 
@@ -55,9 +56,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
         if args.from_mlflow or args.otlp_file:
             res = capture_traces(ctx, otlp_uri=args.otlp_file)
         else:
-            res = capture_step(
-                ctx, args.simulate, args.episodes, args.sample_rate, args.profile, progress=show_progress(args.json)
-            )
+            request = dataclasses.replace(step_request.from_args(CaptureRequest, args), simulate=args.simulate)
+            res = capture_step(ctx, request, progress=show_progress(args.json))
     verb = "would write" if ctx.dry_run else "wrote"
     print_result(
         res.as_dict(),

@@ -56,11 +56,12 @@ def nested(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_trace_store_rows_decide_with_the_policy(champion: str, tmp_tracking: str) -> None:
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.trace_store.store import read_traces
 
     ctx = StepContext.create(SCENARIO, "20261130T0500-15m")
-    capture_step(ctx, simulate=True, episodes=40)
+    capture_step(ctx, CaptureRequest(simulate=True, episodes=40))
     rows = read_traces(ctx.storage, ctx.traces.scenario_uri(SCENARIO)).head(60).to_dict(orient="records")
     assert rows and any(k.startswith("state.") for k in rows[0])
     with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None) as client:

@@ -21,12 +21,15 @@ def test_what_a_command_prints_besides_its_json_goes_to_stderr(
     tmp_storage_root: str, tmp_tracking: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import rlops.pipeline_steps.capture.step as step
+    from rlops.pipeline_steps.capture.summary import CaptureSummary
     from rlops.cli import main
 
-    def chatty_capture(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    def chatty_capture(*args: Any, **kwargs: Any) -> CaptureSummary:
         sys.stdout.write("🏃 View run capture at: http://127.0.0.1:5000/#/experiments/1/runs/x\n")
         print("a library's progress line")
-        return {"source": "landing_zone", "rows_in": 0, "rows_accepted": 0, "rows_quarantined": 0, "partitions": []}
+        interval = {"scenario": "credit_approval", "run_key": "20261130T0500", "interval": ["a", "b"]}
+        counts = {"rows_in": 0, "rows_accepted": 0, "rows_quarantined": 0}
+        return CaptureSummary(**interval, dry_run=False, source="landing_zone", **counts, partitions=[])
 
     monkeypatch.setattr(step, "capture_step", chatty_capture)
     assert main(["capture", "--scenario", "credit_approval", "--run-key", "20261130T0500", "--json"]) == 0

@@ -35,12 +35,15 @@ def test_no_bar_under_json_in_a_pipe_or_in_airflow(monkeypatch: pytest.MonkeyPat
 def test_a_bar_asked_for_outside_a_terminal_writes_nothing(
     tmp_storage_root: str, tmp_tracking: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.context import StepContext
 
     monkeypatch.delenv(AIRFLOW_ENV, raising=False)
     ctx = StepContext.create("credit_approval", "20261130T0500", overrides={"capture": {"track": False}})
-    out = capture_step(ctx, simulate=False, progress=True).as_dict()  # stderr is pytest's capture: no terminal
+    out = capture_step(
+        ctx, CaptureRequest(simulate=False), progress=True
+    ).as_dict()  # stderr is pytest's capture: no terminal
     assert out["rows_in"] == 0
     assert "capture" not in capsys.readouterr().err
 

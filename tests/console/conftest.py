@@ -77,12 +77,13 @@ def _test_params(home: Path) -> Path:
 def _capture_champion_traffic() -> None:
     from datetime import datetime, timedelta
 
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.context import StepContext
 
     next_hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     ctx = StepContext.create(SCENARIO, next_hour.strftime("%Y%m%dT%H%M"))
-    capture_step(ctx, simulate=True, profile="live", episodes=1000)
+    capture_step(ctx, CaptureRequest(simulate=True, profile="live", episodes=1000))
 
 
 @pytest.fixture(scope="session")

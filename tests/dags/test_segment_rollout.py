@@ -55,6 +55,7 @@ def _serve_hour(ctx: Any, pack: Any, nets: dict[str, Any], slow_challenger: bool
     """An hour of production traffic: every episode routed by the policy client (request key and
     state), decided by the version it was routed to, traced and captured. Returns the rows."""
     from rlops.agent_sdk.policy_client import PolicyClient
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.policy_loader import greedy_act
     from rlops.sandbox.traces import rollout_traces
@@ -98,7 +99,7 @@ def _serve_hour(ctx: Any, pack: Any, nets: dict[str, Any], slow_challenger: bool
     for rec in json.loads(rows.to_json(orient="records")):
         tracer.record(rec)
     tracer.flush()
-    out = capture_step(ctx, simulate=False).as_dict()
+    out = capture_step(ctx, CaptureRequest(simulate=False)).as_dict()
     assert out["rows_in"] == out["rows_accepted"] == len(rows)
     return rows
 

@@ -109,13 +109,14 @@ def landing_rows(landing: str) -> list[dict[str, Any]]:
 def capture(scenario: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """``rlops capture``'s step over the interval the rows were written in; its counts."""
     from rlops.common.run_key import RunKey
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.context import StepContext
 
     stamps = [datetime.fromisoformat(r["ts"]) for r in rows]
     key = RunKey.covering(min(stamps), max(stamps))
     ctx = StepContext.create(scenario, str(key), overrides={"capture": {"track": False}})
-    return capture_step(ctx, simulate=False).as_dict()
+    return capture_step(ctx, CaptureRequest(simulate=False)).as_dict()
 
 
 def example(name: str) -> Path:

@@ -74,6 +74,7 @@ def test_every_span_is_accounted_for_and_decisions_land_as_the_sdks(
     agent: ModuleType, bare_world: dict[str, Any], instrumented: Path
 ) -> None:
     from rlops.common.run_key import RunKey
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step, capture_traces
     from rlops.pipeline_steps.infra.context import StepContext
 
@@ -106,5 +107,5 @@ def test_every_span_is_accounted_for_and_decisions_land_as_the_sdks(
     assert got == want
     assert stored["latency_ms"].notna().all()  # joined from the tool node's span
 
-    again = capture_step(ctx, simulate=False).as_dict()  # the SDK's copy of the same decisions
+    again = capture_step(ctx, CaptureRequest(simulate=False)).as_dict()  # the SDK's copy of the same decisions
     assert again["rows_in"] == len(sdk_rows) == again["rows_quarantined"]  # duplicates: one episode id

@@ -42,6 +42,7 @@ def home(tmp_path_factory: pytest.TempPathFactory, _mlflow_template_db: Path) ->
     import torch
 
     from rlops.common.config import REPO_ROOT
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.sandbox.pack import load_pack
@@ -60,7 +61,7 @@ def home(tmp_path_factory: pytest.TempPathFactory, _mlflow_template_db: Path) ->
         mp.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
         torch.set_num_threads(1)
         ctx = StepContext.create(S, "20261201T0800", overrides={"tracking": {"http_max_retries": 0}})
-        capture_step(ctx, simulate=True, profile="live", episodes=120)
+        capture_step(ctx, CaptureRequest(simulate=True, profile="live", episodes=120))
         files = sorted((tmp / "storage").rglob("*.parquet"))
         files = [f for f in files if "quarantine" not in f.parts]
         df = pd.read_parquet(files[0])

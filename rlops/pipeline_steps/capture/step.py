@@ -29,6 +29,7 @@ from rlops.common.errors import UserError
 from rlops.data_contracts.schema import contract_for
 from rlops.pipeline_steps.capture.core import capture_landing_zone, validate_rows, write_capture
 from rlops.pipeline_steps.capture.fallbacks import check_fallbacks, log_fallbacks
+from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.capture.summary import CaptureSummary
 from rlops.pipeline_steps.capture.trace_sources import mlflow_source, otlp_source
 from rlops.pipeline_steps.infra.context import StepContext
@@ -48,17 +49,13 @@ if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack
 
 
-def capture_step(
-    ctx: StepContext,
-    simulate: bool | None = None,
-    episodes: int | None = None,
-    sample_rate: float | None = None,
-    profile: str | None = None,
-    progress: bool = False,
-) -> CaptureSummary:
-    """Capture the run key's interval. ``simulate=None`` uses the landing zone when it has files
-    for the interval and falls back to simulation when ``capture.simulate_when_empty`` is on.
-    ``progress`` draws a bar of the landing-zone rows read (a simulation is one batched rollout)."""
+def capture_step(ctx: StepContext, request: CaptureRequest | None = None, progress: bool = False) -> CaptureSummary:
+    """Capture the run key's interval as ``request`` asks. ``simulate=None`` uses the landing zone
+    when it has files for the interval and falls back to simulation when
+    ``capture.simulate_when_empty`` is on. ``progress`` draws a bar of the landing-zone rows read
+    (a simulation is one batched rollout)."""
+    request = request or CaptureRequest()
+    simulate, episodes, sample_rate, profile = request.simulate, request.episodes, request.sample_rate, request.profile
     cfg = ctx.config.capture
     # Arguments first (an explicit 0 is an error, never "the default"), then any work.
     n_episodes = count("--episodes", episodes if episodes is not None else cfg.episodes, maximum=MAX_EPISODES)

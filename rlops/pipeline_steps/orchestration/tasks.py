@@ -18,6 +18,7 @@ from rlops.common.errors import UserError
 from rlops.common.progress import route_library_output
 from rlops.common.run_key import RunKey, parse_run_key
 from rlops.common.threads import resolve_threads, set_torch_threads
+from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.training.request import RESOLVED_OPTIONS, TrainRequest
 
@@ -94,15 +95,12 @@ def validate_conf(
 
     train_options = [o.name for o in step_request.options(TrainRequest) if o.dag]
     conf = {k: params.get(k) for k in ("scenario", *train_options, "dry_run", "staged", "reason")}
-    if "simulate" in params:  # the capture DAG's switch; null leaves it to capture.simulate_when_empty
-        conf["simulate"] = params.get("simulate")
+    capture_options = [o.name for o in step_request.options(CaptureRequest) if o.dag and o.name in params]
+    conf.update({k: params.get(k) for k in capture_options})  # the capture DAG's
     problems = step_request.conf_problems(TrainRequest, conf, required=RESOLVED_OPTIONS)
+    problems += step_request.conf_problems(CaptureRequest, conf)
     if not isinstance(conf["scenario"], str) or not conf["scenario"]:
         problems.append(f"scenario {conf['scenario']!r}: expected the name of a pack under scenarios/")
-    if conf.get("simulate") is not None and not isinstance(conf["simulate"], bool):
-        problems.append(
-            f"simulate {conf['simulate']!r}: expected true, false or null (params capture.simulate_when_empty)"
-        )
     if not isinstance(conf["dry_run"], bool):
         problems.append(f"dry_run {conf['dry_run']!r}: expected true or false")
     if conf["staged"] is not None and not isinstance(conf["staged"], bool):
@@ -193,8 +191,7 @@ def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
     ``source: simulation:<profile>``)."""
     from rlops.pipeline_steps.capture.step import capture_step
 
-    simulate = conf.get("simulate")
-    return capture_step(_ctx(conf), simulate=None if simulate is None else bool(simulate)).as_dict()
+    return capture_step(_ctx(conf), step_request.from_conf(CaptureRequest, conf)).as_dict()
 
 
 @no_retry_on_user_error

@@ -40,6 +40,7 @@ def stored(ctx: StepContext) -> pd.DataFrame:
 
 
 def test_landing_then_otlp_then_landing_again(rows: pd.DataFrame, tmp_storage_root: str, tmp_path: Path) -> None:
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step, capture_traces
 
     ctx = StepContext.create("credit_approval", RUN_KEY, overrides={"capture": {"track": False}})
@@ -50,7 +51,7 @@ def test_landing_then_otlp_then_landing_again(rows: pd.DataFrame, tmp_storage_ro
     (folder / "20261130T000500000000Z-agent-1-000000.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in records(rows[rows["episode_id"].isin(landing_eps)]))
     )
-    first = capture_step(ctx, simulate=False).as_dict()
+    first = capture_step(ctx, CaptureRequest(simulate=False)).as_dict()
     n_landing = int(rows["episode_id"].isin(landing_eps).sum())
     assert first["rows_in"] == first["rows_accepted"] == n_landing
 
@@ -72,7 +73,7 @@ def test_landing_then_otlp_then_landing_again(rows: pd.DataFrame, tmp_storage_ro
     assert second["rows_quarantined"] == overlap  # already captured through the landing zone
     assert len(stored(ctx)) == len(rows) and not stored(ctx).duplicated(["episode_id", "step"]).any()
 
-    again = capture_step(ctx, simulate=False).as_dict()  # the scheduler re-runs the interval
+    again = capture_step(ctx, CaptureRequest(simulate=False)).as_dict()  # the scheduler re-runs the interval
     assert again["rows_accepted"] == n_landing
     got = stored(ctx)
     assert len(got) == len(rows) and not got.duplicated(["episode_id", "step"]).any()

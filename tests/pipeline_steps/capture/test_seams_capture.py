@@ -31,20 +31,21 @@ def _rows(ctx: StepContext) -> pd.DataFrame:
 
 
 def test_simulated_episodes_never_collide_and_reruns_reproduce() -> None:
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
 
     a = StepContext.create(SCENARIO, "20261130T0500-15m")
     b = StepContext.create(SCENARIO, "20261130T0515-15m")
-    capture_step(a, simulate=True, episodes=300)
+    capture_step(a, CaptureRequest(simulate=True, episodes=300))
     first = _rows(a)
-    capture_step(b, simulate=True, episodes=300)
+    capture_step(b, CaptureRequest(simulate=True, episodes=300))
     both = _rows(a)
     ids_a = set(first["episode_id"])
     ids_b = set(both["episode_id"]) - ids_a
     assert len(ids_b) == len(set(both["episode_id"])) - len(ids_a) and len(ids_b) > 250
     assert both["trace_id"].is_unique
     assert all(e.startswith(f"{SCENARIO}-20261130T0500-15m-") for e in ids_a)
-    capture_step(a, simulate=True, episodes=300)  # re-run of the first run key
+    capture_step(a, CaptureRequest(simulate=True, episodes=300))  # re-run of the first run key
     again = _rows(a)
     key = ["trace_id"]
     pd.testing.assert_frame_equal(

@@ -30,9 +30,10 @@ def ctx(tmp_tracking: str, tmp_storage_root: str) -> StepContext:
 
 
 def _live_capture(ctx: StepContext, episodes: int = 1500) -> dict:
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
 
-    return capture_step(ctx, simulate=True, episodes=episodes, profile="live").as_dict()
+    return capture_step(ctx, CaptureRequest(simulate=True, episodes=episodes, profile="live")).as_dict()
 
 
 def test_drift_after_recalibration_is_quiet_on_latency_and_error(ctx: StepContext) -> None:

@@ -22,6 +22,7 @@ def test_no_champion_traces_the_rule_engine_without_a_warning(tmp_tracking: str,
 def test_a_registry_outage_traces_the_rule_engine_and_says_why(
     tmp_tracking: str, tmp_storage_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
 
     def outage(ctx: Any, dst: Path) -> Any:
@@ -32,5 +33,5 @@ def test_a_registry_outage_traces_the_rule_engine_and_says_why(
     traced = policy_loader.champion_trace_policy(ctx, ctx.load_pack())
     assert traced.version == "rules" and traced.policy is rule_policy
     assert traced.warning == "champion unavailable (tracking server refused the connection); traced the rule engine"
-    out = capture_step(ctx, simulate=True).as_dict()
+    out = capture_step(ctx, CaptureRequest(simulate=True)).as_dict()
     assert out["policy_version"] == "rules" and out["warnings"] == [traced.warning]

@@ -41,6 +41,7 @@ def _land(ctx, pack, version: str, group: str, seed: int, episodes: int) -> int:
 
 @pytest.mark.parametrize("control_group", ["champion", "control"])
 def test_ab_gates_run_on_rows_as_agents_write_them(rlops_home: Path, control_group: str) -> None:
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.promotion.evaluate import live_ab_gates
@@ -50,7 +51,7 @@ def test_ab_gates_run_on_rows_as_agents_write_them(rlops_home: Path, control_gro
     pack = ctx.load_pack(calibration=None)
     rows = _land(ctx, pack, "credit_approval-policy/7", "challenger", 1, 250)
     rows += _land(ctx, pack, "credit_approval-policy/6", control_group, 5000, 250)
-    res = capture_step(ctx, simulate=False).as_dict()
+    res = capture_step(ctx, CaptureRequest(simulate=False)).as_dict()
     assert res["rows_accepted"] + res["rows_quarantined"] == rows and res["rows_accepted"] > 0
 
     cfg = GateConfig(ab_min_episodes=200)

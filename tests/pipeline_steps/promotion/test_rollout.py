@@ -27,6 +27,7 @@ def _ctx(run_key: str) -> Any:
 def _serve(ctx: Any, pack: Any, served: dict[str, tuple[Any, str, int]], slow: str | None = None) -> None:
     """Traffic of the run key's hour: ``version → (trace policy, test group, episodes)``, written
     by the agent SDK's tracer into the landing zone and captured, as production would."""
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.sandbox.traces import rollout_traces
     from rlops.timeline.world import SimTracer
@@ -52,7 +53,7 @@ def _serve(ctx: Any, pack: Any, served: dict[str, tuple[Any, str, int]], slow: s
         for rec in json.loads(df.to_json(orient="records")):
             tracer.record(rec)
     tracer.flush()
-    capture_step(ctx, simulate=False)
+    capture_step(ctx, CaptureRequest(simulate=False))
 
 
 def test_staged_rollout_then_rollback(pack: Any, good: Any, approve_all: Any) -> None:

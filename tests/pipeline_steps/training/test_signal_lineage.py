@@ -48,6 +48,7 @@ def test_the_next_retrain_and_trace_rows_record_the_signal(
 ) -> None:
     import torch
 
+    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
 
     torch.set_num_threads(1)
@@ -69,7 +70,7 @@ def test_the_next_retrain_and_trace_rows_record_the_signal(
     assert (tags["signal.complaint_index"], tags["reward_fn"]) == ("0.6", "v1")
     assert tags["reward_fn_sha256"] == first["reward_fn_sha256"]  # same source: the signal is its own lineage field
 
-    cap = capture_step(make_ctx(tmp_path, "20260105T1100"), simulate=True).as_dict()
+    cap = capture_step(make_ctx(tmp_path, "20260105T1100"), CaptureRequest(simulate=True)).as_dict()
     rows = ctx.traces.read(SCENARIO)
     assert cap["rows_accepted"] == len(rows) > 0
     assert set(rows["reward_signals"].map(json.loads).map(json.dumps)) == {'{"complaint_index": 0.6}'}
