@@ -34,8 +34,6 @@ STILL_DICT = {
     "drift_check",
     "recalibrate",
     "label_queue_run",
-    "label_queue_export",
-    "label_queue_import",
     "evaluate_candidate",
     "promote",
     "promote_from_alias",

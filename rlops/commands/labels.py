@@ -33,9 +33,9 @@ def cmd_labels(args: argparse.Namespace) -> int:
         if args.labels_command == "run":
             result = label_queue_run(ctx, args.traces)
         elif args.labels_command == "export":
-            result = label_queue_export(ctx, args.out)
+            result = label_queue_export(ctx, args.out).as_dict()
         else:
-            result = label_queue_import(ctx, args.file)
+            result = label_queue_import(ctx, args.file).as_dict()
     if args.json:
         print_json(result)
     else:

@@ -21,8 +21,8 @@ def test_what_a_command_prints_besides_its_json_goes_to_stderr(
     tmp_storage_root: str, tmp_tracking: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import rlops.pipeline_steps.capture.step as step
-    from rlops.pipeline_steps.capture.summary import CaptureSummary
     from rlops.cli import main
+    from rlops.pipeline_steps.capture.summary import CaptureSummary
 
     def chatty_capture(*args: Any, **kwargs: Any) -> CaptureSummary:
         sys.stdout.write("🏃 View run capture at: http://127.0.0.1:5000/#/experiments/1/runs/x\n")

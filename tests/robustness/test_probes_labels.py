@@ -213,7 +213,7 @@ def _import(tmp: Path, store: Any, tasks: list[Any], name: str) -> dict[str, Any
 
     path = tmp / name
     path.write_text(json.dumps(tasks))
-    return import_export(_Ctx(tmp), store, f"file://{path}")
+    return import_export(_Ctx(tmp), store, f"file://{path}").as_dict()
 
 
 def _older_export_does_not_relabel(tmp: Path) -> Verdict:

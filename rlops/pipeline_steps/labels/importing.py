@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
 import pandas as pd
 
 from rlops.common.errors import UserError
+from rlops.common.step_result import StepResult
 from rlops.storage.backend import normalize_uri
 
 Label = dict[str, Any]
@@ -204,7 +206,28 @@ def _public(lab: Label) -> Label:
     return {k: v for k, v in lab.items() if k not in ("item_id", "_id")}
 
 
-def import_export(ctx: Any, store: Any, uri: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LabelImport(StepResult):
+    """What one Label Studio export brought: labels stored, and what was refused and why."""
+
+    tasks_in: int
+    labels: int
+    """Annotations read."""
+    ingested: int
+    """Labels stored (one per item; a re-import replaces, never duplicates)."""
+    rejected: list[dict[str, Any]]
+    """Annotations refused, each with its reason (not a legal action, unknown item, …)."""
+    not_annotated: int
+    conflicts: list[dict[str, Any]]
+    """Items labelled differently by different annotators: not applied."""
+    conflicts_uri: str | None
+    """Where the conflicts are listed for resolving in Label Studio (None: none, or a dry run)."""
+    stale: list[dict[str, Any]]
+    """Labels older than the stored label of their item: not applied."""
+    dry_run: bool
+
+
+def import_export(ctx: Any, store: Any, uri: str) -> LabelImport:
     """Read the export at ``uri``, store its labels and say what was rejected and what conflicts.
     Conflicts are written to ``labels/conflicts/scenario=<s>/<run_key>.json`` under the storage
     root (not in a dry run) so they can be resolved in Label Studio; the items keep their label."""
@@ -242,17 +265,17 @@ def import_export(ctx: Any, store: Any, uri: str) -> dict[str, Any]:
     fresh = [lab for lab in labels if lab["item_id"] not in {s["item_id"] for s in stale}]
     # a dry run counts what add_labels would store: one label per item id
     ingested = len({lab["item_id"] for lab in fresh}) if ctx.dry_run else store.add_labels(ctx.scenario, fresh)
-    return {
-        "tasks_in": len(tasks),
-        "labels": len(labels),
-        "ingested": ingested,
-        "rejected": rejected,
-        "not_annotated": empty,
-        "conflicts": conflicts,
-        "conflicts_uri": conflicts_uri,
-        "stale": stale,
-        "dry_run": ctx.dry_run,
-    }
+    return LabelImport(
+        tasks_in=len(tasks),
+        labels=len(labels),
+        ingested=ingested,
+        rejected=rejected,
+        not_annotated=empty,
+        conflicts=conflicts,
+        conflicts_uri=conflicts_uri,
+        stale=stale,
+        dry_run=ctx.dry_run,
+    )
 
 
 def append_conflicts(storage: Any, conflicts_uri: str, source: str, conflicts: list[dict[str, Any]]) -> None:

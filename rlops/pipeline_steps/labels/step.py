@@ -47,8 +47,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rlops.common.params_model import QueueConfig  # the typed ``label_queue:`` params block
+from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.labels.disagreement import LabelledStates, select_disagreeing
-from rlops.pipeline_steps.labels.importing import import_export
+from rlops.pipeline_steps.labels.importing import LabelImport, import_export
 from rlops.pipeline_steps.labels.select import (
     item_id,
     label_config,
@@ -277,8 +278,19 @@ def label_queue_run(ctx: StepContext, traces_uri: str | None = None) -> dict[str
     return result
 
 
-def label_queue_export(ctx: StepContext, out_uri: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LabelExport(StepResult):
+    """The batch of queued items sent to Label Studio, and where its tasks and label config are."""
 
+    tasks: int
+    tasks_uri: str
+    config_uri: str
+    dry_run: bool
+
+
+def label_queue_export(ctx: StepContext, out_uri: str | None = None) -> LabelExport:
+    """Export the queued items not sent yet as Label Studio tasks (and its label config); mark them
+    exported, so nothing is sent twice."""
     cfg = ctx.config.label_queue
     store = store_for(ctx, cfg)
     if ctx.dry_run and not store.exists():  # export_batch would create the queue: without one, nothing to export
@@ -288,23 +300,18 @@ def label_queue_export(ctx: StepContext, out_uri: str | None = None) -> dict[str
     else:
         items = store.export_batch(ctx.scenario, ctx.run_key)
     uri = out_uri or ctx.uri(cfg.export_dir, ctx.scenario, f"tasks-{ctx.run_key}.json")
-    result: dict[str, Any]
-    result = {
-        "tasks": len(items),
-        "tasks_uri": uri,
-        "config_uri": uri.rsplit("/", 1)[0] + "/label_config.xml",
-        "dry_run": ctx.dry_run,
-    }
+    result = LabelExport(len(items), uri, uri.rsplit("/", 1)[0] + "/label_config.xml", ctx.dry_run)
     if not ctx.dry_run:
         from rlops.sandbox.pack import load_pack  # action names, field units
 
         pack = load_pack(ctx.pack_dir, check_liveness=False)
         ctx.storage.write_json(uri, to_tasks(items, pack))
-        ctx.storage.write_text(result["config_uri"], label_config(pack))
+        ctx.storage.write_text(result.config_uri, label_config(pack))
         store.mark(items["item_id"].tolist(), EXPORTED, export_key=ctx.run_key)
     return result
 
 
-def label_queue_import(ctx: StepContext, uri: str) -> dict[str, Any]:
-
+def label_queue_import(ctx: StepContext, uri: str) -> LabelImport:
+    """Store the labels of the Label Studio export at ``uri`` (see
+    :func:`rlops.pipeline_steps.labels.importing.import_export`)."""
     return import_export(ctx, store_for(ctx, ctx.config.label_queue), uri)

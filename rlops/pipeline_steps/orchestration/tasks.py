@@ -245,7 +245,7 @@ def label_queue(conf: Mapping[str, Any]) -> dict[str, Any]:
     ctx = _ctx(conf)
     queued = label_queue_run(ctx)
     exported = label_queue_export(ctx)
-    return {k: v for k, v in {**queued, "export": exported}.items() if k != "cluster_stats"}
+    return {k: v for k, v in {**queued, "export": exported.as_dict()}.items() if k != "cluster_stats"}
 
 
 @no_retry_on_user_error
@@ -257,7 +257,7 @@ def ingest_labels(conf: Mapping[str, Any]) -> dict[str, Any]:
     inbox = ctx.uri("labels", ctx.scenario, "inbox")
     files = ctx.storage.list(inbox, suffix=".json")
     results = [label_queue_import(ctx, uri) for uri in files]
-    return {"files": len(files), "labels": sum(r["ingested"] for r in results), "dry_run": ctx.dry_run}
+    return {"files": len(files), "labels": sum(r.ingested for r in results), "dry_run": ctx.dry_run}
 
 
 @no_retry_on_user_error

@@ -130,10 +130,10 @@ def _round_trip(ctx: StepContext, credit: Pack, df: pd.DataFrame) -> None:
     assert again["inserted"] == 100 and again["replaced_pending"] == 100
     assert again["queue"] == {"pending": 100}
 
-    exported = label_queue_export(ctx)
-    assert label_queue_export(ctx)["tasks"] == 100  # a re-run writes the same tasks
+    exported = label_queue_export(ctx).as_dict()
+    assert label_queue_export(ctx).as_dict()["tasks"] == 100  # a re-run writes the same tasks
     later = StepContext.create("credit_approval", "20261130T0600", params=ctx.params)
-    assert label_queue_export(later)["tasks"] == 0  # nothing is sent to Label Studio twice
+    assert label_queue_export(later).as_dict()["tasks"] == 0  # nothing is sent to Label Studio twice
     tasks = ctx.storage.read_json(exported["tasks_uri"])
     assert len(tasks) == 100 and "<Choices" in ctx.storage.read_text(exported["config_uri"])
     assert {"item_id", "state", "state_text", "candidate_actions"} <= set(tasks[0]["data"])
@@ -154,10 +154,10 @@ def _round_trip(ctx: StepContext, credit: Pack, df: pd.DataFrame) -> None:
         ]
     ls_export = ctx.uri("label_studio", "export.json")
     ctx.storage.write_json(ls_export, tasks)
-    imp = label_queue_import(ctx, ls_export)
+    imp = label_queue_import(ctx, ls_export).as_dict()
     assert imp["tasks_in"] == 100 and imp["ingested"] == 98 and imp["not_annotated"] == 1
     assert len(imp["rejected"]) == 1 and "not a legal action" in imp["rejected"][0]["reason"]
-    assert label_queue_import(ctx, ls_export)["ingested"] == 98  # re-import replaces, never duplicates
+    assert label_queue_import(ctx, ls_export).as_dict()["ingested"] == 98  # re-import replaces, never duplicates
 
     store = LabelStore(ctx.params["label_queue"]["db_url"], ctx.params["label_queue"].get("db_schema"))
     assert store.counts("credit_approval") == {"labelled": 98, "exported": 2}
@@ -231,9 +231,9 @@ def test_export_and_import_dry_runs_count_what_the_real_runs_do(credit: Pack, tm
     ctx.storage.write_parquet(ctx.uri("traces", "part.parquet"), df)
     label_queue_run(ctx, ctx.uri("traces"))
     ctx.dry_run = True
-    dry_export = label_queue_export(ctx)
+    dry_export = label_queue_export(ctx).as_dict()
     ctx.dry_run = False
-    exported = label_queue_export(ctx)
+    exported = label_queue_export(ctx).as_dict()
     assert dry_export["tasks"] == exported["tasks"] == 100
     tasks = ctx.storage.read_json(exported["tasks_uri"])
     for i, t in enumerate(tasks):
@@ -245,11 +245,11 @@ def test_export_and_import_dry_runs_count_what_the_real_runs_do(credit: Pack, tm
     ctx.storage.write_json(ls_export, tasks)
     counts = ("tasks_in", "labels", "ingested", "rejected", "not_annotated", "conflicts", "stale")
     ctx.dry_run = True
-    dry = label_queue_import(ctx, ls_export)
+    dry = label_queue_import(ctx, ls_export).as_dict()
     store = LabelStore(ctx.params["label_queue"]["db_url"])
     assert store.counts("credit_approval") == {"exported": 100}  # the dry run stored no label
     ctx.dry_run = False
-    real = label_queue_import(ctx, ls_export)
+    real = label_queue_import(ctx, ls_export).as_dict()
     assert real["ingested"] == 99
     assert {k: dry[k] for k in counts} == {k: real[k] for k in counts}
 

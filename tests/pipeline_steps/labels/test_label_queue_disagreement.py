@@ -144,7 +144,7 @@ def test_labels_run_switches_to_the_ensemble_once_labels_are_finished(
     )
     first = label_queue_run(ctx, ctx.uri("traces"))
     assert first["selection"].startswith("entropy: 0 finished label(s)") and first["items"] == 30
-    tasks = ctx.storage.read_json(label_queue_export(ctx)["tasks_uri"])
+    tasks = ctx.storage.read_json(label_queue_export(ctx).as_dict()["tasks_uri"])
     for t in tasks:  # the labeller answers with the first legal action
         t["annotations"] = [
             {
@@ -161,7 +161,7 @@ def test_labels_run_switches_to_the_ensemble_once_labels_are_finished(
             }
         ]
     ctx.storage.write_json(ctx.uri("label_studio", "export.json"), tasks)
-    assert label_queue_import(ctx, ctx.uri("label_studio", "export.json"))["ingested"] == 30
+    assert label_queue_import(ctx, ctx.uri("label_studio", "export.json")).as_dict()["ingested"] == 30
 
     later = StepContext.create("credit_approval", "20261130T0500", params=params)
     second = label_queue_run(later, ctx.uri("traces"))

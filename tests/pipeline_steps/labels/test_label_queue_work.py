@@ -100,7 +100,7 @@ def test_before_any_champion_the_newest_candidate_scores_rule_engine_traffic(
     assert res["rows_excluded"][EXCLUDED_SINGLE] > 0 and res["rows_judged"] > 0
 
     # what the labeller reads: rounded, with units
-    exported = label_queue_export(ctx)
+    exported = label_queue_export(ctx).as_dict()
     text = ctx.storage.read_json(exported["tasks_uri"])[0]["data"]["state_text"]
     assert " CNY" in text and " years" in text
     income = next(line for line in text.splitlines() if line.startswith("user_profile.income_monthly"))
