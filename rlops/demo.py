@@ -98,8 +98,8 @@ def run(scenario: str | None = None) -> int:
     )
 
     cal, dt = _timed(lambda: recalibrate(ctx, traces_uri=drift["target_uri"]))
-    moved = ", ".join(f"{k} {v['before']:.3f}→{v['after']:.3f}" for k, v in list(cal.get("check", {}).items())[:3])
-    _say(4, f"sandbox recalibrated to live: version {cal['version']}, profile '{cal['profile']}' ({moved}) ({dt:.1f}s)")
+    moved = ", ".join(f"{k} {v['before']:.3f}→{v['after']:.3f}" for k, v in list(cal.check.items())[:3])
+    _say(4, f"sandbox recalibrated to live: version {cal.version}, profile '{cal.profile}' ({moved}) ({dt:.1f}s)")
 
     rm, dt = _timed(lambda: train_reward_model_step(ctx))
     _say(

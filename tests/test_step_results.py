@@ -32,7 +32,6 @@ STEPS = {
 #: Steps that still return ``dict[str, Any]``.
 STILL_DICT = {
     "drift_check",
-    "recalibrate",
     "label_queue_run",
     "evaluate_candidate",
     "promote",

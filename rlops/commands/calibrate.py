@@ -21,16 +21,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     with as_user_error("calibrate"):
         result = recalibrate(ctx, args.traces)
     if args.json:
-        print_json(result)
+        print_json(result.as_dict())
         return 0
-    segments = f" in {result['segments']} population segments" if result.get("segments", 1) > 1 else ""
+    segments = f" in {result.segments} population segments" if result.segments > 1 else ""
     print(
-        f"calibration {result['version']}: {len(result['fields'])} fields fitted{segments} "
-        f"from {result['rows']} rows, "
-        f"profile '{PROFILE}' jitter {result['simulation']['latency_jitter_ms']}, "
-        f"error rates {result['simulation']['error_rates']}"
+        f"calibration {result.version}: {len(result.fields)} fields fitted{segments} "
+        f"from {result.rows} rows, "
+        f"profile '{PROFILE}' jitter {result.simulation['latency_jitter_ms']}, "
+        f"error rates {result.simulation['error_rates']}"
     )
-    for path, c in result["check"].items():
+    for path, c in result.check.items():
         print(f"  {path:<36} {c['metric']} {c['before']:.4f} → {c['after']:.4f}")
-    print(("would write " if ctx.dry_run else "wrote ") + result["calibration_uri"])
+    print(("would write " if ctx.dry_run else "wrote ") + result.calibration_uri)
     return 0

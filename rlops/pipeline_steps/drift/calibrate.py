@@ -35,11 +35,14 @@ Output
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rlops.common.params_model import RecalConfig  # the typed ``recalibrate:`` params block
+from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.drift.check import champion_rows
 from rlops.pipeline_steps.drift.field_fits import (
     changed_by_actions,
@@ -263,7 +266,38 @@ def fit_rewards(ctx: StepContext, after: Pack, live: pd.DataFrame) -> dict[str, 
     return fit_reward_scales(after, live, sandbox)
 
 
-def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RecalibrationSummary(StepResult):
+    """A calibration version fitted to live traces, checked, and written (unless dry)."""
+
+    version: str
+    """The calibration version: the run key that fitted it."""
+    calibration_uri: str
+    latest_uri: str
+    rows: int
+    """Live rows fitted on."""
+    fields: list[str]
+    """The state fields whose distribution was fitted."""
+    skipped: dict[str, Any]
+    """Fields not fitted, with why."""
+    rejected: dict[str, Any]
+    """Fitted fields whose fit matched live worse than the current sandbox: kept as they were."""
+    segments: int
+    """Population segments fitted (1: one population)."""
+    profile: str
+    """The simulation profile the calibration defines."""
+    simulation: dict[str, Any]
+    """Its latency jitter and error rates, fitted from live."""
+    check: dict[str, Any]
+    """Per field: the distance to live before and after."""
+    rewards: dict[str, Any]
+    """Outcome scores rescaled to live (per reward component and sign)."""
+    dry_run: bool
+    run_id: str | None = None
+    """The MLflow run of the recalibration (None: a dry run)."""
+
+
+def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> RecalibrationSummary:
     """Fit, check and write a new calibration version; returns a summary."""
     cfg = ctx.config.recalibrate
     uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
@@ -300,22 +334,21 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> dict[str, An
             cal["rewards"] = rewards
     version_uri = ctx.uri("calibrations", ctx.scenario, f"{ctx.run_key}.json")
     latest_uri = ctx.uri("calibrations", ctx.scenario, "latest.json")
-    result = {
-        "version": ctx.run_key,
-        "calibration_uri": version_uri,
-        "latest_uri": latest_uri,
-        "rows": len(df),
-        "fields": sorted(cal["fields"]),
-        "skipped": cal["fit"]["skipped"],
-        "rejected": cal["fit"].get("rejected", {}),
-        "segments": len(cal.get("population") or []) or 1,
-        "profile": PROFILE,
-        "simulation": cal["simulation"]["profiles"][PROFILE],
-        "check": cal["check"],
-        "rewards": cal.get("rewards", {}),
-        "dry_run": ctx.dry_run,
-        "run_id": None,
-    }
+    result = RecalibrationSummary(
+        version=ctx.run_key,
+        calibration_uri=version_uri,
+        latest_uri=latest_uri,
+        rows=len(df),
+        fields=sorted(cal["fields"]),
+        skipped=cal["fit"]["skipped"],
+        rejected=cal["fit"].get("rejected", {}),
+        segments=len(cal.get("population") or []) or 1,
+        profile=PROFILE,
+        simulation=cal["simulation"]["profiles"][PROFILE],
+        check=cal["check"],
+        rewards=cal.get("rewards", {}),
+        dry_run=ctx.dry_run,
+    )
     if ctx.dry_run:
         return result
     ctx.storage.write_json(version_uri, cal)
@@ -324,7 +357,7 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> dict[str, An
     with step_run(ctx, T.RECALIBRATE, extra_tags={T.CALIBRATION_VERSION: ctx.run_key}) as run:
         log_dataset_inputs(run, [parquet_dataset(ctx.storage, uri, f"traces-{ctx.scenario}")], CALIBRATION)
         flat = {f"{path}.{k}": v for path, spec in cal["fields"].items() for k, v in spec.items() if k != "dist"}
-        flat.update({f"sim.{k}": v for k, v in result["simulation"].items() if k != "description"})
+        flat.update({f"sim.{k}": v for k, v in result.simulation.items() if k != "description"})
         run.log_params({**flat, "traces_uri": uri, "calibration_uri": version_uri})
         run.log_metrics(
             {
@@ -342,8 +375,7 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> dict[str, An
             step=0,
         )
         run.log_dict(cal, f"calibration/{ctx.run_key}.json")
-        result["run_id"] = run.run_id
-    return result
+    return dataclasses.replace(result, run_id=run.run_id)
 
 
 __all__ = ["RecalConfig", "fit_calibration", "fit_simulation", "check_calibration", "recalibrate"]

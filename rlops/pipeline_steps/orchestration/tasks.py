@@ -235,7 +235,7 @@ def recalibrate(conf: Mapping[str, Any], drift: Mapping[str, Any]) -> dict[str, 
 
     if drift.get("signal_drift") and not drift.get("baseline_uri"):  # a signal moved; no traffic to fit
         return {"skipped": "no live traces in the window: the sandbox keeps its calibration"}
-    return run(_ctx(conf), traces_uri=drift.get("target_uri"))
+    return run(_ctx(conf), traces_uri=drift.get("target_uri")).as_dict()
 
 
 @no_retry_on_user_error

@@ -141,7 +141,7 @@ def test_the_drift_check_raises_outcome_drift_after_a_quiet_calibrated_hour(
     )
     assert len(runs) == 1
     # the alarm's recalibration fits the changed dynamics from the hour's outcomes (into the calibration)
-    cal = recalibrate(ctx, traces_uri=window_uri(ctx))
+    cal = recalibrate(ctx, traces_uri=window_uri(ctx)).as_dict()
     fitted = ctx.storage.read_json(cal["calibration_uri"])["outcomes"]
     assert any("user_profile.age" in f["when"] and f["factor"] > 1.5 for f in fitted["hidden.default_prob"])
     # the next hour the change persists, the recalibrated sandbox now predicts it: no new alarm
@@ -311,7 +311,7 @@ def test_recalibration_on_rule_changed_traffic_writes_the_scale_the_next_trainin
     ctx = StepContext.create("credit_approval", "20261130T0500", params=params)
     uri = ctx.uri("traces", "scenario=credit_approval", "date=2026-11-30", "hour=04", "part-0.parquet")
     ctx.storage.write_parquet(uri, rows(rule, 10_000, 1000, reward="v2"))
-    out = recalibrate(ctx, ctx.uri("traces"))
+    out = recalibrate(ctx, ctx.uri("traces")).as_dict()
     factor = out["rewards"]["loan_outcome"]["negative"]["factor"]
     assert 1.3 < factor < 1.65, out["rewards"]
     assert ctx.load_pack().reward_fn("v1").outcome_scales == (("loan_outcome", factor, 1.0),)
@@ -319,7 +319,7 @@ def test_recalibration_on_rule_changed_traffic_writes_the_scale_the_next_trainin
     (run,) = tracker.client.search_runs([tracker.experiment_id], "tags.`rlops.step` = 'recalibrate'")
     assert run.data.metrics["reward_scale_negative/loan_outcome"] == pytest.approx(factor)
     later = StepContext.create("credit_approval", "20261130T0600", params=params)
-    again = recalibrate(later, later.uri("traces"))
+    again = recalibrate(later, later.uri("traces")).as_dict()
     assert again["rewards"]["loan_outcome"]["negative"]["factor"] == pytest.approx(factor, rel=0.05)
 
 

@@ -83,7 +83,7 @@ def test_step_writes_a_version_that_load_pack_uses(
     ctx = StepContext.create("credit_approval", "20261130T0500", params=params)
     uri = ctx.uri("traces", "scenario=credit_approval", "date=2026-11-30", "hour=04", "part-0.parquet")
     ctx.storage.write_parquet(uri, live_traces)
-    out = recalibrate(ctx, ctx.uri("traces"))
+    out = recalibrate(ctx, ctx.uri("traces")).as_dict()
     assert out["calibration_uri"].endswith("calibrations/credit_approval/20261130T0500.json")
     assert ctx.storage.read_json(out["latest_uri"])["version"] == "20261130T0500"
     for path in ("user_profile.age", "user_profile.income_monthly"):
@@ -106,7 +106,7 @@ def test_step_writes_a_version_that_load_pack_uses(
         [Tracker(tmp_tracking, "credit_approval").experiment_id], "tags.`rlops.step` = 'recalibrate'"
     )
     assert len(runs) == 1 and "user_profile.age.mean" in runs[0].data.params
-    again = recalibrate(ctx, ctx.uri("traces"))  # same run key: the same version, overwritten
+    again = recalibrate(ctx, ctx.uri("traces")).as_dict()  # same run key: the same version, overwritten
     assert again["calibration_uri"] == out["calibration_uri"]
 
 

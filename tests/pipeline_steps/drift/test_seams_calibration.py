@@ -68,9 +68,9 @@ def test_recalibration_never_edits_the_production_world_and_is_idempotent(ctx: S
     _live_capture(ctx, 1000)
     declared = ctx.load_pack(calibration=None)
     live_before = _initial(declared, "live")
-    first = recalibrate(ctx)
+    first = recalibrate(ctx).as_dict()
     cal1 = ctx.read_calibration(KEY)
-    second = recalibrate(ctx)  # the same run key again
+    second = recalibrate(ctx).as_dict()  # the same run key again
     cal2 = ctx.read_calibration(KEY)
     assert first["fields"] == second["fields"]
     assert cal1["fields"] == cal2["fields"] and cal1["simulation"] == cal2["simulation"]
@@ -91,7 +91,7 @@ def test_calibration_reports_every_unfitted_field_and_refuses_worse_fits(ctx: St
     from rlops.pipeline_steps.drift.calibrate import recalibrate, worse_fits
 
     _live_capture(ctx, 1000)
-    res = recalibrate(ctx)
+    res = recalibrate(ctx).as_dict()
     pack = ctx.load_pack(calibration=None)
     every = {f.path for f in pack.scenario.spec.fields}
     assert set(res["fields"]) | set(res["skipped"]) | set(res["rejected"]) == every
