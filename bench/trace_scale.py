@@ -353,10 +353,10 @@ def measure(
         return {
             "seconds": time.perf_counter() - t0,
             "cpu_s": time.process_time() - c0,
-            "drifted_fields": len(out["drifted_fields"]),
-            "drifted": out["drifted_fields"],
-            "target": out["target_uri"],
-            "summary": out["summary"],
+            "drifted_fields": len(out.drifted_fields),
+            "drifted": out.drifted_fields,
+            "target": out.target_uri,
+            "summary": out.summary,
         }
     if name == "label_queue":
         from rlops.pipeline_steps.labels.step import label_queue_run

@@ -92,12 +92,12 @@ def run(scenario: str | None = None) -> int:
     drift, dt = _timed(lambda: drift_check(ctx))
     _say(
         3,
-        f"drift vs sandbox: {drift['summary']} {drift['drifted_fields']}; live mean return "
-        f"{drift['live_mean_return']} vs sandbox {drift['sandbox_mean_return']} ({dt:.1f}s)\n"
-        f"      report: {drift['html_uri']}",
+        f"drift vs sandbox: {drift.summary} {drift.drifted_fields}; live mean return "
+        f"{drift.live_mean_return} vs sandbox {drift.sandbox_mean_return} ({dt:.1f}s)\n"
+        f"      report: {drift.html_uri}",
     )
 
-    cal, dt = _timed(lambda: recalibrate(ctx, traces_uri=drift["target_uri"]))
+    cal, dt = _timed(lambda: recalibrate(ctx, traces_uri=drift.target_uri))
     moved = ", ".join(f"{k} {v['before']:.3f}→{v['after']:.3f}" for k, v in list(cal.check.items())[:3])
     _say(4, f"sandbox recalibrated to live: version {cal.version}, profile '{cal.profile}' ({moved}) ({dt:.1f}s)")
 

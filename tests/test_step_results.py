@@ -31,7 +31,6 @@ STEPS = {
 
 #: Steps that still return ``dict[str, Any]``.
 STILL_DICT = {
-    "drift_check",
     "label_queue_run",
     "evaluate_candidate",
     "promote",

@@ -83,12 +83,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     ctx = context_from_args(args)
     res = drift_check(ctx, args.episodes)
     print_result(
-        res,
+        res.as_dict(),
         args.json,
         [
-            f"{res['summary']} drifted: {res['drifted_fields'] or 'none'}; anomaly: "
-            f"{res['anomaly']}; retrain: {res['retrain']}"
-            + (f"\nreport: {res['html_uri']}" if res.get("html_uri") else "")
+            f"{res.summary} drifted: {res.drifted_fields or 'none'}; anomaly: {res.anomaly}; retrain: {res.retrain}"
+            + (f"\nreport: {res.html_uri}" if res.html_uri else "")
         ],
     )
-    return EXIT_DRIFT if args.fail_on_drift and res["retrain"] else 0
+    return EXIT_DRIFT if args.fail_on_drift and res.retrain else 0

@@ -127,7 +127,7 @@ def _check_fanned_equals_one_task(fanned: dict[str, Any]) -> None:
     from rlops.pipeline_steps.drift.check import drift_check
     from rlops.pipeline_steps.infra.context import StepContext
 
-    one = drift_check(StepContext.create("credit_approval", DRIFT_KEY))  # the window read whole, here
+    one = drift_check(StepContext.create("credit_approval", DRIFT_KEY)).as_dict()  # the window read whole, here
     assert fanned["run_key"] == DRIFT_KEY
     for key in ("drifted_fields", "live_mean_return", "policy_version", "retrain", "summary"):
         assert fanned[key] == one[key], key

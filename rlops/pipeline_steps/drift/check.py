@@ -25,11 +25,14 @@ live traffic. Any one asks for an emergency retrain.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlops.common.step_result import StepResult
 from rlops.data_contracts.schema import STATE_PREFIX, contract_for
 from rlops.data_contracts.validation import validate_frame
 from rlops.pipeline_steps.drift.anomaly import check_return_anomaly
@@ -203,7 +206,49 @@ def outcome_rows(ctx: StepContext, cfg: DriftParams, uri: str, window: tuple[Any
     return reader.sample_episodes(uri, cfg.outcome_max_rows, window, columns, total=rows)[0]
 
 
-def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DriftSummary(StepResult):
+    """What the drift check of a run key found, and whether it asks for a retrain."""
+
+    scenario: str
+    run_key: str
+    target_uri: str
+    """The live traffic tested (the run key's partition, or the ``drift.window_hours`` window)."""
+    dry_run: bool
+    signal_shifts: list[dict[str, Any]]
+    """Each business signal the reward reads: its value now and at the last training."""
+    signal_drift: list[str]
+    """The signals that moved, described."""
+    drifted_fields: list[str]
+    anomaly: bool
+    """The live return fell significantly below its level (the return-anomaly check)."""
+    retrain: bool
+    summary: str
+    baseline_uri: str | None = None
+    """The sandbox baseline the traffic was compared with (None: no live traffic to compare)."""
+    policy_version: str | None = None
+    profile: str | None = None
+    calibration: str | None = None
+    report_uri: str | None = None
+    html_uri: str | None = None
+    live_mean_return: float | None = None
+    sandbox_mean_return: float | None = None
+    anomaly_check: dict[str, Any] | None = None
+    outcome_drift: bool | None = None
+    outcome_onset: bool | None = None
+    outcome_drifted_cells: list[Any] | None = None
+    outcome_summary: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Without a comparison (no live traffic), only the fields that say so."""
+        out = super().as_dict()
+        if self.baseline_uri is None:
+            compared = [f.name for f in dataclasses.fields(self)][list(out).index("baseline_uri") :]
+            return {k: v for k, v in out.items() if k not in compared}
+        return out
+
+
+def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any] | None = None) -> DriftSummary:
     """The drift check of the run key (see the module). ``slices``: a fanned-out check's slices
     (:func:`rlops.pipeline_steps.drift.fan_out.summarise_slice`), counted against the baseline the
     plan froze and added up by :func:`rlops.pipeline_steps.drift.slice_counts.merge_slices`."""
@@ -214,22 +259,27 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
         empty = bool(live.empty)
     else:
         target, empty = long[0], long[3] == 0
-    base = {"scenario": ctx.scenario, "run_key": ctx.run_key, "target_uri": target, "dry_run": ctx.dry_run}
     pack = ctx.load_pack()  # with the latest calibration: the sandbox as it stands now
 
     shifts = signal_shifts(ctx, pack)  # a business signal moves the reward with or without traffic
     signals_moved = [s.describe() for s in shifts if s.moved]
-    base["signal_shifts"] = [s.as_dict() for s in shifts]
-    base["signal_drift"] = signals_moved
+    base: dict[str, Any] = {
+        "scenario": ctx.scenario,
+        "run_key": ctx.run_key,
+        "target_uri": target,
+        "dry_run": ctx.dry_run,
+        "signal_shifts": [s.as_dict() for s in shifts],
+        "signal_drift": signals_moved,
+    }
     if empty:
-        return {
+        return DriftSummary(
             **base,
-            "drifted_fields": [],
-            "anomaly": False,
-            "retrain": bool(signals_moved),
-            "summary": f"no live traces at {target}; nothing to compare"
+            drifted_fields=[],
+            anomaly=False,
+            retrain=bool(signals_moved),
+            summary=f"no live traces at {target}; nothing to compare"
             + "".join(f"; {line}: retrain" for line in signals_moved),
-        }
+        )
     profile = default_profile(pack, "sandbox")
     summary = None
     fanned = [s for s in slices or [] if s] if long is not None else []
@@ -274,24 +324,24 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
     outcome = outcome_drift_step(ctx, pack, baseline_df, live)
     if fanned and not ctx.dry_run:  # last: a failure above leaves the slices for the task's retry
         drop_slices(ctx)
-    return {
+    return DriftSummary(
         **base,
-        "baseline_uri": baseline,
-        "policy_version": version,
-        "profile": profile,
-        "calibration": (pack.calibration or {}).get("version"),
-        "drifted_fields": drifted,
-        "report_uri": None if ctx.dry_run else result.report_uri,
-        "html_uri": None if ctx.dry_run else result.html_uri,
-        "summary": (f"{result.summary} (dry run: no report written)" if ctx.dry_run else result.summary)
+        baseline_uri=baseline,
+        policy_version=version,
+        profile=profile,
+        calibration=(pack.calibration or {}).get("version"),
+        drifted_fields=drifted,
+        report_uri=None if ctx.dry_run else result.report_uri,
+        html_uri=None if ctx.dry_run else result.html_uri,
+        summary=(f"{result.summary} (dry run: no report written)" if ctx.dry_run else result.summary)
         + "".join(f"; {line}" for line in signals_moved),
-        "live_mean_return": round(float(r_live.mean()), 4) if len(r_live) else None,
-        "sandbox_mean_return": round(float(r_base.mean()), 4),
-        "anomaly": verdict["anomaly"],
-        "anomaly_check": verdict,
-        "outcome_drift": outcome.drifted,
-        "outcome_onset": outcome.onset,
-        "outcome_drifted_cells": outcome.drifted_cells,
-        "outcome_summary": outcome.summary,
-        "retrain": bool(drifted) or verdict["anomaly"] or outcome.onset or bool(signals_moved),
-    }
+        live_mean_return=round(float(r_live.mean()), 4) if len(r_live) else None,
+        sandbox_mean_return=round(float(r_base.mean()), 4),
+        anomaly=verdict["anomaly"],
+        anomaly_check=verdict,
+        outcome_drift=outcome.drifted,
+        outcome_onset=outcome.onset,
+        outcome_drifted_cells=outcome.drifted_cells,
+        outcome_summary=outcome.summary,
+        retrain=bool(drifted) or verdict["anomaly"] or outcome.onset or bool(signals_moved),
+    )

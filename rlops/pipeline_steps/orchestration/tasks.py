@@ -226,7 +226,7 @@ def detect_drift(conf: Mapping[str, Any], slices: Sequence[Any] | None = None) -
             ctx.storage, ctx.config.signals, pack_declarations(pack.name, pack.reward_fns)
         ):
             log.warning(line)
-    return drift_check(ctx, slices=list(slices or []))
+    return drift_check(ctx, slices=list(slices or [])).as_dict()
 
 
 @no_retry_on_user_error

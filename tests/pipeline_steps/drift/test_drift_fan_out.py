@@ -90,11 +90,11 @@ def test_slices_add_up_to_the_summary_of_one_pass(tmp_tracking: str, tmp_storage
     pd.testing.assert_frame_equal(merged.plot_rows, whole.plot_rows)
     assert np.array_equal(np.sort(merged.episode_returns), np.sort(whole.episode_returns))
 
-    one = drift_check(ctx)
+    one = drift_check(ctx).as_dict()
     one_report = json.loads(ctx.storage.read_text(one["report_uri"]))
     slice_dir = ctx.uri(SLICE_DIR, ctx.scenario, KEY)
     assert len(ctx.storage.list(slice_dir)) == 2 * len(plan)  # counts and histogram rows a slice
-    fanned = drift_check(ctx, slices=results)
+    fanned = drift_check(ctx, slices=results).as_dict()
     fanned_report = json.loads(ctx.storage.read_text(fanned["report_uri"]))
     assert ctx.storage.list(slice_dir) == []  # merged into the report, then deleted
     assert _fields(fanned_report) == _fields(one_report)
@@ -155,7 +155,7 @@ def test_the_drift_monitor_dag_maps_one_task_per_slice(
     assert str(detect.state) == "success"
     fanned = detect.xcom_pull(task_ids="detect_drift")
 
-    one = drift_check(ctx)  # the same window read whole by one task
+    one = drift_check(ctx).as_dict()  # the same window read whole by one task
     assert fanned["run_key"] == one["run_key"] == KEY
     for key in ("drifted_fields", "live_mean_return", "policy_version", "retrain", "summary"):
         assert fanned[key] == one[key], key

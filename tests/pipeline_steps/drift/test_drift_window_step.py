@@ -34,7 +34,7 @@ def test_a_day_window_check_reports_what_its_rows_give(tmp_tracking: str, tmp_st
         live = rollout_traces(pack, random_policy(seed), 150, seed=seed, episode_prefix=f"live-{seed}")
         live["ts"] = datetime(t.year, t.month, t.day, t.hour, 5, tzinfo=UTC).isoformat()
         ctx.storage.write_parquet(f"{window_uri(ctx)}/part-0.parquet", comparable_rows(pack, live))
-    out = drift_check(ctx, episodes=200)
+    out = drift_check(ctx, episodes=200).as_dict()
     report = json.loads(ctx.storage.read_text(out["report_uri"]))
     rows = ctx.traces.reader.read(ctx.traces.scenario_uri(ctx.scenario), ctx.key.lookback(2.0))
     base = ctx.storage.read_parquet(out["baseline_uri"])

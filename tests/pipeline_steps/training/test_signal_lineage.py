@@ -94,11 +94,11 @@ def test_a_signal_move_asks_for_a_retrain(tmp_tracking: str, tmp_storage_root: s
     ctx.tracker.set_alias(NAME, CHAMPION, trained["model_version"])
 
     set_signal(ctx.params, "complaint_index", "0.55")  # within retrain_delta (0.1 of the range)
-    calm = drift_check(make_ctx(tmp_path, "20260105T1100"))
+    calm = drift_check(make_ctx(tmp_path, "20260105T1100")).as_dict()
     assert calm["retrain"] is False and calm["signal_shifts"][0]["moved"] is False
 
     set_signal(ctx.params, "complaint_index", "0.9")
-    moved = drift_check(make_ctx(tmp_path, "20260105T1200"))  # no live traffic: the signal alone decides
+    moved = drift_check(make_ctx(tmp_path, "20260105T1200")).as_dict()  # no live traffic: the signal alone decides
     assert moved["retrain"] is True
     shift = moved["signal_shifts"][0]
     assert (shift["champion"], shift["in_force"], shift["moved"]) == (0.5, 0.9, True)
