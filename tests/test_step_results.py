@@ -32,7 +32,6 @@ STEPS = {
 #: Steps that still return ``dict[str, Any]``.
 STILL_DICT = {
     "label_queue_run",
-    "evaluate_candidate",
     "promote",
     "promote_from_alias",
 }

@@ -113,11 +113,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     _check_episodes(args)
     res = _call(evaluate_candidate, context_from_args(args), args.candidate, args.episodes)
     head = [
-        f"{res['scenario']}: v{res['candidate']} vs {res['baseline']} on {res['episodes']} episodes "
-        f"({res['profile']} profile): {'PASS' if res['passed'] else 'FAIL'}"
+        f"{res.scenario}: v{res.candidate} vs {res.baseline} on {res.episodes} episodes "
+        f"({res.profile} profile): {'PASS' if res.passed else 'FAIL'}"
     ]
-    print_result(res, args.json, head + _gate_lines(res) + [f"  note: {n}" for n in res["notes"]])
-    return 0 if res["passed"] else 1
+    report = res.as_dict()
+    print_result(report, args.json, head + _gate_lines(report) + [f"  note: {n}" for n in res.notes])
+    return 0 if res.passed else 1
 
 
 def cmd_promote(args: argparse.Namespace) -> int:

@@ -16,11 +16,13 @@ This module judges; it moves no alias.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import tempfile
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,7 @@ import pandas as pd
 from rlops.common.arguments import MAX_EPISODES, count
 from rlops.common.errors import UserError
 from rlops.common.policy_ref import PolicyRef, canonical_policy
+from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.datasets import EVALUATION, calibration_dataset, log_dataset_inputs
 from rlops.pipeline_steps.infra.pass_run import step_run
@@ -259,9 +262,46 @@ def evaluation_profile(pack: Any, configured: str | None) -> str:
     return CALIBRATED
 
 
+@dataclass(frozen=True)
+class EvaluationReport(StepResult):
+    """A candidate judged against the champion (or the rule engine), gate by gate."""
+
+    scenario: str
+    run_key: str
+    candidate: str
+    champion_version: str | None
+    """The champion when the evaluation began (None: none; the rule engine was the baseline)."""
+    baseline: str
+    """What the candidate was compared with: ``champion v<N>`` or ``rules``."""
+    passed: bool
+    failed_gates: list[str]
+    episodes: int
+    seed: int
+    profile: str
+    reward_fn: str
+    notes: list[str]
+    candidate_summary: dict[str, float]
+    champion_summary: dict[str, float]
+    gates: list[dict[str, Any]]
+    """One row per gate: its value for both, threshold, state and detail."""
+    dry_run: bool
+    candidate_metrics: dict[str, float]
+    ope_metrics: dict[str, float]
+    ope_params: dict[str, str]
+    ope_tags: dict[str, str]
+    report_uri: str | None = None
+    """The folder of the gate table (JSON, HTML) and summary (None: a dry run writes none)."""
+    eval_run_id: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A dry run's JSON has no report or run to name."""
+        out = super().as_dict()
+        return {k: v for k, v in out.items() if not (k in ("report_uri", "eval_run_id") and v is None)}
+
+
 def evaluate_candidate(
     ctx: StepContext, candidate: str, episodes: int | None = None, stress_verdict: str | None = None
-) -> dict[str, Any]:
+) -> EvaluationReport:
     """Compare ``candidate`` with the champion (or the rule engine) and judge every gate.
     ``stress_verdict``: the verdict of a stress test run for this evaluation (a dry run writes
     no tag for the gate to read), else the version's ``stress_test`` tag."""
@@ -317,32 +357,33 @@ def evaluate_candidate(
     gates.extend(ope)
     notes.append(ope_note)
     failed = [g.gate for g in gates if not g.passed]
-    report: dict[str, Any] = {
-        "scenario": ctx.scenario,
-        "run_key": ctx.run_key,
-        "candidate": candidate,
-        "champion_version": champion,
-        "baseline": baseline,
-        "passed": not failed,
-        "failed_gates": failed,
-        "episodes": n,
-        "seed": seed,
-        "profile": profile,
-        "reward_fn": label,
-        "notes": notes,
-        "candidate_summary": _round(cand_res.summary()),
-        "champion_summary": _round(champ_res.summary()),
-        "gates": [g.to_dict() for g in gates],
-        "dry_run": ctx.dry_run,
-        "candidate_metrics": policy_metrics(
+    report = EvaluationReport(
+        scenario=ctx.scenario,
+        run_key=ctx.run_key,
+        candidate=candidate,
+        champion_version=champion,
+        baseline=baseline,
+        passed=not failed,
+        failed_gates=failed,
+        episodes=n,
+        seed=seed,
+        profile=profile,
+        reward_fn=label,
+        notes=notes,
+        candidate_summary=_round(cand_res.summary()),
+        champion_summary=_round(champ_res.summary()),
+        gates=[g.to_dict() for g in gates],
+        dry_run=ctx.dry_run,
+        candidate_metrics=policy_metrics(
             cand_res.summary(), segment_returns(cand_res.returns.cpu().numpy(), segments), p99[0]
         ),
-        "ope_metrics": ope_metrics,
-        "ope_params": ope_params,
-        "ope_tags": ope_tags,
-    }
+        ope_metrics=ope_metrics,
+        ope_params=ope_params,
+        ope_tags=ope_tags,
+    )
     if not ctx.dry_run:
-        report.update(_record(ctx, report, gates))
+        uri, run_id = _record(ctx, report.as_dict(), gates)
+        report = dataclasses.replace(report, report_uri=uri, eval_run_id=run_id)
     return report
 
 
@@ -350,8 +391,9 @@ def _round(d: dict[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in d.items()}
 
 
-def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict[str, Any]:
-    """Write the gate table to storage and to an MLflow run; tag the candidate with the verdict."""
+def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> tuple[str, str]:
+    """Write the gate table to storage and to an MLflow run; tag the candidate with the verdict.
+    Returns the report's folder and the evaluation run's id."""
     cand = report["candidate"]
     title = f"{ctx.scenario}: policy v{cand} vs {report['baseline']}"
     facts = {k: report[k] for k in ("passed", "episodes", "seed", "profile", "reward_fn", "run_key")}
@@ -414,4 +456,4 @@ def _record(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> dict
     )
 
     ctx.tracker.describe(name, cand, with_gate_summary(ctx.tracker.version_description(name, cand), report))
-    return {"report_uri": uri, "eval_run_id": run.run_id}
+    return uri, run.run_id

@@ -270,10 +270,11 @@ def _promote(
         report = evaluate_candidate(ctx, candidate, episodes, stress_verdict)
     except (TrackingError, StorageError) as exc:
         return {**out, "reason": f"evaluation could not complete, nothing changed: {exc}"}
-    out.update({k: report.get(k) for k in ("passed", "failed_gates", "baseline", "report_uri", "eval_run_id")})
-    out["gates"] = report["gates"]
-    if not report["passed"]:
-        reason = f"gate(s) failed: {', '.join(report['failed_gates'])}; champion unchanged"
+    judged = report.as_dict()
+    out.update({k: judged.get(k) for k in ("passed", "failed_gates", "baseline", "report_uri", "eval_run_id")})
+    out["gates"] = report.gates
+    if not report.passed:
+        reason = f"gate(s) failed: {', '.join(report.failed_gates)}; champion unchanged"
         if not ctx.dry_run:
             try:
                 stop_serving(ctx, candidate, reason)
@@ -281,7 +282,7 @@ def _promote(
                 reason += f"; setting its traffic share to 0 failed: {exc}"
         return {**out, "reason": reason}
     try:
-        check_unchanged(report["champion_version"], ctx.tracker.get_alias(name, CHAMPION), name)
+        check_unchanged(report.champion_version, ctx.tracker.get_alias(name, CHAMPION), name)
     except ChampionMoved as exc:
         return {**out, "passed": False, "reason": str(exc)}
     except TrackingError as exc:
@@ -289,7 +290,7 @@ def _promote(
     try:
         challenger = ctx.tracker.get_alias(name, CHALLENGER)
         stage, why = plan[-1], "all gates pass"
-        first = report["champion_version"] is None and not ctx.config.rollout.staged_first_champion
+        first = report.champion_version is None and not ctx.config.rollout.staged_first_champion
         if staged and first:
             why = (
                 "all gates pass; first champion of the pack, not staged: there is no champion to run a live "
@@ -320,7 +321,7 @@ def _promote(
                 "action": "challenger",
                 "traffic_fraction": nxt,
                 **({"traffic_segment": stage.segment} if stage.segment else {}),
-                "champion": report["champion_version"],
+                "champion": report.champion_version,
                 "champion_in_min": minutes_to_champion_at(plan, stage, ctx.config.rollout.min_stage_minutes),
                 "reason": reason,
             }

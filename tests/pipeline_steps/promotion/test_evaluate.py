@@ -107,7 +107,7 @@ def test_first_champion_is_judged_against_the_rule_engine(pack: Any, good: Any) 
 
     ctx = promotion_ctx(min_improvement=-0.15, segment_tolerance=0.3)
     cand = register(ctx, pack, good)
-    dry = evaluate_candidate(promotion_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand)
+    dry = evaluate_candidate(promotion_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand).as_dict()
     assert dry["baseline"] == "rules" and "report_uri" not in dry
     would = promote(promotion_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand)
     assert would["action"] == "would_promote" and not would["promoted"] and aliases(ctx) == {}
@@ -251,7 +251,7 @@ def test_live_ab_traffic_feeds_gates(pack: Any, good: Any, approve_all: Any) -> 
     traces = pd.concat([episodes("challenger", cand, 120, 0.30, 300), episodes("champion", bad_v, 300, 0.02, 300)])
     uri = ctx.uri("traces", partition_path(scenario=SCENARIO, date="2026-01-05", hour=9), "part-x.parquet")
     ctx.storage.write_parquet(uri, traces)
-    res = evaluate_candidate(ctx, cand)
+    res = evaluate_candidate(ctx, cand).as_dict()
     gates = {g["gate"]: g for g in res["gates"]}
     assert not gates["ab:human_takeover_rate"]["passed"] and not gates["ab:completion_rate"]["passed"]
     assert gates["ab:handling_ms"]["passed"] and not res["passed"]

@@ -119,6 +119,6 @@ def test_the_gate_table_names_each_segment_once(
     champ = register(ctx, aged_pack, approve_all)
     move_champion(ctx.tracker, NAME, champ)
     cand = register(ctx, aged_pack, good)
-    names = [g["gate"] for g in evaluate_candidate(ctx, cand)["gates"]]
+    names = [g["gate"] for g in evaluate_candidate(ctx, cand).gates]
     assert {"segment:base", "segment:retirees", "segment:elderly"} <= set(names)
     assert len(names) == len(set(names)), names
