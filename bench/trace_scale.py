@@ -366,8 +366,8 @@ def measure(
         return {
             "seconds": time.perf_counter() - t0,
             "cpu_s": time.process_time() - c0,
-            "rows_read": out["rows_read"],
-            "items": out["items"],
+            "rows_read": out.rows_read,
+            "items": out.items,
         }
     raise SystemExit(f"unknown measurement {name!r}")
 

@@ -31,7 +31,6 @@ STEPS = {
 
 #: Steps that still return ``dict[str, Any]``.
 STILL_DICT = {
-    "label_queue_run",
     "promote",
     "promote_from_alias",
 }

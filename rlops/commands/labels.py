@@ -31,7 +31,7 @@ def cmd_labels(args: argparse.Namespace) -> int:
     ctx = context_from_args(args)
     with as_user_error(f"labels {args.labels_command}"):
         if args.labels_command == "run":
-            result = label_queue_run(ctx, args.traces)
+            result = label_queue_run(ctx, args.traces).as_dict()
         elif args.labels_command == "export":
             result = label_queue_export(ctx, args.out).as_dict()
         else:

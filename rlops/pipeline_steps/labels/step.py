@@ -58,7 +58,7 @@ from rlops.pipeline_steps.labels.select import (
     select_uncertain,
     to_tasks,
 )
-from rlops.pipeline_steps.labels.store import EXPORTED, LabelStore
+from rlops.pipeline_steps.labels.store import EXPORTED, EnqueueResult, LabelStore
 from rlops.pipeline_steps.labels.uncertainty import (
     EXCLUDED_RULE_ENGINE,
     EXCLUDED_SINGLE,
@@ -201,7 +201,45 @@ def queue_selection(ctx: StepContext, pack: Any, cfg: QueueConfig) -> tuple[Labe
     )
 
 
-def label_queue_run(ctx: StepContext, traces_uri: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LabelQueueRun(StepResult):
+    """The states of a window worth a human's label, and what the queue made of them."""
+
+    traces_uri: str
+    window: list[str] | None
+    rows_read: int
+    rows_judged: int
+    """Rows with a real decision by a learned policy (the others are counted in ``rows_excluded``)."""
+    rows_excluded: dict[str, int]
+    """Rows left out, by why."""
+    uncertainty_from: str
+    """What measured uncertainty: the serving policy's entropy, or a registered candidate's."""
+    selection: str
+    """How items were chosen: policy entropy per cluster, or the reward ensemble's disagreement."""
+    items_by_reason: dict[str, int]
+    clusters: int
+    clusters_selected: list[Any]
+    clusters_by_threshold: list[Any]
+    clusters_by_top_k: list[Any]
+    items: int
+    dry_run: bool
+    cluster_stats: list[dict[str, Any]]
+    enqueued: EnqueueResult
+    """Inserted, pending items replaced, ids already queued (a dry run: what the enqueue would give)."""
+    queue: dict[str, int] | str
+    """The queue's counts by status after the enqueue (a dry run says why there are none)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Flat, the enqueue's counts beside the run's (the JSON of ``rlops labels run``)."""
+        out = super().as_dict()
+        return {
+            **{k: v for k, v in out.items() if k not in ("enqueued", "queue")},
+            **out["enqueued"],
+            "queue": self.queue,
+        }
+
+
+def label_queue_run(ctx: StepContext, traces_uri: str | None = None) -> LabelQueueRun:
     """Enqueue the states worth labelling in the run key's window (policy entropy, or the reward
     ensemble's disagreement once labels are finished: see the module docstring)."""
     import pandas as pd
@@ -250,32 +288,35 @@ def label_queue_run(ctx: StepContext, traces_uri: str | None = None) -> dict[str
     if read.trace_ids:
         selected = with_trace_ids(ctx, uri, window, selected)
     items = queue_items(pack, ctx.scenario, selected, history) if len(selected) else []
-    result: dict[str, Any] = {
-        "traces_uri": uri,
-        "window": [str(w) for w in window] if window else None,
-        "rows_read": read.total,
-        "rows_judged": len(df),
-        "rows_excluded": excluded,
-        "uncertainty_from": usable.uncertainty_from,
-        "selection": selection,
-        "items_by_reason": (
+    store = store_for(ctx, cfg)
+    # a dry run: the counts the enqueue would give, read without writing
+    plan_or_enqueue = store.plan_enqueue if ctx.dry_run else store.enqueue
+    enqueued = plan_or_enqueue(ctx.scenario, ctx.run_key, items)
+    return LabelQueueRun(
+        traces_uri=uri,
+        window=[str(w) for w in window] if window else None,
+        rows_read=read.total,
+        rows_judged=len(df),
+        rows_excluded=excluded,
+        uncertainty_from=usable.uncertainty_from,
+        selection=selection,
+        items_by_reason=(
             {} if "why" not in selected.columns else {str(k): int(v) for k, v in selected["why"].value_counts().items()}
         ),
-        "clusters": len(stats),
-        "clusters_selected": [s.cluster_id for s in stats if s.selected],
-        "clusters_by_threshold": [s.cluster_id for s in stats if s.why == "threshold"],
-        "clusters_by_top_k": [s.cluster_id for s in stats if s.why == "top_k"],
-        "items": len(items),
-        "dry_run": ctx.dry_run,
-        "cluster_stats": [asdict(s) for s in stats],
-    }
-    store = store_for(ctx, cfg)
-    if ctx.dry_run:  # the counts the enqueue would give, read without writing
-        plan = store.plan_enqueue(ctx.scenario, ctx.run_key, items)
-        return {**result, **asdict(plan), "queue": "not computed: the queue's counts after an enqueue a dry run skips"}
-    res = store.enqueue(ctx.scenario, ctx.run_key, items)
-    result.update(asdict(res), queue=store.counts(ctx.scenario))
-    return result
+        clusters=len(stats),
+        clusters_selected=[s.cluster_id for s in stats if s.selected],
+        clusters_by_threshold=[s.cluster_id for s in stats if s.why == "threshold"],
+        clusters_by_top_k=[s.cluster_id for s in stats if s.why == "top_k"],
+        items=len(items),
+        dry_run=ctx.dry_run,
+        cluster_stats=[asdict(s) for s in stats],
+        enqueued=enqueued,
+        queue=(
+            "not computed: the queue's counts after an enqueue a dry run skips"
+            if ctx.dry_run
+            else store.counts(ctx.scenario)
+        ),
+    )
 
 
 @dataclass(frozen=True)

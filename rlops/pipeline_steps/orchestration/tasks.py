@@ -245,7 +245,7 @@ def label_queue(conf: Mapping[str, Any]) -> dict[str, Any]:
     ctx = _ctx(conf)
     queued = label_queue_run(ctx)
     exported = label_queue_export(ctx)
-    return {k: v for k, v in {**queued, "export": exported.as_dict()}.items() if k != "cluster_stats"}
+    return {k: v for k, v in {**queued.as_dict(), "export": exported.as_dict()}.items() if k != "cluster_stats"}
 
 
 @no_retry_on_user_error

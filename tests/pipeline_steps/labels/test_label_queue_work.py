@@ -79,7 +79,7 @@ def test_before_any_champion_the_newest_candidate_scores_rule_engine_traffic(
         pd.concat([df, other], ignore_index=True),
     )
     # no policy registered: nothing to measure, and the result says why
-    res = label_queue_run(ctx, ctx.uri("traces"))
+    res = label_queue_run(ctx, ctx.uri("traces")).as_dict()
     assert res["items"] == 0 and res["rows_excluded"][EXCLUDED_RULE_ENGINE] == len(df)
     assert res["rows_excluded"][EXCLUDED_SCENARIO] == 5 and res["uncertainty_from"].startswith("none")
 
@@ -91,7 +91,7 @@ def test_before_any_champion_the_newest_candidate_scores_rule_engine_traffic(
     policy = PolicyNetwork(PolicyConfig.from_layout(credit.scenario.layout))
     with ctx.tracker.start_run("candidate") as run:
         version = register_policy(ctx, run, credit, policy, {"mode": "full"}, tmp_path)
-    res = label_queue_run(ctx, ctx.uri("traces"))
+    res = label_queue_run(ctx, ctx.uri("traces")).as_dict()
     assert (
         res["uncertainty_from"]
         == f"latest candidate {policy_model_name('credit_approval')} v{version} (no champion yet)"
