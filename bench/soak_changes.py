@@ -8,7 +8,11 @@ same held-out episodes of the ``live`` profile: that champion's, the pack's orac
 of that world, reading its hidden state), and a policy's trained with the same defaults in that world
 (the best a retrain could do). A change leaves room for a retrain when ``retrain_gain`` (the retrained
 policy's return minus the champion's) is clearly above the noise of the gates; one that leaves no
-room is answered by keeping the champion, and a soak cannot expect a new champion after it.
+room is answered by keeping the champion, and a soak cannot expect a new champion after it. Beside
+the returns, the two business rates the promotion gates hold a candidate to (completion and human
+takeover, against the champion's in the same world): a retrain that earns more by completing less
+or handing more to people is refused by those gates, so a change it answers only that way is not
+answered in a soak either.
 
     python bench/soak_changes.py [--packs credit_approval,complaint_handling] [--episodes 4000]
 
@@ -51,8 +55,9 @@ def check_pack(pack_name: str, episodes: int, seed: int, workdir: Path) -> dict[
         result = train(plan.config, pack.make_env(plan.num_envs, profile="live", seed=seed))
         return as_act_fn(result.policy), time.perf_counter() - t0
 
-    def mean_return(pack: Any, act: Any) -> float:
-        return float(evaluate_policy(pack, act, episodes=episodes, seed=5_000_000, profile="live").returns.mean())
+    def measured(pack: Any, act: Any) -> dict[str, float]:
+        s = evaluate_policy(pack, act, episodes=episodes, seed=5_000_000, profile="live").summary()
+        return {k: float(s[k]) for k in ("mean_return", "completion_rate", "human_takeover_rate")}
 
     base = world.pack([], events)
     champion, _ = trained_in(base)
@@ -62,9 +67,12 @@ def check_pack(pack_name: str, episodes: int, seed: int, workdir: Path) -> dict[
         label = "as it starts" if n == 0 else " + ".join(e.kind for e in events[:n])
         oracle = load_oracle(pack)
         retrained, wall = (champion, 0.0) if n == 0 else trained_in(pack)
-        row = {"champion": mean_return(pack, champion), "retrained": mean_return(pack, retrained)}
+        champ, retr = measured(pack, champion), measured(pack, retrained)
+        row = {"champion": champ["mean_return"], "retrained": retr["mean_return"]}
         if oracle is not None:
-            row["oracle"] = mean_return(pack, oracle)
+            row["oracle"] = measured(pack, oracle)["mean_return"]
+        for rate in ("completion_rate", "human_takeover_rate"):
+            row[f"champion_{rate}"], row[f"retrained_{rate}"] = champ[rate], retr[rate]
         row = {k: round(v, 4) for k, v in row.items()}
         row["retrain_gain"] = round(row["retrained"] - row["champion"], 4)
         row["train_wall_s"] = round(wall, 1)
