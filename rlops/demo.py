@@ -29,6 +29,7 @@ from typing import Any
 from rlops.common.config import load_params, resolve_local
 from rlops.common.errors import UserError
 from rlops.common.run_key import RunKey
+from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.drift.calibrate import recalibrate
 from rlops.pipeline_steps.drift.check import drift_check
 from rlops.pipeline_steps.infra.context import StepContext
@@ -53,7 +54,6 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def run(scenario: str | None = None) -> int:
-    from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.promotion.flow import promote
     from rlops.pipeline_steps.training.policy import train_policy
