@@ -97,15 +97,6 @@ class CaptureResult:
     #: spans of a trace source that are parts of a decision (its children), not decisions
     spans_skipped: int = 0
 
-    def counts(self) -> dict[str, int]:
-        """The three row counts; raises when they do not balance (the invariant of every capture)."""
-        if self.rows_in != self.rows_accepted + self.rows_quarantined:
-            raise RuntimeError(
-                f"capture lost rows: {self.rows_in} in, {self.rows_accepted} accepted, "
-                f"{self.rows_quarantined} quarantined"
-            )
-        return {"rows_in": self.rows_in, "rows_accepted": self.rows_accepted, "rows_quarantined": self.rows_quarantined}
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

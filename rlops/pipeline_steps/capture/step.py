@@ -98,7 +98,7 @@ def capture_step(ctx: StepContext, request: CaptureRequest | None = None, progre
     else:
         world = default_profile(pack, "production", profile or cfg.get("profile"))
         out = simulate_capture(ctx, pack, traces, quarantine, start, n_episodes, rate, world)
-    return _checked_and_tracked(ctx, out, track=cfg.track)
+    return _checked_and_tracked(ctx, out)
 
 
 def _interval(ctx: StepContext) -> dict[str, Any]:
@@ -107,12 +107,12 @@ def _interval(ctx: StepContext) -> dict[str, Any]:
     return {"scenario": ctx.scenario, "run_key": ctx.run_key, "interval": interval, "dry_run": ctx.dry_run}
 
 
-def _checked_and_tracked(ctx: StepContext, out: CaptureSummary, track: bool) -> CaptureSummary:
+def _checked_and_tracked(ctx: StepContext, out: CaptureSummary) -> CaptureSummary:
     """``out`` with the live fallback share of its rows (over the threshold: an incident), tracked
     as the pass's capture run unless the run is dry or ``capture.track`` is off."""
     fallbacks, alerts = check_fallbacks(ctx, out.partitions)
     out = dataclasses.replace(out, fallbacks=fallbacks, alerts=[*out.alerts, *alerts])
-    if not ctx.dry_run and track:
+    if not ctx.dry_run and ctx.config.capture.track:
         track_capture(ctx, out)
     return out
 
@@ -161,7 +161,7 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
         quarantine_uri=res.quarantine_uri,
         manifest_uri=res.manifest_uri,
     )
-    return _checked_and_tracked(ctx, out, track=bool(cfg.get("track", True)))
+    return _checked_and_tracked(ctx, out)
 
 
 def track_capture(ctx: StepContext, out: CaptureSummary) -> None:

@@ -270,9 +270,14 @@ def _promote(
         report = evaluate_candidate(ctx, candidate, episodes, stress_verdict)
     except (TrackingError, StorageError) as exc:
         return {**out, "reason": f"evaluation could not complete, nothing changed: {exc}"}
-    judged = report.as_dict()
-    out.update({k: judged.get(k) for k in ("passed", "failed_gates", "baseline", "report_uri", "eval_run_id")})
-    out["gates"] = report.gates
+    out.update(
+        passed=report.passed,
+        failed_gates=report.failed_gates,
+        baseline=report.baseline,
+        report_uri=report.report_uri,
+        eval_run_id=report.eval_run_id,
+        gates=report.gates,
+    )
     if not report.passed:
         reason = f"gate(s) failed: {', '.join(report.failed_gates)}; champion unchanged"
         if not ctx.dry_run:
