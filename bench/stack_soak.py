@@ -36,11 +36,14 @@ from bench.soak_watch import Watcher  # noqa: E402
 from rlops.common.config import REPO_ROOT, deep_merge  # noqa: E402
 
 # The production stand-in's changes, per pack, at a share of the run: an input drift the drift
-# monitor sees, then an outcome change only the returns show. Each outcome change is one the pack's
-# recalibration can learn from live traces (credit fits default odds on its loan outcomes; complaint
-# has no fit for its hidden resolution odds, so its outcome change is the billing API failing, which
-# the traces' errors show): a change the sandbox cannot learn could not be trained against. Both land
-# after the first champion and early enough for two scheduled retrains and a roll-out after them.
+# monitor sees, then a change of what follows a decision that the pack's recalibration can learn from
+# live traces, so a retrain can be trained against it. Credit's is an outcome change (it fits default
+# odds on its loan outcomes). Complaint has no fit for its hidden resolution odds; its second change is
+# the phone API slowing down (follow-up calls take 6x as long), which the traces' latencies show: a
+# retrain calls back less and beats the champion without completing fewer cases or handing more to
+# people (bench/soak_changes.py), where a failing billing API was answered only by escalating, which
+# the gates refuse. Both land after the first champion and early enough for two scheduled retrains
+# and a roll-out after them.
 WORLD_CHANGES: dict[str, list[dict[str, Any]]] = {
     "credit_approval": [
         {"at": 0.25, "kind": "population", "init": {"user_profile.age": {"dist": "normal", "mean": 58, "std": 10}}},
@@ -58,7 +61,7 @@ WORLD_CHANGES: dict[str, list[dict[str, Any]]] = {
             "kind": "population",
             "init": {"customer.sentiment": {"dist": "normal", "mean": -0.7, "std": 0.3}},
         },
-        {"at": 0.4, "kind": "error_rate", "api": "billing", "rate": 0.6},
+        {"at": 0.4, "kind": "latency", "action": "follow_up", "factor": 6},
     ],
 }
 
