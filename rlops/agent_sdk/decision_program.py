@@ -96,12 +96,12 @@ class DecisionProgram:
         self._bool_idx = np.asarray(features.bool_cols, dtype=np.int64)
         self._vis = [(col, self.visible[path], np.float32(fill)) for path, col, fill in features.hidden_fill]
         self.layout = ObsLayout(
-            len(features.feature_names),
-            len(self.action_names),
-            spec.history_len,
-            features.feature_names,
-            self.action_roles,
-            self.role_names,
+            n_features=len(features.feature_names),
+            n_actions=len(self.action_names),
+            history_len=spec.history_len,
+            feature_names=features.feature_names,
+            action_roles=self.action_roles,
+            role_names=self.role_names,
         )
 
     @classmethod

@@ -72,7 +72,7 @@ class FallbackLog:
         with self._lock:
             spell = self._spells.get(kind)
             if spell is None:
-                self._spells[kind] = _Spell(now, now, detail, 0, n)
+                self._spells[kind] = _Spell(since=now, reported_at=now, detail=detail, pending=0, total=n)
                 first, count, span = True, n, 0.0
             else:
                 spell.pending += n

@@ -452,20 +452,20 @@ class PolicyClient:
         self.mark_served(policy, served_as)
         names = self.encoder.action_names
         return Decision(
-            names[a],
-            a,
-            legal,
-            {n: float(p) for n, p in zip(names, probs)},
-            propensity,
-            float(out["entropy"][0]),
-            float(out["value"][0]),
-            policy.ref,
-            served_as,
-            None,
-            group,
-            float(np.log(probs[a])) if probs[a] > 0 else None,
-            self._shadow(shadow, shadowed, a, legal, t0),
-            (time.perf_counter() - t0) * 1000.0,
+            action=names[a],
+            action_index=a,
+            mask=legal,
+            probs={n: float(p) for n, p in zip(names, probs)},
+            propensity=propensity,
+            entropy=float(out["entropy"][0]),
+            value=float(out["value"][0]),
+            policy_version=policy.ref,
+            test_group=served_as,
+            fallback_reason=None,
+            routed_group=group,
+            policy_logp=float(np.log(probs[a])) if probs[a] > 0 else None,
+            shadow=self._shadow(shadow, shadowed, a, legal, t0),
+            latency_ms=(time.perf_counter() - t0) * 1000.0,
         )
 
     def _predict(self, policy: LoadedPolicy, obs: np.ndarray) -> dict[str, np.ndarray]:
@@ -533,14 +533,14 @@ class PolicyClient:
             self.shadow_decisions += 1
             self.shadow_agreements += int(agrees)
         return ShadowDecision(
-            shadow.ref,
-            names[a],
-            a,
-            {n: float(p) for n, p in zip(names, probs)},
-            float(np.log(probs[a])) if probs[a] > 0 else None,
-            float(np.log(max(probs[served], 1e-300))),
-            agrees,
-        )  # finite: a weight of ~0
+            policy_version=shadow.ref,
+            action=names[a],
+            action_index=a,
+            probs={n: float(p) for n, p in zip(names, probs)},
+            logp=float(np.log(probs[a])) if probs[a] > 0 else None,
+            served_logp=float(np.log(max(probs[served], 1e-300))),  # finite: a weight of ~0
+            agrees=agrees,
+        )
 
     def _fallback(
         self,
@@ -559,20 +559,20 @@ class PolicyClient:
         a = self.encoder.rule_action(S, mask)
         legal = mask[0].tolist()
         return Decision(
-            self.encoder.action_names[a],
-            a,
-            legal,
-            None,
-            1.0,
-            None,
-            None,
-            RULES_VERSION,
-            FALLBACK,
-            f"{kind}: {detail}",
-            group,
-            None,
-            self._shadow(shadow, shadowed, a, legal, t0),
-            (time.perf_counter() - t0) * 1000.0,
+            action=self.encoder.action_names[a],
+            action_index=a,
+            mask=legal,
+            probs=None,
+            propensity=1.0,
+            entropy=None,
+            value=None,
+            policy_version=RULES_VERSION,
+            test_group=FALLBACK,
+            fallback_reason=f"{kind}: {detail}",
+            routed_group=group,
+            policy_logp=None,
+            shadow=self._shadow(shadow, shadowed, a, legal, t0),
+            latency_ms=(time.perf_counter() - t0) * 1000.0,
         )
 
     # ------------------------------------------------------------------ rates

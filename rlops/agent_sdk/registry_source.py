@@ -182,7 +182,11 @@ def build_serving_state(
                 continue
             version, tags = found
             loaded[group] = LoadedPolicy(
-                ref.alias or version, version, source.load(version), tags, source.canonical(version)
+                alias=ref.alias or version,
+                version=version,
+                model=source.load(version),
+                tags=tags,
+                ref=source.canonical(version),
             )
         except Exception as exc:  # noqa: BLE001 - any failure means "serve what we have"
             errors[group] = f"{type(exc).__name__}: {exc}"
@@ -204,14 +208,14 @@ def build_serving_state(
     if challenger is not None:  # a segment stage: the share applies to that segment's requests only
         segment = (challenger.tags.get(SEGMENT_TAG) or "").strip() or None
     return ServingState(
-        loaded.get(CHAMPION),
-        challenger,
-        fraction,
-        loaded.get(SHADOW),
-        old.generation + 1,
-        now,
-        tuple(sorted(errors.items())),
-        segment,
+        champion=loaded.get(CHAMPION),
+        challenger=challenger,
+        challenger_fraction=fraction,
+        shadow=loaded.get(SHADOW),
+        generation=old.generation + 1,
+        loaded_at=now,
+        load_errors=tuple(sorted(errors.items())),
+        challenger_segment=segment,
     )
 
 

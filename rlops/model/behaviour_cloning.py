@@ -81,7 +81,7 @@ def behaviour_clone(
         logp, _ = policy(X, M)
         acc = float((logp.argmax(dim=1) == A).float().mean())
         final = float(-logp.gather(1, A.unsqueeze(1)).mean())
-    return BCResult(int(scores.shape[0]), n, cut, acc, final)
+    return BCResult(steps_scored=int(scores.shape[0]), steps_imitated=n, score_threshold=cut, accuracy=acc, loss=final)
 
 
 __all__ = ["BCConfig", "BCResult", "select_high_reward", "behaviour_clone"]

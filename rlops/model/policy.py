@@ -498,7 +498,13 @@ def save_policy(policy: PolicyNetwork, directory: str | Path, metadata: dict[str
         "metadata": metadata or {},
     }
     (d / CONFIG_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True))
-    return SavedPolicy(d, d / WEIGHTS_FILE, d / CONFIG_FILE, policy.num_parameters(), metadata or {})
+    return SavedPolicy(
+        directory=d,
+        weights=d / WEIGHTS_FILE,
+        config=d / CONFIG_FILE,
+        n_parameters=policy.num_parameters(),
+        metadata=metadata or {},
+    )
 
 
 def load_policy(directory: str | Path, device: str | torch.device = "cpu") -> PolicyNetwork:

@@ -43,6 +43,7 @@ from rlops.model.ewc import EWCPenalty
 from rlops.model.normalize import ReturnScaler
 from rlops.model.policy import PolicyConfig, PolicyNetwork, gumbel_sample, load_policy, masked_entropy
 from rlops.model.ppo_config import PPOConfig, resolve_device
+from rlops.model.rollout import RolloutBatch, RolloutBuffers
 from rlops.model.training_hooks import (
     RewardSwitch,
     anneal,
@@ -55,7 +56,6 @@ from rlops.model.training_hooks import (
     log_run_params,
     report_iteration,
     resume,
-    rollout_buffers,
     save_state,
     smoothing_term,
 )
@@ -222,33 +222,32 @@ def collect_rollout(
     env: Any,
     gen: torch.Generator,
     scaler: ReturnScaler | None,
-    bufs: tuple[Tensor, ...],
+    bufs: RolloutBuffers,
     next_obs: Tensor,
     next_mask: Tensor,
     T: int,
     device: torch.device,
 ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor, Tensor, Tensor]]:
-    """T steps of all N envs into ``bufs`` (see :func:`rlops.model.training_hooks.rollout_buffers`), no host
-    sync; call under ``torch.no_grad()``. Returns the next observation and mask, and the summed
-    ``(return, length, count, illegal actions, human takeovers)`` of the episodes that ended."""
-    obs_buf, final_obs_buf, mask_buf, act_buf, logp_buf, rew_buf, val_buf, term_buf, trunc_buf = bufs
+    """T steps of all N envs into ``bufs``, no host sync; call under ``torch.no_grad()``. Returns the
+    next observation and mask, and the summed ``(return, length, count, illegal actions, human
+    takeovers)`` of the episodes that ended."""
     ep_ret = torch.zeros((), device=device)
     ep_len = torch.zeros((), device=device)
     ep_cnt = torch.zeros((), device=device)
     illegal = torch.zeros((), device=device)
     takeover = torch.zeros((), device=device)
     for t in range(T):
-        obs_buf[t], mask_buf[t] = next_obs, next_mask
+        bufs.obs[t], bufs.masks[t] = next_obs, next_mask
         with record_function("rlops/policy_forward"):
             logp_all, value = policy(next_obs, next_mask)
             action = gumbel_sample(logp_all, gen)
-        act_buf[t], val_buf[t] = action, value
-        logp_buf[t] = logp_all.gather(1, action.unsqueeze(1)).squeeze(1)
+        bufs.actions[t], bufs.values[t] = action, value
+        bufs.logp[t] = logp_all.gather(1, action.unsqueeze(1)).squeeze(1)
         next_obs, reward, terminated, truncated, info = env.step(action)
         next_mask = env.action_masks()
-        rew_buf[t] = reward if scaler is None else scaler(reward, terminated | truncated)
-        term_buf[t], trunc_buf[t] = terminated, truncated
-        final_obs_buf[t] = info.final_obs
+        bufs.rewards[t] = reward if scaler is None else scaler(reward, terminated | truncated)
+        bufs.terminated[t], bufs.truncated[t] = terminated, truncated
+        bufs.final_obs[t] = info.final_obs
         done = (terminated | truncated).float()
         ep_ret += (info.episode_return * done).sum()
         ep_len += (info.episode_length * done).sum()
@@ -259,19 +258,26 @@ def collect_rollout(
 
 
 def bootstrap_gae(
-    cfg: PPOConfig, policy: PolicyNetwork, bufs: tuple[Tensor, ...], next_obs: Tensor
+    cfg: PPOConfig, policy: PolicyNetwork, bufs: RolloutBuffers, next_obs: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """Advantages and returns of the rollout in ``bufs``; call under ``torch.no_grad()``."""
-    _, final_obs_buf, _, _, _, rew_buf, val_buf, term_buf, trunc_buf = bufs
-    T, N = rew_buf.shape
-    device = rew_buf.device
-    final_values = torch.zeros((T, N), device=device)
-    trunc_idx = trunc_buf.nonzero(as_tuple=True)  # one sync per iteration
+    """Advantages and returns ``[T, N]`` of the rollout in ``bufs``; call under ``torch.no_grad()``."""
+    T, N = bufs.rewards.shape
+    final_values = torch.zeros((T, N), device=bufs.rewards.device)
+    trunc_idx = bufs.truncated.nonzero(as_tuple=True)  # one sync per iteration
     if trunc_idx[0].numel():
-        final_values[trunc_idx] = policy.get_value(final_obs_buf[trunc_idx])
+        final_values[trunc_idx] = policy.get_value(bufs.final_obs[trunc_idx])
     next_value = policy.get_value(next_obs)
     with record_function("rlops/advantages"):
-        return compute_gae(rew_buf, val_buf, next_value, term_buf, trunc_buf, final_values, cfg.gamma, cfg.gae_lambda)
+        return compute_gae(
+            bufs.rewards,
+            bufs.values,
+            next_value,
+            bufs.terminated,
+            bufs.truncated,
+            final_values,
+            cfg.gamma,
+            cfg.gae_lambda,
+        )
 
 
 def ppo_update(
@@ -284,17 +290,16 @@ def ppo_update(
     N: int,
     minibatch_size: int,
     device: torch.device,
-    batch: tuple[Tensor, ...],
+    batch: RolloutBatch,
 ) -> tuple[list[Tensor], int]:
     """``update_epochs`` passes over shuffled minibatches of the flattened ``batch``; returns the
     per-minibatch loss statistics and how many epochs ran (``target_kl`` may stop early)."""
-    b_obs, b_masks, b_actions, b_logp, b_advantages, b_returns, b_values, b_done = batch
-    batch_size = b_obs.shape[0]
+    batch_size = batch.obs.shape[0]
     policy.train()
     # The default network's loss and gradient are written out (rlops.model.ppo_grad): the same
     # numbers as autograd, without recording and replaying a graph every minibatch.
     written_out = ppo_grad.supports(policy, ewc is not None or cfg.smoothing_coef > 0)
-    fixed = ppo_grad.fixed_inputs(policy, b_obs) if written_out else None
+    fixed = ppo_grad.fixed_inputs(policy, batch.obs) if written_out else None
     params = list(policy.parameters())
     zero = torch.zeros((), device=device)
     stats: list[Tensor] = []
@@ -306,9 +311,10 @@ def ppo_update(
             with record_function("rlops/data_movement"):
                 # index_select, not advanced indexing: the same rows, several times cheaper on CPU
                 mb_masks, mb_actions, mb_old_logp, mb_advantages, mb_old_values, mb_returns = (
-                    t.index_select(0, mb) for t in (b_masks, b_actions, b_logp, b_advantages, b_values, b_returns)
+                    t.index_select(0, mb)
+                    for t in (batch.masks, batch.actions, batch.logp, batch.advantages, batch.values, batch.returns)
                 )
-                mb_inputs = fixed.select(mb) if fixed is not None else b_obs.index_select(0, mb)
+                mb_inputs = fixed.select(mb) if fixed is not None else batch.obs.index_select(0, mb)
             if isinstance(mb_inputs, ppo_grad.FixedInputs):  # labels its forward and backward itself
                 pg_loss, v_loss, mb_entropy, approx_kl, old_approx_kl, clipfrac = ppo_grad.loss_and_grads(
                     policy,
@@ -344,9 +350,7 @@ def ppo_update(
                 )
                 loss = pg_loss - ent_coef * mb_entropy + cfg.vf_coef * v_loss
                 ewc_term = ewc(policy) if ewc is not None else zero
-                smooth = smoothing_term(
-                    cfg, policy, mb, mb_logp_all, mb_masks, b_obs, b_masks, b_done, N, batch_size, device
-                )
+                smooth = smoothing_term(cfg, policy, mb, mb_logp_all, mb_masks, batch, N, device)
                 loss = loss + ewc_term + cfg.smoothing_coef * smooth
                 optimizer.zero_grad(set_to_none=True)
                 with record_function("rlops/backward"):
@@ -391,19 +395,19 @@ def _result(
     done_iters = int(history[-1]["iteration"]) if history else start_iter
     best = None if plateau.best_state is None else plateau.best
     return TrainResult(
-        policy.eval(),
-        done_iters,
-        global_step,
-        wall,
-        final,
-        stagnated,
-        history,
-        switches,
-        last_ckpt,
-        reward_fn_sha256,
-        plateaued,
-        best,
-        plateau.best_iteration if best is not None else None,
+        policy=policy.eval(),
+        iterations=done_iters,
+        global_step=global_step,
+        wall_time_s=wall,
+        final_return=final,
+        stagnated=stagnated,
+        history=history,
+        reward_switches=switches,
+        last_checkpoint=last_ckpt,
+        reward_fn_version=reward_fn_sha256,
+        stopped_early=plateaued,
+        best_eval_return=best,
+        best_iteration=plateau.best_iteration if best is not None else None,
     )
 
 
@@ -468,8 +472,7 @@ def train(
     log_run_params(tracker, cfg, policy, env, batch_size, minibatch_size, num_iterations)
 
     # ---- rollout storage (on the env's device, reused every iteration)
-    bufs = rollout_buffers(T, N, D, A, device)
-    obs_buf, _, mask_buf, act_buf, logp_buf, _, val_buf, term_buf, trunc_buf = bufs
+    bufs = RolloutBuffers.zeros(T, N, D, A, device)
 
     next_obs, next_mask = env.observe(), env.action_masks()
     history: list[dict[str, float]] = []
@@ -496,35 +499,21 @@ def train(
             advantages, returns = bootstrap_gae(cfg, policy, bufs, next_obs)
 
         # ---- flatten the batch (index = t * N + n)
-        b_obs, b_masks = obs_buf.reshape(batch_size, D), mask_buf.reshape(batch_size, A)
-        b_actions, b_logp = act_buf.reshape(-1), logp_buf.reshape(-1)
-        b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), val_buf.reshape(-1)
-        b_done = (term_buf | trunc_buf).reshape(-1)
-        ewc = ewc_if_due(cfg, ewc, policy, b_obs, b_masks, batch_size, gen, device)
+        batch = bufs.flatten(advantages, returns)
+        ewc = ewc_if_due(cfg, ewc, policy, batch, gen, device)
 
         # ---- update: update_epochs passes over shuffled minibatches
-        stats, epochs_run = ppo_update(
-            cfg,
-            policy,
-            optimizer,
-            gen,
-            ewc,
-            ent_coef,
-            N,
-            minibatch_size,
-            device,
-            (b_obs, b_masks, b_actions, b_logp, b_advantages, b_returns, b_values, b_done),
-        )
+        stats, epochs_run = ppo_update(cfg, policy, optimizer, gen, ewc, ent_coef, N, minibatch_size, device, batch)
         # The observation statistics move between iterations only, so one iteration's rollout and
         # update see the same normalisation.
-        policy.update_obs_stats(b_obs)
+        policy.update_obs_stats(batch.obs)
 
         # ---- metrics (one host copy per iteration)
         elapsed = elapsed_before + time.perf_counter() - t_start
         metrics = iteration_metrics(
             stats,
             episodes,
-            explained_variance(b_values, b_returns),
+            explained_variance(batch.values, batch.returns),
             stagnation,
             optimizer,
             scaler,

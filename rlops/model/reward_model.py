@@ -56,14 +56,14 @@ class PreferencePairs:
             return None if t is None else t[idx]
 
         return PreferencePairs(
-            self.states[idx],
-            self.chosen[idx],
-            self.rejected[idx],
-            self.chosen_outcomes[idx],
-            self.rejected_outcomes[idx],
-            pick(self.chosen_value),
-            pick(self.rejected_value),
-            self.n_actions,
+            states=self.states[idx],
+            chosen=self.chosen[idx],
+            rejected=self.rejected[idx],
+            chosen_outcomes=self.chosen_outcomes[idx],
+            rejected_outcomes=self.rejected_outcomes[idx],
+            chosen_value=pick(self.chosen_value),
+            rejected_value=pick(self.rejected_value),
+            n_actions=self.n_actions,
         )
 
     @classmethod
@@ -78,13 +78,13 @@ class PreferencePairs:
             return None if any(v is None for v in vals) else torch.cat(vals)
 
         return cls(
-            join("states"),
-            join("chosen"),
-            join("rejected"),
-            join("chosen_outcomes"),
-            join("rejected_outcomes"),
-            join_known("chosen_value"),
-            join_known("rejected_value"),
+            states=join("states"),
+            chosen=join("chosen"),
+            rejected=join("rejected"),
+            chosen_outcomes=join("chosen_outcomes"),
+            rejected_outcomes=join("rejected_outcomes"),
+            chosen_value=join_known("chosen_value"),
+            rejected_value=join_known("rejected_value"),
             n_actions=max(p.n_actions for p in parts),
         )
 
@@ -104,7 +104,13 @@ class RewardDataset:
         return int(self.states.shape[0])
 
     def subset(self, idx: Tensor) -> RewardDataset:
-        return RewardDataset(self.states[idx], self.actions[idx], self.outcomes[idx], self.rewards[idx], self.n_actions)
+        return RewardDataset(
+            states=self.states[idx],
+            actions=self.actions[idx],
+            outcomes=self.outcomes[idx],
+            rewards=self.rewards[idx],
+            n_actions=self.n_actions,
+        )
 
 
 @dataclass
@@ -267,11 +273,11 @@ def _max_action(data: PreferencePairs | RewardDataset) -> int:
 def _pairs_as_dataset(p: PreferencePairs) -> RewardDataset:
     assert p.chosen_value is not None and p.rejected_value is not None
     return RewardDataset(
-        torch.cat([p.states, p.states]),
-        torch.cat([p.chosen, p.rejected]),
-        torch.cat([p.chosen_outcomes, p.rejected_outcomes]),
-        torch.cat([p.chosen_value, p.rejected_value]),
-        p.n_actions,
+        states=torch.cat([p.states, p.states]),
+        actions=torch.cat([p.chosen, p.rejected]),
+        outcomes=torch.cat([p.chosen_outcomes, p.rejected_outcomes]),
+        rewards=torch.cat([p.chosen_value, p.rejected_value]),
+        n_actions=p.n_actions,
     )
 
 
@@ -304,13 +310,13 @@ def _metrics(
             )
             rho = spearman(s, torch.cat([evald.chosen_value, evald.rejected_value]))
         return RewardModelMetrics(
-            len(tr),
-            len(held),
-            pairwise_accuracy(model, evald),
-            pairwise_accuracy(model, tr),
-            rho,
-            float(_loss(model, evald, cfg)),
-            history,
+            n_train=len(tr),
+            n_heldout=len(held),
+            heldout_pairwise_accuracy=pairwise_accuracy(model, evald),
+            train_pairwise_accuracy=pairwise_accuracy(model, tr),
+            spearman=rho,
+            heldout_loss=float(_loss(model, evald, cfg)),
+            history=history,
         )
     s = score(model, evald.states, evald.actions, evald.outcomes)
     # Rows of a regression set are not paired by state: accuracy is the ordering agreement on random
@@ -321,7 +327,13 @@ def _metrics(
     agree = ((s[i] > s[j]) == (evald.rewards[i] > evald.rewards[j]))[differ]
     acc = float(agree.float().mean()) if agree.numel() else float("nan")
     return RewardModelMetrics(
-        len(tr), len(held), acc, float("nan"), spearman(s, evald.rewards), float(_loss(model, evald, cfg)), history
+        n_train=len(tr),
+        n_heldout=len(held),
+        heldout_pairwise_accuracy=acc,
+        train_pairwise_accuracy=float("nan"),
+        spearman=spearman(s, evald.rewards),
+        heldout_loss=float(_loss(model, evald, cfg)),
+        history=history,
     )
 
 

@@ -217,7 +217,14 @@ def build_preference_pairs(
             return torch.where(a_wins.unsqueeze(-1) if x.dim() > 1 else a_wins, x, y)
 
         chunk = PreferencePairs(
-            states[pick], sel(a, b), sel(b, a), sel(oa, ob), sel(ob, oa), sel(va, vb), sel(vb, va), env.n_actions
+            states=states[pick],
+            chosen=sel(a, b),
+            rejected=sel(b, a),
+            chosen_outcomes=sel(oa, ob),
+            rejected_outcomes=sel(ob, oa),
+            chosen_value=sel(va, vb),
+            rejected_value=sel(vb, va),
+            n_actions=env.n_actions,
         )
         chunk = chunk.subset(keep.nonzero().squeeze(1)[: n_pairs - have])
         chunks.append(chunk)
@@ -260,7 +267,7 @@ def collect_reward_dataset(
         if not bool(live.any()):
             break
     s, a, o, r = (torch.cat([p[i] for p in parts]) for i in range(4))
-    return RewardDataset(s, a, o, r, env.n_actions)
+    return RewardDataset(states=s, actions=a, outcomes=o, rewards=r, n_actions=env.n_actions)
 
 
 __all__ = [

@@ -1,5 +1,5 @@
 """The side concerns of :func:`rlops.model.ppo.train`, one call each, so the loop there reads as the
-algorithm: rollout storage, resuming from and saving a checkpoint, reward hot reload between
+algorithm: resuming from and saving a checkpoint, reward hot reload between
 iterations, the EWC and action-smoothing penalties, and the metrics of one iteration.
 
 Every helper does exactly what the loop did inline (same tensor ops, same generator draws, in the
@@ -24,6 +24,7 @@ from rlops.model.ewc import EWCPenalty, make_ewc, smoothing_kl
 from rlops.model.normalize import ReturnScaler
 from rlops.model.policy import PolicyNetwork
 from rlops.model.ppo_config import PPOConfig, resolve_device
+from rlops.model.rollout import RolloutBatch
 
 log = logging.getLogger("rlops.model.ppo")  # the loop's own logger: messages read as PPO's
 
@@ -47,21 +48,6 @@ def check_device(cfg: PPOConfig, env: Any) -> torch.device:
             f"create it with pack.make_env(..., device='{device.type}') so no step crosses devices"
         )
     return device
-
-
-def rollout_buffers(T: int, N: int, D: int, A: int, device: torch.device) -> tuple[Tensor, ...]:
-    """``obs, final_obs, mask, act, logp, rew, val, term, trunc`` buffers of one rollout
-    (``T`` steps × ``N`` envs, on the env's device, reused every iteration)."""
-    obs_buf = torch.zeros((T, N, D), device=device)
-    final_obs_buf = torch.zeros((T, N, D), device=device)
-    mask_buf = torch.zeros((T, N, A), dtype=torch.bool, device=device)
-    act_buf = torch.zeros((T, N), dtype=torch.long, device=device)
-    logp_buf = torch.zeros((T, N), device=device)
-    rew_buf = torch.zeros((T, N), device=device)
-    val_buf = torch.zeros((T, N), device=device)
-    term_buf = torch.zeros((T, N), dtype=torch.bool, device=device)
-    trunc_buf = torch.zeros((T, N), dtype=torch.bool, device=device)
-    return obs_buf, final_obs_buf, mask_buf, act_buf, logp_buf, rew_buf, val_buf, term_buf, trunc_buf
 
 
 def log_run_params(
@@ -213,17 +199,15 @@ def ewc_if_due(
     cfg: PPOConfig,
     ewc: EWCPenalty | None,
     policy: PolicyNetwork,
-    b_obs: Tensor,
-    b_masks: Tensor,
-    batch_size: int,
+    batch: RolloutBatch,
     gen: torch.Generator,
     device: torch.device,
 ) -> EWCPenalty | None:
-    """The EWC penalty of an incremental run, built once from the first rollout."""
+    """The EWC penalty of an incremental run, built once from the first rollout's ``batch``."""
     if cfg.mode == "incremental" and cfg.ewc_lambda > 0 and ewc is None:
         # Fisher on the states the warm-started policy just visited, before any update.
-        pick = torch.randperm(batch_size, generator=gen, device=device)[: cfg.ewc_samples]
-        ewc = make_ewc(policy, b_obs[pick], b_masks[pick], cfg.ewc_lambda, gen)
+        pick = torch.randperm(batch.obs.shape[0], generator=gen, device=device)[: cfg.ewc_samples]
+        ewc = make_ewc(policy, batch.obs[pick], batch.masks[pick], cfg.ewc_lambda, gen)
     return ewc
 
 
@@ -233,21 +217,19 @@ def smoothing_term(
     mb: Tensor,
     mb_logp_all: Tensor,
     mb_masks: Tensor,
-    b_obs: Tensor,
-    b_masks: Tensor,
-    b_done: Tensor,
+    batch: RolloutBatch,
     N: int,
-    batch_size: int,
     device: torch.device,
 ) -> Tensor:
-    """KL between the policy at step t and t+1 of the same episode (0 when smoothing is off)."""
+    """KL between the policy at step t and t+1 of the same episode (0 when smoothing is off);
+    ``mb`` are the minibatch's rows of ``batch``."""
     if cfg.smoothing_coef <= 0:
         return torch.zeros((), device=device)
     nxt = mb + N  # the same env one step later, same episode unless step t ended it
-    valid = (nxt < batch_size) & ~b_done[mb]
+    valid = (nxt < batch.obs.shape[0]) & ~batch.done[mb]
     nxt = torch.where(valid, nxt, mb)
-    nxt_logp, _ = policy(b_obs[nxt], b_masks[nxt])
-    return smoothing_kl(mb_logp_all, mb_masks, nxt_logp, b_masks[nxt], valid)
+    nxt_logp, _ = policy(batch.obs[nxt], batch.masks[nxt])
+    return smoothing_kl(mb_logp_all, mb_masks, nxt_logp, batch.masks[nxt], valid)
 
 
 def iteration_metrics(
