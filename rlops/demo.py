@@ -34,6 +34,7 @@ from rlops.pipeline_steps.drift.calibrate import recalibrate
 from rlops.pipeline_steps.drift.check import drift_check
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.promotion.gates import gate_state
+from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionStatus
 from rlops.pipeline_steps.stress.step import stress_test
 from rlops.pipeline_steps.training.request import TrainRequest
 from rlops.pipeline_steps.training.reward_model import train_reward_model_step
@@ -119,13 +120,10 @@ def run(scenario: str | None = None) -> int:
     _say(7, f"stress test: {st.verdict}{'' if st.passed else ' — ' + '; '.join(st.reasons)} ({dt:.1f}s)")
 
     pr, dt = _timed(lambda: _promote_or_say_why(promote, ctx, str(tr.model_version)))
-    _say(8, f"gated evaluation vs {pr.get('baseline') or 'champion'} ({dt:.1f}s):")
-    _print_gates(pr.get("gates", []))
+    _say(8, f"gated evaluation vs {pr.baseline or 'champion'} ({dt:.1f}s):")
+    _print_gates(pr.gates or [])
     champion = ctx.tracker.get_alias(f"{scenario}-policy", "champion")
-    print(
-        f"\n{'PROMOTED' if pr.get('promoted') else 'NOT PROMOTED (the champion stays; a normal outcome)'}: "
-        f"{pr.get('reason', '')}"
-    )
+    print(f"\n{'PROMOTED' if pr.promoted else 'NOT PROMOTED (the champion stays; a normal outcome)'}: {pr.reason}")
     print(f"champion: {scenario}-policy v{champion}" if champion else "champion: none (the rule engine serves)")
 
     print(
@@ -148,13 +146,14 @@ def _own_run_key(ctx: Any) -> str:
     return str(key)
 
 
-def _promote_or_say_why(promote: Callable[..., dict[str, Any]], ctx: Any, candidate: str) -> dict[str, Any]:
+def _promote_or_say_why(promote: Callable[..., PromotionOutcome], ctx: Any, candidate: str) -> PromotionOutcome:
     """The gated promotion; a candidate that cannot be promoted (e.g. training reproduced the
     champion itself) is an outcome with its reason, not a crash."""
     try:
         return promote(ctx, candidate=candidate)
     except (ValueError, UserError) as exc:
-        return {"promoted": False, "gates": [], "reason": str(exc).strip("'\"")}
+        reason = str(exc).strip("'\"")
+        return PromotionOutcome(PromotionStatus.NOT_PROMOTABLE, ctx.scenario, reason, ctx.dry_run, candidate, gates=[])
 
 
 def _print_gates(gates: list[dict[str, Any]]) -> None:

@@ -1,7 +1,6 @@
 """Each step hands back a typed record (a frozen dataclass on ``rlops.common.step_result.StepResult``),
 not a ``dict[str, Any]``: its fields are the result's names and types, and ``as_dict()`` is what
-leaves the process (CLI JSON, XCom). The steps not yet converted are listed here, so the list only
-shrinks."""
+leaves the process (CLI JSON, XCom). Every step entry point is checked: none returns a dict."""
 
 from __future__ import annotations
 
@@ -25,14 +24,8 @@ STEPS = {
     "rlops.pipeline_steps.training.policy": ("train_policy",),
     "rlops.pipeline_steps.stress.step": ("stress_test",),
     "rlops.pipeline_steps.promotion.evaluate": ("evaluate_candidate",),
-    "rlops.pipeline_steps.promotion.flow": ("promote", "promote_from_alias"),
+    "rlops.pipeline_steps.promotion.flow": ("promote", "promote_from_alias", "rollback"),
     "rlops.pipeline_steps.promotion.rollout": ("rollout_step",),
-}
-
-#: Steps that still return ``dict[str, Any]``.
-STILL_DICT = {
-    "promote",
-    "promote_from_alias",
 }
 
 
@@ -47,15 +40,13 @@ def _return_annotations() -> dict[str, str]:
     return out
 
 
-def test_only_the_listed_steps_still_return_a_dict() -> None:
+def test_no_step_returns_a_dict() -> None:
     annotations = _return_annotations()
-    dicts = {name for name, returns in annotations.items() if "dict[" in returns}
-    assert dicts == STILL_DICT, (
-        f"converted: {sorted(STILL_DICT - dicts)}; new dict results: {sorted(dicts - STILL_DICT)}"
-    )
+    dicts = {name for name, returns in annotations.items() if "dict[" in returns or not returns}
+    assert not dicts, f"steps returning a dict (or not annotated): {sorted(dicts)}"
 
 
-@pytest.mark.parametrize("name", sorted({n for names in STEPS.values() for n in names} - STILL_DICT))
+@pytest.mark.parametrize("name", sorted({n for names in STEPS.values() for n in names}))
 def test_a_typed_step_result_is_a_frozen_step_result(name: str) -> None:
     module = next(m for m, names in STEPS.items() if name in names)
     returns = _return_annotations()[name]

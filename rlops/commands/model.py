@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from rlops.commands.common_args import add_common_args, context_from_args, infrastructure, print_result
+from rlops.pipeline_steps.promotion.outcome import PromotionOutcome
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -125,15 +126,16 @@ def cmd_promote(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.promotion.flow import promote
 
     _check_episodes(args)
-    res = _call(promote, context_from_args(args), args.candidate, args.staged, args.episodes)
-    print_result(res, args.json, [f"{res['scenario']}: {res['reason']}"] + _gate_lines(res))
-    return 0 if res["action"] in ("champion", "challenger", "would_promote", "would_stage") else 1
+    res: PromotionOutcome = _call(promote, context_from_args(args), args.candidate, args.staged, args.episodes)
+    out = res.as_dict()
+    print_result(out, args.json, [f"{res.scenario}: {res.reason}"] + _gate_lines(out))
+    return 0 if res.action in ("champion", "challenger", "would_promote", "would_stage") else 1
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.promotion.flow import rollback
 
-    res = _call(rollback, context_from_args(args), args.reason)
-    after = f" (previous: v{res['previous']})" if res.get("previous") else " (no earlier champion left)"
-    print_result(res, args.json, [f"{res['scenario']}: {res['reason']}" + ("" if res.get("dry_run") else after)])
+    res: PromotionOutcome = _call(rollback, context_from_args(args), args.reason)
+    after = f" (previous: v{res.previous})" if res.previous else " (no earlier champion left)"
+    print_result(res.as_dict(), args.json, [f"{res.scenario}: {res.reason}" + ("" if res.dry_run else after)])
     return 0

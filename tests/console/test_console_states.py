@@ -65,12 +65,12 @@ def registry(tmp_path_factory: pytest.TempPathFactory, _mlflow_template_db: Path
         v2 = register(ctx, pack, cloned_rules_policy(pack))
         impossible = promotion_ctx("20261201T0900", min_improvement=1000.0, **BUDGET)
         ui = promote_from_alias(impossible, v2)
-        assert ui["outcome"] == "rejected", ui
+        assert ui.outcome == "rejected", ui
         cli = promote(promotion_ctx("20261201T1000", **BUDGET), v2)
-        assert cli["promoted"], (cli.get("reason"), cli.get("failed_gates"))
+        assert cli.promoted, (cli.reason, cli.failed_gates)
         v3 = register(ctx, pack, bad)
         failed = promote(promotion_ctx("20261201T1100", **BUDGET), v3)
-        assert not failed["promoted"] and "mean_return" in failed["failed_gates"], failed
+        assert not failed.promoted and "mean_return" in (failed.failed_gates or []), failed
         from fastapi.testclient import TestClient
 
         from rlops.console.app import create_app
@@ -93,7 +93,7 @@ def _text(html: str) -> str:
 
 
 def test_the_passing_evaluation_page_names_both_versions_and_says_passed(registry: dict[str, Any]) -> None:
-    r = registry["client"].get(f"/s/{S}/evaluation/{registry['passed']['eval_run_id']}")
+    r = registry["client"].get(f"/s/{S}/evaluation/{registry['passed'].eval_run_id}")
     assert r.status_code == 200
     text = _text(r.text)
     assert f"Gate table: v{registry['v2']} vs champion v{registry['v1']}" in text
@@ -103,7 +103,7 @@ def test_the_passing_evaluation_page_names_both_versions_and_says_passed(registr
 
 
 def test_the_failing_evaluation_page_names_the_failing_gate(registry: dict[str, Any]) -> None:
-    r = registry["client"].get(f"/s/{S}/evaluation/{registry['failed']['eval_run_id']}")
+    r = registry["client"].get(f"/s/{S}/evaluation/{registry['failed'].eval_run_id}")
     text = _text(r.text)
     assert f"Gate table: v{registry['v3']} vs champion v{registry['v2']}" in text
     assert re.search(r'id="verdict" class="fail">failed: [^<]*mean_return', r.text)
@@ -114,12 +114,12 @@ def test_a_skipped_gate_reads_skipped_everywhere(registry: dict[str, Any]) -> No
     from rlops.commands.model import _gate_lines
     from rlops.pipeline_steps.promotion.gates import gate_state
 
-    gates = registry["passed"]["gates"]
+    gates = registry["passed"].gates
     segments = [g for g in gates if g["gate"].startswith("segment:")]
     assert segments and all(gate_state(g) == "skipped" for g in segments)
     name = segments[0]["gate"]
     # the console: the gate table and the promotion page
-    page = registry["client"].get(f"/s/{S}/evaluation/{registry['passed']['eval_run_id']}").text
+    page = registry["client"].get(f"/s/{S}/evaluation/{registry['passed'].eval_run_id}").text
     assert f'data-gate="{name}" data-state="skipped"' in page
     row = re.search(rf'data-gate="{re.escape(name)}" data-state="skipped">(.*?)</tr>', page, re.DOTALL).group(1)
     assert ">skipped<" in row and ">pass<" not in row
@@ -142,7 +142,7 @@ def test_a_skipped_gate_reads_skipped_everywhere(registry: dict[str, Any]) -> No
 
 
 def test_gate_states_are_exactly_pass_fail_skipped(registry: dict[str, Any]) -> None:
-    states = {g["status"] for g in registry["passed"]["gates"] + registry["failed"]["gates"]}
+    states = {g["status"] for g in registry["passed"].gates + registry["failed"].gates}
     assert states <= {"pass", "fail", "skipped"} and {"pass", "fail", "skipped"} <= states
 
 
@@ -165,7 +165,7 @@ def test_the_promotion_page_tells_each_evaluation(registry: dict[str, Any]) -> N
 
 
 def test_numbers_are_rounded(registry: dict[str, Any]) -> None:
-    page = registry["client"].get(f"/s/{S}/evaluation/{registry['passed']['eval_run_id']}").text
+    page = registry["client"].get(f"/s/{S}/evaluation/{registry['passed'].eval_run_id}").text
     assert not re.findall(r"\d+\.\d{6,}", _text(page)), "a raw float on the gate table"
     assert re.search(r"\d ms<", page)  # handling time carries its unit
 

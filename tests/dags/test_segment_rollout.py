@@ -126,7 +126,7 @@ def test_a_challenger_rolls_out_region_by_region(
     _serve_hour(first, pack, {"champion": good})  # the hour before the roll-out: the champion everywhere
     cand = register(first, pack, good)
     res = promote(first, cand, staged=True)  # what a retrain does with a passing candidate
-    assert res["action"] == "challenger" and res["traffic_segment"] == GUANGDONG, res.get("reason")
+    assert res.action == "challenger" and res.traffic_segment == GUANGDONG, res.reason
     tags = first.tracker.model_version_tags(NAME, cand)
     assert (tags["traffic_segment"], tags["traffic_fraction"], tags["rlops.rollout.stage"]) == (GUANGDONG, "1.0", "0")
 

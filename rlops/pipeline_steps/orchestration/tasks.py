@@ -347,7 +347,7 @@ def evaluate_and_promote(
         }
     out = promote(ctx, candidate=candidate, staged=staged)
     mark_done_for(ctx, conf)
-    return {k: v for k, v in out.items() if k not in ("gates_detail",)}
+    return out.as_dict()
 
 
 def mark_done_for(ctx: StepContext, conf: Mapping[str, Any]) -> None:
@@ -401,4 +401,5 @@ def promote_requested(conf: Mapping[str, Any]) -> dict[str, Any]:
     """Gated promotion of ``conf['candidate']``; the outcome is written back on the version."""
     from rlops.pipeline_steps.promotion.flow import promote_from_alias
 
-    return promote_from_alias(_ctx(conf), conf["candidate"], requested_by=str(conf.get("requested_by") or "airflow"))
+    requested_by = str(conf.get("requested_by") or "airflow")
+    return promote_from_alias(_ctx(conf), conf["candidate"], requested_by=requested_by).as_dict()

@@ -29,8 +29,8 @@ no passing report of its own (:mod:`rlops.pipeline_steps.stress.version`).
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import step_run
@@ -44,9 +44,10 @@ from rlops.pipeline_steps.promotion.guard import (
     withdraw_hand_set_challenger,
 )
 from rlops.pipeline_steps.promotion.lock import ChampionMoved, PromotionBusy, check_unchanged, lock_path, promotion_lock
+from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionStatus
 from rlops.pipeline_steps.promotion.stages import Stage, current_stage, rollout_plan, segmented
 from rlops.pipeline_steps.promotion.stages import next_stage as plan_next
-from rlops.pipeline_steps.stress.version import stress_version
+from rlops.pipeline_steps.stress.version import VersionStress, stress_version
 from rlops.registry import tags as T
 from rlops.registry.alias_records import RegistryKeyMismatch, require_key
 from rlops.registry.aliases import champion_history, float_or_zero, move_champion
@@ -113,69 +114,64 @@ def check_champion(ctx: StepContext) -> ChampionCheck:
         after,
         check.hand_set,
         "regated",
-        f"{check.reason}; re-gated: {outcome['reason']}",
+        f"{check.reason}; re-gated: {outcome.reason}",
         promotion=outcome,
     )
 
 
 def promote_from_alias(
     ctx: StepContext, version: str, requested_by: str = UI_REQUEST, staged: bool | None = None
-) -> dict[str, Any]:
+) -> PromotionOutcome:
     """The gated promotion of ``version`` requested through an alias; the outcome is written back
     on the version as tags (and the gate summary in its description, by the evaluation). The
     version's own stress test is run first when it has no passing report (a version trained by
     ``rlops train policy`` never had one), and the ``stress_test`` gate judges that verdict. A
-    process whose registry key is not the deployment's changes nothing and raises."""
+    process whose registry key is not the deployment's changes nothing and raises. The result
+    names the requester and leaves out the gate table (it is in the version's description)."""
     name, tracker = policy_model_name(ctx.scenario), ctx.tracker
     version = str(version)
     require_key(tracker, name)  # before the stress test tags anything
     if staged is None:
         staged = ctx.config.promotion.staged
-    stress: dict[str, Any] | None = None
+    stress: VersionStress | None = None
     try:
         stress = _stress_of(ctx, version)
         with tracker.on_behalf_of(requested_by):  # the outcome tags of an alias move name the requester
-            res = promote(ctx, version, staged=staged, stress_verdict=stress["verdict"] if stress else None)
+            res = promote(ctx, version, staged=staged, stress_verdict=stress.verdict if stress else None)
     except RegistryKeyMismatch:
         raise
     except ValueError as exc:  # e.g. already the champion, no such version
-        res = {"action": "none", "promoted": False, "reason": str(exc).strip("'\"")}
+        reason = str(exc).strip("'\"")
+        res = PromotionOutcome(PromotionStatus.NOT_PROMOTABLE, ctx.scenario, reason, ctx.dry_run, version, staged)
     except (TrackingError, StorageError) as exc:  # the stress test could not complete
-        res = {"action": "none", "promoted": False, "reason": f"stress test of v{version} failed to run: {exc}"}
-    if stress is not None:
-        res["stress"] = stress
-    action = str(res.get("action"))
-    outcome = {"champion": "champion", "challenger": "challenger"}.get(action, "rejected")
-    if outcome == "rejected":
+        reason = f"stress test of v{version} failed to run: {exc}"
+        res = PromotionOutcome(PromotionStatus.FAILED, ctx.scenario, reason, ctx.dry_run, version, staged)
+    res = replace(res, gates=None, stress=stress, requested_by=requested_by)
+    if res.outcome == "rejected":
         problem = withdraw_hand_set_challenger(ctx, version)
         if problem:
-            res["reason"] = f"{res.get('reason')}; {problem}"
+            res = replace(res, reason=f"{res.reason}; {problem}")
     if not ctx.dry_run:
         try:
-            if outcome == "rejected":
+            if res.outcome == "rejected":
                 stop_serving(ctx, version)
             # The outcome tag last: whoever waits for it then finds the others written.
             tracker.set_model_version_tags(
                 name,
                 version,
                 {
-                    T.PROMOTION_REASON: str(res.get("reason"))[:5000],
+                    T.PROMOTION_REASON: res.reason[:5000],
                     T.PROMOTION_REQUESTED_BY: requested_by,
                     T.PROMOTION_AT: _now(),
-                    T.PROMOTION_OUTCOME: outcome,
+                    T.PROMOTION_OUTCOME: res.outcome,
                 },
             )
         except TrackingError as exc:
-            res["warning"] = f"writing the outcome tags failed: {exc}"
-    return {
-        **{k: v for k, v in res.items() if k != "gates"},
-        "outcome": outcome,
-        "version": version,
-        "requested_by": requested_by,
-    }
+            res = replace(res, warning=f"writing the outcome tags failed: {exc}")
+    return res
 
 
-def _stress_of(ctx: StepContext, version: str) -> dict[str, Any] | None:
+def _stress_of(ctx: StepContext, version: str) -> VersionStress | None:
     """The stress verdict the promotion of ``version`` is gated on (None: the gate does not ask for
     one — ``evaluate.require_stress_test`` is off — or the version is the champion already, which
     the evaluation refuses anyway)."""
@@ -183,7 +179,7 @@ def _stress_of(ctx: StepContext, version: str) -> dict[str, Any] | None:
         return None
     if ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION) == version:
         return None
-    return stress_version(ctx, version).to_dict()
+    return stress_version(ctx, version)
 
 
 # --------------------------------------------------------------------------- promote
@@ -193,7 +189,7 @@ def promote(
     staged: bool = False,
     episodes: int | None = None,
     stress_verdict: str | None = None,
-) -> dict[str, Any]:
+) -> PromotionOutcome:
     """Evaluate and, when every gate passes, promote (or stage as challenger; ``stress_verdict``:
     see :func:`~rlops.pipeline_steps.promotion.evaluate.evaluate_candidate`). A champion set by
     hand outside rlops is handled first (:func:`check_champion`, before the lock: its re-gating is
@@ -201,97 +197,76 @@ def promote(
     (:mod:`rlops.pipeline_steps.promotion.lock`): the evaluation and the alias move happen under
     one lock, and the move is refused if the champion changed meanwhile. The outcome is recorded
     as the pass's ``promote`` step run."""
-    out: dict[str, Any] = {
-        "scenario": ctx.scenario,
-        "candidate": str(candidate),
-        "staged": staged,
-        "promoted": False,
-        "action": "none",
-        "dry_run": ctx.dry_run,
-    }
+    candidate = str(candidate)
     try:
         check = check_champion(ctx)
     except (TrackingError, StorageError) as exc:
-        return {**out, "reason": f"checking the champion failed, nothing changed: {exc}"}
+        reason = f"checking the champion failed, nothing changed: {exc}"
+        return PromotionOutcome(PromotionStatus.FAILED, ctx.scenario, reason, ctx.dry_run, candidate, staged)
     path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), policy_model_name(ctx.scenario))
     try:
         with promotion_lock(path, ctx.config.evaluate.lock_timeout_s) as waited:
-            out = {**_promote(ctx, str(candidate), staged, episodes, stress_verdict), "lock_wait_s": round(waited, 3)}
+            out = replace(_promote(ctx, candidate, staged, episodes, stress_verdict), lock_wait_s=round(waited, 3))
     except PromotionBusy as exc:
-        out = {**out, "reason": str(exc)}
+        out = PromotionOutcome(PromotionStatus.BUSY, ctx.scenario, str(exc), ctx.dry_run, candidate, staged)
     if check.action != "none":
-        out["champion_check"] = check.to_dict()
+        out = replace(out, champion_check=check)
     if not ctx.dry_run:
-        _track_promotion(ctx, out)
+        out = _track_promotion(ctx, out)
     return out
 
 
-def _track_promotion(ctx: StepContext, out: dict[str, Any]) -> None:
-
+def _track_promotion(ctx: StepContext, out: PromotionOutcome) -> PromotionOutcome:
+    """Record the promotion as the pass's ``promote`` step run; ``out`` with a warning when MLflow
+    failed to take the record."""
     try:
         with step_run(
             ctx,
             T.PROMOTE,
-            label=f"v{out['candidate']}",
+            label=f"v{out.candidate}",
             extra_tags={
-                T.CANDIDATE: out["candidate"],
-                T.PASSED: str(bool(out.get("passed"))).lower(),
-                T.PROMOTION_ACTION: out["action"],
+                T.CANDIDATE: str(out.candidate),
+                T.PASSED: str(bool(out.passed)).lower(),
+                T.PROMOTION_ACTION: out.action,
             },
         ) as run:
-            run.log_params({"reason": str(out.get("reason", ""))[:500], "staged": out["staged"]})
+            run.log_params({"reason": out.reason[:500], "staged": out.staged})
             run.log_metrics(
-                {
-                    "promoted": float(bool(out["promoted"])),
-                    "traffic_fraction": float(out.get("traffic_fraction") or 0.0),
-                },
-                step=0,
+                {"promoted": float(out.promoted), "traffic_fraction": float(out.traffic_fraction or 0.0)}, step=0
             )
     except TrackingError as exc:  # the promotion's own outcome stands; only its record is missing
-        out.setdefault("warning", f"recording the promotion in MLflow failed: {exc}")
+        if out.warning is None:
+            return replace(out, warning=f"recording the promotion in MLflow failed: {exc}")
+    return out
 
 
 def _promote(
     ctx: StepContext, candidate: str, staged: bool, episodes: int | None, stress_verdict: str | None
-) -> dict[str, Any]:
+) -> PromotionOutcome:
     from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
 
     name = policy_model_name(ctx.scenario)
     plan = rollout_plan(ctx)
-    out: dict[str, Any] = {
-        "scenario": ctx.scenario,
-        "candidate": candidate,
-        "staged": staged,
-        "promoted": False,
-        "action": "none",
-        "dry_run": ctx.dry_run,
-    }
     try:
         report = evaluate_candidate(ctx, candidate, episodes, stress_verdict)
     except (TrackingError, StorageError) as exc:
-        return {**out, "reason": f"evaluation could not complete, nothing changed: {exc}"}
-    out.update(
-        passed=report.passed,
-        failed_gates=report.failed_gates,
-        baseline=report.baseline,
-        report_uri=report.report_uri,
-        eval_run_id=report.eval_run_id,
-        gates=report.gates,
-    )
+        reason = f"evaluation could not complete, nothing changed: {exc}"
+        return PromotionOutcome(PromotionStatus.FAILED, ctx.scenario, reason, ctx.dry_run, candidate, staged)
+    judged = PromotionOutcome.refused(report, candidate, staged)  # unless it passes and moves (below)
     if not report.passed:
-        reason = f"gate(s) failed: {', '.join(report.failed_gates)}; champion unchanged"
         if not ctx.dry_run:
             try:
-                stop_serving(ctx, candidate, reason)
+                stop_serving(ctx, candidate, judged.reason)
             except TrackingError as exc:
-                reason += f"; setting its traffic share to 0 failed: {exc}"
-        return {**out, "reason": reason}
+                return replace(judged, reason=f"{judged.reason}; setting its traffic share to 0 failed: {exc}")
+        return judged
+    mlflow_failed = "MLflow failed during promotion; aliases left as they were"
     try:
         check_unchanged(report.champion_version, ctx.tracker.get_alias(name, CHAMPION), name)
     except ChampionMoved as exc:
-        return {**out, "passed": False, "reason": str(exc)}
+        return replace(judged, status=PromotionStatus.CHAMPION_MOVED, passed=False, reason=str(exc))
     except TrackingError as exc:
-        return {**out, "reason": f"MLflow failed during promotion; aliases left as they were: {exc}"}
+        return replace(judged, status=PromotionStatus.FAILED, reason=f"{mlflow_failed}: {exc}")
     try:
         challenger = ctx.tracker.get_alias(name, CHALLENGER)
         stage, why = plan[-1], "all gates pass"
@@ -310,31 +285,39 @@ def _promote(
         eta = champion_eta(ctx, stage) if not stage.final else ""
         if ctx.dry_run:
             what = "champion" if stage.final else f"challenger at {stage.describe()}; {eta}"
-            return {
-                **out,
-                "action": "would_promote" if stage.final else "would_stage",
-                "traffic_fraction": nxt,
-                **({"traffic_segment": stage.segment} if stage.segment else {}),
-                "reason": f"dry run: {why}; v{candidate} would become {what}",
-            }
+            return replace(
+                judged,
+                status=PromotionStatus.WOULD_PROMOTE if stage.final else PromotionStatus.WOULD_STAGE,
+                traffic_fraction=nxt,
+                traffic_segment=stage.segment,
+                reason=f"dry run: {why}; v{candidate} would become {what}",
+            )
         if not stage.final:
             stage_challenger(ctx, candidate, nxt, f"all gates pass; staged at {stage.describe()}", stage)
             reason = f"all gates pass; v{candidate} serves {stage.describe()} as challenger; {eta}"
             log.info("%s: %s", name, reason)
-            return {
-                **out,
-                "action": "challenger",
-                "traffic_fraction": nxt,
-                **({"traffic_segment": stage.segment} if stage.segment else {}),
-                "champion": report.champion_version,
-                "champion_in_min": minutes_to_champion_at(plan, stage, ctx.config.rollout.min_stage_minutes),
-                "reason": reason,
-            }
-        out.update(finish(ctx, candidate, why))
+            return replace(
+                judged,
+                status=PromotionStatus.STAGED,
+                traffic_fraction=nxt,
+                traffic_segment=stage.segment,
+                champion=report.champion_version,
+                champion_in_min=minutes_to_champion_at(plan, stage, ctx.config.rollout.min_stage_minutes),
+                reason=reason,
+            )
+        done = finish(ctx, candidate, why)
     except TrackingError as exc:
-        return {**out, "reason": f"MLflow failed during promotion; aliases left as they were: {exc}"}
-    out["reason"] = f"{why}; v{candidate} is the champion"
-    log.info("%s: %s", name, out["reason"])
+        return replace(judged, status=PromotionStatus.FAILED, reason=f"{mlflow_failed}: {exc}")
+    out = replace(
+        judged,
+        status=done.status,
+        champion=done.champion,
+        previous=done.previous,
+        traffic_fraction=done.traffic_fraction,
+        warning=done.warning,
+        reason=f"{why}; v{candidate} is the champion",
+    )
+    log.info("%s: %s", name, out.reason)
     return out
 
 
@@ -363,18 +346,12 @@ def stage_challenger(ctx: StepContext, version: str, fraction: float, reason: st
             )
 
 
-def finish(ctx: StepContext, version: str, reason: str) -> dict[str, Any]:
+def finish(ctx: StepContext, version: str, reason: str) -> PromotionOutcome:
     """Make ``version`` the champion (the old one becomes ``previous``) and retire its
-    ``challenger`` alias."""
+    ``challenger`` alias; ``reason`` is tagged on the version."""
     name = policy_model_name(ctx.scenario)
     state = move_champion(ctx.tracker, name, version)
-    out: dict[str, Any] = {
-        "promoted": True,
-        "action": "champion",
-        "champion": state.champion,
-        "previous": state.previous,
-        "traffic_fraction": 1.0,
-    }
+    warning = None
     try:
         ctx.tracker.set_model_version_tags(
             name,
@@ -386,8 +363,18 @@ def finish(ctx: StepContext, version: str, reason: str) -> dict[str, Any]:
         if ctx.tracker.get_alias(name, CHALLENGER) == version:
             ctx.tracker.delete_alias(name, CHALLENGER)
     except TrackingError as exc:  # the champion moved; only bookkeeping is behind
-        out["warning"] = f"champion moved, but updating the challenger alias/tags failed: {exc}"
-    return out
+        warning = f"champion moved, but updating the challenger alias/tags failed: {exc}"
+    return PromotionOutcome(
+        PromotionStatus.CHAMPION,
+        ctx.scenario,
+        reason,
+        ctx.dry_run,
+        version,
+        traffic_fraction=1.0,
+        champion=state.champion,
+        previous=state.previous,
+        warning=warning,
+    )
 
 
 def withdraw_challenger(ctx: StepContext, version: str, reason: str) -> None:
@@ -416,7 +403,7 @@ def stop_serving(ctx: StepContext, version: str, reason: str | None = None) -> N
         withdraw_challenger(ctx, version, reason)
 
 
-def rollback(ctx: StepContext, reason: str | None = None) -> dict[str, Any]:
+def rollback(ctx: StepContext, reason: str | None = None) -> PromotionOutcome:
     """Point ``champion`` back at the most recent earlier champion (``previous`` at the one
     before; see :func:`rlops.registry.aliases.rollback`); the demoted version is
     tagged ``rlops.rolled_back`` with ``reason``."""
@@ -429,22 +416,24 @@ def rollback(ctx: StepContext, reason: str | None = None) -> dict[str, Any]:
             "promote a version explicitly instead"
         )
     if ctx.dry_run:
-        return {
-            "scenario": ctx.scenario,
-            "dry_run": True,
-            "champion": current,
-            "would_restore": history[-1],
-            "reason": f"dry run: champion would move from v{current} back to v{history[-1]}",
-        }
+        return PromotionOutcome(
+            PromotionStatus.WOULD_ROLL_BACK,
+            ctx.scenario,
+            f"dry run: champion would move from v{current} back to v{history[-1]}",
+            True,
+            champion=current,
+            would_restore=history[-1],
+        )
     state = rollback_champion(ctx.tracker, name, reason)
-    return {
-        "scenario": ctx.scenario,
-        "dry_run": False,
-        "rolled_back_from": current,
-        "champion": state.champion,
-        "previous": state.previous,
-        "reason": reason or f"champion restored to v{state.champion}",
-    }
+    return PromotionOutcome(
+        PromotionStatus.ROLLED_BACK,
+        ctx.scenario,
+        reason or f"champion restored to v{state.champion}",
+        False,
+        champion=state.champion,
+        previous=state.previous,
+        rolled_back_from=current,
+    )
 
 
 def _now() -> str:

@@ -21,14 +21,17 @@ its champion adopted as rlops' own on the first check, rather than reverted.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.registry import tags as T
 from rlops.registry.alias_records import record_state, verified_version
 from rlops.registry.client import CHALLENGER, CHAMPION, TrackingError, policy_model_name
+
+if TYPE_CHECKING:
+    from rlops.pipeline_steps.promotion.outcome import PromotionOutcome
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +48,13 @@ class ChampionCheck:
     hand_set: str | None  # the version someone set by hand, if any
     action: str  # none | adopted | reverted | regated
     reason: str
-    promotion: dict[str, Any] | None = None
+    promotion: PromotionOutcome | None = None
+    """The re-gating of the hand-set version as a candidate (``regated``; None: not re-gated)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["promotion"] = self.promotion.as_dict() if self.promotion is not None else None
+        return out
 
 
 def manual_mode(ctx: StepContext) -> str:

@@ -297,7 +297,7 @@ def handle_event(
         # The pack's promotion DAG takes its reward function from the pack's params.
         conf = {"scenario": scenario, "candidate": version, "requested_by": UI_REQUEST}
         return deliver_to_airflow(ctx, settings, store, delivery_id or f"direct-{time.time_ns()}", conf)
-    return {"action": "promotion", **promote_from_alias(ctx, version, requested_by=UI_REQUEST)}
+    return {"action": "promotion", **promote_from_alias(ctx, version, requested_by=UI_REQUEST).as_dict()}
 
 
 def decision_line(event: Mapping[str, Any], out: Mapping[str, Any]) -> str:

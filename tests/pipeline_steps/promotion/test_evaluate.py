@@ -15,6 +15,7 @@ import pytest
 
 from rlops.common.config import REPO_ROOT
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.promotion.outcome import PromotionStatus
 from rlops.registry.client import Tracker
 from tests.policy_kit import NAME, SCENARIO, approve_all, good, pack, promotion_ctx, promotion_sandbox, register  # noqa: F401  (fixtures)
 
@@ -52,9 +53,10 @@ def test_good_candidate_beats_bad_champion_and_is_promoted(pack: Any, good: Any,
     ctx.tracker.set_alias(NAME, "champion", bad_v)
     cand = register(ctx, pack, good)
     res = promote(ctx, cand)
-    assert res["promoted"] and res["action"] == "champion" and res["baseline"] == f"champion v{bad_v}"
+    assert res.promoted and res.action == "champion" and res.baseline == f"champion v{bad_v}"
+    assert res.status is PromotionStatus.CHAMPION and (res.champion, res.previous) == (cand, bad_v)
     assert aliases(ctx) == {"champion": cand, "previous": bad_v}
-    gates = {g["gate"]: g for g in res["gates"]}
+    gates = {g["gate"]: g for g in res.gates or []}
     assert {
         "mean_return",
         "completion_rate",
@@ -70,17 +72,18 @@ def test_good_candidate_beats_bad_champion_and_is_promoted(pack: Any, good: Any,
     } <= set(gates)
     assert gates["mean_return"]["candidate"] > gates["mean_return"]["champion"]
     # the gate table went to storage and to an MLflow run; the version carries the verdict
-    table = ctx.storage.read_json(f"{res['report_uri']}/gates.json")
+    table = ctx.storage.read_json(f"{res.report_uri}/gates.json")
     assert table["columns"] == ["gate", "candidate", "champion", "threshold", "passed", "status", "detail"]
-    assert "<table>" in ctx.storage.read_text(f"{res['report_uri']}/gates.html")
-    arts = {a.path for a in ctx.tracker.client.list_artifacts(res["eval_run_id"])}
+    assert "<table>" in ctx.storage.read_text(f"{res.report_uri}/gates.html")
+    arts = {a.path for a in ctx.tracker.client.list_artifacts(res.eval_run_id)}
     assert {"gates.json", "gates.html"} <= arts
     assert ctx.tracker.model_version_tags(NAME, cand)["eval_passed"] == "true"
     # rollback puts the old champion back
     from rlops.pipeline_steps.promotion.flow import rollback
 
     rb = rollback(promotion_ctx())
-    assert rb["champion"] == bad_v and aliases(ctx) == {"champion": bad_v}
+    assert rb.status is PromotionStatus.ROLLED_BACK and (rb.champion, rb.rolled_back_from) == (bad_v, cand)
+    assert aliases(ctx) == {"champion": bad_v}
 
 
 def test_worse_candidate_fails_and_champion_stays(
@@ -97,6 +100,7 @@ def test_worse_candidate_fails_and_champion_stays(
     assert main(["model", "promote", "--candidate", cand, "--json", "--run-key", RUN_KEY]) == 1
     res = json.loads(capsys.readouterr().out)
     assert not res["promoted"] and "mean_return" in res["failed_gates"] and "champion unchanged" in res["reason"]
+    assert res["action"] == "none" and res["passed"] is False and "gates" in res and "lock_wait_s" in res
     assert aliases(ctx) == {"champion": champ}
     assert ctx.tracker.model_version_tags(NAME, cand)["eval_passed"] == "false"
 
@@ -110,10 +114,12 @@ def test_first_champion_is_judged_against_the_rule_engine(pack: Any, good: Any) 
     dry = evaluate_candidate(promotion_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand).as_dict()
     assert dry["baseline"] == "rules" and "report_uri" not in dry
     would = promote(promotion_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand)
-    assert would["action"] == "would_promote" and not would["promoted"] and aliases(ctx) == {}
+    assert would.action == "would_promote" and not would.promoted and aliases(ctx) == {}
+    assert would.as_dict()["report_uri"] is None  # a dry run writes no report; the key stays
     assert "eval_passed" not in ctx.tracker.model_version_tags(NAME, cand)
     res = promote(ctx, cand)
-    assert res["promoted"] and res["baseline"] == "rules" and aliases(ctx) == {"champion": cand}
+    assert res.promoted and res.baseline == "rules" and aliases(ctx) == {"champion": cand}
+    assert res.as_dict()["previous"] is None  # no earlier champion: the key says so
 
 
 def _closed_port() -> int:
@@ -144,7 +150,8 @@ def test_mlflow_unreachable_during_the_move_leaves_champion(
 
     monkeypatch.setattr(ev, "evaluate_candidate", then_outage)
     res = flow.promote(ctx, cand)
-    assert res["passed"] and not res["promoted"] and "MLflow failed" in res["reason"]
+    assert res.passed and not res.promoted and "MLflow failed" in res.reason
+    assert res.status is PromotionStatus.FAILED
     assert promotion_ctx().tracker.aliases(NAME) == {"champion": bad_v}
 
     # a failure half-way through the move (champion alias write) restores the aliases
@@ -161,7 +168,7 @@ def test_mlflow_unreachable_during_the_move_leaves_champion(
 
     monkeypatch.setattr(Tracker, "set_alias", flaky)
     res = flow.promote(ctx2, cand)
-    assert not res["promoted"] and aliases(promotion_ctx()) == {"champion": bad_v}
+    assert not res.promoted and aliases(promotion_ctx()) == {"champion": bad_v}
 
 
 def test_nan_reward_and_failed_stress_test_block_promotion(
@@ -184,17 +191,18 @@ def test_nan_reward_and_failed_stress_test_block_promotion(
     ctx = promotion_ctx(min_improvement=-1.0, segment_tolerance=5.0)
     cand = register(ctx, nan_pack, good, reward_fn="v2")
     res = promote(ctx, cand)
-    assert not res["promoted"] and "finite_returns" in res["failed_gates"] and aliases(ctx) == {}
+    assert not res.promoted and "finite_returns" in (res.failed_gates or []) and aliases(ctx) == {}
+    assert res.status is PromotionStatus.REFUSED
 
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
     ctx = promotion_ctx(min_improvement=-1.0, segment_tolerance=5.0, require_stress_test=True)
     cand = register(ctx, pack, good)
     res = promote(ctx, cand)  # no stress test recorded yet
-    assert not res["promoted"] and res["failed_gates"] == ["stress_test"]
+    assert not res.promoted and res.failed_gates == ["stress_test"]
     ctx.tracker.set_model_version_tags(NAME, cand, {"stress_test": "fail"})
-    assert promote(ctx, cand)["failed_gates"] == ["stress_test"] and aliases(ctx) == {}
+    assert promote(ctx, cand).failed_gates == ["stress_test"] and aliases(ctx) == {}
     ctx.tracker.set_model_version_tags(NAME, cand, {"stress_test": "pass"})
-    assert promote(ctx, cand)["promoted"] and aliases(ctx) == {"champion": cand}
+    assert promote(ctx, cand).promoted and aliases(ctx) == {"champion": cand}
 
 
 def test_staged_rollout_advances_5_15_100(pack: Any, good: Any, approve_all: Any) -> None:
@@ -207,10 +215,10 @@ def test_staged_rollout_advances_5_15_100(pack: Any, good: Any, approve_all: Any
     seen = []
     for _ in range(3):
         res = promote(ctx, cand, staged=True)
-        seen.append((res["action"], res["traffic_fraction"]))
-        if res["action"] == "challenger":
+        seen.append((res.action, res.traffic_fraction))
+        if res.action == "challenger":
             assert aliases(ctx) == {"champion": bad_v, "challenger": cand}
-            assert float(ctx.tracker.model_version_tags(NAME, cand)["traffic_fraction"]) == res["traffic_fraction"]
+            assert float(ctx.tracker.model_version_tags(NAME, cand)["traffic_fraction"]) == res.traffic_fraction
     assert seen == [("challenger", 0.05), ("challenger", 0.15), ("champion", 1.0)]
     assert aliases(ctx) == {"champion": cand, "previous": bad_v}
 

@@ -12,6 +12,7 @@ import pytest
 
 from rlops.common.config import REPO_ROOT
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.promotion.outcome import PromotionStatus
 from rlops.registry.aliases import move_champion
 from tests.policy_kit import NAME, SCENARIO, approve_all, good, pack, promotion_ctx, promotion_sandbox, register  # noqa: F401  (fixtures)
 
@@ -47,8 +48,16 @@ def test_a_cli_trained_version_requested_in_the_ui_passes_its_stress_gate(
     assert "stress_test" not in ctx.tracker.model_version_tags(NAME, v)
     ctx.tracker.client.set_registered_model_alias(NAME, "challenger", v)  # set in the MLflow UI
     res = promote_from_alias(ctx, v)
-    assert res["stress"]["ran"] and res["stress"]["verdict"] == "pass", res["stress"]
-    assert res["outcome"] == "champion" and ctx.tracker.get_alias(NAME, "champion") == v, res["reason"]
+    assert res.stress is not None and res.stress.ran and res.stress.verdict == "pass", res.stress
+    assert res.outcome == "champion" and ctx.tracker.get_alias(NAME, "champion") == v, res.reason
+    out = res.as_dict()  # what the webhook receiver answers and the promotion DAG pushes
+    assert (out["outcome"], out["version"], out["requested_by"], out["stress"]["verdict"]) == (
+        "champion",
+        v,
+        "mlflow-ui-alias",
+        "pass",
+    )
+    assert "gates" not in out and out["failed_gates"] == []
     tags = ctx.tracker.model_version_tags(NAME, v)
     assert tags["stress_test"] == "pass" and tags["stress_report"].endswith(f"/{RUN_KEY}/v{v}/report.json")
     # the passing report of this very version is used again, not run again
@@ -68,16 +77,18 @@ def test_a_first_champion_is_not_staged_unless_asked(pack: Any, good: Any) -> No
 
     cand = register(_ctx(), pack, good)
     would = promote(_ctx({"staged_first_champion": True}, dry_run=True), cand, staged=True)
-    assert would["action"] == "would_stage" and "champion in 120 min" in would["reason"], would["reason"]
+    assert would.action == "would_stage" and "champion in 120 min" in would.reason, would.reason
+    assert would.status is PromotionStatus.WOULD_STAGE and "champion_in_min" not in would.as_dict()
     res = promote(_ctx(), cand, staged=True)  # what a retrain DAG does by default
-    assert res["action"] == "champion" and res["promoted"], res["reason"]
-    assert "first champion" in res["reason"] and "rule engine" in res["reason"]
+    assert res.action == "champion" and res.promoted, res.reason
+    assert "first champion" in res.reason and "rule engine" in res.reason
     assert _ctx().tracker.aliases(NAME) == {"champion": cand}
     # with a champion to compare against live, the roll-out is staged and says how long it takes
     nxt = register(_ctx(), pack, good)
     staged = promote(_ctx(), nxt, staged=True)
-    assert staged["action"] == "challenger" and staged["champion_in_min"] == 120.0, staged["reason"]
-    assert "can become champion in 120 min" in staged["reason"]
+    assert staged.action == "challenger" and staged.champion_in_min == 120.0, staged.reason
+    assert "can become champion in 120 min" in staged.reason
+    assert staged.as_dict()["champion"] == cand and staged.as_dict()["champion_in_min"] == 120.0
 
 
 def test_a_rejected_hand_set_challenger_serves_no_traffic(pack: Any, good: Any, approve_all: Any) -> None:
@@ -90,7 +101,8 @@ def test_a_rejected_hand_set_challenger_serves_no_traffic(pack: Any, good: Any, 
     ctx.tracker.set_model_version_tags(NAME, bad, {"traffic_fraction": 0.05})  # from an earlier roll-out
     ctx.tracker.client.set_registered_model_alias(NAME, "challenger", bad)
     res = promote_from_alias(ctx, bad)
-    assert res["outcome"] == "rejected" and "mean_return" in res["failed_gates"]
+    assert res.outcome == "rejected" and "mean_return" in (res.failed_gates or [])
+    assert res.status is PromotionStatus.REFUSED and res.as_dict()["action"] == "none"
     assert ctx.tracker.aliases(NAME) == {"champion": champ}
     tags = ctx.tracker.model_version_tags(NAME, bad)
     assert float(tags["traffic_fraction"]) == 0.0 and tags["rlops.promotion.outcome"] == "rejected"

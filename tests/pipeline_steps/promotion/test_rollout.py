@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from rlops.pipeline_steps.promotion.outcome import PromotionStatus
 from rlops.registry.aliases import move_champion
 from tests.policy_kit import NAME, approve_all, good, pack, promotion_ctx, promotion_sandbox, register  # noqa: F401  (fixtures)
 
@@ -66,7 +67,8 @@ def test_staged_rollout_then_rollback(pack: Any, good: Any, approve_all: Any) ->
     move_champion(first.tracker, NAME, old)
     cand = register(first, pack, good)
     res = promote(first, cand, staged=True)  # what a retrain DAG does by default
-    assert res["action"] == "challenger" and res["traffic_fraction"] == 0.05, res.get("reason")
+    assert res.action == "challenger" and res.traffic_fraction == 0.05, res.reason
+    assert res.status is PromotionStatus.STAGED and res.champion == old and not res.promoted
     rules_like = greedy_act(good)
 
     # The stage has not served its minimum time yet: hold.

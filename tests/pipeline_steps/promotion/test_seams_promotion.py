@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionStatus
 from tests.policy_kit import (  # noqa: F401  (fixtures)
     NAME,
     approve_all,
@@ -42,7 +43,7 @@ def test_racing_promotions_gate_each_candidate_against_the_champion_it_replaces(
     bad = register(ctx, pack, approve_all)
     ctx.tracker.set_alias(NAME, "champion", bad)
     a, b = register(ctx, pack, good), register(ctx, pack, good)
-    results: dict[str, dict] = {}
+    results: dict[str, PromotionOutcome] = {}
     barrier = threading.Barrier(2)
 
     def run(version: str) -> None:
@@ -54,17 +55,18 @@ def test_racing_promotions_gate_each_candidate_against_the_champion_it_replaces(
         t.start()
     for t in threads:
         t.join()
-    promoted = [r for r in results.values() if r["promoted"]]
+    promoted = [r for r in results.values() if r.promoted]
     assert promoted, results
     for r in promoted:  # each one replaced exactly the champion it was gated against
-        assert r["baseline"] == f"champion v{r['previous']}", r
-    waited = sorted(r["lock_wait_s"] for r in results.values())
+        assert r.status is PromotionStatus.CHAMPION and r.baseline == f"champion v{r.previous}", r
+    waited = sorted(r.lock_wait_s for r in results.values() if r.lock_wait_s is not None)
+    assert len(waited) == 2  # both took the lock
     assert waited[0] == 0.0 or waited[1] > 0.0  # the second one queued behind the first
     final = ctx.tracker.aliases(NAME)
-    first = next(r for r in promoted if r["previous"] == bad)
-    assert final["previous"] in (bad, first["candidate"])
+    first = next(r for r in promoted if r.previous == bad)
+    assert final["previous"] in (bad, first.candidate)
     if len(promoted) == 2:
-        assert final["previous"] == first["candidate"]
+        assert final["previous"] == first.candidate
 
 
 def _result(returns: list[float]) -> Any:
