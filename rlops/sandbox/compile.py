@@ -9,7 +9,7 @@ variables. Every program here maps whole columns at once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -135,6 +135,22 @@ class CompiledScenario:
             "shift_vector_cols": [set(s.vector.cols.tolist()) for _, s in shifts],
             "jitter": profile.latency_jitter_ms,
         }
+
+    def profile_with_population(self, world: str, population_of: str) -> str:
+        """The name of a profile that simulates ``world`` (its API error rates and latencies) and
+        draws its initial states as ``population_of`` does, with that profile's named population
+        segments: the production stand-in's angry customers as they fare in the calibrated world.
+        Added to this scenario on first use; ``world`` itself when both are the same profile."""
+        if world == population_of:
+            return world
+        name = f"{world}+{population_of}-population"
+        if name not in self.profiles:
+            profile = replace(
+                self.spec.profiles[world], name=name, population=self.spec.profiles[population_of].population
+            )
+            self.spec.profiles[name] = profile
+            self.profiles[name] = self._compile_profile(profile)
+        return name
 
     def sample_initial(self, key: Tensor, profile: str) -> Tensor:
         """Initial states for episode keys ``key[N]`` under a simulation profile."""

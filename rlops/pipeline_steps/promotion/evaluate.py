@@ -230,19 +230,23 @@ def named_segment_gates(
     pack: Any, profile: str, run: Any, cand_act: Any, champ_act: Any, cfg: Any, judged: Collection[str] = ()
 ) -> list[Any]:
     """The segment gates of the populations the pack's author named in its production stand-in
-    (``live``: the complaint pack's angry, severe and platinum customers), when the gates judge in
-    another profile. A calibrated sandbox's population is fitted (``fitted1`` …) and carries none
-    of those names, and a segment is only defined in the profile that draws it: both policies play
-    the stand-in's seeded episodes too, and each named segment is judged there. A name already in
-    ``judged`` (the evaluation profile's own segments: a calibrated population has its ``base``
-    too) keeps that gate only, so the gate table has one row per segment."""
+    (``live``: the complaint pack's angry customers), when the gates judge in another profile. A
+    calibrated sandbox's population is fitted (``fitted1`` …) and carries none of those names, and a
+    segment is only defined by the population that draws it: both policies play seeded episodes
+    drawn as the stand-in draws them, in the world of ``profile`` — its API error rates and
+    latencies, its fitted outcomes — and each named segment is judged there. The stand-in's own
+    latencies and error rates are its author's guess at the start: after an API slowed down, a
+    candidate that calls it less would be judged on calls that are no longer that cheap. A name
+    already in ``judged`` (the evaluation profile's own segments: a calibrated population has its
+    ``base`` too) keeps that gate only, so the gate table has one row per segment."""
     import torch
 
     stand_in = default_profile(pack, "production")
     if stand_in == profile:
         return []
-    cand, _ = run(cand_act, stand_in)
-    champ, _ = run(champ_act, stand_in)
+    world = pack.scenario.profile_with_population(profile, stand_in)
+    cand, _ = run(cand_act, world)
+    champ, _ = run(champ_act, world)
     masks = segment_masks(pack, torch.empty(0), cand.segments, cand.segment_names, {})
     masks = {n: m for n, m in masks.items() if n not in set(judged)}
     if not masks:
