@@ -35,6 +35,7 @@ from rlops.pipeline_steps.drift.check import drift_check
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.promotion.gates import gate_state
 from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionStatus
+from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.pipeline_steps.stress.step import stress_test
 from rlops.pipeline_steps.training.request import TrainRequest
 from rlops.pipeline_steps.training.reward_model import train_reward_model_step
@@ -116,7 +117,7 @@ def run(scenario: str | None = None) -> int:
         flush=True,
     )
 
-    st, dt = _timed(lambda: stress_test(ctx, policy_version=str(tr.model_version)))
+    st, dt = _timed(lambda: stress_test(ctx, StressRequest(policy_version=str(tr.model_version))))
     _say(7, f"stress test: {st.verdict}{'' if st.passed else ' — ' + '; '.join(st.reasons)} ({dt:.1f}s)")
 
     pr, dt = _timed(lambda: _promote_or_say_why(promote, ctx, str(tr.model_version)))

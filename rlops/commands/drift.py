@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 
 from rlops.commands.common_args import add_common_args, as_user_error, context_from_args, print_json, print_result
+from rlops.common import step_request
+from rlops.pipeline_steps.drift.request import DriftCheckRequest
 
 EXIT_DRIFT = 3
 
@@ -35,7 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(+ champion anomaly); the drift monitor's step",
     )
     add_common_args(p)
-    p.add_argument("--episodes", type=int, default=None, help="sandbox baseline episodes (default: params)")
+    step_request.add_arguments(p, DriftCheckRequest)
     p.add_argument("--fail-on-drift", action="store_true", help="exit 3 when a retrain is called for")
     p.set_defaults(func=cmd_check)
 
@@ -81,7 +83,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.drift.check import drift_check
 
     ctx = context_from_args(args)
-    res = drift_check(ctx, args.episodes)
+    res = drift_check(ctx, step_request.from_args(DriftCheckRequest, args))
     print_result(
         res.as_dict(),
         args.json,

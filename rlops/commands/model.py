@@ -7,7 +7,9 @@ import argparse
 from typing import Any
 
 from rlops.commands.common_args import add_common_args, context_from_args, infrastructure, print_result
+from rlops.common import step_request
 from rlops.pipeline_steps.promotion.outcome import PromotionOutcome
+from rlops.pipeline_steps.promotion.request import EvaluateRequest
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -19,8 +21,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ):
         p = verbs.add_parser(verb, help=helptext)
         add_common_args(p)
-        p.add_argument("--candidate", required=True, help="registered policy version to judge")
-        p.add_argument("--episodes", type=int, default=None, help="held-out episodes (default: params)")
+        step_request.add_arguments(p, EvaluateRequest)  # a promotion evaluates the candidate first
         if verb == "promote":
             p.add_argument(
                 "--staged",
@@ -100,19 +101,11 @@ def _call(fn: Any, *a: Any, **kw: Any) -> Any:
         raise UserError(str(exc).strip("'\"")) from None
 
 
-def _check_episodes(args: argparse.Namespace) -> None:
-    """``--episodes`` is checked before anything touches the registry."""
-    if args.episodes is not None:
-        from rlops.common.arguments import MAX_EPISODES, count
-
-        args.episodes = count("--episodes", args.episodes, maximum=MAX_EPISODES)
-
-
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
 
-    _check_episodes(args)
-    res = _call(evaluate_candidate, context_from_args(args), args.candidate, args.episodes)
+    request = step_request.from_args(EvaluateRequest, args)
+    res = _call(evaluate_candidate, context_from_args(args), request)
     head = [
         f"{res.scenario}: v{res.candidate} vs {res.baseline} on {res.episodes} episodes "
         f"({res.profile} profile): {'PASS' if res.passed else 'FAIL'}"
@@ -125,8 +118,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_promote(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.promotion.flow import promote
 
-    _check_episodes(args)
-    res: PromotionOutcome = _call(promote, context_from_args(args), args.candidate, args.staged, args.episodes)
+    request = step_request.from_args(EvaluateRequest, args)
+    res: PromotionOutcome = _call(promote, context_from_args(args), request.candidate, args.staged, request.episodes)
     out = res.as_dict()
     print_result(out, args.json, [f"{res.scenario}: {res.reason}"] + _gate_lines(out))
     return 0 if res.action in ("champion", "challenger", "would_promote", "would_stage") else 1

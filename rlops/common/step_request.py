@@ -10,6 +10,8 @@ A field made with :func:`option` carries its help text and its bounds; from the 
 
 So an option is one edit: a field on the request. A field whose default is ``None`` means "params
 decide" (its help says which key); a DAG may give it the resolved value as the ``Param`` default.
+A ``required`` option has no default: the command's flag must be given, and a caller builds the
+request with it (declare it before the options that have a default).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Option:
     cli: bool = True
     dag: bool = True
     digest: bool = True
+    required: bool = False
 
     @property
     def flag(self) -> str:
@@ -92,9 +95,11 @@ def option(
     cli: bool = True,
     dag: bool = True,
     digest: bool = True,
+    required: bool = False,
 ) -> Any:
     """A request field: ``cli``/``dag`` say whether the command and the DAG offer it, ``digest``
-    whether a change of it makes a retrain train again."""
+    whether a change of it makes a retrain train again, ``required`` that it has no default (the
+    command's flag must be given)."""
     meta = {
         "help": help,
         "choices": tuple(choices) if choices is not None else None,
@@ -104,7 +109,12 @@ def option(
         "cli": cli,
         "dag": dag,
         "digest": digest,
+        "required": required,
     }
+    if required:
+        if default is not None:
+            raise TypeError("a required option has no default")
+        return dataclasses.field(metadata={"rlops_option": meta})
     return dataclasses.field(default=default, metadata={"rlops_option": meta})
 
 
@@ -117,7 +127,8 @@ def options(request: type) -> list[Option]:
         if meta is None:
             raise TypeError(f"{request.__name__}.{f.name}: declare it with rlops.common.step_request.option()")
         kind, nullable = _kind(hints[f.name], f"{request.__name__}.{f.name}")
-        out.append(Option(f.name, kind, nullable, f.default, **meta))
+        default = None if f.default is dataclasses.MISSING else f.default
+        out.append(Option(f.name, kind, nullable, default, **meta))
     return out
 
 
@@ -140,10 +151,17 @@ def add_arguments(parser: argparse.ArgumentParser, request: type, skip: Sequence
         if not o.cli or o.name in skip:
             continue
         if o.kind is bool:
-            parser.add_argument(o.flag, action=argparse.BooleanOptionalAction, default=o.default, help=o.help)
+            parser.add_argument(
+                o.flag, action=argparse.BooleanOptionalAction, default=o.default, required=o.required, help=o.help
+            )
         else:
             parser.add_argument(
-                o.flag, type=o.kind, choices=list(o.choices) if o.choices else None, default=o.default, help=o.help
+                o.flag,
+                type=o.kind,
+                choices=list(o.choices) if o.choices else None,
+                default=o.default,
+                required=o.required,
+                help=o.help,
             )
 
 

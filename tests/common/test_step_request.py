@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rlops.common import step_request
 from rlops.common.errors import UserError
 from rlops.common.step_request import option
+from rlops.pipeline_steps.capture.request import CaptureRequest
+from rlops.pipeline_steps.drift.request import DriftCheckRequest
+from rlops.pipeline_steps.promotion.request import EvaluateRequest
+from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.pipeline_steps.training.request import TrainRequest
 
 
@@ -108,3 +114,155 @@ def test_the_command_offers_the_request_and_keeps_its_shared_flags() -> None:
     assert request.reward_source == "blend" and request.reward_fn is None  # --reward-fn is the shared flag
     assert not hasattr(args, "reward_switch_to")  # a running training switches with `train switch-reward`
     assert isinstance(args, argparse.Namespace)
+
+
+# --------------------------------------------------------------------------- every step's request
+COMMON_FLAGS = {"-h", "--help", "--scenario", "--run-key", "--json", "--dry-run"}
+
+
+def _command(path: tuple[str, ...]) -> argparse.ArgumentParser:
+    from rlops.cli import build_parser
+
+    parser = build_parser()
+    for name in path:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[name]
+    return parser
+
+
+#: (command, its request, flags it declares itself though the request has the option (shared with
+#: other commands), flags of its own that are no option of the request)
+COMMANDS = [
+    (("train", "policy"), TrainRequest, set(), {"--reward-fn"}),
+    (("capture",), CaptureRequest, set(), {"--simulate", "--landing-zone", "--from-mlflow", "--otlp-file"}),
+    (("stress",), StressRequest, {"--reward-fn"}, set()),
+    (("drift", "check"), DriftCheckRequest, set(), {"--fail-on-drift"}),
+    (("model", "evaluate"), EvaluateRequest, set(), set()),
+    (("model", "promote"), EvaluateRequest, set(), {"--staged"}),
+]
+
+
+@pytest.mark.parametrize(("path", "request_type", "shared", "own"), COMMANDS, ids=[" ".join(c[0]) for c in COMMANDS])
+def test_each_command_s_flags_are_its_request_s_options(
+    path: tuple[str, ...], request_type: type, shared: set[str], own: set[str]
+) -> None:
+    parser = _command(path)
+    actions = {flag: a for a in parser._actions for flag in a.option_strings}
+    offered = {o.flag: o for o in step_request.options(request_type) if o.cli}
+    assert set(actions) - COMMON_FLAGS == set(offered) | own
+    for flag, o in offered.items():
+        if flag in shared:
+            continue
+        action = actions[flag]
+        assert (action.help, action.default, action.required) == (o.help, o.default, o.required), flag
+        assert action.type is (None if o.kind is bool else o.kind), flag
+
+
+class _Handed(Exception):
+    """What a stand-in step raises with the arguments it was handed."""
+
+
+def _hand_over(*args: Any, **kwargs: Any) -> Any:
+    raise _Handed(*args)
+
+
+def _with_knob(base: type) -> type:
+    """``base`` with one option more, as a developer would add it."""
+
+    @dataclasses.dataclass(frozen=True)
+    class WithKnob(base):  # type: ignore[valid-type, misc]  # a request class made at run time
+        knob: int | None = option(None, minimum=1, dag=False, help="a new option of the step")
+
+    return WithKnob
+
+
+#: (command line, the command's module and its request's name, the step function it calls, the
+#: request the command line makes)
+HANDLERS = [
+    (
+        ["stress", "--reward-fn", "my_rewards/reward_v9.py", "--policy-version", "3"],
+        ("rlops.commands.stress", "StressRequest"),
+        ("rlops.pipeline_steps.stress.step", "stress_test"),
+        {"reward_fn": "my_rewards/reward_v9.py", "policy_version": "3"},  # a file, as --reward-fn allows here
+    ),
+    (
+        ["drift", "check", "--episodes", "50"],
+        ("rlops.commands.drift", "DriftCheckRequest"),
+        ("rlops.pipeline_steps.drift.check", "drift_check"),
+        {"episodes": 50},
+    ),
+    (
+        ["model", "evaluate", "--candidate", "4", "--episodes", "50"],
+        ("rlops.commands.model", "EvaluateRequest"),
+        ("rlops.pipeline_steps.promotion.evaluate", "evaluate_candidate"),
+        {"candidate": "4", "episodes": 50},
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "command", "step", "expected"), HANDLERS, ids=[h[2][1] for h in HANDLERS])
+def test_a_new_option_of_a_step_s_request_reaches_the_step_through_its_command(
+    argv: list[str],
+    command: tuple[str, str],
+    step: tuple[str, str],
+    expected: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from rlops.cli import build_parser
+
+    monkeypatch.setenv("RLOPS_STORAGE_ROOT", tmp_path.as_uri())
+    module = importlib.import_module(command[0])
+    request_type = _with_knob(getattr(module, command[1]))
+    monkeypatch.setattr(module, command[1], request_type)
+    monkeypatch.setattr(importlib.import_module(step[0]), step[1], _hand_over)
+    args = build_parser().parse_args(
+        [*argv, "--scenario", "credit_approval", "--run-key", "20260105T1000", "--knob", "2"]
+    )
+    with pytest.raises(_Handed) as handed:
+        args.func(args)
+    request = handed.value.args[1]  # the step is called as step(ctx, request, ...)
+    assert request == request_type(**expected, knob=2)
+    with pytest.raises(UserError, match=r"^--knob 0: expected an integer >= 1 \(or leave it out: params\)$"):
+        step_request.from_args(request_type, build_parser().parse_args([*argv, "--knob", "0"]))
+
+
+def test_model_promote_evaluates_with_the_evaluation_s_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from rlops.cli import build_parser
+    from rlops.pipeline_steps.promotion import flow
+
+    monkeypatch.setenv("RLOPS_STORAGE_ROOT", tmp_path.as_uri())
+    monkeypatch.setattr(flow, "promote", _hand_over)
+    args = build_parser().parse_args(
+        ["model", "promote", "--scenario", "credit_approval", "--candidate", "4", "--episodes", "50", "--staged"]
+    )
+    with pytest.raises(_Handed) as handed:
+        args.func(args)
+    assert handed.value.args[1:] == ("4", True, 50)  # promote(ctx, candidate, staged, episodes)
+
+
+def test_a_required_option_is_a_required_flag_and_has_no_default() -> None:
+    from rlops.cli import build_parser
+
+    candidate = step_request.options(EvaluateRequest)[0]
+    assert candidate.required and candidate.default is None and not candidate.nullable
+    with pytest.raises(SystemExit):  # argparse: the flag must be given
+        build_parser().parse_args(["model", "evaluate", "--episodes", "5"])
+    with pytest.raises(TypeError):
+        EvaluateRequest()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="a required option has no default"):
+        option("1", required=True, help="x")
+
+
+def test_the_retrain_s_stress_task_stresses_the_trained_version_with_the_conf_s_reward_function(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from rlops.pipeline_steps.orchestration import tasks
+    from rlops.pipeline_steps.stress import step
+
+    monkeypatch.setenv("RLOPS_STORAGE_ROOT", tmp_path.as_uri())
+    monkeypatch.setattr(step, "stress_test", _hand_over)
+    conf = {"scenario": "credit_approval", "run_key": "20260105T1000", "reward_fn": "v1", "dry_run": True}
+    with pytest.raises(_Handed) as handed:
+        tasks.stress_test(conf, {"model_version": 7})
+    assert handed.value.args[1] == StressRequest(reward_fn="v1", policy_version="7")

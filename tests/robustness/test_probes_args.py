@@ -1,4 +1,4 @@
-"""Argument probes through ``rlops``: every bad value of capture, training and evaluation
+"""Argument probes through ``rlops``: every bad value of capture, training, drift check and evaluation
 arguments is refused before any work with exit code 2 and one line naming the argument and what
 was expected (never silently replaced by a default, never a traceback). One test per probe."""
 
@@ -72,6 +72,11 @@ PROBES = [
     ),
     arg("evaluate_episodes_negative", ["model", "evaluate", "--candidate", "1", "--episodes=-4"], ("--episodes",)),
     arg("promote_episodes_0", ["model", "promote", "--candidate", "1", "--episodes", "0"], ("--episodes",)),
+    arg(
+        "drift_check_episodes_0",
+        ["drift", "check", "--dry-run", "--run-key", "20260105T1000", "--episodes", "0"],
+        ("--episodes", "at least 1"),
+    ),
     arg("capture_profile_unknown", [*CAPTURE, "--profile", "no_such_profile"], ("no_such_profile",)),
 ]
 

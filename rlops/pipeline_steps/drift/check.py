@@ -32,12 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlops.common.arguments import MAX_EPISODES, count
 from rlops.common.step_result import StepResult
 from rlops.data_contracts.schema import STATE_PREFIX, contract_for
 from rlops.data_contracts.validation import validate_frame
 from rlops.pipeline_steps.drift.anomaly import check_return_anomaly
 from rlops.pipeline_steps.drift.outcomes import outcome_drift_step
 from rlops.pipeline_steps.drift.report import run_drift
+from rlops.pipeline_steps.drift.request import DriftCheckRequest
 from rlops.pipeline_steps.drift.signal_drift import signal_shifts
 from rlops.pipeline_steps.drift.slice_counts import drop_slices, merge_slices
 from rlops.pipeline_steps.drift.stats import OPERATIONAL_FIELDS, default_fields
@@ -248,11 +250,16 @@ class DriftSummary(StepResult):
         return out
 
 
-def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any] | None = None) -> DriftSummary:
+def drift_check(
+    ctx: StepContext, request: DriftCheckRequest | None = None, slices: list[Any] | None = None
+) -> DriftSummary:
     """The drift check of the run key (see the module). ``slices``: a fanned-out check's slices
     (:func:`rlops.pipeline_steps.drift.fan_out.summarise_slice`), counted against the baseline the
     plan froze and added up by :func:`rlops.pipeline_steps.drift.slice_counts.merge_slices`."""
     cfg = ctx.config.drift
+    episodes = (request or DriftCheckRequest()).episodes
+    if episodes is not None:  # checked before any work: 0 is refused, not read as "params decide"
+        episodes = count("--episodes", episodes, maximum=MAX_EPISODES)
     long = long_window(ctx, cfg)
     if long is None:
         target, live = target_rows(ctx, cfg)
@@ -292,7 +299,9 @@ def drift_check(ctx: StepContext, episodes: int | None = None, slices: list[Any]
         summary = merge_slices(ctx.storage, reader, fanned, baseline_df, long[1:], cfg.cluster, columns)
         live = outcome_rows(ctx, cfg, long[1], long[2], long[3])
     else:
-        baseline_df, version = sandbox_baseline(ctx, pack, profile, int(episodes or cfg.baseline_episodes))
+        baseline_df, version = sandbox_baseline(
+            ctx, pack, profile, episodes if episodes is not None else cfg.baseline_episodes
+        )
     if long is not None and summary is None:
         summary, live = summarised_target(ctx, cfg, long[1], long[2], long[3], baseline_df)
     baseline = baseline_uri(ctx)

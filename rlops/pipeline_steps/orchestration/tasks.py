@@ -20,6 +20,7 @@ from rlops.common.run_key import RunKey, parse_run_key
 from rlops.common.threads import resolve_threads, set_torch_threads
 from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.pipeline_steps.training.request import RESOLVED_OPTIONS, TrainRequest
 
 log = logging.getLogger(__name__)
@@ -300,7 +301,7 @@ def stress_test(conf: Mapping[str, Any], trained: Mapping[str, Any]) -> dict[str
 
     if not trained.get("model_version"):
         return {"skipped": True, "reason": "no candidate was trained", "passed": False}
-    out = run(_ctx(conf), reward_fn=conf["reward_fn"], policy_version=str(trained["model_version"]))
+    out = run(_ctx(conf), step_request.from_conf(StressRequest, conf, policy_version=str(trained["model_version"])))
     return {k: v for k, v in out.as_dict().items() if k in ("passed", "verdict", "reasons", "report_uri", "html_uri")}
 
 

@@ -52,6 +52,7 @@ from rlops.pipeline_steps.promotion.gates import (
     with_gate_summary,
 )
 from rlops.pipeline_steps.promotion.ope_gate import ope_gates, ope_run_fields
+from rlops.pipeline_steps.promotion.request import EvaluateRequest
 from rlops.pipeline_steps.promotion.stages import segment_episodes
 from rlops.registry import tags as T
 from rlops.registry.client import CHAMPION, TrackingError, policy_model_name
@@ -304,14 +305,15 @@ class EvaluationReport(StepResult):
 
 
 def evaluate_candidate(
-    ctx: StepContext, candidate: str, episodes: int | None = None, stress_verdict: str | None = None
+    ctx: StepContext, request: EvaluateRequest, stress_verdict: str | None = None
 ) -> EvaluationReport:
-    """Compare ``candidate`` with the champion (or the rule engine) and judge every gate.
-    ``stress_verdict``: the verdict of a stress test run for this evaluation (a dry run writes
-    no tag for the gate to read), else the version's ``stress_test`` tag."""
+    """Compare the request's ``candidate`` with the champion (or the rule engine) and judge every
+    gate. ``stress_verdict``: the verdict of a stress test run for this evaluation (a dry run
+    writes no tag for the gate to read), else the version's ``stress_test`` tag."""
+    episodes = request.episodes
     if episodes is not None:  # before any registry or sandbox work
         count("--episodes", episodes, maximum=MAX_EPISODES)
-    candidate = _version_of(ctx, candidate)
+    candidate = _version_of(ctx, request.candidate)
     settings = cfg = ctx.config.evaluate  # the gate thresholds are part of the evaluate block
     name = policy_model_name(ctx.scenario)
     candidate = str(candidate)

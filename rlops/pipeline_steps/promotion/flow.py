@@ -32,6 +32,7 @@ import logging
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from rlops.common.arguments import MAX_EPISODES, count
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.promotion.guard import (
@@ -45,6 +46,7 @@ from rlops.pipeline_steps.promotion.guard import (
 )
 from rlops.pipeline_steps.promotion.lock import ChampionMoved, PromotionBusy, check_unchanged, lock_path, promotion_lock
 from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionStatus
+from rlops.pipeline_steps.promotion.request import EvaluateRequest
 from rlops.pipeline_steps.promotion.stages import Stage, current_stage, rollout_plan, segmented
 from rlops.pipeline_steps.promotion.stages import next_stage as plan_next
 from rlops.pipeline_steps.stress.version import VersionStress, stress_version
@@ -198,6 +200,8 @@ def promote(
     one lock, and the move is refused if the champion changed meanwhile. The outcome is recorded
     as the pass's ``promote`` step run."""
     candidate = str(candidate)
+    if episodes is not None:  # before anything touches the registry
+        count("--episodes", episodes, maximum=MAX_EPISODES)
     try:
         check = check_champion(ctx)
     except (TrackingError, StorageError) as exc:
@@ -248,7 +252,7 @@ def _promote(
     name = policy_model_name(ctx.scenario)
     plan = rollout_plan(ctx)
     try:
-        report = evaluate_candidate(ctx, candidate, episodes, stress_verdict)
+        report = evaluate_candidate(ctx, EvaluateRequest(candidate, episodes), stress_verdict)
     except (TrackingError, StorageError) as exc:
         reason = f"evaluation could not complete, nothing changed: {exc}"
         return PromotionOutcome(PromotionStatus.FAILED, ctx.scenario, reason, ctx.dry_run, candidate, staged)

@@ -36,6 +36,7 @@ from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.infra.html import html_page, html_table
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref, resolve
+from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.registry import tags as T
 from rlops.registry.client import CHAMPION, policy_model_name, reward_fn_model_name
 from rlops.sandbox.profiles import default_profile
@@ -406,15 +407,15 @@ class StressSummary(StepResult):
     """The MLflow run holding the report (None: a dry run)."""
 
 
-def stress_test(
-    ctx: StepContext, reward_fn: str | None = None, policy_version: str | None = None, progress: bool = False
-) -> StressSummary:
-    """Run the stress test of the reward function and, with ``policy_version``, of that policy under
-    the perturbations; write its report (JSON and HTML) unless the run is dry. ``progress`` draws a
-    bar over its stages (reward checks, then the policy runs) on stderr."""
+def stress_test(ctx: StepContext, request: StressRequest | None = None, progress: bool = False) -> StressSummary:
+    """Run the stress test of the request's reward function and, with its ``policy_version``, of
+    that policy under the perturbations; write its report (JSON and HTML) unless the run is dry.
+    ``progress`` draws a bar over its stages (reward checks, then the policy runs) on stderr."""
+    request = request or StressRequest()
+    policy_version = request.policy_version
     cfg = ctx.config.stress
     pack = ctx.load_pack()
-    fn = resolve_reward_fn(pack, reward_fn or ctx.reward_choice().reward_fn)
+    fn = resolve_reward_fn(pack, request.reward_fn or ctx.reward_choice().reward_fn)
     loaded = load_policy_ref(ctx, policy_version) if policy_version is not None else None
     if policy_version is not None and loaded is None:
         raise UserError(f"policy {policy_version!r}: that alias is not set for {ctx.scenario}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.pipeline_steps.stress.step import stress_test
 from rlops.registry import tags as T
 from rlops.registry.client import policy_model_name
@@ -63,7 +64,7 @@ def stress_version(ctx: StepContext, version: str) -> VersionStress:
         return VersionStress(version, "pass", False, found, f"stress test of v{version} passed earlier ({found})")
     label = tags.get(T.VERSION.REWARD_FN)
     pack = ctx.load_pack()
-    out = stress_test(ctx, reward_fn=label if label in pack.reward_fns else None, policy_version=version)
+    out = stress_test(ctx, StressRequest(reward_fn=label if label in pack.reward_fns else None, policy_version=version))
     verdict = out.verdict
     why = "; ".join(out.reasons)[:1000]
     return VersionStress(

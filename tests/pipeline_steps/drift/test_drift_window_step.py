@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rlops.common.config import REPO_ROOT
+from rlops.pipeline_steps.drift.request import DriftCheckRequest
 
 
 def _clean(fields: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -34,7 +35,7 @@ def test_a_day_window_check_reports_what_its_rows_give(tmp_tracking: str, tmp_st
         live = rollout_traces(pack, random_policy(seed), 150, seed=seed, episode_prefix=f"live-{seed}")
         live["ts"] = datetime(t.year, t.month, t.day, t.hour, 5, tzinfo=UTC).isoformat()
         ctx.storage.write_parquet(f"{window_uri(ctx)}/part-0.parquet", comparable_rows(pack, live))
-    out = drift_check(ctx, episodes=200).as_dict()
+    out = drift_check(ctx, DriftCheckRequest(episodes=200)).as_dict()
     report = json.loads(ctx.storage.read_text(out["report_uri"]))
     rows = ctx.traces.reader.read(ctx.traces.scenario_uri(ctx.scenario), ctx.key.lookback(2.0))
     base = ctx.storage.read_parquet(out["baseline_uri"])

@@ -13,6 +13,7 @@ import yaml
 
 from rlops.common.config import REPO_ROOT
 from rlops.pipeline_steps.drift.outcomes import OutcomeConfig, outcome_drift, welch
+from rlops.pipeline_steps.drift.request import DriftCheckRequest
 from rlops.timeline.events import parse_events, production_doc
 
 PACK = REPO_ROOT / "scenarios" / "credit_approval"
@@ -127,10 +128,10 @@ def test_the_drift_check_raises_outcome_drift_after_a_quiet_calibrated_hour(
 
     ctx = hour("20261130T0500", sandbox_pack, 1_000)
     recalibrate(ctx, traces_uri=window_uri(ctx))
-    quiet = drift_check(ctx, episodes=2000).as_dict()
+    quiet = drift_check(ctx, DriftCheckRequest(episodes=2000)).as_dict()
     assert not quiet["outcome_drift"], quiet["outcome_summary"]
     ctx = hour("20261130T0600", prod, 2_000)
-    raised = drift_check(ctx, episodes=2000).as_dict()
+    raised = drift_check(ctx, DriftCheckRequest(episodes=2000)).as_dict()
     assert raised["outcome_drift"] and raised["outcome_onset"] and raised["retrain"], raised["outcome_summary"]
     # the pack declares no segment of older applicants: an automatic one (the age's top quarter) finds them
     assert any(c.startswith("send_notification@user_profile.age") for c in raised["outcome_drifted_cells"])
@@ -146,7 +147,7 @@ def test_the_drift_check_raises_outcome_drift_after_a_quiet_calibrated_hour(
     assert any("user_profile.age" in f["when"] and f["factor"] > 1.5 for f in fitted["hidden.default_prob"])
     # the next hour the change persists, the recalibrated sandbox now predicts it: no new alarm
     ctx = hour("20261130T0700", prod, 3_000)
-    again = drift_check(ctx, episodes=2000).as_dict()
+    again = drift_check(ctx, DriftCheckRequest(episodes=2000)).as_dict()
     assert not again["outcome_onset"] and not again["retrain"], again["outcome_summary"]
 
 

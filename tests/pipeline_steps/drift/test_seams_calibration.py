@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rlops.pipeline_steps.drift.request import DriftCheckRequest
 from rlops.pipeline_steps.infra.context import StepContext
 
 SCENARIO = "credit_approval"
@@ -42,10 +43,10 @@ def test_drift_after_recalibration_is_quiet_on_latency_and_error(ctx: StepContex
 
     cap = _live_capture(ctx)
     assert cap["source"] == "simulation:live" and cap["rows_accepted"] > 0
-    before = drift_check(ctx, episodes=1500).as_dict()
+    before = drift_check(ctx, DriftCheckRequest(episodes=1500)).as_dict()
     assert "latency_ms" in before["drifted_fields"]  # the plain sandbox is not live
     recalibrate(ctx, traces_uri=before["target_uri"])
-    after = drift_check(ctx, episodes=1500).as_dict()
+    after = drift_check(ctx, DriftCheckRequest(episodes=1500)).as_dict()
     assert after["profile"] == "calibrated" and after["calibration"] == KEY
     assert not {"latency_ms", "error"} & set(after["drifted_fields"]), after["drifted_fields"]
     base = ctx.storage.read_parquet(after["baseline_uri"])

@@ -16,6 +16,7 @@ import pytest
 from rlops.common.config import REPO_ROOT
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.promotion.outcome import PromotionStatus
+from rlops.pipeline_steps.promotion.request import EvaluateRequest
 from rlops.registry.client import Tracker
 from tests.policy_kit import NAME, SCENARIO, approve_all, good, pack, promotion_ctx, promotion_sandbox, register  # noqa: F401  (fixtures)
 
@@ -111,7 +112,9 @@ def test_first_champion_is_judged_against_the_rule_engine(pack: Any, good: Any) 
 
     ctx = promotion_ctx(min_improvement=-0.15, segment_tolerance=0.3)
     cand = register(ctx, pack, good)
-    dry = evaluate_candidate(promotion_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand).as_dict()
+    dry = evaluate_candidate(
+        promotion_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), EvaluateRequest(cand)
+    ).as_dict()
     assert dry["baseline"] == "rules" and "report_uri" not in dry
     would = promote(promotion_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand)
     assert would.action == "would_promote" and not would.promoted and aliases(ctx) == {}
@@ -259,7 +262,7 @@ def test_live_ab_traffic_feeds_gates(pack: Any, good: Any, approve_all: Any) -> 
     traces = pd.concat([episodes("challenger", cand, 120, 0.30, 300), episodes("champion", bad_v, 300, 0.02, 300)])
     uri = ctx.uri("traces", partition_path(scenario=SCENARIO, date="2026-01-05", hour=9), "part-x.parquet")
     ctx.storage.write_parquet(uri, traces)
-    res = evaluate_candidate(ctx, cand).as_dict()
+    res = evaluate_candidate(ctx, EvaluateRequest(cand)).as_dict()
     gates = {g["gate"]: g for g in res["gates"]}
     assert not gates["ab:human_takeover_rate"]["passed"] and not gates["ab:completion_rate"]["passed"]
     assert gates["ab:handling_ms"]["passed"] and not res["passed"]
@@ -272,6 +275,6 @@ def test_bad_input_is_reported(pack: Any, capsys: pytest.CaptureFixture[str]) ->
 
     ctx = promotion_ctx()
     with pytest.raises(ValueError, match="no version 42"):
-        evaluate_candidate(ctx, "42")
+        evaluate_candidate(ctx, EvaluateRequest("42"))
     with pytest.raises(ValueError, match="no 'previous' version"):
         rollback(ctx)

@@ -36,6 +36,7 @@ from rlops.pipeline_steps.promotion.ope_gate import (
     ope_run_fields,
     sim_to_real_gap,
 )
+from rlops.pipeline_steps.promotion.request import EvaluateRequest
 from rlops.registry import tags as T
 from tests.policy_kit import pack  # noqa: F401  (fixture)
 
@@ -324,7 +325,7 @@ def test_the_evaluation_run_carries_the_ope_gate(pack) -> None:  # type: ignore[
     ctx.storage.write_parquet(
         ctx.uri("traces", partition_path(scenario=SCENARIO, date="2026-01-05", hour=9), "part-ope.parquet"), rows
     )
-    res = evaluate_candidate(ctx, cand).as_dict()
+    res = evaluate_candidate(ctx, EvaluateRequest(cand)).as_dict()
     gate = {g["gate"]: g for g in res["gates"]}["ope:dr"]
     assert gate["status"] == "pass", gate["detail"]
     assert gate["candidate"] > gate["champion"]  # the rules' clone earns more live than approving everyone

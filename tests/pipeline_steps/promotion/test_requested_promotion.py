@@ -13,6 +13,8 @@ import pytest
 from rlops.common.config import REPO_ROOT
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.promotion.outcome import PromotionStatus
+from rlops.pipeline_steps.promotion.request import EvaluateRequest
+from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.registry.aliases import move_champion
 from tests.policy_kit import NAME, SCENARIO, approve_all, good, pack, promotion_ctx, promotion_sandbox, register  # noqa: F401  (fixtures)
 
@@ -66,7 +68,7 @@ def test_a_cli_trained_version_requested_in_the_ui_passes_its_stress_gate(
 
     # a second version stressed under the same run key keeps its own report beside the first
     w = register(ctx, pack, approve_all)
-    other = stress_test(ctx, policy_version=w)
+    other = stress_test(ctx, StressRequest(policy_version=w))
     assert other.report_uri != tags["stress_report"]
     assert ctx.storage.read_json(tags["stress_report"])["meta"]["policy_version"] == v
     assert ctx.storage.read_json(other.report_uri)["meta"]["policy_version"] == w
@@ -131,6 +133,6 @@ def test_the_gate_table_names_each_segment_once(
     champ = register(ctx, aged_pack, approve_all)
     move_champion(ctx.tracker, NAME, champ)
     cand = register(ctx, aged_pack, good)
-    names = [g["gate"] for g in evaluate_candidate(ctx, cand).gates]
+    names = [g["gate"] for g in evaluate_candidate(ctx, EvaluateRequest(cand)).gates]
     assert {"segment:base", "segment:retirees", "segment:elderly"} <= set(names)
     assert len(names) == len(set(names)), names

@@ -1,0 +1,25 @@
+"""What a drift check is asked to do: the options of ``rlops drift check``, declared once (see
+:mod:`rlops.common.step_request`). The drift monitor DAG offers none of them: its check rolls the
+baseline params ``drift.baseline_episodes`` ask for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlops.common.step_request import option
+
+
+@dataclass(frozen=True)
+class DriftCheckRequest:
+    """One drift check's options; ``None`` leaves an option to params ``drift:``. The step checks
+    every value, given or from params, the same way."""
+
+    episodes: int | None = option(
+        None,
+        dag=False,
+        digest=False,
+        help="sandbox baseline episodes (default: params drift.baseline_episodes)",
+    )
+
+
+__all__ = ["DriftCheckRequest"]
