@@ -55,14 +55,19 @@ def test_a_bar_asked_for_outside_a_terminal_writes_nothing(
 
 @pytest.fixture
 def mlflow_loggers() -> Iterator[None]:
-    """MLflow's logger configuration as it was, after the test."""
+    """MLflow's logger configuration as it was, after the test, and the root logger's handlers:
+    the task function imports Airflow, whose first import configures logging with a handler on the
+    stderr of the moment, this test's captured one, closed once the test ends (a later MLflow
+    record reaching it would print a logging error)."""
     import mlflow  # noqa: F401 - configures its loggers on import
 
     names = ("mlflow", "alembic", "huey", "sqlalchemy.engine")
     saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).propagate) for n in names}
+    root = list(logging.getLogger().handlers)
     yield
     for n, (handlers, propagate) in saved.items():
         logging.getLogger(n).handlers, logging.getLogger(n).propagate = handlers, propagate
+    logging.getLogger().handlers = root
 
 
 def test_in_a_task_mlflow_logs_through_logging_at_its_level(
