@@ -50,5 +50,6 @@ def test_soak_params_are_valid_params_at_a_compressed_cadence(tmp_path: Path) ->
 def test_the_world_changes_are_valid_timeline_events() -> None:
     for pack, changes in WORLD_CHANGES.items():
         events = parse_events([{**{k: v for k, v in c.items() if k != "at"}, "at_hour": c["at"]} for c in changes])
-        # an input drift, then a change only the returns and the errors show, which recalibration learns
-        assert events[0].kind == "population" and events[1].kind in ("outcome", "error_rate"), pack
+        # an input drift, then a change of what follows a decision that recalibration learns: the hidden
+        # outcome odds, an API's error rate or its latency
+        assert events[0].kind == "population" and events[1].kind in ("outcome", "error_rate", "latency"), pack
