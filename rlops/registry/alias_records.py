@@ -24,6 +24,10 @@ key verifies none of them refuses as well.
 Changing the key: remove the tag ``rlops.registry.key_id`` and every ``rlops.alias.*`` tag of the
 model; the next check adopts the champion in place as rlops' own and the new key claims the model.
 
+The champion history (``rlops.champion.history``, the versions rollback may return to) is signed
+the same way (``rlops.champion.history.sig``, over the model and the history's JSON): a history
+edited in the UI names versions that never passed a gate, and rollback would make one champion.
+
 What a signature cannot stop: the replay of a signature rlops once wrote for the same model,
 alias and version (that move was rlops' own); rollback clears ``previous`` and promotion
 re-signs, so a stale pair names a version that already passed the gates.
@@ -33,9 +37,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -49,6 +54,9 @@ if TYPE_CHECKING:
 KEY_ENV = "RLOPS_REGISTRY_KEY"
 KEY_FILE = Path("rlops-data") / "registry.key"
 KEY_ID_LEN = 12
+# Signed in the alias's place: MLflow refuses '#' and '.' in alias names, so no signature of an
+# alias move can be passed off as one of the history, nor the other way round.
+HISTORY_SUBJECT = "#champion.history"
 RecordState = Literal["absent", "verified", "forged"]
 
 
@@ -100,6 +108,16 @@ def _mac(key: bytes, name: str, alias: str, version: str, stamp: str) -> str:
     return hmac.new(key, msg, hashlib.sha256).hexdigest()
 
 
+def _same_mac(expected: str, given: str) -> bool:
+    # compare_digest raises on non-ASCII text, and a hand-written tag may hold any
+    return hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogateescape"))
+
+
+def _signature(key: bytes, name: str, subject: str, value: str) -> str:
+    stamp = str(time.time_ns())
+    return f"{stamp}:{key_id(key)}:{_mac(key, name, subject, value, stamp)}"
+
+
 def parse_signature(sig: str | None) -> Signature | None:
     """``<stamp>:<key id>:<hex>`` (or the older ``<stamp>:<hex>``); None when malformed."""
     parts = (sig or "").split(":")
@@ -129,7 +147,7 @@ def expected_key_id(tags: Mapping[str, str]) -> str | None:
 
 def _verifies(tags: Mapping[str, str], name: str, alias: str, sig: Signature, key: bytes) -> bool:
     version = tags.get(K.alias_written(alias))
-    return version is not None and hmac.compare_digest(_mac(key, name, alias, str(version), sig.stamp), sig.mac)
+    return version is not None and _same_mac(_mac(key, name, alias, str(version), sig.stamp), sig.mac)
 
 
 def check_key(tags: Mapping[str, str], name: str) -> None:
@@ -163,10 +181,9 @@ def record_tags(name: str, alias: str, version: str | None, current: Mapping[str
     check_key(current, name)
     key = registry_key()
     v = "" if version is None else str(version)
-    stamp = str(time.time_ns())
     out = {} if current.get(K.REGISTRY_KEY_ID) else {K.REGISTRY_KEY_ID: key_id(key)}
     out[K.alias_written(alias)] = v
-    out[K.alias_signature(alias)] = f"{stamp}:{key_id(key)}:{_mac(key, name, alias, v, stamp)}"
+    out[K.alias_signature(alias)] = _signature(key, name, alias, v)
     return out
 
 
@@ -191,3 +208,32 @@ def verified_version(tags: Mapping[str, str], name: str, alias: str) -> str | No
     if record_state(tags, name, alias) != "verified":
         return None
     return tags.get(K.alias_written(alias)) or None
+
+
+def history_tags(name: str, history: Sequence[str], current: Mapping[str, str]) -> dict[str, str]:
+    """The registered-model tags that record ``history`` (the former champions rollback may return
+    to, oldest first) as rlops' own, given the model's ``current`` tags; the signature last."""
+    check_key(current, name)
+    key = registry_key()
+    value = json.dumps([str(v) for v in history])
+    out = {} if current.get(K.REGISTRY_KEY_ID) else {K.REGISTRY_KEY_ID: key_id(key)}
+    out[K.CHAMPION_HISTORY] = value
+    out[K.CHAMPION_HISTORY_SIGNATURE] = _signature(key, name, HISTORY_SUBJECT, value)
+    return out
+
+
+def verified_history(tags: Mapping[str, str], name: str) -> list[str] | None:
+    """The champion history rlops last recorded, oldest first, when its signature verifies; None
+    when there is none or it was written (or edited) outside rlops."""
+    check_key(tags, name)
+    value, sig = tags.get(K.CHAMPION_HISTORY), parse_signature(tags.get(K.CHAMPION_HISTORY_SIGNATURE))
+    if value is None or sig is None:
+        return None
+    key = registry_key()
+    if sig.key_id != key_id(key) or not _same_mac(_mac(key, name, HISTORY_SUBJECT, value, sig.stamp), sig.mac):
+        return None
+    try:
+        history = json.loads(value)
+    except ValueError:
+        return None
+    return [str(v) for v in history] if isinstance(history, list) else None

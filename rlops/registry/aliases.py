@@ -1,11 +1,14 @@
 """Moving ``champion`` / ``previous`` of a registered model as one step.
 
 Promotion moves ``champion`` and keeps the old one as ``previous``; every version that was champion
-is remembered, oldest first, in the registered-model tag ``rlops.champion.history``. Rollback
-points ``champion`` back at the most recent of them and ``previous`` at the one before, so rolling
-back again walks further back through the history (never forward to a demoted version) until it is
-exhausted. If MLflow fails half-way the prior aliases are put back, so the registry never shows a
-half-moved champion. Reached through :meth:`Tracker.move_champion` and :meth:`Tracker.rollback`.
+is remembered, oldest first, in the registered-model tag ``rlops.champion.history``, signed like an
+alias move (:func:`~rlops.registry.alias_records.history_tags`). Rollback points ``champion`` back at
+the most recent of them and ``previous`` at the one before, so rolling back again walks further back
+through the history (never forward to a demoted version) until it is exhausted. Rollback only ever
+restores a version rlops itself made champion: a history written or edited in the MLflow UI does
+not verify, and a version it names that rlops cannot vouch for is refused. If MLflow fails half-way
+the prior aliases are put back, so the registry never shows a half-moved champion. Reached through
+:meth:`Tracker.move_champion` and :meth:`Tracker.rollback`.
 
 A version an alias moves off has its promotion outcome rewritten (``previous``, ``retired``,
 ``rolled_back``) and its challenger share ``traffic_fraction`` set to 0, so neither a person nor an
@@ -19,11 +22,21 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rlops.common.errors import UserError
 from rlops.registry import tags as K
-from rlops.registry.alias_records import RegistryKeyMismatch, record_state, require_key, verified_version
+from rlops.registry.alias_records import (
+    RegistryKeyMismatch,
+    history_tags,
+    record_state,
+    require_key,
+    verified_history,
+    verified_version,
+)
 from rlops.registry.client import CHAMPION, PREVIOUS, TrackingError
 
 if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
     from rlops.registry.client import Tracker
 
 
@@ -71,26 +84,86 @@ def move_aliases(tracker: Tracker, name: str, target: dict[str, str | None], why
     return AliasState(name, target[CHAMPION], target[PREVIOUS])
 
 
-def champion_history(tracker: Tracker, name: str) -> list[str]:
-    """Versions that were champion before the current one, oldest first. A registry older than
-    this record has at most its ``previous`` alias to go back to."""
-    raw = tracker.model_tags(name).get(K.CHAMPION_HISTORY)
-    if raw:
-        try:
-            history = [str(v) for v in json.loads(raw)]
-        except (ValueError, TypeError):
-            history = []
-        if history:
-            return history
+class NoEarlierChampion(TrackingError):
+    """Rollback has nothing to go back to."""
+
+
+@dataclass(frozen=True)
+class History:
+    """The champion history as the registry shows it and the part of it rlops vouches for."""
+
+    recorded: list[str]
+    """The tag's versions, oldest first (without a readable tag: the ``previous`` alias)."""
+    signed: list[str]
+    """The versions rlops made champion: the whole tag when its signature verifies, else at most
+    the ``previous`` alias that rlops' own signed record says it set."""
+
+
+def read_history(tracker: Tracker, name: str) -> History:
+    """The champion history of ``name`` (:class:`History`)."""
+    tags = tracker.model_tags(name)
+    verified = verified_history(tags, name)
+    if verified is not None:
+        return History(verified, verified)
+    try:
+        raw = json.loads(tags.get(K.CHAMPION_HISTORY) or "[]")
+        recorded = [str(v) for v in raw] if isinstance(raw, list) else []
+    except (ValueError, TypeError):
+        recorded = []
     previous = tracker.get_alias(name, PREVIOUS)
-    return [previous] if previous else []
+    if not recorded:  # a registry older than this record has at most its 'previous' to go back to
+        recorded = [previous] if previous else []
+    vouched = previous is not None and verified_version(tags, name, PREVIOUS) == previous
+    return History(recorded, [previous] if vouched and previous is not None else [])
+
+
+def champion_history(tracker: Tracker, name: str) -> list[str]:
+    """Versions rlops made champion before the current one, oldest first; versions a history written
+    outside rlops names are left out."""
+    return read_history(tracker, name).signed
 
 
 def _write_history(tracker: Tracker, name: str, history: list[str]) -> None:
-    tracker._call(
-        f"record the champion history of {name!r}",
-        lambda c: c.set_registered_model_tag(name, K.CHAMPION_HISTORY, json.dumps(history)),
-    )
+    def write(c: MlflowClient) -> None:
+        for k, v in history_tags(name, history, c.get_registered_model(name).tags).items():
+            c.set_registered_model_tag(name, k, v)
+
+    tracker._call(f"record the champion history of {name!r}", write)
+
+
+def rollback_plan(tracker: Tracker, name: str) -> tuple[str, list[str]]:
+    """The version a rollback of ``name`` restores and the history left before it, oldest first.
+    Refused (:class:`~rlops.common.errors.UserError`) when the version to restore is not one rlops
+    made champion — a ``previous`` alias or a champion history written outside rlops — and
+    :class:`NoEarlierChampion` when there is none."""
+    current, previous = tracker.get_alias(name, CHAMPION), tracker.get_alias(name, PREVIOUS)
+    tags = tracker.model_tags(name)
+    if (
+        previous is not None
+        and record_state(tags, name, PREVIOUS) != "absent"
+        and verified_version(tags, name, PREVIOUS) != previous
+    ):
+        raise UserError(
+            f"cannot roll back {name}: 'previous' points at v{previous}, which was set outside "
+            "rlops; rollback only returns to a version rlops itself replaced. Set the alias "
+            f"'challenger' on v{previous} to put it through the gates instead"
+        )
+    history = read_history(tracker, name)
+    recorded = [v for v in history.recorded if v != current]
+    if not recorded:
+        raise NoEarlierChampion(
+            f"cannot roll back {name!r}: it has no 'previous' alias and no earlier champion "
+            f"(champion is {current}); promote a version explicitly instead"
+        )
+    target = recorded[-1]
+    if target not in history.signed:
+        raise UserError(
+            f"cannot roll back {name}: v{target} is not a version rlops made champion (neither rlops' "
+            f"signed champion history, tag {K.CHAMPION_HISTORY!r}, nor its signed 'previous' names it: "
+            f"it was written outside rlops); nothing was changed. Set the alias 'challenger' on "
+            f"v{target} to put it through the gates instead"
+        )
+    return target, [v for v in history.signed if v not in (target, current)]
 
 
 def move_champion(tracker: Tracker, name: str, new_version: str) -> AliasState:
@@ -154,24 +227,7 @@ def rollback(tracker: Tracker, name: str, reason: str | None = None) -> AliasSta
     further back instead of bouncing to it."""
     require_key(tracker, name)
     current, previous = tracker.get_alias(name, CHAMPION), tracker.get_alias(name, PREVIOUS)
-    tags = tracker.model_tags(name)
-    if (
-        previous is not None
-        and record_state(tags, name, PREVIOUS) != "absent"
-        and verified_version(tags, name, PREVIOUS) != previous
-    ):
-        raise ValueError(
-            f"cannot roll back {name}: 'previous' points at v{previous}, which was set outside "
-            "rlops; rollback only returns to a version rlops itself replaced. Set the alias "
-            f"'challenger' on v{previous} to put it through the gates instead"
-        )
-    history = [v for v in champion_history(tracker, name) if v != current]
-    if not history:
-        raise TrackingError(
-            f"cannot roll back {name!r}: it has no 'previous' alias and no earlier champion "
-            f"(champion is {current}); promote a version explicitly instead"
-        )
-    target, rest = history[-1], history[:-1]
+    target, rest = rollback_plan(tracker, name)
     state = move_aliases(tracker, name, {CHAMPION: target, PREVIOUS: rest[-1] if rest else None}, "rollback")
     _write_history(tracker, name, rest)
     if current is not None and current != target:

@@ -70,6 +70,7 @@ REGISTRY_KEY_ID: Final = "rlops.registry.key_id"  # the key id the deployment si
 
 
 CHAMPION_HISTORY: Final = "rlops.champion.history"  # versions that were champion before, oldest first (JSON)
+CHAMPION_HISTORY_SIGNATURE: Final = "rlops.champion.history.sig"  # rlops' HMAC of that history, with its key id
 
 
 def alias_written(alias: str) -> str:

@@ -4,6 +4,7 @@ forged in the deployment's own processes."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -123,3 +124,67 @@ def test_records_from_before_key_ids_belong_to_the_key_that_verifies_them(
     assert record_state(ctx.tracker.model_tags(NAME), NAME, "champion") == "verified"
     ctx.tracker.set_alias(NAME, "previous", v1)
     assert ctx.tracker.model_tags(NAME)[T.REGISTRY_KEY_ID] == key_id(KEY_A.encode())
+
+
+@pytest.mark.parametrize("signature", ["none", "made-up", "of-another-history"])
+def test_rollback_refuses_a_champion_history_written_by_hand(
+    rlops_home: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], signature: str
+) -> None:
+    """``rlops.champion.history`` edited with the MLflow client (what the UI does): rollback must not
+    make a version champion that rlops never promoted; one error line, exit 2, nothing moved."""
+    from rlops.cli import main
+
+    monkeypatch.setenv(KEY_ENV, KEY_A)
+    ctx = _ctx()
+    v1, v2 = register_placeholders(ctx, 2)
+    move_champion(ctx.tracker, NAME, v1)  # v1: the first champion, nothing to go back to
+    client = ctx.tracker.client
+    client.set_registered_model_tag(NAME, T.CHAMPION_HISTORY, json.dumps([v2]))
+    forged = {
+        "made-up": f"{time.time_ns()}:{key_id(KEY_A.encode())}:00ff",
+        # rlops' own signature, of the history it wrote (the empty one), beside another history
+        "of-another-history": ctx.tracker.model_tags(NAME).get(T.CHAMPION_HISTORY_SIGNATURE),
+    }.get(signature)
+    if forged is not None:
+        client.set_registered_model_tag(NAME, T.CHAMPION_HISTORY_SIGNATURE, forged)
+    before = ctx.tracker.model_version_tags(NAME, v2)
+
+    capsys.readouterr()
+    rc = main(["model", "rollback", "--scenario", SCENARIO])
+    out, err = capsys.readouterr()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2, (rc, out, err)
+    assert len(lines) == 1 and f"v{v2}" in lines[0] and "outside rlops" in lines[0], err
+    assert "champion restored" not in out
+    assert ctx.tracker.aliases(NAME) == {"champion": v1}
+    assert ctx.tracker.model_version_tags(NAME, v2) == before  # not tagged as rlops' own move
+
+
+def test_rollback_returns_only_to_signed_champions(
+    tmp_tracking: str, tmp_storage_root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version appended by hand to rlops' signed history is refused; the history rlops signed (or,
+    without one, the 'previous' rlops set) still rolls back."""
+    from rlops.common.errors import UserError
+
+    monkeypatch.setenv(KEY_ENV, KEY_A)
+    ctx = _ctx()
+    v1, v2, v3, v4 = register_placeholders(ctx, 4)
+    for v in (v1, v2, v3):
+        move_champion(ctx.tracker, NAME, v)  # champion v3, history [v1, v2]
+    client = ctx.tracker.client
+    signed = ctx.tracker.model_tags(NAME)[T.CHAMPION_HISTORY]
+    client.set_registered_model_tag(NAME, T.CHAMPION_HISTORY, json.dumps([v1, v2, v4]))
+    with pytest.raises(UserError, match=f"v{v4} is not a version rlops made champion"):
+        rollback(ctx.tracker, NAME)
+    assert ctx.tracker.aliases(NAME) == {"champion": v3, "previous": v2}
+    client.set_registered_model_tag(NAME, T.CHAMPION_HISTORY, signed)  # put back: verifies again
+    assert (rollback(ctx.tracker, NAME).champion, rollback(ctx.tracker, NAME).champion) == (v2, v1)
+    # A history without a signature (written before signing, or by hand) vouches only for the
+    # 'previous' rlops' own record names: the entries before it are never restored.
+    move_champion(ctx.tracker, NAME, v2)
+    move_champion(ctx.tracker, NAME, v3)
+    client.delete_registered_model_tag(NAME, T.CHAMPION_HISTORY_SIGNATURE)
+    client.set_registered_model_tag(NAME, T.CHAMPION_HISTORY, json.dumps([v4, v1, v2]))
+    state = rollback(ctx.tracker, NAME)
+    assert (state.champion, state.previous) == (v2, None)

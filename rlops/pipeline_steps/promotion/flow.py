@@ -52,7 +52,7 @@ from rlops.pipeline_steps.promotion.stages import next_stage as plan_next
 from rlops.pipeline_steps.stress.version import VersionStress, stress_version
 from rlops.registry import tags as T
 from rlops.registry.alias_records import RegistryKeyMismatch, require_key
-from rlops.registry.aliases import champion_history, float_or_zero, move_champion
+from rlops.registry.aliases import NoEarlierChampion, float_or_zero, move_champion, rollback_plan
 from rlops.registry.aliases import rollback as rollback_champion
 from rlops.registry.client import CHALLENGER, CHAMPION, TrackingError, policy_model_name
 from rlops.storage.backend import StorageError
@@ -413,20 +413,21 @@ def rollback(ctx: StepContext, reason: str | None = None) -> PromotionOutcome:
     tagged ``rlops.rolled_back`` with ``reason``."""
     name = policy_model_name(ctx.scenario)
     current = ctx.tracker.get_alias(name, CHAMPION)
-    history = [v for v in champion_history(ctx.tracker, name) if v != current]
-    if not history:
+    try:
+        target, _ = rollback_plan(ctx.tracker, name)  # a dry run refuses what the rollback would
+    except NoEarlierChampion:
         raise ValueError(
             f"cannot roll back {name}: there is no 'previous' version (champion is {current}); "
             "promote a version explicitly instead"
-        )
+        ) from None
     if ctx.dry_run:
         return PromotionOutcome(
             PromotionStatus.WOULD_ROLL_BACK,
             ctx.scenario,
-            f"dry run: champion would move from v{current} back to v{history[-1]}",
+            f"dry run: champion would move from v{current} back to v{target}",
             True,
             champion=current,
-            would_restore=history[-1],
+            would_restore=target,
         )
     state = rollback_champion(ctx.tracker, name, reason)
     return PromotionOutcome(
