@@ -8,6 +8,10 @@ its live A/B gates, a champion whose live return falls is rolled back.
   (``advanced``), or champion at 100 % (``finished``: challenger → champion, old champion →
   previous). A gate fails → the challenger stops serving (``withdrawn``). Too few episodes → it
   holds.
+  A ``challenger`` rlops did not stage (the alias set in the MLflow UI, no signed record of rlops'
+  own move) never passed the offline gates nor the stress test: it is withdrawn unjudged
+  (``withdrawn``: share 0, alias removed, why tagged), whatever share its tag claims. Set in the UI
+  with the webhook running, it is a promotion request the webhook puts through the gates itself.
 * **Champion** (no challenger): its live mean episode return over the last
   ``rollout.regression_window_hours`` against the return of the champion before it (the last
   entry of the champion history) in the same window. When it is lower by more than the gate's
@@ -114,6 +118,15 @@ def rollout_step(ctx: StepContext) -> RolloutTick:
 def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg: RolloutParams) -> RolloutMove:
     """Advance, finish, withdraw or hold the staged ``version`` on its live A/B gates."""
     name = policy_model_name(ctx.scenario)
+    if ctx.tracker.alias_written_by_rlops(name, CHALLENGER) != version:
+        reason = (
+            f"v{version} is challenger but rlops did not stage it (the alias was set outside rlops, "
+            "without rlops' signed record): withdrawn unjudged, share 0; a challenger set in the MLflow "
+            "UI is a promotion request, put through every gate by the webhook first"
+        )
+        if not ctx.dry_run:
+            withdraw_challenger(ctx, version, reason)
+        return RolloutMove(version, WITHDRAWN, reason, 0.0)
     tags = ctx.tracker.model_version_tags(name, version)
     share = float(tags.get(TRAFFIC_TAG) or 0.0)
     plan = rollout_plan(ctx)

@@ -124,3 +124,29 @@ def test_a_failing_live_gate_withdraws_the_challenger(pack: Any, good: Any) -> N
     assert out.move.action == "withdrawn" and "ab:handling_ms" in out.move.reason, out
     assert ctx.tracker.aliases(NAME) == {"champion": old}
     assert "live A/B gate(s) failed" in ctx.tracker.model_version_tags(NAME, cand)["rlops.rollout.reason"]
+
+
+def test_a_challenger_rlops_did_not_stage_is_withdrawn_unjudged(pack: Any, good: Any) -> None:
+    """``challenger`` and ``traffic_fraction`` set by hand (the MLflow UI, no webhook): live rows
+    that would pass every A/B gate must not make it champion — it never passed the offline gates."""
+    from rlops.pipeline_steps.infra.policy_loader import greedy_act
+    from rlops.pipeline_steps.promotion.rollout import rollout_step
+
+    first = _ctx(HOURS[0])
+    old = register(first, pack, good)
+    move_champion(first.tracker, NAME, old)
+    cand = register(first, pack, good)
+    first.tracker.client.set_registered_model_alias(NAME, "challenger", cand)
+    first.tracker.client.set_model_version_tag(NAME, cand, "traffic_fraction", "0.5")
+    ctx = _ctx(HOURS[1])
+    act = greedy_act(good)
+    _serve(ctx, pack, {cand: (act, "challenger", 200), old: (act, "champion", 300)})
+    out = rollout_step(ctx)
+    assert out.move.action == "withdrawn" and out.champion == old, out
+    assert "did not stage" in out.move.reason
+    assert ctx.tracker.aliases(NAME) == {"champion": old}
+    tags = ctx.tracker.model_version_tags(NAME, cand)
+    assert float(tags["traffic_fraction"]) == 0.0 and "did not stage" in tags["rlops.rollout.reason"]
+    assert tags["rlops.promotion.outcome"] == "withdrawn"
+    runs = ctx.tracker.client.search_runs([ctx.tracker.experiment_id], "tags.`rlops.step` = 'rollout'")
+    assert [r.data.tags["rlops.rollout.action"] for r in runs] == ["withdrawn"]
