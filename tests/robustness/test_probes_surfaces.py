@@ -433,6 +433,46 @@ def probe_outcome_hides_tracking_password(home: dict[str, Any], console: Any, tm
     assert out["action"] == "error" and "hunter2" not in json.dumps(out) and "***@" in json.dumps(out)
 
 
+def probe_hostile_signature_headers_are_4xx(home: dict[str, Any], console: Any, tmp_path: Path) -> None:
+    """Unauthenticated requests whose headers break the arithmetic or the comparison of the
+    signature check: refused, never a 500."""
+    client, _ = _receiver(home, tmp_path)
+    body = _event("challenger")
+    good = _signed(body, "d-hostile")
+    cases = {
+        "400-digit timestamp, forged signature": {**good, "X-MLflow-Timestamp": "9" * 400},
+        "400-digit timestamp, unsigned": {**good, "X-MLflow-Timestamp": "1" * 400, "X-MLflow-Signature": "v1,"},
+        "negative 400-digit timestamp": {**good, "X-MLflow-Timestamp": "-" + "9" * 400},
+        "non-ASCII signature": {**good, "X-MLflow-Signature": "v1,\u00ff\u00fe=="},
+        "non-ASCII signature beside a wrong one": {**good, "X-MLflow-Signature": "v1,AAAA v1,\u00e9"},
+    }
+    for case, headers in cases.items():
+        sent = {k: v.encode("latin-1") for k, v in headers.items()}  # the bytes on the wire
+        r = client.post("/mlflow/webhook", content=body, headers=sent)
+        assert 400 <= r.status_code < 500 and "Traceback" not in r.text, (case, r.status_code, r.text[:300])
+        assert len(r.text) < 1000, (case, r.text[:300])
+    assert client.get("/outcomes/d-hostile").status_code == 404  # nothing was acted on
+
+
+def probe_failed_delivery_logged_in_one_redacted_line(
+    home: dict[str, Any], console: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    client, _ = _receiver(
+        home,
+        tmp_path,
+        tracking={"uri": "http://rlops:hunter2@127.0.0.1:9/", "http_max_retries": 0, "http_timeout_s": 1},
+    )
+    body = _event("challenger")
+    with caplog.at_level(logging.INFO):
+        assert client.post("/mlflow/webhook", content=body, headers=_signed(body, "d-fail-log")).status_code == 202
+        assert _wait_outcome(client, "d-fail-log")["action"] == "error"
+    formatter = logging.Formatter()
+    logged = [formatter.format(r) for r in caplog.records]
+    assert not [t for t in logged if "hunter2" in t], [t for t in logged if "hunter2" in t][0][:2000]
+    failed = [t for t in logged if "d-fail-log failed" in t]
+    assert len(failed) == 1 and "\n" not in failed[0] and "***@" in failed[0], failed
+
+
 def probe_hand_set_previous_reverted(home: dict[str, Any], console: Any, tmp_path: Path) -> None:
     ctx = home["ctx"]
     a, b, c = _three_versions(ctx)

@@ -27,7 +27,10 @@ a JSON object with string ``name``/``alias``/``version`` is a 400; each signed d
 accepted once (:class:`~rlops.pipeline_steps.promotion.webhook_store.WebhookStore`: a replay is a
 409); nothing a response or ``/outcomes/<id>`` carries shows a credential (URIs are redacted). In
 ``airflow`` mode a request Airflow did not accept is kept and retried until it is delivered. Each
-decision is logged in one line: model, version, alias, verdict, failing gates.
+decision is logged in one line: model, version, alias, verdict, failing gates. A delivery that fails
+is logged in one redacted line as well, without the chain of its causes (MLflow's and urllib3's own
+errors name the tracking URI with its credentials). A header that cannot be a timestamp or a
+signature (a number too large for a float, non-ASCII bytes) is a 401 like any unsigned request.
 
 Serve it with ``rlops model webhook serve`` and register it with ``rlops model webhook register``;
 MLflow refuses ``http`` and private addresses by default, see docs/mlflow.md.
@@ -95,14 +98,23 @@ def verify(
         return "missing signature, timestamp or delivery id header"
     try:
         age = abs((now if now is not None else time.time()) - int(ts))
-    except ValueError:
-        return f"timestamp {ts!r} is not a Unix time"
+    except (ValueError, OverflowError):  # a number of hundreds of digits does not fit a float
+        return f"timestamp {ts[:40]!r} is not a Unix time"
     if age > tolerance_s:
         return f"timestamp is {age:.0f} s away from now (tolerance {tolerance_s} s): a replay?"
     expected = sign(secret, did, ts, body)
-    if not any(hmac.compare_digest(expected, s) for s in sig.split()):
+    # compare_digest raises on non-ASCII text; a signature of ours is base64, so such a one is wrong
+    if not any(s.isascii() and hmac.compare_digest(expected, s) for s in sig.split()):
         return "signature does not match the shared secret"
     return None
+
+
+def failure_line(exc: BaseException) -> str:
+    """A failed delivery as one redacted line: the error without its chain, whose MLflow and
+    urllib3 causes carry the tracking URI with its credentials."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    line: str = redact(text if len(text) <= 2000 else text[:2000] + "…")
+    return line
 
 
 # --------------------------------------------------------------------------- settings and dispatch
@@ -349,8 +361,9 @@ class Receiver:
             try:
                 out = handle_event(self.params, self.settings, event, self.context_for, self.store, delivery_id)
             except Exception as exc:  # noqa: BLE001 - kept for /outcomes and the log; the server lives on
-                log.exception("webhook delivery %s failed", delivery_id)
-                out = {"action": "error", "reason": f"{type(exc).__name__}: {exc}"}
+                reason = failure_line(exc)
+                log.error("webhook delivery %s failed: %s", redact(delivery_id), reason)
+                out = {"action": "error", "reason": reason}
             log.info("%s", decision_line(event, out).replace("\n", " "))
             self._record(delivery_id, out)
 
@@ -382,8 +395,8 @@ class Receiver:
         while not self._stop.wait(self.settings.retry_s):
             try:
                 self.pool.submit(self.retry_pending).result()
-            except Exception:  # noqa: BLE001 - the next round tries again
-                log.exception("retrying kept promotion requests failed")
+            except Exception as exc:  # noqa: BLE001 - the next round tries again
+                log.error("retrying kept promotion requests failed: %s", failure_line(exc))
 
     def close(self) -> None:
         self._stop.set()
