@@ -155,6 +155,8 @@ def promote_from_alias(
             res = replace(res, reason=f"{res.reason}; {problem}")
     if not ctx.dry_run:
         try:
+            if res.outcome == "rejected" and tracker.get_alias(name, CHAMPION) == version:
+                return res  # refused as the champion already: its outcome and share stay the champion's
             if res.outcome == "rejected":
                 stop_serving(ctx, version)
             # The outcome tag last: whoever waits for it then finds the others written.

@@ -60,3 +60,22 @@ def test_a_challenger_that_stops_serving_is_withdrawn_with_no_share(ctx: StepCon
     assert f"replaced as challenger by v{b}" in ctx.tracker.model_version_tags(NAME, a)[T.PROMOTION_REASON]
     withdraw_challenger(ctx, b, "live A/B gate(s) failed at 5%")
     assert _fate(ctx, b) == ("withdrawn", 0.0) and "challenger" not in ctx.tracker.aliases(NAME)
+
+
+def test_a_ui_challenger_on_the_champion_is_refused_and_leaves_the_champion_as_it_was(ctx: StepContext) -> None:
+    """``challenger`` set in the MLflow UI on the serving champion: the request is refused (already
+    the champion) and its alias removed, but the champion still reads ``champion`` with its share."""
+    from rlops.pipeline_steps.promotion.flow import promote_from_alias
+    from rlops.pipeline_steps.promotion.guard import UI_REQUEST
+
+    v1, v2 = _versions(ctx, 2)
+    move_champion(ctx.tracker, NAME, v1)
+    move_champion(ctx.tracker, NAME, v2)
+    ctx.tracker.set_model_version_tags(NAME, v2, {T.VERSION.TRAFFIC_FRACTION: 1.0})  # a finished roll-out
+    before = ctx.tracker.model_version_tags(NAME, v2)
+    ctx.tracker.client.set_registered_model_alias(NAME, "challenger", v2)  # what the MLflow UI does
+    res = promote_from_alias(ctx, v2, requested_by=UI_REQUEST)
+    assert not res.promoted and "already the champion" in res.reason, res.reason
+    assert ctx.tracker.aliases(NAME) == {"champion": v2, "previous": v1}
+    assert ctx.tracker.model_version_tags(NAME, v2) == before
+    assert _fate(ctx, v2) == ("champion", 1.0)
