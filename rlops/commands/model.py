@@ -1,5 +1,6 @@
 """``rlops model evaluate | promote | rollback``: gated evaluation, promotion and rollback of
-registered policy versions. Exit 1 when a gate fails."""
+registered policy versions. Exit 1 when a gate fails. ``rlops model evaluate --target`` instead
+estimates any target on logged traffic: a report, exit 0 whatever it shows."""
 
 from __future__ import annotations
 
@@ -9,19 +10,26 @@ from typing import Any
 from rlops.commands.common_args import add_common_args, context_from_args, infrastructure, print_result
 from rlops.common import step_request
 from rlops.pipeline_steps.promotion.outcome import PromotionOutcome
-from rlops.pipeline_steps.promotion.request import EvaluateRequest
+from rlops.pipeline_steps.promotion.request import EvaluateRequest, OffPolicyRequest
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     model = sub.add_parser("model", help="evaluate, promote or roll back a registered policy version")
     verbs = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
     for verb, helptext in (
-        ("evaluate", "compare a candidate policy with the champion; print the gate table"),
+        (
+            "evaluate",
+            "compare a candidate policy with the champion and print the gate table, or (--target) estimate "
+            "any target off-policy on logged traffic",
+        ),
         ("promote", "evaluate and, when every gate passes, make the candidate champion"),
     ):
         p = verbs.add_parser(verb, help=helptext)
         add_common_args(p)
-        step_request.add_arguments(p, EvaluateRequest)  # a promotion evaluates the candidate first
+        if verb == "evaluate":
+            step_request.add_alternatives(p, EvaluateRequest, OffPolicyRequest)
+        else:
+            step_request.add_arguments(p, EvaluateRequest)  # a promotion evaluates the candidate first
         if verb == "promote":
             p.add_argument(
                 "--staged",
@@ -102,9 +110,11 @@ def _call(fn: Any, *a: Any, **kw: Any) -> Any:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    request = step_request.from_alternatives(args, EvaluateRequest, OffPolicyRequest)
+    if isinstance(request, OffPolicyRequest):
+        return cmd_evaluate_target(args, request)
     from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
 
-    request = step_request.from_args(EvaluateRequest, args)
     res = _call(evaluate_candidate, context_from_args(args), request)
     head = [
         f"{res.scenario}: v{res.candidate} vs {res.baseline} on {res.episodes} episodes "
@@ -113,6 +123,45 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     report = res.as_dict()
     print_result(report, args.json, head + _gate_lines(report) + [f"  note: {n}" for n in res.notes])
     return 0 if res.passed else 1
+
+
+def cmd_evaluate_target(args: argparse.Namespace, request: OffPolicyRequest) -> int:
+    from rlops.pipeline_steps.promotion.ope_targets import evaluate_target
+
+    res = _call(evaluate_target, context_from_args(args), request)
+    report = res.as_dict()
+    print_result(report, args.json, _estimate_lines(report))
+    return 0
+
+
+def _estimate_lines(res: dict[str, Any]) -> list[str]:
+    """The report as text: one line per estimator with its interval, then the weights, the
+    logged value and why the evidence cannot decide, if it cannot."""
+
+    def num(v: Any, spec: str = ".4g") -> str:
+        return "n/a" if v is None else format(v, spec)
+
+    lines = [
+        f"{res['scenario']}: {res['policy']} ({res['serves']}) on {res['episodes']:,} complete live episodes, "
+        f"{res['rows']:,} rows, {res['window_start']} – {res['window_end']}"
+    ]
+    estimates = res["estimates"]
+    if estimates:
+        level = f"{res['confidence']:.0%}"
+        lines.append(f"  {'estimator':<10} {'value':>10}  {level} interval")
+        for name, e in estimates.items():
+            lines.append(f"  {name.upper():<10} {num(e['value']):>10}  [{num(e['low'])}, {num(e['high'])}] ({e['ci']})")
+        lines.append(f"  direct method: {res['direct_method']}")
+    w = res["weights"] or {}
+    lines += [
+        f"  ESS {num(res['ess'], '.1f')} of {res['episodes']:,} episodes",
+        f"  largest weight {num(w.get('max'))}, top-10 weight share {num(w.get('top_share'), '.1%')}",
+        f"  unsupported share {num(res['unsupported_share'], '.1%')}",
+        f"  logged value {num(res['logged_return'])} (se {num(res['logged_return_se'])})",
+    ]
+    if res["insufficient"]:
+        lines.append(f"  insufficient: {res['insufficient']}")
+    return lines + [f"  note: {n}" for n in res["notes"]]
 
 
 def cmd_promote(args: argparse.Namespace) -> int:

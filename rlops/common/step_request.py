@@ -2,7 +2,8 @@
 
 A field made with :func:`option` carries its help text and its bounds; from the class come
 
-- the command's flags (:func:`add_arguments`, :func:`from_args`),
+- the command's flags (:func:`add_arguments`, :func:`from_args`; a command that runs one of several
+  requests, picked by the required flag given: :func:`add_alternatives`, :func:`from_alternatives`),
 - the DAG's typed Airflow ``Param`` s (:func:`dag_params`) and the re-check of a run's conf
   (:func:`conf_problems`, :func:`from_conf`): Airflow checks the types of a triggered run, the
   step's own check also catches what a caller of the task function passes,
@@ -148,21 +149,63 @@ def add_arguments(parser: argparse.ArgumentParser, request: type, skip: Sequence
     """One flag per option of ``request`` the command offers (``skip``: those it declares itself,
     shared with other commands)."""
     for o in options(request):
-        if not o.cli or o.name in skip:
+        if o.cli and o.name not in skip:
+            _add_flag(parser, o, o.required)
+
+
+def _add_flag(container: argparse._ActionsContainer, o: Option, required: bool) -> None:
+    if o.kind is bool:
+        container.add_argument(
+            o.flag, action=argparse.BooleanOptionalAction, default=o.default, required=required, help=o.help
+        )
+    else:
+        container.add_argument(
+            o.flag,
+            type=o.kind,
+            choices=list(o.choices) if o.choices else None,
+            default=o.default,
+            required=required,
+            help=o.help,
+        )
+
+
+def _picking_option(request: type) -> Option:
+    """The one required option that picks ``request`` among a command's alternatives."""
+    required = [o for o in options(request) if o.required and o.cli]
+    if len(required) != 1:
+        raise TypeError(f"{request.__name__}: an alternative request has exactly one required option")
+    return required[0]
+
+
+def add_alternatives(parser: argparse.ArgumentParser, *requests: type) -> None:
+    """The flags of a command that runs one of several requests, the one whose required option is
+    given: those required flags form a required mutually exclusive group (exactly one must be
+    given), every other option is a flag as usual. An option name belongs to one request only."""
+    names = [o.name for r in requests for o in options(r) if o.cli]
+    if len(names) != len(set(names)):
+        raise TypeError(f"{', '.join(r.__name__ for r in requests)}: an option name appears in two alternatives")
+    group = parser.add_mutually_exclusive_group(required=True)
+    for request in requests:  # side by side, so that the usage line shows them as (--a A | --b B)
+        _add_flag(group, _picking_option(request), required=False)  # the group requires one
+    for request in requests:
+        add_arguments(parser, request, skip=(_picking_option(request).name,))
+
+
+def from_alternatives(args: argparse.Namespace, *requests: type) -> Any:
+    """The request of the alternative whose required flag was given (see :func:`add_alternatives`);
+    a flag of another alternative given too is a :class:`UserError` naming both."""
+    picked = next((r for r in requests if getattr(args, _picking_option(r).name, None) is not None), None)
+    if picked is None:
+        flags = " or ".join(_picking_option(r).flag for r in requests)
+        raise UserError(f"give one of {flags}")
+    by = _picking_option(picked).flag
+    for request in requests:
+        if request is picked:
             continue
-        if o.kind is bool:
-            parser.add_argument(
-                o.flag, action=argparse.BooleanOptionalAction, default=o.default, required=o.required, help=o.help
-            )
-        else:
-            parser.add_argument(
-                o.flag,
-                type=o.kind,
-                choices=list(o.choices) if o.choices else None,
-                default=o.default,
-                required=o.required,
-                help=o.help,
-            )
+        for o in options(request):
+            if o.cli and hasattr(args, o.name) and getattr(args, o.name) != o.default:
+                raise UserError(f"{o.flag} goes with {_picking_option(request).flag}, not with {by}")
+    return from_args(picked, args)
 
 
 def from_args(request: type[R], args: argparse.Namespace) -> R:

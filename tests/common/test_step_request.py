@@ -16,7 +16,7 @@ from rlops.common.errors import UserError
 from rlops.common.step_request import option
 from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.drift.request import DriftCheckRequest
-from rlops.pipeline_steps.promotion.request import EvaluateRequest
+from rlops.pipeline_steps.promotion.request import EvaluateRequest, OffPolicyRequest
 from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.pipeline_steps.training.request import TrainRequest
 
@@ -130,32 +130,57 @@ def _command(path: tuple[str, ...]) -> argparse.ArgumentParser:
     return parser
 
 
-#: (command, its request, flags it declares itself though the request has the option (shared with
-#: other commands), flags of its own that are no option of the request)
+#: (command, its request — or the alternative requests it runs one of —, flags it declares itself
+#: though the request has the option (shared with other commands), flags of its own that are no
+#: option of the request)
 COMMANDS = [
     (("train", "policy"), TrainRequest, set(), {"--reward-fn"}),
     (("capture",), CaptureRequest, set(), {"--simulate", "--landing-zone", "--from-mlflow", "--otlp-file"}),
     (("stress",), StressRequest, {"--reward-fn"}, set()),
     (("drift", "check"), DriftCheckRequest, set(), {"--fail-on-drift"}),
-    (("model", "evaluate"), EvaluateRequest, set(), set()),
+    (("model", "evaluate"), (EvaluateRequest, OffPolicyRequest), set(), set()),
     (("model", "promote"), EvaluateRequest, set(), {"--staged"}),
 ]
 
 
 @pytest.mark.parametrize(("path", "request_type", "shared", "own"), COMMANDS, ids=[" ".join(c[0]) for c in COMMANDS])
 def test_each_command_s_flags_are_its_request_s_options(
-    path: tuple[str, ...], request_type: type, shared: set[str], own: set[str]
+    path: tuple[str, ...], request_type: type | tuple[type, ...], shared: set[str], own: set[str]
 ) -> None:
     parser = _command(path)
     actions = {flag: a for a in parser._actions for flag in a.option_strings}
-    offered = {o.flag: o for o in step_request.options(request_type) if o.cli}
-    assert set(actions) - COMMON_FLAGS == set(offered) | own
+    requests = request_type if isinstance(request_type, tuple) else (request_type,)
+    offered = {o.flag: o for r in requests for o in step_request.options(r) if o.cli}
+    negated = {"--no-" + flag[2:] for flag, o in offered.items() if o.kind is bool}  # --greedy / --no-greedy
+    assert set(actions) - COMMON_FLAGS - negated == set(offered) | own
+    # the alternatives' required flags are optional each: their group requires one of them
+    picking = {a for g in parser._mutually_exclusive_groups if g.required for a in g._group_actions}
     for flag, o in offered.items():
         if flag in shared:
             continue
         action = actions[flag]
-        assert (action.help, action.default, action.required) == (o.help, o.default, o.required), flag
+        one_of = len(requests) > 1 and o.required
+        assert (action.help, action.default, action.required) == (o.help, o.default, o.required and not one_of), flag
         assert action.type is (None if o.kind is bool else o.kind), flag
+        assert (action in picking) == one_of, flag
+
+
+def test_a_command_of_alternatives_runs_the_request_whose_flag_is_given() -> None:
+    from rlops.cli import build_parser
+
+    def request(*argv: str) -> object:
+        return step_request.from_alternatives(
+            build_parser().parse_args(["model", "evaluate", *argv]), EvaluateRequest, OffPolicyRequest
+        )
+
+    assert request("--candidate", "3", "--episodes", "50") == EvaluateRequest("3", 50)
+    assert request("--target", "rules", "--greedy", "--window-hours", "6") == OffPolicyRequest(
+        "rules", window_hours=6.0, greedy=True
+    )
+    with pytest.raises(UserError, match="^--greedy goes with --target, not with --candidate$"):
+        request("--candidate", "3", "--greedy")
+    with pytest.raises(SystemExit):  # argparse: exactly one of them
+        request("--candidate", "3", "--target", "rules")
 
 
 class _Handed(Exception):
@@ -196,6 +221,12 @@ HANDLERS = [
         ("rlops.commands.model", "EvaluateRequest"),
         ("rlops.pipeline_steps.promotion.evaluate", "evaluate_candidate"),
         {"candidate": "4", "episodes": 50},
+    ),
+    (
+        ["model", "evaluate", "--target", "uniform", "--window-hours", "6"],
+        ("rlops.commands.model", "OffPolicyRequest"),
+        ("rlops.pipeline_steps.promotion.ope_targets", "evaluate_target"),
+        {"target": "uniform", "window_hours": 6.0},
     ),
 ]
 

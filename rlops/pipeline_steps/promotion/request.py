@@ -1,7 +1,11 @@
 """What an evaluation is asked to do: the options of ``rlops model evaluate`` (and of ``rlops model
 promote``, which evaluates before it moves an alias), declared once (see
 :mod:`rlops.common.step_request`). The promote DAG's ``candidate`` is its own Param: it takes only
-a version (the webhook sends the version an alias pointed at), the command also takes an alias."""
+a version (the webhook sends the version an alias pointed at), the command also takes an alias.
+
+``rlops model evaluate`` runs one of two requests: :class:`EvaluateRequest` (``--candidate``: the
+gated comparison with the champion) or :class:`OffPolicyRequest` (``--target``: any target's
+off-policy estimate on logged traffic, no gates); the flag given picks it."""
 
 from __future__ import annotations
 
@@ -29,4 +33,44 @@ class EvaluateRequest:
     )
 
 
-__all__ = ["EvaluateRequest"]
+#: The longest window of logged traffic ``--window-hours`` reads: ten years.
+MAX_WINDOW_HOURS = 24 * 366 * 10
+
+
+@dataclass(frozen=True)
+class OffPolicyRequest:
+    """One off-policy estimate of a target on the logged live traffic of a window (a report, not a
+    gate: :func:`rlops.pipeline_steps.promotion.ope_targets.evaluate_target`)."""
+
+    target: str = option(
+        required=True,
+        dag=False,
+        digest=False,
+        help="estimate this target on logged live traffic instead (no gates): rules | uniform | a version or "
+        "alias (3, champion) | a file of per-row action probabilities (.parquet, .csv, .jsonl: trace_id, "
+        "optionally step, and one column per action)",
+    )
+    window_hours: float | None = option(
+        None,
+        minimum=0.25,
+        maximum=MAX_WINDOW_HOURS,
+        dag=False,
+        digest=False,
+        help="hours of logged traffic up to the run key's end (default: params ope.window_hours)",
+    )
+    greedy: bool = option(
+        False,
+        dag=False,
+        digest=False,
+        help="the target's choice alone, without the exploration share it serves with (rules, a version)",
+    )
+    direct_method: str | None = option(
+        None,
+        choices=("sandbox", "reward_model", "none"),
+        dag=False,
+        digest=False,
+        help="DR's direct method (default: params ope.direct_method; a file target has none in the sandbox)",
+    )
+
+
+__all__ = ["MAX_WINDOW_HOURS", "EvaluateRequest", "OffPolicyRequest"]
