@@ -29,11 +29,12 @@ from typing import Any
 from rlops.common.config import load_params, resolve_local
 from rlops.common.errors import UserError
 from rlops.common.run_key import RunKey
+from rlops.pipeline_steps.capture.exploration import ExplorationCost
 from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.drift.calibrate import recalibrate
 from rlops.pipeline_steps.drift.check import drift_check
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.promotion.gates import gate_state
+from rlops.pipeline_steps.promotion.gates import GATES_HELP, gate_state
 from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionStatus
 from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.pipeline_steps.stress.step import stress_test
@@ -70,7 +71,7 @@ def run(scenario: str | None = None) -> int:
     torch.set_num_threads(demo.torch_threads)
     overrides = {
         "capture": {"episodes": demo.capture_episodes},
-        "drift": {"baseline_episodes": demo.capture_episodes},
+        "drift": {"baseline_episodes": min(demo.capture_episodes, 3000)},
         "reward_model": {"pairs": demo.reward_model_pairs},
     }
     ctx = StepContext.create(scenario, run_key, params=load_params(overrides=overrides))
@@ -85,10 +86,12 @@ def run(scenario: str | None = None) -> int:
     )
 
     cap, dt = _timed(lambda: capture_step(ctx, CaptureRequest(simulate=True, profile="live")))
+    explored = cap.exploration
+    cost = ExplorationCost.from_dict(explored).describe() if isinstance(explored, dict) else f"exploration {explored}"
     _say(
         2,
         f"captured {cap.rows_in} trace rows of live traffic served by {cap.policy_version}: "
-        f"{cap.rows_accepted} accepted, {cap.rows_quarantined} quarantined ({dt:.1f}s)",
+        f"{cap.rows_accepted} accepted, {cap.rows_quarantined} quarantined ({dt:.1f}s)\n      {cost}",
     )
 
     drift, dt = _timed(lambda: drift_check(ctx))
@@ -124,7 +127,14 @@ def run(scenario: str | None = None) -> int:
     _say(8, f"gated evaluation vs {pr.baseline or 'champion'} ({dt:.1f}s):")
     _print_gates(pr.gates or [])
     champion = ctx.tracker.get_alias(f"{scenario}-policy", "champion")
-    print(f"\n{'PROMOTED' if pr.promoted else 'NOT PROMOTED (the champion stays; a normal outcome)'}: {pr.reason}")
+    verdict = (
+        "PROMOTED"
+        if pr.promoted
+        else "STAGED (a challenger serves a share of traffic)"
+        if pr.action == "challenger"
+        else "NOT PROMOTED (the champion stays; a normal outcome)"
+    )
+    print(f"\n{verdict}: {pr.reason}")
     print(f"champion: {scenario}-policy v{champion}" if champion else "champion: none (the rule engine serves)")
 
     print(
@@ -167,3 +177,5 @@ def _print_gates(gates: list[dict[str, Any]]) -> None:
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
     for r in [head, *rows]:
         print("      " + "  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    if rows:
+        print(f"      (what each row decides, and what a skip means: {GATES_HELP})")

@@ -114,7 +114,13 @@ def promotion_ctx(run_key: str = "20260105T1000", dry_run: bool = False, **evalu
     return StepContext.create(
         run_key=run_key,
         dry_run=dry_run,
-        overrides={"evaluate": deep_merge(cfg, evaluate), "tracking": {"http_max_retries": 0}},
+        # No live traffic in these worlds: the sandbox's gates decide (the hold at the canary stage
+        # without off-policy evidence has its own tests).
+        overrides={
+            "evaluate": deep_merge(cfg, evaluate),
+            "tracking": {"http_max_retries": 0},
+            "ope": {"required": False},
+        },
     )
 
 

@@ -31,6 +31,7 @@ from rlops.agent_sdk.serving import (
     LoadedPolicy,
     ServingState,
     choose_batch,
+    exploration_probs,
 )
 
 if TYPE_CHECKING:
@@ -76,17 +77,23 @@ def batch_policy(
             detail = f"no champion policy loaded: {err}" if err else f"{client.model_name} has no champion alias yet"
             client.count_batch(n, {kind: n}, {kind: detail})
             reason = np.full(n, f"{kind}: {detail}", dtype=object)
-            return rules, {
+            rule = rules.cpu().numpy().astype(np.int64)
+            u = client.uniforms(n) if eps > 0.0 else np.ones((n, 2))
+            a, propensity = choose_batch(rule, exploration_probs(mask.cpu().numpy()), eps, u)
+            return torch.as_tensor(a, dtype=torch.int64, device=mask.device), {
                 "fallback": torch.ones(n, dtype=torch.bool),
-                "logp": torch.zeros(n),
+                "logp": torch.as_tensor(np.log(propensity), dtype=torch.float32),
                 "fallback_reason": reason,
+                "explored": torch.as_tensor(a != rule),
             }
         out = policy.model.predict_obs(env.observe().cpu().numpy())
         legal_mask = mask.cpu().numpy()
         probs = np.asarray(out["probs"], dtype=np.float64) * legal_mask
         greedy = np.asarray(out["action_index"], dtype=np.int64)
         u = client.uniforms(n) if eps > 0.0 else np.ones((n, 2))
-        a, propensity = choose_batch(greedy, probs, eps, u)
+        a, propensity = choose_batch(
+            greedy, exploration_probs(legal_mask, probs, client.exploration_distribution), eps, u
+        )
         legal = legal_mask[np.arange(n), a]
         a = np.where(legal, a, rules.cpu().numpy())
         propensity = np.where(legal, propensity, 1.0)
@@ -100,6 +107,7 @@ def batch_policy(
             "value": torch.as_tensor(np.asarray(out["value"]), dtype=torch.float32),
             "fallback": torch.as_tensor(~legal),
             "fallback_reason": illegal_reasons(legal, f"illegal_action: {illegal}"),
+            "explored": torch.as_tensor(legal & (a != greedy)),
         }
 
     return act

@@ -77,6 +77,8 @@ from rlops.agent_sdk.registry_source import RegistrySource, build_serving_state
 from rlops.agent_sdk.serving import (
     CHALLENGER,
     CHAMPION,
+    DEFAULT_EXPLORATION,
+    EXPLORATION_DISTRIBUTIONS,
     FALLBACK,
     RULES_VERSION,
     SHADOW,
@@ -86,6 +88,7 @@ from rlops.agent_sdk.serving import (
     ServingState,
     ShadowDecision,
     choose,
+    exploration_probs,
     fallback_code,
     hash_fraction,
 )
@@ -128,8 +131,15 @@ class PolicyClient:
             on :meth:`decide`/:meth:`poll` once a period has passed on it.
         shadow: a candidate that decides beside the served policy without being served: an alias
             (``"challenger"``), a version (``"7"``, ``"<scenario>-policy/7"``), or None.
-        exploration: share of decisions drawn from the serving policy's own distribution instead
-            of its most likely action (0: greedy); the propensity on each decision accounts for it.
+        exploration: share of decisions drawn from the exploration distribution instead of the
+            serving policy's choice — the champion's, the challenger's or the rule engine's alike
+            (0: never explore); the propensity on each decision accounts for it, so that any
+            candidate can be judged off-policy on the logged traffic.
+        exploration_distribution: ``policy`` (the serving policy's own distribution over the
+            legal actions: cheap, since a good policy rarely puts mass on a costly action; the rule
+            engine has none and explores uniformly) or ``uniform`` over the legal actions.
+        no_exploration_segment: an expression over the state's fields (e.g.
+            ``"user_profile.age >= 75"``) whose requests never explore.
         bad_state: ``raise_first`` (raise :class:`StateError` until one state has been read, then
             fall back), ``raise`` or ``fallback``.
         seed: seeds the exploration draws.
@@ -156,7 +166,9 @@ class PolicyClient:
         refresh_every_s: float | None = 30.0,
         clock: Callable[[], float] | None = None,
         shadow: str | None = None,
-        exploration: float = 0.0,
+        exploration: float = DEFAULT_EXPLORATION,
+        exploration_distribution: str = "policy",
+        no_exploration_segment: str | None = None,
         bad_state: str = "raise_first",
         seed: int = 0,
         fallback_log_every_s: float = 300.0,
@@ -172,6 +184,11 @@ class PolicyClient:
             )
         if not isinstance(exploration, (int, float)) or not 0.0 <= float(exploration) <= 1.0:
             raise UserError(f"PolicyClient(exploration={exploration!r}): expected a share in [0, 1]")
+        if exploration_distribution not in EXPLORATION_DISTRIBUTIONS:
+            raise UserError(
+                f"PolicyClient(exploration_distribution={exploration_distribution!r}): expected one of "
+                f"{', '.join(EXPLORATION_DISTRIBUTIONS)}"
+            )
         if bad_state not in BAD_STATE_MODES:
             raise UserError(f"PolicyClient(bad_state={bad_state!r}): expected one of {', '.join(BAD_STATE_MODES)}")
         if not isinstance(fallback_log_every_s, (int, float)) or not 0 < float(fallback_log_every_s) < float("inf"):
@@ -201,6 +218,8 @@ class PolicyClient:
         self.refresh_every_s = None if refresh_every_s is None else float(refresh_every_s)
         self.clock: Callable[[], float] = clock or time.monotonic
         self.exploration, self.bad_state, self.seed = float(exploration), bad_state, int(seed)
+        self.exploration_distribution = exploration_distribution
+        self.no_exploration_segment = no_exploration_segment
         self._serving = ServingState()
         self._segments: dict[str, CompiledExpr | None] = {}  # segment text → compiled (None: cannot compile)
         self.changes: list[ServingChange] = []
@@ -447,7 +466,9 @@ class PolicyClient:
                 shadowed,
             )
         probs = np.asarray(out["probs"], dtype=np.float64)[0] * np.asarray(legal, dtype=np.float64)
-        a, propensity = choose(greedy, probs, self.exploration, self._uniforms())
+        a, propensity = choose(
+            greedy, exploration_probs(mask[0], probs, self.exploration_distribution), self._share(S), self._uniforms()
+        )
         served_as = CHALLENGER if policy is serving.challenger else CHAMPION
         self.mark_served(policy, served_as)
         names = self.encoder.action_names
@@ -466,7 +487,14 @@ class PolicyClient:
             policy_logp=float(np.log(probs[a])) if probs[a] > 0 else None,
             shadow=self._shadow(shadow, shadowed, a, legal, t0),
             latency_ms=(time.perf_counter() - t0) * 1000.0,
+            explored=a != greedy,
         )
+
+    def _share(self, S: Any) -> float:
+        """The exploration share for the state row ``S[1, C]``: none inside ``no_exploration_segment``."""
+        if self.exploration <= 0.0 or self.no_exploration_segment is None:
+            return self.exploration
+        return 0.0 if self.in_segment(self.no_exploration_segment, S) else self.exploration
 
     def _predict(self, policy: LoadedPolicy, obs: np.ndarray) -> dict[str, np.ndarray]:
         """The policy's outputs for ``obs``, or ``concurrent.futures.TimeoutError`` past ``timeout_ms``.
@@ -556,14 +584,17 @@ class PolicyClient:
         with self._stats_lock:
             self.fallbacks[kind] += 1
         self.fallback_log.fell_back(kind, detail)
-        a = self.encoder.rule_action(S, mask)
+        rule = self.encoder.rule_action(S, mask)
         legal = mask[0].tolist()
+        # The rule engine explores like a policy: the first promotion away from rules is then
+        # judged on logged traffic where every legal action had a chance.
+        a, propensity = choose(rule, exploration_probs(mask[0]), self._share(S), self._uniforms())
         return Decision(
             action=self.encoder.action_names[a],
             action_index=a,
             mask=legal,
             probs=None,
-            propensity=1.0,
+            propensity=propensity,
             entropy=None,
             value=None,
             policy_version=RULES_VERSION,
@@ -573,6 +604,7 @@ class PolicyClient:
             policy_logp=None,
             shadow=self._shadow(shadow, shadowed, a, legal, t0),
             latency_ms=(time.perf_counter() - t0) * 1000.0,
+            explored=a != rule,
         )
 
     # ------------------------------------------------------------------ rates

@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from rlops.common.params_base import Block, block_from_dataclass
-from rlops.common.params_operations import DagsParams, OpeParams, RolloutParams, StackParams, TraceStoreParams
+from rlops.common.params_operations import (
+    DagsParams,
+    ExplorationParams,
+    OpeParams,
+    RolloutParams,
+    StackParams,
+    TraceStoreParams,
+)
 from rlops.model.ppo_config import PPOConfig
 from rlops.model.reward_model_config import RewardModelConfig
 
@@ -594,7 +601,9 @@ class AuditParams(Block):
 class DemoParams(Block):
     """``make demo`` (``rlops/demo.py``): budgets of the whole loop on one machine."""
 
-    capture_episodes: int = Field(3000, ge=1, description="live-profile episodes captured")
+    capture_episodes: int = Field(
+        6000, ge=1, description="live-profile episodes captured (enough explored traffic for the off-policy gate)"
+    )
     reward_model_pairs: int = Field(1000, ge=1, description="sandbox preference pairs for the reward model")
     timesteps: int = Field(100_000, ge=1, description="PPO environment steps of the demo's full retrain")
     torch_threads: int = Field(1, ge=1, description="torch threads (small networks train fastest on one)")
@@ -645,6 +654,7 @@ class Params(Block):
     trace_store: TraceStoreParams = Field(default_factory=TraceStoreParams, description=TraceStoreParams.__doc__)
     rollout: RolloutParams = Field(default_factory=RolloutParams, description=RolloutParams.__doc__)
     dags: DagsParams = Field(default_factory=DagsParams, description=DagsParams.__doc__)
+    exploration: ExplorationParams = Field(default_factory=ExplorationParams, description=ExplorationParams.__doc__)
     ope: OpeParams = Field(default_factory=OpeParams, description=OpeParams.__doc__)
     stack: StackParams = Field(default_factory=StackParams, description=StackParams.__doc__)
 

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from rlops.agent_sdk.serving import DEFAULT_EXPLORATION
 from rlops.common.params_base import Block
 
 
@@ -31,9 +32,9 @@ class RolloutParams(Block):
         False, description="a retrain triggered by drift replaces the stale champion at once"
     )
     staged_first_champion: bool = Field(
-        False,
-        description="true: a pack's first champion rolls out staged too (false: with no champion to A/B "
-        "against, a candidate that beat the rule engine in the gates becomes champion at once)",
+        True,
+        description="true: a pack's first champion rolls out staged too, its live A/B against the rule engine "
+        "the last word (false: a candidate that beat the rule engine in the gates becomes champion at once)",
     )
     min_stage_minutes: float = Field(
         60, ge=0, description="a stage serves at least this long before its live A/B gates may move it"
@@ -96,10 +97,42 @@ class StackParams(Block):
     start_timeout_s: float = Field(240, gt=0, description="how long `up` waits for every part to answer")
 
 
+class ExplorationParams(Block):
+    """Exploration under any incumbent (``rlops/agent_sdk/serving.py``): the share of decisions drawn
+    from a declared distribution over the legal actions, whoever serves — the champion, the rule
+    engine, an agent's router served through an integration — with the true propensity on each
+    row, so that every candidate can be judged on logged traffic (``ope:``)."""
+
+    share: float = Field(
+        DEFAULT_EXPLORATION,
+        ge=0,
+        le=0.5,
+        description="share of decisions explored (0: none; a pack turns it off with 0). Its cost on the live "
+        "return is measured from the logs (explored vs. chosen decisions)",
+    )
+    distribution: Literal["uniform", "policy"] = Field(
+        "policy",
+        description="policy: the serving policy's own distribution over the legal actions (the rule engine, which "
+        "has none, explores uniformly) | uniform over the legal actions. Measured on the credit pack at share "
+        "0.05: a champion exploring its own distribution gives up 0.3% of the live return, uniformly 12%",
+    )
+    off_segment: str | None = Field(
+        None,
+        description="expression over observable state fields whose requests never explore "
+        '(e.g. "user_profile.age >= 75"; null: all may)',
+    )
+
+
 class OpeParams(Block):
     """Off-policy evaluation (``rlops/pipeline_steps/promotion/ope.py``, ``ope_gate.py``): the gate ``ope:dr``."""
 
     enabled: bool = Field(True, description="judge candidates on logged live traffic beside the sandbox gates")
+    required: bool = Field(
+        True,
+        description="true: a candidate without off-policy evidence (insufficient, or ope.enabled false) goes at most "
+        "to the canary stage | false: the sandbox's gates may decide alone (a world with no live traffic to "
+        "judge by, e.g. a simulation; the gate table still says the evidence was insufficient)",
+    )
     window_hours: float = Field(24, gt=0, description="live traces of this many hours before the run key")
     min_episodes: int = Field(200, ge=1, description="fewer complete live episodes: the gate is skipped")
     min_ess: float = Field(50, ge=0, description="effective sample size of the importance weights below this: skipped")
@@ -123,13 +156,49 @@ class OpeParams(Block):
     dm_explore: float = Field(0.3, ge=0, le=1, description="share of random legal actions in them")
     ridge: float = Field(1.0, ge=0, description="L2 penalty of the direct method's per-action least squares")
     tolerance: float = Field(
-        0.05, ge=0, description="fail: DR upper bound < the logged policy's live return − tolerance"
+        0.1,
+        ge=0,
+        description="share of the logged value's scale (|logged value|, see scale_floor): pass when DR's lower "
+        "bound ≥ logged − tolerance × scale, fail when its upper bound is below; between: insufficient (canary)",
+    )
+    scale_floor: float = Field(
+        0.1,
+        ge=0,
+        description="the logged value's scale, of which every margin is a share, is |logged value| but at least "
+        "this share of the per-episode return's standard deviation (a value near 0 keeps a margin)",
     )
     gap_threshold: float = Field(
-        0.1, ge=0, description="|sandbox − DR| above this (outside DR's interval): a sim-to-real gap"
+        0.25,
+        ge=0,
+        description="sandbox vs. logged evidence, as a share of the logged value's scale: a sandbox whose value of the "
+        "incumbent is further than this outside the logged interval is untrusted; a candidate whose sandbox "
+        "value exceeds DR's upper bound by more is flagged as exploiting the sandbox",
     )
-    target: Literal["greedy", "stochastic"] = Field("greedy", description="the candidate as it would serve")
+    target: Literal["serving", "greedy", "stochastic"] = Field(
+        "serving",
+        description="the candidate as it will serve: serving = its greedy choice plus the exploration it serves "
+        "with (exploration.share over exploration.distribution) | greedy | stochastic (its softmax)",
+    )
+    max_weight_share: float = Field(
+        0.3,
+        gt=0,
+        le=1,
+        description="share of the importance-weight mass the ten largest-weighted episodes may carry; "
+        "more: the estimate rests on a handful of rows (insufficient)",
+    )
+    mean_weight_band: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description="the mean importance weight (1 with the true propensities) must lie within 1 ± this, beyond "
+        "its own sampling error: else the weights carry no information (insufficient)",
+    )
+    switch_tau: float = Field(
+        50.0,
+        gt=1,
+        description="switch DR: decisions whose cumulative importance weight exceeds this use the direct method only",
+    )
     seed: int = Field(0, description="seed of the bootstrap and the direct method's rollouts")
 
 
-__all__ = ["DagsParams", "OpeParams", "RolloutParams", "TraceStoreParams"]
+__all__ = ["DagsParams", "ExplorationParams", "OpeParams", "RolloutParams", "TraceStoreParams"]

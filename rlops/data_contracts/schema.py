@@ -431,6 +431,12 @@ def trace_base_columns(
         ),
         ColumnSpec("fallback", "bool", required=False, description="the policy client fell back to the rule engine"),
         ColumnSpec(
+            "explored",
+            "bool",
+            required=False,
+            description="the action was drawn from the exploration distribution, not the serving policy's own choice",
+        ),
+        ColumnSpec(
             "fallback_reason",
             "str",
             required=False,

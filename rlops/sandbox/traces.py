@@ -22,8 +22,8 @@ from rlops.sandbox.reward import RewardError
 
 Tensor = torch.Tensor
 #: A policy for tracing returns actions, or actions plus a dict of per-row ``logp``, ``entropy``,
-#: ``value`` tensors (and optionally ``fallback``, and ``fallback_reason``: an object array of
-#: ``"<code>: <detail>"`` strings, None where the policy decided).
+#: ``value`` tensors (and optionally ``fallback``, ``explored``, and ``fallback_reason``: an object
+#: array of ``"<code>: <detail>"`` strings, None where the policy decided).
 TracePolicy = Callable[[BatchedEnv], "Tensor | tuple[Tensor, dict[str, Tensor]]"]
 
 
@@ -195,6 +195,8 @@ def _to_frame(
         df["fallback"] = ex["fallback"][idx].cpu().numpy() if "fallback" in ex else False
         if "fallback_reason" in ex:
             df["fallback_reason"] = np.asarray(ex["fallback_reason"], dtype=object)[idx]
+        if "explored" in ex:
+            df["explored"] = ex["explored"][idx].cpu().numpy().astype(bool)
         frames.append(df)
     if not frames:
         return pd.DataFrame()

@@ -105,7 +105,9 @@ class _Run:
             challenger_fraction=cfg.challenger_fraction,
             refresh_every_s=cfg.client_refresh_s,
             clock=self.clock,
-            exploration=cfg.exploration,
+            exploration=self.ctx.config.exploration.share if cfg.exploration is None else cfg.exploration,
+            exploration_distribution=self.ctx.config.exploration.distribution,
+            no_exploration_segment=self.ctx.config.exploration.off_segment,
             seed=cfg.seed,
         )
         self.moves: list[tuple[str, str, float]] = []  # (alias, version, moved at): not served yet

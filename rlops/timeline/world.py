@@ -62,9 +62,10 @@ class TimelineConfig:
     ab_min_episodes: int = 40  # live A/B episodes per group a stage needs (traffic is scaled down too)
     client_refresh_s: float = 30.0  # the policy client's registry poll period, in simulated seconds
     client_refresh_phase_s: float = 7.0  # when its first poll falls after the start
-    exploration: float = 0.05
-    """share of decisions the policy client samples from the serving policy's distribution: the
-    logged propensities then support off-policy evaluation of candidates (the ``ope:dr`` gate)"""
+    exploration: float | None = None
+    """share of decisions the policy client explores (None: params ``exploration.share``), drawn
+    from ``exploration.distribution``: the logged propensities then support off-policy evaluation
+    of candidates (the ``ope:dr`` gate)"""
     seed: int = 0
     params: tuple[tuple[str, Any], ...] = ()
     """settings of the simulated project over params.yaml's, as (dotted key, value) pairs, merged

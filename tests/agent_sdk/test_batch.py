@@ -43,7 +43,7 @@ def test_batch_decisions_match_single_requests_and_count(tmp_tracking: str, pack
     from rlops.sandbox.traces import rollout_traces
 
     torch.set_num_threads(1)
-    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None) as c:
+    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None, exploration=0.0) as c:
         env = BatchedEnv(pack.scenario, pack.reward_fn("v1"), num_envs=32, profile="live")
         env.reset(3)
         a, extras = batch_policy(c)(env)  # no champion yet: the rule engine, every row a fallback

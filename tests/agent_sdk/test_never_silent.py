@@ -64,7 +64,9 @@ def test_trace_store_rows_decide_with_the_policy(champion: str, tmp_tracking: st
     capture_step(ctx, CaptureRequest(simulate=True, episodes=40))
     rows = read_traces(ctx.storage, ctx.traces.scenario_uri(SCENARIO)).head(60).to_dict(orient="records")
     assert rows and any(k.startswith("state.") for k in rows[0])
-    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None) as client:
+    with PolicyClient(
+        tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None, exploration=0.0
+    ) as client:
         for row in rows:
             from_row = client.decide(row)  # a whole trace row: its state.<path> columns are the state
             assert not from_row.fallback, from_row.fallback_reason
@@ -166,7 +168,9 @@ def test_every_decision_falling_back_raises_the_alert_within_one_interval(
     nxt = StepContext.create(SCENARIO, "20261130T0515-15m")
     with (
         Tracer(nxt.traces.landing_uri, fsync=False) as tracer,
-        PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None) as healthy,
+        PolicyClient(
+            tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=5000, refresh_every_s=None, exploration=0.0
+        ) as healthy,
     ):
         assert not any(d.fallback for d in _serve(healthy, tracer, 30))
     out = capture_step(nxt).as_dict()

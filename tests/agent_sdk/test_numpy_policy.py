@@ -99,7 +99,7 @@ def test_policy_client_serves_the_numpy_export_as_torch_serves_the_pyfunc(tmp_tr
     pack = load_pack(PACK_DIR, check_liveness=False)
     v1, v2 = register_pair(pack)
     StepContext.create(run_key="20260105T1000").tracker.set_alias(NAME, "champion", v1)
-    kw: dict[str, Any] = {"timeout_ms": 5000, "refresh_every_s": None, "challenger_fraction": 0.0}
+    kw: dict[str, Any] = {"timeout_ms": 5000, "refresh_every_s": None, "challenger_fraction": 0.0, "exploration": 0.0}
     with (
         PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, runtime="torch", **kw) as t,
         PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, runtime="numpy", **kw) as n,

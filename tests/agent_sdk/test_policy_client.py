@@ -109,7 +109,7 @@ def test_hash_split_is_stable_and_matches_the_fraction() -> None:
 # --------------------------------------------------------------------------- serving
 def test_champion_and_challenger_split(versions: tuple[str, str], tmp_tracking: str) -> None:
     v1, v2 = versions
-    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=2000) as client:
+    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, timeout_ms=2000, exploration=0.0) as client:
         assert client.refresh() == {"champion": v1, "challenger": v2}
         assert client.challenger_fraction == pytest.approx(0.2)
         keys = [f"user-{i}" for i in range(4000)]
@@ -130,8 +130,56 @@ def test_champion_and_challenger_split(versions: tuple[str, str], tmp_tracking: 
         assert fields["fallback"] is False and len(fields["action_mask"]) == 7 and fields["logp"] == 0.0
         assert fields["policy_version"] == f"{NAME}/{v2}" and fields["test_group"] == "challenger"
         assert client.fallback_count == 0
-    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, challenger_fraction=0.0) as client:
+    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, challenger_fraction=0.0, exploration=0.0) as client:
         assert {client.route(f"user-{i}") for i in range(500)} == {"champion"}
+
+
+def test_every_server_explores_by_default_with_the_true_propensity(
+    versions: tuple[str, str], tmp_tracking: str
+) -> None:
+    """Champion and rule engine alike: a share of decisions drawn from the exploration distribution,
+    each decision's propensity the probability of its action under that whole rule, the mask never
+    violated, and a segment that never explores."""
+    from rlops.agent_sdk.serving import DEFAULT_EXPLORATION
+
+    v1, _ = versions
+    n = 1500
+    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, challenger_fraction=0.0, timeout_ms=5000, seed=3) as client:
+        assert client.exploration == DEFAULT_EXPLORATION == 0.05 and client.exploration_distribution == "policy"
+        decisions = [client.decide(STATE, key=f"u{i}") for i in range(n)]
+    assert {d.policy_version for d in decisions} == {f"{NAME}/{v1}"}
+    greedy = max(decisions[0].probs, key=decisions[0].probs.get)
+    explored = [d for d in decisions if d.explored]
+    assert all(d.action != greedy for d in explored) and all(d.action == greedy for d in decisions if not d.explored)
+    assert 0 < len(explored) < 0.05 * n * 2  # about ε·(1 − π(greedy)) of them
+    for d in decisions:  # (1 − ε)·[a = greedy] + ε·π(a)
+        expected = (0.95 if d.action == greedy else 0.0) + 0.05 * d.probs[d.action]
+        assert d.propensity == pytest.approx(expected, rel=1e-5) and d.trace_fields()["explored"] == d.explored
+        assert d.mask[client.encoder.action_names.index(d.action)]
+
+    # the rule engine, before a champion exists: uniform exploration over the legal actions
+    with PolicyClient(tmp_tracking, "credit_approval", PACK_DIR, model_name="nobody-policy", seed=4) as rules:
+        answers = [rules.decide(STATE) for _ in range(n)]
+    legal = sum(answers[0].mask)
+    rule = max({a.action for a in answers}, key=[a.action for a in answers].count)
+    assert all(a.fallback and a.policy_version == "rules" for a in answers)
+    for a in answers:
+        expected = (0.95 if a.action == rule else 0.0) + 0.05 / legal
+        assert a.propensity == pytest.approx(expected) and a.explored == (a.action != rule)
+        assert a.mask[rules.encoder.action_names.index(a.action)]
+    assert 0 < sum(a.explored for a in answers) < 0.1 * n
+
+    # a segment that never explores
+    with PolicyClient(
+        tmp_tracking,
+        SCENARIO,
+        PACK_DIR,
+        challenger_fraction=0.0,
+        timeout_ms=5000,
+        no_exploration_segment="user_profile.age >= 18",
+        seed=3,
+    ) as client:
+        assert not any(client.decide(STATE).explored for _ in range(300))
 
 
 def test_error_and_timeout_fall_back_to_the_rule_engine(
@@ -140,7 +188,9 @@ def test_error_and_timeout_fall_back_to_the_rule_engine(
     rule = ObservationEncoder(pack)
     S, mask, _ = rule.encode(STATE)
     rule_action = pack.scenario.action_names[rule.rule_action(S, mask)]
-    with PolicyClient(tmp_tracking, SCENARIO, PACK_DIR, challenger_fraction=0.0, timeout_ms=30) as client:
+    with PolicyClient(
+        tmp_tracking, SCENARIO, PACK_DIR, challenger_fraction=0.0, timeout_ms=30, exploration=0.0
+    ) as client:
         model = client.policies["champion"].model
 
         def slow(obs: np.ndarray) -> Any:

@@ -51,7 +51,9 @@ def gate(frame: pd.DataFrame) -> tuple[Any, Any]:
     from rlops.pipeline_steps.promotion.ope_gate import off_policy_value, ope_gate_row
 
     pack, _ = logged()
-    cfg = OpeParams(min_episodes=20, min_ess=10, direct_method="none")
+    # 60 episodes show nothing within a tenth of the logged value; the probes are about hostile
+    # values, not the interval's width: a margin wider than any interval lets clean traffic decide
+    cfg = OpeParams(min_episodes=20, min_ess=10, direct_method="none", tolerance=1e9)
     res = off_policy_value(pack, frame, uniform, cfg)
     return res, ope_gate_row(res, cfg)
 

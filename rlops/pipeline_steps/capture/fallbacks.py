@@ -84,8 +84,8 @@ def alert_text(summary: FallbackSummary, threshold: float, min_decisions: int) -
     )
 
 
-def _interval_rows(ctx: StepContext, partitions: list[str]) -> pd.DataFrame:
-    """The accepted rows this run key wrote (its own files in the partitions it touched)."""
+def interval_rows(ctx: StepContext, partitions: list[str], columns: tuple[str, ...] = COLUMNS) -> pd.DataFrame:
+    """The accepted rows this run key wrote (its own files in the partitions it touched), their ``columns``."""
     files: set[str] = set()
     for where in partitions:  # partition folders, or the files themselves
         files.update([where] if where.endswith(".parquet") else ctx.storage.list(where, suffix=".parquet"))
@@ -94,8 +94,8 @@ def _interval_rows(ctx: StepContext, partitions: list[str]) -> pd.DataFrame:
         for uri in sorted(files)
         if uri.rsplit("/", 1)[-1].startswith(f"part-{ctx.run_key}-")
     ]
-    frames = [f[[c for c in COLUMNS if c in f.columns]] for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(COLUMNS))
+    frames = [f[[c for c in columns if c in f.columns]] for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(columns))
 
 
 def check_fallbacks(ctx: StepContext, partitions: list[str]) -> tuple[dict[str, Any] | str, list[str]]:
@@ -111,7 +111,7 @@ def check_fallbacks(ctx: StepContext, partitions: list[str]) -> tuple[dict[str, 
     cfg = ctx.section("capture")
     threshold = float(cfg.get("fallback_alert_share", 0.05))
     min_decisions = int(cfg.get("fallback_alert_min_decisions", 20))
-    rows = _interval_rows(ctx, list(partitions))
+    rows = interval_rows(ctx, list(partitions))
     summary = summarize(rows)
     if summary.by_reason.get(NO_CHAMPION):
         try:

@@ -28,14 +28,16 @@ from rlops.common.arguments import MAX_EPISODES, count, fraction
 from rlops.common.errors import UserError
 from rlops.data_contracts.schema import contract_for
 from rlops.pipeline_steps.capture.core import capture_landing_zone, validate_rows, write_capture
-from rlops.pipeline_steps.capture.fallbacks import check_fallbacks, log_fallbacks
+from rlops.pipeline_steps.capture.exploration import COLUMNS as EXPLORATION_COLUMNS
+from rlops.pipeline_steps.capture.exploration import exploration_cost
+from rlops.pipeline_steps.capture.fallbacks import check_fallbacks, interval_rows, log_fallbacks
 from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.capture.summary import CaptureSummary
 from rlops.pipeline_steps.capture.trace_sources import mlflow_source, otlp_source
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.datasets import log_dataset_inputs, parquet_dataset
 from rlops.pipeline_steps.infra.pass_run import step_run
-from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
+from rlops.pipeline_steps.infra.policy_loader import serving_trace_policy
 from rlops.registry import tags as T
 from rlops.sandbox.profiles import default_profile
 from rlops.sandbox.traces import rollout_traces
@@ -111,7 +113,11 @@ def _checked_and_tracked(ctx: StepContext, out: CaptureSummary) -> CaptureSummar
     """``out`` with the live fallback share of its rows (over the threshold: an incident), tracked
     as the pass's capture run unless the run is dry or ``capture.track`` is off."""
     fallbacks, alerts = check_fallbacks(ctx, out.partitions)
-    out = dataclasses.replace(out, fallbacks=fallbacks, alerts=[*out.alerts, *alerts])
+    explored: dict[str, Any] | str = "not measured: a dry run writes no partitions"
+    if not ctx.dry_run:
+        cost = exploration_cost(interval_rows(ctx, out.partitions, EXPLORATION_COLUMNS))
+        explored = cost.to_dict() if cost is not None else "not measured: no row says whether its decision explored"
+    out = dataclasses.replace(out, fallbacks=fallbacks, alerts=[*out.alerts, *alerts], exploration=explored)
     if not ctx.dry_run and ctx.config.capture.track:
         track_capture(ctx, out)
     return out
@@ -171,6 +177,16 @@ def track_capture(ctx: StepContext, out: CaptureSummary) -> None:
         counts = {"rows_in": out.rows_in, "rows_accepted": out.rows_accepted, "rows_quarantined": out.rows_quarantined}
         run.log_metrics({k: float(v) for k, v in counts.items()}, step=0)
         log_fallbacks(run, out.fallbacks, out.alerts)
+        if isinstance(out.exploration, dict):
+            cost = out.exploration
+            run.log_metrics(
+                {
+                    f"exploration_{k}": float(cost[k])
+                    for k in ("explored_share", "cost_share", "return_all", "return_chosen")
+                    if isinstance(cost.get(k), (int, float))
+                },
+                step=0,
+            )
         parts = out.partitions[:50]  # a bound on what one run lists as inputs
         log_dataset_inputs(run, [parquet_dataset(ctx.storage, p, f"traces-{ctx.scenario}") for p in parts], "captured")
 
@@ -192,11 +208,11 @@ def simulate_capture(
             f"expected one of {sorted(pack.scenario.profiles)}"
         )
 
-    traced = champion_trace_policy(ctx, pack)
-    policy, version = traced.policy, traced.version
     # Seed and ids derive from the run key: each interval sees other applicants, ids never collide
     # across run keys, and re-running a run key reproduces its rows.
     seed = int(start.timestamp()) // 60 * 1000
+    traced = serving_trace_policy(ctx, pack, seed)
+    policy, version = traced.policy, traced.version
     df = rollout_traces(
         pack,
         policy,

@@ -34,6 +34,9 @@ class CaptureSummary(StepResult):
     """The live fallback share of the rows written (a dry run says why it is not computed)."""
     alerts: list[str] = field(default_factory=list)
     """Incidents to act on: a fallback share over ``capture.fallback_alert_share``."""
+    exploration: dict[str, Any] | str | None = None
+    """The live cost of exploration in the rows written (:mod:`rlops.pipeline_steps.capture.exploration`),
+    or why it was not measured."""
     files_skipped: list[str] | None = None
     """Landing zone: files not read (not ``.jsonl`` or ``.jsonl.gz``)."""
     spans_skipped: int | None = None

@@ -118,8 +118,7 @@ class ChampionTrace:
 
 def champion_trace_policy(ctx: StepContext, pack: Pack, deterministic: bool = False) -> ChampionTrace:
     """The champion as a tracing policy (sampled actions with logp/entropy/value; its most likely
-    action with ``deterministic``, as the agent SDK's policy client serves it), or the rule
-    engine when no champion is registered yet."""
+    action with ``deterministic``), or the rule engine when no champion is registered yet."""
     from rlops.sandbox.policies import rule_policy
 
     try:
@@ -137,6 +136,61 @@ def champion_trace_policy(ctx: StepContext, pack: Pack, deterministic: bool = Fa
         return out.action, {"logp": out.logp, "entropy": out.entropy, "value": out.value}
 
     return ChampionTrace(act, f"{ctx.scenario}-policy/{version}")
+
+
+def serving_trace_policy(ctx: StepContext, pack: Pack, seed: int) -> ChampionTrace:
+    """What serves production, as a tracing policy: the champion's greedy choice (or the rule
+    engine's, before a first champion), and with ``exploration.share`` an action drawn from the
+    exploration distribution, as a policy client serves them (:func:`rlops.agent_sdk.serving.choose_batch`);
+    ``logp`` is the log of the true propensity and ``explored`` marks the drawn decisions."""
+    import numpy as np
+    import torch
+
+    from rlops.agent_sdk.serving import choose_batch, exploration_probs
+    from rlops.sandbox.segments import compile_segment
+
+    cfg = ctx.config.exploration
+    off = compile_segment(pack.scenario.spec, cfg.off_segment) if cfg.off_segment else None
+    try:
+        version, policy = champion_policy(ctx, Path(tempfile.mkdtemp(prefix="rlops-champion-")))
+        warning = None
+    except Exception as exc:  # noqa: BLE001 - a registry outage must not stop capture
+        version, policy, warning = None, None, f"champion unavailable ({exc}); traced the rule engine"
+    rng = np.random.default_rng(seed)
+    no_champion = f"no_champion: {ctx.scenario}-policy has no champion alias yet"
+
+    def act(env: Any) -> Any:
+        mask = env.action_masks()
+        legal = mask.cpu().numpy()
+        extras: dict[str, Any] = {}
+        probs = None
+        if policy is None:
+            choice = env.scenario.rule_actions(env.S, mask).cpu().numpy().astype(np.int64)
+        else:
+            out = policy.act(env.observe(), deterministic=True)
+            choice = out.action.cpu().numpy().astype(np.int64)
+            probs = out.probs.detach().cpu().numpy().astype(np.float64)
+            extras = {"entropy": out.entropy, "value": out.value}
+        share = np.full(len(choice), cfg.share)
+        if off is not None:
+            share[off(env.S).cpu().numpy().astype(bool)] = 0.0
+        u = rng.random((len(choice), 2))
+        u[:, 0] = np.where(share > 0, u[:, 0], 1.0)  # a request of the off segment never explores
+        a, propensity = choose_batch(choice, exploration_probs(legal, probs, cfg.distribution), cfg.share, u)
+        propensity = np.where(share > 0, propensity, 1.0)
+        extras.update(
+            {
+                "logp": torch.as_tensor(np.log(propensity), dtype=torch.float32),
+                "explored": torch.as_tensor(a != choice),
+            }
+        )
+        if policy is None:  # as a policy client answers before a first champion
+            extras["fallback"] = torch.ones(len(a), dtype=torch.bool)
+            extras["fallback_reason"] = np.full(len(a), no_champion, dtype=object)
+        return torch.as_tensor(a, dtype=torch.int64, device=mask.device), extras
+
+    name = "rules" if policy is None else f"{ctx.scenario}-policy/{version}"
+    return ChampionTrace(act, name, warning)
 
 
 def greedy_act(policy: PolicyNetwork) -> Any:

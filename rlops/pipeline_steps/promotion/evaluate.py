@@ -39,6 +39,7 @@ from rlops.pipeline_steps.infra.datasets import EVALUATION, calibration_dataset,
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref, resolve
 from rlops.pipeline_steps.infra.policy_metrics import policy_metrics, segment_returns
+from rlops.pipeline_steps.promotion.evidence import deciding, judge, trust_row
 from rlops.pipeline_steps.promotion.gates import (
     Gate,
     GateConfig,
@@ -294,6 +295,10 @@ class EvaluationReport(StepResult):
     ope_metrics: dict[str, float]
     ope_params: dict[str, str]
     ope_tags: dict[str, str]
+    evidence: dict[str, Any]
+    """What the evidence allows (:class:`rlops.pipeline_steps.promotion.evidence.Evidence`)."""
+    hold: str | None
+    """Why a passing candidate may go at most to the canary stage (None: full traffic)."""
     report_uri: str | None = None
     """The folder of the gate table (JSON, HTML) and summary (None: a dry run writes none)."""
     eval_run_id: str | None = None
@@ -358,11 +363,29 @@ def evaluate_candidate(
     gates.extend(ab)
     notes.append(f"live A/B: {ab_note}")
 
-    ope, ope_metrics, ope_note = ope_gates(ctx, pack, cand_policy, cand_res.mean_return, label, profile)
-    ope_params, ope_tags = ope_run_fields(ope, ctx.config.ope)
-    gates.extend(ope)
-    notes.append(ope_note)
-    failed = [g.gate for g in gates if not g.passed]
+    off_policy = ope_gates(ctx, pack, cand_policy, cand_res.mean_return, label, profile)
+    ope_params, ope_tags = ope_run_fields(off_policy.gates, ctx.config.ope)
+    gates.extend(off_policy.gates)
+    notes.append(off_policy.note)
+    if off_policy.result is not None:
+        incumbent = "rule engine" if champ_net is None else f"champion v{champion}"
+        res = off_policy.result
+        gates.append(
+            trust_row(
+                champ_res.mean_return,
+                res.logged_return,
+                res.logged_return_se,
+                res.logged_return_sd,
+                incumbent,
+                ctx.config.ope,
+            )
+        )
+    evidence = judge(gates, ctx.config.ope.required)
+    if not evidence.sandbox_trusted:
+        notes.append("the sandbox is untrusted: its gates are shown but do not decide (sandbox:trust)")
+    if evidence.hold:
+        notes.append(f"at most the canary stage: {evidence.hold}")
+    failed = [g.gate for g in deciding(gates) if not g.passed]
     report = EvaluationReport(
         scenario=ctx.scenario,
         run_key=ctx.run_key,
@@ -383,9 +406,11 @@ def evaluate_candidate(
         candidate_metrics=policy_metrics(
             cand_res.summary(), segment_returns(cand_res.returns.cpu().numpy(), segments), p99[0]
         ),
-        ope_metrics=ope_metrics,
+        ope_metrics=off_policy.metrics,
         ope_params=ope_params,
         ope_tags=ope_tags,
+        evidence=evidence.as_dict(),
+        hold=evidence.hold,
     )
     if not ctx.dry_run:
         uri, run_id = _record(ctx, report.as_dict(), gates)

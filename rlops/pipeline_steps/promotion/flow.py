@@ -9,10 +9,12 @@ default, ``rollout.staged``), a passing candidate first becomes ``challenger`` a
 ``evaluate.rollout_stages`` (5% → 15% → 100%); the roll-out DAG
 (:mod:`rlops.pipeline_steps.promotion.rollout`) advances it on its live A/B gates. A failing gate,
 an unreachable MLflow or storage leaves every alias as it was; the result says why. The first
-champion of a pack (none yet: the rule engine serves) is made champion at once even when staged —
-there is no champion to run a live A/B against, and the gates compared it with the rule engine —
-unless ``rollout.staged_first_champion`` asks for the roll-out. A staged result says how long the
-roll-out takes at the least before the challenger can become champion.
+champion of a pack (none yet: the rule engine serves) rolls out staged too
+(``rollout.staged_first_champion``, true by default), its live A/B against the rule engine the
+last word. Whatever was asked, a candidate whose evidence is insufficient
+(:mod:`rlops.pipeline_steps.promotion.evidence`: no off-policy verdict and no live A/B yet) goes at
+most to the first (canary) stage. A staged result says how long the roll-out takes at the least
+before the challenger can become champion.
 
 A version that fails its gates, is withdrawn or stops being challenger serves no traffic: its
 ``traffic_fraction`` tag goes to 0 and its outcome tag says what happened.
@@ -277,16 +279,23 @@ def _promote(
         challenger = ctx.tracker.get_alias(name, CHALLENGER)
         stage, why = plan[-1], "all gates pass"
         first = report.champion_version is None and not ctx.config.rollout.staged_first_champion
-        if staged and first:
+        current = None
+        if challenger == candidate:
+            current = current_stage(plan, ctx.tracker.model_version_tags(name, candidate))
+        if report.hold:
+            # Missing evidence is not a pass: at most the canary stage, whose live A/B decides the rest.
+            stage = current if current is not None else plan[0]
+            why = f"all gates pass; held at the canary stage: {report.hold}"
+        elif staged and first:
             why = (
                 "all gates pass; first champion of the pack, not staged: there is no champion to run a live "
                 "A/B against and the gates compared it with the rule engine (rollout.staged_first_champion: false)"
             )
         elif staged:
-            current = None
-            if challenger == candidate:
-                current = current_stage(plan, ctx.tracker.model_version_tags(name, candidate))
             stage = plan_next(plan, current)
+        if report.hold and stage.final:
+            reason = f"{why}, but evaluate.rollout_stages has no stage below 100%; champion unchanged"
+            return replace(judged, passed=False, reason=reason)
         nxt = stage.share if not stage.final else 1.0
         eta = champion_eta(ctx, stage) if not stage.final else ""
         if ctx.dry_run:
@@ -299,8 +308,8 @@ def _promote(
                 reason=f"dry run: {why}; v{candidate} would become {what}",
             )
         if not stage.final:
-            stage_challenger(ctx, candidate, nxt, f"all gates pass; staged at {stage.describe()}", stage)
-            reason = f"all gates pass; v{candidate} serves {stage.describe()} as challenger; {eta}"
+            stage_challenger(ctx, candidate, nxt, f"{why}; staged at {stage.describe()}", stage)
+            reason = f"{why}; v{candidate} serves {stage.describe()} as challenger; {eta}"
             log.info("%s: %s", name, reason)
             return replace(
                 judged,

@@ -51,6 +51,8 @@ PASS: Final = "pass"
 FAIL: Final = "fail"
 SKIPPED: Final = "skipped"
 GATE_STATES: Final = (PASS, FAIL, SKIPPED)
+#: Where a reader of a gate table learns what each row decides and what a skip means.
+GATES_HELP: Final = "docs/promotion-evidence.md (How a promotion is judged)"
 
 
 def gate_state(row: Mapping[str, Any]) -> GateState:

@@ -17,6 +17,12 @@ promotion gates score returns). Estimators (Precup et al. 2000; Jiang & Li 2016;
   whatever ``Q̂`` is (given right propensities); a good ``Q̂`` only lowers its variance. The direct
   methods (the calibrated sandbox, or the reward model) are in
   :mod:`rlops.pipeline_steps.promotion.ope_direct`.
+* **SNDR** — self-normalised DR: DR with each step's weights divided by their mean over episodes
+  (``w_t / w̄_t``), as WIS is to PDIS: a little bias for much less variance when a few large weights
+  would otherwise carry the estimate (Kallus & Uehara 2019).
+* **Switch DR** — DR whose terms stop where an episode's cumulative weight first exceeds
+  ``ope.switch_tau``: from there on the direct method's ``V̂`` stands for the rest of the episode
+  (Wang, Agarwal & Dudík 2017). Bounded weights: biased as far as ``Q̂`` is wrong there.
 
 Confidence intervals: PDIS and DR are means of independent per-episode values, so their interval is
 the normal one, ``mean ± z·sd/√n`` (``ci: normal``, the default) or a percentile bootstrap over
@@ -53,9 +59,10 @@ from typing import Any
 
 import numpy as np
 
+from rlops.agent_sdk.serving import exploration_probs
 from rlops.common.params_operations import OpeParams
 
-ESTIMATORS = ("pdis", "wis", "dr")
+ESTIMATORS = ("pdis", "wis", "dr", "sndr", "switch_dr")
 
 
 # The settings are the typed ``ope:`` params block (one record: its defaults, bounds and meanings).
@@ -141,6 +148,70 @@ def dr_values(ep: Episodes) -> np.ndarray:
     return out
 
 
+def sndr_values(ep: Episodes) -> np.ndarray:
+    """Per-episode self-normalised DR terms: :func:`dr_values` with ``w_t / w̄_t`` (a step whose
+    weights sum to 0 adds nothing)."""
+    w = cumulative_weights(ep.rho)
+    mean = w.mean(axis=0) if ep.n else np.ones(w.shape[1])
+    wn = np.divide(w, mean, out=np.zeros_like(w), where=mean > 0)
+    wn_prev = np.concatenate([np.ones((ep.n, 1)), wn[:, :-1]], axis=1)
+    out: np.ndarray = (wn * (ep.reward - ep.q_taken) + wn_prev * ep.v_hat).sum(axis=1)
+    return out
+
+
+def switch_dr_values(ep: Episodes, tau: float) -> np.ndarray:
+    """Per-episode switch-DR terms: :func:`dr_values` over the steps before an episode's cumulative
+    weight first exceeds ``tau``; at that step only ``w_{t−1} V̂(s_t)`` is kept, later steps add nothing."""
+    w = cumulative_weights(ep.rho)
+    kept = np.cumprod(w <= tau, axis=1).astype(np.float64)
+    ws = w * kept
+    ws_prev = np.concatenate([np.ones((ep.n, 1)), ws[:, :-1]], axis=1)
+    out: np.ndarray = (ws * (ep.reward - ep.q_taken) + ws_prev * ep.v_hat).sum(axis=1)
+    return out
+
+
+#: The "handful of rows" whose share of the weight mass :class:`WeightDiagnostics` reports.
+TOP_EPISODES = 10
+
+
+@dataclass(frozen=True)
+class WeightDiagnostics:
+    """How much of the logged traffic the importance weights of a target actually use: over the
+    episodes' final cumulative weights ``w_i`` (expectation 1 with the true propensities)."""
+
+    ess: float
+    """``(Σ w)² / Σ w²``: the number of equally weighted episodes the estimate is worth."""
+    mean: float
+    """Mean weight; about 1 with the true propensities, for any target."""
+    mean_se: float
+    """Its standard error."""
+    max: float
+    """The largest weight."""
+    top_share: float
+    """Share of ``Σ w`` carried by the :data:`TOP_EPISODES` largest weights: near 1, the estimate
+    rests on a handful of rows whatever the ESS says."""
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: round(float(v), 6) for k, v in self.__dict__.items()}
+
+
+def weight_diagnostics(rho: np.ndarray) -> WeightDiagnostics:
+    w = cumulative_weights(rho)[:, -1] if rho.size else np.zeros(0)
+    n = len(w)
+    if n == 0:
+        return WeightDiagnostics(0.0, float("nan"), float("nan"), float("nan"), float("nan"))
+    total = float(w.sum())
+    k = TOP_EPISODES
+    top = float(np.partition(w, n - k)[n - k :].sum()) if n > k else total
+    return WeightDiagnostics(
+        ess=effective_sample_size(rho),
+        mean=float(w.mean()),
+        mean_se=float(w.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"),
+        max=float(w.max()),
+        top_share=top / total if total > 0 else float("nan"),
+    )
+
+
 def wis_value(rho: np.ndarray, reward: np.ndarray) -> float:
     """Per-decision weighted IS over rows ``[E, T]`` (a step whose weights sum to 0 adds nothing)."""
     w = cumulative_weights(rho)
@@ -193,29 +264,40 @@ def wis_estimate(ep: Episodes, cfg: OPEConfig) -> Estimate:
 
 
 def estimate_all(ep: Episodes, cfg: OPEConfig) -> dict[str, Estimate]:
-    """PDIS, WIS and DR of one candidate on the same logged episodes."""
+    """PDIS, WIS, DR, SNDR and switch DR of one candidate on the same logged episodes (the
+    self-normalised and switch intervals are those of their per-episode terms' mean)."""
     return {
         "pdis": mean_estimate("pdis", pdis_values(ep), cfg),
         "wis": wis_estimate(ep, cfg),
         "dr": mean_estimate("dr", dr_values(ep), cfg),
+        "sndr": mean_estimate("sndr", sndr_values(ep), cfg),
+        "switch_dr": mean_estimate("switch_dr", switch_dr_values(ep, cfg.switch_tau), cfg),
     }
 
 
 # --------------------------------------------------------------------------- probabilities
-def target_probabilities(logp: np.ndarray, mask: np.ndarray, greedy: bool) -> np.ndarray:
+def target_probabilities(
+    logp: np.ndarray, mask: np.ndarray, greedy: bool, exploration: float = 0.0, distribution: str = "uniform"
+) -> np.ndarray:
     """The candidate's action probabilities ``[N, A]`` from its masked log-probabilities: the
-    softmax itself, or a one-hot of its legal argmax (a greedy server's decision)."""
+    softmax itself, or (``greedy``) what a server of it does — its legal argmax, and with
+    ``exploration`` ε the share of decisions drawn from the exploration ``distribution``:
+    ``(1 − ε)·[a = argmax] + ε·explore(a)`` (:func:`rlops.agent_sdk.serving.exploration_probs`)."""
     lp = np.where(mask, logp, -np.inf)
     if not greedy:
         return np.where(mask, np.exp(lp), 0.0)
     out = np.zeros_like(lp, dtype=np.float64)
     out[np.arange(len(lp)), lp.argmax(axis=1)] = 1.0
+    if exploration > 0.0:
+        explore = exploration_probs(mask, np.where(mask, np.exp(lp), 0.0), distribution)
+        out = (1.0 - exploration) * out + exploration * explore
     return out
 
 
 def logged_propensities(frame: Any) -> np.ndarray:
-    """``μ(a_t|s_t)`` of each row: the ``propensity`` column where recorded, else ``exp(logp)``;
-    a rule-engine fallback (deterministic) is 1. A non-positive or missing value is NaN."""
+    """``μ(a_t|s_t)`` of each row: the ``propensity`` column where recorded, else ``exp(logp)``
+    (the rule engine explores too, and its rows carry their propensity); a rule-engine row with
+    neither is taken as deterministic (1). A non-positive or missing value is NaN."""
     import pandas as pd
 
     n = len(frame)
@@ -228,6 +310,7 @@ def logged_propensities(frame: Any) -> np.ndarray:
     if "propensity" in frame:
         given = pd.to_numeric(frame["propensity"], errors="coerce").to_numpy(dtype=np.float64)
         mu = np.where(np.isfinite(given), given, mu)
-    if "fallback" in frame:
-        mu = np.where(frame["fallback"].fillna(False).to_numpy(dtype=bool), 1.0, mu)
+    if "fallback" in frame:  # a rule-engine row written before the rule engine explored: deterministic
+        fell_back = frame["fallback"].fillna(False).to_numpy(dtype=bool)
+        mu = np.where(fell_back & ~np.isfinite(mu), 1.0, mu)
     return np.where((mu > 0) & (mu <= 1 + 1e-6), np.minimum(mu, 1.0), np.nan)

@@ -8,26 +8,30 @@ direct method in the calibrated sandbox, and returns the gate row, the MLflow me
 :func:`ope_run_fields` gives the params (interval kind and level, direct method, …) and the tags
 (``rlops.ope.state``, ``rlops.ope.reason``) the evaluation run records beside those metrics.
 
-Gate ``ope:dr`` (states ``pass | fail | skipped``):
+Gate ``ope:dr`` (states ``pass | fail | skipped``; ``skipped`` here always means *insufficient
+evidence*, which holds the candidate at the canary stage — :mod:`rlops.pipeline_steps.promotion.evidence`):
 
-* ``skipped`` — fewer than ``ope.min_episodes`` complete live episodes in the window, rows without
-  a usable propensity (no ``propensity``/``logp``), or an effective sample size under
-  ``ope.min_ess`` (the candidate decides too differently from what was served for the logged
-  traffic to say anything), more than ``ope.max_unsupported`` of the episodes with a decision the
-  served policy made with certainty where the candidate would act otherwise (an agent that does not
-  explore logs propensity 1: the candidate's choice there was never possible, so its weight is 0
-  whatever the choice earns, and every estimate leans toward what serves now), rewards that are
-  not finite, estimates that are not finite numbers, or a mean importance weight far from 1 (the
-  logged propensities are not the serving policy's);
-  the reason is in the row.
-* ``fail`` — the upper bound of DR's interval is below the logged policy's live return minus
-  ``ope.tolerance``: on real traffic the candidate is confidently worse than what serves now.
-* ``pass`` — otherwise.
+* insufficient — fewer than ``ope.min_episodes`` complete live episodes in the window, rows
+  without a usable propensity or a finite ``reward_total`` (an agent that reports no reward has
+  nothing to judge with), more than ``ope.max_unsupported`` of the episodes with a decision served
+  with certainty where the candidate would act otherwise, weights that carry no information (an
+  effective sample size under ``ope.min_ess``, the ten largest-weighted episodes holding more
+  than ``ope.max_weight_share`` of the weight mass, a mean weight outside ``1 ± ope.mean_weight_band``
+  beyond its sampling error), estimates that are not finite, or DR's interval straddling the
+  logged value less the margin (neither shown non-inferior nor shown worse); the reason is in the row.
+* ``fail`` — DR's upper bound is below the logged value minus the margin ``ope.tolerance`` × the
+  logged value's scale (:func:`value_scale`): on real traffic the candidate is confidently worse
+  than what serves now.
+* ``pass`` — DR's lower bound is at or above that line: the candidate is shown non-inferior.
 
-A sandbox estimate of the candidate further than ``ope.gap_threshold`` from DR, and outside DR's
-interval, is reported as a *sim-to-real gap* (``ope_sim_to_real_gap`` metric and a note): the
-sandbox no longer predicts what live traffic earns — the outcome dynamics moved, or the reward the
-business scores with did.
+Every margin is a share of the logged value's scale (``|value|``, at least ``ope.scale_floor`` of
+the per-episode return's standard deviation), so the same defaults judge a click rate of 0.005 and
+a credit return of 0.5. The target is the candidate *as it will serve* (``ope.target: serving``):
+its greedy choice plus the exploration it serves with (``exploration:``).
+
+A sandbox estimate of the candidate above DR's upper bound by more than ``ope.gap_threshold`` ×
+|logged value| flags the candidate as *exploiting the sandbox* (gate ``ope:sandbox_gap``, which
+fails): the sandbox promises what the logged traffic does not show.
 """
 
 from __future__ import annotations
@@ -38,17 +42,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlops.common.params_operations import ExplorationParams
 from rlops.pipeline_steps.promotion.gates import Gate
 from rlops.pipeline_steps.promotion.ope import (
-    Episodes,
+    TOP_EPISODES,
     Estimate,
     OPEConfig,
-    cumulative_weights,
+    WeightDiagnostics,
     effective_sample_size,
     estimate_all,
     logged_propensities,
     target_probabilities,
     to_episodes,
+    weight_diagnostics,
 )
 from rlops.pipeline_steps.promotion.ope_direct import LinearQ, TargetProbs, reward_model_q, sandbox_q
 from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
@@ -76,6 +82,14 @@ class OPEResult:
     ess: float = 0.0
     agreement: float = float("nan")
     skipped: str | None = None
+    """Why the evidence is insufficient (None: it decides)."""
+    weights: WeightDiagnostics | None = None
+    unsupported_share: float = float("nan")
+    """Share of episodes with a decision served with certainty where the candidate acts otherwise."""
+    logged_return_sd: float = float("nan")
+    """Standard deviation of the logged per-episode returns."""
+    margin: float = float("nan")
+    """``ope.tolerance × scale`` (:func:`value_scale`): how much worse than what serves a candidate may be."""
 
     def metrics(self, prefix: str = "ope_") -> dict[str, float]:
         out = {
@@ -83,22 +97,63 @@ class OPEResult:
             f"{prefix}ess": self.ess,
             f"{prefix}logged_return": self.logged_return,
             f"{prefix}agreement": self.agreement,
+            f"{prefix}unsupported_share": self.unsupported_share,
+            f"{prefix}margin": self.margin,
         }
+        if self.weights is not None:
+            out.update(
+                {
+                    f"{prefix}max_weight": self.weights.max,
+                    f"{prefix}mean_weight": self.weights.mean,
+                    f"{prefix}top_weight_share": self.weights.top_share,
+                }
+            )
         for name, e in self.estimates.items():
             out.update({f"{prefix}{name}": e.value, f"{prefix}{name}_low": e.low, f"{prefix}{name}_high": e.high})
         return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
 
+    def as_dict(self) -> dict[str, Any]:
+        """Every estimator with its interval, the weights' diagnostics and the verdict's reason (JSON)."""
 
-def network_target(net: PolicyNetwork, greedy: bool) -> TargetProbs:
-    """A policy network as OPE's target: greedy (its served argmax) or its softmax."""
+        def num(x: float) -> float | None:
+            return round(float(x), 6) if x is not None and math.isfinite(x) else None
+
+        return {
+            "episodes": self.episodes,
+            "logged_return": num(self.logged_return),
+            "logged_return_se": num(self.logged_return_se),
+            "estimates": {name: e.to_dict() for name, e in self.estimates.items()},
+            "ess": num(self.ess),
+            "weights": self.weights.to_dict() if self.weights is not None else None,
+            "unsupported_share": num(self.unsupported_share),
+            "agreement": num(self.agreement),
+            "margin": num(self.margin),
+            "insufficient": self.skipped,
+        }
+
+
+def network_target(
+    net: PolicyNetwork, greedy: bool, exploration: float = 0.0, distribution: str = "uniform"
+) -> TargetProbs:
+    """A policy network as OPE's target: greedy (its served argmax, plus the ``exploration`` it
+    serves with) or its softmax."""
     import torch
 
     def probs(obs: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
         with torch.no_grad():
             logp, _ = net.forward(obs.float(), mask.bool())
-        return target_probabilities(logp.double().numpy(), mask.numpy().astype(bool), greedy)
+        return target_probabilities(logp.double().numpy(), mask.numpy().astype(bool), greedy, exploration, distribution)
 
     return probs
+
+
+def serving_target(net: PolicyNetwork, cfg: OPEConfig, exploration: ExplorationParams) -> TargetProbs:
+    """The candidate as ``ope.target`` says it will serve: ``serving`` (greedy plus the
+    ``exploration:`` share and distribution), ``greedy`` or ``stochastic``."""
+    if cfg.target == "stochastic":
+        return network_target(net, greedy=False)
+    share = exploration.share if cfg.target == "serving" else 0.0
+    return network_target(net, True, share, exploration.distribution)
 
 
 def complete_live_episodes(frame: pd.DataFrame) -> pd.DataFrame:
@@ -129,6 +184,31 @@ def traffic_problem(rows: pd.DataFrame, cfg: OPEConfig) -> str | None:
         bad = int((~np.isfinite(reward)).sum())
         return f"{bad} of {len(rows)} logged rows carry no finite reward_total"
     return None
+
+
+def value_scale(logged: float, logged_sd: float, cfg: OPEConfig) -> float:
+    """The logged return's scale every margin is a share of: ``|logged value|``, but at least
+    ``ope.scale_floor`` × the per-episode return's standard deviation, so that a value near zero
+    does not make every margin vanish (NaN when nothing was measured)."""
+    if not math.isfinite(logged):
+        return float("nan")
+    floor = cfg.scale_floor * logged_sd if math.isfinite(logged_sd) else 0.0
+    return max(abs(logged), floor)
+
+
+def logged_value(rows: pd.DataFrame) -> tuple[float, float]:
+    """The mean return of the complete live episodes ``rows`` and its standard error (NaN when
+    there are none, or a row has no finite reward: nothing was measured)."""
+    import pandas as pd
+
+    if rows.empty or "reward_total" not in rows:
+        return float("nan"), float("nan")
+    reward = pd.to_numeric(rows["reward_total"], errors="coerce")
+    if not np.isfinite(reward.to_numpy(dtype=np.float64)).all():
+        return float("nan"), float("nan")
+    returns = reward.groupby(rows["episode_id"].to_numpy()).sum().to_numpy(dtype=np.float64)
+    se = float(returns.std(ddof=1) / math.sqrt(len(returns))) if len(returns) > 1 else float("nan")
+    return float(returns.mean()), se
 
 
 def unusable_estimates(res: OPEResult) -> str | None:
@@ -165,6 +245,8 @@ def off_policy_value(
     if q_rows is not None:
         q_rows = q_rows[frame.index.get_indexer(rows.index)]
     res = OPEResult(episodes=int(rows["episode_id"].nunique()) if len(rows) else 0)
+    res.logged_return, res.logged_return_se = logged_value(rows)
+    res.logged_return_sd = res.logged_return_se * math.sqrt(max(res.episodes, 1))
     res.skipped = traffic_problem(rows, cfg)
     if res.skipped:
         return res
@@ -185,84 +267,121 @@ def off_policy_value(
     ep = to_episodes(rows["episode_id"].astype(str).to_numpy(), rows["step"].to_numpy(), rho, reward, q_taken, v_hat)
     with np.errstate(over="ignore", invalid="ignore"):  # weights or rewards past float range: judged below
         res.ess = effective_sample_size(ep.rho)
+        res.weights = weight_diagnostics(ep.rho)
         returns = ep.reward.sum(axis=1)
         res.logged_return = float(returns.mean())
-        res.logged_return_se = float(returns.std(ddof=1) / math.sqrt(len(returns)))
+        res.logged_return_sd = float(returns.std(ddof=1))
+        res.logged_return_se = res.logged_return_sd / math.sqrt(len(returns))
+    res.margin = cfg.tolerance * value_scale(res.logged_return, res.logged_return_sd, cfg)
     choice = mask.numpy().sum(axis=1) > 1  # rows with a real decision
     res.agreement = float((pi[idx, a][choice] > 0.5).mean()) if choice.any() else 1.0
-    res.skipped = unsupported_decisions(rows["episode_id"].astype(str).to_numpy(), mu, pi[idx, a], choice, cfg)
+    episode_ids = rows["episode_id"].astype(str).to_numpy()
+    res.unsupported_share, res.skipped = unsupported_decisions(episode_ids, mu, pi[idx, a], choice, cfg)
     if res.skipped:
         return res
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # judged below: unusable_estimates
         res.estimates = estimate_all(ep, cfg)
-    res.skipped = unusable_estimates(res)
-    if res.skipped:
-        return res
-    if not res.ess >= cfg.min_ess:  # also for an ESS that is NaN
-        res.skipped = (
-            f"effective sample size {res.ess:.0f} of {res.episodes} episodes (ope.min_ess {cfg.min_ess:g}):"
-            " the candidate decides too differently from what was served"
-        )
-        return res
-    res.skipped = propensity_mismatch(ep)
+    res.skipped = unusable_estimates(res) or uninformative_weights(res, cfg) or undecided(res, cfg)
     return res
 
 
 def unsupported_decisions(
     episode: np.ndarray, mu: np.ndarray, pi_taken: np.ndarray, choice: np.ndarray, cfg: OPEConfig
-) -> str | None:
-    """Why the logged traffic cannot judge a candidate that acts where the served policy never
-    explored, or None. A row served with propensity 1 gave every other action no chance; where the
-    candidate prefers another action there (``pi_taken`` < 1), its episode's importance weight is
-    0 whatever that action would earn, so PDIS, WIS and DR all lean toward what serves now — a
-    better candidate would fail the gate for the agent's lack of exploration, not its own worth."""
+) -> tuple[float, str | None]:
+    """The share of episodes where the served policy never explored and the candidate acts
+    otherwise, and why that makes the logged traffic unable to judge it (None: it does not). A row
+    served with propensity 1 gave every other action no chance; where the candidate prefers
+    another action there (``pi_taken`` < 1), its episode's importance weight is 0 whatever that
+    action would earn, so PDIS, WIS and DR all lean toward what serves now — a better candidate
+    would fail the gate for the agent's lack of exploration, not its own worth."""
     blind = choice & (mu >= 1.0 - 1e-6) & (pi_taken < 1.0 - 1e-6)
     episodes = len(np.unique(episode))
     unsupported = len(np.unique(episode[blind]))
+    share = unsupported / episodes if episodes else 0.0
     if not episodes or unsupported <= cfg.max_unsupported * episodes:
-        return None
-    return (
-        f"{unsupported} of {episodes} live episodes ({unsupported / episodes:.0%}; ope.max_unsupported "
+        return share, None
+    return share, (
+        f"{unsupported} of {episodes} live episodes ({share:.0%}; ope.max_unsupported "
         f"{cfg.max_unsupported:.0%}) hold a decision served with propensity 1 (the served policy did not explore "
         "there) where the candidate would act otherwise: importance weights count those episodes as worth 0, "
-        "so the estimate would lean toward what serves now; agents that explore (PolicyClient(exploration=0.05)) "
-        "make such a candidate judgeable"
+        "so the estimate would lean toward what serves now; exploration (params exploration.share, "
+        "PolicyClient(exploration=…)) makes such a candidate judgeable"
     )
 
 
-#: How far the mean importance weight may stray from 1 before the logged propensities are taken to
-#: describe another policy than the one that served.
-MEAN_WEIGHT_BAND = 10.0
+def uninformative_weights(res: OPEResult, cfg: OPEConfig) -> str | None:
+    """Why the importance weights carry too little information to judge by, or None: too small an
+    effective sample size, the mass resting on a handful of episodes, or a mean weight (1 with
+    the true propensities, for any target) further from 1 than the band and its own sampling error."""
+    w = res.weights
+    if not res.ess >= cfg.min_ess or w is None:  # also for an ESS that is NaN
+        return (
+            f"effective sample size {res.ess:.0f} of {res.episodes} episodes (ope.min_ess {cfg.min_ess:g}):"
+            " the candidate decides too differently from what was served"
+        )
+    # The sampling error widens the band, but at most threefold: weights so heavy-tailed that their
+    # mean cannot be told from 1 carry no information either.
+    se = min(w.mean_se, cfg.mean_weight_band) if math.isfinite(w.mean_se) else cfg.mean_weight_band
+    if not abs(w.mean - 1.0) <= cfg.mean_weight_band + 2.0 * se:
+        return (
+            f"the mean importance weight over {res.episodes} episodes is {w.mean:.3g} (1 ± {cfg.mean_weight_band:g} "
+            "with the true propensities, beyond its sampling error): the logged propensities do not describe what "
+            "was served, or the weights carry no information"
+        )
+    if not w.top_share <= cfg.max_weight_share:
+        return (
+            f"the {TOP_EPISODES} largest-weighted episodes carry {w.top_share:.0%} of the importance-weight mass "
+            f"(ope.max_weight_share {cfg.max_weight_share:.0%}; largest weight {w.max:.3g}): the estimate rests on a "
+            "handful of rows"
+        )
+    return None
 
 
-def propensity_mismatch(ep: Episodes) -> str | None:
-    """Why the logged propensities cannot be the serving policy's, or None. With the true
-    propensities every episode's importance weight has expectation 1 (for any target), so a mean
-    weight outside [1/10, 10] over episodes that carry weight (the effective sample size passed)
-    says the log's probabilities are wrong — e.g. 1e-12 on every row, which makes any candidate's
-    estimate as large as the weights and would pass the gate."""
-    w = cumulative_weights(ep.rho)[:, -1] if ep.rho.size else np.zeros(0)
-    mean = float(w.mean()) if len(w) else 1.0
-    if 1.0 / MEAN_WEIGHT_BAND <= mean <= MEAN_WEIGHT_BAND:
+def undecided(res: OPEResult, cfg: OPEConfig) -> str | None:
+    """Why DR's interval decides nothing, or None. The gate passes a candidate shown non-inferior
+    (DR's lower bound at or above the logged value less the margin) and fails one shown worse
+    (its upper bound below that); an interval that straddles the line shows neither — its pass
+    would mean only that the traffic was too thin to refuse anything."""
+    dr = res.estimates["dr"]
+    line = res.logged_return - res.margin
+    if dr.low >= line or dr.high < line:
         return None
     return (
-        f"the mean importance weight over {len(w)} episodes is {mean:.3g} (about 1 when the logged propensities "
-        "are the serving policy's): the logged propensities do not describe what was served"
+        f"DR {dr.value:.4g} [{dr.low:.4g}, {dr.high:.4g}] straddles the logged value less the margin, "
+        f"{res.logged_return:.4g} − {res.margin:.3g} (ope.tolerance {cfg.tolerance:g} of the logged scale): neither "
+        f"non-inferior nor worse on this traffic; about {needed_episodes(res):,} logged episodes would decide"
     )
+
+
+def needed_episodes(res: OPEResult) -> int:
+    """Logged episodes at which DR's interval (width ∝ 1/√n) would clear the line it straddles."""
+    dr = res.estimates["dr"]
+    half = (dr.high - dr.low) / 2.0
+    distance = abs(dr.value - (res.logged_return - res.margin))
+    if not (distance > 0 and math.isfinite(half)):
+        return 0
+    return int(math.ceil(res.episodes * (half / distance) ** 2))
 
 
 def sim_to_real_gap(res: OPEResult, sandbox_value: float | None, cfg: OPEConfig) -> float | None:
-    """``sandbox − DR`` when it exceeds ``gap_threshold`` and lies outside DR's interval, else None."""
+    """``sandbox − DR`` when the sandbox value of the candidate lies outside DR's interval by more
+    than ``ope.gap_threshold × |logged value|``, else None (also without an estimate to compare)."""
     dr = res.estimates.get("dr")
     if dr is None or sandbox_value is None or not math.isfinite(sandbox_value) or res.skipped:
         return None
-    gap = sandbox_value - dr.value
-    return gap if abs(gap) > cfg.gap_threshold and not dr.covers(sandbox_value) else None
+    slack = cfg.gap_threshold * value_scale(res.logged_return, res.logged_return_sd, cfg)
+    outside = sandbox_value > dr.high + slack or sandbox_value < dr.low - slack
+    return sandbox_value - dr.value if outside else None
+
+
+def tolerance_text(cfg: OPEConfig) -> str:
+    return f"DR {cfg.confidence:.0%} lower ≥ logged − {cfg.tolerance:.0%} of its scale (fail: upper below it)"
 
 
 def ope_gate_row(res: OPEResult, cfg: OPEConfig) -> Gate:
-
-    threshold = f"DR {cfg.confidence:.0%} upper ≥ logged − {cfg.tolerance:g}"
+    """The ``ope:dr`` row: ``pass`` / ``fail`` on DR's upper bound against the logged value less
+    the margin; ``skipped`` with the reason when the evidence is insufficient (held at canary)."""
+    threshold = tolerance_text(cfg)
     if res.skipped:
         return Gate(
             "ope:dr",
@@ -270,17 +389,58 @@ def ope_gate_row(res: OPEResult, cfg: OPEConfig) -> Gate:
             None if math.isnan(res.logged_return) else res.logged_return,
             threshold,
             True,
-            f"skipped: {res.skipped}",
+            f"skipped: insufficient evidence (at most the canary stage): {res.skipped}",
             skipped=True,
         )
-    dr, pdis, wis = res.estimates["dr"], res.estimates["pdis"], res.estimates["wis"]
-    passed = dr.high >= res.logged_return - cfg.tolerance
+    dr = res.estimates["dr"]
+    passed = dr.low >= res.logged_return - res.margin
+    others = "; ".join(
+        f"{name.upper()} {e.value:.4g} [{e.low:.4g}, {e.high:.4g}]" for name, e in res.estimates.items() if name != "dr"
+    )
+    w = res.weights
+    weights = f", max weight {w.max:.3g}, top-1% mass {w.top_share:.0%}" if w is not None else ""
     detail = (
-        f"DR {dr.value:.3f} [{dr.low:.3f}, {dr.high:.3f}] ({dr.ci}); PDIS {pdis.value:.3f} "
-        f"[{pdis.low:.3f}, {pdis.high:.3f}]; WIS {wis.value:.3f} [{wis.low:.3f}, {wis.high:.3f}]; "
-        f"{res.episodes} live episodes, ESS {res.ess:.0f}, agreement {res.agreement:.0%}"
+        f"DR {dr.value:.4g} [{dr.low:.4g}, {dr.high:.4g}] ({dr.ci}) vs logged {res.logged_return:.4g} − margin "
+        f"{res.margin:.3g}; {others}; {res.episodes} live episodes, ESS {res.ess:.0f}{weights}, "
+        f"unsupported {res.unsupported_share:.0%}, agreement {res.agreement:.0%}"
     )
     return Gate("ope:dr", dr.value, res.logged_return, threshold, bool(passed), detail)
+
+
+def sandbox_gap_row(res: OPEResult, sandbox_value: float | None, cfg: OPEConfig) -> Gate:
+    """``ope:sandbox_gap``: fails when the sandbox values the candidate above DR's upper bound by
+    more than ``ope.gap_threshold × |logged value|`` — it exploits what the sandbox gets wrong."""
+    threshold = f"sandbox ≤ DR upper + {cfg.gap_threshold:.0%} of the logged scale"
+    dr = res.estimates.get("dr")
+    if res.skipped or dr is None or sandbox_value is None or not math.isfinite(sandbox_value):
+        return Gate(
+            "ope:sandbox_gap",
+            sandbox_value,
+            None,
+            threshold,
+            True,
+            "skipped: no off-policy estimate to hold the sandbox's value to",
+            skipped=True,
+        )
+    bound = dr.high + cfg.gap_threshold * value_scale(res.logged_return, res.logged_return_sd, cfg)
+    passed = sandbox_value <= bound
+    detail = (
+        f"the sandbox values the candidate at {sandbox_value:.4g}, logged traffic (DR) at {dr.value:.4g} "
+        f"[{dr.low:.4g}, {dr.high:.4g}]"
+        + ("" if passed else f": EXPLOITING THE SANDBOX — it promises {sandbox_value - dr.high:.3g} beyond DR's bound")
+    )
+    return Gate("ope:sandbox_gap", sandbox_value, dr.high, threshold, bool(passed), detail)
+
+
+@dataclass(frozen=True)
+class OffPolicyEvidence:
+    """What :func:`ope_gates` found: its gate rows, the ``ope_*`` metrics, a note for the report
+    and the result itself (None when ``ope.enabled`` is false)."""
+
+    gates: list[Gate]
+    metrics: dict[str, float]
+    note: str
+    result: OPEResult | None
 
 
 def ope_gates(
@@ -290,14 +450,14 @@ def ope_gates(
     sandbox_value: float | None,
     reward_label: str | None,
     profile: str | None,
-) -> tuple[list[Gate], dict[str, float], str]:
-    """The ``ope:dr`` gate of ``candidate`` on the live traffic of the window, its MLflow metrics
-    (``ope_*``) and a note for the report (the sim-to-real gap when there is one)."""
+) -> OffPolicyEvidence:
+    """The ``ope:dr`` and ``ope:sandbox_gap`` gates of ``candidate`` as it will serve, on the live
+    traffic of the window, with their MLflow metrics (``ope_*``) and a note for the report."""
     cfg = ctx.config.ope
     if not cfg.enabled:
-        return [], {}, "off-policy evaluation: off (ope.enabled)"
+        return OffPolicyEvidence([], {}, "off-policy evaluation: off (ope.enabled): at most the canary stage", None)
     frame = ctx.traces.read(ctx.scenario, ctx.key.lookback(cfg.window_hours))
-    target = network_target(candidate, cfg.target == "greedy")
+    target = serving_target(candidate, cfg, ctx.config.exploration)
     frame = frame.reset_index(drop=True)
     q: Any = None
     if cfg.direct_method == "sandbox" and traffic_problem(complete_live_episodes(frame), cfg) is None:
@@ -307,13 +467,18 @@ def ope_gates(
         res = _with_reward_model(ctx, pack, frame, target, cfg) or res
     metrics = ope_metrics(res, sandbox_value, cfg)
     gap = metrics.get("ope_sim_to_real_gap")
-    note = "off-policy: " + (res.skipped or f"DR {res.estimates['dr'].value:.3f} on {res.episodes} live episodes")
+    note = "off-policy: " + (
+        f"insufficient evidence: {res.skipped}"
+        if res.skipped
+        else f"DR {res.estimates['dr'].value:.4g} on {res.episodes} live episodes"
+    )
     if gap is not None:
         note += (
-            f"; SIM-TO-REAL GAP: the sandbox estimates {sandbox_value:.3f}, live traffic (DR) "
-            f"{res.estimates['dr'].value:.3f}"
+            f"; SIM-TO-REAL GAP: the sandbox estimates {sandbox_value:.4g}, live traffic (DR) "
+            f"{res.estimates['dr'].value:.4g}"
         )
-    return [ope_gate_row(res, cfg)], metrics, note
+    rows = [ope_gate_row(res, cfg), sandbox_gap_row(res, sandbox_value, cfg)]
+    return OffPolicyEvidence(rows, metrics, note, res)
 
 
 def ope_metrics(res: OPEResult, sandbox_value: float | None, cfg: OPEConfig) -> dict[str, float]:
@@ -346,6 +511,8 @@ def ope_run_fields(gates: list[Gate], cfg: OPEConfig) -> tuple[dict[str, str], d
         "ope.tolerance": f"{cfg.tolerance:g}",
         "ope.gap_threshold": f"{cfg.gap_threshold:g}",
         "ope.min_ess": f"{cfg.min_ess:g}",
+        "ope.max_weight_share": f"{cfg.max_weight_share:g}",
+        "ope.mean_weight_band": f"{cfg.mean_weight_band:g}",
     }
     tags: dict[str, str] = {T.OPE_STATE: str(row.status)}
     if row.skipped:

@@ -99,7 +99,7 @@ def test_intervals_normal_and_bootstrap() -> None:
     boot = mean_estimate("dr", v, OPEConfig(ci="bootstrap", bootstrap_samples=500))
     assert boot.ci == "bootstrap" and 1.0 <= boot.low < 2.5 < boot.high <= 4.0
     est = estimate_all(_two_episodes(), OPEConfig(bootstrap_samples=200))
-    assert set(est) == {"pdis", "wis", "dr"} and est["wis"].ci == "bootstrap"
+    assert set(est) == {"pdis", "wis", "dr", "sndr", "switch_dr"} and est["wis"].ci == "bootstrap"
 
 
 def test_target_probabilities_and_logged_propensities() -> None:
@@ -243,11 +243,13 @@ def test_traffic_served_without_exploration_cannot_judge_a_candidate_that_acts_o
         profile="live",
         reward_fn="v1",
     ).mean_return
-    blind = off_policy_value(pack, greedy_rows, candidate, OPEConfig(min_ess=10, max_unsupported=1.0), q)
+    blind = off_policy_value(
+        pack, greedy_rows, candidate, OPEConfig(min_ess=10, max_unsupported=1.0, tolerance=10.0), q
+    )
     pdis = blind.estimates["pdis"]
     assert blind.skipped is None and truth - pdis.value > pdis.se
 
-    explored = off_policy_value(pack, live(0.3), candidate, OPEConfig(min_ess=10), q)
+    explored = off_policy_value(pack, live(0.3), candidate, OPEConfig(min_ess=10, tolerance=10.0), q)
     assert explored.skipped is None, explored.skipped
 
 
@@ -255,13 +257,22 @@ def test_the_run_fields_say_state_reason_and_settings() -> None:
     cfg = OPEConfig(ci="bootstrap", confidence=0.9)
     skipped = ope_gate_row(OPEResult(episodes=3, skipped="3 complete live episodes in the window"), cfg)
     params, tags = ope_run_fields([skipped], cfg)
-    assert tags == {T.OPE_STATE: "skipped", T.OPE_REASON: "3 complete live episodes in the window"}
-    assert params["ope.ci"] == "bootstrap" and params["ope.confidence"] == "0.9" and params["ope.target"] == "greedy"
+    assert tags == {
+        T.OPE_STATE: "skipped",
+        T.OPE_REASON: "insufficient evidence (at most the canary stage): 3 complete live episodes in the window",
+    }
+    assert params["ope.ci"] == "bootstrap" and params["ope.confidence"] == "0.9" and params["ope.target"] == "serving"
     assert ope_run_fields([], OPEConfig(enabled=False)) == (
         {},
         {T.OPE_STATE: "off", T.OPE_REASON: "ope.enabled is false"},
     )
-    res = OPEResult(episodes=500, estimates={"dr": mean_estimate("dr", np.array([1.0, 1.2, 0.8, 1.0]), cfg)}, ess=400)
+    res = OPEResult(
+        episodes=500,
+        estimates={"dr": mean_estimate("dr", np.array([1.0, 1.2, 0.8, 1.0]), cfg)},
+        ess=400,
+        logged_return=1.0,
+        logged_return_sd=0.5,
+    )
     m = ope_metrics(res, 3.0, cfg)
     assert m["ope_sandbox_value"] == 3.0 and m["ope_sim_to_real_gap"] == pytest.approx(2.0)
     assert "ope_sim_to_real_gap" not in ope_metrics(res, 1.0, cfg) and "ope_sandbox_value" not in ope_metrics(
@@ -369,6 +380,6 @@ def test_unsupported_decisions_by_hand() -> None:
     mu = np.array([1.0, 0.5, 1.0, 1.0, 1.0])  # a's second decision explored
     pi_taken = np.array([1.0, 0.0, 0.0, 0.0, 1.0])  # b and c: the candidate acts otherwise
     choice = np.array([True, True, True, False, True])  # c had one legal action: no decision
-    assert unsupported_decisions(episode, mu, pi_taken, choice, OPEConfig(max_unsupported=0.25)) is None  # 1 of 4
-    reason = unsupported_decisions(episode, mu, pi_taken, choice, OPEConfig(max_unsupported=0.2))
-    assert reason and reason.startswith("1 of 4 live episodes (25%")
+    assert unsupported_decisions(episode, mu, pi_taken, choice, OPEConfig(max_unsupported=0.25)) == (0.25, None)
+    share, reason = unsupported_decisions(episode, mu, pi_taken, choice, OPEConfig(max_unsupported=0.2))
+    assert share == 0.25 and reason and reason.startswith("1 of 4 live episodes (25%")

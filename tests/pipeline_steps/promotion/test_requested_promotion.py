@@ -34,6 +34,7 @@ def _ctx(rollout: dict[str, Any] | None = None, dry_run: bool = False, **evaluat
             "tracking": {"http_max_retries": 0},
             "stress": STRESS,
             "rollout": rollout or {},
+            "ope": {"required": False},
         },
     )
 
@@ -74,20 +75,21 @@ def test_a_cli_trained_version_requested_in_the_ui_passes_its_stress_gate(
     assert ctx.storage.read_json(other.report_uri)["meta"]["policy_version"] == w
 
 
-def test_a_first_champion_is_not_staged_unless_asked(pack: Any, good: Any) -> None:
+def test_a_first_champion_is_staged_unless_told_otherwise(pack: Any, good: Any) -> None:
     from rlops.pipeline_steps.promotion.flow import promote
 
     cand = register(_ctx(), pack, good)
-    would = promote(_ctx({"staged_first_champion": True}, dry_run=True), cand, staged=True)
+    would = promote(_ctx(dry_run=True), cand, staged=True)  # the default: the first champion rolls out too
     assert would.action == "would_stage" and "champion in 120 min" in would.reason, would.reason
     assert would.status is PromotionStatus.WOULD_STAGE and "champion_in_min" not in would.as_dict()
-    res = promote(_ctx(), cand, staged=True)  # what a retrain DAG does by default
+    not_staged = {"staged_first_champion": False}
+    res = promote(_ctx(not_staged), cand, staged=True)
     assert res.action == "champion" and res.promoted, res.reason
     assert "first champion" in res.reason and "rule engine" in res.reason
     assert _ctx().tracker.aliases(NAME) == {"champion": cand}
     # with a champion to compare against live, the roll-out is staged and says how long it takes
     nxt = register(_ctx(), pack, good)
-    staged = promote(_ctx(), nxt, staged=True)
+    staged = promote(_ctx(not_staged), nxt, staged=True)
     assert staged.action == "challenger" and staged.champion_in_min == 120.0, staged.reason
     assert "can become champion in 120 min" in staged.reason
     assert staged.as_dict()["champion"] == cand and staged.as_dict()["champion_in_min"] == 120.0

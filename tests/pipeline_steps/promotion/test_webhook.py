@@ -100,6 +100,7 @@ def receiver(mlflow_server: str, pack: Any, tmp_path: Any, monkeypatch: pytest.M
             "tracking": {"uri": mlflow_server, "artifact_root": None, "http_max_retries": 0},
             "evaluate": GATES,
             "promotion": {"manual_champion": "regate"},
+            "ope": {"required": False},  # no live traffic in this world: the sandbox's gates decide
         }
     )
     params["evaluate"] = deep_merge(params["evaluate"], GATES)
