@@ -1,8 +1,8 @@
 """YAML loading that remembers the line of every mapping key and sequence item.
 
-``load_yaml`` returns plain dicts and lists of the subclasses :class:`LDict` / :class:`LList`,
-whose ``line_of(key)`` gives the 1-based source line, so validation errors can point at the exact
-line of a scenario file.
+``load_yaml`` returns plain dicts and lists of the subclasses :class:`LDict` / :class:`LList`
+(every alias expanded into its own copy), whose ``line_of(key)`` gives the 1-based source line, so
+validation errors can point at the exact line of a scenario file.
 """
 
 from __future__ import annotations
@@ -151,7 +151,11 @@ def load_yaml(path: Path, root: Path | None = None) -> Any:
                 "values once its aliases (*name) are expanded; alias "
                 "expansion is capped",
             )
-        return loader.construct_document(node)
+        # An alias is the node it names, so its value would be one object in several places of the
+        # tree: code that edits the document in place (a stress perturbation scaling every action's
+        # latency, a calibration overlay) would then edit every place once per visit. Each place
+        # gets its own copy, with its lines.
+        return with_lines(loader.construct_document(node))
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
         raise PackError(
