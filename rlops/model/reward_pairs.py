@@ -12,6 +12,13 @@ toward the decision that caused them. The expectation is taken over
 * transition randomness (latency, API errors), by giving each replica its own instance seed.
 
 Pairs whose two values differ by less than ``min_gap`` carry no preference and are dropped.
+
+A handful of replicas cannot see a rare outcome: with 8 strata of a latent uniform, a click drawn
+with probability 0.005 never happens, and every offer is worth the same. A pack's oracle may
+therefore expose the exact values, ``act.action_values(env) -> [N, A]`` (the expected return-to-go
+of each action taken now, followed by the oracle); they replace the replicas' estimate, and since
+they carry no quadrature noise only ties are dropped (``min_gap`` is the replicas' noise floor).
+
 Everything runs as batched environment steps; environments are built from ``pack.make_env`` or
 ``type(env)(...)``, so this module needs no import of the sandbox package.
 """
@@ -28,6 +35,8 @@ from torch import Tensor
 from rlops.model.reward_model import PreferencePairs, RewardDataset
 
 N_OUTCOME = 3
+#: Exact values closer than this share of the largest one are a tie (float rounding, not a preference).
+EXACT_TIE = 1e-6
 ActFn = Callable[[Any], Tensor]
 
 
@@ -114,6 +123,12 @@ def expected_action_values(
     return ret.view(M, K).mean(dim=1), outcomes
 
 
+def exact_action_values(continuation: ActFn) -> Callable[[Any], Tensor] | None:
+    """The continuation's exact values ``action_values(env) -> [N, A]``, when it exposes them."""
+    values = getattr(continuation, "action_values", None)
+    return values if callable(values) else None
+
+
 def _two_legal_actions(masks: Tensor, gen: torch.Generator) -> tuple[Tensor, Tensor]:
     u = torch.rand(masks.shape, generator=gen, device=masks.device)
     first = torch.where(masks, u + 1.0, torch.zeros_like(u)).argmax(dim=1)
@@ -173,6 +188,7 @@ def build_preference_pairs(
     """
     gen = torch.Generator().manual_seed(seed)
     continuation = resolve_continuation(pack, continuation)
+    exact = exact_action_values(continuation)
     chunks: list[PreferencePairs] = []
     have = 0
     for round_ in range(10):
@@ -207,10 +223,19 @@ def build_preference_pairs(
         snap = {k: (v if k == "global_step" else v[pick]) for k, v in snap.items()}
         a, b = _two_legal_actions(mask[pick], gen)
         both = {k: (v if k == "global_step" else torch.cat([v, v])) for k, v in snap.items()}
-        values, outcomes = expected_action_values(env, both, torch.cat([a, b]), replicas, continuation, seed + round_)
+        actions = torch.cat([a, b])
+        # With exact values the one replica left only records the outcomes (latency, error, done).
+        values, outcomes = expected_action_values(
+            env, both, actions, 1 if exact is not None else replicas, continuation, seed + round_
+        )
+        gap = min_gap
+        if exact is not None:
+            q = exact(_sub_env(env, both, actions.numel()))
+            values = q.gather(1, actions.to(q.device).unsqueeze(1)).squeeze(1).to(values)
+            gap = EXACT_TIE * max(float(values.abs().max()), 1e-12)
         P = pick.numel()
         va, vb, oa, ob = values[:P], values[P:], outcomes[:P], outcomes[P:]
-        keep = (va - vb).abs() >= min_gap
+        keep = (va - vb).abs() >= gap
         a_wins = va > vb
 
         def sel(x: Tensor, y: Tensor, a_wins: Tensor = a_wins) -> Tensor:
@@ -275,6 +300,7 @@ __all__ = [
     "outcome_features",
     "latent_columns",
     "expected_action_values",
+    "exact_action_values",
     "build_preference_pairs",
     "collect_reward_dataset",
     "rule_continuation",
