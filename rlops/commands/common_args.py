@@ -103,9 +103,10 @@ def scenario_of(given: str, params: dict[str, Any]) -> tuple[str, str]:
 
 def pack_dir_from_args(args: argparse.Namespace) -> Path:
     """The pack folder ``--scenario`` names (without building a full step context)."""
-    from rlops.common.config import load_params, scenarios_dir
+    from rlops.common.config import check_pack_identity, load_params, scenarios_dir
     from rlops.common.errors import UserError
     from rlops.common.params_sources import as_params
+    from rlops.common.scenario_name import check_scenario_name
 
     scenario = getattr(args, "scenario", None)
     if scenario is not None and not scenario.strip():
@@ -113,7 +114,12 @@ def pack_dir_from_args(args: argparse.Namespace) -> Path:
     if scenario and (Path(scenario).is_dir() or "/" in scenario or scenario.startswith(".")):
         return Path(scenario)
     params = load_params()
-    return scenarios_dir(params) / str(scenario or as_params(params).scenario)
+    if scenario:
+        folder = scenarios_dir(params) / check_scenario_name(scenario, "--scenario")
+    else:
+        folder = scenarios_dir(params) / check_scenario_name(as_params(params).scenario, "params 'scenario'")
+    check_pack_identity(folder)  # the pack a step of that name would refuse is refused here too
+    return folder
 
 
 _json_out: list[TextIO] = []

@@ -1,5 +1,8 @@
 """``rlops drift detect | check``: compare two trace windows, or live traffic with the sandbox.
 
+``--baseline`` and ``--target`` each name one parquet file or one folder of them, read literally:
+no glob, so the same text names the same rows on both sides.
+
 Exit codes: 0 done, 2 bad input, 3 drift found (or a retrain called for) with ``--fail-on-drift``.
 """
 
@@ -20,8 +23,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = verbs.add_parser("detect", help="compare two trace windows field by field (KS / chi-square)")
     add_common_args(p, run_key=False)
-    p.add_argument("--baseline", required=True, help="parquet file or folder (file://, s3://)")
-    p.add_argument("--target", required=True, help="parquet file or folder to compare")
+    literal = "read literally on both sides: '*', '?' and '[' are part of a name, never a pattern"
+    p.add_argument("--baseline", required=True, help=f"parquet file or folder (file://, s3://), {literal}")
+    p.add_argument("--target", required=True, help="parquet file or folder to compare, read as --baseline is")
     p.add_argument("--threshold", type=float, help="p-value cut-off (params: drift.threshold)")
     p.add_argument("--min-effect", type=float, help="effect-size floor (drift.min_effect)")
     p.add_argument("--bh", action="store_true", default=None, help="Benjamini–Hochberg adjustment across fields")

@@ -30,6 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rlops.common.errors import UserError
 from rlops.common.params_model import Params, RolloutStage
 from rlops.common.params_sources import (
     ConfigError,
@@ -42,12 +43,13 @@ from rlops.common.params_sources import (
     validate_document,
 )
 from rlops.common.params_sources import _locate as locate
+from rlops.common.scenario_name import identity_problem
 from rlops.sandbox.errors import ExprError, PackError
 from rlops.sandbox.expr_numpy import NUMPY_OPS
 from rlops.sandbox.precheck import load_params as load_pack_params
 from rlops.sandbox.precheck import present
 from rlops.sandbox.segments import compile_segment, read_spec
-from rlops.sandbox.yaml_lines import LDict
+from rlops.sandbox.yaml_lines import LDict, load_yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -210,6 +212,22 @@ def scenarios_dir(params: dict[str, Any]) -> Path:
     return Path(str(params.get("scenarios_dir") or REPO_ROOT / "scenarios"))
 
 
+def check_pack_identity(pack_dir: Path) -> None:
+    """The pack in ``pack_dir`` declares its folder's name as its ``name:`` (see
+    :func:`rlops.common.scenario_name.identity_problem`), else a :class:`UserError` (exit 2). A
+    ``scenario.yaml`` that cannot be read is left to the pack loader, which says what is wrong."""
+    file = pack_dir / "scenario.yaml"
+    if not file.is_file():
+        return
+    try:
+        doc = load_yaml(file, pack_dir)
+    except (PackError, RecursionError):
+        return
+    problem = identity_problem(pack_dir.name, doc.get("name") if isinstance(doc, dict) else None, str(file))
+    if problem is not None:
+        raise UserError(problem)
+
+
 def pack_names(root: Path) -> list[str]:
     """The packs under a scenarios folder: its sub-folders holding a ``scenario.yaml``, sorted."""
     return sorted(p.name for p in root.iterdir() if (p / "scenario.yaml").is_file()) if root.is_dir() else []
@@ -241,6 +259,7 @@ __all__ = [
     "ParamsError",
     "Params",
     "ResolvedParams",
+    "check_pack_identity",
     "deep_merge",
     "home",
     "load_params",

@@ -22,7 +22,6 @@ Project functions used (and where they live today):
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 import threading
 import time
@@ -35,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from rlops.common.config import load_params, pack_names, scenarios_dir
+from rlops.common.scenario_name import SCENARIO_NAME
 from rlops.console.breakdowns import component_scores
 from rlops.pipeline_steps.audit.replay import describe_cluster, to_go
 from rlops.pipeline_steps.infra.context import StepContext
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from rlops.trace_store.query import TraceReader
 
 T = TypeVar("T")
-SCENARIO_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+SCENARIO_RE = SCENARIO_NAME  # a name in a URL is held to the grammar of every pack name
 _EXCLUDED_PARTS = ("/quarantine/",)
 
 

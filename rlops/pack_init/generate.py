@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlops.common.errors import UserError
+from rlops.common.scenario_name import MAX_SCENARIO_NAME, SCENARIO_NAME
 from rlops.pack_init.actions import ActionGuess, infer_actions, infer_rule_policy, process_fields
 from rlops.pack_init.blank import blank_draft
 from rlops.pack_init.fields import IDENTIFIER, FieldGuess, infer_fields
@@ -65,8 +66,11 @@ class InitResult:
 
 def init_pack(req: InitRequest) -> InitResult:
     """Write the pack ``req`` asks for under ``req.scenarios_dir`` (see the module docstring)."""
-    if not IDENTIFIER.match(req.pack):
-        raise UserError(f"rlops init {req.pack!r}: expected a pack name of letters, digits and _ (not first a digit)")
+    if not IDENTIFIER.match(req.pack) or not SCENARIO_NAME.match(req.pack):  # every command takes the name
+        raise UserError(
+            f"rlops init {req.pack!r}: expected a pack name of letters, digits and _ (first a letter), "
+            f"at most {MAX_SCENARIO_NAME} characters"
+        )
     target = req.scenarios_dir / req.pack
     if target.exists() and not req.force:
         raise UserError(

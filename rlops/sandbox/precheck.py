@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rlops.sandbox.errors import PackError
-from rlops.sandbox.pack_files import check_pack_file
+from rlops.sandbox.pack_files import check_pack_file, read_pack_text
 from rlops.sandbox.spec import ScenarioSpec, parse_scenario
 from rlops.sandbox.spec_fields import _line
 from rlops.sandbox.yaml_lines import load_yaml
@@ -57,6 +57,19 @@ def reward_files(root: Path) -> list[Path]:
     if not files:
         raise PackError(str(root), None, "", "no reward function: expected reward_v<N>.py files in the pack")
     return files
+
+
+def check_reward_syntax(path: Path, root: Path) -> None:
+    """A reward module is a file of the pack whose source parses as Python: compiled, never run,
+    so a parse of the DAG folder can refuse a broken module without running pack code."""
+    source = read_pack_text(path, root)
+    try:
+        compile(source, str(path), "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise PackError(str(path), exc.lineno, "", f"syntax error in reward module: {exc.msg}") from None
+    except (RecursionError, MemoryError, ValueError):
+        # CPython's compiler gives up on deep nesting with one of these instead of a SyntaxError.
+        raise PackError(str(path), None, "", "the reward module is nested too deeply to compile") from None
 
 
 def scenario_file(root: Path) -> Path:

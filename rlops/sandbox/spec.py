@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlops.common.scenario_name import RULE, SCENARIO_NAME, shown
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.spec_fields import _check_init_value, _Ctx, _is_num, _kind, _line, _parse_init, _walk_fields
 from rlops.sandbox.spec_kpis import parse_kpis
@@ -273,6 +274,8 @@ def parse_scenario(doc: Any, file: str) -> ScenarioSpec:
             raise PackError(file, None, key, f"missing required key '{key}'")
     if not isinstance(doc["name"], str) or not doc["name"].strip():
         raise c.err(doc, "name", "name", f"type mismatch: the scenario name is a string, got {_kind(doc['name'])}")
+    if not SCENARIO_NAME.match(doc["name"]):  # the name keys trace partitions, DAG ids, registered models
+        raise c.err(doc, "name", "name", f"the scenario name {shown(doc['name'])} is not a scenario name: {RULE}")
     horizon = doc.get("horizon", 20)
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
         raise c.err(doc, "horizon", "horizon", f"type mismatch: horizon expects a positive int, got {_kind(horizon)}")

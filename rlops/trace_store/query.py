@@ -19,7 +19,9 @@ matching file read whole with pyarrow and filtered in memory: the reference the 
 and what the benchmark measures beside DuckDB). Both return the same frame: the same rows in the
 same order (files in path order, rows in file order), the same columns and dtypes.
 
-Local folders are scanned by DuckDB's own parquet reader. S3 objects (``s3://``) are read through
+Local folders are scanned by DuckDB's own parquet reader, each file named by a path escaped for it
+(:func:`glob_literal`): ``*``, ``?`` and ``[`` in a storage root, a partition or a file name never
+match another file. S3 objects (``s3://``) are read through
 the project's storage settings (endpoint, credentials as boto3 resolves them) as a pyarrow dataset
 that DuckDB scans with the same projection and filter pushdown: DuckDB's ``httpfs`` extension is
 downloaded at run time, and a deployment without network access to DuckDB's extension site cannot
@@ -166,11 +168,23 @@ def _stat_key(source: str) -> tuple[tuple[int, int], ...]:
     out = []
     for path in _LOCAL_FILE.findall(source):
         try:
-            st = os.stat(path.replace("''", "'"))
+            st = os.stat(_GLOB_ESCAPED.sub(r"\1", path.replace("''", "'")))
             out.append((st.st_size, st.st_mtime_ns))
         except OSError:
             out.append((-1, -1))
     return tuple(out)
+
+
+#: What DuckDB's ``read_parquet`` takes as a pattern in a path; each is matched literally as the
+#: one-character class ``[c]`` (DuckDB's globs have no backslash escape).
+_GLOB_CHARS = frozenset("*?[")
+_GLOB_ESCAPED = re.compile(r"\[([*?\[])\]")
+
+
+def glob_literal(path: str) -> str:
+    """``path`` as a DuckDB ``read_parquet`` path that names that one file: a storage root, a pack
+    or a file whose name holds ``*``, ``?`` or ``[`` is never read as a pattern matching others."""
+    return "".join(f"[{c}]" if c in _GLOB_CHARS else c for c in path)
 
 
 def _ident(name: str) -> str:
@@ -490,7 +504,7 @@ class TraceReader:
         def __enter__(self) -> tuple[Any, str]:
             self.cur = cursor(self.reader.config)
             if all(f.startswith("file://") for f in self.files):
-                paths = ", ".join("'" + f[len("file://") :].replace("'", "''") + "'" for f in self.files)
+                paths = ", ".join("'" + glob_literal(f[len("file://") :]).replace("'", "''") + "'" for f in self.files)
                 return self.cur, f"read_parquet([{paths}], union_by_name = true, hive_partitioning = false)"
             dataset = self.reader._arrow_dataset(self.files)
             name = "_trace_files_" + hashlib.sha1("\n".join(self.files).encode()).hexdigest()[:16]

@@ -40,7 +40,7 @@ def test_validate_names_a_pack_folder_that_can_get_no_dags(
     monkeypatch.setenv("RLOPS_SCENARIOS_DIR", str(root))
     assert main(["config", "validate", "--params", str(REPO_ROOT / "params.yaml")]) == 2
     err = capsys.readouterr().err
-    assert "pack folder name 'credit approval' cannot be part of a DAG id" in err and len(err.splitlines()) == 1
+    assert "pack folder name 'credit approval' cannot name a pack" in err and len(err.splitlines()) == 1
 
 
 def test_validate_a_pack_typo_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

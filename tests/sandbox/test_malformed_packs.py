@@ -539,6 +539,14 @@ CASES = [
         "name: [credit, approval]",
     ),
     Case(
+        "name_with_glob_characters",
+        edit(S, "name: credit_approval\n", "name: cred?t_approval\n"),
+        S,
+        ("the scenario name 'cred?t_approval' is not a scenario name", "ASCII letters, digits, '_' and '-'"),
+        "name",
+        "name: cred?t_approval",
+    ),
+    Case(
         "unknown_field_type",
         edit(S, "term_months: {type: int,", "term_months: {type: integer,"),
         S,

@@ -165,6 +165,30 @@ def test_episode_replay_counts_samples_and_sql(local_store: tuple[Storage, str])
     assert duck.columns(uri) == ref.columns(uri) == list(every.columns)
 
 
+@pytest.mark.parametrize("folder", ["st?re", "s*", "[s]tore", "st[!x]re"])
+def test_a_store_whose_path_holds_glob_characters_reads_only_its_own_files(
+    parts: list[pd.DataFrame], tmp_path: Path, folder: str
+) -> None:
+    """DuckDB reads ``*``, ``?`` and ``[`` in a path as a pattern: a store under such a folder beside
+    one its pattern matches reads its own rows only, as the pandas reference does, and a rewritten
+    file is bound again (the schema cache finds the file under its escaped path)."""
+    storage = Storage(f"file://{tmp_path}")
+    mine = _write(storage, f"file://{tmp_path}/{folder}", parts[:1])
+    _write(storage, f"file://{tmp_path}/store", parts)
+    duck, ref = _engines(storage)
+    got = duck.read(mine)
+    assert len(got) == len(parts[0])
+    _same(got, ref.read(mine))
+    assert duck.count(mine) == len(parts[0])
+    assert duck.count_by(mine, "policy_version") == {"rules": len(parts[0])}
+
+    (file,) = duck.files(mine)
+    path = Path(file.removeprefix("file://"))
+    frame = pd.read_parquet(path).assign(extra_column=1)
+    frame.to_parquet(path, index=False)
+    assert "extra_column" in duck.read(mine, columns=["trace_id", "extra_column"]).columns
+
+
 def test_trace_files_carry_bloom_filters_on_ids(local_store: tuple[Storage, str]) -> None:
     import pyarrow.parquet as pq
 

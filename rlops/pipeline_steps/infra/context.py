@@ -22,9 +22,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlops.common.config import load_params, resolve_local, resolve_params, scenarios_dir
+from rlops.common.config import check_pack_identity, load_params, resolve_local, resolve_params, scenarios_dir
 from rlops.common.params_model import Params
 from rlops.common.run_key import RunKey
+from rlops.common.scenario_name import check_scenario_name
 from rlops.pipeline_steps.infra.signal_store import SignalStore, pack_declarations
 from rlops.registry.client import Tracker
 from rlops.sandbox.reward_choice import choose_reward
@@ -56,6 +57,10 @@ class StepContext:
     dag_run_id: str | None = None
     """Airflow's id of the DAG run the step runs in (None outside a DAG): the pass's MLflow runs carry it"""
     _signals: list[SignalReading] | None = field(default=None, repr=False)
+    _identity_checked: Path | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        check_scenario_name(self.scenario)  # a name reaches storage paths, DuckDB and DAG ids
 
     @classmethod
     def create(
@@ -68,7 +73,9 @@ class StepContext:
     ) -> StepContext:
         """A context for ``run_key`` (parsed strictly; None means the hour that has just ended)."""
         p = params if params is not None else load_params(overrides=overrides)
-        return cls(p, str(RunKey.of(run_key)), scenario or str(p.get("scenario") or Params().scenario), dry_run)
+        if not scenario:
+            scenario = check_scenario_name(p.get("scenario") or Params().scenario, "params 'scenario'")
+        return cls(p, str(RunKey.of(run_key)), scenario, dry_run)
 
     @property
     def key(self) -> RunKey:
@@ -116,7 +123,13 @@ class StepContext:
 
     @property
     def pack_dir(self) -> Path:
-        return scenarios_dir(self.params) / self.scenario
+        """The scenario's pack folder; a pack there whose ``name:`` is another is refused
+        (:func:`rlops.common.config.check_pack_identity`) before anything is read or written by it."""
+        folder = scenarios_dir(self.params) / self.scenario
+        if self._identity_checked != folder:
+            check_pack_identity(folder)
+            self._identity_checked = folder
+        return folder
 
     def load_pack(self, calibration: str | None = "latest") -> Pack:
         """The scenario pack, with the latest sandbox calibration applied unless ``calibration`` is

@@ -1,6 +1,7 @@
 """Shared settings of the rlops DAGs: the packs, their resolved params, default args, typed
 params, tags. Light on purpose — DAG files import it at parse time, so it imports nothing heavy
-(YAML and the params loader only; no pack is compiled).
+(YAML, the params loader and the scenario schema; no pack is compiled to arrays and no pack code
+runs: a reward module is only checked to compile).
 
 One set of DAGs per pack: every folder with a ``scenario.yaml`` under the scenarios folder
 (``RLOPS_SCENARIOS_DIR``, else params ``scenarios_dir``, else ``scenarios/`` of the repository)
@@ -8,12 +9,17 @@ gets ``<dag>__<pack>`` DAGs, each scheduled by the ``dags:`` params block resolv
 (the project's ``params.yaml`` with the pack's own ``params.yaml`` on top — the same resolution
 as every step and CLI command, :class:`~rlops.pipeline_steps.infra.context.StepContext`). Every
 Param default comes from there too; a DAG file holds no budget or version of its own.
+
+A pack that cannot run gets no DAGs, and the ``pack_problems`` DAG file's import error names it,
+its file and what is wrong: a folder name that is no scenario name, a ``scenario.yaml`` that is
+not a regular file, not YAML or not a scenario, a ``name:`` other than the folder's, a reward
+module missing or not compiling, params that do not validate. A missing scenarios folder is that
+file's import error too, instead of no DAGs and no word.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -25,9 +31,13 @@ from airflow.sdk import Param
 
 from rlops.common import config, step_request
 from rlops.common.config import pack_names, params_path
+from rlops.common.scenario_name import RULE, SCENARIO_NAME, identity_problem, shown
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.training.request import RESOLVED_OPTIONS, TrainRequest
+from rlops.sandbox.errors import PackError
+from rlops.sandbox.precheck import REWARD_FILE, check_reward_syntax, reward_files
 from rlops.sandbox.reward_choice import choose_label
+from rlops.sandbox.segments import read_spec
 
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 GPU_QUEUE = "gpu"
@@ -68,26 +78,41 @@ def dag_id(kind: str, scenario: str) -> str:
     return f"{kind}__{scenario}"
 
 
-# Airflow's rule for a DAG id (its KEY_REGEX, no "..", 250 characters): a pack's folder name is
-# used as is, never rewritten, so two folders can never end up with one DAG id.
-_DAG_ID = re.compile(r"^[\w.-]+$")
-MAX_DAG_ID = 250
-
-
 def pack_name_problem(scenario: str) -> str | None:
-    """Why a pack's folder name cannot be part of its DAG ids, or None."""
-    if not _DAG_ID.match(scenario) or ".." in scenario:
-        return (
-            f"pack folder name {scenario!r} cannot be part of a DAG id: expected letters, digits, "
-            "'_', '-' and single dots only; rename the folder"
-        )
-    longest = max(len(dag_id(kind, scenario)) for kind in DAG_KINDS)
-    if longest > MAX_DAG_ID:
-        return (
-            f"pack folder name {scenario[:40]!r}… ({len(scenario)} characters) makes a DAG id of {longest} "
-            f"characters, over Airflow's {MAX_DAG_ID}; rename the folder"
-        )
-    return None
+    """Why a pack's folder name cannot be a scenario name (:mod:`rlops.common.scenario_name`), or
+    None. The name is used as is, never rewritten, so two folders can never end up with one DAG id;
+    every name the grammar allows is a valid Airflow DAG id."""
+    if SCENARIO_NAME.match(scenario):
+        return None
+    return (
+        f"pack folder name {shown(scenario)} cannot name a pack (its DAG ids, trace partitions and "
+        f"registered models): {RULE}; rename the folder"
+    )
+
+
+def pack_files_problem(folder: Path) -> str | None:
+    """Why the pack in ``folder`` cannot get DAGs for what its files say, or None: a
+    ``scenario.yaml`` that is no regular file, not YAML or not a scenario, a ``name:`` other than
+    the folder's, no reward module, or one that does not compile. Nothing of the pack is run or
+    compiled to arrays (a parse stays light); the step that loads the pack checks the rest."""
+    try:
+        spec = read_spec(folder)
+        for path in reward_files(folder):
+            check_reward_syntax(path, folder)
+    except PackError as exc:
+        return str(exc)
+    except OSError as exc:  # the folder went away or cannot be listed while it is read
+        return f"{folder}: cannot read the pack: {exc.strerror or exc}"
+    return identity_problem(folder.name, spec.name, spec.file)
+
+
+def scenarios_folder_problem(root: Path) -> str | None:
+    """Why the scenarios folder gives no pack DAGs at all (missing, or not a folder), or None."""
+    where = "RLOPS_SCENARIOS_DIR" if os.environ.get("RLOPS_SCENARIOS_DIR") else "params scenarios_dir"
+    if root.is_dir():
+        return None
+    what = "does not exist" if not os.path.lexists(root) else "is not a folder"
+    return f"the scenarios folder {root} ({where}) {what}: no pack gets DAGs; expected the folder of the scenario packs"
 
 
 def schedule_minutes(schedule: str | None, default: int) -> int:
@@ -124,6 +149,15 @@ def scenario_names(root: Path | None = None) -> list[str]:
     return pack_names(root if root is not None else scenarios_dir())
 
 
+def pack_folders(root: Path) -> list[str]:
+    """The folders under ``root`` that hold a ``scenario.yaml`` of any kind (a folder, a pipe, a
+    dangling link too: such a pack is refused with its reason, not passed over), sorted."""
+    try:
+        return sorted(p.name for p in root.iterdir() if p.is_dir() and os.path.lexists(p / "scenario.yaml"))
+    except OSError:  # missing, not a folder, not readable: scenarios_folder_problem says which
+        return []
+
+
 @dataclass(frozen=True)
 class PackDagConfig:
     """What a pack's DAGs take from its resolved params at parse time."""
@@ -158,7 +192,7 @@ def resolved_params(scenario: str) -> tuple[dict[str, Any], Any]:
 def pack_reward_fn(ctx: Any, params: Mapping[str, Any]) -> str:
     """The reward function a run uses without conf, by the rule of
     :func:`rlops.sandbox.reward_choice.choose_label` applied to the pack's files (no pack load)."""
-    from rlops.sandbox.precheck import REWARD_FILE, load_params
+    from rlops.sandbox.precheck import load_params
 
     available = [m.group(1) for p in ctx.pack_dir.iterdir() if (m := REWARD_FILE.match(p.name))]
     own = load_params(ctx.pack_dir).get("reward_fn")
@@ -196,13 +230,29 @@ class PackProblems(ValueError):
     that file's import error while every other pack keeps its DAGs."""
 
 
-_CACHE: dict[tuple[Any, ...], tuple[list[PackDagConfig], list[PackProblem]]] = {}
+@dataclass(frozen=True)
+class _Packs:
+    configs: list[PackDagConfig]
+    problems: list[PackProblem]
+    folder_problem: str | None
+
+
+_CACHE: dict[tuple[Any, ...], _Packs] = {}
 _ROOTS: dict[tuple[Any, ...], Path] = {}
 
 
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_mode
+
+
 def _signature() -> tuple[Any, ...]:
-    """What the configs depend on: the params file, the environment overrides, every pack's
-    params file (a change in any re-reads them)."""
+    """What the configs depend on: the params file, the environment overrides, the scenarios
+    folder, every pack's params file, scenario.yaml and reward modules (a change in any re-reads
+    them)."""
     p = params_path()
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("RLOPS_")))
     base = (str(p), p.stat().st_mtime_ns if p.exists() else None, env)
@@ -211,22 +261,29 @@ def _signature() -> tuple[Any, ...]:
         _ROOTS[base] = scenarios_dir()
     root = _ROOTS[base]
     stamps = []
-    for name in scenario_names(root):
-        f = root / name / "params.yaml"
-        stamps.append((name, f.stat().st_mtime_ns if f.exists() else None))
-    return (*base, str(root), tuple(stamps))
+    for name in pack_folders(root):
+        folder = root / name
+        try:
+            rewards = sorted(f.name for f in folder.iterdir() if REWARD_FILE.match(f.name))
+        except OSError:
+            rewards = []
+        files = ["params.yaml", "scenario.yaml", *rewards]
+        stamps.append((name, tuple((f, _stamp(folder / f)) for f in files)))
+    return (*base, str(root), _stamp(root), tuple(stamps))
 
 
-def _read_packs() -> tuple[list[PackDagConfig], list[PackProblem]]:
+def _read_packs() -> _Packs:
     """The config of every pack under the scenarios folder (read once per parse of the DAG folder:
     every DAG file asks, the params are resolved once while nothing changed), and the packs that
-    get none: a folder name that is no DAG id, params that do not validate. One broken pack costs
-    only its own DAGs."""
+    get none: a folder name that is no scenario name, a pack whose files are broken
+    (:func:`pack_files_problem`), params that do not validate. One broken pack costs only its own
+    DAGs; a scenarios folder that is missing costs every DAG, and says so."""
     key = _signature()
     if key not in _CACHE:
+        root = _ROOTS[key[:3]]
         configs, problems = [], []
-        for name in scenario_names():
-            reason = pack_name_problem(name)
+        for name in pack_folders(root):
+            reason = pack_name_problem(name) or pack_files_problem(root / name)
             if reason is None:
                 try:
                     configs.append(pack_dag_config(name))
@@ -235,26 +292,30 @@ def _read_packs() -> tuple[list[PackDagConfig], list[PackProblem]]:
                     reason = " ".join(str(exc).split())
             problems.append(PackProblem(name, reason))
         _CACHE.clear()
-        _CACHE[key] = (configs, problems)
+        _CACHE[key] = _Packs(configs, problems, scenarios_folder_problem(root))
     return _CACHE[key]
 
 
 def pack_dag_configs() -> list[PackDagConfig]:
     """One config per pack under the scenarios folder that can have DAGs (see :func:`pack_problems`)."""
-    return _read_packs()[0]
+    return _read_packs().configs
 
 
 def pack_problems() -> list[PackProblem]:
     """The packs under the scenarios folder that get no DAGs, each with its reason."""
-    return _read_packs()[1]
+    return _read_packs().problems
 
 
 def raise_pack_problems() -> None:
-    """Raise :class:`PackProblems` naming every pack that gets no DAGs (nothing when there is none)."""
-    problems = pack_problems()
-    if problems:
+    """Raise :class:`PackProblems` naming the scenarios folder when it is missing, and every pack
+    that gets no DAGs (nothing when there is none of either)."""
+    packs = _read_packs()
+    if packs.folder_problem:
+        raise PackProblems(packs.folder_problem)
+    if packs.problems:
         raise PackProblems(
-            f"{len(problems)} pack(s) get no DAGs: " + "; ".join(f"{p.scenario}: {p.reason}" for p in problems)
+            f"{len(packs.problems)} pack(s) get no DAGs: "
+            + "; ".join(f"{p.scenario}: {p.reason}" for p in packs.problems)
         )
 
 

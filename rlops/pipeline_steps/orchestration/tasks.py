@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from rlops.common import step_request
@@ -17,6 +18,7 @@ from rlops.common.config import resolve_params
 from rlops.common.errors import UserError
 from rlops.common.progress import route_library_output
 from rlops.common.run_key import RunKey, parse_run_key
+from rlops.common.scenario_name import scenario_name_problem
 from rlops.common.threads import resolve_threads, set_torch_threads
 from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.infra.context import StepContext
@@ -102,6 +104,8 @@ def validate_conf(
     problems += step_request.conf_problems(CaptureRequest, conf)
     if not isinstance(conf["scenario"], str) or not conf["scenario"]:
         problems.append(f"scenario {conf['scenario']!r}: expected the name of a pack under scenarios/")
+    elif (bad_name := scenario_name_problem(conf["scenario"])) is not None:
+        problems.append(bad_name)
     if not isinstance(conf["dry_run"], bool):
         problems.append(f"dry_run {conf['dry_run']!r}: expected true or false")
     if conf["staged"] is not None and not isinstance(conf["staged"], bool):
@@ -110,9 +114,14 @@ def validate_conf(
         problems.append(f"reason {conf['reason']!r}: expected schedule, drift or manual")
     if not problems:
         ctx = StepContext.create(conf["scenario"])
-        if not (ctx.pack_dir / "scenario.yaml").exists():
-            problems.append(f"scenario {conf['scenario']!r}: no pack at {ctx.pack_dir}")
-        else:
+        try:
+            pack_dir: Path | None = ctx.pack_dir
+        except UserError as exc:  # a pack whose name: is another's: nothing of it is loaded
+            problems.append(str(exc))
+            pack_dir = None
+        if pack_dir is not None and not (pack_dir / "scenario.yaml").exists():
+            problems.append(f"scenario {conf['scenario']!r}: no pack at {pack_dir}")
+        elif pack_dir is not None:
             try:
                 pack = ctx.load_pack(calibration=None)
                 pack.reward_fn(conf["reward_fn"])
