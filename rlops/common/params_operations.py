@@ -156,13 +156,13 @@ class OpeParams(Block):
     dm_explore: float = Field(0.3, ge=0, le=1, description="share of random legal actions in them")
     ridge: float = Field(1.0, ge=0, description="L2 penalty of the direct method's per-action least squares")
     tolerance: float = Field(
-        0.1,
+        0.25,
         ge=0,
         description="share of the logged value's scale (|logged value|, see scale_floor): pass when DR's lower "
         "bound ≥ logged − tolerance × scale, fail when its upper bound is below; between: insufficient (canary)",
     )
     scale_floor: float = Field(
-        0.1,
+        0.05,
         ge=0,
         description="the logged value's scale, of which every margin is a share, is |logged value| but at least "
         "this share of the per-episode return's standard deviation (a value near 0 keeps a margin)",
@@ -187,7 +187,7 @@ class OpeParams(Block):
         "more: the estimate rests on a handful of rows (insufficient)",
     )
     mean_weight_band: float = Field(
-        0.5,
+        0.2,
         gt=0,
         lt=1,
         description="the mean importance weight (1 with the true propensities) must lie within 1 ± this, beyond "

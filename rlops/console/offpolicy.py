@@ -183,7 +183,9 @@ def shadow_estimate(rows: pd.DataFrame, cfg: Any) -> dict[str, Any]:
     otherwise (greedy: the candidate as it would serve) or ``exp(shadow_served_logp)``
     (stochastic); the logged propensity is the row's ``propensity`` (or ``exp(logp)``).
     Without a direct method the doubly robust estimate equals PDIS, so it is not shown here."""
-    greedy = cfg.target == "greedy"
+    # A shadow logs its choice, not its whole distribution: ``serving`` is judged by that choice
+    # alone (the exploration it would add is not on the row), as ``greedy`` is.
+    greedy = cfg.target in ("greedy", "serving")
     out: dict[str, Any] = {"target": cfg.target, "episodes": 0, "partial_episodes": 0, "estimates": []}
     need = ["episode_id", "step", "done", "reward_total", "action", "shadow_action" if greedy else "shadow_served_logp"]
     lacking = [c for c in need if c not in rows] + ([] if {"logp", "propensity"} & set(rows) else ["logp/propensity"])

@@ -29,7 +29,7 @@ def test_the_demo_runs_twice_in_a_row(rlops_home: Path, capsys: pytest.CaptureFi
     assert keys[0] != keys[1], keys
     for out in outputs:
         assert "internal error" not in out
-        assert "[8/8] gated evaluation" in out and re.search(r"^(PROMOTED|NOT PROMOTED)", out, re.M), out
+        assert "[8/8] gated evaluation" in out and re.search(r"^(PROMOTED|STAGED|NOT PROMOTED)", out, re.M), out
     # The second run's candidate is gated against the champion the first one promoted (or the rules).
     assert re.search(r"gated evaluation vs (champion v\d+|rules)", outputs[1]), outputs[1]
 

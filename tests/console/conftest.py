@@ -69,6 +69,9 @@ def _test_params(home: Path) -> Path:
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
     params.setdefault("evaluate", {})["latency_p99_ratio"] = 500.0
     params.setdefault("demo", {}).update(capture_episodes=1000, reward_model_pairs=300, timesteps=150_000)
+    # 1,000 episodes of the rule engine's explored traffic cannot judge the first candidate off-policy:
+    # the console's pages need a champion, so the sandbox's gates decide here (the hold has its own tests)
+    params.setdefault("ope", {})["required"] = False
     path = home / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     return path

@@ -62,14 +62,20 @@ def agent_index(row: dict[str, Any]) -> int:
     return ACTIONS.index(row["action"])
 
 
-def test_without_a_champion_the_rule_engine_routes_with_propensity_one(
+def test_without_a_champion_the_rule_engine_routes_with_its_true_propensity(
     agent: ModuleType, bare_world: dict[str, Any]
 ) -> None:
+    import math
+
     world = bare_world
     out = agent.run_agent(agent.applications(3, seed=2), world["landing"], world["tracking_uri"])
     rows = landing_rows(world["landing"])
     assert out["fallbacks"] == {"no_champion": len(rows)}
-    assert {r["policy_version"] for r in rows} == {"rules"} and {r["logp"] for r in rows} == {0.0}
+    assert {r["policy_version"] for r in rows} == {"rules"}
+    for r in rows:  # the rule engine explores too: (1 − ε)·[its choice] + ε / |legal|
+        legal = str(r["action_mask"]).count("1")
+        expected = (0.0 if r["explored"] else 0.95) + 0.05 / legal
+        assert math.exp(r["logp"]) == pytest.approx(expected), r
     first = sorted(rows, key=lambda r: (r["episode_id"], r["step"]))
     assert [r["action"] for r in first[:2]] == ["initiate_fraud_check", "fetch_credit_report"]  # rule_policy's order
     res = capture("credit_approval", rows)

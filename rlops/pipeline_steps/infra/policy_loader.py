@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlops.agent_sdk.serving import choose_batch, exploration_probs
 from rlops.common.errors import UserError
 from rlops.common.policy_ref import PolicyRef
 from rlops.registry.client import CHAMPION, TrackingError
+from rlops.sandbox.segments import compile_segment
 
 if TYPE_CHECKING:
     import torch
@@ -145,9 +147,6 @@ def serving_trace_policy(ctx: StepContext, pack: Pack, seed: int) -> ChampionTra
     ``logp`` is the log of the true propensity and ``explored`` marks the drawn decisions."""
     import numpy as np
     import torch
-
-    from rlops.agent_sdk.serving import choose_batch, exploration_probs
-    from rlops.sandbox.segments import compile_segment
 
     cfg = ctx.config.exploration
     off = compile_segment(pack.scenario.spec, cfg.off_segment) if cfg.off_segment else None

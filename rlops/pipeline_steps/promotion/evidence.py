@@ -24,7 +24,7 @@ from typing import Any
 
 from rlops.common.params_operations import OpeParams
 from rlops.pipeline_steps.promotion.gates import Gate
-from rlops.pipeline_steps.promotion.ope_gate import value_scale
+from rlops.pipeline_steps.promotion.ope_gate import INSUFFICIENT, value_scale
 
 #: Gates judged in the sandbox: shown but not deciding while the sandbox is untrusted.
 SANDBOX_GATES = ("mean_return", "completion_rate", "handling_ms", "human_takeover_rate")
@@ -118,7 +118,7 @@ def judge(rows: list[Gate], required: bool = True) -> Evidence:
         why = (
             "off-policy evaluation is off (ope.enabled)"
             if ope is None
-            else ope.detail.removeprefix("skipped: ").removeprefix("insufficient evidence (at most the canary stage): ")
+            else ope.detail.removeprefix("skipped: ").removeprefix(INSUFFICIENT)
         )
         if required and (ope_state == "insufficient" or ope is None):
             hold = f"the off-policy evidence is insufficient ({why})"

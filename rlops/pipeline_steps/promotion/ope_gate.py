@@ -374,6 +374,10 @@ def sim_to_real_gap(res: OPEResult, sandbox_value: float | None, cfg: OPEConfig)
     return sandbox_value - dr.value if outside else None
 
 
+#: How an ``ope:dr`` row's detail says the evidence could not decide (``skipped: <this><reason>``).
+INSUFFICIENT = "insufficient evidence (at most the canary stage): "
+
+
 def tolerance_text(cfg: OPEConfig) -> str:
     return f"DR {cfg.confidence:.0%} lower ≥ logged − {cfg.tolerance:.0%} of its scale (fail: upper below it)"
 
@@ -389,11 +393,12 @@ def ope_gate_row(res: OPEResult, cfg: OPEConfig) -> Gate:
             None if math.isnan(res.logged_return) else res.logged_return,
             threshold,
             True,
-            f"skipped: insufficient evidence (at most the canary stage): {res.skipped}",
+            f"skipped: {INSUFFICIENT}{res.skipped}",
             skipped=True,
         )
     dr = res.estimates["dr"]
-    passed = dr.low >= res.logged_return - res.margin
+    margin = cfg.tolerance * value_scale(res.logged_return, res.logged_return_sd, cfg)
+    passed = dr.low >= res.logged_return - margin
     others = "; ".join(
         f"{name.upper()} {e.value:.4g} [{e.low:.4g}, {e.high:.4g}]" for name, e in res.estimates.items() if name != "dr"
     )
@@ -401,7 +406,7 @@ def ope_gate_row(res: OPEResult, cfg: OPEConfig) -> Gate:
     weights = f", max weight {w.max:.3g}, top-1% mass {w.top_share:.0%}" if w is not None else ""
     detail = (
         f"DR {dr.value:.4g} [{dr.low:.4g}, {dr.high:.4g}] ({dr.ci}) vs logged {res.logged_return:.4g} − margin "
-        f"{res.margin:.3g}; {others}; {res.episodes} live episodes, ESS {res.ess:.0f}{weights}, "
+        f"{margin:.3g}; {others}; {res.episodes} live episodes, ESS {res.ess:.0f}{weights}, "
         f"unsupported {res.unsupported_share:.0%}, agreement {res.agreement:.0%}"
     )
     return Gate("ope:dr", dr.value, res.logged_return, threshold, bool(passed), detail)
@@ -516,7 +521,8 @@ def ope_run_fields(gates: list[Gate], cfg: OPEConfig) -> tuple[dict[str, str], d
     }
     tags: dict[str, str] = {T.OPE_STATE: str(row.status)}
     if row.skipped:
-        tags[T.OPE_REASON] = row.detail.removeprefix("skipped: ")[:5000]  # MLflow caps tag values
+        reason = row.detail.removeprefix("skipped: ").removeprefix(INSUFFICIENT)
+        tags[T.OPE_REASON] = reason[:5000]  # MLflow caps tag values
     return params, tags
 
 

@@ -32,11 +32,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlops.agent_sdk.serving import exploration_probs
 from rlops.common import step_request
 from rlops.common.errors import UserError
-from rlops.common.policy_ref import PolicyRef
+from rlops.common.policy_ref import PolicyRef, policy_model_name
 from rlops.common.step_result import StepResult
-from rlops.pipeline_steps.promotion.ope_direct import LinearQ, TargetProbs
+from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
+from rlops.pipeline_steps.promotion.evaluate import evaluation_profile
+from rlops.pipeline_steps.promotion.ope_direct import (
+    LinearQ,
+    TargetProbs,
+    fit_linear_q,
+    returns_to_go,
+    reward_model_q,
+    sandbox_q,
+)
 from rlops.pipeline_steps.promotion.ope_gate import (
     OPEResult,
     complete_live_episodes,
@@ -52,6 +62,10 @@ from rlops.pipeline_steps.promotion.ope_target_file import (
     read_probabilities,
 )
 from rlops.pipeline_steps.promotion.request import OffPolicyRequest
+from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
+from rlops.sandbox.segments import compile_segment
+from rlops.sandbox.traces import rollout_traces
+from rlops.trace_store.states import action_codes, mask_matrix, state_features, states_from_traces
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -208,7 +222,6 @@ def _on_rows(p: np.ndarray) -> TargetProbs:
 
 
 def _masks(pack: Pack, rows: pd.DataFrame) -> np.ndarray:
-    from rlops.trace_store.states import mask_matrix
 
     if rows.empty:
         return np.zeros((0, pack.scenario.n_actions), dtype=bool)
@@ -220,10 +233,6 @@ def _rules_target(ctx: StepContext, pack: Pack, rows: pd.DataFrame, greedy: bool
     from each row), and unless ``greedy`` the exploration share drawn uniformly over the legal
     actions — none where ``exploration.off_segment`` holds, as a policy client serves it."""
     import torch
-
-    from rlops.agent_sdk.serving import exploration_probs
-    from rlops.sandbox.segments import compile_segment
-    from rlops.trace_store.states import states_from_traces
 
     explore = ctx.config.exploration
     share = 0.0 if greedy else explore.share
@@ -247,8 +256,6 @@ def _rules_target(ctx: StepContext, pack: Pack, rows: pd.DataFrame, greedy: bool
 def _policy_target(ctx: StepContext, spec: str, greedy: bool, cfg: OpeParams) -> Target:
     """A registered version or alias as it will serve (``ope.target``), or greedily; an unknown
     version, an alias that is not set or a policy of another layout is a :class:`UserError`."""
-    from rlops.common.policy_ref import policy_model_name
-    from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
 
     try:
         ref = PolicyRef.parse(spec, ctx.scenario)
@@ -298,8 +305,6 @@ def _direct_method(
         return _reward_model_q(ctx, pack, frame, rows)
     if target.kind == "file":
         return None, "none", NO_SANDBOX_DM
-    from rlops.pipeline_steps.promotion.evaluate import evaluation_profile
-    from rlops.pipeline_steps.promotion.ope_direct import sandbox_q
 
     profile = evaluation_profile(pack, ctx.config.evaluate.profile)
     label = str(ctx.config.evaluate.reward_fn or ctx.reward_choice().reward_fn)
@@ -324,9 +329,6 @@ def _reward_model_q(
     """The newest reward model's ``Q̂[N, A]`` on the frame's rows (none registered: no direct method)."""
     import pandas as pd
 
-    from rlops.pipeline_steps.promotion.ope_direct import reward_model_q
-    from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
-
     if latest_reward_model_version(ctx) is None:
         return None, "none", "no reward model is registered: DR without a direct method (it equals PDIS)"
     _, model = load_reward_model_version(ctx)
@@ -342,10 +344,6 @@ def _rules_q(pack: Pack, cfg: OpeParams, profile: str, label: str) -> LinearQ:
     engine plays with ``ope.dm_explore`` of its decisions random legal ones: the rules read the
     state, which a target's ``(obs, mask)`` does not carry."""
     import torch
-
-    from rlops.pipeline_steps.promotion.ope_direct import fit_linear_q, returns_to_go
-    from rlops.sandbox.traces import rollout_traces
-    from rlops.trace_store.states import action_codes, state_features
 
     gen = torch.Generator().manual_seed(cfg.seed)
 
