@@ -46,6 +46,7 @@ class ExplorationCost:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ExplorationCost:
         """The record :meth:`to_dict` wrote (a capture summary's ``exploration``)."""
+
         def num(k: str) -> float:
             return float("nan") if d.get(k) is None else float(d[k])
 

@@ -17,8 +17,8 @@ import torch
 from rlops.common.params_operations import OpeParams
 from rlops.pipeline_steps.promotion.evidence import TRUST_GATE, deciding, judge, trust_row
 from rlops.pipeline_steps.promotion.gates import Gate
-from rlops.pipeline_steps.promotion.ope_gate import OPEResult, ope_gate_row, sandbox_gap_row, undecided, value_scale
 from rlops.pipeline_steps.promotion.ope import Estimate
+from rlops.pipeline_steps.promotion.ope_gate import OPEResult, ope_gate_row, sandbox_gap_row, undecided, value_scale
 from tests.policy_kit import pack  # noqa: F401  (fixture)
 
 
@@ -72,7 +72,8 @@ def test_trust_is_the_incumbent_reproduced_within_the_logged_interval() -> None:
 
 
 def _row(name: str, status: str) -> Gate:
-    return Gate(name, 1.0, 1.0, "", status != "fail", "skipped: why" if status == "skipped" else "", status == "skipped")
+    skipped = status == "skipped"
+    return Gate(name, 1.0, 1.0, "", status != "fail", "skipped: why" if skipped else "", skipped)
 
 
 def test_judge_holds_without_off_policy_evidence_and_lets_live_ab_decide() -> None:

@@ -243,9 +243,8 @@ def test_traffic_served_without_exploration_cannot_judge_a_candidate_that_acts_o
         profile="live",
         reward_fn="v1",
     ).mean_return
-    blind = off_policy_value(
-        pack, greedy_rows, candidate, OPEConfig(min_ess=10, max_unsupported=1.0, tolerance=10.0, mean_weight_band=0.9), q
-    )
+    unchecked = OPEConfig(min_ess=10, max_unsupported=1.0, tolerance=10.0, mean_weight_band=0.9)
+    blind = off_policy_value(pack, greedy_rows, candidate, unchecked, q)
     pdis = blind.estimates["pdis"]
     assert blind.skipped is None and truth - pdis.value > pdis.se
 
