@@ -183,12 +183,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--logged", type=int, default=30000, help="logged live episodes per candidate")
     ap.add_argument("--truth-episodes", type=int, default=20000)
     ap.add_argument("--dm-episodes", type=int, default=2000)
+    ap.add_argument(
+        "--distribution",
+        choices=("policy", "uniform"),
+        default=None,
+        help="the exploration distribution of the incumbent and the candidates (default: params exploration)",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.monotonic()
     pack_dir = REPO_ROOT / "scenarios" / args.pack
     params = resolve_params(args.pack).model  # the project's defaults and the pack's own
-    share, dist = params.exploration.share, params.exploration.distribution
+    share, dist = params.exploration.share, args.distribution or params.exploration.distribution
     cfg: OPEConfig = params.ope
     reward_fn = params.reward_fn or "v1"
     sandbox = load_pack(pack_dir, check_liveness=False)

@@ -140,9 +140,16 @@ class OpeParams(Block):
         0.05,
         ge=0,
         le=1,
-        description="share of live episodes with a decision served with certainty (propensity 1: no exploration) "
-        "where the candidate would act otherwise, above which the gate is skipped: importance weights count "
-        "those episodes as worth 0",
+        description="share of live episodes with a decision served with near certainty (see min_support) where "
+        "the candidate would act otherwise, above which the evidence is insufficient: its choices there were "
+        "never tried",
+    )
+    min_support: float = Field(
+        0.01,
+        ge=0,
+        lt=1,
+        description="a decision served with a propensity above 1 − min_support left the other actions less than "
+        "this chance: unsupported for a candidate that acts otherwise there",
     )
     confidence: float = Field(0.95, gt=0.5, lt=1, description="interval level")
     ci: Literal["normal", "bootstrap"] = Field(

@@ -276,7 +276,8 @@ def off_policy_value(
     choice = mask.numpy().sum(axis=1) > 1  # rows with a real decision
     res.agreement = float((pi[idx, a][choice] > 0.5).mean()) if choice.any() else 1.0
     episode_ids = rows["episode_id"].astype(str).to_numpy()
-    res.unsupported_share, res.skipped = unsupported_decisions(episode_ids, mu, pi[idx, a], choice, cfg)
+    acts_otherwise = pi.argmax(axis=1) != a
+    res.unsupported_share, res.skipped = unsupported_decisions(episode_ids, mu, acts_otherwise, choice, cfg)
     if res.skipped:
         return res
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # judged below: unusable_estimates
@@ -286,15 +287,16 @@ def off_policy_value(
 
 
 def unsupported_decisions(
-    episode: np.ndarray, mu: np.ndarray, pi_taken: np.ndarray, choice: np.ndarray, cfg: OPEConfig
+    episode: np.ndarray, mu: np.ndarray, acts_otherwise: np.ndarray, choice: np.ndarray, cfg: OPEConfig
 ) -> tuple[float, str | None]:
-    """The share of episodes where the served policy never explored and the candidate acts
-    otherwise, and why that makes the logged traffic unable to judge it (None: it does not). A row
-    served with propensity 1 gave every other action no chance; where the candidate prefers
-    another action there (``pi_taken`` < 1), its episode's importance weight is 0 whatever that
-    action would earn, so PDIS, WIS and DR all lean toward what serves now — a better candidate
-    would fail the gate for the agent's lack of exploration, not its own worth."""
-    blind = choice & (mu >= 1.0 - 1e-6) & (pi_taken < 1.0 - 1e-6)
+    """The share of episodes holding a decision the served policy made with near certainty where
+    the candidate would act otherwise, and why that makes the logged traffic unable to judge it
+    (None: it does not). A row served with propensity above ``1 − ope.min_support`` left every
+    other action less than ``ope.min_support`` of a chance: the candidate's choice there was
+    (almost) never tried, its importance weight is (almost) 0 whatever that action earns, and what
+    the estimate says of it comes from the direct method alone — the sandbox, exactly where it may
+    be wrong — or, without one, leans toward what serves now."""
+    blind = choice & (mu > 1.0 - cfg.min_support) & acts_otherwise
     episodes = len(np.unique(episode))
     unsupported = len(np.unique(episode[blind]))
     share = unsupported / episodes if episodes else 0.0
@@ -302,10 +304,11 @@ def unsupported_decisions(
         return share, None
     return share, (
         f"{unsupported} of {episodes} live episodes ({share:.0%}; ope.max_unsupported "
-        f"{cfg.max_unsupported:.0%}) hold a decision served with propensity 1 (the served policy did not explore "
-        "there) where the candidate would act otherwise: importance weights count those episodes as worth 0, "
-        "so the estimate would lean toward what serves now; exploration (params exploration.share, "
-        "PolicyClient(exploration=…)) makes such a candidate judgeable"
+        f"{cfg.max_unsupported:.0%}) hold a decision the served policy made with near certainty (less than "
+        f"ope.min_support {cfg.min_support:g} left for any other action) where the candidate would act otherwise: "
+        "its choices there were never tried, so the estimate would rest on the direct method's guess; uniform "
+        "exploration (params exploration.distribution: uniform, PolicyClient(exploration_distribution=…)) "
+        "makes such a candidate judgeable"
     )
 
 

@@ -230,7 +230,7 @@ def test_traffic_served_without_exploration_cannot_judge_a_candidate_that_acts_o
     np.testing.assert_allclose(np.exp(greedy_rows["logp"].to_numpy()), 1.0)
     q = sandbox_q(pack, candidate, episodes=300, explore=0.3, ridge=1.0, profile="sandbox", reward_label="v1", seed=0)
     res = off_policy_value(pack, greedy_rows, candidate, OPEConfig(min_ess=10), q)
-    assert res.skipped and "served with propensity 1" in res.skipped and "exploration" in res.skipped
+    assert res.skipped and "near certainty" in res.skipped and "exploration" in res.skipped
     assert ope_gate_row(res, OPEConfig()).to_dict()["status"] == "skipped"
 
     # unchecked, the episodes where the candidate acts otherwise count as worth 0: PDIS sits more
@@ -372,10 +372,13 @@ def test_dr_with_the_reward_model_as_direct_method(logged) -> None:  # type: ign
 def test_unsupported_decisions_by_hand() -> None:
     from rlops.pipeline_steps.promotion.ope_gate import unsupported_decisions
 
-    episode = np.array(["a", "a", "b", "c", "d"])
-    mu = np.array([1.0, 0.5, 1.0, 1.0, 1.0])  # a's second decision explored
-    pi_taken = np.array([1.0, 0.0, 0.0, 0.0, 1.0])  # b and c: the candidate acts otherwise
-    choice = np.array([True, True, True, False, True])  # c had one legal action: no decision
-    assert unsupported_decisions(episode, mu, pi_taken, choice, OPEConfig(max_unsupported=0.25)) == (0.25, None)
-    share, reason = unsupported_decisions(episode, mu, pi_taken, choice, OPEConfig(max_unsupported=0.2))
-    assert share == 0.25 and reason and reason.startswith("1 of 4 live episodes (25%")
+    episode = np.array(["a", "a", "b", "c", "d", "e"])
+    mu = np.array([1.0, 0.5, 1.0, 1.0, 1.0, 0.995])  # a's second decision explored; e's left 0.5 % to the rest
+    otherwise = np.array([False, True, True, True, False, True])  # where the candidate would act otherwise
+    choice = np.array([True, True, True, False, True, True])  # c had one legal action: no decision
+    cfg = OPEConfig(max_unsupported=0.4)
+    assert unsupported_decisions(episode, mu, otherwise, choice, cfg) == (0.4, None)  # b and e, of 5
+    share, reason = unsupported_decisions(episode, mu, otherwise, choice, OPEConfig(max_unsupported=0.2))
+    assert share == 0.4 and reason and reason.startswith("2 of 5 live episodes (40%")
+    # a logger that leaves 0.5 % to other actions supports the candidate once min_support is below that
+    assert unsupported_decisions(episode, mu, otherwise, choice, OPEConfig(min_support=0.004))[0] == 0.2
