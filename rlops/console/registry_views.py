@@ -273,6 +273,18 @@ def drift(data: ProjectData, scenario: str, last: int = 12) -> dict[str, Any]:
         }
         for r in outcome_runs
     ]
+    exploration = [
+        {
+            "when": when(r["start_ms"]),
+            "run_id": r["run_id"],
+            "explored_share": r["metrics"].get("exploration_explored_share"),
+            "cost_share": r["metrics"].get("exploration_cost_share"),
+            "return_chosen": r["metrics"].get("exploration_return_chosen"),
+            "return_all": r["metrics"].get("exploration_return_all"),
+        }
+        for r in data.runs(scenario, T.STEP, T.CAPTURE)
+        if "exploration_explored_share" in r["metrics"]
+    ][-last:]
     return {
         "runs": [{**r, "when": when(r["start_ms"])} for r in runs],
         "table": table,
@@ -280,6 +292,7 @@ def drift(data: ProjectData, scenario: str, last: int = 12) -> dict[str, Any]:
         "min_effect": min_effect,
         "calibrations": calibrations,
         "outcomes": outcomes,
+        "exploration": exploration,
     }
 
 

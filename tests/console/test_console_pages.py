@@ -68,6 +68,9 @@ def test_drift_and_calibration(client: Any) -> None:
     page = client.get(f"/s/{S}/drift").text
     assert "user_profile.age" in page and 'class="drifted"' in page and "closer to live" in page
     assert "Outcome drift" in page  # the calibration test of live rewards, one row per drift check
+    # what exploration cost each capture (the demo's capture explored the rule engine's decisions)
+    table = re.search(r'<table id="exploration">(.*?)</table>', page, re.DOTALL)
+    assert table and "The cost of exploration" in page and re.search(r"<td>[0-9.]+%</td>", table.group(1))
 
 
 @pytest.mark.parametrize(
