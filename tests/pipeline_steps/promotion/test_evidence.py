@@ -156,7 +156,9 @@ def test_a_candidate_exploiting_an_over_promising_sandbox_is_not_promoted(
                 "min_segment_episodes": 50,
                 "profile": "live",
             },
-            "ope": {"dm_episodes": 300},
+            # the defaults this test is about, whatever params file another test of the session left set
+            "ope": {"dm_episodes": 300, "required": True, "enabled": True},
+            "rollout": {"staged_first_champion": True},
             "tracking": {"http_max_retries": 0},
         },
     )
