@@ -93,6 +93,18 @@ def flatten_state(state: Mapping[str, Any], prefix: str = "state") -> dict[str, 
     return out
 
 
+#: ``error`` texts that mean no error (a row's ``error`` is free text on live rows, a bool on sandbox rows).
+NO_ERROR_TEXTS = frozenset({"", "false", "0", "none", "nan", "null", "<na>"})
+
+
+def is_error(error: Any) -> bool:
+    """Whether a step's ``error`` value says its action failed, as the pipeline reads the trace
+    column (``rlops.trace_store.states.error_flags``): the sandbox's ``episode.error`` of the next step."""
+    if error is None or isinstance(error, bool):
+        return bool(error)
+    return str(error).strip().lower() not in NO_ERROR_TEXTS
+
+
 def mask_text(mask: Any) -> Any:
     """An action mask as stored: one '0'/'1' character per action, in scenario order."""
     if isinstance(mask, str) or mask is None:

@@ -10,13 +10,17 @@
 
 The framework-free part (the decision loop, the state mapping, the tool-call recorder) is
 :mod:`rlops.integrations.core`. Each framework module imports its framework when it is used and
-names the extra to install when it is missing (``pip install 'rlops[langgraph]'``, ``[openai-agents]``,
-``[autogen]``); nothing else in rlops imports a framework.
+names the extra to install when it is missing (``[langgraph]``, ``[openai-agents]``, ``[autogen]`` of
+the installed distribution: ``rlops``, or the slim ``rlops-agent`` a production agent installs,
+``pip install './agent[langgraph]'``); nothing else in rlops imports a framework. The package
+imports only what ``rlops-agent`` carries (the agent SDK, the pack's masks and rule engine on numpy):
+never torch, Airflow, DVC, pandas or Great Expectations.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from types import ModuleType
 
 from rlops.common.errors import UserError
@@ -26,6 +30,24 @@ class MissingExtraError(UserError, ImportError):
     """A framework integration used without its framework installed."""
 
 
+#: The slim distribution built from ``agent/pyproject.toml``.
+AGENT_DISTRIBUTION = "rlops-agent"
+
+
+def install_hint(extra: str) -> str:
+    """The ``pip install`` line that adds ``extra`` to the rlops distribution installed here."""
+    try:
+        importlib.metadata.distribution("rlops")
+    except importlib.metadata.PackageNotFoundError:
+        try:
+            importlib.metadata.distribution(AGENT_DISTRIBUTION)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+        else:  # built from a checkout's agent/ folder, not installed from a package index
+            return f"pip install './agent[{extra}]' (the {AGENT_DISTRIBUTION} package, from a checkout of rlops)"
+    return f"pip install 'rlops[{extra}]'"
+
+
 def require(module: str, extra: str, framework: str) -> ModuleType:
     """Import ``module`` of ``framework``, or raise :class:`MissingExtraError` naming the extra."""
     try:
@@ -33,5 +55,5 @@ def require(module: str, extra: str, framework: str) -> ModuleType:
     except ImportError as exc:
         raise MissingExtraError(
             f"rlops.integrations needs {framework} for this adapter, but importing {module} failed ({exc}); "
-            f"install it with: pip install 'rlops[{extra}]'"
+            f"install it with: {install_hint(extra)}"
         ) from exc

@@ -16,7 +16,7 @@ share come out of the pack's reward function as in the sandbox::
     await selector.run(team, "Handle the application", episode_id=application_id)
 
 One selector serves one team run at a time (make one per concurrent run). Needs
-``pip install 'rlops[autogen]'``.
+``pip install './agent[autogen]'`` (the slim ``rlops-agent``) or ``pip install 'rlops[autogen]'``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from rlops.agent_sdk.decision_program import DecisionProgram
 from rlops.agent_sdk.interfaces import StateObserver
 from rlops.common.errors import UserError
 from rlops.integrations import require
-from rlops.integrations.core import DecisionLoop, StateMapping, pack_masks
+from rlops.integrations.core import DecisionLoop, StateMapping, context_mask, pack_masks
 
 _EXTRA, _FRAMEWORK = "autogen", "AutoGen (autogen-agentchat)"
 
@@ -98,7 +98,7 @@ class PolicySelector:
 
     def done(self) -> bool:
         """No action is legal in the current state (the episode is over)."""
-        return not any(self._mask(self.observer.observe(), self.loop.history(self._current())))
+        return not any(context_mask(self._mask, self.observer.observe(), self.loop.context(self._current())))
 
     def termination(self) -> Any:
         """A termination condition ending the team's run once no action is legal."""

@@ -6,7 +6,9 @@
   :class:`~rlops.agent_sdk.policy_client.PolicyClient`, which falls back to the pack's rule engine) for
   the next action of an episode, and traces each step — state, mask, action, propensity, serving
   version — with the executed tool's outcome (latency, error) and the reward provider's score once
-  the next state is known;
+  the next state is known. Each decision gets the episode's :class:`EpisodeContext` (the actions so
+  far, the step, the elapsed tool time, whether the last tool failed): the ``episode.*`` variables the
+  sandbox trains the policy with, so the policy serves on the state it learnt on;
 * :class:`ToolCallRecorder` — the reverse path: an agent that chooses its tools itself is traced from
   its framework's tool-call events, the state read by a state observer when a tool starts.
 
@@ -16,6 +18,7 @@ episode (id, steps, ``done``) as with the SDK by hand, and a duplicate check see
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -30,16 +33,69 @@ from rlops.agent_sdk.interfaces import RewardProvider
 from rlops.agent_sdk.masks import ActionMasker
 from rlops.agent_sdk.rollout import RULES_VERSION, Episode
 from rlops.agent_sdk.serving import Decision
-from rlops.agent_sdk.tracer import Tracer
+from rlops.agent_sdk.tracer import Tracer, is_error
 from rlops.common.errors import UserError
 
 log = logging.getLogger(__name__)
 
 
 class Policy(Protocol):
-    """What decides: :class:`~rlops.agent_sdk.policy_client.PolicyClient` (or anything answering alike)."""
+    """What decides: :class:`~rlops.agent_sdk.policy_client.PolicyClient` (or anything answering alike).
 
-    def decide(self, state: Mapping[str, Any], key: str | None = None, history: Sequence[str] = ()) -> Decision: ...
+    ``step``, ``elapsed_ms`` and ``last_error`` are the episode's :class:`EpisodeContext`; a policy
+    whose ``decide`` does not take them is still called (without them), with a warning."""
+
+    def decide(
+        self,
+        state: Mapping[str, Any],
+        key: str | None = None,
+        history: Sequence[str] = (),
+        step: int | None = None,
+        elapsed_ms: float = 0.0,
+        last_error: bool = False,
+    ) -> Decision: ...
+
+
+@dataclass(frozen=True)
+class EpisodeContext:
+    """What the next decision of an episode knows besides the pack's state fields: the sandbox's
+    ``episode.*`` variables as a served policy must see them (``docs/scenario-dsl.md``, section 4).
+
+    ``history``: the actions taken so far, oldest first (``episode.last_action``,
+    ``episode.repeat_count`` and the policy's action history); ``step``: how many
+    (``episode.step``); ``elapsed_ms``: the summed latency of their tools (``episode.elapsed_ms``: the
+    sandbox adds each step's latency, the same ``latency_ms`` the trace rows carry, not the
+    wall-clock time the agent spent thinking between tools); ``last_error``: the last tool failed
+    (``episode.error``)."""
+
+    history: tuple[str, ...] = ()
+    step: int = 0
+    elapsed_ms: float = 0.0
+    last_error: bool = False
+
+    def after(self, action: str, *, latency_ms: float, error: Any) -> EpisodeContext:
+        """The context once ``action`` ran, taking ``latency_ms`` and failing with ``error`` (None: it succeeded)."""
+        return EpisodeContext(
+            (*self.history, action), self.step + 1, self.elapsed_ms + max(float(latency_ms), 0.0), is_error(error)
+        )
+
+    def episode_fields(self) -> dict[str, Any]:
+        """The keyword arguments of ``PolicyClient.decide`` and ``ActionMasker.mask`` besides the history."""
+        return {"step": self.step, "elapsed_ms": self.elapsed_ms, "last_error": self.last_error}
+
+
+_CONTEXT_KEYWORDS = frozenset({"step", "elapsed_ms", "last_error"})
+
+
+def _takes_context(policy: Policy) -> bool:
+    """Whether ``policy.decide`` accepts the :class:`EpisodeContext` keywords."""
+    try:
+        params = inspect.signature(policy.decide).parameters
+    except (TypeError, ValueError):
+        return True  # a callable that hides its signature: trust it to take what PolicyClient takes
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return True
+    return set(params) >= _CONTEXT_KEYWORDS
 
 
 def _read(source: Any, path: str) -> Any:
@@ -108,10 +164,11 @@ def observed_fields(pack_path: str | Path) -> list[str]:
 
 @dataclass
 class _Open:
-    """An episode in progress: its steps, the actions taken and the decision awaiting its outcome."""
+    """An episode in progress: its steps, what the recorded steps add up to and the decision awaiting
+    its outcome."""
 
     episode: Episode
-    history: list[str] = field(default_factory=list)
+    context: EpisodeContext = field(default_factory=EpisodeContext)
     pending: Decision | None = None
     state: Mapping[str, Any] | None = None
     decided_at: float = 0.0
@@ -122,11 +179,13 @@ class DecisionLoop:
     """Decides each step of an agent's episodes with ``policy`` and traces it.
 
     ``decide(episode_id, state)`` records the state (the previous step's next state), asks the policy
-    (``key`` = the episode id, for the A/B split; ``history`` = the actions so far) and returns the
+    (``key`` = the episode id, for the A/B split; ``history``, ``step``, ``elapsed_ms`` and
+    ``last_error`` from the episode's :class:`EpisodeContext`) and returns the
     :class:`~rlops.agent_sdk.serving.Decision`; ``outcome(episode_id, error=…)`` records the step once
     its tool has run; ``end(episode_id)`` marks the last step ``done``. A decision whose outcome was
-    never reported is recorded at the next decision with the time between the two as its latency.
-    :attr:`decision_ms` holds how long each decision took inside the agent (mapping, policy, tracing).
+    never reported is recorded at the next decision with the time between the two as its latency
+    (and no error). :attr:`decision_ms` holds how long each decision took inside the agent (mapping,
+    policy, tracing).
     """
 
     def __init__(
@@ -146,6 +205,13 @@ class DecisionLoop:
         self.decision_ms: list[float] = []
         self._open: dict[str, _Open] = {}
         self._lock = threading.Lock()
+        self._policy_takes_context = _takes_context(policy)
+        if not self._policy_takes_context:
+            log.warning(
+                "rlops: %s.decide takes no step/elapsed_ms/last_error: it decides every state as if no time had "
+                "passed and no tool had failed, which the sandbox's policy was not trained on",
+                type(policy).__name__,
+            )
 
     def _episode(self, episode_id: str, trace_id: str | None) -> _Open:
         with self._lock:
@@ -171,7 +237,11 @@ class DecisionLoop:
         if run.pending is not None:
             self._record(run, error=None, latency_ms=(t0 - run.decided_at) * 1e3)
         run.episode.observe(state)
-        decision = self.policy.decide(state, key=str(episode_id), history=tuple(run.history))
+        ctx = run.context
+        if self._policy_takes_context:
+            decision = self.policy.decide(state, key=str(episode_id), history=ctx.history, **ctx.episode_fields())
+        else:
+            decision = self.policy.decide(state, key=str(episode_id), history=ctx.history)
         if self.actions is not None and decision.action not in self.actions:
             raise UserError(
                 f"the policy chose {decision.action!r} for episode {episode_id}, but the agent has no tool for it "
@@ -191,10 +261,18 @@ class DecisionLoop:
 
     def history(self, episode_id: str) -> list[str]:
         """The actions ``episode_id`` took so far, the pending decision's included."""
+        return list(self.context(episode_id).history)
+
+    def context(self, episode_id: str) -> EpisodeContext:
+        """What the next decision of ``episode_id`` will be given: the recorded steps, and the pending
+        decision as it would be recorded now (succeeded, its latency the time since it was made)."""
         run = self._open.get(str(episode_id))
         if run is None:
-            return []
-        return [*run.history, *([run.pending.action] if run.pending is not None else [])]
+            return EpisodeContext()
+        if run.pending is None:
+            return run.context
+        waited = (time.perf_counter() - run.decided_at) * 1e3
+        return run.context.after(run.pending.action, latency_ms=waited, error=None)
 
     def pending(self, episode_id: str) -> Decision | None:
         """The decision of ``episode_id`` whose outcome is not recorded yet."""
@@ -213,7 +291,7 @@ class DecisionLoop:
         decision, state = run.pending, run.state
         assert decision is not None and state is not None
         run.pending = None
-        run.history.append(decision.action)
+        run.context = run.context.after(decision.action, latency_ms=latency_ms, error=error)
         run.episode.step(
             state,
             decision.action,
@@ -238,15 +316,31 @@ class DecisionLoop:
         return list(self._open)
 
 
-MaskFn = Callable[[Mapping[str, Any], Sequence[str]], Sequence[bool]]
+class MaskFn(Protocol):
+    """``(state, history, step, elapsed_ms, last_error) -> mask``: :meth:`ActionMasker.mask`."""
+
+    def __call__(
+        self,
+        state: Mapping[str, Any],
+        history: Sequence[str] = (),
+        step: int | None = None,
+        elapsed_ms: float = 0.0,
+        last_error: bool = False,
+    ) -> Sequence[bool]: ...
 
 
 def pack_masks(pack_path: str | Path) -> tuple[tuple[str, ...], MaskFn]:
-    """The pack's action names and a function ``(state, history) -> mask`` evaluating the actions'
-    preconditions on one production state (:class:`~rlops.agent_sdk.masks.ActionMasker`: what a trace
-    row's ``action_mask`` holds)."""
+    """The pack's action names and a function ``(state, history, **episode) -> mask`` evaluating the
+    actions' preconditions on one production state (:class:`~rlops.agent_sdk.masks.ActionMasker`: what a
+    trace row's ``action_mask`` holds); pass an :class:`EpisodeContext`'s fields, as the sandbox
+    evaluates the preconditions on its ``episode.*`` variables too."""
     masker = ActionMasker.from_pack(pack_path)
     return masker.action_names, masker.mask
+
+
+def context_mask(mask: MaskFn, state: Mapping[str, Any], context: EpisodeContext) -> Sequence[bool]:
+    """``mask`` of ``state`` in the episode ``context``."""
+    return mask(state, context.history, **context.episode_fields())
 
 
 @dataclass
@@ -258,6 +352,14 @@ class _Call:
     started: float
 
 
+@dataclass
+class _Traced:
+    """An episode traced from tool calls: its steps and what its finished calls add up to."""
+
+    episode: Episode
+    context: EpisodeContext = field(default_factory=EpisodeContext)
+
+
 class ToolCallRecorder:
     """Traces the tool calls an agent makes on its own (its framework's events), one step per call of a
     tool named as a pack action; calls of other tools are counted in :attr:`skipped`, not traced.
@@ -267,7 +369,8 @@ class ToolCallRecorder:
     ``policy_version``: what chose the tools. The default ``rules`` says the agent's own deterministic
     logic did (traced with propensity 1, ``logp = 0``); an agent whose LLM chooses its tools is not
     deterministic: name it (e.g. ``"support-agent-v3"``) and its rows carry no propensity, so
-    off-policy evaluation says it cannot weigh them instead of weighing them wrongly.
+    off-policy evaluation says it cannot weigh them instead of weighing them wrongly. Each row's
+    ``action_mask`` is evaluated in the episode's :class:`EpisodeContext` of the calls finished by then.
     """
 
     def __init__(
@@ -285,7 +388,7 @@ class ToolCallRecorder:
         self.policy_version, self.reward_provider, self.source = policy_version, reward_provider, source
         self.actions, self._mask = pack_masks(pack_path)
         self.skipped = 0
-        self._episodes: dict[str, tuple[Episode, list[str]]] = {}
+        self._episodes: dict[str, _Traced] = {}
         self._calls: dict[str, _Call] = {}
         self._lock = threading.Lock()
 
@@ -294,11 +397,11 @@ class ToolCallRecorder:
         if tool not in self.actions:
             self.skipped += 1
             return
-        ep, history = self._episode(str(episode_id))
+        traced = self._episode(str(episode_id))
         state = self.observer(str(episode_id))
-        ep.observe(state)
+        traced.episode.observe(state)
         try:
-            mask: Sequence[bool] | None = self._mask(state, history)
+            mask: Sequence[bool] | None = context_mask(self._mask, state, traced.context)
         except StateError as exc:  # never break the agent: the row goes without a mask, quarantined saying so
             log.warning("rlops: no action mask for episode %s (%s)", episode_id, exc)
             mask = None
@@ -309,19 +412,20 @@ class ToolCallRecorder:
         call = self._calls.pop(call_id, None)
         if call is None:
             return
-        ep, history = self._episode(call.episode_id)
-        history.append(call.action)
+        traced = self._episode(call.episode_id)
+        latency_ms = (time.perf_counter() - call.started) * 1e3
+        traced.context = traced.context.after(call.action, latency_ms=latency_ms, error=error)
         mask: dict[str, Any] = {} if call.mask is None else {"action_mask": list(call.mask)}
-        ep.step(call.state, call.action, latency_ms=(time.perf_counter() - call.started) * 1e3, error=error, **mask)
+        traced.episode.step(call.state, call.action, latency_ms=latency_ms, error=error, **mask)
 
     def end(self, episode_id: str, error: str | None = None) -> None:
         """The agent's run for ``episode_id`` ended; its last traced step becomes ``done``."""
         with self._lock:
             entry = self._episodes.pop(str(episode_id), None)
         if entry is not None:
-            entry[0].end(truncated=error is not None, error=error)
+            entry.episode.end(truncated=error is not None, error=error)
 
-    def _episode(self, episode_id: str) -> tuple[Episode, list[str]]:
+    def _episode(self, episode_id: str) -> _Traced:
         with self._lock:
             entry = self._episodes.get(episode_id)
             if entry is None:
@@ -334,5 +438,5 @@ class ToolCallRecorder:
                     episode_id=episode_id,
                     reward_provider=self.reward_provider,
                 )
-                entry = self._episodes[episode_id] = (ep, [])
+                entry = self._episodes[episode_id] = _Traced(ep)
             return entry

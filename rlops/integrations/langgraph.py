@@ -21,7 +21,7 @@ LangChain instrumentation, the router's span also carries the decision as the at
 Reverse path — :class:`ToolCallHandler` is a LangChain callback handler: pass it in ``callbacks``
 and each call of a tool named as a pack action becomes a trace row, the agent unchanged.
 
-Needs ``pip install 'rlops[langgraph]'``.
+Needs ``pip install './agent[langgraph]'`` (the slim ``rlops-agent``) or ``pip install 'rlops[langgraph]'``.
 """
 
 from __future__ import annotations

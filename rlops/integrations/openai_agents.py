@@ -15,7 +15,7 @@ Reverse path — :class:`ToolSpanProcessor` (``agents.add_trace_processor(ToolSp
 turns the function spans of an unchanged agent into trace rows, one episode per trace (its
 ``group_id`` when set, the conversation id, else the trace id).
 
-Needs ``pip install 'rlops[openai-agents]'``.
+Needs ``pip install './agent[openai-agents]'`` (the slim ``rlops-agent``) or ``pip install 'rlops[openai-agents]'``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rlops.integrations import require
-from rlops.integrations.core import DecisionLoop, StateMapping, ToolCallRecorder, pack_masks
+from rlops.integrations.core import DecisionLoop, StateMapping, ToolCallRecorder, context_mask, pack_masks
 
 _EXTRA, _FRAMEWORK = "openai-agents", "the OpenAI Agents SDK"
 #: (episode id, the run's context object) of the run in progress, read by the model wrapper.
@@ -115,7 +115,7 @@ class PolicyToolChoice:
                     raise RuntimeError("PolicyToolChoice: run the agent with PolicyToolChoice.run(...)")
                 episode_id, context = run
                 state = choice.mapping.read(context)
-                if not any(choice._mask(state, choice.loop.history(episode_id))):  # no action left: the model answers
+                if not any(context_mask(choice._mask, state, choice.loop.context(episode_id))):  # the model answers
                     return [], settings.resolve(choice._sdk.ModelSettings(tool_choice="none"))
                 d = choice.loop.decide(episode_id, state)
                 offered = [t for t in tools if getattr(t, "name", None) == d.action]

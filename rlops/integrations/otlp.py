@@ -9,7 +9,8 @@ span ids in hex as the OTLP/JSON encoding wants::
     provider.add_span_processor(BatchSpanProcessor(OtlpJsonFileExporter("spans.jsonl")))
     LangChainInstrumentor().instrument(tracer_provider=provider)   # OpenInference
 
-Needs the OpenTelemetry SDK and its OTLP protobuf encoder (``pip install 'rlops[langgraph]'`` installs them).
+Needs the OpenTelemetry SDK and its OTLP protobuf encoder (the ``[langgraph]`` extra of ``rlops-agent``
+or ``rlops`` installs them).
 """
 
 from __future__ import annotations

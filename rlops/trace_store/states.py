@@ -25,13 +25,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from rlops.agent_sdk.tracer import NO_ERROR_TEXTS
 from rlops.data_contracts.schema import STATE_PREFIX as STATE_PREFIX  # re-exported: readers of trace states use it
 
 if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack
 
 Tensor = torch.Tensor
-_NO_ERROR = frozenset({"", "false", "0", "none", "nan", "null", "<na>"})
 
 
 # --------------------------------------------------------------------------- columns
@@ -41,7 +41,7 @@ def error_flags(col: pd.Series) -> np.ndarray:
         flags: np.ndarray = col.fillna(False).to_numpy(dtype=bool)
         return flags
     text = col.astype("string").fillna("").str.strip().str.lower()
-    out: np.ndarray = (~text.isin(_NO_ERROR)).to_numpy(dtype=bool)
+    out: np.ndarray = (~text.isin(NO_ERROR_TEXTS)).to_numpy(dtype=bool)
     return out
 
 

@@ -114,3 +114,50 @@ def test_the_core_imports_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+class Recording:
+    """A policy taking the episode's context as PolicyClient does; answers "a", then "b", ..."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def decide(
+        self,
+        state: Mapping[str, Any],
+        key: str | None = None,
+        history: Sequence[str] = (),
+        step: int | None = None,
+        elapsed_ms: float = 0.0,
+        last_error: bool = False,
+    ) -> Decision:
+        self.seen.append({"history": tuple(history), "step": step, "elapsed_ms": elapsed_ms, "last_error": last_error})
+        return Decision("abc"[len(history)], 0, [True, True, True], None, 1.0, None, None, "s-policy/1", "champion")
+
+
+def test_each_decision_gets_the_episodes_context(tmp_path: Path) -> None:
+    """The step, the tools' summed latency and whether the last tool failed: what the sandbox trains on."""
+    policy = Recording()
+    loop = DecisionLoop(policy, Tracer(tmp_path), scenario="s")
+    loop.decide("e", {"n": 1})
+    loop.outcome("e", error="bureau down", latency_ms=1200.0)
+    loop.decide("e", {"n": 2})
+    assert loop.context("e").step == 2 and not loop.context("e").last_error  # the pending one as it would land
+    loop.decide("e", {"n": 3})  # the second outcome never reported: it took the time between the decisions
+    first, second, third = policy.seen
+    assert first == {"history": (), "step": 0, "elapsed_ms": 0.0, "last_error": False}
+    assert second == {"history": ("a",), "step": 1, "elapsed_ms": 1200.0, "last_error": True}
+    assert third["history"] == ("a", "b") and third["step"] == 2 and not third["last_error"]
+    assert third["elapsed_ms"] >= 1200.0
+    loop.end("e")
+    assert loop.context("e").step == 0  # an episode that ended starts again from nothing
+
+
+def test_a_policy_without_the_context_is_still_asked_and_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = Scripted(["check"])
+    with caplog.at_level("WARNING", logger="rlops.integrations.core"):
+        loop = DecisionLoop(policy, Tracer(tmp_path), scenario="s")
+    assert "takes no step/elapsed_ms/last_error" in caplog.text
+    assert loop.decide("e", {"n": 1}).action == "check" and policy.seen == [({"n": 1}, "e", ())]
