@@ -95,10 +95,11 @@ def run(scenario: str | None = None) -> int:
     )
 
     drift, dt = _timed(lambda: drift_check(ctx))
+    live_return = "not measured" if drift.live_mean_return is None else drift.live_mean_return
     _say(
         3,
         f"drift vs sandbox: {drift.summary} {drift.drifted_fields}; live mean return "
-        f"{drift.live_mean_return} vs sandbox {drift.sandbox_mean_return} ({dt:.1f}s)\n"
+        f"{live_return} vs sandbox {drift.sandbox_mean_return} ({dt:.1f}s)\n"
         f"      report: {drift.html_uri}",
     )
 

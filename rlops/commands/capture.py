@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="landing zone (or simulated champion traffic) → validated trace store",
         description="With --dry-run every row is read, validated and counted as in a real run, but no "
         "partition is written: the fallback share (and its alert) is counted on the partitions "
-        "written, so the dry run's fallbacks says 'not computed'.",
+        "written, so the dry run's fallbacks says 'not computed'. More rows quarantined than "
+        "capture.max_quarantine_share exits 2 with the top reasons (the rows are written, accepted and "
+        "quarantined alike); an interval without rows says where the newest landing files are (exit 0).",
     )
     add_common_args(p)
     src = p.add_mutually_exclusive_group()
@@ -49,15 +51,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_capture(args: argparse.Namespace) -> int:
     from rlops.common.progress import show_progress
+    from rlops.pipeline_steps.capture.input_checks import CaptureRejected
     from rlops.pipeline_steps.capture.step import capture_step, capture_traces
 
     ctx = context_from_args(args)
+    rejected: CaptureRejected | None = None
     with as_user_error("capture"):
-        if args.from_mlflow or args.otlp_file:
-            res = capture_traces(ctx, otlp_uri=args.otlp_file)
-        else:
-            request = dataclasses.replace(step_request.from_args(CaptureRequest, args), simulate=args.simulate)
-            res = capture_step(ctx, request, progress=show_progress(args.json))
+        try:
+            if args.from_mlflow or args.otlp_file:
+                res = capture_traces(ctx, otlp_uri=args.otlp_file)
+            else:
+                request = dataclasses.replace(step_request.from_args(CaptureRequest, args), simulate=args.simulate)
+                res = capture_step(ctx, request, progress=show_progress(args.json))
+        except CaptureRejected as exc:
+            if exc.summary is None:
+                raise
+            # the counts and where the rows went are printed as for any capture; the error follows
+            res, rejected = exc.summary, exc
     verb = "would write" if ctx.dry_run else "wrote"
     print_result(
         res.as_dict(),
@@ -71,4 +81,6 @@ def cmd_capture(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     for alert in res.alerts:
         print(f"ALERT: {alert}", file=sys.stderr)
+    if rejected is not None:
+        raise rejected  # one paragraph on stderr, exit 2 (bad input)
     return 0

@@ -95,6 +95,12 @@ class CaptureParams(Block):
     fallback_alert_min_decisions: int = Field(
         20, ge=1, description="fewer live policy-client decisions in the interval: no alert"
     )
+    max_quarantine_share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="more of an interval's rows quarantined than this share: the capture fails (exit 2), its rows kept",
+    )
 
 
 class DriftParams(Block):

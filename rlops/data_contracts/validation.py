@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -460,14 +461,23 @@ def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
 # --------------------------------------------------------------------------- row identity
 
 
+#: The reason of a row another source of the run key already stored: a copy, not bad data.
+STORED_ELSEWHERE = "already captured by another source of this run key"
+
+
 def reject_outside_interval_and_duplicates(
-    accepted: pd.DataFrame, start: datetime, end: datetime, seen: set[tuple[str, int]]
+    accepted: pd.DataFrame,
+    start: datetime,
+    end: datetime,
+    seen: set[tuple[str, int]],
+    stored: Collection[tuple[str, int]] = frozenset(),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Split typed, accepted trace rows into ``(kept, rejected)``: a row is rejected (with a
     ``quarantine_reason``) when its ``ts`` lies outside ``[start, end)`` (the run's interval,
-    widened by the lateness the caller allows) or
-    its ``(episode_id, step)`` was already seen in this run (``seen`` is updated in place, so
-    duplicates across chunks are caught too). The first occurrence of a key is kept."""
+    widened by the lateness the caller allows), when its ``(episode_id, step)`` was already seen in
+    this run (``seen`` is updated in place, so duplicates across chunks are caught too), or when it
+    is in ``stored`` (the keys other sources of the run key wrote; their reason ends with
+    :data:`STORED_ELSEWHERE`). The first occurrence of a key is kept."""
     if accepted.empty:
         return accepted, accepted.assign(**{REASON_COLUMN: pd.Series([], dtype="str")})
     frame = accepted.reset_index(drop=True)
@@ -482,7 +492,9 @@ def reject_outside_interval_and_duplicates(
     for i, key in enumerate(zip(frame["episode_id"].astype(str), frame["step"].astype("int64"))):
         if outside[i]:
             continue  # not this run's row: it neither claims nor duplicates a key
-        if key in seen:
+        if key in stored:
+            reasons[i].append(f"duplicate: (episode_id, step) = ({key[0]!r}, {int(key[1])}) {STORED_ELSEWHERE}")
+        elif key in seen:
             reasons[i].append(
                 f"duplicate: (episode_id, step) = ({key[0]!r}, {int(key[1])}) already captured in this run"
             )

@@ -14,12 +14,17 @@ A version an alias moves off has its promotion outcome rewritten (``previous``, 
 ``rolled_back``) and its challenger share ``traffic_fraction`` set to 0, so neither a person nor an
 agent reads a fate or a share the version no longer has. A process whose registry key is not the
 deployment's moves nothing (:func:`~rlops.registry.alias_records.require_key`).
+
+The first promotion also records its time (``rlops.champion.first_at``): the rule engine serves an
+agent until then, so its ``no_champion`` fallbacks before that moment are expected
+(:func:`first_champion_at`, read by the capture's fallback alert).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from rlops.common.errors import UserError
@@ -131,6 +136,38 @@ def _write_history(tracker: Tracker, name: str, history: list[str]) -> None:
     tracker._call(f"record the champion history of {name!r}", write)
 
 
+def _set_model_tag(tracker: Tracker, name: str, key: str, value: str) -> None:
+    tracker._call(f"tag {name!r} {key}", lambda c: c.set_registered_model_tag(name, key, value))
+
+
+def _tag_time(value: str | None) -> datetime | None:
+    """A time tag (ISO 8601) as UTC; None when absent or unreadable (tags are editable by hand)."""
+    try:
+        t = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+    return None if t is None else (t if t.tzinfo else t.replace(tzinfo=UTC))
+
+
+def first_champion_at(tracker: Tracker, name: str) -> datetime | None:
+    """When ``name`` first had a champion, as well as the registry records it: the time of rlops'
+    first promotion (tag ``rlops.champion.first_at``), never later than the current champion's own
+    promotion (``rlops.promotion.at`` or ``promoted_at``). A registry promoted before that record
+    gives the earliest promotion time tagged on a version of its champion history instead — no
+    earlier than the first promotion, so a little of its traffic may pass for before it. None:
+    no champion time recorded."""
+    tags = tracker.model_tags(name)
+    recorded = _tag_time(tags.get(K.CHAMPION_FIRST_AT))
+    versions = [tracker.get_alias(name, CHAMPION)]
+    if recorded is None:
+        versions += read_history(tracker, name).recorded
+    times = [recorded] if recorded else []
+    for version in dict.fromkeys(v for v in versions if v):
+        vtags = tracker.model_version_tags(name, version)
+        times += [t for t in (_tag_time(vtags.get(K.PROMOTION_AT)), _tag_time(vtags.get(K.VERSION.PROMOTED_AT))) if t]
+    return min(times) if times else None
+
+
 def rollback_plan(tracker: Tracker, name: str) -> tuple[str, list[str]]:
     """The version a rollback of ``name`` restores and the history left before it, oldest first.
     Refused (:class:`~rlops.common.errors.UserError`) when the version to restore is not one rlops
@@ -176,6 +213,7 @@ def move_champion(tracker: Tracker, name: str, new_version: str) -> AliasState:
     if current == new_version:
         return AliasState(name, current, tracker.get_alias(name, PREVIOUS))
     before_previous = tracker.get_alias(name, PREVIOUS)
+    first = current is None and not read_history(tracker, name).recorded
     history = [v for v in champion_history(tracker, name) if v != new_version]
     if current is not None:
         history = [v for v in history if v != current] + [current]
@@ -186,6 +224,8 @@ def move_champion(tracker: Tracker, name: str, new_version: str) -> AliasState:
         f"moving champion to v{new_version}",
     )
     _write_history(tracker, name, history)
+    if first and not tracker.model_tags(name).get(K.CHAMPION_FIRST_AT):
+        _set_model_tag(tracker, name, K.CHAMPION_FIRST_AT, datetime.now(UTC).isoformat(timespec="seconds"))
     tracker.record_outcome(
         name,
         new_version,

@@ -49,6 +49,7 @@ MODEL_VERSION: Final = "rlops.model_version"  # the version a training run regis
 STRESS_VERDICT: Final = "rlops.stress_test"
 PROMOTION_ACTION: Final = "rlops.promotion.action"  # champion | challenger | none, on a promote run
 ALERT_FALLBACK: Final = "rlops.alert.fallback"  # on a capture run: live rule-engine fallbacks over the threshold
+ALERT_QUARANTINE: Final = "rlops.alert.quarantine"  # on a capture run: more rows quarantined than allowed
 
 # Step names (the value of STEP) — also the first word of a step run's name.
 CAPTURE, DRIFT, RECALIBRATE = "capture", "drift", "recalibrate"
@@ -70,6 +71,7 @@ REGISTRY_KEY_ID: Final = "rlops.registry.key_id"  # the key id the deployment si
 
 
 CHAMPION_HISTORY: Final = "rlops.champion.history"  # versions that were champion before, oldest first (JSON)
+CHAMPION_FIRST_AT: Final = "rlops.champion.first_at"  # when rlops made the model's first champion (ISO 8601)
 CHAMPION_HISTORY_SIGNATURE: Final = "rlops.champion.history.sig"  # rlops' HMAC of that history, with its key id
 
 

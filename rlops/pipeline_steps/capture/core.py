@@ -65,6 +65,7 @@ from rlops.data_contracts.validation import (
     reject_outside_interval_and_duplicates,
     validate_frame,
 )
+from rlops.pipeline_steps.capture.input_checks import QuarantineTally
 from rlops.storage.backend import Storage
 from rlops.trace_store.store import (
     TraceStore,
@@ -90,6 +91,8 @@ class CaptureResult:
     files_skipped: list[str] = field(default_factory=list)
     files_written: list[str] = field(default_factory=list)
     quarantine_partitions: list[str] = field(default_factory=list)
+    #: the quarantined rows by kind of reason (:meth:`QuarantineTally.to_list`)
+    quarantine_reasons: list[dict[str, Any]] = field(default_factory=list)
     manifest_uri: str | None = None
     dry_run: bool = False
     #: what the rows came from: ``landing_zone``, ``otlp:<uri>``, ``mlflow:<experiment>``
@@ -355,7 +358,9 @@ def write_capture(
             )
 
     save_manifest("running")
-    seen = _captured_keys(storage, store, scenario, run_key, manifest_uri)
+    stored = _captured_keys(storage, store, scenario, run_key, manifest_uri)
+    seen: set[tuple[str, int]] = set()
+    tally = QuarantineTally()
     window = (start - max_lateness, end + max_clock_skew)
     bar = progress_bar(progress, desc="capture", unit="rows", unit_scale=True)
     try:
@@ -364,7 +369,7 @@ def write_capture(
             accepted, quarantined = validate_rows(rows, contract)
             # The run owns its interval and each (episode_id, step) once: the contract's
             # row-identity rules, which need the interval and every earlier chunk.
-            accepted, foreign = reject_outside_interval_and_duplicates(accepted, *window, seen)
+            accepted, foreign = reject_outside_interval_and_duplicates(accepted, *window, seen, stored)
             extra = [f for f in (foreign, unparseable, chunk.rejected_rows()) if len(f)]
             if extra:
                 quarantined = pd.concat([quarantined, *extra], ignore_index=True)
@@ -390,6 +395,7 @@ def write_capture(
                 window=window,
             )
             quarantine_parts += newq
+            tally.add(quarantined[REASON_COLUMN].tolist() if len(quarantined) else [])
             written += new + newq
             rows_in += len(chunk)
             rows_accepted += len(accepted)
@@ -424,6 +430,7 @@ def write_capture(
         files_skipped=skipped,
         files_written=written,
         quarantine_partitions=folders(quarantine_parts),
+        quarantine_reasons=tally.to_list(),
         manifest_uri=None if dry_run else manifest_uri,
         dry_run=dry_run,
         source=source.name,

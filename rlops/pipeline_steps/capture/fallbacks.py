@@ -9,30 +9,41 @@ not null), the share answered by the rule engine and the reasons (the code in fr
 decisions, the capture result carries an alert; the capture run in MLflow logs the share as a
 metric and the alert as a tag, and ``rlops capture`` prints it.
 
-``no_champion`` fallbacks are expected while the registry has no champion at all (the rule engine
-serves until the first promotion) and are not counted towards the alert then; once a champion
-exists they are an incident like any other.
+``no_champion`` fallbacks are expected before the first promotion — the rule engine serves until
+then — and are not counted towards the alert: those whose decision (``ts``) came before the
+registry's first champion (:func:`~rlops.registry.aliases.first_champion_at`) plus
+:data:`CHAMPION_PICKUP`, the time a policy client takes to follow an alias move, and all of them
+while the registry has no champion at all. So re-capturing an hour that spans the first promotion
+counts only the decisions after it. After that a ``no_champion`` fallback is an incident like any
+other: the registry has a champion the agent does not see — a client on another tracking server or
+model name serves rules for good. (Excusing every ``no_champion`` fallback, as the code says only
+that the client saw no champion, would hide exactly that.)
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from rlops.common.policy_ref import policy_model_name
 from rlops.registry import tags as T
+from rlops.registry.aliases import first_champion_at
 from rlops.trace_store.store import read_traces
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.registry.run_handle import RunHandle
 
-COLUMNS = ("source", "fallback", "fallback_reason")
+COLUMNS = ("source", "fallback", "fallback_reason", "ts")
 NO_CHAMPION = "no_champion"
 UNSPECIFIED = "unspecified"
+#: How long after an alias move a policy client may still serve what it had: it polls the registry
+#: every 30 s by default, and the SDK's contract is that a move is picked up within a minute.
+CHAMPION_PICKUP = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -43,7 +54,7 @@ class FallbackSummary:
     fallbacks: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
     expected: int = 0
-    """Fallbacks not counted towards the alert (``no_champion`` while no champion exists)."""
+    """Fallbacks not counted towards the alert (``no_champion`` before the first champion)."""
 
     @property
     def share(self) -> float:
@@ -54,8 +65,13 @@ class FallbackSummary:
         return {**asdict(self), "share": self.share}
 
 
-def summarize(rows: pd.DataFrame, champion_exists: bool = True) -> FallbackSummary:
-    """The fallback summary of trace rows (live rows whose ``fallback`` is set)."""
+def summarize(
+    rows: pd.DataFrame, champion_exists: bool = True, champion_since: datetime | None = None
+) -> FallbackSummary:
+    """The fallback summary of trace rows (live rows whose ``fallback`` is set). ``no_champion``
+    fallbacks are expected (not counted towards the alert) all of them without a champion
+    (``champion_exists`` false), else those decided before ``champion_since`` + :data:`CHAMPION_PICKUP`
+    (None: the first champion's time is not known, and every one counts)."""
     if rows.empty or "fallback" not in rows.columns:
         return FallbackSummary()
     live = rows[rows["source"].astype("string") == "live"] if "source" in rows.columns else rows
@@ -66,8 +82,13 @@ def summarize(rows: pd.DataFrame, champion_exists: bool = True) -> FallbackSumma
         if "fallback_reason" in fell.columns
         else pd.Series([None] * len(fell), index=fell.index)
     )
-    codes = Counter(UNSPECIFIED if r is None or pd.isna(r) else str(r).split(":", 1)[0].strip() for r in reasons)
+    code_of = [UNSPECIFIED if r is None or pd.isna(r) else str(r).split(":", 1)[0].strip() for r in reasons]
+    codes = Counter(code_of)
     expected = 0 if champion_exists else codes.get(NO_CHAMPION, 0)
+    if champion_exists and champion_since is not None and codes.get(NO_CHAMPION) and "ts" in fell.columns:
+        ts = pd.to_datetime(fell["ts"], utc=True, errors="coerce")
+        before = (ts < pd.Timestamp(champion_since + CHAMPION_PICKUP)).to_numpy()
+        expected = int(sum(1 for code, early in zip(code_of, before, strict=True) if code == NO_CHAMPION and early))
     return FallbackSummary(len(decided), len(fell), dict(sorted(codes.items())), expected)
 
 
@@ -114,11 +135,13 @@ def check_fallbacks(ctx: StepContext, partitions: list[str]) -> tuple[dict[str, 
     rows = interval_rows(ctx, list(partitions))
     summary = summarize(rows)
     if summary.by_reason.get(NO_CHAMPION):
+        name = policy_model_name(ctx.scenario)
         try:
-            champion = ctx.tracker.get_alias(policy_model_name(ctx.scenario), "champion")
+            champion = ctx.tracker.get_alias(name, "champion")
+            since = first_champion_at(ctx.tracker, name) if champion is not None else None
         except Exception:  # noqa: BLE001 - without the registry, count them (the safe side)
-            champion = "unknown"
-        summary = summarize(rows, champion_exists=champion is not None)
+            champion, since = "unknown", None
+        summary = summarize(rows, champion_exists=champion is not None, champion_since=since)
     alert = alert_text(summary, threshold, min_decisions)
     return summary.to_dict(), [alert] if alert else []
 

@@ -13,7 +13,10 @@ Two sources, one contract:
   ``<scenario>-<run key>-<i>``, so they never collide across captures.
 
 Either way every row is validated against the scenario's trace contract (Great Expectations);
-rows that break it go to quarantine with their reason, and rows in = accepted + quarantined.
+rows that break it go to quarantine with their reason, and rows in = accepted + quarantined. More
+than ``capture.max_quarantine_share`` of them quarantined fails the capture (exit 2, the DAG task
+fails) once its rows are written; an interval without rows is a warning that says where the traffic
+is (:mod:`rlops.pipeline_steps.capture.input_checks`).
 The interval is the run key's (:class:`~rlops.common.run_key.RunKey`); its files are named after the
 run key, so a re-run overwrites them.
 """
@@ -27,10 +30,17 @@ from typing import TYPE_CHECKING, Any
 from rlops.common.arguments import MAX_EPISODES, count, fraction
 from rlops.common.errors import UserError
 from rlops.data_contracts.schema import contract_for
+from rlops.data_contracts.validation import REASON_COLUMN
 from rlops.pipeline_steps.capture.core import capture_landing_zone, validate_rows, write_capture
 from rlops.pipeline_steps.capture.exploration import COLUMNS as EXPLORATION_COLUMNS
 from rlops.pipeline_steps.capture.exploration import exploration_cost
 from rlops.pipeline_steps.capture.fallbacks import check_fallbacks, interval_rows, log_fallbacks
+from rlops.pipeline_steps.capture.input_checks import (
+    CaptureRejected,
+    QuarantineTally,
+    empty_interval_warning,
+    rejection,
+)
 from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.capture.summary import CaptureSummary
 from rlops.pipeline_steps.capture.trace_sources import mlflow_source, otlp_source
@@ -95,8 +105,13 @@ def capture_step(ctx: StepContext, request: CaptureRequest | None = None, progre
             partitions=res.partitions,
             quarantine_uri=res.quarantine_uri,
             files_skipped=res.files_skipped,
+            quarantine_partitions=res.quarantine_partitions,
+            quarantine_reasons=res.quarantine_reasons,
             warnings=[f"landing file not read (expected .jsonl or .jsonl.gz): {u}" for u in res.files_skipped],
         )
+        if res.rows_in == 0:
+            note = empty_interval_warning(ctx.storage, landing, ctx.scenario, ctx.key, res.files_read)
+            out = dataclasses.replace(out, warnings=[*out.warnings, note])
     else:
         world = default_profile(pack, "production", profile or cfg.get("profile"))
         out = simulate_capture(ctx, pack, traces, quarantine, start, n_episodes, rate, world)
@@ -111,15 +126,21 @@ def _interval(ctx: StepContext) -> dict[str, Any]:
 
 def _checked_and_tracked(ctx: StepContext, out: CaptureSummary) -> CaptureSummary:
     """``out`` with the live fallback share of its rows (over the threshold: an incident), tracked
-    as the pass's capture run unless the run is dry or ``capture.track`` is off."""
+    as the pass's capture run unless the run is dry or ``capture.track`` is off. Raises
+    :class:`CaptureRejected` when more of its rows were quarantined than
+    ``capture.max_quarantine_share`` — after the rows are written and the run tracked, so the
+    failure loses nothing."""
     fallbacks, alerts = check_fallbacks(ctx, out.partitions)
     explored: dict[str, Any] | str = "not measured: a dry run writes no partitions"
     if not ctx.dry_run:
         cost = exploration_cost(interval_rows(ctx, out.partitions, EXPLORATION_COLUMNS))
         explored = cost.to_dict() if cost is not None else "not measured: no row says whether its decision explored"
     out = dataclasses.replace(out, fallbacks=fallbacks, alerts=[*out.alerts, *alerts], exploration=explored)
+    rejected = rejection(out, ctx.config.capture.max_quarantine_share)
     if not ctx.dry_run and ctx.config.capture.track:
-        track_capture(ctx, out)
+        track_capture(ctx, out, rejected)
+    if rejected:
+        raise CaptureRejected(rejected, out)
     return out
 
 
@@ -165,17 +186,25 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
         partitions=res.partitions,
         quarantine_partitions=res.quarantine_partitions,
         quarantine_uri=res.quarantine_uri,
+        quarantine_reasons=res.quarantine_reasons,
         manifest_uri=res.manifest_uri,
     )
+    if res.rows_in == 0:
+        interval = f"[{ctx.key.start.isoformat()}, {ctx.key.end.isoformat()})"
+        note = f"no rows in: {res.source} holds no agent decisions of {ctx.scenario} for the interval {interval}"
+        out = dataclasses.replace(out, warnings=[*out.warnings, note])
     return _checked_and_tracked(ctx, out)
 
 
-def track_capture(ctx: StepContext, out: CaptureSummary) -> None:
-    """The capture's step run in the pass: row counts, and the partitions it wrote as datasets."""
+def track_capture(ctx: StepContext, out: CaptureSummary, rejected: str | None = None) -> None:
+    """The capture's step run in the pass: row counts, and the partitions it wrote as datasets;
+    ``rejected``: why the capture fails (too much quarantined), as a tag."""
     with step_run(ctx, T.CAPTURE) as run:
         run.log_params({"source": out.source, "interval": " .. ".join(out.interval)})
         counts = {"rows_in": out.rows_in, "rows_accepted": out.rows_accepted, "rows_quarantined": out.rows_quarantined}
         run.log_metrics({k: float(v) for k, v in counts.items()}, step=0)
+        if rejected:
+            run.set_tags({T.ALERT_QUARANTINE: rejected[:5000]})
         log_fallbacks(run, out.fallbacks, out.alerts)
         if isinstance(out.exploration, dict):
             cost = out.exploration
@@ -228,6 +257,8 @@ def simulate_capture(
     )
     contract = contract_for(pack)
     accepted, quarantined = validate_rows(df, contract)
+    tally = QuarantineTally()
+    tally.add(quarantined[REASON_COLUMN].tolist() if len(quarantined) else [])
     parts = write_trace_partitions(ctx.storage, accepted, traces, ctx.run_key, contract=contract, dry_run=ctx.dry_run)
     qparts = (
         write_quarantine_partitions(
@@ -247,5 +278,6 @@ def simulate_capture(
         rows_quarantined=len(quarantined),
         partitions=parts,
         quarantine_partitions=qparts,
+        quarantine_reasons=tally.to_list(),
         warnings=[traced.warning] if traced.warning else [],
     )

@@ -1,7 +1,7 @@
 """What a capture hands back (:class:`CaptureSummary`): the interval, the source, the balanced row
-counts (in = accepted + quarantined), where the rows went, and the live fallback share with its
-alert. :meth:`CaptureSummary.as_dict` is the JSON ``rlops capture --json`` prints and the capture
-DAG's task pushes to XCom."""
+counts (in = accepted + quarantined), where the rows went, why rows were quarantined, and the live
+fallback share with its alert. :meth:`CaptureSummary.as_dict` is the JSON ``rlops capture --json``
+prints and the capture DAG's task pushes to XCom."""
 
 from __future__ import annotations
 
@@ -28,8 +28,13 @@ class CaptureSummary(StepResult):
     partitions: list[str]
     """The trace-store partitions written (a dry run: that would be written)."""
     quarantine_partitions: list[str] = field(default_factory=list)
+    """Where the quarantined rows went (a dry run: would go)."""
     quarantine_uri: str | None = None
+    quarantine_reasons: list[dict[str, Any]] = field(default_factory=list)
+    """The quarantined rows by kind of reason, most first: ``{reason, rows, example}``
+    (:mod:`rlops.pipeline_steps.capture.input_checks`)."""
     warnings: list[str] = field(default_factory=list)
+    """What the capture wants read, e.g. why an interval had no rows (exit 0)."""
     fallbacks: dict[str, Any] | str | None = None
     """The live fallback share of the rows written (a dry run says why it is not computed)."""
     alerts: list[str] = field(default_factory=list)

@@ -93,7 +93,20 @@ def target_rows(ctx: StepContext, cfg: DriftParams | Mapping[str, Any]) -> tuple
 
 
 def episode_returns(df: Any) -> np.ndarray:
-    return df.groupby("episode_id")["reward_total"].sum().to_numpy(dtype=float) if len(df) else np.zeros(0)
+    """The summed reward of each episode that has one: an episode no row of which carries a
+    ``reward_total`` (an agent whose integration reports no rewards) has no measured return — it
+    is left out, never counted as a return of 0."""
+    if not len(df) or "reward_total" not in df.columns:
+        return np.zeros(0)
+    summed = df.groupby("episode_id")["reward_total"].sum(min_count=1)
+    return np.asarray(summed.dropna(), dtype=np.float64)
+
+
+#: What the drift check says in place of a live mean return its rows do not carry.
+NO_LIVE_RETURN = (
+    "no live return measured: no live row carries a reward_total (an agent traced through an "
+    "integration that reports no rewards); the return-anomaly check and outcome drift did not run"
+)
 
 
 def comparable_rows(pack: Any, df: Any) -> Any:
@@ -234,6 +247,8 @@ class DriftSummary(StepResult):
     report_uri: str | None = None
     html_uri: str | None = None
     live_mean_return: float | None = None
+    """The live episodes' mean return; None (with :attr:`live_return_note`) when no live row has a reward."""
+    live_return_note: str | None = None
     sandbox_mean_return: float | None = None
     anomaly_check: dict[str, Any] | None = None
     outcome_drift: bool | None = None
@@ -333,6 +348,7 @@ def drift_check(
     outcome = outcome_drift_step(ctx, pack, baseline_df, live)
     if fanned and not ctx.dry_run:  # last: a failure above leaves the slices for the task's retry
         drop_slices(ctx)
+    unmeasured = NO_LIVE_RETURN if not len(r_live) else None
     return DriftSummary(
         **base,
         baseline_uri=baseline,
@@ -343,8 +359,10 @@ def drift_check(
         report_uri=None if ctx.dry_run else result.report_uri,
         html_uri=None if ctx.dry_run else result.html_uri,
         summary=(f"{result.summary} (dry run: no report written)" if ctx.dry_run else result.summary)
-        + "".join(f"; {line}" for line in signals_moved),
+        + "".join(f"; {line}" for line in signals_moved)
+        + (f"; {unmeasured}" if unmeasured else ""),
         live_mean_return=round(float(r_live.mean()), 4) if len(r_live) else None,
+        live_return_note=unmeasured,
         sandbox_mean_return=round(float(r_base.mean()), 4),
         anomaly=verdict["anomaly"],
         anomaly_check=verdict,

@@ -227,6 +227,8 @@ def outcome_drift(
     pack: Pack, sandbox: pd.DataFrame, live: pd.DataFrame, cfg: OutcomeConfig, segments: dict[str, str] | None = None
 ) -> OutcomeReport:
     """The calibration test of ``live`` rows against the calibrated sandbox's ``sandbox`` rows."""
+    if "reward_total" in live:  # a step without a reward has no outcome to compare
+        live = live[live["reward_total"].notna()]
     rep = OutcomeReport(alpha=cfg.alpha, min_effect=cfg.min_effect, live_rows=len(live), sandbox_rows=len(sandbox))
     if live.empty or sandbox.empty or "reward_total" not in live:
         rep.reason = "no live or no sandbox rows with rewards"

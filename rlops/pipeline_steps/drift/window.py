@@ -90,7 +90,8 @@ class WindowSummary:
     clustered: bool
     """Whether the window has the ``drift.cluster`` column (each field's :attr:`TargetField.units`)."""
     episode_returns: np.ndarray
-    """Summed reward of each live episode (as ``groupby("episode_id")["reward_total"].sum()``, in code order)."""
+    """Summed reward of each live episode with one (as :func:`~rlops.pipeline_steps.drift.check.episode_returns`:
+    an episode without any ``reward_total`` has no measured return and is left out), in code order."""
     plot_rows: pd.DataFrame
     plot_every: int = 1
     """The histograms' rows are every ``plot_every``-th row of the window."""
@@ -162,7 +163,8 @@ def units_in_sql(
         for i, f in enumerate(have)
     ]
     reward = "reward_total" in columns
-    summed = "sum(CASE WHEN isnan(reward_total) THEN 0 ELSE reward_total END)" if reward else "0"
+    # NULL, not 0, for an episode without a reward: it has no measured return
+    summed = "sum(CASE WHEN isnan(reward_total) THEN NULL ELSE reward_total END)" if reward else "NULL"
     units: dict[str, float] = {}
     if unit and unit in columns and unit != "episode_id":
         got = reader.query(
@@ -172,15 +174,13 @@ def units_in_sql(
         flags = []
     elif unit != "episode_id":
         flags = []
-    sql = (
-        f"SELECT {', '.join([f'coalesce({summed}, 0) AS r', 'episode_id IS NULL AS k', *flags])} "
-        "FROM traces GROUP BY episode_id"
-    )
+    sql = f"SELECT {', '.join([f'{summed} AS r', 'episode_id IS NULL AS k', *flags])} FROM traces GROUP BY episode_id"
     got = reader.query(uri, sql, window=window)
     if unit == "episode_id":
         units = {"": float(len(got)), **{f: float(got[f"h{i}"].sum()) for i, f in enumerate(have)}}
-    keyed = ~got["k"].to_numpy(dtype=bool)
-    return UnitSummary(units, got["r"].to_numpy(dtype=np.float64)[keyed])
+    returns = pd.to_numeric(got["r"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    keyed = ~got["k"].to_numpy(dtype=bool) & ~np.isnan(returns)
+    return UnitSummary(units, returns[keyed])
 
 
 @dataclass
@@ -271,9 +271,12 @@ def summarise_window(
         unit_codes = ep_codes if scan.episodes.arrays else None
     else:
         unit_codes = scan.units.codes()[0] if scan.units.arrays else None
-    reward = np.nan_to_num(np.concatenate(scan.rewards)) if scan.rewards else np.zeros(0)
+    reward = np.concatenate(scan.rewards) if scan.rewards else np.zeros(0)
     keep = ep_codes >= 0
-    returns = np.bincount(ep_codes[keep], weights=reward[keep], minlength=n_eps) if n_eps else np.zeros(0)
+    rewarded = keep & ~np.isnan(reward)
+    returns = np.bincount(ep_codes[rewarded], weights=reward[rewarded], minlength=n_eps) if n_eps else np.zeros(0)
+    if n_eps:  # an episode without any reward has no measured return: left out, not counted as 0
+        returns = returns[np.bincount(ep_codes[rewarded], minlength=n_eps) > 0]
     if unit_codes is not None:
         every_row: dict[str, float] = {}  # units over all rows, counted once
         for a in acc.values():

@@ -198,10 +198,18 @@ def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
     """The landing zone of the run key's interval; simulated traffic when the conf says
     ``simulate: true``, or when it says null (a scheduled run), the interval has no landing files
     and params say ``capture.simulate_when_empty`` (the result then says
-    ``source: simulation:<profile>``)."""
+    ``source: simulation:<profile>``). More rows quarantined than ``capture.max_quarantine_share``
+    fails the task at once (a user error, no retries: the same rows would fail again), with the
+    capture's top reasons; its rows are written first. Warnings (an interval without rows) go to
+    the task log."""
     from rlops.pipeline_steps.capture.step import capture_step
 
-    return capture_step(_ctx(conf), step_request.from_conf(CaptureRequest, conf)).as_dict()
+    out = capture_step(_ctx(conf), step_request.from_conf(CaptureRequest, conf))
+    for warning in out.warnings:
+        log.warning("capture: %s", warning)
+    for alert in out.alerts:
+        log.warning("ALERT: %s", alert)
+    return out.as_dict()
 
 
 @no_retry_on_user_error
