@@ -337,6 +337,7 @@ def queued(rlops_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
             continue
         df = pd.read_parquet(part)
         df["policy_version"] = "7"
+        df["fallback"], df["fallback_reason"] = False, None  # the simulated rule engine's rows are fallbacks
         df["entropy"] = 0.9 * np.log(df["action_mask"].str.count("1").clip(lower=2))
         df.to_parquet(part, index=False)
     _, res = run_json(["labels", "run", *KEYED], capsys)

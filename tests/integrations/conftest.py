@@ -106,6 +106,17 @@ def landing_rows(landing: str) -> list[dict[str, Any]]:
     return [json.loads(line) for f in sorted(Path(landing).rglob("*.jsonl")) for line in f.read_text().splitlines()]
 
 
+def assert_rule_engine_propensities(rows: list[dict[str, Any]], share: float = 0.05) -> None:
+    """Rows the rule engine served carry its true propensity: it explores too, ``share`` of its
+    decisions drawn uniformly over the legal actions, so ``(1 − share)·[its choice] + share / |legal|``."""
+    import math
+
+    for r in rows:
+        legal = str(r["action_mask"]).count("1")
+        expected = (0.0 if r["explored"] else 1.0 - share) + share / legal
+        assert r["policy_version"] == "rules" and math.isclose(math.exp(r["logp"]), expected, rel_tol=1e-6), r
+
+
 def capture(scenario: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """``rlops capture``'s step over the interval the rows were written in; its counts."""
     from rlops.common.run_key import RunKey

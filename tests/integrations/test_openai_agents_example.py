@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.integrations.conftest import adapter_lines, capture, example, landing_rows, load_example
+from tests.integrations.conftest import (
+    adapter_lines,
+    assert_rule_engine_propensities,
+    capture,
+    example,
+    landing_rows,
+    load_example,
+)
 
 EXAMPLE = example("openai_agents") / "credit_agent.py"
 
@@ -38,10 +45,11 @@ def test_the_rule_engine_chooses_the_tools_before_a_promotion(agent: ModuleType,
     out = asyncio.run(agent.run_agent(agent.applications(3, seed=4), bare_world["landing"], bare_world["tracking_uri"]))
     rows = landing_rows(bare_world["landing"])
     assert out["fallbacks"] == {"no_champion": len(rows)} and len(out["decision_ms"]) == len(rows)
+    assert_rule_engine_propensities(rows)
     for steps in episodes(rows).values():
-        assert [r["action"] for r in steps[:2]] == ["initiate_fraud_check", "fetch_credit_report"]
-        assert steps[-1]["action"] == "send_notification" and steps[-1]["done"]
-        assert all(r["logp"] == 0.0 and r["policy_version"] == "rules" for r in steps)
+        if not any(r["explored"] for r in steps[:2]):  # the rule engine's own order
+            assert [r["action"] for r in steps[:2]] == ["initiate_fraud_check", "fetch_credit_report"]
+        assert steps[-1]["done"]
     res = capture("credit_approval", rows)
     assert res["rows_in"] == len(rows) == res["rows_accepted"] + res["rows_quarantined"]
     assert res["rows_quarantined"] == 0

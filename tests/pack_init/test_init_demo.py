@@ -75,7 +75,7 @@ def test_init_from_live_traces_validates_stresses_and_the_demo_promotes(
     log = out.stdout[-4000:] + out.stderr[-2000:]
     assert out.returncode == 0, log
     assert "stress test: pass" in out.stdout, log
-    table = out.stdout.split("gated evaluation", 1)[1].split("PROMOTED", 1)[0]
+    table = out.stdout.split("gated evaluation", 1)[1].split("PROMOTED", 1)[0].split("(what each row", 1)[0]
     rows = [ln.split() for ln in table.splitlines()[2:] if ln.strip()]
     assert rows and all(r[-1] in ("pass", "skipped") for r in rows), table
     assert {r[0] for r in rows if r[-1] == "pass"} >= {"mean_return", "completion_rate", "stress_test"}, table

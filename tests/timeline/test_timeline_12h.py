@@ -60,7 +60,10 @@ def test_twelve_simulated_hours_hold_the_loop_properties(airflow_db: str, tmp_pa
     # the policy client: rules first (a fallback with its reason), then the staged challenger
     assert m["fallback_episodes"] > 0 and m["challenger_episodes"] > 0, table
     assert m["fallback_reasons"].get("no_champion", 0) > 0, m["fallback_reasons"]
-    assert abs(hours[0]["rules_return"] - hours[0]["live_return"]) < 1e-4  # the rule engine served hour 0
+    # the rule engine served hour 0, exploring 5 % of its decisions uniformly: on the credit pack that
+    # gives up about a seventh of the return (docs/promotion-evidence.md measures it)
+    rules_return, served = hours[0]["rules_return"], hours[0]["live_return"]
+    assert 0.7 * rules_return <= served <= rules_return + 1e-4, (rules_return, served)
     assert any("challenger at" in a for h in hours for a in h["actions"]), table
     assert m["stage_moves"] >= 2 and m["ab_gates_run"] > 0, table
     assert m["promotion_to_agent_s"] is not None and m["promotion_to_agent_s"] <= 60
