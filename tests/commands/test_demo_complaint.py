@@ -12,7 +12,6 @@ Run: ``pytest -m slow tests/commands/test_demo_complaint.py`` (about two minutes
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
