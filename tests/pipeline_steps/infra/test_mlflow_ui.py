@@ -1,7 +1,8 @@
 """The MLflow UI on the demo's store, in a real browser (Playwright driving the Debian Chromium).
 
-``rlops.demo`` runs once with tiny budgets; its gates are loosened so that its candidate becomes
-the champion whatever a few thousand PPO steps learn (this test is about what the UI shows; the
+``rlops.demo`` runs once with tiny budgets; its gates are loosened (and the sandbox's gates decide
+without off-policy evidence) so that its candidate becomes the champion whatever a few thousand PPO
+steps learn (this test is about what the UI shows; the
 gates have their own tests). Then ``mlflow server`` serves the store and the browser finds: the
 pass's parent run with its nested step runs, a dataset on the training run, and the policy version
 with the alias ``champion`` and its lineage tags. Screenshots go to ``artifacts/ui/`` (git-ignored).
@@ -36,6 +37,7 @@ BUDGETS: dict[str, Any] = {
     "stress": {"edge_states": 1000, "gaming_episodes": 500, "policy_episodes": 400},
     "recalibrate": {"check_samples": 2000},
     "demo": {"capture_episodes": 800, "reward_model_pairs": 800, "timesteps": 150_000},
+    "ope": {"required": False},  # 800 explored episodes cannot judge the first candidate off-policy
     "evaluate": {
         "episodes": 600,
         "bootstrap_samples": 300,
