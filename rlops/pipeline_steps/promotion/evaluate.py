@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import tempfile
 import time
 from collections.abc import Collection
@@ -380,6 +381,13 @@ def evaluate_candidate(
                 ctx.config.ope,
             )
         )
+    ope_metrics = dict(off_policy.metrics)
+    if off_policy.result is not None and math.isfinite(off_policy.result.logged_return):
+        # the sandbox's trust in MLflow: the incumbent's sandbox value over its logged one
+        logged = off_policy.result.logged_return
+        ope_metrics["ope_incumbent_sandbox_value"] = float(champ_res.mean_return)
+        if logged != 0:
+            ope_metrics["ope_sim_to_real_ratio"] = float(champ_res.mean_return) / logged
     evidence = judge(gates, ctx.config.ope.required)
     if not evidence.sandbox_trusted:
         notes.append("the sandbox is untrusted: its gates are shown but do not decide (sandbox:trust)")
@@ -406,7 +414,7 @@ def evaluate_candidate(
         candidate_metrics=policy_metrics(
             cand_res.summary(), segment_returns(cand_res.returns.cpu().numpy(), segments), p99[0]
         ),
-        ope_metrics=off_policy.metrics,
+        ope_metrics=ope_metrics,
         ope_params=ope_params,
         ope_tags=ope_tags,
         evidence=evidence.as_dict(),

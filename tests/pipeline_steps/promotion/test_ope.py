@@ -348,6 +348,10 @@ def test_the_evaluation_run_carries_the_ope_gate(pack) -> None:  # type: ignore[
         )
     assert run.data.metrics["ope_sandbox_value"] == pytest.approx(res["candidate_summary"]["mean_return"], abs=1e-5)
     assert {"ope_logged_return", "ope_episodes", "ope_agreement"} <= set(run.data.metrics)
+    # the sandbox's trust: the incumbent's sandbox value over its logged value, and the weights' diagnostics
+    m = run.data.metrics
+    assert m["ope_sim_to_real_ratio"] == pytest.approx(m["ope_incumbent_sandbox_value"] / m["ope_logged_return"])
+    assert {"ope_max_weight", "ope_mean_weight", "ope_top_weight_share", "ope_sndr", "ope_switch_dr"} <= set(m)
     assert run.data.params["ope.ci"] == "normal" and run.data.params["ope.confidence"] == "0.95"
     assert run.data.params["ope.direct_method"] == "sandbox"
     assert run.data.tags[T.OPE_STATE] == "pass" and T.OPE_REASON not in run.data.tags
