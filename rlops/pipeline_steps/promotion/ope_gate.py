@@ -469,7 +469,7 @@ def ope_gates(
     frame = frame.reset_index(drop=True)
     q: Any = None
     if cfg.direct_method == "sandbox" and traffic_problem(complete_live_episodes(frame), cfg) is None:
-        q = _sandbox_direct(pack, target, cfg, profile, reward_label)
+        q = sandbox_direct(pack, target, cfg, profile, reward_label)
     res = off_policy_value(pack, frame, target, cfg, q)
     if cfg.direct_method == "reward_model" and not res.skipped:
         res = _with_reward_model(ctx, pack, frame, target, cfg) or res
@@ -529,10 +529,11 @@ def ope_run_fields(gates: list[Gate], cfg: OPEConfig) -> tuple[dict[str, str], d
     return params, tags
 
 
-def _sandbox_direct(
+def sandbox_direct(
     pack: Pack, target: TargetProbs, cfg: OPEConfig, profile: str | None, reward_label: str | None
 ) -> LinearQ:
-
+    """DR's sandbox direct method for ``target``: a linear Q̂ fitted on ``ope.dm_episodes`` sandbox
+    episodes the target plays with ``ope.dm_explore`` of its decisions random legal ones."""
     return sandbox_q(
         pack,
         target,
@@ -545,16 +546,24 @@ def _sandbox_direct(
     )
 
 
-def _with_reward_model(
-    ctx: StepContext, pack: Pack, frame: pd.DataFrame, target: TargetProbs, cfg: OPEConfig
-) -> OPEResult | None:
-    """DR with the newest reward model as the direct method (None when none is registered)."""
+def reward_model_rows(ctx: StepContext, pack: Pack, frame: pd.DataFrame) -> np.ndarray | None:
+    """The newest reward model's ``Q̂[N, A]`` on every row of ``frame`` (zero on rows outside
+    :func:`complete_live_episodes`); None when no reward model is registered."""
+    import pandas as pd
+
     if latest_reward_model_version(ctx) is None:
         return None
     _, model = load_reward_model_version(ctx)
     rows = complete_live_episodes(frame)
-    q_rows = np.zeros((len(frame), pack.scenario.n_actions))
-    q_rows[frame.index.get_indexer(rows.index)] = reward_model_q(
-        pack, model, rows, rows["reward_total"].to_numpy(np.float64)
-    )
-    return off_policy_value(pack, frame, target, cfg, q_rows)
+    q = np.zeros((len(frame), pack.scenario.n_actions))
+    rewards = pd.to_numeric(rows["reward_total"], errors="coerce").to_numpy(np.float64)
+    q[frame.index.get_indexer(rows.index)] = reward_model_q(pack, model, rows, rewards)
+    return q
+
+
+def _with_reward_model(
+    ctx: StepContext, pack: Pack, frame: pd.DataFrame, target: TargetProbs, cfg: OPEConfig
+) -> OPEResult | None:
+    """DR with the newest reward model as the direct method (None when none is registered)."""
+    q_rows = reward_model_rows(ctx, pack, frame)
+    return None if q_rows is None else off_policy_value(pack, frame, target, cfg, q_rows)

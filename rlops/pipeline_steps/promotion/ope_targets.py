@@ -44,14 +44,14 @@ from rlops.pipeline_steps.promotion.ope_direct import (
     TargetProbs,
     fit_linear_q,
     returns_to_go,
-    reward_model_q,
-    sandbox_q,
 )
 from rlops.pipeline_steps.promotion.ope_gate import (
     OPEResult,
     complete_live_episodes,
     network_target,
     off_policy_value,
+    reward_model_rows,
+    sandbox_direct,
     serving_target,
     traffic_problem,
 )
@@ -62,7 +62,6 @@ from rlops.pipeline_steps.promotion.ope_target_file import (
     read_probabilities,
 )
 from rlops.pipeline_steps.promotion.request import OffPolicyRequest
-from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
 from rlops.sandbox.segments import compile_segment
 from rlops.sandbox.traces import rollout_traces
 from rlops.trace_store.states import action_codes, mask_matrix, state_features, states_from_traces
@@ -302,39 +301,23 @@ def _direct_method(
     if method == "none" or traffic_problem(rows, cfg) is not None:
         return None, method, None
     if method == "reward_model":
-        return _reward_model_q(ctx, pack, frame, rows)
+        return _reward_model_q(ctx, pack, frame)
     if target.kind == "file":
         return None, "none", NO_SANDBOX_DM
 
     profile = evaluation_profile(pack, ctx.config.evaluate.profile)
     label = str(ctx.config.evaluate.reward_fn or ctx.reward_choice().reward_fn)
     if target.in_sandbox:
-        q = sandbox_q(
-            pack,
-            target.probs,
-            episodes=cfg.dm_episodes,
-            explore=cfg.dm_explore,
-            ridge=cfg.ridge,
-            profile=profile,
-            reward_label=label,
-            seed=cfg.seed,
-        )
+        q = sandbox_direct(pack, target.probs, cfg, profile, label)
         return q, "sandbox", None
     return _rules_q(pack, cfg, profile, label), "sandbox", None
 
 
-def _reward_model_q(
-    ctx: StepContext, pack: Pack, frame: pd.DataFrame, rows: pd.DataFrame
-) -> tuple[np.ndarray | None, str, str | None]:
+def _reward_model_q(ctx: StepContext, pack: Pack, frame: pd.DataFrame) -> tuple[np.ndarray | None, str, str | None]:
     """The newest reward model's ``Q̂[N, A]`` on the frame's rows (none registered: no direct method)."""
-    import pandas as pd
-
-    if latest_reward_model_version(ctx) is None:
+    q = reward_model_rows(ctx, pack, frame)
+    if q is None:
         return None, "none", "no reward model is registered: DR without a direct method (it equals PDIS)"
-    _, model = load_reward_model_version(ctx)
-    q = np.zeros((len(frame), pack.scenario.n_actions))
-    rewards = pd.to_numeric(rows["reward_total"], errors="coerce").to_numpy(np.float64)
-    q[frame.index.get_indexer(rows.index)] = reward_model_q(pack, model, rows, rewards)
     return q, "reward_model", None
 
 
