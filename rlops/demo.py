@@ -73,6 +73,7 @@ def run(scenario: str | None = None) -> int:
         "capture": {"episodes": demo.capture_episodes},
         "drift": {"baseline_episodes": min(demo.capture_episodes, 3000)},
         "reward_model": {"pairs": demo.reward_model_pairs},
+        "evaluate": {"episodes": demo.evaluate_episodes},
     }
     ctx = StepContext.create(scenario, run_key, params=load_params(overrides=overrides))
     started = time.perf_counter()

@@ -612,6 +612,11 @@ class DemoParams(Block):
     )
     reward_model_pairs: int = Field(1000, ge=1, description="sandbox preference pairs for the reward model")
     timesteps: int = Field(100_000, ge=1, description="PPO environment steps of the demo's full retrain")
+    evaluate_episodes: int = Field(
+        16_000,
+        ge=1,
+        description="held-out episodes of the gated evaluation (enough to decide an improvement of ~2% of the return)",
+    )
     torch_threads: int = Field(1, ge=1, description="torch threads (small networks train fastest on one)")
 
 
