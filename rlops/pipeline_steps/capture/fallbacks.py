@@ -129,9 +129,8 @@ def check_fallbacks(ctx: StepContext, partitions: list[str]) -> tuple[dict[str, 
             "not computed: a dry run writes no partitions, and the fallback share "
             "(and its alert) is counted on the partitions written"
         ), []
-    cfg = ctx.section("capture")
-    threshold = float(cfg.get("fallback_alert_share", 0.05))
-    min_decisions = int(cfg.get("fallback_alert_min_decisions", 20))
+    cfg = ctx.config.capture
+    threshold, min_decisions = cfg.fallback_alert_share, cfg.fallback_alert_min_decisions
     rows = interval_rows(ctx, list(partitions))
     summary = summarize(rows)
     if summary.by_reason.get(NO_CHAMPION):

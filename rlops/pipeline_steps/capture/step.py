@@ -113,7 +113,7 @@ def capture_step(ctx: StepContext, request: CaptureRequest | None = None, progre
             note = empty_interval_warning(ctx.storage, landing, ctx.scenario, ctx.key, res.files_read)
             out = dataclasses.replace(out, warnings=[*out.warnings, note])
     else:
-        world = default_profile(pack, "production", profile or cfg.get("profile"))
+        world = default_profile(pack, "production", profile or cfg.profile)
         out = simulate_capture(ctx, pack, traces, quarantine, start, n_episodes, rate, world)
     return _checked_and_tracked(ctx, out)
 
@@ -149,15 +149,13 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
     file, through the landing zone's writer: the same contract, interval and duplicate checks,
     quarantine and manifest (each source of a run key adds its own files; see
     :mod:`rlops.pipeline_steps.capture.core`)."""
-    cfg = ctx.section("capture")
-    lateness = count(
-        "capture.max_lateness_minutes", cfg.get("max_lateness_minutes", 60), minimum=0, maximum=7 * 24 * 60
-    )
+    cfg = ctx.config.capture
+    lateness = count("capture.max_lateness_minutes", cfg.max_lateness_minutes, minimum=0, maximum=7 * 24 * 60)
     start, end = ctx.key.start, ctx.key.end
     if otlp_uri:
         source = otlp_source(ctx.storage, otlp_uri)
     else:
-        experiment = str(cfg.get("mlflow_experiment") or ctx.scenario)
+        experiment = cfg.mlflow_experiment or ctx.scenario
         source = mlflow_source(ctx.tracker.tracking_uri, experiment, start, end)
     store = ctx.traces
     res = write_capture(
@@ -168,7 +166,7 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
         contract_for(ctx.load_pack()),
         start,
         end,
-        chunk_rows=int(cfg.get("chunk_rows", 100_000)),
+        chunk_rows=cfg.chunk_rows,
         dry_run=ctx.dry_run,
         quarantine_root_uri=store.quarantine_uri,
         run_key=ctx.run_key,

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlops.common.params_model import DriftParams
 from rlops.data_contracts.schema import STATE_PREFIX
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.promotion.ope_direct import fit_linear_q
@@ -62,33 +63,28 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class OutcomeConfig:
-    """Settings read from the ``drift:`` params block (``outcome_*`` keys)."""
+    """The ``drift:`` params block's ``outcome_*`` settings (their defaults live in the params model,
+    :class:`~rlops.common.params_model.DriftParams`)."""
 
-    enabled: bool = True
-    alpha: float = 0.01
-    min_effect: float = 0.1
-    min_rows: int = 50
-    ridge: float = 1.0
-    quantiles: int = 4
-    clear_hours: int = 12
+    enabled: bool
+    alpha: float
+    min_effect: float
+    min_rows: int
+    ridge: float
+    quantiles: int
+    clear_hours: int
 
     @classmethod
-    def from_drift(cls, block: dict[str, Any] | None) -> OutcomeConfig:
-        b = block or {}
-        cfg = cls(
-            enabled=bool(b.get("outcome_enabled", True)),
-            alpha=float(b.get("outcome_alpha", 0.01)),
-            min_effect=float(b.get("outcome_min_effect", 0.1)),
-            min_rows=int(b.get("outcome_min_rows", 50)),
-            ridge=float(b.get("outcome_ridge", 1.0)),
-            quantiles=int(b.get("outcome_quantiles", 4)),
-            clear_hours=int(b.get("outcome_clear_hours", 12)),
+    def from_drift(cls, drift: DriftParams) -> OutcomeConfig:
+        return cls(
+            enabled=drift.outcome_enabled,
+            alpha=drift.outcome_alpha,
+            min_effect=drift.outcome_min_effect,
+            min_rows=drift.outcome_min_rows,
+            ridge=drift.outcome_ridge,
+            quantiles=drift.outcome_quantiles,
+            clear_hours=drift.outcome_clear_hours,
         )
-        if not 0 < cfg.alpha < 1:
-            raise ValueError(f"drift.outcome_alpha must be in (0, 1), got {cfg.alpha}")
-        if cfg.min_rows < 2:
-            raise ValueError(f"drift.outcome_min_rows must be >= 2, got {cfg.min_rows}")
-        return cfg
 
 
 @dataclass
@@ -326,7 +322,7 @@ def outcome_drift_step(ctx: Any, pack: Pack, sandbox: pd.DataFrame, live: pd.Dat
     """The drift check's call: test, write ``outcomes.json`` beside the drift report and log the
     ``outcome.*`` metrics and the report to an MLflow run of the drift step. A dry run tests and
     decides the onset from the kept state alike, and writes and logs nothing."""
-    cfg = OutcomeConfig.from_drift(ctx.section("drift"))
+    cfg = OutcomeConfig.from_drift(ctx.config.drift)
     if not cfg.enabled:
         return OutcomeReport(reason="off (drift.outcome_enabled)")
     rep = outcome_drift(pack, sandbox, live, cfg, ctx.section("evaluate").get("segments") or {})

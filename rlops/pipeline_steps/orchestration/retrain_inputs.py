@@ -43,7 +43,7 @@ def retrain_inputs(ctx: StepContext, mode: str, conf: Mapping[str, Any]) -> dict
     pack = ctx.pack_dir
     reward_file = pack / f"reward_{conf.get('reward_fn')}.py"
     cal = ctx.read_calibration("latest")
-    source = conf.get("reward_source") or ctx.section("train").get("reward_source") or "scripted"
+    source = conf.get("reward_source") or ctx.config.train.reward_source
     inputs: dict[str, Any] = {
         "mode": mode,
         # the run's options that decide what it trains: the request's, so a new option counts here too
@@ -88,7 +88,7 @@ def record_if_changed(ctx: StepContext, mode: str, conf: Mapping[str, Any]) -> b
         if blocker is not None:
             log.info("retrain_incremental skipped for %s: %s", ctx.scenario, blocker)
             return False
-    if not bool(ctx.section("dags").get("skip_unchanged", True)) or ctx.dry_run:
+    if not ctx.config.dags.skip_unchanged or ctx.dry_run:
         return True
     now = digest(retrain_inputs(ctx, mode, conf))
     uri = _state_uri(ctx, mode)

@@ -12,12 +12,14 @@ import pytest
 import yaml
 
 from rlops.common.config import REPO_ROOT
+from rlops.common.params_model import DriftParams
 from rlops.pipeline_steps.drift.outcomes import OutcomeConfig, outcome_drift, welch
 from rlops.pipeline_steps.drift.request import DriftCheckRequest
 from rlops.timeline.events import parse_events, production_doc
 
 PACK = REPO_ROOT / "scenarios" / "credit_approval"
 SEGMENTS = {"older": "user_profile.age >= 60", "low_credit_score": "user_profile.credit_score < 450"}
+DEFAULTS = OutcomeConfig.from_drift(DriftParams())  # the product's outcome_* defaults
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def test_a_fresh_draw_of_the_calibrated_world_raises_nothing(worlds) -> None:  #
     sandbox_pack, _, _ = worlds
     baseline = rows(sandbox_pack, 0, 2000)
     for seed in (10_000, 20_000, 30_000):
-        rep = outcome_drift(sandbox_pack, baseline, rows(sandbox_pack, seed, 1000), OutcomeConfig(), SEGMENTS)
+        rep = outcome_drift(sandbox_pack, baseline, rows(sandbox_pack, seed, 1000), DEFAULTS, SEGMENTS)
         assert not rep.drifted, rep.summary
         assert any(c.tested for c in rep.cells) and rep.reason is None
 
@@ -74,7 +76,7 @@ def test_a_fresh_draw_of_the_calibrated_world_raises_nothing(worlds) -> None:  #
 def test_a_concept_change_is_raised_within_the_hour(worlds) -> None:  # type: ignore[no-untyped-def]
     sandbox_pack, prod, _ = worlds
     baseline = rows(sandbox_pack, 0, 2000)
-    rep = outcome_drift(sandbox_pack, baseline, rows(prod, 10_000, 1000), OutcomeConfig(), SEGMENTS)
+    rep = outcome_drift(sandbox_pack, baseline, rows(prod, 10_000, 1000), DEFAULTS, SEGMENTS)
     assert rep.drifted, rep.summary
     # the settling step of the older applicants carries it: their realised rewards fell
     cell = next(c for c in rep.cells if c.action == "send_notification" and c.segment == "older")
@@ -87,16 +89,16 @@ def test_a_rule_change_is_raised(worlds) -> None:  # type: ignore[no-untyped-def
     sandbox_pack, _, _ = worlds
     baseline = rows(sandbox_pack, 0, 2000)
     rule = worlds[2]
-    rep = outcome_drift(sandbox_pack, baseline, rows(rule, 10_000, 1000, reward="v2"), OutcomeConfig(), SEGMENTS)
+    rep = outcome_drift(sandbox_pack, baseline, rows(rule, 10_000, 1000, reward="v2"), DEFAULTS, SEGMENTS)
     assert rep.drifted, rep.summary
 
 
 def test_thin_traffic_is_reported_not_tested(worlds) -> None:  # type: ignore[no-untyped-def]
     sandbox_pack, _, _ = worlds
-    rep = outcome_drift(sandbox_pack, rows(sandbox_pack, 0, 300), rows(sandbox_pack, 5, 20), OutcomeConfig())
+    rep = outcome_drift(sandbox_pack, rows(sandbox_pack, 0, 300), rows(sandbox_pack, 5, 20), DEFAULTS)
     assert not rep.drifted and rep.reason and "no (action, segment) cell" in rep.reason
     with pytest.raises(ValueError, match="outcome_alpha"):
-        OutcomeConfig.from_drift({"outcome_alpha": 2})
+        OutcomeConfig.from_drift(DriftParams(outcome_alpha=2))
 
 
 @pytest.mark.slow
@@ -175,7 +177,7 @@ def test_recovery_fits_the_changed_dynamics_and_only_into_the_calibration(worlds
     assert (PACK / "scenario.yaml").read_text() == before
     calibrated = load_pack(PACK, calibration={"outcomes": fitted}, check_liveness=False)
     baseline = rows(calibrated, 0, 2000)
-    rep = outcome_drift(calibrated, baseline, rows(prod, 10_000, 1000), OutcomeConfig(), SEGMENTS)
+    rep = outcome_drift(calibrated, baseline, rows(prod, 10_000, 1000), DEFAULTS, SEGMENTS)
     older = next(c for c in rep.cells if c.action == "send_notification" and c.segment == "older")
     assert abs(older.effect) < 0.25, rep.summary  # was d ≈ −0.5 against the uncalibrated sandbox
 
@@ -289,7 +291,7 @@ def test_a_rule_change_is_fitted_as_a_reward_scale_and_only_into_the_calibration
     calibrated = load_pack(PACK, calibration={"rewards": fitted}, check_liveness=False)
     assert calibrated.reward_fn("v1").outcome_scales == (("loan_outcome", neg["factor"], 1.0),)
     assert sandbox_pack.reward_fn("v1").outcome_scales == ()  # the pack as written
-    rep = outcome_drift(calibrated, rows(calibrated, 0, 2000), live, OutcomeConfig(), SEGMENTS)
+    rep = outcome_drift(calibrated, rows(calibrated, 0, 2000), live, DEFAULTS, SEGMENTS)
     assert not rep.drifted, rep.summary
 
 
