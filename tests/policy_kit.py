@@ -109,7 +109,7 @@ def promotion_ctx(run_key: str = "20260105T1000", dry_run: bool = False, **evalu
         "latency_samples": 50,
         "require_stress_test": False,
         "min_segment_episodes": 50,
-        "segment_tolerance": 0.1,
+        "segment_tolerance": 0.35,
     }
     return StepContext.create(
         run_key=run_key,

@@ -326,7 +326,18 @@ class GateConfig(Block):
 
     confidence: float = Field(0.95, gt=0.5, lt=1, description="paired bootstrap interval of the mean return difference")
     bootstrap_samples: int = Field(2000, ge=100, description="bootstrap resamples")
-    min_improvement: float = Field(0.0, description="CI low bound must exceed this (slightly negative = non-inferior)")
+    min_improvement: float = Field(
+        0.0,
+        description="the mean return difference's CI low bound must exceed this share of the champion's return scale "
+        "(0: better; slightly negative: non-inferior)",
+    )
+    scale_floor: float = Field(
+        0.05,
+        ge=0,
+        description="the champion's return scale is |its mean return|, at least this × its per-episode standard "
+        "deviation: every margin on returns (min_improvement, segment_tolerance, the roll-out's regression check) "
+        "is a share of it",
+    )
     completion_epsilon: float = Field(0.01, ge=0, description="completion rate may drop by at most this (absolute)")
     handling_epsilon: float = Field(0.05, ge=0, description="mean handling time may grow by at most this fraction")
     takeover_epsilon: float = Field(0.01, ge=0, description="human-takeover rate may rise by at most this (absolute)")
@@ -343,7 +354,12 @@ class GateConfig(Block):
     latency_p99_ratio: float = Field(
         1.5, gt=0, description="candidate p99 decision time (batch 1) over the champion's, timed together"
     )
-    segment_tolerance: float = Field(0.05, ge=0, description="a segment's mean return may drop by at most this")
+    segment_tolerance: float = Field(
+        0.15,
+        ge=0,
+        description="a segment's mean return may drop by at most this share of the champion's return scale (the "
+        "roll-out rolls a champion back when its live return falls by more than this share of its predecessor's)",
+    )
     min_segment_episodes: int = Field(100, ge=1, description="smaller segments are reported, not judged")
     ab_alpha: float = Field(
         0.05, gt=0, lt=1, description="a live metric fails when the challenger is worse at p < ab_alpha"

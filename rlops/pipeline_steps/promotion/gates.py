@@ -9,7 +9,10 @@ descriptions, webhook log) reads a row's state through :func:`gate_state`.
 
 * ``mean_return`` — a paired bootstrap of per-episode return differences (both policies ran
   the same seeded episodes): the lower bound of the two-sided ``confidence`` interval of the
-  mean difference must exceed ``min_improvement`` (0: better; slightly negative: non-inferior).
+  mean difference must exceed ``min_improvement`` × the champion's return scale (0: better;
+  slightly negative: non-inferior). The scale is ``|champion's mean return|``, at least
+  ``scale_floor`` × its per-episode standard deviation (:func:`return_scale`): every margin on
+  returns is a share of it, so one default fits a click rate and a credit return.
 * ``completion_rate`` may drop by at most ``completion_epsilon`` (absolute);
   ``handling_ms`` may grow by at most ``handling_epsilon`` (a fraction of the champion's);
   ``human_takeover_rate`` may rise by at most ``takeover_epsilon`` — unless the pack declares an
@@ -25,8 +28,8 @@ descriptions, webhook log) reads a row's state through :func:`gate_state`.
 * ``finite_returns`` — every return of both runs is a finite number (a reward function that
   yields NaN or inf blocks promotion).
 * ``segment:<name>`` — in every segment with at least ``min_segment_episodes`` episodes, the
-  mean paired difference must be at least ``-segment_tolerance``; a smaller segment is shown
-  ``skipped``, not ``pass``.
+  mean paired difference must be at least ``-segment_tolerance`` × the champion's return scale; a
+  smaller segment is shown ``skipped``, not ``pass``.
 * ``ab:<metric>`` — live traffic: completion and takeover rates (one-sided two-proportion
   z-tests) and handling time (one-sided Welch t-test) of the challenger group against the
   control group; a gate fails when the challenger is worse with p < ``ab_alpha``.
@@ -228,14 +231,17 @@ def comparison_gates(
     sc, sb = cand.summary(), champ.summary()
     mean, lo, hi = paired_bootstrap(rc - rb, cfg.bootstrap_samples, cfg.confidence, seed)
     pct = int(round(cfg.confidence * 100))
+    scale = champion_scale(rb, cfg)
+    least = cfg.min_improvement * scale
     gates = [
         Gate(
             "mean_return",
             sc["mean_return"],
             sb["mean_return"],
-            f"CI{pct} low of mean diff > {cfg.min_improvement:g}",
-            bool(lo > cfg.min_improvement),
-            f"mean diff {mean:.4f}, CI{pct} [{lo:.4f}, {hi:.4f}]",
+            f"CI{pct} low of mean diff > "
+            + ("0" if cfg.min_improvement == 0 else f"{share_text(cfg.min_improvement)} of the champion's scale"),
+            bool(lo > least),
+            f"mean diff {mean:.4f}, CI{pct} [{lo:.4f}, {hi:.4f}]; line {least:.4g} (scale {scale:.4g})",
         ),
         Gate(
             "finite_returns",
@@ -258,13 +264,40 @@ def comparison_gates(
         ),
         latency_gate(latency[0], latency[1], cfg),
     ]
-    gates.extend(segment_gates(rc, rb, segments, cfg))
+    gates.extend(segment_gates(rc, rb, segments, cfg, scale))
     return gates
 
 
-def segment_gates(rc: np.ndarray, rb: np.ndarray, segments: Mapping[str, np.ndarray], cfg: GateConfig) -> list[Gate]:
+def return_scale(mean: float, sd: float, floor: float) -> float:
+    """The scale a margin on returns is a share of: ``|mean|``, but at least ``floor`` × the
+    per-episode return's standard deviation, so that a value near zero does not make every margin
+    vanish (NaN when ``mean`` is not finite). The same defaults then judge a credit return (≈ 0.3)
+    and a click rate (≈ 0.005) alike."""
+    if not math.isfinite(mean):
+        return float("nan")
+    return max(abs(mean), floor * sd if math.isfinite(sd) else 0.0)
+
+
+def champion_scale(rb: np.ndarray, cfg: GateConfig) -> float:
+    """:func:`return_scale` of the champion's returns in the paired evaluation."""
+    sd = float(rb.std(ddof=1)) if len(rb) > 1 else float("nan")
+    return return_scale(float(rb.mean()) if len(rb) else float("nan"), sd, cfg.scale_floor)
+
+
+def share_text(share: float) -> str:
+    """``0.15`` → ``15%``, as a threshold column says a share of a scale."""
+    pct = share * 100
+    return f"{round(pct)}%" if abs(pct - round(pct)) < 1e-9 else f"{pct:g}%"
+
+
+def segment_gates(
+    rc: np.ndarray, rb: np.ndarray, segments: Mapping[str, np.ndarray], cfg: GateConfig, scale: float | None = None
+) -> list[Gate]:
     """Per segment (a boolean mask over the paired episodes), candidate − champion mean return
-    ``>= -segment_tolerance``; skipped below ``min_segment_episodes``."""
+    ``>= -segment_tolerance × scale`` (the champion's return scale over all the episodes,
+    :func:`champion_scale`, unless given); skipped below ``min_segment_episodes``."""
+    scale = champion_scale(rb, cfg) if scale is None else scale
+    margin = cfg.segment_tolerance * scale
     gates: list[Gate] = []
     for name, rows in segments.items():
         n = int(rows.sum())
@@ -288,9 +321,9 @@ def segment_gates(rc: np.ndarray, rb: np.ndarray, segments: Mapping[str, np.ndar
                 f"segment:{name}",
                 float(rc[rows].mean()),
                 float(rb[rows].mean()),
-                f"mean diff >= -{cfg.segment_tolerance:g}",
-                bool(np.isfinite(diff) and diff >= -cfg.segment_tolerance),
-                f"{n} episodes, mean diff {diff:.4f}",
+                f"mean diff >= -{share_text(cfg.segment_tolerance)} of the champion's scale",
+                bool(np.isfinite(diff) and diff >= -margin),
+                f"{n} episodes, mean diff {diff:.4f}, line {-margin:.4g} (scale {scale:.4g})",
             )
         )
     return gates

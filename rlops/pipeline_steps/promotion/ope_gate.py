@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlops.common.params_operations import ExplorationParams
-from rlops.pipeline_steps.promotion.gates import Gate
+from rlops.pipeline_steps.promotion.gates import Gate, return_scale
 from rlops.pipeline_steps.promotion.ope import (
     TOP_EPISODES,
     Estimate,
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
     from rlops.model.policy import PolicyNetwork
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.promotion.gates import Gate
+    from rlops.pipeline_steps.promotion.gates import Gate, return_scale
     from rlops.sandbox.pack import Pack
 
 
@@ -187,13 +187,9 @@ def traffic_problem(rows: pd.DataFrame, cfg: OPEConfig) -> str | None:
 
 
 def value_scale(logged: float, logged_sd: float, cfg: OPEConfig) -> float:
-    """The logged return's scale every margin is a share of: ``|logged value|``, but at least
-    ``ope.scale_floor`` × the per-episode return's standard deviation, so that a value near zero
-    does not make every margin vanish (NaN when nothing was measured)."""
-    if not math.isfinite(logged):
-        return float("nan")
-    floor = cfg.scale_floor * logged_sd if math.isfinite(logged_sd) else 0.0
-    return max(abs(logged), floor)
+    """The logged return's scale every off-policy margin is a share of (:func:`return_scale` with
+    ``ope.scale_floor``)."""
+    return return_scale(logged, logged_sd, cfg.scale_floor)
 
 
 def logged_value(rows: pd.DataFrame) -> tuple[float, float]:

@@ -15,7 +15,8 @@ its live A/B gates, a champion whose live return falls is rolled back.
 * **Champion** (no challenger): its live mean episode return over the last
   ``rollout.regression_window_hours`` against the return of the champion before it (the last
   entry of the champion history) in the same window. When it is lower by more than the gate's
-  margin (``evaluate.segment_tolerance``) and by more than three standard errors, the champion is
+  margin (``evaluate.segment_tolerance`` × the earlier champion's return scale, ``evaluate.scale_floor``)
+  and by more than three standard errors, the champion is
   rolled back (``rolled_back``). A recalibration inside the window (the world changed: returns
   before and after are not comparable) suspends the judgement.
 
@@ -46,6 +47,7 @@ from rlops.pipeline_steps.promotion.flow import (
     stage_challenger,
     withdraw_challenger,
 )
+from rlops.pipeline_steps.promotion.gates import return_scale, share_text
 from rlops.pipeline_steps.promotion.lock import lock_path, promotion_lock
 from rlops.pipeline_steps.promotion.stages import Stage, current_stage, next_stage, rollout_plan, segmented
 from rlops.registry import tags as T
@@ -135,7 +137,7 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
         stage = Stage(-1, share, tags.get(T.VERSION.TRAFFIC_SEGMENT) or None)
     where = stage.describe()
     settings = ctx.config.evaluate
-    window_h = float(settings.get("ab_window_hours", 24))
+    window_h = settings.ab_window_hours
     started = tags.get(T.ROLLOUT_STAGE_STARTED)
     if started:
         served_min = (ctx.key.end - datetime.fromisoformat(started)).total_seconds() / 60.0
@@ -202,12 +204,15 @@ def judge_champion(ctx: StepContext, champion: str, cfg: RolloutParams) -> Rollo
             f"({0 if now is None else len(now)} / {0 if before is None else len(before)}"
             f", need {cfg.regression_min_episodes} each)",
         )
-    margin = float(ctx.section("evaluate").get("segment_tolerance", 0.05))
+    gates = ctx.config.evaluate
+    scale = return_scale(float(before.mean()), float(before.std(ddof=1)), gates.scale_floor)
+    margin = gates.segment_tolerance * scale
     drop = float(before.mean() - now.mean())
     se = float((before.var(ddof=1) / len(before) + now.var(ddof=1) / len(now)) ** 0.5)
     facts = (
         f"live return v{champion} {now.mean():.4f} (n={len(now)}) vs v{previous} {before.mean():.4f} "
-        f"(n={len(before)}): drop {drop:.4f}, margin {margin:g}, 3 SE {3 * se:.4f}"
+        f"(n={len(before)}): drop {drop:.4f}, margin {margin:.4g} ({share_text(gates.segment_tolerance)} of "
+        f"{scale:.4g}), 3 SE {3 * se:.4f}"
     )
     if not (drop > margin and drop > 3 * se):
         return RolloutMove(champion, HELD, facts)

@@ -110,13 +110,13 @@ def test_first_champion_is_judged_against_the_rule_engine(pack: Any, good: Any) 
     from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
     from rlops.pipeline_steps.promotion.flow import promote
 
-    ctx = promotion_ctx(min_improvement=-0.15, segment_tolerance=0.3)
+    ctx = promotion_ctx(min_improvement=-0.5, segment_tolerance=1.0)
     cand = register(ctx, pack, good)
     dry = evaluate_candidate(
-        promotion_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), EvaluateRequest(cand)
+        promotion_ctx(dry_run=True, min_improvement=-0.5, segment_tolerance=1.0), EvaluateRequest(cand)
     ).as_dict()
     assert dry["baseline"] == "rules" and "report_uri" not in dry
-    would = promote(promotion_ctx(dry_run=True, min_improvement=-0.15, segment_tolerance=0.3), cand)
+    would = promote(promotion_ctx(dry_run=True, min_improvement=-0.5, segment_tolerance=1.0), cand)
     assert would.action == "would_promote" and not would.promoted and aliases(ctx) == {}
     assert would.as_dict()["report_uri"] is None  # a dry run writes no report; the key stays
     assert "eval_passed" not in ctx.tracker.model_version_tags(NAME, cand)
@@ -191,14 +191,14 @@ def test_nan_reward_and_failed_stress_test_block_promotion(
     (scen / "reward_v2.py").write_text(src)
     nan_pack = load_pack(scen, check_liveness=False)
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": nan_pack)
-    ctx = promotion_ctx(min_improvement=-1.0, segment_tolerance=5.0)
+    ctx = promotion_ctx(min_improvement=-3.5, segment_tolerance=17.0)
     cand = register(ctx, nan_pack, good, reward_fn="v2")
     res = promote(ctx, cand)
     assert not res.promoted and "finite_returns" in (res.failed_gates or []) and aliases(ctx) == {}
     assert res.status is PromotionStatus.REFUSED
 
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
-    ctx = promotion_ctx(min_improvement=-1.0, segment_tolerance=5.0, require_stress_test=True)
+    ctx = promotion_ctx(min_improvement=-3.5, segment_tolerance=17.0, require_stress_test=True)
     cand = register(ctx, pack, good)
     res = promote(ctx, cand)  # no stress test recorded yet
     assert not res.promoted and res.failed_gates == ["stress_test"]

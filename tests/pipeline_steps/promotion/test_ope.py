@@ -307,7 +307,7 @@ def test_the_evaluation_run_carries_the_ope_gate(pack) -> None:  # type: ignore[
                 "latency_samples": 50,
                 "require_stress_test": False,
                 "min_segment_episodes": 50,
-                "segment_tolerance": 0.1,
+                "segment_tolerance": 0.35,
             },
             "ope": {"dm_episodes": 300},
             "tracking": {"http_max_retries": 0},

@@ -41,7 +41,7 @@ GATES = {
     "latency_samples": 30,
     "require_stress_test": False,
     "min_segment_episodes": 50,
-    "segment_tolerance": 0.1,
+    "segment_tolerance": 0.35,
 }
 
 
