@@ -125,11 +125,17 @@ class DriftParams(Block):
         2000, ge=1, description="`rlops drift check`: sandbox episodes of the calibrated baseline"
     )
     anomaly_drop: float = Field(
-        0.1,
+        0.15,
         ge=0,
-        description="`rlops drift check`: a live mean return this far below the sandbox's (and `anomaly_z` "
-        "standard errors), and `anomaly_z` standard errors below the level before (the same policy's last "
-        "`anomaly_level_hours` checks pooled), makes the hour a suspect of the return anomaly",
+        description="`rlops drift check`: a live mean return this share of the sandbox's return scale below the "
+        "sandbox's (and `anomaly_z` standard errors), and `anomaly_z` standard errors below the level before (the "
+        "same policy's last `anomaly_level_hours` checks pooled), makes the hour a suspect of the return anomaly",
+    )
+    scale_floor: float = Field(
+        0.05,
+        ge=0,
+        description="the sandbox's return scale (what anomaly_drop is a share of): |its mean return|, at least this "
+        "× its per-episode standard deviation",
     )
     anomaly_z: float = Field(
         2.5,

@@ -11,7 +11,7 @@ import pytest
 from bench.anomaly_false_alarms import POLICY, false_alarms, summarise
 from rlops.pipeline_steps.drift.anomaly import AnomalyRule, ReturnSummary
 
-RULE = AnomalyRule(min_drop=0.1, z=2.5, confirm="next_hour", confirm_z=3.5, level_hours=6)
+RULE = AnomalyRule(min_drop=0.1, z=2.5, confirm="next_hour", confirm_z=3.5, level_hours=6, scale_floor=0.05)
 
 
 def _hour(mean: float, n: int = 1000, seed: int = 0) -> np.ndarray:

@@ -8,7 +8,8 @@ live return held at 0.63–0.76), so a drop against the sandbox alone is not evi
 changed. The check has two stages:
 
 1. **Suspect.** The hour is a suspect when its mean return is
-   ``sandbox − live > max(anomaly_drop, z·se)`` below the calibrated sandbox's **and**
+   ``sandbox − live > max(anomaly_drop × scale, z·se)`` below the calibrated sandbox's (``scale``:
+   ``|sandbox mean|``, at least ``drift.scale_floor`` × its per-episode sd) **and**
    ``level − live > z·se`` below the *level before*: the pooled returns of the same policy's last
    ``drift.anomaly_level_hours`` unremarkable checks (``z = drift.anomaly_z``; ``se`` of the
    difference of the two means). Pooling several hours makes the reference's own noise small: a
@@ -54,6 +55,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
+
+from rlops.pipeline_steps.promotion.gates import return_scale
 
 CONFIRM_RULES = ("next_hour", "none")
 
@@ -111,15 +114,17 @@ class AnomalyRule:
     """The settings of the check (``drift.anomaly_*``; see the module docstring)."""
 
     min_drop: float
-    """A suspect's live mean must be at least this far below the sandbox's."""
+    """A suspect's live mean must be at least this share of the sandbox's return scale below it."""
     z: float
     """Standard errors a suspect's fall must exceed against the sandbox and against the level before."""
-    confirm: Literal["next_hour", "none"] = "next_hour"
+    confirm: Literal["next_hour", "none"]
     """``next_hour``: the alarm waits for the next check to confirm; ``none``: it fires at the suspect."""
-    confirm_z: float = 3.5
+    confirm_z: float
     """Standard errors by which the suspect and the next hour together must stay below the level."""
-    level_hours: int = 6
+    level_hours: int
     """Unremarkable checks of the same policy pooled into the level before."""
+    scale_floor: float
+    """The sandbox's return scale is ``|its mean|``, at least this × its per-episode standard deviation."""
 
     @classmethod
     def of(cls, drift: Any) -> AnomalyRule:
@@ -127,10 +132,17 @@ class AnomalyRule:
         return cls(
             float(drift.anomaly_drop),
             float(drift.anomaly_z),
-            getattr(drift, "anomaly_confirm", "next_hour"),
-            float(getattr(drift, "anomaly_confirm_z", 3.5)),
-            int(getattr(drift, "anomaly_level_hours", 6)),
+            drift.anomaly_confirm,
+            float(drift.anomaly_confirm_z),
+            int(drift.anomaly_level_hours),
+            float(drift.scale_floor),
         )
+
+    def least_drop(self, sandbox: ReturnSummary) -> float:
+        """``min_drop`` in the sandbox's reward units."""
+        sd = math.sqrt(sandbox.var) if math.isfinite(sandbox.var) and sandbox.var >= 0 else float("nan")
+        scale = return_scale(sandbox.mean, sd, self.scale_floor)
+        return self.min_drop * scale if math.isfinite(scale) else 0.0
 
 
 @dataclass(frozen=True)
@@ -202,9 +214,9 @@ def _return_anomaly(
     live: ReturnSummary, sandbox: ReturnSummary, state: AnomalyState, rule: AnomalyRule
 ) -> tuple[dict[str, Any], AnomalyState]:
     if live.episodes == 0 or sandbox.episodes == 0:
-        return {"anomaly": False, "suspect": False, "drop": 0.0, "threshold": rule.min_drop, "reference": "none"}, state
+        return {"anomaly": False, "suspect": False, "drop": 0.0, "threshold": 0.0, "reference": "none"}, state
     drop = sandbox.mean - live.mean
-    threshold = max(rule.min_drop, rule.z * _se(live, sandbox))
+    threshold = max(rule.least_drop(sandbox), rule.z * _se(live, sandbox))
     out: dict[str, Any] = {"anomaly": False, "suspect": False, "drop": drop, "threshold": threshold}
     confirmation = _confirmation(live, state, rule)
     if confirmation is not None:

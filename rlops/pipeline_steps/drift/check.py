@@ -14,7 +14,7 @@ the pack, its calibration, the champion version, the reward function and the bud
 whose inputs are those of an earlier one reads that baseline back instead of rolling it again
 (``sandbox_traces/<scenario>/by_inputs/<digest>.parquet``). On top
 of it, a champion return anomaly is flagged when the live mean episode return falls below the
-sandbox's by more than ``drift.anomaly_drop`` (and ``drift.anomaly_z`` standard errors) and below the
+sandbox's by more than ``drift.anomaly_drop`` of its scale (and ``drift.anomaly_z`` standard errors) and below the
 level of the policy's earlier checks, and the next check confirms it stayed down
 (:mod:`rlops.pipeline_steps.drift.anomaly`), and outcome drift
 (:mod:`rlops.pipeline_steps.drift.outcomes`: live rewards against the sandbox's prediction for the

@@ -21,7 +21,7 @@ from rlops.pipeline_steps.drift.anomaly import (
 
 POLICY = "credit_approval-policy/1"
 SE = np.sqrt(1 / 1000)  # one hour's standard error: unit spread, 1,000 episodes
-RULE = AnomalyRule(min_drop=0.1, z=2.5, confirm="next_hour", confirm_z=3.5, level_hours=6)
+RULE = AnomalyRule(min_drop=0.1, z=2.5, confirm="next_hour", confirm_z=3.5, level_hours=6, scale_floor=0.05)
 
 
 def _returns(mean: float, n: int = 1000, seed: int = 0) -> np.ndarray:
@@ -113,7 +113,7 @@ def test_the_next_hour_must_itself_stay_below_the_level() -> None:
 
 
 def test_without_confirmation_the_suspect_hour_alarms() -> None:
-    rule = AnomalyRule(min_drop=0.1, z=2.5, confirm="none", level_hours=6)
+    rule = AnomalyRule(min_drop=0.1, z=2.5, confirm="none", confirm_z=3.5, level_hours=6, scale_floor=0.05)
     verdict, after = return_anomaly(_summary(0.57, "h6"), SANDBOX, _history(0.70, 0.70, 0.70), rule)
     assert verdict["anomaly"] and after.suspect is None and [h.run_key for h in after.history] == ["h6"]
 
@@ -159,7 +159,13 @@ STATE_URI = "mem://drift_state/credit_approval/live_return.json"
 
 
 def _ctx(storage: _Storage, run_key: str, dry_run: bool = False, **drift: object) -> SimpleNamespace:
-    settings = {"anomaly_drop": 0.1, "anomaly_z": 2.5, "anomaly_confirm": "next_hour", "anomaly_confirm_z": 3.5}
+    settings = {
+        "anomaly_drop": 0.1,
+        "anomaly_z": 2.5,
+        "anomaly_confirm": "next_hour",
+        "anomaly_confirm_z": 3.5,
+        "scale_floor": 0.05,
+    }
     return SimpleNamespace(
         run_key=run_key,
         scenario="credit_approval",
@@ -208,3 +214,21 @@ def test_the_check_takes_its_settings_from_the_drift_block() -> None:
         _check(storage, "20261201T1000", 0.60, **drift)
         verdict = _check(storage, "20261201T1100", 0.60 - 2.6 * se, **drift)
         assert (verdict["suspect"], verdict["anomaly"]) == (suspect, alarm), drift
+
+
+@pytest.mark.parametrize("unit", [1.0, 0.01])
+def test_the_same_defaults_see_a_lasting_fall_at_every_reward_scale(unit: float) -> None:
+    """The alarm of ``test_a_suspect_whose_next_hour_stays_down_raises_the_alarm`` with every return
+    100× smaller (a click rate): the drop below the sandbox is a share of its scale, not 0.1 in
+    reward units, which no click rate can fall."""
+
+    def hour(mean: float, run_key: str, n: int = 1000) -> ReturnSummary:
+        return ReturnSummary.of(_returns(mean, n) * unit, POLICY, run_key)
+
+    sandbox = hour(0.90, "baseline", 2000)
+    state = AnomalyState(tuple(hour(0.70, f"h{i}") for i in range(6)))
+    first, state = return_anomaly(hour(0.57, "h6"), sandbox, state, RULE)
+    # max(0.1 of the sandbox's 0.9, 2.5 se of the live − sandbox difference), in the pack's units
+    assert first["suspect"] and first["threshold"] == pytest.approx(2.5 * np.sqrt(1 / 1000 + 1 / 2000) * unit)
+    second, _ = return_anomaly(hour(0.58, "h7"), sandbox, state, RULE)
+    assert second["anomaly"]
