@@ -1,6 +1,6 @@
 """The ``rlops`` command line: nouns, then verbs.
 
-    rlops env {validate,describe,rollout} | capture | drift {detect,check} | calibrate
+    rlops env {validate,describe,rollout} | capture | import | drift {detect,check} | calibrate
           | labels {run,export,import} | train {policy,relabel,switch-reward,reward-model,tune,status}
           | profile | stress | reward {whatif} | model {evaluate,promote,rollback,webhook} | replay | audit | simulate
           | console | demo | config {show,validate,schema} | stack {up,status,down} | init | signal {set,show}
@@ -47,6 +47,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.Argument
         demo,
         drift,
         env,
+        import_log,
         init,
         labels,
         model,
@@ -62,6 +63,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.Argument
     return [
         env.register,
         capture.register,
+        import_log.register,
         drift.register,
         calibrate.register,
         labels.register,

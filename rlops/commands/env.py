@@ -64,6 +64,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--state", action="store_true", help="list the state fields only")
     p.set_defaults(func=cmd_describe)
 
+    p = env_sub.add_parser(
+        "schema", help="the pack's trace contract as a JSON Schema of one decision row (what an agent or a log writes)"
+    )
+    add_common_args(p, run_key=False)
+    p.set_defaults(func=cmd_schema)
+
     p = env_sub.add_parser("rollout", help="run a reference policy and write trace rows")
     add_common_args(p, run_key=False)
     p.add_argument("--policy", choices=["random", "rules"], default="rules")
@@ -156,6 +162,14 @@ def describe(pack: Any) -> dict[str, Any]:
         },
         "observation_dim": pack.scenario.layout.dim,
     }
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from rlops.data_contracts.json_schema import contract_json_schema
+    from rlops.data_contracts.schema import contract_for
+
+    print_json(contract_json_schema(contract_for(_load_checked(str(pack_dir_from_args(args))))))
+    return 0
 
 
 def cmd_describe(args: argparse.Namespace) -> int:

@@ -385,26 +385,60 @@ def trace_base_columns(
         ColumnSpec("episode_id", "str", min_length=1, description="one episode; unique with step"),
         ColumnSpec("step", "int", min=0, description="0-based step index in the episode"),
         ColumnSpec("ts", "timestamp", description="when the step was taken (UTC)"),
-        ColumnSpec("scenario", "str", values=(scenario,) if scenario else None),
-        ColumnSpec("source", "str", values=("sandbox", "live")),
-        ColumnSpec("test_group", "str", required=False, description="A/B group, passed through"),
-        ColumnSpec("policy_version", "str", min_length=1),
         ColumnSpec(
-            "reward_fn_version", "str", required=False, values=tuple(reward_fn_versions) if reward_fn_versions else None
+            "scenario", "str", values=(scenario,) if scenario else None, description="the pack the decision belongs to"
+        ),
+        ColumnSpec(
+            "source",
+            "str",
+            values=("sandbox", "live"),
+            description="live: production traffic (what the off-policy gate and drift read); sandbox: simulated",
+        ),
+        ColumnSpec("test_group", "str", required=False, description="A/B group, passed through"),
+        ColumnSpec(
+            "policy_version",
+            "str",
+            min_length=1,
+            description="what decided: PACK-policy/VERSION, rules, or the name of a policy outside rlops",
+        ),
+        ColumnSpec(
+            "reward_fn_version",
+            "str",
+            required=False,
+            values=tuple(reward_fn_versions) if reward_fn_versions else None,
+            description="the reward function that scored the row",
         ),
     ], [
-        ColumnSpec("action", "str", values=tuple(actions)),
+        ColumnSpec("action", "str", values=tuple(actions), description="the action served"),
         ColumnSpec(
             "action_mask",
             "mask",
             regex=r"^[01]*1[01]*$",
             length=n,
-            description=f"'0'/'1' per action in scenario order ({n} chars), one legal",
+            description="'0'/'1' per action in scenario order (one character per action), one legal at least",
         ),
-        ColumnSpec("logp", "float", required=False, max=0.0, finite=True),
-        ColumnSpec("entropy", "float", required=False, min=0.0, finite=True),
-        ColumnSpec("value", "float", required=False, finite=True),
-        ColumnSpec("reward_total", "float", required=False, finite=True),
+        ColumnSpec(
+            "logp",
+            "float",
+            required=False,
+            max=0.0,
+            finite=True,
+            description="log of the probability with which the serving policy chose the action (exploration included): "
+            "the off-policy gate's importance-weight denominator; 0 for a deterministic choice",
+        ),
+        ColumnSpec(
+            "entropy", "float", required=False, min=0.0, finite=True, description="of the policy's action distribution"
+        ),
+        ColumnSpec(
+            "value", "float", required=False, finite=True, description="the policy's value estimate of the state"
+        ),
+        ColumnSpec(
+            "reward_total",
+            "float",
+            required=False,
+            finite=True,
+            description="the step's reward (the episode's return sums them)",
+        ),
         ColumnSpec(
             "reward_breakdown",
             "json",
@@ -420,8 +454,15 @@ def trace_base_columns(
             description="the business signals in force that drove the reward's weights, {signal: value} "
             "(reward lineage beside reward_fn_version)",
         ),
-        ColumnSpec("done", "bool"),
-        ColumnSpec("latency_ms", "float", required=False, min=0.0, finite=True),
+        ColumnSpec("done", "bool", description="the episode ended with this step"),
+        ColumnSpec(
+            "latency_ms",
+            "float",
+            required=False,
+            min=0.0,
+            finite=True,
+            description="how long executing the action took",
+        ),
         ColumnSpec(
             "error",
             "str",

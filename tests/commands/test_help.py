@@ -17,8 +17,9 @@ from rlops.common.config import REPO_ROOT
 REPO = REPO_ROOT
 
 GRAMMAR = {
-    "env": ["validate", "describe", "rollout"],
+    "env": ["validate", "describe", "rollout", "schema"],
     "capture": [],
+    "import": [],
     "drift": ["detect", "check"],
     "calibrate": [],
     "labels": ["run", "export", "import"],

@@ -1,6 +1,7 @@
-"""What a capture is asked to do: the options of ``rlops capture`` and of the capture DAG, declared
-once (see :mod:`rlops.common.step_request`). ``None`` leaves an option to params ``capture:``; the
-step checks every value, given or from params, the same way."""
+"""What a capture is asked to do: the options of ``rlops capture`` and of the capture DAG, and of
+``rlops import`` (a decision log from before rlops), declared once (see
+:mod:`rlops.common.step_request`). ``None`` leaves an option to params ``capture:``; the step checks
+every value, given or from params, the same way."""
 
 from __future__ import annotations
 
@@ -35,4 +36,27 @@ class CaptureRequest:
     )
 
 
-__all__ = ["CaptureRequest"]
+@dataclass(frozen=True)
+class ImportRequest:
+    """One import's options."""
+
+    path: str = option(required=True, help="the decision log: a .parquet, .csv or .jsonl file, a path or a URI")
+    columns: str | None = option(
+        None,
+        help="TRACE=LOG pairs, comma-separated: the log's column holding each trace column, state field or "
+        "`propensity` (e.g. episode_id=session,action=item,propensity=pscore,reward_total=click,ts=time)",
+    )
+    mapping: str | None = option(
+        None,
+        help="a YAML file: `columns:` {TRACE: LOG} as in --columns, `actions:` {logged value: pack action}, "
+        "`constants:` {TRACE: value for every row}",
+    )
+    policy_version: str | None = option(
+        None, help="the logging policy's name, when no column of the log says which policy served each row"
+    )
+    deterministic: bool = option(
+        False, help="the logging policy chose deterministically: each logged action had propensity 1 (logp 0)"
+    )
+
+
+__all__ = ["CaptureRequest", "ImportRequest"]

@@ -1,0 +1,286 @@
+"""Decision logs from before rlops (``rlops import``): a parquet, CSV or JSON-lines file, local or
+``s3://``, with its own timestamps, mapped into the trace store through the same contract,
+duplicate checks, quarantine and manifest as a capture, partitioned by event time.
+
+The log's columns are mapped onto the trace schema (``docs/trace-store.md``): a mapping names,
+for a trace column (``episode_id``, ``step``, ``ts``, ``action``, ``reward_total``, ``latency_ms``…),
+a state field (its dotted path, with or without ``state.``) or ``propensity``, the log's column
+that holds it. A log column already named like a trace column or a state field needs no entry;
+every other column is kept in the row's ``extra``. What a log of a policy outside rlops usually
+lacks is filled in, and said in the result's warnings:
+
+- ``step`` missing: every row is a one-step episode (``step`` 0, ``done``), its ``episode_id``
+  (when that is missing too) the file's name and the row number;
+- ``done`` missing: the last step of each episode;
+- ``trace_id`` missing: the episode id; ``source``: ``live``; ``scenario``: the pack's name;
+- ``action_mask`` missing: every action legal;
+- ``propensity`` (the logging policy's probability of the logged action) becomes ``logp``; a
+  deterministic logging policy (``deterministic``) logs ``logp`` 0. Without either, the rows carry
+  no propensity and the off-policy gate says so (insufficient evidence).
+
+The whole import is one run key covering the log's first to last timestamp, so a second import
+of the same file replaces the first (its manifest names the files it wrote).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlops.common.errors import UserError
+from rlops.common.run_key import RunKey
+from rlops.data_contracts.schema import STATE_PREFIX, contract_for
+from rlops.pipeline_steps.capture.core import CaptureSource, SourceLine, write_capture
+from rlops.pipeline_steps.capture.input_checks import CaptureRejected, rejection
+from rlops.pipeline_steps.capture.request import ImportRequest
+from rlops.pipeline_steps.capture.summary import CaptureSummary
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.sandbox.pack import Pack
+
+READERS = (".parquet", ".pq", ".csv", ".csv.gz", ".jsonl", ".jsonl.gz", ".json", ".ndjson")
+PROPENSITY = "propensity"
+TEXT_COLUMNS = ("action_mask", "episode_id", "trace_id", "action")
+
+
+@dataclass(frozen=True)
+class LogMapping:
+    """How the log's columns become trace columns: ``columns`` maps a trace column (or a state
+    column ``state.<path>``, or ``propensity``) to the log's column; ``actions`` maps logged
+    action values to the pack's action names; ``constants`` gives a trace column one value."""
+
+    columns: dict[str, str]
+    actions: dict[str, str]
+    constants: dict[str, Any]
+
+    @classmethod
+    def of(cls, request: ImportRequest, pack: Pack, read_text: Any) -> LogMapping:
+        columns: dict[str, str] = {}
+        actions: dict[str, str] = {}
+        constants: dict[str, Any] = {}
+        if request.mapping:
+            import yaml
+
+            doc = yaml.safe_load(read_text(request.mapping)) or {}
+            if not isinstance(doc, dict) or not set(doc) <= {"columns", "actions", "constants"}:
+                raise UserError(
+                    f"import mapping {request.mapping}: expected a YAML mapping with the keys columns, actions "
+                    f"and constants, got {sorted(doc) if isinstance(doc, dict) else type(doc).__name__}"
+                )
+            columns.update({str(k): str(v) for k, v in (doc.get("columns") or {}).items()})
+            actions.update({str(k): str(v) for k, v in (doc.get("actions") or {}).items()})
+            constants.update({str(k): v for k, v in (doc.get("constants") or {}).items()})
+        for pair in filter(None, (p.strip() for p in (request.columns or "").split(","))):
+            trace, sep, log = pair.partition("=")
+            if not sep or not trace.strip() or not log.strip():
+                raise UserError(f"import --columns: {pair!r} is not TRACE=LOG (e.g. episode_id=session)")
+            columns[trace.strip()] = log.strip()
+        fields = state_paths(pack)
+        named = {
+            (STATE_PREFIX + k.removeprefix(STATE_PREFIX) if k.removeprefix(STATE_PREFIX) in fields else k): v
+            for k, v in columns.items()
+        }
+        unknown = sorted(set(actions.values()) - set(pack.scenario.action_names))
+        if unknown:
+            raise UserError(
+                f"import mapping: actions {unknown} are not actions of {pack.name} "
+                f"(expected one of {list(pack.scenario.action_names)})"
+            )
+        return cls(named, actions, constants)
+
+
+def import_log(ctx: StepContext, request: ImportRequest) -> CaptureSummary:
+    """Import ``request.path`` into the trace store of ``ctx``'s scenario (a dry run reads,
+    validates and counts every row and writes nothing). Raises :class:`CaptureRejected` when more
+    rows were quarantined than ``capture.max_quarantine_share`` or none was accepted — after the
+    rows are written, so nothing is lost."""
+    pack = ctx.load_pack()
+    mapping = LogMapping.of(request, pack, ctx.storage.read_text)
+    text = [col for trace, col in mapping.columns.items() if trace in TEXT_COLUMNS] + list(TEXT_COLUMNS)
+    log = read_log(ctx.storage, request.path, text)
+    rows, notes = trace_rows(log, mapping, pack, request, PurePosixPath(request.path).name)
+    ts = rows["ts"].dropna()
+    if ts.empty:
+        where = mapping.columns.get("ts", "ts")
+        raise UserError(
+            f"import {request.path}: no row has a readable timestamp in its column {where!r} "
+            "(map the log's event-time column with --columns ts=COLUMN)"
+        )
+    key = RunKey.covering(ts.min().to_pydatetime(), ts.max().to_pydatetime() + timedelta(seconds=1))
+    store = ctx.traces
+    source = CaptureSource(f"import:{request.path}", _lines(rows, request.path))
+    res = write_capture(
+        ctx.storage,
+        source,
+        store.trace_uri,
+        ctx.scenario,
+        contract_for(pack),
+        key.start,
+        key.end,
+        chunk_rows=ctx.config.capture.chunk_rows,
+        dry_run=ctx.dry_run,
+        quarantine_root_uri=store.quarantine_uri,
+        run_key=str(key),
+        max_lateness=timedelta(0),
+        landing_uri=store.landing_uri,
+    )
+    out = CaptureSummary(
+        scenario=ctx.scenario,
+        run_key=str(key),
+        interval=[key.start.isoformat(), key.end.isoformat()],
+        dry_run=ctx.dry_run,
+        source=source.name,
+        rows_in=res.rows_in,
+        rows_accepted=res.rows_accepted,
+        rows_quarantined=res.rows_quarantined,
+        partitions=res.partitions,
+        quarantine_partitions=res.quarantine_partitions,
+        quarantine_uri=res.quarantine_uri,
+        quarantine_reasons=res.quarantine_reasons,
+        manifest_uri=res.manifest_uri,
+        warnings=notes,
+    )
+    rejected = rejection(out, ctx.config.capture.max_quarantine_share)
+    if rejected is None and out.rows_accepted == 0:
+        rejected = f"import of {request.path}: {out.rows_in} rows in, none accepted: nothing was imported"
+    if rejected:
+        raise CaptureRejected(rejected, out)
+    return out
+
+
+def read_log(storage: Any, path: str, text_columns: list[str] | None = None) -> pd.DataFrame:
+    """The log as a frame, by its file name's ending; ``text_columns`` of a CSV file are read as
+    text (an action mask ``0011`` is not the number 11)."""
+    import pandas as pd
+
+    name = path.lower()
+    if not name.endswith(READERS):
+        raise UserError(f"import {path}: expected a file ending in one of {', '.join(READERS)}")
+    with storage.local_path(path) as local:
+        try:
+            if name.endswith((".parquet", ".pq")):
+                return pd.read_parquet(local)
+            if name.endswith((".csv", ".csv.gz")):
+                return pd.read_csv(local, low_memory=False, dtype=dict.fromkeys(text_columns or [], str))
+            return pd.read_json(local, lines=True, dtype=False, convert_dates=False)
+        except (ValueError, OSError) as exc:
+            raise UserError(f"import {path}: not a readable {name.rsplit('.', 1)[-1]} file ({exc})") from None
+
+
+def trace_rows(
+    log: pd.DataFrame, mapping: LogMapping, pack: Pack, request: ImportRequest, stem: str
+) -> tuple[pd.DataFrame, list[str]]:
+    """The log's rows as trace rows (one per log row, in its order) and the notes on what was filled in."""
+    import pandas as pd
+
+    missing = sorted({c for c in mapping.columns.values() if c not in log.columns})
+    if missing:
+        raise UserError(
+            f"import {request.path}: the mapping names columns the log does not have: {missing} "
+            f"(the log's columns: {list(log.columns)[:30]})"
+        )
+    fields = state_paths(pack)
+    rows = pd.DataFrame(index=log.index)
+    mapped = set(mapping.columns.values())
+    for col in log.columns:
+        if col not in mapped:
+            rows[STATE_PREFIX + col if col in fields else col] = log[col]
+    for trace, col in mapping.columns.items():
+        rows[trace] = log[col]
+    notes: list[str] = []
+    n = len(pack.scenario.action_names)
+    for trace, value in mapping.constants.items():
+        rows[trace] = value
+    _whole_numbers_as_ints(rows, pack)
+    if "ts" in rows:
+        rows["ts"] = pd.to_datetime(rows["ts"], utc=True, errors="coerce", format="mixed")
+    if mapping.actions and "action" in rows:
+        rows["action"] = rows["action"].map(lambda v: mapping.actions.get(str(v), v))
+    if "step" not in rows:
+        rows["step"] = 0
+        rows["done"] = rows.get("done", True)
+        if "episode_id" not in rows:
+            rows["episode_id"] = [f"{stem}:{i}" for i in range(len(rows))]
+        notes.append("no step column: every row is a one-step episode")
+    elif "done" not in rows:
+        step = pd.to_numeric(rows["step"], errors="coerce")
+        last = step.groupby(rows["episode_id"].astype(str)).transform("max")
+        rows["done"] = step.eq(last)
+        notes.append("no done column: the last step of each episode ends it")
+    if "episode_id" not in rows:
+        raise UserError(f"import {request.path}: a log with steps needs an episode column (--columns episode_id=…)")
+    if "policy_version" not in rows:
+        if not request.policy_version:
+            raise UserError(
+                f"import {request.path}: which policy served these decisions? Give --policy-version NAME "
+                "(or map a column: --columns policy_version=…)"
+            )
+        rows["policy_version"] = request.policy_version
+    if PROPENSITY in rows:
+        p = pd.to_numeric(rows.pop(PROPENSITY), errors="coerce").to_numpy(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rows["logp"] = np.where((p > 0) & (p <= 1), np.log(np.where(p > 0, p, 1.0)), np.nan)
+    elif request.deterministic:
+        rows["logp"] = 0.0
+    elif "logp" not in rows:
+        notes.append("no propensity: the off-policy gate cannot judge a candidate on these rows")
+    if "action_mask" not in rows:
+        rows["action_mask"] = "1" * n
+        notes.append("no action_mask column: every action taken as legal")
+    if "trace_id" not in rows:
+        rows["trace_id"] = rows["episode_id"]
+    if "source" not in rows:
+        rows["source"] = "live"
+    rows["scenario"] = pack.name
+    return rows, notes
+
+
+def _whole_numbers_as_ints(rows: pd.DataFrame, pack: Pack) -> None:
+    """Integer columns a CSV file or a missing value turned into floats (``538.0``) back to
+    integers, where every value is whole; others are left for the contract to quarantine."""
+    for spec in contract_for(pack).columns:
+        if spec.kind != "int" or spec.name not in rows or rows[spec.name].dtype.kind != "f":
+            continue
+        col = rows[spec.name]
+        known = col.dropna()
+        if (known == np.floor(known)).all():
+            rows[spec.name] = col.astype("Int64")
+
+
+def state_paths(pack: Pack) -> set[str]:
+    """The dotted paths of the pack's state fields in its trace contract."""
+    return {c.name.removeprefix(STATE_PREFIX) for c in contract_for(pack).columns if c.name.startswith(STATE_PREFIX)}
+
+
+def _lines(rows: pd.DataFrame, uri: str) -> Iterator[SourceLine]:
+    """Each row as the JSON line a tracer would have written (NaN and NaT as null)."""
+    cols = list(rows.columns)
+    for no, values in enumerate(rows.itertuples(index=False, name=None), start=1):
+        rec = {c: _plain(v) for c, v in zip(cols, values, strict=True)}
+        yield SourceLine(json.dumps(rec, default=str), uri, no)
+
+
+def _plain(v: Any) -> Any:
+    import pandas as pd
+
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if hasattr(v, "isoformat"):
+        return None if str(v) == "NaT" else v.isoformat()
+    if isinstance(v, np.generic):
+        return _plain(v.item())
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, np.ndarray):
+        return [_plain(x) for x in v.tolist()]
+    return v
