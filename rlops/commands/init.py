@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--strict",
         action="store_true",
-        help="preconditions also say where each action was logged (a policy can then only do what was logged)",
+        help="preconditions also say where each action was logged (a policy can then only do what was logged), even "
+        "where the log's action masks say every action was legal",
     )
     p.add_argument("--json", action="store_true", help="print what was inferred as JSON on stdout")
     p.set_defaults(func=cmd_init)

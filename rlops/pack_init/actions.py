@@ -82,10 +82,14 @@ def error_column(df: pd.DataFrame) -> np.ndarray:
     return error_flags(df["error"]) if "error" in df.columns else np.zeros(len(df), dtype=bool)
 
 
-def infer_actions(df: pd.DataFrame, fields: list[FieldGuess], extra: tuple[str, ...] = ()) -> list[ActionGuess]:
+def infer_actions(
+    df: pd.DataFrame, fields: list[FieldGuess], extra: tuple[str, ...] = (), strict: bool = False
+) -> list[ActionGuess]:
     """An :class:`ActionGuess` per logged action (most taken first keeps the fallback order of the
     rule engine meaningful: the first legal action is the most common one), then ``extra`` names
-    that were never logged (always legal until the user says otherwise)."""
+    that were never logged (always legal until the user says otherwise). Where the log's
+    ``action_mask`` says every action was legal on every step, no precondition is read from where
+    an action happened to be taken (unless ``strict``): the log says it was allowed everywhere."""
     actions = df["action"].astype(str).to_numpy()
     errors = error_column(df)
     ep = df["episode_id"].to_numpy()
@@ -94,10 +98,11 @@ def infer_actions(df: pd.DataFrame, fields: list[FieldGuess], extra: tuple[str, 
     done = df["done"].fillna(False).astype(bool).to_numpy() if "done" in df.columns else ~has_next
     latency = df["latency_ms"].astype(float).to_numpy() if "latency_ms" in df.columns else None
     names = list(dict.fromkeys(actions))  # first-seen order: the flow as it unfolds
+    everywhere = not strict and masks_all_legal(df)
     out = []
     for name in names:
         rows = actions == name
-        out.append(_action(name, actions, rows, fields, errors, has_next, done, latency))
+        out.append(_action(name, actions, rows, fields, errors, has_next, done, latency, everywhere))
     for name in extra:
         if name not in names:
             out.append(
@@ -119,6 +124,14 @@ def infer_actions(df: pd.DataFrame, fields: list[FieldGuess], extra: tuple[str, 
     return out
 
 
+def masks_all_legal(df: pd.DataFrame) -> bool:
+    """The log has an ``action_mask`` column and every logged mask is all ones."""
+    if "action_mask" not in df.columns:
+        return False
+    masks = df["action_mask"].dropna().astype(str)
+    return bool(len(masks)) and bool(masks.str.fullmatch("1+").all())
+
+
 def _action(
     name: str,
     actions: np.ndarray,
@@ -128,10 +141,11 @@ def _action(
     has_next: np.ndarray,
     done: np.ndarray,
     latency: np.ndarray | None,
+    legal_everywhere: bool = False,
 ) -> ActionGuess:
     literals = []
     comparable = np.ones(len(rows), dtype=bool)
-    for f in fields:
+    for f in [] if legal_everywhere else fields:
         x = f.data[rows]
         if np.isnan(x).any() or f.type not in ("bool", "enum"):
             continue
@@ -160,6 +174,8 @@ def _action(
         ok = lat[np.isfinite(lat)]
         latency_ms = {"mean": round(float(ok.mean()), 1), "std": round(float(ok.std()), 1)}
     notes = list(effect_notes)
+    if legal_everywhere:
+        notes.append("legal on every logged step (the log's action_mask is all ones): no precondition inferred")
     if HUMAN.search(name):
         notes.append("human_takeover guessed from the name")
     return ActionGuess(

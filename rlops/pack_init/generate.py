@@ -95,7 +95,7 @@ def draft_from_traces(req: InitRequest) -> PackDraft:
     fields, skipped = infer_fields(df, table.fields)
     if not fields:
         raise UserError(f"--from-traces {req.traces}: no usable state.<field> column ({skipped[0].reason})")
-    actions = infer_actions(df, fields, req.actions)
+    actions = infer_actions(df, fields, req.actions, strict=req.strict)
     rules = infer_rule_policy(df, fields, [a for a in actions if a.rows])
     reward = infer_reward(df, fields, process_fields(fields, actions), {a.name: a.support for a in actions})
     if not reward.components:

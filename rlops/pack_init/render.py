@@ -207,8 +207,8 @@ def render_readme(d: PackDraft, relaxed: list[str]) -> str:
     else:
         lines += ["The traces carry no reward: `reward_v1.py` holds a placeholder step cost and completion bonus."]
     checks = [
-        "Field ranges come from the 0.05%–99.95% quantiles of the traces (the observed extreme where values pile "
-        "up on it): set the ranges the business defines.",
+        "Field ranges are the traces' observed extremes, rounded outwards (every logged row passes): set the "
+        "ranges the business defines.",
         "Initial distributions are fitted to the logged episodes; population segments (`simulation.profiles.live."
         "population`) are not inferred.",
         "Preconditions say where each action *was* taken, not where it *may* be taken: widen them where the "

@@ -8,12 +8,26 @@ import pandas as pd
 from rlops.pack_init.fields import fit_init, guess_unit, infer_fields, value_range
 
 
-def test_a_clipped_bound_is_kept_and_a_tail_is_rounded_outwards() -> None:
+def test_a_clipped_bound_is_kept_and_every_value_of_the_source_is_in_range() -> None:
     x = np.concatenate([np.full(30, 18.0), np.linspace(19, 70, 970)])  # 3% piled up on 18: a clipped bound
     assert value_range(x, integer=True) == (18.0, 70.0)
-    y = np.linspace(0.0, 1234.5, 100_001)
+    y = np.concatenate([np.linspace(0.617, 1233.9, 100_000), [1234.5]])  # one value far in the tail
     lo, hi = value_range(y, integer=False)
-    assert lo == 0.61 and hi == 1300.0  # quantiles 0.05% / 99.95% (0.617, 1233.9), two significant digits outwards
+    assert lo == 0.61 and hi == 1300.0  # the extremes (0.617, 1234.5), two significant digits outwards
+    assert lo <= y.min() and y.max() <= hi
+
+
+def test_a_column_stored_as_floats_stays_float_and_integers_widened_by_nulls_stay_int() -> None:
+    df = pd.DataFrame(
+        {
+            "episode_id": ["a", "b", "c", "d"],
+            "step": [0, 0, 0, 0],
+            "state.s.rate": [0.0, 1.0, 2.0, 1.0],  # whole values, written as floats
+            "state.s.count": [3, None, 5, 4],  # integers; a missing value made the column float64
+        }
+    )
+    fields, _ = infer_fields(df, ("s.rate", "s.count"))
+    assert {f.path: f.type for f in fields} == {"s.rate": "float", "s.count": "int"}
 
 
 def test_units_are_guessed_from_the_name_only_where_it_says() -> None:
