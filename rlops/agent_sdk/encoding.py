@@ -20,6 +20,7 @@ rule engine.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,8 @@ from rlops.common.errors import UserError
 from rlops.sandbox.spec import ScenarioSpec
 
 STATE_PREFIX = "state."
+
+log = logging.getLogger(__name__)
 
 
 def observation_columns(layout: Any, action_names: Sequence[str]) -> list[str]:
@@ -108,6 +111,8 @@ class ObservationEncoder:
         self._fields = [f for f in scn.spec.fields if f.observed]
         self._optional = set(scn.visible)  # hidden until their visible_when holds
         self._known = frozenset(f.path for f in scn.spec.fields)
+        self.defaulted: dict[str, int] = {}
+        """States per field that lacked it and took its declared ``default:`` (warned once per field)."""
 
     @classmethod
     def from_pack(cls, path: str | Any) -> ObservationEncoder:
@@ -150,6 +155,9 @@ class ObservationEncoder:
         missing = []
         for f in self._fields:
             v = flat.get(f.path)
+            if _missing(v) and f.default is not None:
+                v = f.default
+                self._count_default(f.path)
             if _missing(v):
                 if f.path not in self._optional:
                     missing.append(f.path)
@@ -190,6 +198,17 @@ class ObservationEncoder:
         S[0, col["episode.repeat_count"]] = float(max(run - 1, 0))
         S[0, col["episode.error"]] = float(bool(last_error))
         return scn.clamp(S)
+
+    def _count_default(self, path: str) -> None:
+        seen = self.defaulted.get(path, 0)
+        self.defaulted[path] = seen + 1
+        if not seen:
+            log.warning(
+                "scenario %s: a state lacks field %s; its declared default is used (an agent older than the field? "
+                "counted in the encoder's defaulted; this warning is shown once)",
+                self.scenario.spec.name,
+                path,
+            )
 
     def history_codes(self, history: Sequence[str]) -> np.ndarray:
         """``[1, k]`` codes of the last ``k`` actions, oldest first (0: none, ``a + 1``: action ``a``)."""

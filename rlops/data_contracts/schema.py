@@ -104,6 +104,8 @@ class ColumnSpec:
     true_text: str | None = None
     description: str = ""
     shape: str | None = None
+    default: Any = None
+    """A row that lacks the column (absent or null) takes this value (a state field's ``default:``)."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -137,6 +139,8 @@ class StateField:
     max: float | None = None
     enum_values: tuple[Any, ...] | None = None
     nullable: bool = False
+    default: Any = None
+    """The value a row that lacks the field takes (the scenario field's ``default:``)."""
 
     @classmethod
     def coerce(cls, item: Any) -> StateField:
@@ -165,7 +169,7 @@ class StateField:
             raise ValueError(f"state field description {item!r}: needs a name (or path) and a kind (or type)")
         values = get("enum_values", get("values"))
         nullable = bool(get("nullable", False)) or get("visible_when") is not None
-        return cls(str(name), str(kind), get("min"), get("max"), _values(values), nullable)
+        return cls(str(name), str(kind), get("min"), get("max"), _values(values), nullable, get("default"))
 
     def column_spec(self) -> ColumnSpec:
         col = self.name if self.name.startswith(STATE_PREFIX) else STATE_PREFIX + self.name
@@ -179,9 +183,10 @@ class StateField:
                 min=self.min,
                 max=self.max,
                 finite=kind == "float",
+                default=self.default,
             )
         if kind == "bool":
-            return ColumnSpec(col, "bool", required=required)
+            return ColumnSpec(col, "bool", required=required, default=self.default)
         if kind == "enum":
             if not self.enum_values:
                 raise ValueError(f"state field {self.name!r}: kind 'enum' needs enum_values")
@@ -189,7 +194,7 @@ class StateField:
                 raise ValueError(
                     f"state field {self.name!r}: enum values must be strings, got {list(self.enum_values)!r}"
                 )
-            return ColumnSpec(col, "str", required=required, values=tuple(self.enum_values))
+            return ColumnSpec(col, "str", required=required, values=tuple(self.enum_values), default=self.default)
         raise ValueError(f"state field {self.name!r}: unknown kind {self.kind!r}; expected int, float, bool or enum")
 
 

@@ -20,7 +20,7 @@ import functools
 import json
 import math
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,8 @@ class ValidationResult:
 
     accepted: pd.DataFrame
     quarantined: pd.DataFrame
+    defaulted: dict[str, int] = field(default_factory=dict)
+    """Rows per column that lacked it and took the column's declared default."""
 
     @property
     def rows_in(self) -> int:
@@ -133,6 +135,25 @@ def _fold_extra(df: pd.DataFrame, unknown: list[str]) -> pd.Series:
         else:
             out.append(json.dumps(merged, separators=(",", ":"), default=str) if merged else None)
     return pd.Series(out, index=df.index, dtype=object)
+
+
+def fill_defaults(df: pd.DataFrame, contract: Contract) -> tuple[pd.DataFrame, dict[str, int]]:
+    """``df`` with every column that declares a default filled where a row lacks it (the column
+    absent, or the value null), and how many rows of each took it."""
+    counts: dict[str, int] = {}
+    for spec in contract.columns:
+        if spec.default is None or len(df) == 0:
+            continue
+        if spec.name not in df.columns:
+            df = df.assign(**{spec.name: [spec.default] * len(df)})
+            counts[spec.name] = len(df)
+            continue
+        lacking = df[spec.name].isna()
+        if lacking.any():
+            df = df.copy()
+            df[spec.name] = df[spec.name].astype(object).where(~lacking, spec.default)
+            counts[spec.name] = int(lacking.sum())
+    return df, counts
 
 
 def normalize(df: pd.DataFrame, contract: Contract) -> pd.DataFrame:
@@ -410,6 +431,7 @@ def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
         return ValidationResult(
             to_typed(normalize(df, contract), contract), df.assign(**{REASON_COLUMN: pd.Series([], dtype="str")})
         )
+    df, defaulted = fill_defaults(df, contract)
     raw = normalize(df, contract)
     alive = np.ones(n, dtype=bool)
     labels: list[np.ndarray] = []
@@ -455,7 +477,7 @@ def validate_frame(df: pd.DataFrame, contract: Contract) -> ValidationResult:
         quarantined[REASON_COLUMN] = per_row.reindex(quarantined.index).astype("str")
     else:
         quarantined[REASON_COLUMN] = pd.Series([], dtype="str")
-    return ValidationResult(accepted, quarantined.reset_index(drop=True))
+    return ValidationResult(accepted, quarantined.reset_index(drop=True), defaulted)
 
 
 # --------------------------------------------------------------------------- row identity

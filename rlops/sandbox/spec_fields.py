@@ -87,7 +87,19 @@ def _kind(v: Any) -> str:
     return type(v).__name__
 
 
-_FIELD_KEYS = {"type", "min", "max", "unit", "values", "init", "observed", "visible_when", "description", "fit"}
+_FIELD_KEYS = {
+    "type",
+    "min",
+    "max",
+    "unit",
+    "values",
+    "init",
+    "observed",
+    "visible_when",
+    "description",
+    "fit",
+    "default",
+}
 
 
 def _parse_init(c: _Ctx, node: Any, parent: Any, key: Any, path: str) -> InitSpec:
@@ -162,6 +174,11 @@ def _parse_field(c: _Ctx, node: dict[Any, Any], parent: dict[Any, Any], path: st
         raise c.err(node, "observed", path, f"type mismatch: 'observed' expects a bool, got {_kind(observed)}")
     if "fit" in node:
         _check_fit(c, node, path, t, hi, observed)
+    default = node.get("default")
+    if "default" in node:
+        if default is None or isinstance(default, (dict, list)):
+            raise c.err(node, "default", f"{path}.default", f"expected one value of the field, got {_kind(default)}")
+        _check_init_value(c, node, "default", f"{path}.default", t, lo, hi, values, InitSpec(value=default))
     return FieldSpec(
         path=path,
         type=t,
@@ -174,6 +191,7 @@ def _parse_field(c: _Ctx, node: dict[Any, Any], parent: dict[Any, Any], path: st
         visible_when=node.get("visible_when"),
         description=str(node.get("description", "")),
         line=_line(parent, path.rsplit(".", 1)[-1]),
+        default=default,
     )
 
 
@@ -254,7 +272,12 @@ def _check_init_value(
                     f"bad value: expected a finite number (at most {MAX_MAGNITUDE:g} in size), got {_kind(v)}",
                 )
             if (lo is not None and v < lo) or (hi is not None and v > hi):
-                raise c.err(node, key, where, f"bad range: initial value {v:g} outside [{lo}, {hi}]")
+                raise c.err(
+                    node,
+                    key,
+                    where,
+                    f"bad range: {'default' if key == 'default' else 'initial'} value {v:g} outside [{lo}, {hi}]",
+                )
     if init.dist == "categorical":
         if t != "enum":
             raise c.err(node, key, where, f"a categorical distribution needs an enum field, not {t}")

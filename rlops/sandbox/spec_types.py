@@ -56,6 +56,9 @@ class FieldSpec:
     visible_when: str | None = None
     description: str = ""
     line: int | None = None
+    default: Any = None
+    """The value of a state that lacks the field (an agent or a log older than the field): the policy
+    client and capture use it, and count it, instead of refusing the state."""
 
     @property
     def bounded(self) -> bool:

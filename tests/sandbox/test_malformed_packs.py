@@ -184,11 +184,11 @@ CASES = [
     ),
     Case(
         "unknown_field_key",
-        edit(S, "unit: years,", "unit: years, default: 30,"),
+        edit(S, "unit: years,", "unit: years, fallback: 30,"),
         S,
-        ("unknown key 'default'",),
-        "user_profile.age.default",
-        "default: 30",
+        ("unknown key 'fallback'",),
+        "user_profile.age.fallback",
+        "fallback: 30",
     ),
     Case(
         "min_is_a_string",

@@ -99,9 +99,19 @@ class CaptureResult:
     source: str = "landing_zone"
     #: spans of a trace source that are parts of a decision (its children), not decisions
     spans_skipped: int = 0
+    #: rows per state column that lacked the field and took its declared ``default:``
+    defaulted: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def defaulted_notes(defaulted: dict[str, int]) -> list[str]:
+    """One warning per state column whose declared default filled rows that lacked it."""
+    return [
+        f"{n} rows lacked {column}: its declared default was used (traffic older than the field)"
+        for column, n in sorted(defaulted.items())
+    ]
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -360,13 +370,17 @@ def write_capture(
     save_manifest("running")
     stored = _captured_keys(storage, store, scenario, run_key, manifest_uri)
     seen: set[tuple[str, int]] = set()
+    defaulted: dict[str, int] = {}
     tally = QuarantineTally()
     window = (start - max_lateness, end + max_clock_skew)
     bar = progress_bar(progress, desc="capture", unit="rows", unit_scale=True)
     try:
         for chunk in chunked(source.items, chunk_rows):
             rows, unparseable = parse_json_lines(chunk.lines, chunk.sources, chunk.line_nos)
-            accepted, quarantined = validate_rows(rows, contract)
+            checked = validate_frame(rows, contract)
+            accepted, quarantined = checked.accepted, checked.quarantined
+            for column, count in checked.defaulted.items():
+                defaulted[column] = defaulted.get(column, 0) + count
             # The run owns its interval and each (episode_id, step) once: the contract's
             # row-identity rules, which need the interval and every earlier chunk.
             accepted, foreign = reject_outside_interval_and_duplicates(accepted, *window, seen, stored)
@@ -435,4 +449,5 @@ def write_capture(
         dry_run=dry_run,
         source=source.name,
         spans_skipped=source.spans_skipped,
+        defaulted=defaulted,
     )

@@ -37,7 +37,7 @@ import numpy as np
 from rlops.common.errors import UserError
 from rlops.common.run_key import RunKey
 from rlops.data_contracts.schema import STATE_PREFIX, contract_for
-from rlops.pipeline_steps.capture.core import CaptureSource, SourceLine, write_capture
+from rlops.pipeline_steps.capture.core import CaptureSource, SourceLine, defaulted_notes, write_capture
 from rlops.pipeline_steps.capture.input_checks import CaptureRejected, rejection
 from rlops.pipeline_steps.capture.request import ImportRequest
 from rlops.pipeline_steps.capture.summary import CaptureSummary
@@ -148,7 +148,7 @@ def import_log(ctx: StepContext, request: ImportRequest) -> CaptureSummary:
         quarantine_uri=res.quarantine_uri,
         quarantine_reasons=res.quarantine_reasons,
         manifest_uri=res.manifest_uri,
-        warnings=notes,
+        warnings=[*notes, *defaulted_notes(res.defaulted)],
     )
     rejected = rejection(out, ctx.config.capture.max_quarantine_share)
     if rejected is None and out.rows_accepted == 0:

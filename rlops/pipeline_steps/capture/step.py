@@ -31,7 +31,7 @@ from rlops.common.arguments import MAX_EPISODES, count, fraction
 from rlops.common.errors import UserError
 from rlops.data_contracts.schema import contract_for
 from rlops.data_contracts.validation import REASON_COLUMN
-from rlops.pipeline_steps.capture.core import capture_landing_zone, validate_rows, write_capture
+from rlops.pipeline_steps.capture.core import capture_landing_zone, defaulted_notes, validate_rows, write_capture
 from rlops.pipeline_steps.capture.exploration import COLUMNS as EXPLORATION_COLUMNS
 from rlops.pipeline_steps.capture.exploration import exploration_cost
 from rlops.pipeline_steps.capture.fallbacks import check_fallbacks, interval_rows, log_fallbacks
@@ -107,7 +107,10 @@ def capture_step(ctx: StepContext, request: CaptureRequest | None = None, progre
             files_skipped=res.files_skipped,
             quarantine_partitions=res.quarantine_partitions,
             quarantine_reasons=res.quarantine_reasons,
-            warnings=[f"landing file not read (expected .jsonl or .jsonl.gz): {u}" for u in res.files_skipped],
+            warnings=[
+                *(f"landing file not read (expected .jsonl or .jsonl.gz): {u}" for u in res.files_skipped),
+                *defaulted_notes(res.defaulted),
+            ],
         )
         if res.rows_in == 0:
             note = empty_interval_warning(ctx.storage, landing, ctx.scenario, ctx.key, res.files_read)
@@ -186,6 +189,7 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
         quarantine_uri=res.quarantine_uri,
         quarantine_reasons=res.quarantine_reasons,
         manifest_uri=res.manifest_uri,
+        warnings=defaulted_notes(res.defaulted),
     )
     if res.rows_in == 0:
         interval = f"[{ctx.key.start.isoformat()}, {ctx.key.end.isoformat()})"
