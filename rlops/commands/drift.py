@@ -29,7 +29,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--threshold", type=float, help="p-value cut-off (params: drift.threshold)")
     p.add_argument("--min-effect", type=float, help="effect-size floor (drift.min_effect)")
     p.add_argument("--bh", action="store_true", default=None, help="Benjamini–Hochberg adjustment across fields")
-    p.add_argument("--fields", help="comma-separated fields (default: state.*, latency_ms, error)")
+    p.add_argument(
+        "--fields", help="comma-separated fields (default: state.*, latency_ms, error, action, reward_total)"
+    )
     p.add_argument("--out", help="output folder URI for report.json and report.html")
     p.add_argument("--fail-on-drift", action="store_true", help="exit 3 if any field drifted")
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
@@ -65,6 +67,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             track=not args.no_track,
             scenario=ctx.scenario,
+            decisions=True,
         )
     report = result.report
     assert report is not None  # run_drift always attaches it

@@ -219,6 +219,7 @@ def run_drift(
     target_rows: pd.DataFrame | None = None,
     target_summary: Any = None,
     baseline_rows: pd.DataFrame | None = None,
+    decisions: bool = False,
 ) -> DriftResult:
     """Read both windows, test them, write ``report.json``/``report.html`` under ``out_uri``
     (default ``<storage.root>/<drift.report_dir>/<hash of the two URIs>``) and log them to
@@ -271,6 +272,7 @@ def run_drift(
             workers=cfg.workers,
             clusters=clusters,
             baseline_fit_n=baseline_fit_n,
+            decisions=decisions,
         )
     scenario = scenario or (ctx.scenario if ctx is not None else config.scenario)
     report.meta.update(

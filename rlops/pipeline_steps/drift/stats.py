@@ -25,8 +25,10 @@ fitted to that many episodes (a calibrated sandbox): its own estimation error is
 ``1/n = 1/n_sampled + 1/n_fitted``.
 
 Default fields: the ``state.<field>`` columns of the trace record plus the operational columns
-``latency_ms`` and ``error``. A field present on one side only, or of a different kind on each
-side, becomes an error entry in the report; the other fields are still tested.
+``latency_ms`` and ``error`` (and, comparing two trace windows, the ``action`` taken and the
+``reward_total``: two logging policies differ there first). A field present on one side only, or
+of a different kind on each side, becomes an error entry in the report; the other fields are
+still tested.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ from rlops.pipeline_steps.drift.ks import (
 )
 
 OPERATIONAL_FIELDS = ("latency_ms", "error")
+#: what was decided and what it earned: tested by default when two trace windows are compared
+#: (``rlops drift detect``), not by the drift check, whose baseline is the sandbox's own rollouts
+DECISION_FIELDS = ("action", "reward_total")
 MISSING = "(no value)"
 DEFAULT_THRESHOLD = 0.01
 DEFAULT_MIN_EFFECT = 0.02
@@ -260,10 +265,15 @@ def _cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def default_fields(baseline: pd.DataFrame, target: pd.DataFrame) -> list[str]:
-    """``state.*`` columns and ``latency_ms``/``error`` of either side, baseline order first."""
+def default_fields(baseline: pd.DataFrame, target: pd.DataFrame, decisions: bool = False) -> list[str]:
+    """``state.*`` columns and ``latency_ms``/``error`` of either side, baseline order first; with
+    ``decisions``, also the action taken and the reward (:data:`DECISION_FIELDS`) where both sides
+    have them."""
     cols = list(dict.fromkeys([*baseline.columns, *target.columns]))
-    return [c for c in cols if isinstance(c, str) and (c.startswith(STATE_PREFIX) or c in OPERATIONAL_FIELDS)]
+    out = [c for c in cols if isinstance(c, str) and (c.startswith(STATE_PREFIX) or c in OPERATIONAL_FIELDS)]
+    if decisions:
+        out += [c for c in DECISION_FIELDS if c in baseline.columns and c in target.columns]
+    return out
 
 
 def benjamini_hochberg(p_values: Sequence[float]) -> np.ndarray:
@@ -287,11 +297,13 @@ def detect_drift(
     workers: int | None = None,
     clusters: tuple[pd.Series, pd.Series] | None = None,
     baseline_fit_n: float | None = None,
+    decisions: bool = False,
 ) -> DriftReport:
     """Test every field of ``baseline`` against ``target`` and flag the drifted ones
     (``clusters``, ``baseline_fit_n``: the sample sizes the p-values count, see the module).
 
-    ``fields`` defaults to :func:`default_fields`; naming a field that neither frame has is an
+    ``fields`` defaults to :func:`default_fields` (with ``decisions``: the actions and rewards
+    too); naming a field that neither frame has is an
     error. Fields are tested in parallel on ``workers`` threads (default: the CPU count); the
     array passes release the GIL.
     """
@@ -303,7 +315,7 @@ def detect_drift(
         if not frame.columns.is_unique:
             dup = sorted({str(c) for c in frame.columns[frame.columns.duplicated()]})
             raise ValueError(f"detect_drift: the {side} has duplicate columns {dup}")
-    names = default_fields(baseline, target) if fields is None else list(dict.fromkeys(fields))
+    names = default_fields(baseline, target, decisions) if fields is None else list(dict.fromkeys(fields))
     unknown = [f for f in names if f not in baseline.columns and f not in target.columns]
     if unknown:
         raise ValueError(
