@@ -90,7 +90,17 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"  reward component {c['name']} ({c['rule_ref']}): {fitted}")
     for r in result.relaxed:
         print(f"  ! preconditions relaxed: {r}")
+    if result.renamed_columns:
+        first, path = next(iter(result.renamed_columns.items()))
+        print(
+            f"  renamed {len(result.renamed_columns)} column(s) whose names are not field paths "
+            f"(e.g. {first} → {path}); import_mapping.yaml maps them for `rlops import`"
+        )
+    by_reason: dict[str, list[str]] = {}
     for s in result.skipped_columns:
-        print(f"  ! left out {s['column']}: {s['reason']}")
+        by_reason.setdefault(s["reason"], []).append(s["column"])
+    for reason, columns in by_reason.items():
+        more = f" and {len(columns) - 3} more" if len(columns) > 3 else ""
+        print(f"  ! left out {', '.join(columns[:3])}{more}: {reason}")
     print(f"next: read {result.path}/README.md, then `rlops env validate --scenario {result.path}`")
     return 0

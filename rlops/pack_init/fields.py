@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -77,6 +77,9 @@ class FieldGuess:
     """How the field was inferred, for the pack's README."""
     data: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
     """Per-row values as floats (enum codes, bools 0/1, NaN where null), in the table's row order."""
+    source_column: str | None = None
+    """The trace column it was read from, where its name is not a dotted path of identifiers
+    (``state.item-17`` → field ``item_17``); None when the column is ``state.<path>``."""
 
     def feature(self) -> Feature:
         return Feature(self.path, self.type, self.data, self.values)
@@ -104,27 +107,41 @@ def infer_fields(df: pd.DataFrame, paths: tuple[str, ...]) -> tuple[list[FieldGu
     the others with the reason they were left out."""
     guesses: list[FieldGuess] = []
     skipped: list[SkippedColumn] = []
+    taken = {p for p in paths if all(IDENTIFIER.match(x) for x in p.split("."))}
     episode_start = _episode_starts(df)
     for path in paths:
         col = df[STATE_PREFIX + path]
-        parts = path.split(".")
-        if not all(IDENTIFIER.match(p) for p in parts) or parts[0] == "episode":
-            reason = "'episode' is reserved" if parts[0] == "episode" else "not a dotted path of identifiers"
-            skipped.append(SkippedColumn(STATE_PREFIX + path, reason))
+        source = path
+        if not all(IDENTIFIER.match(p) for p in path.split(".")):
+            path = identifier_path(path)
+            if path in taken:
+                skipped.append(SkippedColumn(STATE_PREFIX + source, f"its field name {path} is another column's"))
+                continue
+        taken.add(path)
+        if path.split(".")[0] == "episode":
+            skipped.append(SkippedColumn(STATE_PREFIX + source, "'episode' is reserved"))
             continue
         typed = _typed(col)
         if typed is None:
-            skipped.append(SkippedColumn(STATE_PREFIX + path, "every value is null"))
+            skipped.append(SkippedColumn(STATE_PREFIX + source, "every value is null"))
             continue
         kind, data, labels = typed
         if kind == "enum" and len(labels) > MAX_ENUM_VALUES:
             skipped.append(
-                SkippedColumn(STATE_PREFIX + path, f"{len(labels)} distinct texts: an identifier, not a state")
+                SkippedColumn(STATE_PREFIX + source, f"{len(labels)} distinct texts: an identifier, not a state")
             )
             continue
-        guesses.append(_guess(df, path, kind, data, labels, episode_start))
+        guess = _guess(df, path, kind, data, labels, episode_start)
+        guesses.append(guess if source == path else replace(guess, source_column=STATE_PREFIX + source))
     with_visibility = [_visibility(g, guesses) for g in guesses]
     return with_visibility, skipped
+
+
+def identifier_path(path: str) -> str:
+    """``path`` as a dotted path of identifiers: each character outside ``[A-Za-z0-9_]`` becomes
+    ``_``, and a part that starts with a digit (or is empty) gets an ``f`` in front."""
+    parts = [re.sub(r"[^A-Za-z0-9_]", "_", p) for p in path.split(".")]
+    return ".".join(p if p and not p[0].isdigit() else f"f{p}" for p in parts)
 
 
 def _episode_starts(df: pd.DataFrame) -> np.ndarray:

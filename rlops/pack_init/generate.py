@@ -17,6 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from rlops.common.errors import UserError
 from rlops.common.scenario_name import MAX_SCENARIO_NAME, SCENARIO_NAME
 from rlops.pack_init.actions import ActionGuess, infer_actions, infer_rule_policy, process_fields
@@ -62,6 +64,9 @@ class InitResult:
     reward_components: list[dict[str, Any]]
     relaxed: list[str]
     skipped_columns: list[dict[str, str]]
+    renamed_columns: dict[str, str]
+    """Trace column → field path, for columns whose names are not dotted paths of identifiers (the
+    pack's ``import_mapping.yaml`` maps them back for ``rlops import``)."""
 
 
 def init_pack(req: InitRequest) -> InitResult:
@@ -115,7 +120,15 @@ def draft_from_traces(req: InitRequest) -> PackDraft:
         len(df),
         tuple(skipped),
         with_bounds=req.strict,
+        mask_width=_mask_width(df),
     )
+
+
+def _mask_width(df: Any) -> int | None:
+    if "action_mask" not in df.columns:
+        return None
+    widths = df["action_mask"].dropna().astype(str).str.len().unique()
+    return int(widths[0]) if len(widths) == 1 else None
 
 
 def _write(folder: Path, draft: PackDraft, relaxed: list[str]) -> None:
@@ -127,6 +140,31 @@ def _write(folder: Path, draft: PackDraft, relaxed: list[str]) -> None:
     )
     (folder / "params.yaml").write_text(PARAMS_YAML)
     (folder / "README.md").write_text(render_readme(draft, relaxed))
+    renamed = renamed_columns(draft)
+    other_masks = draft.mask_width is not None and draft.mask_width != len(draft.actions)
+    if renamed or other_masks:
+        mapping = {"columns": {path: column for column, path in renamed.items()}} if renamed else {}
+        header = (
+            "# How `rlops import --mapping <this file>` reads the logs this pack was inferred from.\n"
+            + (
+                "# columns: the trace columns whose names are not field paths, renamed by `rlops init`.\n"
+                if renamed
+                else ""
+            )
+            + (
+                f"# The source's action_mask has {draft.mask_width} positions and the pack {len(draft.actions)} "
+                "actions: name the log's\n# action at each position, in its system's order, to import its masks:\n"
+                f"# mask_actions: [{', '.join(a.name for a in draft.actions)}, ...]\n"
+                if other_masks
+                else ""
+            )
+        )
+        (folder / IMPORT_MAPPING).write_text(header + (yaml.safe_dump(mapping, sort_keys=False) if mapping else ""))
+
+
+def renamed_columns(draft: PackDraft) -> dict[str, str]:
+    """Trace column → field path of the fields read from a column renamed onto the grammar."""
+    return {f.source_column: f.path for f in draft.fields if f.source_column}
 
 
 def _write_checked(folder: Path, draft: PackDraft) -> tuple[PackDraft, list[str]]:
@@ -201,7 +239,10 @@ def _result(target: Path, d: PackDraft, relaxed: list[str]) -> InitResult:
         ],
         relaxed,
         [{"column": s.column, "reason": s.reason} for s in d.skipped],
+        renamed_columns(d),
     )
 
+
+IMPORT_MAPPING = "import_mapping.yaml"
 
 __all__ = ["InitRequest", "InitResult", "draft_from_traces", "init_pack"]

@@ -33,6 +33,8 @@ class PackDraft:
     with_bounds: bool = False
     """Where each action was logged is part of its precondition (``--strict``); else a comment, and
     the reward is pessimistic outside it."""
+    mask_width: int | None = None
+    """Positions of the source's ``action_mask`` (None: it has none, or of several widths)."""
 
 
 def _flow(value: Any) -> str:
@@ -166,8 +168,9 @@ def render_readme(d: PackDraft, relaxed: list[str]) -> str:
     for f in d.fields:
         rng = f"[{_num(f.min)}, {_num(f.max)}]" if f.type in ("int", "float") else (", ".join(f.values) or "")
         init = f.init.get("dist") if isinstance(f.init, dict) else f"constant {f.init}"
+        read = f"; read from the column `{f.source_column}` (import_mapping.yaml)" if f.source_column else ""
         lines.append(
-            f"| `{f.path}` | {f.type} | {rng} | {f.unit or ''} | {init} | {f.visible_when or ''} | {f.evidence} |"
+            f"| `{f.path}` | {f.type} | {rng} | {f.unit or ''} | {init} | {f.visible_when or ''} | {f.evidence}{read} |"
         )
     for s in d.skipped:
         lines.append(f"| `{s.column}` | left out | | | | | {s.reason} |")

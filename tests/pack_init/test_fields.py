@@ -69,3 +69,19 @@ def test_types_values_and_visibility_from_columns() -> None:
         "lognormal",
     )
     assert skipped == []
+
+
+def test_a_column_name_outside_the_grammar_becomes_a_field_path_and_says_where_it_came_from() -> None:
+    df = pd.DataFrame(
+        {
+            "episode_id": ["a", "b", "c", "d"],
+            "step": [0, 0, 0, 0],
+            "state.item-17": [1.5, 2.5, 3.5, 2.0],
+            "state.user.7day-visits": [1, 2, 3, 4],
+            "state.item_17": [0, 1, 0, 1],  # the name the first would take: that one is left out
+        }
+    )
+    fields, skipped = infer_fields(df, ("item-17", "user.7day-visits", "item_17"))
+    by = {f.path: f.source_column for f in fields}
+    assert by == {"item_17": None, "user.f7day_visits": "state.user.7day-visits"}
+    assert [(s.column, s.reason) for s in skipped] == [("state.item-17", "its field name item_17 is another column's")]

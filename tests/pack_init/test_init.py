@@ -160,3 +160,31 @@ def test_on_a_terminal_it_asks_for_the_actions_and_fields(
     pack = load_pack(tmp_path / "asked")
     assert list(pack.scenario.action_names) == ["open", "resolve"]
     assert pack.scenario.spec.fields[0].path == "ticket.priority"
+
+
+def test_the_file_init_learned_from_imports_whole_into_its_pack(
+    credit_live_traces: Path, tmp_path: Path, tmp_storage_root: str, tmp_tracking: str
+) -> None:
+    """Every row of the source passes the inferred contract (ranges are its extremes), and a
+    column whose name is not a field path is renamed, with a mapping that imports it back."""
+    from rlops.common.errors import UserError
+    from rlops.pipeline_steps.capture.history import import_log
+    from rlops.pipeline_steps.capture.request import ImportRequest
+    from rlops.pipeline_steps.infra.context import StepContext
+
+    df = pd.read_parquet(credit_live_traces).rename(columns={"state.user_profile.age": "state.user_profile.age-years"})
+    source = tmp_path / "desk.parquet"
+    df.to_parquet(source)
+    scenarios = tmp_path / "scenarios"
+    result = init_pack(InitRequest("desk_pack", scenarios, str(source)))
+    assert result.renamed_columns == {"state.user_profile.age-years": "user_profile.age_years"}
+    mapping = scenarios / "desk_pack" / "import_mapping.yaml"
+    ctx = StepContext.create("desk_pack", "20261130T0500", overrides={"scenarios_dir": str(scenarios)})
+    # the credit pack has an action its rule engine never took: the log's masks have one position more
+    assert "mask_actions" in mapping.read_text()
+    with pytest.raises(UserError, match="action_mask has 7 positions, the pack desk_pack has 6 actions"):
+        import_log(ctx, ImportRequest(str(source), mapping=str(mapping)))
+    credit_order = list(load_pack(CREDIT, check_liveness=False).scenario.action_names)
+    mapping.write_text(mapping.read_text() + f"mask_actions: {credit_order}\n")
+    out = import_log(ctx, ImportRequest(str(source), mapping=str(mapping)))
+    assert (out.rows_in, out.rows_accepted, out.rows_quarantined) == (len(df), len(df), 0)

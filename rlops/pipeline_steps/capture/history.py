@@ -13,7 +13,8 @@ lacks is filled in, and said in the result's warnings:
   (when that is missing too) the file's name and the row number;
 - ``done`` missing: the last step of each episode;
 - ``trace_id`` missing: the episode id; ``source``: ``live``; ``scenario``: the pack's name;
-- ``action_mask`` missing: every action legal;
+- ``action_mask`` missing: every action legal; a log whose masks follow its own system's action
+  order names it (``mask_actions`` in the mapping file) and the masks are rewritten in the pack's;
 - ``propensity`` (the logging policy's probability of the logged action) becomes ``logp``; a
   deterministic logging policy (``deterministic``) logs ``logp`` 0. Without either, the rows carry
   no propensity and the off-policy gate says so (insufficient evidence).
@@ -62,21 +63,28 @@ class LogMapping:
     columns: dict[str, str]
     actions: dict[str, str]
     constants: dict[str, Any]
+    mask_actions: tuple[str, ...] = ()
+    """The log's action at each position of its ``action_mask`` (its system's order; after
+    ``actions``): masks are rewritten in the pack's order. Empty: the masks are in the pack's order."""
 
     @classmethod
     def of(cls, request: ImportRequest, pack: Pack, read_text: Any) -> LogMapping:
         columns: dict[str, str] = {}
         actions: dict[str, str] = {}
         constants: dict[str, Any] = {}
+        mask_actions: tuple[str, ...] = ()
         if request.mapping:
             import yaml
 
             doc = yaml.safe_load(read_text(request.mapping)) or {}
-            if not isinstance(doc, dict) or not set(doc) <= {"columns", "actions", "constants"}:
+            if not isinstance(doc, dict) or not set(doc) <= {"columns", "actions", "constants", "mask_actions"}:
                 raise UserError(
-                    f"import mapping {request.mapping}: expected a YAML mapping with the keys columns, actions "
-                    f"and constants, got {sorted(doc) if isinstance(doc, dict) else type(doc).__name__}"
+                    f"import mapping {request.mapping}: expected a YAML mapping with the keys columns, actions, "
+                    f"constants and mask_actions, got {sorted(doc) if isinstance(doc, dict) else type(doc).__name__}"
                 )
+            if not isinstance(doc.get("mask_actions") or [], list):
+                raise UserError(f"import mapping {request.mapping}: mask_actions is a list of action names")
+            mask_actions = tuple(str(a) for a in doc.get("mask_actions") or [])
             columns.update({str(k): str(v) for k, v in (doc.get("columns") or {}).items()})
             actions.update({str(k): str(v) for k, v in (doc.get("actions") or {}).items()})
             constants.update({str(k): v for k, v in (doc.get("constants") or {}).items()})
@@ -96,7 +104,7 @@ class LogMapping:
                 f"import mapping: actions {unknown} are not actions of {pack.name} "
                 f"(expected one of {list(pack.scenario.action_names)})"
             )
-        return cls(named, actions, constants)
+        return cls(named, actions, constants, mask_actions)
 
 
 def import_log(ctx: StepContext, request: ImportRequest) -> CaptureSummary:
@@ -237,12 +245,41 @@ def trace_rows(
     if "action_mask" not in rows:
         rows["action_mask"] = "1" * n
         notes.append("no action_mask column: every action taken as legal")
+    else:
+        rows["action_mask"] = _masks_in_pack_order(rows["action_mask"], mapping, pack, request.path)
     if "trace_id" not in rows:
         rows["trace_id"] = rows["episode_id"]
     if "source" not in rows:
         rows["source"] = "live"
     rows["scenario"] = pack.name
     return rows, notes
+
+
+def _masks_in_pack_order(masks: pd.Series, mapping: LogMapping, pack: Pack, path: str) -> pd.Series:
+    """The log's masks with one position per pack action, in the pack's order: rewritten by
+    ``mask_actions`` (an action the log's system did not have is taken as legal); without it, a
+    mask of another width than the pack's action count is one clear error."""
+    names = list(pack.scenario.action_names)
+    text = masks.astype("string")
+    widths = sorted(int(w) for w in text.str.len().dropna().unique())
+    if not mapping.mask_actions:
+        if widths and widths != [len(names)]:
+            raise UserError(
+                f"import {path}: the log's action_mask has {', '.join(map(str, widths))} positions, the pack "
+                f"{pack.name} has {len(names)} actions: name the log's action at each position in the mapping "
+                "file (mask_actions: [...], in the log system's order), or drop the column to take every action "
+                "as legal"
+            )
+        return masks
+    order = [mapping.actions.get(a, a) for a in mapping.mask_actions]
+    where = {a: i for i, a in enumerate(order)}
+
+    def rewrite(mask: Any) -> Any:
+        if not isinstance(mask, str) or len(mask) != len(order):
+            return mask  # the contract quarantines it, with the reason
+        return "".join(mask[where[a]] if a in where else "1" for a in names)
+
+    return masks.map(rewrite)
 
 
 def _whole_numbers_as_ints(rows: pd.DataFrame, pack: Pack) -> None:
