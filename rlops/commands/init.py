@@ -87,6 +87,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"  rule_policy: reproduces {result.rule_policy_accuracy:.1%} of the logged actions")
     for c in result.reward_components:
         fitted = f"fitted placeholder, R² {c['r2']:.2f}" if c["r2"] is not None else "placeholder"
+        if c["thin"]:
+            fitted += f" — ! thin evidence: {c['paid']} paid scores (shrunk toward the mean; write the rule)"
         print(f"  reward component {c['name']} ({c['rule_ref']}): {fitted}")
     for r in result.relaxed:
         print(f"  ! preconditions relaxed: {r}")

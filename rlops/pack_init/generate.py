@@ -234,7 +234,13 @@ def _result(target: Path, d: PackDraft, relaxed: list[str]) -> InitResult:
         [_action_summary(a, d.with_bounds) for a in d.actions],
         d.rule_policy.accuracy if d.rule_policy and d.source else None,
         [
-            {"name": c.name, "rule_ref": c.rule_ref, "r2": round(c.r2, 4) if c.rows else None}
+            {
+                "name": c.name,
+                "rule_ref": c.rule_ref,
+                "r2": round(c.r2, 4) if c.rows else None,
+                "paid": c.rows,
+                "thin": c.thin,
+            }
             for c in d.reward.components
         ],
         relaxed,

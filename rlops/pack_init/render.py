@@ -206,7 +206,11 @@ def render_readme(d: PackDraft, relaxed: list[str]) -> str:
             "(the share of the variance of its logged scores it reproduces):",
             "",
         ]
-        lines += [f"- `{c.name}` ({c.rule_ref}): {c.rows:,} steps, {c.r2:.0%}" for c in d.reward.components]
+        lines += [
+            f"- `{c.name}` ({c.rule_ref}): {c.rows:,} steps, {c.r2:.0%}"
+            + (" — **thin evidence**: too few paid scores to trust the fit; shrunk toward the mean" if c.thin else "")
+            for c in d.reward.components
+        ]
     else:
         lines += ["The traces carry no reward: `reward_v1.py` holds a placeholder step cost and completion bonus."]
     checks = [

@@ -4,9 +4,11 @@ Trace rows carry the reward breakdown (component, score, reason, rule ref). Each
 a reward component with the same name, reason and rule ref whose body reproduces what it paid: a
 linear function of the step's latency when that explains at least :data:`LATENCY_R2` of its variance
 (a handling-time cost), else per action a shallow regression tree (:mod:`rlops.pack_init.cart`) of
-its scores on the state fields visible on every step of that action. The module says, at each
-body, that the expert must replace it with the rule itself (``# TODO(expert)``), and rules.yaml
-gets one placeholder clause per rule ref.
+its scores on the state fields visible on every step of that action. Evidence decides how far a fit
+goes: a split needs :data:`MIN_EVENTS` paid scores on each side, and a component paid fewer than
+:data:`THIN_EVENTS` times has its means shrunk toward its overall mean and is marked thin evidence.
+The module says, at each body, that the expert must replace it with the rule itself
+(``# TODO(expert)``), and rules.yaml gets one placeholder clause per rule ref.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,6 +34,12 @@ LATENCY_R2 = 0.9
 TREE_DEPTH = 3
 MIN_GAIN = 0.02
 """A split must remove this share of its tree's squared error: smaller ones chase noise."""
+MIN_EVENTS = 10
+"""Each side of a split must hold this many paid (non-zero) scores; and a thin component's means
+are shrunk toward its mean with the weight of the rows that would hold this many at its rate (42
+clicks over 10,000 visits cannot tell 80 items apart)."""
+THIN_EVENTS = 100
+"""Fewer paid scores than this: the README and ``rlops init`` warn that the fit is thin evidence."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,11 @@ class ComponentGuess:
     latency: tuple[float, float] | None = None
     """``(intercept, per ms)`` when it is a linear function of the step's latency."""
     per_action: tuple[ActionFit, ...] = ()
+
+    @property
+    def thin(self) -> bool:
+        """Too few paid scores to trust a fit (:data:`THIN_EVENTS`)."""
+        return 0 < self.rows < THIN_EVENTS
 
 
 @dataclass(frozen=True)
@@ -173,6 +186,11 @@ def _fit_component(
             return ComponentGuess(name, reason, rule, paid, r2, (float(intercept), float(slope)))
     fits = []
     fitted = np.zeros_like(y)
+    # Thin evidence: each mean is shrunk toward the mean over every step (not over the actions that
+    # happened to pay: those were picked by luck), weighted by the rows that hold MIN_EVENTS paid
+    # scores at the component's rate. A well-evidenced component keeps its means.
+    prior = float(y.mean()) if len(y) else 0.0
+    weight = MIN_EVENTS * len(y) / max(paid, 1) if 0 < paid < THIN_EVENTS else 0.0
     for action in dict.fromkeys(actions):
         rows = actions == action
         if not np.any(y[rows]):
@@ -193,6 +211,7 @@ def _fit_component(
             tree = fit_tree(
                 sub, y[fit_rows], classify=False, max_depth=TREE_DEPTH, min_leaf=max(20, n // 50), min_gain=MIN_GAIN
             )
+            tree = trusted(tree, y[fit_rows], np.arange(n), prior, weight)
             fitted[fit_rows] = predict(tree, n)
             state = tuple(
                 (f.path, f.type, f.values[int(v)] if f.type == "enum" else bool(v > 0.5)) for f, v in zip(keys, combo)
@@ -200,6 +219,24 @@ def _fit_component(
             fits.append(ActionFit(str(action), tree, unless_error, state, support.get(str(action), ())))
     r2 = 1.0 - float(np.var(y - fitted)) / var if var > 0 else 1.0
     return ComponentGuess(name, reason, rule, paid, r2, None, tuple(fits))
+
+
+def trusted(node: Node, y: np.ndarray, idx: np.ndarray, prior: float, weight: float) -> Node:
+    """``node`` with the splits whose sides hold fewer than :data:`MIN_EVENTS` paid scores pruned,
+    and each leaf's mean shrunk toward ``prior`` with ``weight`` rows: ``(Σy + weight·prior) /
+    (n + weight)``."""
+    yy = y[idx]
+    shrunk = float((yy.sum() + weight * prior) / (len(yy) + weight)) if len(yy) + weight > 0 else prior
+    if node.split is None or node.left is None or node.right is None:
+        return replace(node, value=shrunk)
+    left = node.split.left(node.split.feature.data[idx])
+    if min(np.count_nonzero(yy[left]), np.count_nonzero(yy[~left])) < MIN_EVENTS:
+        return Node(shrunk, len(idx))
+    return replace(
+        node,
+        left=trusted(node.left, y, idx[left], prior, weight),
+        right=trusted(node.right, y, idx[~left], prior, weight),
+    )
 
 
 def _repeat_penalty(
@@ -312,8 +349,15 @@ CLIP = {number_text(reward.clip)}  # the bound on a step's reward (from traces: 
     parts = [head]
     for c in reward.components:
         fit = "a linear function of the step's latency" if c.latency else "mean score by action and state"
+        thin = (
+            f"\n    # THIN EVIDENCE: {c.rows} paid scores; splits need {MIN_EVENTS} on each side and means are "
+            "shrunk toward the\n    # component's mean: do not trust a policy that exploits this body"
+            if c.thin
+            else ""
+        )
         todo = (
             f"fitted placeholder ({fit}; reproduces {c.r2:.0%} of the variance of the\n    # {c.rows:,} logged scores)"
+            f"{thin}"
             if c.rows
             else "placeholder"
         )
