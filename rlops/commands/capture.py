@@ -6,10 +6,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rlops.commands.common_args import add_common_args, as_user_error, context_from_args, print_result
 from rlops.common import step_request
 from rlops.pipeline_steps.capture.request import CaptureRequest
+
+if TYPE_CHECKING:
+    from rlops.pipeline_steps.capture.summary import CaptureSummary
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,30 +56,40 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_capture(args: argparse.Namespace) -> int:
     from rlops.common.progress import show_progress
-    from rlops.pipeline_steps.capture.input_checks import CaptureRejected
     from rlops.pipeline_steps.capture.step import capture_step, capture_traces
 
     ctx = context_from_args(args)
+
+    def run() -> CaptureSummary:
+        if args.from_mlflow or args.otlp_file:
+            return capture_traces(ctx, otlp_uri=args.otlp_file)
+        request = dataclasses.replace(step_request.from_args(CaptureRequest, args), simulate=args.simulate)
+        return capture_step(ctx, request, progress=show_progress(args.json))
+
+    return report_capture("capture", run, args.json, ctx.dry_run, "partition file(s)")
+
+
+def report_capture(command: str, run: Callable[[], CaptureSummary], as_json: bool, dry_run: bool, unit: str) -> int:
+    """Run a capture (or an import) and print what it did: the counts and where the rows went, then
+    its warnings and alerts on stderr; a rejected run prints the same, then its one-paragraph error
+    (exit 2: bad input, the rows kept)."""
+    from rlops.pipeline_steps.capture.input_checks import CaptureRejected
+
     rejected: CaptureRejected | None = None
-    with as_user_error("capture"):
+    with as_user_error(command):
         try:
-            if args.from_mlflow or args.otlp_file:
-                res = capture_traces(ctx, otlp_uri=args.otlp_file)
-            else:
-                request = dataclasses.replace(step_request.from_args(CaptureRequest, args), simulate=args.simulate)
-                res = capture_step(ctx, request, progress=show_progress(args.json))
+            res = run()
         except CaptureRejected as exc:
             if exc.summary is None:
                 raise
-            # the counts and where the rows went are printed as for any capture; the error follows
             res, rejected = exc.summary, exc
-    verb = "would write" if ctx.dry_run else "wrote"
+    verb = "would write" if dry_run else "wrote"
     print_result(
         res.as_dict(),
-        args.json,
+        as_json,
         [
             f"{res.source}: {res.rows_in} rows in, {res.rows_accepted} accepted, "
-            f"{res.rows_quarantined} quarantined; {verb} {len(res.partitions)} partition file(s)"
+            f"{res.rows_quarantined} quarantined; {verb} {len(res.partitions)} {unit}"
         ],
     )
     for warning in res.warnings:

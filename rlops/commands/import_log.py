@@ -4,9 +4,9 @@ timestamps) into the validated trace store, partitioned by event time."""
 from __future__ import annotations
 
 import argparse
-import sys
 
-from rlops.commands.common_args import add_common_args, as_user_error, context_from_args, print_result
+from rlops.commands.capture import report_capture
+from rlops.commands.common_args import add_common_args, context_from_args
 from rlops.common import step_request
 from rlops.pipeline_steps.capture.request import ImportRequest
 
@@ -27,28 +27,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.capture.history import import_log
-    from rlops.pipeline_steps.capture.input_checks import CaptureRejected
 
     ctx = context_from_args(args)
-    rejected: CaptureRejected | None = None
-    with as_user_error("import"):
-        try:
-            res = import_log(ctx, step_request.from_args(ImportRequest, args))
-        except CaptureRejected as exc:
-            if exc.summary is None:
-                raise
-            res, rejected = exc.summary, exc
-    verb = "would write" if ctx.dry_run else "wrote"
-    print_result(
-        res.as_dict(),
-        args.json,
-        [
-            f"{res.source}: {res.rows_in} rows in, {res.rows_accepted} accepted, {res.rows_quarantined} "
-            f"quarantined; {verb} {len(res.partitions)} hour partition(s) of [{res.interval[0]}, {res.interval[1]})"
-        ],
-    )
-    for warning in res.warnings:
-        print(f"note: {warning}", file=sys.stderr)
-    if rejected is not None:
-        raise rejected
-    return 0
+    request = step_request.from_args(ImportRequest, args)
+    return report_capture("import", lambda: import_log(ctx, request), args.json, ctx.dry_run, "hour partition(s)")
