@@ -63,6 +63,11 @@ def _finite(v: Any) -> float | None:
 
 
 # --------------------------------------------------------------------------- evaluation run
+def _gate_state(gates: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    row = next((g for g in gates if g.get("gate") == name), None)
+    return None if row is None else {"state": row.get("state"), "detail": row.get("detail") or ""}
+
+
 def evaluation_ope(run: dict[str, Any], gates: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The off-policy section of an evaluation page (None: the run predates off-policy evaluation)."""
     m, p, t = run.get("metrics") or {}, run.get("params") or {}, run.get("tags") or {}
@@ -99,6 +104,9 @@ def evaluation_ope(run: dict[str, Any], gates: list[dict[str, Any]]) -> dict[str
         "sandbox": sandbox,
         "sandbox_minus_dr": None if sandbox is None or dr_value is None else sandbox - dr_value,
         "gap": _finite(m.get("ope_sim_to_real_gap")),
+        "incumbent_sandbox": _finite(m.get("ope_incumbent_sandbox_value")),
+        "trust_ratio": _finite(m.get("ope_sim_to_real_ratio")),
+        "trust": _gate_state(gates, "sandbox:trust"),
         "ci": p.get("ope.ci"),
         "confidence": _finite(p.get("ope.confidence")),
         "direct_method": p.get("ope.direct_method"),

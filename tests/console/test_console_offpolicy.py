@@ -156,7 +156,9 @@ def test_no_shadow_rows_is_a_clear_empty_state(home: Path) -> None:
     assert 'shadow="challenger"' in text and "PolicyClient(" in text
 
 
-def _evaluation_run(metrics: dict[str, float], params: dict[str, str], tags: dict[str, str], gate: Any) -> str:
+def _evaluation_run(
+    metrics: dict[str, float], params: dict[str, str], tags: dict[str, str], gate: Any, *more: Any
+) -> str:
     """An evaluation run as ``evaluate._record`` logs it: tags, params, metrics and ``gates.json``."""
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.promotion.gates import gate_frame
@@ -181,7 +183,7 @@ def _evaluation_run(metrics: dict[str, float], params: dict[str, str], tags: dic
         client.log_param(rid, k, v)
     for k, v in metrics.items():
         client.log_metric(rid, k, v)
-    table = gate_frame([gate])
+    table = gate_frame([gate, *more])
     client.log_dict(
         rid,
         {"columns": list(table.columns), "data": table.astype(object).where(table.notna(), None).values.tolist()},
@@ -225,6 +227,31 @@ def test_the_evaluation_page_shows_the_off_policy_estimates_and_the_gap(home: Pa
     assert "812 complete live episodes" in text and "effective sample size 240" in text and "83.0%" in text
     assert "Sim-to-real gap: the sandbox estimates 1.75, live traffic (DR) 1.25 — a gap of +0.5" in text
     assert "DR's direct method: sandbox" in text
+
+
+def test_the_evaluation_page_shows_whether_the_sandbox_earned_trust(home: Path) -> None:
+    from rlops.common.params_operations import OpeParams
+    from rlops.pipeline_steps.promotion.evidence import trust_row
+    from rlops.pipeline_steps.promotion.ope import Estimate, OPEConfig
+    from rlops.pipeline_steps.promotion.ope_gate import OPEResult, ope_gate_row, ope_metrics, ope_run_fields
+
+    cfg = OPEConfig()
+    dr = Estimate("dr", 0.0051, 0.004, 0.0062, 0.0006, "normal")
+    res = OPEResult(episodes=9000, estimates={"dr": dr}, logged_return=0.005, ess=900.0)
+    gate = ope_gate_row(res, cfg)
+    params, tags = ope_run_fields([gate], cfg)
+    # the rule engine earns 0.034 in a sandbox fitted on a handful of clicks, 0.005 on logged traffic
+    trust = trust_row(0.034, 0.005, 0.0007, 0.07, "rule engine", OpeParams())
+    assert trust.skipped
+    metrics = {**ope_metrics(res, 0.04, cfg), "ope_incumbent_sandbox_value": 0.034, "ope_sim_to_real_ratio": 6.8}
+    rid = _evaluation_run(metrics, params, tags, gate, trust)
+    page = _client().get(f"/s/{S}/evaluation/{rid}").text
+    est = {k: _text(v) for k, v in re.findall(r'<tr data-estimator="([\w-]+)">(.*?)</tr>', page, re.DOTALL)}
+    assert est["incumbent-sandbox"].startswith("incumbent in the sandbox 0.034")
+    assert "sim-to-real ratio 6.8" in est["incumbent-sandbox"]
+    trust_text = _text(re.search(r'<p id="sandbox-trust" class="skipped">(.*?)</p>', page, re.DOTALL).group(1))
+    assert "sandbox:trust" in trust_text and "sim-to-real ratio 6.8" in trust_text
+    assert "by more than 25% of its scale" in est["logged"]
 
 
 def test_a_skipped_off_policy_gate_shows_its_reason(home: Path) -> None:
