@@ -1,15 +1,19 @@
 """Adapters that plug an agent built with a framework into rlops, each on the SDK's three interfaces
 (state observer, action executor, reward provider) and :class:`~rlops.agent_sdk.policy_client.PolicyClient`.
 
-* :mod:`rlops.integrations.langgraph` — a LangGraph router node that asks the policy for the next
-  tool node, and a LangChain callback handler that traces the tool calls of an agent as it is;
+* :mod:`rlops.integrations.langgraph` — a LangGraph router that asks the policy for the next tool
+  node (a ``Command`` node or a conditional edge's function), or records the agent's own router's
+  choices in observe mode, and a LangChain callback handler that traces the tool calls of an agent
+  as it is;
 * :mod:`rlops.integrations.openai_agents` — a tool-choice hook around an OpenAI Agents SDK model,
   and a tracing processor that turns the SDK's function spans into trace rows;
 * :mod:`rlops.integrations.autogen` — a ``selector_func`` choosing an AutoGen team's next speaker
   and its tool from the policy (multi-role packs such as ``loan_desk``).
 
-The framework-free part (the decision loop, the state mapping, the tool-call recorder) is
-:mod:`rlops.integrations.core`. Each framework module imports its framework when it is used and
+The framework-free part (the decision loop, the tool-call recorder and the declared mappings:
+state, tool names, tool outcomes) is :mod:`rlops.integrations.core`, built from
+:mod:`rlops.integrations.mapping`, :mod:`rlops.integrations.tool_calls` and, for LangChain's
+callback events, :mod:`rlops.integrations.callbacks`. Each framework module imports its framework when it is used and
 names the extra to install when it is missing (``[langgraph]``, ``[openai-agents]``, ``[autogen]`` of
 the installed distribution: ``rlops``, or the slim ``rlops-agent`` a production agent installs,
 ``pip install './agent[langgraph]'``); nothing else in rlops imports a framework. The package

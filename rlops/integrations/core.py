@@ -1,16 +1,20 @@
 """What every framework adapter shares, free of any framework.
 
-* :class:`StateMapping` — the declared mapping from the framework's state (a LangGraph state dict,
-  a context object) to the pack's state fields;
 * :class:`DecisionLoop` — the forward path: asks the policy (a
   :class:`~rlops.agent_sdk.policy_client.PolicyClient`, which falls back to the pack's rule engine) for
   the next action of an episode, and traces each step — state, mask, action, propensity, serving
   version — with the executed tool's outcome (latency, error) and the reward provider's score once
   the next state is known. Each decision gets the episode's :class:`EpisodeContext` (the actions so
   far, the step, the elapsed tool time, whether the last tool failed): the ``episode.*`` variables the
-  sandbox trains the policy with, so the policy serves on the state it learnt on;
+  sandbox trains the policy with, so the policy serves on the state it learnt on. In observe mode
+  (:meth:`DecisionLoop.observed`) the agent's own router decides and the loop records its choices;
 * :class:`ToolCallRecorder` — the reverse path: an agent that chooses its tools itself is traced from
-  its framework's tool-call events, the state read by a state observer when a tool starts.
+  its framework's tool-call events, its tool names mapped to the pack's actions, the state read by a
+  state observer (or given by the framework) when a tool starts.
+
+Both read a tool's latency and error from its result when given an ``outcome`` hook
+(:class:`~rlops.integrations.mapping.ToolOutcome`); the declared mappings (state, tool names,
+outcomes) live in :mod:`rlops.integrations.mapping` and are re-exported here.
 
 Steps are written by :class:`~rlops.agent_sdk.rollout.Episode`, so a framework's episode is the same
 episode (id, steps, ``done``) as with the SDK by hand, and a duplicate check sees it as one.
@@ -22,19 +26,34 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlops.agent_sdk.decision_program import DecisionProgram
-from rlops.agent_sdk.encoding import StateError
+from rlops.agent_sdk.encoding import ObservationEncoder, StateError
 from rlops.agent_sdk.interfaces import RewardProvider
 from rlops.agent_sdk.masks import ActionMasker
 from rlops.agent_sdk.rollout import RULES_VERSION, Episode
 from rlops.agent_sdk.serving import Decision
-from rlops.agent_sdk.tracer import Tracer, is_error
+from rlops.agent_sdk.tracer import Tracer
 from rlops.common.errors import UserError
+from rlops.integrations.mapping import (
+    AGENT_ROUTER,
+    ActionNames,
+    EpisodeContext,
+    MaskFn,
+    OutcomeFn,
+    StateMapping,
+    ToolOutcome,
+    WiringError,
+    agent_router_fields,
+    context_mask,
+    observed_fields,
+    outcome_reader,
+    pack_masks,
+)
+from rlops.integrations.tool_calls import ToolCallRecorder
 
 log = logging.getLogger(__name__)
 
@@ -56,34 +75,6 @@ class Policy(Protocol):
     ) -> Decision: ...
 
 
-@dataclass(frozen=True)
-class EpisodeContext:
-    """What the next decision of an episode knows besides the pack's state fields: the sandbox's
-    ``episode.*`` variables as a served policy must see them (``docs/scenario-dsl.md``, section 4).
-
-    ``history``: the actions taken so far, oldest first (``episode.last_action``,
-    ``episode.repeat_count`` and the policy's action history); ``step``: how many
-    (``episode.step``); ``elapsed_ms``: the summed latency of their tools (``episode.elapsed_ms``: the
-    sandbox adds each step's latency, the same ``latency_ms`` the trace rows carry, not the
-    wall-clock time the agent spent thinking between tools); ``last_error``: the last tool failed
-    (``episode.error``)."""
-
-    history: tuple[str, ...] = ()
-    step: int = 0
-    elapsed_ms: float = 0.0
-    last_error: bool = False
-
-    def after(self, action: str, *, latency_ms: float, error: Any) -> EpisodeContext:
-        """The context once ``action`` ran, taking ``latency_ms`` and failing with ``error`` (None: it succeeded)."""
-        return EpisodeContext(
-            (*self.history, action), self.step + 1, self.elapsed_ms + max(float(latency_ms), 0.0), is_error(error)
-        )
-
-    def episode_fields(self) -> dict[str, Any]:
-        """The keyword arguments of ``PolicyClient.decide`` and ``ActionMasker.mask`` besides the history."""
-        return {"step": self.step, "elapsed_ms": self.elapsed_ms, "last_error": self.last_error}
-
-
 _CONTEXT_KEYWORDS = frozenset({"step", "elapsed_ms", "last_error"})
 
 
@@ -98,70 +89,6 @@ def _takes_context(policy: Policy) -> bool:
     return set(params) >= _CONTEXT_KEYWORDS
 
 
-def _read(source: Any, path: str) -> Any:
-    """``a.b`` of a mapping or an object (a dict, a TypedDict state, a pydantic model, a dataclass)."""
-    value = source
-    for part in path.split("."):
-        if isinstance(value, Mapping):
-            if part not in value:
-                return None
-            value = value[part]
-        else:
-            value = getattr(value, part, None)
-        if value is None:
-            return None
-    return value
-
-
-def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for path, value in flat.items():
-        *groups, leaf = path.split(".")
-        node = out
-        for g in groups:
-            node = node.setdefault(g, {})
-        node[leaf] = value
-    return out
-
-
-@dataclass(frozen=True)
-class StateMapping:
-    """Which key of the framework's state holds each pack field.
-
-    ``fields``: pack field path → the key (a dotted path into dicts or attributes) in the framework's
-    state, e.g. ``{"user_profile.credit_score": "credit_score"}``. A key whose value is missing (or
-    None) leaves the field out; the policy client says which required fields a state lacks.
-    """
-
-    fields: Mapping[str, str]
-
-    @classmethod
-    def by_leaf_name(cls, pack_fields: Collection[str], **renamed: str) -> StateMapping:
-        """Each pack field from the framework key of its last name (``user_profile.credit_score`` ←
-        ``credit_score``); ``renamed``: leaf name → another key (``loan_amount="amount"``)."""
-        leaves = [p.rsplit(".", 1)[-1] for p in pack_fields]
-        clashes = sorted({leaf for leaf in leaves if leaves.count(leaf) > 1})
-        if clashes:
-            raise UserError(
-                f"StateMapping.by_leaf_name: pack fields share the last name(s) {clashes}; declare "
-                "those fields with StateMapping({'<group>.<field>': '<key>', ...}) instead"
-            )
-        unknown = sorted(set(renamed) - set(leaves))
-        if unknown:
-            raise UserError(f"StateMapping.by_leaf_name: {unknown} are not field names of the pack ({sorted(leaves)})")
-        return cls({p: renamed.get(leaf, leaf) for p, leaf in zip(pack_fields, leaves)})
-
-    def read(self, source: Any) -> dict[str, Any]:
-        """The pack's state (nested by field path) from the framework's state."""
-        flat = {path: _read(source, key) for path, key in self.fields.items()}
-        return _nest({p: v for p, v in flat.items() if v is not None})
-
-
-def observed_fields(pack_path: str | Path) -> list[str]:
-    """The pack's observed state field paths (what a policy reads), for :meth:`StateMapping.by_leaf_name`."""
-    return [f.path for f in DecisionProgram.from_pack(pack_path).spec.fields if f.observed]
-
-
 @dataclass
 class _Open:
     """An episode in progress: its steps, what the recorded steps add up to and the decision awaiting
@@ -173,6 +100,8 @@ class _Open:
     state: Mapping[str, Any] | None = None
     decided_at: float = 0.0
     fields: Mapping[str, Any] = field(default_factory=dict)
+    serving: Mapping[str, Any] = field(default_factory=dict)
+    """The pending decision's serving columns (policy version, mask, logp…)."""
 
 
 class DecisionLoop:
@@ -186,6 +115,12 @@ class DecisionLoop:
     never reported is recorded at the next decision with the time between the two as its latency
     (and no error). :attr:`decision_ms` holds how long each decision took inside the agent (mapping,
     policy, tracing).
+
+    ``outcome``: a hook reading a tool's own report from its result, ``result -> (latency_ms, error)``
+    (e.g. :class:`~rlops.integrations.mapping.ToolOutcome` of declared keys), applied to the ``result``
+    given to :meth:`outcome`; what it does not report (None) is measured by the wall clock.
+    ``pack_path``: the pack whose preconditions give the masks of :meth:`observed` decisions (default:
+    the policy's own, a :class:`~rlops.agent_sdk.policy_client.PolicyClient`'s encoder).
     """
 
     def __init__(
@@ -198,10 +133,18 @@ class DecisionLoop:
         source: str = "live",
         reward_fn_version: str | None = None,
         actions: Collection[str] | None = None,
+        outcome: OutcomeFn | None = None,
+        pack_path: str | Path | None = None,
     ) -> None:
         self.policy, self.tracer, self.scenario = policy, tracer, scenario
         self.reward_provider, self.source, self.reward_fn_version = reward_provider, source, reward_fn_version
         self.actions = None if actions is None else frozenset(actions)
+        self.tool_outcome = outcome_reader(outcome, "DecisionLoop")
+        encoder = getattr(policy, "encoder", None)
+        if pack_path is not None:
+            self.masker: ActionMasker | None = ActionMasker.from_pack(pack_path)
+        else:
+            self.masker = ActionMasker(encoder) if isinstance(encoder, ObservationEncoder) else None
         self.decision_ms: list[float] = []
         self._open: dict[str, _Open] = {}
         self._lock = threading.Lock()
@@ -247,10 +190,72 @@ class DecisionLoop:
                 f"the policy chose {decision.action!r} for episode {episode_id}, but the agent has no tool for it "
                 f"(its tools: {sorted(self.actions)}); give the agent a tool per pack action"
             )
-        run.pending, run.state, run.fields = decision, state, {}
+        run.pending, run.state, run.fields, run.serving = decision, state, {}, decision.trace_fields()
         run.decided_at = time.perf_counter()
         self.decision_ms.append((run.decided_at - t0) * 1e3)
         return decision
+
+    @property
+    def pack_actions(self) -> tuple[str, ...] | None:
+        """The pack's action names, when the loop knows the pack (``pack_path``, or the policy's encoder)."""
+        return None if self.masker is None else self.masker.action_names
+
+    def observed(
+        self,
+        episode_id: str,
+        state: Mapping[str, Any],
+        action: str,
+        *,
+        policy_version: str = RULES_VERSION,
+        deterministic: bool = True,
+        trace_id: str | None = None,
+    ) -> Decision:
+        """Record that the agent's own router chose ``action`` (a pack action) for ``episode_id`` in
+        ``state``, the policy not asked: observe mode. The row carries the mask of the pack's
+        preconditions in the episode's context, ``policy_version`` (what chose), ``logging_policy:
+        agent_router`` and, for a ``deterministic`` router, ``logp`` 0 (else none: its propensity is
+        unknown). Its outcome is recorded as a decided step's is."""
+        if self.masker is None:
+            raise WiringError(
+                "DecisionLoop.observed: recording the agent's own choices needs the pack's action masks, and the "
+                f"policy ({type(self.policy).__name__}) has no pack encoder; give DecisionLoop(pack_path=<the pack>)"
+            )
+        names = self.masker.action_names
+        if action not in names:
+            raise UserError(f"DecisionLoop.observed: {action!r} is no pack action; expected one of {list(names)}")
+        t0 = time.perf_counter()
+        run = self._episode(str(episode_id), trace_id)
+        if run.pending is not None:
+            self._record(run, error=None, latency_ms=(t0 - run.decided_at) * 1e3)
+        run.episode.observe(state)
+        try:
+            mask: list[bool] | None = list(context_mask(self.masker.mask, state, run.context))
+        except StateError as exc:  # never break the agent: the row goes without a mask, quarantined saying so
+            log.warning("rlops: no action mask for episode %s (%s)", episode_id, exc)
+            mask = None
+        decision = Decision(action, names.index(action), mask or [], None, 1.0, None, None, policy_version, "")
+        serving = {**decision.trace_fields(), "test_group": None, **agent_router_fields(deterministic)}
+        if mask is None:
+            serving.pop("action_mask")
+        run.pending, run.state, run.fields, run.serving = decision, state, {}, serving
+        run.decided_at = time.perf_counter()
+        self.decision_ms.append((run.decided_at - t0) * 1e3)
+        return decision
+
+    def no_legal_action(self, episode_id: str, state: Mapping[str, Any]) -> bool:
+        """Whether no pack action is legal in ``state`` after the episode's steps so far (its episode is
+        over, as the sandbox ends one); False where the loop knows no pack or cannot read the state."""
+        if self.masker is None:
+            return False
+        try:
+            return not any(context_mask(self.masker.mask, state, self.context(episode_id)))
+        except StateError:  # the policy says what is wrong with the state when asked
+            return False
+
+    def serving_fields(self, episode_id: str) -> dict[str, Any]:
+        """The serving columns the pending decision of ``episode_id`` will be recorded with."""
+        run = self._open.get(str(episode_id))
+        return {} if run is None or run.pending is None else dict(run.serving)
 
     def annotate(self, episode_id: str, **fields: Any) -> None:
         """More columns for the pending decision's row (names the contract does not know land in its
@@ -279,11 +284,18 @@ class DecisionLoop:
         run = self._open.get(str(episode_id))
         return None if run is None else run.pending
 
-    def outcome(self, episode_id: str, *, error: str | None = None, latency_ms: float | None = None) -> None:
-        """The pending decision's tool ran (``error``: what failed, None on success)."""
+    def outcome(
+        self, episode_id: str, *, error: str | None = None, latency_ms: float | None = None, result: Any = None
+    ) -> None:
+        """The pending decision's tool ran (``error``: what failed, None on success). ``result``: what the
+        tool returned, read by the ``outcome`` hook for what ``error`` and ``latency_ms`` leave unsaid."""
         run = self._open.get(str(episode_id))
         if run is None or run.pending is None:
             return
+        if result is not None and self.tool_outcome is not None:
+            reported_ms, reported_error = self.tool_outcome(result)
+            latency_ms = reported_ms if latency_ms is None else latency_ms
+            error = reported_error if error is None else error
         measured = (time.perf_counter() - run.decided_at) * 1e3
         self._record(run, error=error, latency_ms=measured if latency_ms is None else latency_ms)
 
@@ -297,7 +309,7 @@ class DecisionLoop:
             decision.action,
             latency_ms=latency_ms,
             error=error,
-            **{**run.fields, **decision.trace_fields()},
+            **{**run.fields, **run.serving},
         )
 
     def end(self, episode_id: str, *, error: str | None = None, final_state: Mapping[str, Any] | None = None) -> None:
@@ -316,127 +328,18 @@ class DecisionLoop:
         return list(self._open)
 
 
-class MaskFn(Protocol):
-    """``(state, history, step, elapsed_ms, last_error) -> mask``: :meth:`ActionMasker.mask`."""
-
-    def __call__(
-        self,
-        state: Mapping[str, Any],
-        history: Sequence[str] = (),
-        step: int | None = None,
-        elapsed_ms: float = 0.0,
-        last_error: bool = False,
-    ) -> Sequence[bool]: ...
-
-
-def pack_masks(pack_path: str | Path) -> tuple[tuple[str, ...], MaskFn]:
-    """The pack's action names and a function ``(state, history, **episode) -> mask`` evaluating the
-    actions' preconditions on one production state (:class:`~rlops.agent_sdk.masks.ActionMasker`: what a
-    trace row's ``action_mask`` holds); pass an :class:`EpisodeContext`'s fields, as the sandbox
-    evaluates the preconditions on its ``episode.*`` variables too."""
-    masker = ActionMasker.from_pack(pack_path)
-    return masker.action_names, masker.mask
-
-
-def context_mask(mask: MaskFn, state: Mapping[str, Any], context: EpisodeContext) -> Sequence[bool]:
-    """``mask`` of ``state`` in the episode ``context``."""
-    return mask(state, context.history, **context.episode_fields())
-
-
-@dataclass
-class _Call:
-    episode_id: str
-    action: str
-    state: Mapping[str, Any]
-    mask: Sequence[bool] | None
-    started: float
-
-
-@dataclass
-class _Traced:
-    """An episode traced from tool calls: its steps and what its finished calls add up to."""
-
-    episode: Episode
-    context: EpisodeContext = field(default_factory=EpisodeContext)
-
-
-class ToolCallRecorder:
-    """Traces the tool calls an agent makes on its own (its framework's events), one step per call of a
-    tool named as a pack action; calls of other tools are counted in :attr:`skipped`, not traced.
-
-    ``observer(episode_id)`` returns the pack's state when a tool starts (a
-    :class:`~rlops.agent_sdk.interfaces.StateObserver`'s ``observe`` wrapped to take the episode id);
-    ``policy_version``: what chose the tools. The default ``rules`` says the agent's own deterministic
-    logic did (traced with propensity 1, ``logp = 0``); an agent whose LLM chooses its tools is not
-    deterministic: name it (e.g. ``"support-agent-v3"``) and its rows carry no propensity, so
-    off-policy evaluation says it cannot weigh them instead of weighing them wrongly. Each row's
-    ``action_mask`` is evaluated in the episode's :class:`EpisodeContext` of the calls finished by then.
-    """
-
-    def __init__(
-        self,
-        tracer: Tracer,
-        *,
-        scenario: str,
-        pack_path: str | Path,
-        observer: Callable[[str], Mapping[str, Any]],
-        policy_version: str = RULES_VERSION,
-        reward_provider: RewardProvider | None = None,
-        source: str = "live",
-    ) -> None:
-        self.tracer, self.scenario, self.observer = tracer, scenario, observer
-        self.policy_version, self.reward_provider, self.source = policy_version, reward_provider, source
-        self.actions, self._mask = pack_masks(pack_path)
-        self.skipped = 0
-        self._episodes: dict[str, _Traced] = {}
-        self._calls: dict[str, _Call] = {}
-        self._lock = threading.Lock()
-
-    def started(self, episode_id: str, call_id: str, tool: str) -> None:
-        """A tool call began; a tool that is no pack action is counted in :attr:`skipped`."""
-        if tool not in self.actions:
-            self.skipped += 1
-            return
-        traced = self._episode(str(episode_id))
-        state = self.observer(str(episode_id))
-        traced.episode.observe(state)
-        try:
-            mask: Sequence[bool] | None = context_mask(self._mask, state, traced.context)
-        except StateError as exc:  # never break the agent: the row goes without a mask, quarantined saying so
-            log.warning("rlops: no action mask for episode %s (%s)", episode_id, exc)
-            mask = None
-        self._calls[call_id] = _Call(str(episode_id), tool, state, mask, time.perf_counter())
-
-    def finished(self, call_id: str, error: str | None = None) -> None:
-        """The call ``call_id`` returned (``error``: what failed)."""
-        call = self._calls.pop(call_id, None)
-        if call is None:
-            return
-        traced = self._episode(call.episode_id)
-        latency_ms = (time.perf_counter() - call.started) * 1e3
-        traced.context = traced.context.after(call.action, latency_ms=latency_ms, error=error)
-        mask: dict[str, Any] = {} if call.mask is None else {"action_mask": list(call.mask)}
-        traced.episode.step(call.state, call.action, latency_ms=latency_ms, error=error, **mask)
-
-    def end(self, episode_id: str, error: str | None = None) -> None:
-        """The agent's run for ``episode_id`` ended; its last traced step becomes ``done``."""
-        with self._lock:
-            entry = self._episodes.pop(str(episode_id), None)
-        if entry is not None:
-            entry.episode.end(truncated=error is not None, error=error)
-
-    def _episode(self, episode_id: str) -> _Traced:
-        with self._lock:
-            entry = self._episodes.get(episode_id)
-            if entry is None:
-                ep = Episode(
-                    self.tracer,
-                    scenario=self.scenario,
-                    policy_version=self.policy_version,
-                    source=self.source,
-                    trace_id=episode_id,
-                    episode_id=episode_id,
-                    reward_provider=self.reward_provider,
-                )
-                entry = self._episodes[episode_id] = _Traced(ep)
-            return entry
+__all__ = [
+    "AGENT_ROUTER",
+    "ActionNames",
+    "DecisionLoop",
+    "EpisodeContext",
+    "MaskFn",
+    "Policy",
+    "StateMapping",
+    "ToolCallRecorder",
+    "ToolOutcome",
+    "WiringError",
+    "context_mask",
+    "observed_fields",
+    "pack_masks",
+]

@@ -15,9 +15,11 @@ import pytest
 
 from rlops.agent_sdk import Tracer
 from rlops.agent_sdk.serving import Decision
+from rlops.common.config import REPO_ROOT
 from rlops.common.errors import UserError
 from rlops.integrations import MissingExtraError, require
-from rlops.integrations.core import DecisionLoop, StateMapping
+from rlops.integrations.core import ActionNames, DecisionLoop, StateMapping, ToolOutcome, observed_fields
+from rlops.integrations.mapping import OutcomeReader, error_text
 
 
 class Scripted:
@@ -161,3 +163,76 @@ def test_a_policy_without_the_context_is_still_asked_and_warned_about(
         loop = DecisionLoop(policy, Tracer(tmp_path), scenario="s")
     assert "takes no step/elapsed_ms/last_error" in caplog.text
     assert loop.decide("e", {"n": 1}).action == "check" and policy.seen == [({"n": 1}, "e", ())]
+
+
+def test_the_outcome_hook_reads_latency_and_error_from_the_tools_result(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tracer = Tracer(tmp_path)
+    loop = DecisionLoop(
+        Scripted(["a", "b", "a", "b"]), tracer, scenario="s", outcome=ToolOutcome("meta.ms", "meta.error")
+    )
+    loop.decide("e", {"n": 1})
+    loop.outcome("e", result={"meta": {"ms": 812, "error": {"code": 503}}})  # dotted keys, a structured error
+    loop.decide("e", {"n": 2})
+    loop.outcome("e", error="ConnectionError: down", result={"meta": {"ms": 40.5, "error": "ignored"}})
+    loop.decide("e", {"n": 3})
+    with caplog.at_level("WARNING", logger="rlops.integrations.mapping"):
+        loop.outcome("e", result={"meta": {"ms": -3, "error": False}})  # no latency: the wall clock stands
+        loop.decide("e", {"n": 4})
+        loop.outcome("e", result={"meta": {"ms": float("nan")}})
+    loop.end("e")
+    tracer.close()
+    first, second, third, fourth = rows(tmp_path)
+    assert (first["latency_ms"], first["error"]) == (812.0, '{"code": 503}')
+    assert (second["latency_ms"], second["error"]) == (40.5, "ConnectionError: down")  # the exception wins
+    assert 0 <= third["latency_ms"] < 1000 and third["error"] is None and fourth["error"] is None
+    assert caplog.text.count("read the latency") == 1  # said once, not per call
+
+
+def test_a_broken_outcome_hook_never_breaks_the_agent(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(result: Any) -> tuple[Any, Any]:
+        raise KeyError("latency")
+
+    read = OutcomeReader(broken, "DecisionLoop")
+    with caplog.at_level("WARNING", logger="rlops.integrations.mapping"):
+        assert read({}) == (None, None) and read({}) == (None, None)
+    assert caplog.text.count("outcome hook raised KeyError") == 1
+    assert [error_text(v) for v in (None, False, "", "none", True, "boom", 3)] == [None] * 4 + ["error", "boom", "3"]
+
+
+def test_tool_names_map_to_pack_actions_and_an_unmapped_one_is_named_once(caplog: pytest.LogCaptureFixture) -> None:
+    names = ActionNames(["check", "approve"], {"fraud_api": "check", "web": None}, where="R(names=...)", hint="{name}")
+    with caplog.at_level("WARNING", logger="rlops.integrations.mapping"):
+        got = [names.action(n) for n in ("fraud_api", "approve", "web", "kyc", "kyc", "crm")]
+    assert got == ["check", "approve", None, None, None, None]
+    assert names.unknown == {"kyc": 2, "crm": 1}
+    assert caplog.text.count("'kyc' is no pack action") == 1 and "unmapped so far: ['crm', 'kyc']" in caplog.text
+    with pytest.raises(UserError, match=r"R\(names=...\): \{'x': 'nope'\} map tools to no pack action"):
+        ActionNames(["check"], {"x": "nope"}, where="R(names=...)", hint="")
+
+
+def test_an_observed_decision_is_recorded_as_the_agents_router_chose_it(tmp_path: Path) -> None:
+    pack = REPO_ROOT / "scenarios" / "credit_approval"
+    tracer = Tracer(tmp_path)
+    loop = DecisionLoop(Scripted([]), tracer, scenario="credit_approval", pack_path=pack)
+    flat = {"age": 30, "income_monthly": 9e3, "employment": "salaried", "region": "other", "loan_amount": 5e4}
+    flat |= {"purpose": "car", "term_months": 12, "fraud_check_done": False, "credit_report_fetched": False}
+    state = StateMapping.by_leaf_name(observed_fields(pack)).read(
+        flat | {"approval_result": "pending", "approved_amount": 0.0, "notified": False}
+    )
+    loop.observed("e", state, "initiate_fraud_check")
+    loop.outcome("e", latency_ms=7.0)
+    checked = {**state, "system_status": {**state["system_status"], "fraud_check_done": True, "fraud_flag": False}}
+    loop.observed("e", checked, "fetch_credit_report", policy_version="support-llm", deterministic=False)
+    loop.end("e")
+    tracer.close()
+    first, second = rows(tmp_path)
+    assert (first["action"], first["logp"], first["policy_version"], first["latency_ms"]) == (
+        "initiate_fraud_check", 0.0, "rules", 7.0
+    )  # fmt: skip
+    assert first["logging_policy"] == "agent_router" and first["fallback"] is False and first["test_group"] is None
+    assert second["policy_version"] == "support-llm" and second["logp"] is None  # an LLM's propensity is unknown
+    assert first["action_mask"] == "1100010" and second["action_mask"] == "0100010"  # the pack's, state by state
+    with pytest.raises(UserError, match="'wire_money' is no pack action"):
+        loop.observed("e", state, "wire_money")
