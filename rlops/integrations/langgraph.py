@@ -41,13 +41,12 @@ from typing import Any
 from uuid import UUID
 
 from rlops.agent_sdk.mlflow_tracing import DECISION_ATTRIBUTE
-from rlops.agent_sdk.rollout import RULES_VERSION
 from rlops.agent_sdk.tracer import flatten_state, mask_text
 from rlops.common.errors import UserError
 from rlops.integrations import require
 from rlops.integrations.callbacks import RouterEvents, ToolCallEvents
 from rlops.integrations.core import DecisionLoop, StateMapping, ToolCallRecorder
-from rlops.integrations.mapping import ActionNames, ToolOutcome, WiringError
+from rlops.integrations.mapping import AGENT_ROUTER, ActionNames, ToolOutcome, WiringError
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +94,9 @@ class PolicyRouter:
     ``error_key``: a key of a tool node's update holding its error text, if tools report errors that
     way. ``mode``: ``serve`` (the policy routes) or ``observe`` (``agent_router``, the agent's own
     routing function ``state -> node name``, routes and its choices are recorded as
-    ``agent_version``'s, ``logp`` 0 when ``deterministic``); the same graph switches by that argument.
+    ``agent_version``'s — ``agent_router`` unless named: not ``rules``, the pack's rule engine, which
+    the sandbox would then be checked against — ``logp`` 0 when ``deterministic``); the same graph
+    switches by that argument.
     Serving, the router goes to ``END`` where no pack action is legal any more (a terminal action ran).
     A graph wired so the router cannot serve it raises a :class:`~rlops.integrations.mapping.WiringError`
     naming the fix, checked by the router and by its callbacks (:meth:`config`).
@@ -111,7 +112,7 @@ class PolicyRouter:
         error_key: str | None = None,
         mode: str = "serve",
         agent_router: Callable[[Any], Any] | None = None,
-        agent_version: str = RULES_VERSION,
+        agent_version: str = AGENT_ROUTER,
         deterministic: bool = True,
     ) -> None:
         self._types = require("langgraph.types", _EXTRA, _FRAMEWORK)

@@ -106,7 +106,7 @@ def test_observe_records_the_agents_own_router_then_one_argument_hands_it_to_the
     assert set(episodes) == {a["application_id"] for a in apps}
     assert {r["action"] for r in rows} <= set(NODES) and "initiate_fraud_check" in {r["action"] for r in rows}
     assert all(r["logp"] == 0.0 and r["fallback"] is False and r["logging_policy"] == "agent_router" for r in rows)
-    assert {r["policy_version"] for r in rows} == {"rules"} and all(r["test_group"] is None for r in rows)
+    assert {r["policy_version"] for r in rows} == {"agent_router"} and all(r["test_group"] is None for r in rows)
     for app, final in zip(apps, finals):
         steps = episodes[app["application_id"]]
         assert [r["done"] for r in steps] == [False] * (len(steps) - 1) + [True]
