@@ -49,7 +49,7 @@ def test_a_split_needs_paid_scores_on_both_sides() -> None:
     kept = trusted(tree, y, np.arange(400), prior=float(y.mean()), weight=0.0)
     assert kept.split is None and kept.value == pytest.approx(3 / 400)
     y[:] = 0.0
-    y[:MIN_EVENTS * 3] = 1.0
+    y[: MIN_EVENTS * 3] = 1.0
     y[200 : 200 + MIN_EVENTS] = 1.0
     tree = fit_tree([Feature("f", "float", x)], y, classify=False, max_depth=1, min_leaf=1)
     assert trusted(tree, y, np.arange(400), prior=0.0, weight=0.0).split is not None
