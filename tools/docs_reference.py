@@ -192,9 +192,6 @@ def params_page() -> str:
 
 # --------------------------------------------------------------------------- the trace schema
 def _constraint(spec: Any) -> str:
-    from rlops.data_contracts.json_schema import column_schema
-
-    schema = column_schema(spec)
     parts = []
     if spec.values is not None and spec.name not in ("action", "shadow_action", "scenario"):
         parts.append("one of " + ", ".join(f"`{v}`" for v in spec.values))
@@ -202,9 +199,9 @@ def _constraint(spec: Any) -> str:
         parts.append("one of the pack's actions")
     elif spec.name == "scenario":
         parts.append("the pack's name")
-    for key, word in (("minimum", "≥"), ("maximum", "≤")):
-        if key in schema:
-            parts.append(f"{word} {schema[key]:g}")
+    for bound, word in ((spec.min, "≥"), (spec.max, "≤")):
+        if bound is not None:
+            parts.append(f"{word} {bound:g}")
     if spec.kind == "mask":
         parts.append("one `0`/`1` per action, in the pack's order, at least one `1`")
     if spec.finite:
@@ -212,27 +209,28 @@ def _constraint(spec: Any) -> str:
     return "; ".join(parts)
 
 
+def _column_row(spec: Any) -> str:
+    required = "yes" if spec.required else "no"
+    return f"| `{spec.name}` | {spec.kind} | {required} | {_cell(_constraint(spec))} | {_cell(spec.description)} |"
+
+
 def trace_page() -> str:
     """The trace columns every pack shares, from the contract (the state columns are the pack's)."""
     from rlops.data_contracts.schema import trace_base_columns
 
     head, tail = trace_base_columns(("<action>",))
-    rows = ["| column | type | required | values | description |", "|---|---|---|---|---|"]
-    for spec in head:
-        rows.append(
-            f"| `{spec.name}` | {spec.kind} | {'yes' if spec.required else 'no'} | {_cell(_constraint(spec))} "
-            f"| {_cell(spec.description)} |"
-        )
-    rows.append(
+    state = (
         "| `state.<path>` | the field's | yes, unless the field is hidden in some states (`visible_when`) "
         "| the field's range or values | one column per observed state field of the pack "
         "(`rlops env describe --state`); a nested `state` object is flattened to these |"
     )
-    for spec in tail:
-        rows.append(
-            f"| `{spec.name}` | {spec.kind} | {'yes' if spec.required else 'no'} | {_cell(_constraint(spec))} "
-            f"| {_cell(spec.description)} |"
-        )
+    rows = [
+        "| column | type | required | values | description |",
+        "|---|---|---|---|---|",
+        *map(_column_row, head),
+        state,
+        *map(_column_row, tail),
+    ]
     intro = (
         "# Trace schema\n\n"
         "One row per decision: what the agent SDK's `Tracer` writes to the landing zone, what `rlops capture` "

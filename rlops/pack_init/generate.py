@@ -30,6 +30,8 @@ from rlops.pack_init.traces import read_trace_table
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.pack import load_pack
 
+IMPORT_MAPPING = "import_mapping.yaml"
+
 MIN_RULE_ACCURACY = 0.8
 """A tree that reproduces fewer of the logged actions is left out (the engine then takes the first legal action)."""
 
@@ -140,26 +142,31 @@ def _write(folder: Path, draft: PackDraft, relaxed: list[str]) -> None:
     )
     (folder / "params.yaml").write_text(PARAMS_YAML)
     (folder / "README.md").write_text(render_readme(draft, relaxed))
+    text = import_mapping_text(draft)
+    if text is not None:
+        (folder / IMPORT_MAPPING).write_text(text)
+
+
+def import_mapping_text(draft: PackDraft) -> str | None:
+    """The pack's ``import_mapping.yaml`` for the log it was inferred from: the columns renamed onto
+    field paths, and a ``mask_actions`` line to complete where the log's masks have another width
+    than the pack's actions; None when the log imports as it is."""
     renamed = renamed_columns(draft)
     other_masks = draft.mask_width is not None and draft.mask_width != len(draft.actions)
-    if renamed or other_masks:
-        mapping = {"columns": {path: column for column, path in renamed.items()}} if renamed else {}
-        header = (
-            "# How `rlops import --mapping <this file>` reads the logs this pack was inferred from.\n"
-            + (
-                "# columns: the trace columns whose names are not field paths, renamed by `rlops init`.\n"
-                if renamed
-                else ""
-            )
-            + (
-                f"# The source's action_mask has {draft.mask_width} positions and the pack {len(draft.actions)} "
-                "actions: name the log's\n# action at each position, in its system's order, to import its masks:\n"
-                f"# mask_actions: [{', '.join(a.name for a in draft.actions)}, ...]\n"
-                if other_masks
-                else ""
-            )
-        )
-        (folder / IMPORT_MAPPING).write_text(header + (yaml.safe_dump(mapping, sort_keys=False) if mapping else ""))
+    if not renamed and not other_masks:
+        return None
+    lines = ["# How `rlops import --mapping <this file>` reads the logs this pack was inferred from."]
+    if renamed:
+        lines.append("# columns: the trace columns whose names are not field paths, renamed by `rlops init`.")
+    if other_masks:
+        lines += [
+            f"# The source's action_mask has {draft.mask_width} positions and the pack {len(draft.actions)} "
+            "actions: name the log's",
+            "# action at each position, in its system's order, to import its masks:",
+            f"# mask_actions: [{', '.join(a.name for a in draft.actions)}, ...]",
+        ]
+    mapping = {"columns": {path: column for column, path in renamed.items()}} if renamed else {}
+    return "\n".join(lines) + "\n" + (yaml.safe_dump(mapping, sort_keys=False) if mapping else "")
 
 
 def renamed_columns(draft: PackDraft) -> dict[str, str]:
@@ -248,7 +255,5 @@ def _result(target: Path, d: PackDraft, relaxed: list[str]) -> InitResult:
         renamed_columns(d),
     )
 
-
-IMPORT_MAPPING = "import_mapping.yaml"
 
 __all__ = ["InitRequest", "InitResult", "draft_from_traces", "init_pack"]

@@ -45,6 +45,7 @@ source of the run key already captured is a duplicate.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -370,7 +371,7 @@ def write_capture(
     save_manifest("running")
     stored = _captured_keys(storage, store, scenario, run_key, manifest_uri)
     seen: set[tuple[str, int]] = set()
-    defaulted: dict[str, int] = {}
+    defaulted: Counter[str] = Counter()
     tally = QuarantineTally()
     window = (start - max_lateness, end + max_clock_skew)
     bar = progress_bar(progress, desc="capture", unit="rows", unit_scale=True)
@@ -379,8 +380,7 @@ def write_capture(
             rows, unparseable = parse_json_lines(chunk.lines, chunk.sources, chunk.line_nos)
             checked = validate_frame(rows, contract)
             accepted, quarantined = checked.accepted, checked.quarantined
-            for column, count in checked.defaulted.items():
-                defaulted[column] = defaulted.get(column, 0) + count
+            defaulted.update(checked.defaulted)
             # The run owns its interval and each (episode_id, step) once: the contract's
             # row-identity rules, which need the interval and every earlier chunk.
             accepted, foreign = reject_outside_interval_and_duplicates(accepted, *window, seen, stored)
@@ -449,5 +449,5 @@ def write_capture(
         dry_run=dry_run,
         source=source.name,
         spans_skipped=source.spans_skipped,
-        defaulted=defaulted,
+        defaulted=dict(defaulted),
     )

@@ -34,18 +34,17 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from rlops.common.errors import UserError
 from rlops.common.run_key import RunKey
-from rlops.data_contracts.schema import STATE_PREFIX, contract_for
+from rlops.data_contracts.schema import STATE_PREFIX, Contract, contract_for
 from rlops.pipeline_steps.capture.core import CaptureSource, SourceLine, defaulted_notes, write_capture
 from rlops.pipeline_steps.capture.input_checks import CaptureRejected, rejection
 from rlops.pipeline_steps.capture.request import ImportRequest
 from rlops.pipeline_steps.capture.summary import CaptureSummary
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.sandbox.pack import Pack
 
@@ -68,7 +67,7 @@ class LogMapping:
     ``actions``): masks are rewritten in the pack's order. Empty: the masks are in the pack's order."""
 
     @classmethod
-    def of(cls, request: ImportRequest, pack: Pack, read_text: Any) -> LogMapping:
+    def of(cls, request: ImportRequest, pack: Pack, contract: Contract, read_text: Any) -> LogMapping:
         columns: dict[str, str] = {}
         actions: dict[str, str] = {}
         constants: dict[str, Any] = {}
@@ -93,7 +92,7 @@ class LogMapping:
             if not sep or not trace.strip() or not log.strip():
                 raise UserError(f"import --columns: {pair!r} is not TRACE=LOG (e.g. episode_id=session)")
             columns[trace.strip()] = log.strip()
-        fields = state_paths(pack)
+        fields = _state_paths(contract)
         named = {
             (STATE_PREFIX + k.removeprefix(STATE_PREFIX) if k.removeprefix(STATE_PREFIX) in fields else k): v
             for k, v in columns.items()
@@ -113,10 +112,11 @@ def import_log(ctx: StepContext, request: ImportRequest) -> CaptureSummary:
     rows were quarantined than ``capture.max_quarantine_share`` or none was accepted — after the
     rows are written, so nothing is lost."""
     pack = ctx.load_pack()
-    mapping = LogMapping.of(request, pack, ctx.storage.read_text)
+    contract = contract_for(pack)
+    mapping = LogMapping.of(request, pack, contract, ctx.storage.read_text)
     text = [col for trace, col in mapping.columns.items() if trace in TEXT_COLUMNS] + list(TEXT_COLUMNS)
     log = read_log(ctx.storage, request.path, text)
-    rows, notes = trace_rows(log, mapping, pack, request, PurePosixPath(request.path).name)
+    rows, notes = trace_rows(log, mapping, pack, contract, request, PurePosixPath(request.path).name)
     ts = rows["ts"].dropna()
     if ts.empty:
         where = mapping.columns.get("ts", "ts")
@@ -132,7 +132,7 @@ def import_log(ctx: StepContext, request: ImportRequest) -> CaptureSummary:
         source,
         store.trace_uri,
         ctx.scenario,
-        contract_for(pack),
+        contract,
         key.start,
         key.end,
         chunk_rows=ctx.config.capture.chunk_rows,
@@ -169,8 +169,6 @@ def import_log(ctx: StepContext, request: ImportRequest) -> CaptureSummary:
 def read_log(storage: Any, path: str, text_columns: list[str] | None = None) -> pd.DataFrame:
     """The log as a frame, by its file name's ending; ``text_columns`` of a CSV file are read as
     text (an action mask ``0011`` is not the number 11)."""
-    import pandas as pd
-
     name = path.lower()
     if not name.endswith(READERS):
         raise UserError(f"import {path}: expected a file ending in one of {', '.join(READERS)}")
@@ -186,18 +184,16 @@ def read_log(storage: Any, path: str, text_columns: list[str] | None = None) -> 
 
 
 def trace_rows(
-    log: pd.DataFrame, mapping: LogMapping, pack: Pack, request: ImportRequest, stem: str
+    log: pd.DataFrame, mapping: LogMapping, pack: Pack, contract: Contract, request: ImportRequest, stem: str
 ) -> tuple[pd.DataFrame, list[str]]:
     """The log's rows as trace rows (one per log row, in its order) and the notes on what was filled in."""
-    import pandas as pd
-
     missing = sorted({c for c in mapping.columns.values() if c not in log.columns})
     if missing:
         raise UserError(
             f"import {request.path}: the mapping names columns the log does not have: {missing} "
             f"(the log's columns: {list(log.columns)[:30]})"
         )
-    fields = state_paths(pack)
+    fields = _state_paths(contract)
     rows = pd.DataFrame(index=log.index)
     mapped = set(mapping.columns.values())
     for col in log.columns:
@@ -209,7 +205,7 @@ def trace_rows(
     n = len(pack.scenario.action_names)
     for trace, value in mapping.constants.items():
         rows[trace] = value
-    _whole_numbers_as_ints(rows, pack)
+    _whole_numbers_as_ints(rows, contract)
     if "ts" in rows:
         rows["ts"] = pd.to_datetime(rows["ts"], utc=True, errors="coerce", format="mixed")
     if mapping.actions and "action" in rows:
@@ -282,10 +278,10 @@ def _masks_in_pack_order(masks: pd.Series, mapping: LogMapping, pack: Pack, path
     return masks.map(rewrite)
 
 
-def _whole_numbers_as_ints(rows: pd.DataFrame, pack: Pack) -> None:
+def _whole_numbers_as_ints(rows: pd.DataFrame, contract: Contract) -> None:
     """Integer columns a CSV file or a missing value turned into floats (``538.0``) back to
     integers, where every value is whole; others are left for the contract to quarantine."""
-    for spec in contract_for(pack).columns:
+    for spec in contract.columns:
         if spec.kind != "int" or spec.name not in rows or rows[spec.name].dtype.kind != "f":
             continue
         col = rows[spec.name]
@@ -294,9 +290,9 @@ def _whole_numbers_as_ints(rows: pd.DataFrame, pack: Pack) -> None:
             rows[spec.name] = col.astype("Int64")
 
 
-def state_paths(pack: Pack) -> set[str]:
-    """The dotted paths of the pack's state fields in its trace contract."""
-    return {c.name.removeprefix(STATE_PREFIX) for c in contract_for(pack).columns if c.name.startswith(STATE_PREFIX)}
+def _state_paths(contract: Contract) -> set[str]:
+    """The dotted paths of the state fields of a trace contract."""
+    return {c.name.removeprefix(STATE_PREFIX) for c in contract.columns if c.name.startswith(STATE_PREFIX)}
 
 
 def _lines(rows: pd.DataFrame, uri: str) -> Iterator[SourceLine]:
@@ -308,8 +304,6 @@ def _lines(rows: pd.DataFrame, uri: str) -> Iterator[SourceLine]:
 
 
 def _plain(v: Any) -> Any:
-    import pandas as pd
-
     if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
         return None
     if hasattr(v, "isoformat"):

@@ -67,7 +67,6 @@ if TYPE_CHECKING:
 
     from rlops.model.policy import PolicyNetwork
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.promotion.gates import Gate, return_scale
     from rlops.sandbox.pack import Pack
 
 
