@@ -65,6 +65,10 @@ _KEYS = {
     "bad_candidate": set(),
 }
 _OPTIONAL = {"outcome": {"when", "expr", "factor"}, "reward_fn": {"module"}}
+#: The most values an events document may hold once its YAML aliases are expanded: a timeline has a
+#: few dozen events, while nested aliases can make a few hundred bytes stand for billions ("billion
+#: laughs"), which any check that shows, copies or walks a value would expand.
+MAX_EVENT_VALUES = 100_000
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,7 @@ def _check_outcome(at: str, args: dict[str, Any]) -> None:
             f"{at}: an outcome event takes field and either factor (with an optional when) or expr, got {sorted(keys)}"
         )
     if not isinstance(args["field"], str) or "." not in args["field"]:
-        raise UserError(f"{at}: field {args['field']!r}: expected a state field path such as hidden.default_prob")
+        raise UserError(f"{at}: field {_shown(args['field'])}: expected a state field path such as hidden.default_prob")
     if "factor" in args and not (_number(args["factor"]) and args["factor"] >= 0):
         raise UserError(f"{at}: factor {_shown(args['factor'])}: expected a finite number >= 0")
     if "expr" in args and "when" in args:
@@ -160,7 +164,7 @@ def _check_outcome(at: str, args: dict[str, Any]) -> None:
         )
     for k in ("when", "expr"):
         if k in args and not (isinstance(args[k], str) and args[k].strip()):
-            raise UserError(f"{at}: {k} {args[k]!r}: expected an expression over the scenario's state")
+            raise UserError(f"{at}: {k} {_shown(args[k])}: expected an expression over the scenario's state")
 
 
 def _number(value: Any) -> TypeGuard[float]:
@@ -189,7 +193,30 @@ def load_events(path: str | Path) -> list[Event]:
         raise UserError(f"events file {p}: not UTF-8 text (byte {exc.start}); expected a YAML file") from None
     except (yaml.YAMLError, ValueError) as exc:  # ValueError: an integer of over 4,300 digits
         raise UserError(f"events file {p}: not valid YAML: {' '.join(str(exc).split())}") from exc
+    if _expands_past(doc, MAX_EVENT_VALUES):
+        raise UserError(
+            f"events file {p}: the document expands to more than {MAX_EVENT_VALUES:,} values once its "
+            "aliases (*name) are expanded; expected an 'events:' list of a few entries (alias expansion is capped)"
+        )
     return parse_events(doc, str(p))
+
+
+def _expands_past(doc: Any, limit: int) -> bool:
+    """Whether ``doc`` holds more than ``limit`` values, counting a shared (aliased) value each time
+    it appears. The loader shares an aliased value rather than copying it, so loading a bomb is
+    cheap; this walk stops at ``limit``, so counting one is too."""
+    stack, seen = [doc], 0
+    while stack:
+        value = stack.pop()
+        seen += 1
+        if seen > limit:
+            return True
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
 
 
 def check_world(pack_dir: Path, events: list[Event], where: str = "events") -> None:

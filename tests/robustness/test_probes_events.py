@@ -57,7 +57,10 @@ TOUCH = f"__import__('os').system('touch {{tmp}}/{OWNED}')"
 CASES: dict[str, tuple[str | bytes | None, tuple[str, ...]]] = {
     "python-object-tag": (f"events: !!python/object/apply:os.system ['touch {{tmp}}/{OWNED}']\n", ("not valid YAML",)),
     "python-name-tag": ("events: !!python/name:os.system\n", ("not valid YAML",)),
-    "billion-laughs": (bomb(8) + "events: *a8\n", ("expected a mapping",)),
+    "billion-laughs": (bomb(8) + "events: *a8\n", ("aliases", "expands")),
+    # aliased where a single string belongs: refused by counting the expanded values, before any
+    # check shows (or copies) the billion of them
+    "outcome-when-billion-laughs": (bomb(9) + one(OUTCOME + "factor: 2, when: *a9}"), ("aliases", "expands")),
     "non-utf8": (b"events:\n- {at_hour: 1, kind: \xff}\n", ("UTF-8",)),
     "a-folder": (None, ("not found",)),
     "not-a-list": ("events: {at_hour: 1}\n", ("expected a list",)),
