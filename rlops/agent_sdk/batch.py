@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 def served_policy(serving: ServingState, group: str) -> LoadedPolicy | None:
     """The policy that serves ``group`` in ``serving`` (a challenger arm without a challenger: the champion)."""
-    return serving.challenger if group == CHALLENGER and serving.challenger is not None else serving.champion
+    challenger = serving.challenger
+    return challenger if group == CHALLENGER and challenger is not None and challenger.loaded else serving.champion
 
 
 def serving_version(serving: ServingState, group: str) -> str:

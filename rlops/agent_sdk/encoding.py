@@ -10,8 +10,8 @@ hand, and all of them mean the same thing:
 * nested under one ``state`` key: ``{"state": {"user_profile": {"age": 30}}}``.
 
 A state that cannot be read (not a mapping, a required field missing, a value of the wrong type,
-an unknown action in the history) raises :class:`StateError`, which says which fields, what was
-given and what the scenario expects.
+a number outside the field's declared range or past float32, an unknown action in the history)
+raises :class:`StateError`, which says which fields, what was given and what the scenario expects.
 
 The encoder runs on numpy (:class:`~rlops.agent_sdk.decision_program.DecisionProgram`): an agent
 needs neither torch nor the pack's reward modules to encode a state, mask its actions or ask the
@@ -90,6 +90,12 @@ def _missing(v: Any) -> bool:
     return v is None or _is_nan(v) or type(v).__name__ in ("NAType", "NaTType")
 
 
+def _brief(v: Any) -> str:
+    """``repr(v)``, cut to a length an error line can carry (an int may have thousands of digits)."""
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:20]}…({len(text)} characters)"
+
+
 def _is_nan(v: Any) -> bool:
     return isinstance(v, (float, np.floating)) and bool(np.isnan(v))
 
@@ -163,7 +169,7 @@ class ObservationEncoder:
                     missing.append(f.path)
                 continue
             try:
-                S[0, scn.columns[f.path]] = self._code(f, v)
+                S[0, scn.columns[f.path]] = self._code(f, v, strict)
             except StateError:
                 if strict:
                     raise
@@ -237,7 +243,11 @@ class ObservationEncoder:
         """The rule engine's action for the first row of ``S`` with its mask."""
         return int(self.scenario.rule_actions(S[:1], mask[:1])[0])
 
-    def _code(self, f: Any, v: Any) -> float:
+    def _code(self, f: Any, v: Any, strict: bool = True) -> float:
+        """The state-row code of field ``f``'s value ``v``. A number must be finite in the row's
+        float32 and (``strict``) within the field's declared range: the policy never saw a value
+        outside it, and clamping would serve 1e308 as the maximum. Not ``strict``, the rule-engine
+        fallback's best-effort row clamps it."""
         if f.type == "enum":
             if v not in f.values:
                 raise StateError(f"state field {f.path} = {v!r} is not one of {list(f.values)}")
@@ -248,9 +258,23 @@ class ObservationEncoder:
             return float(bool(v))
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
             raise StateError(f"state field {f.path} = {v!r}: expected a number")
-        if not np.isfinite(v):
-            raise StateError(f"state field {f.path} = {v!r}: expected a finite number")
-        return float(v)
+        try:
+            with np.errstate(over="ignore"):
+                x = np.float32(v)
+        except OverflowError:  # an int past a float64: 10**400
+            x = np.float32(np.inf)
+        if not np.isfinite(x):
+            raise StateError(f"state field {f.path} = {_brief(v)}: expected a finite number (of float32 size)")
+        if strict:
+            lo, hi = f.min, f.max
+            code = np.round(x) if f.type == "int" else x  # what the row holds: the sandbox rounds ints
+            if (lo is not None and code < np.float32(lo)) or (hi is not None and code > np.float32(hi)):
+                raise StateError(
+                    f"state field {f.path} = {_brief(v)} is outside its declared range "
+                    f"[{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}] of scenario "
+                    f"{self.scenario.spec.name}; widen the range in scenario.yaml if such states are real"
+                )
+        return float(x)
 
     def _action_code(self, action: str) -> int:
         if action not in self.action_names:

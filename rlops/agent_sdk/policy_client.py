@@ -63,6 +63,7 @@ import concurrent.futures
 import importlib.util
 import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -193,6 +194,12 @@ class PolicyClient:
             raise UserError(f"PolicyClient(bad_state={bad_state!r}): expected one of {', '.join(BAD_STATE_MODES)}")
         if not isinstance(fallback_log_every_s, (int, float)) or not 0 < float(fallback_log_every_s) < float("inf"):
             raise UserError(f"PolicyClient(fallback_log_every_s={fallback_log_every_s!r}): expected seconds > 0")
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or not 0 < timeout_ms < math.inf:
+            # NaN or a negative timeout would time every decision out: all traffic on the rule engine
+            raise UserError(
+                f"PolicyClient(timeout_ms={timeout_ms!r}): expected a finite positive number of milliseconds "
+                "(how long a policy may take to decide before the rule engine answers)"
+            )
         if challenger_fraction is not None and not 0.0 <= float(challenger_fraction) <= 1.0:
             raise UserError(f"PolicyClient(challenger_fraction={challenger_fraction!r}): expected a share in [0, 1]")
         self.tracking_uri, self.scenario = tracking_uri, scenario
@@ -625,8 +632,8 @@ class PolicyClient:
 
     def stats(self) -> dict[str, Any]:
         """Counters for a metrics endpoint: decisions, fallbacks by code (in all, and per cause still
-        going on since its first log line), rates, shadow agreement, the serving versions and the
-        last poll error."""
+        going on since its first log line), rates, shadow agreement, the serving versions, what
+        could not be loaded (by group) and the last poll error."""
         s = self._serving
         return {
             "decisions": self.decisions,
@@ -641,6 +648,7 @@ class PolicyClient:
             "challenger_fraction": s.challenger_fraction,
             "shadow": s.shadow.ref if s.shadow else None,
             "generation": s.generation,
+            "load_errors": dict(s.load_errors),
             "last_refresh_error": self.last_refresh_error,
         }
 

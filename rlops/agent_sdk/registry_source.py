@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -161,7 +162,13 @@ def build_serving_state(
     """The complete next serving state: the versions behind ``champion``, ``challenger`` (and the
     shadow), loaded, and the challenger's traffic share (``fraction_override``, else its
     ``traffic_fraction`` tag). A policy that cannot be resolved or loaded keeps the one of ``old``,
-    with the error recorded; an alias that does not exist serves nothing.
+    with the error recorded; an alias that does not exist serves nothing, and a shadow version that
+    does not exist is a recorded error.
+
+    Only what can decide is loaded: loading a model runs its code, so a challenger with no traffic
+    share (and not the shadow) stays resolved but unloaded. Whatever a model's code raises while it
+    loads — ``SystemExit`` included — is that version's load error, never the agent's exit (only an
+    interrupt goes through).
 
     The challenger is served a share only when rlops staged it: the registered model's record
     ``rlops.alias.challenger`` names the same version. A ``challenger`` set by hand in the MLflow
@@ -177,21 +184,19 @@ def build_serving_state(
     for group, ref in refs:
         try:
             found = source.resolve(ref)
-            if found is None:
-                loaded[group] = None
-                continue
-            version, tags = found
-            loaded[group] = LoadedPolicy(
-                alias=ref.alias or version,
-                version=version,
-                model=source.load(version),
-                tags=tags,
-                ref=source.canonical(version),
-            )
         except Exception as exc:  # noqa: BLE001 - any failure means "serve what we have"
-            errors[group] = f"{type(exc).__name__}: {exc}"
-            loaded[group] = getattr(old, group)
-            log.warning("policy client: cannot load %s of %s: %s", group, source.model_name, exc)
+            _keep_old(source, old, group, exc, errors, loaded)
+            continue
+        if found is None:
+            loaded[group] = None
+            if group == SHADOW and ref.version is not None:  # asked for by number: a typo, not a state
+                errors[group] = f"version {ref.version} of {source.model_name} does not exist"
+                log.warning("policy client: shadow %s", errors[group])
+            continue
+        version, tags = found
+        loaded[group] = LoadedPolicy(
+            alias=ref.alias or version, version=version, model=None, tags=tags, ref=source.canonical(version)
+        )
     challenger = loaded.get(CHALLENGER)
     fraction = 0.0
     if fraction_override is not None:
@@ -204,6 +209,17 @@ def build_serving_state(
     fraction = min(max(fraction, 0.0), 1.0) if math.isfinite(fraction) else 0.0
     if challenger is not None and fraction > 0.0:
         fraction = fraction if _staged_by_rlops(source, challenger.version, old, errors) else 0.0
+    for group in (CHAMPION, CHALLENGER, SHADOW):
+        policy = loaded.get(group)
+        if policy is None or policy.loaded or (group == CHALLENGER and fraction <= 0.0):
+            continue
+        try:
+            loaded[group] = dataclasses.replace(policy, model=source.load(policy.version))
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a model's code may even raise SystemExit
+            _keep_old(source, old, group, exc, errors, loaded)
+    challenger = loaded.get(CHALLENGER)
     segment = None
     if challenger is not None:  # a segment stage: the share applies to that segment's requests only
         segment = (challenger.tags.get(SEGMENT_TAG) or "").strip() or None
@@ -217,6 +233,20 @@ def build_serving_state(
         load_errors=tuple(sorted(errors.items())),
         challenger_segment=segment,
     )
+
+
+def _keep_old(
+    source: RegistrySource,
+    old: ServingState,
+    group: str,
+    exc: BaseException,
+    errors: dict[str, str],
+    loaded: dict[str, LoadedPolicy | None],
+) -> None:
+    """Record why ``group`` could not be resolved or loaded, and keep serving what ``old`` had."""
+    errors[group] = "; ".join(filter(None, [errors.get(group), f"{type(exc).__name__}: {exc}"]))
+    loaded[group] = getattr(old, group)
+    log.warning("policy client: cannot load %s of %s: %s", group, source.model_name, exc)
 
 
 def traffic_share(raw: str | None) -> tuple[float, str | None]:

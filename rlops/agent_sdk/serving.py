@@ -53,10 +53,16 @@ class LoadedPolicy:
     alias: str
     version: str
     model: Any
-    """Has ``predict_obs(obs[N, D]) -> {"action_index", "probs", "logp", "entropy", "value"}``."""
+    """Has ``predict_obs(obs[N, D]) -> {"action_index", "probs", "logp", "entropy", "value"}``; None
+    for a version resolved but not loaded: a challenger with no traffic share never decides, and
+    loading a model runs its code."""
     tags: dict[str, str] = field(default_factory=dict)
     ref: str = ""
     """The canonical policy version (``<scenario>-policy/<version>``)."""
+
+    @property
+    def loaded(self) -> bool:
+        return self.model is not None
 
 
 @dataclass(frozen=True)
@@ -78,8 +84,10 @@ class ServingState:
 
     @property
     def policies(self) -> dict[str, LoadedPolicy]:
-        """Alias → loaded policy, for the served aliases that exist (``champion``, ``challenger``)."""
-        return {a: p for a, p in ((CHAMPION, self.champion), (CHALLENGER, self.challenger)) if p is not None}
+        """Alias → loaded policy, for the served aliases that exist and are loaded (``champion``,
+        ``challenger``)."""
+        pairs = ((CHAMPION, self.champion), (CHALLENGER, self.challenger))
+        return {a: p for a, p in pairs if p is not None and p.loaded}
 
     @property
     def versions(self) -> dict[str, str | None]:
@@ -93,7 +101,8 @@ class ServingState:
         With a :attr:`challenger_segment`, ``in_segment`` says whether the request's state is in it;
         outside it, or not told, the request is the champion's."""
         outside = in_segment is False or (in_segment is None and self.challenger_segment is not None)
-        if key is None or self.challenger is None or self.challenger_fraction <= 0.0 or outside:
+        unloaded = self.challenger is None or not self.challenger.loaded
+        if key is None or unloaded or self.challenger_fraction <= 0.0 or outside:
             return CHAMPION
         return CHALLENGER if hash_fraction(str(key), salt) < self.challenger_fraction else CHAMPION
 

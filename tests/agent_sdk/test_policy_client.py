@@ -95,7 +95,7 @@ def test_encoder_matches_the_sandbox_observation(pack: Any) -> None:
             history[i].append(names[int(a[i])])
         env.step(a)
     with pytest.raises(StateError, match="user_profile.age"):
-        enc.encode({"user_profile": {"income_monthly": 1.0}})
+        enc.encode({"user_profile": {"income_monthly": 9000.0}})
     with pytest.raises(StateError, match="not one of"):
         enc.encode({**STATE, "application": {**STATE["application"], "purpose": "boat"}})
 
