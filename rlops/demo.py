@@ -1,6 +1,7 @@
 """``rlops demo`` (``make demo``): the whole rlops loop on one pack, embedded (no servers) — the
-credit-approval pack by default (params ``scenario``), any pack with ``--scenario`` (e.g.
-``complaint_handling``); the pack needs a ``live`` profile, the stand-in for production traffic.
+credit-approval pack by default (params ``scenario``), any pack with ``--scenario``: a pack name
+under scenarios/ (e.g. ``complaint_handling``) or a pack folder anywhere, as every command takes it;
+the pack needs a ``live`` profile, the stand-in for production traffic.
 
 1. validate the pack; 2. capture an interval of traffic from the pack's ``live`` profile (the
 production rule engine serving, as before any RL policy exists); 3. detect its drift against the
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from rlops.commands.common_args import scenario_of
 from rlops.common.config import load_params, resolve_local
 from rlops.common.errors import UserError
 from rlops.common.run_key import RunKey
@@ -57,12 +59,20 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def run(scenario: str | None = None) -> int:
+    """The demo on ``scenario``: a pack name under scenarios/ or a pack folder (None: params
+    ``scenario``)."""
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.promotion.flow import promote
     from rlops.pipeline_steps.training.policy import train_policy
 
     params = load_params()
-    scenario = scenario or str(params.get("scenario"))
+    packs: dict[str, Any] = {}
+    if scenario is None:
+        scenario = str(params.get("scenario"))
+    else:
+        # A pack folder is its parent as the scenarios folder, kept through the demo's overrides below.
+        packs["scenarios_dir"], scenario = scenario_of(scenario, params)
+        params.update(packs)
     run_key = _own_run_key(StepContext.create(scenario, params=params))
     # The project's demo budgets, with the pack's own (its params.yaml `demo:` block) on top.
     demo = StepContext.create(scenario, run_key, params=params).config.demo
@@ -70,6 +80,7 @@ def run(scenario: str | None = None) -> int:
 
     torch.set_num_threads(demo.torch_threads)
     overrides = {
+        **packs,
         "capture": {"episodes": demo.capture_episodes},
         "drift": {"baseline_episodes": min(demo.capture_episodes, 3000)},
         "reward_model": {"pairs": demo.reward_model_pairs},

@@ -10,9 +10,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="run the whole loop once on a pack, embedded (data in ./rlops-data)")
     p.add_argument(
         "--scenario",
-        metavar="NAME",
+        metavar="NAME_OR_PATH",
         default=None,
-        help="scenario pack name under scenarios/ (default: params 'scenario')",
+        help="scenario pack: a name under scenarios/ or a pack folder (default: params 'scenario')",
     )
     p.set_defaults(func=cmd_demo)
 
