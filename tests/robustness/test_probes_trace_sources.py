@@ -200,6 +200,60 @@ def _document_list(tmp: Path) -> Verdict:
     return counts(res, 1, 0) or _needs("expected an object", tmp)
 
 
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def _deep_record(tmp: Path) -> Verdict:
+    """A ``rlops.record`` string nested 100,000 levels deep is one quarantined span, not a failed run."""
+    deep = {**span(None, "t2"), "attributes": [{"key": "rlops.record", "value": {"stringValue": DEEP}}]}
+    res = otlp(tmp, export(tmp, [span(record(0, "a")), deep, span(record(1, "a"), "t3")]))
+    return counts(res, 3, 2) or _needs("depth", tmp)
+
+
+def _deep_decision(tmp: Path) -> Verdict:
+    """The same through a framework's ``rlops.decision`` attribute."""
+    deep = {**span(None, "t2"), "attributes": [{"key": "rlops.decision", "value": {"stringValue": DEEP}}]}
+    res = otlp(tmp, export(tmp, [span(record(0, "a")), deep]))
+    return counts(res, 2, 1) or _needs("depth", tmp)
+
+
+def _deep_attribute_value(tmp: Path) -> Verdict:
+    """A span whose JSON itself nests 100,000 levels (an attribute value of nested lists) is skipped
+    as one quarantined span; the spans after it in the document still land."""
+    path = tmp / "deep.json"
+    good, after = json.dumps(span(record(0, "a"))), json.dumps(span(record(1, "a"), "t3"))
+    deep = '{"traceId": "t2", "spanId": "s2", "name": "decision", "attributes": [{"key": "rlops.record", '
+    deep += '"value": {"arrayValue": ' + '{"values": [' * 50_000 + "]}" * 50_000 + "}}]}"
+    path.write_text('{"resourceSpans": [{"scopeSpans": [{"spans": [' + ",".join([good, deep, after]) + "]}]}]}")
+    res = otlp(tmp, f"file://{path}")
+    return counts(res, 3, 2) or _needs("depth", tmp)
+
+
+def _span_lists_not_arrays(tmp: Path) -> Verdict:
+    """``{"resourceSpans": "abc"}`` is no OTLP export: quarantined naming the key, never an empty hour."""
+    path = tmp / "x.json"
+    path.write_text('{"resourceSpans": "abc"}')
+    res = otlp(tmp, f"file://{path}")
+    return counts(res, 1, 0) or _needs("resourceSpans", tmp)
+
+
+def _no_span_list(tmp: Path) -> Verdict:
+    """A JSON object without ``resourceSpans`` (another signal's export, a config file) is refused
+    the same way; an export of no spans (``{"resourceSpans": []}``) is an empty hour."""
+    path = tmp / "x.json"
+    path.write_text('{"resourceLogs": []}\n{"resourceSpans": []}\n')
+    res = otlp(tmp, f"file://{path}")
+    return counts(res, 1, 0) or _needs("resourceSpans", tmp)
+
+
+def _spans_not_array(tmp: Path) -> Verdict:
+    path = tmp / "x.json"
+    good = json.dumps(doc([span(record(0, "a"))]))
+    path.write_text(good + '\n{"resourceSpans": [{"scopeSpans": [{"spans": {"traceId": "t"}}]}]}\n')
+    res = otlp(tmp, f"file://{path}")
+    return counts(res, 2, 1) or _needs("spans", tmp)
+
+
 def _empty_file(tmp: Path) -> Verdict:
     path = tmp / "x.json"
     path.write_text("")
@@ -358,6 +412,12 @@ PROBES = [
         _broken_line_resyncs,
         _not_json,
         _document_list,
+        _deep_record,
+        _deep_decision,
+        _deep_attribute_value,
+        _span_lists_not_arrays,
+        _no_span_list,
+        _spans_not_array,
         _empty_file,
         _missing_file,
         _record_not_object,

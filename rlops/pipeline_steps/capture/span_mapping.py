@@ -99,6 +99,13 @@ class DecisionSpans:
             record = json.loads(raw) if isinstance(raw, str) else raw
         except ValueError:
             record = None
+        except RecursionError:  # nested past the decoder's limit: this span alone is quarantined
+            return SourceLine(
+                str(raw)[:4096],
+                where,
+                n,
+                f"otlp: span attribute {DECISION_ATTRIBUTE}: depth: JSON nested too deep to parse",
+            )
         if not isinstance(record, dict):
             return SourceLine(
                 json.dumps({DECISION_ATTRIBUTE: raw}, default=str)[:4096],

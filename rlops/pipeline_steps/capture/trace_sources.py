@@ -29,19 +29,17 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from rlops.agent_sdk.mlflow_tracing import RECORD_ATTRIBUTE
 from rlops.common.errors import UserError
 from rlops.pipeline_steps.capture.core import CaptureSource, SourceLine
+from rlops.pipeline_steps.capture.json_stream import TOO_DEEP, JsonStream, TooDeep
 from rlops.pipeline_steps.capture.span_mapping import DecisionSpans
 
 if TYPE_CHECKING:
     from rlops.storage.backend import Storage
 
-#: The most text one value of an OTLP document (one span, one resource block) may take.
-MAX_VALUE_CHARS = 16 << 20
-_READ_CHARS = 1 << 20
 _SPAN_LISTS = ("resourceSpans", "scopeSpans", "instrumentationLibrarySpans")
 
 
@@ -62,6 +60,16 @@ def _line(attributes: Mapping[str, Any]) -> str:
         return json.dumps(record, default=str)
     # No record: keep what the span says, and let the contract quarantine it with the reason.
     return json.dumps({k: _decode(v) for k, v in attributes.items()}, default=str)
+
+
+def _span_line(attributes: Mapping[str, Any], where: str, n: int) -> SourceLine:
+    """The row of one span; a span whose attributes nest too deeply to decode is quarantined alone
+    (the interpreter's recursion limit is the bound: past it, every other span would be lost too)."""
+    try:
+        return SourceLine(_line(attributes), where, n)
+    except RecursionError:
+        raw = attributes.get(RECORD_ATTRIBUTE, "")
+        return SourceLine(str(raw)[:4096], where, n, f"otlp: span attribute {RECORD_ATTRIBUTE}: {TOO_DEEP}")
 
 
 def _is_decision(name: Any, attributes: Mapping[str, Any]) -> bool:
@@ -111,7 +119,7 @@ def mlflow_source(
                 rows = decisions or [s for s in spans if s[1] is None]
                 source.spans_skipped += len(spans) - len(rows)
                 for i, (_, _, attrs) in enumerate(rows, start=1):
-                    yield SourceLine(_line(attrs), where, i)
+                    yield _span_line(attrs, where, i)
             token = page.token
             if not token:
                 return
@@ -121,112 +129,6 @@ def mlflow_source(
 
 
 # --------------------------------------------------------------------------- OTLP/JSON
-
-
-class _Reader:
-    """A rolling buffer over a text stream that decodes one JSON value at a time
-    (``json.JSONDecoder.raw_decode``), so a document is never held whole."""
-
-    def __init__(self, stream: IO[str], uri: str) -> None:
-        self.stream, self.uri = stream, uri
-        self.buf, self.pos, self.offset, self.eof = "", 0, 0, False
-        self.decoder = json.JSONDecoder()
-
-    def _more(self) -> bool:
-        if self.eof:
-            return False
-        data = self.stream.read(_READ_CHARS)
-        if not data:
-            self.eof = True
-            return False
-        self.offset += self.pos
-        self.buf = self.buf[self.pos :] + data
-        self.pos = 0
-        return True
-
-    def peek(self) -> str:
-        """The next non-blank character ("" at the end)."""
-        while True:
-            while self.pos < len(self.buf) and self.buf[self.pos] in " \t\r\n":
-                self.pos += 1
-            if self.pos < len(self.buf):
-                return self.buf[self.pos]
-            if not self._more():
-                return ""
-
-    def take(self, expected: str) -> None:
-        got = self.peek()
-        if got != expected:
-            raise ValueError(f"expected {expected!r} at character {self.offset + self.pos}, got {got or 'the end'!r}")
-        self.pos += 1
-
-    def value(self) -> Any:
-        """Decode the next JSON value whole (reading on while it is incomplete)."""
-        self.peek()
-        while True:
-            try:
-                obj, stop = self.decoder.raw_decode(self.buf, self.pos)
-            except ValueError:
-                if len(self.buf) - self.pos > MAX_VALUE_CHARS:
-                    raise ValueError(
-                        f"a value at character {self.offset + self.pos} is over "
-                        f"{MAX_VALUE_CHARS} characters or not JSON"
-                    ) from None
-                if not self._more():
-                    raise ValueError(
-                        f"the document ends inside a value at character {self.offset + self.pos}"
-                    ) from None
-                continue
-            # a number cut by the read boundary: decode again with the rest
-            if stop == len(self.buf) and not self.eof and isinstance(obj, (int, float)) and self._more():
-                continue
-            self.pos = stop
-            return obj
-
-    def next_document(self) -> bool:
-        """Skip to the next line that starts a document (``{`` in its first column), as in the
-        collector's one-document-per-line files; False when there is none."""
-        while True:
-            at = self.buf.find("\n{", self.pos)
-            if at >= 0:
-                self.pos = at + 1
-                return True
-            self.pos = max(self.pos, len(self.buf) - 1)
-            if not self._more():
-                self.pos = len(self.buf)
-                return False
-
-    def members(self) -> Iterator[str]:
-        """The keys of the object that starts here, one by one; the caller consumes each value."""
-        self.take("{")
-        if self.peek() == "}":
-            self.pos += 1
-            return
-        while True:
-            key = self.value()
-            self.take(":")
-            yield str(key)
-            nxt = self.peek()
-            self.pos += 1
-            if nxt == "}":
-                return
-            if nxt != ",":
-                raise ValueError(f"expected ',' or '}}' at character {self.offset + self.pos - 1}")
-
-    def elements(self) -> Iterator[None]:
-        """Steps through the array that starts here; the caller consumes each element."""
-        self.take("[")
-        if self.peek() == "]":
-            self.pos += 1
-            return
-        while True:
-            yield None
-            nxt = self.peek()
-            self.pos += 1
-            if nxt == "]":
-                return
-            if nxt != ",":
-                raise ValueError(f"expected ',' or ']' at character {self.offset + self.pos - 1}")
 
 
 class _OtlpSpans:
@@ -239,9 +141,9 @@ class _OtlpSpans:
         self.roots: list[tuple[str, SourceLine]] = []  # root spans without a record, by trace id
         self.mapped = DecisionSpans()  # decision spans of a framework's instrumentation (rlops.decision)
 
-    def walk(self, r: _Reader, depth: int = 0) -> Iterator[SourceLine]:
+    def walk(self, r: JsonStream, depth: int = 0) -> Iterator[SourceLine]:
+        at = r.offset + r.pos
         if r.peek() != "{":
-            at = r.offset + r.pos
             value = r.value()
             what = "a document" if depth == 0 else f"an element of {_SPAN_LISTS[min(depth, 2) - 1]}"
             yield SourceLine(
@@ -251,15 +153,51 @@ class _OtlpSpans:
                 f"otlp: {what} at character {at} is a {type(value).__name__}, expected an object",
             )
             return
+        keys: list[str] = []
         for key in r.members():
-            if key in _SPAN_LISTS and depth < 2 and r.peek() == "[":
+            keys.append(key)
+            listed = (key in _SPAN_LISTS and depth < 2) or key == "spans"
+            if listed and r.peek() == "[":
                 for _ in r.elements():
-                    yield from self.walk(r, depth + 1)
-            elif key == "spans" and r.peek() == "[":
-                for _ in r.elements():
-                    yield from self.span(r.value())
+                    yield from (self.walk(r, depth + 1) if key != "spans" else self.next_span(r))
+            elif listed and r.peek() != "n":  # null: an empty list, as proto3 JSON may write it
+                where = r.offset + r.pos
+                value = r.value()
+                yield SourceLine(
+                    json.dumps({key: value}, default=str)[:4096],
+                    f"{self.uri}@{where}",
+                    where,
+                    f"otlp: {key} at character {where} is a {type(value).__name__}, expected an array "
+                    "(not an OTLP/JSON trace export?)",
+                )
             else:
                 r.value()
+        # proto3 JSON leaves out an empty list, so ``{}`` is an export of no spans; an object of
+        # other keys only (another signal's export, a config file) is no trace export at all
+        if depth == 0 and keys and not any(k in _SPAN_LISTS or k == "spans" for k in keys):
+            yield SourceLine(
+                json.dumps({"keys": keys[:50]})[:4096],
+                f"{self.uri}@{at}",
+                at,
+                f"otlp: the document at character {at} has no resourceSpans (keys {keys[:5]}); "
+                "expected an OTLP/JSON trace export",
+            )
+
+    def next_span(self, r: JsonStream) -> Iterator[SourceLine]:
+        """The span that starts here; one nested too deeply to decode is quarantined alone."""
+        at = r.offset + r.pos
+        try:
+            span = r.value()
+        except TooDeep as exc:
+            self.count += 1
+            yield SourceLine(
+                r.buf[max(r.pos - 200, 0) : r.pos],
+                f"{self.uri}#span-{self.count}",
+                self.count,
+                f"otlp: span {self.count} (at character {at}) cannot be decoded: {exc}",
+            )
+            return
+        yield from self.span(span)
 
     def span(self, span: Any) -> Iterator[SourceLine]:
         self.count += 1
@@ -287,7 +225,7 @@ class _OtlpSpans:
             return
         if _is_decision(span.get("name"), attrs):
             self.decided.add(trace)
-            yield SourceLine(_line(attrs), where, self.count)
+            yield _span_line(attrs, where, self.count)
         elif self.mapped.is_decision(attrs):
             self.decided.add(trace)
             bad = self.mapped.add_decision(trace, span, attrs, where, self.count)
@@ -296,7 +234,7 @@ class _OtlpSpans:
         else:
             self.mapped.add_span(trace, span, attrs)
             if not span.get("parentSpanId"):
-                self.roots.append((trace, SourceLine(_line(attrs), where, self.count)))
+                self.roots.append((trace, _span_line(attrs, where, self.count)))
             else:
                 self.source.spans_skipped += 1
 
@@ -328,7 +266,7 @@ def otlp_source(storage: Storage, uri: str) -> CaptureSource:
     def items() -> Iterator[SourceLine]:
         spans = _OtlpSpans(source, uri)
         with storage.open_stream(uri, gzip=uri.lower().endswith(".gz")) as stream:
-            r = _Reader(stream, uri)
+            r = JsonStream(stream, uri)
             doc = 0
             while r.peek():
                 doc += 1
