@@ -41,8 +41,9 @@ def _print(status: StackStatus, as_json: bool) -> None:
     for p in status.parts:
         where = p.url or ""
         print(f"  {p.name:<{width}}  {p.state:<8} {where}")
-    print(f"  Airflow login: {status.user} / {status.password}  (also in {status.credentials_file})")
+    print(f"  Airflow login: {status.user}, password in {status.credentials_file}")
     print(f"  home {status.home}  AIRFLOW_HOME {status.airflow_home}")
+    print(f"  airflow CLI: {status.airflow_cli}")
     print(f"  database {status.database}")
     for problem in status.problems:
         print(f"  problem: {problem}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import os
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ import urllib.error
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rlops.common.airflow_api import AirflowApi
@@ -20,6 +22,11 @@ from rlops.common.params_model import Params
 from rlops.stack.home import StackHome
 
 MIGRATED_STAMP = "migrated"
+CLI_CONFIG_HEADER = (
+    "# Written by `rlops stack up` from the settings its Airflow processes run with, so that the\n"
+    "# `airflow` command line with AIRFLOW_HOME set to this folder talks to the stack's own database.\n"
+    "# The processes take the same values from their environment; edit params.yaml (block stack), not this.\n"
+)
 
 
 def maintenance_connection(url: str, timeout_s: int = 5) -> Any:
@@ -70,6 +77,29 @@ def database_url(params: Params, stack: StackHome) -> str:
 def _redacted(url: str) -> str:
     u = urllib.parse.urlsplit(url)
     return url.replace(f":{u.password}@", ":***@") if u.password else url
+
+
+def write_cli_config(stack: StackHome, env: Mapping[str, str]) -> Path:
+    """``airflow.cfg`` under the stack's ``AIRFLOW_HOME`` holding the ``AIRFLOW__SECTION__KEY`` settings of
+    ``env`` (mode 0600: it holds the database URL and Fernet key). Without it an operator's ``airflow``
+    command finds no configuration there, writes Airflow's default one and talks to an empty SQLite
+    database; the stack's own processes would read the same file, so it is rewritten at every ``up``."""
+    sections: dict[str, dict[str, str]] = {}
+    for name, value in sorted(env.items()):
+        parts = name.split("__")
+        if len(parts) == 3 and parts[0] == "AIRFLOW" and parts[1] and parts[2]:
+            # configparser interpolates '%': a password holding one must reach Airflow as written
+            sections.setdefault(parts[1].lower(), {})[parts[2].lower()] = value.replace("%", "%%")
+    lines = [CLI_CONFIG_HEADER]
+    for section, options in sections.items():
+        lines.append(f"[{section}]\n" + "".join(f"{k} = {v}\n" for k, v in options.items()))
+    path = stack.airflow_home / "airflow.cfg"
+    tmp = path.with_suffix(".cfg.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    os.replace(tmp, path)
+    return path
 
 
 def migrate(stack: StackHome, env: Mapping[str, str], database: str, airflow_version: str) -> bool:

@@ -10,6 +10,7 @@ answers, and what stops the DAGs from running (a missing pool, a DAG left paused
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -49,8 +50,10 @@ class StackStatus:
     airflow_url: str
     mlflow_url: str
     user: str
-    password: str
     credentials_file: str
+    """Where the Airflow login's password is (never printed: status output lands in logs and tickets)."""
+    airflow_cli: str
+    """The line to type before the ``airflow`` command line talks to this stack."""
     parts: tuple[PartStatus, ...]
     missing_pools: tuple[str, ...] = ()
     paused: tuple[str, ...] = ()
@@ -93,12 +96,21 @@ def _secrets(stack: StackHome) -> dict[str, str]:
 
 def _check_ports(lay: StackLayout, running: set[str]) -> None:
     taken = [p for p in lay.parts if p.port and p.name not in running and not processes.port_free(lay.host, p.port)]
-    if taken:
-        names = ", ".join(f"{lay.host}:{p.port} ({p.name})" for p in taken)
+    if not taken:
+        return
+    names = ", ".join(f"{lay.host}:{p.port} ({p.name})" for p in taken)
+    homes = {StackHome(cwd.parent) for p in taken if (cwd := processes.listener_cwd(int(p.port or 0)))}
+    other = next((h for h in homes if h.state_file.exists() and h.root != lay.home.root), None)
+    if other is not None:  # typically `rlops stack up` run from another folder than the first time
         raise UserError(
-            f"cannot start the stack: {names} already in use by another program; stop it, or choose other "
-            "ports in params.yaml (stack.airflow_port, stack.mlflow_port, stack.console_port, stack.webhook_port)"
+            f"cannot start a stack in {lay.home.root}: {names} are held by the stack of {other.root}, which is "
+            f"running; use it (`rlops stack status --home {other.root}`, or run from the folder it was started "
+            "from), stop it (`rlops stack down --home ...`), or choose other ports in params.yaml"
         )
+    raise UserError(
+        f"cannot start the stack: {names} already in use by another program; stop it, or choose other "
+        "ports in params.yaml (stack.airflow_port, stack.mlflow_port, stack.console_port, stack.webhook_port)"
+    )
 
 
 def _started(record: dict[str, Any]) -> processes.Started:
@@ -140,12 +152,13 @@ def up(params: Params, home_override: str | Path | None = None) -> StackStatus:
 
     t0 = time.monotonic()
     stack = stack_home(params, home_override)
-    stack.create()
-    secrets = _secrets(stack)
     state = stack.state()
     pids = {n: _started(r) for n, r in state["parts"].items()}
     running = {n for n, p in pids.items() if processes.is_ours(p)}
-    _check_ports(layout(params, stack, secrets, database_url=""), running)  # before anything is created
+    # before anything is created: a refused `up` leaves no folder, secrets or registry key behind
+    _check_ports(layout(params, stack, defaultdict(str), database_url=""), running)
+    stack.create()
+    secrets = _secrets(stack)
     database = airflow_setup.database_url(params, stack)
     lay = layout(params, stack, secrets, database)
 
@@ -164,6 +177,7 @@ def up(params: Params, home_override: str | Path | None = None) -> StackStatus:
     for part in lay.parts:
         if part not in airflow_parts:
             launch(part)
+    airflow_setup.write_cli_config(stack, airflow_parts[0].env)
     airflow_setup.migrate(stack, airflow_parts[0].env, database, airflow.__version__)
     for part in airflow_parts:
         launch(part)
@@ -219,8 +233,8 @@ def _status(
         airflow_url=lay.airflow_url,
         mlflow_url=lay.mlflow_url,
         user=ADMIN_USER,
-        password=secrets["airflow_password"],
         credentials_file=str(stack.credentials_file),
+        airflow_cli=f"export AIRFLOW_HOME={stack.airflow_home}",
         parts=tuple(parts),
         missing_pools=missing,
         paused=paused,
@@ -240,6 +254,18 @@ def status(params: Params, home_override: str | Path | None = None) -> StackStat
     return _status(params, stack, lay, secrets, AirflowApi(lay.airflow_url, ADMIN_USER, secrets["airflow_password"]))
 
 
+#: Stop order: what runs tasks first (a task cut mid-way by a stopped MLflow would fail and retry
+#: against nothing), MLflow last. A part of another name (an older stack's) goes first.
+STOP_ORDER = (
+    "airflow-scheduler", "airflow-triggerer", "airflow-dag-processor", "airflow-api-server", "webhook", "console",
+    "mlflow",
+)  # fmt: skip
+
+
+def _stop_rank(name: str) -> int:
+    return STOP_ORDER.index(name) if name in STOP_ORDER else -1
+
+
 def down(params: Params, home_override: str | Path | None = None) -> list[str]:
     """Stop the processes this stack started (newest first), and any of their children left; the
     parts stopped. Data, secrets and the database stay for the next ``up``."""
@@ -248,7 +274,7 @@ def down(params: Params, home_override: str | Path | None = None) -> list[str]:
         return []
     state = stack.state()
     stopped = []
-    for name, rec in reversed(list(state["parts"].items())):
+    for name, rec in sorted(state["parts"].items(), key=lambda kv: _stop_rank(kv[0])):
         started = _started(rec)
         if processes.is_ours(started):
             stopped.append(name)

@@ -114,6 +114,23 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+def listener_cwd(port: int) -> Path | None:
+    """The working folder of the process of this user that listens on ``port`` (None: none found, or
+    not ours to inspect). Every part of a stack runs in the stack's ``AIRFLOW_HOME``, so this names
+    the stack that holds a port."""
+    import psutil
+
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except (psutil.Error, OSError):
+        return None
+    for c in conns:
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+            with contextlib.suppress(psutil.Error, OSError):
+                return Path(psutil.Process(c.pid).cwd())
+    return None
+
+
 def answers(url: str, timeout_s: float = 10.0) -> bool:
     """Whether ``GET url`` answers 2xx."""
     try:

@@ -5,6 +5,7 @@ triggered over the REST API as an operator would, and the seams one process neve
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -48,6 +49,23 @@ def test_stdout_of_status_json_is_json(stack: RunningStack) -> None:
     out = stack.rlops("stack", "status", "--json")
     assert out.returncode == 0, out.stdout + out.stderr
     assert json.loads(out.stdout)["up"] is True
+
+
+def test_the_airflow_cli_works_with_the_line_status_prints(stack: RunningStack) -> None:
+    """An operator's shell: no rlops or Airflow settings, only the line ``rlops stack status`` prints."""
+    out = stack.rlops("stack", "status")
+    assert "password" not in out.stdout.replace("password in", ""), "the password is never printed"
+    line = next(x for x in out.stdout.splitlines() if "airflow CLI:" in x).split("airflow CLI:", 1)[1].strip()
+    assert line.startswith("export AIRFLOW_HOME=")
+    shell = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_", "RLOPS_"))}
+    shell["AIRFLOW_HOME"] = line.removeprefix("export AIRFLOW_HOME=")
+    listed = subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "list", "-o", "json"],
+        env=shell, cwd=stack.home, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    ids = {d["dag_id"] for d in json.loads(listed.stdout[listed.stdout.index("[{") :])}
+    assert f"retrain_full__{PACK}" in ids and f"promote__{PACK}" in ids
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from rlops.common.config import resolve_params
 from rlops.pipeline_steps.orchestration.settings import DAG_KINDS, PackDagConfig, schedule_minutes
 from rlops.stack import airflow_setup, processes
 from rlops.stack.home import StackHome
+from tests.conftest import free_port
 from tests.stack.conftest import stack_env, stack_params
 
 
@@ -151,4 +152,72 @@ def test_up_refuses_a_port_taken_by_another_program_and_starts_nothing(tmp_path:
     assert out.returncode == 2, out.stderr
     assert f"127.0.0.1:{port} (airflow-api-server) already in use" in out.stderr
     assert "stack.airflow_port" in out.stderr and len(out.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "stack" / "state.json").exists()
+    assert not (tmp_path / "stack").exists(), "a refused up leaves no folder or secrets behind"
+    assert not list(tmp_path.rglob("registry.key")), "a refused up creates no registry key"
+
+
+def test_up_from_another_folder_names_the_running_stack_that_holds_the_ports(tmp_path: Path) -> None:
+    # A stack started from folder `first` holds the ports; `up` from folder `second` must say so, not
+    # blame "another program", and create nothing in `second`.
+    first = StackHome(tmp_path / "first" / "stack")
+    first.airflow_home.mkdir(parents=True)
+    first.save_state({"parts": {}})
+    port = free_port()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import socket,time; s=socket.socket(); s.bind(('127.0.0.1',{port})); s.listen(); "
+         "print('up', flush=True); time.sleep(60)"],
+        cwd=first.airflow_home, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "up"
+        second = tmp_path / "second"
+        second.mkdir()
+        params = stack_params(second, stack={"console_port": port, "database": "sqlite"})
+        out = subprocess.run(
+            [sys.executable, "-m", "rlops.cli", "stack", "up"],
+            env=stack_env(second, params), cwd=second, capture_output=True, text=True,
+        )  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait()
+    assert out.returncode == 2, out.stderr
+    assert f"held by the stack of {first.root}" in out.stderr and "--home" in out.stderr, out.stderr
+    assert not (second / "stack").exists() and not list(second.rglob("registry.key"))
+
+
+def test_the_airflow_cli_reads_the_stack_s_settings_from_airflow_home(tmp_path: Path) -> None:
+    home = StackHome(tmp_path / "stack")
+    home.airflow_home.mkdir(parents=True)
+    db = f"sqlite:///{tmp_path / 'af.db'}"
+    env = {
+        "AIRFLOW_HOME": str(home.airflow_home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db,
+        "AIRFLOW__CORE__FERNET_KEY": "k%ey",  # '%' must survive configparser's interpolation
+        "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags"),
+        "RLOPS_HOME": str(tmp_path),
+    }
+    path = airflow_setup.write_cli_config(home, env)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    # what an operator's shell has: AIRFLOW_HOME only
+    shell = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_", "RLOPS_"))}
+    code = (
+        "from airflow.configuration import conf; "
+        "print(conf.get('database', 'sql_alchemy_conn')); print(conf.get('core', 'fernet_key')); "
+        "print(conf.get('core', 'dags_folder'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**shell, "AIRFLOW_HOME": str(home.airflow_home)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-3:] == [db, "k%ey", str(tmp_path / "dags")], out.stdout
+
+
+def test_down_stops_what_runs_tasks_before_mlflow() -> None:
+    from rlops.stack.control import _stop_rank
+
+    names = ["mlflow", "webhook", "console", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
+             "airflow-triggerer", "old-part"]  # fmt: skip
+    order = sorted(names, key=_stop_rank)
+    assert order[0] == "old-part" and order[1] == "airflow-scheduler" and order[-1] == "mlflow"
+    assert order.index("airflow-triggerer") < order.index("airflow-api-server")
