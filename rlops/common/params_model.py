@@ -484,6 +484,9 @@ class WebhookParams(Block):
         "rlops-data/webhook.db", description="delivery ids seen (replays refused) and requests Airflow did not take yet"
     )
     retry_s: float = Field(30.0, gt=0, description="airflow mode: how often a kept request is tried again")
+    read_timeout_s: float = Field(
+        10.0, gt=0, description="a connection whose request has not arrived whole by then is closed"
+    )
 
 
 class PromotionParams(Block):

@@ -3,7 +3,8 @@
 Only argparse is imported here; FastAPI, uvicorn and the data stack load when the command runs,
 so ``rlops --help`` stays instant. Bound to a loopback address it needs no token; on any other
 address it refuses to start without ``--token`` or ``RLOPS_CONSOLE_TOKEN`` (or put it behind a
-reverse proxy that authenticates, see docs/console.md).
+reverse proxy that authenticates, see docs/console.md). A connection whose request has not arrived
+whole within ``--read-timeout`` seconds is closed (:mod:`rlops.common.http_server`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--mlflow-ui",
         default=os.environ.get("RLOPS_MLFLOW_UI", "http://127.0.0.1:5000"),
         help="base URL of the MLflow UI the pages link into ('' for no links)",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="close a connection whose request has not arrived whole within this many seconds (default 10)",
     )
     p.set_defaults(func=run)
     return p
@@ -60,13 +68,13 @@ def run(args: argparse.Namespace) -> int:
 
     port = count("--port", args.port, minimum=1, maximum=65_535)  # out of range: exit 2, never a hang
     token = resolve_token(args.host, args.token)
-    import uvicorn
-
+    from rlops.common.http_server import read_timeout, serve
     from rlops.console.app import create_app
     from rlops.console.data import ProjectData
 
+    seconds = read_timeout(args.read_timeout, "--read-timeout")  # before anything loads or binds
     app = create_app(ProjectData(), token=token, mlflow_ui=args.mlflow_ui or None)
     where = f"http://{args.host}:{port}/"
     print(f"rlops console on {where}" + (" (token required: open it once with ?token=…)" if token else ""), flush=True)
-    uvicorn.run(app, host=args.host, port=port, log_level="warning")
+    serve(app, args.host, port, "warning", seconds)
     return 0

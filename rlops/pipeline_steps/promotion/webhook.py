@@ -30,7 +30,9 @@ accepted once (:class:`~rlops.pipeline_steps.promotion.webhook_store.WebhookStor
 decision is logged in one line: model, version, alias, verdict, failing gates. A delivery that fails
 is logged in one redacted line as well, without the chain of its causes (MLflow's and urllib3's own
 errors name the tracking URI with its credentials). A header that cannot be a timestamp or a
-signature (a number too large for a float, non-ASCII bytes) is a 401 like any unsigned request.
+signature (a number too large for a float, non-ASCII bytes) is a 401 like any unsigned request. A
+connection whose delivery has not arrived whole ``read_timeout_s`` after the receiver began waiting
+for it is closed (:mod:`rlops.common.http_server`), however slowly its bytes trickle in.
 
 Serve it with ``rlops model webhook serve`` and register it with ``rlops model webhook register``;
 MLflow refuses ``http`` and private addresses by default, see docs/mlflow.md.
@@ -55,6 +57,8 @@ from typing import TYPE_CHECKING, Any
 from rlops.common import airflow_api
 from rlops.common.config import load_params, resolve_local
 from rlops.common.errors import UserError
+from rlops.common.http_server import DEFAULT_READ_TIMEOUT_S
+from rlops.common.http_server import serve as serve_http
 from rlops.common.params_sources import params_block
 from rlops.common.redact import redact
 from rlops.pipeline_steps.infra.context import StepContext
@@ -134,6 +138,10 @@ class WebhookSettings:
     tolerance_s: int = 300
     state_db: str = "rlops-data/webhook.db"
     retry_s: float = 30.0
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    """A connection whose request has not arrived whole this long after the receiver began waiting
+    for it is closed (:mod:`rlops.common.http_server`): a client that sends half a delivery and
+    stalls holds no socket and no handler for longer."""
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any] | Any, mode: str | None = None) -> WebhookSettings:
@@ -155,6 +163,7 @@ class WebhookSettings:
             ("max_body_bytes", 65_536, int),
             ("tolerance_s", 300, int),
             ("retry_s", 30.0, float),
+            ("read_timeout_s", DEFAULT_READ_TIMEOUT_S, float),
         ):
             try:
                 numbers[key] = kind(cfg.get(key, default))
@@ -508,14 +517,12 @@ def register_webhook(tracking_uri: str, url: str, secret: str, name: str = "rlop
 # --------------------------------------------------------------------------- command handlers
 def serve(host: str, port: int, mode: str | None = None) -> int:
     """Serve the receiver until interrupted (``rlops model webhook serve``)."""
-    import uvicorn
-
     params = load_params()
     if not log.handlers and not logging.getLogger().handlers:  # one line per decision on stderr
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
-    app = create_app(params, WebhookSettings.from_params(params, mode))
-    uvicorn.run(app, host=host, port=int(port), log_level="info")
+    settings = WebhookSettings.from_params(params, mode)
+    serve_http(create_app(params, settings), host, int(port), "info", settings.read_timeout_s)
     return 0
 
 
