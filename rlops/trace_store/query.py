@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlops.common.params_model import CaptureParams
 from rlops.common.params_sources import params_block
+from rlops.trace_store.readable import readable_files
 
 if TYPE_CHECKING:
     import duckdb
@@ -210,13 +211,15 @@ class TraceReader:
     def files(self, uri: str, window: tuple[datetime, datetime] | None = None) -> list[str]:
         """The parquet files under ``uri`` (sorted; quarantine excluded) whose date/hour partition
         overlaps ``window``."""
-        if uri.endswith(".parquet") and self.storage.exists(uri):
+        named = uri.endswith(".parquet") and self.storage.exists(uri)
+        if named:
             files = [uri]
         else:
             files = [f for f in self.storage.list(uri, suffix=".parquet") if not any(x in f for x in _EXCLUDED)]
         # a plain local path (``--traces ./x.parquet``) is a file:// URI like every other local file
         files = [f if "://" in f else f"file://{Path(f).resolve()}" for f in files]
-        return [f for f in files if window is None or partition_overlaps(f, window)]
+        # one unreadable file fails a whole DuckDB scan: it is left out with a warning naming it
+        return readable_files([f for f in files if window is None or partition_overlaps(f, window)], named)
 
     def columns(self, uri: str) -> list[str]:
         """Column names of the store under ``uri`` (the union over its files, first seen first)."""
