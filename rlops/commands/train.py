@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 
 from rlops.commands.common_args import (
     add_common_args,
@@ -174,14 +175,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.training.tune import defaults_of, tune
     from rlops.registry.client import TrackingError
 
-    ctx = context_from_args(args)
     if args.trials < 1 or args.timesteps < 1 or args.eval_episodes < 1:
         raise UserError(
             f"--trials, --timesteps and --eval-episodes must be positive, got {args.trials}, "
             f"{args.timesteps} and {args.eval_episodes}"
         )
-    if args.budget_s is not None and args.budget_s <= 0:
-        raise UserError(f"--budget-s must be a positive number of seconds, got {args.budget_s}")
+    # NaN fails every comparison, so "elapsed > budget" never held: it meant "no limit"
+    if args.budget_s is not None and not 0 < args.budget_s < math.inf:
+        raise UserError(
+            f"--budget-s must be a finite positive number of seconds, got {args.budget_s}; "
+            "leave it out for no time limit"
+        )
+    ctx = context_from_args(args)
     if args.dry_run:
         base = defaults_of(ctx, ctx.load_pack(), args.timesteps, args.device)
         res = {

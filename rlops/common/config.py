@@ -88,6 +88,18 @@ def _env_overrides() -> dict[tuple[str, ...], tuple[str, str]]:
     return {keys: (var, os.environ[var]) for var, keys in _ENV_OVERRIDES.items() if os.environ.get(var)}
 
 
+def _env_sources(params: dict[str, Any]) -> list[ParamsSource]:
+    """One params source per environment override that ``params`` holds, labelled with its
+    variable: a bad value it set is then named by the variable, not by the params file."""
+    out = []
+    for keys, (var, value) in _env_overrides().items():
+        if _get(params, keys) == value:
+            doc: dict[str, Any] = {}
+            set_path(doc, keys, value)
+            out.append(ParamsSource(f"environment variable {var}", None, {}, doc))
+    return out
+
+
 def set_path(doc: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
     """Set ``doc[k0][k1]…[kn] = value``, creating (or replacing non-dict) levels on the way."""
     node = doc
@@ -105,16 +117,12 @@ def load_params(path: str | os.PathLike[str] | None = None, overrides: dict[str,
     document as written (defaults are the model's: read values through :func:`resolve_params`)."""
     source = read_params_file(Path(path) if path is not None else params_path(), "project params.yaml")
     params = copy.deepcopy(source.document)
-    env: dict[str, Any] = {}
     for keys, (_, value) in _env_overrides().items():
         set_path(params, keys, value)
-        set_path(env, keys, value)
+    env = _env_sources(params)
     if overrides:
         params = deep_merge(params, overrides)
-    validate_document(
-        params,
-        [source, ParamsSource("environment", None, {}, env), ParamsSource("overrides", None, {}, overrides or {})],
-    )
+    validate_document(params, [source, *env, ParamsSource("overrides", None, {}, overrides or {})])
     return params
 
 
@@ -138,7 +146,7 @@ def resolve_params(
             copy.deepcopy(params),
         )
     scenario = scenario or str(params.get("scenario") or Params.model_fields["scenario"].default)
-    sources = [project]
+    sources = [project, *_env_sources(params)]
     merged = copy.deepcopy(params)
     pack = pack_params_source(scenarios_dir(params) / scenario, scenario)
     if pack is not None:

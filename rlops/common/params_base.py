@@ -14,6 +14,7 @@ import itertools
 import textwrap
 import types
 import typing
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
@@ -49,6 +50,19 @@ class Block(BaseModel):
             )
         value = getattr(self, key)
         return default if value is None else value
+
+
+def checked_by(problem: Callable[[str], str | None]) -> Callable[[Any, str], str]:
+    """A field validator (``field_validator("key")(checked_by(f))``) refusing a text value for which
+    ``problem`` says what is wrong."""
+
+    def check(cls: Any, value: str) -> str:
+        found = problem(value)
+        if found is not None:
+            raise ValueError(found)
+        return value
+
+    return classmethod(check)  # type: ignore[return-value]  # pydantic takes the classmethod itself
 
 
 def _types(annotation: Any) -> set[Any]:
@@ -102,11 +116,13 @@ def block_from_dataclass(
     optional: bool = False,
     base: type[BaseModel] = Block,
     doc: str = "",
+    bounds: dict[str, tuple[float | None, float | None]] | None = None,
 ) -> type[BaseModel]:
     """A params block whose fields are those of ``record`` (minus ``exclude``), with its defaults and
     docstrings. ``derived`` fields default to null (the value is derived elsewhere: the text says
-    where); ``optional`` makes every field default to null (an override of another block)."""
-    docs, derived = _field_docs(record), derived or {}
+    where); ``optional`` makes every field default to null (an override of another block);
+    ``bounds`` gives a field its ``(lowest, highest)`` value."""
+    docs, derived, bounds = _field_docs(record), derived or {}, bounds or {}
     spec: dict[str, Any] = {}
     for f in dataclasses.fields(record):
         if f.name in exclude:
@@ -121,14 +137,15 @@ def block_from_dataclass(
         if isinstance(default, tuple):
             default = list(default)
         desc = docs.get(f.name, "")
+        lo, hi = bounds.get(f.name, (None, None))
         if f.name in derived:
-            spec[f.name] = (tp | None, Field(None, description=f"{desc} (null: {derived[f.name]})"))
+            spec[f.name] = (tp | None, Field(None, description=f"{desc} (null: {derived[f.name]})", ge=lo, le=hi))
         elif optional:
-            spec[f.name] = (tp | None, Field(None, description=f"{desc} (null: the `ppo:` value)"))
+            spec[f.name] = (tp | None, Field(None, description=f"{desc} (null: the `ppo:` value)", ge=lo, le=hi))
         else:
-            spec[f.name] = (tp, Field(default, description=desc))
+            spec[f.name] = (tp, Field(default, description=desc, ge=lo, le=hi))
     model = create_model(name, __base__=base, __doc__=doc, **spec)
     return model
 
 
-__all__ = ["Block", "block_from_dataclass"]
+__all__ = ["Block", "block_from_dataclass", "checked_by"]

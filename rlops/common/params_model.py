@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from rlops.common.params_base import Block, block_from_dataclass
+from rlops.common.params_base import Block, block_from_dataclass, checked_by
 from rlops.common.params_operations import (
     DagsParams,
     ExplorationParams,
@@ -28,6 +28,7 @@ from rlops.common.params_operations import (
     StackParams,
     TraceStoreParams,
 )
+from rlops.common.params_uris import queue_url_problem, storage_root_problem, tracking_uri_problem
 from rlops.model.ppo_config import PPOConfig
 from rlops.model.reward_model_config import RewardModelConfig
 
@@ -45,6 +46,8 @@ class StorageParams(Block):
     connect_timeout_s: float = Field(5.0, gt=0, description="per S3 request")
     read_timeout_s: float = Field(60.0, gt=0, description="per S3 request")
 
+    _root = field_validator("root")(checked_by(storage_root_problem))
+
 
 class TrackingParams(Block):
     """The MLflow tracking server and artifact store (``rlops/registry/client.py``)."""
@@ -57,6 +60,8 @@ class TrackingParams(Block):
     )
     http_max_retries: int = Field(2, ge=0, description="MLflow server calls: bounded so an outage fails within seconds")
     http_timeout_s: int = Field(10, ge=1, description="MLflow server call timeout")
+
+    _uri = field_validator("uri")(checked_by(tracking_uri_problem))
 
 
 # --------------------------------------------------------------------------- capture, drift, calibration
@@ -226,15 +231,18 @@ class RecalConfig(Block):
 
 
 # --------------------------------------------------------------------------- training
+#: The most environment steps a training budget may name: 10^10 is days of a large machine; beyond
+#: it a budget is a typo (10^30 would run for ever, and overflows the counters it feeds).
+MAX_TIMESTEPS = 10**10
 _TRAIN_OWN = frozenset({"total_timesteps", "ewc_lambda", "checkpoint_every"})
 
 
 class _TrainStep(Block):
     total_timesteps: int = Field(
-        1_500_000, ge=1, description="budget of a full retrain (environment steps, all envs together)"
+        1_500_000, ge=1, le=MAX_TIMESTEPS, description="budget of a full retrain (environment steps, all envs together)"
     )
     incremental_timesteps: int = Field(
-        200_000, ge=1, description="budget of an incremental retrain warm-started from the champion"
+        200_000, ge=1, le=MAX_TIMESTEPS, description="budget of an incremental retrain warm-started from the champion"
     )
     ewc_lambda: float = Field(2000.0, ge=0, description="EWC strength in incremental mode (0: plain fine-tuning)")
     num_envs: int | None = Field(None, ge=1, description="episodes stepped at once (null: derived from the pack)")
@@ -297,6 +305,7 @@ else:
         "PpoParams",
         PPOConfig,
         exclude=frozenset({"mode", "checkpoint_dir"}),
+        bounds={"total_timesteps": (1, MAX_TIMESTEPS)},
         derived={
             "num_steps": "derived from the pack's horizon (rlops/model/pack_defaults.py)",
             "gamma": "derived from the pack's horizon",
@@ -555,6 +564,7 @@ class QueueConfig(Block):
     """Label queue (``rlops/pipeline_steps/labels/step.py``, ``rlops labels run|export|import``)."""
 
     db_url: str = Field("sqlite:///rlops-data/label_queue.db", description="SQLAlchemy URL (env RLOPS_QUEUE_DB)")
+    _db_url = field_validator("db_url")(checked_by(queue_url_problem))
     db_schema: str | None = Field(None, description="Postgres schema for the tables (null: the default schema)")
     window_hours: float = Field(24.0, gt=0, description="trace window ending with the run key's interval")
     threshold: float = Field(0.8, description="mean entropy / log(number of legal actions)")
@@ -636,7 +646,9 @@ class DemoParams(Block):
         6000, ge=1, description="live-profile episodes captured (enough explored traffic for the off-policy gate)"
     )
     reward_model_pairs: int = Field(1000, ge=1, description="sandbox preference pairs for the reward model")
-    timesteps: int = Field(100_000, ge=1, description="PPO environment steps of the demo's full retrain")
+    timesteps: int = Field(
+        100_000, ge=1, le=MAX_TIMESTEPS, description="PPO environment steps of the demo's full retrain"
+    )
     evaluate_episodes: int = Field(
         16_000,
         ge=1,
@@ -650,7 +662,7 @@ class DvcParams(Block):
 
     run_key: str = Field("20260101T0000", description="every `dvc repro` captures and trains on this interval")
     capture_episodes: int = Field(2000, ge=1, description="episodes captured")
-    timesteps: int = Field(300_000, ge=1, description="PPO environment steps")
+    timesteps: int = Field(300_000, ge=1, le=MAX_TIMESTEPS, description="PPO environment steps")
 
 
 # --------------------------------------------------------------------------- the document

@@ -3,12 +3,35 @@ the staged roll-out and rollback, and off-policy evaluation (see ``params.yaml``
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rlops.agent_sdk.serving import DEFAULT_EXPLORATION
 from rlops.common.params_base import Block
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B|%)\s*$", re.IGNORECASE)
+_UNIT_BYTES = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNIT_BYTES |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+#: DuckDB fails its first read below about this much working memory ("Out of Memory Error").
+MIN_MEMORY_LIMIT_MB = 64
+
+
+def memory_limit_problem(value: str) -> str | None:
+    """What is wrong with a DuckDB ``memory_limit`` (None: a size DuckDB can work in). "0GB" is
+    accepted by DuckDB and then fails every query; a percentage is of the machine's memory."""
+    expected = "expected a positive size such as 512MB or 2GB, or a share of the machine's memory such as 50%"
+    found = _SIZE.match(str(value))
+    if found is None:
+        return f"{value!r} is no size; {expected}"
+    number, unit = float(found[1]), found[2].lower()
+    if unit == "%":
+        return None if 1.0 <= number <= 100.0 else f"{value!r}: a share of the memory is from 1% to 100%; {expected}"
+    if not math.isfinite(number) or number * _UNIT_BYTES[unit] < MIN_MEMORY_LIMIT_MB * 10**6:
+        return f"{value!r} is too small for DuckDB to read a partition: at least {MIN_MEMORY_LIMIT_MB}MB; {expected}"
+    return None
 
 
 class TraceStoreParams(Block):
@@ -22,6 +45,15 @@ class TraceStoreParams(Block):
         "1GB", description="DuckDB working memory per process (512MB, 2GB, 50%); beyond it, work spills"
     )
     temp_directory: str | None = Field(None, description="spill folder (null: <system temp>/rlops-duckdb)")
+
+    @field_validator("memory_limit", mode="before")
+    @classmethod
+    def _a_usable_size(cls, value: object) -> object:
+        # before the type check: a bare 1000 is a size without its unit, not "a valid string"
+        problem = memory_limit_problem(str(value)) if isinstance(value, (str, int, float)) else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class RolloutParams(Block):

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from rlops.common.errors import UserError
 from rlops.common.params_model import Params
+from rlops.common.redact import redact
 
 KeyPath = tuple[str, ...]
 DEFAULT = "default"
@@ -82,6 +83,29 @@ class ParamsSource:
     document: dict[str, Any]
 
 
+def _duplicate_key(root: yaml.Node) -> tuple[str, int, int] | None:
+    """``(key, line, first line)`` of the first mapping key given twice in one mapping (1-based
+    lines), anywhere in the document; None when there is none. YAML keeps the last value of a
+    repeated key without a word, so ``seed`` given twice would silently mean the second."""
+    stack, seen_nodes = [root], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen_nodes:  # an alias shares its node: walk it once
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[str, int] = {}
+            for key, value in node.value:
+                name, line = str(key.value), key.start_mark.line + 1
+                if isinstance(key, yaml.ScalarNode) and name in first and key.tag != "tag:yaml.org,2002:merge":
+                    return name, line, first[name]
+                first.setdefault(name, line)
+                stack.append(value)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return None
+
+
 def _walk_lines(node: yaml.Node, prefix: KeyPath, out: dict[KeyPath, int]) -> None:
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
@@ -112,6 +136,9 @@ def _parse(text: str) -> tuple[dict[KeyPath, int], Any]:
     loader = _YAML_LOADER(text)
     try:
         root = loader.get_single_node()
+        duplicate = _duplicate_key(root) if root is not None else None
+        if duplicate is not None:
+            raise DuplicateKeyError(*duplicate)
         doc = loader.construct_document(root) if root is not None else None
     finally:
         loader.dispose()
@@ -119,6 +146,16 @@ def _parse(text: str) -> tuple[dict[KeyPath, int], Any]:
     if root is not None:
         _walk_lines(root, (), lines)
     return lines, doc
+
+
+class DuplicateKeyError(ValueError):
+    """A mapping key given twice in one params file."""
+
+    def __init__(self, key: str, line: int, first: int) -> None:
+        self.line = line
+        super().__init__(
+            f"key {key!r} is given twice (first at line {first}); keep one — YAML would silently use the last"
+        )
 
 
 # A long-lived process (a Celery worker, the simulated timeline) reads the same params files for
@@ -164,6 +201,8 @@ def read_params_file(path: Path, label: str) -> ParamsSource:
             text = path.read_text(encoding="utf-8")
             try:
                 lines, doc = _parse(text)
+            except DuplicateKeyError as exc:
+                raise ConfigError(f"params file {path}:{exc.line}: {exc}") from None
             except (yaml.YAMLError, ValueError) as exc:  # ValueError: an integer of over 4,300 digits
                 where = " ".join(str(exc).split())  # PyYAML's message spans lines: one line here
                 raise ConfigError(f"params file {path} is not valid YAML: {where}") from exc
@@ -236,7 +275,8 @@ def validate_document(doc: dict[str, Any], sources: list[ParamsSource]) -> Param
                 message = "unknown key" + (f" (valid: {', '.join(names)})" if not suggestion and names else "")
             else:
                 message = f"{err['msg']} (got {err['input']!r})" if "input" in err else err["msg"]
-            problems.append(ParamsProblem(".".join(loc), message, file, line, suggestion))
+            # a URI's user:password must not reach the terminal or a log through "got '…'"
+            problems.append(ParamsProblem(".".join(loc), redact(message), file, line, suggestion))
         raise ParamsError(problems) from None
 
 

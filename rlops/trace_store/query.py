@@ -41,7 +41,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlops.common.errors import UserError
 from rlops.common.params_model import CaptureParams
+from rlops.common.params_operations import memory_limit_problem
 from rlops.common.params_sources import params_block
 from rlops.trace_store.readable import readable_files
 
@@ -56,7 +58,6 @@ if TYPE_CHECKING:
     from rlops.storage.backend import Storage
 
 ENGINES = ("duckdb", "pandas")
-_MEMORY = re.compile(r"^\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB|%)$", re.IGNORECASE)
 _SAMPLE_BUCKETS = 1_000_000
 _EXCLUDED = ("/quarantine/",)
 
@@ -79,11 +80,9 @@ class QueryEngineConfig:
             raise ValueError(f"trace_store.engine is {self.engine!r}; expected one of {list(ENGINES)}")
         if int(self.threads) < 0:
             raise ValueError(f"trace_store.threads is {self.threads}; expected 0 (every CPU) or a positive count")
-        if not _MEMORY.match(str(self.memory_limit).strip()):
-            raise ValueError(
-                f"trace_store.memory_limit is {self.memory_limit!r}; expected a size such as "
-                "512MB, 2GB or a share of the machine's memory such as 50%"
-            )
+        problem = memory_limit_problem(self.memory_limit)
+        if problem is not None:  # "0GB" would pass to DuckDB and fail every query with out-of-memory
+            raise UserError(f"trace_store.memory_limit {problem}")
 
     @classmethod
     def from_params(cls, params: Params | TraceStoreParams | CaptureParams | Mapping[str, Any]) -> QueryEngineConfig:

@@ -149,6 +149,19 @@ FILES: dict[str, tuple[Callable[[Path], None] | str | bytes, tuple[str, ...]]] =
     "a-folder": (folder, ("is a folder",)),
     "a-fifo": (fifo, ("not a regular file",)),
     "ten-thousand-char-key": ("k" * 10_000 + ": 1\n", ("not valid YAML",)),
+    # values that mean something else than they seem
+    "memory-limit-zero": ("trace_store:\n  memory_limit: 0GB\n", ("trace_store.memory_limit", "2GB")),
+    "memory-limit-word": ("trace_store:\n  memory_limit: lots\n", ("trace_store.memory_limit", "'lots'", "2GB")),
+    "memory-limit-kilobytes": ("trace_store:\n  memory_limit: 10KB\n", ("trace_store.memory_limit", "at least")),
+    "memory-limit-200-percent": ("trace_store:\n  memory_limit: 200%\n", ("trace_store.memory_limit", "100%")),
+    "memory-limit-no-unit": ("trace_store:\n  memory_limit: 1000\n", ("trace_store.memory_limit", "2GB")),
+    "total-timesteps-1e30": ("train:\n  total_timesteps: " + "1" + "0" * 30 + "\n", ("train.total_timesteps",)),
+    "ppo-total-timesteps-1e30": ("ppo:\n  total_timesteps: " + "1" + "0" * 30 + "\n", ("ppo.total_timesteps",)),
+    "duplicate-key": ("seed: 1\nscenario: credit_approval\nseed: 2\n", ("params.yaml:3", "seed", "twice", "line 1")),
+    "duplicate-nested-key": (
+        "train:\n  total_timesteps: 10\n  ewc_lambda: 1\n  total_timesteps: 20\n",
+        ("params.yaml:4", "total_timesteps", "twice", "line 2"),
+    ),
 }
 
 
@@ -188,6 +201,27 @@ PROBES = [
             ("garbage://nowhere",),
             codes=(1, 2),
         ),
+    ),
+    # config validate refuses what every command would refuse, naming the variable
+    IOProbe(
+        "env-validate-storage-ftp",
+        override("RLOPS_STORAGE_ROOT", "ftp://host/x", VALIDATE, ("RLOPS_STORAGE_ROOT", "unsupported storage URI")),
+    ),
+    IOProbe(
+        "env-validate-storage-s3-no-bucket",
+        override("RLOPS_STORAGE_ROOT", "s3://", VALIDATE, ("RLOPS_STORAGE_ROOT", "no bucket", "s3://bucket")),
+    ),
+    IOProbe(
+        "env-validate-queue-db-not-a-url",
+        override("RLOPS_QUEUE_DB", "not a url", VALIDATE, ("RLOPS_QUEUE_DB", "'not a url'", "sqlite:///")),
+    ),
+    IOProbe(
+        "env-validate-queue-db-unknown-dialect",
+        override("RLOPS_QUEUE_DB", "nosuchdb://h/x", VALIDATE, ("RLOPS_QUEUE_DB", "nosuchdb")),
+    ),
+    IOProbe(
+        "env-validate-tracking-nonsense",
+        override("MLFLOW_TRACKING_URI", "nonsense://x", VALIDATE, ("MLFLOW_TRACKING_URI", "nonsense://x", "http")),
     ),
     IOProbe(
         "env-queue-db-garbage",
