@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/@\s'\"]+@")
+# Up to the authority's last '@': a password may hold an unencoded '@' (clients split there too),
+# and stopping at the first one would leave the rest of it in clear.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/?#\s'\"]+@")
 _SECRET_PARAM = re.compile(r"(?i)\b((?:password|passwd|pwd|token|secret|api[_-]?key|access[_-]?key)=)[^&\s'\"]+")
 
 
