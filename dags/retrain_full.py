@@ -65,7 +65,7 @@ def build(pack: PackDagConfig):
 
             return tasks.relabel(conf, reward_model)
 
-        @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=1)
+        @task(queue=GPU_QUEUE, pool=GPU_POOL)
         def train_policy(conf: dict, reward_model: dict, relabelled: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
 

@@ -47,7 +47,7 @@ def build(pack: PackDagConfig):
 
             return tasks.inputs_changed(conf, "incremental")
 
-        @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=1)
+        @task(queue=GPU_QUEUE, pool=GPU_POOL)
         def train_policy(conf: dict) -> dict:
             from rlops.pipeline_steps.orchestration import tasks
 

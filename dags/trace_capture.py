@@ -10,8 +10,8 @@ it samples the `champion` running in the pack's `live` simulation profile instea
 scheduled run) it reads the landing zone and, when the interval has no files there, simulates only
 if the pack's params say `capture.simulate_when_empty: true`. Re-running an interval overwrites
 its partition. A run that quarantines more than `capture.max_quarantine_share` of its rows fails
-(no retries) naming the top reasons, its rows written; an interval without rows succeeds with a
-warning in the task log saying where the newest landing files are.
+(no retries) naming the top reasons, its rows written; an interval that accepted no row ends its
+`capture` task as skipped, the log saying where the newest landing files are.
 """
 
 from airflow.sdk import dag, task

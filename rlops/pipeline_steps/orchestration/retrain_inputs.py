@@ -94,6 +94,11 @@ def record_if_changed(ctx: StepContext, mode: str, conf: Mapping[str, Any]) -> b
     uri = _state_uri(ctx, mode)
     state = ctx.storage.read_json(uri) if ctx.storage.exists(uri) else {}
     if state.get("done") == now:
+        log.warning(
+            "retrain_%s of %s skipped: its inputs (pack, calibration, champion, reward function, budget, "
+            "traces) equal those of the retrain of run key %s; trigger with conf {\"force\": true} to retrain "
+            "anyway", mode, ctx.scenario, state.get("done_run_key") or "(unknown)",
+        )  # fmt: skip
         return False
     ctx.storage.write_json(uri, {**state, "pending": now, "pending_run_key": ctx.run_key})
     return True

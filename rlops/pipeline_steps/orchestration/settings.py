@@ -64,9 +64,11 @@ DEFAULT_MINUTES = {
 }
 _PRESET_MINUTES = {"@hourly": 60, "@daily": 1440, "@midnight": 1440, "@weekly": 10080}
 
+#: Retries wait 30 s, 60 s, 120 s (and longer): a tracking-server or storage outage of up to three
+#: minutes costs no run (each call to MLflow fails within seconds, params tracking.http_max_retries).
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "ml-ops",
-    "retries": 2,
+    "retries": 3,
     "retry_delay": timedelta(seconds=30),
     "retry_exponential_backoff": True,
     "max_retry_delay": timedelta(minutes=10),
@@ -353,8 +355,14 @@ def dag_params(pack: PackDagConfig, mode: str = "full", training: bool = False) 
         "reason": Param(
             "schedule",
             type="string",
-            enum=["schedule", "drift", "manual"],
-            description="why this run: schedule, drift (emergency retrain) or manual",
+            maxLength=200,
+            description="why this run, in a word or your own (schedule, drift: an emergency retrain, manual, "
+            "or free text); kept with the run",
+        ),
+        "force": Param(
+            False,
+            type="boolean",
+            description="retrain even when the inputs equal the last retrain's (dags.skip_unchanged skips it)",
         ),
         **step_request.dag_params(TrainRequest, only=retrain_only),
     }

@@ -22,15 +22,30 @@ from rlops.common.scenario_name import scenario_name_problem
 from rlops.common.threads import resolve_threads, set_torch_threads
 from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionStatus
 from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.pipeline_steps.training.request import RESOLVED_OPTIONS, TrainRequest
 
 log = logging.getLogger(__name__)
+#: The longest ``reason`` a run's conf may carry (free text; ``drift`` is the one value that changes
+#: what a retrain does: :func:`staged_promotion`).
+MAX_REASON = 200
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 class ConfError(UserError):
     """A DAG run's conf that cannot be used; the first task fails with this message."""
+
+
+class PromotionFailed(RuntimeError):
+    """MLflow or storage failed during a promotion (the aliases are as they were): the task fails and
+    Airflow retries it."""
+
+
+#: The promotion statuses that moved (or, in a dry run, would move) an alias: a success.
+MOVED = frozenset(
+    {PromotionStatus.CHAMPION, PromotionStatus.STAGED, PromotionStatus.WOULD_PROMOTE, PromotionStatus.WOULD_STAGE}
+)
 
 
 @functools.cache
@@ -76,6 +91,22 @@ def no_retry_on_user_error(fn: F) -> F:
     return task  # type: ignore[return-value]  # the wrapper has the task's signature
 
 
+def end_as_skipped(result: Mapping[str, Any], why: str) -> None:
+    """End the running task as *skipped*, ``why`` its last log line: what the grid shows apart from a
+    success (a rejected candidate, an interval with no traffic). The result stays the task's XCom.
+    Outside a task run (a direct call) there is nothing to mark: it returns."""
+    from airflow.sdk import get_current_context
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    try:
+        context = get_current_context()
+    except Exception:  # noqa: BLE001 - no task is running: a library call, a test
+        return
+    log.warning("%s", why)
+    context["ti"].xcom_push("return_value", dict(result))
+    raise AirflowSkipException(why)
+
+
 def run_key_from_context(context: Mapping[str, Any], interval_minutes: int = 60) -> str:
     """The interval the DAG run owns (see :meth:`RunKey.from_airflow`) — the key every step
     writes under. A run with no Airflow context (a direct call) owns the interval just ended."""
@@ -97,7 +128,7 @@ def validate_conf(
     from rlops.sandbox.errors import PackError
 
     train_options = [o.name for o in step_request.options(TrainRequest) if o.dag]
-    conf = {k: params.get(k) for k in ("scenario", *train_options, "dry_run", "staged", "reason")}
+    conf = {k: params.get(k) for k in ("scenario", *train_options, "dry_run", "staged", "reason", "force")}
     capture_options = [o.name for o in step_request.options(CaptureRequest) if o.dag and o.name in params]
     conf.update({k: params.get(k) for k in capture_options})  # the capture DAG's
     problems = step_request.conf_problems(TrainRequest, conf, required=RESOLVED_OPTIONS)
@@ -110,8 +141,13 @@ def validate_conf(
         problems.append(f"dry_run {conf['dry_run']!r}: expected true or false")
     if conf["staged"] is not None and not isinstance(conf["staged"], bool):
         problems.append(f"staged {conf['staged']!r}: expected true, false or null (params rollout.staged)")
-    if conf["reason"] not in (None, "schedule", "drift", "manual"):
-        problems.append(f"reason {conf['reason']!r}: expected schedule, drift or manual")
+    if conf["reason"] is not None and (not isinstance(conf["reason"], str) or len(conf["reason"]) > MAX_REASON):
+        problems.append(
+            f"reason {str(conf['reason'])[:80]!r}: expected a text of at most {MAX_REASON} characters "
+            "(schedule, drift, manual, or your own words)"
+        )
+    if conf["force"] is not None and not isinstance(conf["force"], bool):
+        problems.append(f"force {conf['force']!r}: expected true or false")
     if not problems:
         ctx = StepContext.create(conf["scenario"])
         try:
@@ -209,7 +245,18 @@ def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
         log.warning("capture: %s", warning)
     for alert in out.alerts:
         log.warning("ALERT: %s", alert)
-    return out.as_dict()
+    result = out.as_dict()
+    log.info(
+        "capture of %s %s from %s: %d rows in, %d accepted, %d quarantined",
+        out.scenario, out.run_key, out.source, out.rows_in, out.rows_accepted, out.rows_quarantined,
+    )  # fmt: skip
+    if out.rows_accepted == 0 and not out.dry_run:
+        end_as_skipped(
+            result,
+            f"nothing captured: {out.rows_in} rows in, none accepted"
+            + (f" ({out.warnings[-1]})" if out.warnings else ""),
+        )
+    return result
 
 
 @no_retry_on_user_error
@@ -365,7 +412,19 @@ def evaluate_and_promote(
         }
     out = promote(ctx, candidate=candidate, staged=staged)
     mark_done_for(ctx, conf)
-    return out.as_dict()
+    return promotion_result(out)
+
+
+def promotion_result(out: PromotionOutcome) -> dict[str, Any]:
+    """The promotion's XCom; a candidate that did not move is a *skipped* task with the reason, a
+    promotion that MLflow or storage broke a failed one (retried), never a plain success."""
+    result = out.as_dict()
+    log.info("promotion of %s v%s: %s — %s", out.scenario, out.candidate, out.status.value, out.reason)
+    if out.status is PromotionStatus.FAILED:
+        raise PromotionFailed(f"promotion of v{out.candidate} failed: {out.reason}")
+    if out.status not in MOVED:
+        end_as_skipped(result, f"v{out.candidate} not promoted ({out.status.value}): {out.reason}")
+    return result
 
 
 def mark_done_for(ctx: StepContext, conf: Mapping[str, Any]) -> None:
@@ -390,6 +449,9 @@ def inputs_changed(conf: Mapping[str, Any], mode: str) -> bool:
     (``dags.skip_unchanged``): the DAG then skips its training tasks."""
     from rlops.pipeline_steps.orchestration.retrain_inputs import record_if_changed
 
+    if conf.get("force"):
+        log.info("retrain forced (conf force: true): the inputs are not compared with the last retrain's")
+        return True
     return record_if_changed(_ctx(conf), mode, conf)
 
 
@@ -420,4 +482,4 @@ def promote_requested(conf: Mapping[str, Any]) -> dict[str, Any]:
     from rlops.pipeline_steps.promotion.flow import promote_from_alias
 
     requested_by = str(conf.get("requested_by") or "airflow")
-    return promote_from_alias(_ctx(conf), conf["candidate"], requested_by=requested_by).as_dict()
+    return promotion_result(promote_from_alias(_ctx(conf), conf["candidate"], requested_by=requested_by))
