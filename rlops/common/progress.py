@@ -17,6 +17,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:
     from tqdm import tqdm
 
+#: Loggers whose INFO lines are bookkeeping of the library itself, with the level they keep in a
+#: task log: Great Expectations logs one "Skipping registering function …" line per public-API
+#: closure at every import (over 200 lines, the bulk of a drift or capture task's log).
+QUIET_LOGGERS = {"great_expectations._docs_decorators": logging.WARNING}
+
 AIRFLOW_ENV = "AIRFLOW_CTX_DAG_ID"
 """Set by Airflow in the environment of every running task."""
 
@@ -50,6 +55,10 @@ def route_library_output() -> None:
     if show_progress():
         return
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # "View run/experiment at: <url>" after every run: the run is one click away in the console
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    for name, level in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(level)
     if not logging.getLogger().handlers:
         return
     # Importing MLflow installs its handlers; they are taken off right after, whatever was first.

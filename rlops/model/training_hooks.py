@@ -282,9 +282,10 @@ def iteration_metrics(
 def report_iteration(
     metrics: dict[str, float], stagnation: StagnationMonitor, bar: Any, tracker: MetricsSink, global_step: int
 ) -> None:
-    """Warn once when the return stagnates, move the progress bar, log the iteration's metrics."""
+    """Say once when the return stagnates, move the progress bar, log the iteration's metrics."""
     if metrics["stagnation"] and stagnation.since == stagnation.window:
-        log.warning(
+        # routine once training has converged: information, not a warning (the metric says it too)
+        log.info(
             "stagnation: the episodic return has not improved for %d iterations (best %.4f)",
             stagnation.window,
             stagnation.best,

@@ -88,3 +88,27 @@ def test_in_a_task_mlflow_logs_through_logging_at_its_level(
     assert record.levelname == "INFO"
     assert "a line of MLflow's" not in capsys.readouterr().err  # not raw stderr, which the runner calls ERROR
     assert os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "false"
+
+
+def test_a_task_log_carries_no_library_bookkeeping(tmp_path: object) -> None:
+    """A task's first import of Great Expectations (capture, drift, recalibration) logged over 200
+    "Skipping registering function …" lines; MLflow printed a "View run … at" line after each run."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging, os, sys\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(name)s %(message)s')\n"
+        "from rlops.common.progress import route_library_output\n"
+        "route_library_output()\n"
+        "import great_expectations\n"
+        "from rlops.data_contracts import validation\n"
+        "print('suppress', os.environ.get('MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env[AIRFLOW_ENV] = "trace_capture__credit_approval"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = (out.stdout + out.stderr).splitlines()
+    assert not [x for x in lines if "Skipping registering function" in x], len(lines)
+    assert "suppress true" in lines
