@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from .io_harness import IOProbe, Verdict, check, cli, ids, run_probe
+from .io_harness import IOProbe, Verdict, check, cli, expect_cli_error, ids, run_probe
 
 
 @functools.lru_cache(maxsize=1)
@@ -97,6 +97,76 @@ TOOL_PROBES += tool_answers("action_unknown", "action", "launch_rockets")
 TOOL_PROBES += tool_answers("policy_version_garbage", "policy_version", "../../etc/passwd")
 
 
+# --------------------------------------------------------------------------- other files of the store
+
+
+def replay_in_folder(id: str, other: Any, mentions: tuple[str, ...] = ()) -> IOProbe:
+    """``replay`` of a valid trace of a folder that also holds ``other`` (bytes, or a frame written
+    as parquet): the trace replays in step order, or, with ``mentions``, exit 2 naming them."""
+
+    def run(tmp: Path) -> Verdict:
+        folder = tmp / "traces"
+        folder.mkdir()
+        good = rows()
+        good.to_parquet(folder / "part-a.parquet", index=False)
+        bad = folder / "part-b.parquet"
+        if isinstance(other, bytes):
+            bad.write_bytes(other)
+        else:
+            other.to_parquet(bad, index=False)
+        episode = good[good["episode_id"] == good["episode_id"].iloc[0]]
+        trace = str(episode["trace_id"].iloc[-1])
+        argv = ["replay", "--scenario", "credit_approval", "--trace-id", trace, "--traces", str(folder), "--json"]
+        if mentions:
+            return expect_cli_error(argv, 2, mentions)
+        rc, out, err = cli(argv)
+        if rc != 0:
+            return ("traceback" if "internal error" in err or rc == 1 else "accepted"), f"exit {rc}: {err[-300:]}"
+        steps = [s["step"] for s in json.loads(out)["steps"]]
+        want = sorted(int(s) for s in episode["step"])
+        return None if steps == want else ("lost", f"steps {steps}, expected {want}")
+
+    return IOProbe(f"replay_store_{id}", run, 90)
+
+
+def _text_steps() -> pd.DataFrame:
+    """Another episode whose ``step`` column was written as text (a hand-made or older file)."""
+    df = rows().copy()
+    df["episode_id"] = "other-" + df["episode_id"].astype(str)
+    df["trace_id"] = "other-" + df["trace_id"].astype(str)
+    df["step"] = df["step"].astype(str)
+    return df
+
+
+def _replay_unreadable_file(tmp: Path) -> Verdict:
+    """An unreadable file asked for by name: exit 2 naming it."""
+    path = tmp / "zero.parquet"
+    path.write_bytes(b"")
+    argv = ["replay", "--scenario", "credit_approval", "--trace-id", "x-0", "--traces", str(path), "--json"]
+    return expect_cli_error(argv, 2, ("zero.parquet", "parquet"))
+
+
+def _replay_step_not_a_number(tmp: Path) -> Verdict:
+    """The asked row's own ``step`` is text that is no number: exit 2 naming the column."""
+    df = rows().copy()
+    df["step"] = df["step"].astype(str)
+    df.loc[0, "step"] = "first"
+    path = tmp / "traces.parquet"
+    df.to_parquet(path, index=False)
+    trace = str(df.loc[0, "trace_id"])
+    argv = ["replay", "--scenario", "credit_approval", "--trace-id", trace, "--traces", str(path), "--json"]
+    return expect_cli_error(argv, 2, (trace, "step 'first'"))
+
+
+STORE_PROBES = [
+    replay_in_folder("zero_byte_file", b""),
+    replay_in_folder("garbage_file", b"PAR1" + b"\x00garbage" * 100),
+    replay_in_folder("step_as_text_elsewhere", _text_steps()),
+    IOProbe("replay_store_unreadable_file_named", _replay_unreadable_file, 90),
+    IOProbe("replay_store_step_not_a_number", _replay_step_not_a_number, 90),
+]
+
+
 # --------------------------------------------------------------------------- the contract
 
 
@@ -155,7 +225,7 @@ CONTRACT_PROBES = [
     contract_shape("reason_number", [{"component": "a", "score": 1, "reason": 5}], False, "reason"),
 ]
 
-PROBES = [*TOOL_PROBES, *CONTRACT_PROBES]
+PROBES = [*TOOL_PROBES, *STORE_PROBES, *CONTRACT_PROBES]
 
 
 @pytest.mark.parametrize("probe", PROBES, ids=ids(PROBES))

@@ -58,15 +58,23 @@ def find_episode(reader: TraceReader, uri: str, trace_id: str) -> pd.DataFrame:
 
 
 def screen_rows(pack: Pack, df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """``(usable rows, one reason per skipped row)``: a stored row whose action or action mask
+    """``(usable rows, one reason per skipped row)``: a stored row whose action, action mask or step
     does not fit the pack (written by hand, by another version, around the contract) is skipped
-    by the audit tools with its reason, never a reason to refuse the whole store."""
+    by the audit tools with its reason, never a reason to refuse the whole store. The usable rows'
+    ``step`` is an integer column: one file of the store holding it as text makes the whole column
+    text when the files are read together."""
     import numpy as np
+    import pandas as pd
 
     names = pack.scenario.action_names
     n = len(names)
     mask = df["action_mask"].astype("string").fillna("") if "action_mask" in df else None
     action = df["action"].astype("string").fillna("") if "action" in df else None
+    step = (
+        pd.to_numeric(df["step"], errors="coerce").astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+        if "step" in df
+        else None
+    )
     bad = np.zeros(len(df), dtype=bool)
     reasons: list[str] = []
     if mask is not None:
@@ -74,14 +82,22 @@ def screen_rows(pack: Pack, df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         bad |= wrong
     if action is not None:
         bad |= ~action.isin(list(names)).to_numpy()
+    if step is not None:
+        with np.errstate(invalid="ignore"):
+            bad |= ~(np.isfinite(step) & (step % 1 == 0))
     for i in np.flatnonzero(bad)[:1000]:
         what = []
+        if step is not None and not (np.isfinite(step[i]) and step[i] % 1 == 0):
+            what.append(f"step {df['step'].iloc[i]!r} (not a whole number)")
         if mask is not None and (len(mask.iloc[i]) != n or "1" not in mask.iloc[i] or set(mask.iloc[i]) - {"0", "1"}):
             what.append(f"action_mask {mask.iloc[i]!r} (expected {n} '0'/'1' characters, one legal)")
         if action is not None and action.iloc[i] not in names:
             what.append(f"action {action.iloc[i]!r} (not an action of {pack.name})")
         reasons.append(f"trace {df['trace_id'].iloc[i] if 'trace_id' in df else i}: " + ", ".join(what))
-    return df.loc[~bad], reasons
+    out = df.loc[~bad]
+    if step is not None:
+        out = out.assign(step=step[~bad].astype(np.int64))
+    return out, reasons
 
 
 def decision_path(
@@ -93,7 +109,8 @@ def decision_path(
 
     ep = str(rows.loc[rows["trace_id"].astype(str) == trace_id, "episode_id"].iloc[-1])
     episode, skipped = screen_rows(pack, rows[rows["episode_id"].astype(str) == ep])
-    episode = episode.reset_index(drop=True)
+    # the store sorted the steps as it holds them: as text when any file holds them as text
+    episode = episode.sort_values("step", kind="stable").reset_index(drop=True)
     if not (episode["trace_id"].astype(str) == trace_id).any():
         raise UserError(f"replay --trace-id {trace_id}: its stored row cannot be replayed: {skipped[0]}")
     focus = int(episode.loc[episode["trace_id"].astype(str) == trace_id, "step"].max())
