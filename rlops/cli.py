@@ -14,13 +14,15 @@ result only: whatever else a command or a library prints there goes to stderr.
 
 Exit codes: 0 success, 1 a check failed (stress test, gate) or a service/internal error,
 2 bad input (pack, config, arguments), 3 drift found with ``--fail-on-drift``; 130 interrupted
-(SIGINT), 143 terminated (SIGTERM) — either way the command's open MLflow runs end as KILLED.
+(SIGINT), 143 terminated (SIGTERM) — either way the command's open MLflow runs end as KILLED;
+141 when stdout's reader went away (``rlops … | head``), quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -34,7 +36,10 @@ EXIT_CODES = """exit codes:
   2  bad input: arguments, scenario pack, params, data
   3  drift found, with --fail-on-drift
   130, 143  interrupted (SIGINT), terminated (SIGTERM): the command's MLflow runs end KILLED
+  141  stdout closed before the command finished (piped into head): it stops quietly
 """
+#: 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away.
+EXIT_STDOUT_CLOSED = 141
 
 
 def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
@@ -117,7 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # SIGTERM unwinds like SIGINT: the command's open MLflow runs end KILLED, not RUNNING for ever
         with signals_unwind(), json_stdout(bool(getattr(args, "json", False))):
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, where it is handled, not in the flush at exit
+        return code
     except RlopsError as exc:
         if args.debug:
             raise
@@ -128,6 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("terminated" if isinstance(exc, Terminated) else "interrupted", file=sys.stderr)
         return exit_code(exc)
     except Exception as exc:  # an internal error: a short message, the traceback only on request
+        if isinstance(exc, BrokenPipeError) and _stdout_closed():  # not another pipe or socket
+            # quiet, like `cat | head`; stdout goes to /dev/null so the interpreter's last flush of
+            # what is still buffered does not meet the broken pipe again and print about it
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_STDOUT_CLOSED
         if args.debug:
             raise
         print(
@@ -135,6 +147,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return int(ExitCode.FAILED)
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe or socket whose reader has gone (poll reports an error on it)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a buffer (tests, --json capture)
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
 if __name__ == "__main__":
