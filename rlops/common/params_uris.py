@@ -26,7 +26,7 @@ _TRACKING_EXPECTED = (
     "expected http(s)://host:port, sqlite:///file.db, a database URL (postgresql://, mysql://, mssql://), "
     "file:///folder, a local folder or databricks"
 )
-_QUEUE_EXPECTED = "expected dialect[+driver]://…, e.g. sqlite:///queue.db or postgresql+psycopg2://user@host/db"
+_QUEUE_EXPECTED = "expected dialect[+driver]://…, e.g. sqlite:///queue.db or postgresql+psycopg2://host/db"
 
 
 def _plugin_names(group: str) -> set[str]:
