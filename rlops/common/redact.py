@@ -11,8 +11,10 @@ import re
 from typing import Any
 
 # Up to the authority's last '@': a password may hold an unencoded '@' (clients split there too),
-# and stopping at the first one would leave the rest of it in clear.
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/?#\s'\"]+@")
+# and stopping at the first one would leave the rest of it in clear. A scheme starts only where no
+# scheme character precedes it: from every word boundary of a run like "a.a.a…" the search would
+# rescan the run, quadratic in text a client controls.
+_USERINFO = re.compile(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]*://)[^/?#\s'\"]+@")
 _SECRET_PARAM = re.compile(r"(?i)\b((?:password|passwd|pwd|token|secret|api[_-]?key|access[_-]?key)=)[^&\s'\"]+")
 
 
