@@ -112,6 +112,8 @@ def pack_dir_from_args(args: argparse.Namespace) -> Path:
     if scenario is not None and not scenario.strip():
         raise UserError("--scenario '': empty path; expected a pack name under scenarios/ or a pack folder")
     if scenario and (Path(scenario).is_dir() or "/" in scenario or scenario.startswith(".")):
+        # A pack given as a folder is named by that folder, as a step given that path names it.
+        check_pack_identity(Path(scenario).resolve())
         return Path(scenario)
     params = load_params()
     if scenario:

@@ -49,8 +49,8 @@ def check_scenario_name(name: Any, what: str = "scenario") -> str:
 def identity_problem(folder: str, declared: Any, file: str) -> str | None:
     """Why a pack in the folder ``folder`` whose ``scenario.yaml`` (``file``) declares ``name:
     declared`` cannot be used (one line), or None when the two are one name."""
-    if not isinstance(declared, str) or declared == folder:
-        return None  # a missing or mistyped name: the pack loader says what is wrong with it
+    if not isinstance(declared, str) or declared == folder or scenario_name_problem(declared) is not None:
+        return None  # a missing, mistyped or ill-formed name: the pack loader says what is wrong, with its line
     return (
         f"pack folder {shown(folder)} declares name: {shown(declared)} in {file}: a pack's name keys "
         "its trace partitions, registered models and DAG ids, so it must be its folder's name (else "

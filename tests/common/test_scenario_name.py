@@ -66,3 +66,5 @@ def test_a_pack_whose_name_is_not_its_folder_s_is_refused_naming_both() -> None:
     assert "/s/zz_copy/scenario.yaml" in problem and "set name: 'zz_copy'" in problem
     assert identity_problem("credit_approval", "credit_approval", "f") is None
     assert identity_problem("credit_approval", None, "f") is None  # the pack loader reports a missing name
+    # A name that is no scenario name is the pack loader's to refuse, with its file and line.
+    assert identity_problem("credit_approval", "cred?t_approval", "f") is None

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 SCENARIO = """\
-name: tiny
+name: pack  # its folder's name (write_pack): a pack given by path is named by its folder
 description: a two-action pack for robustness probes
 horizon: 5
 state:

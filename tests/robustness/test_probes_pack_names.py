@@ -93,6 +93,24 @@ def twin_names(tmp: Path) -> Verdict:
     return None if rc == 0 else ("accepted", f"the pack named after its folder was refused: {err.strip()[-300:]}")
 
 
+def copied_pack_by_path(tmp: Path) -> Verdict:
+    """The copy ``zz_copy`` (keeping ``name: credit_approval``) given as a pack folder path, not a
+    name: the commands that take a path refuse it as they refuse the name, the env commands too
+    (validating it "ok" would pass a pack every step then refuses)."""
+    folder = str(packs(tmp, zz_copy=GOOD) / "zz_copy")
+    for argv in (
+        ["capture", "--scenario", folder, "--simulate", "--episodes", "16", "--run-key", RUN_KEY, "--dry-run"],
+        ["env", "validate", "--scenario", folder],
+        ["env", "describe", "--scenario", folder],
+        ["env", "schema", "--scenario", folder],
+        ["env", "rollout", "--scenario", folder, "--episodes", "2", "--out", str(tmp / "out.jsonl")],
+    ):
+        verdict = expect_cli_error(argv, mentions=("'zz_copy'", repr(GOOD), "name:"))
+        if verdict:
+            return verdict[0], f"rlops {' '.join(argv[:2])}: {verdict[1]}"
+    return None
+
+
 def glob_name_on_the_command_line(name: str) -> Callable[[Path], Verdict]:
     """A pack folder named ``name`` (and saying so): every command refuses the name with one line
     before it reads or writes a partition, and nothing is written for it."""
@@ -210,6 +228,7 @@ def drift_detect_literal(tmp: Path) -> Verdict:
 PROBES = [
     IOProbe("pack-identity-copied-pack", copied_pack("zz_copy"), timeout_s=120),
     IOProbe("pack-identity-twin-names", twin_names, timeout_s=120),
+    IOProbe("pack-identity-copied-pack-by-path", copied_pack_by_path, timeout_s=120),
     *(
         IOProbe(f"pack-name-glob-cli-{k}", glob_name_on_the_command_line(n), timeout_s=120)
         for k, n in GLOB_NAMES.items()

@@ -830,7 +830,7 @@ def _line_number(text: str, marker: str, after: str | None) -> int:
 @pytest.fixture
 def broken(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, Case]:
     case: Case = request.param
-    pack = tmp_path / "pack"
+    pack = tmp_path / CREDIT.name  # a pack given by path is named by its folder
     shutil.copytree(CREDIT, pack, ignore=shutil.ignore_patterns("__pycache__"))
     case.mutate(pack)
     return pack, case
@@ -893,7 +893,7 @@ def test_pack_folder_not_found(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_cli_subprocess_reports_without_traceback(tmp_path: Path) -> None:
-    pack = tmp_path / "pack"
+    pack = tmp_path / CREDIT.name  # a pack given by path is named by its folder
     shutil.copytree(CREDIT, pack, ignore=shutil.ignore_patterns("__pycache__"))
     edit(S, "terminal: decision.notified", "terminal: \"__import__('os')\"")(pack)
     proc = subprocess.run(

@@ -35,7 +35,7 @@ def pack() -> Any:
 
 
 def _copy(tmp_path: Path, src: Path = DESK) -> Path:
-    dst = tmp_path / "pack"
+    dst = tmp_path / src.name  # a pack given by path is named by its folder
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
     return dst
 
