@@ -71,7 +71,8 @@ class _ReadDeadline(asyncio.Protocol):
 
     def _timed_out(self) -> None:
         self._deadline = None
-        if not self.transport.is_closing():
+        # A connection upgraded to a websocket is its new protocol's to time, not ours.
+        if not self.transport.is_closing() and self.transport.get_protocol() is self:
             who = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
             log.info("closed the connection of %s: no whole request within %g s", who, self.read_timeout_s)
             self.transport.close()

@@ -30,7 +30,15 @@ def free_port() -> int:
 
 
 async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """Reads the whole body (as the webhook does), waits ``?sleep`` seconds, answers with its length."""
+    """Reads the whole body (as the webhook does), waits ``?sleep`` seconds, answers with its length;
+    a websocket gets its messages echoed."""
+    if scope["type"] == "websocket":
+        while (message := await receive())["type"] != "websocket.disconnect":
+            if message["type"] == "websocket.connect":
+                await send({"type": "websocket.accept"})
+            else:
+                await send({"type": "websocket.send", "text": message.get("text") or ""})
+        return
     if scope["type"] != "http":
         return
     size = 0
@@ -146,6 +154,15 @@ def test_whole_requests_are_answered_however_long_the_app_takes_then_the_idle_co
             assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"\r\n\r\n5"), answer
         waited, got = closed_after(conn)
     assert got == b"" and waited < TIMEOUT_S + SLACK_S
+
+
+def test_an_upgraded_websocket_is_not_cut_at_the_read_deadline() -> None:
+    from websockets.sync.client import connect
+
+    with running(h11=False) as port, connect(f"ws://127.0.0.1:{port}/", open_timeout=10) as ws:
+        time.sleep(3 * TIMEOUT_S)
+        ws.send("still here")
+        assert ws.recv(timeout=10) == "still here"
 
 
 @pytest.mark.parametrize("value", [0, -1, "ten", float("nan"), float("inf"), None])
