@@ -75,7 +75,7 @@ def _scenario_arg(p: argparse.ArgumentParser, every: bool = False) -> None:
 def _project(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     """The project params document (environment overrides applied) and the pack name ``--scenario``
     means (a pack folder anywhere sets ``scenarios_dir`` to its parent)."""
-    from rlops.common.config import load_params, pack_names, scenarios_dir
+    from rlops.common.config import check_pack_identity, load_params, pack_names, scenarios_dir
     from rlops.common.errors import UserError
 
     params = load_params(args.params)
@@ -90,6 +90,8 @@ def _project(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
             f"--scenario {scenario}: no pack folder {root / scenario}; expected a pack name "
             f"({', '.join(packs) or 'none under ' + str(root)}) or a pack folder"
         )
+    if scenario:  # the params of a pack every step refuses are no answer
+        check_pack_identity(scenarios_dir(params) / scenario)
     return params, scenario
 
 
@@ -125,7 +127,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from rlops.common.config import pack_names, resolve_params, scenarios_dir
+    from rlops.common.config import check_pack_identity, pack_names, resolve_params, scenarios_dir
+    from rlops.common.errors import UserError
     from rlops.common.params_sources import ParamsError, ParamsProblem
 
     params, scenario = _project(args)
@@ -138,12 +141,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
             ParamsProblem("scenarios_dir", f"{root} is not a folder; expected the folder of the scenario packs")
         )
     if folders:
-        from rlops.pipeline_steps.orchestration.settings import pack_name_problem  # imports Airflow's SDK
-
         for folder in folders:  # a name no DAG id can hold: the pack gets no DAGs
-            reason = pack_name_problem(folder)
+            reason = _pack_name_problem(folder)
             if reason is not None:
                 problems.append(ParamsProblem(f"scenarios_dir/{folder}", reason, file=str(root / folder)))
+                continue
+            try:  # a pack named other than its folder: its DAGs and steps are refused too
+                check_pack_identity(root / folder)
+            except UserError as exc:
+                problems.append(ParamsProblem(f"scenarios_dir/{folder}", str(exc)))
     targets: list[str | None] = list(packs) or [None]  # no packs: the project's params alone
     for name in targets:
         try:
@@ -158,6 +164,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"params valid: {', '.join(checked)}")
     return 0
+
+
+def _pack_name_problem(folder: str) -> str | None:
+    """Why ``folder`` cannot name a pack's DAGs, or None. A name the scenario grammar allows always
+    makes valid DAG ids: only one it refuses needs the DAG settings' message, and with it Airflow's
+    SDK (two seconds of imports at every ``config validate``)."""
+    from rlops.common.scenario_name import scenario_name_problem
+
+    if scenario_name_problem(folder) is None:
+        return None
+    from rlops.pipeline_steps.orchestration.settings import pack_name_problem
+
+    return pack_name_problem(folder)
 
 
 def schema_text() -> str:

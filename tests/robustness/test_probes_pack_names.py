@@ -85,6 +85,9 @@ def twin_names(tmp: Path) -> Verdict:
         ["capture", "--scenario", "a_pack", "--simulate", "--episodes", "16", "--run-key", RUN_KEY, "--dry-run"],
         ["env", "describe", "--scenario", "a_pack"],
         ["replay", "--scenario", "a_pack", "--trace-id", "t-0"],
+        ["config", "show", "--scenario", "a_pack"],
+        ["config", "validate", "--scenario", "a_pack"],
+        ["config", "validate"],  # every pack the DAG files read: a_pack gets none
     ):
         verdict = expect_cli_error(argv, mentions=("'a_pack'", "'b_pack'"))
         if verdict:
