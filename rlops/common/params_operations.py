@@ -127,6 +127,10 @@ class StackParams(Block):
         default_factory=lambda: {"gpu": 1}, description="Airflow pools created at start: name -> slots"
     )
     start_timeout_s: float = Field(240, gt=0, description="how long `up` waits for every part to answer")
+    log_max_mb: float = Field(
+        20, gt=0, le=10_000, description="a process log under logs/ larger than this is rotated (copied to .1, emptied)"
+    )
+    log_keep: int = Field(3, ge=1, le=100, description="rotated copies kept per process log (<part>.log.1 … .N)")
 
 
 class ExplorationParams(Block):

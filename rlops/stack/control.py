@@ -258,7 +258,7 @@ def status(params: Params, home_override: str | Path | None = None) -> StackStat
 #: against nothing), MLflow last. A part of another name (an older stack's) goes first.
 STOP_ORDER = (
     "airflow-scheduler", "airflow-triggerer", "airflow-dag-processor", "airflow-api-server", "webhook", "console",
-    "mlflow",
+    "mlflow", "log-rotation",
 )  # fmt: skip
 
 

@@ -147,6 +147,9 @@ def layout(params: Params, stack: StackHome, secrets: Mapping[str, str], databas
                     "MLFLOW_WEBHOOK_ALLOWED_SCHEMES": "http,https",
                     "MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true",
                     "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": secrets["mlflow_webhook_key"],
+                    # the job runner (a huey consumer and its workers, ~1 GB idle) serves GenAI
+                    # evaluation jobs; rlops starts none, and webhooks are delivered without it
+                    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
                 },
             )
         )
@@ -180,4 +183,11 @@ def layout(params: Params, stack: StackHome, secrets: Mapping[str, str], databas
             env=shared,
         ),
     ]
+    parts.append(
+        Part(
+            "log-rotation",
+            (_python(), "-m", "rlops.stack.log_rotation", str(stack.logs), str(s.log_max_mb), str(s.log_keep)),
+            env=_base_env(stack),
+        )
+    )
     return StackLayout(stack, s.host, airflow_url, mlflow_url, mlflow_started, database_url, tuple(parts))

@@ -27,7 +27,7 @@ def test_up_starts_every_part_and_a_second_up_reuses_them(stack: RunningStack) -
     names = {p["name"] for p in up["parts"]}
     assert names == {
         "mlflow", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer",
-        "webhook", "console",
+        "webhook", "console", "log-rotation",
     }  # fmt: skip
     assert all(p["state"] == "running" for p in up["parts"])
     # every listener on 127.0.0.1 only
@@ -41,7 +41,7 @@ def test_up_starts_every_part_and_a_second_up_reuses_them(stack: RunningStack) -
     again = stack.rlops("stack", "up", "--json")
     assert again.returncode == 0, again.stderr
     second = json.loads(again.stdout)
-    assert second["started"] == [] and len(second["reused"]) == 7
+    assert second["started"] == [] and len(second["reused"]) == 8
     assert [p["pid"] for p in second["parts"]] == [p["pid"] for p in up["parts"]]
 
 
@@ -49,6 +49,19 @@ def test_stdout_of_status_json_is_json(stack: RunningStack) -> None:
     out = stack.rlops("stack", "status", "--json")
     assert out.returncode == 0, out.stdout + out.stderr
     assert json.loads(out.stdout)["up"] is True
+
+
+def test_the_idle_stack_stays_under_3_gb(stack: RunningStack) -> None:
+    """Every process the stack started, children included, after its DAGs are parsed and idle."""
+    import psutil
+
+    from rlops.stack import processes
+
+    sessions = [p["pid"] for p in stack.up["parts"] if p["pid"]]
+    members = processes.session_members(sessions)
+    rss = sum(psutil.Process(pid).memory_info().rss for pid in members if psutil.pid_exists(pid))
+    print(f"idle stack: {len(members)} processes, {rss / 2**30:.2f} GiB RSS")
+    assert rss < 3 * 2**30, f"{len(members)} processes hold {rss / 2**30:.2f} GiB"
 
 
 def test_the_airflow_cli_works_with_the_line_status_prints(stack: RunningStack) -> None:

@@ -217,7 +217,31 @@ def test_down_stops_what_runs_tasks_before_mlflow() -> None:
     from rlops.stack.control import _stop_rank
 
     names = ["mlflow", "webhook", "console", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
-             "airflow-triggerer", "old-part"]  # fmt: skip
+             "airflow-triggerer", "log-rotation", "old-part"]  # fmt: skip
     order = sorted(names, key=_stop_rank)
-    assert order[0] == "old-part" and order[1] == "airflow-scheduler" and order[-1] == "mlflow"
+    assert order[0] == "old-part" and order[1] == "airflow-scheduler" and order[-2:] == ["mlflow", "log-rotation"]
     assert order.index("airflow-triggerer") < order.index("airflow-api-server")
+
+
+def test_process_logs_rotate_without_the_writer_reopening(tmp_path: Path) -> None:
+    from rlops.stack.log_rotation import rotate
+
+    log = tmp_path / "mlflow.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)  # how a part's output is opened
+    try:
+        for round_ in range(5):
+            os.write(fd, f"round {round_} ".encode() * 200)
+            rotated = rotate(tmp_path, max_bytes=1000, keep=2)
+            assert rotated == [log] and log.stat().st_size == 0
+        os.write(fd, b"after")
+        assert log.read_bytes() == b"after"  # the writer's next line starts the emptied file
+    finally:
+        os.close(fd)
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert kept == ["mlflow.log", "mlflow.log.1", "mlflow.log.2"]
+    assert (tmp_path / "mlflow.log.1").read_bytes().startswith(b"round 4") and b"round 3" in (
+        tmp_path / "mlflow.log.2"
+    ).read_bytes()
+    small = tmp_path / "console.log"
+    small.write_text("short")
+    assert rotate(tmp_path, max_bytes=1000, keep=2) == [] and small.read_text() == "short"
