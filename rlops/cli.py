@@ -21,6 +21,7 @@ Exit codes: 0 success, 1 a check failed (stress test, gate) or a service/interna
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import sys
@@ -28,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from rlops.common.errors import ExitCode, RlopsError
+from rlops.common.library_logs import library_tracebacks_to_debug
 from rlops.common.signals import Terminated, exit_code, signals_unwind
 
 EXIT_CODES = """exit codes:
@@ -120,8 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Progress bars of artifact downloads drown the step summaries on a terminal.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:
-        # SIGTERM unwinds like SIGINT: the command's open MLflow runs end KILLED, not RUNNING for ever
-        with signals_unwind(), json_stdout(bool(getattr(args, "json", False))):
+        # SIGTERM unwinds like SIGINT: the command's open MLflow runs end KILLED, not RUNNING for ever;
+        # a library's logged traceback is debug output: the command's own error says what failed
+        quiet = contextlib.nullcontext() if args.debug else library_tracebacks_to_debug()
+        with signals_unwind(), json_stdout(bool(getattr(args, "json", False))), quiet:
             code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, where it is handled, not in the flush at exit
         return code
