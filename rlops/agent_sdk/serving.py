@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from rlops.agent_sdk.serving_defaults import DEFAULT_EXPLORATION, EXPLORATION_DISTRIBUTIONS
+
 CHAMPION, CHALLENGER, SHADOW, FALLBACK = "champion", "challenger", "shadow", "fallback"
 #: ``Decision.test_group`` values.
 TEST_GROUPS = (CHAMPION, CHALLENGER, SHADOW, FALLBACK)
@@ -211,16 +213,6 @@ class Decision:
         if self.shadow is not None:
             out.update(self.shadow.trace_fields())
         return out
-
-
-#: The share of decisions a serving policy explores by default: the source's 5 % of live requests
-#: marked as exploration traffic (params ``exploration.share`` carries the same default).
-DEFAULT_EXPLORATION = 0.05
-#: What an explored decision is drawn from: ``policy``, the serving policy's own distribution over
-#: the legal actions (cheap: a good policy puts little mass on a costly action; actions it rules
-#: out are seldom tried), or ``uniform`` over the legal actions (every legal action has at least
-#: ``ε/|legal|``, at a cost: on the credit pack 12% of the live return at ε = 0.05, against 0.3%).
-EXPLORATION_DISTRIBUTIONS = ("uniform", "policy")
 
 
 def exploration_probs(mask: np.ndarray, probs: np.ndarray | None = None, distribution: str = "uniform") -> np.ndarray:

@@ -45,7 +45,6 @@ from rlops.common.params_sources import (
 from rlops.common.params_sources import _locate as locate
 from rlops.common.scenario_name import identity_problem
 from rlops.sandbox.errors import ExprError, PackError
-from rlops.sandbox.expr_numpy import NUMPY_OPS
 from rlops.sandbox.precheck import load_params as load_pack_params
 from rlops.sandbox.precheck import present
 from rlops.sandbox.segments import compile_segment, read_spec
@@ -192,6 +191,9 @@ def check_rollout_segments(model: Params, pack_dir: Path, sources: list[ParamsSo
     stages = [(i, s.segment) for i, s in enumerate(model.evaluate.rollout_stages) if isinstance(s, RolloutStage)]
     if not any(segment for _, segment in stages) or not (pack_dir / "scenario.yaml").is_file():
         return
+
+    # numpy (a tenth of a second) only for a pack with segment stages: every command reads params
+    from rlops.sandbox.expr_numpy import NUMPY_OPS
 
     try:
         spec = read_spec(pack_dir)

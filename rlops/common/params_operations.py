@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from rlops.agent_sdk.serving import DEFAULT_EXPLORATION
+from rlops.agent_sdk.serving_defaults import DEFAULT_EXPLORATION
 from rlops.common.params_base import Block
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B|%)\s*$", re.IGNORECASE)

@@ -7,6 +7,9 @@ not its runner. :func:`validate_isolated` therefore runs the whole of :func:`rlo
 plus an oracle probe in a fresh interpreter and only reads back its verdict: the summary of a
 valid pack, or the :class:`PackError` of a broken one. The child reports each stage it starts
 (``importing reward_v1.py``), so a limit that stops it still names the file it was busy with.
+
+The child's side is :mod:`rlops.sandbox.isolate_child`: only the child imports the pack loader
+(and with it torch, a second or more of start-up the validating process never needs).
 """
 
 from __future__ import annotations
@@ -25,8 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from rlops.sandbox.errors import PackError
-from rlops.sandbox.pack import load_pack
-from rlops.sandbox.policies import probe_oracle
 from rlops.sandbox.precheck import precheck_pack
 
 #: Wall-clock limit of the pack's part of a validation, from the moment the child has started
@@ -44,7 +45,7 @@ _SRC = Path(__file__).resolve().parents[2]
 # -I: no user site-packages, no PYTHON* variables, no current folder on sys.path; the sandbox
 # package is put first explicitly so the child runs the same code as the parent.
 _BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from rlops.sandbox.isolate import child_main; "
+    "import sys; sys.path.insert(0, sys.argv[1]); from rlops.sandbox.isolate_child import child_main; "
     "sys.exit(child_main(sys.argv[2:]))"
 )
 
@@ -169,72 +170,6 @@ def _verdict(
     tail = log.read_bytes()[-300:].decode("utf-8", "replace").strip().splitlines()
     hint = f": {tail[-1]}" if tail and stage[1] == "starting" else ""
     raise PackError(file, None, "", f"{what} ended the validating process (exit code {rc}) without a verdict{hint}")
-
-
-# ---- the child ----------------------------------------------------------------------------------
-def child_main(argv: list[str]) -> int:
-    """Entry point of the child: ``<pack> <report file> <memory budget>``."""
-    pack_dir, report_file, budget = Path(argv[0]), argv[1], int(argv[2])
-    out = open(report_file, "a", encoding="utf-8")  # noqa: SIM115 - opened before any pack code runs, kept to the end
-
-    def emit(obj: dict[str, Any]) -> None:
-        out.write(json.dumps(obj) + "\n")
-        out.flush()
-
-    stage = [str(pack_dir), "starting"]
-
-    def on_stage(file: Path, what: str) -> None:
-        stage[:] = [str(file), f"{what} ({file.name})"]
-        emit({"stage": stage})
-
-    _limit_memory(budget)
-    emit({"ready": True})
-    try:
-        pack = load_pack(pack_dir, on_stage=on_stage, probe_rewards=True)
-        on_stage(pack_dir / "oracle.py", "loading and running the oracle")
-        probe_oracle(pack)
-        emit({"ok": summary(pack)})
-    except PackError as exc:
-        emit({"error": {"file": exc.file, "line": exc.line, "path": exc.path, "message": exc.message}})
-    except MemoryError:
-        emit(
-            {
-                "error": {
-                    "file": stage[0],
-                    "line": None,
-                    "path": "",
-                    "message": f"{stage[1]} ran out of memory (budget {budget >> 20} MiB)",
-                }
-            }
-        )
-    except RecursionError:
-        emit({"error": {"file": stage[0], "line": None, "path": "", "message": f"{stage[1]} recursed too deeply"}})
-    except Exception as exc:  # noqa: BLE001 - reported to the parent as an internal error
-        emit({"internal": f"{type(exc).__name__}: {exc}"})
-    out.close()
-    # Threads or handlers the pack's code left behind must not keep the child alive.
-    os._exit(0)
-
-
-def _limit_memory(budget: int) -> None:
-    """Cap the address space at what is mapped now (interpreter, torch) plus ``budget``."""
-    with open("/proc/self/status", encoding="ascii") as fh:
-        vm = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
-    resource.setrlimit(resource.RLIMIT_AS, (vm + budget, vm + budget))
-
-
-def summary(pack: Any) -> dict[str, Any]:
-    """What ``rlops env validate`` reports about a valid pack."""
-    return {
-        "pack": pack.name,
-        "valid": True,
-        "fields": len(pack.scenario.spec.fields),
-        "actions": pack.scenario.n_actions,
-        "profiles": sorted(pack.scenario.profiles),
-        "reward_functions": {k: fn.version for k, fn in sorted(pack.reward_fns.items())},
-        "rules": len(pack.rules),
-        **roles_summary(pack.scenario.spec),
-    }
 
 
 def roles_summary(spec: Any) -> dict[str, Any]:
