@@ -66,9 +66,9 @@ def test_the_stage_a_challenger_serves_and_the_next() -> None:
 
 
 def test_a_request_outside_the_segment_is_the_champions() -> None:
-    state = ServingState(challenger=SimpleNamespace(), challenger_fraction=1.0, challenger_segment=GD)  # type: ignore[arg-type]
+    state = ServingState(challenger=SimpleNamespace(loaded=True), challenger_fraction=1.0, challenger_segment=GD)  # type: ignore[arg-type]
     assert state.route("k1", "s", in_segment=True) == "challenger"
     assert state.route("k1", "s", in_segment=False) == "champion"
     assert state.route("k1", "s") == "champion"  # not told the state: never the challenger
-    everyone = ServingState(challenger=SimpleNamespace(), challenger_fraction=1.0)  # type: ignore[arg-type]
+    everyone = ServingState(challenger=SimpleNamespace(loaded=True), challenger_fraction=1.0)  # type: ignore[arg-type]
     assert everyone.route("k1", "s") == "challenger"
