@@ -212,6 +212,8 @@ def _flag_text(col: pd.Series, text: str) -> pd.Series:
 _CLEAN = {"float": ("floating", "integer", "mixed-integer-float"), "int": ("integer",), "bool": ("boolean",)}
 _NATURAL = {"float": "float64", "int": "int64", "bool": "bool"}
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+#: Bits of the largest integer a float64 holds (its exponent's range).
+_FLOAT_BITS = 1024
 
 
 def _narrow(col: pd.Series, kind: str) -> pd.Series:
@@ -234,7 +236,18 @@ def _narrow(col: pd.Series, kind: str) -> pd.Series:
         if any(type(v) is int and not _I64_MIN <= v <= _I64_MAX for v in values):
             # Built as object: ``map`` would infer float64 and turn every int into a float.
             col = pd.Series(
-                [float(v) if type(v) is int and not _I64_MIN <= v <= _I64_MAX else v for v in values],
+                [_as_float(v) if type(v) is int and not _I64_MIN <= v <= _I64_MAX else v for v in values],
+                index=col.index,
+                dtype=object,
+            )
+            inferred = pd.api.types.infer_dtype(col, skipna=True)
+    if kind == "float" and col.dtype == object:
+        # An integer beyond a float's range (a JSON number of 400 digits) is the infinity it
+        # would become: the range check then rejects it instead of the cast raising.
+        values = col.tolist()
+        if any(type(v) is int and v.bit_length() > _FLOAT_BITS for v in values):
+            col = pd.Series(
+                [_as_float(v) if type(v) is int and v.bit_length() > _FLOAT_BITS else v for v in values],
                 index=col.index,
                 dtype=object,
             )
@@ -247,6 +260,14 @@ def _narrow(col: pd.Series, kind: str) -> pd.Series:
         return col.astype(_NATURAL[kind])
     except (OverflowError, TypeError, ValueError):  # e.g. an integer beyond 64 bits
         return col
+
+
+def _as_float(v: int) -> float:
+    """The float an integer becomes: beyond a float's range, the infinity of its sign."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
 
 
 # --------------------------------------------------------------------------- typing

@@ -28,8 +28,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -37,10 +36,11 @@ import numpy as np
 import pandas as pd
 
 from rlops.common.errors import UserError
-from rlops.common.run_key import RunKey
+from rlops.common.run_key import MAX_MINUTES, RunKey
 from rlops.data_contracts.schema import STATE_PREFIX, Contract, contract_for
 from rlops.pipeline_steps.capture.core import CaptureSource, SourceLine, defaulted_notes, write_capture
 from rlops.pipeline_steps.capture.input_checks import CaptureRejected, rejection
+from rlops.pipeline_steps.capture.log_mapping import PROPENSITY, LogMapping, check_local_file, shown
 from rlops.pipeline_steps.capture.request import ImportRequest
 from rlops.pipeline_steps.capture.summary import CaptureSummary
 
@@ -49,61 +49,7 @@ if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack
 
 READERS = (".parquet", ".pq", ".csv", ".csv.gz", ".jsonl", ".jsonl.gz", ".json", ".ndjson")
-PROPENSITY = "propensity"
 TEXT_COLUMNS = ("action_mask", "episode_id", "trace_id", "action")
-
-
-@dataclass(frozen=True)
-class LogMapping:
-    """How the log's columns become trace columns: ``columns`` maps a trace column (or a state
-    column ``state.<path>``, or ``propensity``) to the log's column; ``actions`` maps logged
-    action values to the pack's action names; ``constants`` gives a trace column one value."""
-
-    columns: dict[str, str]
-    actions: dict[str, str]
-    constants: dict[str, Any]
-    mask_actions: tuple[str, ...] = ()
-    """The log's action at each position of its ``action_mask`` (its system's order; after
-    ``actions``): masks are rewritten in the pack's order. Empty: the masks are in the pack's order."""
-
-    @classmethod
-    def of(cls, request: ImportRequest, pack: Pack, contract: Contract, read_text: Any) -> LogMapping:
-        columns: dict[str, str] = {}
-        actions: dict[str, str] = {}
-        constants: dict[str, Any] = {}
-        mask_actions: tuple[str, ...] = ()
-        if request.mapping:
-            import yaml
-
-            doc = yaml.safe_load(read_text(request.mapping)) or {}
-            if not isinstance(doc, dict) or not set(doc) <= {"columns", "actions", "constants", "mask_actions"}:
-                raise UserError(
-                    f"import mapping {request.mapping}: expected a YAML mapping with the keys columns, actions, "
-                    f"constants and mask_actions, got {sorted(doc) if isinstance(doc, dict) else type(doc).__name__}"
-                )
-            if not isinstance(doc.get("mask_actions") or [], list):
-                raise UserError(f"import mapping {request.mapping}: mask_actions is a list of action names")
-            mask_actions = tuple(str(a) for a in doc.get("mask_actions") or [])
-            columns.update({str(k): str(v) for k, v in (doc.get("columns") or {}).items()})
-            actions.update({str(k): str(v) for k, v in (doc.get("actions") or {}).items()})
-            constants.update({str(k): v for k, v in (doc.get("constants") or {}).items()})
-        for pair in filter(None, (p.strip() for p in (request.columns or "").split(","))):
-            trace, sep, log = pair.partition("=")
-            if not sep or not trace.strip() or not log.strip():
-                raise UserError(f"import --columns: {pair!r} is not TRACE=LOG (e.g. episode_id=session)")
-            columns[trace.strip()] = log.strip()
-        fields = _state_paths(contract)
-        named = {
-            (STATE_PREFIX + k.removeprefix(STATE_PREFIX) if k.removeprefix(STATE_PREFIX) in fields else k): v
-            for k, v in columns.items()
-        }
-        unknown = sorted(set(actions.values()) - set(pack.scenario.action_names))
-        if unknown:
-            raise UserError(
-                f"import mapping: actions {unknown} are not actions of {pack.name} "
-                f"(expected one of {list(pack.scenario.action_names)})"
-            )
-        return cls(named, actions, constants, mask_actions)
 
 
 def import_log(ctx: StepContext, request: ImportRequest) -> CaptureSummary:
@@ -111,22 +57,38 @@ def import_log(ctx: StepContext, request: ImportRequest) -> CaptureSummary:
     validates and counts every row and writes nothing). Raises :class:`CaptureRejected` when more
     rows were quarantined than ``capture.max_quarantine_share`` or none was accepted — after the
     rows are written, so nothing is lost."""
+    _check_request(request)
     pack = ctx.load_pack()
     contract = contract_for(pack)
     mapping = LogMapping.of(request, pack, contract, ctx.storage.read_text)
+    if request.deterministic and PROPENSITY in mapping.columns:
+        raise UserError(
+            f"import: --deterministic says every logged action had propensity 1, and the column "
+            f"{mapping.columns[PROPENSITY]!r} gives each its propensity; keep one"
+        )
     text = [col for trace, col in mapping.columns.items() if trace in TEXT_COLUMNS] + list(TEXT_COLUMNS)
     log = read_log(ctx.storage, request.path, text)
-    rows, notes = trace_rows(log, mapping, pack, contract, request, PurePosixPath(request.path).name)
-    ts = rows["ts"].dropna()
+    rows, notes, reasons = trace_rows(log, mapping, pack, contract, request, PurePosixPath(request.path).name)
+    placed = ~reasons.fillna("").str.startswith(TS_REASON)  # a time in the future or a placeholder
+    ts = rows["ts"][placed].dropna()
+    where = mapping.columns.get("ts", "ts")
     if ts.empty:
-        where = mapping.columns.get("ts", "ts")
+        why = next((r for r in reasons if isinstance(r, str) and r.startswith(TS_REASON)), None)
         raise UserError(
-            f"import {request.path}: no row has a readable timestamp in its column {where!r} "
-            "(map the log's event-time column with --columns ts=COLUMN)"
+            f"import {shown(request.path)}: no row has a readable timestamp in its column {where!r}"
+            + (f" (first: {why.removeprefix('import: ')})" if why else "")
+            + " (map the log's event-time column with --columns ts=COLUMN)"
         )
-    key = RunKey.covering(ts.min().to_pydatetime(), ts.max().to_pydatetime() + timedelta(seconds=1))
+    first, last = ts.min().to_pydatetime(), ts.max().to_pydatetime() + timedelta(seconds=1)
+    if last - first > timedelta(minutes=MAX_MINUTES):
+        raise UserError(
+            f"import {shown(request.path)}: the timestamps in {where!r} span {first:%Y-%m-%d %H:%M} to "
+            f"{last:%Y-%m-%d %H:%M} ({(last - first).total_seconds() / 86400:,.1f} days); one import covers at most "
+            f"{MAX_MINUTES // 1440} days (a run key): split the log by time and import each part"
+        )
+    key = RunKey.covering(first, last)
     store = ctx.traces
-    source = CaptureSource(f"import:{request.path}", _lines(rows, request.path))
+    source = CaptureSource(f"import:{request.path}", _lines(rows, reasons, request.path))
     res = write_capture(
         ctx.storage,
         source,
@@ -166,31 +128,49 @@ def import_log(ctx: StepContext, request: ImportRequest) -> CaptureSummary:
     return out
 
 
+def _check_request(request: ImportRequest) -> None:
+    """What the options alone show to be wrong: a blank policy name, or one with control characters
+    (it is shown in tables and logs, a line break would forge a line)."""
+    name = request.policy_version
+    if name is not None and name != "" and (not name.strip() or not name.isprintable()):
+        raise UserError(
+            f"import --policy-version {name[:80]!r}: expected the logging policy's name, printable text "
+            "that is not blank"
+        )
+
+
 def read_log(storage: Any, path: str, text_columns: list[str] | None = None) -> pd.DataFrame:
     """The log as a frame, by its file name's ending; ``text_columns`` of a CSV file are read as
-    text (an action mask ``0011`` is not the number 11)."""
+    text (an action mask ``0011`` is not the number 11). A log without a row is an error."""
     name = path.lower()
     if not name.endswith(READERS):
-        raise UserError(f"import {path}: expected a file ending in one of {', '.join(READERS)}")
+        raise UserError(f"import {shown(path)}: expected a file ending in one of {', '.join(READERS)}")
+    check_local_file(path, "import")
     with storage.local_path(path) as local:
         try:
             if name.endswith((".parquet", ".pq")):
-                return pd.read_parquet(local)
-            if name.endswith((".csv", ".csv.gz")):
-                return pd.read_csv(local, low_memory=False, dtype=dict.fromkeys(text_columns or [], str))
-            return pd.read_json(local, lines=True, dtype=False, convert_dates=False)
+                log = pd.read_parquet(local)
+            elif name.endswith((".csv", ".csv.gz")):
+                log = pd.read_csv(local, low_memory=False, dtype=dict.fromkeys(text_columns or [], str))
+            else:
+                log = pd.read_json(local, lines=True, dtype=False, convert_dates=False)
         except (ValueError, OSError) as exc:
-            raise UserError(f"import {path}: not a readable {name.rsplit('.', 1)[-1]} file ({exc})") from None
+            detail = " ".join(str(exc).split())[:200]
+            raise UserError(f"import {shown(path)}: not a readable {name.rsplit('.', 1)[-1]} file ({detail})") from None
+    if log.empty:
+        raise UserError(f"import {shown(path)}: the log has no rows (columns: {list(log.columns)[:30]})")
+    return log
 
 
 def trace_rows(
     log: pd.DataFrame, mapping: LogMapping, pack: Pack, contract: Contract, request: ImportRequest, stem: str
-) -> tuple[pd.DataFrame, list[str]]:
-    """The log's rows as trace rows (one per log row, in its order) and the notes on what was filled in."""
+) -> tuple[pd.DataFrame, list[str], pd.Series]:
+    """The log's rows as trace rows (one per log row, in its order), the notes on what was filled
+    in, and per row why it is quarantined before validation (None: it goes to the contract)."""
     missing = sorted({c for c in mapping.columns.values() if c not in log.columns})
     if missing:
         raise UserError(
-            f"import {request.path}: the mapping names columns the log does not have: {missing} "
+            f"import {shown(request.path)}: the mapping names columns the log does not have: {missing} "
             f"(the log's columns: {list(log.columns)[:30]})"
         )
     fields = _state_paths(contract)
@@ -202,14 +182,24 @@ def trace_rows(
     for trace, col in mapping.columns.items():
         rows[trace] = log[col]
     notes: list[str] = []
+    reasons = pd.Series([None] * len(rows), index=rows.index, dtype=object)
     n = len(pack.scenario.action_names)
     for trace, value in mapping.constants.items():
         rows[trace] = value
     _whole_numbers_as_ints(rows, contract)
-    if "ts" in rows:
-        rows["ts"] = pd.to_datetime(rows["ts"], utc=True, errors="coerce", format="mixed")
+    if "ts" not in rows:
+        raise UserError(
+            f"import {shown(request.path)}: the log has no ts column: map its event-time column with "
+            "--columns ts=COLUMN"
+        )
+    rows["ts"], note = _event_times(rows["ts"], mapping.columns.get("ts", "ts"), reasons)
+    notes += [note] if note else []
     if mapping.actions and "action" in rows:
         rows["action"] = rows["action"].map(lambda v: mapping.actions.get(str(v), v))
+    if "step" in rows and "episode_id" not in rows:
+        raise UserError(
+            f"import {shown(request.path)}: a log with steps needs an episode column (--columns episode_id=…)"
+        )
     if "step" not in rows:
         rows["step"] = 0
         rows["done"] = rows.get("done", True)
@@ -221,19 +211,15 @@ def trace_rows(
         last = step.groupby(rows["episode_id"].astype(str)).transform("max")
         rows["done"] = step.eq(last)
         notes.append("no done column: the last step of each episode ends it")
-    if "episode_id" not in rows:
-        raise UserError(f"import {request.path}: a log with steps needs an episode column (--columns episode_id=…)")
     if "policy_version" not in rows:
         if not request.policy_version:
             raise UserError(
-                f"import {request.path}: which policy served these decisions? Give --policy-version NAME "
+                f"import {shown(request.path)}: which policy served these decisions? Give --policy-version NAME "
                 "(or map a column: --columns policy_version=…)"
             )
         rows["policy_version"] = request.policy_version
     if PROPENSITY in rows:
-        p = pd.to_numeric(rows.pop(PROPENSITY), errors="coerce").to_numpy(np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rows["logp"] = np.where((p > 0) & (p <= 1), np.log(np.where(p > 0, p, 1.0)), np.nan)
+        rows["logp"] = _log_propensities(rows.pop(PROPENSITY), mapping.columns.get(PROPENSITY, PROPENSITY), reasons)
     elif request.deterministic:
         rows["logp"] = 0.0
     elif "logp" not in rows:
@@ -248,7 +234,56 @@ def trace_rows(
     if "source" not in rows:
         rows["source"] = "live"
     rows["scenario"] = pack.name
-    return rows, notes
+    return rows, notes, reasons
+
+
+#: A decision's time before this is a placeholder (year 1, the epoch), not when it was made.
+EARLIEST = datetime(1971, 1, 1, tzinfo=UTC)
+#: How far past the clock of this machine a logged decision may lie (clocks differ a little).
+CLOCK_SKEW = timedelta(minutes=5)
+TS_REASON = "import: ts"
+_ZONE = r"(?:[zZ]|[+-]\d{2}(?::?\d{2})?|UTC|GMT)\s*$"
+
+
+def _event_times(col: pd.Series, where: str, reasons: pd.Series) -> tuple[pd.Series, str | None]:
+    """The log's timestamps in UTC: text as ISO 8601 or any form pandas reads (without a zone: UTC,
+    said in the note), numbers as epoch seconds, as the capture contract reads them. A time in the
+    future or before 1971 sets the row's reason; an unreadable one is left for the contract (null)."""
+    note = None
+    if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
+        ts = pd.to_datetime(pd.to_numeric(col, errors="coerce"), unit="s", utc=True, errors="coerce")
+    else:
+        text = col.map(lambda v: v if isinstance(v, str) else None)
+        naive = text.notna() & ~text.fillna("").str.contains(_ZONE, regex=True)
+        if naive.any():
+            note = f"{int(naive.sum()):,} timestamps in {where!r} carry no time zone: read as UTC"
+        ts = pd.to_datetime(col, utc=True, errors="coerce", format="mixed")
+    now = datetime.now(UTC)
+    late = ts.notna() & (ts > now + CLOCK_SKEW)
+    early = ts.notna() & (ts < EARLIEST)
+    for mask, why in ((late, f"in the future (now {now:%Y-%m-%dT%H:%M}Z)"), (early, "before 1971: a placeholder")):
+        for i in ts.index[mask]:
+            reasons[i] = f"{TS_REASON} {ts[i].isoformat()} ({where}) is {why}, not the time of a logged decision"
+    return ts, note
+
+
+def _log_propensities(col: pd.Series, where: str, reasons: pd.Series) -> np.ndarray:
+    """``log(propensity)``; a propensity that is given but no probability in (0, 1] sets the row's
+    reason (a missing one leaves the row without a propensity, as a log without the column)."""
+    p = pd.to_numeric(col.map(lambda v: np.nan if isinstance(v, bool) else v), errors="coerce").to_numpy(np.float64)
+    ok = (p > 0) & (p <= 1)
+    for i, (label, value) in enumerate(col.items()):
+        if not ok[i] and not _is_missing(value):
+            reasons[label] = (
+                f"import: propensity {str(value)[:40]!r} ({where}) is no probability in (0, 1]: the logging "
+                "policy's probability of the logged action"
+            )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ok, np.log(np.where(ok, p, 1.0)), np.nan)
+
+
+def _is_missing(v: Any) -> bool:
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
 
 
 def _masks_in_pack_order(masks: pd.Series, mapping: LogMapping, pack: Pack, path: str) -> pd.Series:
@@ -295,12 +330,14 @@ def _state_paths(contract: Contract) -> set[str]:
     return {c.name.removeprefix(STATE_PREFIX) for c in contract.columns if c.name.startswith(STATE_PREFIX)}
 
 
-def _lines(rows: pd.DataFrame, uri: str) -> Iterator[SourceLine]:
-    """Each row as the JSON line a tracer would have written (NaN and NaT as null)."""
+def _lines(rows: pd.DataFrame, reasons: pd.Series, uri: str) -> Iterator[SourceLine]:
+    """Each row as the JSON line a tracer would have written (NaN and NaT as null), with its reason
+    when the import already knows it must be quarantined."""
     cols = list(rows.columns)
+    why = [r if isinstance(r, str) else None for r in reasons.tolist()]
     for no, values in enumerate(rows.itertuples(index=False, name=None), start=1):
         rec = {c: _plain(v) for c, v in zip(cols, values, strict=True)}
-        yield SourceLine(json.dumps(rec, default=str), uri, no)
+        yield SourceLine(json.dumps(rec, default=str), uri, no, why[no - 1])
 
 
 def _plain(v: Any) -> Any:
