@@ -186,27 +186,37 @@ def key_lines(doc: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], i
 
 
 def check_rollout_segments(model: Params, pack_dir: Path, sources: list[ParamsSource]) -> None:
-    """The segments of ``evaluate.rollout_stages`` compiled against the pack's scenario (when the
-    folder holds one): a bad one is a :class:`ParamsError` naming the stage, its file and line."""
-    stages = [(i, s.segment) for i, s in enumerate(model.evaluate.rollout_stages) if isinstance(s, RolloutStage)]
-    if not any(segment for _, segment in stages) or not (pack_dir / "scenario.yaml").is_file():
+    """The segments the params name — of ``evaluate.rollout_stages`` and ``exploration.off_segment``
+    — compiled against the pack's scenario (when the folder holds one): a bad one is a
+    :class:`ParamsError` naming the key, its file and line. A blank ``off_segment`` is refused
+    anywhere: it would read as no segment, every request exploring."""
+    named: list[tuple[str, tuple[str, ...], str]] = [
+        (f"evaluate.rollout_stages.{i}.segment", ("evaluate", "rollout_stages"), s.segment)
+        for i, s in enumerate(model.evaluate.rollout_stages)
+        if isinstance(s, RolloutStage) and s.segment is not None
+    ]
+    off = model.exploration.off_segment
+    if off is not None and not off.strip():
+        file, line = locate(("exploration", "off_segment"), sources)
+        problem = "blank; expected an expression over state fields (or null: every request may explore)"
+        raise ParamsError([ParamsProblem("exploration.off_segment", problem, file, line, None)])
+    if off is not None:
+        named.append(("exploration.off_segment", ("exploration", "off_segment"), off))
+    if not named or not (pack_dir / "scenario.yaml").is_file():
         return
 
-    # numpy (a tenth of a second) only for a pack with segment stages: every command reads params
+    # numpy (a tenth of a second) only for a pack with segments: every command reads params
     from rlops.sandbox.expr_numpy import NUMPY_OPS
 
     try:
         spec = read_spec(pack_dir)
     except PackError:
         return  # the pack's own error is reported where the pack is loaded
-    for i, segment in stages:
-        if segment is None:
-            continue
+    for where, keys, segment in named:
         try:
             compile_segment(spec, segment, ops=NUMPY_OPS)
         except ExprError as exc:
-            file, line = locate(("evaluate", "rollout_stages"), sources)
-            where = f"evaluate.rollout_stages.{i}.segment"
+            file, line = locate(keys, sources)
             raise ParamsError([ParamsProblem(where, f"{exc} (scenario {spec.name})", file, line, None)]) from None
 
 
