@@ -82,6 +82,18 @@ def read_probabilities(path: Path, actions: Sequence[str]) -> pd.DataFrame:
         where = " ".join(f"{k} {row[k]}" for k in keys)
         raise UserError(f"--target {path}: {where} appears twice: one row per logged trace row")
     for a in actions:
+        col = table[a]
+        flags = (
+            col.map(lambda v: isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool)
+            if col.dtype in (bool, object)  # a numeric column holds no flag: no pass over its values
+            else np.zeros(len(col), dtype=bool)
+        )
+        if flags.any():  # pandas would read true as 1: a flag is no probability
+            i = int(np.flatnonzero(flags)[0])
+            raise UserError(
+                f"--target {path}: {KEY} {out[KEY].iloc[i]}: the probability of {a} is {table[a].iloc[i]!r}, "
+                "true/false, not a number in [0, 1]"
+            )
         out[a] = pd.to_numeric(table[a], errors="coerce").astype(np.float64)
     _check_numbers(path, table, out, actions)
     return out

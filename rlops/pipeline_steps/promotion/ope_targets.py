@@ -159,6 +159,9 @@ def evaluate_target(ctx: StepContext, request: OffPolicyRequest) -> TargetEvalua
     hours = cfg.window_hours if request.window_hours is None else request.window_hours
     spec = request.target
     kind = target_kind(spec)
+    if request.greedy and kind in ("file", "uniform"):
+        what = "a file's probabilities are what the file says" if kind == "file" else "uniform has no choice of its own"
+        raise UserError(f"--greedy goes with --target rules or a policy version: {what} (--target {spec[:200]})")
     pack = ctx.load_pack()
     actions = list(pack.scenario.action_names)
     table = read_probabilities(Path(spec), actions) if kind == "file" else None
