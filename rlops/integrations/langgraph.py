@@ -41,6 +41,7 @@ from typing import Any
 from uuid import UUID
 
 from rlops.agent_sdk.mlflow_tracing import DECISION_ATTRIBUTE
+from rlops.agent_sdk.rollout import RULES_VERSION
 from rlops.agent_sdk.tracer import flatten_state, mask_text
 from rlops.common.errors import UserError
 from rlops.integrations import require
@@ -117,8 +118,9 @@ class PolicyRouter:
     ) -> None:
         self._types = require("langgraph.types", _EXTRA, _FRAMEWORK)
         self._config = require("langgraph.config", _EXTRA, _FRAMEWORK)
-        if mode not in MODES:
+        if not isinstance(mode, str) or mode not in MODES:
             raise UserError(f"PolicyRouter(mode={mode!r}): expected one of {list(MODES)}")
+        _check_arguments(mapping, episode_key, agent_router, agent_version, deterministic)
         if mode == "observe" and agent_router is None:
             raise WiringError(
                 "PolicyRouter(mode='observe') records the choices of the agent's own router: give "
@@ -132,10 +134,18 @@ class PolicyRouter:
         self.loop, self.mapping, self.episode_key, self.error_key = loop, mapping, episode_key, error_key
         self.mode, self.agent_router, self.agent_version = mode, agent_router, agent_version
         self.deterministic = deterministic
-        self.nodes = dict(nodes or {})
-        actions = loop.pack_actions or tuple(sorted(loop.actions or ())) or tuple(self.nodes)
+        actions = loop.pack_actions or tuple(sorted(loop.actions or ()))
+        self.nodes = _node_names(nodes, actions)
+        actions = actions or tuple(self.nodes)
         #: tool node → the pack action it performs
         self.tool_nodes = {self.node(a): a for a in actions}
+        shared = sorted({n for n in (self.node(a) for a in actions) if [self.node(b) for b in actions].count(n) > 1})
+        if shared:
+            raise UserError(
+                f"PolicyRouter(nodes=...): the tool node(s) {shared} would perform more than one pack action "
+                f"({', '.join(f'{a} -> {self.node(a)}' for a in actions if self.node(a) in shared)}); one node per "
+                "action, so a recorded step names the action that ran"
+            )
         self._names = ActionNames(
             actions,
             self.tool_nodes,
@@ -211,7 +221,14 @@ class PolicyRouter:
                 f"PolicyRouter(episode_key={self.episode_key!r}): the graph state has no {self.episode_key!r} "
                 f"(it has {keys}); give episode_key the state key holding the episode's id"
             )
-        return str(state[self.episode_key])
+        value = state[self.episode_key]
+        if isinstance(value, bool) or not isinstance(value, (str, int, UUID)) or not str(value).strip():
+            raise WiringError(
+                f"PolicyRouter(episode_key={self.episode_key!r}): the graph state's {self.episode_key!r} is "
+                f"{value!r}; expected the episode's id (non-blank text, a number or a UUID): episodes without "
+                "their own id would be recorded as one"
+            )
+        return str(value)
 
     def _choose(self, state: Mapping[str, Any]) -> str:
         episode_id, pack_state = self._episode_id(state), self.mapping.read(state)
@@ -287,6 +304,48 @@ class PolicyRouter:
                 "to END), and no other edge or Command goes to a tool"
             )
         return None
+
+
+def _check_arguments(mapping: Any, episode_key: Any, agent_router: Any, agent_version: Any, deterministic: Any) -> None:
+    """The router's arguments of the wrong kind, refused when it is built rather than at the
+    graph's first step (or never: a truthy text for ``deterministic`` would write propensity 1)."""
+    if not callable(getattr(mapping, "read", None)):
+        raise UserError(f"PolicyRouter(mapping={mapping!r}): expected a StateMapping (graph state -> pack fields)")
+    if not isinstance(episode_key, str) or not episode_key.strip():
+        raise UserError(
+            f"PolicyRouter(episode_key={episode_key!r}): expected the graph state key holding the episode id"
+        )
+    if agent_router is not None and not callable(agent_router):
+        raise UserError(
+            f"PolicyRouter(agent_router={agent_router!r}): expected the agent's routing function "
+            "(graph state -> next node's name)"
+        )
+    if not isinstance(agent_version, str) or not agent_version.strip() or agent_version == RULES_VERSION:
+        raise UserError(
+            f"PolicyRouter(agent_version={agent_version!r}): expected the name of the agent's router, non-blank "
+            f"text other than {RULES_VERSION!r} (the pack's rule engine, which the sandbox would check it against)"
+        )
+    if not isinstance(deterministic, bool):
+        raise UserError(
+            f"PolicyRouter(deterministic={deterministic!r}): expected True (the agent's router chooses by rule, "
+            "propensity 1) or False (an LLM: propensity unknown)"
+        )
+
+
+def _node_names(nodes: Any, actions: tuple[str, ...]) -> dict[str, str]:
+    """``nodes`` as ``{pack action: tool node name}``: a mapping from actions of the pack to non-blank names."""
+    if nodes is None:
+        return {}
+    if not isinstance(nodes, Mapping):
+        raise UserError(f"PolicyRouter(nodes={nodes!r}): expected a mapping {{pack action: tool node name}}")
+    for action, node in nodes.items():
+        if not isinstance(action, str) or (actions and action not in actions):
+            raise UserError(
+                f"PolicyRouter(nodes=...): {action!r} is no pack action; expected keys among {list(actions)}"
+            )
+        if not isinstance(node, str) or not node.strip():
+            raise UserError(f"PolicyRouter(nodes=...): {action!r} maps to {node!r}; expected a tool node's name")
+    return dict(nodes)
 
 
 def _router_callbacks(router: PolicyRouter) -> Any:

@@ -84,6 +84,16 @@ class StateMapping:
 
     fields: Mapping[str, str]
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.fields, Mapping):
+            raise UserError(f"StateMapping(fields={self.fields!r}): expected {{pack field path: state key}}")
+        for path, key in self.fields.items():
+            if not isinstance(path, str) or not path.strip() or not isinstance(key, str) or not key.strip():
+                raise UserError(
+                    f"StateMapping: {path!r}: {key!r} is no pair of names; expected {{pack field path: state key}} "
+                    "as text, e.g. {'user_profile.credit_score': 'credit_score'}"
+                )
+
     @classmethod
     def by_leaf_name(cls, pack_fields: Collection[str], **renamed: str) -> StateMapping:
         """Each pack field from the framework key of its last name (``user_profile.credit_score`` ←
