@@ -497,7 +497,19 @@ def probe_decision_logged_in_one_line(
         _wait_outcome(client, "d-log")
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("webhook decision:")]
     assert len(lines) == 1 and "\n" not in lines[0]
-    assert f"{NAME} v{c}" in lines[0] and "reverted_previous" in lines[0] and "failing gates: none" in lines[0]
+    assert f"{NAME} v{c}" in lines[0] and "reverted_previous" in lines[0] and "no gates judged" in lines[0]
+
+
+def probe_decision_line_of_a_triggered_dag_claims_no_gates(home: dict[str, Any], console: Any) -> None:
+    """In airflow mode the receiver only triggers the promotion DAG: its line said "failing gates:
+    none" before any gate had run."""
+    from rlops.pipeline_steps.promotion.webhook import decision_line
+
+    line = decision_line(
+        {"data": {"name": NAME, "alias": "challenger", "version": "7"}},
+        {"action": "dag_triggered", "dag_run_id": "manual__2026-12-07", "version": "7"},
+    )
+    assert "failing gates" not in line and "gates judged by the promotion DAG run manual__2026-12-07" in line
 
 
 def probe_decision_line_names_failing_gates(home: dict[str, Any], console: Any) -> None:

@@ -141,7 +141,10 @@ def promote_from_alias(
     try:
         stress = _stress_of(ctx, version)
         with tracker.on_behalf_of(requested_by):  # the outcome tags of an alias move name the requester
-            res = promote(ctx, version, staged=staged, stress_verdict=stress.verdict if stress else None)
+            # this function writes the outcome tags itself, last, after the alias is dealt with
+            res = promote(
+                ctx, version, staged=staged, stress_verdict=stress.verdict if stress else None, tag_refusal=False
+            )
     except RegistryKeyMismatch:
         raise
     except ValueError as exc:  # e.g. already the champion, no such version
@@ -195,6 +198,7 @@ def promote(
     staged: bool = False,
     episodes: int | None = None,
     stress_verdict: str | None = None,
+    tag_refusal: bool = True,
 ) -> PromotionOutcome:
     """Evaluate and, when every gate passes, promote (or stage as challenger; ``stress_verdict``:
     see :func:`~rlops.pipeline_steps.promotion.evaluate.evaluate_candidate`). A champion set by
@@ -202,7 +206,8 @@ def promote(
     a promotion of its own). One promotion of a model at a time
     (:mod:`rlops.pipeline_steps.promotion.lock`): the evaluation and the alias move happen under
     one lock, and the move is refused if the champion changed meanwhile. The outcome is recorded
-    as the pass's ``promote`` step run."""
+    as the pass's ``promote`` step run; a refused candidate is tagged ``rejected`` with the reason
+    unless ``tag_refusal`` is off (a request through an alias writes its outcome tags last itself)."""
     candidate = str(candidate)
     if episodes is not None:  # before anything touches the registry
         count("--episodes", episodes, maximum=MAX_EPISODES)
@@ -214,7 +219,8 @@ def promote(
     path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), policy_model_name(ctx.scenario))
     try:
         with promotion_lock(path, ctx.config.evaluate.lock_timeout_s) as waited:
-            out = replace(_promote(ctx, candidate, staged, episodes, stress_verdict), lock_wait_s=round(waited, 3))
+            judged = _promote(ctx, candidate, staged, episodes, stress_verdict, tag_refusal)
+            out = replace(judged, lock_wait_s=round(waited, 3))
     except PromotionBusy as exc:
         out = PromotionOutcome(PromotionStatus.BUSY, ctx.scenario, str(exc), ctx.dry_run, candidate, staged)
     if check.action != "none":
@@ -249,7 +255,12 @@ def _track_promotion(ctx: StepContext, out: PromotionOutcome) -> PromotionOutcom
 
 
 def _promote(
-    ctx: StepContext, candidate: str, staged: bool, episodes: int | None, stress_verdict: str | None
+    ctx: StepContext,
+    candidate: str,
+    staged: bool,
+    episodes: int | None,
+    stress_verdict: str | None,
+    tag_refusal: bool = True,
 ) -> PromotionOutcome:
     from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
 
@@ -265,8 +276,10 @@ def _promote(
         if not ctx.dry_run:
             try:
                 stop_serving(ctx, candidate, judged.reason)
+                if tag_refusal:  # the registry's version list then tells a refused candidate from one never judged
+                    ctx.tracker.record_outcome(name, candidate, T.OUTCOME_REJECTED, judged.reason)
             except TrackingError as exc:
-                return replace(judged, reason=f"{judged.reason}; setting its traffic share to 0 failed: {exc}")
+                return replace(judged, reason=f"{judged.reason}; recording the refusal on v{candidate} failed: {exc}")
         return judged
     mlflow_failed = "MLflow failed during promotion; aliases left as they were"
     try:

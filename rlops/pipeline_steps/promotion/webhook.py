@@ -329,10 +329,15 @@ def decision_line(event: Mapping[str, Any], out: Mapping[str, Any]) -> str:
     promotion: Mapping[str, Any] = nested if isinstance(nested, Mapping) else {}
     verdict = out.get("outcome") or promotion.get("outcome") or out.get("action") or "?"
     failing = list(out.get("failed_gates") or promotion.get("failed_gates") or [])
+    if out.get("action") == "dag_triggered":  # the DAG run judges; "none failing" would be a claim
+        gates = f"gates judged by the promotion DAG run {out.get('dag_run_id', '?')}"
+    elif failing or "passed" in out or "passed" in promotion:
+        gates = f"failing gates: {', '.join(failing) or 'none'}"
+    else:
+        gates = "no gates judged"
     line: str = redact(
         f"webhook decision: {data.get('name', '?')} v{data.get('version', '?')} alias "
-        f"{data.get('alias', '?')!s} → {verdict}; failing gates: {', '.join(failing) or 'none'}; "
-        f"{str(out.get('reason') or '')[:300]}"
+        f"{data.get('alias', '?')!s} → {verdict}; {gates}; {str(out.get('reason') or '')[:300]}"
     )
     return line
 

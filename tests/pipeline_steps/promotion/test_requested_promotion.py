@@ -112,6 +112,22 @@ def test_a_rejected_hand_set_challenger_serves_no_traffic(pack: Any, good: Any, 
     assert float(tags["traffic_fraction"]) == 0.0 and tags["rlops.promotion.outcome"] == "rejected"
 
 
+def test_a_candidate_a_retrain_could_not_promote_is_tagged_rejected(pack: Any, good: Any, approve_all: Any) -> None:
+    """What a scheduled retrain calls: the version list in MLflow tells a refused candidate from one
+    never judged (the tags a request through an alias gets)."""
+    from rlops.pipeline_steps.promotion.flow import promote
+
+    ctx = _ctx()
+    champ = register(ctx, pack, good)
+    move_champion(ctx.tracker, NAME, champ)
+    bad = register(ctx, pack, approve_all)
+    res = promote(ctx, bad, staged=True)
+    assert res.status is PromotionStatus.REFUSED
+    tags = ctx.tracker.model_version_tags(NAME, bad)
+    assert tags["rlops.promotion.outcome"] == "rejected" and "mean_return" in tags["rlops.promotion.reason"]
+    assert ctx.tracker.model_version_tags(NAME, champ)["rlops.promotion.outcome"] == "champion"
+
+
 def test_the_gate_table_names_each_segment_once(
     pack: Any, good: Any, approve_all: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
