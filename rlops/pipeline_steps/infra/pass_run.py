@@ -38,13 +38,15 @@ if TYPE_CHECKING:
 
 
 def step_run_name(step: str, scenario: str, run_key: str, label: str | None = None) -> str:
-    """``train_policy · credit_approval · 20261130T0500`` (``label`` goes after the step)."""
+    """``train_policy full · 20261130T0500`` (``label`` goes after the step). The experiment is the
+    scenario's: naming it again pushed the run key past the width MLflow's run table shows."""
     head = f"{step} {label}" if label else step
-    return f"{head} · {scenario} · {run_key}"
+    return f"{head} · {run_key}"
 
 
 def pass_run_name(scenario: str, run_key: str) -> str:
-    return f"pass · {scenario} · {run_key}"
+    """``pass · 20261130T0500`` (in the scenario's experiment)."""
+    return f"pass · {run_key}"
 
 
 def _q(value: str) -> str:

@@ -69,15 +69,15 @@ def test_step_runs_of_one_pass_nest_under_one_parent(tmp_tracking: str, tmp_stor
     parents = c.search_runs([exp], f"tags.`{T.PASS}` = 'true'")
     assert sorted(p.data.tags[T.RUN_KEY] for p in parents) == ["20261130T0500", "20261130T0600"]
     parent = next(p for p in parents if p.data.tags[T.RUN_KEY] == "20261130T0500")
-    assert parent.info.run_name == "pass · credit_approval · 20261130T0500"
+    assert parent.info.run_name == "pass · 20261130T0500"
     assert parent.data.tags[T.DAG_RUN_ID] == "scheduled__2026-11-30T05:00"
     assert parent.info.status == "FAILED"  # one of its steps failed
     children = c.search_runs([exp], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
     names = sorted(r.info.run_name for r in children)
     assert names == [
-        "capture · credit_approval · 20261130T0500",
-        "evaluate v3 · credit_approval · 20261130T0500",
-        "train_policy full · credit_approval · 20261130T0500",
+        "capture · 20261130T0500",
+        "evaluate v3 · 20261130T0500",
+        "train_policy full · 20261130T0500",
     ]
     train = c.get_run(tr.run_id)
     assert train.data.tags[T.STEP] == T.TRAIN_POLICY and train.data.tags[T.DAG_RUN_ID].startswith("scheduled__")

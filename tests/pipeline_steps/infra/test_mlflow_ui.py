@@ -171,7 +171,7 @@ def test_the_experiment_opens_on_its_training_runs(ui: str, page: Any, demo_stor
     tags = MlflowClient(tracking_uri=f"sqlite:///{demo_store['db']}").get_experiment(exp).tags
     assert tags.get("mlflow.experimentKind") == "custom_model_development"
     page.goto(ui_url(ui, f"experiments/{exp}"))
-    page.locator("[role=row]").filter(has_text=f"pass · {SCENARIO} · {demo_store['run_key']}").first.wait_for()
+    page.locator("[role=row]").filter(has_text=f"pass · {demo_store['run_key']}").first.wait_for()
     assert "/traces" not in page.url and "/overview" not in page.url, page.url
     page.screenshot(path=str(SHOTS / "00-experiment-default-view.png"), full_page=True)
 
@@ -181,10 +181,10 @@ def test_the_pass_is_a_parent_run_with_its_steps_nested_and_datasets(
 ) -> None:
     rk = demo_store["run_key"]
     page.goto(f"{ui}/#/experiments/{_experiment_id(demo_store['db'])}/runs")
-    parent = page.locator("[role=row]").filter(has_text=f"pass · {SCENARIO} · {rk}").first
+    parent = page.locator("[role=row]").filter(has_text=f"pass · {rk}").first
     parent.wait_for()
     # only the pass is a top-level row for this run key: its steps are nested, collapsed
-    assert page.locator("[role=row]").filter(has_text=f"train_policy full · {SCENARIO} · {rk}").count() == 0
+    assert page.locator("[role=row]").filter(has_text=f"train_policy full · {rk}").count() == 0
     parent.locator("button[data-component-id*=runnamecellrenderer]").click()
     steps = [
         "capture",
@@ -197,17 +197,17 @@ def test_the_pass_is_a_parent_run_with_its_steps_nested_and_datasets(
         "promote v",
     ]
     for step in steps:
-        page.locator("[role=row]").filter(has_text=f"{step}").filter(has_text=f"· {SCENARIO} · {rk}").first.wait_for()
-    train = page.locator("[role=row]").filter(has_text=f"train_policy full · {SCENARIO} · {rk}").first
+        page.locator("[role=row]").filter(has_text=f"{step}").filter(has_text=f"· {rk}").first.wait_for()
+    train = page.locator("[role=row]").filter(has_text=f"train_policy full · {rk}").first
     # the Dataset column (the grid renders a row's pinned name cell and its other cells apart)
     same_row = page.locator(f'[role=row][row-index="{train.get_attribute("row-index")}"]')
     same_row.filter(has_text=f"calibration-{SCENARIO}").first.wait_for()
     page.screenshot(path=str(SHOTS / "runs.png"), full_page=True)
 
     # the training run's own page: its parent (the pass), its datasets with their context, its tags
-    train.get_by_text(f"train_policy full · {SCENARIO} · {rk}").click()
+    train.get_by_text(f"train_policy full · {rk}").click()
     page.get_by_text("Parent run").first.wait_for()
-    page.get_by_role("link", name=f"pass · {SCENARIO} · {rk}").first.wait_for()
+    page.get_by_role("link", name=f"pass · {rk}").first.wait_for()
     page.get_by_text(re.compile(rf"calibration-{SCENARIO} \([0-9a-f]+\)")).first.wait_for()
     page.get_by_text(re.compile(r"^training$", re.I)).first.wait_for()  # the dataset's context
     page.get_by_text("rlops.run_key", exact=True).first.wait_for()
