@@ -165,7 +165,7 @@ def function_level_imports(path: Path) -> list[tuple[int, str]]:
 # Function-level imports of rlops modules outside the command-line layer (which imports lazily
 # for start-up speed). A ceiling that only goes down: move an import to the top of its module
 # (where no cycle forbids it) and lower the figure in the same change.
-FUNCTION_LEVEL_IMPORT_CEILING = 56
+FUNCTION_LEVEL_IMPORT_CEILING = 54
 
 
 def test_function_level_imports_of_rlops_modules_stay_under_the_ceiling() -> None:

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rlops.common import step_request
+from rlops.common.airflow_api import AirflowApi
 from rlops.common.config import resolve_params
 from rlops.common.errors import UserError
+from rlops.common.policy_ref import PolicyRef
 from rlops.common.progress import route_library_output
 from rlops.common.run_key import RunKey, parse_run_key
 from rlops.common.scenario_name import scenario_name_problem
@@ -25,6 +27,7 @@ from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionStatus
 from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.pipeline_steps.training.request import RESOLVED_OPTIONS, TrainRequest
+from rlops.sandbox.errors import PackError
 
 log = logging.getLogger(__name__)
 #: The longest ``reason`` a run's conf may carry (free text; ``drift`` is the one value that changes
@@ -125,7 +128,6 @@ def validate_conf(
     """Check the run's conf against the project (pack exists and loads, reward version exists) and
     that the Airflow ``pools`` its tasks need exist; Airflow has already checked the types. Returns
     the conf with its run key."""
-    from rlops.sandbox.errors import PackError
 
     train_options = [o.name for o in step_request.options(TrainRequest) if o.dag]
     conf = {k: params.get(k) for k in ("scenario", *train_options, "dry_run", "staged", "reason", "force")}
@@ -201,8 +203,6 @@ def missing_pools(pools: Sequence[str]) -> list[str]:
     told about (``RLOPS_AIRFLOW_URL``: the stack sets it). Without one (``dag.test()``, a bare worker)
     or when it does not answer, nothing is reported: the check must not fail a run the scheduler could run."""
     import urllib.error
-
-    from rlops.common.airflow_api import AirflowApi
 
     api = AirflowApi.from_env(timeout_s=5) if pools else None
     if api is None:
@@ -459,8 +459,6 @@ def inputs_changed(conf: Mapping[str, Any], mode: str) -> bool:
 def validate_promotion_conf(params: Mapping[str, Any], context: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The promotion DAG's conf: the common checks plus the candidate version."""
     conf = validate_conf(params, context)
-    from rlops.common.errors import UserError
-    from rlops.common.policy_ref import PolicyRef
 
     candidate = params.get("candidate")
     try:
