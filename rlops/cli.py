@@ -1,6 +1,7 @@
 """The ``rlops`` command line: nouns, then verbs.
 
     rlops env {validate,describe,rollout} | capture | import | drift {detect,check} | calibrate
+          | outcome {import,capture,schema}
           | labels {run,export,import} | train {policy,relabel,switch-reward,reward-model,tune,status}
           | profile | stress | reward {whatif} | model {evaluate,promote,rollback,webhook} | replay | audit | simulate
           | console | demo | config {show,validate,schema} | stack {up,status,down} | init | signal {set,show}
@@ -58,6 +59,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.Argument
         init,
         labels,
         model,
+        outcome,
         profile,
         reward,
         signal,
@@ -71,6 +73,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.Argument
         env.register,
         capture.register,
         import_log.register,
+        outcome.register,
         drift.register,
         calibrate.register,
         labels.register,

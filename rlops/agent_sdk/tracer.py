@@ -38,6 +38,9 @@ one ``put_object`` on S3). Flushes happen when ``flush_every`` records are buffe
 the oldest buffered record is ``flush_interval_s`` old (checked as records arrive), on
 :meth:`Tracer.flush`/:meth:`Tracer.close`, at interpreter exit, and when a ``with tracer:``
 block ends. A crash loses at most the records not yet flushed, never a written file.
+Late outcomes (a default months later, a click minutes later): :meth:`Tracer.outcome` buffers one
+outcome line of an episode, written like trace files under ``<landing>/_outcomes/scenario=<s>/…``
+(``rlops outcome capture`` reads them; docs/outcomes.md).
 This module needs only the standard library (and boto3 for ``s3://``).
 """
 
@@ -65,6 +68,10 @@ _SEQ = itertools.count()  # process-wide, so two tracers never pick the same fil
 _TMP_PREFIX = ".tmp-"
 _LIVE: weakref.WeakSet[Tracer] = weakref.WeakSet()
 _FORK_HOOK = False
+#: A buffered record's marker that it is an outcome line (removed when written).
+_KIND = "__rlops_kind__"
+#: The landing folder of outcome lines, under the landing root (rlops.trace_store.outcomes.OUTCOME_LANDING).
+OUTCOME_FOLDER = "_outcomes"
 
 
 class TraceWriteError(RuntimeError):
@@ -178,7 +185,7 @@ class Tracer:
         _register_fork_hook(self)
 
     # ------------------------------------------------------------------ buffering
-    def record(self, rec: Mapping[str, Any]) -> None:
+    def record(self, rec: Mapping[str, Any], *, export: bool = True) -> None:
         """Buffer one trace record (a flat dict of trace columns); may trigger a flush.
 
         A failed automatic flush is logged and its records kept, so a storage outage never
@@ -192,7 +199,7 @@ class Tracer:
             due = len(self._buffer) >= self.flush_every or (
                 self.flush_interval_s is not None and time.monotonic() - self._oldest >= self.flush_interval_s
             )
-        for exporter in self.exporters:  # outside the lock: an export may take a network round trip
+        for exporter in self.exporters if export else ():  # outside the lock: an export may take a network round trip
             exporter.export(rec)  # exporters log their own failures; they never raise
         if due:
             try:
@@ -203,6 +210,39 @@ class Tracer:
     def __len__(self) -> int:
         return len(self._buffer)
 
+    def outcome(
+        self,
+        episode_id: str,
+        /,
+        *,
+        scenario: str,
+        at: datetime | None = None,
+        components: Mapping[str, float] | None = None,
+        **values: float,
+    ) -> None:
+        """Buffer a late outcome of ``episode_id`` (a traced episode of ``scenario``): named ``values``
+        (``default=1``; the pack maps them to reward) and optional explicit reward ``components``,
+        at time ``at`` (default: now, UTC). Written with the next flush, beside the trace files.
+
+        A call that cannot make a valid outcome line raises ``ValueError`` at once (nothing is buffered)."""
+        if not isinstance(episode_id, str) or not episode_id.strip():
+            raise ValueError(f"Tracer.outcome: episode_id {episode_id!r}: expected the traced episode's id")
+        named = {"values": dict(values), "components": dict(components or {})}
+        if not any(named.values()):
+            raise ValueError(f"Tracer.outcome({episode_id!r}): expected at least one value or component")
+        for kind, items in named.items():
+            for name, value in items.items():
+                number = value.item() if hasattr(value, "item") else value
+                if not isinstance(number, (int, float)) or number != number or number in (float("inf"), float("-inf")):
+                    raise ValueError(f"Tracer.outcome({episode_id!r}): {kind}.{name}={value!r} is not a finite number")
+                items[name] = number
+        when = at or _now()
+        if when.tzinfo is None:
+            raise ValueError(f"Tracer.outcome({episode_id!r}): at={when!r} has no time zone; pass a UTC time")
+        line: dict[str, Any] = {"episode_id": episode_id, "ts": when.astimezone(UTC).isoformat(), "scenario": scenario}
+        line.update({kind: items for kind, items in named.items() if items})
+        self.record({**line, _KIND: "outcome"}, export=False)
+
     def flush(self) -> list[str]:
         """Write every buffered record now (one file per scenario); returns the file URIs.
 
@@ -212,14 +252,15 @@ class Tracer:
             pending, self._buffer, self._oldest = self._buffer, [], None
         if not pending:
             return []
-        groups: dict[str, list[dict[str, Any]]] = {}
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for rec in pending:
-            groups.setdefault(str(rec.get("scenario") or "unknown"), []).append(rec)
+            folder = OUTCOME_FOLDER if rec.get(_KIND) == "outcome" else ""
+            groups.setdefault((folder, str(rec.get("scenario") or "unknown")), []).append(rec)
         written: list[str] = []
         items = list(groups.items())
-        for i, (scenario, recs) in enumerate(items):
+        for i, ((under, scenario), recs) in enumerate(items):
             try:
-                written.append(self._write(scenario, recs))
+                written.append(self._write(scenario, recs, under))
             except Exception as exc:  # noqa: BLE001 - any write failure keeps the records
                 self._requeue([r for _, rest in items[i:] for r in rest])
                 self.files_written.extend(written)
@@ -243,16 +284,18 @@ class Tracer:
                 self._oldest = time.monotonic()
 
     # ------------------------------------------------------------------ writing
-    def _name(self, scenario: str) -> tuple[str, str]:
+    def _name(self, scenario: str, under: str = "") -> tuple[str, str]:
         now = _now()
         folder = f"scenario={re.sub(r'[^A-Za-z0-9_.-]', '_', scenario)}/date={now:%Y-%m-%d}/hour={now:%H}"
+        folder = f"{under}/{folder}" if under else folder
         return folder, f"{now:%Y%m%dT%H%M%S%f}Z-{self.host}-{os.getpid()}-{next(_SEQ):06d}.jsonl"
 
-    def _write(self, scenario: str, recs: list[dict[str, Any]]) -> str:
-        payload = "".join(json.dumps(r, default=_json_default, separators=(",", ":")) + "\n" for r in recs).encode(
+    def _write(self, scenario: str, recs: list[dict[str, Any]], under: str = "") -> str:
+        lines = ({k: v for k, v in r.items() if k != _KIND} for r in recs)
+        payload = "".join(json.dumps(r, default=_json_default, separators=(",", ":")) + "\n" for r in lines).encode(
             "utf-8"
         )
-        folder, name = self._name(scenario)
+        folder, name = self._name(scenario, under)
         if self._root is None:
             key = "/".join(p for p in (self._prefix, folder, name) if p)
             self._s3().put_object(Bucket=self._bucket, Key=key, Body=payload)  # atomic on S3

@@ -24,6 +24,7 @@ from rlops.common.params_operations import (
     DagsParams,
     ExplorationParams,
     OpeParams,
+    OutcomesParams,
     RolloutParams,
     StackParams,
     TraceStoreParams,
@@ -705,6 +706,7 @@ class Params(Block):
     exploration: ExplorationParams = Field(default_factory=ExplorationParams, description=ExplorationParams.__doc__)
     ope: OpeParams = Field(default_factory=OpeParams, description=OpeParams.__doc__)
     stack: StackParams = Field(default_factory=StackParams, description=StackParams.__doc__)
+    outcomes: OutcomesParams = Field(default_factory=OutcomesParams, description=OutcomesParams.__doc__)
 
 
 __all__ = [

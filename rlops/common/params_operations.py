@@ -1,5 +1,5 @@
 """The params blocks of the running loop: how the trace store is read, the per-pack DAG schedules,
-the staged roll-out and rollback, and off-policy evaluation (see ``params.yaml`` for each key)."""
+the staged roll-out and rollback, off-policy evaluation and late outcomes (see ``params.yaml`` for each key)."""
 
 from __future__ import annotations
 
@@ -244,4 +244,42 @@ class OpeParams(Block):
     seed: int = Field(0, description="seed of the bootstrap and the direct method's rollouts")
 
 
-__all__ = ["DagsParams", "ExplorationParams", "OpeParams", "RolloutParams", "TraceStoreParams"]
+class OutcomeReward(Block):
+    """How one named outcome value becomes reward: ``weight × value`` on the episode's last step."""
+
+    component: str = Field(description="the reward component it is reported as (column outcome_reward, docs)")
+    weight: float = Field(1.0, description="reward per unit of the outcome's value (negative: a cost)")
+
+
+class OutcomesParams(Block):
+    """Late business outcomes (``rlops/trace_store/outcomes.py``, ``rlops outcome``, docs/outcomes.md)."""
+
+    max_delay_days: int = Field(
+        180,
+        ge=1,
+        description="an outcome later than this after its episode's last decision is quarantined; an awaited "
+        "episode younger than this without its outcome is censored (its return is not final)",
+    )
+    dir: str = Field("outcomes", description="outcome store under storage.root: scenario=<s>/date=<decision date>/")
+    quarantine_dir: str = Field("outcome_quarantine", description="quarantined outcome records under storage.root")
+    rewards: dict[str, OutcomeReward] = Field(
+        default_factory=dict,
+        description="outcome name → {component, weight}: the reward its value adds to the episode's last step "
+        "(a pack declares them in its params.yaml; none: outcomes are stored but no return changes)",
+    )
+    awaited_actions: list[str] | None = Field(
+        None,
+        description="episodes whose last action is one of these await an outcome (null: every episode, once "
+        "`rewards` names one); only awaited episodes can be censored",
+    )
+
+
+__all__ = [
+    "DagsParams",
+    "ExplorationParams",
+    "OpeParams",
+    "OutcomeReward",
+    "OutcomesParams",
+    "RolloutParams",
+    "TraceStoreParams",
+]

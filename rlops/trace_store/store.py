@@ -36,6 +36,8 @@ from rlops.common.run_key import RunKey
 from rlops.data_contracts.records import QUARANTINE_SCHEMA, quarantine_frame
 from rlops.data_contracts.schema import META_PREFIX, Contract
 from rlops.storage.backend import Storage
+from rlops.trace_store.outcome_join import JOIN_COLUMNS, EpisodeReturns, episode_returns, join_outcomes
+from rlops.trace_store.outcomes import OutcomeRules, OutcomeStore
 from rlops.trace_store.query import QueryEngineConfig, TraceReader
 
 if TYPE_CHECKING:
@@ -64,6 +66,8 @@ class TraceStore:
     trace_uri: str
     quarantine_uri: str
     engine: QueryEngineConfig = QueryEngineConfig()
+    outcomes: OutcomeStore | None = None
+    """Late outcomes joined into the rows :meth:`read` returns (None: a capture block alone names none)."""
 
     @classmethod
     def from_params(
@@ -87,6 +91,7 @@ class TraceStore:
             where(cfg.trace_dir),
             where(cfg.quarantine_dir),
             QueryEngineConfig.from_params(params),
+            None if isinstance(params, CaptureParams) else OutcomeStore.from_params(params, storage),
         )
 
     @property
@@ -105,9 +110,50 @@ class TraceStore:
         return landing_files(self.storage, self.landing_uri, scenario, key.start, key.end)
 
     def read(
-        self, scenario: str, window: tuple[datetime, datetime] | None = None, columns: Sequence[str] | None = None
+        self,
+        scenario: str,
+        window: tuple[datetime, datetime] | None = None,
+        columns: Sequence[str] | None = None,
+        as_of: datetime | None = None,
     ) -> pd.DataFrame:
-        return self.reader.read(self.scenario_uri(scenario), window, columns)
+        """Rows of ``scenario`` in ``window`` (only ``columns``), with the late outcomes known at
+        ``as_of`` (default: now) joined into ``reward_total`` when the pack maps outcomes to reward or
+        any are stored (:mod:`rlops.trace_store.outcome_join`: columns ``outcome_reward`` and
+        ``outcome_status`` added)."""
+        if not self.joins_outcomes(scenario) or (columns is not None and "episode_id" not in columns):
+            return self.reader.read(self.scenario_uri(scenario), window, columns)
+        wanted = None if columns is None else [*columns, *(c for c in JOIN_COLUMNS if c not in columns)]
+        rows = self.reader.read(self.scenario_uri(scenario), window, wanted)
+        joined = self.join_outcomes(scenario, rows, as_of)
+        if columns is None:
+            return joined
+        return joined[[c for c in (*columns, "outcome_reward", "outcome_status") if c in joined.columns]]
+
+    def joins_outcomes(self, scenario: str) -> bool:
+        """Whether reads of ``scenario`` join outcomes: the pack maps some to reward, or some are stored."""
+        return self.outcomes is not None and (bool(self.outcomes.rules.rewards) or self.outcomes.has_any(scenario))
+
+    def join_outcomes(self, scenario: str, rows: pd.DataFrame, as_of: datetime | None = None) -> pd.DataFrame:
+        """``rows`` of ``scenario`` with the outcomes of their decision days joined (see :meth:`read`)."""
+        if self.outcomes is None or rows.empty or "episode_id" not in rows.columns:
+            return rows
+        days = None
+        if "ts" in rows.columns:
+            ts = pd.to_datetime(rows["ts"], utc=True, errors="coerce", format="ISO8601").dropna()
+            if len(ts):
+                days = pd.date_range(ts.min().normalize(), ts.max().normalize(), freq="D").date
+        stored = self.outcomes.read(scenario, days)
+        return join_outcomes(rows, stored, self.outcomes.rules, as_of or datetime.now(UTC))
+
+    def returns(
+        self, scenario: str, window: tuple[datetime, datetime] | None = None, as_of: datetime | None = None
+    ) -> EpisodeReturns:
+        """Episode returns of ``scenario`` in ``window`` with outcomes joined, and how many episodes
+        are censored (awaiting an outcome: left out of the returns) or closed without one."""
+        rows = self.reader.read(self.scenario_uri(scenario), window, list(JOIN_COLUMNS))
+        if self.outcomes is None:
+            return episode_returns(join_outcomes(rows, pd.DataFrame(), OutcomeRules(), as_of or datetime.now(UTC)))
+        return episode_returns(self.join_outcomes(scenario, rows, as_of))
 
 
 def episode_prefix(scenario: str, run_key: str) -> str:

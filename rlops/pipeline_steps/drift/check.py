@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -50,6 +51,7 @@ from rlops.pipeline_steps.infra.prefetch import prefetched
 from rlops.registry.client import CHAMPION, policy_model_name
 from rlops.sandbox.profiles import default_profile
 from rlops.sandbox.traces import rollout_traces
+from rlops.trace_store.outcome_join import EpisodeReturns
 from rlops.trace_store.store import join_uri, partition_path
 
 if TYPE_CHECKING:
@@ -100,6 +102,16 @@ def episode_returns(df: Any) -> np.ndarray:
         return np.zeros(0)
     summed = df.groupby("episode_id")["reward_total"].sum(min_count=1)
     return np.asarray(summed.dropna(), dtype=np.float64)
+
+
+def live_returns(ctx: StepContext, window: tuple[Any, Any]) -> EpisodeReturns | None:
+    """The live episodes' returns in ``window`` with the late outcomes known at the run key's end
+    joined (:meth:`rlops.trace_store.store.TraceStore.returns`): episodes still awaiting an outcome
+    are censored, counted and left out of the mean. None when reads of the scenario join no outcome
+    (the pack maps none to reward and none is stored): the rows' own rewards are the returns."""
+    if not ctx.traces.joins_outcomes(ctx.scenario):
+        return None
+    return ctx.traces.returns(ctx.scenario, window, as_of=ctx.key.end)
 
 
 #: What the drift check says in place of a live mean return its rows do not carry.
@@ -250,6 +262,10 @@ class DriftSummary(StepResult):
     """The live episodes' mean return; None (with :attr:`live_return_note`) when no live row has a reward."""
     live_return_note: str | None = None
     sandbox_mean_return: float | None = None
+    live_censored_episodes: int | None = None
+    """Live episodes still awaiting a late outcome (left out of the mean); None: the pack awaits none."""
+    live_outcome_episodes: int | None = None
+    """Live episodes whose return includes a late outcome; None: no outcome is joined."""
     anomaly_check: dict[str, Any] | None = None
     outcome_drift: bool | None = None
     outcome_onset: bool | None = None
@@ -340,6 +356,10 @@ def drift_check(
     )
 
     r_live = episode_returns(live) if summary is None else summary.episode_returns
+    start = ctx.key.start.replace(minute=0, second=0, microsecond=0)
+    joined = live_returns(ctx, long[2] if long is not None else (start, start + timedelta(hours=1)))
+    if joined is not None:
+        r_live = joined.returns
     r_base = episode_returns(baseline_df)
     drifted = list(result.drifted_fields)
     alarmed_for = f"input drift ({', '.join(drifted[:3])})" if drifted else None
@@ -349,6 +369,12 @@ def drift_check(
     if fanned and not ctx.dry_run:  # last: a failure above leaves the slices for the task's retry
         drop_slices(ctx)
     unmeasured = NO_LIVE_RETURN if not len(r_live) else None
+    if joined is not None and joined.censored:
+        waiting = f"{joined.censored} live episode(s) await their outcome (censored, left out of the live return)"
+        unmeasured = f"no final live return: {waiting}" if not len(r_live) else None
+        waiting_note = waiting
+    else:
+        waiting_note = None
     return DriftSummary(
         **base,
         baseline_uri=baseline,
@@ -360,10 +386,12 @@ def drift_check(
         html_uri=None if ctx.dry_run else result.html_uri,
         summary=(f"{result.summary} (dry run: no report written)" if ctx.dry_run else result.summary)
         + "".join(f"; {line}" for line in signals_moved)
-        + (f"; {unmeasured}" if unmeasured else ""),
+        + (f"; {unmeasured}" if unmeasured else (f"; {waiting_note}" if waiting_note else "")),
         live_mean_return=round(float(r_live.mean()), 4) if len(r_live) else None,
         live_return_note=unmeasured,
         sandbox_mean_return=round(float(r_base.mean()), 4),
+        live_censored_episodes=None if joined is None else joined.censored,
+        live_outcome_episodes=None if joined is None else joined.joined,
         anomaly=verdict["anomaly"],
         anomaly_check=verdict,
         outcome_drift=outcome.drifted,
