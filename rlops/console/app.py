@@ -31,7 +31,7 @@ from rlops.common.errors import UserError
 from rlops.console import format as fmt
 from rlops.console import registry_views as rv
 from rlops.console import svg
-from rlops.console.data import SCENARIO_RE, ProjectData
+from rlops.console.data import SCENARIO_RE, ProjectData, RegistryUnavailable
 from rlops.console.service import NotFound, TraceViews
 from rlops.console.whatif_jobs import WhatIfJobs, project_jobs, split_assignments
 from rlops.registry.client import ui_url
@@ -140,6 +140,11 @@ def _install_error_pages(app: FastAPI, page: Callable[..., HTMLResponse]) -> Non
     async def http_error(request: Request, exc: StarletteHTTPException) -> HTMLResponse:
         msg = "no such page" if exc.status_code == 404 else str(exc.detail)
         return page(request, "error.html", exc.status_code, code=exc.status_code, message=msg)
+
+    @app.exception_handler(RegistryUnavailable)
+    async def registry_down(request: Request, exc: RegistryUnavailable) -> HTMLResponse:
+        log.warning("console page %s: %s", request.url.path, exc)
+        return page(request, "error.html", 503, code=503, message=str(exc))
 
     @app.exception_handler(Exception)
     async def server_error(request: Request, exc: Exception) -> HTMLResponse:

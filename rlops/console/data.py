@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from rlops.common.config import load_params, pack_names, scenarios_dir
+from rlops.common.redact import redact
 from rlops.common.scenario_name import SCENARIO_NAME
 from rlops.console.breakdowns import component_scores
 from rlops.pipeline_steps.audit.replay import describe_cluster, to_go
@@ -56,6 +57,31 @@ if TYPE_CHECKING:
     from rlops.trace_store.query import TraceReader
 
 T = TypeVar("T")
+#: After the tracking server failed to answer, registry reads fail at once for this long (a page
+#: that reads the registry a dozen times would otherwise wait out each call's timeout).
+REGISTRY_RETRY_S = 15.0
+_UNREACHABLE_TYPES = ("ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout", "MaxRetryError",
+                      "NewConnectionError")  # fmt: skip
+_UNREACHABLE_TEXT = ("Max retries exceeded", "Connection refused", "timed out")
+
+
+class RegistryUnavailable(Exception):
+    """The tracking server does not answer: the pages that read the registry say so (HTTP 503)."""
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it chains) says the tracking server could not be reached, as
+    opposed to an answer that something does not exist."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (ConnectionError, TimeoutError)) or type(seen).__name__ in _UNREACHABLE_TYPES:
+            return True
+        if any(t in str(seen) for t in _UNREACHABLE_TEXT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 SCENARIO_RE = SCENARIO_NAME  # a name in a URL is held to the grammar of every pack name
 _EXCLUDED_PARTS = ("/quarantine/",)
 
@@ -102,6 +128,8 @@ class ProjectData:
         self._lock = threading.Lock()
         self.registry_cache = TtlCache(registry_ttl_s)
         self.listing_cache = TtlCache(3.0)
+        self._registry_down: tuple[float, str] | None = None
+        """Until when (monotonic) registry reads fail at once, and why."""
 
     # ------------------------------------------------------------------ scenarios and packs
     def scenarios_dir(self) -> Path:
@@ -254,7 +282,7 @@ class ProjectData:
             exp = self._client(scenario).get_experiment_by_name(scenario)
             return None if exp is None else str(exp.experiment_id)
 
-        return self.registry_cache.get(("exp", scenario), get)
+        return self._registry(scenario, ("exp", scenario), get)
 
     def model_versions(self, scenario: str, kind: str) -> list[dict[str, Any]]:
         """Every version of the scenario's ``kind`` model (policy, reward_model, reward_fn), newest first."""
@@ -264,7 +292,9 @@ class ProjectData:
             client = self._client(scenario)
             try:
                 aliases = dict(client.get_registered_model(name).aliases)
-            except Exception:  # noqa: BLE001 - no such model yet
+            except Exception as exc:  # noqa: BLE001 - no such model yet
+                if unreachable(exc):
+                    raise
                 return []
             by_version: dict[str, list[str]] = {}
             for alias, v in aliases.items():
@@ -283,7 +313,7 @@ class ProjectData:
             ]
             return sorted(out, key=lambda d: -int(d["version"]))
 
-        return self.registry_cache.get(("versions", scenario, kind), get)
+        return self._registry(scenario, ("versions", scenario, kind), get)
 
     def runs(self, scenario: str, tag: str, value: str) -> list[dict[str, Any]]:
         """Finished or failed runs of the scenario's experiment whose tag ``tag`` is ``value``, oldest first."""
@@ -308,7 +338,7 @@ class ProjectData:
                 for r in found
             ]
 
-        return self.registry_cache.get(("runs", scenario, tag, value), get)
+        return self._registry(scenario, ("runs", scenario, tag, value), get)
 
     def run_artifact_json(self, scenario: str, run_id: str, path: str) -> Any:
         """A JSON artifact of a run (immutable once logged, so cached for good)."""
@@ -317,8 +347,12 @@ class ProjectData:
         cache = self.cache_dir(scenario) / "artifacts" / run_id / path
         if not cache.is_file():
             try:
-                local = self._client(scenario).download_artifacts(run_id, path, tempfile.mkdtemp())
-            except Exception:  # noqa: BLE001 - artifact absent or store unreachable
+                local = self._registry(
+                    scenario, None, lambda: self._client(scenario).download_artifacts(run_id, path, tempfile.mkdtemp())
+                )
+            except RegistryUnavailable:
+                raise
+            except Exception:  # noqa: BLE001 - artifact absent
                 return None
             cache.parent.mkdir(parents=True, exist_ok=True)
             cache.write_text(Path(local).read_text())
@@ -326,6 +360,30 @@ class ProjectData:
 
     def _client(self, scenario: str) -> Any:
         return self.context(scenario).tracker.client
+
+    def _registry(self, scenario: str, key: Any, get: Callable[[], T]) -> T:
+        """``get()`` (cached under ``key`` unless None) with the tracker's bounded retries and timeout;
+        when the tracking server does not answer, :class:`RegistryUnavailable` — at once for the next
+        :data:`REGISTRY_RETRY_S` seconds, so a page with many reads fails fast instead of hanging."""
+        down = self._registry_down
+        if down is not None and time.monotonic() < down[0]:
+            raise RegistryUnavailable(down[1])
+        tracker = self.context(scenario).tracker
+        try:
+            with tracker.http_limits():
+                out = get() if key is None else self.registry_cache.get(key, get)
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            why = " ".join(str(exc).split())[:200]
+            message = redact(
+                f"the tracking server {tracker.tracking_uri} does not answer ({why}); pages that read the "
+                f"registry say so until it does (asked again after {REGISTRY_RETRY_S:g} s)"
+            )
+            self._registry_down = (time.monotonic() + REGISTRY_RETRY_S, message)
+            raise RegistryUnavailable(message) from None
+        self._registry_down = None
+        return out
 
     # ------------------------------------------------------------------ storage documents
     def calibrations(self, scenario: str) -> list[dict[str, Any]]:

@@ -133,7 +133,7 @@ class Tracker:
         return self._client
 
     @contextmanager
-    def _http_limits(self) -> Iterator[None]:
+    def http_limits(self) -> Iterator[None]:
         """MLflow retries HTTP calls for minutes by default; bound that for this client,
         unless the deployment set the variables itself."""
         names = {
@@ -153,7 +153,7 @@ class Tracker:
         from mlflow.exceptions import MlflowException
 
         try:
-            with self._http_limits():
+            with self.http_limits():
                 return fn(self.client)
         except TrackingError:
             raise
