@@ -23,6 +23,13 @@ def text_box(x: float, y: float, text: str) -> Box:
     return (x - w / 2, y - LINE_H + 3, x + w / 2, y + 3)
 
 
+def name_spot(x: float, y: float, r: float, name: str) -> tuple[float, float]:
+    """Where a node's name goes: centred under its circle, moved in from the map's edges so that a
+    node near a border keeps its whole name inside the picture (the SVG clips what lies outside)."""
+    half = (CHAR_W * len(name) + 4) / 2
+    return min(max(x, half), WIDTH - half), min(y + r + 13, HEIGHT - 3)
+
+
 def overlaps(a: Box, b: Box) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
@@ -45,7 +52,7 @@ def decision_map(view: dict[str, Any]) -> str:
     for n in nodes:
         x, y, r = pos[n["cluster"]]
         name = short(str(n.get("name") or f"cluster {n['cluster']}"))
-        box = text_box(x, y + r + 13, name)
+        box = text_box(*name_spot(x, y, r, name), name)
         taken.append(box)
         names.append((n, name, box))
     parts = [
@@ -66,6 +73,7 @@ def decision_map(view: dict[str, Any]) -> str:
     )
     for n, name, _ in names:
         x, y, r = pos[n["cluster"]]
+        nx, ny = name_spot(x, y, r, name)
         label = (
             f"cluster {n['cluster']} ({n.get('name') or 'unnamed'}): {n['steps']:,} steps, "
             f"{n['low_rate']:.0%} low-reward, {n['failure_rate']:.0%} errors"
@@ -77,7 +85,7 @@ def decision_map(view: dict[str, Any]) -> str:
             f"<title>{escape(label)}</title>"
             f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}" fill="{agg.colour(n["low_rate"])}"/>'
             f'<text x="{x:.1f}" y="{y + 4:.1f}" text-anchor="middle" class="node-label">{n["cluster"]}</text>'
-            f'<text x="{x:.1f}" y="{y + r + 13:.1f}" text-anchor="middle" class="node-name">'
+            f'<text x="{nx:.1f}" y="{ny:.1f}" text-anchor="middle" class="node-name">'
             f"{escape(name)}</text></g>"
         )
     parts.append("</svg>")
