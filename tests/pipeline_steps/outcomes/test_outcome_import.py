@@ -167,3 +167,16 @@ def test_capture_of_landed_outcomes(world: dict[str, Any], tmp_path: Path) -> No
     assert res.values_added + res.values_replaced + res.values_unchanged == 10
     rerun = capture_outcomes(now, OutcomeCaptureRequest())
     assert (rerun.values_added, rerun.values_replaced, rerun.values_unchanged) == (0, 0, 10)
+
+
+def test_the_command_reports_counts_and_refuses_bad_input(world: dict[str, Any], tmp_path: Path, capsys: Any) -> None:
+    from rlops.cli import main
+
+    assert main(["outcome", "import", str(world["path"]), "--scenario", SCENARIO, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["records_in"] == out["records_accepted"] + out["records_quarantined"] == EPISODES + 80
+    assert main(["outcome", "import", str(tmp_path / "nope.csv"), "--scenario", SCENARIO]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nope.csv" in err and "does not exist" in err
+    assert main(["outcome", "schema"]) == 0
+    assert json.loads(capsys.readouterr().out)["required"] == ["episode_id", "ts"]
