@@ -17,9 +17,11 @@ from rlops.agent_sdk.interfaces import RewardProvider
 from rlops.agent_sdk.rollout import RULES_VERSION, Episode
 from rlops.agent_sdk.tracer import Tracer
 from rlops.integrations.mapping import (
+    AGENT_ROUTER,
     ActionNames,
     EpisodeContext,
     OutcomeFn,
+    WiringError,
     agent_router_fields,
     context_mask,
     outcome_reader,
@@ -56,14 +58,16 @@ class ToolCallRecorder:
     ``observer(episode_id)`` returns the pack's state when a tool starts (a
     :class:`~rlops.agent_sdk.interfaces.StateObserver`'s ``observe`` wrapped to take the episode id),
     unless the framework hands the state to :meth:`started`. ``policy_version``: what chose the tools.
-    The default ``rules`` says the agent's own deterministic logic did (traced with propensity 1,
-    ``logp = 0``); an agent whose LLM chooses its tools is not deterministic: name it (e.g.
-    ``"support-agent-v3"``) and its rows carry no propensity, so off-policy evaluation says it cannot
-    weigh them instead of weighing them wrongly; ``deterministic=True`` says a named router is
-    deterministic after all. Every row carries ``logging_policy: agent_router`` (in its ``extra``) and
-    ``fallback`` false. Each row's ``action_mask`` is evaluated in the episode's
-    :class:`EpisodeContext` of the calls finished by then. ``outcome``: a hook reading the tool's
-    latency and error from its result (see :class:`~rlops.integrations.core.DecisionLoop`).
+    The default ``agent_router`` says the agent's own deterministic logic did (traced with propensity
+    1, ``logp = 0``) — never ``rules``, which names the pack's rule engine (a row labelled so would be
+    taken for rlops' fallback and judged as the rule engine's choice); an agent whose LLM chooses its
+    tools is not deterministic: name it (e.g. ``"support-agent-v3"``) and its rows carry no
+    propensity, so off-policy evaluation says it cannot weigh them instead of weighing them wrongly;
+    ``deterministic=True`` says a named router is deterministic after all. Every row carries
+    ``logging_policy: agent_router`` (in its ``extra``) and ``fallback`` false. Each row's
+    ``action_mask`` is evaluated in the episode's :class:`EpisodeContext` of the calls finished by then.
+    ``outcome``: a hook reading the tool's latency and error from its result (see
+    :class:`~rlops.integrations.core.DecisionLoop`).
     """
 
     def __init__(
@@ -73,7 +77,7 @@ class ToolCallRecorder:
         scenario: str,
         pack_path: str | Path,
         observer: Callable[[str], Mapping[str, Any]] | None = None,
-        policy_version: str = RULES_VERSION,
+        policy_version: str = AGENT_ROUTER,
         reward_provider: RewardProvider | None = None,
         source: str = "live",
         action_names: Mapping[str, str | None] | None = None,
@@ -89,7 +93,13 @@ class ToolCallRecorder:
             where="ToolCallRecorder(action_names=...)",
             hint="action_names={{{name}: <one of {actions}>}}, or {{{name}: None}} for a tool that is no decision",
         )
-        self.deterministic = policy_version == RULES_VERSION if deterministic is None else deterministic
+        if policy_version == RULES_VERSION or not str(policy_version).strip():
+            raise WiringError(
+                f"ToolCallRecorder(policy_version={policy_version!r}): the agent's own choices are "
+                f"{AGENT_ROUTER!r} (the default) or your agent's name, e.g. 'support-agent-v3'; "
+                f"{RULES_VERSION!r} is the pack's rule engine, which did not choose these tools"
+            )
+        self.deterministic = policy_version == AGENT_ROUTER if deterministic is None else deterministic
         self.tool_outcome = outcome_reader(outcome, "ToolCallRecorder")
         self.skipped = 0
         self._episodes: dict[str, _Traced] = {}

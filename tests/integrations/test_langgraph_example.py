@@ -141,5 +141,7 @@ def test_a_callback_handler_traces_an_unchanged_agent(agent: ModuleType, tmp_pat
     errors = [r for r in rows if r["error"]]
     assert [(r["episode_id"], r["action"]) for r in errors] == [("app-3-1", "fetch_credit_report")]
     assert errors[0]["error"].startswith("ConnectionError: credit bureau timeout")
-    assert rows[0]["action_mask"] == "1100010" and rows[0]["policy_version"] == "rules" and rows[0]["logp"] == 0.0
+    assert (
+        rows[0]["action_mask"] == "1100010" and rows[0]["policy_version"] == "agent_router" and rows[0]["logp"] == 0.0
+    )
     assert rows[1]["state.system_status.fraud_check_done"] is True

@@ -200,3 +200,20 @@ def test_an_agents_own_tool_calls_are_masked_in_the_episodes_context(tmp_path: P
     )
     escalate = pack.scenario.action_names.index("escalate_to_human")
     assert [r["action_mask"][escalate] for r in rows] == ["0", "1"]  # legal once a tool failed
+
+
+def test_the_reverse_path_never_labels_an_agents_choices_as_the_rule_engine(tmp_path: Path) -> None:
+    """Rows of the agent's own tool choices said ``rules`` — the pack's rule engine, rlops' fallback —
+    so capture counted them as fallbacks and off-policy evaluation took them for the rules' choices."""
+    from rlops.integrations.mapping import WiringError
+
+    folder = flaky_pack(tmp_path / "packs")
+    tracer = Tracer(tmp_path / "landing")
+    recorder = ToolCallRecorder(tracer, scenario=SCENARIO, pack_path=folder, observer=lambda episode: {})
+    assert recorder.policy_version == "agent_router" and recorder.deterministic
+    named = ToolCallRecorder(tracer, scenario=SCENARIO, pack_path=folder, policy_version="support-agent-v3")
+    assert not named.deterministic  # an LLM's choice: no propensity is claimed
+    for bad in ("rules", " "):
+        with pytest.raises(WiringError, match="agent_router"):
+            ToolCallRecorder(tracer, scenario=SCENARIO, pack_path=folder, policy_version=bad)
+    tracer.close()
