@@ -20,6 +20,7 @@ GRAMMAR = {
     "env": ["validate", "describe", "rollout", "schema"],
     "capture": [],
     "import": [],
+    "outcome": ["import", "capture", "schema"],
     "drift": ["detect", "check"],
     "calibrate": [],
     "labels": ["run", "export", "import"],
@@ -78,14 +79,22 @@ def _parser_of(command: list[str]) -> argparse.ArgumentParser:
     return p
 
 
-# demo, console, config, the webhook receiver, the stack and init (it writes a new pack) are not steps:
-# no run key, nothing to dry-run; a business signal belongs to the project, not to one pack.
+# demo, console, config, the webhook receiver, the stack, init (it writes a new pack) and the outcome
+# schema are not steps: no run key, nothing to dry-run; a business signal belongs to the project, not to one pack.
 @pytest.mark.parametrize(
     "command",
     [
         c
         for c in _leaves()
-        if c not in (["demo"], ["console"], ["init"], ["model", "webhook", "serve"], ["model", "webhook", "register"])
+        if c
+        not in (
+            ["demo"],
+            ["console"],
+            ["init"],
+            ["model", "webhook", "serve"],
+            ["model", "webhook", "register"],
+            ["outcome", "schema"],
+        )
         and c[0] not in ("config", "stack", "signal")
     ],
     ids=" ".join,
