@@ -58,9 +58,11 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-def run(scenario: str | None = None) -> int:
+def run(scenario: str | None = None, landing: RunKey | None = None) -> int:
     """The demo on ``scenario``: a pack name under scenarios/ or a pack folder (None: params
-    ``scenario``)."""
+    ``scenario``). ``landing``: the loop on the traces the agents wrote to the landing zone in that
+    interval (``rlops run``) instead of simulated traffic of the pack's ``live`` profile; an interval
+    whose capture accepted nothing stops the run (exit 2) saying where the newest landing files are."""
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.promotion.flow import promote
     from rlops.pipeline_steps.training.policy import train_policy
@@ -73,7 +75,7 @@ def run(scenario: str | None = None) -> int:
         # A pack folder is its parent as the scenarios folder, kept through the demo's overrides below.
         packs["scenarios_dir"], scenario = scenario_of(scenario, params)
         params.update(packs)
-    run_key = _own_run_key(StepContext.create(scenario, params=params))
+    run_key = str(landing) if landing is not None else _own_run_key(StepContext.create(scenario, params=params))
     # The project's demo budgets, with the pack's own (its params.yaml `demo:` block) on top.
     demo = StepContext.create(scenario, run_key, params=params).config.demo
     import torch
@@ -88,7 +90,8 @@ def run(scenario: str | None = None) -> int:
     }
     ctx = StepContext.create(scenario, run_key, params=load_params(overrides=overrides))
     started = time.perf_counter()
-    print(f"rlops demo — scenario {scenario}, run key {run_key}, data in {resolve_local('rlops-data')}\n")
+    what = "rlops run on the agents' traces" if landing is not None else "rlops demo"
+    print(f"{what} — scenario {scenario}, run key {run_key}, data in {resolve_local('rlops-data')}\n")
 
     pack, dt = _timed(lambda: load_pack(ctx.pack_dir))
     _say(
@@ -97,14 +100,23 @@ def run(scenario: str | None = None) -> int:
         f"profiles {sorted(pack.scenario.profiles)}, reward functions {sorted(pack.reward_fns)} ({dt:.1f}s)",
     )
 
-    cap, dt = _timed(lambda: capture_step(ctx, CaptureRequest(simulate=True, profile="live")))
+    request = CaptureRequest(simulate=False) if landing is not None else CaptureRequest(simulate=True, profile="live")
+    cap, dt = _timed(lambda: capture_step(ctx, request))
     explored = cap.exploration
     cost = ExplorationCost.from_dict(explored).describe() if isinstance(explored, dict) else f"exploration {explored}"
+    served = (
+        "from the agents' landing zone" if landing is not None else f"of live traffic served by {cap.policy_version}"
+    )
     _say(
         2,
-        f"captured {cap.rows_in} trace rows of live traffic served by {cap.policy_version}: "
+        f"captured {cap.rows_in} trace rows {served}: "
         f"{cap.rows_accepted} accepted, {cap.rows_quarantined} quarantined ({dt:.1f}s)\n      {cost}",
     )
+    if cap.rows_accepted == 0:  # nothing to learn from: a run that accepted nothing did not succeed
+        raise UserError(
+            f"rlops run: the capture of {scenario} for {run_key} accepted no row, so there is nothing to train on. "
+            + " ".join(cap.warnings)
+        )
 
     drift, dt = _timed(lambda: drift_check(ctx))
     live_return = "not measured" if drift.live_mean_return is None else drift.live_mean_return
