@@ -30,6 +30,7 @@ from rlops.common.params_operations import (
     TraceStoreParams,
 )
 from rlops.common.params_uris import queue_url_problem, storage_root_problem, tracking_uri_problem
+from rlops.model.offpolicy_config import OffPolicyConfig
 from rlops.model.ppo_config import PPOConfig
 from rlops.model.reward_model_config import RewardModelConfig
 
@@ -238,7 +239,31 @@ MAX_TIMESTEPS = 10**10
 _TRAIN_OWN = frozenset({"total_timesteps", "ewc_lambda", "checkpoint_every"})
 
 
+if TYPE_CHECKING:
+
+    class OffpolicyParams(Block):
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    OffpolicyParams = block_from_dataclass(
+        "OffpolicyParams",
+        OffPolicyConfig,
+        bounds={"weight_clip": (0, None), "epochs": (1, None), "batch_size": (1, None)},
+        doc="Learning from logged traffic (rlops/model/offpolicy_config.py: OffPolicyConfig), `train.source: logs`.",
+    )
+
+
 class _TrainStep(Block):
+    source: Literal["sandbox", "logs"] = Field(
+        "sandbox",
+        description="what the policy learns from: sandbox (PPO in the calibrated sandbox) | logs (the logged "
+        "traffic of the window, off-policy; one-step packs only, docs/training.md)",
+    )
+    logs_window_hours: float = Field(24, gt=0, description="logs: live traces of this many hours before the run key")
+    logs_holdout_share: float = Field(
+        0.2, ge=0, lt=1, description="logs: share of the logged episodes held out for the off-policy gate"
+    )
+    logs_split_seed: int = Field(0, description="logs: salt of the episode-id hash that picks the held-out episodes")
+    offpolicy: OffpolicyParams = Field(default_factory=OffpolicyParams, description=OffpolicyParams.__doc__)
     total_timesteps: int = Field(
         1_500_000, ge=1, le=MAX_TIMESTEPS, description="budget of a full retrain (environment steps, all envs together)"
     )

@@ -41,6 +41,7 @@ REWARD_MODEL_VERSION: Final = "rlops.reward_model_version"
 REWARD_FN_SHA256: Final = "rlops.reward_fn_sha256"
 CALIBRATION_VERSION: Final = "rlops.calibration_version"
 TRAIN_FINGERPRINT: Final = "rlops.train_fingerprint"  # the inputs of a training (resume finds its runs)
+TRAIN_SOURCE: Final = "rlops.train.source"  # sandbox | logs: what a training run learnt from
 CLOSED_STALE_RUNS: Final = "rlops.closed_stale_runs"  # runs of a killed attempt this one closed
 PID: Final = "rlops.pid"  # process and host of a step run (a killed one is closed by the next)
 HOST: Final = "rlops.host"

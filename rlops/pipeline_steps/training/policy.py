@@ -28,8 +28,6 @@ and a re-run with the same run key continues from the newest one; a run whose ex
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import os
 import socket
@@ -39,38 +37,31 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlops.agent_sdk.policy_client import observation_columns
 from rlops.common.arguments import MAX_TIMESTEPS, choice, count
 from rlops.common.config import resolve_local
 from rlops.common.threads import resolve_threads
 from rlops.model.checkpoint import latest_checkpoint, list_checkpoints
 from rlops.model.pack_defaults import derive_defaults
-from rlops.model.policy import save_policy
 from rlops.model.ppo import train
 from rlops.model.ppo_config import PPOConfig, resolve_device
 from rlops.model.reward_source import apply_reward_source, model_only
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, log_dataset_inputs, parquet_dataset
 from rlops.pipeline_steps.infra.pass_run import ensure_pass_run, step_run
-from rlops.pipeline_steps.infra.policy_metrics import (
-    latency_p99_ms,
-    policy_metrics,
-    population_masks,
-    segment_returns,
-)
 from rlops.pipeline_steps.infra.signal_store import SignalReading
 from rlops.pipeline_steps.infra.signal_store import lineage as signal_lineage
+from rlops.pipeline_steps.training.candidate import evaluate_trained as _evaluate
+from rlops.pipeline_steps.training.candidate import fingerprint, register_policy
+from rlops.pipeline_steps.training.candidate import reused_summary as _reused_summary
 from rlops.pipeline_steps.training.dual_track import resolve_reward_source, warm_start
+from rlops.pipeline_steps.training.from_logs import train_from_logs
 from rlops.pipeline_steps.training.hot_reload import RewardSwitchPoller, record_switches
 from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
 from rlops.pipeline_steps.training.request import TrainRequest
 from rlops.pipeline_steps.training.summary import DryRunPlan, TrainedRun, TrainInputs, TrainSummary
 from rlops.registry import tags as T
 from rlops.registry.client import policy_model_name
-from rlops.registry.descriptions import MODEL_DESCRIPTION, version_description
-from rlops.registry.pyfunc_policy import save_pyfunc_policy
-from rlops.sandbox.env import BatchedEnv
-from rlops.sandbox.policies import evaluate_policy
+from rlops.registry.descriptions import version_description
 from rlops.sandbox.profiles import default_profile
 
 if TYPE_CHECKING:
@@ -79,9 +70,6 @@ if TYPE_CHECKING:
     from rlops.sandbox.pack import Pack
 
 log = logging.getLogger(__name__)
-
-MODEL_ARTIFACT = "policy_model"
-"""Artifact folder of a training run that holds the pyfunc model (the registered source)."""
 
 
 # --------------------------------------------------------------------------- settings
@@ -136,11 +124,6 @@ def checkpoint_folder(ctx: StepContext, mode: str, create: bool = True) -> Path:
     return Path(resolve_local(ctx.config.local_dir)).joinpath(*parts)
 
 
-def fingerprint(**inputs: Any) -> str:
-    """sha256 of everything that decides what a run trains (not where it writes)."""
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
-
-
 # --------------------------------------------------------------------------- the step
 def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_overrides: Any) -> TrainSummary:
     """Train (or resume) a candidate as ``request`` asks and register it; returns its inputs and
@@ -164,6 +147,9 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
         timesteps = count("--timesteps", timesteps, maximum=MAX_TIMESTEPS)
     if request.device is not None:
         ppo_overrides["device"] = request.device
+
+    if (request.source or ctx.config.train.source) == "logs":
+        return train_from_logs(ctx, request, reward_label(ctx, reward_fn))
 
     pack = ctx.load_pack()
     source = resolve_reward_source(ctx, request.reward_source, request.reward_blend_lambda)
@@ -258,6 +244,7 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
             T.REWARD_SOURCE: source.kind,
             T.REWARD_MODEL_VERSION: rm_version or "none",
             T.TRAIN_FINGERPRINT: fp,
+            T.TRAIN_SOURCE: "sandbox",
             # pid + host let `rlops train status --pid` find the run of a training in progress.
             T.PID: os.getpid(),
             T.HOST: socket.gethostname(),
@@ -331,20 +318,6 @@ def _dry_run_summary(inputs: TrainInputs, ckpt: Path, name: str) -> TrainSummary
         warm_start=f"champion v{parent}" if parent else "none (from scratch)",
     )
     return TrainSummary(inputs, model_version=None, mean_return=None, dry_run=True, plan=plan)
-
-
-def _reused_summary(ctx: StepContext, name: str, existing: str, inputs: TrainInputs) -> TrainSummary:
-    """The already registered version trained with the same fingerprint (idempotent reruns)."""
-    tags = ctx.tracker.model_version_tags(name, existing)
-    said = "already trained for this run key: returned the registered version"
-    return TrainSummary(
-        dataclasses.replace(inputs, note=(inputs.note + "; " if inputs.note else "") + said),
-        model_version=existing,
-        mean_return=_float(tags.get("eval_mean_return")),
-        run_id=tags.get("run_id"),
-        reused=True,
-        dry_run=ctx.dry_run,
-    )
 
 
 def _behaviour_cloning_start(
@@ -475,38 +448,6 @@ def _train_and_register(
     )
 
 
-def register_policy(
-    ctx: StepContext,
-    run: Any,
-    pack: Pack,
-    policy: PolicyNetwork,
-    tags: dict[str, Any],
-    tmp: Path,
-    description: str | None = None,
-) -> str:
-    """Log ``policy`` as the pyfunc model ``policy_model/`` of ``run`` and register it as a new
-    ``<scenario>-policy`` version with ``tags``; returns the version."""
-    meta = {
-        "scenario": ctx.scenario,
-        "action_names": list(pack.scenario.action_names),
-        "obs_columns": observation_columns(pack.scenario.layout, pack.scenario.action_names),
-        **{k: str(v) for k, v in tags.items() if k in ("reward_fn_sha256", "mode", "run_key")},
-    }
-    work = Path(tempfile.mkdtemp(prefix="policy-", dir=tmp))
-    policy_dir = save_policy(policy, work / "policy", metadata=meta).directory
-    import pandas as pd
-
-    example = pd.DataFrame(pack.make_env(2, seed=0).observe().double().numpy(), columns=meta["obs_columns"])
-    run.log_artifact(save_pyfunc_policy(policy_dir, work / MODEL_ARTIFACT, example), MODEL_ARTIFACT)
-    version = ctx.tracker.register_model(
-        run.run_id, MODEL_ARTIFACT, policy_model_name(ctx.scenario), tags=tags, description=description
-    )
-    run.set_tags({T.MODEL_VERSION: version})
-
-    ctx.tracker.describe(policy_model_name(ctx.scenario), None, MODEL_DESCRIPTION.format(scenario=ctx.scenario))
-    return version
-
-
 def _layout_of(obj: Any) -> tuple[int, int, int]:
     c = getattr(obj, "config", None)
     if c is not None:
@@ -522,21 +463,6 @@ def _prepare_checkpoints(ckpt: Path, fp: str) -> None:
         for old in list_checkpoints(ckpt):
             old.unlink(missing_ok=True)
     marker.write_text(fp + "\n")
-
-
-def _evaluate(
-    pack: Pack, policy: PolicyNetwork, label: str, episodes: int, seed: int, profile: str | None
-) -> dict[str, Any]:
-    """Held-out summary of the trained policy plus its comparable metrics (``metrics``, the keys of
-    :mod:`rlops.pipeline_steps.infra.policy_metrics` that evaluation runs log too)."""
-    cpu = policy.to("cpu").eval()
-    env = BatchedEnv(pack.scenario, pack.reward_fn(label), num_envs=episodes, profile=profile, illegal_action="noop")
-    res = evaluate_policy(pack, lambda e: cpu.act(e.observe(), deterministic=True).action, seed=seed, env=env)
-    env.reset(seed)
-    segs = segment_returns(res.returns.cpu().numpy(), population_masks(res.segments, res.segment_names))
-    summary: dict[str, Any] = res.summary()
-    summary["metrics"] = policy_metrics(summary, segs, latency_p99_ms(cpu, env.observe(), 100))
-    return summary
 
 
 def learning_curve(history: list[dict[str, float]]) -> Any:
@@ -559,10 +485,3 @@ def learning_curve(history: list[dict[str, float]]) -> Any:
     fig.tight_layout()
     plt.close(fig)
     return fig
-
-
-def _float(v: Any) -> float | None:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None

@@ -9,6 +9,7 @@ from rlops.common.arguments import MAX_TIMESTEPS
 from rlops.common.step_request import option
 
 REWARD_SOURCES = ("scripted", "model", "blend")
+TRAIN_SOURCES = ("sandbox", "logs")
 #: The options every pack DAG accepts, with the pack's resolved value as the Param default (a drift
 #: run passes them on to the retrain it triggers); the retrain DAGs accept the others too.
 RESOLVED_OPTIONS = ("reward_fn", "timesteps", "mode")
@@ -18,6 +19,12 @@ RESOLVED_OPTIONS = ("reward_fn", "timesteps", "mode")
 class TrainRequest:
     """One training run's options; ``None`` leaves an option to the pack's resolved params."""
 
+    source: str | None = option(
+        None,
+        choices=TRAIN_SOURCES,
+        help="what the policy learns from: PPO in the calibrated sandbox, or the logged traffic of the window "
+        "(one-step packs only; see docs/training.md) (default: params train.source)",
+    )
     mode: str = option(
         "full", choices=("full", "incremental"), help="train from scratch or warm-start from the champion"
     )
