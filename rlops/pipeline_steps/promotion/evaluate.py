@@ -56,6 +56,7 @@ from rlops.pipeline_steps.promotion.gates import (
 from rlops.pipeline_steps.promotion.ope_gate import ope_gates, ope_run_fields
 from rlops.pipeline_steps.promotion.request import EvaluateRequest
 from rlops.pipeline_steps.promotion.stages import segment_episodes
+from rlops.pipeline_steps.training.log_split import HoldOut
 from rlops.registry import tags as T
 from rlops.registry.client import CHAMPION, TrackingError, policy_model_name
 from rlops.sandbox.env import BatchedEnv
@@ -364,7 +365,8 @@ def evaluate_candidate(
     gates.extend(ab)
     notes.append(f"live A/B: {ab_note}")
 
-    off_policy = ope_gates(ctx, pack, cand_policy, cand_res.mean_return, label, profile)
+    holdout = HoldOut.from_tags(tags)  # a candidate learnt from logs: judged on the episodes it did not see
+    off_policy = ope_gates(ctx, pack, cand_policy, cand_res.mean_return, label, profile, holdout)
     ope_params, ope_tags = ope_run_fields(off_policy.gates, ctx.config.ope)
     gates.extend(off_policy.gates)
     notes.append(off_policy.note)

@@ -57,6 +57,7 @@ from rlops.pipeline_steps.promotion.ope import (
     weight_diagnostics,
 )
 from rlops.pipeline_steps.promotion.ope_direct import LinearQ, TargetProbs, reward_model_q, sandbox_q
+from rlops.pipeline_steps.training.log_split import HoldOut
 from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
 from rlops.registry import tags as T
 from rlops.trace_store.states import action_codes, observations_from_traces, state_features
@@ -453,13 +454,19 @@ def ope_gates(
     sandbox_value: float | None,
     reward_label: str | None,
     profile: str | None,
+    holdout: HoldOut | None = None,
 ) -> OffPolicyEvidence:
     """The ``ope:dr`` and ``ope:sandbox_gap`` gates of ``candidate`` as it will serve, on the live
-    traffic of the window, with their MLflow metrics (``ope_*``) and a note for the report."""
+    traffic of the window, with their MLflow metrics (``ope_*``) and a note for the report. A
+    candidate learnt from logs (``holdout``: the split recorded on its version) is judged on the
+    window's held-out episodes only: on the episodes it was trained on, its estimate would be
+    optimistic by as much as it fitted their noise."""
     cfg = ctx.config.ope
     if not cfg.enabled:
         return OffPolicyEvidence([], {}, "off-policy evaluation: off (ope.enabled): at most the canary stage", None)
     frame = ctx.traces.read(ctx.scenario, ctx.key.lookback(cfg.window_hours))
+    if holdout is not None and len(frame):
+        frame = frame[np.asarray(holdout.held_out(frame["episode_id"]), dtype=bool)]
     target = serving_target(candidate, cfg, ctx.config.exploration)
     frame = frame.reset_index(drop=True)
     q: Any = None
@@ -475,6 +482,8 @@ def ope_gates(
         if res.skipped
         else f"DR {res.estimates['dr'].value:.4g} on {res.episodes} live episodes"
     )
+    if holdout is not None:
+        note += f" (the {holdout.share:g} held out of its training log, split seed {holdout.seed})"
     if gap is not None:
         note += (
             f"; SIM-TO-REAL GAP: the sandbox estimates {sandbox_value:.4g}, live traffic (DR) "

@@ -56,6 +56,7 @@ def test_logs_source_learns_from_captured_traffic_and_registers_a_candidate(
     from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.policy_loader import load_policy_ref, resolve
+    from rlops.pipeline_steps.promotion.ope_gate import ope_gates
     from rlops.pipeline_steps.training.policy import train_policy
 
     torch.set_num_threads(1)
@@ -88,6 +89,15 @@ def test_logs_source_learns_from_captured_traffic_and_registers_a_candidate(
     masks = env.action_masks()
     assert bool(masks.gather(1, act.action.unsqueeze(1)).all())
     assert float(act.probs[~masks].abs().max()) == 0.0 and not np.isnan(out["mean_return"])
+
+    # the off-policy gate judges it on the held-out episodes only; another candidate on them all
+    gate_ctx = make_ctx(tmp_path, ope={"direct_method": "none", "min_episodes": 50})
+    pack = gate_ctx.load_pack()
+    judged = ope_gates(gate_ctx, pack, policy, None, "v1", None, HoldOut.from_tags(tags))
+    assert judged.result is not None and judged.result.episodes == held
+    assert "held out of its training log" in judged.note
+    everything = ope_gates(gate_ctx, pack, policy, None, "v1", None)
+    assert everything.result is not None and everything.result.episodes == 3000
 
     again = train_policy(ctx, TrainRequest(source="logs")).as_dict()
     assert again["reused"] and again["model_version"] == "1"  # same window, same settings: same version
