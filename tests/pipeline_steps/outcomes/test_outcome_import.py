@@ -20,6 +20,7 @@ from rlops.common.errors import UserError
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.outcomes.request import OutcomeCaptureRequest, OutcomeImportRequest
 from rlops.pipeline_steps.outcomes.step import capture_outcomes, import_outcomes
+from rlops.pipeline_steps.promotion.ope_gate import logged_value
 
 SCENARIO = "credit_approval"
 RUN_KEY = "20260105T1000"
@@ -92,6 +93,9 @@ def test_ten_thousand_late_outcomes_none_lost_and_returns_change(world: dict[str
     by_ep = lambda df: pd.to_numeric(df["reward_total"]).groupby(df["episode_id"]).sum()  # noqa: E731
     change = (by_ep(after) - by_ep(before)).reindex(world["defaults"].index)
     np.testing.assert_allclose(change.to_numpy(), np.where(world["defaults"], -5.0, 0.0), atol=1e-9)
+    # the logged value the off-policy gate compares a candidate with moves by the defaults' cost
+    shift = logged_value(after)[0] - logged_value(before)[0]
+    assert shift == pytest.approx(-5.0 * world["defaults"].mean())
     summary = ctx.traces.returns(SCENARIO, window, as_of=as_of)
     assert (summary.episodes, summary.joined, summary.censored) == (EPISODES, EPISODES, 0)
     assert summary.mean == pytest.approx(by_ep(after).mean())
@@ -180,3 +184,16 @@ def test_the_command_reports_counts_and_refuses_bad_input(world: dict[str, Any],
     assert len(err.splitlines()) == 1 and "nope.csv" in err and "does not exist" in err
     assert main(["outcome", "schema"]) == 0
     assert json.loads(capsys.readouterr().out)["required"] == ["episode_id", "ts"]
+
+
+def test_the_drift_check_reports_censored_episodes(world: dict[str, Any]) -> None:
+    """The drift monitor's step at the run key: every captured episode awaits its loan outcome, so
+    there is no final live return, and the summary says how many episodes are censored."""
+    from rlops.pipeline_steps.drift.check import drift_check
+    from rlops.pipeline_steps.drift.request import DriftCheckRequest
+
+    ctx = StepContext.create(SCENARIO, RUN_KEY, overrides=OVERRIDES)
+    in_hour = ctx.traces.returns(SCENARIO, (ctx.key.start, ctx.key.end), as_of=ctx.key.end).episodes
+    out = drift_check(ctx, DriftCheckRequest(episodes=200))
+    assert in_hour > 0 and out.live_censored_episodes == in_hour and out.live_outcome_episodes == 0
+    assert out.live_mean_return is None and f"{in_hour} live episode(s) await their outcome" in out.summary
