@@ -90,7 +90,8 @@ def _statuses(
         status[awaited & ~young] = "closed"
     by_episode = pd.Series(status[last], index=episodes[last].to_numpy())
     by_episode = by_episode[~by_episode.index.duplicated()]
-    return episodes.map(by_episode).fillna("none").to_numpy(dtype=object)
+    statuses: np.ndarray = episodes.map(by_episode).fillna("none").to_numpy(dtype=object)
+    return statuses
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ one batch, the latest record of a (episode, kind, name) wins; earlier ones are c
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import io
@@ -112,7 +113,7 @@ def capture_outcomes(ctx: StepContext, request: OutcomeCaptureRequest | None = N
     for uri in files:
         raw.add_lines(_text(ctx.storage, uri), uri)
     summary = store_batch(ctx, raw, f"capture-{ctx.run_key}", f"landing_zone:{ctx.run_key}", allow_empty=True)
-    return OutcomeSummary(**{**summary.__dict__, "files": files, "skipped_files": skipped})
+    return dataclasses.replace(summary, files=files, skipped_files=skipped)
 
 
 def read_outcome_file(storage: Storage, path: str) -> tuple[RawBatch, str]:
