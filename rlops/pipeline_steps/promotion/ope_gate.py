@@ -163,7 +163,8 @@ def complete_live_episodes(frame: pd.DataFrame) -> pd.DataFrame:
     if "source" in frame:
         frame = frame[frame["source"].fillna("live").astype(str).eq("live")]
     steps = frame.groupby("episode_id")["step"].agg(["min", "count", "max"])
-    done = frame.groupby("episode_id")["done"].agg(lambda d: bool(d.fillna(False).astype(bool).any()))
+    # one cast of the column, then a grouped any (a Python function per episode took seconds per 10^4)
+    done = frame["done"].astype("boolean").fillna(False).astype(bool).groupby(frame["episode_id"]).any()
     ok = steps.index[(steps["min"] == 0) & (steps["max"] == steps["count"] - 1) & done.reindex(steps.index)]
     return frame[frame["episode_id"].isin(ok)].sort_values(["episode_id", "step"], kind="stable")
 
