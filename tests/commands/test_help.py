@@ -35,6 +35,7 @@ GRAMMAR = {
     "simulate": [],
     "console": [],
     "demo": [],
+    "run": [],
     "config": ["show", "validate", "schema"],
     "stack": ["up", "status", "down"],
     "init": [],
@@ -79,8 +80,8 @@ def _parser_of(command: list[str]) -> argparse.ArgumentParser:
     return p
 
 
-# demo, console, config, the webhook receiver, the stack, init (it writes a new pack) and the outcome
-# schema are not steps: no run key, nothing to dry-run; a business signal belongs to the project, not to one pack.
+# demo and run (the whole loop), console, config, the webhook receiver, the stack, init (it writes a
+# new pack) and the outcome schema are not steps: no run key, nothing to dry-run; a business signal belongs to the project, not to one pack.
 @pytest.mark.parametrize(
     "command",
     [
@@ -89,6 +90,7 @@ def _parser_of(command: list[str]) -> argparse.ArgumentParser:
         if c
         not in (
             ["demo"],
+            ["run"],
             ["console"],
             ["init"],
             ["model", "webhook", "serve"],
