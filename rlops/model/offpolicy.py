@@ -24,6 +24,7 @@ registers and serves as a PPO policy does. Deterministic for a seed on CPU.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -121,7 +122,11 @@ class OffPolicyResult:
     reward_model: RewardModel | None
     """``q̂(s, a)`` (``dr`` only)."""
     estimate: float
-    """The objective's estimate of the learnt policy's value on the training log."""
+    """The objective's estimate of the learnt (softmax) policy's value on the fit part of the log."""
+    validation_estimate: float
+    """The estimate of its greedy (served) policy on the validation part (NaN without one)."""
+    best_epoch: int
+    """The epoch kept: the best greedy validation estimate (the last one without validation)."""
     logged_value: float
     """Mean logged reward: the logging policy's value on the same log."""
     weights: WeightStats
@@ -172,24 +177,23 @@ def legal_probs(logp: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask, logp.clamp_min(EXP_FLOOR).exp(), torch.zeros_like(logp))
 
 
-def clipped_weights(logp_taken: Tensor, propensity: Tensor, clip: float) -> tuple[Tensor, Tensor]:
-    """``(min(π/μ, clip), π/μ)`` of each decision from ``log π(a_i|s_i)``."""
-    ratio = torch.exp(logp_taken) / propensity
-    return ratio.clamp(max=clip), ratio
-
-
-def policy_value(logp: Tensor, batch: LoggedDecisions, q: Tensor | None, clip: float) -> tuple[Tensor, Tensor, Tensor]:
-    """The self-normalised IS (``q`` None) or DR estimate of the policy with masked log-probs
-    ``logp[N, A]`` on ``batch``; also the clipped weights and the raw ratios."""
-    taken = logp.gather(1, batch.action.unsqueeze(1)).squeeze(1)
-    w, ratio = clipped_weights(taken, batch.propensity, clip)
-    w_sn = w / w.mean()
+def policy_value(pi: Tensor, batch: LoggedDecisions, q: Tensor | None, clip: float) -> tuple[Tensor, Tensor, Tensor]:
+    """The self-normalised IS (``q`` None) or DR estimate of the policy with probabilities
+    ``pi[N, A]`` (0 on illegal actions) on ``batch``; also the clipped weights and the raw ratios."""
+    taken = pi.gather(1, batch.action.unsqueeze(1)).squeeze(1)
+    ratio = taken / batch.propensity
+    w = ratio.clamp(max=clip)
+    w_sn = w / w.mean().clamp_min(1e-12)  # a policy that never takes a logged action has no IS term
     if q is None:
         return (w_sn * batch.reward).mean(), w, ratio
-    pi = legal_probs(logp, batch.mask)
     direct = (pi * torch.where(batch.mask, q, torch.zeros_like(q))).sum(1)
     residual = batch.reward - q.gather(1, batch.action.unsqueeze(1)).squeeze(1)
     return (direct + w_sn * residual).mean(), w, ratio
+
+
+def greedy_probs(logp: Tensor) -> Tensor:
+    """The served policy: probability 1 on the most probable legal action."""
+    return torch.zeros_like(logp).scatter_(1, logp.argmax(1, keepdim=True), 1.0)
 
 
 def weight_stats(w: Tensor, ratio: Tensor, clip: float) -> WeightStats:
@@ -217,57 +221,77 @@ def train(cfg: OffPolicyConfig, data: LoggedDecisions, tracker: MetricsSink | No
         data.reward.float(),
         data.n_features,
     )
+    # ALGO LOGIC: a validation share of the log picks the epoch; the rest fits the model and policy.
+    order = torch.randperm(data.n, generator=generator)
+    n_val = int(round(cfg.validation_share * data.n)) if data.n > 1 else 0
+    fit, val = data.take(order[n_val:]), (data.take(order[:n_val]) if n_val else None)
 
     # ALGO LOGIC: the policy normalises its features with the log's statistics, as PPO's does with
     # its rollouts', so the saved network standardises at serving time exactly as in training.
     policy = PolicyNetwork(data.policy_config(cfg.hidden_sizes))
-    policy.update_obs_stats(data.obs)
+    policy.update_obs_stats(fit.obs)
     with torch.no_grad():
-        inputs = policy.state_inputs(data.obs)
+        inputs = policy.state_inputs(fit.obs)
+        val_inputs = policy.state_inputs(val.obs) if val is not None else None
 
-    # ALGO LOGIC: the direct method, fitted once on the whole log (dr only).
-    reward_model = fit_reward_model(cfg, inputs, data, generator) if cfg.estimator == "dr" else None
-    q_all = None
+    # ALGO LOGIC: the direct method q̂(s, a), fitted once on the fit part (dr only).
+    reward_model = fit_reward_model(cfg, inputs, fit, generator) if cfg.estimator == "dr" else None
+    q_fit = q_val = None
     if reward_model is not None:
         with torch.no_grad():
-            q_all = reward_model(inputs)
+            q_fit = reward_model(inputs)
+            q_val = reward_model(val_inputs) if val_inputs is not None else None
 
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
     history: list[dict[str, float]] = []
+    best: tuple[float, int, dict[str, Tensor]] | None = None
     for epoch in range(1, cfg.epochs + 1):
-        for idx in torch.randperm(data.n, generator=generator).split(cfg.batch_size):
-            batch = data.take(idx)
+        for idx in torch.randperm(fit.n, generator=generator).split(cfg.batch_size):
+            batch = fit.take(idx)
             logp, _ = policy(batch.obs, batch.mask)
-            value, _, _ = policy_value(logp, batch, None if q_all is None else q_all[idx], cfg.weight_clip)
+            pi = legal_probs(logp, batch.mask)
+            value, _, _ = policy_value(pi, batch, None if q_fit is None else q_fit[idx], cfg.weight_clip)
             # the logged actions' cross-entropy: KL(μ‖π) up to a constant, estimated on μ's own samples
             behaviour = -logp.gather(1, batch.action.unsqueeze(1)).mean()
-            entropy = masked_entropy(logp, batch.mask, legal_probs(logp, batch.mask)).mean()
+            entropy = masked_entropy(logp, batch.mask, pi).mean()
             loss = -value + cfg.behaviour_coef * behaviour - cfg.entropy_coef * entropy
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
 
-        # ALGO LOGIC: the epoch's estimate on the whole log, for the learning curve.
+        # ALGO LOGIC: the epoch's estimates: the softmax policy on the fit part (what was maximised),
+        # the served greedy policy on the validation part (unclipped, self-normalised: consistent).
         with torch.no_grad():
-            logp, _ = policy(data.obs, data.mask)
-            value, w, ratio = policy_value(logp, data, q_all, cfg.weight_clip)
+            logp, _ = policy(fit.obs, fit.mask)
+            value, w, ratio = policy_value(legal_probs(logp, fit.mask), fit, q_fit, cfg.weight_clip)
             stats = weight_stats(w, ratio, cfg.weight_clip)
             row = {
                 "epoch": float(epoch),
                 "estimate": float(value),
                 "ess": stats.ess,
                 "clipped_share": stats.clipped_share,
-                "entropy": float(masked_entropy(logp, data.mask).mean()),
+                "entropy": float(masked_entropy(logp, fit.mask).mean()),
             }
+            if val is not None:
+                val_logp, _ = policy(val.obs, val.mask)
+                row["validation_greedy"] = float(policy_value(greedy_probs(val_logp), val, q_val, math.inf)[0])
         history.append(row)
         tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=epoch)
+        score = row.get("validation_greedy", float(epoch))  # without validation: the last epoch
+        if best is None or score >= best[0]:  # a tie keeps the later, further trained epoch
+            best = (score, epoch, {k: v.clone() for k, v in policy.state_dict().items()})
 
+    assert best is not None  # epochs >= 1
+    policy.load_state_dict(best[2])
+    chosen = history[best[1] - 1]
     return OffPolicyResult(
         policy=policy.eval(),
         reward_model=reward_model,
-        estimate=history[-1]["estimate"],
+        estimate=chosen["estimate"],
+        validation_estimate=chosen.get("validation_greedy", math.nan),
+        best_epoch=best[1],
         logged_value=float(data.reward.mean()),
-        weights=stats,
+        weights=WeightStats(chosen["ess"], chosen["clipped_share"], stats.max_ratio),
         history=history,
         train_seconds=time.perf_counter() - t0,
     )

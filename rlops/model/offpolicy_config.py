@@ -26,7 +26,10 @@ class OffPolicyConfig:
     entropy_coef: float = 0.0
     """Weight of the entropy bonus over legal actions."""
     epochs: int = 20
-    """Passes of the policy over the log."""
+    """Passes of the policy over the log; the epoch kept is the one whose greedy policy the
+    validation part values most."""
+    validation_share: float = 0.2
+    """Share of the training log set aside to pick the epoch (0: keep the last epoch)."""
     batch_size: int = 4096
     """Decisions per policy minibatch (self-normalisation is per minibatch: keep it large)."""
     learning_rate: float = 3e-3
@@ -48,6 +51,8 @@ class OffPolicyConfig:
             raise ValueError(f"OffPolicyConfig.estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
         if self.weight_clip <= 0 or self.epochs < 1 or self.batch_size < 1 or self.learning_rate <= 0:
             raise ValueError("OffPolicyConfig: weight_clip, epochs, batch_size and learning_rate must be positive")
+        if not 0.0 <= self.validation_share < 1.0:
+            raise ValueError(f"OffPolicyConfig.validation_share must be in [0, 1), got {self.validation_share}")
         if self.behaviour_coef < 0 or self.entropy_coef < 0:
             raise ValueError("OffPolicyConfig: behaviour_coef and entropy_coef must be >= 0")
 

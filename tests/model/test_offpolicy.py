@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlops.model.offpolicy import LoggedDecisions, OffPolicyConfig, clipped_weights, policy_value, train
+from rlops.model.offpolicy import LoggedDecisions, OffPolicyConfig, policy_value, train
 
 # Two states (feature 0 / 1) × three actions; in state 1 action 0 is illegal. Rewards are known:
 # state 0 pays (1.0, 0.2, 0.0), state 1 pays (-, 0.1, 0.6): the best legal actions are 0 and 2.
@@ -54,9 +54,17 @@ def test_illegal_actions_get_no_probability_whatever_the_logged_rewards() -> Non
 
 
 def test_weights_are_clipped_as_configured() -> None:
-    logp = torch.log(torch.tensor([0.9, 0.5, 0.05]))
-    mu = torch.tensor([0.1, 0.5, 0.5])
-    w, ratio = clipped_weights(logp, mu, clip=3.0)
+    # π of the logged action 0.9, 0.5, 0.05 against μ 0.1, 0.5, 0.5
+    pi = torch.tensor([[0.9, 0.1], [0.5, 0.5], [0.05, 0.95]])
+    batch = LoggedDecisions(
+        torch.zeros(3, 3),
+        torch.ones(3, 2, dtype=torch.bool),
+        torch.zeros(3, dtype=torch.long),
+        torch.tensor([0.1, 0.5, 0.5]),
+        torch.zeros(3),
+        1,
+    )
+    _, w, ratio = policy_value(pi, batch, None, clip=3.0)
     assert ratio.tolist() == pytest.approx([9.0, 1.0, 0.1])
     assert w.tolist() == pytest.approx([3.0, 1.0, 0.1])
 
@@ -69,11 +77,11 @@ def test_the_self_normalised_estimate_by_hand() -> None:
     batch = LoggedDecisions(
         torch.zeros(3, 2 + 1), mask, torch.tensor([0, 1, 0]), torch.full((3,), 0.5), torch.tensor([1.0, 0, 0]), 1
     )
-    logp = torch.log(torch.tensor([[0.8, 0.2]] * 3))
-    snips, w, _ = policy_value(logp, batch, None, clip=1.5)
+    pi = torch.tensor([[0.8, 0.2]] * 3)
+    snips, w, _ = policy_value(pi, batch, None, clip=1.5)
     assert w.tolist() == pytest.approx([1.5, 0.4, 1.5])
     assert snips.item() == pytest.approx(1.5 / 3.4)
-    dr, _, _ = policy_value(logp, batch, torch.full((3, 2), 0.5), clip=1.5)
+    dr, _, _ = policy_value(pi, batch, torch.full((3, 2), 0.5), clip=1.5)
     w_sn = [x / (3.4 / 3) for x in (1.5, 0.4, 1.5)]
     assert dr.item() == pytest.approx(0.5 + (w_sn[0] * 0.5 - w_sn[1] * 0.5 - w_sn[2] * 0.5) / 3)
 

@@ -185,7 +185,7 @@ def train_from_logs(ctx: StepContext, request: TrainRequest, label: str) -> Trai
         evaluation = evaluate_trained(
             pack, result.policy, label, ctx.config.train.eval_episodes, ctx.config.train.eval_seed, profile
         )
-        run.log_metrics({**evaluation["metrics"], **_estimates(result)}, step=cfg.epochs)
+        run.log_metrics({**evaluation["metrics"], **_estimates(result)}, step=cfg.epochs + 1)
         tags = {
             "reward_fn_sha256": reward_function.version,
             "reward_fn": label,
@@ -206,6 +206,7 @@ def train_from_logs(ctx: StepContext, request: TrainRequest, label: str) -> Trai
             "reward_source": "logged",
             "offpolicy_estimator": cfg.estimator,
             "offpolicy_estimate": f"{result.estimate:.6g}",
+            "offpolicy_validation_greedy": f"{result.validation_estimate:.6g}",
         }
         with tempfile.TemporaryDirectory(prefix="rlops-train-logs-") as tmp:
             version = register_policy(
@@ -220,7 +221,7 @@ def train_from_logs(ctx: StepContext, request: TrainRequest, label: str) -> Trai
     trained = TrainedRun(
         completion_rate=evaluation["completion_rate"],
         train_return=result.estimate,
-        iterations=cfg.epochs,
+        iterations=result.best_epoch,
         timesteps=data.n,
         train_seconds=round(result.train_seconds, 3),
         stagnated=False,
@@ -238,6 +239,8 @@ def train_from_logs(ctx: StepContext, request: TrainRequest, label: str) -> Trai
 def _estimates(result: OffPolicyResult) -> dict[str, float]:
     return {
         "offpolicy_estimate": result.estimate,
+        "offpolicy_validation_greedy": result.validation_estimate,
+        "offpolicy_best_epoch": float(result.best_epoch),
         "offpolicy_logged_value": result.logged_value,
         "offpolicy_ess": result.weights.ess,
         "offpolicy_clipped_share": result.weights.clipped_share,
