@@ -15,7 +15,9 @@ of the value of the policy ``π_θ`` (Swaminathan & Joachims 2015; Dudík, Langf
   gives every legal action a gradient, the weighted residual corrects it where it is wrong;
 * variance control besides the clip: ``behaviour_coef`` × the cross-entropy of the logged actions
   (``−mean_i log π_θ(a_i|s_i)``, the KL from the logging policy to ``π_θ`` up to a constant: it
-  holds ``π_θ`` where the log has support) and ``entropy_coef`` × the entropy over legal actions.
+  holds ``π_θ`` where the log has support) and ``entropy_coef`` × the entropy over legal actions;
+* a ``validation_share`` of the log, not trained on, keeps the epoch whose greedy policy (the one
+  served) it values most.
 
 Illegal actions get probability exactly 0: the policy is :class:`~rlops.model.policy.PolicyNetwork`,
 whose masked softmax is the one PPO trains and the policy client serves, so the result saves,
@@ -260,7 +262,9 @@ def train(cfg: OffPolicyConfig, data: LoggedDecisions, tracker: MetricsSink | No
             optimizer.step()
 
         # ALGO LOGIC: the epoch's estimates: the softmax policy on the fit part (what was maximised),
-        # the served greedy policy on the validation part (unclipped, self-normalised: consistent).
+        # the served greedy policy on the validation part, its weights clipped as in training: a
+        # greedy weight is 1/μ, and unclipped the rare rewards of a few rarely served actions would
+        # pick the epoch.
         with torch.no_grad():
             logp, _ = policy(fit.obs, fit.mask)
             value, w, ratio = policy_value(legal_probs(logp, fit.mask), fit, q_fit, cfg.weight_clip)
@@ -274,7 +278,8 @@ def train(cfg: OffPolicyConfig, data: LoggedDecisions, tracker: MetricsSink | No
             }
             if val is not None:
                 val_logp, _ = policy(val.obs, val.mask)
-                row["validation_greedy"] = float(policy_value(greedy_probs(val_logp), val, q_val, math.inf)[0])
+                greedy = greedy_probs(val_logp)
+                row["validation_greedy"] = float(policy_value(greedy, val, q_val, cfg.weight_clip)[0])
         history.append(row)
         tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=epoch)
         score = row.get("validation_greedy", float(epoch))  # without validation: the last epoch

@@ -16,31 +16,32 @@ ESTIMATORS = ("snips", "dr")
 class OffPolicyConfig:
     """Off-policy learner settings (``train.offpolicy`` in params.yaml)."""
 
-    estimator: str = "dr"
+    estimator: str = "snips"
     """``dr`` (self-normalised doubly robust with a reward model fitted on the log) or ``snips``
     (self-normalised importance sampling, no model)."""
-    weight_clip: float = 20.0
+    weight_clip: float = 5.0
     """Upper bound on an importance weight ``π/μ`` before self-normalisation."""
-    behaviour_coef: float = 0.0
+    behaviour_coef: float = 0.003
     """Weight of the logged actions' cross-entropy (a KL pull toward the logging policy)."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus over legal actions."""
-    epochs: int = 20
+    epochs: int = 10
     """Passes of the policy over the log; the epoch kept is the one whose greedy policy the
     validation part values most."""
-    validation_share: float = 0.2
-    """Share of the training log set aside to pick the epoch (0: keep the last epoch)."""
-    batch_size: int = 4096
+    validation_share: float = 0.0
+    """Share of the training log set aside to pick the epoch (0: keep the last epoch). With rare
+    rewards the greedy policy's validation estimate is noisy enough to pick an epoch by chance."""
+    batch_size: int = 8192
     """Decisions per policy minibatch (self-normalisation is per minibatch: keep it large)."""
     learning_rate: float = 3e-3
     """Adam step size of the policy."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the policy network."""
-    reward_model_epochs: int = 30
+    reward_model_epochs: int = 10
     """Passes of the reward model over the log (``dr`` only)."""
-    reward_model_hidden: int = 64
+    reward_model_hidden: int = 32
     """Width of the reward model's hidden layer."""
-    reward_model_weight_decay: float = 1e-4
+    reward_model_weight_decay: float = 1e-2
     """L2 penalty of the reward model (AdamW), against fitting the noise of rare rewards."""
     seed: int = 0
     """Seeds the networks' initialisation and the minibatch order."""

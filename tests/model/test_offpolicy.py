@@ -103,3 +103,13 @@ def test_logged_decisions_refuse_what_cannot_be_weighted() -> None:
     illegal = torch.cat([ok.obs[:, :1], torch.tensor([[0.0, 1, 1]] * 10)], dim=1)
     with pytest.raises(ValueError, match="illegal"):
         LoggedDecisions(illegal, illegal[:, 1:] > 0.5, torch.zeros(10, dtype=torch.long), ok.propensity, ok.reward, 1)
+
+
+def test_a_validation_share_keeps_the_epoch_its_greedy_policy_values_most() -> None:
+    data = uniform_log(600)
+    cfg = OffPolicyConfig(epochs=6, batch_size=100, hidden_sizes=(8,), validation_share=0.25)
+    result = train(cfg, data)
+    scores = [row["validation_greedy"] for row in result.history]
+    assert len(scores) == 6 and result.validation_estimate == max(scores)
+    assert result.best_epoch == max(i + 1 for i, v in enumerate(scores) if v == max(scores))  # ties: the later
+    assert "validation_greedy" not in train(OffPolicyConfig(epochs=2, hidden_sizes=(8,)), data).history[0]
