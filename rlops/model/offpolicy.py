@@ -13,7 +13,8 @@ of the value of the policy ``π_θ`` (Swaminathan & Joachims 2015; Dudík, Langf
 * ``dr`` (self-normalised doubly robust): a reward model ``q̂(s, a)`` fitted on the same log first,
   then ``J(θ) = mean_i [ Σ_a π_θ(a|s_i) q̂(s_i, a) + (w_i / w̄) (r_i − q̂(s_i, a_i)) ]``: the model
   gives every legal action a gradient, the weighted residual corrects it where it is wrong;
-* variance control besides the clip: ``behaviour_coef`` × the cross-entropy of the logged actions
+* variance control besides the clip (the value term divided by the logged rewards' standard
+  deviation, so the coefficients are scale-free): ``behaviour_coef`` × the cross-entropy of the logged actions
   (``−mean_i log π_θ(a_i|s_i)``, the KL from the logging policy to ``π_θ`` up to a constant: it
   holds ``π_θ`` where the log has support) and ``entropy_coef`` × the entropy over legal actions;
 * a ``validation_share`` of the log, not trained on, keeps the epoch whose greedy policy (the one
@@ -244,6 +245,11 @@ def train(cfg: OffPolicyConfig, data: LoggedDecisions, tracker: MetricsSink | No
             q_fit = reward_model(inputs)
             q_val = reward_model(val_inputs) if val_inputs is not None else None
 
+    # The value term in units of the log's reward spread: the pulls below then weigh the same
+    # against a click rate of 0.005 as against a return near 1.
+    reward_scale = float(fit.reward.std()) if fit.n > 1 else 1.0
+    reward_scale = reward_scale if reward_scale > 0 else 1.0
+
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
     history: list[dict[str, float]] = []
     best: tuple[float, int, dict[str, Tensor]] | None = None
@@ -256,7 +262,7 @@ def train(cfg: OffPolicyConfig, data: LoggedDecisions, tracker: MetricsSink | No
             # the logged actions' cross-entropy: KL(μ‖π) up to a constant, estimated on μ's own samples
             behaviour = -logp.gather(1, batch.action.unsqueeze(1)).mean()
             entropy = masked_entropy(logp, batch.mask, pi).mean()
-            loss = -value + cfg.behaviour_coef * behaviour - cfg.entropy_coef * entropy
+            loss = -value / reward_scale + cfg.behaviour_coef * behaviour - cfg.entropy_coef * entropy
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

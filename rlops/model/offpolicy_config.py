@@ -21,7 +21,7 @@ class OffPolicyConfig:
     (self-normalised importance sampling, no model)."""
     weight_clip: float = 5.0
     """Upper bound on an importance weight ``π/μ`` before self-normalisation."""
-    behaviour_coef: float = 0.003
+    behaviour_coef: float = 0.03
     """Weight of the logged actions' cross-entropy (a KL pull toward the logging policy)."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus over legal actions."""

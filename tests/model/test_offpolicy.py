@@ -113,3 +113,14 @@ def test_a_validation_share_keeps_the_epoch_its_greedy_policy_values_most() -> N
     assert len(scores) == 6 and result.validation_estimate == max(scores)
     assert result.best_epoch == max(i + 1 for i, v in enumerate(scores) if v == max(scores))  # ties: the later
     assert "validation_greedy" not in train(OffPolicyConfig(epochs=2, hidden_sizes=(8,)), data).history[0]
+
+
+def test_the_pulls_weigh_the_same_whatever_the_reward_unit() -> None:
+    # the value term is in units of the logged rewards' spread: clicks worth 1 or 1,000 learn alike
+    data = uniform_log(400)
+    scaled = LoggedDecisions(data.obs, data.mask, data.action, data.propensity, data.reward * 1000.0, 1)
+    cfg = OffPolicyConfig(epochs=3, batch_size=128, hidden_sizes=(8,), behaviour_coef=0.5, entropy_coef=0.1)
+    a, b = train(cfg, data), train(cfg, scaled)
+    for (k, x), (_, y) in zip(a.policy.state_dict().items(), b.policy.state_dict().items(), strict=True):
+        assert torch.allclose(x, y, atol=1e-5), k
+    assert b.estimate == pytest.approx(1000.0 * a.estimate, rel=1e-4)
