@@ -188,8 +188,8 @@ class SimTracer:
         class _Tracer(Tracer):
             clock = None
 
-            def _name(self, scenario: str) -> tuple[str, str]:
-                folder, name = super()._name(scenario)
+            def _name(self, scenario: str, under: str = "") -> tuple[str, str]:
+                folder, name = super()._name(scenario, under)
                 now = self.clock
                 folder = folder.rsplit("/", 2)[0] + f"/date={now:%Y-%m-%d}/hour={now:%H}"
                 return folder, f"{now:%Y%m%dT%H%M%S%f}Z" + name.split("Z", 1)[1]
