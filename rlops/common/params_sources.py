@@ -170,9 +170,11 @@ _PARSED: dict[Path, tuple[tuple[int, int, int], dict[KeyPath, int], dict[str, An
 MAX_VALUES = 100_000
 
 
-def _expands_past(doc: Any, limit: int) -> bool:
-    """Whether ``doc`` holds more than ``limit`` values, counting a shared (aliased) value each time
-    it appears; stops counting at ``limit``."""
+def expands_past(doc: Any, limit: int) -> bool:
+    """Whether a loaded YAML ``doc`` holds more than ``limit`` values (keys included), counting a
+    shared (aliased) value each time it appears. The loader shares an aliased value rather than
+    copying it, so loading a "billion laughs" document is cheap; this walk stops at ``limit``, so
+    counting one is too."""
     stack, seen = [doc], 0
     while stack:
         value = stack.pop()
@@ -180,6 +182,7 @@ def _expands_past(doc: Any, limit: int) -> bool:
         if seen > limit:
             return True
         if isinstance(value, dict):
+            stack.extend(value.keys())
             stack.extend(value.values())
         elif isinstance(value, list):
             stack.extend(value)
@@ -209,7 +212,7 @@ def read_params_file(path: Path, label: str) -> ParamsSource:
             doc = doc or {}
             if not isinstance(doc, dict):
                 raise ConfigError(f"params file {path}: expected a mapping of params blocks at the top level")
-            if _expands_past(doc, MAX_VALUES):
+            if expands_past(doc, MAX_VALUES):
                 raise ConfigError(
                     f"params file {path} expands to more than {MAX_VALUES:,} values (YAML aliases repeating "
                     "a list?); expected a params document"

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from rlops.common.errors import UserError
+from rlops.common.params_sources import expands_past
 from rlops.sandbox.outcome_params import OutcomeFieldError, rewrite_field, scaled
 from rlops.sandbox.pack import load_pack
 
@@ -193,30 +194,12 @@ def load_events(path: str | Path) -> list[Event]:
         raise UserError(f"events file {p}: not UTF-8 text (byte {exc.start}); expected a YAML file") from None
     except (yaml.YAMLError, ValueError) as exc:  # ValueError: an integer of over 4,300 digits
         raise UserError(f"events file {p}: not valid YAML: {' '.join(str(exc).split())}") from exc
-    if _expands_past(doc, MAX_EVENT_VALUES):
+    if expands_past(doc, MAX_EVENT_VALUES):
         raise UserError(
             f"events file {p}: the document expands to more than {MAX_EVENT_VALUES:,} values once its "
             "aliases (*name) are expanded; expected an 'events:' list of a few entries (alias expansion is capped)"
         )
     return parse_events(doc, str(p))
-
-
-def _expands_past(doc: Any, limit: int) -> bool:
-    """Whether ``doc`` holds more than ``limit`` values, counting a shared (aliased) value each time
-    it appears. The loader shares an aliased value rather than copying it, so loading a bomb is
-    cheap; this walk stops at ``limit``, so counting one is too."""
-    stack, seen = [doc], 0
-    while stack:
-        value = stack.pop()
-        seen += 1
-        if seen > limit:
-            return True
-        if isinstance(value, dict):
-            stack.extend(value.keys())
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return False
 
 
 def check_world(pack_dir: Path, events: list[Event], where: str = "events") -> None:
