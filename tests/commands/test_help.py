@@ -81,7 +81,8 @@ def _parser_of(command: list[str]) -> argparse.ArgumentParser:
 
 
 # demo and run (the whole loop), console, config, the webhook receiver, the stack, init (it writes a
-# new pack) and the outcome schema are not steps: no run key, nothing to dry-run; a business signal belongs to the project, not to one pack.
+# new pack) and the outcome schema are not steps: no run key, nothing to dry-run; a business signal
+# belongs to the project, not to one pack.
 @pytest.mark.parametrize(
     "command",
     [
