@@ -146,7 +146,7 @@ def _register_champion(url: str) -> str:
 
     from rlops.model.policy import PolicyConfig, PolicyNetwork
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.training.policy import register_policy
+    from rlops.pipeline_steps.training.candidate import register_policy
     from rlops.sandbox.pack import load_pack
 
     os.environ["MLFLOW_TRACKING_URI"] = url

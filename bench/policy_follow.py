@@ -41,7 +41,7 @@ def _register(ctx: Any, pack: Any, prefs: dict[str, float]) -> str:
     import torch
 
     from rlops.model.policy import PolicyConfig, PolicyNetwork
-    from rlops.pipeline_steps.training.policy import register_policy
+    from rlops.pipeline_steps.training.candidate import register_policy
 
     net = PolicyNetwork(PolicyConfig.from_layout(pack.scenario.layout))
     with torch.no_grad():  # a network whose greedy choice follows ``prefs``

@@ -80,7 +80,7 @@ def cloned_rules_policy(pack: Any) -> Any:
 
 def register(ctx: Any, pack: Any, policy: Any, description: str | None = None, **tags: Any) -> str:
     """Register ``policy`` as a new version of the scenario's policy model; returns the version."""
-    from rlops.pipeline_steps.training.policy import register_policy
+    from rlops.pipeline_steps.training.candidate import register_policy
 
     with ctx.tracker.start_run("test-policy") as run, tempfile.TemporaryDirectory() as tmp:
         return register_policy(ctx, run, pack, policy, {"mode": "full", **tags}, Path(tmp), description=description)

@@ -208,7 +208,7 @@ def bad_candidate(ctx: Any, seed: int) -> str:
     """Register a randomly initialised network: a deliberately worse candidate."""
     import torch
 
-    from rlops.pipeline_steps.training.policy import register_policy
+    from rlops.pipeline_steps.training.candidate import register_policy
 
     pack = ctx.load_pack()
     torch.manual_seed(seed)

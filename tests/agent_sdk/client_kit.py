@@ -27,7 +27,7 @@ FRAUD_FIRST = {"initiate_fraud_check": 3, "fetch_credit_report": 2}
 
 
 def register(pack: Any, policy: Any, **tags: Any) -> str:
-    from rlops.pipeline_steps.training.policy import register_policy
+    from rlops.pipeline_steps.training.candidate import register_policy
 
     ctx = StepContext.create(run_key="20260105T1000")
     with ctx.tracker.start_run("test-policy") as run, tempfile.TemporaryDirectory() as tmp:

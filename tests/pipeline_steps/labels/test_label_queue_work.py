@@ -85,7 +85,7 @@ def test_before_any_champion_the_newest_candidate_scores_rule_engine_traffic(
 
     # a candidate (untrained: uncertain) is registered, no champion yet
     from rlops.model.policy import PolicyConfig, PolicyNetwork
-    from rlops.pipeline_steps.training.policy import register_policy
+    from rlops.pipeline_steps.training.candidate import register_policy
 
     torch.manual_seed(0)
     policy = PolicyNetwork(PolicyConfig.from_layout(credit.scenario.layout))
