@@ -170,7 +170,9 @@ def _constant_problem(spec: ColumnSpec | None, value: Any) -> str | None:
 
 
 def _mask_actions(value: Any, actions: dict[str, str], names: list[str], where: str) -> tuple[str, ...]:
-    """``mask_actions`` as pack actions (after ``actions``), each once."""
+    """``mask_actions`` (after ``actions``), each once. A name that is no pack action is a log action
+    the pack does not model (its position is dropped) — unless some pack action then has no position,
+    when the name is more likely a misspelt one, and it is an error."""
     if value is None:
         return ()
     if not isinstance(value, list) or any(isinstance(a, (Mapping, list)) or a is None for a in value):
@@ -178,10 +180,14 @@ def _mask_actions(value: Any, actions: dict[str, str], names: list[str], where: 
     given = [str(a) for a in value]
     order = [actions.get(a, a) for a in given]
     unknown = [a for a, o in zip(given, order, strict=True) if o not in names]
-    if unknown:
+    unplaced = [n for n in names if n not in order]
+    if unknown and unplaced:
+        shown = unplaced[:5] + (["…"] if len(unplaced) > 5 else [])
         raise UserError(
-            f"{where}: mask_actions {unknown} are no actions of the pack, nor mapped to one by actions: "
-            "each position of the log's mask names the pack action it stands for"
+            f"{where}: mask_actions {unknown} are no actions of the pack, nor mapped to one by actions, while the "
+            f"pack's {shown} have no position: each position of the log's mask names the pack action it stands "
+            "for (a log action the pack does not model may be named as it is, once every pack action has its "
+            "position)"
         )
     twice = sorted({a for a in order if order.count(a) > 1})
     if twice:
