@@ -42,7 +42,8 @@ class DagOutcome:
     triggered: bool = False
 
     def promotion(self) -> dict[str, Any] | None:
-        """The gated promotion's result (None: the task was skipped, e.g. inputs unchanged)."""
+        """The gated promotion's result, refused ones included (None: the task was skipped without
+        one, e.g. inputs unchanged)."""
         return self.results.get("evaluate_and_promote")
 
     def rollout_move(self) -> dict[str, Any]:
@@ -140,8 +141,11 @@ class PackDags:
             dag.dag_id, when, str(run.state), {ti.task_id: str(ti.state) for ti in tis}, triggered=triggered
         )
         for ti in tis:
-            if str(ti.state) == "success":
-                out.results[ti.task_id] = ti.xcom_pull(task_ids=ti.task_id)
+            # a refused candidate or an empty capture ends its task skipped with its result kept
+            if str(ti.state) in ("success", "skipped"):
+                value = ti.xcom_pull(task_ids=ti.task_id)
+                if value is not None or str(ti.state) == "success":
+                    out.results[ti.task_id] = value
         if out.state != "success":
             raise RuntimeError(f"{dag.dag_id} at {when:%Y-%m-%d %H:%M} ended {out.state}: {out.tasks}")
         return out
