@@ -13,16 +13,18 @@ answers the questions the steps, the CLI and the console ask of it, in bounded m
   and :meth:`TraceReader.query` (SQL over a ``traces`` view) for aggregates, sampled whole
   episodes, out-of-core streaming (off-policy evaluation over a week) and ad-hoc questions.
 
-Engines (``trace_store.engine`` in params.yaml): ``duckdb`` (the default: threads, memory limit and
-spill folder from params; sorts and aggregations past the limit spill to disk) or ``pandas`` (every
-matching file read whole with pyarrow and filtered in memory: the reference the tests compare with,
-and what the benchmark measures beside DuckDB). Both return the same frame: the same rows in the
-same order (files in path order, rows in file order), the same columns and dtypes.
+Engines (``trace_store.engine`` in params.yaml; their settings and DuckDB database in
+:mod:`rlops.trace_store.engine`): ``duckdb`` (the default: threads, memory limit and spill folder
+from params; sorts and aggregations past the limit spill to disk) or ``pandas`` (every matching
+file read whole with pyarrow and filtered in memory, :mod:`rlops.trace_store.pandas_engine`: the
+reference the tests compare with, and what the benchmark measures beside DuckDB). Both return the
+same frame: the same rows in the same order (files in path order, rows in file order), the same
+columns and dtypes.
 
 Local folders are scanned by DuckDB's own parquet reader, each file named by a path escaped for it
-(:func:`glob_literal`): ``*``, ``?`` and ``[`` in a storage root, a partition or a file name never
-match another file. S3 objects (``s3://``) are read through
-the project's storage settings (endpoint, credentials as boto3 resolves them) as a pyarrow dataset
+(:func:`~rlops.trace_store.engine.glob_literal`): ``*``, ``?`` and ``[`` in a storage root, a
+partition or a file name never match another file. S3 objects (``s3://``) are read through the
+project's storage settings (endpoint, credentials as boto3 resolves them) as a pyarrow dataset
 that DuckDB scans with the same projection and filter pushdown: DuckDB's ``httpfs`` extension is
 downloaded at run time, and a deployment without network access to DuckDB's extension site cannot
 rely on it.
@@ -31,160 +33,32 @@ rely on it.
 from __future__ import annotations
 
 import hashlib
-import os
-import re
-import tempfile
-import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlops.common.errors import UserError
-from rlops.common.params_model import CaptureParams
-from rlops.common.params_operations import memory_limit_problem
-from rlops.common.params_sources import params_block
+from rlops.trace_store.engine import (
+    BUCKET_SQL,
+    SAMPLE_BUCKETS,
+    QueryEngineConfig,
+    cursor,
+    glob_literal,
+    plain_types,
+    sample_buckets,
+    source_schema,
+)
+from rlops.trace_store.pandas_engine import pandas_frame
 from rlops.trace_store.readable import readable_files
+from rlops.trace_store.time_partitions import partition_overlaps
 
 if TYPE_CHECKING:
-    import duckdb
-    import numpy as np
     import pandas as pd
     import pyarrow as pa
 
-    from rlops.common.params_model import CaptureParams, Params
-    from rlops.common.params_operations import TraceStoreParams
     from rlops.storage.backend import Storage
 
-ENGINES = ("duckdb", "pandas")
-_SAMPLE_BUCKETS = 1_000_000
 _EXCLUDED = ("/quarantine/",)
-
-
-@dataclass(frozen=True)
-class QueryEngineConfig:
-    """How the trace store is read (the ``trace_store`` block of params.yaml)."""
-
-    engine: str = "duckdb"
-    """``duckdb`` (bounded memory, pushdown) or ``pandas`` (whole files in memory; the reference)."""
-    threads: int = 0
-    """DuckDB worker threads; 0 = the CPUs this process may use."""
-    memory_limit: str = "1GB"
-    """DuckDB's working memory (``512MB``, ``2GB``, ``50%``); past it, sorts and aggregates spill."""
-    temp_directory: str = ""
-    """Spill folder; empty = ``<system temp>/rlops-duckdb``."""
-
-    def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"trace_store.engine is {self.engine!r}; expected one of {list(ENGINES)}")
-        if int(self.threads) < 0:
-            raise ValueError(f"trace_store.threads is {self.threads}; expected 0 (every CPU) or a positive count")
-        problem = memory_limit_problem(self.memory_limit)
-        if problem is not None:  # "0GB" would pass to DuckDB and fail every query with out-of-memory
-            raise UserError(f"trace_store.memory_limit {problem}")
-
-    @classmethod
-    def from_params(cls, params: Params | TraceStoreParams | CaptureParams | Mapping[str, Any]) -> QueryEngineConfig:
-        """From the typed ``trace_store`` block, the params document holding it, or a raw params
-        mapping (validated by the params model)."""
-        if isinstance(params, CaptureParams):  # a capture block alone carries no engine settings
-            return cls()
-        cfg = params_block(params, "trace_store")
-        return cls(
-            engine=cfg.engine,
-            threads=cfg.threads,
-            memory_limit=cfg.memory_limit,
-            temp_directory=cfg.temp_directory or "",
-        )
-
-    def with_engine(self, engine: str) -> QueryEngineConfig:
-        return QueryEngineConfig(engine, self.threads, self.memory_limit, self.temp_directory)
-
-
-_DATABASES: dict[QueryEngineConfig, duckdb.DuckDBPyConnection] = {}
-_SCHEMAS: dict[tuple[str, tuple[tuple[int, int], ...]], dict[str, str]] = {}
-_LOCAL_FILE = re.compile(r"'((?:[^']|'')+)'")
-_DB_LOCK = threading.Lock()
-
-
-def cursor(cfg: QueryEngineConfig) -> duckdb.DuckDBPyConnection:
-    """A cursor of :func:`database` for one query (no progress bar on the terminal)."""
-    cur = database(cfg).cursor()
-    cur.execute("SET enable_progress_bar = false")
-    return cur
-
-
-def database(cfg: QueryEngineConfig) -> duckdb.DuckDBPyConnection:
-    """The in-memory DuckDB database of one engine configuration (one per process, created on first
-    use; every query runs on its own cursor, so threads may query at once). The parquet metadata
-    cache keeps footers and bloom filters of files already opened."""
-    import duckdb
-
-    with _DB_LOCK:
-        db = _DATABASES.get(cfg)
-        if db is None:
-            temp = cfg.temp_directory or os.path.join(tempfile.gettempdir(), "rlops-duckdb")
-            config: dict[str, Any] = {
-                "memory_limit": cfg.memory_limit,
-                "temp_directory": temp,
-                "preserve_insertion_order": True,
-            }
-            if cfg.threads:
-                config["threads"] = int(cfg.threads)
-            db = duckdb.connect(":memory:", config=config)
-            db.execute("LOAD parquet")  # built in; loaded first so its settings exist
-            db.execute("SET GLOBAL parquet_metadata_cache = true")  # GLOBAL: every cursor shares it
-            _DATABASES[cfg] = db
-        return db
-
-
-_BUCKET_SQL = f"(hash(CAST(episode_id AS VARCHAR)) % {_SAMPLE_BUCKETS})"
-
-
-def sample_buckets(episode_ids: Sequence[str]) -> np.ndarray:
-    """The sampling bucket (0 … 999 999) of each episode id: DuckDB's ``hash`` of the id (stable
-    for the pinned DuckDB version, and a tenth of the cost of MD5 over tens of millions of rows),
-    computed here for the pandas engine exactly as :meth:`TraceReader.sample_episodes` does in SQL."""
-    import numpy as np
-    import pyarrow as pa
-
-    ids = pa.table({"episode_id": pa.array([str(e) for e in episode_ids], pa.string())})
-    cur = cursor(QueryEngineConfig(threads=1, memory_limit="256MB"))
-    try:
-        cur.register("_ids", ids)
-        got = cur.sql(f"SELECT {_BUCKET_SQL} AS b FROM _ids").to_arrow_table()
-    finally:
-        cur.close()
-    out: np.ndarray = got.column("b").to_numpy().astype(np.int64)
-    return out
-
-
-def _stat_key(source: str) -> tuple[tuple[int, int], ...]:
-    """(size, mtime) of the local files a ``read_parquet`` source names (empty for a registered
-    S3 dataset, whose name already digests its object keys)."""
-    if not source.startswith("read_parquet("):
-        return ()
-    out = []
-    for path in _LOCAL_FILE.findall(source):
-        try:
-            st = os.stat(_GLOB_ESCAPED.sub(r"\1", path.replace("''", "'")))
-            out.append((st.st_size, st.st_mtime_ns))
-        except OSError:
-            out.append((-1, -1))
-    return tuple(out)
-
-
-#: What DuckDB's ``read_parquet`` takes as a pattern in a path; each is matched literally as the
-#: one-character class ``[c]`` (DuckDB's globs have no backslash escape).
-_GLOB_CHARS = frozenset("*?[")
-_GLOB_ESCAPED = re.compile(r"\[([*?\[])\]")
-
-
-def glob_literal(path: str) -> str:
-    """``path`` as a DuckDB ``read_parquet`` path that names that one file: a storage root, a pack
-    or a file whose name holds ``*``, ``?`` or ``[`` is never read as a pattern matching others."""
-    return "".join(f"[{c}]" if c in _GLOB_CHARS else c for c in path)
 
 
 def _ident(name: str) -> str:
@@ -361,7 +235,7 @@ class TraceReader:
         in_picked = total if len(picked) == len(files) else self._count(picked, window, where)
         if in_picked <= max_rows:
             return self._frame(picked, window, columns, where), total
-        keep = int(_SAMPLE_BUCKETS * max_rows / in_picked)
+        keep = int(SAMPLE_BUCKETS * max_rows / in_picked)
         if self.engine == "pandas":
             df = self._frame(picked, window, columns, where)
             return df[sample_buckets(df["episode_id"].astype(str).tolist()) < keep].reset_index(drop=True), total
@@ -370,7 +244,7 @@ class TraceReader:
             if cols is not None and "episode_id" not in cols:
                 cols.append("episode_id")
             sql, args = self._select(cur, source, window, cols, where)
-            table = cur.sql(f"SELECT * FROM ({sql}) WHERE {_BUCKET_SQL} < {keep}", params=args).to_arrow_table()
+            table = cur.sql(f"SELECT * FROM ({sql}) WHERE {BUCKET_SQL} < {keep}", params=args).to_arrow_table()
         df = self._to_pandas(table, picked)
         if columns and "episode_id" not in columns:
             df = df.drop(columns="episode_id")
@@ -416,7 +290,7 @@ class TraceReader:
         if not files:
             return pd.DataFrame()
         if self.engine == "pandas":
-            return _pandas_frame(self.storage, files, window, columns, where, categorical)
+            return pandas_frame(self.storage, files, window, columns, where, categorical)
         with self._scan(files) as (cur, source):
             sql, args = self._select(cur, source, window, columns, where)
             table = cur.sql(sql, params=args).to_arrow_table()
@@ -425,7 +299,7 @@ class TraceReader:
     def _to_pandas(self, table: pa.Table, files: Sequence[str] = (), categorical: bool = False) -> pd.DataFrame:
         """DuckDB's Arrow result as pandas sees a file of the store: with the first file's pandas
         metadata (nullable ``Int64`` columns and the like), as the pandas engine's concatenation has."""
-        table = _plain_types(table)
+        table = plain_types(table)
         meta = self._pandas_metadata(files[0]) if files else None
         if meta is not None:
             table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"pandas": meta})
@@ -441,24 +315,7 @@ class TraceReader:
         return (schema.metadata or {}).get(b"pandas")
 
     def _names(self, cur: Any, source: str) -> list[str]:
-        return list(self._schema(cur, source))
-
-    def _schema(self, cur: Any, source: str) -> dict[str, str]:
-        """Column → DuckDB type of ``source``. Binding it reads every file's footer to unify the
-        schemas, so it is done once per process and set of files (local files keyed by size and
-        modification time too, so a rewritten partition is bound again)."""
-        key = (source, _stat_key(source))
-        with _DB_LOCK:
-            hit = _SCHEMAS.get(key)
-        if hit is None:
-            hit = dict(
-                cur.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {source})").fetchall()
-            )
-            with _DB_LOCK:
-                if len(_SCHEMAS) > 256:
-                    _SCHEMAS.clear()
-                _SCHEMAS[key] = hit
-        return hit
+        return list(source_schema(cur, source))
 
     def _select(
         self,
@@ -468,7 +325,7 @@ class TraceReader:
         columns: Sequence[str] | None,
         where: Mapping[str, Any] | None,
     ) -> tuple[str, list[Any]]:
-        types = self._schema(cur, source)
+        types = source_schema(cur, source)
         names = list(types)
         keep = [c for c in columns if c in names] if columns else names
         clauses: list[str] = []
@@ -538,91 +395,3 @@ class TraceReader:
         schema = pa.unify_schemas(schemas, promote_options="default")
         parts = [ds.dataset(p.files, filesystem=p.filesystem, format="parquet", schema=schema) for p in parts]
         return parts[0] if len(parts) == 1 else ds.dataset(parts)
-
-
-def _plain_types(table: pa.Table) -> pa.Table:
-    """DuckDB's Arrow types as the parquet files hold them, so both engines hand pandas the same
-    frame: string views / large strings as strings, the ``Etc/UTC`` zone DuckDB names as ``UTC``."""
-    import pyarrow as pa
-
-    def plain(t: pa.DataType) -> pa.DataType:
-        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-            return pa.string()
-        if pa.types.is_timestamp(t) and t.tz == "Etc/UTC":
-            return pa.timestamp(t.unit, tz="UTC")
-        return t
-
-    target = pa.schema(
-        [pa.field(f.name, plain(f.type), f.nullable) for f in table.schema], metadata=table.schema.metadata
-    )
-    return table if target.equals(table.schema) else table.cast(target)
-
-
-def _pandas_frame(
-    storage: Storage,
-    files: list[str],
-    window: tuple[datetime, datetime] | None,
-    columns: Sequence[str] | None,
-    where: Mapping[str, Any] | None,
-    categorical: bool = False,
-) -> pd.DataFrame:
-    """The reference path: each file read whole (the asked columns plus those filtered on) with
-    pyarrow into pandas and filtered there, the kept rows concatenated (as :func:`pyarrow.concat_tables`
-    with schema promotion, then one conversion, so dtypes match a single read of the files)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    tables = []
-    for f in files:
-        with storage.local_path(f) as path:
-            have = pq.read_schema(path).names
-            need = (
-                None
-                if not columns
-                else [c for c in have if c in {*columns, *(where or {}), *(["ts"] if window else [])}]
-            )
-            table = pq.read_table(path, columns=need)
-        df = table.to_pandas()
-        keep = np.ones(len(df), dtype=bool)
-        if window is not None and "ts" in df.columns:
-            ts = parse_ts(df["ts"])
-            keep &= ((ts >= window[0]) & (ts < window[1])).to_numpy(dtype=bool)
-        for col, value in (where or {}).items():
-            if col not in df.columns:
-                keep[:] = False
-            elif isinstance(value, (list, tuple, set, frozenset)):
-                keep &= df[col].isin(list(value)).to_numpy(dtype=bool)
-            else:
-                keep &= (df[col] == value).fillna(False).to_numpy(dtype=bool)
-        tables.append(table if keep.all() else table.filter(pa.array(keep)))
-    out = pa.concat_tables(tables, promote_options="default").to_pandas(strings_to_categorical=categorical)
-    return out[[c for c in columns if c in out.columns]] if columns else out
-
-
-# ---------------------------------------------------------------- the time layout of partitions
-_PART = re.compile(r"/date=(\d{4}-\d{2}-\d{2})(?:/hour=(\d{1,2}))?/")
-
-
-def parse_ts(col: pd.Series) -> pd.Series:
-    """Trace timestamps (ISO text, datetimes) as UTC."""
-    import pandas as pd
-
-    if isinstance(col.dtype, pd.DatetimeTZDtype):
-        return col.dt.tz_convert("UTC")
-    return pd.to_datetime(col, utc=True, format="ISO8601", errors="coerce")
-
-
-def partition_overlaps(uri: str, window: tuple[datetime, datetime]) -> bool:
-    """Whether the ``date=``/``hour=`` partition of ``uri`` overlaps ``window`` (a file outside
-    the date/hour layout always may)."""
-    m = _PART.search(uri)
-    if not m:
-        return True  # not partitioned by time: read it and filter rows by ts
-    day = datetime.strptime(m.group(1), "%Y-%m-%d").replace(tzinfo=UTC)
-    if m.group(2) is None:
-        lo, hi = day, day + timedelta(days=1)
-    else:
-        lo = day + timedelta(hours=int(m.group(2)))
-        hi = lo + timedelta(hours=1)
-    return lo < window[1] and hi > window[0]

@@ -36,9 +36,10 @@ from rlops.common.run_key import RunKey
 from rlops.data_contracts.records import QUARANTINE_SCHEMA, quarantine_frame
 from rlops.data_contracts.schema import META_PREFIX, Contract
 from rlops.storage.backend import Storage
+from rlops.trace_store.engine import QueryEngineConfig
 from rlops.trace_store.outcome_join import JOIN_COLUMNS, EpisodeReturns, episode_returns, join_outcomes
 from rlops.trace_store.outcomes import OutcomeRules, OutcomeStore
-from rlops.trace_store.query import QueryEngineConfig, TraceReader
+from rlops.trace_store.query import TraceReader
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

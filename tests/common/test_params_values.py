@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from rlops.common.config import load_params, resolve_params
-from rlops.common.params_model import MAX_TIMESTEPS, Params
+from rlops.common.params_model import Params
 from rlops.common.params_sources import ConfigError, ParamsError, validate_document
+from rlops.common.params_training import MAX_TIMESTEPS
 
 
 def _refused(doc: dict[str, Any], key: str) -> str:
@@ -36,7 +37,7 @@ def test_a_memory_limit_that_is_no_usable_size_is_refused(value: str) -> None:
 
 
 def test_the_trace_store_refuses_the_same_sizes_when_built_directly() -> None:
-    from rlops.trace_store.query import QueryEngineConfig
+    from rlops.trace_store.engine import QueryEngineConfig
 
     for bad in ("0GB", "lots"):
         with pytest.raises(ValueError, match="memory_limit"):

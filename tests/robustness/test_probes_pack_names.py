@@ -163,7 +163,7 @@ def glob_name_in_dag_conf(name: str) -> Callable[[Path], Verdict]:
     task refuses it, naming it."""
 
     def run(tmp: Path) -> Verdict:
-        from rlops.pipeline_steps.orchestration.tasks import validate_conf
+        from rlops.pipeline_steps.orchestration.run_conf import validate_conf
 
         packs(tmp, **{name: name})
         conf = {"scenario": name, "reward_fn": "v1", "timesteps": 5000, "mode": "full", "dry_run": False}
@@ -190,7 +190,8 @@ def store_beside(hostile: str, neighbour: str) -> Callable[[Path], Verdict]:
 
     def run(tmp: Path) -> Verdict:
         from rlops.storage.backend import Storage
-        from rlops.trace_store.query import QueryEngineConfig, TraceReader
+        from rlops.trace_store.engine import QueryEngineConfig
+        from rlops.trace_store.query import TraceReader
 
         df = rows()
         own, other = df.iloc[: len(df) // 3], df.iloc[len(df) // 3 :]

@@ -50,7 +50,8 @@ def rows() -> pd.DataFrame:
 
 def reader() -> object:
     from rlops.storage.backend import Storage
-    from rlops.trace_store.query import QueryEngineConfig, TraceReader
+    from rlops.trace_store.engine import QueryEngineConfig
+    from rlops.trace_store.query import TraceReader
 
     return TraceReader(Storage(root_uri="file:///"), QueryEngineConfig())
 

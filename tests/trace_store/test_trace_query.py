@@ -12,11 +12,8 @@ import pytest
 
 from rlops.common.config import REPO_ROOT
 from rlops.storage.backend import Storage
-from rlops.trace_store.query import (
-    QueryEngineConfig,
-    TraceReader,
-    sample_buckets,
-)
+from rlops.trace_store.engine import QueryEngineConfig, sample_buckets
+from rlops.trace_store.query import TraceReader
 from rlops.trace_store.store import (
     TraceStore,
     join_uri,
@@ -216,7 +213,7 @@ def test_engine_settings_come_from_params() -> None:
             QueryEngineConfig.from_params({"trace_store": bad})
     store = TraceStore.from_params({"storage": {"root": "file:///tmp/rlops-x"}, "trace_store": {"engine": "pandas"}})
     assert store.reader.engine == "pandas"
-    from rlops.trace_store.query import database
+    from rlops.trace_store.engine import database
 
     db = database(QueryEngineConfig(threads=1, memory_limit="300MB"))
     got = dict(

@@ -28,12 +28,14 @@ import pandas as pd
 from rlops.common.params_sources import as_params
 from rlops.pipeline_steps.drift.stats import MISSING, DriftReport, FieldDrift, detect_drift
 from rlops.pipeline_steps.drift.window import detect_drift_window
-from rlops.pipeline_steps.infra.datasets import DRIFT, log_dataset_inputs, parquet_dataset
+from rlops.pipeline_steps.infra.datasets import DRIFT, parquet_dataset
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.registry import tags as T
 from rlops.registry.client import Tracker
+from rlops.registry.datasets import log_dataset_inputs
 from rlops.storage.backend import Storage, StorageNotFoundError
-from rlops.trace_store.query import QueryEngineConfig, TraceReader
+from rlops.trace_store.engine import QueryEngineConfig
+from rlops.trace_store.query import TraceReader
 
 _TOP_CATEGORIES = 12
 _BINS = 40

@@ -1,6 +1,7 @@
 """The computations of the label queue (see :mod:`rlops.pipeline_steps.labels.step`): k-means over encoded
-states, the selection of uncertain clusters, label items, Label Studio tasks and annotations, and
-labels as reward-model pairs or an imitation batch."""
+states and the clusters' names in words (which the console's and what-if's decision maps show too),
+the selection of uncertain clusters, label items, Label Studio tasks and annotations, and labels as
+reward-model pairs or an imitation batch."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import torch
 
 from rlops.model.reward_model import PreferencePairs
 from rlops.pipeline_steps.labels import importing
-from rlops.trace_store.query import parse_ts
 from rlops.trace_store.states import (
     STATE_PREFIX,
     action_codes,
@@ -24,6 +24,7 @@ from rlops.trace_store.states import (
     state_features,
     states_from_traces,
 )
+from rlops.trace_store.time_partitions import parse_ts
 
 if TYPE_CHECKING:
     from rlops.common.params_model import QueueConfig
@@ -83,6 +84,54 @@ def nearest_centroid(X: Tensor, cent: Tensor, chunk: int = 262_144) -> Tensor:
     if X.shape[0] == 0:
         return torch.zeros(0, dtype=torch.long)
     return torch.cat([torch.cdist(X[i : i + chunk].float(), cent).argmin(dim=1) for i in range(0, X.shape[0], chunk)])
+
+
+def cluster_names(features: list[tuple[str, str, pd.Series]], labels: np.ndarray, top: int = 2) -> dict[int, str]:
+    """A short name per cluster from its dominant state features: ``features`` are
+    ``(path, kind, column)`` with kind ``number`` or ``category``;
+    a numeric field reads ``high <leaf>`` / ``low <leaf>`` (cluster median against the overall
+    median, in overall standard deviations), a category ``<leaf> <value>`` when its share in the
+    cluster beats the overall share. The ``top`` most distinctive make the name; names that
+    would repeat get the cluster number."""
+    scores: dict[int, list[tuple[float, str]]] = {int(c): [] for c in np.unique(labels)}
+    for path, kind, col in features:
+        leaf = path.rsplit(".", 1)[-1].replace("_", " ")
+        if kind == "number":
+            x = pd.to_numeric(col, errors="coerce").astype("float64")  # nullable ints: NA → NaN
+            spread = float(x.std()) if x.notna().sum() > 1 else 1.0
+            spread = spread if np.isfinite(spread) and spread > 0 else 1.0
+            overall = float(x.median()) if x.notna().any() else 0.0
+            med = x.groupby(labels).median()
+            for c, m in med.items():
+                if np.isfinite(m):
+                    scores[int(c)].append((abs(m - overall) / spread, f"{'high' if m > overall else 'low'} {leaf}"))
+        else:
+            text = col.astype(str).where(col.notna(), None)
+            base = text.value_counts(normalize=True)
+            for c, grp in text.groupby(labels):
+                mode = grp.dropna().mode()
+                if mode.empty:
+                    continue
+                value = str(mode.iloc[0])
+                share = float((grp == value).mean())
+                words = (
+                    leaf
+                    if value.lower() in ("true", "1")
+                    else f"{leaf}: no"
+                    if value.lower() in ("false", "0")
+                    else f"{leaf} {value}"
+                )
+                scores[int(c)].append((2.5 * (share - float(base.get(value, 0.0))), words))
+    names: dict[int, str] = {}
+    for c, scored in scores.items():
+        best = [w for s, w in sorted(scored, key=lambda t: -t[0])[:top] if s > 0.05] or [
+            w for _, w in sorted(scored, key=lambda t: -t[0])[:1]
+        ]
+        names[c] = ", ".join(best) or f"cluster {c}"
+    seen: dict[str, int] = {}
+    for name in names.values():
+        seen[name] = seen.get(name, 0) + 1
+    return {c: (f"{n} (#{c})" if seen[n] > 1 else n) for c, n in names.items()}
 
 
 def _distinct_rows_up_to(X: Tensor, k: int, head: int = 4096) -> int:

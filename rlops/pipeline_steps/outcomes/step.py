@@ -29,8 +29,8 @@ from rlops.data_contracts.outcomes import CheckedOutcomes, check_records
 from rlops.data_contracts.records import parse_line
 from rlops.pipeline_steps.outcomes.request import OutcomeCaptureRequest, OutcomeImportRequest
 from rlops.trace_store.outcomes import KEY, OUTCOME_LANDING, STORE_SCHEMA, OutcomeStore
-from rlops.trace_store.query import parse_ts
 from rlops.trace_store.store import join_uri, scan_landing
+from rlops.trace_store.time_partitions import parse_ts
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
