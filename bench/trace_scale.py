@@ -313,9 +313,9 @@ def measure(
             "seconds": lookup,
             "cpu_s": lookup_cpu,
             "step_s": time.perf_counter() - t1,
-            "episode_steps": path["episode_steps"],
+            "episode_steps": path.episode_steps,
             "rows": len(rows),
-            "probabilities": path["steps"][0]["probability_source"],
+            "probabilities": path.steps[0].probability_source,
         }
     if name == "console":
         import numpy as np

@@ -26,6 +26,8 @@ STEPS = {
     "rlops.pipeline_steps.promotion.evaluate": ("evaluate_candidate",),
     "rlops.pipeline_steps.promotion.flow": ("promote", "promote_from_alias", "rollback"),
     "rlops.pipeline_steps.promotion.rollout": ("rollout_step",),
+    "rlops.pipeline_steps.audit.replay": ("replay", "decision_path"),
+    "rlops.pipeline_steps.audit.report": ("audit",),
 }
 
 

@@ -30,29 +30,29 @@ def cmd_replay(args: argparse.Namespace) -> int:
     with as_user_error("replay"):
         path = replay(ctx, args.trace_id, args.depth, args.traces)
     if args.json:
-        print_json(path)
+        print_json(path.as_dict())
     else:
         print(render_path(path))
-    for reason in path.get("rows_skipped", []):
+    for reason in path.rows_skipped:
         print(f"warning: row skipped: {reason}", file=sys.stderr)
     return 0
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
 
-    from rlops.pipeline_steps.audit.replay import audit
+    from rlops.pipeline_steps.audit.report import audit
 
     ctx = context_from_args(args)
     with as_user_error("audit"):
         result = audit(ctx, args.policy_version, args.traces)
     if args.json:
-        print_json(result)
+        print_json(result.as_dict())
     else:
         print(
-            f"audit of {result['rows']} steps in {result['clusters']} clusters: "
+            f"audit of {result.rows} steps in {result.clusters} clusters: "
             + ("would write " if ctx.dry_run else "wrote ")
-            + result["html_uri"]
+            + result.html_uri
         )
-    for warning in result.get("warnings", []):
+    for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return 0

@@ -7,7 +7,7 @@ rule_ref}]}``, one line of JSON — are parsed here together by Arrow's JSON rea
 row (a list, ``{component: score}``, text with a line break, anything Arrow types differently) goes
 through ``breakdown_items`` as before. The result is exactly what shaping each row, checking it
 against the display limits (``shapes.displayable_items``) and tabulating it
-(``replay.component_records``) gives; the tests compare the two on every shape.
+(``rows.component_records``) gives; the tests compare the two on every shape.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from rlops.console.aggregates import breakdown_items
 from rlops.data_contracts.shapes import MAX_COMPONENTS, MAX_TEXT, displayable_items
-from rlops.pipeline_steps.audit.replay import component_records
+from rlops.pipeline_steps.audit.rows import component_records
 
 _TEXT_FIELDS = ("component", "reason", "rule_ref")
 

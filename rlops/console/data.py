@@ -14,7 +14,8 @@ Project functions used (and where they live today):
 * ``rlops.trace_store.states``: ``state_features``, ``mask_matrix``,
   ``observations_from_traces``, ``error_flags``, ``STATE_PREFIX``
 * ``rlops.pipeline_steps.labels.select``: ``kmeans``
-* ``rlops.pipeline_steps.audit.replay``: ``component_records``, ``to_go``, ``describe_cluster``
+* ``rlops.pipeline_steps.audit.rows``: ``component_records``, ``to_go``
+* ``rlops.pipeline_steps.audit.report``: ``describe_cluster``
 * ``rlops.pipeline_steps.infra.policy_loader``: ``load_policy_ref``
 * ``rlops.registry.client``: ``policy_model_name``, ``reward_model_name``, ``reward_fn_model_name``
 """
@@ -37,7 +38,8 @@ from rlops.common.config import load_params, pack_names, scenarios_dir
 from rlops.common.redact import redact
 from rlops.common.scenario_name import SCENARIO_NAME
 from rlops.console.breakdowns import component_scores
-from rlops.pipeline_steps.audit.replay import describe_cluster, to_go
+from rlops.pipeline_steps.audit.report import describe_cluster
+from rlops.pipeline_steps.audit.rows import to_go
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
 from rlops.pipeline_steps.labels.select import kmeans

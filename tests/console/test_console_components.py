@@ -32,7 +32,7 @@ RAW: list[Any] = [
 def test_components_equal_reading_each_shaped_breakdown(tmp_path: Any) -> None:
     from rlops.console.aggregates import breakdown_items
     from rlops.console.data import ProjectData
-    from rlops.pipeline_steps.audit.replay import component_frame
+    from rlops.pipeline_steps.audit.rows import component_frame
 
     df = pd.DataFrame({"reward_breakdown": RAW}, index=pd.RangeIndex(10, 10 + len(RAW)))
     reference = component_frame(df.assign(reward_breakdown=[{"breakdown": breakdown_items(r)} for r in RAW]))
@@ -45,7 +45,7 @@ def test_components_equal_reading_each_shaped_breakdown(tmp_path: Any) -> None:
 def _one_by_one(raw: list[Any], index: pd.Index) -> tuple[pd.DataFrame, dict[str, str | None]]:
     from rlops.console.aggregates import breakdown_items
     from rlops.data_contracts.shapes import displayable_items
-    from rlops.pipeline_steps.audit.replay import component_records
+    from rlops.pipeline_steps.audit.rows import component_records
 
     return component_records(index, [displayable_items(breakdown_items(r)) for r in raw])
 

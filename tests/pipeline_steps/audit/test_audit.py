@@ -14,7 +14,8 @@ import torch
 from rlops.cli import main as rlops_main
 from rlops.common.config import REPO_ROOT, load_params
 from rlops.model.policy import PolicyConfig, PolicyNetwork, save_policy
-from rlops.pipeline_steps.audit.replay import audit, audit_clusters, replay
+from rlops.pipeline_steps.audit.replay import replay
+from rlops.pipeline_steps.audit.report import audit, audit_clusters
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.sandbox.pack import Pack, load_pack
 from rlops.sandbox.policies import random_policy, rule_policy
@@ -100,15 +101,15 @@ def test_replay_recomputes_probabilities_with_the_recorded_policy(
     ep = df[df["episode_id"] == df["episode_id"].iloc[0]]
     last = ep.iloc[-1]
     path = replay(ctx, str(last["trace_id"]))
-    assert path["episode_id"] == last["episode_id"] and path["shown_steps"] == len(ep)
-    for step, (_, row) in zip(path["steps"], ep.iterrows()):
-        assert step["probability_source"].startswith("recomputed")
-        assert step["probabilities"][row["action"]] == pytest.approx(np.exp(row["logp"]), abs=1e-3)
-        assert sum(step["probabilities"].values()) == pytest.approx(1.0, abs=1e-3)
-        assert set(step["probabilities"]) == set(step["legal"])
-        assert step["reward_total"] == pytest.approx(sum(b["score"] for b in step["breakdown"]), abs=1e-4)
+    assert path.episode_id == last["episode_id"] and path.shown_steps == len(ep)
+    for step, (_, row) in zip(path.steps, ep.iterrows()):
+        assert step.probability_source.startswith("recomputed")
+        assert step.probabilities[row["action"]] == pytest.approx(np.exp(row["logp"]), abs=1e-3)
+        assert sum(step.probabilities.values()) == pytest.approx(1.0, abs=1e-3)
+        assert set(step.probabilities) == set(step.legal)
+        assert step.reward_total == pytest.approx(sum(b["score"] for b in step.breakdown), abs=1e-4)
     deep = replay(ctx, str(last["trace_id"]), depth=2)
-    assert [s["step"] for s in deep["steps"]] == list(ep["step"].iloc[-2:])
+    assert [s.step for s in deep.steps] == list(ep["step"].iloc[-2:])
 
 
 def test_replay_falls_back_to_logp_for_the_rule_engine(credit: Pack, tmp_path: Path) -> None:
@@ -117,11 +118,11 @@ def test_replay_falls_back_to_logp_for_the_rule_engine(credit: Pack, tmp_path: P
     _store(ctx, df, "rules")
     row = df.iloc[1]
     path = replay(ctx, str(row["trace_id"]))
-    assert path["steps"][-1]["step"] == row["step"]
-    assert path["steps"][-1]["probabilities"] == {row["action"]: 1.0}
-    assert "rule engine" in path["steps"][-1]["probability_source"]
-    assert "user_profile.age" in path["steps"][0]["state"]
-    assert "user_profile.credit_score" not in path["steps"][0]["state"]  # not visible before the report
+    assert path.steps[-1].step == row["step"]
+    assert path.steps[-1].probabilities == {row["action"]: 1.0}
+    assert "rule engine" in path.steps[-1].probability_source
+    assert "user_profile.age" in path.steps[0].state
+    assert "user_profile.credit_score" not in path.steps[0].state  # not visible before the report
     with pytest.raises(ValueError, match="not found"):
         replay(ctx, "no-such-trace")
 
@@ -168,16 +169,16 @@ def test_audit_step_writes_html_and_logs(
         "a",
     )
     out = audit(ctx, policy_version="9")
-    page = ctx.storage.read_text(out["html_uri"])
+    page = ctx.storage.read_text(out.html_uri)
     assert "<img" in page and "data:image/png;base64," in page and "<table>" in page
-    body = ctx.storage.read_json(out["report_uri"])
-    assert body["meta"]["policy_version"] == "9" and len(body["clusters"]) == out["clusters"] <= 4
+    body = ctx.storage.read_json(out.report_uri)
+    assert body["meta"]["policy_version"] == "9" and len(body["clusters"]) == out.clusters <= 4
     with pytest.raises(ValueError, match="no trace rows"):
         audit(ctx, policy_version="nope")
     from rlops.registry.client import Tracker
 
     tr = Tracker(tmp_tracking, "credit_approval")
-    assert tr.client.list_artifacts(out["run_id"], "audit")
+    assert out.run_id is not None and tr.client.list_artifacts(out.run_id, "audit")
     assert body["meta"]["traces_uri"].endswith("scenario=credit_approval")
 
 

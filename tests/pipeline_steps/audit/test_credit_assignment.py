@@ -52,7 +52,7 @@ def test_attribution_names_component_rule_action_and_cluster() -> None:
 
 
 def test_audit_report_shows_the_attribution(tmp_path: Path, tmp_tracking: str) -> None:
-    from rlops.pipeline_steps.audit.replay import audit
+    from rlops.pipeline_steps.audit.report import audit
     from tests.pipeline_steps.audit.test_audit import _ctx, _store
 
     credit = load_pack(REPO / "scenarios" / "credit_approval", check_liveness=False)
@@ -69,7 +69,7 @@ def test_audit_report_shows_the_attribution(tmp_path: Path, tmp_tracking: str) -
     df["outcome"] = np.where(last, np.where(df["reward_total"] < 0, -1.0, 1.0), np.nan)
     _store(ctx, df, "a")
     out = audit(ctx, policy_version="9")
-    body = ctx.storage.read_json(out["report_uri"])
+    body = ctx.storage.read_json(out.report_uri)
     assert body["attribution"]["lines"] and body["attribution"]["score_source"].startswith("the scripted reward")
-    page = ctx.storage.read_text(out["html_uri"])
+    page = ctx.storage.read_text(out.html_uri)
     assert "Where the low scores come from" in page and "of low scores come from component" in page
