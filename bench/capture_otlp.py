@@ -60,7 +60,7 @@ def write_export(path: Path, n: int) -> None:
 
 
 def side_rlops(file: Path, chunk_rows: int) -> dict[str, float]:
-    from rlops.data_contracts.schema import trace_contract
+    from rlops.data_contracts.contracts import trace_contract
     from rlops.pipeline_steps.capture.core import write_capture
     from rlops.pipeline_steps.capture.trace_sources import otlp_source
     from rlops.storage.backend import Storage

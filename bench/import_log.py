@@ -77,7 +77,7 @@ def run_import(log_path: Path, mapping_path: Path) -> tuple[float, int]:
 
 
 def run_capture(root: Path) -> tuple[float, int]:
-    from rlops.data_contracts.schema import contract_for
+    from rlops.data_contracts.contracts import contract_for
     from rlops.pipeline_steps.capture.core import capture_landing_zone
     from rlops.sandbox.pack import load_pack
     from rlops.storage.backend import Storage

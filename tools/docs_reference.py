@@ -4,7 +4,7 @@
 command with its usage and every option, its default and help. ``docs/reference/params.md`` is the
 params model (``rlops.common.params_model.Params``): one table per block with each key's type,
 bounds, default and description. ``docs/reference/trace-schema.md`` is the trace contract's shared
-columns (``rlops.data_contracts.schema.trace_base_columns``). All are checked in so that they read on
+columns (``rlops.data_contracts.contracts.trace_base_columns``). All are checked in so that they read on
 the repository host too; ``tests/test_docs.py`` fails when one differs from what this script writes.
 
     python tools/docs_reference.py           # rewrite the pages
@@ -216,7 +216,7 @@ def _column_row(spec: Any) -> str:
 
 def trace_page() -> str:
     """The trace columns every pack shares, from the contract (the state columns are the pack's)."""
-    from rlops.data_contracts.schema import trace_base_columns
+    from rlops.data_contracts.contracts import trace_base_columns
 
     head, tail = trace_base_columns(("<action>",))
     state = (
@@ -240,7 +240,7 @@ def trace_page() -> str:
         "row, its state columns and action names included. How to log the decisions of a policy outside rlops: "
         "[the trace store](../trace-store.md#decision-logs-from-before-rlops).\n\n"
     )
-    return _HEADER.format(source="rlops/data_contracts/schema.py") + intro + "\n".join(rows) + "\n"
+    return _HEADER.format(source="rlops/data_contracts/contracts.py") + intro + "\n".join(rows) + "\n"
 
 
 # --------------------------------------------------------------------------- main

@@ -165,8 +165,8 @@ def describe(pack: Any) -> dict[str, Any]:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    from rlops.data_contracts.contracts import contract_for
     from rlops.data_contracts.json_schema import contract_json_schema
-    from rlops.data_contracts.schema import contract_for
 
     print_json(contract_json_schema(contract_for(_load_checked(str(pack_dir_from_args(args))))))
     return 0

@@ -7,6 +7,7 @@
 >>> result.accepted, result.quarantined                  # doctest: +SKIP
 """
 
+from rlops.data_contracts.contracts import StateField, label_contract, trace_contract
 from rlops.data_contracts.records import parse_json_lines, quarantine_frame
 from rlops.data_contracts.schema import (
     EXTRA_COLUMN,
@@ -14,10 +15,7 @@ from rlops.data_contracts.schema import (
     STATE_PREFIX,
     ColumnSpec,
     Contract,
-    StateField,
     build_suites,
-    label_contract,
-    trace_contract,
 )
 from rlops.data_contracts.validation import REASON_COLUMN, ValidationResult, normalize, validate_frame
 

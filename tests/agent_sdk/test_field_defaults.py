@@ -13,7 +13,7 @@ import pytest
 
 from rlops.agent_sdk.encoding import ObservationEncoder, StateError
 from rlops.common.config import REPO_ROOT
-from rlops.data_contracts.schema import contract_for
+from rlops.data_contracts.contracts import contract_for
 from rlops.data_contracts.validation import validate_frame
 from rlops.sandbox.pack import load_pack
 

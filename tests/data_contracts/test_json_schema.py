@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 
 from rlops.common.config import REPO_ROOT
+from rlops.data_contracts.contracts import contract_for
 from rlops.data_contracts.json_schema import contract_json_schema
-from rlops.data_contracts.schema import contract_for
 
 
 @pytest.mark.parametrize("scenario", ["credit_approval", "offer_selection"])

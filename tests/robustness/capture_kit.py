@@ -21,7 +21,7 @@ END = START + timedelta(hours=1)
 
 @functools.lru_cache(maxsize=1)
 def contract() -> Any:
-    from rlops.data_contracts.schema import trace_contract
+    from rlops.data_contracts.contracts import trace_contract
 
     return trace_contract(SCENARIO, ACTIONS, FIELDS)
 

@@ -28,7 +28,7 @@ CHAMPION = f"{SCENARIO}-policy/3"
 def _rows() -> list[pd.DataFrame]:
     """Sandbox traffic of three run keys through the trace contract (rule engine, a learned policy,
     the rule engine again), 50 minutes apart so the rows span three hour partitions."""
-    from rlops.data_contracts.schema import contract_for  # noqa: F401 - imported with the pack
+    from rlops.data_contracts.contracts import contract_for  # noqa: F401 - imported with the pack
     from rlops.pipeline_steps.drift.check import comparable_rows
     from rlops.sandbox.pack import load_pack
     from rlops.sandbox.policies import random_policy, rule_policy
@@ -58,7 +58,7 @@ def parts() -> list[pd.DataFrame]:
 
 
 def _write(storage: Storage, root: str, parts: list[pd.DataFrame]) -> str:
-    from rlops.data_contracts.schema import contract_for
+    from rlops.data_contracts.contracts import contract_for
     from rlops.sandbox.pack import load_pack
 
     contract = contract_for(load_pack(REPO_ROOT / "scenarios" / SCENARIO))

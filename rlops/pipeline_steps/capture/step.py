@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlops.common.arguments import MAX_EPISODES, count, fraction
 from rlops.common.errors import UserError
-from rlops.data_contracts.schema import contract_for
+from rlops.data_contracts.contracts import contract_for
 from rlops.data_contracts.validation import REASON_COLUMN
 from rlops.pipeline_steps.capture.core import capture_landing_zone, defaulted_notes, validate_rows, write_capture
 from rlops.pipeline_steps.capture.exploration import COLUMNS as EXPLORATION_COLUMNS

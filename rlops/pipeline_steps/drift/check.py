@@ -35,7 +35,8 @@ import numpy as np
 
 from rlops.common.arguments import MAX_EPISODES, count
 from rlops.common.step_result import StepResult
-from rlops.data_contracts.schema import STATE_PREFIX, contract_for
+from rlops.data_contracts.contracts import contract_for
+from rlops.data_contracts.schema import STATE_PREFIX
 from rlops.data_contracts.validation import validate_frame
 from rlops.pipeline_steps.drift.anomaly import check_return_anomaly
 from rlops.pipeline_steps.drift.outcomes import outcome_drift_step
