@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from rlops.common.errors import UserError
-from rlops.common.params_model import Params, RolloutStage
+from rlops.common.params_model import Params
+from rlops.common.params_promotion import RolloutStage
 from rlops.common.params_sources import (
     ConfigError,
     ParamsError,

@@ -78,7 +78,7 @@ def test_an_integer_pins_the_count_and_anything_else_is_refused() -> None:
 def test_the_params_accept_auto_or_a_positive_count() -> None:
     from pydantic import ValidationError
 
-    from rlops.common.params_model import TrainParams
+    from rlops.common.params_training import TrainParams
 
     assert TrainParams().threads == "auto"
     assert TrainParams(threads=2).threads == 2

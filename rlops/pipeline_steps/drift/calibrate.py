@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from rlops.common.params_model import RecalConfig  # the typed ``recalibrate:`` params block
+from rlops.common.params_drift import RecalConfig  # the typed ``recalibrate:`` params block
 from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.drift.check import champion_rows
 from rlops.pipeline_steps.drift.field_fits import (

@@ -56,7 +56,7 @@ from rlops.trace_store.outcome_join import EpisodeReturns
 from rlops.trace_store.store import join_uri, partition_path
 
 if TYPE_CHECKING:
-    from rlops.common.params_model import DriftParams
+    from rlops.common.params_drift import DriftParams
 
 
 def window_uri(ctx: StepContext) -> str:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlops.common.params_model import DriftParams
+from rlops.common.params_drift import DriftParams
 from rlops.data_contracts.schema import STATE_PREFIX
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.promotion.ope_direct import fit_linear_q
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class OutcomeConfig:
     """The ``drift:`` params block's ``outcome_*`` settings (their defaults live in the params model,
-    :class:`~rlops.common.params_model.DriftParams`)."""
+    :class:`~rlops.common.params_drift.DriftParams`)."""
 
     enabled: bool
     alpha: float

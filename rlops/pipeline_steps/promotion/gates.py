@@ -47,7 +47,7 @@ from typing import Any, Final, Literal
 import numpy as np
 import pandas as pd
 
-from rlops.common.params_model import GateConfig  # the gate part of the typed evaluate: block
+from rlops.common.params_promotion import GateConfig  # the gate part of the typed evaluate: block
 
 GateState = Literal["pass", "fail", "skipped"]
 PASS: Final = "pass"

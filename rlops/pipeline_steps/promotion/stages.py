@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlops.common.errors import UserError
-from rlops.common.params_model import RolloutStage
+from rlops.common.params_promotion import RolloutStage
 from rlops.registry import tags as T
 from rlops.sandbox.errors import ExprError
 from rlops.sandbox.segments import compile_segment

@@ -21,7 +21,7 @@ from rlops.pipeline_steps.stress.checks import Finding, check_reward
 from rlops.pipeline_steps.stress.probes import ProbeResult, run_gaming_probes
 
 if TYPE_CHECKING:
-    from rlops.common.params_model import StressConfig
+    from rlops.common.params_promotion import StressConfig
     from rlops.sandbox.pack import Pack
     from rlops.sandbox.reward import RewardFunction
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlops.common.errors import UserError
-from rlops.common.params_model import StressConfig  # the typed ``stress:`` params block
+from rlops.common.params_promotion import StressConfig  # the typed ``stress:`` params block
 from rlops.common.progress import progress_bar
 from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.infra.html import html_page, html_table

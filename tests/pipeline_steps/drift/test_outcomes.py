@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from rlops.common.config import REPO_ROOT
-from rlops.common.params_model import DriftParams
+from rlops.common.params_drift import DriftParams
 from rlops.pipeline_steps.drift.outcomes import OutcomeConfig, outcome_drift, welch
 from rlops.pipeline_steps.drift.request import DriftCheckRequest
 from rlops.timeline.events import parse_events, production_doc

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlops.common.config import REPO_ROOT
-from rlops.common.params_model import GateConfig
+from rlops.common.params_promotion import GateConfig
 from rlops.pipeline_steps.promotion.evaluate import named_segment_gates
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.pack import Pack, load_pack

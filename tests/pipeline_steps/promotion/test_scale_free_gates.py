@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlops.common.params_model import GateConfig
+from rlops.common.params_promotion import GateConfig
 from rlops.pipeline_steps.promotion.gates import champion_scale, return_scale, segment_gates, share_text
 
 
