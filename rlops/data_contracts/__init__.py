@@ -8,6 +8,7 @@
 """
 
 from rlops.data_contracts.contracts import StateField, label_contract, trace_contract
+from rlops.data_contracts.conversion import normalize
 from rlops.data_contracts.records import parse_json_lines, quarantine_frame
 from rlops.data_contracts.schema import (
     EXTRA_COLUMN,
@@ -17,7 +18,7 @@ from rlops.data_contracts.schema import (
     Contract,
     build_suites,
 )
-from rlops.data_contracts.validation import REASON_COLUMN, ValidationResult, normalize, validate_frame
+from rlops.data_contracts.validation import REASON_COLUMN, ValidationResult, validate_frame
 
 __all__ = [
     "EXTRA_COLUMN",

@@ -27,9 +27,9 @@ from typing import Any
 
 import pandas as pd
 
+from rlops.data_contracts.conversion import parse_timestamps
 from rlops.data_contracts.json_schema import DRAFT, column_schema
 from rlops.data_contracts.schema import ColumnSpec
-from rlops.data_contracts.validation import parse_timestamps
 
 #: The record's scalar keys, as contract columns (their JSON Schema comes from the trace contract's machinery).
 OUTCOME_COLUMNS = (

@@ -16,8 +16,9 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from rlops.data_contracts.conversion import is_missing, parse_timestamps
 from rlops.data_contracts.schema import EXTRA_COLUMN, META_PREFIX, STATE_PREFIX
-from rlops.data_contracts.validation import REASON_COLUMN, _is_missing, parse_timestamps
+from rlops.data_contracts.validation import REASON_COLUMN
 
 #: Bookkeeping columns carried next to each parsed row (never part of the contract).
 RAW_COLUMN = "_raw"
@@ -183,7 +184,7 @@ def parse_line(text: str) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _text(col: pd.Series) -> pd.Series:
-    return col.map(lambda v: None if _is_missing(v) else str(v)).astype("str")
+    return col.map(lambda v: None if is_missing(v) else str(v)).astype("str")
 
 
 def quarantine_frame(quarantined: pd.DataFrame, scenario: str) -> pd.DataFrame:
@@ -207,7 +208,7 @@ def quarantine_frame(quarantined: pd.DataFrame, scenario: str) -> pd.DataFrame:
             missing, [c for c in q.columns if not str(c).startswith(META_PREFIX) and c not in (REASON_COLUMN, "raw")]
         ]
         raw[missing] = [
-            json.dumps({k: v for k, v in r.items() if not _is_missing(v)}, default=str)
+            json.dumps({k: v for k, v in r.items() if not is_missing(v)}, default=str)
             for r in payload.to_dict("records")
         ]
     return pd.DataFrame(

@@ -411,10 +411,11 @@ def test_batch_tailored_suites_split_rows_as_the_whole_suites_do(contract, monke
     kind (``typed_columns``): the split and the reasons are those of the suites that check every
     column's types, on a batch holding every kind of bad row."""
     import rlops.data_contracts.validation as validation
+    from rlops.data_contracts.conversion import normalize
 
     rows = [good_row(i) for i in range(6)] + [set_path(good_row(10 + i), b[1], b[2]) for i, b in enumerate(BAD_ROWS)]
     df = frame(rows)
-    raw = validation.normalize(df.reset_index(drop=True), contract)
+    raw = normalize(df.reset_index(drop=True), contract)
     typed = validation.typed_columns(raw, contract)
     assert "state.user_profile.income" in typed and "trace_id" in typed  # a float column, a text one
     assert "step" not in typed and "action_mask" not in typed  # "three" and 2**70; a list of odd items
