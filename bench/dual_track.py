@@ -79,8 +79,8 @@ def greedy(policy: Any) -> Callable[[Any], torch.Tensor]:
 def ppo(
     pack: Any, timesteps: int, seed: int, num_envs: int, source: Any = None, model: Any = None, init: Any = None
 ) -> Any:
+    from rlops.common.ppo_config import PPOConfig
     from rlops.model.ppo import train
-    from rlops.model.ppo_config import PPOConfig
     from rlops.model.reward_source import apply_reward_source
 
     cfg = PPOConfig.from_params(

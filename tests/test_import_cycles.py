@@ -200,3 +200,45 @@ def test_the_base_packages_import_no_step() -> None:
     offenders = {m: sorted(t for t in ts if t.startswith(above)) for m, ts in graph.items() if m.startswith(base)}
     offenders = {m: ts for m, ts in offenders.items() if ts}
     assert not offenders, f"base modules that import a step or above: {offenders}"
+
+
+def imported_names(path: Path, name: str) -> set[str]:
+    """Every module name ``path`` (module ``name``) imports, at any depth, ``if TYPE_CHECKING:``
+    included (a type-only import is a dependency of the source all the same); relative imports
+    resolved, ``from a import b`` counted as ``a.b``."""
+    is_pkg = path.name == "__init__.py"
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".") if is_pkg else name.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return out
+
+
+def test_the_layer_check_sees_every_kind_of_import(tmp_path: Path) -> None:
+    pkg = tmp_path / PACKAGE / "common"
+    pkg.mkdir(parents=True)
+    (pkg / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import rlops.model.x\n"
+        "def f():\n    from ..model import y\n"
+    )
+    assert imported_names(pkg / "a.py", "rlops.common.a") >= {"rlops.model.x", "rlops.model.y"}
+
+
+def test_the_common_layer_imports_no_model() -> None:
+    """``rlops.common`` is the base layer every package builds on, the learners of ``rlops.model``
+    included: no module of it imports ``rlops.model``, in a function or for types only either (the
+    config records the params model is generated from are pure settings and live in ``rlops.common``)."""
+    offenders = {
+        name: sorted(t for t in imported_names(path, name) if t == "rlops.model" or t.startswith("rlops.model."))
+        for name, path in module_files().items()
+        if name == "rlops.common" or name.startswith("rlops.common.")
+    }
+    offenders = {m: ts for m, ts in offenders.items() if ts}
+    assert not offenders, f"modules of rlops.common that import rlops.model: {offenders}"

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
+from rlops.common.offpolicy_config import OffPolicyConfig
 from rlops.common.params_base import Block, block_from_dataclass
-from rlops.model.offpolicy_config import OffPolicyConfig
-from rlops.model.ppo_config import PPOConfig
-from rlops.model.reward_model_config import RewardModelConfig
+from rlops.common.ppo_config import PPOConfig
+from rlops.common.reward_model_config import RewardModelConfig
 
 #: The most environment steps a training budget may name: 10^10 is days of a large machine; beyond
 #: it a budget is a typo (10^30 would run for ever, and overflows the counters it feeds).
@@ -28,7 +28,7 @@ else:
         "OffpolicyParams",
         OffPolicyConfig,
         bounds={"weight_clip": (0, None), "epochs": (1, None), "batch_size": (1, None)},
-        doc="Learning from logged traffic (rlops/model/offpolicy_config.py: OffPolicyConfig), `train.source: logs`.",
+        doc="Learning from logged traffic (rlops/common/offpolicy_config.py: OffPolicyConfig), `train.source: logs`.",
     )
 
 
@@ -117,7 +117,7 @@ else:
             "gamma": "derived from the pack's horizon",
             "num_minibatches": "derived from the batch size",
         },
-        doc="Masked PPO hyperparameters (rlops/model/ppo_config.py: PPOConfig); `train:` keys with the same "
+        doc="Masked PPO hyperparameters (rlops/common/ppo_config.py: PPOConfig); `train:` keys with the same "
         "names override them for the training step.",
     )
 

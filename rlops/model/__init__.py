@@ -2,7 +2,7 @@
 
 * :mod:`rlops.model.policy` — the actor-critic policy network (MLP + attention over the action history,
   the action mask as input and on the logits), serving export and save/load;
-* :mod:`rlops.model.ppo` / :mod:`rlops.model.ppo_config` — masked PPO on a batched sandbox environment
+* :mod:`rlops.model.ppo` (settings: :mod:`rlops.common.ppo_config`) — masked PPO on a batched sandbox environment
   (``train(cfg, env, tracker) -> TrainResult``), its rollout storage and update batch
   (:mod:`rlops.model.rollout`), with checkpoints (:mod:`rlops.model.checkpoint`) and the EWC /
   action-smoothing regularisers (:mod:`rlops.model.ewc`);

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from rlops.common.metrics_sink import MetricsSink, NullSink
-from rlops.model.offpolicy_config import ESTIMATORS, OffPolicyConfig
+from rlops.common.offpolicy_config import ESTIMATORS, OffPolicyConfig
 from rlops.model.policy import EXP_FLOOR, PolicyConfig, PolicyNetwork, masked_entropy
 
 __all__ = [

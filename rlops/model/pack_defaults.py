@@ -18,7 +18,7 @@ actions. From them:
   the pack, so a payoff settled at the end still reaches the decision that caused it.
 
 Everything else (normalisation, reward scaling, entropy schedule, early stopping) is the same
-default on every pack (:class:`~rlops.model.ppo_config.PPOConfig`).
+default on every pack (:class:`~rlops.common.ppo_config.PPOConfig`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlops.model.ppo_config import PPOConfig
+from rlops.common.ppo_config import PPOConfig
 
 MIN_BATCH = 8_192
 BATCH_PER_ACTION = 1_024

@@ -34,15 +34,16 @@ from torch import Tensor
 from torch.profiler import record_function  # labelled regions for `rlops profile`; free without a profiler
 
 from rlops.common.metrics_sink import MetricsSink, NullSink
+from rlops.common.ppo_config import PPOConfig
 from rlops.common.progress import progress_bar
 from rlops.common.seeding import seed_everything
 from rlops.common.threads import set_torch_threads
 from rlops.model import ppo_grad
+from rlops.model.device import resolve_device
 from rlops.model.early_stop import EvalPlateau, StagnationMonitor
 from rlops.model.ewc import EWCPenalty
 from rlops.model.normalize import ReturnScaler
 from rlops.model.policy import PolicyConfig, PolicyNetwork, gumbel_sample, load_policy, masked_entropy
-from rlops.model.ppo_config import PPOConfig, resolve_device
 from rlops.model.rollout import RolloutBatch, RolloutBuffers
 from rlops.model.training_hooks import (
     RewardSwitch,

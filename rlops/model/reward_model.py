@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rlops.model.reward_model_config import RewardModelConfig
+from rlops.common.reward_model_config import RewardModelConfig
 
 WEIGHTS_FILE = "reward_model.pt"
 CONFIG_FILE = "reward_model.json"

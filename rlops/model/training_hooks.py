@@ -18,12 +18,13 @@ import torch
 from torch import Tensor
 
 from rlops.common.metrics_sink import MetricsSink
+from rlops.common.ppo_config import PPOConfig
 from rlops.model.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from rlops.model.device import resolve_device
 from rlops.model.early_stop import EvalPlateau, StagnationMonitor
 from rlops.model.ewc import EWCPenalty, make_ewc, smoothing_kl
 from rlops.model.normalize import ReturnScaler
 from rlops.model.policy import PolicyNetwork
-from rlops.model.ppo_config import PPOConfig, resolve_device
 from rlops.model.rollout import RolloutBatch
 
 log = logging.getLogger("rlops.model.ppo")  # the loop's own logger: messages read as PPO's

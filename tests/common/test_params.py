@@ -10,7 +10,7 @@ import yaml
 from rlops.common.config import REPO_ROOT, load_params, resolve_params
 from rlops.common.params_model import Params
 from rlops.common.params_sources import ParamsError
-from rlops.model.ppo_config import PPOConfig
+from rlops.common.ppo_config import PPOConfig
 
 PROJECT = (REPO_ROOT / "params.yaml").read_text()
 

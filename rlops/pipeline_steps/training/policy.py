@@ -15,7 +15,7 @@
   ``calibration_version``, ``data_version``, ``parent_champion``, ``mode``, ``timesteps``,
   ``train_seconds`` (and ``run_key``, ``train_fingerprint``).
 
-Settings: the ``ppo:`` block (``rlops.model.ppo_config.PPOConfig``), overridden by keys of the
+Settings: the ``ppo:`` block (``rlops.common.ppo_config.PPOConfig``), overridden by keys of the
 ``train:`` block with the same names, then by arguments. The other ``train:`` keys are this
 step's own (see ``params.yaml``); ``train.threads`` sets the torch thread count
 (:mod:`rlops.common.threads`), recorded as the run's ``threads`` param and in the result.
@@ -39,11 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 from rlops.common.arguments import MAX_TIMESTEPS, choice, count
 from rlops.common.config import resolve_local
+from rlops.common.ppo_config import PPOConfig
 from rlops.common.threads import resolve_threads
 from rlops.model.checkpoint import latest_checkpoint, list_checkpoints
+from rlops.model.device import resolve_device
 from rlops.model.pack_defaults import derive_defaults
 from rlops.model.ppo import train
-from rlops.model.ppo_config import PPOConfig, resolve_device
 from rlops.model.reward_source import apply_reward_source, model_only
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, log_dataset_inputs, parquet_dataset

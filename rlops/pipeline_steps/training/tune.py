@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlops.model.device import resolve_device
 from rlops.model.ppo import train
-from rlops.model.ppo_config import resolve_device
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.training.policy import ppo_config
 from rlops.registry import tags as T

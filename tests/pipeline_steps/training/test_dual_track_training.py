@@ -165,7 +165,7 @@ def test_warm_start_imitates_human_labels_too(
 ) -> None:
     """Labels from the queue feed the policy, not only the reward model: with no relabelled traces,
     the warm start clones the labelled actions."""
-    from rlops.model.ppo_config import PPOConfig
+    from rlops.common.ppo_config import PPOConfig
     from rlops.pipeline_steps.labels.select import queue_items
     from rlops.pipeline_steps.labels.step import store_for
     from rlops.pipeline_steps.training.dual_track import warm_start

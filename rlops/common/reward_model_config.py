@@ -1,7 +1,7 @@
 """Shape and training settings of the reward model (:mod:`rlops.model.reward_model`).
 
-Kept apart from the model so the params schema (:mod:`rlops.common.params_model`, which generates
-the ``reward_model:`` block from these fields) reads it without importing torch.
+Kept apart from the model (no torch import) so the params schema (:mod:`rlops.common.params_training`,
+which generates the ``reward_model:`` block from these fields) reads it in the base layer.
 """
 
 from __future__ import annotations

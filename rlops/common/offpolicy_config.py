@@ -1,8 +1,8 @@
 """Settings of :func:`rlops.model.offpolicy.train`: learning a policy from logged bandit feedback.
 
-Kept apart from the learner (no torch import), as :mod:`rlops.model.ppo_config` is: the params
-block ``train.offpolicy`` is generated from these fields, so each default and description lives
-here only."""
+Kept apart from the learner (no torch import), as :mod:`rlops.common.ppo_config` is: the params
+block ``train.offpolicy`` (:mod:`rlops.common.params_training`) is generated from these fields, so
+each default and description lives here only."""
 
 from __future__ import annotations
 

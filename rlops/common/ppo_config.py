@@ -1,12 +1,13 @@
-"""Hyperparameters and run settings of :func:`rlops.model.ppo.train`."""
+"""Hyperparameters and run settings of :func:`rlops.model.ppo.train`.
+
+Pure configuration (no torch import), so the params model (:mod:`rlops.common.params_training`)
+reads it in the base layer; the device it names is resolved by :func:`rlops.model.device.resolve_device`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # torch is imported where a device is resolved: the params model reads this class
-    import torch
+from typing import Any
 
 
 @dataclass
@@ -14,7 +15,7 @@ class PPOConfig:
     """Masked PPO settings. The defaults are the same for every pack; what depends on a pack (env
     count, rollout length, minibatches, γ) is derived from its horizon and action count by
     :func:`rlops.model.pack_defaults.derive_defaults`. The ``ppo:`` block of params.yaml is generated
-    from these fields (:mod:`rlops.common.params_model`), so each default and description lives here only."""
+    from these fields (:mod:`rlops.common.params_training`), so each default and description lives here only."""
 
     # ---- budget and rollout
     total_timesteps: int = 1_000_000
@@ -145,16 +146,4 @@ class PPOConfig:
         return d
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` → CUDA when available, else CPU; an explicit ``cuda`` without CUDA is an error."""
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("PPOConfig.device is 'cuda' but no CUDA device is available; use 'auto' or 'cpu'")
-    return dev
-
-
-__all__ = ["PPOConfig", "resolve_device"]
+__all__ = ["PPOConfig"]
