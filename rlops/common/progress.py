@@ -5,6 +5,10 @@ file or pipe, and in Airflow task logs (where each redraw becomes a log line). W
 task runner logs everything a task writes to stderr at ERROR: a bar, or MLflow's INFO lines from
 its own stderr handler, would read as errors there. So bars draw only on a terminal, and outside
 one MLflow's loggers go through logging, where a record keeps its level.
+
+This base module imports no library of a layer above it: the layer that uses a library names the
+stream that library's own handlers write to (:func:`register_library_stream`; ``rlops.registry``
+names MLflow's when it is imported).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
@@ -24,6 +29,9 @@ QUIET_LOGGERS = {"great_expectations._docs_decorators": logging.WARNING}
 
 AIRFLOW_ENV = "AIRFLOW_CTX_DAG_ID"
 """Set by Airflow in the environment of every running task."""
+
+_library_streams: list[Callable[[], object]] = []
+_routed = False  # route_library_output took the handlers off: a stream registered later is at once
 
 
 def show_progress(as_json: bool = False, stream: TextIO | None = None) -> bool:
@@ -46,12 +54,24 @@ def progress_bar(enabled: bool, **kwargs: Any) -> tqdm[Any]:
     return tqdm(file=stream, disable=not (enabled and show_progress(stream=stream)), **kwargs)
 
 
+def register_library_stream(stream_of: Callable[[], object]) -> None:
+    """Have :func:`route_library_output` take off the loggers' handlers that write to the stream
+    ``stream_of`` returns (a library's own stderr stream; calling it imports the library, which
+    installs its handlers). Registered after the output was routed, it is routed at once."""
+    if stream_of in _library_streams:
+        return
+    _library_streams.append(stream_of)
+    if _routed:
+        _release_handlers(stream_of())
+
+
 def route_library_output() -> None:
     """Outside a terminal (an Airflow task, a pipe), with logging configured (Airflow's task runner
     does), MLflow's loggers lose their own stderr handler and propagate, so their records reach the
     task log at their own level; MLflow's artifact progress bars are turned off. Idempotent;
     nothing changes for a person at a terminal, nor where no logging is configured (MLflow's
     handler is then the only place its warnings show)."""
+    global _routed
     if show_progress():
         return
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -61,13 +81,19 @@ def route_library_output() -> None:
         logging.getLogger(name).setLevel(level)
     if not logging.getLogger().handlers:
         return
-    # Importing MLflow installs its handlers; they are taken off right after, whatever was first.
-    from mlflow.utils.logging_utils import MLFLOW_LOGGING_STREAM
+    _routed = True
+    for stream_of in _library_streams:
+        _release_handlers(stream_of())
 
+
+def _release_handlers(stream: object) -> None:
+    """Loggers with a handler writing to ``stream`` lose it and propagate (the library's handlers
+    are installed by its import, which ``stream``'s lookup made: they are taken off whatever was
+    first)."""
     for logger in list(logging.Logger.manager.loggerDict.values()):
         if not isinstance(logger, logging.Logger):
             continue  # a placeholder of a dotted name no one asked for yet
-        own = [h for h in logger.handlers if getattr(h, "stream", None) is MLFLOW_LOGGING_STREAM]
+        own = [h for h in logger.handlers if getattr(h, "stream", None) is stream]
         if own:
             for handler in own:
                 logger.removeHandler(handler)

@@ -112,3 +112,27 @@ def test_a_task_log_carries_no_library_bookkeeping(tmp_path: object) -> None:
     lines = (out.stdout + out.stderr).splitlines()
     assert not [x for x in lines if "Skipping registering function" in x], len(lines)
     assert "suppress true" in lines
+
+
+def test_a_library_stream_registered_after_the_routing_is_routed_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The base layer names no library: the registry registers MLflow's stream when it is first
+    imported, which may come after a task routed its output."""
+    from rlops.common import progress
+
+    stream = io.StringIO()
+    own, logger = logging.StreamHandler(stream), logging.getLogger("rlops.tests.a_library")
+    logger.addHandler(own)
+    monkeypatch.setattr(logger, "propagate", False)
+    monkeypatch.setattr(progress, "_library_streams", [])
+    monkeypatch.setattr(progress, "_routed", False)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [logging.NullHandler()])  # logging is configured
+    monkeypatch.setenv(AIRFLOW_ENV, "trace_capture__credit_approval")
+    for name in ("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"):
+        monkeypatch.setenv(name, os.environ.get(name, "true"))
+    try:
+        progress.route_library_output()
+        assert own in logger.handlers  # no one named its stream yet
+        progress.register_library_stream(lambda: stream)
+        assert own not in logger.handlers and logger.propagate
+    finally:
+        logger.removeHandler(own)

@@ -45,10 +45,11 @@ from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.capture.summary import CaptureSummary
 from rlops.pipeline_steps.capture.trace_sources import mlflow_source, otlp_source
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.datasets import log_dataset_inputs, parquet_dataset
+from rlops.pipeline_steps.infra.datasets import parquet_dataset
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.infra.policy_loader import serving_trace_policy
 from rlops.registry import tags as T
+from rlops.registry.datasets import log_dataset_inputs
 from rlops.sandbox.profiles import default_profile
 from rlops.sandbox.traces import rollout_traces
 from rlops.trace_store.store import (

@@ -17,8 +17,9 @@ truncated export) gives one row per root span, holding its attributes, which the
 quarantines with the reason. A span that cannot be read (no attribute list, an attribute without
 a key) is quarantined alone.
 
-* :func:`mlflow_source` — traces of an experiment in a time window, through the MLflow client, page
-  by page; an experiment that does not exist is an error, never "0 rows";
+* :func:`mlflow_source` — traces of an experiment in a time window, read page by page by
+  :func:`rlops.registry.traces.experiment_traces`; an experiment that does not exist is an error,
+  never "0 rows";
 * :func:`otlp_source` — an OTLP/JSON export file (``{"resourceSpans": [...]}``, one document per
   file or one per line, as the OpenTelemetry collector's file exporter writes), streamed: spans are
   decoded one at a time, so memory stays bounded however many spans the file holds.
@@ -36,6 +37,7 @@ from rlops.common.errors import UserError
 from rlops.pipeline_steps.capture.core import CaptureSource, SourceLine
 from rlops.pipeline_steps.capture.json_stream import TOO_DEEP, JsonStream, TooDeep
 from rlops.pipeline_steps.capture.span_mapping import DecisionSpans
+from rlops.registry.traces import NoSuchExperiment, experiment_traces
 
 if TYPE_CHECKING:
     from rlops.storage.backend import Storage
@@ -86,43 +88,25 @@ def mlflow_source(
 ) -> CaptureSource:
     """The decisions of ``experiment``'s traces started in ``[start, end)``. Raises
     :class:`~rlops.common.errors.UserError` when the experiment does not exist."""
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        names = sorted(e.name for e in client.search_experiments(max_results=50))
+    try:
+        traces = experiment_traces(
+            tracking_uri, experiment, int(start.timestamp() * 1000), int(end.timestamp() * 1000), page_size
+        )
+    except NoSuchExperiment as exc:
         raise UserError(
             f"capture --from-mlflow: MLflow at {tracking_uri} has no experiment {experiment!r} "
-            f"(capture.mlflow_experiment, default: the scenario's name); expected one of {names}"
-        )
+            f"(capture.mlflow_experiment, default: the scenario's name); expected one of {exc.known}"
+        ) from None
     source = CaptureSource(f"mlflow:{experiment}", iter(()))
-    filt = (
-        f"attributes.timestamp_ms >= {int(start.timestamp() * 1000)} AND "
-        f"attributes.timestamp_ms < {int(end.timestamp() * 1000)}"
-    )
 
     def items() -> Iterator[SourceLine]:
-        token = None
-        while True:
-            page = client.search_traces(
-                locations=[exp.experiment_id],
-                filter_string=filt,
-                max_results=page_size,
-                page_token=token,
-                order_by=["timestamp_ms ASC"],
-            )
-            for trace in page:
-                where = f"mlflow:{experiment}/{trace.info.trace_id}"
-                spans = [(s.name, s.parent_id, dict(s.attributes or {})) for s in trace.data.spans]
-                decisions = [s for s in spans if _is_decision(s[0], s[2])]
-                rows = decisions or [s for s in spans if s[1] is None]
-                source.spans_skipped += len(spans) - len(rows)
-                for i, (_, _, attrs) in enumerate(rows, start=1):
-                    yield _span_line(attrs, where, i)
-            token = page.token
-            if not token:
-                return
+        for trace in traces:
+            where = f"mlflow:{experiment}/{trace.trace_id}"
+            decisions = [s for s in trace.spans if _is_decision(s.name, s.attributes)]
+            rows = decisions or [s for s in trace.spans if s.parent_id is None]
+            source.spans_skipped += len(trace.spans) - len(rows)
+            for i, span in enumerate(rows, start=1):
+                yield _span_line(span.attributes, where, i)
 
     source.items = items()
     return source

@@ -55,9 +55,10 @@ from rlops.pipeline_steps.drift.field_fits import (
 )
 from rlops.pipeline_steps.drift.mixture import drop_fields, fit_mixture, mixture_features, segment_population
 from rlops.pipeline_steps.drift.outcome_fit import fit_outcomes, fit_reward_scales, outcome_components
-from rlops.pipeline_steps.infra.datasets import CALIBRATION, log_dataset_inputs, parquet_dataset
+from rlops.pipeline_steps.infra.datasets import CALIBRATION, parquet_dataset
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.registry import tags as T
+from rlops.registry.datasets import log_dataset_inputs
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.profiles import CALIBRATED, default_profile
 from rlops.trace_store.states import action_codes, error_flags

@@ -28,10 +28,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rlops.registry import tags as T
+from rlops.registry.runs import close_run, create_run, delete_run, end_run, get_run, search_runs, set_run_tag
 
 if TYPE_CHECKING:
-    from mlflow import MlflowClient
-
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.registry.client import Tracker
     from rlops.registry.run_handle import RunHandle
@@ -57,14 +56,10 @@ def find_pass_run(tracker: Tracker, scenario: str, run_key: str) -> str | None:
     """Run id of the pass's parent run (the oldest, should two exist), or None."""
     exp_id = tracker.experiment_id_for(scenario)
     filt = f"tags.`{T.PASS}` = 'true' and tags.`{T.RUN_KEY}` = '{_q(run_key)}'"
-
-    def search(c: MlflowClient) -> list[Any]:
-        return list(c.search_runs([exp_id], filter_string=filt, max_results=50, order_by=["attributes.start_time ASC"]))
-
-    runs = tracker._call(f"search pass run {run_key!r}", search)
+    runs = search_runs(tracker, exp_id, filt, max_results=50, order_by=["attributes.start_time ASC"])
     if not runs:
         return None
-    return str(min(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id)).info.run_id)
+    return min(runs, key=lambda r: (r.start_time or 0, r.run_id)).run_id
 
 
 def ensure_pass_run(tracker: Tracker, scenario: str, run_key: str, dag_run_id: str | None = None) -> str:
@@ -75,25 +70,21 @@ def ensure_pass_run(tracker: Tracker, scenario: str, run_key: str, dag_run_id: s
         run_tags = {T.PASS: "true", T.SCENARIO: scenario, T.RUN_KEY: run_key}
         if dag_run_id:
             run_tags[T.DAG_RUN_ID] = dag_run_id
-        created = tracker._call(
-            f"create pass run {run_key!r}",
-            lambda c: c.create_run(exp_id, run_name=pass_run_name(scenario, run_key), tags=run_tags),
-        )
-        mine = created.info.run_id
+        mine = create_run(tracker, exp_id, pass_run_name(scenario, run_key), run_tags)
         found = find_pass_run(tracker, scenario, run_key) or mine
         if found != mine:  # another process won the race: keep one parent per pass
-            tracker._call("delete duplicate pass run", lambda c: c.delete_run(mine))
+            delete_run(tracker, mine)
     elif dag_run_id:
-        tracker._call("tag pass run", lambda c: c.set_tag(found, T.DAG_RUN_ID, dag_run_id))
+        set_run_tag(tracker, found, T.DAG_RUN_ID, dag_run_id)
     return found
 
 
 def _close_parent(tracker: Tracker, parent: str, failed: bool, killed: bool = False) -> None:
     """The parent shows FAILED once any step failed, KILLED when its last step was killed,
     FINISHED otherwise (ended at the last step)."""
-    status = tracker._call("get pass run", lambda c: c.get_run(parent)).info.status
+    status = get_run(tracker, parent).status
     new = "FAILED" if status == "FAILED" or (failed and not killed) else ("KILLED" if killed else "FINISHED")
-    tracker._call("end pass run", lambda c: c.set_terminated(parent, status=new))
+    end_run(tracker, parent, new)
 
 
 def process_alive(pid: Any, host: Any = None, started_ms: int | None = None) -> bool:
@@ -136,22 +127,16 @@ def close_runs_of_dead_processes(tracker: Tracker, scenario: str, step: str) -> 
         f"tags.`{T.STEP}` = '{_q(step)}' and tags.`{T.SCENARIO}` = '{_q(scenario)}' and "
         f"tags.`{T.HOST}` = '{_q(host)}' and attributes.status = 'RUNNING'"
     )
-    runs = tracker._call("search runs of ended processes", lambda c: list(c.search_runs([exp_id], filter_string=where)))
     closed: list[str] = []
     parents: set[str] = set()
-    for r in runs:
-        pid = str(r.data.tags.get(T.PID) or "")
-        if not pid.isdigit() or int(pid) == os.getpid() or process_alive(pid, host, r.info.start_time):
+    for r in search_runs(tracker, exp_id, where):
+        pid = str(r.tags.get(T.PID) or "")
+        if not pid.isdigit() or int(pid) == os.getpid() or process_alive(pid, host, r.start_time):
             continue
-
-        def close(c: MlflowClient, run_id: str = r.info.run_id, pid: str = pid) -> None:
-            c.set_tag(run_id, T.CLOSED_BY, f"the next {step} run on {host}: process {pid} ended without closing it")
-            c.set_terminated(run_id, status="KILLED")
-
-        tracker._call("close run of an ended process", close)
-        closed.append(r.info.run_id)
-        if r.data.tags.get("mlflow.parentRunId"):
-            parents.add(str(r.data.tags["mlflow.parentRunId"]))
+        close_run(tracker, r.run_id, f"the next {step} run on {host}: process {pid} ended without closing it")
+        closed.append(r.run_id)
+        if r.tags.get("mlflow.parentRunId"):
+            parents.add(r.tags["mlflow.parentRunId"])
     for parent in parents:
         _close_orphaned_parent(tracker, exp_id, parent)
     return closed
@@ -159,10 +144,10 @@ def close_runs_of_dead_processes(tracker: Tracker, scenario: str, step: str) -> 
 
 def _close_orphaned_parent(tracker: Tracker, exp_id: str, parent: str) -> None:
     still = f"tags.`mlflow.parentRunId` = '{_q(parent)}' and attributes.status = 'RUNNING'"
-    if tracker._call("search running steps", lambda c: list(c.search_runs([exp_id], filter_string=still))):
+    if search_runs(tracker, exp_id, still):
         return
-    if tracker._call("get pass run", lambda c: c.get_run(parent)).info.status == "RUNNING":
-        tracker._call("end pass run", lambda c: c.set_terminated(parent, status="KILLED"))
+    if get_run(tracker, parent).status == "RUNNING":
+        end_run(tracker, parent, "KILLED")
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from rlops.agent_sdk.serving import choose_batch, exploration_probs
 from rlops.common.errors import UserError
 from rlops.common.policy_ref import PolicyRef
 from rlops.registry.client import CHAMPION, TrackingError
+from rlops.registry.versions import download_version_source
 from rlops.sandbox.segments import compile_segment
 
 if TYPE_CHECKING:
@@ -67,14 +68,7 @@ def download(ctx: StepContext, ref: PolicyRef, dst: Path) -> Path:
     from rlops.model.policy import CONFIG_FILE
 
     source = ctx.tracker.model_version_source(ref.model_name, str(ref.version))
-    target = dst / f"v{ref.version}"
-    if source.startswith("runs:/"):
-        run_id, _, path = source[len("runs:/") :].partition("/")
-        folder = ctx.tracker.download_artifacts(run_id, path, target)
-    else:
-        import mlflow.artifacts
-
-        folder = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(target)))
+    folder = download_version_source(ctx.tracker, source, dst / f"v{ref.version}")
     found = sorted(Path(folder).rglob(CONFIG_FILE)) if Path(folder).is_dir() else []
     if not found:
         raise UserError(

@@ -36,7 +36,7 @@ from rlops.common.errors import UserError
 from rlops.common.policy_ref import PolicyRef, canonical_policy
 from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.datasets import EVALUATION, calibration_dataset, log_dataset_inputs
+from rlops.pipeline_steps.infra.datasets import EVALUATION, calibration_dataset
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref, resolve
 from rlops.pipeline_steps.infra.policy_metrics import policy_metrics, segment_returns
@@ -59,6 +59,7 @@ from rlops.pipeline_steps.promotion.stages import segment_episodes
 from rlops.pipeline_steps.training.log_split import HoldOut
 from rlops.registry import tags as T
 from rlops.registry.client import CHAMPION, TrackingError, policy_model_name
+from rlops.registry.datasets import log_dataset_inputs
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.errors import ExprError
 from rlops.sandbox.expr import BOOL, compile_expr

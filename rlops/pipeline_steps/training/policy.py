@@ -47,7 +47,7 @@ from rlops.model.pack_defaults import derive_defaults
 from rlops.model.ppo import train
 from rlops.model.reward_source import apply_reward_source, model_only
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, log_dataset_inputs, parquet_dataset
+from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, parquet_dataset
 from rlops.pipeline_steps.infra.pass_run import ensure_pass_run, step_run
 from rlops.pipeline_steps.infra.signal_store import SignalReading
 from rlops.pipeline_steps.infra.signal_store import lineage as signal_lineage
@@ -62,6 +62,7 @@ from rlops.pipeline_steps.training.request import TrainRequest
 from rlops.pipeline_steps.training.summary import DryRunPlan, TrainedRun, TrainInputs, TrainSummary
 from rlops.registry import tags as T
 from rlops.registry.client import policy_model_name
+from rlops.registry.datasets import log_dataset_inputs
 from rlops.registry.descriptions import version_description
 from rlops.sandbox.profiles import default_profile
 

@@ -10,6 +10,7 @@ from rlops.model.early_stop import StagnationMonitor
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import process_alive as process_alive  # re-exported: its old home
 from rlops.registry import tags as T
+from rlops.registry.runs import get_run, metric_rows, search_runs
 
 STATUS_COLUMNS = (
     "episodic_return",
@@ -30,29 +31,20 @@ PLATEAU_WINDOW = 10
 def run_of_pid(ctx: StepContext, pid: int, host: str | None = None) -> str:
     """The RUNNING training run of this scenario started by process ``pid`` (on ``host``, default
     this machine); raises LookupError when there is none."""
-    from mlflow.entities import ViewType
-
     host = host or socket.gethostname()
     filt = (  # every step run carries its pid and host: the training's is the one asked for
         f"tags.`{T.STEP}` = '{T.TRAIN_POLICY}' and tags.`{T.PID}` = '{pid}' and tags.`{T.HOST}` = '{host}' "
         "and attributes.status = 'RUNNING'"
     )
-    runs = ctx.tracker._call(
-        f"find the run of pid {pid}",
-        lambda c: c.search_runs(
-            [ctx.tracker.experiment_id],
-            filt,
-            ViewType.ACTIVE_ONLY,
-            max_results=1,
-            order_by=["attributes.start_time DESC"],
-        ),
+    runs = search_runs(
+        ctx.tracker, ctx.tracker.experiment_id, filt, max_results=1, order_by=["attributes.start_time DESC"]
     )
     if not runs:
         raise LookupError(
             f"no training in progress with pid {pid} on {host} in experiment '{ctx.scenario}' "
             "(a finished run is read by its run id)"
         )
-    return str(runs[0].info.run_id)
+    return runs[0].run_id
 
 
 def plateau_of(returns: list[float], window: int = PLATEAU_WINDOW, tol: float = 0.01) -> tuple[bool, int]:
@@ -78,31 +70,22 @@ def train_status(
             raise ValueError("train status needs a run id or a process id (--pid)")
         run_id = run_of_pid(ctx, pid)
     window, tol = ctx.config.ppo.stagnation_window, ctx.config.ppo.stagnation_tol
-
-    def fetch(c: Any) -> dict[str, Any]:
-        run = c.get_run(run_id)
-        keys = sorted(run.data.metrics) if all_metrics else [k for k in STATUS_COLUMNS if k in run.data.metrics]
-        rows: dict[int, dict[str, float]] = {}
-        for key in keys:
-            for m in c.get_metric_history(run_id, key):
-                rows.setdefault(int(m.step), {})[key] = float(m.value)
-        status = run.info.status
-        if status == "RUNNING" and not process_alive(
-            run.data.tags.get(T.PID), run.data.tags.get(T.HOST), run.info.start_time
-        ):
-            # MLflow still says RUNNING, but the process that ran it is gone (killed): say so.
-            status = "KILLED"
-        return {
-            "run_id": run_id,
-            "status": status,
-            "mlflow_status": run.info.status,
-            "run_name": run.info.run_name,
-            "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
-            "columns": ["step", *keys],
-            "rows": [{"step": s, **rows[s]} for s in sorted(rows)],
-        }
-
-    res = ctx.tracker._call(f"read metrics of run {run_id}", fetch)
+    run = get_run(ctx.tracker, run_id)
+    keys = sorted(run.metrics) if all_metrics else [k for k in STATUS_COLUMNS if k in run.metrics]
+    rows = metric_rows(ctx.tracker, run_id, keys)
+    status = run.status
+    if status == "RUNNING" and not process_alive(run.tags.get(T.PID), run.tags.get(T.HOST), run.start_time):
+        # MLflow still says RUNNING, but the process that ran it is gone (killed): say so.
+        status = "KILLED"
+    res: dict[str, Any] = {
+        "run_id": run_id,
+        "status": status,
+        "mlflow_status": run.status,
+        "run_name": run.name,
+        "tags": {k: v for k, v in run.tags.items() if not k.startswith("mlflow.")},
+        "columns": ["step", *keys],
+        "rows": [{"step": s, **rows[s]} for s in sorted(rows)],
+    }
     returns = [r["episodic_return"] for r in res["rows"] if "episodic_return" in r]
     res["plateau"], res["iterations_without_improvement"] = plateau_of(returns, window, tol)
     res["plateau_window"], res["iterations"] = window, len(res["rows"])

@@ -84,8 +84,9 @@ def test_step_runs_of_one_pass_nest_under_one_parent(tmp_tracking: str, tmp_stor
 
 
 def test_partitions_and_calibrations_are_mlflow_datasets(tmp_tracking: str, tmp_storage_root: str) -> None:
-    from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, log_dataset_inputs, parquet_dataset
+    from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, parquet_dataset
     from rlops.pipeline_steps.infra.pass_run import step_run
+    from rlops.registry.datasets import log_dataset_inputs
 
     ctx = _ctx("20261130T0700")
     part = ctx.uri("traces", "scenario=credit_approval", "date=2026-11-30", "hour=07")
