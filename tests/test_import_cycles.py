@@ -202,6 +202,16 @@ def test_the_base_packages_import_no_step() -> None:
     assert not offenders, f"base modules that import a step or above: {offenders}"
 
 
+def test_only_the_command_line_imports_the_console() -> None:
+    """The console is the top layer: it reads the library's results; no library module imports it
+    (what both need lives in the library), only ``rlops console``'s command registration."""
+    graph = import_graph(module_files())
+    above = ("rlops.console", "rlops.commands")
+    offenders = {m: sorted(t for t in ts if t.startswith("rlops.console")) for m, ts in graph.items()}
+    offenders = {m: ts for m, ts in offenders.items() if ts and not m.startswith(above)}
+    assert not offenders, f"modules outside the console and the commands that import it: {offenders}"
+
+
 def imported_names(path: Path, name: str) -> set[str]:
     """Every module name ``path`` (module ``name``) imports, at any depth, ``if TYPE_CHECKING:``
     included (a type-only import is a dependency of the source all the same); relative imports

@@ -27,6 +27,7 @@ import pandas as pd
 from rlops.console import aggregates as agg
 from rlops.console.data import ProjectData
 from rlops.console.offpolicy import shadow_view
+from rlops.pipeline_steps.labels.select import cluster_names
 
 _MAP_MAX_FIT_ROWS = 200_000  # k-means is fitted on a sample of this many rows, then assigns every row
 _REPLAYS_KEPT = 256  # episode replays kept in memory per console (for the store's current digest)
@@ -148,7 +149,7 @@ class TraceViews:
         errors = self.data.error_flags(df["error"]) if "error" in df.columns else np.zeros(len(df), bool)
         nodes = agg.node_stats(df, labels, reward, rtg, comp_rtg, refs, errors)
         prefix = self.data.state_prefix()
-        names = agg.cluster_names(
+        names = cluster_names(
             [
                 (path, kind, df[prefix + path])
                 for path, kind, _ in self.data.state_fields(scenario)

@@ -4,7 +4,7 @@ The states both policies decided in on the held-out episodes, where more than on
 (a forced step decides nothing), are clustered as the console's
 decision map clusters trace rows (k-means over the encoded state features and legal-action mask,
 :func:`rlops.pipeline_steps.labels.select.cluster_states`; names from the dominant observed fields,
-:func:`rlops.console.aggregates.cluster_names`). Each policy then decides in *every* state of a
+:func:`rlops.pipeline_steps.labels.select.cluster_names`). Each policy then decides in *every* state of a
 cluster (its greedy action on the same observation), so a cluster's top action of the champion
 and of the what-if policy are compared on the same states.
 """
@@ -18,8 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from rlops.console.aggregates import cluster_names
-from rlops.pipeline_steps.labels.select import cluster_states
+from rlops.pipeline_steps.labels.select import cluster_names, cluster_states
 from rlops.sandbox.pack import Pack
 from rlops.whatif.episodes import Played
 
