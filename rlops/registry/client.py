@@ -13,6 +13,8 @@
 The tracking URI comes from params (``tracking.uri``, ``MLFLOW_TRACKING_URI``); nothing is set
 at import time and MLflow itself is imported only when a :class:`Tracker` is first used.
 Every MLflow failure surfaces as a :class:`TrackingError` naming the operation and the server.
+The MLflow client calls that read an absent model as empty or survive a concurrent creation are
+in :mod:`rlops.registry.mlflow_calls`.
 
 Training loops log through anything with ``log_metrics(metrics, step)`` and
 ``log_params(params)`` (:class:`MetricsTracker`): a :class:`RunHandle`, a :class:`NullTracker`
@@ -34,6 +36,7 @@ from rlops.common.params_model import Params, TrackingParams
 from rlops.common.params_sources import params_block
 from rlops.common.policy_ref import policy_model_name as policy_model_name  # re-exported: the registry names models
 from rlops.common.redact import redact
+from rlops.registry import mlflow_calls
 from rlops.registry import tags as K
 from rlops.registry.alias_records import record_tags, verified_version
 from rlops.registry.run_handle import RunHandle
@@ -92,7 +95,7 @@ class Tracker:
     ) -> None:
         self.tracking_uri = resolve_local(tracking_uri)
         self.scenario = scenario
-        self.artifact_root = _artifact_location(artifact_root, self.tracking_uri)
+        self.artifact_root = mlflow_calls.artifact_location(artifact_root, self.tracking_uri)
         self.http_max_retries = int(http_max_retries)
         self.http_timeout_s = int(http_timeout_s)
         self._client: MlflowClient | None = None
@@ -170,28 +173,10 @@ class Tracker:
     def experiment_id_for(self, scenario: str) -> str:
         """Id of the experiment named ``scenario``, created on first use."""
         if scenario not in self._experiments:
-
-            def get_or_create(c: MlflowClient) -> str:
-                exp = c.get_experiment_by_name(scenario)
-                if exp is not None:
-                    if K.EXPERIMENT_KIND not in exp.tags:  # made before rlops set it: open on training runs
-                        c.set_experiment_tag(exp.experiment_id, K.EXPERIMENT_KIND, K.EXPERIMENT_KIND_TRAINING)
-                    return str(exp.experiment_id)
-                try:
-                    return str(
-                        c.create_experiment(
-                            scenario,
-                            artifact_location=self.artifact_root,
-                            tags={K.EXPERIMENT_KIND: K.EXPERIMENT_KIND_TRAINING},
-                        )
-                    )
-                except Exception:  # noqa: BLE001 - another process created it concurrently
-                    exp = c.get_experiment_by_name(scenario)
-                    if exp is None:
-                        raise
-                    return str(exp.experiment_id)
-
-            self._experiments[scenario] = self._call(f"get/create experiment {scenario!r}", get_or_create)
+            self._experiments[scenario] = self._call(
+                f"get/create experiment {scenario!r}",
+                lambda c: mlflow_calls.get_or_create_experiment(c, scenario, self.artifact_root),
+            )
         return self._experiments[scenario]
 
     @property
@@ -235,7 +220,10 @@ class Tracker:
             raise ValueError(f"close_stale_runs: status {status!r}, expected KILLED or FAILED")
         exp_id = self.experiment_id_for(scenario or self.scenario)
         where = " and ".join(
-            [*(f"tags.`{k}` = '{_q(str(v))}'" for k, v in tags.items()), "attributes.status = 'RUNNING'"]
+            [
+                *(f"tags.`{k}` = '{mlflow_calls.quoted(str(v))}'" for k, v in tags.items()),
+                "attributes.status = 'RUNNING'",
+            ]
         )
         runs = self._call("search stale runs", lambda c: list(c.search_runs([exp_id], filter_string=where)))
         for r in runs:
@@ -267,23 +255,10 @@ class Tracker:
         """Register the run's artifact folder ``artifact_path`` as a new version of ``name``
         (the registered model is created if needed); returns the version number as a string."""
         str_tags = {k: str(v) for k, v in (tags or {}).items()}
-
-        def create(c: MlflowClient) -> str:
-            from mlflow.exceptions import MlflowException
-
-            try:
-                c.get_registered_model(name)
-            except MlflowException:
-                try:
-                    c.create_registered_model(name)
-                except MlflowException:  # created concurrently by another process
-                    c.get_registered_model(name)
-            mv = c.create_model_version(
-                name, source=f"runs:/{run_id}/{artifact_path}", run_id=run_id, tags=str_tags, description=description
-            )
-            return str(mv.version)
-
-        return self._call(f"register {name!r} from run {run_id}", create)
+        return self._call(
+            f"register {name!r} from run {run_id}",
+            lambda c: mlflow_calls.create_version(c, name, run_id, artifact_path, str_tags, description),
+        )
 
     def model_version_tags(self, name: str, version: str) -> dict[str, str]:
         mv = self._call(f"get {name!r} v{version}", lambda c: c.get_model_version(name, str(version)))
@@ -302,36 +277,13 @@ class Tracker:
 
     def find_version_by_tag(self, name: str, key: str, value: str) -> str | None:
         """Lowest version of ``name`` whose tag ``key`` equals ``value``, or None."""
-
-        def search(c: MlflowClient) -> list[Any]:
-            from mlflow.exceptions import MlflowException
-
-            try:
-                c.get_registered_model(name)
-            except MlflowException as exc:
-                if _not_found(exc):
-                    return []
-                raise
-            return list(c.search_model_versions(f"name = '{_q(name)}' and tags.`{key}` = '{_q(value)}'"))
-
-        found = self._call(f"search {name!r} by tag {key}", search)
+        found = self._call(f"search {name!r} by tag {key}", lambda c: mlflow_calls.versions_tagged(c, name, key, value))
         return str(min(int(mv.version) for mv in found)) if found else None
 
     # ------------------------------------------------------------------ aliases
     def get_alias(self, name: str, alias: str) -> str | None:
         """Version that ``alias`` points to, or None when the alias or the model is absent."""
-
-        def get(c: MlflowClient) -> str | None:
-            from mlflow.exceptions import MlflowException
-
-            try:
-                return str(c.get_model_version_by_alias(name, alias).version)
-            except MlflowException as exc:
-                if _not_found(exc):
-                    return None
-                raise
-
-        return self._call(f"get alias {alias!r} of {name!r}", get)
+        return self._call(f"get alias {alias!r} of {name!r}", lambda c: mlflow_calls.alias_version(c, name, alias))
 
     def set_alias(self, name: str, alias: str, version: str) -> None:
         """Point ``alias`` at ``version``. rlops' signed record of the move (registered-model tags
@@ -405,18 +357,7 @@ class Tracker:
 
     def model_tags(self, name: str) -> dict[str, str]:
         """Tags of the registered model ``name`` (empty when it does not exist)."""
-
-        def get(c: MlflowClient) -> dict[str, str]:
-            from mlflow.exceptions import MlflowException
-
-            try:
-                return dict(c.get_registered_model(name).tags)
-            except MlflowException as exc:
-                if _not_found(exc):
-                    return {}
-                raise
-
-        return self._call(f"get tags of {name!r}", get)
+        return self._call(f"get tags of {name!r}", lambda c: mlflow_calls.model_tags(c, name))
 
     def describe(self, name: str, version: str | None, text: str) -> None:
         """Set the description a user reads in the UI: of version ``version``, or of the
@@ -434,18 +375,7 @@ class Tracker:
 
     def aliases(self, name: str) -> dict[str, str]:
         """All aliases of ``name`` (alias → version); empty when the model does not exist."""
-
-        def get(c: MlflowClient) -> dict[str, str]:
-            from mlflow.exceptions import MlflowException
-
-            try:
-                return {k: str(v) for k, v in c.get_registered_model(name).aliases.items()}
-            except MlflowException as exc:
-                if _not_found(exc):
-                    return {}
-                raise
-
-        return self._call(f"get aliases of {name!r}", get)
+        return self._call(f"get aliases of {name!r}", lambda c: mlflow_calls.model_aliases(c, name))
 
     # ------------------------------------------------------------------ reward functions
     def register_reward_fn(
@@ -484,28 +414,6 @@ class Tracker:
         ) as run:
             run.log_artifact(src, artifact_path="reward_fn")
             return self.register_model(run.run_id, "reward_fn", name, tags=tags)
-
-
-def _artifact_location(root: str | None, tracking_uri: str) -> str | None:
-    """Artifact location for new experiments. A local folder only makes sense next to a
-    local backend; with an MLflow server the server's own (proxied) store is used instead."""
-    if not root:
-        return None
-    remote = tracking_uri.startswith(("http://", "https://", "databricks"))
-    if "://" in root or root.startswith("mlflow-artifacts:"):
-        return root
-    if remote:
-        return None
-    return Path(resolve_local(root)).as_uri()
-
-
-def _not_found(exc: Exception) -> bool:
-    code = str(getattr(exc, "error_code", ""))
-    return code == "RESOURCE_DOES_NOT_EXIST" or (code == "INVALID_PARAMETER_VALUE" and "not found" in str(exc).lower())
-
-
-def _q(value: str) -> str:
-    return value.replace("'", "\\'")
 
 
 def _short(exc: BaseException) -> str:
