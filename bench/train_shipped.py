@@ -2,7 +2,7 @@
 
 (a) shipped: the ``train_policy`` task of the ``retrain_full__<pack>`` DAG — the task function the
     DAG file defines (parsed by Airflow's ``DagBag``), given the conf the DAG's first task makes of
-    its Param defaults (``tasks.validate_conf``) — in a temporary project home with an embedded
+    its Param defaults (``run_conf.validate_conf``) — in a temporary project home with an embedded
     SQLite MLflow. Everything the task does is timed: settings (``train.threads`` resolved as in a
     task process), reward-function registration, per-iteration metrics, checkpoints, the held-out
     evaluation and the policy's registration. Its figure: steps trained / wall time of the call.
@@ -84,14 +84,14 @@ def shipped_task(pack: str) -> tuple[Any, dict[str, Any]]:
     from airflow.dag_processing.dagbag import DagBag
     from airflow.providers.standard.operators.python import PythonOperator
 
-    from rlops.pipeline_steps.orchestration import tasks
+    from rlops.pipeline_steps.orchestration import run_conf
 
     dag_id = f"retrain_full__{pack}"
     bag = DagBag(dag_folder=str(REPO / "dags" / "retrain_full.py"))
     if dag_id not in bag.dags:
         raise SystemExit(f"no DAG {dag_id}: {bag.import_errors or 'no such pack under scenarios/'}")
     dag = bag.dags[dag_id]
-    conf = tasks.validate_conf({**dag.params.dump(), "reward_fn": REWARD}, {}, interval_minutes=60)
+    conf = run_conf.validate_conf({**dag.params.dump(), "reward_fn": REWARD}, {}, interval_minutes=60)
     op = dag.get_task("train_policy")
     if not isinstance(op, PythonOperator):
         raise SystemExit(f"{dag_id}.train_policy is a {type(op).__name__}, not a Python task")

@@ -25,9 +25,9 @@ def build(pack: PackDagConfig):
     def drift_monitor():
         @task
         def validate_conf(**context) -> dict:
-            from rlops.pipeline_steps.orchestration import tasks
+            from rlops.pipeline_steps.orchestration import run_conf
 
-            return tasks.validate_conf(context["params"], context, interval_minutes=pack.interval_minutes(KIND))
+            return run_conf.validate_conf(context["params"], context, interval_minutes=pack.interval_minutes(KIND))
 
         @task
         def plan_slices(conf: dict) -> list[dict]:

@@ -10,7 +10,7 @@ back on the version (tags `rlops.promotion.*` and the gate summary in its descri
 Conf: `candidate`, `reward_fn`, `dry_run`.
 """
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 
 from rlops.pipeline_steps.orchestration.settings import PackDagConfig, dag_id, dag_settings, pack_dag_configs, pack_doc
 
@@ -18,27 +18,13 @@ KIND = "promote"
 
 
 def build(pack: PackDagConfig):
-    settings = dag_settings(pack, KIND)
-    settings["params"] = {
-        **settings["params"],
-        "candidate": Param(
-            "1",
-            type="string",
-            pattern=r"^(v?\d+|[A-Za-z0-9_.-]+-policy/v?\d+)$",
-            description="policy version to judge and promote (3 or <pack>-policy/3)",
-        ),
-        "requested_by": Param(
-            "airflow", type="string", description="who asked: mlflow-ui-alias, manual-champion, airflow"
-        ),
-    }
-
-    @dag(tags=pack.tags("promotion"), doc_md=pack_doc(__doc__, KIND, pack), **settings)
+    @dag(tags=pack.tags("promotion"), doc_md=pack_doc(__doc__, KIND, pack), **dag_settings(pack, KIND))
     def promote():
         @task
         def validate_conf(**context) -> dict:
-            from rlops.pipeline_steps.orchestration import tasks
+            from rlops.pipeline_steps.orchestration import run_conf
 
-            return tasks.validate_promotion_conf(context["params"], context)
+            return run_conf.validate_promotion_conf(context["params"], context)
 
         @task
         def evaluate_and_promote(conf: dict) -> dict:

@@ -35,9 +35,9 @@ def build(pack: PackDagConfig):
     def retrain_incremental():
         @task
         def validate_conf(**context) -> dict:
-            from rlops.pipeline_steps.orchestration import tasks
+            from rlops.pipeline_steps.orchestration import run_conf
 
-            return tasks.validate_conf(
+            return run_conf.validate_conf(
                 context["params"], context, interval_minutes=pack.interval_minutes(KIND), pools=(GPU_POOL,)
             )
 

@@ -16,26 +16,22 @@ its partition. A run that quarantines more than `capture.max_quarantine_share` o
 
 from airflow.sdk import dag, task
 
-from rlops.common import step_request
-from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.orchestration.settings import PackDagConfig, dag_id, dag_settings, pack_dag_configs, pack_doc
 
 KIND = "trace_capture"
 
 
 def build(pack: PackDagConfig):
-    settings = dag_settings(pack, KIND)
-    # simulate: null, not false, by default: a scheduled run passes no conf, and only null lets the
-    # params' capture.simulate_when_empty decide what an interval without landing files stores.
-    settings["params"] = {**settings["params"], **step_request.dag_params(CaptureRequest)}
-
-    @dag(tags=pack.tags("data"), doc_md=pack_doc(__doc__, KIND, pack), **settings)
+    # The capture request's simulate Param is null, not false, by default: a scheduled run passes no
+    # conf, and only null lets the params' capture.simulate_when_empty decide what an interval
+    # without landing files stores.
+    @dag(tags=pack.tags("data"), doc_md=pack_doc(__doc__, KIND, pack), **dag_settings(pack, KIND))
     def trace_capture():
         @task
         def validate_conf(**context) -> dict:
-            from rlops.pipeline_steps.orchestration import tasks
+            from rlops.pipeline_steps.orchestration import run_conf
 
-            return tasks.validate_conf(context["params"], context, interval_minutes=pack.interval_minutes(KIND))
+            return run_conf.validate_conf(context["params"], context, interval_minutes=pack.interval_minutes(KIND))
 
         @task
         def capture(conf: dict) -> dict:

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -293,3 +293,37 @@ def mlflow_server(tmp_path: Path, _mlflow_template_db: Path) -> Any:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture
+def swap_request(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[type, type], type]]:
+    """``swap(old, new)``: every rlops module, and every DAG's list of requests, sees the request
+    class ``new`` where it had ``old`` — as if a developer had added ``new``'s options to ``old``.
+    A module first imported during the test, which took ``new``, gets ``old`` back at the end."""
+    import sys
+
+    from rlops.pipeline_steps.orchestration import run_conf, settings
+
+    swapped: list[tuple[type, type]] = []
+
+    def rlops_modules() -> list[Any]:
+        return [m for n, m in list(sys.modules.items()) if n.startswith("rlops.") and m is not None]
+
+    def swap(old: type, new: type) -> type:
+        for module in rlops_modules():
+            for attr, value in list(vars(module).items()):
+                if value is old:
+                    monkeypatch.setattr(module, attr, new)
+        for kind, requests in settings.DAG_REQUESTS.items():
+            monkeypatch.setitem(settings.DAG_REQUESTS, kind, tuple(new if r is old else r for r in requests))
+        monkeypatch.setattr(run_conf, "_ALWAYS", tuple(new if r is old else r for r in run_conf._ALWAYS))
+        swapped.append((old, new))
+        return new
+
+    yield swap
+    monkeypatch.undo()
+    for old, new in swapped:
+        for module in rlops_modules():
+            for attr, value in list(vars(module).items()):
+                if value is new:
+                    setattr(module, attr, old)

@@ -45,6 +45,7 @@ class Option:
     minimum: float | None = None
     maximum: float | None = None
     pattern: str | None = None
+    max_length: int | None = None
     cli: bool = True
     dag: bool = True
     digest: bool = True
@@ -60,6 +61,8 @@ class Option:
             words = ", ".join(repr(c) for c in self.choices)
         elif self.pattern:
             words = f"a string matching {self.pattern}"
+        elif self.max_length is not None:
+            words = f"a text of at most {self.max_length} characters"
         else:
             words = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[self.kind]
             if self.minimum is not None:
@@ -82,7 +85,9 @@ class Option:
         ok = ok and (self.minimum is None or value >= self.minimum)
         ok = ok and (self.maximum is None or value <= self.maximum)
         ok = ok and (self.pattern is None or re.fullmatch(self.pattern, value) is not None)
-        return None if ok else f"{label} {value!r}: expected {self.expected(unset)}"
+        ok = ok and (self.max_length is None or len(value) <= self.max_length)
+        shown = f"{value[:80]!r}..." if isinstance(value, str) and len(value) > 80 else repr(value)
+        return None if ok else f"{label} {shown}: expected {self.expected(unset)}"
 
 
 def option(
@@ -93,6 +98,7 @@ def option(
     minimum: float | None = None,
     maximum: float | None = None,
     pattern: str | None = None,
+    max_length: int | None = None,
     cli: bool = True,
     dag: bool = True,
     digest: bool = True,
@@ -107,6 +113,7 @@ def option(
         "minimum": minimum,
         "maximum": maximum,
         "pattern": pattern,
+        "max_length": max_length,
         "cli": cli,
         "dag": dag,
         "digest": digest,
@@ -243,6 +250,8 @@ def dag_params(
                 schema[key] = getattr(o, key)
         if o.pattern is not None:  # JSON Schema searches; the option's pattern is the whole value
             schema["pattern"] = f"^(?:{o.pattern})$"
+        if o.max_length is not None:
+            schema["maxLength"] = o.max_length
         out[name] = Param(default, description=o.help, **schema)
     return out
 

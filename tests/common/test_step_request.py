@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,11 @@ class WarmupTrainRequest(TrainRequest):
 
 
 @pytest.fixture
-def warmup_request(monkeypatch: pytest.MonkeyPatch) -> type[TrainRequest]:
+def warmup_request(swap_request: Callable[[type, type], type]) -> type[TrainRequest]:
     """Every module that reads the training request sees the one with the new option."""
-    from rlops.commands import train as train_command
-    from rlops.pipeline_steps.orchestration import retrain_inputs, settings, tasks
+    import rlops.cli  # noqa: F401 - the command modules, loaded before the swap
 
-    for module in (train_command, settings, tasks, retrain_inputs):
-        monkeypatch.setattr(module, "TrainRequest", WarmupTrainRequest)
-    return WarmupTrainRequest
+    return swap_request(TrainRequest, WarmupTrainRequest)
 
 
 def test_a_new_option_reaches_the_flag_the_dag_param_the_conf_check_and_the_skip_digest(
@@ -46,7 +44,7 @@ def test_a_new_option_reaches_the_flag_the_dag_param_the_conf_check_and_the_skip
 ) -> None:
     from rlops.cli import build_parser
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.orchestration import retrain_inputs, tasks
+    from rlops.pipeline_steps.orchestration import retrain_inputs, run_conf
     from rlops.pipeline_steps.orchestration.settings import PackDagConfig, dag_params
 
     # the command line: a flag with its help and bounds, into the request
@@ -57,13 +55,13 @@ def test_a_new_option_reaches_the_flag_the_dag_param_the_conf_check_and_the_skip
             warmup_request, build_parser().parse_args(["train", "policy", "--warmup-fraction", "1.5"])
         )
     # the retrain DAG: a typed Param, and the conf check of a run triggered with a bad value
-    params = dag_params(PackDagConfig("credit_approval", "v1", 5000, 1000), training=True)
+    params = dag_params(PackDagConfig("credit_approval", "v1", 5000, 1000), "retrain_full")
     assert params["warmup_fraction"].schema == {"type": ["null", "number"], "minimum": 0, "maximum": 1}
     assert params["warmup_fraction"].description.startswith("share of the budget")
     good = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 5000, "mode": "full", "dry_run": True}
-    assert tasks.validate_conf({**good, "warmup_fraction": 0.25})["warmup_fraction"] == 0.25
+    assert run_conf.validate_conf({**good, "warmup_fraction": 0.25})["warmup_fraction"] == 0.25
     with pytest.raises(UserError, match="warmup_fraction 2"):
-        tasks.validate_conf({**good, "warmup_fraction": 2})
+        run_conf.validate_conf({**good, "warmup_fraction": 2})
     # the skip digest: a retrain asked for another warm-up is not the same retrain
     ctx = StepContext.create("credit_approval", "20260101T0000")
     a = retrain_inputs.retrain_inputs(ctx, "full", {**good, "warmup_fraction": 0.25})

@@ -98,7 +98,7 @@ def test_set_torch_threads_sets_the_intra_op_count() -> None:
 
 def test_every_dag_task_takes_its_share_of_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     """Not only PPO: the reward model, evaluation and stress tests of a task run on the same threads."""
-    from rlops.pipeline_steps.orchestration.tasks import no_retry_on_user_error
+    from rlops.pipeline_steps.orchestration.task_runtime import no_retry_on_user_error
 
     before = torch.get_num_threads()
     monkeypatch.setenv("AIRFLOW__CORE__PARALLELISM", "64")  # more tasks than this machine has CPUs

@@ -31,7 +31,8 @@ def test_a_bad_conf_fails_the_first_task_without_a_retry(airflow_db: str, rlops_
 def test_the_error_keeps_its_class_and_message_for_other_callers() -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
-    from rlops.pipeline_steps.orchestration.tasks import ConfError, validate_conf
+    from rlops.pipeline_steps.orchestration.run_conf import validate_conf
+    from rlops.pipeline_steps.orchestration.task_runtime import ConfError
 
     with pytest.raises(ConfError, match="reward_fn 'x'") as info:
         validate_conf(

@@ -115,7 +115,8 @@ def test_bad_conf_is_rejected_by_the_typed_params(dagbag, key: str, value: objec
 
 
 def test_conf_that_passes_types_but_not_the_project_fails_the_first_task() -> None:
-    from rlops.pipeline_steps.orchestration.tasks import ConfError, validate_conf
+    from rlops.pipeline_steps.orchestration.run_conf import validate_conf
+    from rlops.pipeline_steps.orchestration.task_runtime import ConfError
 
     good = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 5000, "mode": "full", "dry_run": True}
     assert validate_conf(good)["run_key"]

@@ -41,7 +41,8 @@ def test_a_run_without_conf_follows_simulate_when_empty(
 
 
 def test_simulate_stays_a_switch_or_null(rlops_home: Path) -> None:
-    from rlops.pipeline_steps.orchestration.tasks import ConfError, validate_conf
+    from rlops.pipeline_steps.orchestration.run_conf import validate_conf
+    from rlops.pipeline_steps.orchestration.task_runtime import ConfError
 
     base = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 5000, "mode": "full", "dry_run": False}
     assert validate_conf({**base, "simulate": None})["simulate"] is None

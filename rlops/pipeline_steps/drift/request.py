@@ -1,6 +1,7 @@
 """What a drift check is asked to do: the options of ``rlops drift check``, declared once (see
-:mod:`rlops.common.step_request`). The drift monitor DAG offers none of them: its check rolls the
-baseline params ``drift.baseline_episodes`` ask for."""
+:mod:`rlops.common.step_request`). The drift monitor DAG offers those not marked ``dag=False``
+(:data:`~rlops.pipeline_steps.orchestration.settings.DAG_REQUESTS`); ``episodes`` is the command's
+only: the DAG's check rolls the baseline params ``drift.baseline_episodes`` ask for."""
 
 from __future__ import annotations
 

@@ -32,7 +32,11 @@ from airflow.sdk import Param
 from rlops.common import config, step_request
 from rlops.common.config import pack_names, params_path
 from rlops.common.scenario_name import RULE, SCENARIO_NAME, identity_problem, shown
+from rlops.pipeline_steps.capture.request import CaptureRequest
+from rlops.pipeline_steps.drift.request import DriftCheckRequest
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.orchestration.run_request import RetrainRequest, RunRequest
+from rlops.pipeline_steps.promotion.request import PromoteRequest
 from rlops.pipeline_steps.training.request import RESOLVED_OPTIONS, TrainRequest
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.precheck import REWARD_FILE, check_reward_syntax, reward_files
@@ -321,51 +325,37 @@ def raise_pack_problems() -> None:
         )
 
 
-def dag_params(pack: PackDagConfig, mode: str = "full", training: bool = False) -> dict[str, Param]:
-    """The conf a pack's DAG accepts, validated by Airflow before a run is created; every default
-    from the pack's resolved params. ``training``: the retrain DAGs' own keys too (staging, the
-    reward source, a reward switch) — the others leave them out (fewer Params to serialize)."""
+#: The requests whose options each kind of DAG offers as Params, beyond the scenario, the
+#: :data:`~rlops.pipeline_steps.training.request.RESOLVED_OPTIONS` and :class:`RunRequest` every pack
+#: DAG offers: a new option of one of these requests reaches the DAG's Params and its conf check
+#: (:func:`rlops.pipeline_steps.orchestration.run_conf.validate_conf`) with no other edit.
+DAG_REQUESTS: dict[str, tuple[type, ...]] = {
+    "trace_capture": (CaptureRequest,),
+    "drift_monitor": (DriftCheckRequest,),
+    "label_queue": (),
+    "retrain_incremental": (RetrainRequest, TrainRequest),
+    "retrain_full": (RetrainRequest, TrainRequest),
+    "rollout": (),
+    "promote": (PromoteRequest,),
+}
+
+
+def dag_params(pack: PackDagConfig, kind: str, mode: str = "full") -> dict[str, Param]:
+    """The conf a pack's DAG of ``kind`` accepts, validated by Airflow before a run is created; every
+    default from the pack's resolved params, else the request's."""
     timesteps = pack.full_timesteps if mode == "full" else pack.incremental_timesteps
     resolved = {"mode": mode, "timesteps": timesteps, "reward_fn": pack.reward_fn}
-    common = {
+    params: dict[str, Param] = {
         "scenario": Param(
             pack.scenario, type="string", enum=[pack.scenario], description="the scenario pack this DAG belongs to"
         ),
         **step_request.dag_params(TrainRequest, resolved, only=RESOLVED_OPTIONS),
-        "dry_run": Param(False, type="boolean", description="report what would change, write nothing"),
+        **step_request.dag_params(RunRequest),
     }
-    if not training:
-        return common
-    retrain_only = [o.name for o in step_request.options(TrainRequest) if o.dag and o.name not in RESOLVED_OPTIONS]
-    return {
-        **common,
-        "staged": Param(
-            None,
-            type=["null", "boolean"],
-            description="promote a passing candidate as staged challenger (null: params rollout.staged, "
-            "rollout.staged_emergency for a retrain triggered by drift)",
-        ),
-        "run_key": Param(
-            None,
-            type=["null", "string"],
-            pattern=r"^\d{8}T\d{4}(-\d{1,5}m)?$",
-            description="the data interval this run owns, e.g. 20261130T0500 (null: the one its date says; "
-            "an emergency retrain gets the drift run's)",
-        ),
-        "reason": Param(
-            "schedule",
-            type="string",
-            maxLength=200,
-            description="why this run, in a word or your own (schedule, drift: an emergency retrain, manual, "
-            "or free text); kept with the run",
-        ),
-        "force": Param(
-            False,
-            type="boolean",
-            description="retrain even when the inputs equal the last retrain's (dags.skip_unchanged skips it)",
-        ),
-        **step_request.dag_params(TrainRequest, only=retrain_only),
-    }
+    for request in DAG_REQUESTS[kind]:
+        offered = [o.name for o in step_request.options(request) if o.dag and o.name not in params]
+        params.update(step_request.dag_params(request, only=offered))
+    return params
 
 
 def dag_settings(pack: PackDagConfig, kind: str, mode: str = "full") -> dict[str, Any]:
@@ -379,7 +369,7 @@ def dag_settings(pack: PackDagConfig, kind: str, mode: str = "full") -> dict[str
         "catchup": False,
         "max_active_runs": 1,
         "default_args": DEFAULT_ARGS,
-        "params": dag_params(pack, mode=mode, training=kind.startswith("retrain_")),
+        "params": dag_params(pack, kind, mode=mode),
     }
 
 

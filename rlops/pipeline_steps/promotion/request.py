@@ -1,7 +1,8 @@
 """What an evaluation is asked to do: the options of ``rlops model evaluate`` (and of ``rlops model
 promote``, which evaluates before it moves an alias), declared once (see
-:mod:`rlops.common.step_request`). The promote DAG's ``candidate`` is its own Param: it takes only
-a version (the webhook sends the version an alias pointed at), the command also takes an alias.
+:mod:`rlops.common.step_request`). The promote DAG's run is :class:`PromoteRequest`: its
+``candidate`` takes only a version (the webhook sends the version an alias pointed at), the
+command's ``--candidate`` also takes an alias.
 
 ``rlops model evaluate`` runs one of two requests: :class:`EvaluateRequest` (``--candidate``: the
 gated comparison with the champion) or :class:`OffPolicyRequest` (``--target``: any target's
@@ -30,6 +31,31 @@ class EvaluateRequest:
         dag=False,
         digest=False,
         help="held-out episodes (default: params evaluate.episodes)",
+    )
+
+
+#: A policy version as the promote DAG's conf names it: ``3``, ``v3`` or ``<pack>-policy/3``.
+VERSION_PATTERN = r"v?\d+|[A-Za-z0-9_.-]+-policy/v?\d+"
+
+
+@dataclass(frozen=True)
+class PromoteRequest:
+    """A gated promotion of one registered version, as the promote DAG is triggered with it (by the
+    webhook receiver when an alias is set in the MLflow UI, by a user, by the timeline)."""
+
+    candidate: str = option(
+        "1",
+        pattern=VERSION_PATTERN,
+        cli=False,  # the command's --candidate is the evaluation's, which also takes an alias
+        digest=False,
+        help="policy version to judge and promote (3 or <pack>-policy/3)",
+    )
+    requested_by: str = option(
+        "airflow",
+        max_length=200,
+        cli=False,
+        digest=False,
+        help="who asked: mlflow-ui-alias, manual-champion, airflow",
     )
 
 
@@ -73,4 +99,4 @@ class OffPolicyRequest:
     )
 
 
-__all__ = ["MAX_WINDOW_HOURS", "EvaluateRequest", "OffPolicyRequest"]
+__all__ = ["MAX_WINDOW_HOURS", "VERSION_PATTERN", "EvaluateRequest", "OffPolicyRequest", "PromoteRequest"]

@@ -77,7 +77,8 @@ def test_a_capture_that_quarantines_most_rows_fails_and_keeps_them(
     from rlops.common.errors import ExitCode, UserError
     from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
-    from rlops.pipeline_steps.orchestration.tasks import capture, validate_conf
+    from rlops.pipeline_steps.orchestration.run_conf import validate_conf
+    from rlops.pipeline_steps.orchestration.tasks import capture
 
     ctx = StepContext.create(SCENARIO, RUN_KEY)
     bad = [{**r, "action": "launch_rockets"} for r in records(rows)]  # an action the scenario lacks

@@ -54,7 +54,8 @@ def test_simulated_episodes_never_collide_and_reruns_reproduce() -> None:
 
 
 def test_no_simulated_traffic_unless_asked() -> None:
-    from rlops.pipeline_steps.orchestration.tasks import capture, validate_conf
+    from rlops.pipeline_steps.orchestration.run_conf import validate_conf
+    from rlops.pipeline_steps.orchestration.tasks import capture
 
     conf = validate_conf({"scenario": SCENARIO, "reward_fn": "v1", "timesteps": 1000, "mode": "full", "dry_run": False})
     res = capture({**conf, "run_key": "20261130T0500-15m"})

@@ -209,7 +209,7 @@ def test_webhook_signature_matches_mlflows() -> None:
 
 def test_promotion_dag_wiring() -> None:
     src = (REPO_ROOT / "dags" / "promote.py").read_text()
-    assert "tasks.promote_requested" in src and "tasks.validate_promotion_conf" in src
+    assert "tasks.promote_requested" in src and "run_conf.validate_promotion_conf" in src
 
 
 def test_cli_registration_of_the_webhook_commands() -> None:

@@ -81,11 +81,12 @@ def test_a_retrain_whose_candidate_an_earlier_run_of_its_interval_promoted_ends_
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.orchestration import tasks
     from rlops.pipeline_steps.orchestration.retrain_inputs import record_if_changed
+    from rlops.pipeline_steps.orchestration.run_conf import RunConf
 
     conf = {**CONF, "scenario": "credit_approval", "run_key": "20261201T0100"}
     ctx = StepContext.create("credit_approval", "20261201T0100")
     monkeypatch.setattr(type(ctx.tracker), "get_alias", lambda self, name, alias: {"champion": "7"}.get(alias))
-    monkeypatch.setattr(tasks, "_ctx", lambda conf: ctx)
+    monkeypatch.setattr(RunConf, "step_context", lambda self: ctx)
     promoted: list[str] = []
     monkeypatch.setattr("rlops.pipeline_steps.promotion.flow.promote", lambda *a, **k: promoted.append("called"))
     assert record_if_changed(ctx, "full", conf)  # the scheduled run's inputs: pending

@@ -71,7 +71,8 @@ def test_a_rejected_candidate_is_a_skipped_task_with_its_reason(
 
 
 def test_a_promotion_that_mlflow_broke_fails(airflow_db: str) -> None:
-    from rlops.pipeline_steps.orchestration.tasks import PromotionFailed, promotion_result
+    from rlops.pipeline_steps.orchestration.task_runtime import PromotionFailed
+    from rlops.pipeline_steps.orchestration.tasks import promotion_result
 
     out = PromotionOutcome(status=PromotionStatus.FAILED, scenario="credit_approval", reason="MLflow down",
                            dry_run=False, candidate="4")  # fmt: skip
@@ -113,7 +114,8 @@ def test_every_task_rides_out_a_two_minute_tracking_outage() -> None:
 
 
 def test_a_free_text_reason_is_kept_and_an_endless_one_refused(rlops_home: Path) -> None:
-    from rlops.pipeline_steps.orchestration.tasks import ConfError, validate_conf
+    from rlops.pipeline_steps.orchestration.run_conf import validate_conf
+    from rlops.pipeline_steps.orchestration.task_runtime import ConfError
 
     base = {"scenario": "credit_approval", "reward_fn": "v1", "timesteps": 5000, "mode": "full", "dry_run": False}
     assert validate_conf({**base, "reason": "after the pricing change"})["reason"] == "after the pricing change"

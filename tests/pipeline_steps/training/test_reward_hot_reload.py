@@ -145,7 +145,8 @@ def test_a_reward_file_added_mid_training_is_refused_cleanly(tmp_storage_root: s
 
 
 def test_dag_conf_schedules_the_switch() -> None:
-    from rlops.pipeline_steps.orchestration.tasks import ConfError, validate_conf
+    from rlops.pipeline_steps.orchestration.run_conf import validate_conf
+    from rlops.pipeline_steps.orchestration.task_runtime import ConfError
 
     good = {
         "scenario": "credit_approval",
