@@ -39,10 +39,11 @@ from rlops.common.errors import UserError
 from rlops.common.run_key import MAX_MINUTES, RunKey
 from rlops.data_contracts.contracts import contract_for
 from rlops.data_contracts.schema import STATE_PREFIX, Contract
-from rlops.pipeline_steps.capture.core import CaptureSource, SourceLine, defaulted_notes, write_capture
+from rlops.pipeline_steps.capture.core import defaulted_notes, write_capture
 from rlops.pipeline_steps.capture.input_checks import CaptureRejected, rejection
 from rlops.pipeline_steps.capture.log_mapping import PROPENSITY, LogMapping, check_local_file, shown
 from rlops.pipeline_steps.capture.request import ImportRequest
+from rlops.pipeline_steps.capture.source_lines import CaptureSource, SourceLine
 from rlops.pipeline_steps.capture.summary import CaptureSummary
 
 if TYPE_CHECKING:

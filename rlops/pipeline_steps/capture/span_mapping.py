@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlops.agent_sdk.mlflow_tracing import DECISION_ATTRIBUTE
-from rlops.pipeline_steps.capture.core import SourceLine
+from rlops.pipeline_steps.capture.source_lines import SourceLine
 
 OPENINFERENCE_KIND = "openinference.span.kind"
 TOOL_NAME = "tool.name"

@@ -2,7 +2,7 @@
 
 An agent instrumented with :class:`rlops.agent_sdk.mlflow_tracing.MlflowTraceExporter` emits every
 decision as an MLflow trace whose span ``decision`` carries the trace record as the attribute
-``rlops.record``. These readers turn such spans into :class:`~rlops.pipeline_steps.capture.core.SourceLine`
+``rlops.record``. These readers turn such spans into :class:`~rlops.pipeline_steps.capture.source_lines.SourceLine`
 items, the landing zone's text lines; writing is :func:`rlops.pipeline_steps.capture.core.write_capture`'s
 job alone, so the interval and duplicate checks, quarantine, the manifest and streaming hold for
 these sources exactly as for the landing zone.
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from rlops.agent_sdk.mlflow_tracing import RECORD_ATTRIBUTE
 from rlops.common.errors import UserError
-from rlops.pipeline_steps.capture.core import CaptureSource, SourceLine
 from rlops.pipeline_steps.capture.json_stream import TOO_DEEP, JsonStream, TooDeep
+from rlops.pipeline_steps.capture.source_lines import CaptureSource, SourceLine
 from rlops.pipeline_steps.capture.span_mapping import DecisionSpans
 from rlops.registry.traces import NoSuchExperiment, experiment_traces
 

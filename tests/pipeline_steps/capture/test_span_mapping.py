@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rlops.pipeline_steps.capture.core import CaptureSource
+from rlops.pipeline_steps.capture.source_lines import CaptureSource
 from rlops.pipeline_steps.capture.span_mapping import DECISION_ATTRIBUTE, DecisionSpans, missing_mapping_reason
 from rlops.pipeline_steps.capture.trace_sources import _OtlpSpans
 
