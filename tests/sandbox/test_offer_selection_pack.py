@@ -18,7 +18,7 @@ from rlops.model.pack_defaults import derive_defaults
 from rlops.model.policy import as_act_fn
 from rlops.model.ppo import train
 from rlops.model.reward_pairs import build_preference_pairs, exact_action_values
-from rlops.pipeline_steps.stress.checks import STRESS_PROFILE, perturbed_pack
+from rlops.pipeline_steps.stress.perturbation import STRESS_PROFILE, perturbed_pack
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.policies import evaluate_policy, load_oracle, probe_oracle, random_policy, rule_policy
 from rlops.sandbox.yaml_lines import load_yaml

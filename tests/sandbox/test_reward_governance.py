@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from rlops.common.config import REPO_ROOT
-from rlops.pipeline_steps.stress.step import StressConfig, report_dict, stress_reward_fn
+from rlops.pipeline_steps.stress.report import report_dict
+from rlops.pipeline_steps.stress.step import StressConfig, stress_reward_fn
 from rlops.sandbox.constraints import parse_constraints, transition_matrix
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.pack import Pack, load_pack

@@ -1,49 +1,44 @@
-"""The computations behind ``rlops stress``: edge states, reward checks and perturbed
-simulations. Pure functions of a loaded pack; no storage, no MLflow.
+"""The reward checks of ``rlops stress``: every action stepped on every edge state, and what the
+reward function made of it. Pure functions of a loaded pack; no storage, no MLflow.
 
-Edge states
-    A pool of reachable states (random and rule-engine rollouts) is overwritten field by field
-    with edge values: every range boundary, one step inside it, the midpoint, zero when in range,
-    ±6σ (or ±1e6) on an unbounded side, every enum value, both bools, every ``episode.*`` extreme.
-    The first rows change one field at a time, two rows are all-minimum and all-maximum corners,
-    the rest mix edges at random. Each action is then stepped on every state with
-    ``illegal_action="noop"`` (so masked actions are covered too), once in the pack's default
-    simulation and once in a harsh one (every action fails half the time, latency jitter up to
-    60 s), so the reward sees errors and extreme latencies as well. Delayed (``settle_on``)
-    components are settled on every step, so a NaN held back for later is still seen.
+Each action is stepped on every edge state (:mod:`rlops.pipeline_steps.stress.edge_states`) with
+``illegal_action="noop"`` (so masked actions are covered too), once in the pack's default
+simulation and once in a harsh one (every action fails half the time, latency jitter up to 60 s:
+:mod:`rlops.pipeline_steps.stress.perturbation`), so the reward sees errors and extreme latencies
+as well. Delayed (``settle_on``) components are settled on every step, so a NaN held back for
+later is still seen. A check fails on NaN, ±inf, ``|r|`` over the bound, a breakdown that does not
+sum to the total, and a component that raises.
 
 Gaming probes live in :mod:`rlops.pipeline_steps.stress.probes`.
 """
 
 from __future__ import annotations
 
-import copy
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict
 
 import torch
 
+from rlops.pipeline_steps.stress.edge_states import describe_state
+from rlops.pipeline_steps.stress.perturbation import STRESS_PROFILE, perturbed_pack
 from rlops.pipeline_steps.stress.probes import ProbeResult
-from rlops.sandbox.compile import CompiledScenario
 from rlops.sandbox.env import BatchedEnv, NoLegalActionError
-from rlops.sandbox.pack import Pack, apply_calibration
-from rlops.sandbox.policies import random_policy, rule_policy
-from rlops.sandbox.reward import RewardError, RewardFunction, RewardRuntime
-from rlops.sandbox.spec import FieldSpec, parse_scenario
-from rlops.sandbox.yaml_lines import load_yaml
+from rlops.sandbox.pack import Pack
+from rlops.sandbox.reward import RewardFunction
+from rlops.sandbox.reward_runtime import RewardError, RewardRuntime
 
 Tensor = torch.Tensor
 
 
 class HarshSimulation(TypedDict):
+    """The reward checks' second simulation: every action's error rate, and the latency jitter range (ms)."""
+
     error_rate: float
     jitter_ms: tuple[float, float]
 
 
 HARSH: HarshSimulation = {"error_rate": 0.5, "jitter_ms": (0.0, 60_000.0)}
-STRESS_PROFILE = "stress"
 
 
 # --------------------------------------------------------------------------- records
@@ -106,198 +101,6 @@ class RewardStress:
         return d
 
 
-# --------------------------------------------------------------------------- edge states
-def field_edges(f: FieldSpec) -> list[float]:
-    """Edge values of one field (enum codes, bools as 0/1)."""
-    if f.type == "enum":
-        return [float(i) for i in range(len(f.values))]
-    if f.type == "bool":
-        return [0.0, 1.0]
-    lo, hi = f.min, f.max
-    step = 1.0 if f.type == "int" else None
-    out: list[float] = []
-    if lo is not None and hi is not None:
-        d = step if step is not None and hi - lo >= 2 else (hi - lo) * 1e-3
-        out += [lo, lo + d, (lo + hi) / 2, hi - d, hi]
-    spread = _init_spread(f)
-    if lo is None:
-        out += [spread[0], -1e6]
-    else:
-        out.append(lo)
-    if hi is None:
-        out += [spread[1], 1e6]
-    else:
-        out.append(hi)
-    if (lo is None or lo < 0) and (hi is None or hi > 0):
-        out.append(0.0)
-    if f.type == "int":
-        out = [float(math.floor(v)) for v in out]
-    return sorted(set(out))
-
-
-def _init_spread(f: FieldSpec) -> tuple[float, float]:
-    p = f.init.params
-    if f.init.dist == "normal" and all(isinstance(p.get(k), (int, float)) for k in ("mean", "std")):
-        return float(p["mean"]) - 6 * float(p["std"]), float(p["mean"]) + 6 * float(p["std"])
-    if f.init.dist == "lognormal" and all(isinstance(p.get(k), (int, float)) for k in ("mean", "sigma")):
-        return math.exp(float(p["mean"]) - 6 * float(p["sigma"])), math.exp(float(p["mean"]) + 6 * float(p["sigma"]))
-    return -1e3, 1e3
-
-
-def episode_edges(scn: CompiledScenario) -> dict[str, list[float]]:
-    h, a = scn.spec.horizon, scn.n_actions
-    n_seg = max((len(p.population) for p in scn.spec.profiles.values()), default=0)
-    return {
-        "episode.step": [0.0, 1.0, h - 1.0],
-        "episode.elapsed_ms": [0.0, 1e3, 1e6],
-        "episode.last_action": [float(i) for i in range(a + 1)],
-        "episode.repeat_count": [0.0, 1.0, 2.0, float(h)],
-        "episode.error": [0.0, 1.0],
-        "episode.errors": [0.0, float(h)],
-        "episode.latency_ms": [0.0, 1e4],
-        "episode.segment": [float(i) for i in range(n_seg + 1)],
-    }
-
-
-def reachable_states(pack: Pack, fn: RewardFunction, n: int, seed: int) -> Tensor:
-    """States visited by random and rule-engine rollouts (every stage of an episode)."""
-    snaps = []
-    for k, policy in enumerate((random_policy(seed), rule_policy)):
-        env = BatchedEnv(pack.scenario, fn, num_envs=max(n // 2, 64), illegal_action="noop")
-        env.reset(seed + k * 1_000_003)
-        for _ in range(pack.scenario.spec.horizon):
-            snaps.append(env.S.clone())
-            try:
-                env.step(policy(env))
-            except (RewardError, NoLegalActionError):
-                break  # a broken reward is reported by the edge checks themselves
-    return torch.cat(snaps)
-
-
-def edge_states(
-    pack: Pack, fn: RewardFunction, n: int = 2048, seed: int = 0, mix_prob: float = 0.3
-) -> tuple[Tensor, dict[str, int]]:
-    """``n`` edge states ``S[n, C]`` and how many rows set each field to one of its edges."""
-    scn = pack.scenario
-    gen = torch.Generator().manual_seed(seed)
-    pool = reachable_states(pack, fn, n, seed)
-    S = pool[torch.randint(pool.shape[0], (n,), generator=gen)].clone()
-    edges = {f.path: field_edges(f) for f in scn.spec.fields}
-    edges.update(episode_edges(scn))
-    singles = [(scn.columns[p], v) for p, vals in edges.items() for v in vals]
-    if len(singles) + 2 > n:
-        raise ValueError(
-            f"stress.edge_states={n} is too small: the one-at-a-time edge rows alone need {len(singles) + 2}"
-        )
-    for i, (col, v) in enumerate(singles):
-        S[i, col] = v
-    row_min, row_max = len(singles), len(singles) + 1
-    for p, vals in edges.items():
-        if p.startswith("episode."):
-            continue
-        S[row_min, scn.columns[p]], S[row_max, scn.columns[p]] = vals[0], vals[-1]
-    start = len(singles) + 2
-    for p, vals in edges.items():
-        col = scn.columns[p]
-        pick = torch.rand(n - start, generator=gen) < mix_prob
-        vals_t = torch.tensor(vals, dtype=torch.float32)
-        choice = vals_t[torch.randint(len(vals), (n - start,), generator=gen)]
-        S[start:, col] = torch.where(pick, choice, S[start:, col])
-    S = scn.clamp(S)
-    counts = {
-        p: int(torch.isin(S[:, scn.columns[p]], torch.tensor(vals, dtype=torch.float32)).sum())
-        for p, vals in edges.items()
-    }
-    return S, counts
-
-
-def describe_state(pack: Pack, row: Tensor) -> dict[str, Any]:
-    """One state row as ``{field: value}`` with enum names and bools decoded."""
-    out: dict[str, Any] = {}
-    for path, col in pack.scenario.columns.items():
-        v = float(row[col])
-        f = pack.scenario.fields.get(path)
-        if f is not None and f.type == "enum":
-            out[path] = f.values[int(v)] if 0 <= int(v) < len(f.values) else v
-        elif (f is not None and f.type == "bool") or path == "episode.error":
-            out[path] = v > 0.5
-        else:
-            out[path] = round(v, 6)
-    return out
-
-
-# --------------------------------------------------------------------------- perturbed scenarios
-def scaled_error_rate(rate: float, k: float) -> float:
-    """An error rate ``k`` times as bad: each call fails as often as one of ``k`` calls in a row
-    would, ``1 − (1 − rate)^k`` — about ``k · rate`` for a rare error, never a certain one. (``k ·
-    rate`` capped at 1 turned five times a flaky API's 0.26 into an API that always fails: a
-    world no policy completes an episode in, which tells policies apart only by how they fail.)"""
-    return float(1.0 - (1.0 - min(max(rate, 0.0), 1.0)) ** k)
-
-
-def perturbed_pack(
-    pack: Pack,
-    base_profile: str | None = None,
-    latency: float = 1.0,
-    errors: float = 1.0,
-    segment: str | None = None,
-    action_error_rate: float | None = None,
-    jitter_ms: tuple[float, float] | None = None,
-) -> Pack:
-    """A copy of ``pack`` with a profile :data:`STRESS_PROFILE`: ``base_profile`` with action
-    latencies and jitter ×``latency``, error rates ×``errors`` (:func:`scaled_error_rate`), optionally every
-    episode in population segment ``segment``, every action's own error rate set to
-    ``action_error_rate`` and the jitter range replaced by ``jitter_ms``."""
-    doc = load_yaml(pack.path / "scenario.yaml")
-    if pack.calibration:
-        doc = apply_calibration(doc, pack.calibration)
-    doc = copy.deepcopy(doc)
-    base = base_profile or pack.scenario.spec.default_profile
-    if not doc.get("simulation"):  # no simulation block: the implicit empty "sandbox" profile
-        doc["simulation"] = {"profiles": {base: {}}}
-    profiles = doc["simulation"]["profiles"]
-    if base not in profiles:
-        raise ValueError(f"unknown simulation profile {base!r} (profiles of {pack.name}: {sorted(profiles)})")
-    for a in doc["actions"]:
-        lat = a.get("latency_ms")
-        if isinstance(lat, dict):
-            for k in ("mean", "std"):
-                if k in lat:
-                    lat[k] = float(lat[k]) * latency
-        elif lat is not None:
-            a["latency_ms"] = float(lat) * latency
-        rate = float(a.get("error_rate", 0.0)) if action_error_rate is None else action_error_rate
-        a["error_rate"] = rate if action_error_rate is not None else scaled_error_rate(rate, errors)
-    prof = copy.deepcopy(profiles[base])
-    jit = prof.get("latency_jitter_ms") or {"min": 0.0, "max": 0.0}
-    lo, hi = jitter_ms if jitter_ms is not None else (float(jit["min"]) * latency, float(jit["max"]) * latency)
-    prof["latency_jitter_ms"] = {"min": lo, "max": hi}
-    prof["action_latency_ms"] = {
-        name: {k: float(v) * latency for k, v in own.items()}
-        for name, own in (prof.get("action_latency_ms") or {}).items()
-    }
-    rates = prof.get("error_rates") or {}
-    prof["error_rates"] = {api: scaled_error_rate(float(r), errors) for api, r in rates.items()}
-    if segment is not None:
-        shift = _find_shift(profiles, segment)
-        if shift is None:
-            raise ValueError(f"unknown population segment {segment!r}: no profile of {pack.name} declares it")
-        shift = copy.deepcopy(shift)
-        shift["probability"] = 1.0
-        prof["population"] = [shift]
-    profiles[STRESS_PROFILE] = prof
-    scn = CompiledScenario(parse_scenario(doc, pack.scenario.file))
-    return Pack(pack.path, scn, pack.rules, pack.reward_fns, pack.params, pack.calibration)
-
-
-def _find_shift(profiles: Mapping[str, Any], name: str) -> Any:
-    for p in profiles.values():
-        for s in (p or {}).get("population") or []:
-            if s.get("name") == name:
-                return s
-    return None
-
-
 # --------------------------------------------------------------------------- reward checks
 class _SettleEveryStep(RewardRuntime):
     """Pays delayed components on every step, so the checks see every component's value."""
@@ -357,6 +160,13 @@ def _first_raising_row(pack: Pack, fn: RewardFunction, S: Tensor, action: int, p
         except RewardError:
             rows = half
     return int(rows[0])
+
+
+def reward_simulations(pack: Pack) -> list[tuple[str, Pack, str | None]]:
+    """``(name, pack, profile)`` of the simulations the reward checks run in: the pack's default
+    one, and the :data:`HARSH` one (under :data:`~rlops.pipeline_steps.stress.perturbation.STRESS_PROFILE`)."""
+    harsh = perturbed_pack(pack, action_error_rate=HARSH["error_rate"], jitter_ms=HARSH["jitter_ms"])
+    return [("nominal", pack, None), ("harsh", harsh, STRESS_PROFILE)]
 
 
 def check_reward(

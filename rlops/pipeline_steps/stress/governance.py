@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from rlops.pipeline_steps.stress.checks import Finding, _SettleEveryStep, describe_state
+from rlops.pipeline_steps.stress.checks import Finding, _SettleEveryStep
+from rlops.pipeline_steps.stress.edge_states import describe_state
 from rlops.sandbox.constraints import RuleConstraint, parse_constraints, transition_matrix
 from rlops.sandbox.env import BatchedEnv, NoLegalActionError
 from rlops.sandbox.pack import Pack

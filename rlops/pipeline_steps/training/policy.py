@@ -49,6 +49,7 @@ from rlops.model.reward_source import apply_reward_source, model_only
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, parquet_dataset
 from rlops.pipeline_steps.infra.pass_run import ensure_pass_run, step_run
+from rlops.pipeline_steps.infra.policy_loader import champion_policy
 from rlops.pipeline_steps.infra.signal_store import SignalReading
 from rlops.pipeline_steps.infra.signal_store import lineage as signal_lineage
 from rlops.pipeline_steps.training.candidate import evaluate_trained as _evaluate
@@ -280,8 +281,6 @@ def _starting_point(
 ) -> tuple[str, str, str | None, PolicyNetwork | None]:
     """``(mode actually used, note, parent champion version, warm-start network)``: an incremental
     run falls back to full when there is no champion or it has another observation layout."""
-    from rlops.pipeline_steps.infra.policy_loader import champion_policy
-
     parent: str | None = None
     init: PolicyNetwork | None = None
     if mode == "incremental":  # a dry run loads it too: its layout decides the mode

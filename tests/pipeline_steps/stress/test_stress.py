@@ -13,7 +13,8 @@ import torch
 
 from rlops.cli import main
 from rlops.common.config import REPO_ROOT
-from rlops.pipeline_steps.stress.checks import STRESS_PROFILE, edge_states, field_edges, perturbed_pack
+from rlops.pipeline_steps.stress.edge_states import edge_states, field_edges
+from rlops.pipeline_steps.stress.perturbation import STRESS_PROFILE, perturbed_pack
 from rlops.pipeline_steps.stress.step import StressConfig, stress_reward_fn
 from rlops.sandbox.pack import Pack, load_pack
 
@@ -133,7 +134,8 @@ def _register_random_policy(
 ) -> str:
     import dataclasses
 
-    from rlops.model.policy import PolicyConfig, PolicyNetwork, save_policy
+    from rlops.model.policy import PolicyConfig, PolicyNetwork
+    from rlops.model.policy_io import save_policy
     from rlops.registry.client import Tracker, policy_model_name
 
     torch.manual_seed(0)

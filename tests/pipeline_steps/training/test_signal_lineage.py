@@ -107,7 +107,8 @@ def test_a_signal_move_asks_for_a_retrain(tmp_tracking: str, tmp_storage_root: s
 
 def test_the_stress_test_covers_the_signal_range(tmp_storage_root: str) -> None:
     from rlops.common.params_promotion import StressConfig
-    from rlops.pipeline_steps.stress.step import report_dict, stress_reward_fn
+    from rlops.pipeline_steps.stress.report import report_dict
+    from rlops.pipeline_steps.stress.step import stress_reward_fn
     from rlops.sandbox.pack import load_pack
 
     pack = load_pack(Path(StepContext.create(SCENARIO).pack_dir), check_liveness=False)
