@@ -103,7 +103,7 @@ def ppo(
 def capture(pack: Any, policy: Any, oracle: Any, episodes: int, seed: int) -> pd.DataFrame:
     """Greedy traffic of ``policy`` as trace rows (with its entropy), plus the labeller's answer
     (``oracle_action``) for every row — computed once, batched, as the episodes run."""
-    from rlops.model.policy import masked_entropy
+    from rlops.model.masked_distributions import masked_entropy
     from rlops.sandbox.traces import rollout_traces
 
     answers: list[torch.Tensor] = []

@@ -23,7 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.loadavg import report as report_load  # noqa: E402
-from rlops.model.policy import PolicyConfig, PolicyNetwork, export_policy, load_exported  # noqa: E402
+from rlops.model.policy import PolicyConfig, PolicyNetwork  # noqa: E402
+from rlops.model.policy_io import export_policy, load_exported  # noqa: E402
 from rlops.sandbox.pack import load_pack  # noqa: E402
 
 PACK = Path(__file__).resolve().parent.parent / "scenarios" / "credit_approval"

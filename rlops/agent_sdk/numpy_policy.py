@@ -1,6 +1,6 @@
 """A trained policy served without torch: the network's forward pass in numpy.
 
-``rlops.model.policy.save_policy`` writes ``policy.npz`` (every weight and buffer of the network,
+``rlops.model.policy_io.save_policy`` writes ``policy.npz`` (every weight and buffer of the network,
 by its state-dict name) beside ``policy.pt`` and ``policy.json``; a registered version carries the
 folder as ``artifacts/policy/`` of its pyfunc model. :class:`NumpyPolicy` loads that folder and
 answers :meth:`NumpyPolicy.predict_obs` exactly as the pyfunc does (greedy action, masked
@@ -29,8 +29,8 @@ NUMPY_WEIGHTS_FILE = "policy.npz"
 PYFUNC_POLICY_DIR = ("artifacts", "policy")
 
 _EPS = 1e-8  # rlops.model.normalize.EPS
-_EXP_FLOOR = -87.0  # rlops.model.policy.EXP_FLOOR
-_MASKED = float(np.finfo(np.float32).min) / 2  # rlops.model.policy.mask_value(float32)
+_EXP_FLOOR = -87.0  # rlops.model.masked_distributions.EXP_FLOOR
+_MASKED = float(np.finfo(np.float32).min) / 2  # rlops.model.masked_distributions.mask_value(float32)
 
 
 class NumpyExportMissing(ValueError):
@@ -123,7 +123,7 @@ class NumpyPolicy:
         if not (d / NUMPY_WEIGHTS_FILE).is_file():
             raise NumpyExportMissing(
                 f"{d}: no {NUMPY_WEIGHTS_FILE} (a policy saved before numpy exports were written); serve it with "
-                "torch installed, or register it again (rlops.model.policy.save_policy writes the export)"
+                "torch installed, or register it again (rlops.model.policy_io.save_policy writes the export)"
             )
         doc = json.loads((d / CONFIG_FILE).read_text())
         with np.load(d / NUMPY_WEIGHTS_FILE, allow_pickle=False) as npz:

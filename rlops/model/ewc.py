@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from rlops.model.policy import PolicyNetwork, gumbel_sample, masked_log_probs
+from rlops.model.masked_distributions import gumbel_sample, masked_log_probs
+from rlops.model.policy import PolicyNetwork
 
 
 @dataclass

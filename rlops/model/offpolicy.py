@@ -36,7 +36,8 @@ from torch import Tensor, nn
 
 from rlops.common.metrics_sink import MetricsSink, NullSink
 from rlops.common.offpolicy_config import ESTIMATORS, OffPolicyConfig
-from rlops.model.policy import EXP_FLOOR, PolicyConfig, PolicyNetwork, masked_entropy
+from rlops.model.masked_distributions import EXP_FLOOR, masked_entropy
+from rlops.model.policy import PolicyConfig, PolicyNetwork
 
 __all__ = [
     "ESTIMATORS",
@@ -176,7 +177,7 @@ def fit_reward_model(
 # --------------------------------------------------------------------------- the objective
 def legal_probs(logp: Tensor, mask: Tensor) -> Tensor:
     """``π(a|s)`` from masked log-probabilities, exactly 0 on illegal actions; differentiable
-    (:func:`~rlops.model.policy.probs_of` works in place, for serving)."""
+    (:func:`~rlops.model.masked_distributions.probs_of` works in place, for serving)."""
     return torch.where(mask, logp.clamp_min(EXP_FLOOR).exp(), torch.zeros_like(logp))
 
 

@@ -11,39 +11,30 @@ The observation of a scenario is ``[features | action mask | last-k action codes
   policy's features;
 * optionally (``obs_norm``) standardises the state features with running statistics it holds as
   buffers, so a saved, served or exported policy normalises exactly as in training;
-* applies the mask to the logits with a large *finite* negative (never ``-inf``): a masked action
-  gets probability 0, log-probabilities stay finite, and a row with every action masked yields a
-  uniform distribution instead of NaN.
+* applies the mask to the logits with a large *finite* negative (never ``-inf``; see
+  :mod:`rlops.model.masked_distributions`): a masked action gets probability 0, log-probabilities
+  stay finite, and a row with every action masked yields a uniform distribution instead of NaN.
 
-Serving goes through :meth:`PolicyNetwork.act` (eager) or :func:`export_policy` (a ``torch.export``
-program with the same outputs); weights travel as ``policy.pt`` (state dict, loaded with
-``weights_only=True``) next to ``policy.json`` (the :class:`PolicyConfig`) and ``policy.npz`` (the
-same tensors as numpy arrays: what an agent without torch serves, see
-:mod:`rlops.agent_sdk.numpy_policy`).
+Serving goes through :meth:`PolicyNetwork.act` (eager) or :func:`rlops.model.policy_io.export_policy`
+(a ``torch.export`` program with the same outputs); :mod:`rlops.model.policy_io` saves and loads the
+weights. The network's cheaper CPU kernels are in :mod:`rlops.model.fast_ops`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
+from rlops.model.fast_ops import Tanh, softmax_rows, sum_by_code
+from rlops.model.masked_distributions import greedy_actions, gumbel_sample, masked_entropy, masked_log_probs, probs_of
 from rlops.model.normalize import RunningMeanStd
 
 log = logging.getLogger(__name__)
-
-WEIGHTS_FILE = "policy.pt"
-CONFIG_FILE = "policy.json"
-NUMPY_WEIGHTS_FILE = "policy.npz"
-"""The state dict as numpy arrays (``numpy.savez``, no pickles), for serving without torch."""
-_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -125,44 +116,6 @@ class PolicyConfig:
         )
 
 
-class _TanhFromSigmoid(torch.autograd.Function):
-    """``tanh(x) = 2·σ(2x) − 1`` forward, ``tanh``'s own backward ``g·(1 − y²)`` from the output."""
-
-    generate_vmap_rule = True  # per-sample gradients (EWC's Fisher) vmap over it
-
-    @staticmethod
-    def forward(x: Tensor) -> Tensor:
-        return torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Tensor], output: Tensor) -> None:
-        ctx.save_for_backward(output)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> Tensor:
-        (y,) = ctx.saved_tensors
-        grad_in: Tensor = torch.ops.aten.tanh_backward(grad, y)
-        return grad_in
-
-
-def fast_tanh(x: Tensor) -> Tensor:
-    """``tanh`` as ``2·σ(2x) − 1``: the same function to within 2e-7 (absolute, float32), about five
-    times cheaper on CPU, where ATen's ``tanh`` kernel costs more than the matrix product it follows
-    and dominated the cost of training a small policy."""
-    if torch.is_grad_enabled() and x.requires_grad:
-        y: Tensor = _TanhFromSigmoid.apply(x)  # type: ignore[no-untyped-call]  # torch leaves Function.apply untyped
-        return y
-    return torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
-
-
-class Tanh(nn.Module):
-    """The hidden activation ``tanh`` computed by :func:`fast_tanh` (no parameters: a saved policy's
-    weights load as they did with ``nn.Tanh``)."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return fast_tanh(x)
-
-
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": Tanh, "relu": nn.ReLU}
 
 
@@ -180,85 +133,6 @@ class ActOutput:
         return {k: v.tolist() for k, v in asdict(self).items()}
 
 
-# ---------------------------------------------------------------------------- masked distributions
-def mask_value(dtype: torch.dtype) -> float:
-    """The logit given to masked actions: very negative but finite, so no op produces NaN."""
-    return torch.finfo(dtype).min / 2
-
-
-def masked_logits(logits: Tensor, mask: Tensor) -> Tensor:
-    return logits.masked_fill(~mask, mask_value(logits.dtype))
-
-
-def softmax_rows(x: Tensor, log: bool = False) -> Tensor:
-    """(Log-)softmax of each row of ``x[N, C]`` for a handful of columns ``C``.
-
-    ATen's kernel over a short last dimension runs one row at a time; over dimension 0 of the
-    transposed view it vectorises across the rows: the same values (log-softmax bit for bit), about
-    seven times cheaper forward and four times backward for ``C`` ≈ 4–8 on CPU."""
-    if x.dim() != 2:
-        return torch.log_softmax(x, dim=-1) if log else torch.softmax(x, dim=-1)
-    xt = x.t()
-    return (torch.log_softmax(xt, dim=0) if log else torch.softmax(xt, dim=0)).t()
-
-
-def sum_by_code(values: Tensor, codes: Tensor, n_codes: int) -> Tensor:
-    """``out[i, c] = Σ_j values[i, j] · [codes[i, j] == c]``, ``[N, n_codes]``, for ``values`` and
-    ``codes`` of shape ``[N, k]``. A scatter-add on CPU; on an accelerator, whose scatter-add adds
-    atomically in no fixed order, a one-hot product, so a seeded run gives the same numbers."""
-    if values.device.type == "cpu":
-        return values.new_zeros(values.shape[0], n_codes).scatter_add_(1, codes, values)
-    one_hot = codes.unsqueeze(-1) == torch.arange(n_codes, device=codes.device)
-    return (values.unsqueeze(-1) * one_hot).sum(1)
-
-
-def masked_log_probs(logits: Tensor, mask: Tensor) -> Tensor:
-    """Log-probabilities over legal actions; masked entries are very negative (finite)."""
-    return softmax_rows(masked_logits(logits, mask), log=True)
-
-
-EXP_FLOOR = -87.0
-"""The lowest exponent :func:`probs_of` passes to ``exp``: ``exp(-87)`` ≈ 1.6e-38 is still a normal
-float32; below it the result underflows to a denormal or to 0."""
-
-
-def probs_of(logp: Tensor, mask: Tensor | None = None) -> Tensor:
-    """``exp(logp)`` of masked log-probabilities, with the masked entries exactly 0 when ``mask``
-    is given (without it they are ~1.6e-38: for callers that zero them anyway).
-
-    A masked entry's log-probability is ~-1.7e38, and ATen's CPU ``exp`` takes a slow path for
-    every input whose result underflows: a tensor with masked entries cost it 4–8 times as much
-    as one without. So the exponent is floored at :data:`EXP_FLOOR` first; a legal action's
-    probability is unchanged unless it is below 1.6e-38, where it reads as 1.6e-38."""
-    p = logp.clamp_min(EXP_FLOOR).exp_()
-    return p if mask is None else p.masked_fill_(~mask, 0.0)
-
-
-def greedy_actions(logp: Tensor) -> Tensor:
-    """The most likely action of each row of ``logp[N, A]`` (the first one on a tie).
-
-    :func:`softmax_rows` hands back a transposed view, and ``argmax`` over a strided last
-    dimension runs ~7 times slower than over a contiguous one: the copy costs less."""
-    return logp.contiguous().argmax(dim=-1)
-
-
-def masked_entropy(logp: Tensor, mask: Tensor, probs: Tensor | None = None) -> Tensor:
-    """Entropy of the distribution restricted to legal actions (masked terms contribute 0);
-    ``probs`` is :func:`probs_of` ``(logp)`` where the caller has it already."""
-    p = probs_of(logp) if probs is None else probs
-    return -torch.where(mask, p * logp, torch.zeros_like(logp)).sum(-1)
-
-
-def gumbel_sample(logp: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Sample one action per row by the Gumbel-max trick (cheaper than ``multinomial``)."""
-    u = torch.rand(logp.shape, generator=generator, device=logp.device, dtype=logp.dtype)
-    g = -torch.log(-torch.log(u.clamp_(1e-20, 1.0 - 1e-7)))
-    # g + logp in g's own (contiguous) memory: the same sums as logp + g, whose result would take
-    # logp's transposed layout and make the argmax ~7 times slower (see greedy_actions).
-    return g.add_(logp).argmax(dim=-1)
-
-
-# ---------------------------------------------------------------------------- network
 def _mlp(sizes: list[int], act: type[nn.Module], out_gain: float) -> nn.Sequential:
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
@@ -428,129 +302,10 @@ def as_act_fn(policy: PolicyNetwork, deterministic: bool = True, seed: int = 0) 
     return act
 
 
-# ---------------------------------------------------------------------------- serving export
-class ServingPolicy(nn.Module):
-    """Greedy serving head: ``obs[N, D] → (action, probs, logp, entropy, value)``; exportable."""
-
-    def __init__(self, policy: PolicyNetwork):
-        super().__init__()
-        self.policy = policy
-        self.n_features = policy.n_features
-        self.n_actions = policy.n_actions
-
-    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        mask = obs[:, self.n_features : self.n_features + self.n_actions] > 0.5
-        logp, value = self.policy(obs, mask)
-        action = greedy_actions(logp)
-        p = probs_of(logp, mask)
-        return action, p, logp.gather(1, action.unsqueeze(1)).squeeze(1), masked_entropy(logp, mask, p), value
-
-
-def export_policy(policy: PolicyNetwork, path: str | Path | None = None) -> torch.export.ExportedProgram:
-    """Export the greedy serving head with ``torch.export`` (CPU, eval mode, any batch size).
-
-    ``path`` (conventionally ``*.pt2``) receives the program via ``torch.export.save``; load it
-    back with :func:`load_exported`, which returns a callable module.
-    """
-    import copy
-
-    serving = ServingPolicy(copy.deepcopy(policy).cpu().eval())
-    example = torch.zeros(2, policy.config.obs_dim)
-    example[:, policy.n_features] = 1.0  # one legal action, like a real observation
-    batch = torch.export.Dim("batch", min=1, max=1 << 20)
-    program = torch.export.export(serving, (example,), dynamic_shapes={"obs": {0: batch}})
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        torch.export.save(program, str(path))
-    return program
-
-
-def load_exported(path: str | Path) -> nn.Module:
-    """Load a program written by :func:`export_policy`; call it as ``module(obs[N, D])``."""
-    return torch.export.load(str(path)).module()
-
-
-# ---------------------------------------------------------------------------- save / load
-@dataclass
-class SavedPolicy:
-    """Where :func:`save_policy` wrote a policy and what it holds."""
-
-    directory: Path
-    weights: Path
-    config: Path
-    n_parameters: int
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-def save_policy(policy: PolicyNetwork, directory: str | Path, metadata: dict[str, Any] | None = None) -> SavedPolicy:
-    """Write ``policy.pt`` (state dict), ``policy.npz`` (the same tensors for numpy serving) and
-    ``policy.json`` (config + metadata) into ``directory``."""
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu() for k, v in policy.state_dict().items()}
-    torch.save(state, d / WEIGHTS_FILE)
-    with (d / NUMPY_WEIGHTS_FILE).open("wb") as fh:
-        np.savez(fh, **{k: v.numpy() for k, v in state.items()})
-    doc = {
-        "format": _FORMAT,
-        "config": policy.config.to_dict(),
-        "n_parameters": policy.num_parameters(),
-        "metadata": metadata or {},
-    }
-    (d / CONFIG_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True))
-    return SavedPolicy(
-        directory=d,
-        weights=d / WEIGHTS_FILE,
-        config=d / CONFIG_FILE,
-        n_parameters=policy.num_parameters(),
-        metadata=metadata or {},
-    )
-
-
-def load_policy(directory: str | Path, device: str | torch.device = "cpu") -> PolicyNetwork:
-    """Load a policy written by :func:`save_policy` (tensors only: ``weights_only=True``)."""
-    d = Path(directory)
-    for f in (CONFIG_FILE, WEIGHTS_FILE):
-        if not (d / f).exists():
-            raise FileNotFoundError(f"{d / f}: missing; a saved policy folder holds {CONFIG_FILE} and {WEIGHTS_FILE}")
-    doc = json.loads((d / CONFIG_FILE).read_text())
-    if doc.get("format") != _FORMAT:
-        raise ValueError(f"{d / CONFIG_FILE}: policy format {doc.get('format')!r}, expected {_FORMAT}")
-    policy = PolicyNetwork(PolicyConfig.from_dict(doc["config"]))
-    policy.load_state_dict(torch.load(d / WEIGHTS_FILE, map_location="cpu", weights_only=True))
-    return policy.to(device)
-
-
-def policy_metadata(directory: str | Path) -> dict[str, Any]:
-    """The ``metadata`` block saved with a policy (reward-fn version, training budget, …)."""
-    metadata: dict[str, Any] = json.loads((Path(directory) / CONFIG_FILE).read_text()).get("metadata", {})
-    return metadata
-
-
 __all__ = [
     "PolicyConfig",
     "PolicyNetwork",
     "RoleHeads",
     "ActOutput",
-    "Tanh",
-    "fast_tanh",
     "as_act_fn",
-    "ServingPolicy",
-    "SavedPolicy",
-    "mask_value",
-    "masked_logits",
-    "softmax_rows",
-    "masked_log_probs",
-    "sum_by_code",
-    "masked_entropy",
-    "gumbel_sample",
-    "probs_of",
-    "greedy_actions",
-    "EXP_FLOOR",
-    "NUMPY_WEIGHTS_FILE",
-    "export_policy",
-    "load_exported",
-    "save_policy",
-    "load_policy",
-    "policy_metadata",
 ]

@@ -42,8 +42,10 @@ from rlops.model import ppo_grad
 from rlops.model.device import resolve_device
 from rlops.model.early_stop import EvalPlateau, StagnationMonitor
 from rlops.model.ewc import EWCPenalty
+from rlops.model.masked_distributions import gumbel_sample, masked_entropy
 from rlops.model.normalize import ReturnScaler
-from rlops.model.policy import PolicyConfig, PolicyNetwork, gumbel_sample, load_policy, masked_entropy
+from rlops.model.policy import PolicyConfig, PolicyNetwork
+from rlops.model.policy_io import load_policy
 from rlops.model.rollout import RolloutBatch, RolloutBuffers
 from rlops.model.training_hooks import (
     RewardSwitch,

@@ -23,7 +23,9 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function  # labelled regions for `rlops profile`
 
-from rlops.model.policy import PolicyNetwork, masked_log_probs, probs_of, softmax_rows, sum_by_code
+from rlops.model.fast_ops import softmax_rows, sum_by_code
+from rlops.model.masked_distributions import masked_log_probs, probs_of
+from rlops.model.policy import PolicyNetwork
 
 
 def supports(policy: PolicyNetwork, with_penalty: bool) -> bool:
@@ -57,7 +59,7 @@ def _mlp_forward(layers: list[torch.nn.Linear], x: Tensor) -> tuple[Tensor, list
     """Hidden activations (``tanh``) of each layer and the last layer's output."""
     acts = [x]
     for lin in layers[:-1]:
-        # tanh(u) = 2σ(2u) − 1, the same function as policy.fast_tanh
+        # tanh(u) = 2σ(2u) − 1, the same function as fast_ops.fast_tanh
         h = torch.addmm(lin.bias, acts[-1], lin.weight.t(), beta=2.0, alpha=2.0).sigmoid_().mul_(2.0).sub_(1.0)
         acts.append(h)
     out = torch.addmm(layers[-1].bias, acts[-1], layers[-1].weight.t())

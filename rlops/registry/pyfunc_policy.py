@@ -4,7 +4,7 @@ What a registered ``<scenario>-policy`` version holds (the folder ``policy_model
 
     MLmodel, requirements.txt, …          MLflow's model description and environment
     pyfunc_policy.py                       this file: the model code MLflow executes on load
-    artifacts/policy/policy.pt|.npz|.json  the network (``rlops.model.policy.save_policy``; ``.npz``: the
+    artifacts/policy/policy.pt|.npz|.json  the network (``rlops.model.policy_io.save_policy``; ``.npz``: the
                                            same weights for serving without torch, rlops.agent_sdk.numpy_policy)
     code/rlops/model/                      the ``rlops.model`` package (beside an empty ``rlops/__init__.py``),
                                            so a bare server can load it without rlops installed
@@ -45,7 +45,7 @@ import pandas as pd
 from mlflow.pyfunc.model import PythonModel
 
 import rlops.model as model_pkg
-from rlops.model.policy import CONFIG_FILE, load_policy
+from rlops.model.policy_io import CONFIG_FILE, load_policy
 
 POLICY_ARTIFACT = "policy"
 """Key (and folder under ``artifacts/``) of the saved network inside the pyfunc model."""
@@ -178,7 +178,7 @@ def _pins_known_satisfied() -> Iterator[None]:
 
 def _stage_model_package(staging: Path) -> Path:
     """A copy of ``rlops.model`` under an otherwise empty ``rlops`` package in ``staging``: what a
-    bare serving environment needs to import :mod:`rlops.model.policy` (nothing else of rlops)."""
+    bare serving environment needs to import :mod:`rlops.model.policy_io` (nothing else of rlops)."""
     root = staging / "rlops"
     shutil.copytree(
         Path(model_pkg.__file__).resolve().parent, root / "model", ignore=shutil.ignore_patterns("__pycache__")

@@ -35,7 +35,8 @@ from rlops.common.policy_ref import policy_model_name
 from rlops.common.progress import progress_bar
 from rlops.common.threads import set_torch_threads
 from rlops.model.pack_defaults import derive_defaults
-from rlops.model.policy import PolicyNetwork, load_policy, save_policy
+from rlops.model.policy import PolicyNetwork
+from rlops.model.policy_io import load_policy, save_policy
 from rlops.model.ppo import train
 from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
 from rlops.pipeline_steps.promotion.evaluate import segment_masks

@@ -16,7 +16,8 @@ import torch
 from rlops.agent_sdk.numpy_policy import NumpyExportMissing, NumpyPolicy
 from rlops.agent_sdk.policy_client import PolicyClient
 from rlops.common.errors import UserError
-from rlops.model.policy import WEIGHTS_FILE, PolicyConfig, PolicyNetwork, save_policy
+from rlops.model.policy import PolicyConfig, PolicyNetwork
+from rlops.model.policy_io import WEIGHTS_FILE, save_policy
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.registry.pyfunc_policy import POLICY_ARTIFACT
 from rlops.sandbox.pack import load_pack

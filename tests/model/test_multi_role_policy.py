@@ -13,16 +13,8 @@ import pytest
 import torch
 
 from rlops.common.config import REPO_ROOT
-from rlops.model.policy import (
-    PolicyConfig,
-    PolicyNetwork,
-    RoleHeads,
-    as_act_fn,
-    export_policy,
-    load_exported,
-    load_policy,
-    save_policy,
-)
+from rlops.model.policy import PolicyConfig, PolicyNetwork, RoleHeads, as_act_fn
+from rlops.model.policy_io import export_policy, load_exported, load_policy, save_policy
 from rlops.model.ppo import PPOConfig, train
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.policies import evaluate_policy, random_policy, rule_policy

@@ -9,23 +9,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlops.model.policy import (
-    PolicyConfig,
-    PolicyNetwork,
-    export_policy,
-    fast_tanh,
+from rlops.model.fast_ops import fast_tanh, softmax_rows, sum_by_code
+from rlops.model.masked_distributions import (
     greedy_actions,
     gumbel_sample,
-    load_exported,
-    load_policy,
     mask_value,
     masked_entropy,
     masked_log_probs,
     probs_of,
-    save_policy,
-    softmax_rows,
-    sum_by_code,
 )
+from rlops.model.policy import PolicyConfig, PolicyNetwork
+from rlops.model.policy_io import export_policy, load_exported, load_policy, save_policy
 
 F, A, K = 11, 128, 4
 

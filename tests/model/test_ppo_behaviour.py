@@ -13,7 +13,8 @@ import torch
 
 from rlops.common.config import REPO_ROOT
 from rlops.model.checkpoint import latest_checkpoint, list_checkpoints
-from rlops.model.policy import as_act_fn, save_policy
+from rlops.model.policy import as_act_fn
+from rlops.model.policy_io import save_policy
 from rlops.model.ppo import PPOConfig, RewardSwitch, train
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.policies import evaluate_policy, load_oracle, random_policy, rule_policy

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlops.model.policy import PolicyConfig, PolicyNetwork, masked_entropy
+from rlops.model.masked_distributions import masked_entropy
+from rlops.model.policy import PolicyConfig, PolicyNetwork
 from rlops.model.ppo import ppo_losses
 from rlops.model.ppo_grad import fixed_inputs, loss_and_grads, supports
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlops.model.ewc import smoothing_kl
-from rlops.model.policy import masked_log_probs
+from rlops.model.masked_distributions import masked_log_probs
 from rlops.model.ppo import StagnationMonitor, compute_gae, explained_variance, ppo_losses
 
 # One env, 8 steps: episode A = steps 0-2 (terminates at 2), episode B = steps 3-5 (truncated at 5,

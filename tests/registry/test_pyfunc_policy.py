@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlops.model.policy import PolicyConfig, PolicyNetwork, save_policy
+from rlops.model.policy import PolicyConfig, PolicyNetwork
+from rlops.model.policy_io import save_policy
 from rlops.registry import pyfunc_policy
 
 

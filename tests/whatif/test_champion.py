@@ -9,7 +9,8 @@ import torch
 
 from rlops.common.config import load_params
 from rlops.common.policy_ref import policy_model_name
-from rlops.model.policy import PolicyConfig, PolicyNetwork, save_policy
+from rlops.model.policy import PolicyConfig, PolicyNetwork
+from rlops.model.policy_io import save_policy
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.registry.client import Tracker
 from rlops.sandbox.pack import Pack

@@ -65,7 +65,7 @@ def resolve(ctx: StepContext, ref: str | int | PolicyRef) -> PolicyRef | None:
 
 def download(ctx: StepContext, ref: PolicyRef, dst: Path) -> Path:
     """The folder of a resolved registry version's network, downloaded under ``dst``."""
-    from rlops.model.policy import CONFIG_FILE
+    from rlops.model.policy_io import CONFIG_FILE
 
     source = ctx.tracker.model_version_source(ref.model_name, str(ref.version))
     folder = download_version_source(ctx.tracker, source, dst / f"v{ref.version}")
@@ -73,7 +73,7 @@ def download(ctx: StepContext, ref: PolicyRef, dst: Path) -> Path:
     if not found:
         raise UserError(
             f"{ref} (source {source}) holds no {CONFIG_FILE}; expected a folder written "
-            "by rlops.model.policy.save_policy"
+            "by rlops.model.policy_io.save_policy"
         )
     return found[0].parent
 
@@ -83,7 +83,7 @@ def load_policy_ref(
 ) -> LoadedPolicy | None:
     """The network behind ``ref`` (a local policy folder works too, for experiments), in eval
     mode; None when ``ref`` is an alias that is not set (e.g. no champion yet)."""
-    from rlops.model.policy import load_policy
+    from rlops.model.policy_io import load_policy
 
     local = Path(str(ref)) if not isinstance(ref, PolicyRef) else None
     if local is not None and local.is_dir():

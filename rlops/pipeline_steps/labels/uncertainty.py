@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from rlops.model.policy import masked_entropy
+from rlops.model.masked_distributions import masked_entropy
 from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
 from rlops.registry.client import CHAMPION, policy_model_name
 from rlops.registry.versions import latest_model_version

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlops.agent_sdk.policy_client import observation_columns
-from rlops.model.policy import save_policy
+from rlops.model.policy_io import save_policy
 from rlops.pipeline_steps.infra.policy_metrics import (
     latency_p99_ms,
     policy_metrics,

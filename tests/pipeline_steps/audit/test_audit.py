@@ -13,7 +13,8 @@ import torch
 
 from rlops.cli import main as rlops_main
 from rlops.common.config import REPO_ROOT, load_params
-from rlops.model.policy import PolicyConfig, PolicyNetwork, save_policy
+from rlops.model.policy import PolicyConfig, PolicyNetwork
+from rlops.model.policy_io import save_policy
 from rlops.pipeline_steps.audit.replay import replay
 from rlops.pipeline_steps.audit.report import audit, audit_clusters
 from rlops.pipeline_steps.infra.context import StepContext
@@ -44,7 +45,7 @@ def policy_dir(credit: Pack, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def network_policy(path: Path, seen: list[torch.Tensor] | None = None):
-    from rlops.model.policy import load_policy
+    from rlops.model.policy_io import load_policy
 
     net = load_policy(path)
     gen = torch.Generator().manual_seed(0)

@@ -134,7 +134,8 @@ def _register_random_policy(
 ) -> str:
     import dataclasses
 
-    from rlops.model.policy import PolicyConfig, PolicyNetwork, save_policy
+    from rlops.model.policy import PolicyConfig, PolicyNetwork
+    from rlops.model.policy_io import save_policy
     from rlops.registry.client import Tracker, policy_model_name
 
     torch.manual_seed(0)
