@@ -206,8 +206,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from rlops.common.config import load_params
     from rlops.sandbox.policies import random_policy, rule_policy
     from rlops.sandbox.profiles import default_profile
-    from rlops.sandbox.reward import RewardError
     from rlops.sandbox.reward_choice import choose_reward
+    from rlops.sandbox.reward_runtime import RewardError
     from rlops.sandbox.traces import rollout_traces
 
     _check_ranges(args)

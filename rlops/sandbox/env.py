@@ -19,15 +19,8 @@ import torch
 
 from rlops.sandbox.compile import CompiledScenario, ObsLayout
 from rlops.sandbox.expr_torch import standard_normal
-from rlops.sandbox.reward import (
-    ColumnLayout,
-    EnumColumn,
-    RewardFunction,
-    RewardHook,
-    RewardRuntime,
-    StateView,
-    Transition,
-)
+from rlops.sandbox.reward import ColumnLayout, EnumColumn, RewardFunction, StateView, Transition
+from rlops.sandbox.reward_runtime import RewardHook, RewardRuntime
 from rlops.sandbox.rng import StepRandom, column_weights, combine, seed_key, state_hash
 
 Tensor = torch.Tensor

@@ -25,7 +25,9 @@ from rlops.sandbox.outcome_params import OutcomeFieldError, apply_outcome_factor
 from rlops.sandbox.precheck import REWARD_FILE, load_params, load_rules, reward_files, scenario_file
 from rlops.sandbox.probe import probe_reward_fn
 from rlops.sandbox.profiles import CALIBRATED
-from rlops.sandbox.reward import RewardError, RewardFunction, load_reward_fn
+from rlops.sandbox.reward import RewardFunction
+from rlops.sandbox.reward_loading import load_reward_fn
+from rlops.sandbox.reward_runtime import RewardError
 from rlops.sandbox.reward_signals import SignalWeight
 from rlops.sandbox.spec import parse_scenario
 from rlops.sandbox.yaml_lines import load_yaml

@@ -18,7 +18,7 @@ import torch
 
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.pack import Pack
-from rlops.sandbox.reward import RewardError
+from rlops.sandbox.reward_runtime import RewardError
 
 Tensor = torch.Tensor
 #: A policy for tracing returns actions, or actions plus a dict of per-row ``logp``, ``entropy``,

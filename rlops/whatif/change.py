@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rlops.common.errors import UserError
-from rlops.sandbox.reward import RewardFunction, load_reward_fn
+from rlops.sandbox.reward import RewardFunction
+from rlops.sandbox.reward_loading import load_reward_fn
 from rlops.sandbox.reward_params import WEIGHT_RANGE, literal_number
 
 

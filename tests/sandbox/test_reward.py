@@ -16,7 +16,8 @@ from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.pack import Pack, load_pack
 from rlops.sandbox.policies import random_policy, rule_policy
-from rlops.sandbox.reward import RewardError, load_reward_fn, render_breakdown
+from rlops.sandbox.reward_loading import load_reward_fn
+from rlops.sandbox.reward_runtime import RewardError, render_breakdown
 from rlops.sandbox.traces import rollout_traces
 
 REPO = REPO_ROOT

@@ -11,7 +11,7 @@ import pytest
 from rlops.common.config import REPO_ROOT
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.pack import load_pack
-from rlops.sandbox.reward import load_reward_fn
+from rlops.sandbox.reward_loading import load_reward_fn
 from rlops.sandbox.reward_signals import SignalWeight
 
 CREDIT = REPO_ROOT / "scenarios" / "credit_approval"

@@ -19,7 +19,7 @@ from rlops.cli import main
 from rlops.common.config import REPO_ROOT
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.pack import load_pack
-from rlops.sandbox.reward import load_reward_fn
+from rlops.sandbox.reward_loading import load_reward_fn
 
 REPO = REPO_ROOT
 DESK = REPO / "scenarios" / "loan_desk"
