@@ -6,6 +6,8 @@ import argparse
 import sys
 
 from rlops.commands.common_args import add_common_args, as_user_error, context_from_args, print_json
+from rlops.common import step_request
+from rlops.pipeline_steps.labels.request import LabelQueueRequest
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -13,7 +15,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     verbs = p.add_subparsers(dest="labels_command", required=True, metavar="ACTION")
     r = verbs.add_parser("run", help="enqueue the latest states of high-entropy clusters")
     add_common_args(r)
-    r.add_argument("--traces", help="trace parquet file or folder (default: the scenario's trace store)")
+    step_request.add_arguments(r, LabelQueueRequest)
     e = verbs.add_parser("export", help="write pending items as Label Studio tasks")
     add_common_args(e)
     e.add_argument("--out", help="output URI of the tasks JSON")
@@ -31,7 +33,7 @@ def cmd_labels(args: argparse.Namespace) -> int:
     ctx = context_from_args(args)
     with as_user_error(f"labels {args.labels_command}"):
         if args.labels_command == "run":
-            result = label_queue_run(ctx, args.traces).as_dict()
+            result = label_queue_run(ctx, step_request.from_args(LabelQueueRequest, args)).as_dict()
         elif args.labels_command == "export":
             result = label_queue_export(ctx, args.out).as_dict()
         else:

@@ -17,6 +17,7 @@ from rlops.common.errors import UserError
 from rlops.common.step_request import option
 from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.drift.request import DriftCheckRequest
+from rlops.pipeline_steps.labels.request import LabelQueueRequest
 from rlops.pipeline_steps.promotion.request import EvaluateRequest, OffPolicyRequest
 from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.pipeline_steps.training.request import TrainRequest
@@ -138,6 +139,7 @@ COMMANDS = [
     (("drift", "check"), DriftCheckRequest, set(), {"--fail-on-drift"}),
     (("model", "evaluate"), (EvaluateRequest, OffPolicyRequest), set(), set()),
     (("model", "promote"), EvaluateRequest, set(), {"--staged"}),
+    (("labels", "run"), LabelQueueRequest, set(), set()),
 ]
 
 
@@ -213,6 +215,12 @@ HANDLERS = [
         ("rlops.commands.drift", "DriftCheckRequest"),
         ("rlops.pipeline_steps.drift.check", "drift_check"),
         {"episodes": 50},
+    ),
+    (
+        ["labels", "run", "--window-hours", "6", "--selection", "entropy"],
+        ("rlops.commands.labels", "LabelQueueRequest"),
+        ("rlops.pipeline_steps.labels.step", "label_queue_run"),
+        {"window_hours": 6.0, "selection": "entropy"},
     ),
     (
         ["model", "evaluate", "--candidate", "4", "--episodes", "50"],

@@ -50,6 +50,7 @@ from rlops.common.params_model import QueueConfig  # the typed ``label_queue:`` 
 from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.labels.disagreement import LabelledStates, select_disagreeing
 from rlops.pipeline_steps.labels.importing import LabelImport, import_export
+from rlops.pipeline_steps.labels.request import LabelQueueRequest
 from rlops.pipeline_steps.labels.select import (
     item_id,
     label_config,
@@ -239,15 +240,16 @@ class LabelQueueRun(StepResult):
         }
 
 
-def label_queue_run(ctx: StepContext, traces_uri: str | None = None) -> LabelQueueRun:
+def label_queue_run(ctx: StepContext, request: LabelQueueRequest | None = None) -> LabelQueueRun:
     """Enqueue the states worth labelling in the run key's window (policy entropy, or the reward
     ensemble's disagreement once labels are finished: see the module docstring)."""
     import pandas as pd
 
-    cfg = ctx.config.label_queue
+    request = request or LabelQueueRequest()
+    cfg = request.settings(ctx.config.label_queue)
     pack = ctx.load_pack()
     window = ctx.key.lookback(cfg.window_hours)
-    uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
+    uri = request.traces or ctx.traces.scenario_uri(ctx.scenario)
     read = window_rows(ctx, uri, window)
     raw = read.rows
     missing = {"episode_id", "step", "ts", "action", "action_mask"} - set(raw.columns)

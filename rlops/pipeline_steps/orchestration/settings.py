@@ -35,6 +35,7 @@ from rlops.common.scenario_name import RULE, SCENARIO_NAME, identity_problem, sh
 from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.drift.request import DriftCheckRequest
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.labels.request import LabelQueueRequest
 from rlops.pipeline_steps.orchestration.run_request import RetrainRequest, RunRequest
 from rlops.pipeline_steps.promotion.request import PromoteRequest
 from rlops.pipeline_steps.training.request import RESOLVED_OPTIONS, TrainRequest
@@ -332,7 +333,7 @@ def raise_pack_problems() -> None:
 DAG_REQUESTS: dict[str, tuple[type, ...]] = {
     "trace_capture": (CaptureRequest,),
     "drift_monitor": (DriftCheckRequest,),
-    "label_queue": (),
+    "label_queue": (LabelQueueRequest,),
     "retrain_incremental": (RetrainRequest, TrainRequest),
     "retrain_full": (RetrainRequest, TrainRequest),
     "rollout": (),

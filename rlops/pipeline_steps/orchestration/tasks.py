@@ -16,6 +16,7 @@ from typing import Any
 from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.drift.request import DriftCheckRequest
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.labels.request import LabelQueueRequest
 from rlops.pipeline_steps.orchestration.run_conf import RunConf
 from rlops.pipeline_steps.orchestration.task_runtime import PromotionFailed, end_as_skipped, no_retry_on_user_error
 from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionStatus
@@ -111,8 +112,9 @@ def recalibrate(conf: Mapping[str, Any], drift: Mapping[str, Any]) -> dict[str, 
 def label_queue(conf: Mapping[str, Any]) -> dict[str, Any]:
     from rlops.pipeline_steps.labels.step import label_queue_export, label_queue_run
 
-    ctx = RunConf.of(conf).step_context()
-    queued = label_queue_run(ctx)
+    run = RunConf.of(conf)
+    ctx = run.step_context()
+    queued = label_queue_run(ctx, run.request(LabelQueueRequest))
     exported = label_queue_export(ctx)
     return {k: v for k, v in {**queued.as_dict(), "export": exported.as_dict()}.items() if k != "cluster_stats"}
 

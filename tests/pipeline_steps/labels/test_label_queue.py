@@ -17,6 +17,7 @@ import pytest
 
 from rlops.common.config import REPO_ROOT, load_params
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.labels.request import LabelQueueRequest
 from rlops.pipeline_steps.labels.select import kmeans, labels_as_imitation_batch, labels_as_pairs, select_uncertain
 from rlops.pipeline_steps.labels.step import QueueConfig, label_queue_export, label_queue_import, label_queue_run
 from rlops.pipeline_steps.labels.store import LabelStore
@@ -124,9 +125,9 @@ def _ctx(tmp_path: Path, db_url: str, schema: str | None = None) -> StepContext:
 def _round_trip(ctx: StepContext, credit: Pack, df: pd.DataFrame) -> None:
     uri = ctx.uri("traces", "scenario=credit_approval", "date=2026-11-30", "hour=04", "part-0.parquet")
     ctx.storage.write_parquet(uri, df)
-    first = label_queue_run(ctx, ctx.uri("traces")).as_dict()
+    first = label_queue_run(ctx, LabelQueueRequest(traces=ctx.uri("traces"))).as_dict()
     assert first["items"] == 100 and first["inserted"] == 100
-    again = label_queue_run(ctx, ctx.uri("traces")).as_dict()
+    again = label_queue_run(ctx, LabelQueueRequest(traces=ctx.uri("traces"))).as_dict()
     assert again["inserted"] == 100 and again["replaced_pending"] == 100
     assert again["queue"] == {"pending": 100}
 
@@ -202,7 +203,7 @@ def test_dry_run_writes_nothing(credit: Pack, tmp_path: Path) -> None:
     ctx = _ctx(tmp_path, f"sqlite:///{tmp_path / 'queue.db'}")
     ctx.storage.write_parquet(ctx.uri("traces", "part.parquet"), df)
     ctx.dry_run = True
-    out = label_queue_run(ctx, ctx.uri("traces")).as_dict()
+    out = label_queue_run(ctx, LabelQueueRequest(traces=ctx.uri("traces"))).as_dict()
     assert out["items"] == out["inserted"] == 100 and out["already_queued"] == out["replaced_pending"] == 0
     assert not (tmp_path / "queue.db").exists()
 
@@ -213,12 +214,12 @@ def test_a_dry_run_counts_what_the_enqueue_would(credit: Pack, tmp_path: Path) -
     df, _ = synthetic_traces(credit)
     ctx = _ctx(tmp_path, f"sqlite:///{tmp_path / 'queue.db'}")
     ctx.storage.write_parquet(ctx.uri("traces", "part.parquet"), df)
-    label_queue_run(ctx, ctx.uri("traces"))
+    label_queue_run(ctx, LabelQueueRequest(traces=ctx.uri("traces")))
     counts = ("items", "inserted", "replaced_pending", "already_queued")
     ctx.dry_run = True
-    dry = label_queue_run(ctx, ctx.uri("traces")).as_dict()
+    dry = label_queue_run(ctx, LabelQueueRequest(traces=ctx.uri("traces"))).as_dict()
     ctx.dry_run = False
-    real = label_queue_run(ctx, ctx.uri("traces")).as_dict()
+    real = label_queue_run(ctx, LabelQueueRequest(traces=ctx.uri("traces"))).as_dict()
     assert real["replaced_pending"] == 100
     assert {k: dry[k] for k in counts} == {k: real[k] for k in counts}
 
@@ -229,7 +230,7 @@ def test_export_and_import_dry_runs_count_what_the_real_runs_do(credit: Pack, tm
     df, _ = synthetic_traces(credit)
     ctx = _ctx(tmp_path, f"sqlite:///{tmp_path / 'queue.db'}")
     ctx.storage.write_parquet(ctx.uri("traces", "part.parquet"), df)
-    label_queue_run(ctx, ctx.uri("traces"))
+    label_queue_run(ctx, LabelQueueRequest(traces=ctx.uri("traces")))
     ctx.dry_run = True
     dry_export = label_queue_export(ctx).as_dict()
     ctx.dry_run = False

@@ -25,6 +25,7 @@ from rlops.pipeline_steps.labels.disagreement import (
     fill_budget,
     select_disagreeing,
 )
+from rlops.pipeline_steps.labels.request import LabelQueueRequest
 from rlops.pipeline_steps.labels.step import QueueConfig, label_queue_export, label_queue_import, label_queue_run
 from rlops.sandbox.pack import Pack, load_pack
 from rlops.sandbox.policies import rule_policy
@@ -142,7 +143,7 @@ def test_labels_run_switches_to_the_ensemble_once_labels_are_finished(
         ctx.uri("traces", "scenario=credit_approval", "date=2026-11-30", "hour=04", "part-0.parquet"),
         _traces(credit, 200, seed=2),
     )
-    first = label_queue_run(ctx, ctx.uri("traces")).as_dict()
+    first = label_queue_run(ctx, LabelQueueRequest(traces=ctx.uri("traces"))).as_dict()
     assert first["selection"].startswith("entropy: 0 finished label(s)") and first["items"] == 30
     tasks = ctx.storage.read_json(label_queue_export(ctx).as_dict()["tasks_uri"])
     for t in tasks:  # the labeller answers with the first legal action
@@ -164,7 +165,7 @@ def test_labels_run_switches_to_the_ensemble_once_labels_are_finished(
     assert label_queue_import(ctx, ctx.uri("label_studio", "export.json")).as_dict()["ingested"] == 30
 
     later = StepContext.create("credit_approval", "20261130T0500", params=params)
-    second = label_queue_run(later, ctx.uri("traces")).as_dict()
+    second = label_queue_run(later, LabelQueueRequest(traces=ctx.uri("traces"))).as_dict()
     assert second["selection"].startswith("reward_ensemble: disagreement of 3 reward models fitted on 30")
     assert second["items"] == 30 and second["inserted"] == 30  # nothing queued twice
     assert second["rows_excluded"]["already queued or labelled"] == 30

@@ -16,6 +16,7 @@ import torch
 
 from rlops.common.config import REPO_ROOT, load_params
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.labels.request import LabelQueueRequest
 from rlops.pipeline_steps.labels.select import display_value, select_uncertain
 from rlops.pipeline_steps.labels.step import QueueConfig, label_queue_export, label_queue_run
 from rlops.pipeline_steps.labels.uncertainty import EXCLUDED_RULE_ENGINE, EXCLUDED_SCENARIO, EXCLUDED_SINGLE
@@ -79,7 +80,7 @@ def test_before_any_champion_the_newest_candidate_scores_rule_engine_traffic(
         pd.concat([df, other], ignore_index=True),
     )
     # no policy registered: nothing to measure, and the result says why
-    res = label_queue_run(ctx, ctx.uri("traces")).as_dict()
+    res = label_queue_run(ctx, LabelQueueRequest(traces=ctx.uri("traces"))).as_dict()
     assert res["items"] == 0 and res["rows_excluded"][EXCLUDED_RULE_ENGINE] == len(df)
     assert res["rows_excluded"][EXCLUDED_SCENARIO] == 5 and res["uncertainty_from"].startswith("none")
 
@@ -91,7 +92,7 @@ def test_before_any_champion_the_newest_candidate_scores_rule_engine_traffic(
     policy = PolicyNetwork(PolicyConfig.from_layout(credit.scenario.layout))
     with ctx.tracker.start_run("candidate") as run:
         version = register_policy(ctx, run, credit, policy, {"mode": "full"}, tmp_path)
-    res = label_queue_run(ctx, ctx.uri("traces")).as_dict()
+    res = label_queue_run(ctx, LabelQueueRequest(traces=ctx.uri("traces"))).as_dict()
     assert (
         res["uncertainty_from"]
         == f"latest candidate {policy_model_name('credit_approval')} v{version} (no champion yet)"

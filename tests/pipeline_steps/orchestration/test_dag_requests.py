@@ -15,6 +15,7 @@ from rlops.common.errors import UserError
 from rlops.common.step_request import option
 from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.drift.request import DriftCheckRequest
+from rlops.pipeline_steps.labels.request import LabelQueueRequest
 from rlops.pipeline_steps.orchestration import retrain_inputs, run_conf, tasks
 from rlops.pipeline_steps.orchestration.settings import DAG_KINDS, DAG_REQUESTS, PackDagConfig, dag_params
 from rlops.pipeline_steps.promotion.request import PromoteRequest
@@ -60,6 +61,14 @@ STEPS: list[tuple[str, type, str, list[str], tuple[str, str], Callable[[Mapping[
         ["capture"],
         ("rlops.pipeline_steps.capture.step", "capture_step"),
         tasks.capture,
+    ),
+    (
+        "label_queue",
+        LabelQueueRequest,
+        "label_queue",
+        ["labels", "run"],
+        ("rlops.pipeline_steps.labels.step", "label_queue_run"),
+        tasks.label_queue,
     ),
     (
         "training",
