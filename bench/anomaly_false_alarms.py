@@ -78,8 +78,8 @@ def false_alarms(hours: list[ReturnSummary], sandbox: ReturnSummary, rule: Anoma
     state = AnomalyState()
     for live in hours:
         verdict, state = return_anomaly(live, sandbox, state, rule)
-        alarms += bool(verdict["anomaly"])
-        suspects += bool(verdict["suspect"])
+        alarms += verdict.anomaly
+        suspects += verdict.suspect
     checks = len(hours) - 1  # the first hour has nothing to compare with
     rate = alarms / checks
     upper = float(scipy.stats.beta.ppf(0.975, alarms + 1, checks - alarms)) if alarms < checks else 1.0

@@ -51,12 +51,13 @@ changed). A dry run reads the state and writes nothing.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
-from rlops.pipeline_steps.promotion.gates import return_scale
+from rlops.common.step_result import StepResult
+from rlops.pipeline_steps.promotion.gate_stats import return_scale
 
 CONFIRM_RULES = ("next_hour", "none")
 
@@ -173,7 +174,71 @@ class AnomalyState:
         )
 
 
-def _confirmation(live: ReturnSummary, state: AnomalyState, rule: AnomalyRule) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class AnomalyConfirmation:
+    """The next hour's test of a pending suspect of the same policy."""
+
+    suspect_run_key: str
+    level_mean: float
+    """The mean of the level the suspect fell from."""
+    next_below_level: float
+    """How far this hour's mean is below that level."""
+    pair_drop: float
+    """How far the suspect and this hour together are below the level."""
+    pair_threshold: float
+    """``confirm_z`` standard errors of that drop."""
+    confirmed: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ReturnAnomaly(StepResult):
+    """One check's verdict: the alarm, the suspect, the drops and their thresholds, and which
+    references were used (see the module docstring)."""
+
+    anomaly: bool
+    """The alarm: a fall confirmed (or, with ``anomaly_confirm: none``, a suspect)."""
+    suspect: bool
+    """This hour fell below the sandbox and the level before; the next hour confirms it or not."""
+    drop: float
+    """The sandbox's mean return minus this hour's."""
+    threshold: float
+    """The drop below the sandbox a suspect must exceed."""
+    reference: str
+    """What this hour was judged against, or why nothing."""
+    confirmation: AnomalyConfirmation | None = None
+    """The test of the pending suspect (None: no suspect of this policy pending)."""
+    level_drop: float | None = None
+    """The level before minus this hour's mean (None: no level to compare with)."""
+    level_threshold: float | None = None
+    """The fall below the level a suspect must exceed."""
+    level_hours: int | None = None
+    level_run_keys: tuple[str, ...] | None = None
+    """The run keys of the checks pooled into the level before."""
+    suspect_cleared: str | None = None
+    """Why a suspect of this hour is not kept: the same check already alarms for another cause."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Only the fields that apply, in the order the drift report has always shown them."""
+        out: dict[str, Any] = dict(anomaly=self.anomaly, suspect=self.suspect, drop=self.drop, threshold=self.threshold)
+        if self.confirmation is not None:
+            out["confirmation"] = self.confirmation.as_dict()
+        if self.level_drop is not None:
+            out.update(
+                level_drop=self.level_drop,
+                level_threshold=self.level_threshold,
+                level_hours=self.level_hours,
+                level_run_keys=list(self.level_run_keys or ()),
+            )
+        out["reference"] = self.reference
+        if self.suspect_cleared is not None:
+            out["suspect_cleared"] = self.suspect_cleared
+        return out
+
+
+def _confirmation(live: ReturnSummary, state: AnomalyState, rule: AnomalyRule) -> AnomalyConfirmation | None:
     """The next hour's test of a pending suspect of the same policy (None: nothing to confirm)."""
     sus, level = state.suspect, state.suspect_level
     if rule.confirm != "next_hour" or sus is None or level is None or sus.policy_version != live.policy_version:
@@ -181,14 +246,14 @@ def _confirmation(live: ReturnSummary, state: AnomalyState, rule: AnomalyRule) -
     pair = pooled([sus, live], "suspect+next")
     drop = level.mean - pair.mean
     threshold = rule.confirm_z * _se(pair, level)
-    return {
-        "suspect_run_key": sus.run_key,
-        "level_mean": level.mean,
-        "next_below_level": level.mean - live.mean,
-        "pair_drop": drop,
-        "pair_threshold": threshold,
-        "confirmed": bool(drop > threshold and level.mean - live.mean > 0),
-    }
+    return AnomalyConfirmation(
+        suspect_run_key=sus.run_key,
+        level_mean=level.mean,
+        next_below_level=level.mean - live.mean,
+        pair_drop=drop,
+        pair_threshold=threshold,
+        confirmed=bool(drop > threshold and level.mean - live.mean > 0),
+    )
 
 
 def return_anomaly(
@@ -197,54 +262,60 @@ def return_anomaly(
     state: AnomalyState,
     rule: AnomalyRule,
     alarmed_for: str | None = None,
-) -> tuple[dict[str, Any], AnomalyState]:
-    """The verdict (pure) and the state the next check starts from: ``anomaly`` (the alarm),
-    ``suspect``, the drops and their thresholds, and which references were used (see the module
-    docstring). ``alarmed_for``: why the same check already raises the alarm (input drift), when it
+) -> tuple[ReturnAnomaly, AnomalyState]:
+    """The verdict (pure) and the state the next check starts from (see the module docstring).
+    ``alarmed_for``: why the same check already raises the alarm (input drift), when it
     does — a suspect of that hour is then not kept for the next hour to confirm: the fall has its
     cause and its retrain, and the level starts again from this hour (one alarm per cause)."""
     verdict, after = _return_anomaly(live, sandbox, state, rule)
     if alarmed_for and after.suspect is not None:
-        verdict["suspect_cleared"] = f"the hour already alarms for {alarmed_for}"
-        return verdict, AnomalyState((live,))
+        cleared = replace(verdict, suspect_cleared=f"the hour already alarms for {alarmed_for}")
+        return cleared, AnomalyState((live,))
     return verdict, after
 
 
 def _return_anomaly(
     live: ReturnSummary, sandbox: ReturnSummary, state: AnomalyState, rule: AnomalyRule
-) -> tuple[dict[str, Any], AnomalyState]:
+) -> tuple[ReturnAnomaly, AnomalyState]:
     if live.episodes == 0 or sandbox.episodes == 0:
-        return {"anomaly": False, "suspect": False, "drop": 0.0, "threshold": 0.0, "reference": "none"}, state
+        return ReturnAnomaly(anomaly=False, suspect=False, drop=0.0, threshold=0.0, reference="none"), state
     drop = sandbox.mean - live.mean
     threshold = max(rule.least_drop(sandbox), rule.z * _se(live, sandbox))
-    out: dict[str, Any] = {"anomaly": False, "suspect": False, "drop": drop, "threshold": threshold}
     confirmation = _confirmation(live, state, rule)
-    if confirmation is not None:
-        out["confirmation"] = confirmation
-        if confirmation["confirmed"]:
-            stayed = f"confirmed: {confirmation['suspect_run_key']} and this hour stayed down"
-            out.update(anomaly=True, reference=stayed)
-            return out, AnomalyState((live,))
+
+    def verdict(reference: str, anomaly: bool = False, **found: Any) -> ReturnAnomaly:
+        return ReturnAnomaly(
+            anomaly=anomaly,
+            suspect=False,
+            drop=drop,
+            threshold=threshold,
+            reference=reference,
+            confirmation=confirmation,
+            **found,
+        )
+
+    if confirmation is not None and confirmation.confirmed:
+        stayed = f"confirmed: {confirmation.suspect_run_key} and this hour stayed down"
+        return verdict(stayed, anomaly=True), AnomalyState((live,))
     history = tuple(h for h in state.history if h.policy_version == live.policy_version and h.episodes > 1)
     if not history:
-        out["reference"] = f"none: no earlier check of {live.policy_version or 'this policy'} to compare with"
-        return out, AnomalyState((live,))
-    level = pooled(history[-rule.level_hours :])
+        alone = f"none: no earlier check of {live.policy_version or 'this policy'} to compare with"
+        return verdict(alone), AnomalyState((live,))
+    hours = history[-rule.level_hours :]
+    level = pooled(hours)
     fall, fall_threshold = level.mean - live.mean, rule.z * _se(live, level)
-    out.update(
+    levelled = verdict(
+        "sandbox and level before",
         level_drop=fall,
         level_threshold=fall_threshold,
-        level_hours=len(history[-rule.level_hours :]),
-        level_run_keys=[h.run_key for h in history[-rule.level_hours :]],
-        reference="sandbox and level before",
+        level_hours=len(hours),
+        level_run_keys=tuple(h.run_key for h in hours),
     )
     if drop > threshold and fall > fall_threshold:
         if rule.confirm == "none":
-            out["anomaly"] = True
-            return out, AnomalyState((live,))
-        out["suspect"] = True
-        return out, AnomalyState(history, live, level)
-    return out, AnomalyState((*history, live)[-rule.level_hours :])
+            return replace(levelled, anomaly=True), AnomalyState((live,))
+        return replace(levelled, suspect=True), AnomalyState(history, live, level)
+    return levelled, AnomalyState((*history, live)[-rule.level_hours :])
 
 
 def check_return_anomaly(
@@ -253,7 +324,7 @@ def check_return_anomaly(
     sandbox_returns: np.ndarray,
     policy_version: str | None,
     alarmed_for: str | None = None,
-) -> dict[str, Any]:
+) -> ReturnAnomaly:
     """The drift check's call: the verdict from the kept state, which a real check then replaces
     (nothing is written on a dry run); ``alarmed_for`` as :func:`return_anomaly` takes it."""
     live = ReturnSummary.of(live_returns, policy_version, ctx.run_key)
@@ -274,8 +345,10 @@ def check_return_anomaly(
 
 __all__ = [
     "CONFIRM_RULES",
+    "AnomalyConfirmation",
     "AnomalyRule",
     "AnomalyState",
+    "ReturnAnomaly",
     "ReturnSummary",
     "check_return_anomaly",
     "pooled",

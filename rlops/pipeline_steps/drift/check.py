@@ -38,7 +38,7 @@ from rlops.common.step_result import StepResult
 from rlops.data_contracts.contracts import contract_for
 from rlops.data_contracts.schema import STATE_PREFIX
 from rlops.data_contracts.validation import validate_frame
-from rlops.pipeline_steps.drift.anomaly import check_return_anomaly
+from rlops.pipeline_steps.drift.anomaly import ReturnAnomaly, check_return_anomaly
 from rlops.pipeline_steps.drift.outcomes import outcome_drift_step
 from rlops.pipeline_steps.drift.report import run_drift
 from rlops.pipeline_steps.drift.request import DriftCheckRequest
@@ -267,7 +267,7 @@ class DriftSummary(StepResult):
     """Live episodes still awaiting a late outcome (left out of the mean); None: the pack awaits none."""
     live_outcome_episodes: int | None = None
     """Live episodes whose return includes a late outcome; None: no outcome is joined."""
-    anomaly_check: dict[str, Any] | None = None
+    anomaly_check: ReturnAnomaly | None = None
     outcome_drift: bool | None = None
     outcome_onset: bool | None = None
     outcome_drifted_cells: list[Any] | None = None
@@ -276,6 +276,8 @@ class DriftSummary(StepResult):
     def as_dict(self) -> dict[str, Any]:
         """Without a comparison (no live traffic), only the fields that say so."""
         out = super().as_dict()
+        if self.anomaly_check is not None:  # the verdict shows only the fields that apply to it
+            out["anomaly_check"] = self.anomaly_check.as_dict()
         if self.baseline_uri is None:
             compared = [f.name for f in dataclasses.fields(self)][list(out).index("baseline_uri") :]
             return {k: v for k, v in out.items() if k not in compared}
@@ -393,11 +395,11 @@ def drift_check(
         sandbox_mean_return=round(float(r_base.mean()), 4),
         live_censored_episodes=None if joined is None else joined.censored,
         live_outcome_episodes=None if joined is None else joined.joined,
-        anomaly=verdict["anomaly"],
+        anomaly=verdict.anomaly,
         anomaly_check=verdict,
         outcome_drift=outcome.drifted,
         outcome_onset=outcome.onset,
         outcome_drifted_cells=outcome.drifted_cells,
         outcome_summary=outcome.summary,
-        retrain=bool(drifted) or verdict["anomaly"] or outcome.onset or bool(signals_moved),
+        retrain=bool(drifted) or verdict.anomaly or outcome.onset or bool(signals_moved),
     )

@@ -55,7 +55,7 @@ def test_live_rows_without_a_reward_measure_no_return(
     assert out.live_mean_return is None and out.sandbox_mean_return is not None
     assert out.live_return_note is not None and out.live_return_note.startswith("no live return measured")
     assert "no live return measured" in out.summary
-    assert out.anomaly is False and out.anomaly_check is not None and out.anomaly_check["reference"] == "none"
+    assert out.anomaly is False and out.anomaly_check is not None and out.anomaly_check.reference == "none"
     doc = json.loads(json.dumps(out.as_dict()))
     assert doc["live_mean_return"] is None and "reward_total" in doc["live_return_note"]
     assert doc["outcome_drift"] is False and "nan" not in (out.outcome_summary or "")
