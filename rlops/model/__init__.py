@@ -5,8 +5,9 @@
   (:mod:`rlops.model.masked_distributions`) and CPU kernels (:mod:`rlops.model.fast_ops`); serving
   export and save/load in :mod:`rlops.model.policy_io`;
 * :mod:`rlops.model.ppo` (settings: :mod:`rlops.common.ppo_config`) — masked PPO on a batched sandbox environment
-  (``train(cfg, env, tracker) -> TrainResult``), its rollout storage and update batch
-  (:mod:`rlops.model.rollout`), with checkpoints (:mod:`rlops.model.checkpoint`) and the EWC /
+  (``train(cfg, env, tracker) -> TrainResult``): its rollout and advantages (:mod:`rlops.model.ppo_rollout`),
+  update (:mod:`rlops.model.ppo_update`) and equations (:mod:`rlops.model.ppo_math`), its rollout storage
+  and update batch (:mod:`rlops.model.rollout`), with checkpoints (:mod:`rlops.model.checkpoint`) and the EWC /
   action-smoothing regularisers (:mod:`rlops.model.ewc`);
 * :mod:`rlops.model.reward_model` / :mod:`rlops.model.reward_pairs` — the Bradley–Terry reward model and the
   sandbox preference pairs it learns from.

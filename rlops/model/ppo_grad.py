@@ -3,14 +3,14 @@
 On a CPU core the update of a small policy is bounded by bookkeeping, not by arithmetic: autograd
 records ~120 nodes a minibatch and replays them, and each ATen call costs a few microseconds
 whatever its size. This module computes the same loss and the same gradients as autograd over
-:class:`~rlops.model.policy.PolicyNetwork` and :func:`~rlops.model.ppo.ppo_losses`, by the chain
+:class:`~rlops.model.policy.PolicyNetwork` and :func:`~rlops.model.ppo_math.ppo_losses`, by the chain
 rule written down once: a forward pass without graph recording that keeps what the backward
 needs, then the backward as ~60 plain tensor ops (matrix products, no autograd engine).
 ``tests/model/test_ppo_grad.py`` pins it against autograd on every supported configuration.
 
 It covers the network every pack trains by default (one actor head, ``tanh`` hidden layers of any
 depth, with or without the action-history attention and feature standardisation);
-:func:`supports` says when it applies, and :func:`rlops.model.ppo.ppo_update` falls back to
+:func:`supports` says when it applies, and :func:`rlops.model.ppo_update.ppo_update` falls back to
 autograd otherwise (multi-role heads, ``relu``, an EWC or smoothing penalty).
 """
 
@@ -101,7 +101,7 @@ def loss_and_grads(
     observations are given as their :func:`fixed_inputs`.
 
     Returns ``pg_loss, v_loss, entropy, approx_kl, old_approx_kl, clipfrac`` as
-    :func:`rlops.model.ppo.ppo_losses` (and the entropy mean) would.
+    :func:`rlops.model.ppo_math.ppo_losses` (and the entropy mean) would.
     """
     state, codes = inputs
     n = state.shape[0]

@@ -7,8 +7,8 @@ import torch
 
 from rlops.model.masked_distributions import masked_entropy
 from rlops.model.policy import PolicyConfig, PolicyNetwork
-from rlops.model.ppo import ppo_losses
 from rlops.model.ppo_grad import fixed_inputs, loss_and_grads, supports
+from rlops.model.ppo_math import ppo_losses
 
 F, A = 9, 5
 

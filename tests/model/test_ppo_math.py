@@ -10,7 +10,8 @@ import torch
 
 from rlops.model.ewc import smoothing_kl
 from rlops.model.masked_distributions import masked_log_probs
-from rlops.model.ppo import StagnationMonitor, compute_gae, explained_variance, ppo_losses
+from rlops.model.ppo import StagnationMonitor
+from rlops.model.ppo_math import compute_gae, explained_variance, ppo_losses
 
 # One env, 8 steps: episode A = steps 0-2 (terminates at 2), episode B = steps 3-5 (truncated at 5,
 # final observation worth 6), episode C = steps 6-7 (still running; V(next obs) = 8).
