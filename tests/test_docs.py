@@ -285,25 +285,11 @@ def test_the_module_path_checker_sees_what_is_gone() -> None:
 
 
 def _dag_param_names() -> set[str]:
-    """The names of the DAGs' typed Params: ``"name": Param(...)`` in the DAG files and their settings,
-    and the options of the training request the settings make Params of."""
-    from rlops.common.step_request import options
-    from rlops.pipeline_steps.training.request import TrainRequest
+    """The names of the DAGs' typed Params, as the DAGs of every kind make them for a pack."""
+    from rlops.pipeline_steps.orchestration.settings import DAG_KINDS, PackDagConfig, dag_params
 
-    files = [
-        REPO_ROOT / "rlops" / "pipeline_steps" / "orchestration" / "settings.py",
-        *sorted((REPO_ROOT / "dags").glob("*.py")),
-    ]
-    return {
-        k.value
-        for f in files
-        for node in ast.walk(ast.parse(f.read_text()))
-        if isinstance(node, ast.Dict)
-        for k, v in zip(node.keys, node.values)
-        if isinstance(k, ast.Constant)
-        and isinstance(v, ast.Call)
-        and getattr(v.func, "id", getattr(v.func, "attr", None)) == "Param"
-    } | {o.name for o in options(TrainRequest) if o.dag}
+    pack = PackDagConfig("credit_approval", "v1", 5000, 1000)
+    return {name for kind in DAG_KINDS for name in dag_params(pack, kind)}
 
 
 def test_dag_conf_shown_in_the_docs_uses_the_dags_params() -> None:
