@@ -29,10 +29,10 @@ def cmd_set(args: argparse.Namespace) -> int:
 
     result = set_signal(load_params(), args.name, args.value, by="cli", dry_run=args.dry_run)
     if args.json:
-        print_json(result)
+        print_json(result.as_dict())
     else:
-        r = result["in_force"]
-        print(f"signal {args.name} = {r['value']:g}" + (" (dry run: not recorded)" if args.dry_run else ""))
+        value = result.in_force.value
+        print(f"signal {args.name} = {value:g}" + (" (dry run: not recorded)" if args.dry_run else ""))
     return 0
 
 
@@ -42,20 +42,21 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     result = show_signals(load_params(), args.name, max(0, args.last))
     if args.json:
-        print_json(result)
+        print_json(result.as_dict())
         return 0
-    if not result["signals"]:
+    if not result.signals:
         print("no reward module declares a signal (SIGNAL_WEIGHTS)")
-    for s in result["signals"]:
-        set_at = f" since {s['set_at']}" if s["set_at"] else ""
-        print(f"{s['name']} = {s['value']:g} ({s['status']}{set_at}){' — ' + s['note'] if s['note'] else ''}")
-        for d in s["declared_by"]:
-            lo, hi = d["range"]
+    for s in result.signals:
+        r = s.reading
+        set_at = f" since {r.set_at}" if r.set_at else ""
+        print(f"{r.name} = {r.value:g} ({r.status}{set_at}){' — ' + r.note if r.note else ''}")
+        for d in s.declared_by:
+            w = d.declaration.weight
             print(
-                f"  {d['scenario']} reward_{d['reward_fn']}.py: {d['objective']} weight {d['weight_in_force']:g} "
-                f"(range [{lo:g}, {hi:g}], baseline {d['baseline']:g})"
+                f"  {d.declaration.scenario} reward_{d.declaration.reward_fn}.py: {w.objective} weight "
+                f"{d.weight_in_force:g} (range [{w.low:g}, {w.high:g}], baseline {w.baseline:g})"
             )
-        for h in s["history"]:
-            verdict = "accepted" if h["accepted"] else f"refused: {h['reason']}"
-            print(f"  {h['at']} {h['by']}: {h['raw']} {verdict}")
+        for h in s.history:
+            verdict = "accepted" if h.accepted else f"refused: {h.reason}"
+            print(f"  {h.at} {h.by}: {h.raw} {verdict}")
     return 0

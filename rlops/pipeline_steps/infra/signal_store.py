@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from rlops.common.config import pack_names, scenarios_dir
 from rlops.common.errors import UserError
 from rlops.common.params_model import Params
+from rlops.common.step_result import StepResult
 from rlops.sandbox.reward_signals import SIGNAL_NAME, SignalWeight
 from rlops.storage.backend import Storage
 
@@ -216,7 +217,72 @@ def lineage(readings: Iterable[SignalReading]) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- the commands' library
-def set_signal(params: dict[str, Any], name: str, raw: str, by: str = "cli", dry_run: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SignalSet(StepResult):
+    """What ``rlops signal set`` did: the value offered, as recorded, and the value in force after it."""
+
+    signal: str
+    offer: Offer
+    in_force: SignalReading
+    dry_run: bool
+    """Checked only: nothing was recorded."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "signal": self.signal,
+            "offer": self.offer.as_dict(),
+            "in_force": self.in_force.as_dict(),
+            "dry_run": self.dry_run,
+        }
+
+
+@dataclass(frozen=True)
+class DeclaredWeight:
+    """One declaration of a signal, with the weight the value in force gives its objective."""
+
+    declaration: Declaration
+    weight_in_force: float
+
+    def as_dict(self) -> dict[str, Any]:
+        d, w = self.declaration, self.declaration.weight
+        return {
+            "scenario": d.scenario,
+            "reward_fn": d.reward_fn,
+            "objective": w.objective,
+            "range": [w.low, w.high],
+            "baseline": w.baseline,
+            "weight_in_force": self.weight_in_force,
+        }
+
+
+@dataclass(frozen=True)
+class SignalView:
+    """One signal as ``rlops signal show`` lists it."""
+
+    reading: SignalReading
+    declared_by: tuple[DeclaredWeight, ...]
+    history: tuple[Offer, ...]
+    """The last offers, oldest first."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.reading.as_dict(),
+            "declared_by": [d.as_dict() for d in self.declared_by],
+            "history": [h.as_dict() for h in self.history],
+        }
+
+
+@dataclass(frozen=True)
+class SignalsShown(StepResult):
+    """What ``rlops signal show`` lists: every declared signal (or the one asked for)."""
+
+    signals: tuple[SignalView, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"signals": [s.as_dict() for s in self.signals]}
+
+
+def set_signal(params: dict[str, Any], name: str, raw: str, by: str = "cli", dry_run: bool = False) -> SignalSet:
     """``rlops signal set``: offer ``raw`` for ``name``, checked against every pack that declares it.
     A refused value is recorded as such and raises a :class:`UserError` (the last good value stays)."""
     check_name(name)
@@ -230,10 +296,10 @@ def set_signal(params: dict[str, Any], name: str, raw: str, by: str = "cli", dry
             f"signal {name}: value {entry.raw} refused: {entry.reason}; "
             f"{reading.value:g} stays in force ({reading.status})" + ("" if dry_run else ", the refusal is recorded")
         )
-    return {"signal": name, "offer": entry.as_dict(), "in_force": reading.as_dict(), "dry_run": dry_run}
+    return SignalSet(signal=name, offer=entry, in_force=reading, dry_run=dry_run)
 
 
-def show_signals(params: dict[str, Any], name: str | None = None, last: int = 10) -> dict[str, Any]:
+def show_signals(params: dict[str, Any], name: str | None = None, last: int = 10) -> SignalsShown:
     """``rlops signal show``: every declared signal (or ``name``), its value in force, where it is
     declared with the weight that value gives, and its ``last`` offers."""
     config = Params.model_validate(params)
@@ -249,24 +315,9 @@ def show_signals(params: dict[str, Any], name: str | None = None, last: int = 10
             raise UserError(f"signal {n!r}: no reward module of the scenario packs declares it in SIGNAL_WEIGHTS")
         history = store.history(n)
         reading = reading_of(n, history, decls)
-        out.append(
-            {
-                **reading.as_dict(),
-                "declared_by": [
-                    {
-                        "scenario": d.scenario,
-                        "reward_fn": d.reward_fn,
-                        "objective": d.weight.objective,
-                        "range": [d.weight.low, d.weight.high],
-                        "baseline": d.weight.baseline,
-                        "weight_in_force": round(d.weight.weight(reading.value), 6),
-                    }
-                    for d in decls
-                ],
-                "history": [h.as_dict() for h in history[-last:]],
-            }
-        )
-    return {"signals": out}
+        weights = tuple(DeclaredWeight(d, round(d.weight.weight(reading.value), 6)) for d in decls)
+        out.append(SignalView(reading, weights, tuple(history[-last:])))
+    return SignalsShown(tuple(out))
 
 
 def _storage(config: Any) -> Storage:

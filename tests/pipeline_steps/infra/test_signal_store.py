@@ -61,19 +61,20 @@ def test_dry_run_records_nothing(store: SignalStore) -> None:
 def test_set_and_show_check_every_declaring_pack(tmp_path: Path) -> None:
     params = {"storage": {"root": f"file://{tmp_path}"}}
     out = set_signal(params, "complaint_index", "0.25")
-    assert out["in_force"]["value"] == 0.25 and out["offer"]["accepted"]
+    assert out.in_force.value == 0.25 and out.offer.accepted
     with pytest.raises(UserError) as err:
         set_signal(params, "complaint_index", "-1")
     msg = str(err.value)
     assert "\n" not in msg and "outside the declared range [0, 1]" in msg and "0.25 stays in force" in msg
     with pytest.raises(UserError, match="no reward module"):
         set_signal(params, "unknown_signal", "1")
-    shown = show_signals(params)["signals"]
-    assert [s["name"] for s in shown] == ["complaint_index"]
+    shown = show_signals(params).signals
+    assert [s.reading.name for s in shown] == ["complaint_index"]
     s = shown[0]
-    assert (s["value"], s["status"]) == (0.25, "last_good")
-    assert s["declared_by"][0]["weight_in_force"] == pytest.approx(1.0 + 0.25 * 0.77)
-    assert [h["accepted"] for h in s["history"]] == [True, False]
+    assert (s.reading.value, s.reading.status) == (0.25, "last_good")
+    assert s.declared_by[0].weight_in_force == pytest.approx(1.0 + 0.25 * 0.77)
+    assert [h.accepted for h in s.history] == [True, False]
+    assert list(s.as_dict()) == ["name", "value", "status", "set_at", "note", "declared_by", "history"]
     doc = json.loads((tmp_path / "signals" / "complaint_index.json").read_text())
     assert doc["history"][-1]["reason"].startswith("-1.0 is outside")
 
