@@ -207,6 +207,7 @@ def _warm_worker() -> None:
     import rlops.pipeline_steps.drift.fan_out  # noqa: F401
     import rlops.pipeline_steps.drift.stats  # noqa: F401
     import rlops.pipeline_steps.drift.window  # noqa: F401
+    import rlops.pipeline_steps.drift.window_detect  # noqa: F401
     import rlops.pipeline_steps.infra.prefetch  # noqa: F401
     import rlops.pipeline_steps.orchestration.tasks  # noqa: F401
     from rlops.pipeline_steps.infra.context import StepContext

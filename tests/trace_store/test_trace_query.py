@@ -317,7 +317,8 @@ def test_a_summarised_drift_window_is_the_same_on_both_engines(
     import numpy as np
 
     from rlops.pipeline_steps.drift.stats import default_fields, detect_drift
-    from rlops.pipeline_steps.drift.window import detect_drift_window, sql_counts, summarise_window, units_in_sql
+    from rlops.pipeline_steps.drift.window import sql_counts, summarise_window, units_in_sql
+    from rlops.pipeline_steps.drift.window_detect import detect_drift_window
 
     storage, uri = local_store
     duck, ref = _engines(storage)

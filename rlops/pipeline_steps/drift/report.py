@@ -27,7 +27,7 @@ import pandas as pd
 
 from rlops.common.params_sources import as_params
 from rlops.pipeline_steps.drift.stats import MISSING, DriftReport, FieldDrift, detect_drift
-from rlops.pipeline_steps.drift.window import detect_drift_window
+from rlops.pipeline_steps.drift.window_detect import detect_drift_window
 from rlops.pipeline_steps.infra.datasets import DRIFT, parquet_dataset
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.registry import tags as T

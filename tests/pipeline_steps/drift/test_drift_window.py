@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from rlops.pipeline_steps.drift.stats import default_fields, detect_drift
-from rlops.pipeline_steps.drift.window import ks_from_counts, summarise_window
+from rlops.pipeline_steps.drift.window import summarise_window
+from rlops.pipeline_steps.drift.window_detect import ks_from_counts
 from rlops.pipeline_steps.infra.prefetch import prefetched
 
 
@@ -64,7 +65,7 @@ def test_summarised_window_reports_what_the_rows_report(n_target: int, cluster: 
         ref = detect_drift(base, target, bh=True, clusters=clusters, baseline_fit_n=fit_n, workers=1)
         fields = default_fields(base, target)
         summary = summarise_window(_chunks(target, 7_001, categorical), base, fields, len(target), cluster)
-        from rlops.pipeline_steps.drift.window import detect_drift_window
+        from rlops.pipeline_steps.drift.window_detect import detect_drift_window
 
         got = detect_drift_window(base, summary, bh=True, cluster=cluster, baseline_fit_n=fit_n)
         assert _fields(got) == _fields(ref)
