@@ -40,6 +40,7 @@ from rlops.agent_sdk.tracer import Tracer
 from rlops.common.errors import UserError
 from rlops.integrations.mapping import (
     AGENT_ROUTER,
+    MODES,
     ActionNames,
     EpisodeContext,
     MaskFn,
@@ -209,12 +210,15 @@ class DecisionLoop:
         policy_version: str = RULES_VERSION,
         deterministic: bool = True,
         trace_id: str | None = None,
+        chosen_at: float | None = None,
     ) -> Decision:
         """Record that the agent's own router chose ``action`` (a pack action) for ``episode_id`` in
         ``state``, the policy not asked: observe mode. The row carries the mask of the pack's
         preconditions in the episode's context, ``policy_version`` (what chose), ``logging_policy:
         agent_router`` and, for a ``deterministic`` router, ``logp`` 0 (else none: its propensity is
-        unknown). Its outcome is recorded as a decided step's is."""
+        unknown). Its outcome is recorded as a decided step's is. ``chosen_at``: when the choice was
+        made (``time.perf_counter()``; default now), for a choice recorded once its tool has run (the
+        wall clock of the tool then counts from the choice, not from the recording)."""
         if self.masker is None:
             raise WiringError(
                 "DecisionLoop.observed: recording the agent's own choices needs the pack's action masks, and the "
@@ -238,8 +242,9 @@ class DecisionLoop:
         if mask is None:
             serving.pop("action_mask")
         run.pending, run.state, run.fields, run.serving = decision, state, {}, serving
-        run.decided_at = time.perf_counter()
-        self.decision_ms.append((run.decided_at - t0) * 1e3)
+        recorded = time.perf_counter()
+        run.decided_at = recorded if chosen_at is None else min(chosen_at, recorded)
+        self.decision_ms.append((recorded - t0) * 1e3)
         return decision
 
     def no_legal_action(self, episode_id: str, state: Mapping[str, Any]) -> bool:
@@ -333,6 +338,7 @@ __all__ = [
     "ActionNames",
     "DecisionLoop",
     "EpisodeContext",
+    "MODES",
     "MaskFn",
     "Policy",
     "StateMapping",

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from rlops.agent_sdk.decision_program import DecisionProgram
 from rlops.agent_sdk.masks import ActionMasker
+from rlops.agent_sdk.rollout import RULES_VERSION
 from rlops.agent_sdk.tracer import is_error
 from rlops.common.errors import UserError
 
@@ -37,6 +38,33 @@ AGENT_ROUTER = "agent_router"
 
 class WiringError(UserError):
     """An agent wired to rlops in a way that cannot serve or trace it (what, where, and the fix)."""
+
+
+#: How an adapter plugs in: ``serve`` (the policy chooses) or ``observe`` (the agent's own logic
+#: chooses, rlops records its choices).
+MODES = ("serve", "observe")
+
+
+def check_observe_arguments(where: str, mode: Any, agent_version: Any, deterministic: Any) -> None:
+    """Refuse, when an adapter is built, a ``mode`` that is none of :data:`MODES`, an ``agent_version``
+    that is blank or names the pack's rule engine (the sandbox would be checked against rules that
+    never chose), and a ``deterministic`` that is no boolean (a truthy text would write propensity 1)."""
+    if not isinstance(mode, str) or mode not in MODES:
+        raise WiringError(
+            f"{where}(mode={mode!r}): expected one of {list(MODES)}: 'serve' (the policy chooses) or 'observe' "
+            "(the agent's own logic chooses and rlops records its choices)"
+        )
+    if not isinstance(agent_version, str) or not agent_version.strip() or agent_version == RULES_VERSION:
+        raise WiringError(
+            f"{where}(agent_version={agent_version!r}): expected the name of what chooses in observe mode, "
+            f"{AGENT_ROUTER!r} (the default) or your agent's, e.g. 'support-agent-v3'; not {RULES_VERSION!r}, the "
+            "pack's rule engine, which did not choose"
+        )
+    if not isinstance(deterministic, bool):
+        raise WiringError(
+            f"{where}(deterministic={deterministic!r}): expected True (the agent chooses by rule, propensity 1) "
+            "or False (an LLM chooses: propensity unknown)"
+        )
 
 
 def agent_router_fields(deterministic: bool) -> dict[str, Any]:
@@ -141,12 +169,18 @@ class ActionNames:
             raise UserError(f"{where}: {wrong} map tools to no pack action; expected one of {list(self.actions)}")
         self.unknown: Counter[str] = Counter()
 
-    def action(self, name: str) -> str | None:
-        """The pack action the tool ``name`` performs; None for a tool that is no pack action."""
+    def performs(self, name: str) -> str | None:
+        """The pack action the tool ``name`` performs, None for any other, counting nothing: for
+        looking a tool up (which of the agent's tools performs the policy's choice), not for a call."""
         if name in self.names:
             return self.names[name]
-        if name in self.actions:
-            return name
+        return name if name in self.actions else None
+
+    def action(self, name: str) -> str | None:
+        """The pack action a call of the tool ``name`` performs; None for a tool that is no pack action
+        (counted and, the first time, named in a warning unless declared no decision)."""
+        if name in self.names or name in self.actions:
+            return self.performs(name)
         self.unknown[name] += 1
         if self.unknown[name] == 1:
             log.warning(
