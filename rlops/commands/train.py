@@ -260,20 +260,20 @@ def cmd_status(args: argparse.Namespace) -> int:
             raise UserError(str(exc).strip("'\"")) from None
         except TrackingError as exc:
             raise infrastructure(exc) from exc
-        run_id = res["run_id"]  # a --pid run is followed by its id once found (it outlives the lookup)
-        table = pd.DataFrame(res["rows"], columns=res["columns"])
+        run_id = res.run_id  # a --pid run is followed by its id once found (it outlives the lookup)
+        table = pd.DataFrame(res.rows, columns=res.columns)
         flag = (
-            f"PLATEAU: no better return for {res['iterations_without_improvement']} iterations"
-            if res["plateau"]
-            else f"no plateau ({res['iterations_without_improvement']} iterations since "
-            f"the best return, flagged at {res['plateau_window']})"
+            f"PLATEAU: no better return for {res.iterations_without_improvement} iterations"
+            if res.plateau
+            else f"no plateau ({res.iterations_without_improvement} iterations since "
+            f"the best return, flagged at {res.plateau_window})"
         )
         lines = [
-            f"run {res['run_id']} ({res['run_name']}): {res['status']}, {res['iterations']} iterations; {flag}",
+            f"run {res.run_id} ({res.run_name}): {res.status}, {res.iterations} iterations; {flag}",
             table.to_string(index=False, float_format=lambda v: f"{v:.4g}") if len(table) else "(no metrics)",
         ]
-        print_result(res, args.json, lines)
-        if not args.follow or res["status"] != "RUNNING":
+        print_result(res.as_dict(), args.json, lines)
+        if not args.follow or res.status != "RUNNING":
             break
         print(flush=True)
         time.sleep(args.interval)
@@ -310,12 +310,12 @@ def cmd_switch_reward(args: argparse.Namespace) -> int:
     except KeyError as exc:
         raise UserError(f"train switch-reward --to {args.to}: {str(exc).strip(chr(39))}") from None
     print_result(
-        res,
+        res.as_dict(),
         args.json,
         [
             ("would ask" if ctx.dry_run else "asked") + f" the training of {ctx.scenario} "
-            f"run key {ctx.run_key} to switch to reward {res['reward_fn']} "
-            f"({res['reward_fn_sha256'][:12]}) before its next iteration"
+            f"run key {ctx.run_key} to switch to reward {res.reward_fn} "
+            f"({res.reward_fn_sha256[:12]}) before its next iteration"
         ],
     )
     return 0

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rlops.common.errors import UserError
+from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.training.status import process_alive
 from rlops.registry import tags as T
@@ -61,7 +62,25 @@ def running_training(ctx: StepContext) -> str | None:
     return None
 
 
-def request_switch(ctx: StepContext, label: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SwitchRequest(StepResult):
+    """A request to the training in progress to switch its reward function (``rlops train switch-reward``)."""
+
+    reward_fn: str
+    """The reward function asked for (its label in the pack)."""
+    reward_fn_sha256: str
+    """The sha256 of its file when asked: a file changed since is refused by the training."""
+    training_run: str
+    """The MLflow run of the training asked to switch."""
+    requested_at: str
+    control_uri: str
+    """The control file the training polls (not written on a dry run)."""
+    scenario: str
+    run_key: str
+    dry_run: bool
+
+
+def request_switch(ctx: StepContext, label: str) -> SwitchRequest:
     """Ask the training of ``ctx.run_key`` in progress to switch to reward function ``label``
     (checked now); a :class:`UserError` when no training of the run key is running, in a dry run
     too (which writes no request)."""
@@ -83,7 +102,7 @@ def request_switch(ctx: StepContext, label: str) -> dict[str, Any]:
     uri = control_uri(ctx)
     if not ctx.dry_run:
         ctx.storage.write_json(uri, req)
-    return {**req, "control_uri": uri, "scenario": ctx.scenario, "run_key": ctx.run_key, "dry_run": ctx.dry_run}
+    return SwitchRequest(**req, control_uri=uri, scenario=ctx.scenario, run_key=ctx.run_key, dry_run=ctx.dry_run)
 
 
 @dataclass

@@ -4,8 +4,9 @@ finished run by its id, or of a training in progress by its process id — and t
 from __future__ import annotations
 
 import socket
-from typing import Any
+from dataclasses import dataclass
 
+from rlops.common.step_result import StepResult
 from rlops.model.early_stop import StagnationMonitor
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import process_alive as process_alive  # re-exported: its old home
@@ -56,13 +57,36 @@ def plateau_of(returns: list[float], window: int = PLATEAU_WINDOW, tol: float = 
     return flagged, monitor.since
 
 
+@dataclass(frozen=True)
+class TrainStatus(StepResult):
+    """A training run's per-iteration metrics, as ``rlops train status`` shows them, and the plateau flag."""
+
+    run_id: str
+    status: str
+    """MLflow's status, except ``KILLED`` for a run MLflow still calls RUNNING whose process is gone."""
+    mlflow_status: str
+    run_name: str | None
+    tags: dict[str, str]
+    """The run's tags, MLflow's own left out."""
+    columns: list[str]
+    """``step`` and the metrics shown, the columns of :attr:`rows`."""
+    rows: list[dict[str, float]]
+    """One row per logged step (the ``last`` ones when asked): the step and each metric's value."""
+    plateau: bool
+    """The training return has not improved for :attr:`plateau_window` iterations."""
+    iterations_without_improvement: int
+    plateau_window: int
+    iterations: int
+    """Steps logged in all (before ``last`` keeps the newest rows)."""
+
+
 def train_status(
     ctx: StepContext,
     run_id: str | None = None,
     all_metrics: bool = False,
     pid: int | None = None,
     last: int | None = None,
-) -> dict[str, Any]:
+) -> TrainStatus:
     """The per-iteration metrics of a training run (by run id, or the running one of ``pid``),
     one row per logged step (the ``last`` ones when given), and the plateau flag."""
     if run_id is None:
@@ -77,18 +101,18 @@ def train_status(
     if status == "RUNNING" and not process_alive(run.tags.get(T.PID), run.tags.get(T.HOST), run.start_time):
         # MLflow still says RUNNING, but the process that ran it is gone (killed): say so.
         status = "KILLED"
-    res: dict[str, Any] = {
-        "run_id": run_id,
-        "status": status,
-        "mlflow_status": run.status,
-        "run_name": run.name,
-        "tags": {k: v for k, v in run.tags.items() if not k.startswith("mlflow.")},
-        "columns": ["step", *keys],
-        "rows": [{"step": s, **rows[s]} for s in sorted(rows)],
-    }
-    returns = [r["episodic_return"] for r in res["rows"] if "episodic_return" in r]
-    res["plateau"], res["iterations_without_improvement"] = plateau_of(returns, window, tol)
-    res["plateau_window"], res["iterations"] = window, len(res["rows"])
-    if last:
-        res["rows"] = res["rows"][-last:]
-    return res
+    table = [{"step": s, **rows[s]} for s in sorted(rows)]
+    plateau, since = plateau_of([r["episodic_return"] for r in table if "episodic_return" in r], window, tol)
+    return TrainStatus(
+        run_id=run_id,
+        status=status,
+        mlflow_status=run.status,
+        run_name=run.name,
+        tags={k: v for k, v in run.tags.items() if not k.startswith("mlflow.")},
+        columns=["step", *keys],
+        rows=table[-last:] if last else table,
+        plateau=plateau,
+        iterations_without_improvement=since,
+        plateau_window=window,
+        iterations=len(table),
+    )

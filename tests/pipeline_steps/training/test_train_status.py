@@ -39,15 +39,15 @@ def test_a_running_training_is_found_by_pid_and_a_flat_return_is_a_plateau(
             run.log_metrics({"episodic_return": r, **ROW}, step=(i + 1) * 128)
             if i == len(returns) - 2:
                 early = train_status(ctx, pid=os.getpid())
-                assert early["run_id"] == run.run_id and not early["plateau"]
+                assert early.run_id == run.run_id and not early.plateau
         status = train_status(ctx, pid=os.getpid(), last=5)
-        assert status["run_id"] == run.run_id and status["status"] == "RUNNING"
-        assert status["plateau"] and status["iterations_without_improvement"] == 10 and status["iterations"] == 12
-        assert len(status["rows"]) == 5 and status["rows"][-1]["step"] == 12 * 128
-        assert {"episodic_return", "entropy", "approx_kl", "clipfrac", "sps"} <= set(status["columns"])
+        assert status.run_id == run.run_id and status.status == "RUNNING"
+        assert status.plateau and status.iterations_without_improvement == 10 and status.iterations == 12
+        assert len(status.rows) == 5 and status.rows[-1]["step"] == 12 * 128
+        assert {"episodic_return", "entropy", "approx_kl", "clipfrac", "sps"} <= set(status.columns)
     with pytest.raises(LookupError, match="no training in progress"):  # finished: read it by run id
         train_status(ctx, pid=os.getpid())
-    assert train_status(ctx, run.run_id)["status"] == "FINISHED"
+    assert train_status(ctx, run.run_id).status == "FINISHED"
 
 
 def test_a_training_run_records_its_pid(
@@ -64,5 +64,5 @@ def test_a_training_run_records_its_pid(
     ctx = make_ctx(tmp_path)
     res = train_policy(ctx, TrainRequest(timesteps=16 * 8 * 2)).as_dict()
     status = train_status(ctx, res["run_id"])
-    assert status["tags"]["rlops.pid"] == str(os.getpid()) and status["tags"]["rlops.host"] == socket.gethostname()
-    assert status["iterations"] == 2 and not status["plateau"] and "clipfrac" in status["columns"]
+    assert status.tags["rlops.pid"] == str(os.getpid()) and status.tags["rlops.host"] == socket.gethostname()
+    assert status.iterations == 2 and not status.plateau and "clipfrac" in status.columns

@@ -77,7 +77,7 @@ def test_full_run_registers_lineage_and_a_servable_pyfunc(
     # checkpoints for resuming, per-iteration metrics in MLflow
     assert sorted(p.name for p in Path(res["checkpoint_dir"]).glob("ckpt_*.pt"))
     status = train_status(ctx, res["run_id"])
-    assert [r["step"] for r in status["rows"]] == [128, 256] and "episodic_return" in status["columns"]
+    assert [r["step"] for r in status.rows] == [128, 256] and "episodic_return" in status.columns
 
     # the registered pyfunc loads and decides a legal action for an encoded production state
     model = mlflow.pyfunc.load_model(f"models:/{NAME}/{res['model_version']}")
