@@ -12,6 +12,12 @@ if the pack's params say `capture.simulate_when_empty: true`. Re-running an inte
 its partition. A run that quarantines more than `capture.max_quarantine_share` of its rows fails
 (no retries) naming the top reasons, its rows written; an interval that accepted no row ends its
 `capture` task as skipped, the log saying where the newest landing files are.
+
+Then `capture_outcomes` stores the late outcomes agents landed in the interval (`Tracer.outcome`
+lines under `<landing>/_outcomes`, docs/outcomes.md) in the outcome store, where every read of the
+trace store joins them: an interval with none ends the task as skipped; one none of whose records
+was accepted (unknown episodes, too late, bad records) fails it with the reasons, the records kept
+in the outcome quarantine.
 """
 
 from airflow.sdk import dag, task
@@ -39,7 +45,14 @@ def build(pack: PackDagConfig):
 
             return tasks.capture(conf)
 
-        capture(validate_conf())
+        @task(trigger_rule="none_failed")  # after a capture that found no traffic too
+        def capture_outcomes(conf: dict) -> dict:
+            from rlops.pipeline_steps.orchestration import tasks
+
+            return tasks.capture_outcomes(conf)
+
+        conf = validate_conf()
+        capture(conf) >> capture_outcomes(conf)
 
     return trace_capture()
 

@@ -37,6 +37,7 @@ from rlops.pipeline_steps.drift.request import DriftCheckRequest
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.labels.request import LabelQueueRequest
 from rlops.pipeline_steps.orchestration.run_request import RetrainRequest, RunRequest
+from rlops.pipeline_steps.outcomes.request import OutcomeCaptureRequest
 from rlops.pipeline_steps.promotion.request import PromoteRequest
 from rlops.pipeline_steps.training.request import RESOLVED_OPTIONS, TrainRequest
 from rlops.sandbox.errors import PackError
@@ -331,7 +332,7 @@ def raise_pack_problems() -> None:
 #: DAG offers: a new option of one of these requests reaches the DAG's Params and its conf check
 #: (:func:`rlops.pipeline_steps.orchestration.run_conf.validate_conf`) with no other edit.
 DAG_REQUESTS: dict[str, tuple[type, ...]] = {
-    "trace_capture": (CaptureRequest,),
+    "trace_capture": (CaptureRequest, OutcomeCaptureRequest),
     "drift_monitor": (DriftCheckRequest,),
     "label_queue": (LabelQueueRequest,),
     "retrain_incremental": (RetrainRequest, TrainRequest),

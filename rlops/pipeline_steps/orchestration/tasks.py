@@ -13,12 +13,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rlops.common.errors import UserError
 from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.drift.request import DriftCheckRequest
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.labels.request import LabelQueueRequest
 from rlops.pipeline_steps.orchestration.run_conf import RunConf
 from rlops.pipeline_steps.orchestration.task_runtime import PromotionFailed, end_as_skipped, no_retry_on_user_error
+from rlops.pipeline_steps.outcomes.request import OutcomeCaptureRequest
 from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionStatus
 from rlops.pipeline_steps.promotion.request import PromoteRequest
 from rlops.pipeline_steps.stress.request import StressRequest
@@ -59,6 +61,36 @@ def capture(conf: Mapping[str, Any]) -> dict[str, Any]:
             result,
             f"nothing captured: {out.rows_in} rows in, none accepted"
             + (f" ({out.warnings[-1]})" if out.warnings else ""),
+        )
+    return result
+
+
+@no_retry_on_user_error
+def capture_outcomes(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """The late outcomes landed in the run key's interval (``Tracer.outcome`` lines under
+    ``<landing>/_outcomes``) into the outcome store, after the interval's traces, so that an outcome
+    of an episode captured in the same interval finds it. An interval without outcome lines ends the
+    task as skipped; one none of whose records was accepted fails it at once (no retries: the same
+    records would be refused again) with the first reasons, its records kept in the outcome
+    quarantine."""
+    from rlops.pipeline_steps.outcomes.step import capture_outcomes as run
+
+    run_conf = RunConf.of(conf)
+    out = run(run_conf.step_context(), run_conf.request(OutcomeCaptureRequest))
+    result = out.as_dict()
+    log.info(
+        "outcomes of %s from %s: %d records in, %d accepted, %d quarantined; %d values added, %d replaced",
+        out.scenario, out.source, out.records_in, out.records_accepted, out.records_quarantined,
+        out.values_added, out.values_replaced,
+    )  # fmt: skip
+    if out.records_in == 0:
+        end_as_skipped(result, f"no outcome lines landed in the interval ({out.source})")
+    elif out.records_accepted == 0:
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(out.quarantine_reasons.items(), key=lambda kv: -kv[1]))
+        raise UserError(
+            f"outcome capture of {out.source}: none of {out.records_in} record(s) was accepted ({reasons}); "
+            f"all are quarantined in {out.quarantine_uri} — expected outcomes of episodes in the trace store, "
+            "within outcomes.max_delay_days of their last decision, in the format of docs/outcomes.md"
         )
     return result
 
