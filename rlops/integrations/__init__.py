@@ -5,10 +5,12 @@
   node (a ``Command`` node or a conditional edge's function), or records the agent's own router's
   choices in observe mode, and a LangChain callback handler that traces the tool calls of an agent
   as it is;
-* :mod:`rlops.integrations.openai_agents` — a tool-choice hook around an OpenAI Agents SDK model,
-  and a tracing processor that turns the SDK's function spans into trace rows;
+* :mod:`rlops.integrations.openai_agents` — a tool-choice hook around an OpenAI Agents SDK model, or
+  the model's own tool choices recorded in observe mode, and a tracing processor that turns the SDK's
+  function spans into trace rows;
 * :mod:`rlops.integrations.autogen` — a ``selector_func`` choosing an AutoGen team's next speaker
-  and its tool from the policy (multi-role packs such as ``loan_desk``).
+  and its tool from the policy (multi-role packs such as ``loan_desk``), or the team's own choices
+  recorded in observe mode.
 
 The framework-free part (the decision loop, the tool-call recorder and the declared mappings:
 state, tool names, tool outcomes) is :mod:`rlops.integrations.core`, built from
