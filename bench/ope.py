@@ -55,7 +55,8 @@ from rlops.common.config import REPO_ROOT, resolve_params  # noqa: E402
 from rlops.model.policy import PolicyConfig, PolicyNetwork  # noqa: E402
 from rlops.pipeline_steps.promotion.ope import OPEConfig  # noqa: E402
 from rlops.pipeline_steps.promotion.ope_direct import sandbox_q  # noqa: E402
-from rlops.pipeline_steps.promotion.ope_gate import off_policy_value, ope_gate_row, value_scale  # noqa: E402
+from rlops.pipeline_steps.promotion.ope_gate import ope_gate_row  # noqa: E402
+from rlops.pipeline_steps.promotion.ope_value import off_policy_value, value_scale  # noqa: E402
 from rlops.sandbox.pack import Pack, load_pack  # noqa: E402
 from rlops.sandbox.policies import evaluate_policy, load_oracle, random_policy, rule_policy  # noqa: E402
 from rlops.sandbox.traces import rollout_traces  # noqa: E402

@@ -27,7 +27,7 @@ def _logged() -> tuple[Any, Any, pd.DataFrame]:
 
     from rlops.model.policy import PolicyConfig, PolicyNetwork
     from rlops.pipeline_steps.promotion.ope_direct import exploring_policy
-    from rlops.pipeline_steps.promotion.ope_gate import network_target
+    from rlops.pipeline_steps.promotion.ope_value import network_target
     from rlops.sandbox.traces import rollout_traces
     from tests.policy_kit import credit_pack
 
@@ -57,7 +57,7 @@ def logged_rows() -> pd.DataFrame:
 def logging_probabilities(rows: pd.DataFrame) -> pd.DataFrame:
     """The logger's probability of every action on each of ``rows``: ``trace_id`` and one column
     per action, as a file target gives them."""
-    from rlops.pipeline_steps.promotion.ope_gate import network_target
+    from rlops.pipeline_steps.promotion.ope_value import network_target
     from rlops.trace_store.states import observations_from_traces
 
     pack, behaviour, _ = _logged()

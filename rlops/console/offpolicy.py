@@ -24,7 +24,8 @@ import pandas as pd
 
 from rlops.console import aggregates as agg
 from rlops.pipeline_steps.promotion.ope import effective_sample_size, estimate_all, logged_propensities, to_episodes
-from rlops.pipeline_steps.promotion.ope_gate import complete_live_episodes, traffic_problem
+from rlops.pipeline_steps.promotion.ope_sufficiency import traffic_problem
+from rlops.pipeline_steps.promotion.ope_value import complete_live_episodes
 from rlops.registry import tags as T
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 A policy version's description says what it is (training mode, reward function and its hash,
 sandbox calibration, data) and, once evaluated, the gate summary — one line per gate — which
-each evaluation replaces (:func:`rlops.pipeline_steps.promotion.gates.with_gate_summary`).
+each evaluation replaces (:func:`rlops.pipeline_steps.promotion.gate_table.with_gate_summary`).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from rlops.common.airflow_api import AirflowApi
 from rlops.common.config import home, pack_names, scenarios_dir
 from rlops.common.errors import InfrastructureError, UserError
 from rlops.common.params_model import Params
-from rlops.pipeline_steps.promotion.webhook import register_webhook
 from rlops.registry.alias_records import registry_key
+from rlops.registry.webhooks import register_webhook
 from rlops.stack import airflow_setup, processes
 from rlops.stack.home import ADMIN_USER, StackHome
 from rlops.stack.parts import Part, StackLayout, layout

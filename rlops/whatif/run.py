@@ -39,7 +39,7 @@ from rlops.model.policy import PolicyNetwork
 from rlops.model.policy_io import load_policy, save_policy
 from rlops.model.ppo import train
 from rlops.pipeline_steps.infra.policy_loader import load_policy_ref
-from rlops.pipeline_steps.promotion.evaluate import segment_masks
+from rlops.pipeline_steps.promotion.evaluate_sandbox import segment_masks
 from rlops.registry.client import CHAMPION
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.kpis import compile_kpis

@@ -159,9 +159,9 @@ def test_no_shadow_rows_is_a_clear_empty_state(home: Path) -> None:
 def _evaluation_run(
     metrics: dict[str, float], params: dict[str, str], tags: dict[str, str], gate: Any, *more: Any
 ) -> str:
-    """An evaluation run as ``evaluate._record`` logs it: tags, params, metrics and ``gates.json``."""
+    """An evaluation run as ``evaluate_report.record_evaluation`` logs it: tags, params, metrics and ``gates.json``."""
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.promotion.gates import gate_frame
+    from rlops.pipeline_steps.promotion.gate_table import gate_frame
 
     ctx = StepContext.create(S, "20261201T0900")
     client = ctx.tracker.client
@@ -195,7 +195,8 @@ def _evaluation_run(
 
 def test_the_evaluation_page_shows_the_off_policy_estimates_and_the_gap(home: Path) -> None:
     from rlops.pipeline_steps.promotion.ope import Estimate, OPEConfig
-    from rlops.pipeline_steps.promotion.ope_gate import OPEResult, ope_gate_row, ope_metrics, ope_run_fields
+    from rlops.pipeline_steps.promotion.ope_gate import ope_gate_row, ope_metrics, ope_run_fields
+    from rlops.pipeline_steps.promotion.ope_value import OPEResult
 
     cfg = OPEConfig()
     res = OPEResult(
@@ -233,7 +234,8 @@ def test_the_evaluation_page_shows_whether_the_sandbox_earned_trust(home: Path) 
     from rlops.common.params_operations import OpeParams
     from rlops.pipeline_steps.promotion.evidence import trust_row
     from rlops.pipeline_steps.promotion.ope import Estimate, OPEConfig
-    from rlops.pipeline_steps.promotion.ope_gate import OPEResult, ope_gate_row, ope_metrics, ope_run_fields
+    from rlops.pipeline_steps.promotion.ope_gate import ope_gate_row, ope_metrics, ope_run_fields
+    from rlops.pipeline_steps.promotion.ope_value import OPEResult
 
     cfg = OPEConfig()
     dr = Estimate("dr", 0.0051, 0.004, 0.0062, 0.0006, "normal")
@@ -256,7 +258,8 @@ def test_the_evaluation_page_shows_whether_the_sandbox_earned_trust(home: Path) 
 
 def test_a_skipped_off_policy_gate_shows_its_reason(home: Path) -> None:
     from rlops.pipeline_steps.promotion.ope import OPEConfig
-    from rlops.pipeline_steps.promotion.ope_gate import OPEResult, ope_gate_row, ope_metrics, ope_run_fields
+    from rlops.pipeline_steps.promotion.ope_gate import ope_gate_row, ope_metrics, ope_run_fields
+    from rlops.pipeline_steps.promotion.ope_value import OPEResult
 
     cfg = OPEConfig()
     reason = "12 complete live episodes in the window (ope.min_episodes 200)"

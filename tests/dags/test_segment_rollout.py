@@ -113,7 +113,8 @@ def test_a_challenger_rolls_out_region_by_region(
     airflow_db: str, segment_home: Path, pack: Any, good: Any, approve_all: Any
 ) -> None:  # noqa: F811
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.promotion.flow import promote, stage_challenger
+    from rlops.pipeline_steps.promotion.alias_moves import stage_challenger
+    from rlops.pipeline_steps.promotion.flow import promote
     from rlops.pipeline_steps.promotion.stages import rollout_plan
     from rlops.registry.aliases import move_champion
 

@@ -48,7 +48,8 @@ def uniform(obs: Any, mask: Any) -> np.ndarray:
 
 def gate(frame: pd.DataFrame) -> tuple[Any, Any]:
     from rlops.common.params_operations import OpeParams
-    from rlops.pipeline_steps.promotion.ope_gate import off_policy_value, ope_gate_row
+    from rlops.pipeline_steps.promotion.ope_gate import ope_gate_row
+    from rlops.pipeline_steps.promotion.ope_value import off_policy_value
 
     pack, _ = logged()
     # 60 episodes show nothing within a tenth of the logged value; the probes are about hostile

@@ -222,7 +222,8 @@ def probe_drift_footnote_not_a_dict(home: dict[str, Any], console: Any) -> None:
 
 # --------------------------------------------------------------------------- vocabulary probes
 def probe_description_says_skipped(home: dict[str, Any], console: Any) -> None:
-    from rlops.pipeline_steps.promotion.gates import Gate, with_gate_summary
+    from rlops.pipeline_steps.promotion.gate_table import with_gate_summary
+    from rlops.pipeline_steps.promotion.gates import Gate
 
     seg = Gate("segment:low_credit_score", None, None, "n >= 100", True, "skipped: 92 episodes", skipped=True)
     text = with_gate_summary(
@@ -330,7 +331,8 @@ def _receiver(home: dict[str, Any], tmp: Path, **webhook: Any) -> tuple[Any, Any
     from fastapi.testclient import TestClient
 
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.promotion.webhook import WebhookSettings, create_app
+    from rlops.pipeline_steps.promotion.webhook import create_app
+    from rlops.pipeline_steps.promotion.webhook_settings import WebhookSettings
 
     params = dict(home["ctx"].params)
     tracking = webhook.pop("tracking", None)
@@ -503,7 +505,7 @@ def probe_decision_logged_in_one_line(
 def probe_decision_line_of_a_triggered_dag_claims_no_gates(home: dict[str, Any], console: Any) -> None:
     """In airflow mode the receiver only triggers the promotion DAG: its line said "failing gates:
     none" before any gate had run."""
-    from rlops.pipeline_steps.promotion.webhook import decision_line
+    from rlops.pipeline_steps.promotion.webhook_events import decision_line
 
     line = decision_line(
         {"data": {"name": NAME, "alias": "challenger", "version": "7"}},
@@ -513,7 +515,7 @@ def probe_decision_line_of_a_triggered_dag_claims_no_gates(home: dict[str, Any],
 
 
 def probe_decision_line_names_failing_gates(home: dict[str, Any], console: Any) -> None:
-    from rlops.pipeline_steps.promotion.webhook import decision_line
+    from rlops.pipeline_steps.promotion.webhook_events import decision_line
 
     line = decision_line(
         {"data": {"name": NAME, "alias": "challenger", "version": "7"}},

@@ -24,7 +24,8 @@ from typing import Any
 
 from rlops.common.params_operations import OpeParams
 from rlops.pipeline_steps.promotion.gates import Gate
-from rlops.pipeline_steps.promotion.ope_gate import INSUFFICIENT, value_scale
+from rlops.pipeline_steps.promotion.ope_gate import INSUFFICIENT
+from rlops.pipeline_steps.promotion.ope_value import value_scale
 
 #: Gates judged in the sandbox: shown but not deciding while the sandbox is untrusted.
 SANDBOX_GATES = ("mean_return", "completion_rate", "handling_ms", "human_takeover_rate")

@@ -1,4 +1,5 @@
-"""The promotion flow: gated promotion, staged roll-out and rollback of policy versions — the one
+"""The promotion flow: gated promotion, staged roll-out and rollback of policy versions — with the
+moves it shares with the roll-out step (:mod:`rlops.pipeline_steps.promotion.alias_moves`), the one
 place that moves the ``champion``/``challenger``/``previous`` aliases.
 
 ``rlops model promote --candidate V`` (and every retrain DAG) runs :func:`promote`: the candidate
@@ -32,11 +33,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from rlops.common.arguments import MAX_EPISODES, count
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import step_run
+from rlops.pipeline_steps.promotion.alias_moves import finish, now_text, stage_challenger, stop_serving
 from rlops.pipeline_steps.promotion.guard import (
     MANUAL,
     REGATE,
@@ -49,59 +50,17 @@ from rlops.pipeline_steps.promotion.guard import (
 from rlops.pipeline_steps.promotion.lock import ChampionMoved, PromotionBusy, check_unchanged, lock_path, promotion_lock
 from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionStatus
 from rlops.pipeline_steps.promotion.request import EvaluateRequest
-from rlops.pipeline_steps.promotion.stages import Stage, current_stage, rollout_plan, segmented
+from rlops.pipeline_steps.promotion.stages import champion_eta, current_stage, minutes_to_champion_at, rollout_plan
 from rlops.pipeline_steps.promotion.stages import next_stage as plan_next
 from rlops.pipeline_steps.stress.version import VersionStress, stress_version
 from rlops.registry import tags as T
 from rlops.registry.alias_records import RegistryKeyMismatch, require_key
-from rlops.registry.aliases import NoEarlierChampion, float_or_zero, move_champion, rollback_plan
+from rlops.registry.aliases import NoEarlierChampion, rollback_plan
 from rlops.registry.aliases import rollback as rollback_champion
 from rlops.registry.client import CHALLENGER, CHAMPION, TrackingError, policy_model_name
 from rlops.storage.backend import StorageError
 
-TRAFFIC_TAG = T.VERSION.TRAFFIC_FRACTION
-DEFAULT_STAGES = (0.05, 0.15, 1.0)
 log = logging.getLogger(__name__)
-
-
-def rollout_stages(ctx: StepContext) -> list[float]:
-    """Challenger traffic shares of a staged roll-out (``evaluate.rollout_stages``), ending at 1.0; a
-    plan with segment stages is :func:`rlops.pipeline_steps.promotion.stages.rollout_plan`'s."""
-    plan = rollout_plan(ctx)
-    if segmented(plan):
-        raise ValueError("evaluate.rollout_stages names segments: its stages are rollout_plan(ctx)")
-    stages = [s.share for s in plan] or list(DEFAULT_STAGES)
-    if not stages or stages != sorted(stages) or not stages[0] > 0 or stages[-1] != 1.0:
-        raise ValueError(f"evaluate.rollout_stages must rise from above 0 to 1.0, got {stages}")
-    return stages
-
-
-def next_stage(stages: list[float], current: float) -> float:
-    return next((s for s in stages if s > current + 1e-9), 1.0)
-
-
-def minutes_to_champion(stages: list[float], share: float, min_stage_minutes: float) -> float:
-    """The least time a challenger serving ``share`` needs before it can become champion: each
-    stage from ``share`` up to the last one below 100 % serves at least ``min_stage_minutes``
-    (and moves on only when its live A/B gates pass on enough episodes)."""
-    return sum(1 for s in stages if share - 1e-9 <= s < 1.0) * float(min_stage_minutes)
-
-
-def minutes_to_champion_at(plan: list[Stage], stage: Stage, min_stage_minutes: float) -> float:
-    """:func:`minutes_to_champion` of a challenger serving ``stage`` of ``plan`` (segment stages too)."""
-    return sum(1 for s in plan[stage.index :] if not s.final) * float(min_stage_minutes)
-
-
-def champion_eta(ctx: StepContext, at: float | Stage) -> str:
-    """``v… can become champion in ≥ 120 min`` for a challenger at a share or stage (for reasons and logs)."""
-    if isinstance(at, Stage):
-        minutes = minutes_to_champion_at(rollout_plan(ctx), at, ctx.config.rollout.min_stage_minutes)
-    else:
-        minutes = minutes_to_champion(rollout_stages(ctx), at, ctx.config.rollout.min_stage_minutes)
-    return (
-        f"it can become champion in {minutes:g} min at the earliest (rollout.min_stage_minutes per stage, "
-        f"each stage's live A/B gates passing on evaluate.ab_min_episodes episodes per group)"
-    )
 
 
 # --------------------------------------------------------------------------- hand-set aliases
@@ -171,7 +130,7 @@ def promote_from_alias(
                 {
                     T.PROMOTION_REASON: res.reason[:5000],
                     T.PROMOTION_REQUESTED_BY: requested_by,
-                    T.PROMOTION_AT: _now(),
+                    T.PROMOTION_AT: now_text(),
                     T.PROMOTION_OUTCOME: res.outcome,
                 },
             )
@@ -349,88 +308,7 @@ def _promote(
     return out
 
 
-# --------------------------------------------------------------------------- alias moves
-def stage_challenger(ctx: StepContext, version: str, fraction: float, reason: str, stage: Stage | None = None) -> None:
-    """Serve ``version`` to ``fraction`` of traffic as ``challenger`` — of the segment of ``stage``
-    when it names one (:mod:`rlops.pipeline_steps.promotion.stages`). Tags first, alias second: a
-    client that sees the alias always reads the new share. A challenger it replaces stops serving
-    (share 0; outcome ``withdrawn`` when rlops had staged it)."""
-    name = policy_model_name(ctx.scenario)
-    serve = stage.tags() if stage is not None else {TRAFFIC_TAG: fraction, T.VERSION.TRAFFIC_SEGMENT: ""}
-    ctx.tracker.set_model_version_tags(
-        name,
-        version,
-        {**serve, T.ROLLOUT_STAGE_STARTED: ctx.key.end.isoformat(), T.ROLLOUT_REASON: reason[:5000]},
-    )
-    replaced = ctx.tracker.get_alias(name, CHALLENGER)
-    if replaced != version:
-        staged_by_rlops = replaced is not None and ctx.tracker.alias_written_by_rlops(name, CHALLENGER) == replaced
-        ctx.tracker.set_alias(name, CHALLENGER, version)
-        if replaced is not None:
-            stop_serving(ctx, replaced)
-        if staged_by_rlops:  # a hand-set one is a request in flight: its promotion writes its outcome
-            ctx.tracker.record_outcome(
-                name, str(replaced), T.OUTCOME_WITHDRAWN, f"replaced as challenger by v{version}"
-            )
-
-
-def finish(ctx: StepContext, version: str, reason: str) -> PromotionOutcome:
-    """Make ``version`` the champion (the old one becomes ``previous``) and retire its
-    ``challenger`` alias; ``reason`` is tagged on the version."""
-    name = policy_model_name(ctx.scenario)
-    state = move_champion(ctx.tracker, name, version)
-    warning = None
-    try:
-        ctx.tracker.set_model_version_tags(
-            name,
-            version,
-            {TRAFFIC_TAG: 1.0, T.VERSION.TRAFFIC_SEGMENT: "", "promoted_at": _now(), T.ROLLOUT_REASON: reason[:5000]},
-        )
-        # read after the move, not before: a challenger alias set in the UI a moment earlier (the
-        # webhook that asked for this promotion) may reach the registry's reads only now
-        if ctx.tracker.get_alias(name, CHALLENGER) == version:
-            ctx.tracker.delete_alias(name, CHALLENGER)
-    except TrackingError as exc:  # the champion moved; only bookkeeping is behind
-        warning = f"champion moved, but updating the challenger alias/tags failed: {exc}"
-    return PromotionOutcome(
-        PromotionStatus.CHAMPION,
-        ctx.scenario,
-        reason,
-        ctx.dry_run,
-        version,
-        traffic_fraction=1.0,
-        champion=state.champion,
-        previous=state.previous,
-        warning=warning,
-    )
-
-
-def withdraw_challenger(ctx: StepContext, version: str, reason: str) -> None:
-    """Stop serving ``version`` as challenger (a failed live gate): share 0 and alias removed,
-    why tagged, outcome ``withdrawn``."""
-    name = policy_model_name(ctx.scenario)
-    ctx.tracker.set_model_version_tags(name, version, {TRAFFIC_TAG: 0.0, T.ROLLOUT_REASON: reason[:5000]})
-    if ctx.tracker.get_alias(name, CHALLENGER) == version:
-        ctx.tracker.delete_alias(name, CHALLENGER)
-    ctx.tracker.record_outcome(name, version, T.OUTCOME_WITHDRAWN, reason)
-
-
-def stop_serving(ctx: StepContext, version: str, reason: str | None = None) -> None:
-    """``version`` serves no challenger share any more (its gates failed, it was rejected):
-    ``traffic_fraction`` 0 where it was set; given a ``reason``, a challenger alias rlops staged on
-    it is withdrawn. A hand-set one is the requested promotion's to remove
-    (:func:`promote_from_alias`), which writes the version's outcome last."""
-    name = policy_model_name(ctx.scenario)
-    if float_or_zero(ctx.tracker.model_version_tags(name, version).get(TRAFFIC_TAG)) != 0.0:
-        ctx.tracker.set_model_version_tags(name, version, {TRAFFIC_TAG: 0.0})
-    if (
-        reason is not None
-        and ctx.tracker.get_alias(name, CHALLENGER) == version
-        and ctx.tracker.alias_written_by_rlops(name, CHALLENGER) == version
-    ):
-        withdraw_challenger(ctx, version, reason)
-
-
+# --------------------------------------------------------------------------- rollback
 def rollback(ctx: StepContext, reason: str | None = None) -> PromotionOutcome:
     """Point ``champion`` back at the most recent earlier champion (``previous`` at the one
     before; see :func:`rlops.registry.aliases.rollback`); the demoted version is
@@ -463,7 +341,3 @@ def rollback(ctx: StepContext, reason: str | None = None) -> PromotionOutcome:
         previous=state.previous,
         rolled_back_from=current,
     )
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -1,8 +1,10 @@
 """Promotion gates: the statistics that decide whether a candidate policy may replace the champion.
 
 Pure functions over per-episode outcomes (``rlops.sandbox.policies.EvalResult``) and live A/B
-traces; :mod:`rlops.pipeline_steps.promotion.evaluate` feeds them and acts on the verdict. Every gate is one row
-of the gate table — ``gate, candidate, champion, threshold, passed, status, detail``; ``status``
+traces (their tests: :mod:`~rlops.pipeline_steps.promotion.gate_stats`);
+:mod:`rlops.pipeline_steps.promotion.evaluate` feeds them and acts on the verdict. Every gate is one row
+of the gate table (:mod:`~rlops.pipeline_steps.promotion.gate_table` renders it) —
+``gate, candidate, champion, threshold, passed, status, detail``; ``status``
 is exactly one of :data:`GATE_STATES`, ``pass | fail | skipped`` (``skipped``: a gate that could not
 be judged — it blocks nothing, and says so, never "pass"). Every surface (console, CLI, MLflow
 descriptions, webhook log) reads a row's state through :func:`gate_state`.
@@ -11,8 +13,9 @@ descriptions, webhook log) reads a row's state through :func:`gate_state`.
   the same seeded episodes): the lower bound of the two-sided ``confidence`` interval of the
   mean difference must exceed ``min_improvement`` × the champion's return scale (0: better;
   slightly negative: non-inferior). The scale is ``|champion's mean return|``, at least
-  ``scale_floor`` × its per-episode standard deviation (:func:`return_scale`): every margin on
-  returns is a share of it, so one default fits a click rate and a credit return.
+  ``scale_floor`` × its per-episode standard deviation
+  (:func:`~rlops.pipeline_steps.promotion.gate_stats.return_scale`): every margin on returns is a
+  share of it, so one default fits a click rate and a credit return.
 * ``completion_rate`` may drop by at most ``completion_epsilon`` (absolute);
   ``handling_ms`` may grow by at most ``handling_epsilon`` (a fraction of the champion's);
   ``human_takeover_rate`` may rise by at most ``takeover_epsilon`` — unless the pack declares an
@@ -37,9 +40,7 @@ descriptions, webhook log) reads a row's state through :func:`gate_state`.
 
 from __future__ import annotations
 
-import html
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal
@@ -48,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from rlops.common.params_promotion import GateConfig  # the gate part of the typed evaluate: block
+from rlops.pipeline_steps.promotion.gate_stats import paired_bootstrap, return_scale, two_proportion_z, welch_greater
 
 GateState = Literal["pass", "fail", "skipped"]
 PASS: Final = "pass"
@@ -102,50 +104,6 @@ class Gate:
         return d
 
 
-# --------------------------------------------------------------------------- statistics
-def paired_bootstrap(
-    diffs: np.ndarray, samples: int = 2000, confidence: float = 0.95, seed: int = 0
-) -> tuple[float, float, float]:
-    """Mean of ``diffs`` and the percentile bootstrap interval ``(low, high)`` of the mean.
-    Any non-finite difference makes all three NaN (no interval can be trusted)."""
-    d = np.asarray(diffs, dtype=np.float64)
-    if d.size == 0 or not np.isfinite(d).all():
-        return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = np.empty(samples)
-    chunk = max(1, 4_000_000 // d.size)  # bound memory: ``chunk × n`` indices at a time
-    for start in range(0, samples, chunk):
-        k = min(chunk, samples - start)
-        means[start : start + k] = d[rng.integers(0, d.size, size=(k, d.size))].mean(axis=1)
-    alpha = 1.0 - confidence
-    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return float(d.mean()), float(lo), float(hi)
-
-
-def two_proportion_z(x1: int, n1: int, x2: int, n2: int) -> tuple[float, float]:
-    """z statistic of ``p1 - p2`` (pooled) and the one-sided p-value of ``p1 > p2``."""
-    from scipy.stats import norm
-
-    if n1 == 0 or n2 == 0:
-        return float("nan"), float("nan")
-    p = (x1 + x2) / (n1 + n2)
-    se = math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
-    if se == 0:  # pooled rate 0 or 1: both groups identical
-        return 0.0, 0.5
-    z = (x1 / n1 - x2 / n2) / se
-    return float(z), float(norm.sf(z))
-
-
-def welch_greater(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """Welch t statistic of ``mean(a) - mean(b)`` and the one-sided p-value of ``mean(a) > mean(b)``."""
-    from scipy.stats import ttest_ind
-
-    if len(a) < 2 or len(b) < 2:
-        return float("nan"), float("nan")
-    res = ttest_ind(a, b, equal_var=False, alternative="greater")
-    return float(res.statistic), float(res.pvalue)
-
-
 # --------------------------------------------------------------------------- sandbox gates
 def latency_gate(cand_p99_ms: float, champ_p99_ms: float | None, cfg: GateConfig) -> Gate:
     """Candidate p99 over champion p99 (measured together); skipped without a champion network."""
@@ -174,45 +132,51 @@ def _or_budget(relative: str, budget: float | None, op: str) -> str:
     return relative if budget is None else f"{relative} or {op} {budget:g}"
 
 
-def completion_gate(cand: float, champ: float, cfg: GateConfig) -> Gate:
-    """No more than ``completion_epsilon`` below the champion, or at least ``completion_min``."""
-    within = cfg.completion_min is not None and cand >= cfg.completion_min
-    relative = cand >= champ - cfg.completion_epsilon
+def _within_budget(value: float, budget: float | None, op: str) -> bool:
+    """``value`` inside the pack's operational ``budget`` (``op``: ``>=`` a floor, ``<=`` a
+    ceiling); never without a budget."""
+    return budget is not None and (value >= budget if op == ">=" else value <= budget)
+
+
+def _relative_or_budget(
+    name: str, cand: float, champ: float, relative_ok: bool, relative_words: str, budget: float | None, op: str
+) -> Gate:
+    """An operational gate: the candidate passes the relative test against the champion
+    (``relative_ok``, its threshold worded ``relative_words``) or, where the pack declares one,
+    stays within the absolute ``budget`` (``op`` ``budget``), and the detail says when only the
+    budget let it pass."""
+    within = _within_budget(cand, budget, op)
     return Gate(
-        "completion_rate",
+        name,
         cand,
         champ,
-        _or_budget(f">= champion - {cfg.completion_epsilon:g}", cfg.completion_min, ">="),
-        bool(relative or within),
-        "within the pack's operational budget" if within and not relative else "",
+        _or_budget(relative_words, budget, op),
+        bool(relative_ok or within),
+        "within the pack's operational budget" if within and not relative_ok else "",
+    )
+
+
+def completion_gate(cand: float, champ: float, cfg: GateConfig) -> Gate:
+    """No more than ``completion_epsilon`` below the champion, or at least ``completion_min``."""
+    eps = cfg.completion_epsilon
+    return _relative_or_budget(
+        "completion_rate", cand, champ, cand >= champ - eps, f">= champion - {eps:g}", cfg.completion_min, ">="
     )
 
 
 def handling_gate(cand: float, champ: float, cfg: GateConfig) -> Gate:
     """No more than ``handling_epsilon`` longer than the champion, or at most ``handling_max_ms``."""
-    within = cfg.handling_max_ms is not None and cand <= cfg.handling_max_ms
-    relative = cand <= champ * (1 + cfg.handling_epsilon)
-    return Gate(
-        "handling_ms",
-        cand,
-        champ,
-        _or_budget(f"<= champion x {1 + cfg.handling_epsilon:g}", cfg.handling_max_ms, "<="),
-        bool(relative or within),
-        "within the pack's operational budget" if within and not relative else "",
+    factor = 1 + cfg.handling_epsilon
+    return _relative_or_budget(
+        "handling_ms", cand, champ, cand <= champ * factor, f"<= champion x {factor:g}", cfg.handling_max_ms, "<="
     )
 
 
 def takeover_gate(cand: float, champ: float, cfg: GateConfig) -> Gate:
     """No more than ``takeover_epsilon`` above the champion, or at most ``takeover_max``."""
-    within = cfg.takeover_max is not None and cand <= cfg.takeover_max
-    relative = cand <= champ + cfg.takeover_epsilon
-    return Gate(
-        "human_takeover_rate",
-        cand,
-        champ,
-        _or_budget(f"<= champion + {cfg.takeover_epsilon:g}", cfg.takeover_max, "<="),
-        bool(relative or within),
-        "within the pack's operational budget" if within and not relative else "",
+    eps = cfg.takeover_epsilon
+    return _relative_or_budget(
+        "human_takeover_rate", cand, champ, cand <= champ + eps, f"<= champion + {eps:g}", cfg.takeover_max, "<="
     )
 
 
@@ -266,16 +230,6 @@ def comparison_gates(
     ]
     gates.extend(segment_gates(rc, rb, segments, cfg, scale))
     return gates
-
-
-def return_scale(mean: float, sd: float, floor: float) -> float:
-    """The scale a margin on returns is a share of: ``|mean|``, but at least ``floor`` × the
-    per-episode return's standard deviation, so that a value near zero does not make every margin
-    vanish (NaN when ``mean`` is not finite). The same defaults then judge a credit return (≈ 0.3)
-    and a click rate (≈ 0.005) alike."""
-    if not math.isfinite(mean):
-        return float("nan")
-    return max(abs(mean), floor * sd if math.isfinite(sd) else 0.0)
 
 
 def champion_scale(rb: np.ndarray, cfg: GateConfig) -> float:
@@ -395,20 +349,21 @@ def ab_gates(challenger: pd.DataFrame, control: pd.DataFrame, cfg: GateConfig) -
         x1, x2 = int(challenger[col].sum()), int(control[col].sum())
         z, p_greater = two_proportion_z(x1, n1, x2, n2)
         p_worse = p_greater if worse_if_higher else (1.0 - p_greater if np.isfinite(p_greater) else p_greater)
-        within = budget is not None and (x1 / n1 <= budget if worse_if_higher else x1 / n1 >= budget)
+        op = "<=" if worse_if_higher else ">="
+        within = _within_budget(x1 / n1, budget, op)
         gates.append(
             Gate(
                 f"ab:{name}",
                 x1 / n1,
                 x2 / n2,
-                _or_budget(f"not worse at p < {cfg.ab_alpha:g}", budget, "<=" if worse_if_higher else ">="),
+                _or_budget(f"not worse at p < {cfg.ab_alpha:g}", budget, op),
                 bool(not (p_worse < cfg.ab_alpha) or within),
                 f"z={z:.3f}, one-sided p={p_worse:.4g}, n={n1}/{n2}",
             )
         )
     handling = float(challenger["handling_ms"].mean())
     t, p = welch_greater(challenger["handling_ms"].to_numpy(float), control["handling_ms"].to_numpy(float))
-    within = cfg.handling_max_ms is not None and handling <= cfg.handling_max_ms
+    within = _within_budget(handling, cfg.handling_max_ms, "<=")
     gates.append(
         Gate(
             "ab:handling_ms",
@@ -420,57 +375,6 @@ def ab_gates(challenger: pd.DataFrame, control: pd.DataFrame, cfg: GateConfig) -
         )
     )
     return gates
-
-
-# --------------------------------------------------------------------------- rendering
-def gate_frame(gates: list[Gate]) -> pd.DataFrame:
-    return pd.DataFrame(
-        [g.to_dict() for g in gates],
-        columns=["gate", "candidate", "champion", "threshold", "passed", "status", "detail"],
-    )
-
-
-def gate_table_html(gates: list[Gate], title: str, facts: Mapping[str, Any]) -> str:
-    """A standalone HTML page: the facts of the comparison and the gate table."""
-    rows = []
-    for g in gates:
-        d = g.to_dict()
-        color = "#eeeeee" if g.skipped else ("#e6f4ea" if g.passed else "#fce8e6")
-        cells = "".join(
-            f"<td>{html.escape('' if d[k] is None else str(d[k]))}</td>"
-            for k in ("gate", "candidate", "champion", "threshold")
-        )
-        rows.append(f"<tr style='background:{color}'>{cells}<td>{g.status}</td><td>{html.escape(g.detail)}</td></tr>")
-    info = "".join(f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>" for k, v in facts.items())
-    return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        "<style>body{font-family:sans-serif}td,th{padding:4px 8px;border:1px solid #ccc}"
-        "table{border-collapse:collapse}</style></head>"
-        f"<body><h1>{html.escape(title)}</h1><ul>{info}</ul><table><tr><th>gate</th><th>candidate</th>"
-        "<th>champion</th><th>threshold</th><th>result</th><th>detail</th></tr>"
-        + "".join(rows)
-        + "</table></body></html>"
-    )
-
-
-def with_gate_summary(description: str, report: dict[str, Any]) -> str:
-    """The version description with its ``Gates:`` paragraph replaced by this evaluation's verdict:
-    one line per gate, its state exactly ``pass``, ``fail`` or ``skipped`` (with why it was skipped)."""
-    head = re.split(r"(?:^|\n\n)Gates[ :(]", description, maxsplit=1)[0].rstrip()
-    failed = failing_gates(report["gates"]) if report.get("gates") else list(report["failed_gates"])
-    skipped = [g["gate"] for g in report["gates"] if gate_state(g) == SKIPPED]
-    verdict = "all passed" if not failed else f"FAILED {', '.join(failed)}"
-    if skipped:
-        verdict += f" ({len(skipped)} skipped: {', '.join(skipped)})"
-    lines = [
-        f"Gates ({report['run_key']}, vs {report['baseline']}, {report['episodes']} episodes, "
-        f"{report['profile']} profile): {verdict}."
-    ]
-    for g in report["gates"]:
-        state = gate_state(g)
-        why = str(g.get("detail") or "") if state == SKIPPED else ""
-        lines.append(f"- {g['gate']}: {state} ({g['threshold']}{'; ' + why if why else ''})")
-    return (head + "\n\n" if head else "") + "\n".join(lines)
 
 
 __all__ = [
@@ -490,11 +394,5 @@ __all__ = [
     "latency_gate",
     "takeover_gate",
     "episode_outcomes",
-    "gate_frame",
-    "gate_table_html",
-    "paired_bootstrap",
     "stress_gate",
-    "two_proportion_z",
-    "welch_greater",
-    "with_gate_summary",
 ]

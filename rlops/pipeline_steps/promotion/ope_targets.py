@@ -6,13 +6,13 @@ A *target* is what would choose the actions in place of what served them:
   of decisions drawn uniformly over the legal actions (none in ``exploration.off_segment``);
 * ``uniform`` — uniform over the legal actions;
 * a registered version or alias (``3``, ``champion``, ``credit_approval-policy/3``) as it will serve
-  (:func:`~rlops.pipeline_steps.promotion.ope_gate.serving_target`, after ``ope.target``);
+  (:func:`~rlops.pipeline_steps.promotion.ope_value.serving_target`, after ``ope.target``);
 * a file of per-row action probabilities (:mod:`rlops.pipeline_steps.promotion.ope_target_file`).
 
 :func:`evaluate_target` reads the window of live traces the off-policy gate reads (``ope.window_hours``
 up to the run key's end), turns the target into its probabilities on the rows of the window's
 complete live episodes and returns every estimator of
-:func:`~rlops.pipeline_steps.promotion.ope_gate.off_policy_value` with its interval, the weights'
+:func:`~rlops.pipeline_steps.promotion.ope_value.off_policy_value` with its interval, the weights'
 diagnostics and, when the evidence cannot decide, why. It is a report, not a gate: nothing is
 written, nothing is promoted, and an insufficient estimate is still an answer.
 
@@ -45,21 +45,20 @@ from rlops.pipeline_steps.promotion.ope_direct import (
     fit_linear_q,
     returns_to_go,
 )
-from rlops.pipeline_steps.promotion.ope_gate import (
-    OPEResult,
-    complete_live_episodes,
-    network_target,
-    off_policy_value,
-    reward_model_rows,
-    sandbox_direct,
-    serving_target,
-    traffic_problem,
-)
+from rlops.pipeline_steps.promotion.ope_gate import reward_model_rows, sandbox_direct
+from rlops.pipeline_steps.promotion.ope_sufficiency import traffic_problem
 from rlops.pipeline_steps.promotion.ope_target_file import (
     SUFFIXES,
     is_file_spec,
     probabilities_for_rows,
     read_probabilities,
+)
+from rlops.pipeline_steps.promotion.ope_value import (
+    OPEResult,
+    complete_live_episodes,
+    network_target,
+    off_policy_value,
+    serving_target,
 )
 from rlops.pipeline_steps.promotion.request import OffPolicyRequest
 from rlops.sandbox.segments import compile_segment

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rlops.common.step_result import StepResult
 
 if TYPE_CHECKING:
-    from rlops.pipeline_steps.promotion.evaluate import EvaluationReport
+    from rlops.pipeline_steps.promotion.evaluate_report import EvaluationReport
     from rlops.pipeline_steps.promotion.guard import ChampionCheck
     from rlops.pipeline_steps.stress.version import VersionStress
 

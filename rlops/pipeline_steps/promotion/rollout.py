@@ -38,18 +38,20 @@ from rlops.common.run_key import RunKey
 from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import step_run
-from rlops.pipeline_steps.promotion.evaluate import live_ab_gates
-from rlops.pipeline_steps.promotion.flow import (
-    TRAFFIC_TAG,
-    champion_eta,
-    finish,
-    rollback,
-    stage_challenger,
-    withdraw_challenger,
-)
-from rlops.pipeline_steps.promotion.gates import return_scale, share_text
+from rlops.pipeline_steps.promotion.alias_moves import TRAFFIC_TAG, finish, stage_challenger, withdraw_challenger
+from rlops.pipeline_steps.promotion.evaluate_live import live_ab_gates
+from rlops.pipeline_steps.promotion.flow import rollback
+from rlops.pipeline_steps.promotion.gate_stats import return_scale
+from rlops.pipeline_steps.promotion.gates import share_text
 from rlops.pipeline_steps.promotion.lock import lock_path, promotion_lock
-from rlops.pipeline_steps.promotion.stages import Stage, current_stage, next_stage, rollout_plan, segmented
+from rlops.pipeline_steps.promotion.stages import (
+    Stage,
+    champion_eta,
+    current_stage,
+    next_stage,
+    rollout_plan,
+    segmented,
+)
 from rlops.registry import tags as T
 from rlops.registry.alias_records import require_key
 from rlops.registry.aliases import champion_history

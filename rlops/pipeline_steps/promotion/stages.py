@@ -13,7 +13,8 @@ serves::
 The challenger's version carries the stage it serves (``rlops.rollout.stage``), its share
 (``traffic_fraction``) and its segment (``traffic_segment``); the policy client serves the
 challenger only to requests whose state is in the segment, and each stage is judged by the live
-A/B gates on that segment's episodes only (:func:`segment_episodes`).
+A/B gates on that segment's episodes only (:func:`segment_episodes`). Each stage below 100 % serves
+at least ``rollout.min_stage_minutes``: :func:`champion_eta` says how long a roll-out takes at the least.
 """
 
 from __future__ import annotations
@@ -110,3 +111,19 @@ def segment_episodes(pack: Pack, rows: pd.DataFrame, segment: str) -> set[str]:
     first = rows.sort_values(["episode_id", "step"], kind="stable").drop_duplicates("episode_id")
     inside = expr(states_from_traces(pack, first.reset_index(drop=True))).cpu().numpy().astype(bool)
     return set(first["episode_id"].astype(str).to_numpy()[inside])
+
+
+def minutes_to_champion_at(plan: list[Stage], stage: Stage, min_stage_minutes: float) -> float:
+    """The least time a challenger serving ``stage`` of ``plan`` needs before it can become champion:
+    each stage from it up to the last one below 100 % serves at least ``min_stage_minutes`` (and
+    moves on only when its live A/B gates pass on enough episodes)."""
+    return sum(1 for s in plan[stage.index :] if not s.final) * float(min_stage_minutes)
+
+
+def champion_eta(ctx: StepContext, stage: Stage) -> str:
+    """``it can become champion in ≥ 120 min …`` for a challenger serving ``stage`` (for reasons and logs)."""
+    minutes = minutes_to_champion_at(rollout_plan(ctx), stage, ctx.config.rollout.min_stage_minutes)
+    return (
+        f"it can become champion in {minutes:g} min at the earliest (rollout.min_stage_minutes per stage, "
+        f"each stage's live A/B gates passing on evaluate.ab_min_episodes episodes per group)"
+    )

@@ -34,83 +34,45 @@ signature (a number too large for a float, non-ASCII bytes) is a 401 like any un
 connection whose delivery has not arrived whole ``read_timeout_s`` after the receiver began waiting
 for it is closed (:mod:`rlops.common.http_server`), however slowly its bytes trickle in.
 
-Serve it with ``rlops model webhook serve`` and register it with ``rlops model webhook register``;
-MLflow refuses ``http`` and private addresses by default, see docs/mlflow.md.
+This module is the HTTP side; the signature is :mod:`~rlops.pipeline_steps.promotion.webhook_signature`'s,
+the settings :mod:`~rlops.pipeline_steps.promotion.webhook_settings`', what an event does
+:mod:`~rlops.pipeline_steps.promotion.webhook_events`' and the registration with MLflow
+:mod:`rlops.registry.webhooks`'. Serve it with ``rlops model webhook serve`` and register it with
+``rlops model webhook register``; MLflow refuses ``http`` and private addresses by default, see
+docs/mlflow.md.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import logging
-import os
 import threading
-import time
-import urllib.error
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlops.common import airflow_api
-from rlops.common.config import load_params, resolve_local
-from rlops.common.errors import UserError
-from rlops.common.http_server import DEFAULT_READ_TIMEOUT_S
+from rlops.common.config import load_params
 from rlops.common.http_server import serve as serve_http
 from rlops.common.params_sources import params_block
 from rlops.common.redact import redact
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.promotion.flow import check_champion, promote_from_alias
-from rlops.pipeline_steps.promotion.guard import UI_REQUEST
+from rlops.pipeline_steps.promotion.webhook_events import (
+    POLICY_SUFFIX,
+    decision_line,
+    deliver_to_airflow,
+    event_problem,
+    handle_event,
+)
+from rlops.pipeline_steps.promotion.webhook_settings import AIRFLOW, WebhookSettings
+from rlops.pipeline_steps.promotion.webhook_signature import DELIVERY_HEADER, verify
 from rlops.pipeline_steps.promotion.webhook_store import WebhookStore
-from rlops.registry import tags as T
-from rlops.registry.client import CHALLENGER, CHAMPION, PREVIOUS, TrackingError
+from rlops.registry.webhooks import register_webhook
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
-    from mlflow.entities.webhook import WebhookEventStr
-
-    from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.promotion.webhook_store import WebhookStore
 
 log = logging.getLogger(__name__)
 MAX_OUTCOMES = 1000
-
-SIGNATURE_HEADER, TIMESTAMP_HEADER, DELIVERY_HEADER = "X-MLflow-Signature", "X-MLflow-Timestamp", "X-MLflow-Delivery-Id"
-EVENTS: tuple[WebhookEventStr, ...] = ("model_version_alias.created",)
-POLICY_SUFFIX = "-policy"
-EMBEDDED, AIRFLOW = "embedded", "airflow"
-
-
-# --------------------------------------------------------------------------- signature
-def sign(secret: str, delivery_id: str, timestamp: str, body: bytes) -> str:
-    """MLflow's webhook signature: ``v1,`` + base64 HMAC-SHA256 of ``id.timestamp.body``."""
-    content = f"{delivery_id}.{timestamp}.".encode() + body
-    return "v1," + base64.b64encode(hmac.new(secret.encode(), content, hashlib.sha256).digest()).decode()
-
-
-def verify(
-    secret: str, headers: Mapping[str, str], body: bytes, tolerance_s: int = 300, now: float | None = None
-) -> str | None:
-    """None when the request is signed with ``secret`` and recent, else what is wrong."""
-    sig, ts, did = (
-        headers.get(h) or headers.get(h.lower()) for h in (SIGNATURE_HEADER, TIMESTAMP_HEADER, DELIVERY_HEADER)
-    )
-    if not (sig and ts and did):
-        return "missing signature, timestamp or delivery id header"
-    try:
-        age = abs((now if now is not None else time.time()) - int(ts))
-    except (ValueError, OverflowError):  # a number of hundreds of digits does not fit a float
-        return f"timestamp {ts[:40]!r} is not a Unix time"
-    if age > tolerance_s:
-        return f"timestamp is {age:.0f} s away from now (tolerance {tolerance_s} s): a replay?"
-    expected = sign(secret, did, ts, body)
-    # compare_digest raises on non-ASCII text; a signature of ours is base64, so such a one is wrong
-    if not any(s.isascii() and hmac.compare_digest(expected, s) for s in sig.split()):
-        return "signature does not match the shared secret"
-    return None
 
 
 def failure_line(exc: BaseException) -> str:
@@ -118,227 +80,6 @@ def failure_line(exc: BaseException) -> str:
     urllib3 causes carry the tracking URI with its credentials."""
     text = " ".join(f"{type(exc).__name__}: {exc}".split())
     line: str = redact(text if len(text) <= 2000 else text[:2000] + "…")
-    return line
-
-
-# --------------------------------------------------------------------------- settings and dispatch
-@dataclass(frozen=True)
-class WebhookSettings:
-    """The ``promotion.webhook`` block of params, with the secret and token read from the env."""
-
-    mode: str
-    secret: str
-    airflow_url: str
-    airflow_token: str | None
-    dag_id: str
-    airflow_credentials: str | None = None
-    """A credentials file (``rlops stack up`` writes one): the token is then fetched and renewed, never
-    held past its expiry as a fixed ``airflow_token`` would be."""
-    max_body_bytes: int = 65_536
-    tolerance_s: int = 300
-    state_db: str = "rlops-data/webhook.db"
-    retry_s: float = 30.0
-    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
-    """A connection whose request has not arrived whole this long after the receiver began waiting
-    for it is closed (:mod:`rlops.common.http_server`): a client that sends half a delivery and
-    stalls holds no socket and no handler for longer."""
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any] | Any, mode: str | None = None) -> WebhookSettings:
-        """From the typed ``promotion`` block (or the params document holding it)."""
-        cfg = params_block(params, "promotion").webhook
-        secret_env = cfg.secret_env
-        secret = os.environ.get(secret_env, "")
-        if not secret:
-            raise UserError(
-                f"the webhook receiver needs the HMAC secret shared with MLflow in ${secret_env} "
-                "(promotion.webhook.secret_env in params.yaml); unsigned requests are refused"
-            )
-        chosen = str(mode or cfg.mode)
-        if chosen not in (EMBEDDED, AIRFLOW):
-            raise UserError(f"promotion.webhook.mode {chosen!r}: expected '{EMBEDDED}' or '{AIRFLOW}'")
-
-        numbers: dict[str, Any] = {}
-        for key, default, kind in (
-            ("max_body_bytes", 65_536, int),
-            ("tolerance_s", 300, int),
-            ("retry_s", 30.0, float),
-            ("read_timeout_s", DEFAULT_READ_TIMEOUT_S, float),
-        ):
-            try:
-                numbers[key] = kind(cfg.get(key, default))
-            except (TypeError, ValueError):
-                raise UserError(f"promotion.webhook.{key} {cfg.get(key)!r}: expected a number") from None
-            if not numbers[key] > 0:
-                raise UserError(f"promotion.webhook.{key} {numbers[key]!r}: expected a positive number")
-        return cls(
-            mode=chosen,
-            secret=secret,
-            airflow_url=os.environ.get(airflow_api.URL_ENV) or str(cfg.get("airflow_url") or "http://localhost:8080"),
-            airflow_token=os.environ.get(str(cfg.get("airflow_token_env") or "RLOPS_AIRFLOW_TOKEN")) or None,
-            airflow_credentials=os.environ.get(airflow_api.CREDENTIALS_ENV) or None,
-            dag_id=str(cfg.get("dag_id") or "promote__{scenario}"),
-            state_db=resolve_local(str(cfg.get("state_db") or "rlops-data/webhook.db")),
-            **numbers,
-        )
-
-
-def trigger_promotion_dag(settings: WebhookSettings, conf: Mapping[str, Any], timeout_s: float = 10.0) -> str:
-    """Start a run of the promotion DAG through Airflow 3's REST API; returns its dag_run_id."""
-    dag_id = settings.dag_id.format(scenario=conf.get("scenario", ""))  # one promotion DAG per pack
-    return _airflow(settings, timeout_s).trigger(dag_id, dict(conf))
-
-
-_CLIENTS: dict[tuple[str, str | None, str | None, float], airflow_api.AirflowApi] = {}
-
-
-def _airflow(settings: WebhookSettings, timeout_s: float) -> airflow_api.AirflowApi:
-    """One client per Airflow and credentials: its token is reused until it is about to expire."""
-    key = (settings.airflow_url, settings.airflow_credentials, settings.airflow_token, timeout_s)
-    if key not in _CLIENTS:
-        if settings.airflow_credentials:
-            user, password = airflow_api.read_credentials(settings.airflow_credentials)
-            _CLIENTS[key] = airflow_api.AirflowApi(settings.airflow_url, user, password, timeout_s=timeout_s)
-        else:
-            _CLIENTS[key] = airflow_api.AirflowApi(
-                settings.airflow_url, token=settings.airflow_token, timeout_s=timeout_s
-            )
-    return _CLIENTS[key]
-
-
-def event_problem(event: Any) -> str | None:
-    """None when ``event`` is a well-formed ``model_version_alias.created`` payload, else what is wrong."""
-    if not isinstance(event, dict):
-        kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(event), "null")
-        return f"the body must be a JSON object, not a JSON {kind}"
-    data = event.get("data")
-    if not isinstance(data, dict):
-        return "the event's 'data' must be an object with 'name', 'alias' and 'version'"
-    for key in ("name", "alias", "version"):
-        value = data.get(key)
-        if not isinstance(value, (str, int)) or isinstance(value, bool) or len(str(value)) > 256:
-            return f"the event's data.{key} must be a string of at most 256 characters"
-    return None
-
-
-def revert_alias(ctx: StepContext, name: str, alias: str, version: str) -> dict[str, Any]:
-    """Put an alias set outside rlops back where rlops left it (or remove it)."""
-    recorded = ctx.tracker.alias_written_by_rlops(name, alias)
-    if ctx.dry_run:
-        return {"action": f"would_revert_{alias}", "version": version, "reason": "dry run"}
-    if recorded is not None:
-        ctx.tracker.set_alias(name, alias, recorded)
-    else:
-        ctx.tracker.delete_alias(name, alias)
-    reason = (
-        f"the alias {alias!r} was set to v{version} outside rlops; put back to "
-        f"{'v' + recorded if recorded else 'no version'} (rlops moves {alias!r} itself)"
-    )
-    log.warning("%s: %s", name, reason)
-    return {"action": f"reverted_{alias}", "version": version, "restored": recorded, "reason": reason}
-
-
-def deliver_to_airflow(
-    ctx: StepContext, settings: WebhookSettings, store: WebhookStore | None, delivery_id: str, conf: Mapping[str, Any]
-) -> dict[str, Any]:
-    """Trigger the promotion DAG; when Airflow does not accept it, keep the request (``store``) and
-    say so on the version. The outcome tag is written last."""
-    name, version = f"{conf['scenario']}{POLICY_SUFFIX}", str(conf["candidate"])
-    try:
-        run_id = trigger_promotion_dag(settings, conf)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        error = redact(f"{type(exc).__name__}: {exc}")
-        if store is None:
-            raise
-        store.keep(delivery_id, conf, error, settings.retry_s)
-        reason = (
-            f"Airflow ({redact(settings.airflow_url)}) did not accept the request: {error}; kept, "
-            f"retried every {settings.retry_s:g} s until delivered"
-        )
-        _tag_quietly(
-            ctx,
-            name,
-            version,
-            {
-                T.PROMOTION_REQUESTED_BY: UI_REQUEST,
-                T.PROMOTION_REASON: reason,
-                T.PROMOTION_OUTCOME: T.OUTCOME_REQUESTED,
-            },
-        )
-        return {"action": "kept", "version": version, "reason": reason}
-    if store is not None:
-        store.delivered(delivery_id)
-    dag_id = settings.dag_id.format(scenario=conf["scenario"])
-    _tag_quietly(
-        ctx,
-        name,
-        version,
-        {
-            T.PROMOTION_REQUESTED_BY: UI_REQUEST,
-            T.PROMOTION_REASON: f"promotion DAG {dag_id} run {run_id} triggered",
-            T.PROMOTION_OUTCOME: T.OUTCOME_REQUESTED,
-        },
-    )
-    return {"action": "dag_triggered", "dag_run_id": run_id, "version": version}
-
-
-def _tag_quietly(ctx: StepContext, name: str, version: str, tags: Mapping[str, str]) -> None:
-
-    try:
-        ctx.tracker.set_model_version_tags(name, version, tags)
-    except TrackingError as exc:
-        log.warning("%s v%s: writing the request's tags failed: %s", name, version, redact(str(exc)))
-
-
-def handle_event(
-    params: Mapping[str, Any],
-    settings: WebhookSettings,
-    event: Mapping[str, Any],
-    context_for: Callable[[str], StepContext] | None = None,
-    store: WebhookStore | None = None,
-    delivery_id: str = "",
-) -> dict[str, Any]:
-    """Act on one verified ``model_version_alias.created`` payload; returns what was done."""
-    problem = event_problem(event)
-    if problem:
-        return {"action": "ignored", "reason": problem}
-    data = event["data"]
-    name, alias, version = str(data["name"]), str(data["alias"]), str(data["version"])
-    if not name.endswith(POLICY_SUFFIX) or alias not in (CHALLENGER, CHAMPION, PREVIOUS):
-        return {"action": "ignored", "reason": f"{alias!r} on {name!r} is not an alias rlops serves from"}
-    scenario = name[: -len(POLICY_SUFFIX)]
-    ctx = context_for(scenario) if context_for else StepContext.create(scenario, params=dict(params))
-    if ctx.tracker.alias_written_by_rlops(name, alias) == version:
-        return {"action": "ignored", "reason": f"{alias} → v{version} was rlops' own move"}
-    if alias == PREVIOUS:
-        return revert_alias(ctx, name, alias, version)
-    if alias == CHAMPION:
-        return {**check_champion(ctx).to_dict(), "check": "champion", "version": version}
-    if settings.mode == AIRFLOW:
-        # The pack's promotion DAG takes its reward function from the pack's params.
-        conf = {"scenario": scenario, "candidate": version, "requested_by": UI_REQUEST}
-        return deliver_to_airflow(ctx, settings, store, delivery_id or f"direct-{time.time_ns()}", conf)
-    return {"action": "promotion", **promote_from_alias(ctx, version, requested_by=UI_REQUEST).as_dict()}
-
-
-def decision_line(event: Mapping[str, Any], out: Mapping[str, Any]) -> str:
-    """One log line per decision: model, version, alias, verdict and the failing gates."""
-    data = event.get("data") if isinstance(event, Mapping) else None
-    data = data if isinstance(data, Mapping) else {}
-    nested = out.get("promotion")
-    promotion: Mapping[str, Any] = nested if isinstance(nested, Mapping) else {}
-    verdict = out.get("outcome") or promotion.get("outcome") or out.get("action") or "?"
-    failing = list(out.get("failed_gates") or promotion.get("failed_gates") or [])
-    if out.get("action") == "dag_triggered":  # the DAG run judges; "none failing" would be a claim
-        gates = f"gates judged by the promotion DAG run {out.get('dag_run_id', '?')}"
-    elif failing or "passed" in out or "passed" in promotion:
-        gates = f"failing gates: {', '.join(failing) or 'none'}"
-    else:
-        gates = "no gates judged"
-    line: str = redact(
-        f"webhook decision: {data.get('name', '?')} v{data.get('version', '?')} alias "
-        f"{data.get('alias', '?')!s} → {verdict}; {gates}; {str(out.get('reason') or '')[:300]}"
-    )
     return line
 
 
@@ -493,30 +234,6 @@ def create_app(
         return found
 
     return app
-
-
-def register_webhook(tracking_uri: str, url: str, secret: str, name: str = "rlops-promotion") -> str:
-    """Create (or update) the MLflow webhook that calls this receiver; returns its id. Needs an
-    MLflow server with a SQL backend that accepts ``url`` (see docs/mlflow.md for the settings)."""
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    for hook in client.list_webhooks():
-        if hook.name == name:
-            return str(
-                client.update_webhook(
-                    hook.webhook_id, url=url, events=list(EVENTS), secret=secret, status="ACTIVE"
-                ).webhook_id
-            )
-    return str(
-        client.create_webhook(
-            name=name,
-            url=url,
-            events=list(EVENTS),
-            secret=secret,
-            description="rlops: gated promotion when `challenger` is set in the UI; hand-set `champion` check",
-        ).webhook_id
-    )
 
 
 # --------------------------------------------------------------------------- command handlers

@@ -34,7 +34,7 @@ from rlops.common.errors import UserError
 from rlops.model.offpolicy import LoggedDecisions, OffPolicyConfig, OffPolicyResult, train
 from rlops.pipeline_steps.infra.pass_run import ensure_pass_run, step_run
 from rlops.pipeline_steps.promotion.ope import logged_propensities
-from rlops.pipeline_steps.promotion.ope_gate import complete_live_episodes
+from rlops.pipeline_steps.promotion.ope_value import complete_live_episodes
 from rlops.pipeline_steps.training.candidate import evaluate_trained, fingerprint, register_policy, reused_summary
 from rlops.pipeline_steps.training.log_split import HoldOut
 from rlops.pipeline_steps.training.summary import DryRunPlan, TrainedRun, TrainInputs, TrainSummary

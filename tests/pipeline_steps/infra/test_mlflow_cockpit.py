@@ -144,7 +144,8 @@ def test_distributed_mode_triggers_the_promotion_dag(
     tmp_tracking: str, tmp_storage_root: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A challenger set in the UI starts the ``promote`` DAG through Airflow 3's REST API."""
-    from rlops.pipeline_steps.promotion.webhook import AIRFLOW, WebhookSettings, handle_event
+    from rlops.pipeline_steps.promotion.webhook_events import handle_event
+    from rlops.pipeline_steps.promotion.webhook_settings import AIRFLOW, WebhookSettings
 
     seen: list[tuple[str, dict[str, str], dict[str, Any]]] = []
 
@@ -197,7 +198,7 @@ def test_webhook_signature_matches_mlflows() -> None:
     """The signature MLflow's own delivery code computes verifies; a changed byte does not."""
     from mlflow.webhooks.delivery import _generate_hmac_signature
 
-    from rlops.pipeline_steps.promotion.webhook import verify
+    from rlops.pipeline_steps.promotion.webhook_signature import verify
 
     body = '{"entity": "model_version_alias", "action": "created", "data": {}}'
     sig = _generate_hmac_signature("k", "id-1", "1796000000", body)

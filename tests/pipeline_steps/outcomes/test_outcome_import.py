@@ -20,7 +20,7 @@ from rlops.common.errors import UserError
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.outcomes.request import OutcomeCaptureRequest, OutcomeImportRequest
 from rlops.pipeline_steps.outcomes.step import capture_outcomes, import_outcomes
-from rlops.pipeline_steps.promotion.ope_gate import logged_value
+from rlops.pipeline_steps.promotion.ope_value import logged_value
 
 SCENARIO = "credit_approval"
 RUN_KEY = "20260105T1000"

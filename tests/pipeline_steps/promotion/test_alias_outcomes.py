@@ -48,7 +48,7 @@ def test_champion_moves_rewrite_the_outcomes_of_the_versions_left_behind(ctx: St
 
 
 def test_a_challenger_that_stops_serving_is_withdrawn_with_no_share(ctx: StepContext) -> None:
-    from rlops.pipeline_steps.promotion.flow import stage_challenger, withdraw_challenger
+    from rlops.pipeline_steps.promotion.alias_moves import stage_challenger, withdraw_challenger
 
     champ, a, b = _versions(ctx, 3)
     move_champion(ctx.tracker, NAME, champ)

@@ -30,7 +30,7 @@ def aliases(ctx: StepContext) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- statistics
 def test_paired_bootstrap_and_tests() -> None:
-    from rlops.pipeline_steps.promotion.gates import paired_bootstrap, two_proportion_z, welch_greater
+    from rlops.pipeline_steps.promotion.gate_stats import paired_bootstrap, two_proportion_z, welch_greater
 
     rng = np.random.default_rng(0)
     d = rng.normal(0.3, 1.0, 2000)

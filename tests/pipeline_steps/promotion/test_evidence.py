@@ -18,7 +18,9 @@ from rlops.common.params_operations import OpeParams
 from rlops.pipeline_steps.promotion.evidence import TRUST_GATE, deciding, judge, trust_row
 from rlops.pipeline_steps.promotion.gates import Gate
 from rlops.pipeline_steps.promotion.ope import Estimate
-from rlops.pipeline_steps.promotion.ope_gate import OPEResult, ope_gate_row, sandbox_gap_row, undecided, value_scale
+from rlops.pipeline_steps.promotion.ope_gate import ope_gate_row, sandbox_gap_row
+from rlops.pipeline_steps.promotion.ope_sufficiency import undecided
+from rlops.pipeline_steps.promotion.ope_value import OPEResult, value_scale
 from tests.policy_kit import pack  # noqa: F401  (fixture)
 
 

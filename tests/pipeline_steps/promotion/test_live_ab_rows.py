@@ -44,7 +44,7 @@ def test_ab_gates_run_on_rows_as_agents_write_them(rlops_home: Path, control_gro
     from rlops.pipeline_steps.capture.request import CaptureRequest
     from rlops.pipeline_steps.capture.step import capture_step
     from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.promotion.evaluate import live_ab_gates
+    from rlops.pipeline_steps.promotion.evaluate_live import live_ab_gates
     from rlops.pipeline_steps.promotion.gates import GateConfig
 
     ctx = StepContext.create("credit_approval", RUN_KEY)

@@ -13,7 +13,7 @@ import torch
 
 from rlops.common.config import REPO_ROOT
 from rlops.common.params_promotion import GateConfig
-from rlops.pipeline_steps.promotion.evaluate import named_segment_gates
+from rlops.pipeline_steps.promotion.evaluate_sandbox import named_segment_gates
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.pack import Pack, load_pack
 from rlops.sandbox.policies import evaluate_policy, rule_policy

@@ -27,15 +27,8 @@ from rlops.pipeline_steps.promotion.ope import (
     wis_value,
 )
 from rlops.pipeline_steps.promotion.ope_direct import exploring_policy, fit_linear_q, returns_to_go, sandbox_q
-from rlops.pipeline_steps.promotion.ope_gate import (
-    OPEResult,
-    network_target,
-    off_policy_value,
-    ope_gate_row,
-    ope_metrics,
-    ope_run_fields,
-    sim_to_real_gap,
-)
+from rlops.pipeline_steps.promotion.ope_gate import ope_gate_row, ope_metrics, ope_run_fields, sim_to_real_gap
+from rlops.pipeline_steps.promotion.ope_value import OPEResult, network_target, off_policy_value
 from rlops.pipeline_steps.promotion.request import EvaluateRequest
 from rlops.registry import tags as T
 from tests.policy_kit import pack  # noqa: F401  (fixture)
@@ -374,7 +367,7 @@ def test_dr_with_the_reward_model_as_direct_method(logged) -> None:  # type: ign
 
 
 def test_unsupported_decisions_by_hand() -> None:
-    from rlops.pipeline_steps.promotion.ope_gate import unsupported_decisions
+    from rlops.pipeline_steps.promotion.ope_sufficiency import unsupported_decisions
 
     episode = np.array(["a", "a", "b", "c", "d", "e"])
     mu = np.array([1.0, 0.5, 1.0, 1.0, 1.0, 0.995])  # a's second decision explored; e's left 0.5 % to the rest

@@ -109,7 +109,7 @@ def test_staged_rollout_then_rollback(pack: Any, good: Any, approve_all: Any) ->
 
 def test_a_failing_live_gate_withdraws_the_challenger(pack: Any, good: Any) -> None:
     from rlops.pipeline_steps.infra.policy_loader import greedy_act
-    from rlops.pipeline_steps.promotion.flow import stage_challenger
+    from rlops.pipeline_steps.promotion.alias_moves import stage_challenger
     from rlops.pipeline_steps.promotion.rollout import rollout_step
 
     first = _ctx(HOURS[0])

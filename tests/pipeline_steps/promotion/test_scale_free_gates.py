@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from rlops.common.params_promotion import GateConfig
-from rlops.pipeline_steps.promotion.gates import champion_scale, return_scale, segment_gates, share_text
+from rlops.pipeline_steps.promotion.gate_stats import return_scale
+from rlops.pipeline_steps.promotion.gates import champion_scale, segment_gates, share_text
 
 
 def test_return_scale_by_hand() -> None:

@@ -83,7 +83,8 @@ def _result(returns: list[float]) -> Any:
 
 
 def test_a_gate_that_was_not_judged_says_skipped() -> None:
-    from rlops.pipeline_steps.promotion.gates import GateConfig, comparison_gates, gate_frame, gate_table_html
+    from rlops.pipeline_steps.promotion.gate_table import gate_frame, gate_table_html
+    from rlops.pipeline_steps.promotion.gates import GateConfig, comparison_gates
 
     cfg = GateConfig(bootstrap_samples=200, min_segment_episodes=100)
     rows = np.zeros(300, dtype=bool)
@@ -97,7 +98,7 @@ def test_a_gate_that_was_not_judged_says_skipped() -> None:
 
 
 def test_latency_gate_is_a_ratio_measured_together(pack: Any) -> None:
-    from rlops.pipeline_steps.promotion.evaluate import timed_p99
+    from rlops.pipeline_steps.promotion.evaluate_sandbox import timed_p99
     from rlops.pipeline_steps.promotion.gates import GateConfig, latency_gate
 
     cfg = GateConfig()

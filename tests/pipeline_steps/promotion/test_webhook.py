@@ -88,7 +88,9 @@ def receiver(mlflow_server: str, pack: Any, tmp_path: Any, monkeypatch: pytest.M
     """The rlops receiver (embedded mode) on 127.0.0.1, registered as MLflow's webhook."""
     import uvicorn
 
-    from rlops.pipeline_steps.promotion.webhook import WebhookSettings, create_app, register_webhook
+    from rlops.pipeline_steps.promotion.webhook import create_app
+    from rlops.pipeline_steps.promotion.webhook_settings import WebhookSettings
+    from rlops.registry.webhooks import register_webhook
 
     monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
     monkeypatch.setenv("RLOPS_WEBHOOK_SECRET", SECRET)
@@ -173,7 +175,7 @@ def test_aliases_set_in_the_ui_go_through_the_gates(
 def test_unsigned_or_forged_deliveries_are_refused(receiver: Any) -> None:
     from fastapi.testclient import TestClient
 
-    from rlops.pipeline_steps.promotion.webhook import sign
+    from rlops.pipeline_steps.promotion.webhook_signature import sign
 
     _, app = receiver
     client = TestClient(app)

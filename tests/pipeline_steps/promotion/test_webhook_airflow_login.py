@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from rlops.common.config import load_params
-from rlops.pipeline_steps.promotion.webhook import WebhookSettings, trigger_promotion_dag
+from rlops.pipeline_steps.promotion.webhook_events import trigger_promotion_dag
+from rlops.pipeline_steps.promotion.webhook_settings import WebhookSettings
 
 
 @pytest.fixture()

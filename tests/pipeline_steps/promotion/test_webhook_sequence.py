@@ -30,7 +30,7 @@ SECRET = "sequence-secret"
 
 
 def _post(client: Any, alias: str, version: str, delivery: str, ts: int) -> Any:
-    from rlops.pipeline_steps.promotion.webhook import sign
+    from rlops.pipeline_steps.promotion.webhook_signature import sign
 
     body = json.dumps(
         {
@@ -64,7 +64,8 @@ def test_a_replayed_delivery_and_a_hand_set_previous_never_move_the_champion(
     from fastapi.testclient import TestClient
 
     from rlops.pipeline_steps.promotion.flow import rollback
-    from rlops.pipeline_steps.promotion.webhook import WebhookSettings, create_app
+    from rlops.pipeline_steps.promotion.webhook import create_app
+    from rlops.pipeline_steps.promotion.webhook_settings import WebhookSettings
 
     ctx = promotion_ctx()
     v1 = register(ctx, pack, approve_all)
