@@ -11,12 +11,14 @@ cluster C".
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import torch
 
+from rlops.common.step_result import StepResult
 from rlops.data_contracts.shapes import read_breakdown
 from rlops.model.credit_assignment import distribute_outcome
 from rlops.pipeline_steps.infra.html import html_table
@@ -53,6 +55,37 @@ def worst_component(df: pd.DataFrame) -> tuple[list[str], list[str]]:
     return comps, rules
 
 
+@dataclass(frozen=True)
+class LowScoreSource:
+    """One place the low-credit steps gather: a reward component and its rule, an action, a state cluster."""
+
+    share: float
+    """Its share of the low-credit steps."""
+    component: str
+    """The reward component that scored those steps worst ("—": none scored below 0)."""
+    rule_ref: str
+    action: str
+    cluster: int
+    sentence: str
+    """The finding in words, as the report shows it."""
+
+
+@dataclass(frozen=True)
+class Attribution(StepResult):
+    """The attribution section of the audit report: where the low scores of a sparse outcome come from."""
+
+    episodes: int
+    """Episodes carrying an outcome."""
+    mean_outcome: float
+    score_source: str
+    """What spread the outcome over the steps: the reward model's labels or the scripted reward."""
+    low_threshold: float
+    """The credit at or below which a step counts as low (the bottom quantile, when negative)."""
+    low_steps: int
+    lines: list[LowScoreSource]
+    """The places the low-credit steps gather most, most first."""
+
+
 def attribute(
     pack: Pack,
     df: pd.DataFrame,
@@ -61,7 +94,7 @@ def attribute(
     score_source: str,
     top: int = 5,
     temperature: float = 1.0,
-) -> dict[str, Any] | None:
+) -> Attribution | None:
     """The attribution section of the audit report (None when the traces carry no outcome)."""
     eo = episode_outcomes(df)
     if eo is None:
@@ -86,24 +119,24 @@ def attribute(
         for (comp, rule, action, cluster), n in grouped.items():
             share = n / len(frame)
             lines.append(
-                {
-                    "share": round(float(share), 4),
-                    "component": comp,
-                    "rule_ref": rule,
-                    "action": action,
-                    "cluster": int(cluster),
-                    "sentence": f"{share:.0%} of low scores come from component {comp} / rule {rule} / "
+                LowScoreSource(
+                    share=round(float(share), 4),
+                    component=comp,
+                    rule_ref=rule,
+                    action=action,
+                    cluster=int(cluster),
+                    sentence=f"{share:.0%} of low scores come from component {comp} / rule {rule} / "
                     f"action {action} in state cluster {int(cluster)}",
-                }
+                )
             )
-    return {
-        "episodes": int(len(outcome)),
-        "mean_outcome": float(outcome.mean()),
-        "score_source": score_source,
-        "low_threshold": cut,
-        "low_steps": int(low.sum()),
-        "lines": lines,
-    }
+    return Attribution(
+        episodes=int(len(outcome)),
+        mean_outcome=float(outcome.mean()),
+        score_source=score_source,
+        low_threshold=cut,
+        low_steps=int(low.sum()),
+        lines=lines,
+    )
 
 
 def render(section: dict[str, Any] | None) -> str:

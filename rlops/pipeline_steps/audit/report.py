@@ -234,7 +234,8 @@ def _attribution(ctx: StepContext, pack: Pack, df: pd.DataFrame, clusters: int, 
             scores = joined["rm_score"].to_numpy()
             source = f"reward model v{joined['reward_model_version'].iloc[0]}"
     labels_c, _ = kmeans(state_features(pack, df), clusters, seed)
-    return attribute(pack, df, scores, labels_c.numpy(), source)
+    section = attribute(pack, df, scores, labels_c.numpy(), source)
+    return None if section is None else section.as_dict()
 
 
 def audit(ctx: StepContext, policy_version: str | None = None, traces_uri: str | None = None) -> AuditResult:

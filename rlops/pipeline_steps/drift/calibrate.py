@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlops.common.params_drift import RecalConfig  # the typed ``recalibrate:`` params block
 from rlops.common.step_result import StepResult
+from rlops.pipeline_steps.drift.calibration_fit import PROFILE, CalibrationFit, FieldFit, RewardScales
 from rlops.pipeline_steps.drift.check import champion_rows
 from rlops.pipeline_steps.drift.field_fits import (
     changed_by_actions,
@@ -60,7 +61,7 @@ from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.registry import tags as T
 from rlops.registry.datasets import log_dataset_inputs
 from rlops.sandbox.pack import load_pack
-from rlops.sandbox.profiles import CALIBRATED, default_profile
+from rlops.sandbox.profiles import default_profile
 from rlops.trace_store.states import action_codes, error_flags
 
 if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: registering the CLI stays light
@@ -69,8 +70,6 @@ if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: regist
 
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.sandbox.pack import Pack
-
-PROFILE = CALIBRATED  # the profile a calibration writes
 
 
 # --------------------------------------------------------------------------- simulation fits
@@ -156,8 +155,8 @@ def live_rows(df: pd.DataFrame, source: str | None) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def fit_calibration(pack: Pack, df: pd.DataFrame, cfg: RecalConfig) -> dict[str, Any]:
-    """The calibration dict (``fields``, ``simulation``, ``fit``) from live trace rows."""
+def fit_calibration(pack: Pack, df: pd.DataFrame, cfg: RecalConfig) -> CalibrationFit:
+    """The fields, the simulation profile and the populations fitted from live trace rows."""
     if df.empty:
         raise ValueError(f"no {cfg.source or ''} trace rows to recalibrate from".replace("  ", " "))
     missing = {"episode_id", "step", "action"} - set(df.columns)
@@ -165,7 +164,10 @@ def fit_calibration(pack: Pack, df: pd.DataFrame, cfg: RecalConfig) -> dict[str,
         raise ValueError(f"trace rows lack column(s) {sorted(missing)}; expected the trace record")
 
     changed = changed_by_actions(pack)
-    fields, fit, skipped, values = {}, {}, {}, {}
+    fields: dict[str, dict[str, Any]] = {}
+    fits: dict[str, FieldFit] = {}
+    skipped: dict[str, str] = {}
+    values: dict[str, pd.Series] = {}
     for f in pack.scenario.spec.fields:
         if not fittable(f):
             skipped[f.path] = unfittable_reason(f)
@@ -176,30 +178,22 @@ def fit_calibration(pack: Pack, df: pd.DataFrame, cfg: RecalConfig) -> dict[str,
             skipped[f.path] = f"{x.size} initial values (< min_rows {cfg.min_rows})"
             continue
         fields[f.path] = fit_field(f, x)
-        fit[f.path] = {"n": int(x.size), "declared": declared(f), "fitted": fields[f.path]}
+        fits[f.path] = FieldFit(int(x.size), declared(f), fields[f.path])
     profile, sim = fit_simulation(pack, df, cfg.min_rows)
-    out: dict[str, Any] = {
-        "fields": fields,
-        "simulation": {"profiles": {PROFILE: profile}},
-        "fit": {
-            "fields": fit,
-            "skipped": skipped,
-            "simulation": sim,
-            "rows": len(df),
-            "episodes": int(df["episode_id"].nunique()),
-        },
-    }
     features = mixture_features(pack, fields)
     mix = fit_mixture(values, fields, features, cfg.max_components, cfg.min_component_weight, cfg.seed)
-    out["fit"]["mixture"] = {
-        "features": features,
-        "components": mix.components if mix else 1,
-        "bic": mix.bic if mix else {},
-        "weights": mix.weights if mix else [1.0],
-    }
-    if mix is not None:
-        out["population"] = segment_population(pack, values, fields, mix, cfg.min_rows)
-    return out
+    return CalibrationFit(
+        fields=fields,
+        profile=profile,
+        field_fits=fits,
+        skipped=skipped,
+        simulation_fit=sim,
+        rows=len(df),
+        episodes=int(df["episode_id"].nunique()),
+        mixture_features=features,
+        mixture=mix,
+        population=None if mix is None else segment_population(pack, values, fields, mix, cfg.min_rows),
+    )
 
 
 def check_calibration(
@@ -256,15 +250,15 @@ def active_profile(pack: Pack) -> str:
     return default_profile(pack, "sandbox")
 
 
-def fit_rewards(ctx: StepContext, after: Pack, live: pd.DataFrame) -> dict[str, Any]:
+def fit_rewards(ctx: StepContext, after: Pack, live: pd.DataFrame) -> RewardScales:
     """The ``rewards:`` block: the champion rolled out in the newly fitted world ``after`` (scored by
     the pack's own reward function), its declared outcome scores against ``live``'s
     (:func:`rlops.pipeline_steps.drift.outcome_fit.fit_reward_scales`)."""
     if live.empty or not outcome_components(after):
-        return {}
+        return RewardScales({})
     episodes = int(ctx.config.drift.baseline_episodes)
     sandbox, _ = champion_rows(ctx, after, active_profile(after), episodes, ctx.reward_choice().reward_fn)
-    return fit_reward_scales(after, live, sandbox)
+    return RewardScales(fit_reward_scales(after, live, sandbox))
 
 
 @dataclass(frozen=True)
@@ -308,7 +302,7 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> Recalibratio
         df = df[df["scenario"] == ctx.scenario].reset_index(drop=True)
     written = ctx.load_pack(calibration=None)
     current = ctx.load_pack()
-    cal = fit_calibration(written, df, cfg)
+    cal = fit_calibration(written, df, cfg).as_dict()
     now = datetime.now(UTC).isoformat(timespec="seconds")
     cal.update(version=ctx.run_key, scenario=ctx.scenario, created=now, traces_uri=uri)
     if cfg.fit_outcomes:  # fittable hidden dynamics (scenario `fit:`), from the same live rows
@@ -331,8 +325,8 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> Recalibratio
         )
     if cfg.fit_outcomes:
         rewards = fit_rewards(ctx, after, df)
-        if rewards:
-            cal["rewards"] = rewards
+        if rewards.scales:
+            cal["rewards"] = rewards.as_dict()
     version_uri = ctx.uri("calibrations", ctx.scenario, f"{ctx.run_key}.json")
     latest_uri = ctx.uri("calibrations", ctx.scenario, "latest.json")
     result = RecalibrationSummary(
@@ -379,4 +373,15 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> Recalibratio
     return dataclasses.replace(result, run_id=run.run_id)
 
 
-__all__ = ["RecalConfig", "fit_calibration", "fit_simulation", "check_calibration", "recalibrate"]
+__all__ = [
+    "PROFILE",
+    "CalibrationFit",
+    "FieldFit",
+    "RecalConfig",
+    "RewardScales",
+    "check_calibration",
+    "fit_calibration",
+    "fit_rewards",
+    "fit_simulation",
+    "recalibrate",
+]

@@ -43,11 +43,14 @@ def test_attribution_names_component_rule_action_and_cluster() -> None:
     df["outcome"] = np.where(last, np.where(escalated, -1.0, 1.0), np.nan)
     clusters = np.zeros(len(df), dtype=int)
     section = attribute(credit, df, None, clusters, "the scripted reward")
-    assert section is not None and section["episodes"] == df["episode_id"].nunique()
-    assert section["low_steps"] > 0 and section["lines"]
-    top = section["lines"][0]
-    assert top["sentence"].startswith(f"{top['share']:.0%} of low scores come from component ")
-    assert "/ rule " in top["sentence"] and "in state cluster 0" in top["sentence"]
+    assert section is not None and section.episodes == df["episode_id"].nunique()
+    assert section.low_steps > 0 and section.lines
+    top = section.lines[0]
+    assert top.sentence.startswith(f"{top.share:.0%} of low scores come from component ")
+    assert "/ rule " in top.sentence and "in state cluster 0" in top.sentence
+    doc = section.as_dict()  # the report's JSON section
+    assert list(doc) == ["episodes", "mean_outcome", "score_source", "low_threshold", "low_steps", "lines"]
+    assert list(doc["lines"][0]) == ["share", "component", "rule_ref", "action", "cluster", "sentence"]
     assert attribute(credit, df.drop(columns="outcome"), None, clusters, "x") is None
 
 

@@ -57,21 +57,22 @@ def test_fit_field_is_the_mle_of_the_declared_family(credit: Pack) -> None:
 def test_fit_moves_fields_errors_and_latency_toward_live(credit: Pack, live_traces: pd.DataFrame) -> None:
     live = live_traces[live_traces["source"] == "live"].reset_index(drop=True)
     cal = fit_calibration(credit, live, RecalConfig())
-    assert set(cal["fields"]) >= {
+    assert set(cal.fields) >= {
         "user_profile.age",
         "user_profile.income_monthly",
         "user_profile.employment",
         "user_profile.credit_score",
         "application.loan_amount",
     }
-    assert not {"hidden.default_u", "hidden.is_fraud", "system_status.fraud_flag"} & set(cal["fields"])
-    prof = cal["simulation"]["profiles"][PROFILE]
+    assert not {"hidden.default_u", "hidden.is_fraud", "system_status.fraud_flag"} & set(cal.fields)
+    prof = cal.profile
+    assert cal.as_dict()["simulation"]["profiles"][PROFILE] == prof
     lo, hi = prof["latency_jitter_ms"]["min"], prof["latency_jitter_ms"]["max"]
     assert abs(lo - 200) < 60 and abs(hi - 1500) < 60  # sandbox: 0..100, live: 200..1500
     for api, rate in LIVE.items():  # sandbox: 0
         assert prof["error_rates"][api] == pytest.approx(rate, abs=0.01)
     # credit_score is hidden at step 0; its initial value is read where it first becomes visible
-    assert cal["fit"]["fields"]["user_profile.credit_score"]["n"] > 2500
+    assert cal.field_fits["user_profile.credit_score"].n > 2500
 
 
 def test_step_writes_a_version_that_load_pack_uses(
@@ -121,13 +122,14 @@ def test_a_mixed_live_population_is_fitted_as_population_segments(credit: Pack, 
     every recalibration. The fit is a mixture now, and the segments carry the other fields too."""
     live = live_traces[live_traces["source"] == "live"].reset_index(drop=True)
     cal = fit_calibration(credit, live, RecalConfig())
-    segments = cal["population"]
-    assert cal["fit"]["mixture"]["components"] == len(segments) >= 2
+    segments = cal.population
+    assert segments is not None and cal.mixture is not None and cal.mixture.components == len(segments) >= 2
+    assert cal.as_dict()["fit"]["mixture"]["components"] == len(segments)
     assert sum(s["probability"] for s in segments) == pytest.approx(1.0)
     oldest = max(segments, key=lambda s: s["init"]["user_profile.age"]["mean"])
     assert oldest["init"]["user_profile.age"]["mean"] > 55
     assert oldest["init"]["user_profile.employment"]["probs"]["retired"] > 0.3  # the segment, not the field
-    pack = load_pack(REPO / "scenarios" / "credit_approval", calibration=cal, check_liveness=False)
+    pack = load_pack(REPO / "scenarios" / "credit_approval", calibration=cal.as_dict(), check_liveness=False)
     fresh = rollout_traces(credit, rule_policy, 3000, seed=10**6, profile="live", source="live")
     key = torch.arange(20_000, dtype=torch.int64) * 7919 + 5
     S = pack.scenario.sample_initial(key, PROFILE)
@@ -139,13 +141,14 @@ def test_a_mixed_live_population_is_fitted_as_population_segments(credit: Pack, 
 def test_one_population_stays_one_segment(credit: Pack) -> None:
     df = rollout_traces(credit, rule_policy, 2000, seed=3, profile="sandbox", source="live")
     cal = fit_calibration(credit, df, RecalConfig())
-    assert "population" not in cal and cal["fit"]["mixture"]["components"] == 1
+    assert cal.population is None and "population" not in cal.as_dict()
+    assert cal.as_dict()["fit"]["mixture"]["components"] == 1
     one = fit_calibration(
         credit,
         rollout_traces(credit, rule_policy, 2000, seed=3, profile="live", source="live"),
         RecalConfig(max_components=1),
     )
-    assert "population" not in one
+    assert one.population is None
 
 
 def test_an_api_slowing_down_is_fitted_on_its_own_action(credit: Pack, tmp_path: Path) -> None:
