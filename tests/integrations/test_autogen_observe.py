@@ -139,6 +139,10 @@ def refuse() -> Report:
     return report("refuse", "declined")
 
 
+CLERK_TOOLS = [check_sanctions, ask_for_papers, send_to_credit, turn_down]
+OFFICER_TOOLS = [grant, grant_capped, refuse]
+
+
 def desk_rules() -> str:
     """The desk's own next step on its record: the tool it calls next."""
     app = DESK.app
@@ -305,3 +309,31 @@ def test_a_wrong_mode_or_an_observe_mode_without_what_it_needs_gets_one_clear_er
     bare = DecisionLoop(NotAsked(), Tracer(tmp_path), scenario="loan_desk")
     with pytest.raises(WiringError, match=r"DecisionLoop\(pack_path=<the pack>\)"):
         PolicySelector(bare, DESK, pack_path=PACK, mode="observe")
+
+
+def test_the_pages_observe_block_runs(bare_world: dict[str, Any]) -> None:
+    """docs/integrations/autogen.md's observe-mode block, over this desk."""
+    import ast
+    import re
+
+    from rlops.common.config import REPO_ROOT
+
+    page = (REPO_ROOT / "docs" / "integrations" / "autogen.md").read_text()
+    blocks = [b for b in re.findall(r"^```python\n(.*?)^```", page, re.S | re.M) if 'mode="observe"' in b]
+    assert len(blocks) == 1
+    queue = applications(3, seed=32)
+    names: dict[str, Any] = {
+        **{k: bare_world[k] for k in ("landing", "tracking_uri")},
+        "PACK": PACK,
+        "DESK": DESK,
+        "my_llm": DeskLLM(),
+        "CLERK_TOOLS": CLERK_TOOLS,
+        "OFFICER_TOOLS": OFFICER_TOOLS,
+        "queue": queue,
+    }
+    code = compile(blocks[0], "<autogen.md, observe block>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    asyncio.run(eval(code, names))  # a block with top-level await evaluates to its coroutine
+    names["client"].close()
+    rows = landing_rows(bare_world["landing"])
+    assert {r["episode_id"] for r in rows} == {a["application_id"] for a in queue}
+    assert all(r["logging_policy"] == "agent_router" and r["latency_ms"] == expected_ms(r) for r in rows)

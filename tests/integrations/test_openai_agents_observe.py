@@ -47,25 +47,27 @@ AGENT_TOOLS = [sdk_tool(node) for node in TOOLS]
 
 
 class LoanDeskModel(Model):
-    """The LLM's stand-in: calls the tool ``tool_choice`` names when it is given one, else the tool the
-    loan agent's ``choose_next`` picks for the application it handles (:attr:`case`); answers when
-    offered no tool or when ``choose_next`` says the work is done."""
+    """The LLM's stand-in, working through ``loans`` in order (an LLM reads the application in its
+    conversation): calls the tool ``tool_choice`` names when it is given one, else the tool the loan
+    agent's ``choose_next`` picks for the application in hand; answers, and takes the next application,
+    when offered no tool or when ``choose_next`` says the work is done."""
 
-    case: Loan
-    calls = 0
+    def __init__(self, loans: list[Loan]) -> None:
+        self.loans, self.handled, self.calls = loans, 0, 0
 
     async def get_response(
         self, system_instructions: Any, input: Any, model_settings: Any, tools: Any, *a: Any, **kw: Any
     ) -> ModelResponse:
         names = [t.name for t in tools]
         forced = model_settings.tool_choice
-        choice = forced if forced in names else choose_next(self.case)["next_action"]
+        choice = forced if forced in names else choose_next(self.loans[self.handled])["next_action"]
         if names and choice != END and forced != "none":
             assert choice in names, (choice, names)
             self.calls += 1
             call_id = f"call-{self.calls}"
             call = ResponseFunctionToolCall(arguments="{}", call_id=call_id, name=choice, type="function_call")
             return ModelResponse(output=[call], usage=Usage(), response_id=None)
+        self.handled += 1
         text = ResponseOutputText(text="The application is handled.", type="output_text", annotations=[])
         message = ResponseOutputMessage(id="msg", content=[text], role="assistant", status="completed", type="message")
         return ModelResponse(output=[message], usage=Usage(), response_id=None)
@@ -87,11 +89,9 @@ def plug_in(world: dict[str, Any], mode: str) -> tuple[PolicyToolChoice, PolicyC
 
 
 async def handle(choice: PolicyToolChoice, loans: list[Loan]) -> None:
-    model = LoanDeskModel()
     agent = Agent(name="loan desk", instructions="Handle the loan application.", tools=AGENT_TOOLS)
-    agent.model = choice.model(model)
+    agent.model = choice.model(LoanDeskModel(loans))
     for loan in loans:
-        model.case = loan
         await choice.run(agent, "Handle the application", context=loan, episode_id=loan["application_id"])
 
 
@@ -196,3 +196,32 @@ def test_served_without_a_tool_for_the_policys_action_says_which_mapping_fixes_i
     tracer.close()
     client.close()
     set_trace_processors([])
+
+
+def test_the_pages_observe_block_runs(bare_world: dict[str, Any]) -> None:
+    """docs/integrations/openai-agents.md's observe-mode block, over this agent."""
+    import ast
+    import re
+
+    from rlops.common.config import REPO_ROOT
+
+    page = (REPO_ROOT / "docs" / "integrations" / "openai-agents.md").read_text()
+    blocks = [b for b in re.findall(r"^```python\n(.*?)^```", page, re.S | re.M) if 'mode="observe"' in b]
+    assert len(blocks) == 1
+    loans = queue(4, seed=14)
+    names: dict[str, Any] = {
+        **{k: bare_world[k] for k in ("landing", "tracking_uri")},
+        "PACK": PACK,
+        "Agent": Agent,
+        "AGENT_TOOLS": AGENT_TOOLS,
+        "my_model": LoanDeskModel(loans),
+        "loans": loans,
+    }
+    set_trace_processors([])
+    code = compile(blocks[0], "<openai-agents.md, observe block>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    asyncio.run(eval(code, names))  # a block with top-level await evaluates to its coroutine
+    names["client"].close()
+    set_trace_processors([])
+    rows = landing_rows(bare_world["landing"])
+    assert {r["episode_id"] for r in rows} == {loan["application_id"] for loan in loans}
+    assert all(r["logging_policy"] == "agent_router" and r["latency_ms"] == expected_ms(r) for r in rows)
