@@ -18,6 +18,7 @@ from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.drift.request import DriftCheckRequest
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.labels.request import LabelQueueRequest
+from rlops.pipeline_steps.orchestration.retrain_inputs import mark_done, record_if_changed
 from rlops.pipeline_steps.orchestration.run_conf import RunConf
 from rlops.pipeline_steps.orchestration.task_runtime import PromotionFailed, end_as_skipped, no_retry_on_user_error
 from rlops.pipeline_steps.outcomes.request import OutcomeCaptureRequest
@@ -25,6 +26,7 @@ from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionSt
 from rlops.pipeline_steps.promotion.request import PromoteRequest
 from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.pipeline_steps.training.request import TrainRequest
+from rlops.registry.client import CHAMPION, policy_model_name
 
 log = logging.getLogger(__name__)
 
@@ -219,8 +221,6 @@ def staged_promotion(conf: Mapping[str, Any]) -> bool:
     run = RunConf.of(conf)
     if run.retrain.staged is not None:
         return run.retrain.staged
-    from rlops.registry.client import CHAMPION, policy_model_name
-
     ctx = run.step_context()
     cfg = ctx.config.rollout
     if run.retrain.reason == "drift" and ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION):
@@ -235,7 +235,6 @@ def evaluate_and_promote(
     """Gated promotion of the trained candidate; ``staged`` (None: :func:`staged_promotion`): as
     challenger first, moved on by the roll-out DAG (5% → 15% → 100% of traffic)."""
     from rlops.pipeline_steps.promotion.flow import promote
-    from rlops.registry.client import CHAMPION, policy_model_name
 
     if not trained.get("model_version"):
         return {"promoted": False, "reason": "no candidate was trained"}
@@ -271,7 +270,6 @@ def promotion_result(out: PromotionOutcome) -> dict[str, Any]:
 
 def mark_done_for(ctx: StepContext, conf: Mapping[str, Any]) -> None:
     """This retrain's inputs are now the last completed ones of its mode."""
-    from rlops.pipeline_steps.orchestration.retrain_inputs import mark_done
 
     mark_done(ctx, RunConf.of(conf).mode)
 
@@ -289,7 +287,6 @@ def rollout(conf: Mapping[str, Any]) -> dict[str, Any]:
 def inputs_changed(conf: Mapping[str, Any], mode: str) -> bool:
     """False when a retrain would see exactly the inputs of the last one of this pack and mode
     (``dags.skip_unchanged``): the DAG then skips its training tasks."""
-    from rlops.pipeline_steps.orchestration.retrain_inputs import record_if_changed
 
     run = RunConf.of(conf)
     if run.retrain.force:
