@@ -5,8 +5,6 @@
   errors; the registered models' names (:func:`~rlops.registry.client.policy_model_name`);
 * :mod:`rlops.registry.mlflow_calls` — the MLflow client calls behind the tracker's methods that
   read an absent model or alias as empty and take a concurrently created one as found;
-* :mod:`rlops.registry.mlflow_calls` — the MLflow client calls behind the tracker's methods that
-  read an absent model or alias as empty and take a concurrently created one as found;
 * :mod:`rlops.registry.alias_records` — rlops' own alias moves, signed with the deployment's
   registry key, so a hand-set alias cannot pass for one and a process with another key refuses
   to act instead of undoing rlops' moves;
