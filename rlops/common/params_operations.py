@@ -172,6 +172,13 @@ class OpeParams(Block):
     window_hours: float = Field(24, gt=0, description="live traces of this many hours before the run key")
     min_episodes: int = Field(200, ge=1, description="fewer complete live episodes: the gate is skipped")
     min_ess: float = Field(50, ge=0, description="effective sample size of the importance weights below this: skipped")
+    max_censored: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="share of the window's complete live episodes still awaiting a late outcome (outcomes:) above "
+        "which the evidence is insufficient; below it they are left out, their returns not being final",
+    )
     max_unsupported: float = Field(
         0.05,
         ge=0,

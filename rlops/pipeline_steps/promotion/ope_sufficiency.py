@@ -26,6 +26,19 @@ if TYPE_CHECKING:
     from rlops.pipeline_steps.promotion.ope_value import OPEResult
 
 
+def censored_problem(final: int, censored: int, cfg: OPEConfig) -> str | None:
+    """Why the window cannot judge while ``censored`` of its complete live episodes await their late
+    outcome (None: few enough, left out): leaving many out would judge on the episodes whose
+    outcome needs no wait, a biased share of the traffic (a loan declined, not one approved)."""
+    total = final + censored
+    if censored and censored > cfg.max_censored * total:
+        return (
+            f"{censored} of {total} complete live episodes still await their outcome (outcomes.max_delay_days): "
+            f"more than ope.max_censored {cfg.max_censored:g} of the window; their returns are not final"
+        )
+    return None
+
+
 def traffic_problem(rows: pd.DataFrame, cfg: OPEConfig) -> str | None:
     """Why the complete live episodes ``rows`` cannot judge a candidate (None: they can)."""
     import pandas as pd

@@ -36,6 +36,7 @@ from rlops.pipeline_steps.promotion.ope import (
 )
 from rlops.pipeline_steps.promotion.ope_direct import LinearQ, TargetProbs
 from rlops.pipeline_steps.promotion.ope_sufficiency import (
+    censored_problem,
     traffic_problem,
     undecided,
     uninformative_weights,
@@ -71,6 +72,8 @@ class OPEResult:
     """Standard deviation of the logged per-episode returns."""
     margin: float = float("nan")
     """``ope.tolerance × scale`` (:func:`value_scale`): how much worse than what serves a candidate may be."""
+    censored: int = 0
+    """Complete live episodes left out because they still await a late outcome (their return is not final)."""
 
     def metrics(self, prefix: str = "ope_") -> dict[str, float]:
         out = {
@@ -80,6 +83,7 @@ class OPEResult:
             f"{prefix}agreement": self.agreement,
             f"{prefix}unsupported_share": self.unsupported_share,
             f"{prefix}margin": self.margin,
+            f"{prefix}censored_episodes": float(self.censored),
         }
         if self.weights is not None:
             out.update(
@@ -109,6 +113,7 @@ class OPEResult:
             "unsupported_share": num(self.unsupported_share),
             "agreement": num(self.agreement),
             "margin": num(self.margin),
+            "censored_episodes": self.censored,
             "insufficient": self.skipped,
         }
 
@@ -138,6 +143,24 @@ def serving_target(net: PolicyNetwork, cfg: OPEConfig, exploration: ExplorationP
 
 
 def complete_live_episodes(frame: pd.DataFrame) -> pd.DataFrame:
+    """Live rows of episodes that start at step 0, end (``done``) inside the frame and whose return
+    is final: an episode still awaiting a late outcome (``outcome_status`` ``censored``, see
+    :mod:`rlops.trace_store.outcome_join`) is left out (:func:`censored_episodes` counts them)."""
+    complete = _complete(frame)
+    if "outcome_status" in complete.columns:
+        complete = complete[complete["outcome_status"].astype(str).ne("censored")]
+    return complete
+
+
+def censored_episodes(frame: pd.DataFrame) -> int:
+    """The episodes :func:`complete_live_episodes` leaves out because their outcome has not arrived."""
+    complete = _complete(frame)
+    if complete.empty or "outcome_status" not in complete.columns:
+        return 0
+    return int(complete.loc[complete["outcome_status"].astype(str).eq("censored"), "episode_id"].nunique())
+
+
+def _complete(frame: pd.DataFrame) -> pd.DataFrame:
     """Live rows of episodes that start at step 0 and end (``done``) inside the frame."""
     if frame.empty:
         return frame
@@ -186,9 +209,10 @@ def off_policy_value(
     if q_rows is not None:
         q_rows = q_rows[frame.index.get_indexer(rows.index)]
     res = OPEResult(episodes=int(rows["episode_id"].nunique()) if len(rows) else 0)
+    res.censored = censored_episodes(frame)
     res.logged_return, res.logged_return_se = logged_value(rows)
     res.logged_return_sd = res.logged_return_se * math.sqrt(max(res.episodes, 1))
-    res.skipped = traffic_problem(rows, cfg)
+    res.skipped = censored_problem(res.episodes, res.censored, cfg) or traffic_problem(rows, cfg)
     if res.skipped:
         return res
     mu = logged_propensities(rows)

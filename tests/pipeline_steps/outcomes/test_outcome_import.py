@@ -197,3 +197,38 @@ def test_the_drift_check_reports_censored_episodes(world: dict[str, Any]) -> Non
     out = drift_check(ctx, DriftCheckRequest(episodes=200))
     assert in_hour > 0 and out.live_censored_episodes == in_hour and out.live_outcome_episodes == 0
     assert out.live_mean_return is None and f"{in_hour} live episode(s) await their outcome" in out.summary
+
+
+def _uniform(obs: Any, mask: Any) -> np.ndarray:
+    legal = mask.numpy().astype(np.float64)
+    return legal / legal.sum(axis=1, keepdims=True)
+
+
+def test_the_off_policy_gate_judges_final_returns_only(world: dict[str, Any]) -> None:
+    """Episodes still awaiting their outcome are not judged on their decision-time return: a few
+    are left out (counted), a window where more than ope.max_censored of them wait is
+    insufficient evidence, and the same window once the outcomes are in is judged whole."""
+    from rlops.pipeline_steps.promotion.ope_value import off_policy_value
+
+    ctx: StepContext = world["ctx"]
+    import_outcomes(ctx, OutcomeImportRequest(path=str(world["path"])))
+    pack, cfg = ctx.load_pack(), ctx.config.ope
+    window = (ctx.key.start - timedelta(hours=2), ctx.key.end)
+
+    waiting = off_policy_value(pack, ctx.traces.read(SCENARIO, window, as_of=ctx.key.end), _uniform, cfg)
+    assert (waiting.censored, waiting.episodes) == (EPISODES, 0)
+    assert waiting.skipped is not None and f"{EPISODES} of {EPISODES} complete live episodes still await" in (
+        waiting.skipped
+    )
+
+    known = ctx.traces.read(SCENARIO, window, as_of=ctx.key.end + timedelta(days=100))
+    whole = off_policy_value(pack, known, _uniform, cfg)
+    assert (whole.censored, whole.episodes) == (0, EPISODES)
+    assert whole.skipped is None or "await" not in whole.skipped
+
+    few = sorted(set(known["episode_id"]))[: int(cfg.max_censored * EPISODES) - 1]
+    partly = known.assign(outcome_status=known["outcome_status"].where(~known["episode_id"].isin(few), "censored"))
+    res = off_policy_value(pack, partly, _uniform, cfg)
+    assert (res.censored, res.episodes) == (len(few), EPISODES - len(few))
+    assert res.skipped is None or "await" not in res.skipped
+    assert res.as_dict()["censored_episodes"] == len(few) and res.metrics()["ope_censored_episodes"] == len(few)
