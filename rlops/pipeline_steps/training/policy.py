@@ -32,7 +32,6 @@ import logging
 import os
 import socket
 import tempfile
-import time
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,27 +43,23 @@ from rlops.common.threads import resolve_threads
 from rlops.model.checkpoint import latest_checkpoint, list_checkpoints
 from rlops.model.device import resolve_device
 from rlops.model.pack_defaults import derive_defaults
-from rlops.model.ppo import train
 from rlops.model.reward_source import apply_reward_source, model_only
 from rlops.pipeline_steps.infra.context import StepContext
-from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, parquet_dataset
 from rlops.pipeline_steps.infra.pass_run import ensure_pass_run, step_run
 from rlops.pipeline_steps.infra.policy_loader import champion_policy
 from rlops.pipeline_steps.infra.signal_store import SignalReading
 from rlops.pipeline_steps.infra.signal_store import lineage as signal_lineage
-from rlops.pipeline_steps.training.candidate import evaluate_trained as _evaluate
-from rlops.pipeline_steps.training.candidate import fingerprint, register_policy
+from rlops.pipeline_steps.training.candidate import fingerprint
 from rlops.pipeline_steps.training.candidate import reused_summary as _reused_summary
 from rlops.pipeline_steps.training.dual_track import resolve_reward_source, warm_start
 from rlops.pipeline_steps.training.from_logs import train_from_logs
-from rlops.pipeline_steps.training.hot_reload import RewardSwitchPoller, record_switches
+from rlops.pipeline_steps.training.hot_reload import RewardSwitchPoller
+from rlops.pipeline_steps.training.ppo_run import log_training_inputs, train_and_register
 from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
 from rlops.pipeline_steps.training.request import TrainRequest
-from rlops.pipeline_steps.training.summary import DryRunPlan, TrainedRun, TrainInputs, TrainSummary
+from rlops.pipeline_steps.training.summary import DryRunPlan, TrainInputs, TrainSummary
 from rlops.registry import tags as T
 from rlops.registry.client import policy_model_name
-from rlops.registry.datasets import log_dataset_inputs
-from rlops.registry.descriptions import version_description
 from rlops.sandbox.profiles import default_profile
 
 if TYPE_CHECKING:
@@ -264,9 +259,7 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
             if stale:
                 run.set_tags({T.CLOSED_STALE_RUNS: ",".join(stale)})
             log_training_inputs(ctx, run, cal_version, cal)
-            return _train_and_register(
-                ctx, pack, env, cfg, run, init, inputs, fp, fn_version, Path(tmp), poller, cloned
-            )
+            return train_and_register(ctx, pack, env, cfg, run, init, inputs, fp, fn_version, Path(tmp), poller, cloned)
 
 
 def _signals_of(ctx: StepContext, pack: Pack, reward_fn: Any) -> list[SignalReading]:
@@ -334,121 +327,6 @@ def _behaviour_cloning_start(
     return init, cfg, bc or None
 
 
-def log_training_inputs(ctx: StepContext, run: Any, cal_version: str, cal: dict[str, Any] | None) -> None:
-    """The calibration the sandbox was fitted with, and the trace partitions it was fitted on, as
-    the run's training datasets (nothing when the pack is used as written)."""
-    if cal is None:
-        return
-    refs = [
-        calibration_dataset(
-            ctx.storage, ctx.uri("calibrations", ctx.scenario, f"{cal_version}.json"), f"calibration-{ctx.scenario}"
-        )
-    ]
-    traces = cal.get("traces_uri")
-    if traces:
-        refs.append(parquet_dataset(ctx.storage, str(traces), f"traces-{ctx.scenario}"))
-    log_dataset_inputs(run, refs, TRAINING)
-
-
-def _train_and_register(
-    ctx: StepContext,
-    pack: Pack,
-    env: Any,
-    cfg: Any,
-    run: Any,
-    init: PolicyNetwork | None,
-    inputs: TrainInputs,
-    fp: str,
-    fn_version: str,
-    tmp: Path,
-    poller: Any = None,
-    cloned: dict[str, Any] | None = None,
-) -> TrainSummary:
-
-    settings = ctx.config.train
-    resumed = latest_checkpoint(cfg.checkpoint_dir)
-    run.log_params(
-        {
-            "scenario": ctx.scenario,
-            "run_key": ctx.run_key,
-            "num_envs": inputs.num_envs,
-            "threads": inputs.threads,
-            "threads_setting": settings.threads,
-            "profile": inputs.profile,
-            "reward_fn": inputs.reward_fn,
-            "resumed_from": resumed.name if resumed else "none",
-            # the values only: a param cannot change when a resumed run logs it again
-            **{f"signal.{k}": f"{v:g}" for k, v in inputs.reward_signals.items()},
-        }
-    )
-    t0 = time.perf_counter()
-    # Metrics in one write per 10 s, not one per iteration: over HTTP the loop would wait on each.
-    with run.buffered(every_s=10.0) as sink:
-        result = train(cfg, env, tracker=sink, init_from=init, resume_from="auto", reward_source=poller)
-    train_seconds = time.perf_counter() - t0
-
-    switches = record_switches(run, result.reward_switches)
-
-    evaluation = _evaluate(
-        pack, result.policy, inputs.reward_fn, settings.eval_episodes, settings.eval_seed, inputs.profile
-    )
-    run.log_metrics(evaluation["metrics"], step=result.global_step)
-    if result.history:
-        run.log_figure(learning_curve(result.history), "plots/learning_curve.png")
-        run.log_dict(
-            {"columns": list(result.history[0]), "data": [list(r.values()) for r in result.history]},
-            "metrics/history.json",
-        )
-
-    tags = {
-        "reward_fn_sha256": inputs.reward_fn_sha256,
-        "reward_fn": inputs.reward_fn,
-        "reward_fn_model_version": fn_version,
-        "calibration_version": inputs.calibration_version,
-        "data_version": inputs.data_version,
-        "parent_champion": inputs.parent_champion or "none",
-        "mode": inputs.mode,
-        "timesteps": result.global_step,
-        "train_seconds": round(train_seconds, 3),
-        "run_key": ctx.run_key,
-        "train_fingerprint": fp,
-        "run_id": run.run_id,
-        "stagnated": str(result.stagnated).lower(),
-        "eval_mean_return": round(evaluation["mean_return"], 6),
-        "reward_source": inputs.reward_source,
-        "reward_blend_lambda": inputs.reward_blend_lambda,
-        "reward_model_version": inputs.reward_model_version or "none",
-        "bc_steps": (cloned or {}).get("steps_imitated", 0),
-        **{f"signal.{k}": f"{v:g}" for k, v in inputs.reward_signals.items()},
-        **{f"signal.{k}.status": v for k, v in inputs.reward_signal_status.items()},
-    }
-    version = register_policy(
-        ctx,
-        run,
-        pack,
-        result.policy,
-        tags,
-        tmp,
-        description=version_description(ctx.scenario, dataclasses.asdict(inputs), evaluation),
-    )
-    trained = TrainedRun(
-        completion_rate=evaluation["completion_rate"],
-        train_return=result.final_return,
-        iterations=result.iterations,
-        timesteps=result.global_step,
-        train_seconds=round(train_seconds, 3),
-        stagnated=result.stagnated,
-        reward_fn_model_version=fn_version,
-        reward_switches=switches,
-        reward_fn_sha256_final=result.reward_fn_version,
-        resumed_from=resumed.name if resumed else None,
-        behaviour_cloning=cloned,
-    )
-    return TrainSummary(
-        inputs, model_version=version, mean_return=evaluation["mean_return"], run_id=run.run_id, trained=trained
-    )
-
-
 def _layout_of(obj: Any) -> tuple[int, int, int]:
     c = getattr(obj, "config", None)
     if c is not None:
@@ -464,25 +342,3 @@ def _prepare_checkpoints(ckpt: Path, fp: str) -> None:
         for old in list_checkpoints(ckpt):
             old.unlink(missing_ok=True)
     marker.write_text(fp + "\n")
-
-
-def learning_curve(history: list[dict[str, float]]) -> Any:
-    """Episodic return and entropy against environment steps (a matplotlib figure)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = [r["global_step"] for r in history]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, [r["episodic_return"] for r in history], label="episodic return", color="tab:blue")
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("mean episodic return")
-    ax2 = ax.twinx()
-    ax2.plot(steps, [r["entropy"] for r in history], label="entropy", color="tab:orange", alpha=0.6)
-    ax2.set_ylabel("policy entropy")
-    ax.set_title("PPO learning curve")
-    fig.legend(loc="lower right")
-    fig.tight_layout()
-    plt.close(fig)
-    return fig

@@ -142,11 +142,11 @@ def test_incremental_warm_starts_from_the_champion(
 def test_resume_continues_from_the_last_checkpoint(
     tmp_tracking: str, tmp_storage_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rlops.pipeline_steps.training.policy as train_mod
+    import rlops.pipeline_steps.training.ppo_run as ppo_run
     from rlops.pipeline_steps.training.policy import train_policy
     from rlops.pipeline_steps.training.request import TrainRequest
 
-    register = train_mod.register_policy
+    register = ppo_run.register_policy
 
     def crash(*a: Any, **kw: Any) -> Any:
         raise RuntimeError("worker lost")
@@ -154,7 +154,7 @@ def test_resume_continues_from_the_last_checkpoint(
     from mlflow.tracking import MlflowClient
 
     end_run = MlflowClient.set_terminated
-    monkeypatch.setattr(train_mod, "register_policy", crash)  # dies after training, before registering
+    monkeypatch.setattr(ppo_run, "register_policy", crash)  # dies after training, before registering
     # ... and like a killed process, never gets to end its MLflow run.
     monkeypatch.setattr(MlflowClient, "set_terminated", lambda *a, **kw: None)
     with pytest.raises(RuntimeError, match="worker lost"):
@@ -164,7 +164,7 @@ def test_resume_continues_from_the_last_checkpoint(
     exp = client.get_experiment_by_name(SCENARIO)
     left_open = [r for r in client.search_runs([exp.experiment_id], "tags.`rlops.step` = 'train_policy'")]
     assert [r.info.status for r in left_open] == ["RUNNING"]
-    monkeypatch.setattr(train_mod, "register_policy", register)
+    monkeypatch.setattr(ppo_run, "register_policy", register)
     res = train_policy(make_ctx(tmp_path), TrainRequest(timesteps=TINY)).as_dict()
     assert res["resumed_from"] == "ckpt_00000002.pt" and res["iterations"] == 2 and res["model_version"] == "1"
     stale = client.get_run(left_open[0].info.run_id)  # the resumed training closed it
