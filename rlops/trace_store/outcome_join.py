@@ -7,6 +7,10 @@ highest ``step``; a missing ``reward_total`` there counts as 0), so a return sum
 return-to-go and off-policy estimates all see it. Two columns say what happened:
 
 * ``outcome_reward``: the amount added, on the last step of an episode with outcomes (NaN elsewhere);
+  the same amounts, per reward component, are merged into that row's ``reward_breakdown`` (a
+  component already there has the amount added to its score, a new one is listed with the outcome
+  as its reason) and its ``total``, so what reads components — the recalibration of outcome scales
+  and factors — sees the outcome as it arrived;
 * ``outcome_status`` (every row of the episode): ``joined`` (an outcome arrived), ``censored`` (the
   episode awaits an outcome and its last decision is younger than ``outcomes.max_delay_days`` at
   ``as_of``: its return is not final), ``closed`` (it awaited one, none came within the window: the
@@ -18,6 +22,7 @@ one of ``outcomes.awaited_actions`` (every last action when that is null).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,6 +35,54 @@ from rlops.trace_store.outcomes import OutcomeRules
 #: The trace columns the join needs beside those a caller asks for.
 JOIN_COLUMNS = ("episode_id", "step", "ts", "action", "reward_total")
 STATUSES = ("joined", "censored", "closed", "none")
+
+
+def outcome_components(outcomes: pd.DataFrame, rules: OutcomeRules) -> dict[str, dict[str, float]]:
+    """``{episode id: {reward component: amount}}`` of stored outcome rows: a mapped value is
+    ``weight × value`` of its rule's component, an explicit component its value."""
+    if outcomes.empty:
+        return {}
+    is_component = outcomes["kind"].to_numpy() == "components"
+    names = outcomes["name"].astype(str).to_numpy()
+    component = [n if c else (rules.rewards[n][0] if n in rules.rewards else None) for n, c in zip(names, is_component)]
+    weight = np.array([1.0 if c else rules.rewards.get(n, (None, 0.0))[1] for n, c in zip(names, is_component)])
+    frame = pd.DataFrame(
+        {
+            "episode_id": outcomes["episode_id"].astype(str).to_numpy(),
+            "component": component,
+            "amount": outcomes["value"].to_numpy(np.float64) * weight,
+        }
+    ).dropna(subset=["component"])
+    out: dict[str, dict[str, float]] = {}
+    for (episode, name), amount in frame.groupby(["episode_id", "component"], sort=False)["amount"].sum().items():
+        out.setdefault(str(episode), {})[str(name)] = float(amount)
+    return out
+
+
+def merged_breakdown(raw: Any, added: dict[str, float]) -> str:
+    """A row's ``reward_breakdown`` JSON with the outcome components ``added`` (see the module)."""
+    try:
+        doc = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+    except json.JSONDecodeError:
+        doc = {}
+    doc = doc if isinstance(doc, dict) else {}
+    items = [i for i in doc.get("breakdown") or [] if isinstance(i, dict)]
+    by_name = {str(i.get("component")): i for i in items}
+    for name, amount in added.items():
+        if name in by_name and isinstance(by_name[name].get("score"), (int, float)):
+            by_name[name]["score"] = round(float(by_name[name]["score"]) + amount, 6)
+        else:
+            items.append({"component": name, "score": round(amount, 6), "reason": "late outcome", "rule_ref": None})
+    total = doc.get("total")
+    total = round((float(total) if isinstance(total, (int, float)) else 0.0) + sum(added.values()), 6)
+    return json.dumps({**doc, "total": total, "breakdown": items})
+
+
+def settled(joined: pd.DataFrame) -> pd.DataFrame:
+    """The rows of :func:`join_outcomes`' result whose episode's return is final (not ``censored``)."""
+    if joined.empty or "outcome_status" not in joined.columns:
+        return joined
+    return joined[joined["outcome_status"].astype(str).ne("censored")]
 
 
 def outcome_rewards(outcomes: pd.DataFrame, rules: OutcomeRules) -> pd.Series:
@@ -69,6 +122,14 @@ def join_outcomes(frame: pd.DataFrame, outcomes: pd.DataFrame, rules: OutcomeRul
         out["reward_total"] = np.where(np.isnan(added), base, np.nan_to_num(base) + np.nan_to_num(added))
     out["outcome_reward"] = added
     out["outcome_status"] = _statuses(out, episodes, last, has, rules, as_of)
+    if "reward_breakdown" in out.columns and (last & has).any():
+        components = outcome_components(known, rules)
+        rows = np.flatnonzero(last & has)
+        column = out["reward_breakdown"].astype(object).to_numpy(copy=True)
+        for i, episode in zip(rows, episodes.to_numpy()[rows]):
+            if components.get(episode):
+                column[i] = merged_breakdown(column[i], components[episode])
+        out["reward_breakdown"] = column
     return out
 
 
@@ -143,4 +204,14 @@ def episode_returns(joined: pd.DataFrame) -> EpisodeReturns:
     )
 
 
-__all__ = ["JOIN_COLUMNS", "STATUSES", "EpisodeReturns", "episode_returns", "join_outcomes", "outcome_rewards"]
+__all__ = [
+    "JOIN_COLUMNS",
+    "STATUSES",
+    "EpisodeReturns",
+    "episode_returns",
+    "join_outcomes",
+    "merged_breakdown",
+    "outcome_components",
+    "outcome_rewards",
+    "settled",
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 
 from rlops.storage.backend import Storage
-from rlops.trace_store.outcome_join import episode_returns, join_outcomes, outcome_rewards
+from rlops.trace_store.outcome_join import episode_returns, join_outcomes, outcome_rewards, settled
 from rlops.trace_store.outcomes import STORE_SCHEMA, OutcomeRules, OutcomeStore
 
 T0 = datetime(2026, 1, 5, 10, tzinfo=UTC)
@@ -45,6 +46,24 @@ def test_a_default_costs_its_weight_on_the_last_step_and_components_count_as_the
     # b still awaits its outcome: counted, left out of the returns (a: -1.75, c: 1.0)
     assert (summary.episodes, summary.joined, summary.censored, summary.closed) == (3, 1, 1, 0)
     assert sorted(summary.returns.tolist()) == [-1.75, 1.0] and summary.mean == pytest.approx(-0.375)
+
+
+def test_the_outcome_s_components_are_merged_into_the_last_step_s_breakdown() -> None:
+    """a's default (-5 of loan_loss, which its decision-time breakdown already holds at -1) and an
+    explicit fees component (new): the scores add, the new one is listed, the total moves; b waits."""
+    later = T0 + timedelta(days=90)
+    frame = traces().assign(reward_breakdown=None)
+    frame.loc[1, "reward_breakdown"] = json.dumps(
+        {"total": 2.0, "breakdown": [{"component": "loan_loss", "score": -1.0, "reason": "r", "rule_ref": "x"}]}
+    )
+    stored = outcomes(("a", "values", "default", 1.0, later), ("a", "components", "fees", 0.25, later))
+    joined = join_outcomes(frame, stored, RULES, as_of=later)
+    doc = json.loads(joined.loc[1, "reward_breakdown"])
+    assert doc["total"] == pytest.approx(2.0 - 5.0 + 0.25)
+    assert {i["component"]: i["score"] for i in doc["breakdown"]} == {"loan_loss": -6.0, "fees": 0.25}
+    assert pd.isna(joined.loc[0, "reward_breakdown"]) and pd.isna(joined.loc[3, "reward_breakdown"])  # untouched
+    # the rows whose return is final: a (joined) and c (awaits nothing); b's are left out
+    assert sorted(set(settled(joined)["episode_id"])) == ["a", "c"]
 
 
 def test_an_outcome_is_joined_only_once_it_happened_and_a_window_closes() -> None:

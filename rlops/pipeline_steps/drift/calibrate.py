@@ -62,6 +62,7 @@ from rlops.registry import tags as T
 from rlops.registry.datasets import log_dataset_inputs
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.profiles import default_profile
+from rlops.trace_store.outcome_join import settled
 from rlops.trace_store.states import action_codes, error_flags
 
 if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: registering the CLI stays light
@@ -297,7 +298,12 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> Recalibratio
     cfg = ctx.config.recalibrate
     uri = traces_uri or ctx.traces.scenario_uri(ctx.scenario)
     window = ctx.key.lookback(cfg.window_hours) if cfg.window_hours else None
-    df = live_rows(ctx.traces.reader.read(uri, window), cfg.source)
+    if uri == ctx.traces.scenario_uri(ctx.scenario):  # the trace store: late outcomes known at the run key joined
+        df = live_rows(ctx.traces.read(ctx.scenario, window, as_of=ctx.key.end), cfg.source)
+    else:
+        df = live_rows(ctx.traces.reader.read(uri, window), cfg.source)
+    # the states are fitted on every row; what outcomes say only on episodes whose outcome is final
+    outcomes_known = settled(df).reset_index(drop=True)
     if "scenario" in df.columns:
         df = df[df["scenario"] == ctx.scenario].reset_index(drop=True)
     written = ctx.load_pack(calibration=None)
@@ -306,7 +312,7 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> Recalibratio
     now = datetime.now(UTC).isoformat(timespec="seconds")
     cal.update(version=ctx.run_key, scenario=ctx.scenario, created=now, traces_uri=uri)
     if cfg.fit_outcomes:  # fittable hidden dynamics (scenario `fit:`), from the same live rows
-        outcomes = fit_outcomes(current, df)
+        outcomes = fit_outcomes(current, outcomes_known)
         if outcomes:
             cal["outcomes"] = outcomes
     after = load_pack(ctx.pack_dir, calibration=cal, check_liveness=False)
@@ -324,7 +330,7 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> Recalibratio
             current, active_profile(current), after, df, list(cal["fields"]), cfg.check_samples, cfg.seed
         )
     if cfg.fit_outcomes:
-        rewards = fit_rewards(ctx, after, df)
+        rewards = fit_rewards(ctx, after, outcomes_known)
         if rewards.scales:
             cal["rewards"] = rewards.as_dict()
     version_uri = ctx.uri("calibrations", ctx.scenario, f"{ctx.run_key}.json")

@@ -53,6 +53,7 @@ from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.promotion.ope_direct import fit_linear_q
 from rlops.registry import tags as T
 from rlops.sandbox.expr import BOOL, compile_expr
+from rlops.trace_store.outcome_join import settled
 from rlops.trace_store.states import action_codes, field_values, state_features, states_from_traces
 
 if TYPE_CHECKING:
@@ -325,6 +326,9 @@ def outcome_drift_step(ctx: Any, pack: Pack, sandbox: pd.DataFrame, live: pd.Dat
     cfg = OutcomeConfig.from_drift(ctx.config.drift)
     if not cfg.enabled:
         return OutcomeReport(reason="off (drift.outcome_enabled)")
+    if "episode_id" in live.columns and ctx.traces.joins_outcomes(ctx.scenario):
+        # outcomes known at the run key's end count; an episode still waiting for its own is no evidence
+        live = settled(ctx.traces.join_outcomes(ctx.scenario, live, ctx.key.end))
     rep = outcome_drift(pack, sandbox, live, cfg, ctx.section("evaluate").get("segments") or {})
     state_uri = ctx.uri("drift_state", ctx.scenario, "outcome_cells.json")
     state = ctx.storage.read_json(state_uri) if ctx.storage.exists(state_uri) else {}

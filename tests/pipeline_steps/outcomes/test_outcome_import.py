@@ -232,3 +232,22 @@ def test_the_off_policy_gate_judges_final_returns_only(world: dict[str, Any]) ->
     assert (res.censored, res.episodes) == (len(few), EPISODES - len(few))
     assert res.skipped is None or "await" not in res.skipped
     assert res.as_dict()["censored_episodes"] == len(few) and res.metrics()["ope_censored_episodes"] == len(few)
+
+
+def test_outcome_drift_judges_settled_episodes_with_their_outcomes(world: dict[str, Any]) -> None:
+    """The drift check's outcome test reads the live rows with the outcomes known at its run key:
+    at the decisions' hour every episode still waits (no evidence), 100 days on the defaults'
+    cost is in the live rewards and the sandbox, which predicts the decision-time reward, misses it."""
+    from rlops.pipeline_steps.drift.outcomes import outcome_drift_step
+
+    ctx: StepContext = world["ctx"]
+    import_outcomes(ctx, OutcomeImportRequest(path=str(world["path"])))
+    raw = ctx.traces.reader.read(ctx.traces.scenario_uri(SCENARIO))
+    pack = ctx.load_pack()
+    waiting = StepContext.create(SCENARIO, RUN_KEY, dry_run=True, overrides=OVERRIDES)
+    rep = outcome_drift_step(waiting, pack, raw, raw)
+    assert rep.live_rows == 0 and rep.drifted_cells == []
+    later = StepContext.create(SCENARIO, "20260415T1000", dry_run=True, overrides=OVERRIDES)
+    rep = outcome_drift_step(later, pack, raw, raw)
+    assert rep.live_rows == int(raw["reward_total"].notna().sum())
+    assert rep.drifted_cells, rep.summary()
