@@ -179,7 +179,7 @@ class SignalsParams(Block):
 
 
 class AuditParams(Block):
-    """Audit report (``rlops/pipeline_steps/audit/report.py``, ``rlops audit``; ``audit/replay.py``, ``rlops replay``)."""
+    """Audit report (``rlops/pipeline_steps/audit/report.py``: ``rlops audit``; ``audit/replay.py``: replay)."""
 
     window_hours: float = Field(24, gt=0, description="trace window ending with the run key's interval")
     clusters: int = Field(8, ge=1, description="state clusters in the report")
