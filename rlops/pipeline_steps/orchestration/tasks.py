@@ -298,10 +298,7 @@ def inputs_changed(conf: Mapping[str, Any], mode: str) -> bool:
 @no_retry_on_user_error
 def promote_requested(conf: Mapping[str, Any]) -> dict[str, Any]:
     """Gated promotion of the conf's candidate; the outcome is written back on the version."""
-    from rlops.pipeline_steps.promotion.flow import promote_from_alias
+    from rlops.pipeline_steps.promotion.flow import promote_requested as run
 
-    run = RunConf.of(conf)
-    promotion = run.request(PromoteRequest)
-    return promotion_result(
-        promote_from_alias(run.step_context(), promotion.candidate, requested_by=promotion.requested_by)
-    )
+    run_conf = RunConf.of(conf)
+    return promotion_result(run(run_conf.step_context(), run_conf.request(PromoteRequest)))

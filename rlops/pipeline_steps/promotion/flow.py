@@ -49,7 +49,7 @@ from rlops.pipeline_steps.promotion.guard import (
 )
 from rlops.pipeline_steps.promotion.lock import ChampionMoved, PromotionBusy, check_unchanged, lock_path, promotion_lock
 from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionStatus
-from rlops.pipeline_steps.promotion.request import EvaluateRequest
+from rlops.pipeline_steps.promotion.request import EvaluateRequest, PromoteRequest
 from rlops.pipeline_steps.promotion.stages import champion_eta, current_stage, minutes_to_champion_at, rollout_plan
 from rlops.pipeline_steps.promotion.stages import next_stage as plan_next
 from rlops.pipeline_steps.stress.version import VersionStress, stress_version
@@ -80,6 +80,12 @@ def check_champion(ctx: StepContext) -> ChampionCheck:
         f"{check.reason}; re-gated: {outcome.reason}",
         promotion=outcome,
     )
+
+
+def promote_requested(ctx: StepContext, request: PromoteRequest) -> PromotionOutcome:
+    """The promote DAG's step: the gated promotion of the version its run's request names, for whom
+    it names (:func:`promote_from_alias`)."""
+    return promote_from_alias(ctx, request.candidate, requested_by=request.requested_by)
 
 
 def promote_from_alias(

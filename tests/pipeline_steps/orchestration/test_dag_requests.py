@@ -134,16 +134,22 @@ def test_a_new_training_option_changes_the_retrain_s_skip_digest(
     assert a["conf"]["knob"] == 2 and retrain_inputs.digest(a) != retrain_inputs.digest(b)
 
 
-def test_a_new_promotion_option_reaches_the_promote_dag_and_its_conf_check(
-    swap_request: Callable[[type, type], type],
+def test_a_new_promotion_option_reaches_the_promote_dag_its_conf_check_and_the_step(
+    swap_request: Callable[[type, type], type], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    from rlops.pipeline_steps.promotion import flow
+
+    monkeypatch.setenv("RLOPS_STORAGE_ROOT", tmp_path.as_uri())
     knobbed = swap_request(PromoteRequest, _with_knob(PromoteRequest))
     assert dag_params(PACK, "promote")["knob"].schema == {"type": ["null", "integer"], "minimum": 1}
     with pytest.raises(UserError, match="knob 0"):
         run_conf.validate_promotion_conf({**BASE, "candidate": "3", "knob": 0})
     conf = run_conf.validate_promotion_conf({**BASE, "candidate": "3", "knob": 2})
-    promotion = run_conf.RunConf.of(conf).request(knobbed)
-    assert (promotion.candidate, promotion.knob) == ("3", 2)  # type: ignore[attr-defined]
+    monkeypatch.setattr(flow, "promote_requested", _hand_over)
+    with pytest.raises(_Handed) as handed:
+        tasks.promote_requested(conf)
+    promotion = handed.value.args[1]
+    assert isinstance(promotion, knobbed) and (promotion.candidate, promotion.knob) == ("3", 2)  # type: ignore[attr-defined]
 
 
 def test_each_dag_offers_its_requests_and_only_the_retrains_offer_training() -> None:
