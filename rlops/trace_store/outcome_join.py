@@ -37,22 +37,29 @@ JOIN_COLUMNS = ("episode_id", "step", "ts", "action", "reward_total")
 STATUSES = ("joined", "censored", "closed", "none")
 
 
-def outcome_components(outcomes: pd.DataFrame, rules: OutcomeRules) -> dict[str, dict[str, float]]:
-    """``{episode id: {reward component: amount}}`` of stored outcome rows: a mapped value is
-    ``weight × value`` of its rule's component, an explicit component its value."""
-    if outcomes.empty:
-        return {}
+def weighted_outcomes(outcomes: pd.DataFrame, rules: OutcomeRules) -> pd.DataFrame:
+    """Each stored outcome row's ``episode_id``, reward ``component`` and ``amount``: a mapped value
+    is ``weight × value`` of its rule's component, an explicit component its value; a value the pack
+    does not map has no component and adds 0."""
     is_component = outcomes["kind"].to_numpy() == "components"
-    names = outcomes["name"].astype(str).to_numpy()
-    component = [n if c else (rules.rewards[n][0] if n in rules.rewards else None) for n, c in zip(names, is_component)]
-    weight = np.array([1.0 if c else rules.rewards.get(n, (None, 0.0))[1] for n, c in zip(names, is_component)])
-    frame = pd.DataFrame(
+    names = outcomes["name"].astype(str)
+    mapped = {name: component for name, (component, _) in rules.rewards.items()}
+    weights = pd.Series({name: w for name, (_, w) in rules.rewards.items()}, dtype="float64")
+    weight = names.map(weights).fillna(0.0).to_numpy(np.float64)
+    return pd.DataFrame(
         {
             "episode_id": outcomes["episode_id"].astype(str).to_numpy(),
-            "component": component,
-            "amount": outcomes["value"].to_numpy(np.float64) * weight,
+            "component": np.where(is_component, names.to_numpy(), names.map(mapped).to_numpy(dtype=object)),
+            "amount": outcomes["value"].to_numpy(np.float64) * np.where(is_component, 1.0, weight),
         }
-    ).dropna(subset=["component"])
+    )
+
+
+def outcome_components(outcomes: pd.DataFrame, rules: OutcomeRules) -> dict[str, dict[str, float]]:
+    """``{episode id: {reward component: amount}}`` of stored outcome rows (:func:`weighted_outcomes`)."""
+    if outcomes.empty:
+        return {}
+    frame = weighted_outcomes(outcomes, rules).dropna(subset=["component"])
     out: dict[str, dict[str, float]] = {}
     for (episode, name), amount in frame.groupby(["episode_id", "component"], sort=False)["amount"].sum().items():
         out.setdefault(str(episode), {})[str(name)] = float(amount)
@@ -86,14 +93,11 @@ def settled(joined: pd.DataFrame) -> pd.DataFrame:
 
 
 def outcome_rewards(outcomes: pd.DataFrame, rules: OutcomeRules) -> pd.Series:
-    """Reward per episode id from its stored outcome rows (mapped values weighted, components as they are)."""
+    """Reward per episode id from its stored outcome rows (:func:`weighted_outcomes`, summed)."""
     if outcomes.empty:
         return pd.Series(dtype="float64")
-    weights = pd.Series({name: w for name, (_, w) in rules.rewards.items()}, dtype="float64")
-    is_component = outcomes["kind"].to_numpy() == "components"
-    weight = outcomes["name"].map(weights).fillna(0.0).to_numpy(np.float64)
-    amount = outcomes["value"].to_numpy(np.float64) * np.where(is_component, 1.0, weight)
-    return pd.Series(amount, index=outcomes["episode_id"].to_numpy()).groupby(level=0).sum()
+    frame = weighted_outcomes(outcomes, rules)
+    return pd.Series(frame["amount"].to_numpy(), index=outcomes["episode_id"].to_numpy()).groupby(level=0).sum()
 
 
 def last_steps(frame: pd.DataFrame) -> pd.Series:
@@ -214,4 +218,5 @@ __all__ = [
     "outcome_components",
     "outcome_rewards",
     "settled",
+    "weighted_outcomes",
 ]
