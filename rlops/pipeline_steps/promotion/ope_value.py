@@ -144,20 +144,19 @@ def serving_target(net: PolicyNetwork, cfg: OPEConfig, exploration: ExplorationP
 
 def complete_live_episodes(frame: pd.DataFrame) -> pd.DataFrame:
     """Live rows of episodes that start at step 0, end (``done``) inside the frame and whose return
-    is final: an episode still awaiting a late outcome (``outcome_status`` ``censored``, see
-    :mod:`rlops.trace_store.outcome_join`) is left out (:func:`censored_episodes` counts them)."""
-    complete = _complete(frame)
-    if "outcome_status" in complete.columns:
-        complete = complete[complete["outcome_status"].astype(str).ne("censored")]
-    return complete
+    is final (see :func:`judged_episodes`)."""
+    return judged_episodes(frame)[0]
 
 
-def censored_episodes(frame: pd.DataFrame) -> int:
-    """The episodes :func:`complete_live_episodes` leaves out because their outcome has not arrived."""
+def judged_episodes(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The rows of :func:`complete_live_episodes`, and how many complete live episodes it leaves out
+    because they still await a late outcome (``outcome_status`` ``censored``, see
+    :mod:`rlops.trace_store.outcome_join`): their return is not final."""
     complete = _complete(frame)
     if complete.empty or "outcome_status" not in complete.columns:
-        return 0
-    return int(complete.loc[complete["outcome_status"].astype(str).eq("censored"), "episode_id"].nunique())
+        return complete, 0
+    waiting = complete["outcome_status"].astype(str).eq("censored")
+    return complete[~waiting], int(complete.loc[waiting, "episode_id"].nunique())
 
 
 def _complete(frame: pd.DataFrame) -> pd.DataFrame:
@@ -205,11 +204,10 @@ def off_policy_value(
     if isinstance(q, np.ndarray):
         q_rows = q
         q = None
-    rows = complete_live_episodes(frame)
+    rows, censored = judged_episodes(frame)
     if q_rows is not None:
         q_rows = q_rows[frame.index.get_indexer(rows.index)]
-    res = OPEResult(episodes=int(rows["episode_id"].nunique()) if len(rows) else 0)
-    res.censored = censored_episodes(frame)
+    res = OPEResult(episodes=int(rows["episode_id"].nunique()) if len(rows) else 0, censored=censored)
     res.logged_return, res.logged_return_se = logged_value(rows)
     res.logged_return_sd = res.logged_return_se * math.sqrt(max(res.episodes, 1))
     res.skipped = censored_problem(res.episodes, res.censored, cfg) or traffic_problem(rows, cfg)
