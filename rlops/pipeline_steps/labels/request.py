@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlops.common.params_model import QueueConfig
-from rlops.common.step_request import option
+from rlops.common.step_request import option, options
 from rlops.pipeline_steps.promotion.request import MAX_WINDOW_HOURS
 
 SELECTIONS = ("auto", "entropy", "reward_ensemble")
@@ -39,8 +39,13 @@ class LabelQueueRequest:
     )
 
     def settings(self, params: QueueConfig) -> QueueConfig:
-        """The ``label_queue:`` params block with this request's options over it: what the run uses."""
-        given = {name: value for name in ("window_hours", "selection") if (value := getattr(self, name)) is not None}
+        """The ``label_queue:`` params block with this request's options of the same name over it:
+        what the run uses."""
+        given = {
+            o.name: value
+            for o in options(type(self))
+            if o.name in QueueConfig.model_fields and (value := getattr(self, o.name)) is not None
+        }
         return params.model_copy(update=given)
 
 
