@@ -133,9 +133,16 @@ class ScriptedModel(Model):
         raise NotImplementedError("the example does not stream")
 
 
-async def run_agent(queue: list[dict[str, Any]], landing: str, tracking_uri: str) -> dict[str, Any]:
-    """Handle ``queue`` with the policy in the loop; returns the decisions' serving counts."""
-    set_trace_processors([])  # offline: no export to the OpenAI tracing backend
+async def run_agent(
+    queue: list[dict[str, Any]], landing: str, tracking_uri: str, *, keep_trace_processors: bool = False
+) -> dict[str, Any]:
+    """Handle ``queue`` with the policy in the loop; returns the decisions' serving counts.
+
+    The SDK's trace processors are all dropped first, so that nothing goes to the OpenAI tracing backend
+    offline; ``keep_trace_processors`` keeps those registered before the run instead (OpenInference's
+    ``OpenAIAgentsInstrumentor`` replaces the SDK's own by its processor, which exports elsewhere)."""
+    if not keep_trace_processors:
+        set_trace_processors([])  # offline: no export to the OpenAI tracing backend
     # --- rlops adapter begin
     from rlops.agent_sdk import Tracer
     from rlops.agent_sdk.policy_client import PolicyClient
