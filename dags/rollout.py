@@ -7,7 +7,8 @@ finishes it (challenger → champion, old champion → previous), or withdraws i
 fails. Without a challenger, rolls back a champion whose live return has fallen below the previous
 champion's by more than the gate's margin (`evaluate.segment_tolerance`), walking back through
 the champion history. Every move is recorded in MLflow (a `rollout` step run, tag
-`rlops.rollout.action`, with its reason). Conf: `dry_run`.
+`rlops.rollout.action`, with its reason). Conf: `dry_run`, and `min_stage_minutes` /
+`regression_window_hours` over the pack's `rollout:` params (as `rlops model rollout` takes them).
 """
 
 from airflow.sdk import dag, task

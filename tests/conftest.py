@@ -155,7 +155,7 @@ def steps_load_pack(pack: object, monkeypatch: pytest.MonkeyPatch) -> None:
 
     from rlops.pipeline_steps.infra.context import StepContext
 
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
+    monkeypatch.setattr(StepContext, "pack_with", lambda self, calibration: pack)
     torch.set_num_threads(1)
 
 

@@ -1,6 +1,7 @@
-"""``rlops model evaluate | promote | rollback``: gated evaluation, promotion and rollback of
-registered policy versions. Exit 1 when a gate fails. ``rlops model evaluate --target`` instead
-estimates any target on logged traffic: a report, exit 0 whatever it shows."""
+"""``rlops model evaluate | promote | rollout | rollback``: gated evaluation, promotion, the staged
+roll-out's tick and rollback of registered policy versions. Exit 1 when a gate fails. ``rlops model
+evaluate --target`` instead estimates any target on logged traffic: a report, exit 0 whatever it
+shows."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 from rlops.commands.common_args import add_common_args, context_from_args, infrastructure, print_result
 from rlops.common import step_request
 from rlops.pipeline_steps.promotion.outcome import PromotionOutcome
-from rlops.pipeline_steps.promotion.request import EvaluateRequest, OffPolicyRequest
+from rlops.pipeline_steps.promotion.request import EvaluateRequest, OffPolicyRequest, RolloutRequest
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,6 +38,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                 help="roll out as challenger (5%% → 15%% → 100%%) instead of switching at once",
             )
         p.set_defaults(func=cmd_evaluate if verb == "evaluate" else cmd_promote)
+    p = verbs.add_parser(
+        "rollout",
+        help="one roll-out tick, as the roll-out DAG runs it: move a staged challenger on its live A/B gates "
+        "(advance, finish, withdraw or hold), or roll back a champion whose live return regressed",
+    )
+    add_common_args(p)
+    step_request.add_arguments(p, RolloutRequest)
+    p.set_defaults(func=cmd_rollout)
     p = verbs.add_parser("rollback", help="point the champion back at the previous champion (again: further back)")
     add_common_args(p)
     p.add_argument("--reason", default=None, help="why (recorded on the demoted version as rlops.rolled_back.reason)")
@@ -180,4 +189,15 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     res: PromotionOutcome = _call(rollback, context_from_args(args), args.reason)
     after = f" (previous: v{res.previous})" if res.previous else " (no earlier champion left)"
     print_result(res.as_dict(), args.json, [f"{res.scenario}: {res.reason}" + ("" if res.dry_run else after)])
+    return 0
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from rlops.pipeline_steps.promotion.rollout import rollout_step
+
+    res = _call(rollout_step, context_from_args(args), step_request.from_args(RolloutRequest, args))
+    move = res.move
+    who = f"v{move.version}" if move.version else "no version"
+    lines = [f"{res.scenario}: {who} {move.action}: {move.reason}", f"  champion: v{res.champion or 'none'}"]
+    print_result(res.as_dict(), args.json, lines)
     return 0

@@ -23,11 +23,15 @@ import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rlops.common.errors import UserError
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
 R = TypeVar("R")
+B = TypeVar("B", bound="BaseModel")
 
 _JSON_TYPE = {bool: "boolean", int: "integer", float: "number", str: "string"}
 
@@ -282,3 +286,15 @@ def from_conf(request: type[R], conf: Mapping[str, Any], **given: Any) -> R:
 def digest_options(request: type) -> tuple[str, ...]:
     """The options that decide what a retrain trains (a change of one makes it train again)."""
     return tuple(o.name for o in options(request) if o.digest)
+
+
+def overlay(request: Any, block: B) -> B:
+    """The params ``block`` with the options of ``request`` that share a name with one of its keys
+    laid over it, where the request gives a value (``None`` leaves the block's): the settings a
+    step runs with."""
+    given = {
+        o.name: value
+        for o in options(type(request))
+        if o.name in type(block).model_fields and (value := getattr(request, o.name)) is not None
+    }
+    return block.model_copy(update=given)

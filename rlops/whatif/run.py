@@ -55,6 +55,7 @@ from rlops.whatif.save import save_reward_module
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ def _iterations(pack: Pack, settings: WhatIfSettings) -> int:
 
 
 def baseline_policy(
-    ctx: StepContext,
+    ctx: StepServices,
     pack: Pack,
     fn: RewardFunction,
     profile: str,
@@ -174,7 +175,7 @@ def baseline_policy(
     return policy, info
 
 
-def registry_champion(ctx: StepContext, obs_dim: int, dst: Path) -> tuple[PolicyNetwork | None, str]:
+def registry_champion(ctx: StepServices, obs_dim: int, dst: Path) -> tuple[PolicyNetwork | None, str]:
     """The registry's champion (downloaded under ``dst``), or None with the reason it cannot be used."""
     name = policy_model_name(ctx.scenario)
     try:

@@ -29,7 +29,7 @@ GRAMMAR = {
     "stress": [],
     "reward": ["whatif"],
     "signal": ["set", "show"],
-    "model": ["evaluate", "promote", "rollback", "webhook"],
+    "model": ["evaluate", "promote", "rollback", "rollout", "webhook"],
     "replay": [],
     "audit": [],
     "simulate": [],

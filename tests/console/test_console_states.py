@@ -56,7 +56,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory, _mlflow_template_db: Path
         mp.setenv("RLOPS_STORAGE_ROOT", f"file://{tmp / 'storage'}")
         mp.setenv("RLOPS_HOME", str(tmp))
         mp.delenv("RLOPS_PARAMS", raising=False)
-        mp.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
+        mp.setattr(StepContext, "pack_with", lambda self, calibration: pack)
         torch.set_num_threads(1)
         ctx = promotion_ctx("20261201T0900", **BUDGET)
         bad = approve_all_policy(pack)

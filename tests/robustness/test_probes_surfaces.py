@@ -58,7 +58,7 @@ def home(tmp_path_factory: pytest.TempPathFactory, _mlflow_template_db: Path) ->
         mp.setenv("RLOPS_HOME", str(tmp))
         mp.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         mp.delenv("RLOPS_PARAMS", raising=False)
-        mp.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
+        mp.setattr(StepContext, "pack_with", lambda self, calibration: pack)
         torch.set_num_threads(1)
         ctx = StepContext.create(S, "20261201T0800", overrides={"tracking": {"http_max_retries": 0}})
         capture_step(ctx, CaptureRequest(simulate=True, profile="live", episodes=120))

@@ -281,7 +281,7 @@ def test_steps_read_through_the_configured_engine(
         )
         from rlops.pipeline_steps.training.relabel import window_traces
 
-        got = window_traces(ctx, uri, hours=2)
+        got = window_traces(ctx, 2, uri)
         assert seen[-1] == engine and len(got) == len(ref.read(uri, (T0, T0 + timedelta(hours=2))))
 
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # numpy, pandas, torch are imported where they run: registeri
     import pandas as pd
 
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
     from rlops.trace_store.query import TraceReader
 
@@ -80,7 +81,7 @@ def find_episode(reader: TraceReader, uri: str, trace_id: str) -> pd.DataFrame:
 
 
 def decision_path(
-    ctx: StepContext, pack: Pack, rows: pd.DataFrame, trace_id: str, depth: int | None = None
+    ctx: StepServices, pack: Pack, rows: pd.DataFrame, trace_id: str, depth: int | None = None
 ) -> DecisionPath:
     """The steps of ``trace_id``'s episode up to its (last) matching step, at most ``depth`` of them."""
     import numpy as np
@@ -141,7 +142,7 @@ def decision_path(
     )
 
 
-def _probabilities(ctx: StepContext, pack: Pack, episode: pd.DataFrame) -> tuple[np.ndarray | None, str]:
+def _probabilities(ctx: StepServices, pack: Pack, episode: pd.DataFrame) -> tuple[np.ndarray | None, str]:
     import torch
 
     version = str(episode["policy_version"].iloc[0])

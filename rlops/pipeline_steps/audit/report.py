@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pandas and matplotlib are imported where they run: register
     import pandas as pd
 
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
 
 _LOW_QUANTILE = 0.25
@@ -219,7 +220,7 @@ def render_audit_html(report: dict[str, Any]) -> str:
     return html_page(f"Policy audit — {meta['scenario']}", "".join(parts))
 
 
-def _attribution(ctx: StepContext, pack: Pack, df: pd.DataFrame, clusters: int, seed: int) -> dict[str, Any] | None:
+def _attribution(ctx: StepServices, pack: Pack, df: pd.DataFrame, clusters: int, seed: int) -> dict[str, Any] | None:
     """Sparse-outcome attribution (see :mod:`rlops.pipeline_steps.audit.attribution`), scored by the run
     key's reward-model labels when the relabel step wrote them."""
     if episode_outcomes(df) is None:

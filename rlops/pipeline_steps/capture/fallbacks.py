@@ -36,6 +36,7 @@ from rlops.trace_store.store import read_traces
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.registry.run_handle import RunHandle
 
 COLUMNS = ("source", "fallback", "fallback_reason", "ts")
@@ -105,7 +106,7 @@ def alert_text(summary: FallbackSummary, threshold: float, min_decisions: int) -
     )
 
 
-def interval_rows(ctx: StepContext, partitions: list[str], columns: tuple[str, ...] = COLUMNS) -> pd.DataFrame:
+def interval_rows(ctx: StepServices, partitions: list[str], columns: tuple[str, ...] = COLUMNS) -> pd.DataFrame:
     """The accepted rows this run key wrote (its own files in the partitions it touched), their ``columns``."""
     files: set[str] = set()
     for where in partitions:  # partition folders, or the files themselves

@@ -48,6 +48,7 @@ from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.datasets import parquet_dataset
 from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.infra.policy_loader import serving_trace_policy
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.registry import tags as T
 from rlops.registry.datasets import log_dataset_inputs
 from rlops.sandbox.profiles import default_profile
@@ -122,7 +123,7 @@ def capture_step(ctx: StepContext, request: CaptureRequest | None = None, progre
     return _checked_and_tracked(ctx, out)
 
 
-def _interval(ctx: StepContext) -> dict[str, Any]:
+def _interval(ctx: StepServices) -> dict[str, Any]:
     """The fields every capture summary starts with: what was captured, and whether for real."""
     interval = [ctx.key.start.isoformat(), ctx.key.end.isoformat()]
     return {"scenario": ctx.scenario, "run_key": ctx.run_key, "interval": interval, "dry_run": ctx.dry_run}
@@ -199,7 +200,7 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
     return _checked_and_tracked(ctx, out)
 
 
-def track_capture(ctx: StepContext, out: CaptureSummary, rejected: str | None = None) -> None:
+def track_capture(ctx: StepServices, out: CaptureSummary, rejected: str | None = None) -> None:
     """The capture's step run in the pass: row counts, and the partitions it wrote as datasets;
     ``rejected``: why the capture fails (too much quarantined), as a tag."""
     with step_run(ctx, T.CAPTURE) as run:

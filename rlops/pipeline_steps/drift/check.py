@@ -49,6 +49,7 @@ from rlops.pipeline_steps.drift.window import BATCH_ROWS, sql_counts, summarise_
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.policy_loader import champion_trace_policy
 from rlops.pipeline_steps.infra.prefetch import prefetched
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.registry.client import CHAMPION, policy_model_name
 from rlops.sandbox.profiles import default_profile
 from rlops.sandbox.traces import rollout_traces
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     from rlops.common.params_drift import DriftParams
 
 
-def window_uri(ctx: StepContext) -> str:
+def window_uri(ctx: StepServices) -> str:
     """The trace-store partition of the run key's hour."""
     t = ctx.key.start
     return join_uri(ctx.traces.trace_uri, partition_path(scenario=ctx.scenario, date=f"{t:%Y-%m-%d}", hour=t.hour))
@@ -87,7 +88,7 @@ def tested_fields(cfg: DriftParams, baseline: Any, columns: list[str]) -> list[s
     return list(cfg.fields) if cfg.fields is not None else default_fields(baseline, pd.DataFrame(columns=columns))
 
 
-def target_rows(ctx: StepContext, cfg: DriftParams | Mapping[str, Any]) -> tuple[str, Any]:
+def target_rows(ctx: StepServices, cfg: DriftParams | Mapping[str, Any]) -> tuple[str, Any]:
     """``(description, rows)`` of the run key's hour partition (an empty frame when there is
     none); a ``drift.window_hours`` window is summarised instead (:func:`summarised_target`)."""
     reader = ctx.traces.reader
@@ -105,7 +106,7 @@ def episode_returns(df: Any) -> np.ndarray:
     return np.asarray(summed.dropna(), dtype=np.float64)
 
 
-def live_returns(ctx: StepContext, window: tuple[Any, Any]) -> EpisodeReturns | None:
+def live_returns(ctx: StepServices, window: tuple[Any, Any]) -> EpisodeReturns | None:
     """The live episodes' returns in ``window`` with the late outcomes known at the run key's end
     joined (:meth:`rlops.trace_store.store.TraceStore.returns`): episodes still awaiting an outcome
     are censored, counted and left out of the mean. None when reads of the scenario join no outcome
@@ -180,12 +181,12 @@ def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -
     return df, version
 
 
-def baseline_uri(ctx: StepContext) -> str:
+def baseline_uri(ctx: StepServices) -> str:
     """Where the run key's sandbox baseline is written (the drift report reads it there)."""
     return ctx.uri("sandbox_traces", ctx.scenario, f"{ctx.run_key}.parquet")
 
 
-def long_window(ctx: StepContext, cfg: DriftParams) -> tuple[str, str, tuple[Any, Any], int] | None:
+def long_window(ctx: StepServices, cfg: DriftParams) -> tuple[str, str, tuple[Any, Any], int] | None:
     """``(description, uri, window, rows)`` of the ``drift.window_hours`` window (None without one)."""
     hours = cfg.window_hours
     if not hours:
@@ -196,7 +197,7 @@ def long_window(ctx: StepContext, cfg: DriftParams) -> tuple[str, str, tuple[Any
 
 
 def summarised_target(
-    ctx: StepContext, cfg: DriftParams, uri: str, window: tuple[Any, Any], rows: int, baseline: Any
+    ctx: StepServices, cfg: DriftParams, uri: str, window: tuple[Any, Any], rows: int, baseline: Any
 ) -> tuple[Any, Any]:
     """``(summary, outcome rows)`` of a long window: the field tests' counts over every row in one
     streamed pass (:mod:`rlops.pipeline_steps.drift.window`), and for outcome drift the window's
@@ -222,7 +223,7 @@ def summarised_target(
     return summary, outcome_rows(ctx, cfg, uri, window, rows)
 
 
-def outcome_rows(ctx: StepContext, cfg: DriftParams, uri: str, window: tuple[Any, Any], rows: int) -> Any:
+def outcome_rows(ctx: StepServices, cfg: DriftParams, uri: str, window: tuple[Any, Any], rows: int) -> Any:
     """The long window's rows outcome drift reads: all of them up to ``drift.outcome_max_rows``,
     else whole episodes drawn by the stable hash of their id leaving about that many."""
     import pandas as pd

@@ -36,6 +36,7 @@ from rlops.pipeline_steps.drift.slice_counts import SLICE_DIR, SliceError, to_np
 from rlops.pipeline_steps.drift.window import BATCH_ROWS, plot_every, scan_frames
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.prefetch import prefetched
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.sandbox.profiles import default_profile
 
 
@@ -116,7 +117,7 @@ def plan_slices(ctx: StepContext) -> list[dict[str, Any]]:
     return slices
 
 
-def slice_uri(ctx: StepContext, index: int, suffix: str) -> str:
+def slice_uri(ctx: StepServices, index: int, suffix: str) -> str:
     return ctx.uri(SLICE_DIR, ctx.scenario, ctx.run_key, f"{index:04d}{suffix}")
 
 

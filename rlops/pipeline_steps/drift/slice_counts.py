@@ -30,7 +30,7 @@ from rlops.pipeline_steps.drift.window import (
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.drift.window import TargetField, WindowSummary
-    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.storage.backend import Storage
 
 SLICE_DIR = "drift_slices"  # drift_slices/<scenario>/<run_key>/<index>.npz and .plots.parquet
@@ -40,7 +40,7 @@ class SliceError(UserError):
     """A slice handed to a mapped task or back to the reduce that cannot be used."""
 
 
-def drop_slices(ctx: StepContext) -> int:
+def drop_slices(ctx: StepServices) -> int:
     """Delete the run key's slice files (once the drift check has merged them and written its
     report); returns how many were removed."""
     return ctx.storage.delete_prefix(ctx.uri(SLICE_DIR, ctx.scenario, ctx.run_key))

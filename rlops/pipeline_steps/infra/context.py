@@ -1,8 +1,11 @@
-"""What every pipeline step shares: params, storage, tracking, the scenario pack, the run key.
+"""Where a step's inputs are resolved: the params, the scenario pack, the calibration, the run key.
 
-A step is a plain function taking a :class:`StepContext` (plus its own small arguments) and
-returning a small JSON-able dict; the same dict is what the CLI prints with ``--json`` and what an
-Airflow task pushes to XCom. Storage layout under ``storage.root``::
+A command or an Airflow task builds a :class:`StepContext` for the run and resolves from it what its
+step needs (the training step: :func:`rlops.pipeline_steps.training.setup.resolve_training`); the
+step's body takes the resolved values and the narrow services it uses
+(:class:`~rlops.pipeline_steps.infra.services.StepServices`, which this context satisfies) and
+returns a typed result (:class:`~rlops.common.step_result.StepResult`), whose dict is what the CLI
+prints with ``--json`` and what an Airflow task pushes to XCom. Storage layout under ``storage.root``::
 
     landing/scenario=<s>/date=<d>/hour=<h>/*.jsonl live agents' trace files (agent_sdk.Tracer)
     traces/scenario=<s>/date=<d>/hour=<h>/part-<run_key>.parquet
@@ -134,10 +137,14 @@ class StepContext:
     def load_pack(self, calibration: str | None = "latest") -> Pack:
         """The scenario pack, with the latest sandbox calibration applied unless ``calibration`` is
         None (``latest`` when none exists yet means the pack as written)."""
+        return self.pack_with(self.read_calibration(calibration) if calibration else None)
+
+    def pack_with(self, calibration: dict[str, Any] | None) -> Pack:
+        """The scenario pack with ``calibration`` applied (None: the pack as written) and the business
+        signals in force bound: for a step that has read its calibration already."""
         from rlops.sandbox.pack import load_pack
 
-        cal = self.read_calibration(calibration) if calibration else None
-        pack = load_pack(self.pack_dir, calibration=cal)
+        pack = load_pack(self.pack_dir, calibration=calibration)
         if pack.signal_weights:  # the business signals in force drive their reward weights
             pack.signals = {r.name: r.value for r in self.signal_readings(pack)}
         return pack

@@ -31,7 +31,7 @@ from rlops.registry import tags as T
 from rlops.registry.runs import close_run, create_run, delete_run, end_run, get_run, search_runs, set_run_tag
 
 if TYPE_CHECKING:
-    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.registry.client import Tracker
     from rlops.registry.run_handle import RunHandle
 
@@ -152,7 +152,7 @@ def _close_orphaned_parent(tracker: Tracker, exp_id: str, parent: str) -> None:
 
 @contextmanager
 def step_run(
-    ctx: StepContext, step: str, label: str | None = None, extra_tags: Mapping[str, Any] | None = None
+    ctx: StepServices, step: str, label: str | None = None, extra_tags: Mapping[str, Any] | None = None
 ) -> Iterator[RunHandle]:
     """A step run nested under the pass's parent run, named after step, scenario and run key,
     tagged with the process and host running it; runs of the step that ended processes left

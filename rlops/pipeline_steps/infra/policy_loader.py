@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from rlops.model.policy import PolicyNetwork
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
     from rlops.sandbox.traces import TracePolicy
 
@@ -41,7 +42,7 @@ class LoadedPolicy:
         return str(self.ref.version)
 
 
-def resolve(ctx: StepContext, ref: str | int | PolicyRef) -> PolicyRef | None:
+def resolve(ctx: StepServices, ref: str | int | PolicyRef) -> PolicyRef | None:
     """``ref`` with its alias resolved to a version; None for an alias that is not set. A
     version the registry does not know is a UserError."""
     parsed = PolicyRef.parse(ref, ctx.scenario)
@@ -63,7 +64,7 @@ def resolve(ctx: StepContext, ref: str | int | PolicyRef) -> PolicyRef | None:
     return parsed
 
 
-def download(ctx: StepContext, ref: PolicyRef, dst: Path) -> Path:
+def download(ctx: StepServices, ref: PolicyRef, dst: Path) -> Path:
     """The folder of a resolved registry version's network, downloaded under ``dst``."""
     from rlops.model.policy_io import CONFIG_FILE
 
@@ -79,7 +80,7 @@ def download(ctx: StepContext, ref: PolicyRef, dst: Path) -> Path:
 
 
 def load_policy_ref(
-    ctx: StepContext, ref: str | int | PolicyRef | Path, dst: Path | None = None
+    ctx: StepServices, ref: str | int | PolicyRef | Path, dst: Path | None = None
 ) -> LoadedPolicy | None:
     """The network behind ``ref`` (a local policy folder works too, for experiments), in eval
     mode; None when ``ref`` is an alias that is not set (e.g. no champion yet)."""
@@ -95,7 +96,7 @@ def load_policy_ref(
     return LoadedPolicy(resolved, load_policy(download(ctx, resolved, folder)).eval())
 
 
-def champion_policy(ctx: StepContext, dst: Path) -> tuple[str | None, PolicyNetwork | None]:
+def champion_policy(ctx: StepServices, dst: Path) -> tuple[str | None, PolicyNetwork | None]:
     """The current champion's version and network (None, None when there is none)."""
     loaded = load_policy_ref(ctx, CHAMPION, dst)
     return (loaded.version, loaded.network) if loaded is not None else (None, None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlops.common.params_model import QueueConfig
-from rlops.common.step_request import option, options
+from rlops.common.step_request import option, overlay
 from rlops.pipeline_steps.promotion.request import MAX_WINDOW_HOURS
 
 SELECTIONS = ("auto", "entropy", "reward_ensemble")
@@ -41,12 +41,7 @@ class LabelQueueRequest:
     def settings(self, params: QueueConfig) -> QueueConfig:
         """The ``label_queue:`` params block with this request's options of the same name over it:
         what the run uses."""
-        given = {
-            o.name: value
-            for o in options(type(self))
-            if o.name in QueueConfig.model_fields and (value := getattr(self, o.name)) is not None
-        }
-        return params.model_copy(update=given)
+        return overlay(self, params)
 
 
 __all__ = ["SELECTIONS", "LabelQueueRequest"]

@@ -73,21 +73,22 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.pipeline_steps.labels.disagreement import LabelledStates
     from rlops.pipeline_steps.labels.store import LabelStore
 
 
 # --------------------------------------------------------------------------- steps
-def store_for(ctx: StepContext, cfg: QueueConfig) -> LabelStore:
+def store_for(ctx: StepServices, cfg: QueueConfig) -> LabelStore:
 
     return LabelStore(cfg.db_url, cfg.db_schema)
 
 
-def finished_labels(ctx: StepContext) -> pd.DataFrame:
+def finished_labels(services: StepServices, queue: QueueConfig) -> pd.DataFrame:
     """The label queue's finished labels of the scenario (an empty frame when there are none)."""
-    store = store_for(ctx, ctx.config.label_queue)
+    store = store_for(services, queue)
     store.create()
-    return store.labelled_frame(ctx.scenario)
+    return store.labelled_frame(services.scenario)
 
 
 EXCLUDED_QUEUED = "already queued or labelled"
@@ -118,7 +119,7 @@ class WindowRows:
     """Whether the store has trace ids: looked up for the chosen rows only (:func:`with_trace_ids`)."""
 
 
-def window_rows(ctx: StepContext, uri: str, window: tuple[Any, Any]) -> WindowRows:
+def window_rows(ctx: StepServices, uri: str, window: tuple[Any, Any]) -> WindowRows:
     """The window's rows as the queue judges them, read in bounded memory: the columns of
     :func:`label_columns` but the trace id (unique per row; fetched for the chosen items alone).
     When a learned policy decided some of the window's steps, only its rows are read (the policy
@@ -139,7 +140,7 @@ def window_rows(ctx: StepContext, uri: str, window: tuple[Any, Any]) -> WindowRo
     return WindowRows(reader.read(uri, window, read_cols), total, {}, "trace_id" in cols)
 
 
-def with_trace_ids(ctx: StepContext, uri: str, window: tuple[Any, Any], rows: pd.DataFrame) -> pd.DataFrame:
+def with_trace_ids(ctx: StepServices, uri: str, window: tuple[Any, Any], rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` with the trace id of each (episode, step), looked up by episode id (bloom filters)."""
     if rows.empty or "trace_id" in rows.columns:
         return rows
@@ -166,7 +167,7 @@ def choice_rows(pack: Any, df: pd.DataFrame) -> pd.DataFrame:
     return df if bool(multi.all()) else df[multi].reset_index(drop=True)
 
 
-def queue_selection(ctx: StepContext, pack: Any, cfg: QueueConfig) -> tuple[LabelledStates | None, str, set[str]]:
+def queue_selection(ctx: StepServices, pack: Any, cfg: QueueConfig) -> tuple[LabelledStates | None, str, set[str]]:
     """``(labelled states, description, item ids already in the queue)``: the finished labels the
     reward ensemble is fitted on, or None for entropy selection (``selection: entropy``, or
     ``auto`` with fewer than ``ensemble_min_labels`` finished labels)."""

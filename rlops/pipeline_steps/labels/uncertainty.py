@@ -25,7 +25,7 @@ from rlops.trace_store.states import observations_from_traces
 
 if TYPE_CHECKING:
     from rlops.model.policy import PolicyNetwork
-    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
 
 RULES = "rules"
@@ -71,7 +71,7 @@ def split_rows(df: pd.DataFrame, scenario: str) -> tuple[pd.DataFrame, pd.DataFr
     )
 
 
-def uncertainty_policy(ctx: StepContext, setting: str = "auto") -> tuple[str | None, PolicyNetwork | None]:
+def uncertainty_policy(ctx: StepServices, setting: str = "auto") -> tuple[str | None, PolicyNetwork | None]:
     """``(description, policy)`` whose entropy scores rule-engine rows: ``auto`` = the champion,
     else the newest registered candidate; ``none`` = never; a version number = that version."""
     if setting == "none":
@@ -88,7 +88,7 @@ def uncertainty_policy(ctx: StepContext, setting: str = "auto") -> tuple[str | N
     return f"latest candidate {name} v{latest} (no champion yet)", load_policy_version(ctx, latest)
 
 
-def load_policy_version(ctx: StepContext, version: str) -> PolicyNetwork:
+def load_policy_version(ctx: StepServices, version: str) -> PolicyNetwork:
     """The network of a registered policy (any spelling :mod:`rlops.common.policy_ref` accepts)."""
     loaded = load_policy_ref(ctx, version)
     if loaded is None:
@@ -107,7 +107,7 @@ def policy_entropy(pack: Pack, policy: PolicyNetwork, df: pd.DataFrame) -> np.nd
         return masked_entropy(logp, masks).numpy().astype(np.float64)
 
 
-def usable_rows(ctx: StepContext, pack: Pack, df: pd.DataFrame, setting: str = "auto") -> UsableRows:
+def usable_rows(ctx: StepServices, pack: Pack, df: pd.DataFrame, setting: str = "auto") -> UsableRows:
     """The rows to judge and whose uncertainty they carry (see the module docstring)."""
     learned, rule_rows, excluded = split_rows(df, ctx.scenario)
     who: str | None

@@ -28,6 +28,7 @@ from typing import Any
 
 from rlops.common import step_request
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.pipeline_steps.training.request import TrainRequest
 from rlops.registry.client import CHALLENGER, CHAMPION, policy_model_name
 
@@ -64,11 +65,11 @@ def digest(inputs: Mapping[str, Any]) -> str:
     return _sha(json.dumps(inputs, sort_keys=True, default=str).encode())
 
 
-def _state_uri(ctx: StepContext, mode: str) -> str:
+def _state_uri(ctx: StepServices, mode: str) -> str:
     return ctx.uri("state", "retrain", ctx.scenario, f"{mode}.json")
 
 
-def incremental_blocker(ctx: StepContext) -> str | None:
+def incremental_blocker(ctx: StepServices) -> str | None:
     """Why an incremental retrain waits now (None: it may run); see the module docstring."""
     name = policy_model_name(ctx.scenario)
     if ctx.tracker.get_alias(name, CHAMPION) is None:
@@ -104,7 +105,7 @@ def record_if_changed(ctx: StepContext, mode: str, conf: Mapping[str, Any]) -> b
     return True
 
 
-def mark_done(ctx: StepContext, mode: str) -> None:
+def mark_done(ctx: StepServices, mode: str) -> None:
     """The pending retrain of ``mode`` completed: its inputs are now the last completed ones."""
     uri = _state_uri(ctx, mode)
     if ctx.dry_run or not ctx.storage.exists(uri):

@@ -38,7 +38,7 @@ from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.labels.request import LabelQueueRequest
 from rlops.pipeline_steps.orchestration.run_request import RetrainRequest, RunRequest
 from rlops.pipeline_steps.outcomes.request import OutcomeCaptureRequest
-from rlops.pipeline_steps.promotion.request import PromoteRequest
+from rlops.pipeline_steps.promotion.request import PromoteRequest, RolloutRequest
 from rlops.pipeline_steps.training.request import RESOLVED_OPTIONS, TrainRequest
 from rlops.sandbox.errors import PackError
 from rlops.sandbox.precheck import REWARD_FILE, check_reward_syntax, reward_files
@@ -337,7 +337,7 @@ DAG_REQUESTS: dict[str, tuple[type, ...]] = {
     "label_queue": (LabelQueueRequest,),
     "retrain_incremental": (RetrainRequest, TrainRequest),
     "retrain_full": (RetrainRequest, TrainRequest),
-    "rollout": (),
+    "rollout": (RolloutRequest,),
     "promote": (PromoteRequest,),
 }
 

@@ -16,14 +16,14 @@ from typing import Any
 from rlops.common.errors import UserError
 from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.drift.request import DriftCheckRequest
-from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.pipeline_steps.labels.request import LabelQueueRequest
 from rlops.pipeline_steps.orchestration.retrain_inputs import mark_done, record_if_changed
 from rlops.pipeline_steps.orchestration.run_conf import RunConf
 from rlops.pipeline_steps.orchestration.task_runtime import PromotionFailed, end_as_skipped, no_retry_on_user_error
 from rlops.pipeline_steps.outcomes.request import OutcomeCaptureRequest
 from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionStatus
-from rlops.pipeline_steps.promotion.request import PromoteRequest
+from rlops.pipeline_steps.promotion.request import PromoteRequest, RolloutRequest
 from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.pipeline_steps.training.request import TrainRequest
 from rlops.registry.client import CHAMPION, policy_model_name
@@ -268,7 +268,7 @@ def promotion_result(out: PromotionOutcome) -> dict[str, Any]:
     return result
 
 
-def mark_done_for(ctx: StepContext, conf: Mapping[str, Any]) -> None:
+def mark_done_for(ctx: StepServices, conf: Mapping[str, Any]) -> None:
     """This retrain's inputs are now the last completed ones of its mode."""
 
     mark_done(ctx, RunConf.of(conf).mode)
@@ -280,7 +280,8 @@ def rollout(conf: Mapping[str, Any]) -> dict[str, Any]:
     that regressed (:mod:`rlops.pipeline_steps.promotion.rollout`)."""
     from rlops.pipeline_steps.promotion.rollout import rollout_step
 
-    return rollout_step(RunConf.of(conf).step_context()).as_dict()
+    run = RunConf.of(conf)
+    return rollout_step(run.step_context(), run.request(RolloutRequest)).as_dict()
 
 
 @no_retry_on_user_error

@@ -34,6 +34,7 @@ from rlops.trace_store.time_partitions import parse_ts
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.storage.backend import Storage
 
 READERS = (".jsonl", ".jsonl.gz", ".ndjson", ".csv", ".csv.gz", ".parquet", ".pq")
@@ -156,7 +157,7 @@ def _text(storage: Storage, uri: str) -> str:
     return _decode(storage.read_bytes(uri), uri.lower())
 
 
-def decision_times(ctx: StepContext, episode_ids: list[str]) -> pd.Series:
+def decision_times(ctx: StepServices, episode_ids: list[str]) -> pd.Series:
     """The time of each episode's last decision (its latest trace row), by episode id; an id the
     trace store does not hold is absent."""
     reader, uri = ctx.traces.reader, ctx.traces.scenario_uri(ctx.scenario)
@@ -219,7 +220,7 @@ def store_batch(ctx: StepContext, raw: RawBatch, batch: str, source: str, allow_
 
 
 def against_traces(
-    ctx: StepContext, store: OutcomeStore, checked: CheckedOutcomes, raw: RawBatch
+    ctx: StepServices, store: OutcomeStore, checked: CheckedOutcomes, raw: RawBatch
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(rows, quarantined)``: the contract-valid rows whose episode is in the trace store and whose
     time is within ``outcomes.max_delay_days`` of its last decision (with ``decision_ts``), and the

@@ -18,7 +18,7 @@ from rlops.registry.aliases import float_or_zero, move_champion
 from rlops.registry.client import CHALLENGER, TrackingError, policy_model_name
 
 if TYPE_CHECKING:
-    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.pipeline_steps.promotion.stages import Stage
 
 TRAFFIC_TAG = T.VERSION.TRAFFIC_FRACTION
@@ -29,7 +29,7 @@ def now_text() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def stage_challenger(ctx: StepContext, version: str, fraction: float, reason: str, stage: Stage | None = None) -> None:
+def stage_challenger(ctx: StepServices, version: str, fraction: float, reason: str, stage: Stage | None = None) -> None:
     """Serve ``version`` to ``fraction`` of traffic as ``challenger`` — of the segment of ``stage``
     when it names one (:mod:`rlops.pipeline_steps.promotion.stages`). Tags first, alias second: a
     client that sees the alias always reads the new share. A challenger it replaces stops serving
@@ -53,7 +53,7 @@ def stage_challenger(ctx: StepContext, version: str, fraction: float, reason: st
             )
 
 
-def finish(ctx: StepContext, version: str, reason: str) -> PromotionOutcome:
+def finish(ctx: StepServices, version: str, reason: str) -> PromotionOutcome:
     """Make ``version`` the champion (the old one becomes ``previous``) and retire its
     ``challenger`` alias; ``reason`` is tagged on the version."""
     name = policy_model_name(ctx.scenario)
@@ -89,7 +89,7 @@ def finish(ctx: StepContext, version: str, reason: str) -> PromotionOutcome:
     )
 
 
-def withdraw_challenger(ctx: StepContext, version: str, reason: str) -> None:
+def withdraw_challenger(ctx: StepServices, version: str, reason: str) -> None:
     """Stop serving ``version`` as challenger (a failed live gate): share 0 and alias removed,
     why tagged, outcome ``withdrawn``."""
     name = policy_model_name(ctx.scenario)
@@ -99,7 +99,7 @@ def withdraw_challenger(ctx: StepContext, version: str, reason: str) -> None:
     ctx.tracker.record_outcome(name, version, T.OUTCOME_WITHDRAWN, reason)
 
 
-def stop_serving(ctx: StepContext, version: str, reason: str | None = None) -> None:
+def stop_serving(ctx: StepServices, version: str, reason: str | None = None) -> None:
     """``version`` serves no challenger share any more (its gates failed, it was rejected):
     ``traffic_fraction`` 0 where it was set; given a ``reason``, a challenger alias rlops staged on
     it is withdrawn. A hand-set one is the requested promotion's to remove

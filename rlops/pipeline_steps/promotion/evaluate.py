@@ -32,6 +32,7 @@ from rlops.common.policy_ref import PolicyRef
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.policy_loader import greedy_act, load_policy_ref, resolve
 from rlops.pipeline_steps.infra.policy_metrics import policy_metrics, segment_returns
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.pipeline_steps.promotion.evaluate_live import live_ab_gates
 from rlops.pipeline_steps.promotion.evaluate_report import EvaluationReport, record_evaluation, rounded
 from rlops.pipeline_steps.promotion.evaluate_sandbox import named_segment_gates, segment_masks, timed_p99
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- helpers
-def _version_tags(ctx: StepContext, version: str) -> dict[str, str]:
+def _version_tags(ctx: StepServices, version: str) -> dict[str, str]:
     """Tags of a policy version; a version that does not exist is bad input (ValueError)."""
     name = policy_model_name(ctx.scenario)
     try:
@@ -68,7 +69,7 @@ def _version_tags(ctx: StepContext, version: str) -> dict[str, str]:
         raise
 
 
-def _version_of(ctx: StepContext, policy: str) -> str:
+def _version_of(ctx: StepServices, policy: str) -> str:
     """The registry version ``policy`` names (``3``, ``<scenario>-policy/3``, ``challenger``…)."""
     ref = resolve(ctx, policy)
     if ref is None:
@@ -76,7 +77,7 @@ def _version_of(ctx: StepContext, policy: str) -> str:
     return str(ref.version)
 
 
-def _network(ctx: StepContext, version: str, dst: Path) -> PolicyNetwork:
+def _network(ctx: StepServices, version: str, dst: Path) -> PolicyNetwork:
 
     loaded = load_policy_ref(ctx, PolicyRef(ctx.scenario, version=version), dst)
     assert loaded is not None  # a version, not an alias

@@ -21,12 +21,12 @@ from rlops.pipeline_steps.promotion.gates import Gate, GateConfig, ab_gates, epi
 from rlops.pipeline_steps.promotion.stages import segment_episodes
 
 if TYPE_CHECKING:
-    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
 
 
 def live_ab_gates(
-    ctx: StepContext,
+    ctx: StepServices,
     pack: Pack,
     candidate: str,
     cfg: GateConfig,

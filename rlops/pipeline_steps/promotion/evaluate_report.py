@@ -22,7 +22,7 @@ from rlops.registry.client import policy_model_name
 from rlops.registry.datasets import log_dataset_inputs
 
 if TYPE_CHECKING:
-    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def rounded(d: dict[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in d.items()}
 
 
-def record_evaluation(ctx: StepContext, report: dict[str, Any], gates: list[Gate]) -> tuple[str, str]:
+def record_evaluation(ctx: StepServices, report: dict[str, Any], gates: list[Gate]) -> tuple[str, str]:
     """Write the gate table to storage and to an MLflow run; tag the candidate with the verdict.
     Returns the report's folder and the evaluation run's id."""
     cand = report["candidate"]

@@ -37,6 +37,7 @@ from dataclasses import replace
 from rlops.common.arguments import MAX_EPISODES, count
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import step_run
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.pipeline_steps.promotion.alias_moves import finish, now_text, stage_challenger, stop_serving
 from rlops.pipeline_steps.promotion.guard import (
     MANUAL,
@@ -195,7 +196,7 @@ def promote(
     return out
 
 
-def _track_promotion(ctx: StepContext, out: PromotionOutcome) -> PromotionOutcome:
+def _track_promotion(ctx: StepServices, out: PromotionOutcome) -> PromotionOutcome:
     """Record the promotion as the pass's ``promote`` step run; ``out`` with a warning when MLflow
     failed to take the record."""
     try:
@@ -275,7 +276,7 @@ def _promote(
             reason = f"{why}, but evaluate.rollout_stages has no stage below 100%; champion unchanged"
             return replace(judged, passed=False, reason=reason)
         nxt = stage.share if not stage.final else 1.0
-        eta = champion_eta(ctx, stage) if not stage.final else ""
+        eta = champion_eta(plan, stage, ctx.config.rollout.min_stage_minutes) if not stage.final else ""
         if ctx.dry_run:
             what = "champion" if stage.final else f"challenger at {stage.describe()}; {eta}"
             return replace(
@@ -315,7 +316,7 @@ def _promote(
 
 
 # --------------------------------------------------------------------------- rollback
-def rollback(ctx: StepContext, reason: str | None = None) -> PromotionOutcome:
+def rollback(ctx: StepServices, reason: str | None = None) -> PromotionOutcome:
     """Point ``champion`` back at the most recent earlier champion (``previous`` at the one
     before; see :func:`rlops.registry.aliases.rollback`); the demoted version is
     tagged ``rlops.rolled_back`` with ``reason``."""

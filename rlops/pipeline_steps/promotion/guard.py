@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.registry import tags as T
 from rlops.registry.alias_records import record_state, verified_version
 from rlops.registry.client import CHALLENGER, CHAMPION, TrackingError, policy_model_name
@@ -117,7 +118,7 @@ def restore_champion(ctx: StepContext) -> ChampionCheck:
     return ChampionCheck(ctx.scenario, recorded, current, "reverted", reason)
 
 
-def withdraw_hand_set_challenger(ctx: StepContext, version: str) -> str | None:
+def withdraw_hand_set_challenger(ctx: StepServices, version: str) -> str | None:
     """A hand-set ``challenger`` that did not pass must not be served traffic: remove the alias
     when it still points at ``version`` and rlops did not set it. Returns an error text, if any."""
     name, tracker = policy_model_name(ctx.scenario), ctx.tracker

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 
     from rlops.model.policy import PolicyNetwork
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
 
 
@@ -255,7 +256,7 @@ def sandbox_direct(
     )
 
 
-def reward_model_rows(ctx: StepContext, pack: Pack, frame: pd.DataFrame) -> np.ndarray | None:
+def reward_model_rows(ctx: StepServices, pack: Pack, frame: pd.DataFrame) -> np.ndarray | None:
     """The newest reward model's ``Q̂[N, A]`` on every row of ``frame`` (zero on rows outside
     :func:`complete_live_episodes`); None when no reward model is registered."""
     import pandas as pd
@@ -271,7 +272,7 @@ def reward_model_rows(ctx: StepContext, pack: Pack, frame: pd.DataFrame) -> np.n
 
 
 def _with_reward_model(
-    ctx: StepContext, pack: Pack, frame: pd.DataFrame, target: TargetProbs, cfg: OPEConfig
+    ctx: StepServices, pack: Pack, frame: pd.DataFrame, target: TargetProbs, cfg: OPEConfig
 ) -> OPEResult | None:
     """DR with the newest reward model as the direct method (None when none is registered)."""
     q_rows = reward_model_rows(ctx, pack, frame)

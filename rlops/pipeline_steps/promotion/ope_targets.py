@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 
     from rlops.common.params_operations import OpeParams
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
 
 KEYWORDS = ("rules", "uniform")
@@ -315,7 +316,7 @@ def _direct_method(
     return _rules_q(pack, cfg, profile, label), "sandbox", None
 
 
-def _reward_model_q(ctx: StepContext, pack: Pack, frame: pd.DataFrame) -> tuple[np.ndarray | None, str, str | None]:
+def _reward_model_q(ctx: StepServices, pack: Pack, frame: pd.DataFrame) -> tuple[np.ndarray | None, str, str | None]:
     """The newest reward model's ``Q̂[N, A]`` on the frame's rows (none registered: no direct method)."""
     q = reward_model_rows(ctx, pack, frame)
     if q is None:

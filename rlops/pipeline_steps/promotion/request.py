@@ -6,13 +6,15 @@ command's ``--candidate`` also takes an alias.
 
 ``rlops model evaluate`` runs one of two requests: :class:`EvaluateRequest` (``--candidate``: the
 gated comparison with the champion) or :class:`OffPolicyRequest` (``--target``: any target's
-off-policy estimate on logged traffic, no gates); the flag given picks it."""
+off-policy estimate on logged traffic, no gates); the flag given picks it. A roll-out tick (``rlops
+model rollout``, the roll-out DAG) is :class:`RolloutRequest`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlops.common.step_request import option
+from rlops.common.params_operations import RolloutParams
+from rlops.common.step_request import option, overlay
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,33 @@ MAX_WINDOW_HOURS = 24 * 366 * 10
 
 
 @dataclass(frozen=True)
+class RolloutRequest:
+    """One roll-out tick's options (``rlops model rollout`` and the roll-out DAG); ``None`` leaves an
+    option to params ``rollout:``."""
+
+    min_stage_minutes: float | None = option(
+        None,
+        minimum=0,
+        maximum=MAX_WINDOW_HOURS * 60,
+        digest=False,
+        help="minutes a stage serves before its live A/B gates can move it on (default: params "
+        "rollout.min_stage_minutes)",
+    )
+    regression_window_hours: float | None = option(
+        None,
+        minimum=0.25,
+        maximum=MAX_WINDOW_HOURS,
+        digest=False,
+        help="hours of live traffic in which a champion without a challenger is checked for a regression "
+        "(default: params rollout.regression_window_hours)",
+    )
+
+    def settings(self, params: RolloutParams) -> RolloutParams:
+        """The ``rollout:`` params block with this request's options over it: what the tick uses."""
+        return overlay(self, params)
+
+
+@dataclass(frozen=True)
 class OffPolicyRequest:
     """One off-policy estimate of a target on the logged live traffic of a window (a report, not a
     gate: :func:`rlops.pipeline_steps.promotion.ope_targets.evaluate_target`)."""
@@ -99,4 +128,11 @@ class OffPolicyRequest:
     )
 
 
-__all__ = ["MAX_WINDOW_HOURS", "VERSION_PATTERN", "EvaluateRequest", "OffPolicyRequest", "PromoteRequest"]
+__all__ = [
+    "MAX_WINDOW_HOURS",
+    "VERSION_PATTERN",
+    "EvaluateRequest",
+    "OffPolicyRequest",
+    "PromoteRequest",
+    "RolloutRequest",
+]

@@ -38,12 +38,14 @@ from rlops.common.run_key import RunKey
 from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import step_run
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.pipeline_steps.promotion.alias_moves import TRAFFIC_TAG, finish, stage_challenger, withdraw_challenger
 from rlops.pipeline_steps.promotion.evaluate_live import live_ab_gates
 from rlops.pipeline_steps.promotion.flow import rollback
 from rlops.pipeline_steps.promotion.gate_stats import return_scale
 from rlops.pipeline_steps.promotion.gates import share_text
 from rlops.pipeline_steps.promotion.lock import lock_path, promotion_lock
+from rlops.pipeline_steps.promotion.request import RolloutRequest
 from rlops.pipeline_steps.promotion.stages import (
     Stage,
     champion_eta,
@@ -99,9 +101,10 @@ class RolloutTick(StepResult):
         return {**head, **self.move.to_dict(), "champion": self.champion}
 
 
-def rollout_step(ctx: StepContext) -> RolloutTick:
-    """One roll-out tick for the run key (see the module docstring)."""
-    cfg = ctx.config.rollout
+def rollout_step(ctx: StepContext, request: RolloutRequest | None = None) -> RolloutTick:
+    """One roll-out tick for the run key (see the module docstring), with ``request``'s options over
+    params ``rollout:``."""
+    cfg = (request or RolloutRequest()).settings(ctx.config.rollout)
     name = policy_model_name(ctx.scenario)
     path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), name)
     with promotion_lock(path, ctx.config.evaluate.lock_timeout_s):
@@ -169,7 +172,8 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
         above = [s for s in plan if s.segment is None and s.share > share + 1e-9]
         nxt = plan[0] if segmented(plan) else (above[0] if above else plan[-1])
     if not nxt.final:
-        reason = f"live A/B gates pass at {where} ({note}); advanced to {nxt.describe()}; {champion_eta(ctx, nxt)}"
+        eta = champion_eta(plan, nxt, cfg.min_stage_minutes)
+        reason = f"live A/B gates pass at {where} ({note}); advanced to {nxt.describe()}; {eta}"
         if not ctx.dry_run:
             stage_challenger(ctx, version, nxt.share, reason, nxt)
         return RolloutMove(version, ADVANCED, reason, nxt.share, rows, nxt.segment)
@@ -247,7 +251,7 @@ def live_returns(traces: pd.DataFrame, scenario: str) -> dict[str, pd.Series]:
     return {str(v): per_episode.loc[v].astype(float) for v in per_episode.index.get_level_values(0).unique()}
 
 
-def _recalibrations(ctx: StepContext, start: datetime, end: datetime) -> list[str]:
+def _recalibrations(ctx: StepServices, start: datetime, end: datetime) -> list[str]:
 
     found = []
     for uri in ctx.storage.list(ctx.uri("calibrations", ctx.scenario), suffix=".json"):
@@ -261,7 +265,7 @@ def _recalibrations(ctx: StepContext, start: datetime, end: datetime) -> list[st
     return found
 
 
-def _record(ctx: StepContext, move: RolloutMove) -> None:
+def _record(ctx: StepServices, move: RolloutMove) -> None:
 
     try:
         with step_run(

@@ -120,9 +120,10 @@ def minutes_to_champion_at(plan: list[Stage], stage: Stage, min_stage_minutes: f
     return sum(1 for s in plan[stage.index :] if not s.final) * float(min_stage_minutes)
 
 
-def champion_eta(ctx: StepContext, stage: Stage) -> str:
-    """``it can become champion in ≥ 120 min …`` for a challenger serving ``stage`` (for reasons and logs)."""
-    minutes = minutes_to_champion_at(rollout_plan(ctx), stage, ctx.config.rollout.min_stage_minutes)
+def champion_eta(plan: list[Stage], stage: Stage, min_stage_minutes: float) -> str:
+    """``it can become champion in ≥ 120 min …`` for a challenger serving ``stage`` of ``plan`` (for
+    reasons and logs)."""
+    minutes = minutes_to_champion_at(plan, stage, min_stage_minutes)
     return (
         f"it can become champion in {minutes:g} min at the earliest (rollout.min_stage_minutes per stage, "
         f"each stage's live A/B gates passing on evaluate.ab_min_episodes episodes per group)"

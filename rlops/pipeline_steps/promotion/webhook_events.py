@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from rlops.common import airflow_api
 from rlops.common.redact import redact
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.pipeline_steps.promotion.flow import check_champion, promote_from_alias
 from rlops.pipeline_steps.promotion.guard import UI_REQUEST
 from rlops.pipeline_steps.promotion.webhook_settings import AIRFLOW, WebhookSettings
@@ -82,7 +83,7 @@ def handle_event(
     return {"action": "promotion", **promote_from_alias(ctx, version, requested_by=UI_REQUEST).as_dict()}
 
 
-def revert_alias(ctx: StepContext, name: str, alias: str, version: str) -> dict[str, Any]:
+def revert_alias(ctx: StepServices, name: str, alias: str, version: str) -> dict[str, Any]:
     """Put an alias set outside rlops back where rlops left it (or remove it)."""
     recorded = ctx.tracker.alias_written_by_rlops(name, alias)
     if ctx.dry_run:
@@ -145,7 +146,7 @@ def _airflow(settings: WebhookSettings, timeout_s: float) -> airflow_api.Airflow
 
 
 def deliver_to_airflow(
-    ctx: StepContext, settings: WebhookSettings, store: WebhookStore | None, delivery_id: str, conf: Mapping[str, Any]
+    ctx: StepServices, settings: WebhookSettings, store: WebhookStore | None, delivery_id: str, conf: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Trigger the promotion DAG; when Airflow does not accept it, keep the request (``store``) and
     say so on the version. The outcome tag is written last."""
@@ -188,7 +189,7 @@ def deliver_to_airflow(
     return {"action": "dag_triggered", "dag_run_id": run_id, "version": version}
 
 
-def _tag_quietly(ctx: StepContext, name: str, version: str, tags: Mapping[str, str]) -> None:
+def _tag_quietly(ctx: StepServices, name: str, version: str, tags: Mapping[str, str]) -> None:
 
     try:
         ctx.tracker.set_model_version_tags(name, version, tags)

@@ -43,6 +43,7 @@ from rlops.sandbox.profiles import default_profile
 if TYPE_CHECKING:  # the computations (torch, the sandbox) are imported where they run
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.policy_loader import LoadedPolicy
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.pipeline_steps.stress.checks import RewardStress
     from rlops.pipeline_steps.stress.governance import ConstraintResult
     from rlops.pipeline_steps.stress.probes import ProbeResult
@@ -199,7 +200,7 @@ def resolve_reward_fn(pack: Pack, reward_fn: str | None) -> RewardFunction:
         raise ValueError(f"--reward-fn {reward_fn!r}: no such file, and {exc.args[0]}") from None
 
 
-def champion_reference(ctx: StepContext, candidate: LoadedPolicy) -> LoadedPolicy | None:
+def champion_reference(ctx: StepServices, candidate: LoadedPolicy) -> LoadedPolicy | None:
     """The champion the candidate's perturbed runs are compared with: None when there is none, when
     the candidate is the champion, or when the champion reads another observation layout (a pack
     whose state changed since): it could not act on the candidate's observations."""
@@ -292,7 +293,7 @@ def stress_test(ctx: StepContext, request: StressRequest | None = None, progress
 
 
 def _track(
-    ctx: StepContext, report: dict[str, Any], page: str, fn: RewardFunction, policy_version: str | None, json_uri: str
+    ctx: StepServices, report: dict[str, Any], page: str, fn: RewardFunction, policy_version: str | None, json_uri: str
 ) -> str:
 
     tracker = ctx.tracker

@@ -22,6 +22,7 @@ from rlops.storage.backend import StorageError
 
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class VersionStress:
         return asdict(self)
 
 
-def passing_report(ctx: StepContext, version: str, tags: dict[str, str]) -> str | None:
+def passing_report(ctx: StepServices, version: str, tags: dict[str, str]) -> str | None:
     """The URI of a passing stress report of exactly ``version``, or None."""
     uri = tags.get(T.VERSION.STRESS_REPORT)
     if tags.get(T.VERSION.STRESS_TEST) != "pass" or not uri:

@@ -30,7 +30,7 @@ from rlops.sandbox.policies import evaluate_policy
 
 if TYPE_CHECKING:
     from rlops.model.policy import PolicyNetwork
-    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
 
 MODEL_ARTIFACT = "policy_model"
@@ -58,7 +58,7 @@ def evaluate_trained(
 
 
 def register_policy(
-    ctx: StepContext,
+    ctx: StepServices,
     run: Any,
     pack: Pack,
     policy: PolicyNetwork,
@@ -89,7 +89,7 @@ def register_policy(
     return version
 
 
-def reused_summary(ctx: StepContext, name: str, existing: str, inputs: TrainInputs) -> TrainSummary:
+def reused_summary(ctx: StepServices, name: str, existing: str, inputs: TrainInputs) -> TrainSummary:
     """The already registered version trained with the same fingerprint (idempotent reruns)."""
     tags = ctx.tracker.model_version_tags(name, existing)
     said = "already trained for this run key: returned the registered version"

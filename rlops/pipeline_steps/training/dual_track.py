@@ -1,6 +1,6 @@
-"""The dual track inside policy training: which reward source a run uses, and the behaviour-cloning
-warm start from relabelled captured traces (see :mod:`rlops.model.reward_source` and
-:mod:`rlops.model.behaviour_cloning`)."""
+"""The dual track inside policy training: the behaviour-cloning warm start from relabelled captured
+traces and finished human labels (see :mod:`rlops.model.behaviour_cloning`); which reward source a
+run uses is resolved with its other inputs (:mod:`rlops.pipeline_steps.training.setup`)."""
 
 from __future__ import annotations
 
@@ -10,45 +10,38 @@ from typing import TYPE_CHECKING, Any
 
 from rlops.model.behaviour_cloning import BCConfig, behaviour_clone
 from rlops.model.policy import PolicyConfig, PolicyNetwork
-from rlops.model.reward_source import RewardSource
-from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.labels.select import labels_as_imitation_batch
 from rlops.pipeline_steps.labels.step import finished_labels
 from rlops.pipeline_steps.training.relabel import labelled_steps
 
 if TYPE_CHECKING:
+    from rlops.common.params_model import QueueConfig
     from rlops.model.policy import PolicyNetwork
-    from rlops.model.reward_source import RewardSource
+    from rlops.pipeline_steps.infra.services import StepServices
+    from rlops.pipeline_steps.training.setup import TrainingSetup
     from rlops.sandbox.pack import Pack
 
 log = logging.getLogger(__name__)
 
 
-def resolve_reward_source(ctx: StepContext, kind: str | None = None, blend_lambda: float | None = None) -> RewardSource:
-    """Arguments over ``train.reward_source`` / ``train.reward_blend_lambda`` of the typed params."""
-    train = ctx.config.train
-    lam = blend_lambda if blend_lambda is not None else train.reward_blend_lambda
-    return RewardSource(str(kind or train.reward_source), float(lam), train.reward_model_centred)
-
-
-def human_labels(ctx: StepContext, pack: Pack) -> tuple[Any, Any, Any] | None:
+def human_labels(services: StepServices, queue: QueueConfig, pack: Pack) -> tuple[Any, Any, Any] | None:
     """``(obs, masks, actions)`` of the label queue's finished labels (None when there are none)."""
-    labels = finished_labels(ctx)
+    labels = finished_labels(services, queue)
     if labels.empty:
         return None
     batch = labels_as_imitation_batch(pack, labels)
     return batch.obs, batch.masks, batch.actions
 
 
-def warm_start(ctx: StepContext, pack: Pack, cfg: Any) -> tuple[PolicyNetwork | None, dict[str, Any]]:
+def warm_start(services: StepServices, setup: TrainingSetup, cfg: Any) -> tuple[PolicyNetwork | None, dict[str, Any]]:
     """A policy cloned from the run key's high-score relabelled steps, or ``(None, {reason})`` when
     there is nothing to clone from (no relabelled traces, too few steps, or ``train.bc_warm_start``
     is false)."""
-    train = ctx.config.train
+    train, pack = setup.train, setup.pack
     if not train.bc_warm_start:
         return None, {"skipped": "train.bc_warm_start is false"}
-    data = labelled_steps(ctx, pack)
-    human = human_labels(ctx, pack)
+    data = labelled_steps(services, pack, setup.relabel.window_hours)
+    human = human_labels(services, setup.label_queue, pack)
     if data is None and human is None:
         return None, {"skipped": "no relabelled traces for this run key (rlops train relabel) and no human labels"}
     import torch
@@ -82,4 +75,4 @@ def warm_start(ctx: StepContext, pack: Pack, cfg: Any) -> tuple[PolicyNetwork | 
     return policy, asdict(res)
 
 
-__all__ = ["resolve_reward_source", "warm_start"]
+__all__ = ["warm_start"]

@@ -45,8 +45,9 @@ from rlops.sandbox.profiles import default_profile
 from rlops.trace_store.states import action_codes, observations_from_traces
 
 if TYPE_CHECKING:
-    from rlops.pipeline_steps.infra.context import StepContext
-    from rlops.pipeline_steps.training.request import TrainRequest
+    from rlops.common.params_training import TrainParams
+    from rlops.pipeline_steps.infra.services import StepServices
+    from rlops.pipeline_steps.training.setup import TrainingSetup
     from rlops.sandbox.pack import Pack
 
 SOURCE = "logs"
@@ -106,36 +107,37 @@ def logged_decisions(pack: Pack, rows: pd.DataFrame) -> LoggedDecisions:
     )
 
 
-def read_logs(ctx: StepContext, pack: Pack) -> tuple[LoggedDecisions, LogWindow]:
+def read_logs(services: StepServices, settings: TrainParams, pack: Pack) -> tuple[LoggedDecisions, LogWindow]:
     """The training decisions of the window, and the window with its split."""
-    settings = ctx.config.train
     hours = float(settings.logs_window_hours)
-    rows = complete_live_episodes(ctx.traces.read(ctx.scenario, ctx.key.lookback(hours)).reset_index(drop=True))
+    rows = complete_live_episodes(
+        services.traces.read(services.scenario, services.key.lookback(hours)).reset_index(drop=True)
+    )
     split = HoldOut(int(settings.logs_split_seed), float(settings.logs_holdout_share))
     held = np.asarray(split.held_out(rows["episode_id"]), dtype=bool) if len(rows) else np.zeros(0, dtype=bool)
     train_rows = rows[~held]
     if train_rows.empty:
         raise UserError(
-            f"train.source logs: no complete live episode of {ctx.scenario} to train on in the {hours:g} hours "
-            f"before {ctx.run_key} ({int(held.sum())} held out); capture traffic first or widen "
+            f"train.source logs: no complete live episode of {services.scenario} to train on in the {hours:g} hours "
+            f"before {services.run_key} ({int(held.sum())} held out); capture traffic first or widen "
             "train.logs_window_hours"
         )
     window = LogWindow(hours, split, int(train_rows["episode_id"].nunique()), int(rows[held]["episode_id"].nunique()))
     return logged_decisions(pack, train_rows), window
 
 
-def train_from_logs(ctx: StepContext, request: TrainRequest, label: str) -> TrainSummary:
+def train_from_logs(services: StepServices, setup: TrainingSetup) -> TrainSummary:
     """Learn a candidate from the window's logged traffic and register it (see the module)."""
-    pack = ctx.load_pack()
+    pack, settings, label = setup.pack, setup.train, setup.reward.reward_fn
     require_one_step(pack)
-    reward_function = pack.reward_fn(label)
-    cfg = OffPolicyConfig(**ctx.config.train.offpolicy.model_dump())
-    data, window = read_logs(ctx, pack)
-    profile = default_profile(pack, "sandbox", ctx.config.train.profile)
-    name = policy_model_name(ctx.scenario)
+    reward_function = setup.reward_function
+    cfg = OffPolicyConfig(**settings.offpolicy.model_dump())
+    data, window = read_logs(services, settings, pack)
+    profile = default_profile(pack, "sandbox", settings.profile)
+    name = policy_model_name(services.scenario)
     fp = fingerprint(
-        scenario=ctx.scenario,
-        run_key=ctx.run_key,
+        scenario=services.scenario,
+        run_key=services.run_key,
         source=SOURCE,
         window=window.params(),
         decisions=data.n,
@@ -143,9 +145,9 @@ def train_from_logs(ctx: StepContext, request: TrainRequest, label: str) -> Trai
         offpolicy=cfg.to_params(),
     )
     inputs = TrainInputs(
-        scenario=ctx.scenario,
-        run_key=ctx.run_key,
-        requested_mode=request.mode,
+        scenario=services.scenario,
+        run_key=services.run_key,
+        requested_mode=setup.request.mode,
         mode="full",
         note="trained on logged traffic (train.source logs): from scratch, no warm start",
         parent_champion=None,
@@ -155,7 +157,7 @@ def train_from_logs(ctx: StepContext, request: TrainRequest, label: str) -> Trai
         reward_signals={},
         reward_signal_status={},
         calibration_version="none",
-        data_version=f"logs:{window.hours:g}h-before-{ctx.run_key}",
+        data_version=f"logs:{window.hours:g}h-before-{services.run_key}",
         num_envs=0,
         threads=torch.get_num_threads(),
         profile=profile,
@@ -165,26 +167,26 @@ def train_from_logs(ctx: StepContext, request: TrainRequest, label: str) -> Trai
         reward_model_centred=False,
         reward_model_version=None,
     )
-    existing = ctx.tracker.find_version_by_tag(name, "train_fingerprint", fp)
+    existing = services.tracker.find_version_by_tag(name, "train_fingerprint", fp)
     if existing is not None:
-        return reused_summary(ctx, name, existing, inputs)
-    if ctx.dry_run:
+        return reused_summary(services, name, existing, inputs)
+    if services.dry_run:
         plan = DryRunPlan(would_register=name, resume_from=None, warm_start="none (from scratch, on logs)")
         return TrainSummary(inputs, model_version=None, mean_return=None, dry_run=True, plan=plan)
 
-    pass_run = ensure_pass_run(ctx.tracker, ctx.scenario, ctx.run_key, ctx.dag_run_id)
-    fn_version = ctx.tracker.register_reward_fn(
-        ctx.scenario, reward_function.path, reward_function.version, reward_function.rule_refs, label, pass_run
+    pass_run = ensure_pass_run(services.tracker, services.scenario, services.run_key, services.dag_run_id)
+    fn_version = services.tracker.register_reward_fn(
+        services.scenario, reward_function.path, reward_function.version, reward_function.rule_refs, label, pass_run
     )
     run_tags = {T.MODE: "full", T.TRAIN_SOURCE: SOURCE, T.REWARD_FN_SHA256: reward_function.version}
     run_tags |= {T.TRAIN_FINGERPRINT: fp, T.PARENT_CHAMPION: "none", T.CALIBRATION_VERSION: "none"}
-    with step_run(ctx, T.TRAIN_POLICY, label=SOURCE, extra_tags=run_tags) as run:
-        run.log_params({"scenario": ctx.scenario, "run_key": ctx.run_key, "reward_fn": label, **window.params()})
+    with step_run(services, T.TRAIN_POLICY, label=SOURCE, extra_tags=run_tags) as run:
+        run.log_params(
+            {"scenario": services.scenario, "run_key": services.run_key, "reward_fn": label, **window.params()}
+        )
         with run.buffered(every_s=10.0) as sink:
             result = train(cfg, data, tracker=sink)
-        evaluation = evaluate_trained(
-            pack, result.policy, label, ctx.config.train.eval_episodes, ctx.config.train.eval_seed, profile
-        )
+        evaluation = evaluate_trained(pack, result.policy, label, settings.eval_episodes, settings.eval_seed, profile)
         run.log_metrics({**evaluation["metrics"], **_estimates(result)}, step=cfg.epochs + 1)
         tags = {
             "reward_fn_sha256": reward_function.version,
@@ -199,7 +201,7 @@ def train_from_logs(ctx: StepContext, request: TrainRequest, label: str) -> Trai
             "logs_window_hours": f"{window.hours:g}",
             "timesteps": data.n,
             "train_seconds": round(result.train_seconds, 3),
-            "run_key": ctx.run_key,
+            "run_key": services.run_key,
             "train_fingerprint": fp,
             "run_id": run.run_id,
             "eval_mean_return": round(evaluation["mean_return"], 6),
@@ -210,13 +212,13 @@ def train_from_logs(ctx: StepContext, request: TrainRequest, label: str) -> Trai
         }
         with tempfile.TemporaryDirectory(prefix="rlops-train-logs-") as tmp:
             version = register_policy(
-                ctx,
+                services,
                 run,
                 pack,
                 result.policy,
                 tags,
                 Path(tmp),
-                description=version_description(ctx.scenario, dataclasses.asdict(inputs), evaluation),
+                description=version_description(services.scenario, dataclasses.asdict(inputs), evaluation),
             )
     trained = TrainedRun(
         completion_rate=evaluation["completion_rate"],

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from rlops.common.errors import UserError
 from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.pipeline_steps.training.status import process_alive
 from rlops.registry import tags as T
 
@@ -41,11 +42,11 @@ STATUS_FILE = "reward_fn.status.json"
 log = logging.getLogger(__name__)
 
 
-def control_uri(ctx: StepContext, run_key: str | None = None) -> str:
+def control_uri(ctx: StepServices, run_key: str | None = None) -> str:
     return ctx.uri("control", ctx.scenario, run_key or ctx.run_key, CONTROL_FILE)
 
 
-def running_training(ctx: StepContext) -> str | None:
+def running_training(ctx: StepServices) -> str | None:
     """The run id of the policy training of ``ctx.run_key`` in progress, or None. A run left
     RUNNING by a process that is gone (killed) does not count."""
     filt = (
@@ -110,7 +111,7 @@ class RewardSwitchPoller:
     """``(iteration) -> RewardFunction | None`` for :func:`rlops.model.ppo.train`: the function a
     request (control file) or the schedule (``at_iteration``, ``label``) asks for, else None."""
 
-    ctx: StepContext
+    services: StepServices
     pack: Pack
     at_iteration: int | None = None
     label: str | None = None
@@ -123,9 +124,9 @@ class RewardSwitchPoller:
         label = None
         if self.at_iteration is not None and self.label and iteration >= self.at_iteration:
             label = self.label
-        uri = control_uri(self.ctx)
-        if self.ctx.storage.exists(uri):
-            label = self._requested(self.ctx.storage.read_json(uri)) or label
+        uri = control_uri(self.services)
+        if self.services.storage.exists(uri):
+            label = self._requested(self.services.storage.read_json(uri)) or label
         if not label:
             return None
         try:
@@ -179,10 +180,10 @@ class RewardSwitchPoller:
             return
         self._answered.add(key)
         log.warning("reward switch to %s %s: %s", label, status, reason)
-        if not self.ctx.dry_run:
+        if not self.services.dry_run:
             try:
-                self.ctx.storage.write_json(
-                    self.ctx.uri("control", self.ctx.scenario, self.ctx.run_key, STATUS_FILE),
+                self.services.storage.write_json(
+                    self.services.uri("control", self.services.scenario, self.services.run_key, STATUS_FILE),
                     {
                         "reward_fn": label,
                         "status": status,

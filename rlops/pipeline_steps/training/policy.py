@@ -36,8 +36,6 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlops.common.arguments import MAX_TIMESTEPS, choice, count
-from rlops.common.config import resolve_local
 from rlops.common.ppo_config import PPOConfig
 from rlops.common.threads import resolve_threads
 from rlops.model.checkpoint import latest_checkpoint, list_checkpoints
@@ -47,24 +45,27 @@ from rlops.model.reward_source import apply_reward_source, model_only
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import ensure_pass_run, step_run
 from rlops.pipeline_steps.infra.policy_loader import champion_policy
-from rlops.pipeline_steps.infra.signal_store import SignalReading
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.pipeline_steps.infra.signal_store import lineage as signal_lineage
 from rlops.pipeline_steps.training.candidate import fingerprint
 from rlops.pipeline_steps.training.candidate import reused_summary as _reused_summary
-from rlops.pipeline_steps.training.dual_track import resolve_reward_source, warm_start
+from rlops.pipeline_steps.training.dual_track import warm_start
 from rlops.pipeline_steps.training.from_logs import train_from_logs
 from rlops.pipeline_steps.training.hot_reload import RewardSwitchPoller
 from rlops.pipeline_steps.training.ppo_run import log_training_inputs, train_and_register
 from rlops.pipeline_steps.training.relabel import latest_reward_model_version, load_reward_model_version
 from rlops.pipeline_steps.training.request import TrainRequest
+from rlops.pipeline_steps.training.setup import TrainingSetup, resolve_training
 from rlops.pipeline_steps.training.summary import DryRunPlan, TrainInputs, TrainSummary
 from rlops.registry import tags as T
 from rlops.registry.client import policy_model_name
 from rlops.sandbox.profiles import default_profile
 
 if TYPE_CHECKING:
+    from rlops.common.params_training import PpoParams, TrainParams
     from rlops.model.pack_defaults import TrainingPlan
     from rlops.model.policy import PolicyNetwork
+    from rlops.model.reward_source import RewardSource
     from rlops.sandbox.pack import Pack
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,8 @@ log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- settings
 def ppo_config(
-    ctx: StepContext,
+    train: TrainParams,
+    ppo: PpoParams,
     pack: Pack,
     mode: str,
     timesteps: int | None = None,
@@ -84,9 +86,8 @@ def ppo_config(
     ``checkpoint_every`` iterations (default 10) to ``checkpoint_dir``; without one (dry runs) never.
     The torch thread count is ``train.threads`` resolved for this process (:mod:`rlops.common.threads`)."""
     known = {f.name for f in fields(PPOConfig)}
-    train = ctx.config.train
     # null in the typed blocks: the pack decides (num_steps, γ, minibatches) or `ppo:` does (train's overrides)
-    merged = {k: v for k, v in ctx.config.ppo.model_dump().items() if v is not None}
+    merged = {k: v for k, v in ppo.model_dump().items() if v is not None}
     merged.update({k: v for k, v in train.model_dump().items() if k in known and v is not None})
     if mode == "incremental":
         merged["total_timesteps"] = train.incremental_timesteps
@@ -105,29 +106,26 @@ def ppo_config(
     return derive_defaults(pack, **merged)
 
 
-def reward_label(ctx: StepContext, reward_fn: str | None) -> str:
-    """The label of the reward function that applies (see :mod:`rlops.sandbox.reward_choice`)."""
-    return ctx.reward_choice(reward_fn).reward_fn
-
-
-def calibration_info(ctx: StepContext) -> tuple[dict[str, Any] | None, str]:
-    cal = ctx.read_calibration("latest")
-    return cal, str((cal or {}).get("version") or "none")
-
-
-def checkpoint_folder(ctx: StepContext, mode: str, create: bool = True) -> Path:
-    parts = ("checkpoints", ctx.scenario, ctx.run_key, mode)
+def checkpoint_folder(services: StepServices, local_root: Path, mode: str, create: bool = True) -> Path:
+    folder = local_root.joinpath("checkpoints", services.scenario, services.run_key, mode)
     if create:
-        return ctx.local_dir(*parts)
-    return Path(resolve_local(ctx.config.local_dir)).joinpath(*parts)
+        folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 # --------------------------------------------------------------------------- the step
 def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_overrides: Any) -> TrainSummary:
     """Train (or resume) a candidate as ``request`` asks and register it; returns its inputs and
-    outcome (:class:`~rlops.pipeline_steps.training.summary.TrainSummary`).
+    outcome (:class:`~rlops.pipeline_steps.training.summary.TrainSummary`). The request and the run's
+    params are resolved once (:func:`~rlops.pipeline_steps.training.setup.resolve_training`), then
+    :func:`train_candidate` trains from that record."""
+    return train_candidate(ctx, resolve_training(ctx, request), **ppo_overrides)
 
-    ``request.reward_source`` (else ``train.reward_source``): ``scripted``, ``model`` or ``blend``
+
+def train_candidate(services: StepServices, setup: TrainingSetup, **ppo_overrides: Any) -> TrainSummary:
+    """Train (or resume) a candidate from ``setup`` and register it.
+
+    ``setup.reward_source``: ``scripted``, ``model`` or ``blend``
     (scripted + ``reward_blend_lambda`` · reward model, see :mod:`rlops.model.reward_source`); the last
     two use ``reward_model_version`` of ``<scenario>-reward-model`` (default: the newest) and, in
     ``full`` mode, warm-start by behaviour cloning from the run key's relabelled traces when there are
@@ -138,37 +136,31 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
     layout), the reuse of a version trained with the same fingerprint — and trains and writes
     nothing: its ``plan`` says what the real run would do.
     """
-    request = request or TrainRequest()
-    mode, timesteps, reward_fn = request.mode, request.timesteps, request.reward_fn
-    choice("--mode", mode, ("full", "incremental"))
-    if timesteps is not None:
-        timesteps = count("--timesteps", timesteps, maximum=MAX_TIMESTEPS)
+    request, pack, source = setup.request, setup.pack, setup.reward_source
+    mode, timesteps = request.mode, request.timesteps
     if request.device is not None:
         ppo_overrides["device"] = request.device
+    if setup.source == "logs":
+        return train_from_logs(services, setup)
 
-    if (request.source or ctx.config.train.source) == "logs":
-        return train_from_logs(ctx, request, reward_label(ctx, reward_fn))
-
-    pack = ctx.load_pack()
-    source = resolve_reward_source(ctx, request.reward_source, request.reward_blend_lambda)
-    label = reward_label(ctx, reward_fn)
-    reward_function = pack.reward_fn(label)
-    signals = _signals_of(ctx, pack, reward_function)
-    cal, cal_version = calibration_info(ctx)
-    data_version = str((cal or {}).get("data_version") or f"run_key={ctx.run_key}")
+    label, reward_function, signals = setup.reward.reward_fn, setup.reward_function, setup.signals
+    cal, cal_version = setup.calibration, setup.calibration_version
+    data_version = str((cal or {}).get("data_version") or f"run_key={services.run_key}")
     # The sandbox as last recalibrated to live traffic, else the pack's default profile.
-    profile = default_profile(pack, "sandbox", ctx.config.train.profile)
-    name = policy_model_name(ctx.scenario)
+    profile = default_profile(pack, "sandbox", setup.train.profile)
+    name = policy_model_name(services.scenario)
 
     with tempfile.TemporaryDirectory(prefix="rlops-train-") as tmp:
-        mode_used, note, parent, init = _starting_point(ctx, pack, mode, name, Path(tmp))
-        ckpt = checkpoint_folder(ctx, mode_used, create=not ctx.dry_run)
-        plan = ppo_config(ctx, pack, mode_used, timesteps, None if ctx.dry_run else ckpt, **ppo_overrides)
+        mode_used, note, parent, init = _starting_point(services, pack, mode, name, Path(tmp))
+        ckpt = checkpoint_folder(services, setup.local_root, mode_used, create=not services.dry_run)
+        plan = ppo_config(
+            setup.train, setup.ppo, pack, mode_used, timesteps, None if services.dry_run else ckpt, **ppo_overrides
+        )
         cfg, num_envs = plan.config, plan.num_envs
-        rm_version, rm_model = _reward_model(ctx, source, request.reward_model_version)
+        rm_version, rm_model = _reward_model(services, source, request.reward_model_version)
         fp = fingerprint(
-            scenario=ctx.scenario,
-            run_key=ctx.run_key,
+            scenario=services.scenario,
+            run_key=services.run_key,
             mode=mode_used,
             reward=reward_function.version,
             **({"reward_signals": reward_function.signals_in_force} if reward_function.signal_weights else {}),
@@ -188,8 +180,8 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
             },
         )
         inputs = TrainInputs(
-            scenario=ctx.scenario,
-            run_key=ctx.run_key,
+            scenario=services.scenario,
+            run_key=services.run_key,
             requested_mode=mode,
             mode=mode_used,
             note=note,
@@ -211,10 +203,10 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
             reward_model_version=rm_version,
         )
         # the reuse is decided before the dry run stops: an identical training returns its version
-        existing = ctx.tracker.find_version_by_tag(name, "train_fingerprint", fp)
+        existing = services.tracker.find_version_by_tag(name, "train_fingerprint", fp)
         if existing is not None:
-            return _reused_summary(ctx, name, existing, inputs)
-        if ctx.dry_run:
+            return _reused_summary(services, name, existing, inputs)
+        if services.dry_run:
             return _dry_run_summary(inputs, ckpt, name)
 
         _prepare_checkpoints(ckpt, fp)
@@ -223,11 +215,11 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
         )
 
         apply_reward_source(env, source, rm_model)
-        init, cfg, cloned = _behaviour_cloning_start(ctx, pack, cfg, source, init)
+        init, cfg, cloned = _behaviour_cloning_start(services, setup, cfg, init)
 
-        pass_run = ensure_pass_run(ctx.tracker, ctx.scenario, ctx.run_key, ctx.dag_run_id)
-        fn_version = ctx.tracker.register_reward_fn(
-            ctx.scenario,
+        pass_run = ensure_pass_run(services.tracker, services.scenario, services.run_key, services.dag_run_id)
+        fn_version = services.tracker.register_reward_fn(
+            services.scenario,
             reward_function.path,
             reward_function.version,
             reward_function.rule_refs,
@@ -246,38 +238,33 @@ def train_policy(ctx: StepContext, request: TrainRequest | None = None, **ppo_ov
             # pid + host let `rlops train status --pid` find the run of a training in progress.
             T.PID: os.getpid(),
             T.HOST: socket.gethostname(),
-            **signal_lineage(signals),
+            **signal_lineage(list(signals)),
         }
         # A training killed mid-run left its run RUNNING: this attempt resumes its work, so it closes it.
-        stale = ctx.tracker.close_stale_runs({T.STEP: T.TRAIN_POLICY, T.TRAIN_FINGERPRINT: fp})
+        stale = services.tracker.close_stale_runs({T.STEP: T.TRAIN_POLICY, T.TRAIN_FINGERPRINT: fp})
 
         switch_at, switch_label = request.reward_switch or (None, None)
         poller = RewardSwitchPoller(
-            ctx, pack, switch_at, switch_label, wrap=model_only if source.kind == "model" else None
+            services, pack, switch_at, switch_label, wrap=model_only if source.kind == "model" else None
         )
-        with step_run(ctx, T.TRAIN_POLICY, label=mode_used, extra_tags=run_tags) as run:
+        with step_run(services, T.TRAIN_POLICY, label=mode_used, extra_tags=run_tags) as run:
             if stale:
                 run.set_tags({T.CLOSED_STALE_RUNS: ",".join(stale)})
-            log_training_inputs(ctx, run, cal_version, cal)
-            return train_and_register(ctx, pack, env, cfg, run, init, inputs, fp, fn_version, Path(tmp), poller, cloned)
-
-
-def _signals_of(ctx: StepContext, pack: Pack, reward_fn: Any) -> list[SignalReading]:
-    """The readings of the business signals ``reward_fn`` declares (its reward lineage with label and
-    sha256); empty for a function without signal weights."""
-    names = {sw.signal for sw in reward_fn.signal_weights}
-    return [r for r in ctx.signal_readings(pack) if r.name in names]
+            log_training_inputs(services, run, cal_version, cal)
+            return train_and_register(
+                services, setup.train, pack, env, cfg, run, init, inputs, fp, fn_version, Path(tmp), poller, cloned
+            )
 
 
 def _starting_point(
-    ctx: StepContext, pack: Pack, mode: str, name: str, tmp: Path
+    services: StepServices, pack: Pack, mode: str, name: str, tmp: Path
 ) -> tuple[str, str, str | None, PolicyNetwork | None]:
     """``(mode actually used, note, parent champion version, warm-start network)``: an incremental
     run falls back to full when there is no champion or it has another observation layout."""
     parent: str | None = None
     init: PolicyNetwork | None = None
     if mode == "incremental":  # a dry run loads it too: its layout decides the mode
-        parent, init = champion_policy(ctx, tmp)
+        parent, init = champion_policy(services, tmp)
     mode_used, note = mode, ""
     if mode == "incremental" and parent is None:
         mode_used, note = "full", "no champion yet: trained from scratch (full) instead of warm-starting"
@@ -293,14 +280,16 @@ def _starting_point(
     return mode_used, note, parent, init
 
 
-def _reward_model(ctx: StepContext, source: Any, reward_model_version: str | None) -> tuple[str | None, Any]:
+def _reward_model(
+    services: StepServices, source: RewardSource, reward_model_version: str | None
+) -> tuple[str | None, Any]:
     """``(version, loaded model)`` of the reward model the source needs; a dry run only names it."""
     if not source.needs_model:
         return None, None
 
-    if ctx.dry_run:
-        return reward_model_version or latest_reward_model_version(ctx), None
-    return load_reward_model_version(ctx, reward_model_version)
+    if services.dry_run:
+        return reward_model_version or latest_reward_model_version(services), None
+    return load_reward_model_version(services, reward_model_version)
 
 
 def _dry_run_summary(inputs: TrainInputs, ckpt: Path, name: str) -> TrainSummary:
@@ -315,13 +304,13 @@ def _dry_run_summary(inputs: TrainInputs, ckpt: Path, name: str) -> TrainSummary
 
 
 def _behaviour_cloning_start(
-    ctx: StepContext, pack: Pack, cfg: Any, source: Any, init: PolicyNetwork | None
+    services: StepServices, setup: TrainingSetup, cfg: Any, init: PolicyNetwork | None
 ) -> tuple[PolicyNetwork | None, Any, dict[str, Any] | None]:
     """A learned reward with nothing to warm-start from: clone the relabelled traces first.
     Returns ``(init, cfg, behaviour-cloning summary or None)``."""
     bc: dict[str, Any] = {}
-    if source.needs_model and init is None:
-        init, bc = warm_start(ctx, pack, cfg)
+    if setup.reward_source.needs_model and init is None:
+        init, bc = warm_start(services, setup, cfg)
         if init is not None:  # PPO continues from the cloned policy (no EWC: nothing to keep)
             cfg = dataclasses.replace(cfg, mode="incremental", ewc_lambda=0.0)
     return init, cfg, bc or None

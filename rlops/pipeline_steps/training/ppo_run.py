@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from rlops.model.checkpoint import latest_checkpoint
 from rlops.model.ppo import train
-from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.datasets import TRAINING, calibration_dataset, parquet_dataset
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.pipeline_steps.training.candidate import evaluate_trained as _evaluate
 from rlops.pipeline_steps.training.candidate import register_policy
 from rlops.pipeline_steps.training.hot_reload import record_switches
@@ -22,28 +22,32 @@ from rlops.registry.datasets import log_dataset_inputs
 from rlops.registry.descriptions import version_description
 
 if TYPE_CHECKING:
+    from rlops.common.params_training import TrainParams
     from rlops.model.policy import PolicyNetwork
     from rlops.sandbox.pack import Pack
 
 
-def log_training_inputs(ctx: StepContext, run: Any, cal_version: str, cal: dict[str, Any] | None) -> None:
+def log_training_inputs(services: StepServices, run: Any, cal_version: str, cal: dict[str, Any] | None) -> None:
     """The calibration the sandbox was fitted with, and the trace partitions it was fitted on, as
     the run's training datasets (nothing when the pack is used as written)."""
     if cal is None:
         return
     refs = [
         calibration_dataset(
-            ctx.storage, ctx.uri("calibrations", ctx.scenario, f"{cal_version}.json"), f"calibration-{ctx.scenario}"
+            services.storage,
+            services.uri("calibrations", services.scenario, f"{cal_version}.json"),
+            f"calibration-{services.scenario}",
         )
     ]
     traces = cal.get("traces_uri")
     if traces:
-        refs.append(parquet_dataset(ctx.storage, str(traces), f"traces-{ctx.scenario}"))
+        refs.append(parquet_dataset(services.storage, str(traces), f"traces-{services.scenario}"))
     log_dataset_inputs(run, refs, TRAINING)
 
 
 def train_and_register(
-    ctx: StepContext,
+    services: StepServices,
+    settings: TrainParams,
     pack: Pack,
     env: Any,
     cfg: Any,
@@ -60,12 +64,11 @@ def train_and_register(
     fingerprint), evaluate the policy on held-out episodes, log the curve and register the policy
     as a new version with its lineage tags (``poller``: the reward switches to pick up between
     iterations; ``cloned``: the behaviour-cloning warm start's summary)."""
-    settings = ctx.config.train
     resumed = latest_checkpoint(cfg.checkpoint_dir)
     run.log_params(
         {
-            "scenario": ctx.scenario,
-            "run_key": ctx.run_key,
+            "scenario": services.scenario,
+            "run_key": services.run_key,
             "num_envs": inputs.num_envs,
             "threads": inputs.threads,
             "threads_setting": settings.threads,
@@ -105,7 +108,7 @@ def train_and_register(
         "mode": inputs.mode,
         "timesteps": result.global_step,
         "train_seconds": round(train_seconds, 3),
-        "run_key": ctx.run_key,
+        "run_key": services.run_key,
         "train_fingerprint": fp,
         "run_id": run.run_id,
         "stagnated": str(result.stagnated).lower(),
@@ -118,13 +121,13 @@ def train_and_register(
         **{f"signal.{k}.status": v for k, v in inputs.reward_signal_status.items()},
     }
     version = register_policy(
-        ctx,
+        services,
         run,
         pack,
         result.policy,
         tags,
         tmp,
-        description=version_description(ctx.scenario, dataclasses.asdict(inputs), evaluation),
+        description=version_description(services.scenario, dataclasses.asdict(inputs), evaluation),
     )
     trained = TrainedRun(
         completion_rate=evaluation["completion_rate"],

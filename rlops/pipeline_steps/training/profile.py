@@ -79,7 +79,17 @@ def profile_training(
     label = ctx.reward_choice(reward_fn).reward_fn
     profile_name = default_profile(pack, "sandbox", ctx.config.train.profile)
     # A budget no run reaches in ``duration_s``: the clock, not the step count, ends the run.
-    plan = ppo_config(ctx, pack, "full", 10**12, None, device=device, progress=False, plateau_eval_every=0)
+    plan = ppo_config(
+        ctx.config.train,
+        ctx.config.ppo,
+        pack,
+        "full",
+        10**12,
+        None,
+        device=device,
+        progress=False,
+        plateau_eval_every=0,
+    )
     dev = resolve_device(plan.config.device)
     env = pack.make_env(plan.num_envs, reward_fn=label, profile=profile_name, device=dev.type, seed=plan.config.seed)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])

@@ -20,6 +20,7 @@ from rlops.common.step_result import StepResult
 from rlops.model.reward_model import CONFIG_FILE, load_reward_model, score
 from rlops.model.reward_pairs import outcome_features
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.registry.client import reward_model_name
 from rlops.registry.versions import latest_model_version
 from rlops.trace_store.states import action_codes, error_flags, observations_from_traces
@@ -80,12 +81,12 @@ def relabel_frame(pack: Pack, model: RewardModel, df: pd.DataFrame, version: str
 
 
 # --------------------------------------------------------------------------- registry
-def latest_reward_model_version(ctx: StepContext) -> str | None:
+def latest_reward_model_version(ctx: StepServices) -> str | None:
     """The newest version of ``<scenario>-reward-model`` (None when none is registered)."""
     return latest_model_version(ctx.tracker, reward_model_name(ctx.scenario))
 
 
-def load_reward_model_version(ctx: StepContext, version: str | None = None) -> tuple[str, RewardModel]:
+def load_reward_model_version(ctx: StepServices, version: str | None = None) -> tuple[str, RewardModel]:
     """``(version, model)`` of a registered reward model (the newest when ``version`` is None)."""
     name = reward_model_name(ctx.scenario)
     version = version or latest_reward_model_version(ctx)
@@ -102,16 +103,16 @@ def load_reward_model_version(ctx: StepContext, version: str | None = None) -> t
 
 
 # --------------------------------------------------------------------------- the step
-def labels_uri(ctx: StepContext, run_key: str | None = None) -> str:
+def labels_uri(ctx: StepServices, run_key: str | None = None) -> str:
     return ctx.uri(LABELS_DIR, f"scenario={ctx.scenario}", f"run_key={run_key or ctx.run_key}", "labels.parquet")
 
 
-def window_traces(ctx: StepContext, traces_uri: str | None = None, hours: float | None = None) -> pd.DataFrame:
-    """The run key's trace window of this scenario (empty when there are no traces)."""
-    window = ctx.key.lookback(float(hours or ctx.config.relabel.window_hours))
-    df = ctx.traces.reader.read(traces_uri or ctx.traces.scenario_uri(ctx.scenario), window)
+def window_traces(services: StepServices, hours: float, traces_uri: str | None = None) -> pd.DataFrame:
+    """The ``hours`` before the run key's end of this scenario's traces (empty when there are none)."""
+    window = services.key.lookback(float(hours))
+    df = services.traces.reader.read(traces_uri or services.traces.scenario_uri(services.scenario), window)
     if not df.empty and "scenario" in df.columns:
-        df = df[df["scenario"] == ctx.scenario].reset_index(drop=True)
+        df = df[df["scenario"] == services.scenario].reset_index(drop=True)
     return df
 
 
@@ -135,7 +136,7 @@ def relabel_step(
     ctx: StepContext, reward_model_version: str | None = None, traces_uri: str | None = None
 ) -> RelabelSummary:
     """Score the window's trace rows with the reward model and write the labels next to them."""
-    df = window_traces(ctx, traces_uri)
+    df = window_traces(ctx, ctx.config.relabel.window_hours, traces_uri)
     uri = labels_uri(ctx)
     if df.empty:
         return RelabelSummary(
@@ -158,18 +159,20 @@ def relabel_step(
     )
 
 
-def labelled_steps(ctx: StepContext, pack: Pack, traces_uri: str | None = None) -> tuple[torch.Tensor, ...] | None:
-    """``(obs, masks, actions, scores)`` of the window's traces joined with this run key's labels
-    (None when either is missing) — the behaviour-cloning data."""
+def labelled_steps(
+    services: StepServices, pack: Pack, window_hours: float, traces_uri: str | None = None
+) -> tuple[torch.Tensor, ...] | None:
+    """``(obs, masks, actions, scores)`` of the ``window_hours`` of traces joined with this run key's
+    labels (None when either is missing) — the behaviour-cloning data."""
     import torch
 
-    uri = labels_uri(ctx)
-    if not ctx.storage.exists(uri):
+    uri = labels_uri(services)
+    if not services.storage.exists(uri):
         return None
-    df = window_traces(ctx, traces_uri)
+    df = window_traces(services, window_hours, traces_uri)
     if df.empty:
         return None
-    labels = ctx.storage.read_parquet(uri, columns=[*KEYS, "rm_score"])
+    labels = services.storage.read_parquet(uri, columns=[*KEYS, "rm_score"])
     df = df.assign(episode_id=df["episode_id"].astype(str), step=df["step"].astype("int64"))
     joined = df.merge(labels, on=list(KEYS), how="inner", validate="one_to_one")
     if joined.empty:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 def human_pairs(ctx: StepContext, pack: Pack) -> PreferencePairs | None:
     """Pairs from the label queue's finished labels (None when there are none)."""
-    labels = finished_labels(ctx)
+    labels = finished_labels(ctx, ctx.config.label_queue)
     if labels.empty:
         return None
     pairs = labels_as_pairs(pack, labels)

@@ -10,6 +10,7 @@ from rlops.common.step_result import StepResult
 from rlops.model.early_stop import StagnationMonitor
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.pass_run import process_alive as process_alive  # re-exported: its old home
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.registry import tags as T
 from rlops.registry.runs import get_run, metric_rows, search_runs
 
@@ -29,7 +30,7 @@ PLATEAU_WINDOW = 10
 """Iterations without a better training return that make a plateau (``ppo.stagnation_window``)."""
 
 
-def run_of_pid(ctx: StepContext, pid: int, host: str | None = None) -> str:
+def run_of_pid(ctx: StepServices, pid: int, host: str | None = None) -> str:
     """The RUNNING training run of this scenario started by process ``pid`` (on ``host``, default
     this machine); raises LookupError when there is none."""
     host = host or socket.gethostname()

@@ -61,7 +61,7 @@ class TuneResult:
 
 def defaults_of(ctx: StepContext, pack: Any, timesteps: int, device: str | None) -> dict[str, Any]:
     """The tuned knobs as the training step would set them on this pack."""
-    plan = ppo_config(ctx, pack, "full", timesteps, None, device=device)
+    plan = ppo_config(ctx.config.train, ctx.config.ppo, pack, "full", timesteps, None, device=device)
     cfg = plan.config
     return {
         "learning_rate": cfg.learning_rate,
@@ -238,7 +238,16 @@ def _run_trial(
     # Another batch size keeps minibatches near MINIBATCH transitions; the defaults keep their own.
     minibatches = {} if defaults else {"num_minibatches": max(4, batch // MINIBATCH)}
     plan = ppo_config(
-        ctx, pack, "full", max(timesteps, batch), None, device=device, progress=False, **minibatches, **knobs
+        ctx.config.train,
+        ctx.config.ppo,
+        pack,
+        "full",
+        max(timesteps, batch),
+        None,
+        device=device,
+        progress=False,
+        **minibatches,
+        **knobs,
     )
     cfg = plan.config
     env = pack.make_env(

@@ -121,7 +121,7 @@ def test_the_ensemble_points_at_states_the_labels_do_not_decide(credit: Pack) ->
 def test_labels_run_switches_to_the_ensemble_once_labels_are_finished(
     tmp_path: Path, credit: Pack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": credit)
+    monkeypatch.setattr(StepContext, "pack_with", lambda self, calibration: credit)
     params = load_params(
         overrides={
             "storage": {"root": f"file://{tmp_path / 'storage'}"},

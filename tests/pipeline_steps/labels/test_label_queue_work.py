@@ -71,7 +71,7 @@ def test_before_any_champion_the_newest_candidate_scores_rule_engine_traffic(
 ) -> None:
     from rlops.registry.client import policy_model_name
 
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": credit)
+    monkeypatch.setattr(StepContext, "pack_with", lambda self, calibration: credit)
     ctx = _ctx(tmp_path)
     df = _traces(credit, rule_policy, "rules", None)
     other = df.head(5).assign(scenario="claims")

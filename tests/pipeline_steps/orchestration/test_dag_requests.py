@@ -18,7 +18,7 @@ from rlops.pipeline_steps.drift.request import DriftCheckRequest
 from rlops.pipeline_steps.labels.request import LabelQueueRequest
 from rlops.pipeline_steps.orchestration import retrain_inputs, run_conf, tasks
 from rlops.pipeline_steps.orchestration.settings import DAG_KINDS, DAG_REQUESTS, PackDagConfig, dag_params
-from rlops.pipeline_steps.promotion.request import PromoteRequest
+from rlops.pipeline_steps.promotion.request import PromoteRequest, RolloutRequest
 from rlops.pipeline_steps.training.request import TrainRequest
 
 PACK = PackDagConfig("credit_approval", "v1", 5000, 1000)
@@ -69,6 +69,14 @@ STEPS: list[tuple[str, type, str, list[str], tuple[str, str], Callable[[Mapping[
         ["labels", "run"],
         ("rlops.pipeline_steps.labels.step", "label_queue_run"),
         tasks.label_queue,
+    ),
+    (
+        "rollout",
+        RolloutRequest,
+        "rollout",
+        ["model", "rollout"],
+        ("rlops.pipeline_steps.promotion.rollout", "rollout_step"),
+        tasks.rollout,
     ),
     (
         "training",

@@ -190,14 +190,14 @@ def test_nan_reward_and_failed_stress_test_block_promotion(
     )
     (scen / "reward_v2.py").write_text(src)
     nan_pack = load_pack(scen, check_liveness=False)
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": nan_pack)
+    monkeypatch.setattr(StepContext, "pack_with", lambda self, calibration: nan_pack)
     ctx = promotion_ctx(min_improvement=-3.5, segment_tolerance=17.0)
     cand = register(ctx, nan_pack, good, reward_fn="v2")
     res = promote(ctx, cand)
     assert not res.promoted and "finite_returns" in (res.failed_gates or []) and aliases(ctx) == {}
     assert res.status is PromotionStatus.REFUSED
 
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
+    monkeypatch.setattr(StepContext, "pack_with", lambda self, calibration: pack)
     ctx = promotion_ctx(min_improvement=-3.5, segment_tolerance=17.0, require_stress_test=True)
     cand = register(ctx, pack, good)
     res = promote(ctx, cand)  # no stress test recorded yet

@@ -136,7 +136,7 @@ def test_a_candidate_exploiting_an_over_promising_sandbox_is_not_promoted(
 
     torch.set_num_threads(1)
     optimistic = optimistic_copy(pack.path, tmp_path)
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": optimistic)
+    monkeypatch.setattr(StepContext, "pack_with", lambda self, calibration: optimistic)
     champion_net, candidate_net = cloned_rules_policy(pack), approve_all_policy(pack)
 
     def greedy(net: Any) -> Any:

@@ -146,7 +146,7 @@ def test_the_gate_table_names_each_segment_once(
     )
     (scen / "scenario.yaml").write_text(doc.replace("  profiles:\n", aged, 1))
     aged_pack = load_pack(scen, check_liveness=False)
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": aged_pack)
+    monkeypatch.setattr(StepContext, "pack_with", lambda self, calibration: aged_pack)
     ctx = _ctx(profile="aged", episodes=400)
     champ = register(ctx, aged_pack, approve_all)
     move_champion(ctx.tracker, NAME, champ)

@@ -60,6 +60,7 @@ def _serve(ctx: Any, pack: Any, served: dict[str, tuple[Any, str, int]], slow: s
 def test_staged_rollout_then_rollback(pack: Any, good: Any, approve_all: Any) -> None:
     from rlops.pipeline_steps.infra.policy_loader import greedy_act
     from rlops.pipeline_steps.promotion.flow import promote
+    from rlops.pipeline_steps.promotion.request import RolloutRequest
     from rlops.pipeline_steps.promotion.rollout import rollout_step
 
     first = _ctx(HOURS[0])
@@ -74,10 +75,18 @@ def test_staged_rollout_then_rollback(pack: Any, good: Any, approve_all: Any) ->
     # The stage has not served its minimum time yet: hold.
     held = rollout_step(first)
     assert held.move.action == "held" and "minutes" in held.move.reason
+    # The tick's request lays its options over params rollout: no minimum time, so the gates are
+    # asked (and have no traffic yet).
+    asked = rollout_step(first, RolloutRequest(min_stage_minutes=0))
+    assert asked.move.action == "held" and "not judged yet" in asked.move.reason, asked.move.reason
 
     # An hour of traffic at 5 %: the live A/B gates run on it and pass → 15 %.
     ctx = _ctx(HOURS[1])
     _serve(ctx, pack, {cand: (rules_like, "challenger", 150), old: (rules_like, "champion", 300)})
+    ctx.dry_run = True
+    quick = rollout_step(ctx, RolloutRequest(min_stage_minutes=20))
+    assert quick.move.action == "advanced" and "can become champion in 20 min" in quick.move.reason
+    ctx.dry_run = False
     moved = rollout_step(ctx)
     assert moved.move.action == "advanced" and moved.move.traffic_fraction == 0.15, moved
     assert "can become champion in 60 min" in moved.move.reason, moved.move.reason

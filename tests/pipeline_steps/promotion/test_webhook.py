@@ -92,7 +92,7 @@ def receiver(mlflow_server: str, pack: Any, tmp_path: Any, monkeypatch: pytest.M
     from rlops.pipeline_steps.promotion.webhook_settings import WebhookSettings
     from rlops.registry.webhooks import register_webhook
 
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
+    monkeypatch.setattr(StepContext, "pack_with", lambda self, calibration: pack)
     monkeypatch.setenv("RLOPS_WEBHOOK_SECRET", SECRET)
     monkeypatch.setenv("RLOPS_STORAGE_ROOT", f"file://{tmp_path / 'storage'}")
     monkeypatch.delenv("RLOPS_ARTIFACT_ROOT", raising=False)

@@ -169,6 +169,7 @@ def test_warm_start_imitates_human_labels_too(
     from rlops.pipeline_steps.labels.select import queue_items
     from rlops.pipeline_steps.labels.step import store_for
     from rlops.pipeline_steps.training.dual_track import warm_start
+    from rlops.pipeline_steps.training.setup import resolve_training
     from rlops.sandbox.policies import rule_policy
     from rlops.sandbox.traces import rollout_traces
 
@@ -195,5 +196,5 @@ def test_warm_start_imitates_human_labels_too(
             for it in items
         ],
     )
-    policy, info = warm_start(ctx, pack, PPOConfig(seed=0))
+    policy, info = warm_start(ctx, resolve_training(ctx), PPOConfig(seed=0))
     assert policy is not None and info["steps_imitated"] == len(items) and info["accuracy"] > 0.5

@@ -59,7 +59,7 @@ def test_a_training_run_records_its_pid(
     from rlops.sandbox.pack import load_pack
 
     pack = load_pack(REPO_ROOT / "scenarios" / SCENARIO)
-    monkeypatch.setattr(StepContext, "load_pack", lambda self, calibration="latest": pack)
+    monkeypatch.setattr(StepContext, "pack_with", lambda self, calibration: pack)
     torch.set_num_threads(1)
     ctx = make_ctx(tmp_path)
     res = train_policy(ctx, TrainRequest(timesteps=16 * 8 * 2)).as_dict()
