@@ -188,7 +188,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
     ctx = context_from_args(args)
     if args.dry_run:
-        base = defaults_of(ctx, ctx.load_pack(), args.timesteps, args.device)
+        base = defaults_of(ctx.config.train, ctx.config.ppo, ctx.load_pack(), args.timesteps, args.device)
         res = {
             "dry_run": True,
             "scenario": ctx.scenario,

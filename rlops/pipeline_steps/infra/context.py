@@ -112,9 +112,11 @@ class StepContext:
 
         return TraceStore.from_params(self.config, self.storage)
 
-    def reward_choice(self, explicit: str | None = None) -> RewardChoice:
-        """The reward function that applies to this run (one rule: :mod:`rlops.sandbox.reward_choice`)."""
-        return choose_reward(self.load_pack(calibration=None), explicit, self.params.get("reward_fn"))
+    def reward_choice(self, explicit: str | None = None, pack: Pack | None = None) -> RewardChoice:
+        """The reward function that applies to this run (one rule: :mod:`rlops.sandbox.reward_choice`),
+        among the reward functions of ``pack`` when the step has loaded it already (a calibration
+        changes no reward function), else of the pack as written."""
+        return choose_reward(pack or self.load_pack(calibration=None), explicit, self.params.get("reward_fn"))
 
     def section(self, name: str) -> Block:
         """A typed params block (``train``, ``evaluate``…), the pack's overrides deep-merged in;

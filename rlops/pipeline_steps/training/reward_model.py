@@ -27,13 +27,15 @@ from rlops.registry import tags as T
 from rlops.registry.client import reward_model_name
 
 if TYPE_CHECKING:
+    from rlops.common.params_model import QueueConfig
     from rlops.model.reward_model import PreferencePairs
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
 
 
-def human_pairs(ctx: StepContext, pack: Pack) -> PreferencePairs | None:
+def human_pairs(services: StepServices, queue: QueueConfig, pack: Pack) -> PreferencePairs | None:
     """Pairs from the label queue's finished labels (None when there are none)."""
-    labels = finished_labels(ctx, ctx.config.label_queue)
+    labels = finished_labels(services, queue)
     if labels.empty:
         return None
     pairs = labels_as_pairs(pack, labels)
@@ -82,8 +84,8 @@ def train_reward_model_step(
     n_pairs = count("--pairs", pairs if pairs is not None else section.pop("pairs"), maximum=MAX_EPISODES)
     section.pop("pairs", None)
     seed = ctx.config.seed
-    label = ctx.reward_choice(reward_fn).reward_fn
     pack = ctx.load_pack()
+    label = ctx.reward_choice(reward_fn, pack).reward_fn
     fn = pack.reward_fn(label)
     plan = {
         "scenario": ctx.scenario,
@@ -95,7 +97,7 @@ def train_reward_model_step(
     if ctx.dry_run:  # the version and its held-out metrics exist only once trained and registered
         return RewardModelSummary(ctx.scenario, ctx.run_key, n_pairs, label, fn.version, dry_run=True)
     data = build_preference_pairs(pack, n_pairs, seed=seed, reward_fn=label)
-    labelled = human_pairs(ctx, pack)
+    labelled = human_pairs(ctx, ctx.config.label_queue, pack)
     if labelled is not None:
         data = PreferencePairs.cat([data, labelled])
     cfg = RewardModelConfig.from_params(section, seed=seed)  # the typed block's fields, seeded by `seed`

@@ -19,7 +19,6 @@ from rlops.common.arguments import MAX_TIMESTEPS, choice, count
 from rlops.common.config import resolve_local
 from rlops.model.reward_source import RewardSource
 from rlops.pipeline_steps.training.request import TrainRequest
-from rlops.sandbox.reward_choice import choose_reward
 
 if TYPE_CHECKING:
     from rlops.common.params_model import QueueConfig
@@ -79,7 +78,7 @@ def resolve_training(ctx: StepContext, request: TrainRequest | None = None) -> T
     train = config.train
     calibration = ctx.read_calibration("latest")
     pack = ctx.pack_with(calibration)
-    reward = choose_reward(pack, request.reward_fn, ctx.params.get("reward_fn"))
+    reward = ctx.reward_choice(request.reward_fn, pack)
     declared = {sw.signal for sw in pack.reward_fn(reward.reward_fn).signal_weights}
     signals = tuple(r for r in ctx.signal_readings(pack) if r.name in declared) if declared else ()
     lam = request.reward_blend_lambda if request.reward_blend_lambda is not None else train.reward_blend_lambda

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from rlops.model.device import resolve_device
 from rlops.model.ppo import train
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.infra.services import StepServices
 from rlops.pipeline_steps.training.policy import ppo_config
 from rlops.registry import tags as T
 from rlops.sandbox.policies import evaluate_policy
@@ -33,6 +34,8 @@ from rlops.sandbox.profiles import default_profile
 
 if TYPE_CHECKING:
     import optuna
+
+    from rlops.common.params_training import PpoParams, TrainParams
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +62,34 @@ class TuneResult:
         return {k: v for k, v in self.__dict__.items()}
 
 
-def defaults_of(ctx: StepContext, pack: Any, timesteps: int, device: str | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TrialSetting:
+    """What every trial of one study shares: the pack, its reward and profile, the budgets, the
+    training blocks the knobs are laid over."""
+
+    pack: Any
+    """The scenario pack, compiled once for the study."""
+    reward_fn: str
+    """The label of the reward function trials train and are scored on."""
+    profile: str | None
+    """The sandbox profile trials train and are scored in."""
+    timesteps: int
+    """Environment steps per trial (at least one batch)."""
+    eval_episodes: int
+    """Held-out episodes each trained policy is scored on."""
+    eval_seed: int
+    """Seed of the held-out episodes: the same for every trial."""
+    device: str | None
+    """cpu, cuda or auto (None: params ppo.device)."""
+    train: TrainParams
+    """The params' ``train:`` block."""
+    ppo: PpoParams
+    """The params' ``ppo:`` block."""
+
+
+def defaults_of(train: TrainParams, ppo: PpoParams, pack: Any, timesteps: int, device: str | None) -> dict[str, Any]:
     """The tuned knobs as the training step would set them on this pack."""
-    plan = ppo_config(ctx.config.train, ctx.config.ppo, pack, "full", timesteps, None, device=device)
+    plan = ppo_config(train, ppo, pack, "full", timesteps, None, device=device)
     cfg = plan.config
     return {
         "learning_rate": cfg.learning_rate,
@@ -134,9 +162,12 @@ def tune(
 
     t0 = time.perf_counter()
     pack = ctx.load_pack()
-    label = ctx.reward_choice(reward_fn).reward_fn
+    label = ctx.reward_choice(reward_fn, pack).reward_fn
     profile = default_profile(pack, "sandbox", ctx.config.train.profile)
-    base = defaults_of(ctx, pack, timesteps, device)
+    base = defaults_of(ctx.config.train, ctx.config.ppo, pack, timesteps, device)
+    setting = TrialSetting(
+        pack, label, profile, timesteps, eval_episodes, eval_seed, device, ctx.config.train, ctx.config.ppo
+    )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         direction="maximize",
@@ -165,21 +196,7 @@ def tune(
             defaults = trial.number == 0
             knobs = dict(base) if defaults else suggest(trial, base)
             trial.set_user_attr("knobs", knobs)
-            value, run_id, pruned = _run_trial(
-                ctx,
-                pack,
-                trial,
-                knobs,
-                label,
-                profile,
-                timesteps,
-                eval_episodes,
-                eval_seed,
-                device,
-                parent.run_id,
-                defaults,
-                step_unit,
-            )
+            value, run_id, pruned = _run_trial(ctx, setting, trial, knobs, parent.run_id, defaults, step_unit)
             rows.append(
                 {
                     "number": trial.number,
@@ -219,32 +236,27 @@ def tune(
 
 
 def _run_trial(
-    ctx: StepContext,
-    pack: Any,
+    services: StepServices,
+    setting: TrialSetting,
     trial: optuna.Trial,
     knobs: dict[str, Any],
-    label: str,
-    profile: str | None,
-    timesteps: int,
-    eval_episodes: int,
-    eval_seed: int,
-    device: str | None,
     parent_id: str,
     defaults: bool = False,
     step_unit: int = 1,
 ) -> tuple[float, str, bool]:
+    pack, label, profile = setting.pack, setting.reward_fn, setting.profile
 
     batch = int(knobs["num_envs"]) * int(knobs["num_steps"])
     # Another batch size keeps minibatches near MINIBATCH transitions; the defaults keep their own.
     minibatches = {} if defaults else {"num_minibatches": max(4, batch // MINIBATCH)}
     plan = ppo_config(
-        ctx.config.train,
-        ctx.config.ppo,
+        setting.train,
+        setting.ppo,
         pack,
         "full",
-        max(timesteps, batch),
+        max(setting.timesteps, batch),
         None,
-        device=device,
+        device=setting.device,
         progress=False,
         **minibatches,
         **knobs,
@@ -254,7 +266,8 @@ def _run_trial(
         plan.num_envs, reward_fn=label, profile=profile, device=resolve_device(cfg.device).type, seed=cfg.seed
     )
     tags = {T.STEP: T.TUNE_TRIAL, "trial": trial.number, "reward_fn": label, "defaults": str(defaults).lower()}
-    with ctx.tracker.start_run(f"tune-{ctx.scenario}-trial-{trial.number}", tags=tags, parent_run_id=parent_id) as run:
+    name = f"tune-{services.scenario}-trial-{trial.number}"
+    with services.tracker.start_run(name, tags=tags, parent_run_id=parent_id) as run:
         sink = _TrialSink(run, trial, step_unit)
         res = train(cfg, env, tracker=sink, on_iteration=sink.on_iteration)
         if sink.pruned:
@@ -264,8 +277,8 @@ def _run_trial(
         ev = evaluate_policy(
             pack,
             lambda e: cpu.act(e.observe(), deterministic=True).action,
-            episodes=eval_episodes,
-            seed=eval_seed,
+            episodes=setting.eval_episodes,
+            seed=setting.eval_seed,
             reward_fn=label,
             profile=profile,
         )

@@ -75,13 +75,10 @@ TAKES_CONTEXT = frozenset(
         "training/policy:train_policy",
         "training/profile:profile_training",
         "training/relabel:relabel_step",
-        "training/reward_model:human_pairs",
         "training/reward_model:train_reward_model_step",
         "training/setup:resolve_training",
         "training/status:train_status",
-        "training/tune:defaults_of",
         "training/tune:tune",
-        "training/tune:_run_trial",
     }
 )
 
