@@ -1,8 +1,10 @@
 """Validation in a child process (:mod:`rlops.sandbox.isolate`): the verdict of a valid pack, a pack
-whose code loops stopped at the limit and named, and broken packs answered without a child."""
+whose code loops stopped at the limit and named, broken packs answered without a child, and the
+collector as the pack's code finds it."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -67,3 +69,20 @@ def test_broken_yaml_needs_no_child(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(subprocess, "Popen", no_child)
     with pytest.raises(PackError, match="invalid YAML"):
         validate_isolated(pack)
+
+
+def test_pack_code_runs_with_the_collector_on_and_the_imports_frozen(tmp_path: Path) -> None:
+    """The child skips collection while it imports torch (its start-up), not while the pack runs:
+    cyclic garbage of a reward module is still collected under the memory limit."""
+    pack = copy_credit(tmp_path)
+    seen = tmp_path / "gc.json"
+    (pack / "reward_v1.py").write_text(
+        (pack / "reward_v1.py").read_text()
+        + "\nimport gc as _gc\nimport json as _json\n\n"
+        + f"with open({str(seen)!r}, 'w') as _fh:\n"
+        + "    _json.dump({'enabled': _gc.isenabled(), 'frozen': _gc.get_freeze_count()}, _fh)\n"
+    )
+    assert validate_isolated(pack)["pack"] == "credit_approval"
+    state = json.loads(seen.read_text())
+    assert state["enabled"] is True
+    assert state["frozen"] > 100_000  # torch's own objects, imported before the pack's code
