@@ -299,7 +299,12 @@ def measure(
         pack = ctx.load_pack()
         t0, c0 = time.perf_counter(), time.process_time()
         df, _ = sandbox_baseline(
-            ctx, pack, default_profile(pack, "sandbox"), int(ctx.section("drift").get("baseline_episodes", 2000))
+            ctx,
+            pack,
+            default_profile(pack, "sandbox"),
+            int(ctx.section("drift").get("baseline_episodes", 2000)),
+            ctx.reward_choice().reward_fn,
+            ctx.config.seed,
         )
         return {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "rows": len(df)}
     if name == "replay":

@@ -35,7 +35,7 @@ from rlops.registry.aliases import first_champion_at
 from rlops.trace_store.store import read_traces
 
 if TYPE_CHECKING:
-    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.common.params_model import CaptureParams
     from rlops.pipeline_steps.infra.services import StepServices
     from rlops.registry.run_handle import RunHandle
 
@@ -120,25 +120,26 @@ def interval_rows(ctx: StepServices, partitions: list[str], columns: tuple[str, 
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(columns))
 
 
-def check_fallbacks(ctx: StepContext, partitions: list[str]) -> tuple[dict[str, Any] | str, list[str]]:
+def check_fallbacks(
+    services: StepServices, cfg: CaptureParams, partitions: list[str]
+) -> tuple[dict[str, Any] | str, list[str]]:
     """``(fallbacks, alerts)`` of the rows a capture wrote to ``partitions``: the fallback summary
-    and the alert its share raises (if any). The share is counted on the partitions written, so a
-    dry run, which writes none, cannot compute it: its ``fallbacks`` says so instead of reporting
-    no alert."""
-    if ctx.dry_run:
+    and the alert its share raises (if any) over the ``capture:`` block's thresholds (``cfg``). The
+    share is counted on the partitions written, so a dry run, which writes none, cannot compute it:
+    its ``fallbacks`` says so instead of reporting no alert."""
+    if services.dry_run:
         return (
             "not computed: a dry run writes no partitions, and the fallback share "
             "(and its alert) is counted on the partitions written"
         ), []
-    cfg = ctx.config.capture
     threshold, min_decisions = cfg.fallback_alert_share, cfg.fallback_alert_min_decisions
-    rows = interval_rows(ctx, list(partitions))
+    rows = interval_rows(services, list(partitions))
     summary = summarize(rows)
     if summary.by_reason.get(NO_CHAMPION):
-        name = policy_model_name(ctx.scenario)
+        name = policy_model_name(services.scenario)
         try:
-            champion = ctx.tracker.get_alias(name, "champion")
-            since = first_champion_at(ctx.tracker, name) if champion is not None else None
+            champion = services.tracker.get_alias(name, "champion")
+            since = first_champion_at(services.tracker, name) if champion is not None else None
         except Exception:  # noqa: BLE001 - without the registry, count them (the safe side)
             champion, since = "unknown", None
         summary = summarize(rows, champion_exists=champion is not None, champion_since=since)

@@ -60,6 +60,8 @@ from rlops.trace_store.store import (
 )
 
 if TYPE_CHECKING:
+    from rlops.common.params_model import CaptureParams
+    from rlops.common.params_operations import ExplorationParams
     from rlops.sandbox.pack import Pack
 
 
@@ -119,8 +121,11 @@ def capture_step(ctx: StepContext, request: CaptureRequest | None = None, progre
             out = dataclasses.replace(out, warnings=[*out.warnings, note])
     else:
         world = default_profile(pack, "production", profile or cfg.profile)
-        out = simulate_capture(ctx, pack, traces, quarantine, start, n_episodes, rate, world)
-    return _checked_and_tracked(ctx, out)
+        reward_fn = ctx.reward_choice(pack=pack).reward_fn
+        out = simulate_capture(
+            ctx, pack, traces, quarantine, start, n_episodes, rate, world, reward_fn, ctx.config.exploration
+        )
+    return _checked_and_tracked(ctx, cfg, out)
 
 
 def _interval(ctx: StepServices) -> dict[str, Any]:
@@ -129,21 +134,21 @@ def _interval(ctx: StepServices) -> dict[str, Any]:
     return {"scenario": ctx.scenario, "run_key": ctx.run_key, "interval": interval, "dry_run": ctx.dry_run}
 
 
-def _checked_and_tracked(ctx: StepContext, out: CaptureSummary) -> CaptureSummary:
+def _checked_and_tracked(services: StepServices, cfg: CaptureParams, out: CaptureSummary) -> CaptureSummary:
     """``out`` with the live fallback share of its rows (over the threshold: an incident), tracked
-    as the pass's capture run unless the run is dry or ``capture.track`` is off. Raises
-    :class:`CaptureRejected` when more of its rows were quarantined than
+    as the pass's capture run unless the run is dry or ``capture.track`` is off (``cfg``: the params'
+    ``capture:`` block). Raises :class:`CaptureRejected` when more of its rows were quarantined than
     ``capture.max_quarantine_share`` — after the rows are written and the run tracked, so the
     failure loses nothing."""
-    fallbacks, alerts = check_fallbacks(ctx, out.partitions)
+    fallbacks, alerts = check_fallbacks(services, cfg, out.partitions)
     explored: dict[str, Any] | str = "not measured: a dry run writes no partitions"
-    if not ctx.dry_run:
-        cost = exploration_cost(interval_rows(ctx, out.partitions, EXPLORATION_COLUMNS))
+    if not services.dry_run:
+        cost = exploration_cost(interval_rows(services, out.partitions, EXPLORATION_COLUMNS))
         explored = cost.to_dict() if cost is not None else "not measured: no row says whether its decision explored"
     out = dataclasses.replace(out, fallbacks=fallbacks, alerts=[*out.alerts, *alerts], exploration=explored)
-    rejected = rejection(out, ctx.config.capture.max_quarantine_share)
-    if not ctx.dry_run and ctx.config.capture.track:
-        track_capture(ctx, out, rejected)
+    rejected = rejection(out, cfg.max_quarantine_share)
+    if not services.dry_run and cfg.track:
+        track_capture(services, out, rejected)
     if rejected:
         raise CaptureRejected(rejected, out)
     return out
@@ -197,7 +202,7 @@ def capture_traces(ctx: StepContext, otlp_uri: str | None = None, progress: bool
         interval = f"[{ctx.key.start.isoformat()}, {ctx.key.end.isoformat()})"
         note = f"no rows in: {res.source} holds no agent decisions of {ctx.scenario} for the interval {interval}"
         out = dataclasses.replace(out, warnings=[*out.warnings, note])
-    return _checked_and_tracked(ctx, out)
+    return _checked_and_tracked(ctx, cfg, out)
 
 
 def track_capture(ctx: StepServices, out: CaptureSummary, rejected: str | None = None) -> None:
@@ -225,7 +230,7 @@ def track_capture(ctx: StepServices, out: CaptureSummary, rejected: str | None =
 
 
 def simulate_capture(
-    ctx: StepContext,
+    services: StepServices,
     pack: Pack,
     traces: str,
     quarantine: str,
@@ -233,8 +238,12 @@ def simulate_capture(
     episodes: int,
     sample_rate: float,
     profile: str,
+    reward_fn: str,
+    exploration: ExplorationParams,
 ) -> CaptureSummary:
-
+    """``episodes`` of the serving policy (``exploration``: the params' ``exploration:`` block) in
+    ``profile``, their rows scored by the reward function labelled ``reward_fn`` and a ``sample_rate``
+    fraction of them validated and written for the interval starting at ``start``."""
     if profile not in pack.scenario.profiles:
         raise UserError(
             f"capture --profile {profile!r}: pack {pack.name} has no such profile; "
@@ -244,7 +253,7 @@ def simulate_capture(
     # Seed and ids derive from the run key: each interval sees other applicants, ids never collide
     # across run keys, and re-running a run key reproduces its rows.
     seed = int(start.timestamp()) // 60 * 1000
-    traced = serving_trace_policy(ctx, pack, seed)
+    traced = serving_trace_policy(services, pack, seed, exploration)
     policy, version = traced.policy, traced.version
     df = rollout_traces(
         pack,
@@ -252,27 +261,35 @@ def simulate_capture(
         episodes,
         seed=seed,
         profile=profile,
-        reward_fn=ctx.reward_choice().reward_fn,
+        reward_fn=reward_fn,
         policy_version=version,
         source="live" if profile == "live" else "sandbox",
         start_ts=start,
         sample_rate=sample_rate,
-        episode_prefix=episode_prefix(ctx.scenario, ctx.run_key),
+        episode_prefix=episode_prefix(services.scenario, services.run_key),
     )
     contract = contract_for(pack)
     accepted, quarantined = validate_rows(df, contract)
     tally = QuarantineTally()
     tally.add(quarantined[REASON_COLUMN].tolist() if len(quarantined) else [])
-    parts = write_trace_partitions(ctx.storage, accepted, traces, ctx.run_key, contract=contract, dry_run=ctx.dry_run)
+    parts = write_trace_partitions(
+        services.storage, accepted, traces, services.run_key, contract=contract, dry_run=services.dry_run
+    )
     qparts = (
         write_quarantine_partitions(
-            ctx.storage, quarantined, quarantine, ctx.scenario, ctx.run_key, fallback_ts=start, dry_run=ctx.dry_run
+            services.storage,
+            quarantined,
+            quarantine,
+            services.scenario,
+            services.run_key,
+            fallback_ts=start,
+            dry_run=services.dry_run,
         )
         if len(quarantined)
         else []
     )
     return CaptureSummary(
-        **_interval(ctx),
+        **_interval(services),
         source=f"simulation:{profile}",
         policy_version=version,
         episodes=episodes,

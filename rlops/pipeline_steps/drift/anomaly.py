@@ -52,12 +52,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from rlops.common.step_result import StepResult
 from rlops.pipeline_steps.promotion.gate_stats import return_scale
+
+if TYPE_CHECKING:
+    from rlops.common.params_drift import DriftParams
+    from rlops.pipeline_steps.infra.services import StepServices
 
 CONFIRM_RULES = ("next_hour", "none")
 
@@ -319,14 +323,16 @@ def _return_anomaly(
 
 
 def check_return_anomaly(
-    ctx: Any,
+    ctx: StepServices,
+    drift: DriftParams,
     live_returns: np.ndarray,
     sandbox_returns: np.ndarray,
     policy_version: str | None,
     alarmed_for: str | None = None,
 ) -> ReturnAnomaly:
     """The drift check's call: the verdict from the kept state, which a real check then replaces
-    (nothing is written on a dry run); ``alarmed_for`` as :func:`return_anomaly` takes it."""
+    (nothing is written on a dry run) under the ``drift:`` block's rule (``drift``); ``alarmed_for`` as
+    :func:`return_anomaly` takes it."""
     live = ReturnSummary.of(live_returns, policy_version, ctx.run_key)
     sandbox = ReturnSummary.of(sandbox_returns, policy_version, ctx.run_key)
     state_uri = ctx.uri("drift_state", ctx.scenario, "live_return.json")
@@ -337,7 +343,7 @@ def check_return_anomaly(
         state = AnomalyState.from_dict(doc["prior"] if doc.get("run_key") == ctx.run_key else doc["state"])
     elif isinstance(doc, dict) and str(doc.get("run_key")) != ctx.run_key:
         state = AnomalyState.from_dict(doc)
-    verdict, after = return_anomaly(live, sandbox, state, AnomalyRule.of(ctx.config.drift), alarmed_for)
+    verdict, after = return_anomaly(live, sandbox, state, AnomalyRule.of(drift), alarmed_for)
     if not ctx.dry_run and live.episodes > 1:
         ctx.storage.write_json(state_uri, {"run_key": ctx.run_key, "prior": state.to_dict(), "state": after.to_dict()})
     return verdict

@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: regist
     import pandas as pd
 
     from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
 
 
@@ -251,14 +252,15 @@ def active_profile(pack: Pack) -> str:
     return default_profile(pack, "sandbox")
 
 
-def fit_rewards(ctx: StepContext, after: Pack, live: pd.DataFrame) -> RewardScales:
-    """The ``rewards:`` block: the champion rolled out in the newly fitted world ``after`` (scored by
-    the pack's own reward function), its declared outcome scores against ``live``'s
-    (:func:`rlops.pipeline_steps.drift.outcome_fit.fit_reward_scales`)."""
+def fit_rewards(
+    services: StepServices, after: Pack, live: pd.DataFrame, episodes: int, reward_fn: str, seed: int
+) -> RewardScales:
+    """The ``rewards:`` block: the champion rolled out for ``episodes`` episodes (seeded by ``seed``) in
+    the newly fitted world ``after`` (scored by the reward function that applies, ``reward_fn``), its
+    declared outcome scores against ``live``'s (:func:`rlops.pipeline_steps.drift.outcome_fit.fit_reward_scales`)."""
     if live.empty or not outcome_components(after):
         return RewardScales({})
-    episodes = int(ctx.config.drift.baseline_episodes)
-    sandbox, _ = champion_rows(ctx, after, active_profile(after), episodes, ctx.reward_choice().reward_fn)
+    sandbox, _ = champion_rows(services, after, active_profile(after), episodes, reward_fn, seed)
     return RewardScales(fit_reward_scales(after, live, sandbox))
 
 
@@ -330,7 +332,9 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> Recalibratio
             current, active_profile(current), after, df, list(cal["fields"]), cfg.check_samples, cfg.seed
         )
     if cfg.fit_outcomes:
-        rewards = fit_rewards(ctx, after, outcomes_known)
+        reward_fn = ctx.reward_choice(pack=written).reward_fn
+        episodes = int(ctx.config.drift.baseline_episodes)
+        rewards = fit_rewards(ctx, after, outcomes_known, episodes, reward_fn, ctx.config.seed)
         if rewards.scales:
             cal["rewards"] = rewards.as_dict()
     version_uri = ctx.uri("calibrations", ctx.scenario, f"{ctx.run_key}.json")

@@ -130,12 +130,14 @@ def comparable_rows(pack: Any, df: Any) -> Any:
     return validate_frame(df, contract_for(pack)).accepted.reset_index(drop=True)
 
 
-def baseline_inputs(ctx: StepContext, pack: Any, profile: str, episodes: int, reward_fn: str) -> tuple[str, str]:
+def baseline_inputs(
+    services: StepServices, pack: Any, profile: str, episodes: int, reward_fn: str, seed: int
+) -> tuple[str, str]:
     """Digest of everything the sandbox baseline depends on (the champion read from its alias)."""
     import hashlib
     import json
 
-    champion = ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION) or "rules"
+    champion = services.tracker.get_alias(policy_model_name(services.scenario), CHAMPION) or "rules"
     doc = {
         "scenario": (pack.path / "scenario.yaml").read_text(),
         "calibration": pack.calibration,
@@ -144,21 +146,23 @@ def baseline_inputs(ctx: StepContext, pack: Any, profile: str, episodes: int, re
         "episodes": episodes,
         "reward_fn": reward_fn,
         "reward_sha": pack.reward_fn(reward_fn).version,
-        "seed": ctx.config.seed,
+        "seed": seed,
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:24], str(champion)
 
 
-def champion_rows(ctx: StepContext, pack: Any, profile: str, episodes: int, reward_fn: str) -> tuple[Any, str]:
-    """``(rows, policy version)``: the champion's most likely actions on ``episodes`` seeded
-    episodes of ``pack`` in ``profile``, encoded as captured live rows are."""
-    traced = champion_trace_policy(ctx, pack, deterministic=True)
+def champion_rows(
+    services: StepServices, pack: Any, profile: str, episodes: int, reward_fn: str, seed: int
+) -> tuple[Any, str]:
+    """``(rows, policy version)``: the champion's most likely actions on ``episodes`` episodes of
+    ``pack`` in ``profile`` seeded by ``seed`` (the params' ``seed``), encoded as captured live rows are."""
+    traced = champion_trace_policy(services, pack, seed, deterministic=True)
     version = traced.version
     rows = rollout_traces(
         pack,
         traced.policy,
         episodes,
-        seed=ctx.config.seed,
+        seed=seed,
         profile=profile,
         policy_version=version,
         reward_fn=reward_fn,
@@ -166,18 +170,19 @@ def champion_rows(ctx: StepContext, pack: Any, profile: str, episodes: int, rewa
     return comparable_rows(pack, rows), version
 
 
-def sandbox_baseline(ctx: StepContext, pack: Any, profile: str, episodes: int) -> tuple[Any, str]:
-    """``(rows, policy version)`` of the champion in the calibrated sandbox, rolled out or read
-    back when an earlier check had the same inputs."""
-    reward_fn = ctx.reward_choice().reward_fn
-    digest, champion = baseline_inputs(ctx, pack, profile, episodes, reward_fn)
-    cached = ctx.uri("sandbox_traces", ctx.scenario, "by_inputs", f"{digest}.parquet")
-    if ctx.storage.exists(cached):
-        df = ctx.storage.read_parquet(cached)
+def sandbox_baseline(
+    services: StepServices, pack: Any, profile: str, episodes: int, reward_fn: str, seed: int
+) -> tuple[Any, str]:
+    """``(rows, policy version)`` of the champion in the calibrated sandbox, scored by the reward
+    function labelled ``reward_fn``, rolled out or read back when an earlier check had the same inputs."""
+    digest, champion = baseline_inputs(services, pack, profile, episodes, reward_fn, seed)
+    cached = services.uri("sandbox_traces", services.scenario, "by_inputs", f"{digest}.parquet")
+    if services.storage.exists(cached):
+        df = services.storage.read_parquet(cached)
         return df, str(df["policy_version"].iloc[0]) if len(df) else "rules"
-    df, version = champion_rows(ctx, pack, profile, episodes, reward_fn)
-    if not ctx.dry_run and version.rsplit("/", 1)[-1] == champion:  # the champion did not move meanwhile
-        ctx.storage.write_parquet(cached, df)
+    df, version = champion_rows(services, pack, profile, episodes, reward_fn, seed)
+    if not services.dry_run and version.rsplit("/", 1)[-1] == champion:  # the champion did not move meanwhile
+        services.storage.write_parquet(cached, df)
     return df, version
 
 
@@ -302,8 +307,9 @@ def drift_check(
     else:
         target, empty = long[0], long[3] == 0
     pack = ctx.load_pack()  # with the latest calibration: the sandbox as it stands now
-
-    shifts = signal_shifts(ctx, pack)  # a business signal moves the reward with or without traffic
+    reward_fn = ctx.reward_choice(pack=pack).reward_fn  # once: the signal check and the baseline score with it
+    # a business signal moves the reward with or without traffic
+    shifts = signal_shifts(ctx, pack, reward_fn, ctx.signal_readings(pack), ctx.config.signals)
     signals_moved = [s.describe() for s in shifts if s.moved]
     base: dict[str, Any] = {
         "scenario": ctx.scenario,
@@ -335,7 +341,12 @@ def drift_check(
         live = outcome_rows(ctx, cfg, long[1], long[2], long[3])
     else:
         baseline_df, version = sandbox_baseline(
-            ctx, pack, profile, episodes if episodes is not None else cfg.baseline_episodes
+            ctx,
+            pack,
+            profile,
+            episodes if episodes is not None else cfg.baseline_episodes,
+            reward_fn,
+            ctx.config.seed,
         )
     if long is not None and summary is None:
         summary, live = summarised_target(ctx, cfg, long[1], long[2], long[3], baseline_df)
@@ -367,9 +378,9 @@ def drift_check(
     r_base = episode_returns(baseline_df)
     drifted = list(result.drifted_fields)
     alarmed_for = f"input drift ({', '.join(drifted[:3])})" if drifted else None
-    verdict = check_return_anomaly(ctx, r_live, r_base, version, alarmed_for)
+    verdict = check_return_anomaly(ctx, cfg, r_live, r_base, version, alarmed_for)
 
-    outcome = outcome_drift_step(ctx, pack, baseline_df, live)
+    outcome = outcome_drift_step(ctx, cfg, ctx.config.evaluate.segments or {}, pack, baseline_df, live)
     if fanned and not ctx.dry_run:  # last: a failure above leaves the slices for the task's retry
         drop_slices(ctx)
     unmeasured = NO_LIVE_RETURN if not len(r_live) else None

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -38,6 +38,9 @@ from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.prefetch import prefetched
 from rlops.pipeline_steps.infra.services import StepServices
 from rlops.sandbox.profiles import default_profile
+
+if TYPE_CHECKING:
+    from rlops.common.params_drift import DriftParams
 
 
 @dataclass(frozen=True)
@@ -90,22 +93,24 @@ def slice_bounds(window: tuple[datetime, datetime], hours: float) -> list[tuple[
     return out
 
 
-def fans_out(ctx: StepContext) -> bool:
-    """Whether this drift check is fanned out (see the module)."""
-    cfg = ctx.config.drift
-    return bool(cfg.window_hours and cfg.slice_hours and not ctx.dry_run and ctx.traces.reader.engine == "duckdb")
+def fans_out(services: StepServices, cfg: DriftParams) -> bool:
+    """Whether this drift check is fanned out (see the module; ``cfg``: the params' ``drift:`` block)."""
+    return bool(
+        cfg.window_hours and cfg.slice_hours and not services.dry_run and services.traces.reader.engine == "duckdb"
+    )
 
 
 def plan_slices(ctx: StepContext) -> list[dict[str, Any]]:
     """The slices of the run key's window (as :class:`WindowSlice` dicts); one empty slice when the
     check is not fanned out or the window has no rows (its drift check then reads the window)."""
     cfg = ctx.config.drift
-    long = long_window(ctx, cfg) if fans_out(ctx) else None
+    long = long_window(ctx, cfg) if fans_out(ctx, cfg) else None
     if long is None or long[3] == 0:
         return [{}]
     _, uri, window, total = long
     pack = ctx.load_pack()
-    baseline, _ = sandbox_baseline(ctx, pack, default_profile(pack, "sandbox"), cfg.baseline_episodes)
+    profile, reward_fn = default_profile(pack, "sandbox"), ctx.reward_choice(pack=pack).reward_fn
+    baseline, _ = sandbox_baseline(ctx, pack, profile, cfg.baseline_episodes, reward_fn, ctx.config.seed)
     frozen = ctx.storage.write_parquet(baseline_uri(ctx), baseline)
     reader, every = ctx.traces.reader, plot_every(total)
     slices, offset = [], 0

@@ -59,6 +59,7 @@ from rlops.trace_store.states import action_codes, field_values, state_features,
 if TYPE_CHECKING:
     import pandas as pd
 
+    from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
 
 
@@ -319,17 +320,25 @@ def next_onset_state(
     return onset, {"cells": sorted(seen | set(drifted_cells)), "persisting": persisting or onset, "clean_hours": 0}
 
 
-def outcome_drift_step(ctx: Any, pack: Pack, sandbox: pd.DataFrame, live: pd.DataFrame) -> OutcomeReport:
-    """The drift check's call: test, write ``outcomes.json`` beside the drift report and log the
+def outcome_drift_step(
+    ctx: StepServices,
+    drift: DriftParams,
+    segments: dict[str, str],
+    pack: Pack,
+    sandbox: pd.DataFrame,
+    live: pd.DataFrame,
+) -> OutcomeReport:
+    """The drift check's call: test (the ``drift:`` block's settings, ``drift``; per ``segments``, the
+    ``evaluate:`` block's), write ``outcomes.json`` beside the drift report and log the
     ``outcome.*`` metrics and the report to an MLflow run of the drift step. A dry run tests and
     decides the onset from the kept state alike, and writes and logs nothing."""
-    cfg = OutcomeConfig.from_drift(ctx.config.drift)
+    cfg = OutcomeConfig.from_drift(drift)
     if not cfg.enabled:
         return OutcomeReport(reason="off (drift.outcome_enabled)")
     if "episode_id" in live.columns and ctx.traces.joins_outcomes(ctx.scenario):
         # outcomes known at the run key's end count; an episode still waiting for its own is no evidence
         live = settled(ctx.traces.join_outcomes(ctx.scenario, live, ctx.key.end))
-    rep = outcome_drift(pack, sandbox, live, cfg, ctx.section("evaluate").get("segments") or {})
+    rep = outcome_drift(pack, sandbox, live, cfg, segments)
     state_uri = ctx.uri("drift_state", ctx.scenario, "outcome_cells.json")
     state = ctx.storage.read_json(state_uri) if ctx.storage.exists(state_uri) else {}
     # a dry run decides the onset as the real run would (it drives the retrain), keeping nothing

@@ -10,13 +10,16 @@ it does for any other drift.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlops.pipeline_steps.infra.context import StepContext
 from rlops.registry.client import CHAMPION, policy_model_name
 
 if TYPE_CHECKING:
+    from rlops.common.params_model import SignalsParams
+    from rlops.pipeline_steps.infra.services import StepServices
+    from rlops.pipeline_steps.infra.signal_store import SignalReading
     from rlops.sandbox.pack import Pack
 
 
@@ -43,17 +46,20 @@ class SignalShift:
         )
 
 
-def signal_shifts(ctx: StepContext, pack: Pack) -> list[SignalShift]:
-    """Every signal the reward function that applies declares, against the champion (none: no champion)."""
-    fn = pack.reward_fn(ctx.reward_choice().reward_fn)
+def signal_shifts(
+    services: StepServices, pack: Pack, reward_fn: str, in_force: Sequence[SignalReading], cfg: SignalsParams
+) -> list[SignalShift]:
+    """Every signal the reward function that applies (labelled ``reward_fn``) declares, its reading
+    ``in_force`` against the champion's (none: no champion), moved beyond ``cfg.retrain_delta``."""
+    fn = pack.reward_fn(reward_fn)
     if not fn.signal_weights:
         return []
-    name = policy_model_name(ctx.scenario)
-    version = ctx.tracker.get_alias(name, CHAMPION)
+    name = policy_model_name(services.scenario)
+    version = services.tracker.get_alias(name, CHAMPION)
     if version is None:  # the rule engine serves: the next retrain trains on the value in force anyway
         return []
-    tags = ctx.tracker.model_version_tags(name, version)
-    readings = {r.name: r for r in ctx.signal_readings(pack)}
+    tags = services.tracker.model_version_tags(name, version)
+    readings = {r.name: r for r in in_force}
     shifts: list[SignalShift] = []
     for sw in fn.signal_weights:
         if any(s.signal == sw.signal for s in shifts):
@@ -61,7 +67,7 @@ def signal_shifts(ctx: StepContext, pack: Pack) -> list[SignalShift]:
         reading = readings[sw.signal]
         trained = _number(tags.get(f"signal.{sw.signal}"), sw.baseline)
         delta = abs(reading.value - trained)
-        threshold = ctx.config.signals.retrain_delta * (sw.high - sw.low)
+        threshold = cfg.retrain_delta * (sw.high - sw.low)
         shifts.append(
             SignalShift(sw.signal, reading.value, reading.status, trained, version, delta, threshold, delta > threshold)
         )

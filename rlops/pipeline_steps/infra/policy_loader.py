@@ -23,8 +23,8 @@ from rlops.sandbox.segments import compile_segment
 if TYPE_CHECKING:
     import torch
 
+    from rlops.common.params_operations import ExplorationParams
     from rlops.model.policy import PolicyNetwork
-    from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
     from rlops.sandbox.traces import TracePolicy
@@ -113,45 +113,46 @@ class ChampionTrace:
     """why the champion could not be loaded, when the rule engine stands in for it (a registry outage)"""
 
 
-def champion_trace_policy(ctx: StepContext, pack: Pack, deterministic: bool = False) -> ChampionTrace:
-    """The champion as a tracing policy (sampled actions with logp/entropy/value; its most likely
-    action with ``deterministic``), or the rule engine when no champion is registered yet."""
+def champion_trace_policy(services: StepServices, pack: Pack, seed: int, deterministic: bool = False) -> ChampionTrace:
+    """The champion as a tracing policy (sampled actions with logp/entropy/value, drawn from ``seed``
+    — the params' ``seed``; its most likely action with ``deterministic``), or the rule engine when
+    no champion is registered yet."""
     from rlops.sandbox.policies import rule_policy
 
     try:
-        version, policy = champion_policy(ctx, Path(tempfile.mkdtemp(prefix="rlops-champion-")))
+        version, policy = champion_policy(services, Path(tempfile.mkdtemp(prefix="rlops-champion-")))
     except Exception as exc:  # noqa: BLE001 - a registry outage must not stop capture
         return ChampionTrace(rule_policy, "rules", f"champion unavailable ({exc}); traced the rule engine")
     if policy is None:
         return ChampionTrace(rule_policy, "rules")
     import torch
 
-    gen = torch.Generator().manual_seed(ctx.config.seed)
+    gen = torch.Generator().manual_seed(seed)
 
     def act(env: Any) -> Any:
         out = policy.act(env.observe(), deterministic=deterministic, generator=gen)
         return out.action, {"logp": out.logp, "entropy": out.entropy, "value": out.value}
 
-    return ChampionTrace(act, f"{ctx.scenario}-policy/{version}")
+    return ChampionTrace(act, f"{services.scenario}-policy/{version}")
 
 
-def serving_trace_policy(ctx: StepContext, pack: Pack, seed: int) -> ChampionTrace:
+def serving_trace_policy(services: StepServices, pack: Pack, seed: int, cfg: ExplorationParams) -> ChampionTrace:
     """What serves production, as a tracing policy: the champion's greedy choice (or the rule
-    engine's, before a first champion), and with ``exploration.share`` an action drawn from the
-    exploration distribution, as a policy client serves them (:func:`rlops.agent_sdk.serving.choose_batch`);
-    ``logp`` is the log of the true propensity and ``explored`` marks the drawn decisions."""
+    engine's, before a first champion), and with ``cfg.share`` (``cfg``: the params' ``exploration:``
+    block) an action drawn from the exploration distribution, as a policy client serves them
+    (:func:`rlops.agent_sdk.serving.choose_batch`); ``logp`` is the log of the true propensity and
+    ``explored`` marks the drawn decisions."""
     import numpy as np
     import torch
 
-    cfg = ctx.config.exploration
     off = compile_segment(pack.scenario.spec, cfg.off_segment) if cfg.off_segment else None
     try:
-        version, policy = champion_policy(ctx, Path(tempfile.mkdtemp(prefix="rlops-champion-")))
+        version, policy = champion_policy(services, Path(tempfile.mkdtemp(prefix="rlops-champion-")))
         warning = None
     except Exception as exc:  # noqa: BLE001 - a registry outage must not stop capture
         version, policy, warning = None, None, f"champion unavailable ({exc}); traced the rule engine"
     rng = np.random.default_rng(seed)
-    no_champion = f"no_champion: {ctx.scenario}-policy has no champion alias yet"
+    no_champion = f"no_champion: {services.scenario}-policy has no champion alias yet"
 
     def act(env: Any) -> Any:
         mask = env.action_masks()
@@ -183,7 +184,7 @@ def serving_trace_policy(ctx: StepContext, pack: Pack, seed: int) -> ChampionTra
             extras["fallback_reason"] = np.full(len(a), no_champion, dtype=object)
         return torch.as_tensor(a, dtype=torch.int64, device=mask.device), extras
 
-    name = "rules" if policy is None else f"{ctx.scenario}-policy/{version}"
+    name = "rules" if policy is None else f"{services.scenario}-policy/{version}"
     return ChampionTrace(act, name, warning)
 
 

@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.services import StepServices
     from rlops.pipeline_steps.labels.disagreement import LabelledStates
     from rlops.pipeline_steps.labels.store import LabelStore
+    from rlops.sandbox.pack import Pack
 
 
 # --------------------------------------------------------------------------- steps
@@ -241,28 +242,50 @@ class LabelQueueRun(StepResult):
         }
 
 
+@dataclass(frozen=True)
+class LabelQueueSetup:
+    """One label-queue run's inputs, resolved where its request enters."""
+
+    settings: QueueConfig
+    """The params' ``label_queue:`` block with the request's options of the same name over it."""
+    pack: Pack
+    """The scenario pack, the latest calibration applied."""
+    traces_uri: str
+    """Where the window's trace rows are read: the request's ``traces``, else the scenario's trace store."""
+
+
+def resolve_label_queue(ctx: StepContext, request: LabelQueueRequest | None = None) -> LabelQueueSetup:
+    """The :class:`LabelQueueSetup` of ``request`` in the run of ``ctx``."""
+    request = request or LabelQueueRequest()
+    settings = request.settings(ctx.config.label_queue)
+    pack = ctx.load_pack()
+    return LabelQueueSetup(settings, pack, request.traces or ctx.traces.scenario_uri(ctx.scenario))
+
+
 def label_queue_run(ctx: StepContext, request: LabelQueueRequest | None = None) -> LabelQueueRun:
     """Enqueue the states worth labelling in the run key's window (policy entropy, or the reward
     ensemble's disagreement once labels are finished: see the module docstring)."""
+    return enqueue_window(ctx, resolve_label_queue(ctx, request))
+
+
+def enqueue_window(services: StepServices, setup: LabelQueueSetup) -> LabelQueueRun:
+    """:func:`label_queue_run`'s work on its resolved inputs."""
     import pandas as pd
 
-    request = request or LabelQueueRequest()
-    cfg = request.settings(ctx.config.label_queue)
-    pack = ctx.load_pack()
-    window = ctx.key.lookback(cfg.window_hours)
-    uri = request.traces or ctx.traces.scenario_uri(ctx.scenario)
-    read = window_rows(ctx, uri, window)
+    cfg, pack, uri = setup.settings, setup.pack, setup.traces_uri
+    window = services.key.lookback(cfg.window_hours)
+    read = window_rows(services, uri, window)
     raw = read.rows
     missing = {"episode_id", "step", "ts", "action", "action_mask"} - set(raw.columns)
     if not raw.empty and missing:
         raise ValueError(f"trace rows at {uri} lack column(s) {sorted(missing)}; expected the trace record")
     # Entropy is a property of a learned policy: rule-engine steps carry none (they would read as
     # perfectly certain); before any champion a registered candidate's entropy is computed instead.
-    usable = usable_rows(ctx, pack, raw, cfg.uncertainty_policy)
+    usable = usable_rows(services, pack, raw, cfg.uncertainty_policy)
     if read.left_out and usable.rows.empty:  # every learned-policy row was a fallback: judge them all
-        read = WindowRows(ctx.traces.reader.read(uri, window, list(raw.columns)), read.total, {}, read.trace_ids)
+        read = WindowRows(services.traces.reader.read(uri, window, list(raw.columns)), read.total, {}, read.trace_ids)
         raw = read.rows
-        usable = usable_rows(ctx, pack, raw, cfg.uncertainty_policy)
+        usable = usable_rows(services, pack, raw, cfg.uncertainty_policy)
     df = usable.rows
     if not df.empty and "entropy" not in df.columns:
         raise ValueError(f"trace rows at {uri} lack the entropy column; expected the trace record")
@@ -276,12 +299,15 @@ def label_queue_run(ctx: StepContext, request: LabelQueueRequest | None = None) 
     df = choice_rows(pack, df)
     read.rows = usable.rows = df
     del raw
-    labelled, selection, known = queue_selection(ctx, pack, cfg)
+    labelled, selection, known = queue_selection(services, pack, cfg)
     if labelled is None:
         selected, stats = select_uncertain(pack, df, cfg)
     else:
         fresh = pd.Series(
-            [item_id(ctx.scenario, e, s) not in known for e, s in zip(df.get("episode_id", []), df.get("step", []))],
+            [
+                item_id(services.scenario, e, s) not in known
+                for e, s in zip(df.get("episode_id", []), df.get("step", []))
+            ],
             index=df.index,
             dtype=bool,
         )
@@ -289,12 +315,12 @@ def label_queue_run(ctx: StepContext, request: LabelQueueRequest | None = None) 
             excluded[EXCLUDED_QUEUED] = int((~fresh).sum())
         selected, stats = select_disagreeing(pack, df[fresh].reset_index(drop=True), labelled, cfg)
     if read.trace_ids:
-        selected = with_trace_ids(ctx, uri, window, selected)
-    items = queue_items(pack, ctx.scenario, selected, history) if len(selected) else []
-    store = store_for(ctx, cfg)
+        selected = with_trace_ids(services, uri, window, selected)
+    items = queue_items(pack, services.scenario, selected, history) if len(selected) else []
+    store = store_for(services, cfg)
     # a dry run: the counts the enqueue would give, read without writing
-    plan_or_enqueue = store.plan_enqueue if ctx.dry_run else store.enqueue
-    enqueued = plan_or_enqueue(ctx.scenario, ctx.run_key, items)
+    plan_or_enqueue = store.plan_enqueue if services.dry_run else store.enqueue
+    enqueued = plan_or_enqueue(services.scenario, services.run_key, items)
     return LabelQueueRun(
         traces_uri=uri,
         window=[str(w) for w in window] if window else None,
@@ -311,13 +337,13 @@ def label_queue_run(ctx: StepContext, request: LabelQueueRequest | None = None) 
         clusters_by_threshold=[s.cluster_id for s in stats if s.why == "threshold"],
         clusters_by_top_k=[s.cluster_id for s in stats if s.why == "top_k"],
         items=len(items),
-        dry_run=ctx.dry_run,
+        dry_run=services.dry_run,
         cluster_stats=[asdict(s) for s in stats],
         enqueued=enqueued,
         queue=(
             "not computed: the queue's counts after an enqueue a dry run skips"
-            if ctx.dry_run
-            else store.counts(ctx.scenario)
+            if services.dry_run
+            else store.counts(services.scenario)
         ),
     )
 

@@ -101,7 +101,8 @@ def import_outcomes(ctx: StepContext, request: OutcomeImportRequest) -> OutcomeS
     raw, digest = read_outcome_file(ctx.storage, path)
     if not raw.records and not raw.unparseable:
         raise UserError(f"outcome import {path}: the file holds no record; expected one outcome per line or row")
-    return store_batch(ctx, raw, f"import-{digest}", f"file:{path}")
+    store = ctx.traces.outcomes or OutcomeStore.from_params(ctx.config, ctx.storage)
+    return store_batch(ctx, store, raw, f"import-{digest}", f"file:{path}")
 
 
 def capture_outcomes(ctx: StepContext, request: OutcomeCaptureRequest | None = None) -> OutcomeSummary:
@@ -113,7 +114,8 @@ def capture_outcomes(ctx: StepContext, request: OutcomeCaptureRequest | None = N
     raw = RawBatch()
     for uri in files:
         raw.add_lines(_text(ctx.storage, uri), uri)
-    summary = store_batch(ctx, raw, f"capture-{ctx.run_key}", f"landing_zone:{ctx.run_key}", allow_empty=True)
+    store = ctx.traces.outcomes or OutcomeStore.from_params(ctx.config, ctx.storage)
+    summary = store_batch(ctx, store, raw, f"capture-{ctx.run_key}", f"landing_zone:{ctx.run_key}", allow_empty=True)
     return dataclasses.replace(summary, files=files, skipped_files=skipped)
 
 
@@ -171,11 +173,12 @@ def decision_times(ctx: StepServices, episode_ids: list[str]) -> pd.Series:
     return parse_ts(rows["ts"]).groupby(rows["episode_id"].astype(str).to_numpy()).max()
 
 
-def store_batch(ctx: StepContext, raw: RawBatch, batch: str, source: str, allow_empty: bool = False) -> OutcomeSummary:
-    """Check, quarantine and store one batch of raw records (see the module)."""
-    store = ctx.traces.outcomes or OutcomeStore.from_params(ctx.config, ctx.storage)
-    checked = check_records(raw.records, ctx.scenario, raw.sources, raw.line_nos)
-    rows, late = against_traces(ctx, store, checked, raw)
+def store_batch(
+    services: StepServices, store: OutcomeStore, raw: RawBatch, batch: str, source: str, allow_empty: bool = False
+) -> OutcomeSummary:
+    """Check, quarantine and store one batch of raw records in ``store`` (see the module)."""
+    checked = check_records(raw.records, services.scenario, raw.sources, raw.line_nos)
+    rows, late = against_traces(services, store, checked, raw)
     quarantined = pd.concat(
         [
             pd.DataFrame(
@@ -190,13 +193,13 @@ def store_batch(ctx: StepContext, raw: RawBatch, batch: str, source: str, allow_
     records_in = len(raw.records) + len(raw.unparseable)
     accepted = records_in - len(quarantined)
     latest = rows.sort_values(["ts", "record"], kind="stable").drop_duplicates(KEY, keep="last")
-    wrote = store.upsert(ctx.scenario, latest[STORE_SCHEMA.names], dry_run=ctx.dry_run)
-    q_uri = store.write_quarantine(ctx.scenario, batch, quarantined.astype({"line_no": "int64"}), ctx.dry_run)
+    wrote = store.upsert(services.scenario, latest[STORE_SCHEMA.names], dry_run=services.dry_run)
+    q_uri = store.write_quarantine(services.scenario, batch, quarantined.astype({"line_no": "int64"}), services.dry_run)
     reasons = quarantined["reason"].str.split(":", n=1).str[0].value_counts() if len(quarantined) else pd.Series()
     summary = OutcomeSummary(
-        scenario=ctx.scenario,
+        scenario=services.scenario,
         source=source,
-        dry_run=ctx.dry_run,
+        dry_run=services.dry_run,
         records_in=records_in,
         records_accepted=accepted,
         records_quarantined=len(quarantined),
@@ -213,7 +216,7 @@ def store_batch(ctx: StepContext, raw: RawBatch, batch: str, source: str, allow_
         first = str(quarantined["reason"].iloc[0])
         raise UserError(
             f"outcome {source}: none of {records_in} record(s) was accepted (first reason: {first}); all are "
-            f"quarantined in {q_uri} — expected outcomes of episodes in the trace store of {ctx.scenario!r}, "
+            f"quarantined in {q_uri} — expected outcomes of episodes in the trace store of {services.scenario!r}, "
             "in the format of docs/outcomes.md"
         )
     return summary

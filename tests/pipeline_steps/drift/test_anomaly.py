@@ -178,7 +178,8 @@ def _ctx(storage: _Storage, run_key: str, dry_run: bool = False, **drift: object
 
 
 def _check(storage: _Storage, run_key: str, mean: float, dry_run: bool = False, **drift: object) -> ReturnAnomaly:
-    return check_return_anomaly(_ctx(storage, run_key, dry_run, **drift), _returns(mean), _returns(0.90, 2000), POLICY)
+    ctx = _ctx(storage, run_key, dry_run, **drift)
+    return check_return_anomaly(ctx, ctx.config.drift, _returns(mean), _returns(0.90, 2000), POLICY)
 
 
 def test_hourly_checks_keep_the_suspect_in_storage_until_the_next_hour_confirms_it() -> None:

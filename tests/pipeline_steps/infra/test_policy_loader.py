@@ -15,7 +15,7 @@ from rlops.sandbox.policies import rule_policy
 
 def test_no_champion_traces_the_rule_engine_without_a_warning(tmp_tracking: str, tmp_storage_root: str) -> None:
     ctx = StepContext.create("credit_approval", "20261130T0500")
-    traced = policy_loader.champion_trace_policy(ctx, ctx.load_pack())
+    traced = policy_loader.champion_trace_policy(ctx, ctx.load_pack(), ctx.config.seed)
     assert (traced.policy, traced.version, traced.warning) == (rule_policy, "rules", None)
 
 
@@ -30,7 +30,7 @@ def test_a_registry_outage_traces_the_rule_engine_and_says_why(
 
     monkeypatch.setattr(policy_loader, "champion_policy", outage)
     ctx = StepContext.create("credit_approval", "20261130T0500", overrides={"capture": {"episodes": 5}})
-    traced = policy_loader.champion_trace_policy(ctx, ctx.load_pack())
+    traced = policy_loader.champion_trace_policy(ctx, ctx.load_pack(), ctx.config.seed)
     assert traced.version == "rules" and traced.policy is rule_policy
     assert traced.warning == "champion unavailable (tracking server refused the connection); traced the rule engine"
     out = capture_step(ctx, CaptureRequest(simulate=True)).as_dict()

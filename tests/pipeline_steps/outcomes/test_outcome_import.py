@@ -245,9 +245,9 @@ def test_outcome_drift_judges_settled_episodes_with_their_outcomes(world: dict[s
     raw = ctx.traces.reader.read(ctx.traces.scenario_uri(SCENARIO))
     pack = ctx.load_pack()
     waiting = StepContext.create(SCENARIO, RUN_KEY, dry_run=True, overrides=OVERRIDES)
-    rep = outcome_drift_step(waiting, pack, raw, raw)
+    rep = outcome_drift_step(waiting, waiting.config.drift, waiting.config.evaluate.segments, pack, raw, raw)
     assert rep.live_rows == 0 and rep.drifted_cells == []
     later = StepContext.create(SCENARIO, "20260415T1000", dry_run=True, overrides=OVERRIDES)
-    rep = outcome_drift_step(later, pack, raw, raw)
+    rep = outcome_drift_step(later, later.config.drift, later.config.evaluate.segments, pack, raw, raw)
     assert rep.live_rows == int(raw["reward_total"].notna().sum())
     assert rep.drifted_cells, rep.summary()
