@@ -1,6 +1,9 @@
 """The live A/B gates of a candidate from captured traffic: the episodes its ``challenger`` group
 served against the ``champion``/``control`` group's of the same window (of one roll-out stage's
 segment, when the stage names one), judged by :func:`~rlops.pipeline_steps.promotion.gates.ab_gates`.
+Before a pack's first champion the incumbent is the rule engine, which the policy client serves as
+group ``fallback`` with reason ``no_champion``: those rows are the control when the window holds
+no ``champion``/``control`` row (:func:`control_rows`).
 
 The evaluation (:mod:`rlops.pipeline_steps.promotion.evaluate`) and the roll-out step
 (:mod:`rlops.pipeline_steps.promotion.rollout`) read them alike.
@@ -15,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from rlops.agent_sdk.serving import FALLBACK
 from rlops.common.errors import UserError
 from rlops.common.policy_ref import canonical_policy
 from rlops.pipeline_steps.promotion.gates import Gate, GateConfig, ab_gates, episode_outcomes
@@ -23,6 +27,23 @@ from rlops.pipeline_steps.promotion.stages import segment_episodes
 if TYPE_CHECKING:
     from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
+
+#: The fallback reason code (``FALLBACK_CODES``) of a decision the rule engine made because no
+#: champion was promoted yet: the incumbent's own decision, not a champion's failure.
+NO_CHAMPION = "no_champion"
+
+
+def control_rows(traces: pd.DataFrame) -> pd.DataFrame:
+    """The incumbent's rows of ``traces``: groups ``champion``/``control``; in a window without
+    any, the rule engine's decisions served for want of a champion (group ``fallback``, reason
+    ``no_champion``), which a pack's first challenger is judged against. Other fallbacks (a
+    champion that timed out, failed to load…) are no one's control."""
+    group = traces["test_group"].fillna("").astype(str)
+    incumbent = traces[group.isin(["champion", "control"])]
+    if not incumbent.empty or "fallback_reason" not in traces:
+        return incumbent
+    reason = traces["fallback_reason"].fillna("").astype(str)
+    return traces[group.eq(FALLBACK) & reason.str.startswith(f"{NO_CHAMPION}:")]
 
 
 def live_ab_gates(
@@ -45,7 +66,7 @@ def live_ab_gates(
     if control_before is not None:
         before = ctx.traces.read(ctx.scenario, (control_before - timedelta(hours=window_hours), control_before))
         if not before.empty and "test_group" in before:  # only its control rows: the challenger's are this stage's
-            before = before[before["test_group"].fillna("").astype(str).isin(["champion", "control"])]
+            before = control_rows(before)
             if "test_group" in traces:
                 traces = traces[traces["test_group"].fillna("").astype(str).eq("challenger")]
             traces = pd.concat([traces, before], ignore_index=True)
@@ -64,7 +85,7 @@ def live_ab_gates(
         by_candidate = pd.Series(True, index=traces.index)
     served = traces.loc[group.eq("challenger") & by_candidate, "episode_id"].unique()
     ch_rows = traces[group.eq("challenger") & traces["episode_id"].isin(served)]
-    ctl_rows = traces[group.isin(["champion", "control"])]
+    ctl_rows = control_rows(traces)
     where = ""
     if segment is not None:
         inside = segment_episodes(pack, pd.concat([ch_rows, ctl_rows]), segment)
