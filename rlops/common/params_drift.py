@@ -131,6 +131,26 @@ class RecalConfig(Block):
         description="fit the pack's fittable hidden probabilities (`fit:`) from live outcomes, and the "
         "scale live traffic scores their outcome component with",
     )
+    outcome_alpha: float = Field(
+        0.01,
+        gt=0,
+        lt=1,
+        description="an outcome factor or a reward scale is kept only when its test's Bonferroni-adjusted "
+        "p-value is below this",
+    )
+    outcome_min_rows: int = Field(
+        100, ge=1, description="settled outcomes a field (and each segment tested for a factor) needs to be fitted"
+    )
+    outcome_quantiles: int = Field(
+        8, ge=2, description="numeric `by:` fields are cut into this many quantile segments for a factor"
+    )
+    outcome_max_factors: int = Field(3, ge=1, description="most outcome factors kept per fitted field")
+    reward_scale_min_rows: int = Field(
+        30, ge=2, description="scores of one sign, live and in the sandbox each, a reward scale needs"
+    )
+    reward_scale_min_change: float = Field(
+        0.1, ge=0, description="a reward scale is kept only when it differs from 1 by at least this"
+    )
 
 
 __all__ = ["DriftParams", "RecalConfig"]

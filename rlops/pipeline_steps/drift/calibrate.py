@@ -253,7 +253,13 @@ def active_profile(pack: Pack) -> str:
 
 
 def fit_rewards(
-    services: StepServices, after: Pack, live: pd.DataFrame, episodes: int, reward_fn: str, seed: int
+    services: StepServices,
+    after: Pack,
+    live: pd.DataFrame,
+    episodes: int,
+    reward_fn: str,
+    seed: int,
+    cfg: RecalConfig,
 ) -> RewardScales:
     """The ``rewards:`` block: the champion rolled out for ``episodes`` episodes (seeded by ``seed``) in
     the newly fitted world ``after`` (scored by the reward function that applies, ``reward_fn``), its
@@ -261,7 +267,7 @@ def fit_rewards(
     if live.empty or not outcome_components(after):
         return RewardScales({})
     sandbox, _ = champion_rows(services, after, active_profile(after), episodes, reward_fn, seed)
-    return RewardScales(fit_reward_scales(after, live, sandbox))
+    return RewardScales(fit_reward_scales(after, live, sandbox, cfg))
 
 
 @dataclass(frozen=True)
@@ -314,7 +320,7 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> Recalibratio
     now = datetime.now(UTC).isoformat(timespec="seconds")
     cal.update(version=ctx.run_key, scenario=ctx.scenario, created=now, traces_uri=uri)
     if cfg.fit_outcomes:  # fittable hidden dynamics (scenario `fit:`), from the same live rows
-        outcomes = fit_outcomes(current, outcomes_known)
+        outcomes = fit_outcomes(current, outcomes_known, cfg)
         if outcomes:
             cal["outcomes"] = outcomes
     after = load_pack(ctx.pack_dir, calibration=cal, check_liveness=False)
@@ -334,7 +340,7 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> Recalibratio
     if cfg.fit_outcomes:
         reward_fn = ctx.reward_choice(pack=written).reward_fn
         episodes = int(ctx.config.drift.baseline_episodes)
-        rewards = fit_rewards(ctx, after, outcomes_known, episodes, reward_fn, ctx.config.seed)
+        rewards = fit_rewards(ctx, after, outcomes_known, episodes, reward_fn, ctx.config.seed, cfg)
         if rewards.scales:
             cal["rewards"] = rewards.as_dict()
     version_uri = ctx.uri("calibrations", ctx.scenario, f"{ctx.run_key}.json")

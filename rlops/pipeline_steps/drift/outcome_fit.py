@@ -53,6 +53,7 @@ from rlops.trace_store.states import _previous_in_episode, action_codes, field_v
 if TYPE_CHECKING:
     import pandas as pd
 
+    from rlops.common.params_drift import RecalConfig
     from rlops.sandbox.pack import Pack
 
 GRID = np.exp(np.linspace(np.log(0.2), np.log(5.0), 161))
@@ -95,7 +96,7 @@ def _loglik(y: np.ndarray, p: np.ndarray, theta: np.ndarray) -> np.ndarray:
     return out
 
 
-def segments(pack: Pack, frame: pd.DataFrame, by: list[str], quantiles: int = 8) -> dict[str, np.ndarray]:
+def segments(pack: Pack, frame: pd.DataFrame, by: list[str], quantiles: int) -> dict[str, np.ndarray]:
     """``{condition expression: row mask}`` for each ``by`` field's values (enum) or, numeric, its
     octile bins and the tails above and below each inner cut."""
     out: dict[str, np.ndarray] = {}
@@ -134,9 +135,9 @@ def fit_factors(
     y: np.ndarray,
     p: np.ndarray,
     masks: dict[str, np.ndarray],
-    alpha: float = 0.01,
-    max_factors: int = 3,
-    min_rows: int = 100,
+    alpha: float,
+    max_factors: int,
+    min_rows: int,
 ) -> list[dict[str, Any]]:
     """The greedy maximum-likelihood factors of step 3–4 of the module docstring."""
     from scipy.stats import chi2
@@ -169,11 +170,11 @@ def fit_factors(
     return chosen
 
 
-def fit_outcomes(
-    pack: Pack, frame: pd.DataFrame, alpha: float = 0.01, quantiles: int = 8, max_factors: int = 3, min_rows: int = 100
-) -> dict[str, list[dict[str, Any]]]:
+def fit_outcomes(pack: Pack, frame: pd.DataFrame, cfg: RecalConfig) -> dict[str, list[dict[str, Any]]]:
     """Fitted factors of every fittable field of ``pack`` from the live rows ``frame`` (the
-    pack's own expressions, not an earlier calibration's, are the baseline)."""
+    pack's own expressions, not an earlier calibration's, are the baseline), with the
+    ``recalibrate.outcome_*`` settings ``cfg``."""
+    min_rows = cfg.outcome_min_rows
     import yaml
 
     doc = yaml.safe_load((pack.path / "scenario.yaml").read_text())
@@ -193,8 +194,8 @@ def fit_outcomes(
         rows = np.isfinite(s) & (s != 0)
         p = field_probabilities(pack, doc, path, sub)[rows]
         y = ((s[rows] < 0) if spec.get("event_when", "negative") == "negative" else (s[rows] > 0)).astype(float)
-        masks = segments(pack, sub[rows].reset_index(drop=True), list(spec["by"]), quantiles)
-        factors = fit_factors(y, p, masks, alpha, max_factors, min_rows)
+        masks = segments(pack, sub[rows].reset_index(drop=True), list(spec["by"]), cfg.outcome_quantiles)
+        factors = fit_factors(y, p, masks, cfg.outcome_alpha, cfg.outcome_max_factors, min_rows)
         if factors:
             out[path] = factors
     return out
@@ -212,13 +213,13 @@ def fit_reward_scales(
     pack: Pack,
     live: pd.DataFrame,
     sandbox: pd.DataFrame,
-    alpha: float = 0.01,
-    min_rows: int = 30,
-    min_change: float = 0.1,
+    cfg: RecalConfig,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """``{component: {negative|positive: {factor, p_value, rows, sandbox_rows, live_mean,
     sandbox_mean}}}`` for each declared ``outcome`` component whose live scores of one sign differ
-    from the sandbox's (see the module docstring)."""
+    from the sandbox's (see the module docstring; ``alpha``, ``min_rows`` and ``min_change`` are
+    ``recalibrate.outcome_alpha``, ``reward_scale_min_rows`` and ``reward_scale_min_change``)."""
+    alpha, min_rows, min_change = cfg.outcome_alpha, cfg.reward_scale_min_rows, cfg.reward_scale_min_change
     if live.empty or sandbox.empty or "reward_breakdown" not in live or "reward_breakdown" not in sandbox:
         return {}
     tests: list[tuple[str, str, np.ndarray, np.ndarray]] = []

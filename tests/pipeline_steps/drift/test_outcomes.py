@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from rlops.common.config import REPO_ROOT
-from rlops.common.params_drift import DriftParams
+from rlops.common.params_drift import DriftParams, RecalConfig
 from rlops.pipeline_steps.drift.outcomes import OutcomeConfig, outcome_drift, welch
 from rlops.pipeline_steps.drift.request import DriftCheckRequest
 from rlops.timeline.events import parse_events, production_doc
@@ -166,12 +166,12 @@ def test_recovery_fits_the_changed_dynamics_and_only_into_the_calibration(worlds
     p = np.full(4000, 0.2)
     seg = np.arange(4000) < 1000
     y = (rng.random(4000) < np.where(seg, 0.5, 0.2)).astype(float)
-    got = fit_factors(y, p, {"a": seg, "b": ~seg})
+    got = fit_factors(y, p, {"a": seg, "b": ~seg}, 0.01, 3, 100)
     assert [g["when"] for g in got] == ["a"] and got[0]["factor"] == pytest.approx(2.5, rel=0.08)
     sandbox_pack, prod, _ = worlds
     before = (PACK / "scenario.yaml").read_text()
-    assert fit_outcomes(sandbox_pack, rows(sandbox_pack, 7_000, 2000)) == {}
-    fitted = fit_outcomes(sandbox_pack, rows(prod, 7_000, 2000))
+    assert fit_outcomes(sandbox_pack, rows(sandbox_pack, 7_000, 2000), RecalConfig()) == {}
+    fitted = fit_outcomes(sandbox_pack, rows(prod, 7_000, 2000), RecalConfig())
     (factor,) = fitted["hidden.default_prob"][:1]
     assert "user_profile.age >" in factor["when"] and 1.8 < factor["factor"] < 3.2 and factor["p_value"] < 1e-6
     assert (PACK / "scenario.yaml").read_text() == before
@@ -231,7 +231,7 @@ def test_a_threshold_change_is_fitted_as_one_tail_from_an_hour_of_outcomes(tmp_p
     shutil.copytree(PACK, tmp_path / "prod")
     (tmp_path / "prod" / "scenario.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     prod = load_pack(tmp_path / "prod", check_liveness=False)
-    first = fit_outcomes(load_pack(PACK), rows(prod, 5, 1000))["hidden.default_prob"][0]
+    first = fit_outcomes(load_pack(PACK), rows(prod, 5, 1000), RecalConfig())["hidden.default_prob"][0]
     assert first["when"].startswith("user_profile.age > ") and " and " not in first["when"], first
     assert 57.0 <= float(first["when"].split("> ")[1]) <= 63.0 and 2.0 < first["factor"] < 3.0, first
 
@@ -282,9 +282,9 @@ def test_a_rule_change_is_fitted_as_a_reward_scale_and_only_into_the_calibration
 
     sandbox_pack, _, rule = worlds
     baseline = rows(sandbox_pack, 0, 2000)
-    assert fit_reward_scales(sandbox_pack, rows(sandbox_pack, 10_000, 1000), baseline) == {}
+    assert fit_reward_scales(sandbox_pack, rows(sandbox_pack, 10_000, 1000), baseline, RecalConfig()) == {}
     live = rows(rule, 10_000, 1000, reward="v2")
-    fitted = fit_reward_scales(sandbox_pack, live, baseline)
+    fitted = fit_reward_scales(sandbox_pack, live, baseline, RecalConfig())
     assert list(fitted) == ["loan_outcome"] and list(fitted["loan_outcome"]) == ["negative"], fitted
     neg = fitted["loan_outcome"]["negative"]
     assert 1.3 < neg["factor"] < 1.65 and neg["p_value"] < 1e-6 and neg["rows"] >= 30
