@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
+from rlops.common.params_drift import DriftParams
 from rlops.data_contracts.schema import STATE_PREFIX
 from rlops.pipeline_steps.drift.ks import (
     HAS_EXACT,
@@ -60,8 +61,11 @@ OPERATIONAL_FIELDS = ("latency_ms", "error")
 #: (``rlops drift detect``), not by the drift check, whose baseline is the sandbox's own rollouts
 DECISION_FIELDS = ("action", "reward_total")
 MISSING = "(no value)"
-DEFAULT_THRESHOLD = 0.01
-DEFAULT_MIN_EFFECT = 0.02
+#: the tests' defaults are the params' (``drift:``), so a call without them judges as the drift check does
+_DRIFT = DriftParams()
+DEFAULT_THRESHOLD = _DRIFT.threshold
+DEFAULT_MIN_EFFECT = _DRIFT.min_effect
+DEFAULT_BH = _DRIFT.bh
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ class DriftReport:
     fields: list[FieldDrift]
     threshold: float = DEFAULT_THRESHOLD
     min_effect: float = DEFAULT_MIN_EFFECT
-    bh: bool = False
+    bh: bool = DEFAULT_BH
     n_baseline_rows: int = 0
     n_target_rows: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
@@ -292,7 +296,7 @@ def detect_drift(
     target: pd.DataFrame,
     threshold: float = DEFAULT_THRESHOLD,
     min_effect: float = DEFAULT_MIN_EFFECT,
-    bh: bool = False,
+    bh: bool = DEFAULT_BH,
     fields: Sequence[str] | None = None,
     workers: int | None = None,
     clusters: tuple[pd.Series, pd.Series] | None = None,

@@ -15,6 +15,7 @@ import pandas as pd
 
 from rlops.pipeline_steps.drift.ks import _kstwo_sf, ks_pvalue
 from rlops.pipeline_steps.drift.stats import (
+    DEFAULT_BH,
     DEFAULT_MIN_EFFECT,
     DEFAULT_THRESHOLD,
     DriftReport,
@@ -107,7 +108,7 @@ def detect_drift_window(
     target: WindowSummary,
     threshold: float = DEFAULT_THRESHOLD,
     min_effect: float = DEFAULT_MIN_EFFECT,
-    bh: bool = False,
+    bh: bool = DEFAULT_BH,
     fields: Sequence[str] | None = None,
     cluster: str | None = None,
     baseline_fit_n: float | None = None,

@@ -218,7 +218,7 @@ def test_bh_changes_the_decision() -> None:
     targ = {f"state.f{i}": rng.normal(size=n) for i in range(20)}
     targ["state.f0"] = rng.normal(0.13, 1, size=n)  # raw p a little under 0.01
     b, t = pd.DataFrame(base), pd.DataFrame(targ)
-    plain = detect_drift(b, t, threshold=0.01, min_effect=0.0)
+    plain = detect_drift(b, t, threshold=0.01, min_effect=0.0, bh=False)
     adjusted = detect_drift(b, t, threshold=0.01, min_effect=0.0, bh=True)
     f0 = plain.fields[0]
     assert f0.p_value < 0.01 and f0.p_adjusted == f0.p_value and f0.drifted
