@@ -153,7 +153,7 @@ def test_a_challenger_rolls_out_region_by_region(
     # A new challenger whose decisions are slow fails its segment's gate: withdrawn,
     # and no other region ever met it.
     nxt = register(first, pack, good)
-    stage_challenger(ctx_at(2), nxt, 1.0, "staged by hand for the test", rollout_plan(first)[0])
+    stage_challenger(ctx_at(2), nxt, 1.0, "staged by hand for the test", rollout_plan(first.config.evaluate)[0])
     rows = _serve_hour(ctx_at(3), pack, {"champion": good, "challenger": good}, slow_challenger=True)
     assert _regions(rows, "challenger") == {"guangdong"}
     out = _rollout_dag(T0 + timedelta(hours=3))

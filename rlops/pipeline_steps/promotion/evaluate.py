@@ -23,6 +23,7 @@ import dataclasses
 import logging
 import math
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,9 +47,13 @@ from rlops.registry.client import CHAMPION, TrackingError, policy_model_name
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.policies import evaluate_policy, rule_policy
 from rlops.sandbox.profiles import CALIBRATED, default_profile
+from rlops.sandbox.reward_choice import choose_reward
 
 if TYPE_CHECKING:
+    from rlops.common.params_operations import ExplorationParams, OpeParams
+    from rlops.common.params_promotion import EvaluateParams
     from rlops.model.policy import PolicyNetwork
+    from rlops.sandbox.pack import Pack
 
 log = logging.getLogger(__name__)
 
@@ -96,17 +101,41 @@ def evaluation_profile(pack: Any, configured: str | None) -> str:
     return CALIBRATED
 
 
-def evaluate_candidate(
-    ctx: StepContext, request: EvaluateRequest, stress_verdict: str | None = None
-) -> EvaluationReport:
-    """Compare the request's ``candidate`` with the champion (or the rule engine) and judge every
-    gate. ``stress_verdict``: the verdict of a stress test run for this evaluation (a dry run
-    writes no tag for the gate to read), else the version's ``stress_test`` tag."""
+@dataclass(frozen=True)
+class EvaluationSetup:
+    """One evaluation's inputs, resolved: the candidate and the champion as the registry names them,
+    the pack and the settings the gates judge with."""
+
+    candidate: str
+    """The registry version the request's ``candidate`` names."""
+    tags: dict[str, str]
+    """The candidate version's tags (its reward function, its stress verdict, a log hold-out)."""
+    champion: str | None
+    """The ``champion`` version (None: the rule engine serves)."""
+    pack: Pack
+    """The scenario pack, compiled once: the latest calibration applied, the signals in force bound."""
+    profile: str
+    """The simulation profile the sandbox gates play in (:func:`evaluation_profile`)."""
+    reward_fn: str
+    """The reward function's label: ``evaluate.reward_fn``, else the candidate's own, else the run's."""
+    episodes: int
+    """Held-out seeded episodes each side plays (the request's, else ``evaluate.episodes``)."""
+    evaluate: EvaluateParams
+    """The params' ``evaluate:`` block: the gate thresholds, the seed, the segments, the A/B window."""
+    ope: OpeParams
+    """The params' ``ope:`` block: the off-policy gate on logged live traffic."""
+    exploration: ExplorationParams
+    """The params' ``exploration:`` block: how the candidate will serve, as the off-policy gate judges it."""
+
+
+def resolve_evaluation(ctx: StepContext, request: EvaluateRequest) -> EvaluationSetup:
+    """The :class:`EvaluationSetup` of ``request`` in the run of ``ctx``; bad input (episodes out
+    of bounds, an unknown version, the champion itself) is refused before the pack is compiled."""
     episodes = request.episodes
     if episodes is not None:  # before any registry or sandbox work
         count("--episodes", episodes, maximum=MAX_EPISODES)
     candidate = _version_of(ctx, request.candidate)
-    settings = cfg = ctx.config.evaluate  # the gate thresholds are part of the evaluate block
+    settings = ctx.config.evaluate
     name = policy_model_name(ctx.scenario)
     candidate = str(candidate)
     tags = _version_tags(ctx, candidate)
@@ -116,16 +145,46 @@ def evaluate_candidate(
     pack = ctx.load_pack()
     profile = evaluation_profile(pack, settings.profile)
     label = settings.reward_fn or (tags.get("reward_fn") if tags.get("reward_fn") in pack.reward_fns else None)
-    label = str(label or ctx.reward_choice().reward_fn)
+    label = str(label or choose_reward(pack, None, ctx.params.get("reward_fn")).reward_fn)
     n = count("--episodes", episodes if episodes is not None else settings.episodes, maximum=MAX_EPISODES)
-    seed = settings.seed
+    return EvaluationSetup(
+        candidate=candidate,
+        tags=tags,
+        champion=champion,
+        pack=pack,
+        profile=profile,
+        reward_fn=label,
+        episodes=n,
+        evaluate=settings,
+        ope=ctx.config.ope,
+        exploration=ctx.config.exploration,
+    )
+
+
+def evaluate_candidate(
+    ctx: StepContext, request: EvaluateRequest, stress_verdict: str | None = None
+) -> EvaluationReport:
+    """Compare the request's ``candidate`` with the champion (or the rule engine) and judge every
+    gate. ``stress_verdict``: the verdict of a stress test run for this evaluation (a dry run
+    writes no tag for the gate to read), else the version's ``stress_test`` tag."""
+    return judge_candidate(ctx, resolve_evaluation(ctx, request), stress_verdict)
+
+
+def judge_candidate(
+    services: StepServices, setup: EvaluationSetup, stress_verdict: str | None = None
+) -> EvaluationReport:
+    """Play the candidate and its baseline in the sandbox, judge every gate and record the verdict
+    (nothing is written on a dry run)."""
+    settings = cfg = setup.evaluate  # the gate thresholds are part of the evaluate block
+    candidate, champion, tags, pack = setup.candidate, setup.champion, setup.tags, setup.pack
+    profile, label, n, seed = setup.profile, setup.reward_fn, setup.episodes, settings.seed
     notes: list[str] = []
 
     with tempfile.TemporaryDirectory(prefix="rlops-eval-") as tmp:
-        cand_policy = _network(ctx, candidate, Path(tmp))
+        cand_policy = _network(services, candidate, Path(tmp))
         baseline, champ_act, champ_net = "rules", rule_policy, None
         if champion is not None:
-            champ_policy = _network(ctx, champion, Path(tmp))
+            champ_policy = _network(services, champion, Path(tmp))
             if champ_policy.config.obs_dim == cand_policy.config.obs_dim:
                 baseline, champ_act = f"champion v{champion}", greedy_act(champ_policy)
                 champ_net = champ_policy
@@ -146,13 +205,15 @@ def evaluate_candidate(
 
     gates = comparison_gates(cand_res, champ_res, cfg, segments, p99, seed=seed) + named
     gates.append(stress_gate({**tags, T.VERSION.STRESS_TEST: stress_verdict} if stress_verdict else tags, cfg))
-    ab, ab_note = live_ab_gates(ctx, pack, candidate, cfg, int(settings.ab_window_hours))
+    ab, ab_note = live_ab_gates(services, pack, candidate, cfg, int(settings.ab_window_hours))
     gates.extend(ab)
     notes.append(f"live A/B: {ab_note}")
 
     holdout = HoldOut.from_tags(tags)  # a candidate learnt from logs: judged on the episodes it did not see
-    off_policy = ope_gates(ctx, pack, cand_policy, cand_res.mean_return, label, profile, holdout)
-    ope_params, ope_tags = ope_run_fields(off_policy.gates, ctx.config.ope)
+    off_policy = ope_gates(
+        services, setup.ope, setup.exploration, pack, cand_policy, cand_res.mean_return, label, profile, holdout
+    )
+    ope_params, ope_tags = ope_run_fields(off_policy.gates, setup.ope)
     gates.extend(off_policy.gates)
     notes.append(off_policy.note)
     if off_policy.result is not None:
@@ -165,7 +226,7 @@ def evaluate_candidate(
                 res.logged_return_se,
                 res.logged_return_sd,
                 incumbent,
-                ctx.config.ope,
+                setup.ope,
             )
         )
     ope_metrics = dict(off_policy.metrics)
@@ -175,15 +236,15 @@ def evaluate_candidate(
         ope_metrics["ope_incumbent_sandbox_value"] = float(champ_res.mean_return)
         if logged != 0:
             ope_metrics["ope_sim_to_real_ratio"] = float(champ_res.mean_return) / logged
-    evidence = judge(gates, ctx.config.ope.required)
+    evidence = judge(gates, setup.ope.required)
     if not evidence.sandbox_trusted:
         notes.append("the sandbox is untrusted: its gates are shown but do not decide (sandbox:trust)")
     if evidence.hold:
         notes.append(f"at most the canary stage: {evidence.hold}")
     failed = [g.gate for g in deciding(gates) if not g.passed]
     report = EvaluationReport(
-        scenario=ctx.scenario,
-        run_key=ctx.run_key,
+        scenario=services.scenario,
+        run_key=services.run_key,
         candidate=candidate,
         champion_version=champion,
         baseline=baseline,
@@ -197,7 +258,7 @@ def evaluate_candidate(
         candidate_summary=rounded(cand_res.summary()),
         champion_summary=rounded(champ_res.summary()),
         gates=[g.to_dict() for g in gates],
-        dry_run=ctx.dry_run,
+        dry_run=services.dry_run,
         candidate_metrics=policy_metrics(
             cand_res.summary(), segment_returns(cand_res.returns.cpu().numpy(), segments), p99[0]
         ),
@@ -207,7 +268,7 @@ def evaluate_candidate(
         evidence=evidence.as_dict(),
         hold=evidence.hold,
     )
-    if not ctx.dry_run:
-        uri, run_id = record_evaluation(ctx, report.as_dict(), gates)
+    if not services.dry_run:
+        uri, run_id = record_evaluation(services, report.as_dict(), gates)
         report = dataclasses.replace(report, report_uri=uri, eval_run_id=run_id)
     return report

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from rlops.common.arguments import MAX_EPISODES, count
 from rlops.pipeline_steps.infra.context import StepContext
@@ -44,14 +45,19 @@ from rlops.pipeline_steps.promotion.guard import (
     REGATE,
     UI_REQUEST,
     ChampionCheck,
-    manual_mode,
     restore_champion,
     withdraw_hand_set_challenger,
 )
 from rlops.pipeline_steps.promotion.lock import ChampionMoved, PromotionBusy, check_unchanged, lock_path, promotion_lock
 from rlops.pipeline_steps.promotion.outcome import PromotionOutcome, PromotionStatus
 from rlops.pipeline_steps.promotion.request import EvaluateRequest, PromoteRequest
-from rlops.pipeline_steps.promotion.stages import champion_eta, current_stage, minutes_to_champion_at, rollout_plan
+from rlops.pipeline_steps.promotion.stages import (
+    Stage,
+    champion_eta,
+    current_stage,
+    minutes_to_champion_at,
+    rollout_plan,
+)
 from rlops.pipeline_steps.promotion.stages import next_stage as plan_next
 from rlops.pipeline_steps.stress.version import VersionStress, stress_version
 from rlops.registry import tags as T
@@ -61,6 +67,11 @@ from rlops.registry.aliases import rollback as rollback_champion
 from rlops.registry.client import CHALLENGER, CHAMPION, TrackingError, policy_model_name
 from rlops.storage.backend import StorageError
 
+if TYPE_CHECKING:
+    from rlops.common.params_operations import RolloutParams
+    from rlops.common.params_promotion import EvaluateParams
+    from rlops.pipeline_steps.promotion.evaluate_report import EvaluationReport
+
 log = logging.getLogger(__name__)
 
 
@@ -68,8 +79,9 @@ log = logging.getLogger(__name__)
 def check_champion(ctx: StepContext) -> ChampionCheck:
     """Put a hand-set champion back (:func:`~rlops.pipeline_steps.promotion.guard.restore_champion`)
     and, with ``promotion.manual_champion: regate``, run it through the gates as a candidate."""
-    check = restore_champion(ctx)
-    if check.action != "reverted" or check.hand_set is None or manual_mode(ctx) != REGATE:
+    mode = ctx.config.promotion.manual_champion  # a bad setting fails every promotion, not only a hand-set one
+    check = restore_champion(ctx, mode)
+    if check.action != "reverted" or check.hand_set is None or mode != REGATE:
         return check
     outcome = promote_from_alias(ctx, check.hand_set, requested_by=MANUAL)
     after = ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION)
@@ -105,7 +117,7 @@ def promote_from_alias(
         staged = ctx.config.promotion.staged
     stress: VersionStress | None = None
     try:
-        stress = _stress_of(ctx, version)
+        stress = stress_version(ctx, version) if _gated_on_stress(ctx, ctx.config.evaluate, version) else None
         with tracker.on_behalf_of(requested_by):  # the outcome tags of an alias move name the requester
             # this function writes the outcome tags itself, last, after the alias is dealt with
             res = promote(
@@ -146,15 +158,13 @@ def promote_from_alias(
     return res
 
 
-def _stress_of(ctx: StepContext, version: str) -> VersionStress | None:
-    """The stress verdict the promotion of ``version`` is gated on (None: the gate does not ask for
-    one — ``evaluate.require_stress_test`` is off — or the version is the champion already, which
-    the evaluation refuses anyway)."""
-    if not ctx.config.evaluate.require_stress_test:
-        return None
-    if ctx.tracker.get_alias(policy_model_name(ctx.scenario), CHAMPION) == version:
-        return None
-    return stress_version(ctx, version)
+def _gated_on_stress(services: StepServices, settings: EvaluateParams, version: str) -> bool:
+    """Whether the promotion of ``version`` is gated on a stress verdict of its own (not when the
+    gate does not ask for one — ``evaluate.require_stress_test`` is off — or the version is the
+    champion already, which the evaluation refuses anyway)."""
+    if not settings.require_stress_test:
+        return False
+    return services.tracker.get_alias(policy_model_name(services.scenario), CHAMPION) != version
 
 
 # --------------------------------------------------------------------------- promote
@@ -182,10 +192,20 @@ def promote(
     except (TrackingError, StorageError) as exc:
         reason = f"checking the champion failed, nothing changed: {exc}"
         return PromotionOutcome(PromotionStatus.FAILED, ctx.scenario, reason, ctx.dry_run, candidate, staged)
+    from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
+
+    settings = ctx.config.evaluate
     path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), policy_model_name(ctx.scenario))
     try:
-        with promotion_lock(path, ctx.config.evaluate.lock_timeout_s) as waited:
-            judged = _promote(ctx, candidate, staged, episodes, stress_verdict, tag_refusal)
+        with promotion_lock(path, settings.lock_timeout_s) as waited:
+            plan = rollout_plan(settings)
+            try:
+                report = evaluate_candidate(ctx, EvaluateRequest(candidate, episodes), stress_verdict)
+            except (TrackingError, StorageError) as exc:
+                reason = f"evaluation could not complete, nothing changed: {exc}"
+                judged = PromotionOutcome(PromotionStatus.FAILED, ctx.scenario, reason, ctx.dry_run, candidate, staged)
+            else:
+                judged = _act_on_evaluation(ctx, report, candidate, plan, ctx.config.rollout, staged, tag_refusal)
             out = replace(judged, lock_wait_s=round(waited, 3))
     except PromotionBusy as exc:
         out = PromotionOutcome(PromotionStatus.BUSY, ctx.scenario, str(exc), ctx.dry_run, candidate, staged)
@@ -220,47 +240,43 @@ def _track_promotion(ctx: StepServices, out: PromotionOutcome) -> PromotionOutco
     return out
 
 
-def _promote(
-    ctx: StepContext,
+def _act_on_evaluation(
+    services: StepServices,
+    report: EvaluationReport,
     candidate: str,
+    plan: list[Stage],
+    rollout: RolloutParams,
     staged: bool,
-    episodes: int | None,
-    stress_verdict: str | None,
     tag_refusal: bool = True,
 ) -> PromotionOutcome:
-    from rlops.pipeline_steps.promotion.evaluate import evaluate_candidate
-
-    name = policy_model_name(ctx.scenario)
-    plan = rollout_plan(ctx)
-    try:
-        report = evaluate_candidate(ctx, EvaluateRequest(candidate, episodes), stress_verdict)
-    except (TrackingError, StorageError) as exc:
-        reason = f"evaluation could not complete, nothing changed: {exc}"
-        return PromotionOutcome(PromotionStatus.FAILED, ctx.scenario, reason, ctx.dry_run, candidate, staged)
+    """Move the aliases as the evaluation ``report`` of ``candidate`` allows (under the promotion
+    lock): refuse it, stage it at the next stage of ``plan`` (each stage serving the ``rollout:``
+    block's minimum), or make it the champion."""
+    name = policy_model_name(services.scenario)
     judged = PromotionOutcome.refused(report, candidate, staged)  # unless it passes and moves (below)
     if not report.passed:
-        if not ctx.dry_run:
+        if not services.dry_run:
             try:
-                stop_serving(ctx, candidate, judged.reason)
+                stop_serving(services, candidate, judged.reason)
                 if tag_refusal:  # the registry's version list then tells a refused candidate from one never judged
-                    ctx.tracker.record_outcome(name, candidate, T.OUTCOME_REJECTED, judged.reason)
+                    services.tracker.record_outcome(name, candidate, T.OUTCOME_REJECTED, judged.reason)
             except TrackingError as exc:
                 return replace(judged, reason=f"{judged.reason}; recording the refusal on v{candidate} failed: {exc}")
         return judged
     mlflow_failed = "MLflow failed during promotion; aliases left as they were"
     try:
-        check_unchanged(report.champion_version, ctx.tracker.get_alias(name, CHAMPION), name)
+        check_unchanged(report.champion_version, services.tracker.get_alias(name, CHAMPION), name)
     except ChampionMoved as exc:
         return replace(judged, status=PromotionStatus.CHAMPION_MOVED, passed=False, reason=str(exc))
     except TrackingError as exc:
         return replace(judged, status=PromotionStatus.FAILED, reason=f"{mlflow_failed}: {exc}")
     try:
-        challenger = ctx.tracker.get_alias(name, CHALLENGER)
+        challenger = services.tracker.get_alias(name, CHALLENGER)
         stage, why = plan[-1], "all gates pass"
-        first = report.champion_version is None and not ctx.config.rollout.staged_first_champion
+        first = report.champion_version is None and not rollout.staged_first_champion
         current = None
         if challenger == candidate:
-            current = current_stage(plan, ctx.tracker.model_version_tags(name, candidate))
+            current = current_stage(plan, services.tracker.model_version_tags(name, candidate))
         if report.hold:
             # Missing evidence is not a pass: at most the canary stage, whose live A/B decides the rest.
             stage = current if current is not None else plan[0]
@@ -276,8 +292,8 @@ def _promote(
             reason = f"{why}, but evaluate.rollout_stages has no stage below 100%; champion unchanged"
             return replace(judged, passed=False, reason=reason)
         nxt = stage.share if not stage.final else 1.0
-        eta = champion_eta(plan, stage, ctx.config.rollout.min_stage_minutes) if not stage.final else ""
-        if ctx.dry_run:
+        eta = champion_eta(plan, stage, rollout.min_stage_minutes) if not stage.final else ""
+        if services.dry_run:
             what = "champion" if stage.final else f"challenger at {stage.describe()}; {eta}"
             return replace(
                 judged,
@@ -287,7 +303,7 @@ def _promote(
                 reason=f"dry run: {why}; v{candidate} would become {what}",
             )
         if not stage.final:
-            stage_challenger(ctx, candidate, nxt, f"{why}; staged at {stage.describe()}", stage)
+            stage_challenger(services, candidate, nxt, f"{why}; staged at {stage.describe()}", stage)
             reason = f"{why}; v{candidate} serves {stage.describe()} as challenger; {eta}"
             log.info("%s: %s", name, reason)
             return replace(
@@ -296,10 +312,10 @@ def _promote(
                 traffic_fraction=nxt,
                 traffic_segment=stage.segment,
                 champion=report.champion_version,
-                champion_in_min=minutes_to_champion_at(plan, stage, ctx.config.rollout.min_stage_minutes),
+                champion_in_min=minutes_to_champion_at(plan, stage, rollout.min_stage_minutes),
                 reason=reason,
             )
-        done = finish(ctx, candidate, why)
+        done = finish(services, candidate, why)
     except TrackingError as exc:
         return replace(judged, status=PromotionStatus.FAILED, reason=f"{mlflow_failed}: {exc}")
     out = replace(

@@ -25,7 +25,6 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.services import StepServices
 from rlops.registry import tags as T
 from rlops.registry.alias_records import record_state, verified_version
@@ -58,22 +57,19 @@ class ChampionCheck:
         return out
 
 
-def manual_mode(ctx: StepContext) -> str:
-    return ctx.config.promotion.manual_champion  # regate | revert, checked by the params model
-
-
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def restore_champion(ctx: StepContext) -> ChampionCheck:
+def restore_champion(ctx: StepServices, mode: str) -> ChampionCheck:
     """Detect a ``champion`` alias set outside rlops and put rlops' own champion back; the
-    hand-set version is tagged with why (``rlops.manual_champion``). Action ``none``, ``adopted``,
-    ``reverted`` (``hand_set`` names the version to re-gate when the mode says so) or
-    ``would_<mode>`` on a dry run. A process whose registry key is not the deployment's cannot tell
-    rlops' champion from a hand-set one: it raises ``RegistryKeyMismatch`` and puts back nothing."""
+    hand-set version is tagged with why (``rlops.manual_champion``). ``mode`` is
+    ``promotion.manual_champion`` (``regate`` or ``revert``, checked by the params model). Action
+    ``none``, ``adopted``, ``reverted`` (``hand_set`` names the version to re-gate when the mode
+    says so) or ``would_<mode>`` on a dry run. A process whose registry key is not the deployment's
+    cannot tell rlops' champion from a hand-set one: it raises ``RegistryKeyMismatch`` and puts back
+    nothing."""
     name, tracker = policy_model_name(ctx.scenario), ctx.tracker
-    mode = manual_mode(ctx)  # a bad setting fails every promotion, not only the first hand-set champion
     current = tracker.get_alias(name, CHAMPION)
     tags = tracker.model_tags(name)
     state = record_state(tags, name, CHAMPION)  # a record without rlops' signature is not rlops' own

@@ -62,8 +62,8 @@ from rlops.registry import tags as T
 if TYPE_CHECKING:
     import pandas as pd
 
+    from rlops.common.params_operations import ExplorationParams
     from rlops.model.policy import PolicyNetwork
-    from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
 
@@ -154,7 +154,9 @@ class OffPolicyEvidence:
 
 
 def ope_gates(
-    ctx: StepContext,
+    services: StepServices,
+    cfg: OPEConfig,
+    exploration: ExplorationParams,
     pack: Pack,
     candidate: PolicyNetwork,
     sandbox_value: float | None,
@@ -163,24 +165,24 @@ def ope_gates(
     holdout: HoldOut | None = None,
 ) -> OffPolicyEvidence:
     """The ``ope:dr`` and ``ope:sandbox_gap`` gates of ``candidate`` as it will serve, on the live
-    traffic of the window, with their MLflow metrics (``ope_*``) and a note for the report. A
-    candidate learnt from logs (``holdout``: the split recorded on its version) is judged on the
-    window's held-out episodes only: on the episodes it was trained on, its estimate would be
-    optimistic by as much as it fitted their noise."""
-    cfg = ctx.config.ope
+    traffic of the window (``cfg``: the ``ope:`` block; ``exploration``: how the candidate will
+    serve), with their MLflow metrics (``ope_*``) and a note for the report. A candidate learnt from
+    logs (``holdout``: the split recorded on its version) is judged on the window's held-out
+    episodes only: on the episodes it was trained on, its estimate would be optimistic by as much
+    as it fitted their noise."""
     if not cfg.enabled:
         return OffPolicyEvidence([], {}, "off-policy evaluation: off (ope.enabled): at most the canary stage", None)
-    frame = ctx.traces.read(ctx.scenario, ctx.key.lookback(cfg.window_hours))
+    frame = services.traces.read(services.scenario, services.key.lookback(cfg.window_hours))
     if holdout is not None and len(frame):
         frame = frame[np.asarray(holdout.held_out(frame["episode_id"]), dtype=bool)]
-    target = serving_target(candidate, cfg, ctx.config.exploration)
+    target = serving_target(candidate, cfg, exploration)
     frame = frame.reset_index(drop=True)
     q: Any = None
     if cfg.direct_method == "sandbox" and traffic_problem(complete_live_episodes(frame), cfg) is None:
         q = sandbox_direct(pack, target, cfg, profile, reward_label)
     res = off_policy_value(pack, frame, target, cfg, q)
     if cfg.direct_method == "reward_model" and not res.skipped:
-        res = _with_reward_model(ctx, pack, frame, target, cfg) or res
+        res = _with_reward_model(services, pack, frame, target, cfg) or res
     metrics = ope_metrics(res, sandbox_value, cfg)
     gap = metrics.get("ope_sim_to_real_gap")
     note = "off-policy: " + (

@@ -61,6 +61,7 @@ from rlops.pipeline_steps.promotion.ope_value import (
     serving_target,
 )
 from rlops.pipeline_steps.promotion.request import OffPolicyRequest
+from rlops.sandbox.reward_choice import choose_reward
 from rlops.sandbox.segments import compile_segment
 from rlops.sandbox.traces import rollout_traces
 from rlops.trace_store.states import action_codes, mask_matrix, state_features, states_from_traces
@@ -68,7 +69,8 @@ from rlops.trace_store.states import action_codes, mask_matrix, state_features, 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from rlops.common.params_operations import OpeParams
+    from rlops.common.params_operations import ExplorationParams, OpeParams
+    from rlops.common.params_promotion import EvaluateParams
     from rlops.pipeline_steps.infra.context import StepContext
     from rlops.pipeline_steps.infra.services import StepServices
     from rlops.sandbox.pack import Pack
@@ -155,7 +157,7 @@ def evaluate_target(ctx: StepContext, request: OffPolicyRequest) -> TargetEvalua
     problems = [p for o in step_request.options(OffPolicyRequest) if (p := o.problem(getattr(request, o.name), o.flag))]
     if problems:
         raise UserError("; ".join(problems))
-    cfg = ctx.config.ope
+    cfg, explore = ctx.config.ope, ctx.config.exploration
     hours = cfg.window_hours if request.window_hours is None else request.window_hours
     spec = request.target
     kind = target_kind(spec)
@@ -165,7 +167,8 @@ def evaluate_target(ctx: StepContext, request: OffPolicyRequest) -> TargetEvalua
     pack = ctx.load_pack()
     actions = list(pack.scenario.action_names)
     table = read_probabilities(Path(spec), actions) if kind == "file" else None
-    policy = _policy_target(ctx, spec, request.greedy, cfg) if kind == "version" else None  # refused before the read
+    # a version that is no policy is refused before the traces are read
+    policy = _policy_target(ctx, spec, request.greedy, cfg, explore) if kind == "version" else None
     start, end = ctx.key.lookback(hours)
     frame = ctx.traces.read(ctx.scenario, (start, end)).reset_index(drop=True)
     rows = complete_live_episodes(frame)
@@ -177,11 +180,12 @@ def evaluate_target(ctx: StepContext, request: OffPolicyRequest) -> TargetEvalua
         left = (f"{extra:,} rows of the file are no logged row of the window's complete live episodes: left aside",)
         target = Target("file", spec, "the file's per-row probabilities", _on_rows(probs), False, left if extra else ())
     elif kind == "rules":
-        target = _rules_target(ctx, pack, rows, request.greedy)
+        target = _rules_target(pack, rows, request.greedy, explore)
     else:
         target = Target("uniform", "uniform", "uniform over the legal actions", _uniform, True)
     method = request.direct_method or cfg.direct_method
-    q, used, note = _direct_method(ctx, pack, target, frame, rows, method)
+    dm_settings = DirectMethodSettings(cfg, ctx.config.evaluate, ctx.params.get("reward_fn"))
+    q, used, note = _direct_method(ctx, dm_settings, pack, target, frame, rows, method)
     res = off_policy_value(pack, frame, target.probs, cfg, q)
     return TargetEvaluation(
         scenario=ctx.scenario,
@@ -230,13 +234,12 @@ def _masks(pack: Pack, rows: pd.DataFrame) -> np.ndarray:
     return mask_matrix(rows["action_mask"], pack.scenario.n_actions)
 
 
-def _rules_target(ctx: StepContext, pack: Pack, rows: pd.DataFrame, greedy: bool) -> Target:
+def _rules_target(pack: Pack, rows: pd.DataFrame, greedy: bool, explore: ExplorationParams) -> Target:
     """The rule engine as it would serve the logged rows: its choice (it reads the state, rebuilt
     from each row), and unless ``greedy`` the exploration share drawn uniformly over the legal
     actions — none where ``exploration.off_segment`` holds, as a policy client serves it."""
     import torch
 
-    explore = ctx.config.exploration
     share = 0.0 if greedy else explore.share
     serves = "its choice alone (--greedy)" if greedy else f"its choice + {share:.0%} uniform exploration"
     if explore.off_segment and not greedy:
@@ -255,24 +258,27 @@ def _rules_target(ctx: StepContext, pack: Pack, rows: pd.DataFrame, greedy: bool
     return Target("rules", "rules", f"the rule engine: {serves}", _on_rows(probs), False)
 
 
-def _policy_target(ctx: StepContext, spec: str, greedy: bool, cfg: OpeParams) -> Target:
-    """A registered version or alias as it will serve (``ope.target``), or greedily; an unknown
-    version, an alias that is not set or a policy of another layout is a :class:`UserError`."""
+def _policy_target(
+    services: StepServices, spec: str, greedy: bool, cfg: OpeParams, explore: ExplorationParams
+) -> Target:
+    """A registered version or alias as it will serve (``ope.target`` and ``exploration:``), or
+    greedily; an unknown version, an alias that is not set or a policy of another layout is a
+    :class:`UserError`."""
 
     try:
-        ref = PolicyRef.parse(spec, ctx.scenario)
+        ref = PolicyRef.parse(spec, services.scenario)
         with tempfile.TemporaryDirectory(prefix="rlops-target-") as tmp:
-            loaded = load_policy_ref(ctx, ref, Path(tmp))
+            loaded = load_policy_ref(services, ref, Path(tmp))
     except UserError as exc:
         raise UserError(f"--target {spec}: {exc}") from None
     if loaded is None:
-        raise UserError(f"--target {spec}: the alias {ref.alias} is not set for {policy_model_name(ctx.scenario)}")
+        raise UserError(f"--target {spec}: the alias {ref.alias} is not set for {policy_model_name(services.scenario)}")
     net = loaded.network
     if greedy:
         inner, serves = network_target(net, True, 0.0), "its greedy choice alone (--greedy)"
     else:
-        inner, serves = serving_target(net, cfg, ctx.config.exploration), _serving_words(cfg, ctx)
-    name = f"{policy_model_name(ctx.scenario)}/{loaded.version}"
+        inner, serves = serving_target(net, cfg, explore), _serving_words(cfg, explore)
+    name = f"{policy_model_name(services.scenario)}/{loaded.version}"
 
     def probs(obs: Any, mask: Any) -> np.ndarray:
         if obs.shape[1] != net.config.obs_dim:
@@ -285,31 +291,49 @@ def _policy_target(ctx: StepContext, spec: str, greedy: bool, cfg: OpeParams) ->
     return Target("version", name, serves, probs, True)
 
 
-def _serving_words(cfg: OpeParams, ctx: StepContext) -> str:
+def _serving_words(cfg: OpeParams, explore: ExplorationParams) -> str:
     if cfg.target == "stochastic":
         return "its softmax (ope.target stochastic)"
-    if cfg.target == "greedy" or ctx.config.exploration.share == 0:
+    if cfg.target == "greedy" or explore.share == 0:
         return f"its greedy choice (ope.target {cfg.target})"
-    explore = ctx.config.exploration
     return f"its greedy choice + {explore.share:.0%} {explore.distribution} exploration, as it will serve"
 
 
 # --------------------------------------------------------------------------- DR's direct method
+@dataclass(frozen=True)
+class DirectMethodSettings:
+    """The settings DR's direct method is fitted with, as the off-policy gate fits it."""
+
+    ope: OpeParams
+    """The params' ``ope:`` block (the direct method, its episodes, exploration, ridge and seed)."""
+    evaluate: EvaluateParams
+    """The params' ``evaluate:`` block: the profile and the reward function the sandbox plays with."""
+    configured_reward_fn: str | None
+    """The project params' ``reward_fn``: one input of the reward function's choice
+    (:mod:`rlops.sandbox.reward_choice`), made when ``evaluate.reward_fn`` names none."""
+
+
 def _direct_method(
-    ctx: StepContext, pack: Pack, target: Target, frame: pd.DataFrame, rows: pd.DataFrame, method: str
+    services: StepServices,
+    settings: DirectMethodSettings,
+    pack: Pack,
+    target: Target,
+    frame: pd.DataFrame,
+    rows: pd.DataFrame,
+    method: str,
 ) -> tuple[LinearQ | np.ndarray | None, str, str | None]:
     """``(Q̂, the method used, a note when it is not the one asked for)``; nothing is fitted when
     the traffic cannot judge anyway."""
-    cfg = ctx.config.ope
+    cfg = settings.ope
     if method == "none" or traffic_problem(rows, cfg) is not None:
         return None, method, None
     if method == "reward_model":
-        return _reward_model_q(ctx, pack, frame)
+        return _reward_model_q(services, pack, frame)
     if target.kind == "file":
         return None, "none", NO_SANDBOX_DM
 
-    profile = evaluation_profile(pack, ctx.config.evaluate.profile)
-    label = str(ctx.config.evaluate.reward_fn or ctx.reward_choice().reward_fn)
+    profile = evaluation_profile(pack, settings.evaluate.profile)
+    label = str(settings.evaluate.reward_fn or choose_reward(pack, None, settings.configured_reward_fn).reward_fn)
     if target.in_sandbox:
         q = sandbox_direct(pack, target.probs, cfg, profile, label)
         return q, "sandbox", None

@@ -27,6 +27,7 @@ Holds move nothing and are only returned.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,9 @@ from rlops.registry.client import CHALLENGER, CHAMPION, TrackingError, policy_mo
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from rlops.common.params_promotion import EvaluateParams
+    from rlops.sandbox.pack import Pack
 
 ADVANCED, FINISHED, WITHDRAWN, ROLLED_BACK, HELD = "advanced", "finished", "withdrawn", "rolled_back", "held"
 STAGE_MOVES = frozenset({ADVANCED, FINISHED})  # moves of a challenger to a larger share (100 %: champion)
@@ -101,51 +105,82 @@ class RolloutTick(StepResult):
         return {**head, **self.move.to_dict(), "champion": self.champion}
 
 
+@dataclass(frozen=True)
+class RolloutSetup:
+    """One roll-out tick's inputs, resolved where its request enters."""
+
+    rollout: RolloutParams
+    """The params' ``rollout:`` block with the request's options over it."""
+    evaluate: EvaluateParams
+    """The params' ``evaluate:`` block: the live A/B gates and their window, the regression margin,
+    the promotion lock's timeout."""
+    plan: list[Stage]
+    """``evaluate.rollout_stages`` as stages."""
+    load_pack: Callable[[], Pack]
+    """The scenario pack with the latest calibration, compiled when a challenger's live A/B gates
+    are judged (a tick that holds before them, or judges a champion, compiles none)."""
+
+
+def resolve_rollout(ctx: StepContext, request: RolloutRequest | None = None) -> RolloutSetup:
+    """The :class:`RolloutSetup` of ``request`` in the run of ``ctx``."""
+    rollout = (request or RolloutRequest()).settings(ctx.config.rollout)
+    settings = ctx.config.evaluate
+    return RolloutSetup(rollout, settings, rollout_plan(settings), ctx.load_pack)
+
+
 def rollout_step(ctx: StepContext, request: RolloutRequest | None = None) -> RolloutTick:
     """One roll-out tick for the run key (see the module docstring), with ``request``'s options over
     params ``rollout:``."""
-    cfg = (request or RolloutRequest()).settings(ctx.config.rollout)
-    name = policy_model_name(ctx.scenario)
-    path = lock_path(ctx.local_dir("locks"), str(ctx.tracker.tracking_uri), name)
-    with promotion_lock(path, ctx.config.evaluate.lock_timeout_s):
-        require_key(ctx.tracker, name)  # another key than the deployment's tags and moves nothing
-        aliases = ctx.tracker.aliases(name)
+    return rollout_tick(ctx, resolve_rollout(ctx, request))
+
+
+def rollout_tick(services: StepServices, setup: RolloutSetup) -> RolloutTick:
+    """One roll-out tick: under the promotion lock, the challenger moved on its live A/B gates, else
+    the champion judged against the one before it; a move is recorded as a ``rollout`` step run."""
+    name = policy_model_name(services.scenario)
+    path = lock_path(services.local_dir("locks"), str(services.tracker.tracking_uri), name)
+    with promotion_lock(path, setup.evaluate.lock_timeout_s):
+        require_key(services.tracker, name)  # another key than the deployment's tags and moves nothing
+        aliases = services.tracker.aliases(name)
         challenger, champion = aliases.get(CHALLENGER), aliases.get(CHAMPION)
         if challenger is not None and challenger != champion:
-            move = advance_challenger(ctx, challenger, champion, cfg)
+            move = advance_challenger(services, setup, challenger, champion)
         elif champion is not None:
-            move = judge_champion(ctx, champion, cfg)
+            move = judge_champion(services, setup, champion)
         else:
             move = RolloutMove(None, HELD, "no champion and no challenger: the rule engine serves")
-    if move.action != HELD and not ctx.dry_run:
-        _record(ctx, move)
-    return RolloutTick(ctx.scenario, ctx.run_key, ctx.dry_run, move, ctx.tracker.get_alias(name, CHAMPION))
+    if move.action != HELD and not services.dry_run:
+        _record(services, move)
+    return RolloutTick(
+        services.scenario, services.run_key, services.dry_run, move, services.tracker.get_alias(name, CHAMPION)
+    )
 
 
-def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg: RolloutParams) -> RolloutMove:
+def advance_challenger(services: StepServices, setup: RolloutSetup, version: str, champion: str | None) -> RolloutMove:
     """Advance, finish, withdraw or hold the staged ``version`` on its live A/B gates."""
-    name = policy_model_name(ctx.scenario)
-    if ctx.tracker.alias_written_by_rlops(name, CHALLENGER) != version:
+    cfg = setup.rollout
+    name = policy_model_name(services.scenario)
+    if services.tracker.alias_written_by_rlops(name, CHALLENGER) != version:
         reason = (
             f"v{version} is challenger but rlops did not stage it (the alias was set outside rlops, "
             "without rlops' signed record): withdrawn unjudged, share 0; a challenger set in the MLflow "
             "UI is a promotion request, put through every gate by the webhook first"
         )
-        if not ctx.dry_run:
-            withdraw_challenger(ctx, version, reason)
+        if not services.dry_run:
+            withdraw_challenger(services, version, reason)
         return RolloutMove(version, WITHDRAWN, reason, 0.0)
-    tags = ctx.tracker.model_version_tags(name, version)
+    tags = services.tracker.model_version_tags(name, version)
     share = float(tags.get(TRAFFIC_TAG) or 0.0)
-    plan = rollout_plan(ctx)
+    plan = setup.plan
     stage = current_stage(plan, tags)
     if stage is None:  # a stage the plan does not name (the plan changed since): judged as it serves
         stage = Stage(-1, share, tags.get(T.VERSION.TRAFFIC_SEGMENT) or None)
     where = stage.describe()
-    settings = ctx.config.evaluate
+    settings = setup.evaluate
     window_h = settings.ab_window_hours
     started = tags.get(T.ROLLOUT_STAGE_STARTED)
     if started:
-        served_min = (ctx.key.end - datetime.fromisoformat(started)).total_seconds() / 60.0
+        served_min = (services.key.end - datetime.fromisoformat(started)).total_seconds() / 60.0
         if served_min < cfg.min_stage_minutes:
             return RolloutMove(
                 version,
@@ -157,15 +192,15 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
     # A stage serving its whole segment leaves no request of it to the champion meanwhile: its
     # control is the segment's traffic of the same length of time before the stage began.
     before = datetime.fromisoformat(started) if started and stage.segment and stage.share >= 1.0 else None
-    gates, note = live_ab_gates(ctx, ctx.load_pack(), version, settings, window_h, stage.segment, before)
+    gates, note = live_ab_gates(services, setup.load_pack(), version, settings, window_h, stage.segment, before)
     rows = tuple(g.to_dict() for g in gates)
     if not gates or any(g.skipped for g in gates):
         return RolloutMove(version, HELD, f"live A/B gates not judged yet: {note}", share, rows)
     failed = [g.gate for g in gates if not g.passed]
     if failed:
         reason = f"live A/B gate(s) failed at {where}: {', '.join(failed)} ({note})"
-        if not ctx.dry_run:
-            withdraw_challenger(ctx, version, reason)
+        if not services.dry_run:
+            withdraw_challenger(services, version, reason)
         return RolloutMove(version, WITHDRAWN, reason, 0.0, rows)
     nxt = next_stage(plan, stage if stage.index >= 0 else None)
     if stage.index < 0:  # off the plan: on to its first stage (a share plan: its first share above this one)
@@ -174,25 +209,26 @@ def advance_challenger(ctx: StepContext, version: str, champion: str | None, cfg
     if not nxt.final:
         eta = champion_eta(plan, nxt, cfg.min_stage_minutes)
         reason = f"live A/B gates pass at {where} ({note}); advanced to {nxt.describe()}; {eta}"
-        if not ctx.dry_run:
-            stage_challenger(ctx, version, nxt.share, reason, nxt)
+        if not services.dry_run:
+            stage_challenger(services, version, nxt.share, reason, nxt)
         return RolloutMove(version, ADVANCED, reason, nxt.share, rows, nxt.segment)
-    if ctx.tracker.get_alias(name, CHAMPION) != champion:
+    if services.tracker.get_alias(name, CHAMPION) != champion:
         return RolloutMove(version, HELD, "the champion moved during the check; judged again next run", share, rows)
     reason = f"live A/B gates pass at {where} ({note}); v{version} is the champion"
-    if not ctx.dry_run:
-        finish(ctx, version, reason)
+    if not services.dry_run:
+        finish(services, version, reason)
     return RolloutMove(version, FINISHED, reason, 1.0, rows)
 
 
-def judge_champion(ctx: StepContext, champion: str, cfg: RolloutParams) -> RolloutMove:
+def judge_champion(services: StepServices, setup: RolloutSetup, champion: str) -> RolloutMove:
     """Roll back ``champion`` when its live return falls below the previous champion's."""
-    history = [v for v in champion_history(ctx.tracker, policy_model_name(ctx.scenario)) if v != champion]
+    cfg = setup.rollout
+    history = [v for v in champion_history(services.tracker, policy_model_name(services.scenario)) if v != champion]
     if not history:
         return RolloutMove(champion, HELD, "no earlier champion to compare with")
     previous = history[-1]
-    start, end = ctx.key.lookback(cfg.regression_window_hours)
-    recalibrated = _recalibrations(ctx, start, end)
+    start, end = services.key.lookback(cfg.regression_window_hours)
+    recalibrated = _recalibrations(services, start, end)
     if recalibrated:
         return RolloutMove(
             champion,
@@ -200,7 +236,7 @@ def judge_champion(ctx: StepContext, champion: str, cfg: RolloutParams) -> Rollo
             f"the sandbox was recalibrated in the window ({', '.join(recalibrated)}): "
             "live returns before and after are not comparable",
         )
-    returns = live_returns(ctx.traces.read(ctx.scenario, (start, end)), ctx.scenario)
+    returns = live_returns(services.traces.read(services.scenario, (start, end)), services.scenario)
     now, before = returns.get(champion), returns.get(previous)
     if now is None or before is None or min(len(now), len(before)) < cfg.regression_min_episodes:
         return RolloutMove(
@@ -210,7 +246,7 @@ def judge_champion(ctx: StepContext, champion: str, cfg: RolloutParams) -> Rollo
             f"({0 if now is None else len(now)} / {0 if before is None else len(before)}"
             f", need {cfg.regression_min_episodes} each)",
         )
-    gates = ctx.config.evaluate
+    gates = setup.evaluate
     scale = return_scale(float(before.mean()), float(before.std(ddof=1)), gates.scale_floor)
     margin = gates.segment_tolerance * scale
     drop = float(before.mean() - now.mean())
@@ -223,8 +259,8 @@ def judge_champion(ctx: StepContext, champion: str, cfg: RolloutParams) -> Rollo
     if not (drop > margin and drop > 3 * se):
         return RolloutMove(champion, HELD, facts)
     reason = f"rolled back: {facts}"
-    if not ctx.dry_run:
-        rollback(ctx, reason)
+    if not services.dry_run:
+        rollback(services, reason)
     return RolloutMove(champion, ROLLED_BACK, reason)
 
 

@@ -32,7 +32,7 @@ from rlops.sandbox.segments import compile_segment
 if TYPE_CHECKING:
     import pandas as pd
 
-    from rlops.pipeline_steps.infra.context import StepContext
+    from rlops.common.params_promotion import EvaluateParams
     from rlops.sandbox.pack import Pack
 
 
@@ -62,12 +62,12 @@ class Stage:
         }
 
 
-def rollout_plan(ctx: StepContext) -> list[Stage]:
+def rollout_plan(settings: EvaluateParams) -> list[Stage]:
     """``evaluate.rollout_stages`` as stages (params validation has compiled their segments
     against the pack: :func:`rlops.common.config.check_rollout_segments`)."""
     return [
         Stage(i, s.share, s.segment) if isinstance(s, RolloutStage) else Stage(i, float(s), None)
-        for i, s in enumerate(ctx.config.evaluate.rollout_stages)
+        for i, s in enumerate(settings.rollout_stages)
     ]
 
 

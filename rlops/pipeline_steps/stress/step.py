@@ -39,6 +39,7 @@ from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.registry import tags as T
 from rlops.registry.client import CHAMPION, policy_model_name, reward_fn_model_name
 from rlops.sandbox.profiles import default_profile
+from rlops.sandbox.reward_choice import choose_reward
 
 if TYPE_CHECKING:  # the computations (torch, the sandbox) are imported where they run
     from rlops.pipeline_steps.infra.context import StepContext
@@ -236,18 +237,44 @@ class StressSummary(StepResult):
     """The MLflow run holding the report (None: a dry run)."""
 
 
+@dataclass(frozen=True)
+class StressSetup:
+    """One stress test's inputs, resolved where its request enters."""
+
+    request: StressRequest
+    """The options as asked (the reward function, the policy version)."""
+    stress: StressConfig
+    """The params' ``stress:`` block: edge states, probes, perturbations, floors."""
+    pack: Pack
+    """The scenario pack, compiled once: the latest calibration applied, the signals in force bound."""
+    reward_fn: RewardFunction
+    """The reward function stressed: the request's (a label of the pack or a file), else the run's."""
+
+
+def resolve_stress(ctx: StepContext, request: StressRequest | None = None, pack: Pack | None = None) -> StressSetup:
+    """The :class:`StressSetup` of ``request`` in the run of ``ctx``; ``pack``: the scenario pack
+    when the caller has compiled it already (with the latest calibration), else it is compiled here."""
+    request = request or StressRequest()
+    cfg = ctx.config.stress
+    pack = pack if pack is not None else ctx.load_pack()
+    fn = resolve_reward_fn(pack, request.reward_fn or choose_reward(pack, None, ctx.params.get("reward_fn")).reward_fn)
+    return StressSetup(request, cfg, pack, fn)
+
+
 def stress_test(ctx: StepContext, request: StressRequest | None = None, progress: bool = False) -> StressSummary:
     """Run the stress test of the request's reward function and, with its ``policy_version``, of
     that policy under the perturbations; write its report (JSON and HTML) unless the run is dry.
     ``progress`` draws a bar over its stages (reward checks, then the policy runs) on stderr."""
-    request = request or StressRequest()
-    policy_version = request.policy_version
-    cfg = ctx.config.stress
-    pack = ctx.load_pack()
-    fn = resolve_reward_fn(pack, request.reward_fn or ctx.reward_choice().reward_fn)
-    loaded = load_policy_ref(ctx, policy_version) if policy_version is not None else None
+    return run_stress(ctx, resolve_stress(ctx, request), progress)
+
+
+def run_stress(services: StepServices, setup: StressSetup, progress: bool = False) -> StressSummary:
+    """The stress test of ``setup`` (see :func:`stress_test`)."""
+    policy_version = setup.request.policy_version
+    cfg, pack, fn = setup.stress, setup.pack, setup.reward_fn
+    loaded = load_policy_ref(services, policy_version) if policy_version is not None else None
     if policy_version is not None and loaded is None:
-        raise UserError(f"policy {policy_version!r}: that alias is not set for {ctx.scenario}")
+        raise UserError(f"policy {policy_version!r}: that alias is not set for {services.scenario}")
     with progress_bar(progress, total=1 + (loaded is not None), desc="stress", unit="stage") as bar:
         bar.set_postfix_str("reward checks and gaming probes")
         reward = stress_reward_fn(pack, fn, cfg)
@@ -256,27 +283,27 @@ def stress_test(ctx: StepContext, request: StressRequest | None = None, progress
         if loaded is not None:
             policy_version = loaded.version  # the registry version, whatever spelling named it
             bar.set_postfix_str(f"policy v{policy_version} under {len(cfg.perturbations)} perturbations")
-            champion = champion_reference(ctx, loaded)
+            champion = champion_reference(services, loaded)
             policy_rows = stress_policy(
                 pack, fn, greedy_act(loaded.network), cfg, greedy_act(champion.network) if champion else None
             )
             bar.update()
     meta = {
-        "scenario": ctx.scenario,
-        "run_key": ctx.run_key,
+        "scenario": services.scenario,
+        "run_key": services.run_key,
         "reward_fn_file": fn.path,
         "policy_version": policy_version,
         "config": cfg.model_dump(mode="json"),
     }
     report = report_dict(reward, policy_rows, meta)
     folder = (f"v{policy_version}",) if policy_version is not None else ()
-    json_uri, html_uri = (ctx.report_uri("stress", *folder, f) for f in ("report.json", "report.html"))
+    json_uri, html_uri = (services.report_uri("stress", *folder, f) for f in ("report.json", "report.html"))
     run_id = None
-    if not ctx.dry_run:
+    if not services.dry_run:
         page = render_html(report)
-        ctx.storage.write_json(json_uri, report)
-        ctx.storage.write_text(html_uri, page)
-        run_id = _track(ctx, report, page, fn, policy_version, json_uri)
+        services.storage.write_json(json_uri, report)
+        services.storage.write_text(html_uri, page)
+        run_id = _track(services, report, page, fn, policy_version, json_uri)
     return StressSummary(
         passed=report["passed"],
         verdict=report["verdict"],
@@ -287,7 +314,7 @@ def stress_test(ctx: StepContext, request: StressRequest | None = None, progress
         policy_version=policy_version,
         reward_fn=fn.label,
         reward_fn_sha256=fn.version,
-        dry_run=ctx.dry_run,
+        dry_run=services.dry_run,
         run_id=run_id,
     )
 

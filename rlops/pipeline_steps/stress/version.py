@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlops.pipeline_steps.stress.request import StressRequest
-from rlops.pipeline_steps.stress.step import stress_test
+from rlops.pipeline_steps.stress.step import resolve_stress, run_stress
 from rlops.registry import tags as T
 from rlops.registry.client import policy_model_name
 from rlops.storage.backend import StorageError
@@ -64,8 +64,9 @@ def stress_version(ctx: StepContext, version: str) -> VersionStress:
     if found is not None:
         return VersionStress(version, "pass", False, found, f"stress test of v{version} passed earlier ({found})")
     label = tags.get(T.VERSION.REWARD_FN)
-    pack = ctx.load_pack()
-    out = stress_test(ctx, StressRequest(reward_fn=label if label in pack.reward_fns else None, policy_version=version))
+    pack = ctx.load_pack()  # compiled once: what the reward function is looked up in is what is stressed
+    request = StressRequest(reward_fn=label if label in pack.reward_fns else None, policy_version=version)
+    out = run_stress(ctx, resolve_stress(ctx, request, pack))
     verdict = out.verdict
     why = "; ".join(out.reasons)[:1000]
     return VersionStress(

@@ -92,11 +92,11 @@ def test_logs_source_learns_from_captured_traffic_and_registers_a_candidate(
 
     # the off-policy gate judges it on the held-out episodes only; another candidate on them all
     gate_ctx = make_ctx(tmp_path, ope={"direct_method": "none", "min_episodes": 50})
-    pack = gate_ctx.load_pack()
-    judged = ope_gates(gate_ctx, pack, policy, None, "v1", None, HoldOut.from_tags(tags))
+    pack, ope, explore = gate_ctx.load_pack(), gate_ctx.config.ope, gate_ctx.config.exploration
+    judged = ope_gates(gate_ctx, ope, explore, pack, policy, None, "v1", None, HoldOut.from_tags(tags))
     assert judged.result is not None and judged.result.episodes == held
     assert "held out of its training log" in judged.note
-    everything = ope_gates(gate_ctx, pack, policy, None, "v1", None)
+    everything = ope_gates(gate_ctx, ope, explore, pack, policy, None, "v1", None)
     assert everything.result is not None and everything.result.episodes == 3000
 
     again = train_policy(ctx, TrainRequest(source="logs")).as_dict()
