@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.loadavg import report as load_report  # noqa: E402
 from rlops.common.config import load_params  # noqa: E402
 from rlops.pipeline_steps.infra.context import StepContext  # noqa: E402
+from rlops.pipeline_steps.training.request import TuneRequest  # noqa: E402
 from rlops.pipeline_steps.training.tune import tune  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,8 +54,7 @@ def tune_pack(name: str, home: Path, budget_s: float, timesteps: int, eval_episo
     )
     ctx = StepContext.create(name, run_key="20260101T0000", params=params)
     t0 = time.perf_counter()
-    res = tune(
-        ctx,
+    request = TuneRequest(
         trials=MAX_TRIALS,
         budget_s=budget_s,
         timesteps=timesteps,
@@ -63,6 +63,7 @@ def tune_pack(name: str, home: Path, budget_s: float, timesteps: int, eval_episo
         device="cpu",
         write=False,
     )
+    res = tune(ctx, request)
     wall = time.perf_counter() - t0
     pruned = sum(1 for t in res.trials if t["pruned"])
     best = next(t for t in res.trials if not t["pruned"] and t["value"] == res.best_value)

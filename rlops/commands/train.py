@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 
 from rlops.commands.common_args import (
     add_common_args,
@@ -16,7 +15,7 @@ from rlops.commands.common_args import (
     print_result,
 )
 from rlops.common import step_request
-from rlops.pipeline_steps.training.request import TrainRequest
+from rlops.pipeline_steps.training.request import TrainRequest, TuneRequest
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,25 +68,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "so the dry run's best says 'not computed'.",
     )
     add_common_args(p, run_key=False)
-    p.add_argument("--trials", type=int, default=20, help="at most this many trials (default 20)")
-    p.add_argument(
-        "--budget-s",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="stop starting trials after this many seconds (default: no limit)",
-    )
-    p.add_argument("--timesteps", type=int, default=200_000, help="environment steps per trial (default 200000)")
-    p.add_argument(
-        "--eval-episodes", type=int, default=500, help="held-out greedy episodes that score a trial (default 500)"
-    )
+    step_request.add_arguments(p, TuneRequest)
     add_reward_fn_arg(p)
-    p.add_argument("--device", default=None, help="cpu, cuda or auto (default: params)")
-    p.add_argument(
-        "--write",
-        action="store_true",
-        help="write the best settings into the pack's params.yaml (ppo: and train: num_envs)",
-    )
     p.set_defaults(func=cmd_tune)
 
     p = verbs.add_parser("status", help="per-iteration metrics of a training run")
@@ -175,49 +157,31 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.training.tune import defaults_of, tune
     from rlops.registry.client import TrackingError
 
-    if args.trials < 1 or args.timesteps < 1 or args.eval_episodes < 1:
-        raise UserError(
-            f"--trials, --timesteps and --eval-episodes must be positive, got {args.trials}, "
-            f"{args.timesteps} and {args.eval_episodes}"
-        )
-    # NaN fails every comparison, so "elapsed > budget" never held: it meant "no limit"
-    if args.budget_s is not None and not 0 < args.budget_s < math.inf:
-        raise UserError(
-            f"--budget-s must be a finite positive number of seconds, got {args.budget_s}; "
-            "leave it out for no time limit"
-        )
+    # bounds checked as a DAG conf's are: NaN or an infinite --budget-s is refused, not "no limit"
+    request = dataclasses.replace(step_request.from_args(TuneRequest, args), reward_fn=args.reward_fn)
     ctx = context_from_args(args)
     if args.dry_run:
-        base = defaults_of(ctx.config.train, ctx.config.ppo, ctx.load_pack(), args.timesteps, args.device)
+        base = defaults_of(ctx.config.train, ctx.config.ppo, ctx.load_pack(), request.timesteps, request.device)
         res = {
             "dry_run": True,
             "scenario": ctx.scenario,
             "defaults": base,
-            "trials": args.trials,
-            "budget_s": args.budget_s,
-            "timesteps_per_trial": args.timesteps,
+            "trials": request.trials,
+            "budget_s": request.budget_s,
+            "timesteps_per_trial": request.timesteps,
             "best": "not computed: a dry run trains no trial, and the best settings come from the trials",
         }
         print_result(
             res,
             args.json,
             [
-                f"dry run: would tune {ctx.scenario} for up to {args.trials} trials of "
-                f"{args.timesteps:,} steps from the defaults {base}"
+                f"dry run: would tune {ctx.scenario} for up to {request.trials} trials of "
+                f"{request.timesteps:,} steps from the defaults {base}"
             ],
         )
         return 0
     try:
-        out = tune(
-            ctx,
-            args.trials,
-            args.budget_s,
-            args.timesteps,
-            args.eval_episodes,
-            reward_fn=args.reward_fn,
-            device=args.device,
-            write=args.write,
-        )
+        out = tune(ctx, request)
     except KeyError as exc:
         raise UserError(str(exc).strip("'\"")) from None
     except ValueError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlops.common.arguments import MAX_TIMESTEPS
+from rlops.common.arguments import MAX_EPISODES, MAX_TIMESTEPS
 from rlops.common.step_request import option
 
 REWARD_SOURCES = ("scripted", "model", "blend")
@@ -76,3 +76,58 @@ class TrainRequest:
         if not self.reward_switch_to:
             return None
         return (self.reward_switch_at_iteration or 1, self.reward_switch_to)
+
+
+#: The longest a search may be given: a year of seconds.
+MAX_BUDGET_S = 366 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """A hyperparameter search's options (``rlops train tune``; see
+    :mod:`rlops.pipeline_steps.training.tune`)."""
+
+    trials: int = option(20, minimum=1, maximum=10_000, dag=False, digest=False, help="at most this many trials")
+    budget_s: float | None = option(
+        None,
+        minimum=0.001,
+        maximum=MAX_BUDGET_S,
+        dag=False,
+        digest=False,
+        help="stop starting trials after this many seconds (default: no limit)",
+    )
+    timesteps: int = option(
+        200_000, minimum=1, maximum=MAX_TIMESTEPS, dag=False, digest=False, help="environment steps per trial"
+    )
+    eval_episodes: int = option(
+        500,
+        minimum=1,
+        maximum=MAX_EPISODES,
+        dag=False,
+        digest=False,
+        help="held-out greedy episodes that score a trial",
+    )
+    eval_seed: int = option(
+        3_000_000,
+        minimum=0,
+        dag=False,
+        digest=False,
+        help="seed of the held-out episodes that score every trial; apart from train.eval_seed's, so the "
+        "episodes that choose a setting are not those the training step reports it on",
+    )
+    seed: int = option(0, minimum=0, dag=False, digest=False, help="seed of the search's sampler")
+    reward_fn: str | None = option(
+        None,
+        pattern=r"v\d+",
+        cli=False,  # the command shares --reward-fn with the others (rlops.commands.common_args)
+        dag=False,
+        digest=False,
+        help="reward function trials train and are scored on (default: as training chooses it)",
+    )
+    device: str | None = option(None, dag=False, digest=False, help="cpu, cuda or auto (default: params ppo.device)")
+    write: bool = option(
+        False,
+        dag=False,
+        digest=False,
+        help="write the best settings into the pack's params.yaml (ppo: and train: num_envs)",
+    )

@@ -28,6 +28,7 @@ from rlops.model.ppo import train
 from rlops.pipeline_steps.infra.context import StepContext
 from rlops.pipeline_steps.infra.services import StepServices
 from rlops.pipeline_steps.training.policy import ppo_config
+from rlops.pipeline_steps.training.request import TuneRequest
 from rlops.registry import tags as T
 from rlops.sandbox.policies import evaluate_policy
 from rlops.sandbox.profiles import default_profile
@@ -145,24 +146,17 @@ class _TrialSink:
         return self.pruned
 
 
-def tune(
-    ctx: StepContext,
-    trials: int,
-    budget_s: float | None = None,
-    timesteps: int = 200_000,
-    eval_episodes: int = 500,
-    eval_seed: int = 3_000_000,
-    reward_fn: str | None = None,
-    device: str | None = None,
-    write: bool = False,
-    seed: int = 0,
-) -> TuneResult:
-    """Run the study (at most ``trials`` trials, stopping after ``budget_s`` seconds)."""
+def tune(ctx: StepContext, request: TuneRequest | None = None) -> TuneResult:
+    """Run the study ``request`` asks for (at most ``trials`` trials, starting none after
+    ``budget_s`` seconds)."""
     import optuna
 
+    request = request or TuneRequest()
+    trials, budget_s, timesteps = request.trials, request.budget_s, request.timesteps
+    eval_episodes, eval_seed, device = request.eval_episodes, request.eval_seed, request.device
     t0 = time.perf_counter()
     pack = ctx.load_pack()
-    label = ctx.reward_choice(reward_fn, pack).reward_fn
+    label = ctx.reward_choice(request.reward_fn, pack).reward_fn
     profile = default_profile(pack, "sandbox", ctx.config.train.profile)
     base = defaults_of(ctx.config.train, ctx.config.ppo, pack, timesteps, device)
     setting = TrialSetting(
@@ -171,7 +165,7 @@ def tune(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         direction="maximize",
-        sampler=optuna.samplers.TPESampler(seed=seed),
+        sampler=optuna.samplers.TPESampler(seed=request.seed),
         pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=2),
     )
     rows: list[dict[str, Any]] = []
@@ -228,7 +222,7 @@ def tune(
             step=0,
         )
         parent.log_dict(result.to_dict(), "tune/result.json")
-        if write and not ctx.dry_run:
+        if request.write and not ctx.dry_run:
             result.written = str(write_params(ctx.pack_dir / "params.yaml", best_params))
             parent.set_tags({"written": result.written})
     result.wall_s = round(time.perf_counter() - t0, 1)

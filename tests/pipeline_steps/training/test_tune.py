@@ -12,6 +12,7 @@ import yaml
 
 from rlops.common.config import REPO_ROOT, deep_merge
 from rlops.pipeline_steps.infra.context import StepContext
+from rlops.pipeline_steps.training.request import TuneRequest
 
 SCENARIO = "credit_approval"
 
@@ -46,7 +47,7 @@ def test_two_trials_are_mlflow_runs_and_the_best_is_no_worse_than_the_defaults(
     ctx = make_ctx(tmp_path)
     params_file = ctx.pack_dir / "params.yaml"
     before = params_file.read_text()
-    res = tune(ctx, trials=2, budget_s=120, timesteps=256, eval_episodes=64)
+    res = tune(ctx, TuneRequest(trials=2, budget_s=120, timesteps=256, eval_episodes=64))
     assert params_file.read_text() == before and res.written is None  # no --write: untouched
     assert len(res.trials) == 2 and res.trials[0]["number"] == 0
     assert {k: res.trials[0][k] for k in KNOBS} == res.default_params  # trial 0 is the defaults
@@ -75,7 +76,7 @@ def test_trial_0_is_the_defaults_even_outside_the_search_space(
     from rlops.pipeline_steps.training.tune import tune
 
     ctx = make_ctx(tmp_path, ppo={"ent_coef": 0.0})  # no point of the log-scale entropy range
-    res = tune(ctx, trials=1, timesteps=128, eval_episodes=16)
+    res = tune(ctx, TuneRequest(trials=1, timesteps=128, eval_episodes=16))
     assert res.trials[0]["defaults"] and res.trials[0]["ent_coef"] == 0.0 == res.default_params["ent_coef"]
     assert res.best_params == res.default_params and res.best_value == res.default_value
 
@@ -87,7 +88,7 @@ def test_write_puts_the_best_config_into_the_packs_params(
 
     ctx = make_ctx(tmp_path)
     before = ctx.pack_dir.joinpath("params.yaml").read_text()
-    res = tune(ctx, trials=1, timesteps=128, eval_episodes=16, write=True)
+    res = tune(ctx, TuneRequest(trials=1, timesteps=128, eval_episodes=16, write=True))
     assert res.written == str(ctx.pack_dir / "params.yaml")
     text = Path(res.written).read_text()
     assert text.startswith(before.rstrip("\n"))  # the pack's own lines and comments stay
