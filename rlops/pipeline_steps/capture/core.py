@@ -52,6 +52,7 @@ from typing import Any
 
 import pandas as pd
 
+from rlops.common.params_model import CaptureParams
 from rlops.common.progress import progress_bar
 from rlops.common.run_key import RunKey, as_utc
 from rlops.data_contracts.records import parse_json_lines
@@ -148,6 +149,8 @@ def _captured_keys(
 
 
 # --------------------------------------------------------------------------- the step
+#: rows parsed and validated at once: params ``capture.chunk_rows``'s default, for callers outside a step
+DEFAULT_CHUNK_ROWS = CaptureParams().chunk_rows
 
 
 def capture_landing_zone(
@@ -158,7 +161,7 @@ def capture_landing_zone(
     contract: Contract,
     interval_start: datetime | str,
     interval_end: datetime | str,
-    chunk_rows: int = 100_000,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
     dry_run: bool = False,
     quarantine_root_uri: str | None = None,
     run_key: str | None = None,
@@ -208,7 +211,7 @@ def write_capture(
     contract: Contract,
     interval_start: datetime | str,
     interval_end: datetime | str,
-    chunk_rows: int = 100_000,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
     dry_run: bool = False,
     quarantine_root_uri: str | None = None,
     run_key: str | None = None,
