@@ -89,8 +89,8 @@ def describe_cluster(pack: Pack, rows: pd.DataFrame, everything: pd.DataFrame, t
 def audit_clusters(
     pack: Pack,
     df: pd.DataFrame,
-    clusters: int = 8,
-    seed: int = 7,
+    clusters: int,
+    seed: int,
     top_actions: int = 3,
 ) -> list[dict[str, Any]]:
     """Per state cluster (largest first): its share, description, top actions and the drivers of its

@@ -204,8 +204,8 @@ def check_calibration(
     after: Pack,
     df: pd.DataFrame,
     fitted: list[str],
-    samples: int = 20_000,
-    seed: int = 7,
+    samples: int,
+    seed: int,
 ) -> dict[str, dict[str, float | str]]:
     """Distance of sandbox initial states to live initial values, before and after, per field:
     KS statistic for numbers, total-variation distance for enums and bools."""

@@ -106,7 +106,7 @@ def deciding(rows: list[Gate]) -> list[Gate]:
     return [g for g in rows if trusted or not is_sandbox_gate(g.gate)]
 
 
-def judge(rows: list[Gate], required: bool = True) -> Evidence:
+def judge(rows: list[Gate], required: bool) -> Evidence:
     """The evidence of a gate table (see the module's rungs); ``required`` false (``ope.required``)
     lets a candidate without off-policy evidence go further than the canary stage."""
     trusted = sandbox_trusted(rows)

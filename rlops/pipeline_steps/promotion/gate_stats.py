@@ -14,9 +14,7 @@ import math
 import numpy as np
 
 
-def paired_bootstrap(
-    diffs: np.ndarray, samples: int = 2000, confidence: float = 0.95, seed: int = 0
-) -> tuple[float, float, float]:
+def paired_bootstrap(diffs: np.ndarray, samples: int, confidence: float, seed: int = 0) -> tuple[float, float, float]:
     """Mean of ``diffs`` and the percentile bootstrap interval ``(low, high)`` of the mean.
     Any non-finite difference makes all three NaN (no interval can be trusted)."""
     d = np.asarray(diffs, dtype=np.float64)

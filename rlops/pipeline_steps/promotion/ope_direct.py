@@ -52,7 +52,7 @@ class LinearQ:
 
 
 def fit_linear_q(
-    features: np.ndarray, actions: np.ndarray, targets: np.ndarray, n_actions: int, ridge: float = 1.0
+    features: np.ndarray, actions: np.ndarray, targets: np.ndarray, n_actions: int, ridge: float
 ) -> LinearQ:
     """Ridge least squares of ``targets`` on ``features``, one model per action (an action never
     taken predicts the mean target)."""

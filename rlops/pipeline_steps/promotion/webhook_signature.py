@@ -25,7 +25,7 @@ def sign(secret: str, delivery_id: str, timestamp: str, body: bytes) -> str:
 
 
 def verify(
-    secret: str, headers: Mapping[str, str], body: bytes, tolerance_s: int = 300, now: float | None = None
+    secret: str, headers: Mapping[str, str], body: bytes, tolerance_s: int, now: float | None = None
 ) -> str | None:
     """None when the request is signed with ``secret`` and recent, else what is wrong."""
     sig, ts, did = (

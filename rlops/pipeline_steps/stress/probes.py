@@ -108,10 +108,10 @@ def honest_baselines(pack: Pack, names: Sequence[str]) -> dict[str, ActFn]:
 def run_gaming_probes(
     pack: Pack,
     fn: RewardFunction,
-    episodes: int = 2000,
-    seed: int = 1_000_000,
-    margin: float = 0.0,
-    baselines: Sequence[str] = ("rules", "oracle"),
+    episodes: int,
+    seed: int,
+    margin: float,
+    baselines: Sequence[str],
 ) -> tuple[list[ProbeResult], dict[str, float]]:
     """Each probe against the best honest baseline on the same seeded episodes."""
 

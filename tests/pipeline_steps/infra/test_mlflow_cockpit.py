@@ -203,9 +203,9 @@ def test_webhook_signature_matches_mlflows() -> None:
     body = '{"entity": "model_version_alias", "action": "created", "data": {}}'
     sig = _generate_hmac_signature("k", "id-1", "1796000000", body)
     headers = {"X-MLflow-Signature": sig, "X-MLflow-Timestamp": "1796000000", "X-MLflow-Delivery-Id": "id-1"}
-    assert verify("k", headers, body.encode(), now=1796000010) is None
-    assert "does not match" in verify("k", headers, body.encode() + b" ", now=1796000010)
-    assert "replay" in verify("k", headers, body.encode(), now=1796009999)
+    assert verify("k", headers, body.encode(), 300, now=1796000010) is None
+    assert "does not match" in verify("k", headers, body.encode() + b" ", 300, now=1796000010)
+    assert "replay" in verify("k", headers, body.encode(), 300, now=1796009999)
 
 
 def test_promotion_dag_wiring() -> None:

@@ -37,7 +37,7 @@ def test_paired_bootstrap_and_tests() -> None:
     mean, lo, hi = paired_bootstrap(d, 1000, 0.95, seed=1)
     se = d.std() / np.sqrt(d.size)
     assert lo < mean < hi and abs((hi - lo) - 2 * 1.96 * se) < 0.2 * (hi - lo)
-    assert all(np.isnan(v) for v in paired_bootstrap(np.array([0.1, np.nan]), 200))
+    assert all(np.isnan(v) for v in paired_bootstrap(np.array([0.1, np.nan]), 200, 0.95))
     z, p = two_proportion_z(60, 100, 40, 100)
     assert z > 2.5 and p < 0.01
     assert two_proportion_z(50, 100, 50, 100)[1] == pytest.approx(0.5)

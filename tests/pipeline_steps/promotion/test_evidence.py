@@ -81,18 +81,23 @@ def _row(name: str, status: str) -> Gate:
 def test_judge_holds_without_off_policy_evidence_and_lets_live_ab_decide() -> None:
     untrusted = Gate(TRUST_GATE, 1.0, 0.1, "", True, "skipped: UNTRUSTED: …", skipped=True)
     ope_pass, ope_thin = _row("ope:dr", "pass"), _row("ope:dr", "skipped")
-    assert judge([ope_pass]).hold is None
-    held = judge([ope_thin])
+    assert judge([ope_pass], required=True).hold is None
+    held = judge([ope_thin], required=True)
     assert held.ope_state == "insufficient" and held.hold and "insufficient" in held.hold
-    assert judge([]).hold and "off" in str(judge([]).hold)  # ope.enabled false is no evidence either
+    assert judge([], required=True).hold and "off" in str(
+        judge([], required=True).hold
+    )  # ope.enabled false is no evidence either
     assert judge([ope_thin], required=False).hold is None  # ope.required false: the sandbox decides
     # a canary's passing live A/B is the last word
-    assert judge([ope_thin, _row("ab:completion_rate", "pass"), _row("ab:handling_ms", "pass")]).hold is None
-    assert judge([ope_thin, _row("ab:completion_rate", "skipped")]).hold is not None
+    assert (
+        judge([ope_thin, _row("ab:completion_rate", "pass"), _row("ab:handling_ms", "pass")], required=True).hold
+        is None
+    )
+    assert judge([ope_thin, _row("ab:completion_rate", "skipped")], required=True).hold is not None
     # an untrusted sandbox's rows do not decide, either way; the rest do
     rows = [untrusted, _row("mean_return", "fail"), _row("segment:elderly", "fail"), _row("stress_test", "fail")]
     assert [g.gate for g in deciding(rows) if not g.passed] == ["stress_test"]
-    assert judge([untrusted, ope_thin]).hold.startswith("the sandbox is untrusted")  # type: ignore[union-attr]
+    assert judge([untrusted, ope_thin], required=True).hold.startswith("the sandbox is untrusted")  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------- end to end
