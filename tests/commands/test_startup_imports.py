@@ -39,3 +39,14 @@ def test_params_blocks_read_no_source_at_import() -> None:
     from rlops.common.params_base import Block
 
     assert not Block.model_config.get("use_attribute_docstrings", False)
+
+
+def test_the_command_line_is_parsed_without_the_params_model() -> None:
+    """Every command's flags come from the steps' requests, which name params blocks only as types:
+    building the parser (what `rlops --help` and every command do first) imports no pydantic."""
+    script = "import sys; from rlops.cli import build_parser; build_parser(); print('pydantic' in sys.modules)"
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "False"

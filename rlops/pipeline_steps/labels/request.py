@@ -4,10 +4,13 @@ DAG's ``enqueue_uncertain_states`` task, declared once (see :mod:`rlops.common.s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rlops.common.params_model import QueueConfig
 from rlops.common.step_request import option, overlay
 from rlops.pipeline_steps.promotion.request import MAX_WINDOW_HOURS
+
+if TYPE_CHECKING:  # the params model (pydantic) is not imported while the command line is parsed
+    from rlops.common.params_model import QueueConfig
 
 SELECTIONS = ("auto", "entropy", "reward_ensemble")
 

@@ -12,9 +12,12 @@ model rollout``, the roll-out DAG) is :class:`RolloutRequest`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rlops.common.params_operations import RolloutParams
 from rlops.common.step_request import option, overlay
+
+if TYPE_CHECKING:  # the params model (pydantic) is not imported while the command line is parsed
+    from rlops.common.params_operations import RolloutParams
 
 
 @dataclass(frozen=True)
