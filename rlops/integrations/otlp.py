@@ -2,8 +2,8 @@
 
 OpenTelemetry for Python exports OTLP over gRPC or HTTP/protobuf to a collector, whose ``file``
 exporter writes OTLP/JSON; without a collector, :class:`OtlpJsonFileExporter` writes the same format
-itself: one ``{"resourceSpans": [...]}`` document per line, one line per exported batch, trace and
-span ids in hex as the OTLP/JSON encoding wants::
+itself: one ``{"resourceSpans": [...]}`` document per line, a line per :data:`SLICE_SPANS` spans of an
+exported batch, trace and span ids in hex as the OTLP/JSON encoding wants::
 
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(OtlpJsonFileExporter("spans.jsonl")))
@@ -26,6 +26,8 @@ from typing import Any
 from rlops.integrations import require
 
 _IDS = ("traceId", "spanId", "parentSpanId")
+#: spans per OTLP/JSON line: a batch is written as lines of at most this many spans
+SLICE_SPANS = 32
 
 
 def _hex_ids(node: Any) -> Any:
@@ -62,9 +64,15 @@ class OtlpJsonFileExporter:
                 self._lock = threading.Lock()
 
             def export(self, spans: Sequence[Any]) -> Any:
-                line = json.dumps(otlp_json(spans), separators=(",", ":")) + "\n"
+                # A batch is encoded a slice at a time: json.dumps holds the interpreter lock for the
+                # whole document, and a 512-span batch held it long enough to make the agent's own
+                # decisions miss their timeout.
+                lines = "".join(
+                    json.dumps(otlp_json(spans[i : i + SLICE_SPANS]), separators=(",", ":")) + "\n"
+                    for i in range(0, len(spans), SLICE_SPANS)
+                )
                 with self._lock, open(self.path, "a", encoding="utf-8") as fh:
-                    fh.write(line)
+                    fh.write(lines)
                     fh.flush()
                     os.fsync(fh.fileno())
                     self.exported += len(spans)
