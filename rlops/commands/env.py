@@ -1,4 +1,4 @@
-"""``rlops env validate | describe | rollout``: work with scenario packs."""
+"""``rlops env validate | describe | schema | diff | rollout``: work with scenario packs."""
 
 from __future__ import annotations
 
@@ -69,6 +69,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_common_args(p, run_key=False)
     p.set_defaults(func=cmd_schema)
+
+    p = env_sub.add_parser(
+        "diff",
+        help="what changing the pack (--scenario) into NEW does to agents that send the old shape and to the "
+        "rows already stored (exit 1 when some would be refused)",
+    )
+    add_common_args(p)
+    p.add_argument("new", metavar="NEW", help="the pack as it would be: a pack folder carrying the pack's name")
+    p.add_argument(
+        "--hours", type=_whole_number, default=None, help="stored rows of the last HOURS hours (default: 24)"
+    )
+    p.set_defaults(func=cmd_diff)
 
     p = env_sub.add_parser("rollout", help="run a reference policy and write trace rows")
     add_common_args(p, run_key=False)
@@ -299,3 +311,48 @@ def _write_atomic(df: Any, out: Path) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime, timedelta
+
+    from rlops.commands.common_args import context_from_args
+    from rlops.common.run_key import RunKey
+    from rlops.data_contracts.contract_diff import as_dict, contract_changes, stored_rows_under
+    from rlops.data_contracts.contracts import contract_for
+
+    old = _load_checked(str(pack_dir_from_args(args)))
+    new = _load_checked(str(pack_dir_from_args(argparse.Namespace(scenario=args.new))))
+    if old.name != new.name:
+        raise ArgumentError(
+            f"env diff: the pack is {old.name!r} and NEW is pack {new.name!r}; expected two versions of one pack"
+        )
+    new_contract = contract_for(new)
+    changes = contract_changes(contract_for(old), new_contract)
+    if args.run_key is not None and args.hours is not None:
+        raise ArgumentError("env diff: give --hours or --run-key, not both")
+    if args.run_key is not None:
+        window = RunKey.parse(args.run_key)
+    else:
+        hours = 24 if args.hours is None else args.hours
+        if not 1 <= hours <= 24 * 366:
+            raise ArgumentError(f"--hours {hours}: expected a whole number of hours from 1 to {24 * 366}")
+        end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+        window = RunKey(end - timedelta(hours=hours), end)
+    ctx = context_from_args(argparse.Namespace(scenario=args.new, run_key=str(window)))
+    stored = stored_rows_under(ctx.traces.read(ctx.scenario, (window.start, window.end)), new_contract)
+    report = as_dict(changes, stored)
+    if args.json:
+        print_json(report)
+    else:
+        print(f"{new.name}: {len(changes)} change(s) of the trace contract")
+        for c in changes:
+            mark = "BREAKS" if c.breaks else "ok"
+            print(f"  {mark:<6} {c.column}: {c.change} {c.before} -> {c.after}: {c.effect}")
+        print(
+            f"stored rows of {window}: {stored.rows} read, {stored.accepted} would be accepted, "
+            f"{stored.quarantined} refused"
+            + "".join(f"\n  {n} x {reason}" for reason, n in stored.reasons.items())
+            + "".join(f"\n  {n} would take the default of {col}" for col, n in stored.defaulted.items())
+        )
+    return 1 if report["breaking"] else 0

@@ -17,7 +17,7 @@ from rlops.common.config import REPO_ROOT
 REPO = REPO_ROOT
 
 GRAMMAR = {
-    "env": ["validate", "describe", "rollout", "schema"],
+    "env": ["validate", "describe", "rollout", "schema", "diff"],
     "capture": [],
     "import": [],
     "outcome": ["import", "capture", "schema"],
