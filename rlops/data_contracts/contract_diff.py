@@ -14,7 +14,7 @@ re-capture or a replay would lose.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rlops.data_contracts.validation import REASON_COLUMN, validate_frame
@@ -148,8 +148,6 @@ def stored_rows_under(rows: pd.DataFrame, new: Contract, top: int = 5) -> Stored
 
 def as_dict(changes: list[ColumnChange], stored: StoredImpact | None) -> dict[str, Any]:
     """The report ``rlops env diff --json`` prints."""
-    from dataclasses import asdict
-
     return {
         "breaking": any(c.breaks for c in changes) or bool(stored and stored.quarantined),
         "changes": [asdict(c) for c in changes],

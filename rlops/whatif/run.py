@@ -205,7 +205,7 @@ def reward_whatif(
         "--episodes", settings.episodes if settings.episodes is not None else cfg.episodes, maximum=MAX_EPISODES
     )
     pack = ctx.load_pack()
-    choice = ctx.reward_choice(reward_fn)
+    choice = ctx.reward_choice(reward_fn, pack)
     base = pack.reward_fn(choice.reward_fn)
     change: RewardChange = resolve_change(base, sets, params)
     label = next_label(pack)

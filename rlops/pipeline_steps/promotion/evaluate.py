@@ -47,7 +47,6 @@ from rlops.registry.client import CHAMPION, TrackingError, policy_model_name
 from rlops.sandbox.env import BatchedEnv
 from rlops.sandbox.policies import evaluate_policy, rule_policy
 from rlops.sandbox.profiles import CALIBRATED, default_profile
-from rlops.sandbox.reward_choice import choose_reward
 
 if TYPE_CHECKING:
     from rlops.common.params_operations import ExplorationParams, OpeParams
@@ -145,7 +144,7 @@ def resolve_evaluation(ctx: StepContext, request: EvaluateRequest) -> Evaluation
     pack = ctx.load_pack()
     profile = evaluation_profile(pack, settings.profile)
     label = settings.reward_fn or (tags.get("reward_fn") if tags.get("reward_fn") in pack.reward_fns else None)
-    label = str(label or choose_reward(pack, None, ctx.params.get("reward_fn")).reward_fn)
+    label = str(label or ctx.reward_choice(None, pack).reward_fn)
     n = count("--episodes", episodes if episodes is not None else settings.episodes, maximum=MAX_EPISODES)
     return EvaluationSetup(
         candidate=candidate,

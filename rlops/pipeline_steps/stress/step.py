@@ -39,7 +39,6 @@ from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.registry import tags as T
 from rlops.registry.client import CHAMPION, policy_model_name, reward_fn_model_name
 from rlops.sandbox.profiles import default_profile
-from rlops.sandbox.reward_choice import choose_reward
 
 if TYPE_CHECKING:  # the computations (torch, the sandbox) are imported where they run
     from rlops.pipeline_steps.infra.context import StepContext
@@ -257,7 +256,7 @@ def resolve_stress(ctx: StepContext, request: StressRequest | None = None, pack:
     request = request or StressRequest()
     cfg = ctx.config.stress
     pack = pack if pack is not None else ctx.load_pack()
-    fn = resolve_reward_fn(pack, request.reward_fn or choose_reward(pack, None, ctx.params.get("reward_fn")).reward_fn)
+    fn = resolve_reward_fn(pack, request.reward_fn or ctx.reward_choice(None, pack).reward_fn)
     return StressSetup(request, cfg, pack, fn)
 
 

@@ -76,7 +76,7 @@ def profile_training(
     if sample_iterations < 1:
         raise ValueError(f"sample_iterations {sample_iterations}: expected at least one iteration to record")
     pack = ctx.load_pack()
-    label = ctx.reward_choice(reward_fn).reward_fn
+    label = ctx.reward_choice(reward_fn, pack).reward_fn
     profile_name = default_profile(pack, "sandbox", ctx.config.train.profile)
     # A budget no run reaches in ``duration_s``: the clock, not the step count, ends the run.
     plan = ppo_config(
