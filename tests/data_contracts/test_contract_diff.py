@@ -102,3 +102,17 @@ def test_two_different_packs_are_refused_with_one_line(capsys: pytest.CaptureFix
     assert main(["env", "diff", "loan_desk", "--scenario", "credit_approval"]) == 2
     err = capsys.readouterr().err
     assert "expected two versions of one pack" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--hours", "0"], "--hours 0: expected a whole number of hours from 1"),
+        (["--hours", "3", "--run-key", RUN_KEY], "give --hours or --run-key, not both"),
+        (["--run-key", "yesterday"], "run key"),
+    ],
+)
+def test_a_bad_window_is_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["env", "diff", "credit_approval", "--scenario", "credit_approval", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
