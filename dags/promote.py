@@ -4,10 +4,11 @@
 Started by the rlops webhook receiver (`rlops model webhook serve --mode airflow`) when someone
 sets the alias `challenger` on a policy version in the MLflow UI, or by hand with
 `{"candidate": "<version>"}`. Evaluates the version against the `champion` and promotes it only
-when every gate passes (staged 5 → 15 → 100% when `promotion.staged`, then moved on by
-`rollout__<pack>`); a champion set by hand outside rlops is handled first. The outcome is written
-back on the version (tags `rlops.promotion.*` and the gate summary in its description).
-Conf: `candidate`, `reward_fn`, `dry_run`.
+when every gate passes (staged 5 → 15 → 100% when the conf's `staged` says so, else params
+`promotion.staged`, then moved on by `rollout__<pack>`); a champion set by hand outside rlops is
+handled first. The outcome is written back on the version (tags `rlops.promotion.*` and the gate
+summary in its description).
+Conf: `candidate`, `requested_by`, `staged`, `reward_fn`, `dry_run`.
 """
 
 from airflow.sdk import dag, task

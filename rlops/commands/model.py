@@ -11,7 +11,7 @@ from typing import Any
 from rlops.commands.common_args import add_common_args, context_from_args, infrastructure, print_result
 from rlops.common import step_request
 from rlops.pipeline_steps.promotion.outcome import PromotionOutcome
-from rlops.pipeline_steps.promotion.request import EvaluateRequest, OffPolicyRequest, RolloutRequest
+from rlops.pipeline_steps.promotion.request import EvaluateRequest, OffPolicyRequest, PromoteRequest, RolloutRequest
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,12 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             step_request.add_alternatives(p, EvaluateRequest, OffPolicyRequest)
         else:
             step_request.add_arguments(p, EvaluateRequest)  # a promotion evaluates the candidate first
-        if verb == "promote":
-            p.add_argument(
-                "--staged",
-                action="store_true",
-                help="roll out as challenger (5%% → 15%% → 100%%) instead of switching at once",
-            )
+            step_request.add_arguments(p, PromoteRequest)
         p.set_defaults(func=cmd_evaluate if verb == "evaluate" else cmd_promote)
     p = verbs.add_parser(
         "rollout",
@@ -176,8 +171,11 @@ def _estimate_lines(res: dict[str, Any]) -> list[str]:
 def cmd_promote(args: argparse.Namespace) -> int:
     from rlops.pipeline_steps.promotion.flow import promote
 
-    request = step_request.from_args(EvaluateRequest, args)
-    res: PromotionOutcome = _call(promote, context_from_args(args), request.candidate, args.staged, request.episodes)
+    evaluation = step_request.from_args(EvaluateRequest, args)
+    promotion = step_request.from_args(PromoteRequest, args)
+    ctx = context_from_args(args)
+    staged = ctx.config.promotion.staged if promotion.staged is None else promotion.staged
+    res: PromotionOutcome = _call(promote, ctx, evaluation.candidate, staged, evaluation.episodes)
     out = res.as_dict()
     print_result(out, args.json, [f"{res.scenario}: {res.reason}"] + _gate_lines(out))
     return 0 if res.action in ("champion", "challenger", "would_promote", "would_stage") else 1

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from rlops.common import step_request
 from rlops.common.errors import UserError
@@ -18,7 +19,7 @@ from rlops.common.step_request import option
 from rlops.pipeline_steps.capture.request import CaptureRequest
 from rlops.pipeline_steps.drift.request import DriftCheckRequest
 from rlops.pipeline_steps.labels.request import LabelQueueRequest
-from rlops.pipeline_steps.promotion.request import EvaluateRequest, OffPolicyRequest
+from rlops.pipeline_steps.promotion.request import EvaluateRequest, OffPolicyRequest, PromoteRequest
 from rlops.pipeline_steps.stress.request import StressRequest
 from rlops.pipeline_steps.training.request import TrainRequest
 
@@ -129,7 +130,8 @@ def _command(path: tuple[str, ...]) -> argparse.ArgumentParser:
     return parser
 
 
-#: (command, its request — or the alternative requests it runs one of —, flags it declares itself
+#: (command, its request — the alternative requests it runs one of (a tuple), or the requests whose
+#: options it offers together (a list) —, flags it declares itself
 #: though the request has the option (shared with other commands), flags of its own that are no
 #: option of the request)
 COMMANDS = [
@@ -138,18 +140,18 @@ COMMANDS = [
     (("stress",), StressRequest, {"--reward-fn"}, set()),
     (("drift", "check"), DriftCheckRequest, set(), {"--fail-on-drift"}),
     (("model", "evaluate"), (EvaluateRequest, OffPolicyRequest), set(), set()),
-    (("model", "promote"), EvaluateRequest, set(), {"--staged"}),
+    (("model", "promote"), [EvaluateRequest, PromoteRequest], set(), set()),
     (("labels", "run"), LabelQueueRequest, set(), set()),
 ]
 
 
 @pytest.mark.parametrize(("path", "request_type", "shared", "own"), COMMANDS, ids=[" ".join(c[0]) for c in COMMANDS])
 def test_each_command_s_flags_are_its_request_s_options(
-    path: tuple[str, ...], request_type: type | tuple[type, ...], shared: set[str], own: set[str]
+    path: tuple[str, ...], request_type: type | tuple[type, ...] | list[type], shared: set[str], own: set[str]
 ) -> None:
     parser = _command(path)
     actions = {flag: a for a in parser._actions for flag in a.option_strings}
-    requests = request_type if isinstance(request_type, tuple) else (request_type,)
+    requests = tuple(request_type) if isinstance(request_type, (tuple, list)) else (request_type,)
     offered = {o.flag: o for r in requests for o in step_request.options(r) if o.cli}
     negated = {"--no-" + flag[2:] for flag, o in offered.items() if o.kind is bool}  # --greedy / --no-greedy
     assert set(actions) - COMMON_FLAGS - negated == set(offered) | own
@@ -159,7 +161,7 @@ def test_each_command_s_flags_are_its_request_s_options(
         if flag in shared:
             continue
         action = actions[flag]
-        one_of = len(requests) > 1 and o.required
+        one_of = isinstance(request_type, tuple) and o.required
         assert (action.help, action.default, action.required) == (o.help, o.default, o.required and not one_of), flag
         assert action.type is (None if o.kind is bool else o.kind), flag
         assert (action in picking) == one_of, flag
@@ -276,6 +278,30 @@ def test_model_promote_evaluates_with_the_evaluation_s_options(monkeypatch: pyte
     with pytest.raises(_Handed) as handed:
         args.func(args)
     assert handed.value.args[1:] == ("4", True, 50)  # promote(ctx, candidate, staged, episodes)
+
+
+@pytest.mark.parametrize(
+    ("flags", "params_staged", "staged"),
+    [([], False, False), ([], True, True), (["--no-staged"], True, False), (["--staged"], False, True)],
+)
+def test_model_promote_stages_as_its_flag_says_else_as_params_promotion_staged(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flags: list[str], params_staged: bool, staged: bool
+) -> None:
+    from rlops.cli import build_parser
+    from rlops.common.config import REPO_ROOT
+    from rlops.pipeline_steps.promotion import flow
+
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    params["promotion"]["staged"] = params_staged
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.setenv("RLOPS_PARAMS", str(tmp_path / "params.yaml"))
+    monkeypatch.setenv("RLOPS_STORAGE_ROOT", tmp_path.as_uri())
+    monkeypatch.setattr(flow, "promote", _hand_over)
+    argv = ["model", "promote", "--scenario", "credit_approval", "--candidate", "4"]
+    args = build_parser().parse_args([*argv, *flags])
+    with pytest.raises(_Handed) as handed:
+        args.func(args)
+    assert handed.value.args[1:] == ("4", staged, None)
 
 
 def test_a_required_option_is_a_required_flag_and_has_no_default() -> None:

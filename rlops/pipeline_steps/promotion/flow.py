@@ -97,8 +97,8 @@ def check_champion(ctx: StepContext) -> ChampionCheck:
 
 def promote_requested(ctx: StepContext, request: PromoteRequest) -> PromotionOutcome:
     """The promote DAG's step: the gated promotion of the version its run's request names, for whom
-    it names (:func:`promote_from_alias`)."""
-    return promote_from_alias(ctx, request.candidate, requested_by=request.requested_by)
+    it names (:func:`promote_from_alias`), staged as it says (None: params ``promotion.staged``)."""
+    return promote_from_alias(ctx, request.candidate, requested_by=request.requested_by, staged=request.staged)
 
 
 def promote_from_alias(

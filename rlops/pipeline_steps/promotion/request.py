@@ -1,8 +1,9 @@
 """What an evaluation is asked to do: the options of ``rlops model evaluate`` (and of ``rlops model
 promote``, which evaluates before it moves an alias), declared once (see
 :mod:`rlops.common.step_request`). The promote DAG's run is :class:`PromoteRequest`: its
-``candidate`` takes only a version (the webhook sends the version an alias pointed at), the
-command's ``--candidate`` also takes an alias.
+``candidate`` takes only a version (the webhook sends the version an alias pointed at); ``rlops
+model promote`` takes the evaluation's ``--candidate`` and ``--episodes`` (a version or an alias)
+and the promotion's other options (``--staged``).
 
 ``rlops model evaluate`` runs one of two requests: :class:`EvaluateRequest` (``--candidate``: the
 gated comparison with the champion) or :class:`OffPolicyRequest` (``--target``: any target's
@@ -61,6 +62,12 @@ class PromoteRequest:
         cli=False,
         digest=False,
         help="who asked: mlflow-ui-alias, manual-champion, airflow",
+    )
+    staged: bool | None = option(
+        None,
+        digest=False,
+        help="roll out as challenger through params evaluate.rollout_stages instead of switching at once; "
+        "false (--no-staged): champion at once (default: params promotion.staged)",
     )
 
 

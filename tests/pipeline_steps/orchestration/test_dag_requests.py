@@ -160,6 +160,22 @@ def test_a_new_promotion_option_reaches_the_promote_dag_its_conf_check_and_the_s
     assert isinstance(promotion, knobbed) and (promotion.candidate, promotion.knob) == ("3", 2)  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize(("given", "staged"), [({}, None), ({"staged": True}, True), ({"staged": False}, False)])
+def test_the_promote_dag_stages_as_its_conf_says_else_as_params(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, given: dict[str, Any], staged: bool | None
+) -> None:
+    from rlops.pipeline_steps.promotion import flow
+
+    monkeypatch.setenv("RLOPS_STORAGE_ROOT", tmp_path.as_uri())
+    assert dag_params(PACK, "promote")["staged"].schema == {"type": ["null", "boolean"]}
+    conf = run_conf.validate_promotion_conf({**BASE, "candidate": "3", **given})
+    monkeypatch.setattr(flow, "promote_from_alias", _hand_over)
+    with pytest.raises(_Handed) as handed:
+        tasks.promote_requested(conf)
+    # None: promote_from_alias reads params promotion.staged
+    assert handed.value.args[-1] == {"requested_by": "airflow", "staged": staged}
+
+
 def test_each_dag_offers_its_requests_and_only_the_retrains_offer_training() -> None:
     assert set(DAG_REQUESTS) == set(DAG_KINDS)
     for kind in DAG_KINDS:
