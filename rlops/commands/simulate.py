@@ -36,6 +36,35 @@ def check_workdir(path: Path) -> None:
         )
 
 
+class TimelineDefaults:
+    """The defaults the command shows, as :class:`~rlops.timeline.world.TimelineConfig` has them
+    (read there at parse time would import the timeline for every command)."""
+
+    outcome_delay_hours = 1.0
+
+
+def late_outcome(args: argparse.Namespace, pack_dir: Path, hours: int) -> str | None:
+    """``--late-outcome``, checked: a reward component of the pack's reward functions, with a
+    delay of more than 0 and less than the simulated ``hours``."""
+    from rlops.common.errors import UserError
+
+    delay = args.outcome_delay_hours
+    if not (math.isfinite(delay) and 0 < delay < hours):
+        raise UserError(f"--outcome-delay-hours {delay:g}: expected simulated hours above 0 and below --hours {hours}")
+    if args.late_outcome is None:
+        return None
+    from rlops.sandbox.pack import load_pack
+
+    pack = load_pack(pack_dir, check_liveness=False)
+    names = sorted({c.name for fn in pack.reward_fns.values() for c in fn.components})
+    if args.late_outcome not in names:
+        raise UserError(
+            f"--late-outcome {args.late_outcome!r}: not a reward component of pack {pack_dir.name} "
+            f"(its components: {', '.join(names)})"
+        )
+    return str(args.late_outcome)
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "simulate",
@@ -57,6 +86,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--workdir", default=None, help="folder for the simulated storage and registry (default: a temporary one)"
+    )
+    p.add_argument(
+        "--late-outcome",
+        default=None,
+        metavar="COMPONENT",
+        help="a reward component the business learns late (credit_approval: loan_outcome): left out of the "
+        "traced rows and sent as each episode's outcome --outcome-delay-hours after its last decision "
+        "(default: every component scored at decision time)",
+    )
+    p.add_argument(
+        "--outcome-delay-hours",
+        type=float,
+        default=TimelineDefaults.outcome_delay_hours,
+        help="simulated hours from a decision to its late outcome (default %(default)g)",
     )
     p.set_defaults(func=cmd_simulate)
 
@@ -97,7 +140,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     # an events file is data, not code: a reward module it names must be a pack author's file
     check_reward_modules(events, scenarios_dir(params) / scenario, f"events file {args.events}")
     check_world(scenarios_dir(params) / scenario, events, f"events file {args.events}")
-    config = TimelineConfig(scenario=scenario, hours=hours)
+    late = late_outcome(args, scenarios_dir(params) / scenario, hours)
+    config = TimelineConfig(
+        scenario=scenario, hours=hours, late_outcome=late, outcome_delay_hours=args.outcome_delay_hours
+    )
     if per_tick is not None:
         config = dataclasses.replace(config, episodes_per_tick=per_tick)
     if args.dry_run:
@@ -107,13 +153,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                     "scenario": scenario,
                     "hours": hours,
                     "events": [str(e) for e in events],
+                    "late_outcome": late,
+                    "outcome_delay_hours": args.outcome_delay_hours if late else None,
                     "dry_run": True,
                     "metrics": NOT_SIMULATED,
                 },
                 None,
             )
         else:
-            print(f"dry run: would simulate {hours} h of {scenario} with {len(events)} event(s)")
+            settles = f", {late} settling {args.outcome_delay_hours:g} h late" if late else ""
+            print(f"dry run: would simulate {hours} h of {scenario} with {len(events)} event(s){settles}")
         return 0
     if args.workdir is not None:
         Path(args.workdir).mkdir(parents=True, exist_ok=True)

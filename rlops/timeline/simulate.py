@@ -29,7 +29,10 @@ Figures (the JSON's ``metrics``):
   decisions per code (``no_champion`` before the first promotion, ``illegal_action``, …);
 * ``outcome_detection_delay_h`` — per outcome event, as ``detection_delay_h`` (outcome drift);
 * ``recovery_h``, ``mean_regret_share``, ``mean_regret`` — the served policy against the oracle and
-  the rule engine on the same live episodes (:mod:`rlops.timeline.regret`).
+  the rule engine on the same live episodes (:mod:`rlops.timeline.regret`);
+* ``late_outcomes`` — with ``TimelineConfig.late_outcome``: the component, its delay, the episodes
+  whose outcome settled late, the outcomes sent, those still pending at the end, and the outcome
+  records the capture DAG read, accepted and quarantined (None without).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from rlops.registry.client import policy_model_name
 from rlops.sandbox.traces import rollout_traces
 from rlops.timeline.dag_driver import PackDags, airflow_home
 from rlops.timeline.events import Event, check_reward_modules, in_force, reward_fn_in_force
+from rlops.timeline.late_outcomes import LateOutcomes
 from rlops.timeline.regret import RegretMeter, regret_metrics
 from rlops.timeline.report import write_report
 from rlops.timeline.world import (
@@ -114,6 +118,7 @@ class _Run:
         self.latencies_s: list[float] = []
         self.hours: list[Hour] = []
         self.rows = {"landing": 0, "accepted": 0, "quarantined": 0}
+        self.outcome_records = {"records_in": 0, "records_accepted": 0, "records_quarantined": 0}
         self.calibrated = False
         self.detected: dict[int, float] = {}
         self.n = {
@@ -130,13 +135,20 @@ class _Run:
         self.registry = self._registry_state()
 
         self.regret = RegretMeter(oracle_reward=BASE_REWARD, reference_timesteps=cfg.reference_timesteps, seed=cfg.seed)
+        self.late = (
+            None
+            if cfg.late_outcome is None
+            else LateOutcomes(cfg.late_outcome, timedelta(hours=cfg.outcome_delay_hours))
+        )
 
     # ---------------------------------------------------------------- production traffic
     def traffic(self, start: datetime) -> Any:
         """One tick of production traffic, decided by the policy client as it serves at the tick's
         first registry poll (:class:`SimClock`): the champion, the challenger on its share of request
         keys, the rule engine (with its ``fallback_reason``) where nothing is loaded or a decision is
-        illegal; each row carries the propensity it was served with (``logp``)."""
+        illegal; each row carries the propensity it was served with (``logp``). With a late outcome
+        (``TimelineConfig.late_outcome``) the traced rows leave it out and the outcomes due by the
+        tick's end are sent; the returned frame is the world's, every component scored."""
         import pandas as pd
 
         cfg = self.cfg
@@ -172,9 +184,12 @@ class _Run:
             self.regret.add(pack, seed, n, scored_with)  # the oracle and the rules on these episodes
         self.served_moves()
         df = pd.concat([f for f in frames if len(f)], ignore_index=True)
+        traced = df if self.late is None else self.late.withhold(df)
         self.tracer.clock = start + timedelta(seconds=1)
-        for rec in json.loads(df.to_json(orient="records")):
+        for rec in json.loads(traced.to_json(orient="records")):
             self.tracer.record(rec)
+        if self.late is not None:
+            self.late.deliver(self.tracer, cfg.scenario, until=start + timedelta(minutes=cfg.tick_minutes))
         self.tracer.flush()
         self.rows["landing"] += len(df)
         return df
@@ -226,6 +241,9 @@ class _Run:
         if kind == "trace_capture":
             self.rows["accepted"] += int(r["capture"]["rows_accepted"])
             self.rows["quarantined"] += int(r["capture"]["rows_quarantined"])
+            landed = r.get("capture_outcomes") or {}  # none: no outcome line landed in the interval
+            for key in ("records_in", "records_accepted", "records_quarantined"):
+                self.outcome_records[key] += int(landed.get(key) or 0)
         elif kind == "drift_monitor":
             self.drift(r, hour, when)
         elif kind == "rollout":
@@ -345,6 +363,7 @@ class _Run:
             "fallback_episodes": sum(h.fallbacks for h in self.hours),
             "fallback_reasons": dict(self.client.fallbacks),  # decisions per fallback code, as the client counted
             "challenger_episodes": sum(h.challenger_episodes for h in self.hours),
+            "late_outcomes": None if self.late is None else {**self.late.metrics(), **self.outcome_records},
         }
 
 

@@ -66,6 +66,15 @@ class TimelineConfig:
     """share of decisions the policy client explores (None: params ``exploration.share``), drawn
     from ``exploration.distribution``: the logged propensities then support off-policy evaluation
     of candidates (the ``ope:dr`` gate)"""
+    late_outcome: str | None = None
+    """a reward component of the pack the business learns late (the credit pack's ``loan_outcome``):
+    left out of the traced rows and sent ``outcome_delay_hours`` after each episode's last decision
+    through ``Tracer.outcome`` (:mod:`rlops.timeline.late_outcomes`); None: every component is
+    scored at decision time"""
+    outcome_delay_hours: float = 1.0
+    """simulated hours from an episode's last decision to its late outcome (the days of a real loan,
+    compressed as the cadence is); keep it well under ``ope.window_hours`` × ``ope.max_censored``'s
+    reach, or every window still awaits too many outcomes for the off-policy gate to judge"""
     seed: int = 0
     params: tuple[tuple[str, Any], ...] = ()
     """settings of the simulated project over params.yaml's, as (dotted key, value) pairs, merged
@@ -130,6 +139,8 @@ def simulation_params(base: dict[str, Any], root: Path, cfg: TimelineConfig) -> 
             "reward_model": {"pairs": 1000, "epochs": 30},  # relabels traces; the policy trains on the sandbox
         },
     )
+    if cfg.late_outcome is not None:  # the outcome the agents send is the component the world withholds
+        merged = deep_merge(merged, {"outcomes": {"rewards": {cfg.late_outcome: {"component": cfg.late_outcome}}}})
     return deep_merge(merged, overrides)
 
 

@@ -129,6 +129,18 @@ SIMULATE_PROBES = [
         for v in ("1e12", "1000000000000", "0", "-1", "1.5", "nan", "inf", "many", "100001")
     ),
     *(
+        cli_error(f"simulate_late_outcome_{v}", [*SIMULATE, "--late-outcome", v], ("--late-outcome", "loan_outcome"))
+        for v in ("nope", "", "LOAN_OUTCOME", "loan_outcome ", "reward_total")
+    ),
+    *(
+        cli_error(
+            f"simulate_outcome_delay_{v}",
+            [*SIMULATE, "--late-outcome", "loan_outcome", "--outcome-delay-hours", v],
+            ("--outcome-delay-hours",),
+        )
+        for v in ("0", "-1", "nan", "inf", "4", "1e9", "soon")
+    ),
+    *(
         cli_error(f"simulate_at_hour_{v}", [*SIMULATE, "--events", "{tmp}/events.yaml"], ("at_hour",), events_file(v))
         for v in ("nan", ".nan", "-1", "4", "1000", ".inf")
     ),

@@ -59,6 +59,7 @@ from rlops.registry import tags as T
 from rlops.registry.alias_records import require_key
 from rlops.registry.aliases import champion_history
 from rlops.registry.client import CHALLENGER, CHAMPION, TrackingError, policy_model_name
+from rlops.trace_store.outcome_join import settled
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -265,9 +266,13 @@ def judge_champion(services: StepServices, setup: RolloutSetup, champion: str) -
 
 
 def live_returns(traces: pd.DataFrame, scenario: str) -> dict[str, pd.Series]:
-    """Per-episode live return of each registry version (by bare version number) in ``traces``."""
+    """Per-episode live return of each registry version (by bare version number) in ``traces``. An
+    episode still awaiting its late outcome (``outcome_status`` censored) has no final return yet
+    and is left out: the newer champion's recent episodes would be compared without their outcome
+    against the older one's with it."""
     if traces.empty or "policy_version" not in traces:
         return {}
+    traces = settled(traces)
     if "source" in traces:
         traces = traces[traces["source"].fillna("live").astype(str).eq("live")]
 
