@@ -92,7 +92,6 @@ ALLOWED = {
     # remaining: still a dict, to be typed
     "orchestration/retrain_inputs.py::retrain_inputs": "remaining: the digest document a retrain's inputs hash to",
     "drift/fan_out.py::summarise_slice": "remaining: a drift slice's counts, pushed as XCom by the mapped task",
-    "training/candidate.py::evaluate_trained": "remaining: the held-out evaluation",
     "promotion/evaluate_report.py::rounded": "remaining: rounds the numbers of the evaluation report's document",
     "promotion/webhook_events.py::handle_event": "remaining: the webhook's JSON answer",
     "promotion/webhook_events.py::revert_alias": "remaining: the webhook's JSON answer",

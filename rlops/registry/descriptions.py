@@ -20,17 +20,16 @@ MODEL_DESCRIPTION = (
 )
 
 
-def version_description(scenario: str, base: dict[str, Any], evaluation: dict[str, Any]) -> str:
-    """What a user reads on the version page of the MLflow UI: what it is, reward, calibration;
-    evaluation appends the gate summary."""
+def version_description(scenario: str, base: dict[str, Any], mean_return: float, completion_rate: float) -> str:
+    """What a user reads on the version page of the MLflow UI: what it is, reward, calibration, its
+    held-out ``mean_return`` and ``completion_rate`` in training; evaluation appends the gate summary."""
     return (
         f"Masked-PPO decision policy for scenario '{scenario}' ({base['mode']} training, run key "
         f"{base['run_key']}, warm start: {base['parent_champion'] or 'none'}).\n\n"
         f"Reward function: {base['reward_fn']} (sha256 {str(base['reward_fn_sha256'])[:12]}).\n"
         f"Sandbox calibration: {base['calibration_version']} (profile {base['profile']}); "
         f"data: {base['data_version']}.\n"
-        f"Held-out in training: mean return {evaluation['mean_return']:.4f}, completion "
-        f"{evaluation['completion_rate']:.1%}.\n\n"
+        f"Held-out in training: mean return {mean_return:.4f}, completion {completion_rate:.1%}.\n\n"
         "Gates: not evaluated yet — promotion runs `rlops model evaluate/promote`, or set the alias "
         "`challenger` on this version to request a gated promotion."
     )

@@ -42,19 +42,29 @@ def fingerprint(**inputs: Any) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
+@dataclasses.dataclass(frozen=True)
+class HeldOutEvaluation:
+    """The trained policy, deciding greedily, on held-out sandbox episodes of the training's world."""
+
+    mean_return: float
+    completion_rate: float
+    metrics: dict[str, float]
+    """the comparable metrics (the keys of :mod:`rlops.pipeline_steps.infra.policy_metrics` that
+    evaluation runs log too), logged to the training run"""
+
+
 def evaluate_trained(
     pack: Pack, policy: PolicyNetwork, label: str, episodes: int, seed: int, profile: str | None
-) -> dict[str, Any]:
-    """Held-out summary of the trained policy plus its comparable metrics (``metrics``, the keys of
-    :mod:`rlops.pipeline_steps.infra.policy_metrics` that evaluation runs log too)."""
+) -> HeldOutEvaluation:
+    """The held-out evaluation of the trained policy on ``episodes`` sandbox episodes from ``seed``."""
     cpu = policy.to("cpu").eval()
     env = BatchedEnv(pack.scenario, pack.reward_fn(label), num_envs=episodes, profile=profile, illegal_action="noop")
     res = evaluate_policy(pack, lambda e: cpu.act(e.observe(), deterministic=True).action, seed=seed, env=env)
     env.reset(seed)
     segs = segment_returns(res.returns.cpu().numpy(), population_masks(res.segments, res.segment_names))
-    summary: dict[str, Any] = res.summary()
-    summary["metrics"] = policy_metrics(summary, segs, latency_p99_ms(cpu, env.observe(), 100))
-    return summary
+    summary = res.summary()
+    metrics = policy_metrics(summary, segs, latency_p99_ms(cpu, env.observe(), 100))
+    return HeldOutEvaluation(summary["mean_return"], summary["completion_rate"], metrics)
 
 
 def register_policy(
@@ -110,4 +120,11 @@ def _float(v: Any) -> float | None:
         return None
 
 
-__all__ = ["MODEL_ARTIFACT", "evaluate_trained", "fingerprint", "register_policy", "reused_summary"]
+__all__ = [
+    "MODEL_ARTIFACT",
+    "HeldOutEvaluation",
+    "evaluate_trained",
+    "fingerprint",
+    "register_policy",
+    "reused_summary",
+]

@@ -187,7 +187,7 @@ def train_from_logs(services: StepServices, setup: TrainingSetup) -> TrainSummar
         with run.buffered(every_s=10.0) as sink:
             result = train(cfg, data, tracker=sink)
         evaluation = evaluate_trained(pack, result.policy, label, settings.eval_episodes, settings.eval_seed, profile)
-        run.log_metrics({**evaluation["metrics"], **_estimates(result)}, step=cfg.epochs + 1)
+        run.log_metrics({**evaluation.metrics, **_estimates(result)}, step=cfg.epochs + 1)
         tags = {
             "reward_fn_sha256": reward_function.version,
             "reward_fn": label,
@@ -204,7 +204,7 @@ def train_from_logs(services: StepServices, setup: TrainingSetup) -> TrainSummar
             "run_key": services.run_key,
             "train_fingerprint": fp,
             "run_id": run.run_id,
-            "eval_mean_return": round(evaluation["mean_return"], 6),
+            "eval_mean_return": round(evaluation.mean_return, 6),
             "reward_source": "logged",
             "offpolicy_estimator": cfg.estimator,
             "offpolicy_estimate": f"{result.estimate:.6g}",
@@ -218,10 +218,12 @@ def train_from_logs(services: StepServices, setup: TrainingSetup) -> TrainSummar
                 result.policy,
                 tags,
                 Path(tmp),
-                description=version_description(services.scenario, dataclasses.asdict(inputs), evaluation),
+                description=version_description(
+                    services.scenario, dataclasses.asdict(inputs), evaluation.mean_return, evaluation.completion_rate
+                ),
             )
     trained = TrainedRun(
-        completion_rate=evaluation["completion_rate"],
+        completion_rate=evaluation.completion_rate,
         train_return=result.estimate,
         iterations=result.best_epoch,
         timesteps=data.n,
@@ -234,7 +236,7 @@ def train_from_logs(services: StepServices, setup: TrainingSetup) -> TrainSummar
         behaviour_cloning=None,
     )
     return TrainSummary(
-        inputs, model_version=version, mean_return=evaluation["mean_return"], run_id=run.run_id, trained=trained
+        inputs, model_version=version, mean_return=evaluation.mean_return, run_id=run.run_id, trained=trained
     )
 
 

@@ -90,7 +90,7 @@ def train_and_register(
     evaluation = _evaluate(
         pack, result.policy, inputs.reward_fn, settings.eval_episodes, settings.eval_seed, inputs.profile
     )
-    run.log_metrics(evaluation["metrics"], step=result.global_step)
+    run.log_metrics(evaluation.metrics, step=result.global_step)
     if result.history:
         run.log_figure(learning_curve(result.history), "plots/learning_curve.png")
         run.log_dict(
@@ -112,7 +112,7 @@ def train_and_register(
         "train_fingerprint": fp,
         "run_id": run.run_id,
         "stagnated": str(result.stagnated).lower(),
-        "eval_mean_return": round(evaluation["mean_return"], 6),
+        "eval_mean_return": round(evaluation.mean_return, 6),
         "reward_source": inputs.reward_source,
         "reward_blend_lambda": inputs.reward_blend_lambda,
         "reward_model_version": inputs.reward_model_version or "none",
@@ -127,10 +127,12 @@ def train_and_register(
         result.policy,
         tags,
         tmp,
-        description=version_description(services.scenario, dataclasses.asdict(inputs), evaluation),
+        description=version_description(
+            services.scenario, dataclasses.asdict(inputs), evaluation.mean_return, evaluation.completion_rate
+        ),
     )
     trained = TrainedRun(
-        completion_rate=evaluation["completion_rate"],
+        completion_rate=evaluation.completion_rate,
         train_return=result.final_return,
         iterations=result.iterations,
         timesteps=result.global_step,
@@ -143,7 +145,7 @@ def train_and_register(
         behaviour_cloning=cloned,
     )
     return TrainSummary(
-        inputs, model_version=version, mean_return=evaluation["mean_return"], run_id=run.run_id, trained=trained
+        inputs, model_version=version, mean_return=evaluation.mean_return, run_id=run.run_id, trained=trained
     )
 
 
