@@ -1,6 +1,7 @@
 """The statistics of the promotion gates (:mod:`rlops.pipeline_steps.promotion.gates`): a paired
-bootstrap interval of the mean return difference (sandbox), a two-proportion z-test and a Welch
-t-test (live A/B), each one-sided where a gate asks whether the candidate is worse, and the scale
+bootstrap interval of the mean return difference (sandbox), a two-proportion z-test, the same with a
+non-inferiority margin and a Welch t-test (live A/B), each one-sided where a gate asks whether the
+candidate is worse, and the scale
 of returns every margin on them is a share of (:func:`return_scale`, for the off-policy gate and the
 roll-out's regression check too).
 
@@ -45,6 +46,22 @@ def two_proportion_z(x1: int, n1: int, x2: int, n2: int) -> tuple[float, float]:
     return float(z), float(norm.sf(z))
 
 
+def proportion_beyond(x1: int, n1: int, x2: int, n2: int, margin: float) -> tuple[float, float]:
+    """z statistic of ``p1 − p2 − margin`` (unpooled standard error) and the one-sided p-value that
+    ``p1 − p2`` exceeds ``margin``: a non-inferiority test of a rate against another. Two rates
+    without variance (each 0 or 1) decide by their difference alone: p 0 beyond the margin, else 1."""
+    from scipy.stats import norm
+
+    if n1 == 0 or n2 == 0:
+        return float("nan"), float("nan")
+    p1, p2 = x1 / n1, x2 / n2
+    d = p1 - p2 - margin
+    se = math.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2)
+    if se == 0:
+        return (math.inf, 0.0) if d > 0 else (-math.inf if d < 0 else 0.0, 1.0)
+    return float(d / se), float(norm.sf(d / se))
+
+
 def welch_greater(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """Welch t statistic of ``mean(a) - mean(b)`` and the one-sided p-value of ``mean(a) > mean(b)``."""
     from scipy.stats import ttest_ind
@@ -65,4 +82,4 @@ def return_scale(mean: float, sd: float, floor: float) -> float:
     return max(abs(mean), floor * sd if math.isfinite(sd) else 0.0)
 
 
-__all__ = ["paired_bootstrap", "return_scale", "two_proportion_z", "welch_greater"]
+__all__ = ["paired_bootstrap", "proportion_beyond", "return_scale", "two_proportion_z", "welch_greater"]

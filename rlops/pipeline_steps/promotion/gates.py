@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from rlops.common.params_promotion import GateConfig  # the gate part of the typed evaluate: block
-from rlops.pipeline_steps.promotion.gate_stats import paired_bootstrap, return_scale, two_proportion_z, welch_greater
+from rlops.pipeline_steps.promotion.gate_stats import paired_bootstrap, proportion_beyond, return_scale, welch_greater
 
 GateState = Literal["pass", "fail", "skipped"]
 PASS: Final = "pass"
@@ -326,7 +326,9 @@ def episode_outcomes(traces: pd.DataFrame, takeover_actions: set[str]) -> pd.Dat
 
 
 def ab_gates(challenger: pd.DataFrame, control: pd.DataFrame, cfg: GateConfig) -> list[Gate]:
-    """Live A/B gates from per-episode outcomes of the two groups (:func:`episode_outcomes`)."""
+    """Live A/B gates from per-episode outcomes of the two groups (:func:`episode_outcomes`): the
+    challenger fails a gate where it is worse than the control by more than the sandbox gate's
+    margin (``completion_epsilon``, ``takeover_epsilon``, ``handling_epsilon``) at p < ``ab_alpha``."""
     n1, n2 = len(challenger), len(control)
     if min(n1, n2) < cfg.ab_min_episodes:
         return [
@@ -341,14 +343,21 @@ def ab_gates(challenger: pd.DataFrame, control: pd.DataFrame, cfg: GateConfig) -
             )
         ]
     gates = []
-    # The pack's operational budget (GateConfig) admits a challenger that is worse but within it.
-    for name, col, worse_if_higher, budget in (
-        ("completion_rate", "completed", False, cfg.completion_min),
-        ("human_takeover_rate", "takeover", True, cfg.takeover_max),
+    # The sandbox's margins, tested live: a challenger fails only where it is worse than the control
+    # by more than the margin its sandbox gate allowed (a significant 1 % slower challenger that the
+    # sandbox passed at 5 % is not refused live). The pack's operational budget still admits one
+    # that is worse but within it.
+    for name, col, worse_if_higher, margin, budget in (
+        ("completion_rate", "completed", False, cfg.completion_epsilon, cfg.completion_min),
+        ("human_takeover_rate", "takeover", True, cfg.takeover_epsilon, cfg.takeover_max),
     ):
         x1, x2 = int(challenger[col].sum()), int(control[col].sum())
-        z, p_greater = two_proportion_z(x1, n1, x2, n2)
-        p_worse = p_greater if worse_if_higher else (1.0 - p_greater if np.isfinite(p_greater) else p_greater)
+        if worse_if_higher:  # worse: the challenger's rate above the control's by more than the margin
+            z, p_worse = proportion_beyond(x1, n1, x2, n2, margin)
+            relative = f"not above control + {margin:g} at p < {cfg.ab_alpha:g}"
+        else:  # worse: the control's rate above the challenger's by more than the margin
+            z, p_worse = proportion_beyond(x2, n2, x1, n1, margin)
+            relative = f"not below control − {margin:g} at p < {cfg.ab_alpha:g}"
         op = "<=" if worse_if_higher else ">="
         within = _within_budget(x1 / n1, budget, op)
         gates.append(
@@ -356,22 +365,23 @@ def ab_gates(challenger: pd.DataFrame, control: pd.DataFrame, cfg: GateConfig) -
                 f"ab:{name}",
                 x1 / n1,
                 x2 / n2,
-                _or_budget(f"not worse at p < {cfg.ab_alpha:g}", budget, op),
+                _or_budget(relative, budget, op),
                 bool(not (p_worse < cfg.ab_alpha) or within),
                 f"z={z:.3f}, one-sided p={p_worse:.4g}, n={n1}/{n2}",
             )
         )
+    factor = 1.0 + cfg.handling_epsilon
     handling = float(challenger["handling_ms"].mean())
-    t, p = welch_greater(challenger["handling_ms"].to_numpy(float), control["handling_ms"].to_numpy(float))
+    t, p = welch_greater(challenger["handling_ms"].to_numpy(float), factor * control["handling_ms"].to_numpy(float))
     within = _within_budget(handling, cfg.handling_max_ms, "<=")
     gates.append(
         Gate(
             "ab:handling_ms",
             handling,
             float(control["handling_ms"].mean()),
-            _or_budget(f"not longer at p < {cfg.ab_alpha:g}", cfg.handling_max_ms, "<="),
+            _or_budget(f"not above control x {factor:g} at p < {cfg.ab_alpha:g}", cfg.handling_max_ms, "<="),
             bool(not (p < cfg.ab_alpha) or within),
-            f"Welch t={t:.3f}, one-sided p={p:.4g}",
+            f"Welch t={t:.3f} against control x {factor:g}, one-sided p={p:.4g}",
         )
     )
     return gates

@@ -5,11 +5,13 @@ non-regression, and the return gate still demands a better policy."""
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 
 from rlops.common.config import resolve_params
@@ -83,3 +85,39 @@ def test_the_complaint_pack_declares_its_budget() -> None:
     assert isinstance(cfg, GateConfig)
     assert cfg.completion_min is not None and cfg.takeover_max is not None and cfg.handling_max_ms is not None
     assert cfg.completion_min + cfg.takeover_max <= 1.0 + 1e-9
+
+
+def test_the_non_inferiority_z_by_hand() -> None:
+    from rlops.pipeline_steps.promotion.gate_stats import proportion_beyond
+
+    # control 95/100 completed, challenger 90/100: is the control ahead by more than 0.01?
+    z, p = proportion_beyond(95, 100, 90, 100, 0.01)
+    assert z == pytest.approx(0.04 / (0.001375**0.5)) and p == pytest.approx(0.14037, abs=1e-4)
+    assert proportion_beyond(100, 100, 100, 100, 0.01) == (-math.inf, 1.0)  # no variance, within the margin
+    assert proportion_beyond(100, 100, 0, 100, 0.01) == (math.inf, 0.0)  # no variance, beyond it
+    assert all(math.isnan(v) for v in proportion_beyond(1, 0, 1, 10, 0.0))
+
+
+def test_live_ab_gates_allow_the_sandbox_s_margins() -> None:
+    """A challenger slower by 3 % and completing 0.5 point less on 20,000 episodes per group is
+    significantly worse, but within the margins its sandbox gates allowed (handling 5 %, completion
+    and takeover 0.01): the live gates pass it. Slower by 10 % or 3 points less completion fails."""
+    rng = np.random.default_rng(1)
+    n = 20_000
+
+    def group(handling: float, completion: float, takeover: float) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "completed": rng.random(n) < completion,
+                "takeover": rng.random(n) < takeover,
+                "handling_ms": rng.normal(handling, 300, n),
+            }
+        )
+
+    control = group(3000, 0.95, 0.05)
+    close = {g.gate: g for g in ab_gates(group(3090, 0.945, 0.055), control, GateConfig())}
+    assert all(g.passed for g in close.values()), {k: g.detail for k, g in close.items()}
+    assert close["ab:handling_ms"].threshold == "not above control x 1.05 at p < 0.05"
+    assert close["ab:completion_rate"].threshold == "not below control − 0.01 at p < 0.05"
+    far = {g.gate: g.passed for g in ab_gates(group(3300, 0.92, 0.08), control, GateConfig())}
+    assert far == {"ab:completion_rate": False, "ab:human_takeover_rate": False, "ab:handling_ms": False}
