@@ -19,9 +19,11 @@ and wall seconds; :mod:`rlops.timeline.regret`), ``promotions``,
 simulated time from an alias move to the policy client serving it; bar: <= 60 s), ``retrains_skipped``,
 ``dag_runs``, ``wall_s`` (bar: < 30 min on 2 cores), ``cpu_s`` (the process's CPU seconds: on a shared
 machine ``wall_s`` grows with the load, this does not), the policy client's ``fallback_episodes`` and
-``challenger_episodes`` and ``fallback_reasons`` (decisions per fallback code), the PNG path.
+``challenger_episodes`` and ``fallback_reasons`` (decisions per fallback code), the PNG path. With
+``--late-outcome loan_outcome`` the loan outcome arrives ``--outcome-delay-hours`` after each decision
+through ``Tracer.outcome`` (:mod:`rlops.timeline.late_outcomes`), and ``late_outcomes`` counts them.
 
-    python bench/loop_days.py [--hours 48] [--events FILE] [--workdir DIR]
+    python bench/loop_days.py [--hours 48] [--events FILE] [--workdir DIR] [--late-outcome loan_outcome]
 """
 
 from __future__ import annotations
@@ -46,11 +48,23 @@ def main() -> None:
     ap.add_argument("--events", default=None, help="events YAML (default: the six standard events)")
     ap.add_argument("--episodes-per-tick", type=int, default=TimelineConfig.episodes_per_tick)
     ap.add_argument("--workdir", default=None)
+    ap.add_argument(
+        "--late-outcome",
+        default=None,
+        metavar="COMPONENT",
+        help="a reward component that arrives later as each episode's outcome (loan_outcome)",
+    )
+    ap.add_argument("--outcome-delay-hours", type=float, default=TimelineConfig.outcome_delay_hours)
     args = ap.parse_args()
     load_start = os.getloadavg()
     events = load_events(args.events) if args.events else parse_events(DEFAULT_EVENTS_48H)
     res = run_timeline(
-        TimelineConfig(hours=args.hours, episodes_per_tick=args.episodes_per_tick),
+        TimelineConfig(
+            hours=args.hours,
+            episodes_per_tick=args.episodes_per_tick,
+            late_outcome=args.late_outcome,
+            outcome_delay_hours=args.outcome_delay_hours,
+        ),
         events,
         args.workdir,
         say=lambda s: print(s, flush=True),
@@ -100,6 +114,7 @@ def main() -> None:
         fallback_episodes=m["fallback_episodes"],
         challenger_episodes=m["challenger_episodes"],
         fallback_reasons=m["fallback_reasons"],
+        late_outcomes=m.get("late_outcomes"),
         png=res["png"],
         mlflow_run_id=res["run_id"],
         loadavg_start=[round(x, 2) for x in load_start],
