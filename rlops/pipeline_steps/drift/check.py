@@ -53,7 +53,9 @@ from rlops.pipeline_steps.infra.services import StepServices
 from rlops.registry.client import CHAMPION, policy_model_name
 from rlops.sandbox.profiles import default_profile
 from rlops.sandbox.traces import rollout_traces
-from rlops.trace_store.outcome_join import EpisodeReturns
+from rlops.trace_store.outcome_join import JOIN_COLUMNS, EpisodeReturns
+from rlops.trace_store.outcome_join import episode_returns as final_returns
+from rlops.trace_store.settled import settled_in
 from rlops.trace_store.store import join_uri, partition_path
 
 if TYPE_CHECKING:
@@ -107,13 +109,17 @@ def episode_returns(df: Any) -> np.ndarray:
 
 
 def live_returns(ctx: StepServices, window: tuple[Any, Any]) -> EpisodeReturns | None:
-    """The live episodes' returns in ``window`` with the late outcomes known at the run key's end
-    joined (:meth:`rlops.trace_store.store.TraceStore.returns`): episodes still awaiting an outcome
-    are censored, counted and left out of the mean. None when reads of the scenario join no outcome
-    (the pack maps none to reward and none is stored): the rows' own rewards are the returns."""
+    """The returns of the live episodes that became final from the start of ``window`` to the run
+    key's end, with the late outcomes known then joined (:func:`rlops.trace_store.settled.settled_in`:
+    the window's own final episodes and the earlier ones whose outcome arrived since), and how many of
+    the window's own episodes still await theirs (censored, counted, left out of the mean). None when
+    reads of the scenario join no outcome (the pack maps none to reward and none is stored): the rows'
+    own rewards are the returns."""
     if not ctx.traces.joins_outcomes(ctx.scenario):
         return None
-    return ctx.traces.returns(ctx.scenario, window, as_of=ctx.key.end)
+    own = ctx.traces.returns(ctx.scenario, window, as_of=ctx.key.end)
+    final = final_returns(settled_in(ctx.traces, ctx.scenario, window, JOIN_COLUMNS, as_of=ctx.key.end))
+    return dataclasses.replace(final, episodes=final.episodes + own.censored, censored=own.censored)
 
 
 #: What the drift check says in place of a live mean return its rows do not carry.
@@ -380,7 +386,8 @@ def drift_check(
     alarmed_for = f"input drift ({', '.join(drifted[:3])})" if drifted else None
     verdict = check_return_anomaly(ctx, cfg, r_live, r_base, version, alarmed_for)
 
-    outcome = outcome_drift_step(ctx, cfg, ctx.config.evaluate.segments or {}, pack, baseline_df, live)
+    window = long[2] if long is not None else (start, start + timedelta(hours=1))
+    outcome = outcome_drift_step(ctx, cfg, ctx.config.evaluate.segments or {}, pack, baseline_df, live, window)
     if fanned and not ctx.dry_run:  # last: a failure above leaves the slices for the task's retry
         drop_slices(ctx)
     unmeasured = NO_LIVE_RETURN if not len(r_live) else None

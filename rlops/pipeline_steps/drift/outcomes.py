@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,7 +54,7 @@ from rlops.pipeline_steps.infra.pass_run import step_run
 from rlops.pipeline_steps.promotion.ope_direct import fit_linear_q
 from rlops.registry import tags as T
 from rlops.sandbox.expr import BOOL, compile_expr
-from rlops.trace_store.outcome_join import settled
+from rlops.trace_store.settled import settled_in
 from rlops.trace_store.states import action_codes, field_values, state_features, states_from_traces
 
 if TYPE_CHECKING:
@@ -327,17 +328,20 @@ def outcome_drift_step(
     pack: Pack,
     sandbox: pd.DataFrame,
     live: pd.DataFrame,
+    window: tuple[datetime, datetime],
 ) -> OutcomeReport:
     """The drift check's call: test (the ``drift:`` block's settings, ``drift``; per ``segments``, the
     ``evaluate:`` block's), write ``outcomes.json`` beside the drift report and log the
     ``outcome.*`` metrics and the report to an MLflow run of the drift step. A dry run tests and
-    decides the onset from the kept state alike, and writes and logs nothing."""
+    decides the onset from the kept state alike, and writes and logs nothing. Where outcomes arrive
+    late, the live evidence is the episodes that became final in ``window`` (the live rows'), not
+    those decided in it (:func:`rlops.trace_store.settled.settled_in`)."""
     cfg = OutcomeConfig.from_drift(drift)
     if not cfg.enabled:
         return OutcomeReport(reason="off (drift.outcome_enabled)")
     if "episode_id" in live.columns and ctx.traces.joins_outcomes(ctx.scenario):
-        # outcomes known at the run key's end count; an episode still waiting for its own is no evidence
-        live = settled(ctx.traces.join_outcomes(ctx.scenario, live, ctx.key.end))
+        # an episode still waiting for its outcome is no evidence; one whose outcome came in the window is
+        live = settled_in(ctx.traces, ctx.scenario, window, list(live.columns), as_of=ctx.key.end)
     rep = outcome_drift(pack, sandbox, live, cfg, segments)
     state_uri = ctx.uri("drift_state", ctx.scenario, "outcome_cells.json")
     state = ctx.storage.read_json(state_uri) if ctx.storage.exists(state_uri) else {}

@@ -245,9 +245,32 @@ def test_outcome_drift_judges_settled_episodes_with_their_outcomes(world: dict[s
     raw = ctx.traces.reader.read(ctx.traces.scenario_uri(SCENARIO))
     pack = ctx.load_pack()
     waiting = StepContext.create(SCENARIO, RUN_KEY, dry_run=True, overrides=OVERRIDES)
-    rep = outcome_drift_step(waiting, waiting.config.drift, waiting.config.evaluate.segments, pack, raw, raw)
+    decided = (waiting.key.start - timedelta(hours=2), waiting.key.end)
+    rep = outcome_drift_step(waiting, waiting.config.drift, waiting.config.evaluate.segments, pack, raw, raw, decided)
     assert rep.live_rows == 0 and rep.drifted_cells == []
     later = StepContext.create(SCENARIO, "20260415T1000", dry_run=True, overrides=OVERRIDES)
-    rep = outcome_drift_step(later, later.config.drift, later.config.evaluate.segments, pack, raw, raw)
+    rep = outcome_drift_step(later, later.config.drift, later.config.evaluate.segments, pack, raw, raw, decided)
     assert rep.live_rows == int(raw["reward_total"].notna().sum())
     assert rep.drifted_cells, rep.summary()
+
+
+def test_the_evidence_of_a_window_is_the_episodes_that_settled_in_it(world: dict[str, Any]) -> None:
+    """The outcomes arrive 90 days after their decisions. The drift check of the hours they arrive
+    in judges those episodes (decided long before), joined; the check of the decisions' own hours has
+    none of them final yet. Each episode is evidence once, where its return became final."""
+    from rlops.pipeline_steps.drift.check import live_returns
+    from rlops.trace_store.settled import settled_in
+
+    ctx: StepContext = world["ctx"]
+    import_outcomes(ctx, OutcomeImportRequest(path=str(world["path"])))
+    decided = (ctx.key.start - timedelta(hours=2), ctx.key.end)
+    arrived = (decided[0] + timedelta(days=90), decided[1] + timedelta(days=90))
+    assert settled_in(ctx.traces, SCENARIO, decided).empty  # every one still waits at the decisions' end
+    rows = settled_in(ctx.traces, SCENARIO, arrived, ["episode_id", "state.user_profile.age"])
+    assert rows["episode_id"].nunique() == EPISODES and set(rows["outcome_status"]) == {"joined"}
+    assert "state.user_profile.age" in rows.columns
+    check = StepContext.create(SCENARIO, f"{arrived[1] - timedelta(hours=1):%Y%m%dT%H%M}", overrides=OVERRIDES)
+    r = live_returns(check, arrived)
+    assert r is not None and (len(r.returns), r.joined, r.censored) == (EPISODES, EPISODES, 0)
+    by_ep = pd.to_numeric(rows["reward_total"]).groupby(rows["episode_id"]).sum()
+    assert r.mean == pytest.approx(by_ep.mean())
