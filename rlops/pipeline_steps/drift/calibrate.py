@@ -63,6 +63,7 @@ from rlops.registry.datasets import log_dataset_inputs
 from rlops.sandbox.pack import load_pack
 from rlops.sandbox.profiles import default_profile
 from rlops.trace_store.outcome_join import settled
+from rlops.trace_store.settled import settled_in
 from rlops.trace_store.states import action_codes, error_flags
 
 if TYPE_CHECKING:  # numpy, pandas and torch are imported where they run: registering the CLI stays light
@@ -151,6 +152,11 @@ def fit_latency(
 
 
 # --------------------------------------------------------------------------- the calibration
+def _in_store(ctx: StepServices, uri: str) -> bool:
+    """Whether ``uri`` is a partition of the scenario's folder in the trace store."""
+    return uri.rstrip("/").startswith(ctx.traces.scenario_uri(ctx.scenario).rstrip("/") + "/")
+
+
 def live_rows(df: pd.DataFrame, source: str | None) -> pd.DataFrame:
     if source and "source" in df.columns:
         df = df[df["source"] == source]
@@ -312,6 +318,11 @@ def recalibrate(ctx: StepContext, traces_uri: str | None = None) -> Recalibratio
         df = live_rows(ctx.traces.reader.read(uri, window), cfg.source)
     # the states are fitted on every row; what outcomes say only on episodes whose outcome is final
     outcomes_known = settled(df).reset_index(drop=True)
+    if uri != ctx.traces.scenario_uri(ctx.scenario) and _in_store(ctx, uri) and ctx.traces.joins_outcomes(ctx.scenario):
+        # an interval of the store (the drift monitor's hour): its rows await their outcomes, so the
+        # outcome evidence is the episodes that became final in it, earlier ones whose outcome came included
+        settled_rows = settled_in(ctx.traces, ctx.scenario, (ctx.key.start, ctx.key.end), as_of=ctx.key.end)
+        outcomes_known = live_rows(settled_rows, cfg.source)
     if "scenario" in df.columns:
         df = df[df["scenario"] == ctx.scenario].reset_index(drop=True)
     written = ctx.load_pack(calibration=None)
