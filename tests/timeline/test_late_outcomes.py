@@ -84,3 +84,12 @@ def test_the_regression_check_compares_final_returns_only() -> None:
     returns = live_returns(traces, "credit_approval")
     assert returns["1"].tolist() == [1.1] * 4
     assert returns["2"].tolist() == [1.1, 1.1]  # the two waiting episodes are left out
+
+
+def test_the_command_shows_the_timeline_s_own_delay_default() -> None:
+    """``rlops simulate`` states the default without importing the timeline (torch) at parse time:
+    the two must agree."""
+    from rlops.commands.simulate import TimelineDefaults
+    from rlops.timeline.world import TimelineConfig
+
+    assert TimelineDefaults.outcome_delay_hours == TimelineConfig.outcome_delay_hours
